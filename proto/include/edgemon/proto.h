@@ -1,0 +1,300 @@
+/*
+ * edgemon/proto.h - the v1 telemetry messages (CBOR) shared by the agent and the host.
+ *
+ * This header is the C face of proto/edgemon.cddl. It defines one struct per message kind
+ * (birth, data, state, status, cmd), an encoder that writes a message into a caller-supplied
+ * buffer without touching the heap, and a strict decoder that checks the schema's shape
+ * (types, required keys, ranges, item counts, nesting depth, total size) and returns a
+ * distinct error code per class of bad input.
+ *
+ * Ownership: every pointer inside a message struct is borrowed. For em_proto_encode() the
+ * caller's storage must live for the call only. For em_proto_decode() all pointers in the
+ * decoded message point into the caller's scratch buffer, so the message is valid as long as
+ * that buffer is; nothing points into the input bytes.
+ *
+ * Threading: no global state; every function is reentrant.
+ *
+ * The header compiles on its own, as C11 and as C++.
+ */
+#ifndef EDGEMON_PROTO_H
+#define EDGEMON_PROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define EM_PROTO_MUST_USE __attribute__((warn_unused_result))
+#else
+#define EM_PROTO_MUST_USE
+#endif
+
+/* Schema version written by the encoder and the only one the decoder accepts. */
+#define EM_PROTO_VERSION 1
+
+/* Limits of v1 (the CDDL states the same numbers). */
+#define EM_PROTO_MAX_MESSAGE_BYTES 65536u /* Largest encoded message. */
+#define EM_PROTO_MAX_DEPTH         8u     /* Nesting, the top-level map being 1. */
+#define EM_PROTO_MAX_METRICS       1024u  /* Values in a data message, defs in a birth. */
+#define EM_PROTO_MAX_STAGES        64u    /* Stage windows in a data message. */
+#define EM_PROTO_MAX_BUCKETS       2048u  /* Non-empty histogram buckets per stage window. */
+#define EM_PROTO_MAX_BUDGETS       256u   /* Budget rules in a birth. */
+#define EM_PROTO_MAX_ALIAS         65535u /* Largest metric alias. */
+#define EM_PROTO_MAX_STAGE_BYTES   31u    /* Stage name, as in the span datagram. */
+#define EM_PROTO_MAX_NAME_BYTES    63u    /* Device id, board, version, metric name, rule id. */
+#define EM_PROTO_MAX_UNIT_BYTES    15u    /* Metric unit. */
+#define EM_PROTO_MAX_TEXT_BYTES    255u   /* Free text: reasons. */
+#define EM_PROTO_MIN_SCALE         (-10)  /* Exponential histogram scale range (OpenTelemetry). */
+#define EM_PROTO_MAX_SCALE         20
+
+/*
+ * Error codes. 0 is success; every failure is negative and distinct from -errno values (they
+ * start at -1000), so callers can pass either kind to em_proto_strerror().
+ */
+#define EM_PROTO_ERRORS(X)                                                                         \
+  X(EM_PROTO_ETRUNCATED, -1001, "message truncated")                                               \
+  X(EM_PROTO_EMALFORMED, -1002, "malformed CBOR")                                                  \
+  X(EM_PROTO_ETOOBIG, -1003, "message larger than the schema allows")                              \
+  X(EM_PROTO_EDEPTH, -1004, "items nested too deep")                                               \
+  X(EM_PROTO_EINDEFINITE, -1005, "indefinite-length item (v1 uses definite lengths only)")         \
+  X(EM_PROTO_ETRAILING, -1006, "trailing bytes after the message")                                 \
+  X(EM_PROTO_ETYPE, -1007, "wrong CBOR type for a field")                                          \
+  X(EM_PROTO_EKEY, -1008, "map key is not an unsigned integer")                                    \
+  X(EM_PROTO_EDUPLICATE, -1009, "duplicate map key")                                               \
+  X(EM_PROTO_EMISSING, -1010, "required key missing")                                              \
+  X(EM_PROTO_ERANGE, -1011, "value out of range")                                                  \
+  X(EM_PROTO_ESTRING, -1012, "string too long, empty or not printable")                            \
+  X(EM_PROTO_ELIMIT, -1013, "too many items")                                                      \
+  X(EM_PROTO_EINCONSISTENT, -1014, "fields contradict each other")                                 \
+  X(EM_PROTO_EVERSION, -1015, "unsupported schema version")                                        \
+  X(EM_PROTO_EKIND, -1016, "unknown message kind")                                                 \
+  X(EM_PROTO_ENOSPACE, -1017, "output buffer too small")                                           \
+  X(EM_PROTO_ESCRATCH, -1018, "decode scratch buffer too small")                                   \
+  X(EM_PROTO_EINVAL, -1019, "invalid argument")                                                    \
+  X(EM_PROTO_ESIZE, -1020, "datagram or page of the wrong size")                                   \
+  X(EM_PROTO_EMAGIC, -1021, "bad magic bytes")                                                     \
+  X(EM_PROTO_EBUSY, -1022, "state page is being written; read again")
+
+enum em_proto_error {
+#define EM_PROTO_X_ENUM(name, value, text) name = (value),
+  EM_PROTO_ERRORS(EM_PROTO_X_ENUM)
+#undef EM_PROTO_X_ENUM
+};
+
+/* Message kinds: the value of key 1 in every message. */
+typedef enum {
+  EM_MSG_BIRTH = 0,
+  EM_MSG_DATA = 1,
+  EM_MSG_STATE = 2,
+  EM_MSG_STATUS = 3,
+  EM_MSG_CMD = 4,
+} em_msg_kind_t;
+
+/* Degradation levels, ordered by severity. */
+typedef enum {
+  EM_LEVEL_NONE = -1, /* Not carried (data messages may omit the level). */
+  EM_LEVEL_NOMINAL = 0,
+  EM_LEVEL_WARN = 1,
+  EM_LEVEL_DEGRADED = 2,
+  EM_LEVEL_CRITICAL = 3,
+} em_level_t;
+
+/* How a metric's values add up over time. */
+typedef enum {
+  EM_METRIC_GAUGE = 0,   /* A reading at the end of the window. */
+  EM_METRIC_COUNTER = 1, /* A running total since the agent attached to the target. */
+  EM_METRIC_DELTA = 2,   /* The amount within the window the message covers. */
+} em_metric_kind_t;
+
+/* Commands a host sends on edgemon/v1/<device>/cmd/<name>. */
+typedef enum {
+  EM_CMD_REBIRTH = 1, /* Republish the birth certificate. */
+} em_cmd_code_t;
+
+/* A number as the schema carries it, or its explicit absence (CBOR null). */
+typedef enum {
+  EM_VALUE_ABSENT = 0, /* The device cannot provide this figure: never the same as 0. */
+  EM_VALUE_UINT = 1,
+  EM_VALUE_INT = 2, /* Negative integers decode here; the encoder accepts any sign. */
+  EM_VALUE_FLOAT = 3,
+} em_value_type_t;
+
+typedef struct {
+  em_value_type_t type;
+  union {
+    uint64_t u;
+    int64_t i;
+    double f; /* Finite; NaN and infinities are out of range. */
+  } as;
+} em_value_t;
+
+/* One entry of the birth's metric dictionary. */
+typedef struct {
+  uint32_t alias;   /* Small integer used in data messages, <= EM_PROTO_MAX_ALIAS. */
+  const char *name; /* Dotted name, e.g. "pmu.cycles". */
+  const char *unit; /* UCUM-style unit, e.g. "By", "ns", "1". */
+  em_metric_kind_t kind;
+  const char *absent_reason; /* NULL when available; else why every value will be absent. */
+} em_metric_def_t;
+
+/* One budget rule as announced in the birth. */
+typedef struct {
+  const char *id;     /* Rule id, unique on the device, e.g. "infer.p99". */
+  const char *rule;   /* Rule type, e.g. "percentile", "deadline", "alive", "rss_cap". */
+  em_level_t level;   /* Level the rule raises: WARN, DEGRADED or CRITICAL. */
+  em_value_t bound;   /* The limit, in the unit the rule type defines. */
+  const char *stage;  /* Stage the rule watches, or NULL for process rules. */
+  uint64_t window_ns; /* Window the rule evaluates over, 0 for none. */
+} em_budget_t;
+
+typedef struct {
+  uint64_t time_ns; /* CLOCK_REALTIME when the agent made the birth, ns since the epoch. */
+  uint32_t session; /* Agent session: changes at every agent start. */
+  const char *device;
+  const char *agent_version;
+  const char *board;
+  uint64_t period_ns; /* Sample period. */
+  const em_metric_def_t *metrics;
+  size_t n_metrics;
+  const em_budget_t *budgets;
+  size_t n_budgets;
+} em_birth_t;
+
+/* A value of one metric in a data message. */
+typedef struct {
+  uint32_t alias;
+  em_value_t value;
+} em_sample_t;
+
+/*
+ * One non-empty bucket of a base-2 exponential histogram (OpenTelemetry's layout): with
+ * base = 2^(2^-scale), bucket `index` counts values v with base^index < v <= base^(index+1).
+ */
+typedef struct {
+  int32_t index;
+  uint64_t count; /* >= 1 */
+} em_bucket_t;
+
+/* Latency of one stage over the window a data message covers. */
+typedef struct {
+  const char *name;
+  uint64_t count; /* Spans in the window. The fields below are meaningful only when > 0. */
+  uint64_t sum_ns;
+  uint64_t min_ns;
+  uint64_t max_ns;
+  uint64_t p50_ns; /* Percentiles, min <= p50 <= p90 <= p99 <= p999 <= max. */
+  uint64_t p90_ns;
+  uint64_t p99_ns;
+  uint64_t p999_ns;
+  int32_t scale;              /* EM_PROTO_MIN_SCALE..EM_PROTO_MAX_SCALE */
+  uint64_t zero_count;        /* Spans of 0 ns. */
+  const em_bucket_t *buckets; /* Ascending index; zero_count + sum of counts == count. */
+  size_t n_buckets;
+} em_stage_t;
+
+typedef struct {
+  uint64_t time_ns;           /* CLOCK_REALTIME at the end of the window, ns since the epoch. */
+  uint32_t session;           /* Session of the birth whose dictionary the aliases refer to. */
+  uint32_t seq;               /* Per session, +1 per data message, wraps from 2^32-1 to 0. */
+  uint64_t window_ns;         /* Length of the window the message covers. */
+  em_level_t level;           /* Level at the end of the window, or EM_LEVEL_NONE. */
+  bool historical;            /* Replayed from the spool, not live. */
+  const em_sample_t *samples; /* Ascending alias, no duplicates. */
+  size_t n_samples;
+  const em_stage_t *stages;
+  size_t n_stages;
+} em_data_t;
+
+typedef struct {
+  uint64_t time_ns; /* CLOCK_REALTIME of the change. */
+  uint32_t session;
+  em_level_t level;
+  em_level_t prev_level;
+  uint64_t mono_ns;   /* CLOCK_MONOTONIC of the change, on the device. */
+  const char *rule;   /* Rule id that caused it, or NULL (e.g. recovery, start). */
+  const char *stage;  /* Stage involved, or NULL. */
+  em_value_t value;   /* Measured value, or absent. */
+  em_value_t bound;   /* The rule's bound, or absent. */
+  const char *reason; /* Human-readable, or NULL. */
+} em_state_t;
+
+typedef struct {
+  uint64_t time_ns; /* When the agent made it; for the Last Will, the connect time. */
+  uint32_t session;
+  bool online;
+} em_status_t;
+
+typedef struct {
+  uint64_t time_ns; /* When the host sent it. */
+  em_cmd_code_t command;
+} em_cmd_t;
+
+typedef struct {
+  em_msg_kind_t kind;
+  union {
+    em_birth_t birth;
+    em_data_t data;
+    em_state_t state;
+    em_status_t status;
+    em_cmd_t cmd;
+  } u;
+} em_msg_t;
+
+/*
+ * Encodes `msg` as one CBOR v1 message into buf[0..cap).
+ *
+ * Returns 0 and sets *out_len to the bytes written. When cap is too small, returns
+ * EM_PROTO_ENOSPACE and sets *out_len to the size needed (buf may hold a partial message).
+ * Returns EM_PROTO_EINVAL for NULL arguments or an unknown kind, and the decoder's codes
+ * (ERANGE, ESTRING, ELIMIT, EINCONSISTENT) for a message the decoder would refuse, so
+ * nothing the encoder writes fails to decode. Never allocates.
+ */
+EM_PROTO_MUST_USE int em_proto_encode(const em_msg_t *msg, uint8_t *buf, size_t cap,
+                                      size_t *out_len);
+
+/*
+ * Scratch bytes that em_proto_decode() needs at most for an input of `len` bytes. Decoding
+ * with this much scratch never fails with EM_PROTO_ESCRATCH. The bound is 20 bytes per input
+ * byte: the worst case is an idle stage window, 6 bytes on the wire and 112 decoded.
+ */
+size_t em_proto_scratch_bytes(size_t len);
+
+/* em_proto_scratch_bytes() of the largest message: enough for any input. */
+#define EM_PROTO_SCRATCH_MAX (20u * EM_PROTO_MAX_MESSAGE_BYTES + 256u)
+
+/*
+ * Decodes and validates one message occupying exactly buf[0..len).
+ *
+ * scratch: caller storage for the decoded arrays and strings (see em_proto_scratch_bytes());
+ * `out` points into it on success. error_offset (may be NULL): on failure, the byte offset
+ * of the item where the error was found. Returns 0 or one EM_PROTO_E* code. Reads nothing
+ * outside buf, never allocates, and runs in time linear in len.
+ */
+EM_PROTO_MUST_USE int em_proto_decode(const uint8_t *buf, size_t len, em_msg_t *out, void *scratch,
+                                      size_t scratch_len, size_t *error_offset);
+
+/*
+ * Writes `msg` as one line of JSON (no newline) with field names, into buf[0..cap), always
+ * NUL-terminated when cap > 0. Returns 0 and sets *out_len to the length without the NUL, or
+ * EM_PROTO_ENOSPACE with *out_len set to the length needed.
+ */
+EM_PROTO_MUST_USE int em_proto_to_json(const em_msg_t *msg, char *buf, size_t cap, size_t *out_len);
+
+/* Text for an EM_PROTO_E* code or a negative errno. Never NULL. */
+const char *em_proto_strerror(int rc);
+
+/* "NOMINAL", "WARN", "DEGRADED", "CRITICAL", or "NONE" for anything else. */
+const char *em_level_name(em_level_t level);
+
+/* "birth", "data", "state", "status", "cmd", or "unknown". */
+const char *em_msg_kind_name(em_msg_kind_t kind);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EDGEMON_PROTO_H */

@@ -1,0 +1,128 @@
+/*
+ * edgemon/wire.h - the fixed-size binary records between the inference process and the agent
+ * on the same board: span datagram v1 (client -> agent), level push datagram v1 and state
+ * page v1 (agent -> clients). proto/WIRE.md documents every byte; this header mirrors it.
+ *
+ * Every multi-byte field is little-endian and is packed and unpacked field by field with
+ * explicit byte shifts, never by copying a struct, so the layout is the same on every
+ * compiler and a client in any language can be written from WIRE.md alone.
+ *
+ * Ownership: all buffers are the caller's; nothing allocates. Threading: no global state. The
+ * state page functions are a single-writer seqlock: one writer (the agent) and any number of
+ * readers in other processes mapping the same file.
+ *
+ * The header compiles on its own, as C11 and as C++.
+ */
+#ifndef EDGEMON_WIRE_H
+#define EDGEMON_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "edgemon/proto.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define EM_WIRE_VERSION 1
+#define EM_WIRE_MAGIC0  0x45 /* 'E' */
+#define EM_WIRE_MAGIC1  0x4D /* 'M' */
+
+#define EM_SPAN_DGRAM_BYTES   64u  /* Every client -> agent datagram. */
+#define EM_STAGE_FIELD_BYTES  32u  /* Stage name field: up to 31 bytes, then NUL padding. */
+#define EM_PUSH_DGRAM_BYTES   256u /* Every agent -> client datagram. */
+#define EM_STATE_PAGE_BYTES   256u /* The state page file. */
+#define EM_STATE_BODY_BYTES   240u /* The state record shared by the page and the push. */
+#define EM_RULE_FIELD_BYTES   32u
+#define EM_REASON_FIELD_BYTES 136u
+
+/* Datagram kinds (byte 3). 1..15 travel client -> agent, 16.. agent -> client. */
+typedef enum {
+  EM_DGRAM_SPAN = 1,        /* A stage of a frame took duration_ns from start_ns. */
+  EM_DGRAM_HEARTBEAT = 2,   /* The stage is alive (no duration). */
+  EM_DGRAM_SUBSCRIBE = 3,   /* Send me level pushes at my source address. */
+  EM_DGRAM_UNSUBSCRIBE = 4, /* Stop sending them. */
+  EM_DGRAM_LEVEL_PUSH = 16, /* The level changed (agent -> client). */
+} em_dgram_kind_t;
+
+/* A decoded client -> agent datagram. */
+typedef struct {
+  em_dgram_kind_t kind;
+  uint32_t pid;         /* As the sender claims; the agent trusts SCM_CREDENTIALS instead. */
+  uint64_t frame_id;    /* Frame the span belongs to; 0 when the client has none. */
+  uint64_t start_ns;    /* CLOCK_MONOTONIC at the start of the stage. */
+  uint64_t duration_ns; /* 0 for heartbeat, subscribe and unsubscribe. */
+  char stage[EM_STAGE_FIELD_BYTES]; /* NUL-terminated; empty only for (un)subscribe. */
+} em_span_t;
+
+/* The state both the page and the push datagram carry. */
+typedef struct {
+  em_level_t level;
+  em_level_t prev_level;
+  uint32_t changes;                   /* Level changes since the agent started. */
+  uint64_t since_mono_ns;             /* CLOCK_MONOTONIC of the last change. */
+  uint64_t since_wall_ns;             /* CLOCK_REALTIME of the last change. */
+  double value;                       /* Measured value behind the change; NaN when none. */
+  double bound;                       /* Bound of the rule behind the change; NaN when none. */
+  char rule[EM_RULE_FIELD_BYTES];     /* NUL-terminated, may be empty. */
+  char stage[EM_STAGE_FIELD_BYTES];   /* NUL-terminated, may be empty. */
+  char reason[EM_REASON_FIELD_BYTES]; /* NUL-terminated, may be empty. */
+} em_state_record_t;
+
+/*
+ * True when `name` is a valid stage name: 1..31 bytes of [A-Za-z0-9_.:-]. Stage names travel
+ * in MQTT payloads, config section names and Prometheus labels, hence the small alphabet.
+ */
+bool em_stage_name_valid(const char *name);
+
+/*
+ * Packs a client -> agent datagram into out[0..EM_SPAN_DGRAM_BYTES). Returns 0, or
+ * EM_PROTO_EINVAL (NULL), EM_PROTO_EKIND (not a client kind) or EM_PROTO_ESTRING (stage
+ * name invalid for a span or heartbeat, or not empty for (un)subscribe).
+ */
+EM_PROTO_MUST_USE int em_span_pack(const em_span_t *span, uint8_t out[EM_SPAN_DGRAM_BYTES]);
+
+/*
+ * Unpacks and validates one received datagram of `len` bytes. Returns 0, or in this order of
+ * checks: EM_PROTO_ESIZE (len != 64), EM_PROTO_EMAGIC, EM_PROTO_EVERSION, EM_PROTO_EKIND,
+ * EM_PROTO_ESTRING (stage name invalid, or bytes after its NUL not all 0).
+ */
+EM_PROTO_MUST_USE int em_span_unpack(const uint8_t *buf, size_t len, em_span_t *out);
+
+/* Packs a level push datagram. Returns 0, EM_PROTO_EINVAL or EM_PROTO_ERANGE (bad level). */
+EM_PROTO_MUST_USE int em_push_pack(const em_state_record_t *rec, uint32_t agent_pid,
+                                   uint8_t out[EM_PUSH_DGRAM_BYTES]);
+
+/* Unpacks a level push datagram. Returns 0 or ESIZE/EMAGIC/EVERSION/EKIND/ERANGE/ESTRING. */
+EM_PROTO_MUST_USE int em_push_unpack(const uint8_t *buf, size_t len, em_state_record_t *out,
+                                     uint32_t *agent_pid);
+
+/*
+ * Formats a fresh state page in page[0..EM_STATE_PAGE_BYTES) (which must be 8-byte aligned):
+ * header, seq 0, and `initial` as the record. Used by the agent on the file it just mapped.
+ */
+EM_PROTO_MUST_USE int em_state_page_init(uint8_t *page, uint32_t agent_pid,
+                                         const em_state_record_t *initial);
+
+/*
+ * Publishes `rec` on the page as the seqlock's single writer: the sequence counter goes odd,
+ * the record is written, the counter goes even. Never blocks. Returns 0, EM_PROTO_EINVAL or
+ * EM_PROTO_ERANGE.
+ */
+EM_PROTO_MUST_USE int em_state_page_write(uint8_t *page, const em_state_record_t *rec);
+
+/*
+ * Reads a consistent copy of the page's record with no system call. Returns 0 and sets
+ * *seq_out (even) when it got one; EM_PROTO_EBUSY when a write overlapped every one of a
+ * bounded number of tries; EM_PROTO_EMAGIC/EVERSION/ESIZE when the page is not a v1 page;
+ * EM_PROTO_ERANGE/ESTRING for a record no agent writes.
+ */
+EM_PROTO_MUST_USE int em_state_page_read(const uint8_t *page, em_state_record_t *out,
+                                         uint32_t *seq_out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EDGEMON_WIRE_H */

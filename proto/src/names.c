@@ -1,0 +1,178 @@
+/*
+ * names.c - the names of codes and enums, and the value checks shared by the encoder and the
+ * decoder (schema.h). Owns nothing; pure functions over constant tables.
+ */
+#define _POSIX_C_SOURCE 200809L /* strnlen */
+
+#include <math.h>
+#include <string.h>
+
+#include "schema.h"
+
+const char *em_proto_strerror(int rc) {
+  switch (rc) {
+  case 0:
+    return "success";
+#define EM_PROTO_X_CASE(name, value, text)                                                         \
+  case name:                                                                                       \
+    return text;
+    EM_PROTO_ERRORS(EM_PROTO_X_CASE)
+#undef EM_PROTO_X_CASE
+  default:
+    break;
+  }
+  if (rc < 0 && rc > -4096) {
+    return strerror(-rc);
+  }
+  return "unknown error";
+}
+
+const char *em_level_name(em_level_t level) {
+  static const char *const names[] = {"NOMINAL", "WARN", "DEGRADED", "CRITICAL"};
+  if (!em__level_ok((int)level)) {
+    return "NONE";
+  }
+  return names[level];
+}
+
+const char *em_msg_kind_name(em_msg_kind_t kind) {
+  static const char *const names[] = {"birth", "data", "state", "status", "cmd"};
+  if ((int)kind < 0 || (int)kind > (int)EM_MSG_CMD) {
+    return "unknown";
+  }
+  return names[kind];
+}
+
+bool em__level_ok(int level) {
+  return level >= EM_LEVEL_NOMINAL && level <= EM_LEVEL_CRITICAL;
+}
+
+static bool ident_char(unsigned char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+         c == '.' || c == ':' || c == '-';
+}
+
+/*
+ * Length of the UTF-8 sequence starting at s[0..left), or 0 when it is not a valid, minimal
+ * encoding of a scalar value that is not a control character.
+ */
+static size_t utf8_char(const unsigned char *s, size_t left) {
+  unsigned char c = s[0];
+  if (c < 0x80) {
+    return (c >= 0x20 && c != 0x7f) ? 1 : 0;
+  }
+  size_t n;
+  uint32_t cp;
+  if (c >= 0xc2 && c <= 0xdf) {
+    n = 2;
+    cp = c & 0x1fu;
+  } else if (c >= 0xe0 && c <= 0xef) {
+    n = 3;
+    cp = c & 0x0fu;
+  } else if (c >= 0xf0 && c <= 0xf4) {
+    n = 4;
+    cp = c & 0x07u;
+  } else {
+    return 0;
+  }
+  if (left < n) {
+    return 0;
+  }
+  for (size_t i = 1; i < n; i++) {
+    if ((s[i] & 0xc0u) != 0x80u) {
+      return 0;
+    }
+    cp = (cp << 6) | (s[i] & 0x3fu);
+  }
+  if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+      (cp >= 0xd800 && cp <= 0xdfff) || (cp >= 0x80 && cp <= 0x9f)) {
+    return 0;
+  }
+  return n;
+}
+
+int em__check_str(const char *s, size_t len, em_str_class_t cls, size_t max) {
+  if (!s || len == 0 || len > max) {
+    return EM_PROTO_ESTRING;
+  }
+  const unsigned char *u = (const unsigned char *)s;
+  for (size_t i = 0; i < len;) {
+    size_t step = 1;
+    switch (cls) {
+    case STR_IDENT:
+      step = ident_char(u[i]) ? 1 : 0;
+      break;
+    case STR_NAME:
+      step = (u[i] >= 0x20 && u[i] <= 0x7e) ? 1 : 0;
+      break;
+    case STR_TEXT:
+      step = utf8_char(u + i, len - i);
+      break;
+    }
+    if (step == 0) {
+      return EM_PROTO_ESTRING;
+    }
+    i += step;
+  }
+  return 0;
+}
+
+int em__check_cstr(const char *s, em_str_class_t cls, size_t max) {
+  if (!s) {
+    return EM_PROTO_ESTRING;
+  }
+  size_t len = strnlen(s, max + 1);
+  return em__check_str(s, len, cls, max);
+}
+
+int em__check_value(const em_value_t *v) {
+  switch (v->type) {
+  case EM_VALUE_ABSENT:
+  case EM_VALUE_UINT:
+  case EM_VALUE_INT:
+    return 0;
+  case EM_VALUE_FLOAT:
+    return isfinite(v->as.f) ? 0 : EM_PROTO_ERANGE;
+  }
+  return EM_PROTO_ERANGE;
+}
+
+int em__check_stage(const em_stage_t *s) {
+  int rc = em__check_cstr(s->name, STR_IDENT, EM_PROTO_MAX_STAGE_BYTES);
+  if (rc) {
+    return rc;
+  }
+  if (s->count == 0) {
+    return 0;
+  }
+  if (s->scale < EM_PROTO_MIN_SCALE || s->scale > EM_PROTO_MAX_SCALE) {
+    return EM_PROTO_ERANGE;
+  }
+  if (s->n_buckets > EM_PROTO_MAX_BUCKETS) {
+    return EM_PROTO_ELIMIT;
+  }
+  if (s->n_buckets > 0 && !s->buckets) {
+    return EM_PROTO_EINVAL;
+  }
+  if (!(s->min_ns <= s->p50_ns && s->p50_ns <= s->p90_ns && s->p90_ns <= s->p99_ns &&
+        s->p99_ns <= s->p999_ns && s->p999_ns <= s->max_ns)) {
+    return EM_PROTO_EINCONSISTENT;
+  }
+  if (s->sum_ns < s->max_ns) {
+    return EM_PROTO_EINCONSISTENT;
+  }
+  uint64_t total = s->zero_count;
+  for (size_t i = 0; i < s->n_buckets; i++) {
+    if (s->buckets[i].count == 0) {
+      return EM_PROTO_ERANGE;
+    }
+    if (i > 0 && s->buckets[i].index <= s->buckets[i - 1].index) {
+      return EM_PROTO_EINCONSISTENT;
+    }
+    if (total > UINT64_MAX - s->buckets[i].count) {
+      return EM_PROTO_EINCONSISTENT;
+    }
+    total += s->buckets[i].count;
+  }
+  return total == s->count ? 0 : EM_PROTO_EINCONSISTENT;
+}

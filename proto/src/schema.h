@@ -1,0 +1,77 @@
+/*
+ * schema.h - internal: the v1 map keys and the value checks that the encoder and the decoder
+ * share, so the encoder refuses exactly what the decoder would refuse. Not installed.
+ */
+#ifndef EDGEMON_PROTO_SCHEMA_H
+#define EDGEMON_PROTO_SCHEMA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "edgemon/proto.h"
+
+/* Keys every message has. */
+enum { K_VERSION = 0, K_KIND = 1, K_TIME = 2, K_SESSION = 3 };
+/* birth */
+enum { KB_DEVICE = 4, KB_AGENT = 5, KB_BOARD = 6, KB_PERIOD = 7, KB_METRICS = 8, KB_BUDGETS = 9 };
+/* birth: metric definition */
+enum { KM_ALIAS = 0, KM_NAME = 1, KM_UNIT = 2, KM_KIND = 3, KM_ABSENT = 4 };
+/* birth: budget */
+enum { KU_ID = 0, KU_RULE = 1, KU_LEVEL = 2, KU_BOUND = 3, KU_STAGE = 4, KU_WINDOW = 5 };
+/* data */
+enum { KD_SEQ = 4, KD_WINDOW = 5, KD_VALUES = 6, KD_STAGES = 7, KD_LEVEL = 8, KD_HISTORICAL = 9 };
+/* data: stage window */
+enum {
+  KS_NAME = 0,
+  KS_COUNT = 1,
+  KS_SUM = 2,
+  KS_MIN = 3,
+  KS_MAX = 4,
+  KS_P50 = 5,
+  KS_P90 = 6,
+  KS_P99 = 7,
+  KS_P999 = 8,
+  KS_SCALE = 9,
+  KS_ZERO = 10,
+  KS_BUCKETS = 11
+};
+/* state */
+enum {
+  KT_LEVEL = 4,
+  KT_PREV = 5,
+  KT_MONO = 6,
+  KT_RULE = 7,
+  KT_STAGE = 8,
+  KT_VALUE = 9,
+  KT_BOUND = 10,
+  KT_REASON = 11
+};
+/* status */
+enum { KX_ONLINE = 4 };
+/* cmd */
+enum { KC_COMMAND = 4 };
+
+/* What a string field may hold. */
+typedef enum {
+  STR_IDENT, /* 1..max bytes of [A-Za-z0-9_.:-]: device ids and stage names (topic-safe). */
+  STR_NAME,  /* 1..max bytes of printable ASCII (0x20..0x7e). */
+  STR_TEXT,  /* 1..max bytes of UTF-8 with no control characters. */
+} em_str_class_t;
+
+/* 0, or EM_PROTO_ESTRING when s[0..len) does not fit the class and the length limit. */
+int em__check_str(const char *s, size_t len, em_str_class_t cls, size_t max);
+
+/* Same for a NUL-terminated string; NULL is EM_PROTO_ESTRING. */
+int em__check_cstr(const char *s, em_str_class_t cls, size_t max);
+
+/* 0, or EM_PROTO_ERANGE for a NaN or infinite float. EM_VALUE_ABSENT passes. */
+int em__check_value(const em_value_t *v);
+
+/* 0, or EM_PROTO_ERANGE / EM_PROTO_EINCONSISTENT for a stage window the schema refuses. */
+int em__check_stage(const em_stage_t *s);
+
+/* True for the levels 0..3. */
+bool em__level_ok(int level);
+
+#endif /* EDGEMON_PROTO_SCHEMA_H */

@@ -1,0 +1,569 @@
+/*
+ * wire.c - packing, unpacking and validation of the board-local binary records: the span
+ * datagram v1 (client -> agent), the level push datagram v1 and the state page v1 (agent ->
+ * clients). proto/WIRE.md is the normative description of every byte; this file implements
+ * exactly that document and nothing more.
+ *
+ * What it owns: nothing. Every buffer is the caller's, nothing allocates, there is no global
+ * state. Every multi-byte field is packed and unpacked with explicit little-endian byte shifts
+ * (put_le* / get_le*), doubles go through their IEEE-754 bit pattern, and no struct is ever
+ * copied to or from the wire, so the layout does not depend on the compiler or its padding.
+ *
+ * Validation is shared by both directions: a pack function refuses exactly the records its
+ * unpack function would refuse (same checks, same codes) and never truncates a string, so
+ * whatever the agent or a client writes, the other side reads back unchanged. Unpack functions
+ * leave their output untouched on failure.
+ *
+ * Threading: the state page is a single-writer seqlock shared between processes through a
+ * mapped file. The writer (the agent) calls em_state_page_write(); any number of readers in
+ * any process call em_state_page_read(). The only word accessed as wider than a byte is the
+ * sequence counter, a uint32_t at offset 8 of an 8-byte-aligned page; the record bytes are
+ * copied with relaxed byte-wide atomics so the concurrent copy is not a data race in the C11
+ * model (they compile to plain byte moves). All supported boards are little-endian, so the
+ * native counter value is its little-endian wire value; le32toh/htole32 keep that explicit.
+ */
+#define _DEFAULT_SOURCE /* le32toh / htole32 from <endian.h> under -std=c11. */
+
+#include "edgemon/wire.h"
+
+#include <endian.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Span datagram v1 (64 bytes). */
+#define SPAN_OFF_MAGIC0   0u
+#define SPAN_OFF_MAGIC1   1u
+#define SPAN_OFF_VERSION  2u
+#define SPAN_OFF_KIND     3u
+#define SPAN_OFF_PID      4u
+#define SPAN_OFF_FRAME    8u
+#define SPAN_OFF_START    16u
+#define SPAN_OFF_DURATION 24u
+#define SPAN_OFF_STAGE    32u
+
+/* State record body (240 bytes), shared by the push datagram and the state page. */
+#define BODY_OFF_LEVEL     0u
+#define BODY_OFF_PREV      1u
+#define BODY_OFF_RESERVED  2u
+#define BODY_OFF_CHANGES   4u
+#define BODY_OFF_SINCE_MON 8u
+#define BODY_OFF_SINCE_WAL 16u
+#define BODY_OFF_VALUE     24u
+#define BODY_OFF_BOUND     32u
+#define BODY_OFF_RULE      40u
+#define BODY_OFF_STAGE     72u
+#define BODY_OFF_REASON    104u
+
+/* Level push datagram v1 (256 bytes). */
+#define PUSH_OFF_PID      4u
+#define PUSH_OFF_RESERVED 8u
+#define PUSH_OFF_BODY     16u
+
+/* State page v1 (256 bytes). */
+#define PAGE_OFF_MAGIC   0u
+#define PAGE_OFF_VERSION 4u
+#define PAGE_OFF_SIZE    6u
+#define PAGE_OFF_SEQ     8u
+#define PAGE_OFF_PID     12u
+#define PAGE_OFF_BODY    16u
+#define PAGE_ALIGN       8u
+#define PAGE_READ_TRIES  64u /* Seqlock read attempts before EM_PROTO_EBUSY. */
+
+static const uint8_t page_magic[4] = {0x45, 0x4D, 0x53, 0x54}; /* "EMST" */
+
+/* Which bytes a NUL-padded text field may hold before its NUL. */
+typedef enum {
+  TEXT_PRINTABLE,      /* 0x20..0x7e, possibly none. */
+  TEXT_STAGE_OR_EMPTY, /* Empty, or a valid stage name. */
+  TEXT_STAGE,          /* A valid stage name (1..31 bytes). */
+} text_rule_t;
+
+/* ---- Little-endian field access ---- */
+
+static void put_le16(uint8_t *p, uint16_t v) {
+  p[0] = (uint8_t)(v & 0xffu);
+  p[1] = (uint8_t)(v >> 8);
+}
+
+static void put_le32(uint8_t *p, uint32_t v) {
+  p[0] = (uint8_t)(v & 0xffu);
+  p[1] = (uint8_t)((v >> 8) & 0xffu);
+  p[2] = (uint8_t)((v >> 16) & 0xffu);
+  p[3] = (uint8_t)(v >> 24);
+}
+
+static void put_le64(uint8_t *p, uint64_t v) {
+  put_le32(p, (uint32_t)(v & 0xffffffffu));
+  put_le32(p + 4, (uint32_t)(v >> 32));
+}
+
+static uint16_t get_le16(const uint8_t *p) {
+  return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+static uint32_t get_le32(const uint8_t *p) {
+  return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+static uint64_t get_le64(const uint8_t *p) {
+  return (uint64_t)get_le32(p) | ((uint64_t)get_le32(p + 4) << 32);
+}
+
+/* Writes the IEEE-754 binary64 bit pattern of v, little-endian; NaN payloads are kept. */
+static void put_f64(uint8_t *p, double v) {
+  uint64_t bits;
+  memcpy(&bits, &v, sizeof bits);
+  put_le64(p, bits);
+}
+
+static double get_f64(const uint8_t *p) {
+  uint64_t bits = get_le64(p);
+  double v;
+  memcpy(&v, &bits, sizeof v);
+  return v;
+}
+
+/* ---- Text fields ---- */
+
+static bool is_stage_char(unsigned char c) {
+  if (c >= 'a' && c <= 'z') {
+    return true;
+  }
+  if (c >= 'A' && c <= 'Z') {
+    return true;
+  }
+  if (c >= '0' && c <= '9') {
+    return true;
+  }
+  return c == '_' || c == '.' || c == ':' || c == '-';
+}
+
+static bool is_printable(unsigned char c) {
+  return c >= 0x20 && c <= 0x7e;
+}
+
+/* Index of the first NUL in s[0..cap), or cap when there is none. Reads nothing past it. */
+static size_t bounded_len(const unsigned char *s, size_t cap) {
+  size_t n = 0;
+  while (n < cap && s[n] != 0) {
+    n++;
+  }
+  return n;
+}
+
+/*
+ * Checks the text before the NUL of a field of `cap` bytes against `rule`. The text must end
+ * with a NUL inside the field (so at most cap - 1 bytes). Returns 0 or EM_PROTO_ESTRING.
+ * Bytes after the NUL are not looked at here (see check_padding()).
+ */
+static int check_text(const unsigned char *s, size_t cap, text_rule_t rule) {
+  size_t n = bounded_len(s, cap);
+  if (n == cap) {
+    return EM_PROTO_ESTRING;
+  }
+  if (n == 0) {
+    return rule == TEXT_STAGE ? EM_PROTO_ESTRING : 0;
+  }
+  for (size_t i = 0; i < n; i++) {
+    bool ok = rule == TEXT_PRINTABLE ? is_printable(s[i]) : is_stage_char(s[i]);
+    if (!ok) {
+      return EM_PROTO_ESTRING;
+    }
+  }
+  return 0;
+}
+
+/* Returns EM_PROTO_ESTRING unless every byte of field[from..cap) is 0. */
+static int check_padding(const uint8_t *field, size_t from, size_t cap) {
+  for (size_t i = from; i < cap; i++) {
+    if (field[i] != 0) {
+      return EM_PROTO_ESTRING;
+    }
+  }
+  return 0;
+}
+
+/*
+ * Validates a received text field of `cap` bytes (text, NUL, zero padding) and copies it,
+ * padding included, into out[0..cap). Returns 0 or EM_PROTO_ESTRING (out untouched then).
+ */
+static int unpack_text(const uint8_t *field, size_t cap, text_rule_t rule, char *out) {
+  int rc = check_text(field, cap, rule);
+  if (rc != 0) {
+    return rc;
+  }
+  rc = check_padding(field, bounded_len(field, cap), cap);
+  if (rc != 0) {
+    return rc;
+  }
+  memcpy(out, field, cap);
+  return 0;
+}
+
+/* Writes the (already validated) NUL-terminated s into field[0..cap), NUL-padded. */
+static void pack_text(uint8_t *field, size_t cap, const char *s) {
+  size_t n = bounded_len((const unsigned char *)s, cap);
+  memcpy(field, s, n);
+  memset(field + n, 0, cap - n);
+}
+
+bool em_stage_name_valid(const char *name) {
+  if (name == NULL) {
+    return false;
+  }
+  return check_text((const unsigned char *)name, EM_STAGE_FIELD_BYTES, TEXT_STAGE) == 0;
+}
+
+/* ---- Span datagram ---- */
+
+static bool is_client_kind(int kind) {
+  return kind >= EM_DGRAM_SPAN && kind <= EM_DGRAM_UNSUBSCRIBE;
+}
+
+static bool kind_has_stage(int kind) {
+  return kind == EM_DGRAM_SPAN || kind == EM_DGRAM_HEARTBEAT;
+}
+
+/*
+ * Packs a client datagram: header, the three u64 fields and the stage field (name then NUL
+ * padding, or 32 zero bytes for (un)subscribe). Validates everything before writing, so `out`
+ * is untouched on failure. duration_ns is written as given for every kind (senders use 0
+ * where it has no meaning; receivers ignore it there).
+ */
+int em_span_pack(const em_span_t *span, uint8_t out[EM_SPAN_DGRAM_BYTES]) {
+  if (span == NULL || out == NULL) {
+    return EM_PROTO_EINVAL;
+  }
+  int kind = (int)span->kind;
+  if (!is_client_kind(kind)) {
+    return EM_PROTO_EKIND;
+  }
+  const unsigned char *stage = (const unsigned char *)span->stage;
+  if (kind_has_stage(kind)) {
+    if (check_text(stage, EM_STAGE_FIELD_BYTES, TEXT_STAGE) != 0) {
+      return EM_PROTO_ESTRING;
+    }
+  } else if (stage[0] != 0) {
+    return EM_PROTO_ESTRING;
+  }
+
+  out[SPAN_OFF_MAGIC0] = EM_WIRE_MAGIC0;
+  out[SPAN_OFF_MAGIC1] = EM_WIRE_MAGIC1;
+  out[SPAN_OFF_VERSION] = EM_WIRE_VERSION;
+  out[SPAN_OFF_KIND] = (uint8_t)kind;
+  put_le32(out + SPAN_OFF_PID, span->pid);
+  put_le64(out + SPAN_OFF_FRAME, span->frame_id);
+  put_le64(out + SPAN_OFF_START, span->start_ns);
+  put_le64(out + SPAN_OFF_DURATION, span->duration_ns);
+  pack_text(out + SPAN_OFF_STAGE, EM_STAGE_FIELD_BYTES, span->stage);
+  return 0;
+}
+
+/*
+ * Unpacks one received datagram. Checks, in this order: size, magic, version, kind, stage
+ * field (a valid name then zero padding for span and heartbeat; 32 zero bytes for
+ * (un)subscribe). out->stage is fully written, zero-padded after the name.
+ */
+int em_span_unpack(const uint8_t *buf, size_t len, em_span_t *out) {
+  if (buf == NULL || out == NULL) {
+    return EM_PROTO_EINVAL;
+  }
+  if (len != EM_SPAN_DGRAM_BYTES) {
+    return EM_PROTO_ESIZE;
+  }
+  if (buf[SPAN_OFF_MAGIC0] != EM_WIRE_MAGIC0 || buf[SPAN_OFF_MAGIC1] != EM_WIRE_MAGIC1) {
+    return EM_PROTO_EMAGIC;
+  }
+  if (buf[SPAN_OFF_VERSION] != EM_WIRE_VERSION) {
+    return EM_PROTO_EVERSION;
+  }
+  int kind = buf[SPAN_OFF_KIND];
+  if (!is_client_kind(kind)) {
+    return EM_PROTO_EKIND;
+  }
+
+  em_span_t span;
+  const uint8_t *stage = buf + SPAN_OFF_STAGE;
+  if (kind_has_stage(kind)) {
+    int rc = unpack_text(stage, EM_STAGE_FIELD_BYTES, TEXT_STAGE, span.stage);
+    if (rc != 0) {
+      return rc;
+    }
+  } else {
+    int rc = check_padding(stage, 0, EM_STAGE_FIELD_BYTES);
+    if (rc != 0) {
+      return rc;
+    }
+    memset(span.stage, 0, sizeof span.stage);
+  }
+  span.kind = (em_dgram_kind_t)kind;
+  span.pid = get_le32(buf + SPAN_OFF_PID);
+  span.frame_id = get_le64(buf + SPAN_OFF_FRAME);
+  span.start_ns = get_le64(buf + SPAN_OFF_START);
+  span.duration_ns = get_le64(buf + SPAN_OFF_DURATION);
+  *out = span;
+  return 0;
+}
+
+/* ---- State record body ---- */
+
+static bool is_wire_level(int level) {
+  return level >= EM_LEVEL_NOMINAL && level <= EM_LEVEL_CRITICAL;
+}
+
+/*
+ * The checks em_push_pack() and the page functions make before writing anything: both
+ * levels in 0..3 (EM_PROTO_ERANGE), then rule, stage and reason (EM_PROTO_ESTRING), in the
+ * order unpack_body() checks them.
+ */
+static int validate_record(const em_state_record_t *rec) {
+  if (!is_wire_level((int)rec->level) || !is_wire_level((int)rec->prev_level)) {
+    return EM_PROTO_ERANGE;
+  }
+  if (check_text((const unsigned char *)rec->rule, EM_RULE_FIELD_BYTES, TEXT_PRINTABLE) != 0) {
+    return EM_PROTO_ESTRING;
+  }
+  if (check_text((const unsigned char *)rec->stage, EM_STAGE_FIELD_BYTES, TEXT_STAGE_OR_EMPTY) !=
+      0) {
+    return EM_PROTO_ESTRING;
+  }
+  if (check_text((const unsigned char *)rec->reason, EM_REASON_FIELD_BYTES, TEXT_PRINTABLE) != 0) {
+    return EM_PROTO_ESTRING;
+  }
+  return 0;
+}
+
+/* Writes a record that validate_record() accepted into body[0..EM_STATE_BODY_BYTES). */
+static void pack_body(const em_state_record_t *rec, uint8_t *body) {
+  body[BODY_OFF_LEVEL] = (uint8_t)rec->level;
+  body[BODY_OFF_PREV] = (uint8_t)rec->prev_level;
+  put_le16(body + BODY_OFF_RESERVED, 0);
+  put_le32(body + BODY_OFF_CHANGES, rec->changes);
+  put_le64(body + BODY_OFF_SINCE_MON, rec->since_mono_ns);
+  put_le64(body + BODY_OFF_SINCE_WAL, rec->since_wall_ns);
+  put_f64(body + BODY_OFF_VALUE, rec->value);
+  put_f64(body + BODY_OFF_BOUND, rec->bound);
+  pack_text(body + BODY_OFF_RULE, EM_RULE_FIELD_BYTES, rec->rule);
+  pack_text(body + BODY_OFF_STAGE, EM_STAGE_FIELD_BYTES, rec->stage);
+  pack_text(body + BODY_OFF_REASON, EM_REASON_FIELD_BYTES, rec->reason);
+}
+
+/*
+ * Validates and unpacks a body. Order of checks: level, prev_level and the reserved u16
+ * (EM_PROTO_ERANGE: a level above 3 or a non-zero reserved field), then rule, stage and
+ * reason (EM_PROTO_ESTRING). `out` is written only on success.
+ */
+static int unpack_body(const uint8_t *body, em_state_record_t *out) {
+  if (!is_wire_level(body[BODY_OFF_LEVEL]) || !is_wire_level(body[BODY_OFF_PREV])) {
+    return EM_PROTO_ERANGE;
+  }
+  if (get_le16(body + BODY_OFF_RESERVED) != 0) {
+    return EM_PROTO_ERANGE;
+  }
+  em_state_record_t rec;
+  int rc = unpack_text(body + BODY_OFF_RULE, EM_RULE_FIELD_BYTES, TEXT_PRINTABLE, rec.rule);
+  if (rc != 0) {
+    return rc;
+  }
+  rc = unpack_text(body + BODY_OFF_STAGE, EM_STAGE_FIELD_BYTES, TEXT_STAGE_OR_EMPTY, rec.stage);
+  if (rc != 0) {
+    return rc;
+  }
+  rc = unpack_text(body + BODY_OFF_REASON, EM_REASON_FIELD_BYTES, TEXT_PRINTABLE, rec.reason);
+  if (rc != 0) {
+    return rc;
+  }
+  rec.level = (em_level_t)body[BODY_OFF_LEVEL];
+  rec.prev_level = (em_level_t)body[BODY_OFF_PREV];
+  rec.changes = get_le32(body + BODY_OFF_CHANGES);
+  rec.since_mono_ns = get_le64(body + BODY_OFF_SINCE_MON);
+  rec.since_wall_ns = get_le64(body + BODY_OFF_SINCE_WAL);
+  rec.value = get_f64(body + BODY_OFF_VALUE);
+  rec.bound = get_f64(body + BODY_OFF_BOUND);
+  *out = rec;
+  return 0;
+}
+
+/* ---- Level push datagram ---- */
+
+/* Packs header (kind 16, agent pid, 8 reserved zero bytes) and body; `out` untouched on error. */
+int em_push_pack(const em_state_record_t *rec, uint32_t agent_pid,
+                 uint8_t out[EM_PUSH_DGRAM_BYTES]) {
+  if (rec == NULL || out == NULL) {
+    return EM_PROTO_EINVAL;
+  }
+  int rc = validate_record(rec);
+  if (rc != 0) {
+    return rc;
+  }
+  out[SPAN_OFF_MAGIC0] = EM_WIRE_MAGIC0;
+  out[SPAN_OFF_MAGIC1] = EM_WIRE_MAGIC1;
+  out[SPAN_OFF_VERSION] = EM_WIRE_VERSION;
+  out[SPAN_OFF_KIND] = EM_DGRAM_LEVEL_PUSH;
+  put_le32(out + PUSH_OFF_PID, agent_pid);
+  put_le64(out + PUSH_OFF_RESERVED, 0);
+  pack_body(rec, out + PUSH_OFF_BODY);
+  return 0;
+}
+
+/*
+ * Unpacks a push datagram. Order of checks: size (256), magic, version, kind (16), the
+ * reserved u64 at offset 8 (EM_PROTO_ERANGE when not 0), then the body's checks.
+ * agent_pid may be NULL.
+ */
+int em_push_unpack(const uint8_t *buf, size_t len, em_state_record_t *out, uint32_t *agent_pid) {
+  if (buf == NULL || out == NULL) {
+    return EM_PROTO_EINVAL;
+  }
+  if (len != EM_PUSH_DGRAM_BYTES) {
+    return EM_PROTO_ESIZE;
+  }
+  if (buf[SPAN_OFF_MAGIC0] != EM_WIRE_MAGIC0 || buf[SPAN_OFF_MAGIC1] != EM_WIRE_MAGIC1) {
+    return EM_PROTO_EMAGIC;
+  }
+  if (buf[SPAN_OFF_VERSION] != EM_WIRE_VERSION) {
+    return EM_PROTO_EVERSION;
+  }
+  if (buf[SPAN_OFF_KIND] != EM_DGRAM_LEVEL_PUSH) {
+    return EM_PROTO_EKIND;
+  }
+  if (get_le64(buf + PUSH_OFF_RESERVED) != 0) {
+    return EM_PROTO_ERANGE;
+  }
+  int rc = unpack_body(buf + PUSH_OFF_BODY, out);
+  if (rc != 0) {
+    return rc;
+  }
+  if (agent_pid != NULL) {
+    *agent_pid = get_le32(buf + PUSH_OFF_PID);
+  }
+  return 0;
+}
+
+/* ---- State page (single-writer seqlock) ---- */
+
+static bool page_aligned(const uint8_t *page) {
+  return ((uintptr_t)page % PAGE_ALIGN) == 0;
+}
+
+/* The sequence counter: a naturally aligned native uint32_t (the page is 8-byte aligned). */
+static uint32_t *page_seq(uint8_t *page) {
+  return (uint32_t *)(void *)(page + PAGE_OFF_SEQ);
+}
+
+static const uint32_t *page_seq_const(const uint8_t *page) {
+  return (const uint32_t *)(const void *)(page + PAGE_OFF_SEQ);
+}
+
+/* Copies body[] into the page's record bytes, one relaxed atomic byte store each. */
+static void publish_body(uint8_t *page, const uint8_t *body) {
+  for (size_t i = 0; i < EM_STATE_BODY_BYTES; i++) {
+    __atomic_store_n(&page[PAGE_OFF_BODY + i], body[i], __ATOMIC_RELAXED);
+  }
+}
+
+/* Copies the page's record bytes into body[], one relaxed atomic byte load each. */
+static void snapshot_body(const uint8_t *page, uint8_t *body) {
+  for (size_t i = 0; i < EM_STATE_BODY_BYTES; i++) {
+    body[i] = __atomic_load_n(&page[PAGE_OFF_BODY + i], __ATOMIC_RELAXED);
+  }
+}
+
+/*
+ * Formats a page: magic, version, size, seq 0, agent pid, the initial record. Not safe
+ * against concurrent readers: the agent formats the file before any client can open it
+ * (WIRE.md: write a temporary file, then rename it into place).
+ */
+int em_state_page_init(uint8_t *page, uint32_t agent_pid, const em_state_record_t *initial) {
+  if (page == NULL || initial == NULL || !page_aligned(page)) {
+    return EM_PROTO_EINVAL;
+  }
+  int rc = validate_record(initial);
+  if (rc != 0) {
+    return rc;
+  }
+  uint8_t body[EM_STATE_BODY_BYTES];
+  pack_body(initial, body);
+
+  memcpy(page + PAGE_OFF_MAGIC, page_magic, sizeof page_magic);
+  put_le16(page + PAGE_OFF_VERSION, EM_WIRE_VERSION);
+  put_le16(page + PAGE_OFF_SIZE, EM_STATE_PAGE_BYTES);
+  __atomic_store_n(page_seq(page), htole32(0), __ATOMIC_RELAXED);
+  put_le32(page + PAGE_OFF_PID, agent_pid);
+  publish_body(page, body);
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  return 0;
+}
+
+/*
+ * The seqlock write: validate and pack the record first (so a refused record leaves the page
+ * and its counter untouched), then seq+1 (odd), release fence, record bytes, seq+2 (even)
+ * with release ordering. Only one writer may call this on a page.
+ */
+int em_state_page_write(uint8_t *page, const em_state_record_t *rec) {
+  if (page == NULL || rec == NULL || !page_aligned(page)) {
+    return EM_PROTO_EINVAL;
+  }
+  int rc = validate_record(rec);
+  if (rc != 0) {
+    return rc;
+  }
+  uint8_t body[EM_STATE_BODY_BYTES];
+  pack_body(rec, body);
+
+  uint32_t *seq = page_seq(page);
+  uint32_t start = le32toh(__atomic_load_n(seq, __ATOMIC_RELAXED));
+  __atomic_store_n(seq, htole32(start + 1u), __ATOMIC_RELAXED);
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  publish_body(page, body);
+  __atomic_store_n(seq, htole32(start + 2u), __ATOMIC_RELEASE);
+  return 0;
+}
+
+/*
+ * The seqlock read. The header (magic, version, size) is written once before the page is
+ * published and never changes, so it is checked first: a file that is not a v1 page gets
+ * EMAGIC/EVERSION/ESIZE rather than EBUSY. Then up to PAGE_READ_TRIES times: s1 = seq
+ * (acquire); odd -> retry; copy the record; acquire fence; s2 = seq (relaxed); s1 != s2 ->
+ * retry. The copy that survives is validated and unpacked. seq_out may be NULL.
+ */
+int em_state_page_read(const uint8_t *page, em_state_record_t *out, uint32_t *seq_out) {
+  if (page == NULL || out == NULL || !page_aligned(page)) {
+    return EM_PROTO_EINVAL;
+  }
+  if (memcmp(page + PAGE_OFF_MAGIC, page_magic, sizeof page_magic) != 0) {
+    return EM_PROTO_EMAGIC;
+  }
+  if (get_le16(page + PAGE_OFF_VERSION) != EM_WIRE_VERSION) {
+    return EM_PROTO_EVERSION;
+  }
+  if (get_le16(page + PAGE_OFF_SIZE) != EM_STATE_PAGE_BYTES) {
+    return EM_PROTO_ESIZE;
+  }
+
+  const uint32_t *seq = page_seq_const(page);
+  uint8_t body[EM_STATE_BODY_BYTES];
+  for (unsigned attempt = 0; attempt < PAGE_READ_TRIES; attempt++) {
+    uint32_t s1 = le32toh(__atomic_load_n(seq, __ATOMIC_ACQUIRE));
+    if ((s1 & 1u) != 0) {
+      continue;
+    }
+    snapshot_body(page, body);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    uint32_t s2 = le32toh(__atomic_load_n(seq, __ATOMIC_RELAXED));
+    if (s1 != s2) {
+      continue;
+    }
+    int rc = unpack_body(body, out);
+    if (rc != 0) {
+      return rc;
+    }
+    if (seq_out != NULL) {
+      *seq_out = s1;
+    }
+    return 0;
+  }
+  return EM_PROTO_EBUSY;
+}

@@ -1,0 +1,49 @@
+# scripts/lib/common.sh - shared by the README's commands (scripts/test.sh, scripts/demo.sh):
+# the Debian 12 packages the project needs, installed with apt-get only when missing, and
+# the configure-and-build step. Source it; it defines functions and changes nothing else.
+
+# Everything the build, the tests and the demo use, by Debian package name.
+EM_PACKAGES=(
+  cmake ninja-build pkg-config gcc g++ clang libclang-rt-14-dev
+  libcbor-dev libcmocka-dev
+  python3 python3-cbor2 python3-pytest
+)
+
+em_log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+# Installs the packages from EM_PACKAGES that are not installed yet. Fast (dpkg-query only)
+# when everything is there; otherwise needs root (or sudo) and Debian's apt-get.
+em_install_deps() {
+  local missing=() pkg
+  for pkg in "${EM_PACKAGES[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
+      missing+=("$pkg")
+    fi
+  done
+  if [ "${#missing[@]}" -eq 0 ]; then
+    return 0
+  fi
+  em_log "installing Debian packages: ${missing[*]}"
+  local sudo=()
+  if [ "$(id -u)" -ne 0 ]; then
+    if ! command -v sudo >/dev/null; then
+      echo "error: missing packages (${missing[*]}) and not root; install them with apt-get" >&2
+      return 1
+    fi
+    sudo=(sudo)
+  fi
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+    --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# em_build DIR [cmake options...]: configure (once) and build the tree into DIR.
+em_build() {
+  local dir=$1
+  shift
+  cmake -S . -B "$dir" -G Ninja "$@" >"$dir.configure.log" 2>&1 || {
+    cat "$dir.configure.log" >&2
+    return 1
+  }
+  cmake --build "$dir" -j "$(nproc)"
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# scripts/test.sh - the README's test command: installs what the tests need (Debian 12,
+# apt-get, only what is missing), then builds and runs the whole suite twice:
+#   build/normal  gcc, warnings as errors: unit, integration and interop tests
+#   build/asan    clang with AddressSanitizer + UndefinedBehaviorSanitizer: the same tests
+#                 plus the libFuzzer harnesses for EM_FUZZ_SECONDS each (default 60)
+# Prints ctest's summary for each and exits non-zero when anything failed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib/common.sh
+
+em_install_deps
+
+fuzz_seconds=${EM_FUZZ_SECONDS:-60}
+export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1:strict_string_checks=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+mkdir -p build
+
+status=0
+run_suite() {
+  local name=$1
+  shift
+  em_log "build/$name: configure and build"
+  if ! em_build "build/$name" "$@"; then
+    echo "build/$name: BUILD FAILED" >&2
+    status=1
+    return
+  fi
+  em_log "build/$name: ctest"
+  if ! ctest --test-dir "build/$name" --output-on-failure -j 2; then
+    status=1
+  fi
+}
+
+run_suite normal -DCMAKE_C_COMPILER=gcc -DCMAKE_CXX_COMPILER=g++ -DEDGEMON_WERROR=ON
+run_suite asan -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DEDGEMON_WERROR=ON \
+  -DEDGEMON_SANITIZE=ON -DEDGEMON_FUZZ=ON -DEM_FUZZ_SECONDS="$fuzz_seconds"
+
+if [ "$status" -ne 0 ]; then
+  em_log "FAILED (see above)"
+else
+  em_log "all tests passed in both builds"
+fi
+exit "$status"

@@ -1,0 +1,22 @@
+/*
+ * vectors.h - the golden vector rows: each a message struct and the file name its encoding and
+ * JSON have under proto/vectors/. Shared by the generator (em-vectors) and the unit tests, so
+ * the committed files, the encoder and the decoder are checked against the same rows.
+ */
+#ifndef EDGEMON_TEST_VECTORS_H
+#define EDGEMON_TEST_VECTORS_H
+
+#include <stddef.h>
+
+#include "edgemon/proto.h"
+
+typedef struct {
+  const char *name; /* File stem: proto/vectors/<name>.cbor and .json */
+  const char *what; /* One line on what the vector covers. */
+  em_msg_t msg;
+} em_vector_t;
+
+/* The rows, built on first call (the largest-message row fills static arrays). */
+const em_vector_t *em_vectors(size_t *count);
+
+#endif /* EDGEMON_TEST_VECTORS_H */

@@ -1,0 +1,505 @@
+/*
+ * test_proto_codec.c - the CBOR codec against the golden vectors and a table of bad inputs.
+ *
+ * Every golden vector row must encode to the committed bytes, and the committed bytes must
+ * decode to the committed JSON; every prefix of every vector must fail as truncated; each
+ * class of bad input must give its own error code at the right offset; the encoder must
+ * report the size it needs and refuse what the decoder would refuse.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "vectors.h"
+
+#define SCRATCH_BYTES EM_PROTO_SCRATCH_MAX
+
+static uint8_t scratch[SCRATCH_BYTES];
+static uint8_t out[EM_PROTO_MAX_MESSAGE_BYTES + 16];
+static char json[16 * EM_PROTO_MAX_MESSAGE_BYTES];
+
+/* Reads proto/vectors/<stem>.<ext> into a malloc'd buffer. */
+static uint8_t *read_vector(const char *stem, const char *ext, size_t *len) {
+  char path[1024];
+  snprintf(path, sizeof(path), "%s/%s.%s", EM_VECTORS_DIR, stem, ext);
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    fail_msg("cannot open %s", path);
+  }
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  uint8_t *data = malloc((size_t)size + 1);
+  assert_non_null(data);
+  assert_int_equal(fread(data, 1, (size_t)size, f), (size_t)size);
+  fclose(f);
+  data[size] = 0;
+  *len = (size_t)size;
+  return data;
+}
+
+static void vectors_encode_to_the_golden_bytes(void **state) {
+  (void)state;
+  size_t n;
+  const em_vector_t *v = em_vectors(&n);
+  for (size_t i = 0; i < n; i++) {
+    size_t want_len, len = 0;
+    uint8_t *want = read_vector(v[i].name, "cbor", &want_len);
+    int rc = em_proto_encode(&v[i].msg, out, sizeof(out), &len);
+    if (rc != 0 || len != want_len || memcmp(out, want, len) != 0) {
+      fail_msg("%s: encoder output differs from the golden file (rc %d, %zu vs %zu bytes)",
+               v[i].name, rc, len, want_len);
+    }
+    free(want);
+  }
+}
+
+static void vectors_decode_to_the_golden_json(void **state) {
+  (void)state;
+  size_t n;
+  const em_vector_t *v = em_vectors(&n);
+  for (size_t i = 0; i < n; i++) {
+    size_t len, want_len, jlen = 0, off = 99;
+    uint8_t *bytes = read_vector(v[i].name, "cbor", &len);
+    char *want = (char *)read_vector(v[i].name, "json", &want_len);
+    em_msg_t m;
+    int rc = em_proto_decode(bytes, len, &m, scratch, em_proto_scratch_bytes(len), &off);
+    if (rc) {
+      fail_msg("%s: %s at byte %zu", v[i].name, em_proto_strerror(rc), off);
+    }
+    assert_int_equal(em_proto_to_json(&m, json, sizeof(json), &jlen), 0);
+    assert_true(want_len > 0 && want[want_len - 1] == '\n');
+    want[want_len - 1] = '\0';
+    assert_string_equal(json, want);
+    /* Decoded then encoded again gives the same bytes. */
+    size_t again = 0;
+    assert_int_equal(em_proto_encode(&m, out, sizeof(out), &again), 0);
+    assert_int_equal(again, len);
+    assert_memory_equal(out, bytes, len);
+    free(bytes);
+    free(want);
+  }
+}
+
+/*
+ * Every proper prefix of a vector is truncated. For the 64 KiB vector every length in the
+ * first and last 2 KiB and every 37th in between, to keep the test quick under sanitizers.
+ */
+static void vectors_truncated_at_every_length_fail_as_truncated(void **state) {
+  (void)state;
+  size_t n;
+  const em_vector_t *v = em_vectors(&n);
+  for (size_t i = 0; i < n; i++) {
+    size_t len;
+    uint8_t *bytes = read_vector(v[i].name, "cbor", &len);
+    for (size_t cut = 0; cut < len; cut++) {
+      if (len > 8192 && cut > 2048 && cut + 2048 < len && cut % 37 != 0) {
+        continue;
+      }
+      uint8_t *copy = malloc(cut ? cut : 1); /* Exact size: ASan sees any read past it. */
+      assert_non_null(copy);
+      memcpy(copy, bytes, cut);
+      em_msg_t m;
+      size_t off = SIZE_MAX;
+      int rc = em_proto_decode(copy, cut, &m, scratch, sizeof(scratch), &off);
+      if (rc != EM_PROTO_ETRUNCATED || off > cut) {
+        fail_msg("%s cut at %zu: got %d (%s) at %zu", v[i].name, cut, rc, em_proto_strerror(rc),
+                 off);
+      }
+      free(copy);
+    }
+    free(bytes);
+  }
+}
+
+typedef struct {
+  const char *what;
+  const char *hex;
+  int rc;
+  int offset; /* -1: not checked */
+} bad_row_t;
+
+static const bad_row_t bad_rows[] = {
+    {"empty input", "", EM_PROTO_ETRUNCATED, 0},
+    {"lone break", "ff", EM_PROTO_EMALFORMED, 0},
+    {"reserved additional info", "1c", EM_PROTO_EMALFORMED, 0},
+    {"indefinite map", "bf0001ff", EM_PROTO_EINDEFINITE, 0},
+    {"top level is an array", "8100", EM_PROTO_ETYPE, 0},
+    {"map with one key", "a10001", EM_PROTO_EMISSING, 0},
+    {"version 2", "a500020103021b18ea0da41e9d8000030704f5", EM_PROTO_EVERSION, 2},
+    {"kind 9", "a200010109", EM_PROTO_EKIND, 4},
+    {"kind before version", "a201030001", EM_PROTO_EMISSING, 1},
+    {"text key", "a500010103021b18ea0da41e9d800003076178f5", EM_PROTO_EKEY, -1},
+    {"duplicate key", "a500010103021b18ea0da41e9d8000020704f5", EM_PROTO_EDUPLICATE, -1},
+    {"status without online", "a400010103021b18ea0da41e9d80000307", EM_PROTO_EMISSING, 0},
+    {"status online is a uint", "a500010103021b18ea0da41e9d800003070401", EM_PROTO_ETYPE, -1},
+    {"trailing byte", "a500010103021b18ea0da41e9d8000030704f500", EM_PROTO_ETRAILING, -1},
+    {"session over 32 bits", "a500010103021b18ea0da41e9d8000031b000000010000000004f5",
+     EM_PROTO_ERANGE, -1},
+    {"time is negative", "a5000101030220030704f5", EM_PROTO_ETYPE, -1},
+    {"tagged time", "a50001010302c11b18ea0da41e9d8000030704f5", EM_PROTO_ETYPE, -1},
+    {"unknown key nested 9 deep", "a600010103021b18ea0da41e9d8000030704f51828818181818181818101",
+     EM_PROTO_EDEPTH, -1},
+    {"unknown key nested 8 deep is skipped",
+     "a600010103021b18ea0da41e9d8000030704f51828a1616181818181818101", 0, -1},
+    {"unknown key with a tag is skipped", "a600010103021b18ea0da41e9d8000030704f51829d9d9f7427879",
+     0, -1},
+    {"string length past the end", "a500010103021b18ea0da41e9d80000307047bffffffffffffffff",
+     EM_PROTO_ETRUNCATED, -1},
+    {"array count past the end",
+     "a800010101021b18ea0da41e9d800003010400051a05f5e10006a0079a00ffffff", EM_PROTO_ETRUNCATED, -1},
+    {"data level 4", "a900010101021b18ea0da41e9d800003010400051a05f5e10006a007800804",
+     EM_PROTO_ERANGE, -1},
+    {"data historical is 1", "a900010101021b18ea0da41e9d800003010400051a05f5e10006a007800901",
+     EM_PROTO_ETYPE, -1},
+    {"data without stages", "a700010101021b18ea0da41e9d800003010400051a05f5e10006a0",
+     EM_PROTO_EMISSING, 0},
+    {"values alias over 65535",
+     "a800010101021b18ea0da41e9d800003010400051a05f5e10006a11a00010000010780", EM_PROTO_ERANGE, -1},
+    {"values key is text",
+     "a800010101021b18ea0da41e9d800003010400051a05f5e10006a1666379636c6573010780", EM_PROTO_EKEY,
+     -1},
+    {"values holds a string", "a800010101021b18ea0da41e9d800003010400051a05f5e10006a10161780780",
+     EM_PROTO_ETYPE, -1},
+    {"values holds NaN", "a800010101021b18ea0da41e9d800003010400051a05f5e10006a101f97e000780",
+     EM_PROTO_ERANGE, -1},
+    {"values holds infinity", "a800010101021b18ea0da41e9d800003010400051a05f5e10006a101f97c000780",
+     EM_PROTO_ERANGE, -1},
+    {"values holds a negative beyond int64",
+     "a800010101021b18ea0da41e9d800003010400051a05f5e10006a1013bffffffffffffffff0780",
+     EM_PROTO_ERANGE, -1},
+    {"stage name 32 bytes",
+     "a800010101021b18ea0da41e9d800003010400051a05f5e10006a00781ab007820616161616161616161616161616"
+     "1616161616161616161616161616161616161010302181e0305040f050a060e070f080f09060b841864010102",
+     EM_PROTO_ESTRING, -1},
+    {"stage name with a slash",
+     "a800010101021b18ea0da41e9d800003010400051a05f5e10006a00781ab0063612f62010302181e0305040f050a0"
+     "60e070f080f09060b841864010102",
+     EM_PROTO_ESTRING, -1},
+    {"stage name empty",
+     "a800010101021b18ea0da41e9d800003010400051a05f5e10006a00781ab0060010302181e0305040f050a060e070"
+     "f080f09060b841864010102",
+     EM_PROTO_ESTRING, -1},
+    {"stage counts disagree",
+     "a800010101021b18ea0da41e9d800003010400051a05f5e10006a00781ab0065696e666572010402181e0305040f0"
+     "50a060e070f080f09060b841864010102",
+     EM_PROTO_EINCONSISTENT, -1},
+    {"stage percentiles out of order",
+     "a800010101021b18ea0da41e9d800003010400051a05f5e10006a00781ab0065696e666572010302181e0305040f0"
+     "50e060a070f080f09060b841864010102",
+     EM_PROTO_EINCONSISTENT, -1},
+    {"stage bucket gap 0",
+     "a800010101021b18ea0da41e9d800003010400051a05f5e10006a00781ab0065696e666572010302181e0305040f0"
+     "50a060e070f080f09060b841864010002",
+     EM_PROTO_EINCONSISTENT, -1},
+    {"stage odd bucket array",
+     "a800010101021b18ea0da41e9d800003010400051a05f5e10006a00781ab0065696e666572010302181e0305040f0"
+     "50a060e070f080f09060b8318640101",
+     EM_PROTO_EINCONSISTENT, -1},
+    {"stage scale 21",
+     "a800010101021b18ea0da41e9d800003010400051a05f5e10006a00781ab0065696e666572010302181e0305040f0"
+     "50a060e070f080f09150b841864010102",
+     EM_PROTO_ERANGE, -1},
+    {"stage without buckets",
+     "a800010101021b18ea0da41e9d800003010400051a05f5e10006a00781aa0065696e666572010302181e0305040f0"
+     "50a060e070f080f0906",
+     EM_PROTO_EMISSING, -1},
+    {"idle stage with a sum",
+     "a800010101021b18ea0da41e9d800003010400051a05f5e10006a00781a3006469646c6501000205",
+     EM_PROTO_EINCONSISTENT, -1},
+    {"stage bucket count 0",
+     "a800010101021b18ea0da41e9d800003010400051a05f5e10006a00781ab0065696e666572010302181e0305040f0"
+     "50a060e070f080f09060b841864000103",
+     EM_PROTO_ERANGE, -1},
+    {"stage index past int32",
+     "a800010101021b18ea0da41e9d800003010400051a05f5e10006a00781ab0065696e666572010302181e0305040f0"
+     "50a060e070f080f09060b821a8000000003",
+     EM_PROTO_ERANGE, -1},
+    {"65 stages",
+     "a800010101021b18ea0da41e9d800003010400051a05f5e10006a0079841a20061730100a20061730100a20061730"
+     "100a20061730100a20061730100a20061730100a20061730100a20061730100a20061730100a20061730100a20061"
+     "730100a20061730100a20061730100a20061730100a20061730100a20061730100a20061730100a20061730100a20"
+     "061730100a20061730100a20061730100a20061730100a20061730100a20061730100a20061730100a20061730100"
+     "a20061730100a20061730100a20061730100a20061730100a20061730100a20061730100a20061730100a20061730"
+     "100a20061730100a20061730100a20061730100a20061730100a20061730100a20061730100a20061730100a20061"
+     "730100a20061730100a20061730100a20061730100a20061730100a20061730100a20061730100a20061730100a20"
+     "061730100a20061730100a20061730100a20061730100a20061730100a20061730100a20061730100a20061730100"
+     "a20061730100a20061730100a20061730100a20061730100a20061730100a20061730100a20061730100a20061730"
+     "100",
+     EM_PROTO_ELIMIT, -1},
+    {"state reason with a control character",
+     "a800010102021b18ea0da41e9d800003010402050006050b686261640762656c6c", EM_PROTO_ESTRING, -1},
+    {"state reason with invalid UTF-8", "a800010102021b18ea0da41e9d800003010402050006050b62c328",
+     EM_PROTO_ESTRING, -1},
+    {"state without mono_ns", "a600010102021b18ea0da41e9d8000030104020500", EM_PROTO_EMISSING, 0},
+    {"birth device with a plus",
+     "aa00010100021b18ea0da41e9d8000030104656465762b310563302e3106616207186408800980",
+     EM_PROTO_ESTRING, -1},
+    {"birth duplicate alias",
+     "aa00010100021b18ea0da41e9d8000030104636465760563302e310661620718640882a400010161610261310300a"
+     "4000101616202613103000980",
+     EM_PROTO_EDUPLICATE, -1},
+    {"birth metric kind 3",
+     "aa00010100021b18ea0da41e9d8000030104636465760563302e310661620718640881a4000101616102613103030"
+     "980",
+     EM_PROTO_ERANGE, -1},
+    {"birth budget level nominal",
+     "aa00010100021b18ea0da41e9d8000030104636465760563302e3106616207186408800981a400617201686465616"
+     "46c696e6502000305",
+     EM_PROTO_ERANGE, -1},
+    {"birth budget bound null",
+     "aa00010100021b18ea0da41e9d8000030104636465760563302e3106616207186408800981a400617201686465616"
+     "46c696e65020203f6",
+     EM_PROTO_ETYPE, -1},
+    {"cmd unknown command", "a400010104021b18ea0da41e9d80000402", EM_PROTO_ERANGE, -1},
+};
+
+static size_t unhex(const char *hex, uint8_t *buf, size_t cap) {
+  size_t n = strlen(hex) / 2;
+  assert_true(n <= cap);
+  for (size_t i = 0; i < n; i++) {
+    unsigned v;
+    assert_int_equal(sscanf(hex + 2 * i, "%2x", &v), 1);
+    buf[i] = (uint8_t)v;
+  }
+  return n;
+}
+
+static void each_bad_input_gets_its_own_error(void **state) {
+  (void)state;
+  static uint8_t in[4096];
+  for (size_t i = 0; i < sizeof(bad_rows) / sizeof(bad_rows[0]); i++) {
+    const bad_row_t *r = &bad_rows[i];
+    size_t len = unhex(r->hex, in, sizeof(in));
+    em_msg_t m;
+    size_t off = SIZE_MAX;
+    int rc = em_proto_decode(in, len, &m, scratch, sizeof(scratch), &off);
+    if (rc != r->rc) {
+      fail_msg("%s: want %d (%s), got %d (%s) at %zu", r->what, r->rc, em_proto_strerror(r->rc), rc,
+               em_proto_strerror(rc), off);
+    }
+    if (rc != 0 && (off > len || (r->offset >= 0 && off != (size_t)r->offset))) {
+      fail_msg("%s: error offset %zu, want %d", r->what, off, r->offset);
+    }
+  }
+}
+
+/* A data message whose values map announces `count` entries, each `alias: 0`. */
+static size_t data_with_values(uint8_t *buf, size_t count) {
+  size_t n = unhex("a800010101020003010400050006", buf, 32); /* ..., key 6, then the map */
+  buf[n++] = 0xb9;
+  buf[n++] = (uint8_t)(count >> 8);
+  buf[n++] = (uint8_t)count;
+  for (size_t i = 0; i < count; i++) {
+    buf[n++] = 0x19;
+    buf[n++] = (uint8_t)(i >> 8);
+    buf[n++] = (uint8_t)i;
+    buf[n++] = 0x00;
+  }
+  buf[n++] = 0x07;
+  buf[n++] = 0x80;
+  return n;
+}
+
+static void item_counts_past_the_schema_limits_are_refused(void **state) {
+  (void)state;
+  static uint8_t in[8192];
+  em_msg_t m;
+  size_t len = data_with_values(in, EM_PROTO_MAX_METRICS);
+  assert_int_equal(em_proto_decode(in, len, &m, scratch, sizeof(scratch), NULL), 0);
+  assert_int_equal(m.u.data.n_samples, EM_PROTO_MAX_METRICS);
+  len = data_with_values(in, EM_PROTO_MAX_METRICS + 1);
+  assert_int_equal(em_proto_decode(in, len, &m, scratch, sizeof(scratch), NULL), EM_PROTO_ELIMIT);
+}
+
+static void messages_over_64k_are_too_big(void **state) {
+  (void)state;
+  size_t len;
+  uint8_t *bytes = read_vector("data_largest", "cbor", &len);
+  assert_int_equal(len, EM_PROTO_MAX_MESSAGE_BYTES);
+  uint8_t *big = calloc(len + 1, 1);
+  assert_non_null(big);
+  memcpy(big, bytes, len);
+  em_msg_t m;
+  assert_int_equal(em_proto_decode(big, len + 1, &m, scratch, sizeof(scratch), NULL),
+                   EM_PROTO_ETOOBIG);
+  /* One more bucket on the largest message: the encoder refuses it too. */
+  assert_int_equal(em_proto_decode(bytes, len, &m, scratch, sizeof(scratch), NULL), 0);
+  em_stage_t stages[EM_PROTO_MAX_STAGES];
+  memcpy(stages, m.u.data.stages, m.u.data.n_stages * sizeof(stages[0]));
+  em_bucket_t more[EM_PROTO_MAX_BUCKETS + 1];
+  memcpy(more, stages[0].buckets, stages[0].n_buckets * sizeof(more[0]));
+  more[stages[0].n_buckets] = (em_bucket_t){.index = INT32_MAX, .count = 1};
+  stages[0].buckets = more;
+  stages[0].n_buckets++;
+  stages[0].count++;
+  m.u.data.stages = stages;
+  size_t need = 0;
+  assert_int_equal(em_proto_encode(&m, out, sizeof(out), &need), EM_PROTO_ETOOBIG);
+  assert_true(need > EM_PROTO_MAX_MESSAGE_BYTES);
+  free(big);
+  free(bytes);
+}
+
+static void decoding_with_too_little_scratch_says_so(void **state) {
+  (void)state;
+  size_t len;
+  uint8_t *bytes = read_vector("data_basic", "cbor", &len);
+  em_msg_t m;
+  assert_int_equal(em_proto_decode(bytes, len, &m, scratch, 64, NULL), EM_PROTO_ESCRATCH);
+  assert_int_equal(em_proto_decode(bytes, len, &m, scratch, em_proto_scratch_bytes(len), NULL), 0);
+  free(bytes);
+}
+
+/* The densest inputs: idle stages with 1-byte names, and samples that are all null. */
+static void scratch_bound_holds_for_the_densest_inputs(void **state) {
+  (void)state;
+  static em_stage_t idle[EM_PROTO_MAX_STAGES];
+  static em_sample_t nulls[EM_PROTO_MAX_METRICS];
+  for (size_t i = 0; i < EM_PROTO_MAX_STAGES; i++) {
+    idle[i] = (em_stage_t){.name = "x", .count = 0};
+  }
+  for (size_t i = 0; i < EM_PROTO_MAX_METRICS; i++) {
+    nulls[i] = (em_sample_t){.alias = (uint32_t)i};
+  }
+  em_msg_t rows[] = {
+      {.kind = EM_MSG_DATA, .u.data = {.stages = idle, .n_stages = EM_PROTO_MAX_STAGES}},
+      {.kind = EM_MSG_DATA, .u.data = {.samples = nulls, .n_samples = 24}},
+      {.kind = EM_MSG_DATA, .u.data = {.samples = nulls, .n_samples = EM_PROTO_MAX_METRICS}},
+  };
+  for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+    size_t len = 0;
+    em_msg_t m;
+    assert_int_equal(em_proto_encode(&rows[i], out, sizeof(out), &len), 0);
+    assert_int_equal(em_proto_decode(out, len, &m, scratch, em_proto_scratch_bytes(len), NULL), 0);
+  }
+}
+
+static void encoder_reports_the_size_it_needs_for_every_short_buffer(void **state) {
+  (void)state;
+  size_t n;
+  const em_vector_t *v = em_vectors(&n);
+  for (size_t i = 0; i < n; i++) {
+    size_t full = 0;
+    assert_int_equal(em_proto_encode(&v[i].msg, out, sizeof(out), &full), 0);
+    size_t step = full > 4096 ? 997 : 1;
+    for (size_t cap = 0; cap < full; cap += step) {
+      uint8_t *small = malloc(cap ? cap : 1);
+      assert_non_null(small);
+      size_t need = 0;
+      int rc = em_proto_encode(&v[i].msg, cap ? small : NULL, cap, &need);
+      if (rc != EM_PROTO_ENOSPACE || need != full) {
+        fail_msg("%s cap %zu: rc %d need %zu, want ENOSPACE and %zu", v[i].name, cap, rc, need,
+                 full);
+      }
+      free(small);
+    }
+  }
+}
+
+static void encoder_refuses_what_the_decoder_would_refuse(void **state) {
+  (void)state;
+  static const em_bucket_t two[] = {{.index = 5, .count = 1}, {.index = 5, .count = 1}};
+  em_sample_t unsorted[] = {{.alias = 2}, {.alias = 1}};
+  em_sample_t dup[] = {{.alias = 1}, {.alias = 1}};
+  em_sample_t nan[] = {{.alias = 1, .value = {.type = EM_VALUE_FLOAT, .as.f = 0.0 / 0.0}}};
+  em_stage_t bad_order = {.name = "s",
+                          .count = 2,
+                          .sum_ns = 10,
+                          .min_ns = 1,
+                          .max_ns = 9,
+                          .p50_ns = 5,
+                          .p90_ns = 9,
+                          .p99_ns = 9,
+                          .p999_ns = 9,
+                          .scale = 0,
+                          .buckets = two,
+                          .n_buckets = 2};
+  em_stage_t long_name = {.name = "abcdefghijklmnopqrstuvwxyz012345", .count = 0};
+  struct {
+    const char *what;
+    em_msg_t msg;
+    int rc;
+  } rows[] = {
+      {"unsorted aliases",
+       {.kind = EM_MSG_DATA, .u.data = {.samples = unsorted, .n_samples = 2}},
+       EM_PROTO_EINVAL},
+      {"duplicate aliases",
+       {.kind = EM_MSG_DATA, .u.data = {.samples = dup, .n_samples = 2}},
+       EM_PROTO_EDUPLICATE},
+      {"NaN value",
+       {.kind = EM_MSG_DATA, .u.data = {.samples = nan, .n_samples = 1}},
+       EM_PROTO_ERANGE},
+      {"bucket indices not ascending",
+       {.kind = EM_MSG_DATA, .u.data = {.stages = &bad_order, .n_stages = 1}},
+       EM_PROTO_EINCONSISTENT},
+      {"stage name of 32 bytes",
+       {.kind = EM_MSG_DATA, .u.data = {.stages = &long_name, .n_stages = 1}},
+       EM_PROTO_ESTRING},
+      {"too many samples",
+       {.kind = EM_MSG_DATA, .u.data = {.samples = dup, .n_samples = EM_PROTO_MAX_METRICS + 1}},
+       EM_PROTO_ELIMIT},
+      {"data level 7", {.kind = EM_MSG_DATA, .u.data = {.level = (em_level_t)7}}, EM_PROTO_ERANGE},
+      {"state level -1",
+       {.kind = EM_MSG_STATE, .u.state = {.level = EM_LEVEL_NONE}},
+       EM_PROTO_ERANGE},
+      {"device id with a slash",
+       {.kind = EM_MSG_BIRTH, .u.birth = {.device = "a/b", .agent_version = "1", .board = "b"}},
+       EM_PROTO_ESTRING},
+      {"birth without a board",
+       {.kind = EM_MSG_BIRTH, .u.birth = {.device = "a", .agent_version = "1"}},
+       EM_PROTO_ESTRING},
+      {"cmd 0", {.kind = EM_MSG_CMD, .u.cmd = {.command = (em_cmd_code_t)0}}, EM_PROTO_ERANGE},
+      {"kind 9", {.kind = (em_msg_kind_t)9}, EM_PROTO_EINVAL},
+  };
+  for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+    size_t len = 0;
+    int rc = em_proto_encode(&rows[i].msg, out, sizeof(out), &len);
+    if (rc != rows[i].rc) {
+      fail_msg("%s: want %d, got %d (%s)", rows[i].what, rows[i].rc, rc, em_proto_strerror(rc));
+    }
+  }
+}
+
+static void every_error_code_has_its_own_text(void **state) {
+  (void)state;
+  static const int codes[] = {
+#define X(name, value, text) name,
+      EM_PROTO_ERRORS(X)
+#undef X
+  };
+  for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
+    for (size_t j = 0; j < i; j++) {
+      assert_int_not_equal(codes[i], codes[j]);
+      assert_string_not_equal(em_proto_strerror(codes[i]), em_proto_strerror(codes[j]));
+    }
+  }
+  assert_string_equal(em_proto_strerror(0), "success");
+  assert_string_equal(em_level_name(EM_LEVEL_DEGRADED), "DEGRADED");
+  assert_string_equal(em_level_name((em_level_t)9), "NONE");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(vectors_encode_to_the_golden_bytes),
+      cmocka_unit_test(vectors_decode_to_the_golden_json),
+      cmocka_unit_test(vectors_truncated_at_every_length_fail_as_truncated),
+      cmocka_unit_test(each_bad_input_gets_its_own_error),
+      cmocka_unit_test(item_counts_past_the_schema_limits_are_refused),
+      cmocka_unit_test(messages_over_64k_are_too_big),
+      cmocka_unit_test(decoding_with_too_little_scratch_says_so),
+      cmocka_unit_test(scratch_bound_holds_for_the_densest_inputs),
+      cmocka_unit_test(encoder_reports_the_size_it_needs_for_every_short_buffer),
+      cmocka_unit_test(encoder_refuses_what_the_decoder_would_refuse),
+      cmocka_unit_test(every_error_code_has_its_own_text),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
