@@ -287,8 +287,13 @@ static int skip(dec_t *d) {
   if (rc) {
     return rc;
   }
-  if (t.type == T_TAG) {
-    return skip(d); /* A tag wraps exactly one item; depth bounds the chain via next(). */
+  /* A tag wraps exactly one item. Chains are walked in a loop, not by recursion: each tag
+   * is at least one byte, so the input's length bounds the loop. */
+  while (rc == 0 && t.type == T_TAG) {
+    rc = next(d, &t);
+  }
+  if (rc) {
+    return rc;
   }
   if (t.type != T_ARRAY && t.type != T_MAP) {
     return 0;

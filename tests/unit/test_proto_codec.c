@@ -349,6 +349,26 @@ static void messages_over_64k_are_too_big(void **state) {
   free(bytes);
 }
 
+/* A long chain of tags on an unknown key: skipped without recursion (found by the fuzzer). */
+static void long_tag_chains_are_skipped_without_recursion(void **state) {
+  (void)state;
+  static uint8_t in[70000];
+  /* status {0:1, 1:3, 2:0, 3:7, 4:true, 40: tag(1)(tag(1)(...(0)))} */
+  size_t n = unhex("a6000101030200030704f51828", in, 32);
+  size_t tags = sizeof(in) - n - 1;
+  memset(in + n, 0xc1, tags);
+  in[n + tags] = 0x00;
+  em_msg_t m;
+  assert_int_equal(em_proto_decode(in, n + tags + 1, &m, scratch, sizeof(scratch), NULL),
+                   EM_PROTO_ETOOBIG);
+  size_t len = EM_PROTO_MAX_MESSAGE_BYTES;
+  in[len - 1] = 0x00;
+  assert_int_equal(em_proto_decode(in, len, &m, scratch, sizeof(scratch), NULL), 0);
+  assert_true(m.u.status.online);
+  assert_int_equal(em_proto_decode(in, len - 1, &m, scratch, sizeof(scratch), NULL),
+                   EM_PROTO_ETRUNCATED);
+}
+
 static void decoding_with_too_little_scratch_says_so(void **state) {
   (void)state;
   size_t len;
@@ -495,6 +515,7 @@ int main(void) {
       cmocka_unit_test(each_bad_input_gets_its_own_error),
       cmocka_unit_test(item_counts_past_the_schema_limits_are_refused),
       cmocka_unit_test(messages_over_64k_are_too_big),
+      cmocka_unit_test(long_tag_chains_are_skipped_without_recursion),
       cmocka_unit_test(decoding_with_too_little_scratch_says_so),
       cmocka_unit_test(scratch_bound_holds_for_the_densest_inputs),
       cmocka_unit_test(encoder_reports_the_size_it_needs_for_every_short_buffer),
