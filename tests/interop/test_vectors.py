@@ -1,5 +1,7 @@
 """Interop: Debian's cbor2 and an independent Python reading of proto/edgemon.cddl.
 
+The Python reading is proto/python/edgemon_proto.py, written from the CDDL.
+
 The C side writes every golden vector (proto/vectors/*.cbor) and its JSON; here cbor2 decodes
 the bytes, a key table written from the CDDL (not from the C code) names the fields, and the
 result must equal the JSON. Then the other way round: cbor2 encodes messages that the C
@@ -11,78 +13,21 @@ import json
 import math
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import cbor2
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "proto" / "python"))
+import edgemon_proto  # noqa: E402  (the Python reading of proto/edgemon.cddl)
+
 VECTORS = ROOT / "proto" / "vectors"
 TOOL = os.environ.get("EM_PROTO_TOOL")
 
-LEVELS = ["NOMINAL", "WARN", "DEGRADED", "CRITICAL"]
-KINDS = ["birth", "data", "state", "status", "cmd"]
-METRIC_KINDS = ["gauge", "counter", "delta"]
-
-# Keys per map, from proto/edgemon.cddl.
-COMMON = {0: "v", 1: "kind", 2: "time_ns", 3: "session"}
-BIRTH = {4: "device", 5: "agent_version", 6: "board", 7: "period_ns", 8: "metrics", 9: "budgets"}
-METRIC = {0: "alias", 1: "name", 2: "unit", 3: "kind", 4: "absent_reason"}
-BUDGET = {0: "id", 1: "rule", 2: "level", 3: "bound", 4: "stage", 5: "window_ns"}
-DATA = {4: "seq", 5: "window_ns", 6: "values", 7: "stages", 8: "level", 9: "historical"}
-STAGE = {0: "name", 1: "count", 2: "sum_ns", 3: "min_ns", 4: "max_ns", 5: "p50_ns",
-         6: "p90_ns", 7: "p99_ns", 8: "p999_ns", 9: "scale", 10: "zero_count", 11: "buckets"}
-STATE = {4: "level", 5: "prev_level", 6: "mono_ns", 7: "rule", 8: "stage", 9: "value",
-         10: "bound", 11: "reason"}
-STATUS = {4: "online"}
-CMD = {4: "command"}
-PER_KIND = {"birth": BIRTH, "data": DATA, "state": STATE, "status": STATUS, "cmd": CMD}
-
-
-def named(raw, keys):
-    """Renames a CBOR map's integer keys; unknown keys are dropped as v1 readers must."""
-    assert isinstance(raw, dict)
-    assert all(isinstance(k, int) and k >= 0 for k in raw), raw
-    return {keys[k]: v for k, v in raw.items() if k in keys}
-
-
-def stage(raw):
-    s = named(raw, STAGE)
-    if s["count"] > 0:
-        s.setdefault("zero_count", 0)
-        flat, buckets, index = s["buckets"], [], None
-        assert len(flat) % 2 == 0
-        for i in range(0, len(flat), 2):
-            index = flat[i] if i == 0 else index + flat[i]
-            buckets.append([index, flat[i + 1]])
-        s["buckets"] = buckets
-    return s
-
-
-def decode(payload):
-    """cbor2 bytes -> the named form the JSON files hold."""
-    raw = cbor2.loads(payload)
-    kind = KINDS[raw[1]]
-    msg = named(raw, {**COMMON, **PER_KIND[kind]})
-    msg["kind"] = kind
-    if kind == "birth":
-        msg["metrics"] = [named(m, METRIC) for m in msg["metrics"]]
-        for m in msg["metrics"]:
-            m["kind"] = METRIC_KINDS[m["kind"]]
-        msg["budgets"] = [named(b, BUDGET) for b in msg["budgets"]]
-        for b in msg["budgets"]:
-            b["level"] = LEVELS[b["level"]]
-    elif kind == "data":
-        msg["values"] = {str(k): v for k, v in sorted(msg["values"].items())}
-        msg["stages"] = [stage(s) for s in msg["stages"]]
-        if "level" in msg:
-            msg["level"] = LEVELS[msg["level"]]
-    elif kind == "state":
-        msg["level"] = LEVELS[msg["level"]]
-        msg["prev_level"] = LEVELS[msg["prev_level"]]
-    elif kind == "cmd":
-        msg["command"] = {1: "rebirth"}[msg["command"]]
-    return msg
+LEVELS, KINDS = edgemon_proto.LEVELS, edgemon_proto.KINDS
+decode = edgemon_proto.decode
 
 
 def same(a, b):

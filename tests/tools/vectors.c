@@ -183,6 +183,22 @@ static size_t encoded_size(const em_msg_t *m) {
   return (rc == 0 || rc == EM_PROTO_ENOSPACE || rc == EM_PROTO_ETOOBIG) ? n : SIZE_MAX;
 }
 
+/* Adds n buckets (indices 3 apart, count 1) to a stage; false when it would pass the cap. */
+static bool add_buckets(em_stage_t *st, em_bucket_t *buckets, size_t n) {
+  if (st->n_buckets + n > EM_PROTO_MAX_BUCKETS) {
+    return false;
+  }
+  for (size_t i = 0; i < n; i++) {
+    size_t k = st->n_buckets++;
+    buckets[k] = (em_bucket_t){.index = (int32_t)(k * 3), .count = 1};
+  }
+  st->count = st->n_buckets;
+  st->sum_ns = st->count * 1000;
+  st->min_ns = 1;
+  st->p50_ns = st->p90_ns = st->p99_ns = st->p999_ns = st->max_ns = 1000;
+  return true;
+}
+
 /* Widths a uint adds over a 1-byte uint: value for +0, +1, +2, +4, +8 bytes. */
 static const uint64_t pad_values[] = {0, 24, 256, 65536, UINT64_C(4294967296)};
 static const size_t pad_bytes[] = {0, 1, 2, 4, 8};
@@ -217,28 +233,20 @@ static void build_largest(em_msg_t *m) {
   }
   d->stages = big_stages;
   d->n_stages = EM_PROTO_MAX_STAGES;
-  /* Round-robin one bucket per stage so every stage grows alike. */
-  bool grew = true;
-  while (grew) {
-    grew = false;
-    for (size_t s = 0; s < EM_PROTO_MAX_STAGES; s++) {
-      em_stage_t *st = &big_stages[s];
-      if (st->n_buckets == EM_PROTO_MAX_BUCKETS) {
-        continue;
+  /* Grow every stage alike: 16 buckets a round while far from the limit, then one. */
+  for (size_t step = 16; step > 0; step = step == 16 ? 1 : 0) {
+    bool grew = true;
+    while (grew) {
+      grew = false;
+      for (size_t s = 0; s < EM_PROTO_MAX_STAGES; s++) {
+        em_stage_t saved = big_stages[s];
+        if (!add_buckets(&big_stages[s], big_buckets[s], step) ||
+            encoded_size(m) > EM_PROTO_MAX_MESSAGE_BYTES - (step > 1 ? 2048 : 16)) {
+          big_stages[s] = saved;
+          continue;
+        }
+        grew = true;
       }
-      em_stage_t saved = *st;
-      size_t k = st->n_buckets;
-      big_buckets[s][k] = (em_bucket_t){.index = (int32_t)(k * 3), .count = 1};
-      st->n_buckets++;
-      st->count++;
-      st->sum_ns = st->count * 1000;
-      st->min_ns = 1;
-      st->p50_ns = st->p90_ns = st->p99_ns = st->p999_ns = st->max_ns = 1000;
-      if (encoded_size(m) > EM_PROTO_MAX_MESSAGE_BYTES - 16) {
-        *st = saved;
-        continue;
-      }
-      grew = true;
     }
   }
   size_t deficit = EM_PROTO_MAX_MESSAGE_BYTES - encoded_size(m);

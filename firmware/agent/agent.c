@@ -1,0 +1,682 @@
+/*
+ * agent.c - see agent.h.
+ *
+ *   target lifecycle             function
+ *   DETACHED -> ATTACHED         on_lookup / start: em_target_find found a pid -> attach
+ *   ATTACHED -> DETACHED         on_tick: statm or the PMU says the pid is gone -> detach
+ *   DETACHED: the lookup timer runs every LOOKUP_MS; ATTACHED: it is stopped.
+ *
+ * The metric dictionary is fixed at start-up: the configured PMU events first (aliases
+ * 0..n-1), then the fixed figures of `fixed_metrics` below. A birth is published on every
+ * connect, on a rebirth command, and after every attach (what is absent may have changed).
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "agent.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <linux/perf_event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "edgemon/proto.h"
+#include "log.h"
+#include "pmu.h"
+#include "procfs.h"
+#include "publisher.h"
+#include "target.h"
+
+#define LOOKUP_MS       250u /* Re-attach within a second of the target's return. */
+#define STOP_TIMEOUT_MS 2000u
+
+/* The figures after the PMU events, in alias order. */
+enum {
+  M_PMU_HW_RUNNING,
+  M_PMU_SW_RUNNING,
+  M_IPC,
+  M_CACHE_MISS_RATIO,
+  M_BRANCH_MISS_RATIO,
+  M_RSS,
+  M_SHARED,
+  M_VSIZE,
+  M_PSS,
+  M_ANON,
+  M_SWAP,
+  M_MEM_AVAILABLE,
+  M_PSI_FIRST, /* cpu some, cpu full, memory some, memory full, io some, io full */
+  M_TARGET_PID = M_PSI_FIRST + 2 * EM_PSI_COUNT,
+  M_TARGET_UP,
+  M_TARGET_ATTACHES,
+  M_TARGET_THREADS,
+  M_AGENT_CPU,
+  M_AGENT_RSS,
+  M_AGENT_NOT_SENT,
+  M_AGENT_LATE_TICKS,
+  M_FIXED_COUNT
+};
+
+static const struct {
+  const char *name;
+  const char *unit;
+  em_metric_kind_t kind;
+} fixed_metrics[M_FIXED_COUNT] = {
+    [M_PMU_HW_RUNNING] = {"pmu.hw.running_ratio", "1", EM_METRIC_GAUGE},
+    [M_PMU_SW_RUNNING] = {"pmu.sw.running_ratio", "1", EM_METRIC_GAUGE},
+    [M_IPC] = {"pmu.ipc", "1", EM_METRIC_GAUGE},
+    [M_CACHE_MISS_RATIO] = {"pmu.cache_miss_ratio", "1", EM_METRIC_GAUGE},
+    [M_BRANCH_MISS_RATIO] = {"pmu.branch_miss_ratio", "1", EM_METRIC_GAUGE},
+    [M_RSS] = {"mem.rss", "By", EM_METRIC_GAUGE},
+    [M_SHARED] = {"mem.shared", "By", EM_METRIC_GAUGE},
+    [M_VSIZE] = {"mem.vsize", "By", EM_METRIC_GAUGE},
+    [M_PSS] = {"mem.pss", "By", EM_METRIC_GAUGE},
+    [M_ANON] = {"mem.anon", "By", EM_METRIC_GAUGE},
+    [M_SWAP] = {"mem.swap", "By", EM_METRIC_GAUGE},
+    [M_MEM_AVAILABLE] = {"sys.mem.available", "By", EM_METRIC_GAUGE},
+    [M_PSI_FIRST + 0] = {"psi.cpu.some.avg10", "%", EM_METRIC_GAUGE},
+    [M_PSI_FIRST + 1] = {"psi.cpu.full.avg10", "%", EM_METRIC_GAUGE},
+    [M_PSI_FIRST + 2] = {"psi.memory.some.avg10", "%", EM_METRIC_GAUGE},
+    [M_PSI_FIRST + 3] = {"psi.memory.full.avg10", "%", EM_METRIC_GAUGE},
+    [M_PSI_FIRST + 4] = {"psi.io.some.avg10", "%", EM_METRIC_GAUGE},
+    [M_PSI_FIRST + 5] = {"psi.io.full.avg10", "%", EM_METRIC_GAUGE},
+    [M_TARGET_PID] = {"target.pid", "1", EM_METRIC_GAUGE},
+    [M_TARGET_UP] = {"target.up", "1", EM_METRIC_GAUGE},
+    [M_TARGET_ATTACHES] = {"target.attaches", "1", EM_METRIC_COUNTER},
+    [M_TARGET_THREADS] = {"target.threads_counted", "1", EM_METRIC_GAUGE},
+    [M_AGENT_CPU] = {"agent.cpu", "ns", EM_METRIC_COUNTER},
+    [M_AGENT_RSS] = {"agent.rss", "By", EM_METRIC_GAUGE},
+    [M_AGENT_NOT_SENT] = {"agent.mqtt.not_sent", "1", EM_METRIC_COUNTER},
+    [M_AGENT_LATE_TICKS] = {"agent.late_ticks", "1", EM_METRIC_COUNTER},
+};
+
+struct em_agent {
+  uv_loop_t *loop;
+  em_config_t cfg;
+  char version[64];
+  char prefix[128]; /* edgemon/v1/<device> */
+  uint32_t session;
+  uint32_t seq;
+
+  uv_timer_t tick;
+  uv_timer_t lookup;
+  uint64_t next_tick_ns; /* uv_hrtime() the next tick is due. */
+  uint64_t next_smaps_ns;
+  uint64_t next_system_ns;
+  uint64_t late_ticks;
+
+  em_publisher_t *pub;
+  em_procfs_t *proc;
+  int self_statm_fd;
+  em_pmu_t *pmu;
+  em_pmu_event_t events[EM_CONFIG_MAX_EVENTS];
+  size_t n_events;
+  char pmu_names[EM_CONFIG_MAX_EVENTS][64]; /* "pmu.<event>" for the dictionary. */
+  struct {
+    size_t metric; /* Fixed metric the ratio goes to. */
+    int num, den;  /* Indices into events, or -1 when not configured. */
+  } ratios[3];
+  uint64_t page_size;
+  bool smaps_sampled;  /* The smaps group (PSS, anon, swap) was read this window. */
+  bool system_sampled; /* The system group (MemAvailable, PSI) was read this window. */
+
+  pid_t pid; /* Attached target, 0 when detached; cgroup targets use -1. */
+  uint64_t attaches;
+  char detach_reason[128];
+  bool logged_waiting;
+
+  em_pmu_reading_t readings[EM_CONFIG_MAX_EVENTS];
+  uint64_t prev_values[EM_CONFIG_MAX_EVENTS]; /* For the per-window ratios. */
+  bool prev_present[EM_CONFIG_MAX_EVENTS];
+
+  size_t n_metrics;
+  em_metric_def_t *defs;
+  char (*absent)[EM_PMU_REASON_BYTES]; /* Per metric: why absent, "" when not. */
+  em_sample_t *samples;
+  uint8_t *out; /* Encode buffer, EM_PROTO_MAX_MESSAGE_BYTES. */
+
+  unsigned closing;
+  void (*stop_done)(void *);
+  void *stop_ctx;
+};
+
+/* --- small helpers ------------------------------------------------------------------- */
+
+static uint64_t wall_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void set_u(em_agent_t *a, size_t m, uint64_t v) {
+  a->samples[m].value = (em_value_t){.type = EM_VALUE_UINT, .as.u = v};
+}
+
+static void set_f(em_agent_t *a, size_t m, double v) {
+  a->samples[m].value = (em_value_t){.type = EM_VALUE_FLOAT, .as.f = v};
+}
+
+static void set_absent(em_agent_t *a, size_t m) {
+  a->samples[m].value = (em_value_t){.type = EM_VALUE_ABSENT};
+}
+
+/* v when `have`, else absent. */
+static void set_u_if(em_agent_t *a, size_t m, bool have, uint64_t v) {
+  have ? set_u(a, m, v) : set_absent(a, m);
+}
+
+static void set_f_if(em_agent_t *a, size_t m, bool have, double v) {
+  have ? set_f(a, m, v) : set_absent(a, m);
+}
+
+/* Alias of fixed metric `f`. */
+static size_t fx(const em_agent_t *a, size_t f) {
+  return a->n_events + f;
+}
+
+static void note_absent(em_agent_t *a, size_t m, const char *why) {
+  snprintf(a->absent[m], sizeof(a->absent[m]), "%s", why);
+}
+
+static int event_index(const em_agent_t *a, const char *name) {
+  for (size_t i = 0; i < a->n_events; i++) {
+    if (strcmp(a->events[i].name, name) == 0) {
+      return (int)i;
+    }
+  }
+  return -1;
+}
+
+/* --- publishing ---------------------------------------------------------------------- */
+
+static void publish_birth(em_agent_t *a) {
+  if (!em_publisher_online(a->pub)) {
+    return;
+  }
+  for (size_t m = 0; m < a->n_metrics; m++) {
+    a->defs[m].absent_reason = a->absent[m][0] ? a->absent[m] : NULL;
+  }
+  em_msg_t msg = {.kind = EM_MSG_BIRTH,
+                  .u.birth = {.time_ns = wall_ns(),
+                              .session = a->session,
+                              .device = a->cfg.device_id,
+                              .agent_version = a->version,
+                              .board = a->cfg.board,
+                              .period_ns = a->cfg.sample_period_ns,
+                              .metrics = a->defs,
+                              .n_metrics = a->n_metrics}};
+  size_t len = 0;
+  int rc = em_proto_encode(&msg, a->out, EM_PROTO_MAX_MESSAGE_BYTES, &len);
+  if (rc) {
+    EM_ERROR("birth: cannot encode: %s", em_proto_strerror(rc));
+    return;
+  }
+  em_publisher_send(a->pub, "birth", a->out, len, a->cfg.qos_state, true);
+}
+
+/* The status message; online or offline (the Last Will and the clean stop). */
+static size_t encode_status(em_agent_t *a, bool online, uint8_t *buf, size_t cap) {
+  em_msg_t msg = {.kind = EM_MSG_STATUS,
+                  .u.status = {.time_ns = wall_ns(), .session = a->session, .online = online}};
+  size_t len = 0;
+  return em_proto_encode(&msg, buf, cap, &len) == 0 ? len : 0;
+}
+
+static void on_online(void *ctx) {
+  em_agent_t *a = ctx;
+  uint8_t buf[64];
+  size_t len = encode_status(a, true, buf, sizeof(buf));
+  publish_birth(a);
+  em_publisher_send(a->pub, "status", buf, len, a->cfg.qos_state, true);
+}
+
+static void on_command(void *ctx, const char *name, const uint8_t *payload, size_t len) {
+  em_agent_t *a = ctx;
+  uint8_t scratch[512];
+  em_msg_t msg;
+  size_t off = 0;
+  int rc = em_proto_decode(payload, len, &msg, scratch, sizeof(scratch), &off);
+  if (rc || msg.kind != EM_MSG_CMD) {
+    EM_WARN("mqtt: ignoring a malformed command on cmd/%s: %s at byte %zu", name,
+            rc ? em_proto_strerror(rc) : "not a cmd message", off);
+    return;
+  }
+  if (strcmp(name, "rebirth") == 0 && msg.u.cmd.command == EM_CMD_REBIRTH) {
+    EM_INFO("mqtt: rebirth requested");
+    publish_birth(a);
+    return;
+  }
+  EM_WARN("mqtt: ignoring unknown command cmd/%s", name);
+}
+
+/* --- target lifecycle ---------------------------------------------------------------- */
+
+static void on_lookup(uv_timer_t *t);
+
+static void detach(em_agent_t *a, const char *why) {
+  if (a->pid > 0) {
+    EM_WARN("target: pid %ld %s; waiting for it to come back", (long)a->pid, why);
+  }
+  em_pmu_free(a->pmu);
+  a->pmu = NULL;
+  if (a->proc) {
+    em_procfs_set_pid(a->proc, 0);
+  }
+  a->pid = 0;
+  snprintf(a->detach_reason, sizeof(a->detach_reason), "target not attached (%s)", why);
+  memset(a->prev_present, 0, sizeof(a->prev_present));
+  uv_timer_start(&a->lookup, on_lookup, LOOKUP_MS, LOOKUP_MS);
+}
+
+/* Opens the PMU and the target's procfs files for `pid` (or the cgroup when pid is -1). */
+static void attach(em_agent_t *a, pid_t pid) {
+  em_pmu_target_t target = {.pid = pid > 0 ? pid : 0,
+                            .cgroup = pid > 0 ? NULL : a->cfg.target_value};
+  int rc = em_pmu_new(&a->pmu, a->events, a->n_events, &target, &em_pmu_sys_linux);
+  if (rc == -ESRCH) {
+    return; /* Gone between the lookup and now: the lookup timer tries again. */
+  }
+  if (rc) {
+    EM_ERROR("pmu: %s; counters absent", strerror(-rc));
+    a->pmu = NULL;
+  }
+  if (pid > 0) {
+    rc = em_procfs_set_pid(a->proc, pid);
+    if (rc) {
+      em_pmu_free(a->pmu);
+      a->pmu = NULL;
+      return;
+    }
+  }
+  a->pid = pid;
+  a->attaches++;
+  a->logged_waiting = false;
+  uv_timer_stop(&a->lookup);
+  char desc[EM_CONFIG_MAX_PATH + 64];
+  em_target_describe(&a->cfg, desc, sizeof(desc));
+  size_t present = a->pmu ? em_pmu_present(a->pmu) : 0;
+  if (pid > 0) {
+    EM_INFO("target: attached to pid %ld (%s), %zu of %zu counters", (long)pid, desc, present,
+            a->n_events);
+  } else {
+    EM_INFO("target: attached to %s, %zu of %zu counters", desc, present, a->n_events);
+  }
+  /* What is absent now is what the birth must say. */
+  em_pmu_reading_t r[EM_CONFIG_MAX_EVENTS];
+  if (a->pmu && em_pmu_read(a->pmu, r, a->n_events) == 0) {
+    for (size_t i = 0; i < a->n_events; i++) {
+      note_absent(a, i, r[i].present ? "" : r[i].reason);
+    }
+  }
+  publish_birth(a);
+}
+
+static void try_attach(em_agent_t *a) {
+  if (a->cfg.target_kind == EM_TARGET_CGROUP) {
+    attach(a, -1);
+    return;
+  }
+  char why[128];
+  pid_t pid = em_target_find(&a->cfg, why, sizeof(why));
+  if (pid > 0) {
+    attach(a, pid);
+    return;
+  }
+  if (!a->logged_waiting) {
+    char desc[EM_CONFIG_MAX_PATH + 64];
+    em_target_describe(&a->cfg, desc, sizeof(desc));
+    EM_INFO("target: waiting for %s (%s)", desc, pid < 0 ? strerror((int)-pid) : why);
+    a->logged_waiting = true;
+  }
+}
+
+static void on_lookup(uv_timer_t *t) {
+  try_attach(t->data);
+}
+
+/* --- one tick ------------------------------------------------------------------------ */
+
+/* PMU counters and the ratios derived from their deltas over the window. */
+static void sample_pmu(em_agent_t *a) {
+  bool ok = a->pmu && em_pmu_read(a->pmu, a->readings, a->n_events) == 0;
+  double hw_ratio = -1, sw_ratio = -1;
+  for (size_t i = 0; i < a->n_events; i++) {
+    const em_pmu_reading_t *r = &a->readings[i];
+    if (!ok || !r->present) {
+      set_absent(a, i);
+      continue;
+    }
+    set_u(a, i, r->value);
+    double *ratio = a->events[i].type == PERF_TYPE_SOFTWARE ? &sw_ratio : &hw_ratio;
+    if (*ratio < 0) {
+      *ratio = r->running_ratio;
+    }
+  }
+  set_f_if(a, fx(a, M_PMU_HW_RUNNING), hw_ratio >= 0, hw_ratio);
+  set_f_if(a, fx(a, M_PMU_SW_RUNNING), sw_ratio >= 0, sw_ratio);
+  for (size_t k = 0; k < sizeof(a->ratios) / sizeof(a->ratios[0]); k++) {
+    int ni = a->ratios[k].num, di = a->ratios[k].den;
+    double v = 0;
+    bool have =
+        ok && ni >= 0 && di >= 0 && a->prev_present[ni] && a->prev_present[di] &&
+        em_pmu_ratio(a->readings[ni].present, a->readings[ni].value - a->prev_values[ni],
+                     a->readings[di].present, a->readings[di].value - a->prev_values[di], &v);
+    set_f_if(a, fx(a, a->ratios[k].metric), have, v);
+  }
+  for (size_t i = 0; i < a->n_events; i++) {
+    a->prev_present[i] = ok && a->readings[i].present;
+    a->prev_values[i] = a->readings[i].value;
+  }
+}
+
+/* Target memory; returns false when the target is gone. */
+static bool sample_memory(em_agent_t *a, uint64_t now_ns) {
+  em_statm_t st;
+  int rc = a->pid > 0 ? em_procfs_read_statm(a->proc, &st) : -ENOENT;
+  if (rc == -ESRCH) {
+    return false;
+  }
+  if (rc == 0) {
+    set_u(a, fx(a, M_RSS), st.rss_bytes);
+    set_u(a, fx(a, M_SHARED), st.shared_bytes);
+    set_u(a, fx(a, M_VSIZE), st.size_bytes);
+  } else {
+    set_absent(a, fx(a, M_RSS));
+    set_absent(a, fx(a, M_SHARED));
+    set_absent(a, fx(a, M_VSIZE));
+  }
+  bool smaps_due = a->cfg.smaps_period_ns && now_ns >= a->next_smaps_ns;
+  a->smaps_sampled = smaps_due && a->pid > 0;
+  if (a->smaps_sampled) {
+    a->next_smaps_ns = now_ns + a->cfg.smaps_period_ns;
+    em_smaps_t sm = {0};
+    bool ok = em_procfs_read_smaps(a->proc, &sm) == 0;
+    set_u_if(a, fx(a, M_PSS), ok && (sm.have & EM_SMAPS_PSS), sm.pss_bytes);
+    set_u_if(a, fx(a, M_ANON), ok && (sm.have & EM_SMAPS_ANON), sm.anon_bytes);
+    set_u_if(a, fx(a, M_SWAP), ok && (sm.have & EM_SMAPS_SWAP), sm.swap_bytes);
+  }
+  return true;
+}
+
+/* MemAvailable and PSI, on their own cadence (the kernel updates PSI every 2 s). */
+static void sample_system(em_agent_t *a, uint64_t now_ns) {
+  a->system_sampled = now_ns >= a->next_system_ns;
+  if (!a->system_sampled) {
+    return;
+  }
+  a->next_system_ns = now_ns + a->cfg.system_period_ns;
+  em_meminfo_t mi = {0};
+  bool ok = em_procfs_read_meminfo(a->proc, &mi) == 0;
+  set_u_if(a, fx(a, M_MEM_AVAILABLE), ok && (mi.have & EM_MEMINFO_AVAILABLE), mi.available_bytes);
+  for (int r = 0; r < EM_PSI_COUNT; r++) {
+    em_psi_t psi = {0};
+    ok = em_procfs_read_psi(a->proc, (em_psi_res_t)r, &psi) == 0;
+    size_t m = fx(a, M_PSI_FIRST + 2 * (size_t)r);
+    set_f_if(a, m, ok && (psi.have & EM_PSI_SOME), psi.some_avg10);
+    set_f_if(a, m + 1, ok && (psi.have & EM_PSI_FULL), psi.full_avg10);
+  }
+}
+
+static void sample_self(em_agent_t *a) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  uint64_t cpu = ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * 1000000000u +
+                 ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000u;
+  set_u(a, fx(a, M_AGENT_CPU), cpu);
+  char buf[128];
+  em_statm_t st;
+  ssize_t n = a->self_statm_fd >= 0 ? pread(a->self_statm_fd, buf, sizeof(buf), 0) : -1;
+  bool ok = n > 0 && em_procfs_parse_statm(buf, (size_t)n, a->page_size, &st) == 0;
+  set_u_if(a, fx(a, M_AGENT_RSS), ok, ok ? st.rss_bytes : 0);
+  set_u(a, fx(a, M_AGENT_NOT_SENT), em_publisher_stats(a->pub)->not_sent);
+  set_u(a, fx(a, M_AGENT_LATE_TICKS), a->late_ticks);
+}
+
+/*
+ * The samples of this window, in alias order. The groups read on slower cadences (smaps,
+ * system) are left out of windows where they were not read: a value missing from a data
+ * message means "not sampled this window". Returns the count written to `out`.
+ */
+static size_t window_samples(em_agent_t *a, em_sample_t *out) {
+  size_t n = 0;
+  for (size_t m = 0; m < a->n_metrics; m++) {
+    bool smaps = m >= fx(a, M_PSS) && m <= fx(a, M_SWAP);
+    bool system = m >= fx(a, M_MEM_AVAILABLE) && m < fx(a, M_PSI_FIRST + 2 * EM_PSI_COUNT);
+    if ((smaps && !a->smaps_sampled) || (system && !a->system_sampled)) {
+      continue;
+    }
+    out[n++] = a->samples[m];
+  }
+  return n;
+}
+
+static void on_tick(uv_timer_t *t) {
+  em_agent_t *a = t->data;
+  uint64_t now = uv_hrtime();
+  if (now > a->next_tick_ns + a->cfg.sample_period_ns / 2) {
+    a->late_ticks++;
+  }
+  a->next_tick_ns = now + a->cfg.sample_period_ns;
+  if (a->pid != 0) {
+    sample_pmu(a);
+    if (!sample_memory(a, now)) {
+      detach(a, "exited");
+    }
+  }
+  if (a->pid == 0) {
+    for (size_t i = 0; i < a->n_events; i++) {
+      set_absent(a, i);
+    }
+    for (size_t f = M_PMU_HW_RUNNING; f <= M_VSIZE; f++) {
+      set_absent(a, fx(a, f));
+    }
+    a->smaps_sampled = false;
+  }
+  sample_system(a, now);
+  sample_self(a);
+  set_u_if(a, fx(a, M_TARGET_PID), a->pid > 0, (uint64_t)a->pid);
+  set_u(a, fx(a, M_TARGET_UP), a->pid != 0);
+  set_u(a, fx(a, M_TARGET_ATTACHES), a->attaches);
+  set_u_if(a, fx(a, M_TARGET_THREADS), a->pmu && a->pid > 0, a->pmu ? em_pmu_threads(a->pmu) : 0);
+
+  em_sample_t *view = a->samples + a->n_metrics; /* Second half of the samples buffer. */
+  em_msg_t msg = {.kind = EM_MSG_DATA,
+                  .u.data = {.time_ns = wall_ns(),
+                             .session = a->session,
+                             .seq = a->seq++,
+                             .window_ns = a->cfg.sample_period_ns,
+                             .level = EM_LEVEL_NONE,
+                             .samples = view,
+                             .n_samples = window_samples(a, view)}};
+  size_t len = 0;
+  int rc = em_proto_encode(&msg, a->out, EM_PROTO_MAX_MESSAGE_BYTES, &len);
+  if (rc) {
+    EM_ERROR("data: cannot encode: %s", em_proto_strerror(rc));
+    return;
+  }
+  em_publisher_send(a->pub, "data", a->out, len, a->cfg.qos_data, false);
+}
+
+/* --- lifecycle ----------------------------------------------------------------------- */
+
+static int build_dictionary(em_agent_t *a) {
+  a->n_metrics = a->n_events + M_FIXED_COUNT;
+  a->defs = calloc(a->n_metrics, sizeof(*a->defs));
+  a->absent = calloc(a->n_metrics, sizeof(*a->absent));
+  a->samples = calloc(2 * a->n_metrics, sizeof(*a->samples));
+  a->out = malloc(EM_PROTO_MAX_MESSAGE_BYTES);
+  if (!a->defs || !a->absent || !a->samples || !a->out) {
+    return -ENOMEM;
+  }
+  for (size_t i = 0; i < a->n_events; i++) {
+    snprintf(a->pmu_names[i], sizeof(a->pmu_names[i]), "pmu.%s", a->events[i].name);
+    bool clock =
+        strcmp(a->events[i].name, "task-clock") == 0 || strcmp(a->events[i].name, "cpu-clock") == 0;
+    a->defs[i] = (em_metric_def_t){.alias = (uint32_t)i,
+                                   .name = a->pmu_names[i],
+                                   .unit = clock ? "ns" : "1",
+                                   .kind = EM_METRIC_COUNTER};
+    note_absent(a, i, "target not attached yet");
+  }
+  for (size_t f = 0; f < M_FIXED_COUNT; f++) {
+    size_t m = fx(a, f);
+    a->defs[m] = (em_metric_def_t){.alias = (uint32_t)m,
+                                   .name = fixed_metrics[f].name,
+                                   .unit = fixed_metrics[f].unit,
+                                   .kind = fixed_metrics[f].kind};
+  }
+  for (size_t m = 0; m < a->n_metrics; m++) {
+    a->samples[m].alias = (uint32_t)m;
+  }
+  if (!em_procfs_has_psi(a->proc)) {
+    for (size_t k = 0; k < 2 * EM_PSI_COUNT; k++) {
+      note_absent(a, fx(a, M_PSI_FIRST + k), "no /proc/pressure: kernel without PSI");
+    }
+  }
+  if (a->cfg.target_kind == EM_TARGET_CGROUP) {
+    for (size_t f = M_RSS; f <= M_SWAP; f++) {
+      note_absent(a, fx(a, f), "cgroup target: per-process memory is not sampled");
+    }
+  }
+  if (a->cfg.smaps_period_ns == 0) {
+    for (size_t f = M_PSS; f <= M_SWAP; f++) {
+      note_absent(a, fx(a, f), "smaps_period is 0");
+    }
+  }
+  return 0;
+}
+
+int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg, const char *version) {
+  if (!out || !loop || !cfg || cfg->target_kind == EM_TARGET_NONE) {
+    return -EINVAL;
+  }
+  em_agent_t *a = calloc(1, sizeof(*a));
+  if (!a) {
+    return -ENOMEM;
+  }
+  a->loop = loop;
+  a->cfg = *cfg;
+  a->self_statm_fd = -1;
+  snprintf(a->version, sizeof(a->version), "%s", version);
+  snprintf(a->prefix, sizeof(a->prefix), "edgemon/v1/%s", cfg->device_id);
+  if (getrandom(&a->session, sizeof(a->session), GRND_NONBLOCK) != sizeof(a->session)) {
+    a->session = (uint32_t)(wall_ns() ^ ((uint64_t)getpid() << 16));
+  }
+  int rc = 0;
+  a->n_events = cfg->n_events;
+  for (size_t i = 0; i < cfg->n_events && !rc; i++) {
+    rc = em_pmu_resolve(cfg->events[i], &a->events[i]);
+  }
+  static const struct {
+    size_t metric;
+    const char *num, *den;
+  } ratio_inputs[] = {{M_IPC, "instructions", "cycles"},
+                      {M_CACHE_MISS_RATIO, "cache-misses", "cache-references"},
+                      {M_BRANCH_MISS_RATIO, "branch-misses", "branch-instructions"}};
+  for (size_t k = 0; k < 3; k++) {
+    a->ratios[k].metric = ratio_inputs[k].metric;
+    a->ratios[k].num = event_index(a, ratio_inputs[k].num);
+    a->ratios[k].den = event_index(a, ratio_inputs[k].den);
+  }
+  a->page_size = (uint64_t)sysconf(_SC_PAGESIZE);
+  if (!rc) {
+    rc = em_procfs_new(&a->proc, cfg->proc_root, 0);
+  }
+  if (!rc) {
+    rc = build_dictionary(a);
+  }
+  uint8_t will[64];
+  size_t will_len = rc ? 0 : encode_status(a, false, will, sizeof(will));
+  em_publisher_opts_t po = {.host = cfg->broker_host,
+                            .port = cfg->broker_port,
+                            .client_id = cfg->client_id,
+                            .prefix = a->prefix,
+                            .keepalive_s = cfg->keepalive_s,
+                            .backoff_min_ns = cfg->reconnect_min_ns,
+                            .backoff_max_ns = cfg->reconnect_max_ns,
+                            .will = will,
+                            .will_len = will_len,
+                            .will_qos = cfg->qos_state,
+                            .on_online = on_online,
+                            .on_command = on_command,
+                            .ctx = a};
+  if (!rc) {
+    rc = em_publisher_new(&a->pub, loop, &po);
+  }
+  if (rc) {
+    em_agent_free(a);
+    return rc == -ENOENT ? -ENOENT : rc;
+  }
+  a->self_statm_fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  uv_timer_init(loop, &a->tick);
+  uv_timer_init(loop, &a->lookup);
+  a->tick.data = a;
+  a->lookup.data = a;
+  *out = a;
+  return 0;
+}
+
+int em_agent_start(em_agent_t *a) {
+  uint64_t period_ms = a->cfg.sample_period_ns / 1000000u;
+  em_publisher_start(a->pub);
+  try_attach(a);
+  if (a->pid == 0) {
+    uv_timer_start(&a->lookup, on_lookup, LOOKUP_MS, LOOKUP_MS);
+  }
+  a->next_tick_ns = uv_hrtime() + a->cfg.sample_period_ns;
+  a->next_smaps_ns = 0;
+  a->next_system_ns = 0;
+  return uv_timer_start(&a->tick, on_tick, period_ms, period_ms);
+}
+
+static void stop_step(em_agent_t *a);
+static void on_closed(uv_handle_t *h) {
+  stop_step(h->data);
+}
+
+/* One more part of the agent is closed; the last one reports the stop as done. */
+static void stop_step(em_agent_t *a) {
+  if (--a->closing == 0 && a->stop_done) {
+    a->stop_done(a->stop_ctx);
+  }
+}
+
+static void on_publisher_stopped(void *ctx) {
+  stop_step(ctx);
+}
+
+void em_agent_stop(em_agent_t *a, void (*done)(void *), void *ctx) {
+  if (a->closing) {
+    return;
+  }
+  a->stop_done = done;
+  a->stop_ctx = ctx;
+  a->closing = 3; /* two timers and the publisher */
+  uv_close((uv_handle_t *)&a->tick, on_closed);
+  uv_close((uv_handle_t *)&a->lookup, on_closed);
+  uint8_t last[64];
+  size_t len = encode_status(a, false, last, sizeof(last));
+  em_publisher_stop(a->pub, len ? last : NULL, len, STOP_TIMEOUT_MS, on_publisher_stopped, a);
+}
+
+void em_agent_free(em_agent_t *a) {
+  if (!a) {
+    return;
+  }
+  em_publisher_free(a->pub);
+  em_pmu_free(a->pmu);
+  em_procfs_free(a->proc);
+  if (a->self_statm_fd >= 0) {
+    close(a->self_statm_fd);
+  }
+  free(a->defs);
+  free(a->absent);
+  free(a->samples);
+  free(a->out);
+  free(a);
+}

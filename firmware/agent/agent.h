@@ -1,0 +1,39 @@
+/*
+ * agent.h - the agent itself: ties the target lookup, the PMU, the procfs readers and the
+ * publisher to one libuv loop. Every sample period it reads each PMU group once, reads the
+ * cheap memory and pressure figures (smaps_rollup on its slower cadence), encodes one v1 data
+ * message and hands it to the publisher. It attaches to the target when it appears, notices
+ * when it exits, and re-attaches within a second when it comes back.
+ *
+ * Owns: the PMU and procfs readers, the publisher, the tick and lookup timers, and the
+ * buffers sized at start-up (metric dictionary, samples, encode buffer); nothing is
+ * allocated per tick. Single-threaded.
+ */
+#ifndef EDGEMON_AGENT_AGENT_H
+#define EDGEMON_AGENT_AGENT_H
+
+#include <uv.h>
+
+#include "config.h"
+
+typedef struct em_agent em_agent_t;
+
+/*
+ * Builds the agent for `cfg` (copied) on `loop`. Returns 0 and *out, -ENOMEM, or -EINVAL
+ * when the config names no target or an unknown PMU event.
+ */
+int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg, const char *version);
+
+/* Starts sampling and connecting. Returns 0 or a negative errno. */
+int em_agent_start(em_agent_t *a);
+
+/*
+ * Stops: publishes status offline, disconnects, closes every handle, then calls done(ctx)
+ * from the loop (the loop then has nothing left of the agent's and uv_run returns).
+ */
+void em_agent_stop(em_agent_t *a, void (*done)(void *), void *ctx);
+
+/* Frees after stop's done. NULL is a no-op. */
+void em_agent_free(em_agent_t *a);
+
+#endif /* EDGEMON_AGENT_AGENT_H */

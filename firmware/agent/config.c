@@ -1,0 +1,1361 @@
+/*
+ * config.c - see config.h. Reads the agent's INI file with Debian's libinih, validates every
+ * key, reports every problem as FILE:LINE: message, and fills in defaults (docs/CONFIG.md).
+ *
+ * Owns nothing after em_config_load() returns: the file is open only during the call, and
+ * nothing is allocated (libinih keeps its line buffer on the stack). Single-threaded.
+ *
+ * How a file is read, and why not with a bare ini_parse():
+ *
+ *   1. Line numbers. Debian builds libinih without INI_HANDLER_LINENO, so the handler is not
+ *      told the line, and ini_parse() returns only the first error's line. This file feeds
+ *      libinih through ini_parse_stream() with its own reader (read_line), which hands over
+ *      exactly one physical line per call and counts them; while libinih calls the handler
+ *      for a line, load_t.line is that line's number.
+ *   2. Every error, not the first. Lines that libinih would reject (no '=' or ':', a section
+ *      header without ']'), section headers and comments are dealt with in the reader: a
+ *      malformed line is reported there and libinih gets an empty line instead, so it only
+ *      ever sees key lines. ini_parse_stream() returning a line anyway means the two
+ *      grammars disagree; that line is reported as a safety net.
+ *   3. Line length. libinih's stack buffer holds 200 bytes (INI_MAX_LINE); a cmdline or path
+ *      value may be 255. A key line too long for the buffer libinih passes is split here,
+ *      with libinih's own rules (split_pair), and goes to the same handler. Lines longer than
+ *      LINE_MAX_CHARS are an error.
+ *   4. Indented lines are not continuations. The reader strips leading whitespace, so
+ *      libinih's multi-line values (an indented line continues the previous value) never
+ *      apply: an indented "qos_data = 1" is a key, as it reads.
+ *
+ * Sections are tracked here (load_t.section), not taken from libinih, because after an
+ * unknown or malformed section header the keys that follow belong to no known section and are
+ * skipped quietly: one mistake, one error.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "config.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <ini.h>
+
+#define NS_PER_US  1000ull
+#define NS_PER_MS  1000000ull
+#define NS_PER_S   1000000000ull
+#define NS_PER_MIN (60ull * NS_PER_S)
+#define NS_PER_H   (3600ull * NS_PER_S)
+
+#define LINE_MAX_CHARS   1024      /* Longest physical line accepted, without its newline. */
+#define FILE_MAX_BYTES   (1 << 20) /* Read no more: a config is a few KiB (and not /dev/zero). */
+#define MSG_CAP          1024      /* Longest error message passed to the callback. */
+#define QUOTE_MAX        48        /* Longest value quoted in a message before "...". */
+#define MAX_PID          4194304   /* PID_MAX_LIMIT on 64-bit kernels. */
+#define MAX_COMM         15        /* TASK_COMM_LEN - 1. */
+#define MAX_CMDLINE      255
+#define MAX_CLIENT_ID    64
+#define SUGGEST_DISTANCE 2 /* Did-you-mean: the largest edit distance suggested. */
+
+typedef enum {
+  SEC_NONE = 0, /* Before the first section header. */
+  SEC_AGENT,
+  SEC_TARGET,
+  SEC_MQTT,
+  SEC_PMU,
+  SEC_INVALID, /* After an unknown or malformed header: its keys are skipped. */
+} section_t;
+
+static const char *const section_names[] = {"", "agent", "target", "mqtt", "pmu"};
+#define N_SECTIONS 5 /* Entries of section_names, SEC_NONE included. */
+
+typedef enum {
+  K_DEVICE_ID,
+  K_SAMPLE_PERIOD,
+  K_SMAPS_PERIOD,
+  K_SYSTEM_PERIOD,
+  K_RUNTIME_DIR,
+  K_BOARD,
+  K_PROC_ROOT,
+  K_LOG_LEVEL,
+  K_PID,
+  K_PID_FILE,
+  K_PROCESS_NAME,
+  K_CMDLINE,
+  K_CGROUP,
+  K_BROKER,
+  K_CLIENT_ID,
+  K_QOS_DATA,
+  K_QOS_STATE,
+  K_KEEPALIVE,
+  K_RECONNECT_MIN,
+  K_RECONNECT_MAX,
+  K_EVENTS,
+  K_COUNT,
+} key_id_t;
+
+typedef struct load load_t;
+typedef struct key_def key_def_t;
+
+/* Validates `value` (non-empty, no control characters) and stores it, or reports why not. */
+typedef void (*key_setter_fn)(load_t *ld, const key_def_t *k, const char *value);
+
+struct key_def {
+  key_id_t id;
+  section_t section;
+  const char *name;
+  key_setter_fn set;
+  uint64_t min_ns;     /* Durations: the accepted range. */
+  uint64_t max_ns;     /* 0 for keys that are not durations. */
+  const char *example; /* A valid value, quoted in messages. */
+};
+
+/* State of one em_config_load() call. */
+struct load {
+  const char *file;
+  em_config_t *cfg;
+  em_config_error_fn on_error;
+  void *ctx;
+  int n_errors;
+  FILE *fp;
+  int read_errno;          /* errno of a failed read, 0 when none. */
+  size_t bytes;            /* Bytes read so far; reading stops past FILE_MAX_BYTES. */
+  int line;                /* 1-based number of the line last handed to libinih. */
+  int pair_line;           /* The last line that held a key = value pair. */
+  section_t section;       /* Section of the current line. */
+  int key_line[K_COUNT];   /* Line each key was first given on; 0 = not given. */
+  bool key_ok[K_COUNT];    /* The key's value was valid and is stored in cfg. */
+  const key_def_t *target; /* The [target] key given first; NULL = none yet. */
+  char buf[LINE_MAX_CHARS + 1];
+};
+
+/* The generic perf event names the agent accepts, in the order --check lists them. */
+static const char *const pmu_event_names[] = {
+    "cycles",
+    "instructions",
+    "cache-references",
+    "cache-misses",
+    "branch-instructions",
+    "branch-misses",
+    "stalled-cycles-frontend",
+    "stalled-cycles-backend",
+    "ref-cycles",
+    "bus-cycles",
+    "task-clock",
+    "cpu-clock",
+    "context-switches",
+    "cpu-migrations",
+    "page-faults",
+    "minor-faults",
+    "major-faults",
+};
+#define N_PMU_EVENT_NAMES (sizeof(pmu_event_names) / sizeof(pmu_event_names[0]))
+
+/* [pmu] events when the file does not set it: what every Linux kernel offers. */
+static const char *const default_events[] = {
+    "cycles",        "instructions", "cache-references", "cache-misses",   "branch-instructions",
+    "branch-misses", "task-clock",   "context-switches", "cpu-migrations", "page-faults",
+};
+#define N_DEFAULT_EVENTS (sizeof(default_events) / sizeof(default_events[0]))
+
+/* ---- small helpers ---------------------------------------------------------------------- */
+
+static bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f';
+}
+
+static bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+
+static bool is_id_char(char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || is_digit(c) || c == '_' || c == '.' ||
+         c == ':' || c == '-';
+}
+
+/* Strips whitespace from both ends in place; returns the first non-space character. */
+static char *trim(char *s) {
+  while (is_space(*s)) {
+    s++;
+  }
+  size_t n = strlen(s);
+  while (n > 0 && is_space(s[n - 1])) {
+    s[--n] = '\0';
+  }
+  return s;
+}
+
+/*
+ * libinih's find_chars_or_comment(): the first character of `chars` (none when NULL), or the
+ * start of an inline comment (';' after whitespace), or the terminating NUL.
+ */
+static char *find_chars_or_comment(char *s, const char *chars) {
+  bool was_space = false;
+  while (*s != '\0' && (chars == NULL || strchr(chars, *s) == NULL) && !(was_space && *s == ';')) {
+    was_space = is_space(*s);
+    s++;
+  }
+  return s;
+}
+
+/*
+ * Copies `s` into out (cap bytes) for quoting in a message: bytes outside printable ASCII
+ * become '?', and text past QUOTE_MAX characters becomes "...".
+ */
+static const char *quote(char *out, size_t cap, const char *s) {
+  size_t n = 0;
+  size_t limit = cap - 4 < QUOTE_MAX ? cap - 4 : QUOTE_MAX;
+  for (; s[n] != '\0' && n < limit; n++) {
+    unsigned char c = (unsigned char)s[n];
+    out[n] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
+  }
+  if (s[n] != '\0') {
+    memcpy(out + n, "...", 3);
+    n += 3;
+  }
+  out[n] = '\0';
+  return out;
+}
+
+/*
+ * Levenshtein distance between a and b, or SIZE_MAX when either is longer than the small
+ * fixed rows (no suggestion is worth it then).
+ */
+static size_t edit_distance(const char *a, const char *b) {
+  enum { MAXLEN = 48 };
+  size_t la = strlen(a);
+  size_t lb = strlen(b);
+  if (la > MAXLEN || lb > MAXLEN) {
+    return SIZE_MAX;
+  }
+  size_t prev[MAXLEN + 1];
+  size_t cur[MAXLEN + 1];
+  for (size_t j = 0; j <= lb; j++) {
+    prev[j] = j;
+  }
+  for (size_t i = 1; i <= la; i++) {
+    cur[0] = i;
+    for (size_t j = 1; j <= lb; j++) {
+      size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      size_t best = prev[j - 1] + cost;
+      if (prev[j] + 1 < best) {
+        best = prev[j] + 1;
+      }
+      if (cur[j - 1] + 1 < best) {
+        best = cur[j - 1] + 1;
+      }
+      cur[j] = best;
+    }
+    memcpy(prev, cur, (lb + 1) * sizeof(prev[0]));
+  }
+  return prev[lb];
+}
+
+/* True when `candidate` is close enough to `word` to suggest, and closer than *best. */
+static bool closer(const char *word, const char *candidate, size_t *best) {
+  size_t d = edit_distance(word, candidate);
+  if (d == 0 || d > SUGGEST_DISTANCE || d >= strlen(word) || d >= *best) {
+    return false;
+  }
+  *best = d;
+  return true;
+}
+
+/* Formats a duration exactly, in the largest unit that divides it ("100ms", "30s", "1h"). */
+static const char *format_duration(char *out, size_t cap, uint64_t ns) {
+  static const struct {
+    uint64_t ns;
+    const char *unit;
+    uint64_t from; /* Use this unit only from this value up ("90s", not "1m30s"). */
+  } units[] = {
+      {NS_PER_H, "h", NS_PER_H},    {NS_PER_MIN, "m", 2 * NS_PER_MIN}, {NS_PER_S, "s", NS_PER_S},
+      {NS_PER_MS, "ms", NS_PER_MS}, {NS_PER_US, "us", NS_PER_US},
+  };
+  for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+    if (ns >= units[i].from && ns % units[i].ns == 0) {
+      snprintf(out, cap, "%llu%s", (unsigned long long)(ns / units[i].ns), units[i].unit);
+      return out;
+    }
+  }
+  snprintf(out, cap, "%lluns", (unsigned long long)ns);
+  return out;
+}
+
+/* Copies s into dst (cap bytes). Returns false, leaving dst alone, when it does not fit. */
+static bool copy_str(char *dst, size_t cap, const char *s) {
+  size_t n = strlen(s);
+  if (n >= cap) {
+    return false;
+  }
+  memcpy(dst, s, n + 1);
+  return true;
+}
+
+#if defined(__GNUC__) || defined(__clang__)
+#define EM_PRINTF(fmt_arg, first_arg) __attribute__((format(printf, fmt_arg, first_arg)))
+#else
+#define EM_PRINTF(fmt_arg, first_arg)
+#endif
+
+/* Counts one problem at `line` and hands it to the caller's callback. */
+EM_PRINTF(3, 4) static void report(load_t *ld, int line, const char *fmt, ...) {
+  ld->n_errors++;
+  if (ld->on_error == NULL) {
+    return;
+  }
+  char msg[MSG_CAP];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  ld->on_error(ld->ctx, ld->file, line, msg);
+}
+
+/* ---- value parsers ----------------------------------------------------------------------- */
+
+typedef enum {
+  DUR_OK,
+  DUR_NOT_NUMBER, /* Does not start with a digit: "abc", "1.5s", ".5s". */
+  DUR_NEGATIVE,   /* "-5ms". */
+  DUR_NO_UNIT,    /* "10". */
+  DUR_BAD_UNIT,   /* "10xs", "10 ms". */
+  DUR_OVERFLOW,   /* More nanoseconds than a uint64_t holds. */
+} duration_status_t;
+
+/* em_config_parse_duration() with the reason for a failure, for the message. */
+static duration_status_t parse_duration(const char *text, uint64_t *out_ns) {
+  static const struct {
+    const char *unit;
+    uint64_t ns;
+  } units[] = {{"ns", 1},       {"us", NS_PER_US}, {"ms", NS_PER_MS},
+               {"s", NS_PER_S}, {"m", NS_PER_MIN}, {"h", NS_PER_H}};
+  if (text[0] == '-') {
+    return DUR_NEGATIVE;
+  }
+  if (!is_digit(text[0])) {
+    return DUR_NOT_NUMBER;
+  }
+  uint64_t n = 0;
+  bool overflow = false;
+  const char *p = text;
+  for (; is_digit(*p); p++) {
+    uint64_t d = (uint64_t)(*p - '0');
+    if (n > (UINT64_MAX - d) / 10) {
+      overflow = true;
+    } else {
+      n = n * 10 + d;
+    }
+  }
+  if (*p == '\0') {
+    return DUR_NO_UNIT;
+  }
+  if (*p == '.') {
+    return DUR_NOT_NUMBER;
+  }
+  for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+    if (strcmp(p, units[i].unit) != 0) {
+      continue;
+    }
+    if (overflow || n > UINT64_MAX / units[i].ns) {
+      return DUR_OVERFLOW;
+    }
+    *out_ns = n * units[i].ns;
+    return DUR_OK;
+  }
+  return DUR_BAD_UNIT;
+}
+
+int em_config_parse_duration(const char *text, uint64_t *out_ns) {
+  if (text == NULL || out_ns == NULL) {
+    return -EINVAL;
+  }
+  uint64_t ns = 0;
+  if (parse_duration(text, &ns) != DUR_OK) {
+    return -EINVAL;
+  }
+  *out_ns = ns;
+  return 0;
+}
+
+/* Parses a whole decimal number (digits only, no sign). Returns false when it is not one. */
+static bool parse_u64(const char *text, uint64_t *out) {
+  if (!is_digit(text[0])) {
+    return false;
+  }
+  uint64_t n = 0;
+  for (const char *p = text; *p != '\0'; p++) {
+    if (!is_digit(*p)) {
+      return false;
+    }
+    uint64_t d = (uint64_t)(*p - '0');
+    if (n > (UINT64_MAX - d) / 10) {
+      return false;
+    }
+    n = n * 10 + d;
+  }
+  *out = n;
+  return true;
+}
+
+/* True for a character allowed in a host name or IPv4 address. */
+static bool is_host_char(char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || is_digit(c) || c == '.' || c == '-' ||
+         c == '_';
+}
+
+/* True for a character allowed inside the brackets of an IPv6 literal. */
+static bool is_ipv6_char(char c) {
+  return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') || c == ':' || c == '.';
+}
+
+/*
+ * em_config_parse_broker() with the reason for a failure: NULL on success, else the end of a
+ * message that starts with "broker 'URL' ". IPv6 literals go in brackets (mqtt://[::1]:1883)
+ * and come out without them.
+ */
+static const char *parse_broker(const char *url, char *host, size_t host_cap, uint16_t *port) {
+  static const char scheme[] = "mqtt://";
+  if (strncmp(url, "mqtts://", 8) == 0) {
+    return "uses TLS (mqtts://), which is not supported yet; use mqtt://HOST[:PORT]";
+  }
+  if (strncmp(url, scheme, sizeof(scheme) - 1) != 0) {
+    return "must look like mqtt://HOST[:PORT], e.g. mqtt://127.0.0.1:1883";
+  }
+  const char *h = url + sizeof(scheme) - 1;
+  const char *end = h;
+  const char *next = NULL;
+  if (*h == '[') {
+    h++;
+    end = h;
+    while (is_ipv6_char(*end)) {
+      end++;
+    }
+    if (*end != ']' || end == h) {
+      return "has a bad IPv6 address; write it as mqtt://[::1]:1883";
+    }
+    next = end + 1;
+  } else {
+    while (is_host_char(*end)) {
+      end++;
+    }
+    next = end;
+  }
+  if (end == h) {
+    return "has no host";
+  }
+  if (strchr(next, '@') != NULL) {
+    return "has credentials, which are not supported yet";
+  }
+  if (*next != '\0' && *next != ':') {
+    return "has an unexpected character after the host; use mqtt://HOST[:PORT]";
+  }
+  uint64_t p = 1883;
+  if (*next == ':' && (!parse_u64(next + 1, &p) || p < 1 || p > 65535)) {
+    return "has a bad port; use 1..65535";
+  }
+  size_t len = (size_t)(end - h);
+  if (len >= host_cap) {
+    return "has a host name that is too long";
+  }
+  memcpy(host, h, len);
+  host[len] = '\0';
+  *port = (uint16_t)p;
+  return NULL;
+}
+
+int em_config_parse_broker(const char *url, char *host, size_t host_cap, uint16_t *port) {
+  if (url == NULL || host == NULL || host_cap == 0 || port == NULL) {
+    return -EINVAL;
+  }
+  return parse_broker(url, host, host_cap, port) == NULL ? 0 : -EINVAL;
+}
+
+/* ---- key setters: each validates one value and stores it, or reports why not ------------ */
+
+/* Marks key k as stored. */
+static void accept_key(load_t *ld, const key_def_t *k) {
+  ld->key_ok[k->id] = true;
+}
+
+/* Reports a value that em_config_parse_duration() rejected, saying why. */
+static void report_bad_duration(load_t *ld, const key_def_t *k, const char *value,
+                                duration_status_t why) {
+  char q[QUOTE_MAX + 4];
+  quote(q, sizeof(q), value);
+  switch (why) {
+  case DUR_NO_UNIT:
+    report(ld, ld->line, "%s needs a unit, e.g. %s", k->name, k->example);
+    return;
+  case DUR_BAD_UNIT:
+    report(ld, ld->line, "%s '%s' has an unknown unit; use ns, us, ms, s, m or h", k->name, q);
+    return;
+  case DUR_NEGATIVE:
+    report(ld, ld->line, "%s '%s' cannot be negative", k->name, q);
+    return;
+  case DUR_OVERFLOW:
+    report(ld, ld->line, "%s '%s' is too large", k->name, q);
+    return;
+  case DUR_NOT_NUMBER:
+  case DUR_OK:
+    break;
+  }
+  report(ld, ld->line, "%s '%s' is not a duration; use a whole number and a unit, e.g. %s", k->name,
+         q, k->example);
+}
+
+/* Parses a duration and checks it against the key's range; false after reporting. */
+static bool parse_duration_in_range(load_t *ld, const key_def_t *k, const char *value,
+                                    uint64_t *out_ns) {
+  uint64_t ns = 0;
+  duration_status_t why = parse_duration(value, &ns);
+  if (why != DUR_OK) {
+    report_bad_duration(ld, k, value, why);
+    return false;
+  }
+  if (ns < k->min_ns || ns > k->max_ns) {
+    char q[QUOTE_MAX + 4];
+    char lo[32];
+    char hi[32];
+    report(ld, ld->line, "%s '%s' is out of range %s..%s", k->name, quote(q, sizeof(q), value),
+           format_duration(lo, sizeof(lo), k->min_ns), format_duration(hi, sizeof(hi), k->max_ns));
+    return false;
+  }
+  *out_ns = ns;
+  return true;
+}
+
+/* sample_period, reconnect_min, reconnect_max: a duration in the key's range. */
+static void set_duration(load_t *ld, const key_def_t *k, const char *value) {
+  uint64_t ns = 0;
+  if (!parse_duration_in_range(ld, k, value, &ns)) {
+    return;
+  }
+  em_config_t *cfg = ld->cfg;
+  switch (k->id) {
+  case K_SAMPLE_PERIOD:
+    cfg->sample_period_ns = ns;
+    break;
+  case K_SYSTEM_PERIOD:
+    cfg->system_period_ns = ns;
+    break;
+  case K_RECONNECT_MIN:
+    cfg->reconnect_min_ns = ns;
+    break;
+  case K_RECONNECT_MAX:
+    cfg->reconnect_max_ns = ns;
+    break;
+  default:
+    return;
+  }
+  accept_key(ld, k);
+}
+
+/* smaps_period: "0" or "off" turns smaps_rollup reading off, else a duration. */
+static void set_smaps_period(load_t *ld, const key_def_t *k, const char *value) {
+  uint64_t ns = 0;
+  if (strcmp(value, "0") == 0 || strcmp(value, "off") == 0) {
+    ns = 0;
+  } else if (!parse_duration_in_range(ld, k, value, &ns)) {
+    return;
+  }
+  ld->cfg->smaps_period_ns = ns;
+  accept_key(ld, k);
+}
+
+/* keepalive: a duration of whole seconds, 5s..1h, stored in seconds. */
+static void set_keepalive(load_t *ld, const key_def_t *k, const char *value) {
+  uint64_t ns = 0;
+  if (!parse_duration_in_range(ld, k, value, &ns)) {
+    return;
+  }
+  if (ns % NS_PER_S != 0) {
+    char q[QUOTE_MAX + 4];
+    report(ld, ld->line, "%s '%s' must be whole seconds, e.g. %s", k->name,
+           quote(q, sizeof(q), value), k->example);
+    return;
+  }
+  ld->cfg->keepalive_s = (uint32_t)(ns / NS_PER_S);
+  accept_key(ld, k);
+}
+
+/* Checks an identifier (device_id, board): 1..63 characters of [A-Za-z0-9_.:-]. */
+static bool check_id(load_t *ld, const key_def_t *k, const char *value) {
+  char q[QUOTE_MAX + 4];
+  if (strlen(value) >= EM_CONFIG_MAX_ID) {
+    report(ld, ld->line, "%s '%s' is longer than %d characters", k->name,
+           quote(q, sizeof(q), value), EM_CONFIG_MAX_ID - 1);
+    return false;
+  }
+  for (const char *p = value; *p != '\0'; p++) {
+    if (!is_id_char(*p)) {
+      report(ld, ld->line, "%s '%s' may use only letters, digits and _ . : -", k->name,
+             quote(q, sizeof(q), value));
+      return false;
+    }
+  }
+  return true;
+}
+
+static void set_device_id(load_t *ld, const key_def_t *k, const char *value) {
+  if (!check_id(ld, k, value)) {
+    return;
+  }
+  copy_str(ld->cfg->device_id, sizeof(ld->cfg->device_id), value);
+  accept_key(ld, k);
+}
+
+static void set_board(load_t *ld, const key_def_t *k, const char *value) {
+  if (!check_id(ld, k, value)) {
+    return;
+  }
+  copy_str(ld->cfg->board, sizeof(ld->cfg->board), value);
+  accept_key(ld, k);
+}
+
+/* Checks an absolute path that fits EM_CONFIG_MAX_PATH. */
+static bool check_path(load_t *ld, const key_def_t *k, const char *value) {
+  char q[QUOTE_MAX + 4];
+  if (value[0] != '/') {
+    report(ld, ld->line, "%s '%s' must be an absolute path", k->name, quote(q, sizeof(q), value));
+    return false;
+  }
+  if (strlen(value) >= EM_CONFIG_MAX_PATH) {
+    report(ld, ld->line, "%s is longer than %d characters", k->name, EM_CONFIG_MAX_PATH - 1);
+    return false;
+  }
+  return true;
+}
+
+static void set_runtime_dir(load_t *ld, const key_def_t *k, const char *value) {
+  if (!check_path(ld, k, value)) {
+    return;
+  }
+  copy_str(ld->cfg->runtime_dir, sizeof(ld->cfg->runtime_dir), value);
+  accept_key(ld, k);
+}
+
+static void set_proc_root(load_t *ld, const key_def_t *k, const char *value) {
+  if (!check_path(ld, k, value)) {
+    return;
+  }
+  copy_str(ld->cfg->proc_root, sizeof(ld->cfg->proc_root), value);
+  accept_key(ld, k);
+}
+
+static void set_log_level(load_t *ld, const key_def_t *k, const char *value) {
+  em_log_level_t level = EM_LOG_INFO;
+  if (em_log_parse_level(value, &level) != 0) {
+    char q[QUOTE_MAX + 4];
+    report(ld, ld->line, "%s '%s' must be one of error, warn, info, debug", k->name,
+           quote(q, sizeof(q), value));
+    return;
+  }
+  ld->cfg->log_level = level;
+  accept_key(ld, k);
+}
+
+/*
+ * [target] keys: the first one given wins; a second one is a conflict. Each kind then checks
+ * its own value.
+ */
+static void set_target(load_t *ld, const key_def_t *k, const char *value) {
+  static const struct {
+    key_id_t key;
+    em_target_kind_t kind;
+  } kinds[] = {{K_PID, EM_TARGET_PID},
+               {K_PID_FILE, EM_TARGET_PIDFILE},
+               {K_PROCESS_NAME, EM_TARGET_COMM},
+               {K_CMDLINE, EM_TARGET_CMDLINE},
+               {K_CGROUP, EM_TARGET_CGROUP}};
+  if (ld->target != NULL) {
+    report(ld, ld->line, "[target] %s conflicts with %s on line %d", k->name, ld->target->name,
+           ld->key_line[ld->target->id]);
+    return;
+  }
+  ld->target = k;
+
+  char q[QUOTE_MAX + 4];
+  quote(q, sizeof(q), value);
+  size_t len = strlen(value);
+  em_config_t *cfg = ld->cfg;
+  uint64_t pid = 0;
+  switch (k->id) {
+  case K_PID:
+    if (!parse_u64(value, &pid) || pid < 1 || pid > MAX_PID) {
+      report(ld, ld->line, "pid '%s' must be a number from 1 to %d", q, MAX_PID);
+      return;
+    }
+    cfg->target_pid = (int32_t)pid;
+    break;
+  case K_PID_FILE:
+  case K_CGROUP:
+    if (!check_path(ld, k, value)) {
+      return;
+    }
+    break;
+  case K_PROCESS_NAME:
+    if (len > MAX_COMM) {
+      report(ld, ld->line,
+             "process_name '%s' is longer than %d characters (the kernel's comm limit)", q,
+             MAX_COMM);
+      return;
+    }
+    break;
+  case K_CMDLINE:
+    if (len > MAX_CMDLINE) {
+      report(ld, ld->line, "cmdline is longer than %d characters", MAX_CMDLINE);
+      return;
+    }
+    break;
+  default:
+    return;
+  }
+  for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+    if (kinds[i].key == k->id) {
+      cfg->target_kind = kinds[i].kind;
+    }
+  }
+  if (k->id != K_PID) {
+    copy_str(cfg->target_value, sizeof(cfg->target_value), value);
+  }
+  accept_key(ld, k);
+}
+
+static void set_broker(load_t *ld, const key_def_t *k, const char *value) {
+  em_config_t *cfg = ld->cfg;
+  char host[sizeof(cfg->broker_host)];
+  uint16_t port = 0;
+  const char *why = parse_broker(value, host, sizeof(host), &port);
+  if (why != NULL) {
+    char q[QUOTE_MAX + 4];
+    report(ld, ld->line, "%s '%s' %s", k->name, quote(q, sizeof(q), value), why);
+    return;
+  }
+  memcpy(cfg->broker_host, host, sizeof(host));
+  cfg->broker_port = port;
+  accept_key(ld, k);
+}
+
+/* client_id: 1..64 characters of printable ASCII without spaces. */
+static void set_client_id(load_t *ld, const key_def_t *k, const char *value) {
+  char q[QUOTE_MAX + 4];
+  if (strlen(value) > MAX_CLIENT_ID) {
+    report(ld, ld->line, "%s '%s' is longer than %d characters", k->name,
+           quote(q, sizeof(q), value), MAX_CLIENT_ID);
+    return;
+  }
+  for (const char *p = value; *p != '\0'; p++) {
+    unsigned char c = (unsigned char)*p;
+    if (c <= 0x20 || c >= 0x7f) {
+      report(ld, ld->line, "%s '%s' may use only printable ascii without spaces", k->name,
+             quote(q, sizeof(q), value));
+      return;
+    }
+  }
+  copy_str(ld->cfg->client_id, sizeof(ld->cfg->client_id), value);
+  accept_key(ld, k);
+}
+
+/* qos_data, qos_state: 0 or 1. */
+static void set_qos(load_t *ld, const key_def_t *k, const char *value) {
+  if (strcmp(value, "0") != 0 && strcmp(value, "1") != 0) {
+    char q[QUOTE_MAX + 4];
+    report(ld, ld->line, "%s '%s' must be 0 or 1 (qos 2 is not supported)", k->name,
+           quote(q, sizeof(q), value));
+    return;
+  }
+  int qos = value[0] - '0';
+  if (k->id == K_QOS_DATA) {
+    ld->cfg->qos_data = qos;
+  } else {
+    ld->cfg->qos_state = qos;
+  }
+  accept_key(ld, k);
+}
+
+/* Index of `name` in pmu_event_names, or -1. */
+static int find_event(const char *name) {
+  for (size_t i = 0; i < N_PMU_EVENT_NAMES; i++) {
+    if (strcmp(name, pmu_event_names[i]) == 0) {
+      return (int)i;
+    }
+  }
+  return -1;
+}
+
+/* Reports an unknown event, with a suggestion when one is close, and the valid names. */
+static void report_unknown_event(load_t *ld, const char *name) {
+  char valid[512];
+  size_t used = 0;
+  for (size_t i = 0; i < N_PMU_EVENT_NAMES; i++) {
+    int n =
+        snprintf(valid + used, sizeof(valid) - used, "%s%s", i > 0 ? ", " : "", pmu_event_names[i]);
+    if (n < 0 || (size_t)n >= sizeof(valid) - used) {
+      break;
+    }
+    used += (size_t)n;
+  }
+  size_t best = SIZE_MAX;
+  const char *hint = NULL;
+  for (size_t i = 0; i < N_PMU_EVENT_NAMES; i++) {
+    if (closer(name, pmu_event_names[i], &best)) {
+      hint = pmu_event_names[i];
+    }
+  }
+  char q[QUOTE_MAX + 4];
+  quote(q, sizeof(q), name);
+  if (hint != NULL) {
+    report(ld, ld->line, "unknown pmu event '%s'; did you mean '%s'? valid: %s", q, hint, valid);
+  } else {
+    report(ld, ld->line, "unknown pmu event '%s'; valid: %s", q, valid);
+  }
+}
+
+/*
+ * events: names separated by commas and/or spaces, each known, none twice, at most
+ * EM_CONFIG_MAX_EVENTS. Every bad name on the line is reported; the list is stored only when
+ * all are good, and replaces the default list.
+ */
+static void set_events(load_t *ld, const key_def_t *k, const char *value) {
+  int picked[EM_CONFIG_MAX_EVENTS];
+  size_t n = 0;
+  bool bad = false;
+  bool too_many = false;
+  const char *p = value;
+  while (*p != '\0') {
+    while (*p == ',' || is_space(*p)) {
+      p++;
+    }
+    if (*p == '\0') {
+      break;
+    }
+    const char *start = p;
+    while (*p != '\0' && *p != ',' && !is_space(*p)) {
+      p++;
+    }
+    char name[EM_CONFIG_MAX_EVENT_NAME + 4];
+    size_t len = (size_t)(p - start);
+    if (len >= sizeof(name)) {
+      len = sizeof(name) - 1;
+    }
+    memcpy(name, start, len);
+    name[len] = '\0';
+
+    int idx = find_event(name);
+    if (idx < 0) {
+      report_unknown_event(ld, name);
+      bad = true;
+      continue;
+    }
+    bool dup = false;
+    for (size_t i = 0; i < n; i++) {
+      dup = dup || picked[i] == idx;
+    }
+    if (dup) {
+      report(ld, ld->line, "pmu event '%s' is listed twice", name);
+      bad = true;
+      continue;
+    }
+    if (n == EM_CONFIG_MAX_EVENTS) {
+      too_many = true;
+      continue;
+    }
+    picked[n++] = idx;
+  }
+  if (too_many) {
+    report(ld, ld->line, "%s lists more than %d events", k->name, EM_CONFIG_MAX_EVENTS);
+    bad = true;
+  }
+  if (n == 0 && !bad) {
+    report(ld, ld->line, "%s lists no event; e.g. %s", k->name, k->example);
+    return;
+  }
+  if (bad) {
+    return;
+  }
+  em_config_t *cfg = ld->cfg;
+  memset(cfg->events, 0, sizeof(cfg->events));
+  for (size_t i = 0; i < n; i++) {
+    copy_str(cfg->events[i], sizeof(cfg->events[i]), pmu_event_names[picked[i]]);
+  }
+  cfg->n_events = n;
+  accept_key(ld, k);
+}
+
+/* Every key, by section. Index = key_id_t. */
+static const key_def_t keys[K_COUNT] = {
+    {K_DEVICE_ID, SEC_AGENT, "device_id", set_device_id, 0, 0, "jetson-07"},
+    {K_SAMPLE_PERIOD, SEC_AGENT, "sample_period", set_duration, NS_PER_MS, 60 * NS_PER_S, "100ms"},
+    {K_SMAPS_PERIOD, SEC_AGENT, "smaps_period", set_smaps_period, NS_PER_MS, NS_PER_H, "5s"},
+    {K_SYSTEM_PERIOD, SEC_AGENT, "system_period", set_duration, NS_PER_MS, NS_PER_H, "1s"},
+    {K_RUNTIME_DIR, SEC_AGENT, "runtime_dir", set_runtime_dir, 0, 0, "/run/edgemon"},
+    {K_BOARD, SEC_AGENT, "board", set_board, 0, 0, "generic"},
+    {K_PROC_ROOT, SEC_AGENT, "proc_root", set_proc_root, 0, 0, "/proc"},
+    {K_LOG_LEVEL, SEC_AGENT, "log_level", set_log_level, 0, 0, "info"},
+    {K_PID, SEC_TARGET, "pid", set_target, 0, 0, "1234"},
+    {K_PID_FILE, SEC_TARGET, "pid_file", set_target, 0, 0, "/run/inference.pid"},
+    {K_PROCESS_NAME, SEC_TARGET, "process_name", set_target, 0, 0, "python3"},
+    {K_CMDLINE, SEC_TARGET, "cmdline", set_target, 0, 0, "detect.py"},
+    {K_CGROUP, SEC_TARGET, "cgroup", set_target, 0, 0, "/sys/fs/cgroup/inference.service"},
+    {K_BROKER, SEC_MQTT, "broker", set_broker, 0, 0, "mqtt://127.0.0.1:1883"},
+    {K_CLIENT_ID, SEC_MQTT, "client_id", set_client_id, 0, 0, "edgemon-jetson-07"},
+    {K_QOS_DATA, SEC_MQTT, "qos_data", set_qos, 0, 0, "0"},
+    {K_QOS_STATE, SEC_MQTT, "qos_state", set_qos, 0, 0, "1"},
+    {K_KEEPALIVE, SEC_MQTT, "keepalive", set_keepalive, 5 * NS_PER_S, NS_PER_H, "30s"},
+    {K_RECONNECT_MIN, SEC_MQTT, "reconnect_min", set_duration, 100 * NS_PER_MS, NS_PER_H, "500ms"},
+    {K_RECONNECT_MAX, SEC_MQTT, "reconnect_max", set_duration, 100 * NS_PER_MS, NS_PER_H, "30s"},
+    {K_EVENTS, SEC_PMU, "events", set_events, 0, 0, "cycles, instructions"},
+};
+
+/* ---- defaults ---------------------------------------------------------------------------- */
+
+/* The hostname made topic-safe: other characters become '-'; "edgemon" when there is none. */
+static void default_device_id(char *out, size_t cap) {
+  char host[256] = "";
+  if (gethostname(host, sizeof(host) - 1) != 0) {
+    host[0] = '\0';
+  }
+  host[sizeof(host) - 1] = '\0';
+  size_t n = 0;
+  for (; host[n] != '\0' && n + 1 < cap; n++) {
+    out[n] = is_id_char(host[n]) ? host[n] : '-';
+  }
+  out[n] = '\0';
+  if (n == 0) {
+    copy_str(out, cap, "edgemon");
+  }
+}
+
+/* /run/edgemon for root, else $XDG_RUNTIME_DIR/edgemon, else /tmp/edgemon-<uid>. */
+static void default_runtime_dir(char *out, size_t cap) {
+  if (geteuid() == 0) {
+    snprintf(out, cap, "/run/edgemon");
+    return;
+  }
+  const char *xdg = getenv("XDG_RUNTIME_DIR");
+  if (xdg != NULL && xdg[0] == '/') {
+    int n = snprintf(out, cap, "%s/edgemon", xdg);
+    if (n > 0 && (size_t)n < cap) {
+      return;
+    }
+  }
+  snprintf(out, cap, "/tmp/edgemon-%lu", (unsigned long)geteuid());
+}
+
+void em_config_defaults(em_config_t *cfg) {
+  if (cfg == NULL) {
+    return;
+  }
+  memset(cfg, 0, sizeof(*cfg));
+  default_device_id(cfg->device_id, sizeof(cfg->device_id));
+  cfg->sample_period_ns = 100 * NS_PER_MS;
+  cfg->smaps_period_ns = 5 * NS_PER_S;
+  cfg->system_period_ns = NS_PER_S;
+  default_runtime_dir(cfg->runtime_dir, sizeof(cfg->runtime_dir));
+  copy_str(cfg->board, sizeof(cfg->board), "generic");
+  copy_str(cfg->proc_root, sizeof(cfg->proc_root), "/proc");
+  cfg->log_level = EM_LOG_INFO;
+
+  cfg->target_kind = EM_TARGET_NONE;
+
+  copy_str(cfg->broker_host, sizeof(cfg->broker_host), "127.0.0.1");
+  cfg->broker_port = 1883;
+  snprintf(cfg->client_id, sizeof(cfg->client_id), "edgemon-%s", cfg->device_id);
+  cfg->qos_data = 0;
+  cfg->qos_state = 1;
+  cfg->keepalive_s = 30;
+  cfg->reconnect_min_ns = 500 * NS_PER_MS;
+  cfg->reconnect_max_ns = 30 * NS_PER_S;
+
+  for (size_t i = 0; i < N_DEFAULT_EVENTS; i++) {
+    copy_str(cfg->events[i], sizeof(cfg->events[i]), default_events[i]);
+  }
+  cfg->n_events = N_DEFAULT_EVENTS;
+}
+
+/* ---- the file: reader, handler, whole-file checks ---------------------------------------- */
+
+/* The key named `name` in `section`, or NULL. */
+static const key_def_t *find_key(section_t section, const char *name) {
+  for (size_t i = 0; i < K_COUNT; i++) {
+    if (keys[i].section == section && strcmp(keys[i].name, name) == 0) {
+      return &keys[i];
+    }
+  }
+  return NULL;
+}
+
+/* The key named `name` in any section, or NULL. */
+static const key_def_t *find_key_anywhere(const char *name) {
+  for (size_t i = 0; i < K_COUNT; i++) {
+    if (strcmp(keys[i].name, name) == 0) {
+      return &keys[i];
+    }
+  }
+  return NULL;
+}
+
+/* Reports an unknown key: where it belongs if it is another section's, else a close name. */
+static void report_unknown_key(load_t *ld, const char *name) {
+  char q[QUOTE_MAX + 4];
+  quote(q, sizeof(q), name);
+  const char *sec = section_names[ld->section];
+  const key_def_t *other = find_key_anywhere(name);
+  if (other != NULL) {
+    report(ld, ld->line, "unknown key '%s' in [%s]; it belongs in [%s]", q, sec,
+           section_names[other->section]);
+    return;
+  }
+  size_t best = SIZE_MAX;
+  const char *hint = NULL;
+  for (size_t i = 0; i < K_COUNT; i++) {
+    if (keys[i].section == ld->section && closer(name, keys[i].name, &best)) {
+      hint = keys[i].name;
+    }
+  }
+  if (hint != NULL) {
+    report(ld, ld->line, "unknown key '%s' in [%s]; did you mean '%s'?", q, sec, hint);
+  } else {
+    report(ld, ld->line, "unknown key '%s' in [%s]", q, sec);
+  }
+}
+
+/*
+ * One name = value pair of the current line (ld->line, ld->section), from libinih's handler
+ * or from read_line for a line too long for libinih. Checks the key and hands the value to
+ * its setter.
+ */
+static void handle_pair(load_t *ld, const char *name, const char *value) {
+  char q[QUOTE_MAX + 4];
+  if (ld->section == SEC_INVALID) {
+    return; /* The section header was reported. */
+  }
+  if (ld->section == SEC_NONE) {
+    const key_def_t *k = find_key_anywhere(name);
+    if (k != NULL) {
+      report(ld, ld->line, "key '%s' is outside any section; put it under [%s]", k->name,
+             section_names[k->section]);
+    } else {
+      report(ld, ld->line, "key '%s' is outside any section; start with a section, e.g. [agent]",
+             quote(q, sizeof(q), name));
+    }
+    return;
+  }
+  const key_def_t *k = find_key(ld->section, name);
+  if (k == NULL) {
+    report_unknown_key(ld, name);
+    return;
+  }
+  if (ld->key_line[k->id] != 0) {
+    report(ld, ld->line, "duplicate key '%s' in [%s] (first on line %d)", k->name,
+           section_names[k->section], ld->key_line[k->id]);
+    return;
+  }
+  ld->key_line[k->id] = ld->line;
+  if (value[0] == '\0') {
+    report(ld, ld->line, "%s has an empty value; e.g. %s = %s", k->name, k->name, k->example);
+    return;
+  }
+  for (const char *p = value; *p != '\0'; p++) {
+    unsigned char c = (unsigned char)*p;
+    if (c < 0x20 || c == 0x7f) {
+      report(ld, ld->line, "%s '%s' contains a control character", k->name,
+             quote(q, sizeof(q), value));
+      return;
+    }
+  }
+  k->set(ld, k, value);
+}
+
+/* libinih's handler: the line is ld->line (see the top of this file). */
+static int on_ini_pair(void *user, const char *section, const char *name, const char *value) {
+  (void)section; /* Tracked in load_t; libinih never sees a section header. */
+  handle_pair(user, name, value);
+  return 1; /* Problems are reported here, not through ini_parse_stream's return. */
+}
+
+/*
+ * Splits a key line as libinih does: name up to the first '=' or ':', value after it up to an
+ * inline comment (';' after whitespace), both trimmed. `text` is modified. Returns false when
+ * the line has no '=' or ':' before a comment.
+ */
+static bool split_pair(char *text, char **name, char **value) {
+  char *sep = find_chars_or_comment(text, "=:");
+  if (*sep != '=' && *sep != ':') {
+    return false;
+  }
+  *sep = '\0';
+  char *v = sep + 1;
+  char *end = find_chars_or_comment(v, NULL);
+  *end = '\0';
+  *name = trim(text);
+  *value = trim(v);
+  return true;
+}
+
+/* Handles a section header line: sets ld->section, or reports and sets SEC_INVALID. */
+static void handle_section(load_t *ld, char *text) {
+  char q[QUOTE_MAX + 4];
+  ld->section = SEC_INVALID;
+  char *close = find_chars_or_comment(text + 1, "]");
+  if (*close != ']') {
+    report(ld, ld->line, "section header '%s' has no closing ']'", quote(q, sizeof(q), text));
+    return;
+  }
+  *close = '\0';
+  char *rest = trim(close + 1);
+  char *name = trim(text + 1);
+  if (rest[0] != '\0' && rest[0] != ';' && rest[0] != '#') {
+    report(ld, ld->line, "unexpected text after [%s]", quote(q, sizeof(q), name));
+    return;
+  }
+  for (int s = SEC_AGENT; s < N_SECTIONS; s++) {
+    if (strcmp(name, section_names[s]) == 0) {
+      ld->section = (section_t)s;
+      return;
+    }
+  }
+  size_t best = SIZE_MAX;
+  const char *hint = NULL;
+  for (int s = SEC_AGENT; s < N_SECTIONS; s++) {
+    if (closer(name, section_names[s], &best)) {
+      hint = section_names[s];
+    }
+  }
+  quote(q, sizeof(q), name);
+  if (hint != NULL) {
+    report(ld, ld->line, "unknown section [%s]; did you mean [%s]?", q, hint);
+  } else {
+    report(ld, ld->line, "unknown section [%s]; use [agent], [target], [mqtt] or [pmu]", q);
+  }
+}
+
+/*
+ * Reads the next physical line into ld->buf (at most LINE_MAX_CHARS, without the newline).
+ * Returns false at the end of the file, on a read error or past FILE_MAX_BYTES (both set
+ * ld->read_errno).
+ */
+static bool next_line(load_t *ld, bool *too_long, bool *has_nul) {
+  size_t n = 0;
+  bool any = false;
+  *too_long = false;
+  *has_nul = false;
+  for (;;) {
+    int c = getc(ld->fp);
+    if (c == EOF) {
+      if (ferror(ld->fp)) {
+        ld->read_errno = errno != 0 ? errno : EIO;
+        return false;
+      }
+      break;
+    }
+    if (++ld->bytes > FILE_MAX_BYTES) {
+      ld->read_errno = EFBIG;
+      return false;
+    }
+    any = true;
+    if (c == '\n') {
+      break;
+    }
+    if (c == '\0') {
+      *has_nul = true;
+    }
+    if (n < LINE_MAX_CHARS) {
+      ld->buf[n++] = (char)c;
+    } else {
+      *too_long = true;
+    }
+  }
+  ld->buf[n] = '\0';
+  return any;
+}
+
+/* Makes str the empty line libinih gets for a line dealt with here; returns str. */
+static char *blank_line(char *str) {
+  str[0] = '\n';
+  str[1] = '\0';
+  return str;
+}
+
+/*
+ * libinih's reader (ini_reader, fgets-like): hands libinih one physical line per call, as
+ * "name = value\n" for a key line it can take and as "\n" for everything else, which is dealt
+ * with here (see the top of this file). Returns NULL at the end of the file.
+ */
+static char *read_line(char *str, int num, void *stream) {
+  load_t *ld = stream;
+  bool too_long = false;
+  bool has_nul = false;
+  errno = 0;
+  if (num < 2 || !next_line(ld, &too_long, &has_nul)) {
+    return NULL;
+  }
+  ld->line++;
+
+  char *raw = ld->buf;
+  if (ld->line == 1 && strncmp(raw, "\xEF\xBB\xBF", 3) == 0) {
+    raw += 3; /* A UTF-8 byte order mark. */
+  }
+  char *text = trim(raw);
+  bool indented = text != raw;
+  if (too_long) {
+    report(ld, ld->line, "line is longer than %d characters", LINE_MAX_CHARS);
+    return blank_line(str);
+  }
+  if (has_nul) {
+    report(ld, ld->line, "line contains a NUL byte");
+    return blank_line(str);
+  }
+  if (text[0] == '\0' || text[0] == ';' || text[0] == '#') {
+    return blank_line(str);
+  }
+  if (text[0] == '[') {
+    handle_section(ld, text);
+    return blank_line(str);
+  }
+
+  /* A key line: libinih gets it as is when it fits (split_pair below cuts up ld->buf). */
+  size_t len = strlen(text);
+  bool fits = len + 2 <= (size_t)num;
+  if (fits) {
+    memcpy(str, text, len);
+    str[len] = '\n';
+    str[len + 1] = '\0';
+  }
+  char q[QUOTE_MAX + 4];
+  quote(q, sizeof(q), text);
+  char *name = NULL;
+  char *value = NULL;
+  if (!split_pair(text, &name, &value)) {
+    bool continuation = indented && ld->pair_line == ld->line - 1;
+    report(ld, ld->line, "expected 'key = value', got '%s'%s", q,
+           continuation ? "; a value cannot continue on an indented line" : "");
+    return blank_line(str);
+  }
+  if (name[0] == '\0') {
+    report(ld, ld->line, "missing key name before the '=' or ':'");
+    return blank_line(str);
+  }
+  ld->pair_line = ld->line;
+  if (!fits) {
+    handle_pair(ld, name, value); /* Too long for libinih's buffer. */
+    return blank_line(str);
+  }
+  return str;
+}
+
+/* Checks between keys, once the whole file is read, and defaults that follow other keys. */
+static void finish(load_t *ld) {
+  em_config_t *cfg = ld->cfg;
+  const int *at = ld->key_line;
+  const bool *ok = ld->key_ok;
+  char a[32];
+  char b[32];
+
+  bool any_target = false;
+  for (int k = K_PID; k <= K_CGROUP; k++) {
+    any_target = any_target || at[k] != 0;
+  }
+  if (!any_target) {
+    report(ld, 0, "[target] needs one of pid, pid_file, process_name, cmdline, cgroup");
+  }
+
+  /* smaps_period: 0 or at least sample_period; its default moves up to meet sample_period. */
+  bool sample_usable = ok[K_SAMPLE_PERIOD] || at[K_SAMPLE_PERIOD] == 0;
+  if (ok[K_SMAPS_PERIOD] && sample_usable && cfg->smaps_period_ns != 0 &&
+      cfg->smaps_period_ns < cfg->sample_period_ns) {
+    format_duration(a, sizeof(a), cfg->smaps_period_ns);
+    format_duration(b, sizeof(b), cfg->sample_period_ns);
+    report(ld, at[K_SMAPS_PERIOD],
+           "smaps_period %s is shorter than sample_period %s; use 0 (off) or at least %s", a, b, b);
+  } else if (at[K_SMAPS_PERIOD] == 0 && cfg->smaps_period_ns < cfg->sample_period_ns) {
+    cfg->smaps_period_ns = cfg->sample_period_ns;
+  }
+
+  /* system_period: at least sample_period; its default moves up to meet sample_period. */
+  if (ok[K_SYSTEM_PERIOD] && sample_usable && cfg->system_period_ns < cfg->sample_period_ns) {
+    format_duration(a, sizeof(a), cfg->system_period_ns);
+    format_duration(b, sizeof(b), cfg->sample_period_ns);
+    report(ld, at[K_SYSTEM_PERIOD], "system_period %s is shorter than sample_period %s", a, b);
+  } else if (at[K_SYSTEM_PERIOD] == 0 && cfg->system_period_ns < cfg->sample_period_ns) {
+    cfg->system_period_ns = cfg->sample_period_ns;
+  }
+
+  /* reconnect_max >= reconnect_min; a default moves to meet a value the file sets. */
+  if (ok[K_RECONNECT_MIN] && ok[K_RECONNECT_MAX]) {
+    if (cfg->reconnect_max_ns < cfg->reconnect_min_ns) {
+      format_duration(a, sizeof(a), cfg->reconnect_max_ns);
+      format_duration(b, sizeof(b), cfg->reconnect_min_ns);
+      report(ld, at[K_RECONNECT_MAX], "reconnect_max %s is below reconnect_min %s (line %d)", a, b,
+             at[K_RECONNECT_MIN]);
+    }
+  } else if (ok[K_RECONNECT_MIN] && at[K_RECONNECT_MAX] == 0 &&
+             cfg->reconnect_max_ns < cfg->reconnect_min_ns) {
+    cfg->reconnect_max_ns = cfg->reconnect_min_ns;
+  } else if (ok[K_RECONNECT_MAX] && at[K_RECONNECT_MIN] == 0 &&
+             cfg->reconnect_min_ns > cfg->reconnect_max_ns) {
+    cfg->reconnect_min_ns = cfg->reconnect_max_ns;
+  }
+
+  /* client_id follows device_id unless the file sets it. */
+  if (at[K_CLIENT_ID] == 0) {
+    snprintf(cfg->client_id, sizeof(cfg->client_id), "edgemon-%s", cfg->device_id);
+  }
+}
+
+int em_config_load(const char *path, em_config_t *cfg, em_config_error_fn on_error, void *ctx,
+                   int *n_errors) {
+  if (n_errors != NULL) {
+    *n_errors = 0;
+  }
+  if (path == NULL || cfg == NULL) {
+    return -EINVAL;
+  }
+  em_config_defaults(cfg);
+
+  load_t ld;
+  memset(&ld, 0, sizeof(ld));
+  ld.file = path;
+  ld.cfg = cfg;
+  ld.on_error = on_error;
+  ld.ctx = ctx;
+  ld.section = SEC_NONE;
+
+  int rc = 0;
+  ld.fp = fopen(path, "re");
+  if (ld.fp == NULL) {
+    rc = -errno;
+    report(&ld, 0, "cannot open: %s", strerror(-rc));
+    goto out;
+  }
+  int bad_line = ini_parse_stream(read_line, &ld, on_ini_pair, &ld);
+  fclose(ld.fp);
+  ld.fp = NULL;
+  if (ld.read_errno == EFBIG) {
+    rc = -EFBIG;
+    report(&ld, 0, "file is larger than %d KiB; is it the right file?", FILE_MAX_BYTES / 1024);
+    goto out;
+  }
+  if (ld.read_errno != 0) {
+    rc = -ld.read_errno;
+    report(&ld, 0, "cannot read: %s", strerror(ld.read_errno));
+    goto out;
+  }
+  if (bad_line == -2) {
+    rc = -ENOMEM;
+    report(&ld, 0, "out of memory");
+    goto out;
+  }
+  if (bad_line > 0) {
+    report(&ld, bad_line, "cannot parse this line"); /* The safety net: see the file top. */
+  }
+  finish(&ld);
+  rc = ld.n_errors > 0 ? -EINVAL : 0;
+
+out:
+  if (n_errors != NULL) {
+    *n_errors = ld.n_errors;
+  }
+  return rc;
+}

@@ -1,0 +1,90 @@
+/*
+ * config.h - the agent's configuration: an INI file read with Debian's libinih, every key
+ * validated, every problem reported as "FILE:LINE: message" (all of them, not just the first),
+ * and sane defaults for what the file leaves out. docs/CONFIG.md documents every key.
+ *
+ * Owns: nothing after em_config_load() returns; em_config_t is a plain value with fixed-size
+ * fields (no pointers), so it can be copied and compared, and SIGHUP can load a fresh one
+ * beside the running one. Single-threaded.
+ */
+#ifndef EDGEMON_AGENT_CONFIG_H
+#define EDGEMON_AGENT_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "log.h"
+
+#define EM_CONFIG_MAX_PATH       256
+#define EM_CONFIG_MAX_ID         64 /* Device id: 1..63 bytes of [A-Za-z0-9_.:-]. */
+#define EM_CONFIG_MAX_EVENTS     16 /* PMU events. */
+#define EM_CONFIG_MAX_EVENT_NAME 48
+
+typedef enum {
+  EM_TARGET_NONE = 0, /* Not configured: an error for the agent, fine for --check of parts. */
+  EM_TARGET_PID,      /* [target] pid */
+  EM_TARGET_PIDFILE,  /* [target] pid_file */
+  EM_TARGET_COMM,     /* [target] process_name: exact match on /proc/PID/comm */
+  EM_TARGET_CMDLINE,  /* [target] cmdline: substring of the NUL-joined-by-space cmdline */
+  EM_TARGET_CGROUP,   /* [target] cgroup: a cgroup v2 directory */
+} em_target_kind_t;
+
+typedef struct {
+  /* [agent] */
+  char device_id[EM_CONFIG_MAX_ID];     /* Default: the hostname, made topic-safe. */
+  uint64_t sample_period_ns;            /* Default 100 ms; 1 ms .. 60 s. */
+  uint64_t smaps_period_ns;             /* smaps_rollup cadence; default 5 s; 0 = off. */
+  uint64_t system_period_ns;            /* MemAvailable and PSI cadence; default 1 s. */
+  char runtime_dir[EM_CONFIG_MAX_PATH]; /* Default /run/edgemon (root) or
+                                           $XDG_RUNTIME_DIR/edgemon. */
+  char board[EM_CONFIG_MAX_ID];         /* Board profile name; default "generic". */
+  char proc_root[EM_CONFIG_MAX_PATH];   /* Default "/proc"; tests point it at fixtures. */
+  em_log_level_t log_level;             /* Default info. */
+
+  /* [target] exactly one of these */
+  em_target_kind_t target_kind;
+  int32_t target_pid;
+  char target_value[EM_CONFIG_MAX_PATH]; /* pid file, name, cmdline text or cgroup path. */
+
+  /* [mqtt] */
+  char broker_host[EM_CONFIG_MAX_PATH]; /* From broker = mqtt://HOST:PORT; default
+                                           mqtt://127.0.0.1:1883. */
+  uint16_t broker_port;
+  char client_id[EM_CONFIG_MAX_ID + 16]; /* Default "edgemon-<device_id>". */
+  int qos_data;                          /* Default 0. */
+  int qos_state;                         /* Default 1 (birth, state and status). */
+  uint32_t keepalive_s;                  /* Default 30; 5 .. 3600. */
+  uint64_t reconnect_min_ns;             /* Backoff start; default 500 ms. */
+  uint64_t reconnect_max_ns;             /* Backoff cap; default 30 s. */
+
+  /* [pmu] */
+  size_t n_events; /* Default: the generic list in config.c. */
+  char events[EM_CONFIG_MAX_EVENTS][EM_CONFIG_MAX_EVENT_NAME];
+} em_config_t;
+
+/*
+ * Called once per problem found, with the file, the line (0 when the problem is a missing
+ * key or a conflict between keys, not one line) and a message without a trailing newline.
+ */
+typedef void (*em_config_error_fn)(void *ctx, const char *file, int line, const char *msg);
+
+/* Fills *cfg with every default (target none). Never fails. */
+void em_config_defaults(em_config_t *cfg);
+
+/*
+ * Reads and validates `path` over the defaults. Every problem goes to `on_error` (may be
+ * NULL). Returns 0 when the file is valid, -ENOENT/-EACCES/... when it cannot be opened
+ * (reported too), or -EINVAL when it had problems (the count in *n_errors, may be NULL).
+ * A missing [target] is a problem: the agent needs one.
+ */
+int em_config_load(const char *path, em_config_t *cfg, em_config_error_fn on_error, void *ctx,
+                   int *n_errors);
+
+/* Parses "250us", "100ms", "1s", "2m", "1500000ns" (no unit: error). Returns 0 or -EINVAL. */
+int em_config_parse_duration(const char *text, uint64_t *out_ns);
+
+/* Parses "mqtt://HOST[:PORT]" (port default 1883). Returns 0 or -EINVAL. */
+int em_config_parse_broker(const char *url, char *host, size_t host_cap, uint16_t *port);
+
+#endif /* EDGEMON_AGENT_CONFIG_H */

@@ -1,0 +1,203 @@
+/*
+ * main.c - edgemon-agent's command line: parses the options, loads the config, runs the
+ * agent on the default libuv loop in the foreground until SIGTERM or SIGINT, and exits.
+ * Systemd style: logs go to stderr with levels, no daemonising, no pid file.
+ *
+ * Exit codes: 0 clean stop or valid config (--check), 1 invalid config or start-up failure,
+ * 2 bad command line.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include <uv.h>
+
+#include "agent.h"
+#include "config.h"
+#include "log.h"
+
+#ifndef EM_VERSION
+#define EM_VERSION "0.0.0"
+#endif
+
+static const char usage_text[] =
+    "usage: edgemon-agent --config FILE [--log-level LEVEL]\n"
+    "       edgemon-agent --config FILE --check\n"
+    "       edgemon-agent --version | --help\n"
+    "\n"
+    "Samples a target process (PMU counters, memory, pressure) on one event loop and\n"
+    "publishes CBOR telemetry over MQTT under edgemon/v1/<device>/. Runs in the foreground\n"
+    "and logs to stderr; stop it with SIGTERM or SIGINT (it then publishes status offline).\n"
+    "\n"
+    "options:\n"
+    "  -c, --config FILE      the INI configuration (see docs/CONFIG.md)\n"
+    "      --check            validate FILE, print every problem as FILE:LINE: message,\n"
+    "                         exit 0 when valid and 1 when not\n"
+    "  -l, --log-level LEVEL  error, warn, info or debug (overrides [agent] log_level)\n"
+    "  -V, --version          print the version and exit\n"
+    "  -h, --help             print this help and exit\n";
+
+static void print_error(void *ctx, const char *file, int line, const char *msg) {
+  (void)ctx;
+  fprintf(stderr, "%s:%d: %s\n", file, line, msg);
+}
+
+typedef struct {
+  em_agent_t *agent;
+  uv_signal_t sigterm, sigint, sighup;
+  bool stopping;
+} app_t;
+
+static void on_signal_closed(uv_handle_t *h) {
+  (void)h;
+}
+
+static void on_agent_stopped(void *ctx) {
+  app_t *app = ctx;
+  uv_close((uv_handle_t *)&app->sigterm, on_signal_closed);
+  uv_close((uv_handle_t *)&app->sigint, on_signal_closed);
+  uv_close((uv_handle_t *)&app->sighup, on_signal_closed);
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+  app_t *app = h->data;
+  if (signum == SIGHUP) {
+    EM_WARN("SIGHUP: reloading is not supported yet; restart the agent to apply a new config");
+    return;
+  }
+  if (app->stopping) {
+    return;
+  }
+  app->stopping = true;
+  EM_INFO("%s: stopping", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+  em_agent_stop(app->agent, on_agent_stopped, app);
+}
+
+/*
+ * The PMU holds one fd per event per counted thread (10 events x 256 threads is 2560), past
+ * the usual soft limit of 1024: raise the soft limit to the hard one.
+ */
+static void raise_fd_limit(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+      EM_WARN("cannot raise the open-file limit: %s", strerror(errno));
+    }
+  }
+}
+
+static int run(const em_config_t *cfg) {
+  raise_fd_limit();
+  uv_loop_t *loop = uv_default_loop();
+  app_t app = {0};
+  int rc = em_agent_new(&app.agent, loop, cfg, EM_VERSION);
+  if (rc) {
+    EM_ERROR("cannot start: %s", strerror(-rc));
+    return 1;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  uv_signal_t *sigs[] = {&app.sigterm, &app.sigint, &app.sighup};
+  int nums[] = {SIGTERM, SIGINT, SIGHUP};
+  for (size_t i = 0; i < 3; i++) {
+    uv_signal_init(loop, sigs[i]);
+    sigs[i]->data = &app;
+    uv_signal_start(sigs[i], on_signal, nums[i]);
+  }
+  EM_INFO("edgemon-agent %s: device %s, period %llu ms, broker %s:%u", EM_VERSION, cfg->device_id,
+          (unsigned long long)(cfg->sample_period_ns / 1000000u), cfg->broker_host,
+          cfg->broker_port);
+  rc = em_agent_start(app.agent);
+  if (rc) {
+    EM_ERROR("cannot start: %s", uv_strerror(rc));
+    return 1;
+  }
+  uv_run(loop, UV_RUN_DEFAULT);
+  em_agent_free(app.agent);
+  rc = uv_loop_close(loop);
+  if (rc) {
+    EM_WARN("event loop closed with handles still open: %s", uv_strerror(rc));
+  }
+  EM_INFO("stopped");
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  enum { OPT_CHECK = 256 };
+  static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
+                                       {"check", no_argument, NULL, OPT_CHECK},
+                                       {"log-level", required_argument, NULL, 'l'},
+                                       {"version", no_argument, NULL, 'V'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
+  const char *config = NULL, *level_arg = NULL;
+  bool check = false;
+  opterr = 0;
+  for (;;) {
+    int c = getopt_long(argc, argv, ":c:l:Vh", opts, NULL);
+    if (c == -1) {
+      break;
+    }
+    switch (c) {
+    case 'c':
+      config = optarg;
+      break;
+    case 'l':
+      level_arg = optarg;
+      break;
+    case OPT_CHECK:
+      check = true;
+      break;
+    case 'V':
+      printf("edgemon-agent %s\n", EM_VERSION);
+      return 0;
+    case 'h':
+      fputs(usage_text, stdout);
+      return 0;
+    case ':':
+      fprintf(stderr, "edgemon-agent: option '%s' needs a value\n\n%s", argv[optind - 1],
+              usage_text);
+      return 2;
+    default:
+      fprintf(stderr, "edgemon-agent: unknown option '%s'\n\n%s", argv[optind - 1], usage_text);
+      return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "edgemon-agent: unexpected argument '%s'\n\n%s", argv[optind], usage_text);
+    return 2;
+  }
+  if (!config) {
+    fprintf(stderr, "edgemon-agent: --config FILE is required\n\n%s", usage_text);
+    return 2;
+  }
+  em_log_level_t level = EM_LOG_INFO;
+  if (level_arg && em_log_parse_level(level_arg, &level) != 0) {
+    fprintf(stderr, "edgemon-agent: --log-level must be error, warn, info or debug\n");
+    return 2;
+  }
+  em_config_t cfg;
+  int n_errors = 0;
+  int rc = em_config_load(config, &cfg, print_error, NULL, &n_errors);
+  if (check) {
+    if (rc == 0) {
+      printf("%s: ok\n", config);
+      return 0;
+    }
+    if (n_errors > 0) {
+      fprintf(stderr, "%s: %d problem%s\n", config, n_errors, n_errors == 1 ? "" : "s");
+    }
+    return 1;
+  }
+  if (rc) {
+    return 1;
+  }
+  em_log_set_level(level_arg ? level : cfg.log_level);
+  return run(&cfg);
+}

@@ -1,0 +1,487 @@
+/*
+ * publisher.c - see publisher.h. The MQTT session as a small state machine on the loop:
+ *
+ *                  start()               numeric host, or name resolved
+ *     IDLE ──────────────────► RESOLVING ─────────────────────────────► CONNECTING
+ *                                 ▲  │ resolve failed                    │   │ CONNACK 0
+ *                     retry timer │  ▼                                   │   ▼
+ *                               BACKOFF ◄──── refused, lost, timeout ─────┴─ CONNECTED
+ *                                                                             │
+ *        any state ── stop() ──► CLOSING (last status, DISCONNECT, drain) ──► CLOSED
+ *
+ *   edge                          function
+ *   IDLE -> RESOLVING             em_publisher_start -> resolve
+ *   RESOLVING -> CONNECTING       resolve / on_resolved -> connect_to
+ *   CONNECTING -> CONNECTED       on_connack (rc 0)
+ *   * -> BACKOFF                  fail (closes the poll handle, arms the retry timer)
+ *   BACKOFF -> RESOLVING          on_retry -> resolve
+ *   * -> CLOSING -> CLOSED        em_publisher_stop -> finish_stop -> on_handle_closed
+ *
+ * Invariants: the uv_poll_t watches the mosquitto socket only in CONNECTING and CONNECTED,
+ * and is closed (uv_close) before libmosquitto can close or reuse that fd; the poll's event
+ * mask always includes UV_WRITABLE exactly when mosquitto_want_write() is true.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "publisher.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <mosquitto.h>
+
+#include "log.h"
+
+typedef enum {
+  S_IDLE,
+  S_RESOLVING,
+  S_CONNECTING,
+  S_CONNECTED,
+  S_BACKOFF,
+  S_CLOSING,
+  S_CLOSED
+} state_t;
+
+#define CONNECT_TIMEOUT_MS 10000u
+#define MISC_PERIOD_MS     1000u
+
+struct em_publisher {
+  uv_loop_t *loop;
+  struct mosquitto *mosq;
+  em_publisher_opts_t opts; /* Strings point at the copies below. */
+  char host[256];
+  char client_id[128];
+  char prefix[160];
+  uint8_t *will;
+  state_t state;
+
+  uv_poll_t poll;
+  bool poll_open; /* Initialised and not yet closing. */
+  int poll_events;
+  uv_timer_t misc_timer;  /* mosquitto_loop_misc, connect timeout, stop drain timeout. */
+  uv_timer_t retry_timer; /* Backoff. */
+  uv_getaddrinfo_t gai;
+  bool resolving;
+  uint64_t attempt_start_ms;
+  uint64_t backoff_ns;
+  uint64_t rng;
+  bool refused;       /* CONNACK refused inside a libmosquitto callback. */
+  bool reported_down; /* "broker unreachable" logged once per outage. */
+  unsigned pending_closes;
+  void (*stop_done)(void *);
+  void *stop_ctx;
+  uint64_t stop_deadline_ms;
+  em_publisher_stats_t stats;
+};
+
+static void resolve(em_publisher_t *p);
+static void update_poll(em_publisher_t *p);
+static void finish_stop(em_publisher_t *p);
+static void on_retry(uv_timer_t *t);
+
+/* --- helpers ------------------------------------------------------------------------- */
+
+/* A delay in [d/2, d]: jitter so a fleet does not reconnect in lockstep after an outage. */
+static uint64_t jitter(em_publisher_t *p, uint64_t d) {
+  p->rng ^= p->rng << 13;
+  p->rng ^= p->rng >> 7;
+  p->rng ^= p->rng << 17;
+  return d / 2 + (d / 2 ? p->rng % (d / 2 + 1) : 0);
+}
+
+static void on_handle_closed(uv_handle_t *h) {
+  em_publisher_t *p = h->data;
+  p->pending_closes--;
+  if (p->state == S_CLOSING && p->pending_closes == 0) {
+    p->state = S_CLOSED;
+    if (p->stop_done) {
+      p->stop_done(p->stop_ctx);
+    }
+  }
+}
+
+static void close_poll(em_publisher_t *p) {
+  if (!p->poll_open) {
+    return;
+  }
+  p->poll_open = false;
+  p->poll_events = 0;
+  p->pending_closes++;
+  uv_close((uv_handle_t *)&p->poll, on_handle_closed);
+}
+
+/*
+ * The attempt failed or the session was lost: close the poll handle (before libmosquitto
+ * closes the fd on the next connect), count, log once per outage, and back off.
+ */
+static void fail(em_publisher_t *p, const char *what) {
+  if (p->state == S_CLOSING || p->state == S_CLOSED) {
+    return;
+  }
+  close_poll(p);
+  if (p->state == S_CONNECTED) {
+    p->stats.disconnects++;
+    EM_WARN("mqtt: connection to %s:%u lost (%s); reconnecting", p->host, p->opts.port, what);
+  } else {
+    p->stats.failures++;
+    if (!p->reported_down) {
+      EM_WARN("mqtt: broker %s:%u unreachable (%s); retrying with backoff up to %llu ms", p->host,
+              p->opts.port, what, (unsigned long long)(p->opts.backoff_max_ns / 1000000u));
+    } else {
+      EM_DEBUG("mqtt: attempt failed (%s)", what);
+    }
+  }
+  p->reported_down = true;
+  p->state = S_BACKOFF;
+  uint64_t delay_ms = jitter(p, p->backoff_ns) / 1000000u;
+  p->backoff_ns =
+      p->backoff_ns * 2 > p->opts.backoff_max_ns ? p->opts.backoff_max_ns : p->backoff_ns * 2;
+  uv_timer_start(&p->retry_timer, on_retry, delay_ms ? delay_ms : 1, 0);
+}
+
+/* A libmosquitto return code as text, with errno for MOSQ_ERR_ERRNO. */
+static const char *mosq_reason(int rc) {
+  return rc == MOSQ_ERR_ERRNO ? strerror(errno) : mosquitto_strerror(rc);
+}
+
+/* --- libmosquitto callbacks (run inside mosquitto_loop_read) --------------------------- */
+
+static void on_connack(struct mosquitto *mosq, void *obj, int rc) {
+  (void)mosq;
+  em_publisher_t *p = obj;
+  if (rc != 0) {
+    EM_ERROR("mqtt: broker refused the connection: %s", mosquitto_connack_string(rc));
+    p->refused = true;
+    return;
+  }
+  p->state = S_CONNECTED;
+  p->stats.connects++;
+  p->backoff_ns = p->opts.backoff_min_ns;
+  p->reported_down = false;
+  EM_INFO("mqtt: connected to %s:%u as %s", p->host, p->opts.port, p->client_id);
+  char topic[sizeof(p->prefix) + 16];
+  snprintf(topic, sizeof(topic), "%s/cmd/#", p->prefix);
+  int src = mosquitto_subscribe(p->mosq, NULL, topic, 1);
+  if (src != MOSQ_ERR_SUCCESS) {
+    EM_WARN("mqtt: cannot subscribe to %s: %s", topic, mosq_reason(src));
+  }
+  if (p->opts.on_online) {
+    p->opts.on_online(p->opts.ctx);
+  }
+}
+
+static void on_message(struct mosquitto *mosq, void *obj, const struct mosquitto_message *m) {
+  (void)mosq;
+  em_publisher_t *p = obj;
+  size_t plen = strlen(p->prefix);
+  if (!m->topic || strncmp(m->topic, p->prefix, plen) != 0 ||
+      strncmp(m->topic + plen, "/cmd/", 5) != 0 || !p->opts.on_command) {
+    return;
+  }
+  p->opts.on_command(p->opts.ctx, m->topic + plen + 5, m->payload, (size_t)m->payloadlen);
+}
+
+/* --- the socket ---------------------------------------------------------------------- */
+
+static void on_poll(uv_poll_t *h, int status, int events) {
+  em_publisher_t *p = h->data;
+  if (status < 0) {
+    fail(p, uv_strerror(status));
+    return;
+  }
+  int rc = MOSQ_ERR_SUCCESS;
+  if (events & UV_WRITABLE) {
+    rc = mosquitto_loop_write(p->mosq, 16);
+  }
+  if (rc == MOSQ_ERR_SUCCESS && (events & UV_READABLE)) {
+    rc = mosquitto_loop_read(p->mosq, 16);
+  }
+  if (p->state == S_CLOSING) {
+    if (!mosquitto_want_write(p->mosq) || rc != MOSQ_ERR_SUCCESS) {
+      finish_stop(p);
+    }
+    return;
+  }
+  if (rc != MOSQ_ERR_SUCCESS || p->refused) {
+    p->refused = false;
+    fail(p, rc != MOSQ_ERR_SUCCESS ? mosq_reason(rc) : "refused");
+    return;
+  }
+  update_poll(p);
+}
+
+static void update_poll(em_publisher_t *p) {
+  if (!p->poll_open) {
+    return;
+  }
+  int events = UV_READABLE | (mosquitto_want_write(p->mosq) ? UV_WRITABLE : 0);
+  if (events == p->poll_events) {
+    return;
+  }
+  int rc = uv_poll_start(&p->poll, events, on_poll);
+  if (rc < 0) {
+    fail(p, uv_strerror(rc));
+    return;
+  }
+  p->poll_events = events;
+}
+
+static void connect_to(em_publisher_t *p, const char *addr) {
+  p->state = S_CONNECTING;
+  p->attempt_start_ms = uv_now(p->loop);
+  int rc = mosquitto_connect_async(p->mosq, addr, p->opts.port, (int)p->opts.keepalive_s);
+  if (rc != MOSQ_ERR_SUCCESS) {
+    fail(p, mosq_reason(rc));
+    return;
+  }
+  int fd = mosquitto_socket(p->mosq);
+  rc = fd < 0 ? UV_EBADF : uv_poll_init_socket(p->loop, &p->poll, fd);
+  if (rc < 0) {
+    fail(p, uv_strerror(rc));
+    return;
+  }
+  p->poll.data = p;
+  p->poll_open = true;
+  p->poll_events = 0;
+  update_poll(p);
+}
+
+static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res) {
+  em_publisher_t *p = req->data;
+  p->resolving = false;
+  if (p->state == S_CLOSING) {
+    uv_freeaddrinfo(res);
+    finish_stop(p);
+    return;
+  }
+  char addr[64] = "";
+  if (status == 0 && res) {
+    if (res->ai_family == AF_INET6) {
+      uv_ip6_name((const struct sockaddr_in6 *)res->ai_addr, addr, sizeof(addr));
+    } else {
+      uv_ip4_name((const struct sockaddr_in *)res->ai_addr, addr, sizeof(addr));
+    }
+  }
+  uv_freeaddrinfo(res);
+  if (addr[0] == '\0') {
+    fail(p, status < 0 ? uv_strerror(status) : "no address");
+    return;
+  }
+  connect_to(p, addr);
+}
+
+/* Numeric hosts connect at once; names are resolved off the loop by libuv's thread pool. */
+static void resolve(em_publisher_t *p) {
+  unsigned char tmp[sizeof(struct in6_addr)];
+  if (inet_pton(AF_INET, p->host, tmp) == 1 || inet_pton(AF_INET6, p->host, tmp) == 1) {
+    connect_to(p, p->host);
+    return;
+  }
+  p->state = S_RESOLVING;
+  char port[8];
+  snprintf(port, sizeof(port), "%u", p->opts.port);
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+  p->gai.data = p;
+  int rc = uv_getaddrinfo(p->loop, &p->gai, on_resolved, p->host, port, &hints);
+  if (rc < 0) {
+    fail(p, uv_strerror(rc));
+    return;
+  }
+  p->resolving = true;
+}
+
+static void on_retry(uv_timer_t *t) {
+  em_publisher_t *p = t->data;
+  if (p->state == S_BACKOFF) {
+    resolve(p);
+  }
+}
+
+/* Keepalive, connect timeout, and the bound on the drain at stop. */
+static void on_misc(uv_timer_t *t) {
+  em_publisher_t *p = t->data;
+  uint64_t now = uv_now(p->loop);
+  if (p->state == S_CLOSING) {
+    if (now >= p->stop_deadline_ms) {
+      EM_WARN("mqtt: could not flush before the stop deadline");
+      finish_stop(p);
+    }
+    return;
+  }
+  if (p->state == S_CONNECTING && now - p->attempt_start_ms > CONNECT_TIMEOUT_MS) {
+    fail(p, "connect timed out");
+    return;
+  }
+  if (p->state != S_CONNECTED) {
+    return;
+  }
+  int rc = mosquitto_loop_misc(p->mosq);
+  if (rc != MOSQ_ERR_SUCCESS) {
+    fail(p, rc == MOSQ_ERR_KEEPALIVE ? "no answer within the keepalive" : mosq_reason(rc));
+    return;
+  }
+  update_poll(p);
+}
+
+/* --- public ------------------------------------------------------------------------- */
+
+static bool copy_str(char *dst, size_t cap, const char *src) {
+  if (!src || strlen(src) >= cap) {
+    return false;
+  }
+  memcpy(dst, src, strlen(src) + 1);
+  return true;
+}
+
+int em_publisher_new(em_publisher_t **out, uv_loop_t *loop, const em_publisher_opts_t *opts) {
+  static bool lib_ready;
+  if (!out || !loop || !opts || opts->backoff_min_ns == 0 ||
+      opts->backoff_max_ns < opts->backoff_min_ns) {
+    return -EINVAL;
+  }
+  em_publisher_t *p = calloc(1, sizeof(*p));
+  if (!p) {
+    return -ENOMEM;
+  }
+  if (!copy_str(p->host, sizeof(p->host), opts->host) ||
+      !copy_str(p->client_id, sizeof(p->client_id), opts->client_id) ||
+      !copy_str(p->prefix, sizeof(p->prefix), opts->prefix)) {
+    free(p);
+    return -EINVAL;
+  }
+  p->opts = *opts;
+  p->opts.host = p->host;
+  p->opts.client_id = p->client_id;
+  p->opts.prefix = p->prefix;
+  p->loop = loop;
+  p->backoff_ns = opts->backoff_min_ns;
+  p->rng = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ (uint64_t)time(NULL);
+  if (!lib_ready) {
+    mosquitto_lib_init();
+    lib_ready = true;
+  }
+  p->mosq = mosquitto_new(p->client_id, true, p);
+  if (!p->mosq) {
+    free(p);
+    return -ENOMEM;
+  }
+  mosquitto_int_option(p->mosq, MOSQ_OPT_TCP_NODELAY, 1);
+  mosquitto_connect_callback_set(p->mosq, on_connack);
+  mosquitto_message_callback_set(p->mosq, on_message);
+  if (opts->will && opts->will_len) {
+    char topic[sizeof(p->prefix) + 16];
+    snprintf(topic, sizeof(topic), "%s/status", p->prefix);
+    int rc =
+        mosquitto_will_set(p->mosq, topic, (int)opts->will_len, opts->will, opts->will_qos, true);
+    if (rc != MOSQ_ERR_SUCCESS) {
+      mosquitto_destroy(p->mosq);
+      free(p);
+      return -EINVAL;
+    }
+  }
+  uv_timer_init(loop, &p->misc_timer);
+  uv_timer_init(loop, &p->retry_timer);
+  p->misc_timer.data = p;
+  p->retry_timer.data = p;
+  *out = p;
+  return 0;
+}
+
+void em_publisher_start(em_publisher_t *p) {
+  if (p->state != S_IDLE) {
+    return;
+  }
+  uv_timer_start(&p->misc_timer, on_misc, MISC_PERIOD_MS, MISC_PERIOD_MS);
+  resolve(p);
+}
+
+bool em_publisher_online(const em_publisher_t *p) {
+  return p->state == S_CONNECTED;
+}
+
+const em_publisher_stats_t *em_publisher_stats(const em_publisher_t *p) {
+  return &p->stats;
+}
+
+int em_publisher_send(em_publisher_t *p, const char *kind, const uint8_t *buf, size_t len, int qos,
+                      bool retain) {
+  if (p->state != S_CONNECTED) {
+    p->stats.not_sent++;
+    return -ENOTCONN;
+  }
+  if (len > (size_t)INT32_MAX) {
+    return -EMSGSIZE;
+  }
+  char topic[sizeof(p->prefix) + 32];
+  snprintf(topic, sizeof(topic), "%s/%s", p->prefix, kind);
+  int rc = mosquitto_publish(p->mosq, NULL, topic, (int)len, buf, qos, retain);
+  if (rc != MOSQ_ERR_SUCCESS) {
+    p->stats.not_sent++;
+    if (rc == MOSQ_ERR_NO_CONN || rc == MOSQ_ERR_CONN_LOST) {
+      fail(p, mosq_reason(rc));
+      return -ENOTCONN;
+    }
+    return rc == MOSQ_ERR_PAYLOAD_SIZE ? -EMSGSIZE : -EIO;
+  }
+  p->stats.sent++;
+  update_poll(p);
+  return 0;
+}
+
+/* Closes every handle; done() runs when the last close callback has. */
+static void finish_stop(em_publisher_t *p) {
+  if (p->resolving) {
+    uv_cancel((uv_req_t *)&p->gai); /* on_resolved runs with UV_ECANCELED, then calls us. */
+    return;
+  }
+  if (p->state == S_CLOSED || uv_is_closing((uv_handle_t *)&p->misc_timer)) {
+    return;
+  }
+  close_poll(p);
+  p->pending_closes += 2;
+  uv_close((uv_handle_t *)&p->misc_timer, on_handle_closed);
+  uv_close((uv_handle_t *)&p->retry_timer, on_handle_closed);
+}
+
+void em_publisher_stop(em_publisher_t *p, const uint8_t *last, size_t last_len, unsigned timeout_ms,
+                       void (*done)(void *), void *ctx) {
+  if (p->state == S_CLOSING || p->state == S_CLOSED) {
+    return;
+  }
+  bool connected = p->state == S_CONNECTED;
+  if (connected && last) {
+    em_publisher_send(p, "status", last, last_len, 1, true);
+  }
+  p->state = S_CLOSING;
+  p->stop_done = done;
+  p->stop_ctx = ctx;
+  p->stop_deadline_ms = uv_now(p->loop) + timeout_ms;
+  uv_timer_stop(&p->retry_timer);
+  if (!connected) {
+    finish_stop(p);
+    return;
+  }
+  mosquitto_disconnect(p->mosq);
+  if (!mosquitto_want_write(p->mosq)) {
+    finish_stop(p);
+    return;
+  }
+  /* Drain: writable events flush the queue; on_misc enforces the deadline. */
+  uv_poll_start(&p->poll, UV_WRITABLE, on_poll);
+  uv_timer_start(&p->misc_timer, on_misc, 10, 10);
+}
+
+void em_publisher_free(em_publisher_t *p) {
+  if (!p) {
+    return;
+  }
+  if (p->mosq) {
+    mosquitto_destroy(p->mosq);
+  }
+  free(p);
+}

@@ -1,0 +1,86 @@
+/*
+ * publisher.h - the agent's MQTT session: libmosquitto driven by the agent's libuv loop (its
+ * socket watched with a uv_poll_t, keepalive from a uv_timer_t calling mosquitto_loop_misc;
+ * no libmosquitto thread). It connects, keeps the connection, reconnects with capped
+ * exponential backoff and jitter, resolves host names with uv_getaddrinfo (never a blocking
+ * lookup on the loop), sets the Last Will, subscribes to the device's command topics and
+ * hands what arrives there to the owner.
+ *
+ * Topics are "<prefix>/<kind>", the prefix being "edgemon/v1/<device>". What to publish on
+ * connect (birth, status online) is the owner's call, made in on_online.
+ *
+ * Owns: the struct mosquitto, a uv_poll_t, two uv_timer_t and a uv_getaddrinfo_t, all
+ * released by em_publisher_stop() + em_publisher_free(). Single-threaded: every call from the
+ * loop's thread.
+ */
+#ifndef EDGEMON_AGENT_PUBLISHER_H
+#define EDGEMON_AGENT_PUBLISHER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+typedef struct em_publisher em_publisher_t;
+
+typedef struct {
+  const char *host; /* Name or numeric address; copied. */
+  uint16_t port;
+  const char *client_id; /* Copied. */
+  const char *prefix;    /* "edgemon/v1/<device>"; copied. */
+  uint32_t keepalive_s;
+  uint64_t backoff_min_ns; /* First reconnect delay; doubles per failure up to max. */
+  uint64_t backoff_max_ns;
+  const uint8_t *will; /* Payload of the retained Last Will on "<prefix>/status"; copied. */
+  size_t will_len;
+  int will_qos;
+  /* Connected (CONNACK accepted): publish what a fresh session needs. */
+  void (*on_online)(void *ctx);
+  /* A message on "<prefix>/cmd/<name>": name and payload are borrowed for the call. */
+  void (*on_command)(void *ctx, const char *name, const uint8_t *payload, size_t len);
+  void *ctx;
+} em_publisher_opts_t;
+
+/* Counters for the agent's own figures. */
+typedef struct {
+  uint64_t connects;    /* Sessions accepted by the broker. */
+  uint64_t disconnects; /* Sessions lost. */
+  uint64_t failures;    /* Attempts that did not reach a session. */
+  uint64_t sent;        /* Messages handed to the socket layer. */
+  uint64_t not_sent;    /* Messages refused because no session was up. */
+} em_publisher_stats_t;
+
+/*
+ * Creates the publisher (nothing is connected yet). Returns 0 and *out, -ENOMEM, or -EINVAL
+ * for missing options.
+ */
+int em_publisher_new(em_publisher_t **out, uv_loop_t *loop, const em_publisher_opts_t *opts);
+
+/* Starts connecting; a broker that is not there is retried with backoff, not an error. */
+void em_publisher_start(em_publisher_t *p);
+
+/*
+ * Publishes `buf` on "<prefix>/<kind>". Returns 0 when handed to the session, -ENOTCONN when
+ * no session is up (the message is not kept: the caller decides), -EMSGSIZE, or -EIO.
+ */
+int em_publisher_send(em_publisher_t *p, const char *kind, const uint8_t *buf, size_t len, int qos,
+                      bool retain);
+
+/* True while a session is up. */
+bool em_publisher_online(const em_publisher_t *p);
+
+const em_publisher_stats_t *em_publisher_stats(const em_publisher_t *p);
+
+/*
+ * Ends the session cleanly: publishes `last` (may be NULL) on "<prefix>/status" retained,
+ * sends DISCONNECT, waits at most `timeout_ms` for the socket to drain, closes every handle,
+ * then calls done(ctx) from the loop. Idempotent.
+ */
+void em_publisher_stop(em_publisher_t *p, const uint8_t *last, size_t last_len, unsigned timeout_ms,
+                       void (*done)(void *), void *ctx);
+
+/* Frees after em_publisher_stop() has called done (or before start). NULL is a no-op. */
+void em_publisher_free(em_publisher_t *p);
+
+#endif /* EDGEMON_AGENT_PUBLISHER_H */

@@ -1,0 +1,220 @@
+/*
+ * target.c - see target.h. Reads small procfs files with one read() each into stack
+ * buffers; nothing is kept open and nothing allocated.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "target.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Reads <root>/<pid>/<name> (or <root>/<name> when pid is 0) into buf; returns its length. */
+static ssize_t read_small(const char *root, pid_t pid, const char *name, char *buf, size_t cap) {
+  char path[EM_CONFIG_MAX_PATH + 64];
+  if (pid > 0) {
+    snprintf(path, sizeof(path), "%s/%ld/%s", root, (long)pid, name);
+  } else {
+    snprintf(path, sizeof(path), "%s", name);
+  }
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return -errno;
+  }
+  ssize_t n = read(fd, buf, cap - 1);
+  int err = errno;
+  close(fd);
+  if (n < 0) {
+    return -err;
+  }
+  buf[n] = '\0';
+  return n;
+}
+
+/* Parses a decimal pid in 1..INT_MAX from text (leading/trailing blanks allowed). */
+static pid_t parse_pid(const char *text) {
+  while (*text == ' ' || *text == '\t') {
+    text++;
+  }
+  if (!isdigit((unsigned char)*text)) {
+    return -EINVAL;
+  }
+  errno = 0;
+  char *end = NULL;
+  long v = strtol(text, &end, 10);
+  while (*end == ' ' || *end == '\t' || *end == '\n') {
+    end++;
+  }
+  if (errno || *end != '\0' || v <= 0 || v > INT_MAX) {
+    return -EINVAL;
+  }
+  return (pid_t)v;
+}
+
+int em_target_start_time(const char *proc_root, pid_t pid, unsigned long long *out) {
+  char buf[1024];
+  ssize_t n = read_small(proc_root, pid, "stat", buf, sizeof(buf));
+  if (n < 0) {
+    return (int)n;
+  }
+  /* The comm field may hold spaces and ')': fields resume after the last ')'. */
+  char *p = strrchr(buf, ')');
+  if (!p) {
+    return -EINVAL;
+  }
+  p++;
+  /* After ") " come fields 3.. ; start time is field 22, the 20th from here. */
+  for (int field = 3; field < 22; field++) {
+    p = strchr(p + 1, ' ');
+    if (!p) {
+      return -EINVAL;
+    }
+  }
+  errno = 0;
+  char *end = NULL;
+  unsigned long long v = strtoull(p + 1, &end, 10);
+  if (errno || end == p + 1) {
+    return -EINVAL;
+  }
+  *out = v;
+  return 0;
+}
+
+/* True when the process `pid` under root matches the name or cmdline target. */
+static bool matches(const em_config_t *cfg, pid_t pid) {
+  char buf[4096];
+  if (cfg->target_kind == EM_TARGET_COMM) {
+    ssize_t n = read_small(cfg->proc_root, pid, "comm", buf, sizeof(buf));
+    if (n <= 0) {
+      return false;
+    }
+    if (buf[n - 1] == '\n') {
+      buf[n - 1] = '\0';
+    }
+    return strcmp(buf, cfg->target_value) == 0;
+  }
+  ssize_t n = read_small(cfg->proc_root, pid, "cmdline", buf, sizeof(buf));
+  if (n <= 0) {
+    return false; /* Kernel threads and zombies have an empty cmdline. */
+  }
+  for (ssize_t i = 0; i < n - 1; i++) {
+    if (buf[i] == '\0') {
+      buf[i] = ' '; /* Arguments joined by one space, as ps shows them. */
+    }
+  }
+  return strstr(buf, cfg->target_value) != NULL;
+}
+
+/* Scans the pids under root for the oldest match. */
+static pid_t scan(const em_config_t *cfg, char *why, size_t why_cap) {
+  DIR *dir = opendir(cfg->proc_root);
+  if (!dir) {
+    return -errno;
+  }
+  pid_t self = getpid(), best = 0;
+  unsigned long long best_start = ULLONG_MAX;
+  for (struct dirent *e = readdir(dir); e != NULL; e = readdir(dir)) {
+    pid_t pid = parse_pid(e->d_name);
+    if (pid <= 0 || pid == self || !matches(cfg, pid)) {
+      continue;
+    }
+    unsigned long long start = 0;
+    if (em_target_start_time(cfg->proc_root, pid, &start) != 0) {
+      continue; /* Exited while we looked. */
+    }
+    if (start < best_start || (start == best_start && pid < best)) {
+      best = pid;
+      best_start = start;
+    }
+  }
+  closedir(dir);
+  if (best == 0 && why) {
+    snprintf(why, why_cap, "no process matches");
+  }
+  return best;
+}
+
+/* True when <root>/<pid> exists. */
+static bool pid_exists(const char *root, pid_t pid) {
+  char path[EM_CONFIG_MAX_PATH + 32];
+  snprintf(path, sizeof(path), "%s/%ld", root, (long)pid);
+  return access(path, F_OK) == 0;
+}
+
+pid_t em_target_find(const em_config_t *cfg, char *why, size_t why_cap) {
+  char buf[64];
+  pid_t pid;
+  if (why && why_cap) {
+    why[0] = '\0';
+  }
+  switch (cfg->target_kind) {
+  case EM_TARGET_PID:
+    if (!pid_exists(cfg->proc_root, cfg->target_pid)) {
+      if (why) {
+        snprintf(why, why_cap, "pid %ld does not exist", (long)cfg->target_pid);
+      }
+      return 0;
+    }
+    return cfg->target_pid;
+  case EM_TARGET_PIDFILE: {
+    ssize_t n = read_small(cfg->proc_root, 0, cfg->target_value, buf, sizeof(buf));
+    if (n < 0) {
+      if (why) {
+        snprintf(why, why_cap, "pid file: %s", strerror((int)-n));
+      }
+      return 0;
+    }
+    pid = parse_pid(buf);
+    if (pid <= 0) {
+      if (why) {
+        snprintf(why, why_cap, "pid file holds no pid");
+      }
+      return 0;
+    }
+    if (!pid_exists(cfg->proc_root, pid)) {
+      if (why) {
+        snprintf(why, why_cap, "pid %ld from the pid file is not running", (long)pid);
+      }
+      return 0;
+    }
+    return pid;
+  }
+  case EM_TARGET_COMM:
+  case EM_TARGET_CMDLINE:
+    return scan(cfg, why, why_cap);
+  case EM_TARGET_CGROUP:
+  case EM_TARGET_NONE:
+    break;
+  }
+  return -EINVAL;
+}
+
+void em_target_describe(const em_config_t *cfg, char *buf, size_t cap) {
+  switch (cfg->target_kind) {
+  case EM_TARGET_PID:
+    snprintf(buf, cap, "pid %ld", (long)cfg->target_pid);
+    return;
+  case EM_TARGET_PIDFILE:
+    snprintf(buf, cap, "pid file %s", cfg->target_value);
+    return;
+  case EM_TARGET_COMM:
+    snprintf(buf, cap, "process name '%s'", cfg->target_value);
+    return;
+  case EM_TARGET_CMDLINE:
+    snprintf(buf, cap, "command line containing '%s'", cfg->target_value);
+    return;
+  case EM_TARGET_CGROUP:
+    snprintf(buf, cap, "cgroup %s", cfg->target_value);
+    return;
+  case EM_TARGET_NONE:
+    break;
+  }
+  snprintf(buf, cap, "no target");
+}

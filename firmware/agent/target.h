@@ -1,0 +1,38 @@
+/*
+ * target.h - finds the process the agent watches: by pid, by pid file, by process name (the
+ * comm) or by a substring of its command line, under a procfs root. A cgroup target needs no
+ * lookup: the PMU counts the cgroup itself.
+ *
+ * Lookups by name or command line scan <root>/[0-9]*; several matches pick the process that
+ * started first (the parent of a worker pool; inherited counters then cover the workers).
+ * The agent's own pid never matches. The scan runs only while the agent has no target, never
+ * in a tick that already has one.
+ *
+ * Owns nothing between calls; no allocation. Single-threaded.
+ */
+#ifndef EDGEMON_AGENT_TARGET_H
+#define EDGEMON_AGENT_TARGET_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "config.h"
+
+/*
+ * Looks for the configured target. Returns the pid (> 0) when found, 0 when no process
+ * matches now (the target is not running: not an error), or a negative errno when the
+ * lookup itself cannot work (-EINVAL: the config has no process target; -ENOENT: proc_root
+ * missing). `why` (may be NULL) receives a short reason when 0 is returned.
+ */
+pid_t em_target_find(const em_config_t *cfg, char *why, size_t why_cap);
+
+/*
+ * Start time of `pid` in clock ticks since boot (field 22 of <root>/<pid>/stat), so a pid
+ * reused by another process can be told apart. Returns 0 and *out, or a negative errno.
+ */
+int em_target_start_time(const char *proc_root, pid_t pid, unsigned long long *out);
+
+/* A short description of the target for logs, e.g. "process name 'python3'". */
+void em_target_describe(const em_config_t *cfg, char *buf, size_t cap);
+
+#endif /* EDGEMON_AGENT_TARGET_H */

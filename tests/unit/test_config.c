@@ -1,0 +1,1087 @@
+/*
+ * test_config.c - unit tests for the agent's configuration (firmware/agent/config.c).
+ *
+ * Table-driven: error_cases holds INI texts and the exact errors each must produce (file,
+ * line and message, in order, and no others); valid_cases holds INI texts that must load
+ * with no error and a function that checks the parsed values and defaults. Beside the tables:
+ * the duration and broker parsers, the defaults, the example config in firmware/, a file with
+ * many problems, a NUL byte, and files that cannot be read. INI texts go to mkstemp files
+ * under /tmp, removed after each load.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+
+#define EXAMPLE_INI EM_FIXTURES_DIR "/../../firmware/edgemon-agent.ini"
+
+#define MAX_SEEN   64
+#define MAX_EXPECT 8
+
+/* Long values, built from literals: X<n> is n 'x' characters, P<n> an absolute path of n. */
+#define X15  "xxxxxxxxxxxxxxx"
+#define X16  "xxxxxxxxxxxxxxxx"
+#define X64  X16 X16 X16 X16
+#define X255 X64 X64 X64 X16 X16 X16 X15
+#define P255 "/" X64 X64 X64 X16 X16 X16 "xxxxxxxxxxxxxx"
+#define P256 P255 "x"
+#define A64  "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+
+/* Ends an INI text that tests something else, so "[target] needs one of ..." stays out. */
+#define TARGET "[target]\npid = 1\n"
+
+/* ---- helpers --------------------------------------------------------------------------- */
+
+/* Errors the loader reported, each formatted as "FILE:LINE: message". */
+typedef struct {
+  size_t n;
+  char lines[MAX_SEEN][1200];
+} seen_t;
+
+static void collect(void *ctx, const char *file, int line, const char *msg) {
+  seen_t *seen = ctx;
+  assert_non_null(file);
+  assert_non_null(msg);
+  assert_null(strchr(msg, '\n'));
+  assert_true(line >= 0);
+  if (seen->n < MAX_SEEN) {
+    snprintf(seen->lines[seen->n], sizeof(seen->lines[0]), "%s:%d: %s", file, line, msg);
+  }
+  seen->n++;
+}
+
+/* Writes `len` bytes of `text` to a new file under /tmp; its path goes to path (32 bytes). */
+static void write_temp(char path[32], const char *text, size_t len) {
+  snprintf(path, 32, "/tmp/em-config-XXXXXX");
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, text, len), (ssize_t)len);
+  assert_int_equal(close(fd), 0);
+}
+
+/*
+ * Loads `len` bytes of INI text through a temp file. Returns em_config_load's result; the
+ * errors go to *seen, the temp file's path to path, and *n_errors must match what was seen.
+ */
+static int load_bytes(const char *text, size_t len, em_config_t *cfg, seen_t *seen, char path[32]) {
+  write_temp(path, text, len);
+  memset(seen, 0, sizeof(*seen));
+  int n_errors = -1;
+  int rc = em_config_load(path, cfg, collect, seen, &n_errors);
+  unlink(path);
+  assert_int_equal(n_errors, (int)seen->n);
+  return rc;
+}
+
+static int load_text(const char *text, em_config_t *cfg, seen_t *seen, char path[32]) {
+  return load_bytes(text, strlen(text), cfg, seen, path);
+}
+
+/*
+ * True when `got` ("FILE:LINE: message") matches `expect` ("LINE: message") for `file`:
+ * expect is split at '~' into pieces that must appear in order, the first right after
+ * "FILE:"; a trailing '$' means the message ends there.
+ */
+static bool matches(const char *got, const char *file, const char *expect) {
+  size_t flen = strlen(file);
+  if (strncmp(got, file, flen) != 0 || got[flen] != ':') {
+    return false;
+  }
+  const char *g = got + flen + 1;
+  const char *e = expect;
+  bool first = true;
+  for (;;) {
+    const char *tilde = strchr(e, '~');
+    size_t plen = tilde != NULL ? (size_t)(tilde - e) : strlen(e);
+    bool anchored_end = tilde == NULL && plen > 0 && e[plen - 1] == '$';
+    if (anchored_end) {
+      plen--;
+    }
+    char piece[1200];
+    assert_true(plen < sizeof(piece));
+    memcpy(piece, e, plen);
+    piece[plen] = '\0';
+    const char *at = first ? (strncmp(g, piece, plen) == 0 ? g : NULL) : strstr(g, piece);
+    if (at == NULL) {
+      return false;
+    }
+    g = at + plen;
+    if (tilde == NULL) {
+      return !anchored_end || *g == '\0';
+    }
+    e = tilde + 1;
+    first = false;
+  }
+}
+
+/* Fails with every error seen, so a wrong row is easy to read. */
+static void fail_row(const char *row, const char *why, const seen_t *seen) {
+  print_error("row '%s': %s; errors seen:\n", row, why);
+  for (size_t i = 0; i < seen->n && i < MAX_SEEN; i++) {
+    print_error("  %s\n", seen->lines[i]);
+  }
+  fail();
+}
+
+/* ---- every error path: INI text -> the errors it must produce -------------------------- */
+
+typedef struct {
+  const char *name;
+  const char *ini;
+  const char *expect[MAX_EXPECT]; /* "LINE: message" patterns (see matches()), in order. */
+} error_case_t;
+
+static const error_case_t error_cases[] = {
+    /* [agent] */
+    {"device_id with a slash",
+     "[agent]\ndevice_id = jetson/07\n" TARGET,
+     {"2: device_id 'jetson/07' may use only letters, digits and _ . : -$"}},
+    {"device_id with a space",
+     "[agent]\ndevice_id = jetson 07\n" TARGET,
+     {"2: device_id 'jetson 07' may use only letters, digits and _ . : -$"}},
+    {"device_id of 64 characters",
+     "[agent]\ndevice_id = " A64 "\n" TARGET,
+     {"2: device_id 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...' is longer than 63 "
+      "characters$"}},
+    {"sample_period without a unit",
+     "[agent]\nsample_period = 10\n" TARGET,
+     {"2: sample_period needs a unit, e.g. 100ms$"}},
+    {"sample_period with an unknown unit",
+     "[agent]\nsample_period = 10xs\n" TARGET,
+     {"2: sample_period '10xs' has an unknown unit; use ns, us, ms, s, m or h$"}},
+    {"sample_period with a space before the unit",
+     "[agent]\nsample_period = 10 ms\n" TARGET,
+     {"2: sample_period '10 ms' has an unknown unit~"}},
+    {"sample_period negative",
+     "[agent]\nsample_period = -5ms\n" TARGET,
+     {"2: sample_period '-5ms' cannot be negative$"}},
+    {"sample_period overflowing the number",
+     "[agent]\nsample_period = 99999999999999999999s\n" TARGET,
+     {"2: sample_period '99999999999999999999s' is too large$"}},
+    {"sample_period overflowing the unit",
+     "[agent]\nsample_period = 18446744073709551615s\n" TARGET,
+     {"2: sample_period '18446744073709551615s' is too large$"}},
+    {"sample_period with a fraction",
+     "[agent]\nsample_period = 1.5s\n" TARGET,
+     {"2: sample_period '1.5s' is not a duration; use a whole number and a unit, e.g. 100ms$"}},
+    {"sample_period a word",
+     "[agent]\nsample_period = fast\n" TARGET,
+     {"2: sample_period 'fast' is not a duration~"}},
+    {"sample_period zero",
+     "[agent]\nsample_period = 0ms\n" TARGET,
+     {"2: sample_period '0ms' is out of range 1ms..60s$"}},
+    {"sample_period below 1ms",
+     "[agent]\nsample_period = 999us\n" TARGET,
+     {"2: sample_period '999us' is out of range 1ms..60s$"}},
+    {"sample_period above 60s",
+     "[agent]\nsample_period = 61s\n" TARGET,
+     {"2: sample_period '61s' is out of range 1ms..60s$"}},
+    {"smaps_period shorter than the default sample_period",
+     "[agent]\nsmaps_period = 50ms\n" TARGET,
+     {"2: smaps_period 50ms is shorter than sample_period 100ms; use 0 (off) or at least "
+      "100ms$"}},
+    {"smaps_period shorter than a sample_period set after it",
+     "[agent]\nsmaps_period = 1s\nsample_period = 2s\n" TARGET,
+     {"2: smaps_period 1s is shorter than sample_period 2s~"}},
+    {"system_period shorter than sample_period",
+     "[agent]\nsample_period = 2s\nsystem_period = 1s\n" TARGET,
+     {"3: system_period 1s is shorter than sample_period 2s$"}},
+    {"system_period without a unit",
+     "[agent]\nsystem_period = 5\n" TARGET,
+     {"2: system_period~needs a unit"}},
+    {"smaps_period above 1h",
+     "[agent]\nsmaps_period = 2h\n" TARGET,
+     {"2: smaps_period '2h' is out of range 1ms..1h$"}},
+    {"smaps_period a word",
+     "[agent]\nsmaps_period = never\n" TARGET,
+     {"2: smaps_period 'never' is not a duration~e.g. 5s$"}},
+    {"runtime_dir relative",
+     "[agent]\nruntime_dir = run/edgemon\n" TARGET,
+     {"2: runtime_dir 'run/edgemon' must be an absolute path$"}},
+    {"runtime_dir of 256 characters",
+     "[agent]\nruntime_dir = " P256 "\n" TARGET,
+     {"2: runtime_dir is longer than 255 characters$"}},
+    {"board with a slash",
+     "[agent]\nboard = jetson/orin\n" TARGET,
+     {"2: board 'jetson/orin' may use only letters, digits and _ . : -$"}},
+    {"board of 64 characters",
+     "[agent]\nboard = " A64 "\n" TARGET,
+     {"2: board '~' is longer than 63 characters$"}},
+    {"proc_root relative",
+     "[agent]\nproc_root = proc\n" TARGET,
+     {"2: proc_root 'proc' must be an absolute path$"}},
+    {"log_level unknown",
+     "[agent]\nlog_level = verbose\n" TARGET,
+     {"2: log_level 'verbose' must be one of error, warn, info, debug$"}},
+
+    /* [target] */
+    {"pid zero", "[target]\npid = 0\n", {"2: pid '0' must be a number from 1 to 4194304$"}},
+    {"pid above the kernel limit",
+     "[target]\npid = 4194305\n",
+     {"2: pid '4194305' must be a number from 1 to 4194304$"}},
+    {"pid negative", "[target]\npid = -1\n", {"2: pid '-1' must be a number~"}},
+    {"pid a word", "[target]\npid = abc\n", {"2: pid 'abc' must be a number~"}},
+    {"pid with trailing text", "[target]\npid = 12x\n", {"2: pid '12x' must be a number~"}},
+    {"pid overflowing", "[target]\npid = 99999999999999999999\n", {"2: pid '~' must be a number~"}},
+    {"pid_file relative",
+     "[target]\npid_file = run/inference.pid\n",
+     {"2: pid_file 'run/inference.pid' must be an absolute path$"}},
+    {"pid_file of 256 characters",
+     "[target]\npid_file = " P256 "\n",
+     {"2: pid_file is longer than 255 characters$"}},
+    {"process_name of 16 characters",
+     "[target]\nprocess_name = abcdefghijklmnop\n",
+     {"2: process_name 'abcdefghijklmnop' is longer than 15 characters (the kernel's comm "
+      "limit)$"}},
+    {"cmdline of 256 characters",
+     "[target]\ncmdline = " X255 "x\n",
+     {"2: cmdline is longer than 255 characters$"}},
+    {"cgroup relative",
+     "[target]\ncgroup = inference.service\n",
+     {"2: cgroup 'inference.service' must be an absolute path$"}},
+    {"pid_file after pid",
+     "[target]\npid = 1\npid_file = /run/x.pid\n",
+     {"3: [target] pid_file conflicts with pid on line 2$"}},
+    {"three target keys",
+     "[target]\ncmdline = detect.py\n\n; comment\npid = 1\ncgroup = /sys/fs/cgroup/x\n",
+     {"5: [target] pid conflicts with cmdline on line 2$",
+      "6: [target] cgroup conflicts with cmdline on line 2$"}},
+    {"target keys in two [target] sections",
+     "[target]\nprocess_name = python3\n[agent]\n[target]\ncgroup = /sys/fs/cgroup/x\n",
+     {"5: [target] cgroup conflicts with process_name on line 2$"}},
+    {"no target",
+     "[agent]\nboard = generic\n",
+     {"0: [target] needs one of pid, pid_file, process_name, cmdline, cgroup$"}},
+    {"empty file", "", {"0: [target] needs one of pid, pid_file, process_name, cmdline, cgroup$"}},
+    {"empty [target] section",
+     "[target]\n",
+     {"0: [target] needs one of pid, pid_file, process_name, cmdline, cgroup$"}},
+
+    /* [mqtt] */
+    {"broker with TLS",
+     "[mqtt]\nbroker = mqtts://broker:8883\n" TARGET,
+     {"2: broker 'mqtts://broker:8883' uses TLS (mqtts://), which is not supported yet; use "
+      "mqtt://HOST[:PORT]$"}},
+    {"broker with another scheme",
+     "[mqtt]\nbroker = http://broker\n" TARGET,
+     {"2: broker 'http://broker' must look like mqtt://HOST[:PORT], e.g. "
+      "mqtt://127.0.0.1:1883$"}},
+    {"broker without a scheme",
+     "[mqtt]\nbroker = 127.0.0.1:1883\n" TARGET,
+     {"2: broker '127.0.0.1:1883' must look like mqtt://HOST[:PORT]~"}},
+    {"broker without a host",
+     "[mqtt]\nbroker = mqtt://\n" TARGET,
+     {"2: broker 'mqtt://' has no host$"}},
+    {"broker with only a port",
+     "[mqtt]\nbroker = mqtt://:1883\n" TARGET,
+     {"2: broker 'mqtt://:1883' has no host$"}},
+    {"broker port zero",
+     "[mqtt]\nbroker = mqtt://broker:0\n" TARGET,
+     {"2: broker 'mqtt://broker:0' has a bad port; use 1..65535$"}},
+    {"broker port above 65535",
+     "[mqtt]\nbroker = mqtt://broker:65536\n" TARGET,
+     {"2: broker 'mqtt://broker:65536' has a bad port~"}},
+    {"broker port empty",
+     "[mqtt]\nbroker = mqtt://broker:\n" TARGET,
+     {"2: broker 'mqtt://broker:' has a bad port~"}},
+    {"broker port not a number",
+     "[mqtt]\nbroker = mqtt://broker:18x3\n" TARGET,
+     {"2: broker 'mqtt://broker:18x3' has a bad port~"}},
+    {"broker with a path",
+     "[mqtt]\nbroker = mqtt://broker/edgemon\n" TARGET,
+     {"2: broker 'mqtt://broker/edgemon' has an unexpected character after the host; use "
+      "mqtt://HOST[:PORT]$"}},
+    {"broker with credentials",
+     "[mqtt]\nbroker = mqtt://user:secret@broker\n" TARGET,
+     {"2: broker 'mqtt://user:secret@broker' has credentials, which are not supported yet$"}},
+    {"broker with an unclosed IPv6 literal",
+     "[mqtt]\nbroker = mqtt://[::1:1883\n" TARGET,
+     {"2: broker 'mqtt://[::1:1883' has a bad IPv6 address; write it as mqtt://[::1]:1883$"}},
+    {"client_id with a space",
+     "[mqtt]\nclient_id = edge mon\n" TARGET,
+     {"2: client_id 'edge mon' may use only printable ascii without spaces$"}},
+    {"client_id not ascii",
+     "[mqtt]\nclient_id = caf\xc3\xa9\n" TARGET,
+     {"2: client_id 'caf?\?' may use only printable ascii without spaces$"}},
+    {"client_id of 65 characters",
+     "[mqtt]\nclient_id = " A64 "a\n" TARGET,
+     {"2: client_id '~' is longer than 64 characters$"}},
+    {"qos_data 2",
+     "[mqtt]\nqos_data = 2\n" TARGET,
+     {"2: qos_data '2' must be 0 or 1 (qos 2 is not supported)$"}},
+    {"qos_data a word", "[mqtt]\nqos_data = once\n" TARGET, {"2: qos_data 'once' must be 0 or 1~"}},
+    {"qos_state negative",
+     "[mqtt]\nqos_state = -1\n" TARGET,
+     {"2: qos_state '-1' must be 0 or 1~"}},
+    {"keepalive below 5s",
+     "[mqtt]\nkeepalive = 4s\n" TARGET,
+     {"2: keepalive '4s' is out of range 5s..1h$"}},
+    {"keepalive above 1h",
+     "[mqtt]\nkeepalive = 61m\n" TARGET,
+     {"2: keepalive '61m' is out of range 5s..1h$"}},
+    {"keepalive not whole seconds",
+     "[mqtt]\nkeepalive = 7500ms\n" TARGET,
+     {"2: keepalive '7500ms' must be whole seconds, e.g. 30s$"}},
+    {"keepalive without a unit",
+     "[mqtt]\nkeepalive = 30\n" TARGET,
+     {"2: keepalive needs a unit, e.g. 30s$"}},
+    {"reconnect_min below 100ms",
+     "[mqtt]\nreconnect_min = 50ms\n" TARGET,
+     {"2: reconnect_min '50ms' is out of range 100ms..1h$"}},
+    {"reconnect_max above 1h",
+     "[mqtt]\nreconnect_max = 2h\n" TARGET,
+     {"2: reconnect_max '2h' is out of range 100ms..1h$"}},
+    {"reconnect_max below reconnect_min",
+     "[mqtt]\nreconnect_min = 10s\nreconnect_max = 5s\n" TARGET,
+     {"3: reconnect_max 5s is below reconnect_min 10s (line 2)$"}},
+
+    /* [pmu] */
+    {"events with a misspelt name",
+     "[pmu]\nevents = cycles, cyclez\n" TARGET,
+     {"2: unknown pmu event 'cyclez'; did you mean 'cycles'? valid: cycles, instructions, "
+      "cache-references, cache-misses, branch-instructions, branch-misses, "
+      "stalled-cycles-frontend, stalled-cycles-backend, ref-cycles, bus-cycles, task-clock, "
+      "cpu-clock, context-switches, cpu-migrations, page-faults, minor-faults, major-faults$"}},
+    {"events with an unknown name",
+     "[pmu]\nevents = cycles, l3-misses\n" TARGET,
+     {"2: unknown pmu event 'l3-misses'; valid: cycles, ~, major-faults$"}},
+    {"events with two unknown names",
+     "[pmu]\nevents = foo instructions bar\n" TARGET,
+     {"2: unknown pmu event 'foo'~", "2: unknown pmu event 'bar'~"}},
+    {"events listing one twice",
+     "[pmu]\nevents = cycles instructions,cycles\n" TARGET,
+     {"2: pmu event 'cycles' is listed twice$"}},
+    {"events listing 17",
+     "[pmu]\nevents = cycles instructions cache-references cache-misses branch-instructions "
+     "branch-misses stalled-cycles-frontend stalled-cycles-backend ref-cycles bus-cycles "
+     "task-clock cpu-clock context-switches cpu-migrations page-faults minor-faults "
+     "major-faults\n" TARGET,
+     {"2: events lists more than 16 events$"}},
+    {"events listing none",
+     "[pmu]\nevents = , ,\n" TARGET,
+     {"2: events lists no event; e.g. cycles, instructions$"}},
+
+    /* Structure: sections, keys, values, lines. */
+    {"unknown key close to a known one",
+     "[agent]\nsample_perod = 100ms\n" TARGET,
+     {"2: unknown key 'sample_perod' in [agent]; did you mean 'sample_period'?$"}},
+    {"unknown key with a space",
+     "[agent]\nsample period = 100ms\n" TARGET,
+     {"2: unknown key 'sample period' in [agent]; did you mean 'sample_period'?$"}},
+    {"unknown key far from any",
+     "[agent]\ncolour = blue\n" TARGET,
+     {"2: unknown key 'colour' in [agent]$"}},
+    {"key of another section",
+     "[agent]\nbroker = mqtt://broker\n" TARGET,
+     {"2: unknown key 'broker' in [agent]; it belongs in [mqtt]$"}},
+    {"unknown section close to a known one",
+     "[agnet]\nsample_period = 1s\nbogus = 1\n" TARGET,
+     {"1: unknown section [agnet]; did you mean [agent]?$"}},
+    {"unknown section far from any",
+     "[metrics]\nfoo = 1\n" TARGET,
+     {"1: unknown section [metrics]; use [agent], [target], [mqtt] or [pmu]$"}},
+    {"section names are lower case",
+     "[Agent]\n" TARGET,
+     {"1: unknown section [Agent]; did you mean [agent]?$"}},
+    {"empty section name", "[]\n" TARGET, {"1: unknown section []; use [agent]~"}},
+    {"known key outside any section",
+     "board = generic\n" TARGET,
+     {"1: key 'board' is outside any section; put it under [agent]$"}},
+    {"unknown key outside any section",
+     "; top\ncolour = blue\n" TARGET,
+     {"2: key 'colour' is outside any section; start with a section, e.g. [agent]$"}},
+    {"empty value",
+     "[agent]\nsample_period =\n" TARGET,
+     {"2: sample_period has an empty value; e.g. sample_period = 100ms$"}},
+    {"value that is only a comment",
+     "[target]\npid = ; later\n",
+     {"2: pid has an empty value; e.g. pid = 1234$"}},
+    {"duplicate key",
+     "[agent]\nboard = a\nboard = b\n" TARGET,
+     {"3: duplicate key 'board' in [agent] (first on line 2)$"}},
+    {"duplicate key in a repeated section",
+     "[agent]\nboard = a\n[mqtt]\n[agent]\nboard = b\n" TARGET,
+     {"5: duplicate key 'board' in [agent] (first on line 2)$"}},
+    {"duplicate target key",
+     "[target]\npid = 1\npid = 2\n",
+     {"3: duplicate key 'pid' in [target] (first on line 2)$"}},
+    {"line without '='",
+     "[agent]\nverbose\n" TARGET,
+     {"2: expected 'key = value', got 'verbose'$"}},
+    {"line whose '=' is inside a comment",
+     "[agent]\nboard ; = x\n" TARGET,
+     {"2: expected 'key = value', got 'board ; = x'$"}},
+    {"indented line after a key is not a continuation",
+     "[pmu]\nevents = cycles,\n    instructions\n" TARGET,
+     {"3: expected 'key = value', got 'instructions'; a value cannot continue on an indented "
+      "line$"}},
+    {"value without a key",
+     "[agent]\n= 5\n" TARGET,
+     {"2: missing key name before the '=' or ':'$"}},
+    {"section header without ']'",
+     "[agent\nboard = x\n" TARGET,
+     {"1: section header '[agent' has no closing ']'$"}},
+    {"section header with text after it",
+     "[agent] extra\n" TARGET,
+     {"1: unexpected text after [agent]$"}},
+    {"control character in a value",
+     "[agent]\nboard = a\x01z\n" TARGET,
+     {"2: board 'a?z' contains a control character$"}},
+    {"inline comment without a space before ';'",
+     "[mqtt]\nqos_data = 1;comment\n" TARGET,
+     {"2: qos_data '1;comment' must be 0 or 1~"}},
+    {"tab inside a value",
+     "[target]\ncmdline = a\tb\n",
+     {"2: cmdline 'a?b' contains a control character$"}},
+    {"line of 1025 characters",
+     "[agent]\n; " X255 X255 X255 X255 "xxx\n" TARGET,
+     {"2: line is longer than 1024 characters$"}},
+};
+
+/* Each row of error_cases produces exactly its errors, in order, with the right lines. */
+static void config_reports_each_error_with_its_line(void **state) {
+  (void)state;
+  for (size_t r = 0; r < sizeof(error_cases) / sizeof(error_cases[0]); r++) {
+    const error_case_t *row = &error_cases[r];
+    em_config_t cfg;
+    seen_t seen;
+    char path[32];
+    int rc = load_text(row->ini, &cfg, &seen, path);
+    size_t n_expect = 0;
+    while (n_expect < MAX_EXPECT && row->expect[n_expect] != NULL) {
+      n_expect++;
+    }
+    if (rc != -EINVAL) {
+      fail_row(row->name, "em_config_load did not return -EINVAL", &seen);
+    }
+    if (seen.n != n_expect) {
+      fail_row(row->name, "wrong number of errors", &seen);
+    }
+    for (size_t i = 0; i < n_expect; i++) {
+      if (!matches(seen.lines[i], path, row->expect[i])) {
+        print_error("expected %s:%s\n", path, row->expect[i]);
+        fail_row(row->name, "error does not match", &seen);
+      }
+    }
+  }
+}
+
+/* ---- valid files: INI text -> the values it must produce ------------------------------- */
+
+typedef struct {
+  const char *name;
+  const char *ini;
+  void (*check)(const em_config_t *cfg);
+} valid_case_t;
+
+/* Everything but the target is the default. */
+static void check_defaults_around_pid(const em_config_t *cfg) {
+  em_config_t def;
+  em_config_defaults(&def);
+  assert_int_equal(cfg->target_kind, EM_TARGET_PID);
+  assert_int_equal(cfg->target_pid, 42);
+  assert_string_equal(cfg->target_value, "");
+  assert_string_equal(cfg->device_id, def.device_id);
+  assert_int_equal(cfg->sample_period_ns, 100000000ull);
+  assert_int_equal(cfg->smaps_period_ns, 5000000000ull);
+  assert_int_equal(cfg->system_period_ns, 1000000000ull);
+  assert_string_equal(cfg->runtime_dir, def.runtime_dir);
+  assert_string_equal(cfg->board, "generic");
+  assert_string_equal(cfg->proc_root, "/proc");
+  assert_int_equal(cfg->log_level, EM_LOG_INFO);
+  assert_string_equal(cfg->broker_host, "127.0.0.1");
+  assert_int_equal(cfg->broker_port, 1883);
+  assert_string_equal(cfg->client_id, def.client_id);
+  assert_int_equal(cfg->qos_data, 0);
+  assert_int_equal(cfg->qos_state, 1);
+  assert_int_equal(cfg->keepalive_s, 30);
+  assert_int_equal(cfg->reconnect_min_ns, 500000000ull);
+  assert_int_equal(cfg->reconnect_max_ns, 30000000000ull);
+  assert_int_equal(cfg->n_events, def.n_events);
+  assert_memory_equal(cfg->events, def.events, sizeof(cfg->events));
+}
+
+static void check_every_key(const em_config_t *cfg) {
+  assert_string_equal(cfg->device_id, "orin-07");
+  assert_int_equal(cfg->sample_period_ns, 250000000ull);
+  assert_int_equal(cfg->smaps_period_ns, 2ull * 60 * 1000000000ull);
+  assert_string_equal(cfg->runtime_dir, "/var/run/em");
+  assert_string_equal(cfg->board, "jetson-orin-nano");
+  assert_string_equal(cfg->proc_root, "/srv/fixtures/proc");
+  assert_int_equal(cfg->log_level, EM_LOG_DEBUG);
+  assert_int_equal(cfg->target_kind, EM_TARGET_PIDFILE);
+  assert_string_equal(cfg->target_value, "/run/inference.pid");
+  assert_string_equal(cfg->broker_host, "broker.lan");
+  assert_int_equal(cfg->broker_port, 11883);
+  assert_string_equal(cfg->client_id, "bench-7");
+  assert_int_equal(cfg->qos_data, 1);
+  assert_int_equal(cfg->qos_state, 0);
+  assert_int_equal(cfg->keepalive_s, 3600);
+  assert_int_equal(cfg->reconnect_min_ns, 1000000000ull);
+  assert_int_equal(cfg->reconnect_max_ns, 1000000000ull);
+  assert_int_equal(cfg->n_events, 3);
+  assert_string_equal(cfg->events[0], "task-clock");
+  assert_string_equal(cfg->events[1], "cycles");
+  assert_string_equal(cfg->events[2], "major-faults");
+  assert_string_equal(cfg->events[3], "");
+}
+
+static void check_process_name(const em_config_t *cfg) {
+  assert_int_equal(cfg->target_kind, EM_TARGET_COMM);
+  assert_string_equal(cfg->target_value, "abcdefghijklmno");
+}
+
+static void check_long_cmdline(const em_config_t *cfg) {
+  assert_int_equal(cfg->target_kind, EM_TARGET_CMDLINE);
+  assert_string_equal(cfg->target_value, X255);
+}
+
+static void check_cmdline_with_spaces(const em_config_t *cfg) {
+  assert_int_equal(cfg->target_kind, EM_TARGET_CMDLINE);
+  assert_string_equal(cfg->target_value, "python3 -m detect --model yolo.onnx");
+}
+
+static void check_long_pid_file(const em_config_t *cfg) {
+  assert_int_equal(cfg->target_kind, EM_TARGET_PIDFILE);
+  assert_string_equal(cfg->target_value, P255);
+}
+
+static void check_cgroup(const em_config_t *cfg) {
+  assert_int_equal(cfg->target_kind, EM_TARGET_CGROUP);
+  assert_string_equal(cfg->target_value, "/sys/fs/cgroup/system.slice/inference.service");
+}
+
+static void check_pid_max(const em_config_t *cfg) {
+  assert_int_equal(cfg->target_kind, EM_TARGET_PID);
+  assert_int_equal(cfg->target_pid, 4194304);
+}
+
+static void check_smaps_off(const em_config_t *cfg) {
+  assert_int_equal(cfg->smaps_period_ns, 0);
+}
+
+static void check_smaps_follows_sample(const em_config_t *cfg) {
+  assert_int_equal(cfg->sample_period_ns, 10000000000ull);
+  assert_int_equal(cfg->smaps_period_ns, 10000000000ull);
+}
+
+static void check_reconnect_max_follows_min(const em_config_t *cfg) {
+  assert_int_equal(cfg->reconnect_min_ns, 60000000000ull);
+  assert_int_equal(cfg->reconnect_max_ns, 60000000000ull);
+}
+
+static void check_reconnect_min_follows_max(const em_config_t *cfg) {
+  assert_int_equal(cfg->reconnect_min_ns, 200000000ull);
+  assert_int_equal(cfg->reconnect_max_ns, 200000000ull);
+}
+
+static void check_client_id_follows_device_id(const em_config_t *cfg) {
+  assert_string_equal(cfg->device_id, "cam-02");
+  assert_string_equal(cfg->client_id, "edgemon-cam-02");
+}
+
+static void check_broker_default_port(const em_config_t *cfg) {
+  assert_string_equal(cfg->broker_host, "broker.example.org");
+  assert_int_equal(cfg->broker_port, 1883);
+}
+
+static void check_broker_ipv6(const em_config_t *cfg) {
+  assert_string_equal(cfg->broker_host, "::1");
+  assert_int_equal(cfg->broker_port, 8883);
+}
+
+static void check_syntax_variants(const em_config_t *cfg) {
+  assert_int_equal(cfg->target_kind, EM_TARGET_COMM);
+  assert_string_equal(cfg->target_value, "python3");
+  assert_string_equal(cfg->board, "rpi4");
+  assert_int_equal(cfg->sample_period_ns, 50000000ull);
+  assert_int_equal(cfg->qos_data, 1);
+}
+
+static void check_system_follows_sample(const em_config_t *cfg) {
+  assert_int_equal(cfg->sample_period_ns, 5000000000ull);
+  assert_int_equal(cfg->system_period_ns, 5000000000ull);
+}
+
+static void check_units(const em_config_t *cfg) {
+  assert_int_equal(cfg->sample_period_ns, 1500000ull);
+  assert_int_equal(cfg->smaps_period_ns, 2000000000ull);
+  assert_int_equal(cfg->keepalive_s, 120);
+  assert_int_equal(cfg->reconnect_min_ns, 250000000ull);
+  assert_int_equal(cfg->reconnect_max_ns, 3600000000000ull);
+}
+
+static void check_sixteen_events(const em_config_t *cfg) {
+  assert_int_equal(cfg->n_events, 16);
+  assert_string_equal(cfg->events[0], "cycles");
+  assert_string_equal(cfg->events[15], "minor-faults");
+}
+
+static void check_log_level_error(const em_config_t *cfg) {
+  assert_int_equal(cfg->log_level, EM_LOG_ERROR);
+}
+
+static void check_limits(const em_config_t *cfg) {
+  assert_int_equal(cfg->sample_period_ns, 60000000000ull);
+  assert_int_equal(cfg->smaps_period_ns, 3600000000000ull);
+  assert_int_equal(cfg->keepalive_s, 5);
+  assert_int_equal(strlen(cfg->device_id), 63);
+  assert_int_equal(strlen(cfg->client_id), 64);
+}
+
+static const valid_case_t valid_cases[] = {
+    {"line of 1024 characters", "[target]\npid = 42\n; " X255 X255 X255 X255 "xx\n",
+     check_defaults_around_pid},
+    {"only a pid: everything else default", "[target]\npid = 42\n", check_defaults_around_pid},
+    {"every key set",
+     "[agent]\n"
+     "device_id = orin-07\n"
+     "sample_period = 250ms\n"
+     "smaps_period = 2m\n"
+     "runtime_dir = /var/run/em\n"
+     "board = jetson-orin-nano\n"
+     "proc_root = /srv/fixtures/proc\n"
+     "log_level = debug\n"
+     "[target]\n"
+     "pid_file = /run/inference.pid\n"
+     "[mqtt]\n"
+     "broker = mqtt://broker.lan:11883\n"
+     "client_id = bench-7\n"
+     "qos_data = 1\n"
+     "qos_state = 0\n"
+     "keepalive = 1h\n"
+     "reconnect_min = 1s\n"
+     "reconnect_max = 1s\n"
+     "[pmu]\n"
+     "events = task-clock cycles,major-faults\n",
+     check_every_key},
+    {"process_name of 15 characters", "[target]\nprocess_name = abcdefghijklmno\n",
+     check_process_name},
+    {"cmdline of 255 characters (longer than libinih's line)", "[target]\ncmdline = " X255 "\n",
+     check_long_cmdline},
+    {"cmdline with spaces and an inline comment",
+     "[target]\ncmdline =   python3 -m detect --model yolo.onnx   ; the detector\n",
+     check_cmdline_with_spaces},
+    {"pid_file of 255 characters", "[target]\npid_file = " P255 "\n", check_long_pid_file},
+    {"cgroup", "[target]\ncgroup = /sys/fs/cgroup/system.slice/inference.service\n", check_cgroup},
+    {"pid at the kernel limit", "[target]\npid = 4194304\n", check_pid_max},
+    {"smaps_period 0 is off", "[agent]\nsmaps_period = 0\n" TARGET, check_smaps_off},
+    {"smaps_period off is off", "[agent]\nsmaps_period = off\n" TARGET, check_smaps_off},
+    {"default smaps_period follows a longer sample_period", "[agent]\nsample_period = 10s\n" TARGET,
+     check_smaps_follows_sample},
+    {"default system_period follows a longer sample_period",
+     "[agent]\nsample_period = 5s\n" TARGET, check_system_follows_sample},
+    {"default reconnect_max follows a longer reconnect_min", "[mqtt]\nreconnect_min = 1m\n" TARGET,
+     check_reconnect_max_follows_min},
+    {"default reconnect_min follows a shorter reconnect_max",
+     "[mqtt]\nreconnect_max = 200ms\n" TARGET, check_reconnect_min_follows_max},
+    {"default client_id follows device_id", "[agent]\ndevice_id = cam-02\n" TARGET,
+     check_client_id_follows_device_id},
+    {"broker without a port", "[mqtt]\nbroker = mqtt://broker.example.org\n" TARGET,
+     check_broker_default_port},
+    {"broker with an IPv6 literal", "[mqtt]\nbroker = mqtt://[::1]:8883\n" TARGET,
+     check_broker_ipv6},
+    {"BOM, CRLF, comments, indentation, ':' and inline comments",
+     "\xEF\xBB\xBF; comment\r\n"
+     "# another comment\r\n"
+     "\r\n"
+     "  [ agent ]   ; section comment\r\n"
+     "\tboard: rpi4\r\n"
+     "    sample_period = 50ms ; fast\r\n"
+     "[target]\r\n"
+     "process_name=python3\r\n"
+     "[mqtt]\n"
+     "qos_data = 1 ;a comment\n",
+     check_syntax_variants},
+    {"every duration unit",
+     "[agent]\nsample_period = 1500us\nsmaps_period = 2000000000ns\n"
+     "[mqtt]\nkeepalive = 2m\nreconnect_min = 250ms\nreconnect_max = 1h\n" TARGET,
+     check_units},
+    {"sixteen events",
+     "[pmu]\nevents = cycles instructions cache-references cache-misses branch-instructions "
+     "branch-misses stalled-cycles-frontend stalled-cycles-backend ref-cycles bus-cycles "
+     "task-clock cpu-clock context-switches cpu-migrations page-faults minor-faults\n" TARGET,
+     check_sixteen_events},
+    {"log_level error", "[agent]\nlog_level = error\n" TARGET, check_log_level_error},
+    {"values at their limits",
+     "[agent]\nsample_period = 60s\nsmaps_period = 1h\ndevice_id = " X16 X16 X16 X15 "\n"
+     "[mqtt]\nkeepalive = 5s\nclient_id = " A64 "\n" TARGET,
+     check_limits},
+};
+
+/* Each row of valid_cases loads with no error and the values its check expects. */
+static void config_parses_valid_files(void **state) {
+  (void)state;
+  for (size_t r = 0; r < sizeof(valid_cases) / sizeof(valid_cases[0]); r++) {
+    const valid_case_t *row = &valid_cases[r];
+    em_config_t cfg;
+    seen_t seen;
+    char path[32];
+    if (load_text(row->ini, &cfg, &seen, path) != 0 || seen.n != 0) {
+      fail_row(row->name, "a valid file was rejected", &seen);
+    }
+    row->check(&cfg);
+  }
+}
+
+/* A derived client_id ("edgemon-" + a 63-character device_id) is kept whole, past 64. */
+static void config_default_client_id_is_not_truncated(void **state) {
+  (void)state;
+  em_config_t cfg;
+  seen_t seen;
+  char path[32];
+  const char *ini = "[agent]\ndevice_id = " X16 X16 X16 X15 "\n" TARGET;
+  assert_int_equal(load_text(ini, &cfg, &seen, path), 0);
+  assert_string_equal(cfg.client_id, "edgemon-" X16 X16 X16 X15);
+}
+
+/* ---- the parsers on their own ---------------------------------------------------------- */
+
+static void config_parses_durations(void **state) {
+  (void)state;
+  static const struct {
+    const char *text;
+    int rc;
+    uint64_t ns;
+  } rows[] = {
+      {"250us", 0, 250000ull},
+      {"100ms", 0, 100000000ull},
+      {"1s", 0, 1000000000ull},
+      {"2m", 0, 120000000000ull},
+      {"1h", 0, 3600000000000ull},
+      {"1500000ns", 0, 1500000ull},
+      {"0ns", 0, 0},
+      {"007ms", 0, 7000000ull},
+      {"18446744073709551615ns", 0, UINT64_MAX},
+      {"18446744073709551616ns", -EINVAL, 0},
+      {"18446744073709551s", -EINVAL, 0},
+      {"10", -EINVAL, 0},
+      {"10xs", -EINVAL, 0},
+      {"10MS", -EINVAL, 0},
+      {"-5ms", -EINVAL, 0},
+      {"+5ms", -EINVAL, 0},
+      {"1.5s", -EINVAL, 0},
+      {"ms", -EINVAL, 0},
+      {"", -EINVAL, 0},
+      {" 5ms", -EINVAL, 0},
+      {"5ms ", -EINVAL, 0},
+      {"5 ms", -EINVAL, 0},
+  };
+  for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+    uint64_t ns = 12345;
+    int rc = em_config_parse_duration(rows[i].text, &ns);
+    if (rc != rows[i].rc) {
+      fail_msg("'%s': rc %d, expected %d", rows[i].text, rc, rows[i].rc);
+    }
+    assert_int_equal(ns, rc == 0 ? rows[i].ns : 12345); /* Untouched on failure. */
+  }
+  uint64_t ns = 0;
+  assert_int_equal(em_config_parse_duration(NULL, &ns), -EINVAL);
+  assert_int_equal(em_config_parse_duration("1s", NULL), -EINVAL);
+}
+
+static void config_parses_broker_urls(void **state) {
+  (void)state;
+  static const struct {
+    const char *url;
+    int rc;
+    const char *host;
+    uint16_t port;
+  } rows[] = {
+      {"mqtt://127.0.0.1:1883", 0, "127.0.0.1", 1883},
+      {"mqtt://broker", 0, "broker", 1883},
+      {"mqtt://broker.lan:1", 0, "broker.lan", 1},
+      {"mqtt://broker_1:65535", 0, "broker_1", 65535},
+      {"mqtt://[::1]", 0, "::1", 1883},
+      {"mqtt://[fe80::1]:8883", 0, "fe80::1", 8883},
+      {"mqtts://broker", -EINVAL, NULL, 0},
+      {"MQTT://broker", -EINVAL, NULL, 0},
+      {"tcp://broker", -EINVAL, NULL, 0},
+      {"broker:1883", -EINVAL, NULL, 0},
+      {"mqtt://", -EINVAL, NULL, 0},
+      {"mqtt://:1883", -EINVAL, NULL, 0},
+      {"mqtt://broker:", -EINVAL, NULL, 0},
+      {"mqtt://broker:0", -EINVAL, NULL, 0},
+      {"mqtt://broker:65536", -EINVAL, NULL, 0},
+      {"mqtt://broker:-1", -EINVAL, NULL, 0},
+      {"mqtt://broker:1883/", -EINVAL, NULL, 0},
+      {"mqtt://broker/x", -EINVAL, NULL, 0},
+      {"mqtt://user@broker", -EINVAL, NULL, 0},
+      {"mqtt://bro ker", -EINVAL, NULL, 0},
+      {"mqtt://[::1", -EINVAL, NULL, 0},
+      {"mqtt://[]:1883", -EINVAL, NULL, 0},
+      {"mqtt://[::1]x", -EINVAL, NULL, 0},
+  };
+  for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+    char host[64] = "";
+    uint16_t port = 0;
+    int rc = em_config_parse_broker(rows[i].url, host, sizeof(host), &port);
+    if (rc != rows[i].rc) {
+      fail_msg("'%s': rc %d, expected %d", rows[i].url, rc, rows[i].rc);
+    }
+    if (rc == 0) {
+      assert_string_equal(host, rows[i].host);
+      assert_int_equal(port, rows[i].port);
+    }
+  }
+  char small[4];
+  uint16_t port = 0;
+  assert_int_equal(em_config_parse_broker("mqtt://broker", small, sizeof(small), &port), -EINVAL);
+  assert_int_equal(em_config_parse_broker("mqtt://abc", small, sizeof(small), &port), 0);
+  assert_string_equal(small, "abc");
+  assert_int_equal(em_config_parse_broker(NULL, small, sizeof(small), &port), -EINVAL);
+}
+
+/* ---- defaults, the example file, many problems, unreadable files ----------------------- */
+
+static void config_defaults_are_documented_values(void **state) {
+  (void)state;
+  em_config_t cfg;
+  memset(&cfg, 0xa5, sizeof(cfg));
+  em_config_defaults(&cfg);
+  size_t n = strlen(cfg.device_id);
+  assert_true(n >= 1 && n <= 63);
+  for (size_t i = 0; i < n; i++) {
+    char c = cfg.device_id[i];
+    assert_true((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                strchr("_.:-", c) != NULL);
+  }
+  char client_id[sizeof(cfg.client_id)];
+  snprintf(client_id, sizeof(client_id), "edgemon-%s", cfg.device_id);
+  assert_string_equal(cfg.client_id, client_id);
+  if (geteuid() == 0) {
+    assert_string_equal(cfg.runtime_dir, "/run/edgemon");
+  } else {
+    assert_true(cfg.runtime_dir[0] == '/');
+    assert_non_null(strstr(cfg.runtime_dir, "edgemon"));
+  }
+  assert_int_equal(cfg.target_kind, EM_TARGET_NONE);
+  assert_int_equal(cfg.target_pid, 0);
+  assert_int_equal(cfg.sample_period_ns, 100000000ull);
+  assert_int_equal(cfg.smaps_period_ns, 5000000000ull);
+  assert_string_equal(cfg.board, "generic");
+  assert_string_equal(cfg.proc_root, "/proc");
+  assert_int_equal(cfg.log_level, EM_LOG_INFO);
+  assert_string_equal(cfg.broker_host, "127.0.0.1");
+  assert_int_equal(cfg.broker_port, 1883);
+  assert_int_equal(cfg.qos_data, 0);
+  assert_int_equal(cfg.qos_state, 1);
+  assert_int_equal(cfg.keepalive_s, 30);
+  assert_int_equal(cfg.reconnect_min_ns, 500000000ull);
+  assert_int_equal(cfg.reconnect_max_ns, 30000000000ull);
+  static const char *const events[] = {
+      "cycles",        "instructions", "cache-references", "cache-misses",   "branch-instructions",
+      "branch-misses", "task-clock",   "context-switches", "cpu-migrations", "page-faults"};
+  assert_int_equal(cfg.n_events, 10);
+  for (size_t i = 0; i < 10; i++) {
+    assert_string_equal(cfg.events[i], events[i]);
+  }
+  for (size_t i = 10; i < EM_CONFIG_MAX_EVENTS; i++) {
+    assert_string_equal(cfg.events[i], "");
+  }
+  em_config_defaults(NULL); /* Does nothing. */
+}
+
+/* Without root, runtime_dir comes from XDG_RUNTIME_DIR, else /tmp/edgemon-<uid>. */
+static void config_runtime_dir_follows_xdg_without_root(void **state) {
+  (void)state;
+  if (geteuid() == 0) {
+    skip(); /* Root always gets /run/edgemon (checked above). */
+  }
+  const char *old = getenv("XDG_RUNTIME_DIR");
+  char saved[512] = "";
+  if (old != NULL) {
+    snprintf(saved, sizeof(saved), "%s", old);
+  }
+  em_config_t cfg;
+  setenv("XDG_RUNTIME_DIR", "/run/user/1234", 1);
+  em_config_defaults(&cfg);
+  assert_string_equal(cfg.runtime_dir, "/run/user/1234/edgemon");
+  unsetenv("XDG_RUNTIME_DIR");
+  em_config_defaults(&cfg);
+  char expect[64];
+  snprintf(expect, sizeof(expect), "/tmp/edgemon-%lu", (unsigned long)geteuid());
+  assert_string_equal(cfg.runtime_dir, expect);
+  if (old != NULL) {
+    setenv("XDG_RUNTIME_DIR", saved, 1);
+  }
+}
+
+static void config_example_file_is_valid(void **state) {
+  (void)state;
+  em_config_t cfg;
+  seen_t seen;
+  memset(&seen, 0, sizeof(seen));
+  int n_errors = -1;
+  int rc = em_config_load(EXAMPLE_INI, &cfg, collect, &seen, &n_errors);
+  if (rc != 0 || seen.n != 0) {
+    fail_row(EXAMPLE_INI, "the example config has errors", &seen);
+  }
+  assert_int_equal(n_errors, 0);
+  assert_int_equal(cfg.target_kind, EM_TARGET_CMDLINE);
+  assert_int_equal(cfg.n_events, 10);
+}
+
+/* All problems of a file are reported, each on its own line, then the whole-file ones. */
+static void config_reports_every_error_not_just_the_first(void **state) {
+  (void)state;
+  const char *ini = "; edgemon-agent.ini with many problems\n" /* 1 */
+                    "[agent]\n"                                /* 2 */
+                    "device_id = a/b\n"                        /* 3 */
+                    "board = generic\n"                        /* 4 */
+                    "smaps_period = 10ms\n"                    /* 5 */
+                    "colour = blue\n"                          /* 6 */
+                    "\n"                                       /* 7 */
+                    "[mqtt]\n"                                 /* 8 */
+                    "broker = mqtts://broker\n"                /* 9 */
+                    "qos_data = 2\n"                           /* 10 */
+                    "reconnect_min = 5s\n"                     /* 11 */
+                    "reconnect_max = 1s\n"                     /* 12 */
+                    "this line is wrong\n"                     /* 13 */
+                    "[pmu]\n"                                  /* 14 */
+                    "events = cycles cycles\n"                 /* 15 */
+                    "[agent]\n"                                /* 16 */
+                    "board = rpi4\n";                          /* 17 */
+  em_config_t cfg;
+  seen_t seen;
+  char path[32];
+  assert_int_equal(load_text(ini, &cfg, &seen, path), -EINVAL);
+  static const char *const expect[] = {
+      "3: device_id 'a/b' may use only letters, digits and _ . : -$",
+      "6: unknown key 'colour' in [agent]$",
+      "9: broker 'mqtts://broker' uses TLS~",
+      "10: qos_data '2' must be 0 or 1~",
+      "13: expected 'key = value', got 'this line is wrong'$",
+      "15: pmu event 'cycles' is listed twice$",
+      "17: duplicate key 'board' in [agent] (first on line 4)$",
+      "0: [target] needs one of pid, pid_file, process_name, cmdline, cgroup$",
+      "5: smaps_period 10ms is shorter than sample_period 100ms~",
+      "12: reconnect_max 1s is below reconnect_min 5s (line 11)$",
+  };
+  if (seen.n != sizeof(expect) / sizeof(expect[0])) {
+    fail_row("many problems", "wrong number of errors", &seen);
+  }
+  for (size_t i = 0; i < seen.n; i++) {
+    if (!matches(seen.lines[i], path, expect[i])) {
+      print_error("expected %s:%s\n", path, expect[i]);
+      fail_row("many problems", "error does not match", &seen);
+    }
+  }
+}
+
+/* A NUL byte spoils only its own line; the lines around it still count. */
+static void config_reports_nul_byte_on_its_line(void **state) {
+  (void)state;
+  static const char ini[] = "[agent]\nboard = a\0b\nsample_period = 5\n[target]\npid = 1\n";
+  em_config_t cfg;
+  seen_t seen;
+  char path[32];
+  assert_int_equal(load_bytes(ini, sizeof(ini) - 1, &cfg, &seen, path), -EINVAL);
+  assert_int_equal(seen.n, 2);
+  assert_true(matches(seen.lines[0], path, "2: line contains a NUL byte$"));
+  assert_true(matches(seen.lines[1], path, "3: sample_period needs a unit, e.g. 100ms$"));
+}
+
+/* The last line needs no newline; line numbers do not drift over long files. */
+static void config_counts_lines_over_long_files(void **state) {
+  (void)state;
+  static char ini[16384];
+  size_t used = (size_t)snprintf(ini, sizeof(ini), "[agent]\n");
+  for (int i = 0; i < 500; i++) {
+    used += (size_t)snprintf(ini + used, sizeof(ini) - used, "; comment %d\n", i);
+  }
+  snprintf(ini + used, sizeof(ini) - used, "colour = blue\n[target]\npid = 7");
+  em_config_t cfg;
+  seen_t seen;
+  char path[32];
+  assert_int_equal(load_text(ini, &cfg, &seen, path), -EINVAL);
+  assert_int_equal(seen.n, 1);
+  assert_true(matches(seen.lines[0], path, "502: unknown key 'colour' in [agent]$"));
+  assert_int_equal(cfg.target_pid, 7);
+}
+
+static void config_missing_file_is_enoent(void **state) {
+  (void)state;
+  em_config_t cfg;
+  seen_t seen;
+  memset(&seen, 0, sizeof(seen));
+  int n_errors = -1;
+  const char *path = "/tmp/em-config-does-not-exist/agent.ini";
+  assert_int_equal(em_config_load(path, &cfg, collect, &seen, &n_errors), -ENOENT);
+  assert_int_equal(n_errors, 1);
+  assert_int_equal(seen.n, 1);
+  assert_true(matches(seen.lines[0], path, "0: cannot open: ~"));
+  assert_non_null(strstr(seen.lines[0], strerror(ENOENT)));
+}
+
+static void config_directory_is_a_read_error(void **state) {
+  (void)state;
+  em_config_t cfg;
+  seen_t seen;
+  memset(&seen, 0, sizeof(seen));
+  int n_errors = -1;
+  assert_int_equal(em_config_load("/tmp", &cfg, collect, &seen, &n_errors), -EISDIR);
+  assert_int_equal(n_errors, 1);
+  assert_true(matches(seen.lines[0], "/tmp", "0: cannot read: ~"));
+}
+
+/* Reading stops at 1 MiB: a device or a wrong file does not keep the loader busy. */
+static void config_file_over_1mib_is_efbig(void **state) {
+  (void)state;
+  em_config_t cfg;
+  seen_t seen;
+  memset(&seen, 0, sizeof(seen));
+  int n_errors = -1;
+  assert_int_equal(em_config_load("/dev/zero", &cfg, collect, &seen, &n_errors), -EFBIG);
+  assert_int_equal(n_errors, 1);
+  assert_true(matches(seen.lines[0], "/dev/zero", "0: file is larger than 1024 KiB~"));
+}
+
+/* on_error and n_errors may be NULL; bad arguments are -EINVAL. */
+static void config_load_works_without_callback(void **state) {
+  (void)state;
+  char path[32];
+  const char *ini = "[agent]\nsample_period = 10\n";
+  write_temp(path, ini, strlen(ini));
+  em_config_t cfg;
+  assert_int_equal(em_config_load(path, &cfg, NULL, NULL, NULL), -EINVAL);
+  int n_errors = 0;
+  assert_int_equal(em_config_load(path, &cfg, NULL, NULL, &n_errors), -EINVAL);
+  assert_int_equal(n_errors, 2);
+  unlink(path);
+  assert_int_equal(em_config_load(NULL, &cfg, NULL, NULL, &n_errors), -EINVAL);
+  assert_int_equal(n_errors, 0);
+  assert_int_equal(em_config_load("/x", NULL, NULL, NULL, NULL), -EINVAL);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(config_reports_each_error_with_its_line),
+      cmocka_unit_test(config_parses_valid_files),
+      cmocka_unit_test(config_default_client_id_is_not_truncated),
+      cmocka_unit_test(config_parses_durations),
+      cmocka_unit_test(config_parses_broker_urls),
+      cmocka_unit_test(config_defaults_are_documented_values),
+      cmocka_unit_test(config_runtime_dir_follows_xdg_without_root),
+      cmocka_unit_test(config_example_file_is_valid),
+      cmocka_unit_test(config_reports_every_error_not_just_the_first),
+      cmocka_unit_test(config_reports_nul_byte_on_its_line),
+      cmocka_unit_test(config_counts_lines_over_long_files),
+      cmocka_unit_test(config_missing_file_is_enoent),
+      cmocka_unit_test(config_directory_is_a_read_error),
+      cmocka_unit_test(config_file_over_1mib_is_efbig),
+      cmocka_unit_test(config_load_works_without_callback),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,1327 @@
+/*
+ * test_procfs.c - unit tests of firmware/agent/procfs.c: the statm, smaps_rollup, meminfo and
+ * PSI parsers, and the reader (em_procfs_t) over recorded procfs trees and the real /proc.
+ *
+ * Covered: the figures of every recorded file in tests/fixtures/procfs (x86 VM, Jetson AGX Orin
+ * on L4T 5.10, Jetson Nano on 4.9), converted to bytes; absent figures (no MemAvailable, no
+ * "full" cpu line, no smaps_rollup, no PSI) reported as absent rather than 0; every garbage and
+ * truncated fixture refused with -EINVAL; every prefix of every recorded file either refused or
+ * parsed to exactly the fields whose lines are complete, with each prefix in a buffer of its
+ * exact size so that a read past `len` trips AddressSanitizer; the reader opening its files once,
+ * close-on-exec, re-reading them in place, switching targets, refusing a file that fills its
+ * buffer, failing (without leaking fds) on open errors other than ENOENT (injected with a
+ * symlink loop), and reporting a target that is gone (empty file, missing pid dir, a real child
+ * that died: zombie, then reaped) as -ESRCH.
+ */
+#define _GNU_SOURCE /* mkdtemp, nftw, symlink, fork, kill, waitid, prctl under -std=c11. */
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "procfs.h"
+
+#ifndef EM_FIXTURES_DIR
+#error "EM_FIXTURES_DIR (absolute path of tests/fixtures) must be defined"
+#endif
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define PROCFS_DIR   EM_FIXTURES_DIR "/procfs"
+#define KB           UINT64_C(1024)
+
+/* ---- Helpers ---- */
+
+/* Reads a whole file into a buffer of exactly its size (at least 1 byte allocated). */
+static char *read_path(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (f == NULL) {
+    print_error("cannot open %s\n", path);
+    fail();
+  }
+  assert_int_equal(fseek(f, 0, SEEK_END), 0);
+  long size = ftell(f);
+  assert_true(size >= 0);
+  assert_int_equal(fseek(f, 0, SEEK_SET), 0);
+  char *buf = malloc(size > 0 ? (size_t)size : 1);
+  assert_non_null(buf);
+  assert_int_equal(fread(buf, 1, (size_t)size, f), (size_t)size);
+  fclose(f);
+  *len = (size_t)size;
+  return buf;
+}
+
+/* Reads tests/fixtures/procfs/<rel>. */
+static char *read_fixture(const char *rel, size_t *len) {
+  char path[PATH_MAX];
+  int n = snprintf(path, sizeof path, "%s/%s", PROCFS_DIR, rel);
+  assert_true(n > 0 && (size_t)n < sizeof path);
+  return read_path(path, len);
+}
+
+/* Writes `len` bytes to path, truncating it in place (same inode, so open fds see it). */
+static void write_path(const char *path, const void *data, size_t len) {
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(data, 1, len, f), len);
+  assert_int_equal(fclose(f), 0);
+}
+
+static void join(char *out, size_t cap, const char *a, const char *b) {
+  int n = snprintf(out, cap, "%s/%s", a, b);
+  assert_true(n > 0 && (size_t)n < cap);
+}
+
+/* Copies directory tree src into the existing directory dst. */
+static void copy_tree(const char *src, const char *dst) {
+  DIR *d = opendir(src);
+  assert_non_null(d);
+  for (struct dirent *e = readdir(d); e != NULL; e = readdir(d)) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) {
+      continue;
+    }
+    char from[PATH_MAX];
+    char to[PATH_MAX];
+    join(from, sizeof from, src, e->d_name);
+    join(to, sizeof to, dst, e->d_name);
+    struct stat st;
+    assert_int_equal(stat(from, &st), 0);
+    if (S_ISDIR(st.st_mode)) {
+      assert_int_equal(mkdir(to, 0700), 0);
+      copy_tree(from, to);
+    } else {
+      size_t len = 0;
+      char *data = read_path(from, &len);
+      write_path(to, data, len);
+      free(data);
+    }
+  }
+  closedir(d);
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st;
+  (void)flag;
+  (void)ftw;
+  return remove(path);
+}
+
+static void remove_tree(const char *dir) {
+  assert_int_equal(nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS), 0);
+}
+
+/* The temporary tree of the running test; its teardown removes it, whether the test passed. */
+static char temp_dir[PATH_MAX];
+
+/* A fresh directory under /tmp holding a copy of fixture tree `tree` ("" for an empty one). */
+static const char *temp_copy(const char *tree) {
+  assert_true(temp_dir[0] == '\0'); /* One per test. */
+  strcpy(temp_dir, "/tmp/em-procfs-XXXXXX");
+  assert_non_null(mkdtemp(temp_dir));
+  if (tree[0] != '\0') {
+    char src[PATH_MAX];
+    join(src, sizeof src, PROCFS_DIR, tree);
+    copy_tree(src, temp_dir);
+  }
+  return temp_dir;
+}
+
+static int remove_temp_dir(void **state) {
+  (void)state;
+  int rc = 0;
+  if (temp_dir[0] != '\0') {
+    rc = nftw(temp_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  }
+  temp_dir[0] = '\0';
+  return rc;
+}
+
+/* Open fds of this process (the count includes the one opendir holds, always the same). */
+static int count_fds(void) {
+  DIR *d = opendir("/proc/self/fd");
+  assert_non_null(d);
+  int n = 0;
+  for (struct dirent *e = readdir(d); e != NULL; e = readdir(d)) {
+    if (e->d_name[0] != '.') {
+      n++;
+    }
+  }
+  closedir(d);
+  return n;
+}
+
+static bool near(double a, double b) {
+  return fabs(a - b) < 1e-9;
+}
+
+static uint64_t page_size(void) {
+  long ps = sysconf(_SC_PAGESIZE);
+  assert_true(ps > 0);
+  return (uint64_t)ps;
+}
+
+/* ---- One view over the four parsers, for the table-driven tests ---- */
+
+typedef enum { K_STATM, K_SMAPS, K_MEMINFO, K_PSI, K_COUNT } kind_t;
+
+static const char *const kind_names[K_COUNT] = {"statm", "smaps_rollup", "meminfo", "psi"};
+
+/* A parse result: bit i of `have` covers u[i] and d[i]. statm sets all three bits. */
+typedef struct {
+  unsigned have;
+  uint64_t u[3];
+  double d[3];
+} parsed_t;
+
+/* The line (by its start) that holds each `have` bit of a kind; "" is the first line. */
+typedef struct {
+  const char *line_start;
+  unsigned bit;
+} field_line_t;
+
+static const field_line_t field_lines[K_COUNT][3] = {
+    [K_STATM] = {{"", 7}},
+    [K_SMAPS] = {{"Pss:", EM_SMAPS_PSS}, {"Anonymous:", EM_SMAPS_ANON}, {"Swap:", EM_SMAPS_SWAP}},
+    [K_MEMINFO] = {{"MemAvailable:", EM_MEMINFO_AVAILABLE}, {"MemTotal:", EM_MEMINFO_TOTAL}},
+    [K_PSI] = {{"some ", EM_PSI_SOME}, {"full ", EM_PSI_FULL}},
+};
+
+static int parse_kind(kind_t kind, const char *text, size_t len, parsed_t *r) {
+  memset(r, 0, sizeof *r);
+  int rc = -1;
+  switch (kind) {
+  case K_STATM: {
+    em_statm_t s;
+    rc = em_procfs_parse_statm(text, len, 4096, &s);
+    r->have = rc == 0 ? 7u : 0u;
+    r->u[0] = s.size_bytes;
+    r->u[1] = s.rss_bytes;
+    r->u[2] = s.shared_bytes;
+    break;
+  }
+  case K_SMAPS: {
+    em_smaps_t s;
+    rc = em_procfs_parse_smaps_rollup(text, len, &s);
+    r->have = s.have;
+    r->u[0] = s.pss_bytes;
+    r->u[1] = s.anon_bytes;
+    r->u[2] = s.swap_bytes;
+    break;
+  }
+  case K_MEMINFO: {
+    em_meminfo_t m;
+    rc = em_procfs_parse_meminfo(text, len, &m);
+    r->have = m.have;
+    r->u[0] = m.available_bytes;
+    r->u[1] = m.total_bytes;
+    break;
+  }
+  case K_PSI: {
+    em_psi_t p;
+    rc = em_procfs_parse_psi(text, len, &p);
+    r->have = p.have;
+    r->d[0] = p.some_avg10;
+    r->d[1] = p.full_avg10;
+    break;
+  }
+  default:
+    fail();
+  }
+  return rc;
+}
+
+/* Index of the newline ending the line of text that starts with `start`, or SIZE_MAX. */
+static size_t line_end(const char *text, size_t len, const char *start) {
+  size_t n = strlen(start);
+  for (size_t i = 0; i < len; i++) {
+    if (i > 0 && text[i - 1] != '\n') {
+      continue;
+    }
+    if (len - i >= n && memcmp(text + i, start, n) == 0) {
+      const char *nl = memchr(text + i, '\n', len - i);
+      return nl != NULL ? (size_t)(nl - text) : SIZE_MAX;
+    }
+  }
+  return SIZE_MAX;
+}
+
+/* The recorded, well-formed files of each kind. */
+typedef struct {
+  const char *file;
+  kind_t kind;
+} fixture_t;
+
+static const fixture_t recorded[] = {
+    {"x86-vm/4242/statm", K_STATM},
+    {"jetson-orin/1873/statm", K_STATM},
+    {"jetson-nano-4.9/2211/statm", K_STATM},
+    {"x86-vm/4242/smaps_rollup", K_SMAPS},
+    {"jetson-orin/1873/smaps_rollup", K_SMAPS},
+    {"x86-vm/meminfo", K_MEMINFO},
+    {"jetson-orin/meminfo", K_MEMINFO},
+    {"jetson-nano-4.9/meminfo", K_MEMINFO},
+    {"x86-vm/pressure/cpu", K_PSI},
+    {"x86-vm/pressure/memory", K_PSI},
+    {"x86-vm/pressure/io", K_PSI},
+    {"jetson-orin/pressure/cpu", K_PSI},
+    {"jetson-orin/pressure/memory", K_PSI},
+    {"jetson-orin/pressure/io", K_PSI},
+};
+
+/* ---- Parsers: recorded files ---- */
+
+typedef struct {
+  const char *file;
+  uint64_t page_size;
+  uint64_t size_pages, rss_pages, shared_pages;
+} statm_row_t;
+
+static void statm_counts_pages_in_bytes(void **state) {
+  (void)state;
+  static const statm_row_t rows[] = {
+      {"x86-vm/4242/statm", 4096, 20527, 19767, 1664},
+      {"jetson-orin/1873/statm", 4096, 5268436, 602931, 98112},
+      {"jetson-orin/1873/statm", 65536, 5268436, 602931, 98112}, /* arm64 64K-page kernel */
+      {"jetson-nano-4.9/2211/statm", 4096, 2748307, 309184, 41236},
+  };
+  for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
+    size_t len = 0;
+    char *text = read_fixture(rows[i].file, &len);
+    em_statm_t s;
+    assert_int_equal(em_procfs_parse_statm(text, len, rows[i].page_size, &s), 0);
+    assert_true(s.size_bytes == rows[i].size_pages * rows[i].page_size);
+    assert_true(s.rss_bytes == rows[i].rss_pages * rows[i].page_size);
+    assert_true(s.shared_bytes == rows[i].shared_pages * rows[i].page_size);
+    free(text);
+  }
+}
+
+static void statm_of_orin_python_is_about_2_3_gb_resident(void **state) {
+  (void)state;
+  size_t len = 0;
+  char *text = read_fixture("jetson-orin/1873/statm", &len);
+  em_statm_t s;
+  assert_int_equal(em_procfs_parse_statm(text, len, 4096, &s), 0);
+  assert_true(s.rss_bytes == UINT64_C(2411724) * KB); /* The smaps_rollup Rss of the same pid. */
+  assert_true(s.rss_bytes <= s.size_bytes);
+  free(text);
+}
+
+static void statm_rejects_page_count_that_overflows_bytes(void **state) {
+  (void)state;
+  static const char fits[] = "4503599627370495 1 1 1 0 1 0\n"; /* (2^52 - 1) pages */
+  static const char over[] = "4503599627370496 1 1 1 0 1 0\n"; /* 2^52 pages * 4096 = 2^64 */
+  em_statm_t s;
+  assert_int_equal(em_procfs_parse_statm(fits, sizeof fits - 1, 4096, &s), 0);
+  assert_true(s.size_bytes == UINT64_MAX - 4095);
+  assert_int_equal(em_procfs_parse_statm(over, sizeof over - 1, 4096, &s), -EINVAL);
+  assert_true(s.size_bytes == 0 && s.rss_bytes == 0);
+  assert_int_equal(em_procfs_parse_statm(over, sizeof over - 1, 1, &s), 0);
+}
+
+static void statm_rejects_zero_page_size_and_null_arguments(void **state) {
+  (void)state;
+  static const char ok[] = "1 1 1 1 0 1 0\n";
+  em_statm_t s;
+  assert_int_equal(em_procfs_parse_statm(ok, sizeof ok - 1, 0, &s), -EINVAL);
+  assert_int_equal(em_procfs_parse_statm(NULL, 0, 4096, &s), -EINVAL);
+  assert_int_equal(em_procfs_parse_statm(NULL, 14, 4096, &s), -EINVAL);
+  assert_int_equal(em_procfs_parse_statm(ok, sizeof ok - 1, 4096, NULL), -EINVAL);
+  assert_int_equal(em_procfs_parse_statm(ok, sizeof ok - 1, 4096, &s), 0);
+}
+
+typedef struct {
+  const char *file;
+  unsigned have;
+  uint64_t pss_kb, anon_kb, swap_kb;
+} smaps_row_t;
+
+static void smaps_rollup_reports_pss_anon_and_swap_in_bytes(void **state) {
+  (void)state;
+  static const smaps_row_t rows[] = {
+      /* Swap 0 kB is present, so its bit is set: present-and-zero is not absent. */
+      {"x86-vm/4242/smaps_rollup", EM_SMAPS_PSS | EM_SMAPS_ANON | EM_SMAPS_SWAP, 77737, 72412, 0},
+      {"jetson-orin/1873/smaps_rollup", EM_SMAPS_PSS | EM_SMAPS_ANON | EM_SMAPS_SWAP, 2382261,
+       1987304, 12288},
+  };
+  for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
+    size_t len = 0;
+    char *text = read_fixture(rows[i].file, &len);
+    em_smaps_t s;
+    assert_int_equal(em_procfs_parse_smaps_rollup(text, len, &s), 0);
+    assert_int_equal(s.have, rows[i].have);
+    assert_true(s.pss_bytes == rows[i].pss_kb * KB);
+    assert_true(s.anon_bytes == rows[i].anon_kb * KB);
+    assert_true(s.swap_bytes == rows[i].swap_kb * KB);
+    free(text);
+  }
+}
+
+typedef struct {
+  const char *text;
+  int rc;
+  unsigned have;
+  uint64_t pss_kb, anon_kb, swap_kb;
+} smaps_text_row_t;
+
+static void smaps_rollup_matches_whole_keys_only(void **state) {
+  (void)state;
+  static const smaps_text_row_t rows[] = {
+      /* Pss_Anon, SwapPss and Pss_File are not Pss or Swap. */
+      {"Pss_Anon:  5 kB\nSwapPss:  7 kB\nPss:  3 kB\nPss_File: 9 kB\n", 0, EM_SMAPS_PSS, 3, 0, 0},
+      {"Rss:  1 kB\nAnonymous:  2 kB\n", 0, EM_SMAPS_ANON, 0, 2, 0},
+      {"0-1 ---p 00000000 00:00 0   [rollup]\nSwap:  4 kB\n", 0, EM_SMAPS_SWAP, 0, 0, 4},
+      /* A header line with "00:00" is not a key. */
+      {"0-1 ---p 00000000 00:00 0   [rollup]\n", -EINVAL, 0, 0, 0, 0},
+      {"Pss_Anon:  5 kB\nSwapPss:  7 kB\n", -EINVAL, 0, 0, 0, 0},
+      {"pss:  5 kB\n", -EINVAL, 0, 0, 0, 0},
+      {" Pss:  5 kB\n", -EINVAL, 0, 0, 0, 0},
+  };
+  for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
+    em_smaps_t s;
+    int rc = em_procfs_parse_smaps_rollup(rows[i].text, strlen(rows[i].text), &s);
+    if (rc != rows[i].rc || s.have != rows[i].have) {
+      print_error("row %zu: rc %d have %u\n", i, rc, s.have);
+      fail();
+    }
+    assert_true(s.pss_bytes == rows[i].pss_kb * KB);
+    assert_true(s.anon_bytes == rows[i].anon_kb * KB);
+    assert_true(s.swap_bytes == rows[i].swap_kb * KB);
+  }
+}
+
+static void kb_fields_reject_malformed_values(void **state) {
+  (void)state;
+  static const char *const bad[] = {
+      "Pss:  12 kb\n",
+      "Pss:  12 KB\n",
+      "Pss:  12kB\n",
+      "Pss:  12 kB \n",
+      "Pss:  12 kB x\n",
+      "Pss:  -12 kB\n",
+      "Pss:  +12 kB\n",
+      "Pss:  1.5 kB\n",
+      "Pss:  kB\n",
+      "Pss:\n",
+      "Pss:  12 kB\r\n",
+      "Pss:  0x12 kB\n",
+      "Pss:  18446744073709551616 kB\n", /* 2^64 */
+      "Pss:  18014398509481984 kB\n",    /* 2^54 kB = 2^64 bytes */
+      "Pss:  1 kB\nPss:  1 kB\n",        /* a field twice */
+  };
+  for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+    em_smaps_t s;
+    if (em_procfs_parse_smaps_rollup(bad[i], strlen(bad[i]), &s) != -EINVAL) {
+      print_error("accepted: %s", bad[i]);
+      fail();
+    }
+    assert_int_equal(s.have, 0);
+  }
+  static const char largest[] = "Pss:  18014398509481983 kB\n"; /* 2^54 - 1 kB */
+  em_smaps_t s;
+  assert_int_equal(em_procfs_parse_smaps_rollup(largest, sizeof largest - 1, &s), 0);
+  assert_true(s.pss_bytes == UINT64_MAX - 1023);
+}
+
+typedef struct {
+  const char *file;
+  uint64_t available_kb, total_kb;
+} meminfo_row_t;
+
+static void meminfo_reports_available_and_total_in_bytes(void **state) {
+  (void)state;
+  static const meminfo_row_t rows[] = {
+      {"x86-vm/meminfo", 24347500, 24684084},
+      {"jetson-orin/meminfo", 24713232, 30588908},
+      {"jetson-nano-4.9/meminfo", 1623968, 4051048},
+  };
+  for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
+    size_t len = 0;
+    char *text = read_fixture(rows[i].file, &len);
+    em_meminfo_t m;
+    assert_int_equal(em_procfs_parse_meminfo(text, len, &m), 0);
+    assert_int_equal(m.have, EM_MEMINFO_AVAILABLE | EM_MEMINFO_TOTAL);
+    assert_true(m.available_bytes == rows[i].available_kb * KB);
+    assert_true(m.total_bytes == rows[i].total_kb * KB);
+    free(text);
+  }
+}
+
+static void meminfo_before_3_14_has_total_but_no_available(void **state) {
+  (void)state;
+  static const char old[] = "MemTotal:        1020140 kB\nMemFree:          700312 kB\n"
+                            "HugePages_Total:       0\nHugepagesize:       2048 kB\n";
+  em_meminfo_t m;
+  assert_int_equal(em_procfs_parse_meminfo(old, sizeof old - 1, &m), 0);
+  assert_int_equal(m.have, EM_MEMINFO_TOTAL);
+  assert_true(m.total_bytes == UINT64_C(1020140) * KB);
+  assert_true(m.available_bytes == 0);
+}
+
+typedef struct {
+  const char *file;
+  unsigned have;
+  double some_avg10, full_avg10;
+} psi_row_t;
+
+static void psi_reports_some_and_full_avg10_in_percent(void **state) {
+  (void)state;
+  static const psi_row_t rows[] = {
+      {"x86-vm/pressure/cpu", EM_PSI_SOME | EM_PSI_FULL, 0.07, 0.0},
+      {"x86-vm/pressure/memory", EM_PSI_SOME | EM_PSI_FULL, 0.0, 0.0},
+      {"x86-vm/pressure/io", EM_PSI_SOME | EM_PSI_FULL, 0.0, 0.0},
+      {"jetson-orin/pressure/cpu", EM_PSI_SOME, 3.41, 0.0},
+      {"jetson-orin/pressure/memory", EM_PSI_SOME | EM_PSI_FULL, 0.52, 0.21},
+      {"jetson-orin/pressure/io", EM_PSI_SOME | EM_PSI_FULL, 1.86, 1.02},
+  };
+  for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
+    size_t len = 0;
+    char *text = read_fixture(rows[i].file, &len);
+    em_psi_t p;
+    assert_int_equal(em_procfs_parse_psi(text, len, &p), 0);
+    assert_int_equal(p.have, rows[i].have);
+    assert_true(near(p.some_avg10, rows[i].some_avg10));
+    assert_true(near(p.full_avg10, rows[i].full_avg10));
+    free(text);
+  }
+}
+
+static void psi_cpu_without_full_line_has_only_some(void **state) {
+  (void)state;
+  static const char cpu[] = "some avg10=12.50 avg60=3.00 avg300=0.99 total=123\n";
+  em_psi_t p;
+  assert_int_equal(em_procfs_parse_psi(cpu, sizeof cpu - 1, &p), 0);
+  assert_int_equal(p.have, EM_PSI_SOME);
+  assert_true(near(p.some_avg10, 12.5));
+  assert_true(p.full_avg10 == 0.0);
+}
+
+static void psi_cpu_with_zero_full_line_has_both(void **state) {
+  (void)state;
+  static const char cpu[] = "some avg10=100.00 avg60=0.00 avg300=0.00 total=1\n"
+                            "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n";
+  em_psi_t p;
+  assert_int_equal(em_procfs_parse_psi(cpu, sizeof cpu - 1, &p), 0);
+  assert_int_equal(p.have, EM_PSI_SOME | EM_PSI_FULL);
+  assert_true(near(p.some_avg10, 100.0));
+  assert_true(p.full_avg10 == 0.0);
+}
+
+static void psi_rejects_lines_not_in_the_kernel_format(void **state) {
+  (void)state;
+  static const char *const bad[] = {
+      "some avg10=1.00 avg60=1.00 avg300=1.00 total=1 extra=2\n",
+      "some avg10=1.00 avg60=1.00 avg300=1.00 total=\n",
+      "some avg10=1. avg60=1.00 avg300=1.00 total=1\n",
+      "some avg10=.5 avg60=1.00 avg300=1.00 total=1\n",
+      "some avg10=1.0000000001 avg60=1.00 avg300=1.00 total=1\n",
+      "some  avg10=1.00 avg60=1.00 avg300=1.00 total=1\n",
+      "some avg60=1.00 avg10=1.00 avg300=1.00 total=1\n",
+      "some avg10=1.00 avg60=1.00 avg300=1.00 total=18446744073709551616\n",
+      "some avg10=1.00 avg60=1.00 avg300=1.00 total=1\n\n",
+      ("full avg10=1.00 avg60=1.00 avg300=1.00 total=1\n"
+       "full avg10=1.00 avg60=1.00 avg300=1.00 total=1\n"),
+      "\n",
+  };
+  for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+    em_psi_t p;
+    if (em_procfs_parse_psi(bad[i], strlen(bad[i]), &p) != -EINVAL) {
+      print_error("accepted: %s", bad[i]);
+      fail();
+    }
+    assert_int_equal(p.have, 0);
+  }
+}
+
+/* ---- Parsers: garbage, truncation, cross-feeding ---- */
+
+typedef struct {
+  const char *file;
+  kind_t kind;
+} reject_row_t;
+
+static const reject_row_t rejected[] = {
+    {"truncated/empty", K_STATM},
+    {"truncated/empty", K_SMAPS},
+    {"truncated/empty", K_MEMINFO},
+    {"truncated/empty", K_PSI},
+    {"truncated/meminfo-mid-key", K_MEMINFO},
+    {"truncated/meminfo-mid-number", K_MEMINFO},
+    {"truncated/meminfo-mid-unit", K_MEMINFO},
+    {"truncated/statm-mid-number", K_STATM},
+    {"truncated/statm-without-newline", K_STATM},
+    {"truncated/smaps_rollup-mid-number", K_SMAPS},
+    {"truncated/smaps_rollup-header-only", K_SMAPS},
+    {"truncated/psi-mid-number", K_PSI},
+    {"truncated/psi-mid-second-line", K_PSI},
+    {"garbage/binary-junk", K_STATM},
+    {"garbage/binary-junk", K_SMAPS},
+    {"garbage/binary-junk", K_MEMINFO},
+    {"garbage/binary-junk", K_PSI},
+    {"garbage/binary-junk-ending-in-newline", K_STATM},
+    {"garbage/binary-junk-ending-in-newline", K_SMAPS},
+    {"garbage/binary-junk-ending-in-newline", K_MEMINFO},
+    {"garbage/binary-junk-ending-in-newline", K_PSI},
+    {"garbage/statm-30-digit-number", K_STATM},
+    {"garbage/statm-pages-overflow-bytes", K_STATM},
+    {"garbage/statm-two-fields", K_STATM},
+    {"garbage/statm-negative", K_STATM},
+    {"garbage/statm-letters", K_STATM},
+    {"garbage/statm-two-lines", K_STATM},
+    {"garbage/meminfo-30-digit-number", K_MEMINFO},
+    {"garbage/meminfo-missing-kb-unit", K_MEMINFO},
+    {"garbage/meminfo-kb-overflow-bytes", K_MEMINFO},
+    {"garbage/meminfo-is-vmstat", K_MEMINFO},
+    {"garbage/meminfo-duplicate-field", K_MEMINFO},
+    {"garbage/smaps_rollup-missing-kb-unit", K_SMAPS},
+    {"garbage/smaps_rollup-30-digit-number", K_SMAPS},
+    {"garbage/smaps_rollup-mb-unit", K_SMAPS},
+    {"garbage/smaps_rollup-without-fields", K_SMAPS},
+    {"garbage/psi-30-digit-number", K_PSI},
+    {"garbage/psi-unknown-line", K_PSI},
+    {"garbage/psi-without-decimals", K_PSI},
+    {"garbage/psi-comma-decimal", K_PSI},
+    {"garbage/psi-missing-total", K_PSI},
+    {"garbage/psi-duplicate-some", K_PSI},
+};
+
+static void garbage_and_truncated_fixtures_are_rejected(void **state) {
+  (void)state;
+  for (size_t i = 0; i < ARRAY_LEN(rejected); i++) {
+    size_t len = 0;
+    char *text = read_fixture(rejected[i].file, &len);
+    parsed_t r;
+    int rc = parse_kind(rejected[i].kind, text, len, &r);
+    if (rc != -EINVAL) {
+      print_error("%s as %s: rc %d\n", rejected[i].file, kind_names[rejected[i].kind], rc);
+      fail();
+    }
+    /* Nothing half-parsed leaks out. */
+    assert_int_equal(r.have, 0);
+    assert_true(r.u[0] == 0 && r.u[1] == 0 && r.u[2] == 0 && r.d[0] == 0.0 && r.d[1] == 0.0);
+    free(text);
+  }
+}
+
+/* So that a fixture added to garbage/ or truncated/ cannot be forgotten by the table. */
+static void every_garbage_and_truncated_fixture_is_in_the_table(void **state) {
+  (void)state;
+  static const char *const dirs[] = {"garbage", "truncated"};
+  size_t seen = 0;
+  for (size_t i = 0; i < ARRAY_LEN(dirs); i++) {
+    char path[PATH_MAX];
+    join(path, sizeof path, PROCFS_DIR, dirs[i]);
+    DIR *d = opendir(path);
+    assert_non_null(d);
+    for (struct dirent *e = readdir(d); e != NULL; e = readdir(d)) {
+      if (e->d_name[0] == '.') {
+        continue;
+      }
+      char rel[PATH_MAX];
+      join(rel, sizeof rel, dirs[i], e->d_name);
+      bool found = false;
+      for (size_t j = 0; j < ARRAY_LEN(rejected) && !found; j++) {
+        found = strcmp(rejected[j].file, rel) == 0;
+      }
+      if (!found) {
+        print_error("%s is not in the rejected table\n", rel);
+        fail();
+      }
+      seen++;
+    }
+    closedir(d);
+  }
+  assert_true(seen >= 30);
+}
+
+/* Every recorded file fed to every other parser is refused. */
+static void each_parser_rejects_the_other_files(void **state) {
+  (void)state;
+  for (size_t i = 0; i < ARRAY_LEN(recorded); i++) {
+    size_t len = 0;
+    char *text = read_fixture(recorded[i].file, &len);
+    for (int k = 0; k < K_COUNT; k++) {
+      parsed_t r;
+      int rc = parse_kind((kind_t)k, text, len, &r);
+      int want = (kind_t)k == recorded[i].kind ? 0 : -EINVAL;
+      if (rc != want) {
+        print_error("%s as %s: rc %d, want %d\n", recorded[i].file, kind_names[k], rc, want);
+        fail();
+      }
+    }
+    free(text);
+  }
+}
+
+/*
+ * Feeds every prefix of every recorded file of `kind`, each in a buffer of exactly its length,
+ * to the parser: it returns 0 or -EINVAL; on 0 the `have` bits are exactly the fields whose
+ * lines are complete in the prefix, with the whole file's values, and absent fields are 0; and a
+ * prefix cut at a line end that holds some complete field is accepted.
+ */
+static void check_every_truncation(kind_t kind) {
+  size_t files = 0;
+  for (size_t i = 0; i < ARRAY_LEN(recorded); i++) {
+    if (recorded[i].kind != kind) {
+      continue;
+    }
+    files++;
+    size_t len = 0;
+    char *text = read_fixture(recorded[i].file, &len);
+    parsed_t whole;
+    assert_int_equal(parse_kind(kind, text, len, &whole), 0);
+    size_t ends[3];
+    for (size_t f = 0; f < 3; f++) {
+      const field_line_t *fl = &field_lines[kind][f];
+      ends[f] = fl->bit != 0 ? line_end(text, len, fl->line_start) : SIZE_MAX;
+    }
+    for (size_t cut = 0; cut <= len; cut++) {
+      char *prefix = malloc(cut > 0 ? cut : 1);
+      assert_non_null(prefix);
+      memcpy(prefix, text, cut);
+      parsed_t r;
+      int rc = parse_kind(kind, prefix, cut, &r);
+      free(prefix);
+      unsigned complete = 0;
+      for (size_t f = 0; f < 3; f++) {
+        if (ends[f] != SIZE_MAX && ends[f] < cut) {
+          complete |= field_lines[kind][f].bit;
+        }
+      }
+      if (rc != 0 && rc != -EINVAL) {
+        print_error("%s cut at %zu: rc %d\n", recorded[i].file, cut, rc);
+        fail();
+      }
+      if (rc == 0 && r.have != complete) {
+        print_error("%s cut at %zu: have %#x, complete %#x\n", recorded[i].file, cut, r.have,
+                    complete);
+        fail();
+      }
+      if (cut > 0 && text[cut - 1] == '\n' && complete != 0 && rc != 0) {
+        print_error("%s cut after a line at %zu: rc %d\n", recorded[i].file, cut, rc);
+        fail();
+      }
+      for (size_t b = 0; b < 3; b++) {
+        bool has = (r.have & (1u << b)) != 0;
+        assert_true(r.u[b] == (has ? whole.u[b] : 0));
+        assert_true(r.d[b] == (has ? whole.d[b] : 0.0));
+      }
+    }
+    free(text);
+  }
+  assert_true(files > 0);
+}
+
+static void every_truncation_of_statm_is_rejected_or_parsed_consistently(void **state) {
+  (void)state;
+  check_every_truncation(K_STATM);
+}
+
+static void every_truncation_of_smaps_rollup_is_rejected_or_parsed_consistently(void **state) {
+  (void)state;
+  check_every_truncation(K_SMAPS);
+}
+
+static void every_truncation_of_meminfo_is_rejected_or_parsed_consistently(void **state) {
+  (void)state;
+  check_every_truncation(K_MEMINFO);
+}
+
+static void every_truncation_of_psi_is_rejected_or_parsed_consistently(void **state) {
+  (void)state;
+  check_every_truncation(K_PSI);
+}
+
+static void parsers_reject_null_output_and_null_text(void **state) {
+  (void)state;
+  static const char mi[] = "MemTotal:  1 kB\n";
+  static const char psi[] = "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n";
+  em_smaps_t s;
+  em_meminfo_t m;
+  em_psi_t p;
+  assert_int_equal(em_procfs_parse_meminfo(mi, sizeof mi - 1, NULL), -EINVAL);
+  assert_int_equal(em_procfs_parse_meminfo(NULL, 5, &m), -EINVAL);
+  assert_int_equal(em_procfs_parse_smaps_rollup(mi, sizeof mi - 1, NULL), -EINVAL);
+  assert_int_equal(em_procfs_parse_smaps_rollup(NULL, 5, &s), -EINVAL);
+  assert_int_equal(em_procfs_parse_psi(psi, sizeof psi - 1, NULL), -EINVAL);
+  assert_int_equal(em_procfs_parse_psi(NULL, 5, &p), -EINVAL);
+  assert_int_equal(em_procfs_parse_meminfo(mi, sizeof mi - 1, &m), 0);
+  assert_int_equal(em_procfs_parse_psi(psi, sizeof psi - 1, &p), 0);
+}
+
+/* ---- Reader over fixture trees ---- */
+
+static em_procfs_t *open_tree(const char *root, pid_t pid) {
+  em_procfs_t *p = NULL;
+  int rc = em_procfs_new(&p, root, pid);
+  if (rc != 0) {
+    print_error("em_procfs_new(%s, %d): %d\n", root, (int)pid, rc);
+    fail();
+  }
+  assert_non_null(p);
+  return p;
+}
+
+static void reader_reads_jetson_orin_tree(void **state) {
+  (void)state;
+  uint64_t ps = page_size();
+  em_procfs_t *p = open_tree(PROCFS_DIR "/jetson-orin", 1873);
+
+  em_statm_t st;
+  assert_int_equal(em_procfs_read_statm(p, &st), 0);
+  assert_true(st.size_bytes == UINT64_C(5268436) * ps);
+  assert_true(st.rss_bytes == UINT64_C(602931) * ps);
+  assert_true(st.shared_bytes == UINT64_C(98112) * ps);
+
+  em_smaps_t sm;
+  assert_int_equal(em_procfs_read_smaps(p, &sm), 0);
+  assert_int_equal(sm.have, EM_SMAPS_PSS | EM_SMAPS_ANON | EM_SMAPS_SWAP);
+  assert_true(sm.pss_bytes == UINT64_C(2382261) * KB);
+  assert_true(sm.swap_bytes == UINT64_C(12288) * KB);
+
+  em_meminfo_t mi;
+  assert_int_equal(em_procfs_read_meminfo(p, &mi), 0);
+  assert_true(mi.total_bytes == UINT64_C(30588908) * KB);
+  assert_true(mi.available_bytes == UINT64_C(24713232) * KB);
+
+  assert_true(em_procfs_has_psi(p));
+  em_psi_t psi;
+  assert_int_equal(em_procfs_read_psi(p, EM_PSI_CPU, &psi), 0);
+  assert_int_equal(psi.have, EM_PSI_SOME); /* 5.10: no "full" line for cpu. */
+  assert_true(near(psi.some_avg10, 3.41));
+  assert_int_equal(em_procfs_read_psi(p, EM_PSI_MEMORY, &psi), 0);
+  assert_int_equal(psi.have, EM_PSI_SOME | EM_PSI_FULL);
+  assert_true(near(psi.some_avg10, 0.52) && near(psi.full_avg10, 0.21));
+  assert_int_equal(em_procfs_read_psi(p, EM_PSI_IO, &psi), 0);
+  assert_true(near(psi.some_avg10, 1.86) && near(psi.full_avg10, 1.02));
+
+  /* A second tick reads the same files again, with the same answers. */
+  em_statm_t again;
+  assert_int_equal(em_procfs_read_statm(p, &again), 0);
+  assert_memory_equal(&st, &again, sizeof st);
+  em_procfs_free(p);
+}
+
+static void reader_reads_x86_vm_tree(void **state) {
+  (void)state;
+  uint64_t ps = page_size();
+  em_procfs_t *p = open_tree(PROCFS_DIR "/x86-vm", 4242);
+  em_statm_t st;
+  assert_int_equal(em_procfs_read_statm(p, &st), 0);
+  assert_true(st.rss_bytes == UINT64_C(19767) * ps);
+  em_smaps_t sm;
+  assert_int_equal(em_procfs_read_smaps(p, &sm), 0);
+  assert_true(sm.anon_bytes == UINT64_C(72412) * KB);
+  em_psi_t psi;
+  assert_int_equal(em_procfs_read_psi(p, EM_PSI_CPU, &psi), 0);
+  assert_int_equal(psi.have, EM_PSI_SOME | EM_PSI_FULL); /* 6.x: cpu "full" of zeros. */
+  assert_true(near(psi.some_avg10, 0.07));
+  em_procfs_free(p);
+}
+
+static void smaps_missing_on_old_kernel_is_absent_not_zero(void **state) {
+  (void)state;
+  em_procfs_t *p = open_tree(PROCFS_DIR "/jetson-nano-4.9", 2211);
+
+  em_statm_t st;
+  assert_int_equal(em_procfs_read_statm(p, &st), 0);
+  assert_true(st.rss_bytes == UINT64_C(309184) * page_size());
+
+  em_smaps_t sm;
+  memset(&sm, 0xa5, sizeof sm);
+  assert_int_equal(em_procfs_read_smaps(p, &sm), -ENOENT);
+  assert_int_equal(sm.have, 0);
+
+  em_meminfo_t mi;
+  assert_int_equal(em_procfs_read_meminfo(p, &mi), 0);
+  assert_true(mi.total_bytes == UINT64_C(4051048) * KB);
+  em_procfs_free(p);
+}
+
+static void psi_missing_on_old_kernel_is_absent_not_zero(void **state) {
+  (void)state;
+  em_procfs_t *p = open_tree(PROCFS_DIR "/jetson-nano-4.9", 2211);
+  assert_false(em_procfs_has_psi(p));
+  for (int r = 0; r < EM_PSI_COUNT; r++) {
+    em_psi_t psi;
+    memset(&psi, 0xa5, sizeof psi);
+    assert_int_equal(em_procfs_read_psi(p, (em_psi_res_t)r, &psi), -ENOENT);
+    assert_int_equal(psi.have, 0);
+  }
+  em_procfs_free(p);
+}
+
+static void reader_without_target_reads_system_figures_only(void **state) {
+  (void)state;
+  em_procfs_t *p = open_tree(PROCFS_DIR "/jetson-orin", 0);
+  em_statm_t st;
+  em_smaps_t sm;
+  em_meminfo_t mi;
+  assert_int_equal(em_procfs_read_statm(p, &st), -ESRCH);
+  assert_int_equal(em_procfs_read_smaps(p, &sm), -ESRCH);
+  assert_int_equal(em_procfs_read_meminfo(p, &mi), 0);
+  assert_true(em_procfs_has_psi(p));
+  em_procfs_free(p);
+}
+
+static void reader_new_without_meminfo_is_enoent(void **state) {
+  (void)state;
+  const char *dir = temp_copy("");
+  static char sentinel;
+  em_procfs_t *p = (em_procfs_t *)(void *)&sentinel; /* Not NULL, so the test sees it reset. */
+  assert_int_equal(em_procfs_new(&p, dir, 0), -ENOENT);
+  assert_null(p);
+}
+
+static void reader_new_for_missing_pid_is_esrch(void **state) {
+  (void)state;
+  int before = count_fds();
+  em_procfs_t *p = NULL;
+  assert_int_equal(em_procfs_new(&p, PROCFS_DIR "/jetson-orin", 99999), -ESRCH);
+  assert_null(p);
+  assert_int_equal(count_fds(), before); /* What it had opened is closed again. */
+}
+
+static void reader_rejects_bad_arguments(void **state) {
+  (void)state;
+  em_procfs_t *p = NULL;
+  assert_int_equal(em_procfs_new(NULL, PROCFS_DIR "/x86-vm", 0), -EINVAL);
+  assert_int_equal(em_procfs_new(&p, NULL, 0), -EINVAL);
+  assert_int_equal(em_procfs_new(&p, PROCFS_DIR "/x86-vm", -1), -EINVAL);
+  assert_null(p);
+  p = open_tree(PROCFS_DIR "/x86-vm", 4242);
+  em_psi_t psi;
+  em_statm_t st;
+  assert_int_equal(em_procfs_read_psi(p, EM_PSI_COUNT, &psi), -EINVAL);
+  assert_int_equal(em_procfs_read_psi(p, EM_PSI_CPU, NULL), -EINVAL);
+  assert_int_equal(em_procfs_read_statm(NULL, &st), -EINVAL);
+  assert_int_equal(em_procfs_read_statm(p, NULL), -EINVAL);
+  assert_int_equal(em_procfs_set_pid(p, -5), -EINVAL);
+  assert_int_equal(em_procfs_set_pid(NULL, 1), -EINVAL);
+  assert_false(em_procfs_has_psi(NULL));
+  assert_int_equal(em_procfs_read_statm(p, &st), 0); /* Still on its target. */
+  em_procfs_free(p);
+  em_procfs_free(NULL);
+}
+
+/* The reader holds 6 fds on the Orin tree, all close-on-exec; reads open none; free closes all. */
+static void reader_opens_files_once_close_on_exec_and_closes_them(void **state) {
+  (void)state;
+  int before = count_fds();
+  em_procfs_t *p = open_tree(PROCFS_DIR "/jetson-orin", 1873);
+  assert_int_equal(count_fds(), before + 6);
+
+  char tree[PATH_MAX];
+  assert_non_null(realpath(PROCFS_DIR "/jetson-orin", tree)); /* As /proc/self/fd shows it. */
+  strcat(tree, "/");
+  int ours = 0;
+  DIR *d = opendir("/proc/self/fd");
+  assert_non_null(d);
+  for (struct dirent *e = readdir(d); e != NULL; e = readdir(d)) {
+    char link[PATH_MAX];
+    char target[PATH_MAX];
+    join(link, sizeof link, "/proc/self/fd", e->d_name);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (e->d_name[0] == '.' || n < 0) {
+      continue;
+    }
+    target[n] = '\0';
+    if (strncmp(target, tree, strlen(tree)) == 0) {
+      int flags = fcntl(atoi(e->d_name), F_GETFD);
+      assert_true(flags >= 0 && (flags & FD_CLOEXEC) != 0);
+      ours++;
+    }
+  }
+  closedir(d);
+  assert_int_equal(ours, 6);
+
+  for (int tick = 0; tick < 100; tick++) {
+    em_statm_t st;
+    em_meminfo_t mi;
+    em_psi_t psi;
+    em_smaps_t sm;
+    assert_int_equal(em_procfs_read_statm(p, &st), 0);
+    assert_int_equal(em_procfs_read_meminfo(p, &mi), 0);
+    assert_int_equal(em_procfs_read_psi(p, (em_psi_res_t)(tick % EM_PSI_COUNT), &psi), 0);
+    assert_int_equal(em_procfs_read_smaps(p, &sm), 0);
+  }
+  assert_int_equal(count_fds(), before + 6);
+  em_procfs_free(p);
+  assert_int_equal(count_fds(), before);
+}
+
+static void reader_sees_file_rewritten_in_place(void **state) {
+  (void)state;
+  const char *dir = temp_copy("jetson-orin");
+  em_procfs_t *p = open_tree(dir, 1873);
+  em_meminfo_t mi;
+  assert_int_equal(em_procfs_read_meminfo(p, &mi), 0);
+  assert_true(mi.available_bytes == UINT64_C(24713232) * KB);
+
+  static const char next[] = "MemTotal:       30588908 kB\nMemAvailable:    1000000 kB\n";
+  char path[PATH_MAX];
+  join(path, sizeof path, dir, "meminfo");
+  write_path(path, next, sizeof next - 1);
+  assert_int_equal(em_procfs_read_meminfo(p, &mi), 0);
+  assert_true(mi.available_bytes == UINT64_C(1000000) * KB);
+  em_procfs_free(p);
+}
+
+static void reader_rejects_garbage_and_keeps_working_after(void **state) {
+  (void)state;
+  const char *dir = temp_copy("jetson-orin");
+  em_procfs_t *p = open_tree(dir, 1873);
+  size_t len = 0;
+  char *junk = read_fixture("garbage/binary-junk-ending-in-newline", &len);
+  char path[PATH_MAX];
+  join(path, sizeof path, dir, "meminfo");
+  size_t good_len = 0;
+  char *good = read_path(path, &good_len);
+  write_path(path, junk, len);
+
+  em_meminfo_t mi;
+  memset(&mi, 0xa5, sizeof mi);
+  assert_int_equal(em_procfs_read_meminfo(p, &mi), -EINVAL);
+  assert_int_equal(mi.have, 0);
+  assert_true(mi.total_bytes == 0);
+
+  write_path(path, good, good_len);
+  assert_int_equal(em_procfs_read_meminfo(p, &mi), 0);
+  assert_true(mi.total_bytes == UINT64_C(30588908) * KB);
+  free(junk);
+  free(good);
+  em_procfs_free(p);
+}
+
+/* Writes a valid meminfo of exactly `size` bytes: MemTotal, then filler lines. */
+static void write_meminfo_of_size(const char *path, size_t size) {
+  char *text = malloc(size);
+  assert_non_null(text);
+  static const char head[] = "MemTotal:        1000000 kB\n";
+  memcpy(text, head, sizeof head - 1);
+  size_t pos = sizeof head - 1;
+  while (size - pos > 40) {
+    memcpy(text + pos, "Filler:                                \n", 40);
+    pos += 40;
+  }
+  memset(text + pos, 'x', size - pos - 1);
+  text[size - 1] = '\n';
+  write_path(path, text, size);
+  free(text);
+}
+
+static void reader_rejects_file_that_fills_the_buffer(void **state) {
+  (void)state;
+  const char *dir = temp_copy("jetson-orin");
+  em_procfs_t *p = open_tree(dir, 0);
+  char path[PATH_MAX];
+  join(path, sizeof path, dir, "meminfo");
+  em_meminfo_t mi;
+
+  write_meminfo_of_size(path, EM_PROCFS_BUF_BYTES - 1);
+  assert_int_equal(em_procfs_read_meminfo(p, &mi), 0);
+  assert_true(mi.total_bytes == UINT64_C(1000000) * KB);
+
+  /* It may be longer still: a cut file must not pass for a whole one. */
+  write_meminfo_of_size(path, EM_PROCFS_BUF_BYTES);
+  assert_int_equal(em_procfs_read_meminfo(p, &mi), -EINVAL);
+  write_meminfo_of_size(path, EM_PROCFS_BUF_BYTES + 100);
+  assert_int_equal(em_procfs_read_meminfo(p, &mi), -EINVAL);
+  em_procfs_free(p);
+}
+
+static void reader_statm_of_target_gone_is_esrch(void **state) {
+  (void)state;
+  const char *dir = temp_copy("jetson-orin");
+  em_procfs_t *p = open_tree(dir, 1873);
+  em_statm_t st;
+  em_smaps_t sm;
+  assert_int_equal(em_procfs_read_statm(p, &st), 0);
+  assert_int_equal(em_procfs_read_smaps(p, &sm), 0);
+
+  /* A reaped process's files read as errors; the fixture's stand-in is an empty read. */
+  char path[PATH_MAX];
+  join(path, sizeof path, dir, "1873/statm");
+  write_path(path, "", 0);
+  join(path, sizeof path, dir, "1873/smaps_rollup");
+  write_path(path, "", 0);
+  assert_int_equal(em_procfs_read_statm(p, &st), -ESRCH);
+  assert_true(st.rss_bytes == 0);
+  assert_int_equal(em_procfs_read_smaps(p, &sm), -ESRCH);
+
+  /* A zombie's statm is all zeros: gone too. */
+  join(path, sizeof path, dir, "1873/statm");
+  write_path(path, "0 0 0 0 0 0 0\n", 14);
+  assert_int_equal(em_procfs_read_statm(p, &st), -ESRCH);
+
+  /* Its pid dir removed: re-attaching to it finds nothing. */
+  char pid_dir[PATH_MAX];
+  join(pid_dir, sizeof pid_dir, dir, "1873");
+  remove_tree(pid_dir);
+  assert_int_equal(em_procfs_set_pid(p, 1873), -ESRCH);
+  em_procfs_free(p);
+}
+
+static void reader_set_pid_switches_files(void **state) {
+  (void)state;
+  uint64_t ps = page_size();
+  const char *dir = temp_copy("jetson-orin");
+  char path[PATH_MAX];
+  join(path, sizeof path, dir, "1874");
+  assert_int_equal(mkdir(path, 0700), 0);
+  join(path, sizeof path, dir, "1874/statm");
+  write_path(path, "100 50 10 1 0 60 0\n", 19); /* The restarted target: no smaps_rollup. */
+
+  int before = count_fds();
+  em_procfs_t *p = open_tree(dir, 1873);
+  int held = count_fds();
+  em_statm_t st;
+  em_smaps_t sm;
+  assert_int_equal(em_procfs_read_statm(p, &st), 0);
+  assert_true(st.rss_bytes == UINT64_C(602931) * ps);
+
+  assert_int_equal(em_procfs_set_pid(p, 1874), 0);
+  assert_int_equal(em_procfs_read_statm(p, &st), 0);
+  assert_true(st.rss_bytes == 50 * ps && st.size_bytes == 100 * ps);
+  assert_int_equal(em_procfs_read_smaps(p, &sm), -ENOENT);
+  assert_int_equal(count_fds(), held - 1); /* statm only. */
+
+  /* A failed switch keeps the current target. */
+  assert_int_equal(em_procfs_set_pid(p, 4243), -ESRCH);
+  assert_int_equal(em_procfs_read_statm(p, &st), 0);
+  assert_true(st.rss_bytes == 50 * ps);
+
+  assert_int_equal(em_procfs_set_pid(p, 1873), 0);
+  assert_int_equal(em_procfs_read_statm(p, &st), 0);
+  assert_true(st.rss_bytes == UINT64_C(602931) * ps);
+  assert_int_equal(em_procfs_read_smaps(p, &sm), 0);
+  assert_int_equal(count_fds(), held);
+
+  assert_int_equal(em_procfs_set_pid(p, 0), 0); /* Detach. */
+  assert_int_equal(em_procfs_read_statm(p, &st), -ESRCH);
+  assert_int_equal(count_fds(), held - 2);
+  em_procfs_free(p);
+  assert_int_equal(count_fds(), before);
+}
+
+/* Replaces <dir>/<rel> by a symlink to itself, so that opening it fails with ELOOP. */
+static void make_unopenable(const char *dir, const char *rel) {
+  char path[PATH_MAX];
+  join(path, sizeof path, dir, rel);
+  assert_int_equal(remove(path), 0);
+  assert_int_equal(symlink(path, path), 0);
+}
+
+static void reader_open_error_on_smaps_keeps_previous_target_and_leaks_nothing(void **state) {
+  (void)state;
+  uint64_t ps = page_size();
+  const char *dir = temp_copy("jetson-orin");
+  char path[PATH_MAX];
+  join(path, sizeof path, dir, "1875");
+  assert_int_equal(mkdir(path, 0700), 0);
+  join(path, sizeof path, dir, "1875/statm");
+  write_path(path, "100 50 10 1 0 60 0\n", 19);
+  join(path, sizeof path, dir, "1875/smaps_rollup");
+  write_path(path, "Pss:  1 kB\n", 11);
+  make_unopenable(dir, "1875/smaps_rollup");
+
+  int before = count_fds();
+  em_procfs_t *p = open_tree(dir, 1873);
+  int held = count_fds();
+  /* Not absent (that is ENOENT only): an error, and the statm it had opened is closed again. */
+  assert_int_equal(em_procfs_set_pid(p, 1875), -ELOOP);
+  assert_int_equal(count_fds(), held);
+  em_statm_t st;
+  assert_int_equal(em_procfs_read_statm(p, &st), 0);
+  assert_true(st.rss_bytes == UINT64_C(602931) * ps);
+  em_procfs_free(p);
+
+  p = NULL;
+  assert_int_equal(em_procfs_new(&p, dir, 1875), -ELOOP);
+  assert_null(p);
+  assert_int_equal(count_fds(), before);
+}
+
+static void reader_open_error_on_psi_fails_new_and_leaks_nothing(void **state) {
+  (void)state;
+  const char *dir = temp_copy("jetson-orin");
+  make_unopenable(dir, "pressure/io");
+  int before = count_fds();
+  em_procfs_t *p = NULL;
+  assert_int_equal(em_procfs_new(&p, dir, 1873), -ELOOP);
+  assert_null(p);
+  assert_int_equal(count_fds(), before);
+
+  /* A missing file, by contrast, is an absent figure. */
+  char path[PATH_MAX];
+  join(path, sizeof path, dir, "pressure/io");
+  assert_int_equal(remove(path), 0);
+  p = open_tree(dir, 1873);
+  assert_true(em_procfs_has_psi(p));
+  em_psi_t psi;
+  assert_int_equal(em_procfs_read_psi(p, EM_PSI_IO, &psi), -ENOENT);
+  assert_int_equal(em_procfs_read_psi(p, EM_PSI_MEMORY, &psi), 0);
+  em_procfs_free(p);
+}
+
+/* ---- Reader over the real /proc ---- */
+
+static void reader_reads_own_pid_from_real_proc(void **state) {
+  (void)state;
+  em_procfs_t *p = open_tree("/proc", getpid());
+  em_statm_t st;
+  assert_int_equal(em_procfs_read_statm(p, &st), 0);
+  assert_true(st.size_bytes > 0 && st.rss_bytes > 0);
+  assert_true(st.rss_bytes <= st.size_bytes);
+  assert_true(st.shared_bytes <= st.rss_bytes);
+
+  /* Touch 64 MiB: the next read of the same fd sees it resident, so reads are not cached. */
+  size_t big = (size_t)64 << 20;
+  volatile char *mem = malloc(big);
+  assert_non_null((void *)mem);
+  for (size_t i = 0; i < big; i += 4096) {
+    mem[i] = 1;
+  }
+  em_statm_t after;
+  assert_int_equal(em_procfs_read_statm(p, &after), 0);
+  assert_true(after.rss_bytes >= st.rss_bytes + ((uint64_t)48 << 20));
+
+  em_smaps_t sm;
+  int rc = em_procfs_read_smaps(p, &sm);
+  assert_true(rc == 0 || rc == -ENOENT);
+  if (rc == 0) {
+    assert_true((sm.have & EM_SMAPS_PSS) != 0 && (sm.have & EM_SMAPS_ANON) != 0);
+    assert_true(sm.anon_bytes >= ((uint64_t)48 << 20));
+    assert_true(sm.pss_bytes > 0 && sm.pss_bytes <= after.rss_bytes + ((uint64_t)1 << 20));
+  }
+  free((void *)mem);
+
+  em_meminfo_t mi;
+  assert_int_equal(em_procfs_read_meminfo(p, &mi), 0);
+  assert_true((mi.have & EM_MEMINFO_TOTAL) != 0 && mi.total_bytes > 0);
+  if ((mi.have & EM_MEMINFO_AVAILABLE) != 0) {
+    assert_true(mi.available_bytes <= mi.total_bytes);
+  }
+
+  if (em_procfs_has_psi(p)) {
+    for (int r = 0; r < EM_PSI_COUNT; r++) {
+      em_psi_t psi;
+      rc = em_procfs_read_psi(p, (em_psi_res_t)r, &psi);
+      assert_true(rc == 0 || rc == -ENOENT || rc == -EOPNOTSUPP);
+      if (rc == 0) {
+        assert_true((psi.have & EM_PSI_SOME) != 0);
+        assert_true(psi.some_avg10 >= 0.0 && psi.some_avg10 <= 100.0);
+      }
+    }
+  }
+  em_procfs_free(p);
+}
+
+/* The child of reader_statm_of_exited_child_is_esrch, killed and reaped by its teardown. */
+static pid_t sleeping_child = -1;
+
+static int kill_sleeping_child(void **state) {
+  (void)state;
+  if (sleeping_child > 0) {
+    kill(sleeping_child, SIGKILL);
+    waitpid(sleeping_child, NULL, 0);
+  }
+  sleeping_child = -1;
+  return 0;
+}
+
+static void reader_statm_of_exited_child_is_esrch(void **state) {
+  (void)state;
+  pid_t child = fork();
+  assert_true(child >= 0);
+  if (child == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* Never outlive the test. */
+    for (;;) {
+      pause();
+    }
+  }
+  sleeping_child = child;
+  em_procfs_t *p = open_tree("/proc", child);
+  em_statm_t st;
+  em_smaps_t sm;
+  assert_int_equal(em_procfs_read_statm(p, &st), 0);
+  assert_true(st.rss_bytes > 0);
+
+  assert_int_equal(kill(child, SIGKILL), 0);
+  siginfo_t info;
+  memset(&info, 0, sizeof info);
+  assert_int_equal(waitid(P_PID, (id_t)child, &info, WEXITED | WNOWAIT), 0); /* A zombie. */
+  assert_int_equal(em_procfs_read_statm(p, &st), -ESRCH);
+  int rc = em_procfs_read_smaps(p, &sm);
+  assert_true(rc == -ESRCH || rc == -ENOENT); /* -ENOENT: a kernel without smaps_rollup. */
+
+  assert_int_equal(waitpid(child, NULL, 0), child); /* Reaped. */
+  sleeping_child = -1;
+  assert_int_equal(em_procfs_read_statm(p, &st), -ESRCH);
+  assert_int_equal(em_procfs_set_pid(p, child), -ESRCH);
+  em_procfs_free(p);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(statm_counts_pages_in_bytes),
+      cmocka_unit_test(statm_of_orin_python_is_about_2_3_gb_resident),
+      cmocka_unit_test(statm_rejects_page_count_that_overflows_bytes),
+      cmocka_unit_test(statm_rejects_zero_page_size_and_null_arguments),
+      cmocka_unit_test(smaps_rollup_reports_pss_anon_and_swap_in_bytes),
+      cmocka_unit_test(smaps_rollup_matches_whole_keys_only),
+      cmocka_unit_test(kb_fields_reject_malformed_values),
+      cmocka_unit_test(meminfo_reports_available_and_total_in_bytes),
+      cmocka_unit_test(meminfo_before_3_14_has_total_but_no_available),
+      cmocka_unit_test(psi_reports_some_and_full_avg10_in_percent),
+      cmocka_unit_test(psi_cpu_without_full_line_has_only_some),
+      cmocka_unit_test(psi_cpu_with_zero_full_line_has_both),
+      cmocka_unit_test(psi_rejects_lines_not_in_the_kernel_format),
+      cmocka_unit_test(garbage_and_truncated_fixtures_are_rejected),
+      cmocka_unit_test(every_garbage_and_truncated_fixture_is_in_the_table),
+      cmocka_unit_test(each_parser_rejects_the_other_files),
+      cmocka_unit_test(every_truncation_of_statm_is_rejected_or_parsed_consistently),
+      cmocka_unit_test(every_truncation_of_smaps_rollup_is_rejected_or_parsed_consistently),
+      cmocka_unit_test(every_truncation_of_meminfo_is_rejected_or_parsed_consistently),
+      cmocka_unit_test(every_truncation_of_psi_is_rejected_or_parsed_consistently),
+      cmocka_unit_test(parsers_reject_null_output_and_null_text),
+      cmocka_unit_test(reader_reads_jetson_orin_tree),
+      cmocka_unit_test(reader_reads_x86_vm_tree),
+      cmocka_unit_test(smaps_missing_on_old_kernel_is_absent_not_zero),
+      cmocka_unit_test(psi_missing_on_old_kernel_is_absent_not_zero),
+      cmocka_unit_test(reader_without_target_reads_system_figures_only),
+      cmocka_unit_test_teardown(reader_new_without_meminfo_is_enoent, remove_temp_dir),
+      cmocka_unit_test(reader_new_for_missing_pid_is_esrch),
+      cmocka_unit_test(reader_rejects_bad_arguments),
+      cmocka_unit_test(reader_opens_files_once_close_on_exec_and_closes_them),
+      cmocka_unit_test_teardown(reader_sees_file_rewritten_in_place, remove_temp_dir),
+      cmocka_unit_test_teardown(reader_rejects_garbage_and_keeps_working_after, remove_temp_dir),
+      cmocka_unit_test_teardown(reader_rejects_file_that_fills_the_buffer, remove_temp_dir),
+      cmocka_unit_test_teardown(reader_statm_of_target_gone_is_esrch, remove_temp_dir),
+      cmocka_unit_test_teardown(reader_set_pid_switches_files, remove_temp_dir),
+      cmocka_unit_test_teardown(reader_open_error_on_smaps_keeps_previous_target_and_leaks_nothing,
+                                remove_temp_dir),
+      cmocka_unit_test_teardown(reader_open_error_on_psi_fails_new_and_leaks_nothing,
+                                remove_temp_dir),
+      cmocka_unit_test(reader_reads_own_pid_from_real_proc),
+      cmocka_unit_test_teardown(reader_statm_of_exited_child_is_esrch, kill_sleeping_child),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,199 @@
+/*
+ * test_target.c - the target lookup against procfs trees made by the test: exact comm match,
+ * command-line substring, the oldest match winning, the agent never matching itself, pid
+ * files (missing, garbage, stale), and start times behind a comm that holds ") ".
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <errno.h>
+
+#include <cmocka.h>
+
+#include "target.h"
+
+typedef struct {
+  char root[64];
+  em_config_t cfg;
+} fixture_t;
+
+static void write_file(const char *path, const char *data, size_t len) {
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(data, 1, len, f), len);
+  fclose(f);
+}
+
+/* Adds a process: comm, cmdline (NUL-separated, given with '|' for NUL) and a stat line. */
+static void add_proc(fixture_t *fx, long pid, const char *comm, const char *cmdline,
+                     unsigned long long start) {
+  char path[256], buf[512];
+  snprintf(path, sizeof(path), "%s/%ld", fx->root, pid);
+  assert_int_equal(mkdir(path, 0755), 0);
+  snprintf(path, sizeof(path), "%s/%ld/comm", fx->root, pid);
+  snprintf(buf, sizeof(buf), "%s\n", comm);
+  write_file(path, buf, strlen(buf));
+  snprintf(path, sizeof(path), "%s/%ld/cmdline", fx->root, pid);
+  size_t n = strlen(cmdline);
+  memcpy(buf, cmdline, n + 1);
+  for (size_t i = 0; i < n; i++) {
+    buf[i] = buf[i] == '|' ? '\0' : buf[i];
+  }
+  write_file(path, buf, n ? n + 1 : 0);
+  snprintf(path, sizeof(path), "%s/%ld/stat", fx->root, pid);
+  snprintf(buf, sizeof(buf),
+           "%ld (%s) S 1 %ld %ld 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 1 0 %llu 1000 50 "
+           "18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n",
+           pid, comm, pid, pid, start);
+  write_file(path, buf, strlen(buf));
+}
+
+static int setup(void **state) {
+  fixture_t *fx = calloc(1, sizeof(*fx));
+  assert_non_null(fx);
+  snprintf(fx->root, sizeof(fx->root), "/tmp/em-target-XXXXXX");
+  assert_non_null(mkdtemp(fx->root));
+  em_config_defaults(&fx->cfg);
+  snprintf(fx->cfg.proc_root, sizeof(fx->cfg.proc_root), "%s", fx->root);
+  *state = fx;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture_t *fx = *state;
+  char cmd[128];
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", fx->root);
+  assert_int_equal(system(cmd), 0);
+  free(fx);
+  return 0;
+}
+
+static void set_target(fixture_t *fx, em_target_kind_t kind, const char *value) {
+  fx->cfg.target_kind = kind;
+  snprintf(fx->cfg.target_value, sizeof(fx->cfg.target_value), "%s", value);
+}
+
+static void comm_matches_exactly_and_oldest_wins(void **state) {
+  fixture_t *fx = *state;
+  add_proc(fx, 300, "python3", "python3|infer.py", 5000);
+  add_proc(fx, 200, "python3", "python3|infer.py|--worker", 4000);
+  add_proc(fx, 100, "python3.11", "python3.11|other.py", 10);
+  set_target(fx, EM_TARGET_COMM, "python3");
+  assert_int_equal(em_target_find(&fx->cfg, NULL, 0), 200);
+  set_target(fx, EM_TARGET_COMM, "python");
+  char why[64];
+  assert_int_equal(em_target_find(&fx->cfg, why, sizeof(why)), 0);
+  assert_string_equal(why, "no process matches");
+}
+
+static void cmdline_matches_a_substring_across_arguments(void **state) {
+  fixture_t *fx = *state;
+  add_proc(fx, 10, "python3", "python3|-m|detect|--model|yolo.onnx", 50);
+  add_proc(fx, 11, "bash", "bash|-c|sleep 1", 40);
+  add_proc(fx, 12, "kworker/0:1", "", 1); /* Kernel threads have an empty cmdline. */
+  set_target(fx, EM_TARGET_CMDLINE, "detect --model");
+  assert_int_equal(em_target_find(&fx->cfg, NULL, 0), 10);
+  set_target(fx, EM_TARGET_CMDLINE, "yolo.onnx --x");
+  assert_int_equal(em_target_find(&fx->cfg, NULL, 0), 0);
+}
+
+static void the_agent_never_matches_itself(void **state) {
+  fixture_t *fx = *state;
+  add_proc(fx, (long)getpid(), "edgemon-agent", "edgemon-agent|--config|infer.ini", 1);
+  add_proc(fx, 77, "python3", "python3|infer.py", 99);
+  set_target(fx, EM_TARGET_CMDLINE, "infer");
+  assert_int_equal(em_target_find(&fx->cfg, NULL, 0), 77);
+}
+
+static void pid_files_missing_garbage_or_stale_mean_not_running(void **state) {
+  fixture_t *fx = *state;
+  add_proc(fx, 4242, "python3", "python3|infer.py", 1);
+  char pidfile[128], why[128];
+  snprintf(pidfile, sizeof(pidfile), "%s/infer.pid", fx->root);
+  set_target(fx, EM_TARGET_PIDFILE, pidfile);
+  assert_int_equal(em_target_find(&fx->cfg, why, sizeof(why)), 0);
+  assert_non_null(strstr(why, "pid file"));
+  static const struct {
+    const char *text;
+    pid_t want;
+  } rows[] = {
+      {"4242\n", 4242}, {"  4242  \n", 4242}, {"4242", 4242},
+      {"", 0},          {"abc\n", 0},         {"-5\n", 0},
+      {"42x\n", 0},     {"4243\n", 0},        {"99999999999\n", 0},
+  };
+  for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+    write_file(pidfile, rows[i].text, strlen(rows[i].text));
+    if (em_target_find(&fx->cfg, why, sizeof(why)) != rows[i].want) {
+      fail_msg("pid file '%s': want %d (%s)", rows[i].text, (int)rows[i].want, why);
+    }
+  }
+}
+
+static void pid_target_exists_or_waits(void **state) {
+  fixture_t *fx = *state;
+  add_proc(fx, 555, "python3", "python3", 1);
+  fx->cfg.target_kind = EM_TARGET_PID;
+  fx->cfg.target_pid = 555;
+  assert_int_equal(em_target_find(&fx->cfg, NULL, 0), 555);
+  fx->cfg.target_pid = 556;
+  char why[64];
+  assert_int_equal(em_target_find(&fx->cfg, why, sizeof(why)), 0);
+  assert_string_equal(why, "pid 556 does not exist");
+}
+
+static void start_time_reads_past_a_comm_with_parentheses(void **state) {
+  fixture_t *fx = *state;
+  add_proc(fx, 31, "evil) S 1 2 (x", "x", 123456789);
+  unsigned long long start = 0;
+  assert_int_equal(em_target_start_time(fx->root, 31, &start), 0);
+  assert_int_equal(start, 123456789);
+  assert_int_equal(em_target_start_time(fx->root, 32, &start), -ENOENT);
+}
+
+static void lookups_that_cannot_work_say_so(void **state) {
+  fixture_t *fx = *state;
+  fx->cfg.target_kind = EM_TARGET_NONE;
+  assert_true(em_target_find(&fx->cfg, NULL, 0) < 0);
+  set_target(fx, EM_TARGET_COMM, "python3");
+  snprintf(fx->cfg.proc_root, sizeof(fx->cfg.proc_root), "%s/missing", fx->root);
+  assert_true(em_target_find(&fx->cfg, NULL, 0) < 0);
+}
+
+static void real_proc_finds_this_test_by_its_parent(void **state) {
+  (void)state;
+  em_config_t cfg;
+  em_config_defaults(&cfg);
+  cfg.target_kind = EM_TARGET_PID;
+  cfg.target_pid = getppid();
+  assert_int_equal(em_target_find(&cfg, NULL, 0), getppid());
+  unsigned long long mine = 0, parent = 0;
+  assert_int_equal(em_target_start_time("/proc", getpid(), &mine), 0);
+  assert_int_equal(em_target_start_time("/proc", getppid(), &parent), 0);
+  assert_true(parent <= mine);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(comm_matches_exactly_and_oldest_wins, setup, teardown),
+      cmocka_unit_test_setup_teardown(cmdline_matches_a_substring_across_arguments, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(the_agent_never_matches_itself, setup, teardown),
+      cmocka_unit_test_setup_teardown(pid_files_missing_garbage_or_stale_mean_not_running, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(pid_target_exists_or_waits, setup, teardown),
+      cmocka_unit_test_setup_teardown(start_time_reads_past_a_comm_with_parentheses, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(lookups_that_cannot_work_say_so, setup, teardown),
+      cmocka_unit_test(real_proc_finds_this_test_by_its_parent),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
