@@ -122,12 +122,18 @@ struct em_agent {
     int num, den;  /* Indices into events, or -1 when not configured. */
   } ratios[3];
   uint64_t page_size;
-  bool smaps_sampled;  /* The smaps group (PSS, anon, swap) was read this window. */
+  bool smaps_sampled;   /* The smaps group (PSS, anon, swap) has a fresh reading. */
+  uv_work_t smaps_work; /* smaps_rollup runs on libuv's worker pool: it walks the target's
+                           page tables (~9.5 ms per GiB resident), too long for the loop. */
+  bool smaps_busy;      /* smaps_work is queued or running: the procfs reader's target
+                           files must not change until smaps_read_done. */
+  bool release_pending; /* Detached while busy: smaps_read_done drops the files. */
+  int smaps_rc;
+  em_smaps_t smaps;
   bool system_sampled; /* The system group (MemAvailable, PSI) was read this window. */
 
   pid_t pid; /* Attached target, 0 when detached; cgroup targets use -1. */
   uint64_t attaches;
-  char detach_reason[128];
   bool logged_waiting;
 
   em_pmu_reading_t readings[EM_CONFIG_MAX_EVENTS];
@@ -264,11 +270,13 @@ static void detach(em_agent_t *a, const char *why) {
   }
   em_pmu_free(a->pmu);
   a->pmu = NULL;
-  if (a->proc) {
+  if (a->smaps_busy) {
+    a->release_pending = true; /* smaps_read_done drops the files. */
+  } else {
     em_procfs_set_pid(a->proc, 0);
   }
   a->pid = 0;
-  snprintf(a->detach_reason, sizeof(a->detach_reason), "target not attached (%s)", why);
+  a->smaps_sampled = false;
   memset(a->prev_present, 0, sizeof(a->prev_present));
   uv_timer_start(&a->lookup, on_lookup, LOOKUP_MS, LOOKUP_MS);
 }
@@ -317,6 +325,9 @@ static void attach(em_agent_t *a, pid_t pid) {
 }
 
 static void try_attach(em_agent_t *a) {
+  if (a->smaps_busy) {
+    return; /* The old target's files are in use; the lookup timer comes back. */
+  }
   if (a->cfg.target_kind == EM_TARGET_CGROUP) {
     attach(a, -1);
     return;
@@ -374,6 +385,36 @@ static void sample_pmu(em_agent_t *a) {
   }
 }
 
+/* On a worker thread: the only procfs call that may run off the loop (see procfs.h). */
+static void smaps_read_work(uv_work_t *w) {
+  em_agent_t *a = w->data;
+  a->smaps_rc = em_procfs_read_smaps(a->proc, &a->smaps);
+}
+
+static void stop_step(em_agent_t *a);
+
+/* Back on the loop: the values go out with the next data message. */
+static void smaps_read_done(uv_work_t *w, int status) {
+  em_agent_t *a = w->data;
+  a->smaps_busy = false;
+  if (a->release_pending) {
+    a->release_pending = false;
+    em_procfs_set_pid(a->proc, 0);
+  }
+  if (a->closing) {
+    stop_step(a);
+    return;
+  }
+  if (status != 0 || a->pid <= 0) {
+    return; /* Cancelled, or the target left while it ran. */
+  }
+  bool ok = a->smaps_rc == 0;
+  set_u_if(a, fx(a, M_PSS), ok && (a->smaps.have & EM_SMAPS_PSS), a->smaps.pss_bytes);
+  set_u_if(a, fx(a, M_ANON), ok && (a->smaps.have & EM_SMAPS_ANON), a->smaps.anon_bytes);
+  set_u_if(a, fx(a, M_SWAP), ok && (a->smaps.have & EM_SMAPS_SWAP), a->smaps.swap_bytes);
+  a->smaps_sampled = true;
+}
+
 /* Target memory; returns false when the target is gone. */
 static bool sample_memory(em_agent_t *a, uint64_t now_ns) {
   em_statm_t st;
@@ -391,14 +432,9 @@ static bool sample_memory(em_agent_t *a, uint64_t now_ns) {
     set_absent(a, fx(a, M_VSIZE));
   }
   bool smaps_due = a->cfg.smaps_period_ns && now_ns >= a->next_smaps_ns;
-  a->smaps_sampled = smaps_due && a->pid > 0;
-  if (a->smaps_sampled) {
+  if (smaps_due && a->pid > 0 && !a->smaps_busy) {
     a->next_smaps_ns = now_ns + a->cfg.smaps_period_ns;
-    em_smaps_t sm = {0};
-    bool ok = em_procfs_read_smaps(a->proc, &sm) == 0;
-    set_u_if(a, fx(a, M_PSS), ok && (sm.have & EM_SMAPS_PSS), sm.pss_bytes);
-    set_u_if(a, fx(a, M_ANON), ok && (sm.have & EM_SMAPS_ANON), sm.anon_bytes);
-    set_u_if(a, fx(a, M_SWAP), ok && (sm.have & EM_SMAPS_SWAP), sm.swap_bytes);
+    a->smaps_busy = uv_queue_work(a->loop, &a->smaps_work, smaps_read_work, smaps_read_done) == 0;
   }
   return true;
 }
@@ -452,6 +488,7 @@ static size_t window_samples(em_agent_t *a, em_sample_t *out) {
     }
     out[n++] = a->samples[m];
   }
+  a->smaps_sampled = false; /* Sent: the next reading comes from smaps_read_done. */
   return n;
 }
 
@@ -475,7 +512,6 @@ static void on_tick(uv_timer_t *t) {
     for (size_t f = M_PMU_HW_RUNNING; f <= M_VSIZE; f++) {
       set_absent(a, fx(a, f));
     }
-    a->smaps_sampled = false;
   }
   sample_system(a, now);
   sample_self(a);
@@ -617,6 +653,7 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg, cons
   uv_timer_init(loop, &a->lookup);
   a->tick.data = a;
   a->lookup.data = a;
+  a->smaps_work.data = a;
   *out = a;
   return 0;
 }
@@ -634,7 +671,6 @@ int em_agent_start(em_agent_t *a) {
   return uv_timer_start(&a->tick, on_tick, period_ms, period_ms);
 }
 
-static void stop_step(em_agent_t *a);
 static void on_closed(uv_handle_t *h) {
   stop_step(h->data);
 }
@@ -657,6 +693,10 @@ void em_agent_stop(em_agent_t *a, void (*done)(void *), void *ctx) {
   a->stop_done = done;
   a->stop_ctx = ctx;
   a->closing = 3; /* two timers and the publisher */
+  if (a->smaps_busy) {
+    a->closing++; /* smaps_read_done runs, cancelled or not, and takes its step */
+    uv_cancel((uv_req_t *)&a->smaps_work);
+  }
   uv_close((uv_handle_t *)&a->tick, on_closed);
   uv_close((uv_handle_t *)&a->lookup, on_closed);
   uint8_t last[64];

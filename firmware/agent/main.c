@@ -95,6 +95,9 @@ static void raise_fd_limit(void) {
 
 static int run(const em_config_t *cfg) {
   raise_fd_limit();
+  /* libuv's worker pool serves only the smaps_rollup page-table walk and host name lookups:
+   * one worker is enough, and the agent stays at two threads. */
+  setenv("UV_THREADPOOL_SIZE", "1", 0);
   uv_loop_t *loop = uv_default_loop();
   app_t app = {0};
   int rc = em_agent_new(&app.agent, loop, cfg, EM_VERSION);

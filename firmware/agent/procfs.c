@@ -326,7 +326,9 @@ struct em_procfs {
   int statm_fd;                  /* -1 when there is no target. */
   int smaps_fd;                  /* -1 when there is no target or the kernel has no smaps_rollup. */
   char root[PATH_MAX];           /* The procfs root, NUL-terminated. */
-  char buf[EM_PROCFS_BUF_BYTES]; /* Every read lands here. */
+  char buf[EM_PROCFS_BUF_BYTES]; /* Every read but smaps_rollup lands here. */
+  char smaps_buf[EM_PROCFS_BUF_BYTES]; /* smaps_rollup's own, so it can be read on a worker
+                                          thread while the loop reads the others. */
 };
 
 static const char *const psi_names[EM_PSI_COUNT] = {"pressure/cpu", "pressure/memory",
@@ -367,15 +369,15 @@ static void close_fd(int *fd) {
  * (0 for an empty read), -errno of pread(), or -EINVAL when the file fills the buffer: it is
  * larger than any file we parse, and a cut text must not be parsed as a whole one.
  */
-static ssize_t read_whole(em_procfs_t *p, int fd) {
+static ssize_t read_whole(int fd, char *buf, size_t cap) {
   ssize_t n = -1;
   do {
-    n = pread(fd, p->buf, sizeof p->buf, 0);
+    n = pread(fd, buf, cap, 0);
   } while (n < 0 && errno == EINTR);
   if (n < 0) {
     return -errno;
   }
-  if ((size_t)n >= sizeof p->buf) {
+  if ((size_t)n >= cap) {
     return -EINVAL;
   }
   return n;
@@ -385,8 +387,8 @@ static ssize_t read_whole(em_procfs_t *p, int fd) {
  * Reads a file of the target: as read_whole, but ESRCH, ENOENT (the process is gone or was
  * reaped) and an empty read all answer -ESRCH.
  */
-static ssize_t read_target(em_procfs_t *p, int fd) {
-  ssize_t n = read_whole(p, fd);
+static ssize_t read_target(int fd, char *buf, size_t cap) {
+  ssize_t n = read_whole(fd, buf, cap);
   if (n == 0 || n == -ESRCH || n == -ENOENT) {
     return -ESRCH;
   }
@@ -498,7 +500,7 @@ int em_procfs_read_statm(em_procfs_t *p, em_statm_t *out) {
   if (p->statm_fd < 0) {
     return -ESRCH;
   }
-  ssize_t n = read_target(p, p->statm_fd);
+  ssize_t n = read_target(p->statm_fd, p->buf, sizeof p->buf);
   if (n < 0) {
     return (int)n;
   }
@@ -528,11 +530,11 @@ int em_procfs_read_smaps(em_procfs_t *p, em_smaps_t *out) {
   if (p->smaps_fd < 0) {
     return -ENOENT;
   }
-  ssize_t n = read_target(p, p->smaps_fd);
+  ssize_t n = read_target(p->smaps_fd, p->smaps_buf, sizeof p->smaps_buf);
   if (n < 0) {
     return (int)n;
   }
-  return em_procfs_parse_smaps_rollup(p->buf, (size_t)n, out);
+  return em_procfs_parse_smaps_rollup(p->smaps_buf, (size_t)n, out);
 }
 
 /* -EINVAL for a bad (or empty) file; -errno of pread. */
@@ -541,7 +543,7 @@ int em_procfs_read_meminfo(em_procfs_t *p, em_meminfo_t *out) {
     return -EINVAL;
   }
   memset(out, 0, sizeof *out);
-  ssize_t n = read_whole(p, p->meminfo_fd);
+  ssize_t n = read_whole(p->meminfo_fd, p->buf, sizeof p->buf);
   if (n < 0) {
     return (int)n;
   }
@@ -558,7 +560,7 @@ int em_procfs_read_psi(em_procfs_t *p, em_psi_res_t res, em_psi_t *out) {
   if (fd < 0) {
     return -ENOENT;
   }
-  ssize_t n = read_whole(p, fd);
+  ssize_t n = read_whole(fd, p->buf, sizeof p->buf);
   if (n < 0) {
     return (int)n;
   }

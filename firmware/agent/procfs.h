@@ -13,7 +13,11 @@
  *
  * A figure the machine does not provide (no PSI before Linux 4.20, no smaps_rollup before
  * 4.14, "full" for cpu before 5.13) is absent, never 0: every struct has a `have` bitmask.
- * Owns: the open fds of an em_procfs_t. Single-threaded.
+ * Owns: the open fds of an em_procfs_t. Threading: one thread at a time, with one exception:
+ * em_procfs_read_smaps() has its own buffer and may run on a worker thread while the owner's
+ * thread reads the other files, as long as nobody calls em_procfs_set_pid() or
+ * em_procfs_free() until it returns. (smaps_rollup walks the target's page tables: about
+ * 9.5 ms per GiB resident on the reference VM, too long to run on the agent's loop.)
  */
 #ifndef EDGEMON_AGENT_PROCFS_H
 #define EDGEMON_AGENT_PROCFS_H
