@@ -1,12 +1,27 @@
 #!/usr/bin/env bash
-# scripts/bench.sh - builds the benchmarks (Release, in build-bench/) and runs the proto
-# benchmark: one v1 data message, CBOR encode/decode against the same record as JSON
-# (libcjson), sizes and ns per operation. Arguments go to bench_proto (--iterations N, --help).
-# Results are written up in docs/BENCHMARKS.md. Needs cmake, a C compiler, libcbor-dev and
-# libcjson-dev; installs nothing.
+# scripts/bench.sh - builds the C benchmarks (Release, in build-bench/) and runs one:
+#   scripts/bench.sh [proto|hist|procfs|ingest] [ARGS...]     (default: proto)
+#   proto   one v1 data message: CBOR encode/decode and size against JSON (libcjson)
+#   hist    histogram record, export and reset
+#   procfs  each procfs read of a tick; smaps_rollup against resident size
+#   ingest  span datagrams/s: the agent's ingest against a bare recvmmsg receiver, and what
+#           bursts lose at the machine's net.unix.max_dgram_qlen
+# ARGS go to the benchmark (--help lists them). Results are written up in docs/BENCHMARKS.md
+# with the command and the machine. Needs what scripts/test.sh installs plus libcjson-dev;
+# installs nothing. The agent beside collectd is scripts/bench-agent.sh.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
+
+which=${1:-proto}
+case "$which" in
+  proto | hist | procfs | ingest) [ $# -gt 0 ] && shift ;;
+  -*) which=proto ;;
+  *)
+    echo "bench.sh: unknown benchmark '$which' (proto, hist, procfs, ingest)" >&2
+    exit 2
+    ;;
+esac
 
 if ! pkg-config --exists libcjson 2>/dev/null; then
   echo "bench.sh: libcjson not found by pkg-config; install the Debian package libcjson-dev" \
@@ -14,6 +29,7 @@ if ! pkg-config --exists libcjson 2>/dev/null; then
   exit 1
 fi
 
-cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release -DEDGEMON_BENCH=ON -DEDGEMON_TESTS=OFF
-cmake --build build-bench -j2 --target bench_proto
-./build-bench/tests/bench/bench_proto "$@"
+cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release -DEDGEMON_BENCH=ON -DEDGEMON_TESTS=OFF \
+  >/dev/null
+cmake --build build-bench -j2 --target "bench_$which" >/dev/null
+exec "./build-bench/tests/bench/bench_$which" "$@"

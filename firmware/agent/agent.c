@@ -31,10 +31,12 @@
 #include "pmu.h"
 #include "procfs.h"
 #include "publisher.h"
+#include "spans.h"
 #include "target.h"
 
-#define LOOKUP_MS       250u /* Re-attach within a second of the target's return. */
-#define STOP_TIMEOUT_MS 2000u
+#define LOOKUP_MS         250u /* Re-attach within a second of the target's return. */
+#define BUCKETS_PER_STAGE 256u /* Histogram buckets per stage window at most. */
+#define STOP_TIMEOUT_MS   2000u
 
 /* The figures after the PMU events, in alias order. */
 enum {
@@ -59,6 +61,9 @@ enum {
   M_AGENT_RSS,
   M_AGENT_NOT_SENT,
   M_AGENT_LATE_TICKS,
+  M_SPANS_RECEIVED,
+  M_SPANS_DROP_FIRST, /* one per em_spans_drop_t */
+  M_SPANS_STAGES = M_SPANS_DROP_FIRST + EM_SPANS_DROP_COUNT,
   M_FIXED_COUNT
 };
 
@@ -93,6 +98,17 @@ static const struct {
     [M_AGENT_RSS] = {"agent.rss", "By", EM_METRIC_GAUGE},
     [M_AGENT_NOT_SENT] = {"agent.mqtt.not_sent", "1", EM_METRIC_COUNTER},
     [M_AGENT_LATE_TICKS] = {"agent.late_ticks", "1", EM_METRIC_COUNTER},
+    [M_SPANS_RECEIVED] = {"spans.received", "1", EM_METRIC_COUNTER},
+    [M_SPANS_DROP_FIRST +
+        EM_SPANS_DROP_MALFORMED] = {"spans.dropped.malformed", "1", EM_METRIC_COUNTER},
+    [M_SPANS_DROP_FIRST +
+        EM_SPANS_DROP_VERSION] = {"spans.dropped.version", "1", EM_METRIC_COUNTER},
+    [M_SPANS_DROP_FIRST + EM_SPANS_DROP_SIZE] = {"spans.dropped.size", "1", EM_METRIC_COUNTER},
+    [M_SPANS_DROP_FIRST +
+        EM_SPANS_DROP_DISALLOWED] = {"spans.dropped.disallowed", "1", EM_METRIC_COUNTER},
+    [M_SPANS_DROP_FIRST +
+        EM_SPANS_DROP_OVERFLOW] = {"spans.dropped.overflow", "1", EM_METRIC_COUNTER},
+    [M_SPANS_STAGES] = {"spans.stages", "1", EM_METRIC_GAUGE},
 };
 
 struct em_agent {
@@ -105,12 +121,16 @@ struct em_agent {
 
   uv_timer_t tick;
   uv_timer_t lookup;
-  uint64_t next_tick_ns; /* uv_hrtime() the next tick is due. */
+  uint64_t next_tick_ns; /* uv_hrtime() the next tick is due: start + k * period. */
+  uint64_t last_tick_ns; /* uv_hrtime() the last tick started: its window's start. */
   uint64_t next_smaps_ns;
   uint64_t next_system_ns;
   uint64_t late_ticks;
 
   em_publisher_t *pub;
+  em_spans_t *spans;
+  em_stage_t *stage_out;   /* max_stages windows for the data message. */
+  em_bucket_t *bucket_out; /* max_stages * BUCKETS_PER_STAGE buckets. */
   em_procfs_t *proc;
   int self_statm_fd;
   em_pmu_t *pmu;
@@ -492,13 +512,56 @@ static size_t window_samples(em_agent_t *a, em_sample_t *out) {
   return n;
 }
 
+/* Buckets per stage window so that every stage fits in one message at full size. */
+static size_t stage_bucket_cap(const em_agent_t *a) {
+  size_t n = em_spans_stage_count(a->spans);
+  size_t cap = n ? 48000 / (n * 4) : BUCKETS_PER_STAGE; /* ~4 bytes per bucket encoded */
+  return cap < BUCKETS_PER_STAGE ? cap : BUCKETS_PER_STAGE;
+}
+
+/* Fills a->stage_out from the stage windows with at most `cap` buckets each; the count. */
+static size_t stage_windows(em_agent_t *a, size_t cap) {
+  size_t n = em_spans_stage_count(a->spans);
+  for (size_t i = 0; i < n; i++) {
+    em_stage_stats_t *st = em_spans_stage(a->spans, i);
+    int rc = em_hist_to_stage(&st->window, st->name, a->bucket_out + i * BUCKETS_PER_STAGE, cap,
+                              &a->stage_out[i]);
+    if (rc < 0) {
+      /* Only with a cap of 1 bucket: send the stage as idle rather than a bad window. */
+      a->stage_out[i] = (em_stage_t){.name = st->name};
+    }
+  }
+  return n;
+}
+
+static void on_tick(uv_timer_t *t);
+
+/*
+ * Arms the one-shot tick timer for the next slot of the absolute schedule, so lateness does
+ * not accumulate (a repeating libuv timer re-arms from the callback's time and drifts). Slots
+ * already missed are skipped and counted as late.
+ */
+static void arm_tick(em_agent_t *a) {
+  uv_update_time(a->loop);
+  uint64_t now = uv_hrtime();
+  while (a->next_tick_ns <= now) {
+    a->next_tick_ns += a->cfg.sample_period_ns;
+    a->late_ticks++;
+  }
+  uint64_t delay_ms = (a->next_tick_ns - now + 999999u) / 1000000u;
+  uv_timer_start(&a->tick, on_tick, delay_ms, 0);
+}
+
 static void on_tick(uv_timer_t *t) {
   em_agent_t *a = t->data;
   uint64_t now = uv_hrtime();
   if (now > a->next_tick_ns + a->cfg.sample_period_ns / 2) {
     a->late_ticks++;
   }
-  a->next_tick_ns = now + a->cfg.sample_period_ns;
+  uint64_t window_ns = a->last_tick_ns ? now - a->last_tick_ns : a->cfg.sample_period_ns;
+  a->last_tick_ns = now;
+  a->next_tick_ns += a->cfg.sample_period_ns;
+  arm_tick(a);
   if (a->pid != 0) {
     sample_pmu(a);
     if (!sample_memory(a, now)) {
@@ -520,17 +583,31 @@ static void on_tick(uv_timer_t *t) {
   set_u(a, fx(a, M_TARGET_ATTACHES), a->attaches);
   set_u_if(a, fx(a, M_TARGET_THREADS), a->pmu && a->pid > 0, a->pmu ? em_pmu_threads(a->pmu) : 0);
 
+  set_u(a, fx(a, M_SPANS_RECEIVED), em_spans_received(a->spans));
+  for (int why = 0; why < EM_SPANS_DROP_COUNT; why++) {
+    set_u(a, fx(a, M_SPANS_DROP_FIRST + (size_t)why),
+          em_spans_dropped(a->spans, (em_spans_drop_t)why));
+  }
+  set_u(a, fx(a, M_SPANS_STAGES), em_spans_stage_count(a->spans));
+
   em_sample_t *view = a->samples + a->n_metrics; /* Second half of the samples buffer. */
   em_msg_t msg = {.kind = EM_MSG_DATA,
                   .u.data = {.time_ns = wall_ns(),
                              .session = a->session,
                              .seq = a->seq++,
-                             .window_ns = a->cfg.sample_period_ns,
+                             .window_ns = window_ns,
                              .level = EM_LEVEL_NONE,
                              .samples = view,
                              .n_samples = window_samples(a, view)}};
   size_t len = 0;
-  int rc = em_proto_encode(&msg, a->out, EM_PROTO_MAX_MESSAGE_BYTES, &len);
+  int rc = EM_PROTO_ETOOBIG;
+  /* Stage windows share the message: fewer buckets per stage (a coarser scale) if needed. */
+  for (size_t cap = stage_bucket_cap(a); rc == EM_PROTO_ETOOBIG && cap > 0; cap /= 2) {
+    msg.u.data.stages = a->stage_out;
+    msg.u.data.n_stages = stage_windows(a, cap);
+    rc = em_proto_encode(&msg, a->out, EM_PROTO_MAX_MESSAGE_BYTES, &len);
+  }
+  em_spans_window_reset(a->spans);
   if (rc) {
     EM_ERROR("data: cannot encode: %s", em_proto_strerror(rc));
     return;
@@ -546,7 +623,9 @@ static int build_dictionary(em_agent_t *a) {
   a->absent = calloc(a->n_metrics, sizeof(*a->absent));
   a->samples = calloc(2 * a->n_metrics, sizeof(*a->samples));
   a->out = malloc(EM_PROTO_MAX_MESSAGE_BYTES);
-  if (!a->defs || !a->absent || !a->samples || !a->out) {
+  a->stage_out = calloc(a->cfg.max_stages, sizeof(*a->stage_out));
+  a->bucket_out = calloc((size_t)a->cfg.max_stages * BUCKETS_PER_STAGE, sizeof(*a->bucket_out));
+  if (!a->defs || !a->absent || !a->samples || !a->out || !a->stage_out || !a->bucket_out) {
     return -ENOMEM;
   }
   for (size_t i = 0; i < a->n_events; i++) {
@@ -644,6 +723,21 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg, cons
   if (!rc) {
     rc = em_publisher_new(&a->pub, loop, &po);
   }
+  em_spans_opts_t so = {.path = cfg->span_socket,
+                        .mode = cfg->span_socket_mode,
+                        .gid = cfg->span_socket_gid,
+                        .allow_uids = cfg->allow_uids,
+                        .n_allow_uids = cfg->n_allow_uids,
+                        .allow_gids = cfg->allow_gids,
+                        .n_allow_gids = cfg->n_allow_gids,
+                        .max_stages = cfg->max_stages,
+                        .ctx = a};
+  if (!rc) {
+    rc = em_spans_new(&a->spans, loop, &so);
+    if (rc) {
+      EM_ERROR("spans: cannot listen on %s: %s", cfg->span_socket, strerror(-rc));
+    }
+  }
   if (rc) {
     em_agent_free(a);
     return rc == -ENOENT ? -ENOENT : rc;
@@ -668,7 +762,7 @@ int em_agent_start(em_agent_t *a) {
   a->next_tick_ns = uv_hrtime() + a->cfg.sample_period_ns;
   a->next_smaps_ns = 0;
   a->next_system_ns = 0;
-  return uv_timer_start(&a->tick, on_tick, period_ms, period_ms);
+  return uv_timer_start(&a->tick, on_tick, period_ms, 0);
 }
 
 static void on_closed(uv_handle_t *h) {
@@ -686,13 +780,18 @@ static void on_publisher_stopped(void *ctx) {
   stop_step(ctx);
 }
 
+static void on_spans_closed(void *ctx) {
+  stop_step(ctx);
+}
+
 void em_agent_stop(em_agent_t *a, void (*done)(void *), void *ctx) {
   if (a->closing) {
     return;
   }
   a->stop_done = done;
   a->stop_ctx = ctx;
-  a->closing = 3; /* two timers and the publisher */
+  a->closing = 4; /* two timers, the span socket and the publisher */
+  em_spans_close(a->spans, on_spans_closed, a);
   if (a->smaps_busy) {
     a->closing++; /* smaps_read_done runs, cancelled or not, and takes its step */
     uv_cancel((uv_req_t *)&a->smaps_work);
@@ -718,5 +817,8 @@ void em_agent_free(em_agent_t *a) {
   free(a->absent);
   free(a->samples);
   free(a->out);
+  free(a->stage_out);
+  free(a->bucket_out);
+  em_spans_free(a->spans);
   free(a);
 }

@@ -33,7 +33,11 @@
 
 #include "config.h"
 
+#include "edgemon/proto.h"
+
 #include <errno.h>
+#include <grp.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,11 +68,12 @@ typedef enum {
   SEC_TARGET,
   SEC_MQTT,
   SEC_PMU,
+  SEC_SPANS,
   SEC_INVALID, /* After an unknown or malformed header: its keys are skipped. */
 } section_t;
 
-static const char *const section_names[] = {"", "agent", "target", "mqtt", "pmu"};
-#define N_SECTIONS 5 /* Entries of section_names, SEC_NONE included. */
+static const char *const section_names[] = {"", "agent", "target", "mqtt", "pmu", "spans"};
+#define N_SECTIONS 6 /* Entries of section_names, SEC_NONE included. */
 
 typedef enum {
   K_DEVICE_ID,
@@ -92,6 +97,12 @@ typedef enum {
   K_RECONNECT_MIN,
   K_RECONNECT_MAX,
   K_EVENTS,
+  K_SPAN_SOCKET,
+  K_SOCKET_MODE,
+  K_SOCKET_GROUP,
+  K_ALLOW_UIDS,
+  K_ALLOW_GIDS,
+  K_MAX_STAGES,
   K_COUNT,
 } key_id_t;
 
@@ -774,6 +785,133 @@ static void set_qos(load_t *ld, const key_def_t *k, const char *value) {
   accept_key(ld, k);
 }
 
+/* [spans] socket: the span socket's path; default <runtime_dir>/spans.sock. */
+static void set_span_socket(load_t *ld, const key_def_t *k, const char *value) {
+  if (!check_path(ld, k, value)) {
+    return;
+  }
+  copy_str(ld->cfg->span_socket, sizeof(ld->cfg->span_socket), value);
+  accept_key(ld, k);
+}
+
+/* [spans] socket_mode: octal permission bits, owner read-write at least. */
+static void set_socket_mode(load_t *ld, const key_def_t *k, const char *value) {
+  char q[QUOTE_MAX + 4];
+  unsigned mode = 0;
+  size_t len = strlen(value);
+  bool ok = len >= 3 && len <= 4;
+  for (size_t i = 0; ok && i < len; i++) {
+    ok = value[i] >= '0' && value[i] <= '7';
+    mode = mode * 8 + (unsigned)(value[i] - '0');
+  }
+  if (!ok || (mode & 0600) != 0600 || mode > 0777) {
+    report(ld, ld->line, "%s '%s' must be octal permissions with owner read-write, e.g. %s",
+           k->name, quote(q, sizeof(q), value), k->example);
+    return;
+  }
+  ld->cfg->span_socket_mode = mode;
+  accept_key(ld, k);
+}
+
+/*
+ * A user (uids) or group (gids) by number or name, looked up in the system's databases.
+ * Returns false (and reports) when there is no such user or group.
+ */
+static bool resolve_id(load_t *ld, const key_def_t *k, const char *name, bool group,
+                       uint32_t *out) {
+  uint64_t n = 0;
+  if (parse_u64(name, &n)) {
+    if (n >= UINT32_MAX) {
+      report(ld, ld->line, "%s: id %s is out of range", k->name, name);
+      return false;
+    }
+    *out = (uint32_t)n;
+    return true;
+  }
+  char buf[4096];
+  if (group) {
+    struct group gr, *res = NULL;
+    if (getgrnam_r(name, &gr, buf, sizeof(buf), &res) == 0 && res) {
+      *out = (uint32_t)res->gr_gid;
+      return true;
+    }
+  } else {
+    struct passwd pw, *res = NULL;
+    if (getpwnam_r(name, &pw, buf, sizeof(buf), &res) == 0 && res) {
+      *out = (uint32_t)res->pw_uid;
+      return true;
+    }
+  }
+  char q[QUOTE_MAX + 4];
+  report(ld, ld->line, "%s: no %s named '%s' on this system", k->name, group ? "group" : "user",
+         quote(q, sizeof(q), name));
+  return false;
+}
+
+/* [spans] socket_group: the group the socket file is given (with socket_mode). */
+static void set_socket_group(load_t *ld, const key_def_t *k, const char *value) {
+  uint32_t gid = 0;
+  if (!resolve_id(ld, k, value, true, &gid)) {
+    return;
+  }
+  ld->cfg->span_socket_gid = (int64_t)gid;
+  accept_key(ld, k);
+}
+
+/* [spans] allow_uids / allow_gids: comma or space separated users or groups. */
+static void set_allow_ids(load_t *ld, const key_def_t *k, const char *value) {
+  bool group = k->id == K_ALLOW_GIDS;
+  uint32_t ids[EM_CONFIG_MAX_IDS];
+  size_t n = 0;
+  bool bad = false;
+  for (const char *p = value; *p != '\0';) {
+    while (*p == ',' || is_space(*p)) {
+      p++;
+    }
+    const char *start = p;
+    while (*p != '\0' && *p != ',' && !is_space(*p)) {
+      p++;
+    }
+    size_t len = (size_t)(p - start);
+    if (len == 0) {
+      continue;
+    }
+    char name[64];
+    if (len >= sizeof(name) || n == EM_CONFIG_MAX_IDS) {
+      report(ld, ld->line, "%s: %s", k->name,
+             n == EM_CONFIG_MAX_IDS ? "more than 16 entries" : "an entry is too long");
+      return;
+    }
+    memcpy(name, start, len);
+    name[len] = '\0';
+    bad = !resolve_id(ld, k, name, group, &ids[n++]) || bad;
+  }
+  if (bad) {
+    return;
+  }
+  if (group) {
+    memcpy(ld->cfg->allow_gids, ids, n * sizeof(ids[0]));
+    ld->cfg->n_allow_gids = n;
+  } else {
+    memcpy(ld->cfg->allow_uids, ids, n * sizeof(ids[0]));
+    ld->cfg->n_allow_uids = n;
+  }
+  accept_key(ld, k);
+}
+
+/* [spans] max_stages: stages tracked at once, 1..64. */
+static void set_max_stages(load_t *ld, const key_def_t *k, const char *value) {
+  uint64_t n = 0;
+  if (!parse_u64(value, &n) || n < 1 || n > EM_PROTO_MAX_STAGES) {
+    char q[QUOTE_MAX + 4];
+    report(ld, ld->line, "%s '%s' must be a whole number from 1 to %u", k->name,
+           quote(q, sizeof(q), value), EM_PROTO_MAX_STAGES);
+    return;
+  }
+  ld->cfg->max_stages = (uint32_t)n;
+  accept_key(ld, k);
+}
+
 /* Index of `name` in pmu_event_names, or -1. */
 static int find_event(const char *name) {
   for (size_t i = 0; i < N_PMU_EVENT_NAMES; i++) {
@@ -906,6 +1044,12 @@ static const key_def_t keys[K_COUNT] = {
     {K_RECONNECT_MIN, SEC_MQTT, "reconnect_min", set_duration, 100 * NS_PER_MS, NS_PER_H, "500ms"},
     {K_RECONNECT_MAX, SEC_MQTT, "reconnect_max", set_duration, 100 * NS_PER_MS, NS_PER_H, "30s"},
     {K_EVENTS, SEC_PMU, "events", set_events, 0, 0, "cycles, instructions"},
+    {K_SPAN_SOCKET, SEC_SPANS, "socket", set_span_socket, 0, 0, "/run/edgemon/spans.sock"},
+    {K_SOCKET_MODE, SEC_SPANS, "socket_mode", set_socket_mode, 0, 0, "0660"},
+    {K_SOCKET_GROUP, SEC_SPANS, "socket_group", set_socket_group, 0, 0, "video"},
+    {K_ALLOW_UIDS, SEC_SPANS, "allow_uids", set_allow_ids, 0, 0, "0, robot"},
+    {K_ALLOW_GIDS, SEC_SPANS, "allow_gids", set_allow_ids, 0, 0, "video"},
+    {K_MAX_STAGES, SEC_SPANS, "max_stages", set_max_stages, 0, 0, "32"},
 };
 
 /* ---- defaults ---------------------------------------------------------------------------- */
@@ -951,6 +1095,9 @@ void em_config_defaults(em_config_t *cfg) {
   default_device_id(cfg->device_id, sizeof(cfg->device_id));
   cfg->sample_period_ns = 100 * NS_PER_MS;
   cfg->smaps_period_ns = 5 * NS_PER_S;
+  cfg->span_socket_mode = 0660;
+  cfg->span_socket_gid = -1;
+  cfg->max_stages = 32;
   cfg->system_period_ns = NS_PER_S;
   default_runtime_dir(cfg->runtime_dir, sizeof(cfg->runtime_dir));
   copy_str(cfg->board, sizeof(cfg->board), "generic");
@@ -1252,6 +1399,13 @@ static void finish(load_t *ld) {
   const bool *ok = ld->key_ok;
   char a[32];
   char b[32];
+
+  if (cfg->span_socket[0] == '\0') {
+    int n = snprintf(cfg->span_socket, sizeof(cfg->span_socket), "%s/spans.sock", cfg->runtime_dir);
+    if (n < 0 || (size_t)n >= sizeof(cfg->span_socket)) {
+      report(ld, at[K_RUNTIME_DIR], "runtime_dir is too long for the span socket's path");
+    }
+  }
 
   bool any_target = false;
   for (int k = K_PID; k <= K_CGROUP; k++) {

@@ -20,6 +20,7 @@
 #define EM_CONFIG_MAX_ID         64 /* Device id: 1..63 bytes of [A-Za-z0-9_.:-]. */
 #define EM_CONFIG_MAX_EVENTS     16 /* PMU events. */
 #define EM_CONFIG_MAX_EVENT_NAME 48
+#define EM_CONFIG_MAX_IDS        16 /* Entries of allow_uids and allow_gids. */
 
 typedef enum {
   EM_TARGET_NONE = 0, /* Not configured: an error for the agent, fine for --check of parts. */
@@ -61,6 +62,16 @@ typedef struct {
   /* [pmu] */
   size_t n_events; /* Default: the generic list in config.c. */
   char events[EM_CONFIG_MAX_EVENTS][EM_CONFIG_MAX_EVENT_NAME];
+
+  /* [spans] */
+  char span_socket[EM_CONFIG_MAX_PATH]; /* Default "<runtime_dir>/spans.sock". */
+  uint32_t span_socket_mode;            /* Default 0660. */
+  int64_t span_socket_gid;              /* Group of the socket file; -1 = the agent's. */
+  size_t n_allow_uids;                  /* 0 and 0: anyone who can write to the socket. */
+  uint32_t allow_uids[EM_CONFIG_MAX_IDS];
+  size_t n_allow_gids;
+  uint32_t allow_gids[EM_CONFIG_MAX_IDS];
+  uint32_t max_stages; /* Stages tracked at once; default 32, 1..64. */
 } em_config_t;
 
 /*

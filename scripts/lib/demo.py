@@ -59,6 +59,7 @@ class Printer:
         self.birth = None
         self.prev = None
         self.rows = 0
+        self.last_slow = {}
 
     def on_message(self, client, userdata, m):
         kind = m.topic.rsplit("/", 1)[-1]
@@ -82,8 +83,16 @@ class Printer:
         elif kind == "data" and self.birth:
             self.data(msg)
 
+    SLOW = ("mem.pss", "sys.mem.available", "psi.cpu.some.avg10")
+
     def data(self, d):
         v = edgemon_proto.values_by_name(d, self.birth)
+        # Slower groups are sent only in the windows they were read: show the last reading.
+        for name in self.SLOW:
+            if name in v:
+                self.last_slow[name] = v[name]
+            else:
+                v[name] = self.last_slow.get(name)
         prev = self.prev
         self.prev = (d, v)
         if prev is None:
@@ -98,7 +107,7 @@ class Printer:
         if self.rows % 15 == 0:
             print(f"{DIM}{'time':>8} {'seq':>5} {'pid':>7} {'cpu%':>6} {'ctxsw/s':>8} "
                   f"{'faults/s':>9} {'rss MiB':>8} {'pss MiB':>8} {'avail GiB':>9} "
-                  f"{'psi cpu':>7} {'agent cpu%':>10}{RESET}")
+                  f"{'psi cpu':>7} {'agent cpu%':>10}  stage spans p50/p99 ms{RESET}")
         self.rows += 1
         cpu = rate("pmu.task-clock")
         agent_cpu = rate("agent.cpu")
@@ -110,7 +119,20 @@ class Printer:
               f"{fmt(v.get('mem.rss'), 2**20):>8} {fmt(v.get('mem.pss'), 2**20):>8} "
               f"{fmt(v.get('sys.mem.available'), 2**30, 2):>9} "
               f"{fmt(v.get('psi.cpu.some.avg10'), digits=2):>7} "
-              f"{fmt(None if agent_cpu is None else agent_cpu / 1e7, digits=3):>10}")
+              f"{fmt(None if agent_cpu is None else agent_cpu / 1e7, digits=3):>10}"
+              f"  {self.stages(d)}")
+
+    @staticmethod
+    def stages(d):
+        """Per stage: spans in the window and p50/p99 in ms."""
+        out = []
+        for st in d["stages"]:
+            if st["count"]:
+                out.append(f"{st['name']} {st['count']}x {st['p50_ns'] / 1e6:.2f}/"
+                           f"{st['p99_ns'] / 1e6:.2f}")
+            else:
+                out.append(f"{st['name']} -")
+        return "  ".join(out)
 
 
 def main():
@@ -142,24 +164,32 @@ def main():
         wait_listening(port, broker)
         print(f"{BOLD}==> mosquitto on 127.0.0.1:{port}{RESET}")
 
-        workload = subprocess.Popen([
-            sys.executable, str(ROOT / "firmware/client/python/examples/sample_inference.py"),
-            "--fps", "20", "--seconds", str(seconds + 10)])
-        procs.append(workload)
-        print(f"{BOLD}==> sample inference loop, pid {workload.pid}{RESET}")
-
         device = "demo-board"
+        pidfile = work / "inference.pid"
         cfg = work / "agent.ini"
         cfg.write_text(
             f"[agent]\ndevice_id = {device}\nsample_period = 100ms\nsmaps_period = 1s\n"
-            f"runtime_dir = {work}/run\n[target]\npid = {workload.pid}\n"
+            f"runtime_dir = {work}/run\n[target]\npid_file = {pidfile}\n"
             f"[mqtt]\nbroker = mqtt://127.0.0.1:{port}\n")
         log = open(work / "agent.log", "wb")
         agent = subprocess.Popen([str(agent_bin), "--config", str(cfg)], stdout=log,
                                  stderr=subprocess.STDOUT)
         procs.append(agent)
-        print(f"{BOLD}==> edgemon-agent watching pid {workload.pid}, "
-              f"publishing to edgemon/v1/{device}/ (log: {work}/agent.log){RESET}")
+        sock = work / "run" / "spans.sock"
+        deadline = time.monotonic() + 5
+        while not sock.exists() and time.monotonic() < deadline and agent.poll() is None:
+            time.sleep(0.02)
+
+        workload = subprocess.Popen([
+            sys.executable, str(ROOT / "firmware/client/python/examples/sample_inference.py"),
+            "--fps", "20", "--seconds", str(seconds + 10)],
+            env={**os.environ, "EDGEMON_SOCKET": str(sock)})
+        procs.append(workload)
+        pidfile.write_text(f"{workload.pid}\n")
+        print(f"{BOLD}==> sample inference loop (pid {workload.pid}): preprocess, infer, "
+              f"postprocess spans to {sock}{RESET}")
+        print(f"{BOLD}==> edgemon-agent watching it, publishing to edgemon/v1/{device}/ "
+              f"(log: {work}/agent.log){RESET}")
 
         printer = Printer(device)
         client = mqtt.Client(client_id=f"edgemon-demo-tail-{os.getpid()}")

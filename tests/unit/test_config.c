@@ -317,6 +317,26 @@ static const error_case_t error_cases[] = {
     {"client_id of 65 characters",
      "[mqtt]\nclient_id = " A64 "a\n" TARGET,
      {"2: client_id '~' is longer than 64 characters$"}},
+    {"socket_mode without owner write",
+     "[spans]\nsocket_mode = 0440\n" TARGET,
+     {"2: socket_mode '0440' must be octal permissions with owner read-write, e.g. 0660$"}},
+    {"socket_mode not octal",
+     "[spans]\nsocket_mode = 0680\n" TARGET,
+     {"2: socket_mode '0680' must be octal~"}},
+    {"socket relative",
+     "[spans]\nsocket = spans.sock\n" TARGET,
+     {"2: socket 'spans.sock' must be an absolute path$"}},
+    {"socket_group unknown",
+     "[spans]\nsocket_group = no-such-group-xyz\n" TARGET,
+     {"2: socket_group: no group named 'no-such-group-xyz' on this system$"}},
+    {"allow_uids unknown user and huge id",
+     "[spans]\nallow_uids = 0, nobody-xyz, 99999999999\n" TARGET,
+     {"2: allow_uids: no user named 'nobody-xyz' on this system$",
+      "2: allow_uids: id 99999999999 is out of range$"}},
+    {"max_stages 0",
+     "[spans]\nmax_stages = 0\n" TARGET,
+     {"2: max_stages '0' must be a whole number from 1 to 64$"}},
+    {"max_stages 65", "[spans]\nmax_stages = 65\n" TARGET, {"2: max_stages '65' must be~"}},
     {"qos_data 2",
      "[mqtt]\nqos_data = 2\n" TARGET,
      {"2: qos_data '2' must be 0 or 1 (qos 2 is not supported)$"}},
@@ -486,6 +506,26 @@ typedef struct {
 } valid_case_t;
 
 /* Everything but the target is the default. */
+static void check_spans(const em_config_t *cfg) {
+  assert_string_equal(cfg->span_socket, "/srv/em/s.sock");
+  assert_int_equal(cfg->span_socket_mode, 0620);
+  assert_int_equal(cfg->span_socket_gid, 0);
+  assert_int_equal(cfg->n_allow_uids, 2);
+  assert_int_equal(cfg->allow_uids[0], 0);
+  assert_int_equal(cfg->allow_uids[1], 1000);
+  assert_int_equal(cfg->n_allow_gids, 1);
+  assert_int_equal(cfg->allow_gids[0], 0);
+  assert_int_equal(cfg->max_stages, 8);
+}
+
+static void check_span_socket_follows_runtime_dir(const em_config_t *cfg) {
+  assert_string_equal(cfg->span_socket, "/srv/run/spans.sock");
+  assert_int_equal(cfg->span_socket_mode, 0660);
+  assert_int_equal(cfg->span_socket_gid, -1);
+  assert_int_equal(cfg->n_allow_uids, 0);
+  assert_int_equal(cfg->max_stages, 32);
+}
+
 static void check_defaults_around_pid(const em_config_t *cfg) {
   em_config_t def;
   em_config_defaults(&def);
@@ -677,11 +717,17 @@ static const valid_case_t valid_cases[] = {
     {"cgroup", "[target]\ncgroup = /sys/fs/cgroup/system.slice/inference.service\n", check_cgroup},
     {"pid at the kernel limit", "[target]\npid = 4194304\n", check_pid_max},
     {"smaps_period 0 is off", "[agent]\nsmaps_period = 0\n" TARGET, check_smaps_off},
+    {"spans section",
+     "[spans]\nsocket = /srv/em/s.sock\nsocket_mode = 0620\nsocket_group = root\n"
+     "allow_uids = root 1000\nallow_gids = 0\nmax_stages = 8\n" TARGET,
+     check_spans},
+    {"span socket follows runtime_dir", "[agent]\nruntime_dir = /srv/run\n" TARGET,
+     check_span_socket_follows_runtime_dir},
     {"smaps_period off is off", "[agent]\nsmaps_period = off\n" TARGET, check_smaps_off},
     {"default smaps_period follows a longer sample_period", "[agent]\nsample_period = 10s\n" TARGET,
      check_smaps_follows_sample},
-    {"default system_period follows a longer sample_period",
-     "[agent]\nsample_period = 5s\n" TARGET, check_system_follows_sample},
+    {"default system_period follows a longer sample_period", "[agent]\nsample_period = 5s\n" TARGET,
+     check_system_follows_sample},
     {"default reconnect_max follows a longer reconnect_min", "[mqtt]\nreconnect_min = 1m\n" TARGET,
      check_reconnect_max_follows_min},
     {"default reconnect_min follows a shorter reconnect_max",

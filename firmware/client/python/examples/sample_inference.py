@@ -1,16 +1,31 @@
 #!/usr/bin/env python3
-"""A stand-in for an inference loop, standard library only.
+"""A stand-in for an inference loop, standard library only, instrumented with edgemon.
 
 Each frame runs three stages the way a vision pipeline does: preprocess (touches a frame
 buffer), infer (a burst of arithmetic), postprocess (a small reduction), at a fixed frame
-rate. It holds a few tens of MiB, so the memory figures have something to show.
+rate. It holds a few tens of MiB, so the memory figures have something to show. Every stage
+is timed with edgemon.span and sent to edgemon-agent (one 64-byte datagram per stage per
+frame); without an agent the spans are dropped and counted, and the loop runs the same.
 
-    sample_inference.py [--fps N] [--seconds S]
+    sample_inference.py [--fps N] [--seconds S] [--slow-every N]
+
+--slow-every N makes the infer stage of every Nth frame take 5x longer (it runs five times),
+so budgets and degradation have something to catch in demos. The socket is found the way the
+client always finds it: $EDGEMON_SOCKET, $EDGEMON_RUNTIME_DIR/spans.sock, then the agent's
+defaults (firmware/client/python/README.md).
 """
 
 import argparse
 import math
+import os
+import sys
 import time
+
+# Import the client from this checkout (firmware/client/python), so no installation is needed.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
+import edgemon  # noqa: E402
+
+SLOW_FACTOR = 5
 
 
 def preprocess(frame, n):
@@ -34,7 +49,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fps", type=float, default=20.0, help="frames per second (default 20)")
     ap.add_argument("--seconds", type=float, default=0, help="stop after S seconds (0: never)")
+    ap.add_argument("--slow-every", type=int, default=0, metavar="N",
+                    help="every Nth frame, infer takes %dx longer (0: never)" % SLOW_FACTOR)
     args = ap.parse_args()
+    if args.fps <= 0:
+        ap.error("--fps must be positive")
+    if args.slow_every < 0:
+        ap.error("--slow-every must be 0 or positive")
     frame = bytearray(32 * 1024 * 1024)
     weights = [math.sin(i) for i in range(20000)]
     period = 1.0 / args.fps
@@ -42,8 +63,17 @@ def main():
     n = 0
     while not args.seconds or time.monotonic() - start < args.seconds:
         t0 = time.monotonic()
-        preprocess(frame, n)
-        postprocess(infer(weights, n))
+        edgemon.set_frame(n)
+        slow = args.slow_every > 0 and n > 0 and n % args.slow_every == 0
+        with edgemon.span("preprocess"):
+            preprocess(frame, n)
+        with edgemon.span("infer"):
+            score = infer(weights, n)
+            if slow:
+                for _ in range(SLOW_FACTOR - 1):
+                    score = infer(weights, n)
+        with edgemon.span("postprocess"):
+            postprocess(score)
         n += 1
         time.sleep(max(0.0, period - (time.monotonic() - t0)))
 

@@ -1,0 +1,376 @@
+/*
+ * spans.c - see spans.h.
+ *
+ * Reading: the socket is non-blocking and level-triggered in the loop's epoll. Each readable
+ * event drains it with recvmmsg in batches of SPAN_BATCH into fixed arrays (buffers, iovecs,
+ * control space for SCM_CREDENTIALS, source addresses) allocated once, up to SPAN_ROUNDS
+ * batches per event so a flood cannot starve the loop's other work; what is left wakes the
+ * loop again at once. Every buffer is one byte longer than a datagram, so a longer datagram
+ * shows as such (or as MSG_TRUNC) and is counted, never parsed.
+ */
+#define _GNU_SOURCE /* struct ucred, SCM_CREDENTIALS, recvmmsg */
+
+#include "spans.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+
+#define SPAN_BATCH  64 /* Datagrams per recvmmsg. */
+#define SPAN_ROUNDS 16 /* recvmmsg calls per readable event at most. */
+
+struct em_spans {
+  uv_loop_t *loop;
+  em_spans_opts_t opts;
+  uint32_t allow_uids[16];
+  uint32_t allow_gids[16];
+  char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+  int fd;
+  uv_poll_t poll;
+  bool poll_open;
+  void (*close_done)(void *);
+  void *close_ctx;
+
+  uint64_t received;
+  uint64_t dropped[EM_SPANS_DROP_COUNT];
+  size_t n_stages;
+  em_stage_stats_t *stages; /* max_stages entries. */
+
+  struct mmsghdr msgs[SPAN_BATCH];
+  struct iovec iov[SPAN_BATCH];
+  uint8_t bufs[SPAN_BATCH][EM_SPAN_DGRAM_BYTES + 1];
+  struct sockaddr_un from[SPAN_BATCH];
+  /* Control space for one SCM_CREDENTIALS message each, aligned for struct cmsghdr. */
+  _Alignas(struct cmsghdr) char ctrl[SPAN_BATCH][CMSG_SPACE(sizeof(struct ucred))];
+};
+
+static const char *const drop_names[EM_SPANS_DROP_COUNT] = {"malformed", "version", "size",
+                                                            "disallowed", "overflow"};
+
+const char *em_spans_drop_name(em_spans_drop_t why) {
+  return (unsigned)why < EM_SPANS_DROP_COUNT ? drop_names[why] : "unknown";
+}
+
+static uint64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The sender's credentials from a received message, or NULL when there are none. */
+static const struct ucred *sender_of(struct msghdr *h) {
+  for (struct cmsghdr *c = CMSG_FIRSTHDR(h); c != NULL; c = CMSG_NXTHDR(h, c)) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS &&
+        c->cmsg_len >= CMSG_LEN(sizeof(struct ucred))) {
+      return (const struct ucred *)(void *)CMSG_DATA(c);
+    }
+  }
+  return NULL;
+}
+
+static bool allowed(const em_spans_t *s, const struct ucred *cred) {
+  if (!cred) {
+    return false;
+  }
+  if (s->opts.n_allow_uids == 0 && s->opts.n_allow_gids == 0) {
+    return true;
+  }
+  for (size_t i = 0; i < s->opts.n_allow_uids; i++) {
+    if (s->allow_uids[i] == (uint32_t)cred->uid) {
+      return true;
+    }
+  }
+  for (size_t i = 0; i < s->opts.n_allow_gids; i++) {
+    if (s->allow_gids[i] == (uint32_t)cred->gid) {
+      return true;
+    }
+  }
+  return false;
+}
+
+/* The stage named `name`, created on first sight; NULL past the cap. */
+static em_stage_stats_t *stage_for(em_spans_t *s, const char *name) {
+  for (size_t i = 0; i < s->n_stages; i++) {
+    if (strcmp(s->stages[i].name, name) == 0) {
+      return &s->stages[i];
+    }
+  }
+  if (s->n_stages == s->opts.max_stages) {
+    return NULL;
+  }
+  em_stage_stats_t *st = &s->stages[s->n_stages++];
+  memcpy(st->name, name, sizeof(st->name));
+  em_hist_init(&st->window);
+  EM_INFO("spans: new stage '%s' (%zu of %zu)", st->name, s->n_stages, s->opts.max_stages);
+  return st;
+}
+
+/* One received datagram: checked, counted, folded in. */
+static void take(em_spans_t *s, size_t i, uint64_t now_ns) {
+  struct msghdr *h = &s->msgs[i].msg_hdr;
+  size_t len = s->msgs[i].msg_len;
+  if (len != EM_SPAN_DGRAM_BYTES || (h->msg_flags & MSG_TRUNC)) {
+    s->dropped[EM_SPANS_DROP_SIZE]++;
+    return;
+  }
+  const struct ucred *cred = sender_of(h);
+  if (!allowed(s, cred)) {
+    s->dropped[EM_SPANS_DROP_DISALLOWED]++;
+    return;
+  }
+  em_span_t span;
+  int rc = em_span_unpack(s->bufs[i], len, &span);
+  if (rc != 0) {
+    s->dropped[rc == EM_PROTO_EVERSION ? EM_SPANS_DROP_VERSION : EM_SPANS_DROP_MALFORMED]++;
+    return;
+  }
+  if (span.kind == EM_DGRAM_SUBSCRIBE || span.kind == EM_DGRAM_UNSUBSCRIBE) {
+    if (s->opts.on_subscribe) {
+      s->opts.on_subscribe(s->opts.ctx, span.kind == EM_DGRAM_SUBSCRIBE, &s->from[i],
+                           h->msg_namelen, cred);
+    }
+    return;
+  }
+  em_stage_stats_t *st = stage_for(s, span.stage);
+  if (!st) {
+    s->dropped[EM_SPANS_DROP_OVERFLOW]++;
+    return;
+  }
+  s->received++;
+  st->last_seen_ns = now_ns;
+  if (span.kind == EM_DGRAM_SPAN) {
+    em_hist_record(&st->window, span.duration_ns);
+    st->total++;
+  }
+  if (s->opts.on_span) {
+    s->opts.on_span(s->opts.ctx, &span, cred, st);
+  }
+}
+
+/* Re-arms the message headers recvmmsg overwrote (lengths, flags). */
+static void rearm(em_spans_t *s, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    struct msghdr *h = &s->msgs[i].msg_hdr;
+    h->msg_namelen = sizeof(s->from[i]);
+    h->msg_controllen = sizeof(s->ctrl[i]);
+    h->msg_flags = 0;
+  }
+}
+
+static void on_readable(uv_poll_t *p, int status, int events) {
+  em_spans_t *s = p->data;
+  if (status < 0 || !(events & UV_READABLE)) {
+    return;
+  }
+  for (int round = 0; round < SPAN_ROUNDS; round++) {
+    int n = recvmmsg(s->fd, s->msgs, SPAN_BATCH, MSG_DONTWAIT, NULL);
+    if (n <= 0) {
+      if (n < 0 && errno != EAGAIN && errno != EINTR) {
+        EM_WARN("spans: recvmmsg: %s", strerror(errno));
+      }
+      return;
+    }
+    uint64_t now = mono_ns();
+    for (int i = 0; i < n; i++) {
+      take(s, (size_t)i, now);
+    }
+    rearm(s, (size_t)n);
+    if (n < SPAN_BATCH) {
+      return;
+    }
+  }
+}
+
+/*
+ * Makes `path` free for bind: creates its directory, and removes a socket file no agent
+ * listens on any more. Returns 0, -EADDRINUSE (an agent answers there) or -EEXIST (not a
+ * socket: never removed).
+ */
+static int prepare_path(const char *path) {
+  char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+  snprintf(dir, sizeof(dir), "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (slash && slash != dir) {
+    *slash = '\0';
+    for (char *p = dir + 1; *p; p++) { /* mkdir -p */
+      if (*p == '/') {
+        *p = '\0';
+        mkdir(dir, 0755);
+        *p = '/';
+      }
+    }
+    mkdir(dir, 0755);
+  }
+  struct stat st;
+  if (lstat(path, &st) != 0) {
+    return 0;
+  }
+  if (!S_ISSOCK(st.st_mode)) {
+    return -EEXIST;
+  }
+  int probe = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+  bool live = probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+  if (probe >= 0) {
+    close(probe);
+  }
+  if (live) {
+    return -EADDRINUSE;
+  }
+  return unlink(path) == 0 ? 0 : -errno;
+}
+
+static int open_socket(em_spans_t *s) {
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  if (strlen(s->opts.path) >= sizeof(sa.sun_path)) {
+    return -ENAMETOOLONG;
+  }
+  snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", s->opts.path);
+  int rc = prepare_path(s->opts.path);
+  if (rc) {
+    return rc;
+  }
+  s->fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (s->fd < 0) {
+    return -errno;
+  }
+  int one = 1;
+  if (setsockopt(s->fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one)) != 0) {
+    return -errno;
+  }
+  mode_t old = umask(0177); /* The file is born 0600; chmod below widens it as configured. */
+  rc = bind(s->fd, (struct sockaddr *)&sa, sizeof(sa));
+  umask(old);
+  if (rc != 0) {
+    return -errno;
+  }
+  if (s->opts.gid >= 0 && chown(s->opts.path, (uid_t)-1, (gid_t)s->opts.gid) != 0) {
+    EM_WARN("spans: cannot give %s to group %lld: %s", s->opts.path, (long long)s->opts.gid,
+            strerror(errno));
+  }
+  if (chmod(s->opts.path, s->opts.mode) != 0) {
+    return -errno;
+  }
+  return 0;
+}
+
+static void free_on_close(uv_handle_t *h) {
+  em_spans_free(h->data);
+}
+
+int em_spans_new(em_spans_t **out, uv_loop_t *loop, const em_spans_opts_t *opts) {
+  if (!out || !loop || !opts || !opts->path || opts->max_stages == 0 ||
+      opts->max_stages > EM_PROTO_MAX_STAGES || opts->n_allow_uids > 16 ||
+      opts->n_allow_gids > 16) {
+    return -EINVAL;
+  }
+  em_spans_t *s = calloc(1, sizeof(*s));
+  em_stage_stats_t *stages = calloc(opts->max_stages, sizeof(*stages));
+  if (!s || !stages) {
+    free(s);
+    free(stages);
+    return -ENOMEM;
+  }
+  s->loop = loop;
+  s->opts = *opts;
+  s->stages = stages;
+  s->fd = -1;
+  memcpy(s->allow_uids, opts->allow_uids, opts->n_allow_uids * sizeof(uint32_t));
+  memcpy(s->allow_gids, opts->allow_gids, opts->n_allow_gids * sizeof(uint32_t));
+  snprintf(s->path, sizeof(s->path), "%s", opts->path);
+  s->opts.path = s->path;
+  for (size_t i = 0; i < SPAN_BATCH; i++) {
+    s->iov[i] = (struct iovec){.iov_base = s->bufs[i], .iov_len = sizeof(s->bufs[i])};
+    s->msgs[i].msg_hdr = (struct msghdr){
+        .msg_name = &s->from[i], .msg_iov = &s->iov[i], .msg_iovlen = 1, .msg_control = s->ctrl[i]};
+  }
+  rearm(s, SPAN_BATCH);
+  int rc = open_socket(s);
+  if (!rc) {
+    rc = uv_poll_init(loop, &s->poll, s->fd);
+  }
+  if (!rc) {
+    s->poll.data = s;
+    s->poll_open = true;
+    rc = uv_poll_start(&s->poll, UV_READABLE, on_readable);
+  }
+  if (rc) {
+    if (s->fd >= 0) {
+      close(s->fd);
+      unlink(s->path);
+    }
+    if (s->poll_open) {
+      uv_close((uv_handle_t *)&s->poll, free_on_close); /* The handle lives in s. */
+    } else {
+      em_spans_free(s);
+    }
+    return rc;
+  }
+  *out = s;
+  return 0;
+}
+
+size_t em_spans_stage_count(const em_spans_t *s) {
+  return s->n_stages;
+}
+
+em_stage_stats_t *em_spans_stage(em_spans_t *s, size_t i) {
+  return i < s->n_stages ? &s->stages[i] : NULL;
+}
+
+void em_spans_window_reset(em_spans_t *s) {
+  for (size_t i = 0; i < s->n_stages; i++) {
+    em_hist_reset(&s->stages[i].window);
+  }
+}
+
+uint64_t em_spans_received(const em_spans_t *s) {
+  return s->received;
+}
+
+uint64_t em_spans_dropped(const em_spans_t *s, em_spans_drop_t why) {
+  return (unsigned)why < EM_SPANS_DROP_COUNT ? s->dropped[why] : 0;
+}
+
+int em_spans_send_to(em_spans_t *s, const struct sockaddr_un *addr, socklen_t addr_len,
+                     const void *buf, size_t len) {
+  ssize_t n =
+      sendto(s->fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL, (const struct sockaddr *)addr, addr_len);
+  return n < 0 ? -errno : 0;
+}
+
+static void on_poll_closed(uv_handle_t *h) {
+  em_spans_t *s = h->data;
+  close(s->fd);
+  s->fd = -1;
+  unlink(s->path);
+  if (s->close_done) {
+    s->close_done(s->close_ctx);
+  }
+}
+
+void em_spans_close(em_spans_t *s, void (*done)(void *), void *ctx) {
+  if (!s->poll_open) {
+    return;
+  }
+  s->poll_open = false;
+  s->close_done = done;
+  s->close_ctx = ctx;
+  uv_close((uv_handle_t *)&s->poll, on_poll_closed);
+}
+
+void em_spans_free(em_spans_t *s) {
+  if (!s) {
+    return;
+  }
+  free(s->stages);
+  free(s);
+}

@@ -1,0 +1,120 @@
+/*
+ * spans.h - span ingest: the unix datagram socket the inference process sends span datagrams
+ * v1 to (proto/WIRE.md), drained in batches with recvmmsg from the agent's loop, and the
+ * per-stage latency windows the datagrams fold into.
+ *
+ * Every datagram is checked: its length, its fields (em_span_unpack) and its sender, whose
+ * uid, gid and pid come from SCM_CREDENTIALS (the kernel's word, not the datagram's) and are
+ * held against the allow-lists. What fails is counted by reason and dropped; nothing is
+ * allocated per datagram. A stage is created the first time a span or heartbeat names it, up
+ * to a cap fixed at start-up; spans of further stages are counted as overflow.
+ *
+ * Linux queues at most net.unix.max_dgram_qlen datagrams on the socket (10 by default); a
+ * burst beyond what the loop drains before the queue fills makes the senders' send() fail with
+ * EAGAIN, which the clients count. firmware/sysctl/60-edgemon.conf raises the limit.
+ *
+ * Owns: the socket fd, its uv_poll_t, the socket file, and the stage table (fixed size).
+ * Single-threaded: the loop's thread.
+ */
+#ifndef EDGEMON_AGENT_SPANS_H
+#define EDGEMON_AGENT_SPANS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/un.h>
+
+#include <uv.h>
+
+#include "edgemon/wire.h"
+#include "hist.h"
+
+struct ucred; /* <sys/socket.h> with _GNU_SOURCE: pid, uid, gid of a datagram's sender. */
+
+/* Why a datagram was dropped. */
+typedef enum {
+  EM_SPANS_DROP_MALFORMED = 0, /* Bad magic, kind or stage field. */
+  EM_SPANS_DROP_VERSION,       /* A span datagram version this agent does not speak. */
+  EM_SPANS_DROP_SIZE,          /* Not exactly 64 bytes (oversized ones included). */
+  EM_SPANS_DROP_DISALLOWED,    /* Sender not in the allow-lists, or no credentials. */
+  EM_SPANS_DROP_OVERFLOW,      /* A new stage past max_stages. */
+  EM_SPANS_DROP_COUNT
+} em_spans_drop_t;
+
+/* One stage. */
+typedef struct {
+  char name[EM_STAGE_FIELD_BYTES];
+  em_hist_t window;      /* Spans since the last em_spans_window_reset(). */
+  uint64_t total;        /* Spans since the stage was created. */
+  uint64_t last_seen_ns; /* CLOCK_MONOTONIC (agent's clock) of the last span or heartbeat. */
+} em_stage_stats_t;
+
+/*
+ * Called for every accepted span or heartbeat, after it is folded in (the budgets hook in
+ * here: a hard deadline escalates on the datagram that shows it). `stage` is the table entry.
+ */
+typedef void (*em_spans_fn)(void *ctx, const em_span_t *span, const struct ucred *sender,
+                            em_stage_stats_t *stage);
+
+/*
+ * Called for a subscribe or unsubscribe datagram with the sender's address (the client's
+ * bound or autobound name), borrowed for the call.
+ */
+typedef void (*em_spans_subscribe_fn)(void *ctx, bool subscribe, const struct sockaddr_un *addr,
+                                      socklen_t addr_len, const struct ucred *sender);
+
+typedef struct {
+  const char *path; /* Socket file; its directory is created (0755) if missing. */
+  unsigned mode;    /* Permission bits of the socket file, e.g. 0660. */
+  int64_t gid;      /* Group of the socket file, or -1 to leave it. */
+  const uint32_t *allow_uids;
+  size_t n_allow_uids;
+  const uint32_t *allow_gids;
+  size_t n_allow_gids; /* Both lists empty: every sender that can write is allowed. */
+  size_t max_stages;   /* 1..EM_PROTO_MAX_STAGES */
+  em_spans_fn on_span; /* May be NULL. */
+  em_spans_subscribe_fn on_subscribe; /* May be NULL. */
+  void *ctx;
+} em_spans_opts_t;
+
+typedef struct em_spans em_spans_t;
+
+/*
+ * Creates the socket (a stale socket file left by a dead agent is replaced; any other file
+ * at `path` is an error), sets its mode and group, and starts draining it on `loop`.
+ * Returns 0 and *out, or a negative errno (-EADDRINUSE when another agent is listening).
+ */
+int em_spans_new(em_spans_t **out, uv_loop_t *loop, const em_spans_opts_t *opts);
+
+/* The stage table: entries 0..count-1, in order of first sight. */
+size_t em_spans_stage_count(const em_spans_t *s);
+em_stage_stats_t *em_spans_stage(em_spans_t *s, size_t i);
+
+/* Empties every stage's window (after it was published). */
+void em_spans_window_reset(em_spans_t *s);
+
+/* Datagrams accepted (spans and heartbeats) since start. */
+uint64_t em_spans_received(const em_spans_t *s);
+
+/* Datagrams dropped for `why` since start. */
+uint64_t em_spans_dropped(const em_spans_t *s, em_spans_drop_t why);
+
+/* Short name of a drop reason: "malformed", "version", "size", "disallowed", "overflow". */
+const char *em_spans_drop_name(em_spans_drop_t why);
+
+/*
+ * Sends `len` bytes to a client address (a level push) without blocking. Returns 0 or a
+ * negative errno (-EAGAIN: the client's queue is full; -ECONNREFUSED/-ENOENT: it is gone).
+ */
+int em_spans_send_to(em_spans_t *s, const struct sockaddr_un *addr, socklen_t addr_len,
+                     const void *buf, size_t len);
+
+/* Stops reading, closes the socket and removes the socket file; done(ctx) when closed. */
+void em_spans_close(em_spans_t *s, void (*done)(void *), void *ctx);
+
+/* Frees after close's done (or when never started). NULL is a no-op. */
+void em_spans_free(em_spans_t *s);
+
+#endif /* EDGEMON_AGENT_SPANS_H */

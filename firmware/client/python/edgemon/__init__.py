@@ -1,0 +1,50 @@
+"""edgemon: tell edgemon-agent how long each stage of each frame took.
+
+Standard library only, Python 3.8+. Each span is one 64-byte unix datagram (span datagram v1,
+proto/WIRE.md) sent without blocking to the agent's socket; an absent, restarting or slow
+agent costs a counted drop, never an exception and never a wait.
+
+    import edgemon
+
+    for n, image in enumerate(camera):
+        edgemon.set_frame(n)
+        with edgemon.span("preprocess"):
+            x = preprocess(image)
+        with edgemon.span("infer", sync=torch.cuda.synchronize):
+            y = model(x)
+        with edgemon.span("postprocess"):
+            publish(postprocess(y))
+
+    @edgemon.span("plan")           # the decorator form: one span per call
+    def plan(detections): ...
+
+    edgemon.record("camera.rx", start_ns, duration_ns)   # timed by the caller (monotonic ns)
+    edgemon.heartbeat("watchdog")                         # alive, nothing to time
+    edgemon.stats()   # {'sent': .., 'dropped': {'no_agent': .., 'queue_full': ..,
+                      #  'invalid_stage': .., 'other': ..}, 'socket_path': .., 'connected': ..}
+
+The module-level functions use one default Client, created on first use, whose socket path is
+resolved from the environment ($EDGEMON_SOCKET, $EDGEMON_RUNTIME_DIR, then the agent's own
+defaults; see README.md). edgemon.Client(socket_path, sync) makes an independent one.
+"""
+
+from ._client import DROP_REASONS, RECONNECT_INTERVAL_NS, Client, configure, default_client
+from ._client import dropped, heartbeat, record, set_frame, span, stats
+from ._paths import resolve_socket_path
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client",
+    "DROP_REASONS",
+    "RECONNECT_INTERVAL_NS",
+    "configure",
+    "default_client",
+    "dropped",
+    "heartbeat",
+    "record",
+    "resolve_socket_path",
+    "set_frame",
+    "span",
+    "stats",
+]

@@ -1,0 +1,512 @@
+"""The span client: one non-blocking unix datagram per span, sent to edgemon-agent.
+
+What it owns: one AF_UNIX SOCK_DGRAM socket per Client, connected to the agent's span socket
+and set non-blocking, plus a few counters. Nothing else: no thread, no buffer, no queue.
+
+The hot path (`with span(...)`, `record`, `heartbeat`) is: read the clock, pack 64 bytes with a
+precompiled struct.Struct, call the connected socket's send. Everything that can go wrong is
+handled on a slow path that counts the lost datagram and returns; the client never raises into
+the inference loop and never blocks it:
+
+    state          what a send does                              leaves to
+    connected      sock.send(): one non-blocking syscall           -
+                   EAGAIN (agent slow, queue full): count           connected
+                     queue_full
+                   ECONNREFUSED/ENOENT/ENOTCONN/... (agent gone       unconnected, or connected
+                     or restarted): reconnect at once if the last     again and resent
+                     attempt is >= 1 s old and resend, else count
+                     no_agent
+    unconnected    if >= 1 s since the last connect attempt: try     connected
+                   connect(); else count no_agent (one clock read)   unconnected
+    closed         count other                                       -
+
+`Client._send` is the state: it is the socket's bound `send` when connected and a method of the
+client otherwise, so the hot path has no state test at all.
+
+Threads: any number of threads may share a Client. A datagram is one send() syscall, which the
+kernel delivers whole or not at all, so spans from different threads never interleave.
+(Re)connecting takes a lock without waiting (a thread that finds it taken drops its datagram
+as no_agent instead of blocking). The counters are plain integer attributes updated without a
+lock: under heavy contention from several threads an increment can be lost, so treat them as
+diagnostics, not as an exact ledger. The current frame (set_frame) is one value per Client,
+shared by all threads: a pipeline whose threads work on different frames passes frame=.
+
+Fork: os.register_at_fork resets every live Client in the child (new pid in the datagrams, a
+new lock, counters at zero, the inherited socket closed); the child connects its own socket on
+its first send.
+"""
+
+import errno
+import functools
+import inspect
+import os
+import socket
+import struct
+import threading
+import time
+import weakref
+
+from ._paths import resolve_socket_path
+from ._wire import KIND_HEARTBEAT, KIND_SPAN, MAGIC, SPAN_STRUCT, STAGE_CACHE, VERSION
+from ._wire import stage_bytes, warn_at_caller
+
+# Cached at import so the hot path does module-global lookups only.
+assert (MAGIC, VERSION, KIND_SPAN) == (b"EM", 1, 1)  # spelled as literals on the hot path
+_monotonic_ns = time.monotonic_ns
+_pack = SPAN_STRUCT.pack
+_StructError = struct.error
+
+# At most one connect attempt per this many ns while the agent is away.
+RECONNECT_INTERVAL_NS = 1000000000
+
+DROP_REASONS = ("no_agent", "queue_full", "invalid_stage", "other")
+
+# errno values that mean "nobody is listening at the socket path": the agent is not running,
+# is restarting (its socket file was unlinked and bound again), or died and left a stale file.
+_NO_AGENT_ERRNOS = frozenset(
+    (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTCONN, errno.ECONNRESET, errno.EPIPE,
+     errno.ENOTDIR)
+)
+
+# Every Client alive in this process, so the child of a fork can reset them.
+_clients = weakref.WeakSet()
+
+
+class Client(object):
+    """A connection to edgemon-agent's span socket.
+
+    socket_path: the agent's span socket; None resolves it as _paths.resolve_socket_path does
+        ($EDGEMON_SOCKET, $EDGEMON_RUNTIME_DIR/spans.sock, then the agent's defaults).
+    sync: a callable invoked at the end of every span before its end timestamp is taken
+        (torch.cuda.synchronize: GPU work is asynchronous, so without it a span measures only
+        the time to queue the work). A span's own sync= overrides it; sync=False turns it off
+        for that span.
+
+    The constructor tries to connect once and never raises: an agent that is not there yet is
+    found by a later span (at most one connect attempt per second).
+    """
+
+    __slots__ = (
+        "socket_path", "_sync", "_frame", "_pid", "_send", "_sock", "_lock", "_closed",
+        "_next_connect_ns", "_unconnected_reason", "_attempts", "_queue_full", "_dropped",
+        "_warned_fields", "connect_attempts", "__weakref__",
+    )
+
+    def __init__(self, socket_path=None, sync=None):
+        self.socket_path = resolve_socket_path(socket_path)
+        self._sync = sync
+        self._frame = 0
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._sock = None
+        self._closed = False
+        self._next_connect_ns = 0
+        self._unconnected_reason = "no_agent"
+        self._attempts = 0  # datagrams handed to the client; sent = attempts - dropped
+        # Drops by reason. queue_full, the one a busy agent causes in bursts, is a plain int
+        # counted inline on the hot path; the rarer reasons live in a dict.
+        self._queue_full = 0
+        self._dropped = {"no_agent": 0, "invalid_stage": 0, "other": 0}
+        self._warned_fields = False
+        self.connect_attempts = 0  # connect() calls made, for diagnostics and tests
+        self._send = self._send_unconnected
+        _clients.add(self)
+        self._connect(_monotonic_ns())
+
+    # -- public API -----------------------------------------------------------------------
+
+    def span(self, stage, sync=None, frame=None):
+        """A context manager (and decorator) timing one stage; see edgemon.span."""
+        return span(stage, sync, frame, self)
+
+    def record(self, stage, start_ns, duration_ns, frame=None):
+        """Sends a span measured by the caller: monotonic start and duration in ns."""
+        try:
+            stage_b = STAGE_CACHE[stage]
+        except (KeyError, TypeError):
+            stage_b = stage_bytes(stage)
+        data = None
+        try:
+            data = _pack(b"EM", 1, 1, self._pid,  # magic, version, kind span
+                         self._frame if frame is None else frame, start_ns, duration_ns, stage_b)
+            self._send(data)
+        except BlockingIOError:  # EAGAIN: the agent's queue is full
+            self._queue_full += 1
+        except OSError as exc:
+            self._send_failed(exc, data)
+        except _StructError:
+            self._pack_failed(stage_b)
+        self._attempts += 1
+
+    def heartbeat(self, stage, frame=None):
+        """Tells the agent `stage` is alive (for stall rules), with no duration."""
+        try:
+            stage_b = STAGE_CACHE[stage]
+        except (KeyError, TypeError):
+            stage_b = stage_bytes(stage)
+        self._emit(KIND_HEARTBEAT, stage_b, frame, _monotonic_ns(), 0)
+
+    def set_frame(self, frame_id):
+        """Sets the frame id the next spans carry when they are not given frame= (u64)."""
+        self._frame = frame_id
+
+    @property
+    def frame(self):
+        """The current frame id."""
+        return self._frame
+
+    @property
+    def sent(self):
+        """Datagrams the kernel accepted (handed to the agent's socket queue)."""
+        return self._attempts - self.dropped
+
+    @property
+    def dropped(self):
+        """Datagrams lost on this side, all reasons together."""
+        return self._queue_full + sum(self._dropped.values())
+
+    @property
+    def connected(self):
+        """True while the client holds a socket connected to the agent."""
+        return self._sock is not None and not self._closed
+
+    def stats(self):
+        """{'sent': n, 'dropped': {'no_agent': n, 'queue_full': n, 'invalid_stage': n,
+        'other': n}, 'socket_path': str, 'connected': bool}."""
+        dropped = {"no_agent": self._dropped["no_agent"], "queue_full": self._queue_full,
+                   "invalid_stage": self._dropped["invalid_stage"],
+                   "other": self._dropped["other"]}
+        return {
+            "sent": self._attempts - sum(dropped.values()),
+            "dropped": dropped,
+            "socket_path": self.socket_path,
+            "connected": self.connected,
+        }
+
+    def close(self):
+        """Closes the socket. Later spans are dropped (counted as other). Idempotent."""
+        self._closed = True
+        self._send = self._send_closed
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.close()
+
+    def __repr__(self):
+        return "<edgemon.Client %s %s sent=%d dropped=%d>" % (
+            self.socket_path, "connected" if self.connected else "unconnected",
+            self.sent, self.dropped)
+
+    # -- slow paths: never on the way of a datagram that gets through ---------------------
+
+    def _connect(self, now_ns):
+        """Tries to connect a fresh socket. Returns True when connected (self._send is then the
+        socket's send). Called at most once per RECONNECT_INTERVAL_NS; never blocks, never
+        raises."""
+        if self._closed or not self._lock.acquire(False):
+            return False
+        try:
+            if self._sock is not None:  # another thread got there first
+                return True
+            self._next_connect_ns = now_ns + RECONNECT_INTERVAL_NS
+            self.connect_attempts += 1
+            try:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            except OSError:
+                self._unconnected_reason = "other"
+                return False
+            try:
+                sock.setblocking(False)
+                sock.connect(self.socket_path)
+            except OSError as exc:
+                sock.close()
+                self._unconnected_reason = (
+                    "no_agent" if exc.errno in _NO_AGENT_ERRNOS else "other")
+                return False
+            self._sock = sock
+            self._send = sock.send
+            return True
+        finally:
+            self._lock.release()
+
+    def _disconnect(self):
+        """Forgets the socket after the agent went away; the next sends reconnect."""
+        self._send = self._send_unconnected
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            # A thread that loaded sock.send just before this gets EBADF: counted as other.
+            sock.close()
+
+    def _send_unconnected(self, data):
+        """self._send while there is no socket: connect if due, else drop."""
+        if self._closed:
+            self._dropped["other"] += 1
+            return
+        now = _monotonic_ns()
+        if now < self._next_connect_ns or not self._connect(now):
+            self._dropped[self._unconnected_reason] += 1
+            return
+        try:
+            self._sock.send(data)
+        except OSError as exc:
+            self._count_send_error(exc)
+        except AttributeError:  # closed by another thread in between
+            self._dropped["other"] += 1
+
+    def _send_closed(self, data):
+        self._dropped["other"] += 1
+
+    def _send_failed(self, exc, data):
+        """A send on the connected socket failed with `exc`: count it, or reconnect and resend
+        once when the agent restarted (its socket was bound again at the same path)."""
+        if exc.errno in _NO_AGENT_ERRNOS and not self._closed:
+            self._disconnect()
+            now = _monotonic_ns()
+            if now >= self._next_connect_ns and self._connect(now):
+                try:
+                    self._sock.send(data)
+                    return
+                except OSError as exc2:
+                    exc = exc2
+                except AttributeError:
+                    self._dropped["other"] += 1
+                    return
+        self._count_send_error(exc)
+
+    def _count_send_error(self, exc):
+        code = exc.errno
+        if code == errno.EAGAIN or code == errno.EWOULDBLOCK:
+            self._queue_full += 1
+        elif code in _NO_AGENT_ERRNOS:
+            self._dropped["no_agent"] += 1
+            if self._sock is not None:
+                self._disconnect()
+        else:
+            self._dropped["other"] += 1
+
+    def _emit(self, kind, stage_b, frame, start_ns, duration_ns):
+        """Packs and sends one datagram (stage already encoded, None when invalid). The slow-path
+        twin of the inlined code in record() and span.__exit__; heartbeat() uses it as is."""
+        data = None
+        try:
+            data = _pack(MAGIC, VERSION, kind, self._pid,
+                         self._frame if frame is None else frame, start_ns, duration_ns, stage_b)
+            self._send(data)
+        except BlockingIOError:  # EAGAIN: the agent's queue is full
+            self._queue_full += 1
+        except OSError as exc:
+            self._send_failed(exc, data)
+        except _StructError:
+            self._pack_failed(stage_b)
+        self._attempts += 1
+
+    def _pack_failed(self, stage_b):
+        """struct refused the record: an invalid stage name (already warned about), or a
+        frame / start / duration that is not an integer in 0..2**64-1."""
+        if stage_b is None:
+            self._dropped["invalid_stage"] += 1
+            return
+        self._dropped["other"] += 1
+        if not self._warned_fields:
+            self._warned_fields = True
+            warn_at_caller(
+                "edgemon: a span's frame, start_ns or duration_ns is not an integer in "
+                "0..2**64-1; such spans are dropped (counted as other)")
+
+    def _reset_in_child(self):
+        """After fork, in the child: a new identity, a new lock, no socket, counters at 0."""
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            sock.close()  # the child's copy of the descriptor only
+        self._attempts = 0
+        self._queue_full = 0
+        self._dropped = {"no_agent": 0, "invalid_stage": 0, "other": 0}
+        self.connect_attempts = 0
+        self._next_connect_ns = 0
+        if not self._closed:
+            self._send = self._send_unconnected
+
+    def _reconfigure(self, socket_path, sync):
+        with self._lock:
+            self.socket_path = resolve_socket_path(socket_path)
+            self._sync = sync
+            self._closed = False
+            sock, self._sock = self._sock, None
+            if sock is not None:
+                sock.close()
+            self._send = self._send_unconnected
+            self._next_connect_ns = 0
+        self._connect(_monotonic_ns())
+
+
+class span(object):
+    """Times one stage: `with edgemon.span("infer"):` or `@edgemon.span("infer")`.
+
+    stage: 1..31 bytes of [A-Za-z0-9_.:-]. An invalid name never raises: its spans are dropped
+        and counted (invalid_stage), with one warning per name.
+    sync: called when the block ends, before the end timestamp is taken (e.g.
+        torch.cuda.synchronize). None: the client's sync; False: none.
+    frame: the frame id to send; None: the client's current frame when the span ends.
+    client: the Client to send through; None: the module's default client.
+
+    One datagram is sent when the block exits, also when it exits by an exception, which then
+    propagates unchanged. An instance may be entered again after it exited, but not from two
+    threads or recursively at once; the decorator makes a fresh span per call, so decorated
+    functions are safe to call from several threads and recursively.
+    """
+
+    # Kept minimal on purpose: the cost of `with span(...)` is the product figure.
+    __slots__ = ("_client", "_stage", "_sync", "_frame", "_t0")
+
+    def __init__(self, stage, sync=None, frame=None, client=None):
+        if client is None:
+            client = _default or default_client()
+        self._client = client
+        try:
+            self._stage = STAGE_CACHE[stage]
+        except (KeyError, TypeError):
+            self._stage = stage_bytes(stage)
+        self._sync = sync  # None: the client's, looked up when the span ends
+        self._frame = frame
+
+    def __enter__(self):
+        self._t0 = _monotonic_ns()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        client = self._client
+        sync = client._sync if self._sync is None else self._sync
+        if sync:
+            return self._exit_after_sync(sync, exc_type)
+        end = _monotonic_ns()
+        frame = self._frame
+        t0 = self._t0
+        data = None
+        try:
+            # b"EM", 1, 1: magic, version, kind span (literals: LOAD_CONST beats 3 globals).
+            data = _pack(b"EM", 1, 1, client._pid,
+                         client._frame if frame is None else frame, t0, end - t0, self._stage)
+            client._send(data)
+        except BlockingIOError:  # EAGAIN: the agent's queue is full
+            client._queue_full += 1
+        except OSError as exc_send:
+            client._send_failed(exc_send, data)
+        except _StructError:
+            client._pack_failed(self._stage)
+        client._attempts += 1
+        # Returns None: an exception raised in the block propagates unchanged.
+
+    def _exit_after_sync(self, sync, exc_type):
+        """__exit__ with a sync callable. If sync raises, the span is still sent; its
+        exception propagates unless the block itself raised (that one wins, unchanged)."""
+        try:
+            sync()
+        except BaseException:
+            self._send_now(_monotonic_ns())
+            if exc_type is None:
+                raise
+            return False
+        self._send_now(_monotonic_ns())
+        return False
+
+    def _send_now(self, end):
+        client = self._client
+        client._emit(KIND_SPAN, self._stage, self._frame, self._t0, end - self._t0)
+
+    def __call__(self, func):
+        """Decorator form: each call of `func` runs in a fresh span with the same settings."""
+        client, stage_b, sync, frame = self._client, self._stage, self._sync, self._frame
+
+        def make():
+            s = _new_span(span)
+            s._client = client
+            s._stage = stage_b
+            s._sync = sync
+            s._frame = frame
+            return s
+
+        if inspect.iscoroutinefunction(func):
+            @functools.wraps(func)
+            async def timed_async(*args, **kwargs):
+                with make():
+                    return await func(*args, **kwargs)
+            return timed_async
+
+        @functools.wraps(func)
+        def timed(*args, **kwargs):
+            with make():
+                return func(*args, **kwargs)
+        return timed
+
+    def __repr__(self):
+        return "<edgemon.span %r>" % (self._stage,)
+
+
+_new_span = object.__new__
+
+
+# -- the module's default client ------------------------------------------------------------
+
+_default = None
+_default_lock = threading.Lock()
+
+
+def default_client():
+    """The process-wide Client behind the module-level functions, created on first use."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Client()
+        return _default
+
+
+def configure(socket_path=None, sync=None):
+    """Points the default client at `socket_path` (None: resolve it again from the environment)
+    and sets its sync callable. Returns the default client. Spans already decorated keep
+    working: they use the same client object."""
+    client = _default or default_client()
+    client._reconfigure(socket_path, sync)
+    return client
+
+
+def record(stage, start_ns, duration_ns, frame=None):
+    """Sends a span measured by the caller (time.monotonic_ns() start, duration in ns)."""
+    (_default or default_client()).record(stage, start_ns, duration_ns, frame)
+
+
+def heartbeat(stage, frame=None):
+    """Tells the agent `stage` is alive (stall rules) without timing anything."""
+    (_default or default_client()).heartbeat(stage, frame)
+
+
+def set_frame(frame_id):
+    """Sets the default client's current frame id (sent by spans not given frame=)."""
+    (_default or default_client())._frame = frame_id
+
+
+def dropped():
+    """Datagrams the default client dropped, all reasons together."""
+    return (_default or default_client()).dropped
+
+
+def stats():
+    """The default client's counters: see Client.stats."""
+    return (_default or default_client()).stats()
+
+
+def _after_fork_in_child():
+    global _default_lock
+    _default_lock = threading.Lock()  # a thread of the parent may have held it
+    for client in list(_clients):
+        client._reset_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

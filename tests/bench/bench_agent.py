@@ -1,0 +1,833 @@
+#!/usr/bin/python3
+"""bench_agent.py - what edgemon-agent costs beside collectd doing the same work.
+
+Starts a private mosquitto on a free 127.0.0.1 port and a busy Python target
+(`while True: pass`, a unique marker in its command line) pinned to CPU 1. Then, for each
+interval, it runs edgemon-agent watching the target's pid and collectd watching the same
+process (cpu, memory, processes with ProcessMatch on the marker, mqtt write to the same
+broker; the peer configuration docs/BENCHMARKS.md gives). Each monitor runs alone, pinned to
+CPU 0, for a warm-up and then a measured window. Monitors and intervals are interleaved
+round by round, and the order of the two monitors flips each round.
+
+Per window it measures:
+  - CPU: utime+stime of the monitor's process tree from /proc/<pid>/stat (every live
+    descendant, plus cutime+cstime of reaped children), over the window. The same figure is
+    also taken from /proc/<pid>/task/*/schedstat (on-CPU ns, no 10 ms clock-tick
+    quantisation) because the agent's figures are only a few ticks per minute.
+  - peak RSS (VmHWM), RssAnon/RssFile and Pss (smaps_rollup) at the end of the window, and
+    the thread count (Threads:).
+  - what it published: a raw-socket MQTT 3.1.1 subscriber (stdlib only) on '#' counts the
+    PUBLISH packets and their payload and wire bytes under the monitor's topic prefix.
+
+Then it runs the agent under `valgrind --tool=callgrind` for two run lengths at each
+callgrind interval, counts the data messages each run published, and reports
+(Ir_long - Ir_short) / (ticks_long - ticks_short): user-space instructions per tick with the
+start-up and shutdown cost cancelled. Callgrind counts no kernel instructions.
+
+Usage: /usr/bin/python3 tests/bench/bench_agent.py [--seconds 60] [--repeats 3] ...
+Run it through scripts/bench-agent.sh, which installs the tools and builds the agent.
+Results are written up in docs/BENCHMARKS.md ("agent: cost beside collectd").
+"""
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+DEVICE_ID = "edgemon-bench"
+COLLECTD_HOST = "edgemon-bench-collectd"
+COLLECTD_PLUGINS = ("logfile", "cpu", "memory", "processes", "mqtt")
+
+
+class BenchError(Exception):
+    pass
+
+
+def log(msg):
+    print(f"bench_agent: {msg}", file=sys.stderr, flush=True)
+
+
+# --- durations ----------------------------------------------------------------------------
+
+
+def parse_duration(text):
+    """'100ms', '10ms', '1s', '0.5s' -> seconds (float)."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s)\s*", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a duration (like 100ms or 1s): {text!r}")
+    value = float(m.group(1)) / (1000.0 if m.group(2) == "ms" else 1.0)
+    if not 0.001 <= value <= 60:
+        raise argparse.ArgumentTypeError(f"duration out of range 1ms..60s: {text!r}")
+    return value
+
+
+def fmt_interval(seconds):
+    ms = seconds * 1000
+    if ms >= 1000 and abs(ms % 1000) < 1e-9:
+        return f"{int(ms // 1000)} s"
+    return f"{ms:g} ms"
+
+
+def agent_period(seconds):
+    return f"{round(seconds * 1000)}ms"
+
+
+# --- /proc --------------------------------------------------------------------------------
+
+
+def read_stat(pid):
+    """(ppid, utime+stime, cutime+cstime) in clock ticks, or None when the pid is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read().decode("ascii", "replace")
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    rest = data[data.rindex(")") + 2:].split()
+    # rest[0] is field 3 (state): ppid is field 4, utime..cstime are fields 14..17.
+    return int(rest[1]), int(rest[11]) + int(rest[12]), int(rest[13]) + int(rest[14])
+
+
+def descendants(root):
+    """root and every live descendant (one scan of /proc)."""
+    children = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        st = read_stat(int(name))
+        if st:
+            children.setdefault(st[0], []).append(int(name))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def schedstat_ns(pid):
+    """On-CPU ns of every thread of pid (sum of /proc/pid/task/*/schedstat field 1)."""
+    total = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return 0
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+            pass
+    return total
+
+
+def tree_cpu(root):
+    """(clock ticks, on-CPU ns) of root's process tree."""
+    ticks = ns = 0
+    for pid in descendants(root):
+        st = read_stat(pid)
+        if st is None:
+            continue
+        ticks += st[1] + (st[2] if pid == root else 0)
+        ns += schedstat_ns(pid)
+    return ticks, ns
+
+
+def status_fields(pid):
+    out = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in ("VmHWM", "VmRSS", "RssAnon", "RssFile", "RssShmem"):
+                    out[key] = int(value.split()[0])  # kB
+                elif key == "Threads":
+                    out[key] = int(value)
+    except FileNotFoundError:
+        pass
+    return out
+
+
+def cpu_times(cpus):
+    """{cpu: (busy, steal, total)} in clock ticks from /proc/stat, for the listed CPUs."""
+    out = {}
+    with open("/proc/stat") as f:
+        for line in f:
+            if not line.startswith("cpu") or line.startswith("cpu "):
+                continue
+            name, *vals = line.split()
+            cpu = int(name[3:])
+            if cpu in cpus:
+                v = [int(x) for x in vals[:8]]  # user nice system idle iowait irq softirq steal
+                total = sum(v)
+                out[cpu] = (total - v[3] - v[4] - v[7], v[7], total)
+    return out
+
+
+def pss_kb(pid):
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except (FileNotFoundError, PermissionError):
+        pass
+    return None
+
+
+def tree_memory(root):
+    """Summed over the tree: VmHWM, RssAnon, RssFile, Pss (kB), Threads."""
+    tot = {"VmHWM": 0, "RssAnon": 0, "RssFile": 0, "Pss": 0, "Threads": 0}
+    for pid in descendants(root):
+        s = status_fields(pid)
+        for key in ("VmHWM", "RssAnon", "RssFile", "Threads"):
+            tot[key] += s.get(key, 0)
+        tot["Pss"] += pss_kb(pid) or 0
+    return tot
+
+
+# --- a stdlib MQTT 3.1.1 subscriber -------------------------------------------------------
+
+
+def _mqtt_str(s):
+    b = s.encode()
+    return struct.pack("!H", len(b)) + b
+
+
+def _mqtt_packet(first, body):
+    n, rl = len(body), bytearray()
+    while True:
+        byte, n = n % 128, n // 128
+        rl.append(byte | (0x80 if n else 0))
+        if not n:
+            break
+    return bytes([first]) + bytes(rl) + body
+
+
+class Subscriber:
+    """Subscribes to '#' (QoS 0, clean session, no keepalive) and counts, per topic prefix,
+    the PUBLISH packets received: messages, payload bytes, wire bytes (whole packet)."""
+
+    def __init__(self, port):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        body = (_mqtt_str("MQTT") + bytes([4, 0x02]) + struct.pack("!H", 0) +
+                _mqtt_str(f"bench-sub-{os.getpid()}"))
+        self.sock.sendall(_mqtt_packet(0x10, body))
+        self.buf = bytearray()
+        ptype, body = self._read_packet()
+        if ptype != 2 or len(body) < 2 or body[1] != 0:
+            raise BenchError(f"mqtt subscriber: no CONNACK accepted (type {ptype}, {body!r})")
+        self.sock.sendall(_mqtt_packet(0x82, struct.pack("!H", 1) + _mqtt_str("#") + b"\x00"))
+        ptype, body = self._read_packet()
+        if ptype != 9 or body[-1:] == b"\x80":
+            raise BenchError("mqtt subscriber: SUBSCRIBE to '#' refused")
+        self.sock.settimeout(None)
+        self.lock = threading.Lock()
+        self.counts = {}  # prefix -> [msgs, payload bytes, wire bytes]
+        self.live_topics = {}  # topic -> msgs (for the record of what was published)
+        self.error = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _recv_exact(self, n):
+        while len(self.buf) < n:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise EOFError("broker closed the connection")
+            self.buf += chunk
+        out = bytes(self.buf[:n])
+        del self.buf[:n]
+        return out
+
+    def _read_packet(self):
+        first = self._recv_exact(1)[0]
+        mult, length, hdr = 1, 0, 1
+        while True:
+            b = self._recv_exact(1)[0]
+            hdr += 1
+            length += (b & 0x7F) * mult
+            mult *= 128
+            if not b & 0x80:
+                break
+        body = self._recv_exact(length)
+        self._last_wire = hdr + length
+        return first >> 4, body if (first >> 4) != 3 else (first, body)
+
+    def _run(self):
+        try:
+            while True:
+                ptype, rest = self._read_packet()
+                if ptype != 3:
+                    continue
+                first, body = rest
+                if first & 0x01:  # retained (sent on subscribe): not live traffic
+                    continue
+                tlen = struct.unpack("!H", body[:2])[0]
+                topic = body[2:2 + tlen].decode("utf-8", "replace")
+                qos = (first >> 1) & 3
+                payload = len(body) - 2 - tlen - (2 if qos else 0)
+                prefix = "/".join(topic.split("/")[:2])
+                with self.lock:
+                    c = self.counts.setdefault(prefix, [0, 0, 0])
+                    c[0] += 1
+                    c[1] += payload
+                    c[2] += self._last_wire
+                    self.live_topics[topic] = self.live_topics.get(topic, 0) + 1
+        except (OSError, EOFError) as e:
+            self.error = str(e)
+
+    def snapshot(self, prefix):
+        with self.lock:
+            return tuple(self.counts.get(prefix, (0, 0, 0)))
+
+    def topic_count(self, topic):
+        with self.lock:
+            return self.live_topics.get(topic, 0)
+
+    def close(self):
+        try:
+            self.sock.sendall(b"\xe0\x00")
+            self.sock.close()
+        except OSError:
+            pass
+
+
+# --- processes ----------------------------------------------------------------------------
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pinned(cpu):
+    def fn():
+        os.sched_setaffinity(0, {cpu})
+    return fn
+
+
+def stop_process(proc, timeout=10.0):
+    """SIGTERM, then SIGKILL after `timeout`; returns the exit status."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.tmp = tempfile.mkdtemp(prefix="edgemon-bench-agent-")
+        self.procs = []
+        self.results = []  # one dict per window
+        self.marker = f"edgemon-bench-target-{uuid.uuid4().hex[:12]}"
+        self.cpu_mon, self.cpu_target = args.monitor_cpu, args.target_cpu
+
+    # -- setup
+
+    def start_broker(self):
+        self.port = free_port()
+        conf = os.path.join(self.tmp, "mosquitto.conf")
+        with open(conf, "w") as f:
+            f.write(f"listener {self.port} 127.0.0.1\nallow_anonymous true\n"
+                    "persistence false\nlog_dest none\n")
+        self.broker = subprocess.Popen([self.args.mosquitto, "-c", conf],
+                                       stdout=subprocess.DEVNULL,
+                                       stderr=open(os.path.join(self.tmp, "mosquitto.log"), "w"),
+                                       preexec_fn=pinned(self.cpu_mon))
+        self.procs.append(self.broker)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                if self.broker.poll() is not None or time.monotonic() > deadline:
+                    raise BenchError(f"mosquitto did not start; see {self.tmp}/mosquitto.log")
+                time.sleep(0.05)
+        self.sub = Subscriber(self.port)
+
+    def start_target(self):
+        self.target = subprocess.Popen(["/usr/bin/python3", "-c", "while True: pass",
+                                        self.marker], preexec_fn=pinned(self.cpu_target))
+        self.procs.append(self.target)
+        time.sleep(0.2)
+        if self.target.poll() is not None:
+            raise BenchError("the busy target exited at once")
+
+    def close(self):
+        if hasattr(self, "sub"):
+            self.sub.close()
+        for p in reversed(self.procs):
+            stop_process(p, 5)
+        if not self.args.keep:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        else:
+            log(f"kept {self.tmp}")
+
+    # -- monitor configurations
+
+    def agent_config(self, interval, name):
+        path = os.path.join(self.tmp, f"{name}.ini")
+        rundir = os.path.join(self.tmp, f"{name}.run")
+        os.makedirs(rundir, exist_ok=True)
+        with open(path, "w") as f:
+            f.write(f"[agent]\ndevice_id = {DEVICE_ID}\nsample_period = {agent_period(interval)}\n"
+                    f"runtime_dir = {rundir}\n\n[target]\npid = {self.target.pid}\n\n"
+                    f"[mqtt]\nbroker = mqtt://127.0.0.1:{self.port}\n")
+        return path
+
+    def collectd_config(self, interval, name):
+        path = os.path.join(self.tmp, f"{name}.conf")
+        base = os.path.join(self.tmp, f"{name}.base")
+        os.makedirs(base, exist_ok=True)
+        with open(path, "w") as f:
+            f.write(f"""# collectd for the edgemon agent benchmark: the agent's work, nothing else
+Hostname "{COLLECTD_HOST}"
+FQDNLookup false
+BaseDir "{base}"
+PIDFile "{base}/collectd.pid"
+PluginDir "{self.args.collectd_plugins}"
+TypesDB "{self.args.collectd_types}"
+AutoLoadPlugin false
+Interval {interval:g}
+
+LoadPlugin logfile
+<Plugin logfile>
+  LogLevel info
+  File STDERR
+  Timestamp true
+</Plugin>
+
+LoadPlugin cpu
+LoadPlugin memory
+LoadPlugin processes
+<Plugin processes>
+  ProcessMatch "target" "{self.marker}"
+</Plugin>
+
+LoadPlugin mqtt
+<Plugin mqtt>
+  <Publish "bench">
+    Host "127.0.0.1"
+    Port {self.port}
+    ClientId "collectd-bench"
+    Prefix "collectd"
+    QoS 0
+    StoreRates true
+    Retain false
+  </Publish>
+</Plugin>
+""")
+        chk = subprocess.run([self.args.collectd, "-t", "-C", path], capture_output=True,
+                             text=True)
+        if chk.returncode != 0:
+            raise BenchError(f"collectd -t -C {path} failed:\n{chk.stdout}{chk.stderr}")
+        return path
+
+    # -- one measured window
+
+    def run_window(self, monitor, interval, rnd):
+        name = f"{monitor}-{agent_period(interval)}-r{rnd}"
+        if monitor == "agent":
+            cmd = [self.args.agent, "-c", self.agent_config(interval, name)]
+            prefix = "edgemon/v1"
+        else:
+            cmd = [self.args.collectd, "-f", "-C", self.collectd_config(interval, name)]
+            prefix = f"collectd/{COLLECTD_HOST}"
+        logf = open(os.path.join(self.tmp, f"{name}.log"), "w")
+        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT,
+                                preexec_fn=pinned(self.cpu_mon))
+        try:
+            time.sleep(self.args.warmup)
+            if proc.poll() is not None:
+                raise BenchError(f"{monitor} exited during the warm-up (status "
+                                 f"{proc.returncode}); log: {logf.name}")
+            cpus = (self.cpu_mon, self.cpu_target)
+            s0 = cpu_times(cpus)
+            m0, c0, t0 = self.sub.snapshot(prefix), tree_cpu(proc.pid), time.monotonic()
+            time.sleep(self.args.seconds)
+            m1, c1, t1 = self.sub.snapshot(prefix), tree_cpu(proc.pid), time.monotonic()
+            s1 = cpu_times(cpus)
+            if proc.poll() is not None:
+                raise BenchError(f"{monitor} exited during the window (status "
+                                 f"{proc.returncode}); log: {logf.name}")
+            mem = tree_memory(proc.pid)
+        finally:
+            rc = stop_process(proc)
+            logf.close()
+        if self.sub.error:
+            raise BenchError(f"mqtt subscriber: {self.sub.error}")
+        window = t1 - t0
+        cpu_s = (c1[0] - c0[0]) / CLK_TCK
+        cpu_ns_s = (c1[1] - c0[1]) / 1e9
+        rec = {
+            "monitor": monitor, "interval_s": interval, "round": rnd, "window_s": window,
+            "cpu_s": cpu_s, "cpu_pct": 100.0 * cpu_s / window,
+            "cpu_s_per_min": cpu_s * 60.0 / window,
+            "sched_cpu_s": cpu_ns_s, "sched_cpu_pct": 100.0 * cpu_ns_s / window,
+            "sched_cpu_s_per_min": cpu_ns_s * 60.0 / window,
+            "vmhwm_kb": mem["VmHWM"], "rss_anon_kb": mem["RssAnon"],
+            "rss_file_kb": mem["RssFile"], "pss_kb": mem["Pss"], "threads": mem["Threads"],
+            "msgs_per_s": (m1[0] - m0[0]) / window,
+            "payload_bytes_per_s": (m1[1] - m0[1]) / window,
+            "wire_bytes_per_s": (m1[2] - m0[2]) / window,
+            "exit_status": rc,
+        }
+        for cpu, key in ((self.cpu_mon, "mon"), (self.cpu_target, "target")):
+            if cpu in s0 and cpu in s1:
+                total = (s1[cpu][2] - s0[cpu][2]) or 1
+                rec[f"cpu_{key}_busy_pct"] = 100.0 * (s1[cpu][0] - s0[cpu][0]) / total
+                rec[f"cpu_{key}_steal_pct"] = 100.0 * (s1[cpu][1] - s0[cpu][1]) / total
+        if rc not in (0, -signal.SIGTERM):
+            log(f"note: {monitor} exited with status {rc} after SIGTERM; log: {logf.name}")
+        self.results.append(rec)
+        log(f"round {rnd} {monitor:8s} {fmt_interval(interval):>6s}: "
+            f"cpu {rec['cpu_pct']:.3f}% (sched {rec['sched_cpu_pct']:.4f}%), "
+            f"hwm {mem['VmHWM'] / 1024:.2f} MiB, {mem['Threads']} thr, "
+            f"{rec['msgs_per_s']:.1f} msg/s, {rec['payload_bytes_per_s']:.0f} B/s")
+        return rec
+
+    def run_windows(self):
+        order = ["agent", "collectd"]
+        total = self.args.repeats * len(self.args.intervals) * 2
+        log(f"{total} windows of {self.args.warmup:g}+{self.args.seconds:g} s "
+            f"(~{total * (self.args.warmup + self.args.seconds + 1) / 60:.1f} min)")
+        for rnd in range(1, self.args.repeats + 1):
+            for interval in self.args.intervals:
+                for monitor in order:
+                    self.run_window(monitor, interval, rnd)
+            order.reverse()
+
+    # -- callgrind
+
+    def callgrind_run(self, interval, seconds, tag):
+        name = f"callgrind-{agent_period(interval)}-{tag}"
+        out = os.path.join(self.tmp, f"{name}.out")
+        topic = f"edgemon/v1/{DEVICE_ID}/data"
+        before = self.sub.topic_count(topic)
+        cmd = [self.args.valgrind, "--tool=callgrind", f"--callgrind-out-file={out}",
+               self.args.agent, "-c", self.agent_config(interval, name)]
+        logf = open(os.path.join(self.tmp, f"{name}.log"), "w")
+        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT,
+                                preexec_fn=pinned(self.cpu_mon))
+        time.sleep(seconds)
+        if proc.poll() is not None:
+            raise BenchError(f"the agent under callgrind exited early; log: {logf.name}")
+        stop_process(proc, 30)
+        logf.close()
+        time.sleep(0.3)  # let the last data message reach the subscriber
+        ticks = self.sub.topic_count(topic) - before
+        ir = None
+        with open(out) as f:
+            for line in f:
+                if line.startswith("totals:") or (ir is None and line.startswith("summary:")):
+                    ir = int(line.split()[1])
+        if ir is None:
+            raise BenchError(f"no totals/summary line in {out}")
+        return {"ir": ir, "ticks": ticks, "seconds": seconds, "out": out}
+
+    def per_function(self, out_file):
+        """Exclusive Ir per function (callgrind_annotate), {name: Ir}."""
+        if not self.args.callgrind_annotate:
+            return {}
+        res = subprocess.run([self.args.callgrind_annotate, "--inclusive=no",
+                              "--threshold=100", out_file], capture_output=True, text=True)
+        funcs = {}
+        for line in res.stdout.splitlines():
+            m = re.match(r"\s*([0-9,]+)\s+(?:\([^)]*\)\s+)?(\S.*)$", line)
+            if m and ":" in m.group(2):
+                fn = m.group(2).strip()
+                fn = re.sub(r"\s*\[[^\]]*\]$", "", fn)
+                funcs[fn] = funcs.get(fn, 0) + int(m.group(1).replace(",", ""))
+        return funcs
+
+    def run_callgrind(self):
+        self.callgrind = []
+        for interval in self.args.callgrind_intervals:
+            short = self.callgrind_run(interval, self.args.callgrind_short, "short")
+            long_ = self.callgrind_run(interval, self.args.callgrind_long, "long")
+            dt = long_["ticks"] - short["ticks"]
+            if dt <= 0:
+                raise BenchError(f"callgrind at {fmt_interval(interval)}: the long run "
+                                 f"published no more ticks than the short one")
+            per_tick = (long_["ir"] - short["ir"]) / dt
+            expected = (long_["seconds"] - short["seconds"]) / interval
+            rec = {"interval_s": interval, "short": short, "long": long_,
+                   "ir_per_tick": per_tick, "startup_ir": short["ir"] - per_tick * short["ticks"],
+                   "tick_rate": dt / (long_["seconds"] - short["seconds"]),
+                   "kept_up": dt / expected}
+            f_long, f_short = self.per_function(long_["out"]), self.per_function(short["out"])
+            rec["top"] = sorted(((v - f_short.get(k, 0)) / dt, k) for k, v in f_long.items())
+            rec["top"] = [(round(v), k) for v, k in reversed(rec["top"][-self.args.top:])]
+            self.callgrind.append(rec)
+            log(f"callgrind {fmt_interval(interval)}: {short['ticks']} and {long_['ticks']} "
+                f"ticks, {short['ir']} and {long_['ir']} Ir -> {per_tick:.0f} Ir/tick")
+
+    # -- report
+
+    def machine(self):
+        model = "?"
+        try:
+            with open("/proc/cpuinfo") as f:
+                for line in f:
+                    if line.startswith("model name"):
+                        model = line.split(":", 1)[1].strip()
+                        break
+        except OSError:
+            pass
+        def first_line(cmd, pattern=None):
+            try:
+                r = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                return "?"
+            for line in (r.stdout + r.stderr).splitlines():
+                if pattern is None or re.search(pattern, line):
+                    return line.strip()
+            return "?"
+        return {
+            "machine": f"{platform.machine()}, {model}, {os.cpu_count()} online CPUs, "
+                       f"Linux {platform.release()}",
+            "agent": first_line([self.args.agent, "--version"]),
+            "collectd": first_line([self.args.collectd, "-h"], r"^collectd \d"),
+            "mosquitto": first_line([self.args.mosquitto, "-h"], r"version"),
+            "valgrind": first_line([self.args.valgrind, "--version"])
+            if self.args.valgrind else "-",
+        }
+
+    def report(self):
+        a = self.args
+        info = self.machine()
+        print(f"machine: {info['machine']}")
+        print(f"agent: {info['agent']} ({a.agent}); collectd: {info['collectd']}; "
+              f"broker: {info['mosquitto']}; {info['valgrind']}")
+        print(f"target: busy Python loop on CPU {self.cpu_target}; monitor, broker and "
+              f"subscriber on CPU {self.cpu_mon}")
+        print(f"method: {a.repeats} rounds x {len(a.intervals)} intervals x 2 monitors, each "
+              f"alone: {a.warmup:g} s warm-up, {a.seconds:g} s window; monitor order flips "
+              "each round")
+        print("CPU: utime+stime of the process tree (/proc/PID/stat, 10 ms ticks); 'sched' = "
+              "on-CPU ns from /proc/PID/task/*/schedstat")
+        print()
+        hdr = ("| monitor | interval | CPU % of a core min / median / max | CPU s/min median "
+               "| sched CPU % median | peak RSS MiB | threads | msgs/s | payload B/s "
+               "| wire B/s |")
+        print(hdr)
+        print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        med = {}
+        for interval in a.intervals:
+            for monitor in ("agent", "collectd"):
+                rs = [r for r in self.results
+                      if r["monitor"] == monitor and r["interval_s"] == interval]
+                if not rs:
+                    continue
+                def m(key):
+                    return statistics.median(r[key] for r in rs)
+                cpu = sorted(r["cpu_pct"] for r in rs)
+                row = {k: m(k) for k in ("cpu_pct", "cpu_s_per_min", "sched_cpu_pct",
+                                         "sched_cpu_s_per_min", "vmhwm_kb", "rss_anon_kb",
+                                         "rss_file_kb", "pss_kb", "msgs_per_s",
+                                         "payload_bytes_per_s", "wire_bytes_per_s")}
+                for k in ("cpu_mon_busy_pct", "cpu_mon_steal_pct", "cpu_target_busy_pct"):
+                    if all(k in r for r in rs):
+                        row[k] = m(k)
+                row["threads"] = max(r["threads"] for r in rs)
+                med[(monitor, interval)] = row
+                name = "edgemon-agent" if monitor == "agent" else "collectd"
+                print(f"| {name} | {fmt_interval(interval)} "
+                      f"| {cpu[0]:.3f} / {row['cpu_pct']:.3f} / {cpu[-1]:.3f} "
+                      f"| {row['cpu_s_per_min']:.3f} | {row['sched_cpu_pct']:.4f} "
+                      f"| {row['vmhwm_kb'] / 1024:.2f} | {row['threads']} "
+                      f"| {row['msgs_per_s']:.2f} | {row['payload_bytes_per_s']:.0f} "
+                      f"| {row['wire_bytes_per_s']:.0f} |")
+        print()
+        print("| monitor | interval | peak RSS kB | RssAnon kB | RssFile kB | Pss kB "
+              "| msgs per interval | payload B/msg | sched CPU s/min | sched CPU µs per interval "
+              f"| CPU {self.cpu_mon} busy % (all) | CPU {self.cpu_mon} steal % "
+              f"| CPU {self.cpu_target} busy % |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for (monitor, interval), row in med.items():
+            per_msg = (row["payload_bytes_per_s"] / row["msgs_per_s"]) if row["msgs_per_s"] else 0
+            us_int = 1e6 * row["sched_cpu_pct"] / 100 * interval
+            name = "edgemon-agent" if monitor == "agent" else "collectd"
+            print(f"| {name} | {fmt_interval(interval)} | {row['vmhwm_kb']:.0f} "
+                  f"| {row['rss_anon_kb']:.0f} | {row['rss_file_kb']:.0f} | {row['pss_kb']:.0f} "
+                  f"| {row['msgs_per_s'] * interval:.3f} | {per_msg:.0f} "
+                  f"| {row['sched_cpu_s_per_min']:.4f} | {us_int:.1f} "
+                  f"| {row.get('cpu_mon_busy_pct', float('nan')):.1f} "
+                  f"| {row.get('cpu_mon_steal_pct', float('nan')):.2f} "
+                  f"| {row.get('cpu_target_busy_pct', float('nan')):.1f} |")
+        print()
+        print("headline, agent / collectd (ratio of medians, same run):")
+        for interval in a.intervals:
+            ag, cd = med.get(("agent", interval)), med.get(("collectd", interval))
+            if not ag or not cd:
+                continue
+            def ratio(x, y):
+                return f"{x / y:.3f}" if y else "n/a"
+            print(f"  {fmt_interval(interval):>6s}: CPU {ratio(ag['cpu_pct'], cd['cpu_pct'])} "
+                  f"(stat), {ratio(ag['sched_cpu_pct'], cd['sched_cpu_pct'])} (sched); "
+                  f"peak RSS {ratio(ag['vmhwm_kb'], cd['vmhwm_kb'])}; "
+                  f"Pss {ratio(ag['pss_kb'], cd['pss_kb'])}")
+        if getattr(self, "callgrind", None):
+            print()
+            print(f"instructions per tick (callgrind, user space only; runs of "
+                  f"{a.callgrind_short:g} s and {a.callgrind_long:g} s, "
+                  "(Ir_long - Ir_short) / (ticks_long - ticks_short)):")
+            for c in self.callgrind:
+                print(f"  {fmt_interval(c['interval_s']):>6s}: {c['ir_per_tick']:.0f} Ir/tick "
+                      f"(ticks {c['short']['ticks']} / {c['long']['ticks']}, Ir "
+                      f"{c['short']['ir']} / {c['long']['ir']}; start-up + stop ~"
+                      f"{c['startup_ir'] / 1e6:.2f} M Ir; under callgrind it ticked "
+                      f"{c['tick_rate']:.1f}/s = {100 * c['kept_up']:.0f}% of the period)")
+            if self.callgrind[0]["top"]:
+                c = self.callgrind[0]
+                print(f"  top functions per tick at {fmt_interval(c['interval_s'])} "
+                      "(exclusive Ir, long minus short run):")
+                for v, k in c["top"]:
+                    print(f"    {v:>8d}  {k}")
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump({"info": info, "args": {k: v for k, v in vars(a).items()},
+                           "windows": self.results,
+                           "callgrind": getattr(self, "callgrind", [])}, f, indent=1)
+            log(f"raw results written to {a.json}")
+
+
+# --- command line -------------------------------------------------------------------------
+
+
+def default_agent():
+    for rel in ("build-bench/firmware/agent/edgemon-agent",
+                "build/normal/firmware/agent/edgemon-agent"):
+        path = os.path.join(REPO, rel)
+        if os.access(path, os.X_OK):
+            return path
+    return os.path.join(REPO, "build-bench/firmware/agent/edgemon-agent")
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        prog="bench_agent.py",
+        description="edgemon-agent's CPU, RSS, threads and MQTT traffic beside collectd doing "
+                    "the same work (same target, interval and broker), plus user-space "
+                    "instructions per tick under callgrind. Needs mosquitto, collectd "
+                    "(Debian collectd-core) and valgrind; scripts/bench-agent.sh installs "
+                    "them and builds the agent.")
+    p.add_argument("--agent", default=default_agent(),
+                   help="edgemon-agent binary (default: build-bench/..., else build/normal/...)")
+    p.add_argument("--seconds", type=float, default=60.0,
+                   help="measured window per monitor and interval (default 60)")
+    p.add_argument("--warmup", type=float, default=5.0, help="warm-up before each window (5)")
+    p.add_argument("--repeats", type=int, default=3, help="rounds (default 3)")
+    p.add_argument("--intervals", default="100ms,10ms,1s",
+                   help="comma-separated intervals (default 100ms,10ms,1s)")
+    p.add_argument("--callgrind-intervals", default="100ms,10ms",
+                   help="intervals for the callgrind runs (default 100ms,10ms; '' = none)")
+    p.add_argument("--callgrind-short", type=float, default=5.0,
+                   help="short callgrind run, seconds (default 5)")
+    p.add_argument("--callgrind-long", type=float, default=15.0,
+                   help="long callgrind run, seconds (default 15)")
+    p.add_argument("--no-callgrind", action="store_true", help="skip the callgrind runs")
+    p.add_argument("--top", type=int, default=12, help="functions listed per tick (12)")
+    p.add_argument("--monitor-cpu", type=int, default=0, help="CPU of the monitors (0)")
+    p.add_argument("--target-cpu", type=int, default=1, help="CPU of the busy target (1)")
+    p.add_argument("--json", metavar="FILE", help="also write every window's figures as JSON")
+    p.add_argument("--keep", action="store_true", help="keep the temp dir (configs, logs)")
+    p.add_argument("--mosquitto", default="/usr/sbin/mosquitto")
+    p.add_argument("--collectd", default="/usr/sbin/collectd")
+    p.add_argument("--collectd-plugins", default="/usr/lib/collectd")
+    p.add_argument("--collectd-types", default="/usr/share/collectd/types.db")
+    p.add_argument("--valgrind", default=shutil.which("valgrind") or "/usr/bin/valgrind")
+    a = p.parse_args(argv)
+    try:
+        a.intervals = [parse_duration(x) for x in a.intervals.split(",") if x.strip()]
+        a.callgrind_intervals = [parse_duration(x) for x in a.callgrind_intervals.split(",")
+                                 if x.strip()]
+    except argparse.ArgumentTypeError as e:
+        p.error(str(e))
+    if a.no_callgrind:
+        a.callgrind_intervals = []
+    if a.seconds <= 0 or a.warmup < 0 or a.repeats < 1:
+        p.error("--seconds must be > 0, --warmup >= 0, --repeats >= 1")
+    if a.callgrind_intervals and a.callgrind_long <= a.callgrind_short:
+        p.error("--callgrind-long must be longer than --callgrind-short")
+    return a
+
+
+def check_tools(a):
+    missing = []
+    def need(path, what):
+        if not (path and os.path.isfile(path) and os.access(path, os.X_OK)):
+            missing.append(f"{what} ({path or 'not found'})")
+    need(a.agent, "edgemon-agent: build it (scripts/bench-agent.sh) or pass --agent PATH")
+    need(a.mosquitto, "mosquitto: apt-get install mosquitto")
+    need(a.collectd, "collectd: apt-get install collectd-core")
+    for plugin in COLLECTD_PLUGINS:
+        so = os.path.join(a.collectd_plugins, f"{plugin}.so")
+        if not os.path.isfile(so):
+            missing.append(f"collectd plugin {so}: apt-get install collectd-core")
+    if not os.path.isfile(a.collectd_types):
+        missing.append(f"collectd types.db {a.collectd_types}: apt-get install collectd-core")
+    a.callgrind_annotate = None
+    if a.callgrind_intervals:
+        need(a.valgrind, "valgrind: apt-get install valgrind (or --no-callgrind)")
+        a.callgrind_annotate = shutil.which("callgrind_annotate")
+    else:
+        a.valgrind = None
+    cpus = os.sched_getaffinity(0)
+    for cpu, what in ((a.monitor_cpu, "--monitor-cpu"), (a.target_cpu, "--target-cpu")):
+        if cpu not in cpus:
+            missing.append(f"{what} {cpu}: not an available CPU (have {sorted(cpus)})")
+    if missing:
+        for m in missing:
+            print(f"bench_agent: missing: {m}", file=sys.stderr)
+        sys.exit(2)
+
+
+def main(argv):
+    a = parse_args(argv)
+    a.agent = os.path.abspath(a.agent)
+    check_tools(a)
+    os.sched_setaffinity(0, {a.monitor_cpu})  # the harness and its subscriber stay off the target
+    bench = Bench(a)
+    try:
+        bench.start_broker()
+        bench.start_target()
+        bench.run_windows()
+        if a.callgrind_intervals:
+            bench.run_callgrind()
+        bench.report()
+    except BenchError as e:
+        print(f"bench_agent: error: {e}", file=sys.stderr)
+        a.keep = True
+        return 1
+    except KeyboardInterrupt:
+        print("bench_agent: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        bench.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,498 @@
+/*
+ * test_c_client.c - unit tests of the header-only C client (firmware/client/c/edgemon_client.h)
+ * against a real AF_UNIX SOCK_DGRAM receiver bound in a temporary directory.
+ *
+ * Every datagram the client sends is decoded with em_span_unpack from proto's wire.h (the
+ * reference decoder, independent of the header's own packing) and every field is checked.
+ * Covered: spans, recorded spans, the EM_CLIENT_SPAN block, heartbeats, frame ids, the longest
+ * stage name and largest integers; invalid stage names dropped and counted; an absent agent
+ * counted as no_agent with connect() paced to once per second; an agent restart; a receiver
+ * that does not read (sends never block, queue_full counted, sent + dropped == attempted);
+ * the default socket path; open errors; close; a forked child reopening its own client.
+ */
+#define _GNU_SOURCE /* mkdtemp, fork, setenv under -std=c11. */
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/types.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "edgemon/wire.h"
+#include "edgemon_client.h"
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* ---- A receiver standing in for the agent's span socket ---- */
+
+typedef struct {
+  char dir[64];
+  char path[EM_CLIENT_PATH_BYTES];
+  int fd;
+} receiver_t;
+
+static void receiver_bind(receiver_t *r) {
+  struct sockaddr_un addr;
+  struct timeval timeout = {5, 0}; /* a missing datagram fails the test, never hangs it */
+  r->fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  assert_true(r->fd >= 0);
+  memset(&addr, 0, sizeof(addr));
+  addr.sun_family = AF_UNIX;
+  memcpy(addr.sun_path, r->path, strlen(r->path) + 1);
+  assert_int_equal(bind(r->fd, (const struct sockaddr *)&addr, sizeof(addr)), 0);
+  assert_int_equal(setsockopt(r->fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout)), 0);
+}
+
+static void receiver_open(receiver_t *r) {
+  snprintf(r->dir, sizeof(r->dir), "/tmp/em-c-client-XXXXXX");
+  assert_non_null(mkdtemp(r->dir));
+  snprintf(r->path, sizeof(r->path), "%s/spans.sock", r->dir);
+  receiver_bind(r);
+}
+
+/* Stops the "agent": closes the socket and removes its file (unlink = 1) or leaves it stale. */
+static void receiver_stop(receiver_t *r, int unlink_file) {
+  if (r->fd >= 0) {
+    close(r->fd);
+    r->fd = -1;
+  }
+  if (unlink_file) {
+    unlink(r->path);
+  }
+}
+
+static void receiver_close(receiver_t *r) {
+  receiver_stop(r, 1);
+  rmdir(r->dir);
+}
+
+/* Receives one datagram and decodes it with the reference decoder; asserts it is valid. */
+static void receiver_recv(const receiver_t *r, em_span_t *out) {
+  uint8_t buf[256];
+  ssize_t n = recv(r->fd, buf, sizeof(buf), 0);
+  assert_int_equal(n, EM_SPAN_DGRAM_BYTES);
+  assert_int_equal(em_span_unpack(buf, (size_t)n, out), 0);
+}
+
+/* Datagrams queued now, each decoded and checked; does not wait. */
+static size_t receiver_drain(const receiver_t *r, const char *stage) {
+  size_t count = 0;
+  for (;;) {
+    uint8_t buf[256];
+    em_span_t span;
+    ssize_t n = recv(r->fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n < 0) {
+      assert_true(errno == EAGAIN || errno == EWOULDBLOCK);
+      return count;
+    }
+    assert_int_equal(n, EM_SPAN_DGRAM_BYTES);
+    assert_int_equal(em_span_unpack(buf, (size_t)n, &span), 0);
+    if (stage != NULL) {
+      assert_string_equal(span.stage, stage);
+    }
+    count++;
+  }
+}
+
+static void assert_span(const em_span_t *got, em_dgram_kind_t kind, uint64_t frame_id,
+                        const char *stage) {
+  assert_int_equal(got->kind, kind);
+  assert_int_equal(got->pid, (uint32_t)getpid());
+  assert_true(got->frame_id == frame_id);
+  assert_string_equal(got->stage, stage);
+}
+
+/* ---- Tests ---- */
+
+static void client_span_fields_decode_with_the_reference_decoder(void **state) {
+  (void)state;
+  receiver_t r;
+  em_client_t c;
+  em_span_t got;
+  receiver_open(&r);
+  assert_int_equal(em_client_open(&c, r.path), 0);
+  assert_true(c.fd >= 0);
+
+  /* A span timed with begin/end at frame 41: start and end inside the test's window. */
+  em_client_set_frame(&c, 41);
+  uint64_t before = em_client_now_ns();
+  em_client_span_t s = em_client_span_begin(&c, "infer");
+  usleep(2000);
+  assert_int_equal(em_client_span_end(&s), 0);
+  uint64_t after = em_client_now_ns();
+  receiver_recv(&r, &got);
+  assert_span(&got, EM_DGRAM_SPAN, 41, "infer");
+  assert_true(before <= got.start_ns);
+  assert_true(got.start_ns + got.duration_ns <= after);
+  assert_true(got.duration_ns >= 2000000);
+
+  /* The block macro. */
+  before = em_client_now_ns();
+  EM_CLIENT_SPAN(&c, "preprocess") {
+    usleep(1000);
+  }
+  after = em_client_now_ns();
+  receiver_recv(&r, &got);
+  assert_span(&got, EM_DGRAM_SPAN, 41, "preprocess");
+  assert_true(before <= got.start_ns && got.start_ns + got.duration_ns <= after);
+  assert_true(got.duration_ns >= 1000000);
+
+  /* span_end_at, record (current frame) and record_frame (explicit frame). */
+  em_client_set_frame(&c, 42);
+  uint64_t t0 = em_client_now_ns();
+  assert_int_equal(em_client_span_end_at(&c, "postprocess", t0), 0);
+  receiver_recv(&r, &got);
+  assert_span(&got, EM_DGRAM_SPAN, 42, "postprocess");
+  assert_true(got.start_ns == t0);
+  assert_int_equal(em_client_record(&c, "camera.rx", 123456789u, 987654321u), 0);
+  receiver_recv(&r, &got);
+  assert_span(&got, EM_DGRAM_SPAN, 42, "camera.rx");
+  assert_true(got.start_ns == 123456789u && got.duration_ns == 987654321u);
+  assert_int_equal(em_client_record_frame(&c, "camera.rx", 7, 1, 2), 0);
+  receiver_recv(&r, &got);
+  assert_span(&got, EM_DGRAM_SPAN, 7, "camera.rx");
+
+  /* Heartbeat: kind 2, now, no duration. */
+  before = em_client_now_ns();
+  assert_int_equal(em_client_heartbeat(&c, "watchdog"), 0);
+  after = em_client_now_ns();
+  receiver_recv(&r, &got);
+  assert_span(&got, EM_DGRAM_HEARTBEAT, 42, "watchdog");
+  assert_true(before <= got.start_ns && got.start_ns <= after);
+  assert_true(got.duration_ns == 0);
+
+  assert_true(c.sent == 6);
+  assert_true(em_client_dropped_total(&c) == 0);
+  assert_int_equal(receiver_drain(&r, NULL), 0);
+  em_client_close(&c);
+  receiver_close(&r);
+}
+
+static void client_longest_stage_and_largest_integers_travel_intact(void **state) {
+  (void)state;
+  receiver_t r;
+  em_client_t c;
+  em_span_t got;
+  const char *longest = "Az09_.:-xxxxxxxxxxxxxxxxxxxxxxx"; /* 31 bytes, every special */
+  assert_int_equal(strlen(longest), 31);
+  receiver_open(&r);
+  assert_int_equal(em_client_open(&c, r.path), 0);
+  assert_int_equal(em_client_record_frame(&c, longest, UINT64_MAX, UINT64_MAX, UINT64_MAX), 0);
+  receiver_recv(&r, &got);
+  assert_span(&got, EM_DGRAM_SPAN, UINT64_MAX, longest);
+  assert_true(got.start_ns == UINT64_MAX && got.duration_ns == UINT64_MAX);
+  em_client_close(&c);
+  receiver_close(&r);
+}
+
+static void client_invalid_stage_names_are_dropped_and_counted(void **state) {
+  (void)state;
+  static const char *const invalid[] = {
+      "",
+      "has space",
+      "slash/name",
+      "tab\tname",
+      "caf\xc3\xa9",
+      "newline\n",
+      "x234567890123456789012345678901x" /* 32 bytes */,
+  };
+  receiver_t r;
+  em_client_t c;
+  receiver_open(&r);
+  assert_int_equal(em_client_open(&c, r.path), 0);
+  for (size_t i = 0; i < ARRAY_LEN(invalid); i++) {
+    assert_false(em_client_stage_valid(invalid[i]));
+    assert_int_equal(em_client_record(&c, invalid[i], 1, 2), -EINVAL);
+    assert_int_equal(em_client_heartbeat(&c, invalid[i]), -EINVAL);
+  }
+  assert_int_equal(em_client_record(&c, NULL, 1, 2), -EINVAL);
+  EM_CLIENT_SPAN(&c, "bad name") {}
+  assert_true(c.dropped[EM_CLIENT_DROP_INVALID_STAGE] == 2 * ARRAY_LEN(invalid) + 2);
+  assert_true(em_client_dropped_total(&c) == c.dropped[EM_CLIENT_DROP_INVALID_STAGE]);
+  assert_true(c.sent == 0);
+  assert_int_equal(receiver_drain(&r, NULL), 0);
+  assert_true(em_client_stage_valid("a"));
+  em_client_close(&c);
+  receiver_close(&r);
+}
+
+static void client_absent_agent_counts_no_agent_and_paces_connects(void **state) {
+  (void)state;
+  receiver_t r;
+  em_client_t c;
+  em_span_t got;
+  snprintf(r.dir, sizeof(r.dir), "/tmp/em-c-client-XXXXXX");
+  assert_non_null(mkdtemp(r.dir));
+  snprintf(r.path, sizeof(r.path), "%s/spans.sock", r.dir);
+  r.fd = -1;
+
+  assert_int_equal(em_client_open(&c, r.path), 0); /* absent: not an error */
+  assert_true(c.fd < 0);
+  assert_true(c.connect_attempts == 1);
+  uint64_t opened = em_client_now_ns();
+  assert_true(c.next_connect_ns >= opened + EM_CLIENT_RECONNECT_NS - 100000000u);
+  for (int i = 0; i < 1000; i++) {
+    int rc = em_client_record(&c, "x", 1, 2);
+    assert_true(rc == -ENOTCONN || rc == -ENOENT);
+    if (em_client_now_ns() < c.next_connect_ns) {
+      assert_true(c.connect_attempts == 1); /* no connect() before the second is up */
+    }
+  }
+  assert_true(c.connect_attempts <= 2);
+  assert_true(c.dropped[EM_CLIENT_DROP_NO_AGENT] == 1000);
+  assert_true(c.sent == 0);
+
+  /* The agent appears; it is found at the next due attempt, not before. */
+  receiver_bind(&r);
+  c.next_connect_ns = em_client_now_ns() + EM_CLIENT_RECONNECT_NS; /* as if just tried */
+  uint64_t attempts = c.connect_attempts;
+  assert_int_equal(em_client_record(&c, "x", 1, 2), -ENOTCONN);
+  assert_true(c.connect_attempts == attempts);
+  c.next_connect_ns = 0; /* as if a second had passed */
+  assert_int_equal(em_client_record(&c, "found", 1, 2), 0);
+  assert_true(c.connect_attempts == attempts + 1);
+  receiver_recv(&r, &got);
+  assert_span(&got, EM_DGRAM_SPAN, 0, "found");
+  em_client_close(&c);
+  receiver_close(&r);
+}
+
+static void client_agent_restart_reconnects_when_due(void **state) {
+  (void)state;
+  receiver_t r;
+  em_client_t c;
+  em_span_t got;
+  receiver_open(&r);
+  assert_int_equal(em_client_open(&c, r.path), 0);
+  assert_int_equal(em_client_record(&c, "before", 1, 2), 0);
+  receiver_recv(&r, &got);
+
+  /* Restart more than a second after the last connect: reconnect and resend, nothing lost. */
+  receiver_stop(&r, 1);
+  receiver_bind(&r);
+  c.next_connect_ns = 0;
+  assert_int_equal(em_client_record(&c, "after", 1, 2), 0);
+  receiver_recv(&r, &got);
+  assert_string_equal(got.stage, "after");
+  assert_true(c.connect_attempts == 2);
+
+  /* Restart within the second: that span is dropped as no_agent, the next due one gets in. */
+  receiver_stop(&r, 1);
+  receiver_bind(&r);
+  c.next_connect_ns = em_client_now_ns() + EM_CLIENT_RECONNECT_NS; /* as if just connected */
+  assert_int_equal(em_client_record(&c, "lost", 1, 2), -ECONNREFUSED);
+  assert_true(c.dropped[EM_CLIENT_DROP_NO_AGENT] == 1);
+  c.next_connect_ns = 0;
+  assert_int_equal(em_client_record(&c, "back", 1, 2), 0);
+  receiver_recv(&r, &got);
+  assert_string_equal(got.stage, "back");
+
+  /* The agent dies and leaves its socket file: ECONNREFUSED, counted, never raised. */
+  receiver_stop(&r, 0);
+  c.next_connect_ns = 0;
+  assert_int_equal(em_client_record(&c, "stale", 1, 2), -ECONNREFUSED);
+  assert_int_equal(em_client_record(&c, "stale", 1, 2), -ENOTCONN);
+  assert_true(c.dropped[EM_CLIENT_DROP_NO_AGENT] == 3);
+  assert_true(c.sent == 3);
+  em_client_close(&c);
+  receiver_close(&r);
+}
+
+static void client_full_queue_never_blocks_and_counts_queue_full(void **state) {
+  (void)state;
+  enum { ATTEMPTED = 10000 };
+  receiver_t r;
+  em_client_t c;
+  receiver_open(&r);
+  assert_int_equal(em_client_open(&c, r.path), 0);
+  /* Nobody reads: the queue fills after net.unix.max_dgram_qlen datagrams. A blocking send
+   * would hang here until ctest's timeout. */
+  for (int i = 0; i < ATTEMPTED; i++) {
+    int rc = em_client_record_frame(&c, "burst", (uint64_t)i, 1, 2);
+    assert_true(rc == 0 || rc == -EAGAIN);
+  }
+  assert_true(c.dropped[EM_CLIENT_DROP_QUEUE_FULL] > 0);
+  assert_true(c.sent + em_client_dropped_total(&c) == ATTEMPTED);
+  assert_true(c.sent + c.dropped[EM_CLIENT_DROP_QUEUE_FULL] == ATTEMPTED);
+  assert_true(receiver_drain(&r, "burst") == c.sent);
+  /* Drained: sends get through again. */
+  assert_int_equal(em_client_record(&c, "after.burst", 1, 2), 0);
+  em_client_close(&c);
+  receiver_close(&r);
+}
+
+static void client_default_path_follows_the_environment(void **state) {
+  (void)state;
+  char out[EM_CLIENT_PATH_BYTES];
+  char expect[EM_CLIENT_PATH_BYTES];
+  unsetenv("EDGEMON_SOCKET");
+  unsetenv("EDGEMON_RUNTIME_DIR");
+  unsetenv("XDG_RUNTIME_DIR");
+
+  setenv("EDGEMON_SOCKET", "/s/x.sock", 1);
+  setenv("EDGEMON_RUNTIME_DIR", "/r", 1);
+  assert_int_equal(em_client_default_path(out, sizeof(out)), 0);
+  assert_string_equal(out, "/s/x.sock");
+  setenv("EDGEMON_SOCKET", "", 1); /* empty counts as unset */
+  assert_int_equal(em_client_default_path(out, sizeof(out)), 0);
+  assert_string_equal(out, "/r/spans.sock");
+  unsetenv("EDGEMON_SOCKET");
+  unsetenv("EDGEMON_RUNTIME_DIR");
+
+  setenv("XDG_RUNTIME_DIR", "/run/user/1000", 1);
+  assert_int_equal(em_client_default_path(out, sizeof(out)), 0);
+  if (geteuid() == 0) {
+    assert_string_equal(out, "/run/edgemon/spans.sock");
+  } else {
+    assert_string_equal(out, "/run/user/1000/edgemon/spans.sock");
+    setenv("XDG_RUNTIME_DIR", "relative", 1);
+    assert_int_equal(em_client_default_path(out, sizeof(out)), 0);
+    snprintf(expect, sizeof(expect), "/tmp/edgemon-%lu/spans.sock", (unsigned long)geteuid());
+    assert_string_equal(out, expect);
+  }
+  unsetenv("XDG_RUNTIME_DIR");
+
+  /* Too long for the buffer, or for a sockaddr_un. */
+  setenv("EDGEMON_SOCKET", "/a/b.sock", 1);
+  assert_int_equal(em_client_default_path(out, 5), -ENAMETOOLONG);
+  char big[300];
+  memset(big, 'x', sizeof(big) - 1);
+  big[0] = '/';
+  big[sizeof(big) - 1] = '\0';
+  setenv("EDGEMON_SOCKET", big, 1);
+  char huge[400];
+  assert_int_equal(em_client_default_path(huge, sizeof(huge)), -ENAMETOOLONG);
+  assert_int_equal(em_client_default_path(NULL, 10), -EINVAL);
+  unsetenv("EDGEMON_SOCKET");
+}
+
+static void client_open_uses_edgemon_socket_when_given_no_path(void **state) {
+  (void)state;
+  receiver_t r;
+  em_client_t c;
+  em_span_t got;
+  receiver_open(&r);
+  setenv("EDGEMON_SOCKET", r.path, 1);
+  assert_int_equal(em_client_open(&c, NULL), 0);
+  unsetenv("EDGEMON_SOCKET");
+  assert_string_equal(c.path, r.path);
+  assert_int_equal(em_client_record(&c, "env", 1, 2), 0);
+  receiver_recv(&r, &got);
+  assert_span(&got, EM_DGRAM_SPAN, 0, "env");
+  em_client_close(&c);
+  receiver_close(&r);
+}
+
+static void client_open_errors_leave_a_safe_client(void **state) {
+  (void)state;
+  em_client_t c;
+  char too_long[200];
+  memset(too_long, 'x', sizeof(too_long) - 1);
+  too_long[0] = '/';
+  too_long[sizeof(too_long) - 1] = '\0';
+  assert_int_equal(em_client_open(NULL, "/x"), -EINVAL);
+  assert_int_equal(em_client_open(&c, too_long), -ENAMETOOLONG);
+  assert_int_equal(em_client_record(&c, "x", 1, 2), -EBADF);
+  assert_int_equal(em_client_heartbeat(&c, "x"), -EBADF);
+  assert_true(c.dropped[EM_CLIENT_DROP_OTHER] == 2);
+  em_client_close(&c);
+  em_client_close(NULL);
+  assert_int_equal(em_client_record(NULL, "x", 1, 2), -EINVAL);
+}
+
+static void client_closed_drops_as_other(void **state) {
+  (void)state;
+  receiver_t r;
+  em_client_t c;
+  receiver_open(&r);
+  assert_int_equal(em_client_open(&c, r.path), 0);
+  em_client_close(&c);
+  em_client_close(&c);
+  assert_true(c.fd < 0);
+  assert_int_equal(em_client_record(&c, "closed", 1, 2), -EBADF);
+  assert_true(c.dropped[EM_CLIENT_DROP_OTHER] == 1 && c.sent == 0);
+  assert_int_equal(receiver_drain(&r, NULL), 0);
+  receiver_close(&r);
+}
+
+static void client_wrong_socket_type_counts_other(void **state) {
+  (void)state;
+  receiver_t r;
+  em_client_t c;
+  struct sockaddr_un addr;
+  snprintf(r.dir, sizeof(r.dir), "/tmp/em-c-client-XXXXXX");
+  assert_non_null(mkdtemp(r.dir));
+  snprintf(r.path, sizeof(r.path), "%s/stream.sock", r.dir);
+  r.fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  memset(&addr, 0, sizeof(addr));
+  addr.sun_family = AF_UNIX;
+  memcpy(addr.sun_path, r.path, strlen(r.path) + 1);
+  assert_int_equal(bind(r.fd, (const struct sockaddr *)&addr, sizeof(addr)), 0);
+  assert_int_equal(listen(r.fd, 1), 0);
+  assert_int_equal(em_client_open(&c, r.path), 0);
+  assert_int_equal(em_client_record(&c, "x", 1, 2), -ENOTCONN); /* EPROTOTYPE at open */
+  assert_true(c.dropped[EM_CLIENT_DROP_OTHER] == 1);
+  em_client_close(&c);
+  receiver_close(&r);
+}
+
+static void client_forked_child_reopens_with_its_own_pid(void **state) {
+  (void)state;
+  receiver_t r;
+  em_client_t c;
+  em_span_t got;
+  receiver_open(&r);
+  assert_int_equal(em_client_open(&c, r.path), 0);
+  em_client_set_frame(&c, 77);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    em_client_close(&c); /* the child's copy of the descriptor */
+    int ok = em_client_open(&c, r.path) == 0;
+    em_client_set_frame(&c, 78);
+    ok = ok && em_client_record(&c, "child", 1, 2) == 0;
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  receiver_recv(&r, &got);
+  assert_string_equal(got.stage, "child");
+  assert_int_equal(got.pid, (uint32_t)pid);
+  assert_true(got.frame_id == 78);
+  assert_int_equal(em_client_record(&c, "parent", 1, 2), 0); /* the parent's socket works */
+  receiver_recv(&r, &got);
+  assert_span(&got, EM_DGRAM_SPAN, 77, "parent");
+  em_client_close(&c);
+  receiver_close(&r);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(client_span_fields_decode_with_the_reference_decoder),
+      cmocka_unit_test(client_longest_stage_and_largest_integers_travel_intact),
+      cmocka_unit_test(client_invalid_stage_names_are_dropped_and_counted),
+      cmocka_unit_test(client_absent_agent_counts_no_agent_and_paces_connects),
+      cmocka_unit_test(client_agent_restart_reconnects_when_due),
+      cmocka_unit_test(client_full_queue_never_blocks_and_counts_queue_full),
+      cmocka_unit_test(client_default_path_follows_the_environment),
+      cmocka_unit_test(client_open_uses_edgemon_socket_when_given_no_path),
+      cmocka_unit_test(client_open_errors_leave_a_safe_client),
+      cmocka_unit_test(client_closed_drops_as_other),
+      cmocka_unit_test(client_wrong_socket_type_counts_other),
+      cmocka_unit_test(client_forked_child_reopens_with_its_own_pid),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
