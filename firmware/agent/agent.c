@@ -3,8 +3,13 @@
  *
  *   target lifecycle             function
  *   DETACHED -> ATTACHED         on_lookup / start: em_target_find found a pid -> attach
- *   ATTACHED -> DETACHED         on_tick: statm or the PMU says the pid is gone -> detach
+ *   ATTACHED -> DETACHED         on_tick: statm says the pid is gone -> detach
  *   DETACHED: the lookup timer runs every LOOKUP_MS; ATTACHED: it is stopped.
+ *
+ * One tick (arm_tick keeps ticks on start + k * period, so lateness never accumulates):
+ * read the PMU groups, statm, and on their own cadences MemAvailable and PSI (system_period)
+ * and smaps_rollup (smaps_period, queued to libuv's worker because it walks page tables),
+ * take the stage windows the span socket filled, encode one data message, publish it.
  *
  * The metric dictionary is fixed at start-up: the configured PMU events first (aliases
  * 0..n-1), then the fixed figures of `fixed_metrics` below. A birth is published on every

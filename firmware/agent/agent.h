@@ -1,13 +1,15 @@
 /*
- * agent.h - the agent itself: ties the target lookup, the PMU, the procfs readers and the
- * publisher to one libuv loop. Every sample period it reads each PMU group once, reads the
- * cheap memory and pressure figures (smaps_rollup on its slower cadence), encodes one v1 data
- * message and hands it to the publisher. It attaches to the target when it appears, notices
- * when it exits, and re-attaches within a second when it comes back.
+ * agent.h - the agent itself: ties the target lookup, the PMU, the procfs readers, the span
+ * socket and the publisher to one libuv loop. Every sample period it reads each PMU group
+ * once, reads statm (MemAvailable, PSI and smaps_rollup on slower cadences), takes the stage
+ * windows the spans filled, encodes one v1 data message and hands it to the publisher. It
+ * attaches to the target when it appears, notices when it exits, and re-attaches within a
+ * second when it comes back.
  *
- * Owns: the PMU and procfs readers, the publisher, the tick and lookup timers, and the
- * buffers sized at start-up (metric dictionary, samples, encode buffer); nothing is
- * allocated per tick. Single-threaded.
+ * Owns: the PMU and procfs readers, the span socket, the publisher, the tick and lookup
+ * timers, and the buffers sized at start-up (metric dictionary, samples, stage windows,
+ * encode buffer); nothing is allocated per tick. Everything runs on the loop's thread except
+ * the smaps_rollup read, which libuv's single worker thread runs (see procfs.h).
  */
 #ifndef EDGEMON_AGENT_AGENT_H
 #define EDGEMON_AGENT_AGENT_H

@@ -217,7 +217,7 @@ static char *find_chars_or_comment(char *s, const char *chars) {
 static const char *quote(char *out, size_t cap, const char *s) {
   size_t n = 0;
   size_t limit = cap - 4 < QUOTE_MAX ? cap - 4 : QUOTE_MAX;
-  for (; s[n] != '\0' && n < limit; n++) {
+  for (; n < limit && s[n] != '\0'; n++) {
     unsigned char c = (unsigned char)s[n];
     out[n] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
   }

@@ -118,7 +118,7 @@ static void assert_span(const em_span_t *got, em_dgram_kind_t kind, uint64_t fra
 
 static void client_span_fields_decode_with_the_reference_decoder(void **state) {
   (void)state;
-  receiver_t r;
+  receiver_t r = {0};
   em_client_t c;
   em_span_t got;
   receiver_open(&r);
@@ -182,7 +182,7 @@ static void client_span_fields_decode_with_the_reference_decoder(void **state) {
 
 static void client_longest_stage_and_largest_integers_travel_intact(void **state) {
   (void)state;
-  receiver_t r;
+  receiver_t r = {0};
   em_client_t c;
   em_span_t got;
   const char *longest = "Az09_.:-xxxxxxxxxxxxxxxxxxxxxxx"; /* 31 bytes, every special */
@@ -208,7 +208,7 @@ static void client_invalid_stage_names_are_dropped_and_counted(void **state) {
       "newline\n",
       "x234567890123456789012345678901x" /* 32 bytes */,
   };
-  receiver_t r;
+  receiver_t r = {0};
   em_client_t c;
   receiver_open(&r);
   assert_int_equal(em_client_open(&c, r.path), 0);
@@ -230,7 +230,7 @@ static void client_invalid_stage_names_are_dropped_and_counted(void **state) {
 
 static void client_absent_agent_counts_no_agent_and_paces_connects(void **state) {
   (void)state;
-  receiver_t r;
+  receiver_t r = {0};
   em_client_t c;
   em_span_t got;
   snprintf(r.dir, sizeof(r.dir), "/tmp/em-c-client-XXXXXX");
@@ -271,7 +271,7 @@ static void client_absent_agent_counts_no_agent_and_paces_connects(void **state)
 
 static void client_agent_restart_reconnects_when_due(void **state) {
   (void)state;
-  receiver_t r;
+  receiver_t r = {0};
   em_client_t c;
   em_span_t got;
   receiver_open(&r);
@@ -313,7 +313,7 @@ static void client_agent_restart_reconnects_when_due(void **state) {
 static void client_full_queue_never_blocks_and_counts_queue_full(void **state) {
   (void)state;
   enum { ATTEMPTED = 10000 };
-  receiver_t r;
+  receiver_t r = {0};
   em_client_t c;
   receiver_open(&r);
   assert_int_equal(em_client_open(&c, r.path), 0);
@@ -380,7 +380,7 @@ static void client_default_path_follows_the_environment(void **state) {
 
 static void client_open_uses_edgemon_socket_when_given_no_path(void **state) {
   (void)state;
-  receiver_t r;
+  receiver_t r = {0};
   em_client_t c;
   em_span_t got;
   receiver_open(&r);
@@ -414,7 +414,7 @@ static void client_open_errors_leave_a_safe_client(void **state) {
 
 static void client_closed_drops_as_other(void **state) {
   (void)state;
-  receiver_t r;
+  receiver_t r = {0};
   em_client_t c;
   receiver_open(&r);
   assert_int_equal(em_client_open(&c, r.path), 0);
@@ -429,7 +429,7 @@ static void client_closed_drops_as_other(void **state) {
 
 static void client_wrong_socket_type_counts_other(void **state) {
   (void)state;
-  receiver_t r;
+  receiver_t r = {0};
   em_client_t c;
   struct sockaddr_un addr;
   snprintf(r.dir, sizeof(r.dir), "/tmp/em-c-client-XXXXXX");
@@ -450,7 +450,7 @@ static void client_wrong_socket_type_counts_other(void **state) {
 
 static void client_forked_child_reopens_with_its_own_pid(void **state) {
   (void)state;
-  receiver_t r;
+  receiver_t r = {0};
   em_client_t c;
   em_span_t got;
   receiver_open(&r);
