@@ -1,0 +1,736 @@
+/*
+ * budget.c - the degradation engine (see budget.h for the rule and level state machines and
+ * the table of transitions).
+ *
+ * Invariants:
+ *   1. level >= target (the highest level among active rules) after every entry point.
+ *   2. A rule is active exactly in the ACTIVE and RECOVERING states; `bad` is non-zero only in
+ *      PENDING, `clean` only in RECOVERING.
+ *   3. Every string a change or a birth entry points at lives in the engine's one allocation.
+ *   4. Nothing is allocated after em_budget_new; the RSS rings are fixed (EM_BUDGET_SLOPE_SAMPLES
+ *      per RSS_SLOPE rule) and overwrite their oldest sample when full.
+ *
+ * Owns: one calloc'd block. No I/O, no clock reads, single-threaded.
+ */
+#include "budget.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MIB_F    1048576.0
+#define NS_PER_S 1e9
+#define S_PER_H  3600.0
+#define NO_STAGE SIZE_MAX
+
+typedef enum { JUDGE_ABSENT = 0, JUDGE_CLEAN, JUDGE_VIOLATED } judge_t;
+
+typedef struct {
+  uint64_t t_ns;
+  uint64_t rss_bytes;
+} rss_sample_t;
+
+typedef struct {
+  em_budget_rule_t rule; /* Strings re-pointed at the copies below. */
+  char id[EM_BUDGET_ID_BYTES];
+  char stage[EM_BUDGET_STAGE_BYTES];
+  char figure[EM_BUDGET_FIGURE_BYTES];
+  size_t stage_ix;  /* Into engine->stages, or NO_STAGE. */
+  bool active;      /* ACTIVE or RECOVERING. */
+  uint32_t bad;     /* Violating windows in a row while not active (PENDING). */
+  uint32_t clean;   /* Clean windows in a row while active (RECOVERING). */
+  em_value_t value; /* Last measured value. */
+  /* Span counters of the current window (DEADLINE, MISS_RATIO). */
+  uint64_t win_spans;
+  uint64_t win_misses;
+  uint64_t last_seen_ns; /* ALIVE. */
+  rss_sample_t *ring;    /* RSS_SLOPE: EM_BUDGET_SLOPE_SAMPLES entries. */
+  size_t ring_head;      /* Index of the oldest sample. */
+  size_t ring_len;
+} rule_state_t;
+
+typedef struct {
+  char name[EM_BUDGET_STAGE_BYTES];
+  bool seeded;
+  double mean;
+  double var;
+  double z;
+} stage_state_t;
+
+struct em_budget_engine {
+  rule_state_t *rules;
+  size_t n_rules;
+  stage_state_t *stages;
+  size_t n_stages;
+  uint32_t enter;
+  uint32_t leave;
+  uint64_t window_ns;
+  double alpha;
+  em_level_t level;
+  uint32_t down_streak; /* Clean windows in a row with target < level. */
+};
+
+/* Per-call outcome: the highest-level rule that entered and the one that left. */
+typedef struct {
+  rule_state_t *entered;
+  rule_state_t *left;
+  const char *enter_reason;
+  const char *leave_reason;
+} outcome_t;
+
+static const char *const rule_names[EM_BUDGET_RULE_KINDS] = {
+    "percentile", "deadline",  "miss_ratio", "alive",     "rate",
+    "rss_cap",    "rss_slope", "psi",        "gauge_max",
+};
+
+const char *em_budget_rule_name(em_budget_rule_kind_t kind) {
+  if ((unsigned)kind >= EM_BUDGET_RULE_KINDS) {
+    return "unknown";
+  }
+  return rule_names[kind];
+}
+
+static em_value_t val_u(uint64_t u) {
+  em_value_t v = {.type = EM_VALUE_UINT, .as.u = u};
+  return v;
+}
+
+static em_value_t val_f(double f) {
+  em_value_t v = {.type = EM_VALUE_FLOAT, .as.f = f};
+  return v;
+}
+
+static bool finite(double x) {
+  return x == x && x - x == 0.0;
+}
+
+/* sqrt of x >= 0 by Newton's method (the agent links no libm). */
+static double sqrt_pos(double x) {
+  if (!(x > 0.0) || !finite(x)) {
+    return 0.0;
+  }
+  double r = x >= 1.0 ? x : 1.0;
+  for (int i = 0; i < 200; i++) {
+    double next = 0.5 * (r + x / r);
+    if (next >= r) {
+      break;
+    }
+    r = next;
+  }
+  return r;
+}
+
+static bool value_as_double(const em_value_t *v, double *out) {
+  switch (v->type) {
+  case EM_VALUE_UINT:
+    *out = (double)v->as.u;
+    return true;
+  case EM_VALUE_INT:
+    *out = (double)v->as.i;
+    return true;
+  case EM_VALUE_FLOAT:
+    *out = v->as.f;
+    return finite(v->as.f);
+  default:
+    return false;
+  }
+}
+
+static bool is_stage_rule(em_budget_rule_kind_t kind) {
+  return kind <= EM_BUDGET_RULE_RATE;
+}
+
+static bool copy_str(char *dst, size_t cap, const char *src) {
+  if (!src) {
+    return false;
+  }
+  size_t n = strlen(src);
+  if (n == 0 || n >= cap) {
+    return false;
+  }
+  memcpy(dst, src, n + 1);
+  return true;
+}
+
+static bool stage_name_ok(const char *s) {
+  for (; *s; s++) {
+    char c = *s;
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == ':' || c == '-';
+    if (!ok) {
+      return false;
+    }
+  }
+  return true;
+}
+
+static bool name_ok(const char *s) {
+  for (; *s; s++) {
+    if (*s < 0x20 || *s > 0x7e) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/* Checks the kind-specific fields of r. */
+static bool params_ok(const em_budget_rule_t *r) {
+  switch (r->kind) {
+  case EM_BUDGET_RULE_PERCENTILE:
+    return r->u.percentile.q > 0.0 && r->u.percentile.q <= 1.0;
+  case EM_BUDGET_RULE_DEADLINE:
+    return true;
+  case EM_BUDGET_RULE_MISS_RATIO:
+    return r->u.miss_ratio.max_ratio >= 0.0 && r->u.miss_ratio.max_ratio < 1.0;
+  case EM_BUDGET_RULE_ALIVE:
+    return r->u.alive.silence_ns > 0;
+  case EM_BUDGET_RULE_RATE:
+    return r->u.rate.min_fps > 0.0 && finite(r->u.rate.min_fps);
+  case EM_BUDGET_RULE_RSS_CAP:
+    return true;
+  case EM_BUDGET_RULE_RSS_SLOPE:
+    return finite(r->u.rss_slope.max_mib_per_h) && r->u.rss_slope.horizon_ns > 0;
+  case EM_BUDGET_RULE_PSI:
+  case EM_BUDGET_RULE_GAUGE_MAX:
+    return finite(r->u.gauge.max);
+  default:
+    return false;
+  }
+}
+
+static size_t find_stage(const em_budget_engine_t *b, const char *name) {
+  if (!name) {
+    return NO_STAGE;
+  }
+  for (size_t i = 0; i < b->n_stages; i++) {
+    if (strcmp(b->stages[i].name, name) == 0) {
+      return i;
+    }
+  }
+  return NO_STAGE;
+}
+
+int em_budget_new(em_budget_engine_t **out, const em_budget_opts_t *opts, uint64_t now_ns) {
+  if (!out || !opts || (opts->n_rules && !opts->rules) || opts->n_rules > EM_BUDGET_MAX_RULES ||
+      opts->enter_windows == 0 || opts->leave_windows == 0 || !(opts->ewma_alpha >= 0.0) ||
+      opts->ewma_alpha > 1.0) {
+    return -EINVAL;
+  }
+  size_t n = opts->n_rules;
+  size_t n_slope = 0;
+  for (size_t i = 0; i < n; i++) {
+    const em_budget_rule_t *r = &opts->rules[i];
+    if ((unsigned)r->kind >= EM_BUDGET_RULE_KINDS || r->level < EM_LEVEL_WARN ||
+        r->level > EM_LEVEL_CRITICAL || !r->id || !params_ok(r)) {
+      return -EINVAL;
+    }
+    if (strlen(r->id) == 0 || strlen(r->id) >= EM_BUDGET_ID_BYTES || !name_ok(r->id)) {
+      return -EINVAL;
+    }
+    if (is_stage_rule(r->kind) &&
+        (!r->stage || !r->stage[0] || strlen(r->stage) >= EM_BUDGET_STAGE_BYTES ||
+         !stage_name_ok(r->stage))) {
+      return -EINVAL;
+    }
+    if ((r->kind == EM_BUDGET_RULE_PSI || r->kind == EM_BUDGET_RULE_GAUGE_MAX) &&
+        (!r->u.gauge.figure || !r->u.gauge.figure[0] ||
+         strlen(r->u.gauge.figure) >= EM_BUDGET_FIGURE_BYTES)) {
+      return -EINVAL;
+    }
+    for (size_t j = 0; j < i; j++) {
+      if (strcmp(opts->rules[j].id, r->id) == 0) {
+        return -EINVAL;
+      }
+    }
+    n_slope += r->kind == EM_BUDGET_RULE_RSS_SLOPE;
+  }
+
+  /* One block: engine, rule states, stage states (at most one per rule), RSS rings. */
+  size_t size = sizeof(em_budget_engine_t) + n * sizeof(rule_state_t) + n * sizeof(stage_state_t) +
+                n_slope * EM_BUDGET_SLOPE_SAMPLES * sizeof(rss_sample_t);
+  unsigned char *mem = calloc(1, size);
+  if (!mem) {
+    return -ENOMEM;
+  }
+  em_budget_engine_t *b = (em_budget_engine_t *)(void *)mem;
+  b->rules = (rule_state_t *)(void *)(mem + sizeof(*b));
+  b->stages = (stage_state_t *)(void *)(b->rules + n);
+  rss_sample_t *rings = (rss_sample_t *)(void *)(b->stages + n);
+  b->n_rules = n;
+  b->enter = opts->enter_windows;
+  b->leave = opts->leave_windows;
+  b->window_ns = opts->window_ns;
+  b->alpha = opts->ewma_alpha > 0.0 ? opts->ewma_alpha : EM_BUDGET_EWMA_ALPHA;
+  b->level = EM_LEVEL_NOMINAL;
+
+  for (size_t i = 0; i < n; i++) {
+    rule_state_t *s = &b->rules[i];
+    s->rule = opts->rules[i];
+    copy_str(s->id, sizeof(s->id), opts->rules[i].id);
+    s->rule.id = s->id;
+    s->stage_ix = NO_STAGE;
+    s->last_seen_ns = now_ns;
+    if (is_stage_rule(s->rule.kind)) {
+      copy_str(s->stage, sizeof(s->stage), opts->rules[i].stage);
+      s->rule.stage = s->stage;
+      s->stage_ix = find_stage(b, s->stage);
+      if (s->stage_ix == NO_STAGE) {
+        s->stage_ix = b->n_stages++;
+        memcpy(b->stages[s->stage_ix].name, s->stage, sizeof(s->stage));
+      }
+    } else {
+      s->rule.stage = NULL;
+    }
+    if (s->rule.kind == EM_BUDGET_RULE_PSI || s->rule.kind == EM_BUDGET_RULE_GAUGE_MAX) {
+      copy_str(s->figure, sizeof(s->figure), opts->rules[i].u.gauge.figure);
+      s->rule.u.gauge.figure = s->figure;
+    }
+    if (s->rule.kind == EM_BUDGET_RULE_RSS_SLOPE) {
+      s->ring = rings;
+      rings += EM_BUDGET_SLOPE_SAMPLES;
+    }
+  }
+  *out = b;
+  return 0;
+}
+
+void em_budget_free(em_budget_engine_t *b) {
+  free(b);
+}
+
+em_level_t em_budget_level(const em_budget_engine_t *b) {
+  return b->level;
+}
+
+static em_value_t rule_bound(const em_budget_rule_t *r) {
+  switch (r->kind) {
+  case EM_BUDGET_RULE_PERCENTILE:
+    return val_u(r->u.percentile.bound_ns);
+  case EM_BUDGET_RULE_DEADLINE:
+    return val_u(r->u.deadline.bound_ns);
+  case EM_BUDGET_RULE_MISS_RATIO:
+    return val_f(r->u.miss_ratio.max_ratio);
+  case EM_BUDGET_RULE_ALIVE:
+    return val_u(r->u.alive.silence_ns);
+  case EM_BUDGET_RULE_RATE:
+    return val_f(r->u.rate.min_fps);
+  case EM_BUDGET_RULE_RSS_CAP:
+    return val_u(r->u.rss_cap.cap_bytes);
+  case EM_BUDGET_RULE_RSS_SLOPE:
+    return val_f(r->u.rss_slope.max_mib_per_h);
+  default:
+    return val_f(r->u.gauge.max);
+  }
+}
+
+static em_level_t target_level(const em_budget_engine_t *b) {
+  em_level_t t = EM_LEVEL_NOMINAL;
+  for (size_t i = 0; i < b->n_rules; i++) {
+    if (b->rules[i].active && b->rules[i].rule.level > t) {
+      t = b->rules[i].rule.level;
+    }
+  }
+  return t;
+}
+
+static void note_enter(outcome_t *o, rule_state_t *s, const char *reason) {
+  if (!o->entered || s->rule.level > o->entered->rule.level) {
+    o->entered = s;
+    o->enter_reason = reason;
+  }
+}
+
+static void note_leave(outcome_t *o, rule_state_t *s, const char *reason) {
+  if (!o->left || s->rule.level > o->left->rule.level) {
+    o->left = s;
+    o->leave_reason = reason;
+  }
+}
+
+static void fill_change(em_budget_change_t *c, em_level_t prev, em_level_t level,
+                        const rule_state_t *s, const char *reason, uint64_t now_ns) {
+  if (!c) {
+    return;
+  }
+  memset(c, 0, sizeof(*c));
+  c->level = level;
+  c->prev_level = prev;
+  c->mono_ns = now_ns;
+  c->reason = reason;
+  if (s) {
+    c->rule = s->id;
+    c->stage = s->rule.stage;
+    c->value = s->value;
+    c->bound = rule_bound(&s->rule);
+  }
+}
+
+/*
+ * Applies the level rules of budget.h after a call's rule transitions. window_end: the call is
+ * em_budget_on_window; window_clean: no rule violated in that window. Returns true on change.
+ */
+static bool settle(em_budget_engine_t *b, const outcome_t *o, bool window_end, bool window_clean,
+                   uint64_t now_ns, em_budget_change_t *change) {
+  em_level_t prev = b->level;
+  em_level_t target = target_level(b);
+  if (target > b->level) {
+    const rule_state_t *cause = o->entered;
+    b->level = target;
+    b->down_streak = 0;
+    fill_change(change, prev, b->level, cause, o->enter_reason ? o->enter_reason : "violated",
+                now_ns);
+    return true;
+  }
+  if (target == b->level) {
+    b->down_streak = 0;
+    return false;
+  }
+  if (o->left) {
+    b->level = (em_level_t)(b->level - 1);
+    b->down_streak = 0;
+    fill_change(change, prev, b->level, o->left, o->leave_reason, now_ns);
+    return true;
+  }
+  if (!window_end) {
+    return false;
+  }
+  if (!window_clean) {
+    b->down_streak = 0;
+    return false;
+  }
+  if (++b->down_streak < b->leave) {
+    return false;
+  }
+  b->level = (em_level_t)(b->level - 1);
+  b->down_streak = 0;
+  fill_change(change, prev, b->level, NULL, "clean windows", now_ns);
+  return true;
+}
+
+/* Marks an ALIVE rule as fed; clears it when stalled. */
+static void feed_alive(rule_state_t *s, uint64_t now_ns, outcome_t *o) {
+  s->last_seen_ns = now_ns;
+  if (s->active) {
+    s->active = false;
+    s->value = val_u(0);
+    note_leave(o, s, "alive");
+  }
+}
+
+bool em_budget_on_span(em_budget_engine_t *b, const char *stage, uint64_t frame,
+                       uint64_t duration_ns, uint64_t now_ns, em_budget_change_t *change) {
+  (void)frame; /* For flow supervision. */
+  if (!b || !stage) {
+    return false;
+  }
+  size_t ix = find_stage(b, stage);
+  if (ix == NO_STAGE) {
+    return false;
+  }
+  outcome_t o = {0};
+  for (size_t i = 0; i < b->n_rules; i++) {
+    rule_state_t *s = &b->rules[i];
+    if (s->stage_ix != ix) {
+      continue;
+    }
+    switch (s->rule.kind) {
+    case EM_BUDGET_RULE_DEADLINE:
+      s->win_spans++;
+      if (duration_ns > s->rule.u.deadline.bound_ns) {
+        s->win_misses++;
+        s->value = val_u(duration_ns);
+        s->clean = 0;
+        s->bad = 0;
+        if (!s->active) {
+          s->active = true;
+          note_enter(&o, s, "deadline miss");
+        }
+      }
+      break;
+    case EM_BUDGET_RULE_MISS_RATIO:
+      s->win_spans++;
+      s->win_misses += duration_ns > s->rule.u.miss_ratio.bound_ns;
+      break;
+    case EM_BUDGET_RULE_ALIVE:
+      feed_alive(s, now_ns, &o);
+      break;
+    default:
+      break;
+    }
+  }
+  return settle(b, &o, false, false, now_ns, change);
+}
+
+bool em_budget_on_heartbeat(em_budget_engine_t *b, const char *stage, uint64_t now_ns,
+                            em_budget_change_t *change) {
+  if (!b || !stage) {
+    return false;
+  }
+  size_t ix = find_stage(b, stage);
+  outcome_t o = {0};
+  for (size_t i = 0; ix != NO_STAGE && i < b->n_rules; i++) {
+    rule_state_t *s = &b->rules[i];
+    if (s->stage_ix == ix && s->rule.kind == EM_BUDGET_RULE_ALIVE) {
+      feed_alive(s, now_ns, &o);
+    }
+  }
+  return settle(b, &o, false, false, now_ns, change);
+}
+
+bool em_budget_on_timer(em_budget_engine_t *b, uint64_t now_ns, em_budget_change_t *change) {
+  if (!b) {
+    return false;
+  }
+  outcome_t o = {0};
+  for (size_t i = 0; i < b->n_rules; i++) {
+    rule_state_t *s = &b->rules[i];
+    if (s->rule.kind != EM_BUDGET_RULE_ALIVE || s->active || now_ns < s->last_seen_ns) {
+      continue;
+    }
+    uint64_t silent = now_ns - s->last_seen_ns;
+    if (silent > s->rule.u.alive.silence_ns) {
+      s->active = true;
+      s->value = val_u(silent);
+      note_enter(&o, s, "stalled");
+    }
+  }
+  return settle(b, &o, false, false, now_ns, change);
+}
+
+static const em_hist_t *window_hist(const em_budget_window_t *w, const char *stage) {
+  for (size_t i = 0; i < w->n_stages; i++) {
+    if (w->stages[i].name && w->stages[i].hist && strcmp(w->stages[i].name, stage) == 0) {
+      return w->stages[i].hist;
+    }
+  }
+  return NULL;
+}
+
+static bool window_figure(const em_budget_window_t *w, const char *name, double *out) {
+  for (size_t i = 0; i < w->n_figures; i++) {
+    if (w->figures[i].name && strcmp(w->figures[i].name, name) == 0) {
+      return value_as_double(&w->figures[i].value, out);
+    }
+  }
+  return false;
+}
+
+/* Adds an RSS sample to s's ring (dropping those past the horizon); returns the slope. */
+static judge_t judge_slope(rule_state_t *s, const em_budget_window_t *w, uint64_t now_ns) {
+  uint64_t rss = 0;
+  if (w->rss_bytes.type == EM_VALUE_UINT) {
+    rss = w->rss_bytes.as.u;
+  } else if (w->rss_bytes.type == EM_VALUE_INT && w->rss_bytes.as.i >= 0) {
+    rss = (uint64_t)w->rss_bytes.as.i;
+  } else {
+    return JUDGE_ABSENT;
+  }
+  uint64_t horizon = s->rule.u.rss_slope.horizon_ns;
+  uint64_t spacing = horizon / EM_BUDGET_SLOPE_SAMPLES;
+  if (s->ring_len) {
+    const rss_sample_t *newest =
+        &s->ring[(s->ring_head + s->ring_len - 1) % EM_BUDGET_SLOPE_SAMPLES];
+    if (now_ns >= newest->t_ns && now_ns - newest->t_ns >= spacing) {
+      if (s->ring_len == EM_BUDGET_SLOPE_SAMPLES) {
+        s->ring_head = (s->ring_head + 1) % EM_BUDGET_SLOPE_SAMPLES;
+        s->ring_len--;
+      }
+      s->ring[(s->ring_head + s->ring_len) % EM_BUDGET_SLOPE_SAMPLES] = (rss_sample_t){now_ns, rss};
+      s->ring_len++;
+    }
+  } else {
+    s->ring[s->ring_head] = (rss_sample_t){now_ns, rss};
+    s->ring_len = 1;
+  }
+  while (s->ring_len > 1 && now_ns - s->ring[s->ring_head].t_ns > horizon) {
+    s->ring_head = (s->ring_head + 1) % EM_BUDGET_SLOPE_SAMPLES;
+    s->ring_len--;
+  }
+  const rss_sample_t *oldest = &s->ring[s->ring_head];
+  const rss_sample_t *newest = &s->ring[(s->ring_head + s->ring_len - 1) % EM_BUDGET_SLOPE_SAMPLES];
+  if (s->ring_len < EM_BUDGET_SLOPE_MIN || newest->t_ns - oldest->t_ns < horizon / 2) {
+    return JUDGE_ABSENT;
+  }
+  /* Least squares on centred values: t in hours since the oldest sample, rss in MiB. */
+  double mt = 0.0, my = 0.0;
+  for (size_t k = 0; k < s->ring_len; k++) {
+    const rss_sample_t *p = &s->ring[(s->ring_head + k) % EM_BUDGET_SLOPE_SAMPLES];
+    mt += (double)(p->t_ns - oldest->t_ns) / NS_PER_S / S_PER_H;
+    my += (double)p->rss_bytes / MIB_F;
+  }
+  mt /= (double)s->ring_len;
+  my /= (double)s->ring_len;
+  double stt = 0.0, sty = 0.0;
+  for (size_t k = 0; k < s->ring_len; k++) {
+    const rss_sample_t *p = &s->ring[(s->ring_head + k) % EM_BUDGET_SLOPE_SAMPLES];
+    double dt = (double)(p->t_ns - oldest->t_ns) / NS_PER_S / S_PER_H - mt;
+    double dy = (double)p->rss_bytes / MIB_F - my;
+    stt += dt * dt;
+    sty += dt * dy;
+  }
+  if (!(stt > 0.0)) {
+    return JUDGE_ABSENT;
+  }
+  double slope = sty / stt;
+  s->value = val_f(slope);
+  return slope > s->rule.u.rss_slope.max_mib_per_h ? JUDGE_VIOLATED : JUDGE_CLEAN;
+}
+
+/* Judges one rule's window. Sets s->value when it measured something. */
+static judge_t judge(rule_state_t *s, const em_budget_window_t *w, uint64_t now_ns) {
+  const em_budget_rule_t *r = &s->rule;
+  const em_hist_t *h = is_stage_rule(r->kind) ? window_hist(w, r->stage) : NULL;
+  double x = 0.0;
+  switch (r->kind) {
+  case EM_BUDGET_RULE_PERCENTILE: {
+    if (!h || h->count == 0) {
+      return JUDGE_ABSENT;
+    }
+    uint64_t v = em_hist_quantile(h, r->u.percentile.q);
+    s->value = val_u(v);
+    return v > r->u.percentile.bound_ns ? JUDGE_VIOLATED : JUDGE_CLEAN;
+  }
+  case EM_BUDGET_RULE_DEADLINE:
+    if (s->win_spans == 0) {
+      return JUDGE_ABSENT;
+    }
+    return s->win_misses ? JUDGE_VIOLATED : JUDGE_CLEAN;
+  case EM_BUDGET_RULE_MISS_RATIO: {
+    if (s->win_spans == 0) {
+      return JUDGE_ABSENT;
+    }
+    double ratio = (double)s->win_misses / (double)s->win_spans;
+    s->value = val_f(ratio);
+    return ratio > r->u.miss_ratio.max_ratio ? JUDGE_VIOLATED : JUDGE_CLEAN;
+  }
+  case EM_BUDGET_RULE_RATE: {
+    if (!h || w->window_ns == 0) {
+      return JUDGE_ABSENT;
+    }
+    double fps = (double)h->count * NS_PER_S / (double)w->window_ns;
+    s->value = val_f(fps);
+    return fps < r->u.rate.min_fps ? JUDGE_VIOLATED : JUDGE_CLEAN;
+  }
+  case EM_BUDGET_RULE_RSS_CAP:
+    if (w->rss_bytes.type != EM_VALUE_UINT) {
+      return JUDGE_ABSENT;
+    }
+    s->value = w->rss_bytes;
+    return w->rss_bytes.as.u > r->u.rss_cap.cap_bytes ? JUDGE_VIOLATED : JUDGE_CLEAN;
+  case EM_BUDGET_RULE_RSS_SLOPE:
+    return judge_slope(s, w, now_ns);
+  case EM_BUDGET_RULE_PSI:
+  case EM_BUDGET_RULE_GAUGE_MAX:
+    if (!window_figure(w, r->u.gauge.figure, &x)) {
+      return JUDGE_ABSENT;
+    }
+    s->value = val_f(x);
+    return x > r->u.gauge.max ? JUDGE_VIOLATED : JUDGE_CLEAN;
+  default:
+    return JUDGE_ABSENT; /* ALIVE: timer and spans only. */
+  }
+}
+
+/* Folds the window p99 of every rule-named stage into its EWMA; sets its z-score. */
+static void update_anomaly(em_budget_engine_t *b, const em_budget_window_t *w) {
+  for (size_t i = 0; i < b->n_stages; i++) {
+    stage_state_t *st = &b->stages[i];
+    const em_hist_t *h = window_hist(w, st->name);
+    if (!h || h->count == 0) {
+      continue;
+    }
+    double x = (double)em_hist_quantile(h, 0.99);
+    if (!st->seeded) {
+      st->seeded = true;
+      st->mean = x;
+      st->var = 0.0;
+      st->z = 0.0;
+      continue;
+    }
+    double d = x - st->mean;
+    double sd = sqrt_pos(st->var);
+    st->z = sd > 0.0 ? d / sd : 0.0;
+    st->mean += b->alpha * d;
+    st->var = (1.0 - b->alpha) * (st->var + b->alpha * d * d);
+  }
+}
+
+bool em_budget_on_window(em_budget_engine_t *b, const em_budget_window_t *w, uint64_t now_ns,
+                         em_budget_change_t *change) {
+  if (!b || !w) {
+    return false;
+  }
+  outcome_t o = {0};
+  bool window_clean = true;
+  for (size_t i = 0; i < b->n_rules; i++) {
+    rule_state_t *s = &b->rules[i];
+    if (s->rule.kind == EM_BUDGET_RULE_ALIVE) {
+      continue;
+    }
+    judge_t j = judge(s, w, now_ns);
+    s->win_spans = 0;
+    s->win_misses = 0;
+    if (j == JUDGE_VIOLATED) {
+      window_clean = false;
+      s->clean = 0;
+      if (!s->active && ++s->bad >= b->enter) {
+        s->active = true;
+        s->bad = 0;
+        note_enter(&o, s, "violated");
+      }
+    } else if (j == JUDGE_CLEAN) {
+      s->bad = 0;
+      if (s->active && ++s->clean >= b->leave) {
+        s->active = false;
+        s->clean = 0;
+        note_leave(&o, s, "cleared");
+      }
+    }
+  }
+  update_anomaly(b, w);
+  return settle(b, &o, true, window_clean, now_ns, change);
+}
+
+int em_budget_anomaly(const em_budget_engine_t *b, const char *stage, double *z) {
+  if (!b || !z) {
+    return -EINVAL;
+  }
+  size_t ix = find_stage(b, stage);
+  if (ix == NO_STAGE) {
+    return -ENOENT;
+  }
+  *z = b->stages[ix].z;
+  return 0;
+}
+
+int em_budget_describe(const em_budget_engine_t *b, em_budget_t *out, size_t cap) {
+  if (!b || (cap && !out)) {
+    return -EINVAL;
+  }
+  if (cap < b->n_rules) {
+    return -ENOSPC;
+  }
+  for (size_t i = 0; i < b->n_rules; i++) {
+    const rule_state_t *s = &b->rules[i];
+    em_budget_t *u = &out[i];
+    memset(u, 0, sizeof(*u));
+    u->id = s->id;
+    u->rule = em_budget_rule_name(s->rule.kind);
+    u->level = s->rule.level;
+    u->bound = rule_bound(&s->rule);
+    u->stage = s->rule.stage;
+    switch (s->rule.kind) {
+    case EM_BUDGET_RULE_PERCENTILE:
+    case EM_BUDGET_RULE_MISS_RATIO:
+    case EM_BUDGET_RULE_RATE:
+      u->window_ns = b->window_ns;
+      break;
+    case EM_BUDGET_RULE_RSS_SLOPE:
+      u->window_ns = s->rule.u.rss_slope.horizon_ns;
+      break;
+    default:
+      break;
+    }
+  }
+  return (int)b->n_rules;
+}
