@@ -1,0 +1,71 @@
+/*
+ * signals.h - the board-local level signals the inference process reads: the state page
+ * (a 256-byte file in the runtime dir that clients map and read with no system call, written
+ * with the seqlock of proto/WIRE.md) and level push datagrams to the clients that subscribed.
+ *
+ * The page is formatted in "<path>.tmp" and renamed into place, so a client never maps a
+ * half-made page; a clean stop removes it, so clients see "no agent" rather than a stale
+ * level. Subscribers are kept in a fixed table; one whose address no longer answers
+ * (ECONNREFUSED, ENOENT) is dropped, one whose queue is full (EAGAIN) misses that push and is
+ * counted, never waited for.
+ *
+ * Owns: the page's fd and mapping, the page file, the subscriber table. Sends go through a
+ * caller-supplied function (the span socket's), so this module opens no socket.
+ * Single-threaded.
+ */
+#ifndef EDGEMON_AGENT_SIGNALS_H
+#define EDGEMON_AGENT_SIGNALS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include "edgemon/wire.h"
+
+#define EM_SIGNALS_MAX_SUBSCRIBERS 32
+
+/* Sends one datagram to addr without blocking; 0 or a negative errno. */
+typedef int (*em_signals_send_fn)(void *ctx, const struct sockaddr_un *addr, socklen_t len,
+                                  const void *buf, size_t n);
+
+typedef struct em_signals em_signals_t;
+
+/* Counters. */
+typedef struct {
+  uint64_t pushes;    /* Push datagrams delivered to a subscriber's queue. */
+  uint64_t push_full; /* Pushes a full subscriber queue refused (EAGAIN). */
+  uint64_t dropped;   /* Subscribers dropped because their address went away. */
+  uint64_t refused;   /* Subscribe requests refused (table full, unnamed address). */
+} em_signals_stats_t;
+
+/*
+ * Creates the state page at `page_path` holding `initial`, written by `agent_pid`. Returns 0
+ * and *out, or a negative errno (the directory must exist).
+ */
+int em_signals_new(em_signals_t **out, const char *page_path, uint32_t agent_pid,
+                   const em_state_record_t *initial, em_signals_send_fn send, void *send_ctx);
+
+/*
+ * Publishes a change: the page first (readers see it at once), then one push datagram to
+ * every subscriber. Returns 0 or a negative errno / EM_PROTO_* code for a record the page
+ * refuses (nothing is published then).
+ */
+int em_signals_publish(em_signals_t *s, const em_state_record_t *rec);
+
+/*
+ * Adds (subscribe) or removes a subscriber by address. An unnamed address (the client did
+ * not bind) cannot be answered and is refused, as is one past the table. Returns 0, -EINVAL
+ * or -ENOSPC. Subscribing twice is one subscription.
+ */
+int em_signals_subscribe(em_signals_t *s, bool subscribe, const struct sockaddr_un *addr,
+                         socklen_t len);
+
+size_t em_signals_subscribers(const em_signals_t *s);
+const em_signals_stats_t *em_signals_stats(const em_signals_t *s);
+
+/* Unmaps, closes and (when remove_page) deletes the page file. NULL is a no-op. */
+void em_signals_free(em_signals_t *s, bool remove_page);
+
+#endif /* EDGEMON_AGENT_SIGNALS_H */

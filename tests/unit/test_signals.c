@@ -1,0 +1,252 @@
+/*
+ * test_signals.c - the state page and the push subscribers, with real files and real unix
+ * datagram sockets: what a client maps is what was published, every subscriber gets the
+ * push, gone subscribers are dropped, full ones never block the publisher.
+ */
+#define _GNU_SOURCE
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "signals.h"
+
+typedef struct {
+  char dir[64];
+  char page[128];
+  int tx; /* The agent side's sending socket. */
+} fx_t;
+
+static int send_real(void *ctx, const struct sockaddr_un *addr, socklen_t len, const void *buf,
+                     size_t n) {
+  fx_t *fx = ctx;
+  ssize_t w =
+      sendto(fx->tx, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL, (const struct sockaddr *)addr, len);
+  return w < 0 ? -errno : 0;
+}
+
+static int setup(void **state) {
+  fx_t *fx = calloc(1, sizeof(*fx));
+  assert_non_null(fx);
+  snprintf(fx->dir, sizeof(fx->dir), "/tmp/em-signals-XXXXXX");
+  assert_non_null(mkdtemp(fx->dir));
+  snprintf(fx->page, sizeof(fx->page), "%s/state", fx->dir);
+  fx->tx = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  assert_true(fx->tx >= 0);
+  *state = fx;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fx_t *fx = *state;
+  close(fx->tx);
+  char cmd[128];
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", fx->dir);
+  assert_int_equal(system(cmd), 0);
+  free(fx);
+  return 0;
+}
+
+static em_state_record_t record(em_level_t level, em_level_t prev, uint32_t changes) {
+  em_state_record_t r = {.level = level,
+                         .prev_level = prev,
+                         .changes = changes,
+                         .since_mono_ns = 1000u * changes,
+                         .since_wall_ns = 2000u * changes,
+                         .value = 52.5,
+                         .bound = 40.0};
+  snprintf(r.rule, sizeof(r.rule), "infer.p99");
+  snprintf(r.stage, sizeof(r.stage), "infer");
+  snprintf(r.reason, sizeof(r.reason), "infer p99 52.5 ms > 40 ms");
+  return r;
+}
+
+/* Maps the page file as a client does and reads it with the seqlock. */
+static int client_read(const char *path, em_state_record_t *out, uint32_t *seq) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return -errno;
+  }
+  void *m = mmap(NULL, EM_STATE_PAGE_BYTES, PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  assert_true(m != MAP_FAILED);
+  int rc = em_state_page_read(m, out, seq);
+  munmap(m, EM_STATE_PAGE_BYTES);
+  return rc;
+}
+
+/* A client socket bound to <dir>/<name>, as a subscriber would be. */
+static int client_socket(fx_t *fx, const char *name, struct sockaddr_un *addr, socklen_t *len) {
+  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  assert_true(fd >= 0);
+  memset(addr, 0, sizeof(*addr));
+  addr->sun_family = AF_UNIX;
+  snprintf(addr->sun_path, sizeof(addr->sun_path), "%s/%s", fx->dir, name);
+  *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + strlen(addr->sun_path) + 1);
+  assert_int_equal(bind(fd, (struct sockaddr *)addr, *len), 0);
+  return fd;
+}
+
+static void page_is_created_whole_with_the_initial_record(void **state) {
+  fx_t *fx = *state;
+  em_signals_t *s = NULL;
+  em_state_record_t init = record(EM_LEVEL_NOMINAL, EM_LEVEL_NOMINAL, 0);
+  assert_int_equal(em_signals_new(&s, fx->page, 4242, &init, send_real, fx), 0);
+  struct stat st;
+  assert_int_equal(stat(fx->page, &st), 0);
+  assert_int_equal(st.st_size, EM_STATE_PAGE_BYTES);
+  assert_int_equal(st.st_mode & 0777, 0644);
+  char tmp[160];
+  snprintf(tmp, sizeof(tmp), "%s.tmp", fx->page);
+  assert_int_equal(access(tmp, F_OK), -1);
+  em_state_record_t got;
+  uint32_t seq = 1;
+  assert_int_equal(client_read(fx->page, &got, &seq), 0);
+  assert_int_equal(seq, 0);
+  assert_int_equal(got.level, EM_LEVEL_NOMINAL);
+  assert_string_equal(got.rule, "infer.p99");
+  em_signals_free(s, true);
+  assert_int_equal(access(fx->page, F_OK), -1);
+}
+
+static void publish_updates_the_page_and_pushes_to_every_subscriber(void **state) {
+  fx_t *fx = *state;
+  em_signals_t *s = NULL;
+  em_state_record_t init = record(EM_LEVEL_NOMINAL, EM_LEVEL_NOMINAL, 0);
+  assert_int_equal(em_signals_new(&s, fx->page, 4242, &init, send_real, fx), 0);
+  struct sockaddr_un a1, a2;
+  socklen_t l1, l2;
+  int c1 = client_socket(fx, "c1", &a1, &l1), c2 = client_socket(fx, "c2", &a2, &l2);
+  assert_int_equal(em_signals_subscribe(s, true, &a1, l1), 0);
+  assert_int_equal(em_signals_subscribe(s, true, &a2, l2), 0);
+  assert_int_equal(em_signals_subscribe(s, true, &a2, l2), 0); /* once only */
+  assert_int_equal(em_signals_subscribers(s), 2);
+
+  em_state_record_t deg = record(EM_LEVEL_DEGRADED, EM_LEVEL_NOMINAL, 1);
+  assert_int_equal(em_signals_publish(s, &deg), 0);
+  em_state_record_t got;
+  uint32_t seq = 0;
+  assert_int_equal(client_read(fx->page, &got, &seq), 0);
+  assert_int_equal(seq, 2);
+  assert_int_equal(got.level, EM_LEVEL_DEGRADED);
+  assert_int_equal(got.changes, 1);
+  for (int i = 0; i < 2; i++) {
+    uint8_t buf[512];
+    ssize_t n = recv(i ? c2 : c1, buf, sizeof(buf), MSG_DONTWAIT);
+    assert_int_equal(n, EM_PUSH_DGRAM_BYTES);
+    em_state_record_t push;
+    uint32_t pid = 0;
+    assert_int_equal(em_push_unpack(buf, (size_t)n, &push, &pid), 0);
+    assert_int_equal(pid, 4242);
+    assert_int_equal(push.level, EM_LEVEL_DEGRADED);
+    assert_int_equal(push.prev_level, EM_LEVEL_NOMINAL);
+    assert_true(fabs(push.value - 52.5) < 1e-9);
+    assert_string_equal(push.reason, deg.reason);
+  }
+  assert_int_equal(em_signals_stats(s)->pushes, 2);
+  assert_int_equal(em_signals_subscribe(s, false, &a1, l1), 0);
+  assert_int_equal(em_signals_subscribers(s), 1);
+  close(c1);
+  close(c2);
+  em_signals_free(s, true);
+}
+
+static void gone_subscribers_are_dropped_and_full_ones_never_block(void **state) {
+  fx_t *fx = *state;
+  em_signals_t *s = NULL;
+  em_state_record_t init = record(EM_LEVEL_NOMINAL, EM_LEVEL_NOMINAL, 0);
+  assert_int_equal(em_signals_new(&s, fx->page, 1, &init, send_real, fx), 0);
+  struct sockaddr_un gone, full;
+  socklen_t lg, lf;
+  int cg = client_socket(fx, "gone", &gone, &lg), cf = client_socket(fx, "full", &full, &lf);
+  assert_int_equal(em_signals_subscribe(s, true, &gone, lg), 0);
+  assert_int_equal(em_signals_subscribe(s, true, &full, lf), 0);
+  close(cg);
+  unlink(gone.sun_path);                /* The client exited. */
+  for (uint32_t i = 1; i <= 200; i++) { /* The full one never reads. */
+    em_state_record_t r = record(i % 2 ? EM_LEVEL_WARN : EM_LEVEL_NOMINAL,
+                                 i % 2 ? EM_LEVEL_NOMINAL : EM_LEVEL_WARN, i);
+    assert_int_equal(em_signals_publish(s, &r), 0);
+  }
+  const em_signals_stats_t *st = em_signals_stats(s);
+  assert_int_equal(st->dropped, 1);
+  assert_int_equal(em_signals_subscribers(s), 1);
+  assert_true(st->push_full > 0);
+  assert_int_equal(st->pushes + st->push_full, 200);
+  close(cf);
+  em_signals_free(s, true);
+}
+
+static void unnamed_or_excess_subscribers_are_refused(void **state) {
+  fx_t *fx = *state;
+  em_signals_t *s = NULL;
+  em_state_record_t init = record(EM_LEVEL_NOMINAL, EM_LEVEL_NOMINAL, 0);
+  assert_int_equal(em_signals_new(&s, fx->page, 1, &init, send_real, fx), 0);
+  struct sockaddr_un unnamed = {.sun_family = AF_UNIX};
+  assert_int_equal(em_signals_subscribe(s, true, &unnamed, sizeof(sa_family_t)), -EINVAL);
+  for (int i = 0; i < EM_SIGNALS_MAX_SUBSCRIBERS + 1; i++) {
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    int n = snprintf(a.sun_path, sizeof(a.sun_path), "%s/s%d", fx->dir, i);
+    socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)n + 1);
+    assert_int_equal(em_signals_subscribe(s, true, &a, len),
+                     i < EM_SIGNALS_MAX_SUBSCRIBERS ? 0 : -ENOSPC);
+  }
+  assert_int_equal(em_signals_stats(s)->refused, 2);
+  em_signals_free(s, true);
+}
+
+static void a_bad_record_publishes_nothing(void **state) {
+  fx_t *fx = *state;
+  em_signals_t *s = NULL;
+  em_state_record_t init = record(EM_LEVEL_WARN, EM_LEVEL_NOMINAL, 3);
+  assert_int_equal(em_signals_new(&s, fx->page, 1, &init, send_real, fx), 0);
+  em_state_record_t bad = record((em_level_t)7, EM_LEVEL_NOMINAL, 4);
+  assert_true(em_signals_publish(s, &bad) < 0);
+  em_state_record_t got;
+  uint32_t seq = 9;
+  assert_int_equal(client_read(fx->page, &got, &seq), 0);
+  assert_int_equal(seq, 0);
+  assert_int_equal(got.level, EM_LEVEL_WARN);
+  assert_int_equal(got.changes, 3);
+  em_signals_free(s, false);
+  assert_int_equal(access(fx->page, F_OK), 0); /* kept when not asked to remove */
+}
+
+static void a_missing_directory_is_an_error(void **state) {
+  fx_t *fx = *state;
+  char path[160];
+  snprintf(path, sizeof(path), "%s/missing/state", fx->dir);
+  em_signals_t *s = NULL;
+  em_state_record_t init = record(EM_LEVEL_NOMINAL, EM_LEVEL_NOMINAL, 0);
+  assert_int_equal(em_signals_new(&s, path, 1, &init, send_real, fx), -ENOENT);
+  assert_null(s);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(page_is_created_whole_with_the_initial_record, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(publish_updates_the_page_and_pushes_to_every_subscriber,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(gone_subscribers_are_dropped_and_full_ones_never_block, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(unnamed_or_excess_subscribers_are_refused, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_bad_record_publishes_nothing, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_missing_directory_is_an_error, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
