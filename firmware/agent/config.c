@@ -37,11 +37,13 @@
 
 #include <errno.h>
 #include <grp.h>
+#include <math.h>
 #include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <ini.h>
@@ -69,11 +71,15 @@ typedef enum {
   SEC_MQTT,
   SEC_PMU,
   SEC_SPANS,
-  SEC_INVALID, /* After an unknown or malformed header: its keys are skipped. */
+  SEC_DEGRADE,
+  SEC_BUDGET_STAGE,   /* [budget.<stage>]: load_t.budget is the stage. */
+  SEC_BUDGET_PROCESS, /* [budget.process]: load_t.budget is load_t.process. */
+  SEC_INVALID,        /* After an unknown or malformed header: its keys are skipped. */
 } section_t;
 
-static const char *const section_names[] = {"", "agent", "target", "mqtt", "pmu", "spans"};
-#define N_SECTIONS 6 /* Entries of section_names, SEC_NONE included. */
+static const char *const section_names[] = {
+    "", "agent", "target", "mqtt", "pmu", "spans", "degrade", "budget.<stage>", "budget.process"};
+#define N_PLAIN_SECTIONS 7 /* Entries of section_names up to [degrade], SEC_NONE included. */
 
 typedef enum {
   K_DEVICE_ID,
@@ -103,8 +109,53 @@ typedef enum {
   K_ALLOW_UIDS,
   K_ALLOW_GIDS,
   K_MAX_STAGES,
+  K_ENTER_WINDOWS,
+  K_LEAVE_WINDOWS,
+  K_DEGRADE_WINDOW,
+  K_HOOK,
+  K_HOOK_TIMEOUT,
+  /* Budget keys, from K_BUDGET_FIRST on: stored per section in budget_sec_t. */
+  K_P50,
+  K_P90,
+  K_P99,
+  K_P999,
+  K_DEADLINE,
+  K_MISS_RATIO,
+  K_MISS_OVER,
+  K_STALL,
+  K_MIN_RATE,
+  K_STAGE_LEVEL,
+  K_P50_LEVEL,
+  K_P90_LEVEL,
+  K_P99_LEVEL,
+  K_P999_LEVEL,
+  K_DEADLINE_LEVEL,
+  K_MISS_RATIO_LEVEL,
+  K_STALL_LEVEL,
+  K_MIN_RATE_LEVEL,
+  K_RSS_CAP,
+  K_RSS_SLOPE,
+  K_RSS_SLOPE_HORIZON,
+  K_PSI_CPU_SOME,
+  K_PSI_MEMORY_SOME,
+  K_PSI_MEMORY_FULL,
+  K_PSI_IO_SOME,
+  K_PSI_IO_FULL,
+  K_PROCESS_LEVEL,
+  K_RSS_CAP_LEVEL,
+  K_RSS_SLOPE_LEVEL,
+  K_PSI_CPU_SOME_LEVEL,
+  K_PSI_MEMORY_SOME_LEVEL,
+  K_PSI_MEMORY_FULL_LEVEL,
+  K_PSI_IO_SOME_LEVEL,
+  K_PSI_IO_FULL_LEVEL,
   K_COUNT,
 } key_id_t;
+
+#define K_BUDGET_FIRST    K_P50
+#define N_BUDGET_KEYS     (K_COUNT - K_BUDGET_FIRST)
+#define MAX_BUDGET_STAGES EM_CONFIG_MAX_RULES         /* Each [budget.<stage>] needs a rule. */
+#define MAX_PENDING_RULES (MAX_BUDGET_STAGES * 9 + 8) /* Every rule key of every section. */
 
 typedef struct load load_t;
 typedef struct key_def key_def_t;
@@ -117,10 +168,23 @@ struct key_def {
   section_t section;
   const char *name;
   key_setter_fn set;
-  uint64_t min_ns;     /* Durations: the accepted range. */
-  uint64_t max_ns;     /* 0 for keys that are not durations. */
+  uint64_t min_ns;     /* Durations: the accepted range; enter/leave_windows: as counts. */
+  uint64_t max_ns;     /* 0 for keys that have no range here. */
   const char *example; /* A valid value, quoted in messages. */
 };
+
+/* The budget keys of one [budget.<stage>] (merged over repeated headers) or [budget.process]. */
+typedef struct {
+  char name[EM_CONFIG_MAX_STAGE]; /* The stage; "process" for [budget.process]. */
+  int header_line;                /* Its first header; 0 = never given. */
+  int line[N_BUDGET_KEYS];        /* Line each key was given on; 0 = not given. */
+  bool ok[N_BUDGET_KEYS];         /* The key's value was valid and is in val. */
+  union {
+    uint64_t u; /* Durations (ns), sizes (bytes). */
+    double d;   /* Ratios, rates, slopes, percentages. */
+    em_level_t level;
+  } val[N_BUDGET_KEYS];
+} budget_sec_t;
 
 /* State of one em_config_load() call. */
 struct load {
@@ -138,6 +202,11 @@ struct load {
   int key_line[K_COUNT];   /* Line each key was first given on; 0 = not given. */
   bool key_ok[K_COUNT];    /* The key's value was valid and is stored in cfg. */
   const key_def_t *target; /* The [target] key given first; NULL = none yet. */
+  char label[48];          /* The current section's name in messages: "budget.infer". */
+  budget_sec_t *budget;    /* The current budget section, or NULL. */
+  budget_sec_t process;    /* [budget.process] */
+  budget_sec_t stages[MAX_BUDGET_STAGES];
+  size_t n_stages;
   char buf[LINE_MAX_CHARS + 1];
 };
 
@@ -486,7 +555,19 @@ int em_config_parse_broker(const char *url, char *host, size_t host_cap, uint16_
 
 /* Marks key k as stored. */
 static void accept_key(load_t *ld, const key_def_t *k) {
-  ld->key_ok[k->id] = true;
+  if (k->id >= K_BUDGET_FIRST) {
+    ld->budget->ok[k->id - K_BUDGET_FIRST] = true;
+  } else {
+    ld->key_ok[k->id] = true;
+  }
+}
+
+/* Where the line of key k is kept: per section for budget keys, per file for the others. */
+static int *key_line_slot(load_t *ld, const key_def_t *k) {
+  if (k->id >= K_BUDGET_FIRST) {
+    return &ld->budget->line[k->id - K_BUDGET_FIRST];
+  }
+  return &ld->key_line[k->id];
 }
 
 /* Reports a value that em_config_parse_duration() rejected, saying why. */
@@ -555,6 +636,12 @@ static void set_duration(load_t *ld, const key_def_t *k, const char *value) {
     break;
   case K_RECONNECT_MAX:
     cfg->reconnect_max_ns = ns;
+    break;
+  case K_DEGRADE_WINDOW:
+    cfg->window_ns = ns;
+    break;
+  case K_HOOK_TIMEOUT:
+    cfg->hook_timeout_ns = ns;
     break;
   default:
     return;
@@ -1021,6 +1108,160 @@ static void set_events(load_t *ld, const key_def_t *k, const char *value) {
   accept_key(ld, k);
 }
 
+/* ---- [degrade] and [budget.*] setters --------------------------------------------------- */
+
+/* [degrade] enter_windows, leave_windows: a whole number in the key's range (min_ns..max_ns). */
+static void set_window_count(load_t *ld, const key_def_t *k, const char *value) {
+  uint64_t n = 0;
+  if (!parse_u64(value, &n) || n < k->min_ns || n > k->max_ns) {
+    char q[QUOTE_MAX + 4];
+    report(ld, ld->line, "%s '%s' must be a whole number from %llu to %llu", k->name,
+           quote(q, sizeof(q), value), (unsigned long long)k->min_ns,
+           (unsigned long long)k->max_ns);
+    return;
+  }
+  if (k->id == K_ENTER_WINDOWS) {
+    ld->cfg->enter_windows = (uint32_t)n;
+  } else {
+    ld->cfg->leave_windows = (uint32_t)n;
+  }
+  accept_key(ld, k);
+}
+
+/* [degrade] hook: the absolute path of the command run on every change of level. */
+static void set_hook(load_t *ld, const key_def_t *k, const char *value) {
+  if (!check_path(ld, k, value)) {
+    return;
+  }
+  copy_str(ld->cfg->hook, sizeof(ld->cfg->hook), value);
+  accept_key(ld, k);
+}
+
+/* Parses a decimal number ("15", "0.05", "1e3"): starts with a digit, finite, nothing after. */
+static bool parse_number(const char *text, double *out) {
+  if (!is_digit(text[0])) {
+    return false;
+  }
+  char *end = NULL;
+  errno = 0;
+  double d = strtod(text, &end);
+  if (end == text || *end != '\0' || errno != 0 || !isfinite(d)) {
+    return false;
+  }
+  *out = d;
+  return true;
+}
+
+/* Budget durations (p99, deadline, miss_over, stall, rss_slope_horizon), in the key's range. */
+static void set_budget_duration(load_t *ld, const key_def_t *k, const char *value) {
+  uint64_t ns = 0;
+  if (!parse_duration_in_range(ld, k, value, &ns)) {
+    return;
+  }
+  ld->budget->val[k->id - K_BUDGET_FIRST].u = ns;
+  accept_key(ld, k);
+}
+
+/* level and <rule>_level: WARN, DEGRADED or CRITICAL, in any case. */
+static void set_budget_level(load_t *ld, const key_def_t *k, const char *value) {
+  static const struct {
+    const char *name;
+    em_level_t level;
+  } levels[] = {
+      {"WARN", EM_LEVEL_WARN}, {"DEGRADED", EM_LEVEL_DEGRADED}, {"CRITICAL", EM_LEVEL_CRITICAL}};
+  char q[QUOTE_MAX + 4];
+  quote(q, sizeof(q), value);
+  for (size_t i = 0; i < sizeof(levels) / sizeof(levels[0]); i++) {
+    if (strcasecmp(value, levels[i].name) == 0) {
+      ld->budget->val[k->id - K_BUDGET_FIRST].level = levels[i].level;
+      accept_key(ld, k);
+      return;
+    }
+  }
+  if (strcasecmp(value, "NOMINAL") == 0) {
+    report(ld, ld->line, "%s '%s' is not allowed: a rule raises WARN, DEGRADED or CRITICAL",
+           k->name, q);
+    return;
+  }
+  report(ld, ld->line, "%s '%s' must be WARN, DEGRADED or CRITICAL", k->name, q);
+}
+
+/*
+ * Budget numbers: miss_ratio (0 < r < 1), min_rate and rss_slope (> 0, at most 1e6), the
+ * psi_* keys (percent, 0 < p <= 100).
+ */
+static void set_budget_number(load_t *ld, const key_def_t *k, const char *value) {
+  double d = 0;
+  bool ok = parse_number(value, &d);
+  const char *want = NULL;
+  switch (k->id) {
+  case K_MISS_RATIO:
+    ok = ok && d > 0.0 && d < 1.0;
+    want = "a number above 0 and below 1";
+    break;
+  case K_MIN_RATE:
+  case K_RSS_SLOPE:
+    ok = ok && d > 0.0 && d <= 1e6;
+    want = "a number above 0 and at most 1000000";
+    break;
+  default: /* psi_* */
+    ok = ok && d > 0.0 && d <= 100.0;
+    want = "a percentage above 0 and at most 100";
+    break;
+  }
+  if (!ok) {
+    char q[QUOTE_MAX + 4];
+    report(ld, ld->line, "%s '%s' must be %s, e.g. %s", k->name, quote(q, sizeof(q), value), want,
+           k->example);
+    return;
+  }
+  ld->budget->val[k->id - K_BUDGET_FIRST].d = d;
+  accept_key(ld, k);
+}
+
+/* rss_cap: a whole number and a unit (B, KiB, MiB, GiB), 1MiB..1024GiB. */
+static void set_budget_size(load_t *ld, const key_def_t *k, const char *value) {
+  static const struct {
+    const char *unit;
+    uint64_t bytes;
+  } units[] = {{"B", 1}, {"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30}};
+  char q[QUOTE_MAX + 4];
+  quote(q, sizeof(q), value);
+  const char *p = value;
+  uint64_t n = 0;
+  bool overflow = false;
+  for (; is_digit(*p); p++) {
+    uint64_t d = (uint64_t)(*p - '0');
+    if (n > (UINT64_MAX - d) / 10) {
+      overflow = true;
+    } else {
+      n = n * 10 + d;
+    }
+  }
+  if (p == value || *p == '.') {
+    report(ld, ld->line, "%s '%s' is not a size; use a whole number and a unit, e.g. %s", k->name,
+           q, k->example);
+    return;
+  }
+  if (*p == '\0') {
+    report(ld, ld->line, "%s needs a unit (B, KiB, MiB or GiB), e.g. %s", k->name, k->example);
+    return;
+  }
+  for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+    if (strcmp(p, units[i].unit) != 0) {
+      continue;
+    }
+    if (overflow || n > (1ull << 40) / units[i].bytes || n * units[i].bytes < (1ull << 20)) {
+      report(ld, ld->line, "%s '%s' is out of range 1MiB..1024GiB", k->name, q);
+      return;
+    }
+    ld->budget->val[k->id - K_BUDGET_FIRST].u = n * units[i].bytes;
+    accept_key(ld, k);
+    return;
+  }
+  report(ld, ld->line, "%s '%s' has an unknown unit; use B, KiB, MiB or GiB", k->name, q);
+}
+
 /* Every key, by section. Index = key_id_t. */
 static const key_def_t keys[K_COUNT] = {
     {K_DEVICE_ID, SEC_AGENT, "device_id", set_device_id, 0, 0, "jetson-07"},
@@ -1050,6 +1291,53 @@ static const key_def_t keys[K_COUNT] = {
     {K_ALLOW_UIDS, SEC_SPANS, "allow_uids", set_allow_ids, 0, 0, "0, robot"},
     {K_ALLOW_GIDS, SEC_SPANS, "allow_gids", set_allow_ids, 0, 0, "video"},
     {K_MAX_STAGES, SEC_SPANS, "max_stages", set_max_stages, 0, 0, "32"},
+    {K_ENTER_WINDOWS, SEC_DEGRADE, "enter_windows", set_window_count, 1, 100, "3"},
+    {K_LEAVE_WINDOWS, SEC_DEGRADE, "leave_windows", set_window_count, 1, 1000, "5"},
+    {K_DEGRADE_WINDOW, SEC_DEGRADE, "window", set_duration, NS_PER_MS, NS_PER_H, "1s"},
+    {K_HOOK, SEC_DEGRADE, "hook", set_hook, 0, 0, "/usr/local/bin/on-level"},
+    {K_HOOK_TIMEOUT, SEC_DEGRADE, "hook_timeout", set_duration, 100 * NS_PER_MS, 10 * NS_PER_MIN,
+     "5s"},
+#define STAGE_DURATION(id, name, example)                                                          \
+  { id, SEC_BUDGET_STAGE, name, set_budget_duration, NS_PER_US, NS_PER_H, example }
+#define BUDGET_LEVEL(id, sec, name)                                                                \
+  { id, sec, name, set_budget_level, 0, 0, "DEGRADED" }
+    STAGE_DURATION(K_P50, "p50", "20ms"),
+    STAGE_DURATION(K_P90, "p90", "30ms"),
+    STAGE_DURATION(K_P99, "p99", "40ms"),
+    STAGE_DURATION(K_P999, "p999", "60ms"),
+    STAGE_DURATION(K_DEADLINE, "deadline", "100ms"),
+    {K_MISS_RATIO, SEC_BUDGET_STAGE, "miss_ratio", set_budget_number, 0, 0, "0.05"},
+    STAGE_DURATION(K_MISS_OVER, "miss_over", "40ms"),
+    {K_STALL, SEC_BUDGET_STAGE, "stall", set_budget_duration, NS_PER_MS, NS_PER_H, "500ms"},
+    {K_MIN_RATE, SEC_BUDGET_STAGE, "min_rate", set_budget_number, 0, 0, "15"},
+    BUDGET_LEVEL(K_STAGE_LEVEL, SEC_BUDGET_STAGE, "level"),
+    BUDGET_LEVEL(K_P50_LEVEL, SEC_BUDGET_STAGE, "p50_level"),
+    BUDGET_LEVEL(K_P90_LEVEL, SEC_BUDGET_STAGE, "p90_level"),
+    BUDGET_LEVEL(K_P99_LEVEL, SEC_BUDGET_STAGE, "p99_level"),
+    BUDGET_LEVEL(K_P999_LEVEL, SEC_BUDGET_STAGE, "p999_level"),
+    BUDGET_LEVEL(K_DEADLINE_LEVEL, SEC_BUDGET_STAGE, "deadline_level"),
+    BUDGET_LEVEL(K_MISS_RATIO_LEVEL, SEC_BUDGET_STAGE, "miss_ratio_level"),
+    BUDGET_LEVEL(K_STALL_LEVEL, SEC_BUDGET_STAGE, "stall_level"),
+    BUDGET_LEVEL(K_MIN_RATE_LEVEL, SEC_BUDGET_STAGE, "min_rate_level"),
+    {K_RSS_CAP, SEC_BUDGET_PROCESS, "rss_cap", set_budget_size, 0, 0, "2GiB"},
+    {K_RSS_SLOPE, SEC_BUDGET_PROCESS, "rss_slope", set_budget_number, 0, 0, "50"},
+    {K_RSS_SLOPE_HORIZON, SEC_BUDGET_PROCESS, "rss_slope_horizon", set_budget_duration, NS_PER_MIN,
+     24 * NS_PER_H, "30m"},
+    {K_PSI_CPU_SOME, SEC_BUDGET_PROCESS, "psi_cpu_some", set_budget_number, 0, 0, "40"},
+    {K_PSI_MEMORY_SOME, SEC_BUDGET_PROCESS, "psi_memory_some", set_budget_number, 0, 0, "20"},
+    {K_PSI_MEMORY_FULL, SEC_BUDGET_PROCESS, "psi_memory_full", set_budget_number, 0, 0, "5"},
+    {K_PSI_IO_SOME, SEC_BUDGET_PROCESS, "psi_io_some", set_budget_number, 0, 0, "40"},
+    {K_PSI_IO_FULL, SEC_BUDGET_PROCESS, "psi_io_full", set_budget_number, 0, 0, "10"},
+    BUDGET_LEVEL(K_PROCESS_LEVEL, SEC_BUDGET_PROCESS, "level"),
+    BUDGET_LEVEL(K_RSS_CAP_LEVEL, SEC_BUDGET_PROCESS, "rss_cap_level"),
+    BUDGET_LEVEL(K_RSS_SLOPE_LEVEL, SEC_BUDGET_PROCESS, "rss_slope_level"),
+    BUDGET_LEVEL(K_PSI_CPU_SOME_LEVEL, SEC_BUDGET_PROCESS, "psi_cpu_some_level"),
+    BUDGET_LEVEL(K_PSI_MEMORY_SOME_LEVEL, SEC_BUDGET_PROCESS, "psi_memory_some_level"),
+    BUDGET_LEVEL(K_PSI_MEMORY_FULL_LEVEL, SEC_BUDGET_PROCESS, "psi_memory_full_level"),
+    BUDGET_LEVEL(K_PSI_IO_SOME_LEVEL, SEC_BUDGET_PROCESS, "psi_io_some_level"),
+    BUDGET_LEVEL(K_PSI_IO_FULL_LEVEL, SEC_BUDGET_PROCESS, "psi_io_full_level"),
+#undef STAGE_DURATION
+#undef BUDGET_LEVEL
 };
 
 /* ---- defaults ---------------------------------------------------------------------------- */
@@ -1119,6 +1407,12 @@ void em_config_defaults(em_config_t *cfg) {
     copy_str(cfg->events[i], sizeof(cfg->events[i]), default_events[i]);
   }
   cfg->n_events = N_DEFAULT_EVENTS;
+
+  cfg->n_rules = 0;
+  cfg->enter_windows = 3;
+  cfg->leave_windows = 5;
+  cfg->window_ns = NS_PER_S;
+  cfg->hook_timeout_ns = 5 * NS_PER_S;
 }
 
 /* ---- the file: reader, handler, whole-file checks ---------------------------------------- */
@@ -1147,7 +1441,7 @@ static const key_def_t *find_key_anywhere(const char *name) {
 static void report_unknown_key(load_t *ld, const char *name) {
   char q[QUOTE_MAX + 4];
   quote(q, sizeof(q), name);
-  const char *sec = section_names[ld->section];
+  const char *sec = ld->label;
   const key_def_t *other = find_key_anywhere(name);
   if (other != NULL) {
     report(ld, ld->line, "unknown key '%s' in [%s]; it belongs in [%s]", q, sec,
@@ -1194,12 +1488,13 @@ static void handle_pair(load_t *ld, const char *name, const char *value) {
     report_unknown_key(ld, name);
     return;
   }
-  if (ld->key_line[k->id] != 0) {
-    report(ld, ld->line, "duplicate key '%s' in [%s] (first on line %d)", k->name,
-           section_names[k->section], ld->key_line[k->id]);
+  int *first = key_line_slot(ld, k);
+  if (*first != 0) {
+    report(ld, ld->line, "duplicate key '%s' in [%s] (first on line %d)", k->name, ld->label,
+           *first);
     return;
   }
-  ld->key_line[k->id] = ld->line;
+  *first = ld->line;
   if (value[0] == '\0') {
     report(ld, ld->line, "%s has an empty value; e.g. %s = %s", k->name, k->name, k->example);
     return;
@@ -1241,10 +1536,68 @@ static bool split_pair(char *text, char **name, char **value) {
   return true;
 }
 
+/*
+ * Handles [budget], [budget.process] and [budget.<stage>] (name is what is inside the
+ * brackets): sets ld->section and ld->budget, or reports and leaves SEC_INVALID.
+ */
+static void handle_budget_section(load_t *ld, const char *name) {
+  char q[QUOTE_MAX + 4];
+  const char *stage = name[6] == '.' ? name + 7 : "";
+  if (strcmp(stage, "process") == 0) {
+    ld->section = SEC_BUDGET_PROCESS;
+    ld->budget = &ld->process;
+  } else {
+    size_t len = strlen(stage);
+    if (len == 0) {
+      report(ld, ld->line,
+             "section [%s] names no stage; use [budget.<stage>], e.g. [budget.infer], or "
+             "[budget.process]",
+             quote(q, sizeof(q), name));
+      return;
+    }
+    if (len >= EM_CONFIG_MAX_STAGE) {
+      report(ld, ld->line, "stage name '%s' is longer than %d characters",
+             quote(q, sizeof(q), stage), EM_CONFIG_MAX_STAGE - 1);
+      return;
+    }
+    for (const char *p = stage; *p != '\0'; p++) {
+      if (!is_id_char(*p)) {
+        report(ld, ld->line, "stage name '%s' may use only letters, digits and _ . : -",
+               quote(q, sizeof(q), stage));
+        return;
+      }
+    }
+    budget_sec_t *b = NULL;
+    for (size_t i = 0; i < ld->n_stages && b == NULL; i++) {
+      if (strcmp(ld->stages[i].name, stage) == 0) {
+        b = &ld->stages[i];
+      }
+    }
+    if (b == NULL) {
+      if (ld->n_stages == MAX_BUDGET_STAGES) {
+        report(ld, ld->line, "more than %d [budget.<stage>] sections", MAX_BUDGET_STAGES);
+        return;
+      }
+      b = &ld->stages[ld->n_stages++];
+      copy_str(b->name, sizeof(b->name), stage);
+    }
+    ld->section = SEC_BUDGET_STAGE;
+    ld->budget = b;
+  }
+  if (ld->budget->header_line == 0) {
+    ld->budget->header_line = ld->line;
+    if (ld->section == SEC_BUDGET_PROCESS) {
+      copy_str(ld->budget->name, sizeof(ld->budget->name), "process");
+    }
+  }
+  snprintf(ld->label, sizeof(ld->label), "budget.%s", ld->budget->name);
+}
+
 /* Handles a section header line: sets ld->section, or reports and sets SEC_INVALID. */
 static void handle_section(load_t *ld, char *text) {
   char q[QUOTE_MAX + 4];
   ld->section = SEC_INVALID;
+  ld->budget = NULL;
   char *close = find_chars_or_comment(text + 1, "]");
   if (*close != ']') {
     report(ld, ld->line, "section header '%s' has no closing ']'", quote(q, sizeof(q), text));
@@ -1257,24 +1610,45 @@ static void handle_section(load_t *ld, char *text) {
     report(ld, ld->line, "unexpected text after [%s]", quote(q, sizeof(q), name));
     return;
   }
-  for (int s = SEC_AGENT; s < N_SECTIONS; s++) {
+  for (int s = SEC_AGENT; s < N_PLAIN_SECTIONS; s++) {
     if (strcmp(name, section_names[s]) == 0) {
       ld->section = (section_t)s;
+      snprintf(ld->label, sizeof(ld->label), "%s", section_names[s]);
       return;
     }
   }
+  if (strncmp(name, "budget", 6) == 0 && (name[6] == '\0' || name[6] == '.')) {
+    handle_budget_section(ld, name);
+    return;
+  }
   size_t best = SIZE_MAX;
   const char *hint = NULL;
-  for (int s = SEC_AGENT; s < N_SECTIONS; s++) {
+  for (int s = SEC_AGENT; s < N_PLAIN_SECTIONS; s++) {
     if (closer(name, section_names[s], &best)) {
       hint = section_names[s];
+    }
+  }
+  /* [budjet.infer]: a misspelt "budget" before the stage. */
+  char budget_hint[64];
+  const char *dot = strchr(name, '.');
+  if (dot != NULL && (size_t)(dot - name) < 16 && strlen(dot) < sizeof(budget_hint) - 6) {
+    char prefix[16];
+    memcpy(prefix, name, (size_t)(dot - name));
+    prefix[dot - name] = '\0';
+    size_t best_budget = SIZE_MAX;
+    if (closer(prefix, "budget", &best_budget)) {
+      snprintf(budget_hint, sizeof(budget_hint), "budget%s", dot);
+      hint = budget_hint;
     }
   }
   quote(q, sizeof(q), name);
   if (hint != NULL) {
     report(ld, ld->line, "unknown section [%s]; did you mean [%s]?", q, hint);
   } else {
-    report(ld, ld->line, "unknown section [%s]; use [agent], [target], [mqtt] or [pmu]", q);
+    report(ld, ld->line,
+           "unknown section [%s]; use [agent], [target], [mqtt], [pmu], [spans], [degrade], "
+           "[budget.<stage>] or [budget.process]",
+           q);
   }
 }
 
@@ -1392,6 +1766,181 @@ static char *read_line(char *str, int num, void *stream) {
   return str;
 }
 
+/* ---- budget rules: built once the whole file is read ----------------------------------- */
+
+/* Each rule key: its per-rule level key, its kind, and what the kind needs. */
+static const struct {
+  key_id_t key;
+  key_id_t level_key;
+  em_config_rule_kind_t kind;
+  double q;           /* PERCENTILE */
+  const char *figure; /* PSI */
+} rule_defs[] = {
+    {K_P50, K_P50_LEVEL, EM_CONFIG_RULE_PERCENTILE, 0.5, NULL},
+    {K_P90, K_P90_LEVEL, EM_CONFIG_RULE_PERCENTILE, 0.9, NULL},
+    {K_P99, K_P99_LEVEL, EM_CONFIG_RULE_PERCENTILE, 0.99, NULL},
+    {K_P999, K_P999_LEVEL, EM_CONFIG_RULE_PERCENTILE, 0.999, NULL},
+    {K_DEADLINE, K_DEADLINE_LEVEL, EM_CONFIG_RULE_DEADLINE, 0, NULL},
+    {K_MISS_RATIO, K_MISS_RATIO_LEVEL, EM_CONFIG_RULE_MISS_RATIO, 0, NULL},
+    {K_STALL, K_STALL_LEVEL, EM_CONFIG_RULE_ALIVE, 0, NULL},
+    {K_MIN_RATE, K_MIN_RATE_LEVEL, EM_CONFIG_RULE_RATE, 0, NULL},
+    {K_RSS_CAP, K_RSS_CAP_LEVEL, EM_CONFIG_RULE_RSS_CAP, 0, NULL},
+    {K_RSS_SLOPE, K_RSS_SLOPE_LEVEL, EM_CONFIG_RULE_RSS_SLOPE, 0, NULL},
+    {K_PSI_CPU_SOME, K_PSI_CPU_SOME_LEVEL, EM_CONFIG_RULE_PSI, 0, "psi.cpu.some.avg10"},
+    {K_PSI_MEMORY_SOME, K_PSI_MEMORY_SOME_LEVEL, EM_CONFIG_RULE_PSI, 0, "psi.memory.some.avg10"},
+    {K_PSI_MEMORY_FULL, K_PSI_MEMORY_FULL_LEVEL, EM_CONFIG_RULE_PSI, 0, "psi.memory.full.avg10"},
+    {K_PSI_IO_SOME, K_PSI_IO_SOME_LEVEL, EM_CONFIG_RULE_PSI, 0, "psi.io.some.avg10"},
+    {K_PSI_IO_FULL, K_PSI_IO_FULL_LEVEL, EM_CONFIG_RULE_PSI, 0, "psi.io.full.avg10"},
+};
+#define N_RULE_DEFS (sizeof(rule_defs) / sizeof(rule_defs[0]))
+
+/* A rule found valid, waiting to be put in file order. */
+typedef struct {
+  int line;
+  const budget_sec_t *sec;
+  size_t def; /* Index in rule_defs. */
+} pending_rule_t;
+
+#define BLINE(sec, key) ((sec)->line[(key)-K_BUDGET_FIRST])
+#define BOK(sec, key)   ((sec)->ok[(key)-K_BUDGET_FIRST])
+#define BVAL(sec, key)  ((sec)->val[(key)-K_BUDGET_FIRST])
+
+/*
+ * Checks one budget section's keys against each other and adds its valid rules to pend.
+ * A rule whose value or level was already reported is left out quietly.
+ */
+static void check_budget_sec(load_t *ld, const budget_sec_t *b, bool process, pending_rule_t *pend,
+                             size_t *n_pend) {
+  section_t sec = process ? SEC_BUDGET_PROCESS : SEC_BUDGET_STAGE;
+  key_id_t sec_level = process ? K_PROCESS_LEVEL : K_STAGE_LEVEL;
+  size_t any = 0;
+  for (size_t i = 0; i < N_RULE_DEFS; i++) {
+    key_id_t key = rule_defs[i].key;
+    key_id_t level_key = rule_defs[i].level_key;
+    if (keys[key].section != sec) {
+      continue;
+    }
+    int at = BLINE(b, key);
+    int level_at = BLINE(b, level_key);
+    if (at == 0) {
+      if (level_at != 0) {
+        report(ld, level_at, "%s is set but %s is not", keys[level_key].name, keys[key].name);
+      }
+      continue;
+    }
+    any++;
+    if (!BOK(b, key)) {
+      continue;
+    }
+    if (level_at == 0 && BLINE(b, sec_level) == 0) {
+      report(ld, at,
+             "%s names no level; add %s_level = DEGRADED, or level = DEGRADED for all of "
+             "[budget.%s]",
+             keys[key].name, keys[key].name, b->name);
+      continue;
+    }
+    if (!BOK(b, level_at != 0 ? level_key : sec_level)) {
+      continue;
+    }
+    if (key == K_MISS_RATIO && BLINE(b, K_MISS_OVER) == 0 && BLINE(b, K_DEADLINE) == 0) {
+      report(ld, at,
+             "miss_ratio needs miss_over, the span length that counts as a miss, e.g. "
+             "miss_over = 40ms");
+      continue;
+    }
+    if (key == K_MISS_RATIO && !BOK(b, BLINE(b, K_MISS_OVER) != 0 ? K_MISS_OVER : K_DEADLINE)) {
+      continue;
+    }
+    pend[*n_pend].line = at;
+    pend[*n_pend].sec = b;
+    pend[*n_pend].def = i;
+    (*n_pend)++;
+  }
+  if (!process && BLINE(b, K_MISS_OVER) != 0 && BLINE(b, K_MISS_RATIO) == 0) {
+    report(ld, BLINE(b, K_MISS_OVER), "miss_over is used only with miss_ratio");
+  }
+  if (process && BLINE(b, K_RSS_SLOPE_HORIZON) != 0 && BLINE(b, K_RSS_SLOPE) == 0) {
+    report(ld, BLINE(b, K_RSS_SLOPE_HORIZON), "rss_slope_horizon is used only with rss_slope");
+  }
+  if (any == 0) {
+    report(ld, b->header_line, "[budget.%s] sets no rule; e.g. %s", b->name,
+           process ? "rss_cap = 2GiB" : "p99 = 40ms");
+  }
+}
+
+/* Fills cfg->rules[i] from a pending rule. */
+static void fill_rule(em_config_rule_t *r, const pending_rule_t *p, bool process) {
+  const budget_sec_t *b = p->sec;
+  key_id_t key = rule_defs[p->def].key;
+  key_id_t level_key = rule_defs[p->def].level_key;
+  memset(r, 0, sizeof(*r));
+  snprintf(r->id, sizeof(r->id), "%s.%s", b->name, keys[key].name);
+  if (!process) {
+    copy_str(r->stage, sizeof(r->stage), b->name);
+  }
+  r->kind = rule_defs[p->def].kind;
+  key_id_t lk = BLINE(b, level_key) != 0 ? level_key : process ? K_PROCESS_LEVEL : K_STAGE_LEVEL;
+  r->level = (int)BVAL(b, lk).level;
+  r->line = p->line;
+  switch (r->kind) {
+  case EM_CONFIG_RULE_PERCENTILE:
+    r->q = rule_defs[p->def].q;
+    r->bound_ns = BVAL(b, key).u;
+    break;
+  case EM_CONFIG_RULE_DEADLINE:
+  case EM_CONFIG_RULE_ALIVE:
+    r->bound_ns = BVAL(b, key).u;
+    break;
+  case EM_CONFIG_RULE_MISS_RATIO:
+    r->max_ratio = BVAL(b, key).d;
+    r->bound_ns = BVAL(b, BLINE(b, K_MISS_OVER) != 0 ? K_MISS_OVER : K_DEADLINE).u;
+    break;
+  case EM_CONFIG_RULE_RATE:
+    r->min_fps = BVAL(b, key).d;
+    break;
+  case EM_CONFIG_RULE_RSS_CAP:
+    r->cap_bytes = BVAL(b, key).u;
+    break;
+  case EM_CONFIG_RULE_RSS_SLOPE:
+    r->max_mib_per_h = BVAL(b, key).d;
+    r->horizon_ns = BOK(b, K_RSS_SLOPE_HORIZON) ? BVAL(b, K_RSS_SLOPE_HORIZON).u : 30 * NS_PER_MIN;
+    break;
+  case EM_CONFIG_RULE_PSI:
+    copy_str(r->figure, sizeof(r->figure), rule_defs[p->def].figure);
+    r->max = BVAL(b, key).d;
+    break;
+  }
+}
+
+/* Builds cfg->rules from every budget section, in file order; at most EM_CONFIG_MAX_RULES. */
+static void finish_budget(load_t *ld) {
+  pending_rule_t pend[MAX_PENDING_RULES];
+  size_t n = 0;
+  if (ld->process.header_line != 0) {
+    check_budget_sec(ld, &ld->process, true, pend, &n);
+  }
+  for (size_t i = 0; i < ld->n_stages; i++) {
+    check_budget_sec(ld, &ld->stages[i], false, pend, &n);
+  }
+  for (size_t i = 1; i < n; i++) { /* Insertion sort by line: a few dozen rules. */
+    pending_rule_t p = pend[i];
+    size_t j = i;
+    for (; j > 0 && pend[j - 1].line > p.line; j--) {
+      pend[j] = pend[j - 1];
+    }
+    pend[j] = p;
+  }
+  if (n > EM_CONFIG_MAX_RULES) {
+    report(ld, pend[EM_CONFIG_MAX_RULES].line, "more than %d budget rules in the file",
+           EM_CONFIG_MAX_RULES);
+    n = EM_CONFIG_MAX_RULES;
+  }
+  for (size_t i = 0; i < n; i++) {
+    fill_rule(&ld->cfg->rules[i], &pend[i], pend[i].sec == &ld->process);
+  }
+  ld->cfg->n_rules = n;
+}
+
 /* Checks between keys, once the whole file is read, and defaults that follow other keys. */
 static void finish(load_t *ld) {
   em_config_t *cfg = ld->cfg;
@@ -1436,6 +1985,15 @@ static void finish(load_t *ld) {
     cfg->system_period_ns = cfg->sample_period_ns;
   }
 
+  /* [degrade] window: at least sample_period; its default moves up to meet sample_period. */
+  if (ok[K_DEGRADE_WINDOW] && sample_usable && cfg->window_ns < cfg->sample_period_ns) {
+    format_duration(a, sizeof(a), cfg->window_ns);
+    format_duration(b, sizeof(b), cfg->sample_period_ns);
+    report(ld, at[K_DEGRADE_WINDOW], "[degrade] window %s is shorter than sample_period %s", a, b);
+  } else if (at[K_DEGRADE_WINDOW] == 0 && cfg->window_ns < cfg->sample_period_ns) {
+    cfg->window_ns = cfg->sample_period_ns;
+  }
+
   /* reconnect_max >= reconnect_min; a default moves to meet a value the file sets. */
   if (ok[K_RECONNECT_MIN] && ok[K_RECONNECT_MAX]) {
     if (cfg->reconnect_max_ns < cfg->reconnect_min_ns) {
@@ -1456,6 +2014,8 @@ static void finish(load_t *ld) {
   if (at[K_CLIENT_ID] == 0) {
     snprintf(cfg->client_id, sizeof(cfg->client_id), "edgemon-%s", cfg->device_id);
   }
+
+  finish_budget(ld);
 }
 
 int em_config_load(const char *path, em_config_t *cfg, em_config_error_fn on_error, void *ctx,

@@ -21,6 +21,10 @@
 #define EM_CONFIG_MAX_EVENTS     16 /* PMU events. */
 #define EM_CONFIG_MAX_EVENT_NAME 48
 #define EM_CONFIG_MAX_IDS        16 /* Entries of allow_uids and allow_gids. */
+#define EM_CONFIG_MAX_RULES      64 /* Budget rules, all [budget.*] sections together. */
+#define EM_CONFIG_MAX_STAGE      32 /* Stage name: 1..31 bytes of [A-Za-z0-9_.:-]. */
+#define EM_CONFIG_MAX_RULE_ID    64 /* Rule id: "<stage>.<key>" or "process.<key>". */
+#define EM_CONFIG_MAX_FIGURE     32 /* Figure a PSI rule reads, e.g. "psi.cpu.some.avg10". */
 
 typedef enum {
   EM_TARGET_NONE = 0, /* Not configured: an error for the agent, fine for --check of parts. */
@@ -30,6 +34,46 @@ typedef enum {
   EM_TARGET_CMDLINE,  /* [target] cmdline: substring of the NUL-joined-by-space cmdline */
   EM_TARGET_CGROUP,   /* [target] cgroup: a cgroup v2 directory */
 } em_target_kind_t;
+
+/*
+ * Kinds of budget rule. The values are those of em_budget_rule_kind_t (budget.h), in the same
+ * order, so the agent can convert with a cast (and a static assert beside it); config.c does
+ * not depend on the budget engine.
+ */
+typedef enum {
+  EM_CONFIG_RULE_PERCENTILE = 0, /* [budget.<stage>] p50, p90, p99, p999 */
+  EM_CONFIG_RULE_DEADLINE,       /* [budget.<stage>] deadline */
+  EM_CONFIG_RULE_MISS_RATIO,     /* [budget.<stage>] miss_ratio (with miss_over) */
+  EM_CONFIG_RULE_ALIVE,          /* [budget.<stage>] stall */
+  EM_CONFIG_RULE_RATE,           /* [budget.<stage>] min_rate */
+  EM_CONFIG_RULE_RSS_CAP,        /* [budget.process] rss_cap */
+  EM_CONFIG_RULE_RSS_SLOPE,      /* [budget.process] rss_slope (with rss_slope_horizon) */
+  EM_CONFIG_RULE_PSI,            /* [budget.process] psi_cpu_some, psi_memory_some, ... */
+} em_config_rule_kind_t;
+
+/*
+ * One budget rule as the file gives it, validated. Only the fields of its kind are set; the
+ * others are 0. Units are those of em_budget_rule_t.
+ */
+typedef struct {
+  char id[EM_CONFIG_MAX_RULE_ID];  /* "<stage>.<key>" ("infer.p99") or "process.<key>". */
+  char stage[EM_CONFIG_MAX_STAGE]; /* The stage; "" for process rules. */
+  em_config_rule_kind_t kind;
+  int level;         /* An em_level_t (edgemon/proto.h, not included here: modules that include this
+                        header need not link edgemon_proto): EM_LEVEL_WARN, _DEGRADED or _CRITICAL;
+                        from <key>_level, else the section's level. */
+  int line;          /* Line of the rule's key, for messages. */
+  double q;          /* PERCENTILE: 0.5, 0.9, 0.99 or 0.999. */
+  uint64_t bound_ns; /* PERCENTILE, DEADLINE: the bound; MISS_RATIO: miss_over (or deadline);
+                        ALIVE: the silence (stall). */
+  double max_ratio;  /* MISS_RATIO: 0 < max_ratio < 1. */
+  double min_fps;    /* RATE: > 0 frames/s. */
+  uint64_t cap_bytes;                /* RSS_CAP. */
+  double max_mib_per_h;              /* RSS_SLOPE: > 0. */
+  uint64_t horizon_ns;               /* RSS_SLOPE: rss_slope_horizon. */
+  char figure[EM_CONFIG_MAX_FIGURE]; /* PSI: "psi.<cpu|memory|io>.<some|full>.avg10". */
+  double max;                        /* PSI: percent, 0 < max <= 100. */
+} em_config_rule_t;
 
 typedef struct {
   /* [agent] */
@@ -72,6 +116,17 @@ typedef struct {
   size_t n_allow_gids;
   uint32_t allow_gids[EM_CONFIG_MAX_IDS];
   uint32_t max_stages; /* Stages tracked at once; default 32, 1..64. */
+
+  /* [budget.<stage>] and [budget.process]: the rules, in file order. */
+  size_t n_rules;
+  em_config_rule_t rules[EM_CONFIG_MAX_RULES];
+
+  /* [degrade] */
+  uint32_t enter_windows;        /* Violating windows before a rule enters; default 3. */
+  uint32_t leave_windows;        /* Clean windows per step down; default 5. */
+  uint64_t window_ns;            /* Budget evaluation window; default 1s, >= sample_period. */
+  char hook[EM_CONFIG_MAX_PATH]; /* Command run on every change of level; "" = none. */
+  uint64_t hook_timeout_ns;      /* Default 5s. */
 } em_config_t;
 
 /*

@@ -41,6 +41,13 @@
 /* Ends an INI text that tests something else, so "[target] needs one of ..." stays out. */
 #define TARGET "[target]\npid = 1\n"
 
+/* A stage section with its 8 rules on lines +3..+11 (miss_over on +9). */
+#define STAGE8(n)                                                                                  \
+  "[budget.s" n "]\nlevel = WARN\np50 = 1ms\np90 = 1ms\np99 = 1ms\np999 = 1ms\ndeadline = 1ms\n"   \
+  "miss_ratio = 0.5\nmiss_over = 1ms\nstall = 1s\nmin_rate = 1\n"
+#define STAGES64                                                                                   \
+  STAGE8("0") STAGE8("1") STAGE8("2") STAGE8("3") STAGE8("4") STAGE8("5") STAGE8("6") STAGE8("7")
+
 /* ---- helpers --------------------------------------------------------------------------- */
 
 /* Errors the loader reported, each formatted as "FILE:LINE: message". */
@@ -410,7 +417,8 @@ static const error_case_t error_cases[] = {
      {"1: unknown section [agnet]; did you mean [agent]?$"}},
     {"unknown section far from any",
      "[metrics]\nfoo = 1\n" TARGET,
-     {"1: unknown section [metrics]; use [agent], [target], [mqtt] or [pmu]$"}},
+     {"1: unknown section [metrics]; use [agent], [target], [mqtt], [pmu], [spans], [degrade], "
+      "[budget.<stage>] or [budget.process]$"}},
     {"section names are lower case",
      "[Agent]\n" TARGET,
      {"1: unknown section [Agent]; did you mean [agent]?$"}},
@@ -464,6 +472,167 @@ static const error_case_t error_cases[] = {
     {"tab inside a value",
      "[target]\ncmdline = a\tb\n",
      {"2: cmdline 'a?b' contains a control character$"}},
+    /* [degrade] */
+    {"enter_windows 0",
+     "[degrade]\nenter_windows = 0\n" TARGET,
+     {"2: enter_windows '0' must be a whole number from 1 to 100$"}},
+    {"enter_windows 101",
+     "[degrade]\nenter_windows = 101\n" TARGET,
+     {"2: enter_windows '101' must be a whole number from 1 to 100$"}},
+    {"leave_windows 1001",
+     "[degrade]\nleave_windows = 1001\n" TARGET,
+     {"2: leave_windows '1001' must be a whole number from 1 to 1000$"}},
+    {"leave_windows a word",
+     "[degrade]\nleave_windows = five\n" TARGET,
+     {"2: leave_windows 'five' must be a whole number~"}},
+    {"degrade window without a unit",
+     "[degrade]\nwindow = 1\n" TARGET,
+     {"2: window needs a unit, e.g. 1s$"}},
+    {"degrade window above 1h",
+     "[degrade]\nwindow = 2h\n" TARGET,
+     {"2: window '2h' is out of range 1ms..1h$"}},
+    {"degrade window shorter than sample_period",
+     "[agent]\nsample_period = 2s\n[degrade]\nwindow = 1s\n" TARGET,
+     {"4: [degrade] window 1s is shorter than sample_period 2s$"}},
+    {"hook relative",
+     "[degrade]\nhook = on-level.sh\n" TARGET,
+     {"2: hook 'on-level.sh' must be an absolute path$"}},
+    {"hook_timeout below 100ms",
+     "[degrade]\nhook_timeout = 50ms\n" TARGET,
+     {"2: hook_timeout '50ms' is out of range 100ms..10m$"}},
+    {"duplicate key in [degrade]",
+     "[degrade]\nenter_windows = 2\nenter_windows = 3\n" TARGET,
+     {"3: duplicate key 'enter_windows' in [degrade] (first on line 2)$"}},
+
+    /* [budget.<stage>] */
+    {"budget without a stage",
+     "[budget]\np99 = 40ms\n" TARGET,
+     {"1: section [budget] names no stage; use [budget.<stage>], e.g. [budget.infer], or "
+      "[budget.process]$"}},
+    {"budget with an empty stage", "[budget.]\n" TARGET, {"1: section [budget.] names no stage~"}},
+    {"stage name with a slash",
+     "[budget.in/fer]\n" TARGET,
+     {"1: stage name 'in/fer' may use only letters, digits and _ . : -$"}},
+    {"stage name of 32 characters",
+     "[budget." X16 X16 "]\n" TARGET,
+     {"1: stage name '" X16 X16 "' is longer than 31 characters$"}},
+    {"misspelt budget section",
+     "[budjet.infer]\np99 = 40ms\n" TARGET,
+     {"1: unknown section [budjet.infer]; did you mean [budget.infer]?$"}},
+    {"percentile without a unit",
+     "[budget.infer]\nlevel = WARN\np99 = 40\n" TARGET,
+     {"3: p99 needs a unit, e.g. 40ms$"}},
+    {"percentile zero",
+     "[budget.infer]\nlevel = WARN\np50 = 0ms\n" TARGET,
+     {"3: p50 '0ms' is out of range 1us..1h$"}},
+    {"deadline a word",
+     "[budget.infer]\nlevel = WARN\ndeadline = soon\n" TARGET,
+     {"3: deadline 'soon' is not a duration; use a whole number and a unit, e.g. 100ms$"}},
+    {"stall below 1ms",
+     "[budget.infer]\nlevel = WARN\nstall = 500us\n" TARGET,
+     {"3: stall '500us' is out of range 1ms..1h$"}},
+    {"bad level name",
+     "[budget.infer]\nlevel = SEVERE\np99 = 40ms\n" TARGET,
+     {"2: level 'SEVERE' must be WARN, DEGRADED or CRITICAL$"}},
+    {"level NOMINAL",
+     "[budget.infer]\np99 = 40ms\np99_level = nominal\n" TARGET,
+     {"3: p99_level 'nominal' is not allowed: a rule raises WARN, DEGRADED or CRITICAL$"}},
+    {"rule without a level",
+     "[budget.infer]\np99 = 40ms\n" TARGET,
+     {"2: p99 names no level; add p99_level = DEGRADED, or level = DEGRADED for all of "
+      "[budget.infer]$"}},
+    {"rule level without the rule",
+     "[budget.infer]\nlevel = WARN\np99 = 40ms\ndeadline_level = CRITICAL\n" TARGET,
+     {"4: deadline_level is set but deadline is not$"}},
+    {"miss_ratio 0",
+     "[budget.infer]\nlevel = WARN\nmiss_ratio = 0\nmiss_over = 40ms\n" TARGET,
+     {"3: miss_ratio '0' must be a number above 0 and below 1, e.g. 0.05$"}},
+    {"miss_ratio 1",
+     "[budget.infer]\nlevel = WARN\nmiss_ratio = 1\nmiss_over = 40ms\n" TARGET,
+     {"3: miss_ratio '1' must be a number above 0 and below 1~"}},
+    {"miss_ratio a percentage",
+     "[budget.infer]\nlevel = WARN\nmiss_ratio = 5%\nmiss_over = 40ms\n" TARGET,
+     {"3: miss_ratio '5%' must be a number~"}},
+    {"miss_ratio without miss_over or deadline",
+     "[budget.infer]\nlevel = WARN\nmiss_ratio = 0.05\n" TARGET,
+     {"3: miss_ratio needs miss_over, the span length that counts as a miss, e.g. miss_over = "
+      "40ms$"}},
+    {"miss_over without miss_ratio",
+     "[budget.infer]\nlevel = WARN\np99 = 40ms\nmiss_over = 40ms\n" TARGET,
+     {"4: miss_over is used only with miss_ratio$"}},
+    {"min_rate zero",
+     "[budget.infer]\nlevel = WARN\nmin_rate = 0\n" TARGET,
+     {"3: min_rate '0' must be a number above 0 and at most 1000000, e.g. 15$"}},
+    {"min_rate negative",
+     "[budget.infer]\nlevel = WARN\nmin_rate = -5\n" TARGET,
+     {"3: min_rate '-5' must be a number~"}},
+    {"stage section without a rule",
+     "[budget.infer]\nlevel = WARN\n" TARGET,
+     {"1: [budget.infer] sets no rule; e.g. p99 = 40ms$"}},
+    {"unknown key in a stage section, close to one",
+     "[budget.infer]\nlevel = WARN\np99 = 40ms\ndeadlin = 100ms\n" TARGET,
+     {"4: unknown key 'deadlin' in [budget.infer]; did you mean 'deadline'?$"}},
+    {"window belongs in [degrade]",
+     "[budget.infer]\nlevel = WARN\np99 = 40ms\nwindow = 1s\n" TARGET,
+     {"4: unknown key 'window' in [budget.infer]; it belongs in [degrade]$"}},
+    {"process key in a stage section",
+     "[budget.infer]\nlevel = WARN\nrss_cap = 2GiB\np99 = 1ms\n" TARGET,
+     {"3: unknown key 'rss_cap' in [budget.infer]; it belongs in [budget.process]$"}},
+    {"duplicate key in a repeated stage section",
+     "[budget.infer]\nlevel = WARN\np99 = 40ms\n[budget.pre]\nlevel = WARN\np99 = 5ms\n"
+     "[budget.infer]\np99 = 50ms\n" TARGET,
+     {"8: duplicate key 'p99' in [budget.infer] (first on line 3)$"}},
+    {"65 rules", STAGES64 STAGE8("8") TARGET, {"91: more than 64 budget rules in the file$"}},
+
+    /* [budget.process] */
+    {"stage key in [budget.process]",
+     "[budget.process]\nlevel = WARN\nrss_cap = 1GiB\np99 = 40ms\n" TARGET,
+     {"4: unknown key 'p99' in [budget.process]; it belongs in [budget.<stage>]$"}},
+    {"rss_cap without a unit",
+     "[budget.process]\nlevel = WARN\nrss_cap = 2048\n" TARGET,
+     {"3: rss_cap needs a unit (B, KiB, MiB or GiB), e.g. 2GiB$"}},
+    {"rss_cap in GB",
+     "[budget.process]\nlevel = WARN\nrss_cap = 2GB\n" TARGET,
+     {"3: rss_cap '2GB' has an unknown unit; use B, KiB, MiB or GiB$"}},
+    {"rss_cap with a fraction",
+     "[budget.process]\nlevel = WARN\nrss_cap = 1.5GiB\n" TARGET,
+     {"3: rss_cap '1.5GiB' is not a size; use a whole number and a unit, e.g. 2GiB$"}},
+    {"rss_cap below 1MiB",
+     "[budget.process]\nlevel = WARN\nrss_cap = 512KiB\n" TARGET,
+     {"3: rss_cap '512KiB' is out of range 1MiB..1024GiB$"}},
+    {"rss_cap above 1024GiB",
+     "[budget.process]\nlevel = WARN\nrss_cap = 1025GiB\n" TARGET,
+     {"3: rss_cap '1025GiB' is out of range 1MiB..1024GiB$"}},
+    {"rss_cap overflowing",
+     "[budget.process]\nlevel = WARN\nrss_cap = 99999999999999999999B\n" TARGET,
+     {"3: rss_cap '99999999999999999999B' is out of range~"}},
+    {"rss_slope zero",
+     "[budget.process]\nlevel = WARN\nrss_slope = 0\n" TARGET,
+     {"3: rss_slope '0' must be a number above 0 and at most 1000000, e.g. 50$"}},
+    {"rss_slope_horizon below 1m",
+     "[budget.process]\nlevel = WARN\nrss_slope = 50\nrss_slope_horizon = 30s\n" TARGET,
+     {"4: rss_slope_horizon '30s' is out of range 60s..24h$"}},
+    {"rss_slope_horizon without rss_slope",
+     "[budget.process]\nlevel = WARN\nrss_cap = 1GiB\nrss_slope_horizon = 30m\n" TARGET,
+     {"4: rss_slope_horizon is used only with rss_slope$"}},
+    {"psi above 100",
+     "[budget.process]\nlevel = WARN\npsi_cpu_some = 150\n" TARGET,
+     {"3: psi_cpu_some '150' must be a percentage above 0 and at most 100, e.g. 40$"}},
+    {"psi zero",
+     "[budget.process]\nlevel = WARN\npsi_io_full = 0\n" TARGET,
+     {"3: psi_io_full '0' must be a percentage~"}},
+    {"unknown psi key",
+     "[budget.process]\nlevel = WARN\npsi_cpu_som = 10\n" TARGET,
+     {"3: unknown key 'psi_cpu_som' in [budget.process]; did you mean 'psi_cpu_some'?$",
+      "1: [budget.process] sets no rule; e.g. rss_cap = 2GiB$"}},
+    {"process rule without a level",
+     "[budget.process]\nrss_cap = 1GiB\n" TARGET,
+     {"2: rss_cap names no level; add rss_cap_level = DEGRADED, or level = DEGRADED for all of "
+      "[budget.process]$"}},
+    {"duplicate key in a repeated [budget.process]",
+     "[budget.process]\nlevel = WARN\n[budget.process]\nlevel = CRITICAL\nrss_cap = 1GiB\n" TARGET,
+     {"4: duplicate key 'level' in [budget.process] (first on line 2)$"}},
+
     {"line of 1025 characters",
      "[agent]\n; " X255 X255 X255 X255 "xxx\n" TARGET,
      {"2: line is longer than 1024 characters$"}},
@@ -680,7 +849,175 @@ static void check_limits(const em_config_t *cfg) {
   assert_int_equal(strlen(cfg->client_id), 64);
 }
 
+/* [degrade] and [budget.*] left out: defaults, no rules. */
+static void check_degrade_defaults(const em_config_t *cfg) {
+  assert_int_equal(cfg->n_rules, 0);
+  assert_int_equal(cfg->enter_windows, 3);
+  assert_int_equal(cfg->leave_windows, 5);
+  assert_int_equal(cfg->window_ns, 1000000000ull);
+  assert_string_equal(cfg->hook, "");
+  assert_int_equal(cfg->hook_timeout_ns, 5000000000ull);
+}
+
+static void check_degrade(const em_config_t *cfg) {
+  assert_int_equal(cfg->enter_windows, 1);
+  assert_int_equal(cfg->leave_windows, 1000);
+  assert_int_equal(cfg->window_ns, 500000000ull);
+  assert_string_equal(cfg->hook, "/usr/local/bin/on-level");
+  assert_int_equal(cfg->hook_timeout_ns, 10ull * 60 * 1000000000ull);
+}
+
+static void check_window_follows_sample(const em_config_t *cfg) {
+  assert_int_equal(cfg->window_ns, 5000000000ull);
+}
+
+/* The stage rules of "stage budget", in file order. */
+static void check_stage_budget(const em_config_t *cfg) {
+  assert_int_equal(cfg->n_rules, 9);
+  const em_config_rule_t *r = cfg->rules;
+  assert_string_equal(r[0].id, "infer.p99");
+  assert_string_equal(r[0].stage, "infer");
+  assert_int_equal(r[0].kind, EM_CONFIG_RULE_PERCENTILE);
+  assert_true(r[0].q == 0.99);
+  assert_int_equal(r[0].bound_ns, 40000000ull);
+  assert_int_equal(r[0].level, 2); /* EM_LEVEL_DEGRADED: the section's level. */
+  assert_int_equal(r[0].line, 2);
+  assert_string_equal(r[1].id, "infer.deadline");
+  assert_int_equal(r[1].kind, EM_CONFIG_RULE_DEADLINE);
+  assert_int_equal(r[1].bound_ns, 100000000ull);
+  assert_int_equal(r[1].level, 3); /* deadline_level = critical */
+  assert_string_equal(r[2].id, "infer.miss_ratio");
+  assert_int_equal(r[2].kind, EM_CONFIG_RULE_MISS_RATIO);
+  assert_true(r[2].max_ratio == 0.05);
+  assert_int_equal(r[2].bound_ns, 40000000ull);
+  assert_string_equal(r[3].id, "infer.stall");
+  assert_int_equal(r[3].kind, EM_CONFIG_RULE_ALIVE);
+  assert_int_equal(r[3].bound_ns, 500000000ull);
+  assert_int_equal(r[3].level, 1); /* stall_level = WARN */
+  assert_string_equal(r[4].id, "infer.min_rate");
+  assert_int_equal(r[4].kind, EM_CONFIG_RULE_RATE);
+  assert_true(r[4].min_fps == 15.0);
+  /* [budget.pre.gpu:0]: p50, p90, p999 and a miss_ratio whose bound is the deadline. */
+  assert_string_equal(r[5].id, "pre.gpu:0.p50");
+  assert_string_equal(r[5].stage, "pre.gpu:0");
+  assert_true(r[5].q == 0.5);
+  assert_int_equal(r[5].bound_ns, 250000ull);
+  assert_int_equal(r[5].level, 1);
+  assert_true(r[6].q == 0.999);
+  assert_string_equal(r[7].id, "pre.gpu:0.deadline");
+  assert_string_equal(r[8].id, "pre.gpu:0.miss_ratio");
+  assert_int_equal(r[8].bound_ns, 2000000ull);
+  assert_true(r[8].max_ratio == 0.5);
+  assert_int_equal(r[8].level, 3);
+  for (size_t i = 0; i < cfg->n_rules; i++) {
+    assert_int_equal(r[i].cap_bytes, 0);
+    assert_string_equal(r[i].figure, "");
+  }
+}
+
+static void check_process_budget(const em_config_t *cfg) {
+  assert_int_equal(cfg->n_rules, 7);
+  const em_config_rule_t *r = cfg->rules;
+  assert_string_equal(r[0].id, "process.rss_cap");
+  assert_string_equal(r[0].stage, "");
+  assert_int_equal(r[0].kind, EM_CONFIG_RULE_RSS_CAP);
+  assert_int_equal(r[0].cap_bytes, 2ull << 30);
+  assert_int_equal(r[0].level, 3);
+  assert_int_equal(r[0].line, 3);
+  assert_string_equal(r[1].id, "process.rss_slope");
+  assert_int_equal(r[1].kind, EM_CONFIG_RULE_RSS_SLOPE);
+  assert_true(r[1].max_mib_per_h == 50.0);
+  assert_int_equal(r[1].horizon_ns, 30ull * 60 * 1000000000ull); /* The default. */
+  assert_int_equal(r[1].level, 1);
+  static const char *const figures[] = {"psi.cpu.some.avg10", "psi.memory.some.avg10",
+                                        "psi.memory.full.avg10", "psi.io.some.avg10",
+                                        "psi.io.full.avg10"};
+  for (size_t i = 0; i < 5; i++) {
+    assert_int_equal(r[2 + i].kind, EM_CONFIG_RULE_PSI);
+    assert_string_equal(r[2 + i].figure, figures[i]);
+    assert_int_equal(r[2 + i].level, 2);
+  }
+  assert_string_equal(r[2].id, "process.psi_cpu_some");
+  assert_true(r[2].max == 40.0);
+  assert_true(r[6].max == 100.0);
+}
+
+/* Rules of several sections come in file order; repeated sections merge. */
+static void check_budget_file_order(const em_config_t *cfg) {
+  assert_int_equal(cfg->n_rules, 4);
+  assert_string_equal(cfg->rules[0].id, "b.p99");
+  assert_string_equal(cfg->rules[1].id, "process.rss_cap");
+  assert_int_equal(cfg->rules[1].cap_bytes, 1ull << 20);
+  assert_string_equal(cfg->rules[2].id, "a.deadline");
+  assert_string_equal(cfg->rules[3].id, "b.stall");
+  assert_int_equal(cfg->rules[3].level, 3); /* [budget.b]'s level, given after the rule. */
+  assert_string_equal(cfg->rules[3].stage, "b");
+  assert_int_equal(cfg->rules[2].line, 6);
+  assert_int_equal(cfg->rules[1].horizon_ns, 0);
+}
+
+static void check_64_rules(const em_config_t *cfg) {
+  assert_int_equal(cfg->n_rules, 64);
+  assert_string_equal(cfg->rules[0].id, "s0.p50");
+  assert_string_equal(cfg->rules[63].id, "s7.min_rate");
+  assert_int_equal(cfg->rules[63].line, 88);
+}
+
 static const valid_case_t valid_cases[] = {
+    {"no budget: degrade defaults", TARGET, check_degrade_defaults},
+    {"degrade keys",
+     "[degrade]\nenter_windows = 1\nleave_windows = 1000\nwindow = 500ms\n"
+     "hook = /usr/local/bin/on-level\nhook_timeout = 10m\n" TARGET,
+     check_degrade},
+    {"default window follows a longer sample_period", "[agent]\nsample_period = 5s\n" TARGET,
+     check_window_follows_sample},
+    {"stage budget",
+     "[budget.infer]\n"                      /* 1 */
+     "p99 = 40ms        ; over the window\n" /* 2 */
+     "deadline = 100ms\n"                    /* 3 */
+     "deadline_level = critical\n"           /* 4 */
+     "miss_ratio = 0.05\n"                   /* 5 */
+     "miss_over = 40ms\n"                    /* 6 */
+     "stall = 500ms\n"                       /* 7 */
+     "stall_level = WARN\n"                  /* 8 */
+     "min_rate = 15\n"                       /* 9 */
+     "level = DEGRADED\n"                    /* 10 */
+     "[budget.pre.gpu:0]\n"                  /* 11 */
+     "level = Warn\n"
+     "p50 = 250us\n"
+     "p999 = 5ms\n"
+     "deadline = 2ms\n"
+     "miss_ratio = 0.5\n"
+     "miss_ratio_level = CRITICAL\n" TARGET,
+     check_stage_budget},
+    {"process budget",
+     "[budget.process]\n"
+     "level = DEGRADED\n"
+     "rss_cap = 2GiB\n"
+     "rss_cap_level = CRITICAL\n"
+     "rss_slope = 50\n"
+     "rss_slope_level = WARN\n"
+     "psi_cpu_some = 40\n"
+     "psi_memory_some = 20.5\n"
+     "psi_memory_full = 5\n"
+     "psi_io_some = 40\n"
+     "psi_io_full = 100\n" TARGET,
+     check_process_budget},
+    {"budget rules in file order across sections",
+     "[budget.b]\n"
+     "p99 = 1ms\n"
+     "[budget.process]\n"
+     "rss_cap = 1MiB\n"
+     "[budget.a]\n" /* 5: deadline on 6 */
+     "deadline = 1ms\n"
+     "level = WARN\n"
+     "[budget.b]\n"
+     "stall = 1s\n"
+     "level = CRITICAL\n"
+     "[budget.process]\n"
+     "level = WARN\n" TARGET,
+     check_budget_file_order},
+    {"64 rules", STAGES64 TARGET, check_64_rules},
     {"line of 1024 characters", "[target]\npid = 42\n; " X255 X255 X255 X255 "xx\n",
      check_defaults_around_pid},
     {"only a pid: everything else default", "[target]\npid = 42\n", check_defaults_around_pid},
@@ -977,6 +1314,9 @@ static void config_example_file_is_valid(void **state) {
   assert_int_equal(n_errors, 0);
   assert_int_equal(cfg.target_kind, EM_TARGET_CMDLINE);
   assert_int_equal(cfg.n_events, 10);
+  assert_int_equal(cfg.n_rules, 8);
+  assert_string_equal(cfg.rules[0].id, "infer.p99");
+  assert_string_equal(cfg.rules[7].id, "process.psi_memory_some");
 }
 
 /* All problems of a file are reported, each on its own line, then the whole-file ones. */
