@@ -23,6 +23,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <linux/perf_event.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,11 +32,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "budget.h"
 #include "edgemon/proto.h"
 #include "log.h"
 #include "pmu.h"
 #include "procfs.h"
 #include "publisher.h"
+#include "signals.h"
 #include "spans.h"
 #include "target.h"
 
@@ -134,8 +137,17 @@ struct em_agent {
 
   em_publisher_t *pub;
   em_spans_t *spans;
-  em_stage_t *stage_out;   /* max_stages windows for the data message. */
-  em_bucket_t *bucket_out; /* max_stages * BUCKETS_PER_STAGE buckets. */
+  em_budget_engine_t *budget;
+  em_signals_t *signals;
+  em_hist_t *budget_windows; /* Per span stage (same index): spans since the budget window
+                                began, merged from each publish window. */
+  em_budget_stage_window_t *budget_stages;
+  em_budget_t *birth_budgets;
+  size_t n_birth_budgets;
+  uint64_t budget_start_ns; /* uv_hrtime() the budget window began. */
+  em_state_record_t state;  /* The last level change, as the page and pushes carry it. */
+  em_stage_t *stage_out;    /* max_stages windows for the data message. */
+  em_bucket_t *bucket_out;  /* max_stages * BUCKETS_PER_STAGE buckets. */
   em_procfs_t *proc;
   int self_statm_fd;
   em_pmu_t *pmu;
@@ -240,7 +252,9 @@ static void publish_birth(em_agent_t *a) {
                               .board = a->cfg.board,
                               .period_ns = a->cfg.sample_period_ns,
                               .metrics = a->defs,
-                              .n_metrics = a->n_metrics}};
+                              .n_metrics = a->n_metrics,
+                              .budgets = a->birth_budgets,
+                              .n_budgets = a->n_birth_budgets}};
   size_t len = 0;
   int rc = em_proto_encode(&msg, a->out, EM_PROTO_MAX_MESSAGE_BYTES, &len);
   if (rc) {
@@ -258,12 +272,15 @@ static size_t encode_status(em_agent_t *a, bool online, uint8_t *buf, size_t cap
   return em_proto_encode(&msg, buf, cap, &len) == 0 ? len : 0;
 }
 
+static void publish_state(em_agent_t *a);
+
 static void on_online(void *ctx) {
   em_agent_t *a = ctx;
   uint8_t buf[64];
   size_t len = encode_status(a, true, buf, sizeof(buf));
   publish_birth(a);
   em_publisher_send(a->pub, "status", buf, len, a->cfg.qos_state, true);
+  publish_state(a);
 }
 
 static void on_command(void *ctx, const char *name, const uint8_t *payload, size_t len) {
@@ -283,6 +300,217 @@ static void on_command(void *ctx, const char *name, const uint8_t *payload, size
     return;
   }
   EM_WARN("mqtt: ignoring unknown command cmd/%s", name);
+}
+
+/* --- level changes -------------------------------------------------------------------- */
+
+static double value_as_double(em_value_t v) {
+  switch (v.type) {
+  case EM_VALUE_UINT:
+    return (double)v.as.u;
+  case EM_VALUE_INT:
+    return (double)v.as.i;
+  case EM_VALUE_FLOAT:
+    return v.as.f;
+  case EM_VALUE_ABSENT:
+    break;
+  }
+  return NAN;
+}
+
+/* The retained MQTT state message of the current level. */
+static void publish_state(em_agent_t *a) {
+  const em_state_record_t *r = &a->state;
+  em_msg_t msg = {.kind = EM_MSG_STATE,
+                  .u.state = {.time_ns = r->since_wall_ns ? r->since_wall_ns : wall_ns(),
+                              .session = a->session,
+                              .level = r->level,
+                              .prev_level = r->prev_level,
+                              .mono_ns = r->since_mono_ns,
+                              .rule = r->rule[0] ? r->rule : NULL,
+                              .stage = r->stage[0] ? r->stage : NULL,
+                              .reason = r->reason[0] ? r->reason : NULL}};
+  if (!isnan(r->value)) {
+    msg.u.state.value = (em_value_t){.type = EM_VALUE_FLOAT, .as.f = r->value};
+  }
+  if (!isnan(r->bound)) {
+    msg.u.state.bound = (em_value_t){.type = EM_VALUE_FLOAT, .as.f = r->bound};
+  }
+  size_t len = 0;
+  int rc = em_proto_encode(&msg, a->out, EM_PROTO_MAX_MESSAGE_BYTES, &len);
+  if (rc) {
+    EM_ERROR("state: cannot encode: %s", em_proto_strerror(rc));
+    return;
+  }
+  em_publisher_send(a->pub, "state", a->out, len, a->cfg.qos_state, true);
+}
+
+/*
+ * A change of level from the budget engine, published on every path at once: the state page
+ * (clients see it with no system call), a push to every subscriber, the retained MQTT state,
+ * and the log.
+ */
+static void apply_change(em_agent_t *a, const em_budget_change_t *c) {
+  em_state_record_t *r = &a->state;
+  *r = (em_state_record_t){.level = c->level,
+                           .prev_level = c->prev_level,
+                           .changes = r->changes + 1,
+                           .since_mono_ns = c->mono_ns,
+                           .since_wall_ns = wall_ns(),
+                           .value = value_as_double(c->value),
+                           .bound = value_as_double(c->bound)};
+  snprintf(r->rule, sizeof(r->rule), "%.*s", (int)sizeof(r->rule) - 1, c->rule ? c->rule : "");
+  snprintf(r->stage, sizeof(r->stage), "%s", c->stage ? c->stage : "");
+  snprintf(r->reason, sizeof(r->reason), "%.60s%s%.60s", c->rule ? c->rule : "",
+           c->rule ? ": " : "", c->reason ? c->reason : "");
+  int rc = em_signals_publish(a->signals, r);
+  if (rc) {
+    EM_ERROR("state page: %s", em_proto_strerror(rc));
+  }
+  publish_state(a);
+  em_log(c->level > c->prev_level ? EM_LOG_WARN : EM_LOG_INFO,
+         "level %s (was %s): %s, value %g, bound %g", em_level_name(c->level),
+         em_level_name(c->prev_level), r->reason, r->value, r->bound);
+}
+
+static void on_span(void *ctx, const em_span_t *span, const struct ucred *sender,
+                    em_stage_stats_t *stage) {
+  (void)sender;
+  em_agent_t *a = ctx;
+  em_budget_change_t c;
+  bool changed = span->kind == EM_DGRAM_SPAN
+                     ? em_budget_on_span(a->budget, stage->name, span->frame_id, span->duration_ns,
+                                         stage->last_seen_ns, &c)
+                     : em_budget_on_heartbeat(a->budget, stage->name, stage->last_seen_ns, &c);
+  if (changed) {
+    apply_change(a, &c);
+  }
+}
+
+static void on_subscribe(void *ctx, bool subscribe, const struct sockaddr_un *addr, socklen_t len,
+                         const struct ucred *sender) {
+  (void)sender;
+  em_agent_t *a = ctx;
+  int rc = em_signals_subscribe(a->signals, subscribe, addr, len);
+  if (rc) {
+    EM_WARN("spans: %s refused: %s", subscribe ? "subscribe" : "unsubscribe",
+            rc == -ENOSPC ? "too many subscribers" : "the client's socket has no address");
+  }
+}
+
+static int send_push(void *ctx, const struct sockaddr_un *addr, socklen_t len, const void *buf,
+                     size_t n) {
+  return em_spans_send_to(((em_agent_t *)ctx)->spans, addr, len, buf, n);
+}
+
+/*
+ * The budget window: every tick the publish windows are merged into it; when it has lasted
+ * [degrade] window, the engine judges it. ALIVE rules are judged every tick.
+ */
+static void evaluate_budgets(em_agent_t *a, uint64_t now) {
+  em_budget_change_t c;
+  size_t n = em_spans_stage_count(a->spans);
+  for (size_t i = 0; i < n; i++) {
+    em_hist_merge(&a->budget_windows[i], &em_spans_stage(a->spans, i)->window);
+  }
+  if (now - a->budget_start_ns >= a->cfg.window_ns) {
+    for (size_t i = 0; i < n; i++) {
+      a->budget_stages[i] = (em_budget_stage_window_t){.name = em_spans_stage(a->spans, i)->name,
+                                                       .hist = &a->budget_windows[i]};
+    }
+    em_budget_figure_t figs[2 * EM_PSI_COUNT];
+    for (size_t k = 0; k < 2 * EM_PSI_COUNT; k++) {
+      figs[k] = (em_budget_figure_t){.name = fixed_metrics[M_PSI_FIRST + k].name,
+                                     .value = a->samples[fx(a, M_PSI_FIRST + k)].value};
+    }
+    em_budget_window_t w = {.window_ns = now - a->budget_start_ns,
+                            .stages = a->budget_stages,
+                            .n_stages = n,
+                            .rss_bytes = a->samples[fx(a, M_RSS)].value,
+                            .figures = figs,
+                            .n_figures = 2 * EM_PSI_COUNT};
+    if (em_budget_on_window(a->budget, &w, now, &c)) {
+      apply_change(a, &c);
+    }
+    for (size_t i = 0; i < n; i++) {
+      em_hist_reset(&a->budget_windows[i]);
+    }
+    a->budget_start_ns = now;
+  }
+  if (em_budget_on_timer(a->budget, now, &c)) {
+    apply_change(a, &c);
+  }
+}
+
+/* The config's rules for the engine (same kinds, see config.h). */
+static int start_budgets(em_agent_t *a, uint64_t now) {
+  _Static_assert((int)EM_CONFIG_RULE_PSI == (int)EM_BUDGET_RULE_PSI,
+                 "config and budget rule kinds must match");
+  em_budget_rule_t rules[EM_CONFIG_MAX_RULES];
+  for (size_t i = 0; i < a->cfg.n_rules; i++) {
+    const em_config_rule_t *c = &a->cfg.rules[i];
+    em_budget_rule_t *r = &rules[i];
+    *r = (em_budget_rule_t){.id = c->id,
+                            .kind = (em_budget_rule_kind_t)c->kind,
+                            .level = (em_level_t)c->level,
+                            .stage = c->stage[0] ? c->stage : NULL};
+    switch (r->kind) {
+    case EM_BUDGET_RULE_PERCENTILE:
+      r->u.percentile.q = c->q;
+      r->u.percentile.bound_ns = c->bound_ns;
+      break;
+    case EM_BUDGET_RULE_DEADLINE:
+      r->u.deadline.bound_ns = c->bound_ns;
+      break;
+    case EM_BUDGET_RULE_MISS_RATIO:
+      r->u.miss_ratio.bound_ns = c->bound_ns;
+      r->u.miss_ratio.max_ratio = c->max_ratio;
+      break;
+    case EM_BUDGET_RULE_ALIVE:
+      r->u.alive.silence_ns = c->bound_ns;
+      break;
+    case EM_BUDGET_RULE_RATE:
+      r->u.rate.min_fps = c->min_fps;
+      break;
+    case EM_BUDGET_RULE_RSS_CAP:
+      r->u.rss_cap.cap_bytes = c->cap_bytes;
+      break;
+    case EM_BUDGET_RULE_RSS_SLOPE:
+      r->u.rss_slope.max_mib_per_h = c->max_mib_per_h;
+      r->u.rss_slope.horizon_ns = c->horizon_ns;
+      break;
+    case EM_BUDGET_RULE_PSI:
+    case EM_BUDGET_RULE_GAUGE_MAX:
+      r->u.gauge.figure = c->figure;
+      r->u.gauge.max = c->max;
+      break;
+    case EM_BUDGET_RULE_KINDS:
+      break;
+    }
+  }
+  em_budget_opts_t o = {.rules = rules,
+                        .n_rules = a->cfg.n_rules,
+                        .enter_windows = a->cfg.enter_windows,
+                        .leave_windows = a->cfg.leave_windows,
+                        .window_ns = a->cfg.window_ns};
+  int rc = em_budget_new(&a->budget, &o, now);
+  if (rc) {
+    EM_ERROR("budgets: the rules were refused: %s", strerror(-rc));
+    return rc;
+  }
+  a->birth_budgets = calloc(a->cfg.n_rules ? a->cfg.n_rules : 1, sizeof(*a->birth_budgets));
+  a->budget_windows = calloc(a->cfg.max_stages, sizeof(*a->budget_windows));
+  a->budget_stages = calloc(a->cfg.max_stages, sizeof(*a->budget_stages));
+  if (!a->birth_budgets || !a->budget_windows || !a->budget_stages) {
+    return -ENOMEM;
+  }
+  for (size_t i = 0; i < a->cfg.max_stages; i++) {
+    em_hist_init(&a->budget_windows[i]);
+  }
+  int n = em_budget_describe(a->budget, a->birth_budgets, a->cfg.n_rules);
+  a->n_birth_budgets = n > 0 ? (size_t)n : 0;
+  a->budget_start_ns = now;
+  return 0;
 }
 
 /* --- target lifecycle ---------------------------------------------------------------- */
@@ -601,7 +829,7 @@ static void on_tick(uv_timer_t *t) {
                              .session = a->session,
                              .seq = a->seq++,
                              .window_ns = window_ns,
-                             .level = EM_LEVEL_NONE,
+                             .level = em_budget_level(a->budget),
                              .samples = view,
                              .n_samples = window_samples(a, view)}};
   size_t len = 0;
@@ -612,6 +840,7 @@ static void on_tick(uv_timer_t *t) {
     msg.u.data.n_stages = stage_windows(a, cap);
     rc = em_proto_encode(&msg, a->out, EM_PROTO_MAX_MESSAGE_BYTES, &len);
   }
+  evaluate_budgets(a, now);
   em_spans_window_reset(a->spans);
   if (rc) {
     EM_ERROR("data: cannot encode: %s", em_proto_strerror(rc));
@@ -736,11 +965,27 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg, cons
                         .allow_gids = cfg->allow_gids,
                         .n_allow_gids = cfg->n_allow_gids,
                         .max_stages = cfg->max_stages,
+                        .on_span = on_span,
+                        .on_subscribe = on_subscribe,
                         .ctx = a};
   if (!rc) {
     rc = em_spans_new(&a->spans, loop, &so);
     if (rc) {
       EM_ERROR("spans: cannot listen on %s: %s", cfg->span_socket, strerror(-rc));
+    }
+  }
+  uint64_t now = uv_hrtime();
+  if (!rc) {
+    rc = start_budgets(a, now);
+  }
+  if (!rc) {
+    char page[EM_CONFIG_MAX_PATH + 16];
+    snprintf(page, sizeof(page), "%s/state", cfg->runtime_dir);
+    a->state = (em_state_record_t){
+        .since_mono_ns = now, .since_wall_ns = wall_ns(), .value = NAN, .bound = NAN};
+    rc = em_signals_new(&a->signals, page, (uint32_t)getpid(), &a->state, send_push, a);
+    if (rc) {
+      EM_ERROR("state page %s: %s", page, strerror(-rc));
     }
   }
   if (rc) {
@@ -825,5 +1070,10 @@ void em_agent_free(em_agent_t *a) {
   free(a->stage_out);
   free(a->bucket_out);
   em_spans_free(a->spans);
+  em_signals_free(a->signals, true);
+  em_budget_free(a->budget);
+  free(a->budget_windows);
+  free(a->budget_stages);
+  free(a->birth_budgets);
   free(a);
 }

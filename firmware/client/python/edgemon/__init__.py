@@ -23,14 +23,20 @@ agent costs a counted drop, never an exception and never a wait.
     edgemon.stats()   # {'sent': .., 'dropped': {'no_agent': .., 'queue_full': ..,
                       #  'invalid_stage': .., 'other': ..}, 'socket_path': .., 'connected': ..}
 
+    if edgemon.level() == "DEGRADED": ...   # the agent's level, from the mapped state page
+    edgemon.state()                          # every field of it (edgemon.State), or None
+    edgemon.subscribe()                      # then edgemon.wait_change(timeout) -> State/None
+
 The module-level functions use one default Client, created on first use, whose socket path is
 resolved from the environment ($EDGEMON_SOCKET, $EDGEMON_RUNTIME_DIR, then the agent's own
 defaults; see README.md). edgemon.Client(socket_path, sync) makes an independent one.
 """
 
 from ._client import DROP_REASONS, RECONNECT_INTERVAL_NS, Client, configure, default_client
-from ._client import dropped, heartbeat, record, set_frame, span, stats
+from ._client import dropped, heartbeat, level, record, set_frame, span, state, stats
+from ._client import subscribe, unsubscribe, wait_change
 from ._paths import resolve_socket_path
+from ._state import LEVEL_NAMES, State, StatePage, Subscriber, decode_push, resolve_state_path
 
 __version__ = "0.1.0"
 
@@ -40,11 +46,22 @@ __all__ = [
     "RECONNECT_INTERVAL_NS",
     "configure",
     "default_client",
+    "LEVEL_NAMES",
+    "State",
+    "StatePage",
+    "Subscriber",
+    "decode_push",
     "dropped",
     "heartbeat",
+    "level",
     "record",
     "resolve_socket_path",
+    "resolve_state_path",
     "set_frame",
     "span",
+    "state",
     "stats",
+    "subscribe",
+    "unsubscribe",
+    "wait_change",
 ]

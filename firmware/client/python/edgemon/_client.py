@@ -47,6 +47,7 @@ import time
 import weakref
 
 from ._paths import resolve_socket_path
+from ._state import StatePage, Subscriber
 from ._wire import KIND_HEARTBEAT, KIND_SPAN, MAGIC, SPAN_STRUCT, STAGE_CACHE, VERSION
 from ._wire import stage_bytes, warn_at_caller
 
@@ -89,11 +90,13 @@ class Client(object):
     __slots__ = (
         "socket_path", "_sync", "_frame", "_pid", "_send", "_sock", "_lock", "_closed",
         "_next_connect_ns", "_unconnected_reason", "_attempts", "_queue_full", "_dropped",
-        "_warned_fields", "connect_attempts", "__weakref__",
+        "_warned_fields", "connect_attempts", "_page", "_subscriber", "__weakref__",
     )
 
-    def __init__(self, socket_path=None, sync=None):
+    def __init__(self, socket_path=None, sync=None, state_path=None):
         self.socket_path = resolve_socket_path(socket_path)
+        self._page = StatePage(state_path)  # maps nothing until the first level()/state()
+        self._subscriber = Subscriber(self.socket_path)
         self._sync = sync
         self._frame = 0
         self._pid = os.getpid()
@@ -190,6 +193,8 @@ class Client(object):
         sock, self._sock = self._sock, None
         if sock is not None:
             sock.close()
+        self._subscriber.close()
+        self._page.close()
 
     def __enter__(self):
         return self
@@ -201,6 +206,45 @@ class Client(object):
         return "<edgemon.Client %s %s sent=%d dropped=%d>" % (
             self.socket_path, "connected" if self.connected else "unconnected",
             self.sent, self.dropped)
+
+    # -- the agent's level: state page and pushes (see _state.py) --------------------------
+
+    def level(self):
+        """The agent's current level: "NOMINAL", "WARN", "DEGRADED", "CRITICAL", or None (no
+        agent, no page, or a garbled one). Read from the mapped state page, no system call."""
+        return self._page.level()
+
+    def state(self):
+        """Every field of the state page's record as an edgemon.State, or None."""
+        return self._page.state()
+
+    @property
+    def state_path(self):
+        """The state page path this client reads."""
+        return self._page.path
+
+    def subscribe(self):
+        """Asks the agent for level pushes (to an autobound socket of this client). True when
+        the subscribe datagram was sent."""
+        return self._subscriber.subscribe()
+
+    def wait_change(self, timeout=None):
+        """Waits up to `timeout` s (None: forever) for the next level push; an edgemon.State
+        (seq None) or None on timeout. Subscribes first when not subscribed."""
+        return self._subscriber.wait_change(timeout)
+
+    def unsubscribe(self):
+        """Stops the pushes and closes the push socket. True when the agent was told."""
+        return self._subscriber.unsubscribe()
+
+    def state_stats(self):
+        """Counters of the level readers: {'path', 'mapped', 'opens', 'absent', 'invalid',
+        'busy', 'subscribed', 'push': {'send_failed', 'recv_failed', 'invalid',
+        'no_socket'}}."""
+        out = self._page.stats()
+        out["subscribed"] = self._subscriber.subscribed
+        out["push"] = dict(self._subscriber.counters)
+        return out
 
     # -- slow paths: never on the way of a datagram that gets through ---------------------
 
@@ -330,12 +374,17 @@ class Client(object):
         self._dropped = {"no_agent": 0, "invalid_stage": 0, "other": 0}
         self.connect_attempts = 0
         self._next_connect_ns = 0
+        self._subscriber._reset_in_child()
         if not self._closed:
             self._send = self._send_unconnected
 
-    def _reconfigure(self, socket_path, sync):
+    def _reconfigure(self, socket_path, sync, state_path):
         with self._lock:
             self.socket_path = resolve_socket_path(socket_path)
+            self._subscriber.close()
+            self._subscriber = Subscriber(self.socket_path)
+            self._page.close()
+            self._page = StatePage(state_path)
             self._sync = sync
             self._closed = False
             sock, self._sock = self._sock, None
@@ -467,13 +516,40 @@ def default_client():
         return _default
 
 
-def configure(socket_path=None, sync=None):
-    """Points the default client at `socket_path` (None: resolve it again from the environment)
-    and sets its sync callable. Returns the default client. Spans already decorated keep
-    working: they use the same client object."""
+def configure(socket_path=None, sync=None, state_path=None):
+    """Points the default client at `socket_path` and its state page at `state_path` (None:
+    resolve them again from the environment), and sets its sync callable. Returns the default
+    client. Spans already decorated keep working: they use the same client object. A
+    subscription of the default client ends (its push socket is closed)."""
     client = _default or default_client()
-    client._reconfigure(socket_path, sync)
+    client._reconfigure(socket_path, sync, state_path)
     return client
+
+
+def level():
+    """The agent's current level ("NOMINAL", "WARN", "DEGRADED", "CRITICAL") from the state
+    page, or None when there is no agent or page. No system call on the way."""
+    return (_default or default_client())._page.level()
+
+
+def state():
+    """Every field of the agent's current state record (an edgemon.State), or None."""
+    return (_default or default_client())._page.state()
+
+
+def subscribe():
+    """Asks the agent to push every level change to the default client; True when sent."""
+    return (_default or default_client())._subscriber.subscribe()
+
+
+def wait_change(timeout=None):
+    """The next level push (an edgemon.State, seq None), or None after `timeout` seconds."""
+    return (_default or default_client())._subscriber.wait_change(timeout)
+
+
+def unsubscribe():
+    """Stops the default client's level pushes; True when the agent was told."""
+    return (_default or default_client())._subscriber.unsubscribe()
 
 
 def record(stage, start_ns, duration_ns, frame=None):

@@ -1,0 +1,127 @@
+"""Budgets end to end: spans into the real agent, the level out on every path - the state
+page a client maps, the push datagram a subscriber receives, and the retained MQTT state.
+
+The state page and push datagrams are read here with struct, from proto/WIRE.md.
+"""
+
+import math
+import mmap
+import os
+import socket
+import struct
+import time
+
+from conftest import wait_for
+from test_spans import sender, span
+
+LEVELS = ["NOMINAL", "WARN", "DEGRADED", "CRITICAL"]
+BODY = struct.Struct("<BBHIQQdd32s32s136s")  # the state record, WIRE.md
+PAGE_HEAD = struct.Struct("<4sHHII")
+
+
+def cstr(b):
+    return b.split(b"\0", 1)[0].decode()
+
+
+def read_page(path):
+    """Seqlock read of the state page as a client does it; None until consistent."""
+    with open(path, "rb") as f:
+        m = mmap.mmap(f.fileno(), 256, prot=mmap.PROT_READ)
+    try:
+        for _ in range(100):
+            magic, version, size, seq1, pid = PAGE_HEAD.unpack_from(m, 0)
+            assert (magic, version, size) == (b"EMST", 1, 256)
+            if seq1 % 2:
+                continue
+            body = BODY.unpack_from(m, 16)
+            if PAGE_HEAD.unpack_from(m, 0)[3] == seq1:
+                return {"level": LEVELS[body[0]], "prev": LEVELS[body[1]], "changes": body[3],
+                        "value": body[6], "bound": body[7], "rule": cstr(body[8]),
+                        "stage": cstr(body[9]), "reason": cstr(body[10]), "seq": seq1,
+                        "pid": pid}
+    finally:
+        m.close()
+    return None
+
+
+BUDGET = ("[budget.infer]\ndeadline = 50ms\nlevel = DEGRADED\n"
+          "[degrade]\nwindow = 200ms\nenter_windows = 1\nleave_windows = 2\n")
+
+
+def test_a_deadline_miss_degrades_at_once_and_clean_windows_recover(stack):
+    broker = stack.broker()
+    target = stack.target()
+    agent = stack.agent(broker.port, f"cmdline = {target.marker}", extra=BUDGET)
+    sub = stack.subscriber(broker.port, agent.device)
+    birth = sub.next("birth")
+    assert [b["id"] for b in birth["budgets"]] == ["infer.deadline"]
+    assert birth["budgets"][0]["level"] == "DEGRADED"
+    run = stack.tmp / "run"
+    wait_for((run / "state").exists, 5, "the state page")
+    page = read_page(run / "state")
+    assert page["level"] == "NOMINAL" and page["changes"] == 0
+    assert page["pid"] == agent.proc.pid
+
+    # A subscriber: a bound (autobind) socket that told the agent it wants pushes.
+    push = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    push.bind(b"")
+    push.connect(str(run / "spans.sock"))
+    push.send(span("", 0, kind=3))
+    time.sleep(0.2)
+
+    s = sender(run / "spans.sock")
+    s.send(span("infer", 10_000_000))
+    s.send(span("infer", 120_000_000, frame=7))  # over the 50 ms deadline
+    got = wait_for(lambda: (read_page(run / "state") or {}).get("level") == "DEGRADED"
+                   and read_page(run / "state"), 2, "the page to say DEGRADED")
+    assert got["prev"] == "NOMINAL"
+    assert got["rule"] == "infer.deadline" and got["stage"] == "infer"
+    assert got["value"] == 120_000_000 and got["bound"] == 50_000_000
+    assert got["changes"] == 1
+
+    push.settimeout(2)
+    dgram = push.recv(512)
+    assert len(dgram) == 256 and dgram[:4] == b"EM\x01\x10"
+    body = BODY.unpack_from(dgram, 16)
+    assert LEVELS[body[0]] == "DEGRADED" and cstr(body[8]) == "infer.deadline"
+
+    state = sub.next("state", pred=lambda m: m["level"] == "DEGRADED")
+    assert state["rule"] == "infer.deadline" and state["prev_level"] == "NOMINAL"
+    assert state["value"] == 120_000_000.0 and state["bound"] == 50_000_000.0
+    data = sub.next("data", pred=lambda d: d.get("level") == "DEGRADED")
+    assert data["session"] == birth["session"]
+
+    # Spans within the deadline: the rule leaves after 2 clean windows, one level at a time.
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        s.send(span("infer", 10_000_000))
+        time.sleep(0.02)
+        if read_page(run / "state")["level"] == "NOMINAL":
+            break
+    back = read_page(run / "state")
+    assert back["level"] == "NOMINAL", back
+    assert back["changes"] >= 2  # DEGRADED -> WARN -> NOMINAL
+    assert sub.next("state", pred=lambda m: m["level"] == "NOMINAL")["prev_level"] == "WARN"
+    assert "level DEGRADED (was NOMINAL)" in agent.log_text()
+
+    assert agent.stop() == 0
+    assert not (run / "state").exists(), "a clean stop removes the state page"
+
+
+def test_stall_fires_on_silence_and_clears_on_the_next_heartbeat(stack):
+    broker = stack.broker()
+    target = stack.target()
+    agent = stack.agent(broker.port, f"cmdline = {target.marker}",
+                        extra="[budget.camera]\nstall = 300ms\nlevel = WARN\n"
+                              "[degrade]\nwindow = 200ms\nenter_windows = 1\nleave_windows = 1\n")
+    run = stack.tmp / "run"
+    wait_for((run / "state").exists, 5, "the state page")
+    s = sender(run / "spans.sock")
+    s.send(span("camera", 0, kind=2))
+    # Nothing for longer than the stall time: WARN, from the tick's timer.
+    got = wait_for(lambda: (read_page(run / "state") or {}).get("level") == "WARN"
+                   and read_page(run / "state"), 3, "the stall to fire")
+    assert got["rule"] == "camera.stall" and got["reason"].endswith("stalled")
+    s.send(span("camera", 0, kind=2))
+    wait_for(lambda: read_page(run / "state")["level"] == "NOMINAL", 2, "the heartbeat to clear it")
+    assert not math.isnan(got["bound"])
