@@ -823,6 +823,10 @@ static void on_tick(uv_timer_t *t) {
   }
   set_u(a, fx(a, M_SPANS_STAGES), em_spans_stage_count(a->spans));
 
+  /* Before the data message: it carries the level, and a change publishes its state
+   * message through the same encode buffer. */
+  evaluate_budgets(a, now);
+
   em_sample_t *view = a->samples + a->n_metrics; /* Second half of the samples buffer. */
   em_msg_t msg = {.kind = EM_MSG_DATA,
                   .u.data = {.time_ns = wall_ns(),
@@ -840,7 +844,6 @@ static void on_tick(uv_timer_t *t) {
     msg.u.data.n_stages = stage_windows(a, cap);
     rc = em_proto_encode(&msg, a->out, EM_PROTO_MAX_MESSAGE_BYTES, &len);
   }
-  evaluate_budgets(a, now);
   em_spans_window_reset(a->spans);
   if (rc) {
     EM_ERROR("data: cannot encode: %s", em_proto_strerror(rc));

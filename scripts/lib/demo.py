@@ -80,6 +80,15 @@ class Printer:
                 print("  every metric present")
         elif kind == "status":
             print(f"{BOLD}status{RESET} {'online' if msg['online'] else 'offline'}")
+        elif kind == "state":
+            if msg.get("rule") is None and msg["level"] == msg["prev_level"]:
+                return  # the retained initial state
+            what = msg.get("reason") or "clean windows"
+            value, bound = msg.get("value"), msg.get("bound")
+            figures = (f", {value / 1e6:.2f} ms against {bound / 1e6:.2f} ms"
+                       if value is not None and bound is not None else "")
+            print(f"{BOLD}==> level {msg['level']} (was {msg['prev_level']}): "
+                  f"{what}{figures}{RESET}")
         elif kind == "data" and self.birth:
             self.data(msg)
 
@@ -170,7 +179,10 @@ def main():
         cfg.write_text(
             f"[agent]\ndevice_id = {device}\nsample_period = 100ms\nsmaps_period = 1s\n"
             f"runtime_dir = {work}/run\n[target]\npid_file = {pidfile}\n"
-            f"[mqtt]\nbroker = mqtt://127.0.0.1:{port}\n")
+            f"[mqtt]\nbroker = mqtt://127.0.0.1:{port}\n"
+            # The budget the slow phase breaks: infer p99 over 5 ms in 2 windows of 500 ms.
+            "[budget.infer]\np99 = 5ms\nlevel = DEGRADED\n"
+            "[degrade]\nwindow = 500ms\nenter_windows = 2\nleave_windows = 3\n")
         log = open(work / "agent.log", "wb")
         agent = subprocess.Popen([str(agent_bin), "--config", str(cfg)], stdout=log,
                                  stderr=subprocess.STDOUT)
@@ -182,8 +194,10 @@ def main():
 
         workload = subprocess.Popen([
             sys.executable, str(ROOT / "firmware/client/python/examples/sample_inference.py"),
-            "--fps", "20", "--seconds", str(seconds + 10)],
-            env={**os.environ, "EDGEMON_SOCKET": str(sock)})
+            "--fps", "20", "--seconds", str(seconds + 10),
+            # A heavy phase from 30% to 60% of the run: the level degrades, then recovers.
+            "--slow-from", str(seconds * 0.3), "--slow-for", str(seconds * 0.3)],
+            env={**os.environ, "EDGEMON_RUNTIME_DIR": str(work / "run")})
         procs.append(workload)
         pidfile.write_text(f"{workload.pid}\n")
         print(f"{BOLD}==> sample inference loop (pid {workload.pid}): preprocess, infer, "

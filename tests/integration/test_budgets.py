@@ -11,7 +11,7 @@ import socket
 import struct
 import time
 
-from conftest import wait_for
+from conftest import edgemon_proto, wait_for
 from test_spans import sender, span
 
 LEVELS = ["NOMINAL", "WARN", "DEGRADED", "CRITICAL"]
@@ -103,6 +103,11 @@ def test_a_deadline_miss_degrades_at_once_and_clean_windows_recover(stack):
     assert back["changes"] >= 2  # DEGRADED -> WARN -> NOMINAL
     assert sub.next("state", pred=lambda m: m["level"] == "NOMINAL")["prev_level"] == "WARN"
     assert "level DEGRADED (was NOMINAL)" in agent.log_text()
+    # Every data message published across the changes decodes (a state message once
+    # overwrote the data message being sent in the same tick).
+    datas = [edgemon_proto.decode(p) for _, k, p, _ in sub.seen if k == "data"]
+    assert len(datas) > 5
+    assert all(d["kind"] == "data" for d in datas)
 
     assert agent.stop() == 0
     assert not (run / "state").exists(), "a clean stop removes the state page"

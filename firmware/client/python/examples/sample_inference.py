@@ -7,10 +7,13 @@ rate. It holds a few tens of MiB, so the memory figures have something to show. 
 is timed with edgemon.span and sent to edgemon-agent (one 64-byte datagram per stage per
 frame); without an agent the spans are dropped and counted, and the loop runs the same.
 
-    sample_inference.py [--fps N] [--seconds S] [--slow-every N]
+    sample_inference.py [--fps N] [--seconds S] [--slow-every N] [--slow-from S --slow-for S]
 
 --slow-every N makes the infer stage of every Nth frame take 5x longer (it runs five times),
-so budgets and degradation have something to catch in demos. The socket is found the way the
+and --slow-from/--slow-for make every frame's infer 5x longer for a while (a heavy scene, a
+throttled SoC), so budgets and degradation have something to catch in demos. The loop reads
+its level from the agent every frame (edgemon.level(): no system call) and switches to a
+lighter model (a quarter of the work) at DEGRADED or CRITICAL, and back at NOMINAL. The socket is found the way the
 client always finds it: $EDGEMON_SOCKET, $EDGEMON_RUNTIME_DIR/spans.sock, then the agent's
 defaults (firmware/client/python/README.md).
 """
@@ -34,9 +37,9 @@ def preprocess(frame, n):
     return frame
 
 
-def infer(weights, n):
+def infer(weights, n, light=False):
     acc = 0.0
-    for w in weights:
+    for w in (weights[: len(weights) // 4] if light else weights):
         acc += math.tanh(w * (n % 7 + 1))
     return acc
 
@@ -51,6 +54,10 @@ def main():
     ap.add_argument("--seconds", type=float, default=0, help="stop after S seconds (0: never)")
     ap.add_argument("--slow-every", type=int, default=0, metavar="N",
                     help="every Nth frame, infer takes %dx longer (0: never)" % SLOW_FACTOR)
+    ap.add_argument("--slow-from", type=float, default=-1, metavar="S",
+                    help="from S seconds after start, every infer takes %dx longer" % SLOW_FACTOR)
+    ap.add_argument("--slow-for", type=float, default=0, metavar="S",
+                    help="... for S seconds (default 0: no slow phase)")
     args = ap.parse_args()
     if args.fps <= 0:
         ap.error("--fps must be positive")
@@ -61,17 +68,27 @@ def main():
     period = 1.0 / args.fps
     start = time.monotonic()
     n = 0
+    light = False
     while not args.seconds or time.monotonic() - start < args.seconds:
         t0 = time.monotonic()
         edgemon.set_frame(n)
-        slow = args.slow_every > 0 and n > 0 and n % args.slow_every == 0
+        level = edgemon.level()  # a read of the agent's state page, no system call
+        if not light and level in ("DEGRADED", "CRITICAL"):
+            light = True
+            print("[inference] level %s: switching to the light model" % level, flush=True)
+        elif light and level in ("NOMINAL", None):
+            light = False
+            print("[inference] level NOMINAL: back to the full model", flush=True)
+        since = t0 - start
+        slow = (args.slow_every > 0 and n > 0 and n % args.slow_every == 0) or (
+            args.slow_from >= 0 and args.slow_from <= since < args.slow_from + args.slow_for)
         with edgemon.span("preprocess"):
             preprocess(frame, n)
         with edgemon.span("infer"):
-            score = infer(weights, n)
+            score = infer(weights, n, light)
             if slow:
                 for _ in range(SLOW_FACTOR - 1):
-                    score = infer(weights, n)
+                    score = infer(weights, n, light)
         with edgemon.span("postprocess"):
             postprocess(score)
         n += 1
