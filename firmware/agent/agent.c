@@ -32,8 +32,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <systemd/sd-daemon.h>
+
 #include "budget.h"
 #include "edgemon/proto.h"
+#include "hook.h"
 #include "log.h"
 #include "pmu.h"
 #include "procfs.h"
@@ -139,6 +142,7 @@ struct em_agent {
   em_spans_t *spans;
   em_budget_engine_t *budget;
   em_signals_t *signals;
+  em_hook_t *hook;           /* NULL when [degrade] hook is not set. */
   em_hist_t *budget_windows; /* Per span stage (same index): spans since the budget window
                                 began, merged from each publish window. */
   em_budget_stage_window_t *budget_stages;
@@ -368,6 +372,10 @@ static void apply_change(em_agent_t *a, const em_budget_change_t *c) {
     EM_ERROR("state page: %s", em_proto_strerror(rc));
   }
   publish_state(a);
+  if (a->hook) {
+    em_hook_run(a->hook, r);
+  }
+  sd_notifyf(0, "STATUS=level %s since %s", em_level_name(r->level), r->reason);
   em_log(c->level > c->prev_level ? EM_LOG_WARN : EM_LOG_INFO,
          "level %s (was %s): %s, value %g, bound %g", em_level_name(c->level),
          em_level_name(c->prev_level), r->reason, r->value, r->bound);
@@ -445,13 +453,15 @@ static void evaluate_budgets(em_agent_t *a, uint64_t now) {
 /* The config's rules for the engine (same kinds, see config.h). */
 static int start_budgets(em_agent_t *a, uint64_t now) {
   _Static_assert((int)EM_CONFIG_RULE_PSI == (int)EM_BUDGET_RULE_PSI,
-                 "config and budget rule kinds must match");
+                 "config and budget rule kinds must match up to PSI");
+  _Static_assert(EM_CONFIG_MAX_FLOW == EM_BUDGET_FLOW_MAX_STAGES, "flow stage limits must match");
   em_budget_rule_t rules[EM_CONFIG_MAX_RULES];
   for (size_t i = 0; i < a->cfg.n_rules; i++) {
     const em_config_rule_t *c = &a->cfg.rules[i];
     em_budget_rule_t *r = &rules[i];
     *r = (em_budget_rule_t){.id = c->id,
-                            .kind = (em_budget_rule_kind_t)c->kind,
+                            .kind = c->kind == EM_CONFIG_RULE_FLOW ? EM_BUDGET_RULE_FLOW
+                                                                   : (em_budget_rule_kind_t)c->kind,
                             .level = (em_level_t)c->level,
                             .stage = c->stage[0] ? c->stage : NULL};
     switch (r->kind) {
@@ -483,6 +493,13 @@ static int start_budgets(em_agent_t *a, uint64_t now) {
     case EM_BUDGET_RULE_GAUGE_MAX:
       r->u.gauge.figure = c->figure;
       r->u.gauge.max = c->max;
+      break;
+    case EM_BUDGET_RULE_FLOW:
+      for (size_t k = 0; k < c->n_flow && k < EM_BUDGET_FLOW_MAX_STAGES; k++) {
+        r->u.flow.stages[k] = c->flow[k];
+      }
+      r->u.flow.n_stages = c->n_flow;
+      r->u.flow.deadline_ns = c->bound_ns;
       break;
     case EM_BUDGET_RULE_KINDS:
       break;
@@ -991,6 +1008,9 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg, cons
       EM_ERROR("state page %s: %s", page, strerror(-rc));
     }
   }
+  if (!rc && cfg->hook[0]) {
+    rc = em_hook_new(&a->hook, loop, cfg->hook, cfg->hook_timeout_ns);
+  }
   if (rc) {
     em_agent_free(a);
     return rc == -ENOENT ? -ENOENT : rc;
@@ -1033,6 +1053,7 @@ static void on_publisher_stopped(void *ctx) {
   stop_step(ctx);
 }
 
+/* The span socket or the hook is closed (either counts one step). */
 static void on_spans_closed(void *ctx) {
   stop_step(ctx);
 }
@@ -1043,8 +1064,11 @@ void em_agent_stop(em_agent_t *a, void (*done)(void *), void *ctx) {
   }
   a->stop_done = done;
   a->stop_ctx = ctx;
-  a->closing = 4; /* two timers, the span socket and the publisher */
+  a->closing = a->hook ? 5 : 4; /* two timers, span socket, publisher, hook */
   em_spans_close(a->spans, on_spans_closed, a);
+  if (a->hook) {
+    em_hook_close(a->hook, on_spans_closed, a);
+  }
   if (a->smaps_busy) {
     a->closing++; /* smaps_read_done runs, cancelled or not, and takes its step */
     uv_cancel((uv_req_t *)&a->smaps_work);
@@ -1074,6 +1098,7 @@ void em_agent_free(em_agent_t *a) {
   free(a->bucket_out);
   em_spans_free(a->spans);
   em_signals_free(a->signals, true);
+  em_hook_free(a->hook);
   em_budget_free(a->budget);
   free(a->budget_windows);
   free(a->budget_stages);

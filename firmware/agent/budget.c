@@ -8,7 +8,9 @@
  *      PENDING, `clean` only in RECOVERING.
  *   3. Every string a change or a birth entry points at lives in the engine's one allocation.
  *   4. Nothing is allocated after em_budget_new; the RSS rings are fixed (EM_BUDGET_SLOPE_SAMPLES
- *      per RSS_SLOPE rule) and overwrite their oldest sample when full.
+ *      per RSS_SLOPE rule) and overwrite their oldest sample when full; so are the flow tables
+ *      (EM_BUDGET_FLOW_FRAMES per FLOW rule), which evict their oldest frame when full.
+ *   5. A frame id is live in at most one slot of a FLOW rule's table.
  *
  * Owns: one calloc'd block. No I/O, no clock reads, single-threaded.
  */
@@ -30,6 +32,15 @@ typedef struct {
   uint64_t rss_bytes;
 } rss_sample_t;
 
+/* One frame in flight of a FLOW rule. */
+typedef struct {
+  uint64_t frame;    /* The client's frame id (never 0). */
+  uint64_t start_ns; /* Start of its first-stage span. */
+  uint64_t seq;      /* Order of arrival, for eviction of the oldest. */
+  size_t pos;        /* Index of the stage expected next (1..n_stages-1). */
+  bool live;
+} flow_slot_t;
+
 typedef struct {
   em_budget_rule_t rule; /* Strings re-pointed at the copies below. */
   char id[EM_BUDGET_ID_BYTES];
@@ -47,6 +58,10 @@ typedef struct {
   rss_sample_t *ring;    /* RSS_SLOPE: EM_BUDGET_SLOPE_SAMPLES entries. */
   size_t ring_head;      /* Index of the oldest sample. */
   size_t ring_len;
+  char flow_stages[EM_BUDGET_FLOW_MAX_STAGES][EM_BUDGET_STAGE_BYTES]; /* FLOW. */
+  flow_slot_t *slots; /* FLOW: EM_BUDGET_FLOW_FRAMES entries. */
+  uint64_t flow_seq;  /* FLOW: frames started. */
+  uint64_t evicted;   /* FLOW: frames evicted unjudged. */
 } rule_state_t;
 
 typedef struct {
@@ -80,7 +95,7 @@ typedef struct {
 
 static const char *const rule_names[EM_BUDGET_RULE_KINDS] = {
     "percentile", "deadline",  "miss_ratio", "alive",     "rate",
-    "rss_cap",    "rss_slope", "psi",        "gauge_max",
+    "rss_cap",    "rss_slope", "psi",        "gauge_max", "flow",
 };
 
 const char *em_budget_rule_name(em_budget_rule_kind_t kind) {
@@ -173,6 +188,26 @@ static bool name_ok(const char *s) {
   return true;
 }
 
+/* A FLOW rule's stages: 2..max, each a valid stage name, all distinct; a deadline. */
+static bool flow_ok(const em_budget_rule_t *r) {
+  size_t n = r->u.flow.n_stages;
+  if (n < 2 || n > EM_BUDGET_FLOW_MAX_STAGES || r->u.flow.deadline_ns == 0) {
+    return false;
+  }
+  for (size_t i = 0; i < n; i++) {
+    const char *st = r->u.flow.stages[i];
+    if (!st || !st[0] || strlen(st) >= EM_BUDGET_STAGE_BYTES || !stage_name_ok(st)) {
+      return false;
+    }
+    for (size_t j = 0; j < i; j++) {
+      if (strcmp(r->u.flow.stages[j], st) == 0) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
 /* Checks the kind-specific fields of r. */
 static bool params_ok(const em_budget_rule_t *r) {
   switch (r->kind) {
@@ -193,6 +228,8 @@ static bool params_ok(const em_budget_rule_t *r) {
   case EM_BUDGET_RULE_PSI:
   case EM_BUDGET_RULE_GAUGE_MAX:
     return finite(r->u.gauge.max);
+  case EM_BUDGET_RULE_FLOW:
+    return flow_ok(r);
   default:
     return false;
   }
@@ -218,6 +255,7 @@ int em_budget_new(em_budget_engine_t **out, const em_budget_opts_t *opts, uint64
   }
   size_t n = opts->n_rules;
   size_t n_slope = 0;
+  size_t n_flow = 0;
   for (size_t i = 0; i < n; i++) {
     const em_budget_rule_t *r = &opts->rules[i];
     if ((unsigned)r->kind >= EM_BUDGET_RULE_KINDS || r->level < EM_LEVEL_WARN ||
@@ -243,11 +281,14 @@ int em_budget_new(em_budget_engine_t **out, const em_budget_opts_t *opts, uint64
       }
     }
     n_slope += r->kind == EM_BUDGET_RULE_RSS_SLOPE;
+    n_flow += r->kind == EM_BUDGET_RULE_FLOW;
   }
 
-  /* One block: engine, rule states, stage states (at most one per rule), RSS rings. */
+  /* One block: engine, rule states, stage states (at most one per rule), RSS rings, flow
+     tables. */
   size_t size = sizeof(em_budget_engine_t) + n * sizeof(rule_state_t) + n * sizeof(stage_state_t) +
-                n_slope * EM_BUDGET_SLOPE_SAMPLES * sizeof(rss_sample_t);
+                n_slope * EM_BUDGET_SLOPE_SAMPLES * sizeof(rss_sample_t) +
+                n_flow * EM_BUDGET_FLOW_FRAMES * sizeof(flow_slot_t);
   unsigned char *mem = calloc(1, size);
   if (!mem) {
     return -ENOMEM;
@@ -256,6 +297,7 @@ int em_budget_new(em_budget_engine_t **out, const em_budget_opts_t *opts, uint64
   b->rules = (rule_state_t *)(void *)(mem + sizeof(*b));
   b->stages = (stage_state_t *)(void *)(b->rules + n);
   rss_sample_t *rings = (rss_sample_t *)(void *)(b->stages + n);
+  flow_slot_t *slots = (flow_slot_t *)(void *)(rings + n_slope * EM_BUDGET_SLOPE_SAMPLES);
   b->n_rules = n;
   b->enter = opts->enter_windows;
   b->leave = opts->leave_windows;
@@ -289,6 +331,15 @@ int em_budget_new(em_budget_engine_t **out, const em_budget_opts_t *opts, uint64
       s->ring = rings;
       rings += EM_BUDGET_SLOPE_SAMPLES;
     }
+    if (s->rule.kind == EM_BUDGET_RULE_FLOW) {
+      for (size_t k = 0; k < s->rule.u.flow.n_stages; k++) {
+        copy_str(s->flow_stages[k], sizeof(s->flow_stages[k]), opts->rules[i].u.flow.stages[k]);
+        s->rule.u.flow.stages[k] = s->flow_stages[k];
+      }
+      s->rule.stage = s->flow_stages[0];
+      s->slots = slots;
+      slots += EM_BUDGET_FLOW_FRAMES;
+    }
   }
   *out = b;
   return 0;
@@ -318,6 +369,8 @@ static em_value_t rule_bound(const em_budget_rule_t *r) {
     return val_u(r->u.rss_cap.cap_bytes);
   case EM_BUDGET_RULE_RSS_SLOPE:
     return val_f(r->u.rss_slope.max_mib_per_h);
+  case EM_BUDGET_RULE_FLOW:
+    return val_u(r->u.flow.deadline_ns);
   default:
     return val_f(r->u.gauge.max);
   }
@@ -417,18 +470,93 @@ static void feed_alive(rule_state_t *s, uint64_t now_ns, outcome_t *o) {
   }
 }
 
+/* A FLOW violation: enters at once, like a DEADLINE miss; the window is violating. */
+static void flow_violate(rule_state_t *s, uint64_t elapsed_ns, const char *reason, outcome_t *o) {
+  s->win_misses++;
+  s->value = val_u(elapsed_ns);
+  s->clean = 0;
+  s->bad = 0;
+  if (!s->active) {
+    s->active = true;
+    note_enter(o, s, reason);
+  }
+}
+
+/* A slot for a new frame: a free one, else the oldest frame's (evicted, counted). */
+static flow_slot_t *flow_take_slot(rule_state_t *s) {
+  flow_slot_t *oldest = NULL;
+  for (size_t i = 0; i < EM_BUDGET_FLOW_FRAMES; i++) {
+    flow_slot_t *slot = &s->slots[i];
+    if (!slot->live) {
+      return slot;
+    }
+    if (!oldest || slot->seq < oldest->seq) {
+      oldest = slot;
+    }
+  }
+  s->evicted++;
+  return oldest;
+}
+
+/* One span of `stage` for `frame` (not 0) against a FLOW rule (see budget.h). */
+static void flow_span(rule_state_t *s, const char *stage, uint64_t frame, uint64_t duration_ns,
+                      uint64_t now_ns, outcome_t *o) {
+  size_t n = s->rule.u.flow.n_stages;
+  size_t k = 0;
+  while (k < n && strcmp(s->flow_stages[k], stage) != 0) {
+    k++;
+  }
+  if (k == n) {
+    return;
+  }
+  flow_slot_t *slot = NULL;
+  for (size_t i = 0; i < EM_BUDGET_FLOW_FRAMES && !slot; i++) {
+    if (s->slots[i].live && s->slots[i].frame == frame) {
+      slot = &s->slots[i];
+    }
+  }
+  if (!slot) {
+    if (k == 0) {
+      slot = flow_take_slot(s);
+      *slot = (flow_slot_t){.frame = frame,
+                            .start_ns = now_ns >= duration_ns ? now_ns - duration_ns : 0,
+                            .seq = ++s->flow_seq,
+                            .pos = 1,
+                            .live = true};
+    }
+    return; /* Not in flight at a later stage: never started here, judged or evicted. */
+  }
+  uint64_t elapsed = now_ns >= slot->start_ns ? now_ns - slot->start_ns : 0;
+  if (k != slot->pos) {
+    slot->live = false;
+    flow_violate(s, elapsed, "flow order", o);
+    return;
+  }
+  if (k + 1 < n) {
+    slot->pos++;
+    return;
+  }
+  slot->live = false;
+  if (elapsed > s->rule.u.flow.deadline_ns) {
+    flow_violate(s, elapsed, "flow deadline", o);
+  } else {
+    s->win_spans++;
+  }
+}
+
 bool em_budget_on_span(em_budget_engine_t *b, const char *stage, uint64_t frame,
                        uint64_t duration_ns, uint64_t now_ns, em_budget_change_t *change) {
-  (void)frame; /* For flow supervision. */
   if (!b || !stage) {
     return false;
   }
-  size_t ix = find_stage(b, stage);
-  if (ix == NO_STAGE) {
-    return false;
-  }
   outcome_t o = {0};
-  for (size_t i = 0; i < b->n_rules; i++) {
+  for (size_t i = 0; frame != 0 && i < b->n_rules; i++) {
+    if (b->rules[i].rule.kind == EM_BUDGET_RULE_FLOW) {
+      flow_span(&b->rules[i], stage, frame, duration_ns, now_ns, &o);
+    }
+  }
+  size_t ix = find_stage(b, stage);
+  for (size_t i = 0; ix != NO_STAGE && i < b->n_rules; i++) {
     rule_state_t *s = &b->rules[i];
     if (s->stage_ix != ix) {
       continue;
@@ -484,6 +612,17 @@ bool em_budget_on_timer(em_budget_engine_t *b, uint64_t now_ns, em_budget_change
   outcome_t o = {0};
   for (size_t i = 0; i < b->n_rules; i++) {
     rule_state_t *s = &b->rules[i];
+    if (s->rule.kind == EM_BUDGET_RULE_FLOW) {
+      for (size_t k = 0; k < EM_BUDGET_FLOW_FRAMES; k++) {
+        flow_slot_t *slot = &s->slots[k];
+        if (slot->live && now_ns > slot->start_ns &&
+            now_ns - slot->start_ns > s->rule.u.flow.deadline_ns) {
+          slot->live = false;
+          flow_violate(s, now_ns - slot->start_ns, "flow deadline", &o);
+        }
+      }
+      continue;
+    }
     if (s->rule.kind != EM_BUDGET_RULE_ALIVE || s->active || now_ns < s->last_seen_ns) {
       continue;
     }
@@ -595,6 +734,11 @@ static judge_t judge(rule_state_t *s, const em_budget_window_t *w, uint64_t now_
       return JUDGE_ABSENT;
     }
     return s->win_misses ? JUDGE_VIOLATED : JUDGE_CLEAN;
+  case EM_BUDGET_RULE_FLOW: /* win_spans: frames completed in time; win_misses: violations. */
+    if (s->win_misses) {
+      return JUDGE_VIOLATED;
+    }
+    return s->win_spans ? JUDGE_CLEAN : JUDGE_ABSENT;
   case EM_BUDGET_RULE_MISS_RATIO: {
     if (s->win_spans == 0) {
       return JUDGE_ABSENT;
@@ -701,6 +845,20 @@ int em_budget_anomaly(const em_budget_engine_t *b, const char *stage, double *z)
   }
   *z = b->stages[ix].z;
   return 0;
+}
+
+int em_budget_flow_evicted(const em_budget_engine_t *b, const char *id, uint64_t *evicted) {
+  if (!b || !id || !evicted) {
+    return -EINVAL;
+  }
+  for (size_t i = 0; i < b->n_rules; i++) {
+    const rule_state_t *s = &b->rules[i];
+    if (s->rule.kind == EM_BUDGET_RULE_FLOW && strcmp(s->id, id) == 0) {
+      *evicted = s->evicted;
+      return 0;
+    }
+  }
+  return -ENOENT;
 }
 
 int em_budget_describe(const em_budget_engine_t *b, em_budget_t *out, size_t cap) {

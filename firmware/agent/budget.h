@@ -1,9 +1,9 @@
 /*
  * budget.h - the degradation engine: latency budgets, supervision and the degradation level,
  * as a pure module. It evaluates rules (per stage: percentile, hard deadline, miss ratio,
- * alive, rate; per process: RSS cap, RSS growth slope, PSI, any gauge) against the spans and
- * windows it is fed, keeps each rule's state and the level, and reports each change of level
- * as an em_budget_change_t that the caller publishes (state page, push, MQTT, hook, log).
+ * alive, rate; per frame: flow; per process: RSS cap, RSS growth slope, PSI, any gauge) against the
+ * spans and windows it is fed, keeps each rule's state and the level, and reports each change of
+ * level as an em_budget_change_t that the caller publishes (state page, push, MQTT, hook, log).
  *
  * No I/O, no libuv, no clock reads: every entry point takes now_ns (CLOCK_MONOTONIC), so tests
  * inject time. Config parsing lives elsewhere; rules are filled by code.
@@ -40,16 +40,39 @@
  *   PENDING -> ACTIVE      enter-th violating  em_budget_on_window      window rules
  *   CLEAR/PENDING -> ACTIVE  span > bound_ns   em_budget_on_span        DEADLINE
  *   CLEAR -> ACTIVE        silence > silence_ns em_budget_on_timer      ALIVE
+ *   CLEAR/PENDING -> ACTIVE  stage out of order  em_budget_on_span        FLOW
+ *                          or late completion
+ *   CLEAR/PENDING -> ACTIVE  frame past deadline em_budget_on_timer      FLOW
  *   ACTIVE -> CLEAR        span or heartbeat   em_budget_on_span,       ALIVE
  *                                              em_budget_on_heartbeat
- *   ACTIVE -> RECOVERING   clean window        em_budget_on_window      window rules, DEADLINE
- *   RECOVERING -> ACTIVE   violating window    em_budget_on_window      window rules, DEADLINE
- *   RECOVERING -> CLEAR    leave-th clean      em_budget_on_window      window rules, DEADLINE
+ *   ACTIVE -> RECOVERING   clean window        em_budget_on_window      window rules, DEADLINE,
+ *                                                                       FLOW
+ *   RECOVERING -> ACTIVE   violating window    em_budget_on_window      window rules, DEADLINE,
+ *                                                                       FLOW
+ *   RECOVERING -> CLEAR    leave-th clean      em_budget_on_window      window rules, DEADLINE,
+ *                                                                       FLOW
  *
  * Window rules: PERCENTILE, MISS_RATIO, RATE, RSS_CAP, RSS_SLOPE, PSI, GAUGE_MAX. A DEADLINE
  * rule enters on the span that misses; at window end its window is violating when a span of
  * its stage missed in it, clean when spans came and none missed, absent when none came.
  * ALIVE is judged on the timer and on spans only, never at window end.
+ *
+ * FLOW (logical supervision): a sequence of 2..EM_BUDGET_FLOW_MAX_STAGES distinct stages that
+ * every frame id must pass in order, and a deadline from the start of the frame's first-stage
+ * span (now_ns - duration_ns) to the end of its last-stage span. Per FLOW rule the engine keeps
+ * EM_BUDGET_FLOW_FRAMES frames in flight; a frame starts with a span of the first stage whose
+ * frame id is not in flight (when the table is full the oldest frame is evicted, unjudged, and
+ * counted: em_budget_flow_evicted). A span of a flow stage for a frame in flight is either the
+ * expected next stage (the frame advances) or out of order (a stage skipped, repeated or
+ * reordered): a violation at once, and the frame is dropped. The last stage completes the
+ * frame: a completion later than the deadline is a violation at once, otherwise the frame is
+ * counted clean. em_budget_on_timer judges frames in flight past their deadline: a violation
+ * at once, and the frame is dropped. Spans with frame id 0, of stages not in the flow, and of
+ * frames not in flight at a non-first stage (never started while the engine ran, already
+ * judged, or evicted) are ignored. A violation enters like a DEADLINE miss; its value is the
+ * frame's elapsed ns (start to the violating span or timer), its bound the deadline. At window
+ * end a FLOW window is violating when a frame violated in it, clean when frames completed and
+ * none violated, absent otherwise.
  *
  * Level. target = the highest level among ACTIVE/RECOVERING rules (NOMINAL when none). A
  * window is "clean" for the level when no rule violated in it.
@@ -89,13 +112,15 @@
 #include "edgemon/proto.h"
 #include "hist.h"
 
-#define EM_BUDGET_MAX_RULES     EM_PROTO_MAX_BUDGETS
-#define EM_BUDGET_ID_BYTES      (EM_PROTO_MAX_NAME_BYTES + 1)  /* Rule id, with its NUL. */
-#define EM_BUDGET_STAGE_BYTES   (EM_PROTO_MAX_STAGE_BYTES + 1) /* Stage name, with its NUL. */
-#define EM_BUDGET_FIGURE_BYTES  (EM_PROTO_MAX_NAME_BYTES + 1)  /* Figure name, with its NUL. */
-#define EM_BUDGET_SLOPE_SAMPLES 64  /* (t, rss) samples kept per RSS_SLOPE rule. */
-#define EM_BUDGET_SLOPE_MIN     4   /* Samples needed before a slope is judged. */
-#define EM_BUDGET_EWMA_ALPHA    0.1 /* Default weight of a new window in the anomaly EWMA. */
+#define EM_BUDGET_MAX_RULES       EM_PROTO_MAX_BUDGETS
+#define EM_BUDGET_ID_BYTES        (EM_PROTO_MAX_NAME_BYTES + 1)  /* Rule id, with its NUL. */
+#define EM_BUDGET_STAGE_BYTES     (EM_PROTO_MAX_STAGE_BYTES + 1) /* Stage name, with its NUL. */
+#define EM_BUDGET_FIGURE_BYTES    (EM_PROTO_MAX_NAME_BYTES + 1)  /* Figure name, with its NUL. */
+#define EM_BUDGET_SLOPE_SAMPLES   64  /* (t, rss) samples kept per RSS_SLOPE rule. */
+#define EM_BUDGET_SLOPE_MIN       4   /* Samples needed before a slope is judged. */
+#define EM_BUDGET_EWMA_ALPHA      0.1 /* Default weight of a new window in the anomaly EWMA. */
+#define EM_BUDGET_FLOW_MAX_STAGES 8   /* Stages of one FLOW rule. */
+#define EM_BUDGET_FLOW_FRAMES     64  /* Frames in flight kept per FLOW rule. */
 
 typedef enum {
   EM_BUDGET_RULE_PERCENTILE = 0, /* Stage: window quantile q above bound_ns. */
@@ -107,6 +132,7 @@ typedef enum {
   EM_BUDGET_RULE_RSS_SLOPE,      /* Process: least-squares RSS growth above MiB/h. */
   EM_BUDGET_RULE_PSI,            /* Process: a pressure figure (e.g. "psi.memory.some.avg10"). */
   EM_BUDGET_RULE_GAUGE_MAX,      /* Any named figure above a bound: board temperature, etc. */
+  EM_BUDGET_RULE_FLOW,           /* Frames: stages passed in order within a deadline. */
   EM_BUDGET_RULE_KINDS
 } em_budget_rule_kind_t;
 
@@ -118,7 +144,8 @@ typedef struct {
   const char *id; /* Unique, 1..63 printable bytes, e.g. "infer.p99". */
   em_budget_rule_kind_t kind;
   em_level_t level;  /* Raised while active: WARN, DEGRADED or CRITICAL. */
-  const char *stage; /* Stage rules: 1..31 bytes of [A-Za-z0-9_.:-]; NULL for process rules. */
+  const char *stage; /* Stage rules: 1..31 bytes of [A-Za-z0-9_.:-]; NULL for process rules;
+                        ignored for FLOW (the engine reports its first stage). */
   union {
     struct {
       double q;          /* 0 < q <= 1, e.g. 0.99. */
@@ -149,6 +176,12 @@ typedef struct {
       const char *figure; /* Name of a figure in em_budget_window_t.figures, 1..63 bytes. */
       double max;         /* Violating when the figure > max. Finite. */
     } gauge;              /* PSI and GAUGE_MAX. */
+    struct {
+      const char *stages[EM_BUDGET_FLOW_MAX_STAGES]; /* In order; each a valid stage name,
+                                                        all distinct. */
+      size_t n_stages;                               /* 2..EM_BUDGET_FLOW_MAX_STAGES */
+      uint64_t deadline_ns; /* > 0: first stage's start to last stage's end. */
+    } flow;
   } u;
 } em_budget_rule_t;
 
@@ -197,7 +230,7 @@ typedef struct {
   em_value_t bound;   /* The rule's bound, same unit. */
   uint64_t mono_ns;   /* CLOCK_MONOTONIC of the change (the now_ns of the call). */
   const char *reason; /* Static text: "violated", "deadline miss", "stalled", "cleared",
-                         "alive", "clean windows". */
+                         "alive", "clean windows", "flow order", "flow deadline". */
 } em_budget_change_t;
 
 typedef struct em_budget_engine em_budget_engine_t;
@@ -217,9 +250,9 @@ em_level_t em_budget_level(const em_budget_engine_t *b);
 
 /*
  * One span of `stage` (borrowed) lasting duration_ns, seen at now_ns. Judges DEADLINE rules
- * (a miss enters at once), counts spans for MISS_RATIO, clears ALIVE. frame is the client's
- * frame id (kept for flow supervision; unused today). Returns true and fills *change (may be
- * NULL) when the level changed.
+ * (a miss enters at once), counts spans for MISS_RATIO, clears ALIVE, and advances, completes
+ * or judges `frame` (the client's frame id; 0: none) in every FLOW rule naming the stage.
+ * Returns true and fills *change (may be NULL) when the level changed.
  */
 bool em_budget_on_span(em_budget_engine_t *b, const char *stage, uint64_t frame,
                        uint64_t duration_ns, uint64_t now_ns, em_budget_change_t *change);
@@ -236,26 +269,36 @@ bool em_budget_on_heartbeat(em_budget_engine_t *b, const char *stage, uint64_t n
 bool em_budget_on_window(em_budget_engine_t *b, const em_budget_window_t *w, uint64_t now_ns,
                          em_budget_change_t *change);
 
-/* Judges ALIVE rules: call at least every silence_ns / 2. Returns as em_budget_on_window. */
+/*
+ * Judges ALIVE rules and FLOW frames past their deadline: call at least every silence_ns / 2
+ * (and often against flow deadlines). Returns as em_budget_on_window.
+ */
 bool em_budget_on_timer(em_budget_engine_t *b, uint64_t now_ns, em_budget_change_t *change);
 
 /*
  * The anomaly score of `stage` at the last window end: 0 and *z, or -ENOENT when no rule
- * names the stage.
+ * names the stage (the stages of a FLOW rule do not count).
  */
 int em_budget_anomaly(const em_budget_engine_t *b, const char *stage, double *z);
+
+/*
+ * Frames the FLOW rule `id` evicted unjudged because its table of frames in flight was full:
+ * 0 and *evicted, -ENOENT when there is no FLOW rule of that id, -EINVAL for NULL arguments.
+ */
+int em_budget_flow_evicted(const em_budget_engine_t *b, const char *id, uint64_t *evicted);
 
 /*
  * Describes the rules as birth entries into out[0..cap), in rule order; the strings point
  * into b. Units of bound: PERCENTILE, DEADLINE, ALIVE (silence): ns (uint); MISS_RATIO: the
  * ratio (float); RATE: frames/s (float); RSS_CAP: bytes (uint); RSS_SLOPE: MiB/h (float),
- * window_ns = horizon; PSI, GAUGE_MAX: the figure's unit (float). Returns the number of rules,
+ * window_ns = horizon; PSI, GAUGE_MAX: the figure's unit (float); FLOW: the deadline in ns
+ * (uint), stage = the flow's first stage. Returns the number of rules,
  * or -ENOSPC when cap is smaller (nothing written).
  */
 int em_budget_describe(const em_budget_engine_t *b, em_budget_t *out, size_t cap);
 
 /* "percentile", "deadline", "miss_ratio", "alive", "rate", "rss_cap", "rss_slope", "psi",
- * "gauge_max", or "unknown". */
+ * "gauge_max", "flow", or "unknown". */
 const char *em_budget_rule_name(em_budget_rule_kind_t kind);
 
 #endif /* EDGEMON_AGENT_BUDGET_H */

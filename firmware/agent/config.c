@@ -124,6 +124,8 @@ typedef enum {
   K_MISS_OVER,
   K_STALL,
   K_MIN_RATE,
+  K_FLOW,
+  K_FLOW_DEADLINE,
   K_STAGE_LEVEL,
   K_P50_LEVEL,
   K_P90_LEVEL,
@@ -133,6 +135,7 @@ typedef enum {
   K_MISS_RATIO_LEVEL,
   K_STALL_LEVEL,
   K_MIN_RATE_LEVEL,
+  K_FLOW_LEVEL,
   K_RSS_CAP,
   K_RSS_SLOPE,
   K_RSS_SLOPE_HORIZON,
@@ -184,6 +187,8 @@ typedef struct {
     double d;   /* Ratios, rates, slopes, percentages. */
     em_level_t level;
   } val[N_BUDGET_KEYS];
+  size_t n_flow; /* flow: the stages, when ok[K_FLOW]. */
+  char flow[EM_CONFIG_MAX_FLOW][EM_CONFIG_MAX_STAGE];
 } budget_sec_t;
 
 /* State of one em_config_load() call. */
@@ -1262,6 +1267,85 @@ static void set_budget_size(load_t *ld, const key_def_t *k, const char *value) {
   report(ld, ld->line, "%s '%s' has an unknown unit; use B, KiB, MiB or GiB", k->name, q);
 }
 
+/*
+ * flow: 2..EM_CONFIG_MAX_FLOW distinct stage names, comma-separated, in the order a frame
+ * passes them. They need not include the section's own name.
+ */
+static void set_budget_flow(load_t *ld, const key_def_t *k, const char *value) {
+  char q[QUOTE_MAX + 4];
+  char stages[EM_CONFIG_MAX_FLOW][EM_CONFIG_MAX_STAGE];
+  memset(stages, 0, sizeof(stages));
+  size_t n = 0;
+  bool bad = false;
+  const char *p = value;
+  for (;;) {
+    while (is_space(*p)) {
+      p++;
+    }
+    const char *start = p;
+    while (*p != '\0' && *p != ',') {
+      p++;
+    }
+    const char *end = p;
+    while (end > start && is_space(end[-1])) {
+      end--;
+    }
+    size_t len = (size_t)(end - start);
+    char name[EM_CONFIG_MAX_STAGE + QUOTE_MAX];
+    size_t keep = len < sizeof(name) - 1 ? len : sizeof(name) - 1;
+    memcpy(name, start, keep);
+    name[keep] = '\0';
+    if (len == 0) {
+      report(ld, ld->line, "%s has an empty stage name; list stages with commas, e.g. %s", k->name,
+             k->example);
+      bad = true;
+    } else if (len >= EM_CONFIG_MAX_STAGE) {
+      report(ld, ld->line, "%s stage name '%s' is longer than %d characters", k->name,
+             quote(q, sizeof(q), name), EM_CONFIG_MAX_STAGE - 1);
+      bad = true;
+    } else {
+      bool ok = true;
+      for (size_t i = 0; i < len; i++) {
+        ok = ok && is_id_char(name[i]);
+      }
+      bool dup = false;
+      for (size_t i = 0; ok && i < n && i < EM_CONFIG_MAX_FLOW; i++) {
+        dup = dup || strcmp(stages[i], name) == 0;
+      }
+      if (!ok) {
+        report(ld, ld->line, "%s stage name '%s' may use only letters, digits and _ . : -", k->name,
+               quote(q, sizeof(q), name));
+        bad = true;
+      } else if (dup) {
+        report(ld, ld->line, "%s lists stage '%s' twice", k->name, name);
+        bad = true;
+      } else if (n < EM_CONFIG_MAX_FLOW) {
+        memcpy(stages[n], name, len + 1);
+      }
+    }
+    n++;
+    if (*p == '\0') {
+      break;
+    }
+    p++; /* The comma. */
+  }
+  if (n > EM_CONFIG_MAX_FLOW) {
+    report(ld, ld->line, "%s lists %zu stages; at most %d", k->name, n, EM_CONFIG_MAX_FLOW);
+    return;
+  }
+  if (bad) {
+    return;
+  }
+  if (n < 2) {
+    report(ld, ld->line, "%s needs at least 2 stages, in order, e.g. %s", k->name, k->example);
+    return;
+  }
+  budget_sec_t *b = ld->budget;
+  memcpy(b->flow, stages, sizeof(stages));
+  b->n_flow = n;
+  accept_key(ld, k);
+}
+
 /* Every key, by section. Index = key_id_t. */
 static const key_def_t keys[K_COUNT] = {
     {K_DEVICE_ID, SEC_AGENT, "device_id", set_device_id, 0, 0, "jetson-07"},
@@ -1310,6 +1394,8 @@ static const key_def_t keys[K_COUNT] = {
     STAGE_DURATION(K_MISS_OVER, "miss_over", "40ms"),
     {K_STALL, SEC_BUDGET_STAGE, "stall", set_budget_duration, NS_PER_MS, NS_PER_H, "500ms"},
     {K_MIN_RATE, SEC_BUDGET_STAGE, "min_rate", set_budget_number, 0, 0, "15"},
+    {K_FLOW, SEC_BUDGET_STAGE, "flow", set_budget_flow, 0, 0, "preprocess, infer, postprocess"},
+    STAGE_DURATION(K_FLOW_DEADLINE, "flow_deadline", "100ms"),
     BUDGET_LEVEL(K_STAGE_LEVEL, SEC_BUDGET_STAGE, "level"),
     BUDGET_LEVEL(K_P50_LEVEL, SEC_BUDGET_STAGE, "p50_level"),
     BUDGET_LEVEL(K_P90_LEVEL, SEC_BUDGET_STAGE, "p90_level"),
@@ -1319,6 +1405,7 @@ static const key_def_t keys[K_COUNT] = {
     BUDGET_LEVEL(K_MISS_RATIO_LEVEL, SEC_BUDGET_STAGE, "miss_ratio_level"),
     BUDGET_LEVEL(K_STALL_LEVEL, SEC_BUDGET_STAGE, "stall_level"),
     BUDGET_LEVEL(K_MIN_RATE_LEVEL, SEC_BUDGET_STAGE, "min_rate_level"),
+    BUDGET_LEVEL(K_FLOW_LEVEL, SEC_BUDGET_STAGE, "flow_level"),
     {K_RSS_CAP, SEC_BUDGET_PROCESS, "rss_cap", set_budget_size, 0, 0, "2GiB"},
     {K_RSS_SLOPE, SEC_BUDGET_PROCESS, "rss_slope", set_budget_number, 0, 0, "50"},
     {K_RSS_SLOPE_HORIZON, SEC_BUDGET_PROCESS, "rss_slope_horizon", set_budget_duration, NS_PER_MIN,
@@ -1784,6 +1871,7 @@ static const struct {
     {K_MISS_RATIO, K_MISS_RATIO_LEVEL, EM_CONFIG_RULE_MISS_RATIO, 0, NULL},
     {K_STALL, K_STALL_LEVEL, EM_CONFIG_RULE_ALIVE, 0, NULL},
     {K_MIN_RATE, K_MIN_RATE_LEVEL, EM_CONFIG_RULE_RATE, 0, NULL},
+    {K_FLOW, K_FLOW_LEVEL, EM_CONFIG_RULE_FLOW, 0, NULL},
     {K_RSS_CAP, K_RSS_CAP_LEVEL, EM_CONFIG_RULE_RSS_CAP, 0, NULL},
     {K_RSS_SLOPE, K_RSS_SLOPE_LEVEL, EM_CONFIG_RULE_RSS_SLOPE, 0, NULL},
     {K_PSI_CPU_SOME, K_PSI_CPU_SOME_LEVEL, EM_CONFIG_RULE_PSI, 0, "psi.cpu.some.avg10"},
@@ -1851,6 +1939,15 @@ static void check_budget_sec(load_t *ld, const budget_sec_t *b, bool process, pe
     if (key == K_MISS_RATIO && !BOK(b, BLINE(b, K_MISS_OVER) != 0 ? K_MISS_OVER : K_DEADLINE)) {
       continue;
     }
+    if (key == K_FLOW && BLINE(b, K_FLOW_DEADLINE) == 0) {
+      report(ld, at,
+             "flow needs flow_deadline, the longest a frame may take from its first stage to "
+             "its last, e.g. flow_deadline = 100ms");
+      continue;
+    }
+    if (key == K_FLOW && !BOK(b, K_FLOW_DEADLINE)) {
+      continue;
+    }
     pend[*n_pend].line = at;
     pend[*n_pend].sec = b;
     pend[*n_pend].def = i;
@@ -1858,6 +1955,10 @@ static void check_budget_sec(load_t *ld, const budget_sec_t *b, bool process, pe
   }
   if (!process && BLINE(b, K_MISS_OVER) != 0 && BLINE(b, K_MISS_RATIO) == 0) {
     report(ld, BLINE(b, K_MISS_OVER), "miss_over is used only with miss_ratio");
+  }
+  if (!process && BLINE(b, K_FLOW_DEADLINE) != 0 && BLINE(b, K_FLOW) == 0) {
+    report(ld, BLINE(b, K_FLOW_DEADLINE),
+           "flow_deadline is used only with flow, the stages a frame passes in order");
   }
   if (process && BLINE(b, K_RSS_SLOPE_HORIZON) != 0 && BLINE(b, K_RSS_SLOPE) == 0) {
     report(ld, BLINE(b, K_RSS_SLOPE_HORIZON), "rss_slope_horizon is used only with rss_slope");
@@ -1875,7 +1976,7 @@ static void fill_rule(em_config_rule_t *r, const pending_rule_t *p, bool process
   key_id_t level_key = rule_defs[p->def].level_key;
   memset(r, 0, sizeof(*r));
   snprintf(r->id, sizeof(r->id), "%s.%s", b->name, keys[key].name);
-  if (!process) {
+  if (!process && rule_defs[p->def].kind != EM_CONFIG_RULE_FLOW) {
     copy_str(r->stage, sizeof(r->stage), b->name);
   }
   r->kind = rule_defs[p->def].kind;
@@ -1908,6 +2009,12 @@ static void fill_rule(em_config_rule_t *r, const pending_rule_t *p, bool process
   case EM_CONFIG_RULE_PSI:
     copy_str(r->figure, sizeof(r->figure), rule_defs[p->def].figure);
     r->max = BVAL(b, key).d;
+    break;
+  case EM_CONFIG_RULE_FLOW:
+    r->n_flow = b->n_flow;
+    memcpy(r->flow, b->flow, sizeof(r->flow));
+    copy_str(r->stage, sizeof(r->stage), b->flow[0]);
+    r->bound_ns = BVAL(b, K_FLOW_DEADLINE).u;
     break;
   }
 }

@@ -25,6 +25,7 @@
 #define EM_CONFIG_MAX_STAGE      32 /* Stage name: 1..31 bytes of [A-Za-z0-9_.:-]. */
 #define EM_CONFIG_MAX_RULE_ID    64 /* Rule id: "<stage>.<key>" or "process.<key>". */
 #define EM_CONFIG_MAX_FIGURE     32 /* Figure a PSI rule reads, e.g. "psi.cpu.some.avg10". */
+#define EM_CONFIG_MAX_FLOW       8  /* Stages of a flow rule (EM_BUDGET_FLOW_MAX_STAGES). */
 
 typedef enum {
   EM_TARGET_NONE = 0, /* Not configured: an error for the agent, fine for --check of parts. */
@@ -36,9 +37,10 @@ typedef enum {
 } em_target_kind_t;
 
 /*
- * Kinds of budget rule. The values are those of em_budget_rule_kind_t (budget.h), in the same
- * order, so the agent can convert with a cast (and a static assert beside it); config.c does
- * not depend on the budget engine.
+ * Kinds of budget rule. The values up to PSI are those of em_budget_rule_kind_t (budget.h), in
+ * the same order, so the agent can convert them with a cast (and a static assert beside it);
+ * FLOW comes after PSI here but after GAUGE_MAX (which has no key) there, so the agent maps it
+ * explicitly. config.c does not depend on the budget engine.
  */
 typedef enum {
   EM_CONFIG_RULE_PERCENTILE = 0, /* [budget.<stage>] p50, p90, p99, p999 */
@@ -49,6 +51,7 @@ typedef enum {
   EM_CONFIG_RULE_RSS_CAP,        /* [budget.process] rss_cap */
   EM_CONFIG_RULE_RSS_SLOPE,      /* [budget.process] rss_slope (with rss_slope_horizon) */
   EM_CONFIG_RULE_PSI,            /* [budget.process] psi_cpu_some, psi_memory_some, ... */
+  EM_CONFIG_RULE_FLOW,           /* [budget.<name>] flow (with flow_deadline) */
 } em_config_rule_kind_t;
 
 /*
@@ -57,7 +60,7 @@ typedef enum {
  */
 typedef struct {
   char id[EM_CONFIG_MAX_RULE_ID];  /* "<stage>.<key>" ("infer.p99") or "process.<key>". */
-  char stage[EM_CONFIG_MAX_STAGE]; /* The stage; "" for process rules. */
+  char stage[EM_CONFIG_MAX_STAGE]; /* The stage; "" for process rules; FLOW: its first stage. */
   em_config_rule_kind_t kind;
   int level;         /* An em_level_t (edgemon/proto.h, not included here: modules that include this
                         header need not link edgemon_proto): EM_LEVEL_WARN, _DEGRADED or _CRITICAL;
@@ -65,7 +68,7 @@ typedef struct {
   int line;          /* Line of the rule's key, for messages. */
   double q;          /* PERCENTILE: 0.5, 0.9, 0.99 or 0.999. */
   uint64_t bound_ns; /* PERCENTILE, DEADLINE: the bound; MISS_RATIO: miss_over (or deadline);
-                        ALIVE: the silence (stall). */
+                        ALIVE: the silence (stall); FLOW: flow_deadline. */
   double max_ratio;  /* MISS_RATIO: 0 < max_ratio < 1. */
   double min_fps;    /* RATE: > 0 frames/s. */
   uint64_t cap_bytes;                /* RSS_CAP. */
@@ -73,6 +76,8 @@ typedef struct {
   uint64_t horizon_ns;               /* RSS_SLOPE: rss_slope_horizon. */
   char figure[EM_CONFIG_MAX_FIGURE]; /* PSI: "psi.<cpu|memory|io>.<some|full>.avg10". */
   double max;                        /* PSI: percent, 0 < max <= 100. */
+  size_t n_flow;                     /* FLOW: 2..EM_CONFIG_MAX_FLOW stages. */
+  char flow[EM_CONFIG_MAX_FLOW][EM_CONFIG_MAX_STAGE]; /* FLOW: the stages, in order, distinct. */
 } em_config_rule_t;
 
 typedef struct {

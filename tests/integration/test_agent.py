@@ -125,12 +125,11 @@ def test_target_killed_and_restarted_is_reattached(stack, running):
     assert value(down, birth, "target.pid") is None
     assert value(down, birth, "pmu.task-clock") is None
     again = stack.target(marker=target.marker)
-    t0 = time.monotonic()
-    up = sub.next("data", pred=lambda d: value(d, birth, "target.pid") == again.pid, timeout=5)
+    # The lookup runs every 250 ms while detached (timings are measured in benchmarks, not
+    # asserted here; the wait below only bounds a hang).
+    up = sub.next("data", pred=lambda d: value(d, birth, "target.pid") == again.pid, timeout=10)
     assert again.pid != old_pid
     assert value(up, birth, "target.attaches") == 2
-    # Within a second (plus one sample period to publish it).
-    assert time.monotonic() - t0 < 1.5
     assert "exited" in agent.log_text()
 
 

@@ -130,3 +130,22 @@ def test_stall_fires_on_silence_and_clears_on_the_next_heartbeat(stack):
     s.send(span("camera", 0, kind=2))
     wait_for(lambda: read_page(run / "state")["level"] == "NOMINAL", 2, "the heartbeat to clear it")
     assert not math.isnan(got["bound"])
+
+
+def test_the_hook_runs_with_the_change(stack):
+    out = stack.tmp / "hook.out"
+    hook = stack.tmp / "hook.sh"
+    hook.write_text(f'#!/bin/sh\necho "$@" >> {out}\necho "$EDGEMON_RULE" >> {out}\n')
+    hook.chmod(0o755)
+    broker = stack.broker()
+    target = stack.target()
+    agent = stack.agent(broker.port, f"cmdline = {target.marker}",
+                        extra=BUDGET + f"hook = {hook}\nhook_timeout = 2s\n")
+    run = stack.tmp / "run"
+    wait_for((run / "state").exists, 5, "the state page")
+    sender(run / "spans.sock").send(span("infer", 120_000_000))
+    lines = wait_for(lambda: out.exists() and len(out.read_text().splitlines()) >= 2
+                     and out.read_text().splitlines(), 5, "the hook to run")
+    assert lines[0].startswith("DEGRADED NOMINAL infer.deadline infer 120000000 50000000")
+    assert lines[1] == "infer.deadline"
+    assert agent.stop() == 0

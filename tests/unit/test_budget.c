@@ -1,7 +1,8 @@
 /*
  * test_budget.c - unit tests of firmware/agent/budget.c: rule hysteresis, the level's up and
  * down steps, hard deadlines, alive supervision, rate, miss ratio, RSS cap and slope, absent
- * figures, the change record, the anomaly score and the birth's budget list.
+ * figures, the change record, the anomaly score, flow (logical) supervision and the birth's
+ * budget list.
  *
  * Time is injected (1 s windows from T0), histograms are built with em_hist_record, and the
  * RSS series come from a fixed-seed generator, so every run sees the same transitions.
@@ -477,6 +478,246 @@ static void anomaly_score_rises_on_an_outlier_window(void **state) {
   rig_free(r);
 }
 
+/* ---- flow supervision ------------------------------------------------------------------ */
+
+static const em_budget_rule_t flow_degraded = {
+    .id = "pipe.flow",
+    .kind = EM_BUDGET_RULE_FLOW,
+    .level = EM_LEVEL_DEGRADED,
+    .u.flow = {.stages = {"pre", "infer", "post"}, .n_stages = 3, .deadline_ns = 100 * MS},
+};
+
+/* One span of `stage` for `frame`, lasting dur, seen at now; returns whether the level changed. */
+static bool fspan(rig_t *r, const char *stage, uint64_t frame, uint64_t dur) {
+  bool changed = em_budget_on_span(r->b, stage, frame, dur, r->now, &r->change);
+  r->changes += changed;
+  return changed;
+}
+
+/* A frame through pre, infer, post, 5 ms apart, 5 ms spans: 15 ms end to end. */
+static void good_frame(rig_t *r, uint64_t frame) {
+  assert_false(fspan(r, "pre", frame, 5 * MS));
+  r->now += 5 * MS;
+  assert_false(fspan(r, "infer", frame, 5 * MS));
+  r->now += 5 * MS;
+  assert_false(fspan(r, "post", frame, 5 * MS));
+  r->now += 5 * MS;
+}
+
+static void flow_in_order_completion_changes_nothing(void **state) {
+  (void)state;
+  rig_t *r = rig_new(&flow_degraded, 1, 1, 1);
+  for (uint64_t f = 1; f <= 20; f++) {
+    good_frame(r, f);
+  }
+  /* Interleaved frames: each keeps its own position. */
+  assert_false(fspan(r, "pre", 30, MS));
+  assert_false(fspan(r, "pre", 31, MS));
+  assert_false(fspan(r, "infer", 30, MS));
+  assert_false(fspan(r, "infer", 31, MS));
+  assert_false(fspan(r, "post", 31, MS));
+  assert_false(fspan(r, "post", 30, MS));
+  assert_false(window(r));
+  assert_false(em_budget_on_timer(r->b, r->now + 10 * SEC, &r->change));
+  assert_int_equal(em_budget_level(r->b), EM_LEVEL_NOMINAL);
+  assert_int_equal(r->changes, 0);
+  uint64_t evicted = 99;
+  assert_int_equal(em_budget_flow_evicted(r->b, "pipe.flow", &evicted), 0);
+  assert_int_equal(evicted, 0);
+  rig_free(r);
+}
+
+static void flow_skipped_stage_escalates_on_that_span(void **state) {
+  (void)state;
+  rig_t *r = rig_new(&flow_degraded, 1, 3, 5);
+  good_frame(r, 1);
+  assert_false(fspan(r, "pre", 2, 5 * MS));
+  r->now += 20 * MS;
+  assert_true(fspan(r, "post", 2, 5 * MS)); /* infer skipped. */
+  assert_int_equal(em_budget_level(r->b), EM_LEVEL_DEGRADED);
+  assert_int_equal(r->change.prev_level, EM_LEVEL_NOMINAL);
+  assert_string_equal(r->change.rule, "pipe.flow");
+  assert_string_equal(r->change.stage, "pre");
+  assert_string_equal(r->change.reason, "flow order");
+  assert_int_equal(r->change.value.type, EM_VALUE_UINT);
+  assert_int_equal(r->change.value.as.u, 25 * MS);
+  assert_int_equal(r->change.bound.as.u, 100 * MS);
+  assert_int_equal(r->change.mono_ns, r->now);
+  /* The frame was judged: its late infer span is ignored. */
+  assert_false(fspan(r, "infer", 2, 5 * MS));
+  rig_free(r);
+}
+
+static void flow_reordered_stage_escalates(void **state) {
+  (void)state;
+  const em_budget_rule_t four = {
+      .id = "pipe.flow4",
+      .kind = EM_BUDGET_RULE_FLOW,
+      .level = EM_LEVEL_WARN,
+      .u.flow = {.stages = {"a", "b", "c", "d"}, .n_stages = 4, .deadline_ns = 100 * MS}};
+  rig_t *r = rig_new(&four, 1, 3, 5);
+  /* b and c swapped: c comes where b is due. */
+  assert_false(fspan(r, "a", 1, MS));
+  assert_true(fspan(r, "c", 1, MS));
+  assert_int_equal(em_budget_level(r->b), EM_LEVEL_WARN);
+  assert_string_equal(r->change.reason, "flow order");
+  rig_free(r);
+
+  /* A stage that goes back: a, b, a. */
+  r = rig_new(&four, 1, 3, 5);
+  assert_false(fspan(r, "a", 1, MS));
+  assert_false(fspan(r, "b", 1, MS));
+  assert_true(fspan(r, "a", 1, MS));
+  assert_int_equal(em_budget_level(r->b), EM_LEVEL_WARN);
+  /* A stage outside the flow is not a violation. */
+  assert_false(fspan(r, "a", 2, MS));
+  assert_false(fspan(r, "other", 2, MS));
+  assert_false(fspan(r, "b", 2, MS));
+  rig_free(r);
+}
+
+static void flow_frame_that_never_completes_escalates_on_the_timer(void **state) {
+  (void)state;
+  rig_t *r = rig_new(&flow_degraded, 1, 3, 5);
+  uint64_t start = r->now - 10 * MS; /* The first span lasted 10 ms. */
+  assert_false(fspan(r, "pre", 7, 10 * MS));
+  r->now += 20 * MS;
+  assert_false(fspan(r, "infer", 7, 10 * MS));
+  assert_false(em_budget_on_timer(r->b, start + 100 * MS, &r->change)); /* At the deadline. */
+  assert_int_equal(em_budget_level(r->b), EM_LEVEL_NOMINAL);
+  assert_true(em_budget_on_timer(r->b, start + 100 * MS + 1, &r->change));
+  assert_int_equal(em_budget_level(r->b), EM_LEVEL_DEGRADED);
+  assert_string_equal(r->change.reason, "flow deadline");
+  assert_int_equal(r->change.value.as.u, 100 * MS + 1);
+  assert_int_equal(r->change.mono_ns, start + 100 * MS + 1);
+  /* Judged once: the frame is gone. */
+  assert_false(em_budget_on_timer(r->b, start + SEC, &r->change));
+  r->now = start + 200 * MS;
+  assert_false(fspan(r, "post", 7, MS));
+  rig_free(r);
+}
+
+static void flow_completion_after_the_deadline_escalates(void **state) {
+  (void)state;
+  rig_t *r = rig_new(&flow_degraded, 1, 3, 5);
+  assert_false(fspan(r, "pre", 1, 10 * MS));
+  r->now += 50 * MS;
+  assert_false(fspan(r, "infer", 1, 10 * MS));
+  r->now += 45 * MS;
+  assert_true(fspan(r, "post", 1, 10 * MS)); /* 105 ms end to end. */
+  assert_int_equal(em_budget_level(r->b), EM_LEVEL_DEGRADED);
+  assert_string_equal(r->change.reason, "flow deadline");
+  assert_int_equal(r->change.value.as.u, 105 * MS);
+  rig_free(r);
+}
+
+static void flow_clears_after_leave_clean_windows(void **state) {
+  (void)state;
+  rig_t *r = rig_new(&flow_degraded, 1, 3, 2);
+  assert_false(fspan(r, "pre", 1, MS));
+  assert_true(fspan(r, "post", 1, MS));
+  assert_int_equal(em_budget_level(r->b), EM_LEVEL_DEGRADED);
+  assert_false(window(r)); /* The violating window. */
+  good_frame(r, 2);
+  assert_false(window(r)); /* Clean 1 of 2. */
+  assert_false(window(r)); /* No frames: absent, counts nothing. */
+  good_frame(r, 3);
+  assert_true(window(r)); /* Clean 2 of 2: the rule leaves, one level down. */
+  assert_int_equal(em_budget_level(r->b), EM_LEVEL_WARN);
+  assert_string_equal(r->change.reason, "cleared");
+  assert_string_equal(r->change.rule, "pipe.flow");
+  good_frame(r, 4);
+  assert_false(window(r));
+  good_frame(r, 5);
+  assert_true(window(r));
+  assert_int_equal(em_budget_level(r->b), EM_LEVEL_NOMINAL);
+  assert_string_equal(r->change.reason, "clean windows");
+  /* A violating window while recovering restarts the count. */
+  assert_false(fspan(r, "pre", 6, MS));
+  assert_true(fspan(r, "post", 6, MS)); /* infer skipped. */
+  assert_int_equal(em_budget_level(r->b), EM_LEVEL_DEGRADED);
+  assert_false(window(r));
+  good_frame(r, 8);
+  assert_false(window(r)); /* Clean 1. */
+  assert_false(fspan(r, "pre", 9, MS));
+  assert_false(fspan(r, "infer", 9, MS));
+  assert_false(fspan(r, "pre", 9, MS)); /* Already active: no change, but the window violates. */
+  assert_false(window(r));
+  good_frame(r, 10);
+  assert_false(window(r)); /* Clean 1 again, not 2. */
+  assert_int_equal(em_budget_level(r->b), EM_LEVEL_DEGRADED);
+  rig_free(r);
+}
+
+static void flow_ignores_frame_zero(void **state) {
+  (void)state;
+  rig_t *r = rig_new(&flow_degraded, 1, 1, 1);
+  assert_false(fspan(r, "pre", 0, MS));
+  assert_false(fspan(r, "post", 0, MS));
+  assert_false(fspan(r, "pre", 0, MS));
+  assert_false(em_budget_on_timer(r->b, r->now + 10 * SEC, &r->change));
+  assert_false(window(r)); /* Nothing judged: absent. */
+  assert_int_equal(em_budget_level(r->b), EM_LEVEL_NOMINAL);
+  /* A later stage of a frame never started is not tracked either. */
+  assert_false(fspan(r, "infer", 5, MS));
+  assert_false(fspan(r, "post", 5, MS));
+  assert_int_equal(em_budget_level(r->b), EM_LEVEL_NOMINAL);
+  rig_free(r);
+}
+
+static void flow_table_overflow_evicts_the_oldest_and_counts(void **state) {
+  (void)state;
+  rig_t *r = rig_new(&flow_degraded, 1, 3, 5);
+  uint64_t start = r->now;
+  for (uint64_t f = 1; f <= EM_BUDGET_FLOW_FRAMES + 2; f++) {
+    assert_false(fspan(r, "pre", f, 0));
+    r->now += 1000; /* 1 us apart. */
+  }
+  uint64_t evicted = 0;
+  assert_int_equal(em_budget_flow_evicted(r->b, "pipe.flow", &evicted), 0);
+  assert_int_equal(evicted, 2);
+  assert_int_equal(em_budget_flow_evicted(r->b, "nope", &evicted), -ENOENT);
+  assert_int_equal(em_budget_flow_evicted(r->b, NULL, &evicted), -EINVAL);
+  /* Frames 1 and 2 were evicted: their next stage is ignored, not out of order. */
+  assert_false(fspan(r, "post", 1, 0));
+  assert_false(fspan(r, "post", 2, 0));
+  /* Frame 3 is still in flight and completes in order. */
+  assert_false(fspan(r, "infer", 3, 0));
+  assert_false(fspan(r, "post", 3, 0));
+  assert_int_equal(em_budget_level(r->b), EM_LEVEL_NOMINAL);
+  /* The rest time out together: one change. */
+  assert_true(em_budget_on_timer(r->b, start + SEC, &r->change));
+  assert_int_equal(em_budget_level(r->b), EM_LEVEL_DEGRADED);
+  rig_free(r);
+}
+
+static void new_refuses_bad_flow_rules(void **state) {
+  (void)state;
+  em_budget_engine_t *b = NULL;
+  em_budget_rule_t bad = flow_degraded;
+  em_budget_opts_t o = {.rules = &bad, .n_rules = 1, .enter_windows = 1, .leave_windows = 1};
+  assert_int_equal(em_budget_new(&b, &o, 0), 0);
+  em_budget_free(b);
+  bad.u.flow.n_stages = 1;
+  assert_int_equal(em_budget_new(&b, &o, 0), -EINVAL);
+  bad = flow_degraded;
+  bad.u.flow.n_stages = EM_BUDGET_FLOW_MAX_STAGES + 1;
+  assert_int_equal(em_budget_new(&b, &o, 0), -EINVAL);
+  bad = flow_degraded;
+  bad.u.flow.deadline_ns = 0;
+  assert_int_equal(em_budget_new(&b, &o, 0), -EINVAL);
+  bad = flow_degraded;
+  bad.u.flow.stages[2] = "pre"; /* Twice. */
+  assert_int_equal(em_budget_new(&b, &o, 0), -EINVAL);
+  bad = flow_degraded;
+  bad.u.flow.stages[1] = "in fer";
+  assert_int_equal(em_budget_new(&b, &o, 0), -EINVAL);
+  bad.u.flow.stages[1] = NULL;
+  assert_int_equal(em_budget_new(&b, &o, 0), -EINVAL);
+  bad.u.flow.stages[1] = "";
+  assert_int_equal(em_budget_new(&b, &o, 0), -EINVAL);
+}
+
 static void new_refuses_bad_rules(void **state) {
   (void)state;
   em_budget_engine_t *b = NULL;
@@ -539,6 +780,7 @@ static void birth_budgets_encode(void **state) {
        .kind = EM_BUDGET_RULE_GAUGE_MAX,
        .level = EM_LEVEL_DEGRADED,
        .u.gauge = {.figure = "board.temp_c", .max = 85}},
+      flow_degraded,
   };
   size_t n = sizeof(rules) / sizeof(rules[0]);
   em_budget_engine_t *b = NULL;
@@ -553,6 +795,11 @@ static void birth_budgets_encode(void **state) {
   assert_string_equal(list[6].rule, "rss_slope");
   assert_int_equal(list[6].window_ns, 3600 * SEC);
   assert_null(list[5].stage);
+  assert_string_equal(list[9].rule, "flow");
+  assert_string_equal(list[9].stage, "pre");
+  assert_int_equal(list[9].bound.type, EM_VALUE_UINT);
+  assert_int_equal(list[9].bound.as.u, 100 * MS);
+  assert_int_equal(list[9].window_ns, 0);
 
   em_msg_t msg = {.kind = EM_MSG_BIRTH,
                   .u.birth = {.time_ns = 1,
@@ -595,6 +842,15 @@ int main(void) {
       cmocka_unit_test(absent_figures_neither_fire_nor_clear),
       cmocka_unit_test(change_carries_rule_value_bound_and_time),
       cmocka_unit_test(anomaly_score_rises_on_an_outlier_window),
+      cmocka_unit_test(flow_in_order_completion_changes_nothing),
+      cmocka_unit_test(flow_skipped_stage_escalates_on_that_span),
+      cmocka_unit_test(flow_reordered_stage_escalates),
+      cmocka_unit_test(flow_frame_that_never_completes_escalates_on_the_timer),
+      cmocka_unit_test(flow_completion_after_the_deadline_escalates),
+      cmocka_unit_test(flow_clears_after_leave_clean_windows),
+      cmocka_unit_test(flow_ignores_frame_zero),
+      cmocka_unit_test(flow_table_overflow_evicts_the_oldest_and_counts),
+      cmocka_unit_test(new_refuses_bad_flow_rules),
       cmocka_unit_test(new_refuses_bad_rules),
       cmocka_unit_test(birth_budgets_encode),
   };

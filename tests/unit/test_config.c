@@ -566,6 +566,44 @@ static const error_case_t error_cases[] = {
     {"min_rate negative",
      "[budget.infer]\nlevel = WARN\nmin_rate = -5\n" TARGET,
      {"3: min_rate '-5' must be a number~"}},
+    {"flow of 9 stages",
+     "[budget.pipe]\nlevel = WARN\nflow = a, b, c, d, e, f, g, h, i\nflow_deadline = "
+     "100ms\n" TARGET,
+     {"3: flow lists 9 stages; at most 8$"}},
+    {"flow stage name with a space",
+     "[budget.pipe]\nlevel = WARN\nflow = pre, in fer, post\nflow_deadline = 100ms\n" TARGET,
+     {"3: flow stage name 'in fer' may use only letters, digits and _ . : -$"}},
+    {"flow stage name with a slash",
+     "[budget.pipe]\nlevel = WARN\nflow = pre, gpu/0\nflow_deadline = 100ms\n" TARGET,
+     {"3: flow stage name 'gpu/0' may use only letters, digits and _ . : -$"}},
+    {"flow stage name too long",
+     "[budget.pipe]\nlevel = WARN\nflow = pre, abcdefghijklmnopqrstuvwxyz0123456\n"
+     "flow_deadline = 100ms\n" TARGET,
+     {"3: flow stage name 'abcdefghijklmnopqrstuvwxyz0123456' is longer than 31 characters$"}},
+    {"flow stage twice",
+     "[budget.pipe]\nlevel = WARN\nflow = pre, infer, pre\nflow_deadline = 100ms\n" TARGET,
+     {"3: flow lists stage 'pre' twice$"}},
+    {"flow empty stage",
+     "[budget.pipe]\nlevel = WARN\nflow = pre,,post\nflow_deadline = 100ms\n" TARGET,
+     {"3: flow has an empty stage name; list stages with commas, e.g. preprocess, infer, "
+      "postprocess$"}},
+    {"flow of one stage",
+     "[budget.pipe]\nlevel = WARN\nflow = infer\nflow_deadline = 100ms\n" TARGET,
+     {"3: flow needs at least 2 stages, in order, e.g. preprocess, infer, postprocess$"}},
+    {"flow without flow_deadline",
+     "[budget.pipe]\nlevel = WARN\nflow = pre, infer\n" TARGET,
+     {"3: flow needs flow_deadline, the longest a frame may take from its first stage to its "
+      "last, e.g. flow_deadline = 100ms$"}},
+    {"flow_deadline without flow",
+     "[budget.pipe]\nlevel = WARN\np99 = 40ms\nflow_deadline = 100ms\n" TARGET,
+     {"4: flow_deadline is used only with flow, the stages a frame passes in order$"}},
+    {"flow_deadline without a unit",
+     "[budget.pipe]\nlevel = WARN\nflow = pre, infer\nflow_deadline = 100\n" TARGET,
+     {"4: flow_deadline needs a unit, e.g. 100ms$"}},
+    {"flow without a level",
+     "[budget.pipe]\nflow = pre, infer\nflow_deadline = 100ms\n" TARGET,
+     {"2: flow names no level; add flow_level = DEGRADED, or level = DEGRADED for all of "
+      "[budget.pipe]$"}},
     {"stage section without a rule",
      "[budget.infer]\nlevel = WARN\n" TARGET,
      {"1: [budget.infer] sets no rule; e.g. p99 = 40ms$"}},
@@ -963,6 +1001,31 @@ static void check_64_rules(const em_config_t *cfg) {
   assert_int_equal(cfg->rules[63].line, 88);
 }
 
+/* Flow rules: the section name is the id's prefix; the stages are the flow's own. */
+static void check_flow_budget(const em_config_t *cfg) {
+  assert_int_equal(cfg->n_rules, 3);
+  const em_config_rule_t *r = cfg->rules;
+  assert_string_equal(r[0].id, "pipeline.flow");
+  assert_int_equal(r[0].kind, EM_CONFIG_RULE_FLOW);
+  assert_int_equal(r[0].level, 3); /* CRITICAL */
+  assert_int_equal(r[0].line, 2);
+  assert_int_equal(r[0].n_flow, 3);
+  assert_string_equal(r[0].flow[0], "preprocess");
+  assert_string_equal(r[0].flow[1], "infer");
+  assert_string_equal(r[0].flow[2], "postprocess");
+  assert_string_equal(r[0].stage, "preprocess");
+  assert_int_equal(r[0].bound_ns, 100000000ull);
+  assert_string_equal(r[1].id, "infer.p99");
+  assert_string_equal(r[1].stage, "infer");
+  assert_string_equal(r[2].id, "infer.flow");
+  assert_int_equal(r[2].level, 1); /* WARN, from the section. */
+  assert_int_equal(r[2].n_flow, EM_CONFIG_MAX_FLOW);
+  assert_string_equal(r[2].flow[0], "a");
+  assert_string_equal(r[2].flow[7], "gpu:0.h");
+  assert_string_equal(r[2].stage, "a");
+  assert_int_equal(r[2].bound_ns, 5000000ull);
+}
+
 static const valid_case_t valid_cases[] = {
     {"no budget: degrade defaults", TARGET, check_degrade_defaults},
     {"degrade keys",
@@ -1018,6 +1081,17 @@ static const valid_case_t valid_cases[] = {
      "level = WARN\n" TARGET,
      check_budget_file_order},
     {"64 rules", STAGES64 TARGET, check_64_rules},
+    {"flow budget",
+     "[budget.pipeline]\n"                     /* 1 */
+     "flow = preprocess, infer ,postprocess\n" /* 2 */
+     "flow_deadline = 100ms\n"                 /* 3 */
+     "flow_level = critical\n"                 /* 4 */
+     "[budget.infer]\n"                        /* 5 */
+     "level = WARN\n"                          /* 6 */
+     "p99 = 40ms\n"                            /* 7 */
+     "flow = a,b,c,d,e,f,g,gpu:0.h\n"          /* 8 */
+     "flow_deadline = 5ms\n" TARGET,
+     check_flow_budget},
     {"line of 1024 characters", "[target]\npid = 42\n; " X255 X255 X255 X255 "xx\n",
      check_defaults_around_pid},
     {"only a pid: everything else default", "[target]\npid = 42\n", check_defaults_around_pid},

@@ -1,0 +1,201 @@
+/*
+ * test_hook.c - the level-change hook with real processes on a real libuv loop: the change
+ * arrives in the arguments and the environment, a hook past its timeout is killed, changes
+ * that come while one runs wait and only the latest runs, a missing hook is counted.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "hook.h"
+
+typedef struct {
+  char dir[64];
+  char script[128];
+  char out[128];
+  uv_loop_t loop;
+} fx_t;
+
+static void write_script(fx_t *fx, const char *body) {
+  FILE *f = fopen(fx->script, "w");
+  assert_non_null(f);
+  fprintf(f, "#!/bin/sh\n%s\n", body);
+  fclose(f);
+  assert_int_equal(chmod(fx->script, 0755), 0);
+}
+
+static int setup(void **state) {
+  fx_t *fx = calloc(1, sizeof(*fx));
+  assert_non_null(fx);
+  snprintf(fx->dir, sizeof(fx->dir), "/tmp/em-hook-XXXXXX");
+  assert_non_null(mkdtemp(fx->dir));
+  snprintf(fx->script, sizeof(fx->script), "%s/hook.sh", fx->dir);
+  snprintf(fx->out, sizeof(fx->out), "%s/out", fx->dir);
+  assert_int_equal(uv_loop_init(&fx->loop), 0);
+  *state = fx;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fx_t *fx = *state;
+  assert_int_equal(uv_loop_close(&fx->loop), 0); /* Every handle was closed. */
+  char cmd[128];
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", fx->dir);
+  assert_int_equal(system(cmd), 0);
+  free(fx);
+  return 0;
+}
+
+static em_state_record_t change(em_level_t level, em_level_t prev, const char *rule) {
+  em_state_record_t r = {.level = level,
+                         .prev_level = prev,
+                         .value = 52.5,
+                         .bound = 40,
+                         .since_mono_ns = 1,
+                         .since_wall_ns = 2};
+  snprintf(r.rule, sizeof(r.rule), "%s", rule);
+  snprintf(r.stage, sizeof(r.stage), "infer");
+  snprintf(r.reason, sizeof(r.reason), "%s: violated", rule);
+  return r;
+}
+
+static void on_closed(void *ctx) {
+  *(int *)ctx = 1;
+}
+
+/* Closes the hook, runs the loop until it is closed, frees it. */
+static void finish(fx_t *fx, em_hook_t *h) {
+  int closed = 0;
+  em_hook_close(h, on_closed, &closed);
+  uv_run(&fx->loop, UV_RUN_DEFAULT);
+  assert_int_equal(closed, 1);
+  em_hook_free(h);
+}
+
+static char *slurp(const char *path) {
+  static char buf[4096];
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    return NULL;
+  }
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  return buf;
+}
+
+static void the_change_arrives_in_arguments_and_environment(void **state) {
+  fx_t *fx = *state;
+  char body[512];
+  snprintf(body, sizeof(body),
+           "printf '%%s|' \"$@\" > %s; echo \"$EDGEMON_LEVEL $EDGEMON_PREV_LEVEL "
+           "$EDGEMON_RULE $EDGEMON_VALUE\" >> %s; echo hello from the hook",
+           fx->out, fx->out);
+  write_script(fx, body);
+  em_hook_t *h = NULL;
+  assert_int_equal(em_hook_new(&h, &fx->loop, fx->script, 5000000000u), 0);
+  em_state_record_t c = change(EM_LEVEL_DEGRADED, EM_LEVEL_NOMINAL, "infer.p99");
+  em_hook_run(h, &c);
+  uv_run(&fx->loop, UV_RUN_DEFAULT);
+  char *got = slurp(fx->out);
+  assert_non_null(got);
+  assert_string_equal(got, "DEGRADED|NOMINAL|infer.p99|infer|52.5|40|infer.p99: violated|"
+                           "DEGRADED NOMINAL infer.p99 52.5\n");
+  assert_int_equal(em_hook_stats(h)->runs, 1);
+  assert_int_equal(em_hook_stats(h)->failed, 0);
+  finish(fx, h);
+}
+
+static void a_hook_past_its_timeout_is_killed(void **state) {
+  fx_t *fx = *state;
+  write_script(fx, "exec sleep 30");
+  em_hook_t *h = NULL;
+  assert_int_equal(em_hook_new(&h, &fx->loop, fx->script, 200000000u), 0);
+  em_state_record_t c = change(EM_LEVEL_WARN, EM_LEVEL_NOMINAL, "rss.cap");
+  em_hook_run(h, &c);
+  uv_run(&fx->loop, UV_RUN_DEFAULT); /* Returns once the killed hook is reaped. */
+  assert_int_equal(em_hook_stats(h)->timeouts, 1);
+  assert_int_equal(em_hook_stats(h)->failed, 1);
+  finish(fx, h);
+}
+
+static void changes_while_it_runs_wait_and_only_the_latest_runs(void **state) {
+  fx_t *fx = *state;
+  char body[256];
+  snprintf(body, sizeof(body), "sleep 0.2; echo \"$1\" >> %s", fx->out);
+  write_script(fx, body);
+  em_hook_t *h = NULL;
+  assert_int_equal(em_hook_new(&h, &fx->loop, fx->script, 5000000000u), 0);
+  em_state_record_t a = change(EM_LEVEL_WARN, EM_LEVEL_NOMINAL, "a");
+  em_state_record_t b = change(EM_LEVEL_DEGRADED, EM_LEVEL_WARN, "b");
+  em_state_record_t c = change(EM_LEVEL_CRITICAL, EM_LEVEL_DEGRADED, "c");
+  em_hook_run(h, &a);
+  em_hook_run(h, &b); /* waits */
+  em_hook_run(h, &c); /* replaces b */
+  uv_run(&fx->loop, UV_RUN_DEFAULT);
+  char *got = slurp(fx->out);
+  assert_non_null(got);
+  assert_string_equal(got, "WARN\nCRITICAL\n");
+  assert_int_equal(em_hook_stats(h)->runs, 2);
+  assert_int_equal(em_hook_stats(h)->coalesced, 1);
+  finish(fx, h);
+}
+
+static void a_missing_hook_is_counted_and_harmless(void **state) {
+  fx_t *fx = *state;
+  em_hook_t *h = NULL;
+  assert_int_equal(em_hook_new(&h, &fx->loop, "/nonexistent/hook", 1000000000u), 0);
+  em_state_record_t c = change(EM_LEVEL_WARN, EM_LEVEL_NOMINAL, "x");
+  em_hook_run(h, &c);
+  uv_run(&fx->loop, UV_RUN_DEFAULT);
+  assert_int_equal(em_hook_stats(h)->failed, 1);
+  em_hook_run(h, &c); /* and it keeps trying on later changes */
+  uv_run(&fx->loop, UV_RUN_DEFAULT);
+  assert_int_equal(em_hook_stats(h)->runs, 2);
+  finish(fx, h);
+}
+
+static void closing_kills_a_running_hook(void **state) {
+  fx_t *fx = *state;
+  write_script(fx, "exec sleep 30");
+  em_hook_t *h = NULL;
+  assert_int_equal(em_hook_new(&h, &fx->loop, fx->script, 60000000000u), 0);
+  em_state_record_t c = change(EM_LEVEL_WARN, EM_LEVEL_NOMINAL, "x");
+  em_hook_run(h, &c);
+  uv_run(&fx->loop, UV_RUN_NOWAIT);
+  finish(fx, h); /* Returns: the hook was killed, not waited for. */
+}
+
+static void relative_paths_are_refused(void **state) {
+  fx_t *fx = *state;
+  em_hook_t *h = NULL;
+  assert_int_equal(em_hook_new(&h, &fx->loop, "hook.sh", 1000000000u), -EINVAL);
+  assert_null(h);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(the_change_arrives_in_arguments_and_environment, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(a_hook_past_its_timeout_is_killed, setup, teardown),
+      cmocka_unit_test_setup_teardown(changes_while_it_runs_wait_and_only_the_latest_runs, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(a_missing_hook_is_counted_and_harmless, setup, teardown),
+      cmocka_unit_test_setup_teardown(closing_kills_a_running_hook, setup, teardown),
+      cmocka_unit_test_setup_teardown(relative_paths_are_refused, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
