@@ -158,6 +158,10 @@ struct em_agent {
   em_pmu_event_t events[EM_CONFIG_MAX_EVENTS];
   size_t n_events;
   char pmu_names[EM_CONFIG_MAX_EVENTS][64]; /* "pmu.<event>" for the dictionary. */
+  size_t n_anomaly; /* Stages named by budget rules: their anomaly scores follow the fixed
+                       metrics in the dictionary. */
+  char anomaly_stages[EM_CONFIG_MAX_RULES][EM_CONFIG_MAX_STAGE];
+  char anomaly_names[EM_CONFIG_MAX_RULES][64]; /* "budget.<stage>.anomaly" */
   struct {
     size_t metric; /* Fixed metric the ratio goes to. */
     int num, den;  /* Indices into events, or -1 when not configured. */
@@ -839,6 +843,11 @@ static void on_tick(uv_timer_t *t) {
           em_spans_dropped(a->spans, (em_spans_drop_t)why));
   }
   set_u(a, fx(a, M_SPANS_STAGES), em_spans_stage_count(a->spans));
+  for (size_t k = 0; k < a->n_anomaly; k++) {
+    double z = 0;
+    bool have = em_budget_anomaly(a->budget, a->anomaly_stages[k], &z) == 0 && isfinite(z);
+    set_f_if(a, fx(a, M_FIXED_COUNT + k), have, z);
+  }
 
   /* Before the data message: it carries the level, and a change publishes its state
    * message through the same encode buffer. */
@@ -872,7 +881,21 @@ static void on_tick(uv_timer_t *t) {
 /* --- lifecycle ----------------------------------------------------------------------- */
 
 static int build_dictionary(em_agent_t *a) {
-  a->n_metrics = a->n_events + M_FIXED_COUNT;
+  /* One anomaly score per stage a budget rule names (the engine scores those stages). */
+  for (size_t i = 0; i < a->cfg.n_rules; i++) {
+    const char *stage = a->cfg.rules[i].stage;
+    bool seen = stage[0] == '\0';
+    for (size_t k = 0; k < a->n_anomaly && !seen; k++) {
+      seen = strcmp(a->anomaly_stages[k], stage) == 0;
+    }
+    if (!seen) {
+      snprintf(a->anomaly_stages[a->n_anomaly], sizeof(a->anomaly_stages[0]), "%s", stage);
+      snprintf(a->anomaly_names[a->n_anomaly], sizeof(a->anomaly_names[0]), "budget.%s.anomaly",
+               stage);
+      a->n_anomaly++;
+    }
+  }
+  a->n_metrics = a->n_events + M_FIXED_COUNT + a->n_anomaly;
   a->defs = calloc(a->n_metrics, sizeof(*a->defs));
   a->absent = calloc(a->n_metrics, sizeof(*a->absent));
   a->samples = calloc(2 * a->n_metrics, sizeof(*a->samples));
@@ -898,6 +921,11 @@ static int build_dictionary(em_agent_t *a) {
                                    .name = fixed_metrics[f].name,
                                    .unit = fixed_metrics[f].unit,
                                    .kind = fixed_metrics[f].kind};
+  }
+  for (size_t k = 0; k < a->n_anomaly; k++) {
+    size_t m = fx(a, M_FIXED_COUNT + k);
+    a->defs[m] = (em_metric_def_t){
+        .alias = (uint32_t)m, .name = a->anomaly_names[k], .unit = "1", .kind = EM_METRIC_GAUGE};
   }
   for (size_t m = 0; m < a->n_metrics; m++) {
     a->samples[m].alias = (uint32_t)m;

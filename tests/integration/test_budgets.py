@@ -9,9 +9,11 @@ import mmap
 import os
 import socket
 import struct
+import subprocess
+import sys
 import time
 
-from conftest import edgemon_proto, wait_for
+from conftest import ROOT, edgemon_proto, wait_for
 from test_spans import sender, span
 
 LEVELS = ["NOMINAL", "WARN", "DEGRADED", "CRITICAL"]
@@ -56,6 +58,8 @@ def test_a_deadline_miss_degrades_at_once_and_clean_windows_recover(stack):
     birth = sub.next("birth")
     assert [b["id"] for b in birth["budgets"]] == ["infer.deadline"]
     assert birth["budgets"][0]["level"] == "DEGRADED"
+    # The stage's anomaly score (EWMA z-score of its window p99) travels beside the level.
+    assert "budget.infer.anomaly" in [m["name"] for m in birth["metrics"]]
     run = stack.tmp / "run"
     wait_for((run / "state").exists, 5, "the state page")
     page = read_page(run / "state")
@@ -79,6 +83,13 @@ def test_a_deadline_miss_degrades_at_once_and_clean_windows_recover(stack):
     assert got["value"] == 120_000_000 and got["bound"] == 50_000_000
     assert got["changes"] == 1
 
+    # The Python client sees it through the page too (edgemon.level(): no system call).
+    code = (f"import sys; sys.path.insert(0, {str(ROOT / 'firmware/client/python')!r}); "
+            "import edgemon; s = edgemon.state(); print(edgemon.level(), s.rule, s.changes)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**os.environ, "EDGEMON_RUNTIME_DIR": str(run)}, timeout=30)
+    assert r.stdout.split() == ["DEGRADED", "infer.deadline", "1"], r.stderr
+
     push.settimeout(2)
     dgram = push.recv(512)
     assert len(dgram) == 256 and dgram[:4] == b"EM\x01\x10"
@@ -90,6 +101,8 @@ def test_a_deadline_miss_degrades_at_once_and_clean_windows_recover(stack):
     assert state["value"] == 120_000_000.0 and state["bound"] == 50_000_000.0
     data = sub.next("data", pred=lambda d: d.get("level") == "DEGRADED")
     assert data["session"] == birth["session"]
+    z = edgemon_proto.values_by_name(data, birth)["budget.infer.anomaly"]
+    assert isinstance(z, float) and math.isfinite(z)
 
     # Spans within the deadline: the rule leaves after 2 clean windows, one level at a time.
     deadline = time.monotonic() + 5
