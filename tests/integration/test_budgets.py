@@ -101,6 +101,9 @@ def test_a_deadline_miss_degrades_at_once_and_clean_windows_recover(stack):
     assert state["value"] == 120_000_000.0 and state["bound"] == 50_000_000.0
     data = sub.next("data", pred=lambda d: d.get("level") == "DEGRADED")
     assert data["session"] == birth["session"]
+    late = stack.subscriber(broker.port, agent.device)  # the retained state, for late joiners
+    kept = late.next("state", pred=lambda m: m["_retain"])
+    assert kept["level"] == "DEGRADED" and kept["rule"] == "infer.deadline"
     z = edgemon_proto.values_by_name(data, birth)["budget.infer.anomaly"]
     assert isinstance(z, float) and math.isfinite(z)
 
