@@ -139,8 +139,7 @@ static em_dgram_kind_t agent_recv_request(const agent_t *a, struct sockaddr_un *
 
 static void agent_push(const agent_t *a, const struct sockaddr_un *to, socklen_t to_len,
                        const uint8_t *buf, size_t len) {
-  assert_int_equal(sendto(a->sock, buf, len, 0, (const struct sockaddr *)to, to_len),
-                   (ssize_t)len);
+  assert_int_equal(sendto(a->sock, buf, len, 0, (const struct sockaddr *)to, to_len), (ssize_t)len);
 }
 
 static void agent_close(agent_t *a) {

@@ -88,11 +88,11 @@
 #define EM_CLIENT_PATH_BYTES   108u          /* sizeof(sun_path) on Linux, with the NUL. */
 #define EM_CLIENT_RECONNECT_NS 1000000000ull /* At most one connect() per second. */
 
-#define EM_CLIENT_PAGE_BYTES        256u          /* State page v1. */
-#define EM_CLIENT_PUSH_BYTES        256u          /* Level push datagram v1. */
-#define EM_CLIENT_STATE_PATH_BYTES  256u          /* Longest state page path, with the NUL. */
-#define EM_CLIENT_PAGE_RECHECK_NS   1000000000ull /* At most one stat()/open() per second. */
-#define EM_CLIENT_SEQLOCK_TRIES     64            /* WIRE.md's bound on read attempts. */
+#define EM_CLIENT_PAGE_BYTES       256u          /* State page v1. */
+#define EM_CLIENT_PUSH_BYTES       256u          /* Level push datagram v1. */
+#define EM_CLIENT_STATE_PATH_BYTES 256u          /* Longest state page path, with the NUL. */
+#define EM_CLIENT_PAGE_RECHECK_NS  1000000000ull /* At most one stat()/open() per second. */
+#define EM_CLIENT_SEQLOCK_TRIES    64            /* WIRE.md's bound on read attempts. */
 
 /* The agent's level (proto/WIRE.md); UNKNOWN: no agent, no page, or a garbled one. */
 typedef enum {
@@ -151,14 +151,14 @@ typedef struct {
   uint64_t connect_attempts;              /* connect() calls made. */
   char path[EM_CLIENT_PATH_BYTES];        /* The agent's span socket. */
   /* The state page (em_client_level, em_client_state). */
-  const uint8_t *page;                         /* Read-only mapping, or NULL. */
-  uint64_t page_dev, page_ino;                 /* The mapped file's identity. */
-  uint64_t page_next_check_ns;                 /* No stat()/open() before this. */
-  int page_cached;                             /* page_state/page_seq hold a consistent read. */
-  uint32_t page_seq;                           /* seq of page_state. */
-  em_client_state_t page_state;                /* Last consistent record of this mapping. */
+  const uint8_t *page;                          /* Read-only mapping, or NULL. */
+  uint64_t page_dev, page_ino;                  /* The mapped file's identity. */
+  uint64_t page_next_check_ns;                  /* No stat()/open() before this. */
+  int page_cached;                              /* page_state/page_seq hold a consistent read. */
+  uint32_t page_seq;                            /* seq of page_state. */
+  em_client_state_t page_state;                 /* Last consistent record of this mapping. */
   uint64_t page_counters[EM_CLIENT_PAGE_COUNT]; /* By em_client_page_counter_t. */
-  char state_path[EM_CLIENT_STATE_PATH_BYTES]; /* The state page file. */
+  char state_path[EM_CLIENT_STATE_PATH_BYTES];  /* The state page file. */
   /* Level pushes (em_client_subscribe, em_client_wait_change). */
   int sub_fd;            /* Autobound push socket, or -1. */
   uint64_t push_invalid; /* Received datagrams that were not valid level pushes. */
@@ -476,8 +476,7 @@ static inline int em_client__text(char *dst, const uint8_t *src, size_t width, i
   for (size_t i = 0; i < n; i++) {
     unsigned char ch = src[i];
     int ok = stage ? ((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') ||
-                      (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' || ch == ':' ||
-                      ch == '-')
+                      (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' || ch == ':' || ch == '-')
                    : (ch >= 0x20 && ch <= 0x7e);
     if (!ok) {
       return -1;
@@ -589,8 +588,7 @@ static inline void em_client__page_recheck(em_client_t *c, uint64_t now_ns) {
     c->page_counters[EM_CLIENT_PAGE_ABSENT]++;
     return;
   }
-  if (c->page != NULL && (uint64_t)st.st_dev == c->page_dev &&
-      (uint64_t)st.st_ino == c->page_ino) {
+  if (c->page != NULL && (uint64_t)st.st_dev == c->page_dev && (uint64_t)st.st_ino == c->page_ino) {
     return;
   }
   em_client__page_drop(c);

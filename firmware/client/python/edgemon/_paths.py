@@ -30,15 +30,21 @@ def default_runtime_dir(environ=None):
     return "/tmp/edgemon-%d" % euid
 
 
-def resolve_socket_path(explicit=None, environ=None):
-    """Returns the span socket path to use (a str); see the module docstring for the order."""
+def resolve_path(explicit, env_var, name, environ=None):
+    """The explicit argument, then $env_var, then $EDGEMON_RUNTIME_DIR/name, then the agent's
+    default runtime dir + "/" + name: how every client file of the agent is found."""
     if explicit:
         return os.fspath(explicit)
     env = os.environ if environ is None else environ
-    path = env.get("EDGEMON_SOCKET", "")
+    path = env.get(env_var, "")
     if path:
         return path
     runtime_dir = env.get("EDGEMON_RUNTIME_DIR", "")
     if runtime_dir:
-        return os.path.join(runtime_dir, SOCKET_NAME)
-    return os.path.join(default_runtime_dir(env), SOCKET_NAME)
+        return os.path.join(runtime_dir, name)
+    return os.path.join(default_runtime_dir(env), name)
+
+
+def resolve_socket_path(explicit=None, environ=None):
+    """Returns the span socket path to use (a str); see the module docstring for the order."""
+    return resolve_path(explicit, "EDGEMON_SOCKET", SOCKET_NAME, environ)

@@ -29,7 +29,7 @@ import struct
 import socket
 import time
 
-from ._paths import default_runtime_dir
+from ._paths import resolve_path
 
 LEVEL_NAMES = ("NOMINAL", "WARN", "DEGRADED", "CRITICAL")
 
@@ -114,16 +114,7 @@ def _load_seq(buf):
 def resolve_state_path(explicit=None, environ=None):
     """The state page path: the explicit argument, $EDGEMON_STATE_PAGE,
     $EDGEMON_RUNTIME_DIR/state, then the agent's default runtime dir + "/state"."""
-    if explicit:
-        return os.fspath(explicit)
-    env = os.environ if environ is None else environ
-    path = env.get("EDGEMON_STATE_PAGE", "")
-    if path:
-        return path
-    runtime_dir = env.get("EDGEMON_RUNTIME_DIR", "")
-    if runtime_dir:
-        return os.path.join(runtime_dir, "state")
-    return os.path.join(default_runtime_dir(env), "state")
+    return resolve_path(explicit, "EDGEMON_STATE_PAGE", "state", environ)
 
 
 class StatePage(object):
