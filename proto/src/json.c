@@ -221,7 +221,7 @@ static void j_stage(jw_t *w, const em_stage_t *s) {
   jw_close(w, '}');
 }
 
-static void j_data(jw_t *w, const em_data_t *d) {
+static void j_data(jw_t *w, const em_data_t *d, em_proto_alias_name_fn name_of, void *ctx) {
   common(w, EM_MSG_DATA, d->time_ns, &d->session);
   kv_u64(w, "seq", d->seq);
   kv_u64(w, "window_ns", d->window_ns);
@@ -229,8 +229,12 @@ static void j_data(jw_t *w, const em_data_t *d) {
   jw_open(w, '{');
   for (size_t i = 0; i < d->n_samples; i++) {
     char key[16];
-    snprintf(key, sizeof(key), "%" PRIu32, d->samples[i].alias);
-    kv_value(w, key, &d->samples[i].value);
+    const char *name = name_of ? name_of(ctx, d->samples[i].alias) : NULL;
+    if (!name) {
+      snprintf(key, sizeof(key), "%" PRIu32, d->samples[i].alias);
+      name = key;
+    }
+    kv_value(w, name, &d->samples[i].value);
   }
   jw_close(w, '}');
   jw_key(w, "stages");
@@ -272,6 +276,11 @@ static void j_state(jw_t *w, const em_state_t *s) {
 }
 
 int em_proto_to_json(const em_msg_t *msg, char *buf, size_t cap, size_t *out_len) {
+  return em_proto_to_json_named(msg, NULL, NULL, buf, cap, out_len);
+}
+
+int em_proto_to_json_named(const em_msg_t *msg, em_proto_alias_name_fn name_of, void *ctx,
+                           char *buf, size_t cap, size_t *out_len) {
   if (!msg || !out_len || (!buf && cap > 0)) {
     return EM_PROTO_EINVAL;
   }
@@ -282,7 +291,7 @@ int em_proto_to_json(const em_msg_t *msg, char *buf, size_t cap, size_t *out_len
     j_birth(&w, &msg->u.birth);
     break;
   case EM_MSG_DATA:
-    j_data(&w, &msg->u.data);
+    j_data(&w, &msg->u.data, name_of, ctx);
     break;
   case EM_MSG_STATE:
     j_state(&w, &msg->u.state);

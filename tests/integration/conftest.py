@@ -96,7 +96,8 @@ class Target:
 
 
 class Agent:
-    def __init__(self, tmp_path, broker_port, target_line, extra="", device=None):
+    def __init__(self, tmp_path, broker_port, target_line, extra="", device=None,
+                 runtime_dir=None):
         assert AGENT, "EM_AGENT must name the edgemon-agent binary (run through ctest)"
         self.device = device or f"it-{uuid.uuid4().hex[:8]}"
         self.config = tmp_path / f"agent-{self.device}.ini"
@@ -106,7 +107,7 @@ class Agent:
             "sample_period = 100ms\n"
             "smaps_period = 500ms\n"
             "system_period = 400ms\n"
-            f"runtime_dir = {tmp_path}/run\n"
+            f"runtime_dir = {runtime_dir or tmp_path / 'run'}\n"
             "log_level = debug\n"
             "[target]\n"
             f"{target_line}\n"

@@ -284,6 +284,19 @@ EM_PROTO_MUST_USE int em_proto_decode(const uint8_t *buf, size_t len, em_msg_t *
  */
 EM_PROTO_MUST_USE int em_proto_to_json(const em_msg_t *msg, char *buf, size_t cap, size_t *out_len);
 
+/*
+ * Names a metric alias for em_proto_to_json_named(): returns the metric's name (borrowed until
+ * the call returns), or NULL to print the alias number.
+ */
+typedef const char *(*em_proto_alias_name_fn)(void *ctx, uint32_t alias);
+
+/*
+ * em_proto_to_json() with a data message's values keyed by metric name where name_of knows
+ * the alias (a host that holds the device's birth). name_of may be NULL. Same returns.
+ */
+EM_PROTO_MUST_USE int em_proto_to_json_named(const em_msg_t *msg, em_proto_alias_name_fn name_of,
+                                             void *ctx, char *buf, size_t cap, size_t *out_len);
+
 /* Text for an EM_PROTO_E* code or a negative errno. Never NULL. */
 const char *em_proto_strerror(int rc);
 

@@ -1,0 +1,119 @@
+/*
+ * live.c - the broker session and options shared by tail, status and record (see live.h).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "live.h"
+
+#include "cli.h"
+#include "view.h"
+
+#include <errno.h>
+#include <fnmatch.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Characters that make --device a glob (or that MQTT gives a meaning in a topic filter). */
+#define GLOB_CHARS "*?[\\+#"
+
+int em_cli_live_option(em_cli_live_t *l, int c, const char *arg) {
+  switch (c) {
+  case 'b':
+    l->url = arg;
+    return EM_CLI_OK;
+  case 'd':
+    l->device = arg;
+    return EM_CLI_OK;
+  case 'c':
+    l->color = arg;
+    return EM_CLI_OK;
+  case 'n':
+    if (!em_cli_parse_count(arg, &l->count)) {
+      return em_cli_usage_error(l->cmd, "--count wants a positive whole number, not '%s'", arg);
+    }
+    return EM_CLI_OK;
+  case 't':
+    if (!em_cli_parse_seconds(arg, &l->duration_s) || l->duration_s <= 0) {
+      return em_cli_usage_error(l->cmd, "--duration wants seconds > 0, not '%s'", arg);
+    }
+    return EM_CLI_OK;
+  default:
+    return -1;
+  }
+}
+
+int em_cli_live_check(em_cli_live_t *l, int argc, char **argv) {
+  if (optind < argc) {
+    return em_cli_usage_error(l->cmd, "unexpected argument '%s'", argv[optind]);
+  }
+  const char *color = l->color ? l->color : "auto";
+  if (!em_view_set_color(color)) {
+    return em_cli_usage_error(l->cmd, "--color wants auto, always or never, not '%s'", color);
+  }
+  const char *d = l->device;
+  if (d && (!*d || strchr(d, '/') || strlen(d) > EM_TOPIC_MAX_DEVICE)) {
+    return em_cli_usage_error(l->cmd, "--device wants a device id or glob, not '%s'", d);
+  }
+  l->url = em_cli_broker_url(l->url);
+  em_broker_url_t parsed;
+  char err[512];
+  if (em_broker_parse_url(l->url, &parsed, err, sizeof(err)) != 0) {
+    return em_cli_usage_error(l->cmd, "%s", err);
+  }
+  return EM_CLI_OK;
+}
+
+bool em_cli_live_wants(const em_cli_live_t *l, const char *id) {
+  return !l->device || fnmatch(l->device, id, 0) == 0;
+}
+
+int em_cli_live_connect(em_cli_live_t *l, em_broker_msg_fn on_message, void *ctx) {
+  char prefix[32];
+  char err[512] = "";
+  snprintf(prefix, sizeof(prefix), "edgemon-cli-%s", l->cmd);
+  int rc = em_broker_connect(&l->broker, l->url, prefix, on_message, ctx, 5.0, err, sizeof(err));
+  if (rc != 0) {
+    em_cli_error(l->cmd, "%s", err[0] ? err : strerror(-rc));
+    return EM_CLI_BROKER;
+  }
+  l->deadline_ns = l->duration_s > 0 ? em_cli_mono_ns() + (uint64_t)(l->duration_s * 1e9) : 0;
+  return EM_CLI_OK;
+}
+
+int em_cli_live_subscribe(em_cli_live_t *l, const char *kind) {
+  char pattern[128];
+  bool one = l->device && strpbrk(l->device, GLOB_CHARS) == NULL;
+  snprintf(pattern, sizeof(pattern), "edgemon/v1/%s/%s", one ? l->device : "+", kind);
+  int rc = em_broker_subscribe(l->broker, pattern);
+  if (rc != 0) {
+    em_cli_error(l->cmd, "cannot subscribe to %s: %s", pattern,
+                 rc == -EPERM ? "refused by the broker" : strerror(-rc));
+    return EM_CLI_BROKER;
+  }
+  return EM_CLI_OK;
+}
+
+bool em_cli_live_over(const em_cli_live_t *l) {
+  return em_cli_stop || (l->deadline_ns && em_cli_mono_ns() >= l->deadline_ns);
+}
+
+int em_cli_live_step(em_cli_live_t *l, uint64_t max_ms) {
+  uint64_t now = em_cli_mono_ns();
+  if (l->deadline_ns) {
+    uint64_t left_ms = l->deadline_ns > now ? (l->deadline_ns - now) / 1000000u + 1 : 0;
+    max_ms = left_ms < max_ms ? left_ms : max_ms;
+  }
+  if (em_broker_run(l->broker, (int)(max_ms > 1000 ? 1000 : max_ms)) != 0) {
+    em_cli_error(l->cmd, "lost the connection to the broker at %s", l->url);
+    return EM_CLI_BROKER;
+  }
+  return EM_CLI_OK;
+}
+
+void em_cli_live_close(em_cli_live_t *l) {
+  if (l->broker) {
+    (void)em_broker_drain(l->broker, 1.0);
+  }
+  em_broker_free(l->broker);
+  l->broker = NULL;
+}

@@ -1,0 +1,127 @@
+/*
+ * view.c - figures for people (see view.h).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "view.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static bool color_on;
+
+bool em_view_set_color(const char *mode) {
+  if (strcmp(mode, "always") == 0) {
+    color_on = true;
+  } else if (strcmp(mode, "never") == 0) {
+    color_on = false;
+  } else if (strcmp(mode, "auto") == 0) {
+    const char *no = getenv("NO_COLOR");
+    color_on = isatty(STDOUT_FILENO) && !(no && *no);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+bool em_view_color(void) {
+  return color_on;
+}
+
+const char *em_view_level_on(em_level_t level) {
+  if (!color_on) {
+    return "";
+  }
+  switch (level) {
+  case EM_LEVEL_NOMINAL:
+    return "\033[32m";
+  case EM_LEVEL_WARN:
+    return "\033[33m";
+  case EM_LEVEL_DEGRADED:
+    return "\033[35m";
+  case EM_LEVEL_CRITICAL:
+    return "\033[1;31m";
+  default:
+    return "";
+  }
+}
+
+const char *em_view_bold(void) {
+  return color_on ? "\033[1m" : "";
+}
+
+const char *em_view_alert(void) {
+  return color_on ? "\033[31m" : "";
+}
+
+const char *em_view_off(void) {
+  return color_on ? "\033[0m" : "";
+}
+
+void em_view_clock(uint64_t real_ns, char *buf, size_t cap) {
+  time_t secs = (time_t)(real_ns / 1000000000u);
+  struct tm tm;
+  if (!localtime_r(&secs, &tm)) {
+    snprintf(buf, cap, "--:--:--.---");
+    return;
+  }
+  snprintf(buf, cap, "%02d:%02d:%02d.%03u", tm.tm_hour, tm.tm_min, tm.tm_sec,
+           (unsigned)(real_ns % 1000000000u / 1000000u));
+}
+
+void em_view_ms(double ns, char *buf, size_t cap) {
+  double ms = ns / 1e6;
+  if (ms < 1.0) {
+    snprintf(buf, cap, "%.3f", ms);
+  } else if (ms < 10.0) {
+    snprintf(buf, cap, "%.2f", ms);
+  } else if (ms < 100.0) {
+    snprintf(buf, cap, "%.1f", ms);
+  } else {
+    snprintf(buf, cap, "%.0f", ms);
+  }
+}
+
+void em_view_age(uint64_t now_ns, uint64_t then_ns, char *buf, size_t cap) {
+  if (then_ns == 0) {
+    snprintf(buf, cap, "-");
+    return;
+  }
+  double s = now_ns > then_ns ? (double)(now_ns - then_ns) / 1e9 : 0.0;
+  if (s < 10) {
+    snprintf(buf, cap, "%.1fs", s);
+  } else if (s < 120) {
+    snprintf(buf, cap, "%.0fs", s);
+  } else if (s < 7200) {
+    snprintf(buf, cap, "%.0fm", s / 60);
+  } else if (s < 172800) {
+    snprintf(buf, cap, "%.0fh", s / 3600);
+  } else {
+    snprintf(buf, cap, "%.0fd", s / 86400);
+  }
+}
+
+void em_view_fit(const char *s, size_t width, char *buf, size_t cap) {
+  size_t n = strlen(s);
+  if (n <= width || width == 0) {
+    snprintf(buf, cap, "%s", s);
+    return;
+  }
+  snprintf(buf, cap, "%.*s~", (int)(width - 1), s);
+}
+
+void em_view_json_str(FILE *out, const char *s) {
+  fputc('"', out);
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '"' || *p == '\\') {
+      fprintf(out, "\\%c", *p);
+    } else if (*p < 0x20 || *p == 0x7f) {
+      fprintf(out, "\\u%04x", *p);
+    } else {
+      fputc(*p, out);
+    }
+  }
+  fputc('"', out);
+}

@@ -1,0 +1,44 @@
+/*
+ * view.h - how edgemon-cli writes figures for people: colours (on a terminal only), levels,
+ * durations, clock times, and the absent mark.
+ *
+ * Colour follows the usual conventions: --color=auto colours only when stdout is a terminal
+ * and $NO_COLOR is unset or empty. Owns nothing. Not thread-safe (one global colour switch).
+ */
+#ifndef EM_CLI_VIEW_H
+#define EM_CLI_VIEW_H
+
+#include <edgemon/proto.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Parses --color's argument ("auto", "always", "never") and sets the switch. Returns false
+ * for anything else. */
+bool em_view_set_color(const char *mode);
+
+bool em_view_color(void);
+
+/* ANSI sequences when colour is on, "" when off. */
+const char *em_view_level_on(em_level_t level);
+const char *em_view_bold(void);
+const char *em_view_alert(void); /* For a figure over its budget. */
+const char *em_view_off(void);
+
+/* "HH:MM:SS.mmm" local time of a CLOCK_REALTIME ns value, into buf (at least 16 bytes). */
+void em_view_clock(uint64_t real_ns, char *buf, size_t cap);
+
+/* A duration in ms with 3 significant digits ("0.134", "8.30", "11.4", "152"). */
+void em_view_ms(double ns, char *buf, size_t cap);
+
+/* An age such as "0.4s", "12s", "5m", "3h", "2d", or "-" for 0 (never seen). */
+void em_view_age(uint64_t now_ns, uint64_t then_ns, char *buf, size_t cap);
+
+/* Copies s into buf, cut to width columns with a trailing '~' when longer. */
+void em_view_fit(const char *s, size_t width, char *buf, size_t cap);
+
+/* Writes s as a JSON string (quoted, escaped) to out. */
+void em_view_json_str(FILE *out, const char *s);
+
+#endif /* EM_CLI_VIEW_H */

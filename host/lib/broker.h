@@ -1,0 +1,83 @@
+/*
+ * broker.h - a blocking MQTT session for the host tools, over libmosquitto.
+ *
+ * The host programs are simple consumers: connect, subscribe, handle messages until told to
+ * stop. This module wraps libmosquitto for that: a URL parser ("mqtt://HOST[:PORT]"), a
+ * connect that fails fast with a clear message when the broker is unreachable, a run step that
+ * drives the network for a bounded time, a barrier (em_broker_sync) that returns once every
+ * message due to the subscriptions made so far, retained ones included, has been delivered, and
+ * a wait for outstanding QoS 1 publishes. It also parses edgemon topics.
+ *
+ * Owns one mosquitto handle (and its socket) per em_broker_t. Messages are delivered on the
+ * caller's thread from inside em_broker_run()/em_broker_sync()/em_broker_drain(); the callback's
+ * pointers are borrowed for the call. Not thread-safe.
+ */
+#ifndef EM_BROKER_H
+#define EM_BROKER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define EM_BROKER_DEFAULT_URL "mqtt://127.0.0.1:1883"
+#define EM_BROKER_MAX_HOST    255u
+#define EM_TOPIC_MAX_DEVICE   63u
+
+typedef struct {
+  char host[EM_BROKER_MAX_HOST + 1];
+  uint16_t port;
+} em_broker_url_t;
+
+/* Parses "mqtt://HOST[:PORT]" (port 1883 by default; IPv6 literals in brackets). Returns 0 or
+ * -EINVAL with a reason in err (may be NULL). */
+int em_broker_parse_url(const char *url, em_broker_url_t *out, char *err, size_t err_cap);
+
+/* A message from the broker. topic is NUL-terminated; payload has len bytes. */
+typedef void (*em_broker_msg_fn)(void *ctx, const char *topic, const uint8_t *payload, size_t len,
+                                 bool retained);
+
+typedef struct em_broker em_broker_t;
+
+/*
+ * Connects to `url` within timeout_s seconds (MQTT v3.1.1, clean session, a random client id
+ * starting with client_prefix). on_message may be NULL. Returns 0, -EINVAL for a bad URL, or
+ * -ECONNREFUSED / -ETIMEDOUT / -EHOSTUNREACH / other -errno when the broker cannot be reached or
+ * refuses the session; err (may be NULL) then holds a sentence saying which and where.
+ */
+int em_broker_connect(em_broker_t **out, const char *url, const char *client_prefix,
+                      em_broker_msg_fn on_message, void *ctx, double timeout_s, char *err,
+                      size_t err_cap);
+
+/* Subscribes with QoS 1 and waits for the broker's acknowledgement (up to 5 s). Returns 0,
+ * -ETIMEDOUT, -EPERM when the broker refused it, or -ECONNRESET when the connection dropped. */
+int em_broker_subscribe(em_broker_t *b, const char *pattern);
+
+/* Queues one publish. Returns 0 or a negative errno. */
+int em_broker_publish(em_broker_t *b, const char *topic, const void *payload, size_t len, int qos,
+                      bool retain);
+
+/* Drives the network for up to timeout_ms, delivering messages. Returns 0, or -ECONNRESET when
+ * the connection was lost (the session is then over). */
+int em_broker_run(em_broker_t *b, int timeout_ms);
+
+/* Returns once every message due to the subscriptions made so far has been delivered (it
+ * publishes a marker on a topic of this session's own and waits for it to come back), or after
+ * timeout_s. Returns 0, -ETIMEDOUT, or -ECONNRESET. */
+int em_broker_sync(em_broker_t *b, double timeout_s);
+
+/* Waits until every QoS 1 publish made so far is acknowledged, up to timeout_s. Returns 0,
+ * -ETIMEDOUT or -ECONNRESET. */
+int em_broker_drain(em_broker_t *b, double timeout_s);
+
+/* Messages the broker delivered to this session so far, the sync markers not included. */
+uint64_t em_broker_received(const em_broker_t *b);
+
+/* Disconnects cleanly and frees. NULL is a no-op. */
+void em_broker_free(em_broker_t *b);
+
+/* Splits "edgemon/v1/<device>/<kind>[/...]": copies the device id into device[0..cap) and
+ * points *kind at the rest after the device ("data", "birth", "cmd/rebirth", ...). Returns 0,
+ * or -EINVAL when the topic is not an edgemon v1 topic or the id is empty or too long. */
+int em_topic_parse(const char *topic, char *device, size_t cap, const char **kind);
+
+#endif /* EM_BROKER_H */
