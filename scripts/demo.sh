@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # scripts/demo.sh - the README's main-job command. Installs what it needs (Debian 12, only
 # what is missing), builds, then runs the live demo: a real mosquitto on a free loopback
-# port, the sample inference loop, edgemon-agent watching it, and the decoded telemetry as
-# it arrives. EM_DEMO_SECONDS sets how long (default 20); Ctrl-C stops early. Everything the
-# demo starts is stopped when it ends.
+# port, edgemon-aggregator (its /metrics URL is printed), the sample inference loop,
+# edgemon-agent watching it, and `edgemon-cli tail` showing the telemetry as it arrives.
+# EM_DEMO_SECONDS sets how long (default 20); Ctrl-C stops early. Everything the demo starts
+# is stopped when it ends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/common.sh

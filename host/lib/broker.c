@@ -225,6 +225,18 @@ static int run_until(em_broker_t *b, const int *flag, int while_value, uint64_t 
 int em_broker_connect(em_broker_t **out, const char *url, const char *client_prefix,
                       em_broker_msg_fn on_msg, void *ctx, double timeout_s, char *err,
                       size_t err_cap) {
+  em_broker_opts_t opts = {.client_prefix = client_prefix};
+  return em_broker_connect_opts(out, url, &opts, on_msg, ctx, timeout_s, err, err_cap);
+}
+
+int em_broker_connect_opts(em_broker_t **out, const char *url, const em_broker_opts_t *opts,
+                           em_broker_msg_fn on_msg, void *ctx, double timeout_s, char *err,
+                           size_t err_cap) {
+  em_broker_opts_t none = {0};
+  if (!opts) {
+    opts = &none;
+  }
+  const char *client_prefix = opts->client_prefix;
   if (err && err_cap > 0) {
     err[0] = '\0';
   }
@@ -251,14 +263,21 @@ int em_broker_connect(em_broker_t **out, const char *url, const char *client_pre
   b->connack_rc = -1;
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
-  snprintf(b->client_id, sizeof(b->client_id), "%.32s-%ld-%06lx",
-           client_prefix ? client_prefix : "edgemon-host", (long)getpid(),
-           (unsigned long)(ts.tv_nsec & 0xffffff));
+  if (opts->client_id) {
+    snprintf(b->client_id, sizeof(b->client_id), "%s", opts->client_id);
+  } else {
+    snprintf(b->client_id, sizeof(b->client_id), "%.32s-%ld-%06lx",
+             client_prefix ? client_prefix : "edgemon-host", (long)getpid(),
+             (unsigned long)(ts.tv_nsec & 0xffffff));
+  }
   snprintf(b->sync_topic, sizeof(b->sync_topic), "edgemon-host/sync/%s", b->client_id);
   b->mosq = mosquitto_new(b->client_id, true, b);
   if (!b->mosq) {
     free(b);
     return -ENOMEM;
+  }
+  if (opts->mqtt5) {
+    mosquitto_int_option(b->mosq, MOSQ_OPT_PROTOCOL_VERSION, MQTT_PROTOCOL_V5);
   }
   mosquitto_connect_callback_set(b->mosq, on_connect);
   mosquitto_disconnect_callback_set(b->mosq, on_disconnect);
@@ -268,7 +287,8 @@ int em_broker_connect(em_broker_t **out, const char *url, const char *client_pre
 
   uint64_t deadline = mono_ms() + (uint64_t)(timeout_s > 0 ? timeout_s * 1000.0 : 5000.0);
   errno = 0;
-  int mrc = mosquitto_connect_async(b->mosq, u.host, u.port, 30);
+  int mrc = mosquitto_connect_async(b->mosq, u.host, u.port,
+                                    opts->keepalive_s > 0 ? opts->keepalive_s : 30);
   if (mrc != MOSQ_ERR_SUCCESS) {
     rc = mosq_errno(mrc);
     goto fail;

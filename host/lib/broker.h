@@ -48,6 +48,19 @@ int em_broker_connect(em_broker_t **out, const char *url, const char *client_pre
                       em_broker_msg_fn on_message, void *ctx, double timeout_s, char *err,
                       size_t err_cap);
 
+/* Session options beyond the defaults of em_broker_connect(). */
+typedef struct {
+  const char *client_prefix; /* Random client id starting with this (default "edgemon-host"). */
+  const char *client_id;     /* Exact client id instead (NULL: random). */
+  bool mqtt5;                /* MQTT v5 instead of v3.1.1. */
+  int keepalive_s;           /* Default 30. */
+} em_broker_opts_t;
+
+/* em_broker_connect() with options (opts may be NULL). Same returns. */
+int em_broker_connect_opts(em_broker_t **out, const char *url, const em_broker_opts_t *opts,
+                           em_broker_msg_fn on_message, void *ctx, double timeout_s, char *err,
+                           size_t err_cap);
+
 /* Subscribes with QoS 1 and waits for the broker's acknowledgement (up to 5 s). Returns 0,
  * -ETIMEDOUT, -EPERM when the broker refused it, or -ECONNRESET when the connection dropped. */
 int em_broker_subscribe(em_broker_t *b, const char *pattern);

@@ -64,7 +64,8 @@ int em_dict_new(em_dict_t **out); /* 0 or -ENOMEM */
 void em_dict_free(em_dict_t *d);  /* NULL is a no-op. */
 
 /* The device with this id; created when `create` (NULL on -ENOMEM or past
- * EM_DICT_MAX_DEVICES). The pointer stays valid until the next call that creates a device. */
+ * EM_DICT_MAX_DEVICES). Each device is its own allocation: the pointer stays valid until
+ * em_dict_free(). */
 em_device_t *em_dict_device(em_dict_t *d, const char *id, bool create);
 
 /* Number of devices, and the i-th in id order. */

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """The live demo behind scripts/demo.sh.
 
-Starts a real mosquitto on a free loopback port, the sample inference loop, and
-edgemon-agent watching it, and shows the live telemetry with `edgemon-cli tail` (one line per
+Starts a real mosquitto on a free loopback port, edgemon-aggregator (history in SQLite,
+Prometheus metrics on a free loopback port), the sample inference loop, and edgemon-agent
+watching it, and shows the live telemetry with `edgemon-cli tail` (one line per
 data message, level changes highlighted) for a bounded time (EM_DEMO_SECONDS, default 20) or
 until Ctrl-C. Everything it started is stopped on the way out.
 
@@ -10,6 +11,7 @@ until Ctrl-C. Everything it started is stopped on the way out.
 """
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -41,10 +43,35 @@ def wait_listening(port, proc, timeout=10):
     raise SystemExit("mosquitto did not start listening")
 
 
+def http_get(url):
+    import urllib.request
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.read().decode(errors="replace")
+    except OSError as e:
+        return None, str(e)
+
+
+def wait_for_http(log_path, proc, timeout=10):
+    """The aggregator's base URL, from the line it logs once it serves HTTP."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"edgemon-aggregator exited with {proc.returncode}:\n"
+                             + log_path.read_text(errors="replace"))
+        m = re.search(r"http: serving on (http://[0-9.]+:\d+)",
+                      log_path.read_text(errors="replace"))
+        if m:
+            return m.group(1)
+        time.sleep(0.05)
+    raise SystemExit("edgemon-aggregator did not start serving HTTP")
+
+
 def main():
     build = Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / "build" / "normal")
     agent_bin = build / "firmware" / "agent" / "edgemon-agent"
     cli_bin = build / "host" / "cli" / "edgemon-cli"
+    agg_bin = build / "host" / "aggregator" / "edgemon-aggregator"
     seconds = float(os.environ.get("EM_DEMO_SECONDS", "20"))
     procs = []
     tmp = tempfile.TemporaryDirectory(prefix="edgemon-demo-")
@@ -70,6 +97,15 @@ def main():
         procs.append(broker)
         wait_listening(port, broker)
         print(f"{BOLD}==> mosquitto on 127.0.0.1:{port}{RESET}")
+
+        agg_log = open(work / "aggregator.log", "wb")
+        aggregator = subprocess.Popen([str(agg_bin), "--broker", f"mqtt://127.0.0.1:{port}",
+                                       "--db", str(work / "edgemon.db"), "--http",
+                                       "127.0.0.1:0"], stdout=agg_log, stderr=subprocess.STDOUT)
+        procs.append(aggregator)
+        metrics_url = wait_for_http(work / "aggregator.log", aggregator)
+        print(f"{BOLD}==> edgemon-aggregator: Prometheus metrics at {metrics_url}/metrics, "
+              f"devices at {metrics_url}/api/devices (history: {work}/edgemon.db){RESET}")
 
         device = "demo-board"
         pidfile = work / "inference.pid"
@@ -114,6 +150,8 @@ def main():
                 print((work / "agent.log").read_text())
                 return 1
             time.sleep(0.1)
+        status, body = http_get(metrics_url + "/api/devices")
+        print(f"{BOLD}==> {metrics_url}/api/devices answered {status}: {body[:300]}{RESET}")
         agent.send_signal(signal.SIGTERM)
         agent.wait(5)
         print(f"{BOLD}==> agent stopped (exit {agent.returncode}); its log:{RESET}")

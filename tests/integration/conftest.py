@@ -140,6 +140,63 @@ class Agent:
         return self.proc.returncode if self.proc else None
 
 
+AGGREGATOR = os.environ.get("EM_AGGREGATOR")
+
+
+class Aggregator:
+    """edgemon-aggregator with its database and HTTP port in the test's directory."""
+
+    def __init__(self, tmp_path, broker_port, name="agg", extra_args=()):
+        assert AGGREGATOR, "EM_AGGREGATOR must name the edgemon-aggregator binary"
+        self.db = tmp_path / f"{name}.db"
+        self.log_path = tmp_path / f"{name}.log"
+        self.args = [AGGREGATOR, "--broker", f"mqtt://127.0.0.1:{broker_port}", "--db",
+                     str(self.db), "--http", "127.0.0.1:0", "--batch-ms", "100", *extra_args]
+        self.proc = None
+        self.port = None
+
+    def start(self):
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT)
+        import re
+        m = wait_for(lambda: self._alive() and re.search(
+            r"http: serving on http://127\.0\.0\.1:(\d+)", self.log_text()), 10,
+            "the aggregator's HTTP port")
+        self.port = int(m.group(1))
+        wait_for(lambda: "mqtt: connected" in self.log_text(), 10, "the aggregator to connect")
+        return self
+
+    def _alive(self):
+        if self.proc.poll() is not None:
+            pytest.fail(f"aggregator exited with {self.proc.returncode}:\n{self.log_text()}")
+        return True
+
+    def log_text(self):
+        return self.log_path.read_text(errors="replace")
+
+    def get(self, path, timeout=5):
+        """(status, body) of GET http://127.0.0.1:<port><path>."""
+        import urllib.error
+        import urllib.request
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}",
+                                        timeout=timeout) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+                pytest.fail("aggregator did not stop within 15 s of the signal")
+        return self.proc.returncode if self.proc else None
+
+
 class Subscriber:
     """Collects every message under edgemon/v1/<device>/ with its decoded form."""
 
@@ -207,6 +264,11 @@ def stack(tmp_path):
 
         def agent(self, broker_port, target_line, **kw):
             a = Agent(tmp_path, broker_port, target_line, **kw).start()
+            started.append(a)
+            return a
+
+        def aggregator(self, broker_port, **kw):
+            a = Aggregator(tmp_path, broker_port, **kw).start()
             started.append(a)
             return a
 

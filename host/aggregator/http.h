@@ -1,0 +1,42 @@
+/*
+ * http.h - the aggregator's HTTP endpoints, served by libmicrohttpd on its own thread:
+ *
+ *   GET /metrics            Prometheus text exposition format 0.0.4 (metrics.c renders it)
+ *   GET /api/devices        JSON: every device, as in /api/devices/<id> without stages' buckets
+ *   GET /api/devices/<id>   JSON: one device: birth, status, state, latest values by name,
+ *                           per-stage latest window and cumulative count/sum, loss counters
+ *   GET /healthz            200 "ok" while the MQTT session is up, 503 otherwise
+ *
+ * Anything else is 404; methods other than GET/HEAD are 405. Handlers take the registry's lock
+ * while they read it. Owns the MHD daemon and its thread.
+ */
+#ifndef EM_AGG_HTTP_H
+#define EM_AGG_HTTP_H
+
+#include "registry.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct em_http em_http_t;
+
+/* Liveness for /healthz: returns true while the aggregator is healthy (called on the HTTP
+ * thread; must be thread-safe). */
+typedef bool (*em_http_health_fn)(void *ctx);
+
+/*
+ * Starts serving on listen ("HOST:PORT", HOST an IPv4 or [IPv6] literal; port 0 picks a free
+ * one, see em_http_port()). Returns 0, or -EINVAL for a bad address, -EADDRINUSE, or another
+ * -errno, with a message in err.
+ */
+int em_http_start(em_http_t **out, const char *listen, em_registry_t *reg, em_http_health_fn health,
+                  void *ctx, char *err, size_t err_cap);
+
+/* The port actually bound. */
+uint16_t em_http_port(const em_http_t *h);
+
+/* Stops the daemon (waits for requests in flight) and frees. NULL is a no-op. */
+void em_http_stop(em_http_t *h);
+
+#endif /* EM_AGG_HTTP_H */

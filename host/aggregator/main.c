@@ -1,0 +1,545 @@
+/*
+ * main.c - edgemon-aggregator: the fleet's telemetry from MQTT into SQLite, served to
+ * Prometheus and dashboards over HTTP.
+ *
+ * Two threads: this one runs the MQTT session (host/lib/broker.c) and everything that writes:
+ * registry updates, SQLite batches, rebirth requests, retention; libmicrohttpd's thread serves
+ * /metrics, /api and /healthz, reading the registry under its lock. The session is
+ * reconnected with capped exponential backoff when the broker goes away; /healthz answers 503
+ * meanwhile.
+ *
+ * Subscriptions: edgemon/v1/+/# normally. With a share group, data goes through the MQTT v5
+ * shared subscription $share/<group>/edgemon/v1/+/data so the instances of the group split it,
+ * while birth, state and status (retained, small) are subscribed by every instance so each
+ * one names every device's metrics and knows its level.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "http.h"
+#include "registry.h"
+#include "store.h"
+
+#include <broker.h>
+#include <errno.h>
+#include <getopt.h>
+#include <ini.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifndef EM_VERSION
+#define EM_VERSION "unknown"
+#endif
+
+#define MAX_TEXT 256
+
+typedef struct {
+  char broker[MAX_TEXT];
+  char share_group[64];
+  char client_id[64];
+  char db[MAX_TEXT];
+  char http[MAX_TEXT];
+  uint64_t batch_ms;
+  uint64_t batch_rows;
+  uint64_t retention_s;
+  uint64_t downsample_after_s;
+  uint64_t downsample_step_s;
+} agg_config_t;
+
+typedef struct {
+  agg_config_t cfg;
+  em_registry_t *reg;
+  em_store_t *store;
+  em_http_t *http;
+  em_broker_t *broker;
+  atomic_bool connected;
+  uint64_t malformed_logged; /* registry malformed count at the last log line. */
+  uint64_t store_errors_logged;
+} agg_t;
+
+static volatile sig_atomic_t stop_requested;
+
+static void logf_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void logf_(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("edgemon-aggregator: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+static uint64_t clock_ns(clockid_t id) {
+  struct timespec ts;
+  clock_gettime(id, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: edgemon-aggregator [--config FILE] [--broker URL] [--share-group NAME]\n"
+          "                          [--client-id ID] [--db PATH] [--http HOST:PORT]\n"
+          "                          [--batch-ms N] [--batch-rows N] [--retention DURATION]\n"
+          "                          [--check] [--version] [--help]\n"
+          "\n"
+          "Subscribes to edgemon/v1/+/# (or, with --share-group, shares the data messages with\n"
+          "the other members of the group through $share/NAME/edgemon/v1/+/data), keeps every\n"
+          "device's history in SQLite (host/aggregator/SCHEMA.md) and serves /metrics\n"
+          "(Prometheus), /api/devices, /api/devices/<id> and /healthz.\n"
+          "\n"
+          "  --config FILE        INI file, section [aggregator], keys as the flags below with\n"
+          "                       '_' for '-' (share_group, batch_ms, ...), plus\n"
+          "                       downsample_after and downsample_step; flags win over it\n"
+          "  --broker URL         mqtt://HOST[:PORT] (default " EM_BROKER_DEFAULT_URL ")\n"
+          "  --share-group NAME   join this MQTT v5 share group (several aggregators split the\n"
+          "                       data load); per-device loss is not computed then\n"
+          "  --client-id ID       MQTT client id (default: edgemon-aggregator-<pid>-<random>)\n"
+          "  --db PATH            SQLite database (default edgemon.db)\n"
+          "  --http HOST:PORT     where to serve HTTP (default 127.0.0.1:9108; port 0: any)\n"
+          "  --batch-ms N         commit at least every N ms (default 500)\n"
+          "  --batch-rows N       ... or every N rows (default 5000)\n"
+          "  --retention D        delete history older than D (e.g. 7d, 12h; default 7d; 0 keeps\n"
+          "                       all); samples older than downsample_after (default 1d) are\n"
+          "                       averaged to one per downsample_step (default 1m)\n"
+          "  --check              validate the configuration and exit\n"
+          "\n"
+          "Exit: 0 after SIGTERM/SIGINT (the last batch committed, the store closed); 1 a\n"
+          "runtime failure (database, HTTP address); 2 bad configuration or arguments.\n");
+}
+
+/* "500ms", "30s", "5m", "12h", "7d", or a bare number of seconds; into ns. */
+static bool parse_duration_ns(const char *s, uint64_t *out) {
+  char *end = NULL;
+  errno = 0;
+  if (!s || *s < '0' || *s > '9') {
+    return false;
+  }
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno != 0) {
+    return false;
+  }
+  static const struct {
+    const char *suffix;
+    uint64_t ns;
+  } units[] = {{"ms", 1000000ull},    {"s", 1000000000ull},    {"", 1000000000ull},
+               {"m", 60000000000ull}, {"h", 3600000000000ull}, {"d", 86400000000000ull}};
+  for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+    if (strcmp(end, units[i].suffix) == 0) {
+      if (v > UINT64_MAX / units[i].ns) {
+        return false;
+      }
+      *out = v * units[i].ns;
+      return true;
+    }
+  }
+  return false;
+}
+
+static bool parse_uint(const char *s, uint64_t lo, uint64_t hi, uint64_t *out) {
+  char *end = NULL;
+  errno = 0;
+  if (!s || *s < '0' || *s > '9') {
+    return false;
+  }
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno != 0 || *end != '\0' || v < lo || v > hi) {
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+static bool copy_text(char *dst, size_t cap, const char *src) {
+  if (strlen(src) >= cap) {
+    return false;
+  }
+  memcpy(dst, src, strlen(src) + 1);
+  return true;
+}
+
+/* Applies one key; returns NULL or what is wrong with the value. */
+static const char *set_key(agg_config_t *c, const char *key, const char *value) {
+  uint64_t ns = 0;
+  if (strcmp(key, "broker") == 0) {
+    em_broker_url_t u;
+    if (em_broker_parse_url(value, &u, NULL, 0) != 0) {
+      return "wants mqtt://HOST[:PORT]";
+    }
+    return copy_text(c->broker, sizeof(c->broker), value) ? NULL : "is too long";
+  }
+  if (strcmp(key, "share_group") == 0) {
+    if (strpbrk(value, "/+#") || strlen(value) >= sizeof(c->share_group)) {
+      return "wants a name without '/', '+' or '#', under 64 characters";
+    }
+    return copy_text(c->share_group, sizeof(c->share_group), value) ? NULL : "is too long";
+  }
+  if (strcmp(key, "client_id") == 0) {
+    return copy_text(c->client_id, sizeof(c->client_id), value) ? NULL : "is too long";
+  }
+  if (strcmp(key, "db") == 0) {
+    return *value && copy_text(c->db, sizeof(c->db), value) ? NULL : "wants a path";
+  }
+  if (strcmp(key, "http") == 0) {
+    return *value && strchr(value, ':') && copy_text(c->http, sizeof(c->http), value)
+               ? NULL
+               : "wants HOST:PORT, e.g. 127.0.0.1:9108";
+  }
+  if (strcmp(key, "batch_ms") == 0) {
+    return parse_uint(value, 1, 60000, &c->batch_ms) ? NULL : "wants 1 to 60000";
+  }
+  if (strcmp(key, "batch_rows") == 0) {
+    return parse_uint(value, 1, 10000000, &c->batch_rows) ? NULL : "wants 1 to 10000000";
+  }
+  if (strcmp(key, "retention") == 0 || strcmp(key, "downsample_after") == 0 ||
+      strcmp(key, "downsample_step") == 0) {
+    if (!parse_duration_ns(value, &ns)) {
+      return "wants a duration such as 30s, 5m, 12h or 7d";
+    }
+    uint64_t s = ns / 1000000000u;
+    if (key[0] == 'r') {
+      c->retention_s = s;
+    } else if (strcmp(key, "downsample_after") == 0) {
+      c->downsample_after_s = s;
+    } else if (s == 0) {
+      return "must be at least 1s";
+    } else {
+      c->downsample_step_s = s;
+    }
+    return NULL;
+  }
+  return "is not a key of [aggregator]";
+}
+
+/* libinih as Debian builds it does not pass line numbers to the handler; the reader below
+ * feeds it one line at a time and counts them, so messages say FILE:LINE. */
+typedef struct {
+  agg_config_t *cfg;
+  const char *path;
+  FILE *f;
+  int line;      /* Number of the line being handled. */
+  bool mid_line; /* The last read stopped before a newline (a very long line). */
+  int errors;
+} ini_ctx_t;
+
+static char *read_line(char *str, int num, void *stream) {
+  ini_ctx_t *x = stream;
+  if (!fgets(str, num, x->f)) {
+    return NULL;
+  }
+  if (!x->mid_line) {
+    x->line++;
+  }
+  x->mid_line = strchr(str, '\n') == NULL && !feof(x->f);
+  return str;
+}
+
+static int on_ini(void *user, const char *section, const char *name, const char *value) {
+  ini_ctx_t *x = user;
+  int lineno = x->line;
+  if (strcmp(section, "aggregator") != 0) {
+    fprintf(stderr, "%s:%d: section [%s] is unknown (the aggregator reads [aggregator])\n", x->path,
+            lineno, section);
+    x->errors++;
+    return 1;
+  }
+  const char *why = set_key(x->cfg, name, value);
+  if (why) {
+    fprintf(stderr, "%s:%d: %s '%s' %s\n", x->path, lineno, name, value, why);
+    x->errors++;
+  }
+  return 1;
+}
+
+/* ---- the MQTT side ----------------------------------------------------------------------- */
+
+static void publish_rebirth(agg_t *a, const char *device) {
+  em_msg_t cmd = {.kind = EM_MSG_CMD};
+  cmd.u.cmd.time_ns = clock_ns(CLOCK_REALTIME);
+  cmd.u.cmd.command = EM_CMD_REBIRTH;
+  uint8_t buf[64];
+  size_t len = 0;
+  char topic[128];
+  snprintf(topic, sizeof(topic), "edgemon/v1/%s/cmd/rebirth", device);
+  if (em_proto_encode(&cmd, buf, sizeof(buf), &len) == 0) {
+    (void)em_broker_publish(a->broker, topic, buf, len, 1, false);
+  }
+}
+
+static void on_message(void *ctx, const char *topic, const uint8_t *payload, size_t len,
+                       bool retained) {
+  (void)retained;
+  agg_t *a = ctx;
+  em_ingest_t in;
+  if (em_registry_ingest(a->reg, topic, payload, len, &in) != 0 || !in.agg) {
+    return;
+  }
+  if (in.needs_rebirth) {
+    publish_rebirth(a, in.device);
+  }
+  (void)em_store_add(a->store, in.device, in.agg->dev, &in.msg, clock_ns(CLOCK_REALTIME));
+}
+
+static bool healthy(void *ctx) {
+  agg_t *a = ctx;
+  return atomic_load(&a->connected);
+}
+
+static int connect_and_subscribe(agg_t *a) {
+  char err[512] = "";
+  em_broker_opts_t opts = {
+      .client_prefix = "edgemon-aggregator",
+      .client_id = a->cfg.client_id[0] ? a->cfg.client_id : NULL,
+      .mqtt5 = a->cfg.share_group[0] != '\0',
+  };
+  int rc = em_broker_connect_opts(&a->broker, a->cfg.broker, &opts, on_message, a, 5.0, err,
+                                  sizeof(err));
+  if (rc != 0) {
+    logf_("%s", err[0] ? err : strerror(-rc));
+    return rc;
+  }
+  char pattern[160];
+  static const char *const retained_kinds[] = {"birth", "state", "status"};
+  if (a->cfg.share_group[0]) {
+    for (size_t i = 0; i < 3 && rc == 0; i++) {
+      snprintf(pattern, sizeof(pattern), "edgemon/v1/+/%s", retained_kinds[i]);
+      rc = em_broker_subscribe(a->broker, pattern);
+    }
+    snprintf(pattern, sizeof(pattern), "$share/%s/edgemon/v1/+/data", a->cfg.share_group);
+  } else {
+    snprintf(pattern, sizeof(pattern), "edgemon/v1/+/#");
+  }
+  if (rc == 0) {
+    rc = em_broker_subscribe(a->broker, pattern);
+  }
+  if (rc != 0) {
+    logf_("cannot subscribe to %s on %s: %s", pattern, a->cfg.broker,
+          rc == -EPERM ? "refused by the broker" : strerror(-rc));
+    em_broker_free(a->broker);
+    a->broker = NULL;
+    return rc;
+  }
+  logf_("mqtt: connected to %s, subscribed to %s%s", a->cfg.broker, pattern,
+        a->cfg.share_group[0] ? " (and birth/state/status of every device)" : "");
+  atomic_store(&a->connected, true);
+  return 0;
+}
+
+/* Copies the store's counters into the registry's stats and logs new trouble. */
+static void publish_stats(agg_t *a) {
+  em_store_stats_t st;
+  em_store_stats(a->store, &st);
+  em_registry_lock(a->reg);
+  a->reg->stats.store_rows = st.rows;
+  a->reg->stats.store_batches = st.batches;
+  a->reg->stats.store_errors = st.errors;
+  uint64_t malformed = a->reg->stats.malformed;
+  em_registry_unlock(a->reg);
+  if (malformed > a->malformed_logged) {
+    logf_("%llu malformed message(s) skipped so far", (unsigned long long)malformed);
+    a->malformed_logged = malformed;
+  }
+  if (st.errors > a->store_errors_logged) {
+    logf_("store: %llu failed write(s) so far", (unsigned long long)st.errors);
+    a->store_errors_logged = st.errors;
+  }
+}
+
+static void on_signal(int sig) {
+  (void)sig;
+  stop_requested = 1;
+}
+
+static int run(agg_t *a) {
+  uint64_t backoff_ms = 250;
+  uint64_t next_connect = 0;
+  uint64_t next_stats = 0;
+  uint64_t next_retain = clock_ns(CLOCK_MONOTONIC) + 60000000000ull;
+  while (!stop_requested) {
+    uint64_t now = clock_ns(CLOCK_MONOTONIC);
+    if (!a->broker && now >= next_connect) {
+      if (connect_and_subscribe(a) == 0) {
+        backoff_ms = 250;
+      } else {
+        next_connect = now + backoff_ms * 1000000u;
+        backoff_ms = backoff_ms * 2 > 10000 ? 10000 : backoff_ms * 2;
+      }
+    }
+    if (a->broker && em_broker_run(a->broker, 100) != 0) {
+      logf_("mqtt: lost the connection to %s; reconnecting", a->cfg.broker);
+      atomic_store(&a->connected, false);
+      em_broker_free(a->broker);
+      a->broker = NULL;
+      next_connect = clock_ns(CLOCK_MONOTONIC) + backoff_ms * 1000000u;
+    } else if (!a->broker) {
+      struct timespec nap = {0, 50000000};
+      nanosleep(&nap, NULL);
+    }
+    now = clock_ns(CLOCK_MONOTONIC);
+    (void)em_store_tick(a->store, now);
+    if (now >= next_stats) {
+      publish_stats(a);
+      next_stats = now + 1000000000u;
+    }
+    if (now >= next_retain) {
+      (void)em_store_retain(a->store, clock_ns(CLOCK_REALTIME));
+      next_retain = now + 60000000000ull;
+    }
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"config", required_argument, NULL, 'c'},
+      {"broker", required_argument, NULL, 'b'},
+      {"share-group", required_argument, NULL, 'g'},
+      {"client-id", required_argument, NULL, 'i'},
+      {"db", required_argument, NULL, 'd'},
+      {"http", required_argument, NULL, 'H'},
+      {"batch-ms", required_argument, NULL, 'm'},
+      {"batch-rows", required_argument, NULL, 'r'},
+      {"retention", required_argument, NULL, 'R'},
+      {"check", no_argument, NULL, 'k'},
+      {"version", no_argument, NULL, 'V'},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0},
+  };
+  static const char *const keys[128] = {
+      ['b'] = "broker", ['g'] = "share_group", ['i'] = "client_id",  ['d'] = "db",
+      ['H'] = "http",   ['m'] = "batch_ms",    ['r'] = "batch_rows", ['R'] = "retention",
+  };
+  agg_t a = {.cfg = {.broker = EM_BROKER_DEFAULT_URL,
+                     .db = "edgemon.db",
+                     .http = "127.0.0.1:9108",
+                     .batch_ms = 500,
+                     .batch_rows = 5000,
+                     .retention_s = 7 * 86400,
+                     .downsample_after_s = 86400,
+                     .downsample_step_s = 60}};
+  const char *config = NULL;
+  bool check = false;
+  const char *flag_value[128] = {0};
+  opterr = 0;
+  for (;;) {
+    int c = getopt_long(argc, argv, "", opts, NULL);
+    if (c == -1) {
+      break;
+    }
+    if (c == 'c') {
+      config = optarg;
+    } else if (c == 'k') {
+      check = true;
+    } else if (c == 'V') {
+      printf("edgemon-aggregator %s\n", EM_VERSION);
+      return 0;
+    } else if (c == 'h') {
+      usage(stdout);
+      return 0;
+    } else if (c > 0 && c < 128 && keys[c]) {
+      flag_value[c] = optarg;
+    } else {
+      fprintf(stderr, "edgemon-aggregator: unknown option, or one missing its value: '%s'\n",
+              argv[optind - 1]);
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "edgemon-aggregator: unexpected argument '%s'\n", argv[optind]);
+    return 2;
+  }
+  if (config) {
+    ini_ctx_t x = {.cfg = &a.cfg, .path = config, .f = fopen(config, "r")};
+    if (!x.f) {
+      fprintf(stderr, "edgemon-aggregator: cannot read %s: %s\n", config, strerror(errno));
+      return 2;
+    }
+    int rc = ini_parse_stream(read_line, &x, on_ini, &x);
+    fclose(x.f);
+    if (rc > 0) {
+      fprintf(stderr, "%s:%d: not INI syntax\n", config, rc);
+      x.errors++;
+    }
+    if (x.errors > 0) {
+      return 2;
+    }
+  }
+  for (int c = 0; c < 128; c++) {
+    const char *why = flag_value[c] ? set_key(&a.cfg, keys[c], flag_value[c]) : NULL;
+    if (why) {
+      fprintf(stderr, "edgemon-aggregator: --%s '%s' %s\n", keys[c], flag_value[c], why);
+      return 2;
+    }
+  }
+  if (check) {
+    printf("configuration ok: broker %s, db %s, http %s%s%s\n", a.cfg.broker, a.cfg.db, a.cfg.http,
+           a.cfg.share_group[0] ? ", share group " : "", a.cfg.share_group);
+    return 0;
+  }
+
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  signal(SIGPIPE, SIG_IGN);
+
+  int exit_code = 1;
+  char err[512] = "";
+  em_store_opts_t so = {.path = a.cfg.db,
+                        .batch_ms = (uint32_t)a.cfg.batch_ms,
+                        .batch_rows = (uint32_t)a.cfg.batch_rows,
+                        .retention_s = a.cfg.retention_s,
+                        .downsample_after_s = a.cfg.downsample_after_s,
+                        .downsample_step_s = a.cfg.downsample_step_s};
+  em_store_report_t report;
+  memset(&report, 0, sizeof(report));
+  if (em_store_open(&a.store, &so, &report, err, sizeof(err)) != 0) {
+    logf_("%s", err);
+    goto out;
+  }
+  if (report.unclean) {
+    time_t t = (time_t)(report.last_commit_ns / 1000000000u);
+    struct tm tm;
+    char when[64] = "an unknown time";
+    if (report.last_commit_ns && gmtime_r(&t, &tm)) {
+      strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    }
+    logf_("store: the previous run did not stop cleanly; its last commit was at %s, so up to one "
+          "batch (%llu rows or %llu ms of messages) after it may be lost",
+          when, (unsigned long long)a.cfg.batch_rows, (unsigned long long)a.cfg.batch_ms);
+  }
+  logf_("store: %s %s (WAL, batches of %llu rows or %llu ms)",
+        report.created ? "created" : "opened", a.cfg.db, (unsigned long long)a.cfg.batch_rows,
+        (unsigned long long)a.cfg.batch_ms);
+  if (em_registry_new(&a.reg, a.cfg.share_group[0] == '\0') != 0) {
+    logf_("out of memory");
+    goto out;
+  }
+  if (em_http_start(&a.http, a.cfg.http, a.reg, healthy, &a, err, sizeof(err)) != 0) {
+    logf_("%s", err);
+    goto out;
+  }
+  char host[MAX_TEXT];
+  snprintf(host, sizeof(host), "%s", a.cfg.http);
+  char *colon = strrchr(host, ':');
+  if (colon) {
+    *colon = '\0';
+  }
+  logf_("http: serving on http://%s:%u (/metrics, /api/devices, /healthz)", host,
+        (unsigned)em_http_port(a.http));
+  exit_code = run(&a);
+  logf_("stopping");
+out:
+  em_http_stop(a.http);
+  em_broker_free(a.broker);
+  if (a.store && em_store_close(a.store) != 0) {
+    logf_("store: the last batch could not be committed");
+    exit_code = 1;
+  }
+  em_registry_free(a.reg);
+  return exit_code;
+}

@@ -1,0 +1,271 @@
+/*
+ * registry.c - the aggregator's live view of the fleet (see registry.h).
+ *
+ * Devices are kept in an array of pointers sorted by id (binary search; inserts move the
+ * pointers after the new one), each with a values array indexed by alias and a small array of
+ * stages, both grown as a device's birth and data require and bounded by the schema's limits.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "registry.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Stages kept per device; windows of further stage names are not accumulated. */
+#define MAX_STAGES_PER_DEVICE 256u
+
+int em_registry_new(em_registry_t **out, bool loss_tracked) {
+  if (!out) {
+    return -EINVAL;
+  }
+  em_registry_t *r = calloc(1, sizeof(*r));
+  if (!r) {
+    return -ENOMEM;
+  }
+  r->scratch = malloc(EM_PROTO_SCRATCH_MAX);
+  if (!r->scratch || em_dict_new(&r->dict) != 0) {
+    free(r->scratch);
+    free(r);
+    return -ENOMEM;
+  }
+  pthread_mutex_init(&r->lock, NULL);
+  r->loss_tracked = loss_tracked;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  r->started_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+  *out = r;
+  return 0;
+}
+
+static void free_device(em_agg_device_t *d) {
+  for (size_t i = 0; i < d->n_stages; i++) {
+    em_histo_free(d->stages[i].total);
+  }
+  free(d->stages);
+  free(d->values);
+  free(d);
+}
+
+void em_registry_free(em_registry_t *r) {
+  if (!r) {
+    return;
+  }
+  for (size_t i = 0; i < r->n_devices; i++) {
+    free_device(r->devices[i]);
+  }
+  free(r->devices);
+  em_dict_free(r->dict);
+  pthread_mutex_destroy(&r->lock);
+  free(r->scratch);
+  free(r);
+}
+
+void em_registry_lock(em_registry_t *r) {
+  pthread_mutex_lock(&r->lock);
+}
+
+void em_registry_unlock(em_registry_t *r) {
+  pthread_mutex_unlock(&r->lock);
+}
+
+static size_t find_index(const em_registry_t *r, const char *id, bool *found) {
+  size_t lo = 0;
+  size_t hi = r->n_devices;
+  *found = false;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    int c = strcmp(r->devices[mid]->dev->id, id);
+    if (c == 0) {
+      *found = true;
+      return mid;
+    }
+    if (c < 0) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+em_agg_device_t *em_registry_find(em_registry_t *r, const char *id) {
+  bool found = false;
+  size_t at = find_index(r, id, &found);
+  return found ? r->devices[at] : NULL;
+}
+
+/* The device record, created on first sight. NULL on -ENOMEM. */
+static em_agg_device_t *device(em_registry_t *r, const char *id) {
+  bool found = false;
+  size_t at = find_index(r, id, &found);
+  if (found) {
+    return r->devices[at];
+  }
+  em_device_t *dev = em_dict_device(r->dict, id, true);
+  if (!dev) {
+    return NULL;
+  }
+  if (r->n_devices == r->cap) {
+    size_t cap = r->cap ? r->cap * 2 : 64;
+    em_agg_device_t **grown = realloc(r->devices, cap * sizeof(*grown));
+    if (!grown) {
+      return NULL;
+    }
+    r->devices = grown;
+    r->cap = cap;
+  }
+  em_agg_device_t *d = calloc(1, sizeof(*d));
+  if (!d) {
+    return NULL;
+  }
+  memmove(&r->devices[at + 1], &r->devices[at], (r->n_devices - at) * sizeof(*r->devices));
+  r->devices[at] = d;
+  r->n_devices++;
+  d->dev = dev;
+  return d;
+}
+
+static int set_values(em_agg_device_t *d, const em_data_t *data) {
+  uint32_t top = 0;
+  for (size_t i = 0; i < data->n_samples; i++) {
+    if (data->samples[i].alias + 1u > top) {
+      top = data->samples[i].alias + 1u;
+    }
+  }
+  if (top > d->n_values) {
+    em_value_t *grown = realloc(d->values, top * sizeof(*grown));
+    if (!grown) {
+      return -ENOMEM;
+    }
+    d->values = grown;
+    d->n_values = top;
+  }
+  for (size_t i = 0; i < d->n_values; i++) {
+    d->values[i].type = EM_VALUE_ABSENT;
+  }
+  for (size_t i = 0; i < data->n_samples; i++) {
+    d->values[data->samples[i].alias] = data->samples[i].value;
+  }
+  return 0;
+}
+
+static em_agg_stage_t *stage(em_agg_device_t *d, const char *name) {
+  for (size_t i = 0; i < d->n_stages; i++) {
+    if (strcmp(d->stages[i].name, name) == 0) {
+      return &d->stages[i];
+    }
+  }
+  if (d->n_stages >= MAX_STAGES_PER_DEVICE) {
+    return NULL;
+  }
+  em_agg_stage_t *grown = realloc(d->stages, (d->n_stages + 1) * sizeof(*grown));
+  if (!grown) {
+    return NULL;
+  }
+  d->stages = grown;
+  em_agg_stage_t *s = &d->stages[d->n_stages];
+  memset(s, 0, sizeof(*s));
+  if (em_histo_new(&s->total) != 0) {
+    return NULL;
+  }
+  snprintf(s->name, sizeof(s->name), "%s", name);
+  d->n_stages++;
+  return s;
+}
+
+static void add_stages(em_agg_device_t *d, const em_data_t *data) {
+  for (size_t i = 0; i < data->n_stages; i++) {
+    const em_stage_t *w = &data->stages[i];
+    em_agg_stage_t *s = stage(d, w->name);
+    if (!s) {
+      continue;
+    }
+    if (w->count > 0) {
+      (void)em_histo_add_stage(s->total, w); /* The decoder already checked consistency. */
+    }
+    s->last = *w;
+    s->last.name = s->name;
+    s->last.buckets = NULL;
+    s->last.n_buckets = 0;
+    s->windows++;
+  }
+}
+
+/* Sequence bookkeeping; returns the messages this one shows to be missing. */
+static uint32_t track_seq(em_agg_device_t *d, const em_data_t *data) {
+  if (!d->have_seq || d->seq_session != data->session) {
+    d->have_seq = true;
+    d->seq_session = data->session;
+    d->last_seq = data->seq;
+    return 0;
+  }
+  uint32_t gap = data->seq - (uint32_t)(d->last_seq + 1u); /* mod 2^32 */
+  if (gap >= 0x80000000u) {
+    d->duplicates++; /* At or behind the last one: repeated or reordered. */
+    return 0;
+  }
+  d->lost += gap;
+  d->last_seq = data->seq;
+  return gap;
+}
+
+int em_registry_ingest(em_registry_t *r, const char *topic, const uint8_t *payload, size_t len,
+                       em_ingest_t *out) {
+  if (!r || !topic || !out || (!payload && len > 0)) {
+    return -EINVAL;
+  }
+  memset(out, 0, sizeof(*out));
+  const char *kind = NULL;
+  em_registry_lock(r);
+  r->stats.received++;
+  if (em_topic_parse(topic, out->device, sizeof(out->device), &kind) != 0) {
+    r->stats.malformed++;
+    out->rc = -EINVAL;
+    goto done;
+  }
+  if (strncmp(kind, "cmd/", 4) == 0 || len == 0) {
+    goto done; /* Commands are for agents; an empty payload clears a retained message. */
+  }
+  out->rc = em_proto_decode(payload, len, &out->msg, r->scratch, EM_PROTO_SCRATCH_MAX,
+                            &out->error_offset);
+  if (out->rc != 0) {
+    r->stats.malformed++;
+    goto done;
+  }
+  em_agg_device_t *d = device(r, out->device);
+  if (!d || em_dict_update(d->dev, &out->msg) != 0) {
+    out->rc = -ENOMEM;
+    goto done;
+  }
+  if (out->msg.kind == EM_MSG_DATA) {
+    const em_data_t *data = &out->msg.u.data;
+    if (set_values(d, data) != 0) {
+      out->rc = -ENOMEM;
+      goto done;
+    }
+    add_stages(d, data);
+    if (r->loss_tracked) {
+      out->lost_now = track_seq(d, data);
+    }
+    d->data_msgs++;
+    d->data_time_ns = data->time_ns;
+    d->window_ns = data->window_ns;
+    if (!em_dict_knows_session(d->dev, data->session)) {
+      r->stats.unknown_birth++;
+      if (!(d->dev->rebirth_asked && d->dev->rebirth_session == data->session)) {
+        d->dev->rebirth_asked = true;
+        d->dev->rebirth_session = data->session;
+        d->rebirths_asked++;
+        out->needs_rebirth = true;
+      }
+    }
+  }
+  r->stats.ingested++;
+  out->agg = d;
+done:
+  em_registry_unlock(r);
+  return out->rc;
+}

@@ -1,0 +1,113 @@
+/*
+ * registry.h - the aggregator's live view of the fleet: per device its birth, status, state
+ * (through dict.h), the latest value of every metric, cumulative per-stage latency histograms,
+ * and the counters of what was received and lost.
+ *
+ * The MQTT thread feeds it (em_registry_ingest), the HTTP thread reads it to render /metrics and
+ * /api; both hold the registry's lock (em_registry_lock/unlock) while they touch it, the
+ * ingest functions take it themselves. Structures are public so the renderers can read them;
+ * only this module writes them.
+ *
+ * Loss: per device and session, a data message whose sequence number is not the previous one
+ * plus 1 (mod 2^32) counts the missing numbers as lost when the gap is below 2^31, else as a
+ * duplicate or reordered message. A new session starts counting afresh. In a share group each
+ * aggregator sees only part of every device's sequence, so loss is not computed there
+ * (`loss_tracked` false).
+ *
+ * Owns every device record, its histograms and value arrays, the dict, and the lock.
+ */
+#ifndef EM_AGG_REGISTRY_H
+#define EM_AGG_REGISTRY_H
+
+#include <broker.h>
+#include <dict.h>
+#include <edgemon/proto.h>
+#include <histo.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Latency of one stage of one device, accumulated since the aggregator started. */
+typedef struct {
+  char name[EM_PROTO_MAX_STAGE_BYTES + 1];
+  em_histo_t *total; /* Every window merged: a cumulative Prometheus histogram. */
+  em_stage_t last;   /* The latest window's figures (buckets not kept: NULL, 0). */
+  uint64_t windows;  /* Windows merged. */
+} em_agg_stage_t;
+
+typedef struct {
+  em_device_t *dev; /* Birth, status, state, last seen (dict.h). */
+
+  /* The latest data message. values[i] is the value of alias i, type ABSENT when the device
+   * sent null or nothing; n_values covers every alias seen. */
+  em_value_t *values;
+  size_t n_values;
+  uint64_t data_time_ns; /* time_ns of the latest data message, 0 before the first. */
+  uint64_t window_ns;
+
+  em_agg_stage_t *stages;
+  size_t n_stages;
+
+  uint64_t data_msgs;  /* Data messages ingested. */
+  uint64_t lost;       /* Data messages missing from the sequence (see above). */
+  uint64_t duplicates; /* Data messages behind the sequence (repeated or reordered). */
+  bool have_seq;
+  uint32_t seq_session;
+  uint32_t last_seq;
+  uint64_t rebirths_asked;
+} em_agg_device_t;
+
+/* The aggregator's own counters, for /metrics. */
+typedef struct {
+  uint64_t received;      /* MQTT messages handed to em_registry_ingest. */
+  uint64_t ingested;      /* Of which decoded and applied. */
+  uint64_t malformed;     /* Payloads that did not decode, or topics that are not edgemon's. */
+  uint64_t unknown_birth; /* Data messages without a birth for their session. */
+  uint64_t store_rows;    /* Rows written to SQLite (set by the owner of the store). */
+  uint64_t store_batches;
+  uint64_t store_errors;
+} em_agg_stats_t;
+
+typedef struct {
+  pthread_mutex_t lock;
+  em_dict_t *dict;
+  em_agg_device_t **devices; /* Sorted by device id, n_devices entries. */
+  size_t n_devices;
+  size_t cap;
+  bool loss_tracked; /* False in a share group. */
+  em_agg_stats_t stats;
+  uint64_t started_ns; /* CLOCK_REALTIME when the registry was made. */
+  void *scratch;       /* Decode scratch (EM_PROTO_SCRATCH_MAX bytes), used under the lock. */
+} em_registry_t;
+
+/* What em_registry_ingest() did with a message, for the caller (storage, rebirth). */
+typedef struct {
+  int rc;              /* 0, or the decode error (EM_PROTO_E*) / -EINVAL for the topic. */
+  size_t error_offset; /* For a decode error. */
+  char device[EM_TOPIC_MAX_DEVICE + 1];
+  em_msg_t msg;         /* The decoded message (points into the registry's scratch; valid
+                           until the next ingest). */
+  em_agg_device_t *agg; /* The device, or NULL when rc != 0. */
+  bool needs_rebirth;   /* Data without a birth for its session, first time this session. */
+  uint32_t lost_now;    /* Messages this data message showed to be missing. */
+} em_ingest_t;
+
+int em_registry_new(em_registry_t **out, bool loss_tracked); /* 0 or -ENOMEM */
+void em_registry_free(em_registry_t *r);                     /* NULL is a no-op. */
+
+/*
+ * Decodes and applies one MQTT message (topic edgemon/v1/<device>/<kind>). Takes the lock for
+ * the update. Cmd topics and empty payloads (retained messages being cleared) are ignored with
+ * rc 0 and agg NULL. Returns out->rc.
+ */
+int em_registry_ingest(em_registry_t *r, const char *topic, const uint8_t *payload, size_t len,
+                       em_ingest_t *out);
+
+void em_registry_lock(em_registry_t *r);
+void em_registry_unlock(em_registry_t *r);
+
+/* The device with this id, or NULL (caller holds the lock). */
+em_agg_device_t *em_registry_find(em_registry_t *r, const char *id);
+
+#endif /* EM_AGG_REGISTRY_H */

@@ -1,0 +1,936 @@
+/*
+ * store.c - the aggregator's history in SQLite (see store.h; the schema is in SCHEMA.md).
+ *
+ * Design notes.
+ *  1. One connection, opened in WAL mode with synchronous=NORMAL and a busy timeout, so readers
+ *     (the JSON API, sqlite3 on the command line, backups) never block the writer for long.
+ *  2. Every statement is prepared once in em_store_open() and reset after each use; strings are
+ *     bound with their lengths (SQLITE_STATIC: they live for the step), numbers as int64 or
+ *     double. A uint64 above INT64_MAX is stored as INT64_MAX (ns since the epoch stay below it
+ *     until 2262).
+ *  3. Devices, metric names and stages are small dictionary tables (integer ids); the ids are
+ *     cached in sorted arrays so the hot path does one INSERT per row. Names first seen in a
+ *     batch are inserted inside it: a rolled-back batch may take them with it, so a rollback
+ *     empties the caches.
+ *  4. Batches: the first row opens a transaction (BEGIN); em_store_tick() commits when
+ *     batch_rows rows are pending or batch_ms have passed since the first tick that saw the
+ *     batch (the caller's clock, so tests drive time). Each commit also writes
+ *     meta.last_commit_ns (CLOCK_REALTIME) inside the batch.
+ *  5. Errors: a failed row statement counts an error and drops that row; a failed COMMIT counts
+ *     an error, rolls back and returns -EIO. The store stays usable after both.
+ *
+ * States of the connection:
+ *
+ *     open --em_store_add--> in batch --em_store_tick/flush (COMMIT)--> idle
+ *       ^                        |  \--COMMIT fails--> ROLLBACK --> idle
+ *     idle <---------------------+
+ *     idle/in batch --em_store_close--> meta.clean=1, closed
+ *     idle/in batch --em_store_abandon--> closed, meta.clean stays 0 (a crash)
+ *
+ * Owns the sqlite3 handle, its statements and the name caches. Not thread-safe.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "store.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+/* PRAGMA application_id of an edgemon store: "EDGM" as a big-endian int32. */
+#define EM_STORE_APP_ID       0x4544474d
+#define EM_STORE_USER_VERSION 1
+#define EM_STORE_BUSY_MS      5000
+#define EM_STORE_CACHE_MAX    1000000u /* Names cached per dictionary table. */
+#define NS_PER_S              1000000000ull
+
+typedef struct {
+  char *name;
+  int64_t id;
+} name_id_t;
+
+/* Sorted name -> id cache of one dictionary table. */
+typedef struct {
+  name_id_t *v;
+  size_t n;
+  size_t cap;
+} name_cache_t;
+
+enum {
+  ST_BEGIN,
+  ST_COMMIT,
+  ST_ROLLBACK,
+  ST_DEVICE_ID,
+  ST_METRIC_ID,
+  ST_STAGE_ID,
+  ST_BIRTH,
+  ST_STATUS,
+  ST_STATE,
+  ST_SEEN,
+  ST_SAMPLE,
+  ST_WINDOW,
+  ST_LEVEL,
+  ST_META_SET,
+  ST_META_GET,
+  ST_COUNT
+};
+
+static const char *const stmt_sql[ST_COUNT] = {
+    [ST_BEGIN] = "BEGIN",
+    [ST_COMMIT] = "COMMIT",
+    [ST_ROLLBACK] = "ROLLBACK",
+    [ST_DEVICE_ID] = "INSERT INTO devices(name) VALUES(?1) ON CONFLICT(name) DO UPDATE SET "
+                     "name = excluded.name RETURNING id",
+    [ST_METRIC_ID] = "INSERT INTO metrics(name) VALUES(?1) ON CONFLICT(name) DO UPDATE SET "
+                     "name = excluded.name RETURNING id",
+    [ST_STAGE_ID] = "INSERT INTO stages(name) VALUES(?1) ON CONFLICT(name) DO UPDATE SET "
+                    "name = excluded.name RETURNING id",
+    [ST_BIRTH] = "UPDATE devices SET session = ?2, birth_time_ns = ?3, agent_version = ?4, "
+                 "board = ?5, period_ns = ?6, last_seen_ns = max(coalesce(last_seen_ns, 0), ?3) "
+                 "WHERE id = ?1",
+    [ST_STATUS] = "UPDATE devices SET online = ?2, status_time_ns = ?3, "
+                  "last_seen_ns = max(coalesce(last_seen_ns, 0), ?3) WHERE id = ?1",
+    [ST_STATE] = "UPDATE devices SET level = ?2, reason = ?3, state_time_ns = ?4, "
+                 "last_seen_ns = max(coalesce(last_seen_ns, 0), ?4) WHERE id = ?1",
+    [ST_SEEN] = "UPDATE devices SET level = coalesce(?2, level), "
+                "last_seen_ns = max(coalesce(last_seen_ns, 0), ?3) WHERE id = ?1",
+    [ST_SAMPLE] =
+        "INSERT INTO samples(device, time_ns, metric, value, n) VALUES(?1, ?2, ?3, ?4, 1)",
+    [ST_WINDOW] = "INSERT INTO stage_windows(device, time_ns, stage, window_ns, count, sum_ns, "
+                  "min_ns, max_ns, p50_ns, p90_ns, p99_ns, p999_ns, scale, zero_count, buckets) "
+                  "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+    [ST_LEVEL] = "INSERT INTO level_changes(device, time_ns, session, level, prev_level, rule, "
+                 "stage, value, bound, reason) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+    [ST_META_SET] = "INSERT INTO meta(key, value) VALUES(?1, ?2) ON CONFLICT(key) DO UPDATE SET "
+                    "value = excluded.value",
+    [ST_META_GET] = "SELECT value FROM meta WHERE key = ?1",
+};
+
+/* The schema (SCHEMA.md explains every column). IF NOT EXISTS: also completes a store whose
+ * creation was interrupted. */
+static const char schema_sql[] =
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS devices ("
+    " id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, session INTEGER,"
+    " birth_time_ns INTEGER, agent_version TEXT, board TEXT, period_ns INTEGER,"
+    " online INTEGER, status_time_ns INTEGER, level INTEGER, reason TEXT,"
+    " state_time_ns INTEGER, last_seen_ns INTEGER);"
+    "CREATE TABLE IF NOT EXISTS metrics (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);"
+    "CREATE TABLE IF NOT EXISTS stages (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);"
+    "CREATE TABLE IF NOT EXISTS samples ("
+    " device INTEGER NOT NULL, time_ns INTEGER NOT NULL, metric INTEGER NOT NULL,"
+    " value REAL NOT NULL, n INTEGER NOT NULL DEFAULT 1);"
+    "CREATE INDEX IF NOT EXISTS samples_device_time ON samples(device, time_ns);"
+    "CREATE INDEX IF NOT EXISTS samples_time ON samples(time_ns);"
+    "CREATE TABLE IF NOT EXISTS stage_windows ("
+    " device INTEGER NOT NULL, time_ns INTEGER NOT NULL, stage INTEGER NOT NULL,"
+    " window_ns INTEGER NOT NULL, count INTEGER NOT NULL, sum_ns INTEGER NOT NULL,"
+    " min_ns INTEGER NOT NULL, max_ns INTEGER NOT NULL, p50_ns INTEGER NOT NULL,"
+    " p90_ns INTEGER NOT NULL, p99_ns INTEGER NOT NULL, p999_ns INTEGER NOT NULL,"
+    " scale INTEGER NOT NULL, zero_count INTEGER NOT NULL, buckets BLOB NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS stage_windows_device_time ON stage_windows(device, time_ns);"
+    "CREATE INDEX IF NOT EXISTS stage_windows_time ON stage_windows(time_ns);"
+    "CREATE TABLE IF NOT EXISTS level_changes ("
+    " device INTEGER NOT NULL, time_ns INTEGER NOT NULL, session INTEGER NOT NULL,"
+    " level INTEGER NOT NULL, prev_level INTEGER NOT NULL, rule TEXT, stage TEXT,"
+    " value REAL, bound REAL, reason TEXT);"
+    "CREATE INDEX IF NOT EXISTS level_changes_device_time ON level_changes(device, time_ns);"
+    "CREATE INDEX IF NOT EXISTS level_changes_time ON level_changes(time_ns);";
+
+struct em_store {
+  sqlite3 *db;
+  sqlite3_stmt *st[ST_COUNT];
+  em_store_opts_t opts;
+  char *path;
+  name_cache_t devices, metrics, stages;
+  bool in_batch;
+  bool batch_t0_set;
+  uint64_t batch_t0_ns; /* CLOCK_MONOTONIC (the caller's) of the first tick that saw the batch. */
+  uint8_t *blob;        /* Scratch for bucket blobs: EM_PROTO_MAX_BUCKETS * 12 bytes. */
+  em_store_stats_t stats;
+};
+
+#define BUCKET_BLOB_BYTES 12u
+
+__attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t cap, const char *fmt,
+                                                          ...) {
+  if (!err || cap == 0) {
+    return;
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, cap, fmt, ap);
+  va_end(ap);
+}
+
+static uint64_t realtime_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * NS_PER_S + (uint64_t)ts.tv_nsec;
+}
+
+static sqlite3_int64 clamp_i64(uint64_t v) {
+  return v > (uint64_t)INT64_MAX ? INT64_MAX : (sqlite3_int64)v;
+}
+
+/* --- name caches ------------------------------------------------------------------------- */
+
+static void cache_clear(name_cache_t *c) {
+  for (size_t i = 0; i < c->n; i++) {
+    free(c->v[i].name);
+  }
+  free(c->v);
+  c->v = NULL;
+  c->n = 0;
+  c->cap = 0;
+}
+
+static size_t cache_find(const name_cache_t *c, const char *name, bool *found) {
+  size_t lo = 0;
+  size_t hi = c->n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    int cmp = strcmp(c->v[mid].name, name);
+    if (cmp == 0) {
+      *found = true;
+      return mid;
+    }
+    if (cmp < 0) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  *found = false;
+  return lo;
+}
+
+/* Remembers name -> id at position pos; a full cache or no memory just skips caching. */
+static void cache_put(name_cache_t *c, size_t pos, const char *name, int64_t id) {
+  if (c->n >= EM_STORE_CACHE_MAX) {
+    return;
+  }
+  if (c->n == c->cap) {
+    size_t cap = c->cap ? c->cap * 2 : 64;
+    name_id_t *v = realloc(c->v, cap * sizeof(*v));
+    if (!v) {
+      return;
+    }
+    c->v = v;
+    c->cap = cap;
+  }
+  char *copy = strdup(name);
+  if (!copy) {
+    return;
+  }
+  memmove(&c->v[pos + 1], &c->v[pos], (c->n - pos) * sizeof(c->v[0]));
+  c->v[pos].name = copy;
+  c->v[pos].id = id;
+  c->n++;
+}
+
+static void caches_clear(em_store_t *s) {
+  cache_clear(&s->devices);
+  cache_clear(&s->metrics);
+  cache_clear(&s->stages);
+}
+
+/* --- statements -------------------------------------------------------------------------- */
+
+static void bind_text(sqlite3_stmt *st, int i, const char *text) {
+  if (text) {
+    sqlite3_bind_text(st, i, text, (int)strnlen(text, EM_PROTO_MAX_MESSAGE_BYTES), SQLITE_STATIC);
+  } else {
+    sqlite3_bind_null(st, i);
+  }
+}
+
+static void bind_value(sqlite3_stmt *st, int i, const em_value_t *v) {
+  switch (v->type) {
+  case EM_VALUE_UINT:
+    sqlite3_bind_double(st, i, (double)v->as.u);
+    break;
+  case EM_VALUE_INT:
+    sqlite3_bind_double(st, i, (double)v->as.i);
+    break;
+  case EM_VALUE_FLOAT:
+    sqlite3_bind_double(st, i, v->as.f);
+    break;
+  default:
+    sqlite3_bind_null(st, i);
+    break;
+  }
+}
+
+static void bind_level(sqlite3_stmt *st, int i, em_level_t level) {
+  if (level < EM_LEVEL_NOMINAL || level > EM_LEVEL_CRITICAL) {
+    sqlite3_bind_null(st, i);
+  } else {
+    sqlite3_bind_int(st, i, (int)level);
+  }
+}
+
+/* Steps a bound write statement to completion and resets it. Returns 0 or -EIO (counted). */
+static int step_done(em_store_t *s, sqlite3_stmt *st) {
+  int rc = sqlite3_step(st);
+  while (rc == SQLITE_ROW) {
+    rc = sqlite3_step(st);
+  }
+  sqlite3_reset(st);
+  sqlite3_clear_bindings(st);
+  if (rc != SQLITE_DONE) {
+    s->stats.errors++;
+    return -EIO;
+  }
+  return 0;
+}
+
+static int exec_simple(em_store_t *s, int which) {
+  int rc = sqlite3_step(s->st[which]);
+  sqlite3_reset(s->st[which]);
+  if (rc != SQLITE_DONE) {
+    s->stats.errors++;
+    return -EIO;
+  }
+  return 0;
+}
+
+static int meta_set_int(em_store_t *s, const char *key, int64_t value) {
+  sqlite3_stmt *st = s->st[ST_META_SET];
+  bind_text(st, 1, key);
+  sqlite3_bind_int64(st, 2, value);
+  return step_done(s, st);
+}
+
+/* Reads meta.key as an integer; *found false when the row is missing. Returns 0 or -EIO. */
+static int meta_get_int(em_store_t *s, const char *key, int64_t *value, bool *found) {
+  sqlite3_stmt *st = s->st[ST_META_GET];
+  bind_text(st, 1, key);
+  int rc = sqlite3_step(st);
+  *found = rc == SQLITE_ROW;
+  if (*found) {
+    *value = sqlite3_column_int64(st, 0);
+    rc = sqlite3_step(st);
+  }
+  sqlite3_reset(st);
+  sqlite3_clear_bindings(st);
+  return rc == SQLITE_DONE ? 0 : -EIO;
+}
+
+/* Opens the batch transaction if none is open. Returns 0 or -EIO. */
+static int batch_begin(em_store_t *s) {
+  if (s->in_batch) {
+    return 0;
+  }
+  if (exec_simple(s, ST_BEGIN) != 0) {
+    return -EIO;
+  }
+  s->in_batch = true;
+  s->batch_t0_set = false;
+  s->stats.pending = 0;
+  return 0;
+}
+
+/* Commits the open batch (with meta.last_commit_ns); on failure rolls back, empties the name
+ * caches and returns -EIO. */
+static int batch_commit(em_store_t *s) {
+  if (!s->in_batch) {
+    return 0;
+  }
+  int rc = meta_set_int(s, "last_commit_ns", clamp_i64(realtime_ns()));
+  if (rc == 0) {
+    rc = exec_simple(s, ST_COMMIT);
+  }
+  s->in_batch = false;
+  s->batch_t0_set = false;
+  if (rc != 0) {
+    if (!sqlite3_get_autocommit(s->db)) {
+      sqlite3_step(s->st[ST_ROLLBACK]);
+      sqlite3_reset(s->st[ST_ROLLBACK]);
+    }
+    caches_clear(s);
+    s->stats.pending = 0;
+    return -EIO;
+  }
+  s->stats.rows += s->stats.pending;
+  s->stats.batches++;
+  s->stats.pending = 0;
+  return 0;
+}
+
+/* The id of `name` in a dictionary table, inserted when new. Returns 0 or -EIO. */
+static int name_id(em_store_t *s, name_cache_t *c, int which, const char *name, int64_t *id) {
+  bool found;
+  size_t pos = cache_find(c, name, &found);
+  if (found) {
+    *id = c->v[pos].id;
+    return 0;
+  }
+  sqlite3_stmt *st = s->st[which];
+  bind_text(st, 1, name);
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    *id = sqlite3_column_int64(st, 0);
+    rc = sqlite3_step(st);
+  }
+  sqlite3_reset(st);
+  sqlite3_clear_bindings(st);
+  if (rc != SQLITE_DONE) {
+    s->stats.errors++;
+    return -EIO;
+  }
+  cache_put(c, pos, name, *id);
+  return 0;
+}
+
+/* Counts a row that went into the batch. */
+static int row_done(em_store_t *s, int rc) {
+  if (rc == 0) {
+    s->stats.pending++;
+  }
+  return rc;
+}
+
+/* --- messages ---------------------------------------------------------------------------- */
+
+static int add_birth(em_store_t *s, int64_t dev_id, const em_birth_t *b) {
+  sqlite3_stmt *st = s->st[ST_BIRTH];
+  sqlite3_bind_int64(st, 1, dev_id);
+  sqlite3_bind_int64(st, 2, b->session);
+  sqlite3_bind_int64(st, 3, clamp_i64(b->time_ns));
+  bind_text(st, 4, b->agent_version);
+  bind_text(st, 5, b->board);
+  sqlite3_bind_int64(st, 6, clamp_i64(b->period_ns));
+  return row_done(s, step_done(s, st));
+}
+
+static int add_status(em_store_t *s, int64_t dev_id, const em_status_t *m) {
+  sqlite3_stmt *st = s->st[ST_STATUS];
+  sqlite3_bind_int64(st, 1, dev_id);
+  sqlite3_bind_int(st, 2, m->online ? 1 : 0);
+  sqlite3_bind_int64(st, 3, clamp_i64(m->time_ns));
+  return row_done(s, step_done(s, st));
+}
+
+static int add_state(em_store_t *s, int64_t dev_id, const em_state_t *m) {
+  sqlite3_stmt *st = s->st[ST_STATE];
+  sqlite3_bind_int64(st, 1, dev_id);
+  bind_level(st, 2, m->level);
+  bind_text(st, 3, m->reason);
+  sqlite3_bind_int64(st, 4, clamp_i64(m->time_ns));
+  int rc = row_done(s, step_done(s, st));
+
+  st = s->st[ST_LEVEL];
+  sqlite3_bind_int64(st, 1, dev_id);
+  sqlite3_bind_int64(st, 2, clamp_i64(m->time_ns));
+  sqlite3_bind_int64(st, 3, m->session);
+  sqlite3_bind_int(st, 4, (int)m->level);
+  sqlite3_bind_int(st, 5, (int)m->prev_level);
+  bind_text(st, 6, m->rule);
+  bind_text(st, 7, m->stage);
+  bind_value(st, 8, &m->value);
+  bind_value(st, 9, &m->bound);
+  bind_text(st, 10, m->reason);
+  int rc2 = row_done(s, step_done(s, st));
+  return rc ? rc : rc2;
+}
+
+/* Bucket blob: n_buckets records of 12 bytes, int32 index then uint64 count, little-endian. */
+static size_t encode_buckets(uint8_t *out, const em_stage_t *w) {
+  size_t n = w->n_buckets < EM_PROTO_MAX_BUCKETS ? w->n_buckets : EM_PROTO_MAX_BUCKETS;
+  if (!w->buckets) {
+    return 0;
+  }
+  for (size_t i = 0; i < n; i++) {
+    uint8_t *p = out + i * BUCKET_BLOB_BYTES;
+    uint32_t idx = (uint32_t)w->buckets[i].index;
+    uint64_t cnt = w->buckets[i].count;
+    for (int b = 0; b < 4; b++) {
+      p[b] = (uint8_t)(idx >> (8 * b));
+    }
+    for (int b = 0; b < 8; b++) {
+      p[4 + b] = (uint8_t)(cnt >> (8 * b));
+    }
+  }
+  return n * BUCKET_BLOB_BYTES;
+}
+
+static int add_window(em_store_t *s, int64_t dev_id, uint64_t time_ns, uint64_t window_ns,
+                      const em_stage_t *w) {
+  int64_t stage_id;
+  if (!w->name || name_id(s, &s->stages, ST_STAGE_ID, w->name, &stage_id) != 0) {
+    return -EIO;
+  }
+  size_t blob_len = encode_buckets(s->blob, w);
+  sqlite3_stmt *st = s->st[ST_WINDOW];
+  sqlite3_bind_int64(st, 1, dev_id);
+  sqlite3_bind_int64(st, 2, clamp_i64(time_ns));
+  sqlite3_bind_int64(st, 3, stage_id);
+  sqlite3_bind_int64(st, 4, clamp_i64(window_ns));
+  const uint64_t figures[] = {w->count,  w->sum_ns, w->min_ns, w->max_ns,
+                              w->p50_ns, w->p90_ns, w->p99_ns, w->p999_ns};
+  for (int i = 0; i < 8; i++) {
+    sqlite3_bind_int64(st, 5 + i, clamp_i64(figures[i]));
+  }
+  sqlite3_bind_int(st, 13, w->scale);
+  sqlite3_bind_int64(st, 14, clamp_i64(w->zero_count));
+  sqlite3_bind_blob(st, 15, s->blob, (int)blob_len, SQLITE_STATIC);
+  return row_done(s, step_done(s, st));
+}
+
+static int add_data(em_store_t *s, int64_t dev_id, const em_device_t *dev, const em_data_t *d) {
+  int result = 0;
+  bool named = dev && em_dict_knows_session(dev, d->session);
+
+  sqlite3_stmt *st = s->st[ST_SEEN];
+  sqlite3_bind_int64(st, 1, dev_id);
+  bind_level(st, 2, d->level);
+  sqlite3_bind_int64(st, 3, clamp_i64(d->time_ns));
+  if (row_done(s, step_done(s, st)) != 0) {
+    result = -EIO;
+  }
+
+  for (size_t i = 0; d->samples && i < d->n_samples; i++) {
+    const em_sample_t *smp = &d->samples[i];
+    if (smp->value.type == EM_VALUE_ABSENT) {
+      continue; /* Absent is not zero: no row. */
+    }
+    char fallback[32];
+    const char *name = named ? em_dict_name(dev, smp->alias) : NULL;
+    if (!name) {
+      snprintf(fallback, sizeof(fallback), "alias.%u", (unsigned)smp->alias);
+      name = fallback;
+    }
+    int64_t metric_id;
+    if (name_id(s, &s->metrics, ST_METRIC_ID, name, &metric_id) != 0) {
+      result = -EIO;
+      continue;
+    }
+    st = s->st[ST_SAMPLE];
+    sqlite3_bind_int64(st, 1, dev_id);
+    sqlite3_bind_int64(st, 2, clamp_i64(d->time_ns));
+    sqlite3_bind_int64(st, 3, metric_id);
+    bind_value(st, 4, &smp->value);
+    if (row_done(s, step_done(s, st)) != 0) {
+      result = -EIO;
+    }
+  }
+
+  for (size_t i = 0; d->stages && i < d->n_stages; i++) {
+    if (d->stages[i].count == 0) {
+      continue;
+    }
+    if (add_window(s, dev_id, d->time_ns, d->window_ns, &d->stages[i]) != 0) {
+      result = -EIO;
+    }
+  }
+  return result;
+}
+
+int em_store_add(em_store_t *s, const char *device, const em_device_t *dev, const em_msg_t *msg,
+                 uint64_t recv_ns) {
+  (void)recv_ns; /* Rows carry the device's time; receipt time is not stored in v1. */
+  if (!s || !device || !*device || !msg) {
+    return -EINVAL;
+  }
+  if (msg->kind == EM_MSG_CMD) {
+    return 0;
+  }
+  if (msg->kind > EM_MSG_STATUS) {
+    return -EINVAL;
+  }
+  if (batch_begin(s) != 0) {
+    return -EIO;
+  }
+  int64_t dev_id;
+  if (name_id(s, &s->devices, ST_DEVICE_ID, device, &dev_id) != 0) {
+    return -EIO;
+  }
+  switch (msg->kind) {
+  case EM_MSG_BIRTH:
+    return add_birth(s, dev_id, &msg->u.birth);
+  case EM_MSG_STATUS:
+    return add_status(s, dev_id, &msg->u.status);
+  case EM_MSG_STATE:
+    return add_state(s, dev_id, &msg->u.state);
+  case EM_MSG_DATA:
+    return add_data(s, dev_id, dev, &msg->u.data);
+  default:
+    return 0;
+  }
+}
+
+int em_store_tick(em_store_t *s, uint64_t now_ns) {
+  if (!s) {
+    return -EINVAL;
+  }
+  if (!s->in_batch) {
+    return 0;
+  }
+  if (!s->batch_t0_set) {
+    s->batch_t0_set = true;
+    s->batch_t0_ns = now_ns;
+  }
+  uint64_t age_ns = now_ns >= s->batch_t0_ns ? now_ns - s->batch_t0_ns : 0;
+  if (s->stats.pending >= s->opts.batch_rows || age_ns >= (uint64_t)s->opts.batch_ms * 1000000u) {
+    return batch_commit(s);
+  }
+  return 0;
+}
+
+int em_store_flush(em_store_t *s) {
+  if (!s) {
+    return -EINVAL;
+  }
+  return batch_commit(s);
+}
+
+/* Runs one SQL statement with up to two int64 parameters. Returns 0 or -EIO (counted). */
+static int run_sql(em_store_t *s, const char *sql, int n_params, int64_t a, int64_t b) {
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK) {
+    s->stats.errors++;
+    return -EIO;
+  }
+  if (n_params > 0) {
+    sqlite3_bind_int64(st, 1, a);
+  }
+  if (n_params > 1) {
+    sqlite3_bind_int64(st, 2, b);
+  }
+  int rc = step_done(s, st);
+  sqlite3_finalize(st);
+  return rc;
+}
+
+int em_store_retain(em_store_t *s, uint64_t now_real_ns) {
+  if (!s) {
+    return -EINVAL;
+  }
+  if (batch_commit(s) != 0) {
+    return -EIO;
+  }
+  const em_store_opts_t *o = &s->opts;
+  int64_t now = clamp_i64(now_real_ns);
+  bool retain = o->retention_s > 0 && o->retention_s < (uint64_t)INT64_MAX / NS_PER_S;
+  bool down = o->downsample_after_s > 0 && o->downsample_step_s > 0 &&
+              o->downsample_after_s < (uint64_t)INT64_MAX / NS_PER_S &&
+              o->downsample_step_s < (uint64_t)INT64_MAX / NS_PER_S;
+  if (!retain && !down) {
+    return 0;
+  }
+  if (batch_begin(s) != 0) {
+    return -EIO;
+  }
+  int rc = 0;
+  if (retain) {
+    int64_t cut = now - (int64_t)(o->retention_s * NS_PER_S);
+    static const char *const del[] = {
+        "DELETE FROM samples WHERE time_ns < ?1",
+        "DELETE FROM stage_windows WHERE time_ns < ?1",
+        "DELETE FROM level_changes WHERE time_ns < ?1",
+    };
+    for (size_t i = 0; rc == 0 && i < sizeof(del) / sizeof(del[0]); i++) {
+      rc = run_sql(s, del[i], 1, cut, 0);
+    }
+  }
+  if (down && rc == 0) {
+    /* Only whole steps older than the cut: the cut is aligned down to the step. */
+    int64_t step = (int64_t)(o->downsample_step_s * NS_PER_S);
+    int64_t cut = now - (int64_t)(o->downsample_after_s * NS_PER_S);
+    cut = cut > 0 ? cut / step * step : 0;
+    rc = run_sql(s, "DROP TABLE IF EXISTS temp.em_ds", 0, 0, 0);
+    if (rc == 0) {
+      rc = run_sql(s,
+                   "CREATE TEMP TABLE em_ds AS SELECT device, metric, time_ns / ?2 * ?2 AS t,"
+                   " sum(value * n) / sum(n) AS v, sum(n) AS n FROM samples"
+                   " WHERE time_ns < ?1 GROUP BY device, metric, t"
+                   " HAVING count(*) > 1 OR max(time_ns) != t",
+                   2, cut, step);
+    }
+    if (rc == 0) {
+      rc = run_sql(s, "CREATE INDEX temp.em_ds_key ON em_ds(device, metric, t)", 0, 0, 0);
+    }
+    if (rc == 0) {
+      rc = run_sql(s,
+                   "DELETE FROM samples WHERE time_ns < ?1 AND (device, metric, time_ns / ?2 * ?2)"
+                   " IN (SELECT device, metric, t FROM em_ds)",
+                   2, cut, step);
+    }
+    if (rc == 0) {
+      rc = run_sql(s,
+                   "INSERT INTO samples(device, time_ns, metric, value, n)"
+                   " SELECT device, t, metric, v, n FROM em_ds",
+                   0, 0, 0);
+    }
+    if (rc == 0) {
+      rc = run_sql(s, "DROP TABLE temp.em_ds", 0, 0, 0);
+    }
+  }
+  if (rc != 0) {
+    sqlite3_step(s->st[ST_ROLLBACK]);
+    sqlite3_reset(s->st[ST_ROLLBACK]);
+    s->in_batch = false;
+    s->stats.pending = 0;
+    caches_clear(s);
+    return -EIO;
+  }
+  return batch_commit(s);
+}
+
+void em_store_stats(const em_store_t *s, em_store_stats_t *out) {
+  if (!out) {
+    return;
+  }
+  if (!s) {
+    memset(out, 0, sizeof(*out));
+    return;
+  }
+  *out = s->stats;
+}
+
+/* --- open / close ------------------------------------------------------------------------ */
+
+static void release(em_store_t *s) {
+  for (int i = 0; i < ST_COUNT; i++) {
+    sqlite3_finalize(s->st[i]);
+  }
+  sqlite3_close(s->db); /* Rolls back an open batch, as a crash would. */
+  caches_clear(s);
+  free(s->blob);
+  free(s->path);
+  free(s);
+}
+
+/* Runs a query returning one integer (PRAGMA ...). Returns the SQLite result code. */
+static int query_int(sqlite3 *db, const char *sql, int64_t *out) {
+  sqlite3_stmt *st = NULL;
+  int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+  if (rc != SQLITE_OK) {
+    return rc;
+  }
+  rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    *out = sqlite3_column_int64(st, 0);
+    rc = SQLITE_OK;
+  } else if (rc == SQLITE_DONE) {
+    *out = 0;
+    rc = SQLITE_OK;
+  }
+  sqlite3_finalize(st);
+  return rc;
+}
+
+/* Runs a query returning one text (PRAGMA journal_mode, quick_check) into buf. */
+static int query_text(sqlite3 *db, const char *sql, char *buf, size_t cap) {
+  sqlite3_stmt *st = NULL;
+  int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+  if (rc != SQLITE_OK) {
+    return rc;
+  }
+  buf[0] = '\0';
+  rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    const unsigned char *t = sqlite3_column_text(st, 0);
+    snprintf(buf, cap, "%s", t ? (const char *)t : "");
+    rc = SQLITE_OK;
+  } else if (rc == SQLITE_DONE) {
+    rc = SQLITE_OK;
+  }
+  sqlite3_finalize(st);
+  return rc;
+}
+
+/* Checks that the file is an edgemon store (or empty), then creates or completes the schema. */
+static int check_and_create(em_store_t *s, char *err, size_t err_cap) {
+  const char *path = s->path;
+  int64_t app_id = 0;
+  int64_t user_version = 0;
+  int64_t n_tables = 0;
+  int rc = query_int(s->db, "PRAGMA application_id", &app_id);
+  if (rc == SQLITE_OK) {
+    rc = query_int(s->db, "PRAGMA user_version", &user_version);
+  }
+  if (rc == SQLITE_OK) {
+    rc = query_int(s->db, "SELECT count(*) FROM sqlite_schema", &n_tables);
+  }
+  if (rc != SQLITE_OK) {
+    set_err(err, err_cap, "%s: cannot read the database: %s", path, sqlite3_errmsg(s->db));
+    return -EIO;
+  }
+  if (app_id != EM_STORE_APP_ID && (app_id != 0 || n_tables > 0)) {
+    set_err(err, err_cap,
+            "%s: not an edgemon database (SQLite application_id 0x%08llx, %lld objects); "
+            "refusing to write into it",
+            path, (unsigned long long)(uint32_t)app_id, (long long)n_tables);
+    return -EIO;
+  }
+  if (user_version > EM_STORE_USER_VERSION) {
+    set_err(err, err_cap, "%s: edgemon database schema version %lld is newer than this %d", path,
+            (long long)user_version, EM_STORE_USER_VERSION);
+    return -EIO;
+  }
+
+  char mode[32];
+  rc = query_text(s->db, "PRAGMA journal_mode=WAL", mode, sizeof(mode));
+  if (rc != SQLITE_OK || strcmp(mode, "wal") != 0) {
+    set_err(err, err_cap, "%s: cannot switch to WAL mode: %s", path,
+            rc != SQLITE_OK ? sqlite3_errmsg(s->db) : mode);
+    return -EIO;
+  }
+  char *msg = NULL;
+  if (sqlite3_exec(s->db, "PRAGMA synchronous=NORMAL", NULL, NULL, &msg) != SQLITE_OK) {
+    set_err(err, err_cap, "%s: %s", path, msg ? msg : sqlite3_errmsg(s->db));
+    sqlite3_free(msg);
+    return -EIO;
+  }
+
+  char check[256];
+  rc = query_text(s->db, "PRAGMA quick_check", check, sizeof(check));
+  if (rc != SQLITE_OK || strcmp(check, "ok") != 0) {
+    set_err(err, err_cap, "%s: integrity check failed: %s", path,
+            rc != SQLITE_OK ? sqlite3_errmsg(s->db) : check);
+    return -EIO;
+  }
+
+  char create[sizeof(schema_sql) + 128];
+  snprintf(create, sizeof(create), "BEGIN;%sPRAGMA application_id=%d;PRAGMA user_version=%d;COMMIT",
+           schema_sql, EM_STORE_APP_ID, EM_STORE_USER_VERSION);
+  if (sqlite3_exec(s->db, create, NULL, NULL, &msg) != SQLITE_OK) {
+    set_err(err, err_cap, "%s: cannot create the schema: %s", path,
+            msg ? msg : sqlite3_errmsg(s->db));
+    sqlite3_free(msg);
+    sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    return -EIO;
+  }
+  return 0;
+}
+
+/* Reads the previous run's clean flag into the report and marks this run as open. */
+static int mark_open(em_store_t *s, em_store_report_t *report) {
+  int64_t clean = 1;
+  int64_t last = 0;
+  bool have_clean;
+  bool have_last;
+  if (meta_get_int(s, "clean", &clean, &have_clean) != 0 ||
+      meta_get_int(s, "last_commit_ns", &last, &have_last) != 0) {
+    return -EIO;
+  }
+  report->unclean = have_clean && clean == 0;
+  report->last_commit_ns = have_last && last > 0 ? (uint64_t)last : 0;
+  if (batch_begin(s) != 0) {
+    return -EIO;
+  }
+  int rc = meta_set_int(s, "clean", 0);
+  if (rc == 0) {
+    rc = meta_set_int(s, "opened_ns", clamp_i64(realtime_ns()));
+  }
+  if (rc == 0) {
+    rc = meta_set_int(s, "schema_version", EM_STORE_USER_VERSION);
+  }
+  if (rc != 0) {
+    sqlite3_step(s->st[ST_ROLLBACK]);
+    sqlite3_reset(s->st[ST_ROLLBACK]);
+    s->in_batch = false;
+    return -EIO;
+  }
+  /* Keep last_commit_ns as the previous run left it until this run commits. */
+  s->stats.pending = 0;
+  rc = exec_simple(s, ST_COMMIT);
+  s->in_batch = false;
+  return rc;
+}
+
+int em_store_open(em_store_t **out, const em_store_opts_t *opts, em_store_report_t *report,
+                  char *err, size_t err_cap) {
+  if (err && err_cap > 0) {
+    err[0] = '\0';
+  }
+  if (!out || !opts || !opts->path || !*opts->path || opts->batch_ms == 0 ||
+      opts->batch_rows == 0 || (opts->downsample_after_s > 0 && opts->downsample_step_s == 0)) {
+    set_err(err, err_cap, "invalid store options");
+    return -EINVAL;
+  }
+  *out = NULL;
+  em_store_report_t rep = {0};
+  struct stat sb;
+  rep.created = stat(opts->path, &sb) != 0 || sb.st_size == 0;
+
+  em_store_t *s = calloc(1, sizeof(*s));
+  if (!s) {
+    set_err(err, err_cap, "%s: out of memory", opts->path);
+    return -ENOMEM;
+  }
+  s->opts = *opts;
+  s->path = strdup(opts->path);
+  s->blob = malloc(EM_PROTO_MAX_BUCKETS * BUCKET_BLOB_BYTES);
+  if (!s->path || !s->blob) {
+    set_err(err, err_cap, "%s: out of memory", opts->path);
+    release(s);
+    return -ENOMEM;
+  }
+  s->opts.path = s->path;
+
+  int rc = sqlite3_open_v2(s->path, &s->db,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+  if (rc != SQLITE_OK) {
+    set_err(err, err_cap, "%s: cannot open: %s", s->path,
+            s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
+    release(s);
+    return -EIO;
+  }
+  sqlite3_extended_result_codes(s->db, 1);
+  sqlite3_busy_timeout(s->db, EM_STORE_BUSY_MS);
+  if (check_and_create(s, err, err_cap) != 0) {
+    release(s);
+    return -EIO;
+  }
+  rep.integrity_ok = true;
+  for (int i = 0; i < ST_COUNT; i++) {
+    if (sqlite3_prepare_v3(s->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &s->st[i], NULL) !=
+        SQLITE_OK) {
+      set_err(err, err_cap, "%s: cannot prepare a statement: %s", s->path, sqlite3_errmsg(s->db));
+      release(s);
+      return -EIO;
+    }
+  }
+  if (mark_open(s, &rep) != 0) {
+    set_err(err, err_cap, "%s: cannot write the meta table: %s", s->path, sqlite3_errmsg(s->db));
+    release(s);
+    return -EIO;
+  }
+  s->stats.errors = 0;
+  if (report) {
+    *report = rep;
+  }
+  *out = s;
+  return 0;
+}
+
+int em_store_close(em_store_t *s) {
+  if (!s) {
+    return 0;
+  }
+  int rc = batch_commit(s);
+  int rc2 = batch_begin(s);
+  if (rc2 == 0) {
+    rc2 = meta_set_int(s, "clean", 1);
+  }
+  if (rc2 == 0) {
+    rc2 = batch_commit(s);
+  }
+  release(s);
+  return rc ? rc : rc2;
+}
+
+void em_store_abandon(em_store_t *s) {
+  if (!s) {
+    return;
+  }
+  release(s);
+}

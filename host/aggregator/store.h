@@ -1,0 +1,88 @@
+/*
+ * store.h - the aggregator's history in SQLite: devices, metric samples, per-stage latency
+ * windows with their histogram buckets, and level changes.
+ *
+ * Writes are batched: em_store_add() queues rows into an open transaction that commits every
+ * batch_ms or batch_rows rows (em_store_tick()), so a crash loses at most the open batch. The
+ * database runs in WAL mode with synchronous=NORMAL: a committed batch survives a crash of the
+ * process (kill -9); a power loss may lose the last committed batches but never corrupts the
+ * file. The schema is documented in host/aggregator/SCHEMA.md and created when missing.
+ * Retention deletes rows older than retention_s and downsamples samples older than
+ * downsample_after_s to one row per metric per downsample_step_s (the mean).
+ *
+ * Clean-stop detection: a row in table `meta` says whether the last run closed the store; at
+ * open, a store that was not closed reports it (report->unclean) so the aggregator can say
+ * that the last batch (at most batch_rows rows or batch_ms of data) may be lost.
+ *
+ * Owns one sqlite3 connection and its prepared statements. Not thread-safe: one thread (the
+ * aggregator's MQTT thread) uses it.
+ */
+#ifndef EM_AGG_STORE_H
+#define EM_AGG_STORE_H
+
+#include <dict.h>
+#include <edgemon/proto.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct {
+  const char *path;            /* Database file (created with its directory's permissions). */
+  uint32_t batch_ms;           /* Commit at least this often while rows are pending (> 0). */
+  uint32_t batch_rows;         /* ... or when this many rows are pending (> 0). */
+  uint64_t retention_s;        /* Delete rows older than this; 0 keeps everything. */
+  uint64_t downsample_after_s; /* Downsample samples older than this; 0 never. */
+  uint64_t downsample_step_s;  /* Bucket width of downsampled samples (> 0 when used). */
+} em_store_opts_t;
+
+typedef struct {
+  bool created;          /* The file was new. */
+  bool unclean;          /* The previous run did not close the store. */
+  uint64_t last_commit_ns; /* CLOCK_REALTIME of the previous run's last commit, 0 unknown. */
+  bool integrity_ok;     /* PRAGMA quick_check passed at open. */
+} em_store_report_t;
+
+typedef struct em_store em_store_t;
+
+/* Opens or creates the database. Returns 0, or -EIO with a message in err (SQLite's text and
+ * the path) when it cannot be opened, is not an edgemon database, or fails its check. */
+int em_store_open(em_store_t **out, const em_store_opts_t *opts, em_store_report_t *report,
+                  char *err, size_t err_cap);
+
+/*
+ * Queues the rows of one decoded message of `device`: birth -> devices row upserted; status,
+ * state -> devices row updated (state also a level_changes row); data -> one samples row per
+ * present value (metric named through dev's birth when it knows the session, else "alias.N")
+ * and one stage_windows row per stage with count > 0. recv_ns is CLOCK_REALTIME at receipt.
+ * Returns 0 or -EIO (the error is counted and the row dropped; the store stays usable).
+ */
+int em_store_add(em_store_t *s, const char *device, const em_device_t *dev, const em_msg_t *msg,
+                 uint64_t recv_ns);
+
+/* Commits the open batch when batch_ms passed since it began or batch_rows are pending.
+ * now_ns is CLOCK_MONOTONIC. Returns 0 or -EIO. */
+int em_store_tick(em_store_t *s, uint64_t now_ns);
+
+/* Commits whatever is pending. Returns 0 or -EIO. */
+int em_store_flush(em_store_t *s);
+
+/* Applies retention and downsampling relative to now_real_ns (run it every minute or so;
+ * it commits first). Returns 0 or -EIO. */
+int em_store_retain(em_store_t *s, uint64_t now_real_ns);
+
+typedef struct {
+  uint64_t rows;    /* Rows committed since open. */
+  uint64_t batches; /* Transactions committed. */
+  uint64_t errors;  /* Failed statements or commits. */
+  uint64_t pending; /* Rows in the open batch. */
+} em_store_stats_t;
+
+void em_store_stats(const em_store_t *s, em_store_stats_t *out);
+
+/* Flushes, marks the store closed cleanly, and frees. NULL is a no-op. Returns 0 or -EIO. */
+int em_store_close(em_store_t *s);
+
+/* Frees without marking the store closed and without committing the open batch (what a crash
+ * leaves: the next open reports unclean). For tests. NULL is a no-op. */
+void em_store_abandon(em_store_t *s);
+
+#endif /* EM_AGG_STORE_H */

@@ -1,0 +1,911 @@
+/*
+ * sim.c - edgemon-sim: publishes valid edgemon v1 telemetry for N simulated devices.
+ *
+ * For tests and benchmarks of the host side (the aggregator, edgemon-cli) without N boards.
+ * Each device <prefix>-0001.. gets a retained status online and a retained birth with a
+ * metric dictionary shaped like the agent's (hardware cache and branch counters absent, as on
+ * a VM; a percentile budget on the infer stage), then one data message per period: memory
+ * drifting slowly, IPC near 1.2, pressure figures, counters that only grow, and per stage a
+ * window of log-normal latencies (~30 spans/s) summarised the way the agent does (nearest-rank
+ * percentiles, sparse exponential buckets at scale 6). About once a minute at random a device
+ * goes DEGRADED for a few seconds (a retained state message each way; data's level follows).
+ * On --duration or SIGINT/SIGTERM it publishes status offline for every device, waits for the
+ * broker's acknowledgements and prints a summary to stderr.
+ *
+ * Pacing: one loop, no threads. Publish slot j (device i = j % N, period k = j / N) is due at
+ * start + k * period + i * period / N on CLOCK_MONOTONIC, so devices are spread evenly over the
+ * period and never published in a burst. Between slots the loop drives the network with
+ * em_broker_run() and sleeps to the next absolute deadline; when it falls behind it publishes
+ * at once (catching up) and records how late it was.
+ *
+ * Owns one broker session, the device table (allocated once at start) and nothing else; every
+ * message is encoded into a stack buffer. Exit codes: 0 done, 1 runtime failure (e.g. the
+ * offline statuses not acknowledged), 2 usage, 3 broker unreachable or lost.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "broker.h"
+#include "edgemon/proto.h"
+
+#ifndef EM_VERSION
+#define EM_VERSION "0.0.0"
+#endif
+
+enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_BROKER = 3 };
+
+#define SIM_MAX_DEVICES    100000u
+#define SIM_MAX_RATE_HZ    1000.0
+#define SIM_MIN_RATE_HZ    0.01
+#define SIM_SPANS_PER_S    30.0  /* Frames per second each stage sees. */
+#define SIM_MAX_SPANS      4096u /* Spans per stage window, a cap for slow rates. */
+#define SIM_SCALE          6     /* Histogram scale, as the agent's default. */
+#define SIM_MAX_BUCKETS    512u  /* Distinct buckets a window of SIM_MAX_SPANS can touch here. */
+#define SIM_LEVEL_MEAN_S   60.0  /* Mean time between two level excursions of one device. */
+#define SIM_BUDGET_NS      40000000u /* infer p99 budget: 40 ms. */
+#define SIM_MSG_CAP        EM_PROTO_MAX_MESSAGE_BYTES
+#define SIM_DEFAULT_STAGES "preprocess,infer,postprocess"
+
+static volatile sig_atomic_t g_stop;
+
+static void on_signal(int sig) {
+  (void)sig;
+  g_stop = 1;
+}
+
+/* ---- usage and arguments -------------------------------------------------------------- */
+
+static const char usage_text[] =
+    "usage: edgemon-sim --devices N --rate HZ [options]\n"
+    "       edgemon-sim --help | --version\n"
+    "\n"
+    "Publishes valid edgemon v1 telemetry for N simulated devices <prefix>-0001.. to an MQTT\n"
+    "broker: a retained status online and birth per device, then one data message per device\n"
+    "every 1/HZ s (devices spread evenly over the period), and now and then a DEGRADED\n"
+    "excursion (retained state messages). Stops after --duration or on SIGINT/SIGTERM, then\n"
+    "publishes status offline for every device and prints a summary to stderr.\n"
+    "\n"
+    "options:\n"
+    "  -n, --devices N       simulated devices, 1 to 100000 (required)\n"
+    "  -r, --rate HZ         data messages per second per device, 0.01 to 1000 (required)\n"
+    "  -b, --broker URL      mqtt://HOST[:PORT] (default " EM_BROKER_DEFAULT_URL ")\n"
+    "  -d, --duration S      stop after S seconds (default: run until a signal)\n"
+    "  -p, --prefix NAME     device id prefix (default sim)\n"
+    "  -s, --seed N          random seed (default 1); same seed, same values\n"
+    "      --stages LIST     comma-separated stage names (default " SIM_DEFAULT_STAGES ")\n"
+    "  -q, --qos 0|1         QoS of data messages (default 0); birth, state, status use 1\n"
+    "  -V, --version         print the version and exit\n"
+    "  -h, --help            print this help and exit\n"
+    "\n"
+    "exit status: 0 done, 1 runtime failure, 2 usage error, 3 broker unreachable or lost\n";
+
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 1, 2)))
+#endif
+static int
+usage_error(const char *fmt, ...);
+static int usage_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("edgemon-sim: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputs("\n", stderr);
+  va_end(ap);
+  fputs(usage_text, stderr);
+  return EXIT_USAGE;
+}
+
+typedef struct {
+  unsigned devices;
+  double rate_hz;
+  const char *broker;
+  double duration_s; /* 0: until a signal. */
+  const char *prefix;
+  uint64_t seed;
+  char stage_buf[EM_PROTO_MAX_STAGES * (EM_PROTO_MAX_STAGE_BYTES + 1)];
+  const char *stages[EM_PROTO_MAX_STAGES];
+  size_t n_stages;
+  int qos;
+} sim_opts_t;
+
+static bool ident_char(char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
+         c == '.' || c == ':' || c == '-';
+}
+
+static bool parse_double(const char *s, double lo, double hi, double *out) {
+  char *end = NULL;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno != 0 || end == s || *end != '\0' || !isfinite(v) || v < lo || v > hi) {
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+static bool parse_u64(const char *s, uint64_t hi, uint64_t *out) {
+  char *end = NULL;
+  errno = 0;
+  if (s[0] < '0' || s[0] > '9') {
+    return false;
+  }
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno != 0 || *end != '\0' || v > hi) {
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+/* Splits LIST into o->stages; returns NULL or the reason it is bad. */
+static const char *parse_stages(sim_opts_t *o, const char *list) {
+  size_t len = strlen(list);
+  if (len == 0 || len >= sizeof(o->stage_buf)) {
+    return "is empty or too long";
+  }
+  memcpy(o->stage_buf, list, len + 1);
+  o->n_stages = 0;
+  char *p = o->stage_buf;
+  for (;;) {
+    char *comma = strchr(p, ',');
+    if (comma) {
+      *comma = '\0';
+    }
+    size_t n = strlen(p);
+    if (n == 0 || n > EM_PROTO_MAX_STAGE_BYTES) {
+      return "has a stage name that is empty or longer than 31 characters";
+    }
+    for (size_t i = 0; i < n; i++) {
+      if (!ident_char(p[i])) {
+        return "has a stage name with a character outside [A-Za-z0-9_.:-]";
+      }
+    }
+    for (size_t i = 0; i < o->n_stages; i++) {
+      if (strcmp(o->stages[i], p) == 0) {
+        return "names a stage twice";
+      }
+    }
+    if (o->n_stages == EM_PROTO_MAX_STAGES) {
+      return "has more than 64 stages";
+    }
+    o->stages[o->n_stages++] = p;
+    if (!comma) {
+      return NULL;
+    }
+    p = comma + 1;
+  }
+}
+
+/* Returns -1 to go on, or the exit code (help, version, usage error). */
+static int parse_args(int argc, char **argv, sim_opts_t *o) {
+  static const struct {
+    const char *lng;
+    const char *shrt;
+    bool arg;
+  } flags[] = {
+      {"--devices", "-n", true},  {"--rate", "-r", true},   {"--broker", "-b", true},
+      {"--duration", "-d", true}, {"--prefix", "-p", true}, {"--seed", "-s", true},
+      {"--stages", NULL, true},   {"--qos", "-q", true},    {"--version", "-V", false},
+      {"--help", "-h", false},
+  };
+  bool have_devices = false;
+  bool have_rate = false;
+  const char *stages = SIM_DEFAULT_STAGES;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *val = NULL;
+    size_t f = 0;
+    size_t n_flags = sizeof(flags) / sizeof(flags[0]);
+    for (; f < n_flags; f++) {
+      size_t ln = strlen(flags[f].lng);
+      if (strcmp(a, flags[f].lng) == 0 || (flags[f].shrt && strcmp(a, flags[f].shrt) == 0)) {
+        break;
+      }
+      if (flags[f].arg && strncmp(a, flags[f].lng, ln) == 0 && a[ln] == '=') {
+        val = a + ln + 1;
+        break;
+      }
+    }
+    if (f == n_flags) {
+      return usage_error("unknown option '%s'", a);
+    }
+    if (flags[f].arg && !val) {
+      if (i + 1 >= argc) {
+        return usage_error("%s needs a value", flags[f].lng);
+      }
+      val = argv[++i];
+    }
+    const char *name = flags[f].lng;
+    uint64_t u = 0;
+    if (strcmp(name, "--help") == 0) {
+      fputs(usage_text, stdout);
+      return EXIT_OK;
+    } else if (strcmp(name, "--version") == 0) {
+      printf("edgemon-sim %s\n", EM_VERSION);
+      return EXIT_OK;
+    } else if (strcmp(name, "--devices") == 0) {
+      if (!parse_u64(val, SIM_MAX_DEVICES, &u) || u == 0) {
+        return usage_error("--devices '%s' is not a number from 1 to 100000", val);
+      }
+      o->devices = (unsigned)u;
+      have_devices = true;
+    } else if (strcmp(name, "--rate") == 0) {
+      if (!parse_double(val, SIM_MIN_RATE_HZ, SIM_MAX_RATE_HZ, &o->rate_hz)) {
+        return usage_error("--rate '%s' is not a number of Hz from 0.01 to 1000", val);
+      }
+      have_rate = true;
+    } else if (strcmp(name, "--broker") == 0) {
+      em_broker_url_t url;
+      char why[256];
+      if (em_broker_parse_url(val, &url, why, sizeof(why)) < 0) {
+        return usage_error("%s", why);
+      }
+      o->broker = val;
+    } else if (strcmp(name, "--duration") == 0) {
+      if (!parse_double(val, 0.0, 1e7, &o->duration_s) || o->duration_s <= 0.0) {
+        return usage_error("--duration '%s' is not a positive number of seconds", val);
+      }
+    } else if (strcmp(name, "--prefix") == 0) {
+      size_t n = strlen(val);
+      bool ok = n >= 1 && n <= EM_PROTO_MAX_NAME_BYTES - 5;
+      for (size_t k = 0; ok && k < n; k++) {
+        ok = ident_char(val[k]);
+      }
+      if (!ok) {
+        return usage_error("--prefix '%s' must be 1 to 58 characters of [A-Za-z0-9_.:-]", val);
+      }
+      o->prefix = val;
+    } else if (strcmp(name, "--seed") == 0) {
+      if (!parse_u64(val, UINT64_MAX, &o->seed)) {
+        return usage_error("--seed '%s' is not an unsigned integer", val);
+      }
+    } else if (strcmp(name, "--stages") == 0) {
+      stages = val;
+    } else if (strcmp(name, "--qos") == 0) {
+      if (strcmp(val, "0") != 0 && strcmp(val, "1") != 0) {
+        return usage_error("--qos '%s' must be 0 or 1", val);
+      }
+      o->qos = val[0] - '0';
+    }
+  }
+  const char *why = parse_stages(o, stages);
+  if (why) {
+    return usage_error("--stages '%s' %s", stages, why);
+  }
+  if (!have_devices || !have_rate) {
+    return usage_error("--devices and --rate are required");
+  }
+  return -1;
+}
+
+/* ---- random numbers (xoshiro256**, seeded by splitmix64) ------------------------------ */
+
+typedef struct {
+  uint64_t s[4];
+} rng_t;
+
+static uint64_t splitmix64(uint64_t *x) {
+  uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static void rng_seed(rng_t *r, uint64_t seed) {
+  for (int i = 0; i < 4; i++) {
+    r->s[i] = splitmix64(&seed);
+  }
+}
+
+static uint64_t rotl(uint64_t x, int k) {
+  return (x << k) | (x >> (64 - k));
+}
+
+static uint64_t rng_next(rng_t *r) {
+  uint64_t *s = r->s;
+  uint64_t result = rotl(s[1] * 5, 7) * 9;
+  uint64_t t = s[1] << 17;
+  s[2] ^= s[0];
+  s[3] ^= s[1];
+  s[1] ^= s[2];
+  s[0] ^= s[3];
+  s[2] ^= t;
+  s[3] = rotl(s[3], 45);
+  return result;
+}
+
+/* Uniform in (0, 1]. */
+static double rng_unit(rng_t *r) {
+  return ((double)(rng_next(r) >> 11) + 1.0) * 0x1.0p-53;
+}
+
+/* Standard normal (Box-Muller; one of the pair is dropped, which keeps the state simple). */
+static double rng_normal(rng_t *r) {
+  double u1 = rng_unit(r);
+  double u2 = rng_unit(r);
+  return sqrt(-2.0 * log(u1)) * cos(2.0 * 3.14159265358979323846 * u2);
+}
+
+/* ---- devices --------------------------------------------------------------------------- */
+
+enum {
+  M_PMU_RUNNING,
+  M_IPC,
+  M_CACHE_MISS,
+  M_BRANCH_MISS,
+  M_RSS,
+  M_PSS,
+  M_ANON,
+  M_SWAP,
+  M_VSIZE,
+  M_MEM_AVAILABLE,
+  M_PSI_CPU_SOME,
+  M_PSI_CPU_FULL,
+  M_PSI_MEM_SOME,
+  M_PSI_MEM_FULL,
+  M_PSI_IO_SOME,
+  M_PSI_IO_FULL,
+  M_TARGET_UP,
+  M_TARGET_THREADS,
+  M_AGENT_CPU,
+  M_AGENT_RSS,
+  M_SPANS_RECEIVED,
+  M_SPANS_OVERFLOW,
+  M_LATE_TICKS,
+  M_COUNT
+};
+
+static const char vm_reason[] =
+    "perf_event_open: hardware cache events not supported by this CPU or VM (ENOENT)";
+
+static const em_metric_def_t metric_defs[M_COUNT] = {
+    [M_PMU_RUNNING] = {M_PMU_RUNNING, "pmu.hw.running_ratio", "1", EM_METRIC_GAUGE, NULL},
+    [M_IPC] = {M_IPC, "pmu.ipc", "1", EM_METRIC_GAUGE, NULL},
+    [M_CACHE_MISS] = {M_CACHE_MISS, "pmu.cache_miss_ratio", "1", EM_METRIC_GAUGE, vm_reason},
+    [M_BRANCH_MISS] = {M_BRANCH_MISS, "pmu.branch_miss_ratio", "1", EM_METRIC_GAUGE, vm_reason},
+    [M_RSS] = {M_RSS, "mem.rss", "By", EM_METRIC_GAUGE, NULL},
+    [M_PSS] = {M_PSS, "mem.pss", "By", EM_METRIC_GAUGE, NULL},
+    [M_ANON] = {M_ANON, "mem.anon", "By", EM_METRIC_GAUGE, NULL},
+    [M_SWAP] = {M_SWAP, "mem.swap", "By", EM_METRIC_GAUGE, NULL},
+    [M_VSIZE] = {M_VSIZE, "mem.vsize", "By", EM_METRIC_GAUGE, NULL},
+    [M_MEM_AVAILABLE] = {M_MEM_AVAILABLE, "sys.mem.available", "By", EM_METRIC_GAUGE, NULL},
+    [M_PSI_CPU_SOME] = {M_PSI_CPU_SOME, "psi.cpu.some.avg10", "%", EM_METRIC_GAUGE, NULL},
+    [M_PSI_CPU_FULL] = {M_PSI_CPU_FULL, "psi.cpu.full.avg10", "%", EM_METRIC_GAUGE, NULL},
+    [M_PSI_MEM_SOME] = {M_PSI_MEM_SOME, "psi.memory.some.avg10", "%", EM_METRIC_GAUGE, NULL},
+    [M_PSI_MEM_FULL] = {M_PSI_MEM_FULL, "psi.memory.full.avg10", "%", EM_METRIC_GAUGE, NULL},
+    [M_PSI_IO_SOME] = {M_PSI_IO_SOME, "psi.io.some.avg10", "%", EM_METRIC_GAUGE, NULL},
+    [M_PSI_IO_FULL] = {M_PSI_IO_FULL, "psi.io.full.avg10", "%", EM_METRIC_GAUGE, NULL},
+    [M_TARGET_UP] = {M_TARGET_UP, "target.up", "1", EM_METRIC_GAUGE, NULL},
+    [M_TARGET_THREADS] = {M_TARGET_THREADS, "target.threads_counted", "1", EM_METRIC_GAUGE, NULL},
+    [M_AGENT_CPU] = {M_AGENT_CPU, "agent.cpu", "ns", EM_METRIC_COUNTER, NULL},
+    [M_AGENT_RSS] = {M_AGENT_RSS, "agent.rss", "By", EM_METRIC_GAUGE, NULL},
+    [M_SPANS_RECEIVED] = {M_SPANS_RECEIVED, "spans.received", "1", EM_METRIC_COUNTER, NULL},
+    [M_SPANS_OVERFLOW] = {M_SPANS_OVERFLOW, "spans.dropped.overflow", "1", EM_METRIC_COUNTER, NULL},
+    [M_LATE_TICKS] = {M_LATE_TICKS, "agent.late_ticks", "1", EM_METRIC_COUNTER, NULL},
+};
+
+/* Median latency of a stage (ns) by name; other names get 3 ms. */
+static double stage_median_ns(const char *name) {
+  if (strcmp(name, "infer") == 0) {
+    return 12e6;
+  }
+  if (strcmp(name, "preprocess") == 0) {
+    return 2.5e6;
+  }
+  if (strcmp(name, "postprocess") == 0) {
+    return 1.2e6;
+  }
+  return 3e6;
+}
+
+typedef struct {
+  char id[EM_PROTO_MAX_NAME_BYTES + 1];
+  rng_t rng;
+  uint32_t session;
+  uint32_t seq;
+  em_level_t level;
+  uint64_t next_excursion_ns; /* CLOCK_MONOTONIC of the next DEGRADED excursion. */
+  uint64_t recover_ns;        /* CLOCK_MONOTONIC of the return to NOMINAL, while DEGRADED. */
+  double rss_bytes;
+  uint64_t spans_received;
+  uint64_t agent_cpu_ns;
+  uint64_t late_ticks;
+} sim_device_t;
+
+typedef struct {
+  sim_opts_t opt;
+  em_broker_t *broker;
+  sim_device_t *dev;
+  const char *budget_stage; /* Stage the percentile budget watches. */
+  uint64_t period_ns;
+  uint64_t start_ns;
+  /* What happened, for the summary. */
+  uint64_t n_data;
+  uint64_t n_birth;
+  uint64_t n_state;
+  uint64_t n_status;
+  uint64_t n_fail;
+  uint64_t max_late_ns;
+  uint64_t late_slots; /* Slots published more than 1 ms after their deadline. */
+  int broker_rc;       /* First publish error that ended the run. */
+} sim_t;
+
+static uint64_t clock_ns(clockid_t id) {
+  struct timespec ts;
+  clock_gettime(id, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t exp_delay_ns(rng_t *r, double mean_s) {
+  return (uint64_t)(-log(rng_unit(r)) * mean_s * 1e9);
+}
+
+static void topic_of(char *buf, size_t cap, const sim_device_t *d, const char *kind) {
+  snprintf(buf, cap, "edgemon/v1/%s/%s", d->id, kind);
+}
+
+/* Encodes msg and publishes it on the device's `kind` topic. */
+static int publish_msg(sim_t *s, const sim_device_t *d, const char *kind, const em_msg_t *msg,
+                       int qos, bool retain) {
+  uint8_t buf[SIM_MSG_CAP];
+  size_t len = 0;
+  int rc = em_proto_encode(msg, buf, sizeof(buf), &len);
+  if (rc != 0) {
+    fprintf(stderr, "edgemon-sim: cannot encode the %s of %s: %s\n", kind, d->id,
+            em_proto_strerror(rc));
+    s->n_fail++;
+    return 0; /* A bug of ours, not a broker failure: go on. */
+  }
+  char topic[128];
+  topic_of(topic, sizeof(topic), d, kind);
+  rc = em_broker_publish(s->broker, topic, buf, len, qos, retain);
+  if (rc < 0) {
+    s->n_fail++;
+    return rc;
+  }
+  return 0;
+}
+
+static int publish_status(sim_t *s, const sim_device_t *d, bool online) {
+  em_msg_t m = {.kind = EM_MSG_STATUS};
+  m.u.status =
+      (em_status_t){.time_ns = clock_ns(CLOCK_REALTIME), .session = d->session, .online = online};
+  int rc = publish_msg(s, d, "status", &m, 1, true);
+  s->n_status += rc == 0;
+  return rc;
+}
+
+static int publish_birth(sim_t *s, const sim_device_t *d) {
+  em_budget_t budget = {
+      .id = NULL,
+      .rule = "percentile",
+      .level = EM_LEVEL_DEGRADED,
+      .bound = {.type = EM_VALUE_UINT, .as.u = SIM_BUDGET_NS},
+      .stage = s->budget_stage,
+      .window_ns = 1000000000u,
+  };
+  char rule_id[EM_PROTO_MAX_NAME_BYTES + 1];
+  snprintf(rule_id, sizeof(rule_id), "%s.p99", s->budget_stage);
+  budget.id = rule_id;
+  em_msg_t m = {.kind = EM_MSG_BIRTH};
+  m.u.birth = (em_birth_t){
+      .time_ns = clock_ns(CLOCK_REALTIME),
+      .session = d->session,
+      .device = d->id,
+      .agent_version = "edgemon-sim " EM_VERSION,
+      .board = "sim-generic",
+      .period_ns = s->period_ns,
+      .metrics = metric_defs,
+      .n_metrics = M_COUNT,
+      .budgets = &budget,
+      .n_budgets = 1,
+  };
+  int rc = publish_msg(s, d, "birth", &m, 1, true);
+  s->n_birth += rc == 0;
+  return rc;
+}
+
+static int publish_state(sim_t *s, sim_device_t *d, em_level_t to, uint64_t mono_ns) {
+  em_msg_t m = {.kind = EM_MSG_STATE};
+  char rule_id[EM_PROTO_MAX_NAME_BYTES + 1];
+  snprintf(rule_id, sizeof(rule_id), "%s.p99", s->budget_stage);
+  bool up = to > d->level;
+  m.u.state = (em_state_t){
+      .time_ns = clock_ns(CLOCK_REALTIME),
+      .session = d->session,
+      .level = to,
+      .prev_level = d->level,
+      .mono_ns = mono_ns,
+      .rule = up ? rule_id : NULL,
+      .stage = up ? s->budget_stage : NULL,
+      .value = {.type = up ? EM_VALUE_UINT : EM_VALUE_ABSENT,
+                .as.u = SIM_BUDGET_NS + SIM_BUDGET_NS / 4},
+      .bound = {.type = up ? EM_VALUE_UINT : EM_VALUE_ABSENT, .as.u = SIM_BUDGET_NS},
+      .reason = up ? "p99 over its budget (simulated)" : "back within every budget (simulated)",
+  };
+  int rc = publish_msg(s, d, "state", &m, 1, true);
+  s->n_state += rc == 0;
+  d->level = to;
+  return rc;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a;
+  uint64_t y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Nearest rank: the smallest sample with at least q of the samples at or below it. */
+static uint64_t nearest_rank(const uint64_t *sorted, size_t n, double q) {
+  size_t rank = (size_t)ceil(q * (double)n);
+  if (rank < 1) {
+    rank = 1;
+  }
+  return sorted[(rank > n ? n : rank) - 1];
+}
+
+/* Bucket of v > 0 at SIM_SCALE: base^i < v <= base^(i+1), base = 2^(2^-scale). */
+static int32_t bucket_index(uint64_t v) {
+  return (int32_t)ceil(log2((double)v) * (double)(1 << SIM_SCALE)) - 1;
+}
+
+/*
+ * Fills one stage window with `n` log-normal latencies around median_ns (n <= SIM_MAX_SPANS):
+ * the samples go to samples[] (sorted on return) and the buckets to buckets[] (at most
+ * SIM_MAX_BUCKETS, which a sorted run of n samples cannot exceed by more than its own span).
+ */
+static void make_window(rng_t *r, em_stage_t *st, size_t n, double median_ns, uint64_t *samples,
+                        em_bucket_t *buckets) {
+  st->count = n;
+  st->scale = SIM_SCALE;
+  st->zero_count = 0;
+  st->buckets = buckets;
+  st->n_buckets = 0;
+  if (n == 0) {
+    return;
+  }
+  double mu = log(median_ns);
+  uint64_t sum = 0;
+  for (size_t k = 0; k < n; k++) {
+    double v = exp(mu + 0.25 * rng_normal(r));
+    uint64_t ns = v < 1.0 ? 1u : (uint64_t)v;
+    samples[k] = ns;
+    sum += ns;
+  }
+  qsort(samples, n, sizeof(samples[0]), cmp_u64);
+  st->sum_ns = sum;
+  st->min_ns = samples[0];
+  st->max_ns = samples[n - 1];
+  st->p50_ns = nearest_rank(samples, n, 0.50);
+  st->p90_ns = nearest_rank(samples, n, 0.90);
+  st->p99_ns = nearest_rank(samples, n, 0.99);
+  st->p999_ns = nearest_rank(samples, n, 0.999);
+  size_t nb = 0;
+  for (size_t k = 0; k < n; k++) {
+    int32_t idx = bucket_index(samples[k]);
+    if (nb > 0 && buckets[nb - 1].index == idx) {
+      buckets[nb - 1].count++;
+    } else if (nb < SIM_MAX_BUCKETS) {
+      buckets[nb++] = (em_bucket_t){.index = idx, .count = 1};
+    } else {
+      buckets[nb - 1].count++; /* Not reached: log-normal at sigma 0.25 spans few buckets. */
+    }
+  }
+  st->n_buckets = nb;
+}
+
+static void set_u(em_sample_t *v, uint32_t alias, uint64_t u) {
+  v[alias] = (em_sample_t){.alias = alias, .value = {.type = EM_VALUE_UINT, .as.u = u}};
+}
+
+static void set_f(em_sample_t *v, uint32_t alias, double f) {
+  v[alias] = (em_sample_t){.alias = alias, .value = {.type = EM_VALUE_FLOAT, .as.f = f}};
+}
+
+static double clamp0(double x) {
+  return x < 0.0 ? 0.0 : x;
+}
+
+/* Two decimals, as /proc/pressure prints avg10. */
+static double pct2(double x) {
+  return round(clamp0(x) * 100.0) / 100.0;
+}
+
+static int publish_data(sim_t *s, sim_device_t *d, uint64_t mono_ns) {
+  rng_t *r = &d->rng;
+  /* Level excursions first, so the data message carries the level they set. */
+  if (d->level == EM_LEVEL_NOMINAL && mono_ns >= d->next_excursion_ns) {
+    int rc = publish_state(s, d, EM_LEVEL_DEGRADED, mono_ns);
+    if (rc < 0) {
+      return rc;
+    }
+    d->recover_ns = mono_ns + 2000000000u + (rng_next(r) % 4000000000u);
+  } else if (d->level == EM_LEVEL_DEGRADED && mono_ns >= d->recover_ns) {
+    int rc = publish_state(s, d, EM_LEVEL_NOMINAL, mono_ns);
+    if (rc < 0) {
+      return rc;
+    }
+    d->next_excursion_ns = mono_ns + exp_delay_ns(r, SIM_LEVEL_MEAN_S);
+  }
+  bool degraded = d->level != EM_LEVEL_NOMINAL;
+  double window_s = (double)s->period_ns / 1e9;
+
+  em_sample_t v[M_COUNT];
+  for (uint32_t a = 0; a < M_COUNT; a++) {
+    v[a] = (em_sample_t){.alias = a, .value = {.type = EM_VALUE_ABSENT}};
+  }
+  d->rss_bytes += rng_normal(r) * 16384.0 + 2048.0 * window_s;
+  if (d->rss_bytes < 64e6) {
+    d->rss_bytes = 64e6;
+  }
+  uint64_t rss = (uint64_t)d->rss_bytes & ~(uint64_t)4095;
+  set_f(v, M_PMU_RUNNING, 1.0);
+  set_f(v, M_IPC, clamp0(1.2 + 0.08 * rng_normal(r) - (degraded ? 0.3 : 0.0)));
+  set_u(v, M_RSS, rss);
+  set_u(v, M_PSS, rss - rss / 8);
+  set_u(v, M_ANON, rss - rss / 4);
+  set_u(v, M_SWAP, 0);
+  set_u(v, M_VSIZE, rss * 4 + 1073741824u);
+  set_u(v, M_MEM_AVAILABLE, 2147483648u - (rng_next(r) % 67108864u));
+  set_f(v, M_PSI_CPU_SOME, pct2((degraded ? 25.0 : 3.0) + 1.0 * rng_normal(r)));
+  set_f(v, M_PSI_CPU_FULL, 0.0);
+  set_f(v, M_PSI_MEM_SOME, pct2(0.2 + 0.1 * rng_normal(r)));
+  set_f(v, M_PSI_MEM_FULL, pct2(0.05 * rng_normal(r)));
+  set_f(v, M_PSI_IO_SOME, pct2(0.5 + 0.3 * rng_normal(r)));
+  set_f(v, M_PSI_IO_FULL, pct2(0.1 * rng_normal(r)));
+  set_u(v, M_TARGET_UP, 1);
+  set_u(v, M_TARGET_THREADS, 6);
+  d->agent_cpu_ns += (uint64_t)(window_s * 4e6 * (1.0 + 0.2 * rng_unit(r)));
+  set_u(v, M_AGENT_CPU, d->agent_cpu_ns);
+  set_u(v, M_AGENT_RSS, 3145728u + (rng_next(r) % 4096u) * 16u);
+
+  /* Stage windows: ~30 spans/s each, the count varying by one either way. */
+  static uint64_t samples[SIM_MAX_SPANS];
+  static em_bucket_t buckets[EM_PROTO_MAX_STAGES][SIM_MAX_BUCKETS];
+  em_stage_t stages[EM_PROTO_MAX_STAGES];
+  double expect = SIM_SPANS_PER_S * window_s;
+  uint64_t spans = 0;
+  for (size_t k = 0; k < s->opt.n_stages; k++) {
+    const char *name = s->opt.stages[k];
+    long n = lround(expect) + (long)(rng_next(r) % 3u) - 1;
+    if (n < 0) {
+      n = 0;
+    }
+    if (n > (long)SIM_MAX_SPANS) {
+      n = (long)SIM_MAX_SPANS;
+    }
+    double median = stage_median_ns(name);
+    if (degraded && name == s->budget_stage) {
+      median *= 3.5; /* Over the 40 ms budget, as the state message says. */
+    }
+    stages[k] = (em_stage_t){.name = name};
+    make_window(r, &stages[k], (size_t)n, median, samples, buckets[k]);
+    spans += (uint64_t)n;
+  }
+  d->spans_received += spans;
+  set_u(v, M_SPANS_RECEIVED, d->spans_received);
+  set_u(v, M_SPANS_OVERFLOW, 0);
+  set_u(v, M_LATE_TICKS, d->late_ticks);
+
+  em_msg_t m = {.kind = EM_MSG_DATA};
+  m.u.data = (em_data_t){
+      .time_ns = clock_ns(CLOCK_REALTIME),
+      .session = d->session,
+      .seq = d->seq,
+      .window_ns = s->period_ns,
+      .level = d->level,
+      .samples = v,
+      .n_samples = M_COUNT,
+      .stages = stages,
+      .n_stages = s->opt.n_stages,
+  };
+  int rc = publish_msg(s, d, "data", &m, s->opt.qos, false);
+  if (rc == 0) {
+    d->seq++; /* uint32_t: wraps to 0 as the schema says. */
+    s->n_data++;
+  }
+  return rc;
+}
+
+/* ---- the run --------------------------------------------------------------------------- */
+
+static void init_devices(sim_t *s) {
+  rng_t master;
+  rng_seed(&master, s->opt.seed);
+  uint64_t now = clock_ns(CLOCK_MONOTONIC);
+  for (unsigned i = 0; i < s->opt.devices; i++) {
+    sim_device_t *d = &s->dev[i];
+    snprintf(d->id, sizeof(d->id), "%s-%04u", s->opt.prefix, i + 1);
+    rng_seed(&d->rng, rng_next(&master));
+    d->session = (uint32_t)rng_next(&d->rng);
+    d->seq = 0;
+    d->level = EM_LEVEL_NOMINAL;
+    d->next_excursion_ns = now + exp_delay_ns(&d->rng, SIM_LEVEL_MEAN_S);
+    d->rss_bytes = 150e6 + 60e6 * rng_unit(&d->rng);
+  }
+}
+
+/* Runs the network until the deadline (CLOCK_MONOTONIC ns), sleeping in between. */
+static int wait_until(sim_t *s, uint64_t deadline_ns) {
+  int rc = em_broker_run(s->broker, 0);
+  if (rc < 0) {
+    return rc;
+  }
+  for (;;) {
+    uint64_t now = clock_ns(CLOCK_MONOTONIC);
+    if (now >= deadline_ns || g_stop) {
+      return 0;
+    }
+    uint64_t left = deadline_ns - now;
+    if (left >= 2000000u) {
+      /* Long enough for poll()'s millisecond resolution: wait on the socket meanwhile. */
+      rc = em_broker_run(s->broker, (int)(left / 1000000u) - 1);
+      if (rc < 0) {
+        return rc;
+      }
+      continue;
+    }
+    struct timespec ts = {.tv_sec = (time_t)(deadline_ns / 1000000000u),
+                          .tv_nsec = (long)(deadline_ns % 1000000000u)};
+    clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+  }
+}
+
+static int run_data(sim_t *s) {
+  uint64_t n = s->opt.devices;
+  uint64_t end_ns =
+      s->opt.duration_s > 0.0 ? s->start_ns + (uint64_t)(s->opt.duration_s * 1e9) : UINT64_MAX;
+  uint64_t since_run = 0;
+  for (uint64_t slot = 0; !g_stop; slot++) {
+    uint64_t k = slot / n;
+    uint64_t i = slot % n;
+    uint64_t due = s->start_ns + k * s->period_ns + (i * s->period_ns) / n;
+    if (due >= end_ns) {
+      int rc = wait_until(s, end_ns);
+      return rc;
+    }
+    uint64_t now = clock_ns(CLOCK_MONOTONIC);
+    if (now < due) {
+      int rc = wait_until(s, due);
+      if (rc < 0) {
+        return rc;
+      }
+      since_run = 0;
+      if (g_stop) {
+        break;
+      }
+      now = clock_ns(CLOCK_MONOTONIC);
+    } else if (++since_run >= 64) {
+      /* Behind schedule: still read acks and pings now and then while catching up. */
+      int rc = em_broker_run(s->broker, 0);
+      if (rc < 0) {
+        return rc;
+      }
+      since_run = 0;
+    }
+    if (now > due) {
+      uint64_t late = now - due;
+      if (late > s->max_late_ns) {
+        s->max_late_ns = late;
+      }
+      if (late > 1000000u) {
+        s->late_slots++;
+      }
+    }
+    int rc = publish_data(s, &s->dev[i], now);
+    if (rc < 0) {
+      return rc;
+    }
+  }
+  return 0;
+}
+
+static void summary(const sim_t *s, uint64_t data_end_ns) {
+  double elapsed = (double)(data_end_ns - s->start_ns) / 1e9;
+  double offered = s->opt.rate_hz * (double)s->opt.devices;
+  fprintf(stderr,
+          "edgemon-sim: %u devices at %g Hz for %.2f s: %" PRIu64 " data, %" PRIu64
+          " birth, %" PRIu64 " state, %" PRIu64 " status published (%" PRIu64 " failed)\n",
+          s->opt.devices, s->opt.rate_hz, elapsed, s->n_data, s->n_birth, s->n_state, s->n_status,
+          s->n_fail);
+  fprintf(stderr,
+          "edgemon-sim: data rate %.0f msg/s achieved of %.0f msg/s scheduled; worst lag behind "
+          "schedule %.3f ms; %" PRIu64 " messages more than 1 ms late\n",
+          elapsed > 0 ? (double)s->n_data / elapsed : 0.0, offered, (double)s->max_late_ns / 1e6,
+          s->late_slots);
+}
+
+int main(int argc, char **argv) {
+  sim_t s = {0};
+  s.opt.broker = EM_BROKER_DEFAULT_URL;
+  s.opt.prefix = "sim";
+  s.opt.seed = 1;
+  int code = parse_args(argc, argv, &s.opt);
+  if (code >= 0) {
+    return code;
+  }
+  s.period_ns = (uint64_t)llround(1e9 / s.opt.rate_hz);
+  s.budget_stage = s.opt.stages[0];
+  for (size_t k = 0; k < s.opt.n_stages; k++) {
+    if (strcmp(s.opt.stages[k], "infer") == 0) {
+      s.budget_stage = s.opt.stages[k];
+    }
+  }
+  s.dev = calloc(s.opt.devices, sizeof(*s.dev));
+  if (!s.dev) {
+    fprintf(stderr, "edgemon-sim: out of memory for %u devices\n", s.opt.devices);
+    return EXIT_FAIL;
+  }
+  init_devices(&s);
+
+  struct sigaction sa = {0};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+
+  char err[512];
+  em_broker_opts_t bopts = {.client_prefix = "edgemon-sim", .keepalive_s = 30};
+  int rc =
+      em_broker_connect_opts(&s.broker, s.opt.broker, &bopts, NULL, NULL, 5.0, err, sizeof(err));
+  if (rc < 0) {
+    fprintf(stderr, "edgemon-sim: %s\n", err[0] ? err : em_proto_strerror(rc));
+    free(s.dev);
+    return EXIT_BROKER;
+  }
+
+  /* Status online and birth, acknowledged before any data so no data overtakes its birth. */
+  for (unsigned i = 0; rc == 0 && i < s.opt.devices; i++) {
+    rc = publish_status(&s, &s.dev[i], true);
+    if (rc == 0) {
+      rc = publish_birth(&s, &s.dev[i]);
+    }
+    if (rc == 0 && i % 64 == 63) {
+      rc = em_broker_run(s.broker, 0);
+    }
+  }
+  if (rc == 0) {
+    rc = em_broker_drain(s.broker, 60.0);
+  }
+  s.start_ns = clock_ns(CLOCK_MONOTONIC);
+  if (rc == 0 && !g_stop) {
+    rc = run_data(&s);
+  }
+  uint64_t data_end = clock_ns(CLOCK_MONOTONIC);
+  code = EXIT_OK;
+  if (rc < 0) {
+    fprintf(stderr, "edgemon-sim: lost the broker at %s: %s\n", s.opt.broker,
+            em_proto_strerror(rc));
+    code = EXIT_BROKER;
+  } else {
+    for (unsigned i = 0; rc == 0 && i < s.opt.devices; i++) {
+      rc = publish_status(&s, &s.dev[i], false);
+      if (rc == 0 && i % 64 == 63) {
+        rc = em_broker_run(s.broker, 0);
+      }
+    }
+    if (rc == 0) {
+      rc = em_broker_drain(s.broker, 30.0);
+    }
+    if (rc < 0) {
+      fprintf(stderr, "edgemon-sim: the broker did not acknowledge every offline status: %s\n",
+              em_proto_strerror(rc));
+      code = rc == -ETIMEDOUT ? EXIT_FAIL : EXIT_BROKER;
+    }
+  }
+  summary(&s, data_end);
+  em_broker_free(s.broker);
+  free(s.dev);
+  return code;
+}

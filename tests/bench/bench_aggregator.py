@@ -1,0 +1,298 @@
+#!/usr/bin/env python3
+"""bench_aggregator.py - the aggregator's MQTT ingest against a bare subscriber, same broker,
+same run (run it through scripts/bench-aggregator.sh, which builds what it needs).
+
+Starts mosquitto on a free loopback port, edgemon-aggregator (unless --no-aggregator) and, per
+step, bench_drain (a libmosquitto subscriber that only counts data messages) and edgemon-sim
+with --devices devices at one rate. Steps go through --rates, then double the rate until the
+bare subscriber gets less than 95% of what the simulator offered, or the simulator achieves
+less than 95% of its schedule (the broker or the machine is saturated), or --max-rate.
+
+Per step it reports:
+  offered    data msgs/s the simulator achieved (its own summary; its schedule beside it)
+  bare       data msgs/s bench_drain received, over its first..last message
+  agg        data msgs/s the aggregator ingested (edgemon_aggregator_messages_ingested_total,
+             less the births/statuses/states the simulator reports), over the window in which
+             the counter moved (polled every 0.2 s)
+  ratio      agg / bare
+  rows/s     edgemon_aggregator_store_rows_total over the same window
+  CPU %      of one core, from /proc/<pid>/stat over the step (aggregator, mosquitto, sim)
+  RSS        aggregator VmRSS at the end of the step, and VmHWM (peak)
+and prints a markdown table at the end.
+"""
+
+import argparse
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_s(pid):
+    """utime + stime of pid, in seconds (fields 14 and 15 of /proc/PID/stat)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = text[text.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def mem_kb(pid, key):
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def wait_for(pred, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = pred()
+        if got:
+            return got
+        time.sleep(0.05)
+    sys.exit(f"bench_aggregator: timed out after {timeout} s waiting for {what}")
+
+
+def listening(port):
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+class Aggregator:
+    def __init__(self, binary, broker_port, tmp):
+        self.log_path = tmp / "aggregator.log"
+        self.log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            [binary, "--broker", f"mqtt://127.0.0.1:{broker_port}", "--db", str(tmp / "agg.db"),
+             "--http", "127.0.0.1:0"], stdout=self.log, stderr=subprocess.STDOUT)
+        m = wait_for(self._serving, 20, "the aggregator's HTTP port")
+        self.url = f"http://127.0.0.1:{m}/metrics"
+        wait_for(lambda: "mqtt: connected" in self.log_path.read_text(errors="replace"), 20,
+                 "the aggregator's MQTT session")
+
+    def _serving(self):
+        if self.proc.poll() is not None:
+            sys.exit(f"bench_aggregator: the aggregator exited with {self.proc.returncode}:\n"
+                     + self.log_path.read_text(errors="replace"))
+        m = re.search(r"http: serving on http://[^:]+:(\d+)",
+                      self.log_path.read_text(errors="replace"))
+        return int(m.group(1)) if m else None
+
+    def counters(self):
+        text = urllib.request.urlopen(self.url, timeout=5).read().decode()
+        out = {}
+        # The counters as /metrics names them (with or without "messages_").
+        for name in ("messages_ingested_total", "store_rows_total", "messages_received_total"):
+            short = name.replace("messages_", "")
+            m = re.search(rf"^edgemon_aggregator_(?:{name}|{short})(?:{{[^}}]*}})? (\d+)", text,
+                          re.M)
+            out[name] = int(m.group(1)) if m else 0
+        return out
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def parse_sim(stderr):
+    """(data, other published, achieved msg/s, scheduled msg/s, worst lag ms) from its summary."""
+    m = re.search(r"(\d+) data, (\d+) birth, (\d+) state, (\d+) status published", stderr)
+    r = re.search(r"data rate (\d+) msg/s achieved of (\d+) msg/s scheduled; worst lag behind "
+                  r"schedule ([\d.]+) ms", stderr)
+    if not m or not r:
+        sys.exit(f"bench_aggregator: no summary from edgemon-sim:\n{stderr}")
+    data, birth, state, status = (int(x) for x in m.groups())
+    return data, birth + state + status, int(r.group(1)), int(r.group(2)), float(r.group(3))
+
+
+def step(args, broker, agg, rate):
+    drain = subprocess.Popen(
+        [args.drain, "--port", str(broker.port), "--topic", "edgemon/v1/+/data", "--idle", "3",
+         "--duration", str(args.seconds + 120)], stdout=subprocess.PIPE, text=True)
+    time.sleep(1.0)  # Let it subscribe before the first data message.
+    before = agg.counters() if agg else None
+    cpu0 = {k: cpu_s(p) for k, p in broker.pids(agg).items()}
+    t0 = time.monotonic()
+    sim = subprocess.Popen(
+        [args.sim, "--broker", f"mqtt://127.0.0.1:{broker.port}", "--devices", str(args.devices),
+         "--rate", str(rate), "--duration", str(args.seconds), "--prefix", "bench",
+         "--seed", str(int(rate * 1000))], stderr=subprocess.PIPE, text=True)
+    sim_pid = sim.pid
+    sim_cpu = 0.0
+    # Poll the aggregator while the simulator runs and until its counter stops moving.
+    moves = []
+    last = before["messages_ingested_total"] if agg else 0
+    quiet_since = None
+    while True:
+        if sim.poll() is None:
+            sim_cpu = cpu_s(sim_pid)
+        if agg:
+            c = agg.counters()
+            now = time.monotonic()
+            if c["messages_ingested_total"] != last:
+                moves.append((now, c))
+                last = c["messages_ingested_total"]
+                quiet_since = None
+            elif sim.poll() is not None:
+                quiet_since = quiet_since or now
+                if now - quiet_since > 2.0:
+                    break
+        elif sim.poll() is not None:
+            break
+        time.sleep(0.2)
+    _, sim_err = sim.communicate(timeout=60)
+    t1 = time.monotonic()
+    out, _ = drain.communicate(timeout=args.seconds + 150)
+    cpu1 = {k: cpu_s(p) for k, p in broker.pids(agg).items()}
+    data, other, achieved, scheduled, lag_ms = parse_sim(sim_err)
+    m = re.search(r"total=(\d+) first_ns=(\d+) last_ns=(\d+)", out)
+    bare_n, first, last_ns = (int(x) for x in m.groups())
+    bare = bare_n / ((last_ns - first) / 1e9) if last_ns > first else 0.0
+    row = {"rate": rate, "offered": achieved, "scheduled": scheduled, "lag_ms": lag_ms,
+           "sim_data": data, "bare_n": bare_n, "bare": bare,
+           "sim_cpu": 100.0 * sim_cpu / max(args.seconds, 1e-9),
+           "mosq_cpu": 100.0 * (cpu1["mosquitto"] - cpu0["mosquitto"]) / (t1 - t0)}
+    if agg:
+        after = moves[-1][1] if moves else before
+        agg_n = after["messages_ingested_total"] - before["messages_ingested_total"] - other
+        span = (moves[-1][0] - t0) if moves else 0.0
+        # The window: from the first data message (the births take a moment) to the last move.
+        lead = max(0.0, span - (data / achieved if achieved else span))
+        window = max(span - lead, 1e-9)
+        row.update({
+            "agg_n": agg_n, "agg": agg_n / window,
+            "rows": (after["store_rows_total"] - before["store_rows_total"]) / window,
+            "agg_cpu": 100.0 * (cpu1["aggregator"] - cpu0["aggregator"]) / (t1 - t0),
+            "rss_mb": mem_kb(agg.proc.pid, "VmRSS") / 1024.0,
+            "hwm_mb": mem_kb(agg.proc.pid, "VmHWM") / 1024.0,
+        })
+        row["ratio"] = row["agg"] / row["bare"] if row["bare"] else 0.0
+    return row
+
+
+class Broker:
+    def __init__(self, binary, tmp):
+        self.port = free_port()
+        conf = tmp / "mosquitto.conf"
+        conf.write_text(f"listener {self.port} 127.0.0.1\nallow_anonymous true\n"
+                        "persistence false\nmax_queued_messages 1000000\n")
+        self.log = open(tmp / "mosquitto.log", "wb")
+        self.proc = subprocess.Popen([binary, "-c", str(conf)], stdout=self.log,
+                                     stderr=subprocess.STDOUT)
+        wait_for(lambda: listening(self.port), 10, f"mosquitto on port {self.port}")
+
+    def pids(self, agg):
+        p = {"mosquitto": self.proc.pid}
+        if agg:
+            p["aggregator"] = agg.proc.pid
+        return p
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+
+def table(rows, with_agg):
+    head = ["devices x Hz", "offered msg/s (sim)", "bare subscriber msg/s"]
+    if with_agg:
+        head += ["aggregator ingested msg/s", "agg / bare", "SQLite rows/s", "aggregator CPU %",
+                 "aggregator RSS MiB (peak)"]
+    head += ["mosquitto CPU %", "sim CPU %", "sim worst lag ms"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [f"{r['devices']} x {r['rate']:g}", f"{r['offered']} (of {r['scheduled']})",
+                 f"{r['bare']:.0f}"]
+        if with_agg:
+            cells += [f"{r['agg']:.0f}", f"{r['ratio']:.2f}", f"{r['rows']:.0f}",
+                      f"{r['agg_cpu']:.0f}", f"{r['rss_mb']:.1f} ({r['hwm_mb']:.1f})"]
+        cells += [f"{r['mosq_cpu']:.0f}", f"{r['sim_cpu']:.0f}", f"{r['lag_ms']:.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", default="build/bench", help="build directory (default build/bench)")
+    ap.add_argument("--devices", type=int, default=1000)
+    ap.add_argument("--rates", default="1,5,10", help="rates to run first, Hz per device")
+    ap.add_argument("--max-rate", type=float, default=1000.0,
+                    help="stop doubling past the listed rates here")
+    ap.add_argument("--seconds", type=float, default=10.0, help="simulator run per step")
+    ap.add_argument("--no-aggregator", action="store_true",
+                    help="only the simulator and the bare subscriber")
+    ap.add_argument("--mosquitto", default="/usr/sbin/mosquitto")
+    args = ap.parse_args()
+    build = Path(args.build)
+    args.sim = str(build / "host/sim/edgemon-sim")
+    args.drain = str(build / "tests/bench/bench_drain")
+    agg_bin = build / "host/aggregator/edgemon-aggregator"
+    for b in (args.sim, args.drain) + (() if args.no_aggregator else (str(agg_bin),)):
+        if not os.access(b, os.X_OK):
+            sys.exit(f"bench_aggregator: {b} is missing (build it, or pass --no-aggregator)")
+
+    rates = [float(x) for x in args.rates.split(",")]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="em-bench-agg-") as tmpdir:
+        tmp = Path(tmpdir)
+        broker = Broker(args.mosquitto, tmp)
+        agg = None
+        try:
+            if not args.no_aggregator:
+                agg = Aggregator(str(agg_bin), broker.port, tmp)
+            i = 0
+            while True:
+                rate = rates[i] if i < len(rates) else rates[-1] * 2 ** (i - len(rates) + 1)
+                if rate > args.max_rate:
+                    break
+                row = step(args, broker, agg, rate)
+                row["devices"] = args.devices
+                rows.append(row)
+                print(f"bench_aggregator: {args.devices} x {rate:g} Hz: offered {row['offered']}"
+                      f", bare {row['bare']:.0f} ({row['bare_n']} of {row['sim_data']} data messages)"
+                      + (f", aggregator {row['agg']:.0f} ({row['agg_n']} data messages, ratio "
+                         f"{row['ratio']:.2f})" if agg else "")
+                      + " msg/s", file=sys.stderr, flush=True)
+                saturated = (row["bare"] < 0.95 * row["offered"]
+                             or row["offered"] < 0.95 * row["scheduled"])
+                if i >= len(rates) - 1 and saturated:
+                    break
+                i += 1
+        finally:
+            if agg:
+                agg.stop()
+            broker.stop()
+    print(f"\n{os.uname().nodename}, {os.cpu_count()} CPUs, {args.seconds:g} s per step, "
+          f"{args.devices} devices; data messages only in the msg/s columns\n")
+    print(table(rows, agg is not None))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,434 @@
+/*
+ * test_agg_metrics.c - the aggregator's renderers (host/aggregator/metrics.c): the Prometheus
+ * text exposition and the JSON of /api/devices.
+ *
+ * The registry is assembled by hand (a dict with births, value arrays, histograms filled from
+ * stage windows) so the renderers are checked against figures the test chose, without the
+ * ingest path. The checks parse the output line by line: one HELP and one TYPE per family,
+ * families not interleaved, the histogram's cumulative le ladder ending at +Inf == _count,
+ * label escaping, absent values left out.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "metrics.h"
+
+#define ODD_ID "a\"b\\c"
+
+static const em_metric_def_t defs[] = {
+    {.alias = 0, .name = "mem.rss", .unit = "By", .kind = EM_METRIC_GAUGE},
+    {.alias = 1, .name = "pmu.ipc", .unit = "1", .kind = EM_METRIC_GAUGE},
+    {.alias = 2, .name = "psi.cpu.some.avg10", .unit = "%", .kind = EM_METRIC_GAUGE},
+    {.alias = 4, .name = "pmu.cycles", .unit = "1", .kind = EM_METRIC_COUNTER},
+};
+
+/* Zero bucket 1 value; scale 0 (base 2): index 13 is (8192, 16384] ns, index 19 is
+ * (524288, 1048576] ns. On the ladder: 1e-05 holds the zero, 2e-05 the three of index 13,
+ * 0.002 the two of index 19. */
+static const em_bucket_t infer_buckets[] = {{13, 3}, {19, 2}};
+
+typedef struct {
+  em_registry_t reg;
+  em_agg_device_t *devs[2];
+  em_agg_device_t agg[2];
+  em_value_t values[5];
+  em_agg_stage_t stage;
+} fixture_t;
+
+static int setup(void **state) {
+  fixture_t *f = calloc(1, sizeof(*f));
+  assert_non_null(f);
+  assert_int_equal(em_dict_new(&f->reg.dict), 0);
+  assert_non_null(em_dict_device(f->reg.dict, "sim-0001", true));
+  assert_non_null(em_dict_device(f->reg.dict, ODD_ID, true));
+  em_device_t *sim = em_dict_device(f->reg.dict, "sim-0001", false);
+  em_device_t *odd = em_dict_device(f->reg.dict, ODD_ID, false);
+
+  em_birth_t b = {.time_ns = 1700000000000000000ull,
+                  .session = 7,
+                  .device = "sim-0001",
+                  .agent_version = "1.2.3",
+                  .board = "rpi\"4",
+                  .period_ns = 100000000,
+                  .metrics = defs,
+                  .n_metrics = sizeof(defs) / sizeof(defs[0])};
+  assert_int_equal(em_dict_set_birth(sim, &b), 0);
+  sim->have_status = true;
+  sim->online = true;
+  sim->level = EM_LEVEL_WARN;
+  sim->last_seen_ns = 1700000000123000000ull;
+  odd->level = EM_LEVEL_NONE;
+
+  f->values[0] = (em_value_t){.type = EM_VALUE_UINT, .as.u = 1048576};
+  f->values[1] = (em_value_t){.type = EM_VALUE_ABSENT};
+  f->values[2] = (em_value_t){.type = EM_VALUE_FLOAT, .as.f = 12.5};
+  f->values[3] = (em_value_t){.type = EM_VALUE_UINT, .as.u = 99}; /* No name in the birth. */
+  f->values[4] = (em_value_t){.type = EM_VALUE_FLOAT, .as.f = 0.1};
+
+  snprintf(f->stage.name, sizeof(f->stage.name), "infer");
+  assert_int_equal(em_histo_new(&f->stage.total), 0);
+  em_stage_t w = {.name = "infer",
+                  .count = 6,
+                  .sum_ns = 1230000,
+                  .min_ns = 0,
+                  .max_ns = 600000,
+                  .p50_ns = 10000,
+                  .p90_ns = 600000,
+                  .p99_ns = 600000,
+                  .p999_ns = 600000,
+                  .scale = 0,
+                  .zero_count = 1,
+                  .buckets = infer_buckets,
+                  .n_buckets = 2};
+  assert_int_equal(em_histo_add_stage(f->stage.total, &w), 0);
+  f->stage.last = w;
+  f->stage.last.buckets = NULL;
+  f->stage.last.n_buckets = 0;
+  f->stage.windows = 1;
+
+  /* Sorted by id: ODD_ID ('a') before "sim-0001". */
+  f->agg[0] = (em_agg_device_t){.dev = odd, .data_msgs = 0};
+  f->agg[1] = (em_agg_device_t){.dev = sim,
+                                .values = f->values,
+                                .n_values = 5,
+                                .data_time_ns = 1700000000100000000ull,
+                                .window_ns = 100000000,
+                                .stages = &f->stage,
+                                .n_stages = 1,
+                                .data_msgs = 42,
+                                .lost = 3,
+                                .duplicates = 1,
+                                .have_seq = true,
+                                .seq_session = 7,
+                                .last_seq = 44};
+  f->devs[0] = &f->agg[0];
+  f->devs[1] = &f->agg[1];
+  f->reg.devices = f->devs;
+  f->reg.n_devices = 2;
+  f->reg.cap = 2;
+  f->reg.loss_tracked = true;
+  f->reg.started_ns = 1700000000000000000ull;
+  f->reg.stats.received = 50;
+  f->reg.stats.ingested = 48;
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture_t *f = *state;
+  em_histo_free(f->stage.total);
+  em_dict_free(f->reg.dict);
+  free(f);
+  return 0;
+}
+
+static char *render(fixture_t *f) {
+  em_text_t t = {0};
+  assert_int_equal(em_metrics_render(&f->reg, &t), 0);
+  assert_non_null(t.data);
+  assert_int_equal(strlen(t.data), t.len);
+  return t.data;
+}
+
+static size_t count_occurrences(const char *hay, const char *needle) {
+  size_t n = 0;
+  for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle)) {
+    n++;
+  }
+  return n;
+}
+
+/* The family a sample line belongs to: its metric name less a histogram suffix when the
+ * family with that base name is a histogram (known from the TYPE lines seen so far). */
+static void family_of(const char *line, char *out, size_t cap, char types[][128], size_t n_types) {
+  size_t n = strcspn(line, "{ ");
+  snprintf(out, cap, "%.*s", (int)n, line);
+  static const char *suffixes[] = {"_bucket", "_sum", "_count"};
+  for (size_t s = 0; s < 3; s++) {
+    size_t sl = strlen(suffixes[s]);
+    if (n > sl && strcmp(out + n - sl, suffixes[s]) == 0) {
+      for (size_t k = 0; k < n_types; k++) {
+        if (strlen(types[k]) == n - sl && strncmp(types[k], out, n - sl) == 0) {
+          out[n - sl] = '\0';
+          return;
+        }
+      }
+    }
+  }
+}
+
+static void exposition_has_one_help_and_type_per_family_not_interleaved(void **state) {
+  fixture_t *f = *state;
+  char *text = render(f);
+  char types[64][128];
+  size_t n_types = 0;
+  char done[64][128];
+  size_t n_done = 0;
+  char current[128] = "";
+  char *save = NULL;
+  char *copy = strdup(text);
+  assert_non_null(copy);
+  for (char *line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    char name[128];
+    if (strncmp(line, "# HELP ", 7) == 0) {
+      continue;
+    }
+    if (strncmp(line, "# TYPE ", 7) == 0) {
+      assert_true(n_types < 64);
+      size_t n = strcspn(line + 7, " ");
+      snprintf(types[n_types], sizeof(types[0]), "%.*s", (int)n, line + 7);
+      char needle[160];
+      snprintf(needle, sizeof(needle), "# TYPE %s ", types[n_types]);
+      assert_int_equal(count_occurrences(text, needle), 1);
+      snprintf(needle, sizeof(needle), "# HELP %s ", types[n_types]);
+      assert_int_equal(count_occurrences(text, needle), 1);
+      n_types++;
+      continue;
+    }
+    family_of(line, name, sizeof(name), types, n_types);
+    /* Its TYPE came first, and the family is the current one or starts here. */
+    assert_true(n_types > 0);
+    assert_string_equal(types[n_types - 1], name);
+    if (strcmp(current, name) != 0) {
+      for (size_t k = 0; k < n_done; k++) {
+        assert_string_not_equal(done[k], name);
+      }
+      assert_true(n_done < 64);
+      snprintf(done[n_done++], sizeof(done[0]), "%s", name);
+      snprintf(current, sizeof(current), "%s", name);
+    }
+  }
+  /* Counters end in _total; nothing else does. */
+  for (size_t k = 0; k < n_types; k++) {
+    char needle[160];
+    snprintf(needle, sizeof(needle), "# TYPE %s counter\n", types[k]);
+    bool is_counter = strstr(text, needle) != NULL;
+    size_t n = strlen(types[k]);
+    bool ends_total = n > 6 && strcmp(types[k] + n - 6, "_total") == 0;
+    assert_int_equal(is_counter, ends_total);
+  }
+  assert_true(n_types >= 10);
+  free(copy);
+  free(text);
+}
+
+static const struct {
+  const char *le;
+  uint64_t cumulative;
+} expected_ladder[] = {
+    {"1e-05", 1}, {"2e-05", 4}, {"5e-05", 4}, {"0.0001", 4}, {"0.0002", 4}, {"0.0005", 4},
+    {"0.001", 4}, {"0.002", 6}, {"0.005", 6}, {"0.01", 6},   {"0.02", 6},   {"0.05", 6},
+    {"0.1", 6},   {"0.2", 6},   {"0.5", 6},   {"1", 6},      {"2", 6},      {"5", 6},
+    {"10", 6},    {"20", 6},    {"50", 6},    {"100", 6},    {"+Inf", 6},
+};
+
+static void histogram_buckets_are_cumulative_on_the_ladder_with_inf_equal_to_count(void **state) {
+  fixture_t *f = *state;
+  char *text = render(f);
+  const char *prefix =
+      "edgemon_stage_latency_seconds_bucket{device=\"sim-0001\",stage=\"infer\",le=\"";
+  size_t rows = sizeof(expected_ladder) / sizeof(expected_ladder[0]);
+  assert_int_equal(count_occurrences(text, prefix), rows);
+  const char *p = text;
+  uint64_t prev = 0;
+  for (size_t i = 0; i < rows; i++) {
+    p = strstr(p, prefix);
+    assert_non_null(p);
+    p += strlen(prefix);
+    char le[16];
+    unsigned long long v = 0;
+    assert_int_equal(sscanf(p, "%15[^\"]\"} %llu", le, &v), 2);
+    assert_string_equal(le, expected_ladder[i].le);
+    assert_int_equal(v, expected_ladder[i].cumulative);
+    assert_true(v >= prev);
+    prev = v;
+  }
+  assert_non_null(
+      strstr(text, "edgemon_stage_latency_seconds_count{device=\"sim-0001\",stage=\"infer\"} 6\n"));
+  assert_non_null(strstr(
+      text, "edgemon_stage_latency_seconds_sum{device=\"sim-0001\",stage=\"infer\"} 0.00123\n"));
+  assert_non_null(
+      strstr(text, "edgemon_stage_p99_seconds{device=\"sim-0001\",stage=\"infer\"} 0.0006\n"));
+  assert_non_null(
+      strstr(text, "edgemon_stage_windows_total{device=\"sim-0001\",stage=\"infer\"} 1\n"));
+  /* A device without stages has no histogram samples. */
+  assert_null(strstr(text, "edgemon_stage_latency_seconds_count{device=\"a"));
+  free(text);
+}
+
+static void label_values_are_escaped(void **state) {
+  fixture_t *f = *state;
+  char *text = render(f);
+  assert_non_null(strstr(text, "edgemon_device_data_messages_total{device=\"a\\\"b\\\\c\"} 0\n"));
+  assert_non_null(strstr(
+      text,
+      "edgemon_device_info{device=\"sim-0001\",agent_version=\"1.2.3\",board=\"rpi\\\"4\"} 1\n"));
+  assert_null(strstr(text, "device=\"a\"b"));
+  free(text);
+
+  /* Newline and invalid UTF-8 in a label value. */
+  em_device_t *odd = f->agg[0].dev;
+  snprintf(odd->agent_version, sizeof(odd->agent_version), "x\ny\xff");
+  snprintf(odd->board, sizeof(odd->board), "b");
+  odd->have_birth = true;
+  text = render(f);
+  assert_non_null(strstr(text, "agent_version=\"x\\ny\xEF\xBF\xBD\",board=\"b\"} 1\n"));
+  free(text);
+}
+
+static const struct {
+  const char *line;
+  bool present;
+} value_rows[] = {
+    {"edgemon_metric{device=\"sim-0001\",name=\"mem.rss\"} 1048576\n", true},
+    {"edgemon_metric{device=\"sim-0001\",name=\"psi.cpu.some.avg10\"} 12.5\n", true},
+    {"edgemon_rss_bytes{device=\"sim-0001\"} 1048576\n", true},
+    {"edgemon_psi_cpu_some_avg10_ratio{device=\"sim-0001\"} 0.125\n", true},
+    {"edgemon_device_online{device=\"sim-0001\"} 1\n", true},
+    {"edgemon_device_level{device=\"sim-0001\"} 1\n", true},
+    {"edgemon_device_last_seen_seconds{device=\"sim-0001\"} 1700000000.123\n", true},
+    {"edgemon_device_lost_messages_total{device=\"sim-0001\"} 3\n", true},
+    {"edgemon_aggregator_received_total 50\n", true},
+    {"edgemon_aggregator_devices 2\n", true},
+    {"name=\"pmu.ipc\"", false}, /* Absent: never 0. */
+    {"edgemon_ipc{", false},     /* Same, in the convenience gauge. */
+    {"edgemon_metric{device=\"sim-0001\",name=\"pmu.cycles\"} 0.1\n", true},
+    {"} 99\n", false},                           /* Alias 3 has no name. */
+    {"edgemon_device_online{device=\"a", false}, /* No status seen. */
+    {"edgemon_device_level{device=\"a", false},  /* Level unknown. */
+    {"edgemon_device_info{device=\"a", false},   /* No birth. */
+    {"NaN", false},
+};
+
+static void absent_values_are_omitted_and_present_ones_written(void **state) {
+  fixture_t *f = *state;
+  char *text = render(f);
+  for (size_t i = 0; i < sizeof(value_rows) / sizeof(value_rows[0]); i++) {
+    bool found = strstr(text, value_rows[i].line) != NULL;
+    if (found != value_rows[i].present) {
+      fail_msg("row %zu: '%s' expected %s", i, value_rows[i].line,
+               value_rows[i].present ? "present" : "absent");
+    }
+  }
+  free(text);
+}
+
+static void loss_counters_are_left_out_when_not_tracked(void **state) {
+  fixture_t *f = *state;
+  f->reg.loss_tracked = false;
+  char *text = render(f);
+  assert_null(strstr(text, "edgemon_device_lost_messages_total"));
+  assert_null(strstr(text, "edgemon_device_duplicate_messages_total"));
+  assert_non_null(strstr(text, "edgemon_device_data_messages_total{device=\"sim-0001\"} 42\n"));
+  free(text);
+}
+
+static void values_of_another_session_are_not_named(void **state) {
+  fixture_t *f = *state;
+  f->agg[1].seq_session = 8; /* Data from a session whose birth the dict does not hold. */
+  char *text = render(f);
+  assert_null(strstr(text, "edgemon_metric{"));
+  assert_null(strstr(text, "edgemon_rss_bytes{"));
+  free(text);
+}
+
+static void device_json_has_values_by_name_and_null_for_absent(void **state) {
+  fixture_t *f = *state;
+  em_text_t t = {0};
+  assert_int_equal(em_metrics_device_json(&f->agg[1], true, &t), 0);
+  assert_non_null(strstr(t.data, "\"device\":\"sim-0001\""));
+  assert_non_null(strstr(t.data, "\"values\":{\"mem.rss\":1048576,\"pmu.ipc\":null,"
+                                 "\"psi.cpu.some.avg10\":12.5,\"pmu.cycles\":0.1}"));
+  assert_non_null(strstr(t.data, "\"online\":true"));
+  assert_non_null(strstr(t.data, "\"level\":\"WARN\""));
+  assert_non_null(strstr(t.data, "\"board\":\"rpi\\\"4\""));
+  assert_non_null(strstr(t.data, "\"name\":\"infer\""));
+  assert_non_null(strstr(t.data, "\"p99_ns\":600000"));
+  assert_null(strstr(t.data, "+Inf"));
+  assert_non_null(strstr(t.data, "{\"le\":0.002,\"count\":6}"));
+  assert_non_null(strstr(t.data, "{\"le\":null,\"count\":6}]"));
+  assert_non_null(strstr(t.data, "\"lost_messages\":3"));
+  em_text_free(&t);
+  assert_null(t.data);
+}
+
+static void devices_json_lists_every_device_escaped_without_buckets(void **state) {
+  fixture_t *f = *state;
+  em_text_t t = {0};
+  f->agg[0].dev->reason[0] = '\0';
+  snprintf(f->agg[0].dev->reason, sizeof(f->agg[0].dev->reason), "tab\there");
+  f->agg[0].dev->have_state = true;
+  assert_int_equal(em_metrics_devices_json(&f->reg, &t), 0);
+  assert_true(
+      strncmp(t.data, "{\"loss_tracked\":true,\"devices\":[{\"device\":\"a\\\"b\\\\c\"", 48) == 0);
+  assert_non_null(strstr(t.data, "\"reason\":\"tab\\u0009here\""));
+  assert_non_null(strstr(t.data, "},{\"device\":\"sim-0001\""));
+  assert_null(strstr(t.data, "\"buckets\""));
+  assert_non_null(strstr(t.data, "\"board\":null"));
+  assert_int_equal(t.data[t.len - 1], '}');
+  em_text_free(&t);
+}
+
+static void empty_registry_renders_only_the_aggregator_families(void **state) {
+  (void)state;
+  em_registry_t r;
+  memset(&r, 0, sizeof(r));
+  em_text_t t = {0};
+  assert_int_equal(em_metrics_render(&r, &t), 0);
+  assert_null(strstr(t.data, "edgemon_device_"));
+  assert_null(strstr(t.data, "edgemon_stage_"));
+  assert_non_null(strstr(t.data, "edgemon_aggregator_devices 0\n"));
+  assert_null(strstr(t.data, "edgemon_aggregator_start_time_seconds"));
+  em_text_free(&t);
+  assert_int_equal(em_metrics_devices_json(&r, &t), 0);
+  assert_string_equal(t.data, "{\"loss_tracked\":false,\"devices\":[]}");
+  em_text_free(&t);
+}
+
+static void render_appends_and_a_failed_text_stays_failed(void **state) {
+  fixture_t *f = *state;
+  em_text_t t = {0};
+  assert_int_equal(em_metrics_render(&f->reg, &t), 0);
+  size_t once = t.len;
+  assert_int_equal(em_metrics_render(&f->reg, &t), 0);
+  assert_int_equal(t.len, 2 * once);
+  t.error = -E2BIG;
+  assert_int_equal(em_metrics_render(&f->reg, &t), -E2BIG);
+  assert_int_equal(t.len, 2 * once);
+  em_text_free(&t);
+  assert_int_equal(em_metrics_render(NULL, &t), -EINVAL);
+  em_text_free(&t);
+  assert_int_equal(em_metrics_render(&f->reg, NULL), -EINVAL);
+  em_text_free(NULL);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(exposition_has_one_help_and_type_per_family_not_interleaved,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          histogram_buckets_are_cumulative_on_the_ladder_with_inf_equal_to_count, setup, teardown),
+      cmocka_unit_test_setup_teardown(label_values_are_escaped, setup, teardown),
+      cmocka_unit_test_setup_teardown(absent_values_are_omitted_and_present_ones_written, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(loss_counters_are_left_out_when_not_tracked, setup, teardown),
+      cmocka_unit_test_setup_teardown(values_of_another_session_are_not_named, setup, teardown),
+      cmocka_unit_test_setup_teardown(device_json_has_values_by_name_and_null_for_absent, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(devices_json_lists_every_device_escaped_without_buckets,
+                                      setup, teardown),
+      cmocka_unit_test(empty_registry_renders_only_the_aggregator_families),
+      cmocka_unit_test_setup_teardown(render_appends_and_a_failed_text_stays_failed, setup,
+                                      teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,225 @@
+/*
+ * test_agg_registry.c - the aggregator's registry (host/aggregator/registry.c): naming,
+ * stage accumulation, loss from sequence gaps with wrap-around, rebirth requests, bad input.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <registry.h>
+
+static uint8_t wire[4096];
+
+/* Encodes msg and ingests it on edgemon/v1/<device>/<kind>. */
+static int feed(em_registry_t *r, const char *device, const em_msg_t *msg, em_ingest_t *in) {
+  size_t len = 0;
+  assert_int_equal(em_proto_encode(msg, wire, sizeof(wire), &len), 0);
+  char topic[128];
+  snprintf(topic, sizeof(topic), "edgemon/v1/%s/%s", device, em_msg_kind_name(msg->kind));
+  return em_registry_ingest(r, topic, wire, len, in);
+}
+
+static const em_metric_def_t metrics[] = {
+    {.alias = 0, .name = "mem.rss", .unit = "By", .kind = EM_METRIC_GAUGE},
+    {.alias = 1, .name = "pmu.ipc", .unit = "1", .kind = EM_METRIC_GAUGE},
+};
+
+static em_msg_t birth(uint32_t session) {
+  em_msg_t m = {.kind = EM_MSG_BIRTH};
+  m.u.birth = (em_birth_t){.time_ns = 1,
+                           .session = session,
+                           .device = "d",
+                           .agent_version = "t",
+                           .board = "b",
+                           .period_ns = 100000000,
+                           .metrics = metrics,
+                           .n_metrics = 2};
+  return m;
+}
+
+static const em_bucket_t buckets[] = {{1000, 3}, {1001, 1}};
+
+static em_msg_t data(uint32_t session, uint32_t seq) {
+  static em_sample_t samples[2];
+  static em_stage_t stage;
+  samples[0] = (em_sample_t){.alias = 0, .value = {.type = EM_VALUE_UINT, .as.u = 4096}};
+  samples[1] = (em_sample_t){.alias = 1, .value = {.type = EM_VALUE_ABSENT}};
+  stage = (em_stage_t){.name = "infer",
+                       .count = 4,
+                       .sum_ns = 200000,
+                       .min_ns = 49000,
+                       .max_ns = 52000,
+                       .p50_ns = 50000,
+                       .p90_ns = 51000,
+                       .p99_ns = 52000,
+                       .p999_ns = 52000,
+                       .scale = 6,
+                       .buckets = buckets,
+                       .n_buckets = 2};
+  em_msg_t m = {.kind = EM_MSG_DATA};
+  m.u.data = (em_data_t){.time_ns = 1000 + seq,
+                         .session = session,
+                         .seq = seq,
+                         .window_ns = 100000000,
+                         .level = EM_LEVEL_NONE,
+                         .samples = samples,
+                         .n_samples = 2,
+                         .stages = &stage,
+                         .n_stages = 1};
+  return m;
+}
+
+static void registry_names_values_and_accumulates_stages(void **state) {
+  (void)state;
+  em_registry_t *r = NULL;
+  assert_int_equal(em_registry_new(&r, true), 0);
+  em_ingest_t in;
+  em_msg_t m = birth(7);
+  assert_int_equal(feed(r, "dev-a", &m, &in), 0);
+  for (uint32_t seq = 0; seq < 3; seq++) {
+    m = data(7, seq);
+    assert_int_equal(feed(r, "dev-a", &m, &in), 0);
+    assert_false(in.needs_rebirth);
+  }
+  em_agg_device_t *d = em_registry_find(r, "dev-a");
+  assert_non_null(d);
+  assert_int_equal(d->data_msgs, 3);
+  assert_int_equal(d->n_values, 2);
+  assert_int_equal(d->values[0].type, EM_VALUE_UINT);
+  assert_int_equal(d->values[0].as.u, 4096);
+  assert_int_equal(d->values[1].type, EM_VALUE_ABSENT); /* null stays absent, not 0 */
+  assert_string_equal(em_dict_name(d->dev, 0), "mem.rss");
+  assert_int_equal(d->n_stages, 1);
+  assert_string_equal(d->stages[0].name, "infer");
+  assert_int_equal(em_histo_count(d->stages[0].total), 12);
+  assert_int_equal(d->stages[0].windows, 3);
+  assert_int_equal(d->stages[0].last.p99_ns, 52000);
+  assert_int_equal(d->lost, 0);
+  assert_int_equal(r->stats.ingested, 4);
+  em_registry_free(r);
+}
+
+static void registry_counts_loss_across_the_wrap_and_resets_per_session(void **state) {
+  (void)state;
+  em_registry_t *r = NULL;
+  assert_int_equal(em_registry_new(&r, true), 0);
+  em_ingest_t in;
+  em_msg_t m = birth(1);
+  feed(r, "dev", &m, &in);
+  const struct {
+    uint32_t session, seq, lost_now;
+    uint64_t lost, duplicates;
+  } steps[] = {
+      {1, 0xFFFFFFFDu, 0, 0, 0},                  /* first seen: nothing known before it */
+      {1, 0xFFFFFFFEu, 0, 0, 0}, {1, 1, 2, 2, 0}, /* FFFFFFFF and 0 missing across the wrap */
+      {1, 1, 0, 2, 1},                            /* repeated */
+      {1, 0, 0, 2, 2},                            /* behind: reordered */
+      {1, 5, 3, 5, 2},                            /* 2, 3, 4 missing */
+      {2, 100, 0, 5, 2},                          /* new session: starts afresh */
+      {2, 101, 0, 5, 2},
+  };
+  for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+    m = data(steps[i].session, steps[i].seq);
+    assert_int_equal(feed(r, "dev", &m, &in), 0);
+    em_agg_device_t *d = em_registry_find(r, "dev");
+    assert_int_equal(in.lost_now, steps[i].lost_now);
+    assert_int_equal(d->lost, steps[i].lost);
+    assert_int_equal(d->duplicates, steps[i].duplicates);
+  }
+  em_registry_free(r);
+}
+
+static void registry_without_loss_tracking_counts_none(void **state) {
+  (void)state;
+  em_registry_t *r = NULL;
+  assert_int_equal(em_registry_new(&r, false), 0);
+  em_ingest_t in;
+  em_msg_t m = data(1, 0);
+  feed(r, "dev", &m, &in);
+  m = data(1, 10);
+  feed(r, "dev", &m, &in);
+  assert_int_equal(em_registry_find(r, "dev")->lost, 0);
+  em_registry_free(r);
+}
+
+static void registry_asks_for_a_rebirth_once_per_session(void **state) {
+  (void)state;
+  em_registry_t *r = NULL;
+  assert_int_equal(em_registry_new(&r, true), 0);
+  em_ingest_t in;
+  em_msg_t m = data(9, 0);
+  feed(r, "dev", &m, &in);
+  assert_true(in.needs_rebirth);
+  m = data(9, 1);
+  feed(r, "dev", &m, &in);
+  assert_false(in.needs_rebirth);
+  m = birth(9);
+  feed(r, "dev", &m, &in);
+  m = data(9, 2);
+  feed(r, "dev", &m, &in);
+  assert_false(in.needs_rebirth);
+  assert_string_equal(em_dict_name(em_registry_find(r, "dev")->dev, 1), "pmu.ipc");
+  m = data(10, 0); /* the agent restarted; its new birth has not arrived */
+  feed(r, "dev", &m, &in);
+  assert_true(in.needs_rebirth);
+  assert_int_equal(r->stats.unknown_birth, 3);
+  em_registry_free(r);
+}
+
+static void registry_counts_bad_input_and_ignores_commands(void **state) {
+  (void)state;
+  em_registry_t *r = NULL;
+  assert_int_equal(em_registry_new(&r, true), 0);
+  em_ingest_t in;
+  const uint8_t junk[] = {0xff, 0x00, 0x13};
+  assert_int_equal(em_registry_ingest(r, "edgemon/v1/dev/data", junk, sizeof(junk), &in),
+                   EM_PROTO_EMALFORMED);
+  assert_null(in.agg);
+  assert_int_equal(em_registry_ingest(r, "other/topic", junk, sizeof(junk), &in), -EINVAL);
+  assert_int_equal(em_registry_ingest(r, "edgemon/v1/dev/cmd/rebirth", junk, sizeof(junk), &in), 0);
+  assert_null(in.agg);
+  assert_int_equal(em_registry_ingest(r, "edgemon/v1/dev/birth", NULL, 0, &in), 0);
+  assert_null(in.agg);
+  assert_int_equal(r->stats.received, 4);
+  assert_int_equal(r->stats.malformed, 2);
+  assert_int_equal(r->stats.ingested, 0);
+  assert_int_equal(r->n_devices, 0);
+  em_registry_free(r);
+}
+
+static void registry_keeps_devices_sorted(void **state) {
+  (void)state;
+  em_registry_t *r = NULL;
+  assert_int_equal(em_registry_new(&r, true), 0);
+  em_ingest_t in;
+  const char *ids[] = {"m", "c", "x", "a", "c"};
+  for (size_t i = 0; i < 5; i++) {
+    em_msg_t m = data(1, (uint32_t)i);
+    assert_int_equal(feed(r, ids[i], &m, &in), 0);
+  }
+  assert_int_equal(r->n_devices, 4);
+  const char *want[] = {"a", "c", "m", "x"};
+  for (size_t i = 0; i < 4; i++) {
+    assert_string_equal(r->devices[i]->dev->id, want[i]);
+  }
+  em_registry_free(r);
+  em_registry_free(NULL);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(registry_names_values_and_accumulates_stages),
+      cmocka_unit_test(registry_counts_loss_across_the_wrap_and_resets_per_session),
+      cmocka_unit_test(registry_without_loss_tracking_counts_none),
+      cmocka_unit_test(registry_asks_for_a_rebirth_once_per_session),
+      cmocka_unit_test(registry_counts_bad_input_and_ignores_commands),
+      cmocka_unit_test(registry_keeps_devices_sorted),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

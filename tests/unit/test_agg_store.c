@@ -1,0 +1,613 @@
+/*
+ * test_agg_store.c - the aggregator's SQLite store (host/aggregator/store.c) against a real
+ * SQLite database in a temporary directory: schema and application_id, rows with names and
+ * values, absent values, batching by rows and by time, clean/unclean detection, retention,
+ * downsampling, and refusing files that are not edgemon stores.
+ *
+ * Rows are checked through a second, independent sqlite3 connection, so only committed rows
+ * are visible to the checks.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "store.h"
+
+#include <dict.h>
+#include <errno.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define T0_NS 1700000000000000000ull /* A CLOCK_REALTIME in 2023. */
+#define S_NS  1000000000ull
+
+typedef struct {
+  char dir[256];
+  char path[300];
+  em_dict_t *dict;
+  em_device_t *dev;
+} fixture_t;
+
+static void rm_store_files(const char *path) {
+  static const char *const suffix[] = {"", "-wal", "-shm", "-journal"};
+  for (size_t i = 0; i < sizeof(suffix) / sizeof(suffix[0]); i++) {
+    char p[400];
+    snprintf(p, sizeof(p), "%s%s", path, suffix[i]);
+    unlink(p);
+  }
+}
+
+static int setup(void **state) {
+  fixture_t *f = calloc(1, sizeof(*f));
+  assert_non_null(f);
+  snprintf(f->dir, sizeof(f->dir), "/tmp/em-store-test-XXXXXX");
+  assert_non_null(mkdtemp(f->dir));
+  snprintf(f->path, sizeof(f->path), "%s/history.db", f->dir);
+  assert_int_equal(em_dict_new(&f->dict), 0);
+  f->dev = em_dict_device(f->dict, "dev-1", true);
+  assert_non_null(f->dev);
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture_t *f = *state;
+  rm_store_files(f->path);
+  char other[400];
+  snprintf(other, sizeof(other), "%s/other.db", f->dir);
+  rm_store_files(other);
+  snprintf(other, sizeof(other), "%s/ro", f->dir);
+  chmod(other, 0700);
+  rmdir(other);
+  rmdir(f->dir);
+  em_dict_free(f->dict);
+  free(f);
+  return 0;
+}
+
+static em_store_opts_t opts_for(const fixture_t *f) {
+  em_store_opts_t o = {.path = f->path, .batch_ms = 1000, .batch_rows = 1000};
+  return o;
+}
+
+static em_store_t *open_ok(const fixture_t *f, const em_store_opts_t *o, em_store_report_t *rep) {
+  em_store_t *s = NULL;
+  char err[512];
+  em_store_report_t local;
+  int rc = em_store_open(&s, o, rep ? rep : &local, err, sizeof(err));
+  if (rc != 0) {
+    fail_msg("em_store_open(%s): %d %s", f->path, rc, err);
+  }
+  assert_non_null(s);
+  return s;
+}
+
+/* One integer from a query over an independent read connection. */
+static int64_t q_int(const char *path, const char *sql) {
+  sqlite3 *db = NULL;
+  assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
+    fail_msg("%s: %s", sql, sqlite3_errmsg(db));
+  }
+  int64_t v = -1;
+  if (sqlite3_step(st) == SQLITE_ROW) {
+    v = sqlite3_column_int64(st, 0);
+  }
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return v;
+}
+
+static double q_double(const char *path, const char *sql) {
+  sqlite3 *db = NULL;
+  assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  sqlite3_stmt *st = NULL;
+  assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+  double v = -1.0;
+  if (sqlite3_step(st) == SQLITE_ROW) {
+    v = sqlite3_column_double(st, 0);
+  }
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return v;
+}
+
+/* --- messages ---------------------------------------------------------------------------- */
+
+static const em_metric_def_t defs[] = {
+    {.alias = 0, .name = "pmu.cycles", .unit = "1", .kind = EM_METRIC_DELTA},
+    {.alias = 1, .name = "mem.rss", .unit = "By", .kind = EM_METRIC_GAUGE},
+    {.alias = 2,
+     .name = "psi.cpu.some.avg10",
+     .unit = "%",
+     .kind = EM_METRIC_GAUGE,
+     .absent_reason = "no PSI"},
+};
+
+static em_msg_t birth_msg(uint32_t session) {
+  em_msg_t m = {.kind = EM_MSG_BIRTH};
+  m.u.birth = (em_birth_t){.time_ns = T0_NS,
+                           .session = session,
+                           .device = "dev-1",
+                           .agent_version = "1.2.3",
+                           .board = "rpi4",
+                           .period_ns = 100000000,
+                           .metrics = defs,
+                           .n_metrics = 3};
+  return m;
+}
+
+static const em_bucket_t buckets[] = {{.index = -3, .count = 2}, {.index = 40, .count = 5}};
+static const em_stage_t stages[] = {
+    {.name = "infer",
+     .count = 7,
+     .sum_ns = 7000,
+     .min_ns = 100,
+     .max_ns = 2000,
+     .p50_ns = 900,
+     .p90_ns = 1500,
+     .p99_ns = 1900,
+     .p999_ns = 2000,
+     .scale = 3,
+     .zero_count = 0,
+     .buckets = buckets,
+     .n_buckets = 2},
+    {.name = "idle-stage", .count = 0},
+};
+
+static em_msg_t data_msg(uint32_t session, uint64_t time_ns, em_sample_t *samples, size_t n) {
+  em_msg_t m = {.kind = EM_MSG_DATA};
+  m.u.data = (em_data_t){.time_ns = time_ns,
+                         .session = session,
+                         .seq = 1,
+                         .window_ns = 100000000,
+                         .level = EM_LEVEL_WARN,
+                         .samples = samples,
+                         .n_samples = n,
+                         .stages = stages,
+                         .n_stages = 2};
+  return m;
+}
+
+static void add_birth(fixture_t *f, em_store_t *s, uint32_t session) {
+  em_msg_t b = birth_msg(session);
+  assert_int_equal(em_dict_set_birth(f->dev, &b.u.birth), 0);
+  assert_int_equal(em_store_add(s, "dev-1", f->dev, &b, T0_NS), 0);
+}
+
+/* --- tests ------------------------------------------------------------------------------- */
+
+static void store_create_makes_tables_and_application_id(void **state) {
+  fixture_t *f = *state;
+  em_store_opts_t o = opts_for(f);
+  em_store_report_t rep;
+  em_store_t *s = open_ok(f, &o, &rep);
+  assert_true(rep.created);
+  assert_false(rep.unclean);
+  assert_true(rep.integrity_ok);
+  assert_int_equal(em_store_close(s), 0);
+
+  assert_int_equal(q_int(f->path, "PRAGMA application_id"), 0x4544474d);
+  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 1);
+  assert_int_equal(q_int(f->path, "SELECT journal_mode = 'wal' FROM pragma_journal_mode"), 1);
+  static const char *const tables[] = {"meta",    "devices",       "metrics",      "stages",
+                                       "samples", "stage_windows", "level_changes"};
+  for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++) {
+    char sql[200];
+    snprintf(sql, sizeof(sql),
+             "SELECT count(*) FROM sqlite_schema WHERE type='table' AND name='%s'", tables[i]);
+    assert_int_equal(q_int(f->path, sql), 1);
+  }
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM sqlite_schema WHERE type='index' AND "
+                                  "name='samples_device_time'"),
+                   1);
+}
+
+static void store_rows_carry_names_and_values(void **state) {
+  fixture_t *f = *state;
+  em_store_opts_t o = opts_for(f);
+  em_store_t *s = open_ok(f, &o, NULL);
+  add_birth(f, s, 7);
+
+  em_sample_t smp[] = {
+      {.alias = 0, .value = {.type = EM_VALUE_UINT, .as.u = 123456}},
+      {.alias = 1, .value = {.type = EM_VALUE_FLOAT, .as.f = 2.5}},
+      {.alias = 2, .value = {.type = EM_VALUE_ABSENT}},
+      {.alias = 9, .value = {.type = EM_VALUE_INT, .as.i = -4}},
+  };
+  em_msg_t d = data_msg(7, T0_NS + S_NS, smp, 4);
+  assert_int_equal(em_store_add(s, "dev-1", f->dev, &d, T0_NS), 0);
+
+  em_msg_t st = {.kind = EM_MSG_STATE};
+  st.u.state = (em_state_t){.time_ns = T0_NS + 2 * S_NS,
+                            .session = 7,
+                            .level = EM_LEVEL_DEGRADED,
+                            .prev_level = EM_LEVEL_WARN,
+                            .rule = "infer.p99",
+                            .stage = "infer",
+                            .value = {.type = EM_VALUE_UINT, .as.u = 1900},
+                            .bound = {.type = EM_VALUE_ABSENT},
+                            .reason = "p99 over budget"};
+  assert_int_equal(em_store_add(s, "dev-1", f->dev, &st, T0_NS), 0);
+  em_msg_t status = {.kind = EM_MSG_STATUS};
+  status.u.status = (em_status_t){.time_ns = T0_NS + 3 * S_NS, .session = 7, .online = true};
+  assert_int_equal(em_store_add(s, "dev-1", f->dev, &status, T0_NS), 0);
+
+  /* Nothing is visible before the batch commits. */
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples"), 0);
+  assert_int_equal(em_store_flush(s), 0);
+
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples"), 3); /* null not stored */
+  assert_int_equal(q_int(f->path, "SELECT value FROM samples JOIN metrics m ON m.id = metric "
+                                  "WHERE m.name = 'pmu.cycles'"),
+                   123456);
+  assert_true(q_double(f->path, "SELECT value FROM samples JOIN metrics m ON m.id = metric "
+                                "WHERE m.name = 'mem.rss'") == 2.5);
+  assert_int_equal(q_int(f->path, "SELECT value FROM samples JOIN metrics m ON m.id = metric "
+                                  "WHERE m.name = 'alias.9'"),
+                   -4);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples JOIN metrics m ON m.id = metric "
+                                  "WHERE m.name = 'psi.cpu.some.avg10'"),
+                   0);
+  assert_int_equal(q_int(f->path, "SELECT min(n) FROM samples"), 1);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples JOIN devices d ON d.id = device "
+                                  "WHERE d.name = 'dev-1' AND time_ns = 1700000001000000000"),
+                   3);
+
+  /* One window row: the idle stage has none. The blob holds 12-byte little-endian pairs. */
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM stage_windows"), 1);
+  assert_int_equal(q_int(f->path, "SELECT p99_ns FROM stage_windows JOIN stages t ON t.id = stage "
+                                  "WHERE t.name = 'infer'"),
+                   1900);
+  assert_int_equal(q_int(f->path, "SELECT length(buckets) FROM stage_windows"), 24);
+  assert_int_equal(q_int(f->path, "SELECT hex(buckets) = 'FDFFFFFF' || '0200000000000000' || "
+                                  "'28000000' || '0500000000000000' FROM stage_windows"),
+                   1);
+
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM level_changes WHERE level = 2 AND "
+                                  "prev_level = 1 AND rule = 'infer.p99' AND stage = 'infer' AND "
+                                  "value = 1900 AND bound IS NULL AND reason = 'p99 over budget'"),
+                   1);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM devices WHERE name = 'dev-1' AND "
+                                  "session = 7 AND board = 'rpi4' AND agent_version = '1.2.3' AND "
+                                  "online = 1 AND level = 2 AND period_ns = 100000000"),
+                   1);
+
+  em_store_stats_t stats;
+  em_store_stats(s, &stats);
+  assert_int_equal(stats.errors, 0);
+  assert_int_equal(stats.pending, 0);
+  assert_int_equal(stats.batches, 1);
+  assert_true(stats.rows >= 7);
+  assert_int_equal(em_store_close(s), 0);
+}
+
+static void store_data_without_birth_uses_alias_names(void **state) {
+  fixture_t *f = *state;
+  em_store_opts_t o = opts_for(f);
+  em_store_t *s = open_ok(f, &o, NULL);
+  add_birth(f, s, 7);
+  em_sample_t smp[] = {{.alias = 0, .value = {.type = EM_VALUE_UINT, .as.u = 1}}};
+  em_msg_t d = data_msg(8, T0_NS, smp, 1); /* Session 8: the birth is of session 7. */
+  assert_int_equal(em_store_add(s, "dev-1", f->dev, &d, T0_NS), 0);
+  assert_int_equal(em_store_add(s, "dev-2", NULL, &d, T0_NS), 0);
+  assert_int_equal(em_store_flush(s), 0);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples JOIN metrics m ON m.id = metric "
+                                  "WHERE m.name = 'alias.0'"),
+                   2);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM devices"), 2);
+  assert_int_equal(em_store_close(s), 0);
+}
+
+static void store_tick_commits_when_batch_rows_pending(void **state) {
+  fixture_t *f = *state;
+  em_store_opts_t o = opts_for(f);
+  o.batch_rows = 10;
+  o.batch_ms = 3600000;
+  em_store_t *s = open_ok(f, &o, NULL);
+  em_sample_t smp[] = {{.alias = 0, .value = {.type = EM_VALUE_UINT, .as.u = 1}}};
+  em_msg_t d = data_msg(1, T0_NS, smp, 1); /* 3 rows: device, sample, window. */
+  em_store_stats_t stats;
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(em_store_add(s, "dev-1", NULL, &d, T0_NS), 0);
+    assert_int_equal(em_store_tick(s, 5 * S_NS), 0);
+  }
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples"), 0);
+  em_store_stats(s, &stats);
+  assert_int_equal(stats.pending, 9);
+  assert_int_equal(em_store_add(s, "dev-1", NULL, &d, T0_NS), 0);
+  assert_int_equal(em_store_tick(s, 5 * S_NS), 0);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples"), 4);
+  em_store_stats(s, &stats);
+  assert_int_equal(stats.pending, 0);
+  assert_int_equal(stats.batches, 1);
+  assert_int_equal(stats.rows, 12);
+  assert_int_equal(em_store_close(s), 0);
+}
+
+static void store_tick_commits_when_batch_ms_passed(void **state) {
+  fixture_t *f = *state;
+  em_store_opts_t o = opts_for(f);
+  o.batch_rows = 1000000;
+  o.batch_ms = 250;
+  em_store_t *s = open_ok(f, &o, NULL);
+  assert_int_equal(em_store_tick(s, 1 * S_NS), 0); /* Nothing pending: nothing to do. */
+  em_sample_t smp[] = {{.alias = 0, .value = {.type = EM_VALUE_UINT, .as.u = 1}}};
+  em_msg_t d = data_msg(1, T0_NS, smp, 1);
+  assert_int_equal(em_store_add(s, "dev-1", NULL, &d, T0_NS), 0);
+  assert_int_equal(em_store_tick(s, 2 * S_NS), 0);
+  assert_int_equal(em_store_tick(s, 2 * S_NS + 249000000), 0);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples"), 0);
+  assert_int_equal(em_store_tick(s, 2 * S_NS + 250000000), 0);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples"), 1);
+  assert_int_equal(em_store_close(s), 0);
+}
+
+static void store_abandoned_store_reopens_unclean(void **state) {
+  fixture_t *f = *state;
+  em_store_opts_t o = opts_for(f);
+  em_store_t *s = open_ok(f, &o, NULL);
+  em_sample_t smp[] = {{.alias = 0, .value = {.type = EM_VALUE_UINT, .as.u = 1}}};
+  em_msg_t d = data_msg(1, T0_NS, smp, 1);
+  assert_int_equal(em_store_add(s, "dev-1", NULL, &d, T0_NS), 0);
+  assert_int_equal(em_store_flush(s), 0);
+  assert_int_equal(em_store_add(s, "dev-1", NULL, &d, T0_NS + S_NS), 0); /* Open batch. */
+  em_store_abandon(s);
+
+  em_store_report_t rep;
+  s = open_ok(f, &o, &rep);
+  assert_false(rep.created);
+  assert_true(rep.unclean);
+  assert_true(rep.last_commit_ns > T0_NS);
+  assert_true(rep.integrity_ok);
+  /* The committed batch survived; the open one is gone. */
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples"), 1);
+  assert_int_equal(em_store_close(s), 0);
+
+  s = open_ok(f, &o, &rep);
+  assert_false(rep.unclean);
+  assert_true(rep.last_commit_ns > T0_NS);
+  assert_int_equal(em_store_close(s), 0);
+}
+
+static void store_clean_close_reopens_clean(void **state) {
+  fixture_t *f = *state;
+  em_store_opts_t o = opts_for(f);
+  em_store_t *s = open_ok(f, &o, NULL);
+  em_sample_t smp[] = {{.alias = 0, .value = {.type = EM_VALUE_UINT, .as.u = 1}}};
+  em_msg_t d = data_msg(1, T0_NS, smp, 1);
+  assert_int_equal(em_store_add(s, "dev-1", NULL, &d, T0_NS), 0);
+  assert_int_equal(em_store_close(s), 0); /* Close commits the pending batch. */
+  em_store_report_t rep;
+  s = open_ok(f, &o, &rep);
+  assert_false(rep.created);
+  assert_false(rep.unclean);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples"), 1);
+  assert_int_equal(em_store_close(s), 0);
+  assert_int_equal(em_store_close(NULL), 0);
+  em_store_abandon(NULL);
+}
+
+static void store_retention_deletes_old_rows(void **state) {
+  fixture_t *f = *state;
+  em_store_opts_t o = opts_for(f);
+  o.retention_s = 3600;
+  em_store_t *s = open_ok(f, &o, NULL);
+  em_sample_t smp[] = {{.alias = 0, .value = {.type = EM_VALUE_UINT, .as.u = 1}}};
+  uint64_t now = T0_NS + 10000 * S_NS;
+  const uint64_t times[] = {T0_NS, now - 3601 * S_NS, now - 3599 * S_NS, now};
+  for (size_t i = 0; i < 4; i++) {
+    em_msg_t d = data_msg(1, times[i], smp, 1);
+    assert_int_equal(em_store_add(s, "dev-1", NULL, &d, times[i]), 0);
+  }
+  em_msg_t st = {.kind = EM_MSG_STATE};
+  st.u.state = (em_state_t){.time_ns = T0_NS, .level = EM_LEVEL_WARN};
+  assert_int_equal(em_store_add(s, "dev-1", NULL, &st, T0_NS), 0);
+  assert_int_equal(em_store_retain(s, now), 0);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples"), 2);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM stage_windows"), 2);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM level_changes"), 0);
+  assert_int_equal(q_int(f->path, "SELECT min(time_ns) FROM samples"),
+                   (int64_t)(now - 3599 * S_NS));
+  assert_int_equal(em_store_close(s), 0);
+}
+
+static void store_downsampling_averages_one_row_per_step(void **state) {
+  fixture_t *f = *state;
+  em_store_opts_t o = opts_for(f);
+  o.downsample_after_s = 3600;
+  o.downsample_step_s = 60;
+  em_store_t *s = open_ok(f, &o, NULL);
+  add_birth(f, s, 1);
+  uint64_t base = T0_NS / (60 * S_NS) * (60 * S_NS); /* Aligned to a step. */
+  /* 6 samples 10 s apart in the old step, values 1..6 of pmu.cycles; 2 of mem.rss. */
+  for (uint64_t i = 0; i < 6; i++) {
+    em_sample_t smp[] = {{.alias = 0, .value = {.type = EM_VALUE_UINT, .as.u = i + 1}},
+                         {.alias = 1, .value = {.type = EM_VALUE_FLOAT, .as.f = 10.0 * (double)i}}};
+    em_msg_t d = data_msg(1, base + i * 10 * S_NS + 1, smp, i < 2 ? 2 : 1);
+    assert_int_equal(em_store_add(s, "dev-1", f->dev, &d, 0), 0);
+  }
+  uint64_t now = base + 7200 * S_NS;
+  em_sample_t recent[] = {{.alias = 0, .value = {.type = EM_VALUE_UINT, .as.u = 100}}};
+  em_msg_t d = data_msg(1, now - 10 * S_NS, recent, 1);
+  assert_int_equal(em_store_add(s, "dev-1", f->dev, &d, 0), 0);
+
+  assert_int_equal(em_store_retain(s, now), 0);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples"), 3);
+  char sql[300];
+  snprintf(sql, sizeof(sql),
+           "SELECT n FROM samples JOIN metrics m ON m.id = metric WHERE m.name = 'pmu.cycles' "
+           "AND time_ns = %llu",
+           (unsigned long long)base);
+  assert_int_equal(q_int(f->path, sql), 6);
+  snprintf(sql, sizeof(sql),
+           "SELECT value FROM samples JOIN metrics m ON m.id = metric WHERE m.name = 'pmu.cycles' "
+           "AND time_ns = %llu",
+           (unsigned long long)base);
+  assert_true(q_double(f->path, sql) == 3.5);
+  assert_true(q_double(f->path, "SELECT value FROM samples JOIN metrics m ON m.id = metric "
+                                "WHERE m.name = 'mem.rss'") == 5.0);
+  assert_int_equal(q_int(f->path, "SELECT n FROM samples WHERE value = 100"), 1);
+
+  /* Running it again changes nothing: the downsampled rows are already one per step. */
+  assert_int_equal(em_store_retain(s, now), 0);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples"), 3);
+  assert_int_equal(q_int(f->path, "SELECT sum(n) FROM samples"), 9);
+  assert_int_equal(em_store_close(s), 0);
+}
+
+/* A statement that fails (a trigger injects the error) drops its row, counts an error, and
+ * leaves the store usable: the other rows of the batch commit. */
+static void store_failed_row_is_dropped_and_counted(void **state) {
+  fixture_t *f = *state;
+  em_store_opts_t o = opts_for(f);
+  em_store_t *s = open_ok(f, &o, NULL);
+  sqlite3 *db = NULL;
+  assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
+  assert_int_equal(
+      sqlite3_exec(db,
+                   "CREATE TRIGGER inject BEFORE INSERT ON samples WHEN NEW.value = 13 "
+                   "BEGIN SELECT RAISE(ABORT, 'injected'); END",
+                   NULL, NULL, NULL),
+      SQLITE_OK);
+  sqlite3_close(db);
+  em_sample_t smp[] = {{.alias = 0, .value = {.type = EM_VALUE_UINT, .as.u = 13}},
+                       {.alias = 1, .value = {.type = EM_VALUE_UINT, .as.u = 14}}};
+  em_msg_t d = data_msg(1, T0_NS, smp, 2);
+  assert_int_equal(em_store_add(s, "dev-1", NULL, &d, T0_NS), -EIO);
+  assert_int_equal(em_store_flush(s), 0);
+  em_store_stats_t stats;
+  em_store_stats(s, &stats);
+  assert_int_equal(stats.errors, 1);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples"), 1);
+  assert_int_equal(q_int(f->path, "SELECT value FROM samples"), 14);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM stage_windows"), 1);
+  assert_int_equal(em_store_close(s), 0);
+}
+
+/* --- refusing what is not a store ----------------------------------------------------------- */
+
+typedef enum { BAD_FOREIGN, BAD_GARBAGE, BAD_PARENT_IS_FILE, BAD_READONLY_DIR } bad_kind_t;
+
+static void make_bad(fixture_t *f, bad_kind_t kind, char *path, size_t cap) {
+  switch (kind) {
+  case BAD_FOREIGN: {
+    snprintf(path, cap, "%s/other.db", f->dir);
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db,
+                                  "CREATE TABLE accounts(id INTEGER, owner TEXT);"
+                                  "INSERT INTO accounts VALUES(1, 'x')",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(db);
+    break;
+  }
+  case BAD_GARBAGE: {
+    snprintf(path, cap, "%s/other.db", f->dir);
+    FILE *fp = fopen(path, "wb");
+    assert_non_null(fp);
+    for (int i = 0; i < 8192; i++) {
+      fputc((i * 131 + 7) & 0xff, fp);
+    }
+    fclose(fp);
+    break;
+  }
+  case BAD_PARENT_IS_FILE: {
+    char parent[320];
+    snprintf(parent, sizeof(parent), "%s/other.db", f->dir);
+    FILE *fp = fopen(parent, "wb");
+    assert_non_null(fp);
+    fclose(fp);
+    snprintf(path, cap, "%s/store.db", parent);
+    break;
+  }
+  case BAD_READONLY_DIR: {
+    char ro[320];
+    snprintf(ro, sizeof(ro), "%s/ro", f->dir);
+    assert_int_equal(mkdir(ro, 0500), 0);
+    snprintf(path, cap, "%s/store.db", ro);
+    break;
+  }
+  }
+}
+
+static void store_open_refuses_what_is_not_a_store(void **state) {
+  fixture_t *f = *state;
+  static const struct {
+    bad_kind_t kind;
+    const char *says; /* Part of the message besides the path. */
+  } rows[] = {
+      {BAD_FOREIGN, "not an edgemon database"},
+      {BAD_GARBAGE, "not a database"},
+      {BAD_PARENT_IS_FILE, "cannot open"},
+      {BAD_READONLY_DIR, "cannot open"},
+  };
+  for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+    if (rows[i].kind == BAD_READONLY_DIR && geteuid() == 0) {
+      continue; /* root writes into read-only directories. */
+    }
+    char path[400];
+    make_bad(f, rows[i].kind, path, sizeof(path));
+    em_store_opts_t o = opts_for(f);
+    o.path = path;
+    em_store_t *s = (em_store_t *)&o; /* Must be reset to NULL. */
+    em_store_report_t rep;
+    char err[512] = "";
+    assert_int_equal(em_store_open(&s, &o, &rep, err, sizeof(err)), -EIO);
+    assert_null(s);
+    if (!strstr(err, path) || !strstr(err, rows[i].says)) {
+      fail_msg("row %zu: message \"%s\" lacks the path or \"%s\"", i, err, rows[i].says);
+    }
+    if (rows[i].kind == BAD_FOREIGN) {
+      /* Untouched: still only its own table, not in WAL mode. */
+      assert_int_equal(q_int(path, "SELECT count(*) FROM sqlite_schema"), 1);
+      assert_int_equal(q_int(path, "PRAGMA application_id"), 0);
+    }
+    char other[400];
+    snprintf(other, sizeof(other), "%s/other.db", f->dir);
+    rm_store_files(other);
+  }
+}
+
+static void store_open_rejects_bad_options(void **state) {
+  fixture_t *f = *state;
+  em_store_t *s = NULL;
+  char err[128];
+  em_store_opts_t o = opts_for(f);
+  o.batch_rows = 0;
+  assert_int_equal(em_store_open(&s, &o, NULL, err, sizeof(err)), -EINVAL);
+  o = opts_for(f);
+  o.downsample_after_s = 10;
+  assert_int_equal(em_store_open(&s, &o, NULL, err, sizeof(err)), -EINVAL);
+  assert_int_equal(em_store_open(&s, NULL, NULL, err, sizeof(err)), -EINVAL);
+  assert_int_equal(em_store_add(NULL, "d", NULL, NULL, 0), -EINVAL);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(store_create_makes_tables_and_application_id, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(store_rows_carry_names_and_values, setup, teardown),
+      cmocka_unit_test_setup_teardown(store_data_without_birth_uses_alias_names, setup, teardown),
+      cmocka_unit_test_setup_teardown(store_tick_commits_when_batch_rows_pending, setup, teardown),
+      cmocka_unit_test_setup_teardown(store_tick_commits_when_batch_ms_passed, setup, teardown),
+      cmocka_unit_test_setup_teardown(store_abandoned_store_reopens_unclean, setup, teardown),
+      cmocka_unit_test_setup_teardown(store_clean_close_reopens_clean, setup, teardown),
+      cmocka_unit_test_setup_teardown(store_retention_deletes_old_rows, setup, teardown),
+      cmocka_unit_test_setup_teardown(store_downsampling_averages_one_row_per_step, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(store_failed_row_is_dropped_and_counted, setup, teardown),
+      cmocka_unit_test_setup_teardown(store_open_refuses_what_is_not_a_store, setup, teardown),
+      cmocka_unit_test_setup_teardown(store_open_rejects_bad_options, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
