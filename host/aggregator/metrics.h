@@ -44,7 +44,8 @@ typedef struct {
 
 void em_text_free(em_text_t *t);
 
-/* Renders the exposition of `r` (caller holds its lock) into t (appended). Returns 0 or t->error. */
+/* Renders the exposition of `r` (caller holds its lock) into t (appended). Returns 0 or t->error.
+ */
 int em_metrics_render(const em_registry_t *r, em_text_t *t);
 
 /* Renders /api/devices (all == true, devices without buckets) or one device as JSON. */
