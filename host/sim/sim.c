@@ -81,7 +81,7 @@ static const char usage_text[] =
     "  -b, --broker URL      mqtt://HOST[:PORT] (default " EM_BROKER_DEFAULT_URL ")\n"
     "  -d, --duration S      stop after S seconds (default: run until a signal)\n"
     "  -p, --prefix NAME     device id prefix (default sim)\n"
-    "  -s, --seed N          random seed (default 1); same seed, same values\n"
+    "  -s, --seed N          random seed (default 1): same seed, same sessions and draws\n"
     "      --stages LIST     comma-separated stage names (default " SIM_DEFAULT_STAGES ")\n"
     "  -q, --qos 0|1         QoS of data messages (default 0); birth, state, status use 1\n"
     "  -V, --version         print the version and exit\n"
@@ -824,6 +824,8 @@ static void summary(const sim_t *s, uint64_t data_end_ns) {
           "schedule %.3f ms; %" PRIu64 " messages more than 1 ms late\n",
           elapsed > 0 ? (double)s->n_data / elapsed : 0.0, offered, (double)s->max_late_ns / 1e6,
           s->late_slots);
+  fprintf(stderr, "edgemon-sim: data phase on CLOCK_MONOTONIC from %" PRIu64 " to %" PRIu64 " ns\n",
+          s->start_ns, data_end_ns);
 }
 
 int main(int argc, char **argv) {

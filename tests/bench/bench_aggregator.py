@@ -10,13 +10,19 @@ less than 95% of its schedule (the broker or the machine is saturated), or --max
 
 Per step it reports:
   offered    data msgs/s the simulator achieved (its own summary; its schedule beside it)
-  bare       data msgs/s bench_drain received, over its first..last message
-  agg        data msgs/s the aggregator ingested (edgemon_aggregator_messages_ingested_total,
-             less the births/statuses/states the simulator reports), over the window in which
-             the counter moved (polled every 0.2 s)
+  bare       data msgs/s bench_drain received
+  agg        data msgs/s the aggregator ingested (edgemon_aggregator_ingested_total, less the
+             births/statuses/states the simulator reports)
+             Both rates divide by the same kind of window: from the simulator's first data
+             message (it prints its data phase on CLOCK_MONOTONIC) to the later of its last one
+             and the consumer's last one, so a consumer that falls behind scores lower. The
+             aggregator is scraped only before and after a step (its /metrics page is megabytes
+             at 1000 devices): its window ends with the last 100 ms in which it used 30 ms of
+             CPU or more (/proc), i.e. when it has worked off its backlog.
   ratio      agg / bare
   rows/s     edgemon_aggregator_store_rows_total over the same window
-  CPU %      of one core, from /proc/<pid>/stat over the step (aggregator, mosquitto, sim)
+  CPU %      of one core, from /proc/<pid>/stat while the simulator runs (aggregator,
+             mosquitto, simulator)
   RSS        aggregator VmRSS at the end of the step, and VmHWM (peak)
 and prints a markdown table at the end.
 """
@@ -146,53 +152,50 @@ def step(args, broker, agg, rate):
          "--seed", str(int(rate * 1000))], stderr=subprocess.PIPE, text=True)
     sim_pid = sim.pid
     sim_cpu = 0.0
-    # Poll the aggregator while the simulator runs and until its counter stops moving.
-    moves = []
-    last = before["messages_ingested_total"] if agg else 0
-    quiet_since = None
-    while True:
-        if sim.poll() is None:
-            sim_cpu = cpu_s(sim_pid)
-        if agg:
-            c = agg.counters()
-            now = time.monotonic()
-            if c["messages_ingested_total"] != last:
-                moves.append((now, c))
-                last = c["messages_ingested_total"]
-                quiet_since = None
-            elif sim.poll() is not None:
-                quiet_since = quiet_since or now
-                if now - quiet_since > 2.0:
-                    break
-        elif sim.poll() is not None:
-            break
-        time.sleep(0.2)
+    # Nothing scrapes the aggregator while the simulator runs (a /metrics page of 1000 devices
+    # is megabytes: scraping it would be a load of its own); /proc only.
+    while sim.poll() is None:
+        sim_cpu = cpu_s(sim_pid)
+        agg_cpu_end = cpu_s(agg.proc.pid) if agg else 0.0
+        time.sleep(0.1)
+    t_sim_end = time.monotonic()
+    mosq_cpu_end = cpu_s(broker.proc.pid)
     _, sim_err = sim.communicate(timeout=60)
-    t1 = time.monotonic()
-    out, _ = drain.communicate(timeout=args.seconds + 150)
-    cpu1 = {k: cpu_s(p) for k, p in broker.pids(agg).items()}
     data, other, achieved, scheduled, lag_ms = parse_sim(sim_err)
-    m = re.search(r"total=(\d+) first_ns=(\d+) last_ns=(\d+)", out)
-    bare_n, first, last_ns = (int(x) for x in m.groups())
-    bare = bare_n / ((last_ns - first) / 1e9) if last_ns > first else 0.0
+    ph = re.search(r"data phase on CLOCK_MONOTONIC from (\d+) to (\d+) ns", sim_err)
+    data_start_ns, data_end_ns = int(ph.group(1)), int(ph.group(2))
+    sim_s = (data_end_ns - data_start_ns) / 1e9
     row = {"rate": rate, "offered": achieved, "scheduled": scheduled, "lag_ms": lag_ms,
-           "sim_data": data, "bare_n": bare_n, "bare": bare,
-           "sim_cpu": 100.0 * sim_cpu / max(args.seconds, 1e-9),
-           "mosq_cpu": 100.0 * (cpu1["mosquitto"] - cpu0["mosquitto"]) / (t1 - t0)}
+           "sim_data": data, "sim_cpu": 100.0 * sim_cpu / max(sim_s, 1e-9),
+           "mosq_cpu": 100.0 * (mosq_cpu_end - cpu0["mosquitto"]) / (t_sim_end - t0)}
     if agg:
-        after = moves[-1][1] if moves else before
-        agg_n = after["messages_ingested_total"] - before["messages_ingested_total"] - other
-        span = (moves[-1][0] - t0) if moves else 0.0
-        # The window: from the first data message (the births take a moment) to the last move.
-        lead = max(0.0, span - (data / achieved if achieved else span))
-        window = max(span - lead, 1e-9)
+        # Then watch its CPU time until it goes quiet (a backlog keeps it busy), and scrape
+        # once: the last 100 ms in which it used 30 ms of CPU or more ends its window.
+        last_move, prev = time.monotonic_ns(), cpu_s(agg.proc.pid)
+        while time.monotonic_ns() - last_move < 2e9:
+            time.sleep(0.1)
+            c = cpu_s(agg.proc.pid)
+            if c - prev >= 0.03:
+                last_move = time.monotonic_ns()
+            prev = c
+        last_c = agg.counters()
+        agg_n = last_c["messages_ingested_total"] - before["messages_ingested_total"] - other
+        window = max((last_move - data_start_ns) / 1e9, sim_s)
         row.update({
             "agg_n": agg_n, "agg": agg_n / window,
-            "rows": (after["store_rows_total"] - before["store_rows_total"]) / window,
-            "agg_cpu": 100.0 * (cpu1["aggregator"] - cpu0["aggregator"]) / (t1 - t0),
+            "rows": (last_c["store_rows_total"] - before["store_rows_total"]) / window,
+            "agg_cpu": 100.0 * (agg_cpu_end - cpu0["aggregator"]) / (t_sim_end - t0),
             "rss_mb": mem_kb(agg.proc.pid, "VmRSS") / 1024.0,
             "hwm_mb": mem_kb(agg.proc.pid, "VmHWM") / 1024.0,
         })
+    out, _ = drain.communicate(timeout=args.seconds + 150)
+    m = re.search(r"total=(\d+) first_ns=(\d+) last_ns=(\d+)", out)
+    bare_n, _, bare_last = (int(x) for x in m.groups())
+    # Same window rule for both: from the simulator's first data message to the later of its
+    # last one and the subscriber's last one.
+    bare_window = max((bare_last - data_start_ns) / 1e9, sim_s)
+    row.update({"bare_n": bare_n, "bare": bare_n / bare_window if bare_n else 0.0})
+    if agg:
         row["ratio"] = row["agg"] / row["bare"] if row["bare"] else 0.0
     return row
 
