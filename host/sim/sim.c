@@ -820,7 +820,7 @@ static void summary(const sim_t *s, uint64_t data_end_ns) {
           s->opt.devices, s->opt.rate_hz, elapsed, s->n_data, s->n_birth, s->n_state, s->n_status,
           s->n_fail);
   fprintf(stderr,
-          "edgemon-sim: data rate %.0f msg/s achieved of %.0f msg/s scheduled; worst lag behind "
+          "edgemon-sim: data rate %.2f msg/s achieved of %.2f msg/s scheduled; worst lag behind "
           "schedule %.3f ms; %" PRIu64 " messages more than 1 ms late\n",
           elapsed > 0 ? (double)s->n_data / elapsed : 0.0, offered, (double)s->max_late_ns / 1e6,
           s->late_slots);

@@ -130,12 +130,13 @@ class Aggregator:
 def parse_sim(stderr):
     """(data, other published, achieved msg/s, scheduled msg/s, worst lag ms) from its summary."""
     m = re.search(r"(\d+) data, (\d+) birth, (\d+) state, (\d+) status published", stderr)
-    r = re.search(r"data rate (\d+) msg/s achieved of (\d+) msg/s scheduled; worst lag behind "
+    r = re.search(r"data rate ([\d.]+) msg/s achieved of ([\d.]+) msg/s scheduled; worst lag behind "
                   r"schedule ([\d.]+) ms", stderr)
     if not m or not r:
         sys.exit(f"bench_aggregator: no summary from edgemon-sim:\n{stderr}")
     data, birth, state, status = (int(x) for x in m.groups())
-    return data, birth + state + status, int(r.group(1)), int(r.group(2)), float(r.group(3))
+    return (data, birth + state + status, float(r.group(1)), float(r.group(2)),
+            float(r.group(3)))
 
 
 def step(args, broker, agg, rate):
@@ -231,7 +232,7 @@ def table(rows, with_agg):
     head += ["mosquitto CPU %", "sim CPU %", "sim worst lag ms"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [f"{r['devices']} x {r['rate']:g}", f"{r['offered']} (of {r['scheduled']})",
+        cells = [f"{r['devices']} x {r['rate']:g}", f"{r['offered']:.0f} (of {r['scheduled']:.0f})",
                  f"{r['bare']:.0f}"]
         if with_agg:
             cells += [f"{r['agg']:.0f}", f"{r['ratio']:.2f}", f"{r['rows']:.0f}",
@@ -278,7 +279,7 @@ def main():
                 row = step(args, broker, agg, rate)
                 row["devices"] = args.devices
                 rows.append(row)
-                print(f"bench_aggregator: {args.devices} x {rate:g} Hz: offered {row['offered']}"
+                print(f"bench_aggregator: {args.devices} x {rate:g} Hz: offered {row['offered']:.0f}"
                       f", bare {row['bare']:.0f} ({row['bare_n']} of {row['sim_data']} data messages)"
                       + (f", aggregator {row['agg']:.0f} ({row['agg_n']} data messages, ratio "
                          f"{row['ratio']:.2f})" if agg else "")
