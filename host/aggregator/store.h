@@ -35,10 +35,10 @@ typedef struct {
 } em_store_opts_t;
 
 typedef struct {
-  bool created;          /* The file was new. */
-  bool unclean;          /* The previous run did not close the store. */
+  bool created;            /* The file was new. */
+  bool unclean;            /* The previous run did not close the store. */
   uint64_t last_commit_ns; /* CLOCK_REALTIME of the previous run's last commit, 0 unknown. */
-  bool integrity_ok;     /* PRAGMA quick_check passed at open. */
+  bool integrity_ok;       /* PRAGMA quick_check passed at open. */
 } em_store_report_t;
 
 typedef struct em_store em_store_t;
