@@ -12,11 +12,20 @@
  *     cached in sorted arrays so the hot path does one INSERT per row. Names first seen in a
  *     batch are inserted inside it: a rolled-back batch may take them with it, so a rollback
  *     empties the caches.
- *  4. Batches: the first row opens a transaction (BEGIN); em_store_tick() commits when
+ *  4. Rows per message are what limits ingest (measured: 25 rows per data message capped the
+ *     aggregator at ~6k msg/s). A data message is therefore ONE `data` row whose values are a
+ *     JSON object keyed by metric id (the `samples` view unfolds it with json_each), plus one
+ *     stage_windows row per active stage. The device's last_seen_ns and level from data are
+ *     kept in the device cache and written once per device per batch, at commit (or before any
+ *     other update of that device, so order is kept). The hot tables have one index each,
+ *     (device, time_ns); retention walks it per device.
+ *  5. Checkpoints run on a thread of their own (checkpoint.h); the automatic checkpoint is off
+ *     (wal_autocheckpoint=0), so a COMMIT only appends to the WAL.
+ *  6. Batches: the first row opens a transaction (BEGIN); em_store_tick() commits when
  *     batch_rows rows are pending or batch_ms have passed since the first tick that saw the
  *     batch (the caller's clock, so tests drive time). Each commit also writes
  *     meta.last_commit_ns (CLOCK_REALTIME) inside the batch.
- *  5. Errors: a failed row statement counts an error and drops that row; a failed COMMIT counts
+ *  7. Errors: a failed row statement counts an error and drops that row; a failed COMMIT counts
  *     an error, rolls back and returns -EIO. The store stays usable after both.
  *
  * States of the connection:
@@ -32,8 +41,11 @@
 #define _POSIX_C_SOURCE 200809L
 #include "store.h"
 
+#include "checkpoint.h"
+
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <sqlite3.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -44,7 +56,9 @@
 
 /* PRAGMA application_id of an edgemon store: "EDGM" as a big-endian int32. */
 #define EM_STORE_APP_ID       0x4544474d
-#define EM_STORE_USER_VERSION 1
+#define EM_STORE_USER_VERSION 2
+#define EM_STORE_CACHE_KIB    32768 /* SQLite page cache: keeps the hot index pages. */
+#define EM_STORE_CKPT_MS      1000  /* WAL checkpoint period (checkpoint.h). */
 #define EM_STORE_BUSY_MS      5000
 #define EM_STORE_CACHE_MAX    1000000u /* Names cached per dictionary table. */
 #define NS_PER_S              1000000000ull
@@ -52,6 +66,10 @@
 typedef struct {
   char *name;
   int64_t id;
+  /* Devices only: last_seen_ns and level from data not yet written (seen_dirty). */
+  bool seen_dirty;
+  int8_t level; /* -1: the data carried none. */
+  uint64_t seen_ns;
 } name_id_t;
 
 /* Sorted name -> id cache of one dictionary table. */
@@ -72,7 +90,7 @@ enum {
   ST_STATUS,
   ST_STATE,
   ST_SEEN,
-  ST_SAMPLE,
+  ST_DATA,
   ST_WINDOW,
   ST_LEVEL,
   ST_META_SET,
@@ -99,8 +117,7 @@ static const char *const stmt_sql[ST_COUNT] = {
                  "last_seen_ns = max(coalesce(last_seen_ns, 0), ?4) WHERE id = ?1",
     [ST_SEEN] = "UPDATE devices SET level = coalesce(?2, level), "
                 "last_seen_ns = max(coalesce(last_seen_ns, 0), ?3) WHERE id = ?1",
-    [ST_SAMPLE] =
-        "INSERT INTO samples(device, time_ns, metric, value, n) VALUES(?1, ?2, ?3, ?4, 1)",
+    [ST_DATA] = "INSERT INTO data(device, time_ns, n, vals) VALUES(?1, ?2, 1, ?3)",
     [ST_WINDOW] = "INSERT INTO stage_windows(device, time_ns, stage, window_ns, count, sum_ns, "
                   "min_ns, max_ns, p50_ns, p90_ns, p99_ns, p999_ns, scale, zero_count, buckets) "
                   "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
@@ -122,11 +139,16 @@ static const char schema_sql[] =
     " state_time_ns INTEGER, last_seen_ns INTEGER);"
     "CREATE TABLE IF NOT EXISTS metrics (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);"
     "CREATE TABLE IF NOT EXISTS stages (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);"
-    "CREATE TABLE IF NOT EXISTS samples ("
-    " device INTEGER NOT NULL, time_ns INTEGER NOT NULL, metric INTEGER NOT NULL,"
-    " value REAL NOT NULL, n INTEGER NOT NULL DEFAULT 1);"
-    "CREATE INDEX IF NOT EXISTS samples_device_time ON samples(device, time_ns);"
-    "CREATE INDEX IF NOT EXISTS samples_time ON samples(time_ns);"
+    "CREATE TABLE IF NOT EXISTS data ("
+    " device INTEGER NOT NULL, time_ns INTEGER NOT NULL, n INTEGER NOT NULL DEFAULT 1,"
+    " vals TEXT NOT NULL, counts TEXT);"
+    "CREATE INDEX IF NOT EXISTS data_device_time ON data(device, time_ns);"
+    "CREATE VIEW IF NOT EXISTS samples AS"
+    " SELECT d.device AS device, d.time_ns AS time_ns, CAST(j.key AS INTEGER) AS metric,"
+    " j.value AS value,"
+    " CASE WHEN d.counts IS NULL THEN 1"
+    " ELSE json_extract(d.counts, '$.\"' || j.key || '\"') END AS n"
+    " FROM data d, json_each(d.vals) j;"
     "CREATE TABLE IF NOT EXISTS stage_windows ("
     " device INTEGER NOT NULL, time_ns INTEGER NOT NULL, stage INTEGER NOT NULL,"
     " window_ns INTEGER NOT NULL, count INTEGER NOT NULL, sum_ns INTEGER NOT NULL,"
@@ -134,7 +156,6 @@ static const char schema_sql[] =
     " p90_ns INTEGER NOT NULL, p99_ns INTEGER NOT NULL, p999_ns INTEGER NOT NULL,"
     " scale INTEGER NOT NULL, zero_count INTEGER NOT NULL, buckets BLOB NOT NULL);"
     "CREATE INDEX IF NOT EXISTS stage_windows_device_time ON stage_windows(device, time_ns);"
-    "CREATE INDEX IF NOT EXISTS stage_windows_time ON stage_windows(time_ns);"
     "CREATE TABLE IF NOT EXISTS level_changes ("
     " device INTEGER NOT NULL, time_ns INTEGER NOT NULL, session INTEGER NOT NULL,"
     " level INTEGER NOT NULL, prev_level INTEGER NOT NULL, rule TEXT, stage TEXT,"
@@ -152,7 +173,10 @@ struct em_store {
   bool batch_t0_set;
   uint64_t batch_t0_ns; /* CLOCK_MONOTONIC (the caller's) of the first tick that saw the batch. */
   uint8_t *blob;        /* Scratch for bucket blobs: EM_PROTO_MAX_BUCKETS * 12 bytes. */
+  char *json;           /* Scratch for a data row's values. */
+  size_t json_cap;
   em_store_stats_t stats;
+  em_ckpt_t *ckpt;
 };
 
 #define BUCKET_BLOB_BYTES 12u
@@ -229,8 +253,7 @@ static void cache_put(name_cache_t *c, size_t pos, const char *name, int64_t id)
     return;
   }
   memmove(&c->v[pos + 1], &c->v[pos], (c->n - pos) * sizeof(c->v[0]));
-  c->v[pos].name = copy;
-  c->v[pos].id = id;
+  c->v[pos] = (name_id_t){.name = copy, .id = id, .level = -1};
   c->n++;
 }
 
@@ -322,6 +345,8 @@ static int meta_get_int(em_store_t *s, const char *key, int64_t *value, bool *fo
   return rc == SQLITE_DONE ? 0 : -EIO;
 }
 
+static int seen_flush(em_store_t *s, name_id_t *e);
+
 /* Opens the batch transaction if none is open. Returns 0 or -EIO. */
 static int batch_begin(em_store_t *s) {
   if (s->in_batch) {
@@ -341,6 +366,9 @@ static int batch_begin(em_store_t *s) {
 static int batch_commit(em_store_t *s) {
   if (!s->in_batch) {
     return 0;
+  }
+  for (size_t i = 0; i < s->devices.n; i++) {
+    seen_flush(s, &s->devices.v[i]);
   }
   int rc = meta_set_int(s, "last_commit_ns", clamp_i64(realtime_ns()));
   if (rc == 0) {
@@ -363,12 +391,21 @@ static int batch_commit(em_store_t *s) {
   return 0;
 }
 
-/* The id of `name` in a dictionary table, inserted when new. Returns 0 or -EIO. */
-static int name_id(em_store_t *s, name_cache_t *c, int which, const char *name, int64_t *id) {
+/* The id of `name` in a dictionary table, inserted when new; *entry (when asked) is its cache
+ * entry, valid until the next insertion, or NULL when the cache could not take it. Returns 0
+ * or -EIO. */
+static int name_entry(em_store_t *s, name_cache_t *c, int which, const char *name, int64_t *id,
+                      name_id_t **entry) {
   bool found;
   size_t pos = cache_find(c, name, &found);
+  if (entry) {
+    *entry = NULL;
+  }
   if (found) {
     *id = c->v[pos].id;
+    if (entry) {
+      *entry = &c->v[pos];
+    }
     return 0;
   }
   sqlite3_stmt *st = s->st[which];
@@ -384,8 +421,16 @@ static int name_id(em_store_t *s, name_cache_t *c, int which, const char *name, 
     s->stats.errors++;
     return -EIO;
   }
+  size_t before = c->n;
   cache_put(c, pos, name, *id);
+  if (entry && c->n > before) {
+    *entry = &c->v[pos];
+  }
   return 0;
+}
+
+static int name_id(em_store_t *s, name_cache_t *c, int which, const char *name, int64_t *id) {
+  return name_entry(s, c, which, name, id, NULL);
 }
 
 /* Counts a row that went into the batch. */
@@ -394,6 +439,31 @@ static int row_done(em_store_t *s, int rc) {
     s->stats.pending++;
   }
   return rc;
+}
+
+/* Writes a device's last_seen_ns and level from data (ST_SEEN); level < 0 keeps the stored
+ * one. Returns 0 or -EIO. */
+static int write_seen(em_store_t *s, int64_t dev_id, int level, uint64_t seen_ns) {
+  sqlite3_stmt *st = s->st[ST_SEEN];
+  sqlite3_bind_int64(st, 1, dev_id);
+  if (level >= 0) {
+    sqlite3_bind_int(st, 2, level);
+  } else {
+    sqlite3_bind_null(st, 2);
+  }
+  sqlite3_bind_int64(st, 3, clamp_i64(seen_ns));
+  return row_done(s, step_done(s, st));
+}
+
+/* Writes what data left pending on a cached device. Returns 0 or -EIO. */
+static int seen_flush(em_store_t *s, name_id_t *e) {
+  if (!e || !e->seen_dirty) {
+    return 0;
+  }
+  e->seen_dirty = false;
+  int level = e->level;
+  e->level = -1;
+  return write_seen(s, e->id, level, e->seen_ns);
 }
 
 /* --- messages ---------------------------------------------------------------------------- */
@@ -483,22 +553,78 @@ static int add_window(em_store_t *s, int64_t dev_id, uint64_t time_ns, uint64_t 
   return row_done(s, step_done(s, st));
 }
 
-static int add_data(em_store_t *s, int64_t dev_id, const em_device_t *dev, const em_data_t *d) {
+/* Makes room for `need` bytes in s->json. Returns false when out of memory. */
+static bool json_reserve(em_store_t *s, size_t need) {
+  if (need <= s->json_cap) {
+    return true;
+  }
+  size_t cap = s->json_cap ? s->json_cap : 1024;
+  while (cap < need) {
+    cap *= 2;
+  }
+  char *j = realloc(s->json, cap);
+  if (!j) {
+    return false;
+  }
+  s->json = j;
+  s->json_cap = cap;
+  return true;
+}
+
+/* Appends "id":value to the values object in s->json (which holds *len bytes, the opening
+ * brace first). Returns false when out of memory. Non-finite floats are not stored (JSON has
+ * no NaN): they read as absent. */
+static bool json_put(em_store_t *s, size_t *len, int64_t metric_id, const em_value_t *v) {
+  char num[40];
+  switch (v->type) {
+  case EM_VALUE_UINT:
+    snprintf(num, sizeof(num), "%llu", (unsigned long long)v->as.u);
+    break;
+  case EM_VALUE_INT:
+    snprintf(num, sizeof(num), "%lld", (long long)v->as.i);
+    break;
+  case EM_VALUE_FLOAT:
+    if (!isfinite(v->as.f)) {
+      return true;
+    }
+    snprintf(num, sizeof(num), "%.17g", v->as.f);
+    break;
+  default:
+    return true; /* Absent is not zero: no entry. */
+  }
+  if (!json_reserve(s, *len + strlen(num) + 32)) {
+    return false;
+  }
+  *len += (size_t)snprintf(s->json + *len, s->json_cap - *len, "%s\"%lld\":%s", *len > 1 ? "," : "",
+                           (long long)metric_id, num);
+  return true;
+}
+
+static int add_data(em_store_t *s, int64_t dev_id, name_id_t *entry, const em_device_t *dev,
+                    const em_data_t *d) {
   int result = 0;
   bool named = dev && em_dict_knows_session(dev, d->session);
+  int level = d->level >= EM_LEVEL_NOMINAL && d->level <= EM_LEVEL_CRITICAL ? (int)d->level : -1;
 
-  sqlite3_stmt *st = s->st[ST_SEEN];
-  sqlite3_bind_int64(st, 1, dev_id);
-  bind_level(st, 2, d->level);
-  sqlite3_bind_int64(st, 3, clamp_i64(d->time_ns));
-  if (row_done(s, step_done(s, st)) != 0) {
+  if (entry) {
+    /* Deferred to the commit: one devices UPDATE per device per batch. */
+    if (!entry->seen_dirty || d->time_ns > entry->seen_ns) {
+      entry->seen_ns = d->time_ns;
+    }
+    if (level >= 0) {
+      entry->level = (int8_t)level;
+    }
+    entry->seen_dirty = true;
+  } else if (write_seen(s, dev_id, level, d->time_ns) != 0) {
     result = -EIO;
   }
 
-  for (size_t i = 0; d->samples && i < d->n_samples; i++) {
+  bool ok = json_reserve(s, 64);
+  size_t len = 1; /* s->json[0] becomes the opening brace. */
+  for (size_t i = 0; ok && d->samples && i < d->n_samples; i++) {
     const em_sample_t *smp = &d->samples[i];
     if (smp->value.type == EM_VALUE_ABSENT) {
-      continue; /* Absent is not zero: no row. */
+      continue;
     }
     char fallback[32];
     const char *name = named ? em_dict_name(dev, smp->alias) : NULL;
@@ -511,11 +637,18 @@ static int add_data(em_store_t *s, int64_t dev_id, const em_device_t *dev, const
       result = -EIO;
       continue;
     }
-    st = s->st[ST_SAMPLE];
+    ok = json_put(s, &len, metric_id, &smp->value);
+  }
+  if (!ok) {
+    s->stats.errors++;
+    result = -ENOMEM;
+  } else {
+    s->json[0] = '{';
+    s->json[len++] = '}';
+    sqlite3_stmt *st = s->st[ST_DATA];
     sqlite3_bind_int64(st, 1, dev_id);
     sqlite3_bind_int64(st, 2, clamp_i64(d->time_ns));
-    sqlite3_bind_int64(st, 3, metric_id);
-    bind_value(st, 4, &smp->value);
+    sqlite3_bind_text(st, 3, s->json, (int)len, SQLITE_STATIC);
     if (row_done(s, step_done(s, st)) != 0) {
       result = -EIO;
     }
@@ -548,8 +681,12 @@ int em_store_add(em_store_t *s, const char *device, const em_device_t *dev, cons
     return -EIO;
   }
   int64_t dev_id;
-  if (name_id(s, &s->devices, ST_DEVICE_ID, device, &dev_id) != 0) {
+  name_id_t *entry;
+  if (name_entry(s, &s->devices, ST_DEVICE_ID, device, &dev_id, &entry) != 0) {
     return -EIO;
+  }
+  if (msg->kind != EM_MSG_DATA && seen_flush(s, entry) != 0) {
+    return -EIO; /* Keep the order: data's level before a later state's. */
   }
   switch (msg->kind) {
   case EM_MSG_BIRTH:
@@ -559,7 +696,7 @@ int em_store_add(em_store_t *s, const char *device, const em_device_t *dev, cons
   case EM_MSG_STATE:
     return add_state(s, dev_id, &msg->u.state);
   case EM_MSG_DATA:
-    return add_data(s, dev_id, dev, &msg->u.data);
+    return add_data(s, dev_id, entry, dev, &msg->u.data);
   default:
     return 0;
   }
@@ -629,10 +766,11 @@ int em_store_retain(em_store_t *s, uint64_t now_real_ns) {
   }
   int rc = 0;
   if (retain) {
+    /* Per device, through the (device, time_ns) indexes; level_changes has a time index. */
     int64_t cut = now - (int64_t)(o->retention_s * NS_PER_S);
     static const char *const del[] = {
-        "DELETE FROM samples WHERE time_ns < ?1",
-        "DELETE FROM stage_windows WHERE time_ns < ?1",
+        "DELETE FROM data WHERE device IN (SELECT id FROM devices) AND time_ns < ?1",
+        "DELETE FROM stage_windows WHERE device IN (SELECT id FROM devices) AND time_ns < ?1",
         "DELETE FROM level_changes WHERE time_ns < ?1",
     };
     for (size_t i = 0; rc == 0 && i < sizeof(del) / sizeof(del[0]); i++) {
@@ -640,36 +778,41 @@ int em_store_retain(em_store_t *s, uint64_t now_real_ns) {
     }
   }
   if (down && rc == 0) {
-    /* Only whole steps older than the cut: the cut is aligned down to the step. */
+    /* Only whole steps older than the cut: the cut is aligned down to the step. A step that is
+     * already one row at its start is left alone, so a second run changes nothing. */
     int64_t step = (int64_t)(o->downsample_step_s * NS_PER_S);
     int64_t cut = now - (int64_t)(o->downsample_after_s * NS_PER_S);
     cut = cut > 0 ? cut / step * step : 0;
-    rc = run_sql(s, "DROP TABLE IF EXISTS temp.em_ds", 0, 0, 0);
-    if (rc == 0) {
-      rc = run_sql(s,
-                   "CREATE TEMP TABLE em_ds AS SELECT device, metric, time_ns / ?2 * ?2 AS t,"
-                   " sum(value * n) / sum(n) AS v, sum(n) AS n FROM samples"
-                   " WHERE time_ns < ?1 GROUP BY device, metric, t"
-                   " HAVING count(*) > 1 OR max(time_ns) != t",
-                   2, cut, step);
-    }
-    if (rc == 0) {
-      rc = run_sql(s, "CREATE INDEX temp.em_ds_key ON em_ds(device, metric, t)", 0, 0, 0);
-    }
-    if (rc == 0) {
-      rc = run_sql(s,
-                   "DELETE FROM samples WHERE time_ns < ?1 AND (device, metric, time_ns / ?2 * ?2)"
-                   " IN (SELECT device, metric, t FROM em_ds)",
-                   2, cut, step);
-    }
-    if (rc == 0) {
-      rc = run_sql(s,
-                   "INSERT INTO samples(device, time_ns, metric, value, n)"
-                   " SELECT device, t, metric, v, n FROM em_ds",
-                   0, 0, 0);
-    }
-    if (rc == 0) {
-      rc = run_sql(s, "DROP TABLE temp.em_ds", 0, 0, 0);
+    static const char *const ds[] = {
+        "DROP TABLE IF EXISTS temp.em_ds_steps",
+        "DROP TABLE IF EXISTS temp.em_ds_rows",
+        "CREATE TEMP TABLE em_ds_steps AS SELECT device, time_ns / ?2 * ?2 AS t, sum(n) AS n"
+        " FROM data WHERE device IN (SELECT id FROM devices) AND time_ns < ?1"
+        " GROUP BY device, t HAVING count(*) > 1 OR max(time_ns) != t",
+        "CREATE TEMP TABLE em_ds_rows AS SELECT d.rowid AS r, k.device, k.t FROM em_ds_steps k"
+        " JOIN data d ON d.device = k.device AND d.time_ns >= k.t AND d.time_ns < k.t + ?2",
+        "INSERT INTO data(device, time_ns, n, vals, counts)"
+        " SELECT k.device, k.t, k.n,"
+        " coalesce(json_group_object(v.metric, v.value) FILTER (WHERE v.metric IS NOT NULL), '{}'),"
+        " coalesce(json_group_object(v.metric, v.n) FILTER (WHERE v.metric IS NOT NULL), '{}')"
+        " FROM em_ds_steps k LEFT JOIN ("
+        "  SELECT r.device, r.t, s.key AS metric,"
+        "  CAST(sum(s.value * (CASE WHEN d.counts IS NULL THEN 1"
+        "   ELSE json_extract(d.counts, '$.\"' || s.key || '\"') END)) AS REAL)"
+        "  / sum(CASE WHEN d.counts IS NULL THEN 1"
+        "   ELSE json_extract(d.counts, '$.\"' || s.key || '\"') END) AS value,"
+        "  sum(CASE WHEN d.counts IS NULL THEN 1"
+        "   ELSE json_extract(d.counts, '$.\"' || s.key || '\"') END) AS n"
+        "  FROM em_ds_rows r JOIN data d ON d.rowid = r.r, json_each(d.vals) s"
+        "  GROUP BY r.device, r.t, s.key"
+        " ) v ON v.device = k.device AND v.t = k.t"
+        " GROUP BY k.device, k.t",
+        "DELETE FROM data WHERE rowid IN (SELECT r FROM em_ds_rows)",
+        "DROP TABLE temp.em_ds_steps",
+        "DROP TABLE temp.em_ds_rows",
+    };
+    for (size_t i = 0; rc == 0 && i < sizeof(ds) / sizeof(ds[0]); i++) {
+      rc = run_sql(s, ds[i], 2, cut, step);
     }
   }
   if (rc != 0) {
@@ -697,12 +840,14 @@ void em_store_stats(const em_store_t *s, em_store_stats_t *out) {
 /* --- open / close ------------------------------------------------------------------------ */
 
 static void release(em_store_t *s) {
+  em_ckpt_stop(s->ckpt);
   for (int i = 0; i < ST_COUNT; i++) {
     sqlite3_finalize(s->st[i]);
   }
   sqlite3_close(s->db); /* Rolls back an open batch, as a crash would. */
   caches_clear(s);
   free(s->blob);
+  free(s->json);
   free(s->path);
   free(s);
 }
@@ -770,6 +915,13 @@ static int check_and_create(em_store_t *s, char *err, size_t err_cap) {
             path, (unsigned long long)(uint32_t)app_id, (long long)n_tables);
     return -EIO;
   }
+  if (app_id == EM_STORE_APP_ID && user_version < EM_STORE_USER_VERSION) {
+    set_err(err, err_cap,
+            "%s: edgemon database schema version %lld is older than this aggregator's %d "
+            "(samples were one row per metric); move the file aside or give another --db",
+            path, (long long)user_version, EM_STORE_USER_VERSION);
+    return -EIO;
+  }
   if (user_version > EM_STORE_USER_VERSION) {
     set_err(err, err_cap, "%s: edgemon database schema version %lld is newer than this %d", path,
             (long long)user_version, EM_STORE_USER_VERSION);
@@ -784,7 +936,11 @@ static int check_and_create(em_store_t *s, char *err, size_t err_cap) {
     return -EIO;
   }
   char *msg = NULL;
-  if (sqlite3_exec(s->db, "PRAGMA synchronous=NORMAL", NULL, NULL, &msg) != SQLITE_OK) {
+  char pragmas[96];
+  snprintf(pragmas, sizeof(pragmas),
+           "PRAGMA synchronous=NORMAL;PRAGMA cache_size=-%d;PRAGMA wal_autocheckpoint=0",
+           EM_STORE_CACHE_KIB);
+  if (sqlite3_exec(s->db, pragmas, NULL, NULL, &msg) != SQLITE_OK) {
     set_err(err, err_cap, "%s: %s", path, msg ? msg : sqlite3_errmsg(s->db));
     sqlite3_free(msg);
     return -EIO;
@@ -891,6 +1047,10 @@ int em_store_open(em_store_t **out, const em_store_opts_t *opts, em_store_report
     return -EIO;
   }
   rep.integrity_ok = true;
+  if (em_ckpt_start(&s->ckpt, s->path, EM_STORE_CKPT_MS, err, err_cap) != 0) {
+    release(s);
+    return -EIO;
+  }
   for (int i = 0; i < ST_COUNT; i++) {
     if (sqlite3_prepare_v3(s->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &s->st[i], NULL) !=
         SQLITE_OK) {

@@ -6,7 +6,8 @@
  * batch_ms or batch_rows rows (em_store_tick()), so a crash loses at most the open batch. The
  * database runs in WAL mode with synchronous=NORMAL: a committed batch survives a crash of the
  * process (kill -9); a power loss may lose the last committed batches but never corrupts the
- * file. The schema is documented in host/aggregator/SCHEMA.md and created when missing.
+ * file. WAL checkpoints run on a thread of their own (checkpoint.h). The schema is documented
+ * in host/aggregator/SCHEMA.md and created when missing.
  * Retention deletes rows older than retention_s and downsamples samples older than
  * downsample_after_s to one row per metric per downsample_step_s (the mean).
  *
@@ -50,9 +51,10 @@ int em_store_open(em_store_t **out, const em_store_opts_t *opts, em_store_report
 
 /*
  * Queues the rows of one decoded message of `device`: birth -> devices row upserted; status,
- * state -> devices row updated (state also a level_changes row); data -> one samples row per
- * present value (metric named through dev's birth when it knows the session, else "alias.N")
- * and one stage_windows row per stage with count > 0. recv_ns is CLOCK_REALTIME at receipt.
+ * state -> devices row updated (state also a level_changes row); data -> one data row holding
+ * every present value (metrics named through dev's birth when it knows the session, else
+ * "alias.N"), one stage_windows row per stage with count > 0, and the device's level and
+ * last_seen, written at commit. recv_ns is CLOCK_REALTIME at receipt.
  * Returns 0 or -EIO (the error is counted and the row dropped; the store stays usable).
  */
 int em_store_add(em_store_t *s, const char *device, const em_device_t *dev, const em_msg_t *msg,

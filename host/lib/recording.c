@@ -18,6 +18,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "recording.h"
 
+#include <edgemon/crc32c.h>
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,35 +53,6 @@ struct em_rec_reader {
   uint64_t last_offset; /* File offset of the record returned last or failed on. */
   int err;              /* Sticky error (0 while none). */
 };
-
-/* ---- CRC-32C ------------------------------------------------------------------------------ */
-
-static uint32_t crc_table[256];
-static bool crc_table_ready;
-
-/* Fills crc_table for the reflected Castagnoli polynomial 0x82F63B78, one byte at a time. */
-static void crc_table_init(void) {
-  for (uint32_t i = 0; i < 256; i++) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; k++) {
-      c = (c & 1u) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-    }
-    crc_table[i] = c;
-  }
-  crc_table_ready = true;
-}
-
-uint32_t em_rec_crc32c(uint32_t crc, const void *buf, size_t len) {
-  if (!crc_table_ready) {
-    crc_table_init();
-  }
-  const uint8_t *p = buf;
-  crc = ~crc;
-  for (size_t i = 0; i < len; i++) {
-    crc = crc_table[(crc ^ p[i]) & 0xFFu] ^ (crc >> 8);
-  }
-  return ~crc;
-}
 
 /* ---- little-endian helpers ---------------------------------------------------------------- */
 
@@ -137,7 +110,7 @@ long em_rec_parse(const uint8_t *buf, size_t len, em_rec_entry_t *e) {
   }
   size_t covered = (size_t)size - REC_CRC_SIZE;
   uint32_t want = (uint32_t)get_le(buf + covered, 4);
-  if (em_rec_crc32c(0, buf, covered) != want) {
+  if (em_crc32c(0, buf, covered) != want) {
     return EM_REC_ECRC;
   }
   e->recv_time_ns = get_le(buf, 8);
@@ -227,10 +200,10 @@ int em_rec_write(em_rec_writer_t *w, const em_rec_entry_t *e) {
   fixed[10] = e->retained ? REC_FLAG_RETAINED : 0;
   fixed[11] = 0;
   put_le(fixed + 12, e->payload_len, 4);
-  uint32_t crc = em_rec_crc32c(0, fixed, sizeof(fixed));
-  crc = em_rec_crc32c(crc, e->topic, e->topic_len);
+  uint32_t crc = em_crc32c(0, fixed, sizeof(fixed));
+  crc = em_crc32c(crc, e->topic, e->topic_len);
   if (e->payload_len > 0) {
-    crc = em_rec_crc32c(crc, e->payload, e->payload_len);
+    crc = em_crc32c(crc, e->payload, e->payload_len);
   }
   uint8_t trailer[REC_CRC_SIZE];
   put_le(trailer, crc, 4);

@@ -98,9 +98,6 @@ void em_rec_reader_free(em_rec_reader_t *r);
  * EM_REC_ELIMIT. */
 long em_rec_parse(const uint8_t *buf, size_t len, em_rec_entry_t *e);
 
-/* CRC-32C (Castagnoli, reflected, init and final xor 0xFFFFFFFF) of buf[0..len), continuing
- * from `crc` (0 for a fresh start). */
-uint32_t em_rec_crc32c(uint32_t crc, const void *buf, size_t len);
 
 /* Text for an EM_REC_E* code or a negative errno. Never NULL. */
 const char *em_rec_strerror(int rc);

@@ -20,6 +20,8 @@ Per step it reports:
              at 1000 devices): its window ends with the last 100 ms in which it used 30 ms of
              CPU or more (/proc), i.e. when it has worked off its backlog.
   ratio      agg / bare
+  stored     messages the aggregator ingested / messages the bare subscriber received, counts
+             over the whole step (1.00: nothing lost, however long the backlog took)
   rows/s     edgemon_aggregator_store_rows_total over the same window
   CPU %      of one core, from /proc/<pid>/stat while the simulator runs (aggregator,
              mosquitto, simulator)
@@ -227,7 +229,8 @@ class Broker:
 def table(rows, with_agg):
     head = ["devices x Hz", "offered msg/s (sim)", "bare subscriber msg/s"]
     if with_agg:
-        head += ["aggregator ingested msg/s", "agg / bare", "SQLite rows/s", "aggregator CPU %",
+        head += ["aggregator ingested msg/s", "agg / bare", "msgs stored / delivered",
+                 "SQLite rows/s", "aggregator CPU %",
                  "aggregator RSS MiB (peak)"]
     head += ["mosquitto CPU %", "sim CPU %", "sim worst lag ms"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -235,7 +238,8 @@ def table(rows, with_agg):
         cells = [f"{r['devices']} x {r['rate']:g}", f"{r['offered']:.0f} (of {r['scheduled']:.0f})",
                  f"{r['bare']:.0f}"]
         if with_agg:
-            cells += [f"{r['agg']:.0f}", f"{r['ratio']:.2f}", f"{r['rows']:.0f}",
+            stored = r["agg_n"] / r["bare_n"] if r["bare_n"] else 0.0
+            cells += [f"{r['agg']:.0f}", f"{r['ratio']:.2f}", f"{stored:.3f}", f"{r['rows']:.0f}",
                       f"{r['agg_cpu']:.0f}", f"{r['rss_mb']:.1f} ({r['hwm_mb']:.1f})"]
         cells += [f"{r['mosq_cpu']:.0f}", f"{r['sim_cpu']:.0f}", f"{r['lag_ms']:.1f}"]
         lines.append("| " + " | ".join(cells) + " |")

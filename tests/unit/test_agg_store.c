@@ -196,10 +196,10 @@ static void store_create_makes_tables_and_application_id(void **state) {
   assert_int_equal(em_store_close(s), 0);
 
   assert_int_equal(q_int(f->path, "PRAGMA application_id"), 0x4544474d);
-  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 1);
+  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 2);
   assert_int_equal(q_int(f->path, "SELECT journal_mode = 'wal' FROM pragma_journal_mode"), 1);
-  static const char *const tables[] = {"meta",    "devices",       "metrics",      "stages",
-                                       "samples", "stage_windows", "level_changes"};
+  static const char *const tables[] = {"meta", "devices",       "metrics",      "stages",
+                                       "data", "stage_windows", "level_changes"};
   for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++) {
     char sql[200];
     snprintf(sql, sizeof(sql),
@@ -207,7 +207,14 @@ static void store_create_makes_tables_and_application_id(void **state) {
     assert_int_equal(q_int(f->path, sql), 1);
   }
   assert_int_equal(q_int(f->path, "SELECT count(*) FROM sqlite_schema WHERE type='index' AND "
-                                  "name='samples_device_time'"),
+                                  "name='data_device_time'"),
+                   1);
+  /* The hot tables carry one index each: every index is paid on every insert. */
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM sqlite_schema WHERE type='index' AND "
+                                  "tbl_name IN ('data', 'stage_windows')"),
+                   2);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM sqlite_schema WHERE type='view' AND "
+                                  "name='samples'"),
                    1);
 }
 
@@ -314,22 +321,25 @@ static void store_tick_commits_when_batch_rows_pending(void **state) {
   o.batch_ms = 3600000;
   em_store_t *s = open_ok(f, &o, NULL);
   em_sample_t smp[] = {{.alias = 0, .value = {.type = EM_VALUE_UINT, .as.u = 1}}};
-  em_msg_t d = data_msg(1, T0_NS, smp, 1); /* 3 rows: device, sample, window. */
+  /* Each message: one data row and one window row; the device's last_seen is written once,
+   * at commit. */
+  em_msg_t d = data_msg(1, T0_NS, smp, 1);
   em_store_stats_t stats;
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < 4; i++) {
     assert_int_equal(em_store_add(s, "dev-1", NULL, &d, T0_NS), 0);
     assert_int_equal(em_store_tick(s, 5 * S_NS), 0);
   }
   assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples"), 0);
   em_store_stats(s, &stats);
-  assert_int_equal(stats.pending, 9);
+  assert_int_equal(stats.pending, 8);
   assert_int_equal(em_store_add(s, "dev-1", NULL, &d, T0_NS), 0);
   assert_int_equal(em_store_tick(s, 5 * S_NS), 0);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples"), 4);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples"), 5);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data"), 5);
   em_store_stats(s, &stats);
   assert_int_equal(stats.pending, 0);
   assert_int_equal(stats.batches, 1);
-  assert_int_equal(stats.rows, 12);
+  assert_int_equal(stats.rows, 11); /* 5 data, 5 windows, 1 devices update. */
   assert_int_equal(em_store_close(s), 0);
 }
 
@@ -473,23 +483,27 @@ static void store_failed_row_is_dropped_and_counted(void **state) {
   sqlite3 *db = NULL;
   assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
   assert_int_equal(
-      sqlite3_exec(db,
-                   "CREATE TRIGGER inject BEFORE INSERT ON samples WHEN NEW.value = 13 "
-                   "BEGIN SELECT RAISE(ABORT, 'injected'); END",
-                   NULL, NULL, NULL),
+      sqlite3_exec(
+          db,
+          "CREATE TRIGGER inject BEFORE INSERT ON data WHEN NEW.time_ns = 1700000000000000000 "
+          "BEGIN SELECT RAISE(ABORT, 'injected'); END",
+          NULL, NULL, NULL),
       SQLITE_OK);
   sqlite3_close(db);
   em_sample_t smp[] = {{.alias = 0, .value = {.type = EM_VALUE_UINT, .as.u = 13}},
                        {.alias = 1, .value = {.type = EM_VALUE_UINT, .as.u = 14}}};
   em_msg_t d = data_msg(1, T0_NS, smp, 2);
   assert_int_equal(em_store_add(s, "dev-1", NULL, &d, T0_NS), -EIO);
+  em_msg_t later = data_msg(1, T0_NS + S_NS, smp, 2);
+  assert_int_equal(em_store_add(s, "dev-1", NULL, &later, T0_NS), 0);
   assert_int_equal(em_store_flush(s), 0);
   em_store_stats_t stats;
   em_store_stats(s, &stats);
   assert_int_equal(stats.errors, 1);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples"), 1);
-  assert_int_equal(q_int(f->path, "SELECT value FROM samples"), 14);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM stage_windows"), 1);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples"), 2);
+  assert_int_equal(q_int(f->path, "SELECT sum(value) FROM samples"), 27);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM stage_windows"), 2);
+  assert_int_equal(q_int(f->path, "SELECT last_seen_ns FROM devices"), 1700000001000000000);
   assert_int_equal(em_store_close(s), 0);
 }
 
@@ -538,6 +552,49 @@ static void make_bad(fixture_t *f, bad_kind_t kind, char *path, size_t cap) {
     break;
   }
   }
+}
+
+/* Data's level and last_seen are written at commit, yet a state message after the data in
+ * the same batch still wins, and last_seen is the latest time of either. */
+static void store_deferred_level_keeps_message_order(void **state) {
+  fixture_t *f = *state;
+  em_store_opts_t o = opts_for(f);
+  em_store_t *s = open_ok(f, &o, NULL);
+  em_sample_t smp[] = {{.alias = 0, .value = {.type = EM_VALUE_UINT, .as.u = 1}}};
+  em_msg_t d = data_msg(1, T0_NS + 5 * S_NS, smp, 1); /* Level WARN. */
+  assert_int_equal(em_store_add(s, "dev-1", NULL, &d, T0_NS), 0);
+  em_msg_t st = {.kind = EM_MSG_STATE};
+  st.u.state = (em_state_t){.time_ns = T0_NS + 6 * S_NS, .level = EM_LEVEL_CRITICAL};
+  assert_int_equal(em_store_add(s, "dev-1", NULL, &st, T0_NS), 0);
+  em_msg_t older = data_msg(1, T0_NS + S_NS, smp, 1);
+  older.u.data.level = EM_LEVEL_NONE; /* Carries no level: keeps CRITICAL. */
+  assert_int_equal(em_store_add(s, "dev-1", NULL, &older, T0_NS), 0);
+  assert_int_equal(em_store_flush(s), 0);
+  assert_int_equal(q_int(f->path, "SELECT level FROM devices"), EM_LEVEL_CRITICAL);
+  assert_int_equal(q_int(f->path, "SELECT last_seen_ns FROM devices"), (int64_t)(T0_NS + 6 * S_NS));
+
+  d.u.data.time_ns = T0_NS + 7 * S_NS; /* A later data message with a level: it wins. */
+  assert_int_equal(em_store_add(s, "dev-1", NULL, &d, T0_NS), 0);
+  assert_int_equal(em_store_close(s), 0);
+  assert_int_equal(q_int(f->path, "SELECT level FROM devices"), EM_LEVEL_WARN);
+  assert_int_equal(q_int(f->path, "SELECT last_seen_ns FROM devices"), (int64_t)(T0_NS + 7 * S_NS));
+}
+
+/* A store of schema version 1 (one samples row per metric) is refused with a clear message. */
+static void store_open_refuses_older_schema(void **state) {
+  fixture_t *f = *state;
+  em_store_opts_t o = opts_for(f);
+  em_store_t *s = open_ok(f, &o, NULL);
+  assert_int_equal(em_store_close(s), 0);
+  sqlite3 *db = NULL;
+  assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
+  assert_int_equal(sqlite3_exec(db, "PRAGMA user_version=1", NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(db);
+  char err[512];
+  assert_int_equal(em_store_open(&s, &o, NULL, err, sizeof(err)), -EIO);
+  assert_null(s);
+  assert_non_null(strstr(err, "schema version 1 is older"));
+  assert_non_null(strstr(err, f->path));
 }
 
 static void store_open_refuses_what_is_not_a_store(void **state) {
@@ -606,6 +663,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(store_downsampling_averages_one_row_per_step, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(store_failed_row_is_dropped_and_counted, setup, teardown),
+      cmocka_unit_test_setup_teardown(store_deferred_level_keeps_message_order, setup, teardown),
+      cmocka_unit_test_setup_teardown(store_open_refuses_older_schema, setup, teardown),
       cmocka_unit_test_setup_teardown(store_open_refuses_what_is_not_a_store, setup, teardown),
       cmocka_unit_test_setup_teardown(store_open_rejects_bad_options, setup, teardown),
   };

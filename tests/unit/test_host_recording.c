@@ -27,6 +27,8 @@
 
 #include "recording.h"
 
+#include <edgemon/crc32c.h>
+
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 /* ---- fixtures ----------------------------------------------------------------------------- */
@@ -106,14 +108,14 @@ static void small_file(const char *path, size_t offsets[4]) {
 
 static void crc32c_matches_check_value(void **state) {
   (void)state;
-  assert_int_equal(em_rec_crc32c(0, "123456789", 9), 0xE3069283u);
-  assert_int_equal(em_rec_crc32c(0, "", 0), 0);
+  assert_int_equal(em_crc32c(0, "123456789", 9), 0xE3069283u);
+  assert_int_equal(em_crc32c(0, "", 0), 0);
   /* Continuing from a partial CRC equals one pass. */
-  uint32_t part = em_rec_crc32c(0, "1234", 4);
-  assert_int_equal(em_rec_crc32c(part, "56789", 5), 0xE3069283u);
+  uint32_t part = em_crc32c(0, "1234", 4);
+  assert_int_equal(em_crc32c(part, "56789", 5), 0xE3069283u);
   /* RFC 3720 B.4: 32 bytes of zeros. */
   uint8_t zeros[32] = {0};
-  assert_int_equal(em_rec_crc32c(0, zeros, sizeof(zeros)), 0x8A9136AAu);
+  assert_int_equal(em_crc32c(0, zeros, sizeof(zeros)), 0x8A9136AAu);
 }
 
 /* ---- round trip --------------------------------------------------------------------------- */
@@ -375,7 +377,7 @@ static size_t build_record(uint8_t *buf) {
   memcpy(buf, fixed, 16);
   memcpy(buf + 16, "a/b", 3);
   memcpy(buf + 19, "hi", 2);
-  uint32_t crc = em_rec_crc32c(0, buf, 21);
+  uint32_t crc = em_crc32c(0, buf, 21);
   for (int i = 0; i < 4; i++) {
     buf[21 + i] = (uint8_t)(crc >> (8 * i));
   }
@@ -384,7 +386,7 @@ static size_t build_record(uint8_t *buf) {
 
 /* Rewrites the CRC after a mutation of the fixed part, so only the mutation is wrong. */
 static void fix_crc(uint8_t *buf, size_t covered) {
-  uint32_t crc = em_rec_crc32c(0, buf, covered);
+  uint32_t crc = em_crc32c(0, buf, covered);
   for (int i = 0; i < 4; i++) {
     buf[covered + i] = (uint8_t)(crc >> (8 * i));
   }
