@@ -488,12 +488,16 @@ static int add_status(em_store_t *s, int64_t dev_id, const em_status_t *m) {
 }
 
 static int add_state(em_store_t *s, int64_t dev_id, const em_state_t *m) {
-  sqlite3_stmt *st = s->st[ST_STATE];
-  sqlite3_bind_int64(st, 1, dev_id);
-  bind_level(st, 2, m->level);
-  bind_text(st, 3, m->reason);
-  sqlite3_bind_int64(st, 4, clamp_i64(m->time_ns));
-  int rc = row_done(s, step_done(s, st));
+  int rc = 0;
+  sqlite3_stmt *st;
+  if (!m->historical) { /* A replayed change goes to level_changes only. */
+    st = s->st[ST_STATE];
+    sqlite3_bind_int64(st, 1, dev_id);
+    bind_level(st, 2, m->level);
+    bind_text(st, 3, m->reason);
+    sqlite3_bind_int64(st, 4, clamp_i64(m->time_ns));
+    rc = row_done(s, step_done(s, st));
+  }
 
   st = s->st[ST_LEVEL];
   sqlite3_bind_int64(st, 1, dev_id);
@@ -604,7 +608,10 @@ static int add_data(em_store_t *s, int64_t dev_id, name_id_t *entry, const em_de
                     const em_data_t *d) {
   int result = 0;
   bool named = dev && em_dict_knows_session(dev, d->session);
-  int level = d->level >= EM_LEVEL_NOMINAL && d->level <= EM_LEVEL_CRITICAL ? (int)d->level : -1;
+  /* A replayed (historical) message is history: it never sets the current level. */
+  int level = !d->historical && d->level >= EM_LEVEL_NOMINAL && d->level <= EM_LEVEL_CRITICAL
+                  ? (int)d->level
+                  : -1;
 
   if (entry) {
     /* Deferred to the commit: one devices UPDATE per device per batch. */

@@ -274,6 +274,9 @@ static void print_state(const char *id, const em_device_t *dev, const em_state_t
   if (s->reason) {
     printf(": %s", s->reason);
   }
+  if (s->historical) {
+    printf("  (replayed)");
+  }
   printf("%s\n", em_view_off());
 }
 

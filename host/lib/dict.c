@@ -190,12 +190,15 @@ int em_dict_update(em_device_t *dev, const em_msg_t *msg) {
     return em_dict_set_birth(dev, &msg->u.birth);
   case EM_MSG_DATA:
     seen(dev, msg->u.data.time_ns);
-    if (msg->u.data.level != EM_LEVEL_NONE) {
+    if (msg->u.data.level != EM_LEVEL_NONE && !msg->u.data.historical) {
       dev->level = msg->u.data.level;
     }
     return 0;
   case EM_MSG_STATE:
     seen(dev, msg->u.state.time_ns);
+    if (msg->u.state.historical) {
+      return 0; /* Replayed from the spool: history, not the current level. */
+    }
     dev->have_state = true;
     dev->level = msg->u.state.level;
     dev->state_time_ns = msg->u.state.time_ns;

@@ -22,7 +22,7 @@ DATA = {4: "seq", 5: "window_ns", 6: "values", 7: "stages", 8: "level", 9: "hist
 STAGE = {0: "name", 1: "count", 2: "sum_ns", 3: "min_ns", 4: "max_ns", 5: "p50_ns",
          6: "p90_ns", 7: "p99_ns", 8: "p999_ns", 9: "scale", 10: "zero_count", 11: "buckets"}
 STATE = {4: "level", 5: "prev_level", 6: "mono_ns", 7: "rule", 8: "stage", 9: "value",
-         10: "bound", 11: "reason"}
+         10: "bound", 11: "reason", 12: "historical"}
 STATUS = {4: "online"}
 CMD = {4: "command"}
 PER_KIND = {"birth": BIRTH, "data": DATA, "state": STATE, "status": STATUS, "cmd": CMD}

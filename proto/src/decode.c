@@ -850,6 +850,8 @@ static int read_state_key(dec_t *d, uint64_t key, em_state_t *out) {
     return read_value(d, false, &out->bound);
   case KT_REASON:
     return read_str(d, STR_TEXT, EM_PROTO_MAX_TEXT_BYTES, &out->reason);
+  case KT_HISTORICAL:
+    return read_bool(d, &out->historical);
   default:
     return skip(d);
   }

@@ -365,7 +365,7 @@ static void w_state(writer_t *w, const em_state_t *s) {
   bool has_value = s->value.type != EM_VALUE_ABSENT;
   bool has_bound = s->bound.type != EM_VALUE_ABSENT;
   size_t n_more = 3 + (s->rule ? 1 : 0) + (s->stage ? 1 : 0) + (has_value ? 1 : 0) +
-                  (has_bound ? 1 : 0) + (s->reason ? 1 : 0);
+                  (has_bound ? 1 : 0) + (s->reason ? 1 : 0) + (s->historical ? 1 : 0);
   w_common(w, n_more, EM_MSG_STATE, s->time_ns, &s->session);
   kv_uint(w, KT_LEVEL, (uint64_t)s->level);
   kv_uint(w, KT_PREV, (uint64_t)s->prev_level);
@@ -386,6 +386,10 @@ static void w_state(writer_t *w, const em_state_t *s) {
   }
   if (s->reason) {
     kv_str(w, KT_REASON, s->reason);
+  }
+  if (s->historical) {
+    w_uint(w, KT_HISTORICAL);
+    w_bool(w, true);
   }
 }
 

@@ -273,6 +273,10 @@ static void j_state(jw_t *w, const em_state_t *s) {
   if (s->reason) {
     kv_str(w, "reason", s->reason);
   }
+  if (s->historical) {
+    jw_key(w, "historical");
+    jw_raw(w, "true", 4);
+  }
 }
 
 int em_proto_to_json(const em_msg_t *msg, char *buf, size_t cap, size_t *out_len) {

@@ -45,7 +45,8 @@ enum {
   KT_STAGE = 8,
   KT_VALUE = 9,
   KT_BOUND = 10,
-  KT_REASON = 11
+  KT_REASON = 11,
+  KT_HISTORICAL = 12
 };
 /* status */
 enum { KX_ONLINE = 4 };

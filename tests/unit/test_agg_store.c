@@ -580,6 +580,32 @@ static void store_deferred_level_keeps_message_order(void **state) {
   assert_int_equal(q_int(f->path, "SELECT last_seen_ns FROM devices"), (int64_t)(T0_NS + 7 * S_NS));
 }
 
+/* Messages the agent replayed from its spool (historical) are history: their level change is
+ * recorded, but the device's current level stays what live messages said. */
+static void store_historical_messages_do_not_set_the_current_level(void **state) {
+  fixture_t *f = *state;
+  em_store_opts_t o = opts_for(f);
+  em_store_t *s = open_ok(f, &o, NULL);
+  em_msg_t live = {.kind = EM_MSG_STATE};
+  live.u.state = (em_state_t){.time_ns = T0_NS + 9 * S_NS, .level = EM_LEVEL_NOMINAL};
+  assert_int_equal(em_store_add(s, "dev-1", NULL, &live, T0_NS), 0);
+  em_msg_t old = {.kind = EM_MSG_STATE};
+  old.u.state = (em_state_t){.time_ns = T0_NS + S_NS,
+                             .level = EM_LEVEL_CRITICAL,
+                             .prev_level = EM_LEVEL_NOMINAL,
+                             .historical = true};
+  assert_int_equal(em_store_add(s, "dev-1", NULL, &old, T0_NS), 0);
+  em_sample_t smp[] = {{.alias = 0, .value = {.type = EM_VALUE_UINT, .as.u = 1}}};
+  em_msg_t d = data_msg(1, T0_NS + 2 * S_NS, smp, 1);
+  d.u.data.level = EM_LEVEL_CRITICAL;
+  d.u.data.historical = true;
+  assert_int_equal(em_store_add(s, "dev-1", NULL, &d, T0_NS), 0);
+  assert_int_equal(em_store_close(s), 0);
+  assert_int_equal(q_int(f->path, "SELECT level FROM devices"), EM_LEVEL_NOMINAL);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM level_changes WHERE level = 3"), 1);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples"), 1);
+}
+
 /* A store of schema version 1 (one samples row per metric) is refused with a clear message. */
 static void store_open_refuses_older_schema(void **state) {
   fixture_t *f = *state;
@@ -665,6 +691,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(store_failed_row_is_dropped_and_counted, setup, teardown),
       cmocka_unit_test_setup_teardown(store_deferred_level_keeps_message_order, setup, teardown),
       cmocka_unit_test_setup_teardown(store_open_refuses_older_schema, setup, teardown),
+      cmocka_unit_test_setup_teardown(store_historical_messages_do_not_set_the_current_level, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(store_open_refuses_what_is_not_a_store, setup, teardown),
       cmocka_unit_test_setup_teardown(store_open_rejects_bad_options, setup, teardown),
   };

@@ -507,6 +507,41 @@ static void every_error_code_has_its_own_text(void **state) {
   assert_string_equal(em_level_name((em_level_t)9), "NONE");
 }
 
+/* A state replayed from the spool says so (key 12), in CBOR and in JSON; a live one carries
+ * no key 12 at all, so v1 readers see exactly what they saw before. */
+static void state_historical_round_trips_and_is_absent_when_live(void **state) {
+  (void)state;
+  em_msg_t m = {.kind = EM_MSG_STATE};
+  m.u.state = (em_state_t){.time_ns = 1700000000000000000ull,
+                           .session = 3,
+                           .level = EM_LEVEL_DEGRADED,
+                           .prev_level = EM_LEVEL_NOMINAL,
+                           .mono_ns = 42,
+                           .historical = true};
+  uint8_t buf[256];
+  size_t len = 0;
+  assert_int_equal(em_proto_encode(&m, buf, sizeof(buf), &len), 0);
+  assert_int_equal(buf[len - 2], 0x0c); /* Key 12, then true. */
+  assert_int_equal(buf[len - 1], 0xf5);
+  static uint8_t work[4096];
+  em_msg_t got;
+  assert_int_equal(em_proto_decode(buf, len, &got, work, sizeof(work), NULL), 0);
+  assert_true(got.u.state.historical);
+  char text[512];
+  size_t jlen = 0;
+  assert_int_equal(em_proto_to_json(&got, text, sizeof(text), &jlen), 0);
+  assert_non_null(strstr(text, "\"historical\":true"));
+
+  m.u.state.historical = false;
+  size_t live_len = 0;
+  assert_int_equal(em_proto_encode(&m, buf, sizeof(buf), &live_len), 0);
+  assert_int_equal(live_len, len - 2);
+  assert_int_equal(em_proto_decode(buf, live_len, &got, work, sizeof(work), NULL), 0);
+  assert_false(got.u.state.historical);
+  assert_int_equal(em_proto_to_json(&got, text, sizeof(text), &jlen), 0);
+  assert_null(strstr(text, "historical"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(vectors_encode_to_the_golden_bytes),
@@ -521,6 +556,7 @@ int main(void) {
       cmocka_unit_test(encoder_reports_the_size_it_needs_for_every_short_buffer),
       cmocka_unit_test(encoder_refuses_what_the_decoder_would_refuse),
       cmocka_unit_test(every_error_code_has_its_own_text),
+      cmocka_unit_test(state_historical_round_trips_and_is_absent_when_live),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -220,6 +220,7 @@ typedef struct {
   em_value_t value;   /* Measured value, or absent. */
   em_value_t bound;   /* The rule's bound, or absent. */
   const char *reason; /* Human-readable, or NULL. */
+  bool historical;    /* Replayed from the spool after the broker was away, not live. */
 } em_state_t;
 
 typedef struct {
