@@ -1,0 +1,643 @@
+/*
+ * test_spool.c - the agent's spool (firmware/agent/spool.c) against real files in a temporary
+ * directory: replay order and payload bytes, STATE before older DATA, recovery after a clean
+ * close and after a crash (a child process that _exit()s without closing), many laps of the
+ * ring with mixed sizes, eviction counts that survive a restart, torn and corrupt records,
+ * garbage files, write errors (RLIMIT_FSIZE), size limits, and a torn header slot.
+ *
+ * The tests know the on-disk format (firmware/SPOOL.md) only where they damage a file: record
+ * offsets, the payload position inside a record, the generation field of a header slot.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "spool.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define CAP     EM_SPOOL_MIN_CAPACITY
+#define MAX_LEN 4096u
+
+typedef struct {
+  char dir[256];
+  char path[300];
+} fixture_t;
+
+static int setup(void **state) {
+  fixture_t *f = calloc(1, sizeof(*f));
+  assert_non_null(f);
+  snprintf(f->dir, sizeof(f->dir), "/tmp/em-spool-test-XXXXXX");
+  assert_non_null(mkdtemp(f->dir));
+  snprintf(f->path, sizeof(f->path), "%s/spool", f->dir);
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture_t *f = *state;
+  unlink(f->path);
+  rmdir(f->dir);
+  free(f);
+  return 0;
+}
+
+static em_spool_t *open_ok(const fixture_t *f, uint64_t cap, char *err, size_t err_cap) {
+  em_spool_t *s = NULL;
+  char local[512];
+  if (err == NULL) {
+    err = local;
+    err_cap = sizeof(local);
+  }
+  int rc = em_spool_open(&s, f->path, cap, err, err_cap);
+  if (rc != 0) {
+    fail_msg("em_spool_open(%s): %d %s", f->path, rc, err);
+  }
+  assert_non_null(s);
+  return s;
+}
+
+/* The payload of record `id`: its id in the first bytes, then a pattern from id. */
+static void fill(uint8_t *buf, uint32_t id, size_t len) {
+  for (size_t j = 0; j < len; j++) {
+    buf[j] = (uint8_t)(id * 131u + j * 7u + 1u);
+  }
+  for (size_t j = 0; j < 4 && j < len; j++) {
+    buf[j] = (uint8_t)(id >> (8 * j));
+  }
+}
+
+static void append_ok(em_spool_t *s, em_spool_kind_t kind, uint32_t id, size_t len) {
+  uint8_t buf[MAX_LEN];
+  assert_true(len <= sizeof(buf));
+  fill(buf, id, len);
+  assert_int_equal(em_spool_append(s, kind, buf, len), 0);
+}
+
+/* Peeks, checks kind, length and every byte of record `id`, and pops it. */
+static void expect_pop(em_spool_t *s, em_spool_kind_t kind, uint32_t id, size_t len) {
+  uint8_t got[MAX_LEN];
+  uint8_t want[MAX_LEN];
+  em_spool_kind_t k = 0;
+  int n = em_spool_peek(s, &k, got, sizeof(got));
+  if (n != (int)len) {
+    fail_msg("record %u: peek returned %d, want %zu", id, n, len);
+  }
+  assert_int_equal(k, kind);
+  fill(want, id, len);
+  assert_memory_equal(got, want, len);
+  assert_int_equal(em_spool_pop(s), 0);
+}
+
+static void expect_empty(em_spool_t *s) {
+  uint8_t buf[16];
+  em_spool_kind_t k = 0;
+  assert_int_equal(em_spool_peek(s, &k, buf, sizeof(buf)), 0);
+  assert_int_equal(em_spool_pop(s), -ENOENT);
+}
+
+static em_spool_stats_t stats_of(const em_spool_t *s) {
+  em_spool_stats_t st;
+  em_spool_stats(s, &st);
+  return st;
+}
+
+static uint64_t rec_bytes(uint64_t len) {
+  return EM_SPOOL_RECORD_HEADER + ((len + 7u) & ~(uint64_t)7u);
+}
+
+/* Overwrites `len` bytes of the file at `off` with `byte`. */
+static void scribble(const fixture_t *f, uint64_t off, size_t len, uint8_t byte) {
+  uint8_t buf[512];
+  assert_true(len <= sizeof(buf));
+  memset(buf, byte, len);
+  int fd = open(f->path, O_WRONLY);
+  assert_true(fd >= 0);
+  assert_int_equal(pwrite(fd, buf, len, (off_t)off), (ssize_t)len);
+  close(fd);
+}
+
+static void spool_replays_in_order_with_payload_bytes(void **state) {
+  static const size_t lens[] = {1, 7, 8, 9, 15, 16, 17, 100, 1000, 4096};
+  const size_t n = sizeof(lens) / sizeof(lens[0]);
+  fixture_t *f = *state;
+  em_spool_t *s = open_ok(f, CAP, NULL, 0);
+  for (size_t i = 0; i < n; i++) {
+    append_ok(s, EM_SPOOL_DATA, (uint32_t)i, lens[i]);
+  }
+  em_spool_stats_t st = stats_of(s);
+  assert_int_equal(st.pending, n);
+  assert_int_equal(st.appended, n);
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < n; i++) {
+    bytes += rec_bytes(lens[i]);
+  }
+  assert_int_equal(st.pending_bytes, bytes);
+  for (size_t i = 0; i < n; i++) {
+    expect_pop(s, EM_SPOOL_DATA, (uint32_t)i, lens[i]);
+  }
+  expect_empty(s);
+  st = stats_of(s);
+  assert_int_equal(st.pending, 0);
+  assert_int_equal(st.pending_bytes, 0);
+  assert_int_equal(st.replayed, n);
+  assert_int_equal(st.corrupt, 0);
+  em_spool_close(s);
+}
+
+static void spool_state_records_replay_before_older_data(void **state) {
+  static const struct {
+    em_spool_kind_t kind;
+    uint32_t id;
+  } in[] = {{EM_SPOOL_DATA, 0}, {EM_SPOOL_DATA, 1},  {EM_SPOOL_STATE, 2},
+            {EM_SPOOL_DATA, 3}, {EM_SPOOL_STATE, 4}, {EM_SPOOL_DATA, 5}};
+  static const uint32_t order[] = {2, 4, 0, 1, 3, 5};
+  fixture_t *f = *state;
+  em_spool_t *s = open_ok(f, CAP, NULL, 0);
+  for (size_t i = 0; i < 6; i++) {
+    append_ok(s, in[i].kind, in[i].id, 40 + in[i].id);
+  }
+  for (size_t i = 0; i < 2; i++) {
+    expect_pop(s, EM_SPOOL_STATE, order[i], 40 + order[i]);
+  }
+  /* A STATE record appended while DATA is replaying goes first too. */
+  expect_pop(s, EM_SPOOL_DATA, 0, 40);
+  append_ok(s, EM_SPOOL_STATE, 6, 46);
+  expect_pop(s, EM_SPOOL_STATE, 6, 46);
+  for (size_t i = 3; i < 6; i++) {
+    expect_pop(s, EM_SPOOL_DATA, order[i], 40 + order[i]);
+  }
+  expect_empty(s);
+  em_spool_close(s);
+}
+
+static void spool_reopen_after_close_replays_unpopped(void **state) {
+  fixture_t *f = *state;
+  em_spool_t *s = open_ok(f, CAP, NULL, 0);
+  for (uint32_t i = 0; i < 10; i++) {
+    append_ok(s, i == 7 ? EM_SPOOL_STATE : EM_SPOOL_DATA, i, 50 + i);
+  }
+  expect_pop(s, EM_SPOOL_STATE, 7, 57);
+  for (uint32_t i = 0; i < 3; i++) {
+    expect_pop(s, EM_SPOOL_DATA, i, 50 + i);
+  }
+  em_spool_close(s);
+
+  char err[256];
+  s = open_ok(f, CAP, err, sizeof(err));
+  assert_string_equal(err, "");
+  em_spool_stats_t st = stats_of(s);
+  /* Record 7 was popped above `done` (3): it is replayed again (at-least-once). */
+  assert_int_equal(st.pending, 7);
+  assert_int_equal(st.corrupt, 0);
+  expect_pop(s, EM_SPOOL_STATE, 7, 57);
+  for (uint32_t i = 3; i < 10; i++) {
+    if (i != 7) {
+      expect_pop(s, EM_SPOOL_DATA, i, 50 + i);
+    }
+  }
+  expect_empty(s);
+  /* Numbers are never reused: what comes next replays after a second reopen as well. */
+  append_ok(s, EM_SPOOL_DATA, 10, 60);
+  em_spool_close(s);
+  s = open_ok(f, CAP, NULL, 0);
+  assert_int_equal(stats_of(s).pending, 1);
+  expect_pop(s, EM_SPOOL_DATA, 10, 60);
+  expect_empty(s);
+  em_spool_close(s);
+}
+
+/* In a child: opens, runs `steps`, and _exit()s without closing (the crash). */
+static void crash_child(const fixture_t *f, void (*steps)(em_spool_t *)) {
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    em_spool_t *s = NULL;
+    char err[256];
+    if (em_spool_open(&s, f->path, CAP, err, sizeof(err)) != 0) {
+      _exit(2);
+    }
+    steps(s);
+    _exit(0);
+  }
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+static void steps_append_sync_pop_append(em_spool_t *s) {
+  for (uint32_t i = 0; i < 6; i++) {
+    append_ok(s, EM_SPOOL_DATA, i, 300 + i);
+  }
+  expect_pop(s, EM_SPOOL_DATA, 0, 300);
+  expect_pop(s, EM_SPOOL_DATA, 1, 301);
+  assert_int_equal(em_spool_sync(s), 0);
+  expect_pop(s, EM_SPOOL_DATA, 2, 302); /* Not synced: replayed again. */
+  append_ok(s, EM_SPOOL_STATE, 6, 306);
+  append_ok(s, EM_SPOOL_DATA, 7, 307);
+}
+
+static void spool_reopen_after_crash_recovers(void **state) {
+  fixture_t *f = *state;
+  crash_child(f, steps_append_sync_pop_append);
+  em_spool_t *s = open_ok(f, CAP, NULL, 0);
+  em_spool_stats_t st = stats_of(s);
+  assert_int_equal(st.pending, 6);
+  assert_int_equal(st.corrupt, 0);
+  expect_pop(s, EM_SPOOL_STATE, 6, 306);
+  for (uint32_t i = 2; i < 8; i++) {
+    if (i != 6) {
+      expect_pop(s, EM_SPOOL_DATA, i, 300 + i);
+    }
+  }
+  expect_empty(s);
+  em_spool_close(s);
+}
+
+static void steps_pop_state_out_of_order(em_spool_t *s) {
+  append_ok(s, EM_SPOOL_DATA, 0, 20);
+  append_ok(s, EM_SPOOL_DATA, 1, 21);
+  append_ok(s, EM_SPOOL_STATE, 2, 22);
+  expect_pop(s, EM_SPOOL_STATE, 2, 22);
+  assert_int_equal(em_spool_sync(s), 0);
+}
+
+static void spool_state_popped_out_of_order_replays_again_after_crash(void **state) {
+  fixture_t *f = *state;
+  crash_child(f, steps_pop_state_out_of_order);
+  em_spool_t *s = open_ok(f, CAP, NULL, 0);
+  assert_int_equal(stats_of(s).pending, 3);
+  expect_pop(s, EM_SPOOL_STATE, 2, 22);
+  expect_pop(s, EM_SPOOL_DATA, 0, 20);
+  expect_pop(s, EM_SPOOL_DATA, 1, 21);
+  expect_empty(s);
+  em_spool_close(s);
+}
+
+static size_t wrap_len(uint32_t id) {
+  return 1 + (size_t)((id * 2654435761u) >> 7) % 3000u;
+}
+
+static void spool_wraps_many_laps_with_mixed_sizes(void **state) {
+  fixture_t *f = *state;
+  em_spool_t *s = open_ok(f, CAP, NULL, 0);
+  uint32_t oldest = 0; /* Model: records oldest..next-1 are pending. */
+  uint32_t next = 0;
+  uint64_t bytes = 0;
+  uint64_t appended_bytes = 0;
+  for (int round = 0; round < 400; round++) {
+    /* Fill to near three quarters of the ring, never evicting, then drain part of it. */
+    while (bytes + rec_bytes(wrap_len(next)) + 3100 < CAP * 3 / 4) {
+      append_ok(s, EM_SPOOL_DATA, next, wrap_len(next));
+      bytes += rec_bytes(wrap_len(next));
+      appended_bytes += rec_bytes(wrap_len(next));
+      next++;
+    }
+    uint32_t drain = (next - oldest) / 2 + (uint32_t)round % 3;
+    for (uint32_t i = 0; i < drain && oldest < next; i++) {
+      expect_pop(s, EM_SPOOL_DATA, oldest, wrap_len(oldest));
+      bytes -= rec_bytes(wrap_len(oldest));
+      oldest++;
+    }
+    if (round % 37 == 0) {
+      em_spool_close(s);
+      s = open_ok(f, CAP, NULL, 0);
+    }
+    em_spool_stats_t st = stats_of(s);
+    assert_int_equal(st.pending, next - oldest);
+    assert_int_equal(st.pending_bytes, bytes);
+    assert_int_equal(st.dropped, 0);
+    assert_int_equal(st.corrupt, 0);
+  }
+  assert_true(appended_bytes > 50u * CAP);
+  while (oldest < next) {
+    expect_pop(s, EM_SPOOL_DATA, oldest, wrap_len(oldest));
+    oldest++;
+  }
+  expect_empty(s);
+  em_spool_close(s);
+}
+
+static void spool_eviction_counts_exact_drops_across_reopen(void **state) {
+  fixture_t *f = *state;
+  const size_t len = 1000; /* 1024 ring bytes: exactly 64 records fill the ring. */
+  em_spool_t *s = open_ok(f, CAP, NULL, 0);
+  for (uint32_t i = 0; i < 100; i++) {
+    append_ok(s, EM_SPOOL_DATA, i, len);
+  }
+  em_spool_stats_t st = stats_of(s);
+  assert_int_equal(st.pending, 64);
+  assert_int_equal(st.dropped, 36);
+  assert_int_equal(st.pending_bytes, CAP);
+  em_spool_close(s);
+
+  s = open_ok(f, CAP, NULL, 0);
+  st = stats_of(s);
+  assert_int_equal(st.dropped, 36);
+  assert_int_equal(st.pending, 64);
+  expect_pop(s, EM_SPOOL_DATA, 36, len);
+  /* 2024 bytes at record 36's place: its space is free (popped), record 37 is evicted. */
+  append_ok(s, EM_SPOOL_STATE, 100, 2000);
+  st = stats_of(s);
+  assert_int_equal(st.dropped, 37);
+  assert_int_equal(st.pending, 63);
+  expect_pop(s, EM_SPOOL_STATE, 100, 2000);
+  for (uint32_t i = 38; i < 100; i++) {
+    expect_pop(s, EM_SPOOL_DATA, i, len);
+  }
+  expect_empty(s);
+  em_spool_close(s);
+
+  s = open_ok(f, CAP, NULL, 0);
+  assert_int_equal(stats_of(s).dropped, 37);
+  assert_int_equal(stats_of(s).pending, 0);
+  em_spool_close(s);
+}
+
+/* Five DATA records of 200 bytes (224 ring bytes each), closed. */
+static void write_five(const fixture_t *f) {
+  em_spool_t *s = open_ok(f, CAP, NULL, 0);
+  for (uint32_t i = 0; i < 5; i++) {
+    append_ok(s, EM_SPOOL_DATA, i, 200);
+  }
+  em_spool_close(s);
+}
+
+static void expect_five_but(const fixture_t *f, uint32_t lost) {
+  em_spool_t *s = open_ok(f, CAP, NULL, 0);
+  em_spool_stats_t st = stats_of(s);
+  assert_int_equal(st.corrupt, 1);
+  assert_int_equal(st.pending, 4);
+  for (uint32_t i = 0; i < 5; i++) {
+    if (i != lost) {
+      expect_pop(s, EM_SPOOL_DATA, i, 200);
+    }
+  }
+  expect_empty(s);
+  /* The spool goes on: a new record lands after the damaged one and replays. */
+  append_ok(s, EM_SPOOL_DATA, 5, 200);
+  expect_pop(s, EM_SPOOL_DATA, 5, 200);
+  em_spool_close(s);
+}
+
+static void spool_torn_last_record_is_skipped_and_counted(void **state) {
+  fixture_t *f = *state;
+  write_five(f);
+  uint64_t last = EM_SPOOL_HEADER_BYTES + 4 * rec_bytes(200);
+  scribble(f, last + EM_SPOOL_RECORD_HEADER + 120, 80, 0xa5); /* The tail never written. */
+  expect_five_but(f, 4);
+}
+
+static void spool_corrupt_middle_record_is_skipped_and_counted(void **state) {
+  fixture_t *f = *state;
+  write_five(f);
+  uint64_t mid = EM_SPOOL_HEADER_BYTES + 2 * rec_bytes(200);
+  scribble(f, mid + EM_SPOOL_RECORD_HEADER + 57, 1, 0x00);
+  expect_five_but(f, 2);
+}
+
+static void spool_corruption_after_open_fails_peek_once(void **state) {
+  fixture_t *f = *state;
+  write_five(f);
+  em_spool_t *s = open_ok(f, CAP, NULL, 0);
+  scribble(f, EM_SPOOL_HEADER_BYTES + EM_SPOOL_RECORD_HEADER + 3, 1, 0xee);
+  uint8_t buf[256];
+  em_spool_kind_t k = 0;
+  assert_int_equal(em_spool_peek(s, &k, buf, sizeof(buf)), -EIO);
+  assert_int_equal(em_spool_pop(s), -ENOENT);
+  for (uint32_t i = 1; i < 5; i++) {
+    expect_pop(s, EM_SPOOL_DATA, i, 200);
+  }
+  assert_int_equal(stats_of(s).corrupt, 1);
+  em_spool_close(s);
+}
+
+static void spool_garbage_file_is_recreated(void **state) {
+  fixture_t *f = *state;
+  uint8_t junk[8192];
+  srand(7);
+  for (size_t i = 0; i < sizeof(junk); i++) {
+    junk[i] = (uint8_t)rand();
+  }
+  int fd = open(f->path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  assert_true(fd >= 0);
+  for (int i = 0; i < 12; i++) {
+    assert_int_equal(write(fd, junk, sizeof(junk)), (ssize_t)sizeof(junk));
+  }
+  close(fd);
+  char err[256];
+  em_spool_t *s = open_ok(f, CAP, err, sizeof(err));
+  assert_non_null(strstr(err, "not a spool"));
+  assert_non_null(strstr(err, f->path));
+  assert_int_equal(stats_of(s).pending, 0);
+  append_ok(s, EM_SPOOL_DATA, 1, 33);
+  expect_pop(s, EM_SPOOL_DATA, 1, 33);
+  em_spool_close(s);
+
+  struct stat st;
+  assert_int_equal(stat(f->path, &st), 0);
+  assert_int_equal(st.st_mode & 0777, 0600);
+  assert_int_equal(st.st_size, EM_SPOOL_HEADER_BYTES + CAP);
+}
+
+static void spool_short_file_is_recreated(void **state) {
+  fixture_t *f = *state;
+  write_five(f);
+  assert_int_equal(truncate(f->path, EM_SPOOL_HEADER_BYTES + 1000), 0);
+  char err[256];
+  em_spool_t *s = open_ok(f, CAP, err, sizeof(err));
+  assert_non_null(strstr(err, "shorter"));
+  assert_int_equal(stats_of(s).pending, 0);
+  append_ok(s, EM_SPOOL_DATA, 9, 10);
+  em_spool_close(s);
+  s = open_ok(f, CAP, err, sizeof(err));
+  assert_string_equal(err, "");
+  expect_pop(s, EM_SPOOL_DATA, 9, 10);
+  em_spool_close(s);
+}
+
+static void spool_write_error_is_reported_and_spool_stays_usable(void **state) {
+  fixture_t *f = *state;
+  em_spool_t *s = open_ok(f, CAP, NULL, 0);
+  struct rlimit old;
+  assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+  void (*was)(int) = signal(SIGXFSZ, SIG_IGN);
+  struct rlimit low = {.rlim_cur = EM_SPOOL_HEADER_BYTES + 2048, .rlim_max = old.rlim_max};
+  assert_int_equal(setrlimit(RLIMIT_FSIZE, &low), 0);
+  uint32_t stored = 0;
+  int rc = 0;
+  for (uint32_t i = 0; i < 20 && rc == 0; i++) {
+    uint8_t buf[500];
+    fill(buf, i, sizeof(buf));
+    rc = em_spool_append(s, EM_SPOOL_DATA, buf, sizeof(buf));
+    stored += rc == 0;
+  }
+  assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+  signal(SIGXFSZ, was);
+  assert_int_equal(rc, -EFBIG);
+  assert_int_equal(stored, 3); /* 3 x 528 bytes fit below 2048; the fourth crosses it. */
+  em_spool_stats_t st = stats_of(s);
+  assert_int_equal(st.write_errors, 1);
+  assert_int_equal(st.pending, stored);
+
+  append_ok(s, EM_SPOOL_DATA, 100, 500);
+  append_ok(s, EM_SPOOL_DATA, 101, 500);
+  for (uint32_t i = 0; i < stored; i++) {
+    expect_pop(s, EM_SPOOL_DATA, i, 500);
+  }
+  expect_pop(s, EM_SPOOL_DATA, 100, 500);
+  append_ok(s, EM_SPOOL_DATA, 102, 500);
+  em_spool_close(s);
+  s = open_ok(f, CAP, NULL, 0);
+  st = stats_of(s);
+  assert_int_equal(st.pending, 2);
+  assert_int_equal(st.corrupt, 0);
+  expect_pop(s, EM_SPOOL_DATA, 101, 500);
+  expect_pop(s, EM_SPOOL_DATA, 102, 500);
+  em_spool_close(s);
+}
+
+static void spool_rejects_bad_sizes(void **state) {
+  fixture_t *f = *state;
+  em_spool_t *s = NULL;
+  char err[256];
+  assert_int_equal(em_spool_open(&s, f->path, EM_SPOOL_MIN_CAPACITY - 8, err, sizeof(err)),
+                   -EINVAL);
+  assert_null(s);
+  assert_non_null(strstr(err, "capacity"));
+  s = open_ok(f, CAP + 5, NULL, 0); /* Rounded down to CAP. */
+  static uint8_t big[CAP];
+  size_t fits = CAP - EM_SPOOL_RECORD_HEADER;
+  assert_int_equal(em_spool_append(s, EM_SPOOL_DATA, big, fits + 1), -EMSGSIZE);
+  assert_int_equal(em_spool_append(s, EM_SPOOL_DATA, big, 0), -EINVAL);
+  assert_int_equal(em_spool_append(s, (em_spool_kind_t)7, big, 10), -EINVAL);
+  assert_int_equal(stats_of(s).write_errors, 0);
+  append_ok(s, EM_SPOOL_DATA, 1, 10);
+  assert_int_equal(em_spool_append(s, EM_SPOOL_DATA, big, fits), 0); /* The whole ring. */
+  em_spool_stats_t st = stats_of(s);
+  assert_int_equal(st.dropped, 1);
+  assert_int_equal(st.pending_bytes, CAP);
+  em_spool_kind_t k = 0;
+  assert_int_equal(em_spool_peek(s, &k, big, sizeof(big)), (int)fits);
+  assert_int_equal(em_spool_pop(s), 0);
+  em_spool_close(s);
+}
+
+static void spool_peek_with_small_buffer_is_enobufs(void **state) {
+  fixture_t *f = *state;
+  em_spool_t *s = open_ok(f, CAP, NULL, 0);
+  assert_int_equal(em_spool_pop(s), -ENOENT);
+  append_ok(s, EM_SPOOL_STATE, 3, 100);
+  uint8_t buf[100];
+  em_spool_kind_t k = 0;
+  assert_int_equal(em_spool_peek(s, &k, buf, 99), -ENOBUFS);
+  assert_int_equal(k, EM_SPOOL_STATE);
+  assert_int_equal(em_spool_pop(s), -ENOENT);
+  assert_int_equal(stats_of(s).pending, 1);
+  expect_pop(s, EM_SPOOL_STATE, 3, 100);
+  em_spool_close(s);
+}
+
+static uint64_t slot_gen(const fixture_t *f, int slot) {
+  uint8_t b[8];
+  int fd = open(f->path, O_RDONLY);
+  assert_true(fd >= 0);
+  assert_int_equal(pread(fd, b, sizeof(b), slot * 64 + 8), 8);
+  close(fd);
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) {
+    v = v << 8 | b[i];
+  }
+  return v;
+}
+
+static void spool_torn_header_slot_falls_back_to_older(void **state) {
+  fixture_t *f = *state;
+  em_spool_t *s = open_ok(f, CAP, NULL, 0);
+  for (uint32_t i = 0; i < 3; i++) {
+    append_ok(s, EM_SPOOL_DATA, i, 64);
+  }
+  expect_pop(s, EM_SPOOL_DATA, 0, 64);
+  assert_int_equal(em_spool_sync(s), 0); /* done = 1 */
+  expect_pop(s, EM_SPOOL_DATA, 1, 64);
+  assert_int_equal(em_spool_sync(s), 0); /* done = 2, in the other slot */
+  em_spool_close(s);
+
+  int newest = slot_gen(f, 0) > slot_gen(f, 1) ? 0 : 1;
+  scribble(f, (uint64_t)newest * 64 + 20, 30, 0x5a);
+  char err[256];
+  s = open_ok(f, CAP, err, sizeof(err));
+  assert_string_equal(err, "");
+  assert_int_equal(stats_of(s).pending, 2);
+  expect_pop(s, EM_SPOOL_DATA, 1, 64); /* Replayed again: at-least-once. */
+  expect_pop(s, EM_SPOOL_DATA, 2, 64);
+  expect_empty(s);
+  em_spool_close(s);
+
+  /* Both slots garbage: not a spool. */
+  scribble(f, 0, 128, 0x33);
+  s = open_ok(f, CAP, err, sizeof(err));
+  assert_non_null(strstr(err, "not a spool"));
+  em_spool_close(s);
+}
+
+static void spool_capacity_change_recreates_only_when_empty(void **state) {
+  fixture_t *f = *state;
+  em_spool_t *s = open_ok(f, CAP, NULL, 0);
+  append_ok(s, EM_SPOOL_DATA, 1, 10);
+  em_spool_close(s);
+  char err[256];
+  s = open_ok(f, 2 * CAP, err, sizeof(err));
+  assert_non_null(strstr(err, "keeps its capacity"));
+  expect_pop(s, EM_SPOOL_DATA, 1, 10);
+  em_spool_close(s);
+  s = open_ok(f, 2 * CAP, err, sizeof(err));
+  assert_non_null(strstr(err, "recreated"));
+  em_spool_close(s);
+  struct stat st;
+  assert_int_equal(stat(f->path, &st), 0);
+  assert_int_equal(st.st_size, EM_SPOOL_HEADER_BYTES + 2 * CAP);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(spool_replays_in_order_with_payload_bytes, setup, teardown),
+      cmocka_unit_test_setup_teardown(spool_state_records_replay_before_older_data, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(spool_reopen_after_close_replays_unpopped, setup, teardown),
+      cmocka_unit_test_setup_teardown(spool_reopen_after_crash_recovers, setup, teardown),
+      cmocka_unit_test_setup_teardown(spool_state_popped_out_of_order_replays_again_after_crash,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(spool_wraps_many_laps_with_mixed_sizes, setup, teardown),
+      cmocka_unit_test_setup_teardown(spool_eviction_counts_exact_drops_across_reopen, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(spool_torn_last_record_is_skipped_and_counted, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(spool_corrupt_middle_record_is_skipped_and_counted, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(spool_corruption_after_open_fails_peek_once, setup, teardown),
+      cmocka_unit_test_setup_teardown(spool_garbage_file_is_recreated, setup, teardown),
+      cmocka_unit_test_setup_teardown(spool_short_file_is_recreated, setup, teardown),
+      cmocka_unit_test_setup_teardown(spool_write_error_is_reported_and_spool_stays_usable, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(spool_rejects_bad_sizes, setup, teardown),
+      cmocka_unit_test_setup_teardown(spool_peek_with_small_buffer_is_enobufs, setup, teardown),
+      cmocka_unit_test_setup_teardown(spool_torn_header_slot_falls_back_to_older, setup, teardown),
+      cmocka_unit_test_setup_teardown(spool_capacity_change_recreates_only_when_empty, setup,
+                                      teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
