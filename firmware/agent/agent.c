@@ -41,7 +41,9 @@
 #include "pmu.h"
 #include "procfs.h"
 #include "publisher.h"
+#include "service.h"
 #include "signals.h"
+#include "spool.h"
 #include "spans.h"
 #include "target.h"
 
@@ -75,6 +77,12 @@ enum {
   M_SPANS_RECEIVED,
   M_SPANS_DROP_FIRST, /* one per em_spans_drop_t */
   M_SPANS_STAGES = M_SPANS_DROP_FIRST + EM_SPANS_DROP_COUNT,
+  M_SPOOL_PENDING,
+  M_SPOOL_DROPPED,
+  M_SPOOL_CORRUPT,
+  M_SPOOL_WRITE_ERRORS,
+  M_SPOOL_REPLAYED,
+  M_SPOOL_LOST,
   M_FIXED_COUNT
 };
 
@@ -120,6 +128,12 @@ static const struct {
     [M_SPANS_DROP_FIRST +
         EM_SPANS_DROP_OVERFLOW] = {"spans.dropped.overflow", "1", EM_METRIC_COUNTER},
     [M_SPANS_STAGES] = {"spans.stages", "1", EM_METRIC_GAUGE},
+    [M_SPOOL_PENDING] = {"spool.pending", "1", EM_METRIC_GAUGE},
+    [M_SPOOL_DROPPED] = {"spool.dropped", "1", EM_METRIC_COUNTER},
+    [M_SPOOL_CORRUPT] = {"spool.corrupt", "1", EM_METRIC_COUNTER},
+    [M_SPOOL_WRITE_ERRORS] = {"spool.write_errors", "1", EM_METRIC_COUNTER},
+    [M_SPOOL_REPLAYED] = {"spool.replayed", "1", EM_METRIC_COUNTER},
+    [M_SPOOL_LOST] = {"spool.lost", "1", EM_METRIC_COUNTER},
 };
 
 struct em_agent {
@@ -190,6 +204,17 @@ struct em_agent {
   char (*absent)[EM_PMU_REASON_BYTES]; /* Per metric: why absent, "" when not. */
   em_sample_t *samples;
   uint8_t *out; /* Encode buffer, EM_PROTO_MAX_MESSAGE_BYTES. */
+
+  em_service_t svc; /* systemd notifications: ready, watchdog, reload, stop. */
+
+  /* Store and forward (spool.h): what the broker cannot take now goes to the spool. */
+  em_spool_t *spool;  /* NULL: memory only (spool off, or it could not be opened). */
+  uint8_t *replay;    /* EM_PROTO_MAX_MESSAGE_BYTES: a spooled message read back. */
+  uv_fs_t spool_sync; /* fdatasync of the spool on libuv's worker. */
+  bool spool_syncing; /* spool_sync is in flight. */
+  uint64_t next_spool_sync_ns;
+  uint64_t lost;        /* Messages neither sent nor spooled (no spool, or it failed). */
+  int spool_last_error; /* Last append error logged, so each kind is logged once. */
 
   unsigned closing;
   void (*stop_done)(void *);
@@ -326,6 +351,141 @@ static double value_as_double(em_value_t v) {
   return NAN;
 }
 
+/* --- store and forward --------------------------------------------------------------- */
+
+/* Opens the spool the config names; without one, what the broker cannot take is lost and
+ * counted (spool.lost). */
+static void spool_open(em_agent_t *a) {
+  if (strcmp(a->cfg.spool_path, "off") == 0) {
+    EM_INFO("spool: off; messages the broker cannot take are lost (counted in spool.lost)");
+    return;
+  }
+  char err[EM_CONFIG_MAX_PATH + 160];
+  int rc = em_spool_open(&a->spool, a->cfg.spool_path, a->cfg.spool_bytes, err, sizeof(err));
+  if (rc) {
+    EM_ERROR("spool: %s; running without one: messages the broker cannot take are lost "
+             "(counted in spool.lost)",
+             err);
+    a->spool = NULL;
+    return;
+  }
+  if (err[0]) {
+    EM_WARN("spool: %s", err);
+  }
+  em_spool_stats_t st;
+  em_spool_stats(a->spool, &st);
+  EM_INFO("spool: %s, %llu pending to replay, %llu corrupt records skipped, %llu dropped in its "
+          "life",
+          a->cfg.spool_path, (unsigned long long)st.pending, (unsigned long long)st.corrupt,
+          (unsigned long long)st.dropped);
+}
+
+/* Keeps one encoded message for later. An append that fails (disk full, file size limit) is
+ * logged once per kind of error and counted in spool.lost; the agent goes on without it. */
+static void spool_put(em_agent_t *a, em_spool_kind_t kind, const uint8_t *buf, size_t len) {
+  if (!a->spool) {
+    a->lost++;
+    return;
+  }
+  int rc = em_spool_append(a->spool, kind, buf, len);
+  if (rc == 0) {
+    if (a->spool_last_error) {
+      EM_INFO("spool: appending again");
+    }
+    a->spool_last_error = 0;
+    return;
+  }
+  a->lost++;
+  if (rc != a->spool_last_error) {
+    EM_ERROR("spool: cannot append to %s: %s; messages are lost until it can (spool.lost)",
+             a->cfg.spool_path, strerror(-rc));
+    a->spool_last_error = rc;
+  }
+}
+
+/* Sends up to replay_per_tick spooled messages (state first, then data in order), after the
+ * tick's live message, so replay never starves live data. Replayed messages are not retained. */
+static void replay_some(em_agent_t *a) {
+  if (!a->spool || !em_publisher_online(a->pub)) {
+    return;
+  }
+  for (uint32_t i = 0; i < a->cfg.replay_per_tick; i++) {
+    em_spool_kind_t kind;
+    int n = em_spool_peek(a->spool, &kind, a->replay, EM_PROTO_MAX_MESSAGE_BYTES);
+    if (n == -EIO) {
+      continue; /* Unreadable now: the spool dropped and counted it. */
+    }
+    if (n <= 0) {
+      return;
+    }
+    bool state = kind == EM_SPOOL_STATE;
+    if (em_publisher_send(a->pub, state ? "state" : "data", a->replay, (size_t)n,
+                          state ? a->cfg.qos_state : a->cfg.qos_data, false) != 0) {
+      return;
+    }
+    em_spool_pop(a->spool);
+  }
+}
+
+static void on_spool_synced(uv_fs_t *req) {
+  em_agent_t *a = req->data;
+  if (req->result < 0) {
+    EM_ERROR("spool: fdatasync %s: %s", a->cfg.spool_path, uv_strerror((int)req->result));
+  }
+  uv_fs_req_cleanup(req);
+  a->spool_syncing = false;
+}
+
+/* Every sync_interval: the header (replay progress, drop count) is written on the loop, a
+ * page-cache write; fdatasync runs on libuv's worker, never on the loop. */
+static void spool_maybe_sync(em_agent_t *a, uint64_t now) {
+  if (!a->spool || a->spool_syncing || now < a->next_spool_sync_ns) {
+    return;
+  }
+  a->next_spool_sync_ns = now + a->cfg.spool_sync_ns;
+  bool need = false;
+  if (em_spool_flush_header(a->spool, &need) != 0 || !need) {
+    return;
+  }
+  a->spool_sync.data = a;
+  if (uv_fs_fdatasync(a->loop, &a->spool_sync, em_spool_fd(a->spool), on_spool_synced) == 0) {
+    a->spool_syncing = true;
+  }
+}
+
+/* Figures of the spool for the data message: absent without a spool, never 0 for "none". */
+static void sample_spool(em_agent_t *a) {
+  set_u(a, fx(a, M_SPOOL_LOST), a->lost);
+  if (!a->spool) {
+    for (size_t f = M_SPOOL_PENDING; f <= M_SPOOL_REPLAYED; f++) {
+      set_absent(a, fx(a, f));
+    }
+    return;
+  }
+  em_spool_stats_t st;
+  em_spool_stats(a->spool, &st);
+  set_u(a, fx(a, M_SPOOL_PENDING), st.pending);
+  set_u(a, fx(a, M_SPOOL_DROPPED), st.dropped);
+  set_u(a, fx(a, M_SPOOL_CORRUPT), st.corrupt);
+  set_u(a, fx(a, M_SPOOL_WRITE_ERRORS), st.write_errors);
+  set_u(a, fx(a, M_SPOOL_REPLAYED), st.replayed);
+}
+
+/* The tick's data message: live when the broker takes it, else into the spool flagged as
+ * historical. */
+static void deliver_data(em_agent_t *a, em_msg_t *msg, size_t len) {
+  if (em_publisher_online(a->pub) &&
+      em_publisher_send(a->pub, "data", a->out, len, a->cfg.qos_data, false) == 0) {
+    return;
+  }
+  msg->u.data.historical = true;
+  if (em_proto_encode(msg, a->out, EM_PROTO_MAX_MESSAGE_BYTES, &len) != 0) {
+    a->lost++;
+    return;
+  }
+  spool_put(a, EM_SPOOL_DATA, a->out, len);
+}
+
 /* The retained MQTT state message of the current level. */
 static void publish_state(em_agent_t *a) {
   const em_state_record_t *r = &a->state;
@@ -350,7 +510,21 @@ static void publish_state(em_agent_t *a) {
     EM_ERROR("state: cannot encode: %s", em_proto_strerror(rc));
     return;
   }
-  em_publisher_send(a->pub, "state", a->out, len, a->cfg.qos_state, true);
+  if (em_publisher_online(a->pub) &&
+      em_publisher_send(a->pub, "state", a->out, len, a->cfg.qos_state, true) == 0) {
+    return;
+  }
+  if (a->closing) {
+    return;
+  }
+  /* The broker is away: the change goes to the spool, replayed first when it is back (the
+   * current level is republished, retained, on connect anyway). */
+  msg.u.state.historical = true;
+  if (em_proto_encode(&msg, a->out, EM_PROTO_MAX_MESSAGE_BYTES, &len) == 0) {
+    spool_put(a, EM_SPOOL_STATE, a->out, len);
+  } else {
+    a->lost++;
+  }
 }
 
 /*
@@ -454,14 +628,15 @@ static void evaluate_budgets(em_agent_t *a, uint64_t now) {
   }
 }
 
-/* The config's rules for the engine (same kinds, see config.h). */
-static int start_budgets(em_agent_t *a, uint64_t now) {
+/* An engine for cfg's rules (same kinds, see config.h). Returns 0 and *out, or -EINVAL /
+ * -ENOMEM. */
+static int make_engine(const em_config_t *cfg, uint64_t now, em_budget_engine_t **out) {
   _Static_assert((int)EM_CONFIG_RULE_PSI == (int)EM_BUDGET_RULE_PSI,
                  "config and budget rule kinds must match up to PSI");
   _Static_assert(EM_CONFIG_MAX_FLOW == EM_BUDGET_FLOW_MAX_STAGES, "flow stage limits must match");
   em_budget_rule_t rules[EM_CONFIG_MAX_RULES];
-  for (size_t i = 0; i < a->cfg.n_rules; i++) {
-    const em_config_rule_t *c = &a->cfg.rules[i];
+  for (size_t i = 0; i < cfg->n_rules; i++) {
+    const em_config_rule_t *c = &cfg->rules[i];
     em_budget_rule_t *r = &rules[i];
     *r = (em_budget_rule_t){.id = c->id,
                             .kind = c->kind == EM_CONFIG_RULE_FLOW ? EM_BUDGET_RULE_FLOW
@@ -510,16 +685,23 @@ static int start_budgets(em_agent_t *a, uint64_t now) {
     }
   }
   em_budget_opts_t o = {.rules = rules,
-                        .n_rules = a->cfg.n_rules,
-                        .enter_windows = a->cfg.enter_windows,
-                        .leave_windows = a->cfg.leave_windows,
-                        .window_ns = a->cfg.window_ns};
-  int rc = em_budget_new(&a->budget, &o, now);
+                        .n_rules = cfg->n_rules,
+                        .enter_windows = cfg->enter_windows,
+                        .leave_windows = cfg->leave_windows,
+                        .window_ns = cfg->window_ns};
+  int rc = em_budget_new(out, &o, now);
   if (rc) {
     EM_ERROR("budgets: the rules were refused: %s", strerror(-rc));
+  }
+  return rc;
+}
+
+static int start_budgets(em_agent_t *a, uint64_t now) {
+  int rc = make_engine(&a->cfg, now, &a->budget);
+  if (rc) {
     return rc;
   }
-  a->birth_budgets = calloc(a->cfg.n_rules ? a->cfg.n_rules : 1, sizeof(*a->birth_budgets));
+  a->birth_budgets = calloc(EM_CONFIG_MAX_RULES, sizeof(*a->birth_budgets));
   a->budget_windows = calloc(a->cfg.max_stages, sizeof(*a->budget_windows));
   a->budget_stages = calloc(a->cfg.max_stages, sizeof(*a->budget_stages));
   if (!a->birth_budgets || !a->budget_windows || !a->budget_stages) {
@@ -528,7 +710,7 @@ static int start_budgets(em_agent_t *a, uint64_t now) {
   for (size_t i = 0; i < a->cfg.max_stages; i++) {
     em_hist_init(&a->budget_windows[i]);
   }
-  int n = em_budget_describe(a->budget, a->birth_budgets, a->cfg.n_rules);
+  int n = em_budget_describe(a->budget, a->birth_budgets, EM_CONFIG_MAX_RULES);
   a->n_birth_budgets = n > 0 ? (size_t)n : 0;
   a->budget_start_ns = now;
   return 0;
@@ -809,9 +991,11 @@ static void arm_tick(em_agent_t *a) {
 static void on_tick(uv_timer_t *t) {
   em_agent_t *a = t->data;
   uint64_t now = uv_hrtime();
-  if (now > a->next_tick_ns + a->cfg.sample_period_ns / 2) {
+  bool on_time = now <= a->next_tick_ns + a->cfg.sample_period_ns / 2;
+  if (!on_time) {
     a->late_ticks++;
   }
+  em_service_tick(&a->svc, now, on_time);
   uint64_t window_ns = a->last_tick_ns ? now - a->last_tick_ns : a->cfg.sample_period_ns;
   a->last_tick_ns = now;
   a->next_tick_ns += a->cfg.sample_period_ns;
@@ -843,6 +1027,7 @@ static void on_tick(uv_timer_t *t) {
           em_spans_dropped(a->spans, (em_spans_drop_t)why));
   }
   set_u(a, fx(a, M_SPANS_STAGES), em_spans_stage_count(a->spans));
+  sample_spool(a);
   for (size_t k = 0; k < a->n_anomaly; k++) {
     double z = 0;
     bool have = em_budget_anomaly(a->budget, a->anomaly_stages[k], &z) == 0 && isfinite(z);
@@ -875,7 +1060,15 @@ static void on_tick(uv_timer_t *t) {
     EM_ERROR("data: cannot encode: %s", em_proto_strerror(rc));
     return;
   }
-  em_publisher_send(a->pub, "data", a->out, len, a->cfg.qos_data, false);
+  deliver_data(a, &msg, len);
+  replay_some(a);
+  spool_maybe_sync(a, now);
+  if (!a->svc.ready) {
+    char status[EM_CONFIG_MAX_ID + 64];
+    snprintf(status, sizeof(status), "device %s: sampling every %llu ms", a->cfg.device_id,
+             (unsigned long long)(a->cfg.sample_period_ns / 1000000u));
+    em_service_ready(&a->svc, status); /* After the first sample, as the unit promises. */
+  }
 }
 
 /* --- lifecycle ----------------------------------------------------------------------- */
@@ -900,9 +1093,11 @@ static int build_dictionary(em_agent_t *a) {
   a->absent = calloc(a->n_metrics, sizeof(*a->absent));
   a->samples = calloc(2 * a->n_metrics, sizeof(*a->samples));
   a->out = malloc(EM_PROTO_MAX_MESSAGE_BYTES);
+  a->replay = malloc(EM_PROTO_MAX_MESSAGE_BYTES);
   a->stage_out = calloc(a->cfg.max_stages, sizeof(*a->stage_out));
   a->bucket_out = calloc((size_t)a->cfg.max_stages * BUCKETS_PER_STAGE, sizeof(*a->bucket_out));
-  if (!a->defs || !a->absent || !a->samples || !a->out || !a->stage_out || !a->bucket_out) {
+  if (!a->defs || !a->absent || !a->samples || !a->out || !a->replay || !a->stage_out ||
+      !a->bucket_out) {
     return -ENOMEM;
   }
   for (size_t i = 0; i < a->n_events; i++) {
@@ -958,6 +1153,7 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg, cons
   }
   a->loop = loop;
   a->cfg = *cfg;
+  em_service_init(&a->svc);
   a->self_statm_fd = -1;
   snprintf(a->version, sizeof(a->version), "%s", version);
   snprintf(a->prefix, sizeof(a->prefix), "edgemon/v1/%s", cfg->device_id);
@@ -1001,7 +1197,15 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg, cons
                             .will_qos = cfg->qos_state,
                             .on_online = on_online,
                             .on_command = on_command,
-                            .ctx = a};
+                            .ctx = a,
+                            .tls = cfg->tls,
+                            .tls_ca_file = cfg->tls_ca_file,
+                            .tls_ca_path = cfg->tls_ca_path,
+                            .tls_cert_file = cfg->tls_cert_file,
+                            .tls_key_file = cfg->tls_key_file,
+                            .tls_insecure = cfg->tls_insecure,
+                            .username = cfg->username,
+                            .password = cfg->password};
   if (!rc) {
     rc = em_publisher_new(&a->pub, loop, &po);
   }
@@ -1039,6 +1243,9 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg, cons
   if (!rc && cfg->hook[0]) {
     rc = em_hook_new(&a->hook, loop, cfg->hook, cfg->hook_timeout_ns);
   }
+  if (!rc) {
+    spool_open(a);
+  }
   if (rc) {
     em_agent_free(a);
     return rc == -ENOENT ? -ENOENT : rc;
@@ -1050,6 +1257,91 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg, cons
   a->lookup.data = a;
   a->smaps_work.data = a;
   *out = a;
+  return 0;
+}
+
+/* Names the first setting that differs between the running config and `next` among those a
+ * reload cannot apply, or returns NULL. */
+static const char *restart_only_change(const em_config_t *cur, const em_config_t *next) {
+  if (strcmp(cur->device_id, next->device_id) != 0) {
+    return "device_id";
+  }
+  if (strcmp(cur->broker_host, next->broker_host) != 0 || cur->broker_port != next->broker_port) {
+    return "broker";
+  }
+  if (strcmp(cur->client_id, next->client_id) != 0) {
+    return "client_id";
+  }
+  if (cur->sample_period_ns != next->sample_period_ns) {
+    return "sample_period";
+  }
+  if (cur->n_events != next->n_events ||
+      memcmp(cur->events, next->events, sizeof(cur->events[0]) * cur->n_events) != 0) {
+    return "events";
+  }
+  if (strcmp(cur->span_socket, next->span_socket) != 0 ||
+      strcmp(cur->runtime_dir, next->runtime_dir) != 0) {
+    return "span_socket/runtime_dir";
+  }
+  if (cur->max_stages != next->max_stages) {
+    return "max_stages";
+  }
+  if (strcmp(cur->hook, next->hook) != 0) {
+    return "hook";
+  }
+  return NULL;
+}
+
+int em_agent_reload(em_agent_t *a, const em_config_t *next) {
+  if (!a || !next || a->closing) {
+    return -EINVAL;
+  }
+  uint64_t now = uv_hrtime();
+  em_service_reloading(&a->svc, now);
+  const char *later = restart_only_change(&a->cfg, next);
+  if (later) {
+    EM_WARN("reload: %s changed; that takes a restart (the running value stays)", later);
+  }
+
+  em_budget_engine_t *engine = NULL;
+  int rc = make_engine(next, now, &engine);
+  if (rc) {
+    em_service_reloaded(&a->svc, "reload refused: budget rules");
+    return rc;
+  }
+  size_t kept = em_budget_adopt(engine, a->budget);
+  em_budget_free(a->budget);
+  a->budget = engine;
+  a->cfg.n_rules = next->n_rules;
+  memcpy(a->cfg.rules, next->rules, sizeof(a->cfg.rules));
+  a->cfg.enter_windows = next->enter_windows;
+  a->cfg.leave_windows = next->leave_windows;
+  a->cfg.window_ns = next->window_ns;
+  int n = em_budget_describe(a->budget, a->birth_budgets, EM_CONFIG_MAX_RULES);
+  a->n_birth_budgets = n > 0 ? (size_t)n : 0;
+  EM_INFO("reload: %zu budget rules (%zu kept their state), level %s", next->n_rules, kept,
+          em_level_name(em_budget_level(a->budget)));
+
+  bool target_changed = a->cfg.target_kind != next->target_kind ||
+                        a->cfg.target_pid != next->target_pid ||
+                        strcmp(a->cfg.target_value, next->target_value) != 0;
+  if (target_changed) {
+    a->cfg.target_kind = next->target_kind;
+    a->cfg.target_pid = next->target_pid;
+    memcpy(a->cfg.target_value, next->target_value, sizeof(a->cfg.target_value));
+    char desc[EM_CONFIG_MAX_PATH + 64];
+    em_target_describe(&a->cfg, desc, sizeof(desc));
+    EM_INFO("reload: target is now %s", desc);
+    if (a->pid != 0) {
+      detach(a, "is no longer the target");
+    }
+    a->logged_waiting = false;
+    try_attach(a); /* Publishes a birth when it attaches. */
+  }
+  if (!target_changed || a->pid == 0) {
+    publish_birth(a); /* The birth lists the budgets. */
+  }
+  em_service_reloaded(&a->svc, "running (reloaded)");
   return 0;
 }
 
@@ -1092,6 +1384,7 @@ void em_agent_stop(em_agent_t *a, void (*done)(void *), void *ctx) {
   }
   a->stop_done = done;
   a->stop_ctx = ctx;
+  em_service_stopping(&a->svc);
   a->closing = a->hook ? 5 : 4; /* two timers, span socket, publisher, hook */
   em_spans_close(a->spans, on_spans_closed, a);
   if (a->hook) {
@@ -1122,6 +1415,8 @@ void em_agent_free(em_agent_t *a) {
   free(a->absent);
   free(a->samples);
   free(a->out);
+  free(a->replay);
+  em_spool_close(a->spool); /* Syncs: the last records reach the disk. */
   free(a->stage_out);
   free(a->bucket_out);
   em_spans_free(a->spans);

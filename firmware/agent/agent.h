@@ -30,6 +30,16 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg, cons
 int em_agent_start(em_agent_t *a);
 
 /*
+ * Applies a reloaded config (SIGHUP) without losing histograms, the level or the broker
+ * connection: the budget rules and their windows (rules kept by id keep their state, see
+ * em_budget_adopt), and the target (re-attached when it changed). Settings that need a restart
+ * (device, broker, events, sample period, sockets, hook) keep their running values with a
+ * warning naming the first one. Publishes a birth (it lists the budgets). Returns 0, or
+ * -EINVAL (the rules were refused: the running config stays in force).
+ */
+int em_agent_reload(em_agent_t *a, const em_config_t *next);
+
+/*
  * Stops: publishes status offline, disconnects, closes every handle, then calls done(ctx)
  * from the loop (the loop then has nothing left of the agent's and uv_run returns).
  */

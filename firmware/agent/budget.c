@@ -349,6 +349,69 @@ void em_budget_free(em_budget_engine_t *b) {
   free(b);
 }
 
+/* True when FLOW rules a and b follow the same stages in the same order. */
+static bool same_flow(const rule_state_t *a, const rule_state_t *b) {
+  if (a->rule.u.flow.n_stages != b->rule.u.flow.n_stages) {
+    return false;
+  }
+  for (size_t k = 0; k < a->rule.u.flow.n_stages; k++) {
+    if (strcmp(a->flow_stages[k], b->flow_stages[k]) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+size_t em_budget_adopt(em_budget_engine_t *dst, const em_budget_engine_t *src) {
+  if (!dst || !src) {
+    return 0;
+  }
+  size_t kept = 0;
+  for (size_t i = 0; i < dst->n_rules; i++) {
+    rule_state_t *d = &dst->rules[i];
+    const rule_state_t *o = NULL;
+    for (size_t j = 0; j < src->n_rules && !o; j++) {
+      if (strcmp(src->rules[j].id, d->id) == 0 && src->rules[j].rule.kind == d->rule.kind) {
+        o = &src->rules[j];
+      }
+    }
+    if (!o) {
+      continue;
+    }
+    d->active = o->active;
+    d->bad = o->bad;
+    d->clean = o->clean;
+    d->value = o->value;
+    d->win_spans = o->win_spans;
+    d->win_misses = o->win_misses;
+    d->last_seen_ns = o->last_seen_ns;
+    if (d->ring && o->ring) {
+      memcpy(d->ring, o->ring, EM_BUDGET_SLOPE_SAMPLES * sizeof(*d->ring));
+      d->ring_head = o->ring_head;
+      d->ring_len = o->ring_len;
+    }
+    if (d->slots && o->slots && same_flow(d, o)) {
+      memcpy(d->slots, o->slots, EM_BUDGET_FLOW_FRAMES * sizeof(*d->slots));
+      d->flow_seq = o->flow_seq;
+      d->evicted = o->evicted;
+    }
+    kept++;
+  }
+  for (size_t i = 0; i < dst->n_stages; i++) {
+    size_t j = find_stage(src, dst->stages[i].name);
+    if (j != NO_STAGE) {
+      stage_state_t keep = src->stages[j];
+      memcpy(keep.name, dst->stages[i].name, sizeof(keep.name));
+      dst->stages[i] = keep;
+    }
+  }
+  /* The level carries over as it is: with its rules gone or clean, it steps down through the
+   * usual clean windows, never at once. */
+  dst->level = src->level;
+  dst->down_streak = src->down_streak;
+  return kept;
+}
+
 em_level_t em_budget_level(const em_budget_engine_t *b) {
   return b->level;
 }

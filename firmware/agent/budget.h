@@ -245,6 +245,16 @@ int em_budget_new(em_budget_engine_t **out, const em_budget_opts_t *opts, uint64
 /* Frees b; NULL is a no-op. */
 void em_budget_free(em_budget_engine_t *b);
 
+/*
+ * Carries the state of `src` into the freshly made `dst` (a config reload): every rule of dst
+ * whose id and kind match a rule of src takes its state (active, pending and recovering
+ * counts, last value, ALIVE clock, RSS samples; a FLOW rule its frames in flight when its
+ * stages are unchanged), each stage its anomaly state, and dst takes src's level, which then
+ * moves by the usual rules: a level whose rules were removed steps down after leave_windows
+ * clean windows, never at once. Returns the number of rules that kept their state.
+ */
+size_t em_budget_adopt(em_budget_engine_t *dst, const em_budget_engine_t *src);
+
 /* The current level. */
 em_level_t em_budget_level(const em_budget_engine_t *b);
 

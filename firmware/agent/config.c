@@ -44,7 +44,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <fcntl.h>
 
 #include <ini.h>
 
@@ -62,7 +64,8 @@
 #define MAX_COMM         15        /* TASK_COMM_LEN - 1. */
 #define MAX_CMDLINE      255
 #define MAX_CLIENT_ID    64
-#define SUGGEST_DISTANCE 2 /* Did-you-mean: the largest edit distance suggested. */
+#define SUGGEST_DISTANCE 2    /* Did-you-mean: the largest edit distance suggested. */
+#define CRED_MAX_BYTES   4096 /* A credentials file is two short lines. */
 
 typedef enum {
   SEC_NONE = 0, /* Before the first section header. */
@@ -72,14 +75,16 @@ typedef enum {
   SEC_PMU,
   SEC_SPANS,
   SEC_DEGRADE,
+  SEC_SPOOL,
   SEC_BUDGET_STAGE,   /* [budget.<stage>]: load_t.budget is the stage. */
   SEC_BUDGET_PROCESS, /* [budget.process]: load_t.budget is load_t.process. */
   SEC_INVALID,        /* After an unknown or malformed header: its keys are skipped. */
 } section_t;
 
 static const char *const section_names[] = {
-    "", "agent", "target", "mqtt", "pmu", "spans", "degrade", "budget.<stage>", "budget.process"};
-#define N_PLAIN_SECTIONS 7 /* Entries of section_names up to [degrade], SEC_NONE included. */
+    "",      "agent",   "target", "mqtt",           "pmu",
+    "spans", "degrade", "spool",  "budget.<stage>", "budget.process"};
+#define N_PLAIN_SECTIONS 8 /* Entries of section_names up to [spool], SEC_NONE included. */
 
 typedef enum {
   K_DEVICE_ID,
@@ -102,6 +107,12 @@ typedef enum {
   K_KEEPALIVE,
   K_RECONNECT_MIN,
   K_RECONNECT_MAX,
+  K_TLS_CA_FILE,
+  K_TLS_CA_PATH,
+  K_TLS_CERT_FILE,
+  K_TLS_KEY_FILE,
+  K_TLS_INSECURE,
+  K_CREDENTIALS_FILE,
   K_EVENTS,
   K_SPAN_SOCKET,
   K_SOCKET_MODE,
@@ -114,6 +125,10 @@ typedef enum {
   K_DEGRADE_WINDOW,
   K_HOOK,
   K_HOOK_TIMEOUT,
+  K_SPOOL_PATH,
+  K_SPOOL_SIZE,
+  K_SPOOL_SYNC,
+  K_REPLAY_PER_TICK,
   /* Budget keys, from K_BUDGET_FIRST on: stored per section in budget_sec_t. */
   K_P50,
   K_P90,
@@ -499,15 +514,21 @@ static bool is_ipv6_char(char c) {
  * message that starts with "broker 'URL' ". IPv6 literals go in brackets (mqtt://[::1]:1883)
  * and come out without them.
  */
-static const char *parse_broker(const char *url, char *host, size_t host_cap, uint16_t *port) {
+static const char *parse_broker(const char *url, char *host, size_t host_cap, uint16_t *port,
+                                bool *tls) {
   static const char scheme[] = "mqtt://";
-  if (strncmp(url, "mqtts://", 8) == 0) {
-    return "uses TLS (mqtts://), which is not supported yet; use mqtt://HOST[:PORT]";
+  static const char tls_scheme[] = "mqtts://";
+  const char *h = NULL;
+  if (strncmp(url, scheme, sizeof(scheme) - 1) == 0) {
+    h = url + sizeof(scheme) - 1;
+    *tls = false;
+  } else if (strncmp(url, tls_scheme, sizeof(tls_scheme) - 1) == 0) {
+    h = url + sizeof(tls_scheme) - 1;
+    *tls = true;
+  } else {
+    return "must look like mqtt://HOST[:PORT] or mqtts://HOST[:PORT], e.g. "
+           "mqtt://127.0.0.1:1883";
   }
-  if (strncmp(url, scheme, sizeof(scheme) - 1) != 0) {
-    return "must look like mqtt://HOST[:PORT], e.g. mqtt://127.0.0.1:1883";
-  }
-  const char *h = url + sizeof(scheme) - 1;
   const char *end = h;
   const char *next = NULL;
   if (*h == '[') {
@@ -530,12 +551,12 @@ static const char *parse_broker(const char *url, char *host, size_t host_cap, ui
     return "has no host";
   }
   if (strchr(next, '@') != NULL) {
-    return "has credentials, which are not supported yet";
+    return "has credentials; put them in [mqtt] credentials_file instead";
   }
   if (*next != '\0' && *next != ':') {
     return "has an unexpected character after the host; use mqtt://HOST[:PORT]";
   }
-  uint64_t p = 1883;
+  uint64_t p = *tls ? 8883 : 1883;
   if (*next == ':' && (!parse_u64(next + 1, &p) || p < 1 || p > 65535)) {
     return "has a bad port; use 1..65535";
   }
@@ -553,7 +574,8 @@ int em_config_parse_broker(const char *url, char *host, size_t host_cap, uint16_
   if (url == NULL || host == NULL || host_cap == 0 || port == NULL) {
     return -EINVAL;
   }
-  return parse_broker(url, host, host_cap, port) == NULL ? 0 : -EINVAL;
+  bool tls = false;
+  return parse_broker(url, host, host_cap, port, &tls) == NULL ? 0 : -EINVAL;
 }
 
 /* ---- key setters: each validates one value and stores it, or reports why not ------------ */
@@ -647,6 +669,9 @@ static void set_duration(load_t *ld, const key_def_t *k, const char *value) {
     break;
   case K_HOOK_TIMEOUT:
     cfg->hook_timeout_ns = ns;
+    break;
+  case K_SPOOL_SYNC:
+    cfg->spool_sync_ns = ns;
     break;
   default:
     return;
@@ -829,7 +854,8 @@ static void set_broker(load_t *ld, const key_def_t *k, const char *value) {
   em_config_t *cfg = ld->cfg;
   char host[sizeof(cfg->broker_host)];
   uint16_t port = 0;
-  const char *why = parse_broker(value, host, sizeof(host), &port);
+  bool tls = false;
+  const char *why = parse_broker(value, host, sizeof(host), &port, &tls);
   if (why != NULL) {
     char q[QUOTE_MAX + 4];
     report(ld, ld->line, "%s '%s' %s", k->name, quote(q, sizeof(q), value), why);
@@ -837,7 +863,56 @@ static void set_broker(load_t *ld, const key_def_t *k, const char *value) {
   }
   memcpy(cfg->broker_host, host, sizeof(host));
   cfg->broker_port = port;
+  cfg->tls = tls;
   accept_key(ld, k);
+}
+
+/*
+ * tls_ca_file, tls_ca_path, tls_cert_file, tls_key_file, credentials_file: absolute paths.
+ * Whether the files are there, and private where they must be, is checked in finish().
+ */
+static void set_mqtt_path(load_t *ld, const key_def_t *k, const char *value) {
+  if (!check_path(ld, k, value)) {
+    return;
+  }
+  em_config_t *cfg = ld->cfg;
+  char *dst = NULL;
+  switch (k->id) {
+  case K_TLS_CA_FILE:
+    dst = cfg->tls_ca_file;
+    break;
+  case K_TLS_CA_PATH:
+    dst = cfg->tls_ca_path;
+    break;
+  case K_TLS_CERT_FILE:
+    dst = cfg->tls_cert_file;
+    break;
+  case K_TLS_KEY_FILE:
+    dst = cfg->tls_key_file;
+    break;
+  case K_CREDENTIALS_FILE:
+    dst = cfg->credentials_file;
+    break;
+  default:
+    return;
+  }
+  copy_str(dst, EM_CONFIG_MAX_PATH, value);
+  accept_key(ld, k);
+}
+
+/* tls_insecure: true/false, yes/no, on/off, 1/0. */
+static void set_tls_insecure(load_t *ld, const key_def_t *k, const char *value) {
+  static const char *const yes[] = {"true", "yes", "on", "1"};
+  static const char *const no[] = {"false", "no", "off", "0"};
+  for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+    if (strcasecmp(value, yes[i]) == 0 || strcasecmp(value, no[i]) == 0) {
+      ld->cfg->tls_insecure = strcasecmp(value, yes[i]) == 0;
+      accept_key(ld, k);
+      return;
+    }
+  }
+  char q[QUOTE_MAX + 4];
+  report(ld, ld->line, "%s '%s' must be true or false", k->name, quote(q, sizeof(q), value));
 }
 
 /* client_id: 1..64 characters of printable ASCII without spaces. */
@@ -1115,7 +1190,8 @@ static void set_events(load_t *ld, const key_def_t *k, const char *value) {
 
 /* ---- [degrade] and [budget.*] setters --------------------------------------------------- */
 
-/* [degrade] enter_windows, leave_windows: a whole number in the key's range (min_ns..max_ns). */
+/* [degrade] enter_windows, leave_windows, [spool] replay_per_tick: a whole number in the key's
+ * range (min_ns..max_ns). */
 static void set_window_count(load_t *ld, const key_def_t *k, const char *value) {
   uint64_t n = 0;
   if (!parse_u64(value, &n) || n < k->min_ns || n > k->max_ns) {
@@ -1127,8 +1203,10 @@ static void set_window_count(load_t *ld, const key_def_t *k, const char *value) 
   }
   if (k->id == K_ENTER_WINDOWS) {
     ld->cfg->enter_windows = (uint32_t)n;
-  } else {
+  } else if (k->id == K_LEAVE_WINDOWS) {
     ld->cfg->leave_windows = (uint32_t)n;
+  } else {
+    ld->cfg->replay_per_tick = (uint32_t)n;
   }
   accept_key(ld, k);
 }
@@ -1224,8 +1302,12 @@ static void set_budget_number(load_t *ld, const key_def_t *k, const char *value)
   accept_key(ld, k);
 }
 
-/* rss_cap: a whole number and a unit (B, KiB, MiB, GiB), 1MiB..1024GiB. */
-static void set_budget_size(load_t *ld, const key_def_t *k, const char *value) {
+/*
+ * A whole number and a unit (B, KiB, MiB, GiB) within min..max bytes into *out. Reports the
+ * problem and returns false otherwise; range_text names the range for the message.
+ */
+static bool parse_size(load_t *ld, const key_def_t *k, const char *value, uint64_t min,
+                       uint64_t max, const char *range_text, uint64_t *out) {
   static const struct {
     const char *unit;
     uint64_t bytes;
@@ -1246,25 +1328,50 @@ static void set_budget_size(load_t *ld, const key_def_t *k, const char *value) {
   if (p == value || *p == '.') {
     report(ld, ld->line, "%s '%s' is not a size; use a whole number and a unit, e.g. %s", k->name,
            q, k->example);
-    return;
+    return false;
   }
   if (*p == '\0') {
     report(ld, ld->line, "%s needs a unit (B, KiB, MiB or GiB), e.g. %s", k->name, k->example);
-    return;
+    return false;
   }
   for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
     if (strcmp(p, units[i].unit) != 0) {
       continue;
     }
-    if (overflow || n > (1ull << 40) / units[i].bytes || n * units[i].bytes < (1ull << 20)) {
-      report(ld, ld->line, "%s '%s' is out of range 1MiB..1024GiB", k->name, q);
-      return;
+    if (overflow || n > max / units[i].bytes || n * units[i].bytes < min) {
+      report(ld, ld->line, "%s '%s' is out of range %s", k->name, q, range_text);
+      return false;
     }
-    ld->budget->val[k->id - K_BUDGET_FIRST].u = n * units[i].bytes;
-    accept_key(ld, k);
-    return;
+    *out = n * units[i].bytes;
+    return true;
   }
   report(ld, ld->line, "%s '%s' has an unknown unit; use B, KiB, MiB or GiB", k->name, q);
+  return false;
+}
+
+/* rss_cap: 1MiB..1024GiB. */
+static void set_budget_size(load_t *ld, const key_def_t *k, const char *value) {
+  uint64_t bytes;
+  if (parse_size(ld, k, value, 1ull << 20, 1ull << 40, "1MiB..1024GiB", &bytes)) {
+    ld->budget->val[k->id - K_BUDGET_FIRST].u = bytes;
+    accept_key(ld, k);
+  }
+}
+
+/* [spool] size: 64KiB..1GiB (spool.h's limits). */
+static void set_spool_size(load_t *ld, const key_def_t *k, const char *value) {
+  if (parse_size(ld, k, value, 64ull << 10, 1ull << 30, "64KiB..1GiB", &ld->cfg->spool_bytes)) {
+    accept_key(ld, k);
+  }
+}
+
+/* [spool] path: a file path, or "off" for no spool (memory only while the broker is away). */
+static void set_spool_path(load_t *ld, const key_def_t *k, const char *value) {
+  if (strcmp(value, "off") != 0 && !check_path(ld, k, value)) {
+    return;
+  }
+  copy_str(ld->cfg->spool_path, sizeof(ld->cfg->spool_path), value);
+  accept_key(ld, k);
 }
 
 /*
@@ -1368,6 +1475,13 @@ static const key_def_t keys[K_COUNT] = {
     {K_KEEPALIVE, SEC_MQTT, "keepalive", set_keepalive, 5 * NS_PER_S, NS_PER_H, "30s"},
     {K_RECONNECT_MIN, SEC_MQTT, "reconnect_min", set_duration, 100 * NS_PER_MS, NS_PER_H, "500ms"},
     {K_RECONNECT_MAX, SEC_MQTT, "reconnect_max", set_duration, 100 * NS_PER_MS, NS_PER_H, "30s"},
+    {K_TLS_CA_FILE, SEC_MQTT, "tls_ca_file", set_mqtt_path, 0, 0, "/etc/edgemon/ca.crt"},
+    {K_TLS_CA_PATH, SEC_MQTT, "tls_ca_path", set_mqtt_path, 0, 0, "/etc/ssl/certs"},
+    {K_TLS_CERT_FILE, SEC_MQTT, "tls_cert_file", set_mqtt_path, 0, 0, "/etc/edgemon/device.crt"},
+    {K_TLS_KEY_FILE, SEC_MQTT, "tls_key_file", set_mqtt_path, 0, 0, "/etc/edgemon/device.key"},
+    {K_TLS_INSECURE, SEC_MQTT, "tls_insecure", set_tls_insecure, 0, 0, "false"},
+    {K_CREDENTIALS_FILE, SEC_MQTT, "credentials_file", set_mqtt_path, 0, 0,
+     "/etc/edgemon/mqtt.credentials"},
     {K_EVENTS, SEC_PMU, "events", set_events, 0, 0, "cycles, instructions"},
     {K_SPAN_SOCKET, SEC_SPANS, "socket", set_span_socket, 0, 0, "/run/edgemon/spans.sock"},
     {K_SOCKET_MODE, SEC_SPANS, "socket_mode", set_socket_mode, 0, 0, "0660"},
@@ -1381,6 +1495,10 @@ static const key_def_t keys[K_COUNT] = {
     {K_HOOK, SEC_DEGRADE, "hook", set_hook, 0, 0, "/usr/local/bin/on-level"},
     {K_HOOK_TIMEOUT, SEC_DEGRADE, "hook_timeout", set_duration, 100 * NS_PER_MS, 10 * NS_PER_MIN,
      "5s"},
+    {K_SPOOL_PATH, SEC_SPOOL, "path", set_spool_path, 0, 0, "/var/lib/edgemon/spool"},
+    {K_SPOOL_SIZE, SEC_SPOOL, "size", set_spool_size, 0, 0, "16MiB"},
+    {K_SPOOL_SYNC, SEC_SPOOL, "sync_interval", set_duration, 100 * NS_PER_MS, NS_PER_H, "5s"},
+    {K_REPLAY_PER_TICK, SEC_SPOOL, "replay_per_tick", set_window_count, 1, 10000, "32"},
 #define STAGE_DURATION(id, name, example)                                                          \
   { id, SEC_BUDGET_STAGE, name, set_budget_duration, NS_PER_US, NS_PER_H, example }
 #define BUDGET_LEVEL(id, sec, name)                                                                \
@@ -1500,6 +1618,11 @@ void em_config_defaults(em_config_t *cfg) {
   cfg->leave_windows = 5;
   cfg->window_ns = NS_PER_S;
   cfg->hook_timeout_ns = 5 * NS_PER_S;
+
+  copy_str(cfg->spool_path, sizeof(cfg->spool_path), "/var/lib/edgemon/spool");
+  cfg->spool_bytes = 16ull << 20;
+  cfg->spool_sync_ns = 5 * NS_PER_S;
+  cfg->replay_per_tick = 32;
 }
 
 /* ---- the file: reader, handler, whole-file checks ---------------------------------------- */
@@ -2048,6 +2171,210 @@ static void finish_budget(load_t *ld) {
   ld->cfg->n_rules = n;
 }
 
+/* ---- [mqtt] TLS files and credentials: checked once the whole file is read ---------------- */
+
+/*
+ * Opens `path` (the value of `key`, given on `line`) for reading and checks that it is a
+ * regular file. With `secret`, it must also be owned by the agent's user or root and give
+ * group and others no access at all (mode & 077 == 0). Returns the open fd, or -1 after
+ * reporting why not.
+ */
+static int open_checked(load_t *ld, int line, const char *key, const char *path, bool secret) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) {
+    report(ld, line, "%s '%s' cannot be opened: %s", key, path, strerror(errno));
+    return -1;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    report(ld, line, "%s '%s' cannot be examined: %s", key, path, strerror(errno));
+  } else if (!S_ISREG(st.st_mode)) {
+    report(ld, line, "%s '%s' is not a regular file", key, path);
+  } else if (secret && (st.st_mode & 077) != 0) {
+    report(ld, line,
+           "%s '%s' is readable or writable by group or others (mode %04o); the agent refuses "
+           "it: run chmod 600 on it",
+           key, path, (unsigned)(st.st_mode & 07777));
+  } else if (secret && st.st_uid != geteuid() && st.st_uid != 0) {
+    report(ld, line,
+           "%s '%s' is owned by uid %lu, not by the agent's user (uid %lu) or root; the agent "
+           "refuses it",
+           key, path, (unsigned long)st.st_uid, (unsigned long)geteuid());
+  } else {
+    return fd;
+  }
+  close(fd);
+  return -1;
+}
+
+/* Reads at most CRED_MAX_BYTES of fd into buf (CRED_MAX_BYTES + 2 bytes); -1 when larger. */
+static ssize_t read_small(int fd, char *buf) {
+  size_t n = 0;
+  while (n <= CRED_MAX_BYTES) {
+    ssize_t r = read(fd, buf + n, CRED_MAX_BYTES + 1 - n);
+    if (r < 0 && errno == EINTR) {
+      continue;
+    }
+    if (r < 0) {
+      return -1;
+    }
+    if (r == 0) {
+      break;
+    }
+    n += (size_t)r;
+  }
+  if (n > CRED_MAX_BYTES) {
+    errno = EFBIG;
+    return -1;
+  }
+  buf[n] = '\0';
+  return (ssize_t)n;
+}
+
+/*
+ * Reads [mqtt] credentials_file into cfg->username and cfg->password. Format (documented in
+ * docs and firmware/mosquitto/README.md): lines "username = NAME" and "password = SECRET",
+ * the value being the rest of the line with surrounding whitespace removed (no quoting);
+ * blank lines and lines starting with '#' or ';' are ignored. username is required. The
+ * password's value never appears in a message.
+ */
+static void load_credentials(load_t *ld, int line, const char *path) {
+  static const char key[] = "credentials_file";
+  em_config_t *cfg = ld->cfg;
+  int fd = open_checked(ld, line, key, path, true);
+  if (fd < 0) {
+    return;
+  }
+  char buf[CRED_MAX_BYTES + 2];
+  ssize_t len = read_small(fd, buf);
+  int err = errno;
+  close(fd);
+  if (len < 0) {
+    report(ld, line, "%s '%s' cannot be read: %s", key, path,
+           err == EFBIG ? "larger than 4 KiB" : strerror(err));
+    return;
+  }
+  if (memchr(buf, '\0', (size_t)len) != NULL) {
+    report(ld, line, "%s '%s' contains a NUL byte", key, path);
+    return;
+  }
+  char user[EM_CONFIG_MAX_SECRET] = "";
+  char pass[EM_CONFIG_MAX_SECRET] = "";
+  int user_line = 0;
+  int pass_line = 0;
+  bool bad = false;
+  int n = 0;
+  for (char *p = buf; *p != '\0';) {
+    char *nl = strchr(p, '\n');
+    char *next = nl != NULL ? nl + 1 : p + strlen(p);
+    if (nl != NULL) {
+      *nl = '\0';
+    }
+    n++;
+    char *text = trim(p);
+    p = next;
+    if (text[0] == '\0' || text[0] == '#' || text[0] == ';') {
+      continue;
+    }
+    char *eq = strchr(text, '=');
+    if (eq == NULL) {
+      report(ld, line, "%s '%s' line %d: expected 'username = NAME' or 'password = SECRET'", key,
+             path, n);
+      bad = true;
+      continue;
+    }
+    *eq = '\0';
+    char *name = trim(text);
+    char *value = trim(eq + 1);
+    bool is_user = strcmp(name, "username") == 0;
+    bool is_pass = strcmp(name, "password") == 0;
+    int *seen_at = is_user ? &user_line : &pass_line;
+    char q[QUOTE_MAX + 4];
+    if (!is_user && !is_pass) {
+      report(ld, line, "%s '%s' line %d: unknown key '%s'; use username and password", key, path, n,
+             quote(q, sizeof(q), name));
+    } else if (*seen_at != 0) {
+      report(ld, line, "%s '%s' line %d: duplicate %s (first on line %d)", key, path, n, name,
+             *seen_at);
+    } else if (value[0] == '\0') {
+      report(ld, line, "%s '%s' line %d: %s is empty", key, path, n, name);
+    } else if (strlen(value) >= EM_CONFIG_MAX_SECRET) {
+      report(ld, line, "%s '%s' line %d: %s is longer than %d characters", key, path, n, name,
+             EM_CONFIG_MAX_SECRET - 1);
+    } else {
+      *seen_at = n;
+      copy_str(is_user ? user : pass, sizeof(user), value);
+      continue;
+    }
+    bad = true;
+  }
+  if (!bad && user_line == 0) {
+    report(ld, line, "%s '%s' names no username; add a line 'username = NAME'", key, path);
+    bad = true;
+  }
+  if (!bad) {
+    memcpy(cfg->username, user, sizeof(user));
+    memcpy(cfg->password, pass, sizeof(pass));
+  }
+  memset(buf, 0, sizeof(buf));
+  memset(pass, 0, sizeof(pass));
+}
+
+/*
+ * [mqtt] TLS keys against the broker's scheme, the files they name, and credentials_file.
+ * A broker value that was already reported skips the TLS checks (one mistake, one error).
+ */
+static void finish_mqtt_security(load_t *ld) {
+  static const key_id_t tls_keys[] = {K_TLS_CA_FILE, K_TLS_CA_PATH, K_TLS_CERT_FILE, K_TLS_KEY_FILE,
+                                      K_TLS_INSECURE};
+  em_config_t *cfg = ld->cfg;
+  const int *at = ld->key_line;
+  const bool *ok = ld->key_ok;
+  bool broker_ok = ok[K_BROKER] || at[K_BROKER] == 0;
+  if (broker_ok && !cfg->tls) {
+    for (size_t i = 0; i < sizeof(tls_keys) / sizeof(tls_keys[0]); i++) {
+      key_id_t k = tls_keys[i];
+      if (at[k] != 0) {
+        report(ld, at[k],
+               "%s is set but the broker is not TLS; use broker = mqtts://HOST[:PORT], or remove "
+               "%s",
+               keys[k].name, keys[k].name);
+      }
+    }
+  }
+  if (broker_ok && cfg->tls) {
+    if (at[K_TLS_CA_FILE] == 0 && at[K_TLS_CA_PATH] == 0) {
+      report(ld, at[K_BROKER],
+             "broker uses TLS (mqtts://) but [mqtt] sets neither tls_ca_file nor tls_ca_path, "
+             "the CA that signed the broker's certificate");
+    }
+    if ((at[K_TLS_CERT_FILE] != 0) != (at[K_TLS_KEY_FILE] != 0)) {
+      report(ld, at[K_TLS_CERT_FILE] != 0 ? at[K_TLS_CERT_FILE] : at[K_TLS_KEY_FILE],
+             "tls_cert_file and tls_key_file go together: set both for a client certificate, "
+             "or neither");
+    }
+    static const key_id_t files[] = {K_TLS_CA_FILE, K_TLS_CERT_FILE, K_TLS_KEY_FILE};
+    const char *paths[] = {cfg->tls_ca_file, cfg->tls_cert_file, cfg->tls_key_file};
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+      if (!ok[files[i]]) {
+        continue;
+      }
+      int fd =
+          open_checked(ld, at[files[i]], keys[files[i]].name, paths[i], files[i] == K_TLS_KEY_FILE);
+      if (fd >= 0) {
+        close(fd);
+      }
+    }
+    struct stat st;
+    if (ok[K_TLS_CA_PATH] && (stat(cfg->tls_ca_path, &st) != 0 || !S_ISDIR(st.st_mode))) {
+      report(ld, at[K_TLS_CA_PATH], "tls_ca_path '%s' is not a directory", cfg->tls_ca_path);
+    }
+  }
+  if (ok[K_CREDENTIALS_FILE]) {
+    load_credentials(ld, at[K_CREDENTIALS_FILE], cfg->credentials_file);
+  }
+}
+
 /* Checks between keys, once the whole file is read, and defaults that follow other keys. */
 static void finish(load_t *ld) {
   em_config_t *cfg = ld->cfg;
@@ -2122,6 +2449,7 @@ static void finish(load_t *ld) {
     snprintf(cfg->client_id, sizeof(cfg->client_id), "edgemon-%s", cfg->device_id);
   }
 
+  finish_mqtt_security(ld);
   finish_budget(ld);
 }
 

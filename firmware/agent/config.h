@@ -20,12 +20,13 @@
 #define EM_CONFIG_MAX_ID         64 /* Device id: 1..63 bytes of [A-Za-z0-9_.:-]. */
 #define EM_CONFIG_MAX_EVENTS     16 /* PMU events. */
 #define EM_CONFIG_MAX_EVENT_NAME 48
-#define EM_CONFIG_MAX_IDS        16 /* Entries of allow_uids and allow_gids. */
-#define EM_CONFIG_MAX_RULES      64 /* Budget rules, all [budget.*] sections together. */
-#define EM_CONFIG_MAX_STAGE      32 /* Stage name: 1..31 bytes of [A-Za-z0-9_.:-]. */
-#define EM_CONFIG_MAX_RULE_ID    64 /* Rule id: "<stage>.<key>" or "process.<key>". */
-#define EM_CONFIG_MAX_FIGURE     32 /* Figure a PSI rule reads, e.g. "psi.cpu.some.avg10". */
-#define EM_CONFIG_MAX_FLOW       8  /* Stages of a flow rule (EM_BUDGET_FLOW_MAX_STAGES). */
+#define EM_CONFIG_MAX_IDS        16  /* Entries of allow_uids and allow_gids. */
+#define EM_CONFIG_MAX_RULES      64  /* Budget rules, all [budget.*] sections together. */
+#define EM_CONFIG_MAX_STAGE      32  /* Stage name: 1..31 bytes of [A-Za-z0-9_.:-]. */
+#define EM_CONFIG_MAX_RULE_ID    64  /* Rule id: "<stage>.<key>" or "process.<key>". */
+#define EM_CONFIG_MAX_FIGURE     32  /* Figure a PSI rule reads, e.g. "psi.cpu.some.avg10". */
+#define EM_CONFIG_MAX_FLOW       8   /* Stages of a flow rule (EM_BUDGET_FLOW_MAX_STAGES). */
+#define EM_CONFIG_MAX_SECRET     128 /* MQTT username or password: 1..127 bytes. */
 
 typedef enum {
   EM_TARGET_NONE = 0, /* Not configured: an error for the agent, fine for --check of parts. */
@@ -98,15 +99,29 @@ typedef struct {
   char target_value[EM_CONFIG_MAX_PATH]; /* pid file, name, cmdline text or cgroup path. */
 
   /* [mqtt] */
-  char broker_host[EM_CONFIG_MAX_PATH]; /* From broker = mqtt://HOST:PORT; default
-                                           mqtt://127.0.0.1:1883. */
-  uint16_t broker_port;
+  char broker_host[EM_CONFIG_MAX_PATH];  /* From broker = mqtt://HOST:PORT or mqtts://HOST:PORT;
+                                            default mqtt://127.0.0.1:1883. */
+  uint16_t broker_port;                  /* Default 1883, or 8883 for mqtts://. */
+  bool tls;                              /* broker = mqtts://...: TLS to the broker. */
   char client_id[EM_CONFIG_MAX_ID + 16]; /* Default "edgemon-<device_id>". */
   int qos_data;                          /* Default 0. */
   int qos_state;                         /* Default 1 (birth, state and status). */
   uint32_t keepalive_s;                  /* Default 30; 5 .. 3600. */
   uint64_t reconnect_min_ns;             /* Backoff start; default 500 ms. */
   uint64_t reconnect_max_ns;             /* Backoff cap; default 30 s. */
+  /* TLS (only with mqtts://): a CA file or directory is required; a client certificate is
+     optional (cert and key together). The key file must be private (see credentials_file). */
+  char tls_ca_file[EM_CONFIG_MAX_PATH];   /* PEM CA bundle; "" = none. */
+  char tls_ca_path[EM_CONFIG_MAX_PATH];   /* Directory of hashed CA certificates; "" = none. */
+  char tls_cert_file[EM_CONFIG_MAX_PATH]; /* PEM client certificate; "" = none. */
+  char tls_key_file[EM_CONFIG_MAX_PATH];  /* PEM private key of tls_cert_file; "" = none. */
+  bool tls_insecure; /* Default false; true turns off the broker's host name check (tests only). */
+  /* credentials_file: "username = ..." and "password = ..." lines, read at load time. The file
+     must be a regular file owned by the agent's user or root with no group or other access
+     (mode & 077 == 0), else the load fails and names it. With or without TLS. */
+  char credentials_file[EM_CONFIG_MAX_PATH]; /* "" = no username/password. */
+  char username[EM_CONFIG_MAX_SECRET];       /* From credentials_file; "" = none. */
+  char password[EM_CONFIG_MAX_SECRET];       /* From credentials_file; "" = none. */
 
   /* [pmu] */
   size_t n_events; /* Default: the generic list in config.c. */
@@ -132,6 +147,12 @@ typedef struct {
   uint64_t window_ns;            /* Budget evaluation window; default 1s, >= sample_period. */
   char hook[EM_CONFIG_MAX_PATH]; /* Command run on every change of level; "" = none. */
   uint64_t hook_timeout_ns;      /* Default 5s. */
+
+  /* [spool]: data and state kept on disk while the broker is away (firmware/SPOOL.md). */
+  char spool_path[EM_CONFIG_MAX_PATH]; /* Default /var/lib/edgemon/spool; "off" = none. */
+  uint64_t spool_bytes;                /* Ring capacity; default 16 MiB, 64 KiB .. 1 GiB. */
+  uint64_t spool_sync_ns;              /* fdatasync cadence (worker thread); default 5s. */
+  uint32_t replay_per_tick;            /* Spooled messages sent per tick; default 32. */
 } em_config_t;
 
 /*
@@ -155,7 +176,10 @@ int em_config_load(const char *path, em_config_t *cfg, em_config_error_fn on_err
 /* Parses "250us", "100ms", "1s", "2m", "1500000ns" (no unit: error). Returns 0 or -EINVAL. */
 int em_config_parse_duration(const char *text, uint64_t *out_ns);
 
-/* Parses "mqtt://HOST[:PORT]" (port default 1883). Returns 0 or -EINVAL. */
+/*
+ * Parses "mqtt://HOST[:PORT]" (port default 1883) or "mqtts://HOST[:PORT]" (port default 8883).
+ * Returns 0 or -EINVAL.
+ */
 int em_config_parse_broker(const char *url, char *host, size_t host_cap, uint16_t *port);
 
 #endif /* EDGEMON_AGENT_CONFIG_H */

@@ -1,7 +1,10 @@
 /*
  * main.c - edgemon-agent's command line: parses the options, loads the config, runs the
  * agent on the default libuv loop in the foreground until SIGTERM or SIGINT, and exits.
- * Systemd style: logs go to stderr with levels, no daemonising, no pid file.
+ * Systemd style: logs go to stderr with levels, no daemonising, no pid file. SIGHUP re-reads
+ * the config and applies what can change without a restart (em_agent_reload); a config with
+ * problems is reported and the running one stays. A stop that takes longer than
+ * STOP_BOUND_MS (a broker that never drains) ends the process anyway, with exit code 1.
  *
  * Exit codes: 0 clean stop or valid config (--check), 1 invalid config or start-up failure,
  * 2 bad command line.
@@ -15,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <uv.h>
 
@@ -33,7 +37,8 @@ static const char usage_text[] =
     "\n"
     "Samples a target process (PMU counters, memory, pressure) on one event loop and\n"
     "publishes CBOR telemetry over MQTT under edgemon/v1/<device>/. Runs in the foreground\n"
-    "and logs to stderr; stop it with SIGTERM or SIGINT (it then publishes status offline).\n"
+    "and logs to stderr; stop it with SIGTERM or SIGINT (it then publishes status offline\n"
+    "and exits within 5 s); SIGHUP reloads the budgets and the target from FILE.\n"
     "\n"
     "options:\n"
     "  -c, --config FILE      the INI configuration (see docs/CONFIG.md)\n"
@@ -48,9 +53,14 @@ static void print_error(void *ctx, const char *file, int line, const char *msg) 
   fprintf(stderr, "%s:%d: %s\n", file, line, msg);
 }
 
+#define STOP_BOUND_MS 5000u
+
 typedef struct {
   em_agent_t *agent;
   uv_signal_t sigterm, sigint, sighup;
+  uv_timer_t stop_bound;
+  const char *config_path;
+  const char *level_arg; /* --log-level, which wins over the file's on reload too. */
   bool stopping;
 } app_t;
 
@@ -60,15 +70,45 @@ static void on_signal_closed(uv_handle_t *h) {
 
 static void on_agent_stopped(void *ctx) {
   app_t *app = ctx;
+  uv_close((uv_handle_t *)&app->stop_bound, on_signal_closed);
   uv_close((uv_handle_t *)&app->sigterm, on_signal_closed);
   uv_close((uv_handle_t *)&app->sigint, on_signal_closed);
   uv_close((uv_handle_t *)&app->sighup, on_signal_closed);
 }
 
+static void on_stop_bound(uv_timer_t *t) {
+  (void)t;
+  EM_ERROR("stop: not done after %u ms; exiting without a clean stop", STOP_BOUND_MS);
+  fflush(stderr);
+  _exit(1);
+}
+
+/* SIGHUP: re-reads the config file; problems are logged with their lines and change nothing. */
+static void reload(app_t *app) {
+  static em_config_t next; /* Large; one reload at a time on the loop's thread. */
+  int n_errors = 0;
+  EM_INFO("SIGHUP: reloading %s", app->config_path);
+  if (em_config_load(app->config_path, &next, print_error, NULL, &n_errors) != 0) {
+    EM_ERROR("reload: %s has %d problem%s; the running config stays", app->config_path, n_errors,
+             n_errors == 1 ? "" : "s");
+    return;
+  }
+  em_log_level_t level = next.log_level;
+  if (app->level_arg) {
+    em_log_parse_level(app->level_arg, &level);
+  }
+  em_log_set_level(level);
+  if (em_agent_reload(app->agent, &next) != 0) {
+    EM_ERROR("reload: refused; the running config stays");
+  }
+}
+
 static void on_signal(uv_signal_t *h, int signum) {
   app_t *app = h->data;
   if (signum == SIGHUP) {
-    EM_WARN("SIGHUP: reloading is not supported yet; restart the agent to apply a new config");
+    if (!app->stopping) {
+      reload(app);
+    }
     return;
   }
   if (app->stopping) {
@@ -76,6 +116,7 @@ static void on_signal(uv_signal_t *h, int signum) {
   }
   app->stopping = true;
   EM_INFO("%s: stopping", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+  uv_timer_start(&app->stop_bound, on_stop_bound, STOP_BOUND_MS, 0);
   em_agent_stop(app->agent, on_agent_stopped, app);
 }
 
@@ -93,19 +134,22 @@ static void raise_fd_limit(void) {
   }
 }
 
-static int run(const em_config_t *cfg) {
+static int run(const em_config_t *cfg, const char *config_path, const char *level_arg) {
   raise_fd_limit();
   /* libuv's worker pool serves only the smaps_rollup page-table walk and host name lookups:
    * one worker is enough, and the agent stays at two threads. */
   setenv("UV_THREADPOOL_SIZE", "1", 0);
   uv_loop_t *loop = uv_default_loop();
-  app_t app = {0};
+  app_t app = {.config_path = config_path, .level_arg = level_arg};
   int rc = em_agent_new(&app.agent, loop, cfg, EM_VERSION);
   if (rc) {
     EM_ERROR("cannot start: %s", strerror(-rc));
     return 1;
   }
   signal(SIGPIPE, SIG_IGN);
+  signal(SIGXFSZ, SIG_IGN); /* A spool past RLIMIT_FSIZE fails with EFBIG instead of a kill. */
+  uv_timer_init(loop, &app.stop_bound);
+  uv_unref((uv_handle_t *)&app.stop_bound);
   uv_signal_t *sigs[] = {&app.sigterm, &app.sigint, &app.sighup};
   int nums[] = {SIGTERM, SIGINT, SIGHUP};
   for (size_t i = 0; i < 3; i++) {
@@ -202,5 +246,5 @@ int main(int argc, char **argv) {
     return 1;
   }
   em_log_set_level(level_arg ? level : cfg.log_level);
-  return run(&cfg);
+  return run(&cfg, config, level_arg);
 }

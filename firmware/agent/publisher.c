@@ -20,6 +20,15 @@
  * Invariants: the uv_poll_t watches the mosquitto socket only in CONNECTING and CONNECTED,
  * and is closed (uv_close) before libmosquitto can close or reuse that fd; the poll's event
  * mask always includes UV_WRITABLE exactly when mosquitto_want_write() is true.
+ *
+ * TLS (opts.tls): libmosquitto runs the handshake from mosquitto_loop_read() while it is in
+ * progress (its own select loop does the same on writable), so in CONNECTING every poll event
+ * calls loop_read, and mosquitto_want_write() tells when OpenSSL wants the socket writable.
+ * OpenSSL decrypts whole records, so bytes can wait inside it while the fd is no longer
+ * readable: reads are repeated until libmosquitto reports EAGAIN (read_all), and the misc
+ * timer reads once a second as a safety net. libmosquitto reports handshake errors only
+ * through its log callback: the first error line of an attempt becomes the failure reason.
+ * Failures are logged once per distinct reason (fail), not on every retry.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -27,6 +36,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +59,8 @@ typedef enum {
 
 #define CONNECT_TIMEOUT_MS 10000u
 #define MISC_PERIOD_MS     1000u
+#define READ_ROUNDS        8u /* loop_read calls per event at most, until EAGAIN (TLS). */
+#define REASON_CAP         256
 
 struct em_publisher {
   uv_loop_t *loop;
@@ -70,8 +82,11 @@ struct em_publisher {
   uint64_t attempt_start_ms;
   uint64_t backoff_ns;
   uint64_t rng;
-  bool refused;       /* CONNACK refused inside a libmosquitto callback. */
-  bool reported_down; /* "broker unreachable" logged once per outage. */
+  bool refused;                    /* CONNACK refused inside a libmosquitto callback. */
+  bool reported_down;              /* "broker unreachable" logged once per outage. */
+  char refused_reason[REASON_CAP]; /* Why the CONNACK refused, for fail(). */
+  char lib_error[REASON_CAP];      /* First error libmosquitto logged in this attempt. */
+  char last_reason[REASON_CAP];    /* The failure last logged at WARN; "" after a session. */
   unsigned pending_closes;
   void (*stop_done)(void *);
   void *stop_ctx;
@@ -129,13 +144,20 @@ static void fail(em_publisher_t *p, const char *what) {
     EM_WARN("mqtt: connection to %s:%u lost (%s); reconnecting", p->host, p->opts.port, what);
   } else {
     p->stats.failures++;
-    if (!p->reported_down) {
-      EM_WARN("mqtt: broker %s:%u unreachable (%s); retrying with backoff up to %llu ms", p->host,
-              p->opts.port, what, (unsigned long long)(p->opts.backoff_max_ns / 1000000u));
-    } else {
+    unsigned long long max_ms = (unsigned long long)(p->opts.backoff_max_ns / 1000000u);
+    if (p->reported_down && strcmp(what, p->last_reason) == 0) {
       EM_DEBUG("mqtt: attempt failed (%s)", what);
+    } else if (p->refused) {
+      EM_ERROR("mqtt: broker %s:%u refused the connection: %s; retrying with backoff up to %llu "
+               "ms",
+               p->host, p->opts.port, what, max_ms);
+    } else {
+      EM_WARN("mqtt: broker %s:%u unreachable (%s); retrying with backoff up to %llu ms", p->host,
+              p->opts.port, what, max_ms);
     }
+    snprintf(p->last_reason, sizeof(p->last_reason), "%s", what);
   }
+  p->refused = false;
   p->reported_down = true;
   p->state = S_BACKOFF;
   uint64_t delay_ms = jitter(p, p->backoff_ns) / 1000000u;
@@ -149,13 +171,99 @@ static const char *mosq_reason(int rc) {
   return rc == MOSQ_ERR_ERRNO ? strerror(errno) : mosquitto_strerror(rc);
 }
 
+/*
+ * Why an attempt or a session failed with libmosquitto code rc: for TLS errors, the error
+ * libmosquitto logged (OpenSSL's reason), else mosq_reason(). Returns buf.
+ */
+static const char *failure_reason(em_publisher_t *p, int rc, char *buf, size_t cap) {
+  if ((rc == MOSQ_ERR_TLS || rc == MOSQ_ERR_TLS_HANDSHAKE) && p->lib_error[0] != '\0') {
+    snprintf(buf, cap, "TLS handshake failed: %s", p->lib_error);
+  } else if (rc == MOSQ_ERR_TLS || rc == MOSQ_ERR_TLS_HANDSHAKE) {
+    snprintf(buf, cap, "TLS handshake failed: %s", mosquitto_strerror(rc));
+  } else {
+    snprintf(buf, cap, "%s", mosq_reason(rc));
+  }
+  return buf;
+}
+
+/* libmosquitto's log: its errors (OpenSSL's reasons among them) go to our debug log, and the
+   first of an attempt is kept as the reason for a TLS failure. */
+static void on_mosq_log(struct mosquitto *mosq, void *obj, int level, const char *str) {
+  (void)mosq;
+  em_publisher_t *p = obj;
+  if (!(level & MOSQ_LOG_ERR) || str == NULL) {
+    return;
+  }
+  EM_DEBUG("mqtt: libmosquitto: %s", str);
+  if (p->lib_error[0] == '\0') {
+    snprintf(p->lib_error, sizeof(p->lib_error), "%s", str);
+  }
+}
+
+/* Reads until libmosquitto reports EAGAIN (TLS: OpenSSL may hold decrypted bytes the fd no
+   longer shows) or READ_ROUNDS calls; plain TCP reads once (the poll is level-triggered). */
+static int read_all(em_publisher_t *p) {
+  int rc = MOSQ_ERR_SUCCESS;
+  for (unsigned i = 0; i < READ_ROUNDS; i++) {
+    state_t before = p->state;
+    errno = 0;
+    rc = mosquitto_loop_read(p->mosq, 16);
+    if (rc != MOSQ_ERR_SUCCESS || !p->opts.tls || errno == EAGAIN || errno == EWOULDBLOCK ||
+        p->refused || p->state != before) {
+      break;
+    }
+  }
+  return rc;
+}
+
+/* Why the socket went away when libmosquitto closed it without an error code. */
+static const char *closed_reason(const em_publisher_t *p) {
+  if (p->lib_error[0] != '\0') {
+    return p->lib_error;
+  }
+  if (p->opts.tls && p->state == S_CONNECTING) {
+    return "the connection closed before the TLS handshake completed (is the broker speaking "
+           "TLS on this port?)";
+  }
+  return "the connection closed";
+}
+
+/*
+ * During a TLS handshake libmosquitto treats a socket error or an end of file as "try again"
+ * (SSL_ERROR_SYSCALL), which would spin until the connect timeout: look at the socket first.
+ * Returns false after fail() when the connection is gone.
+ */
+static bool tls_socket_alive(em_publisher_t *p) {
+  int fd = mosquitto_socket(p->mosq);
+  int err = 0;
+  socklen_t len = sizeof(err);
+  if (fd < 0) {
+    fail(p, "no socket");
+    return false;
+  }
+  if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err != 0) {
+    fail(p, strerror(err));
+    return false;
+  }
+  char byte;
+  ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0) {
+    fail(p, closed_reason(p));
+    return false;
+  }
+  if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+    fail(p, strerror(errno));
+    return false;
+  }
+  return true;
+}
 /* --- libmosquitto callbacks (run inside mosquitto_loop_read) --------------------------- */
 
 static void on_connack(struct mosquitto *mosq, void *obj, int rc) {
   (void)mosq;
   em_publisher_t *p = obj;
   if (rc != 0) {
-    EM_ERROR("mqtt: broker refused the connection: %s", mosquitto_connack_string(rc));
+    snprintf(p->refused_reason, sizeof(p->refused_reason), "%s", mosquitto_connack_string(rc));
     p->refused = true;
     return;
   }
@@ -163,6 +271,7 @@ static void on_connack(struct mosquitto *mosq, void *obj, int rc) {
   p->stats.connects++;
   p->backoff_ns = p->opts.backoff_min_ns;
   p->reported_down = false;
+  p->last_reason[0] = '\0';
   EM_INFO("mqtt: connected to %s:%u as %s", p->host, p->opts.port, p->client_id);
   char topic[sizeof(p->prefix) + 16];
   snprintf(topic, sizeof(topic), "%s/cmd/#", p->prefix);
@@ -191,15 +300,26 @@ static void on_message(struct mosquitto *mosq, void *obj, const struct mosquitto
 static void on_poll(uv_poll_t *h, int status, int events) {
   em_publisher_t *p = h->data;
   if (status < 0) {
+    /* libuv reports a socket error (POLLERR) as UV_EBADF: name the real one when it can. */
+    if (p->opts.tls && p->state == S_CONNECTING && !tls_socket_alive(p)) {
+      return;
+    }
     fail(p, uv_strerror(status));
     return;
   }
   int rc = MOSQ_ERR_SUCCESS;
-  if (events & UV_WRITABLE) {
+  bool handshake = p->opts.tls && p->state == S_CONNECTING;
+  if (handshake && !tls_socket_alive(p)) {
+    return;
+  }
+  if (handshake) {
+    rc = read_all(p); /* Drives the handshake; CONNACK once it is done. */
+  }
+  if (rc == MOSQ_ERR_SUCCESS && !p->refused && (events & UV_WRITABLE)) {
     rc = mosquitto_loop_write(p->mosq, 16);
   }
-  if (rc == MOSQ_ERR_SUCCESS && (events & UV_READABLE)) {
-    rc = mosquitto_loop_read(p->mosq, 16);
+  if (rc == MOSQ_ERR_SUCCESS && !handshake && (events & UV_READABLE)) {
+    rc = read_all(p);
   }
   if (p->state == S_CLOSING) {
     if (!mosquitto_want_write(p->mosq) || rc != MOSQ_ERR_SUCCESS) {
@@ -207,9 +327,17 @@ static void on_poll(uv_poll_t *h, int status, int events) {
     }
     return;
   }
-  if (rc != MOSQ_ERR_SUCCESS || p->refused) {
-    p->refused = false;
-    fail(p, rc != MOSQ_ERR_SUCCESS ? mosq_reason(rc) : "refused");
+  if (p->refused) {
+    fail(p, p->refused_reason);
+    return;
+  }
+  if (rc != MOSQ_ERR_SUCCESS) {
+    char why[REASON_CAP + 32];
+    fail(p, failure_reason(p, rc, why, sizeof(why)));
+    return;
+  }
+  if (mosquitto_socket(p->mosq) < 0) { /* Closed inside libmosquitto without an error code. */
+    fail(p, closed_reason(p));
     return;
   }
   update_poll(p);
@@ -234,9 +362,11 @@ static void update_poll(em_publisher_t *p) {
 static void connect_to(em_publisher_t *p, const char *addr) {
   p->state = S_CONNECTING;
   p->attempt_start_ms = uv_now(p->loop);
+  p->lib_error[0] = '\0';
   int rc = mosquitto_connect_async(p->mosq, addr, p->opts.port, (int)p->opts.keepalive_s);
   if (rc != MOSQ_ERR_SUCCESS) {
-    fail(p, mosq_reason(rc));
+    char why[REASON_CAP + 32];
+    fail(p, failure_reason(p, rc, why, sizeof(why)));
     return;
   }
   int fd = mosquitto_socket(p->mosq);
@@ -325,10 +455,77 @@ static void on_misc(uv_timer_t *t) {
     fail(p, rc == MOSQ_ERR_KEEPALIVE ? "no answer within the keepalive" : mosq_reason(rc));
     return;
   }
+  if (p->opts.tls) {
+    rc = read_all(p); /* Records OpenSSL may still hold (see the top of this file). */
+    if (rc != MOSQ_ERR_SUCCESS) {
+      char why[REASON_CAP + 32];
+      fail(p, failure_reason(p, rc, why, sizeof(why)));
+      return;
+    }
+  }
   update_poll(p);
 }
 
 /* --- public ------------------------------------------------------------------------- */
+
+/* Never asked for a key's passphrase: an encrypted key fails to load instead of prompting. */
+static int no_passphrase(char *buf, int size, int rwflag, void *userdata) {
+  (void)rwflag;
+  (void)userdata;
+  if (size > 0) {
+    buf[0] = '\0';
+  }
+  return 0;
+}
+
+/* NULL for NULL or "". */
+static const char *opt_str(const char *s) {
+  return s && s[0] ? s : NULL;
+}
+
+/* Username, password and TLS options, before any connect. Returns 0 or -EINVAL (logged). */
+static int apply_security(em_publisher_t *p, const em_publisher_opts_t *o) {
+  int rc = MOSQ_ERR_SUCCESS;
+  if (opt_str(o->username)) {
+    rc = mosquitto_username_pw_set(p->mosq, o->username, opt_str(o->password));
+    if (rc != MOSQ_ERR_SUCCESS) {
+      EM_ERROR("mqtt: cannot set the username: %s", mosq_reason(rc));
+      return -EINVAL;
+    }
+  } else if (opt_str(o->password)) {
+    EM_ERROR("mqtt: a password needs a username");
+    return -EINVAL;
+  }
+  if (!o->tls) {
+    return 0;
+  }
+  if (!opt_str(o->tls_ca_file) && !opt_str(o->tls_ca_path)) {
+    EM_ERROR("mqtt: TLS needs a CA file or a CA directory");
+    return -EINVAL;
+  }
+  rc = mosquitto_tls_set(p->mosq, opt_str(o->tls_ca_file), opt_str(o->tls_ca_path),
+                         opt_str(o->tls_cert_file), opt_str(o->tls_key_file), no_passphrase);
+  if (rc != MOSQ_ERR_SUCCESS) {
+    EM_ERROR("mqtt: TLS setup failed (%s): check that the CA (%s), certificate (%s) and key (%s) "
+             "are readable, and that certificate and key are set together",
+             mosq_reason(rc), opt_str(o->tls_ca_file) ? o->tls_ca_file : o->tls_ca_path,
+             opt_str(o->tls_cert_file) ? o->tls_cert_file : "none",
+             opt_str(o->tls_key_file) ? o->tls_key_file : "none");
+    return -EINVAL;
+  }
+  rc = mosquitto_tls_opts_set(p->mosq, 1 /* SSL_VERIFY_PEER */, "tlsv1.2", NULL);
+  if (rc == MOSQ_ERR_SUCCESS) {
+    rc = mosquitto_tls_insecure_set(p->mosq, o->tls_insecure);
+  }
+  if (rc != MOSQ_ERR_SUCCESS) {
+    EM_ERROR("mqtt: TLS options rejected: %s", mosq_reason(rc));
+    return -EINVAL;
+  }
+  if (o->tls_insecure) {
+    EM_WARN("mqtt: tls_insecure is on: the broker's host name is not checked (testing only)");
+  }
+  return 0;
+}
 
 static bool copy_str(char *dst, size_t cap, const char *src) {
   if (!src || strlen(src) >= cap) {
@@ -358,6 +555,12 @@ int em_publisher_new(em_publisher_t **out, uv_loop_t *loop, const em_publisher_o
   p->opts.host = p->host;
   p->opts.client_id = p->client_id;
   p->opts.prefix = p->prefix;
+  p->opts.tls_ca_file = NULL; /* Borrowed for this call only (see publisher.h). */
+  p->opts.tls_ca_path = NULL;
+  p->opts.tls_cert_file = NULL;
+  p->opts.tls_key_file = NULL;
+  p->opts.username = NULL;
+  p->opts.password = NULL;
   p->loop = loop;
   p->backoff_ns = opts->backoff_min_ns;
   p->rng = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ (uint64_t)time(NULL);
@@ -373,6 +576,12 @@ int em_publisher_new(em_publisher_t **out, uv_loop_t *loop, const em_publisher_o
   mosquitto_int_option(p->mosq, MOSQ_OPT_TCP_NODELAY, 1);
   mosquitto_connect_callback_set(p->mosq, on_connack);
   mosquitto_message_callback_set(p->mosq, on_message);
+  mosquitto_log_callback_set(p->mosq, on_mosq_log);
+  if (apply_security(p, opts) != 0) {
+    mosquitto_destroy(p->mosq);
+    free(p);
+    return -EINVAL;
+  }
   if (opts->will && opts->will_len) {
     char topic[sizeof(p->prefix) + 16];
     snprintf(topic, sizeof(topic), "%s/status", p->prefix);

@@ -40,6 +40,18 @@ typedef struct {
   /* A message on "<prefix>/cmd/<name>": name and payload are borrowed for the call. */
   void (*on_command)(void *ctx, const char *name, const uint8_t *payload, size_t len);
   void *ctx;
+  /*
+   * Security (appended; all optional). Strings are borrowed for em_publisher_new() only:
+   * libmosquitto copies them, and the publisher keeps no pointer to them. NULL or "" = unset.
+   */
+  bool tls;                  /* TLS to the broker (mqtts://), TLS v1.2 at least. */
+  const char *tls_ca_file;   /* PEM CA bundle; with tls, this or tls_ca_path is required. */
+  const char *tls_ca_path;   /* Directory of hashed CA certificates. */
+  const char *tls_cert_file; /* PEM client certificate: both cert and key, or neither. */
+  const char *tls_key_file;  /* Its unencrypted PEM key (an encrypted one fails, never prompts). */
+  bool tls_insecure;         /* Skip the broker host name check. For testing only. */
+  const char *username;      /* MQTT username (with or without TLS). */
+  const char *password;      /* MQTT password; needs username. */
 } em_publisher_opts_t;
 
 /* Counters for the agent's own figures. */
@@ -53,7 +65,11 @@ typedef struct {
 
 /*
  * Creates the publisher (nothing is connected yet). Returns 0 and *out, -ENOMEM, or -EINVAL
- * for missing options.
+ * for missing options or TLS options libmosquitto rejects (a CA, certificate or key file it
+ * cannot read, a certificate without its key): those are logged with the reason.
+ *
+ * A TLS handshake failure or a CONNACK refusal (bad username or password, not authorised) is
+ * not an error here: it is logged once per distinct reason and retried with the backoff.
  */
 int em_publisher_new(em_publisher_t **out, uv_loop_t *loop, const em_publisher_opts_t *opts);
 

@@ -26,8 +26,10 @@
  * restarts.
  *
  * Durability: appends are pwrite()s into the page cache and never fsync on the caller's
- * thread. em_spool_sync() does the fdatasync() and the header write that persists `done` and
- * `dropped`; the agent runs it on libuv's worker thread every few seconds and at stop. A power
+ * thread. em_spool_sync() does the header write that persists `done` and `dropped` and the
+ * fdatasync(); the agent splits it: em_spool_flush_header() on the loop (a page-cache write)
+ * every sync_interval, then fdatasync on libuv's worker (uv_fs_fdatasync), and
+ * em_spool_sync() once at exit. A power
  * loss thus loses at most the records appended since the last sync (and may replay records
  * popped since then a second time: at-least-once); a torn record is detected by its CRC.
  *

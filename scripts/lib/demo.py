@@ -112,7 +112,8 @@ def main():
         cfg = work / "agent.ini"
         cfg.write_text(
             f"[agent]\ndevice_id = {device}\nsample_period = 100ms\nsmaps_period = 1s\n"
-            f"runtime_dir = {work}/run\n[target]\npid_file = {pidfile}\n"
+            f"runtime_dir = {work}/run\n[spool]\npath = {work}/spool\n"
+            f"[target]\npid_file = {pidfile}\n"
             f"[mqtt]\nbroker = mqtt://127.0.0.1:{port}\n"
             # The budget the slow phase breaks: infer p99 over 5 ms in 2 windows of 500 ms.
             "[budget.infer]\np99 = 5ms\nlevel = DEGRADED\n"

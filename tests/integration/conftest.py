@@ -97,7 +97,7 @@ class Target:
 
 class Agent:
     def __init__(self, tmp_path, broker_port, target_line, extra="", device=None,
-                 runtime_dir=None):
+                 runtime_dir=None, env=None, spool=None, spool_keys="", preexec=None):
         assert AGENT, "EM_AGENT must name the edgemon-agent binary (run through ctest)"
         self.device = device or f"it-{uuid.uuid4().hex[:8]}"
         self.config = tmp_path / f"agent-{self.device}.ini"
@@ -109,6 +109,9 @@ class Agent:
             "system_period = 400ms\n"
             f"runtime_dir = {runtime_dir or tmp_path / 'run'}\n"
             "log_level = debug\n"
+            # Each agent its own spool; [mqtt] stays last, as tests append keys to it.
+            "[spool]\n"
+            f"path = {spool or tmp_path / f'spool-{self.device}'}\n" + spool_keys +
             "[target]\n"
             f"{target_line}\n"
             "[mqtt]\n"
@@ -117,12 +120,16 @@ class Agent:
             "reconnect_min = 100ms\n"
             "reconnect_max = 500ms\n" + extra)
         self.log_path = tmp_path / f"agent-{self.device}.log"
+        self.env = env  # Extra environment variables (NOTIFY_SOCKET, ...).
+        self.preexec = preexec  # Runs in the child before exec (resource limits).
         self.proc = None
 
     def start(self):
         self.log = open(self.log_path, "wb")
+        env = {**os.environ, **self.env} if self.env else None
         self.proc = subprocess.Popen([AGENT, "--config", str(self.config)], stdout=self.log,
-                                     stderr=subprocess.STDOUT)
+                                     stderr=subprocess.STDOUT, env=env,
+                                     preexec_fn=self.preexec)
         return self
 
     def log_text(self):
@@ -283,3 +290,96 @@ def stack(tmp_path):
             thing.close() if isinstance(thing, Subscriber) else thing.stop()
         except Exception:
             pass
+
+
+# ---- security helpers (TLS brokers, certificates, authenticated clients) -------------------
+
+OPENSSL = os.environ.get("EM_OPENSSL", "openssl")
+MOSQUITTO_PASSWD = os.environ.get("EM_MOSQUITTO_PASSWD", "/usr/bin/mosquitto_passwd")
+
+
+class Pki:
+    """A throw-away CA made with the openssl command line, and certificates it signs."""
+
+    def __init__(self, directory, name="ca"):
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.ca_key = self.dir / f"{name}.key"
+        self.ca_crt = self.dir / f"{name}.crt"
+        self._run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", self.ca_key,
+                  "-out", self.ca_crt, "-days", "2", "-subj", f"/CN=edgemon test {name}")
+
+    def _run(self, *args):
+        r = subprocess.run([OPENSSL, *map(str, args)], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 0, f"openssl {args[0]} failed: {r.stderr}"
+
+    def issue(self, cn, san=None):
+        """(cert, key) for CN=cn, with subjectAltName `san` (e.g. "IP:127.0.0.1") if given.
+        The key file has mode 0600."""
+        key = self.dir / f"{cn}.key"
+        csr = self.dir / f"{cn}.csr"
+        crt = self.dir / f"{cn}.crt"
+        self._run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", csr,
+                  "-subj", f"/CN={cn}")
+        ext = self.dir / f"{cn}.ext"
+        ext.write_text(f"subjectAltName = {san}\n" if san else "basicConstraints = CA:FALSE\n")
+        self._run("x509", "-req", "-in", csr, "-CA", self.ca_crt, "-CAkey", self.ca_key,
+                  "-CAcreateserial", "-out", crt, "-days", "2", "-extfile", ext)
+        os.chmod(key, 0o600)
+        return crt, key
+
+
+class ConfBroker(Broker):
+    """mosquitto with the configuration text the test gives (listener lines included).
+    self.port is the first listener's port; `log_text()` reads the broker's log. Run as
+    root, mosquitto would drop to the mosquitto user before reading certificates, password
+    and ACL files in pytest's 0700 directories: it is told to stay root ("user root")."""
+
+    def __init__(self, tmp_path, conf_text, port):
+        self.port = port
+        self.conf = tmp_path / f"mosquitto-{self.port}.conf"
+        self.conf.write_text(("user root\n" if os.geteuid() == 0 else "") + conf_text)
+        self.log_path = tmp_path / f"mosquitto-{self.port}.log"
+        self.log = open(self.log_path, "wb")
+        self.proc = None
+
+    def log_text(self):
+        return self.log_path.read_text(errors="replace")
+
+
+def make_password_file(path, users):
+    """A mosquitto password_file made with mosquitto_passwd -b, for {user: password}."""
+    path = Path(path)
+    path.write_text("")
+    for user, password in users.items():
+        r = subprocess.run([MOSQUITTO_PASSWD, "-b", str(path), user, password],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+    return path
+
+
+def mqtt_client(port, client_id=None, username=None, password=None, tls=None):
+    """A connected paho client with its network loop running. tls = (ca, cert, key) or None.
+    Fails the test when the broker does not accept the connection."""
+    import ssl
+    c = mqtt.Client(client_id=client_id or f"it-{uuid.uuid4().hex[:8]}")
+    if username is not None:
+        c.username_pw_set(username, password)
+    if tls is not None:
+        ca, cert, key = tls
+        c.tls_set(ca_certs=str(ca), certfile=str(cert) if cert else None,
+                  keyfile=str(key) if key else None, tls_version=ssl.PROTOCOL_TLS_CLIENT)
+    connected = queue.Queue()
+    c.on_connect = lambda client, userdata, flags, rc: connected.put(rc)
+    c.connect("127.0.0.1", port, keepalive=30)
+    c.loop_start()
+    try:
+        rc = connected.get(timeout=10)
+    except queue.Empty:
+        c.loop_stop()
+        pytest.fail(f"mqtt client {username or ''} got no CONNACK within 10 s")
+    if rc != 0:
+        c.loop_stop()
+        pytest.fail(f"broker refused mqtt client {username or ''}: {mqtt.connack_string(rc)}")
+    return c

@@ -141,6 +141,51 @@ static void back_to_nominal_after_m_clean_windows(void **state) {
   rig_free(r);
 }
 
+/* A reload replaces the engine: rules kept by id keep their state and the level stays; a
+ * changed bound applies from the next window; a removed rule's level steps down only after
+ * the usual clean windows. */
+static void adopt_keeps_level_and_rule_state_across_a_reload(void **state) {
+  (void)state;
+  rig_t *r = rig_new(&p99_degraded, 1, 3, 2);
+  for (int i = 0; i < 3; i++) {
+    window_of(r, SLOW);
+  }
+  assert_int_equal(em_budget_level(r->b), EM_LEVEL_DEGRADED);
+
+  /* Same rule id with a looser bound (60 ms), plus a new WARN rule. */
+  em_budget_rule_t rules[2] = {p99_degraded, p99_warn};
+  rules[0].u.percentile.bound_ns = 60 * MS;
+  em_budget_opts_t o = {
+      .rules = rules, .n_rules = 2, .enter_windows = 3, .leave_windows = 2, .window_ns = SEC};
+  em_budget_engine_t *next = NULL;
+  assert_int_equal(em_budget_new(&next, &o, r->now), 0);
+  assert_int_equal(em_budget_adopt(next, r->b), 1);
+  assert_int_equal(em_budget_level(next), EM_LEVEL_DEGRADED);
+  em_budget_free(r->b);
+  r->b = next;
+  /* 50 ms is now within the degraded bound but over the new warn bound (20 ms): the kept rule
+   * recovers after 2 clean windows, the new one enters after 3 violating ones. */
+  assert_false(window_of(r, SLOW));
+  assert_int_equal(em_budget_level(r->b), EM_LEVEL_DEGRADED);
+  assert_true(window_of(r, SLOW));
+  assert_int_equal(r->change.level, EM_LEVEL_WARN);
+  assert_string_equal(r->change.rule, "infer.p99");
+
+  /* A reload without any rule: WARN stays until leave (2) clean windows have passed. */
+  em_budget_opts_t none = {
+      .rules = NULL, .n_rules = 0, .enter_windows = 3, .leave_windows = 2, .window_ns = SEC};
+  assert_int_equal(em_budget_new(&next, &none, r->now), 0);
+  assert_int_equal(em_budget_adopt(next, r->b), 0);
+  em_budget_free(r->b);
+  r->b = next;
+  assert_int_equal(em_budget_level(r->b), EM_LEVEL_WARN);
+  assert_false(window_of(r, SLOW));
+  assert_true(window_of(r, SLOW));
+  assert_int_equal(em_budget_level(r->b), EM_LEVEL_NOMINAL);
+  assert_int_equal(em_budget_adopt(NULL, r->b), 0);
+  rig_free(r);
+}
+
 static void no_flapping_on_alternating_windows(void **state) {
   (void)state;
   rig_t *r = rig_new(&p99_degraded, 1, 2, 2);
@@ -830,6 +875,7 @@ int main(void) {
       cmocka_unit_test(nominal_to_degraded_after_n_bad_windows_and_not_before),
       cmocka_unit_test(back_to_nominal_after_m_clean_windows),
       cmocka_unit_test(no_flapping_on_alternating_windows),
+      cmocka_unit_test(adopt_keeps_level_and_rule_state_across_a_reload),
       cmocka_unit_test(hard_deadline_miss_escalates_on_that_span),
       cmocka_unit_test(alive_fires_on_silence_and_clears_on_next_span),
       cmocka_unit_test(rate_rule),

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -276,14 +277,47 @@ static const error_case_t error_cases[] = {
      {"0: [target] needs one of pid, pid_file, process_name, cmdline, cgroup$"}},
 
     /* [mqtt] */
-    {"broker with TLS",
+    {"broker with TLS and no CA",
      "[mqtt]\nbroker = mqtts://broker:8883\n" TARGET,
-     {"2: broker 'mqtts://broker:8883' uses TLS (mqtts://), which is not supported yet; use "
-      "mqtt://HOST[:PORT]$"}},
+     {"2: broker uses TLS (mqtts://) but [mqtt] sets neither tls_ca_file nor tls_ca_path, the "
+      "CA that signed the broker's certificate$"}},
     {"broker with another scheme",
      "[mqtt]\nbroker = http://broker\n" TARGET,
-     {"2: broker 'http://broker' must look like mqtt://HOST[:PORT], e.g. "
+     {"2: broker 'http://broker' must look like mqtt://HOST[:PORT] or mqtts://HOST[:PORT], e.g. "
       "mqtt://127.0.0.1:1883$"}},
+    {"TLS keys with a plain mqtt:// broker",
+     "[mqtt]\nbroker = mqtt://broker\ntls_ca_file = /etc/ca.crt\ntls_insecure = true\n" TARGET,
+     {"3: tls_ca_file is set but the broker is not TLS; use broker = mqtts://HOST[:PORT], or "
+      "remove tls_ca_file$",
+      "4: tls_insecure is set but the broker is not TLS~"}},
+    {"TLS keys with the default broker",
+     "[mqtt]\ntls_cert_file = /etc/c.crt\ntls_key_file = /etc/c.key\n" TARGET,
+     {"2: tls_cert_file is set but the broker is not TLS~",
+      "3: tls_key_file is set but the broker is not TLS~"}},
+    {"tls_cert_file without tls_key_file",
+     "[mqtt]\nbroker = mqtts://b\ntls_ca_path = /\ntls_cert_file = /nonexistent/c.crt\n" TARGET,
+     {"4: tls_cert_file and tls_key_file go together: set both for a client certificate, or "
+      "neither$",
+      "4: tls_cert_file '/nonexistent/c.crt' cannot be opened: No such file or directory$"}},
+    {"tls_ca_file missing",
+     "[mqtt]\nbroker = mqtts://b\ntls_ca_file = /nonexistent/ca.crt\n" TARGET,
+     {"3: tls_ca_file '/nonexistent/ca.crt' cannot be opened: No such file or directory$"}},
+    {"tls_ca_path not a directory",
+     "[mqtt]\nbroker = mqtts://b\ntls_ca_path = /nonexistent/certs\n" TARGET,
+     {"3: tls_ca_path '/nonexistent/certs' is not a directory$"}},
+    {"tls_ca_file relative",
+     "[mqtt]\nbroker = mqtts://b\ntls_ca_file = ca.crt\n" TARGET,
+     {"3: tls_ca_file 'ca.crt' must be an absolute path$"}},
+    {"tls_insecure not a boolean",
+     "[mqtt]\nbroker = mqtts://b\ntls_ca_path = /\ntls_insecure = maybe\n" TARGET,
+     {"4: tls_insecure 'maybe' must be true or false$"}},
+    {"credentials_file missing",
+     "[mqtt]\ncredentials_file = /nonexistent/mqtt.cred\n" TARGET,
+     {"2: credentials_file '/nonexistent/mqtt.cred' cannot be opened: No such file or "
+      "directory$"}},
+    {"credentials_file a directory",
+     "[mqtt]\ncredentials_file = /\n" TARGET,
+     {"2: credentials_file '/' is not a regular file$"}},
     {"broker without a scheme",
      "[mqtt]\nbroker = 127.0.0.1:1883\n" TARGET,
      {"2: broker '127.0.0.1:1883' must look like mqtt://HOST[:PORT]~"}},
@@ -311,7 +345,8 @@ static const error_case_t error_cases[] = {
       "mqtt://HOST[:PORT]$"}},
     {"broker with credentials",
      "[mqtt]\nbroker = mqtt://user:secret@broker\n" TARGET,
-     {"2: broker 'mqtt://user:secret@broker' has credentials, which are not supported yet$"}},
+     {"2: broker 'mqtt://user:secret@broker' has credentials; put them in [mqtt] credentials_file "
+      "instead$"}},
     {"broker with an unclosed IPv6 literal",
      "[mqtt]\nbroker = mqtt://[::1:1883\n" TARGET,
      {"2: broker 'mqtt://[::1:1883' has a bad IPv6 address; write it as mqtt://[::1]:1883$"}},
@@ -497,6 +532,15 @@ static const error_case_t error_cases[] = {
     {"hook relative",
      "[degrade]\nhook = on-level.sh\n" TARGET,
      {"2: hook 'on-level.sh' must be an absolute path$"}},
+    {"spool size below 64KiB",
+     "[spool]\nsize = 32KiB\n" TARGET,
+     {"2: size '32KiB' is out of range 64KiB..1GiB$"}},
+    {"spool size without a unit",
+     "[spool]\nsize = 1000000\n" TARGET,
+     {"2: size needs a unit (B, KiB, MiB or GiB), e.g. 16MiB$"}},
+    {"spool replay_per_tick 0",
+     "[spool]\nreplay_per_tick = 0\n" TARGET,
+     {"2: replay_per_tick '0' must be a whole number from 1 to 10000$"}},
     {"hook_timeout below 100ms",
      "[degrade]\nhook_timeout = 50ms\n" TARGET,
      {"2: hook_timeout '50ms' is out of range 100ms..10m$"}},
@@ -905,6 +949,24 @@ static void check_degrade(const em_config_t *cfg) {
   assert_int_equal(cfg->hook_timeout_ns, 10ull * 60 * 1000000000ull);
 }
 
+static void check_spool_defaults(const em_config_t *cfg) {
+  assert_string_equal(cfg->spool_path, "/var/lib/edgemon/spool");
+  assert_int_equal(cfg->spool_bytes, 16ull << 20);
+  assert_int_equal(cfg->spool_sync_ns, 5000000000ull);
+  assert_int_equal(cfg->replay_per_tick, 32);
+}
+
+static void check_spool(const em_config_t *cfg) {
+  assert_string_equal(cfg->spool_path, "/data/edgemon.spool");
+  assert_int_equal(cfg->spool_bytes, 64ull << 10);
+  assert_int_equal(cfg->spool_sync_ns, 250000000ull);
+  assert_int_equal(cfg->replay_per_tick, 500);
+}
+
+static void check_spool_off(const em_config_t *cfg) {
+  assert_string_equal(cfg->spool_path, "off");
+}
+
 static void check_window_follows_sample(const em_config_t *cfg) {
   assert_int_equal(cfg->window_ns, 5000000000ull);
 }
@@ -1028,6 +1090,12 @@ static void check_flow_budget(const em_config_t *cfg) {
 
 static const valid_case_t valid_cases[] = {
     {"no budget: degrade defaults", TARGET, check_degrade_defaults},
+    {"spool defaults", TARGET, check_spool_defaults},
+    {"spool keys",
+     "[spool]\npath = /data/edgemon.spool\nsize = 64KiB\nsync_interval = 250ms\n"
+     "replay_per_tick = 500\n" TARGET,
+     check_spool},
+    {"spool off", "[spool]\npath = off\n" TARGET, check_spool_off},
     {"degrade keys",
      "[degrade]\nenter_windows = 1\nleave_windows = 1000\nwindow = 500ms\n"
      "hook = /usr/local/bin/on-level\nhook_timeout = 10m\n" TARGET,
@@ -1262,7 +1330,11 @@ static void config_parses_broker_urls(void **state) {
       {"mqtt://broker_1:65535", 0, "broker_1", 65535},
       {"mqtt://[::1]", 0, "::1", 1883},
       {"mqtt://[fe80::1]:8883", 0, "fe80::1", 8883},
-      {"mqtts://broker", -EINVAL, NULL, 0},
+      {"mqtts://broker", 0, "broker", 8883},
+      {"mqtts://broker:18883", 0, "broker", 18883},
+      {"mqtts://[::1]", 0, "::1", 8883},
+      {"mqtts://", -EINVAL, NULL, 0},
+      {"mqtts://user:pw@broker", -EINVAL, NULL, 0},
       {"MQTT://broker", -EINVAL, NULL, 0},
       {"tcp://broker", -EINVAL, NULL, 0},
       {"broker:1883", -EINVAL, NULL, 0},
@@ -1404,7 +1476,7 @@ static void config_reports_every_error_not_just_the_first(void **state) {
                     "colour = blue\n"                          /* 6 */
                     "\n"                                       /* 7 */
                     "[mqtt]\n"                                 /* 8 */
-                    "broker = mqtts://broker\n"                /* 9 */
+                    "broker = ftp://broker\n"                  /* 9 */
                     "qos_data = 2\n"                           /* 10 */
                     "reconnect_min = 5s\n"                     /* 11 */
                     "reconnect_max = 1s\n"                     /* 12 */
@@ -1420,7 +1492,7 @@ static void config_reports_every_error_not_just_the_first(void **state) {
   static const char *const expect[] = {
       "3: device_id 'a/b' may use only letters, digits and _ . : -$",
       "6: unknown key 'colour' in [agent]$",
-      "9: broker 'mqtts://broker' uses TLS~",
+      "9: broker 'ftp://broker' must look like mqtt://HOST[:PORT] or mqtts://HOST[:PORT]~",
       "10: qos_data '2' must be 0 or 1~",
       "13: expected 'key = value', got 'this line is wrong'$",
       "15: pmu event 'cycles' is listed twice$",
@@ -1525,6 +1597,202 @@ static void config_load_works_without_callback(void **state) {
   assert_int_equal(em_config_load("/x", NULL, NULL, NULL, NULL), -EINVAL);
 }
 
+/* ---- [mqtt] TLS files and credentials_file: real files with real modes ------------------ */
+
+/* A private directory for TLS and credentials files; its path goes to dir (64 bytes). */
+static void make_secret_dir(char dir[64]) {
+  snprintf(dir, 64, "/tmp/em-config-tls-XXXXXX");
+  assert_non_null(mkdtemp(dir));
+}
+
+/* Writes text to dir/name with `mode`; the path goes to out (128 bytes). */
+static void write_file(char out[128], const char *dir, const char *name, const char *text,
+                       mode_t mode) {
+  snprintf(out, 128, "%s/%s", dir, name);
+  FILE *f = fopen(out, "w");
+  assert_non_null(f);
+  assert_int_equal(fputs(text, f) >= 0, 1);
+  assert_int_equal(fclose(f), 0);
+  assert_int_equal(chmod(out, mode), 0);
+}
+
+/* Loads an INI text expecting exactly the errors in expect (NULL-terminated, "LINE: msg"). */
+static void expect_errors(const char *name, const char *ini, const char *const *expect) {
+  em_config_t cfg;
+  seen_t seen;
+  char path[32];
+  size_t n = 0;
+  while (expect[n] != NULL) {
+    n++;
+  }
+  int rc = load_text(ini, &cfg, &seen, path);
+  if ((n == 0) != (rc == 0) || seen.n != n) {
+    fail_row(name, "wrong number of errors", &seen);
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (!matches(seen.lines[i], path, expect[i])) {
+      print_error("expected %s:%s\n", path, expect[i]);
+      fail_row(name, "error does not match", &seen);
+    }
+  }
+}
+
+/* mqtts:// with a CA, a client certificate and a private key, plus credentials: all loaded. */
+static void config_loads_tls_and_credentials_files(void **state) {
+  (void)state;
+  char dir[64];
+  char ca[128], crt[128], key[128], cred[128];
+  make_secret_dir(dir);
+  write_file(ca, dir, "ca.crt", "-----BEGIN CERTIFICATE-----\n", 0644);
+  write_file(crt, dir, "dev.crt", "-----BEGIN CERTIFICATE-----\n", 0644);
+  write_file(key, dir, "dev.key", "-----BEGIN PRIVATE KEY-----\n", 0600);
+  write_file(cred, dir, "mqtt.cred",
+             "# board credentials\n\n  username = jetson-07  \r\npassword=p a=ss;word\n", 0600);
+  char ini[1024];
+  snprintf(ini, sizeof(ini),
+           "[mqtt]\nbroker = mqtts://broker.lan\ntls_ca_file = %s\ntls_cert_file = %s\n"
+           "tls_key_file = %s\ntls_insecure = yes\ncredentials_file = %s\n" TARGET,
+           ca, crt, key, cred);
+  em_config_t cfg;
+  seen_t seen;
+  char path[32];
+  if (load_text(ini, &cfg, &seen, path) != 0) {
+    fail_row("tls and credentials", "a valid file was rejected", &seen);
+  }
+  assert_true(cfg.tls);
+  assert_string_equal(cfg.broker_host, "broker.lan");
+  assert_int_equal(cfg.broker_port, 8883);
+  assert_string_equal(cfg.tls_ca_file, ca);
+  assert_string_equal(cfg.tls_ca_path, "");
+  assert_string_equal(cfg.tls_cert_file, crt);
+  assert_string_equal(cfg.tls_key_file, key);
+  assert_true(cfg.tls_insecure);
+  assert_string_equal(cfg.credentials_file, cred);
+  assert_string_equal(cfg.username, "jetson-07");
+  assert_string_equal(cfg.password, "p a=ss;word");
+
+  /* Without TLS, credentials alone; a username without a password is fine. */
+  write_file(cred, dir, "user-only.cred", "username = cam-02\n", 0400);
+  snprintf(ini, sizeof(ini), "[mqtt]\ncredentials_file = %s\n" TARGET, cred);
+  if (load_text(ini, &cfg, &seen, path) != 0) {
+    fail_row("credentials without tls", "a valid file was rejected", &seen);
+  }
+  assert_false(cfg.tls);
+  assert_int_equal(cfg.broker_port, 1883);
+  assert_false(cfg.tls_insecure);
+  assert_string_equal(cfg.username, "cam-02");
+  assert_string_equal(cfg.password, "");
+
+  char cmd[160];
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
+/* A key or credentials file that others may read or write, or that is not a regular file. */
+static void config_refuses_secret_files_others_can_reach(void **state) {
+  (void)state;
+  char dir[64];
+  char ca[128], crt[128], key[128], cred[128], fifo[128];
+  make_secret_dir(dir);
+  write_file(ca, dir, "ca.crt", "x\n", 0644);
+  write_file(crt, dir, "dev.crt", "x\n", 0644);
+  write_file(key, dir, "dev.key", "x\n", 0640);
+  write_file(cred, dir, "mqtt.cred", "username = a\npassword = b\n", 0604);
+  snprintf(fifo, sizeof(fifo), "%s/fifo.cred", dir);
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+
+  char ini[1024];
+  char e1[512], e2[512];
+  snprintf(ini, sizeof(ini),
+           "[mqtt]\nbroker = mqtts://b\ntls_ca_file = %s\ntls_cert_file = %s\n"
+           "tls_key_file = %s\ncredentials_file = %s\n" TARGET,
+           ca, crt, key, cred);
+  snprintf(e1, sizeof(e1),
+           "5: tls_key_file '%s' is readable or writable by group or others (mode 0640); the "
+           "agent refuses it: run chmod 600 on it$",
+           key);
+  snprintf(e2, sizeof(e2),
+           "6: credentials_file '%s' is readable or writable by group or others "
+           "(mode 0604)~",
+           cred);
+  const char *const both[] = {e1, e2, NULL};
+  expect_errors("group-readable key, other-readable credentials", ini, both);
+
+  assert_int_equal(chmod(cred, 0620), 0); /* Writable by the group is as bad. */
+  assert_int_equal(chmod(key, 0600), 0);
+  snprintf(e2, sizeof(e2),
+           "6: credentials_file '%s' is readable or writable by group or others "
+           "(mode 0620)~",
+           cred);
+  const char *const writable[] = {e2, NULL};
+  expect_errors("group-writable credentials", ini, writable);
+
+  snprintf(ini, sizeof(ini), "[mqtt]\ncredentials_file = %s\n" TARGET, fifo);
+  snprintf(e1, sizeof(e1), "2: credentials_file '%s' is not a regular file$", fifo);
+  const char *const not_regular[] = {e1, NULL};
+  expect_errors("credentials from a fifo", ini, not_regular);
+
+  if (geteuid() == 0) { /* Owned by another user: only root can make that. */
+    assert_int_equal(chmod(cred, 0600), 0);
+    assert_int_equal(chown(cred, 4242, 0), 0);
+    snprintf(ini, sizeof(ini), "[mqtt]\ncredentials_file = %s\n" TARGET, cred);
+    snprintf(e1, sizeof(e1),
+             "2: credentials_file '%s' is owned by uid 4242, not by the agent's user (uid 0) or "
+             "root; the agent refuses it$",
+             cred);
+    const char *const owner[] = {e1, NULL};
+    expect_errors("credentials owned by another user", ini, owner);
+  }
+  char cmd[160];
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
+/* Credentials files with bad lines: each problem named with the file's own line. */
+static void config_reports_bad_credentials_lines(void **state) {
+  (void)state;
+  static const struct {
+    const char *name;
+    const char *text;
+    const char *expect[4]; /* After "2: credentials_file '<path>' " */
+  } rows[] = {
+      {"no username", "password = x\n", {"names no username; add a line 'username = NAME'$"}},
+      {"empty file", "", {"names no username~"}},
+      {"no equals sign",
+       "username jetson\n",
+       {"line 1: expected 'username = NAME' or 'password = SECRET'$"}},
+      {"unknown key",
+       "# c\nusername = a\nuser = b\n",
+       {"line 3: unknown key 'user'; use username and password$"}},
+      {"duplicate password",
+       "username = a\npassword = b\npassword = c\n",
+       {"line 3: duplicate password (first on line 2)$"}},
+      {"empty password", "username = a\npassword =\n", {"line 2: password is empty$"}},
+      {"username too long",
+       "username = " X64 X64 "\n",
+       {"line 1: username is longer than 127 characters$"}},
+  };
+  char dir[64];
+  make_secret_dir(dir);
+  for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
+    char cred[128];
+    write_file(cred, dir, "mqtt.cred", rows[r].text, 0600);
+    char ini[512];
+    snprintf(ini, sizeof(ini), "[mqtt]\ncredentials_file = %s\n" TARGET, cred);
+    char expect[4][512];
+    const char *list[5] = {NULL};
+    for (size_t i = 0; i < 4 && rows[r].expect[i] != NULL; i++) {
+      snprintf(expect[i], sizeof(expect[i]), "2: credentials_file '%s' %s", cred,
+               rows[r].expect[i]);
+      list[i] = expect[i];
+    }
+    expect_errors(rows[r].name, ini, list);
+  }
+  char cmd[160];
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(config_reports_each_error_with_its_line),
@@ -1542,6 +1810,9 @@ int main(void) {
       cmocka_unit_test(config_directory_is_a_read_error),
       cmocka_unit_test(config_file_over_1mib_is_efbig),
       cmocka_unit_test(config_load_works_without_callback),
+      cmocka_unit_test(config_loads_tls_and_credentials_files),
+      cmocka_unit_test(config_refuses_secret_files_others_can_reach),
+      cmocka_unit_test(config_reports_bad_credentials_lines),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

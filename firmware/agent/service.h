@@ -1,0 +1,46 @@
+/*
+ * service.h - the agent's side of systemd's service protocol (sd_notify(3)): READY=1 once the
+ * first sample is taken, WATCHDOG=1 while the loop keeps its ticks on time, RELOADING=1 and
+ * READY=1 around a SIGHUP reload, STOPPING=1 at SIGTERM, and a one-line STATUS=.
+ *
+ * Watchdog policy: systemd kills and restarts a service whose pings stop for WatchdogSec. The
+ * agent pings from its tick, and only from a tick that ran on time (within half a period of
+ * its slot), at most every quarter of the watchdog interval. A loop that is stuck or starved
+ * (ticks late) therefore stops pinging and is restarted; one late tick among on-time ones is
+ * not enough, because pings before and after it keep the interval.
+ *
+ * Without NOTIFY_SOCKET (not started by systemd, or Type= is not notify) every call is a
+ * cheap no-op. Owns nothing but a few counters; single-threaded (the loop's thread).
+ */
+#ifndef EDGEMON_AGENT_SERVICE_H
+#define EDGEMON_AGENT_SERVICE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct {
+  uint64_t watchdog_ns;  /* WatchdogSec as systemd passed it (WATCHDOG_USEC), 0 when off. */
+  uint64_t last_ping_ns; /* CLOCK_MONOTONIC of the last WATCHDOG=1, 0 before the first. */
+  uint64_t pings;        /* WATCHDOG=1 sent. */
+  uint64_t withheld;     /* Ticks that were late and so did not ping. */
+  bool ready;            /* READY=1 sent. */
+} em_service_t;
+
+/* Reads the watchdog interval from the environment (sd_watchdog_enabled). */
+void em_service_init(em_service_t *s);
+
+/* READY=1 with a STATUS= line, once; later calls do nothing. */
+void em_service_ready(em_service_t *s, const char *status);
+
+/* From the tick: pings the watchdog when on_time and a quarter interval has passed since the
+ * last ping; counts a withheld ping otherwise. now_ns is CLOCK_MONOTONIC. */
+void em_service_tick(em_service_t *s, uint64_t now_ns, bool on_time);
+
+/* RELOADING=1 (with the CLOCK_MONOTONIC timestamp systemd 253+ wants); then READY=1 when done. */
+void em_service_reloading(em_service_t *s, uint64_t now_ns);
+void em_service_reloaded(em_service_t *s, const char *status);
+
+/* STOPPING=1. */
+void em_service_stopping(em_service_t *s);
+
+#endif /* EDGEMON_AGENT_SERVICE_H */
