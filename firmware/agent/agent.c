@@ -1190,6 +1190,7 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg, cons
                             .client_id = cfg->client_id,
                             .prefix = a->prefix,
                             .keepalive_s = cfg->keepalive_s,
+                            .ack_timeout_ns = cfg->ack_timeout_ns,
                             .backoff_min_ns = cfg->reconnect_min_ns,
                             .backoff_max_ns = cfg->reconnect_max_ns,
                             .will = will,

@@ -105,6 +105,7 @@ typedef enum {
   K_QOS_DATA,
   K_QOS_STATE,
   K_KEEPALIVE,
+  K_ACK_TIMEOUT,
   K_RECONNECT_MIN,
   K_RECONNECT_MAX,
   K_TLS_CA_FILE,
@@ -673,10 +674,23 @@ static void set_duration(load_t *ld, const key_def_t *k, const char *value) {
   case K_SPOOL_SYNC:
     cfg->spool_sync_ns = ns;
     break;
+  case K_ACK_TIMEOUT:
+    cfg->ack_timeout_ns = ns;
+    break;
   default:
     return;
   }
   accept_key(ld, k);
+}
+
+/* ack_timeout: "off" turns the PUBACK watch off, else a duration. */
+static void set_ack_timeout(load_t *ld, const key_def_t *k, const char *value) {
+  if (strcmp(value, "off") == 0) {
+    ld->cfg->ack_timeout_ns = 0;
+    accept_key(ld, k);
+    return;
+  }
+  set_duration(ld, k, value);
 }
 
 /* smaps_period: "0" or "off" turns smaps_rollup reading off, else a duration. */
@@ -1473,6 +1487,7 @@ static const key_def_t keys[K_COUNT] = {
     {K_QOS_DATA, SEC_MQTT, "qos_data", set_qos, 0, 0, "0"},
     {K_QOS_STATE, SEC_MQTT, "qos_state", set_qos, 0, 0, "1"},
     {K_KEEPALIVE, SEC_MQTT, "keepalive", set_keepalive, 5 * NS_PER_S, NS_PER_H, "30s"},
+    {K_ACK_TIMEOUT, SEC_MQTT, "ack_timeout", set_ack_timeout, NS_PER_S, NS_PER_H, "10s"},
     {K_RECONNECT_MIN, SEC_MQTT, "reconnect_min", set_duration, 100 * NS_PER_MS, NS_PER_H, "500ms"},
     {K_RECONNECT_MAX, SEC_MQTT, "reconnect_max", set_duration, 100 * NS_PER_MS, NS_PER_H, "30s"},
     {K_TLS_CA_FILE, SEC_MQTT, "tls_ca_file", set_mqtt_path, 0, 0, "/etc/edgemon/ca.crt"},
@@ -1622,6 +1637,7 @@ void em_config_defaults(em_config_t *cfg) {
   copy_str(cfg->spool_path, sizeof(cfg->spool_path), "/var/lib/edgemon/spool");
   cfg->spool_bytes = 16ull << 20;
   cfg->spool_sync_ns = 5 * NS_PER_S;
+  cfg->ack_timeout_ns = 10 * NS_PER_S;
   cfg->replay_per_tick = 32;
 }
 

@@ -108,7 +108,9 @@ typedef struct {
   int qos_state;                         /* Default 1 (birth, state and status). */
   uint32_t keepalive_s;                  /* Default 30; 5 .. 3600. */
   uint64_t reconnect_min_ns;             /* Backoff start; default 500 ms. */
-  uint64_t reconnect_max_ns;             /* Backoff cap; default 30 s. */
+  uint64_t reconnect_max_ns;
+  uint64_t ack_timeout_ns;               /* QoS 1 PUBACK wait before the session is dropped
+                                            and data spooled; default 10s; 0 = off. */             /* Backoff cap; default 30 s. */
   /* TLS (only with mqtts://): a CA file or directory is required; a client certificate is
      optional (cert and key together). The key file must be private (see credentials_file). */
   char tls_ca_file[EM_CONFIG_MAX_PATH];   /* PEM CA bundle; "" = none. */

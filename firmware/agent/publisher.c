@@ -59,7 +59,8 @@ typedef enum {
 
 #define CONNECT_TIMEOUT_MS 10000u
 #define MISC_PERIOD_MS     1000u
-#define READ_ROUNDS        8u /* loop_read calls per event at most, until EAGAIN (TLS). */
+#define UNACKED_MAX        64u /* QoS 1 publishes tracked for ack_timeout_ns. */
+#define READ_ROUNDS        8u  /* loop_read calls per event at most, until EAGAIN (TLS). */
 #define REASON_CAP         256
 
 struct em_publisher {
@@ -92,6 +93,13 @@ struct em_publisher {
   void *stop_ctx;
   uint64_t stop_deadline_ms;
   em_publisher_stats_t stats;
+  /* QoS 1 publishes awaiting their PUBACK, oldest first (a ring; mid 0 = acked out of order). */
+  struct {
+    int mid;
+    uint64_t sent_ms;
+  } unacked[UNACKED_MAX];
+  size_t ua_head;
+  size_t ua_len;
 };
 
 static void resolve(em_publisher_t *p);
@@ -268,6 +276,7 @@ static void on_connack(struct mosquitto *mosq, void *obj, int rc) {
     return;
   }
   p->state = S_CONNECTED;
+  p->ua_len = 0;
   p->stats.connects++;
   p->backoff_ns = p->opts.backoff_min_ns;
   p->reported_down = false;
@@ -282,6 +291,31 @@ static void on_connack(struct mosquitto *mosq, void *obj, int rc) {
   if (p->opts.on_online) {
     p->opts.on_online(p->opts.ctx);
   }
+}
+
+/* PUBACK of `mid`: no longer awaited. Acks come in order, so this is almost always the head. */
+static void on_publish(struct mosquitto *mosq, void *obj, int mid) {
+  (void)mosq;
+  em_publisher_t *p = obj;
+  for (size_t i = 0; i < p->ua_len; i++) {
+    size_t k = (p->ua_head + i) % UNACKED_MAX;
+    if (p->unacked[k].mid == mid) {
+      p->unacked[k].mid = 0;
+      break;
+    }
+  }
+  while (p->ua_len > 0 && p->unacked[p->ua_head].mid == 0) {
+    p->ua_head = (p->ua_head + 1) % UNACKED_MAX;
+    p->ua_len--;
+  }
+}
+
+/* True when the oldest awaited PUBACK is older than ack_timeout_ns. */
+static bool ack_overdue(const em_publisher_t *p, uint64_t now_ms) {
+  if (p->opts.ack_timeout_ns == 0 || p->ua_len == 0) {
+    return false;
+  }
+  return now_ms - p->unacked[p->ua_head].sent_ms > p->opts.ack_timeout_ns / 1000000u;
 }
 
 static void on_message(struct mosquitto *mosq, void *obj, const struct mosquitto_message *m) {
@@ -450,6 +484,14 @@ static void on_misc(uv_timer_t *t) {
   if (p->state != S_CONNECTED) {
     return;
   }
+  if (ack_overdue(p, now)) {
+    char why[64];
+    snprintf(why, sizeof(why), "no PUBACK within %llu ms",
+             (unsigned long long)(p->opts.ack_timeout_ns / 1000000u));
+    p->ua_len = 0; /* libmosquitto resends what it holds in flight after reconnect. */
+    fail(p, why);
+    return;
+  }
   int rc = mosquitto_loop_misc(p->mosq);
   if (rc != MOSQ_ERR_SUCCESS) {
     fail(p, rc == MOSQ_ERR_KEEPALIVE ? "no answer within the keepalive" : mosq_reason(rc));
@@ -576,6 +618,7 @@ int em_publisher_new(em_publisher_t **out, uv_loop_t *loop, const em_publisher_o
   mosquitto_int_option(p->mosq, MOSQ_OPT_TCP_NODELAY, 1);
   mosquitto_connect_callback_set(p->mosq, on_connack);
   mosquitto_message_callback_set(p->mosq, on_message);
+  mosquitto_publish_callback_set(p->mosq, on_publish);
   mosquitto_log_callback_set(p->mosq, on_mosq_log);
   if (apply_security(p, opts) != 0) {
     mosquitto_destroy(p->mosq);
@@ -610,7 +653,7 @@ void em_publisher_start(em_publisher_t *p) {
 }
 
 bool em_publisher_online(const em_publisher_t *p) {
-  return p->state == S_CONNECTED;
+  return p->state == S_CONNECTED && !ack_overdue(p, uv_now(p->loop));
 }
 
 const em_publisher_stats_t *em_publisher_stats(const em_publisher_t *p) {
@@ -628,7 +671,12 @@ int em_publisher_send(em_publisher_t *p, const char *kind, const uint8_t *buf, s
   }
   char topic[sizeof(p->prefix) + 32];
   snprintf(topic, sizeof(topic), "%s/%s", p->prefix, kind);
-  int rc = mosquitto_publish(p->mosq, NULL, topic, (int)len, buf, qos, retain);
+  if (ack_overdue(p, uv_now(p->loop))) {
+    p->stats.not_sent++;
+    return -ENOTCONN; /* on_misc drops the session within a second. */
+  }
+  int mid = 0;
+  int rc = mosquitto_publish(p->mosq, &mid, topic, (int)len, buf, qos, retain);
   if (rc != MOSQ_ERR_SUCCESS) {
     p->stats.not_sent++;
     if (rc == MOSQ_ERR_NO_CONN || rc == MOSQ_ERR_CONN_LOST) {
@@ -638,6 +686,16 @@ int em_publisher_send(em_publisher_t *p, const char *kind, const uint8_t *buf, s
     return rc == MOSQ_ERR_PAYLOAD_SIZE ? -EMSGSIZE : -EIO;
   }
   p->stats.sent++;
+  if (qos > 0 && p->opts.ack_timeout_ns > 0) {
+    if (p->ua_len == UNACKED_MAX) { /* Forget the oldest rather than refuse to track. */
+      p->ua_head = (p->ua_head + 1) % UNACKED_MAX;
+      p->ua_len--;
+    }
+    size_t k = (p->ua_head + p->ua_len) % UNACKED_MAX;
+    p->unacked[k].mid = mid;
+    p->unacked[k].sent_ms = uv_now(p->loop);
+    p->ua_len++;
+  }
   update_poll(p);
   return 0;
 }

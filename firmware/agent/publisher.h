@@ -52,6 +52,14 @@ typedef struct {
   bool tls_insecure;         /* Skip the broker host name check. For testing only. */
   const char *username;      /* MQTT username (with or without TLS). */
   const char *password;      /* MQTT password; needs username. */
+  /*
+   * A QoS 1 publish not acknowledged (PUBACK) within this long means the broker is not
+   * taking messages although the connection looks up (a network that went silent, a broker
+   * that hangs): the session is dropped and reconnected, and until then em_publisher_online()
+   * is false, so the owner spools instead of queueing in memory. 0 = off. What libmosquitto
+   * already holds in flight is sent again after reconnect (at least once).
+   */
+  uint64_t ack_timeout_ns;
 } em_publisher_opts_t;
 
 /* Counters for the agent's own figures. */

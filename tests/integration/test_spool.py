@@ -235,3 +235,35 @@ def test_spool_that_cannot_grow_is_logged_and_the_agent_keeps_running(stack):
     n = len(sub.seqs(session))
     wait_for(lambda: len(sub.seqs(session)) > n + 5, 10, "live data after the outage")
     sub.close()
+
+
+def test_broker_that_stops_acknowledging_is_treated_as_away(stack):
+    """A broker that hangs (SIGSTOP: the TCP connection stays up, no PUBACK comes): after
+    ack_timeout the agent drops the session and spools; once the broker runs again, every
+    sequence number arrives."""
+    stack.durables = []
+    broker = persistent_broker(stack)
+    target = stack.target()
+    t0 = time.time_ns()
+    agent = stack.agent(broker.port, f"cmdline = {target.marker}",
+                        extra="qos_data = 1\nack_timeout = 2s\n")
+    sub = Durable(broker.port, agent.device)
+    birth = wait_for(lambda: next((b for b in sub.snapshot()[1] if b["time_ns"] >= t0), None),
+                     10, "the birth")
+    session = birth["session"]
+    wait_for(lambda: len(sub.seqs(session)) >= 5, 10, "live data")
+    broker.proc.send_signal(signal.SIGSTOP)
+    try:
+        wait_for(lambda: "no PUBACK within 2000 ms" in agent.log_text(), 15,
+                 "the agent to give up on the silent broker")
+        time.sleep(3)
+    finally:
+        broker.proc.send_signal(signal.SIGCONT)
+    t1 = time.time_ns()
+    wait_for(lambda: last_figure(sub, session, "spool.pending", t1) == 0, 40, "the replay")
+    assert last_figure(sub, session, "spool.replayed", t1) > 0
+    seqs = sub.seqs(session)
+    missing = sorted(set(range(seqs[0], seqs[-1] + 1)) - set(seqs))
+    assert missing == [], f"{len(missing)} missing: {missing[:20]}"
+    assert agent.proc.poll() is None
+    sub.close()

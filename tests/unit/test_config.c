@@ -954,6 +954,7 @@ static void check_spool_defaults(const em_config_t *cfg) {
   assert_int_equal(cfg->spool_bytes, 16ull << 20);
   assert_int_equal(cfg->spool_sync_ns, 5000000000ull);
   assert_int_equal(cfg->replay_per_tick, 32);
+  assert_int_equal(cfg->ack_timeout_ns, 10000000000ull);
 }
 
 static void check_spool(const em_config_t *cfg) {
@@ -965,6 +966,7 @@ static void check_spool(const em_config_t *cfg) {
 
 static void check_spool_off(const em_config_t *cfg) {
   assert_string_equal(cfg->spool_path, "off");
+  assert_int_equal(cfg->ack_timeout_ns, 0);
 }
 
 static void check_window_follows_sample(const em_config_t *cfg) {
@@ -1095,7 +1097,7 @@ static const valid_case_t valid_cases[] = {
      "[spool]\npath = /data/edgemon.spool\nsize = 64KiB\nsync_interval = 250ms\n"
      "replay_per_tick = 500\n" TARGET,
      check_spool},
-    {"spool off", "[spool]\npath = off\n" TARGET, check_spool_off},
+    {"spool off", "[spool]\npath = off\n[mqtt]\nack_timeout = off\n" TARGET, check_spool_off},
     {"degrade keys",
      "[degrade]\nenter_windows = 1\nleave_windows = 1000\nwindow = 500ms\n"
      "hook = /usr/local/bin/on-level\nhook_timeout = 10m\n" TARGET,
