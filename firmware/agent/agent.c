@@ -39,10 +39,12 @@
 #include "hook.h"
 #include "log.h"
 #include "pmu.h"
+#include "pmu_events.h"
 #include "procfs.h"
 #include "publisher.h"
 #include "service.h"
 #include "signals.h"
+#include "sensors.h"
 #include "spool.h"
 #include "spans.h"
 #include "target.h"
@@ -50,6 +52,7 @@
 #define LOOKUP_MS         250u /* Re-attach within a second of the target's return. */
 #define BUCKETS_PER_STAGE 256u /* Histogram buckets per stage window at most. */
 #define STOP_TIMEOUT_MS   2000u
+#define NS_PER_SEC        1000000000u
 
 /* The figures after the PMU events, in alias order. */
 enum {
@@ -206,6 +209,20 @@ struct em_agent {
   uint8_t *out; /* Encode buffer, EM_PROTO_MAX_MESSAGE_BYTES. */
 
   em_service_t svc; /* systemd notifications: ready, watchdog, reload, stop. */
+
+  /* Sensors (sensors.h): read on libuv's worker every sensors_period_ns (an INA3221 or a
+   * thermal zone read can take milliseconds on a board); their figures follow the anomaly
+   * scores in the dictionary, from alias sensors_base on. */
+  em_sensors_t *sensors; /* NULL: none found or none wanted. */
+  uint64_t sensors_period_ns;
+  uint64_t next_sensors_ns;
+  uv_work_t sensors_work;
+  bool sensors_busy;
+  em_sensors_reading_t sensors_reading; /* Filled on the worker. */
+  size_t sensors_base;
+  em_value_t temp_max;    /* The hottest zone, degrees C, for the temp_max rule. */
+  em_value_t throttled;   /* 1 throttled, 0 not, for the throttle rule. */
+  char throttle_why[160]; /* Why it is throttled: the throttle rule's reason. */
 
   /* Store and forward (spool.h): what the broker cannot take now goes to the spool. */
   em_spool_t *spool;  /* NULL: memory only (spool off, or it could not be opened). */
@@ -543,8 +560,14 @@ static void apply_change(em_agent_t *a, const em_budget_change_t *c) {
                            .bound = value_as_double(c->bound)};
   snprintf(r->rule, sizeof(r->rule), "%.*s", (int)sizeof(r->rule) - 1, c->rule ? c->rule : "");
   snprintf(r->stage, sizeof(r->stage), "%s", c->stage ? c->stage : "");
-  snprintf(r->reason, sizeof(r->reason), "%.60s%s%.60s", c->rule ? c->rule : "",
-           c->rule ? ": " : "", c->reason ? c->reason : "");
+  /* The throttle rule says why the board throttles (thermal trip, frequency cap, power). */
+  const char *why = c->reason ? c->reason : "";
+  if (c->rule && strcmp(c->rule, "process.throttle") == 0 && c->level > c->prev_level &&
+      a->throttle_why[0]) {
+    why = a->throttle_why;
+  }
+  snprintf(r->reason, sizeof(r->reason), "%.60s%s%.70s", c->rule ? c->rule : "",
+           c->rule ? ": " : "", why);
   int rc = em_signals_publish(a->signals, r);
   if (rc) {
     EM_ERROR("state page: %s", em_proto_strerror(rc));
@@ -604,17 +627,21 @@ static void evaluate_budgets(em_agent_t *a, uint64_t now) {
       a->budget_stages[i] = (em_budget_stage_window_t){.name = em_spans_stage(a->spans, i)->name,
                                                        .hist = &a->budget_windows[i]};
     }
-    em_budget_figure_t figs[2 * EM_PSI_COUNT];
+    em_budget_figure_t figs[2 * EM_PSI_COUNT + 2];
     for (size_t k = 0; k < 2 * EM_PSI_COUNT; k++) {
       figs[k] = (em_budget_figure_t){.name = fixed_metrics[M_PSI_FIRST + k].name,
                                      .value = a->samples[fx(a, M_PSI_FIRST + k)].value};
     }
+    figs[2 * EM_PSI_COUNT] =
+        (em_budget_figure_t){.name = EM_CONFIG_FIGURE_TEMP, .value = a->temp_max};
+    figs[2 * EM_PSI_COUNT + 1] =
+        (em_budget_figure_t){.name = EM_CONFIG_FIGURE_THROTTLED, .value = a->throttled};
     em_budget_window_t w = {.window_ns = now - a->budget_start_ns,
                             .stages = a->budget_stages,
                             .n_stages = n,
                             .rss_bytes = a->samples[fx(a, M_RSS)].value,
                             .figures = figs,
-                            .n_figures = 2 * EM_PSI_COUNT};
+                            .n_figures = 2 * EM_PSI_COUNT + 2};
     if (em_budget_on_window(a->budget, &w, now, &c)) {
       apply_change(a, &c);
     }
@@ -638,9 +665,14 @@ static int make_engine(const em_config_t *cfg, uint64_t now, em_budget_engine_t 
   for (size_t i = 0; i < cfg->n_rules; i++) {
     const em_config_rule_t *c = &cfg->rules[i];
     em_budget_rule_t *r = &rules[i];
+    em_budget_rule_kind_t kind = (em_budget_rule_kind_t)c->kind;
+    if (c->kind == EM_CONFIG_RULE_FLOW) {
+      kind = EM_BUDGET_RULE_FLOW;
+    } else if (c->kind == EM_CONFIG_RULE_GAUGE) {
+      kind = EM_BUDGET_RULE_GAUGE_MAX;
+    }
     *r = (em_budget_rule_t){.id = c->id,
-                            .kind = c->kind == EM_CONFIG_RULE_FLOW ? EM_BUDGET_RULE_FLOW
-                                                                   : (em_budget_rule_kind_t)c->kind,
+                            .kind = kind,
                             .level = (em_level_t)c->level,
                             .stage = c->stage[0] ? c->stage : NULL};
     switch (r->kind) {
@@ -849,6 +881,61 @@ static void smaps_read_work(uv_work_t *w) {
 
 static void stop_step(em_agent_t *a);
 
+/* --- sensors (on the worker, like smaps_rollup) ------------------------------------- */
+
+static void sensors_read_work(uv_work_t *w) {
+  em_agent_t *a = w->data;
+  em_sensors_read(a->sensors, &a->sensors_reading);
+}
+
+/* Back on the loop: the figures go out with the next data messages (gauges: the last
+ * reading), and the temp_max and throttle rules get their figures and reason. */
+static void sensors_read_done(uv_work_t *w, int status) {
+  em_agent_t *a = w->data;
+  a->sensors_busy = false;
+  if (a->closing) {
+    stop_step(a);
+    return;
+  }
+  if (status != 0) {
+    return;
+  }
+  const em_sensors_reading_t *r = &a->sensors_reading;
+  bool have_temp = false;
+  double hottest = 0;
+  for (unsigned i = 0; i < r->count; i++) {
+    size_t m = a->sensors_base + i;
+    if (!r->present[i]) {
+      set_absent(a, m);
+      note_absent(a, m, "not present or not readable on this board");
+      continue;
+    }
+    set_f(a, m, r->value[i]);
+    a->absent[m][0] = '\0';
+    const char *name = em_sensors_figure(a->sensors, i)->name;
+    size_t len = strlen(name);
+    if (strncmp(name, "thermal.", 8) == 0 && len > 5 && strcmp(name + len - 5, ".temp") == 0 &&
+        (!have_temp || r->value[i] > hottest)) {
+      hottest = r->value[i];
+      have_temp = true;
+    }
+  }
+  a->temp_max = have_temp ? (em_value_t){.type = EM_VALUE_FLOAT, .as.f = hottest}
+                          : (em_value_t){.type = EM_VALUE_ABSENT};
+  em_throttle_t t = em_sensors_throttle(a->sensors, r, a->throttle_why, sizeof(a->throttle_why));
+  a->throttled = (em_value_t){.type = EM_VALUE_FLOAT, .as.f = t == EM_THROTTLE_NONE ? 0.0 : 1.0};
+}
+
+static void sensors_maybe_read(em_agent_t *a, uint64_t now) {
+  if (!a->sensors || a->sensors_busy || now < a->next_sensors_ns) {
+    return;
+  }
+  a->next_sensors_ns = now + a->sensors_period_ns;
+  a->sensors_work.data = a;
+  a->sensors_busy =
+      uv_queue_work(a->loop, &a->sensors_work, sensors_read_work, sensors_read_done) == 0;
+}
+
 /* Back on the loop: the values go out with the next data message. */
 static void smaps_read_done(uv_work_t *w, int status) {
   em_agent_t *a = w->data;
@@ -1016,6 +1103,7 @@ static void on_tick(uv_timer_t *t) {
   }
   sample_system(a, now);
   sample_self(a);
+  sensors_maybe_read(a, now);
   set_u_if(a, fx(a, M_TARGET_PID), a->pid > 0, (uint64_t)a->pid);
   set_u(a, fx(a, M_TARGET_UP), a->pid != 0);
   set_u(a, fx(a, M_TARGET_ATTACHES), a->attaches);
@@ -1088,7 +1176,8 @@ static int build_dictionary(em_agent_t *a) {
       a->n_anomaly++;
     }
   }
-  a->n_metrics = a->n_events + M_FIXED_COUNT + a->n_anomaly;
+  a->sensors_base = a->n_events + M_FIXED_COUNT + a->n_anomaly;
+  a->n_metrics = a->sensors_base + (a->sensors ? em_sensors_count(a->sensors) : 0);
   a->defs = calloc(a->n_metrics, sizeof(*a->defs));
   a->absent = calloc(a->n_metrics, sizeof(*a->absent));
   a->samples = calloc(2 * a->n_metrics, sizeof(*a->samples));
@@ -1122,6 +1211,12 @@ static int build_dictionary(em_agent_t *a) {
     a->defs[m] = (em_metric_def_t){
         .alias = (uint32_t)m, .name = a->anomaly_names[k], .unit = "1", .kind = EM_METRIC_GAUGE};
   }
+  for (size_t m = a->sensors_base; m < a->n_metrics; m++) {
+    const em_sensor_figure_t *f = em_sensors_figure(a->sensors, (unsigned)(m - a->sensors_base));
+    a->defs[m] = (em_metric_def_t){
+        .alias = (uint32_t)m, .name = f->name, .unit = f->unit, .kind = EM_METRIC_GAUGE};
+    note_absent(a, m, "not read yet");
+  }
   for (size_t m = 0; m < a->n_metrics; m++) {
     a->samples[m].alias = (uint32_t)m;
   }
@@ -1143,7 +1238,82 @@ static int build_dictionary(em_agent_t *a) {
   return 0;
 }
 
-int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg, const char *version) {
+/*
+ * A configured event that is not a generic perf name: resolved through the board's sysfs
+ * (kernel PMU event names, "pmu/terms/", raw r<hex>) by pmu_events.c. em_pmu_event_t carries
+ * type and config only, so the first entry is opened (on a heterogeneous system: one core
+ * type, logged) and an event that needs config1/config2 is refused. Returns 0 or -errno.
+ */
+static int resolve_pmu_event(const char *root, const char *name, em_pmu_event_t *out) {
+  em_pmu_events_t r;
+  int rc = em_pmu_events_resolve(root, name, &r);
+  if (rc != 0) {
+    em_log(EM_LOG_ERROR, "pmu: %s", r.error);
+    return rc;
+  }
+  if (r.e[0].config1 != 0 || r.e[0].config2 != 0) {
+    em_log(EM_LOG_ERROR, "pmu: event '%s' needs config1/config2, which the agent cannot open",
+           name);
+    return -ENOTSUP;
+  }
+  if (r.n > 1) {
+    em_log(EM_LOG_WARN, "pmu: event '%s' is in %zu PMUs; counting on %s only", name, r.n,
+           r.e[0].pmu);
+  }
+  memset(out, 0, sizeof(*out));
+  snprintf(out->name, sizeof(out->name), "%s", name);
+  out->type = r.e[0].type;
+  out->config = r.e[0].config;
+  return 0;
+}
+
+/* The sensors the board profile asks for (every one probed without a profile). */
+static void sensors_open(em_agent_t *a, const em_board_profile_t *board) {
+  em_sensors_opts_t so = {.families = 0};
+  a->sensors_period_ns = NS_PER_SEC;
+  if (board) {
+    const em_board_sensors_t *bs = &board->sensors;
+    so.families = EM_SENSORS_THERMAL | EM_SENSORS_CPUFREQ | EM_SENSORS_GPU | EM_SENSORS_EMC |
+                  EM_SENSORS_POWER | (bs->nvml ? EM_SENSORS_NVML : 0u);
+    if (strcmp(bs->thermal, "none") == 0) {
+      so.families &= ~(unsigned)EM_SENSORS_THERMAL;
+    }
+    if (strcmp(bs->cpufreq, "none") == 0) {
+      so.families &= ~(unsigned)EM_SENSORS_CPUFREQ;
+    }
+    so.thermal = bs->thermal[0] ? bs->thermal : NULL;
+    so.gpu_load = bs->gpu_load[0] ? bs->gpu_load : NULL;
+    so.gpu_devfreq = bs->gpu_devfreq[0] ? bs->gpu_devfreq : NULL;
+    so.emc = bs->emc[0] ? bs->emc : NULL;
+    so.power = bs->power[0] ? bs->power : NULL;
+    if (bs->period_ns) {
+      a->sensors_period_ns = bs->period_ns;
+    }
+  }
+  int rc = em_sensors_new(&a->sensors, a->cfg.sys_root, &so);
+  if (rc) {
+    EM_WARN("sensors: %s; none are read", strerror(-rc));
+    a->sensors = NULL;
+    return;
+  }
+  EM_INFO("sensors: %u figures every %llu ms", em_sensors_count(a->sensors),
+          (unsigned long long)(a->sensors_period_ns / 1000000u));
+}
+
+/* An event name the generic table does not know, resolved against sysfs (pmu_events.h). One
+ * the machine lacks stays in the list with an impossible type, so it is absent with its
+ * reason (perf_event_open says ENOENT) instead of stopping the start. */
+static void resolve_or_absent(em_agent_t *a, size_t i) {
+  if (resolve_pmu_event(a->cfg.sys_root, a->cfg.events[i], &a->events[i]) == 0) {
+    return;
+  }
+  memset(&a->events[i], 0, sizeof(a->events[i]));
+  snprintf(a->events[i].name, sizeof(a->events[i].name), "%s", a->cfg.events[i]);
+  a->events[i].type = UINT32_MAX;
+}
+
+int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
+                 const em_board_profile_t *board, const char *version) {
   if (!out || !loop || !cfg || cfg->target_kind == EM_TARGET_NONE) {
     return -EINVAL;
   }
@@ -1162,9 +1332,12 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg, cons
   }
   int rc = 0;
   a->n_events = cfg->n_events;
-  for (size_t i = 0; i < cfg->n_events && !rc; i++) {
-    rc = em_pmu_resolve(cfg->events[i], &a->events[i]);
+  for (size_t i = 0; i < cfg->n_events; i++) {
+    if (em_pmu_resolve(cfg->events[i], &a->events[i]) != 0) {
+      resolve_or_absent(a, i);
+    }
   }
+  sensors_open(a, board);
   static const struct {
     size_t metric;
     const char *num, *den;
@@ -1395,6 +1568,10 @@ void em_agent_stop(em_agent_t *a, void (*done)(void *), void *ctx) {
     a->closing++; /* smaps_read_done runs, cancelled or not, and takes its step */
     uv_cancel((uv_req_t *)&a->smaps_work);
   }
+  if (a->sensors_busy) {
+    a->closing++; /* sensors_read_done likewise */
+    uv_cancel((uv_req_t *)&a->sensors_work);
+  }
   uv_close((uv_handle_t *)&a->tick, on_closed);
   uv_close((uv_handle_t *)&a->lookup, on_closed);
   uint8_t last[64];
@@ -1418,6 +1595,7 @@ void em_agent_free(em_agent_t *a) {
   free(a->out);
   free(a->replay);
   em_spool_close(a->spool); /* Syncs: the last records reach the disk. */
+  em_sensors_free(a->sensors);
   free(a->stage_out);
   free(a->bucket_out);
   em_spans_free(a->spans);

@@ -16,15 +16,19 @@
 
 #include <uv.h>
 
+#include "board.h"
 #include "config.h"
 
 typedef struct em_agent em_agent_t;
 
 /*
- * Builds the agent for `cfg` (copied) on `loop`. Returns 0 and *out, -ENOMEM, or -EINVAL
- * when the config names no target or an unknown PMU event.
+ * Builds the agent for `cfg` (copied) on `loop`. `board` (may be NULL: every sensor probed,
+ * NVML off, 1 s) says which sensors to read and how often (board.h [sensors]). Returns 0 and
+ * *out, -ENOMEM, or -EINVAL when the config names no target. A PMU event the machine does
+ * not have is absent with its reason, not an error.
  */
-int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg, const char *version);
+int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
+                 const em_board_profile_t *board, const char *version);
 
 /* Starts sampling and connecting. Returns 0 or a negative errno. */
 int em_agent_start(em_agent_t *a);

@@ -94,6 +94,7 @@ typedef enum {
   K_RUNTIME_DIR,
   K_BOARD,
   K_PROC_ROOT,
+  K_SYS_ROOT,
   K_LOG_LEVEL,
   K_PID,
   K_PID_FILE,
@@ -160,6 +161,8 @@ typedef enum {
   K_PSI_MEMORY_FULL,
   K_PSI_IO_SOME,
   K_PSI_IO_FULL,
+  K_TEMP_MAX,
+  K_THROTTLE,
   K_PROCESS_LEVEL,
   K_RSS_CAP_LEVEL,
   K_RSS_SLOPE_LEVEL,
@@ -168,6 +171,8 @@ typedef enum {
   K_PSI_MEMORY_FULL_LEVEL,
   K_PSI_IO_SOME_LEVEL,
   K_PSI_IO_FULL_LEVEL,
+  K_TEMP_MAX_LEVEL,
+  K_THROTTLE_LEVEL,
   K_COUNT,
 } key_id_t;
 
@@ -781,7 +786,11 @@ static void set_proc_root(load_t *ld, const key_def_t *k, const char *value) {
   if (!check_path(ld, k, value)) {
     return;
   }
-  copy_str(ld->cfg->proc_root, sizeof(ld->cfg->proc_root), value);
+  if (k->id == K_SYS_ROOT) {
+    copy_str(ld->cfg->sys_root, sizeof(ld->cfg->sys_root), value);
+  } else {
+    copy_str(ld->cfg->proc_root, sizeof(ld->cfg->proc_root), value);
+  }
   accept_key(ld, k);
 }
 
@@ -1132,12 +1141,51 @@ static void report_unknown_event(load_t *ld, const char *name) {
 }
 
 /*
- * events: names separated by commas and/or spaces, each known, none twice, at most
- * EM_CONFIG_MAX_EVENTS. Every bad name on the line is reported; the list is stored only when
- * all are good, and replaces the default list.
+ * How an event name reads (the agent resolves it at start, pmu_events.h): a generic perf name
+ * (the table above), a raw code "r<hex>", "pmu/terms/" (one PMU, e.g. armv8_pmuv3_0/event=0x11/),
+ * or a kernel PMU event name ("l1d_cache_refill": [a-z0-9_.] with a '_'). Returns false for
+ * anything else.
+ */
+static bool event_syntax_ok(const char *name) {
+  size_t len = strlen(name);
+  if (len == 0) {
+    return false;
+  }
+  if (name[0] == 'r' && len > 1) {
+    bool hex = true;
+    for (size_t i = 1; i < len && hex; i++) {
+      char ch = name[i];
+      hex = is_digit(ch) || (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F');
+    }
+    if (hex) {
+      return true;
+    }
+  }
+  const char *slash = strchr(name, '/');
+  if (slash) { /* pmu/terms/: a PMU name, terms without blanks, a closing slash. */
+    return slash > name && len > (size_t)(slash - name) + 2 && name[len - 1] == '/' &&
+           strchr(slash + 1, '/') == name + len - 1;
+  }
+  /* A bare kernel event name as the arm_pmuv3 driver spells them: l1d_cache_refill. Other
+   * PMUs' names (x86's "mem-loads") go through pmu/name/. */
+  for (size_t i = 0; i < len; i++) {
+    char ch = name[i];
+    if (!((ch >= 'a' && ch <= 'z') || is_digit(ch) || ch == '_' || ch == '.')) {
+      return false;
+    }
+  }
+  return strchr(name, '_') != NULL;
+}
+
+/*
+ * [pmu] events: comma-separated, at most EM_CONFIG_MAX_EVENTS, no duplicates. Generic names are
+ * checked here (an unknown one is an error with a suggestion: "cycels" is a typo); kernel event
+ * names (with a '_'), raw codes and pmu/terms/ are checked for syntax here and
+ * resolved against /sys/bus/event_source at start, where one the board lacks is absent with
+ * its reason. The commas inside pmu/a=1,b=2/ do not split.
  */
 static void set_events(load_t *ld, const key_def_t *k, const char *value) {
-  int picked[EM_CONFIG_MAX_EVENTS];
+  char names[EM_CONFIG_MAX_EVENTS][EM_CONFIG_MAX_EVENT_NAME];
   size_t n = 0;
   bool bad = false;
   bool too_many = false;
@@ -1150,29 +1198,40 @@ static void set_events(load_t *ld, const key_def_t *k, const char *value) {
       break;
     }
     const char *start = p;
-    while (*p != '\0' && *p != ',' && !is_space(*p)) {
+    bool in_terms = false;
+    while (*p != '\0' && (in_terms || (*p != ',' && !is_space(*p)))) {
+      if (*p == '/') {
+        in_terms = !in_terms;
+      }
       p++;
     }
     char name[EM_CONFIG_MAX_EVENT_NAME + 4];
     size_t len = (size_t)(p - start);
-    if (len >= sizeof(name)) {
-      len = sizeof(name) - 1;
+    char q[QUOTE_MAX + 4];
+    if (len >= EM_CONFIG_MAX_EVENT_NAME) {
+      memcpy(name, start, sizeof(name) - 1);
+      name[sizeof(name) - 1] = '\0';
+      report(ld, ld->line, "pmu event '%s...' is longer than %d characters",
+             quote(q, sizeof(q), name), EM_CONFIG_MAX_EVENT_NAME - 1);
+      bad = true;
+      continue;
     }
     memcpy(name, start, len);
     name[len] = '\0';
 
-    int idx = find_event(name);
-    if (idx < 0) {
+    /* Not generic and not a kernel name, raw code or pmu/terms/: unknown, with a suggestion
+     * ("cycels": did you mean cycles). */
+    if (find_event(name) < 0 && !event_syntax_ok(name)) {
       report_unknown_event(ld, name);
       bad = true;
       continue;
     }
     bool dup = false;
     for (size_t i = 0; i < n; i++) {
-      dup = dup || picked[i] == idx;
+      dup = dup || strcmp(names[i], name) == 0;
     }
     if (dup) {
-      report(ld, ld->line, "pmu event '%s' is listed twice", name);
+      report(ld, ld->line, "pmu event '%s' is listed twice", quote(q, sizeof(q), name));
       bad = true;
       continue;
     }
@@ -1180,7 +1239,7 @@ static void set_events(load_t *ld, const key_def_t *k, const char *value) {
       too_many = true;
       continue;
     }
-    picked[n++] = idx;
+    copy_str(names[n++], sizeof(names[0]), name);
   }
   if (too_many) {
     report(ld, ld->line, "%s lists more than %d events", k->name, EM_CONFIG_MAX_EVENTS);
@@ -1195,10 +1254,9 @@ static void set_events(load_t *ld, const key_def_t *k, const char *value) {
   }
   em_config_t *cfg = ld->cfg;
   memset(cfg->events, 0, sizeof(cfg->events));
-  for (size_t i = 0; i < n; i++) {
-    copy_str(cfg->events[i], sizeof(cfg->events[i]), pmu_event_names[picked[i]]);
-  }
+  memcpy(cfg->events, names, sizeof(names[0]) * n);
   cfg->n_events = n;
+  cfg->events_set = true;
   accept_key(ld, k);
 }
 
@@ -1301,6 +1359,10 @@ static void set_budget_number(load_t *ld, const key_def_t *k, const char *value)
     ok = ok && d > 0.0 && d <= 1e6;
     want = "a number above 0 and at most 1000000";
     break;
+  case K_TEMP_MAX:
+    ok = ok && d > 0.0 && d <= 200.0;
+    want = "degrees C above 0 and at most 200";
+    break;
   default: /* psi_* */
     ok = ok && d > 0.0 && d <= 100.0;
     want = "a percentage above 0 and at most 100";
@@ -1313,6 +1375,19 @@ static void set_budget_number(load_t *ld, const key_def_t *k, const char *value)
     return;
   }
   ld->budget->val[k->id - K_BUDGET_FIRST].d = d;
+  accept_key(ld, k);
+}
+
+/* throttle = on: a rule that the board is not throttled (thermal trip, frequency cap, power
+ * limit); the figure is 1 while throttled, so the bound is 0.5. */
+static void set_budget_on(load_t *ld, const key_def_t *k, const char *value) {
+  if (strcmp(value, "on") != 0) {
+    char q[QUOTE_MAX + 4];
+    report(ld, ld->line, "%s '%s' must be on (leave the key out for no rule)", k->name,
+           quote(q, sizeof(q), value));
+    return;
+  }
+  ld->budget->val[k->id - K_BUDGET_FIRST].d = 0.5;
   accept_key(ld, k);
 }
 
@@ -1476,6 +1551,7 @@ static const key_def_t keys[K_COUNT] = {
     {K_RUNTIME_DIR, SEC_AGENT, "runtime_dir", set_runtime_dir, 0, 0, "/run/edgemon"},
     {K_BOARD, SEC_AGENT, "board", set_board, 0, 0, "generic"},
     {K_PROC_ROOT, SEC_AGENT, "proc_root", set_proc_root, 0, 0, "/proc"},
+    {K_SYS_ROOT, SEC_AGENT, "sys_root", set_proc_root, 0, 0, "/"},
     {K_LOG_LEVEL, SEC_AGENT, "log_level", set_log_level, 0, 0, "info"},
     {K_PID, SEC_TARGET, "pid", set_target, 0, 0, "1234"},
     {K_PID_FILE, SEC_TARGET, "pid_file", set_target, 0, 0, "/run/inference.pid"},
@@ -1548,6 +1624,8 @@ static const key_def_t keys[K_COUNT] = {
     {K_PSI_MEMORY_FULL, SEC_BUDGET_PROCESS, "psi_memory_full", set_budget_number, 0, 0, "5"},
     {K_PSI_IO_SOME, SEC_BUDGET_PROCESS, "psi_io_some", set_budget_number, 0, 0, "40"},
     {K_PSI_IO_FULL, SEC_BUDGET_PROCESS, "psi_io_full", set_budget_number, 0, 0, "10"},
+    {K_TEMP_MAX, SEC_BUDGET_PROCESS, "temp_max", set_budget_number, 0, 0, "85"},
+    {K_THROTTLE, SEC_BUDGET_PROCESS, "throttle", set_budget_on, 0, 0, "on"},
     BUDGET_LEVEL(K_PROCESS_LEVEL, SEC_BUDGET_PROCESS, "level"),
     BUDGET_LEVEL(K_RSS_CAP_LEVEL, SEC_BUDGET_PROCESS, "rss_cap_level"),
     BUDGET_LEVEL(K_RSS_SLOPE_LEVEL, SEC_BUDGET_PROCESS, "rss_slope_level"),
@@ -1556,6 +1634,8 @@ static const key_def_t keys[K_COUNT] = {
     BUDGET_LEVEL(K_PSI_MEMORY_FULL_LEVEL, SEC_BUDGET_PROCESS, "psi_memory_full_level"),
     BUDGET_LEVEL(K_PSI_IO_SOME_LEVEL, SEC_BUDGET_PROCESS, "psi_io_some_level"),
     BUDGET_LEVEL(K_PSI_IO_FULL_LEVEL, SEC_BUDGET_PROCESS, "psi_io_full_level"),
+    BUDGET_LEVEL(K_TEMP_MAX_LEVEL, SEC_BUDGET_PROCESS, "temp_max_level"),
+    BUDGET_LEVEL(K_THROTTLE_LEVEL, SEC_BUDGET_PROCESS, "throttle_level"),
 #undef STAGE_DURATION
 #undef BUDGET_LEVEL
 };
@@ -1608,8 +1688,9 @@ void em_config_defaults(em_config_t *cfg) {
   cfg->max_stages = 32;
   cfg->system_period_ns = NS_PER_S;
   default_runtime_dir(cfg->runtime_dir, sizeof(cfg->runtime_dir));
-  copy_str(cfg->board, sizeof(cfg->board), "generic");
+  copy_str(cfg->board, sizeof(cfg->board), "auto");
   copy_str(cfg->proc_root, sizeof(cfg->proc_root), "/proc");
+  copy_str(cfg->sys_root, sizeof(cfg->sys_root), "/");
   cfg->log_level = EM_LOG_INFO;
 
   cfg->target_kind = EM_TARGET_NONE;
@@ -2018,6 +2099,8 @@ static const struct {
     {K_PSI_MEMORY_FULL, K_PSI_MEMORY_FULL_LEVEL, EM_CONFIG_RULE_PSI, 0, "psi.memory.full.avg10"},
     {K_PSI_IO_SOME, K_PSI_IO_SOME_LEVEL, EM_CONFIG_RULE_PSI, 0, "psi.io.some.avg10"},
     {K_PSI_IO_FULL, K_PSI_IO_FULL_LEVEL, EM_CONFIG_RULE_PSI, 0, "psi.io.full.avg10"},
+    {K_TEMP_MAX, K_TEMP_MAX_LEVEL, EM_CONFIG_RULE_GAUGE, 0, EM_CONFIG_FIGURE_TEMP},
+    {K_THROTTLE, K_THROTTLE_LEVEL, EM_CONFIG_RULE_GAUGE, 0, EM_CONFIG_FIGURE_THROTTLED},
 };
 #define N_RULE_DEFS (sizeof(rule_defs) / sizeof(rule_defs[0]))
 
@@ -2146,6 +2229,7 @@ static void fill_rule(em_config_rule_t *r, const pending_rule_t *p, bool process
     r->horizon_ns = BOK(b, K_RSS_SLOPE_HORIZON) ? BVAL(b, K_RSS_SLOPE_HORIZON).u : 30 * NS_PER_MIN;
     break;
   case EM_CONFIG_RULE_PSI:
+  case EM_CONFIG_RULE_GAUGE:
     copy_str(r->figure, sizeof(r->figure), rule_defs[p->def].figure);
     r->max = BVAL(b, key).d;
     break;

@@ -20,13 +20,18 @@
 #define EM_CONFIG_MAX_ID         64 /* Device id: 1..63 bytes of [A-Za-z0-9_.:-]. */
 #define EM_CONFIG_MAX_EVENTS     16 /* PMU events. */
 #define EM_CONFIG_MAX_EVENT_NAME 48
-#define EM_CONFIG_MAX_IDS        16  /* Entries of allow_uids and allow_gids. */
-#define EM_CONFIG_MAX_RULES      64  /* Budget rules, all [budget.*] sections together. */
-#define EM_CONFIG_MAX_STAGE      32  /* Stage name: 1..31 bytes of [A-Za-z0-9_.:-]. */
-#define EM_CONFIG_MAX_RULE_ID    64  /* Rule id: "<stage>.<key>" or "process.<key>". */
-#define EM_CONFIG_MAX_FIGURE     32  /* Figure a PSI rule reads, e.g. "psi.cpu.some.avg10". */
-#define EM_CONFIG_MAX_FLOW       8   /* Stages of a flow rule (EM_BUDGET_FLOW_MAX_STAGES). */
-#define EM_CONFIG_MAX_SECRET     128 /* MQTT username or password: 1..127 bytes. */
+/* Sensor figures the [budget.process] temp_max and throttle rules judge (the agent computes
+ * them from sensors.h each sensor read): the hottest thermal zone in degrees C, and 1 while the
+ * board is throttled (0 when not). */
+#define EM_CONFIG_FIGURE_TEMP      "thermal.max"
+#define EM_CONFIG_FIGURE_THROTTLED "throttled"
+#define EM_CONFIG_MAX_IDS          16  /* Entries of allow_uids and allow_gids. */
+#define EM_CONFIG_MAX_RULES        64  /* Budget rules, all [budget.*] sections together. */
+#define EM_CONFIG_MAX_STAGE        32  /* Stage name: 1..31 bytes of [A-Za-z0-9_.:-]. */
+#define EM_CONFIG_MAX_RULE_ID      64  /* Rule id: "<stage>.<key>" or "process.<key>". */
+#define EM_CONFIG_MAX_FIGURE       32  /* Figure a PSI rule reads, e.g. "psi.cpu.some.avg10". */
+#define EM_CONFIG_MAX_FLOW         8   /* Stages of a flow rule (EM_BUDGET_FLOW_MAX_STAGES). */
+#define EM_CONFIG_MAX_SECRET       128 /* MQTT username or password: 1..127 bytes. */
 
 typedef enum {
   EM_TARGET_NONE = 0, /* Not configured: an error for the agent, fine for --check of parts. */
@@ -53,6 +58,8 @@ typedef enum {
   EM_CONFIG_RULE_RSS_SLOPE,      /* [budget.process] rss_slope (with rss_slope_horizon) */
   EM_CONFIG_RULE_PSI,            /* [budget.process] psi_cpu_some, psi_memory_some, ... */
   EM_CONFIG_RULE_FLOW,           /* [budget.<name>] flow (with flow_deadline) */
+  EM_CONFIG_RULE_GAUGE,          /* [budget.process] temp_max, throttle: a sensor figure above
+                                    max (the budget engine's GAUGE_MAX) */
 } em_config_rule_kind_t;
 
 /*
@@ -89,8 +96,9 @@ typedef struct {
   uint64_t system_period_ns;            /* MemAvailable and PSI cadence; default 1 s. */
   char runtime_dir[EM_CONFIG_MAX_PATH]; /* Default /run/edgemon (root) or
                                            $XDG_RUNTIME_DIR/edgemon. */
-  char board[EM_CONFIG_MAX_ID];         /* Board profile name; default "generic". */
+  char board[EM_CONFIG_MAX_ID];         /* Board profile name or "auto" (the default). */
   char proc_root[EM_CONFIG_MAX_PATH];   /* Default "/proc"; tests point it at fixtures. */
+  char sys_root[EM_CONFIG_MAX_PATH];    /* Root of sensor and PMU event files; default "/". */
   em_log_level_t log_level;             /* Default info. */
 
   /* [target] exactly one of these */
@@ -128,6 +136,7 @@ typedef struct {
   /* [pmu] */
   size_t n_events; /* Default: the generic list in config.c. */
   char events[EM_CONFIG_MAX_EVENTS][EM_CONFIG_MAX_EVENT_NAME];
+  bool events_set; /* [pmu] events was in the file; else the board profile's events apply. */
 
   /* [spans] */
   char span_socket[EM_CONFIG_MAX_PATH]; /* Default "<runtime_dir>/spans.sock". */

@@ -788,7 +788,7 @@ static void check_defaults_around_pid(const em_config_t *cfg) {
   assert_int_equal(cfg->smaps_period_ns, 5000000000ull);
   assert_int_equal(cfg->system_period_ns, 1000000000ull);
   assert_string_equal(cfg->runtime_dir, def.runtime_dir);
-  assert_string_equal(cfg->board, "generic");
+  assert_string_equal(cfg->board, "auto");
   assert_string_equal(cfg->proc_root, "/proc");
   assert_int_equal(cfg->log_level, EM_LOG_INFO);
   assert_string_equal(cfg->broker_host, "127.0.0.1");
@@ -1401,7 +1401,7 @@ static void config_defaults_are_documented_values(void **state) {
   assert_int_equal(cfg.target_pid, 0);
   assert_int_equal(cfg.sample_period_ns, 100000000ull);
   assert_int_equal(cfg.smaps_period_ns, 5000000000ull);
-  assert_string_equal(cfg.board, "generic");
+  assert_string_equal(cfg.board, "auto");
   assert_string_equal(cfg.proc_root, "/proc");
   assert_int_equal(cfg.log_level, EM_LOG_INFO);
   assert_string_equal(cfg.broker_host, "127.0.0.1");
