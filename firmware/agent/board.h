@@ -48,7 +48,7 @@ typedef struct {
   uint16_t part;
 } em_board_cpu_part_t;
 
-/* [sensors]: where the sensors engineer's readers look. Strings keep the profile's words:
+/* [sensors]: where sensors.c looks. Strings keep the profile's words:
  * "auto", "none", an absolute path (relative to the root the agent reads), or a list. */
 typedef struct {
   uint64_t period_ns;                  /* How often sensors are read; default 1 s. */

@@ -41,7 +41,7 @@ typedef struct {
   void (*on_command)(void *ctx, const char *name, const uint8_t *payload, size_t len);
   void *ctx;
   /*
-   * Security (appended; all optional). Strings are borrowed for em_publisher_new() only:
+   * Security (all optional). Strings are borrowed for em_publisher_new() only:
    * libmosquitto copies them, and the publisher keeps no pointer to them. NULL or "" = unset.
    */
   bool tls;                  /* TLS to the broker (mqtts://), TLS v1.2 at least. */

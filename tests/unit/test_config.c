@@ -541,6 +541,12 @@ static const error_case_t error_cases[] = {
     {"spool replay_per_tick 0",
      "[spool]\nreplay_per_tick = 0\n" TARGET,
      {"2: replay_per_tick '0' must be a whole number from 1 to 10000$"}},
+    {"temp_max 0",
+     "[budget.process]\nlevel = WARN\ntemp_max = 0\n" TARGET,
+     {"3: temp_max '0' must be degrees C above 0 and at most 200, e.g. 85$"}},
+    {"throttle off",
+     "[budget.process]\nlevel = WARN\nthrottle = off\n" TARGET,
+     {"3: throttle 'off' must be on (leave the key out for no rule)$"}},
     {"hook_timeout below 100ms",
      "[degrade]\nhook_timeout = 50ms\n" TARGET,
      {"2: hook_timeout '50ms' is out of range 100ms..10m$"}},
@@ -1017,6 +1023,23 @@ static void check_stage_budget(const em_config_t *cfg) {
   }
 }
 
+/* temp_max and throttle: gauge rules on the sensor figures, with their own levels. */
+static void check_sensor_budget(const em_config_t *cfg) {
+  assert_int_equal(cfg->n_rules, 2);
+  const em_config_rule_t *t = &cfg->rules[0];
+  assert_string_equal(t->id, "process.temp_max");
+  assert_int_equal(t->kind, EM_CONFIG_RULE_GAUGE);
+  assert_string_equal(t->figure, EM_CONFIG_FIGURE_TEMP);
+  assert_true(t->max == 85.5);
+  assert_int_equal(t->level, 1); /* WARN, the section's level */
+  const em_config_rule_t *h = &cfg->rules[1];
+  assert_string_equal(h->id, "process.throttle");
+  assert_int_equal(h->kind, EM_CONFIG_RULE_GAUGE);
+  assert_string_equal(h->figure, EM_CONFIG_FIGURE_THROTTLED);
+  assert_true(h->max == 0.5);
+  assert_int_equal(h->level, 2); /* DEGRADED, throttle_level */
+}
+
 static void check_process_budget(const em_config_t *cfg) {
   assert_int_equal(cfg->n_rules, 7);
   const em_config_rule_t *r = cfg->rules;
@@ -1136,6 +1159,10 @@ static const valid_case_t valid_cases[] = {
      "psi_io_some = 40\n"
      "psi_io_full = 100\n" TARGET,
      check_process_budget},
+    {"sensor budget",
+     "[budget.process]\nlevel = WARN\ntemp_max = 85.5\nthrottle = on\n"
+     "throttle_level = DEGRADED\n" TARGET,
+     check_sensor_budget},
     {"budget rules in file order across sections",
      "[budget.b]\n"
      "p99 = 1ms\n"
