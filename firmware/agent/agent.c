@@ -1240,9 +1240,9 @@ static int build_dictionary(em_agent_t *a) {
 
 /*
  * A configured event that is not a generic perf name: resolved through the board's sysfs
- * (kernel PMU event names, "pmu/terms/", raw r<hex>) by pmu_events.c. em_pmu_event_t carries
- * type and config only, so the first entry is opened (on a heterogeneous system: one core
- * type, logged) and an event that needs config1/config2 is refused. Returns 0 or -errno.
+ * (kernel PMU event names, "pmu/terms/", raw r<hex>) by pmu_events.c. Every entry becomes a
+ * part of the event (on a heterogeneous system one per CPU PMU that has it, counted on all
+ * of them: pmu.h), with config1/config2 and its PMU's CPUs. Returns 0 or -errno.
  */
 static int resolve_pmu_event(const char *root, const char *name, em_pmu_event_t *out) {
   em_pmu_events_t r;
@@ -1251,19 +1251,36 @@ static int resolve_pmu_event(const char *root, const char *name, em_pmu_event_t 
     em_log(EM_LOG_ERROR, "pmu: %s", r.error);
     return rc;
   }
-  if (r.e[0].config1 != 0 || r.e[0].config2 != 0) {
-    em_log(EM_LOG_ERROR, "pmu: event '%s' needs config1/config2, which the agent cannot open",
-           name);
-    return -ENOTSUP;
-  }
-  if (r.n > 1) {
-    em_log(EM_LOG_WARN, "pmu: event '%s' is in %zu PMUs; counting on %s only", name, r.n,
-           r.e[0].pmu);
-  }
   memset(out, 0, sizeof(*out));
   snprintf(out->name, sizeof(out->name), "%s", name);
-  out->type = r.e[0].type;
-  out->config = r.e[0].config;
+  for (size_t k = 0; k < r.n && k < EM_PMU_MAX_PARTS; k++) {
+    const em_pmu_events_entry_t *e = &r.e[k];
+    bool dup = k > 0 && e->type == out->type;
+    for (size_t j = 0; j < out->n_parts && !dup; j++) {
+      dup = out->parts[j].type == e->type;
+    }
+    if (dup) { /* Two PMUs with one type: a broken sysfs; em_pmu_new() takes a type once. */
+      em_log(EM_LOG_WARN, "pmu: event '%s': PMU %s repeats type %u; not counted there", name,
+             e->pmu, (unsigned)e->type);
+      continue;
+    }
+    em_pmu_part_t part = {
+        .type = e->type, .config = e->config, .config1 = e->config1, .config2 = e->config2};
+    for (unsigned cpu = 0; !e->any_cpu && cpu < EM_PMU_MAX_CPUS; cpu++) {
+      if (em_pmu_events_cpu_isset(&e->cpus, cpu)) {
+        em_pmu_cpus_add(&part.cpus, cpu);
+      }
+    }
+    if (k == 0) {
+      out->type = part.type;
+      out->config = part.config;
+      out->config1 = part.config1;
+      out->config2 = part.config2;
+      out->cpus = part.cpus;
+    } else {
+      out->parts[out->n_parts++] = part;
+    }
+  }
   return 0;
 }
 

@@ -4,11 +4,13 @@
  * Owns: every perf fd it opened (kept in groups, leader first; closed by em_pmu_free()), the
  * cgroup directory fd only while em_pmu_new() runs, and one heap block plus the group array,
  * both allocated by em_pmu_new(); the group array is sized there for every thread (or CPU)
- * and every group, including each group's last reading. em_pmu_read() allocates nothing:
+ * and every part of every event (EM_PMU_MAX_FDS at most for a process target), including
+ * each group's last reading. em_pmu_read() allocates nothing:
  * each read() lands in the fixed buffer `buf` of the struct. Single-threaded: one em_pmu_t
  * belongs to the loop.
  *
- * Slots: a cgroup target has one slot per CPU; a process target one per counted thread. The
+ * Slots: a cgroup target has one slot per CPU; a process target one per counted thread (at
+ * most EM_PMU_MAX_THREADS, and no more than EM_PMU_MAX_FDS counters in all). The
  * threads are listed before anything is opened (a thread created after the open of its
  * creator is inherited; listed after it, it would be counted twice). The pid itself is the
  * first slot and is opened like a CPU of a cgroup: an event that fails there is absent with
@@ -20,8 +22,9 @@
  * How events are placed (em_pmu_new, in each slot):
  *
  *   1. Events of one kind share a group: the hardware kind (generic hardware, cache and raw
- *      events) and one kind per other perf type (software, ...). The first event of a kind
- *      that opens leads its group; when a leader candidate is refused, the next one tries.
+ *      events) and one kind per other perf type (software, each PMU's dynamic type). The
+ *      first event of a kind that opens leads its group; when a leader candidate is refused,
+ *      the next one tries.
  *   2. A member that the kernel refuses with EINVAL could not fit beside the group (ARM PMUs
  *      check a group against their counters at open): it leads a new group of the same kind,
  *      which the kernel then multiplexes with the first (time_running < time_enabled).
@@ -35,15 +38,27 @@
  *      event is opened and read on its own from then on (per-event mode); a reading has the
  *      same form either way.
  *
- * A read: one read() per group; values[i] belongs to the i-th member added. Each group's
- * counts are scaled by its own time_enabled/time_running with em_pmu_scale() and summed per
- * event over its groups (one per CPU or per thread), as perf stat aggregates CPUs and
- * threads; the times are summed too, and running_ratio = sum(running) / sum(enabled) is the
- * enabled-weighted mean of the groups' ratios. A group that was enabled but never ran adds
- * nothing; an event none of whose groups ran while enabled is absent for that read. Each
- * group keeps its last good contribution: when a thread other than the pid is gone (its
- * read() says ESRCH or end of file; Linux 6.18 keeps answering with the final counts
- * instead), the group is final and adds that contribution from then on without a read().
+ * A read: one read() per group; values[i] belongs to the i-th member added. The groups of a
+ * slot are contiguous in the array (opened slot by slot) and are read together: per event,
+ * the raw counts of its parts in that slot are summed, their time_running summed, and the
+ * largest of their time_enabled taken (the parts of a thread are all enabled while it runs
+ * anywhere, each running only on its own PMU's CPUs: pmu.h, "Parts"); the slot's count is
+ * that sum scaled with em_pmu_scale(). An event of one part (or a cgroup CPU, where only the
+ * parts of that CPU's PMU are open) is thus scaled by its own group's times, as before
+ * parts. The slots' counts are summed per event, as perf stat aggregates CPUs and threads;
+ * the slots' times are summed too, and running_ratio = sum(running) / sum(enabled) is the
+ * enabled-weighted mean of the slots' ratios. A slot that was enabled but never ran adds
+ * nothing; an event none of whose slots ran while enabled is absent for that read. Each
+ * group keeps its last good read (raw counts and times): when a thread other than the pid is
+ * gone (its read() says ESRCH or end of file; Linux 6.18 keeps answering with the final
+ * counts instead), the group is final and adds that read from then on without a read().
+ *
+ * Parts: part 0 of an event is its own type/config, the others em_pmu_event_t.parts. Each
+ * part is placed like an event of its type (rules 1-4 below, per part): parts of different
+ * types never share a group, and a group holds at most EM_PMU_MAX_EVENTS members (then the
+ * next member leads a new group). On a cgroup CPU only the parts whose PMU has that CPU are
+ * opened. Another thread opens exactly the parts present on the pid. An event holds fds
+ * while any of its parts does; the first failing part's reason is the event's reason.
  */
 #define _GNU_SOURCE /* syscall(), O_DIRECTORY, O_CLOEXEC under -std=c11. */
 
@@ -73,7 +88,8 @@
  * and one more so that a read longer than any group we opened is seen as such. */
 #define READ_WORDS (3 + EM_PMU_MAX_EVENTS + 1)
 
-/* One group: the fds of its members, leader first, in the order they were added. */
+/* One group: the fds of its members, leader first, in the order they were added. A member is
+ * one part of one event. */
 typedef struct {
   int cpu;                          /* CPU for a cgroup target; -1 for a process target. */
   pid_t tid;                        /* Thread for a process target; 0 for a cgroup target. */
@@ -82,22 +98,38 @@ typedef struct {
   bool full;                        /* A member did not fit: the next of this kind starts anew. */
   bool logged;                      /* A failing read of this group was logged already. */
   bool final;                       /* Its thread is gone: `last` is final, no more read(). */
-  size_t n;                         /* Members. */
+  size_t n;                         /* Members, at most EM_PMU_MAX_EVENTS. */
   uint8_t ev[EM_PMU_MAX_EVENTS];    /* Event index of each member (= order of values[]). */
+  uint8_t part[EM_PMU_MAX_EVENTS];  /* Part of that event. */
   int fd[EM_PMU_MAX_EVENTS];        /* Its fd; fd[0] is the leader, the one read(). */
-  uint64_t last[EM_PMU_MAX_EVENTS]; /* Scaled count of each member, last good read. */
+  uint64_t last[EM_PMU_MAX_EVENTS]; /* Raw count of each member, last good read. */
   uint64_t last_enabled_ns, last_running_ns; /* Its times at that read. */
 } group_t;
 
+/* One part of a requested event: its counters on one PMU type. */
+typedef struct {
+  uint32_t type;
+  uint64_t config, config1, config2;
+  em_pmu_cpus_t cpus;               /* Empty: every CPU. */
+  size_t n_open;                    /* fds it holds (threads, CPUs); 0 = absent. */
+  bool tried;                       /* An open was attempted (a cgroup slot had its CPU). */
+  char reason[EM_PMU_REASON_BYTES]; /* Why it failed, first reason. */
+  bool reason_offline;              /* reason says only "CPU offline" so far. */
+} part_t;
+
 /* One requested event. */
 typedef struct {
-  em_pmu_event_t def;
-  size_t n_open;                          /* fds it holds (CPUs); 0 = absent. */
+  char name[48];
+  part_t part[EM_PMU_MAX_PARTS]; /* part[0]: the event's own type/config; then its parts. */
+  size_t n_parts;
+  size_t n_open;                          /* fds it holds (parts, CPUs); 0 = absent. */
   char reason[EM_PMU_REASON_BYTES];       /* Why absent since em_pmu_new(). */
   bool reason_offline;                    /* reason says only "CPU offline" so far. */
   uint64_t value, enabled_ns, running_ns; /* Sums of one em_pmu_read(); value scaled. */
-  bool read_failed;                       /* One of its groups failed this read. */
-  char read_reason[EM_PMU_REASON_BYTES];  /* Why, for this read. */
+  uint64_t slot_raw, slot_enabled_ns, slot_running_ns; /* One slot's parts, being summed. */
+  bool slot_seen;                                      /* A group of this slot had it. */
+  bool read_failed;                                    /* One of its groups failed this read. */
+  char read_reason[EM_PMU_REASON_BYTES];               /* Why, for this read. */
 } event_t;
 
 struct em_pmu {
@@ -108,6 +140,7 @@ struct em_pmu {
   size_t n_groups;
   pid_t pid;        /* Process target, or 0. */
   size_t n_threads; /* Threads of a process target with open events. */
+  size_t n_fds;     /* Counters open. */
   int cgroup_fd;    /* Cgroup target: its directory, open during em_pmu_new() only; else -1. */
   bool cgroup;
   int paranoid;             /* perf_event_paranoid at em_pmu_new(), or PARANOID_UNKNOWN. */
@@ -166,6 +199,26 @@ int em_pmu_resolve(const char *name, em_pmu_event_t *out) {
     return 0;
   }
   return -ENOENT;
+}
+
+void em_pmu_cpus_add(em_pmu_cpus_t *set, unsigned cpu) {
+  if (set != NULL && cpu < EM_PMU_MAX_CPUS) {
+    set->bits[cpu / 64] |= UINT64_C(1) << (cpu % 64);
+  }
+}
+
+bool em_pmu_cpus_has(const em_pmu_cpus_t *set, unsigned cpu) {
+  if (set == NULL) {
+    return false;
+  }
+  bool empty = true;
+  for (size_t w = 0; w < ARRAY_LEN(set->bits) && empty; w++) {
+    empty = set->bits[w] == 0;
+  }
+  if (empty) {
+    return true;
+  }
+  return cpu < EM_PMU_MAX_CPUS && (set->bits[cpu / 64] >> (cpu % 64) & 1u) != 0;
 }
 
 /* ---- The real system calls ---- */
@@ -417,8 +470,10 @@ static int read_paranoid(void) {
   return (int)v;
 }
 
-/* Groups are per kind: every PMU-backed hardware type shares the hardware group. */
-static uint32_t event_kind(const em_pmu_event_t *e) {
+/* Groups are per kind: the generic hardware, cache and raw types share the hardware group;
+ * every other type (software, each PMU's dynamic type) has its own, so the parts of one event
+ * never share a group (a group spans one PMU). */
+static uint32_t event_kind(const part_t *e) {
   if (e->type == PERF_TYPE_HW_CACHE || e->type == PERF_TYPE_RAW) {
     return PERF_TYPE_HARDWARE;
   }
@@ -426,22 +481,24 @@ static uint32_t event_kind(const em_pmu_event_t *e) {
 }
 
 /* Events that only ever happen inside the kernel: 0 forever with exclude_kernel=1. */
-static bool kernel_only(const em_pmu_event_t *e) {
+static bool kernel_only(const part_t *e) {
   return e->type == PERF_TYPE_SOFTWARE &&
          (e->config == PERF_COUNT_SW_CONTEXT_SWITCHES || e->config == PERF_COUNT_SW_CPU_MIGRATIONS);
 }
 
 /*
- * One perf_event_open() of `e` on thread `tid` (process target) or `cpu` (cgroup target)
+ * One perf_event_open() of part `e` on thread `tid` (process target) or `cpu` (cgroup target)
  * with the attributes of this em_pmu_t. Returns fd or -errno.
  */
-static int try_open(em_pmu_t *p, const em_pmu_event_t *e, int group_fd, pid_t tid, int cpu,
-                    bool grouped, bool user_only) {
+static int try_open(em_pmu_t *p, const part_t *e, int group_fd, pid_t tid, int cpu, bool grouped,
+                    bool user_only) {
   struct perf_event_attr attr;
   memset(&attr, 0, sizeof(attr));
   attr.size = sizeof(attr);
   attr.type = e->type;
   attr.config = e->config;
+  attr.config1 = e->config1;
+  attr.config2 = e->config2;
   attr.disabled = 0; /* Count from open: values are cumulative since em_pmu_new(). */
   attr.inherit = p->cgroup ? 0 : 1;
   attr.read_format = PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING;
@@ -460,11 +517,12 @@ static int try_open(em_pmu_t *p, const em_pmu_event_t *e, int group_fd, pid_t ti
 }
 
 /*
- * Opens event `i` with kernel counting unless the kernel already refused it, and retries
- * user-only once on EACCES/EPERM (rule 3). Returns fd or -errno.
+ * Opens part `k` of event `i` with kernel counting unless the kernel already refused it, and
+ * retries user-only once on EACCES/EPERM (rule 3). Returns fd or -errno.
  */
-static int open_counting(em_pmu_t *p, size_t i, int group_fd, pid_t tid, int cpu, bool grouped) {
-  const em_pmu_event_t *e = &p->ev[i].def;
+static int open_counting(em_pmu_t *p, size_t i, size_t k, int group_fd, pid_t tid, int cpu,
+                         bool grouped) {
+  const part_t *e = &p->ev[i].part[k];
   bool user_only = p->user_only && !kernel_only(e);
   int fd = try_open(p, e, group_fd, tid, cpu, grouped, user_only);
   if ((fd != -EACCES && fd != -EPERM) || user_only || kernel_only(e)) {
@@ -488,47 +546,61 @@ static group_t *open_group(em_pmu_t *p, uint32_t kind, pid_t tid, int cpu) {
   for (size_t g = p->n_groups; g > 0; g--) {
     group_t *grp = &p->groups[g - 1];
     if (grp->tid == tid && grp->cpu == cpu && grp->kind == kind) {
-      return grp->full || !grp->grouped ? NULL : grp;
+      return grp->full || !grp->grouped || grp->n >= EM_PMU_MAX_EVENTS ? NULL : grp;
     }
   }
   return NULL;
 }
 
-/* Notes a failed open of event `i`: -ESRCH ends em_pmu_new(), anything else is a reason. */
-static int open_failed(em_pmu_t *p, size_t i, int err) {
+/* Keeps the reason of a failed open in reason[] (EM_PMU_REASON_BYTES): the first reason
+ * wins, except that "CPU offline" (ENODEV, cgroup targets) gives way. */
+static void note_reason(const em_pmu_t *p, int err, char *reason, bool *offline) {
+  if (reason[0] != '\0' && (!*offline || err == -ENODEV)) {
+    return;
+  }
+  open_reason(p, err, reason, EM_PMU_REASON_BYTES);
+  *offline = err == -ENODEV;
+}
+
+/* Notes a failed open of part `k` of event `i`: -ESRCH ends em_pmu_new(), anything else is a
+ * reason, of the part and of the event. */
+static int open_failed(em_pmu_t *p, size_t i, size_t k, int err) {
   event_t *e = &p->ev[i];
   if (err == -ESRCH && !p->cgroup) {
     return -ESRCH;
   }
-  /* The first reason wins, except that "CPU offline" (ENODEV, cgroup targets) gives way. */
-  if (e->reason[0] != '\0' && !e->reason_offline) {
-    return 0;
-  }
-  if (e->reason[0] != '\0' && err == -ENODEV) {
-    return 0;
-  }
-  open_reason(p, err, e->reason, sizeof(e->reason));
-  e->reason_offline = err == -ENODEV;
+  note_reason(p, err, e->part[k].reason, &e->part[k].reason_offline);
+  note_reason(p, err, e->reason, &e->reason_offline);
   return 0;
 }
 
+/* Counts a new counter of part `k` of event `i`. */
+static void counter_opened(em_pmu_t *p, size_t i, size_t k) {
+  p->ev[i].n_open++;
+  p->ev[i].part[k].n_open++;
+  p->n_fds++;
+}
+
 /*
- * Places event `i` on thread `tid` / `cpu` following rules 1, 2 and 4 of the file comment.
- * Returns 0, or -ENOMEM when the group array is full (not reached: it is sized for every
- * event in every slot); *open_err is 0 when the event opened, else the open's -errno.
+ * Places part `k` of event `i` on thread `tid` / `cpu` following rules 1, 2 and 4 of the
+ * file comment. Returns 0, or -ENOMEM when the group array is full (not reached: it is sized
+ * for every part in every slot); *open_err is 0 when the part opened, else the open's -errno.
  */
-static int place_event(em_pmu_t *p, size_t i, pid_t tid, int cpu, size_t cap, int *open_err) {
+static int place_event(em_pmu_t *p, size_t i, size_t k, pid_t tid, int cpu, size_t cap,
+                       int *open_err) {
   event_t *e = &p->ev[i];
-  uint32_t kind = event_kind(&e->def);
+  uint32_t kind = event_kind(&e->part[k]);
   *open_err = 0;
+  e->part[k].tried = true;
   group_t *g = p->per_event ? NULL : open_group(p, kind, tid, cpu);
   if (g != NULL) {
-    int fd = open_counting(p, i, g->fd[0], tid, cpu, true);
+    int fd = open_counting(p, i, k, g->fd[0], tid, cpu, true);
     if (fd >= 0) {
       g->ev[g->n] = (uint8_t)i;
+      g->part[g->n] = (uint8_t)k;
       g->fd[g->n] = fd;
       g->n++;
-      e->n_open++;
+      counter_opened(p, i, k);
       return 0;
     }
     if (fd != -EINVAL) {
@@ -540,10 +612,10 @@ static int place_event(em_pmu_t *p, size_t i, pid_t tid, int cpu, size_t cap, in
   if (p->n_groups >= cap) {
     return -ENOMEM;
   }
-  int fd = open_counting(p, i, -1, tid, cpu, !p->per_event);
+  int fd = open_counting(p, i, k, -1, tid, cpu, !p->per_event);
   if (fd == -EINVAL && !p->per_event && !p->cgroup && p->n_groups == 0) {
     /* Maybe a kernel before 4.13, which refuses PERF_FORMAT_GROUP with inherit (rule 4). */
-    int alone = open_counting(p, i, -1, tid, cpu, false);
+    int alone = open_counting(p, i, k, -1, tid, cpu, false);
     if (alone >= 0) {
       p->per_event = true;
       EM_INFO("pmu: the kernel refuses group reads of inherited events (EINVAL); reading "
@@ -566,25 +638,31 @@ static int place_event(em_pmu_t *p, size_t i, pid_t tid, int cpu, size_t cap, in
   ng->grouped = !p->per_event;
   ng->n = 1;
   ng->ev[0] = (uint8_t)i;
+  ng->part[0] = (uint8_t)k;
   ng->fd[0] = fd;
-  e->n_open++;
+  counter_opened(p, i, k);
   return 0;
 }
 
 /*
- * Opens every event in the slot of the pid itself (tid) or of one CPU of a cgroup target: an
- * event that fails is absent with the reason. Returns 0, -ESRCH (process target gone) or
- * -ENOMEM.
+ * Opens every part of every event in the slot of the pid itself (tid) or of one CPU of a
+ * cgroup target (there only the parts whose PMU has that CPU): a part that fails is absent
+ * with the reason. Returns 0, -ESRCH (process target gone) or -ENOMEM.
  */
 static int open_slot(em_pmu_t *p, pid_t tid, int cpu, size_t cap) {
   for (size_t i = 0; i < p->n; i++) {
-    int err = 0;
-    int rc = place_event(p, i, tid, cpu, cap, &err);
-    if (rc == 0 && err < 0) {
-      rc = open_failed(p, i, err);
-    }
-    if (rc < 0) {
-      return rc;
+    for (size_t k = 0; k < p->ev[i].n_parts; k++) {
+      if (cpu >= 0 && !em_pmu_cpus_has(&p->ev[i].part[k].cpus, (unsigned)cpu)) {
+        continue; /* Not a CPU of this part's PMU. */
+      }
+      int err = 0;
+      int rc = place_event(p, i, k, tid, cpu, cap, &err);
+      if (rc == 0 && err < 0) {
+        rc = open_failed(p, i, k, err);
+      }
+      if (rc < 0) {
+        return rc;
+      }
     }
   }
   return 0;
@@ -596,30 +674,35 @@ static void drop_groups(em_pmu_t *p, size_t first) {
     group_t *grp = &p->groups[--p->n_groups];
     for (size_t m = grp->n; m > 0; m--) { /* Members before their leader. */
       p->sys.close(p->sys.ctx, grp->fd[m - 1]);
-      p->ev[grp->ev[m - 1]].n_open--;
+      event_t *e = &p->ev[grp->ev[m - 1]];
+      e->n_open--;
+      e->part[grp->part[m - 1]].n_open--;
+      p->n_fds--;
     }
   }
 }
 
 /*
- * Opens the events that are present on the pid on another of its threads, all or none.
+ * Opens the event parts that are present on the pid on another of its threads, all or none.
  * Returns 0, or the error of the open that failed (-ESRCH: the thread exited since the
  * listing) after closing what it opened for `tid`.
  */
 static int open_thread(em_pmu_t *p, pid_t tid, size_t cap) {
   size_t first = p->n_groups;
   for (size_t i = 0; i < p->n; i++) {
-    if (p->ev[i].n_open == 0) {
-      continue; /* Absent on the pid: absent everywhere. */
-    }
-    int err = 0;
-    int rc = place_event(p, i, tid, -1, cap, &err);
-    if (rc == 0) {
-      rc = err;
-    }
-    if (rc < 0) {
-      drop_groups(p, first);
-      return rc;
+    for (size_t k = 0; k < p->ev[i].n_parts; k++) {
+      if (p->ev[i].part[k].n_open == 0) {
+        continue; /* Absent on the pid: absent everywhere. */
+      }
+      int err = 0;
+      int rc = place_event(p, i, k, tid, -1, cap, &err);
+      if (rc == 0) {
+        rc = err;
+      }
+      if (rc < 0) {
+        drop_groups(p, first);
+        return rc;
+      }
     }
   }
   return 0;
@@ -680,7 +763,13 @@ static int open_process(em_pmu_t *p, const pid_t *tids, size_t n_tids, int liste
     return 0;
   }
   char why[EM_PMU_REASON_BYTES] = "";
+  size_t per_thread = p->n_fds; /* Counters of one thread: those the pid has. */
   for (size_t t = 1; t < n_tids; t++) {
+    if (p->n_fds + per_thread > EM_PMU_MAX_FDS) {
+      snprintf(why, sizeof(why), "at most %d counters are opened, %zu per thread", EM_PMU_MAX_FDS,
+               per_thread);
+      break;
+    }
     rc = open_thread(p, tids[t], cap);
     if (rc == -ESRCH) {
       continue; /* It exited since the listing. */
@@ -713,11 +802,81 @@ static int open_cgroup(em_pmu_t *p, const char *path) {
   return 0;
 }
 
+/* Whether every event has at most EM_PMU_MAX_PARTS parts, each on a type of its own. */
+static bool parts_valid(const em_pmu_event_t *events, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    const em_pmu_event_t *e = &events[i];
+    if (e->n_parts > ARRAY_LEN(e->parts)) {
+      return false;
+    }
+    for (size_t a = 0; a < e->n_parts; a++) {
+      if (e->parts[a].type == e->type) {
+        return false;
+      }
+      for (size_t b = a + 1; b < e->n_parts; b++) {
+        if (e->parts[a].type == e->parts[b].type) {
+          return false;
+        }
+      }
+    }
+  }
+  return true;
+}
+
+/* Copies event `d` into `e`: its own type/config as part 0, then its parts. */
+static void event_init(event_t *e, const em_pmu_event_t *d) {
+  snprintf(e->name, sizeof(e->name), "%.*s", (int)sizeof(d->name) - 1, d->name);
+  e->part[0].type = d->type;
+  e->part[0].config = d->config;
+  e->part[0].config1 = d->config1;
+  e->part[0].config2 = d->config2;
+  e->part[0].cpus = d->cpus;
+  for (size_t k = 0; k < d->n_parts; k++) {
+    part_t *pt = &e->part[k + 1];
+    pt->type = d->parts[k].type;
+    pt->config = d->parts[k].config;
+    pt->config1 = d->parts[k].config1;
+    pt->config2 = d->parts[k].config2;
+    pt->cpus = d->parts[k].cpus;
+  }
+  e->n_parts = 1 + d->n_parts;
+}
+
+/* After the opening: the reason of an absent event, and a log line for each absent part of
+ * a present one. */
+static void report_absent(em_pmu_t *p, size_t n_slots) {
+  for (size_t i = 0; i < p->n; i++) {
+    event_t *e = &p->ev[i];
+    if (e->n_open > 0) {
+      e->reason[0] = '\0';
+      for (size_t k = 0; k < e->n_parts && e->n_parts > 1; k++) {
+        const part_t *pt = &e->part[k];
+        if (pt->n_open == 0) {
+          EM_INFO("pmu: %s: part %zu of %zu (type %" PRIu32 ") absent: %s; counting the others",
+                  e->name, k + 1, e->n_parts, pt->type,
+                  pt->tried ? pt->reason : "no CPU of its PMU counted");
+        }
+      }
+      continue;
+    }
+    bool tried = false;
+    for (size_t k = 0; k < e->n_parts; k++) {
+      tried = tried || e->part[k].tried;
+    }
+    if (!tried) {
+      snprintf(e->reason, sizeof(e->reason), "no CPU of its PMU among the %zu counted", n_slots);
+    } else if (e->reason[0] == '\0') {
+      snprintf(e->reason, sizeof(e->reason), "not opened");
+    }
+    EM_INFO("pmu: %s absent: %s", e->name, e->reason);
+  }
+}
+
 int em_pmu_new(em_pmu_t **out, const em_pmu_event_t *events, size_t n,
                const em_pmu_target_t *target, const em_pmu_sys_t *sys) {
   if (out == NULL || (events == NULL && n > 0) || n > EM_PMU_MAX_EVENTS || target == NULL ||
       sys == NULL || sys->open == NULL || sys->read == NULL || sys->close == NULL ||
-      sys->list_threads == NULL) {
+      sys->list_threads == NULL || !parts_valid(events, n)) {
     return -EINVAL;
   }
   if (target->pid <= 0 && (target->cgroup == NULL || target->cgroup[0] == '\0')) {
@@ -731,9 +890,10 @@ int em_pmu_new(em_pmu_t **out, const em_pmu_event_t *events, size_t n,
   p->sys = *sys;
   p->n = n;
   p->cgroup_fd = -1;
+  size_t n_parts = 0;
   for (size_t i = 0; i < n; i++) {
-    p->ev[i].def = events[i];
-    p->ev[i].def.name[sizeof(p->ev[i].def.name) - 1] = '\0';
+    event_init(&p->ev[i], &events[i]);
+    n_parts += p->ev[i].n_parts;
   }
   p->paranoid = read_paranoid();
 
@@ -756,7 +916,12 @@ int em_pmu_new(em_pmu_t **out, const em_pmu_event_t *events, size_t n,
     long conf = target->n_cpus > 0 ? target->n_cpus : sysconf(_SC_NPROCESSORS_CONF);
     n_slots = conf > 0 ? (size_t)conf : 1;
   }
-  size_t cap = n_slots * (n > 0 ? n : 1);
+  /* Every part of every event may lead a group in every slot; a process target opens at
+     most EM_PMU_MAX_FDS counters, each group holding one at least. */
+  size_t cap = n_slots * (n_parts > 0 ? n_parts : 1);
+  if (!p->cgroup && cap > EM_PMU_MAX_FDS) {
+    cap = EM_PMU_MAX_FDS;
+  }
   p->groups = calloc(cap, sizeof(*p->groups));
   if (p->groups == NULL) {
     rc = -ENOMEM;
@@ -782,17 +947,7 @@ int em_pmu_new(em_pmu_t **out, const em_pmu_event_t *events, size_t n,
       p->groups = fit;
     }
   }
-  for (size_t i = 0; i < n; i++) {
-    event_t *e = &p->ev[i];
-    if (e->n_open > 0) {
-      e->reason[0] = '\0';
-      continue;
-    }
-    if (e->reason[0] == '\0') {
-      snprintf(e->reason, sizeof(e->reason), "not opened");
-    }
-    EM_INFO("pmu: %s absent: %s", e->def.name, e->reason);
-  }
+  report_absent(p, n_slots);
   *out = p;
   return 0;
 
@@ -847,24 +1002,52 @@ static void group_failed(em_pmu_t *p, group_t *g, const char *reason) {
   }
   if (!g->logged) {
     g->logged = true;
-    EM_INFO("pmu: read of the group led by %s failed: %s", p->ev[g->ev[0]].def.name, reason);
+    EM_INFO("pmu: read of the group led by %s failed: %s", p->ev[g->ev[0]].name, reason);
   }
 }
 
-/* Adds the last good contribution of `g` to its events. */
+/* Adds the last good read of `g` to its events' sums for the slot being read. */
 static void group_add_last(em_pmu_t *p, const group_t *g) {
   for (size_t m = 0; m < g->n; m++) {
     event_t *e = &p->ev[g->ev[m]];
-    e->value = sat_add(e->value, g->last[m]);
-    e->enabled_ns = sat_add(e->enabled_ns, g->last_enabled_ns);
-    e->running_ns = sat_add(e->running_ns, g->last_running_ns);
+    e->slot_raw = sat_add(e->slot_raw, g->last[m]);
+    e->slot_running_ns = sat_add(e->slot_running_ns, g->last_running_ns);
+    if (g->last_enabled_ns > e->slot_enabled_ns) {
+      e->slot_enabled_ns = g->last_enabled_ns;
+    }
+    e->slot_seen = true;
   }
 }
 
 /*
- * Checks the `got` bytes of a read of `g`, keeps them as its last contribution and adds them
- * to its events. Returns false with `reason` filled when the bytes are not what the kernel
- * gives for this group (its last contribution is then unchanged).
+ * Ends a slot (a thread, or a CPU): the parts of each event read there are scaled together,
+ * sum(raw) * enabled / sum(running) with the largest enabled of the parts (see "Parts" in
+ * pmu.h; one part: its own scaling), and added to the event's sums.
+ */
+static void slot_end(em_pmu_t *p) {
+  for (size_t i = 0; i < p->n; i++) {
+    event_t *e = &p->ev[i];
+    if (!e->slot_seen) {
+      continue;
+    }
+    uint64_t v = 0;
+    if (e->slot_running_ns > 0) {
+      em_pmu_scale(e->slot_raw, e->slot_enabled_ns, e->slot_running_ns, &v);
+    } else if (e->slot_enabled_ns == 0) {
+      v = e->slot_raw; /* Never enabled: the target has not run here; the count is exact (0). */
+    }                  /* Else enabled but never ran: this slot tells nothing. */
+    e->value = sat_add(e->value, v);
+    e->enabled_ns = sat_add(e->enabled_ns, e->slot_enabled_ns);
+    e->running_ns = sat_add(e->running_ns, e->slot_running_ns);
+    e->slot_raw = e->slot_enabled_ns = e->slot_running_ns = 0;
+    e->slot_seen = false;
+  }
+}
+
+/*
+ * Checks the `got` bytes of a read of `g`, keeps them as its last read and adds them to its
+ * events' slot sums. Returns false with `reason` filled when the bytes are not what the
+ * kernel gives for this group (its last read is then unchanged).
  */
 static bool group_add(em_pmu_t *p, group_t *g, size_t got, char *reason, size_t cap) {
   const uint64_t *w = p->buf;
@@ -887,13 +1070,7 @@ static bool group_add(em_pmu_t *p, group_t *g, size_t got, char *reason, size_t 
     return false;
   }
   for (size_t m = 0; m < g->n; m++) {
-    uint64_t v = 0;
-    if (running > 0) {
-      em_pmu_scale(values[m], enabled, running, &v);
-    } else if (enabled == 0) {
-      v = values[m]; /* Never enabled: the target has not run here; the count is exact (0). */
-    }                /* Else enabled but never ran: this group tells nothing. */
-    g->last[m] = v;
+    g->last[m] = values[m]; /* Scaled per slot, with the event's other parts: slot_end(). */
   }
   g->last_enabled_ns = enabled;
   g->last_running_ns = running;
@@ -937,6 +1114,8 @@ int em_pmu_read(em_pmu_t *p, em_pmu_reading_t *out, size_t n) {
   for (size_t i = 0; i < p->n; i++) {
     event_t *e = &p->ev[i];
     e->value = e->enabled_ns = e->running_ns = 0;
+    e->slot_raw = e->slot_enabled_ns = e->slot_running_ns = 0;
+    e->slot_seen = false;
     e->read_failed = false;
   }
   bool gone = false;
@@ -944,6 +1123,9 @@ int em_pmu_read(em_pmu_t *p, em_pmu_reading_t *out, size_t n) {
   char reason[EM_PMU_REASON_BYTES];
   for (size_t g = 0; g < p->n_groups; g++) {
     group_t *grp = &p->groups[g];
+    if (g > 0 && (grp->tid != p->groups[g - 1].tid || grp->cpu != p->groups[g - 1].cpu)) {
+      slot_end(p); /* The groups of one slot are contiguous: em_pmu_new() opens slot by slot. */
+    }
     if (grp->final) {
       group_add_last(p, grp);
       continue;
@@ -978,6 +1160,7 @@ int em_pmu_read(em_pmu_t *p, em_pmu_reading_t *out, size_t n) {
       group_failed(p, grp, reason);
     }
   }
+  slot_end(p);
   for (size_t i = 0; i < n; i++) {
     if (i < p->n) {
       event_reading(&p->ev[i], &out[i]);

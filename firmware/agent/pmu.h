@@ -5,7 +5,8 @@
  * cache-references, cache-misses, branch-instructions, branch-misses, stalled-cycles-frontend,
  * stalled-cycles-backend, ref-cycles, bus-cycles) and the software events (task-clock,
  * cpu-clock, context-switches, cpu-migrations, page-faults, minor-faults, major-faults).
- * Board profiles will add raw and PMU-named events through em_pmu_event_t later.
+ * Raw and PMU-named events (pmu_events.h) come as em_pmu_event_t with their PMU's type,
+ * config1/config2 and, for an event several PMUs have, one part per PMU.
  *
  * Counting, not sampling: hardware events form one group and software events another, each
  * read with one read() (PERF_FORMAT_GROUP | TOTAL_TIME_ENABLED | TOTAL_TIME_RUNNING) and
@@ -26,8 +27,9 @@
  * it (the listing comes first so that nothing is ever counted twice). Details:
  *
  *   - A listed thread that exits before its events are opened (ESRCH) is skipped silently.
- *   - At most EM_PMU_MAX_THREADS threads are opened, the pid itself always among them; with
- *     more, or when another thread's open fails (EMFILE: each thread holds one fd per event),
+ *   - At most EM_PMU_MAX_THREADS threads (and EM_PMU_MAX_FDS counters) are opened, the pid
+ *     itself always among them; with more, or when another thread's open fails (EMFILE: each
+ *     thread holds one fd per event part),
  *     the counts are partial: logged once at warning level, and em_pmu_threads() says how
  *     many threads are counted. A cgroup target has no such limit.
  *   - When the threads cannot be listed, only the pid itself is opened, with a warning: its
@@ -38,11 +40,41 @@
  *     read() with them), so the process total never goes backwards.
  *
  * Cost per tick: one read() per group per counted thread (a group holds the events of one
- * kind: typically one hardware and one software group). For a process with many threads the
- * cgroup target is cheaper: one read() per group per CPU, however many threads there are.
+ * kind: typically one hardware and one software group, plus one per other PMU type that
+ * parts use). For a process with many threads the cgroup target is cheaper: one read() per
+ * group per CPU, however many threads there are.
  *
- * A cgroup target opens each event on every CPU with PERF_FLAG_PID_CGROUP (CPUs that are
- * offline at open, ENODEV, are skipped), scales each CPU's counts and sums them. Where a
+ * Parts (an event several CPU PMUs have: big.LITTLE, a TX2's Denver and A57 clusters, hybrid
+ * x86): each part is a counter of its own PMU type, in the group of that type. A task counter
+ * on such a PMU counts only while the task runs on that PMU's CPUs (the kernel filters it
+ * out elsewhere), so the parts of one thread add up to the thread's whole count:
+ *
+ *   - Process target: every part is opened on every counted thread (cpu -1). The kernel keeps
+ *     a part "enabled" while its task runs on ANY CPU and "running" only on its own PMU's
+ *     CPUs, so one part's running/enabled is the task's share of time on that core type, not
+ *     multiplexing. Scaling each part by its own enabled/running would extrapolate each to
+ *     the whole run time (perf stat's "cpu_atom/instructions/ (2%)" lines, summed, overcount).
+ *     So the parts of an event on one thread are scaled together as one counter: the sum of
+ *     their raw counts * enabled / the sum of their running times (enabled: the largest of
+ *     the parts'), which is the plain sum when nothing is multiplexed and corrects for
+ *     multiplexing otherwise. running_ratio is sum(running) / enabled for such a thread.
+ *   - Cgroup target: each part is opened only on the CPUs of its PMU (em_pmu_part_t.cpus;
+ *     empty: every CPU); a CPU's counter is scaled on its own and the CPUs summed, so the
+ *     reading is the sum of the parts' scaled values.
+ *   - An event is present when at least one part opened; a part that fails is logged once
+ *     (info) with its reason and the others count. Its CPUs are then not covered: for a
+ *     process target the share of time there shows as running_ratio < 1 and the value is
+ *     extrapolated to the whole time; a cgroup target counts those CPUs as 0. When every
+ *     part fails the event is absent with the first part's reason.
+ *
+ * File descriptors: one per part per counted thread (parts x threads for each event), or
+ * per CPU of its PMU for a cgroup target. A process target opens at most EM_PMU_MAX_FDS
+ * counters: threads beyond that many are not opened (partial counts, logged as for the
+ * thread cap); e.g. 16 events on 2 PMUs count at most 128 threads.
+ *
+ * A cgroup target opens each event on every CPU with PERF_FLAG_PID_CGROUP (each part only on
+ * the CPUs of its PMU; CPUs that are offline at open, ENODEV, are skipped), scales each CPU's
+ * counts and sums them. Where a
  * kernel refuses a group read of inherited events (before 4.13: EINVAL), each event is opened
  * and read on its own instead; the readings are the same.
  *
@@ -61,7 +93,8 @@
  * process exited. Noticing the death and re-attaching is the caller's job: edgemon-agent
  * does it through the target's procfs statm (em_procfs_read_statm() says -ESRCH).
  *
- * Owns: the perf fds (one per event per counted thread, or per CPU for a cgroup target).
+ * Owns: the perf fds (one per event part per counted thread, or per CPU of the part's PMU for
+ * a cgroup target).
  * Single-threaded. The system calls and the thread listing go through em_pmu_sys_t so the
  * tests can replay recorded kernel answers of machines with a hardware PMU
  * (tests/fixtures/pmu/).
@@ -79,14 +112,54 @@ struct perf_event_attr;
 
 #define EM_PMU_MAX_EVENTS   16
 #define EM_PMU_REASON_BYTES 128
-#define EM_PMU_MAX_THREADS  256 /* Threads of a process target opened, at most. */
+#define EM_PMU_MAX_THREADS  256  /* Threads of a process target opened, at most. */
+#define EM_PMU_MAX_PARTS    8    /* PMUs one event counts on (EM_PMU_EVENTS_MAX_ENTRIES). */
+#define EM_PMU_MAX_CPUS     1024 /* CPUs 0..1023 in an em_pmu_cpus_t. */
+#define EM_PMU_MAX_FDS                                                                             \
+  4096 /* Counters (fds) of a process target, at most: see the file                                \
+          comment (EM_PMU_MAX_THREADS x EM_PMU_MAX_EVENTS). */
 
-/* A resolved event: what perf_event_attr.type/.config get. */
+/* A set of CPUs: bit (cpu % 64) of word (cpu / 64). The empty set means every CPU. */
 typedef struct {
-  char name[48];   /* As configured, e.g. "cycles". */
-  uint32_t type;   /* PERF_TYPE_HARDWARE, PERF_TYPE_SOFTWARE, ... */
-  uint64_t config; /* PERF_COUNT_HW_*, PERF_COUNT_SW_*, ... */
+  uint64_t bits[EM_PMU_MAX_CPUS / 64];
+} em_pmu_cpus_t;
+
+/* One more PMU's encoding of an event: see em_pmu_event_t.parts. */
+typedef struct {
+  uint32_t type;      /* perf_event_attr.type: that PMU's (dynamic) type. */
+  uint64_t config;    /* perf_event_attr.config */
+  uint64_t config1;   /* perf_event_attr.config1 */
+  uint64_t config2;   /* perf_event_attr.config2 */
+  em_pmu_cpus_t cpus; /* That PMU's CPUs (a cgroup target opens it there only); empty: all. */
+} em_pmu_part_t;
+
+/*
+ * A resolved event: what perf_event_attr.type/.config/.config1/.config2 get. Zero-initialised
+ * fields past config mean one PMU and every CPU, so {name, type, config} is a complete event.
+ *
+ * An event that several PMUs have (big.LITTLE, the Denver and A57 clusters of a TX2, hybrid
+ * x86: one entry per PMU from em_pmu_events_resolve()) counts on all of them: the fields
+ * above `parts` are its first part, parts[0..n_parts) the others, each on a different PMU
+ * type. Each part is opened as its own counter (per thread, or per CPU of its PMU for a
+ * cgroup target) and the reading is their sum; see "Parts" in the file comment.
+ */
+typedef struct {
+  char name[48];      /* As configured, e.g. "cycles". */
+  uint32_t type;      /* PERF_TYPE_HARDWARE, PERF_TYPE_SOFTWARE, a PMU's dynamic type, ... */
+  uint64_t config;    /* PERF_COUNT_HW_*, PERF_COUNT_SW_*, a raw code, ... */
+  uint64_t config1;   /* perf_event_attr.config1 (PMU format terms), usually 0. */
+  uint64_t config2;   /* perf_event_attr.config2, usually 0. */
+  em_pmu_cpus_t cpus; /* CPUs of the PMU of `type` (a cgroup target opens it there only);
+                         empty: every CPU. */
+  size_t n_parts;     /* Further parts in parts[], 0..EM_PMU_MAX_PARTS - 1. */
+  em_pmu_part_t parts[EM_PMU_MAX_PARTS - 1];
 } em_pmu_event_t;
+
+/* Adds `cpu` (< EM_PMU_MAX_CPUS, else nothing) to the set. */
+void em_pmu_cpus_add(em_pmu_cpus_t *set, unsigned cpu);
+
+/* Whether the set holds `cpu`; true for every CPU when the set is empty (every CPU). */
+bool em_pmu_cpus_has(const em_pmu_cpus_t *set, unsigned cpu);
 
 /* Resolves a generic perf event name. Returns 0, or -ENOENT for a name it does not know. */
 int em_pmu_resolve(const char *name, em_pmu_event_t *out);
@@ -123,12 +196,13 @@ typedef struct {
 typedef struct {
   bool present;                     /* false: absent, see reason. */
   uint64_t value;                   /* Scaled count since the events were opened, summed over
-                                       the threads (or CPUs). */
+                                       the threads (or CPUs) and parts. */
   double running_ratio;             /* Sum of time_running / sum of time_enabled over its
-                                       groups (threads, CPUs): the mean of the groups' ratios
-                                       weighted by their time_enabled, 0..1 (1 = never
-                                       multiplexed); 0 when it never ran. A thread that
-                                       exited keeps its share. */
+                                       threads (or CPUs): the mean of their ratios weighted
+                                       by their time_enabled, 0..1 (1 = never multiplexed);
+                                       0 when it never ran. A thread's running is the sum
+                                       over the parts, its enabled their largest. A thread
+                                       that exited keeps its share. */
   char reason[EM_PMU_REASON_BYTES]; /* Why absent, e.g. "not supported by this CPU
                                        (ENOENT)"; empty when present. */
 } em_pmu_reading_t;
@@ -137,11 +211,14 @@ typedef struct em_pmu em_pmu_t;
 
 /*
  * Opens `events` (n <= EM_PMU_MAX_EVENTS) for `target`: on each thread of a process target
- * (listed first, at most EM_PMU_MAX_THREADS), on each CPU of a cgroup target. Events that
- * fail are absent with a reason, and logged once each; that is not an error. A thread other
+ * (listed first, at most EM_PMU_MAX_THREADS and EM_PMU_MAX_FDS counters), on each CPU of a
+ * cgroup target; every part of an event (on a cgroup target: on the CPUs of its PMU). Events
+ * that fail are absent with a reason, and logged once each; that is not an error, nor is a
+ * part that fails while another part of its event opens (logged once). A thread other
  * than the pid that exits meanwhile is skipped; partial counts (the thread cap, a failing
  * open on another thread, an unreadable thread list) are a warning, not an error. Returns 0
- * and *out, -ENOMEM, -EINVAL (bad arguments), or -ESRCH when the target process does not
+ * and *out, -ENOMEM, -EINVAL (bad arguments: also n_parts > EM_PMU_MAX_PARTS - 1, or two
+ * parts of one event with the same type), or -ESRCH when the target process does not
  * exist (or the pid itself exits while the events are opened) or the cgroup directory does
  * not exist; another errno of opening the cgroup directory is returned as is. `events`,
  * `target` and `sys` are copied.

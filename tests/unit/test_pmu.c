@@ -9,7 +9,11 @@
  * garbled and failing reads, every truncation of a group read; process targets with several
  * threads (per-thread scaling then sums, a thread gone between listing and opening, a thread
  * whose read says it is gone, a failing thread listing, a failing open on another thread,
- * more threads than EM_PMU_MAX_THREADS); the Linux thread listing of this process; and the
+ * more threads than EM_PMU_MAX_THREADS); events on several PMUs (a TX2's A57 and Denver
+ * parts: one counter per part per thread in the group of its PMU type, a thread's parts
+ * scaled together, a cgroup target opening each part on its PMU's CPUs only and summing the
+ * scaled values, one part or every part refused, config1/config2 in perf_event_attr, bad
+ * parts refused); the CPU set helpers; the Linux thread listing of this process; and the
  * real perf_event_open of this machine against a child process: software events count,
  * hardware events are absent with the kernel's reason, a thread that existed before the open
  * is counted, inherit counts a thread created after the open, a thread that exits keeps its
@@ -301,6 +305,9 @@ typedef struct {
   int default_answer;
   em_pmu_event_t request[EM_PMU_MAX_EVENTS];
   size_t n_request;
+  /* Name of part k of request i in `open` and `read` lines; "": part 0 is the request's
+     name. Inline fixtures of events with parts set them. */
+  char part_names[EM_PMU_MAX_EVENTS][EM_PMU_MAX_PARTS][FX_NAME_BYTES];
   fx_open_t opens[EM_PMU_MAX_EVENTS];
   size_t n_opens;
   fx_read_t reads[FX_MAX_READS];
@@ -477,7 +484,9 @@ static fixture_t *fx_load(const char *file) {
 
 typedef struct {
   bool used, open;
-  size_t req; /* Index into fixture request[]. */
+  size_t req;  /* Index into fixture request[]. */
+  size_t part; /* Part of that request. */
+  uint32_t type;
   int cpu;
   pid_t tid; /* Thread of a process target; 0 for a cgroup. */
   bool grouped;
@@ -493,7 +502,7 @@ typedef struct {
   int cpu, group_fd;
   unsigned long flags;
   bool pid_is_dir; /* For PERF_FLAG_PID_CGROUP: pid was an open directory fd. */
-  size_t req;
+  size_t req, part;
   int result;
 } fake_call_t;
 
@@ -510,13 +519,39 @@ typedef struct {
   int errors; /* Misuse seen by the fake: bad fd, double close, missing fixture line. */
 } fake_t;
 
-static size_t fake_request_of(const fake_t *f, const struct perf_event_attr *attr) {
+/* The name of part `part` of request `req` in the fixture's lines. */
+static const char *fx_part_name(const fixture_t *fx, size_t req, size_t part) {
+  const char *name = fx->part_names[req][part];
+  return name[0] != '\0' ? name : fx->request[req].name;
+}
+
+/* The request and part (*part) whose type, config, config1 and config2 are attr's. */
+static size_t fake_request_of(const fake_t *f, const struct perf_event_attr *attr, size_t *part) {
   for (size_t i = 0; i < f->fx->n_request; i++) {
-    if (f->fx->request[i].type == attr->type && f->fx->request[i].config == attr->config) {
-      return i;
+    const em_pmu_event_t *e = &f->fx->request[i];
+    for (size_t k = 0; k <= e->n_parts; k++) {
+      uint32_t type = k == 0 ? e->type : e->parts[k - 1].type;
+      uint64_t c0 = k == 0 ? e->config : e->parts[k - 1].config;
+      uint64_t c1 = k == 0 ? e->config1 : e->parts[k - 1].config1;
+      uint64_t c2 = k == 0 ? e->config2 : e->parts[k - 1].config2;
+      if (type == attr->type && c0 == attr->config && c1 == attr->config1 && c2 == attr->config2) {
+        *part = k;
+        return i;
+      }
     }
   }
   return SIZE_MAX;
+}
+
+/* The CPUs of part `part` of request `req` (empty: every CPU). */
+static const em_pmu_cpus_t *fx_part_cpus(const fixture_t *fx, size_t req, size_t part) {
+  const em_pmu_event_t *e = &fx->request[req];
+  return part == 0 ? &e->cpus : &e->parts[part - 1].cpus;
+}
+
+/* Groups span one PMU: the generic hardware, cache and raw types are the core PMU's. */
+static uint32_t fake_pmu_of(uint32_t type) {
+  return type == PERF_TYPE_HW_CACHE || type == PERF_TYPE_RAW ? PERF_TYPE_HARDWARE : type;
 }
 
 static fake_fd_t *fake_slot(fake_t *f, int fd) {
@@ -539,8 +574,8 @@ static bool fake_has_thread(const fixture_t *fx, pid_t tid) {
   return false;
 }
 
-static int fake_answer(fake_t *f, size_t req, const struct perf_event_attr *attr, int cpu,
-                       pid_t tid) {
+static int fake_answer(fake_t *f, size_t req, size_t part, const struct perf_event_attr *attr,
+                       int cpu, pid_t tid) {
   const fixture_t *fx = f->fx;
   if (cpu >= 0 && cpu < FX_MAX_CPUS && fx->offline[cpu]) {
     return ENODEV;
@@ -552,7 +587,7 @@ static int fake_answer(fake_t *f, size_t req, const struct perf_event_attr *attr
     return EINVAL;
   }
   for (size_t o = 0; o < fx->n_opens; o++) {
-    if (strcmp(fx->opens[o].name, fx->request[req].name) != 0 ||
+    if (strcmp(fx->opens[o].name, fx_part_name(fx, req, part)) != 0 ||
         (fx->opens[o].tid != 0 && fx->opens[o].tid != tid)) {
       continue;
     }
@@ -584,9 +619,13 @@ static int fake_open(void *ctx, struct perf_event_attr *attr, pid_t pid, int cpu
   } else {
     tid = pid;
   }
-  call->req = fake_request_of(f, attr);
+  call->req = fake_request_of(f, attr, &call->part);
   if (call->req == SIZE_MAX) {
     f->errors++;
+    return call->result = -ENOENT;
+  }
+  if (cpu >= 0 && !em_pmu_cpus_has(fx_part_cpus(f->fx, call->req, call->part), (unsigned)cpu)) {
+    f->errors++; /* arm_pmu refuses a CPU its PMU does not have; the module must not try. */
     return call->result = -ENOENT;
   }
   fake_fd_t *leader = NULL;
@@ -596,8 +635,12 @@ static int fake_open(void *ctx, struct perf_event_attr *attr, pid_t pid, int cpu
       f->errors++;
       return call->result = -EBADF;
     }
+    if (fake_pmu_of(leader->type) != fake_pmu_of(attr->type)) {
+      f->errors++; /* A group of two PMUs: the kernel says EINVAL; the module must not try. */
+      return call->result = -EINVAL;
+    }
   }
-  int answer = fake_answer(f, call->req, attr, cpu, tid);
+  int answer = fake_answer(f, call->req, call->part, attr, cpu, tid);
   if (answer != 0) {
     return call->result = -answer;
   }
@@ -611,6 +654,8 @@ static int fake_open(void *ctx, struct perf_event_attr *attr, pid_t pid, int cpu
   memset(s, 0, sizeof(*s));
   s->used = s->open = true;
   s->req = call->req;
+  s->part = call->part;
+  s->type = attr->type;
   s->cpu = cpu;
   s->tid = tid;
   s->grouped = (attr->read_format & PERF_FORMAT_GROUP) != 0;
@@ -660,7 +705,8 @@ static ssize_t fake_read(void *ctx, int fd, void *buf, size_t len) {
     return -EBADF;
   }
   const fixture_t *fx = f->fx;
-  const fx_read_t *r = fake_record(fx, fx->request[s->req].name, s->cpu, s->tid, s->reads++);
+  const fx_read_t *r =
+      fake_record(fx, fx_part_name(fx, s->req, s->part), s->cpu, s->tid, s->reads++);
   if (r == NULL) {
     f->errors++; /* The fixture has no more answers for this fd. */
     return -EIO;
@@ -684,7 +730,8 @@ static ssize_t fake_read(void *ctx, int fd, void *buf, size_t len) {
     words[1] = r->enabled;
     words[2] = r->running;
     for (size_t m = 0; m < s->n_members; m++) {
-      const char *name = fx->request[f->fds[s->members[m] - FAKE_FD0].req].name;
+      const fake_fd_t *member = &f->fds[s->members[m] - FAKE_FD0];
+      const char *name = fx_part_name(fx, member->req, member->part);
       if (!fake_value(r, name, &words[3 + m])) {
         f->errors++;
         words[3 + m] = 0;
@@ -692,7 +739,7 @@ static ssize_t fake_read(void *ctx, int fd, void *buf, size_t len) {
     }
     size = (3 + s->n_members) * sizeof(uint64_t);
   } else {
-    if (!fake_value(r, fx->request[s->req].name, &words[0])) {
+    if (!fake_value(r, fx_part_name(fx, s->req, s->part), &words[0])) {
       f->errors++;
       words[0] = 0;
     }
@@ -1588,6 +1635,317 @@ static void event_absent_on_the_pid_is_not_tried_on_its_other_threads(void **sta
   free(fx);
 }
 
+/* ---- Events on several PMUs (parts) ---- */
+
+/* A Jetson TX2: armv8_cortex_a57 (dynamic type 8, CPUs 0 and 3-5) and armv8_nvidia_denver
+   (type 9, CPUs 1-2), as em_pmu_events_resolve() finds them (tests/fixtures/boards). */
+enum { TX2_A57 = 8, TX2_DENVER = 9 };
+
+/* Event `name` on both TX2 PMUs, with `config` on each; its parts are named
+   "<short>@a57" and "<short>@denver" in the fixture's lines. */
+static void fx_tx2_event(fixture_t *fx, const char *name, const char *short_name, uint64_t config) {
+  assert_true(fx->n_request < EM_PMU_MAX_EVENTS);
+  size_t i = fx->n_request++;
+  em_pmu_event_t *e = &fx->request[i];
+  memset(e, 0, sizeof(*e));
+  snprintf(e->name, sizeof(e->name), "%s", name);
+  e->type = TX2_A57;
+  e->config = config;
+  static const unsigned a57[] = {0, 3, 4, 5};
+  for (size_t c = 0; c < ARRAY_LEN(a57); c++) {
+    em_pmu_cpus_add(&e->cpus, a57[c]);
+  }
+  e->n_parts = 1;
+  e->parts[0].type = TX2_DENVER;
+  e->parts[0].config = config;
+  em_pmu_cpus_add(&e->parts[0].cpus, 1);
+  em_pmu_cpus_add(&e->parts[0].cpus, 2);
+  snprintf(fx->part_names[i][0], FX_NAME_BYTES, "%s@a57", short_name);
+  snprintf(fx->part_names[i][1], FX_NAME_BYTES, "%s@denver", short_name);
+}
+
+/* A process target (pid 4242) counting l1d_cache_refill and cpu_cycles on both TX2 PMUs,
+   then task-clock. */
+enum { X_REFILL, X_CYC, X_TC, X_N };
+
+static fixture_t *fx_tx2(void) {
+  fixture_t *fx = calloc(1, sizeof(*fx));
+  assert_non_null(fx);
+  fx->pid = 4242;
+  fx_tx2_event(fx, "l1d_cache_refill", "refill", 0x03);
+  fx_tx2_event(fx, "cpu_cycles", "cycles", 0x11);
+  assert_int_equal(em_pmu_resolve("task-clock", &fx->request[fx->n_request++]), 0);
+  return fx;
+}
+
+/* The successful open of part `part` of request `req` on thread `tid`. */
+static const fake_call_t *part_call(const fake_t *f, size_t req, size_t part, pid_t tid) {
+  const fake_call_t *found = NULL;
+  for (size_t i = 0; i < f->n_calls; i++) {
+    const fake_call_t *c = &f->calls[i];
+    if (c->req == req && c->part == part && c->pid == tid && c->result >= 0) {
+      assert_null(found); /* One counter per part per thread. */
+      found = c;
+    }
+  }
+  assert_non_null(found);
+  return found;
+}
+
+static void
+two_part_event_counts_on_both_pmus_and_scales_each_threads_parts_together(void **state) {
+  (void)state;
+  fixture_t *fx = fx_tx2();
+  fx_threads(fx, 2);
+  /* Thread 4242 ran 100 ms: 40 on the A57 cluster, 60 on Denver, nothing multiplexed. */
+  fx_add_read(fx, "refill@a57 tid=4242 enabled=100000000 running=40000000 refill@a57=4000 "
+                  "cycles@a57=40000");
+  fx_add_read(fx, "refill@denver tid=4242 enabled=100000000 running=60000000 "
+                  "refill@denver=3000 cycles@denver=90000");
+  fx_add_read(fx, "task-clock tid=4242 enabled=100000000 running=100000000 "
+                  "task-clock=100000000");
+  /* Thread 4243 ran 50 ms, 20 on each cluster, both multiplexed by half: 10 + 15 counted. */
+  fx_add_read(fx, "refill@a57 tid=4243 enabled=50000000 running=10000000 refill@a57=1000 "
+                  "cycles@a57=10000");
+  fx_add_read(fx, "refill@denver tid=4243 enabled=50000000 running=15000000 "
+                  "refill@denver=600 cycles@denver=20000");
+  fx_add_read(fx, "task-clock tid=4243 enabled=50000000 running=50000000 task-clock=50000000");
+  fake_t *f = fake_new(fx);
+  em_pmu_t *p = NULL;
+  assert_int_equal(fx_pmu_new(fx, f, &p), 0);
+  assert_int_equal(em_pmu_present(p), X_N);
+  assert_int_equal(em_pmu_threads(p), 2);
+  /* On each thread: one counter per part, on any CPU (the kernel counts a part only while the
+     thread runs on its PMU's CPUs), each part in the group of its own PMU type. */
+  assert_int_equal(f->n_calls, 2 * 5);
+  assert_int_equal(fake_open_fds(f), 2 * 5);
+  for (pid_t tid = 4242; tid <= 4243; tid++) {
+    const fake_call_t *ra = part_call(f, X_REFILL, 0, tid);
+    const fake_call_t *rd = part_call(f, X_REFILL, 1, tid);
+    const fake_call_t *ca = part_call(f, X_CYC, 0, tid);
+    const fake_call_t *cd = part_call(f, X_CYC, 1, tid);
+    assert_int_equal(ra->attr.type, TX2_A57);
+    assert_int_equal(rd->attr.type, TX2_DENVER);
+    assert_int_equal(ra->attr.config, 0x03);
+    assert_int_equal(cd->attr.config, 0x11);
+    assert_int_equal(ra->cpu, -1);
+    assert_int_equal(rd->cpu, -1);
+    assert_int_equal(ra->group_fd, -1); /* Leaders: parts never share a group. */
+    assert_int_equal(rd->group_fd, -1);
+    assert_int_equal(ca->group_fd, ra->result); /* cpu_cycles joins by PMU type. */
+    assert_int_equal(cd->group_fd, rd->result);
+    assert_int_equal(ra->attr.read_format, GROUP_FORMAT);
+    assert_int_equal(ra->attr.inherit, 1);
+  }
+  em_pmu_reading_t r[X_N];
+  assert_int_equal(em_pmu_read(p, r, X_N), 0);
+  assert_int_equal(f->n_reads, 2 * 3); /* Per thread: the a57, denver and software groups. */
+  /* 4242: (4000 + 3000) * 100/(40 + 60) = 7000. 4243: (1000 + 600) * 50/(10 + 15) = 3200.
+     Scaling each part by its own times would say 4000*100/40 + 3000*100/60 + ... = 22000. */
+  assert_present(&r[X_REFILL], 10200);
+  assert_present(&r[X_CYC], (40000 + 90000) + (10000 + 20000) * 2);
+  double want = (100.0 + 25.0) / (100.0 + 50.0);
+  assert_true(r[X_REFILL].running_ratio > want - 1e-9 && r[X_REFILL].running_ratio < want + 1e-9);
+  assert_present(&r[X_TC], 150000000);
+  assert_true(r[X_TC].running_ratio == 1.0);
+  free_and_check(p, f);
+  free(f);
+  free(fx);
+}
+
+static void
+cgroup_target_opens_each_part_on_its_pmus_cpus_and_sums_the_scaled_values(void **state) {
+  (void)state;
+  fixture_t *fx = fx_tx2();
+  fx->n_request = 1; /* l1d_cache_refill alone. */
+  fx->pid = 0;
+  fx->cgroup = true;
+  fx->cpus = 6;
+  fx->offline[5] = true; /* An A57 core hot-unplugged. */
+  fx_add_read(fx, "refill@a57 cpu=0 enabled=100000000 running=50000000 refill@a57=1000");
+  fx_add_read(fx, "refill@denver cpu=1 enabled=100000000 running=25000000 refill@denver=300");
+  fx_add_read(fx, "refill@denver cpu=2 enabled=100000000 running=100000000 "
+                  "refill@denver=700");
+  fx_add_read(fx, "refill@a57 cpu=3 enabled=100000000 running=100000000 refill@a57=500");
+  fx_add_read(fx, "refill@a57 cpu=4 enabled=0 running=0 refill@a57=0"); /* Never ran there. */
+  fake_t *f = fake_new(fx);
+  em_pmu_t *p = NULL;
+  assert_int_equal(fx_pmu_new(fx, f, &p), 0);
+  assert_int_equal(em_pmu_present(p), 1);
+  /* Each part on the CPUs of its PMU only (the fake counts any other CPU as an error). */
+  assert_int_equal(f->n_calls, 6);
+  for (size_t i = 0; i < f->n_calls; i++) {
+    const fake_call_t *c = &f->calls[i];
+    bool denver_cpu = c->cpu == 1 || c->cpu == 2;
+    assert_int_equal(c->part, denver_cpu ? 1 : 0);
+    assert_int_equal(c->attr.type, denver_cpu ? TX2_DENVER : TX2_A57);
+    assert_int_equal(c->attr.inherit, 0);
+    assert_true(c->flags & PERF_FLAG_PID_CGROUP);
+    assert_int_equal(c->result >= 0, c->cpu != 5);
+  }
+  em_pmu_reading_t r[1];
+  assert_int_equal(em_pmu_read(p, r, 1), 0);
+  assert_int_equal(f->n_reads, 5);
+  /* The sum of the parts' per-CPU scaled values: 1000*2 + 300*4 + 700 + 500 + 0. */
+  assert_present(&r[0], 2000 + 1200 + 700 + 500);
+  double want = (50.0 + 25.0 + 100.0 + 100.0) / 400.0;
+  assert_true(r[0].running_ratio > want - 1e-9 && r[0].running_ratio < want + 1e-9);
+  free_and_check(p, f);
+  free(f);
+  free(fx);
+}
+
+static void one_part_refused_counts_on_the_other_and_says_which(void **state) {
+  (void)state;
+  fixture_t *fx = fx_tx2();
+  fx_threads(fx, 2);
+  snprintf(fx->opens[0].name, FX_NAME_BYTES, "refill@denver");
+  fx->opens[0].answers[0] = ENOENT; /* This Denver PMU lacks the event. */
+  fx->opens[0].n_answers = 1;
+  fx->n_opens = 1;
+  /* Thread 4242 ran 100 ms, 40 of them on the A57 cluster: only those are counted. */
+  fx_add_read(fx, "refill@a57 tid=4242 enabled=100000000 running=40000000 refill@a57=4000 "
+                  "cycles@a57=40000");
+  fx_add_read(fx, "cycles@denver tid=4242 enabled=100000000 running=60000000 "
+                  "cycles@denver=90000");
+  fx_add_read(fx, "refill@a57 tid=4243 enabled=50000000 running=50000000 refill@a57=500 "
+                  "cycles@a57=5000");
+  fx_add_read(fx, "cycles@denver tid=4243 enabled=50000000 running=0 cycles@denver=0");
+  fx_add_read(fx, "task-clock enabled=100000000 running=100000000 task-clock=100000000");
+  fake_t *f = fake_new(fx);
+  em_pmu_t *p = NULL;
+  capture_t cap;
+  char log[4096];
+  em_log_set_level(EM_LOG_INFO); /* Absent events and parts are logged at info. */
+  capture_start(&cap);
+  assert_int_equal(fx_pmu_new(fx, f, &p), 0);
+  capture_end(&cap, log, sizeof(log));
+  em_log_set_level(EM_LOG_WARN);
+  assert_int_equal(em_pmu_present(p), X_N);
+  assert_int_equal(em_pmu_threads(p), 2);
+  assert_contains(log, "l1d_cache_refill: part 2 of 2 (type 9) absent: not supported");
+  assert_int_equal(count_lines_with(log, "part 2 of 2"), 1);
+  /* Not tried on the other thread: it opens what the pid has. cpu_cycles keeps both. */
+  size_t denver_refill = 0;
+  for (size_t i = 0; i < f->n_calls; i++) {
+    denver_refill += f->calls[i].req == X_REFILL && f->calls[i].part == 1;
+  }
+  assert_int_equal(denver_refill, 1);
+  part_call(f, X_CYC, 1, 4243);
+  em_pmu_reading_t r[X_N];
+  assert_int_equal(em_pmu_read(p, r, X_N), 0);
+  /* Present from the A57 part: 4000 in 40 of 100 ms (extrapolated to 10000; running_ratio
+     says 0.4 of it was counted) plus 500 in all of 4243's 50 ms. */
+  assert_present(&r[X_REFILL], 10000 + 500);
+  double want = (40.0 + 50.0) / (100.0 + 50.0);
+  assert_true(r[X_REFILL].running_ratio > want - 1e-9 && r[X_REFILL].running_ratio < want + 1e-9);
+  /* Both parts: 4243 never ran on Denver (running 0 there): its A57 part alone counts. */
+  assert_present(&r[X_CYC], 40000 + 90000 + 5000);
+  assert_true(r[X_CYC].running_ratio == 1.0);
+  free_and_check(p, f);
+  free(f);
+  free(fx);
+}
+
+static void every_part_refused_is_absent_with_the_reason(void **state) {
+  (void)state;
+  fixture_t *fx = fx_tx2();
+  snprintf(fx->opens[0].name, FX_NAME_BYTES, "refill@a57");
+  fx->opens[0].answers[0] = ENOENT;
+  fx->opens[0].n_answers = 1;
+  snprintf(fx->opens[1].name, FX_NAME_BYTES, "refill@denver");
+  fx->opens[1].answers[0] = ENOENT;
+  fx->opens[1].n_answers = 1;
+  fx->n_opens = 2;
+  fx_add_read(fx, "cycles@a57 enabled=100 running=100 cycles@a57=7");
+  fx_add_read(fx, "cycles@denver enabled=100 running=0 cycles@denver=0");
+  fx_add_read(fx, "task-clock enabled=100 running=100 task-clock=100");
+  fake_t *f = fake_new(fx);
+  em_pmu_t *p = NULL;
+  capture_t cap;
+  char log[4096];
+  em_log_set_level(EM_LOG_INFO); /* Absent events and parts are logged at info. */
+  capture_start(&cap);
+  assert_int_equal(fx_pmu_new(fx, f, &p), 0);
+  capture_end(&cap, log, sizeof(log));
+  em_log_set_level(EM_LOG_WARN);
+  assert_int_equal(em_pmu_present(p), 2);
+  assert_contains(log, "l1d_cache_refill absent: not supported by this CPU or kernel (ENOENT)");
+  assert_int_equal(count_lines_with(log, "part "), 0); /* Absent as a whole, said once. */
+  em_pmu_reading_t r[X_N];
+  assert_int_equal(em_pmu_read(p, r, X_N), 0);
+  assert_absent(&r[X_REFILL], "not supported by this CPU or kernel (ENOENT)");
+  assert_present(&r[X_CYC], 7);
+  assert_present(&r[X_TC], 100);
+  free_and_check(p, f);
+  free(f);
+  free(fx);
+}
+
+static void config1_and_config2_of_each_part_reach_perf_event_attr(void **state) {
+  (void)state;
+  fixture_t *fx = fx_tx2();
+  fx->n_request = 1;
+  em_pmu_event_t *e = &fx->request[0];
+  e->config1 = 0x7;
+  e->config2 = UINT64_C(0xdead00000000beef);
+  e->parts[0].config1 = 0x8;
+  e->parts[0].config2 = 0x9;
+  fx_add_read(fx, "refill@a57 enabled=10 running=10 refill@a57=1");
+  fx_add_read(fx, "refill@denver enabled=10 running=0 refill@denver=0");
+  fake_t *f = fake_new(fx);
+  em_pmu_t *p = NULL;
+  assert_int_equal(fx_pmu_new(fx, f, &p), 0);
+  assert_int_equal(em_pmu_present(p), 1);
+  const fake_call_t *a = part_call(f, 0, 0, 4242);
+  const fake_call_t *d = part_call(f, 0, 1, 4242);
+  assert_int_equal(a->attr.config1, 0x7);
+  assert_int_equal(a->attr.config2, UINT64_C(0xdead00000000beef));
+  assert_int_equal(d->attr.config1, 0x8);
+  assert_int_equal(d->attr.config2, 0x9);
+  em_pmu_reading_t r[1];
+  assert_int_equal(em_pmu_read(p, r, 1), 0);
+  assert_present(&r[0], 1);
+  free_and_check(p, f);
+  free(f);
+
+  /* A repeated type (two counters on one PMU would count twice) or too many parts. */
+  em_pmu_target_t pid = {.pid = 4242};
+  f = fake_new(fx);
+  em_pmu_sys_t sys = fake_sys(f);
+  em_pmu_event_t bad = fx->request[0];
+  bad.parts[0].type = TX2_A57;
+  assert_int_equal(em_pmu_new(&p, &bad, 1, &pid, &sys), -EINVAL);
+  bad = fx->request[0];
+  bad.n_parts = 2;
+  bad.parts[1] = bad.parts[0];
+  bad.parts[1].type = 10;
+  bad.parts[0].type = 10;
+  assert_int_equal(em_pmu_new(&p, &bad, 1, &pid, &sys), -EINVAL);
+  bad = fx->request[0];
+  bad.n_parts = EM_PMU_MAX_PARTS;
+  assert_int_equal(em_pmu_new(&p, &bad, 1, &pid, &sys), -EINVAL);
+  assert_int_equal(f->n_calls, 0);
+  free(f);
+  free(fx);
+}
+
+static void cpu_set_helpers(void **state) {
+  (void)state;
+  em_pmu_cpus_t set;
+  memset(&set, 0, sizeof(set));
+  assert_true(em_pmu_cpus_has(&set, 0)); /* Empty: every CPU. */
+  assert_true(em_pmu_cpus_has(&set, EM_PMU_MAX_CPUS + 5));
+  em_pmu_cpus_add(&set, 65);
+  em_pmu_cpus_add(&set, EM_PMU_MAX_CPUS); /* Out of range: ignored. */
+  em_pmu_cpus_add(NULL, 1);
+  assert_true(em_pmu_cpus_has(&set, 65));
+  assert_false(em_pmu_cpus_has(&set, 64));
+  assert_false(em_pmu_cpus_has(&set, 0));
+  assert_false(em_pmu_cpus_has(&set, EM_PMU_MAX_CPUS));
+  assert_false(em_pmu_cpus_has(NULL, 0));
+}
+
 /* ---- The Linux thread listing ---- */
 
 typedef struct {
@@ -2090,6 +2448,12 @@ int main(void) {
       cmocka_unit_test(failing_open_on_another_thread_stops_there_with_partial_counts),
       cmocka_unit_test(more_threads_than_the_cap_counts_the_cap_and_warns_once),
       cmocka_unit_test(event_absent_on_the_pid_is_not_tried_on_its_other_threads),
+      cmocka_unit_test(two_part_event_counts_on_both_pmus_and_scales_each_threads_parts_together),
+      cmocka_unit_test(cgroup_target_opens_each_part_on_its_pmus_cpus_and_sums_the_scaled_values),
+      cmocka_unit_test(one_part_refused_counts_on_the_other_and_says_which),
+      cmocka_unit_test(every_part_refused_is_absent_with_the_reason),
+      cmocka_unit_test(config1_and_config2_of_each_part_reach_perf_event_attr),
+      cmocka_unit_test(cpu_set_helpers),
       cmocka_unit_test(linux_list_threads_names_every_thread_and_counts_past_the_cap),
       cmocka_unit_test(real_default_list_software_counts_hardware_absent_with_reason),
       cmocka_unit_test(real_inherit_counts_thread_created_after_open),
