@@ -4,12 +4,16 @@
 #   build/normal  gcc, warnings as errors: unit, integration and interop tests
 #   build/asan    clang with AddressSanitizer + UndefinedBehaviorSanitizer: the same tests
 #                 plus the libFuzzer harnesses for EM_FUZZ_SECONDS each (default 60)
+# and a third, build/aarch64: the agent, the C client's tests and the unit tests cross-built
+# for aarch64 (boards/toolchains/), the unit tests run under qemu-aarch64 (scripts/lib/cross.sh).
 # Prints ctest's summary for each and exits non-zero when anything failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/common.sh
+source scripts/lib/cross.sh
 
 em_install_deps
+em_cross_install_deps
 
 fuzz_seconds=${EM_FUZZ_SECONDS:-60}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1:strict_string_checks=1}
@@ -44,9 +48,18 @@ fi
 run_suite asan -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DEDGEMON_WERROR=ON \
   -DEDGEMON_SANITIZE=ON -DEDGEMON_FUZZ=ON -DEM_FUZZ_SECONDS="$fuzz_seconds"
 
+run_cross() {
+  em_log "build/aarch64: cross build, unit tests under qemu-aarch64"
+  if ! em_cross_test build/aarch64; then
+    echo "build/aarch64: CROSS BUILD OR ITS TESTS FAILED" >&2
+    status=1
+  fi
+}
+run_cross
+
 if [ "$status" -ne 0 ]; then
   em_log "FAILED (see above)"
 else
-  em_log "all tests passed in both builds"
+  em_log "all tests passed in all three builds"
 fi
 exit "$status"

@@ -210,7 +210,7 @@ static void exposition_has_one_help_and_type_per_family_not_interleaved(void **s
   /* Counters end in _total; nothing else does. */
   for (size_t k = 0; k < n_types; k++) {
     char needle[160];
-    snprintf(needle, sizeof(needle), "# TYPE %s counter\n", types[k]);
+    snprintf(needle, sizeof(needle), "# TYPE %.127s counter\n", types[k]);
     bool is_counter = strstr(text, needle) != NULL;
     size_t n = strlen(types[k]);
     bool ends_total = n > 6 && strcmp(types[k] + n - 6, "_total") == 0;
