@@ -1307,6 +1307,9 @@ static void sensors_open(em_agent_t *a, const em_board_profile_t *board) {
       a->sensors_period_ns = bs->period_ns;
     }
   }
+  if (a->cfg.sensors_period_ns) {
+    a->sensors_period_ns = a->cfg.sensors_period_ns; /* [agent] sensors_period wins. */
+  }
   int rc = em_sensors_new(&a->sensors, a->cfg.sys_root, &so);
   if (rc) {
     EM_WARN("sensors: %s; none are read", strerror(-rc));

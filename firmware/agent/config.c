@@ -95,6 +95,7 @@ typedef enum {
   K_BOARD,
   K_PROC_ROOT,
   K_SYS_ROOT,
+  K_SENSORS_PERIOD,
   K_LOG_LEVEL,
   K_PID,
   K_PID_FILE,
@@ -660,6 +661,10 @@ static void set_duration(load_t *ld, const key_def_t *k, const char *value) {
   switch (k->id) {
   case K_SAMPLE_PERIOD:
     cfg->sample_period_ns = ns;
+    cfg->sample_period_set = true;
+    break;
+  case K_SENSORS_PERIOD:
+    cfg->sensors_period_ns = ns;
     break;
   case K_SYSTEM_PERIOD:
     cfg->system_period_ns = ns;
@@ -1552,6 +1557,7 @@ static const key_def_t keys[K_COUNT] = {
     {K_BOARD, SEC_AGENT, "board", set_board, 0, 0, "generic"},
     {K_PROC_ROOT, SEC_AGENT, "proc_root", set_proc_root, 0, 0, "/proc"},
     {K_SYS_ROOT, SEC_AGENT, "sys_root", set_proc_root, 0, 0, "/"},
+    {K_SENSORS_PERIOD, SEC_AGENT, "sensors_period", set_duration, 10 * NS_PER_MS, NS_PER_H, "1s"},
     {K_LOG_LEVEL, SEC_AGENT, "log_level", set_log_level, 0, 0, "info"},
     {K_PID, SEC_TARGET, "pid", set_target, 0, 0, "1234"},
     {K_PID_FILE, SEC_TARGET, "pid_file", set_target, 0, 0, "/run/inference.pid"},

@@ -99,6 +99,8 @@ typedef struct {
   char board[EM_CONFIG_MAX_ID];         /* Board profile name or "auto" (the default). */
   char proc_root[EM_CONFIG_MAX_PATH];   /* Default "/proc"; tests point it at fixtures. */
   char sys_root[EM_CONFIG_MAX_PATH];    /* Root of sensor and PMU event files; default "/". */
+  bool sample_period_set;               /* sample_period was in the file (else the board's). */
+  uint64_t sensors_period_ns;           /* Sensor cadence; 0 (default): the board profile's. */
   em_log_level_t log_level;             /* Default info. */
 
   /* [target] exactly one of these */

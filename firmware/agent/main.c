@@ -99,11 +99,23 @@ static void on_stop_bound(uv_timer_t *t) {
 }
 
 /*
- * What a board profile gives a config that did not say otherwise: its PMU events after the
- * generic defaults when the file has no [pmu] events, and a WARN temp_max rule when it has none
- * of its own.
+ * What a board profile gives a config that did not say otherwise: its sample period, its PMU
+ * events after the generic defaults when the file has no [pmu] events, and a WARN temp_max
+ * rule when it has none of its own. (Its sensors and their period go to em_agent_new.)
  */
 static void apply_profile(em_config_t *cfg, const em_board_profile_t *p) {
+  if (!cfg->sample_period_set && p->sample_period_ns &&
+      p->sample_period_ns != cfg->sample_period_ns) {
+    if (p->sample_period_ns <= cfg->window_ns) {
+      cfg->sample_period_ns = p->sample_period_ns;
+      EM_INFO("board: sample period %llu ms from the %s profile",
+              (unsigned long long)(p->sample_period_ns / 1000000u), p->name);
+    } else {
+      EM_WARN("board: the %s profile's sample period is longer than [degrade] window; kept %llu "
+              "ms",
+              p->name, (unsigned long long)(cfg->sample_period_ns / 1000000u));
+    }
+  }
   if (!cfg->events_set) { /* The generic defaults, then the profile's own, up to the limit. */
     size_t added = 0;
     for (size_t i = 0; i < p->n_events && cfg->n_events < EM_CONFIG_MAX_EVENTS; i++) {

@@ -961,6 +961,9 @@ static void check_spool_defaults(const em_config_t *cfg) {
   assert_int_equal(cfg->spool_sync_ns, 5000000000ull);
   assert_int_equal(cfg->replay_per_tick, 32);
   assert_int_equal(cfg->ack_timeout_ns, 10000000000ull);
+  assert_int_equal(cfg->sensors_period_ns, 0);
+  assert_false(cfg->sample_period_set);
+  assert_string_equal(cfg->sys_root, "/");
 }
 
 static void check_spool(const em_config_t *cfg) {
@@ -968,6 +971,12 @@ static void check_spool(const em_config_t *cfg) {
   assert_int_equal(cfg->spool_bytes, 64ull << 10);
   assert_int_equal(cfg->spool_sync_ns, 250000000ull);
   assert_int_equal(cfg->replay_per_tick, 500);
+}
+
+static void check_sensors_period(const em_config_t *cfg) {
+  assert_int_equal(cfg->sensors_period_ns, 250000000ull);
+  assert_true(cfg->sample_period_set);
+  assert_string_equal(cfg->sys_root, "/srv/board");
 }
 
 static void check_spool_off(const em_config_t *cfg) {
@@ -1116,6 +1125,9 @@ static void check_flow_budget(const em_config_t *cfg) {
 static const valid_case_t valid_cases[] = {
     {"no budget: degrade defaults", TARGET, check_degrade_defaults},
     {"spool defaults", TARGET, check_spool_defaults},
+    {"sensors period and sys_root",
+     "[agent]\nsensors_period = 250ms\nsample_period = 100ms\nsys_root = /srv/board\n" TARGET,
+     check_sensors_period},
     {"spool keys",
      "[spool]\npath = /data/edgemon.spool\nsize = 64KiB\nsync_interval = 250ms\n"
      "replay_per_tick = 500\n" TARGET,
