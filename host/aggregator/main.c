@@ -25,9 +25,11 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #ifndef EM_VERSION
@@ -47,6 +49,13 @@ typedef struct {
   uint64_t retention_s;
   uint64_t downsample_after_s;
   uint64_t downsample_step_s;
+  char tls_ca_file[MAX_TEXT];
+  char tls_ca_path[MAX_TEXT];
+  char tls_cert_file[MAX_TEXT];
+  char tls_key_file[MAX_TEXT];
+  bool tls_insecure;
+  char credentials_file[MAX_TEXT];
+  em_broker_credentials_t creds; /* Read from credentials_file once the options are known. */
 } agg_config_t;
 
 typedef struct {
@@ -83,6 +92,9 @@ static void usage(FILE *out) {
           "usage: edgemon-aggregator [--config FILE] [--broker URL] [--share-group NAME]\n"
           "                          [--client-id ID] [--db PATH] [--http HOST:PORT]\n"
           "                          [--batch-ms N] [--batch-rows N] [--retention DURATION]\n"
+          "                          [--tls-ca-file FILE|--tls-ca-path DIR]\n"
+          "                          [--tls-cert-file FILE --tls-key-file FILE] [--tls-insecure]\n"
+          "                          [--credentials-file FILE]\n"
           "                          [--check] [--version] [--help]\n"
           "\n"
           "Subscribes to edgemon/v1/+/# (or, with --share-group, shares the data messages with\n"
@@ -93,7 +105,8 @@ static void usage(FILE *out) {
           "  --config FILE        INI file, section [aggregator], keys as the flags below with\n"
           "                       '_' for '-' (share_group, batch_ms, ...), plus\n"
           "                       downsample_after and downsample_step; flags win over it\n"
-          "  --broker URL         mqtt://HOST[:PORT] (default " EM_BROKER_DEFAULT_URL ")\n"
+          "  --broker URL         mqtt://HOST[:PORT], or mqtts://HOST[:PORT] for TLS (port\n"
+          "                       8883) (default " EM_BROKER_DEFAULT_URL ")\n"
           "  --share-group NAME   join this MQTT v5 share group (several aggregators split the\n"
           "                       data load); per-device loss is not computed then\n"
           "  --client-id ID       MQTT client id (default: edgemon-aggregator-<pid>-<random>)\n"
@@ -104,6 +117,16 @@ static void usage(FILE *out) {
           "  --retention D        delete history older than D (e.g. 7d, 12h; default 7d; 0 keeps\n"
           "                       all); samples older than downsample_after (default 1d) are\n"
           "                       averaged to one per downsample_step (default 1m)\n"
+          "  --tls-ca-file FILE   mqtts://: CA certificates (PEM) that verify the broker\n"
+          "  --tls-ca-path DIR    mqtts://: a directory of CA certificates (c_rehash); with\n"
+          "                       neither, the system's CA certificates\n"
+          "  --tls-cert-file FILE mqtts://: client certificate (PEM), with --tls-key-file\n"
+          "  --tls-key-file FILE  mqtts://: its private key (PEM, not encrypted)\n"
+          "  --tls-insecure       mqtts://: do not match the broker's host name with its\n"
+          "                       certificate (testing only); INI: tls_insecure = true\n"
+          "  --credentials-file F MQTT username and password: lines 'username = NAME' and\n"
+          "                       'password = SECRET', as the agent's credentials_file;\n"
+          "                       refused when group or others can access it (chmod 600)\n"
           "  --check              validate the configuration and exit\n"
           "\n"
           "Exit: 0 after SIGTERM/SIGINT (the last batch committed, the store closed); 1 a\n"
@@ -166,7 +189,7 @@ static const char *set_key(agg_config_t *c, const char *key, const char *value) 
   if (strcmp(key, "broker") == 0) {
     em_broker_url_t u;
     if (em_broker_parse_url(value, &u, NULL, 0) != 0) {
-      return "wants mqtt://HOST[:PORT]";
+      return "wants mqtt://HOST[:PORT] or mqtts://HOST[:PORT]";
     }
     return copy_text(c->broker, sizeof(c->broker), value) ? NULL : "is too long";
   }
@@ -186,6 +209,32 @@ static const char *set_key(agg_config_t *c, const char *key, const char *value) 
     return *value && strchr(value, ':') && copy_text(c->http, sizeof(c->http), value)
                ? NULL
                : "wants HOST:PORT, e.g. 127.0.0.1:9108";
+  }
+  static const struct {
+    const char *key;
+    size_t off;
+  } paths[] = {
+      {"tls_ca_file", offsetof(agg_config_t, tls_ca_file)},
+      {"tls_ca_path", offsetof(agg_config_t, tls_ca_path)},
+      {"tls_cert_file", offsetof(agg_config_t, tls_cert_file)},
+      {"tls_key_file", offsetof(agg_config_t, tls_key_file)},
+      {"credentials_file", offsetof(agg_config_t, credentials_file)},
+  };
+  for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+    if (strcmp(key, paths[i].key) == 0) {
+      return *value && copy_text((char *)c + paths[i].off, MAX_TEXT, value) ? NULL : "wants a path";
+    }
+  }
+  if (strcmp(key, "tls_insecure") == 0) {
+    static const char *const yes[] = {"true", "yes", "on", "1"};
+    static const char *const no[] = {"false", "no", "off", "0"};
+    for (size_t i = 0; i < 4; i++) {
+      if (strcasecmp(value, yes[i]) == 0 || strcasecmp(value, no[i]) == 0) {
+        c->tls_insecure = strcasecmp(value, yes[i]) == 0;
+        return NULL;
+      }
+    }
+    return "wants true or false";
   }
   if (strcmp(key, "batch_ms") == 0) {
     return parse_uint(value, 1, 60000, &c->batch_ms) ? NULL : "wants 1 to 60000";
@@ -293,6 +342,13 @@ static int connect_and_subscribe(agg_t *a) {
       .client_prefix = "edgemon-aggregator",
       .client_id = a->cfg.client_id[0] ? a->cfg.client_id : NULL,
       .mqtt5 = a->cfg.share_group[0] != '\0',
+      .tls_ca_file = a->cfg.tls_ca_file,
+      .tls_ca_path = a->cfg.tls_ca_path,
+      .tls_cert_file = a->cfg.tls_cert_file,
+      .tls_key_file = a->cfg.tls_key_file,
+      .tls_insecure = a->cfg.tls_insecure,
+      .username = a->cfg.creds.username[0] ? a->cfg.creds.username : NULL,
+      .password = a->cfg.creds.password[0] ? a->cfg.creds.password : NULL,
   };
   int rc = em_broker_connect_opts(&a->broker, a->cfg.broker, &opts, on_message, a, 5.0, err,
                                   sizeof(err));
@@ -391,6 +447,36 @@ static int run(agg_t *a) {
   return 0;
 }
 
+/* Reads credentials_file and checks the TLS and login settings against the broker URL.
+ * Returns 0, or -1 with the reason printed. */
+static int security_check(agg_config_t *c) {
+  char err[512] = "";
+  em_broker_url_t u;
+  if (em_broker_parse_url(c->broker, &u, err, sizeof(err)) != 0) {
+    fprintf(stderr, "edgemon-aggregator: %s\n", err);
+    return -1;
+  }
+  if (c->credentials_file[0] &&
+      em_broker_read_credentials(c->credentials_file, &c->creds, err, sizeof(err)) != 0) {
+    fprintf(stderr, "edgemon-aggregator: credentials_file: %s\n", err);
+    return -1;
+  }
+  em_broker_opts_t o = {
+      .tls_ca_file = c->tls_ca_file,
+      .tls_ca_path = c->tls_ca_path,
+      .tls_cert_file = c->tls_cert_file,
+      .tls_key_file = c->tls_key_file,
+      .tls_insecure = c->tls_insecure,
+      .username = c->creds.username,
+      .password = c->creds.password,
+  };
+  if (em_broker_check_opts(&u, &o, err, sizeof(err)) != 0) {
+    fprintf(stderr, "edgemon-aggregator: %s\n", err);
+    return -1;
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   static const struct option opts[] = {
       {"config", required_argument, NULL, 'c'},
@@ -402,14 +488,25 @@ int main(int argc, char **argv) {
       {"batch-ms", required_argument, NULL, 'm'},
       {"batch-rows", required_argument, NULL, 'r'},
       {"retention", required_argument, NULL, 'R'},
+      {"tls-ca-file", required_argument, NULL, 'A'},
+      {"tls-ca-path", required_argument, NULL, 'P'},
+      {"tls-cert-file", required_argument, NULL, 'T'},
+      {"tls-key-file", required_argument, NULL, 'K'},
+      {"tls-insecure", no_argument, NULL, 'I'},
+      {"credentials-file", required_argument, NULL, 'U'},
       {"check", no_argument, NULL, 'k'},
       {"version", no_argument, NULL, 'V'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
   static const char *const keys[128] = {
-      ['b'] = "broker", ['g'] = "share_group", ['i'] = "client_id",  ['d'] = "db",
-      ['H'] = "http",   ['m'] = "batch_ms",    ['r'] = "batch_rows", ['R'] = "retention",
+      ['b'] = "broker",        ['g'] = "share_group",
+      ['i'] = "client_id",     ['d'] = "db",
+      ['H'] = "http",          ['m'] = "batch_ms",
+      ['r'] = "batch_rows",    ['R'] = "retention",
+      ['A'] = "tls_ca_file",   ['P'] = "tls_ca_path",
+      ['T'] = "tls_cert_file", ['K'] = "tls_key_file",
+      ['I'] = "tls_insecure",  ['U'] = "credentials_file",
   };
   agg_t a = {.cfg = {.broker = EM_BROKER_DEFAULT_URL,
                      .db = "edgemon.db",
@@ -438,6 +535,8 @@ int main(int argc, char **argv) {
     } else if (c == 'h') {
       usage(stdout);
       return 0;
+    } else if (c == 'I') {
+      flag_value[c] = "true"; /* --tls-insecure takes no value. */
     } else if (c > 0 && c < 128 && keys[c]) {
       flag_value[c] = optarg;
     } else {
@@ -473,6 +572,9 @@ int main(int argc, char **argv) {
       fprintf(stderr, "edgemon-aggregator: --%s '%s' %s\n", keys[c], flag_value[c], why);
       return 2;
     }
+  }
+  if (security_check(&a.cfg) != 0) {
+    return 2;
   }
   if (check) {
     printf("configuration ok: broker %s, db %s, http %s%s%s\n", a.cfg.broker, a.cfg.db, a.cfg.http,

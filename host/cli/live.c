@@ -16,7 +16,71 @@
 /* Characters that make --device a glob (or that MQTT gives a meaning in a topic filter). */
 #define GLOB_CHARS "*?[\\+#"
 
+int em_cli_conn_option(em_cli_conn_t *c, int code, const char *arg) {
+  switch (code) {
+  case EM_CLI_O_CAFILE:
+    c->ca_file = arg;
+    return EM_CLI_OK;
+  case EM_CLI_O_CAPATH:
+    c->ca_path = arg;
+    return EM_CLI_OK;
+  case EM_CLI_O_CERT:
+    c->cert_file = arg;
+    return EM_CLI_OK;
+  case EM_CLI_O_KEY:
+    c->key_file = arg;
+    return EM_CLI_OK;
+  case EM_CLI_O_CREDENTIALS:
+    c->credentials_file = arg;
+    return EM_CLI_OK;
+  case EM_CLI_O_INSECURE:
+    c->insecure = true;
+    return EM_CLI_OK;
+  default:
+    return -1;
+  }
+}
+
+em_broker_opts_t em_cli_conn_opts(const em_cli_conn_t *c, const char *client_prefix) {
+  em_broker_opts_t o = {
+      .client_prefix = client_prefix,
+      .tls_ca_file = c->ca_file,
+      .tls_ca_path = c->ca_path,
+      .tls_cert_file = c->cert_file,
+      .tls_key_file = c->key_file,
+      .tls_insecure = c->insecure,
+      .username = c->creds.username[0] ? c->creds.username : NULL,
+      .password = c->creds.password[0] ? c->creds.password : NULL,
+  };
+  return o;
+}
+
+int em_cli_conn_check(em_cli_conn_t *c, const char *cmd, const char *url) {
+  char err[512];
+  em_broker_url_t u;
+  if (em_broker_parse_url(url, &u, err, sizeof(err)) != 0) {
+    return em_cli_usage_error(cmd, "%s", err);
+  }
+  if (c->credentials_file &&
+      em_broker_read_credentials(c->credentials_file, &c->creds, err, sizeof(err)) != 0) {
+    return em_cli_usage_error(cmd, "--credentials: %s", err);
+  }
+  em_broker_opts_t o = em_cli_conn_opts(c, NULL);
+  if (em_broker_check_opts(&u, &o, err, sizeof(err)) != 0) {
+    em_cli_conn_forget(c);
+    return em_cli_usage_error(cmd, "%s", err);
+  }
+  return EM_CLI_OK;
+}
+
+void em_cli_conn_forget(em_cli_conn_t *c) {
+  memset(&c->creds, 0, sizeof(c->creds));
+}
+
 int em_cli_live_option(em_cli_live_t *l, int c, const char *arg) {
+  if (em_cli_conn_option(&l->conn, c, arg) == EM_CLI_OK) {
+    return EM_CLI_OK;
+  }
   switch (c) {
   case 'b':
     l->url = arg;
@@ -60,7 +124,7 @@ int em_cli_live_check(em_cli_live_t *l, int argc, char **argv) {
   if (em_broker_parse_url(l->url, &parsed, err, sizeof(err)) != 0) {
     return em_cli_usage_error(l->cmd, "%s", err);
   }
-  return EM_CLI_OK;
+  return em_cli_conn_check(&l->conn, l->cmd, l->url);
 }
 
 bool em_cli_live_wants(const em_cli_live_t *l, const char *id) {
@@ -71,7 +135,10 @@ int em_cli_live_connect(em_cli_live_t *l, em_broker_msg_fn on_message, void *ctx
   char prefix[32];
   char err[512] = "";
   snprintf(prefix, sizeof(prefix), "edgemon-cli-%s", l->cmd);
-  int rc = em_broker_connect(&l->broker, l->url, prefix, on_message, ctx, 5.0, err, sizeof(err));
+  em_broker_opts_t opts = em_cli_conn_opts(&l->conn, prefix);
+  int rc =
+      em_broker_connect_opts(&l->broker, l->url, &opts, on_message, ctx, 5.0, err, sizeof(err));
+  em_cli_conn_forget(&l->conn);
   if (rc != 0) {
     em_cli_error(l->cmd, "%s", err[0] ? err : strerror(-rc));
     return EM_CLI_BROKER;

@@ -50,28 +50,27 @@ typedef struct {
 } record_t;
 
 static void record_usage(FILE *out) {
-  fprintf(
-      out,
-      "usage: edgemon-cli record --out FILE [--broker URL] [--device ID|GLOB]\n"
-      "                          [--duration S] [--count N]\n"
-      "\n"
-      "Saves every message the broker delivers under edgemon/v1/ to a recording file:\n"
-      "topic, receive time (CLOCK_REALTIME), retained flag and payload, bytes untouched.\n"
-      "The format is documented in host/RECORDING.md.\n"
-      "\n"
-      "  --out FILE       the recording to create (replaced if it exists; - for stdout)\n"
-      "  --broker URL     mqtt://HOST[:PORT] (default $EDGEMON_BROKER, else " EM_BROKER_DEFAULT_URL
-      ")\n"
-      "  --device ID|GLOB one device, or those whose id matches a shell glob (orin-*)\n"
-      "  --duration S     stop after S seconds\n"
-      "  --count N        stop after N data messages\n"
-      "\n"
-      "Without --duration or --count it records until SIGINT or SIGTERM. The file is\n"
-      "flushed every second, so a recorder that is killed leaves a usable recording.\n"
-      "A summary (messages, bytes, devices) goes to stderr.\n"
-      "\n"
-      "Exit: 0 done; 2 bad arguments; 3 broker unreachable or connection lost; 4 the file\n"
-      "cannot be created or written.\n");
+  fprintf(out,
+          "usage: edgemon-cli record --out FILE [--broker URL] [--device ID|GLOB]\n"
+          "                          [--duration S] [--count N]\n"
+          "                          [--cafile FILE|--capath DIR] [--cert FILE --key FILE]\n"
+          "                          [--insecure] [--credentials FILE]\n"
+          "\n"
+          "Saves every message the broker delivers under edgemon/v1/ to a recording file:\n"
+          "topic, receive time (CLOCK_REALTIME), retained flag and payload, bytes untouched.\n"
+          "The format is documented in host/RECORDING.md.\n"
+          "\n"
+          "  --out FILE       the recording to create (replaced if it exists; - for "
+          "stdout)\n" EM_CLI_USAGE_BROKER
+          "  --device ID|GLOB one device, or those whose id matches a shell glob (orin-*)\n"
+          "  --duration S     stop after S seconds\n"
+          "  --count N        stop after N data messages\n" EM_CLI_USAGE_CONN "\n"
+          "Without --duration or --count it records until SIGINT or SIGTERM. The file is\n"
+          "flushed every second, so a recorder that is killed leaves a usable recording.\n"
+          "A summary (messages, bytes, devices) goes to stderr.\n"
+          "\n"
+          "Exit: 0 done; 2 bad arguments; 3 broker unreachable or connection lost; 4 the file\n"
+          "cannot be created or written.\n");
 }
 
 /* Remembers a device id for the summary. */
@@ -138,6 +137,7 @@ int em_cli_record(int argc, char **argv) {
       EM_CLI_OPT_DEVICE,
       EM_CLI_OPT_COUNT,
       EM_CLI_OPT_DURATION,
+      EM_CLI_OPTS_CONN,
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -232,17 +232,19 @@ out:
 static void replay_usage(FILE *out) {
   fprintf(out,
           "usage: edgemon-cli replay FILE [--broker URL] [--rate X] [--loop]\n"
+          "                          [--cafile FILE|--capath DIR] [--cert FILE --key FILE]\n"
+          "                          [--insecure] [--credentials FILE]\n"
           "\n"
           "Publishes every message of a recording (see host/RECORDING.md) again to its topic,\n"
           "with QoS 1. Birth, state and status messages are published retained, as the agent\n"
           "publishes them; data and everything else are not.\n"
           "\n"
-          "  --broker URL  mqtt://HOST[:PORT] (default $EDGEMON_BROKER, else " EM_BROKER_DEFAULT_URL
-          ")\n"
+          "  --broker URL  mqtt://HOST[:PORT], or mqtts://HOST[:PORT] for TLS (port 8883)\n"
+          "                (default $EDGEMON_BROKER, else " EM_BROKER_DEFAULT_URL ")\n"
           "  --rate X      pace: the recorded gaps between messages divided by X (default 1,\n"
           "                the original pace; 2 twice as fast; 0 as fast as possible)\n"
           "  --loop        start again from the beginning at the end, until interrupted\n"
-          "\n"
+          "TLS and login (as for record):\n" EM_CLI_USAGE_CONN "\n"
           "A recording that is truncated or corrupt is published up to the damaged record,\n"
           "then replay names the file and the record's byte offset. A summary goes to stderr.\n"
           "\n"
@@ -355,14 +357,13 @@ static int replay_pass(replay_t *p, em_rec_reader_t *reader, uint64_t *records) 
 
 int em_cli_replay(int argc, char **argv) {
   static const struct option opts[] = {
-      {"broker", required_argument, NULL, 'b'},
-      {"rate", required_argument, NULL, 'r'},
-      {"loop", no_argument, NULL, 'l'},
-      {"help", no_argument, NULL, 'h'},
-      {NULL, 0, NULL, 0},
+      {"broker", required_argument, NULL, 'b'}, {"rate", required_argument, NULL, 'r'},
+      {"loop", no_argument, NULL, 'l'},         EM_CLI_OPTS_CONN,
+      {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
   };
   replay_t p = {.rate = 1.0};
   const char *url = NULL;
+  em_cli_conn_t conn = {0};
   bool loop = false;
   optind = 1;
   opterr = 0;
@@ -387,6 +388,9 @@ int em_cli_replay(int argc, char **argv) {
       replay_usage(stdout);
       return EM_CLI_OK;
     default:
+      if (em_cli_conn_option(&conn, c, optarg) == EM_CLI_OK) {
+        break;
+      }
       return em_cli_bad_option("replay", argv);
     }
   }
@@ -406,14 +410,20 @@ int em_cli_replay(int argc, char **argv) {
   if (loop && strcmp(p.path, "-") == 0) {
     return em_cli_usage_error("replay", "--loop needs a file, not standard input");
   }
+  if (em_cli_conn_check(&conn, "replay", url) != EM_CLI_OK) {
+    return EM_CLI_USAGE;
+  }
   /* Open the file before connecting: a missing or foreign file publishes nothing. */
   em_rec_reader_t *reader = NULL;
   int rc = em_rec_reader_new(&reader, p.path);
   if (rc != 0) {
     em_cli_error("replay", "%s: %s", p.path, em_rec_strerror(rc));
+    em_cli_conn_forget(&conn);
     return EM_CLI_INPUT;
   }
-  rc = em_broker_connect(&p.broker, url, "edgemon-cli-replay", NULL, NULL, 5.0, err, sizeof(err));
+  em_broker_opts_t bopts = em_cli_conn_opts(&conn, "edgemon-cli-replay");
+  rc = em_broker_connect_opts(&p.broker, url, &bopts, NULL, NULL, 5.0, err, sizeof(err));
+  em_cli_conn_forget(&conn);
   if (rc != 0) {
     em_cli_error("replay", "%s", err[0] ? err : strerror(-rc));
     em_rec_reader_free(reader);

@@ -34,24 +34,24 @@ static void usage(FILE *out) {
       out,
       "usage: edgemon-cli status [--broker URL] [--device ID|GLOB] [--json] [--wait S]\n"
       "                          [--color auto|always|never]\n"
+      "                          [--cafile FILE|--capath DIR] [--cert FILE --key FILE]\n"
+      "                          [--insecure] [--credentials FILE]\n"
       "\n"
       "One row per device known to the broker, from its retained status, birth and state:\n"
       "  DEVICE ONLINE LEVEL AGENT BOARD LAST_SEEN REASON\n"
       "then live data for --wait seconds (default 1) refreshes LAST_SEEN and LEVEL of the\n"
       "devices that are publishing. A field the broker holds nothing for is '-'.\n"
-      "\n"
-      "  --broker URL     mqtt://HOST[:PORT] (default $EDGEMON_BROKER, else " EM_BROKER_DEFAULT_URL
-      ")\n"
-      "  --device ID|GLOB only devices whose id matches (shell glob)\n"
+      "\n" EM_CLI_USAGE_BROKER "  --device ID|GLOB only devices whose id matches (shell glob)\n"
       "  --json           {\"devices\":[{\"device\",\"online\",\"level\",\"reason\","
       "\"agent_version\",\n"
       "                   \"board\",\"session\",\"last_seen_ns\",\"last_seen_age_s\"}]}, null "
       "where unknown\n"
       "  --wait S         seconds of live data to listen to after the retained messages\n"
       "                   (0: retained messages only)\n"
-      "  --color WHEN     auto (on a terminal, unless $NO_COLOR), always, never\n"
+      "  --color WHEN     auto (on a terminal, unless $NO_COLOR), always, never\n" EM_CLI_USAGE_CONN
       "\n"
-      "Exit: 0 (also with no devices); 2 bad arguments; 3 broker unreachable.\n");
+      "Exit: 0 (also with no devices); 2 bad arguments; 3 broker unreachable, TLS handshake\n"
+      "failed, or the broker refused the login.\n");
 }
 
 static void on_message(void *ctx, const char *topic, const uint8_t *payload, size_t len,
@@ -141,6 +141,7 @@ int em_cli_status(int argc, char **argv) {
       {"json", no_argument, NULL, 'j'},
       {"wait", required_argument, NULL, 'w'},
       EM_CLI_OPT_COLOR,
+      EM_CLI_OPTS_CONN,
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };

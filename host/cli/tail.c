@@ -40,34 +40,32 @@ typedef struct {
 } tail_t;
 
 static void usage(FILE *out) {
-  fprintf(
-      out,
-      "usage: edgemon-cli tail [--broker URL] [--device ID|GLOB] [--json] [--count N]\n"
-      "                        [--duration S] [--color auto|always|never]\n"
-      "\n"
-      "Shows the data and level changes of the devices on a broker, live.\n"
-      "\n"
-      "  --broker URL     mqtt://HOST[:PORT] (default $EDGEMON_BROKER, else " EM_BROKER_DEFAULT_URL
-      ")\n"
-      "  --device ID|GLOB one device, or those whose id matches a shell glob (orin-*)\n"
-      "  --json           one JSON object per message (NDJSON), values by metric name\n"
-      "  --count N        stop after N data and state messages\n"
-      "  --duration S     stop after S seconds (default: run until interrupted)\n"
-      "  --color WHEN     colour the levels: auto (on a terminal, unless $NO_COLOR), always,\n"
-      "                   never\n"
-      "\n"
-      "Human mode: one line per device per data message:\n"
-      "  TIME DEVICE LEVEL IPC MISS%% RSS_MiB PSI_CPU PSI_MEM  STAGE p50/p99/max ms n=COUNT\n"
-      "and `budget p99<=40` after a stage that has a percentile budget (`!` when over it).\n"
-      "A figure the device cannot measure is '-', never 0. A level change prints as its own\n"
-      "line with the rule and reason. Aliases are named from the device's retained birth;\n"
-      "data from a session without a birth makes tail ask the device for a rebirth.\n"
-      "\n"
-      "Messages that do not decode are counted (summary on stderr) and, with --json,\n"
-      "printed as {\"device\",\"topic\",\"error\",\"offset\"} objects.\n"
-      "\n"
-      "Exit: 0 when stopped by --count, --duration or a signal; 2 bad arguments; 3 broker\n"
-      "unreachable or connection lost.\n");
+  fprintf(out,
+          "usage: edgemon-cli tail [--broker URL] [--device ID|GLOB] [--json] [--count N]\n"
+          "                        [--duration S] [--color auto|always|never]\n"
+          "                        [--cafile FILE|--capath DIR] [--cert FILE --key FILE]\n"
+          "                        [--insecure] [--credentials FILE]\n"
+          "\n"
+          "Shows the data and level changes of the devices on a broker, live.\n"
+          "\n" EM_CLI_USAGE_BROKER
+          "  --device ID|GLOB one device, or those whose id matches a shell glob (orin-*)\n"
+          "  --json           one JSON object per message (NDJSON), values by metric name\n"
+          "  --count N        stop after N data and state messages\n"
+          "  --duration S     stop after S seconds (default: run until interrupted)\n"
+          "  --color WHEN     colour the levels: auto (on a terminal, unless $NO_COLOR), always,\n"
+          "                   never\n" EM_CLI_USAGE_CONN "\n"
+          "Human mode: one line per device per data message:\n"
+          "  TIME DEVICE LEVEL IPC MISS%% RSS_MiB PSI_CPU PSI_MEM  STAGE p50/p99/max ms n=COUNT\n"
+          "and `budget p99<=40` after a stage that has a percentile budget (`!` when over it).\n"
+          "A figure the device cannot measure is '-', never 0. A level change prints as its own\n"
+          "line with the rule and reason. Aliases are named from the device's retained birth;\n"
+          "data from a session without a birth makes tail ask the device for a rebirth.\n"
+          "\n"
+          "Messages that do not decode are counted (summary on stderr) and, with --json,\n"
+          "printed as {\"device\",\"topic\",\"error\",\"offset\"} objects.\n"
+          "\n"
+          "Exit: 0 when stopped by --count, --duration or a signal; 2 bad arguments; 3 broker\n"
+          "unreachable or connection lost.\n");
 }
 
 /* Reads the named metric of a data message as a double; false when absent or unknown. */
@@ -400,6 +398,7 @@ int em_cli_tail(int argc, char **argv) {
       EM_CLI_OPT_DURATION,
       {"json", no_argument, NULL, 'j'},
       EM_CLI_OPT_COLOR,
+      EM_CLI_OPTS_CONN,
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };

@@ -10,16 +10,27 @@
  *
  * em_broker_sync() relies on MQTT's ordering: the broker queues the retained messages of a
  * subscription when it handles the SUBSCRIBE, so a message published by this session after
- * the SUBACK, on a topic it subscribed to, reaches it after all of them.
+ * the SUBACK, on a topic it subscribed to, reaches it after all of them. The marker topic is
+ * edgemon/v1/~sync/cmd/<client id>, one that the broker's ACL lets the host both read and write
+ * (firmware/mosquitto/edgemon.acl: read edgemon/v1/#, write edgemon/v1/+/cmd/#; mosquitto
+ * applies an ACL to deliveries rather than refusing the SUBSCRIBE, so a topic outside it would
+ * just never come back). '~' is not allowed in a device id, so no agent listens there, and the
+ * host tools skip cmd/ topics.
+ *
+ * TLS (mqtts://) is libmosquitto's: the handshake runs inside mosquitto_loop() while
+ * connecting, and OpenSSL's reason for a failure reaches us only through libmosquitto's log
+ * callback, which keeps the last error line for the message.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "broker.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <mosquitto.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -39,7 +50,11 @@ struct em_broker {
   uint32_t sync_seen; /* ... and received back. */
   uint64_t in_flight; /* QoS 1 publishes not yet acknowledged. */
   uint64_t received;
+  char last_log_error[256]; /* libmosquitto's last error line (OpenSSL's reason), "" if none. */
 };
+
+/* Largest credentials file read (as the agent's). */
+#define CRED_MAX_BYTES 4096
 
 static uint64_t mono_ms(void) {
   struct timespec ts;
@@ -48,21 +63,19 @@ static uint64_t mono_ms(void) {
 }
 
 int em_broker_parse_url(const char *url, em_broker_url_t *out, char *err, size_t err_cap) {
-  static const char scheme[] = "mqtt://";
+  static const char plain[] = "mqtt://";
+  static const char secure[] = "mqtts://";
   const char *why = NULL;
   if (!url || !out) {
     why = "no URL";
     goto bad;
   }
-  if (strncmp(url, "mqtts://", 8) == 0) {
-    why = "uses TLS (mqtts://), which edgemon-cli does not support yet; use mqtt://HOST[:PORT]";
+  bool tls = strncmp(url, secure, sizeof(secure) - 1) == 0;
+  if (!tls && strncmp(url, plain, sizeof(plain) - 1) != 0) {
+    why = "must look like mqtt://HOST[:PORT] or mqtts://HOST[:PORT], e.g. mqtt://127.0.0.1:1883";
     goto bad;
   }
-  if (strncmp(url, scheme, sizeof(scheme) - 1) != 0) {
-    why = "must look like mqtt://HOST[:PORT], e.g. mqtt://127.0.0.1:1883";
-    goto bad;
-  }
-  const char *host = url + sizeof(scheme) - 1;
+  const char *host = url + (tls ? sizeof(secure) : sizeof(plain)) - 1;
   const char *host_end;
   const char *rest;
   if (*host == '[') {
@@ -82,7 +95,7 @@ int em_broker_parse_url(const char *url, em_broker_url_t *out, char *err, size_t
     why = host_len == 0 ? "has no host" : "has a host name that is too long";
     goto bad;
   }
-  unsigned long port = 1883;
+  unsigned long port = tls ? 8883 : 1883;
   if (*rest == ':') {
     char *end = NULL;
     errno = 0;
@@ -97,18 +110,232 @@ int em_broker_parse_url(const char *url, em_broker_url_t *out, char *err, size_t
     rest++;
   }
   if (*rest != '\0') {
-    why = "has something after the port; use mqtt://HOST[:PORT]";
+    why = "has something after the port; use mqtt://HOST[:PORT] or mqtts://HOST[:PORT]";
     goto bad;
   }
   memcpy(out->host, host, host_len);
   out->host[host_len] = '\0';
   out->port = (uint16_t)port;
+  out->tls = tls;
   return 0;
 bad:
   if (err && err_cap > 0) {
     snprintf(err, err_cap, "broker URL '%s' %s", url ? url : "", why);
   }
   return -EINVAL;
+}
+
+static bool given(const char *s) {
+  return s && *s;
+}
+
+/* Sets err to "what 'path' cannot be read: reason" when path is given and unreadable. */
+static bool readable(const char *what, const char *path, char *err, size_t err_cap) {
+  if (!given(path) || access(path, R_OK) == 0) {
+    return true;
+  }
+  if (err && err_cap > 0) {
+    snprintf(err, err_cap, "%s '%s' cannot be read: %s", what, path, strerror(errno));
+  }
+  return false;
+}
+
+int em_broker_check_opts(const em_broker_url_t *url, const em_broker_opts_t *o, char *err,
+                         size_t err_cap) {
+  const char *why = NULL;
+  if (!url || !o) {
+    return 0;
+  }
+  bool any_tls = given(o->tls_ca_file) || given(o->tls_ca_path) || given(o->tls_cert_file) ||
+                 given(o->tls_key_file) || o->tls_insecure;
+  if (any_tls && !url->tls) {
+    why = "TLS options are set but the broker URL is not TLS; use mqtts://HOST[:PORT]";
+  } else if (given(o->tls_cert_file) != given(o->tls_key_file)) {
+    why = given(o->tls_cert_file) ? "a client certificate needs its private key (key file)"
+                                  : "a private key needs its client certificate (cert file)";
+  } else if (given(o->password) && !given(o->username)) {
+    why = "a password needs a username";
+  }
+  if (why) {
+    if (err && err_cap > 0) {
+      snprintf(err, err_cap, "%s", why);
+    }
+    return -EINVAL;
+  }
+  if (!readable("CA file", o->tls_ca_file, err, err_cap) ||
+      !readable("CA directory", o->tls_ca_path, err, err_cap) ||
+      !readable("client certificate", o->tls_cert_file, err, err_cap) ||
+      !readable("private key", o->tls_key_file, err, err_cap)) {
+    return -EINVAL;
+  }
+  return 0;
+}
+
+/* ---- credentials file ------------------------------------------------------------------- */
+
+static char *trim(char *s) {
+  while (*s == ' ' || *s == '\t' || *s == '\r') {
+    s++;
+  }
+  size_t n = strlen(s);
+  while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r')) {
+    s[--n] = '\0';
+  }
+  return s;
+}
+
+/* Reads the whole (small) file behind fd into buf[0..CRED_MAX_BYTES], NUL-terminated. */
+static int read_small(int fd, char *buf, size_t *len) {
+  size_t n = 0;
+  for (;;) {
+    ssize_t r = read(fd, buf + n, CRED_MAX_BYTES + 1 - n);
+    if (r < 0 && errno == EINTR) {
+      continue;
+    }
+    if (r < 0) {
+      return -errno;
+    }
+    if (r == 0) {
+      break;
+    }
+    n += (size_t)r;
+    if (n > CRED_MAX_BYTES) {
+      return -EFBIG;
+    }
+  }
+  buf[n] = '\0';
+  *len = n;
+  return 0;
+}
+
+/* Parses the text of a credentials file into out. Returns 0 or -EINVAL with err set. */
+static int parse_credentials(char *text, const char *path, em_broker_credentials_t *out, char *err,
+                             size_t err_cap) {
+  int user_line = 0;
+  int pass_line = 0;
+  int n = 0;
+  for (char *p = text; *p != '\0';) {
+    char *nl = strchr(p, '\n');
+    char *next = nl ? nl + 1 : p + strlen(p);
+    if (nl) {
+      *nl = '\0';
+    }
+    n++;
+    char *line = trim(p);
+    p = next;
+    if (line[0] == '\0' || line[0] == '#' || line[0] == ';') {
+      continue;
+    }
+    char *eq = strchr(line, '=');
+    if (!eq) {
+      snprintf(err, err_cap,
+               "credentials file '%s' line %d: expected 'username = NAME' or "
+               "'password = SECRET'",
+               path, n);
+      return -EINVAL;
+    }
+    *eq = '\0';
+    const char *name = trim(line);
+    const char *value = trim(eq + 1);
+    bool is_user = strcmp(name, "username") == 0;
+    if (!is_user && strcmp(name, "password") != 0) {
+      snprintf(err, err_cap,
+               "credentials file '%s' line %d: unknown key '%.40s'; use username "
+               "and password",
+               path, n, name);
+      return -EINVAL;
+    }
+    int *seen = is_user ? &user_line : &pass_line;
+    if (*seen) {
+      snprintf(err, err_cap, "credentials file '%s' line %d: duplicate %s (first on line %d)", path,
+               n, name, *seen);
+      return -EINVAL;
+    }
+    if (value[0] == '\0' || strlen(value) >= EM_BROKER_MAX_SECRET) {
+      snprintf(err, err_cap, "credentials file '%s' line %d: %s %s", path, n, name,
+               value[0] ? "is longer than 127 characters" : "is empty");
+      return -EINVAL;
+    }
+    *seen = n;
+    memcpy(is_user ? out->username : out->password, value, strlen(value) + 1);
+  }
+  if (!user_line) {
+    snprintf(err, err_cap,
+             "credentials file '%s' names no username; add a line "
+             "'username = NAME'",
+             path);
+    return -EINVAL;
+  }
+  return 0;
+}
+
+int em_broker_read_credentials(const char *path, em_broker_credentials_t *out, char *err,
+                               size_t err_cap) {
+  char scratch[8];
+  if (!err || err_cap == 0) {
+    err = scratch;
+    err_cap = sizeof(scratch);
+  }
+  err[0] = '\0';
+  if (!path || !out) {
+    snprintf(err, err_cap, "no credentials file");
+    return -EINVAL;
+  }
+  memset(out, 0, sizeof(*out));
+  /* O_NONBLOCK: a FIFO must not hang the open; it is refused below. */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    int e = errno;
+    snprintf(err, err_cap, "credentials file '%s' cannot be opened: %s", path, strerror(e));
+    return -e;
+  }
+  struct stat st;
+  int rc = 0;
+  if (fstat(fd, &st) != 0) {
+    rc = -errno;
+    snprintf(err, err_cap, "credentials file '%s' cannot be read: %s", path, strerror(-rc));
+  } else if (!S_ISREG(st.st_mode)) {
+    rc = -EPERM;
+    snprintf(err, err_cap, "credentials file '%s' is not a regular file", path);
+  } else if ((st.st_mode & 077) != 0) {
+    rc = -EPERM;
+    snprintf(err, err_cap,
+             "credentials file '%s' can be accessed by group or others (mode %04o); "
+             "chmod 600 it",
+             path, (unsigned)(st.st_mode & 07777));
+  }
+  char buf[CRED_MAX_BYTES + 2];
+  size_t len = 0;
+  if (rc == 0) {
+    rc = read_small(fd, buf, &len);
+    if (rc < 0) {
+      snprintf(err, err_cap, "credentials file '%s' cannot be read: %s", path,
+               rc == -EFBIG ? "larger than 4 KiB" : strerror(-rc));
+    }
+  }
+  close(fd);
+  if (rc == 0 && memchr(buf, '\0', len) != NULL) {
+    snprintf(err, err_cap, "credentials file '%s' contains a NUL byte", path);
+    rc = -EINVAL;
+  }
+  if (rc == 0) {
+    rc = parse_credentials(buf, path, out, err, err_cap);
+  }
+  memset(buf, 0, sizeof(buf));
+  if (rc != 0) {
+    memset(out, 0, sizeof(*out));
+  }
+  return rc;
+}
+
+/* ---- session ---------------------------------------------------------------------------- */
+
+static void on_log(struct mosquitto *mosq, void *obj, int level, const char *line) {
+  (void)mosq;
+  em_broker_t *b = obj;
+  if (level == MOSQ_LOG_ERR && line) {
+    snprintf(b->last_log_error, sizeof(b->last_log_error), "%s", line);
+  }
 }
 
 static void on_connect(struct mosquitto *mosq, void *obj, int rc) {
@@ -181,6 +408,8 @@ static int mosq_errno(int rc) {
     return errno == 0 ? -EIO : -errno;
   case MOSQ_ERR_EAI:
     return -EHOSTUNREACH;
+  case MOSQ_ERR_TLS:
+    return -EPROTO;
   default:
     return -ECONNRESET;
   }
@@ -222,6 +451,70 @@ static int run_until(em_broker_t *b, const int *flag, int while_value, uint64_t 
   return 0;
 }
 
+/* The system's CA directory, for a client certificate without --cafile/--capath
+ * (mosquitto_tls_set() wants one of them; the system's bundle comes from
+ * MOSQ_OPT_TLS_USE_OS_CERTS). */
+static const char *system_ca_dir(void) {
+  const char *dir = getenv("SSL_CERT_DIR");
+  return given(dir) ? dir : "/etc/ssl/certs";
+}
+
+/* Login and TLS settings on b->mosq. Returns 0 or a negative errno with err set. */
+static int apply_security(em_broker_t *b, const em_broker_url_t *u, const em_broker_opts_t *o,
+                          char *err, size_t err_cap) {
+  int mrc = MOSQ_ERR_SUCCESS;
+  const char *what = "";
+  if (given(o->username)) {
+    mrc = mosquitto_username_pw_set(b->mosq, o->username, given(o->password) ? o->password : NULL);
+    what = "the username";
+  }
+  if (mrc == MOSQ_ERR_SUCCESS && u->tls) {
+    const char *ca_file = given(o->tls_ca_file) ? o->tls_ca_file : NULL;
+    const char *ca_path = given(o->tls_ca_path) ? o->tls_ca_path : NULL;
+    if (!ca_file && !ca_path) {
+      mrc = mosquitto_int_option(b->mosq, MOSQ_OPT_TLS_USE_OS_CERTS, 1);
+      ca_path = system_ca_dir();
+    }
+    what = "the TLS certificates";
+    if (mrc == MOSQ_ERR_SUCCESS) {
+      mrc = mosquitto_tls_set(b->mosq, ca_file, ca_path,
+                              given(o->tls_cert_file) ? o->tls_cert_file : NULL,
+                              given(o->tls_key_file) ? o->tls_key_file : NULL, NULL);
+    }
+    if (mrc == MOSQ_ERR_SUCCESS) {
+      what = "the TLS options";
+      mrc = mosquitto_tls_opts_set(b->mosq, 1 /* SSL_VERIFY_PEER */, "tlsv1.2", NULL);
+    }
+    if (mrc == MOSQ_ERR_SUCCESS) {
+      mrc = mosquitto_tls_insecure_set(b->mosq, o->tls_insecure);
+    }
+  }
+  if (mrc != MOSQ_ERR_SUCCESS) {
+    if (err && err_cap > 0) {
+      snprintf(err, err_cap, "libmosquitto refused %s: %s", what, mosquitto_strerror(mrc));
+    }
+    return mosq_errno(mrc) == -ECONNRESET ? -EINVAL : mosq_errno(mrc);
+  }
+  return 0;
+}
+
+/* The sentence for a CONNACK that refused the session (v3.1.1 codes 1-5, v5 reason codes). */
+static void refused_message(char *err, size_t err_cap, const char *url, int rc) {
+  bool auth = rc == 4 || rc == 5 || rc == 134 /* bad user name or password */ ||
+              rc == 135 /* not authorized */;
+  snprintf(err, err_cap, "broker %s refused the session: %s%s", url,
+           auth ? "not authorised (check the username and password or the client certificate; "
+                : "",
+           rc < 128 ? mosquitto_connack_string(rc) : mosquitto_reason_string(rc));
+  if (auth) {
+    size_t n = strlen(err);
+    if (n + 1 < err_cap) {
+      err[n] = ')';
+      err[n + 1] = '\0';
+    }
+  }
+}
+
 int em_broker_connect(em_broker_t **out, const char *url, const char *client_prefix,
                       em_broker_msg_fn on_msg, void *ctx, double timeout_s, char *err,
                       size_t err_cap) {
@@ -246,6 +539,9 @@ int em_broker_connect_opts(em_broker_t **out, const char *url, const em_broker_o
   *out = NULL;
   em_broker_url_t u;
   int rc = em_broker_parse_url(url, &u, err, err_cap);
+  if (rc == 0) {
+    rc = em_broker_check_opts(&u, opts, err, err_cap);
+  }
   if (rc < 0) {
     return rc;
   }
@@ -270,7 +566,7 @@ int em_broker_connect_opts(em_broker_t **out, const char *url, const em_broker_o
              client_prefix ? client_prefix : "edgemon-host", (long)getpid(),
              (unsigned long)(ts.tv_nsec & 0xffffff));
   }
-  snprintf(b->sync_topic, sizeof(b->sync_topic), "edgemon-host/sync/%s", b->client_id);
+  snprintf(b->sync_topic, sizeof(b->sync_topic), "edgemon/v1/~sync/cmd/%s", b->client_id);
   b->mosq = mosquitto_new(b->client_id, true, b);
   if (!b->mosq) {
     free(b);
@@ -284,6 +580,11 @@ int em_broker_connect_opts(em_broker_t **out, const char *url, const em_broker_o
   mosquitto_subscribe_callback_set(b->mosq, on_subscribe);
   mosquitto_publish_callback_set(b->mosq, on_publish);
   mosquitto_message_callback_set(b->mosq, on_message);
+  mosquitto_log_callback_set(b->mosq, on_log);
+  rc = apply_security(b, &u, opts, err, err_cap);
+  if (rc < 0) {
+    goto fail_quiet;
+  }
 
   uint64_t deadline = mono_ms() + (uint64_t)(timeout_s > 0 ? timeout_s * 1000.0 : 5000.0);
   errno = 0;
@@ -303,6 +604,9 @@ int em_broker_connect_opts(em_broker_t **out, const char *url, const em_broker_o
     if (mrc == MOSQ_ERR_ERRNO && errno == EINTR) {
       continue;
     }
+    if (b->connack_rc > 0) {
+      break; /* Refused: libmosquitto reports the CONNACK as an error too. */
+    }
     if (mrc != MOSQ_ERR_SUCCESS || (b->lost && b->connack_rc < 0)) {
       rc = mrc == MOSQ_ERR_SUCCESS ? -ECONNRESET : mosq_errno(mrc);
       goto fail;
@@ -310,8 +614,7 @@ int em_broker_connect_opts(em_broker_t **out, const char *url, const em_broker_o
   }
   if (b->connack_rc != 0) {
     if (err && err_cap > 0) {
-      snprintf(err, err_cap, "broker %s refused the session: %s", url,
-               mosquitto_connack_string(b->connack_rc));
+      refused_message(err, err_cap, url, b->connack_rc);
     }
     rc = -ECONNREFUSED;
     goto fail_quiet;
@@ -319,6 +622,18 @@ int em_broker_connect_opts(em_broker_t **out, const char *url, const em_broker_o
   *out = b;
   return 0;
 fail:
+  if (u.tls && rc != -ETIMEDOUT && rc != -ECONNREFUSED && rc != -EHOSTUNREACH &&
+      (rc == -EPROTO || rc == -ECONNRESET || b->last_log_error[0])) {
+    /* Reached the port, but the TLS handshake did not complete. */
+    if (err && err_cap > 0) {
+      snprintf(err, err_cap, "TLS handshake with the broker at %s failed: %s", url,
+               b->last_log_error[0] ? b->last_log_error
+                                    : "the broker closed the connection (wrong CA, client "
+                                      "certificate missing or refused?)");
+    }
+    rc = -EPROTO;
+    goto fail_quiet;
+  }
   if (err && err_cap > 0) {
     snprintf(err, err_cap, "cannot reach the broker at %s: %s", url,
              rc == -ETIMEDOUT ? "no answer within the timeout" : strerror(-rc));

@@ -2,7 +2,9 @@
  * broker.h - a blocking MQTT session for the host tools, over libmosquitto.
  *
  * The host programs are simple consumers: connect, subscribe, handle messages until told to
- * stop. This module wraps libmosquitto for that: a URL parser ("mqtt://HOST[:PORT]"), a
+ * stop. This module wraps libmosquitto for that: a URL parser ("mqtt://HOST[:PORT]" and, for
+ * TLS, "mqtts://HOST[:PORT]"), TLS and username/password session options with a reader for
+ * the credentials file the agent also reads (docs/CONFIG.md [mqtt] credentials_file), a
  * connect that fails fast with a clear message when the broker is unreachable, a run step that
  * drives the network for a bounded time, a barrier (em_broker_sync) that returns once every
  * message due to the subscriptions made so far, retained ones included, has been delivered, and
@@ -26,10 +28,12 @@
 typedef struct {
   char host[EM_BROKER_MAX_HOST + 1];
   uint16_t port;
+  bool tls; /* mqtts:// */
 } em_broker_url_t;
 
-/* Parses "mqtt://HOST[:PORT]" (port 1883 by default; IPv6 literals in brackets). Returns 0 or
- * -EINVAL with a reason in err (may be NULL). */
+/* Parses "mqtt://HOST[:PORT]" (port 1883 by default) or "mqtts://HOST[:PORT]" (TLS, port 8883
+ * by default); IPv6 literals in brackets. Returns 0 or -EINVAL with a reason in err (may be
+ * NULL). */
 int em_broker_parse_url(const char *url, em_broker_url_t *out, char *err, size_t err_cap);
 
 /* A message from the broker. topic is NUL-terminated; payload has len bytes. */
@@ -54,12 +58,50 @@ typedef struct {
   const char *client_id;     /* Exact client id instead (NULL: random). */
   bool mqtt5;                /* MQTT v5 instead of v3.1.1. */
   int keepalive_s;           /* Default 30. */
+  /* TLS, for mqtts:// URLs only. With neither CA option the system's CA certificates verify
+   * the broker. TLS 1.2, the broker's certificate always verified. */
+  const char *tls_ca_file;   /* CA certificates (PEM) that verify the broker. */
+  const char *tls_ca_path;   /* A directory of CA certificates (c_rehash'ed). */
+  const char *tls_cert_file; /* Client certificate (PEM), with tls_key_file. */
+  const char *tls_key_file;  /* Its private key (PEM, not encrypted). */
+  bool tls_insecure;         /* Do not match the broker's host name with its certificate. */
+  /* MQTT login (NULL: none). password needs username. */
+  const char *username;
+  const char *password;
 } em_broker_opts_t;
 
-/* em_broker_connect() with options (opts may be NULL). Same returns. */
+/* Checks opts against the URL's scheme before connecting: TLS options need mqtts://, a client
+ * certificate needs its key and the other way round, a password needs a username, and the
+ * files named can be read. Returns 0 or -EINVAL with a sentence in err (may be NULL). */
+int em_broker_check_opts(const em_broker_url_t *url, const em_broker_opts_t *opts, char *err,
+                         size_t err_cap);
+
+/* em_broker_connect() with options (opts may be NULL); em_broker_check_opts() first. Same
+ * returns, plus -EPROTO when the TLS handshake failed (err gives OpenSSL's reason). A broker
+ * that refuses the login answers -ECONNREFUSED with "not authorised" in err. */
 int em_broker_connect_opts(em_broker_t **out, const char *url, const em_broker_opts_t *opts,
                            em_broker_msg_fn on_message, void *ctx, double timeout_s, char *err,
                            size_t err_cap);
+
+/* Longest username or password, NUL included (as the agent's EM_CONFIG_MAX_SECRET). */
+#define EM_BROKER_MAX_SECRET 128u
+
+typedef struct {
+  char username[EM_BROKER_MAX_SECRET];
+  char password[EM_BROKER_MAX_SECRET]; /* "" when the file has no password line. */
+} em_broker_credentials_t;
+
+/*
+ * Reads a credentials file, the format of the agent's [mqtt] credentials_file: lines
+ * "username = NAME" (required) and "password = SECRET" (optional), each at most once, the value
+ * being the rest of the line trimmed; blank lines and lines starting with '#' or ';' ignored;
+ * at most 4 KiB. The file must be a regular file without access for group or others. Returns
+ * 0; -ENOENT/-EACCES/... when it cannot be opened; -EPERM when it is not a regular file or
+ * group or others may access it; -EINVAL when its content is wrong. err (may be NULL) then
+ * names the file (and line), never the password. *out is zeroed on failure.
+ */
+int em_broker_read_credentials(const char *path, em_broker_credentials_t *out, char *err,
+                               size_t err_cap);
 
 /* Subscribes with QoS 1 and waits for the broker's acknowledgement (up to 5 s). Returns 0,
  * -ETIMEDOUT, -EPERM when the broker refused it, or -ECONNRESET when the connection dropped. */

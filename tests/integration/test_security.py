@@ -324,3 +324,126 @@ def test_span_allow_list_counts_nobody_and_drops_root(things, tmp_path):
         dropped = edgemon_proto.values_by_name(d, birth)["spans.dropped.disallowed"]
     assert counted == 7
     assert dropped == 5
+
+
+# ---- the host tools on a secured broker (edgemon-cli, edgemon-aggregator) -----------------
+
+CLI = os.environ.get("EM_CLI")
+
+
+def run_cli(*args, timeout=30):
+    if not CLI:
+        pytest.skip("EM_CLI (path of edgemon-cli) not set")
+    return subprocess.run([CLI, *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_cli_status_over_tls_with_the_host_certificate_and_the_shipped_acl(things, tmp_path,
+                                                                           pki):
+    if not CLI:
+        pytest.skip("EM_CLI (path of edgemon-cli) not set")
+    broker = tls_broker(things, tmp_path, pki)
+    device = f"tls-{uuid.uuid4().hex[:8]}"
+    dev_crt, dev_key = pki.issue(device)
+    host_crt, host_key = pki.issue(HOST_USER)
+    sub = mqtt_client(broker.port, tls=(pki.ca_crt, host_crt, host_key))
+    things.append(sub)
+    inbox = Inbox(sub, f"edgemon/v1/{device}/#")
+    agent = start_agent(things, tmp_path, f"mqtts://127.0.0.1:{broker.port}",
+                        f"tls_ca_file = {pki.ca_crt}\ntls_cert_file = {dev_crt}\n"
+                        f"tls_key_file = {dev_key}\n", device=device)
+    assert inbox.next(f"edgemon/v1/{device}/birth", timeout=15) is not None, agent.log_text()
+    url = f"mqtts://127.0.0.1:{broker.port}"
+    r = run_cli("status", "--broker", url, "--cafile", pki.ca_crt, "--cert", host_crt,
+                "--key", host_key, "--json", "--wait", "0")
+    assert r.returncode == 0, r.stderr
+    import json
+    rows = {d["device"]: d for d in json.loads(r.stdout)["devices"]}
+    assert device in rows, r.stdout
+    assert rows[device]["online"] is True
+    # Without --cafile the system's CAs do not know the test CA: the handshake fails.
+    r = run_cli("status", "--broker", url, "--cert", host_crt, "--key", host_key, "--wait", "0")
+    assert r.returncode == 3, (r.returncode, r.stderr)
+    assert "TLS" in r.stderr and url in r.stderr, r.stderr
+    # TLS options with a plain URL, or a certificate without its key: usage errors.
+    r = run_cli("status", "--broker", f"mqtt://127.0.0.1:{broker.port}", "--cafile", pki.ca_crt)
+    assert r.returncode == 2 and "mqtts://" in r.stderr, r.stderr
+    r = run_cli("status", "--broker", url, "--cafile", pki.ca_crt, "--cert", host_crt)
+    assert r.returncode == 2 and "key" in r.stderr, r.stderr
+
+
+def test_cli_credentials_right_wrong_and_readable_by_others(things, tmp_path, password_broker):
+    if not CLI:
+        pytest.skip("EM_CLI (path of edgemon-cli) not set")
+    broker, users = password_broker
+    url = f"mqtt://127.0.0.1:{broker.port}"
+    good = credentials(tmp_path / "host.cred", HOST_USER, users[HOST_USER])
+    r = run_cli("status", "--broker", url, "--credentials", good, "--wait", "0")
+    assert r.returncode == 0, r.stderr
+    bad = credentials(tmp_path / "bad.cred", HOST_USER, "not-the-password")
+    r = run_cli("status", "--broker", url, "--credentials", bad, "--wait", "0")
+    assert r.returncode == 3, r.stderr
+    assert "not authorised" in r.stderr and "not-the-password" not in r.stderr, r.stderr
+    r = run_cli("status", "--broker", url, "--wait", "0")
+    assert r.returncode == 3 and "not authorised" in r.stderr, r.stderr
+    open_cred = credentials(tmp_path / "open.cred", HOST_USER, users[HOST_USER], mode=0o644)
+    r = run_cli("status", "--broker", url, "--credentials", open_cred, "--wait", "0")
+    assert r.returncode == 2, r.stderr
+    assert str(open_cred) in r.stderr and "group or others" in r.stderr, r.stderr
+    garbled = tmp_path / "garbled.cred"
+    garbled.write_text("# no username\npassword = x\n")
+    os.chmod(garbled, 0o600)
+    r = run_cli("status", "--broker", url, "--credentials", garbled, "--wait", "0")
+    assert r.returncode == 2 and "no username" in r.stderr, r.stderr
+
+
+def test_aggregator_with_a_credentials_file_ingests_the_agents_data(things, tmp_path,
+                                                                    password_broker):
+    if not os.environ.get("EM_AGGREGATOR"):
+        pytest.skip("EM_AGGREGATOR (path of edgemon-aggregator) not set")
+    from conftest import Aggregator
+    import json
+    import sqlite3
+    broker, users = password_broker
+    host_cred = credentials(tmp_path / "host.cred", HOST_USER, users[HOST_USER])
+    ini = tmp_path / "agg.ini"
+    ini.write_text(f"[aggregator]\ncredentials_file = {host_cred}\n")
+    agg = Aggregator(tmp_path, broker.port, extra_args=("--config", str(ini)))
+    agg.start()
+    things.append(agg)
+    dev_cred = credentials(tmp_path / "a.cred", "dev-a", users["dev-a"])
+    agent = start_agent(things, tmp_path, f"mqtt://127.0.0.1:{broker.port}",
+                        f"credentials_file = {dev_cred}\n", device="dev-a")
+
+    def has_data():
+        status, body = agg.get("/api/devices")
+        if status != 200:
+            return False
+        devs = json.loads(body)
+        devs = devs.get("devices", devs) if isinstance(devs, dict) else devs
+        return any("dev-a" in json.dumps(d) for d in devs)
+
+    wait_for(has_data, 20, "dev-a in the aggregator's /api/devices")
+
+    def data_rows():
+        con = sqlite3.connect(agg.db, timeout=5)
+        try:
+            return con.execute("SELECT count(*) FROM data d JOIN devices v ON v.id = d.device "
+                               "WHERE v.name = 'dev-a'").fetchone()[0]
+        finally:
+            con.close()
+
+    wait_for(lambda: data_rows() > 0, 20, "dev-a's data in the aggregator's SQLite")
+    assert users[HOST_USER] not in agg.log_text()
+    assert agg.stop() == 0
+    assert agent.proc.poll() is None
+    # --check reads the credentials file: a missing one is a configuration error.
+    bad = credentials(tmp_path / "bad.cred", HOST_USER, "nope-nope")
+    r = subprocess.run([os.environ["EM_AGGREGATOR"], "--broker", f"mqtt://127.0.0.1:1",
+                        "--credentials-file", str(tmp_path / "missing.cred"), "--check"],
+                       capture_output=True, text=True, timeout=10)
+    assert r.returncode == 2 and "missing.cred" in r.stderr, r.stderr
+    r = subprocess.run([os.environ["EM_AGGREGATOR"], "--broker", f"mqtt://127.0.0.1:1",
+                        "--credentials-file", str(bad), "--check"],
+                       capture_output=True, text=True, timeout=10)
+    assert r.returncode == 0, r.stderr
