@@ -560,14 +560,8 @@ static void apply_change(em_agent_t *a, const em_budget_change_t *c) {
                            .bound = value_as_double(c->bound)};
   snprintf(r->rule, sizeof(r->rule), "%.*s", (int)sizeof(r->rule) - 1, c->rule ? c->rule : "");
   snprintf(r->stage, sizeof(r->stage), "%s", c->stage ? c->stage : "");
-  /* The throttle rule says why the board throttles (thermal trip, frequency cap, power). */
-  const char *why = c->reason ? c->reason : "";
-  if (c->rule && strcmp(c->rule, "process.throttle") == 0 && c->level > c->prev_level &&
-      a->throttle_why[0]) {
-    why = a->throttle_why;
-  }
   snprintf(r->reason, sizeof(r->reason), "%.60s%s%.70s", c->rule ? c->rule : "",
-           c->rule ? ": " : "", why);
+           c->rule ? ": " : "", c->reason ? c->reason : "");
   int rc = em_signals_publish(a->signals, r);
   if (rc) {
     EM_ERROR("state page: %s", em_proto_strerror(rc));
@@ -635,7 +629,9 @@ static void evaluate_budgets(em_agent_t *a, uint64_t now) {
     figs[2 * EM_PSI_COUNT] =
         (em_budget_figure_t){.name = EM_CONFIG_FIGURE_TEMP, .value = a->temp_max};
     figs[2 * EM_PSI_COUNT + 1] =
-        (em_budget_figure_t){.name = EM_CONFIG_FIGURE_THROTTLED, .value = a->throttled};
+        (em_budget_figure_t){.name = EM_CONFIG_FIGURE_THROTTLED,
+                             .value = a->throttled,
+                             .why = a->throttle_why[0] ? a->throttle_why : NULL};
     em_budget_window_t w = {.window_ns = now - a->budget_start_ns,
                             .stages = a->budget_stages,
                             .n_stages = n,

@@ -708,6 +708,16 @@ static const em_hist_t *window_hist(const em_budget_window_t *w, const char *sta
   return NULL;
 }
 
+/* The `why` of figure `name` in the window, or NULL. */
+static const char *window_figure_why(const em_budget_window_t *w, const char *name) {
+  for (size_t i = 0; i < w->n_figures; i++) {
+    if (w->figures[i].name && strcmp(w->figures[i].name, name) == 0) {
+      return w->figures[i].why;
+    }
+  }
+  return NULL;
+}
+
 static bool window_figure(const em_budget_window_t *w, const char *name, double *out) {
   for (size_t i = 0; i < w->n_figures; i++) {
     if (w->figures[i].name && strcmp(w->figures[i].name, name) == 0) {
@@ -883,7 +893,11 @@ bool em_budget_on_window(em_budget_engine_t *b, const em_budget_window_t *w, uin
       if (!s->active && ++s->bad >= b->enter) {
         s->active = true;
         s->bad = 0;
-        note_enter(&o, s, "violated");
+        const char *why = NULL;
+        if (s->rule.kind == EM_BUDGET_RULE_PSI || s->rule.kind == EM_BUDGET_RULE_GAUGE_MAX) {
+          why = window_figure_why(w, s->rule.u.gauge.figure);
+        }
+        note_enter(&o, s, why ? why : "violated");
       }
     } else if (j == JUDGE_CLEAN) {
       s->bad = 0;

@@ -204,6 +204,9 @@ typedef struct {
 typedef struct {
   const char *name; /* Borrowed for the call. */
   em_value_t value; /* EM_VALUE_ABSENT when the device cannot read it now. */
+  const char *why;  /* Optional: why the figure reads so ("thermal trip CPU-therm ..."); a
+                       PSI or gauge rule entering on it takes it as the change's reason. The
+                       change's reason points at it: valid as long as the caller keeps it. */
 } em_budget_figure_t;
 
 typedef struct {

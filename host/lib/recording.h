@@ -98,7 +98,6 @@ void em_rec_reader_free(em_rec_reader_t *r);
  * EM_REC_ELIMIT. */
 long em_rec_parse(const uint8_t *buf, size_t len, em_rec_entry_t *e);
 
-
 /* Text for an EM_REC_E* code or a negative errno. Never NULL. */
 const char *em_rec_strerror(int rc);
 

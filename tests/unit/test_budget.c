@@ -431,6 +431,29 @@ static void a_violating_window_restarts_the_step_down(void **state) {
   rig_free(r);
 }
 
+/* A gauge rule entering on a figure that says why it reads so takes that as its reason (the
+ * throttle cause); without one the reason is the usual "violated". */
+static void gauge_rule_takes_the_figures_why_as_its_reason(void **state) {
+  (void)state;
+  em_budget_rule_t rule = {.id = "process.throttle",
+                           .kind = EM_BUDGET_RULE_GAUGE_MAX,
+                           .level = EM_LEVEL_DEGRADED,
+                           .u.gauge = {.figure = "throttled", .max = 0.5}};
+  rig_t *r = rig_new(&rule, 1, 1, 1);
+  r->figs[0] = (em_budget_figure_t){
+      "throttled", {.type = EM_VALUE_FLOAT, .as.f = 1.0}, "thermal trip CPU-therm at 101.5 C"};
+  r->n_figs = 1;
+  assert_true(window(r));
+  assert_string_equal(r->change.reason, "thermal trip CPU-therm at 101.5 C");
+  r->figs[0].value.as.f = 0.0;
+  assert_true(window(r));
+  assert_string_equal(r->change.reason, "cleared");
+  r->figs[0] = (em_budget_figure_t){"throttled", {.type = EM_VALUE_FLOAT, .as.f = 1.0}, NULL};
+  assert_true(window(r));
+  assert_string_equal(r->change.reason, "violated");
+  rig_free(r);
+}
+
 static void absent_figures_neither_fire_nor_clear(void **state) {
   (void)state;
   em_budget_rule_t rules[] = {
@@ -444,7 +467,8 @@ static void absent_figures_neither_fire_nor_clear(void **state) {
        .u.rss_cap = {.cap_bytes = 100 * MIB}},
   };
   rig_t *r = rig_new(rules, 2, 2, 2);
-  r->figs[0] = (em_budget_figure_t){"psi.memory.some.avg10", {.type = EM_VALUE_FLOAT, .as.f = 30}};
+  r->figs[0] =
+      (em_budget_figure_t){"psi.memory.some.avg10", {.type = EM_VALUE_FLOAT, .as.f = 30}, NULL};
   r->n_figs = 1;
   r->rss = (em_value_t){.type = EM_VALUE_UINT, .as.u = 200 * MIB};
   window(r);
@@ -494,7 +518,7 @@ static void change_carries_rule_value_bound_and_time(void **state) {
   rig_free(r);
 
   r = rig_new(&rule, 1, 1, 1);
-  r->figs[0] = (em_budget_figure_t){"board.temp_c", {.type = EM_VALUE_INT, .as.i = 90}};
+  r->figs[0] = (em_budget_figure_t){"board.temp_c", {.type = EM_VALUE_INT, .as.i = 90}, NULL};
   r->n_figs = 1;
   assert_true(window(r));
   assert_string_equal(r->change.rule, "board.temp");
@@ -886,6 +910,7 @@ int main(void) {
       cmocka_unit_test(steps_down_one_level_at_a_time),
       cmocka_unit_test(a_violating_window_restarts_the_step_down),
       cmocka_unit_test(absent_figures_neither_fire_nor_clear),
+      cmocka_unit_test(gauge_rule_takes_the_figures_why_as_its_reason),
       cmocka_unit_test(change_carries_rule_value_bound_and_time),
       cmocka_unit_test(anomaly_score_rises_on_an_outlier_window),
       cmocka_unit_test(flow_in_order_completion_changes_nothing),
