@@ -418,6 +418,12 @@ static const error_case_t error_cases[] = {
     {"events with an unknown name",
      "[pmu]\nevents = cycles, l3-misses\n" TARGET,
      {"2: unknown pmu event 'l3-misses'; valid: cycles, ~, major-faults$"}},
+    {"events with an unclosed pmu/terms/",
+     "[pmu]\nevents = cycles, armv8_pmuv3_0/event=0x11\n" TARGET,
+     {"2: unknown pmu event 'armv8_pmuv3_0/event=0x11'; valid: cycles, ~, major-faults$"}},
+    {"events with a kernel-style name in capitals",
+     "[pmu]\nevents = L1D_CACHE_REFILL\n" TARGET,
+     {"2: unknown pmu event 'L1D_CACHE_REFILL'; valid: cycles, ~, major-faults$"}},
     {"events with two unknown names",
      "[pmu]\nevents = foo instructions bar\n" TARGET,
      {"2: unknown pmu event 'foo'~", "2: unknown pmu event 'bar'~"}},
@@ -979,6 +985,16 @@ static void check_sensors_period(const em_config_t *cfg) {
   assert_string_equal(cfg->sys_root, "/srv/board");
 }
 
+/* Kernel event names, raw codes and pmu/terms/ (its commas do not split the list). */
+static void check_kernel_events(const em_config_t *cfg) {
+  assert_int_equal(cfg->n_events, 4);
+  assert_true(cfg->events_set);
+  assert_string_equal(cfg->events[0], "cycles");
+  assert_string_equal(cfg->events[1], "l1d_cache_refill");
+  assert_string_equal(cfg->events[2], "r0011");
+  assert_string_equal(cfg->events[3], "armv8_pmuv3_0/event=0x11,umask=0x2/");
+}
+
 static void check_spool_off(const em_config_t *cfg) {
   assert_string_equal(cfg->spool_path, "off");
   assert_int_equal(cfg->ack_timeout_ns, 0);
@@ -1125,6 +1141,9 @@ static void check_flow_budget(const em_config_t *cfg) {
 static const valid_case_t valid_cases[] = {
     {"no budget: degrade defaults", TARGET, check_degrade_defaults},
     {"spool defaults", TARGET, check_spool_defaults},
+    {"kernel, raw and pmu/terms/ events",
+     "[pmu]\nevents = cycles, l1d_cache_refill r0011, armv8_pmuv3_0/event=0x11,umask=0x2/\n" TARGET,
+     check_kernel_events},
     {"sensors period and sys_root",
      "[agent]\nsensors_period = 250ms\nsample_period = 100ms\nsys_root = /srv/board\n" TARGET,
      check_sensors_period},
