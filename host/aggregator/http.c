@@ -1,10 +1,50 @@
 /*
  * http.c - the aggregator's HTTP endpoints on libmicrohttpd (see http.h).
  *
- * One MHD daemon with its own polling thread (MHD_USE_AUTO_INTERNAL_THREAD: epoll or poll,
- * whichever the system has), bound to the configured address only, at most HTTP_MAX_CONNS
- * connections, each closed after HTTP_TIMEOUT_S idle seconds. Every request is answered on
- * the first call of the access handler (bodies are never read: no endpoint takes one).
+ * One MHD daemon in "external" mode (epoll where the system has it), driven by one thread of
+ * ours: serve_loop() runs MHD_run_wait() for at most HTTP_TICK_MS, then sweeps the connection
+ * table and the log limit. Every MHD callback runs on that thread, so the table needs no lock.
+ * Every request is answered on the first call of the access handler (bodies are never read:
+ * no endpoint takes one).
+ *
+ * Connection policy (slowloris, idle floods). MHD itself only knows an idle timeout and a hard
+ * connection limit, at which it stops accepting: 64 connections trickling a header line every
+ * few seconds would hold every slot for as long as they liked. So:
+ *   - the table and MHD's limit hold http->max_conns connections (HTTP_MAX_CONNS, less when
+ *     RLIMIT_NOFILE leaves fewer than HTTP_FD_RESERVE descriptors to the rest of the process);
+ *   - while a request head is due the idle timeout is HTTP_HEAD_IDLE_S, and the whole head (from
+ *     accept, or from the end of the previous response on a kept-alive connection) must arrive
+ *     within HTTP_HEAD_DEADLINE_MS, else sweep() closes it (counted as a slow head); once the
+ *     head is in, the idle timeout is HTTP_TIMEOUT_S;
+ *   - a new connection whose address already holds HTTP_MAX_CONNS_PER_IP connections, or that
+ *     finds http->policy_conns open, evicts the oldest connection (of that address, resp. of
+ *     all) still waiting for a head: it is counted as evicted. Only when there is none (every
+ *     one is being answered) is the new connection refused. A client that sends its request at
+ *     once is never the oldest waiting head, so it gets in under any flood of slow or idle
+ *     connections; a flood from one address evicts its own connections first.
+ * Closing is shutdown(2) of the connection's socket: MHD sees the hang-up in its next poll and
+ * closes it; the descriptor stays valid until MHD_CONNECTION_NOTIFY_CLOSED, which frees the
+ * slot, so a shut-down socket is never someone else's. The policy leaves max_conns /
+ * HTTP_EVICT_SLACK_DIV slots for connections evicted but not yet closed.
+ *
+ *   connection slot states (the slot's in_head and closing flags):
+ *
+ *     accept ──▶ HEAD ──handler──▶ ANSWER ──response sent, kept alive──▶ HEAD
+ *                 │                   └──────closed by MHD─────────┐
+ *                 ├──idle HTTP_HEAD_IDLE_S: closed by MHD──────────┤
+ *                 └──evicted / head past its deadline──▶ CLOSING ──┴──▶ free
+ *
+ *   edge                        function
+ *   accept (may evict)          admit() from MHD_OPTION_ACCEPT_POLICY, then conn_notify()
+ *   HEAD -> ANSWER              handle()
+ *   ANSWER -> HEAD              request_done() (MHD_OPTION_NOTIFY_COMPLETED)
+ *   HEAD -> CLOSING             evict(), from admit() or sweep()
+ *   * -> free                   conn_notify(MHD_CONNECTION_NOTIFY_CLOSED)
+ *
+ * Log limit: libmicrohttpd writes a line per malformed request. mhd_log() lets through a burst
+ * of HTTP_LOG_BURST lines, then one per HTTP_LOG_REFILL_MS; what it holds back is counted, and
+ * the count is written as one "N more suppressed" line as soon as a line may be written again
+ * (the tick checks), and at stop.
  *
  * Rendering: the handler takes the registry's lock, renders into an em_text_t, releases the
  * lock, then hands the text's buffer to MHD (MHD_RESPMEM_MUST_FREE), so the lock is never held
@@ -14,9 +54,9 @@
  * and the device id of /api/devices/<id> is percent-decoded here: a malformed escape, %00 or an
  * id longer than a device id can be is answered 404 before any lookup.
  *
- * Owns the MHD daemon (and through it the listening socket and its thread) and the em_http_t.
- * em_http_stop() must not race with em_http_start() on the same object; the registry and the
- * health callback must outlive the daemon.
+ * Owns the MHD daemon (and through it the listening socket), the serving thread, the
+ * connection table and the em_http_t. em_http_stop() must not race with em_http_start() on the
+ * same object; the registry and the health callback must outlive the daemon.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "http.h"
@@ -27,19 +67,45 @@
 #include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
-#define HTTP_MAX_CONNS 64u
-#define HTTP_TIMEOUT_S 10u
+#define HTTP_MAX_CONNS        512u   /* Connection table and MHD's limit. */
+#define HTTP_MIN_CONNS        16u    /* Below this, RLIMIT_NOFILE is not honoured. */
+#define HTTP_FD_RESERVE       64u    /* Descriptors left to SQLite, MQTT, logs. */
+#define HTTP_EVICT_SLACK_DIV  8u     /* Policy acts at max - max/8 open connections. */
+#define HTTP_MAX_CONNS_PER_IP 64u    /* Prometheus, dashboards and curls fit easily. */
+#define HTTP_TIMEOUT_S        10u    /* Idle timeout once a request head is in. */
+#define HTTP_HEAD_IDLE_S      5u     /* Idle timeout while a request head is due. */
+#define HTTP_HEAD_DEADLINE_MS 10000u /* A whole request head, from accept or last response. */
+#define HTTP_TICK_MS          250    /* Longest wait in MHD_run_wait(): sweep cadence. */
+#define HTTP_LOG_BURST        20u    /* libmicrohttpd lines written at once ... */
+#define HTTP_LOG_REFILL_MS    6000u  /* ... then one per 6 s (10 a minute). */
 
 #define CT_METRICS "text/plain; version=0.0.4; charset=utf-8"
 #define CT_JSON    "application/json"
 #define CT_TEXT    "text/plain; charset=utf-8"
+
+#define LOG_PREFIX "edgemon-aggregator: http: libmicrohttpd: "
+
+/* One open connection. conn == NULL: free. */
+typedef struct {
+  struct MHD_Connection *conn; /* Borrowed from MHD until MHD_CONNECTION_NOTIFY_CLOSED. */
+  int fd;                      /* MHD's socket: only ever shut down here, never closed. */
+  uint8_t addr[16];            /* Peer address bytes (4 for IPv4, 16 for IPv6). */
+  uint8_t addr_len;
+  bool in_head;           /* A request head is due (HEAD in the diagram). */
+  bool closing;           /* Shut down here; MHD has yet to close it. */
+  uint64_t head_start_ms; /* Monotonic ms when the current head became due. */
+} conn_slot_t;
 
 struct em_http {
   struct MHD_Daemon *daemon;
@@ -47,7 +113,264 @@ struct em_http {
   em_http_health_fn health;
   void *ctx;
   uint16_t port;
+
+  pthread_t thread;
+  bool thread_started;
+  int stop; /* Set (atomically) by em_http_stop(); the serving thread polls it. */
+
+  conn_slot_t *slots; /* max_conns entries, serving thread only. */
+  unsigned max_conns;
+  unsigned policy_conns; /* Open connections at which a new one evicts. */
+
+  /* Counters: written on the serving thread, read anywhere (relaxed atomics). */
+  uint64_t open_conns;
+  uint64_t evicted_total;
+  uint64_t slow_heads_total;
+  uint64_t refused_total;
+  uint64_t log_suppressed_total;
+
+  /* Log limit, under log_lock (MHD may log from the caller's thread at start and stop). */
+  pthread_mutex_t log_lock;
+  unsigned log_tokens;    /* Lines that may be written now (at most HTTP_LOG_BURST). */
+  uint64_t log_refill_ms; /* Monotonic ms the next token is counted from. */
+  uint64_t log_pending;   /* Suppressed since the last summary line. */
 };
+
+static uint64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void count(uint64_t *counter) {
+  __atomic_fetch_add(counter, 1, __ATOMIC_RELAXED);
+}
+
+static void uncount(uint64_t *counter) {
+  __atomic_fetch_sub(counter, 1, __ATOMIC_RELAXED);
+}
+
+static uint64_t read_count(const uint64_t *counter) {
+  return __atomic_load_n(counter, __ATOMIC_RELAXED);
+}
+
+/* ---- log limit ---------------------------------------------------------------------------- */
+
+/* Adds the tokens earned since log_refill_ms. Caller holds log_lock. */
+static void log_refill(em_http_t *h, uint64_t now_ms) {
+  if (h->log_tokens >= HTTP_LOG_BURST) {
+    h->log_refill_ms = now_ms;
+    return;
+  }
+  uint64_t earned = (now_ms - h->log_refill_ms) / HTTP_LOG_REFILL_MS;
+  if (earned == 0) {
+    return;
+  }
+  h->log_refill_ms += earned * HTTP_LOG_REFILL_MS;
+  h->log_tokens =
+      earned >= HTTP_LOG_BURST - h->log_tokens ? HTTP_LOG_BURST : h->log_tokens + (unsigned)earned;
+}
+
+/* Writes the "N more suppressed" line when there is something to say and (unless forced) a
+ * token to spend. Caller holds log_lock. */
+static void log_summary(em_http_t *h, bool force) {
+  if (h->log_pending == 0 || (!force && h->log_tokens == 0)) {
+    return;
+  }
+  fprintf(stderr,
+          LOG_PREFIX "%llu more messages suppressed (at most %u at once, then one per %u s)\n",
+          (unsigned long long)h->log_pending, HTTP_LOG_BURST, HTTP_LOG_REFILL_MS / 1000u);
+  h->log_pending = 0;
+  if (h->log_tokens > 0) {
+    h->log_tokens--;
+  }
+}
+
+/* libmicrohttpd's own messages, on stderr under our prefix, through the limit. */
+__attribute__((format(printf, 2, 0))) static void mhd_log(void *cls, const char *fmt, va_list ap) {
+  em_http_t *h = cls;
+  pthread_mutex_lock(&h->log_lock);
+  log_refill(h, mono_ms());
+  log_summary(h, false);
+  if (h->log_tokens == 0) {
+    h->log_pending++;
+    count(&h->log_suppressed_total);
+    pthread_mutex_unlock(&h->log_lock);
+    return;
+  }
+  h->log_tokens--;
+  char line[512];
+  if (vsnprintf(line, sizeof(line), fmt, ap) < 0) {
+    line[0] = '\0';
+  }
+  size_t len = strlen(line);
+  fprintf(stderr, LOG_PREFIX "%s%s", line, len == 0 || line[len - 1] != '\n' ? "\n" : "");
+  pthread_mutex_unlock(&h->log_lock);
+}
+
+/* The tick's part: says how much was suppressed once a line may be written again. */
+static void log_tick(em_http_t *h, uint64_t now_ms) {
+  pthread_mutex_lock(&h->log_lock);
+  log_refill(h, now_ms);
+  log_summary(h, false);
+  pthread_mutex_unlock(&h->log_lock);
+}
+
+/* ---- connection policy ---------------------------------------------------------------------- */
+
+/* The address bytes of sa into addr; returns their count (0: not an IP address). */
+static uint8_t addr_key(const struct sockaddr *sa, uint8_t addr[16]) {
+  if (!sa) {
+    return 0;
+  }
+  if (sa->sa_family == AF_INET) {
+    memcpy(addr, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, 4);
+    return 4;
+  }
+  if (sa->sa_family == AF_INET6) {
+    memcpy(addr, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, 16);
+    return 16;
+  }
+  return 0;
+}
+
+/* Shuts the slot's socket down; MHD closes the connection on its next poll. */
+static void evict(conn_slot_t *s) {
+  (void)shutdown(s->fd, SHUT_RDWR);
+  s->closing = true;
+}
+
+/* The oldest slot waiting for a head (of address addr when addr_len > 0), or NULL. */
+static conn_slot_t *oldest_head(em_http_t *h, const uint8_t *addr, uint8_t addr_len) {
+  conn_slot_t *best = NULL;
+  for (unsigned i = 0; i < h->max_conns; i++) {
+    conn_slot_t *s = &h->slots[i];
+    if (!s->conn || s->closing || !s->in_head) {
+      continue;
+    }
+    if (addr_len && (s->addr_len != addr_len || memcmp(s->addr, addr, addr_len) != 0)) {
+      continue;
+    }
+    if (!best || s->head_start_ms < best->head_start_ms) {
+      best = s;
+    }
+  }
+  return best;
+}
+
+/* MHD_OPTION_ACCEPT_POLICY: makes room for a new connection from sa by evicting the oldest
+ * waiting head of its address (address at quota) or of all (server at policy_conns), or
+ * refuses it when there is nothing to evict. */
+static enum MHD_Result admit(void *cls, const struct sockaddr *sa, socklen_t sa_len) {
+  (void)sa_len;
+  em_http_t *h = cls;
+  uint8_t addr[16];
+  uint8_t addr_len = addr_key(sa, addr);
+  unsigned open = 0;
+  unsigned same = 0;
+  for (unsigned i = 0; i < h->max_conns; i++) {
+    const conn_slot_t *s = &h->slots[i];
+    if (!s->conn || s->closing) {
+      continue;
+    }
+    open++;
+    if (addr_len && s->addr_len == addr_len && memcmp(s->addr, addr, addr_len) == 0) {
+      same++;
+    }
+  }
+  conn_slot_t *victim = NULL;
+  if (addr_len && same >= HTTP_MAX_CONNS_PER_IP) {
+    victim = oldest_head(h, addr, addr_len);
+  } else if (open >= h->policy_conns) {
+    victim = oldest_head(h, NULL, 0);
+  } else {
+    return MHD_YES;
+  }
+  if (!victim) {
+    count(&h->refused_total);
+    return MHD_NO;
+  }
+  evict(victim);
+  count(&h->evicted_total);
+  return MHD_YES;
+}
+
+/* Closes every connection whose request head is past its deadline. */
+static void sweep(em_http_t *h, uint64_t now_ms) {
+  for (unsigned i = 0; i < h->max_conns; i++) {
+    conn_slot_t *s = &h->slots[i];
+    if (!s->conn || s->closing || !s->in_head) {
+      continue;
+    }
+    if (now_ms - s->head_start_ms > HTTP_HEAD_DEADLINE_MS) {
+      evict(s);
+      count(&h->slow_heads_total);
+    }
+  }
+}
+
+/* MHD_OPTION_NOTIFY_CONNECTION: a connection takes a slot at start and frees it at close. */
+static void conn_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                        enum MHD_ConnectionNotificationCode code) {
+  em_http_t *h = cls;
+  if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+    conn_slot_t *s = *socket_context;
+    if (s) {
+      memset(s, 0, sizeof(*s));
+      uncount(&h->open_conns);
+    }
+    *socket_context = NULL;
+    return;
+  }
+  if (code != MHD_CONNECTION_NOTIFY_STARTED) {
+    return;
+  }
+  const union MHD_ConnectionInfo *fd =
+      MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+  conn_slot_t *s = NULL;
+  for (unsigned i = 0; i < h->max_conns && !s; i++) {
+    s = h->slots[i].conn ? NULL : &h->slots[i];
+  }
+  if (!fd || !s) {
+    /* Cannot happen (MHD's limit is the table's size); refuse rather than lose track. */
+    if (fd) {
+      (void)shutdown(fd->connect_fd, SHUT_RDWR);
+    }
+    count(&h->refused_total);
+    return;
+  }
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+  *s = (conn_slot_t){.conn = c, .fd = fd->connect_fd, .in_head = true, .head_start_ms = mono_ms()};
+  s->addr_len = addr_key(ci ? ci->client_addr : NULL, s->addr);
+  *socket_context = s;
+  count(&h->open_conns);
+  MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)HTTP_HEAD_IDLE_S);
+}
+
+/* The slot of connection c (NULL when it has none). */
+static conn_slot_t *slot_of(struct MHD_Connection *c) {
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  return ci ? ci->socket_context : NULL;
+}
+
+/* MHD_OPTION_NOTIFY_COMPLETED: after a response on a kept-alive connection the next head is
+ * due, with the short idle timeout and a fresh deadline. */
+static void request_done(void *cls, struct MHD_Connection *c, void **req_cls,
+                         enum MHD_RequestTerminationCode toe) {
+  (void)cls;
+  (void)req_cls;
+  conn_slot_t *s = slot_of(c);
+  if (!s || toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
+    return;
+  }
+  s->in_head = true;
+  s->head_start_ms = mono_ms();
+  MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)HTTP_HEAD_IDLE_S);
+}
+
+/* ---- responses ------------------------------------------------------------------------------ */
 
 /* Queues `len` bytes of `body` with status and content type. Takes ownership of `body` (a
  * malloc'd buffer, or NULL for an empty body) whether or not it succeeds. */
@@ -138,11 +461,63 @@ static bool decode_path_segment(const char *src, char *dst, size_t cap) {
   return n > 0;
 }
 
+/* Appends the em_http_stats_t families to an exposition. Returns 0, -ENOMEM or -E2BIG. */
+static int render_http_stats(const em_http_t *h, em_text_t *t) {
+  em_http_stats_t st;
+  em_http_stats(h, &st);
+  char buf[1536];
+  int n = snprintf(
+      buf, sizeof(buf),
+      "# HELP edgemon_aggregator_http_connections HTTP connections open now.\n"
+      "# TYPE edgemon_aggregator_http_connections gauge\n"
+      "edgemon_aggregator_http_connections %llu\n"
+      "# HELP edgemon_aggregator_http_evicted_total HTTP connections closed while their request "
+      "head was due, to make room for a new connection.\n"
+      "# TYPE edgemon_aggregator_http_evicted_total counter\n"
+      "edgemon_aggregator_http_evicted_total %llu\n"
+      "# HELP edgemon_aggregator_http_slow_heads_total HTTP connections closed because a request "
+      "head took longer than %u ms.\n"
+      "# TYPE edgemon_aggregator_http_slow_heads_total counter\n"
+      "edgemon_aggregator_http_slow_heads_total %llu\n"
+      "# HELP edgemon_aggregator_http_refused_total HTTP connections refused: no room and none "
+      "to evict.\n"
+      "# TYPE edgemon_aggregator_http_refused_total counter\n"
+      "edgemon_aggregator_http_refused_total %llu\n"
+      "# HELP edgemon_aggregator_http_log_suppressed_total libmicrohttpd messages held back by "
+      "the log rate limit.\n"
+      "# TYPE edgemon_aggregator_http_log_suppressed_total counter\n"
+      "edgemon_aggregator_http_log_suppressed_total %llu\n",
+      (unsigned long long)st.connections, (unsigned long long)st.evicted_total,
+      HTTP_HEAD_DEADLINE_MS, (unsigned long long)st.slow_heads_total,
+      (unsigned long long)st.refused_total, (unsigned long long)st.log_suppressed_total);
+  if (n < 0 || (size_t)n >= sizeof(buf)) {
+    return -E2BIG;
+  }
+  size_t len = (size_t)n;
+  if (t->len + len > EM_METRICS_MAX_BYTES) {
+    return -E2BIG;
+  }
+  if (t->len + len + 1 > t->cap) {
+    char *p = realloc(t->data, t->len + len + 1);
+    if (!p) {
+      return -ENOMEM;
+    }
+    t->data = p;
+    t->cap = t->len + len + 1;
+  }
+  memcpy(t->data + t->len, buf, len + 1);
+  t->len += len;
+  return 0;
+}
+
 static enum MHD_Result serve_metrics(em_http_t *h, struct MHD_Connection *c) {
   em_text_t t = {0};
   em_registry_lock(h->reg);
   int rc = em_metrics_render(h->reg, &t);
   em_registry_unlock(h->reg);
+  if (rc == 0) {
+    rc = render_http_stats(h, &t);
+  }
   return respond_text(c, &t, rc, CT_METRICS);
 }
 
@@ -179,6 +554,11 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
   (void)upload_data_size;
   (void)req_cls;
   em_http_t *h = cls;
+  conn_slot_t *slot = slot_of(c);
+  if (slot && slot->in_head) {
+    slot->in_head = false;
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)HTTP_TIMEOUT_S);
+  }
   if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0) {
     return respond_const(c, MHD_HTTP_METHOD_NOT_ALLOWED, CT_TEXT, "method not allowed\n");
   }
@@ -205,17 +585,6 @@ static size_t keep_url(void *cls, struct MHD_Connection *c, char *url) {
   (void)cls;
   (void)c;
   return strlen(url);
-}
-
-/* libmicrohttpd's own messages, on stderr under our prefix. */
-__attribute__((format(printf, 2, 0))) static void mhd_log(void *cls, const char *fmt, va_list ap) {
-  (void)cls;
-  fputs("edgemon-aggregator: http: libmicrohttpd: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  size_t n = strlen(fmt);
-  if (n == 0 || fmt[n - 1] != '\n') {
-    fputc('\n', stderr);
-  }
 }
 
 /* Parses "HOST:PORT" (HOST an IPv4 literal or [IPv6]) into ss. Returns false when malformed. */
@@ -295,6 +664,47 @@ static int probe_bind(const struct sockaddr_storage *ss, socklen_t len) {
   return rc;
 }
 
+/* The connection table's size: HTTP_MAX_CONNS, less when the descriptor limit is tighter. */
+static unsigned conns_for_fd_limit(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) {
+    return HTTP_MAX_CONNS;
+  }
+  if (rl.rlim_cur < (rlim_t)HTTP_FD_RESERVE + HTTP_MIN_CONNS) {
+    return HTTP_MIN_CONNS;
+  }
+  rlim_t room = rl.rlim_cur - HTTP_FD_RESERVE;
+  return room < HTTP_MAX_CONNS ? (unsigned)room : HTTP_MAX_CONNS;
+}
+
+/* The serving thread: MHD's work, then the sweep and the log limit, until em_http_stop(). */
+static void *serve_loop(void *arg) {
+  em_http_t *h = arg;
+  while (!__atomic_load_n(&h->stop, __ATOMIC_ACQUIRE)) {
+    if (MHD_run_wait(h->daemon, HTTP_TICK_MS) != MHD_YES) {
+      /* A failed poll: do not spin on it. */
+      struct timespec pause = {.tv_sec = 0, .tv_nsec = HTTP_TICK_MS * 1000000L};
+      nanosleep(&pause, NULL);
+    }
+    uint64_t now = mono_ms();
+    sweep(h, now);
+    log_tick(h, now);
+  }
+  return NULL;
+}
+
+static void http_free(em_http_t *h) {
+  if (h->daemon) {
+    MHD_stop_daemon(h->daemon);
+  }
+  pthread_mutex_lock(&h->log_lock);
+  log_summary(h, true);
+  pthread_mutex_unlock(&h->log_lock);
+  pthread_mutex_destroy(&h->log_lock);
+  free(h->slots);
+  free(h);
+}
+
 int em_http_start(em_http_t **out, const char *listen, em_registry_t *reg, em_http_health_fn health,
                   void *ctx, char *err, size_t err_cap) {
   char dummy[1];
@@ -320,20 +730,33 @@ int em_http_start(em_http_t **out, const char *listen, em_registry_t *reg, em_ht
     snprintf(err, err_cap, "http: out of memory");
     return -ENOMEM;
   }
+  h->max_conns = conns_for_fd_limit();
+  h->policy_conns = h->max_conns - h->max_conns / HTTP_EVICT_SLACK_DIV;
+  h->slots = calloc(h->max_conns, sizeof(*h->slots));
+  if (!h->slots || pthread_mutex_init(&h->log_lock, NULL) != 0) {
+    free(h->slots);
+    free(h);
+    snprintf(err, err_cap, "http: out of memory");
+    return -ENOMEM;
+  }
+  h->log_tokens = HTTP_LOG_BURST;
+  h->log_refill_ms = mono_ms();
   h->reg = reg;
   h->health = health;
   h->ctx = ctx;
   uint16_t port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                                  : ((struct sockaddr_in *)&ss)->sin_port);
-  unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
+  /* No internal thread: serve_loop() drives the daemon (MHD_USE_AUTO picks epoll). */
+  unsigned flags = MHD_USE_AUTO | MHD_USE_ERROR_LOG;
   if (ss.ss_family == AF_INET6) {
     flags |= MHD_USE_IPv6;
   }
-  h->daemon = MHD_start_daemon(flags, port, NULL, NULL, handle, h, MHD_OPTION_EXTERNAL_LOGGER,
-                               mhd_log, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-                               MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_MAX_CONNS,
-                               MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_TIMEOUT_S,
-                               MHD_OPTION_UNESCAPE_CALLBACK, keep_url, NULL, MHD_OPTION_END);
+  h->daemon = MHD_start_daemon(
+      flags, port, admit, h, handle, h, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
+      MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_LIMIT, h->max_conns,
+      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_TIMEOUT_S, MHD_OPTION_NOTIFY_CONNECTION,
+      conn_notify, h, MHD_OPTION_NOTIFY_COMPLETED, request_done, h, MHD_OPTION_UNESCAPE_CALLBACK,
+      keep_url, NULL, MHD_OPTION_END);
   if (!h->daemon) {
     int rc = probe_bind(&ss, ss_len);
     if (rc == 0) {
@@ -341,11 +764,24 @@ int em_http_start(em_http_t **out, const char *listen, em_registry_t *reg, em_ht
     }
     snprintf(err, err_cap, "http: cannot serve on %s: %s", listen,
              rc == -EIO ? "libmicrohttpd failed to start" : strerror(-rc));
-    free(h);
+    http_free(h);
     return rc;
   }
   const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
   h->port = info && info->port ? info->port : port;
+  /* The serving thread takes no signals: they stay with the caller's loop. */
+  sigset_t all;
+  sigset_t old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int rc = pthread_create(&h->thread, NULL, serve_loop, h);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc != 0) {
+    snprintf(err, err_cap, "http: cannot start the serving thread: %s", strerror(rc));
+    http_free(h);
+    return -rc;
+  }
+  h->thread_started = true;
   *out = h;
   return 0;
 }
@@ -354,12 +790,28 @@ uint16_t em_http_port(const em_http_t *h) {
   return h ? h->port : 0;
 }
 
+void em_http_stats(const em_http_t *h, em_http_stats_t *out) {
+  if (!out) {
+    return;
+  }
+  memset(out, 0, sizeof(*out));
+  if (!h) {
+    return;
+  }
+  out->connections = read_count(&h->open_conns);
+  out->evicted_total = read_count(&h->evicted_total);
+  out->slow_heads_total = read_count(&h->slow_heads_total);
+  out->refused_total = read_count(&h->refused_total);
+  out->log_suppressed_total = read_count(&h->log_suppressed_total);
+}
+
 void em_http_stop(em_http_t *h) {
   if (!h) {
     return;
   }
-  if (h->daemon) {
-    MHD_stop_daemon(h->daemon);
+  if (h->thread_started) {
+    __atomic_store_n(&h->stop, 1, __ATOMIC_RELEASE);
+    pthread_join(h->thread, NULL);
   }
-  free(h);
+  http_free(h);
 }

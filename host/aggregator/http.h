@@ -8,7 +8,14 @@
  *   GET /healthz            200 "ok" while the MQTT session is up, 503 otherwise
  *
  * Anything else is 404; methods other than GET/HEAD are 405. Handlers take the registry's lock
- * while they read it. Owns the MHD daemon and its thread.
+ * while they read it. Owns the MHD daemon and the thread that drives it.
+ *
+ * Hostile clients: a request head may pause 5 s between bytes and take 10 s in all, then its
+ * connection is closed; a new connection that finds its address at its quota, or the
+ * server near its limit, evicts the oldest connection still waiting for a request head rather
+ * than being refused (http.c tells the whole policy). libmicrohttpd's own messages go to stderr
+ * through a rate limit. /metrics ends with the em_http_stats_t figures as
+ * edgemon_aggregator_http_* families.
  */
 #ifndef EM_AGG_HTTP_H
 #define EM_AGG_HTTP_H
@@ -32,6 +39,19 @@ typedef bool (*em_http_health_fn)(void *ctx);
  */
 int em_http_start(em_http_t **out, const char *listen, em_registry_t *reg, em_http_health_fn health,
                   void *ctx, char *err, size_t err_cap);
+
+/* What the connection policy and the log limit did since the start (all counters). */
+typedef struct {
+  uint64_t connections;          /* Open now (a gauge). */
+  uint64_t evicted_total;        /* Closed while a head was due, to make room for a new one. */
+  uint64_t slow_heads_total;     /* Closed because a request head took too long in all. */
+  uint64_t refused_total;        /* New connections refused: no room and nothing to evict. */
+  uint64_t log_suppressed_total; /* libmicrohttpd messages the rate limit kept off stderr. */
+} em_http_stats_t;
+
+/* Copies the figures into *out (thread-safe; relaxed reads, each field on its own). A NULL h
+ * gives zeros. */
+void em_http_stats(const em_http_t *h, em_http_stats_t *out);
 
 /* The port actually bound. */
 uint16_t em_http_port(const em_http_t *h);
