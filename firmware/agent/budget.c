@@ -46,11 +46,13 @@ typedef struct {
   char id[EM_BUDGET_ID_BYTES];
   char stage[EM_BUDGET_STAGE_BYTES];
   char figure[EM_BUDGET_FIGURE_BYTES];
-  size_t stage_ix;  /* Into engine->stages, or NO_STAGE. */
-  bool active;      /* ACTIVE or RECOVERING. */
-  uint32_t bad;     /* Violating windows in a row while not active (PENDING). */
-  uint32_t clean;   /* Clean windows in a row while active (RECOVERING). */
-  em_value_t value; /* Last measured value. */
+  size_t stage_ix;    /* Into engine->stages, or NO_STAGE. */
+  bool active;        /* ACTIVE or RECOVERING. */
+  uint32_t bad;       /* Violating windows in a row while not active (PENDING). */
+  uint32_t clean;     /* Clean windows in a row while active (RECOVERING). */
+  em_value_t value;   /* Last measured value. */
+  const char *reason; /* Why it last entered (static text or a figure's `why`); carried
+                         across a reload with the rest of its state. */
   /* Span counters of the current window (DEADLINE, MISS_RATIO). */
   uint64_t win_spans;
   uint64_t win_misses;
@@ -382,6 +384,7 @@ size_t em_budget_adopt(em_budget_engine_t *dst, const em_budget_engine_t *src) {
     d->bad = o->bad;
     d->clean = o->clean;
     d->value = o->value;
+    d->reason = o->reason;
     d->win_spans = o->win_spans;
     d->win_misses = o->win_misses;
     d->last_seen_ns = o->last_seen_ns;
@@ -450,6 +453,7 @@ static em_level_t target_level(const em_budget_engine_t *b) {
 }
 
 static void note_enter(outcome_t *o, rule_state_t *s, const char *reason) {
+  s->reason = reason;
   if (!o->entered || s->rule.level > o->entered->rule.level) {
     o->entered = s;
     o->enter_reason = reason;
@@ -461,6 +465,18 @@ static void note_leave(outcome_t *o, rule_state_t *s, const char *reason) {
     o->left = s;
     o->leave_reason = reason;
   }
+}
+
+/* The active rule with the highest level (the first such in rule order), or NULL. */
+static const rule_state_t *level_holder(const em_budget_engine_t *b) {
+  const rule_state_t *h = NULL;
+  for (size_t i = 0; i < b->n_rules; i++) {
+    const rule_state_t *s = &b->rules[i];
+    if (s->active && (!h || s->rule.level > h->rule.level)) {
+      h = s;
+    }
+  }
+  return h;
 }
 
 static void fill_change(em_budget_change_t *c, em_level_t prev, em_level_t level,
@@ -491,10 +507,17 @@ static bool settle(em_budget_engine_t *b, const outcome_t *o, bool window_end, b
   em_level_t target = target_level(b);
   if (target > b->level) {
     const rule_state_t *cause = o->entered;
+    const char *reason = o->enter_reason;
+    if (!cause || cause->rule.level < target) {
+      /* No rule entered at the new level in this call: a reload raised the level of a rule
+       * that was already active. The cause is the rule that holds the level now, with its
+       * last figure and the reason it entered with. */
+      cause = level_holder(b);
+      reason = cause ? cause->reason : NULL;
+    }
     b->level = target;
     b->down_streak = 0;
-    fill_change(change, prev, b->level, cause, o->enter_reason ? o->enter_reason : "violated",
-                now_ns);
+    fill_change(change, prev, b->level, cause, reason ? reason : "violated", now_ns);
     return true;
   }
   if (target == b->level) {

@@ -220,7 +220,10 @@ typedef struct {
 
 /*
  * A change of level. Strings point into the engine (valid until em_budget_free) or are
- * static. For an up step, `rule` is the rule that entered at the new level; for a down step
+ * static. For an up step, `rule` is the rule that entered at the new level, or, when none
+ * entered in that call (a reload raised the level of a rule that was already active), the
+ * active rule that holds the new level, with its last measured value and the reason it
+ * entered with; for a down step
  * caused by a rule leaving, that rule (value: its last measured value); for a down step by
  * clean windows alone, rule and stage are NULL and value and bound absent.
  */
@@ -251,10 +254,11 @@ void em_budget_free(em_budget_engine_t *b);
 /*
  * Carries the state of `src` into the freshly made `dst` (a config reload): every rule of dst
  * whose id and kind match a rule of src takes its state (active, pending and recovering
- * counts, last value, ALIVE clock, RSS samples; a FLOW rule its frames in flight when its
- * stages are unchanged), each stage its anomaly state, and dst takes src's level, which then
- * moves by the usual rules: a level whose rules were removed steps down after leave_windows
- * clean windows, never at once. Returns the number of rules that kept their state.
+ * counts, last value and the reason it entered with, ALIVE clock, RSS samples; a FLOW rule its
+ * frames in flight when its stages are unchanged), each stage its anomaly state, and dst takes
+ * src's level, which then moves by the usual rules: a level whose rules were removed steps down
+ * after leave_windows clean windows, never at once. Returns the number of rules that kept their
+ * state.
  */
 size_t em_budget_adopt(em_budget_engine_t *dst, const em_budget_engine_t *src);
 

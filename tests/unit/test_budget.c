@@ -186,6 +186,69 @@ static void adopt_keeps_level_and_rule_state_across_a_reload(void **state) {
   rig_free(r);
 }
 
+/* A reload that raises the level of a rule that is already violating: the change the next
+ * call reports names that rule, with its last value, its bound and the reason it entered
+ * with (it once reported no rule, NaN value and bound). */
+static void a_reload_raising_an_active_rules_level_names_that_rule(void **state) {
+  (void)state;
+  em_budget_rule_t miss = {.id = "infer.deadline",
+                           .kind = EM_BUDGET_RULE_DEADLINE,
+                           .level = EM_LEVEL_DEGRADED,
+                           .stage = "infer",
+                           .u.deadline = {.bound_ns = 50 * MS}};
+  rig_t *r = rig_new(&miss, 1, 1, 5);
+  spans(r, 1, 120 * MS);
+  assert_int_equal(em_budget_level(r->b), EM_LEVEL_DEGRADED);
+
+  em_budget_rule_t rules[2] = {p99_warn, miss};
+  rules[1].level = EM_LEVEL_CRITICAL;
+  em_budget_opts_t o = {
+      .rules = rules, .n_rules = 2, .enter_windows = 1, .leave_windows = 5, .window_ns = SEC};
+  em_budget_engine_t *next = NULL;
+  assert_int_equal(em_budget_new(&next, &o, r->now), 0);
+  assert_int_equal(em_budget_adopt(next, r->b), 1);
+  em_budget_free(r->b);
+  r->b = next;
+  assert_int_equal(em_budget_level(r->b), EM_LEVEL_DEGRADED);
+
+  r->now += 100 * MS;
+  em_budget_change_t c;
+  memset(&c, 0xa5, sizeof(c));
+  assert_true(em_budget_on_timer(r->b, r->now, &c));
+  assert_int_equal(c.level, EM_LEVEL_CRITICAL);
+  assert_int_equal(c.prev_level, EM_LEVEL_DEGRADED);
+  assert_non_null(c.rule);
+  assert_string_equal(c.rule, "infer.deadline");
+  assert_non_null(c.stage);
+  assert_string_equal(c.stage, "infer");
+  assert_string_equal(c.reason, "deadline miss");
+  assert_int_equal(c.value.type, EM_VALUE_UINT);
+  assert_int_equal(c.value.as.u, 120 * MS);
+  assert_int_equal(c.bound.type, EM_VALUE_UINT);
+  assert_int_equal(c.bound.as.u, 50 * MS);
+  assert_int_equal(c.mono_ns, r->now);
+
+  /* A lower rule entering in the same call as the raise still leaves the change to the rule
+   * that holds the level. */
+  rig_free(r);
+  r = rig_new(&miss, 1, 1, 5);
+  spans(r, 1, 120 * MS);
+  assert_int_equal(em_budget_new(&next, &o, r->now), 0);
+  em_budget_adopt(next, r->b);
+  em_budget_free(r->b);
+  r->b = next;
+  r->changes = 0;
+  for (int i = 0; i < 100; i++) { /* The window alone: no span reaches the engine first. */
+    em_hist_record(&r->hist, SLOW);
+  }
+  assert_true(window(r)); /* p99 50 ms > 20 ms: the WARN rule enters in this call. */
+  assert_int_equal(r->changes, 1);
+  assert_int_equal(r->change.level, EM_LEVEL_CRITICAL);
+  assert_string_equal(r->change.rule, "infer.deadline");
+  assert_int_equal(r->change.value.as.u, 120 * MS);
+  rig_free(r);
+}
+
 static void no_flapping_on_alternating_windows(void **state) {
   (void)state;
   rig_t *r = rig_new(&p99_degraded, 1, 2, 2);
@@ -900,6 +963,7 @@ int main(void) {
       cmocka_unit_test(back_to_nominal_after_m_clean_windows),
       cmocka_unit_test(no_flapping_on_alternating_windows),
       cmocka_unit_test(adopt_keeps_level_and_rule_state_across_a_reload),
+      cmocka_unit_test(a_reload_raising_an_active_rules_level_names_that_rule),
       cmocka_unit_test(hard_deadline_miss_escalates_on_that_span),
       cmocka_unit_test(alive_fires_on_silence_and_clears_on_next_span),
       cmocka_unit_test(rate_rule),
