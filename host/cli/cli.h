@@ -39,12 +39,43 @@ int em_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((for
  * names argv[optind - 1]. Returns EM_CLI_USAGE. */
 int em_cli_bad_option(const char *cmd, char **argv);
 
-/* Parses a non-negative decimal number of seconds ("2", "0.5"); false when it is not one or
- * above 1e7 s. */
-bool em_cli_parse_seconds(const char *s, double *out);
+/*
+ * What a numeric option accepts. Every numeric option of every command is parsed by
+ * em_cli_parse_number() (through em_cli_number_option()), so all of them take the same forms.
+ */
+typedef struct {
+  double min;     /* Smallest value accepted (in seconds for a duration). */
+  double max;     /* Largest value accepted (a count: at most 2^53, exact in a double). */
+  bool above_min; /* min itself is refused ("more than min"). */
+  bool whole;     /* A count: no fraction. */
+  bool duration;  /* Seconds, optionally followed by a unit: ms, s, m or h. */
+} em_cli_number_t;
 
-/* Parses a positive decimal count (1..2^53). */
-bool em_cli_parse_count(const char *s, uint64_t *out);
+/*
+ * Parses s strictly as spec says: decimal digits, optionally '.' and digits (not for `whole`),
+ * then for a duration optionally one unit (ms, s, m, h; none means seconds). Refused as not a
+ * number: an empty string, a sign, spaces, a leading zero before another digit ("010"), hex
+ * ("0x10"), an exponent ("1e3"), inf, nan, any other trailing character. Returns 0 with *out
+ * set (a duration in seconds), -EINVAL for a string not of that form, -ERANGE for a value
+ * outside spec's range (overflow included). *out is untouched on error.
+ */
+int em_cli_parse_number(const char *s, const em_cli_number_t *spec, double *out);
+
+/* em_cli_parse_number() for option `opt` ("--duration") of `cmd`. Returns EM_CLI_OK, or
+ * EM_CLI_USAGE after printing the usage error naming the option, the argument and the forms or
+ * range it takes. */
+int em_cli_number_option(const char *cmd, const char *opt, const char *arg,
+                         const em_cli_number_t *spec, double *out);
+
+/* The largest duration any option takes, in seconds (about 115 days; 1e16 ns fits a u64). */
+#define EM_CLI_MAX_SECONDS 1e7
+/* The largest count any option takes: 2^53. */
+#define EM_CLI_MAX_COUNT 9007199254740992.0
+
+/* What --help says about numbers, for every command that takes a duration S. */
+#define EM_CLI_USAGE_NUMBERS                                                                       \
+  "Numbers are plain decimals (5, 0.5); a duration S may end in a unit: ms, s (the default),\n"    \
+  "m or h (500ms, 5m).\n"
 
 /* The broker URL to use: `flag` if given, else $EDGEMON_BROKER, else EM_BROKER_DEFAULT_URL. */
 const char *em_cli_broker_url(const char *flag);

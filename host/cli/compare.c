@@ -108,6 +108,7 @@ static void usage(FILE *out) {
           "                   and its p-value still comes from the means.\n"
           "  --json           one JSON object on stdout instead of the table (times in ns)\n"
           "  -h, --help       this text\n"
+          "PCT and P are plain decimals (5, 0.01).\n"
           "\n"
           "exit status: 0 no judged stage regressed, 1 a stage regressed, 2 bad arguments,\n"
           "4 a recording cannot be used (missing, truncated, corrupt, not a recording, or no\n"
@@ -507,22 +508,10 @@ static void print_json(const row_t *rows, size_t n, const opts_t *o, const char 
 
 /* ---- Arguments ---- */
 
-static bool parse_double(const char *s, double lo, double hi, bool lo_open, double *out) {
-  if (!s || !*s) {
-    return false;
-  }
-  char *end = NULL;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (errno != 0 || *end != '\0' || !isfinite(v) || v < lo || v > hi || (lo_open && v == lo)) {
-    return false;
-  }
-  *out = v;
-  return true;
-}
-
 static int parse_args(int argc, char **argv, opts_t *o, const char **a, const char **b,
                       bool *help) {
+  static const em_cli_number_t threshold_pct = {.min = 0, .max = 1e6};
+  static const em_cli_number_t alpha = {.min = 0, .max = 1, .above_min = true};
   static const struct option longopts[] = {
       {"stage", required_argument, NULL, 's'},
       {"device", required_argument, NULL, 'D'},
@@ -551,13 +540,14 @@ static int parse_args(int argc, char **argv, opts_t *o, const char **a, const ch
       o->device = optarg;
       break;
     case 't':
-      if (!parse_double(optarg, 0, 1e6, false, &o->threshold_pct)) {
-        return em_cli_usage_error(CMD, "--threshold: '%s' is not a percentage >= 0", optarg);
+      if (em_cli_number_option(CMD, "--threshold", optarg, &threshold_pct, &o->threshold_pct) !=
+          EM_CLI_OK) {
+        return EM_CLI_USAGE;
       }
       break;
     case 'a':
-      if (!parse_double(optarg, 0, 1, true, &o->alpha)) {
-        return em_cli_usage_error(CMD, "--alpha: '%s' is not a number in (0, 1]", optarg);
+      if (em_cli_number_option(CMD, "--alpha", optarg, &alpha, &o->alpha) != EM_CLI_OK) {
+        return EM_CLI_USAGE;
       }
       break;
     case 'm':

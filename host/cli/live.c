@@ -91,16 +91,18 @@ int em_cli_live_option(em_cli_live_t *l, int c, const char *arg) {
   case 'c':
     l->color = arg;
     return EM_CLI_OK;
-  case 'n':
-    if (!em_cli_parse_count(arg, &l->count)) {
-      return em_cli_usage_error(l->cmd, "--count wants a positive whole number, not '%s'", arg);
-    }
-    return EM_CLI_OK;
-  case 't':
-    if (!em_cli_parse_seconds(arg, &l->duration_s) || l->duration_s <= 0) {
-      return em_cli_usage_error(l->cmd, "--duration wants seconds > 0, not '%s'", arg);
-    }
-    return EM_CLI_OK;
+  case 'n': {
+    static const em_cli_number_t count = {.min = 1, .max = EM_CLI_MAX_COUNT, .whole = true};
+    double n = 0;
+    int rc = em_cli_number_option(l->cmd, "--count", arg, &count, &n);
+    l->count = rc == EM_CLI_OK ? (uint64_t)n : l->count;
+    return rc;
+  }
+  case 't': {
+    static const em_cli_number_t duration = {
+        .min = 0, .max = EM_CLI_MAX_SECONDS, .above_min = true, .duration = true};
+    return em_cli_number_option(l->cmd, "--duration", arg, &duration, &l->duration_s);
+  }
   default:
     return -1;
   }

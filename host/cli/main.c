@@ -9,9 +9,7 @@
 #include "cli.h"
 
 #include <broker.h>
-#include <errno.h>
 #include <getopt.h>
-#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -120,35 +118,6 @@ int em_cli_usage_error(const char *cmd, const char *fmt, ...) {
 int em_cli_bad_option(const char *cmd, char **argv) {
   return em_cli_usage_error(cmd, "unknown option, or one missing its value: '%s'",
                             argv[optind - 1]);
-}
-
-bool em_cli_parse_seconds(const char *s, double *out) {
-  if (!s || !*s) {
-    return false;
-  }
-  char *end = NULL;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (errno != 0 || *end != '\0' || !isfinite(v) || v < 0 || v > 1e7 || s[0] == '-' ||
-      s[0] == '+' || s[0] == ' ') {
-    return false;
-  }
-  *out = v;
-  return true;
-}
-
-bool em_cli_parse_count(const char *s, uint64_t *out) {
-  if (!s || s[0] < '0' || s[0] > '9') {
-    return false;
-  }
-  char *end = NULL;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno != 0 || *end != '\0' || v == 0 || v > (1ull << 53)) {
-    return false;
-  }
-  *out = v;
-  return true;
 }
 
 const char *em_cli_broker_url(const char *flag) {

@@ -7,8 +7,9 @@
  * --duration, --count data messages, or SIGINT/SIGTERM. It flushes the file every second, so a
  * recorder that is killed leaves a valid recording whose tail may be cut (readers report that
  * as a truncated last record). replay publishes every record to its topic with QoS 1, spaced
- * by the recorded gaps divided by --rate; birth, state and status go out retained, as the
- * agent publishes them.
+ * by the recorded gaps divided by --rate and cut to --max-gap (em_rec_pace_next(): any time
+ * stamps, backwards or jumping by centuries, give a bounded wait); birth, state and status go
+ * out retained, as the agent publishes them.
  *
  * Owns one broker session, one recording writer or reader and, for record, the table of
  * device ids seen (a fixed array, allocated once). Single-threaded: record writes from the
@@ -32,6 +33,8 @@
 #define RECORD_FLUSH_NS 1000000000u
 /* Longest wait for the broker's acknowledgements before replay gives up, in seconds. */
 #define REPLAY_DRAIN_S 30.0
+/* Default --max-gap: the longest replay waits between two messages, in seconds. */
+#define REPLAY_MAX_GAP_S 60.0
 
 /* ---- record ------------------------------------------------------------------------------- */
 
@@ -64,7 +67,8 @@ static void record_usage(FILE *out) {
           "stdout)\n" EM_CLI_USAGE_BROKER
           "  --device ID|GLOB one device, or those whose id matches a shell glob (orin-*)\n"
           "  --duration S     stop after S seconds\n"
-          "  --count N        stop after N data messages\n" EM_CLI_USAGE_CONN "\n"
+          "  --count N        stop after N data messages\n" EM_CLI_USAGE_CONN
+          "\n" EM_CLI_USAGE_NUMBERS "\n"
           "Without --duration or --count it records until SIGINT or SIGTERM. The file is\n"
           "flushed every second, so a recorder that is killed leaves a usable recording.\n"
           "A summary (messages, bytes, devices) goes to stderr.\n"
@@ -231,7 +235,7 @@ out:
 
 static void replay_usage(FILE *out) {
   fprintf(out,
-          "usage: edgemon-cli replay FILE [--broker URL] [--rate X] [--loop]\n"
+          "usage: edgemon-cli replay FILE [--broker URL] [--rate X] [--max-gap S] [--loop]\n"
           "                          [--cafile FILE|--capath DIR] [--cert FILE --key FILE]\n"
           "                          [--insecure] [--credentials FILE]\n"
           "\n"
@@ -243,8 +247,12 @@ static void replay_usage(FILE *out) {
           "                (default $EDGEMON_BROKER, else " EM_BROKER_DEFAULT_URL ")\n"
           "  --rate X      pace: the recorded gaps between messages divided by X (default 1,\n"
           "                the original pace; 2 twice as fast; 0 as fast as possible)\n"
+          "  --max-gap S   the longest wait between two messages (default 60 s): a longer\n"
+          "                gap (a silent device, a clock step, a corrupt time stamp) is cut\n"
+          "                to S, and a time stamp before the one before it is published at\n"
+          "                once\n"
           "  --loop        start again from the beginning at the end, until interrupted\n"
-          "TLS and login (as for record):\n" EM_CLI_USAGE_CONN "\n"
+          "TLS and login (as for record):\n" EM_CLI_USAGE_CONN "\n" EM_CLI_USAGE_NUMBERS "\n"
           "A recording that is truncated or corrupt is published up to the damaged record,\n"
           "then replay names the file and the record's byte offset. A summary goes to stderr.\n"
           "\n"
@@ -264,10 +272,12 @@ static bool retained_kind(const char *topic) {
 
 typedef struct {
   const char *path;
-  double rate; /* 0: no waiting. */
+  double rate;      /* 0: no waiting. */
+  double max_gap_s; /* --max-gap. */
   em_broker_t *broker;
   uint64_t published; /* Messages published. */
   uint64_t bytes;     /* Payload bytes published. */
+  uint64_t shortened; /* Gaps cut to --max-gap. */
 } replay_t;
 
 /*
@@ -299,8 +309,8 @@ static int replay_pass(replay_t *p, em_rec_reader_t *reader, uint64_t *records) 
   int rc;
   int result = 0;
   uint64_t start = em_cli_mono_ns();
-  uint64_t prev_ns = 0;
-  uint64_t offset_ns = 0; /* Recorded time since the first record, never going back. */
+  em_rec_pace_t pace;
+  em_rec_pace_init(&pace, p->rate, (uint64_t)(p->max_gap_s * 1e9));
   *records = 0;
   for (;;) {
     em_rec_entry_t e;
@@ -314,15 +324,16 @@ static int replay_pass(replay_t *p, em_rec_reader_t *reader, uint64_t *records) 
       result = EM_CLI_INPUT;
       break;
     }
-    if (*records == 0) {
-      prev_ns = e.recv_time_ns;
+    uint64_t offset_ns = em_rec_pace_next(&pace, e.recv_time_ns);
+    if (pace.clamped && p->shortened++ == 0) {
+      em_cli_error("replay",
+                   "%s: the record at byte offset %llu comes %.3f s after the one before it; "
+                   "waiting %g s (--max-gap) instead",
+                   p->path, (unsigned long long)em_rec_offset(reader), (double)pace.gap_ns / 1e9,
+                   p->max_gap_s);
     }
-    if (e.recv_time_ns > prev_ns) {
-      offset_ns += e.recv_time_ns - prev_ns;
-    }
-    prev_ns = e.recv_time_ns;
     if (p->rate > 0) {
-      rc = replay_wait(p, start + (uint64_t)((double)offset_ns / p->rate));
+      rc = replay_wait(p, offset_ns > UINT64_MAX - start ? UINT64_MAX : start + offset_ns);
       if (rc != 0) {
         result = rc == 1 ? 1 : EM_CLI_BROKER;
         break;
@@ -357,11 +368,17 @@ static int replay_pass(replay_t *p, em_rec_reader_t *reader, uint64_t *records) 
 
 int em_cli_replay(int argc, char **argv) {
   static const struct option opts[] = {
-      {"broker", required_argument, NULL, 'b'}, {"rate", required_argument, NULL, 'r'},
-      {"loop", no_argument, NULL, 'l'},         EM_CLI_OPTS_CONN,
-      {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+      {"broker", required_argument, NULL, 'b'},
+      {"rate", required_argument, NULL, 'r'},
+      {"max-gap", required_argument, NULL, 'g'},
+      {"loop", no_argument, NULL, 'l'},
+      EM_CLI_OPTS_CONN,
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0},
   };
-  replay_t p = {.rate = 1.0};
+  static const em_cli_number_t rate = {.min = 0, .max = EM_CLI_MAX_SECONDS};
+  static const em_cli_number_t max_gap = {.min = 0, .max = EM_CLI_MAX_SECONDS, .duration = true};
+  replay_t p = {.rate = 1.0, .max_gap_s = REPLAY_MAX_GAP_S};
   const char *url = NULL;
   em_cli_conn_t conn = {0};
   bool loop = false;
@@ -377,8 +394,14 @@ int em_cli_replay(int argc, char **argv) {
       url = optarg;
       break;
     case 'r':
-      if (!em_cli_parse_seconds(optarg, &p.rate)) {
-        return em_cli_usage_error("replay", "--rate wants a number >= 0, not '%s'", optarg);
+      if (em_cli_number_option("replay", "--rate", optarg, &rate, &p.rate) != EM_CLI_OK) {
+        return EM_CLI_USAGE;
+      }
+      break;
+    case 'g':
+      if (em_cli_number_option("replay", "--max-gap", optarg, &max_gap, &p.max_gap_s) !=
+          EM_CLI_OK) {
+        return EM_CLI_USAGE;
       }
       break;
     case 'l':
@@ -447,6 +470,10 @@ int em_cli_replay(int argc, char **argv) {
     }
   }
   int exit_code = result == 1 ? EM_CLI_OK : result;
+  if (p.shortened > 0) {
+    em_cli_error("replay", "%llu gap(s) longer than --max-gap %g s were cut to it",
+                 (unsigned long long)p.shortened, p.max_gap_s);
+  }
   if (exit_code != EM_CLI_BROKER) {
     rc = em_broker_drain(p.broker, REPLAY_DRAIN_S);
     if (rc != 0) {

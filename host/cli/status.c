@@ -47,9 +47,9 @@ static void usage(FILE *out) {
       "                   \"board\",\"session\",\"last_seen_ns\",\"last_seen_age_s\"}]}, null "
       "where unknown\n"
       "  --wait S         seconds of live data to listen to after the retained messages\n"
-      "                   (0: retained messages only)\n"
+      "                   (0: retained messages only; at most 3600 s)\n"
       "  --color WHEN     auto (on a terminal, unless $NO_COLOR), always, never\n" EM_CLI_USAGE_CONN
-      "\n"
+      "\n" EM_CLI_USAGE_NUMBERS "\n"
       "Exit: 0 (also with no devices); 2 bad arguments; 3 broker unreachable, TLS handshake\n"
       "failed, or the broker refused the login.\n");
 }
@@ -163,9 +163,9 @@ int em_cli_status(int argc, char **argv) {
     } else if (c == 'j') {
       json = true;
     } else if (c == 'w') {
-      if (!em_cli_parse_seconds(optarg, &wait) || wait > 3600) {
-        return em_cli_usage_error("status", "--wait wants seconds from 0 to 3600, not '%s'",
-                                  optarg);
+      static const em_cli_number_t wait_s = {.min = 0, .max = 3600, .duration = true};
+      if (em_cli_number_option("status", "--wait", optarg, &wait_s, &wait) != EM_CLI_OK) {
+        return EM_CLI_USAGE;
       }
     } else if (c == 'h') {
       usage(stdout);

@@ -53,7 +53,7 @@ static void usage(FILE *out) {
           "  --count N        stop after N data and state messages\n"
           "  --duration S     stop after S seconds (default: run until interrupted)\n"
           "  --color WHEN     colour the levels: auto (on a terminal, unless $NO_COLOR), always,\n"
-          "                   never\n" EM_CLI_USAGE_CONN "\n"
+          "                   never\n" EM_CLI_USAGE_CONN "\n" EM_CLI_USAGE_NUMBERS "\n"
           "Human mode: one line per device per data message:\n"
           "  TIME DEVICE LEVEL IPC MISS%% RSS_MiB PSI_CPU PSI_MEM  STAGE p50/p99/max ms n=COUNT\n"
           "and `budget p99<=40` after a stage that has a percentile budget (`!` when over it).\n"

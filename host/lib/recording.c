@@ -372,6 +372,47 @@ void em_rec_reader_free(em_rec_reader_t *r) {
   free(r);
 }
 
+/* ---- replay pacing ------------------------------------------------------------------------ */
+
+void em_rec_pace_init(em_rec_pace_t *p, double rate, uint64_t max_gap_ns) {
+  if (!p) {
+    return;
+  }
+  memset(p, 0, sizeof(*p));
+  p->rate = rate > 0 ? rate : 0; /* NaN and negative rates do not wait either. */
+  p->max_gap_ns = max_gap_ns;
+}
+
+uint64_t em_rec_pace_next(em_rec_pace_t *p, uint64_t recv_time_ns) {
+  if (!p) {
+    return 0;
+  }
+  p->clamped = false;
+  if (!p->started) {
+    p->started = true;
+    p->prev_ns = recv_time_ns;
+    p->gap_ns = 0;
+    return p->due_ns;
+  }
+  p->gap_ns = recv_time_ns > p->prev_ns ? recv_time_ns - p->prev_ns : 0;
+  p->prev_ns = recv_time_ns;
+  uint64_t wait_ns = 0;
+  if (p->rate > 0 && p->gap_ns > 0) {
+    /* Compared in double before converting: a quotient at or above max_gap_ns (up to 2^64 / a
+     * tiny rate, or infinite) never reaches the conversion, which would be undefined past
+     * UINT64_MAX. (double)max_gap_ns is at most 2^64, so what is below it converts. */
+    double scaled_ns = (double)p->gap_ns / p->rate;
+    if (scaled_ns < (double)p->max_gap_ns) {
+      wait_ns = (uint64_t)scaled_ns;
+    } else {
+      wait_ns = p->max_gap_ns;
+      p->clamped = true;
+    }
+  }
+  p->due_ns = wait_ns > UINT64_MAX - p->due_ns ? UINT64_MAX : p->due_ns + wait_ns;
+  return p->due_ns;
+}
+
 /* ---- errors ------------------------------------------------------------------------------- */
 
 const char *em_rec_strerror(int rc) {

@@ -98,6 +98,32 @@ void em_rec_reader_free(em_rec_reader_t *r);
  * EM_REC_ELIMIT. */
 long em_rec_parse(const uint8_t *buf, size_t len, em_rec_entry_t *e);
 
+/*
+ * Replay pacing: when each record of a recording is due, as an offset in ns from the first
+ * record of a pass. The recorded gap between two records (recv_time_ns minus that of the record
+ * before) is divided by the rate and cut to max_gap_ns. A time stamp equal to or before the one
+ * before it (a clock stepped back) has a gap of 0: the record is due at once, and later records
+ * are paced from its time. Any u64 time stamps, any rate and any max_gap_ns give a defined
+ * result: offsets never decrease, grow by at most max_gap_ns a record, and stop at UINT64_MAX.
+ * A caller-owned value; the fields are read-only for the caller.
+ */
+typedef struct {
+  double rate;         /* Recorded time per replay time; 0 (or not > 0): no waiting. */
+  uint64_t max_gap_ns; /* Longest wait between two records, in replay time. */
+  uint64_t prev_ns;    /* recv_time_ns of the record before. */
+  uint64_t gap_ns;     /* Recorded gap of the last record (0 for a first or backwards one). */
+  uint64_t due_ns;     /* Offset of the last record since the first, in replay time. */
+  bool started;        /* A record has been paced. */
+  bool clamped;        /* The last record's wait was cut to max_gap_ns. */
+} em_rec_pace_t;
+
+/* Starts a pass: the next record paced is the first (due at offset 0). */
+void em_rec_pace_init(em_rec_pace_t *p, double rate, uint64_t max_gap_ns);
+
+/* Paces the next record by its recv_time_ns; returns its offset in ns since the first record
+ * of the pass. Sets p->gap_ns and p->clamped for it. */
+uint64_t em_rec_pace_next(em_rec_pace_t *p, uint64_t recv_time_ns);
+
 /* Text for an EM_REC_E* code or a negative errno. Never NULL. */
 const char *em_rec_strerror(int rc);
 

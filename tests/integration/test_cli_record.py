@@ -234,6 +234,63 @@ def test_replay_at_rate_1_keeps_the_recorded_pace(stack, tmp_path, listeners):
     assert [p for _, p, _ in sub.messages()] == [bytes([i]) for i in range(5)]
 
 
+# Time stamps a recording may hold: a jump of about 2^64 ns forwards, steps backwards, 0.
+U64_MAX = 2**64 - 1
+JUMPS = [1_700_000_000_000_000_000, U64_MAX, 5, U64_MAX, 0, 1]
+
+
+@pytest.mark.parametrize("rate", ["1", "0.5", "0.000001", "1000000"])
+def test_replay_cuts_huge_and_backward_time_jumps_to_max_gap(stack, tmp_path, listeners, rate):
+    broker = stack.broker()
+    sub = listeners(broker.port)
+    path = tmp_path / "jumps.emrec"
+    write_recording(path, [(t, "edgemon/v1/jump/data", bytes([i])) for i, t in enumerate(JUMPS)])
+    r = cli("replay", path, "--broker", f"mqtt://127.0.0.1:{broker.port}", "--rate", rate,
+            "--max-gap", "50ms")
+    assert r.returncode == 0, r.stderr
+    assert "runtime error" not in r.stderr, r.stderr  # UBSan, in the sanitizer build.
+    # The two forward jumps are cut; the steps back and the 1 ns gap are not.
+    assert "2 gap(s) longer than --max-gap 0.05 s were cut to it" in r.stderr, r.stderr
+    assert f"published {len(JUMPS)} message" in r.stderr, r.stderr
+    sub.sync()
+    assert [p for _, p, _ in sub.messages()] == [bytes([i]) for i in range(len(JUMPS))]
+
+
+def test_replay_at_the_recorded_pace_waits_at_most_max_gap_on_a_2_to_the_64_jump(stack, tmp_path,
+                                                                              listeners):
+    """The default pace and --max-gap: the jump is named on stderr and waited for 60 s at most
+    (here interrupted with SIGINT), where it used to convert 1.8e19 ns to an integer."""
+    broker = stack.broker()
+    sub = listeners(broker.port)
+    path = tmp_path / "jump.emrec"
+    write_recording(path, [(0, "edgemon/v1/jump/data", b"first"),
+                           (U64_MAX, "edgemon/v1/jump/data", b"second")])
+    proc = subprocess.Popen([CLI, "replay", str(path), "--broker",
+                             f"mqtt://127.0.0.1:{broker.port}"], stderr=subprocess.PIPE,
+                            text=True)
+    lines = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
+    try:
+        wait_for(lambda: any("--max-gap" in ln for ln in lines) or proc.poll() is not None, 20,
+                 "replay to report the jump")
+        assert proc.poll() is None, "".join(lines)
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    reader.join(10)
+    err = "".join(lines)
+    assert rc == 0, err
+    assert "runtime error" not in err, err
+    assert f"{path}: the record at byte offset 53 comes 18446744073.710 s after" in err, err
+    assert "waiting 60 s (--max-gap) instead" in err, err
+    sub.sync()
+    assert [p for _, p, _ in sub.messages()] == [b"first"]
+
+
 @pytest.mark.parametrize("damage", ["truncated", "crc"])
 def test_damaged_recording_publishes_the_prefix_and_exits_4(stack, tmp_path, listeners,
                                                             damage):
@@ -301,6 +358,7 @@ def test_unreachable_broker_exits_3(tmp_path):
     ["replay", "a.emrec", "b.emrec"],
     ["replay", "a.emrec", "--rate", "-1"],
     ["replay", "a.emrec", "--rate", "fast"],
+    ["replay", "a.emrec", "--max-gap", "-1"],
     ["replay", "a.emrec", "--bogus"],
 ])
 def test_bad_arguments_exit_2_with_a_reason(args, tmp_path):

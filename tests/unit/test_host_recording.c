@@ -8,7 +8,8 @@
  * (ECRC where the bit is covered only by the checksum, an error in every case); the writer's
  * limits; foreign files, an unknown version and header flags; missing files; a full disk
  * (/dev/full) surfacing ENOSPC from em_rec_writer_free(); sticky reader errors; a table of
- * em_rec_parse() cases.
+ * em_rec_parse() cases; replay pacing (em_rec_pace_next()) for backwards time stamps, jumps of
+ * about 2^64 ns at any rate, the cap and saturation.
  *
  * Files live in a fresh mkdtemp() directory under /tmp that each test removes.
  */
@@ -450,6 +451,87 @@ static void parse_table(void **state) {
   }
 }
 
+/* ---- replay pacing ------------------------------------------------------------------------ */
+
+#define SEC_NS   1000000000ull
+#define U64_LAST UINT64_MAX
+
+/* Table rows: time stamps, rate, max gap, and the offset and clamp wanted after each. */
+static void pace_table(void **state) {
+  (void)state;
+  static const struct {
+    const char *name;
+    double rate;
+    uint64_t max_gap_ns;
+    uint64_t t[5];
+    size_t n;
+    uint64_t due[5];
+    bool clamped[5];
+  } cases[] = {
+      {"recorded pace", 1.0, 60 * SEC_NS, {100, 200, 450}, 3, {0, 100, 350}, {0}},
+      {"twice as fast", 2.0, 60 * SEC_NS, {100, 200, 450}, 3, {0, 50, 175}, {0}},
+      {"half speed", 0.5, 60 * SEC_NS, {100, 200, 450}, 3, {0, 200, 700}, {0}},
+      {"rate 0 never waits", 0.0, 60 * SEC_NS, {0, U64_LAST, 7}, 3, {0, 0, 0}, {0}},
+      {"negative rate never waits", -1.0, 60 * SEC_NS, {0, U64_LAST}, 2, {0, 0}, {0}},
+      {"backwards is due at once", 1.0, 60 * SEC_NS, {500, 100, 300}, 3, {0, 0, 200}, {0}},
+      {"2^64 jump at rate 1", 1.0, 60 * SEC_NS, {0, U64_LAST}, 2, {0, 60 * SEC_NS}, {false, true}},
+      {"2^64 jump at rate 0.5",
+       0.5,
+       60 * SEC_NS,
+       {0, U64_LAST},
+       2,
+       {0, 60 * SEC_NS},
+       {false, true}},
+      {"2^64 jump at a tiny rate",
+       1e-300,
+       60 * SEC_NS,
+       {0, U64_LAST},
+       2,
+       {0, 60 * SEC_NS},
+       {false, true}},
+      {"2^64 jump, cap UINT64_MAX", 1.0, U64_LAST, {0, U64_LAST}, 2, {0, U64_LAST}, {false, true}},
+      {"2^63 jump at rate 1, no cap", 1.0, U64_LAST, {0, 1ull << 63}, 2, {0, 1ull << 63}, {0}},
+      {"jumps back and forth",
+       1.0,
+       10,
+       {5, U64_LAST, 5, U64_LAST, 6},
+       5,
+       {0, 10, 10, 20, 20},
+       {false, true, false, true, false}},
+      {"gap equal to the cap is clamped", 1.0, 10, {0, 10}, 2, {0, 10}, {false, true}},
+      {"cap 0: in order, no waiting", 1.0, 0, {0, 1, 2}, 3, {0, 0, 0}, {false, true, true}},
+  };
+  for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+    em_rec_pace_t p;
+    em_rec_pace_init(&p, cases[i].rate, cases[i].max_gap_ns);
+    for (size_t k = 0; k < cases[i].n; k++) {
+      uint64_t due = em_rec_pace_next(&p, cases[i].t[k]);
+      if (due != cases[i].due[k] || p.clamped != cases[i].clamped[k]) {
+        fail_msg("%s, record %zu: due %llu clamped %d, want %llu %d", cases[i].name, k,
+                 (unsigned long long)due, p.clamped, (unsigned long long)cases[i].due[k],
+                 cases[i].clamped[k]);
+      }
+    }
+  }
+}
+
+/* Offsets saturate instead of wrapping: many capped gaps near 2^64 stay at UINT64_MAX. */
+static void pace_offsets_saturate(void **state) {
+  (void)state;
+  em_rec_pace_t p;
+  em_rec_pace_init(&p, 1.0, U64_LAST / 2);
+  uint64_t prev = em_rec_pace_next(&p, 0);
+  for (int i = 0; i < 8; i++) {
+    uint64_t due = em_rec_pace_next(&p, (i % 2) ? 0 : U64_LAST);
+    assert_true(due >= prev);
+    prev = due;
+  }
+  assert_true(prev == U64_LAST);
+  /* A new pass starts again at 0. */
+  em_rec_pace_init(&p, 1.0, 10);
+  assert_true(em_rec_pace_next(&p, U64_LAST) == 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(crc32c_matches_check_value),
@@ -466,6 +548,8 @@ int main(void) {
       cmocka_unit_test(full_disk_surfaces_enospc),
       cmocka_unit_test(strerror_names_codes_and_errno),
       cmocka_unit_test(parse_table),
+      cmocka_unit_test(pace_table),
+      cmocka_unit_test(pace_offsets_saturate),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
