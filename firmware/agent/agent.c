@@ -53,6 +53,10 @@
 #define BUCKETS_PER_STAGE 256u /* Histogram buckets per stage window at most. */
 #define STOP_TIMEOUT_MS   2000u
 #define NS_PER_SEC        1000000000u
+#define STR_(x)           #x
+#define STR(x)            STR_(x)
+#define REBIRTH_MIN_MS    1000u              /* At most one birth per second on cmd/rebirth. */
+#define REFUSAL_LOG_NS    (10u * NS_PER_SEC) /* One "subscribe refused" line per 10 s. */
 
 /* The figures after the PMU events, in alias order. */
 enum {
@@ -80,6 +84,11 @@ enum {
   M_SPANS_RECEIVED,
   M_SPANS_DROP_FIRST, /* one per em_spans_drop_t */
   M_SPANS_STAGES = M_SPANS_DROP_FIRST + EM_SPANS_DROP_COUNT,
+  M_SPANS_EVICTED,
+  M_PUSH_SUBSCRIBERS,
+  M_PUSH_REFUSED,
+  M_PUSH_GONE,
+  M_AGENT_REBIRTHS_SUPPRESSED,
   M_SPOOL_PENDING,
   M_SPOOL_DROPPED,
   M_SPOOL_CORRUPT,
@@ -131,6 +140,11 @@ static const struct {
     [M_SPANS_DROP_FIRST +
         EM_SPANS_DROP_OVERFLOW] = {"spans.dropped.overflow", "1", EM_METRIC_COUNTER},
     [M_SPANS_STAGES] = {"spans.stages", "1", EM_METRIC_GAUGE},
+    [M_SPANS_EVICTED] = {"spans.stages.evicted", "1", EM_METRIC_COUNTER},
+    [M_PUSH_SUBSCRIBERS] = {"push.subscribers", "1", EM_METRIC_GAUGE},
+    [M_PUSH_REFUSED] = {"push.subscribe_refused", "1", EM_METRIC_COUNTER},
+    [M_PUSH_GONE] = {"push.subscribers_gone", "1", EM_METRIC_COUNTER},
+    [M_AGENT_REBIRTHS_SUPPRESSED] = {"agent.rebirths_suppressed", "1", EM_METRIC_COUNTER},
     [M_SPOOL_PENDING] = {"spool.pending", "1", EM_METRIC_GAUGE},
     [M_SPOOL_DROPPED] = {"spool.dropped", "1", EM_METRIC_COUNTER},
     [M_SPOOL_CORRUPT] = {"spool.corrupt", "1", EM_METRIC_COUNTER},
@@ -149,8 +163,13 @@ struct em_agent {
 
   uv_timer_t tick;
   uv_timer_t lookup;
-  uint64_t next_tick_ns; /* uv_hrtime() the next tick is due: start + k * period. */
-  uint64_t last_tick_ns; /* uv_hrtime() the last tick started: its window's start. */
+  uv_timer_t rebirth;           /* A birth deferred by the cmd/rebirth rate limit. */
+  bool rebirth_pending;         /* The rebirth timer runs. */
+  uint64_t last_birth_ns;       /* uv_hrtime() of the last birth published, 0: none yet. */
+  uint64_t rebirths_suppressed; /* cmd/rebirth requests folded into another's birth. */
+  em_log_limit_t refusal_log;   /* "subscribe refused" lines. */
+  uint64_t next_tick_ns;        /* uv_hrtime() the next tick is due: start + k * period. */
+  uint64_t last_tick_ns;        /* uv_hrtime() the last tick started: its window's start. */
   uint64_t next_smaps_ns;
   uint64_t next_system_ns;
   uint64_t late_ticks;
@@ -311,7 +330,42 @@ static void publish_birth(em_agent_t *a) {
     EM_ERROR("birth: cannot encode: %s", em_proto_strerror(rc));
     return;
   }
-  em_publisher_send(a->pub, "birth", a->out, len, a->cfg.qos_state, true);
+  if (em_publisher_send(a->pub, "birth", a->out, len, a->cfg.qos_state, true) == 0) {
+    a->last_birth_ns = uv_hrtime();
+    if (a->rebirth_pending) { /* This birth answers the deferred request too. */
+      uv_timer_stop(&a->rebirth);
+      a->rebirth_pending = false;
+    }
+  }
+}
+
+static void on_rebirth_due(uv_timer_t *t) {
+  em_agent_t *a = t->data;
+  a->rebirth_pending = false;
+  publish_birth(a);
+}
+
+/*
+ * cmd/rebirth, rate-limited: at most one birth per REBIRTH_MIN_MS. A request within that time
+ * of the last birth is answered by one birth at its end; requests that arrive while that one
+ * waits share it (counted in agent.rebirths_suppressed).
+ */
+static void request_rebirth(em_agent_t *a) {
+  if (a->rebirth_pending) {
+    a->rebirths_suppressed++;
+    return;
+  }
+  uint64_t now = uv_hrtime();
+  uint64_t min_ns = (uint64_t)REBIRTH_MIN_MS * 1000000u;
+  if (a->last_birth_ns == 0 || now - a->last_birth_ns >= min_ns) {
+    EM_INFO("mqtt: rebirth requested");
+    publish_birth(a);
+    return;
+  }
+  uint64_t wait_ms = (a->last_birth_ns + min_ns - now + 999999u) / 1000000u;
+  EM_INFO("mqtt: rebirth requested; the birth follows in %llu ms (one per %u ms at most)",
+          (unsigned long long)wait_ms, REBIRTH_MIN_MS);
+  a->rebirth_pending = uv_timer_start(&a->rebirth, on_rebirth_due, wait_ms, 0) == 0;
 }
 
 /* The status message; online or offline (the Last Will and the clean stop). */
@@ -345,8 +399,7 @@ static void on_command(void *ctx, const char *name, const uint8_t *payload, size
     return;
   }
   if (strcmp(name, "rebirth") == 0 && msg.u.cmd.command == EM_CMD_REBIRTH) {
-    EM_INFO("mqtt: rebirth requested");
-    publish_birth(a);
+    request_rebirth(a);
     return;
   }
   EM_WARN("mqtt: ignoring unknown command cmd/%s", name);
@@ -590,14 +643,69 @@ static void on_span(void *ctx, const em_span_t *span, const struct ucred *sender
   }
 }
 
+/* A subscribe or unsubscribe datagram. Refusals are counted (push.subscribe_refused); their
+ * log line is rate-limited: the first of a burst, then one count per REFUSAL_LOG_NS. */
 static void on_subscribe(void *ctx, bool subscribe, const struct sockaddr_un *addr, socklen_t len,
                          const struct ucred *sender) {
-  (void)sender;
   em_agent_t *a = ctx;
-  int rc = em_signals_subscribe(a->signals, subscribe, addr, len);
-  if (rc) {
-    EM_WARN("spans: %s refused: %s", subscribe ? "subscribe" : "unsubscribe",
-            rc == -ENOSPC ? "too many subscribers" : "the client's socket has no address");
+  uint32_t pid = em_spans_sender_pid(sender);
+  int rc = em_signals_subscribe(a->signals, subscribe, addr, len, pid);
+  if (!rc || !em_log_limit_pass(&a->refusal_log, uv_hrtime(), REFUSAL_LOG_NS)) {
+    return;
+  }
+  const char *why = "the client's socket has no address";
+  if (rc == -ENOSPC) {
+    why = "all " STR(EM_SIGNALS_MAX_SUBSCRIBERS) " subscribers are alive";
+  } else if (rc == -EDQUOT) {
+    why = "the process holds " STR(EM_SIGNALS_MAX_PER_PID) " live subscribers already";
+  }
+  EM_WARN("spans: %s from pid %lu refused: %s (further refusals within %u s are counted in "
+          "push.subscribe_refused, not logged one by one)",
+          subscribe ? "subscribe" : "unsubscribe", (unsigned long)pid, why,
+          (unsigned)(REFUSAL_LOG_NS / NS_PER_SEC));
+}
+
+/* Once per tick: the count of refusals the rate limit held back, once their interval ends. */
+static void flush_refusal_log(em_agent_t *a, uint64_t now) {
+  uint64_t held = 0;
+  if (em_log_limit_flush(&a->refusal_log, now, REFUSAL_LOG_NS, &held)) {
+    EM_WARN("spans: %llu more subscribe requests refused in the last %u s (push.subscribe_refused)",
+            (unsigned long long)held, (unsigned)(REFUSAL_LOG_NS / NS_PER_SEC));
+  }
+}
+
+/* A stage leaves the span table for another name: its budget window goes with it. */
+static void on_stage_evicted(void *ctx, size_t index, const char *evicted, const char *arriving) {
+  (void)evicted;
+  (void)arriving;
+  em_agent_t *a = ctx;
+  if (index < a->cfg.max_stages && a->budget_windows) {
+    em_hist_reset(&a->budget_windows[index]);
+  }
+}
+
+/*
+ * Reserves the span table's slots for every stage cfg's budget rules name (a stage rule's
+ * stage, a flow's stages), so spans of other names cannot push them out, and sets the idle
+ * time after which other stages may be evicted.
+ */
+static void reserve_stages(em_agent_t *a, const em_config_t *cfg) {
+  const char *names[EM_CONFIG_MAX_RULES * (1 + EM_CONFIG_MAX_FLOW)];
+  size_t n = 0;
+  for (size_t i = 0; i < cfg->n_rules; i++) {
+    const em_config_rule_t *r = &cfg->rules[i];
+    if (r->stage[0]) {
+      names[n++] = r->stage;
+    }
+    for (size_t k = 0; k < r->n_flow && k < EM_CONFIG_MAX_FLOW; k++) {
+      names[n++] = r->flow[k];
+    }
+  }
+  size_t want = em_spans_stage_policy(a->spans, names, n, cfg->stage_idle_ns);
+  if (want > a->cfg.max_stages) {
+    EM_WARN("spans: budgets name %zu stages but [spans] max_stages is %u: only the first %u "
+            "have a slot reserved",
+            want, a->cfg.max_stages, a->cfg.max_stages);
   }
 }
 
@@ -1111,6 +1219,13 @@ static void on_tick(uv_timer_t *t) {
           em_spans_dropped(a->spans, (em_spans_drop_t)why));
   }
   set_u(a, fx(a, M_SPANS_STAGES), em_spans_stage_count(a->spans));
+  set_u(a, fx(a, M_SPANS_EVICTED), em_spans_evictions(a->spans));
+  const em_signals_stats_t *sig = em_signals_stats(a->signals);
+  set_u(a, fx(a, M_PUSH_SUBSCRIBERS), em_signals_subscribers(a->signals));
+  set_u(a, fx(a, M_PUSH_REFUSED), sig->refused);
+  set_u(a, fx(a, M_PUSH_GONE), sig->dropped + sig->reaped);
+  set_u(a, fx(a, M_AGENT_REBIRTHS_SUPPRESSED), a->rebirths_suppressed);
+  flush_refusal_log(a, now);
   sample_spool(a);
   for (size_t k = 0; k < a->n_anomaly; k++) {
     double z = 0;
@@ -1407,6 +1522,8 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
                         .allow_gids = cfg->allow_gids,
                         .n_allow_gids = cfg->n_allow_gids,
                         .max_stages = cfg->max_stages,
+                        .stage_idle_ns = cfg->stage_idle_ns,
+                        .on_evict = on_stage_evicted,
                         .on_span = on_span,
                         .on_subscribe = on_subscribe,
                         .ctx = a};
@@ -1419,6 +1536,9 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
   uint64_t now = uv_hrtime();
   if (!rc) {
     rc = start_budgets(a, now);
+  }
+  if (!rc) {
+    reserve_stages(a, cfg);
   }
   if (!rc) {
     char page[EM_CONFIG_MAX_PATH + 16];
@@ -1443,8 +1563,10 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
   a->self_statm_fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
   uv_timer_init(loop, &a->tick);
   uv_timer_init(loop, &a->lookup);
+  uv_timer_init(loop, &a->rebirth);
   a->tick.data = a;
   a->lookup.data = a;
+  a->rebirth.data = a;
   a->smaps_work.data = a;
   *out = a;
   return 0;
@@ -1507,6 +1629,8 @@ int em_agent_reload(em_agent_t *a, const em_config_t *next) {
   a->cfg.enter_windows = next->enter_windows;
   a->cfg.leave_windows = next->leave_windows;
   a->cfg.window_ns = next->window_ns;
+  a->cfg.stage_idle_ns = next->stage_idle_ns;
+  reserve_stages(a, next);
   int n = em_budget_describe(a->budget, a->birth_budgets, EM_CONFIG_MAX_RULES);
   a->n_birth_budgets = n > 0 ? (size_t)n : 0;
   EM_INFO("reload: %zu budget rules (%zu kept their state), level %s", next->n_rules, kept,
@@ -1575,7 +1699,7 @@ void em_agent_stop(em_agent_t *a, void (*done)(void *), void *ctx) {
   a->stop_done = done;
   a->stop_ctx = ctx;
   em_service_stopping(&a->svc);
-  a->closing = a->hook ? 5 : 4; /* two timers, span socket, publisher, hook */
+  a->closing = a->hook ? 6 : 5; /* three timers, span socket, publisher, hook */
   em_spans_close(a->spans, on_spans_closed, a);
   if (a->hook) {
     em_hook_close(a->hook, on_spans_closed, a);
@@ -1590,6 +1714,7 @@ void em_agent_stop(em_agent_t *a, void (*done)(void *), void *ctx) {
   }
   uv_close((uv_handle_t *)&a->tick, on_closed);
   uv_close((uv_handle_t *)&a->lookup, on_closed);
+  uv_close((uv_handle_t *)&a->rebirth, on_closed);
   uint8_t last[64];
   size_t len = encode_status(a, false, last, sizeof(last));
   em_publisher_stop(a->pub, len ? last : NULL, len, STOP_TIMEOUT_MS, on_publisher_stopped, a);

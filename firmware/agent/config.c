@@ -123,6 +123,7 @@ typedef enum {
   K_ALLOW_UIDS,
   K_ALLOW_GIDS,
   K_MAX_STAGES,
+  K_STAGE_IDLE,
   K_ENTER_WINDOWS,
   K_LEAVE_WINDOWS,
   K_DEGRADE_WINDOW,
@@ -686,6 +687,9 @@ static void set_duration(load_t *ld, const key_def_t *k, const char *value) {
     break;
   case K_ACK_TIMEOUT:
     cfg->ack_timeout_ns = ns;
+    break;
+  case K_STAGE_IDLE:
+    cfg->stage_idle_ns = ns;
     break;
   default:
     return;
@@ -1586,6 +1590,7 @@ static const key_def_t keys[K_COUNT] = {
     {K_ALLOW_UIDS, SEC_SPANS, "allow_uids", set_allow_ids, 0, 0, "0, robot"},
     {K_ALLOW_GIDS, SEC_SPANS, "allow_gids", set_allow_ids, 0, 0, "video"},
     {K_MAX_STAGES, SEC_SPANS, "max_stages", set_max_stages, 0, 0, "32"},
+    {K_STAGE_IDLE, SEC_SPANS, "stage_idle", set_duration, NS_PER_MS, 24 * NS_PER_H, "60s"},
     {K_ENTER_WINDOWS, SEC_DEGRADE, "enter_windows", set_window_count, 1, 100, "3"},
     {K_LEAVE_WINDOWS, SEC_DEGRADE, "leave_windows", set_window_count, 1, 1000, "5"},
     {K_DEGRADE_WINDOW, SEC_DEGRADE, "window", set_duration, NS_PER_MS, NS_PER_H, "1s"},
@@ -1692,6 +1697,7 @@ void em_config_defaults(em_config_t *cfg) {
   cfg->span_socket_mode = 0660;
   cfg->span_socket_gid = -1;
   cfg->max_stages = 32;
+  cfg->stage_idle_ns = 60 * NS_PER_S;
   cfg->system_period_ns = NS_PER_S;
   default_runtime_dir(cfg->runtime_dir, sizeof(cfg->runtime_dir));
   copy_str(cfg->board, sizeof(cfg->board), "auto");

@@ -148,7 +148,9 @@ typedef struct {
   uint32_t allow_uids[EM_CONFIG_MAX_IDS];
   size_t n_allow_gids;
   uint32_t allow_gids[EM_CONFIG_MAX_IDS];
-  uint32_t max_stages; /* Stages tracked at once; default 32, 1..64. */
+  uint32_t max_stages;    /* Stages tracked at once; default 32, 1..64. */
+  uint64_t stage_idle_ns; /* An unbudgeted stage this long without a span may give its slot
+                             to a new stage; default 60 s, 1 ms .. 24 h. */
 
   /* [budget.<stage>] and [budget.process]: the rules, in file order. */
   size_t n_rules;

@@ -77,3 +77,22 @@ void em_log(em_log_level_t level, const char *fmt, ...) {
   ssize_t w = write(STDERR_FILENO, line, len);
   (void)w; /* Nowhere to report a failing stderr. */
 }
+
+bool em_log_limit_pass(em_log_limit_t *l, uint64_t now_ns, uint64_t interval_ns) {
+  if (now_ns < l->next_ns) {
+    l->suppressed++;
+    return false;
+  }
+  l->next_ns = now_ns + interval_ns;
+  return true;
+}
+
+bool em_log_limit_flush(em_log_limit_t *l, uint64_t now_ns, uint64_t interval_ns, uint64_t *held) {
+  if (l->suppressed == 0 || now_ns < l->next_ns) {
+    return false;
+  }
+  *held = l->suppressed;
+  l->suppressed = 0;
+  l->next_ns = now_ns + interval_ns;
+  return true;
+}

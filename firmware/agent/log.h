@@ -8,6 +8,7 @@
 #define EDGEMON_AGENT_LOG_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 typedef enum {
   EM_LOG_ERROR = 3, /* Values are syslog priorities. */
@@ -29,6 +30,24 @@ bool em_log_enabled(em_log_level_t level);
 __attribute__((format(printf, 2, 3)))
 #endif
 void em_log(em_log_level_t level, const char *fmt, ...);
+
+/*
+ * A rate limit for one kind of line that input can repeat at will (a refused request): the
+ * first line of a burst is written, the next ones within interval_ns are only counted, and
+ * the count is reported once the interval is over. Zero-initialised = nothing logged yet.
+ */
+typedef struct {
+  uint64_t next_ns;    /* Clock (any monotonic ns) before which lines are held back. */
+  uint64_t suppressed; /* Lines held back since the last one written. */
+} em_log_limit_t;
+
+/* True when the caller may write its line now (the interval restarts); false when the line
+ * is to be held back (counted). */
+bool em_log_limit_pass(em_log_limit_t *l, uint64_t now_ns, uint64_t interval_ns);
+
+/* True, with *held the lines held back (then reset), when the interval is over and some were
+ * held back: the caller writes one summary line. Call it from a periodic place (the tick). */
+bool em_log_limit_flush(em_log_limit_t *l, uint64_t now_ns, uint64_t interval_ns, uint64_t *held);
 
 #define EM_ERROR(...) em_log(EM_LOG_ERROR, __VA_ARGS__)
 #define EM_WARN(...)  em_log(EM_LOG_WARN, __VA_ARGS__)

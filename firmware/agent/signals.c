@@ -11,12 +11,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 typedef struct {
   struct sockaddr_un addr;
   socklen_t len;
+  uint32_t pid; /* The subscribing process (its credentials), 0 when unknown. */
 } subscriber_t;
 
 struct em_signals {
@@ -26,6 +28,7 @@ struct em_signals {
   uint32_t agent_pid;
   em_signals_send_fn send;
   void *send_ctx;
+  int probe_fd; /* Unbound AF_UNIX datagram socket: connect() only, never sends. */
   subscriber_t subs[EM_SIGNALS_MAX_SUBSCRIBERS];
   size_t n_subs;
   em_signals_stats_t stats;
@@ -76,10 +79,11 @@ int em_signals_new(em_signals_t **out, const char *page_path, uint32_t agent_pid
   }
   snprintf(s->path, sizeof(s->path), "%s", page_path);
   s->fd = -1;
+  s->probe_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   s->agent_pid = agent_pid;
   s->send = send;
   s->send_ctx = send_ctx;
-  int rc = create_page(s, initial);
+  int rc = s->probe_fd < 0 ? -errno : create_page(s, initial);
   if (rc) {
     em_signals_free(s, false);
     return rc;
@@ -99,8 +103,10 @@ int em_signals_publish(em_signals_t *s, const em_state_record_t *rec) {
   }
   for (size_t i = 0; i < s->n_subs;) {
     int src = s->send(s->send_ctx, &s->subs[i].addr, s->subs[i].len, push, sizeof(push));
-    if (src == -ECONNREFUSED || src == -ENOENT || src == -ENOTCONN) {
-      s->subs[i] = s->subs[--s->n_subs]; /* Gone: drop it, look at the one moved here. */
+    if (src == -ECONNREFUSED || src == -ENOENT || src == -ENOTCONN || src == -EPERM) {
+      /* Gone (EPERM: its socket is now connected to another peer, so no push can reach it
+       * again): drop it, look at the one moved here. */
+      s->subs[i] = s->subs[--s->n_subs];
       s->stats.dropped++;
       continue;
     }
@@ -118,8 +124,51 @@ static bool same_addr(const subscriber_t *a, const struct sockaddr_un *addr, soc
   return a->len == len && memcmp(&a->addr, addr, (size_t)len) == 0;
 }
 
+/*
+ * Whether the socket behind a subscriber's address is gone: connect() of the probe socket,
+ * which sends nothing. ECONNREFUSED: no socket is bound there any more (closed); ENOENT: the
+ * socket file was removed. Success or any other error (EPERM: it is alive and connected to
+ * another socket, the agent's) counts as alive.
+ */
+static bool peer_gone(const em_signals_t *s, const subscriber_t *sub) {
+  if (connect(s->probe_fd, (const struct sockaddr *)&sub->addr, sub->len) == 0) {
+    return false;
+  }
+  return errno == ECONNREFUSED || errno == ENOENT;
+}
+
+/*
+ * Probes the held subscribers (those of `pid` only when only_pid) and frees the slots of the
+ * gone ones. Returns the number freed.
+ */
+static size_t reap(em_signals_t *s, bool only_pid, uint32_t pid) {
+  size_t freed = 0;
+  for (size_t i = 0; i < s->n_subs;) {
+    if ((!only_pid || s->subs[i].pid == pid) && peer_gone(s, &s->subs[i])) {
+      s->subs[i] = s->subs[--s->n_subs]; /* Look at the one moved here next. */
+      freed++;
+      continue;
+    }
+    i++;
+  }
+  /* Dissolve the probe's last association (connect to AF_UNSPEC), so it holds no reference
+   * to a subscriber's socket. */
+  struct sockaddr unspec = {.sa_family = AF_UNSPEC};
+  (void)connect(s->probe_fd, &unspec, sizeof(unspec));
+  s->stats.reaped += freed;
+  return freed;
+}
+
+static size_t held_by(const em_signals_t *s, uint32_t pid) {
+  size_t n = 0;
+  for (size_t i = 0; i < s->n_subs; i++) {
+    n += s->subs[i].pid == pid;
+  }
+  return n;
+}
+
 int em_signals_subscribe(em_signals_t *s, bool subscribe, const struct sockaddr_un *addr,
-                         socklen_t len) {
+                         socklen_t len, uint32_t pid) {
   if (!addr || len <= (socklen_t)sizeof(sa_family_t) || len > (socklen_t)sizeof(*addr)) {
     s->stats.refused += subscribe;
     return -EINVAL; /* Unnamed: the client did not bind, so nothing can reach it. */
@@ -135,7 +184,12 @@ int em_signals_subscribe(em_signals_t *s, bool subscribe, const struct sockaddr_
   if (!subscribe) {
     return 0;
   }
-  if (s->n_subs == EM_SIGNALS_MAX_SUBSCRIBERS) {
+  if (held_by(s, pid) >= EM_SIGNALS_MAX_PER_PID && reap(s, true, pid) == 0) {
+    s->stats.refused++;
+    s->stats.refused_pid++;
+    return -EDQUOT;
+  }
+  if (s->n_subs == EM_SIGNALS_MAX_SUBSCRIBERS && reap(s, false, 0) == 0) {
     s->stats.refused++;
     return -ENOSPC;
   }
@@ -143,6 +197,7 @@ int em_signals_subscribe(em_signals_t *s, bool subscribe, const struct sockaddr_
   memset(n, 0, sizeof(*n));
   memcpy(&n->addr, addr, (size_t)len);
   n->len = len;
+  n->pid = pid;
   return 0;
 }
 
@@ -163,6 +218,9 @@ void em_signals_free(em_signals_t *s, bool remove_page) {
   }
   if (s->fd >= 0) {
     close(s->fd);
+  }
+  if (s->probe_fd >= 0) {
+    close(s->probe_fd);
   }
   if (remove_page && s->page) {
     unlink(s->path);

@@ -40,8 +40,7 @@ struct em_spans {
 
   uint64_t received;
   uint64_t dropped[EM_SPANS_DROP_COUNT];
-  size_t n_stages;
-  em_stage_stats_t *stages; /* max_stages entries. */
+  em_stages_t stages;
 
   struct mmsghdr msgs[SPAN_BATCH];
   struct iovec iov[SPAN_BATCH];
@@ -95,23 +94,6 @@ static bool allowed(const em_spans_t *s, const struct ucred *cred) {
   return false;
 }
 
-/* The stage named `name`, created on first sight; NULL past the cap. */
-static em_stage_stats_t *stage_for(em_spans_t *s, const char *name) {
-  for (size_t i = 0; i < s->n_stages; i++) {
-    if (strcmp(s->stages[i].name, name) == 0) {
-      return &s->stages[i];
-    }
-  }
-  if (s->n_stages == s->opts.max_stages) {
-    return NULL;
-  }
-  em_stage_stats_t *st = &s->stages[s->n_stages++];
-  memcpy(st->name, name, sizeof(st->name));
-  em_hist_init(&st->window);
-  EM_INFO("spans: new stage '%s' (%zu of %zu)", st->name, s->n_stages, s->opts.max_stages);
-  return st;
-}
-
 /* One received datagram: checked, counted, folded in. */
 static void take(em_spans_t *s, size_t i, uint64_t now_ns) {
   struct msghdr *h = &s->msgs[i].msg_hdr;
@@ -138,7 +120,7 @@ static void take(em_spans_t *s, size_t i, uint64_t now_ns) {
     }
     return;
   }
-  em_stage_stats_t *st = stage_for(s, span.stage);
+  em_stage_stats_t *st = em_stages_get(&s->stages, span.stage, now_ns);
   if (!st) {
     s->dropped[EM_SPANS_DROP_OVERFLOW]++;
     return;
@@ -273,15 +255,18 @@ int em_spans_new(em_spans_t **out, uv_loop_t *loop, const em_spans_opts_t *opts)
     return -EINVAL;
   }
   em_spans_t *s = calloc(1, sizeof(*s));
-  em_stage_stats_t *stages = calloc(opts->max_stages, sizeof(*stages));
-  if (!s || !stages) {
-    free(s);
-    free(stages);
+  if (!s) {
     return -ENOMEM;
+  }
+  int rc = em_stages_init(&s->stages, opts->max_stages,
+                          opts->stage_idle_ns ? opts->stage_idle_ns : UINT64_MAX, opts->on_evict,
+                          opts->ctx);
+  if (rc) {
+    free(s);
+    return rc;
   }
   s->loop = loop;
   s->opts = *opts;
-  s->stages = stages;
   s->fd = -1;
   memcpy(s->allow_uids, opts->allow_uids, opts->n_allow_uids * sizeof(uint32_t));
   memcpy(s->allow_gids, opts->allow_gids, opts->n_allow_gids * sizeof(uint32_t));
@@ -293,7 +278,7 @@ int em_spans_new(em_spans_t **out, uv_loop_t *loop, const em_spans_opts_t *opts)
         .msg_name = &s->from[i], .msg_iov = &s->iov[i], .msg_iovlen = 1, .msg_control = s->ctrl[i]};
   }
   rearm(s, SPAN_BATCH);
-  int rc = open_socket(s);
+  rc = open_socket(s);
   if (!rc) {
     rc = uv_poll_init(loop, &s->poll, s->fd);
   }
@@ -319,17 +304,27 @@ int em_spans_new(em_spans_t **out, uv_loop_t *loop, const em_spans_opts_t *opts)
 }
 
 size_t em_spans_stage_count(const em_spans_t *s) {
-  return s->n_stages;
+  return s->stages.n;
 }
 
 em_stage_stats_t *em_spans_stage(em_spans_t *s, size_t i) {
-  return i < s->n_stages ? &s->stages[i] : NULL;
+  return i < s->stages.n ? &s->stages.entries[i] : NULL;
+}
+
+size_t em_spans_stage_policy(em_spans_t *s, const char *const *names, size_t n, uint64_t idle_ns) {
+  return em_stages_policy(&s->stages, names, n, idle_ns);
+}
+
+uint64_t em_spans_evictions(const em_spans_t *s) {
+  return s->stages.evictions;
 }
 
 void em_spans_window_reset(em_spans_t *s) {
-  for (size_t i = 0; i < s->n_stages; i++) {
-    em_hist_reset(&s->stages[i].window);
-  }
+  em_stages_window_reset(&s->stages);
+}
+
+uint32_t em_spans_sender_pid(const struct ucred *sender) {
+  return sender && sender->pid > 0 ? (uint32_t)sender->pid : 0;
 }
 
 uint64_t em_spans_received(const em_spans_t *s) {
@@ -371,6 +366,6 @@ void em_spans_free(em_spans_t *s) {
   if (!s) {
     return;
   }
-  free(s->stages);
+  em_stages_deinit(&s->stages);
   free(s);
 }

@@ -6,14 +6,16 @@
  * Every datagram is checked: its length, its fields (em_span_unpack) and its sender, whose
  * uid, gid and pid come from SCM_CREDENTIALS (the kernel's word, not the datagram's) and are
  * held against the allow-lists. What fails is counted by reason and dropped; nothing is
- * allocated per datagram. A stage is created the first time a span or heartbeat names it, up
- * to a cap fixed at start-up; spans of further stages are counted as overflow.
+ * allocated per datagram. A stage is created the first time a span or heartbeat names it, in
+ * a table of a size fixed at start-up (stages.h: slots reserved for the stages budgets name,
+ * idle stages evicted for new names); spans of a stage that gets no slot are counted as
+ * overflow.
  *
  * Linux queues at most net.unix.max_dgram_qlen datagrams on the socket (10 by default); a
  * burst beyond what the loop drains before the queue fills makes the senders' send() fail with
  * EAGAIN, which the clients count. firmware/sysctl/60-edgemon.conf raises the limit.
  *
- * Owns: the socket fd, its uv_poll_t, the socket file, and the stage table (fixed size).
+ * Owns: the socket fd, its uv_poll_t, the socket file, and the stage table (stages.h).
  * Single-threaded: the loop's thread.
  */
 #ifndef EDGEMON_AGENT_SPANS_H
@@ -30,6 +32,7 @@
 
 #include "edgemon/wire.h"
 #include "hist.h"
+#include "stages.h"
 
 struct ucred; /* <sys/socket.h> with _GNU_SOURCE: pid, uid, gid of a datagram's sender. */
 
@@ -39,17 +42,9 @@ typedef enum {
   EM_SPANS_DROP_VERSION,       /* A span datagram version this agent does not speak. */
   EM_SPANS_DROP_SIZE,          /* Not exactly 64 bytes (oversized ones included). */
   EM_SPANS_DROP_DISALLOWED,    /* Sender not in the allow-lists, or no credentials. */
-  EM_SPANS_DROP_OVERFLOW,      /* A new stage past max_stages. */
+  EM_SPANS_DROP_OVERFLOW,      /* A new stage that got no slot in the stage table. */
   EM_SPANS_DROP_COUNT
 } em_spans_drop_t;
-
-/* One stage. */
-typedef struct {
-  char name[EM_STAGE_FIELD_BYTES];
-  em_hist_t window;      /* Spans since the last em_spans_window_reset(). */
-  uint64_t total;        /* Spans since the stage was created. */
-  uint64_t last_seen_ns; /* CLOCK_MONOTONIC (agent's clock) of the last span or heartbeat. */
-} em_stage_stats_t;
 
 /*
  * Called for every accepted span or heartbeat, after it is folded in (the budgets hook in
@@ -72,9 +67,12 @@ typedef struct {
   const uint32_t *allow_uids;
   size_t n_allow_uids;
   const uint32_t *allow_gids;
-  size_t n_allow_gids; /* Both lists empty: every sender that can write is allowed. */
-  size_t max_stages;   /* 1..EM_PROTO_MAX_STAGES */
-  em_spans_fn on_span; /* May be NULL. */
+  size_t n_allow_gids;         /* Both lists empty: every sender that can write is allowed. */
+  size_t max_stages;           /* 1..EM_PROTO_MAX_STAGES */
+  uint64_t stage_idle_ns;      /* > 0: an unreserved stage this long without a span may be
+                                  evicted for a new name (stages.h). */
+  em_stages_evict_fn on_evict; /* May be NULL: a stage's slot is about to be reused. */
+  em_spans_fn on_span;         /* May be NULL. */
   em_spans_subscribe_fn on_subscribe; /* May be NULL. */
   void *ctx;
 } em_spans_opts_t;
@@ -88,12 +86,27 @@ typedef struct em_spans em_spans_t;
  */
 int em_spans_new(em_spans_t **out, uv_loop_t *loop, const em_spans_opts_t *opts);
 
-/* The stage table: entries 0..count-1, in order of first sight. */
+/* The stage table: entries 0..count-1, in order of first sight (an evicted stage's index is
+ * reused for the name that took its slot). */
 size_t em_spans_stage_count(const em_spans_t *s);
 em_stage_stats_t *em_spans_stage(em_spans_t *s, size_t i);
 
+/*
+ * Sets the names reserved in the stage table (the stages budgets name; borrowed for the call)
+ * and the idle time after which an unreserved stage may be evicted (0 keeps it), as
+ * em_stages_policy. Returns the number of distinct names given (those past max_stages are
+ * not reserved).
+ */
+size_t em_spans_stage_policy(em_spans_t *s, const char *const *names, size_t n, uint64_t idle_ns);
+
+/* Stages evicted from the table for a new name since start. */
+uint64_t em_spans_evictions(const em_spans_t *s);
+
 /* Empties every stage's window (after it was published). */
 void em_spans_window_reset(em_spans_t *s);
+
+/* The pid in a sender's credentials (for modules built without _GNU_SOURCE); 0 for NULL. */
+uint32_t em_spans_sender_pid(const struct ucred *sender);
 
 /* Datagrams accepted (spans and heartbeats) since start. */
 uint64_t em_spans_received(const em_spans_t *s);

@@ -156,6 +156,29 @@ def test_rebirth_command_republishes_the_birth(running):
     assert wait_for(lambda: "rebirth requested" in agent.log_text(), 5, "the log line")
 
 
+def test_a_flood_of_rebirth_commands_is_answered_by_a_bounded_number_of_births(running):
+    _, _, agent, sub = running
+    wait_for(lambda: "attached to pid" in agent.log_text(), 10, "the agent to attach")
+    sub.next("birth")
+    for _ in range(3):
+        sub.next("data")  # the births of connect and attach are behind us now
+    before = max(edgemon_proto.decode(p)["time_ns"] for _, k, p, _ in sub.seen if k == "birth")
+    topic = f"edgemon/v1/{agent.device}/cmd/rebirth"
+    for _ in range(200):
+        sub.publish(topic, edgemon_proto.encode_rebirth(time.time_ns()))
+    last_sent_ns = time.time_ns()
+    # A birth follows the last command (at the end of the one-second interval).
+    after = sub.next("birth", pred=lambda m: m["time_ns"] > last_sent_ns, timeout=10)
+    # What the broker delivers in the next 2 s of data comes through; the births among all
+    # that was seen since the commands are counted.
+    d = sub.next("data", pred=lambda m: m["time_ns"] > after["time_ns"] + 2_000_000_000)
+    births = [edgemon_proto.decode(p) for _, k, p, _ in sub.seen if k == "birth"]
+    births = [b for b in births if b["time_ns"] > before]
+    assert 1 <= len(births) <= 3, len(births)  # once: one per command, 200
+    assert value(d, after, "agent.rebirths_suppressed") >= 200 - 3
+    assert agent.log_text().count("rebirth requested") <= 3
+
+
 def test_malformed_command_is_logged_and_ignored(running):
     _, _, agent, sub = running
     sub.next("data")

@@ -7,6 +7,7 @@ The state page and push datagrams are read here with struct, from proto/WIRE.md.
 import math
 import mmap
 import os
+import signal
 import socket
 import struct
 import subprocess
@@ -165,3 +166,93 @@ def test_the_hook_runs_with_the_change(stack):
     assert lines[0].startswith("DEGRADED NOMINAL infer.deadline infer 120000000 50000000")
     assert lines[1] == "infer.deadline"
     assert agent.stop() == 0
+
+
+def test_a_reload_raising_a_violated_rules_level_says_which_rule_and_why(stack):
+    broker = stack.broker()
+    target = stack.target()
+    agent = stack.agent(broker.port, f"cmdline = {target.marker}",
+                        extra=BUDGET.replace("leave_windows = 2", "leave_windows = 50"))
+    sub = stack.subscriber(broker.port, agent.device)
+    sub.next("birth")
+    run = stack.tmp / "run"
+    wait_for((run / "state").exists, 5, "the state page")
+    sender(run / "spans.sock").send(span("infer", 120_000_000))
+    wait_for(lambda: (read_page(run / "state") or {}).get("level") == "DEGRADED", 5,
+             "the miss to degrade")
+
+    # Same rule, now at CRITICAL: it is still violated, so the reload raises the level. The
+    # change must name that rule with its last figures (it once carried no rule, NaN, NaN).
+    agent.config.write_text(agent.config.read_text().replace("level = DEGRADED",
+                                                             "level = CRITICAL"))
+    agent.proc.send_signal(signal.SIGHUP)
+    got = wait_for(lambda: (read_page(run / "state") or {}).get("level") == "CRITICAL"
+                   and read_page(run / "state"), 5, "the reload to raise the level")
+    assert got["prev"] == "DEGRADED"
+    assert got["rule"] == "infer.deadline" and got["stage"] == "infer"
+    assert got["value"] == 120_000_000 and got["bound"] == 50_000_000
+    assert got["reason"] == "infer.deadline: deadline miss"
+    state = sub.next("state", pred=lambda m: m["level"] == "CRITICAL")
+    assert state["rule"] == "infer.deadline" and state["stage"] == "infer"
+    assert state["prev_level"] == "DEGRADED"
+    assert math.isfinite(state["value"]) and state["value"] == 120_000_000.0
+    assert math.isfinite(state["bound"]) and state["bound"] == 50_000_000.0
+    log = agent.log_text()
+    assert "level CRITICAL (was DEGRADED): infer.deadline: deadline miss" in log
+    assert "value nan" not in log and "bound nan" not in log
+    assert agent.stop() == 0
+
+
+def subscriber_socket(run):
+    """A push subscriber as the Python client makes one: autobound, connected to the agent."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.bind(b"")
+    s.connect(str(run / "spans.sock"))
+    s.send(span("", 0, kind=3))
+    return s
+
+
+def test_subscribers_that_closed_free_their_slots_and_refusals_are_rate_limited(stack):
+    broker = stack.broker()
+    target = stack.target()
+    agent = stack.agent(broker.port, f"cmdline = {target.marker}", extra=BUDGET)
+    sub = stack.subscriber(broker.port, agent.device)
+    birth = sub.next("birth")
+    run = stack.tmp / "run"
+    wait_for((run / "state").exists, 5, "the state page")
+
+    # 300 clients subscribe and go away. They once kept all 32 slots until the next level
+    # change, and a new subscriber was refused.
+    for i in range(300):
+        subscriber_socket(run).close()
+        if i % 8 == 7:
+            time.sleep(0.002)  # stay under the default queue of 10 datagrams
+    time.sleep(0.3)
+    legit = subscriber_socket(run)
+    time.sleep(0.3)
+    sender(run / "spans.sock").send(span("infer", 120_000_000))
+    legit.settimeout(5)
+    dgram = legit.recv(512)
+    assert LEVELS[BODY.unpack_from(dgram, 16)[0]] == "DEGRADED"
+    assert "refused" not in agent.log_text()
+
+    # One process holds at most 8 subscribers; more requests from it are refused, counted,
+    # and logged once (then as a count), not once each.
+    live = [subscriber_socket(run) for _ in range(7)]
+    extra = []
+    for i in range(60):
+        extra.append(subscriber_socket(run))
+        if i % 8 == 7:
+            time.sleep(0.002)
+    d = sub.next("data", pred=lambda d: edgemon_proto.values_by_name(d, birth)
+                 .get("push.subscribe_refused", 0) >= 60)
+    v = edgemon_proto.values_by_name(d, birth)
+    assert v["push.subscribe_refused"] == 60
+    assert v["push.subscribers"] == 8
+    assert v["push.subscribers_gone"] >= 300 - 8
+    refusals = [ln for ln in agent.log_text().splitlines() if "subscribe from pid" in ln]
+    assert len(refusals) == 1, refusals
+    assert "holds 8 live subscribers" in refusals[0]
+    for s in live + extra + [legit]:
+        s.close()
+    assert agent.proc.poll() is None

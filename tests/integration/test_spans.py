@@ -191,3 +191,59 @@ def test_the_python_client_against_the_real_agent(agent_with_spans):
     assert totals["infer"]["count"] == 40 and totals["post"]["count"] == 40
     for w in totals["infer"]["windows"]:
         assert w["min_ns"] >= 1_000_000  # each span wrapped a 1 ms sleep
+
+
+def test_budgeted_stages_keep_their_slots_and_idle_stages_are_evicted(stack):
+    broker = stack.broker()
+    target = stack.target()
+    agent = stack.agent(broker.port, f"cmdline = {target.marker}",
+                        extra="[spans]\nmax_stages = 4\nstage_idle = 300ms\n"
+                              "[budget.infer]\ndeadline = 50ms\nlevel = DEGRADED\n"
+                              "[degrade]\nwindow = 200ms\nenter_windows = 1\n")
+    sub = stack.subscriber(broker.port, agent.device)
+    birth = sub.next("birth")
+    path = stack.tmp / "run" / "spans.sock"
+    wait_for(path.exists, 5, "the span socket")
+    s = sender(path)
+    # Junk stage names before the pipeline starts: they once took every slot, so the budgeted
+    # stage's spans were dropped as overflow and its deadline never judged.
+    for i in range(20):
+        s.send(span(f"junk{i}", 1000))
+        if i % 8 == 7:
+            time.sleep(0.002)
+    time.sleep(0.1)
+    for i in range(5):
+        s.send(span("infer", 10_000_000, frame=i))
+    totals, _ = stages_total(sub, birth, {"infer": 5})
+    assert {k for k in totals if k.startswith("junk")} == {"junk0", "junk1", "junk2"}
+    s.send(span("infer", 120_000_000, frame=9))  # over the deadline: judged
+    d = sub.next("data", pred=lambda d: d.get("level") == "DEGRADED")
+    v = edgemon_proto.values_by_name(d, birth)
+    assert v["spans.dropped.overflow"] == 17
+    assert v["spans.stages"] == 4
+    assert v["spans.stages.evicted"] == 0
+
+    # The junk goes quiet for longer than stage_idle: a new stage takes the slot of the one
+    # seen longest ago, and the evicted one is gone from later data messages.
+    time.sleep(0.5)
+    for _ in range(3):
+        s.send(span("post", 2_000_000))
+        time.sleep(0.01)
+    for _ in range(3):
+        s.send(span("infer", 10_000_000))
+        time.sleep(0.01)
+
+    def evicted():
+        d = sub.next("data")
+        v = edgemon_proto.values_by_name(d, birth)
+        return (d, v) if v["spans.stages.evicted"] >= 1 else None
+
+    d, v = wait_for(evicted, 10, "an eviction")
+    assert v["spans.stages.evicted"] == 1
+    assert v["spans.stages"] == 4
+    assert v["spans.dropped.overflow"] == 17
+    later = sub.next("data")
+    names = [st["name"] for st in later["stages"]]
+    assert sorted(names) == ["infer", "junk1", "junk2", "post"], names
+    assert "stage 'junk0'" in agent.log_text() and "gives its slot to 'post'" in agent.log_text()
+    assert agent.proc.poll() is None

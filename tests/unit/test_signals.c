@@ -1,7 +1,8 @@
 /*
  * test_signals.c - the state page and the push subscribers, with real files and real unix
  * datagram sockets: what a client maps is what was published, every subscriber gets the
- * push, gone subscribers are dropped, full ones never block the publisher.
+ * push, gone subscribers are dropped (on a push, or by the probe a full table makes), full
+ * ones never block the publisher, one process cannot take every slot.
  */
 #define _GNU_SOURCE
 
@@ -28,7 +29,9 @@
 typedef struct {
   char dir[64];
   char page[128];
-  int tx; /* The agent side's sending socket. */
+  int tx; /* The agent side's socket (bound to <dir>/agent, as the span socket is). */
+  struct sockaddr_un tx_addr;
+  socklen_t tx_len;
 } fx_t;
 
 static int send_real(void *ctx, const struct sockaddr_un *addr, socklen_t len, const void *buf,
@@ -47,6 +50,11 @@ static int setup(void **state) {
   snprintf(fx->page, sizeof(fx->page), "%s/state", fx->dir);
   fx->tx = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   assert_true(fx->tx >= 0);
+  fx->tx_addr.sun_family = AF_UNIX;
+  snprintf(fx->tx_addr.sun_path, sizeof(fx->tx_addr.sun_path), "%s/agent", fx->dir);
+  fx->tx_len =
+      (socklen_t)(offsetof(struct sockaddr_un, sun_path) + strlen(fx->tx_addr.sun_path) + 1);
+  assert_int_equal(bind(fx->tx, (struct sockaddr *)&fx->tx_addr, fx->tx_len), 0);
   *state = fx;
   return 0;
 }
@@ -131,9 +139,9 @@ static void publish_updates_the_page_and_pushes_to_every_subscriber(void **state
   struct sockaddr_un a1, a2;
   socklen_t l1, l2;
   int c1 = client_socket(fx, "c1", &a1, &l1), c2 = client_socket(fx, "c2", &a2, &l2);
-  assert_int_equal(em_signals_subscribe(s, true, &a1, l1), 0);
-  assert_int_equal(em_signals_subscribe(s, true, &a2, l2), 0);
-  assert_int_equal(em_signals_subscribe(s, true, &a2, l2), 0); /* once only */
+  assert_int_equal(em_signals_subscribe(s, true, &a1, l1, 100), 0);
+  assert_int_equal(em_signals_subscribe(s, true, &a2, l2, 100), 0);
+  assert_int_equal(em_signals_subscribe(s, true, &a2, l2, 100), 0); /* once only */
   assert_int_equal(em_signals_subscribers(s), 2);
 
   em_state_record_t deg = record(EM_LEVEL_DEGRADED, EM_LEVEL_NOMINAL, 1);
@@ -158,7 +166,7 @@ static void publish_updates_the_page_and_pushes_to_every_subscriber(void **state
     assert_string_equal(push.reason, deg.reason);
   }
   assert_int_equal(em_signals_stats(s)->pushes, 2);
-  assert_int_equal(em_signals_subscribe(s, false, &a1, l1), 0);
+  assert_int_equal(em_signals_subscribe(s, false, &a1, l1, 100), 0);
   assert_int_equal(em_signals_subscribers(s), 1);
   close(c1);
   close(c2);
@@ -173,8 +181,8 @@ static void gone_subscribers_are_dropped_and_full_ones_never_block(void **state)
   struct sockaddr_un gone, full;
   socklen_t lg, lf;
   int cg = client_socket(fx, "gone", &gone, &lg), cf = client_socket(fx, "full", &full, &lf);
-  assert_int_equal(em_signals_subscribe(s, true, &gone, lg), 0);
-  assert_int_equal(em_signals_subscribe(s, true, &full, lf), 0);
+  assert_int_equal(em_signals_subscribe(s, true, &gone, lg, 100), 0);
+  assert_int_equal(em_signals_subscribe(s, true, &full, lf, 101), 0);
   close(cg);
   unlink(gone.sun_path);                /* The client exited. */
   for (uint32_t i = 1; i <= 200; i++) { /* The full one never reads. */
@@ -191,21 +199,141 @@ static void gone_subscribers_are_dropped_and_full_ones_never_block(void **state)
   em_signals_free(s, true);
 }
 
-static void unnamed_or_excess_subscribers_are_refused(void **state) {
+/* A client as the Python one makes it: an autobound (abstract) address, connected to the
+ * agent's socket, so only the agent may send to it. */
+static int autobound_client(fx_t *fx, struct sockaddr_un *addr, socklen_t *len) {
+  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  assert_true(fd >= 0);
+  struct sockaddr_un any = {.sun_family = AF_UNIX};
+  assert_int_equal(bind(fd, (struct sockaddr *)&any, sizeof(sa_family_t)), 0);
+  assert_int_equal(connect(fd, (struct sockaddr *)&fx->tx_addr, fx->tx_len), 0);
+  *len = sizeof(*addr);
+  assert_int_equal(getsockname(fd, (struct sockaddr *)addr, len), 0);
+  return fd;
+}
+
+/* Whether fd has a push waiting: the level it carries, or -1. */
+static int push_level(int fd) {
+  uint8_t buf[512];
+  ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+  em_state_record_t push;
+  uint32_t pid = 0;
+  if (n != EM_PUSH_DGRAM_BYTES || em_push_unpack(buf, (size_t)n, &push, &pid) != 0) {
+    return -1;
+  }
+  return (int)push.level;
+}
+
+static void unnamed_or_excess_live_subscribers_are_refused(void **state) {
   fx_t *fx = *state;
   em_signals_t *s = NULL;
   em_state_record_t init = record(EM_LEVEL_NOMINAL, EM_LEVEL_NOMINAL, 0);
   assert_int_equal(em_signals_new(&s, fx->page, 1, &init, send_real, fx), 0);
   struct sockaddr_un unnamed = {.sun_family = AF_UNIX};
-  assert_int_equal(em_signals_subscribe(s, true, &unnamed, sizeof(sa_family_t)), -EINVAL);
+  assert_int_equal(em_signals_subscribe(s, true, &unnamed, sizeof(sa_family_t), 5), -EINVAL);
+  int fds[EM_SIGNALS_MAX_SUBSCRIBERS + 1];
   for (int i = 0; i < EM_SIGNALS_MAX_SUBSCRIBERS + 1; i++) {
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
-    int n = snprintf(a.sun_path, sizeof(a.sun_path), "%s/s%d", fx->dir, i);
-    socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)n + 1);
-    assert_int_equal(em_signals_subscribe(s, true, &a, len),
+    struct sockaddr_un a;
+    socklen_t len;
+    fds[i] = autobound_client(fx, &a, &len);
+    assert_int_equal(em_signals_subscribe(s, true, &a, len, (uint32_t)(1000 + i)),
                      i < EM_SIGNALS_MAX_SUBSCRIBERS ? 0 : -ENOSPC);
   }
-  assert_int_equal(em_signals_stats(s)->refused, 2);
+  const em_signals_stats_t *st = em_signals_stats(s);
+  assert_int_equal(st->refused, 2);
+  assert_int_equal(st->reaped, 0); /* All alive: the probe took none. */
+  assert_int_equal(em_signals_subscribers(s), EM_SIGNALS_MAX_SUBSCRIBERS);
+  em_state_record_t warn = record(EM_LEVEL_WARN, EM_LEVEL_NOMINAL, 1);
+  assert_int_equal(em_signals_publish(s, &warn), 0);
+  for (int i = 0; i < EM_SIGNALS_MAX_SUBSCRIBERS + 1; i++) {
+    assert_int_equal(push_level(fds[i]), i < EM_SIGNALS_MAX_SUBSCRIBERS ? EM_LEVEL_WARN : -1);
+    close(fds[i]);
+  }
+  em_signals_free(s, true);
+}
+
+/* 300 clients subscribe and close their sockets; the table never stays full of them: a new
+ * subscriber gets a slot and its push, and the live ones among them keep theirs. */
+static void dead_subscribers_give_their_slots_to_new_ones(void **state) {
+  fx_t *fx = *state;
+  em_signals_t *s = NULL;
+  em_state_record_t init = record(EM_LEVEL_NOMINAL, EM_LEVEL_NOMINAL, 0);
+  assert_int_equal(em_signals_new(&s, fx->page, 1, &init, send_real, fx), 0);
+  int live[5];
+  for (int i = 0; i < 5; i++) {
+    struct sockaddr_un a;
+    socklen_t len;
+    live[i] = autobound_client(fx, &a, &len);
+    assert_int_equal(em_signals_subscribe(s, true, &a, len, (uint32_t)(500 + i)), 0);
+  }
+  for (int i = 0; i < 300; i++) {
+    struct sockaddr_un a;
+    socklen_t len;
+    char name[16];
+    snprintf(name, sizeof(name), "dead%d", i);
+    int fd = i % 2 ? autobound_client(fx, &a, &len) : client_socket(fx, name, &a, &len);
+    assert_int_equal(em_signals_subscribe(s, true, &a, len, (uint32_t)(2000 + i)), 0);
+    close(fd);
+    if (i % 2 == 0) {
+      unlink(a.sun_path); /* A pathname client that removed its file: ENOENT. */
+    }
+  }
+  const em_signals_stats_t *st = em_signals_stats(s);
+  assert_int_equal(st->refused, 0);
+  assert_true(st->reaped >= 300 - EM_SIGNALS_MAX_SUBSCRIBERS + 5);
+  assert_true(em_signals_subscribers(s) <= EM_SIGNALS_MAX_SUBSCRIBERS);
+
+  struct sockaddr_un na;
+  socklen_t nl;
+  int fresh = autobound_client(fx, &na, &nl);
+  assert_int_equal(em_signals_subscribe(s, true, &na, nl, 4242), 0);
+  em_state_record_t crit = record(EM_LEVEL_CRITICAL, EM_LEVEL_NOMINAL, 1);
+  assert_int_equal(em_signals_publish(s, &crit), 0);
+  assert_int_equal(push_level(fresh), EM_LEVEL_CRITICAL);
+  for (int i = 0; i < 5; i++) {
+    assert_int_equal(push_level(live[i]), EM_LEVEL_CRITICAL);
+    close(live[i]);
+  }
+  /* The push found the remaining dead ones gone and dropped them. */
+  assert_int_equal(em_signals_subscribers(s), 6);
+  assert_int_equal(st->pushes, 6);
+  close(fresh);
+  em_signals_free(s, true);
+}
+
+/* One process holds at most EM_SIGNALS_MAX_PER_PID subscribers; others still get theirs. */
+static void one_process_cannot_take_every_slot(void **state) {
+  fx_t *fx = *state;
+  em_signals_t *s = NULL;
+  em_state_record_t init = record(EM_LEVEL_NOMINAL, EM_LEVEL_NOMINAL, 0);
+  assert_int_equal(em_signals_new(&s, fx->page, 1, &init, send_real, fx), 0);
+  int fds[EM_SIGNALS_MAX_PER_PID];
+  for (int i = 0; i < EM_SIGNALS_MAX_PER_PID; i++) {
+    struct sockaddr_un a;
+    socklen_t len;
+    fds[i] = autobound_client(fx, &a, &len);
+    assert_int_equal(em_signals_subscribe(s, true, &a, len, 77), 0);
+  }
+  struct sockaddr_un a;
+  socklen_t len;
+  int extra = autobound_client(fx, &a, &len);
+  assert_int_equal(em_signals_subscribe(s, true, &a, len, 77), -EDQUOT);
+  assert_int_equal(em_signals_stats(s)->refused_pid, 1);
+  struct sockaddr_un b;
+  socklen_t lb;
+  int other = autobound_client(fx, &b, &lb);
+  assert_int_equal(em_signals_subscribe(s, true, &b, lb, 78), 0);
+  close(fds[3]); /* One of pid 77's goes away: its slot is reaped for the next request. */
+  assert_int_equal(em_signals_subscribe(s, true, &a, len, 77), 0);
+  assert_int_equal(em_signals_stats(s)->reaped, 1);
+  assert_int_equal(em_signals_subscribers(s), EM_SIGNALS_MAX_PER_PID + 1);
+  for (int i = 0; i < EM_SIGNALS_MAX_PER_PID; i++) {
+    if (i != 3) {
+      close(fds[i]);
+    }
+  }
+  close(extra);
+  close(other);
   em_signals_free(s, true);
 }
 
@@ -244,7 +372,11 @@ int main(void) {
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(gone_subscribers_are_dropped_and_full_ones_never_block, setup,
                                       teardown),
-      cmocka_unit_test_setup_teardown(unnamed_or_excess_subscribers_are_refused, setup, teardown),
+      cmocka_unit_test_setup_teardown(unnamed_or_excess_live_subscribers_are_refused, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(dead_subscribers_give_their_slots_to_new_ones, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(one_process_cannot_take_every_slot, setup, teardown),
       cmocka_unit_test_setup_teardown(a_bad_record_publishes_nothing, setup, teardown),
       cmocka_unit_test_setup_teardown(a_missing_directory_is_an_error, setup, teardown),
   };
