@@ -16,12 +16,15 @@
  *     accept, or from the end of the previous response on a kept-alive connection) must arrive
  *     within HTTP_HEAD_DEADLINE_MS, else sweep() closes it (counted as a slow head); once the
  *     head is in, the idle timeout is HTTP_TIMEOUT_S;
- *   - a new connection whose address already holds HTTP_MAX_CONNS_PER_IP connections, or that
- *     finds http->policy_conns open, evicts the oldest connection (of that address, resp. of
- *     all) still waiting for a head: it is counted as evicted. Only when there is none (every
- *     one is being answered) is the new connection refused. A client that sends its request at
- *     once is never the oldest waiting head, so it gets in under any flood of slow or idle
- *     connections; a flood from one address evicts its own connections first.
+ *   - below http->policy_conns open connections everyone is admitted. At it, a new connection
+ *     evicts the oldest connection still waiting for a request head: of its own address when
+ *     that address holds HTTP_SHARE_PER_IP or more, else of all. Only when no connection waits
+ *     for a head (every one is being answered) is the new one refused. A client that sends
+ *     its request at once is never the oldest waiting head, so it gets in under any flood of
+ *     slow or idle connections, and a crowd from one address makes room from its own
+ *     connections first. (No hard per-address cap: it would refuse the clients that share an
+ *     address with an attacker, behind a NAT, a proxy or on loopback, for as long as the
+ *     attacker held the cap: the very outage this policy removes.)
  * Closing is shutdown(2) of the connection's socket: MHD sees the hang-up in its next poll and
  * closes it; the descriptor stays valid until MHD_CONNECTION_NOTIFY_CLOSED, which frees the
  * slot, so a shut-down socket is never someone else's. The policy leaves max_conns /
@@ -82,7 +85,7 @@
 #define HTTP_MIN_CONNS        16u    /* Below this, RLIMIT_NOFILE is not honoured. */
 #define HTTP_FD_RESERVE       64u    /* Descriptors left to SQLite, MQTT, logs. */
 #define HTTP_EVICT_SLACK_DIV  8u     /* Policy acts at max - max/8 open connections. */
-#define HTTP_MAX_CONNS_PER_IP 64u    /* Prometheus, dashboards and curls fit easily. */
+#define HTTP_SHARE_PER_IP     64u    /* At this, an address evicts its own first. */
 #define HTTP_TIMEOUT_S        10u    /* Idle timeout once a request head is in. */
 #define HTTP_HEAD_IDLE_S      5u     /* Idle timeout while a request head is due. */
 #define HTTP_HEAD_DEADLINE_MS 10000u /* A whole request head, from accept or last response. */
@@ -258,9 +261,9 @@ static conn_slot_t *oldest_head(em_http_t *h, const uint8_t *addr, uint8_t addr_
   return best;
 }
 
-/* MHD_OPTION_ACCEPT_POLICY: makes room for a new connection from sa by evicting the oldest
- * waiting head of its address (address at quota) or of all (server at policy_conns), or
- * refuses it when there is nothing to evict. */
+/* MHD_OPTION_ACCEPT_POLICY: admits a new connection from sa, making room at policy_conns by
+ * evicting the oldest waiting head (of sa's address when it holds HTTP_SHARE_PER_IP or more,
+ * else of all), or refuses it when no connection waits for a head. */
 static enum MHD_Result admit(void *cls, const struct sockaddr *sa, socklen_t sa_len) {
   (void)sa_len;
   em_http_t *h = cls;
@@ -278,13 +281,15 @@ static enum MHD_Result admit(void *cls, const struct sockaddr *sa, socklen_t sa_
       same++;
     }
   }
-  conn_slot_t *victim = NULL;
-  if (addr_len && same >= HTTP_MAX_CONNS_PER_IP) {
-    victim = oldest_head(h, addr, addr_len);
-  } else if (open >= h->policy_conns) {
-    victim = oldest_head(h, NULL, 0);
-  } else {
+  if (open < h->policy_conns) {
     return MHD_YES;
+  }
+  conn_slot_t *victim = NULL;
+  if (addr_len && same >= HTTP_SHARE_PER_IP) {
+    victim = oldest_head(h, addr, addr_len);
+  }
+  if (!victim) {
+    victim = oldest_head(h, NULL, 0);
   }
   if (!victim) {
     count(&h->refused_total);

@@ -11,10 +11,10 @@
  * while they read it. Owns the MHD daemon and the thread that drives it.
  *
  * Hostile clients: a request head may pause 5 s between bytes and take 10 s in all, then its
- * connection is closed; a new connection that finds its address at its quota, or the
- * server near its limit, evicts the oldest connection still waiting for a request head rather
- * than being refused (http.c tells the whole policy). libmicrohttpd's own messages go to stderr
- * through a rate limit. /metrics ends with the em_http_stats_t figures as
+ * connection is closed; a new connection that finds the server near its limit evicts the
+ * oldest connection still waiting for a request head (its own address's first when that
+ * address holds many) rather than being refused (http.c tells the whole policy). libmicrohttpd's
+ * own messages go to stderr through a rate limit. /metrics ends with the em_http_stats_t figures as
  * edgemon_aggregator_http_* families.
  */
 #ifndef EM_AGG_HTTP_H

@@ -19,8 +19,10 @@ import pytest
 
 from conftest import wait_for
 
-SLOW_CONNS = 200    # partial request, then one header line every 1-4 s
-IDLE_CONNS = 200    # connect, send nothing
+# Together more than the server's whole connection table (http.c: HTTP_MAX_CONNS, 512), so
+# the attack reaches its limit whatever RLIMIT_NOFILE allows.
+SLOW_CONNS = 300    # partial request, then one header line every 1-4 s
+IDLE_CONNS = 300    # connect, send nothing
 ATTACK_S = 14       # how long the attack holds its connections
 RECONNECT_S = 1.0   # a connection the server closed is reopened after this long
 CLIENT_GUARD_S = 15 # a normal request must be answered within this (hang guard)
