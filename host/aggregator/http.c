@@ -330,23 +330,26 @@ static void conn_notify(void *cls, struct MHD_Connection *c, void **socket_conte
   if (code != MHD_CONNECTION_NOTIFY_STARTED) {
     return;
   }
-  const union MHD_ConnectionInfo *fd =
+  const union MHD_ConnectionInfo *fdi =
       MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
   conn_slot_t *s = NULL;
-  for (unsigned i = 0; i < h->max_conns && !s; i++) {
-    s = h->slots[i].conn ? NULL : &h->slots[i];
+  for (unsigned i = 0; i < h->max_conns; i++) {
+    if (!h->slots[i].conn) {
+      s = &h->slots[i];
+      break;
+    }
   }
-  if (!fd || !s) {
+  if (!fdi || !s) {
     /* Cannot happen (MHD's limit is the table's size); refuse rather than lose track. */
-    if (fd) {
-      (void)shutdown(fd->connect_fd, SHUT_RDWR);
+    if (fdi) {
+      (void)shutdown(fdi->connect_fd, SHUT_RDWR);
     }
     count(&h->refused_total);
     return;
   }
   const union MHD_ConnectionInfo *ci =
       MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-  *s = (conn_slot_t){.conn = c, .fd = fd->connect_fd, .in_head = true, .head_start_ms = mono_ms()};
+  *s = (conn_slot_t){.conn = c, .fd = fdi->connect_fd, .in_head = true, .head_start_ms = mono_ms()};
   s->addr_len = addr_key(ci ? ci->client_addr : NULL, s->addr);
   *socket_context = s;
   count(&h->open_conns);
