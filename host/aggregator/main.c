@@ -6,7 +6,9 @@
  * registry updates, SQLite batches, rebirth requests, retention; libmicrohttpd's thread serves
  * /metrics, /api and /healthz, reading the registry under its lock. The session is
  * reconnected with capped exponential backoff when the broker goes away; /healthz answers 503
- * meanwhile.
+ * meanwhile, and also while /metrics is degraded (its latest render left devices out to stay
+ * under --metrics-max-bytes). The MQTT thread also forgets devices silent for --device-ttl
+ * (registry.h) and logs store failures with their reason at most every 10 s.
  *
  * Subscriptions: edgemon/v1/+/# normally. With a share group, data goes through the MQTT v5
  * shared subscription $share/<group>/edgemon/v1/+/data so the instances of the group split it,
@@ -15,6 +17,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "http.h"
+#include "metrics.h"
 #include "registry.h"
 #include "store.h"
 
@@ -49,6 +52,8 @@ typedef struct {
   uint64_t retention_s;
   uint64_t downsample_after_s;
   uint64_t downsample_step_s;
+  uint64_t device_ttl_s;      /* Forget a device silent for this long; 0 never. */
+  uint64_t metrics_max_bytes; /* Cap of the /metrics text. */
   char tls_ca_file[MAX_TEXT];
   char tls_ca_path[MAX_TEXT];
   char tls_cert_file[MAX_TEXT];
@@ -65,9 +70,16 @@ typedef struct {
   em_http_t *http;
   em_broker_t *broker;
   atomic_bool connected;
-  uint64_t malformed_logged; /* registry malformed count at the last log line. */
-  uint64_t store_errors_logged;
+  uint64_t malformed_logged;    /* registry malformed count at the last log line. */
+  uint64_t rejected_logged;     /* Sum of the registry's rejected counts at the last log line. */
+  uint64_t next_failure_log_ns; /* CLOCK_MONOTONIC before which store failures wait. */
 } agg_t;
+
+/* Store failures are logged at most this often (the first one at once). */
+#define FAILURE_LOG_PERIOD_NS 10000000000ull
+/* Devices past the TTL are looked for this often (half the TTL when that is shorter, at least
+ * once a second). */
+#define EXPIRE_PERIOD_NS 10000000000ull
 
 static volatile sig_atomic_t stop_requested;
 
@@ -92,6 +104,7 @@ static void usage(FILE *out) {
           "usage: edgemon-aggregator [--config FILE] [--broker URL] [--share-group NAME]\n"
           "                          [--client-id ID] [--db PATH] [--http HOST:PORT]\n"
           "                          [--batch-ms N] [--batch-rows N] [--retention DURATION]\n"
+          "                          [--device-ttl DURATION] [--metrics-max-bytes N]\n"
           "                          [--tls-ca-file FILE|--tls-ca-path DIR]\n"
           "                          [--tls-cert-file FILE --tls-key-file FILE] [--tls-insecure]\n"
           "                          [--credentials-file FILE]\n"
@@ -117,6 +130,10 @@ static void usage(FILE *out) {
           "  --retention D        delete history older than D (e.g. 7d, 12h; default 7d; 0 keeps\n"
           "                       all); samples older than downsample_after (default 1d) are\n"
           "                       averaged to one per downsample_step (default 1m)\n"
+          "  --device-ttl D       forget a device (in memory: /metrics, /api) after D without a\n"
+          "                       message from it (default 24h; 0 never); its history stays\n"
+          "  --metrics-max-bytes N cap of the /metrics text (default 64 MiB, at least 1 MiB);\n"
+          "                       past it /metrics leaves devices out and /healthz says so\n"
           "  --tls-ca-file FILE   mqtts://: CA certificates (PEM) that verify the broker\n"
           "  --tls-ca-path DIR    mqtts://: a directory of CA certificates (c_rehash); with\n"
           "                       neither, the system's CA certificates\n"
@@ -242,6 +259,18 @@ static const char *set_key(agg_config_t *c, const char *key, const char *value) 
   if (strcmp(key, "batch_rows") == 0) {
     return parse_uint(value, 1, 10000000, &c->batch_rows) ? NULL : "wants 1 to 10000000";
   }
+  if (strcmp(key, "device_ttl") == 0) {
+    if (!parse_duration_ns(value, &ns)) {
+      return "wants a duration such as 30m, 24h or 7d (0: never)";
+    }
+    c->device_ttl_s = ns / 1000000000u;
+    return NULL;
+  }
+  if (strcmp(key, "metrics_max_bytes") == 0) {
+    return parse_uint(value, 1u << 20, 1u << 30, &c->metrics_max_bytes)
+               ? NULL
+               : "wants 1048576 to 1073741824 (bytes)";
+  }
   if (strcmp(key, "retention") == 0 || strcmp(key, "downsample_after") == 0 ||
       strcmp(key, "downsample_step") == 0) {
     if (!parse_duration_ns(value, &ns)) {
@@ -331,9 +360,17 @@ static void on_message(void *ctx, const char *topic, const uint8_t *payload, siz
   (void)em_store_add(a->store, in.device, in.agg->dev, &in.msg, clock_ns(CLOCK_REALTIME));
 }
 
+/* /healthz: ok while the MQTT session is up and the latest /metrics held every device. A
+ * /metrics that had to leave devices out (over its cap) makes the aggregator degraded: not ok. */
 static bool healthy(void *ctx) {
   agg_t *a = ctx;
-  return atomic_load(&a->connected);
+  if (!atomic_load(&a->connected)) {
+    return false;
+  }
+  em_registry_lock(a->reg);
+  bool truncated = a->reg->stats.metrics_truncated;
+  em_registry_unlock(a->reg);
+  return !truncated;
 }
 
 static int connect_and_subscribe(agg_t *a) {
@@ -383,23 +420,58 @@ static int connect_and_subscribe(agg_t *a) {
   return 0;
 }
 
-/* Copies the store's counters into the registry's stats and logs new trouble. */
-static void publish_stats(agg_t *a) {
+/* Copies the store's counters into the registry's stats and logs new trouble: store failures
+ * with their reason at most every FAILURE_LOG_PERIOD_NS. now_ns is CLOCK_MONOTONIC. */
+static void publish_stats(agg_t *a, uint64_t now_ns) {
   em_store_stats_t st;
   em_store_stats(a->store, &st);
   em_registry_lock(a->reg);
-  a->reg->stats.store_rows = st.rows;
-  a->reg->stats.store_batches = st.batches;
-  a->reg->stats.store_errors = st.errors;
-  uint64_t malformed = a->reg->stats.malformed;
+  em_agg_stats_t *rs = &a->reg->stats;
+  rs->store_rows = st.rows;
+  rs->store_batches = st.batches;
+  rs->store_errors = st.errors;
+  rs->n_store_failures = 0;
+  for (size_t i = 0; i < st.n_failures && i < EM_AGG_FAILURE_KINDS; i++) {
+    em_agg_failure_t *f = &rs->store_failures[rs->n_store_failures++];
+    memcpy(f->table, st.failures[i].table, sizeof(f->table));
+    memcpy(f->reason, st.failures[i].reason, sizeof(f->reason));
+    f->count = st.failures[i].count;
+  }
+  rs->ckpt_runs = st.ckpt.runs;
+  rs->ckpt_frames = st.ckpt.frames;
+  rs->ckpt_busy = st.ckpt.busy;
+  rs->ckpt_errors = st.ckpt.errors;
+  rs->ckpt_truncates = st.ckpt.truncates;
+  rs->ckpt_writer_runs = st.wal_restarts;
+  rs->ckpt_writer_busy = st.wal_restart_busy;
+  rs->wal_bytes = st.ckpt.wal_bytes;
+  rs->wal_max_bytes = st.ckpt.wal_max_bytes;
+  uint64_t malformed = rs->malformed;
+  uint64_t rejected = 0;
+  char why[160] = "";
+  for (int i = 0; i < EM_AGG_REJECT_COUNT; i++) {
+    rejected += rs->rejected[i];
+    size_t at = strlen(why);
+    snprintf(why + at, sizeof(why) - at, "%s%s %llu", i ? ", " : "",
+             em_agg_reject_name((em_agg_reject_t)i), (unsigned long long)rs->rejected[i]);
+  }
   em_registry_unlock(a->reg);
   if (malformed > a->malformed_logged) {
     logf_("%llu malformed message(s) skipped so far", (unsigned long long)malformed);
     a->malformed_logged = malformed;
   }
-  if (st.errors > a->store_errors_logged) {
-    logf_("store: %llu failed write(s) so far", (unsigned long long)st.errors);
-    a->store_errors_logged = st.errors;
+  if (rejected > a->rejected_logged) {
+    logf_("%llu message(s) rejected so far (%s)", (unsigned long long)rejected, why);
+    a->rejected_logged = rejected;
+  }
+  if (now_ns >= a->next_failure_log_ns) {
+    char text[EM_STORE_FAILURE_TEXT];
+    uint64_t n = em_store_take_failure(a->store, text, sizeof(text));
+    if (n > 0) {
+      logf_("store: %llu failed write(s) since the last report (%llu in all); the latest: %s",
+            (unsigned long long)n, (unsigned long long)st.errors, text);
+      a->next_failure_log_ns = now_ns + FAILURE_LOG_PERIOD_NS;
+    }
   }
 }
 
@@ -412,6 +484,10 @@ static int run(agg_t *a) {
   uint64_t backoff_ms = 250;
   uint64_t next_connect = 0;
   uint64_t next_stats = 0;
+  uint64_t ttl_ns = a->cfg.device_ttl_s * 1000000000u;
+  uint64_t expire_every_ns = ttl_ns / 2 < EXPIRE_PERIOD_NS ? ttl_ns / 2 : EXPIRE_PERIOD_NS;
+  expire_every_ns = expire_every_ns < 1000000000u ? 1000000000u : expire_every_ns;
+  uint64_t next_expire = clock_ns(CLOCK_MONOTONIC) + expire_every_ns;
   uint64_t next_retain = clock_ns(CLOCK_MONOTONIC) + 60000000000ull;
   while (!stop_requested) {
     uint64_t now = clock_ns(CLOCK_MONOTONIC);
@@ -436,8 +512,16 @@ static int run(agg_t *a) {
     now = clock_ns(CLOCK_MONOTONIC);
     (void)em_store_tick(a->store, now);
     if (now >= next_stats) {
-      publish_stats(a);
+      publish_stats(a, now);
       next_stats = now + 1000000000u;
+    }
+    if (now >= next_expire) {
+      size_t gone = em_registry_expire(a->reg, now, ttl_ns);
+      if (gone > 0) {
+        logf_("forgot %zu device(s) not heard from for %llu s (their history stays in the store)",
+              gone, (unsigned long long)a->cfg.device_ttl_s);
+      }
+      next_expire = now + expire_every_ns;
     }
     if (now >= next_retain) {
       (void)em_store_retain(a->store, clock_ns(CLOCK_REALTIME));
@@ -488,6 +572,8 @@ int main(int argc, char **argv) {
       {"batch-ms", required_argument, NULL, 'm'},
       {"batch-rows", required_argument, NULL, 'r'},
       {"retention", required_argument, NULL, 'R'},
+      {"device-ttl", required_argument, NULL, 'L'},
+      {"metrics-max-bytes", required_argument, NULL, 'M'},
       {"tls-ca-file", required_argument, NULL, 'A'},
       {"tls-ca-path", required_argument, NULL, 'P'},
       {"tls-cert-file", required_argument, NULL, 'T'},
@@ -507,6 +593,7 @@ int main(int argc, char **argv) {
       ['A'] = "tls_ca_file",   ['P'] = "tls_ca_path",
       ['T'] = "tls_cert_file", ['K'] = "tls_key_file",
       ['I'] = "tls_insecure",  ['U'] = "credentials_file",
+      ['L'] = "device_ttl",    ['M'] = "metrics_max_bytes",
   };
   agg_t a = {.cfg = {.broker = EM_BROKER_DEFAULT_URL,
                      .db = "edgemon.db",
@@ -515,7 +602,9 @@ int main(int argc, char **argv) {
                      .batch_rows = 5000,
                      .retention_s = 7 * 86400,
                      .downsample_after_s = 86400,
-                     .downsample_step_s = 60}};
+                     .downsample_step_s = 60,
+                     .device_ttl_s = 24 * 3600,
+                     .metrics_max_bytes = EM_METRICS_MAX_BYTES}};
   const char *config = NULL;
   bool check = false;
   const char *flag_value[128] = {0};
@@ -621,6 +710,8 @@ int main(int argc, char **argv) {
     logf_("out of memory");
     goto out;
   }
+  a.reg->device_ttl_ns = a.cfg.device_ttl_s * 1000000000u;
+  a.reg->metrics_max_bytes = (size_t)a.cfg.metrics_max_bytes;
   if (em_http_start(&a.http, a.cfg.http, a.reg, healthy, &a, err, sizeof(err)) != 0) {
     logf_("%s", err);
     goto out;

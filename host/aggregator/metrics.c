@@ -25,7 +25,21 @@
  *   edgemon_aggregator_devices                        gauge
  *   edgemon_aggregator_start_time_seconds             gauge, Unix time
  *   edgemon_aggregator_{received,ingested,malformed,unknown_birth}_total,
- *   edgemon_aggregator_store_{rows,batches,errors}_total       counters: em_agg_stats_t by name
+ *   edgemon_aggregator_devices_expired_total, edgemon_aggregator_device_ttl_seconds,
+ *   edgemon_aggregator_store_{rows,batches,errors}_total,
+ *   edgemon_aggregator_checkpoint_{runs,frames,busy,errors,truncates}_total,
+ *   edgemon_aggregator_checkpoint_writer_{runs,busy}_total, edgemon_aggregator_wal_bytes,
+ *   edgemon_aggregator_wal_max_bytes, edgemon_aggregator_metrics_{truncated,devices_omitted,
+ *   max_bytes}, edgemon_aggregator_metrics_truncations_total
+ *                                                     em_agg_stats_t by name
+ *   edgemon_aggregator_rejected_total{reason}         counter: topic, kind_mismatch,
+ *                                                     device_mismatch
+ *   edgemon_aggregator_store_failures_total{table,reason}  counter: failed writes by SQLite
+ *                                                     reason
+ *
+ * Size: past the cap (registry metrics_max_bytes) the per-device families keep the first
+ * devices in id order that fit (each device measured alone, HELP/TYPE aside), and the
+ * aggregator's families are always written in full (metrics.h).
  *
  * Numbers: integers are written as integers, nanosecond figures as exact decimal seconds
  * ("12.000345"), other floats as the shortest "%.*g" that reads back to the same double. The
@@ -75,7 +89,8 @@ static bool text_reserve(em_text_t *t, size_t more) {
   if (t->error) {
     return false;
   }
-  if (more > EM_METRICS_MAX_BYTES || t->len + more > EM_METRICS_MAX_BYTES) {
+  size_t max = t->max_bytes ? t->max_bytes : EM_METRICS_MAX_BYTES;
+  if (more > max || t->len + more > max) {
     t->error = -E2BIG;
     return false;
   }
@@ -87,8 +102,8 @@ static bool text_reserve(em_text_t *t, size_t more) {
   while (cap < need) {
     cap *= 2;
   }
-  if (cap > EM_METRICS_MAX_BYTES + 1) {
-    cap = EM_METRICS_MAX_BYTES + 1;
+  if (cap > max + 1) {
+    cap = max + 1;
   }
   char *p = realloc(t->data, cap);
   if (!p) {
@@ -408,14 +423,20 @@ static void render_histogram(em_text_t *t, family_t *f, const char *device,
   text_ch(t, '\n');
 }
 
+/* One unlabelled sample of a family of its own. */
+static void single(em_text_t *t, const char *name, const char *type, const char *help, uint64_t v) {
+  family_t f = {name, type, help, false};
+  sample_begin(t, &f, "", NULL);
+  sample_value_sep(t, false);
+  put_u64(t, v);
+  text_ch(t, '\n');
+}
+
 /* Writes the aggregator-wide families (no device label). */
 static void render_aggregator(const em_registry_t *r, em_text_t *t) {
-  family_t devices = {"edgemon_aggregator_devices", "gauge", "Devices the aggregator knows.",
-                      false};
-  sample_begin(t, &devices, "", NULL);
-  sample_value_sep(t, false);
-  put_u64(t, (uint64_t)r->n_devices);
-  text_ch(t, '\n');
+  const em_agg_stats_t *st = &r->stats;
+  single(t, "edgemon_aggregator_devices", "gauge", "Devices the aggregator knows.",
+         (uint64_t)r->n_devices);
   if (r->started_ns > 0) {
     family_t start = {"edgemon_aggregator_start_time_seconds", "gauge",
                       "When the aggregator started, Unix time.", false};
@@ -426,44 +447,92 @@ static void render_aggregator(const em_registry_t *r, em_text_t *t) {
   }
   const struct {
     const char *name;
+    const char *type;
     const char *help;
     uint64_t v;
-  } counters[] = {
-      {"edgemon_aggregator_received_total", "MQTT messages received.", r->stats.received},
-      {"edgemon_aggregator_ingested_total", "MQTT messages decoded and applied.",
-       r->stats.ingested},
-      {"edgemon_aggregator_malformed_total",
-       "MQTT messages that did not decode or whose topic is not edgemon's.", r->stats.malformed},
-      {"edgemon_aggregator_unknown_birth_total", "Data messages without a birth for their session.",
-       r->stats.unknown_birth},
-      {"edgemon_aggregator_store_rows_total", "Rows written to SQLite.", r->stats.store_rows},
-      {"edgemon_aggregator_store_batches_total", "Transactions committed to SQLite.",
-       r->stats.store_batches},
-      {"edgemon_aggregator_store_errors_total", "SQLite writes that failed.",
-       r->stats.store_errors},
+  } figures[] = {
+      {"edgemon_aggregator_received_total", "counter", "MQTT messages received.", st->received},
+      {"edgemon_aggregator_ingested_total", "counter", "MQTT messages decoded and applied.",
+       st->ingested},
+      {"edgemon_aggregator_malformed_total", "counter", "MQTT payloads that did not decode.",
+       st->malformed},
+      {"edgemon_aggregator_unknown_birth_total", "counter",
+       "Data messages without a birth for their session.", st->unknown_birth},
+      {"edgemon_aggregator_devices_expired_total", "counter",
+       "Devices forgotten after the device TTL without a message.", st->expired},
+      {"edgemon_aggregator_device_ttl_seconds", "gauge",
+       "A device not heard from for this long is forgotten (0: never).",
+       r->device_ttl_ns / 1000000000u},
+      {"edgemon_aggregator_store_rows_total", "counter", "Rows written to SQLite.", st->store_rows},
+      {"edgemon_aggregator_store_batches_total", "counter", "Transactions committed to SQLite.",
+       st->store_batches},
+      {"edgemon_aggregator_store_errors_total", "counter",
+       "SQLite writes that failed (edgemon_aggregator_store_failures_total says why).",
+       st->store_errors},
+      {"edgemon_aggregator_checkpoint_runs_total", "counter", "WAL checkpoints run.",
+       st->ckpt_runs},
+      {"edgemon_aggregator_checkpoint_frames_total", "counter",
+       "WAL frames copied into the database.", st->ckpt_frames},
+      {"edgemon_aggregator_checkpoint_busy_total", "counter",
+       "WAL checkpoints that could not copy every frame.", st->ckpt_busy},
+      {"edgemon_aggregator_checkpoint_errors_total", "counter", "WAL checkpoints that failed.",
+       st->ckpt_errors},
+      {"edgemon_aggregator_checkpoint_truncates_total", "counter",
+       "WAL checkpoints in TRUNCATE mode (the WAL was over its bound).", st->ckpt_truncates},
+      {"edgemon_aggregator_checkpoint_writer_runs_total", "counter",
+       "Commits after which the writer copied the last WAL frames so the log starts over.",
+       st->ckpt_writer_runs},
+      {"edgemon_aggregator_checkpoint_writer_busy_total", "counter",
+       "Of those, the ones a reader kept from copying every frame.", st->ckpt_writer_busy},
+      {"edgemon_aggregator_wal_bytes", "gauge", "Size of the WAL file after the latest checkpoint.",
+       st->wal_bytes},
+      {"edgemon_aggregator_wal_max_bytes", "gauge", "Largest WAL file a checkpoint found.",
+       st->wal_max_bytes},
+      {"edgemon_aggregator_metrics_truncated", "gauge",
+       "1 when this exposition leaves devices out to stay under its cap.",
+       st->metrics_truncated ? 1u : 0u},
+      {"edgemon_aggregator_metrics_devices_omitted", "gauge",
+       "Devices this exposition leaves out to stay under its cap.", st->metrics_omitted},
+      {"edgemon_aggregator_metrics_truncations_total", "counter",
+       "Expositions that left devices out.", st->metrics_truncations},
+      {"edgemon_aggregator_metrics_max_bytes", "gauge", "Cap of the /metrics text.",
+       r->metrics_max_bytes ? r->metrics_max_bytes : EM_METRICS_MAX_BYTES},
   };
-  for (size_t i = 0; i < sizeof(counters) / sizeof(counters[0]); i++) {
-    family_t f = {counters[i].name, "counter", counters[i].help, false};
-    sample_begin(t, &f, "", NULL);
-    sample_value_sep(t, false);
-    put_u64(t, counters[i].v);
+  for (size_t i = 0; i < sizeof(figures) / sizeof(figures[0]); i++) {
+    single(t, figures[i].name, figures[i].type, figures[i].help, figures[i].v);
+  }
+  family_t rejected = {"edgemon_aggregator_rejected_total", "counter",
+                       "Messages rejected before reaching a device: topic (not exactly "
+                       "edgemon/v1/<device>/<kind>), kind_mismatch, device_mismatch.",
+                       false};
+  for (int why = 0; why < EM_AGG_REJECT_COUNT; why++) {
+    sample_begin(t, &rejected, "", NULL);
+    text_printf(t, "{reason=\"%s\"} ", em_agg_reject_name((em_agg_reject_t)why));
+    put_u64(t, st->rejected[why]);
+    text_ch(t, '\n');
+  }
+  family_t failures = {"edgemon_aggregator_store_failures_total", "counter",
+                       "SQLite writes that failed, by table and SQLite reason.", false};
+  for (size_t i = 0; i < st->n_store_failures && i < EM_AGG_FAILURE_KINDS; i++) {
+    sample_begin(t, &failures, "", NULL);
+    text_str(t, "{table=\"");
+    put_escaped(t, st->store_failures[i].table, false);
+    text_str(t, "\",reason=\"");
+    put_escaped(t, st->store_failures[i].reason, false);
+    text_str(t, "\"} ");
+    put_u64(t, st->store_failures[i].count);
     text_ch(t, '\n');
   }
 }
 
-int em_metrics_render(const em_registry_t *r, em_text_t *t) {
-  if (!t) {
-    return -EINVAL;
-  }
-  if (!r) {
-    t->error = t->error ? t->error : -EINVAL;
-    return t->error;
-  }
-  em_agg_device_t *const *devs = r->devices;
-  size_t n = devs ? r->n_devices : 0;
+/* Writes the per-device families of devs[0..n). help false leaves out the HELP and TYPE lines
+ * (to measure what the devices themselves take). */
+static void render_devices(const em_registry_t *r, em_agg_device_t *const *devs, size_t n,
+                           em_text_t *t, bool help) {
+  const bool quiet = !help; /* A family marked started writes no HELP/TYPE. */
 
   family_t online = {"edgemon_device_online", "gauge",
-                     "1 while the device's retained status says online, 0 when offline.", false};
+                     "1 while the device's retained status says online, 0 when offline.", quiet};
   for (size_t i = 0; i < n; i++) {
     const em_device_t *dev = devs[i]->dev;
     if (dev && dev->have_status) {
@@ -471,7 +540,7 @@ int em_metrics_render(const em_registry_t *r, em_text_t *t) {
     }
   }
   family_t level = {"edgemon_device_level", "gauge",
-                    "Degradation level: 0 NOMINAL, 1 WARN, 2 DEGRADED, 3 CRITICAL.", false};
+                    "Degradation level: 0 NOMINAL, 1 WARN, 2 DEGRADED, 3 CRITICAL.", quiet};
   for (size_t i = 0; i < n; i++) {
     const em_device_t *dev = devs[i]->dev;
     if (dev && dev->level >= EM_LEVEL_NOMINAL && dev->level <= EM_LEVEL_CRITICAL) {
@@ -479,7 +548,7 @@ int em_metrics_render(const em_registry_t *r, em_text_t *t) {
     }
   }
   family_t seen = {"edgemon_device_last_seen_seconds", "gauge",
-                   "Time of the latest message from the device, Unix time.", false};
+                   "Time of the latest message from the device, Unix time.", quiet};
   for (size_t i = 0; i < n; i++) {
     const em_device_t *dev = devs[i]->dev;
     if (dev && dev->last_seen_ns > 0) {
@@ -502,13 +571,13 @@ int em_metrics_render(const em_registry_t *r, em_text_t *t) {
     }
   }
   family_t data = {"edgemon_device_data_messages_total", "counter",
-                   "Data messages ingested from the device.", false};
+                   "Data messages ingested from the device.", quiet};
   family_t lost = {"edgemon_device_lost_messages_total", "counter",
-                   "Data messages missing from the device's sequence.", false};
+                   "Data messages missing from the device's sequence.", quiet};
   family_t dup = {"edgemon_device_duplicate_messages_total", "counter",
-                  "Data messages behind the device's sequence (repeated or reordered).", false};
+                  "Data messages behind the device's sequence (repeated or reordered).", quiet};
   family_t rebirth = {"edgemon_device_rebirths_requested_total", "counter",
-                      "Rebirths the aggregator asked the device for.", false};
+                      "Rebirths the aggregator asked the device for.", quiet};
   for (size_t i = 0; i < n; i++) {
     if (devs[i]->dev) {
       device_u64(t, &data, devs[i]->dev->id, devs[i]->data_msgs);
@@ -556,29 +625,29 @@ int em_metrics_render(const em_registry_t *r, em_text_t *t) {
   }
 
   shortcut_t shortcuts[] = {
-      {"mem.rss", 1.0, {"edgemon_rss_bytes", "gauge", "Resident set size of the target.", false}},
+      {"mem.rss", 1.0, {"edgemon_rss_bytes", "gauge", "Resident set size of the target.", quiet}},
       {"sys.mem.available",
        1.0,
-       {"edgemon_mem_available_bytes", "gauge", "Memory available on the device.", false}},
-      {"pmu.ipc", 1.0, {"edgemon_ipc", "gauge", "Instructions per cycle of the target.", false}},
+       {"edgemon_mem_available_bytes", "gauge", "Memory available on the device.", quiet}},
+      {"pmu.ipc", 1.0, {"edgemon_ipc", "gauge", "Instructions per cycle of the target.", quiet}},
       {"pmu.cache_miss_ratio",
        1.0,
-       {"edgemon_cache_miss_ratio", "gauge", "Cache misses per cache reference.", false}},
+       {"edgemon_cache_miss_ratio", "gauge", "Cache misses per cache reference.", quiet}},
       {"pmu.branch_miss_ratio",
        1.0,
-       {"edgemon_branch_miss_ratio", "gauge", "Branch misses per branch instruction.", false}},
+       {"edgemon_branch_miss_ratio", "gauge", "Branch misses per branch instruction.", quiet}},
       {"psi.cpu.some.avg10",
        0.01,
        {"edgemon_psi_cpu_some_avg10_ratio", "gauge",
-        "Share of the last 10 s some task waited for CPU.", false}},
+        "Share of the last 10 s some task waited for CPU.", quiet}},
       {"psi.memory.some.avg10",
        0.01,
        {"edgemon_psi_memory_some_avg10_ratio", "gauge",
-        "Share of the last 10 s some task waited for memory.", false}},
+        "Share of the last 10 s some task waited for memory.", quiet}},
       {"psi.io.some.avg10",
        0.01,
        {"edgemon_psi_io_some_avg10_ratio", "gauge",
-        "Share of the last 10 s some task waited for I/O.", false}},
+        "Share of the last 10 s some task waited for I/O.", quiet}},
   };
   for (size_t k = 0; k < sizeof(shortcuts) / sizeof(shortcuts[0]); k++) {
     for (size_t i = 0; i < n; i++) {
@@ -594,7 +663,7 @@ int em_metrics_render(const em_registry_t *r, em_text_t *t) {
   }
 
   family_t latency = {"edgemon_stage_latency_seconds", "histogram",
-                      "Latency of each stage, every window since the aggregator started.", false};
+                      "Latency of each stage, every window since the aggregator started.", quiet};
   for (size_t i = 0; i < n; i++) {
     const em_agg_device_t *d = devs[i];
     for (size_t s = 0; d->dev && d->stages && s < d->n_stages; s++) {
@@ -603,7 +672,7 @@ int em_metrics_render(const em_registry_t *r, em_text_t *t) {
       }
     }
   }
-  family_t p99 = {"edgemon_stage_p99_seconds", "gauge", "p99 latency of the latest window.", false};
+  family_t p99 = {"edgemon_stage_p99_seconds", "gauge", "p99 latency of the latest window.", quiet};
   for (size_t i = 0; i < n; i++) {
     const em_agg_device_t *d = devs[i];
     for (size_t s = 0; d->dev && d->stages && s < d->n_stages; s++) {
@@ -617,7 +686,7 @@ int em_metrics_render(const em_registry_t *r, em_text_t *t) {
     }
   }
   family_t windows = {"edgemon_stage_windows_total", "counter",
-                      "Stage windows merged into the latency histogram.", false};
+                      "Stage windows merged into the latency histogram.", quiet};
   for (size_t i = 0; i < n; i++) {
     const em_agg_device_t *d = devs[i];
     for (size_t s = 0; d->dev && d->stages && s < d->n_stages; s++) {
@@ -628,8 +697,72 @@ int em_metrics_render(const em_registry_t *r, em_text_t *t) {
       text_ch(t, '\n');
     }
   }
+}
 
+/* How many of the devices, in order, fit in budget bytes of per-device families (HELP and
+ * TYPE lines aside: EM_METRICS_HELP_RESERVE_BYTES covers them). */
+static size_t devices_that_fit(const em_registry_t *r, size_t budget) {
+  em_text_t one = {.max_bytes = budget};
+  size_t used = 0;
+  size_t k = 0;
+  for (; k < r->n_devices; k++) {
+    one.len = 0;
+    one.error = 0;
+    render_devices(r, &r->devices[k], 1, &one, false);
+    if (one.error || used + one.len > budget) {
+      break;
+    }
+    used += one.len;
+  }
+  em_text_free(&one);
+  return k;
+}
+
+int em_metrics_render(em_registry_t *r, em_text_t *t) {
+  if (!t) {
+    return -EINVAL;
+  }
+  if (!r) {
+    t->error = t->error ? t->error : -EINVAL;
+    return t->error;
+  }
+  if (t->error) {
+    return t->error;
+  }
+  size_t cap = r->metrics_max_bytes ? r->metrics_max_bytes : EM_METRICS_MAX_BYTES;
+  size_t reserve =
+      EM_METRICS_SELF_RESERVE_BYTES < cap / 2 ? EM_METRICS_SELF_RESERVE_BYTES : cap / 2;
+  size_t start = t->len;
+  size_t saved_max = t->max_bytes;
+  size_t n = r->devices ? r->n_devices : 0;
+  size_t shown = n;
+  t->max_bytes = start + cap - reserve;
+  render_devices(r, r->devices, n, t, true);
+  if (t->error == -E2BIG) {
+    /* Over the cap: as many devices as fit, in id order (the same ones at every scrape while
+     * the fleet does not change), and the aggregator's own families in full. */
+    size_t budget = cap - reserve;
+    budget = budget > EM_METRICS_HELP_RESERVE_BYTES ? budget - EM_METRICS_HELP_RESERVE_BYTES : 0;
+    shown = devices_that_fit(r, budget);
+    for (;;) {
+      t->error = 0;
+      t->len = start;
+      if (t->data) {
+        t->data[start] = '\0';
+      }
+      render_devices(r, r->devices, shown, t, true);
+      if (t->error != -E2BIG || shown == 0) {
+        break;
+      }
+      shown = shown * 9 / 10; /* The estimate was short: take a tenth off. */
+    }
+  }
+  r->stats.metrics_truncated = shown < n;
+  r->stats.metrics_omitted = n - shown;
+  r->stats.metrics_truncations += shown < n ? 1 : 0;
+  t->max_bytes = start + cap;
   render_aggregator(r, t);
+  t->max_bytes = saved_max;
   return t->error;
 }
 

@@ -4,6 +4,8 @@
  * Devices are kept in an array of pointers sorted by id (binary search; inserts move the
  * pointers after the new one), each with a values array indexed by alias and a small array of
  * stages, both grown as a device's birth and data require and bounded by the schema's limits.
+ * Each device keeps its dict.h record in a dict of its own, so forgetting it (the TTL) frees
+ * all of it; the registry stops at EM_DICT_MAX_DEVICES devices, as one shared dict would.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "registry.h"
@@ -17,6 +19,21 @@
 /* Stages kept per device; windows of further stage names are not accumulated. */
 #define MAX_STAGES_PER_DEVICE 256u
 
+static uint64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+const char *em_agg_reject_name(em_agg_reject_t why) {
+  static const char *const names[EM_AGG_REJECT_COUNT] = {
+      [EM_AGG_REJECT_TOPIC] = "topic",
+      [EM_AGG_REJECT_KIND_MISMATCH] = "kind_mismatch",
+      [EM_AGG_REJECT_DEVICE_MISMATCH] = "device_mismatch",
+  };
+  return (unsigned)why < EM_AGG_REJECT_COUNT ? names[why] : "unknown";
+}
+
 int em_registry_new(em_registry_t **out, bool loss_tracked) {
   if (!out) {
     return -EINVAL;
@@ -26,8 +43,7 @@ int em_registry_new(em_registry_t **out, bool loss_tracked) {
     return -ENOMEM;
   }
   r->scratch = malloc(EM_PROTO_SCRATCH_MAX);
-  if (!r->scratch || em_dict_new(&r->dict) != 0) {
-    free(r->scratch);
+  if (!r->scratch) {
     free(r);
     return -ENOMEM;
   }
@@ -46,6 +62,7 @@ static void free_device(em_agg_device_t *d) {
   }
   free(d->stages);
   free(d->values);
+  em_dict_free(d->own);
   free(d);
 }
 
@@ -57,7 +74,6 @@ void em_registry_free(em_registry_t *r) {
     free_device(r->devices[i]);
   }
   free(r->devices);
-  em_dict_free(r->dict);
   pthread_mutex_destroy(&r->lock);
   free(r->scratch);
   free(r);
@@ -104,8 +120,7 @@ static em_agg_device_t *device(em_registry_t *r, const char *id) {
   if (found) {
     return r->devices[at];
   }
-  em_device_t *dev = em_dict_device(r->dict, id, true);
-  if (!dev) {
+  if (r->n_devices >= EM_DICT_MAX_DEVICES) {
     return NULL;
   }
   if (r->n_devices == r->cap) {
@@ -118,13 +133,19 @@ static em_agg_device_t *device(em_registry_t *r, const char *id) {
     r->cap = cap;
   }
   em_agg_device_t *d = calloc(1, sizeof(*d));
-  if (!d) {
+  if (!d || em_dict_new(&d->own) != 0) {
+    free(d);
+    return NULL;
+  }
+  d->dev = em_dict_device(d->own, id, true);
+  if (!d->dev) {
+    em_dict_free(d->own);
+    free(d);
     return NULL;
   }
   memmove(&r->devices[at + 1], &r->devices[at], (r->n_devices - at) * sizeof(*r->devices));
   r->devices[at] = d;
   r->n_devices++;
-  d->dev = dev;
   return d;
 }
 
@@ -212,27 +233,122 @@ static uint32_t track_seq(em_agg_device_t *d, const em_data_t *data) {
   return gap;
 }
 
+/* A device id as the schema defines it: 1..63 characters of [A-Za-z0-9_.:-]. */
+static bool device_id_valid(const char *id, size_t n) {
+  if (n == 0 || n > EM_TOPIC_MAX_DEVICE) {
+    return false;
+  }
+  for (size_t i = 0; i < n; i++) {
+    char c = id[i];
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == ':' || c == '-';
+    if (!ok) {
+      return false;
+    }
+  }
+  return true;
+}
+
+typedef enum { TOPIC_BAD, TOPIC_CMD, TOPIC_MSG } topic_class_t;
+
+/* Splits edgemon/v1/<device>/<kind> exactly: the device into device[0..cap) and the kind into
+ * *kind. TOPIC_CMD for edgemon/v1/<anything>/cmd/..., TOPIC_BAD for anything else. */
+static topic_class_t parse_topic(const char *topic, char *device, size_t cap, em_msg_kind_t *kind) {
+  static const char prefix[] = "edgemon/v1/";
+  if (strncmp(topic, prefix, sizeof(prefix) - 1) != 0) {
+    return TOPIC_BAD;
+  }
+  const char *id = topic + sizeof(prefix) - 1;
+  const char *slash = strchr(id, '/');
+  if (!slash) {
+    return TOPIC_BAD;
+  }
+  const char *rest = slash + 1;
+  if (strncmp(rest, "cmd/", 4) == 0) {
+    return TOPIC_CMD;
+  }
+  size_t n = (size_t)(slash - id);
+  if (!device_id_valid(id, n) || n >= cap) {
+    return TOPIC_BAD;
+  }
+  static const struct {
+    const char *name;
+    em_msg_kind_t kind;
+  } kinds[] = {{"birth", EM_MSG_BIRTH},
+               {"data", EM_MSG_DATA},
+               {"state", EM_MSG_STATE},
+               {"status", EM_MSG_STATUS}};
+  for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+    if (strcmp(rest, kinds[i].name) == 0) {
+      memcpy(device, id, n);
+      device[n] = '\0';
+      *kind = kinds[i].kind;
+      return TOPIC_MSG;
+    }
+  }
+  return TOPIC_BAD;
+}
+
+/* Counts a rejected message and fills out. Caller holds the lock. */
+static void reject(em_registry_t *r, em_ingest_t *out, em_agg_reject_t why, int rc) {
+  r->stats.rejected[why]++;
+  out->rc = rc;
+  out->reject = em_agg_reject_name(why);
+}
+
+size_t em_registry_expire(em_registry_t *r, uint64_t now_mono_ns, uint64_t ttl_ns) {
+  if (!r || ttl_ns == 0 || now_mono_ns < ttl_ns) {
+    return 0;
+  }
+  uint64_t cut = now_mono_ns - ttl_ns;
+  em_registry_lock(r);
+  size_t kept = 0;
+  size_t gone = 0;
+  for (size_t i = 0; i < r->n_devices; i++) {
+    em_agg_device_t *d = r->devices[i];
+    if (d->heard_mono_ns < cut) {
+      free_device(d);
+      gone++;
+    } else {
+      r->devices[kept++] = d; /* Order kept: still sorted. */
+    }
+  }
+  r->n_devices = kept;
+  r->stats.expired += gone;
+  em_registry_unlock(r);
+  return gone;
+}
+
 int em_registry_ingest(em_registry_t *r, const char *topic, const uint8_t *payload, size_t len,
                        em_ingest_t *out) {
   if (!r || !topic || !out || (!payload && len > 0)) {
     return -EINVAL;
   }
   memset(out, 0, sizeof(*out));
-  const char *kind = NULL;
+  em_msg_kind_t kind = EM_MSG_CMD;
   em_registry_lock(r);
   r->stats.received++;
-  if (em_topic_parse(topic, out->device, sizeof(out->device), &kind) != 0) {
-    r->stats.malformed++;
-    out->rc = -EINVAL;
+  topic_class_t tc = parse_topic(topic, out->device, sizeof(out->device), &kind);
+  if (tc == TOPIC_BAD) {
+    reject(r, out, EM_AGG_REJECT_TOPIC, -EINVAL);
     goto done;
   }
-  if (strncmp(kind, "cmd/", 4) == 0 || len == 0) {
+  if (tc == TOPIC_CMD || len == 0) {
     goto done; /* Commands are for agents; an empty payload clears a retained message. */
   }
   out->rc = em_proto_decode(payload, len, &out->msg, r->scratch, EM_PROTO_SCRATCH_MAX,
                             &out->error_offset);
   if (out->rc != 0) {
     r->stats.malformed++;
+    goto done;
+  }
+  if (out->msg.kind != kind) {
+    reject(r, out, EM_AGG_REJECT_KIND_MISMATCH, -EINVAL);
+    goto done;
+  }
+  if (kind == EM_MSG_BIRTH &&
+      (!out->msg.u.birth.device || strcmp(out->msg.u.birth.device, out->device) != 0)) {
+    reject(r, out, EM_AGG_REJECT_DEVICE_MISMATCH, -EPERM);
     goto done;
   }
   em_agg_device_t *d = device(r, out->device);
@@ -263,6 +379,7 @@ int em_registry_ingest(em_registry_t *r, const char *topic, const uint8_t *paylo
       }
     }
   }
+  d->heard_mono_ns = mono_ns();
   r->stats.ingested++;
   out->agg = d;
 done:

@@ -8,13 +8,26 @@
  * ingest functions take it themselves. Structures are public so the renderers can read them;
  * only this module writes them.
  *
+ * Identity: a message is taken only from a topic that is exactly edgemon/v1/<device>/<kind>
+ * (device 1..63 characters of [A-Za-z0-9_.:-], kind birth, data, state or status, no further
+ * level, no trailing slash); its payload's kind must be the topic's, and a birth's device id the
+ * topic's. With the broker's ACL keeping a device to its own topics, the topic is the identity
+ * the fleet can trust. Anything else is rejected before it touches a device, and counted by
+ * reason (em_agg_stats_t.rejected). Topics under edgemon/v1/<device>/cmd/ are commands for the
+ * agents: ignored, not counted.
+ *
+ * Lifetime: a device not heard from for the configured TTL is forgotten
+ * (em_registry_expire()): its record, values and histograms are freed and it leaves /metrics and
+ * /api. Its history in SQLite stays. A message from it later makes a new record.
+ *
  * Loss: per device and session, a data message whose sequence number is not the previous one
  * plus 1 (mod 2^32) counts the missing numbers as lost when the gap is below 2^31, else as a
  * duplicate or reordered message. A new session starts counting afresh. In a share group each
  * aggregator sees only part of every device's sequence, so loss is not computed there
  * (`loss_tracked` false).
  *
- * Owns every device record, its histograms and value arrays, the dict, and the lock.
+ * Owns every device record (each with a dict of its own, so a device is freed whole), its
+ * histograms and value arrays, and the lock.
  */
 #ifndef EM_AGG_REGISTRY_H
 #define EM_AGG_REGISTRY_H
@@ -37,7 +50,9 @@ typedef struct {
 } em_agg_stage_t;
 
 typedef struct {
-  em_device_t *dev; /* Birth, status, state, last seen (dict.h). */
+  em_device_t *dev;       /* Birth, status, state, last seen (dict.h); owned through `own`. */
+  em_dict_t *own;         /* A dict holding only this device. */
+  uint64_t heard_mono_ns; /* CLOCK_MONOTONIC when a message of this device was last taken. */
 
   /* The latest data message. values[i] is the value of alias i, type ABSENT when the device
    * sent null or nothing; n_values covers every alias seen. */
@@ -58,32 +73,72 @@ typedef struct {
   uint64_t rebirths_asked;
 } em_agg_device_t;
 
-/* The aggregator's own counters, for /metrics. */
+/* Why a message was rejected before it reached a device (em_agg_stats_t.rejected). */
+typedef enum {
+  EM_AGG_REJECT_TOPIC = 0,       /* Not exactly edgemon/v1/<valid device>/<known kind>. */
+  EM_AGG_REJECT_KIND_MISMATCH,   /* The payload's kind is not the topic's. */
+  EM_AGG_REJECT_DEVICE_MISMATCH, /* A birth whose device id is not the topic's. */
+  EM_AGG_REJECT_COUNT
+} em_agg_reject_t;
+
+/* Label of a reason: "topic", "kind_mismatch", "device_mismatch". */
+const char *em_agg_reject_name(em_agg_reject_t why);
+
+/* Failed store writes of one table for one reason (copied from the store's counters). */
 typedef struct {
-  uint64_t received;      /* MQTT messages handed to em_registry_ingest. */
-  uint64_t ingested;      /* Of which decoded and applied. */
-  uint64_t malformed;     /* Payloads that did not decode, or topics that are not edgemon's. */
-  uint64_t unknown_birth; /* Data messages without a birth for their session. */
-  uint64_t store_rows;    /* Rows written to SQLite (set by the owner of the store). */
+  char table[16];
+  char reason[16];
+  uint64_t count;
+} em_agg_failure_t;
+
+#define EM_AGG_FAILURE_KINDS 16
+
+/* The aggregator's own counters, for /metrics. The store_* and ckpt_* figures are set by the
+ * owner of the store; the metrics_* ones by em_metrics_render(). */
+typedef struct {
+  uint64_t received;                      /* MQTT messages handed to em_registry_ingest. */
+  uint64_t ingested;                      /* Of which decoded and applied. */
+  uint64_t malformed;                     /* Payloads that did not decode. */
+  uint64_t unknown_birth;                 /* Data messages without a birth for their session. */
+  uint64_t rejected[EM_AGG_REJECT_COUNT]; /* Messages rejected, by reason. */
+  uint64_t expired;                       /* Devices forgotten after the TTL. */
+  uint64_t store_rows; /* Rows written to SQLite (set by the owner of the store). */
   uint64_t store_batches;
   uint64_t store_errors;
+  em_agg_failure_t store_failures[EM_AGG_FAILURE_KINDS]; /* By table and reason. */
+  size_t n_store_failures;
+  uint64_t ckpt_runs; /* WAL checkpoints (checkpoint.h). */
+  uint64_t ckpt_frames;
+  uint64_t ckpt_busy;
+  uint64_t ckpt_errors;
+  uint64_t ckpt_truncates;
+  uint64_t ckpt_writer_runs; /* Commits after which the writer copied the last frames. */
+  uint64_t ckpt_writer_busy;
+  uint64_t wal_bytes;           /* Size of the WAL file after the latest checkpoint. */
+  uint64_t wal_max_bytes;       /* Largest WAL file a checkpoint found. */
+  bool metrics_truncated;       /* The latest /metrics left devices out (over the cap). */
+  uint64_t metrics_omitted;     /* Devices the latest /metrics left out. */
+  uint64_t metrics_truncations; /* Renders that left devices out, in all. */
 } em_agg_stats_t;
 
 typedef struct {
   pthread_mutex_t lock;
-  em_dict_t *dict;
   em_agg_device_t **devices; /* Sorted by device id, n_devices entries. */
   size_t n_devices;
   size_t cap;
   bool loss_tracked; /* False in a share group. */
   em_agg_stats_t stats;
-  uint64_t started_ns; /* CLOCK_REALTIME when the registry was made. */
-  void *scratch;       /* Decode scratch (EM_PROTO_SCRATCH_MAX bytes), used under the lock. */
+  uint64_t started_ns;      /* CLOCK_REALTIME when the registry was made. */
+  uint64_t device_ttl_ns;   /* For /metrics only: the TTL em_registry_expire() is given. */
+  size_t metrics_max_bytes; /* Cap of the /metrics text; 0: EM_METRICS_MAX_BYTES. */
+  void *scratch;            /* Decode scratch (EM_PROTO_SCRATCH_MAX bytes), used under the lock. */
 } em_registry_t;
 
 /* What em_registry_ingest() did with a message, for the caller (storage, rebirth). */
 typedef struct {
-  int rc;              /* 0, or the decode error (EM_PROTO_E*) / -EINVAL for the topic. */
+  int rc;              /* 0, or the decode error (EM_PROTO_E*), -EINVAL for the topic or a kind
+                          mismatch, -EPERM for a birth of another device. */
+  const char *reject;  /* When rejected before decoding or after: the reason's label. */
   size_t error_offset; /* For a decode error. */
   char device[EM_TOPIC_MAX_DEVICE + 1];
   em_msg_t msg;         /* The decoded message (points into the registry's scratch; valid
@@ -97,12 +152,17 @@ int em_registry_new(em_registry_t **out, bool loss_tracked); /* 0 or -ENOMEM */
 void em_registry_free(em_registry_t *r);                     /* NULL is a no-op. */
 
 /*
- * Decodes and applies one MQTT message (topic edgemon/v1/<device>/<kind>). Takes the lock for
- * the update. Cmd topics and empty payloads (retained messages being cleared) are ignored with
- * rc 0 and agg NULL. Returns out->rc.
+ * Decodes and applies one MQTT message (topic edgemon/v1/<device>/<kind>, checked as above).
+ * Takes the lock for the update. Cmd topics and empty payloads (retained messages being
+ * cleared) are ignored with rc 0 and agg NULL. Returns out->rc.
  */
 int em_registry_ingest(em_registry_t *r, const char *topic, const uint8_t *payload, size_t len,
                        em_ingest_t *out);
+
+/* Forgets every device not heard from since now_mono_ns - ttl_ns (CLOCK_MONOTONIC; ttl_ns 0
+ * forgets none). Takes the lock. Returns how many were forgotten (also added to
+ * stats.expired). */
+size_t em_registry_expire(em_registry_t *r, uint64_t now_mono_ns, uint64_t ttl_ns);
 
 void em_registry_lock(em_registry_t *r);
 void em_registry_unlock(em_registry_t *r);

@@ -19,14 +19,18 @@
  *     kept in the device cache and written once per device per batch, at commit (or before any
  *     other update of that device, so order is kept). The hot tables have one index each,
  *     (device, time_ns); retention walks it per device.
- *  5. Checkpoints run on a thread of their own (checkpoint.h); the automatic checkpoint is off
- *     (wal_autocheckpoint=0), so a COMMIT only appends to the WAL.
+ *  5. Checkpoints run on a thread of their own (checkpoint.h), so a COMMIT only appends to the
+ *     WAL. The writer's automatic checkpoint is only a backstop (EM_STORE_WAL_BACKSTOP_PAGES) for
+ *     a stalled checkpointer, and its journal_size_limit cuts the file back when the log
+ *     restarts after a complete checkpoint.
  *  6. Batches: the first row opens a transaction (BEGIN); em_store_tick() commits when
  *     batch_rows rows are pending or batch_ms have passed since the first tick that saw the
  *     batch (the caller's clock, so tests drive time). Each commit also writes
  *     meta.last_commit_ns (CLOCK_REALTIME) inside the batch.
  *  7. Errors: a failed row statement counts an error and drops that row; a failed COMMIT counts
- *     an error, rolls back and returns -EIO. The store stays usable after both.
+ *     an error, rolls back and returns -EIO. The store stays usable after both. Every failure is
+ *     counted by table and SQLite reason (em_store_stats_t.failures) and its text (table, device,
+ *     SQLite's message) kept for the caller's rate-limited log (em_store_take_failure()).
  *
  * States of the connection:
  *
@@ -59,9 +63,18 @@
 #define EM_STORE_USER_VERSION 2
 #define EM_STORE_CACHE_KIB    32768 /* SQLite page cache: keeps the hot index pages. */
 #define EM_STORE_CKPT_MS      1000  /* WAL checkpoint period (checkpoint.h). */
-#define EM_STORE_BUSY_MS      5000
-#define EM_STORE_CACHE_MAX    1000000u /* Names cached per dictionary table. */
-#define NS_PER_S              1000000000ull
+/* The WAL's bounds (SCHEMA.md, "WAL bound"). After a commit that leaves the WAL file above
+ * EM_STORE_WAL_RESTART_BYTES the writer checkpoints what the checkpointer has not yet copied,
+ * so that its next batch starts the log over; the log restart cuts the file back to that size
+ * (journal_size_limit). Past EM_STORE_WAL_TRUNCATE_BYTES the checkpointer runs TRUNCATE. Should
+ * both stall, the writer's automatic checkpoint runs past EM_STORE_WAL_BACKSTOP_PAGES pages
+ * (32 MiB at SQLite's 4 KiB pages). */
+#define EM_STORE_WAL_RESTART_BYTES  (4ull * 1024 * 1024)
+#define EM_STORE_WAL_TRUNCATE_BYTES (16ull * 1024 * 1024)
+#define EM_STORE_WAL_BACKSTOP_PAGES 8192
+#define EM_STORE_BUSY_MS            5000
+#define EM_STORE_CACHE_MAX          1000000u /* Names cached per dictionary table. */
+#define NS_PER_S                    1000000000ull
 
 typedef struct {
   char *name;
@@ -128,6 +141,15 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_META_GET] = "SELECT value FROM meta WHERE key = ?1",
 };
 
+/* The table each statement writes, for the failure counters ("transaction": BEGIN, COMMIT). */
+static const char *const stmt_table[ST_COUNT] = {
+    [ST_BEGIN] = "transaction",   [ST_COMMIT] = "transaction", [ST_ROLLBACK] = "transaction",
+    [ST_DEVICE_ID] = "devices",   [ST_METRIC_ID] = "metrics",  [ST_STAGE_ID] = "stages",
+    [ST_BIRTH] = "devices",       [ST_STATUS] = "devices",     [ST_STATE] = "devices",
+    [ST_SEEN] = "devices",        [ST_DATA] = "data",          [ST_WINDOW] = "stage_windows",
+    [ST_LEVEL] = "level_changes", [ST_META_SET] = "meta",      [ST_META_GET] = "meta",
+};
+
 /* The schema (SCHEMA.md explains every column). IF NOT EXISTS: also completes a store whose
  * creation was interrupted. */
 static const char schema_sql[] =
@@ -177,6 +199,10 @@ struct em_store {
   size_t json_cap;
   em_store_stats_t stats;
   em_ckpt_t *ckpt;
+  char *wal_path;         /* PATH-wal */
+  const char *device;     /* Device of the message being added (borrowed for the call). */
+  uint64_t failed_untold; /* Failures since em_store_take_failure() last reported. */
+  char last_failure[EM_STORE_FAILURE_TEXT];
 };
 
 #define BUCKET_BLOB_BYTES 12u
@@ -263,6 +289,81 @@ static void caches_clear(em_store_t *s) {
   cache_clear(&s->stages);
 }
 
+/* --- failures --------------------------------------------------------------------------- */
+
+/* A short label for SQLite's primary result code. */
+static const char *reason_of(int rc) {
+  static const struct {
+    int code;
+    const char *name;
+  } names[] = {
+      {SQLITE_ERROR, "error"},           {SQLITE_BUSY, "busy"},
+      {SQLITE_LOCKED, "locked"},         {SQLITE_NOMEM, "nomem"},
+      {SQLITE_READONLY, "readonly"},     {SQLITE_IOERR, "ioerr"},
+      {SQLITE_CORRUPT, "corrupt"},       {SQLITE_FULL, "full"},
+      {SQLITE_CANTOPEN, "cantopen"},     {SQLITE_TOOBIG, "toobig"},
+      {SQLITE_CONSTRAINT, "constraint"}, {SQLITE_MISMATCH, "mismatch"},
+      {SQLITE_MISUSE, "misuse"},         {SQLITE_RANGE, "range"},
+      {SQLITE_NOTADB, "notadb"},
+  };
+  for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+    if (names[i].code == (rc & 0xff)) {
+      return names[i].name;
+    }
+  }
+  return "other";
+}
+
+/* Counts one failed write of `table` for SQLite result rc (or -ENOMEM for the store's own
+ * allocation), by table and reason, and keeps its text for em_store_take_failure(). */
+static void note_failure(em_store_t *s, const char *table, int rc) {
+  const char *reason = rc == -ENOMEM ? "nomem" : reason_of(rc);
+  s->stats.errors++;
+  s->failed_untold++;
+  em_store_failure_count_t *slot = NULL;
+  for (size_t i = 0; i < s->stats.n_failures; i++) {
+    em_store_failure_count_t *f = &s->stats.failures[i];
+    if (strcmp(f->table, table) == 0 && strcmp(f->reason, reason) == 0) {
+      slot = f;
+      break;
+    }
+  }
+  if (!slot && s->stats.n_failures < EM_STORE_FAILURE_KINDS) {
+    slot = &s->stats.failures[s->stats.n_failures++];
+    snprintf(slot->table, sizeof(slot->table), "%s", table);
+    snprintf(slot->reason, sizeof(slot->reason), "%s", reason);
+  } else if (!slot) {
+    slot = &s->stats.failures[EM_STORE_FAILURE_KINDS - 1]; /* Full: the last kind takes it. */
+  }
+  slot->count++;
+  const char *text = rc == -ENOMEM ? "out of memory" : sqlite3_errmsg(s->db);
+  snprintf(s->last_failure, sizeof(s->last_failure), "table %s, device %s: %s (%s, SQLite code %d)",
+           table, s->device ? s->device : "(none)", text, reason,
+           rc == -ENOMEM ? SQLITE_NOMEM : rc);
+}
+
+/* The table a prepared statement of the store writes; "retention" for one-off statements. */
+static const char *table_of(const em_store_t *s, const sqlite3_stmt *st) {
+  for (int i = 0; i < ST_COUNT; i++) {
+    if (s->st[i] == st) {
+      return stmt_table[i];
+    }
+  }
+  return "retention";
+}
+
+uint64_t em_store_take_failure(em_store_t *s, char *text, size_t cap) {
+  if (!s) {
+    return 0;
+  }
+  uint64_t n = s->failed_untold;
+  if (n > 0 && text && cap > 0) {
+    snprintf(text, cap, "%s", s->last_failure);
+  }
+  s->failed_untold = 0;
+  return n;
+}
+
 /* --- statements -------------------------------------------------------------------------- */
 
 static void bind_text(sqlite3_stmt *st, int i, const char *text) {
@@ -304,22 +405,24 @@ static int step_done(em_store_t *s, sqlite3_stmt *st) {
   while (rc == SQLITE_ROW) {
     rc = sqlite3_step(st);
   }
-  sqlite3_reset(st);
-  sqlite3_clear_bindings(st);
   if (rc != SQLITE_DONE) {
-    s->stats.errors++;
+    rc = sqlite3_reset(st); /* The statement's own result code, extended. */
+    note_failure(s, table_of(s, st), rc);
+    sqlite3_clear_bindings(st);
     return -EIO;
   }
+  sqlite3_reset(st);
+  sqlite3_clear_bindings(st);
   return 0;
 }
 
 static int exec_simple(em_store_t *s, int which) {
   int rc = sqlite3_step(s->st[which]);
-  sqlite3_reset(s->st[which]);
   if (rc != SQLITE_DONE) {
-    s->stats.errors++;
+    note_failure(s, stmt_table[which], sqlite3_reset(s->st[which]));
     return -EIO;
   }
+  sqlite3_reset(s->st[which]);
   return 0;
 }
 
@@ -361,6 +464,27 @@ static int batch_begin(em_store_t *s) {
   return 0;
 }
 
+/* After a commit: when the WAL file is above EM_STORE_WAL_RESTART_BYTES, copies the frames the
+ * checkpointer has not copied yet (those of the latest batches: the checkpointer runs while a
+ * batch is open, so it never sees the log complete when the next batch begins). With every
+ * frame copied, the next batch's first write starts the log over from its beginning. */
+static void wal_restart(em_store_t *s) {
+  struct stat sb;
+  if (stat(s->wal_path, &sb) != 0 || (uint64_t)sb.st_size <= EM_STORE_WAL_RESTART_BYTES) {
+    return;
+  }
+  int log_frames = 0;
+  int done_frames = 0;
+  int rc =
+      sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_PASSIVE, &log_frames, &done_frames);
+  s->stats.wal_restarts++;
+  if (rc != SQLITE_OK) {
+    s->stats.wal_restart_busy++; /* Counted, not a failed write: no row is lost. */
+  } else if (done_frames < log_frames) {
+    s->stats.wal_restart_busy++; /* A reader holds older frames; the next commit tries again. */
+  }
+}
+
 /* Commits the open batch (with meta.last_commit_ns); on failure rolls back, empties the name
  * caches and returns -EIO. */
 static int batch_commit(em_store_t *s) {
@@ -388,6 +512,7 @@ static int batch_commit(em_store_t *s) {
   s->stats.rows += s->stats.pending;
   s->stats.batches++;
   s->stats.pending = 0;
+  wal_restart(s);
   return 0;
 }
 
@@ -415,12 +540,13 @@ static int name_entry(em_store_t *s, name_cache_t *c, int which, const char *nam
     *id = sqlite3_column_int64(st, 0);
     rc = sqlite3_step(st);
   }
-  sqlite3_reset(st);
-  sqlite3_clear_bindings(st);
   if (rc != SQLITE_DONE) {
-    s->stats.errors++;
+    note_failure(s, stmt_table[which], sqlite3_reset(st));
+    sqlite3_clear_bindings(st);
     return -EIO;
   }
+  sqlite3_reset(st);
+  sqlite3_clear_bindings(st);
   size_t before = c->n;
   cache_put(c, pos, name, *id);
   if (entry && c->n > before) {
@@ -647,7 +773,7 @@ static int add_data(em_store_t *s, int64_t dev_id, name_id_t *entry, const em_de
     ok = json_put(s, &len, metric_id, &smp->value);
   }
   if (!ok) {
-    s->stats.errors++;
+    note_failure(s, "data", -ENOMEM);
     result = -ENOMEM;
   } else {
     s->json[0] = '{';
@@ -672,18 +798,9 @@ static int add_data(em_store_t *s, int64_t dev_id, name_id_t *entry, const em_de
   return result;
 }
 
-int em_store_add(em_store_t *s, const char *device, const em_device_t *dev, const em_msg_t *msg,
-                 uint64_t recv_ns) {
-  (void)recv_ns; /* Rows carry the device's time; receipt time is not stored in v1. */
-  if (!s || !device || !*device || !msg) {
-    return -EINVAL;
-  }
-  if (msg->kind == EM_MSG_CMD) {
-    return 0;
-  }
-  if (msg->kind > EM_MSG_STATUS) {
-    return -EINVAL;
-  }
+/* em_store_add() once its arguments are checked. */
+static int add_message(em_store_t *s, const char *device, const em_device_t *dev,
+                       const em_msg_t *msg) {
   if (batch_begin(s) != 0) {
     return -EIO;
   }
@@ -707,6 +824,24 @@ int em_store_add(em_store_t *s, const char *device, const em_device_t *dev, cons
   default:
     return 0;
   }
+}
+
+int em_store_add(em_store_t *s, const char *device, const em_device_t *dev, const em_msg_t *msg,
+                 uint64_t recv_ns) {
+  (void)recv_ns; /* Rows carry the device's time; receipt time is not stored in v1. */
+  if (!s || !device || !*device || !msg) {
+    return -EINVAL;
+  }
+  if (msg->kind == EM_MSG_CMD) {
+    return 0;
+  }
+  if (msg->kind > EM_MSG_STATUS) {
+    return -EINVAL;
+  }
+  s->device = device;
+  int rc = add_message(s, device, dev, msg);
+  s->device = NULL;
+  return rc;
 }
 
 int em_store_tick(em_store_t *s, uint64_t now_ns) {
@@ -737,8 +872,9 @@ int em_store_flush(em_store_t *s) {
 /* Runs one SQL statement with up to two int64 parameters. Returns 0 or -EIO (counted). */
 static int run_sql(em_store_t *s, const char *sql, int n_params, int64_t a, int64_t b) {
   sqlite3_stmt *st = NULL;
-  if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK) {
-    s->stats.errors++;
+  int prc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
+  if (prc != SQLITE_OK) {
+    note_failure(s, "retention", prc);
     return -EIO;
   }
   if (n_params > 0) {
@@ -786,7 +922,10 @@ int em_store_retain(em_store_t *s, uint64_t now_real_ns) {
   }
   if (down && rc == 0) {
     /* Only whole steps older than the cut: the cut is aligned down to the step. A step that is
-     * already one row at its start is left alone, so a second run changes nothing. */
+     * already one row at its start is left alone, so a second run changes nothing. Values are
+     * summed with total(), never sum(): sum() of integers fails the whole statement on an
+     * int64 overflow (two large counter values from one device in one step did), and retention
+     * would then fail every run, keeping every row forever. */
     int64_t step = (int64_t)(o->downsample_step_s * NS_PER_S);
     int64_t cut = now - (int64_t)(o->downsample_after_s * NS_PER_S);
     cut = cut > 0 ? cut / step * step : 0;
@@ -804,8 +943,8 @@ int em_store_retain(em_store_t *s, uint64_t now_real_ns) {
         " coalesce(json_group_object(v.metric, v.n) FILTER (WHERE v.metric IS NOT NULL), '{}')"
         " FROM em_ds_steps k LEFT JOIN ("
         "  SELECT r.device, r.t, s.key AS metric,"
-        "  CAST(sum(s.value * (CASE WHEN d.counts IS NULL THEN 1"
-        "   ELSE json_extract(d.counts, '$.\"' || s.key || '\"') END)) AS REAL)"
+        "  total(s.value * (CASE WHEN d.counts IS NULL THEN 1"
+        "   ELSE json_extract(d.counts, '$.\"' || s.key || '\"') END))"
         "  / sum(CASE WHEN d.counts IS NULL THEN 1"
         "   ELSE json_extract(d.counts, '$.\"' || s.key || '\"') END) AS value,"
         "  sum(CASE WHEN d.counts IS NULL THEN 1"
@@ -842,6 +981,7 @@ void em_store_stats(const em_store_t *s, em_store_stats_t *out) {
     return;
   }
   *out = s->stats;
+  em_ckpt_stats(s->ckpt, &out->ckpt);
 }
 
 /* --- open / close ------------------------------------------------------------------------ */
@@ -855,6 +995,7 @@ static void release(em_store_t *s) {
   caches_clear(s);
   free(s->blob);
   free(s->json);
+  free(s->wal_path);
   free(s->path);
   free(s);
 }
@@ -943,10 +1084,12 @@ static int check_and_create(em_store_t *s, char *err, size_t err_cap) {
     return -EIO;
   }
   char *msg = NULL;
-  char pragmas[96];
+  char pragmas[160];
   snprintf(pragmas, sizeof(pragmas),
-           "PRAGMA synchronous=NORMAL;PRAGMA cache_size=-%d;PRAGMA wal_autocheckpoint=0",
-           EM_STORE_CACHE_KIB);
+           "PRAGMA synchronous=NORMAL;PRAGMA cache_size=-%d;PRAGMA wal_autocheckpoint=%d;"
+           "PRAGMA journal_size_limit=%llu",
+           EM_STORE_CACHE_KIB, EM_STORE_WAL_BACKSTOP_PAGES,
+           (unsigned long long)EM_STORE_WAL_RESTART_BYTES);
   if (sqlite3_exec(s->db, pragmas, NULL, NULL, &msg) != SQLITE_OK) {
     set_err(err, err_cap, "%s: %s", path, msg ? msg : sqlite3_errmsg(s->db));
     sqlite3_free(msg);
@@ -1032,7 +1175,11 @@ int em_store_open(em_store_t **out, const em_store_opts_t *opts, em_store_report
   s->opts = *opts;
   s->path = strdup(opts->path);
   s->blob = malloc(EM_PROTO_MAX_BUCKETS * BUCKET_BLOB_BYTES);
-  if (!s->path || !s->blob) {
+  s->wal_path = malloc(strlen(opts->path) + 5);
+  if (s->wal_path) {
+    snprintf(s->wal_path, strlen(opts->path) + 5, "%s-wal", opts->path);
+  }
+  if (!s->path || !s->blob || !s->wal_path) {
     set_err(err, err_cap, "%s: out of memory", opts->path);
     release(s);
     return -ENOMEM;
@@ -1054,7 +1201,8 @@ int em_store_open(em_store_t **out, const em_store_opts_t *opts, em_store_report
     return -EIO;
   }
   rep.integrity_ok = true;
-  if (em_ckpt_start(&s->ckpt, s->path, EM_STORE_CKPT_MS, err, err_cap) != 0) {
+  if (em_ckpt_start(&s->ckpt, s->path, EM_STORE_CKPT_MS, EM_STORE_WAL_TRUNCATE_BYTES, err,
+                    err_cap) != 0) {
     release(s);
     return -EIO;
   }
@@ -1071,7 +1219,8 @@ int em_store_open(em_store_t **out, const em_store_opts_t *opts, em_store_report
     release(s);
     return -EIO;
   }
-  s->stats.errors = 0;
+  memset(&s->stats, 0, sizeof(s->stats)); /* Counted from here on. */
+  s->failed_untold = 0;
   if (report) {
     *report = rep;
   }

@@ -6,7 +6,8 @@
  * batch_ms or batch_rows rows (em_store_tick()), so a crash loses at most the open batch. The
  * database runs in WAL mode with synchronous=NORMAL: a committed batch survives a crash of the
  * process (kill -9); a power loss may lose the last committed batches but never corrupts the
- * file. WAL checkpoints run on a thread of their own (checkpoint.h). The schema is documented
+ * file. WAL checkpoints run on a thread of their own (checkpoint.h), which keeps PATH-wal under
+ * the bound SCHEMA.md states. The schema is documented
  * in host/aggregator/SCHEMA.md and created when missing.
  * Retention deletes rows older than retention_s and downsamples samples older than
  * downsample_after_s to one row per metric per downsample_step_s (the mean).
@@ -20,6 +21,8 @@
  */
 #ifndef EM_AGG_STORE_H
 #define EM_AGG_STORE_H
+
+#include "checkpoint.h"
 
 #include <dict.h>
 #include <edgemon/proto.h>
@@ -71,14 +74,37 @@ int em_store_flush(em_store_t *s);
  * it commits first). Returns 0 or -EIO. */
 int em_store_retain(em_store_t *s, uint64_t now_real_ns);
 
+/* Failed writes of one table for one reason. table: "devices", "metrics", "stages", "data",
+ * "stage_windows", "level_changes", "meta", "transaction" (BEGIN/COMMIT), "retention"; reason:
+ * SQLite's primary result code as a word ("constraint", "busy", "full", "ioerr", "nomem", ...,
+ * "other"). */
+typedef struct {
+  char table[16];
+  char reason[16];
+  uint64_t count;
+} em_store_failure_count_t;
+
+#define EM_STORE_FAILURE_KINDS 16  /* Kinds kept; once full, the last one counts the rest. */
+#define EM_STORE_FAILURE_TEXT  320 /* Bytes of the latest failure's text, NUL included. */
+
 typedef struct {
   uint64_t rows;    /* Rows committed since open. */
   uint64_t batches; /* Transactions committed. */
-  uint64_t errors;  /* Failed statements or commits. */
+  uint64_t errors;  /* Failed statements or commits (the sum of failures[].count). */
   uint64_t pending; /* Rows in the open batch. */
+  em_store_failure_count_t failures[EM_STORE_FAILURE_KINDS]; /* In order of first sight. */
+  size_t n_failures;
+  uint64_t wal_restarts;     /* Commits after which the writer copied the last frames itself. */
+  uint64_t wal_restart_busy; /* Of which could not copy every frame (a reader held them). */
+  em_ckpt_stats_t ckpt;      /* The WAL checkpointer's figures (checkpoint.h). */
 } em_store_stats_t;
 
 void em_store_stats(const em_store_t *s, em_store_stats_t *out);
+
+/* Failures since the previous call (0 when none), and the text of the latest one copied into
+ * text[0..cap) when there was one: "table T, device D: SQLite's message (reason, SQLite code
+ * N)". For a rate-limited log: call it at most every so often. */
+uint64_t em_store_take_failure(em_store_t *s, char *text, size_t cap);
 
 /* Flushes, marks the store closed cleanly, and frees. NULL is a no-op. Returns 0 or -EIO. */
 int em_store_close(em_store_t *s);

@@ -88,6 +88,7 @@ def test_two_agents_land_in_sqlite_with_their_level_changes(stack):
 
 
 def test_share_group_splits_data_and_together_sees_every_message(stack):
+    dev_id = "orin-07.lab:left"
     broker = stack.broker()
     group = ["--share-group", "fleet"]
     a1 = stack.aggregator(broker.port, name="share-1", extra_args=group)
@@ -95,15 +96,16 @@ def test_share_group_splits_data_and_together_sees_every_message(stack):
     pub = publisher(broker.port)
     data = (ROOT / "proto" / "vectors" / "data_basic.cbor").read_bytes()
     birth = (ROOT / "proto" / "vectors" / "birth_full.cbor").read_bytes()
-    pub.publish("edgemon/v1/shared-dev/birth", birth, qos=1, retain=True).wait_for_publish()
+    # The vector's birth names its device; the topic must say the same.
+    pub.publish(f"edgemon/v1/{dev_id}/birth", birth, qos=1, retain=True).wait_for_publish()
     n = 200
     for _ in range(n):
-        pub.publish("edgemon/v1/shared-dev/data", data, qos=1).wait_for_publish()
+        pub.publish(f"edgemon/v1/{dev_id}/data", data, qos=1).wait_for_publish()
     pub.loop_stop()
     pub.disconnect()
 
     def ingested(a):
-        status, body = a.get("/api/devices/shared-dev")
+        status, body = a.get(f"/api/devices/{dev_id}")
         return json.loads(body)["data_messages"] if status == 200 else 0
 
     wait_for(lambda: ingested(a1) + ingested(a2) >= n, 15, "both aggregators to ingest")
@@ -113,7 +115,7 @@ def test_share_group_splits_data_and_together_sees_every_message(stack):
     assert 0 < got1 < n and 0 < got2 < n  # each a part
     # The retained birth reached both: both name the device's board.
     for a in (a1, a2):
-        dev = json.loads(a.get("/api/devices/shared-dev")[1])
+        dev = json.loads(a.get(f"/api/devices/{dev_id}")[1])
         assert dev["board"] == "jetson-agx-orin"
 
 

@@ -38,6 +38,7 @@ static const em_bucket_t infer_buckets[] = {{13, 3}, {19, 2}};
 
 typedef struct {
   em_registry_t reg;
+  em_dict_t *dict;
   em_agg_device_t *devs[2];
   em_agg_device_t agg[2];
   em_value_t values[5];
@@ -47,11 +48,11 @@ typedef struct {
 static int setup(void **state) {
   fixture_t *f = calloc(1, sizeof(*f));
   assert_non_null(f);
-  assert_int_equal(em_dict_new(&f->reg.dict), 0);
-  assert_non_null(em_dict_device(f->reg.dict, "sim-0001", true));
-  assert_non_null(em_dict_device(f->reg.dict, ODD_ID, true));
-  em_device_t *sim = em_dict_device(f->reg.dict, "sim-0001", false);
-  em_device_t *odd = em_dict_device(f->reg.dict, ODD_ID, false);
+  assert_int_equal(em_dict_new(&f->dict), 0);
+  assert_non_null(em_dict_device(f->dict, "sim-0001", true));
+  assert_non_null(em_dict_device(f->dict, ODD_ID, true));
+  em_device_t *sim = em_dict_device(f->dict, "sim-0001", false);
+  em_device_t *odd = em_dict_device(f->dict, ODD_ID, false);
 
   em_birth_t b = {.time_ns = 1700000000000000000ull,
                   .session = 7,
@@ -126,7 +127,7 @@ static int setup(void **state) {
 static int teardown(void **state) {
   fixture_t *f = *state;
   em_histo_free(f->stage.total);
-  em_dict_free(f->reg.dict);
+  em_dict_free(f->dict);
   free(f);
   return 0;
 }
@@ -411,6 +412,98 @@ static void render_appends_and_a_failed_text_stays_failed(void **state) {
   em_text_free(NULL);
 }
 
+/* A fleet whose exposition passes the cap: /metrics still renders, under the cap, with the
+ * first devices in id order and every aggregator family, and says how many it left out. */
+static void render_over_the_cap_keeps_the_first_devices_and_says_so(void **state) {
+  (void)state;
+  em_registry_t *r = NULL;
+  assert_int_equal(em_registry_new(&r, true), 0);
+  static const em_bucket_t b[] = {{100, 3}, {140, 2}};
+  uint8_t wire[2048];
+  for (int i = 0; i < 60; i++) {
+    char id[16];
+    char topic[64];
+    snprintf(id, sizeof(id), "dev-%03d", i);
+    em_msg_t m = {.kind = EM_MSG_BIRTH};
+    m.u.birth = (em_birth_t){.time_ns = 1,
+                             .session = 1,
+                             .device = id,
+                             .agent_version = "1",
+                             .board = "b",
+                             .period_ns = 1,
+                             .metrics = defs,
+                             .n_metrics = 4};
+    size_t len = 0;
+    em_ingest_t in;
+    assert_int_equal(em_proto_encode(&m, wire, sizeof(wire), &len), 0);
+    snprintf(topic, sizeof(topic), "edgemon/v1/%s/birth", id);
+    assert_int_equal(em_registry_ingest(r, topic, wire, len, &in), 0);
+    em_sample_t smp[] = {{.alias = 0, .value = {.type = EM_VALUE_UINT, .as.u = 7}}};
+    em_stage_t st = {.name = "infer",
+                     .count = 5,
+                     .sum_ns = 9,
+                     .min_ns = 1,
+                     .max_ns = 3,
+                     .p50_ns = 2,
+                     .p90_ns = 3,
+                     .p99_ns = 3,
+                     .p999_ns = 3,
+                     .scale = 4,
+                     .buckets = b,
+                     .n_buckets = 2};
+    m = (em_msg_t){.kind = EM_MSG_DATA};
+    m.u.data = (em_data_t){.time_ns = 2,
+                           .session = 1,
+                           .seq = 1,
+                           .window_ns = 1,
+                           .level = EM_LEVEL_NONE,
+                           .samples = smp,
+                           .n_samples = 1,
+                           .stages = &st,
+                           .n_stages = 1};
+    assert_int_equal(em_proto_encode(&m, wire, sizeof(wire), &len), 0);
+    snprintf(topic, sizeof(topic), "edgemon/v1/%s/data", id);
+    assert_int_equal(em_registry_ingest(r, topic, wire, len, &in), 0);
+  }
+  em_text_t t = {0};
+  assert_int_equal(em_metrics_render(r, &t), 0);
+  size_t full = t.len;
+  assert_false(r->stats.metrics_truncated);
+  assert_non_null(strstr(t.data, "edgemon_aggregator_metrics_truncated 0\n"));
+  em_text_free(&t);
+
+  r->metrics_max_bytes = full * 3 / 4;
+  assert_int_equal(em_metrics_render(r, &t), 0);
+  assert_true(t.len <= r->metrics_max_bytes);
+  assert_true(r->stats.metrics_truncated);
+  assert_true(r->stats.metrics_omitted > 0 && r->stats.metrics_omitted < 60);
+  assert_int_equal(r->stats.metrics_truncations, 1);
+  char line[96];
+  snprintf(line, sizeof(line), "edgemon_aggregator_metrics_devices_omitted %llu\n",
+           (unsigned long long)r->stats.metrics_omitted);
+  assert_non_null(strstr(t.data, line));
+  assert_non_null(strstr(t.data, "edgemon_aggregator_metrics_truncated 1\n"));
+  assert_non_null(strstr(t.data, "edgemon_aggregator_devices 60\n"));
+  assert_non_null(strstr(t.data, "edgemon_aggregator_received_total 120\n"));
+  assert_non_null(strstr(t.data, "edgemon_stage_latency_seconds_count{device=\"dev-000\""));
+  assert_null(strstr(t.data, "device=\"dev-059\""));
+  /* Exactly the devices not omitted appear, the first ones in id order. */
+  size_t shown = 60 - (size_t)r->stats.metrics_omitted;
+  snprintf(line, sizeof(line), "edgemon_device_data_messages_total{device=\"dev-%03zu\"}",
+           shown - 1);
+  assert_non_null(strstr(t.data, line));
+  snprintf(line, sizeof(line), "{device=\"dev-%03zu\"", shown);
+  assert_null(strstr(t.data, line));
+  em_text_free(&t);
+
+  r->metrics_max_bytes = 0; /* The default cap: whole again. */
+  assert_int_equal(em_metrics_render(r, &t), 0);
+  assert_false(r->stats.metrics_truncated);
+  assert_non_null(strstr(t.data, "device=\"dev-059\""));
+  em_text_free(&t);
+  em_registry_free(r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(exposition_has_one_help_and_type_per_family_not_interleaved,
@@ -427,6 +520,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(devices_json_lists_every_device_escaped_without_buckets,
                                       setup, teardown),
       cmocka_unit_test(empty_registry_renders_only_the_aggregator_families),
+      cmocka_unit_test(render_over_the_cap_keeps_the_first_devices_and_says_so),
       cmocka_unit_test_setup_teardown(render_appends_and_a_failed_text_stays_failed, setup,
                                       teardown),
   };

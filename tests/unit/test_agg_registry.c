@@ -1,6 +1,7 @@
 /*
  * test_agg_registry.c - the aggregator's registry (host/aggregator/registry.c): naming,
- * stage accumulation, loss from sequence gaps with wrap-around, rebirth requests, bad input.
+ * stage accumulation, loss from sequence gaps with wrap-around, rebirth requests, bad input,
+ * topics and payloads that must agree, and forgetting devices after the TTL.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -16,13 +17,22 @@
 
 static uint8_t wire[4096];
 
-/* Encodes msg and ingests it on edgemon/v1/<device>/<kind>. */
-static int feed(em_registry_t *r, const char *device, const em_msg_t *msg, em_ingest_t *in) {
+/* Encodes msg and ingests it on `topic`. */
+static int feed_on(em_registry_t *r, const char *topic, const em_msg_t *msg, em_ingest_t *in) {
   size_t len = 0;
   assert_int_equal(em_proto_encode(msg, wire, sizeof(wire), &len), 0);
+  return em_registry_ingest(r, topic, wire, len, in);
+}
+
+/* Encodes msg (a birth made the device's own) and ingests it on edgemon/v1/<device>/<kind>. */
+static int feed(em_registry_t *r, const char *device, const em_msg_t *msg, em_ingest_t *in) {
+  em_msg_t own = *msg;
+  if (own.kind == EM_MSG_BIRTH) {
+    own.u.birth.device = device;
+  }
   char topic[128];
   snprintf(topic, sizeof(topic), "edgemon/v1/%s/%s", device, em_msg_kind_name(msg->kind));
-  return em_registry_ingest(r, topic, wire, len, in);
+  return feed_on(r, topic, &own, in);
 }
 
 static const em_metric_def_t metrics[] = {
@@ -187,7 +197,8 @@ static void registry_counts_bad_input_and_ignores_commands(void **state) {
   assert_int_equal(em_registry_ingest(r, "edgemon/v1/dev/birth", NULL, 0, &in), 0);
   assert_null(in.agg);
   assert_int_equal(r->stats.received, 4);
-  assert_int_equal(r->stats.malformed, 2);
+  assert_int_equal(r->stats.malformed, 1);
+  assert_int_equal(r->stats.rejected[EM_AGG_REJECT_TOPIC], 1);
   assert_int_equal(r->stats.ingested, 0);
   assert_int_equal(r->n_devices, 0);
   em_registry_free(r);
@@ -212,6 +223,116 @@ static void registry_keeps_devices_sorted(void **state) {
   em_registry_free(NULL);
 }
 
+/* A topic is exactly edgemon/v1/<device>/<kind>; anything else registers nothing. */
+static void registry_rejects_topics_that_are_not_exactly_device_and_kind(void **state) {
+  (void)state;
+  em_registry_t *r = NULL;
+  assert_int_equal(em_registry_new(&r, true), 0);
+  static const char *const bad[] = {
+      "edgemon/v1/a/b/data",      /* an extra level: once registered device a */
+      "edgemon/v1/x/birth/",      /* a trailing slash: once registered device x */
+      "edgemon/v1/x/data/extra",  /* a level after the kind */
+      "edgemon/v1/x/bogus",       /* not a kind */
+      "edgemon/v1/x/",            /* no kind */
+      "edgemon/v1//data",         /* no device */
+      "edgemon/v1/bad id/data",   /* a space is not in a device id */
+      "edgemon/v1/\xc3\xa9/data", /* nor is a non-ASCII letter */
+      "edgemon/v2/x/data",        /* another version */
+      "edgemon/v1/x",             /* too short */
+      "edgemon/v1/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa/data", /* 64 */
+  };
+  em_ingest_t in;
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    em_msg_t m = i % 2 ? data(1, 0) : birth(1);
+    if (m.kind == EM_MSG_BIRTH) {
+      m.u.birth.device = "a";
+    }
+    assert_int_equal(feed_on(r, bad[i], &m, &in), -EINVAL);
+    assert_null(in.agg);
+    assert_string_equal(in.reject, "topic");
+  }
+  assert_int_equal(r->n_devices, 0);
+  assert_int_equal(r->stats.rejected[EM_AGG_REJECT_TOPIC], sizeof(bad) / sizeof(bad[0]));
+  assert_int_equal(r->stats.ingested, 0);
+  /* The longest id allowed, and every character the schema allows, are taken. */
+  em_msg_t m = data(1, 0);
+  assert_int_equal(
+      feed_on(r, "edgemon/v1/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa/data",
+              &m, &in),
+      0);
+  assert_int_equal(feed_on(r, "edgemon/v1/Az09_.:-/data", &m, &in), 0);
+  assert_int_equal(r->n_devices, 2);
+  em_registry_free(r);
+}
+
+/* The topic is the identity: a birth naming another device, or a payload of another kind than
+ * the topic's, is rejected, counted by reason, and registers nothing. */
+static void registry_rejects_payloads_that_disagree_with_the_topic(void **state) {
+  (void)state;
+  em_registry_t *r = NULL;
+  assert_int_equal(em_registry_new(&r, true), 0);
+  em_ingest_t in;
+  em_msg_t m = birth(1);
+  m.u.birth.device = "other";
+  assert_int_equal(feed_on(r, "edgemon/v1/mism/birth", &m, &in), -EPERM);
+  assert_string_equal(in.reject, "device_mismatch");
+  m = data(1, 0);
+  assert_int_equal(feed_on(r, "edgemon/v1/mism/state", &m, &in), -EINVAL);
+  assert_string_equal(in.reject, "kind_mismatch");
+  m = birth(1);
+  m.u.birth.device = "mism";
+  assert_int_equal(feed_on(r, "edgemon/v1/mism/data", &m, &in), -EINVAL);
+  assert_null(in.agg);
+  assert_int_equal(r->n_devices, 0);
+  assert_null(em_registry_find(r, "other"));
+  assert_int_equal(r->stats.rejected[EM_AGG_REJECT_DEVICE_MISMATCH], 1);
+  assert_int_equal(r->stats.rejected[EM_AGG_REJECT_KIND_MISMATCH], 2);
+  assert_int_equal(r->stats.ingested, 0);
+  /* Its own birth on its own topic is taken. */
+  assert_int_equal(feed_on(r, "edgemon/v1/mism/birth", &m, &in), 0);
+  assert_non_null(in.agg);
+  assert_true(em_registry_find(r, "mism")->dev->have_birth);
+  em_registry_free(r);
+}
+
+/* Devices not heard from for the TTL are forgotten (freed whole: ASan checks), the others kept;
+ * a forgotten device that speaks again is a new record. */
+static void registry_forgets_devices_past_the_ttl(void **state) {
+  (void)state;
+  em_registry_t *r = NULL;
+  assert_int_equal(em_registry_new(&r, true), 0);
+  em_ingest_t in;
+  const char *ids[] = {"old-1", "fresh", "old-2"};
+  for (size_t i = 0; i < 3; i++) {
+    em_msg_t m = birth(1);
+    assert_int_equal(feed(r, ids[i], &m, &in), 0);
+    m = data(1, 0);
+    assert_int_equal(feed(r, ids[i], &m, &in), 0);
+  }
+  uint64_t now = em_registry_find(r, "fresh")->heard_mono_ns;
+  assert_true(now > 0);
+  const uint64_t ttl = 60ull * 1000000000u;
+  em_registry_find(r, "old-1")->heard_mono_ns = now - ttl - 1;
+  em_registry_find(r, "old-2")->heard_mono_ns = now - 2 * ttl;
+  assert_int_equal(em_registry_expire(r, now, 0), 0); /* TTL 0: never. */
+  assert_int_equal(em_registry_expire(r, now, ttl), 2);
+  assert_int_equal(r->n_devices, 1);
+  assert_null(em_registry_find(r, "old-1"));
+  assert_null(em_registry_find(r, "old-2"));
+  assert_non_null(em_registry_find(r, "fresh"));
+  assert_int_equal(r->stats.expired, 2);
+  assert_int_equal(em_registry_expire(r, now, ttl), 0);
+  em_msg_t m = data(1, 1);
+  assert_int_equal(feed(r, "old-1", &m, &in), 0);
+  em_agg_device_t *back = em_registry_find(r, "old-1");
+  assert_non_null(back);
+  assert_int_equal(back->data_msgs, 1);
+  assert_false(back->dev->have_birth);
+  assert_string_equal(r->devices[0]->dev->id, "fresh");
+  assert_string_equal(r->devices[1]->dev->id, "old-1");
+  em_registry_free(r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(registry_names_values_and_accumulates_stages),
@@ -220,6 +341,9 @@ int main(void) {
       cmocka_unit_test(registry_asks_for_a_rebirth_once_per_session),
       cmocka_unit_test(registry_counts_bad_input_and_ignores_commands),
       cmocka_unit_test(registry_keeps_devices_sorted),
+      cmocka_unit_test(registry_rejects_topics_that_are_not_exactly_device_and_kind),
+      cmocka_unit_test(registry_rejects_payloads_that_disagree_with_the_topic),
+      cmocka_unit_test(registry_forgets_devices_past_the_ttl),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

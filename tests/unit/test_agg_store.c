@@ -2,7 +2,9 @@
  * test_agg_store.c - the aggregator's SQLite store (host/aggregator/store.c) against a real
  * SQLite database in a temporary directory: schema and application_id, rows with names and
  * values, absent values, batching by rows and by time, clean/unclean detection, retention,
- * downsampling, and refusing files that are not edgemon stores.
+ * downsampling (also of values whose sum passes int64), failures counted by table and reason
+ * with their text, the WAL checkpointed into the database and started over under its bound,
+ * and refusing files that are not edgemon stores.
  *
  * Rows are checked through a second, independent sqlite3 connection, so only committed rows
  * are visible to the checks.
@@ -23,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define T0_NS 1700000000000000000ull /* A CLOCK_REALTIME in 2023. */
@@ -507,6 +510,119 @@ static void store_failed_row_is_dropped_and_counted(void **state) {
   assert_int_equal(em_store_close(s), 0);
 }
 
+/* Two counter values of one device in one old step whose sum passes INT64_MAX: downsampling
+ * once failed its whole statement on sum()'s integer overflow, so every retention run failed
+ * (a "failed write" each minute) and no row was ever deleted or downsampled again. */
+static void store_downsampling_survives_values_whose_sum_passes_int64(void **state) {
+  fixture_t *f = *state;
+  em_store_opts_t o = opts_for(f);
+  o.retention_s = 7 * 86400;
+  o.downsample_after_s = 3600;
+  o.downsample_step_s = 60;
+  em_store_t *s = open_ok(f, &o, NULL);
+  add_birth(f, s, 1);
+  uint64_t base = T0_NS / (60 * S_NS) * (60 * S_NS);
+  for (uint64_t i = 0; i < 2; i++) {
+    em_sample_t smp[] = {{.alias = 0, .value = {.type = EM_VALUE_UINT, .as.u = INT64_MAX - 1}}};
+    em_msg_t d = data_msg(1, base + i * 10 * S_NS + 1, smp, 1);
+    assert_int_equal(em_store_add(s, "dev-1", f->dev, &d, 0), 0);
+  }
+  uint64_t now = base + 7200 * S_NS;
+  assert_int_equal(em_store_retain(s, now), 0);
+  em_store_stats_t st;
+  em_store_stats(s, &st);
+  assert_int_equal(st.errors, 0);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data"), 1);
+  assert_int_equal(q_int(f->path, "SELECT n FROM samples"), 2);
+  assert_true(q_double(f->path, "SELECT value FROM samples") > 9.2e18);
+  assert_int_equal(em_store_close(s), 0);
+}
+
+/* A failed write is counted under its table and SQLite's reason, and its text (table, device,
+ * SQLite's message) is handed out once for the log. */
+static void store_failure_is_counted_by_table_and_reason_with_its_text(void **state) {
+  fixture_t *f = *state;
+  em_store_opts_t o = opts_for(f);
+  em_store_t *s = open_ok(f, &o, NULL);
+  sqlite3 *db = NULL;
+  assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
+  assert_int_equal(sqlite3_exec(db,
+                                "CREATE TRIGGER inject BEFORE INSERT ON stage_windows "
+                                "BEGIN SELECT RAISE(ABORT, 'injected window failure'); END",
+                                NULL, NULL, NULL),
+                   SQLITE_OK);
+  sqlite3_close(db);
+  char text[EM_STORE_FAILURE_TEXT];
+  assert_int_equal(em_store_take_failure(s, text, sizeof(text)), 0);
+  em_sample_t smp[] = {{.alias = 0, .value = {.type = EM_VALUE_UINT, .as.u = 13}}};
+  for (int i = 0; i < 3; i++) {
+    em_msg_t d = data_msg(1, T0_NS + (uint64_t)i, smp, 1);
+    assert_int_equal(em_store_add(s, "dev-1", NULL, &d, T0_NS), -EIO);
+  }
+  assert_int_equal(em_store_flush(s), 0);
+  em_store_stats_t st;
+  em_store_stats(s, &st);
+  assert_int_equal(st.errors, 3);
+  assert_int_equal(st.n_failures, 1);
+  assert_string_equal(st.failures[0].table, "stage_windows");
+  assert_string_equal(st.failures[0].reason, "constraint");
+  assert_int_equal(st.failures[0].count, 3);
+  assert_int_equal(em_store_take_failure(s, text, sizeof(text)), 3);
+  assert_non_null(strstr(text, "table stage_windows"));
+  assert_non_null(strstr(text, "device dev-1"));
+  assert_non_null(strstr(text, "injected window failure"));
+  assert_int_equal(em_store_take_failure(s, text, sizeof(text)), 0);
+  /* The data rows themselves were kept. */
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data"), 3);
+  assert_int_equal(em_store_close(s), 0);
+}
+
+static int64_t file_bytes(const char *path, const char *suffix) {
+  char p[400];
+  snprintf(p, sizeof(p), "%s%s", path, suffix);
+  struct stat sb;
+  return stat(p, &sb) == 0 ? (int64_t)sb.st_size : 0;
+}
+
+/* The checkpointer copies the WAL into the database while the store runs (it once reported
+ * log = -1 and copied nothing, so PATH stayed at 4096 bytes), and the WAL starts over instead
+ * of growing: past 4 MiB the writer finishes the copy and the file is cut back. */
+static void store_wal_is_checkpointed_and_stays_bounded(void **state) {
+  fixture_t *f = *state;
+  em_store_opts_t o = opts_for(f);
+  em_store_t *s = open_ok(f, &o, NULL);
+  add_birth(f, s, 1);
+  em_sample_t smp[] = {{.alias = 0, .value = {.type = EM_VALUE_UINT, .as.u = 1}},
+                       {.alias = 1, .value = {.type = EM_VALUE_FLOAT, .as.f = 0.5}}};
+  int64_t wal_max = 0;
+  em_store_stats_t st = {0};
+  /* Batches until the writer has started the log over twice, or the WAL passed 12 MiB. */
+  for (int batch = 0; batch < 4000 && st.wal_restarts < 2 && wal_max < 12 * 1024 * 1024; batch++) {
+    for (uint64_t i = 0; i < 200; i++) {
+      em_msg_t d = data_msg(1, T0_NS + (uint64_t)batch * 1000 + i, smp, 2);
+      assert_int_equal(em_store_add(s, "dev-1", f->dev, &d, 0), 0);
+    }
+    assert_int_equal(em_store_flush(s), 0);
+    int64_t wal = file_bytes(f->path, "-wal");
+    wal_max = wal > wal_max ? wal : wal_max;
+    em_store_stats(s, &st);
+  }
+  assert_true(st.wal_restarts >= 2);
+  assert_true(wal_max < 6 * 1024 * 1024); /* The 4 MiB bound plus a batch or two. */
+  /* Bounded wait (no timing asserted) for the checkpoint thread's pass: it copies frames. */
+  for (int i = 0; i < 200 && st.ckpt.frames == 0; i++) {
+    struct timespec nap = {0, 50000000};
+    nanosleep(&nap, NULL);
+    em_store_stats(s, &st);
+  }
+  assert_true(st.ckpt.runs > 0);
+  assert_true(st.ckpt.frames > 0);
+  assert_int_equal(st.ckpt.errors, 0);
+  assert_true(file_bytes(f->path, "") > 1024 * 1024); /* The rows reached PATH itself. */
+  assert_int_equal(st.errors, 0);
+  assert_int_equal(em_store_close(s), 0);
+}
+
 /* --- refusing what is not a store ----------------------------------------------------------- */
 
 typedef enum { BAD_FOREIGN, BAD_GARBAGE, BAD_PARENT_IS_FILE, BAD_READONLY_DIR } bad_kind_t;
@@ -689,6 +805,11 @@ int main(void) {
       cmocka_unit_test_setup_teardown(store_downsampling_averages_one_row_per_step, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(store_failed_row_is_dropped_and_counted, setup, teardown),
+      cmocka_unit_test_setup_teardown(store_downsampling_survives_values_whose_sum_passes_int64,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(store_failure_is_counted_by_table_and_reason_with_its_text,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(store_wal_is_checkpointed_and_stays_bounded, setup, teardown),
       cmocka_unit_test_setup_teardown(store_deferred_level_keeps_message_order, setup, teardown),
       cmocka_unit_test_setup_teardown(store_open_refuses_older_schema, setup, teardown),
       cmocka_unit_test_setup_teardown(store_historical_messages_do_not_set_the_current_level, setup,
