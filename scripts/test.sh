@@ -45,6 +45,8 @@ if ! EM_BUILD=build/normal tests/soak/soak.sh --seconds 45 --restart-every 15; t
   echo "soak: FAILED" >&2
   status=1
 fi
+em_log "soak: the aggregator under 200 simulated devices x 10 Hz, short form (90 s)"
+/usr/bin/python3 tests/soak/aggregator_soak.py --aggregator build/normal/host/aggregator/edgemon-aggregator --sim build/normal/host/sim/edgemon-sim --seconds 90 --devices 200 --warmup 40 || status=1
 run_suite asan -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DEDGEMON_WERROR=ON \
   -DEDGEMON_SANITIZE=ON -DEDGEMON_FUZZ=ON -DEM_FUZZ_SECONDS="$fuzz_seconds"
 
