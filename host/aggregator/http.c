@@ -502,7 +502,7 @@ static int render_http_stats(const em_http_t *h, em_text_t *t) {
     return -E2BIG;
   }
   size_t len = (size_t)n;
-  if (t->len + len > EM_METRICS_MAX_BYTES) {
+  if (t->len + len > (t->max_bytes ? t->max_bytes : EM_METRICS_MAX_BYTES)) {
     return -E2BIG;
   }
   if (t->len + len + 1 > t->cap) {
@@ -581,9 +581,17 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     return serve_device(h, c, url + sizeof(dev_prefix) - 1);
   }
   if (strcmp(url, "/healthz") == 0) {
-    bool ok = !h->health || h->health(h->ctx);
-    return ok ? respond_const(c, MHD_HTTP_OK, CT_TEXT, "ok\n")
-              : respond_const(c, MHD_HTTP_SERVICE_UNAVAILABLE, CT_TEXT, "unavailable\n");
+    char why[160] = "";
+    em_http_health_t health = h->health ? h->health(h->ctx, why, sizeof(why)) : EM_HTTP_HEALTH_OK;
+    if (health == EM_HTTP_HEALTH_OK) {
+      return respond_const(c, MHD_HTTP_OK, CT_TEXT, "ok\n");
+    }
+    char body[200];
+    snprintf(body, sizeof(body), "%s: %s\n",
+             health == EM_HTTP_HEALTH_DEGRADED ? "degraded" : "unavailable", why);
+    return respond_const(
+        c, health == EM_HTTP_HEALTH_DEGRADED ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE, CT_TEXT,
+        body);
   }
   return respond_const(c, MHD_HTTP_NOT_FOUND, CT_TEXT, "not found\n");
 }

@@ -5,7 +5,8 @@
  *   GET /api/devices        JSON: every device, as in /api/devices/<id> without stages' buckets
  *   GET /api/devices/<id>   JSON: one device: birth, status, state, latest values by name,
  *                           per-stage latest window and cumulative count/sum, loss counters
- *   GET /healthz            200 "ok" while the MQTT session is up, 503 otherwise
+ *   GET /healthz            200 "ok"; 200 "degraded: <why>" while /metrics leaves devices out;
+ *                           503 "unavailable: <why>" while the MQTT session is down
  *
  * Anything else is 404; methods other than GET/HEAD are 405. Handlers take the registry's lock
  * while they read it. Owns the MHD daemon and the thread that drives it.
@@ -28,9 +29,16 @@
 
 typedef struct em_http em_http_t;
 
-/* Liveness for /healthz: returns true while the aggregator is healthy (called on the HTTP
- * thread; must be thread-safe). */
-typedef bool (*em_http_health_fn)(void *ctx);
+/* What /healthz answers. */
+typedef enum {
+  EM_HTTP_HEALTH_OK = 0,   /* 200 "ok" */
+  EM_HTTP_HEALTH_DEGRADED, /* 200 "degraded: <why>": serving, but not everything */
+  EM_HTTP_HEALTH_DOWN      /* 503 "unavailable: <why>" */
+} em_http_health_t;
+
+/* Health for /healthz, with a one-line reason written into why[0..why_cap) for DEGRADED and
+ * DOWN (called on the HTTP thread; must be thread-safe). */
+typedef em_http_health_t (*em_http_health_fn)(void *ctx, char *why, size_t why_cap);
 
 /*
  * Starts serving on listen ("HOST:PORT", HOST an IPv4 or [IPv6] literal; port 0 picks a free

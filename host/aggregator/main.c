@@ -360,17 +360,24 @@ static void on_message(void *ctx, const char *topic, const uint8_t *payload, siz
   (void)em_store_add(a->store, in.device, in.agg->dev, &in.msg, clock_ns(CLOCK_REALTIME));
 }
 
-/* /healthz: ok while the MQTT session is up and the latest /metrics held every device. A
- * /metrics that had to leave devices out (over its cap) makes the aggregator degraded: not ok. */
-static bool healthy(void *ctx) {
+/* /healthz: down while the MQTT session is away; degraded while the latest /metrics had to
+ * leave devices out (over its cap); ok otherwise. */
+static em_http_health_t healthy(void *ctx, char *why, size_t why_cap) {
   agg_t *a = ctx;
   if (!atomic_load(&a->connected)) {
-    return false;
+    snprintf(why, why_cap, "no MQTT session with the broker");
+    return EM_HTTP_HEALTH_DOWN;
   }
   em_registry_lock(a->reg);
   bool truncated = a->reg->stats.metrics_truncated;
+  uint64_t omitted = a->reg->stats.metrics_omitted;
   em_registry_unlock(a->reg);
-  return !truncated;
+  if (truncated) {
+    snprintf(why, why_cap, "/metrics left %llu device(s) out (over --metrics-max-bytes)",
+             (unsigned long long)omitted);
+    return EM_HTTP_HEALTH_DEGRADED;
+  }
+  return EM_HTTP_HEALTH_OK;
 }
 
 static int connect_and_subscribe(agg_t *a) {
