@@ -26,6 +26,8 @@
 
 #include "edgemon/wire.h"
 
+#include "wire_bytes.h"
+
 #include <endian.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -72,142 +74,6 @@
 #define PAGE_READ_TRIES  64u /* Seqlock read attempts before EM_PROTO_EBUSY. */
 
 static const uint8_t page_magic[4] = {0x45, 0x4D, 0x53, 0x54}; /* "EMST" */
-
-/* Which bytes a NUL-padded text field may hold before its NUL. */
-typedef enum {
-  TEXT_PRINTABLE,      /* 0x20..0x7e, possibly none. */
-  TEXT_STAGE_OR_EMPTY, /* Empty, or a valid stage name. */
-  TEXT_STAGE,          /* A valid stage name (1..31 bytes). */
-} text_rule_t;
-
-/* ---- Little-endian field access ---- */
-
-static void put_le16(uint8_t *p, uint16_t v) {
-  p[0] = (uint8_t)(v & 0xffu);
-  p[1] = (uint8_t)(v >> 8);
-}
-
-static void put_le32(uint8_t *p, uint32_t v) {
-  p[0] = (uint8_t)(v & 0xffu);
-  p[1] = (uint8_t)((v >> 8) & 0xffu);
-  p[2] = (uint8_t)((v >> 16) & 0xffu);
-  p[3] = (uint8_t)(v >> 24);
-}
-
-static void put_le64(uint8_t *p, uint64_t v) {
-  put_le32(p, (uint32_t)(v & 0xffffffffu));
-  put_le32(p + 4, (uint32_t)(v >> 32));
-}
-
-static uint16_t get_le16(const uint8_t *p) {
-  return (uint16_t)(p[0] | (p[1] << 8));
-}
-
-static uint32_t get_le32(const uint8_t *p) {
-  return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
-}
-
-static uint64_t get_le64(const uint8_t *p) {
-  return (uint64_t)get_le32(p) | ((uint64_t)get_le32(p + 4) << 32);
-}
-
-/* Writes the IEEE-754 binary64 bit pattern of v, little-endian; NaN payloads are kept. */
-static void put_f64(uint8_t *p, double v) {
-  uint64_t bits;
-  memcpy(&bits, &v, sizeof bits);
-  put_le64(p, bits);
-}
-
-static double get_f64(const uint8_t *p) {
-  uint64_t bits = get_le64(p);
-  double v;
-  memcpy(&v, &bits, sizeof v);
-  return v;
-}
-
-/* ---- Text fields ---- */
-
-static bool is_stage_char(unsigned char c) {
-  if (c >= 'a' && c <= 'z') {
-    return true;
-  }
-  if (c >= 'A' && c <= 'Z') {
-    return true;
-  }
-  if (c >= '0' && c <= '9') {
-    return true;
-  }
-  return c == '_' || c == '.' || c == ':' || c == '-';
-}
-
-static bool is_printable(unsigned char c) {
-  return c >= 0x20 && c <= 0x7e;
-}
-
-/* Index of the first NUL in s[0..cap), or cap when there is none. Reads nothing past it. */
-static size_t bounded_len(const unsigned char *s, size_t cap) {
-  size_t n = 0;
-  while (n < cap && s[n] != 0) {
-    n++;
-  }
-  return n;
-}
-
-/*
- * Checks the text before the NUL of a field of `cap` bytes against `rule`. The text must end
- * with a NUL inside the field (so at most cap - 1 bytes). Returns 0 or EM_PROTO_ESTRING.
- * Bytes after the NUL are not looked at here (see check_padding()).
- */
-static int check_text(const unsigned char *s, size_t cap, text_rule_t rule) {
-  size_t n = bounded_len(s, cap);
-  if (n == cap) {
-    return EM_PROTO_ESTRING;
-  }
-  if (n == 0) {
-    return rule == TEXT_STAGE ? EM_PROTO_ESTRING : 0;
-  }
-  for (size_t i = 0; i < n; i++) {
-    bool ok = rule == TEXT_PRINTABLE ? is_printable(s[i]) : is_stage_char(s[i]);
-    if (!ok) {
-      return EM_PROTO_ESTRING;
-    }
-  }
-  return 0;
-}
-
-/* Returns EM_PROTO_ESTRING unless every byte of field[from..cap) is 0. */
-static int check_padding(const uint8_t *field, size_t from, size_t cap) {
-  for (size_t i = from; i < cap; i++) {
-    if (field[i] != 0) {
-      return EM_PROTO_ESTRING;
-    }
-  }
-  return 0;
-}
-
-/*
- * Validates a received text field of `cap` bytes (text, NUL, zero padding) and copies it,
- * padding included, into out[0..cap). Returns 0 or EM_PROTO_ESTRING (out untouched then).
- */
-static int unpack_text(const uint8_t *field, size_t cap, text_rule_t rule, char *out) {
-  int rc = check_text(field, cap, rule);
-  if (rc != 0) {
-    return rc;
-  }
-  rc = check_padding(field, bounded_len(field, cap), cap);
-  if (rc != 0) {
-    return rc;
-  }
-  memcpy(out, field, cap);
-  return 0;
-}
-
-/* Writes the (already validated) NUL-terminated s into field[0..cap), NUL-padded. */
-static void pack_text(uint8_t *field, size_t cap, const char *s) {
-  size_t n = bounded_len((const unsigned char *)s, cap);
-  memcpy(field, s, n);
-  memset(field + n, 0, cap - n);
-}
 
 bool em_stage_name_valid(const char *name) {
   if (name == NULL) {
@@ -459,16 +325,12 @@ static const uint32_t *page_seq_const(const uint8_t *page) {
 
 /* Copies body[] into the page's record bytes, one relaxed atomic byte store each. */
 static void publish_body(uint8_t *page, const uint8_t *body) {
-  for (size_t i = 0; i < EM_STATE_BODY_BYTES; i++) {
-    __atomic_store_n(&page[PAGE_OFF_BODY + i], body[i], __ATOMIC_RELAXED);
-  }
+  store_bytes_relaxed(page + PAGE_OFF_BODY, body, EM_STATE_BODY_BYTES);
 }
 
 /* Copies the page's record bytes into body[], one relaxed atomic byte load each. */
 static void snapshot_body(const uint8_t *page, uint8_t *body) {
-  for (size_t i = 0; i < EM_STATE_BODY_BYTES; i++) {
-    body[i] = __atomic_load_n(&page[PAGE_OFF_BODY + i], __ATOMIC_RELAXED);
-  }
+  load_bytes_relaxed(body, page + PAGE_OFF_BODY, EM_STATE_BODY_BYTES);
 }
 
 /*
