@@ -46,6 +46,7 @@ import threading
 import time
 import weakref
 
+from . import _ring
 from ._paths import resolve_socket_path
 from ._state import StatePage, Subscriber
 from ._wire import KIND_HEARTBEAT, KIND_SPAN, MAGIC, SPAN_STRUCT, STAGE_CACHE, VERSION
@@ -55,6 +56,8 @@ from ._wire import stage_bytes, warn_at_caller
 assert (MAGIC, VERSION, KIND_SPAN) == (b"EM", 1, 1)  # spelled as literals on the hot path
 _monotonic_ns = time.monotonic_ns
 _pack = SPAN_STRUCT.pack
+_pack_slot = _ring.SLOT_STRUCT.pack_into
+_pack_head = _ring.HEAD_STRUCT.pack_into
 _StructError = struct.error
 
 # At most one connect attempt per this many ns while the agent is away.
@@ -68,6 +71,18 @@ _NO_AGENT_ERRNOS = frozenset(
     (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTCONN, errno.ECONNRESET, errno.EPIPE,
      errno.ENOTDIR)
 )
+
+def resolve_deadline_path(explicit, socket_path, environ=None):
+    """The deadline page: the explicit path, then $EDGEMON_DEADLINE_PAGE, then the file
+    "deadlines" beside the span socket (both live in the agent's runtime directory)."""
+    if explicit:
+        return os.fspath(explicit)
+    env = os.environ if environ is None else environ
+    path = env.get("EDGEMON_DEADLINE_PAGE", "")
+    if path:
+        return path
+    return os.path.join(os.path.dirname(socket_path), _ring.DEADLINE_NAME)
+
 
 # Every Client alive in this process, so the child of a fork can reset them.
 _clients = weakref.WeakSet()
@@ -90,11 +105,15 @@ class Client(object):
     __slots__ = (
         "socket_path", "_sync", "_frame", "_pid", "_send", "_sock", "_lock", "_closed",
         "_next_connect_ns", "_unconnected_reason", "_attempts", "_queue_full", "_dropped",
-        "_warned_fields", "connect_attempts", "_page", "_subscriber", "__weakref__",
+        "_warned_fields", "connect_attempts", "_page", "_subscriber", "_deadline_arg",
+        "_dpage", "_rings_on", "_hard", "_tls", "_rings", "_next_check_ns", "_agent_gen",
+        "_ring_sink", "_ring_counts", "__weakref__",
     )
 
-    def __init__(self, socket_path=None, sync=None, state_path=None):
+    def __init__(self, socket_path=None, sync=None, state_path=None, deadline_path=None):
         self.socket_path = resolve_socket_path(socket_path)
+        self._deadline_arg = deadline_path
+        self._init_rings()
         self._page = StatePage(state_path)  # maps nothing until the first level()/state()
         self._subscriber = Subscriber(self.socket_path)
         self._sync = sync
@@ -128,6 +147,33 @@ class Client(object):
             stage_b = STAGE_CACHE[stage]
         except (KeyError, TypeError):
             stage_b = stage_bytes(stage)
+        try:
+            end = start_ns + duration_ns
+            due = end >= self._next_check_ns
+        except TypeError:  # not numbers: the datagram path counts the span as other
+            end, due = 0, False
+        if self._rings_on or due:
+            # The ring hot path (span.__exit__ has the same): one slot, then the head. The
+            # caller's end time stands in for a clock read in the once-a-second check.
+            try:
+                ring = self._tls.ring
+                if ring.live and end < self._next_check_ns:
+                    p = ring.pos
+                    _pack_slot(ring.buf, 128 + (p & ring.mask) * 64, (p + 1) & 0xFFFFFFFF, 1,
+                               self._frame if frame is None else frame, start_ns, duration_ns,
+                               stage_b)
+                    p += 1
+                    ring.pos = p
+                    _pack_head(ring.buf, 32, p)
+                    if stage_b in self._hard and duration_ns > self._hard[stage_b]:
+                        self._hard_miss(self._frame if frame is None else frame, start_ns,
+                                        duration_ns, stage_b)
+                    return
+            except (AttributeError, _StructError, TypeError, ValueError):
+                pass  # no ring yet in this thread, or a bad field: the slow path sorts it out
+            if self._ring_write(1, self._frame if frame is None else frame, start_ns,
+                                duration_ns, stage_b, end):
+                return
         data = None
         try:
             data = _pack(b"EM", 1, 1, self._pid,  # magic, version, kind span
@@ -175,21 +221,27 @@ class Client(object):
 
     def stats(self):
         """{'sent': n, 'dropped': {'no_agent': n, 'queue_full': n, 'invalid_stage': n,
-        'other': n}, 'socket_path': str, 'connected': bool}."""
+        'other': n}, 'socket_path': str, 'connected': bool}, plus 'rings' (ring_stats())
+        once an agent's deadline page was seen. 'sent' counts datagrams (v1 spans, heartbeats
+        and kind-6 hard misses); spans written to rings are rings['written']."""
         dropped = {"no_agent": self._dropped["no_agent"], "queue_full": self._queue_full,
                    "invalid_stage": self._dropped["invalid_stage"],
                    "other": self._dropped["other"]}
-        return {
+        out = {
             "sent": self._attempts - sum(dropped.values()),
             "dropped": dropped,
             "socket_path": self.socket_path,
             "connected": self.connected,
         }
+        if self._agent_gen:  # a deadline page was seen: rings are in play
+            out["rings"] = self.ring_stats()
+        return out
 
     def close(self):
         """Closes the socket. Later spans are dropped (counted as other). Idempotent."""
         self._closed = True
         self._send = self._send_closed
+        self._close_rings()
         sock, self._sock = self._sock, None
         if sock is not None:
             sock.close()
@@ -336,10 +388,17 @@ class Client(object):
     def _emit(self, kind, stage_b, frame, start_ns, duration_ns):
         """Packs and sends one datagram (stage already encoded, None when invalid). The slow-path
         twin of the inlined code in record() and span.__exit__; heartbeat() uses it as is."""
+        if self._ring_write(kind, self._frame if frame is None else frame, start_ns,
+                            duration_ns, stage_b, _monotonic_ns()):
+            return
+        self._send_datagram(VERSION, kind, stage_b, self._frame if frame is None else frame,
+                            start_ns, duration_ns)
+
+    def _send_datagram(self, version, kind, stage_b, frame, start_ns, duration_ns):
+        """Packs and sends one 64-byte datagram, counting what goes wrong."""
         data = None
         try:
-            data = _pack(MAGIC, VERSION, kind, self._pid,
-                         self._frame if frame is None else frame, start_ns, duration_ns, stage_b)
+            data = _pack(MAGIC, version, kind, self._pid, frame, start_ns, duration_ns, stage_b)
             self._send(data)
         except BlockingIOError:  # EAGAIN: the agent's queue is full
             self._queue_full += 1
@@ -348,6 +407,122 @@ class Client(object):
         except _StructError:
             self._pack_failed(stage_b)
         self._attempts += 1
+
+    # -- span rings v2 (see _ring.py): slow paths, at most once a second or once a thread --
+
+    def _init_rings(self):
+        """No ring yet; the deadline page is looked at on the first span."""
+        self._dpage = _ring.DeadlinePage(resolve_deadline_path(self._deadline_arg,
+                                                               self.socket_path))
+        self._rings_on = False  # True while a valid deadline page says a v2 agent runs
+        self._hard = {}  # stage bytes -> hard deadline ns, from the deadline page
+        self._tls = threading.local()  # .ring: this thread's _ring.Ring
+        self._rings = weakref.WeakSet()  # every ring of this process, for the agent check
+        self._next_check_ns = 0
+        self._agent_gen = 0  # +1 on every new deadline page inode (a new agent)
+        self._ring_sink = [0]  # spans written to rings that were closed since
+        self._ring_counts = {"registrations": 0, "accepted": 0, "refused": 0,
+                             "unanswered": 0, "unsent": 0, "agent_restart": 0,
+                             "hard_miss": 0}
+
+    def _check_agent(self, now_ns):
+        """At most once a second (the hot path calls it when now_ns passes _next_check_ns):
+        stat the deadline page; a new inode is a new agent, whose rings register again."""
+        # The real clock, not now_ns: record() passes the caller's end time.
+        self._next_check_ns = _monotonic_ns() + _ring.CHECK_INTERVAL_NS
+        if self._closed:
+            return
+        try:
+            changed = self._dpage.check()
+        except Exception:  # a garbled page never reaches the inference loop
+            return
+        self._hard = self._dpage.deadlines
+        rings = list(self._rings)
+        if changed:
+            self._agent_gen += 1
+            for ring in rings:
+                if ring.live:  # spans since the last check may never be drained: lost
+                    self._ring_counts["agent_restart"] += ring.pos - ring.checkpoint
+                ring.live = False
+        else:
+            for ring in rings:
+                ring.checkpoint = ring.pos
+        self._rings_on = self._dpage.inode is not None
+
+    def _thread_ring(self, now_ns):
+        """This thread's first span since rings are on: make its ring (a dummy one when the
+        memfd cannot be made: the thread stays on datagrams)."""
+        ring = _ring.Ring.create(self._dpage.slots, self._ring_sink) or _ring.Ring()
+        self._tls.ring = ring
+        if ring.buf is not None:
+            self._rings.add(ring)
+        return ring
+
+    def _ring_slow(self, ring, now_ns):
+        """A ring that is not live: poll for the ack while pending, register when the agent
+        changed since it last tried. True when the ring is live now."""
+        if ring.buf is None or self._closed:
+            return False
+        counts = self._ring_counts
+        if ring.mode is _ring.PENDING:
+            mode = ring.poll_ack(now_ns)
+            if mode is not _ring.PENDING:
+                counts["accepted" if mode is _ring.LIVE else mode] += 1
+        elif ring.gen != self._agent_gen:
+            ring.gen = self._agent_gen
+            counts["registrations"] += 1
+            if not ring.register(self.socket_path, now_ns):
+                counts["unsent"] += 1
+        return ring.live
+
+    def _ring_write(self, kind, frame, start_ns, duration_ns, stage_b, now_ns):
+        """The ring side of _emit: True when the span went to this thread's ring (and, over
+        its hard deadline, also out as a kind-6 datagram)."""
+        if now_ns >= self._next_check_ns:
+            self._check_agent(now_ns)
+        if not self._rings_on:
+            return False
+        try:
+            ring = self._tls.ring
+        except AttributeError:
+            ring = self._thread_ring(now_ns)
+        if not ring.live and not self._ring_slow(ring, now_ns):
+            return False
+        try:
+            ring.write(kind, frame, start_ns, duration_ns, stage_b)
+        except _StructError:
+            self._pack_failed(stage_b)
+            self._attempts += 1
+            return True
+        except (TypeError, ValueError):  # the ring was closed under this thread
+            return False
+        if kind == KIND_SPAN and stage_b in self._hard and duration_ns > self._hard[stage_b]:
+            self._hard_miss(frame, start_ns, duration_ns, stage_b)
+        return True
+
+    def _hard_miss(self, frame, start_ns, duration_ns, stage_b):
+        """A span already in the ring, over its stage's hard deadline: also a kind-6 datagram
+        (version 2), so the agent escalates at once."""
+        self._ring_counts["hard_miss"] += 1
+        self._send_datagram(_ring.DGRAM_VERSION, _ring.KIND_HARD_MISS, stage_b, frame, start_ns,
+                            duration_ns)
+
+    def ring_stats(self):
+        """{'active', 'written', 'registrations', 'accepted', 'refused', 'unanswered',
+        'unsent', 'hard_miss', 'lost': {'agent_restart'}}: rings of this process."""
+        rings = list(self._rings)
+        counts = dict(self._ring_counts)
+        lost = {"agent_restart": counts.pop("agent_restart")}
+        counts["active"] = sum(1 for ring in rings if ring.live)
+        counts["written"] = self._ring_sink[0] + sum(ring.pos for ring in rings)
+        counts["lost"] = lost
+        return counts
+
+    def _close_rings(self):
+        for ring in list(self._rings):
+            ring.close()
+        self._rings_on = False
+        self._dpage.close()
 
     def _pack_failed(self, stage_b):
         """struct refused the record: an invalid stage name (already warned about), or a
@@ -375,6 +550,9 @@ class Client(object):
         self.connect_attempts = 0
         self._next_connect_ns = 0
         self._subscriber._reset_in_child()
+        for ring in list(self._rings):
+            ring.forget()  # the parent's rings: never written by the child
+        self._init_rings()  # the child makes its own on its first span
         if not self._closed:
             self._send = self._send_unconnected
 
@@ -385,6 +563,8 @@ class Client(object):
             self._subscriber = Subscriber(self.socket_path)
             self._page.close()
             self._page = StatePage(state_path)
+            self._close_rings()
+            self._init_rings()
             self._sync = sync
             self._closed = False
             sock, self._sock = self._sock, None
@@ -437,6 +617,27 @@ class span(object):
         end = _monotonic_ns()
         frame = self._frame
         t0 = self._t0
+        if client._rings_on or end >= client._next_check_ns:
+            # The ring hot path: one slot, then the head, no system call (WIRE.md "Writing").
+            try:
+                ring = client._tls.ring
+                if ring.live and end < client._next_check_ns:
+                    p = ring.pos
+                    _pack_slot(ring.buf, 128 + (p & ring.mask) * 64, (p + 1) & 0xFFFFFFFF, 1,
+                               client._frame if frame is None else frame, t0, end - t0,
+                               self._stage)
+                    p += 1
+                    ring.pos = p
+                    _pack_head(ring.buf, 32, p)
+                    if self._stage in client._hard and end - t0 > client._hard[self._stage]:
+                        client._hard_miss(client._frame if frame is None else frame, t0,
+                                          end - t0, self._stage)
+                    return
+            except (AttributeError, _StructError, TypeError, ValueError):
+                pass  # no ring yet in this thread, or a bad field: the slow path sorts it out
+            if client._ring_write(1, client._frame if frame is None else frame, t0, end - t0,
+                                  self._stage, end):
+                return
         data = None
         try:
             # b"EM", 1, 1: magic, version, kind span (literals: LOAD_CONST beats 3 globals).
