@@ -1,8 +1,9 @@
 """Interop test of the board-local wire records (proto/WIRE.md) against the golden vectors.
 
 This module holds an independent decoder (and encoder) of the span datagram, the level push
-datagram and the state page, written from proto/WIRE.md with the standard library's struct
-module only. It checks that every proto/vectors/wire/<name>.bin decodes to its <name>.json,
+datagram, the state page, and span ring v2 (ring header and slots, a reader draining it, the
+register / hard miss / ack datagrams) and the deadline page, written from proto/WIRE.md with
+the standard library's struct module only. It checks that every proto/vectors/wire/<name>.bin decodes to its <name>.json,
 that encoding the JSON gives back the same bytes, and that truncated or garbled copies are
 refused with the error WIRE.md names, in the documented order.
 
@@ -39,7 +40,26 @@ LEVELS = ['NOMINAL', 'WARN', 'DEGRADED', 'CRITICAL']
 STAGE_RE = re.compile(rb'[A-Za-z0-9_.:-]{1,31}')
 PRINTABLE_RE = re.compile(rb'[\x20-\x7e]*')
 
-REQUIRED = {'span', 'heartbeat', 'subscribe', 'span_max_stage', 'push', 'page'}
+REQUIRED = {'span', 'heartbeat', 'subscribe', 'span_max_stage', 'push', 'page', 'ring_header',
+            'ring_3_slots', 'ring_register', 'ring_hard_miss', 'ring_ack', 'deadline_page'}
+
+RING_HEAD = struct.Struct('<4sHHHHIIIQQQI76s')
+RING_SLOT = struct.Struct('<IB3sQQQ32s')
+RING_DGRAM = struct.Struct('<2sBBIQQQ32s')
+DEADLINE_HEAD = struct.Struct('<4sHHIII44s')
+DEADLINE_ENTRY = struct.Struct('<32sQ')
+
+RING_HEADER_BYTES = 128
+RING_SLOT_BYTES = 64
+RING_MIN_SLOTS = 64
+RING_MAX_SLOTS = 65536
+RING_BATCH = 64
+RING_STATES = {1: 'open', 2: 'closed'}
+RING_STATE_CODES = {name: code for code, name in RING_STATES.items()}
+RING_DGRAM_KINDS = {5: 'ring_register', 6: 'hard_miss', 17: 'ring_ack'}
+RING_DGRAM_CODES = {name: code for code, name in RING_DGRAM_KINDS.items()}
+DEADLINE_PAGE_BYTES = 2624
+DEADLINE_MAX_ENTRIES = 64
 
 
 class WireError(Exception):
@@ -159,7 +179,172 @@ def read_page(page):
     raise WireError('EBUSY')
 
 
+# ---- Span ring v2 and the deadline page, from WIRE.md ----
+
+
+def ring_bytes(slot_count):
+    return RING_HEADER_BYTES + slot_count * RING_SLOT_BYTES
+
+
+def decode_ring_header(buf, ring_len=None):
+    """The header's checks in WIRE.md's order; ring_len: the whole ring's length, if known."""
+    if len(buf) < RING_HEADER_BYTES or (ring_len is None and len(buf) != RING_HEADER_BYTES):
+        raise WireError('ESIZE')
+    (magic, version, header_size, slot_size, reserved, slot_count, pid, tid, start_time, head,
+     lost, state, tail) = RING_HEAD.unpack_from(buf, 0)
+    if magic != b'EMRG':
+        raise WireError('EMAGIC')
+    if version != 2:
+        raise WireError('EVERSION')
+    if header_size != RING_HEADER_BYTES or slot_size != RING_SLOT_BYTES:
+        raise WireError('ESIZE')
+    if not RING_MIN_SLOTS <= slot_count <= RING_MAX_SLOTS or slot_count & (slot_count - 1):
+        raise WireError('ERANGE')
+    if ring_len is not None and ring_len != ring_bytes(slot_count):
+        raise WireError('ESIZE')
+    if reserved != 0 or tail != bytes(len(tail)) or state not in RING_STATES:
+        raise WireError('ERANGE')
+    return {'kind': 'ring_header', 'slot_count': slot_count, 'pid': pid, 'tid': tid,
+            'start_time': start_time, 'head': head, 'lost': lost, 'state': RING_STATES[state]}
+
+
+def decode_slot(raw, position):
+    """A slot copy valid for `position`, decoded; None when WIRE.md says it is not valid."""
+    seq, kind, reserved, frame_id, start_ns, duration_ns, stage = RING_SLOT.unpack(raw)
+    if seq != (position + 1) % 2**32 or kind not in (1, 2) or reserved != bytes(3):
+        return None
+    try:
+        name = text_field(stage, 'stage')
+    except WireError:
+        return None
+    return {'position': position, 'seq': seq, 'kind': KINDS[kind], 'frame_id': frame_id,
+            'start_ns': start_ns, 'duration_ns': duration_ns, 'stage': name}
+
+
+def slot_offset(slot_count, position):
+    return RING_HEADER_BYTES + (position % slot_count) * RING_SLOT_BYTES
+
+
+def decode_ring(buf):
+    """A whole ring: the header, and every position of the last lap below head, which must
+    all be valid slots."""
+    if len(buf) < RING_HEADER_BYTES:
+        raise WireError('ESIZE')
+    ring = decode_ring_header(bytes(buf[:RING_HEADER_BYTES]), len(buf))
+    n, head = ring['slot_count'], ring['head']
+    slots = []
+    for q in range(max(0, head - n), head):
+        off = slot_offset(n, q)
+        slot = decode_slot(bytes(buf[off:off + RING_SLOT_BYTES]), q)
+        if slot is None:
+            raise WireError('EBADSLOT')
+        slots.append(slot)
+    ring.update(kind='ring', slots=slots)
+    return ring
+
+
+class RingReader:
+    """WIRE.md's reader: next, seen and the counts, drained over a buffer or mmap."""
+
+    def __init__(self, slot_count, start):
+        self.n = slot_count
+        self.next = self.seen = start
+        self.folded = []
+        self.overwritten = self.bad_slot = self.bad_head = 0
+
+    def drain(self, mem, final):
+        (h,) = struct.unpack_from('<Q', mem, 32)
+        if h < self.seen or h - self.seen > 2**32:
+            self.bad_head += 1
+            self.next = self.seen = h
+            return
+        limit = h if final else self.seen
+        if limit - self.next > self.n:
+            self.overwritten += limit - self.n - self.next
+            self.next = limit - self.n
+        while self.next < limit:
+            batch = range(self.next, min(limit, self.next + RING_BATCH))
+            copies = [bytes(mem[slot_offset(self.n, q):slot_offset(self.n, q) + RING_SLOT_BYTES])
+                      for q in batch]
+            (h2,) = struct.unpack_from('<Q', mem, 32)
+            for q, raw in zip(batch, copies):
+                slot = decode_slot(raw, q)
+                if not final and q + self.n <= h2 + 1:
+                    self.overwritten += 1
+                elif slot is None:
+                    self.bad_slot += 1
+                else:
+                    self.folded.append(slot)
+            self.next = batch[-1] + 1
+        self.seen = h
+
+
+def decode_ring_dgram(buf):
+    if len(buf) != SPAN_BYTES:
+        raise WireError('ESIZE')
+    magic, version, kind, pid, a, b, c, stage = RING_DGRAM.unpack(buf)
+    if magic != b'EM':
+        raise WireError('EMAGIC')
+    if version != 2:
+        raise WireError('EVERSION')
+    if kind not in RING_DGRAM_KINDS:
+        raise WireError('EKIND')
+    d = {'kind': RING_DGRAM_KINDS[kind], 'pid': pid}
+    if kind == 6:
+        d.update(frame_id=a, start_ns=b, duration_ns=c, stage=text_field(stage, 'stage'))
+        return d
+    if stage != bytes(32):
+        raise WireError('ERANGE')
+    d['start'] = a
+    if kind == 5:
+        if b != 0 or c != 0:
+            raise WireError('ERANGE')
+    else:
+        d.update(status=b - 2**64 if b >= 2**63 else b, ring_id=c)
+    return d
+
+
+def read_deadline_page(page):
+    """The seqlock reader of WIRE.md on a buffer or mmap; returns the entries with seq."""
+    if len(page) != DEADLINE_PAGE_BYTES:
+        raise WireError('ESIZE')
+    magic, version, _count, _seq, agent_pid, ring_slots, reserved = DEADLINE_HEAD.unpack_from(
+        page, 0)
+    if magic != b'EMDL':
+        raise WireError('EMAGIC')
+    if version != 1:
+        raise WireError('EVERSION')
+    if reserved != bytes(len(reserved)):
+        raise WireError('ERANGE')
+    for _ in range(PAGE_READ_TRIES):
+        (s1,) = SEQ.unpack_from(page, 8)
+        if s1 & 1:
+            continue
+        (count,) = struct.unpack_from('<H', page, 6)
+        body = bytes(page[64:DEADLINE_PAGE_BYTES])
+        (s2,) = SEQ.unpack_from(page, 8)
+        if s1 != s2:
+            continue
+        if count > DEADLINE_MAX_ENTRIES:
+            raise WireError('ERANGE')
+        entries = []
+        for i in range(count):
+            stage, deadline_ns = DEADLINE_ENTRY.unpack_from(body, 40 * i)
+            entries.append({'stage': text_field(stage, 'stage'), 'deadline_ns': deadline_ns})
+        return {'kind': 'deadline_page', 'seq': s1, 'agent_pid': agent_pid,
+                'ring_slots': ring_slots, 'entries': entries}
+    raise WireError('EBUSY')
+
+
 def decode_file(name, data):
+    if name.startswith('deadline_page'):
+        return read_deadline_page(data)
+    if name.startswith('ring_header'):
+        return decode_ring_header(data)
+    if name.startswith('ring_') and name[5:6].isdigit():
+        return decode_ring(data)
+    if name.startswith('ring_'):
+        return decode_ring_dgram(data)
     if name.startswith('page'):
         return read_page(data)
     if name.startswith('push'):
@@ -186,7 +371,55 @@ def encode_body(d):
                      d['reason'].encode('ascii'))
 
 
+def encode_ring_header(d):
+    return RING_HEAD.pack(b'EMRG', 2, RING_HEADER_BYTES, RING_SLOT_BYTES, 0, d['slot_count'],
+                          d['pid'], d['tid'], d['start_time'], d['head'], d['lost'],
+                          RING_STATE_CODES[d['state']], bytes(76))
+
+
+def encode_slot(d):
+    return RING_SLOT.pack(d['seq'], KIND_CODES[d['kind']], bytes(3), d['frame_id'],
+                          d['start_ns'], d['duration_ns'], d['stage'].encode('ascii'))
+
+
+def encode_ring(d):
+    """The ring a Python writer makes: header, then its slots, the others zero."""
+    mem = bytearray(ring_bytes(d['slot_count']))
+    mem[:RING_HEADER_BYTES] = encode_ring_header(d)
+    for slot in d['slots']:
+        off = slot_offset(d['slot_count'], slot['position'])
+        mem[off:off + RING_SLOT_BYTES] = encode_slot(slot)
+    return bytes(mem)
+
+
+def encode_ring_dgram(d):
+    kind = RING_DGRAM_CODES[d['kind']]
+    if kind == 6:
+        return RING_DGRAM.pack(b'EM', 2, kind, d['pid'], d['frame_id'], d['start_ns'],
+                               d['duration_ns'], d['stage'].encode('ascii'))
+    status = d.get('status', 0) % 2**64
+    return RING_DGRAM.pack(b'EM', 2, kind, d['pid'], d['start'], status, d.get('ring_id', 0),
+                           b'')
+
+
+def encode_deadline_page(d):
+    page = bytearray(DEADLINE_PAGE_BYTES)
+    page[:64] = DEADLINE_HEAD.pack(b'EMDL', 1, len(d['entries']), d['seq'], d['agent_pid'],
+                                   d['ring_slots'], b'')
+    for i, e in enumerate(d['entries']):
+        DEADLINE_ENTRY.pack_into(page, 64 + 40 * i, e['stage'].encode('ascii'), e['deadline_ns'])
+    return bytes(page)
+
+
 def encode_file(d):
+    if d['kind'] == 'ring_header':
+        return encode_ring_header(d)
+    if d['kind'] == 'ring':
+        return encode_ring(d)
+    if d['kind'] in RING_DGRAM_CODES:
+        return encode_ring_dgram(d)
+    if d['kind'] == 'deadline_page':
+        return encode_deadline_page(d)
     if d['kind'] == 'state_page':
         return PAGE_HEAD.pack(b'EMST', 1, PAGE_BYTES, d['seq'], d['agent_pid']) + encode_body(d)
     if d['kind'] == 'level_push':
@@ -339,7 +572,13 @@ def test_garbled_page_is_refused(what, offset, raw, code):
     assert err.value.code == code, what
 
 
-@pytest.mark.parametrize('name', vector_names())
+def record_names():
+    """The vectors that are one record: a whole ring and the deadline page also hold bytes
+    WIRE.md gives no meaning to (slots not written yet, entries past count)."""
+    return [name for name in vector_names() if name not in ('ring_3_slots', 'deadline_page')]
+
+
+@pytest.mark.parametrize('name', record_names())
 def test_any_accepted_single_byte_change_reencodes_identically(name):
     """No byte is ignored: a changed record is refused, or it re-encodes to itself.
 
@@ -377,5 +616,256 @@ def test_page_read_through_mmap(tmp_path):
         assert err.value.code == 'EBUSY'
         mm[8:12] = SEQ.pack(4)
         assert read_page(mm)['seq'] == 4
+    finally:
+        mm.close()
+
+
+# ---- Span ring v2 ----
+
+
+def test_ring_vectors_decode_as_the_c_writer_made_them():
+    _, header = load('ring_header')
+    assert header['slot_count'] == 1024 and header['head'] == 0 and header['state'] == 'open'
+    data, ring = load('ring_3_slots')
+    assert len(data) == ring_bytes(64) and ring['head'] == 3
+    assert [s['seq'] for s in ring['slots']] == [1, 2, 3]
+    assert ring['slots'][1]['kind'] == 'heartbeat' and ring['slots'][1]['duration_ns'] == 0
+    assert data[slot_offset(64, 3):] == bytes(len(data) - slot_offset(64, 3))
+
+
+RING_HEADER_GARBLES = [
+    ('magic', 0, b'X', 'EMAGIC'),
+    ('magic last byte', 3, b'S', 'EMAGIC'),
+    ('version 1', 4, b'\x01\x00', 'EVERSION'),
+    ('version 0x0102', 4, b'\x02\x01', 'EVERSION'),
+    ('header_size 64', 6, b'\x40\x00', 'ESIZE'),
+    ('slot_size 32', 8, b'\x20\x00', 'ESIZE'),
+    ('slot_count 32', 12, b'\x20\x00\x00\x00', 'ERANGE'),
+    ('slot_count 96', 12, b'\x60\x00\x00\x00', 'ERANGE'),
+    ('slot_count 2^17', 12, b'\x00\x00\x02\x00', 'ERANGE'),
+    ('reserved u16', 10, b'\x01', 'ERANGE'),
+    ('reserved tail first', 52, b'\x01', 'ERANGE'),
+    ('reserved tail last', 127, b'\xff', 'ERANGE'),
+    ('state 0', 48, b'\x00', 'ERANGE'),
+    ('state 3', 48, b'\x03', 'ERANGE'),
+    ('state high byte', 51, b'\x01', 'ERANGE'),
+]
+
+
+@pytest.mark.parametrize('what,offset,raw,code', RING_HEADER_GARBLES)
+def test_garbled_ring_header_is_refused(what, offset, raw, code):
+    data, _ = load('ring_header')
+    with pytest.raises(WireError) as err:
+        decode_ring_header(patched(data, offset, raw))
+    assert err.value.code == code, what
+
+
+def test_ring_length_must_match_its_slot_count():
+    data, _ = load('ring_3_slots')
+    for bad in (data[:-1], data + b'\0', data[:-64], data + bytes(64), data[:128]):
+        with pytest.raises(WireError) as err:
+            decode_ring(bad)
+        assert err.value.code == 'ESIZE'
+    with pytest.raises(WireError) as err:  # A 128-slot header on 64 slots' bytes.
+        decode_ring(patched(data, 12, b'\x80'))
+    assert err.value.code == 'ESIZE'
+
+
+def test_ring_header_checks_in_documented_order():
+    data, expected = load('ring_header')
+    steps = [(0, 'EMAGIC'), (4, 'EVERSION'), (6, 'ESIZE'), (12, 'ERANGE'), (10, 'ERANGE'),
+             (48, 'ERANGE')]
+    bad = bytearray(data)
+    for offset, _ in steps:
+        bad[offset] ^= 0x55
+    for offset, code in steps:
+        with pytest.raises(WireError) as err:
+            decode_ring_header(bytes(bad))
+        assert err.value.code == code, offset
+        bad[offset] = data[offset]
+    assert decode_ring_header(bytes(bad)) == expected
+
+
+def reader_over(data, start=0, final=False, drains=2):
+    reader = RingReader(64, start)
+    for _ in range(drains - 1):
+        reader.drain(data, False)
+    reader.drain(data, final)
+    return reader
+
+
+def test_python_reader_folds_the_c_writers_slots_one_drain_late():
+    data, ring = load('ring_3_slots')
+    reader = RingReader(64, 0)
+    reader.drain(data, False)
+    assert reader.folded == [] and reader.seen == 3
+    reader.drain(data, False)
+    assert reader.folded == ring['slots']
+    assert (reader.overwritten, reader.bad_slot, reader.bad_head) == (0, 0, 0)
+
+
+SLOT_GARBLES = [
+    ('seq of the previous lap', 0, struct.pack('<I', (2 - 64) % 2**32)),
+    ('seq 0', 0, b'\x00'),
+    ('seq high byte', 3, b'\x01'),
+    ('kind 0', 4, b'\x00'),
+    ('kind 3', 4, b'\x03'),
+    ('kind 17', 4, b'\x11'),
+    ('reserved', 6, b'\x01'),
+    ('empty stage', 32, b'\x00'),
+    ('stage byte', 33, b' '),
+    ('stage without NUL', 32, b'a' * 32),
+    ('stage padding', 63, b'x'),
+]
+
+
+@pytest.mark.parametrize('what,offset,raw', SLOT_GARBLES)
+def test_scribbled_slot_is_counted_bad_never_folded(what, offset, raw):
+    data, ring = load('ring_3_slots')
+    bad = patched(data, slot_offset(64, 1) + offset, raw)
+    reader = reader_over(bad, final=True)
+    assert reader.bad_slot == 1, what
+    assert reader.folded == [ring['slots'][0], ring['slots'][2]]
+    assert len(reader.folded) + reader.overwritten + reader.bad_slot == 3
+
+
+def test_any_single_byte_change_in_a_written_slot_is_refused_or_reencodes():
+    data, _ = load('ring_3_slots')
+    for position in range(3):
+        base = slot_offset(64, position)
+        for offset in range(RING_SLOT_BYTES):
+            for value in (0x00, 0x01, 0x20, 0x41, 0x7f, 0xff, data[base + offset] ^ 1):
+                raw = patched(data[base:base + RING_SLOT_BYTES], offset, bytes([value]))
+                slot = decode_slot(raw, position)
+                if slot is not None:
+                    assert encode_slot(slot) == raw, (position, offset, value)
+
+
+def test_lapped_and_scribbled_heads_are_counted():
+    data, _ = load('ring_3_slots')
+    head_at = lambda h: patched(data, 32, struct.pack('<Q', h))  # noqa: E731
+    reader = RingReader(64, 0)
+    reader.drain(data, False)
+    reader.drain(head_at(2), False)  # Backwards.
+    assert reader.bad_head == 1 and reader.next == reader.seen == 2
+    reader = RingReader(64, 0)
+    reader.drain(data, False)
+    reader.drain(head_at(3 + 2**32 + 1), False)  # Too far.
+    assert reader.bad_head == 1 and reader.folded == []
+    reader = RingReader(64, 0)
+    reader.drain(head_at(66), False)  # A head past a whole lap that the slots do not back:
+    reader.drain(head_at(66), False)  # 2 lapped, 2 in the margin, the other 62 bad seqs.
+    assert (reader.overwritten, reader.bad_slot, reader.folded) == (4, 62, [])
+
+
+def test_python_writer_makes_the_c_writers_ring():
+    """A Python client writing with pack_into and the head last makes the same bytes."""
+    data, ring = load('ring_3_slots')
+    mem = bytearray(ring_bytes(64))
+    mem[:RING_HEADER_BYTES] = encode_ring_header(dict(ring, head=0))
+    for position, slot in enumerate(ring['slots']):
+        mem[slot_offset(64, position):slot_offset(64, position + 1)] = encode_slot(slot)
+        struct.pack_into('<Q', mem, 32, position + 1)
+    assert bytes(mem) == data
+
+
+# ---- v2 datagrams ----
+
+RING_DGRAM_GARBLES = [
+    ('magic', 0, b'X', 'EMAGIC'),
+    ('version 1', 2, b'\x01', 'EVERSION'),
+    ('version 3', 2, b'\x03', 'EVERSION'),
+    ('kind 1', 3, b'\x01', 'EKIND'),
+    ('kind 7', 3, b'\x07', 'EKIND'),
+    ('kind 16', 3, b'\x10', 'EKIND'),
+]
+
+
+@pytest.mark.parametrize('name', ['ring_register', 'ring_hard_miss', 'ring_ack'])
+@pytest.mark.parametrize('what,offset,raw,code', RING_DGRAM_GARBLES)
+def test_garbled_ring_dgram_is_refused(name, what, offset, raw, code):
+    data, _ = load(name)
+    with pytest.raises(WireError) as err:
+        decode_ring_dgram(patched(data, offset, raw))
+    assert err.value.code == code, what
+
+
+def test_ring_dgram_reserved_and_stage_fields():
+    register, _ = load('ring_register')
+    for offset in range(16, 64):
+        with pytest.raises(WireError) as err:
+            decode_ring_dgram(patched(register, offset, b'\x01'))
+        assert err.value.code == 'ERANGE', offset
+    ack, expected = load('ring_ack')
+    for offset in range(32, 64):
+        with pytest.raises(WireError) as err:
+            decode_ring_dgram(patched(ack, offset, b'\x01'))
+        assert err.value.code == 'ERANGE', offset
+    miss, _ = load('ring_hard_miss')
+    for offset, raw in ((32, b'\x00'), (33, b' '), (63, b'x'), (32, b'a' * 32)):
+        with pytest.raises(WireError) as err:
+            decode_ring_dgram(patched(miss, offset, raw))
+        assert err.value.code == 'ESTRING'
+    _, refused = load('ring_ack_refused')
+    assert refused['status'] == -24 and expected['status'] == 0
+
+
+def test_v1_span_is_not_a_v2_datagram():
+    span, _ = load('span')
+    with pytest.raises(WireError) as err:
+        decode_ring_dgram(span)
+    assert err.value.code == 'EVERSION'
+
+
+# ---- Deadline page ----
+
+DEADLINE_GARBLES = [
+    ('magic', 0, b'EMDX', 'EMAGIC'),
+    ('version 2', 4, b'\x02', 'EVERSION'),
+    ('reserved', 20, b'\x01', 'ERANGE'),
+    ('reserved last', 63, b'\x01', 'ERANGE'),
+    ('count 65', 6, b'\x41\x00', 'ERANGE'),
+    ('entry 0 bad byte', 64, b' ', 'ESTRING'),
+    ('entry 1 empty', 104, b'\x00', 'ESTRING'),
+    ('entry 1 padding', 104 + 31, b'x', 'ESTRING'),
+    ('odd seq', 8, b'\x03', 'EBUSY'),
+]
+
+
+@pytest.mark.parametrize('what,offset,raw,code', DEADLINE_GARBLES)
+def test_garbled_deadline_page_is_refused(what, offset, raw, code):
+    data, _ = load('deadline_page')
+    with pytest.raises(WireError) as err:
+        read_deadline_page(patched(data, offset, raw))
+    assert err.value.code == code, what
+
+
+def test_deadline_page_single_byte_changes_in_use_are_refused_or_reencode():
+    data, _ = load('deadline_page')
+    for offset in range(64 + 2 * 40):
+        for value in (0x00, 0x01, 0x20, 0x41, 0x7f, 0xff, data[offset] ^ 1):
+            changed = patched(data, offset, bytes([value]))
+            try:
+                page = read_deadline_page(changed)
+            except WireError:
+                continue
+            if len(page['entries']) == 2:
+                assert encode_deadline_page(page) == changed, (offset, value)
+
+
+def test_deadline_page_read_through_mmap(tmp_path):
+    path = tmp_path / 'deadlines'
+    shutil.copyfile(VECTORS / 'deadline_page.bin', path)
+    with open(path, 'r+b') as f:
+        mm = mmap.mmap(f.fileno(), DEADLINE_PAGE_BYTES)
+    try:
+        _, expected = load('deadline_page')
+        assert read_deadline_page(mm) == expected
+        mm[8:12] = SEQ.pack(3)
+        with pytest.raises(WireError) as err:
+            read_deadline_page(mm)
+        assert err.value.code == 'EBUSY'
+        mm[8:12] = SEQ.pack(4)
+        assert read_deadline_page(mm)['seq'] == 4
     finally:
         mm.close()

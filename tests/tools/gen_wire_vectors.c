@@ -5,9 +5,13 @@
  * must read back from it. tests/unit/test_wire.c checks the .bin files against its own copy of
  * these rows; tests/interop/test_wire_vectors.py decodes them independently, from WIRE.md.
  *
+ * The span ring v2 rows (ring.h) are a ring header, a whole ring with three slots written, the
+ * three v2 datagrams and a deadline page with two entries, each made with the ring.h functions.
+ *
  * Usage: gen_wire_vectors OUTDIR. Exit status 0 when every file was written, 1 otherwise.
  * The output is deterministic: running it twice gives the same bytes.
  */
+#include "edgemon/ring.h"
 #include "edgemon/wire.h"
 
 #include <math.h>
@@ -253,6 +257,219 @@ out:
   return result;
 }
 
+/* ---- Span ring v2 rows ---- */
+
+#define RING_PID        4242u
+#define RING_TID        4243u
+#define RING_START_TIME 987654u
+#define AGENT_PID       777u
+
+/* The three slots of the `ring_3_slots` vector, positions 0, 1 and 2. */
+static const em_span_t ring_slot_rows[] = {
+    {EM_DGRAM_SPAN, RING_PID, 1001, 123456789012345u, 8250000, "infer"},
+    {EM_DGRAM_HEARTBEAT, RING_PID, 0, 123456800000000u, 0, "camera.rx"},
+    {EM_DGRAM_SPAN, RING_PID, UINT64_MAX, UINT64_MAX, UINT64_MAX,
+     "Stage_0123456789.abcdefghi:XY-z"},
+};
+
+typedef struct {
+  const char *name;
+  em_ring_dgram_t dgram;
+} ring_dgram_row_t;
+
+static const ring_dgram_row_t ring_dgram_rows[] = {
+    {"ring_register", {.kind = EM_DGRAM_RING_REGISTER, .pid = RING_PID, .start = 3}},
+    {"ring_hard_miss",
+     {.kind = EM_DGRAM_HARD_MISS,
+      .pid = RING_PID,
+      .span = {EM_DGRAM_SPAN, RING_PID, 1002, 123456822000000u, 41000000, "infer"}}},
+    {"ring_ack",
+     {.kind = EM_DGRAM_RING_ACK, .pid = AGENT_PID, .start = 3, .status = 0, .ring_id = 1}},
+    {"ring_ack_refused",
+     {.kind = EM_DGRAM_RING_ACK, .pid = AGENT_PID, .start = 3, .status = -24, .ring_id = 0}},
+};
+
+static const em_deadline_t deadline_rows[] = {
+    {"infer", 33000000u},
+    {"camera.rx", 100000000u},
+};
+
+/* The header fields of a ring, as the Python decoder returns them. */
+static void ring_header_json(FILE *f, const em_ring_header_t *h) {
+  fprintf(f, "\"slot_count\": %lu, \"pid\": %lu, \"tid\": %lu, \"start_time\": %llu, ",
+          (unsigned long)h->slot_count, (unsigned long)h->pid, (unsigned long)h->tid,
+          (unsigned long long)h->start_time);
+  fprintf(f, "\"head\": %llu, \"lost\": %llu, \"state\": \"%s\"", (unsigned long long)h->head,
+          (unsigned long long)h->lost, h->state == EM_RING_STATE_CLOSED ? "closed" : "open");
+}
+
+static void span_fields_json(FILE *f, const em_span_t *s) {
+  fprintf(f, "\"frame_id\": %llu, \"start_ns\": %llu, \"duration_ns\": %llu, \"stage\": ",
+          (unsigned long long)s->frame_id, (unsigned long long)s->start_ns,
+          (unsigned long long)s->duration_ns);
+  json_string(f, s->stage);
+}
+
+/*
+ * `ring_header`: the 128-byte header of a fresh default ring (1024 slots, head 0, open).
+ * `ring_3_slots`: a whole 64-slot ring (4224 bytes) after three em_ring_write()s, head 3.
+ */
+static int gen_rings(const char *dir) {
+  int result = -1;
+  FILE *f = NULL;
+  uint8_t *mem = aligned_alloc(8, em_ring_bytes(EM_RING_DEFAULT_SLOTS));
+  if (mem == NULL) {
+    perror("aligned_alloc");
+    return -1;
+  }
+  memset(mem, 0, em_ring_bytes(EM_RING_DEFAULT_SLOTS));
+  em_ring_header_t h;
+  int rc = em_ring_init(mem, EM_RING_DEFAULT_SLOTS, RING_PID, RING_TID, RING_START_TIME);
+  if (rc == 0) {
+    rc = em_ring_header_read(mem, em_ring_bytes(EM_RING_DEFAULT_SLOTS), &h);
+  }
+  if (rc != 0) {
+    fprintf(stderr, "gen_wire_vectors: ring_header: init failed (%d)\n", rc);
+    goto out;
+  }
+  if (write_bin(dir, "ring_header", mem, EM_RING_HEADER_BYTES) != 0) {
+    goto out;
+  }
+  f = open_out(dir, "ring_header", "json");
+  if (f == NULL) {
+    goto out;
+  }
+  fputs("{\"kind\": \"ring_header\", ", f);
+  ring_header_json(f, &h);
+  fputs("}\n", f);
+  if (close_out(f, "ring_header") != 0) {
+    goto out;
+  }
+
+  const uint32_t slots = EM_RING_MIN_SLOTS;
+  memset(mem, 0, em_ring_bytes(slots));
+  uint64_t pos = 0;
+  rc = em_ring_init(mem, slots, RING_PID, RING_TID, RING_START_TIME);
+  for (size_t i = 0; rc == 0 && i < sizeof ring_slot_rows / sizeof ring_slot_rows[0]; i++) {
+    rc = em_ring_write(mem, slots, &pos, &ring_slot_rows[i]);
+  }
+  if (rc == 0) {
+    rc = em_ring_header_read(mem, em_ring_bytes(slots), &h);
+  }
+  if (rc != 0) {
+    fprintf(stderr, "gen_wire_vectors: ring_3_slots: write failed (%d)\n", rc);
+    goto out;
+  }
+  if (write_bin(dir, "ring_3_slots", mem, em_ring_bytes(slots)) != 0) {
+    goto out;
+  }
+  f = open_out(dir, "ring_3_slots", "json");
+  if (f == NULL) {
+    goto out;
+  }
+  fputs("{\"kind\": \"ring\", ", f);
+  ring_header_json(f, &h);
+  fputs(", \"slots\": [", f);
+  for (size_t i = 0; i < sizeof ring_slot_rows / sizeof ring_slot_rows[0]; i++) {
+    const em_span_t *s = &ring_slot_rows[i];
+    fprintf(f, "%s{\"position\": %zu, \"seq\": %zu, \"kind\": \"%s\", ", i == 0 ? "" : ", ", i,
+            i + 1, kind_name(s->kind));
+    span_fields_json(f, s);
+    fputs("}", f);
+  }
+  fputs("]}\n", f);
+  result = close_out(f, "ring_3_slots");
+out:
+  free(mem);
+  return result;
+}
+
+static const char *ring_dgram_kind_name(uint8_t kind) {
+  switch (kind) {
+  case EM_DGRAM_RING_REGISTER:
+    return "ring_register";
+  case EM_DGRAM_HARD_MISS:
+    return "hard_miss";
+  case EM_DGRAM_RING_ACK:
+    return "ring_ack";
+  }
+  return "unknown";
+}
+
+static int gen_ring_dgram(const char *dir, const ring_dgram_row_t *row) {
+  uint8_t buf[EM_SPAN_DGRAM_BYTES];
+  int rc = em_ring_dgram_pack(&row->dgram, buf);
+  if (rc != 0) {
+    fprintf(stderr, "gen_wire_vectors: %s: pack failed (%d)\n", row->name, rc);
+    return -1;
+  }
+  if (write_bin(dir, row->name, buf, sizeof buf) != 0) {
+    return -1;
+  }
+  FILE *f = open_out(dir, row->name, "json");
+  if (f == NULL) {
+    return -1;
+  }
+  const em_ring_dgram_t *d = &row->dgram;
+  fprintf(f, "{\"kind\": \"%s\", \"pid\": %lu, ", ring_dgram_kind_name(d->kind),
+          (unsigned long)d->pid);
+  switch (d->kind) {
+  case EM_DGRAM_RING_REGISTER:
+    fprintf(f, "\"start\": %llu", (unsigned long long)d->start);
+    break;
+  case EM_DGRAM_HARD_MISS:
+    span_fields_json(f, &d->span);
+    break;
+  default:
+    fprintf(f, "\"start\": %llu, \"status\": %lld, \"ring_id\": %llu", (unsigned long long)d->start,
+            (long long)d->status, (unsigned long long)d->ring_id);
+    break;
+  }
+  fputs("}\n", f);
+  return close_out(f, row->name);
+}
+
+/* `deadline_page`: em_deadline_page_init() then one write of two entries (seq 2). */
+static int gen_deadline_page(const char *dir) {
+  int result = -1;
+  FILE *f = NULL;
+  uint8_t *page = aligned_alloc(8, EM_DEADLINE_PAGE_BYTES);
+  if (page == NULL) {
+    perror("aligned_alloc");
+    return -1;
+  }
+  memset(page, 0, EM_DEADLINE_PAGE_BYTES);
+  const size_t n = sizeof deadline_rows / sizeof deadline_rows[0];
+  int rc = em_deadline_page_init(page, AGENT_PID, EM_RING_DEFAULT_SLOTS);
+  if (rc == 0) {
+    rc = em_deadline_page_write(page, deadline_rows, n);
+  }
+  if (rc != 0) {
+    fprintf(stderr, "gen_wire_vectors: deadline_page: write failed (%d)\n", rc);
+    goto out;
+  }
+  if (write_bin(dir, "deadline_page", page, EM_DEADLINE_PAGE_BYTES) != 0) {
+    goto out;
+  }
+  f = open_out(dir, "deadline_page", "json");
+  if (f == NULL) {
+    goto out;
+  }
+  fprintf(f, "{\"kind\": \"deadline_page\", \"seq\": 2, \"agent_pid\": %lu, \"ring_slots\": %lu, ",
+          (unsigned long)AGENT_PID, (unsigned long)EM_RING_DEFAULT_SLOTS);
+  fputs("\"entries\": [", f);
+  for (size_t i = 0; i < n; i++) {
+    fprintf(f, "%s{\"stage\": ", i == 0 ? "" : ", ");
+    json_string(f, deadline_rows[i].stage);
+    fprintf(f, ", \"deadline_ns\": %llu}", (unsigned long long)deadline_rows[i].deadline_ns);
+  }
+  fputs("]}\n", f);
+  result = close_out(f, "deadline_page");
+out:
+  free(page);
+  return result;
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: %s OUTDIR\n", argv[0]);
@@ -266,5 +483,10 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < sizeof state_rows / sizeof state_rows[0]; i++) {
     failures += gen_state(dir, &state_rows[i]) != 0;
   }
+  failures += gen_rings(dir) != 0;
+  for (size_t i = 0; i < sizeof ring_dgram_rows / sizeof ring_dgram_rows[0]; i++) {
+    failures += gen_ring_dgram(dir, &ring_dgram_rows[i]) != 0;
+  }
+  failures += gen_deadline_page(dir) != 0;
   return failures == 0 ? 0 : 1;
 }
