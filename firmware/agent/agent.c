@@ -46,6 +46,7 @@
 #include "signals.h"
 #include "sensors.h"
 #include "spool.h"
+#include "rings.h"
 #include "spans.h"
 #include "target.h"
 
@@ -85,6 +86,14 @@ enum {
   M_SPANS_DROP_FIRST, /* one per em_spans_drop_t */
   M_SPANS_STAGES = M_SPANS_DROP_FIRST + EM_SPANS_DROP_COUNT,
   M_SPANS_EVICTED,
+  M_SPANS_RING,
+  M_SPANS_DATAGRAM,
+  M_RING_LOST_OVERWRITTEN,
+  M_RING_LOST_BAD_SLOT,
+  M_RING_LOST_BAD_HEAD,
+  M_RINGS_ACTIVE,
+  M_RINGS_REFUSED,
+  M_SPANS_FDS_CLOSED,
   M_PUSH_SUBSCRIBERS,
   M_PUSH_REFUSED,
   M_PUSH_GONE,
@@ -141,6 +150,14 @@ static const struct {
         EM_SPANS_DROP_OVERFLOW] = {"spans.dropped.overflow", "1", EM_METRIC_COUNTER},
     [M_SPANS_STAGES] = {"spans.stages", "1", EM_METRIC_GAUGE},
     [M_SPANS_EVICTED] = {"spans.stages.evicted", "1", EM_METRIC_COUNTER},
+    [M_SPANS_RING] = {"spans.ring", "1", EM_METRIC_COUNTER},
+    [M_SPANS_DATAGRAM] = {"spans.datagram", "1", EM_METRIC_COUNTER},
+    [M_RING_LOST_OVERWRITTEN] = {"spans.ring_lost.overwritten", "1", EM_METRIC_COUNTER},
+    [M_RING_LOST_BAD_SLOT] = {"spans.ring_lost.bad_slot", "1", EM_METRIC_COUNTER},
+    [M_RING_LOST_BAD_HEAD] = {"spans.ring_lost.bad_head", "1", EM_METRIC_COUNTER},
+    [M_RINGS_ACTIVE] = {"rings.active", "1", EM_METRIC_GAUGE},
+    [M_RINGS_REFUSED] = {"rings.refused", "1", EM_METRIC_COUNTER},
+    [M_SPANS_FDS_CLOSED] = {"spans.fds_closed", "1", EM_METRIC_COUNTER},
     [M_PUSH_SUBSCRIBERS] = {"push.subscribers", "1", EM_METRIC_GAUGE},
     [M_PUSH_REFUSED] = {"push.subscribe_refused", "1", EM_METRIC_COUNTER},
     [M_PUSH_GONE] = {"push.subscribers_gone", "1", EM_METRIC_COUNTER},
@@ -176,6 +193,8 @@ struct em_agent {
 
   em_publisher_t *pub;
   em_spans_t *spans;
+  em_rings_t *rings;        /* Span rings v2, drained on every tick. */
+  em_deadlines_t deadlines; /* <runtime_dir>/deadlines: the hard deadlines for clients. */
   em_budget_engine_t *budget;
   em_signals_t *signals;
   em_hook_t *hook;           /* NULL when [degrade] hook is not set. */
@@ -641,6 +660,55 @@ static void on_span(void *ctx, const em_span_t *span, const struct ucred *sender
   if (changed) {
     apply_change(a, &c);
   }
+}
+
+/* A ring span over its stage's hard deadline (datagram v2 kind 6): judged at once, not folded
+ * into the window (the ring's drain brings the span itself). */
+static void on_hard_miss(void *ctx, const em_span_t *span, const struct ucred *sender,
+                         em_stage_stats_t *stage) {
+  (void)sender;
+  em_agent_t *a = ctx;
+  em_budget_change_t c;
+  if (span->kind == EM_DGRAM_SPAN &&
+      em_budget_on_hard_miss(a->budget, stage->name, span->duration_ns, uv_hrtime(), &c)) {
+    apply_change(a, &c);
+  }
+}
+
+static void on_register(void *ctx, const em_ring_dgram_t *reg, int fd, bool allowed,
+                        const struct ucred *sender, const struct sockaddr_un *from,
+                        socklen_t from_len) {
+  em_agent_t *a = ctx;
+  if (!a->rings) {
+    if (fd >= 0) {
+      close(fd);
+    }
+    return;
+  }
+  em_rings_register(a->rings, reg, fd, allowed, sender, from, from_len);
+}
+
+/* The hard deadlines of cfg's rules, one per stage (the smallest), into out[0..64). */
+static size_t deadline_entries(const em_config_t *cfg, em_deadline_t *out) {
+  size_t n = 0;
+  for (size_t i = 0; i < cfg->n_rules; i++) {
+    const em_config_rule_t *r = &cfg->rules[i];
+    if (r->kind != EM_CONFIG_RULE_DEADLINE || !r->stage[0]) {
+      continue;
+    }
+    size_t k = 0;
+    while (k < n && strcmp(out[k].stage, r->stage) != 0) {
+      k++;
+    }
+    if (k < n) {
+      out[k].deadline_ns = r->bound_ns < out[k].deadline_ns ? r->bound_ns : out[k].deadline_ns;
+    } else if (n < EM_DEADLINE_MAX_ENTRIES) {
+      out[n] = (em_deadline_t){.deadline_ns = r->bound_ns};
+      snprintf(out[n].stage, sizeof(out[n].stage), "%s", r->stage);
+      n++;
+    }
+  }
+  return n;
 }
 
 /* A subscribe or unsubscribe datagram. Refusals are counted (push.subscribe_refused); their
@@ -1213,6 +1281,16 @@ static void on_tick(uv_timer_t *t) {
   set_u(a, fx(a, M_TARGET_ATTACHES), a->attaches);
   set_u_if(a, fx(a, M_TARGET_THREADS), a->pmu && a->pid > 0, a->pmu ? em_pmu_threads(a->pmu) : 0);
 
+  em_rings_drain(a->rings, now); /* Before the windows are published and budgets judged. */
+  const em_rings_stats_t *rs = em_rings_stats(a->rings);
+  set_u(a, fx(a, M_SPANS_RING), rs->spans);
+  set_u(a, fx(a, M_SPANS_DATAGRAM), em_spans_datagram_spans(a->spans));
+  set_u(a, fx(a, M_RING_LOST_OVERWRITTEN), rs->overwritten);
+  set_u(a, fx(a, M_RING_LOST_BAD_SLOT), rs->bad_slot);
+  set_u(a, fx(a, M_RING_LOST_BAD_HEAD), rs->bad_head);
+  set_u(a, fx(a, M_RINGS_ACTIVE), em_rings_active(a->rings));
+  set_u(a, fx(a, M_RINGS_REFUSED), rs->refused);
+  set_u(a, fx(a, M_SPANS_FDS_CLOSED), em_spans_fds_closed(a->spans));
   set_u(a, fx(a, M_SPANS_RECEIVED), em_spans_received(a->spans));
   for (int why = 0; why < EM_SPANS_DROP_COUNT; why++) {
     set_u(a, fx(a, M_SPANS_DROP_FIRST + (size_t)why),
@@ -1526,12 +1604,19 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
                         .on_evict = on_stage_evicted,
                         .on_span = on_span,
                         .on_subscribe = on_subscribe,
+                        .on_register = on_register,
+                        .on_hard_miss = on_hard_miss,
                         .ctx = a};
   if (!rc) {
     rc = em_spans_new(&a->spans, loop, &so);
     if (rc) {
       EM_ERROR("spans: cannot listen on %s: %s", cfg->span_socket, strerror(-rc));
     }
+  }
+  if (!rc) {
+    em_rings_opts_t ro = {
+        .max_rings = cfg->rings, .max_per_process = cfg->rings_per_process, .proc_root = "/proc"};
+    rc = em_rings_new(&a->rings, loop, a->spans, &ro);
   }
   uint64_t now = uv_hrtime();
   if (!rc) {
@@ -1548,6 +1633,16 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
     rc = em_signals_new(&a->signals, page, (uint32_t)getpid(), &a->state, send_push, a);
     if (rc) {
       EM_ERROR("state page %s: %s", page, strerror(-rc));
+    }
+  }
+  if (!rc) {
+    char page[EM_CONFIG_MAX_PATH + 16];
+    snprintf(page, sizeof(page), "%s/deadlines", cfg->runtime_dir);
+    em_deadline_t entries[EM_DEADLINE_MAX_ENTRIES];
+    size_t n = deadline_entries(cfg, entries);
+    rc = em_deadlines_open(&a->deadlines, page, (uint32_t)getpid(), cfg->ring_slots, entries, n);
+    if (rc) {
+      EM_ERROR("deadline page %s: %s", page, strerror(-rc));
     }
   }
   if (!rc && cfg->hook[0]) {
@@ -1598,6 +1693,9 @@ static const char *restart_only_change(const em_config_t *cur, const em_config_t
   if (cur->max_stages != next->max_stages) {
     return "max_stages";
   }
+  if (cur->rings != next->rings || cur->rings_per_process != next->rings_per_process) {
+    return "rings/rings_per_process";
+  }
   if (strcmp(cur->hook, next->hook) != 0) {
     return "hook";
   }
@@ -1631,6 +1729,13 @@ int em_agent_reload(em_agent_t *a, const em_config_t *next) {
   a->cfg.window_ns = next->window_ns;
   a->cfg.stage_idle_ns = next->stage_idle_ns;
   reserve_stages(a, next);
+  a->cfg.ring_slots = next->ring_slots;
+  em_deadline_t entries[EM_DEADLINE_MAX_ENTRIES];
+  rc = em_deadlines_update(&a->deadlines, next->ring_slots, entries,
+                           deadline_entries(next, entries));
+  if (rc) {
+    EM_ERROR("deadline page: %s", strerror(-rc));
+  }
   int n = em_budget_describe(a->budget, a->birth_budgets, EM_CONFIG_MAX_RULES);
   a->n_birth_budgets = n > 0 ? (size_t)n : 0;
   EM_INFO("reload: %zu budget rules (%zu kept their state), level %s", next->n_rules, kept,
@@ -1687,7 +1792,7 @@ static void on_publisher_stopped(void *ctx) {
   stop_step(ctx);
 }
 
-/* The span socket or the hook is closed (either counts one step). */
+/* The span socket, the rings or the hook is closed (each counts one step). */
 static void on_spans_closed(void *ctx) {
   stop_step(ctx);
 }
@@ -1699,7 +1804,8 @@ void em_agent_stop(em_agent_t *a, void (*done)(void *), void *ctx) {
   a->stop_done = done;
   a->stop_ctx = ctx;
   em_service_stopping(&a->svc);
-  a->closing = a->hook ? 6 : 5; /* three timers, span socket, publisher, hook */
+  a->closing = a->hook ? 7 : 6; /* three timers, span socket, rings, publisher, hook */
+  em_rings_close(a->rings, on_spans_closed, a);
   em_spans_close(a->spans, on_spans_closed, a);
   if (a->hook) {
     em_hook_close(a->hook, on_spans_closed, a);
@@ -1739,7 +1845,9 @@ void em_agent_free(em_agent_t *a) {
   em_sensors_free(a->sensors);
   free(a->stage_out);
   free(a->bucket_out);
+  em_rings_free(a->rings);
   em_spans_free(a->spans);
+  em_deadlines_close(&a->deadlines, true);
   em_signals_free(a->signals, true);
   em_hook_free(a->hook);
   em_budget_free(a->budget);

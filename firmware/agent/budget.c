@@ -630,6 +630,21 @@ static void flow_span(rule_state_t *s, const char *stage, uint64_t frame, uint64
   }
 }
 
+/* A DEADLINE rule judges one span: a miss enters at once. Returns whether it missed. */
+static bool deadline_miss(rule_state_t *s, uint64_t duration_ns, outcome_t *o) {
+  if (duration_ns <= s->rule.u.deadline.bound_ns) {
+    return false;
+  }
+  s->value = val_u(duration_ns);
+  s->clean = 0;
+  s->bad = 0;
+  if (!s->active) {
+    s->active = true;
+    note_enter(o, s, "deadline miss");
+  }
+  return true;
+}
+
 bool em_budget_on_span(em_budget_engine_t *b, const char *stage, uint64_t frame,
                        uint64_t duration_ns, uint64_t now_ns, em_budget_change_t *change) {
   if (!b || !stage) {
@@ -650,16 +665,7 @@ bool em_budget_on_span(em_budget_engine_t *b, const char *stage, uint64_t frame,
     switch (s->rule.kind) {
     case EM_BUDGET_RULE_DEADLINE:
       s->win_spans++;
-      if (duration_ns > s->rule.u.deadline.bound_ns) {
-        s->win_misses++;
-        s->value = val_u(duration_ns);
-        s->clean = 0;
-        s->bad = 0;
-        if (!s->active) {
-          s->active = true;
-          note_enter(&o, s, "deadline miss");
-        }
-      }
+      s->win_misses += deadline_miss(s, duration_ns, &o);
       break;
     case EM_BUDGET_RULE_MISS_RATIO:
       s->win_spans++;
@@ -670,6 +676,22 @@ bool em_budget_on_span(em_budget_engine_t *b, const char *stage, uint64_t frame,
       break;
     default:
       break;
+    }
+  }
+  return settle(b, &o, false, false, now_ns, change);
+}
+
+bool em_budget_on_hard_miss(em_budget_engine_t *b, const char *stage, uint64_t duration_ns,
+                            uint64_t now_ns, em_budget_change_t *change) {
+  if (!b || !stage) {
+    return false;
+  }
+  size_t ix = find_stage(b, stage);
+  outcome_t o = {0};
+  for (size_t i = 0; ix != NO_STAGE && i < b->n_rules; i++) {
+    rule_state_t *s = &b->rules[i];
+    if (s->stage_ix == ix && s->rule.kind == EM_BUDGET_RULE_DEADLINE) {
+      deadline_miss(s, duration_ns, &o);
     }
   }
   return settle(b, &o, false, false, now_ns, change);

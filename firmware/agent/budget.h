@@ -274,6 +274,15 @@ em_level_t em_budget_level(const em_budget_engine_t *b);
 bool em_budget_on_span(em_budget_engine_t *b, const char *stage, uint64_t frame,
                        uint64_t duration_ns, uint64_t now_ns, em_budget_change_t *change);
 
+/*
+ * A span of `stage` already written to a span ring, reported at once because it is over its
+ * hard deadline (ring datagram kind 6). Judges DEADLINE rules only (a miss enters at once) and
+ * counts nothing in the window: the ring's drain feeds the same span to em_budget_on_span.
+ * Returns as em_budget_on_span.
+ */
+bool em_budget_on_hard_miss(em_budget_engine_t *b, const char *stage, uint64_t duration_ns,
+                            uint64_t now_ns, em_budget_change_t *change);
+
 /* A heartbeat of `stage`: clears ALIVE like a span, judges nothing else. */
 bool em_budget_on_heartbeat(em_budget_engine_t *b, const char *stage, uint64_t now_ns,
                             em_budget_change_t *change);

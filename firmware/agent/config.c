@@ -34,6 +34,7 @@
 #include "config.h"
 
 #include "edgemon/proto.h"
+#include "edgemon/ring.h"
 
 #include <errno.h>
 #include <grp.h>
@@ -124,6 +125,9 @@ typedef enum {
   K_ALLOW_GIDS,
   K_MAX_STAGES,
   K_STAGE_IDLE,
+  K_RINGS,
+  K_RINGS_PER_PROCESS,
+  K_RING_SLOTS,
   K_ENTER_WINDOWS,
   K_LEAVE_WINDOWS,
   K_DEGRADE_WINDOW,
@@ -1111,6 +1115,20 @@ static void set_max_stages(load_t *ld, const key_def_t *k, const char *value) {
   accept_key(ld, k);
 }
 
+/* [spans] ring_slots: the slot count suggested to clients, a power of two in the ring's range. */
+static void set_ring_slots(load_t *ld, const key_def_t *k, const char *value) {
+  uint64_t n = 0;
+  if (!parse_u64(value, &n) || n < EM_RING_MIN_SLOTS || n > EM_RING_MAX_SLOTS ||
+      (n & (n - 1)) != 0) {
+    char q[QUOTE_MAX + 4];
+    report(ld, ld->line, "%s '%s' must be a power of two from %u to %u", k->name,
+           quote(q, sizeof(q), value), EM_RING_MIN_SLOTS, EM_RING_MAX_SLOTS);
+    return;
+  }
+  ld->cfg->ring_slots = (uint32_t)n;
+  accept_key(ld, k);
+}
+
 /* Index of `name` in pmu_event_names, or -1. */
 static int find_event(const char *name) {
   for (size_t i = 0; i < N_PMU_EVENT_NAMES; i++) {
@@ -1271,8 +1289,8 @@ static void set_events(load_t *ld, const key_def_t *k, const char *value) {
 
 /* ---- [degrade] and [budget.*] setters --------------------------------------------------- */
 
-/* [degrade] enter_windows, leave_windows, [spool] replay_per_tick: a whole number in the key's
- * range (min_ns..max_ns). */
+/* [degrade] enter_windows, leave_windows, [spool] replay_per_tick, [spans] rings and
+ * rings_per_process: a whole number in the key's range (min_ns..max_ns). */
 static void set_window_count(load_t *ld, const key_def_t *k, const char *value) {
   uint64_t n = 0;
   if (!parse_u64(value, &n) || n < k->min_ns || n > k->max_ns) {
@@ -1286,6 +1304,10 @@ static void set_window_count(load_t *ld, const key_def_t *k, const char *value) 
     ld->cfg->enter_windows = (uint32_t)n;
   } else if (k->id == K_LEAVE_WINDOWS) {
     ld->cfg->leave_windows = (uint32_t)n;
+  } else if (k->id == K_RINGS) {
+    ld->cfg->rings = (uint32_t)n;
+  } else if (k->id == K_RINGS_PER_PROCESS) {
+    ld->cfg->rings_per_process = (uint32_t)n;
   } else {
     ld->cfg->replay_per_tick = (uint32_t)n;
   }
@@ -1591,6 +1613,10 @@ static const key_def_t keys[K_COUNT] = {
     {K_ALLOW_GIDS, SEC_SPANS, "allow_gids", set_allow_ids, 0, 0, "video"},
     {K_MAX_STAGES, SEC_SPANS, "max_stages", set_max_stages, 0, 0, "32"},
     {K_STAGE_IDLE, SEC_SPANS, "stage_idle", set_duration, NS_PER_MS, 24 * NS_PER_H, "60s"},
+    {K_RINGS, SEC_SPANS, "rings", set_window_count, 1, EM_CONFIG_MAX_RINGS, "64"},
+    {K_RINGS_PER_PROCESS, SEC_SPANS, "rings_per_process", set_window_count, 1, EM_CONFIG_MAX_RINGS,
+     "16"},
+    {K_RING_SLOTS, SEC_SPANS, "ring_slots", set_ring_slots, 0, 0, "1024"},
     {K_ENTER_WINDOWS, SEC_DEGRADE, "enter_windows", set_window_count, 1, 100, "3"},
     {K_LEAVE_WINDOWS, SEC_DEGRADE, "leave_windows", set_window_count, 1, 1000, "5"},
     {K_DEGRADE_WINDOW, SEC_DEGRADE, "window", set_duration, NS_PER_MS, NS_PER_H, "1s"},
@@ -1698,6 +1724,9 @@ void em_config_defaults(em_config_t *cfg) {
   cfg->span_socket_gid = -1;
   cfg->max_stages = 32;
   cfg->stage_idle_ns = 60 * NS_PER_S;
+  cfg->rings = 64;
+  cfg->rings_per_process = 16;
+  cfg->ring_slots = EM_RING_DEFAULT_SLOTS;
   cfg->system_period_ns = NS_PER_S;
   default_runtime_dir(cfg->runtime_dir, sizeof(cfg->runtime_dir));
   copy_str(cfg->board, sizeof(cfg->board), "auto");

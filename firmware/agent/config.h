@@ -25,13 +25,14 @@
  * board is throttled (0 when not). */
 #define EM_CONFIG_FIGURE_TEMP      "thermal.max"
 #define EM_CONFIG_FIGURE_THROTTLED "throttled"
-#define EM_CONFIG_MAX_IDS          16  /* Entries of allow_uids and allow_gids. */
-#define EM_CONFIG_MAX_RULES        64  /* Budget rules, all [budget.*] sections together. */
-#define EM_CONFIG_MAX_STAGE        32  /* Stage name: 1..31 bytes of [A-Za-z0-9_.:-]. */
-#define EM_CONFIG_MAX_RULE_ID      64  /* Rule id: "<stage>.<key>" or "process.<key>". */
-#define EM_CONFIG_MAX_FIGURE       32  /* Figure a PSI rule reads, e.g. "psi.cpu.some.avg10". */
-#define EM_CONFIG_MAX_FLOW         8   /* Stages of a flow rule (EM_BUDGET_FLOW_MAX_STAGES). */
-#define EM_CONFIG_MAX_SECRET       128 /* MQTT username or password: 1..127 bytes. */
+#define EM_CONFIG_MAX_IDS          16   /* Entries of allow_uids and allow_gids. */
+#define EM_CONFIG_MAX_RINGS        1024 /* [spans] rings at most. */
+#define EM_CONFIG_MAX_RULES        64   /* Budget rules, all [budget.*] sections together. */
+#define EM_CONFIG_MAX_STAGE        32   /* Stage name: 1..31 bytes of [A-Za-z0-9_.:-]. */
+#define EM_CONFIG_MAX_RULE_ID      64   /* Rule id: "<stage>.<key>" or "process.<key>". */
+#define EM_CONFIG_MAX_FIGURE       32   /* Figure a PSI rule reads, e.g. "psi.cpu.some.avg10". */
+#define EM_CONFIG_MAX_FLOW         8    /* Stages of a flow rule (EM_BUDGET_FLOW_MAX_STAGES). */
+#define EM_CONFIG_MAX_SECRET       128  /* MQTT username or password: 1..127 bytes. */
 
 typedef enum {
   EM_TARGET_NONE = 0, /* Not configured: an error for the agent, fine for --check of parts. */
@@ -148,9 +149,13 @@ typedef struct {
   uint32_t allow_uids[EM_CONFIG_MAX_IDS];
   size_t n_allow_gids;
   uint32_t allow_gids[EM_CONFIG_MAX_IDS];
-  uint32_t max_stages;    /* Stages tracked at once; default 32, 1..64. */
-  uint64_t stage_idle_ns; /* An unbudgeted stage this long without a span may give its slot
-                             to a new stage; default 60 s, 1 ms .. 24 h. */
+  uint32_t max_stages;        /* Stages tracked at once; default 32, 1..64. */
+  uint64_t stage_idle_ns;     /* An unbudgeted stage this long without a span may give its slot
+                                 to a new stage; default 60 s, 1 ms .. 24 h. */
+  uint32_t rings;             /* Span rings registered at once; default 64, 1..1024. */
+  uint32_t rings_per_process; /* Of them per process; default 16, 1..1024. */
+  uint32_t ring_slots; /* Slots per ring suggested on the deadline page; default 1024, a power
+                          of two 64..65536. */
 
   /* [budget.<stage>] and [budget.process]: the rules, in file order. */
   size_t n_rules;

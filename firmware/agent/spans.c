@@ -5,8 +5,10 @@
  * event drains it with recvmmsg in batches of SPAN_BATCH into fixed arrays (buffers, iovecs,
  * control space for SCM_CREDENTIALS, source addresses) allocated once, up to SPAN_ROUNDS
  * batches per event so a flood cannot starve the loop's other work; what is left wakes the
- * loop again at once. Every buffer is one byte longer than a datagram, so a longer datagram
- * shows as such (or as MSG_TRUNC) and is counted, never parsed.
+ * loop again at once. Control space holds SCM_CREDENTIALS and up to SPAN_MAX_FDS descriptors
+ * (received close-on-exec); the kernel discards descriptors beyond it (MSG_CTRUNC), and every
+ * one received is closed unless a ring register takes it. Every buffer is one byte longer than a
+ * datagram, so a longer datagram shows as such (or as MSG_TRUNC) and is counted, never parsed.
  */
 #define _GNU_SOURCE /* struct ucred, SCM_CREDENTIALS, recvmmsg */
 
@@ -23,8 +25,9 @@
 
 #include "log.h"
 
-#define SPAN_BATCH  64 /* Datagrams per recvmmsg. */
-#define SPAN_ROUNDS 16 /* recvmmsg calls per readable event at most. */
+#define SPAN_BATCH   64 /* Datagrams per recvmmsg. */
+#define SPAN_ROUNDS  16 /* recvmmsg calls per readable event at most. */
+#define SPAN_MAX_FDS 8  /* Descriptors received per datagram at most (the rest: discarded). */
 
 struct em_spans {
   uv_loop_t *loop;
@@ -39,6 +42,8 @@ struct em_spans {
   void *close_ctx;
 
   uint64_t received;
+  uint64_t datagram_spans;
+  uint64_t fds_closed;
   uint64_t dropped[EM_SPANS_DROP_COUNT];
   em_stages_t stages;
 
@@ -46,8 +51,9 @@ struct em_spans {
   struct iovec iov[SPAN_BATCH];
   uint8_t bufs[SPAN_BATCH][EM_SPAN_DGRAM_BYTES + 1];
   struct sockaddr_un from[SPAN_BATCH];
-  /* Control space for one SCM_CREDENTIALS message each, aligned for struct cmsghdr. */
-  _Alignas(struct cmsghdr) char ctrl[SPAN_BATCH][CMSG_SPACE(sizeof(struct ucred))];
+  /* Control space for SCM_CREDENTIALS and SCM_RIGHTS each, aligned for struct cmsghdr. */
+  _Alignas(struct cmsghdr) char ctrl[SPAN_BATCH][CMSG_SPACE(sizeof(struct ucred)) +
+                                                 CMSG_SPACE(SPAN_MAX_FDS * sizeof(int))];
 };
 
 static const char *const drop_names[EM_SPANS_DROP_COUNT] = {"malformed", "version", "size",
@@ -94,15 +100,109 @@ static bool allowed(const em_spans_t *s, const struct ucred *cred) {
   return false;
 }
 
-/* One received datagram: checked, counted, folded in. */
+/* The descriptors a received message carries, into fds[0..SPAN_MAX_FDS); their count. */
+static size_t fds_of(struct msghdr *h, int *fds) {
+  size_t n = 0;
+  for (struct cmsghdr *c = CMSG_FIRSTHDR(h); c != NULL; c = CMSG_NXTHDR(h, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS || c->cmsg_len < CMSG_LEN(0)) {
+      continue;
+    }
+    size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    const unsigned char *data = CMSG_DATA(c);
+    for (size_t j = 0; j < k && n < SPAN_MAX_FDS; j++) {
+      memcpy(&fds[n++], data + j * sizeof(int), sizeof(int));
+    }
+  }
+  return n;
+}
+
+static void close_fds(em_spans_t *s, const int *fds, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (fds[i] >= 0) {
+      close(fds[i]);
+      s->fds_closed++;
+    }
+  }
+}
+
+em_stage_stats_t *em_spans_fold(em_spans_t *s, const em_span_t *span, const struct ucred *sender,
+                                uint64_t seen_ns) {
+  em_stage_stats_t *st = em_stages_get(&s->stages, span->stage, seen_ns);
+  if (!st) {
+    s->dropped[EM_SPANS_DROP_OVERFLOW]++;
+    return NULL;
+  }
+  st->last_seen_ns = seen_ns;
+  if (span->kind == EM_DGRAM_SPAN) {
+    em_hist_record(&st->window, span->duration_ns);
+    st->total++;
+  }
+  if (s->opts.on_span) {
+    s->opts.on_span(s->opts.ctx, span, sender, st);
+  }
+  return st;
+}
+
+/* A datagram v2 (64 bytes, version 2): a ring register or a hard miss. Takes fds[0..n_fds). */
+static void take_v2(em_spans_t *s, size_t i, const struct ucred *cred, int *fds, size_t n_fds,
+                    uint64_t now_ns) {
+  struct msghdr *h = &s->msgs[i].msg_hdr;
+  em_ring_dgram_t d = {0};
+  int rc = em_ring_dgram_unpack(s->bufs[i], EM_SPAN_DGRAM_BYTES, &d);
+  if (rc != 0 || d.kind == EM_DGRAM_RING_ACK) {
+    close_fds(s, fds, n_fds);
+    /* A kind v2 does not define (a v1 span marked version 2): a version this agent does not
+     * speak for that kind. */
+    bool other_version = rc == EM_PROTO_EKIND || d.kind == EM_DGRAM_RING_ACK;
+    s->dropped[other_version ? EM_SPANS_DROP_VERSION : EM_SPANS_DROP_MALFORMED]++;
+    return;
+  }
+  bool ok = allowed(s, cred);
+  if (d.kind == EM_DGRAM_RING_REGISTER && s->opts.on_register) {
+    int fd = -1;
+    if (n_fds == 1) {
+      fd = fds[0];
+    } else {
+      close_fds(s, fds, n_fds);
+    }
+    s->opts.on_register(s->opts.ctx, &d, fd, ok, cred, &s->from[i], h->msg_namelen);
+    return;
+  }
+  close_fds(s, fds, n_fds);
+  if (!ok) {
+    s->dropped[EM_SPANS_DROP_DISALLOWED]++;
+    return;
+  }
+  if (d.kind != EM_DGRAM_HARD_MISS) {
+    return; /* A register with no one to take it: refused by silence, as a v1 agent. */
+  }
+  em_stage_stats_t *st = em_stages_get(&s->stages, d.span.stage, now_ns);
+  if (!st) {
+    s->dropped[EM_SPANS_DROP_OVERFLOW]++;
+    return;
+  }
+  if (s->opts.on_hard_miss) {
+    s->opts.on_hard_miss(s->opts.ctx, &d.span, cred, st);
+  }
+}
+
+/* One received datagram: checked, counted, folded in; its descriptors closed or handed on. */
 static void take(em_spans_t *s, size_t i, uint64_t now_ns) {
   struct msghdr *h = &s->msgs[i].msg_hdr;
   size_t len = s->msgs[i].msg_len;
+  int fds[SPAN_MAX_FDS];
+  size_t n_fds = fds_of(h, fds);
   if (len != EM_SPAN_DGRAM_BYTES || (h->msg_flags & MSG_TRUNC)) {
+    close_fds(s, fds, n_fds);
     s->dropped[EM_SPANS_DROP_SIZE]++;
     return;
   }
   const struct ucred *cred = sender_of(h);
+  if (s->bufs[i][2] == EM_RING_DGRAM_VERSION) {
+    take_v2(s, i, cred, fds, n_fds, now_ns);
+    return;
+  }
+  close_fds(s, fds, n_fds);
   if (!allowed(s, cred)) {
     s->dropped[EM_SPANS_DROP_DISALLOWED]++;
     return;
@@ -120,20 +220,11 @@ static void take(em_spans_t *s, size_t i, uint64_t now_ns) {
     }
     return;
   }
-  em_stage_stats_t *st = em_stages_get(&s->stages, span.stage, now_ns);
-  if (!st) {
-    s->dropped[EM_SPANS_DROP_OVERFLOW]++;
+  if (!em_spans_fold(s, &span, cred, now_ns)) {
     return;
   }
   s->received++;
-  st->last_seen_ns = now_ns;
-  if (span.kind == EM_DGRAM_SPAN) {
-    em_hist_record(&st->window, span.duration_ns);
-    st->total++;
-  }
-  if (s->opts.on_span) {
-    s->opts.on_span(s->opts.ctx, &span, cred, st);
-  }
+  s->datagram_spans += span.kind == EM_DGRAM_SPAN;
 }
 
 /* Re-arms the message headers recvmmsg overwrote (lengths, flags). */
@@ -152,7 +243,7 @@ static void on_readable(uv_poll_t *p, int status, int events) {
     return;
   }
   for (int round = 0; round < SPAN_ROUNDS; round++) {
-    int n = recvmmsg(s->fd, s->msgs, SPAN_BATCH, MSG_DONTWAIT, NULL);
+    int n = recvmmsg(s->fd, s->msgs, SPAN_BATCH, MSG_DONTWAIT | MSG_CMSG_CLOEXEC, NULL);
     if (n <= 0) {
       if (n < 0 && errno != EAGAIN && errno != EINTR) {
         EM_WARN("spans: recvmmsg: %s", strerror(errno));
@@ -329,6 +420,14 @@ uint32_t em_spans_sender_pid(const struct ucred *sender) {
 
 uint64_t em_spans_received(const em_spans_t *s) {
   return s->received;
+}
+
+uint64_t em_spans_datagram_spans(const em_spans_t *s) {
+  return s->datagram_spans;
+}
+
+uint64_t em_spans_fds_closed(const em_spans_t *s) {
+  return s->fds_closed;
 }
 
 uint64_t em_spans_dropped(const em_spans_t *s, em_spans_drop_t why) {

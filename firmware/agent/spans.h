@@ -11,6 +11,12 @@
  * idle stages evicted for new names); spans of a stage that gets no slot are counted as
  * overflow.
  *
+ * Datagrams v2 (version byte 2, proto/WIRE.md "Span ring v2") are recognised here: a ring
+ * register goes to on_register with its descriptor, a hard miss to on_hard_miss (not folded
+ * into the window: the ring carries the span). Every descriptor that arrives (SCM_RIGHTS) on
+ * any other datagram, or beyond the one a register carries, is closed at once and counted, so
+ * a client cannot park descriptors in the agent.
+ *
  * Linux queues at most net.unix.max_dgram_qlen datagrams on the socket (10 by default); a
  * burst beyond what the loop drains before the queue fills makes the senders' send() fail with
  * EAGAIN, which the clients count. firmware/sysctl/60-edgemon.conf raises the limit.
@@ -30,6 +36,7 @@
 
 #include <uv.h>
 
+#include "edgemon/ring.h"
 #include "edgemon/wire.h"
 #include "hist.h"
 #include "stages.h"
@@ -60,6 +67,16 @@ typedef void (*em_spans_fn)(void *ctx, const em_span_t *span, const struct ucred
 typedef void (*em_spans_subscribe_fn)(void *ctx, bool subscribe, const struct sockaddr_un *addr,
                                       socklen_t addr_len, const struct ucred *sender);
 
+/*
+ * Called for a ring register datagram (v2 kind 5). `fd` is the one descriptor it carried, or
+ * -1 when it carried none or more than one (those were closed); ownership of fd passes to the
+ * callee. `allowed` says whether the sender passed the allow-lists. `from` is the sender's
+ * address (the ack goes there), borrowed for the call.
+ */
+typedef void (*em_spans_register_fn)(void *ctx, const em_ring_dgram_t *reg, int fd, bool allowed,
+                                     const struct ucred *sender, const struct sockaddr_un *from,
+                                     socklen_t from_len);
+
 typedef struct {
   const char *path; /* Socket file; its directory is created (0755) if missing. */
   unsigned mode;    /* Permission bits of the socket file, e.g. 0660. */
@@ -74,6 +91,8 @@ typedef struct {
   em_stages_evict_fn on_evict; /* May be NULL: a stage's slot is about to be reused. */
   em_spans_fn on_span;         /* May be NULL. */
   em_spans_subscribe_fn on_subscribe; /* May be NULL. */
+  em_spans_register_fn on_register;   /* May be NULL: registers are refused, fds closed. */
+  em_spans_fn on_hard_miss;           /* May be NULL: a ring span over its hard deadline. */
   void *ctx;
 } em_spans_opts_t;
 
@@ -110,6 +129,21 @@ uint32_t em_spans_sender_pid(const struct ucred *sender);
 
 /* Datagrams accepted (spans and heartbeats) since start. */
 uint64_t em_spans_received(const em_spans_t *s);
+
+/* Spans (kind span, not heartbeats) folded in from datagrams v1 since start. */
+uint64_t em_spans_datagram_spans(const em_spans_t *s);
+
+/* Descriptors that arrived on the socket and were closed unused since start. */
+uint64_t em_spans_fds_closed(const em_spans_t *s);
+
+/*
+ * Folds one span or heartbeat into its stage's window and total, as a datagram v1 span is,
+ * with seen_ns as the stage's last sight, then calls on_span (sender may be NULL). The one
+ * path for datagrams and rings. Returns the stage, or NULL when the stage got no slot (counted
+ * as overflow).
+ */
+em_stage_stats_t *em_spans_fold(em_spans_t *s, const em_span_t *span, const struct ucred *sender,
+                                uint64_t seen_ns);
 
 /* Datagrams dropped for `why` since start. */
 uint64_t em_spans_dropped(const em_spans_t *s, em_spans_drop_t why);

@@ -1,0 +1,454 @@
+/*
+ * test_rings.c - span rings v2 in the agent, on a real libuv loop with a real span socket:
+ * real sealed memfds written with em_ring_write are registered over the socket with
+ * SCM_RIGHTS and answered with an ack; each registration check refuses what it must (allow
+ * lists, seals, size, pid, start time, caps); the drain folds ring spans into the stage table
+ * one tick late and all of them when the ring closes; descriptors sent on any other datagram
+ * are closed; a hard miss reaches its hook without entering the window.
+ */
+#define _GNU_SOURCE
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "rings.h"
+#include "spans.h"
+
+typedef struct {
+  char dir[64];
+  char sock[96];
+  uv_loop_t loop;
+  em_spans_t *spans;
+  em_rings_t *rings;
+  int client; /* Autobound datagram socket connected to the span socket. */
+  unsigned hard_misses;
+  unsigned closed;
+} fx_t;
+
+static void on_register(void *ctx, const em_ring_dgram_t *reg, int fd, bool allowed,
+                        const struct ucred *sender, const struct sockaddr_un *from,
+                        socklen_t from_len) {
+  fx_t *fx = ctx;
+  em_rings_register(fx->rings, reg, fd, allowed, sender, from, from_len);
+}
+
+static void on_hard_miss(void *ctx, const em_span_t *span, const struct ucred *sender,
+                         em_stage_stats_t *stage) {
+  (void)span;
+  (void)sender;
+  (void)stage;
+  ((fx_t *)ctx)->hard_misses++;
+}
+
+static void on_closed(void *ctx) {
+  ((fx_t *)ctx)->closed++;
+}
+
+static void start(fx_t *fx, uint32_t max_rings, uint32_t per_process, const uint32_t *uids,
+                  size_t n_uids) {
+  em_spans_opts_t so = {.path = fx->sock,
+                        .mode = 0600,
+                        .gid = -1,
+                        .allow_uids = uids,
+                        .n_allow_uids = n_uids,
+                        .max_stages = 8,
+                        .stage_idle_ns = 0,
+                        .on_register = on_register,
+                        .on_hard_miss = on_hard_miss,
+                        .ctx = fx};
+  assert_int_equal(em_spans_new(&fx->spans, &fx->loop, &so), 0);
+  em_rings_opts_t ro = {.max_rings = max_rings, .max_per_process = per_process};
+  assert_int_equal(em_rings_new(&fx->rings, &fx->loop, fx->spans, &ro), 0);
+  fx->client = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  assert_true(fx->client >= 0);
+  struct sockaddr_un me = {.sun_family = AF_UNIX};
+  assert_int_equal(bind(fx->client, (struct sockaddr *)&me, sizeof(sa_family_t)), 0); /* auto */
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", fx->sock);
+  assert_int_equal(connect(fx->client, (struct sockaddr *)&sa, sizeof(sa)), 0);
+}
+
+static int setup(void **state) {
+  fx_t *fx = calloc(1, sizeof(*fx));
+  assert_non_null(fx);
+  snprintf(fx->dir, sizeof(fx->dir), "/tmp/em-rings-XXXXXX");
+  assert_non_null(mkdtemp(fx->dir));
+  snprintf(fx->sock, sizeof(fx->sock), "%s/spans.sock", fx->dir);
+  assert_int_equal(uv_loop_init(&fx->loop), 0);
+  fx->client = -1;
+  *state = fx;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fx_t *fx = *state;
+  if (fx->rings) {
+    em_rings_close(fx->rings, on_closed, fx);
+  }
+  if (fx->spans) {
+    em_spans_close(fx->spans, on_closed, fx);
+  }
+  uv_run(&fx->loop, UV_RUN_DEFAULT);
+  assert_int_equal(fx->closed, 2);
+  em_rings_free(fx->rings);
+  em_spans_free(fx->spans);
+  if (fx->client >= 0) {
+    close(fx->client);
+  }
+  assert_int_equal(uv_loop_close(&fx->loop), 0); /* Every handle was closed. */
+  rmdir(fx->dir);
+  free(fx);
+  return 0;
+}
+
+/* Field 22 of /proc/self/stat. */
+static uint64_t my_start_time(void) {
+  char buf[1024];
+  FILE *f = fopen("/proc/self/stat", "r");
+  assert_non_null(f);
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  char *p = strrchr(buf, ')') + 2;
+  for (int field = 3; field < 22; field++) {
+    p = strchr(p, ' ') + 1;
+  }
+  return strtoull(p, NULL, 10);
+}
+
+static size_t open_fds(void) {
+  DIR *d = opendir("/proc/self/fd");
+  assert_non_null(d);
+  size_t n = 0;
+  while (readdir(d)) {
+    n++;
+  }
+  closedir(d);
+  return n;
+}
+
+typedef struct {
+  int fd;
+  void *mem;
+  size_t len;
+  uint32_t slots;
+  uint64_t pos;
+} ring_fx_t;
+
+/* A ring of `slots` slots in a memfd of len + extra bytes, its header naming pid and
+ * start_time, sealed when `seal`. */
+static ring_fx_t make_ring(uint32_t slots, uint32_t pid, uint64_t start_time, bool seal,
+                           size_t extra) {
+  ring_fx_t r = {.slots = slots, .len = em_ring_bytes(slots) + extra};
+  r.fd = memfd_create("em-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  assert_true(r.fd >= 0);
+  assert_int_equal(ftruncate(r.fd, (off_t)r.len), 0);
+  r.mem = mmap(NULL, r.len, PROT_READ | PROT_WRITE, MAP_SHARED, r.fd, 0);
+  assert_true(r.mem != MAP_FAILED);
+  assert_int_equal(em_ring_init(r.mem, slots, pid, (uint32_t)gettid(), start_time), 0);
+  if (seal) {
+    assert_int_equal(fcntl(r.fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), 0);
+  }
+  return r;
+}
+
+static ring_fx_t my_ring(void) {
+  return make_ring(64, (uint32_t)getpid(), my_start_time(), true, 0);
+}
+
+static void free_ring(ring_fx_t *r) {
+  munmap(r->mem, r->len);
+  close(r->fd);
+}
+
+static void write_spans(ring_fx_t *r, const char *stage, unsigned n, uint8_t kind) {
+  for (unsigned i = 0; i < n; i++) {
+    em_span_t s = {.kind = kind,
+                   .frame_id = r->pos + 1,
+                   .start_ns = 1000,
+                   .duration_ns = kind == EM_DGRAM_SPAN ? 5000 : 0};
+    snprintf(s.stage, sizeof(s.stage), "%s", stage);
+    assert_int_equal(em_ring_write(r->mem, r->slots, &r->pos, &s), 0);
+  }
+}
+
+/* Sends buf with `fd` attached (-1: none), running the loop while the socket's queue is full. */
+static void send_with_fd(fx_t *fx, const uint8_t *buf, size_t len, int fd) {
+  struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+  _Alignas(struct cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))];
+  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
+  if (fd >= 0) {
+    m.msg_control = ctrl;
+    m.msg_controllen = sizeof(ctrl);
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  }
+  for (int tries = 0; tries < 10000; tries++) {
+    if (sendmsg(fx->client, &m, MSG_DONTWAIT) == (ssize_t)len) {
+      return;
+    }
+    assert_int_equal(errno, EAGAIN);
+    uv_run(&fx->loop, UV_RUN_NOWAIT);
+  }
+  fail_msg("the span socket never drained");
+}
+
+/* Registers ring r from position start; runs the loop until the ack; returns its status. */
+static int64_t register_ring(fx_t *fx, int fd, uint64_t start, uint64_t *ring_id) {
+  em_ring_dgram_t reg = {.kind = EM_DGRAM_RING_REGISTER, .pid = (uint32_t)getpid(), .start = start};
+  uint8_t buf[EM_SPAN_DGRAM_BYTES];
+  assert_int_equal(em_ring_dgram_pack(&reg, buf), 0);
+  send_with_fd(fx, buf, sizeof(buf), fd);
+  for (int tries = 0; tries < 20000; tries++) {
+    uv_run(&fx->loop, UV_RUN_NOWAIT);
+    uint8_t in[EM_SPAN_DGRAM_BYTES + 1];
+    ssize_t n = recv(fx->client, in, sizeof(in), MSG_DONTWAIT);
+    if (n < 0) {
+      assert_int_equal(errno, EAGAIN);
+      usleep(100);
+      continue;
+    }
+    em_ring_dgram_t ack;
+    assert_int_equal(em_ring_dgram_unpack(in, (size_t)n, &ack), 0);
+    assert_int_equal(ack.kind, EM_DGRAM_RING_ACK);
+    assert_int_equal(ack.pid, (uint32_t)getpid());
+    assert_int_equal(ack.start, start);
+    if (ring_id) {
+      *ring_id = ack.ring_id;
+    }
+    return ack.status;
+  }
+  fail_msg("no ack");
+  return 1;
+}
+
+static em_stage_stats_t *stage_named(fx_t *fx, const char *name) {
+  for (size_t i = 0; i < em_spans_stage_count(fx->spans); i++) {
+    em_stage_stats_t *st = em_spans_stage(fx->spans, i);
+    if (strcmp(st->name, name) == 0) {
+      return st;
+    }
+  }
+  return NULL;
+}
+
+static void a_sealed_ring_is_accepted_and_acked(void **state) {
+  fx_t *fx = *state;
+  start(fx, 4, 4, NULL, 0);
+  ring_fx_t r = my_ring();
+  uint64_t id = 0;
+  assert_int_equal(register_ring(fx, r.fd, 7, &id), 0);
+  assert_true(id > 0);
+  assert_int_equal(em_rings_active(fx->rings), 1);
+  assert_int_equal(em_rings_stats(fx->rings)->accepted, 1);
+  assert_int_equal(em_rings_stats(fx->rings)->refused, 0);
+  free_ring(&r);
+}
+
+static void an_unsealed_memfd_is_refused_and_closed(void **state) {
+  fx_t *fx = *state;
+  start(fx, 4, 4, NULL, 0);
+  ring_fx_t r = make_ring(64, (uint32_t)getpid(), my_start_time(), false, 0);
+  size_t before = open_fds();
+  assert_int_equal(register_ring(fx, r.fd, 0, NULL), -EINVAL);
+  assert_int_equal(open_fds(), before); /* The agent's copy of the descriptor is closed. */
+  assert_int_equal(em_rings_active(fx->rings), 0);
+  assert_int_equal(em_rings_stats(fx->rings)->refused, 1);
+  free_ring(&r);
+}
+
+static void a_size_other_than_the_headers_is_refused(void **state) {
+  fx_t *fx = *state;
+  start(fx, 4, 4, NULL, 0);
+  ring_fx_t r = make_ring(64, (uint32_t)getpid(), my_start_time(), true, 4096);
+  assert_int_equal(register_ring(fx, r.fd, 0, NULL), -EINVAL);
+  assert_int_equal(em_rings_active(fx->rings), 0);
+  free_ring(&r);
+}
+
+static void a_header_naming_another_process_is_refused(void **state) {
+  fx_t *fx = *state;
+  start(fx, 4, 4, NULL, 0);
+  ring_fx_t other_pid = make_ring(64, (uint32_t)getpid() + 1, my_start_time(), true, 0);
+  assert_int_equal(register_ring(fx, other_pid.fd, 0, NULL), -EINVAL);
+  ring_fx_t other_start = make_ring(64, (uint32_t)getpid(), my_start_time() + 1, true, 0);
+  assert_int_equal(register_ring(fx, other_start.fd, 0, NULL), -EINVAL); /* A reused pid. */
+  assert_int_equal(em_rings_stats(fx->rings)->refused, 2);
+  assert_int_equal(em_rings_active(fx->rings), 0);
+  free_ring(&other_pid);
+  free_ring(&other_start);
+}
+
+static void a_register_without_a_descriptor_is_refused(void **state) {
+  fx_t *fx = *state;
+  start(fx, 4, 4, NULL, 0);
+  assert_int_equal(register_ring(fx, -1, 0, NULL), -EINVAL);
+  assert_int_equal(em_rings_stats(fx->rings)->refused, 1);
+}
+
+static void a_sender_outside_the_allow_lists_is_refused(void **state) {
+  fx_t *fx = *state;
+  uint32_t someone_else = (uint32_t)getuid() + 1;
+  start(fx, 4, 4, &someone_else, 1);
+  ring_fx_t r = my_ring();
+  size_t before = open_fds();
+  assert_int_equal(register_ring(fx, r.fd, 0, NULL), -EPERM);
+  assert_int_equal(open_fds(), before);
+  assert_int_equal(em_rings_stats(fx->rings)->refused, 1);
+  free_ring(&r);
+}
+
+static void the_caps_refuse_per_process_then_in_all(void **state) {
+  fx_t *fx = *state;
+  start(fx, 3, 2, NULL, 0);
+  ring_fx_t r[4];
+  for (int i = 0; i < 4; i++) {
+    r[i] = my_ring();
+  }
+  assert_int_equal(register_ring(fx, r[0].fd, 0, NULL), 0);
+  assert_int_equal(register_ring(fx, r[1].fd, 0, NULL), 0);
+  assert_int_equal(register_ring(fx, r[2].fd, 0, NULL), -EMFILE); /* 2 per process */
+  assert_int_equal(em_rings_active(fx->rings), 2);
+  em_rings_close(fx->rings, on_closed, fx);
+  while (fx->closed < 1) {
+    uv_run(&fx->loop, UV_RUN_ONCE);
+  }
+  em_rings_free(fx->rings);
+  fx->rings = NULL;
+  fx->closed = 0;
+  em_rings_opts_t ro = {.max_rings = 1, .max_per_process = 4};
+  assert_int_equal(em_rings_new(&fx->rings, &fx->loop, fx->spans, &ro), 0);
+  assert_int_equal(register_ring(fx, r[3].fd, 0, NULL), 0);
+  assert_int_equal(register_ring(fx, r[2].fd, 0, NULL), -ENOSPC); /* 1 in all */
+  for (int i = 0; i < 4; i++) {
+    free_ring(&r[i]);
+  }
+}
+
+static void the_drain_folds_ring_spans_one_tick_late(void **state) {
+  fx_t *fx = *state;
+  start(fx, 4, 4, NULL, 0);
+  ring_fx_t r = my_ring();
+  write_spans(&r, "infer", 3, EM_DGRAM_SPAN); /* Before registration: not read. */
+  assert_int_equal(register_ring(fx, r.fd, r.pos, NULL), 0);
+  write_spans(&r, "infer", 10, EM_DGRAM_SPAN);
+  write_spans(&r, "infer", 2, EM_DGRAM_HEARTBEAT);
+  em_rings_drain(fx->rings, 1000000000u); /* Sees the head; consumes nothing yet. */
+  assert_null(stage_named(fx, "infer"));
+  em_rings_drain(fx->rings, 1000000000u);
+  em_stage_stats_t *st = stage_named(fx, "infer");
+  assert_non_null(st);
+  assert_int_equal(st->total, 10);
+  assert_int_equal(st->window.count, 10);
+  assert_int_equal(st->last_seen_ns, 1000); /* The heartbeat's end, not the drain's time. */
+  assert_int_equal(em_rings_stats(fx->rings)->spans, 10);
+  assert_int_equal(em_spans_datagram_spans(fx->spans), 0);
+  free_ring(&r);
+}
+
+static void a_closed_ring_is_drained_to_its_head_and_dropped(void **state) {
+  fx_t *fx = *state;
+  start(fx, 4, 4, NULL, 0);
+  ring_fx_t r = my_ring();
+  assert_int_equal(register_ring(fx, r.fd, 0, NULL), 0);
+  write_spans(&r, "pre", 100, EM_DGRAM_SPAN); /* More than the 64 slots: 36 overwritten. */
+  em_ring_close(r.mem);
+  em_rings_drain(fx->rings, 2000000000u);
+  const em_rings_stats_t *s = em_rings_stats(fx->rings);
+  assert_int_equal(s->spans, 64);
+  assert_int_equal(s->overwritten, 36);
+  assert_int_equal(s->spans + s->overwritten + s->bad_slot, 100);
+  assert_int_equal(em_rings_active(fx->rings), 0);
+  assert_int_equal(stage_named(fx, "pre")->total, 64);
+  free_ring(&r);
+}
+
+static void descriptors_on_other_datagrams_are_closed(void **state) {
+  fx_t *fx = *state;
+  start(fx, 4, 4, NULL, 0);
+  ring_fx_t r = my_ring();
+  em_span_t s = {.kind = EM_DGRAM_SPAN, .frame_id = 1, .start_ns = 1, .duration_ns = 2};
+  snprintf(s.stage, sizeof(s.stage), "flood");
+  uint8_t span[EM_SPAN_DGRAM_BYTES];
+  assert_int_equal(em_span_pack(&s, span), 0);
+  uint8_t junk[EM_SPAN_DGRAM_BYTES + 7] = {0};
+  em_ring_dgram_t miss = {.kind = EM_DGRAM_HARD_MISS, .pid = (uint32_t)getpid(), .span = s};
+  uint8_t missbuf[EM_SPAN_DGRAM_BYTES];
+  assert_int_equal(em_ring_dgram_pack(&miss, missbuf), 0);
+  size_t before = open_fds();
+  for (int i = 0; i < 300; i++) {
+    if (i % 3 == 0) {
+      send_with_fd(fx, span, sizeof(span), r.fd); /* A v1 span. */
+    } else if (i % 3 == 1) {
+      send_with_fd(fx, junk, sizeof(junk), r.fd); /* Oversized. */
+    } else {
+      send_with_fd(fx, missbuf, sizeof(missbuf), r.fd); /* A v2 hard miss. */
+    }
+  }
+  for (int i = 0; i < 1000 && em_spans_fds_closed(fx->spans) < 300; i++) {
+    uv_run(&fx->loop, UV_RUN_NOWAIT);
+  }
+  assert_int_equal(em_spans_fds_closed(fx->spans), 300);
+  assert_int_equal(open_fds(), before);
+  assert_int_equal(em_spans_datagram_spans(fx->spans), 100);
+  assert_int_equal(fx->hard_misses, 100);
+  free_ring(&r);
+}
+
+static void a_hard_miss_reaches_its_hook_without_entering_the_window(void **state) {
+  fx_t *fx = *state;
+  start(fx, 4, 4, NULL, 0);
+  em_ring_dgram_t miss = {.kind = EM_DGRAM_HARD_MISS, .pid = (uint32_t)getpid()};
+  miss.span =
+      (em_span_t){.kind = EM_DGRAM_SPAN, .frame_id = 3, .start_ns = 1, .duration_ns = 90000000};
+  snprintf(miss.span.stage, sizeof(miss.span.stage), "infer");
+  uint8_t buf[EM_SPAN_DGRAM_BYTES];
+  assert_int_equal(em_ring_dgram_pack(&miss, buf), 0);
+  send_with_fd(fx, buf, sizeof(buf), -1);
+  for (int i = 0; i < 1000 && fx->hard_misses == 0; i++) {
+    uv_run(&fx->loop, UV_RUN_NOWAIT);
+    usleep(100);
+  }
+  assert_int_equal(fx->hard_misses, 1);
+  em_stage_stats_t *st = stage_named(fx, "infer");
+  assert_non_null(st);
+  assert_int_equal(st->total, 0);
+  assert_int_equal(st->window.count, 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(a_sealed_ring_is_accepted_and_acked, setup, teardown),
+      cmocka_unit_test_setup_teardown(an_unsealed_memfd_is_refused_and_closed, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_size_other_than_the_headers_is_refused, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_header_naming_another_process_is_refused, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_register_without_a_descriptor_is_refused, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_sender_outside_the_allow_lists_is_refused, setup, teardown),
+      cmocka_unit_test_setup_teardown(the_caps_refuse_per_process_then_in_all, setup, teardown),
+      cmocka_unit_test_setup_teardown(the_drain_folds_ring_spans_one_tick_late, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_closed_ring_is_drained_to_its_head_and_dropped, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(descriptors_on_other_datagrams_are_closed, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_hard_miss_reaches_its_hook_without_entering_the_window,
+                                      setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
