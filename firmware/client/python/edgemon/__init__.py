@@ -27,6 +27,9 @@ agent costs a counted drop, never an exception and never a wait.
     edgemon.state()                          # every field of it (edgemon.State), or None
     edgemon.subscribe()                      # then edgemon.wait_change(timeout) -> State/None
 
+With an agent that writes a deadline page (span ring v2), each thread's spans go to its own
+shared-memory ring instead, without a system call; the API is the same (see README.md).
+
 The module-level functions use one default Client, created on first use, whose socket path is
 resolved from the environment ($EDGEMON_SOCKET, $EDGEMON_RUNTIME_DIR, then the agent's own
 defaults; see README.md). edgemon.Client(socket_path, sync) makes an independent one.
@@ -34,7 +37,7 @@ defaults; see README.md). edgemon.Client(socket_path, sync) makes an independent
 
 from ._client import DROP_REASONS, RECONNECT_INTERVAL_NS, Client, configure, default_client
 from ._client import dropped, heartbeat, level, record, set_frame, span, state, stats
-from ._client import subscribe, unsubscribe, wait_change
+from ._client import resolve_deadline_path, subscribe, unsubscribe, wait_change
 from ._paths import resolve_socket_path
 from ._state import LEVEL_NAMES, State, StatePage, Subscriber, decode_push, resolve_state_path
 
@@ -55,6 +58,7 @@ __all__ = [
     "heartbeat",
     "level",
     "record",
+    "resolve_deadline_path",
     "resolve_socket_path",
     "resolve_state_path",
     "set_frame",

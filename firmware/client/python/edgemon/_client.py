@@ -1,7 +1,15 @@
-"""The span client: one non-blocking unix datagram per span, sent to edgemon-agent.
+"""The span client: spans to edgemon-agent, in a per-thread ring or as unix datagrams.
 
 What it owns: one AF_UNIX SOCK_DGRAM socket per Client, connected to the agent's span socket
-and set non-blocking, plus a few counters. Nothing else: no thread, no buffer, no queue.
+and set non-blocking, a few counters, and, when the agent writes a deadline page (span ring
+v2), one ring per writer thread (_ring.py), kept in a threading.local. No thread, no queue.
+
+Rings (WIRE.md "Span ring v2"): while a valid deadline page exists, a thread's first span
+creates its ring and registers it; from the ack on, a span is one pack_into of the slot and one
+of the head (and a kind-6 datagram when it is over its stage's hard deadline). At most once a
+second, on a span's end timestamp, the page is stat()ed: a new inode is a new agent, and every
+ring registers again at its head. A thread without a live ring (no page, registration pending,
+refused or unanswered) sends datagrams v1, as below.
 
 The hot path (`with span(...)`, `record`, `heartbeat`) is: read the clock, pack 64 bytes with a
 precompiled struct.Struct, call the connected socket's send. Everything that can go wrong is
@@ -32,8 +40,8 @@ diagnostics, not as an exact ledger. The current frame (set_frame) is one value 
 shared by all threads: a pipeline whose threads work on different frames passes frame=.
 
 Fork: os.register_at_fork resets every live Client in the child (new pid in the datagrams, a
-new lock, counters at zero, the inherited socket closed); the child connects its own socket on
-its first send.
+new lock, counters at zero, the inherited socket closed, the parent's rings forgotten and never
+written); the child connects its own socket and makes its own rings on its first spans.
 """
 
 import errno
@@ -49,7 +57,8 @@ import weakref
 from . import _ring
 from ._paths import resolve_socket_path
 from ._state import StatePage, Subscriber
-from ._wire import KIND_HEARTBEAT, KIND_SPAN, MAGIC, SPAN_STRUCT, STAGE_CACHE, VERSION
+from ._wire import KIND_HARD_MISS, KIND_HEARTBEAT, KIND_SPAN, MAGIC, RING_VERSION, SPAN_STRUCT
+from ._wire import STAGE_CACHE, VERSION
 from ._wire import stage_bytes, warn_at_caller
 
 # Cached at import so the hot path does module-global lookups only.
@@ -97,6 +106,10 @@ class Client(object):
         (torch.cuda.synchronize: GPU work is asynchronous, so without it a span measures only
         the time to queue the work). A span's own sync= overrides it; sync=False turns it off
         for that span.
+
+    state_path: the agent's state page (see _state.py); None resolves it.
+    deadline_path: the agent's deadline page; None: $EDGEMON_DEADLINE_PAGE, then "deadlines"
+        beside the span socket. Rings are used only while it holds a valid page.
 
     The constructor tries to connect once and never raises: an agent that is not there yet is
     found by a later span (at most one connect attempt per second).
@@ -159,12 +172,13 @@ class Client(object):
                 ring = self._tls.ring
                 if ring.live and end < self._next_check_ns:
                     p = ring.pos
-                    _pack_slot(ring.buf, 128 + (p & ring.mask) * 64, (p + 1) & 0xFFFFFFFF, 1,
+                    buf = ring.buf
+                    _pack_slot(buf, 128 + (p & ring.mask) * 64, (p + 1) & 0xFFFFFFFF, 1,
                                self._frame if frame is None else frame, start_ns, duration_ns,
                                stage_b)
                     p += 1
                     ring.pos = p
-                    _pack_head(ring.buf, 32, p)
+                    _pack_head(buf, 32, p)
                     if stage_b in self._hard and duration_ns > self._hard[stage_b]:
                         self._hard_miss(self._frame if frame is None else frame, start_ns,
                                         duration_ns, stage_b)
@@ -504,7 +518,7 @@ class Client(object):
         """A span already in the ring, over its stage's hard deadline: also a kind-6 datagram
         (version 2), so the agent escalates at once."""
         self._ring_counts["hard_miss"] += 1
-        self._send_datagram(_ring.DGRAM_VERSION, _ring.KIND_HARD_MISS, stage_b, frame, start_ns,
+        self._send_datagram(RING_VERSION, KIND_HARD_MISS, stage_b, frame, start_ns,
                             duration_ns)
 
     def ring_stats(self):
@@ -623,15 +637,16 @@ class span(object):
                 ring = client._tls.ring
                 if ring.live and end < client._next_check_ns:
                     p = ring.pos
-                    _pack_slot(ring.buf, 128 + (p & ring.mask) * 64, (p + 1) & 0xFFFFFFFF, 1,
-                               client._frame if frame is None else frame, t0, end - t0,
-                               self._stage)
+                    buf = ring.buf
+                    stage = self._stage
+                    _pack_slot(buf, 128 + (p & ring.mask) * 64, (p + 1) & 0xFFFFFFFF, 1,
+                               client._frame if frame is None else frame, t0, end - t0, stage)
                     p += 1
                     ring.pos = p
-                    _pack_head(ring.buf, 32, p)
-                    if self._stage in client._hard and end - t0 > client._hard[self._stage]:
+                    _pack_head(buf, 32, p)
+                    if stage in client._hard and end - t0 > client._hard[stage]:
                         client._hard_miss(client._frame if frame is None else frame, t0,
-                                          end - t0, self._stage)
+                                          end - t0, stage)
                     return
             except (AttributeError, _StructError, TypeError, ValueError):
                 pass  # no ring yet in this thread, or a bad field: the slow path sorts it out

@@ -27,6 +27,9 @@ import socket
 import struct
 import threading
 
+from ._wire import KIND_REGISTER, KIND_RING_ACK, SPAN_STRUCT
+from ._wire import RING_VERSION as DGRAM_VERSION
+
 HEADER_BYTES = 128
 SLOT_BYTES = 64
 HEADER_STRUCT = struct.Struct("<4sHHHHIIIQQQI76x")
@@ -46,12 +49,9 @@ MIN_SLOTS = 64
 MAX_SLOTS = 65536
 
 # Ring datagrams v2: the same 64-byte layout as span datagram v1.
-DGRAM_STRUCT = struct.Struct("<2sBBIQQQ32s")
+DGRAM_STRUCT = SPAN_STRUCT
 ACK_STRUCT = struct.Struct("<2sBBIQqQ32s")  # status is a signed i64
-DGRAM_VERSION = 2
-KIND_REGISTER = 5
-KIND_HARD_MISS = 6
-KIND_ACK = 17
+KIND_ACK = KIND_RING_ACK
 ACK_TIMEOUT_NS = 1000000000
 
 # Deadline page v1.

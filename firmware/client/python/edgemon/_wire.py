@@ -1,4 +1,5 @@
-"""Span datagram v1 on the client side: the record layout and the stage-name rules.
+"""Span datagram v1 on the client side: the record layout and the stage-name rules (and the
+kinds of the ring datagrams v2, which share the layout).
 
 proto/WIRE.md is the normative description; this module is the part of it a sender needs.
 One datagram is 64 bytes, packed with one precompiled struct.Struct:
@@ -31,6 +32,12 @@ MAGIC = b"EM"
 VERSION = 1
 KIND_SPAN = 1
 KIND_HEARTBEAT = 2
+
+# Ring datagrams v2 (WIRE.md "Registration"): the same 64-byte layout, version 2.
+RING_VERSION = 2
+KIND_REGISTER = 5  # client -> agent, start = the ring's head, the memfd in SCM_RIGHTS
+KIND_HARD_MISS = 6  # client -> agent, a ring span over its stage's hard deadline
+KIND_RING_ACK = 17  # agent -> client, status at offset 16 as a signed i64
 
 # The whole datagram, WIRE.md's format string. calcsize == 64.
 SPAN_STRUCT = struct.Struct("<2sBBIQQQ32s")
