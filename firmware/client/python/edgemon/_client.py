@@ -120,7 +120,7 @@ class Client(object):
         "_next_connect_ns", "_unconnected_reason", "_attempts", "_queue_full", "_dropped",
         "_warned_fields", "connect_attempts", "_page", "_subscriber", "_deadline_arg",
         "_dpage", "_rings_on", "_hard", "_tls", "_rings", "_next_check_ns", "_agent_gen",
-        "_ring_sink", "_ring_counts", "__weakref__",
+        "_ring_sink", "_ring_counts", "_check_lock", "__weakref__",
     )
 
     def __init__(self, socket_path=None, sync=None, state_path=None, deadline_path=None):
@@ -433,6 +433,7 @@ class Client(object):
         self._tls = threading.local()  # .ring: this thread's _ring.Ring
         self._rings = weakref.WeakSet()  # every ring of this process, for the agent check
         self._next_check_ns = 0
+        self._check_lock = threading.Lock()  # one thread checks the page; others go on
         self._agent_gen = 0  # +1 on every new deadline page inode (a new agent)
         self._ring_sink = [0]  # spans written to rings that were closed since
         self._ring_counts = {"registrations": 0, "accepted": 0, "refused": 0,
@@ -443,13 +444,15 @@ class Client(object):
         """At most once a second (the hot path calls it when now_ns passes _next_check_ns):
         stat the deadline page; a new inode is a new agent, whose rings register again."""
         # The real clock, not now_ns: record() passes the caller's end time.
-        self._next_check_ns = _monotonic_ns() + _ring.CHECK_INTERVAL_NS
-        if self._closed:
+        if self._closed or not self._check_lock.acquire(False):
             return
         try:
+            self._next_check_ns = _monotonic_ns() + _ring.CHECK_INTERVAL_NS
             changed = self._dpage.check()
         except Exception:  # a garbled page never reaches the inference loop
             return
+        finally:
+            self._check_lock.release()
         self._hard = self._dpage.deadlines
         rings = list(self._rings)
         if changed:
