@@ -359,8 +359,12 @@ int em_spans_new(em_spans_t **out, uv_loop_t *loop, const em_spans_opts_t *opts)
   s->loop = loop;
   s->opts = *opts;
   s->fd = -1;
-  memcpy(s->allow_uids, opts->allow_uids, opts->n_allow_uids * sizeof(uint32_t));
-  memcpy(s->allow_gids, opts->allow_gids, opts->n_allow_gids * sizeof(uint32_t));
+  if (opts->n_allow_uids) {
+    memcpy(s->allow_uids, opts->allow_uids, opts->n_allow_uids * sizeof(uint32_t));
+  }
+  if (opts->n_allow_gids) {
+    memcpy(s->allow_gids, opts->allow_gids, opts->n_allow_gids * sizeof(uint32_t));
+  }
   snprintf(s->path, sizeof(s->path), "%s", opts->path);
   s->opts.path = s->path;
   for (size_t i = 0; i < SPAN_BATCH; i++) {
