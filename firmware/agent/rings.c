@@ -85,6 +85,7 @@ int em_rings_new(em_rings_t **out, uv_loop_t *loop, em_spans_t *spans,
   r->opts = *opts;
   snprintf(r->proc_root, sizeof(r->proc_root), "%s", opts->proc_root ? opts->proc_root : "/proc");
   r->opts.proc_root = r->proc_root;
+  r->no_pidfd = opts->no_pidfd;
   for (size_t i = 0; i < opts->max_rings; i++) {
     r->table[i].fd = -1;
     r->table[i].pidfd = -1;

@@ -50,6 +50,8 @@ typedef struct {
   uint32_t max_rings;       /* [spans] rings, 1..EM_CONFIG_MAX_RINGS. */
   uint32_t max_per_process; /* [spans] rings_per_process, >= 1. */
   const char *proc_root;    /* "/proc" (tests may point elsewhere); copied. */
+  bool no_pidfd;            /* Check writers by start time once a second, as on a kernel
+                               without pidfd_open (tests of that path). */
 } em_rings_opts_t;
 
 /* Counters since start. */

@@ -24,6 +24,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "rings.h"
@@ -59,8 +60,8 @@ static void on_closed(void *ctx) {
   ((fx_t *)ctx)->closed++;
 }
 
-static void start(fx_t *fx, uint32_t max_rings, uint32_t per_process, const uint32_t *uids,
-                  size_t n_uids) {
+static void start_with(fx_t *fx, uint32_t max_rings, uint32_t per_process, const uint32_t *uids,
+                       size_t n_uids, bool no_pidfd) {
   em_spans_opts_t so = {.path = fx->sock,
                         .mode = 0600,
                         .gid = -1,
@@ -72,7 +73,8 @@ static void start(fx_t *fx, uint32_t max_rings, uint32_t per_process, const uint
                         .on_hard_miss = on_hard_miss,
                         .ctx = fx};
   assert_int_equal(em_spans_new(&fx->spans, &fx->loop, &so), 0);
-  em_rings_opts_t ro = {.max_rings = max_rings, .max_per_process = per_process};
+  em_rings_opts_t ro = {
+      .max_rings = max_rings, .max_per_process = per_process, .no_pidfd = no_pidfd};
   assert_int_equal(em_rings_new(&fx->rings, &fx->loop, fx->spans, &ro), 0);
   fx->client = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   assert_true(fx->client >= 0);
@@ -81,6 +83,11 @@ static void start(fx_t *fx, uint32_t max_rings, uint32_t per_process, const uint
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
   snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", fx->sock);
   assert_int_equal(connect(fx->client, (struct sockaddr *)&sa, sizeof(sa)), 0);
+}
+
+static void start(fx_t *fx, uint32_t max_rings, uint32_t per_process, const uint32_t *uids,
+                  size_t n_uids) {
+  start_with(fx, max_rings, per_process, uids, n_uids, false);
 }
 
 static int setup(void **state) {
@@ -434,6 +441,102 @@ static void a_hard_miss_reaches_its_hook_without_entering_the_window(void **stat
   assert_int_equal(st->window.count, 0);
 }
 
+/*
+ * The writer process of the exit tests (plain code, no cmocka: it runs in a child): makes a
+ * 64-slot ring, registers it from its own socket, waits for the ack, writes n spans of
+ * "child" and exits without closing the ring. Exit status: 0, or which step failed.
+ */
+static void child_writes_and_exits(const char *sock, unsigned n) {
+  int c = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_un me = {.sun_family = AF_UNIX};
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
+  if (c < 0 || bind(c, (struct sockaddr *)&me, sizeof(sa_family_t)) != 0 ||
+      connect(c, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+    _exit(10);
+  }
+  size_t len = em_ring_bytes(64);
+  int fd = memfd_create("em-ring-child", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  void *mem = MAP_FAILED;
+  if (fd >= 0 && ftruncate(fd, (off_t)len) == 0) {
+    mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  if (mem == MAP_FAILED ||
+      em_ring_init(mem, 64, (uint32_t)getpid(), (uint32_t)gettid(), my_start_time()) != 0 ||
+      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    _exit(11);
+  }
+  em_ring_dgram_t reg = {.kind = EM_DGRAM_RING_REGISTER, .pid = (uint32_t)getpid()};
+  uint8_t buf[EM_SPAN_DGRAM_BYTES];
+  _Alignas(struct cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))];
+  struct iovec iov = {.iov_base = buf, .iov_len = sizeof(buf)};
+  struct msghdr m = {
+      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctrl, .msg_controllen = sizeof(ctrl)};
+  struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+  struct timeval tv = {.tv_sec = 10};
+  setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  em_ring_dgram_t ack;
+  if (em_ring_dgram_pack(&reg, buf) != 0 || sendmsg(c, &m, 0) != (ssize_t)sizeof(buf) ||
+      recv(c, buf, sizeof(buf), 0) != (ssize_t)sizeof(buf) ||
+      em_ring_dgram_unpack(buf, sizeof(buf), &ack) != 0 || ack.status != 0) {
+    _exit(12);
+  }
+  uint64_t pos = 0;
+  for (unsigned i = 0; i < n; i++) {
+    em_span_t sp = {.kind = EM_DGRAM_SPAN, .frame_id = i + 1, .start_ns = 1, .duration_ns = 2};
+    snprintf(sp.stage, sizeof(sp.stage), "child");
+    if (em_ring_write(mem, 64, &pos, &sp) != 0) {
+      _exit(13);
+    }
+  }
+  _exit(0);
+}
+
+/* Forks a writer of n spans, runs the loop (draining as ticks would, each a tick later than
+ * the last when `tick`) until its ring is dropped, and checks every span is accounted. */
+static void run_exiting_writer(fx_t *fx, unsigned n, bool tick) {
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    child_writes_and_exits(fx->sock, n);
+  }
+  uint64_t now_ns = uv_hrtime();
+  for (int i = 0; i < 100000 && em_rings_stats(fx->rings)->dropped == 0; i++) {
+    uv_run(&fx->loop, UV_RUN_NOWAIT);
+    if (tick) {
+      now_ns += 2000000000u; /* Past the once-a-second check every time. */
+      em_rings_drain(fx->rings, now_ns);
+    }
+    usleep(100);
+  }
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+  const em_rings_stats_t *s = em_rings_stats(fx->rings);
+  assert_int_equal(s->dropped, 1);
+  assert_int_equal(em_rings_active(fx->rings), 0);
+  assert_int_equal(s->spans + s->overwritten + s->bad_slot, n);
+  assert_true(s->spans > 0);
+  assert_int_equal(stage_named(fx, "child")->total, s->spans);
+}
+
+static void a_writer_that_exits_is_drained_through_its_pidfd(void **state) {
+  fx_t *fx = *state;
+  start(fx, 4, 4, NULL, 0);
+  run_exiting_writer(fx, 100, false);
+}
+
+static void without_pidfds_an_exited_writer_is_found_by_its_start_time(void **state) {
+  fx_t *fx = *state;
+  start_with(fx, 4, 4, NULL, 0, true);
+  run_exiting_writer(fx, 100, true);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(a_sealed_ring_is_accepted_and_acked, setup, teardown),
@@ -448,6 +551,10 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(descriptors_on_other_datagrams_are_closed, setup, teardown),
       cmocka_unit_test_setup_teardown(a_hard_miss_reaches_its_hook_without_entering_the_window,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(a_writer_that_exits_is_drained_through_its_pidfd, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(without_pidfds_an_exited_writer_is_found_by_its_start_time,
                                       setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
