@@ -132,7 +132,9 @@ em_stage_stats_t *em_spans_fold(em_spans_t *s, const em_span_t *span, const stru
     s->dropped[EM_SPANS_DROP_OVERFLOW]++;
     return NULL;
   }
-  st->last_seen_ns = seen_ns;
+  if (seen_ns > st->last_seen_ns) {
+    st->last_seen_ns = seen_ns; /* A ring span a tick old never moves it back. */
+  }
   if (span->kind == EM_DGRAM_SPAN) {
     em_hist_record(&st->window, span->duration_ns);
     st->total++;

@@ -138,9 +138,9 @@ uint64_t em_spans_fds_closed(const em_spans_t *s);
 
 /*
  * Folds one span or heartbeat into its stage's window and total, as a datagram v1 span is,
- * with seen_ns as the stage's last sight, then calls on_span (sender may be NULL). The one
- * path for datagrams and rings. Returns the stage, or NULL when the stage got no slot (counted
- * as overflow).
+ * with seen_ns as the stage's last sight (kept when it is later already), then calls on_span
+ * (sender may be NULL). The one path for datagrams and rings. Returns the stage, or NULL when the
+ * stage got no slot (counted as overflow).
  */
 em_stage_stats_t *em_spans_fold(em_spans_t *s, const em_span_t *span, const struct ucred *sender,
                                 uint64_t seen_ns);

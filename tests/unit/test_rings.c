@@ -183,11 +183,12 @@ static void free_ring(ring_fx_t *r) {
   close(r->fd);
 }
 
+/* n spans (1000 ns to 6000 ns) or heartbeats (at 9000 ns) of `stage`. */
 static void write_spans(ring_fx_t *r, const char *stage, unsigned n, uint8_t kind) {
   for (unsigned i = 0; i < n; i++) {
     em_span_t s = {.kind = kind,
                    .frame_id = r->pos + 1,
-                   .start_ns = 1000,
+                   .start_ns = kind == EM_DGRAM_SPAN ? 1000 : 9000,
                    .duration_ns = kind == EM_DGRAM_SPAN ? 5000 : 0};
     snprintf(s.stage, sizeof(s.stage), "%s", stage);
     assert_int_equal(em_ring_write(r->mem, r->slots, &r->pos, &s), 0);
@@ -365,8 +366,13 @@ static void the_drain_folds_ring_spans_one_tick_late(void **state) {
   assert_non_null(st);
   assert_int_equal(st->total, 10);
   assert_int_equal(st->window.count, 10);
-  assert_int_equal(st->last_seen_ns, 1000); /* The heartbeat's end, not the drain's time. */
-  assert_int_equal(em_rings_stats(fx->rings)->spans, 10);
+  assert_int_equal(st->last_seen_ns, 9000);   /* The last heartbeat, not the drain's time. */
+  write_spans(&r, "infer", 1, EM_DGRAM_SPAN); /* Ends at 6000: older than the heartbeats. */
+  em_rings_drain(fx->rings, 1000000000u);
+  em_rings_drain(fx->rings, 1000000000u);
+  assert_int_equal(st->total, 11);
+  assert_int_equal(st->last_seen_ns, 9000); /* Never moved back. */
+  assert_int_equal(em_rings_stats(fx->rings)->spans, 11);
   assert_int_equal(em_spans_datagram_spans(fx->spans), 0);
   free_ring(&r);
 }
