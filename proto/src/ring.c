@@ -69,6 +69,7 @@
 #define DL_OFF_SEQ      8u
 #define DL_OFF_PID      12u
 #define DL_OFF_SLOTS    16u
+#define DL_OFF_RESERVED 20u
 #define DL_OFF_ENTRIES  64u
 #define DL_ENTRY_BYTES  40u
 #define DL_ENTRY_DEADLN 32u
@@ -208,6 +209,10 @@ int em_ring_write(void *mem, uint32_t slot_count, uint64_t *pos, const em_span_t
   }
   uint8_t *dst = (uint8_t *)mem + EM_RING_HEADER_BYTES +
                  (size_t)(*pos & (slot_count - 1u)) * EM_RING_SLOT_BYTES;
+  /* Orders the previous write's head store before this slot's stores, so a reader whose copy
+   * saw any byte of this write also sees a head of at least *pos afterwards (its acquire
+   * fence pairs with this one): the overwritten check after the copy is then exact. */
+  __atomic_thread_fence(__ATOMIC_RELEASE);
   store_bytes_relaxed(dst, slot, sizeof slot);
   *pos += 1u;
   __atomic_store_n(head_word(mem), htole64(*pos), __ATOMIC_RELEASE);
@@ -478,7 +483,8 @@ int em_deadline_page_read(const uint8_t *page, em_deadline_t *out, size_t *n, ui
       continue;
     }
     uint16_t k = get_le16(count);
-    if (k > EM_DEADLINE_MAX_ENTRIES) {
+    if (k > EM_DEADLINE_MAX_ENTRIES ||
+        !all_zero(page + DL_OFF_RESERVED, DL_OFF_ENTRIES - DL_OFF_RESERVED)) {
       return EM_PROTO_ERANGE;
     }
     for (size_t i = 0; i < k; i++) {

@@ -73,9 +73,10 @@ EM_PROTO_MUST_USE int em_ring_init(void *mem, uint32_t slot_count, uint32_t pid,
                                    uint64_t start_time);
 
 /*
- * Reads and validates the header of a ring of `len` bytes: magic (EMAGIC), version (EVERSION),
- * header and slot sizes and len == em_ring_bytes(slot_count) (ESIZE), slot_count (ERANGE),
- * reserved bytes 0 (ERANGE), state 1 or 2 (ERANGE). Returns 0 and *out.
+ * Reads and validates the header of a ring of `len` bytes, in this order: NULL or misaligned
+ * (EINVAL), len shorter than a header (ESIZE), magic (EMAGIC), version (EVERSION), header and
+ * slot sizes (ESIZE), slot_count (ERANGE), len == em_ring_bytes(slot_count) (ESIZE), reserved
+ * bytes 0 and state 1 or 2 (ERANGE). Returns 0 and *out.
  */
 EM_PROTO_MUST_USE int em_ring_header_read(const void *mem, size_t len, em_ring_header_t *out);
 
@@ -167,8 +168,8 @@ EM_PROTO_MUST_USE int em_deadline_page_write(uint8_t *page, const em_deadline_t 
 
 /*
  * Reads a consistent copy of the entries (out[0..EM_DEADLINE_MAX_ENTRIES)) and sets *n,
- * *ring_slots and *seq_out. Returns 0, EM_PROTO_EBUSY, EMAGIC/EVERSION, ERANGE (count > 64),
- * ESTRING.
+ * *ring_slots and *seq_out. Returns 0, EM_PROTO_EBUSY, EMAGIC/EVERSION, ERANGE (count > 64 or
+ * reserved bytes not 0), ESTRING.
  */
 EM_PROTO_MUST_USE int em_deadline_page_read(const uint8_t *page, em_deadline_t *out, size_t *n,
                                             uint32_t *ring_slots, uint32_t *seq_out);
