@@ -85,7 +85,7 @@ if __name__ == "__main__" and sys.argv[1:2] == ["writer"]:
 
 import pytest  # noqa: E402  (the writer above needs only the standard library)
 
-from conftest import edgemon_proto, wait_for  # noqa: E402
+from conftest import AGENT, edgemon_proto, wait_for  # noqa: E402
 
 EINVAL = -22  # -EINVAL
 EPERM = -1
@@ -250,3 +250,28 @@ def test_a_hard_miss_degrades_at_once_without_entering_the_window(stack):
     v, more = values_until(sub, birth, lambda v, c: True)
     assert counts.get("infer", 0) + more.get("infer", 0) == 1
     assert v["spans.ring"] == 1
+
+
+@pytest.mark.parametrize("keys,line", [
+    ("ring_slots = 1000", "power of two"),   # not a power of two
+    ("ring_slots = 32", "power of two"),     # below a ring's 64 slots
+    ("ring_slots = 131072", "power of two"),  # above its 65536
+    ("rings = 0", "whole number from 1 to 1024"),
+    ("rings_per_process = 2000", "whole number from 1 to 1024"),
+])
+def test_bad_ring_keys_are_reported_with_their_line(tmp_path, keys, line):
+    bad = tmp_path / "bad.ini"
+    bad.write_text(f"[target]\npid = 1\n[spans]\n{keys}\n")
+    r = subprocess.run([AGENT, "--config", str(bad), "--check"], capture_output=True, text=True,
+                       timeout=10)
+    assert r.returncode == 1
+    assert f"{bad}:4: " in r.stderr and line in r.stderr, r.stderr
+
+
+def test_the_ring_keys_accept_the_ends_of_their_ranges(tmp_path):
+    good = tmp_path / "good.ini"
+    good.write_text("[target]\npid = 1\n[spans]\nrings = 1024\nrings_per_process = 1\n"
+                    "ring_slots = 65536\n")
+    r = subprocess.run([AGENT, "--config", str(good), "--check"], capture_output=True, text=True,
+                       timeout=10)
+    assert r.returncode == 0, r.stderr
