@@ -108,7 +108,7 @@ void em_rings_free(em_rings_t *r);
 /* --- the deadline page ------------------------------------------------------------- */
 
 typedef struct {
-  char path[256]; /* "<runtime_dir>/deadlines" */
+  char path[288]; /* "<runtime_dir>/deadlines": a runtime_dir of 255 bytes fits. */
   uint8_t *page;  /* EM_DEADLINE_PAGE_BYTES, mapped shared read-write; NULL when closed. */
   int fd;         /* Valid while is_open. */
   bool is_open;

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -104,14 +105,17 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   fx_t *fx = *state;
+  unsigned open = 0;
   if (fx->rings) {
     em_rings_close(fx->rings, on_closed, fx);
+    open++;
   }
   if (fx->spans) {
     em_spans_close(fx->spans, on_closed, fx);
+    open++;
   }
   uv_run(&fx->loop, UV_RUN_DEFAULT);
-  assert_int_equal(fx->closed, 2);
+  assert_int_equal(fx->closed, open);
   em_rings_free(fx->rings);
   em_spans_free(fx->spans);
   if (fx->client >= 0) {
@@ -543,6 +547,53 @@ static void without_pidfds_an_exited_writer_is_found_by_its_start_time(void **st
   run_exiting_writer(fx, 100, true);
 }
 
+static void the_deadline_page_is_renamed_into_place_and_updated_in_place(void **state) {
+  fx_t *fx = *state;
+  /* A runtime directory of 240 bytes, as long as the config allows with room for the name. */
+  char dir[300];
+  int n = snprintf(dir, sizeof(dir), "%s/", fx->dir);
+  while (n < 240) {
+    n += snprintf(dir + n, sizeof(dir) - (size_t)n, "d");
+  }
+  assert_int_equal(mkdir(dir, 0755), 0);
+  char path[320];
+  snprintf(path, sizeof(path), "%s/deadlines", dir);
+  em_deadline_t in[2] = {{.stage = "infer", .deadline_ns = 50000000},
+                         {.stage = "pre", .deadline_ns = 5000000}};
+  em_deadlines_t d;
+  assert_int_equal(em_deadlines_open(&d, path, 4242, 256, in, 2), 0);
+  char tmp[340];
+  snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+  assert_int_equal(access(tmp, F_OK), -1); /* Renamed into place. */
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  assert_true(fd >= 0);
+  const uint8_t *page = mmap(NULL, EM_DEADLINE_PAGE_BYTES, PROT_READ, MAP_SHARED, fd, 0);
+  assert_true(page != MAP_FAILED);
+  em_deadline_t out[EM_DEADLINE_MAX_ENTRIES];
+  size_t count = 0;
+  uint32_t slots = 0, seq = 0, seq2 = 0;
+  assert_int_equal(em_deadline_page_read(page, out, &count, &slots, &seq), 0);
+  assert_int_equal(count, 2);
+  assert_int_equal(slots, 256);
+  assert_string_equal(out[1].stage, "pre");
+  assert_int_equal(out[1].deadline_ns, 5000000);
+  assert_int_equal(em_deadlines_update(&d, 4096, in, 1), 0); /* A reload, seen by a reader
+                                                                 that keeps its mapping. */
+  assert_int_equal(em_deadline_page_read(page, out, &count, &slots, &seq2), 0);
+  assert_int_equal(count, 1);
+  assert_int_equal(slots, 4096);
+  assert_true(seq2 > seq);
+  in[0].stage[0] = ' '; /* Not a stage name: refused, the page unchanged. */
+  assert_int_equal(em_deadlines_update(&d, 4096, in, 1), -EINVAL);
+  assert_int_equal(em_deadline_page_read(page, out, &count, &slots, &seq), 0);
+  assert_string_equal(out[0].stage, "infer");
+  munmap((void *)page, EM_DEADLINE_PAGE_BYTES);
+  close(fd);
+  em_deadlines_close(&d, true);
+  assert_int_equal(access(path, F_OK), -1);
+  assert_int_equal(rmdir(dir), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(a_sealed_ring_is_accepted_and_acked, setup, teardown),
@@ -561,6 +612,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(a_writer_that_exits_is_drained_through_its_pidfd, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(without_pidfds_an_exited_writer_is_found_by_its_start_time,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(the_deadline_page_is_renamed_into_place_and_updated_in_place,
                                       setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
