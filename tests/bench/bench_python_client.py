@@ -13,6 +13,10 @@ machine whose speed drifts over minutes affects every case alike), it times:
   hist.time   prometheus_client `with Histogram.time(): pass`
   observe     prometheus_client `Histogram.observe(0.01)`
   clock.pair  `time.perf_counter_ns(); time.perf_counter_ns()`
+  span.ring   `with edgemon.span("x", None, None, ring_client): pass` on a client whose thread
+              writes to a span ring v2 registered with a real edgemon-agent (--agent), and
+  record.ring `ring_client.record("x", start_ns, duration_ns)` likewise: no system call; the
+              agent (beside a real mosquitto) drains the ring on its tick
 
 Each case runs --number times per round, in chunks of 8 back-to-back copies of the statement
 timed together with one perf_counter_ns() pair (about 1/8 of clock.pair per operation is
@@ -32,16 +36,21 @@ asleep in epoll_wait when a datagram arrives and the sender's send() has to wake
 
   span.paced  one `with edgemon.span("x"): pass` every 200 us, each timed on its own
   send.paced  one bare `sock.send(b)` every 200 us, each timed on its own
+  span.ring.paced  one ring span every 200 us, each timed on its own (with --agent)
 
 For these the drainer blocks in recv_into; the figure per round is the median of --paced
 individually timed operations (one perf_counter_ns() pair included); the sender spins between
 them. With two or more CPUs the sender is pinned to CPU 0 and the drainer to CPU 1 (--no-pin
 leaves both to the scheduler).
 
+The ring cases run when an agent binary is found (--agent, default
+build/normal/firmware/agent/edgemon-agent; --agent '' leaves them out).
+
 Needs Debian's python3-prometheus-client (exits 2 with the apt-get line when it is missing).
 
 Usage: /usr/bin/python3 tests/bench/bench_python_client.py [--rounds 7] [--number 20000]
                                                             [--paced 1000] [--no-pin]
+                                                            [--agent PATH]
 Results are written up in docs/BENCHMARKS.md ("clients: cost of a span in Python").
 """
 
@@ -49,6 +58,7 @@ import argparse
 import multiprocessing
 import os
 import platform
+import shutil
 import socket
 import statistics
 import sys
@@ -156,6 +166,54 @@ def read_first_line(path):
         return "?"
 
 
+class RingAgent(object):
+    """A real mosquitto and edgemon-agent in tmp, for the ring cases: client() returns a
+    Client whose calling thread's ring the agent has accepted (or exits 2 saying why)."""
+
+    def __init__(self, agent, tmp):
+        import subprocess
+        self.procs = []
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+        probe.close()
+        self.rundir = os.path.join(tmp, "agent.run")
+        os.makedirs(self.rundir)
+        conf = os.path.join(tmp, "agent.ini")
+        with open(conf, "w") as f:
+            f.write("[agent]\ndevice_id = bench-client\nsample_period = 100ms\n"
+                    "runtime_dir = %s\n\n[target]\npid = %d\n\n[mqtt]\nbroker = mqtt://127.0.0.1:%d\n" % (
+                        self.rundir, os.getpid(), port))
+        log = open(os.path.join(tmp, "agent.log"), "w")
+        self.procs.append(subprocess.Popen(["mosquitto", "-p", str(port)], stdout=log,
+                                           stderr=subprocess.STDOUT))
+        self.procs.append(subprocess.Popen([agent, "--config", conf], stdout=log,
+                                           stderr=subprocess.STDOUT))
+        self.log = log.name
+
+    def client(self):
+        sock = os.path.join(self.rundir, "spans.sock")
+        deadline = time.monotonic() + 10
+        while not (os.path.exists(sock) and os.path.exists(os.path.join(self.rundir,
+                                                                        "deadlines"))):
+            if time.monotonic() > deadline:
+                sys.exit("bench_python_client: the agent did not start (see %s)" % self.log)
+            time.sleep(0.05)
+        client = edgemon.Client(sock)
+        while client.ring_stats()["active"] == 0:
+            if time.monotonic() > deadline:
+                sys.exit("bench_python_client: the agent accepted no ring (%r; see %s)" % (
+                    client.ring_stats(), self.log))
+            client.record("x", 1000, 2000)
+            time.sleep(0.01)
+        return client
+
+    def close(self):
+        for proc in reversed(self.procs):
+            proc.terminate()
+            proc.wait(10)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7)")
@@ -164,6 +222,9 @@ def main():
     ap.add_argument("--paced", type=int, default=1000,
                     help="individually timed operations per paced case per round (default 1000)")
     ap.add_argument("--no-pin", action="store_true", help="do not pin sender and drainer")
+    ap.add_argument("--agent", default=os.path.join(ROOT, "build", "normal", "firmware", "agent",
+                                                    "edgemon-agent"),
+                    help="edgemon-agent for the ring cases ('' to leave them out)")
     args = ap.parse_args()
     chunks = max(1, args.number // CHUNK)
 
@@ -199,6 +260,10 @@ def main():
 
     hist = Histogram("bench_stage_seconds", "bench", registry=CollectorRegistry())
 
+    # The ring cases: a real broker and agent, and a client whose thread's ring it accepted.
+    ring = RingAgent(args.agent, tmp) if args.agent and os.access(args.agent, os.X_OK) else None
+    ring_client = ring.client() if ring else None
+
     def accepted():
         return client.sent + raw_attempts[0] - raw_eagain[0]
 
@@ -212,6 +277,8 @@ def main():
         "hist_time": hist.time,
         "observe": hist.observe,
         "perf_counter_ns": time.perf_counter_ns,
+        "ring_client": ring_client,
+        "ring_record": ring_client.record if ring_client else None,
     }
     # name, statement, sends through: None, "edgemon" or "raw"
     cases = [
@@ -224,6 +291,11 @@ def main():
         ("observe", "observe(0.01)", None),
         ("clock.pair", "perf_counter_ns(); perf_counter_ns()", None),
     ]
+    if ring_client is not None:
+        cases += [
+            ("span.ring", "with span('x', None, None, ring_client):\n    pass", None),
+            ("record.ring", "ring_record('x', 1000, 2000)", None),
+        ]
     chunk_fns = {name: make_chunk(stmt, env) for name, stmt, _ in cases}
 
     span = edgemon.span
@@ -240,6 +312,11 @@ def main():
             raw_eagain[0] += 1
 
     paced = [("span.paced", paced_span), ("send.paced", paced_send)]
+    if ring_client is not None:
+        def paced_ring():
+            with span("x", None, None, ring_client):
+                pass
+        paced.append(("span.ring.paced", paced_ring))
     results = {name: [] for name in [c[0] for c in cases] + [p[0] for p in paced]}
     full = dict.fromkeys(results, 0)  # datagrams that met a full queue, per case
     fell_behind = [0]
@@ -291,6 +368,9 @@ def main():
     drained = count.value
     control.send(STOP)
     drainer.join(10)
+    ring_written = ring_client.ring_stats()["written"] if ring_client else 0
+    if ring:
+        ring.close()
     stats = client.stats()
 
     measured_ops = args.rounds * chunks * CHUNK
@@ -309,13 +389,13 @@ def main():
               args.rounds, chunks * CHUNK, CHUNK, elapsed, "CPU 0" if pin else "unpinned",
               "CPU 1 (separate process)" if pin else "separate process"))
     print()
-    print("  %-12s %8s %8s %8s   %s" % ("case", "min", "median", "max", "queue full (of ops)"))
+    print("  %-16s %8s %8s %8s   %s" % ("case", "min", "median", "max", "queue full (of ops)"))
     medians = {}
     for name in results:
         values = results[name]
         medians[name] = statistics.median(values)
         ops = args.rounds * (args.paced if name.endswith(".paced") else chunks * CHUNK)
-        print("  %-12s %8.0f %8.0f %8.0f   %d of %d" % (
+        print("  %-16s %8.0f %8.0f %8.0f   %d of %d" % (
             name, min(values), medians[name], max(values), full[name], ops))
     print()
     print("  span / hist.time        %.2f" % (medians["span"] / medians["hist.time"]))
@@ -325,6 +405,17 @@ def main():
     print("  span.nosend / hist.time %.2f" % (medians["span.nosend"] / medians["hist.time"]))
     print("  record / observe        %.2f" % (medians["record"] / medians["observe"]))
     print("  span.paced / send.paced %.2f" % (medians["span.paced"] / medians["send.paced"]))
+    if ring_client is not None:
+        print("  span.ring / hist.time   %.2f   (goal <= 0.6)" % (
+            medians["span.ring"] / medians["hist.time"]))
+        print("  record.ring / observe   %.2f   (goal <= 1)" % (
+            medians["record.ring"] / medians["observe"]))
+        print("  span.ring / span        %.2f   (the ring against the v1 datagram)" % (
+            medians["span.ring"] / medians["span"]))
+        print("  span.ring.paced / span.ring %.2f   (goal <= 1.2; paced figures include a whole "
+              "clock pair, tight ones 1/8 of one)" % (
+                  medians["span.ring.paced"] / medians["span.ring"]))
+        print("  spans written to the ring: %d" % ring_written)
     print()
     print("  queue full (EAGAIN) in the measured rounds: edgemon %d of %d, bare send %d of %d" % (
         queue_full, 2 * measured_ops + paced_ops, raw_full, measured_ops + paced_ops))
@@ -337,8 +428,9 @@ def main():
     raw.close()
     control.close()
     receiver.close()
-    os.unlink(path)
-    os.rmdir(tmp)
+    if ring_client is not None:
+        ring_client.close()
+    shutil.rmtree(tmp)
     return 0 if complete and drained == accepted() else 1
 
 
