@@ -11,6 +11,7 @@ bounded and accounts for every datagram. The helpers below are shared by the fau
 """
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -58,8 +59,10 @@ def send_spans(path, count, stages=("pre", "infer", "post"), timeout=120):
     {'sent': n, 'dropped': {'no_agent', 'queue_full', 'invalid_stage', 'other'}, ...}."""
     code = SENDER.format(lib=str(ROOT / "firmware" / "client" / "python"), path=str(path),
                          stages=list(stages), count=count)
+    # Datagrams v1, the path under test: no deadline page, so the client makes no rings.
+    env = {**os.environ, "EDGEMON_DEADLINE_PAGE": str(path) + ".no-deadline-page"}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=timeout)
+                       timeout=timeout, env=env)
     assert r.returncode == 0, f"the sender failed ({r.returncode}):\n{r.stderr}"
     out = json.loads(r.stdout.strip().splitlines()[-1])
     return out["stats"]
