@@ -65,9 +65,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/un.h>
 #include <time.h>
@@ -93,6 +95,15 @@
 #define EM_CLIENT_STATE_PATH_BYTES 256u          /* Longest state page path, with the NUL. */
 #define EM_CLIENT_PAGE_RECHECK_NS  1000000000ull /* At most one stat()/open() per second. */
 #define EM_CLIENT_SEQLOCK_TRIES    64            /* WIRE.md's bound on read attempts. */
+
+#define EM_CLIENT_RING_HEADER_BYTES 128u  /* Span ring v2 header. */
+#define EM_CLIENT_RING_SLOT_BYTES   64u   /* One ring slot. */
+#define EM_CLIENT_RING_SLOTS        1024u /* Default slots when the page suggests none. */
+#define EM_CLIENT_RING_MIN_SLOTS    64u   /* WIRE.md's slot_count range. */
+#define EM_CLIENT_RING_MAX_SLOTS    65536u
+#define EM_CLIENT_ACK_TIMEOUT_NS    1000000000ull /* No ack within this: a v1 agent. */
+#define EM_CLIENT_DEADLINE_BYTES    2624u         /* Deadline page v1. */
+#define EM_CLIENT_DEADLINES_MAX     64u           /* Entries of a deadline page. */
 
 /* The agent's level (proto/WIRE.md); UNKNOWN: no agent, no page, or a garbled one. */
 typedef enum {
@@ -138,6 +149,23 @@ typedef enum {
   EM_CLIENT_DROP_COUNT
 } em_client_drop_t;
 
+/* Counters of the span rings v2: indices of em_client_t.ring_counters[]. */
+typedef enum {
+  EM_CLIENT_RING_WRITTEN = 0,    /* Spans and heartbeats written to a ring (not in `sent`). */
+  EM_CLIENT_RING_CREATED,        /* Rings made (memfd created, sealed, mapped). */
+  EM_CLIENT_RING_SETUP_FAILED,   /* memfd_create/ftruncate/seal/mmap failed: datagrams. */
+  EM_CLIENT_RING_REGISTRATIONS,  /* Register datagrams (kind 5) sent. */
+  EM_CLIENT_RING_UNSENT,         /* Register datagrams that could not be sent. */
+  EM_CLIENT_RING_ACCEPTED,       /* Acks with status 0: the ring went live. */
+  EM_CLIENT_RING_REFUSED,        /* Acks with a negative status: datagrams. */
+  EM_CLIENT_RING_UNANSWERED,     /* No ack within a second (a v1 agent): datagrams. */
+  EM_CLIENT_RING_AGENT_RESTART,  /* Spans possibly lost to an agent restart (upper bound). */
+  EM_CLIENT_RING_HARD_MISS,      /* Hard miss datagrams (kind 6) sent (also in `sent`). */
+  EM_CLIENT_RING_HARD_MISS_LOST, /* Hard miss datagrams not sent (the span is in the ring). */
+  EM_CLIENT_RING_CLOSED,         /* Rings closed (state 2) by em_client_close(). */
+  EM_CLIENT_RING_COUNT
+} em_client_ring_counter_t;
+
 /* A client. Read the counters directly; change nothing else. */
 typedef struct {
   int fd;                                 /* Connected socket, or -1. */
@@ -162,6 +190,20 @@ typedef struct {
   /* Level pushes (em_client_subscribe, em_client_wait_change). */
   int sub_fd;            /* Autobound push socket, or -1. */
   uint64_t push_invalid; /* Received datagrams that were not valid level pushes. */
+  /* Span rings v2 (the rings themselves are per thread: em_client__ring_t). */
+  uint64_t serial;                                /* This open's identity, owner of rings. */
+  uint64_t agent_gen;                             /* +1 whenever the deadline page changes inode. */
+  uint64_t dl_next_check_ns;                      /* No stat() of the deadline page before this. */
+  const uint8_t *dl_page;                         /* Read-only mapping of a valid page, or NULL. */
+  uint64_t dl_dev, dl_ino;                        /* The mapped page's identity. */
+  uint32_t dl_seq;                                /* seq of the entries below. */
+  uint32_t dl_slots;                              /* Slot count of new rings (page's, or 1024). */
+  uint32_t dl_count;                              /* Hard deadlines in use. */
+  uint8_t dl_len[EM_CLIENT_DEADLINES_MAX];        /* Stage name lengths. */
+  char dl_stage[EM_CLIENT_DEADLINES_MAX][32];     /* Stage names, NUL-padded. */
+  uint64_t dl_ns[EM_CLIENT_DEADLINES_MAX];        /* Their hard deadlines. */
+  uint64_t ring_counters[EM_CLIENT_RING_COUNT];   /* By em_client_ring_counter_t. */
+  char deadline_path[EM_CLIENT_STATE_PATH_BYTES]; /* The deadline page file. */
 } em_client_t;
 
 /* A span being timed: em_client_span_begin() ... em_client_span_end(). */
@@ -810,6 +852,591 @@ static inline int em_client_unsubscribe(em_client_t *c) {
   return rc;
 }
 
+/* ---- Span ring v2 (proto/WIRE.md "Span ring v2", "Deadline page v1") ---- */
+
+/* memfd and seals: declared by glibc only under _GNU_SOURCE; the values are Linux's ABI. */
+#ifndef MFD_CLOEXEC
+#define MFD_CLOEXEC       0x0001u
+#define MFD_ALLOW_SEALING 0x0002u
+extern int memfd_create(const char *name, unsigned int flags);
+#endif
+#ifndef F_ADD_SEALS
+#define F_ADD_SEALS   1033
+#define F_SEAL_SEAL   0x0001
+#define F_SEAL_SHRINK 0x0002
+#define F_SEAL_GROW   0x0004
+#endif
+
+#if defined(__cplusplus)
+#define EM_CLIENT__THREAD_LOCAL thread_local
+#else
+#define EM_CLIENT__THREAD_LOCAL _Thread_local
+#endif
+
+/* Internal: ring modes (em_client__ring_t.mode). */
+enum {
+  EM_CLIENT__RING_NONE = 0,  /* Not registered (or the register could not be sent). */
+  EM_CLIENT__RING_PENDING,   /* Register sent, waiting for the ack: spans go as datagrams. */
+  EM_CLIENT__RING_LIVE,      /* Acked: spans go to the ring. */
+  EM_CLIENT__RING_REFUSED,   /* Negative ack: datagrams until the agent changes. */
+  EM_CLIENT__RING_UNANSWERED /* No ack in a second: datagrams until the agent changes. */
+};
+
+/* Internal: the calling thread's ring. Zero is "no ring"; memfd is valid while mem is set, sock
+ * while the mode is pending. */
+typedef struct {
+  uint8_t *mem;             /* Read-write mapping of the memfd, or NULL. */
+  size_t bytes;             /* Its length: 128 + slot_count * 64. */
+  int memfd;                /* The ring's memfd (kept for registering again). */
+  int sock;                 /* Autobound socket the ack comes back to, while pending. */
+  int mode;                 /* EM_CLIENT__RING_*. */
+  int failed;               /* Setup failed for (owner, gen): not tried again until it changes. */
+  uint32_t mask;            /* slot_count - 1. */
+  uint64_t pos;             /* Writer position: slots written since the ring was made. */
+  uint64_t start;           /* Head at the last registration. */
+  uint64_t checkpoint;      /* pos when the agent was last seen unchanged. */
+  uint64_t ack_deadline_ns; /* Pending: unanswered after this. */
+  uint64_t next_check_ns;   /* Live: the slow path (agent check) runs from this on. */
+  uint64_t owner;           /* em_client_t.serial of the client that made it. */
+  uint64_t gen;             /* The owner's agent_gen at its last registration. */
+} em_client__ring_t;
+
+/* Internal: the calling thread's ring (one per thread and translation unit). */
+static inline em_client__ring_t *em_client__ring_tls(void) {
+  static EM_CLIENT__THREAD_LOCAL em_client__ring_t ring;
+  return &ring;
+}
+
+/* Internal: unmaps the ring and closes its descriptors; marks it closed (state 2, release)
+ * first when `mark` (this process wrote it). The thread's ring is "none" afterwards. */
+static inline void em_client__ring_release(em_client__ring_t *r, int mark) {
+  if (r->mem != NULL) {
+    if (mark) {
+      __atomic_store_n((uint32_t *)(void *)(r->mem + 48), (uint32_t)2, __ATOMIC_RELEASE);
+    }
+    munmap(r->mem, r->bytes);
+    close(r->memfd);
+  }
+  if (r->mode == EM_CLIENT__RING_PENDING) {
+    close(r->sock);
+  }
+  memset(r, 0, sizeof(*r));
+}
+
+/* Internal: pthread key destructor: the thread ended, its ring is closed. */
+static inline void em_client__ring_thread_exit(void *arg) {
+  em_client__ring_release((em_client__ring_t *)arg, 1);
+}
+
+/* Internal: fork child: the parent's ring is forgotten, never written; the child makes its own. */
+static inline void em_client__ring_atfork_child(void) {
+  em_client__ring_release(em_client__ring_tls(), 0);
+}
+
+/* Internal: the thread-exit key (and the fork handler), made once per translation unit. */
+static inline pthread_key_t *em_client__ring_key(void) {
+  static pthread_key_t key;
+  return &key;
+}
+static inline int *em_client__ring_key_ok(void) {
+  static int ok;
+  return &ok;
+}
+static inline void em_client__ring_once_init(void) {
+  if (pthread_key_create(em_client__ring_key(), em_client__ring_thread_exit) == 0 &&
+      pthread_atfork(NULL, NULL, em_client__ring_atfork_child) == 0) {
+    *em_client__ring_key_ok() = 1;
+  }
+}
+static inline int em_client__ring_setup_once(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  return pthread_once(&once, em_client__ring_once_init) == 0 && *em_client__ring_key_ok();
+}
+
+/* Internal: this process's start time, field 22 of /proc/self/stat (clock ticks), or 0. */
+static inline uint64_t em_client__start_time(void) {
+  char buf[1024];
+  uint64_t v = 0;
+  ssize_t n;
+  const char *p;
+  int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return 0;
+  }
+  n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) {
+    return 0;
+  }
+  buf[n] = '\0';
+  p = strrchr(buf, ')'); /* comm may hold spaces and parentheses */
+  if (p == NULL) {
+    return 0;
+  }
+  for (int field = 2; field < 22 && *p != '\0'; p++) {
+    if (*p == ' ') {
+      field++;
+    }
+    if (field == 22) {
+      p++;
+      break;
+    }
+  }
+  while (*p >= '0' && *p <= '9') {
+    v = v * 10 + (uint64_t)(*p++ - '0');
+  }
+  return v;
+}
+
+/* Internal: the calling thread's id (informative in the header), or 0. */
+static inline uint32_t em_client__tid(void) {
+#if defined(SYS_gettid) && (defined(_GNU_SOURCE) || defined(_DEFAULT_SOURCE))
+  return (uint32_t)syscall(SYS_gettid);
+#else
+  return 0;
+#endif
+}
+
+/* Internal: u32/u16 little-endian at p. */
+static inline void em_client__put_u32(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) {
+    p[i] = (uint8_t)(v >> (8 * i));
+  }
+}
+
+/* Internal: makes the thread's ring of `slots` slots: a sealed memfd, mapped read-write, its
+ * header written (head 0, open). 0 or a negative errno (nothing is left behind). */
+static inline int em_client__ring_create(em_client__ring_t *r, uint32_t slots) {
+  size_t bytes = (size_t)EM_CLIENT_RING_HEADER_BYTES + (size_t)slots * EM_CLIENT_RING_SLOT_BYTES;
+  void *map;
+  uint8_t *h;
+  int err;
+  int fd = memfd_create("edgemon-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) {
+    return -errno;
+  }
+  if (ftruncate(fd, (off_t)bytes) != 0 ||
+      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    err = errno;
+    close(fd);
+    return -err;
+  }
+  map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (map == MAP_FAILED) {
+    err = errno;
+    close(fd);
+    return -err;
+  }
+  h = (uint8_t *)map; /* the memfd starts zeroed: head, lost and reserved bytes are 0 */
+  memcpy(h, "EMRG", 4);
+  h[4] = 2; /* version */
+  h[6] = (uint8_t)EM_CLIENT_RING_HEADER_BYTES;
+  h[8] = (uint8_t)EM_CLIENT_RING_SLOT_BYTES;
+  em_client__put_u32(h + 12, slots);
+  em_client__put_u32(h + 16, (uint32_t)getpid());
+  em_client__put_u32(h + 20, em_client__tid());
+  em_client__put_u64(h + 24, em_client__start_time());
+  em_client__put_u32(h + 48, 1); /* open */
+  memset(r, 0, sizeof(*r));
+  r->mem = h;
+  r->bytes = bytes;
+  r->memfd = fd;
+  r->mask = slots - 1;
+  return 0;
+}
+
+/* Internal: sends the register datagram (start = the current head) with the memfd from a fresh
+ * autobound socket to the span socket; the ring is then pending (none when it failed). */
+static inline void em_client__ring_register(em_client_t *c, em_client__ring_t *r, uint64_t now_ns) {
+  uint8_t buf[EM_CLIENT_DGRAM_BYTES];
+  union {
+    struct cmsghdr align;
+    char bytes[CMSG_SPACE(sizeof(int))];
+  } control;
+  struct cmsghdr *cm;
+  struct sockaddr_un addr;
+  struct iovec iov;
+  struct msghdr msg;
+  int fd;
+  if (r->mode == EM_CLIENT__RING_PENDING) {
+    close(r->sock);
+  }
+  r->mode = EM_CLIENT__RING_NONE;
+  r->start = r->pos;
+  r->checkpoint = r->pos;
+  r->gen = c->agent_gen;
+  em_client__pack(buf, (uint32_t)getpid(), 5, r->pos, 0, 0);
+  buf[2] = 2; /* version 2 */
+  fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) {
+    c->ring_counters[EM_CLIENT_RING_UNSENT]++;
+    return;
+  }
+  memset(&addr, 0, sizeof(addr));
+  addr.sun_family = AF_UNIX;
+  if (bind(fd, (const struct sockaddr *)&addr, (socklen_t)sizeof(sa_family_t)) != 0) {
+    close(fd);
+    c->ring_counters[EM_CLIENT_RING_UNSENT]++;
+    return;
+  }
+  memcpy(addr.sun_path, c->path, strlen(c->path)); /* fits: checked at open */
+  memset(&control, 0, sizeof(control));
+  memset(&msg, 0, sizeof(msg));
+  iov.iov_base = buf;
+  iov.iov_len = sizeof(buf);
+  msg.msg_name = &addr;
+  msg.msg_namelen = (socklen_t)sizeof(addr);
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control.bytes;
+  msg.msg_controllen = sizeof(control.bytes);
+  cm = CMSG_FIRSTHDR(&msg);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(cm), &r->memfd, sizeof(int));
+  if (sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof(buf)) {
+    close(fd);
+    c->ring_counters[EM_CLIENT_RING_UNSENT]++;
+    return;
+  }
+  c->ring_counters[EM_CLIENT_RING_REGISTRATIONS]++;
+  r->sock = fd;
+  r->mode = EM_CLIENT__RING_PENDING;
+  r->ack_deadline_ns = now_ns + EM_CLIENT_ACK_TIMEOUT_NS;
+}
+
+/* Internal: while pending, reads what is queued on the ring's socket (never waits) and moves
+ * the ring to live, refused or, after a second without an ack, unanswered. */
+static inline void em_client__ring_poll_ack(em_client_t *c, em_client__ring_t *r, uint64_t now_ns) {
+  for (;;) {
+    uint8_t buf[EM_CLIENT_DGRAM_BYTES * 2];
+    ssize_t n = recv(r->sock, buf, sizeof(buf), MSG_DONTWAIT);
+    int64_t status;
+    if (n < 0) {
+      if (errno == EINTR) {
+        continue;
+      }
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        break;
+      }
+      now_ns = UINT64_MAX; /* the socket is broken: no ack will come */
+      break;
+    }
+    if (n != (ssize_t)EM_CLIENT_DGRAM_BYTES || buf[0] != 0x45 || buf[1] != 0x4D || buf[2] != 2 ||
+        buf[3] != 17 || em_client__get_u64(buf + 8) != r->start) {
+      continue; /* not this registration's ack: ignored */
+    }
+    status = (int64_t)em_client__get_u64(buf + 16);
+    close(r->sock);
+    r->checkpoint = r->pos;
+    if (status == 0) {
+      r->mode = EM_CLIENT__RING_LIVE;
+      c->ring_counters[EM_CLIENT_RING_ACCEPTED]++;
+    } else {
+      r->mode = EM_CLIENT__RING_REFUSED;
+      c->ring_counters[EM_CLIENT_RING_REFUSED]++;
+    }
+    return;
+  }
+  if (now_ns >= r->ack_deadline_ns) {
+    close(r->sock);
+    r->mode = EM_CLIENT__RING_UNANSWERED;
+    c->ring_counters[EM_CLIENT_RING_UNANSWERED]++;
+  }
+}
+
+/* Internal: forgets the deadline page mapping and its entries. */
+static inline void em_client__dl_drop(em_client_t *c) {
+  if (c->dl_page != NULL) {
+    munmap((void *)(uintptr_t)c->dl_page, EM_CLIENT_DEADLINE_BYTES);
+    c->dl_page = NULL;
+  }
+  c->dl_dev = 0;
+  c->dl_ino = 0;
+  c->dl_count = 0;
+}
+
+/* Internal: the page's seqlock read of the entries when seq moved. 0, or -EBADMSG (not a
+ * deadline page v1); every try overlapping a write keeps the previous entries. */
+static inline int em_client__dl_read(em_client_t *c, int first) {
+  const uint8_t *page = c->dl_page;
+  uint8_t local[EM_CLIENT_DEADLINE_BYTES];
+  for (int tries = 0; tries < EM_CLIENT_SEQLOCK_TRIES; tries++) {
+    uint32_t s1 = em_client__load_seq(page, __ATOMIC_ACQUIRE);
+    uint32_t count;
+    uint32_t slots;
+    if (!first && s1 == c->dl_seq) {
+      return 0;
+    }
+    if (s1 & 1u) {
+      continue;
+    }
+    for (size_t i = 0; i < sizeof(local); i++) {
+      local[i] = __atomic_load_n(page + i, __ATOMIC_RELAXED);
+    }
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (em_client__load_seq(page, __ATOMIC_RELAXED) != s1) {
+      continue;
+    }
+    count = (uint32_t)(local[6] | local[7] << 8);
+    if (memcmp(local, "EMDL", 4) != 0 || (local[4] | local[5] << 8) != 1 ||
+        count > EM_CLIENT_DEADLINES_MAX) {
+      return -EBADMSG;
+    }
+    slots = em_client__get_u32(local + 16);
+    c->dl_slots = slots >= EM_CLIENT_RING_MIN_SLOTS && slots <= EM_CLIENT_RING_MAX_SLOTS &&
+                          (slots & (slots - 1)) == 0
+                      ? slots
+                      : EM_CLIENT_RING_SLOTS;
+    c->dl_count = 0;
+    for (uint32_t i = 0; i < count; i++) {
+      char name[32];
+      uint64_t ns = em_client__get_u64(local + 96 + 40 * i);
+      if (em_client__text(name, local + 64 + 40 * i, sizeof(name), 1) != 0 || name[0] == '\0' ||
+          ns == 0) {
+        continue; /* a bad entry is skipped, the others hold */
+      }
+      memcpy(c->dl_stage[c->dl_count], name, sizeof(name));
+      c->dl_len[c->dl_count] = (uint8_t)strlen(name);
+      c->dl_ns[c->dl_count] = ns;
+      c->dl_count++;
+    }
+    c->dl_seq = s1;
+    return 0;
+  }
+  return first ? -EBUSY : 0;
+}
+
+/* Internal, at most once per EM_CLIENT_PAGE_RECHECK_NS: stat()s the deadline page; another
+ * inode (a new agent, the page appeared or went) maps it again and moves agent_gen. */
+static inline void em_client__dl_check(em_client_t *c, uint64_t now_ns) {
+  struct stat st;
+  void *map;
+  int fd;
+  c->dl_next_check_ns = now_ns + EM_CLIENT_PAGE_RECHECK_NS;
+  if (c->deadline_path[0] == '\0' || stat(c->deadline_path, &st) != 0) {
+    if (c->dl_page != NULL) {
+      em_client__dl_drop(c);
+      c->agent_gen++;
+    }
+    return;
+  }
+  if (c->dl_page != NULL && (uint64_t)st.st_dev == c->dl_dev && (uint64_t)st.st_ino == c->dl_ino) {
+    (void)em_client__dl_read(c, 0);
+    return;
+  }
+  if (c->dl_page != NULL) {
+    em_client__dl_drop(c);
+    c->agent_gen++;
+  }
+  fd = open(c->deadline_path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return;
+  }
+  if (fstat(fd, &st) != 0 || st.st_size < (off_t)EM_CLIENT_DEADLINE_BYTES) {
+    close(fd); /* refused before mapping, so the mapping never faults */
+    return;
+  }
+  map = mmap(NULL, EM_CLIENT_DEADLINE_BYTES, PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  if (map == MAP_FAILED) {
+    return;
+  }
+  c->dl_page = (const uint8_t *)map;
+  if (em_client__dl_read(c, 1) != 0) {
+    em_client__dl_drop(c);
+    return;
+  }
+  c->dl_dev = (uint64_t)st.st_dev;
+  c->dl_ino = (uint64_t)st.st_ino;
+  c->agent_gen++;
+}
+
+/* Internal, the slow path of a span: the agent check (deadline page, once a second), making
+ * the thread's ring, registering it, polling for its ack. Returns 1 when the ring is live for
+ * `c` now (the span goes to the ring), else 0 (the span goes as a datagram). */
+static inline int em_client__ring_slow(em_client_t *c, em_client__ring_t *r) {
+  uint64_t now_ns = em_client_now_ns();
+  if (now_ns >= c->dl_next_check_ns) {
+    em_client__dl_check(c, now_ns);
+  }
+  if (r->mem != NULL && r->owner != c->serial) {
+    return 0; /* this thread's ring belongs to another client: datagrams */
+  }
+  if (c->dl_page == NULL) {
+    return 0; /* no valid deadline page: no v2 agent */
+  }
+  if (r->mem == NULL) {
+    if (r->failed && r->owner == c->serial && r->gen == c->agent_gen) {
+      return 0;
+    }
+    if (!em_client__ring_setup_once() || em_client__ring_create(r, c->dl_slots) != 0) {
+      r->failed = 1;
+      r->owner = c->serial;
+      r->gen = c->agent_gen;
+      c->ring_counters[EM_CLIENT_RING_SETUP_FAILED]++;
+      return 0;
+    }
+    (void)pthread_setspecific(*em_client__ring_key(), r);
+    r->owner = c->serial;
+    r->gen = c->agent_gen + 1; /* never registered */
+    c->ring_counters[EM_CLIENT_RING_CREATED]++;
+  }
+  if (r->gen != c->agent_gen) {
+    if (r->mode == EM_CLIENT__RING_LIVE) {
+      /* A new agent: spans since the old one was last seen may never be drained. */
+      c->ring_counters[EM_CLIENT_RING_AGENT_RESTART] += r->pos - r->checkpoint;
+    }
+    em_client__ring_register(c, r, now_ns);
+  } else if (r->mode == EM_CLIENT__RING_PENDING) {
+    em_client__ring_poll_ack(c, r, now_ns);
+  }
+  if (r->mode != EM_CLIENT__RING_LIVE) {
+    return 0;
+  }
+  r->checkpoint = r->pos;
+  r->next_check_ns = c->dl_next_check_ns;
+  return 1;
+}
+
+/* Internal: writes one slot at the ring's position, then publishes head with release. The
+ * release fence first orders the previous head store before this slot's stores (WIRE.md). */
+static inline void em_client__ring_write(em_client__ring_t *r, uint8_t kind, const char *stage,
+                                         size_t len, uint64_t frame_id, uint64_t start_ns,
+                                         uint64_t duration_ns) {
+  uint8_t slot[EM_CLIENT_RING_SLOT_BYTES];
+  uint64_t p = r->pos;
+  memset(slot, 0, sizeof(slot));
+  em_client__put_u32(slot, (uint32_t)(p + 1));
+  slot[4] = kind;
+  em_client__put_u64(slot + 8, frame_id);
+  em_client__put_u64(slot + 16, start_ns);
+  em_client__put_u64(slot + 24, duration_ns);
+  memcpy(slot + 32, stage, len);
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  memcpy(r->mem + EM_CLIENT_RING_HEADER_BYTES + (size_t)(p & r->mask) * EM_CLIENT_RING_SLOT_BYTES,
+         slot, sizeof(slot));
+  p++;
+  r->pos = p;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  p = __builtin_bswap64(p);
+#endif
+  __atomic_store_n((uint64_t *)(void *)(r->mem + 32), p, __ATOMIC_RELEASE);
+}
+
+/* Internal: the hard deadline of `stage` (len bytes) from the deadline page, or 0. */
+static inline uint64_t em_client__hard_deadline(const em_client_t *c, const char *stage,
+                                                size_t len) {
+  for (uint32_t i = 0; i < c->dl_count; i++) {
+    if (c->dl_len[i] == len && memcmp(c->dl_stage[i], stage, len) == 0) {
+      return c->dl_ns[i];
+    }
+  }
+  return 0;
+}
+
+/* Internal: a span over its hard deadline, already in the ring, also as a kind-6 datagram. */
+static inline void em_client__hard_miss(em_client_t *c, const char *stage, size_t len,
+                                        uint64_t frame_id, uint64_t start_ns,
+                                        uint64_t duration_ns) {
+  uint8_t buf[EM_CLIENT_DGRAM_BYTES];
+  int rc = -ENOTCONN;
+  em_client__pack(buf, c->pid, 6, frame_id, start_ns, duration_ns);
+  buf[2] = 2; /* version 2 */
+  memcpy(buf + 32, stage, len);
+  if (c->fd >= 0 || em_client__connect(c, em_client_now_ns()) == 0) {
+    rc = em_client__send_once(c, buf);
+  }
+  if (rc == 0) {
+    c->sent++;
+    c->ring_counters[EM_CLIENT_RING_HARD_MISS]++;
+    return;
+  }
+  if (em_client__no_agent_errno(-rc)) {
+    em_client__disconnect(c);
+  }
+  c->ring_counters[EM_CLIENT_RING_HARD_MISS_LOST]++;
+}
+
+/* Internal: a span (kind 1) or heartbeat (kind 2): to this thread's ring when it is live,
+ * else as a datagram v1 (em_client__emit, which documents the returns). */
+static inline int em_client__out(em_client_t *c, uint8_t kind, const char *stage, uint64_t frame_id,
+                                 uint64_t start_ns, uint64_t duration_ns) {
+  em_client__ring_t *r;
+  size_t len = 0;
+  if (c == NULL || c->closed || stage == NULL) {
+    return em_client__emit(c, kind, stage, frame_id, start_ns, duration_ns);
+  }
+  r = em_client__ring_tls();
+  if (r->mode != EM_CLIENT__RING_LIVE || r->owner != c->serial || r->gen != c->agent_gen ||
+      start_ns + duration_ns >= r->next_check_ns) {
+    if (c->deadline_path[0] == '\0' || !em_client__ring_slow(c, r)) {
+      return em_client__emit(c, kind, stage, frame_id, start_ns, duration_ns);
+    }
+  }
+  if (!em_client_stage_valid(stage)) {
+    c->dropped[EM_CLIENT_DROP_INVALID_STAGE]++;
+    return -EINVAL;
+  }
+  len = strlen(stage);
+  em_client__ring_write(r, kind, stage, len, frame_id, start_ns, duration_ns);
+  c->ring_counters[EM_CLIENT_RING_WRITTEN]++;
+  if (kind == 1 && c->dl_count != 0) {
+    uint64_t deadline_ns = em_client__hard_deadline(c, stage, len);
+    if (deadline_ns != 0 && duration_ns > deadline_ns) {
+      em_client__hard_miss(c, stage, len, frame_id, start_ns, duration_ns);
+    }
+  }
+  return 0;
+}
+
+/* Internal: closes the calling thread's ring when `c` made it (state 2). */
+static inline void em_client__ring_close_own(em_client_t *c) {
+  em_client__ring_t *r = em_client__ring_tls();
+  if (r->owner != c->serial) {
+    return;
+  }
+  if (r->mem != NULL) {
+    c->ring_counters[EM_CLIENT_RING_CLOSED]++;
+  }
+  em_client__ring_release(r, 1);
+}
+
+/*
+ * Writes the default deadline page path into out[0..cap): $EDGEMON_DEADLINE_PAGE, else the file
+ * "deadlines" beside the span socket `socket_path` (both live in the agent's runtime
+ * directory). Returns 0, -EINVAL or -ENAMETOOLONG.
+ */
+static inline int em_client_default_deadline_path(char *out, size_t cap, const char *socket_path) {
+  const char *env = getenv("EDGEMON_DEADLINE_PAGE");
+  const char *slash;
+  if (out == NULL || cap == 0 || socket_path == NULL) {
+    return -EINVAL;
+  }
+  if (env != NULL && env[0] != '\0') {
+    return em_client__join_any(out, cap, env, "");
+  }
+  slash = strrchr(socket_path, '/');
+  if (slash == NULL) {
+    return em_client__join_any(out, cap, "deadlines", "");
+  }
+  if ((size_t)(slash - socket_path) + sizeof("/deadlines") > cap) {
+    out[0] = '\0';
+    return -ENAMETOOLONG;
+  }
+  memcpy(out, socket_path, (size_t)(slash - socket_path));
+  memcpy(out + (slash - socket_path), "/deadlines", sizeof("/deadlines"));
+  return 0;
+}
+
+/* Internal: a serial number for each open, unique in the process. */
+static inline uint64_t em_client__next_serial(const em_client_t *c) {
+  static uint64_t counter;
+  uint64_t n = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
+  return (em_client_now_ns() ^ (uint64_t)(uintptr_t)c) * 1024u + (n & 1023u) + 1u;
+}
+
 /*
  * Opens a client for the span socket at `socket_path` (borrowed; NULL or "": the default
  * path, see the top of this file) and tries to connect once. An absent agent is not an error:
@@ -841,6 +1468,9 @@ static inline int em_client_open(em_client_t *c, const char *socket_path) {
       return rc;
     }
   }
+  c->serial = em_client__next_serial(c);
+  c->dl_slots = EM_CLIENT_RING_SLOTS;
+  (void)em_client_default_deadline_path(c->deadline_path, sizeof(c->deadline_path), c->path);
   c->closed = 0;
   (void)em_client__connect(c, em_client_now_ns());
   return 0;
@@ -851,8 +1481,12 @@ static inline void em_client_close(em_client_t *c) {
   if (c == NULL) {
     return;
   }
+  if (!c->closed) {
+    em_client__ring_close_own(c);
+  }
   em_client__disconnect(c);
   em_client__page_drop(c);
+  em_client__dl_drop(c);
   if (c->sub_fd >= 0) {
     close(c->sub_fd);
     c->sub_fd = -1;
@@ -871,13 +1505,13 @@ static inline void em_client_set_frame(em_client_t *c, uint64_t frame_id) {
  * Returns 0 or a negative errno as em_client__emit documents (the drop is already counted). */
 static inline int em_client_record(em_client_t *c, const char *stage, uint64_t start_ns,
                                    uint64_t duration_ns) {
-  return em_client__emit(c, 1, stage, c != NULL ? c->frame_id : 0, start_ns, duration_ns);
+  return em_client__out(c, 1, stage, c != NULL ? c->frame_id : 0, start_ns, duration_ns);
 }
 
 /* em_client_record() with an explicit frame id. */
 static inline int em_client_record_frame(em_client_t *c, const char *stage, uint64_t frame_id,
                                          uint64_t start_ns, uint64_t duration_ns) {
-  return em_client__emit(c, 1, stage, frame_id, start_ns, duration_ns);
+  return em_client__out(c, 1, stage, frame_id, start_ns, duration_ns);
 }
 
 /* Sends the span of `stage` from start_ns until now. */
@@ -888,7 +1522,7 @@ static inline int em_client_span_end_at(em_client_t *c, const char *stage, uint6
 
 /* Tells the agent `stage` is alive (stall rules), with no duration, at the current frame. */
 static inline int em_client_heartbeat(em_client_t *c, const char *stage) {
-  return em_client__emit(c, 2, stage, c != NULL ? c->frame_id : 0, em_client_now_ns(), 0);
+  return em_client__out(c, 2, stage, c != NULL ? c->frame_id : 0, em_client_now_ns(), 0);
 }
 
 /* Starts timing `stage` (borrowed until em_client_span_end). */
