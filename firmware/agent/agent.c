@@ -185,6 +185,7 @@ struct em_agent {
   uint64_t last_birth_ns;       /* uv_hrtime() of the last birth published, 0: none yet. */
   uint64_t rebirths_suppressed; /* cmd/rebirth requests folded into another's birth. */
   em_log_limit_t refusal_log;   /* "subscribe refused" lines. */
+  em_log_limit_t ring_log;      /* "ring register refused" lines. */
   uint64_t next_tick_ns;        /* uv_hrtime() the next tick is due: start + k * period. */
   uint64_t last_tick_ns;        /* uv_hrtime() the last tick started: its window's start. */
   uint64_t next_smaps_ns;
@@ -685,7 +686,13 @@ static void on_register(void *ctx, const em_ring_dgram_t *reg, int fd, bool allo
     }
     return;
   }
-  em_rings_register(a->rings, reg, fd, allowed, sender, from, from_len);
+  int rc = em_rings_register(a->rings, reg, fd, allowed, sender, from, from_len);
+  if (rc && em_log_limit_pass(&a->ring_log, uv_hrtime(), REFUSAL_LOG_NS)) {
+    EM_WARN("rings: register from pid %lu refused: %s (further refusals within %u s are "
+            "counted in rings.refused, not logged one by one)",
+            (unsigned long)em_spans_sender_pid(sender), strerror(-rc),
+            (unsigned)(REFUSAL_LOG_NS / NS_PER_SEC));
+  }
 }
 
 /* The hard deadlines of cfg's rules, one per stage (the smallest), into out[0..64). */
@@ -738,6 +745,10 @@ static void flush_refusal_log(em_agent_t *a, uint64_t now) {
   uint64_t held = 0;
   if (em_log_limit_flush(&a->refusal_log, now, REFUSAL_LOG_NS, &held)) {
     EM_WARN("spans: %llu more subscribe requests refused in the last %u s (push.subscribe_refused)",
+            (unsigned long long)held, (unsigned)(REFUSAL_LOG_NS / NS_PER_SEC));
+  }
+  if (em_log_limit_flush(&a->ring_log, now, REFUSAL_LOG_NS, &held)) {
+    EM_WARN("rings: %llu more ring registers refused in the last %u s (rings.refused)",
             (unsigned long long)held, (unsigned)(REFUSAL_LOG_NS / NS_PER_SEC));
   }
 }

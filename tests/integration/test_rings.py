@@ -168,6 +168,8 @@ def test_a_sender_outside_the_allow_lists_is_refused_and_counted(stack):
     v, _ = values_until(sub, birth, lambda v, c: v["rings.refused"] >= 1)
     assert v["rings.refused"] == 1
     assert v["rings.active"] == 0
+    assert f"rings: register from pid {os.getpid()} refused: Operation not permitted" in \
+        agent.log_text()
 
 
 def test_refusals_name_the_broken_check(stack):
