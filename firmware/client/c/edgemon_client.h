@@ -1,7 +1,8 @@
 /*
  * edgemon_client.h - header-only C/C++ client that tells edgemon-agent how long each stage of
- * each frame took: one 64-byte span datagram v1 (proto/WIRE.md) per span, sent without
- * blocking on an AF_UNIX SOCK_DGRAM socket connected to the agent's span socket.
+ * each frame took: through the calling thread's span ring v2 (shared memory, no system call per
+ * span) when the agent runs one, else one 64-byte span datagram v1 (proto/WIRE.md) per span,
+ * sent without blocking on an AF_UNIX SOCK_DGRAM socket connected to the agent's span socket.
  *
  *   em_client_t em;
  *   em_client_open(&em, NULL);                  // NULL: $EDGEMON_SOCKET or the agent's default
@@ -26,6 +27,28 @@
  *    $XDG_RUNTIME_DIR/edgemon/spans.sock when XDG_RUNTIME_DIR is an absolute path, else
  *    /tmp/edgemon-<euid>/spans.sock (the agent's own defaults, firmware/agent/config.c).
  *
+ * Span rings v2 (proto/WIRE.md "Span ring v2", "Deadline page v1"), as the Python client:
+ *  - Rings are tried only while a valid deadline page exists: $EDGEMON_DEADLINE_PAGE, else the
+ *    file "deadlines" beside the span socket. It is stat()ed at most once a second; another
+ *    inode is a new agent. Its hard deadlines and suggested slot count are read with its seqlock.
+ *  - A thread's first span then makes its ring: a memfd of 128 + slots * 64 bytes (the page's
+ *    ring_slots, else 1024), sealed against shrinking and growing, mapped read-write, and sends
+ *    the register datagram (v2, kind 5, the memfd in SCM_RIGHTS) from a fresh autobound socket.
+ *    While pending, spans go as datagrams v1 and each looks for the ack with one non-blocking
+ *    recv(). Ack status 0: live, spans go to the ring (one 64-byte slot, then head with release:
+ *    no system call). A negative status, or no ack within a second (a v1 agent): datagrams v1
+ *    until the page's inode changes. Any failure to make the ring: datagrams, counted.
+ *  - A live span over its stage's hard deadline also goes as a hard miss datagram (v2, kind 6).
+ *  - A new agent (new page inode): the ring registers again at its current head; the spans
+ *    written since the old agent was last seen are counted in agent_restart (an upper bound).
+ *  - The ring is closed (state 2) when its thread ends (a pthread key destructor) or when
+ *    em_client_close() runs on its thread. In a forked child (pthread_atfork) the parent's ring
+ *    is forgotten, never written; the child's next span makes and registers its own.
+ *  - One ring per thread (and translation unit), owned by the first client that spans in that
+ *    thread; other clients used in the same thread meanwhile send datagrams v1.
+ *  - Counters: em_client_t.ring_counters[] (em_client_ring_counter_t); `sent` counts datagrams
+ *    only (v1 spans and kind-6 hard misses), ring_counters[EM_CLIENT_RING_WRITTEN] the slots.
+ *
  * The agent's level (proto/WIRE.md): em_client_level() / em_client_state() read the state
  * page (<runtime_dir>/state, or $EDGEMON_STATE_PAGE, or em_client_set_state_path()), mapped
  * once, with the seqlock and no system call (a stat() of the path once per second follows a
@@ -35,13 +58,14 @@
  *
  * Ownership: the caller owns the em_client_t (stack, static or heap); the client owns one
  * socket descriptor from em_client_open() to em_client_close(). Strings passed in are
- * borrowed for the call. Nothing allocates.
+ * borrowed for the call. Nothing allocates on the heap (rings are memfd mappings).
  *
  * Threads: an em_client_t is used by one thread at a time (its counters and descriptor are
- * plain fields). Give each thread its own; each costs one descriptor.
- * Fork: the child must not share the parent's em_client_t: call em_client_close() and
+ * plain fields). Give each thread its own; each costs one descriptor, and one ring (a memfd
+ * and a mapping) while a v2 agent runs. Link with -pthread where libc needs it (glibc < 2.34).
+ * Fork: the child should not share the parent's em_client_t: call em_client_close() and
  * em_client_open() in the child (the datagrams carry the sender's pid; the push socket would
- * otherwise be shared with the parent).
+ * otherwise be shared with the parent). Its ring is the child's own either way.
  *
  * Everything is static inline with the em_client_ prefix (em_client__ is internal). It needs
  * no library: not even edgemon's proto library; packing is done here, little-endian, byte by
