@@ -11,7 +11,8 @@
  * Covered: ring bytes; datagrams before the ack, the ring only after it; no ack and a refused
  * ack fall back to datagrams; a hard deadline miss goes to the ring and as a kind-6 datagram;
  * four threads make four rings, closed (state 2) when their threads end, every span
- * accounted for; a forked child forgets the parent's ring and registers its own.
+ * accounted for; a new agent (another deadline page inode) gets the ring registered again at
+ * its head; a forked child forgets the parent's ring and registers its own.
  */
 #define _GNU_SOURCE /* mkdtemp, fork, gettid, F_GET_SEALS under -std=c11. */
 
@@ -510,6 +511,48 @@ static void ring_hard_miss_also_sends_kind_6(void **state) {
   peer_close(&p);
 }
 
+/* A new agent (the deadline page renamed into place: another inode): the ring registers
+ * again at its current head, and the spans since the old agent was last seen are counted. */
+static void ring_new_agent_registers_again_at_the_head(void **state) {
+  peer_t p;
+  peer_ring_t ring;
+  peer_ring_t again;
+  em_client_t c;
+  size_t before = 0;
+  unsigned spans = 0;
+  uint64_t head;
+  (void)state;
+  peer_open(&p, RING_SLOTS, NULL, 0);
+  assert_int_equal(em_client_open(&c, p.path), 0);
+  assert_int_equal(em_client_record(&c, "infer", em_client_now_ns(), 1), 0);
+  peer_expect_register(&p, (uint32_t)getpid(), &ring, &before);
+  peer_ack(&p, &ring, 0);
+  (void)spans_until_live(&c, "infer");
+  assert_int_equal(c.ring_counters[EM_CLIENT_RING_REGISTRATIONS], 1);
+
+  peer_write_page(&p, RING_SLOTS, NULL, 0); /* a new file: a new agent */
+  while (c.ring_counters[EM_CLIENT_RING_REGISTRATIONS] == 1 && spans < LIVE_TRIES) {
+    assert_int_equal(em_client_record(&c, "infer", em_client_now_ns(), 1), 0);
+    spans++; /* one a ms: the page is checked once a second */
+    sleep_ms(1);
+  }
+  assert_int_equal(c.ring_counters[EM_CLIENT_RING_REGISTRATIONS], 2);
+  head = head_of(&ring);
+  peer_expect_register(&p, (uint32_t)getpid(), &again, &before);
+  assert_true(again.start == head); /* at the current head, the same memfd's memory */
+  assert_true(again.header.head == head);
+  assert_true(head > 1);
+  assert_true(c.ring_counters[EM_CLIENT_RING_AGENT_RESTART] >= 1);
+  assert_true(c.ring_counters[EM_CLIENT_RING_AGENT_RESTART] <= head);
+  peer_ack(&p, &again, 0);
+  (void)spans_until_live(&c, "infer");
+  assert_true(head_of(&again) == head + 1); /* the span that found the second ack */
+  em_client_close(&c);
+  peer_ring_unmap(&again);
+  peer_ring_unmap(&ring);
+  peer_close(&p);
+}
+
 /* ---- Four writer threads ---- */
 
 typedef struct {
@@ -675,6 +718,7 @@ int main(void) {
       cmocka_unit_test(ring_datagrams_until_the_ack_then_ring_only),
       cmocka_unit_test(ring_unanswered_or_refused_falls_back_to_datagrams),
       cmocka_unit_test(ring_hard_miss_also_sends_kind_6),
+      cmocka_unit_test(ring_new_agent_registers_again_at_the_head),
       cmocka_unit_test(ring_four_threads_four_rings_every_span_counted),
       cmocka_unit_test(ring_forked_child_registers_its_own),
   };
