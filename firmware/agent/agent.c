@@ -91,6 +91,7 @@ enum {
   M_RING_LOST_OVERWRITTEN,
   M_RING_LOST_BAD_SLOT,
   M_RING_LOST_BAD_HEAD,
+  M_RING_LOST_SKIPPED,
   M_RINGS_ACTIVE,
   M_RINGS_REFUSED,
   M_SPANS_FDS_CLOSED,
@@ -155,6 +156,7 @@ static const struct {
     [M_RING_LOST_OVERWRITTEN] = {"spans.ring_lost.overwritten", "1", EM_METRIC_COUNTER},
     [M_RING_LOST_BAD_SLOT] = {"spans.ring_lost.bad_slot", "1", EM_METRIC_COUNTER},
     [M_RING_LOST_BAD_HEAD] = {"spans.ring_lost.bad_head", "1", EM_METRIC_COUNTER},
+    [M_RING_LOST_SKIPPED] = {"spans.ring_lost.skipped", "1", EM_METRIC_COUNTER},
     [M_RINGS_ACTIVE] = {"rings.active", "1", EM_METRIC_GAUGE},
     [M_RINGS_REFUSED] = {"rings.refused", "1", EM_METRIC_COUNTER},
     [M_SPANS_FDS_CLOSED] = {"spans.fds_closed", "1", EM_METRIC_COUNTER},
@@ -1299,6 +1301,7 @@ static void on_tick(uv_timer_t *t) {
   set_u(a, fx(a, M_RING_LOST_OVERWRITTEN), rs->overwritten);
   set_u(a, fx(a, M_RING_LOST_BAD_SLOT), rs->bad_slot);
   set_u(a, fx(a, M_RING_LOST_BAD_HEAD), rs->bad_head);
+  set_u(a, fx(a, M_RING_LOST_SKIPPED), rs->skipped);
   set_u(a, fx(a, M_RINGS_ACTIVE), em_rings_active(a->rings));
   set_u(a, fx(a, M_RINGS_REFUSED), rs->refused);
   set_u(a, fx(a, M_SPANS_FDS_CLOSED), em_spans_fds_closed(a->spans));

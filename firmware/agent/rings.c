@@ -155,6 +155,7 @@ static void drain_one(em_rings_t *r, ring_t *g, bool final) {
   r->stats.overwritten += c->overwritten - g->counted.overwritten;
   r->stats.bad_slot += c->bad_slot - g->counted.bad_slot;
   r->stats.bad_head += c->bad_head - g->counted.bad_head;
+  r->stats.skipped += c->skipped - g->counted.skipped;
   g->counted = *c;
 }
 
@@ -528,14 +529,12 @@ int em_deadlines_update(em_deadlines_t *d, uint32_t ring_slots, const em_deadlin
   if (!d || !d->page) {
     return -EINVAL;
   }
-  /* ring_slots (offset 16, little-endian) is informative: stored whole, before the entries'
-   * seqlock write moves seq, so a client that sees the new seq sees it too. */
-  uint8_t le[4] = {(uint8_t)ring_slots, (uint8_t)(ring_slots >> 8), (uint8_t)(ring_slots >> 16),
-                   (uint8_t)(ring_slots >> 24)};
-  uint32_t word;
-  memcpy(&word, le, sizeof(word));
-  __atomic_store_n((uint32_t *)(void *)(d->page + 16), word, __ATOMIC_RELAXED);
-  return em_deadline_page_write(d->page, entries, n) == 0 ? 0 : -EINVAL;
+  /* A refused set of entries changes nothing; ring_slots is informative and follows them. */
+  if (em_deadline_page_write(d->page, entries, n) != 0) {
+    return -EINVAL;
+  }
+  em_deadline_page_set_ring_slots(d->page, ring_slots);
+  return 0;
 }
 
 void em_deadlines_close(em_deadlines_t *d, bool remove) {

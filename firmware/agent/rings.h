@@ -60,6 +60,7 @@ typedef struct {
   uint64_t overwritten; /* Positions lapped by the writer before they were read. */
   uint64_t bad_slot;    /* Slots that failed their checks. */
   uint64_t bad_head;    /* Drains that found a scribbled head. */
+  uint64_t skipped;     /* Positions published before a scribbled head and never read. */
   uint64_t refused;     /* Registers answered with an error. */
   uint64_t accepted;    /* Registers accepted. */
   uint64_t dropped;     /* Rings dropped (process exited or ring closed). */

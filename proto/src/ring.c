@@ -457,6 +457,15 @@ int em_deadline_page_write(uint8_t *page, const em_deadline_t *entries, size_t n
   return 0;
 }
 
+void em_deadline_page_set_ring_slots(uint8_t *page, uint32_t ring_slots) {
+  if (page == NULL || !aligned(page)) {
+    return;
+  }
+  uint8_t le[4];
+  put_le32(le, ring_slots);
+  store_bytes_relaxed(page + DL_OFF_SLOTS, le, sizeof le);
+}
+
 int em_deadline_page_read(const uint8_t *page, em_deadline_t *out, size_t *n, uint32_t *ring_slots,
                           uint32_t *seq_out) {
   if (page == NULL || out == NULL || n == NULL || !aligned(page)) {

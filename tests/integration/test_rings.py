@@ -156,6 +156,7 @@ def test_a_writer_that_exits_mid_burst_is_drained_and_every_span_accounted(stack
     assert v["spans.ring"] == counts.get("burst", 0)
     assert v["spans.ring"] > 0  # the final drain reads what the ticks had not
     assert v["spans.ring_lost.bad_head"] == 0
+    assert v["spans.ring_lost.skipped"] == 0
     assert "process exited" in agent.log_text()
 
 

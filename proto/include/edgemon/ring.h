@@ -166,6 +166,9 @@ EM_PROTO_MUST_USE int em_deadline_page_init(uint8_t *page, uint32_t agent_pid, u
  */
 EM_PROTO_MUST_USE int em_deadline_page_write(uint8_t *page, const em_deadline_t *entries, size_t n);
 
+/* Stores the slot count the agent suggests for new rings (informative, outside the seqlock). */
+void em_deadline_page_set_ring_slots(uint8_t *page, uint32_t ring_slots);
+
 /*
  * Reads a consistent copy of the entries (out[0..EM_DEADLINE_MAX_ENTRIES)) and sets *n,
  * *ring_slots and *seq_out. Returns 0, EM_PROTO_EBUSY, EMAGIC/EVERSION, ERANGE (count > 64 or
