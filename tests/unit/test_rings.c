@@ -11,6 +11,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include <cmocka.h>
@@ -18,6 +19,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,10 +129,12 @@ static int teardown(void **state) {
   return 0;
 }
 
-/* Field 22 of /proc/self/stat. */
-static uint64_t my_start_time(void) {
+/* Field 22 of /proc/<what>/stat. */
+static uint64_t start_time_of(const char *what) {
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%s/stat", what);
   char buf[1024];
-  FILE *f = fopen("/proc/self/stat", "r");
+  FILE *f = fopen(path, "r");
   assert_non_null(f);
   size_t n = fread(buf, 1, sizeof(buf) - 1, f);
   fclose(f);
@@ -140,6 +144,41 @@ static uint64_t my_start_time(void) {
     p = strchr(p, ' ') + 1;
   }
   return strtoull(p, NULL, 10);
+}
+
+static uint64_t my_start_time(void) {
+  return start_time_of("self");
+}
+
+/*
+ * True when a process reads its own start time as others read it. Under qemu-user a process's
+ * own /proc/self/stat is emulated and need not agree with what another process reads for its
+ * pid: a ring writer's header then cannot match, so the writer tests cannot run there.
+ */
+static bool own_stat_agrees_with_others(void) {
+  int fds[2];
+  assert_int_equal(pipe(fds), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    uint64_t mine = my_start_time();
+    ssize_t w = write(fds[1], &mine, sizeof(mine));
+    if (w == (ssize_t)sizeof(mine)) {
+      pause(); /* Alive until the parent has read its stat and kills it. */
+    }
+    _exit(1);
+  }
+  uint64_t childs = 0;
+  assert_int_equal(read(fds[0], &childs, sizeof(childs)), (ssize_t)sizeof(childs));
+  char pidtext[32];
+  snprintf(pidtext, sizeof(pidtext), "%d", (int)pid);
+  uint64_t seen = start_time_of(pidtext);
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  close(fds[0]);
+  close(fds[1]);
+  return childs == seen;
 }
 
 static size_t open_fds(void) {
@@ -509,6 +548,10 @@ static void child_writes_and_exits(const char *sock, unsigned n) {
 /* Forks a writer of n spans, runs the loop (draining as ticks would, each a tick later than
  * the last when `tick`) until its ring is dropped, and checks every span is accounted. */
 static void run_exiting_writer(fx_t *fx, unsigned n, bool tick) {
+  if (!own_stat_agrees_with_others()) {
+    print_message("/proc/self/stat is emulated here (qemu-user); skipping\n");
+    skip();
+  }
   pid_t pid = fork();
   assert_true(pid >= 0);
   if (pid == 0) {
