@@ -229,7 +229,11 @@ def test_spool_that_cannot_grow_is_logged_and_the_agent_keeps_running(stack):
              "spool.lost after the outage")
     assert agent.proc.poll() is None
     log = agent.log_text()
-    assert log.count("spool: cannot append") == 1, log
+    # Logged once per episode, not per lost message: a smaller message (a state change) may
+    # still fit and end the episode ("appending again"), and the next large one opens another.
+    failures = log.count("spool: cannot append")
+    assert 1 <= failures <= log.count("spool: appending again") + 1, log
+    assert failures <= 5, log
     assert "File too large" in log
     assert last_figure(sub, session, "spool.write_errors") > 0
     n = len(sub.seqs(session))
