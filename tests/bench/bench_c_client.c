@@ -173,7 +173,7 @@ static double round_records(em_client_t *c, long spans) {
 int main(int argc, char **argv) {
   int rounds = 15;
   long spans = 1000000;
-  sock_dir_t ring_dir;
+  sock_dir_t ring_dir = {0};
   sock_dir_t dgram_dir;
   em_client_t ring_client;
   em_client_t dgram_client;

@@ -287,7 +287,7 @@ static unsigned spans_until_live(em_client_t *c, const char *stage) {
 /* ---- Tests ---- */
 
 static void ring_bytes_match_wire_md(void **state) {
-  peer_t p;
+  peer_t p = {0};
   peer_ring_t ring;
   em_client_t c;
   folded_t got;
@@ -379,7 +379,7 @@ static void ring_bytes_match_wire_md(void **state) {
 }
 
 static void ring_datagrams_until_the_ack_then_ring_only(void **state) {
-  peer_t p;
+  peer_t p = {0};
   peer_ring_t ring;
   em_client_t c;
   size_t before = 0;
@@ -419,7 +419,7 @@ static void ring_datagrams_until_the_ack_then_ring_only(void **state) {
 /* No ack within a second (a v1 agent), or a refusal: datagrams, the ring never written. */
 static void ring_unanswered_or_refused_falls_back_to_datagrams(void **state) {
   for (int refuse = 0; refuse < 2; refuse++) {
-    peer_t p;
+    peer_t p = {0};
     peer_ring_t ring;
     em_client_t c;
     size_t before = 0;
@@ -465,7 +465,7 @@ static void ring_unanswered_or_refused_falls_back_to_datagrams(void **state) {
 /* A span over its stage's hard deadline: in the ring and as a kind-6 datagram; one under it
  * and a stage with no deadline: the ring only. */
 static void ring_hard_miss_also_sends_kind_6(void **state) {
-  peer_t p;
+  peer_t p = {0};
   peer_ring_t ring;
   em_client_t c;
   em_deadline_t deadlines[2];
@@ -514,7 +514,7 @@ static void ring_hard_miss_also_sends_kind_6(void **state) {
 /* A new agent (the deadline page renamed into place: another inode): the ring registers
  * again at its current head, and the spans since the old agent was last seen are counted. */
 static void ring_new_agent_registers_again_at_the_head(void **state) {
-  peer_t p;
+  peer_t p = {0};
   peer_ring_t ring;
   peer_ring_t again;
   em_client_t c;
@@ -580,7 +580,7 @@ static void *writer_main(void *arg) {
 }
 
 static void ring_four_threads_four_rings_every_span_counted(void **state) {
-  peer_t p;
+  peer_t p = {0};
   writer_t writers[THREADS];
   peer_ring_t rings[THREADS];
   size_t datagrams = 0;
@@ -653,7 +653,7 @@ static void ring_four_threads_four_rings_every_span_counted(void **state) {
 
 /* A forked child forgets the parent's ring (never writes it) and registers its own. */
 static void ring_forked_child_registers_its_own(void **state) {
-  peer_t p;
+  peer_t p = {0};
   peer_ring_t parent_ring;
   peer_ring_t child_ring;
   em_client_t c;

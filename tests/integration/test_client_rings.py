@@ -41,7 +41,8 @@ def writer_main(socket_path, threads, per_thread, gap_us):
 if __name__ == "__main__" and sys.argv[1:2] == ["writer"]:
     writer_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
 
-from conftest import edgemon_proto, wait_for  # noqa: E402
+from conftest import wait_for  # noqa: E402
+from test_rings import values_until as last_values  # noqa: E402
 
 
 
@@ -61,20 +62,6 @@ def run_writer(path, threads, per_thread, gap_us=0):
     return subprocess.Popen([sys.executable, os.path.abspath(__file__), "writer", str(path),
                              str(threads), str(per_thread), str(gap_us)],
                             stdout=subprocess.PIPE, text=True)
-
-
-def last_values(sub, birth, pred, what, timeout=15):
-    """Data values of the first data message that satisfies pred(values, stage counts so far)."""
-    counts = {}
-
-    def step():
-        d = sub.next("data")
-        for st in d["stages"]:
-            counts[st["name"]] = counts.get(st["name"], 0) + st["count"]
-        v = edgemon_proto.values_by_name(d, birth)
-        return v if pred(v, counts) else None
-
-    return wait_for(step, timeout, what), counts
 
 
 def test_four_writer_threads_get_four_rings_and_every_span_is_accounted(stack):
@@ -99,7 +86,8 @@ def test_four_writer_threads_get_four_rings_and_every_span_is_accounted(stack):
         return v["rings.active"] == 0 and v["spans.ring"] + v["spans.ring_lost.overwritten"] + \
             v["spans.ring_lost.bad_slot"] == in_rings
 
-    v, counts = last_values(sub, birth, settled, "every ring span accounted for")
+    v, counts = last_values(sub, birth, settled, timeout=15,
+                            what="every ring span accounted for")
     assert v["spans.ring_lost.bad_slot"] == 0
     assert v["spans.ring_lost.bad_head"] == 0
     assert v["spans.ring_lost.skipped"] == 0
@@ -114,19 +102,20 @@ def test_a_writer_registers_again_after_an_agent_restart(stack):
     per_thread = 3000  # one span about every millisecond: a few seconds of writing
     w = run_writer(path, 1, per_thread, gap_us=1000)
     v, _ = last_values(sub, birth, lambda v, c: v["rings.active"] == 1 and v["spans.ring"] > 0,
-                       "the ring in use")
+                       timeout=15, what="the ring in use")
     before = v["spans.ring"]
     assert agent.stop() == 0
     agent.start()  # the same config: a new deadline page (new inode), the same socket path
     birth2 = sub.next("birth")
-    v2, _ = last_values(sub, birth2, lambda v, c: v["rings.active"] == 1, "the ring registered again")
+    v2, _ = last_values(sub, birth2, lambda v, c: v["rings.active"] == 1, timeout=15,
+                        what="the ring registered again")
     out, _ = w.communicate(timeout=60)
     assert w.returncode == 0
     report = json.loads(out)
     assert report["rings"]["accepted"] == 2  # the first agent's and the new agent's
     assert report["stats"]["dropped"]["other"] == 0
     v2, _ = last_values(sub, birth2, lambda v, c: v["rings.active"] == 0 and v["spans.ring"] > 0,
-                        "the final drain by the new agent")
+                        timeout=15, what="the final drain by the new agent")
     folded = before + v2["spans.ring"] + v2["spans.datagram"]
     lost_bound = report["rings"]["lost"]["agent_restart"]
     # The spans of the restart window are lost and counted by the client (an upper bound);
