@@ -174,7 +174,7 @@ int main(int argc, char **argv) {
   int rounds = 15;
   long spans = 1000000;
   sock_dir_t ring_dir = {0};
-  sock_dir_t dgram_dir;
+  sock_dir_t dgram_dir = {0};
   em_client_t ring_client;
   em_client_t dgram_client;
   pthread_t drainer;
