@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # scripts/bench-agent.sh - the agent benchmark: edgemon-agent beside collectd doing the same
-# work (same busy target, same interval, same broker), CPU per minute, peak RSS, threads, MQTT
-# traffic, and user-space instructions per tick under callgrind.
+# work (same target, same interval, same broker), CPU per minute, peak RSS, threads, MQTT
+# traffic, and user-space instructions per tick under callgrind. The target is the product's
+# own case by default: a 100 fps Python pipeline with 3 stages in edgemon.span(), whose spans
+# the agent ingests (--target busy: a busy loop with no spans).
 #
 # Installs what it needs with apt-get, only when missing (scripts/lib/common.sh's package list
 # plus collectd-core and valgrind; collectd-core brings collectd and its plugins without a
 # default config or a started service). The benchmark counts MQTT traffic with its own stdlib
 # subscriber, so mosquitto-clients is not needed. Builds a Release tree in
 # build-bench/ (edgemon-agent only), then runs tests/bench/bench_agent.py with the arguments
-# given here: --seconds N (window, default 60), --repeats N (default 3), --intervals LIST,
-# --no-callgrind, --json FILE, --help. A full run takes about 20 minutes.
+# given here: --target pipeline|busy, --seconds N (window, default 60), --repeats N
+# (default 3), --intervals LIST, --no-callgrind, --json FILE, --help. A full run takes about 20 minutes.
 # Results are written up in docs/BENCHMARKS.md ("agent: cost beside collectd").
 set -euo pipefail
 

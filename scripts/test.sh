@@ -12,6 +12,9 @@ cd "$(dirname "$0")/.."
 source scripts/lib/common.sh
 source scripts/lib/cross.sh
 
+# The PyTorch example (firmware/client/python/examples/torch_inference.py) is run by the
+# integration tests, so the example users copy is known to work.
+EM_PACKAGES+=(python3-torch python3-torchvision)
 em_install_deps
 em_cross_install_deps
 

@@ -1,8 +1,15 @@
 #!/usr/bin/python3
 """bench_agent.py - what edgemon-agent costs beside collectd doing the same work.
 
-Starts a private mosquitto on a free 127.0.0.1 port and a busy Python target
-(`while True: pass`, a unique marker in its command line) pinned to CPU 1. Then, for each
+Starts a private mosquitto on a free 127.0.0.1 port and a target pinned to CPU 1, with a
+unique marker in its command line. --target picks it:
+  pipeline  (default) the product's own case: tests/bench/bench_span_pipeline.py's pipeline
+            at 100 fps with 3 stages of ~0.5 ms, each in `with edgemon.span()`, reading
+            edgemon.level() every frame. The agent takes its spans (through the client's
+            ring); collectd, which has no span input, watches the same process. The agent
+            windows share one runtime dir, so the pipeline's client registers again with each
+            new agent (within a second).
+  busy      a busy Python loop (`while True: pass`): the process-watching work alone. Then, for each
 interval, it runs edgemon-agent watching the target's pid and collectd watching the same
 process (cpu, memory, processes with ProcessMatch on the marker, mqtt write to the same
 broker; the peer configuration docs/BENCHMARKS.md gives). Each monitor runs alone, pinned to
@@ -367,12 +374,49 @@ class Bench:
         self.sub = Subscriber(self.port)
 
     def start_target(self):
-        self.target = subprocess.Popen(["/usr/bin/python3", "-c", "while True: pass",
-                                        self.marker], preexec_fn=pinned(self.cpu_target))
+        if self.args.target == "busy":
+            cmd = ["/usr/bin/python3", "-c", "while True: pass", self.marker]
+            env = None
+        else:
+            cmd, env = self.pipeline_command()
+        self.target = subprocess.Popen(cmd, env=env, preexec_fn=pinned(self.cpu_target))
         self.procs.append(self.target)
         time.sleep(0.2)
         if self.target.poll() is not None:
-            raise BenchError("the busy target exited at once")
+            raise BenchError(f"the {self.args.target} target exited at once")
+
+    def pipeline_command(self):
+        """bench_span_pipeline.py's pipeline with spans: calibrated here, its counters file
+        named after the marker (collectd's ProcessMatch), its client pointed at the agents'
+        shared runtime dir."""
+        script = os.path.join(REPO, "tests", "bench", "bench_span_pipeline.py")
+        r = subprocess.run(["/usr/bin/python3", script, "--calibrate", "--stage-ms", "0.5"],
+                           capture_output=True, text=True, preexec_fn=pinned(self.cpu_target))
+        if r.returncode != 0:
+            raise BenchError(f"pipeline calibration failed: {r.stderr.strip()}")
+        self.iterations = int(r.stdout.split()[0])
+        self.counters = os.path.join(self.tmp, f"{self.marker}.counters")
+        with open(self.counters, "wb") as f:
+            f.write(bytes(40))
+        self.runtime_dir = os.path.join(self.tmp, "agent.run")
+        os.makedirs(self.runtime_dir, exist_ok=True)
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("EDGEMON_") and k != "PYTHONPATH"}
+        env["PYTHONPATH"] = os.path.join(REPO, "firmware", "client", "python")
+        env["EDGEMON_RUNTIME_DIR"] = self.runtime_dir
+        log(f"pipeline target: 100 fps, 3 spans per frame, {self.iterations} iterations "
+            "per stage (~0.5 ms)")
+        return [
+            "/usr/bin/python3", script, "--pipeline", "spans", "--iterations",
+            str(self.iterations), "--fps", "100", "--counters", self.counters], env
+
+    def pipeline_counters(self):
+        """(frames, late, spans sent) of the pipeline target so far, or None."""
+        if self.args.target != "pipeline":
+            return None
+        with open(self.counters, "rb") as f:
+            frames, late, _skipped, sent, _dropped = struct.unpack("<5Q", f.read(40))
+        return frames, late, sent
 
     def close(self):
         if hasattr(self, "sub"):
@@ -388,7 +432,7 @@ class Bench:
 
     def agent_config(self, interval, name):
         path = os.path.join(self.tmp, f"{name}.ini")
-        rundir = os.path.join(self.tmp, f"{name}.run")
+        rundir = getattr(self, "runtime_dir", None) or os.path.join(self.tmp, f"{name}.run")
         os.makedirs(rundir, exist_ok=True)
         with open(path, "w") as f:
             f.write(f"[agent]\ndevice_id = {DEVICE_ID}\nsample_period = {agent_period(interval)}\n"
@@ -463,11 +507,11 @@ LoadPlugin mqtt
                 raise BenchError(f"{monitor} exited during the warm-up (status "
                                  f"{proc.returncode}); log: {logf.name}")
             cpus = (self.cpu_mon, self.cpu_target)
-            s0 = cpu_times(cpus)
+            s0, p0 = cpu_times(cpus), self.pipeline_counters()
             m0, c0, t0 = self.sub.snapshot(prefix), tree_cpu(proc.pid), time.monotonic()
             time.sleep(self.args.seconds)
             m1, c1, t1 = self.sub.snapshot(prefix), tree_cpu(proc.pid), time.monotonic()
-            s1 = cpu_times(cpus)
+            s1, p1 = cpu_times(cpus), self.pipeline_counters()
             if proc.poll() is not None:
                 raise BenchError(f"{monitor} exited during the window (status "
                                  f"{proc.returncode}); log: {logf.name}")
@@ -493,6 +537,9 @@ LoadPlugin mqtt
             "wire_bytes_per_s": (m1[2] - m0[2]) / window,
             "exit_status": rc,
         }
+        if p0 is not None:
+            rec["target_frames"], rec["target_late"], rec["target_spans"] = (
+                p1[i] - p0[i] for i in range(3))
         for cpu, key in ((self.cpu_mon, "mon"), (self.cpu_target, "target")):
             if cpu in s0 and cpu in s1:
                 total = (s1[cpu][2] - s0[cpu][2]) or 1
@@ -504,7 +551,9 @@ LoadPlugin mqtt
         log(f"round {rnd} {monitor:8s} {fmt_interval(interval):>6s}: "
             f"cpu {rec['cpu_pct']:.3f}% (sched {rec['sched_cpu_pct']:.4f}%), "
             f"hwm {mem['VmHWM'] / 1024:.2f} MiB, {mem['Threads']} thr, "
-            f"{rec['msgs_per_s']:.1f} msg/s, {rec['payload_bytes_per_s']:.0f} B/s")
+            f"{rec['msgs_per_s']:.1f} msg/s, {rec['payload_bytes_per_s']:.0f} B/s"
+            + (f"; pipeline {rec['target_frames']} frames, {rec['target_late']} late, "
+               f"{rec['target_spans']} spans" if "target_frames" in rec else ""))
         return rec
 
     def run_windows(self):
@@ -620,7 +669,12 @@ LoadPlugin mqtt
         print(f"machine: {info['machine']}")
         print(f"agent: {info['agent']} ({a.agent}); collectd: {info['collectd']}; "
               f"broker: {info['mosquitto']}; {info['valgrind']}")
-        print(f"target: busy Python loop on CPU {self.cpu_target}; monitor, broker and "
+        if a.target == "busy":
+            what = "busy Python loop"
+        else:
+            what = (f"pipeline, 100 fps x 3 stages of {self.iterations} iterations (~0.5 ms) "
+                    "each in edgemon.span(), edgemon.level() every frame")
+        print(f"target: {what} on CPU {self.cpu_target}; monitor, broker and "
               f"subscriber on CPU {self.cpu_mon}")
         print(f"method: {a.repeats} rounds x {len(a.intervals)} intervals x 2 monitors, each "
               f"alone: {a.warmup:g} s warm-up, {a.seconds:g} s window; monitor order flips "
@@ -676,6 +730,18 @@ LoadPlugin mqtt
                   f"| {row.get('cpu_mon_busy_pct', float('nan')):.1f} "
                   f"| {row.get('cpu_mon_steal_pct', float('nan')):.2f} "
                   f"| {row.get('cpu_target_busy_pct', float('nan')):.1f} |")
+        if a.target == "pipeline":
+            print()
+            print("the pipeline during the windows (totals over rounds): frames, late frames, "
+                  "spans it sent")
+            for (monitor, interval) in med:
+                rs = [r for r in self.results
+                      if r["monitor"] == monitor and r["interval_s"] == interval]
+                name = "edgemon-agent" if monitor == "agent" else "collectd"
+                print(f"  {name:13s} {fmt_interval(interval):>6s}: "
+                      f"{sum(r['target_frames'] for r in rs)} frames, "
+                      f"{sum(r['target_late'] for r in rs)} late, "
+                      f"{sum(r['target_spans'] for r in rs)} spans")
         print()
         print("headline, agent / collectd (ratio of medians, same run):")
         for interval in a.intervals:
@@ -733,6 +799,9 @@ def parse_args(argv):
                     "instructions per tick under callgrind. Needs mosquitto, collectd "
                     "(Debian collectd-core) and valgrind; scripts/bench-agent.sh installs "
                     "them and builds the agent.")
+    p.add_argument("--target", choices=("pipeline", "busy"), default="pipeline",
+                   help="what the monitors watch: the 100 fps x 3-span pipeline (default) "
+                        "or a busy loop")
     p.add_argument("--agent", default=default_agent(),
                    help="edgemon-agent binary (default: build-bench/..., else build/normal/...)")
     p.add_argument("--seconds", type=float, default=60.0,
@@ -804,29 +873,39 @@ def check_tools(a):
         sys.exit(2)
 
 
+def run_bench(prog, bench, body):
+    """Runs body() with bench's processes and temp dir cleaned up afterwards; an exit status.
+    A BenchError keeps the temp dir (its logs) and is printed as prog's error."""
+    try:
+        body()
+    except BenchError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        bench.args.keep = True
+        return 1
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        bench.close()
+    return 0
+
+
 def main(argv):
     a = parse_args(argv)
     a.agent = os.path.abspath(a.agent)
     check_tools(a)
     os.sched_setaffinity(0, {a.monitor_cpu})  # the harness and its subscriber stay off the target
     bench = Bench(a)
-    try:
+
+    def body():
         bench.start_broker()
         bench.start_target()
         bench.run_windows()
         if a.callgrind_intervals:
             bench.run_callgrind()
         bench.report()
-    except BenchError as e:
-        print(f"bench_agent: error: {e}", file=sys.stderr)
-        a.keep = True
-        return 1
-    except KeyboardInterrupt:
-        print("bench_agent: interrupted", file=sys.stderr)
-        return 130
-    finally:
-        bench.close()
-    return 0
+
+    return run_bench("bench_agent", bench, body)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,10 @@
  * closed 127.0.0.1 port: the agent retries and keeps evaluating. The bench runs on CPU 0 and
  * the agent on CPU 1 when both are allowed.
  *
- *   bench_level_latency [--agent PATH] [--trials N] [--push-trials M]
+ * --idle-us N waits N us after the level is NOMINAL again before the next trial, so the trial
+ * meets an agent that has been asleep (default 0: the next trial follows at once).
+ *
+ *   bench_level_latency [--agent PATH] [--trials N] [--push-trials M] [--idle-us N]
  */
 #define _GNU_SOURCE
 
@@ -45,6 +48,7 @@ static char run_dir[96];     /* <tmp>/run: the agent's runtime_dir. */
 static char config_path[96]; /* <tmp>/agent.ini */
 static char log_path[96];    /* <tmp>/agent.log */
 static volatile pid_t agent_pid = -1;
+static uint64_t idle_ns;     /* --idle-us: sleep after each recovery. */
 
 static uint64_t now_ns(void) {
   return em_client_now_ns();
@@ -201,7 +205,8 @@ static int span(em_client_t *c, uint64_t duration_ns) {
   return em_client_record(c, "infer", t - duration_ns, duration_ns);
 }
 
-/* Spans within the deadline every ~1 ms until the page says NOMINAL. 0, or -1 on timeout. */
+/* Spans within the deadline every ~1 ms until the page says NOMINAL, then --idle-us of sleep.
+ * 0, or -1 on timeout. */
 static int recover(em_client_t *c) {
   uint64_t end = now_ns() + RECOVER_WAIT;
   while (now_ns() < end) {
@@ -209,6 +214,9 @@ static int recover(em_client_t *c) {
     (void)span(c, FAST_NS);
     while (now_ns() < next) {
       if (em_client_level(c) == EM_CLIENT_LEVEL_NOMINAL) {
+        if (idle_ns > 0) {
+          sleep_ns(idle_ns);
+        }
         return 0;
       }
     }
@@ -262,11 +270,14 @@ int main(int argc, char **argv) {
       trials = parse_count(argv[++i], "--trials");
     } else if (strcmp(argv[i], "--push-trials") == 0 && i + 1 < argc) {
       push_trials = parse_count(argv[++i], "--push-trials");
+    } else if (strcmp(argv[i], "--idle-us") == 0 && i + 1 < argc) {
+      idle_ns = (uint64_t)parse_count(argv[++i], "--idle-us") * 1000ull;
     } else {
-      printf("usage: %s [--agent PATH] [--trials N] [--push-trials M]\n"
+      printf("usage: %s [--agent PATH] [--trials N] [--push-trials M] [--idle-us N]\n"
              "  --agent        edgemon-agent binary (default %s)\n"
              "  --trials       deadline misses timed through the state page (default 10000)\n"
-             "  --push-trials  the same through level push datagrams (default 1000; 0: none)\n",
+             "  --push-trials  the same through level push datagrams (default 1000; 0: none)\n"
+             "  --idle-us      sleep after each recovery, before the next trial (default 0)\n",
              argv[0], agent);
       return strcmp(argv[i], "--help") == 0 ? 0 : 2;
     }

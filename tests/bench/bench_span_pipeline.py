@@ -35,8 +35,9 @@ connects within 1 s of the agent's start) and then measures a --seconds (30) win
   - agent wake-ups: voluntary context switches of the agent's threads per second
     (/proc/PID/task/*/status), i.e. how often it went to sleep and was woken;
   - pipeline preempted: the pipeline's involuntary context switches per second;
-  - frames, frames late, frames skipped, spans the client sent and dropped (its stats(),
-    read every 100 frames, so these two are exact to 300 spans).
+  - frames, frames late, frames skipped, spans the client sent (datagrams plus ring slots
+    written) and dropped (its stats(), read every 100 frames, so these two are exact to 300
+    spans).
   - spans the agent counted: the stage counts of the data messages it published during the
     window (a paho subscriber, python3-paho-mqtt + python3-cbor2; skipped with a note when
     either is missing).
@@ -132,7 +133,9 @@ def pipeline_main(mode, iterations, fps, counters_path):
             late += 1
         if with_spans and frames % 100 == 0:
             s = stats()
-            sent, dropped = s["sent"], sum(s["dropped"].values())
+            # Datagrams plus the slots written to rings (stats() counts them apart).
+            sent = s["sent"] + s.get("rings", {}).get("written", 0)
+            dropped = sum(s["dropped"].values())
         deadline += period
         behind = end - deadline
         if behind > MAX_BEHIND_PERIODS * period:
@@ -546,23 +549,25 @@ def parse_args(argv):
     return a
 
 
-def check(a):
-    """Exits 2 with what is missing."""
+def check(a, prog="bench_span_pipeline", missing=()):
+    """Resolves a.agent in a.build and the CPUs; exits 2 with what is missing (plus the
+    caller's own `missing` lines)."""
     a.build = os.path.abspath(a.build)
     a.agent = os.path.join(a.build, "firmware", "agent", "edgemon-agent")
-    missing = []
+    missing = list(missing)
     if not (os.path.isfile(a.agent) and os.access(a.agent, os.X_OK)):
         missing.append(f"no edgemon-agent in build dir {a.build} (looked for {a.agent}); "
-                       "build it, e.g. cmake -S . -B build/bench -G Ninja "
+                       "build it, e.g. cmake -S . -B build-bench -G Ninja "
                        "-DCMAKE_BUILD_TYPE=Release -DEDGEMON_TESTS=OFF && cmake --build "
-                       "build/bench --target edgemon-agent, then pass --build build/bench")
+                       "build-bench --target edgemon-agent, then pass --build build-bench")
     if not os.access(a.mosquitto, os.X_OK):
         missing.append(f"mosquitto ({a.mosquitto}): apt-get install mosquitto")
     if not os.access(PYTHON, os.X_OK):
         missing.append(f"{PYTHON}: the pipeline runs under the system Python")
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
-        log(f"one CPU available ({cpus[0]}): no pinning, the agent and the pipeline share it")
+        print(f"{prog}: one CPU available ({cpus[0]}): no pinning, the agent and the pipeline "
+              "share it", file=sys.stderr)
         a.monitor_cpu = a.target_cpu = cpus[0]
     else:
         for cpu, what in ((a.monitor_cpu, "--agent-cpu"), (a.target_cpu, "--pipeline-cpu")):
@@ -570,13 +575,13 @@ def check(a):
                 missing.append(f"{what} {cpu}: not an available CPU (have {cpus})")
     if missing:
         for m in missing:
-            print(f"bench_span_pipeline: error: {m}", file=sys.stderr)
+            print(f"{prog}: error: {m}", file=sys.stderr)
         sys.exit(2)
     info = build_info(a.build)
     if info["build_type"] not in ("Release", "RelWithDebInfo") or info["sanitize"] == "ON":
-        log(f"warning: {a.build} is CMAKE_BUILD_TYPE={info['build_type']}, "
-            f"EDGEMON_SANITIZE={info['sanitize']}; the figures are meant for a Release or "
-            "RelWithDebInfo build without sanitizers")
+        print(f"{prog}: warning: {a.build} is CMAKE_BUILD_TYPE={info['build_type']}, "
+              f"EDGEMON_SANITIZE={info['sanitize']}; the figures are meant for a Release or "
+              "RelWithDebInfo build without sanitizers", file=sys.stderr)
 
 
 def main(argv):
@@ -593,23 +598,16 @@ def main(argv):
 
     os.sched_setaffinity(0, {a.monitor_cpu})  # the harness stays off the pipeline's CPU
     bench = make_bench_class(bench_agent)(a)
-    try:
+
+    def body():
         bench.calibrate()
         bench.start_broker()
         bench.start_span_counter()
         info = machine_info(a)
         bench.run_rounds()
         report(bench, a, info)
-    except bench_agent.BenchError as e:
-        print(f"bench_span_pipeline: error: {e}", file=sys.stderr)
-        a.keep = True
-        return 1
-    except KeyboardInterrupt:
-        print("bench_span_pipeline: interrupted", file=sys.stderr)
-        return 130
-    finally:
-        bench.close()
-    return 0
+
+    return bench_agent.run_bench("bench_span_pipeline", bench, body)
 
 
 if __name__ == "__main__":
