@@ -957,7 +957,7 @@ static void detach(em_agent_t *a, const char *why) {
 /* Opens the PMU and the target's procfs files for `pid` (or the cgroup when pid is -1). */
 static void attach(em_agent_t *a, pid_t pid) {
   em_pmu_target_t target = {.pid = pid > 0 ? pid : 0,
-                            .cgroup = pid > 0 ? NULL : a->cfg.target_value};
+                            .cgroup = pid > 0 ? NULL : a->cfg.target.value};
   int rc = em_pmu_new(&a->pmu, a->events, a->n_events, &target, &em_pmu_sys_linux);
   if (rc == -ESRCH) {
     return; /* Gone between the lookup and now: the lookup timer tries again. */
@@ -979,7 +979,7 @@ static void attach(em_agent_t *a, pid_t pid) {
   a->logged_waiting = false;
   uv_timer_stop(&a->lookup);
   char desc[EM_CONFIG_MAX_PATH + 64];
-  em_target_describe(&a->cfg, desc, sizeof(desc));
+  em_target_describe(&a->cfg.target, desc, sizeof(desc));
   size_t present = a->pmu ? em_pmu_present(a->pmu) : 0;
   if (pid > 0) {
     EM_INFO("target: attached to pid %ld (%s), %zu of %zu counters", (long)pid, desc, present,
@@ -1001,19 +1001,19 @@ static void try_attach(em_agent_t *a) {
   if (a->smaps_busy) {
     return; /* The old target's files are in use; the lookup timer comes back. */
   }
-  if (a->cfg.target_kind == EM_TARGET_CGROUP) {
+  if (a->cfg.target.kind == EM_TARGET_CGROUP) {
     attach(a, -1);
     return;
   }
   char why[128];
-  pid_t pid = em_target_find(&a->cfg, why, sizeof(why));
+  pid_t pid = em_target_find(&a->cfg.target, a->cfg.proc_root, why, sizeof(why));
   if (pid > 0) {
     attach(a, pid);
     return;
   }
   if (!a->logged_waiting) {
     char desc[EM_CONFIG_MAX_PATH + 64];
-    em_target_describe(&a->cfg, desc, sizeof(desc));
+    em_target_describe(&a->cfg.target, desc, sizeof(desc));
     EM_INFO("target: waiting for %s (%s)", desc, pid < 0 ? strerror((int)-pid) : why);
     a->logged_waiting = true;
   }
@@ -1428,7 +1428,7 @@ static int build_dictionary(em_agent_t *a) {
       note_absent(a, fx(a, M_PSI_FIRST + k), "no /proc/pressure: kernel without PSI");
     }
   }
-  if (a->cfg.target_kind == EM_TARGET_CGROUP) {
+  if (a->cfg.target.kind == EM_TARGET_CGROUP) {
     for (size_t f = M_RSS; f <= M_SWAP; f++) {
       note_absent(a, fx(a, f), "cgroup target: per-process memory is not sampled");
     }
@@ -1537,7 +1537,7 @@ static void resolve_or_absent(em_agent_t *a, size_t i) {
 
 int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
                  const em_board_profile_t *board, const char *version) {
-  if (!out || !loop || !cfg || cfg->target_kind == EM_TARGET_NONE) {
+  if (!out || !loop || !cfg || cfg->target.kind == EM_TARGET_NONE) {
     return -EINVAL;
   }
   em_agent_t *a = calloc(1, sizeof(*a));
@@ -1755,15 +1755,13 @@ int em_agent_reload(em_agent_t *a, const em_config_t *next) {
   EM_INFO("reload: %zu budget rules (%zu kept their state), level %s", next->n_rules, kept,
           em_level_name(em_budget_level(a->budget)));
 
-  bool target_changed = a->cfg.target_kind != next->target_kind ||
-                        a->cfg.target_pid != next->target_pid ||
-                        strcmp(a->cfg.target_value, next->target_value) != 0;
+  bool target_changed = a->cfg.target.kind != next->target.kind ||
+                        a->cfg.target.pid != next->target.pid ||
+                        strcmp(a->cfg.target.value, next->target.value) != 0;
   if (target_changed) {
-    a->cfg.target_kind = next->target_kind;
-    a->cfg.target_pid = next->target_pid;
-    memcpy(a->cfg.target_value, next->target_value, sizeof(a->cfg.target_value));
+    a->cfg.target = next->target;
     char desc[EM_CONFIG_MAX_PATH + 64];
-    em_target_describe(&a->cfg, desc, sizeof(desc));
+    em_target_describe(&a->cfg.target, desc, sizeof(desc));
     EM_INFO("reload: target is now %s", desc);
     if (a->pid != 0) {
       detach(a, "is no longer the target");

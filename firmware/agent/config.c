@@ -850,7 +850,7 @@ static void set_target(load_t *ld, const key_def_t *k, const char *value) {
       report(ld, ld->line, "pid '%s' must be a number from 1 to %d", q, MAX_PID);
       return;
     }
-    cfg->target_pid = (int32_t)pid;
+    cfg->target.pid = (int32_t)pid;
     break;
   case K_PID_FILE:
   case K_CGROUP:
@@ -877,11 +877,11 @@ static void set_target(load_t *ld, const key_def_t *k, const char *value) {
   }
   for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
     if (kinds[i].key == k->id) {
-      cfg->target_kind = kinds[i].kind;
+      cfg->target.kind = kinds[i].kind;
     }
   }
   if (k->id != K_PID) {
-    copy_str(cfg->target_value, sizeof(cfg->target_value), value);
+    copy_str(cfg->target.value, sizeof(cfg->target.value), value);
   }
   accept_key(ld, k);
 }
@@ -1734,7 +1734,7 @@ void em_config_defaults(em_config_t *cfg) {
   copy_str(cfg->sys_root, sizeof(cfg->sys_root), "/");
   cfg->log_level = EM_LOG_INFO;
 
-  cfg->target_kind = EM_TARGET_NONE;
+  cfg->target.kind = EM_TARGET_NONE;
 
   copy_str(cfg->broker_host, sizeof(cfg->broker_host), "127.0.0.1");
   cfg->broker_port = 1883;

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "log.h"
+#include "target.h"
 
 #define EM_CONFIG_MAX_PATH       256
 #define EM_CONFIG_MAX_ID         64 /* Device id: 1..63 bytes of [A-Za-z0-9_.:-]. */
@@ -33,15 +34,6 @@
 #define EM_CONFIG_MAX_FIGURE       32   /* Figure a PSI rule reads, e.g. "psi.cpu.some.avg10". */
 #define EM_CONFIG_MAX_FLOW         8    /* Stages of a flow rule (EM_BUDGET_FLOW_MAX_STAGES). */
 #define EM_CONFIG_MAX_SECRET       128  /* MQTT username or password: 1..127 bytes. */
-
-typedef enum {
-  EM_TARGET_NONE = 0, /* Not configured: an error for the agent, fine for --check of parts. */
-  EM_TARGET_PID,      /* [target] pid */
-  EM_TARGET_PIDFILE,  /* [target] pid_file */
-  EM_TARGET_COMM,     /* [target] process_name: exact match on /proc/PID/comm */
-  EM_TARGET_CMDLINE,  /* [target] cmdline: substring of the NUL-joined-by-space cmdline */
-  EM_TARGET_CGROUP,   /* [target] cgroup: a cgroup v2 directory */
-} em_target_kind_t;
 
 /*
  * Kinds of budget rule. The values up to PSI are those of em_budget_rule_kind_t (budget.h), in
@@ -104,10 +96,8 @@ typedef struct {
   uint64_t sensors_period_ns;           /* Sensor cadence; 0 (default): the board profile's. */
   em_log_level_t log_level;             /* Default info. */
 
-  /* [target] exactly one of these */
-  em_target_kind_t target_kind;
-  int32_t target_pid;
-  char target_value[EM_CONFIG_MAX_PATH]; /* pid file, name, cmdline text or cgroup path. */
+  /* [target] exactly one kind (collect/target.h) */
+  em_target_spec_t target;
 
   /* [mqtt] */
   char broker_host[EM_CONFIG_MAX_PATH];  /* From broker = mqtt://HOST:PORT or mqtts://HOST:PORT;

@@ -14,7 +14,7 @@
  * (re)builds the array, then adds: a failure (-EINVAL, -ENOMEM) leaves the histogram as it was.
  *
  * Values. Quantiles walk the zero bucket then the buckets to the one holding the nearest rank
- * ceil(q * count) (the agent's convention, firmware/agent/hist.c), and interpolate inside it
+ * ceil(q * count) (the agent's convention, firmware/agent/spans/hist.c), and interpolate inside it
  * log-linearly: the r-th of c values in bucket i is reported as base^(i + (r - 0.5) / c), the
  * geometric midpoint when c == 1 (what the agent reports), clamped to [min, max]. The variance
  * places each bucket's values at its geometric midpoint base^(i + 0.5) (clamped to [min, max])

@@ -1,5 +1,5 @@
 /*
- * bench_hist.c - what the agent's latency histograms (firmware/agent/hist.c) cost on the
+ * bench_hist.c - what the agent's latency histograms (firmware/agent/spans/hist.c) cost on the
  * span hot path and at the end of each window.
  *
  * Figures, each as min/median/max over 7 rounds:

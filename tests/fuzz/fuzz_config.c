@@ -76,9 +76,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     abort();
   }
   if (rc == 0) {
-    if (cfg.target_kind == EM_TARGET_NONE || cfg.n_events == 0 ||
+    if (cfg.target.kind == EM_TARGET_NONE || cfg.n_events == 0 ||
         cfg.n_events > EM_CONFIG_MAX_EVENTS || !terminated(cfg.device_id, sizeof(cfg.device_id)) ||
-        !terminated(cfg.target_value, sizeof(cfg.target_value)) ||
+        !terminated(cfg.target.value, sizeof(cfg.target.value)) ||
         !terminated(cfg.client_id, sizeof(cfg.client_id)) ||
         !terminated(cfg.broker_host, sizeof(cfg.broker_host)) ||
         cfg.reconnect_max_ns < cfg.reconnect_min_ns ||

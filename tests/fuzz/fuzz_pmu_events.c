@@ -1,5 +1,5 @@
 /*
- * fuzz_pmu_events.c - libFuzzer harness for event resolution (firmware/agent/pmu_events.c).
+ * fuzz_pmu_events.c - libFuzzer harness for event resolution (firmware/agent/collect/pmu_events.c).
  *
  * The input is up to five parts separated by 0x1f bytes: an event string, then the contents
  * of the type, cpus, format/event and events/e files of one PMU "fz" in a scratch sysfs tree

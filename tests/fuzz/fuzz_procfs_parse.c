@@ -1,5 +1,5 @@
 /*
- * fuzz_procfs_parse.c - libFuzzer harness for the four procfs parsers of firmware/agent/procfs.c
+ * fuzz_procfs_parse.c - libFuzzer harness for the four procfs parsers of firmware/agent/collect/procfs.c
  * (statm, smaps_rollup, meminfo, PSI).
  *
  * Any bytes: each parser returns 0 or -EINVAL without reading past `size` (libFuzzer's input

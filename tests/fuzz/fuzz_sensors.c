@@ -1,5 +1,5 @@
 /*
- * fuzz_sensors.c - libFuzzer harness for the sysfs parsers of firmware/agent/sensors.c.
+ * fuzz_sensors.c - libFuzzer harness for the sysfs parsers of firmware/agent/collect/sensors.c.
  *
  * Any bytes: em_sensors_parse_int() returns 0 or -EINVAL and never reads past `size` (the
  * input is a heap buffer of exactly that size, so AddressSanitizer sees an over-read); an

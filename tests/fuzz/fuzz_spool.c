@@ -1,5 +1,5 @@
 /*
- * fuzz_spool.c - libFuzzer harness over the spool's reader (firmware/agent/spool.c): the
+ * fuzz_spool.c - libFuzzer harness over the spool's reader (firmware/agent/transport/spool.c): the
  * recovery scan in em_spool_open() and the replay through em_spool_peek()/em_spool_pop().
  *
  * Each input is tried twice, as a file in a private directory made once (under /dev/shm, else

@@ -1,5 +1,5 @@
 /*
- * test_board.c - unit tests of firmware/agent/board.c: the profiles in boards/ and detection
+ * test_board.c - unit tests of firmware/agent/collect/board.c: the profiles in boards/ and detection
  * over the fixture trees in tests/fixtures/boards.
  *
  * Covered: every shipped profile parses, its name equals its file name and it carries the

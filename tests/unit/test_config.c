@@ -792,9 +792,9 @@ static void check_span_socket_follows_runtime_dir(const em_config_t *cfg) {
 static void check_defaults_around_pid(const em_config_t *cfg) {
   em_config_t def;
   em_config_defaults(&def);
-  assert_int_equal(cfg->target_kind, EM_TARGET_PID);
-  assert_int_equal(cfg->target_pid, 42);
-  assert_string_equal(cfg->target_value, "");
+  assert_int_equal(cfg->target.kind, EM_TARGET_PID);
+  assert_int_equal(cfg->target.pid, 42);
+  assert_string_equal(cfg->target.value, "");
   assert_string_equal(cfg->device_id, def.device_id);
   assert_int_equal(cfg->sample_period_ns, 100000000ull);
   assert_int_equal(cfg->smaps_period_ns, 5000000000ull);
@@ -823,8 +823,8 @@ static void check_every_key(const em_config_t *cfg) {
   assert_string_equal(cfg->board, "jetson-orin-nano");
   assert_string_equal(cfg->proc_root, "/srv/fixtures/proc");
   assert_int_equal(cfg->log_level, EM_LOG_DEBUG);
-  assert_int_equal(cfg->target_kind, EM_TARGET_PIDFILE);
-  assert_string_equal(cfg->target_value, "/run/inference.pid");
+  assert_int_equal(cfg->target.kind, EM_TARGET_PIDFILE);
+  assert_string_equal(cfg->target.value, "/run/inference.pid");
   assert_string_equal(cfg->broker_host, "broker.lan");
   assert_int_equal(cfg->broker_port, 11883);
   assert_string_equal(cfg->client_id, "bench-7");
@@ -841,33 +841,33 @@ static void check_every_key(const em_config_t *cfg) {
 }
 
 static void check_process_name(const em_config_t *cfg) {
-  assert_int_equal(cfg->target_kind, EM_TARGET_COMM);
-  assert_string_equal(cfg->target_value, "abcdefghijklmno");
+  assert_int_equal(cfg->target.kind, EM_TARGET_COMM);
+  assert_string_equal(cfg->target.value, "abcdefghijklmno");
 }
 
 static void check_long_cmdline(const em_config_t *cfg) {
-  assert_int_equal(cfg->target_kind, EM_TARGET_CMDLINE);
-  assert_string_equal(cfg->target_value, X255);
+  assert_int_equal(cfg->target.kind, EM_TARGET_CMDLINE);
+  assert_string_equal(cfg->target.value, X255);
 }
 
 static void check_cmdline_with_spaces(const em_config_t *cfg) {
-  assert_int_equal(cfg->target_kind, EM_TARGET_CMDLINE);
-  assert_string_equal(cfg->target_value, "python3 -m detect --model yolo.onnx");
+  assert_int_equal(cfg->target.kind, EM_TARGET_CMDLINE);
+  assert_string_equal(cfg->target.value, "python3 -m detect --model yolo.onnx");
 }
 
 static void check_long_pid_file(const em_config_t *cfg) {
-  assert_int_equal(cfg->target_kind, EM_TARGET_PIDFILE);
-  assert_string_equal(cfg->target_value, P255);
+  assert_int_equal(cfg->target.kind, EM_TARGET_PIDFILE);
+  assert_string_equal(cfg->target.value, P255);
 }
 
 static void check_cgroup(const em_config_t *cfg) {
-  assert_int_equal(cfg->target_kind, EM_TARGET_CGROUP);
-  assert_string_equal(cfg->target_value, "/sys/fs/cgroup/system.slice/inference.service");
+  assert_int_equal(cfg->target.kind, EM_TARGET_CGROUP);
+  assert_string_equal(cfg->target.value, "/sys/fs/cgroup/system.slice/inference.service");
 }
 
 static void check_pid_max(const em_config_t *cfg) {
-  assert_int_equal(cfg->target_kind, EM_TARGET_PID);
-  assert_int_equal(cfg->target_pid, 4194304);
+  assert_int_equal(cfg->target.kind, EM_TARGET_PID);
+  assert_int_equal(cfg->target.pid, 4194304);
 }
 
 static void check_smaps_off(const em_config_t *cfg) {
@@ -905,8 +905,8 @@ static void check_broker_ipv6(const em_config_t *cfg) {
 }
 
 static void check_syntax_variants(const em_config_t *cfg) {
-  assert_int_equal(cfg->target_kind, EM_TARGET_COMM);
-  assert_string_equal(cfg->target_value, "python3");
+  assert_int_equal(cfg->target.kind, EM_TARGET_COMM);
+  assert_string_equal(cfg->target.value, "python3");
   assert_string_equal(cfg->board, "rpi4");
   assert_int_equal(cfg->sample_period_ns, 50000000ull);
   assert_int_equal(cfg->qos_data, 1);
@@ -1455,8 +1455,8 @@ static void config_defaults_are_documented_values(void **state) {
     assert_true(cfg.runtime_dir[0] == '/');
     assert_non_null(strstr(cfg.runtime_dir, "edgemon"));
   }
-  assert_int_equal(cfg.target_kind, EM_TARGET_NONE);
-  assert_int_equal(cfg.target_pid, 0);
+  assert_int_equal(cfg.target.kind, EM_TARGET_NONE);
+  assert_int_equal(cfg.target.pid, 0);
   assert_int_equal(cfg.sample_period_ns, 100000000ull);
   assert_int_equal(cfg.smaps_period_ns, 5000000000ull);
   assert_string_equal(cfg.board, "auto");
@@ -1518,7 +1518,7 @@ static void config_example_file_is_valid(void **state) {
     fail_row(EXAMPLE_INI, "the example config has errors", &seen);
   }
   assert_int_equal(n_errors, 0);
-  assert_int_equal(cfg.target_kind, EM_TARGET_CMDLINE);
+  assert_int_equal(cfg.target.kind, EM_TARGET_CMDLINE);
   assert_int_equal(cfg.n_events, 10);
   assert_int_equal(cfg.n_rules, 8);
   assert_string_equal(cfg.rules[0].id, "infer.p99");
@@ -1600,7 +1600,7 @@ static void config_counts_lines_over_long_files(void **state) {
   assert_int_equal(load_text(ini, &cfg, &seen, path), -EINVAL);
   assert_int_equal(seen.n, 1);
   assert_true(matches(seen.lines[0], path, "502: unknown key 'colour' in [agent]$"));
-  assert_int_equal(cfg.target_pid, 7);
+  assert_int_equal(cfg.target.pid, 7);
 }
 
 static void config_missing_file_is_enoent(void **state) {

@@ -1,5 +1,5 @@
 /*
- * test_hist.c - unit tests of firmware/agent/hist.c: the scale-6 bucket index, recording,
+ * test_hist.c - unit tests of firmware/agent/spans/hist.c: the scale-6 bucket index, recording,
  * merge, reset, quantiles and the export into a proto stage window.
  *
  * Covered: the index at a table of known values and at every bucket boundary of the range,

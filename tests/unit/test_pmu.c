@@ -1,5 +1,5 @@
 /*
- * test_pmu.c - unit tests of firmware/agent/pmu.c.
+ * test_pmu.c - unit tests of firmware/agent/collect/pmu.c.
  *
  * Covered: em_pmu_scale and em_pmu_ratio (tables, overflow, clock skew); em_pmu_resolve of
  * every generic name; em_pmu_new argument checks; replays of recorded-form kernel answers of

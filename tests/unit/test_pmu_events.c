@@ -1,5 +1,5 @@
 /*
- * test_pmu_events.c - unit tests for event resolution (firmware/agent/pmu_events.c).
+ * test_pmu_events.c - unit tests for event resolution (firmware/agent/collect/pmu_events.c).
  *
  * Against the board fixture trees (tests/fixtures/boards/<board>/sys/bus/event_source):
  * resolution tables (event -> PMU, type, config words, CPUs), the events each board profile

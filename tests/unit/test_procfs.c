@@ -1,5 +1,5 @@
 /*
- * test_procfs.c - unit tests of firmware/agent/procfs.c: the statm, smaps_rollup, meminfo and
+ * test_procfs.c - unit tests of firmware/agent/collect/procfs.c: the statm, smaps_rollup, meminfo and
  * PSI parsers, and the reader (em_procfs_t) over recorded procfs trees and the real /proc.
  *
  * Covered: the figures of every recorded file in tests/fixtures/procfs (x86 VM, Jetson AGX Orin

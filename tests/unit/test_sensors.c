@@ -1,5 +1,5 @@
 /*
- * test_sensors.c - the board sensors (firmware/agent/sensors.c) against the fixture trees of
+ * test_sensors.c - the board sensors (firmware/agent/collect/sensors.c) against the fixture trees of
  * every board in tests/fixtures/boards/<board>/ (table-driven: which figures exist and what
  * they read, which throttle cause the board shows), and against small trees built in a
  * temporary directory for what fixtures cannot show: missing, garbage, empty and unreadable

@@ -1,5 +1,5 @@
 /*
- * test_spool.c - the agent's spool (firmware/agent/spool.c) against real files in a temporary
+ * test_spool.c - the agent's spool (firmware/agent/transport/spool.c) against real files in a temporary
  * directory: replay order and payload bytes, STATE before older DATA, recovery after a clean
  * close and after a crash (a child process that _exit()s without closing), many laps of the
  * ring with mixed sizes, eviction counts that survive a restart, torn and corrupt records,

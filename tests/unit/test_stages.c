@@ -1,5 +1,5 @@
 /*
- * test_stages.c - unit tests of firmware/agent/stages.c, the stage table of span ingest:
+ * test_stages.c - unit tests of firmware/agent/spans/stages.c, the stage table of span ingest:
  * stages named by budgets keep a slot whatever other names arrive first, idle unbudgeted
  * stages give their slot to new names (counted, reported to the owner), busy ones do not,
  * and a reload's new reservations take effect.

@@ -19,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include "config.h"
 #include "target.h"
 
 typedef struct {
@@ -78,8 +79,8 @@ static int teardown(void **state) {
 }
 
 static void set_target(fixture_t *fx, em_target_kind_t kind, const char *value) {
-  fx->cfg.target_kind = kind;
-  snprintf(fx->cfg.target_value, sizeof(fx->cfg.target_value), "%s", value);
+  fx->cfg.target.kind = kind;
+  snprintf(fx->cfg.target.value, sizeof(fx->cfg.target.value), "%s", value);
 }
 
 static void comm_matches_exactly_and_oldest_wins(void **state) {
@@ -88,10 +89,10 @@ static void comm_matches_exactly_and_oldest_wins(void **state) {
   add_proc(fx, 200, "python3", "python3|infer.py|--worker", 4000);
   add_proc(fx, 100, "python3.11", "python3.11|other.py", 10);
   set_target(fx, EM_TARGET_COMM, "python3");
-  assert_int_equal(em_target_find(&fx->cfg, NULL, 0), 200);
+  assert_int_equal(em_target_find(&fx->cfg.target, fx->cfg.proc_root, NULL, 0), 200);
   set_target(fx, EM_TARGET_COMM, "python");
   char why[64];
-  assert_int_equal(em_target_find(&fx->cfg, why, sizeof(why)), 0);
+  assert_int_equal(em_target_find(&fx->cfg.target, fx->cfg.proc_root, why, sizeof(why)), 0);
   assert_string_equal(why, "no process matches");
 }
 
@@ -101,9 +102,9 @@ static void cmdline_matches_a_substring_across_arguments(void **state) {
   add_proc(fx, 11, "bash", "bash|-c|sleep 1", 40);
   add_proc(fx, 12, "kworker/0:1", "", 1); /* Kernel threads have an empty cmdline. */
   set_target(fx, EM_TARGET_CMDLINE, "detect --model");
-  assert_int_equal(em_target_find(&fx->cfg, NULL, 0), 10);
+  assert_int_equal(em_target_find(&fx->cfg.target, fx->cfg.proc_root, NULL, 0), 10);
   set_target(fx, EM_TARGET_CMDLINE, "yolo.onnx --x");
-  assert_int_equal(em_target_find(&fx->cfg, NULL, 0), 0);
+  assert_int_equal(em_target_find(&fx->cfg.target, fx->cfg.proc_root, NULL, 0), 0);
 }
 
 static void the_agent_never_matches_itself(void **state) {
@@ -111,7 +112,7 @@ static void the_agent_never_matches_itself(void **state) {
   add_proc(fx, (long)getpid(), "edgemon-agent", "edgemon-agent|--config|infer.ini", 1);
   add_proc(fx, 77, "python3", "python3|infer.py", 99);
   set_target(fx, EM_TARGET_CMDLINE, "infer");
-  assert_int_equal(em_target_find(&fx->cfg, NULL, 0), 77);
+  assert_int_equal(em_target_find(&fx->cfg.target, fx->cfg.proc_root, NULL, 0), 77);
 }
 
 static void pid_files_missing_garbage_or_stale_mean_not_running(void **state) {
@@ -120,7 +121,7 @@ static void pid_files_missing_garbage_or_stale_mean_not_running(void **state) {
   char pidfile[128], why[128];
   snprintf(pidfile, sizeof(pidfile), "%s/infer.pid", fx->root);
   set_target(fx, EM_TARGET_PIDFILE, pidfile);
-  assert_int_equal(em_target_find(&fx->cfg, why, sizeof(why)), 0);
+  assert_int_equal(em_target_find(&fx->cfg.target, fx->cfg.proc_root, why, sizeof(why)), 0);
   assert_non_null(strstr(why, "pid file"));
   static const struct {
     const char *text;
@@ -132,7 +133,7 @@ static void pid_files_missing_garbage_or_stale_mean_not_running(void **state) {
   };
   for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
     write_file(pidfile, rows[i].text, strlen(rows[i].text));
-    if (em_target_find(&fx->cfg, why, sizeof(why)) != rows[i].want) {
+    if (em_target_find(&fx->cfg.target, fx->cfg.proc_root, why, sizeof(why)) != rows[i].want) {
       fail_msg("pid file '%s': want %d (%s)", rows[i].text, (int)rows[i].want, why);
     }
   }
@@ -141,12 +142,12 @@ static void pid_files_missing_garbage_or_stale_mean_not_running(void **state) {
 static void pid_target_exists_or_waits(void **state) {
   fixture_t *fx = *state;
   add_proc(fx, 555, "python3", "python3", 1);
-  fx->cfg.target_kind = EM_TARGET_PID;
-  fx->cfg.target_pid = 555;
-  assert_int_equal(em_target_find(&fx->cfg, NULL, 0), 555);
-  fx->cfg.target_pid = 556;
+  fx->cfg.target.kind = EM_TARGET_PID;
+  fx->cfg.target.pid = 555;
+  assert_int_equal(em_target_find(&fx->cfg.target, fx->cfg.proc_root, NULL, 0), 555);
+  fx->cfg.target.pid = 556;
   char why[64];
-  assert_int_equal(em_target_find(&fx->cfg, why, sizeof(why)), 0);
+  assert_int_equal(em_target_find(&fx->cfg.target, fx->cfg.proc_root, why, sizeof(why)), 0);
   assert_string_equal(why, "pid 556 does not exist");
 }
 
@@ -161,20 +162,20 @@ static void start_time_reads_past_a_comm_with_parentheses(void **state) {
 
 static void lookups_that_cannot_work_say_so(void **state) {
   fixture_t *fx = *state;
-  fx->cfg.target_kind = EM_TARGET_NONE;
-  assert_true(em_target_find(&fx->cfg, NULL, 0) < 0);
+  fx->cfg.target.kind = EM_TARGET_NONE;
+  assert_true(em_target_find(&fx->cfg.target, fx->cfg.proc_root, NULL, 0) < 0);
   set_target(fx, EM_TARGET_COMM, "python3");
   snprintf(fx->cfg.proc_root, sizeof(fx->cfg.proc_root), "%s/missing", fx->root);
-  assert_true(em_target_find(&fx->cfg, NULL, 0) < 0);
+  assert_true(em_target_find(&fx->cfg.target, fx->cfg.proc_root, NULL, 0) < 0);
 }
 
 static void real_proc_finds_this_test_by_its_parent(void **state) {
   (void)state;
   em_config_t cfg;
   em_config_defaults(&cfg);
-  cfg.target_kind = EM_TARGET_PID;
-  cfg.target_pid = getppid();
-  assert_int_equal(em_target_find(&cfg, NULL, 0), getppid());
+  cfg.target.kind = EM_TARGET_PID;
+  cfg.target.pid = getppid();
+  assert_int_equal(em_target_find(&cfg.target, cfg.proc_root, NULL, 0), getppid());
   unsigned long long mine = 0, parent = 0;
   assert_int_equal(em_target_start_time("/proc", getpid(), &mine), 0);
   assert_int_equal(em_target_start_time("/proc", getppid(), &parent), 0);

@@ -13,18 +13,36 @@
 #ifndef EDGEMON_AGENT_TARGET_H
 #define EDGEMON_AGENT_TARGET_H
 
+#include <stdint.h>
 #include <stddef.h>
 #include <sys/types.h>
 
-#include "config.h"
+#define EM_TARGET_MAX_VALUE 256 /* A pid file, name, cmdline text or cgroup path, NUL included. */
+
+typedef enum {
+  EM_TARGET_NONE = 0, /* Not configured: an error for the agent, fine for --check of parts. */
+  EM_TARGET_PID,      /* [target] pid */
+  EM_TARGET_PIDFILE,  /* [target] pid_file */
+  EM_TARGET_COMM,     /* [target] process_name: exact match on /proc/PID/comm */
+  EM_TARGET_CMDLINE,  /* [target] cmdline: substring of the NUL-joined-by-space cmdline */
+  EM_TARGET_CGROUP,   /* [target] cgroup: a cgroup v2 directory */
+} em_target_kind_t;
+
+/* What [target] names: exactly one kind. */
+typedef struct {
+  em_target_kind_t kind;
+  int32_t pid;                        /* EM_TARGET_PID */
+  char value[EM_TARGET_MAX_VALUE];    /* The others' pid file, name, cmdline text or cgroup. */
+} em_target_spec_t;
 
 /*
- * Looks for the configured target. Returns the pid (> 0) when found, 0 when no process
+ * Looks for the target `t` names under proc_root. Returns the pid (> 0) when found, 0 when no process
  * matches now (the target is not running: not an error), or a negative errno when the
  * lookup itself cannot work (-EINVAL: the config has no process target; -ENOENT: proc_root
  * missing). `why` (may be NULL) receives a short reason when 0 is returned.
  */
-pid_t em_target_find(const em_config_t *cfg, char *why, size_t why_cap);
+pid_t em_target_find(const em_target_spec_t *t, const char *proc_root, char *why,
+                     size_t why_cap);
 
 /*
  * Start time of `pid` in clock ticks since boot (field 22 of <root>/<pid>/stat), so a pid
@@ -33,6 +51,6 @@ pid_t em_target_find(const em_config_t *cfg, char *why, size_t why_cap);
 int em_target_start_time(const char *proc_root, pid_t pid, unsigned long long *out);
 
 /* A short description of the target for logs, e.g. "process name 'python3'". */
-void em_target_describe(const em_config_t *cfg, char *buf, size_t cap);
+void em_target_describe(const em_target_spec_t *t, char *buf, size_t cap);
 
 #endif /* EDGEMON_AGENT_TARGET_H */

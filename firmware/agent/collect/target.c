@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +19,7 @@
 
 /* Reads <root>/<pid>/<name> (or <root>/<name> when pid is 0) into buf; returns its length. */
 static ssize_t read_small(const char *root, pid_t pid, const char *name, char *buf, size_t cap) {
-  char path[EM_CONFIG_MAX_PATH + 64];
+  char path[PATH_MAX];
   if (pid > 0) {
     snprintf(path, sizeof(path), "%s/%ld/%s", root, (long)pid, name);
   } else {
@@ -88,19 +89,19 @@ int em_target_start_time(const char *proc_root, pid_t pid, unsigned long long *o
 }
 
 /* True when the process `pid` under root matches the name or cmdline target. */
-static bool matches(const em_config_t *cfg, pid_t pid) {
+static bool matches(const em_target_spec_t *t, const char *proc_root, pid_t pid) {
   char buf[4096];
-  if (cfg->target_kind == EM_TARGET_COMM) {
-    ssize_t n = read_small(cfg->proc_root, pid, "comm", buf, sizeof(buf));
+  if (t->kind == EM_TARGET_COMM) {
+    ssize_t n = read_small(proc_root, pid, "comm", buf, sizeof(buf));
     if (n <= 0) {
       return false;
     }
     if (buf[n - 1] == '\n') {
       buf[n - 1] = '\0';
     }
-    return strcmp(buf, cfg->target_value) == 0;
+    return strcmp(buf, t->value) == 0;
   }
-  ssize_t n = read_small(cfg->proc_root, pid, "cmdline", buf, sizeof(buf));
+  ssize_t n = read_small(proc_root, pid, "cmdline", buf, sizeof(buf));
   if (n <= 0) {
     return false; /* Kernel threads and zombies have an empty cmdline. */
   }
@@ -109,12 +110,12 @@ static bool matches(const em_config_t *cfg, pid_t pid) {
       buf[i] = ' '; /* Arguments joined by one space, as ps shows them. */
     }
   }
-  return strstr(buf, cfg->target_value) != NULL;
+  return strstr(buf, t->value) != NULL;
 }
 
 /* Scans the pids under root for the oldest match. */
-static pid_t scan(const em_config_t *cfg, char *why, size_t why_cap) {
-  DIR *dir = opendir(cfg->proc_root);
+static pid_t scan(const em_target_spec_t *t, const char *proc_root, char *why, size_t why_cap) {
+  DIR *dir = opendir(proc_root);
   if (!dir) {
     return -errno;
   }
@@ -122,11 +123,11 @@ static pid_t scan(const em_config_t *cfg, char *why, size_t why_cap) {
   unsigned long long best_start = ULLONG_MAX;
   for (struct dirent *e = readdir(dir); e != NULL; e = readdir(dir)) {
     pid_t pid = parse_pid(e->d_name);
-    if (pid <= 0 || pid == self || !matches(cfg, pid)) {
+    if (pid <= 0 || pid == self || !matches(t, proc_root, pid)) {
       continue;
     }
     unsigned long long start = 0;
-    if (em_target_start_time(cfg->proc_root, pid, &start) != 0) {
+    if (em_target_start_time(proc_root, pid, &start) != 0) {
       continue; /* Exited while we looked. */
     }
     if (start < best_start || (start == best_start && pid < best)) {
@@ -143,28 +144,29 @@ static pid_t scan(const em_config_t *cfg, char *why, size_t why_cap) {
 
 /* True when <root>/<pid> exists. */
 static bool pid_exists(const char *root, pid_t pid) {
-  char path[EM_CONFIG_MAX_PATH + 32];
+  char path[PATH_MAX];
   snprintf(path, sizeof(path), "%s/%ld", root, (long)pid);
   return access(path, F_OK) == 0;
 }
 
-pid_t em_target_find(const em_config_t *cfg, char *why, size_t why_cap) {
+pid_t em_target_find(const em_target_spec_t *t, const char *proc_root, char *why,
+                     size_t why_cap) {
   char buf[64];
   pid_t pid;
   if (why && why_cap) {
     why[0] = '\0';
   }
-  switch (cfg->target_kind) {
+  switch (t->kind) {
   case EM_TARGET_PID:
-    if (!pid_exists(cfg->proc_root, cfg->target_pid)) {
+    if (!pid_exists(proc_root, t->pid)) {
       if (why) {
-        snprintf(why, why_cap, "pid %ld does not exist", (long)cfg->target_pid);
+        snprintf(why, why_cap, "pid %ld does not exist", (long)t->pid);
       }
       return 0;
     }
-    return cfg->target_pid;
+    return t->pid;
   case EM_TARGET_PIDFILE: {
-    ssize_t n = read_small(cfg->proc_root, 0, cfg->target_value, buf, sizeof(buf));
+    ssize_t n = read_small(proc_root, 0, t->value, buf, sizeof(buf));
     if (n < 0) {
       if (why) {
         snprintf(why, why_cap, "pid file: %s", strerror((int)-n));
@@ -178,7 +180,7 @@ pid_t em_target_find(const em_config_t *cfg, char *why, size_t why_cap) {
       }
       return 0;
     }
-    if (!pid_exists(cfg->proc_root, pid)) {
+    if (!pid_exists(proc_root, pid)) {
       if (why) {
         snprintf(why, why_cap, "pid %ld from the pid file is not running", (long)pid);
       }
@@ -188,7 +190,7 @@ pid_t em_target_find(const em_config_t *cfg, char *why, size_t why_cap) {
   }
   case EM_TARGET_COMM:
   case EM_TARGET_CMDLINE:
-    return scan(cfg, why, why_cap);
+    return scan(t, proc_root, why, why_cap);
   case EM_TARGET_CGROUP:
   case EM_TARGET_NONE:
     break;
@@ -196,22 +198,22 @@ pid_t em_target_find(const em_config_t *cfg, char *why, size_t why_cap) {
   return -EINVAL;
 }
 
-void em_target_describe(const em_config_t *cfg, char *buf, size_t cap) {
-  switch (cfg->target_kind) {
+void em_target_describe(const em_target_spec_t *t, char *buf, size_t cap) {
+  switch (t->kind) {
   case EM_TARGET_PID:
-    snprintf(buf, cap, "pid %ld", (long)cfg->target_pid);
+    snprintf(buf, cap, "pid %ld", (long)t->pid);
     return;
   case EM_TARGET_PIDFILE:
-    snprintf(buf, cap, "pid file %s", cfg->target_value);
+    snprintf(buf, cap, "pid file %s", t->value);
     return;
   case EM_TARGET_COMM:
-    snprintf(buf, cap, "process name '%s'", cfg->target_value);
+    snprintf(buf, cap, "process name '%s'", t->value);
     return;
   case EM_TARGET_CMDLINE:
-    snprintf(buf, cap, "command line containing '%s'", cfg->target_value);
+    snprintf(buf, cap, "command line containing '%s'", t->value);
     return;
   case EM_TARGET_CGROUP:
-    snprintf(buf, cap, "cgroup %s", cfg->target_value);
+    snprintf(buf, cap, "cgroup %s", t->value);
     return;
   case EM_TARGET_NONE:
     break;
