@@ -268,7 +268,7 @@ static bool unpack_slot(const uint8_t *slot, uint64_t pos, em_span_t *out) {
 
 size_t em_ring_reader_drain(em_ring_reader_t *r, const void *mem, bool final, em_ring_span_fn fn,
                             void *ctx) {
-  if (r == NULL || mem == NULL || !slot_count_valid(r->slot_count)) {
+  if (r == NULL || mem == NULL || !aligned(mem) || !slot_count_valid(r->slot_count)) {
     return 0;
   }
   const uint64_t n = r->slot_count;
@@ -296,7 +296,7 @@ size_t em_ring_reader_drain(em_ring_reader_t *r, const void *mem, bool final, em
     uint64_t count = limit - first < EM_RING_BATCH ? limit - first : EM_RING_BATCH;
     for (uint64_t i = 0; i < count; i++) {
       uint64_t q = first + i;
-      load_bytes_relaxed(r->batch + i * EM_RING_SLOT_BYTES,
+      load_words_relaxed(r->batch + i * EM_RING_SLOT_BYTES,
                          slots + (q & (n - 1u)) * EM_RING_SLOT_BYTES, EM_RING_SLOT_BYTES);
     }
     __atomic_thread_fence(__ATOMIC_ACQUIRE);

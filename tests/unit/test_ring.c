@@ -369,6 +369,37 @@ static void ring_write_refuses_bad_spans_and_writes_nothing(void **state) {
   free(mem);
 }
 
+/* ---- Reader: preconditions and the stage alphabet ---- */
+
+static void drain_of_an_unaligned_mapping_folds_nothing(void **state) {
+  (void)state;
+  uint8_t *mem = new_ring(64);
+  em_ring_reader_t r;
+  assert_int_equal(em_ring_reader_init(&r, 64, 0), 0);
+  uint64_t pos = 0;
+  collect_t c = {0};
+  write_frames(mem, 64, &pos, 5);
+  assert_int_equal(em_ring_reader_drain(&r, mem + 4, true, collect, &c), 0);
+  assert_int_equal(c.n, 0);
+  assert_true(classified(&r.counts) == 0 && r.next == 0);
+  assert_int_equal(em_ring_reader_drain(&r, mem, true, collect, &c), 5); /* aligned: all */
+  free(mem);
+}
+
+/* Every byte value against WIRE.md's stage alphabet [A-Za-z0-9_.:-], one-byte names. */
+static void stage_alphabet_is_exactly_the_documented_one(void **state) {
+  (void)state;
+  for (int b = 1; b < 256; b++) {
+    bool want = (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z') || (b >= '0' && b <= '9') ||
+                b == '_' || b == '.' || b == ':' || b == '-';
+    char name[2] = {(char)b, 0};
+    if (em_stage_name_valid(name) != want) {
+      print_error("byte 0x%02x: valid %d, want %d\n", b, !want, want);
+      fail();
+    }
+  }
+}
+
 /* ---- Reader: the previous-head rule ---- */
 
 static void drain_consumes_only_up_to_the_previous_head(void **state) {
@@ -1165,6 +1196,8 @@ int main(void) {
       cmocka_unit_test(golden_dgram_vectors_pack_and_unpack_to_their_rows),
       cmocka_unit_test(golden_deadline_page_is_init_plus_one_write),
       cmocka_unit_test(writer_thread_racing_reader_never_folds_a_torn_slot),
+      cmocka_unit_test(drain_of_an_unaligned_mapping_folds_nothing),
+      cmocka_unit_test(stage_alphabet_is_exactly_the_documented_one),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -123,7 +123,8 @@ typedef void (*em_ring_span_fn)(void *ctx, const em_span_t *span);
  * Drains the ring in mem[0..em_ring_bytes(r->slot_count)) as WIRE.md's "Reading" says: up to
  * the head seen on the previous drain, or up to the current head when `final` (the writer has
  * exited). Every position is classified exactly once into r->counts; at most slot_count
- * positions per call. Returns the number of spans handed to fn.
+ * positions per call. Returns the number of spans handed to fn. mem must be 8-byte aligned (a
+ * mapping is page-aligned); an unaligned mem drains nothing.
  */
 size_t em_ring_reader_drain(em_ring_reader_t *r, const void *mem, bool final, em_ring_span_fn fn,
                             void *ctx);
