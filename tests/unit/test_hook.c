@@ -1,7 +1,8 @@
 /*
  * test_hook.c - the level-change hook with real processes on a real libuv loop: the change
  * arrives in the arguments and the environment, a hook past its timeout is killed, changes
- * that come while one runs wait and only the latest runs, a missing hook is counted.
+ * that come while one runs wait and only the latest runs, a missing hook is counted, and
+ * closing kills a running hook (it ends by a signal, long before its own exit, and is gone).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -17,7 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "hook.h"
@@ -168,15 +171,47 @@ static void a_missing_hook_is_counted_and_harmless(void **state) {
   finish(fx, h);
 }
 
+/* Reads the pid the hook wrote to `path`, waiting up to 5 s for it: the hook is running. */
+static pid_t wait_for_pid(const char *path) {
+  for (int i = 0; i < 500; i++) {
+    char *got = slurp(path);
+    if (got && strchr(got, '\n')) {
+      return (pid_t)strtol(got, NULL, 10);
+    }
+    nanosleep(&(struct timespec){.tv_nsec = 10000000}, NULL);
+  }
+  fail_msg("the hook never wrote its pid to %s", path);
+  return -1;
+}
+
 static void closing_kills_a_running_hook(void **state) {
   fx_t *fx = *state;
-  write_script(fx, "exec sleep 30");
+  char body[512];
+  /* The shell becomes the sleep (exec): the pid it writes is the hook process itself. Left
+   * alone it would exit 0 after 10 s. */
+  snprintf(body, sizeof(body), "echo $$ > %s.tmp && mv %s.tmp %s; exec sleep 10", fx->out, fx->out,
+           fx->out);
+  write_script(fx, body);
   em_hook_t *h = NULL;
   assert_int_equal(em_hook_new(&h, &fx->loop, fx->script, 60000000000u), 0);
   em_state_record_t c = change(EM_LEVEL_WARN, EM_LEVEL_NOMINAL, "x");
   em_hook_run(h, &c);
   uv_run(&fx->loop, UV_RUN_NOWAIT);
-  finish(fx, h); /* Returns: the hook was killed, not waited for. */
+  pid_t pid = wait_for_pid(fx->out);
+  assert_true(pid > 0);
+  assert_int_equal(kill(pid, 0), 0); /* Running when the hook is closed. */
+  int closed = 0;
+  em_hook_close(h, on_closed, &closed);
+  uv_run(&fx->loop, UV_RUN_DEFAULT);
+  assert_int_equal(closed, 1);
+  em_hook_stats_t stats = *em_hook_stats(h);
+  em_hook_free(h);
+  /* Ended by a signal, not by its own exit 0 (failed counts a signal or a non-zero status),
+   * before its timeout, and reaped: the process is gone. */
+  assert_int_equal(stats.failed, 1);
+  assert_int_equal(stats.timeouts, 0);
+  assert_int_equal(kill(pid, 0), -1);
+  assert_int_equal(errno, ESRCH);
 }
 
 static void relative_paths_are_refused(void **state) {

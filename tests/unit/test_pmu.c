@@ -2422,9 +2422,9 @@ static void real_cgroup_target_counts_its_member_on_every_cpu(void **state) {
   assert_true(r[1].value > 50 * MS); /* >= 100 ms of one spinning process, over CPUs. */
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   em_log_set_level(EM_LOG_WARN); /* The absent-event lines are expected here. */
-  const struct CMUnitTest tests[] = {
+  const struct CMUnitTest unit[] = {
       cmocka_unit_test(scale_table),
       cmocka_unit_test(ratio_table),
       cmocka_unit_test(resolve_every_generic_name),
@@ -2454,6 +2454,10 @@ int main(void) {
       cmocka_unit_test(every_part_refused_is_absent_with_the_reason),
       cmocka_unit_test(config1_and_config2_of_each_part_reach_perf_event_attr),
       cmocka_unit_test(cpu_set_helpers),
+  };
+  /* The live kernel: its /proc/self/task, perf_event_open and cgroup v2. Run with --live, labelled
+   * integration (CMakeLists.txt). */
+  const struct CMUnitTest live[] = {
       cmocka_unit_test(linux_list_threads_names_every_thread_and_counts_past_the_cap),
       cmocka_unit_test(real_default_list_software_counts_hardware_absent_with_reason),
       cmocka_unit_test(real_inherit_counts_thread_created_after_open),
@@ -2462,5 +2466,8 @@ int main(void) {
       cmocka_unit_test(real_dead_target_reads_frozen_counts_and_cannot_be_opened),
       cmocka_unit_test(real_cgroup_target_counts_its_member_on_every_cpu),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  if (argc > 1 && strcmp(argv[1], "--live") == 0) {
+    return cmocka_run_group_tests_name("live", live, NULL, NULL);
+  }
+  return cmocka_run_group_tests_name("unit", unit, NULL, NULL);
 }

@@ -1,6 +1,6 @@
 /*
- * test_procfs.c - unit tests of firmware/agent/collect/procfs.c: the statm, smaps_rollup, meminfo and
- * PSI parsers, and the reader (em_procfs_t) over recorded procfs trees and the real /proc.
+ * test_procfs.c - unit tests of firmware/agent/collect/procfs.c: the statm, smaps_rollup, meminfo
+ * and PSI parsers, and the reader (em_procfs_t) over recorded procfs trees and the real /proc.
  *
  * Covered: the figures of every recorded file in tests/fixtures/procfs (x86 VM, Jetson AGX Orin
  * on L4T 5.10, Jetson Nano on 4.9), converted to bytes; absent figures (no MemAvailable, no
@@ -1279,8 +1279,8 @@ static void reader_statm_of_exited_child_is_esrch(void **state) {
   em_procfs_free(p);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+int main(int argc, char **argv) {
+  const struct CMUnitTest unit[] = {
       cmocka_unit_test(statm_counts_pages_in_bytes),
       cmocka_unit_test(statm_of_orin_python_is_about_2_3_gb_resident),
       cmocka_unit_test(statm_rejects_page_count_that_overflows_bytes),
@@ -1320,8 +1320,15 @@ int main(void) {
                                 remove_temp_dir),
       cmocka_unit_test_teardown(reader_open_error_on_psi_fails_new_and_leaks_nothing,
                                 remove_temp_dir),
+  };
+  /* The live kernel: this process's own RSS and a real child in the real /proc. Run with --live,
+   * labelled integration (CMakeLists.txt). */
+  const struct CMUnitTest live[] = {
       cmocka_unit_test(reader_reads_own_pid_from_real_proc),
       cmocka_unit_test_teardown(reader_statm_of_exited_child_is_esrch, kill_sleeping_child),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  if (argc > 1 && strcmp(argv[1], "--live") == 0) {
+    return cmocka_run_group_tests_name("live", live, NULL, NULL);
+  }
+  return cmocka_run_group_tests_name("unit", unit, NULL, NULL);
 }

@@ -637,8 +637,8 @@ static void the_deadline_page_is_renamed_into_place_and_updated_in_place(void **
   assert_int_equal(rmdir(dir), 0);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+int main(int argc, char **argv) {
+  const struct CMUnitTest unit[] = {
       cmocka_unit_test_setup_teardown(a_sealed_ring_is_accepted_and_acked, setup, teardown),
       cmocka_unit_test_setup_teardown(an_unsealed_memfd_is_refused_and_closed, setup, teardown),
       cmocka_unit_test_setup_teardown(a_size_other_than_the_headers_is_refused, setup, teardown),
@@ -652,12 +652,19 @@ int main(void) {
       cmocka_unit_test_setup_teardown(descriptors_on_other_datagrams_are_closed, setup, teardown),
       cmocka_unit_test_setup_teardown(a_hard_miss_reaches_its_hook_without_entering_the_window,
                                       setup, teardown),
+      cmocka_unit_test_setup_teardown(the_deadline_page_is_renamed_into_place_and_updated_in_place,
+                                      setup, teardown),
+  };
+  /* The live kernel: a real child's pidfd and its start time in the real /proc. Run with --live,
+   * labelled integration (CMakeLists.txt). */
+  const struct CMUnitTest live[] = {
       cmocka_unit_test_setup_teardown(a_writer_that_exits_is_drained_through_its_pidfd, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(without_pidfds_an_exited_writer_is_found_by_its_start_time,
                                       setup, teardown),
-      cmocka_unit_test_setup_teardown(the_deadline_page_is_renamed_into_place_and_updated_in_place,
-                                      setup, teardown),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  if (argc > 1 && strcmp(argv[1], "--live") == 0) {
+    return cmocka_run_group_tests_name("live", live, NULL, NULL);
+  }
+  return cmocka_run_group_tests_name("unit", unit, NULL, NULL);
 }
