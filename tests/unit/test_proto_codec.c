@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "failing_alloc.h"
 #include "vectors.h"
 
 #define SCRATCH_BYTES EM_PROTO_SCRATCH_MAX
@@ -542,6 +543,46 @@ static void state_historical_round_trips_and_is_absent_when_live(void **state) {
   assert_null(strstr(text, "historical"));
 }
 
+/*
+ * The codec never reaches the heap (proto.h): with every allocation failing, every golden
+ * vector still encodes to its bytes, decodes, prints as JSON and encodes again, a bad input
+ * still gets its error, and not one allocation was attempted.
+ */
+static void the_codec_works_with_every_allocation_failing(void **state) {
+  (void)state;
+  size_t n;
+  const em_vector_t *v = em_vectors(&n);
+  for (size_t i = 0; i < n; i++) {
+    size_t want_len, len = 0, jlen = 0;
+    uint8_t *want = read_vector(v[i].name, "cbor", &want_len);
+    em_failing_alloc_arm(1, true);
+    int enc = em_proto_encode(&v[i].msg, out, sizeof(out), &len);
+    bool same = enc == 0 && len == want_len && memcmp(out, want, len) == 0;
+    em_msg_t m;
+    int dec = em_proto_decode(want, want_len, &m, scratch, em_proto_scratch_bytes(want_len), NULL);
+    int js = dec ? dec : em_proto_to_json(&m, json, sizeof(json), &jlen);
+    size_t again = 0;
+    int reenc = dec ? dec : em_proto_encode(&m, out, sizeof(out), &again);
+    int bad = em_proto_decode(want, want_len - 1, &m, scratch, sizeof(scratch), NULL);
+    unsigned long tried = em_failing_alloc_disarm();
+    free(want);
+    if (!same || dec || js || reenc || again != want_len) {
+      fail_msg("%s: encode %d (same bytes: %d), decode %d, json %d, encode again %d", v[i].name,
+               enc, same, dec, js, reenc);
+    }
+    assert_int_equal(bad, EM_PROTO_ETRUNCATED);
+    if (tried != 0) {
+      fail_msg("%s: the codec tried %lu allocations", v[i].name, tried);
+    }
+  }
+}
+
+static int disarm(void **state) {
+  (void)state;
+  em_failing_alloc_disarm();
+  return 0;
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(vectors_encode_to_the_golden_bytes),
@@ -557,6 +598,7 @@ int main(void) {
       cmocka_unit_test(encoder_refuses_what_the_decoder_would_refuse),
       cmocka_unit_test(every_error_code_has_its_own_text),
       cmocka_unit_test(state_historical_round_trips_and_is_absent_when_live),
+      cmocka_unit_test_teardown(the_codec_works_with_every_allocation_failing, disarm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

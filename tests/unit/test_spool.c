@@ -1,7 +1,7 @@
 /*
- * test_spool.c - the agent's spool (firmware/agent/transport/spool.c) against real files in a temporary
- * directory: replay order and payload bytes, STATE before older DATA, recovery after a clean
- * close and after a crash (a child process that _exit()s without closing), many laps of the
+ * test_spool.c - the agent's spool (firmware/agent/transport/spool.c) against real files in a
+ * temporary directory: replay order and payload bytes, STATE before older DATA, recovery after a
+ * clean close and after a crash (a child process that _exit()s without closing), many laps of the
  * ring with mixed sizes, eviction counts that survive a restart, torn and corrupt records,
  * garbage files, write errors (RLIMIT_FSIZE), size limits, and a torn header slot.
  *
@@ -15,6 +15,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "failing_alloc.h"
 #include "spool.h"
 
 #include <errno.h>
@@ -612,6 +613,79 @@ static void spool_capacity_change_recreates_only_when_empty(void **state) {
   assert_int_equal(st.st_size, EM_SPOOL_HEADER_BYTES + 2 * CAP);
 }
 
+/* The lowest free descriptor: it moves when a descriptor leaks. */
+static int lowest_free_fd(void) {
+  int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  assert_true(fd >= 0);
+  close(fd);
+  return fd;
+}
+
+/*
+ * Opens the spool with allocation k failing, for every k until an open needs no more than
+ * k - 1 allocations: each failure is -ENOMEM with "out of memory" in err, no spool, no
+ * descriptor left open (and nothing leaked, under AddressSanitizer), and the file unchanged,
+ * so the next open replays every record. `fresh` starts each round from no file (the create
+ * path); otherwise from three records written at capacity `cap_before` (the read path, and
+ * the recreate path when the capacity changes with nothing pending).
+ */
+static void open_fails_cleanly_at_each_allocation(const fixture_t *f, bool fresh,
+                                                  uint64_t cap_before, bool popped) {
+  unsigned long failed = 0;
+  for (unsigned long k = 1;; k++) {
+    unlink(f->path);
+    if (!fresh) {
+      em_spool_t *w = open_ok(f, cap_before, NULL, 0);
+      for (uint32_t id = 1; id <= 3; id++) {
+        append_ok(w, EM_SPOOL_DATA, id, 100 * id);
+      }
+      for (uint32_t id = 1; popped && id <= 3; id++) {
+        expect_pop(w, EM_SPOOL_DATA, id, 100 * id);
+      }
+      em_spool_close(w);
+    }
+    int fd_before = lowest_free_fd();
+    em_spool_t *s = (em_spool_t *)&s; /* Not NULL: a failed open must clear it. */
+    char err[256];
+    em_failing_alloc_arm(k, false);
+    int rc = em_spool_open(&s, f->path, CAP, err, sizeof(err));
+    em_failing_alloc_disarm();
+    if (em_failing_alloc_refused() == 0) { /* The open needs fewer than k allocations. */
+      assert_int_equal(rc, 0);
+      em_spool_close(s);
+      break;
+    }
+    failed++;
+    if (rc != -ENOMEM) {
+      fail_msg("allocation %lu failing: open returned %d (%s), want -ENOMEM", k, rc, err);
+    }
+    assert_null(s);
+    assert_non_null(strstr(err, "out of memory"));
+    assert_int_equal(lowest_free_fd(), fd_before);
+    if (!fresh && !popped) {
+      s = open_ok(f, cap_before, NULL, 0);
+      for (uint32_t id = 1; id <= 3; id++) {
+        expect_pop(s, EM_SPOOL_DATA, id, 100 * id);
+      }
+      expect_empty(s);
+      em_spool_close(s);
+    }
+  }
+  assert_true(failed >= (fresh ? 2u : 3u)); /* The spool, its index, and the scan window. */
+}
+
+static void spool_open_fails_cleanly_when_any_allocation_fails(void **state) {
+  fixture_t *f = *state;
+  open_fails_cleanly_at_each_allocation(f, true, CAP, false);
+  open_fails_cleanly_at_each_allocation(f, false, CAP, false);
+  open_fails_cleanly_at_each_allocation(f, false, 2 * CAP, true);
+}
+
+static int disarm_and_teardown(void **state) {
+  em_failing_alloc_disarm();
+  return teardown(state);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(spool_replays_in_order_with_payload_bytes, setup, teardown),
@@ -638,6 +712,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(spool_torn_header_slot_falls_back_to_older, setup, teardown),
       cmocka_unit_test_setup_teardown(spool_capacity_change_recreates_only_when_empty, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(spool_open_fails_cleanly_when_any_allocation_fails, setup,
+                                      disarm_and_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
