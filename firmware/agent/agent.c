@@ -1086,8 +1086,6 @@ static void sensors_read_done(uv_work_t *w, int status) {
     return;
   }
   const em_sensors_reading_t *r = &a->sensors_reading;
-  bool have_temp = false;
-  double hottest = 0;
   for (unsigned i = 0; i < r->count; i++) {
     size_t m = a->sensors_base + i;
     if (!r->present[i]) {
@@ -1097,16 +1095,11 @@ static void sensors_read_done(uv_work_t *w, int status) {
     }
     set_f(a, m, r->value[i]);
     a->absent[m][0] = '\0';
-    const char *name = em_sensors_figure(a->sensors, i)->name;
-    size_t len = strlen(name);
-    if (strncmp(name, "thermal.", 8) == 0 && len > 5 && strcmp(name + len - 5, ".temp") == 0 &&
-        (!have_temp || r->value[i] > hottest)) {
-      hottest = r->value[i];
-      have_temp = true;
-    }
   }
-  a->temp_max = have_temp ? (em_value_t){.type = EM_VALUE_FLOAT, .as.f = hottest}
-                          : (em_value_t){.type = EM_VALUE_ABSENT};
+  double hottest = 0;
+  a->temp_max = em_sensors_hottest(a->sensors, r, &hottest) == 0
+                    ? (em_value_t){.type = EM_VALUE_FLOAT, .as.f = hottest}
+                    : (em_value_t){.type = EM_VALUE_ABSENT};
   em_throttle_t t = em_sensors_throttle(a->sensors, r, a->throttle_why, sizeof(a->throttle_why));
   a->throttled = (em_value_t){.type = EM_VALUE_FLOAT, .as.f = t == EM_THROTTLE_NONE ? 0.0 : 1.0};
 }
@@ -1441,52 +1434,6 @@ static int build_dictionary(em_agent_t *a) {
   return 0;
 }
 
-/*
- * A configured event that is not a generic perf name: resolved through the board's sysfs
- * (kernel PMU event names, "pmu/terms/", raw r<hex>) by pmu_events.c. Every entry becomes a
- * part of the event (on a heterogeneous system one per CPU PMU that has it, counted on all
- * of them: pmu.h), with config1/config2 and its PMU's CPUs. Returns 0 or -errno.
- */
-static int resolve_pmu_event(const char *root, const char *name, em_pmu_event_t *out) {
-  em_pmu_events_t r;
-  int rc = em_pmu_events_resolve(root, name, &r);
-  if (rc != 0) {
-    em_log(EM_LOG_ERROR, "pmu: %s", r.error);
-    return rc;
-  }
-  memset(out, 0, sizeof(*out));
-  snprintf(out->name, sizeof(out->name), "%s", name);
-  for (size_t k = 0; k < r.n && k < EM_PMU_MAX_PARTS; k++) {
-    const em_pmu_events_entry_t *e = &r.e[k];
-    bool dup = k > 0 && e->type == out->type;
-    for (size_t j = 0; j < out->n_parts && !dup; j++) {
-      dup = out->parts[j].type == e->type;
-    }
-    if (dup) { /* Two PMUs with one type: a broken sysfs; em_pmu_new() takes a type once. */
-      em_log(EM_LOG_WARN, "pmu: event '%s': PMU %s repeats type %u; not counted there", name,
-             e->pmu, (unsigned)e->type);
-      continue;
-    }
-    em_pmu_part_t part = {
-        .type = e->type, .config = e->config, .config1 = e->config1, .config2 = e->config2};
-    for (unsigned cpu = 0; !e->any_cpu && cpu < EM_PMU_MAX_CPUS; cpu++) {
-      if (em_pmu_events_cpu_isset(&e->cpus, cpu)) {
-        em_pmu_cpus_add(&part.cpus, cpu);
-      }
-    }
-    if (k == 0) {
-      out->type = part.type;
-      out->config = part.config;
-      out->config1 = part.config1;
-      out->config2 = part.config2;
-      out->cpus = part.cpus;
-    } else {
-      out->parts[out->n_parts++] = part;
-    }
-  }
-  return 0;
-}
-
 /* The sensors the board profile asks for (every one probed without a profile). */
 static void sensors_open(em_agent_t *a, const em_board_profile_t *board) {
   em_sensors_opts_t so = {.families = 0};
@@ -1523,18 +1470,6 @@ static void sensors_open(em_agent_t *a, const em_board_profile_t *board) {
           (unsigned long long)(a->sensors_period_ns / 1000000u));
 }
 
-/* An event name the generic table does not know, resolved against sysfs (pmu_events.h). One
- * the machine lacks stays in the list with an impossible type, so it is absent with its
- * reason (perf_event_open says ENOENT) instead of stopping the start. */
-static void resolve_or_absent(em_agent_t *a, size_t i) {
-  if (resolve_pmu_event(a->cfg.sys_root, a->cfg.events[i], &a->events[i]) == 0) {
-    return;
-  }
-  memset(&a->events[i], 0, sizeof(a->events[i]));
-  snprintf(a->events[i].name, sizeof(a->events[i].name), "%s", a->cfg.events[i]);
-  a->events[i].type = UINT32_MAX;
-}
-
 int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
                  const em_board_profile_t *board, const char *version) {
   if (!out || !loop || !cfg || cfg->target.kind == EM_TARGET_NONE) {
@@ -1556,9 +1491,8 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
   int rc = 0;
   a->n_events = cfg->n_events;
   for (size_t i = 0; i < cfg->n_events; i++) {
-    if (em_pmu_resolve(cfg->events[i], &a->events[i]) != 0) {
-      resolve_or_absent(a, i);
-    }
+    /* One the machine lacks stays in the list, absent with its reason (pmu_events.h). */
+    (void)em_pmu_events_event(cfg->sys_root, cfg->events[i], &a->events[i]);
   }
   sensors_open(a, board);
   static const struct {

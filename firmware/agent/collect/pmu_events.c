@@ -13,6 +13,11 @@
  * a garbage tree cannot hang the caller. Names are checked ([A-Za-z0-9_-], bounded) before
  * they become path components, so "../" cannot walk out of the tree.
  *
+ * em_pmu_events_event() turns a configured name into the em_pmu_event_t that em_pmu_new()
+ * opens (generic table first, then the resolution above, entries folded into parts), and a
+ * name nothing resolves into an event with EM_PMU_EVENTS_ABSENT_TYPE, so the counter is absent
+ * with its reason instead of stopping the agent's start.
+ *
  * Owns nothing between calls; no global state; single-threaded.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -30,6 +35,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "log.h"
 #include "pmu.h"
 #include "pmu_events.h"
 
@@ -833,5 +839,68 @@ int em_pmu_events_resolve(const char *root, const char *event, em_pmu_events_t *
       set_error(out, "'%s': %s", event, strerror(-rc));
     }
   }
+  return rc;
+}
+
+/*
+ * Folds the entries of a sysfs resolution into `out` (zeroed first): the first entry is the
+ * event's own type/config/CPUs, the others its parts. Two entries with one type (a broken
+ * sysfs: em_pmu_new() takes a type once) keep the first; the others are logged and left out.
+ */
+static void fold_entries(const char *name, const em_pmu_events_t *r, em_pmu_event_t *out) {
+  memset(out, 0, sizeof(*out));
+  snprintf(out->name, sizeof(out->name), "%s", name);
+  for (size_t k = 0; k < r->n && k < EM_PMU_MAX_PARTS; k++) {
+    const em_pmu_events_entry_t *e = &r->e[k];
+    bool dup = k > 0 && e->type == out->type;
+    for (size_t j = 0; j < out->n_parts && !dup; j++) {
+      dup = out->parts[j].type == e->type;
+    }
+    if (dup) {
+      em_log(EM_LOG_WARN, "pmu: event '%s': PMU %s repeats type %u; not counted there", name,
+             e->pmu, (unsigned)e->type);
+      continue;
+    }
+    em_pmu_part_t part = {
+        .type = e->type, .config = e->config, .config1 = e->config1, .config2 = e->config2};
+    for (unsigned cpu = 0; !e->any_cpu && cpu < EM_PMU_MAX_CPUS; cpu++) {
+      if (em_pmu_events_cpu_isset(&e->cpus, cpu)) {
+        em_pmu_cpus_add(&part.cpus, cpu);
+      }
+    }
+    if (k == 0) {
+      out->type = part.type;
+      out->config = part.config;
+      out->config1 = part.config1;
+      out->config2 = part.config2;
+      out->cpus = part.cpus;
+    } else {
+      out->parts[out->n_parts++] = part;
+    }
+  }
+}
+
+int em_pmu_events_event(const char *root, const char *name, em_pmu_event_t *out) {
+  if (out == NULL) {
+    return -EINVAL;
+  }
+  if (name == NULL) {
+    memset(out, 0, sizeof(*out));
+    out->type = EM_PMU_EVENTS_ABSENT_TYPE;
+    return -EINVAL;
+  }
+  if (em_pmu_resolve(name, out) == 0) {
+    return 0;
+  }
+  em_pmu_events_t r;
+  int rc = em_pmu_events_resolve(root, name, &r);
+  if (rc == 0) {
+    fold_entries(name, &r, out);
+    return 0;
+  }
+  em_log(EM_LOG_ERROR, "pmu: %s", r.error);
+  memset(out, 0, sizeof(*out));
+  snprintf(out->name, sizeof(out->name), "%s", name);
+  out->type = EM_PMU_EVENTS_ABSENT_TYPE;
   return rc;
 }

@@ -45,6 +45,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pmu.h"
+
 #define EM_PMU_EVENTS_MAX_ENTRIES 8    /* PMUs one event may resolve to. */
 #define EM_PMU_EVENTS_MAX_CPUS    1024 /* CPUs 0..1023 in a CPU set. */
 #define EM_PMU_EVENTS_NAME_BYTES  64   /* PMU and event names, with the NUL. */
@@ -115,5 +117,22 @@ bool em_pmu_events_cpu_isset(const em_pmu_events_cpus_t *set, unsigned cpu);
 
 /* Number of CPUs in the set. */
 unsigned em_pmu_events_cpu_count(const em_pmu_events_cpus_t *set);
+
+/* The type of an event nothing resolves: no PMU has it, so perf_event_open(2) refuses it with
+ * ENOENT and the counter is absent with that reason. */
+#define EM_PMU_EVENTS_ABSENT_TYPE UINT32_MAX
+
+/*
+ * The event em_pmu_new() opens for a configured name: a generic perf name (em_pmu_resolve()),
+ * else what em_pmu_events_resolve() finds under `root`, every entry a part of the event (on a
+ * heterogeneous system one per CPU PMU that has it, counted on all of them: pmu.h) with its
+ * config1/config2 and its PMU's CPUs. Entries past EM_PMU_MAX_PARTS, and an entry repeating a
+ * type already taken (a broken sysfs), are left out (the latter with a warning in the log).
+ * Returns 0, or the negative errno of em_pmu_events_resolve() with its message logged at
+ * error; *out is filled either way: on failure it is `name` with EM_PMU_EVENTS_ABSENT_TYPE, an
+ * event the machine does not have. -EINVAL for a NULL name (out absent) or a NULL out.
+ * `root` and `name` are borrowed for the call.
+ */
+int em_pmu_events_event(const char *root, const char *name, em_pmu_event_t *out);
 
 #endif /* EDGEMON_AGENT_PMU_EVENTS_H */

@@ -1070,3 +1070,28 @@ em_throttle_t em_sensors_throttle(const em_sensors_t *s, const em_sensors_readin
   }
   return EM_THROTTLE_NONE;
 }
+
+/* Whether `name` is a zone's temperature figure: "thermal.<type>.temp". */
+static bool is_zone_temp(const char *name) {
+  size_t len = strlen(name);
+  return strncmp(name, "thermal.", 8) == 0 && len > 5 && strcmp(name + len - 5, ".temp") == 0;
+}
+
+int em_sensors_hottest(const em_sensors_t *s, const em_sensors_reading_t *r, double *out_c) {
+  if (s == NULL || r == NULL || out_c == NULL) {
+    return -EINVAL;
+  }
+  bool have = false;
+  double hottest = 0;
+  for (unsigned i = 0; i < s->nfig && i < r->count; i++) {
+    if (r->present[i] && is_zone_temp(s->fig[i].pub.name) && (!have || r->value[i] > hottest)) {
+      hottest = r->value[i];
+      have = true;
+    }
+  }
+  if (!have) {
+    return -ENOENT;
+  }
+  *out_c = hottest;
+  return 0;
+}

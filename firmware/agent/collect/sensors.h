@@ -148,6 +148,15 @@ em_throttle_t em_sensors_throttle(const em_sensors_t *s, const em_sensors_readin
                                   size_t cap);
 
 /*
+ * The hottest thermal zone of reading r (from s): the largest present "thermal.<type>.temp"
+ * figure, in degrees C (trip points and tripped flags do not count; an absent zone is skipped).
+ * This is the figure the [budget.process] temp_max rule judges. Returns 0 and *out_c, -ENOENT
+ * when no zone temperature is present (none found, or none readable this time), or -EINVAL (a
+ * NULL argument).
+ */
+int em_sensors_hottest(const em_sensors_t *s, const em_sensors_reading_t *r, double *out_c);
+
+/*
  * The value parser every sysfs reader uses, exposed for the fuzzer and tests: `text` (len
  * bytes, need not be NUL-terminated) holds one decimal integer, optional leading '-' or '+',
  * optional surrounding blanks and one trailing newline. Returns 0 and *out, or -EINVAL
