@@ -1,0 +1,80 @@
+/*
+ * file.c - the bounded small-file reader (edgemon/common/file.h). Owns the fd it opens, for
+ * the length of one call. No global state.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "edgemon/common/file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* read() that retries EINTR; bytes or -errno. */
+static ssize_t read_retry(int fd, void *buf, size_t len) {
+  for (;;) {
+    ssize_t r = read(fd, buf, len);
+    if (r >= 0) {
+      return r;
+    }
+    if (errno != EINTR) {
+      return -errno;
+    }
+  }
+}
+
+ssize_t em_file_read_fd(int fd, char *buf, size_t cap, bool *truncated) {
+  if (truncated != NULL) {
+    *truncated = false;
+  }
+  if (buf == NULL || cap == 0) {
+    return -EINVAL;
+  }
+  size_t n = 0;
+  while (n < cap - 1) {
+    ssize_t r = read_retry(fd, buf + n, cap - 1 - n);
+    if (r < 0) {
+      buf[n] = '\0';
+      return r;
+    }
+    if (r == 0) {
+      break;
+    }
+    n += (size_t)r;
+  }
+  buf[n] = '\0';
+  if (n == cap - 1 && truncated != NULL) {
+    char probe;
+    ssize_t r = read_retry(fd, &probe, 1);
+    if (r < 0) {
+      return r;
+    }
+    *truncated = r > 0;
+  }
+  return (ssize_t)n;
+}
+
+ssize_t em_file_read_small(const char *path, char *buf, size_t cap, bool *truncated) {
+  if (truncated != NULL) {
+    *truncated = false;
+  }
+  if (path == NULL || buf == NULL || cap == 0) {
+    return -EINVAL;
+  }
+  buf[0] = '\0';
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) {
+    return -errno;
+  }
+  struct stat st;
+  ssize_t rc = 0;
+  if (fstat(fd, &st) != 0) {
+    rc = -errno;
+  } else if (!S_ISREG(st.st_mode)) {
+    rc = -EINVAL;
+  } else {
+    rc = em_file_read_fd(fd, buf, cap, truncated);
+  }
+  close(fd);
+  return rc;
+}
