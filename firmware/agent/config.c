@@ -1,38 +1,29 @@
 /*
- * config.c - see config.h. Reads the agent's INI file with Debian's libinih, validates every
- * key, reports every problem as FILE:LINE: message, and fills in defaults (docs/CONFIG.md).
+ * config.c - see config.h. Reads the agent's INI file with common/'s INI line reader
+ * (edgemon/common/ini.h), validates every key with common/'s typed value parsers, reports every
+ * problem as FILE:LINE: message, and fills in defaults (docs/CONFIG.md).
  *
  * Owns nothing after em_config_load() returns: the file is open only during the call, and
- * nothing is allocated (libinih keeps its line buffer on the stack). Single-threaded.
+ * nothing is allocated (the reader keeps its line buffer on the stack). Single-threaded.
  *
- * How a file is read, and why not with a bare ini_parse():
+ * The reader hands over one physical line at a time with its number (so load_t.line is the
+ * line being handled), reports syntax problems itself (a line without '=' or ':', a header
+ * without ']', a NUL byte, a line longer than LINE_MAX_CHARS) and goes on, so every problem is
+ * reported, not just the first. An indented line is a key, never a continuation of the value
+ * before it.
  *
- *   1. Line numbers. Debian builds libinih without INI_HANDLER_LINENO, so the handler is not
- *      told the line, and ini_parse() returns only the first error's line. This file feeds
- *      libinih through ini_parse_stream() with its own reader (read_line), which hands over
- *      exactly one physical line per call and counts them; while libinih calls the handler
- *      for a line, load_t.line is that line's number.
- *   2. Every error, not the first. Lines that libinih would reject (no '=' or ':', a section
- *      header without ']'), section headers and comments are dealt with in the reader: a
- *      malformed line is reported there and libinih gets an empty line instead, so it only
- *      ever sees key lines. ini_parse_stream() returning a line anyway means the two
- *      grammars disagree; that line is reported as a safety net.
- *   3. Line length. libinih's stack buffer holds 200 bytes (INI_MAX_LINE); a cmdline or path
- *      value may be 255. A key line too long for the buffer libinih passes is split here,
- *      with libinih's own rules (split_pair), and goes to the same handler. Lines longer than
- *      LINE_MAX_CHARS are an error.
- *   4. Indented lines are not continuations. The reader strips leading whitespace, so
- *      libinih's multi-line values (an indented line continues the previous value) never
- *      apply: an indented "qos_data = 1" is a key, as it reads.
- *
- * Sections are tracked here (load_t.section), not taken from libinih, because after an
- * unknown or malformed section header the keys that follow belong to no known section and are
- * skipped quietly: one mistake, one error.
+ * Sections are tracked here (load_t.section) because after an unknown or malformed section
+ * header the keys that follow belong to no known section and are skipped quietly: one mistake,
+ * one error.
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include "config.h"
 
+#include "edgemon/common/credentials.h"
+#include "edgemon/common/ini.h"
+#include "edgemon/common/parse.h"
+#include "edgemon/common/str.h"
 #include "edgemon/proto.h"
 #include "edgemon/ring.h"
 
@@ -49,13 +40,11 @@
 #include <unistd.h>
 #include <fcntl.h>
 
-#include <ini.h>
-
-#define NS_PER_US  1000ull
-#define NS_PER_MS  1000000ull
-#define NS_PER_S   1000000000ull
-#define NS_PER_MIN (60ull * NS_PER_S)
-#define NS_PER_H   (3600ull * NS_PER_S)
+#define NS_PER_US  EM_NS_PER_US
+#define NS_PER_MS  EM_NS_PER_MS
+#define NS_PER_S   EM_NS_PER_S
+#define NS_PER_MIN EM_NS_PER_MIN
+#define NS_PER_H   EM_NS_PER_H
 
 #define LINE_MAX_CHARS   1024      /* Longest physical line accepted, without its newline. */
 #define FILE_MAX_BYTES   (1 << 20) /* Read no more: a config is a few KiB (and not /dev/zero). */
@@ -65,8 +54,7 @@
 #define MAX_COMM         15        /* TASK_COMM_LEN - 1. */
 #define MAX_CMDLINE      255
 #define MAX_CLIENT_ID    64
-#define SUGGEST_DISTANCE 2    /* Did-you-mean: the largest edit distance suggested. */
-#define CRED_MAX_BYTES   4096 /* A credentials file is two short lines. */
+#define SUGGEST_DISTANCE 2 /* Did-you-mean: the largest edit distance suggested. */
 
 typedef enum {
   SEC_NONE = 0, /* Before the first section header. */
@@ -225,11 +213,7 @@ struct load {
   em_config_error_fn on_error;
   void *ctx;
   int n_errors;
-  FILE *fp;
-  int read_errno;          /* errno of a failed read, 0 when none. */
-  size_t bytes;            /* Bytes read so far; reading stops past FILE_MAX_BYTES. */
-  int line;                /* 1-based number of the line last handed to libinih. */
-  int pair_line;           /* The last line that held a key = value pair. */
+  int line;                /* 1-based number of the line being handled. */
   section_t section;       /* Section of the current line. */
   int key_line[K_COUNT];   /* Line each key was first given on; 0 = not given. */
   bool key_ok[K_COUNT];    /* The key's value was valid and is stored in cfg. */
@@ -239,7 +223,6 @@ struct load {
   budget_sec_t process;    /* [budget.process] */
   budget_sec_t stages[MAX_BUDGET_STAGES];
   size_t n_stages;
-  char buf[LINE_MAX_CHARS + 1];
 };
 
 /* The generic perf event names the agent accepts, in the order --check lists them. */
@@ -286,48 +269,9 @@ static bool is_id_char(char c) {
          c == ':' || c == '-';
 }
 
-/* Strips whitespace from both ends in place; returns the first non-space character. */
-static char *trim(char *s) {
-  while (is_space(*s)) {
-    s++;
-  }
-  size_t n = strlen(s);
-  while (n > 0 && is_space(s[n - 1])) {
-    s[--n] = '\0';
-  }
-  return s;
-}
-
-/*
- * libinih's find_chars_or_comment(): the first character of `chars` (none when NULL), or the
- * start of an inline comment (';' after whitespace), or the terminating NUL.
- */
-static char *find_chars_or_comment(char *s, const char *chars) {
-  bool was_space = false;
-  while (*s != '\0' && (chars == NULL || strchr(chars, *s) == NULL) && !(was_space && *s == ';')) {
-    was_space = is_space(*s);
-    s++;
-  }
-  return s;
-}
-
-/*
- * Copies `s` into out (cap bytes) for quoting in a message: bytes outside printable ASCII
- * become '?', and text past QUOTE_MAX characters becomes "...".
- */
+/* Quotes `s` into out for a message (edgemon/common/str.h). */
 static const char *quote(char *out, size_t cap, const char *s) {
-  size_t n = 0;
-  size_t limit = cap - 4 < QUOTE_MAX ? cap - 4 : QUOTE_MAX;
-  for (; n < limit && s[n] != '\0'; n++) {
-    unsigned char c = (unsigned char)s[n];
-    out[n] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
-  }
-  if (s[n] != '\0') {
-    memcpy(out + n, "...", 3);
-    n += 3;
-  }
-  out[n] = '\0';
-  return out;
+  return em_str_quote(out, cap, s, QUOTE_MAX);
 }
 
 /*
@@ -394,16 +338,6 @@ static const char *format_duration(char *out, size_t cap, uint64_t ns) {
   return out;
 }
 
-/* Copies s into dst (cap bytes). Returns false, leaving dst alone, when it does not fit. */
-static bool copy_str(char *dst, size_t cap, const char *s) {
-  size_t n = strlen(s);
-  if (n >= cap) {
-    return false;
-  }
-  memcpy(dst, s, n + 1);
-  return true;
-}
-
 #if defined(__GNUC__) || defined(__clang__)
 #define EM_PRINTF(fmt_arg, first_arg) __attribute__((format(printf, fmt_arg, first_arg)))
 #else
@@ -426,159 +360,35 @@ EM_PRINTF(3, 4) static void report(load_t *ld, int line, const char *fmt, ...) {
 
 /* ---- value parsers ----------------------------------------------------------------------- */
 
-typedef enum {
-  DUR_OK,
-  DUR_NOT_NUMBER, /* Does not start with a digit: "abc", "1.5s", ".5s". */
-  DUR_NEGATIVE,   /* "-5ms". */
-  DUR_NO_UNIT,    /* "10". */
-  DUR_BAD_UNIT,   /* "10xs", "10 ms". */
-  DUR_OVERFLOW,   /* More nanoseconds than a uint64_t holds. */
-} duration_status_t;
-
-/* em_config_parse_duration() with the reason for a failure, for the message. */
-static duration_status_t parse_duration(const char *text, uint64_t *out_ns) {
-  static const struct {
-    const char *unit;
-    uint64_t ns;
-  } units[] = {{"ns", 1},       {"us", NS_PER_US}, {"ms", NS_PER_MS},
-               {"s", NS_PER_S}, {"m", NS_PER_MIN}, {"h", NS_PER_H}};
-  if (text[0] == '-') {
-    return DUR_NEGATIVE;
-  }
-  if (!is_digit(text[0])) {
-    return DUR_NOT_NUMBER;
-  }
-  uint64_t n = 0;
-  bool overflow = false;
-  const char *p = text;
-  for (; is_digit(*p); p++) {
-    uint64_t d = (uint64_t)(*p - '0');
-    if (n > (UINT64_MAX - d) / 10) {
-      overflow = true;
-    } else {
-      n = n * 10 + d;
-    }
-  }
-  if (*p == '\0') {
-    return DUR_NO_UNIT;
-  }
-  if (*p == '.') {
-    return DUR_NOT_NUMBER;
-  }
-  for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
-    if (strcmp(p, units[i].unit) != 0) {
-      continue;
-    }
-    if (overflow || n > UINT64_MAX / units[i].ns) {
-      return DUR_OVERFLOW;
-    }
-    *out_ns = n * units[i].ns;
-    return DUR_OK;
-  }
-  return DUR_BAD_UNIT;
-}
-
 int em_config_parse_duration(const char *text, uint64_t *out_ns) {
   if (text == NULL || out_ns == NULL) {
     return -EINVAL;
   }
-  uint64_t ns = 0;
-  if (parse_duration(text, &ns) != DUR_OK) {
-    return -EINVAL;
-  }
-  *out_ns = ns;
-  return 0;
+  return em_parse_duration(text, 0, out_ns);
 }
 
-/* Parses a whole decimal number (digits only, no sign). Returns false when it is not one. */
+/* A whole decimal number (digits only, no sign) that fits a uint64_t. */
 static bool parse_u64(const char *text, uint64_t *out) {
-  if (!is_digit(text[0])) {
-    return false;
-  }
-  uint64_t n = 0;
-  for (const char *p = text; *p != '\0'; p++) {
-    if (!is_digit(*p)) {
-      return false;
-    }
-    uint64_t d = (uint64_t)(*p - '0');
-    if (n > (UINT64_MAX - d) / 10) {
-      return false;
-    }
-    n = n * 10 + d;
-  }
-  *out = n;
-  return true;
-}
-
-/* True for a character allowed in a host name or IPv4 address. */
-static bool is_host_char(char c) {
-  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || is_digit(c) || c == '.' || c == '-' ||
-         c == '_';
-}
-
-/* True for a character allowed inside the brackets of an IPv6 literal. */
-static bool is_ipv6_char(char c) {
-  return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') || c == ':' || c == '.';
+  return em_parse_u64(text, 0, UINT64_MAX, out) == 0;
 }
 
 /*
- * em_config_parse_broker() with the reason for a failure: NULL on success, else the end of a
- * message that starts with "broker 'URL' ". IPv6 literals go in brackets (mqtt://[::1]:1883)
- * and come out without them.
+ * The broker URL (edgemon/common/parse.h) into host[0..host_cap): NULL on success, else the
+ * end of a message that starts with "broker 'URL' ".
  */
 static const char *parse_broker(const char *url, char *host, size_t host_cap, uint16_t *port,
                                 bool *tls) {
-  static const char scheme[] = "mqtt://";
-  static const char tls_scheme[] = "mqtts://";
-  const char *h = NULL;
-  if (strncmp(url, scheme, sizeof(scheme) - 1) == 0) {
-    h = url + sizeof(scheme) - 1;
-    *tls = false;
-  } else if (strncmp(url, tls_scheme, sizeof(tls_scheme) - 1) == 0) {
-    h = url + sizeof(tls_scheme) - 1;
-    *tls = true;
-  } else {
-    return "must look like mqtt://HOST[:PORT] or mqtts://HOST[:PORT], e.g. "
-           "mqtt://127.0.0.1:1883";
+  em_mqtt_url_t u;
+  const char *why = NULL;
+  if (em_parse_mqtt_url(url, &u, &why) != 0) {
+    return why;
   }
-  const char *end = h;
-  const char *next = NULL;
-  if (*h == '[') {
-    h++;
-    end = h;
-    while (is_ipv6_char(*end)) {
-      end++;
-    }
-    if (*end != ']' || end == h) {
-      return "has a bad IPv6 address; write it as mqtt://[::1]:1883";
-    }
-    next = end + 1;
-  } else {
-    while (is_host_char(*end)) {
-      end++;
-    }
-    next = end;
-  }
-  if (end == h) {
-    return "has no host";
-  }
-  if (strchr(next, '@') != NULL) {
-    return "has credentials; put them in [mqtt] credentials_file instead";
-  }
-  if (*next != '\0' && *next != ':') {
-    return "has an unexpected character after the host; use mqtt://HOST[:PORT]";
-  }
-  uint64_t p = *tls ? 8883 : 1883;
-  if (*next == ':' && (!parse_u64(next + 1, &p) || p < 1 || p > 65535)) {
-    return "has a bad port; use 1..65535";
-  }
-  size_t len = (size_t)(end - h);
-  if (len >= host_cap) {
+  if (strlen(u.host) >= host_cap) {
     return "has a host name that is too long";
   }
-  memcpy(host, h, len);
-  host[len] = '\0';
-  *port = (uint16_t)p;
+  em_str_copy(host, host_cap, u.host);
+  *port = u.port;
+  *tls = u.tls;
   return NULL;
 }
 
@@ -611,24 +421,24 @@ static int *key_line_slot(load_t *ld, const key_def_t *k) {
 
 /* Reports a value that em_config_parse_duration() rejected, saying why. */
 static void report_bad_duration(load_t *ld, const key_def_t *k, const char *value,
-                                duration_status_t why) {
+                                em_parse_status_t why) {
   char q[QUOTE_MAX + 4];
   quote(q, sizeof(q), value);
   switch (why) {
-  case DUR_NO_UNIT:
+  case EM_PARSE_NO_UNIT:
     report(ld, ld->line, "%s needs a unit, e.g. %s", k->name, k->example);
     return;
-  case DUR_BAD_UNIT:
+  case EM_PARSE_BAD_UNIT:
     report(ld, ld->line, "%s '%s' has an unknown unit; use ns, us, ms, s, m or h", k->name, q);
     return;
-  case DUR_NEGATIVE:
+  case EM_PARSE_NEGATIVE:
     report(ld, ld->line, "%s '%s' cannot be negative", k->name, q);
     return;
-  case DUR_OVERFLOW:
+  case EM_PARSE_OVERFLOW:
     report(ld, ld->line, "%s '%s' is too large", k->name, q);
     return;
-  case DUR_NOT_NUMBER:
-  case DUR_OK:
+  case EM_PARSE_NOT_NUMBER:
+  case EM_PARSE_OK:
     break;
   }
   report(ld, ld->line, "%s '%s' is not a duration; use a whole number and a unit, e.g. %s", k->name,
@@ -639,8 +449,8 @@ static void report_bad_duration(load_t *ld, const key_def_t *k, const char *valu
 static bool parse_duration_in_range(load_t *ld, const key_def_t *k, const char *value,
                                     uint64_t *out_ns) {
   uint64_t ns = 0;
-  duration_status_t why = parse_duration(value, &ns);
-  if (why != DUR_OK) {
+  em_parse_status_t why = em_parse_duration_status(value, 0, &ns);
+  if (why != EM_PARSE_OK) {
     report_bad_duration(ld, k, value, why);
     return false;
   }
@@ -761,7 +571,7 @@ static void set_device_id(load_t *ld, const key_def_t *k, const char *value) {
   if (!check_id(ld, k, value)) {
     return;
   }
-  copy_str(ld->cfg->device_id, sizeof(ld->cfg->device_id), value);
+  em_str_copy(ld->cfg->device_id, sizeof(ld->cfg->device_id), value);
   accept_key(ld, k);
 }
 
@@ -769,7 +579,7 @@ static void set_board(load_t *ld, const key_def_t *k, const char *value) {
   if (!check_id(ld, k, value)) {
     return;
   }
-  copy_str(ld->cfg->board, sizeof(ld->cfg->board), value);
+  em_str_copy(ld->cfg->board, sizeof(ld->cfg->board), value);
   accept_key(ld, k);
 }
 
@@ -791,7 +601,7 @@ static void set_runtime_dir(load_t *ld, const key_def_t *k, const char *value) {
   if (!check_path(ld, k, value)) {
     return;
   }
-  copy_str(ld->cfg->runtime_dir, sizeof(ld->cfg->runtime_dir), value);
+  em_str_copy(ld->cfg->runtime_dir, sizeof(ld->cfg->runtime_dir), value);
   accept_key(ld, k);
 }
 
@@ -800,9 +610,9 @@ static void set_proc_root(load_t *ld, const key_def_t *k, const char *value) {
     return;
   }
   if (k->id == K_SYS_ROOT) {
-    copy_str(ld->cfg->sys_root, sizeof(ld->cfg->sys_root), value);
+    em_str_copy(ld->cfg->sys_root, sizeof(ld->cfg->sys_root), value);
   } else {
-    copy_str(ld->cfg->proc_root, sizeof(ld->cfg->proc_root), value);
+    em_str_copy(ld->cfg->proc_root, sizeof(ld->cfg->proc_root), value);
   }
   accept_key(ld, k);
 }
@@ -881,7 +691,7 @@ static void set_target(load_t *ld, const key_def_t *k, const char *value) {
     }
   }
   if (k->id != K_PID) {
-    copy_str(cfg->target.value, sizeof(cfg->target.value), value);
+    em_str_copy(cfg->target.value, sizeof(cfg->target.value), value);
   }
   accept_key(ld, k);
 }
@@ -932,20 +742,15 @@ static void set_mqtt_path(load_t *ld, const key_def_t *k, const char *value) {
   default:
     return;
   }
-  copy_str(dst, EM_CONFIG_MAX_PATH, value);
+  em_str_copy(dst, EM_CONFIG_MAX_PATH, value);
   accept_key(ld, k);
 }
 
 /* tls_insecure: true/false, yes/no, on/off, 1/0. */
 static void set_tls_insecure(load_t *ld, const key_def_t *k, const char *value) {
-  static const char *const yes[] = {"true", "yes", "on", "1"};
-  static const char *const no[] = {"false", "no", "off", "0"};
-  for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
-    if (strcasecmp(value, yes[i]) == 0 || strcasecmp(value, no[i]) == 0) {
-      ld->cfg->tls_insecure = strcasecmp(value, yes[i]) == 0;
-      accept_key(ld, k);
-      return;
-    }
+  if (em_parse_bool(value, &ld->cfg->tls_insecure) == 0) {
+    accept_key(ld, k);
+    return;
   }
   char q[QUOTE_MAX + 4];
   report(ld, ld->line, "%s '%s' must be true or false", k->name, quote(q, sizeof(q), value));
@@ -967,7 +772,7 @@ static void set_client_id(load_t *ld, const key_def_t *k, const char *value) {
       return;
     }
   }
-  copy_str(ld->cfg->client_id, sizeof(ld->cfg->client_id), value);
+  em_str_copy(ld->cfg->client_id, sizeof(ld->cfg->client_id), value);
   accept_key(ld, k);
 }
 
@@ -993,7 +798,7 @@ static void set_span_socket(load_t *ld, const key_def_t *k, const char *value) {
   if (!check_path(ld, k, value)) {
     return;
   }
-  copy_str(ld->cfg->span_socket, sizeof(ld->cfg->span_socket), value);
+  em_str_copy(ld->cfg->span_socket, sizeof(ld->cfg->span_socket), value);
   accept_key(ld, k);
 }
 
@@ -1169,9 +974,9 @@ static void report_unknown_event(load_t *ld, const char *name) {
 
 /*
  * How an event name reads (the agent resolves it at start, pmu_events.h): a generic perf name
- * (the table above), a raw code "r<hex>", "pmu/terms/" (one PMU, e.g. armv8_pmuv3_0/event=0x11/),
- * or a kernel PMU event name ("l1d_cache_refill": [a-z0-9_.] with a '_'). Returns false for
- * anything else.
+ * (the table above), a raw code "r<hex>", "pmu/terms/" (one PMU, e.g.
+ * armv8_pmuv3_0/event=0x11/), or a kernel PMU event name ("l1d_cache_refill": [a-z0-9_.] with a
+ * '_'). Returns false for anything else.
  */
 static bool event_syntax_ok(const char *name) {
   size_t len = strlen(name);
@@ -1266,7 +1071,7 @@ static void set_events(load_t *ld, const key_def_t *k, const char *value) {
       too_many = true;
       continue;
     }
-    copy_str(names[n++], sizeof(names[0]), name);
+    em_str_copy(names[n++], sizeof(names[0]), name);
   }
   if (too_many) {
     report(ld, ld->line, "%s lists more than %d events", k->name, EM_CONFIG_MAX_EVENTS);
@@ -1319,7 +1124,7 @@ static void set_hook(load_t *ld, const key_def_t *k, const char *value) {
   if (!check_path(ld, k, value)) {
     return;
   }
-  copy_str(ld->cfg->hook, sizeof(ld->cfg->hook), value);
+  em_str_copy(ld->cfg->hook, sizeof(ld->cfg->hook), value);
   accept_key(ld, k);
 }
 
@@ -1350,19 +1155,15 @@ static void set_budget_duration(load_t *ld, const key_def_t *k, const char *valu
 
 /* level and <rule>_level: WARN, DEGRADED or CRITICAL, in any case. */
 static void set_budget_level(load_t *ld, const key_def_t *k, const char *value) {
-  static const struct {
-    const char *name;
-    em_level_t level;
-  } levels[] = {
+  static const em_parse_enum_t levels[] = {
       {"WARN", EM_LEVEL_WARN}, {"DEGRADED", EM_LEVEL_DEGRADED}, {"CRITICAL", EM_LEVEL_CRITICAL}};
   char q[QUOTE_MAX + 4];
   quote(q, sizeof(q), value);
-  for (size_t i = 0; i < sizeof(levels) / sizeof(levels[0]); i++) {
-    if (strcasecmp(value, levels[i].name) == 0) {
-      ld->budget->val[k->id - K_BUDGET_FIRST].level = levels[i].level;
-      accept_key(ld, k);
-      return;
-    }
+  int level = 0;
+  if (em_parse_enum(value, levels, sizeof(levels) / sizeof(levels[0]), true, &level) == 0) {
+    ld->budget->val[k->id - K_BUDGET_FIRST].level = (em_level_t)level;
+    accept_key(ld, k);
+    return;
   }
   if (strcasecmp(value, "NOMINAL") == 0) {
     report(ld, ld->line, "%s '%s' is not allowed: a rule raises WARN, DEGRADED or CRITICAL",
@@ -1428,44 +1229,32 @@ static void set_budget_on(load_t *ld, const key_def_t *k, const char *value) {
  */
 static bool parse_size(load_t *ld, const key_def_t *k, const char *value, uint64_t min,
                        uint64_t max, const char *range_text, uint64_t *out) {
-  static const struct {
-    const char *unit;
-    uint64_t bytes;
-  } units[] = {{"B", 1}, {"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30}};
   char q[QUOTE_MAX + 4];
   quote(q, sizeof(q), value);
-  const char *p = value;
-  uint64_t n = 0;
-  bool overflow = false;
-  for (; is_digit(*p); p++) {
-    uint64_t d = (uint64_t)(*p - '0');
-    if (n > (UINT64_MAX - d) / 10) {
-      overflow = true;
-    } else {
-      n = n * 10 + d;
-    }
-  }
-  if (p == value || *p == '.') {
-    report(ld, ld->line, "%s '%s' is not a size; use a whole number and a unit, e.g. %s", k->name,
-           q, k->example);
-    return false;
-  }
-  if (*p == '\0') {
-    report(ld, ld->line, "%s needs a unit (B, KiB, MiB or GiB), e.g. %s", k->name, k->example);
-    return false;
-  }
-  for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
-    if (strcmp(p, units[i].unit) != 0) {
-      continue;
-    }
-    if (overflow || n > max / units[i].bytes || n * units[i].bytes < min) {
+  uint64_t bytes = 0;
+  switch (em_parse_size_status(value, 0, &bytes)) {
+  case EM_PARSE_OK:
+    if (bytes < min || bytes > max) {
       report(ld, ld->line, "%s '%s' is out of range %s", k->name, q, range_text);
       return false;
     }
-    *out = n * units[i].bytes;
+    *out = bytes;
     return true;
+  case EM_PARSE_NO_UNIT:
+    report(ld, ld->line, "%s needs a unit (B, KiB, MiB or GiB), e.g. %s", k->name, k->example);
+    return false;
+  case EM_PARSE_BAD_UNIT:
+    report(ld, ld->line, "%s '%s' has an unknown unit; use B, KiB, MiB or GiB", k->name, q);
+    return false;
+  case EM_PARSE_OVERFLOW:
+    report(ld, ld->line, "%s '%s' is out of range %s", k->name, q, range_text);
+    return false;
+  case EM_PARSE_NEGATIVE:
+  case EM_PARSE_NOT_NUMBER:
+    break;
   }
-  report(ld, ld->line, "%s '%s' has an unknown unit; use B, KiB, MiB or GiB", k->name, q);
+  report(ld, ld->line, "%s '%s' is not a size; use a whole number and a unit, e.g. %s", k->name, q,
+         k->example);
   return false;
 }
 
@@ -1490,7 +1279,7 @@ static void set_spool_path(load_t *ld, const key_def_t *k, const char *value) {
   if (strcmp(value, "off") != 0 && !check_path(ld, k, value)) {
     return;
   }
-  copy_str(ld->cfg->spool_path, sizeof(ld->cfg->spool_path), value);
+  em_str_copy(ld->cfg->spool_path, sizeof(ld->cfg->spool_path), value);
   accept_key(ld, k);
 }
 
@@ -1692,7 +1481,7 @@ static void default_device_id(char *out, size_t cap) {
   }
   out[n] = '\0';
   if (n == 0) {
-    copy_str(out, cap, "edgemon");
+    em_str_copy(out, cap, "edgemon");
   }
 }
 
@@ -1729,14 +1518,14 @@ void em_config_defaults(em_config_t *cfg) {
   cfg->ring_slots = EM_RING_DEFAULT_SLOTS;
   cfg->system_period_ns = NS_PER_S;
   default_runtime_dir(cfg->runtime_dir, sizeof(cfg->runtime_dir));
-  copy_str(cfg->board, sizeof(cfg->board), "auto");
-  copy_str(cfg->proc_root, sizeof(cfg->proc_root), "/proc");
-  copy_str(cfg->sys_root, sizeof(cfg->sys_root), "/");
+  em_str_copy(cfg->board, sizeof(cfg->board), "auto");
+  em_str_copy(cfg->proc_root, sizeof(cfg->proc_root), "/proc");
+  em_str_copy(cfg->sys_root, sizeof(cfg->sys_root), "/");
   cfg->log_level = EM_LOG_INFO;
 
   cfg->target.kind = EM_TARGET_NONE;
 
-  copy_str(cfg->broker_host, sizeof(cfg->broker_host), "127.0.0.1");
+  em_str_copy(cfg->broker_host, sizeof(cfg->broker_host), "127.0.0.1");
   cfg->broker_port = 1883;
   snprintf(cfg->client_id, sizeof(cfg->client_id), "edgemon-%s", cfg->device_id);
   cfg->qos_data = 0;
@@ -1746,7 +1535,7 @@ void em_config_defaults(em_config_t *cfg) {
   cfg->reconnect_max_ns = 30 * NS_PER_S;
 
   for (size_t i = 0; i < N_DEFAULT_EVENTS; i++) {
-    copy_str(cfg->events[i], sizeof(cfg->events[i]), default_events[i]);
+    em_str_copy(cfg->events[i], sizeof(cfg->events[i]), default_events[i]);
   }
   cfg->n_events = N_DEFAULT_EVENTS;
 
@@ -1756,7 +1545,7 @@ void em_config_defaults(em_config_t *cfg) {
   cfg->window_ns = NS_PER_S;
   cfg->hook_timeout_ns = 5 * NS_PER_S;
 
-  copy_str(cfg->spool_path, sizeof(cfg->spool_path), "/var/lib/edgemon/spool");
+  em_str_copy(cfg->spool_path, sizeof(cfg->spool_path), "/var/lib/edgemon/spool");
   cfg->spool_bytes = 16ull << 20;
   cfg->spool_sync_ns = 5 * NS_PER_S;
   cfg->ack_timeout_ns = 10 * NS_PER_S;
@@ -1811,9 +1600,8 @@ static void report_unknown_key(load_t *ld, const char *name) {
 }
 
 /*
- * One name = value pair of the current line (ld->line, ld->section), from libinih's handler
- * or from read_line for a line too long for libinih. Checks the key and hands the value to
- * its setter.
+ * One name = value pair of the current line (ld->line, ld->section), from the INI reader.
+ * Checks the key and hands the value to its setter.
  */
 static void handle_pair(load_t *ld, const char *name, const char *value) {
   char q[QUOTE_MAX + 4];
@@ -1856,32 +1644,6 @@ static void handle_pair(load_t *ld, const char *name, const char *value) {
     }
   }
   k->set(ld, k, value);
-}
-
-/* libinih's handler: the line is ld->line (see the top of this file). */
-static int on_ini_pair(void *user, const char *section, const char *name, const char *value) {
-  (void)section; /* Tracked in load_t; libinih never sees a section header. */
-  handle_pair(user, name, value);
-  return 1; /* Problems are reported here, not through ini_parse_stream's return. */
-}
-
-/*
- * Splits a key line as libinih does: name up to the first '=' or ':', value after it up to an
- * inline comment (';' after whitespace), both trimmed. `text` is modified. Returns false when
- * the line has no '=' or ':' before a comment.
- */
-static bool split_pair(char *text, char **name, char **value) {
-  char *sep = find_chars_or_comment(text, "=:");
-  if (*sep != '=' && *sep != ':') {
-    return false;
-  }
-  *sep = '\0';
-  char *v = sep + 1;
-  char *end = find_chars_or_comment(v, NULL);
-  *end = '\0';
-  *name = trim(text);
-  *value = trim(v);
-  return true;
 }
 
 /*
@@ -1927,7 +1689,7 @@ static void handle_budget_section(load_t *ld, const char *name) {
         return;
       }
       b = &ld->stages[ld->n_stages++];
-      copy_str(b->name, sizeof(b->name), stage);
+      em_str_copy(b->name, sizeof(b->name), stage);
     }
     ld->section = SEC_BUDGET_STAGE;
     ld->budget = b;
@@ -1935,27 +1697,21 @@ static void handle_budget_section(load_t *ld, const char *name) {
   if (ld->budget->header_line == 0) {
     ld->budget->header_line = ld->line;
     if (ld->section == SEC_BUDGET_PROCESS) {
-      copy_str(ld->budget->name, sizeof(ld->budget->name), "process");
+      em_str_copy(ld->budget->name, sizeof(ld->budget->name), "process");
     }
   }
   snprintf(ld->label, sizeof(ld->label), "budget.%s", ld->budget->name);
 }
 
-/* Handles a section header line: sets ld->section, or reports and sets SEC_INVALID. */
-static void handle_section(load_t *ld, char *text) {
+/*
+ * Handles a section header (name: inside the brackets, NULL for a malformed header the reader
+ * reported): sets ld->section, or reports and sets SEC_INVALID.
+ */
+static void handle_section(load_t *ld, const char *name) {
   char q[QUOTE_MAX + 4];
   ld->section = SEC_INVALID;
   ld->budget = NULL;
-  char *close = find_chars_or_comment(text + 1, "]");
-  if (*close != ']') {
-    report(ld, ld->line, "section header '%s' has no closing ']'", quote(q, sizeof(q), text));
-    return;
-  }
-  *close = '\0';
-  char *rest = trim(close + 1);
-  char *name = trim(text + 1);
-  if (rest[0] != '\0' && rest[0] != ';' && rest[0] != '#') {
-    report(ld, ld->line, "unexpected text after [%s]", quote(q, sizeof(q), name));
+  if (name == NULL) {
     return;
   }
   for (int s = SEC_AGENT; s < N_PLAIN_SECTIONS; s++) {
@@ -2000,118 +1756,29 @@ static void handle_section(load_t *ld, char *text) {
   }
 }
 
-/*
- * Reads the next physical line into ld->buf (at most LINE_MAX_CHARS, without the newline).
- * Returns false at the end of the file, on a read error or past FILE_MAX_BYTES (both set
- * ld->read_errno).
- */
-static bool next_line(load_t *ld, bool *too_long, bool *has_nul) {
-  size_t n = 0;
-  bool any = false;
-  *too_long = false;
-  *has_nul = false;
-  for (;;) {
-    int c = getc(ld->fp);
-    if (c == EOF) {
-      if (ferror(ld->fp)) {
-        ld->read_errno = errno != 0 ? errno : EIO;
-        return false;
-      }
-      break;
-    }
-    if (++ld->bytes > FILE_MAX_BYTES) {
-      ld->read_errno = EFBIG;
-      return false;
-    }
-    any = true;
-    if (c == '\n') {
-      break;
-    }
-    if (c == '\0') {
-      *has_nul = true;
-    }
-    if (n < LINE_MAX_CHARS) {
-      ld->buf[n++] = (char)c;
-    } else {
-      *too_long = true;
-    }
-  }
-  ld->buf[n] = '\0';
-  return any;
+/* The INI reader's callbacks (edgemon/common/ini.h): problems are counted, never a stop. */
+static int on_ini_section(void *user, int line, const char *name) {
+  load_t *ld = user;
+  ld->line = line;
+  handle_section(ld, name);
+  return 0;
 }
 
-/* Makes str the empty line libinih gets for a line dealt with here; returns str. */
-static char *blank_line(char *str) {
-  str[0] = '\n';
-  str[1] = '\0';
-  return str;
+static int on_ini_pair(void *user, int line, const char *section, const char *name,
+                       const char *value) {
+  load_t *ld = user;
+  (void)section; /* Tracked in load_t, with what the header meant. */
+  ld->line = line;
+  handle_pair(ld, name, value);
+  return 0;
 }
 
-/*
- * libinih's reader (ini_reader, fgets-like): hands libinih one physical line per call, as
- * "name = value\n" for a key line it can take and as "\n" for everything else, which is dealt
- * with here (see the top of this file). Returns NULL at the end of the file.
- */
-static char *read_line(char *str, int num, void *stream) {
-  load_t *ld = stream;
-  bool too_long = false;
-  bool has_nul = false;
-  errno = 0;
-  if (num < 2 || !next_line(ld, &too_long, &has_nul)) {
-    return NULL;
-  }
-  ld->line++;
-
-  char *raw = ld->buf;
-  if (ld->line == 1 && strncmp(raw, "\xEF\xBB\xBF", 3) == 0) {
-    raw += 3; /* A UTF-8 byte order mark. */
-  }
-  char *text = trim(raw);
-  bool indented = text != raw;
-  if (too_long) {
-    report(ld, ld->line, "line is longer than %d characters", LINE_MAX_CHARS);
-    return blank_line(str);
-  }
-  if (has_nul) {
-    report(ld, ld->line, "line contains a NUL byte");
-    return blank_line(str);
-  }
-  if (text[0] == '\0' || text[0] == ';' || text[0] == '#') {
-    return blank_line(str);
-  }
-  if (text[0] == '[') {
-    handle_section(ld, text);
-    return blank_line(str);
-  }
-
-  /* A key line: libinih gets it as is when it fits (split_pair below cuts up ld->buf). */
-  size_t len = strlen(text);
-  bool fits = len + 2 <= (size_t)num;
-  if (fits) {
-    memcpy(str, text, len);
-    str[len] = '\n';
-    str[len + 1] = '\0';
-  }
-  char q[QUOTE_MAX + 4];
-  quote(q, sizeof(q), text);
-  char *name = NULL;
-  char *value = NULL;
-  if (!split_pair(text, &name, &value)) {
-    bool continuation = indented && ld->pair_line == ld->line - 1;
-    report(ld, ld->line, "expected 'key = value', got '%s'%s", q,
-           continuation ? "; a value cannot continue on an indented line" : "");
-    return blank_line(str);
-  }
-  if (name[0] == '\0') {
-    report(ld, ld->line, "missing key name before the '=' or ':'");
-    return blank_line(str);
-  }
-  ld->pair_line = ld->line;
-  if (!fits) {
-    handle_pair(ld, name, value); /* Too long for libinih's buffer. */
-    return blank_line(str);
-  }
-  return str;
+static int on_ini_error(void *user, int line, em_ini_problem_t kind, const char *text,
+                        const char *msg) {
+  (void)kind;
+  (void)text;
+  report(user, line, "%s", msg);
+  return 0;
 }
 
 /* ---- budget rules: built once the whole file is read ----------------------------------- */
@@ -2240,7 +1907,7 @@ static void fill_rule(em_config_rule_t *r, const pending_rule_t *p, bool process
   memset(r, 0, sizeof(*r));
   snprintf(r->id, sizeof(r->id), "%s.%s", b->name, keys[key].name);
   if (!process && rule_defs[p->def].kind != EM_CONFIG_RULE_FLOW) {
-    copy_str(r->stage, sizeof(r->stage), b->name);
+    em_str_copy(r->stage, sizeof(r->stage), b->name);
   }
   r->kind = rule_defs[p->def].kind;
   key_id_t lk = BLINE(b, level_key) != 0 ? level_key : process ? K_PROCESS_LEVEL : K_STAGE_LEVEL;
@@ -2271,13 +1938,13 @@ static void fill_rule(em_config_rule_t *r, const pending_rule_t *p, bool process
     break;
   case EM_CONFIG_RULE_PSI:
   case EM_CONFIG_RULE_GAUGE:
-    copy_str(r->figure, sizeof(r->figure), rule_defs[p->def].figure);
+    em_str_copy(r->figure, sizeof(r->figure), rule_defs[p->def].figure);
     r->max = BVAL(b, key).d;
     break;
   case EM_CONFIG_RULE_FLOW:
     r->n_flow = b->n_flow;
     memcpy(r->flow, b->flow, sizeof(r->flow));
-    copy_str(r->stage, sizeof(r->stage), b->flow[0]);
+    em_str_copy(r->stage, sizeof(r->stage), b->flow[0]);
     r->bound_ns = BVAL(b, K_FLOW_DEADLINE).u;
     break;
   }
@@ -2314,33 +1981,42 @@ static void finish_budget(load_t *ld) {
 
 /* ---- [mqtt] TLS files and credentials: checked once the whole file is read ---------------- */
 
+/* Where a problem of a checked file goes: "KEY 'PATH' <msg>" on the key's line. */
+typedef struct {
+  load_t *ld;
+  int line;
+  const char *key;
+  const char *path;
+} file_report_t;
+
+static void report_file_problem(void *ctx, int line, const char *msg) {
+  const file_report_t *fr = ctx;
+  (void)line; /* The file's own line is in msg; the message goes on the key's line. */
+  report(fr->ld, fr->line, "%s '%s' %s", fr->key, fr->path, msg);
+}
+
 /*
  * Opens `path` (the value of `key`, given on `line`) for reading and checks that it is a
- * regular file. With `secret`, it must also be owned by the agent's user or root and give
- * group and others no access at all (mode & 077 == 0). Returns the open fd, or -1 after
+ * regular file. With `secret`, it must also be private (em_credentials_check_fd: owned by the
+ * agent's user or root, no access for group or others). Returns the open fd, or -1 after
  * reporting why not.
  */
 static int open_checked(load_t *ld, int line, const char *key, const char *path, bool secret) {
+  file_report_t fr = {.ld = ld, .line = line, .key = key, .path = path};
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
     report(ld, line, "%s '%s' cannot be opened: %s", key, path, strerror(errno));
     return -1;
   }
   struct stat st;
-  if (fstat(fd, &st) != 0) {
+  if (secret) {
+    if (em_credentials_check_fd(fd, "the agent", report_file_problem, &fr) == 0) {
+      return fd;
+    }
+  } else if (fstat(fd, &st) != 0) {
     report(ld, line, "%s '%s' cannot be examined: %s", key, path, strerror(errno));
   } else if (!S_ISREG(st.st_mode)) {
     report(ld, line, "%s '%s' is not a regular file", key, path);
-  } else if (secret && (st.st_mode & 077) != 0) {
-    report(ld, line,
-           "%s '%s' is readable or writable by group or others (mode %04o); the agent refuses "
-           "it: run chmod 600 on it",
-           key, path, (unsigned)(st.st_mode & 07777));
-  } else if (secret && st.st_uid != geteuid() && st.st_uid != 0) {
-    report(ld, line,
-           "%s '%s' is owned by uid %lu, not by the agent's user (uid %lu) or root; the agent "
-           "refuses it",
-           key, path, (unsigned long)st.st_uid, (unsigned long)geteuid());
   } else {
     return fd;
   }
@@ -2348,117 +2024,19 @@ static int open_checked(load_t *ld, int line, const char *key, const char *path,
   return -1;
 }
 
-/* Reads at most CRED_MAX_BYTES of fd into buf (CRED_MAX_BYTES + 2 bytes); -1 when larger. */
-static ssize_t read_small(int fd, char *buf) {
-  size_t n = 0;
-  while (n <= CRED_MAX_BYTES) {
-    ssize_t r = read(fd, buf + n, CRED_MAX_BYTES + 1 - n);
-    if (r < 0 && errno == EINTR) {
-      continue;
-    }
-    if (r < 0) {
-      return -1;
-    }
-    if (r == 0) {
-      break;
-    }
-    n += (size_t)r;
-  }
-  if (n > CRED_MAX_BYTES) {
-    errno = EFBIG;
-    return -1;
-  }
-  buf[n] = '\0';
-  return (ssize_t)n;
-}
-
 /*
- * Reads [mqtt] credentials_file into cfg->username and cfg->password. Format (documented in
- * docs and firmware/mosquitto/README.md): lines "username = NAME" and "password = SECRET",
- * the value being the rest of the line with surrounding whitespace removed (no quoting);
- * blank lines and lines starting with '#' or ';' are ignored. username is required. The
- * password's value never appears in a message.
+ * Reads [mqtt] credentials_file into cfg->username and cfg->password with common/'s reader
+ * (edgemon/common/credentials.h: the format, and the checks that the file is private). Every
+ * problem is reported on the key's line; the password's value never appears in a message.
  */
 static void load_credentials(load_t *ld, int line, const char *path) {
-  static const char key[] = "credentials_file";
-  em_config_t *cfg = ld->cfg;
-  int fd = open_checked(ld, line, key, path, true);
-  if (fd < 0) {
-    return;
+  file_report_t fr = {.ld = ld, .line = line, .key = "credentials_file", .path = path};
+  em_credentials_t creds;
+  if (em_credentials_read(path, "the agent", &creds, report_file_problem, &fr) == 0) {
+    em_str_copy(ld->cfg->username, sizeof(ld->cfg->username), creds.username);
+    em_str_copy(ld->cfg->password, sizeof(ld->cfg->password), creds.password);
   }
-  char buf[CRED_MAX_BYTES + 2];
-  ssize_t len = read_small(fd, buf);
-  int err = errno;
-  close(fd);
-  if (len < 0) {
-    report(ld, line, "%s '%s' cannot be read: %s", key, path,
-           err == EFBIG ? "larger than 4 KiB" : strerror(err));
-    return;
-  }
-  if (memchr(buf, '\0', (size_t)len) != NULL) {
-    report(ld, line, "%s '%s' contains a NUL byte", key, path);
-    return;
-  }
-  char user[EM_CONFIG_MAX_SECRET] = "";
-  char pass[EM_CONFIG_MAX_SECRET] = "";
-  int user_line = 0;
-  int pass_line = 0;
-  bool bad = false;
-  int n = 0;
-  for (char *p = buf; *p != '\0';) {
-    char *nl = strchr(p, '\n');
-    char *next = nl != NULL ? nl + 1 : p + strlen(p);
-    if (nl != NULL) {
-      *nl = '\0';
-    }
-    n++;
-    char *text = trim(p);
-    p = next;
-    if (text[0] == '\0' || text[0] == '#' || text[0] == ';') {
-      continue;
-    }
-    char *eq = strchr(text, '=');
-    if (eq == NULL) {
-      report(ld, line, "%s '%s' line %d: expected 'username = NAME' or 'password = SECRET'", key,
-             path, n);
-      bad = true;
-      continue;
-    }
-    *eq = '\0';
-    char *name = trim(text);
-    char *value = trim(eq + 1);
-    bool is_user = strcmp(name, "username") == 0;
-    bool is_pass = strcmp(name, "password") == 0;
-    int *seen_at = is_user ? &user_line : &pass_line;
-    char q[QUOTE_MAX + 4];
-    if (!is_user && !is_pass) {
-      report(ld, line, "%s '%s' line %d: unknown key '%s'; use username and password", key, path, n,
-             quote(q, sizeof(q), name));
-    } else if (*seen_at != 0) {
-      report(ld, line, "%s '%s' line %d: duplicate %s (first on line %d)", key, path, n, name,
-             *seen_at);
-    } else if (value[0] == '\0') {
-      report(ld, line, "%s '%s' line %d: %s is empty", key, path, n, name);
-    } else if (strlen(value) >= EM_CONFIG_MAX_SECRET) {
-      report(ld, line, "%s '%s' line %d: %s is longer than %d characters", key, path, n, name,
-             EM_CONFIG_MAX_SECRET - 1);
-    } else {
-      *seen_at = n;
-      copy_str(is_user ? user : pass, sizeof(user), value);
-      continue;
-    }
-    bad = true;
-  }
-  if (!bad && user_line == 0) {
-    report(ld, line, "%s '%s' names no username; add a line 'username = NAME'", key, path);
-    bad = true;
-  }
-  if (!bad) {
-    memcpy(cfg->username, user, sizeof(user));
-    memcpy(cfg->password, pass, sizeof(pass));
-  }
-  memset(buf, 0, sizeof(buf));
-  memset(pass, 0, sizeof(pass));
+  memset(&creds, 0, sizeof(creds));
 }
 
 /*
@@ -2613,32 +2191,27 @@ int em_config_load(const char *path, em_config_t *cfg, em_config_error_fn on_err
   ld.section = SEC_NONE;
 
   int rc = 0;
-  ld.fp = fopen(path, "re");
-  if (ld.fp == NULL) {
+  FILE *fp = fopen(path, "re");
+  if (fp == NULL) {
     rc = -errno;
     report(&ld, 0, "cannot open: %s", strerror(-rc));
     goto out;
   }
-  int bad_line = ini_parse_stream(read_line, &ld, on_ini_pair, &ld);
-  fclose(ld.fp);
-  ld.fp = NULL;
-  if (ld.read_errno == EFBIG) {
-    rc = -EFBIG;
+  const em_ini_reader_t reader = {.file = path,
+                                  .max_line = LINE_MAX_CHARS,
+                                  .max_bytes = FILE_MAX_BYTES,
+                                  .on_section = on_ini_section,
+                                  .on_pair = on_ini_pair,
+                                  .on_error = on_ini_error};
+  rc = em_ini_parse_file(fp, &reader, &ld);
+  fclose(fp);
+  if (rc == -EFBIG) {
     report(&ld, 0, "file is larger than %d KiB; is it the right file?", FILE_MAX_BYTES / 1024);
     goto out;
   }
-  if (ld.read_errno != 0) {
-    rc = -ld.read_errno;
-    report(&ld, 0, "cannot read: %s", strerror(ld.read_errno));
+  if (rc != 0) {
+    report(&ld, 0, "cannot read: %s", strerror(-rc));
     goto out;
-  }
-  if (bad_line == -2) {
-    rc = -ENOMEM;
-    report(&ld, 0, "out of memory");
-    goto out;
-  }
-  if (bad_line > 0) {
-    report(&ld, bad_line, "cannot parse this line"); /* The safety net: see the file top. */
   }
   finish(&ld);
   rc = ld.n_errors > 0 ? -EINVAL : 0;

@@ -1404,7 +1404,7 @@ static void config_parses_broker_urls(void **state) {
       {"mqtt://broker:0", -EINVAL, NULL, 0},
       {"mqtt://broker:65536", -EINVAL, NULL, 0},
       {"mqtt://broker:-1", -EINVAL, NULL, 0},
-      {"mqtt://broker:1883/", -EINVAL, NULL, 0},
+      {"mqtt://broker:1883/", 0, "broker", 1883}, /* One trailing '/': accepted (common/). */
       {"mqtt://broker/x", -EINVAL, NULL, 0},
       {"mqtt://user@broker", -EINVAL, NULL, 0},
       {"mqtt://bro ker", -EINVAL, NULL, 0},

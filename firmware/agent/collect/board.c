@@ -2,12 +2,12 @@
  * board.c - board profiles and board detection (board.h says what and why; docs/BOARDS.md
  * lists every file read and where its contents come from).
  *
- * Owns: nothing past a call. A profile is read through libinih's ini_parse_stream() with a
- * reader of our own (read_line) that counts physical lines, so that every problem names its
- * line, strips leading blanks (an indented line is a key, never libinih's continuation of the
- * previous value) and refuses lines longer than libinih's buffer instead of letting it cut
- * them. The first problem stops the load: a profile is a file we ship, not one people edit
- * daily, so one clear message is enough.
+ * Owns: nothing past a call. A profile is read with common/'s INI line reader
+ * (edgemon/common/ini.h), which names the line of every problem, reads an indented line as a
+ * key (never a continuation of the previous value) and refuses lines longer than
+ * PROFILE_MAX_LINE instead of cutting them. The first problem stops the load: a profile is a
+ * file we ship, not one people edit daily, so one clear message is enough. Durations and
+ * small files go through common/ too (parse.h, file.h).
  *
  * Detection reads small files with O_NONBLOCK (a FIFO planted in a fixture or a root cannot
  * block the agent) and only regular files, each into a fixed buffer; proc/cpuinfo is read line
@@ -18,11 +18,15 @@
 
 #include "board.h"
 
+#include "edgemon/common/file.h"
+#include "edgemon/common/ini.h"
+#include "edgemon/common/parse.h"
+#include "edgemon/common/str.h"
+
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ini.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,56 +35,23 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
-#define LINE_BUF     512 /* The reader's line buffer. */
-#define NS_PER_MS    1000000ull
-#define NS_PER_S     1000000000ull
-#define MAX_COMPAT   16     /* Entries of proc/device-tree/compatible looked at. */
-#define MAX_PARTS    16     /* Distinct CPU parts of proc/cpuinfo looked at. */
-#define MAX_CPUINFO  200000 /* Lines of proc/cpuinfo read at most. */
-#define MODEL_BYTES  256
-#define COMPAT_BYTES 2048
-#define DMI_BYTES    128
-#define QUOTE_BYTES  96 /* A value quoted in a reason, '?' for junk. */
+#define PROFILE_MAX_LINE 510 /* Longest profile line, without its newline. */
+#define CPUINFO_LINE     512 /* The proc/cpuinfo line buffer. */
+#define NS_PER_MS        EM_NS_PER_MS
+#define NS_PER_S         EM_NS_PER_S
+#define MAX_COMPAT       16     /* Entries of proc/device-tree/compatible looked at. */
+#define MAX_PARTS        16     /* Distinct CPU parts of proc/cpuinfo looked at. */
+#define MAX_CPUINFO      200000 /* Lines of proc/cpuinfo read at most. */
+#define MODEL_BYTES      256
+#define COMPAT_BYTES     2048
+#define DMI_BYTES        128
+#define QUOTE_BYTES      96 /* A value quoted in a reason, '?' for junk. */
 
 /* ---- Small helpers ---------------------------------------------------------------------- */
 
-/* Copies at most size-1 bytes and terminates; returns false when `src` did not fit. */
-static bool copy_str(char *dst, size_t size, const char *src) {
-  size_t len = strlen(src);
-  if (len >= size) {
-    memcpy(dst, src, size - 1);
-    dst[size - 1] = '\0';
-    return false;
-  }
-  memcpy(dst, src, len + 1);
-  return true;
-}
-
 /* Quotes `src` for a reason: printable ASCII kept, anything else '?', long text cut with "...". */
 static const char *quote(char *dst, size_t size, const char *src) {
-  size_t o = 0;
-  for (size_t i = 0; src[i] != '\0' && o + 1 < size; i++) {
-    unsigned char c = (unsigned char)src[i];
-    if (o + 4 >= size && src[i + 1] != '\0') {
-      memcpy(dst + o, "...", 3);
-      o += 3;
-      break;
-    }
-    dst[o++] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
-  }
-  dst[o] = '\0';
-  return dst;
-}
-
-static char *trim(char *s) {
-  while (*s == ' ' || *s == '\t') {
-    s++;
-  }
-  size_t n = strlen(s);
-  while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\n' || s[n - 1] == '\r')) {
-    s[--n] = '\0';
-  }
-  return s;
+  return em_str_quote(dst, size, src, size - 4);
 }
 
 /* ---- Profile parsing --------------------------------------------------------------------- */
@@ -89,7 +60,6 @@ typedef enum { SEC_NONE, SEC_BOARD, SEC_PMU, SEC_SENSORS, SEC_DEFAULTS } section
 
 typedef struct {
   em_board_profile_t *p;
-  FILE *f;
   const char *path;
   int line;
   section_t section;
@@ -222,7 +192,7 @@ static int split_list(load_t *ld, const char *key, char *value, char *items, siz
     if (blank_separated && tl > 0 && tok[tl - 1] == ',') {
       tok[tl - 1] = '\0';
     }
-    char *item = trim(tok);
+    char *item = em_str_trim(tok);
     if (item[0] == '\0') {
       fail(ld, "%s: empty entry in the list", key);
       return -1;
@@ -304,32 +274,14 @@ static bool check_cpu_part(const char *s, size_t size) {
   return parse_cpu_part(s, &unused);
 }
 
-/* "100ms", "1s", "500us", "2m": a whole number and a unit, within [min, max]. */
+/* A duration (edgemon/common/parse.h: "100ms", "1s", "500us", "2m"), within [min, max]. */
 static bool parse_duration(const char *s, uint64_t min_ns, uint64_t max_ns, uint64_t *out) {
-  static const struct {
-    const char *unit;
-    uint64_t ns;
-  } units[] = {{"ns", 1}, {"us", 1000}, {"ms", NS_PER_MS}, {"s", NS_PER_S}, {"m", 60 * NS_PER_S}};
-  if (!isdigit((unsigned char)s[0])) {
+  uint64_t ns = 0;
+  if (em_parse_duration(s, 0, &ns) != 0 || ns < min_ns || ns > max_ns) {
     return false;
   }
-  char *end = NULL;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno || v > 1000000000ull) {
-    return false;
-  }
-  for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
-    if (strcmp(end, units[i].unit) == 0) {
-      uint64_t ns = v * units[i].ns;
-      if (ns < min_ns || ns > max_ns) {
-        return false;
-      }
-      *out = ns;
-      return true;
-    }
-  }
-  return false;
+  *out = ns;
+  return true;
 }
 
 /* "none" or an absolute path without blanks and without "..". */
@@ -369,21 +321,21 @@ static void set_value(load_t *ld, bkey_t k, char *value) {
            EM_BOARD_MAX_NAME - 1);
       return;
     }
-    copy_str(p->name, sizeof(p->name), value);
+    em_str_copy(p->name, sizeof(p->name), value);
     return;
   case K_DESCRIPTION:
     if (!check_text(value, sizeof(p->description))) {
       fail(ld, "description must be 1..%zu printable characters", sizeof(p->description) - 1);
       return;
     }
-    copy_str(p->description, sizeof(p->description), value);
+    em_str_copy(p->description, sizeof(p->description), value);
     return;
   case K_ARCH:
     if (strcmp(value, "aarch64") != 0 && strcmp(value, "x86_64") != 0) {
       fail(ld, "arch '%s' must be aarch64 or x86_64", quote(q, sizeof(q), value));
       return;
     }
-    copy_str(p->arch, sizeof(p->arch), value);
+    em_str_copy(p->arch, sizeof(p->arch), value);
     return;
   case K_MODEL:
     set_list_text(ld, key, value, p->model, &p->n_model, check_text);
@@ -424,7 +376,7 @@ static void set_value(load_t *ld, bkey_t k, char *value) {
     return;
   case K_THERMAL:
     if (strcmp(value, "auto") == 0 || strcmp(value, "none") == 0) {
-      copy_str(s->thermal, sizeof(s->thermal), value);
+      em_str_copy(s->thermal, sizeof(s->thermal), value);
       return;
     }
     if (strlen(value) >= sizeof(s->thermal)) {
@@ -434,10 +386,10 @@ static void set_value(load_t *ld, bkey_t k, char *value) {
     {
       char copy[EM_BOARD_MAX_PATH];
       char zones[EM_BOARD_MAX_MATCH * 2][EM_BOARD_MAX_NAME];
-      copy_str(copy, sizeof(copy), value);
+      em_str_copy(copy, sizeof(copy), value);
       if (split_list(ld, key, copy, &zones[0][0], EM_BOARD_MAX_NAME, EM_BOARD_MAX_MATCH * 2,
                      check_zone_type, false) > 0) {
-        copy_str(s->thermal, sizeof(s->thermal), value);
+        em_str_copy(s->thermal, sizeof(s->thermal), value);
       }
     }
     return;
@@ -446,7 +398,7 @@ static void set_value(load_t *ld, bkey_t k, char *value) {
       fail(ld, "cpufreq '%s' must be auto or none", quote(q, sizeof(q), value));
       return;
     }
-    copy_str(s->cpufreq, sizeof(s->cpufreq), value);
+    em_str_copy(s->cpufreq, sizeof(s->cpufreq), value);
     return;
   case K_GPU_LOAD:
   case K_GPU_DEVFREQ:
@@ -456,7 +408,7 @@ static void set_value(load_t *ld, bkey_t k, char *value) {
       return;
     }
     char *dst = k == K_GPU_LOAD ? s->gpu_load : k == K_GPU_DEVFREQ ? s->gpu_devfreq : s->emc;
-    copy_str(dst, EM_BOARD_MAX_PATH, value);
+    em_str_copy(dst, EM_BOARD_MAX_PATH, value);
     return;
   }
   case K_POWER: {
@@ -472,7 +424,7 @@ static void set_value(load_t *ld, bkey_t k, char *value) {
       fail(ld, "power '%s' must be none, hwmon:<name> or iio:<name>", quote(q, sizeof(q), value));
       return;
     }
-    copy_str(s->power, sizeof(s->power), value);
+    em_str_copy(s->power, sizeof(s->power), value);
     return;
   }
   case K_NVML:
@@ -499,12 +451,29 @@ static void set_value(load_t *ld, bkey_t k, char *value) {
   }
 }
 
-static int on_pair(void *user, const char *section, const char *name, const char *value) {
+/* The INI reader's callbacks (edgemon/common/ini.h); the first problem stops the read. */
+static int on_section(void *user, int line, const char *name) {
   load_t *ld = user;
-  (void)section; /* Tracked by read_line, which also sees headers of empty sections. */
-  if (ld->failed) {
+  ld->line = line;
+  ld->section = SEC_NONE;
+  for (size_t i = 1; name != NULL && i < sizeof(section_names) / sizeof(section_names[0]); i++) {
+    if (strcmp(name, section_names[i]) == 0) {
+      ld->section = (section_t)i;
+    }
+  }
+  if (ld->section == SEC_NONE) {
+    char q[QUOTE_BYTES];
+    fail(ld, "unknown section '[%s]' (board, pmu, sensors or defaults)",
+         quote(q, sizeof(q), name != NULL ? name : ""));
     return 1;
   }
+  return 0;
+}
+
+static int on_pair(void *user, int line, const char *section, const char *name, const char *value) {
+  load_t *ld = user;
+  (void)section; /* Tracked in load_t by on_section. */
+  ld->line = line;
   char q[QUOTE_BYTES];
   if (ld->section == SEC_NONE) {
     fail(ld, "key '%s' is outside any section", quote(q, sizeof(q), name));
@@ -519,79 +488,41 @@ static int on_pair(void *user, const char *section, const char *name, const char
       return 1;
     }
     ld->seen |= 1ul << k;
-    char buf[LINE_BUF];
-    copy_str(buf, sizeof(buf), value);
-    char *v = trim(buf);
-    if (v[0] == '\0') {
+    if (value[0] == '\0') {
       fail(ld, "%s has no value", name);
       return 1;
     }
-    set_value(ld, (bkey_t)k, v);
-    return 1;
+    char buf[PROFILE_MAX_LINE + 1];
+    em_str_copy(buf, sizeof(buf), value);
+    set_value(ld, (bkey_t)k, buf);
+    return ld->failed ? 1 : 0;
   }
   fail(ld, "unknown key '%s' in [%s]", quote(q, sizeof(q), name), section_names[ld->section]);
   return 1;
 }
 
-/* One physical line per call, leading blanks stripped; section headers checked here. */
-static char *read_line(char *str, int num, void *stream) {
-  load_t *ld = stream;
-  char buf[LINE_BUF];
-  if (ld->failed || num < 2 || !fgets(buf, sizeof(buf), ld->f)) {
-    return NULL;
-  }
-  ld->line++;
-  size_t len = strlen(buf);
-  if (len > 0 && buf[len - 1] != '\n' && !feof(ld->f)) {
-    fail(ld, "line is longer than %d characters", num - 2);
-    return NULL;
-  }
-  char *text = trim(buf);
-  if (text[0] == '[') {
-    char *close = strchr(text, ']');
-    ld->section = SEC_NONE;
-    if (close) {
-      *close = '\0';
-      for (size_t i = 1; i < sizeof(section_names) / sizeof(section_names[0]); i++) {
-        if (strcmp(text + 1, section_names[i]) == 0) {
-          ld->section = (section_t)i;
-        }
-      }
-    }
-    if (ld->section == SEC_NONE) {
-      char q[QUOTE_BYTES];
-      fail(ld, "unknown section '%s' (board, pmu, sensors or defaults)", quote(q, sizeof(q), text));
-      return NULL;
-    }
-    str[0] = '\n';
-    str[1] = '\0';
-    return str;
-  }
-  len = strlen(text);
-  if ((size_t)num < len + 2) {
-    fail(ld, "line is longer than %d characters", num - 2);
-    return NULL;
-  }
-  if (text[0] != '\0' && text[0] != ';' && text[0] != '#' && !strchr(text, '=')) {
-    char q[QUOTE_BYTES];
+static int on_error(void *user, int line, em_ini_problem_t kind, const char *text,
+                    const char *msg) {
+  load_t *ld = user;
+  ld->line = line;
+  char q[QUOTE_BYTES];
+  if (kind == EM_INI_NOT_PAIR) {
     fail(ld, "'%s' is not key = value", quote(q, sizeof(q), text));
-    return NULL;
+  } else {
+    fail(ld, "%s", msg);
   }
-  memcpy(str, text, len);
-  str[len] = '\n';
-  str[len + 1] = '\0';
-  return str;
+  return 1;
 }
 
 static void profile_defaults(em_board_profile_t *p) {
   memset(p, 0, sizeof(*p));
   p->sensors.period_ns = NS_PER_S;
-  copy_str(p->sensors.thermal, sizeof(p->sensors.thermal), "auto");
-  copy_str(p->sensors.cpufreq, sizeof(p->sensors.cpufreq), "auto");
-  copy_str(p->sensors.gpu_load, sizeof(p->sensors.gpu_load), "none");
-  copy_str(p->sensors.gpu_devfreq, sizeof(p->sensors.gpu_devfreq), "none");
-  copy_str(p->sensors.emc, sizeof(p->sensors.emc), "none");
-  copy_str(p->sensors.power, sizeof(p->sensors.power), "none");
+  em_str_copy(p->sensors.thermal, sizeof(p->sensors.thermal), "auto");
+  em_str_copy(p->sensors.cpufreq, sizeof(p->sensors.cpufreq), "auto");
+  em_str_copy(p->sensors.gpu_load, sizeof(p->sensors.gpu_load), "none");
+  em_str_copy(p->sensors.gpu_devfreq, sizeof(p->sensors.gpu_devfreq), "none");
+  em_str_copy(p->sensors.emc, sizeof(p->sensors.emc), "none");
+  em_str_copy(p->sensors.power, sizeof(p->sensors.power), "none");
   p->sample_period_ns = 100 * NS_PER_MS;
 }
 
@@ -616,21 +547,23 @@ int em_board_load(const char *path, em_board_profile_t *out, char *err, size_t e
     fail(&ld, "not a regular file");
     return -EINVAL;
   }
-  ld.f = fdopen(fd, "r");
-  if (!ld.f) {
+  FILE *f = fdopen(fd, "r");
+  if (!f) {
     int e = errno;
     close(fd);
     fail(&ld, "cannot read: %s", strerror(e));
     return -e;
   }
-  int bad = ini_parse_stream(read_line, &ld, on_pair, &ld);
-  if (!ld.failed && bad != 0) {
-    fail(&ld, "not INI");
-  }
-  bool io_error = ferror(ld.f);
-  fclose(ld.f);
-  if (!ld.failed && io_error) {
-    fail(&ld, "read error");
+  const em_ini_reader_t reader = {.file = path,
+                                  .max_line = PROFILE_MAX_LINE,
+                                  .on_section = on_section,
+                                  .on_pair = on_pair,
+                                  .on_error = on_error};
+  int rc = em_ini_parse_file(f, &reader, &ld);
+  fclose(f);
+  if (!ld.failed && rc < 0) {
+    ld.line = 0;
+    fail(&ld, "read error: %s", strerror(-rc));
   }
   ld.line = 0;
   static const bkey_t required[] = {K_NAME, K_DESCRIPTION, K_ARCH};
@@ -719,7 +652,8 @@ static bool join(char *dst, size_t size, const char *root, const char *rel) {
   return n > 0 && (size_t)n < size;
 }
 
-/* Opens root/rel read-only when it is a regular file; -errno otherwise. */
+/* Opens root/rel read-only when it is a regular file (proc/cpuinfo, read line by line); -errno
+ * otherwise. */
 static int open_regular(const char *root, const char *rel) {
   char path[4096];
   if (!join(path, sizeof(path), root, rel)) {
@@ -737,31 +671,14 @@ static int open_regular(const char *root, const char *rel) {
   return fd;
 }
 
-/* Reads at most size-1 bytes of root/rel into buf, NUL-terminated; returns the bytes or -errno. */
+/* Reads at most size-1 bytes of root/rel (a regular file) into buf, NUL-terminated; returns the
+ * bytes or -errno (edgemon/common/file.h). */
 static ssize_t read_small(const char *root, const char *rel, char *buf, size_t size) {
-  int fd = open_regular(root, rel);
-  if (fd < 0) {
-    return fd;
+  char path[4096];
+  if (!join(path, sizeof(path), root, rel)) {
+    return -ENAMETOOLONG;
   }
-  size_t got = 0;
-  while (got + 1 < size) {
-    ssize_t r = read(fd, buf + got, size - 1 - got);
-    if (r < 0 && errno == EINTR) {
-      continue;
-    }
-    if (r < 0) {
-      int e = errno;
-      close(fd);
-      return -e;
-    }
-    if (r == 0) {
-      break;
-    }
-    got += (size_t)r;
-  }
-  close(fd);
-  buf[got] = '\0';
-  return (ssize_t)got;
+  return em_file_read_small(path, buf, size, NULL);
 }
 
 /* A one-line file (model, DMI): up to the first NUL or newline, trailing blanks cut. */
@@ -770,7 +687,7 @@ static bool read_line_file(const char *root, const char *rel, char *buf, size_t 
     return false;
   }
   buf[strcspn(buf, "\n")] = '\0';
-  char *t = trim(buf);
+  char *t = em_str_trim(buf);
   memmove(buf, t, strlen(t) + 1);
   return buf[0] != '\0';
 }
@@ -854,7 +771,7 @@ static void read_cpuinfo(const char *root, evidence_t *ev) {
     close(fd);
     return;
   }
-  char line[LINE_BUF];
+  char line[CPUINFO_LINE];
   bool partial = false; /* The previous fgets stopped inside a long line. */
   bool have_impl = false, arm = false, x86 = false, x86_lm = false;
   unsigned long impl = 0;
@@ -887,12 +804,12 @@ static void read_cpuinfo(const char *root, evidence_t *ev) {
   }
   fclose(f);
   if (arm) {
-    copy_str(ev->arch, sizeof(ev->arch), "aarch64");
-    copy_str(ev->arch_why, sizeof(ev->arch_why), "proc/cpuinfo 'CPU architecture: 8'");
+    em_str_copy(ev->arch, sizeof(ev->arch), "aarch64");
+    em_str_copy(ev->arch_why, sizeof(ev->arch_why), "proc/cpuinfo 'CPU architecture: 8'");
     ev->arch_from_cpuinfo = true;
   } else if (x86 && x86_lm) {
-    copy_str(ev->arch, sizeof(ev->arch), "x86_64");
-    copy_str(ev->arch_why, sizeof(ev->arch_why), "proc/cpuinfo 'vendor_id' and flag 'lm'");
+    em_str_copy(ev->arch, sizeof(ev->arch), "x86_64");
+    em_str_copy(ev->arch_why, sizeof(ev->arch_why), "proc/cpuinfo 'vendor_id' and flag 'lm'");
     ev->arch_from_cpuinfo = true;
   }
 }
@@ -910,7 +827,7 @@ static void gather(const char *root, evidence_t *ev) {
   if (ev->arch[0] == '\0') {
     struct utsname u;
     if (uname(&u) == 0) {
-      copy_str(ev->arch, sizeof(ev->arch), u.machine);
+      em_str_copy(ev->arch, sizeof(ev->arch), u.machine);
     }
     snprintf(ev->arch_why, sizeof(ev->arch_why), "uname (proc/cpuinfo under %s tells nothing)",
              root);
@@ -1010,7 +927,7 @@ add_note(em_board_detection_t *out, const char *fmt, ...) {
 
 static void add_out_reason(em_board_detection_t *out, const char *text) {
   if (out->n_reasons < EM_BOARD_MAX_REASONS) {
-    copy_str(out->reasons[out->n_reasons++], EM_BOARD_MAX_REASON, text);
+    em_str_copy(out->reasons[out->n_reasons++], EM_BOARD_MAX_REASON, text);
   }
 }
 
@@ -1099,7 +1016,7 @@ int em_board_detect(const char *root, const char *boards_dir, em_board_detection
     return rc;
   }
   gather(root, &ev);
-  copy_str(out->arch, sizeof(out->arch), ev.arch);
+  em_str_copy(out->arch, sizeof(out->arch), ev.arch);
 
   memset(&best, 0, sizeof(best));
   char tied[EM_BOARD_MAX_REASON] = "";
@@ -1154,7 +1071,7 @@ int em_board_resolve(const char *board, const char *root, const char *boards_dir
   if (strcmp(board, "generic") == 0) {
     static evidence_t ev;
     gather(root, &ev);
-    copy_str(out->arch, sizeof(out->arch), ev.arch);
+    em_str_copy(out->arch, sizeof(out->arch), ev.arch);
     return pick_generic(boards_dir, names, n, &ev, out);
   }
   if (!is_word(board, EM_BOARD_MAX_NAME, NULL)) {
@@ -1172,7 +1089,7 @@ int em_board_resolve(const char *board, const char *root, const char *boards_dir
     return -EINVAL;
   }
   out->profile = p;
-  copy_str(out->arch, sizeof(out->arch), p.arch);
+  em_str_copy(out->arch, sizeof(out->arch), p.arch);
   char line[EM_BOARD_MAX_REASON];
   snprintf(line, sizeof(line), "named in the config: board = %s", board);
   add_out_reason(out, line);

@@ -77,6 +77,7 @@
 
 #include <linux/perf_event.h>
 
+#include "edgemon/common/file.h"
 #include "log.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
@@ -450,17 +451,11 @@ static void open_reason(const em_pmu_t *p, int err, char *dst, size_t cap) {
 
 /* perf_event_paranoid, or PARANOID_UNKNOWN (no file: a kernel without perf events). */
 static int read_paranoid(void) {
-  int fd = open(PARANOID_PATH, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return PARANOID_UNKNOWN;
-  }
   char text[16];
-  ssize_t n = read(fd, text, sizeof(text) - 1);
-  close(fd);
+  ssize_t n = em_file_read_small(PARANOID_PATH, text, sizeof(text), NULL);
   if (n <= 0) {
     return PARANOID_UNKNOWN;
   }
-  text[n] = '\0';
   char *end = NULL;
   errno = 0;
   long v = strtol(text, &end, 10);

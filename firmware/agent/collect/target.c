@@ -1,10 +1,13 @@
 /*
- * target.c - see target.h. Reads small procfs files with one read() each into stack
- * buffers; nothing is kept open and nothing allocated.
+ * target.c - see target.h. Reads small procfs files (and the pid file) with common/'s bounded
+ * small-file reader (edgemon/common/file.h) into stack buffers; nothing is kept open and
+ * nothing allocated.
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include "target.h"
+
+#include "edgemon/common/file.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -17,26 +20,16 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Reads <root>/<pid>/<name> (or <root>/<name> when pid is 0) into buf; returns its length. */
+/* Reads <root>/<pid>/<name> (or the file `name` when pid is 0) into buf, NUL-terminated, with
+ * common/'s small-file reader (a regular file only); returns its length or -errno. */
 static ssize_t read_small(const char *root, pid_t pid, const char *name, char *buf, size_t cap) {
   char path[PATH_MAX];
-  if (pid > 0) {
-    snprintf(path, sizeof(path), "%s/%ld/%s", root, (long)pid, name);
-  } else {
-    snprintf(path, sizeof(path), "%s", name);
+  int n = pid > 0 ? snprintf(path, sizeof(path), "%s/%ld/%s", root, (long)pid, name)
+                  : snprintf(path, sizeof(path), "%s", name);
+  if (n < 0 || (size_t)n >= sizeof(path)) {
+    return -ENAMETOOLONG;
   }
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return -errno;
-  }
-  ssize_t n = read(fd, buf, cap - 1);
-  int err = errno;
-  close(fd);
-  if (n < 0) {
-    return -err;
-  }
-  buf[n] = '\0';
-  return n;
+  return em_file_read_small(path, buf, cap, NULL);
 }
 
 /* Parses a decimal pid in 1..INT_MAX from text (leading/trailing blanks allowed). */
@@ -149,8 +142,7 @@ static bool pid_exists(const char *root, pid_t pid) {
   return access(path, F_OK) == 0;
 }
 
-pid_t em_target_find(const em_target_spec_t *t, const char *proc_root, char *why,
-                     size_t why_cap) {
+pid_t em_target_find(const em_target_spec_t *t, const char *proc_root, char *why, size_t why_cap) {
   char buf[64];
   pid_t pid;
   if (why && why_cap) {
