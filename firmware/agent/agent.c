@@ -36,6 +36,7 @@
 
 #include "budget.h"
 #include "edgemon/proto.h"
+#include "forward.h"
 #include "hook.h"
 #include "log.h"
 #include "pmu.h"
@@ -45,7 +46,6 @@
 #include "service.h"
 #include "signals.h"
 #include "sensors.h"
-#include "spool.h"
 #include "rings.h"
 #include "spans.h"
 #include "target.h"
@@ -265,14 +265,8 @@ struct em_agent {
   em_value_t throttled;   /* 1 throttled, 0 not, for the throttle rule. */
   char throttle_why[160]; /* Why it is throttled: the throttle rule's reason. */
 
-  /* Store and forward (spool.h): what the broker cannot take now goes to the spool. */
-  em_spool_t *spool;  /* NULL: memory only (spool off, or it could not be opened). */
-  uint8_t *replay;    /* EM_PROTO_MAX_MESSAGE_BYTES: a spooled message read back. */
-  uv_fs_t spool_sync; /* fdatasync of the spool on libuv's worker. */
-  bool spool_syncing; /* spool_sync is in flight. */
-  uint64_t next_spool_sync_ns;
-  uint64_t lost;        /* Messages neither sent nor spooled (no spool, or it failed). */
-  int spool_last_error; /* Last append error logged, so each kind is logged once. */
+  /* Store and forward (forward.h): what the broker cannot take now goes to the spool. */
+  em_forward_t *fwd;
 
   unsigned closing;
   void (*stop_done)(void *);
@@ -445,137 +439,22 @@ static double value_as_double(em_value_t v) {
 
 /* --- store and forward --------------------------------------------------------------- */
 
-/* Opens the spool the config names; without one, what the broker cannot take is lost and
- * counted (spool.lost). */
-static void spool_open(em_agent_t *a) {
-  if (strcmp(a->cfg.spool_path, "off") == 0) {
-    EM_INFO("spool: off; messages the broker cannot take are lost (counted in spool.lost)");
-    return;
-  }
-  char err[EM_CONFIG_MAX_PATH + 160];
-  int rc = em_spool_open(&a->spool, a->cfg.spool_path, a->cfg.spool_bytes, err, sizeof(err));
-  if (rc) {
-    EM_ERROR("spool: %s; running without one: messages the broker cannot take are lost "
-             "(counted in spool.lost)",
-             err);
-    a->spool = NULL;
-    return;
-  }
-  if (err[0]) {
-    EM_WARN("spool: %s", err);
-  }
-  em_spool_stats_t st;
-  em_spool_stats(a->spool, &st);
-  EM_INFO("spool: %s, %llu pending to replay, %llu corrupt records skipped, %llu dropped in its "
-          "life",
-          a->cfg.spool_path, (unsigned long long)st.pending, (unsigned long long)st.corrupt,
-          (unsigned long long)st.dropped);
-}
-
-/* Keeps one encoded message for later. An append that fails (disk full, file size limit) is
- * logged once per kind of error and counted in spool.lost; the agent goes on without it. */
-static void spool_put(em_agent_t *a, em_spool_kind_t kind, const uint8_t *buf, size_t len) {
-  if (!a->spool) {
-    a->lost++;
-    return;
-  }
-  int rc = em_spool_append(a->spool, kind, buf, len);
-  if (rc == 0) {
-    if (a->spool_last_error) {
-      EM_INFO("spool: appending again");
-    }
-    a->spool_last_error = 0;
-    return;
-  }
-  a->lost++;
-  if (rc != a->spool_last_error) {
-    EM_ERROR("spool: cannot append to %s: %s; messages are lost until it can (spool.lost)",
-             a->cfg.spool_path, strerror(-rc));
-    a->spool_last_error = rc;
-  }
-}
-
-/* Sends up to replay_per_tick spooled messages (state first, then data in order), after the
- * tick's live message, so replay never starves live data. Replayed messages are not retained. */
-static void replay_some(em_agent_t *a) {
-  if (!a->spool || !em_publisher_online(a->pub)) {
-    return;
-  }
-  for (uint32_t i = 0; i < a->cfg.replay_per_tick; i++) {
-    em_spool_kind_t kind;
-    int n = em_spool_peek(a->spool, &kind, a->replay, EM_PROTO_MAX_MESSAGE_BYTES);
-    if (n == -EIO) {
-      continue; /* Unreadable now: the spool dropped and counted it. */
-    }
-    if (n <= 0) {
-      return;
-    }
-    bool state = kind == EM_SPOOL_STATE;
-    if (em_publisher_send(a->pub, state ? "state" : "data", a->replay, (size_t)n,
-                          state ? a->cfg.qos_state : a->cfg.qos_data, false) != 0) {
-      return;
-    }
-    em_spool_pop(a->spool);
-  }
-}
-
-static void on_spool_synced(uv_fs_t *req) {
-  em_agent_t *a = req->data;
-  if (req->result < 0) {
-    EM_ERROR("spool: fdatasync %s: %s", a->cfg.spool_path, uv_strerror((int)req->result));
-  }
-  uv_fs_req_cleanup(req);
-  a->spool_syncing = false;
-}
-
-/* Every sync_interval: the header (replay progress, drop count) is written on the loop, a
- * page-cache write; fdatasync runs on libuv's worker, never on the loop. */
-static void spool_maybe_sync(em_agent_t *a, uint64_t now) {
-  if (!a->spool || a->spool_syncing || now < a->next_spool_sync_ns) {
-    return;
-  }
-  a->next_spool_sync_ns = now + a->cfg.spool_sync_ns;
-  bool need = false;
-  if (em_spool_flush_header(a->spool, &need) != 0 || !need) {
-    return;
-  }
-  a->spool_sync.data = a;
-  if (uv_fs_fdatasync(a->loop, &a->spool_sync, em_spool_fd(a->spool), on_spool_synced) == 0) {
-    a->spool_syncing = true;
-  }
-}
-
 /* Figures of the spool for the data message: absent without a spool, never 0 for "none". */
 static void sample_spool(em_agent_t *a) {
-  set_u(a, fx(a, M_SPOOL_LOST), a->lost);
-  if (!a->spool) {
+  em_forward_stats_t st;
+  em_forward_stats(a->fwd, &st);
+  set_u(a, fx(a, M_SPOOL_LOST), st.lost);
+  if (!st.spooling) {
     for (size_t f = M_SPOOL_PENDING; f <= M_SPOOL_REPLAYED; f++) {
       set_absent(a, fx(a, f));
     }
     return;
   }
-  em_spool_stats_t st;
-  em_spool_stats(a->spool, &st);
-  set_u(a, fx(a, M_SPOOL_PENDING), st.pending);
-  set_u(a, fx(a, M_SPOOL_DROPPED), st.dropped);
-  set_u(a, fx(a, M_SPOOL_CORRUPT), st.corrupt);
-  set_u(a, fx(a, M_SPOOL_WRITE_ERRORS), st.write_errors);
-  set_u(a, fx(a, M_SPOOL_REPLAYED), st.replayed);
-}
-
-/* The tick's data message: live when the broker takes it, else into the spool flagged as
- * historical. */
-static void deliver_data(em_agent_t *a, em_msg_t *msg, size_t len) {
-  if (em_publisher_online(a->pub) &&
-      em_publisher_send(a->pub, "data", a->out, len, a->cfg.qos_data, false) == 0) {
-    return;
-  }
-  msg->u.data.historical = true;
-  if (em_proto_encode(msg, a->out, EM_PROTO_MAX_MESSAGE_BYTES, &len) != 0) {
-    a->lost++;
-    return;
-  }
-  spool_put(a, EM_SPOOL_DATA, a->out, len);
+  set_u(a, fx(a, M_SPOOL_PENDING), st.spool.pending);
+  set_u(a, fx(a, M_SPOOL_DROPPED), st.spool.dropped);
+  set_u(a, fx(a, M_SPOOL_CORRUPT), st.spool.corrupt);
+  set_u(a, fx(a, M_SPOOL_WRITE_ERRORS), st.spool.write_errors);
+  set_u(a, fx(a, M_SPOOL_REPLAYED), st.spool.replayed);
 }
 
 /* The retained MQTT state message of the current level. */
@@ -602,21 +481,8 @@ static void publish_state(em_agent_t *a) {
     EM_ERROR("state: cannot encode: %s", em_proto_strerror(rc));
     return;
   }
-  if (em_publisher_online(a->pub) &&
-      em_publisher_send(a->pub, "state", a->out, len, a->cfg.qos_state, true) == 0) {
-    return;
-  }
-  if (a->closing) {
-    return;
-  }
-  /* The broker is away: the change goes to the spool, replayed first when it is back (the
-   * current level is republished, retained, on connect anyway). */
-  msg.u.state.historical = true;
-  if (em_proto_encode(&msg, a->out, EM_PROTO_MAX_MESSAGE_BYTES, &len) == 0) {
-    spool_put(a, EM_SPOOL_STATE, a->out, len);
-  } else {
-    a->lost++;
-  }
+  /* The broker away, the change goes to the spool (not while stopping). */
+  (void)em_forward_publish(a->fwd, &msg, a->out, EM_PROTO_MAX_MESSAGE_BYTES, len, !a->closing);
 }
 
 /*
@@ -1344,9 +1210,10 @@ static void on_tick(uv_timer_t *t) {
     EM_ERROR("data: cannot encode: %s", em_proto_strerror(rc));
     return;
   }
-  deliver_data(a, &msg, len);
-  replay_some(a);
-  spool_maybe_sync(a, now);
+  /* Live when the broker takes it, else into the spool; then a few spooled ones. */
+  (void)em_forward_publish(a->fwd, &msg, a->out, EM_PROTO_MAX_MESSAGE_BYTES, len, true);
+  em_forward_replay(a->fwd);
+  em_forward_maybe_sync(a->fwd, now);
   if (!a->svc.ready) {
     char status[EM_CONFIG_MAX_ID + 64];
     snprintf(status, sizeof(status), "device %s: sampling every %llu ms", a->cfg.device_id,
@@ -1378,11 +1245,9 @@ static int build_dictionary(em_agent_t *a) {
   a->absent = calloc(a->n_metrics, sizeof(*a->absent));
   a->samples = calloc(2 * a->n_metrics, sizeof(*a->samples));
   a->out = malloc(EM_PROTO_MAX_MESSAGE_BYTES);
-  a->replay = malloc(EM_PROTO_MAX_MESSAGE_BYTES);
   a->stage_out = calloc(a->cfg.max_stages, sizeof(*a->stage_out));
   a->bucket_out = calloc((size_t)a->cfg.max_stages * BUCKETS_PER_STAGE, sizeof(*a->bucket_out));
-  if (!a->defs || !a->absent || !a->samples || !a->out || !a->replay || !a->stage_out ||
-      !a->bucket_out) {
+  if (!a->defs || !a->absent || !a->samples || !a->out || !a->stage_out || !a->bucket_out) {
     return -ENOMEM;
   }
   for (size_t i = 0; i < a->n_events; i++) {
@@ -1596,8 +1461,14 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
   if (!rc && cfg->hook[0]) {
     rc = em_hook_new(&a->hook, loop, cfg->hook, cfg->hook_timeout_ns);
   }
+  em_forward_opts_t fo = {.spool_path = cfg->spool_path,
+                          .spool_bytes = cfg->spool_bytes,
+                          .sync_interval_ns = cfg->spool_sync_ns,
+                          .replay_per_tick = cfg->replay_per_tick,
+                          .qos_data = cfg->qos_data,
+                          .qos_state = cfg->qos_state};
   if (!rc) {
-    spool_open(a);
+    rc = em_forward_new(&a->fwd, loop, a->pub, &fo);
   }
   if (rc) {
     em_agent_free(a);
@@ -1786,8 +1657,7 @@ void em_agent_free(em_agent_t *a) {
   free(a->absent);
   free(a->samples);
   free(a->out);
-  free(a->replay);
-  em_spool_close(a->spool); /* Syncs: the last records reach the disk. */
+  em_forward_free(a->fwd); /* Syncs the spool: the last records reach the disk. */
   em_sensors_free(a->sensors);
   free(a->stage_out);
   free(a->bucket_out);

@@ -1,0 +1,101 @@
+/*
+ * forward.h - store and forward: moves messages between the publisher and the spool, the one
+ * module that calls both (neither calls the other). A data or state message the broker takes
+ * goes out live; one it cannot take now (no session, or the send refused) is re-encoded marked
+ * historical and appended to the spool, or, without a spool or when the append fails, lost
+ * and counted (spool.lost). Once a tick, after the live message, up to replay_per_tick spooled
+ * messages go out in the spool's order (state first, then data), never retained; every sync
+ * interval the spool's header is written on the loop and fdatasync runs on libuv's worker.
+ *
+ *   message             broker takes it     broker away
+ *   data (each tick)    "data", qos_data    spooled as EM_SPOOL_DATA, historical
+ *   state (a change)    "state", retained   spooled as EM_SPOOL_STATE, historical
+ *   spooled (replay)    its topic, not retained, popped once the publisher took it
+ *
+ * Owns: the spool (opened by em_forward_new from the path, closed by em_forward_free), the
+ * replay buffer (EM_PROTO_MAX_MESSAGE_BYTES, allocated once) and the fdatasync request.
+ * Borrows the publisher, which must outlive the forwarder. Threading: the loop's thread; only
+ * the fdatasync runs on libuv's worker, and the spool is not touched until it completes
+ * except for appends (pwrites the kernel orders, see spool.h).
+ */
+#ifndef EDGEMON_AGENT_FORWARD_H
+#define EDGEMON_AGENT_FORWARD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "edgemon/proto.h"
+#include "publisher.h"
+#include "spool.h"
+
+#define EM_FORWARD_MAX_PATH 256 /* Spool path, with the NUL. */
+
+typedef struct em_forward em_forward_t;
+
+/* Options; strings are copied. */
+typedef struct {
+  const char *spool_path;    /* The spool file, or "off": none (what the broker cannot take is
+                                lost and counted). */
+  uint64_t spool_bytes;      /* Ring capacity of a new spool (spool.h). */
+  uint64_t sync_interval_ns; /* Header write + fdatasync at most this often. */
+  uint32_t replay_per_tick;  /* Spooled messages sent per em_forward_replay() at most. */
+  int qos_data;              /* QoS of data messages, live and replayed. */
+  int qos_state;             /* QoS of state messages, live and replayed. */
+} em_forward_opts_t;
+
+/* What the data message reports of store and forward. */
+typedef struct {
+  bool spooling;          /* A spool is open; `spool` is meaningful only then. */
+  em_spool_stats_t spool; /* spool.h */
+  uint64_t lost;          /* Messages neither sent nor spooled since em_forward_new(). */
+} em_forward_stats_t;
+
+/*
+ * Creates the forwarder and opens the spool the options name, logging what it holds. A spool
+ * that cannot be opened is logged at error and the forwarder runs without one (not an error:
+ * messages the broker cannot take are then lost and counted). Returns 0 and *out, -EINVAL
+ * (NULL argument), -ENAMETOOLONG (spool path of EM_FORWARD_MAX_PATH bytes or more), or -ENOMEM.
+ */
+int em_forward_new(em_forward_t **out, uv_loop_t *loop, em_publisher_t *pub,
+                   const em_forward_opts_t *opts);
+
+/*
+ * Publishes `msg`, a data or state message already encoded into buf[0..len), live when the
+ * broker takes it. Otherwise, when `may_spool`, marks it historical, re-encodes it into buf
+ * (cap bytes: buf is overwritten) and appends it to the spool; an append that fails (disk
+ * full, file size limit) is logged once per kind of error until one succeeds again.
+ * Returns 0 (sent or spooled), -EINVAL (NULL argument, or msg neither data nor state),
+ * -ENOTCONN (not taken and !may_spool: nothing kept, nothing counted, as on a clean stop),
+ * or a negative errno when the message is lost (no spool: -ENOSPC; the append's or the
+ * encoder's error otherwise), counted in lost.
+ */
+int em_forward_publish(em_forward_t *f, em_msg_t *msg, uint8_t *buf, size_t cap, size_t len,
+                       bool may_spool);
+
+/*
+ * Sends up to replay_per_tick spooled messages while the broker takes them; a message is
+ * popped only once the publisher took it. A record that cannot be read back is skipped (the
+ * spool dropped and counted it). Call it after the tick's live message, so replay never
+ * starves live data. Returns the number sent (0 without a spool or a session).
+ */
+unsigned em_forward_replay(em_forward_t *f);
+
+/*
+ * Every sync_interval_ns (`now_ns` on any monotonic clock): writes the spool's header when it
+ * changed and queues fdatasync on libuv's worker; nothing while one is in flight. A failed
+ * fdatasync is logged.
+ */
+void em_forward_maybe_sync(em_forward_t *f, uint64_t now_ns);
+
+/* Fills *out. */
+void em_forward_stats(const em_forward_t *f, em_forward_stats_t *out);
+
+/* Closes the spool (syncing it: the last records reach the disk) and frees. Call it once the
+ * loop has run a queued fdatasync to its end (uv_run does not return before). NULL is a
+ * no-op. */
+void em_forward_free(em_forward_t *f);
+
+#endif /* EDGEMON_AGENT_FORWARD_H */
