@@ -859,18 +859,18 @@ static int read_state_key(dec_t *d, uint64_t key, em_state_t *out) {
 
 /* --- top level ------------------------------------------------------------------------ */
 
-/* Keys each kind needs beyond version, kind and time. */
+/* Keys each kind needs beyond version, kind and its head. */
 static uint64_t required_keys(em_msg_kind_t kind) {
   switch (kind) {
   case EM_MSG_BIRTH:
-    return BIT(K_SESSION) | BIT(KB_DEVICE) | BIT(KB_AGENT) | BIT(KB_BOARD) | BIT(KB_PERIOD) |
-           BIT(KB_METRICS) | BIT(KB_BUDGETS);
+    return BIT(KB_DEVICE) | BIT(KB_AGENT) | BIT(KB_BOARD) | BIT(KB_PERIOD) | BIT(KB_METRICS) |
+           BIT(KB_BUDGETS);
   case EM_MSG_DATA:
-    return BIT(K_SESSION) | BIT(KD_SEQ) | BIT(KD_WINDOW) | BIT(KD_VALUES) | BIT(KD_STAGES);
+    return BIT(KD_SEQ) | BIT(KD_WINDOW) | BIT(KD_VALUES) | BIT(KD_STAGES);
   case EM_MSG_STATE:
-    return BIT(K_SESSION) | BIT(KT_LEVEL) | BIT(KT_PREV) | BIT(KT_MONO);
+    return BIT(KT_LEVEL) | BIT(KT_PREV) | BIT(KT_MONO);
   case EM_MSG_STATUS:
-    return BIT(K_SESSION) | BIT(KX_ONLINE);
+    return BIT(KX_ONLINE);
   case EM_MSG_CMD:
     return BIT(KC_COMMAND);
   }
@@ -904,44 +904,32 @@ static int read_kind_key(dec_t *d, uint64_t key, em_msg_t *out) {
   return skip(d);
 }
 
-/* Sets the session in whichever struct the kind has one. */
-static void set_session(em_msg_t *m, uint32_t session) {
+/* The head of `m`: every kind has one. */
+static em_msg_head_t *head_of(em_msg_t *m) {
   switch (m->kind) {
   case EM_MSG_BIRTH:
-    m->u.birth.session = session;
-    break;
+    return &m->u.birth.head;
   case EM_MSG_DATA:
-    m->u.data.session = session;
-    break;
+    return &m->u.data.head;
   case EM_MSG_STATE:
-    m->u.state.session = session;
-    break;
+    return &m->u.state.head;
   case EM_MSG_STATUS:
-    m->u.status.session = session;
-    break;
+    return &m->u.status.head;
   case EM_MSG_CMD:
     break;
   }
+  return &m->u.cmd.head;
 }
 
-static void set_time(em_msg_t *m, uint64_t t) {
-  switch (m->kind) {
-  case EM_MSG_BIRTH:
-    m->u.birth.time_ns = t;
-    break;
-  case EM_MSG_DATA:
-    m->u.data.time_ns = t;
-    break;
-  case EM_MSG_STATE:
-    m->u.state.time_ns = t;
-    break;
-  case EM_MSG_STATUS:
-    m->u.status.time_ns = t;
-    break;
-  case EM_MSG_CMD:
-    m->u.cmd.time_ns = t;
-    break;
+/* Keys of the head that kind `kind` carries: all required. */
+static uint64_t head_keys(em_msg_kind_t kind) {
+  uint64_t keys = 0;
+  for (size_t i = 0; i < EM_HEAD_FIELDS; i++) {
+    if (em__head_carries(&em__head_fields[i], kind)) {
+      keys |= BIT(em__head_fields[i].key);
+    }
   }
+  return keys;
 }
 
 /*
@@ -992,12 +980,10 @@ static int read_message(dec_t *d, em_msg_t *out) {
     if (rc) {
       break;
     }
-    if (key == K_TIME) {
-      rc = read_uint(d, UINT64_MAX, &v);
-      set_time(out, v);
-    } else if (key == K_SESSION && out->kind != EM_MSG_CMD) {
-      rc = read_uint(d, UINT32_MAX, &v);
-      set_session(out, (uint32_t)v);
+    const em_head_field_t *f = em__head_field(out->kind, key);
+    if (f) {
+      rc = read_uint(d, f->max, &v);
+      em__head_set(head_of(out), f, v);
     } else {
       rc = read_kind_key(d, key, out);
     }
@@ -1006,7 +992,7 @@ static int read_message(dec_t *d, em_msg_t *out) {
     return rc;
   }
   leave(d);
-  return require(d, 0, seen, BIT(K_TIME) | required_keys(out->kind));
+  return require(d, 0, seen, head_keys(out->kind) | required_keys(out->kind));
 }
 
 int em_proto_decode(const uint8_t *buf, size_t len, em_msg_t *out, void *scratch,

@@ -123,15 +123,20 @@ static void kv_str(writer_t *w, unsigned key, const char *s) {
   w_str(w, s);
 }
 
-/* The four keys every message starts with; `n_more` is the number of kind-specific keys. */
-static void w_common(writer_t *w, size_t n_more, em_msg_kind_t kind, uint64_t time_ns,
-                     const uint32_t *session) {
-  w_head(w, cbor_encode_map_start, 3 + (session ? 1 : 0) + n_more);
+/* Version, kind and the head's fields the kind carries; `n_more`: the kind's own keys. */
+static void w_common(writer_t *w, size_t n_more, em_msg_kind_t kind, const em_msg_head_t *head) {
+  size_t n_head = 0;
+  for (size_t i = 0; i < EM_HEAD_FIELDS; i++) {
+    n_head += em__head_carries(&em__head_fields[i], kind);
+  }
+  w_head(w, cbor_encode_map_start, 2 + n_head + n_more);
   kv_uint(w, K_VERSION, EM_PROTO_VERSION);
   kv_uint(w, K_KIND, (uint64_t)kind);
-  kv_uint(w, K_TIME, time_ns);
-  if (session) {
-    kv_uint(w, K_SESSION, *session);
+  for (size_t i = 0; i < EM_HEAD_FIELDS; i++) {
+    const em_head_field_t *f = &em__head_fields[i];
+    if (em__head_carries(f, kind)) {
+      kv_uint(w, f->key, em__head_get(head, f));
+    }
   }
 }
 
@@ -205,7 +210,7 @@ static int check_birth(const em_birth_t *b) {
 }
 
 static void w_birth(writer_t *w, const em_birth_t *b) {
-  w_common(w, 6, EM_MSG_BIRTH, b->time_ns, &b->session);
+  w_common(w, 6, EM_MSG_BIRTH, &b->head);
   kv_str(w, KB_DEVICE, b->device);
   kv_str(w, KB_AGENT, b->agent_version);
   kv_str(w, KB_BOARD, b->board);
@@ -316,7 +321,7 @@ static void w_stage(writer_t *w, const em_stage_t *s) {
 
 static void w_data(writer_t *w, const em_data_t *d) {
   size_t n_more = 4 + (d->level != EM_LEVEL_NONE ? 1 : 0) + (d->historical ? 1 : 0);
-  w_common(w, n_more, EM_MSG_DATA, d->time_ns, &d->session);
+  w_common(w, n_more, EM_MSG_DATA, &d->head);
   kv_uint(w, KD_SEQ, d->seq);
   kv_uint(w, KD_WINDOW, d->window_ns);
   w_uint(w, KD_VALUES);
@@ -366,7 +371,7 @@ static void w_state(writer_t *w, const em_state_t *s) {
   bool has_bound = s->bound.type != EM_VALUE_ABSENT;
   size_t n_more = 3 + (s->rule ? 1 : 0) + (s->stage ? 1 : 0) + (has_value ? 1 : 0) +
                   (has_bound ? 1 : 0) + (s->reason ? 1 : 0) + (s->historical ? 1 : 0);
-  w_common(w, n_more, EM_MSG_STATE, s->time_ns, &s->session);
+  w_common(w, n_more, EM_MSG_STATE, &s->head);
   kv_uint(w, KT_LEVEL, (uint64_t)s->level);
   kv_uint(w, KT_PREV, (uint64_t)s->prev_level);
   kv_uint(w, KT_MONO, s->mono_ns);
@@ -394,13 +399,13 @@ static void w_state(writer_t *w, const em_state_t *s) {
 }
 
 static void w_status(writer_t *w, const em_status_t *s) {
-  w_common(w, 1, EM_MSG_STATUS, s->time_ns, &s->session);
+  w_common(w, 1, EM_MSG_STATUS, &s->head);
   w_uint(w, KX_ONLINE);
   w_bool(w, s->online);
 }
 
 static void w_cmd(writer_t *w, const em_cmd_t *c) {
-  w_common(w, 1, EM_MSG_CMD, c->time_ns, NULL);
+  w_common(w, 1, EM_MSG_CMD, &c->head);
   kv_uint(w, KC_COMMAND, (uint64_t)c->command);
 }
 

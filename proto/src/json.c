@@ -131,12 +131,15 @@ static void kv_value(jw_t *w, const char *name, const em_value_t *v) {
   jw_value(w, v);
 }
 
-static void common(jw_t *w, em_msg_kind_t kind, uint64_t time_ns, const uint32_t *session) {
+/* Version, kind and the head's fields the kind carries. */
+static void common(jw_t *w, em_msg_kind_t kind, const em_msg_head_t *head) {
   kv_u64(w, "v", EM_PROTO_VERSION);
   kv_str(w, "kind", em_msg_kind_name(kind));
-  kv_u64(w, "time_ns", time_ns);
-  if (session) {
-    kv_u64(w, "session", *session);
+  for (size_t i = 0; i < EM_HEAD_FIELDS; i++) {
+    const em_head_field_t *f = &em__head_fields[i];
+    if (em__head_carries(f, kind)) {
+      kv_u64(w, f->json, em__head_get(head, f));
+    }
   }
 }
 
@@ -153,7 +156,7 @@ static const char *metric_kind_name(em_metric_kind_t k) {
 }
 
 static void j_birth(jw_t *w, const em_birth_t *b) {
-  common(w, EM_MSG_BIRTH, b->time_ns, &b->session);
+  common(w, EM_MSG_BIRTH, &b->head);
   kv_str(w, "device", b->device);
   kv_str(w, "agent_version", b->agent_version);
   kv_str(w, "board", b->board);
@@ -222,7 +225,7 @@ static void j_stage(jw_t *w, const em_stage_t *s) {
 }
 
 static void j_data(jw_t *w, const em_data_t *d, em_proto_alias_name_fn name_of, void *ctx) {
-  common(w, EM_MSG_DATA, d->time_ns, &d->session);
+  common(w, EM_MSG_DATA, &d->head);
   kv_u64(w, "seq", d->seq);
   kv_u64(w, "window_ns", d->window_ns);
   jw_key(w, "values");
@@ -254,7 +257,7 @@ static void j_data(jw_t *w, const em_data_t *d, em_proto_alias_name_fn name_of, 
 }
 
 static void j_state(jw_t *w, const em_state_t *s) {
-  common(w, EM_MSG_STATE, s->time_ns, &s->session);
+  common(w, EM_MSG_STATE, &s->head);
   kv_str(w, "level", em_level_name(s->level));
   kv_str(w, "prev_level", em_level_name(s->prev_level));
   kv_u64(w, "mono_ns", s->mono_ns);
@@ -301,12 +304,12 @@ int em_proto_to_json_named(const em_msg_t *msg, em_proto_alias_name_fn name_of, 
     j_state(&w, &msg->u.state);
     break;
   case EM_MSG_STATUS:
-    common(&w, EM_MSG_STATUS, msg->u.status.time_ns, &msg->u.status.session);
+    common(&w, EM_MSG_STATUS, &msg->u.status.head);
     jw_key(&w, "online");
     jw_raw(&w, msg->u.status.online ? "true" : "false", msg->u.status.online ? 4 : 5);
     break;
   case EM_MSG_CMD:
-    common(&w, EM_MSG_CMD, msg->u.cmd.time_ns, NULL);
+    common(&w, EM_MSG_CMD, &msg->u.cmd.head);
     kv_str(&w, "command", msg->u.cmd.command == EM_CMD_REBIRTH ? "rebirth" : "unknown");
     break;
   default:

@@ -1,6 +1,7 @@
 /*
- * names.c - the names of codes and enums, and the value checks shared by the encoder and the
- * decoder (schema.h). Owns nothing; pure functions over constant tables.
+ * names.c - the names of codes and enums, the description of the message head, and the value
+ * checks shared by the encoder and the decoder (schema.h). Owns nothing; pure functions over
+ * constant tables.
  */
 #define _POSIX_C_SOURCE 200809L /* strnlen */
 
@@ -41,6 +42,49 @@ const char *em_msg_kind_name(em_msg_kind_t kind) {
     return "unknown";
   }
   return names[kind];
+}
+
+/* Time in every kind; session in all but cmd (a host's command belongs to no agent session). */
+#define ALL_KINDS ((1u << (EM_MSG_CMD + 1)) - 1u)
+const em_head_field_t em__head_fields[EM_HEAD_FIELDS] = {
+    {K_TIME, "time_ns", UINT64_MAX, offsetof(em_msg_head_t, time_ns), sizeof(uint64_t), ALL_KINDS},
+    {K_SESSION, "session", UINT32_MAX, offsetof(em_msg_head_t, session), sizeof(uint32_t),
+     ALL_KINDS & ~(1u << EM_MSG_CMD)},
+};
+
+bool em__head_carries(const em_head_field_t *f, em_msg_kind_t kind) {
+  return (int)kind >= 0 && (int)kind <= (int)EM_MSG_CMD && (f->kinds & (1u << kind)) != 0;
+}
+
+const em_head_field_t *em__head_field(em_msg_kind_t kind, uint64_t key) {
+  for (size_t i = 0; i < EM_HEAD_FIELDS; i++) {
+    if (em__head_fields[i].key == key && em__head_carries(&em__head_fields[i], kind)) {
+      return &em__head_fields[i];
+    }
+  }
+  return NULL;
+}
+
+uint64_t em__head_get(const em_msg_head_t *h, const em_head_field_t *f) {
+  const unsigned char *p = (const unsigned char *)h + f->offset;
+  if (f->bytes == sizeof(uint32_t)) {
+    uint32_t v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+  }
+  uint64_t v;
+  memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+void em__head_set(em_msg_head_t *h, const em_head_field_t *f, uint64_t v) {
+  unsigned char *p = (unsigned char *)h + f->offset;
+  if (f->bytes == sizeof(uint32_t)) {
+    uint32_t v32 = (uint32_t)v;
+    memcpy(p, &v32, sizeof(v32));
+    return;
+  }
+  memcpy(p, &v, sizeof(v));
 }
 
 bool em__level_ok(int level) {

@@ -11,7 +11,7 @@
 
 #include "edgemon/proto.h"
 
-/* Keys every message has. */
+/* Keys of the top level: version and kind, then the head (em__head_fields). */
 enum { K_VERSION = 0, K_KIND = 1, K_TIME = 2, K_SESSION = 3 };
 /* birth */
 enum { KB_DEVICE = 4, KB_AGENT = 5, KB_BOARD = 6, KB_PERIOD = 7, KB_METRICS = 8, KB_BUDGETS = 9 };
@@ -52,6 +52,34 @@ enum {
 enum { KX_ONLINE = 4 };
 /* cmd */
 enum { KC_COMMAND = 4 };
+
+/*
+ * One field of the message head (em_msg_head_t), as the encoder writes it, the decoder reads
+ * it and the JSON printer names it: every kind in `kinds` carries it (required when decoding),
+ * after version and kind and in this table's order; other kinds neither write nor read it (the
+ * decoder skips the key like any unknown one).
+ */
+typedef struct {
+  unsigned key;     /* K_TIME, K_SESSION. */
+  const char *json; /* Member name in JSON. */
+  uint64_t max;     /* Largest value it may hold. */
+  size_t offset;    /* In em_msg_head_t. */
+  size_t bytes;     /* 4 or 8: an unsigned integer of that width. */
+  unsigned kinds;   /* Bit (1u << em_msg_kind_t) per kind that carries it. */
+} em_head_field_t;
+
+#define EM_HEAD_FIELDS 2u
+extern const em_head_field_t em__head_fields[EM_HEAD_FIELDS];
+
+/* The head field `key` as kind `kind` carries it, or NULL. */
+const em_head_field_t *em__head_field(em_msg_kind_t kind, uint64_t key);
+
+/* True when kind `kind` carries head field `f`. */
+bool em__head_carries(const em_head_field_t *f, em_msg_kind_t kind);
+
+/* Reads or writes head field `f` of `h`. */
+uint64_t em__head_get(const em_msg_head_t *h, const em_head_field_t *f);
+void em__head_set(em_msg_head_t *h, const em_head_field_t *f, uint64_t v);
 
 /* What a string field may hold. */
 typedef enum {

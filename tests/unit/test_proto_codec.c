@@ -141,6 +141,11 @@ static const bad_row_t bad_rows[] = {
     {"text key", "a500010103021b18ea0da41e9d800003076178f5", EM_PROTO_EKEY, -1},
     {"duplicate key", "a500010103021b18ea0da41e9d8000020704f5", EM_PROTO_EDUPLICATE, -1},
     {"status without online", "a400010103021b18ea0da41e9d80000307", EM_PROTO_EMISSING, 0},
+    {"status without session", "a400010103021b18ea0da41e9d800004f5", EM_PROTO_EMISSING, 0},
+    {"status without time", "a400010103030704f5", EM_PROTO_EMISSING, 0},
+    {"cmd without time", "a3000101040401", EM_PROTO_EMISSING, 0},
+    {"cmd carries no session: its key 3 is skipped as unknown",
+     "a500010104021b18ea0da41e9d80000361780401", 0, -1},
     {"status online is a uint", "a500010103021b18ea0da41e9d800003070401", EM_PROTO_ETYPE, -1},
     {"trailing byte", "a500010103021b18ea0da41e9d8000030704f500", EM_PROTO_ETRAILING, -1},
     {"session over 32 bits", "a500010103021b18ea0da41e9d8000031b000000010000000004f5",
@@ -577,6 +582,26 @@ static void the_codec_works_with_every_allocation_failing(void **state) {
   }
 }
 
+/* The head is one struct every kind begins with; time_ns and session name its fields too. */
+static void the_head_and_its_direct_names_are_the_same_fields(void **state) {
+  (void)state;
+  em_msg_t m = {.kind = EM_MSG_DATA, .u.data = {.time_ns = 11, .session = 7, .seq = 3}};
+  assert_int_equal(m.u.data.head.time_ns, 11);
+  assert_int_equal(m.u.data.head.session, 7);
+  m.u.data.head.session = 8;
+  assert_int_equal(m.u.data.session, 8);
+  em_msg_t c = {.kind = EM_MSG_CMD, .u.cmd = {.head = {.time_ns = 5}, .command = EM_CMD_REBIRTH}};
+  assert_int_equal(c.u.cmd.time_ns, 5);
+  /* A cmd's session is not written: the encoding is the same whatever it holds. */
+  size_t a = 0, b = 0;
+  uint8_t first[64];
+  assert_int_equal(em_proto_encode(&c, first, sizeof(first), &a), 0);
+  c.u.cmd.session = 99;
+  assert_int_equal(em_proto_encode(&c, out, sizeof(out), &b), 0);
+  assert_int_equal(a, b);
+  assert_memory_equal(first, out, a);
+}
+
 static int disarm(void **state) {
   (void)state;
   em_failing_alloc_disarm();
@@ -599,6 +624,7 @@ int main(void) {
       cmocka_unit_test(every_error_code_has_its_own_text),
       cmocka_unit_test(state_historical_round_trips_and_is_absent_when_live),
       cmocka_unit_test_teardown(the_codec_works_with_every_allocation_failing, disarm),
+      cmocka_unit_test(the_head_and_its_direct_names_are_the_same_fields),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
