@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "rings.h"
+#include "span_client.h"
 #include "spans.h"
 
 typedef struct {
@@ -79,13 +80,7 @@ static void start_with(fx_t *fx, uint32_t max_rings, uint32_t per_process, const
   em_rings_opts_t ro = {
       .max_rings = max_rings, .max_per_process = per_process, .no_pidfd = no_pidfd};
   assert_int_equal(em_rings_new(&fx->rings, &fx->loop, fx->spans, &ro), 0);
-  fx->client = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  assert_true(fx->client >= 0);
-  struct sockaddr_un me = {.sun_family = AF_UNIX};
-  assert_int_equal(bind(fx->client, (struct sockaddr *)&me, sizeof(sa_family_t)), 0); /* auto */
-  struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", fx->sock);
-  assert_int_equal(connect(fx->client, (struct sockaddr *)&sa, sizeof(sa)), 0);
+  fx->client = span_client_connect(fx->sock);
 }
 
 static void start(fx_t *fx, uint32_t max_rings, uint32_t per_process, const uint32_t *uids,
@@ -240,20 +235,8 @@ static void write_spans(ring_fx_t *r, const char *stage, unsigned n, uint8_t kin
 
 /* Sends buf with `fd` attached (-1: none), running the loop while the socket's queue is full. */
 static void send_with_fd(fx_t *fx, const uint8_t *buf, size_t len, int fd) {
-  struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
-  _Alignas(struct cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))];
-  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
-  if (fd >= 0) {
-    m.msg_control = ctrl;
-    m.msg_controllen = sizeof(ctrl);
-    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  }
   for (int tries = 0; tries < 10000; tries++) {
-    if (sendmsg(fx->client, &m, MSG_DONTWAIT) == (ssize_t)len) {
+    if (span_client_send(fx->client, buf, len, &fd, fd >= 0 ? 1 : 0) == (ssize_t)len) {
       return;
     }
     assert_int_equal(errno, EAGAIN);
@@ -289,16 +272,6 @@ static int64_t register_ring(fx_t *fx, int fd, uint64_t start, uint64_t *ring_id
   }
   fail_msg("no ack");
   return 1;
-}
-
-static em_stage_stats_t *stage_named(fx_t *fx, const char *name) {
-  for (size_t i = 0; i < em_spans_stage_count(fx->spans); i++) {
-    em_stage_stats_t *st = em_spans_stage(fx->spans, i);
-    if (strcmp(st->name, name) == 0) {
-      return st;
-    }
-  }
-  return NULL;
 }
 
 static void a_sealed_ring_is_accepted_and_acked(void **state) {
@@ -403,9 +376,9 @@ static void the_drain_folds_ring_spans_one_tick_late(void **state) {
   write_spans(&r, "infer", 10, EM_DGRAM_SPAN);
   write_spans(&r, "infer", 2, EM_DGRAM_HEARTBEAT);
   em_rings_drain(fx->rings, 1000000000u); /* Sees the head; consumes nothing yet. */
-  assert_null(stage_named(fx, "infer"));
+  assert_null(span_stage_named(fx->spans, "infer"));
   em_rings_drain(fx->rings, 1000000000u);
-  em_stage_stats_t *st = stage_named(fx, "infer");
+  em_stage_stats_t *st = span_stage_named(fx->spans, "infer");
   assert_non_null(st);
   assert_int_equal(st->total, 10);
   assert_int_equal(st->window.count, 10);
@@ -433,7 +406,7 @@ static void a_closed_ring_is_drained_to_its_head_and_dropped(void **state) {
   assert_int_equal(s->overwritten, 36);
   assert_int_equal(s->spans + s->overwritten + s->bad_slot, 100);
   assert_int_equal(em_rings_active(fx->rings), 0);
-  assert_int_equal(stage_named(fx, "pre")->total, 64);
+  assert_int_equal(span_stage_named(fx->spans, "pre")->total, 64);
   free_ring(&r);
 }
 
@@ -484,7 +457,7 @@ static void a_hard_miss_reaches_its_hook_without_entering_the_window(void **stat
     usleep(100);
   }
   assert_int_equal(fx->hard_misses, 1);
-  em_stage_stats_t *st = stage_named(fx, "infer");
+  em_stage_stats_t *st = span_stage_named(fx->spans, "infer");
   assert_non_null(st);
   assert_int_equal(st->total, 0);
   assert_int_equal(st->window.count, 0);
@@ -575,7 +548,7 @@ static void run_exiting_writer(fx_t *fx, unsigned n, bool tick) {
   assert_int_equal(em_rings_active(fx->rings), 0);
   assert_int_equal(s->spans + s->overwritten + s->bad_slot, n);
   assert_true(s->spans > 0);
-  assert_int_equal(stage_named(fx, "child")->total, s->spans);
+  assert_int_equal(span_stage_named(fx->spans, "child")->total, s->spans);
 }
 
 static void a_writer_that_exits_is_drained_through_its_pidfd(void **state) {

@@ -1,0 +1,312 @@
+/*
+ * test_spans.c - span ingest (firmware/agent/spans/spans.c) on a real libuv loop with a real
+ * unix datagram socket: a span folds into its stage with the sender's credentials from the
+ * kernel; every kind of bad datagram is dropped and counted under its own reason and folds
+ * nothing; a sender outside the allow-lists is refused; a stage past the table is overflow;
+ * descriptors sent with a span (as many as a client likes) are all closed; a subscribe
+ * reports the sender's address. Each test ends with the loop closed cleanly.
+ */
+#define _GNU_SOURCE
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "span_client.h"
+#include "spans.h"
+
+typedef struct {
+  char dir[64];
+  char sock[96];
+  uv_loop_t loop;
+  em_spans_t *spans;
+  int client; /* Autobound datagram socket connected to the span socket. */
+  unsigned spans_seen;
+  pid_t last_pid;
+  unsigned subscribes;
+  bool last_subscribe;
+  struct sockaddr_un sub_addr;
+  socklen_t sub_len;
+  unsigned closed;
+} fx_t;
+
+static void on_span(void *ctx, const em_span_t *span, const struct ucred *sender,
+                    em_stage_stats_t *stage) {
+  fx_t *fx = ctx;
+  (void)span;
+  (void)stage;
+  fx->spans_seen++;
+  fx->last_pid = sender ? sender->pid : -1;
+}
+
+static void on_subscribe(void *ctx, bool subscribe, const struct sockaddr_un *addr,
+                         socklen_t addr_len, const struct ucred *sender) {
+  fx_t *fx = ctx;
+  (void)sender;
+  fx->subscribes++;
+  fx->last_subscribe = subscribe;
+  memcpy(&fx->sub_addr, addr, addr_len);
+  fx->sub_len = addr_len;
+}
+
+static void on_closed(void *ctx) {
+  ((fx_t *)ctx)->closed++;
+}
+
+static int setup(void **state) {
+  fx_t *fx = calloc(1, sizeof(*fx));
+  assert_non_null(fx);
+  snprintf(fx->dir, sizeof(fx->dir), "/tmp/em-spans-XXXXXX");
+  assert_non_null(mkdtemp(fx->dir));
+  snprintf(fx->sock, sizeof(fx->sock), "%s/spans.sock", fx->dir);
+  assert_int_equal(uv_loop_init(&fx->loop), 0);
+  fx->client = -1;
+  *state = fx;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fx_t *fx = *state;
+  if (fx->spans) {
+    em_spans_close(fx->spans, on_closed, fx);
+    uv_run(&fx->loop, UV_RUN_DEFAULT);
+    assert_int_equal(fx->closed, 1);
+    em_spans_free(fx->spans);
+  }
+  if (fx->client >= 0) {
+    close(fx->client);
+  }
+  assert_int_equal(uv_loop_close(&fx->loop), 0); /* Every handle was closed. */
+  rmdir(fx->dir);
+  free(fx);
+  return 0;
+}
+
+/* Starts span ingest with these allow-listed uids and `max_stages`, and a connected client. */
+static void start(fx_t *fx, const uint32_t *uids, size_t n_uids, size_t max_stages) {
+  em_spans_opts_t so = {.path = fx->sock,
+                        .mode = 0600,
+                        .gid = -1,
+                        .allow_uids = uids,
+                        .n_allow_uids = n_uids,
+                        .max_stages = max_stages,
+                        .on_span = on_span,
+                        .on_subscribe = on_subscribe,
+                        .ctx = fx};
+  assert_int_equal(em_spans_new(&fx->spans, &fx->loop, &so), 0);
+  fx->client = span_client_connect(fx->sock);
+}
+
+/* Everything the socket took so far: accepted, and dropped for any reason. */
+static uint64_t handled(const fx_t *fx) {
+  uint64_t n = em_spans_received(fx->spans);
+  for (int why = 0; why < EM_SPANS_DROP_COUNT; why++) {
+    n += em_spans_dropped(fx->spans, (em_spans_drop_t)why);
+  }
+  return n + fx->subscribes;
+}
+
+/*
+ * Sends buf[0..len) with the descriptors fds[0..n_fds) attached, then runs the loop until the
+ * agent has handled it (at most 5 s).
+ */
+static void send_and_wait(fx_t *fx, const void *buf, size_t len, const int *fds, size_t n_fds) {
+  uint64_t before = handled(fx);
+  assert_int_equal(span_client_send(fx->client, buf, len, fds, n_fds), (ssize_t)len);
+  for (int i = 0; i < 5000 && handled(fx) == before; i++) {
+    uv_run(&fx->loop, UV_RUN_NOWAIT);
+    nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+  }
+  assert_int_equal(handled(fx), before + 1);
+}
+
+static void pack_span(uint8_t out[EM_SPAN_DGRAM_BYTES], em_dgram_kind_t kind, const char *stage,
+                      uint64_t duration_ns) {
+  em_span_t s = {.kind = kind,
+                 .pid = (uint32_t)getpid(),
+                 .frame_id = 1,
+                 .start_ns = 1000,
+                 .duration_ns = duration_ns};
+  snprintf(s.stage, sizeof(s.stage), "%s", stage);
+  assert_int_equal(em_span_pack(&s, out), 0);
+}
+
+/* Descriptors open in this process (among the first 4096). */
+static int open_fds(void) {
+  int n = 0;
+  for (int fd = 0; fd < 4096; fd++) {
+    n += fcntl(fd, F_GETFD) != -1;
+  }
+  return n;
+}
+
+static void a_span_folds_into_its_stage_with_the_kernels_credentials(void **state) {
+  fx_t *fx = *state;
+  start(fx, NULL, 0, 8);
+  uint8_t buf[EM_SPAN_DGRAM_BYTES];
+  pack_span(buf, EM_DGRAM_SPAN, "infer", 5000);
+  buf[4] ^= 0x7f; /* The datagram's own pid field lies: the kernel's credentials win. */
+  send_and_wait(fx, buf, sizeof(buf), NULL, 0);
+  pack_span(buf, EM_DGRAM_HEARTBEAT, "infer", 0);
+  send_and_wait(fx, buf, sizeof(buf), NULL, 0);
+  em_stage_stats_t *st = span_stage_named(fx->spans, "infer");
+  assert_non_null(st);
+  assert_int_equal(st->total, 1); /* The span; a heartbeat is a sign of life only. */
+  assert_int_equal(em_spans_received(fx->spans), 2);
+  assert_int_equal(em_spans_datagram_spans(fx->spans), 1);
+  assert_int_equal(fx->spans_seen, 2);
+  assert_int_equal(fx->last_pid, getpid());
+}
+
+typedef struct {
+  const char *what;
+  size_t len;    /* Bytes sent. */
+  size_t at;     /* Byte changed in a valid span datagram, or SIZE_MAX for none. */
+  uint8_t value; /* Its new value. */
+  em_spans_drop_t why;
+} bad_row_t;
+
+static const bad_row_t bad_rows[] = {
+    {"empty datagram", 0, SIZE_MAX, 0, EM_SPANS_DROP_SIZE},
+    {"one byte short", EM_SPAN_DGRAM_BYTES - 1, SIZE_MAX, 0, EM_SPANS_DROP_SIZE},
+    {"one byte long", EM_SPAN_DGRAM_BYTES + 1, SIZE_MAX, 0, EM_SPANS_DROP_SIZE},
+    {"far too long", 4096, SIZE_MAX, 0, EM_SPANS_DROP_SIZE},
+    {"bad magic", EM_SPAN_DGRAM_BYTES, 0, 'X', EM_SPANS_DROP_MALFORMED},
+    {"version 3", EM_SPAN_DGRAM_BYTES, 2, 3, EM_SPANS_DROP_VERSION},
+    {"a v1 span marked version 2", EM_SPAN_DGRAM_BYTES, 2, 2, EM_SPANS_DROP_VERSION},
+    {"unknown kind", EM_SPAN_DGRAM_BYTES, 3, 15, EM_SPANS_DROP_MALFORMED},
+    {"agent-to-client kind", EM_SPAN_DGRAM_BYTES, 3, EM_DGRAM_LEVEL_PUSH, EM_SPANS_DROP_MALFORMED},
+};
+
+/* Offset of the stage field in a span datagram v1 (proto/WIRE.md). */
+#define STAGE_AT (EM_SPAN_DGRAM_BYTES - EM_STAGE_FIELD_BYTES)
+
+static void each_bad_datagram_is_dropped_under_its_reason(void **state) {
+  fx_t *fx = *state;
+  start(fx, NULL, 0, 8);
+  static uint8_t buf[4096];
+  for (size_t i = 0; i < sizeof(bad_rows) / sizeof(bad_rows[0]); i++) {
+    const bad_row_t *r = &bad_rows[i];
+    memset(buf, 0, sizeof(buf));
+    pack_span(buf, EM_DGRAM_SPAN, "infer", 5000);
+    if (r->at != SIZE_MAX) {
+      buf[r->at] = r->value;
+    }
+    uint64_t before = em_spans_dropped(fx->spans, r->why);
+    send_and_wait(fx, buf, r->len, NULL, 0);
+    if (em_spans_dropped(fx->spans, r->why) != before + 1) {
+      fail_msg("%s: not dropped as %s", r->what, em_spans_drop_name(r->why));
+    }
+  }
+  /* Stage names: one with a space, one not NUL-padded after its end. */
+  pack_span(buf, EM_DGRAM_SPAN, "infer", 5000);
+  buf[STAGE_AT + 2] = ' ';
+  send_and_wait(fx, buf, EM_SPAN_DGRAM_BYTES, NULL, 0);
+  pack_span(buf, EM_DGRAM_SPAN, "infer", 5000);
+  buf[EM_SPAN_DGRAM_BYTES - 1] = 'x';
+  send_and_wait(fx, buf, EM_SPAN_DGRAM_BYTES, NULL, 0);
+  assert_int_equal(em_spans_dropped(fx->spans, EM_SPANS_DROP_MALFORMED), 5);
+  assert_int_equal(em_spans_received(fx->spans), 0); /* Nothing folded in. */
+  assert_int_equal(em_spans_stage_count(fx->spans), 0);
+  assert_int_equal(fx->spans_seen, 0);
+}
+
+static void a_sender_outside_the_allow_lists_is_refused(void **state) {
+  fx_t *fx = *state;
+  const uint32_t others[] = {(uint32_t)getuid() + 1};
+  start(fx, others, 1, 8);
+  uint8_t buf[EM_SPAN_DGRAM_BYTES];
+  pack_span(buf, EM_DGRAM_SPAN, "infer", 5000);
+  send_and_wait(fx, buf, sizeof(buf), NULL, 0);
+  assert_int_equal(em_spans_dropped(fx->spans, EM_SPANS_DROP_DISALLOWED), 1);
+  assert_int_equal(em_spans_received(fx->spans), 0);
+  assert_int_equal(fx->spans_seen, 0);
+}
+
+static void a_stage_past_the_table_is_overflow(void **state) {
+  fx_t *fx = *state;
+  start(fx, NULL, 0, 2);
+  uint8_t buf[EM_SPAN_DGRAM_BYTES];
+  const char *names[] = {"a", "b", "c", "a"};
+  for (size_t i = 0; i < 4; i++) {
+    pack_span(buf, EM_DGRAM_SPAN, names[i], 5000);
+    send_and_wait(fx, buf, sizeof(buf), NULL, 0);
+  }
+  assert_int_equal(em_spans_stage_count(fx->spans), 2);
+  assert_null(span_stage_named(fx->spans, "c"));
+  assert_int_equal(span_stage_named(fx->spans, "a")->total, 2);
+  assert_int_equal(em_spans_dropped(fx->spans, EM_SPANS_DROP_OVERFLOW), 1);
+  assert_int_equal(em_spans_received(fx->spans), 3);
+}
+
+static void descriptors_sent_with_spans_are_all_closed(void **state) {
+  fx_t *fx = *state;
+  start(fx, NULL, 0, 8);
+  int open_before = open_fds();
+  int fds[16];
+  for (size_t i = 0; i < 16; i++) {
+    fds[i] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    assert_true(fds[i] >= 0);
+  }
+  uint8_t buf[EM_SPAN_DGRAM_BYTES];
+  pack_span(buf, EM_DGRAM_SPAN, "infer", 5000);
+  send_and_wait(fx, buf, sizeof(buf), fds, 1);
+  send_and_wait(fx, buf, sizeof(buf), fds, 16); /* More than the agent's control buffer. */
+  send_and_wait(fx, buf, EM_SPAN_DGRAM_BYTES - 1, fds, 3); /* Dropped, with descriptors. */
+  for (size_t i = 0; i < 16; i++) {
+    close(fds[i]);
+  }
+  /* Every copy the agent received is closed; those the kernel cut off never arrived. */
+  assert_true(em_spans_fds_closed(fx->spans) >= 1 + 1 + 3);
+  assert_int_equal(open_fds(), open_before);
+  assert_int_equal(em_spans_received(fx->spans), 2);
+  assert_int_equal(em_spans_dropped(fx->spans, EM_SPANS_DROP_SIZE), 1);
+}
+
+static void a_subscribe_reports_the_senders_address(void **state) {
+  fx_t *fx = *state;
+  start(fx, NULL, 0, 8);
+  struct sockaddr_un me;
+  socklen_t me_len = sizeof(me);
+  assert_int_equal(getsockname(fx->client, (struct sockaddr *)&me, &me_len), 0);
+  uint8_t buf[EM_SPAN_DGRAM_BYTES];
+  pack_span(buf, EM_DGRAM_SUBSCRIBE, "", 0);
+  send_and_wait(fx, buf, sizeof(buf), NULL, 0);
+  assert_int_equal(fx->subscribes, 1);
+  assert_true(fx->last_subscribe);
+  assert_int_equal(fx->sub_len, me_len);
+  assert_memory_equal(&fx->sub_addr, &me, me_len);
+  pack_span(buf, EM_DGRAM_UNSUBSCRIBE, "", 0);
+  send_and_wait(fx, buf, sizeof(buf), NULL, 0);
+  assert_int_equal(fx->subscribes, 2);
+  assert_false(fx->last_subscribe);
+  assert_int_equal(em_spans_received(fx->spans), 0); /* Not spans. */
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(a_span_folds_into_its_stage_with_the_kernels_credentials,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(each_bad_datagram_is_dropped_under_its_reason, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(a_sender_outside_the_allow_lists_is_refused, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_stage_past_the_table_is_overflow, setup, teardown),
+      cmocka_unit_test_setup_teardown(descriptors_sent_with_spans_are_all_closed, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_subscribe_reports_the_senders_address, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
