@@ -26,6 +26,7 @@
 #include "edgemon/common/str.h"
 #include "edgemon/proto.h"
 #include "edgemon/ring.h"
+#include "pmu.h"
 
 #include <errno.h>
 #include <grp.h>
@@ -224,28 +225,6 @@ struct load {
   budget_sec_t stages[MAX_BUDGET_STAGES];
   size_t n_stages;
 };
-
-/* The generic perf event names the agent accepts, in the order --check lists them. */
-static const char *const pmu_event_names[] = {
-    "cycles",
-    "instructions",
-    "cache-references",
-    "cache-misses",
-    "branch-instructions",
-    "branch-misses",
-    "stalled-cycles-frontend",
-    "stalled-cycles-backend",
-    "ref-cycles",
-    "bus-cycles",
-    "task-clock",
-    "cpu-clock",
-    "context-switches",
-    "cpu-migrations",
-    "page-faults",
-    "minor-faults",
-    "major-faults",
-};
-#define N_PMU_EVENT_NAMES (sizeof(pmu_event_names) / sizeof(pmu_event_names[0]))
 
 /* [pmu] events when the file does not set it: what every Linux kernel offers. */
 static const char *const default_events[] = {
@@ -934,33 +913,25 @@ static void set_ring_slots(load_t *ld, const key_def_t *k, const char *value) {
   accept_key(ld, k);
 }
 
-/* Index of `name` in pmu_event_names, or -1. */
-static int find_event(const char *name) {
-  for (size_t i = 0; i < N_PMU_EVENT_NAMES; i++) {
-    if (strcmp(name, pmu_event_names[i]) == 0) {
-      return (int)i;
-    }
-  }
-  return -1;
-}
-
-/* Reports an unknown event, with a suggestion when one is close, and the valid names. */
+/* Reports an unknown event, with a suggestion when one is close, and the valid names: the
+ * generic names of collect/pmu.c (em_pmu_generic_name), perf's aliases left out. */
 static void report_unknown_event(load_t *ld, const char *name) {
   char valid[512];
   size_t used = 0;
-  for (size_t i = 0; i < N_PMU_EVENT_NAMES; i++) {
-    int n =
-        snprintf(valid + used, sizeof(valid) - used, "%s%s", i > 0 ? ", " : "", pmu_event_names[i]);
-    if (n < 0 || (size_t)n >= sizeof(valid) - used) {
-      break;
-    }
-    used += (size_t)n;
-  }
   size_t best = SIZE_MAX;
   const char *hint = NULL;
-  for (size_t i = 0; i < N_PMU_EVENT_NAMES; i++) {
-    if (closer(name, pmu_event_names[i], &best)) {
-      hint = pmu_event_names[i];
+  bool alias = false;
+  const char *generic = NULL;
+  for (size_t i = 0; (generic = em_pmu_generic_name(i, &alias)) != NULL; i++) {
+    if (alias) {
+      continue;
+    }
+    int n = snprintf(valid + used, sizeof(valid) - used, "%s%s", used > 0 ? ", " : "", generic);
+    if (n > 0 && (size_t)n < sizeof(valid) - used) {
+      used += (size_t)n;
+    }
+    if (closer(name, generic, &best)) {
+      hint = generic;
     }
   }
   char q[QUOTE_MAX + 4];
@@ -974,7 +945,7 @@ static void report_unknown_event(load_t *ld, const char *name) {
 
 /*
  * How an event name reads (the agent resolves it at start, pmu_events.h): a generic perf name
- * (the table above), a raw code "r<hex>", "pmu/terms/" (one PMU, e.g.
+ * (collect/pmu.c's table, aliases included), a raw code "r<hex>", "pmu/terms/" (one PMU, e.g.
  * armv8_pmuv3_0/event=0x11/), or a kernel PMU event name ("l1d_cache_refill": [a-z0-9_.] with a
  * '_'). Returns false for anything else.
  */
@@ -1053,7 +1024,7 @@ static void set_events(load_t *ld, const key_def_t *k, const char *value) {
 
     /* Not generic and not a kernel name, raw code or pmu/terms/: unknown, with a suggestion
      * ("cycels": did you mean cycles). */
-    if (find_event(name) < 0 && !event_syntax_ok(name)) {
+    if (!em_pmu_is_generic(name) && !event_syntax_ok(name)) {
       report_unknown_event(ld, name);
       bad = true;
       continue;

@@ -165,6 +165,16 @@ bool em_pmu_cpus_has(const em_pmu_cpus_t *set, unsigned cpu);
 int em_pmu_resolve(const char *name, em_pmu_event_t *out);
 
 /*
+ * The i-th generic event name em_pmu_resolve() knows (i from 0), or NULL past the last: the
+ * canonical names in the order the agent lists them, each followed by perf's aliases of it
+ * (cpu-cycles, branches, cs, faults, ...), for which *alias (may be NULL) is set.
+ */
+const char *em_pmu_generic_name(size_t i, bool *alias);
+
+/* Whether em_pmu_resolve() knows `name` (a canonical name or an alias). */
+bool em_pmu_is_generic(const char *name);
+
+/*
  * The kernel interface, replaceable in tests. Each returns like the system call. Every
  * function is required. `ctx` is passed to each; em_pmu_sys_linux ignores it.
  */
