@@ -22,9 +22,12 @@
 #include "store.h"
 
 #include <broker.h>
+
+#include "edgemon/common/ini.h"
+#include "edgemon/common/parse.h"
+#include "edgemon/common/str.h"
 #include <errno.h>
 #include <getopt.h>
-#include <ini.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -150,54 +153,18 @@ static void usage(FILE *out) {
           "runtime failure (database, HTTP address); 2 bad configuration or arguments.\n");
 }
 
-/* "500ms", "30s", "5m", "12h", "7d", or a bare number of seconds; into ns. */
+/* A duration (edgemon/common/parse.h: "500ms", "30s", "5m", "12h", "7d"), or a bare number of
+ * seconds; into ns. */
 static bool parse_duration_ns(const char *s, uint64_t *out) {
-  char *end = NULL;
-  errno = 0;
-  if (!s || *s < '0' || *s > '9') {
-    return false;
-  }
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno != 0) {
-    return false;
-  }
-  static const struct {
-    const char *suffix;
-    uint64_t ns;
-  } units[] = {{"ms", 1000000ull},    {"s", 1000000000ull},    {"", 1000000000ull},
-               {"m", 60000000000ull}, {"h", 3600000000000ull}, {"d", 86400000000000ull}};
-  for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
-    if (strcmp(end, units[i].suffix) == 0) {
-      if (v > UINT64_MAX / units[i].ns) {
-        return false;
-      }
-      *out = v * units[i].ns;
-      return true;
-    }
-  }
-  return false;
+  return em_parse_duration(s, EM_NS_PER_S, out) == 0;
 }
 
 static bool parse_uint(const char *s, uint64_t lo, uint64_t hi, uint64_t *out) {
-  char *end = NULL;
-  errno = 0;
-  if (!s || *s < '0' || *s > '9') {
-    return false;
-  }
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno != 0 || *end != '\0' || v < lo || v > hi) {
-    return false;
-  }
-  *out = v;
-  return true;
+  return em_parse_u64(s, lo, hi, out) == 0;
 }
 
 static bool copy_text(char *dst, size_t cap, const char *src) {
-  if (strlen(src) >= cap) {
-    return false;
-  }
-  memcpy(dst, src, strlen(src) + 1);
-  return true;
+  return em_str_copy(dst, cap, src);
 }
 
 /* Applies one key; returns NULL or what is wrong with the value. */
@@ -243,15 +210,7 @@ static const char *set_key(agg_config_t *c, const char *key, const char *value) 
     }
   }
   if (strcmp(key, "tls_insecure") == 0) {
-    static const char *const yes[] = {"true", "yes", "on", "1"};
-    static const char *const no[] = {"false", "no", "off", "0"};
-    for (size_t i = 0; i < 4; i++) {
-      if (strcasecmp(value, yes[i]) == 0 || strcasecmp(value, no[i]) == 0) {
-        c->tls_insecure = strcasecmp(value, yes[i]) == 0;
-        return NULL;
-      }
-    }
-    return "wants true or false";
+    return em_parse_bool(value, &c->tls_insecure) == 0 ? NULL : "wants true or false";
   }
   if (strcmp(key, "batch_ms") == 0) {
     return parse_uint(value, 1, 60000, &c->batch_ms) ? NULL : "wants 1 to 60000";
@@ -291,44 +250,42 @@ static const char *set_key(agg_config_t *c, const char *key, const char *value) 
   return "is not a key of [aggregator]";
 }
 
-/* libinih as Debian builds it does not pass line numbers to the handler; the reader below
- * feeds it one line at a time and counts them, so messages say FILE:LINE. */
+/* The config file, read with common/'s INI line reader: every problem is printed as
+ * FILE:LINE: message and counted. */
 typedef struct {
   agg_config_t *cfg;
   const char *path;
-  FILE *f;
-  int line;      /* Number of the line being handled. */
-  bool mid_line; /* The last read stopped before a newline (a very long line). */
   int errors;
 } ini_ctx_t;
 
-static char *read_line(char *str, int num, void *stream) {
-  ini_ctx_t *x = stream;
-  if (!fgets(str, num, x->f)) {
-    return NULL;
-  }
-  if (!x->mid_line) {
-    x->line++;
-  }
-  x->mid_line = strchr(str, '\n') == NULL && !feof(x->f);
-  return str;
-}
-
-static int on_ini(void *user, const char *section, const char *name, const char *value) {
+static int on_ini_pair(void *user, int line, const char *section, const char *name,
+                       const char *value) {
   ini_ctx_t *x = user;
-  int lineno = x->line;
+  if (!section) {
+    return 0; /* After a malformed header, already reported. */
+  }
   if (strcmp(section, "aggregator") != 0) {
     fprintf(stderr, "%s:%d: section [%s] is unknown (the aggregator reads [aggregator])\n", x->path,
-            lineno, section);
+            line, section);
     x->errors++;
-    return 1;
+    return 0;
   }
   const char *why = set_key(x->cfg, name, value);
   if (why) {
-    fprintf(stderr, "%s:%d: %s '%s' %s\n", x->path, lineno, name, value, why);
+    fprintf(stderr, "%s:%d: %s '%s' %s\n", x->path, line, name, value, why);
     x->errors++;
   }
-  return 1;
+  return 0;
+}
+
+static int on_ini_error(void *user, int line, em_ini_problem_t kind, const char *text,
+                        const char *msg) {
+  ini_ctx_t *x = user;
+  (void)kind;
+  (void)text;
+  fprintf(stderr, "%s:%d: %s\n", x->path, line, msg);
+  x->errors++;
+  return 0;
 }
 
 /* ---- the MQTT side ----------------------------------------------------------------------- */
@@ -647,15 +604,19 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (config) {
-    ini_ctx_t x = {.cfg = &a.cfg, .path = config, .f = fopen(config, "r")};
-    if (!x.f) {
+    ini_ctx_t x = {.cfg = &a.cfg, .path = config};
+    FILE *f = fopen(config, "re");
+    if (!f) {
       fprintf(stderr, "edgemon-aggregator: cannot read %s: %s\n", config, strerror(errno));
       return 2;
     }
-    int rc = ini_parse_stream(read_line, &x, on_ini, &x);
-    fclose(x.f);
-    if (rc > 0) {
-      fprintf(stderr, "%s:%d: not INI syntax\n", config, rc);
+    const em_ini_reader_t reader = {
+        .file = config, .on_pair = on_ini_pair, .on_error = on_ini_error};
+    int rc = em_ini_parse_file(f, &reader, &x);
+    fclose(f);
+    if (rc < 0) {
+      fprintf(stderr, "edgemon-aggregator: cannot read %s: %s\n", config,
+              rc == -EFBIG ? "larger than 1 MiB" : strerror(-rc));
       x.errors++;
     }
     if (x.errors > 0) {

@@ -53,9 +53,6 @@ struct em_broker {
   char last_log_error[256]; /* libmosquitto's last error line (OpenSSL's reason), "" if none. */
 };
 
-/* Largest credentials file read (as the agent's). */
-#define CRED_MAX_BYTES 4096
-
 static uint64_t mono_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -63,62 +60,10 @@ static uint64_t mono_ms(void) {
 }
 
 int em_broker_parse_url(const char *url, em_broker_url_t *out, char *err, size_t err_cap) {
-  static const char plain[] = "mqtt://";
-  static const char secure[] = "mqtts://";
   const char *why = NULL;
-  if (!url || !out) {
-    why = "no URL";
-    goto bad;
+  if (em_parse_mqtt_url(url, out, &why) == 0) {
+    return 0;
   }
-  bool tls = strncmp(url, secure, sizeof(secure) - 1) == 0;
-  if (!tls && strncmp(url, plain, sizeof(plain) - 1) != 0) {
-    why = "must look like mqtt://HOST[:PORT] or mqtts://HOST[:PORT], e.g. mqtt://127.0.0.1:1883";
-    goto bad;
-  }
-  const char *host = url + (tls ? sizeof(secure) : sizeof(plain)) - 1;
-  const char *host_end;
-  const char *rest;
-  if (*host == '[') {
-    host++;
-    host_end = strchr(host, ']');
-    if (!host_end) {
-      why = "has an IPv6 address without its closing ']'";
-      goto bad;
-    }
-    rest = host_end + 1;
-  } else {
-    host_end = host + strcspn(host, ":/");
-    rest = host_end;
-  }
-  size_t host_len = (size_t)(host_end - host);
-  if (host_len == 0 || host_len > EM_BROKER_MAX_HOST) {
-    why = host_len == 0 ? "has no host" : "has a host name that is too long";
-    goto bad;
-  }
-  unsigned long port = tls ? 8883 : 1883;
-  if (*rest == ':') {
-    char *end = NULL;
-    errno = 0;
-    port = strtoul(rest + 1, &end, 10);
-    if (rest[1] < '0' || rest[1] > '9' || errno != 0 || port == 0 || port > 65535) {
-      why = "has a port that is not a number from 1 to 65535";
-      goto bad;
-    }
-    rest = end;
-  }
-  if (*rest == '/' && rest[1] == '\0') {
-    rest++;
-  }
-  if (*rest != '\0') {
-    why = "has something after the port; use mqtt://HOST[:PORT] or mqtts://HOST[:PORT]";
-    goto bad;
-  }
-  memcpy(out->host, host, host_len);
-  out->host[host_len] = '\0';
-  out->port = (uint16_t)port;
-  out->tls = tls;
-  return 0;
-bad:
   if (err && err_cap > 0) {
     snprintf(err, err_cap, "broker URL '%s' %s", url ? url : "", why);
   }
@@ -173,159 +118,39 @@ int em_broker_check_opts(const em_broker_url_t *url, const em_broker_opts_t *o, 
 
 /* ---- credentials file ------------------------------------------------------------------- */
 
-static char *trim(char *s) {
-  while (*s == ' ' || *s == '\t' || *s == '\r') {
-    s++;
-  }
-  size_t n = strlen(s);
-  while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r')) {
-    s[--n] = '\0';
-  }
-  return s;
-}
+/* Where em_credentials_read()'s problems go: the first one, as a sentence naming the file. */
+typedef struct {
+  const char *path;
+  char *err;
+  size_t err_cap;
+  bool set;
+} cred_err_t;
 
-/* Reads the whole (small) file behind fd into buf[0..CRED_MAX_BYTES], NUL-terminated. */
-static int read_small(int fd, char *buf, size_t *len) {
-  size_t n = 0;
-  for (;;) {
-    ssize_t r = read(fd, buf + n, CRED_MAX_BYTES + 1 - n);
-    if (r < 0 && errno == EINTR) {
-      continue;
-    }
-    if (r < 0) {
-      return -errno;
-    }
-    if (r == 0) {
-      break;
-    }
-    n += (size_t)r;
-    if (n > CRED_MAX_BYTES) {
-      return -EFBIG;
-    }
+static void on_cred_error(void *ctx, int line, const char *msg) {
+  cred_err_t *e = ctx;
+  (void)line; /* The message names the file's line itself. */
+  if (!e->set && e->err && e->err_cap > 0) {
+    snprintf(e->err, e->err_cap, "credentials file '%s' %s", e->path, msg);
+    e->set = true;
   }
-  buf[n] = '\0';
-  *len = n;
-  return 0;
-}
-
-/* Parses the text of a credentials file into out. Returns 0 or -EINVAL with err set. */
-static int parse_credentials(char *text, const char *path, em_broker_credentials_t *out, char *err,
-                             size_t err_cap) {
-  int user_line = 0;
-  int pass_line = 0;
-  int n = 0;
-  for (char *p = text; *p != '\0';) {
-    char *nl = strchr(p, '\n');
-    char *next = nl ? nl + 1 : p + strlen(p);
-    if (nl) {
-      *nl = '\0';
-    }
-    n++;
-    char *line = trim(p);
-    p = next;
-    if (line[0] == '\0' || line[0] == '#' || line[0] == ';') {
-      continue;
-    }
-    char *eq = strchr(line, '=');
-    if (!eq) {
-      snprintf(err, err_cap,
-               "credentials file '%s' line %d: expected 'username = NAME' or "
-               "'password = SECRET'",
-               path, n);
-      return -EINVAL;
-    }
-    *eq = '\0';
-    const char *name = trim(line);
-    const char *value = trim(eq + 1);
-    bool is_user = strcmp(name, "username") == 0;
-    if (!is_user && strcmp(name, "password") != 0) {
-      snprintf(err, err_cap,
-               "credentials file '%s' line %d: unknown key '%.40s'; use username "
-               "and password",
-               path, n, name);
-      return -EINVAL;
-    }
-    int *seen = is_user ? &user_line : &pass_line;
-    if (*seen) {
-      snprintf(err, err_cap, "credentials file '%s' line %d: duplicate %s (first on line %d)", path,
-               n, name, *seen);
-      return -EINVAL;
-    }
-    if (value[0] == '\0' || strlen(value) >= EM_BROKER_MAX_SECRET) {
-      snprintf(err, err_cap, "credentials file '%s' line %d: %s %s", path, n, name,
-               value[0] ? "is longer than 127 characters" : "is empty");
-      return -EINVAL;
-    }
-    *seen = n;
-    memcpy(is_user ? out->username : out->password, value, strlen(value) + 1);
-  }
-  if (!user_line) {
-    snprintf(err, err_cap,
-             "credentials file '%s' names no username; add a line "
-             "'username = NAME'",
-             path);
-    return -EINVAL;
-  }
-  return 0;
 }
 
 int em_broker_read_credentials(const char *path, em_broker_credentials_t *out, char *err,
                                size_t err_cap) {
-  char scratch[8];
-  if (!err || err_cap == 0) {
-    err = scratch;
-    err_cap = sizeof(scratch);
+  if (err && err_cap > 0) {
+    err[0] = '\0';
   }
-  err[0] = '\0';
   if (!path || !out) {
-    snprintf(err, err_cap, "no credentials file");
+    if (err && err_cap > 0) {
+      snprintf(err, err_cap, "no credentials file");
+    }
+    if (out) {
+      memset(out, 0, sizeof(*out));
+    }
     return -EINVAL;
   }
-  memset(out, 0, sizeof(*out));
-  /* O_NONBLOCK: a FIFO must not hang the open; it is refused below. */
-  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    int e = errno;
-    snprintf(err, err_cap, "credentials file '%s' cannot be opened: %s", path, strerror(e));
-    return -e;
-  }
-  struct stat st;
-  int rc = 0;
-  if (fstat(fd, &st) != 0) {
-    rc = -errno;
-    snprintf(err, err_cap, "credentials file '%s' cannot be read: %s", path, strerror(-rc));
-  } else if (!S_ISREG(st.st_mode)) {
-    rc = -EPERM;
-    snprintf(err, err_cap, "credentials file '%s' is not a regular file", path);
-  } else if ((st.st_mode & 077) != 0) {
-    rc = -EPERM;
-    snprintf(err, err_cap,
-             "credentials file '%s' can be accessed by group or others (mode %04o); "
-             "chmod 600 it",
-             path, (unsigned)(st.st_mode & 07777));
-  }
-  char buf[CRED_MAX_BYTES + 2];
-  size_t len = 0;
-  if (rc == 0) {
-    rc = read_small(fd, buf, &len);
-    if (rc < 0) {
-      snprintf(err, err_cap, "credentials file '%s' cannot be read: %s", path,
-               rc == -EFBIG ? "larger than 4 KiB" : strerror(-rc));
-    }
-  }
-  close(fd);
-  if (rc == 0 && memchr(buf, '\0', len) != NULL) {
-    snprintf(err, err_cap, "credentials file '%s' contains a NUL byte", path);
-    rc = -EINVAL;
-  }
-  if (rc == 0) {
-    rc = parse_credentials(buf, path, out, err, err_cap);
-  }
-  memset(buf, 0, sizeof(buf));
-  if (rc != 0) {
-    memset(out, 0, sizeof(*out));
-  }
-  return rc;
+  cred_err_t e = {.path = path, .err = err, .err_cap = err_cap, .set = false};
+  return em_credentials_read(path, NULL, out, on_cred_error, &e);
 }
 
 /* ---- session ---------------------------------------------------------------------------- */

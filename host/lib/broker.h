@@ -21,19 +21,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "edgemon/common/credentials.h"
+#include "edgemon/common/parse.h"
+
 #define EM_BROKER_DEFAULT_URL "mqtt://127.0.0.1:1883"
-#define EM_BROKER_MAX_HOST    255u
+#define EM_BROKER_MAX_HOST    EM_MQTT_URL_MAX_HOST
 #define EM_TOPIC_MAX_DEVICE   63u
 
-typedef struct {
-  char host[EM_BROKER_MAX_HOST + 1];
-  uint16_t port;
-  bool tls; /* mqtts:// */
-} em_broker_url_t;
+/* A parsed broker URL: common/'s (edgemon/common/parse.h), so the host tools and the agent
+ * read the same URLs the same way. */
+typedef em_mqtt_url_t em_broker_url_t;
 
 /* Parses "mqtt://HOST[:PORT]" (port 1883 by default) or "mqtts://HOST[:PORT]" (TLS, port 8883
- * by default); IPv6 literals in brackets. Returns 0 or -EINVAL with a reason in err (may be
- * NULL). */
+ * by default) with em_parse_mqtt_url(): IPv6 literals in brackets, one trailing '/' accepted.
+ * Returns 0 or -EINVAL with "broker URL 'URL' <reason>" in err (may be NULL). */
 int em_broker_parse_url(const char *url, em_broker_url_t *out, char *err, size_t err_cap);
 
 /* A message from the broker. topic is NUL-terminated; payload has len bytes. */
@@ -84,21 +85,18 @@ int em_broker_connect_opts(em_broker_t **out, const char *url, const em_broker_o
                            size_t err_cap);
 
 /* Longest username or password, NUL included (as the agent's EM_CONFIG_MAX_SECRET). */
-#define EM_BROKER_MAX_SECRET 128u
+#define EM_BROKER_MAX_SECRET EM_CREDENTIALS_MAX_SECRET
 
-typedef struct {
-  char username[EM_BROKER_MAX_SECRET];
-  char password[EM_BROKER_MAX_SECRET]; /* "" when the file has no password line. */
-} em_broker_credentials_t;
+typedef em_credentials_t em_broker_credentials_t;
 
 /*
- * Reads a credentials file, the format of the agent's [mqtt] credentials_file: lines
- * "username = NAME" (required) and "password = SECRET" (optional), each at most once, the value
- * being the rest of the line trimmed; blank lines and lines starting with '#' or ';' ignored;
- * at most 4 KiB. The file must be a regular file without access for group or others. Returns
- * 0; -ENOENT/-EACCES/... when it cannot be opened; -EPERM when it is not a regular file or
- * group or others may access it; -EINVAL when its content is wrong. err (may be NULL) then
- * names the file (and line), never the password. *out is zeroed on failure.
+ * Reads a credentials file with common/'s reader (edgemon/common/credentials.h), the agent's
+ * [mqtt] credentials_file format and checks: lines "username = NAME" (required) and
+ * "password = SECRET" (optional); at most 4 KiB; a regular file owned by the effective uid or
+ * root with no access for group or others. Returns 0; -ENOENT/-EACCES/... when it cannot be
+ * opened; -EPERM when it is not a regular file, belongs to another user or group or others may
+ * access it; -EFBIG past 4 KiB; -EINVAL when its content is wrong. err (may be NULL) then holds
+ * the first problem, naming the file (and line), never the password. *out is zeroed on failure.
  */
 int em_broker_read_credentials(const char *path, em_broker_credentials_t *out, char *err,
                                size_t err_cap);

@@ -36,6 +36,7 @@
 #include <time.h>
 
 #include "broker.h"
+#include "edgemon/common/parse.h"
 #include "edgemon/proto.h"
 
 #ifndef EM_VERSION
@@ -134,21 +135,11 @@ static bool parse_double(const char *s, double lo, double hi, double *out) {
   return true;
 }
 
+/* A whole decimal number up to hi (edgemon/common/parse.h: digits only). */
 static bool parse_u64(const char *s, uint64_t hi, uint64_t *out) {
-  char *end = NULL;
-  errno = 0;
-  if (s[0] < '0' || s[0] > '9') {
-    return false;
-  }
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno != 0 || *end != '\0' || v > hi) {
-    return false;
-  }
-  *out = v;
-  return true;
+  return em_parse_u64(s, 0, hi, out) == 0;
 }
 
-/* Splits LIST into o->stages; returns NULL or the reason it is bad. */
 static const char *parse_stages(sim_opts_t *o, const char *list) {
   size_t len = strlen(list);
   if (len == 0 || len >= sizeof(o->stage_buf)) {
