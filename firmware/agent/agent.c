@@ -11,9 +11,9 @@
  * and smaps_rollup (smaps_period, queued to libuv's worker because it walks page tables),
  * take the stage windows the span socket filled, encode one data message, publish it.
  *
- * The metric dictionary is fixed at start-up: the configured PMU events first (aliases
- * 0..n-1), then the fixed figures of `fixed_metrics` below. A birth is published on every
- * connect, on a rebirth command, and after every attach (what is absent may have changed).
+ * The metric dictionary (figures.h) is fixed at start-up: the configured PMU events, the
+ * fixed figures, the anomaly scores, the sensors. A birth is published on every connect, on a
+ * rebirth command, and after every attach (what is absent may have changed).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -36,6 +36,7 @@
 
 #include "budget.h"
 #include "edgemon/proto.h"
+#include "figures.h"
 #include "forward.h"
 #include "hook.h"
 #include "log.h"
@@ -59,118 +60,23 @@
 #define REBIRTH_MIN_MS    1000u              /* At most one birth per second on cmd/rebirth. */
 #define REFUSAL_LOG_NS    (10u * NS_PER_SEC) /* One "subscribe refused" line per 10 s. */
 
-/* The figures after the PMU events, in alias order. */
-enum {
-  M_PMU_HW_RUNNING,
-  M_PMU_SW_RUNNING,
-  M_IPC,
-  M_CACHE_MISS_RATIO,
-  M_BRANCH_MISS_RATIO,
-  M_RSS,
-  M_SHARED,
-  M_VSIZE,
-  M_PSS,
-  M_ANON,
-  M_SWAP,
-  M_MEM_AVAILABLE,
-  M_PSI_FIRST, /* cpu some, cpu full, memory some, memory full, io some, io full */
-  M_TARGET_PID = M_PSI_FIRST + 2 * EM_PSI_COUNT,
-  M_TARGET_UP,
-  M_TARGET_ATTACHES,
-  M_TARGET_THREADS,
-  M_AGENT_CPU,
-  M_AGENT_RSS,
-  M_AGENT_NOT_SENT,
-  M_AGENT_LATE_TICKS,
-  M_SPANS_RECEIVED,
-  M_SPANS_DROP_FIRST, /* one per em_spans_drop_t */
-  M_SPANS_STAGES = M_SPANS_DROP_FIRST + EM_SPANS_DROP_COUNT,
-  M_SPANS_EVICTED,
-  M_SPANS_RING,
-  M_SPANS_DATAGRAM,
-  M_RING_LOST_OVERWRITTEN,
-  M_RING_LOST_BAD_SLOT,
-  M_RING_LOST_BAD_HEAD,
-  M_RING_LOST_SKIPPED,
-  M_RINGS_ACTIVE,
-  M_RINGS_REFUSED,
-  M_SPANS_FDS_CLOSED,
-  M_PUSH_SUBSCRIBERS,
-  M_PUSH_REFUSED,
-  M_PUSH_GONE,
-  M_AGENT_REBIRTHS_SUPPRESSED,
-  M_SPOOL_PENDING,
-  M_SPOOL_DROPPED,
-  M_SPOOL_CORRUPT,
-  M_SPOOL_WRITE_ERRORS,
-  M_SPOOL_REPLAYED,
-  M_SPOOL_LOST,
-  M_FIXED_COUNT
-};
-
-static const struct {
-  const char *name;
-  const char *unit;
-  em_metric_kind_t kind;
-} fixed_metrics[M_FIXED_COUNT] = {
-    [M_PMU_HW_RUNNING] = {"pmu.hw.running_ratio", "1", EM_METRIC_GAUGE},
-    [M_PMU_SW_RUNNING] = {"pmu.sw.running_ratio", "1", EM_METRIC_GAUGE},
-    [M_IPC] = {"pmu.ipc", "1", EM_METRIC_GAUGE},
-    [M_CACHE_MISS_RATIO] = {"pmu.cache_miss_ratio", "1", EM_METRIC_GAUGE},
-    [M_BRANCH_MISS_RATIO] = {"pmu.branch_miss_ratio", "1", EM_METRIC_GAUGE},
-    [M_RSS] = {"mem.rss", "By", EM_METRIC_GAUGE},
-    [M_SHARED] = {"mem.shared", "By", EM_METRIC_GAUGE},
-    [M_VSIZE] = {"mem.vsize", "By", EM_METRIC_GAUGE},
-    [M_PSS] = {"mem.pss", "By", EM_METRIC_GAUGE},
-    [M_ANON] = {"mem.anon", "By", EM_METRIC_GAUGE},
-    [M_SWAP] = {"mem.swap", "By", EM_METRIC_GAUGE},
-    [M_MEM_AVAILABLE] = {"sys.mem.available", "By", EM_METRIC_GAUGE},
-    [M_PSI_FIRST + 0] = {"psi.cpu.some.avg10", "%", EM_METRIC_GAUGE},
-    [M_PSI_FIRST + 1] = {"psi.cpu.full.avg10", "%", EM_METRIC_GAUGE},
-    [M_PSI_FIRST + 2] = {"psi.memory.some.avg10", "%", EM_METRIC_GAUGE},
-    [M_PSI_FIRST + 3] = {"psi.memory.full.avg10", "%", EM_METRIC_GAUGE},
-    [M_PSI_FIRST + 4] = {"psi.io.some.avg10", "%", EM_METRIC_GAUGE},
-    [M_PSI_FIRST + 5] = {"psi.io.full.avg10", "%", EM_METRIC_GAUGE},
-    [M_TARGET_PID] = {"target.pid", "1", EM_METRIC_GAUGE},
-    [M_TARGET_UP] = {"target.up", "1", EM_METRIC_GAUGE},
-    [M_TARGET_ATTACHES] = {"target.attaches", "1", EM_METRIC_COUNTER},
-    [M_TARGET_THREADS] = {"target.threads_counted", "1", EM_METRIC_GAUGE},
-    [M_AGENT_CPU] = {"agent.cpu", "ns", EM_METRIC_COUNTER},
-    [M_AGENT_RSS] = {"agent.rss", "By", EM_METRIC_GAUGE},
-    [M_AGENT_NOT_SENT] = {"agent.mqtt.not_sent", "1", EM_METRIC_COUNTER},
-    [M_AGENT_LATE_TICKS] = {"agent.late_ticks", "1", EM_METRIC_COUNTER},
-    [M_SPANS_RECEIVED] = {"spans.received", "1", EM_METRIC_COUNTER},
-    [M_SPANS_DROP_FIRST +
-        EM_SPANS_DROP_MALFORMED] = {"spans.dropped.malformed", "1", EM_METRIC_COUNTER},
-    [M_SPANS_DROP_FIRST +
-        EM_SPANS_DROP_VERSION] = {"spans.dropped.version", "1", EM_METRIC_COUNTER},
-    [M_SPANS_DROP_FIRST + EM_SPANS_DROP_SIZE] = {"spans.dropped.size", "1", EM_METRIC_COUNTER},
-    [M_SPANS_DROP_FIRST +
-        EM_SPANS_DROP_DISALLOWED] = {"spans.dropped.disallowed", "1", EM_METRIC_COUNTER},
-    [M_SPANS_DROP_FIRST +
-        EM_SPANS_DROP_OVERFLOW] = {"spans.dropped.overflow", "1", EM_METRIC_COUNTER},
-    [M_SPANS_STAGES] = {"spans.stages", "1", EM_METRIC_GAUGE},
-    [M_SPANS_EVICTED] = {"spans.stages.evicted", "1", EM_METRIC_COUNTER},
-    [M_SPANS_RING] = {"spans.ring", "1", EM_METRIC_COUNTER},
-    [M_SPANS_DATAGRAM] = {"spans.datagram", "1", EM_METRIC_COUNTER},
-    [M_RING_LOST_OVERWRITTEN] = {"spans.ring_lost.overwritten", "1", EM_METRIC_COUNTER},
-    [M_RING_LOST_BAD_SLOT] = {"spans.ring_lost.bad_slot", "1", EM_METRIC_COUNTER},
-    [M_RING_LOST_BAD_HEAD] = {"spans.ring_lost.bad_head", "1", EM_METRIC_COUNTER},
-    [M_RING_LOST_SKIPPED] = {"spans.ring_lost.skipped", "1", EM_METRIC_COUNTER},
-    [M_RINGS_ACTIVE] = {"rings.active", "1", EM_METRIC_GAUGE},
-    [M_RINGS_REFUSED] = {"rings.refused", "1", EM_METRIC_COUNTER},
-    [M_SPANS_FDS_CLOSED] = {"spans.fds_closed", "1", EM_METRIC_COUNTER},
-    [M_PUSH_SUBSCRIBERS] = {"push.subscribers", "1", EM_METRIC_GAUGE},
-    [M_PUSH_REFUSED] = {"push.subscribe_refused", "1", EM_METRIC_COUNTER},
-    [M_PUSH_GONE] = {"push.subscribers_gone", "1", EM_METRIC_COUNTER},
-    [M_AGENT_REBIRTHS_SUPPRESSED] = {"agent.rebirths_suppressed", "1", EM_METRIC_COUNTER},
-    [M_SPOOL_PENDING] = {"spool.pending", "1", EM_METRIC_GAUGE},
-    [M_SPOOL_DROPPED] = {"spool.dropped", "1", EM_METRIC_COUNTER},
-    [M_SPOOL_CORRUPT] = {"spool.corrupt", "1", EM_METRIC_COUNTER},
-    [M_SPOOL_WRITE_ERRORS] = {"spool.write_errors", "1", EM_METRIC_COUNTER},
-    [M_SPOOL_REPLAYED] = {"spool.replayed", "1", EM_METRIC_COUNTER},
-    [M_SPOOL_LOST] = {"spool.lost", "1", EM_METRIC_COUNTER},
-};
+/* The figures agent.c indexes from their first row follow the orders of procfs.h and spans.h
+ * (figures.h). */
+_Static_assert(EM_FIG_PSI_CPU_SOME + 2 * EM_PSI_CPU == EM_FIG_PSI_CPU_SOME &&
+                   EM_FIG_PSI_CPU_SOME + 2 * EM_PSI_MEMORY == EM_FIG_PSI_MEMORY_SOME &&
+                   EM_FIG_PSI_CPU_SOME + 2 * EM_PSI_IO == EM_FIG_PSI_IO_SOME &&
+                   EM_FIG_PSI_IO_FULL == EM_FIG_PSI_CPU_SOME + 2 * EM_PSI_COUNT - 1 &&
+                   EM_FIG_PSI_CPU_FULL == EM_FIG_PSI_CPU_SOME + 1,
+               "PSI rows of EM_FIGURES follow em_psi_res_t, some then full");
+_Static_assert(
+    EM_FIG_SPANS_DROPPED_MALFORMED + EM_SPANS_DROP_MALFORMED == EM_FIG_SPANS_DROPPED_MALFORMED &&
+        EM_FIG_SPANS_DROPPED_MALFORMED + EM_SPANS_DROP_VERSION == EM_FIG_SPANS_DROPPED_VERSION &&
+        EM_FIG_SPANS_DROPPED_MALFORMED + EM_SPANS_DROP_SIZE == EM_FIG_SPANS_DROPPED_SIZE &&
+        EM_FIG_SPANS_DROPPED_MALFORMED + EM_SPANS_DROP_DISALLOWED ==
+            EM_FIG_SPANS_DROPPED_DISALLOWED &&
+        EM_FIG_SPANS_DROPPED_MALFORMED + EM_SPANS_DROP_OVERFLOW == EM_FIG_SPANS_DROPPED_OVERFLOW &&
+        EM_SPANS_DROP_COUNT == 5,
+    "spans.dropped rows of EM_FIGURES follow em_spans_drop_t");
 
 struct em_agent {
   uv_loop_t *loop;
@@ -215,14 +121,9 @@ struct em_agent {
   em_pmu_t *pmu;
   em_pmu_event_t events[EM_CONFIG_MAX_EVENTS];
   size_t n_events;
-  char pmu_names[EM_CONFIG_MAX_EVENTS][64]; /* "pmu.<event>" for the dictionary. */
-  size_t n_anomaly; /* Stages named by budget rules: their anomaly scores follow the fixed
-                       metrics in the dictionary. */
-  char anomaly_stages[EM_CONFIG_MAX_RULES][EM_CONFIG_MAX_STAGE];
-  char anomaly_names[EM_CONFIG_MAX_RULES][64]; /* "budget.<stage>.anomaly" */
   struct {
-    size_t metric; /* Fixed metric the ratio goes to. */
-    int num, den;  /* Indices into events, or -1 when not configured. */
+    em_figure_t metric; /* Fixed figure the ratio goes to. */
+    int num, den;       /* Indices into events, or -1 when not configured. */
   } ratios[3];
   uint64_t page_size;
   bool smaps_sampled;   /* The smaps group (PSS, anon, swap) has a fresh reading. */
@@ -243,27 +144,25 @@ struct em_agent {
   uint64_t prev_values[EM_CONFIG_MAX_EVENTS]; /* For the per-window ratios. */
   bool prev_present[EM_CONFIG_MAX_EVENTS];
 
-  size_t n_metrics;
-  em_metric_def_t *defs;
-  char (*absent)[EM_PMU_REASON_BYTES]; /* Per metric: why absent, "" when not. */
-  em_sample_t *samples;
-  uint8_t *out; /* Encode buffer, EM_PROTO_MAX_MESSAGE_BYTES. */
+  em_figures_t *figs;   /* The metric dictionary: aliases, definitions, absent reasons. */
+  size_t n_metrics;     /* em_figures_count(figs). */
+  em_sample_t *samples; /* 2 * n_metrics: the values by alias, then the data message's view. */
+  uint8_t *out;         /* Encode buffer, EM_PROTO_MAX_MESSAGE_BYTES. */
 
   em_service_t svc; /* systemd notifications: ready, watchdog, reload, stop. */
 
   /* Sensors (sensors.h): read on libuv's worker every sensors_period_ns (an INA3221 or a
-   * thermal zone read can take milliseconds on a board); their figures follow the anomaly
-   * scores in the dictionary, from alias sensors_base on. */
+   * thermal zone read can take milliseconds on a board); their figures close the dictionary
+   * (em_figures_sensor_alias). */
   em_sensors_t *sensors; /* NULL: none found or none wanted. */
   uint64_t sensors_period_ns;
   uint64_t next_sensors_ns;
   uv_work_t sensors_work;
   bool sensors_busy;
   em_sensors_reading_t sensors_reading; /* Filled on the worker. */
-  size_t sensors_base;
-  em_value_t temp_max;    /* The hottest zone, degrees C, for the temp_max rule. */
-  em_value_t throttled;   /* 1 throttled, 0 not, for the throttle rule. */
-  char throttle_why[160]; /* Why it is throttled: the throttle rule's reason. */
+  em_value_t temp_max;                  /* The hottest zone, degrees C, for the temp_max rule. */
+  em_value_t throttled;                 /* 1 throttled, 0 not, for the throttle rule. */
+  char throttle_why[160];               /* Why it is throttled: the throttle rule's reason. */
 
   /* Store and forward (forward.h): what the broker cannot take now goes to the spool. */
   em_forward_t *fwd;
@@ -302,13 +201,9 @@ static void set_f_if(em_agent_t *a, size_t m, bool have, double v) {
   have ? set_f(a, m, v) : set_absent(a, m);
 }
 
-/* Alias of fixed metric `f`. */
-static size_t fx(const em_agent_t *a, size_t f) {
-  return a->n_events + f;
-}
-
-static void note_absent(em_agent_t *a, size_t m, const char *why) {
-  snprintf(a->absent[m], sizeof(a->absent[m]), "%s", why);
+/* Alias of fixed figure `f`. */
+static size_t fx(const em_agent_t *a, em_figure_t f) {
+  return em_figures_alias(a->figs, f);
 }
 
 static int event_index(const em_agent_t *a, const char *name) {
@@ -326,9 +221,6 @@ static void publish_birth(em_agent_t *a) {
   if (!em_publisher_online(a->pub)) {
     return;
   }
-  for (size_t m = 0; m < a->n_metrics; m++) {
-    a->defs[m].absent_reason = a->absent[m][0] ? a->absent[m] : NULL;
-  }
   em_msg_t msg = {.kind = EM_MSG_BIRTH,
                   .u.birth = {.time_ns = wall_ns(),
                               .session = a->session,
@@ -336,7 +228,7 @@ static void publish_birth(em_agent_t *a) {
                               .agent_version = a->version,
                               .board = a->cfg.board,
                               .period_ns = a->cfg.sample_period_ns,
-                              .metrics = a->defs,
+                              .metrics = em_figures_defs(a->figs),
                               .n_metrics = a->n_metrics,
                               .budgets = a->birth_budgets,
                               .n_budgets = a->n_birth_budgets}};
@@ -443,18 +335,18 @@ static double value_as_double(em_value_t v) {
 static void sample_spool(em_agent_t *a) {
   em_forward_stats_t st;
   em_forward_stats(a->fwd, &st);
-  set_u(a, fx(a, M_SPOOL_LOST), st.lost);
+  set_u(a, fx(a, EM_FIG_SPOOL_LOST), st.lost);
   if (!st.spooling) {
-    for (size_t f = M_SPOOL_PENDING; f <= M_SPOOL_REPLAYED; f++) {
-      set_absent(a, fx(a, f));
+    for (size_t f = EM_FIG_SPOOL_PENDING; f <= EM_FIG_SPOOL_REPLAYED; f++) {
+      set_absent(a, fx(a, (em_figure_t)f));
     }
     return;
   }
-  set_u(a, fx(a, M_SPOOL_PENDING), st.spool.pending);
-  set_u(a, fx(a, M_SPOOL_DROPPED), st.spool.dropped);
-  set_u(a, fx(a, M_SPOOL_CORRUPT), st.spool.corrupt);
-  set_u(a, fx(a, M_SPOOL_WRITE_ERRORS), st.spool.write_errors);
-  set_u(a, fx(a, M_SPOOL_REPLAYED), st.spool.replayed);
+  set_u(a, fx(a, EM_FIG_SPOOL_PENDING), st.spool.pending);
+  set_u(a, fx(a, EM_FIG_SPOOL_DROPPED), st.spool.dropped);
+  set_u(a, fx(a, EM_FIG_SPOOL_CORRUPT), st.spool.corrupt);
+  set_u(a, fx(a, EM_FIG_SPOOL_WRITE_ERRORS), st.spool.write_errors);
+  set_u(a, fx(a, EM_FIG_SPOOL_REPLAYED), st.spool.replayed);
 }
 
 /* The retained MQTT state message of the current level. */
@@ -678,8 +570,9 @@ static void evaluate_budgets(em_agent_t *a, uint64_t now) {
     }
     em_budget_figure_t figs[2 * EM_PSI_COUNT + 2];
     for (size_t k = 0; k < 2 * EM_PSI_COUNT; k++) {
-      figs[k] = (em_budget_figure_t){.name = fixed_metrics[M_PSI_FIRST + k].name,
-                                     .value = a->samples[fx(a, M_PSI_FIRST + k)].value};
+      em_figure_t f = (em_figure_t)(EM_FIG_PSI_CPU_SOME + k);
+      figs[k] = (em_budget_figure_t){.name = em_figures_info(f)->name,
+                                     .value = a->samples[fx(a, f)].value};
     }
     figs[2 * EM_PSI_COUNT] =
         (em_budget_figure_t){.name = EM_CONFIG_FIGURE_TEMP, .value = a->temp_max};
@@ -690,7 +583,7 @@ static void evaluate_budgets(em_agent_t *a, uint64_t now) {
     em_budget_window_t w = {.window_ns = now - a->budget_start_ns,
                             .stages = a->budget_stages,
                             .n_stages = n,
-                            .rss_bytes = a->samples[fx(a, M_RSS)].value,
+                            .rss_bytes = a->samples[fx(a, EM_FIG_RSS)].value,
                             .figures = figs,
                             .n_figures = 2 * EM_PSI_COUNT + 2};
     if (em_budget_on_window(a->budget, &w, now, &c)) {
@@ -857,7 +750,7 @@ static void attach(em_agent_t *a, pid_t pid) {
   em_pmu_reading_t r[EM_CONFIG_MAX_EVENTS];
   if (a->pmu && em_pmu_read(a->pmu, r, a->n_events) == 0) {
     for (size_t i = 0; i < a->n_events; i++) {
-      note_absent(a, i, r[i].present ? "" : r[i].reason);
+      em_figures_note_absent(a->figs, i, r[i].present ? "" : r[i].reason);
     }
   }
   publish_birth(a);
@@ -907,8 +800,8 @@ static void sample_pmu(em_agent_t *a) {
       *ratio = r->running_ratio;
     }
   }
-  set_f_if(a, fx(a, M_PMU_HW_RUNNING), hw_ratio >= 0, hw_ratio);
-  set_f_if(a, fx(a, M_PMU_SW_RUNNING), sw_ratio >= 0, sw_ratio);
+  set_f_if(a, fx(a, EM_FIG_PMU_HW_RUNNING), hw_ratio >= 0, hw_ratio);
+  set_f_if(a, fx(a, EM_FIG_PMU_SW_RUNNING), sw_ratio >= 0, sw_ratio);
   for (size_t k = 0; k < sizeof(a->ratios) / sizeof(a->ratios[0]); k++) {
     int ni = a->ratios[k].num, di = a->ratios[k].den;
     double v = 0;
@@ -953,14 +846,14 @@ static void sensors_read_done(uv_work_t *w, int status) {
   }
   const em_sensors_reading_t *r = &a->sensors_reading;
   for (unsigned i = 0; i < r->count; i++) {
-    size_t m = a->sensors_base + i;
+    size_t m = em_figures_sensor_alias(a->figs, i);
     if (!r->present[i]) {
       set_absent(a, m);
-      note_absent(a, m, "not present or not readable on this board");
+      em_figures_note_absent(a->figs, m, "not present or not readable on this board");
       continue;
     }
     set_f(a, m, r->value[i]);
-    a->absent[m][0] = '\0';
+    em_figures_note_absent(a->figs, m, "");
   }
   double hottest = 0;
   a->temp_max = em_sensors_hottest(a->sensors, r, &hottest) == 0
@@ -996,9 +889,9 @@ static void smaps_read_done(uv_work_t *w, int status) {
     return; /* Cancelled, or the target left while it ran. */
   }
   bool ok = a->smaps_rc == 0;
-  set_u_if(a, fx(a, M_PSS), ok && (a->smaps.have & EM_SMAPS_PSS), a->smaps.pss_bytes);
-  set_u_if(a, fx(a, M_ANON), ok && (a->smaps.have & EM_SMAPS_ANON), a->smaps.anon_bytes);
-  set_u_if(a, fx(a, M_SWAP), ok && (a->smaps.have & EM_SMAPS_SWAP), a->smaps.swap_bytes);
+  set_u_if(a, fx(a, EM_FIG_PSS), ok && (a->smaps.have & EM_SMAPS_PSS), a->smaps.pss_bytes);
+  set_u_if(a, fx(a, EM_FIG_ANON), ok && (a->smaps.have & EM_SMAPS_ANON), a->smaps.anon_bytes);
+  set_u_if(a, fx(a, EM_FIG_SWAP), ok && (a->smaps.have & EM_SMAPS_SWAP), a->smaps.swap_bytes);
   a->smaps_sampled = true;
 }
 
@@ -1010,13 +903,13 @@ static bool sample_memory(em_agent_t *a, uint64_t now_ns) {
     return false;
   }
   if (rc == 0) {
-    set_u(a, fx(a, M_RSS), st.rss_bytes);
-    set_u(a, fx(a, M_SHARED), st.shared_bytes);
-    set_u(a, fx(a, M_VSIZE), st.size_bytes);
+    set_u(a, fx(a, EM_FIG_RSS), st.rss_bytes);
+    set_u(a, fx(a, EM_FIG_SHARED), st.shared_bytes);
+    set_u(a, fx(a, EM_FIG_VSIZE), st.size_bytes);
   } else {
-    set_absent(a, fx(a, M_RSS));
-    set_absent(a, fx(a, M_SHARED));
-    set_absent(a, fx(a, M_VSIZE));
+    set_absent(a, fx(a, EM_FIG_RSS));
+    set_absent(a, fx(a, EM_FIG_SHARED));
+    set_absent(a, fx(a, EM_FIG_VSIZE));
   }
   bool smaps_due = a->cfg.smaps_period_ns && now_ns >= a->next_smaps_ns;
   if (smaps_due && a->pid > 0 && !a->smaps_busy) {
@@ -1035,11 +928,12 @@ static void sample_system(em_agent_t *a, uint64_t now_ns) {
   a->next_system_ns = now_ns + a->cfg.system_period_ns;
   em_meminfo_t mi = {0};
   bool ok = em_procfs_read_meminfo(a->proc, &mi) == 0;
-  set_u_if(a, fx(a, M_MEM_AVAILABLE), ok && (mi.have & EM_MEMINFO_AVAILABLE), mi.available_bytes);
+  set_u_if(a, fx(a, EM_FIG_MEM_AVAILABLE), ok && (mi.have & EM_MEMINFO_AVAILABLE),
+           mi.available_bytes);
   for (int r = 0; r < EM_PSI_COUNT; r++) {
     em_psi_t psi = {0};
     ok = em_procfs_read_psi(a->proc, (em_psi_res_t)r, &psi) == 0;
-    size_t m = fx(a, M_PSI_FIRST + 2 * (size_t)r);
+    size_t m = fx(a, (em_figure_t)(EM_FIG_PSI_CPU_SOME + 2 * r));
     set_f_if(a, m, ok && (psi.have & EM_PSI_SOME), psi.some_avg10);
     set_f_if(a, m + 1, ok && (psi.have & EM_PSI_FULL), psi.full_avg10);
   }
@@ -1050,14 +944,14 @@ static void sample_self(em_agent_t *a) {
   getrusage(RUSAGE_SELF, &ru);
   uint64_t cpu = ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * 1000000000u +
                  ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000u;
-  set_u(a, fx(a, M_AGENT_CPU), cpu);
+  set_u(a, fx(a, EM_FIG_AGENT_CPU), cpu);
   char buf[128];
   em_statm_t st;
   ssize_t n = a->self_statm_fd >= 0 ? pread(a->self_statm_fd, buf, sizeof(buf), 0) : -1;
   bool ok = n > 0 && em_procfs_parse_statm(buf, (size_t)n, a->page_size, &st) == 0;
-  set_u_if(a, fx(a, M_AGENT_RSS), ok, ok ? st.rss_bytes : 0);
-  set_u(a, fx(a, M_AGENT_NOT_SENT), em_publisher_stats(a->pub)->not_sent);
-  set_u(a, fx(a, M_AGENT_LATE_TICKS), a->late_ticks);
+  set_u_if(a, fx(a, EM_FIG_AGENT_RSS), ok, ok ? st.rss_bytes : 0);
+  set_u(a, fx(a, EM_FIG_AGENT_NOT_SENT), em_publisher_stats(a->pub)->not_sent);
+  set_u(a, fx(a, EM_FIG_AGENT_LATE_TICKS), a->late_ticks);
 }
 
 /*
@@ -1068,9 +962,9 @@ static void sample_self(em_agent_t *a) {
 static size_t window_samples(em_agent_t *a, em_sample_t *out) {
   size_t n = 0;
   for (size_t m = 0; m < a->n_metrics; m++) {
-    bool smaps = m >= fx(a, M_PSS) && m <= fx(a, M_SWAP);
-    bool system = m >= fx(a, M_MEM_AVAILABLE) && m < fx(a, M_PSI_FIRST + 2 * EM_PSI_COUNT);
-    if ((smaps && !a->smaps_sampled) || (system && !a->system_sampled)) {
+    em_figure_group_t g = em_figures_group(a->figs, m);
+    if ((g == EM_FIGURE_SMAPS && !a->smaps_sampled) ||
+        (g == EM_FIGURE_SYSTEM && !a->system_sampled)) {
       continue;
     }
     out[n++] = a->samples[m];
@@ -1137,51 +1031,52 @@ static void on_tick(uv_timer_t *t) {
       detach(a, "exited");
     }
   }
-  if (a->pid == 0) {
-    for (size_t i = 0; i < a->n_events; i++) {
-      set_absent(a, i);
-    }
-    for (size_t f = M_PMU_HW_RUNNING; f <= M_VSIZE; f++) {
-      set_absent(a, fx(a, f));
+  if (a->pid == 0) { /* Detached: the target's tick figures are absent. */
+    for (size_t m = 0; m < a->n_metrics; m++) {
+      if (em_figures_group(a->figs, m) == EM_FIGURE_TARGET) {
+        set_absent(a, m);
+      }
     }
   }
   sample_system(a, now);
   sample_self(a);
   sensors_maybe_read(a, now);
-  set_u_if(a, fx(a, M_TARGET_PID), a->pid > 0, (uint64_t)a->pid);
-  set_u(a, fx(a, M_TARGET_UP), a->pid != 0);
-  set_u(a, fx(a, M_TARGET_ATTACHES), a->attaches);
-  set_u_if(a, fx(a, M_TARGET_THREADS), a->pmu && a->pid > 0, a->pmu ? em_pmu_threads(a->pmu) : 0);
+  set_u_if(a, fx(a, EM_FIG_TARGET_PID), a->pid > 0, (uint64_t)a->pid);
+  set_u(a, fx(a, EM_FIG_TARGET_UP), a->pid != 0);
+  set_u(a, fx(a, EM_FIG_TARGET_ATTACHES), a->attaches);
+  set_u_if(a, fx(a, EM_FIG_TARGET_THREADS), a->pmu && a->pid > 0,
+           a->pmu ? em_pmu_threads(a->pmu) : 0);
 
   em_rings_drain(a->rings, now); /* Before the windows are published and budgets judged. */
   const em_rings_stats_t *rs = em_rings_stats(a->rings);
-  set_u(a, fx(a, M_SPANS_RING), rs->spans);
-  set_u(a, fx(a, M_SPANS_DATAGRAM), em_spans_datagram_spans(a->spans));
-  set_u(a, fx(a, M_RING_LOST_OVERWRITTEN), rs->overwritten);
-  set_u(a, fx(a, M_RING_LOST_BAD_SLOT), rs->bad_slot);
-  set_u(a, fx(a, M_RING_LOST_BAD_HEAD), rs->bad_head);
-  set_u(a, fx(a, M_RING_LOST_SKIPPED), rs->skipped);
-  set_u(a, fx(a, M_RINGS_ACTIVE), em_rings_active(a->rings));
-  set_u(a, fx(a, M_RINGS_REFUSED), rs->refused);
-  set_u(a, fx(a, M_SPANS_FDS_CLOSED), em_spans_fds_closed(a->spans));
-  set_u(a, fx(a, M_SPANS_RECEIVED), em_spans_received(a->spans));
+  set_u(a, fx(a, EM_FIG_SPANS_RING), rs->spans);
+  set_u(a, fx(a, EM_FIG_SPANS_DATAGRAM), em_spans_datagram_spans(a->spans));
+  set_u(a, fx(a, EM_FIG_RING_LOST_OVERWRITTEN), rs->overwritten);
+  set_u(a, fx(a, EM_FIG_RING_LOST_BAD_SLOT), rs->bad_slot);
+  set_u(a, fx(a, EM_FIG_RING_LOST_BAD_HEAD), rs->bad_head);
+  set_u(a, fx(a, EM_FIG_RING_LOST_SKIPPED), rs->skipped);
+  set_u(a, fx(a, EM_FIG_RINGS_ACTIVE), em_rings_active(a->rings));
+  set_u(a, fx(a, EM_FIG_RINGS_REFUSED), rs->refused);
+  set_u(a, fx(a, EM_FIG_SPANS_FDS_CLOSED), em_spans_fds_closed(a->spans));
+  set_u(a, fx(a, EM_FIG_SPANS_RECEIVED), em_spans_received(a->spans));
   for (int why = 0; why < EM_SPANS_DROP_COUNT; why++) {
-    set_u(a, fx(a, M_SPANS_DROP_FIRST + (size_t)why),
+    set_u(a, fx(a, (em_figure_t)(EM_FIG_SPANS_DROPPED_MALFORMED + why)),
           em_spans_dropped(a->spans, (em_spans_drop_t)why));
   }
-  set_u(a, fx(a, M_SPANS_STAGES), em_spans_stage_count(a->spans));
-  set_u(a, fx(a, M_SPANS_EVICTED), em_spans_evictions(a->spans));
+  set_u(a, fx(a, EM_FIG_SPANS_STAGES), em_spans_stage_count(a->spans));
+  set_u(a, fx(a, EM_FIG_SPANS_EVICTED), em_spans_evictions(a->spans));
   const em_signals_stats_t *sig = em_signals_stats(a->signals);
-  set_u(a, fx(a, M_PUSH_SUBSCRIBERS), em_signals_subscribers(a->signals));
-  set_u(a, fx(a, M_PUSH_REFUSED), sig->refused);
-  set_u(a, fx(a, M_PUSH_GONE), sig->dropped + sig->reaped);
-  set_u(a, fx(a, M_AGENT_REBIRTHS_SUPPRESSED), a->rebirths_suppressed);
+  set_u(a, fx(a, EM_FIG_PUSH_SUBSCRIBERS), em_signals_subscribers(a->signals));
+  set_u(a, fx(a, EM_FIG_PUSH_REFUSED), sig->refused);
+  set_u(a, fx(a, EM_FIG_PUSH_GONE), sig->dropped + sig->reaped);
+  set_u(a, fx(a, EM_FIG_AGENT_REBIRTHS_SUPPRESSED), a->rebirths_suppressed);
   flush_refusal_log(a, now);
   sample_spool(a);
-  for (size_t k = 0; k < a->n_anomaly; k++) {
+  for (size_t k = 0; k < em_figures_anomalies(a->figs); k++) {
     double z = 0;
-    bool have = em_budget_anomaly(a->budget, a->anomaly_stages[k], &z) == 0 && isfinite(z);
-    set_f_if(a, fx(a, M_FIXED_COUNT + k), have, z);
+    bool have =
+        em_budget_anomaly(a->budget, em_figures_anomaly_stage(a->figs, k), &z) == 0 && isfinite(z);
+    set_f_if(a, em_figures_anomaly_alias(a->figs, k), have, z);
   }
 
   /* Before the data message: it carries the level, and a change publishes its state
@@ -1224,77 +1119,38 @@ static void on_tick(uv_timer_t *t) {
 
 /* --- lifecycle ----------------------------------------------------------------------- */
 
+/* The metric dictionary (figures.h) and the buffers sized from it, once at start-up. */
 static int build_dictionary(em_agent_t *a) {
-  /* One anomaly score per stage a budget rule names (the engine scores those stages). */
-  for (size_t i = 0; i < a->cfg.n_rules; i++) {
-    const char *stage = a->cfg.rules[i].stage;
-    bool seen = stage[0] == '\0';
-    for (size_t k = 0; k < a->n_anomaly && !seen; k++) {
-      seen = strcmp(a->anomaly_stages[k], stage) == 0;
-    }
-    if (!seen) {
-      snprintf(a->anomaly_stages[a->n_anomaly], sizeof(a->anomaly_stages[0]), "%s", stage);
-      snprintf(a->anomaly_names[a->n_anomaly], sizeof(a->anomaly_names[0]), "budget.%s.anomaly",
-               stage);
-      a->n_anomaly++;
-    }
+  const char *events[EM_CONFIG_MAX_EVENTS];
+  for (size_t i = 0; i < a->n_events; i++) {
+    events[i] = a->events[i].name;
   }
-  a->sensors_base = a->n_events + M_FIXED_COUNT + a->n_anomaly;
-  a->n_metrics = a->sensors_base + (a->sensors ? em_sensors_count(a->sensors) : 0);
-  a->defs = calloc(a->n_metrics, sizeof(*a->defs));
-  a->absent = calloc(a->n_metrics, sizeof(*a->absent));
+  const char *stages[EM_CONFIG_MAX_RULES]; /* One anomaly score per stage a rule names. */
+  for (size_t i = 0; i < a->cfg.n_rules; i++) {
+    stages[i] = a->cfg.rules[i].stage;
+  }
+  em_figures_opts_t fo = {.events = events,
+                          .n_events = a->n_events,
+                          .stages = stages,
+                          .n_stages = a->cfg.n_rules,
+                          .sensors = a->sensors,
+                          .psi = em_procfs_has_psi(a->proc),
+                          .process_memory = a->cfg.target.kind != EM_TARGET_CGROUP,
+                          .smaps = a->cfg.smaps_period_ns != 0};
+  int rc = em_figures_new(&a->figs, &fo);
+  if (rc) {
+    return rc;
+  }
+  a->n_metrics = em_figures_count(a->figs);
   a->samples = calloc(2 * a->n_metrics, sizeof(*a->samples));
   a->out = malloc(EM_PROTO_MAX_MESSAGE_BYTES);
   a->stage_out = calloc(a->cfg.max_stages, sizeof(*a->stage_out));
   a->bucket_out = calloc((size_t)a->cfg.max_stages * BUCKETS_PER_STAGE, sizeof(*a->bucket_out));
-  if (!a->defs || !a->absent || !a->samples || !a->out || !a->stage_out || !a->bucket_out) {
+  if (!a->samples || !a->out || !a->stage_out || !a->bucket_out) {
     return -ENOMEM;
-  }
-  for (size_t i = 0; i < a->n_events; i++) {
-    snprintf(a->pmu_names[i], sizeof(a->pmu_names[i]), "pmu.%s", a->events[i].name);
-    bool clock =
-        strcmp(a->events[i].name, "task-clock") == 0 || strcmp(a->events[i].name, "cpu-clock") == 0;
-    a->defs[i] = (em_metric_def_t){.alias = (uint32_t)i,
-                                   .name = a->pmu_names[i],
-                                   .unit = clock ? "ns" : "1",
-                                   .kind = EM_METRIC_COUNTER};
-    note_absent(a, i, "target not attached yet");
-  }
-  for (size_t f = 0; f < M_FIXED_COUNT; f++) {
-    size_t m = fx(a, f);
-    a->defs[m] = (em_metric_def_t){.alias = (uint32_t)m,
-                                   .name = fixed_metrics[f].name,
-                                   .unit = fixed_metrics[f].unit,
-                                   .kind = fixed_metrics[f].kind};
-  }
-  for (size_t k = 0; k < a->n_anomaly; k++) {
-    size_t m = fx(a, M_FIXED_COUNT + k);
-    a->defs[m] = (em_metric_def_t){
-        .alias = (uint32_t)m, .name = a->anomaly_names[k], .unit = "1", .kind = EM_METRIC_GAUGE};
-  }
-  for (size_t m = a->sensors_base; m < a->n_metrics; m++) {
-    const em_sensor_figure_t *f = em_sensors_figure(a->sensors, (unsigned)(m - a->sensors_base));
-    a->defs[m] = (em_metric_def_t){
-        .alias = (uint32_t)m, .name = f->name, .unit = f->unit, .kind = EM_METRIC_GAUGE};
-    note_absent(a, m, "not read yet");
   }
   for (size_t m = 0; m < a->n_metrics; m++) {
     a->samples[m].alias = (uint32_t)m;
-  }
-  if (!em_procfs_has_psi(a->proc)) {
-    for (size_t k = 0; k < 2 * EM_PSI_COUNT; k++) {
-      note_absent(a, fx(a, M_PSI_FIRST + k), "no /proc/pressure: kernel without PSI");
-    }
-  }
-  if (a->cfg.target.kind == EM_TARGET_CGROUP) {
-    for (size_t f = M_RSS; f <= M_SWAP; f++) {
-      note_absent(a, fx(a, f), "cgroup target: per-process memory is not sampled");
-    }
-  }
-  if (a->cfg.smaps_period_ns == 0) {
-    for (size_t f = M_PSS; f <= M_SWAP; f++) {
-      note_absent(a, fx(a, f), "smaps_period is 0");
-    }
   }
   return 0;
 }
@@ -1361,11 +1217,11 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
   }
   sensors_open(a, board);
   static const struct {
-    size_t metric;
+    em_figure_t metric;
     const char *num, *den;
-  } ratio_inputs[] = {{M_IPC, "instructions", "cycles"},
-                      {M_CACHE_MISS_RATIO, "cache-misses", "cache-references"},
-                      {M_BRANCH_MISS_RATIO, "branch-misses", "branch-instructions"}};
+  } ratio_inputs[] = {{EM_FIG_IPC, "instructions", "cycles"},
+                      {EM_FIG_CACHE_MISS_RATIO, "cache-misses", "cache-references"},
+                      {EM_FIG_BRANCH_MISS_RATIO, "branch-misses", "branch-instructions"}};
   for (size_t k = 0; k < 3; k++) {
     a->ratios[k].metric = ratio_inputs[k].metric;
     a->ratios[k].num = event_index(a, ratio_inputs[k].num);
@@ -1653,8 +1509,7 @@ void em_agent_free(em_agent_t *a) {
   if (a->self_statm_fd >= 0) {
     close(a->self_statm_fd);
   }
-  free(a->defs);
-  free(a->absent);
+  em_figures_free(a->figs);
   free(a->samples);
   free(a->out);
   em_forward_free(a->fwd); /* Syncs the spool: the last records reach the disk. */

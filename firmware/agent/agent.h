@@ -6,9 +6,10 @@
  * attaches to the target when it appears, notices when it exits, and re-attaches within a
  * second when it comes back.
  *
- * Owns: the PMU and procfs readers, the span socket, the publisher, the tick and lookup
- * timers, and the buffers sized at start-up (metric dictionary, samples, stage windows,
- * encode buffer); nothing is allocated per tick. Everything runs on the loop's thread except
+ * Owns: the PMU and procfs readers, the span socket, the publisher and the store and forward
+ * behind it (forward.h), the metric dictionary (figures.h), the tick and lookup timers, and
+ * the buffers sized at start-up (samples, stage windows, encode buffer); nothing is
+ * allocated per tick. Everything runs on the loop's thread except
  * the smaps_rollup read, which libuv's single worker thread runs (see procfs.h).
  */
 #ifndef EDGEMON_AGENT_AGENT_H
