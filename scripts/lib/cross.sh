@@ -13,7 +13,7 @@ EM_CROSS_TOOLCHAIN=boards/toolchains/aarch64-linux-gnu.cmake
 EM_CROSS_PACKAGES=(
   gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user file
   libcbor-dev:arm64 libcmocka-dev:arm64 libuv1-dev:arm64 libmosquitto-dev:arm64
-  libinih-dev:arm64 libsystemd-dev:arm64 libsqlite3-dev:arm64 libmicrohttpd-dev:arm64
+  libsystemd-dev:arm64 libsqlite3-dev:arm64 libmicrohttpd-dev:arm64
 )
 
 # Unit tests that cannot work under qemu-user, by name, each with the reason. Excluded from
