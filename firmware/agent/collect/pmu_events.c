@@ -25,7 +25,6 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <linux/perf_event.h>
 #include <stdarg.h>
@@ -35,6 +34,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "edgemon/common/file.h"
 #include "log.h"
 #include "pmu.h"
 #include "pmu_events.h"
@@ -103,60 +103,28 @@ static int join(char *buf, size_t cap, const char *a, const char *b) {
 }
 
 /*
- * Reads a whole small regular file into buf (NUL-terminated, trailing white space removed).
- * Returns 0, -errno of open/read, -EFBIG when it does not fit, -EINVAL for a NUL byte or a
- * file that is not regular.
+ * Reads a whole small regular file into buf (NUL-terminated, trailing white space removed)
+ * with the common bounded reader. Returns 0, -errno of open/read, -EFBIG when it does not
+ * fit, -EINVAL for a NUL byte or a file that is not regular.
  */
 static int read_small(const char *path, char *buf, size_t cap) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) {
-    return -errno;
+  bool truncated = false;
+  ssize_t n = em_file_read_small(path, buf, cap, &truncated);
+  if (n < 0) {
+    return (int)n;
   }
-  int rc = 0;
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    rc = -errno;
-    goto done;
+  if (truncated) {
+    return -EFBIG;
   }
-  if (!S_ISREG(st.st_mode)) {
-    rc = -EINVAL;
-    goto done;
-  }
-  size_t len = 0;
-  for (;;) {
-    if (len == cap - 1) {
-      char extra;
-      ssize_t more = read(fd, &extra, 1);
-      rc = more > 0 ? -EFBIG : 0;
-      break;
-    }
-    ssize_t got = read(fd, buf + len, cap - 1 - len);
-    if (got < 0) {
-      if (errno == EINTR) {
-        continue;
-      }
-      rc = -errno;
-      goto done;
-    }
-    if (got == 0) {
-      break;
-    }
-    len += (size_t)got;
-  }
-  if (rc != 0) {
-    goto done;
-  }
+  size_t len = (size_t)n;
   if (memchr(buf, '\0', len) != NULL) {
-    rc = -EINVAL;
-    goto done;
+    return -EINVAL;
   }
   while (len > 0 && isspace((unsigned char)buf[len - 1])) {
     len--;
   }
   buf[len] = '\0';
-done:
-  close(fd);
-  return rc;
+  return 0;
 }
 
 /* Parses a decimal or 0x-hex unsigned number filling [s, s+len). Returns 0 or -EINVAL. */

@@ -43,6 +43,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "edgemon/common/file.h"
 #include "log.h"
 
 #define MAX_SOURCES   (4 * EM_SENSORS_MAX_FIGURES)
@@ -242,20 +243,10 @@ static bool exists(const char *path, bool want_dir) {
   return want_dir ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode);
 }
 
-/* Reads a small file at discovery into buf (NUL-terminated). Returns bytes or -errno. */
+/* Reads a small file at discovery into buf (NUL-terminated; what does not fit is left out)
+ * with the common bounded reader. Returns bytes or -errno. */
 static ssize_t slurp(const char *path, char *buf, size_t cap) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return -errno;
-  }
-  ssize_t n = pread(fd, buf, cap - 1, 0);
-  int err = errno;
-  close(fd);
-  if (n < 0) {
-    return -err;
-  }
-  buf[n] = '\0';
-  return n;
+  return em_file_read_small(path, buf, cap, NULL);
 }
 
 /* A name file (zone type, rail label, chip name) sanitised. Returns 0 or negative. */
