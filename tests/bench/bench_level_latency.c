@@ -48,7 +48,7 @@ static char run_dir[96];     /* <tmp>/run: the agent's runtime_dir. */
 static char config_path[96]; /* <tmp>/agent.ini */
 static char log_path[96];    /* <tmp>/agent.log */
 static volatile pid_t agent_pid = -1;
-static uint64_t idle_ns;     /* --idle-us: sleep after each recovery. */
+static uint64_t idle_ns; /* --idle-us: sleep after each recovery. */
 
 static uint64_t now_ns(void) {
   return em_client_now_ns();

@@ -95,10 +95,18 @@ public:
   Agent(const Agent &) = delete;
   Agent &operator=(const Agent &) = delete;
 
-  uint8_t *page() { return page_; }
-  int sock() const { return sock_; }
-  const char *page_path() const { return page_path_.c_str(); }
-  const char *sock_path() const { return sock_path_.c_str(); }
+  uint8_t *page() {
+    return page_;
+  }
+  int sock() const {
+    return sock_;
+  }
+  const char *page_path() const {
+    return page_path_.c_str();
+  }
+  const char *sock_path() const {
+    return sock_path_.c_str();
+  }
 
 private:
   std::string dir_, page_path_, sock_path_;
@@ -127,8 +135,8 @@ void page_and_push_from_cpp(void **) {
   uint8_t buf[128];
   sockaddr_un from;
   socklen_t from_len = sizeof(from);
-  ssize_t n = recvfrom(agent.sock(), buf, sizeof(buf), 0, reinterpret_cast<sockaddr *>(&from),
-                       &from_len);
+  ssize_t n =
+      recvfrom(agent.sock(), buf, sizeof(buf), 0, reinterpret_cast<sockaddr *>(&from), &from_len);
   assert_int_equal(n, EM_SPAN_DGRAM_BYTES);
   em_span_t span;
   assert_int_equal(em_span_unpack(buf, static_cast<size_t>(n), &span), 0);

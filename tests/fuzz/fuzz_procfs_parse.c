@@ -1,6 +1,6 @@
 /*
- * fuzz_procfs_parse.c - libFuzzer harness for the four procfs parsers of firmware/agent/collect/procfs.c
- * (statm, smaps_rollup, meminfo, PSI).
+ * fuzz_procfs_parse.c - libFuzzer harness for the four procfs parsers of
+ * firmware/agent/collect/procfs.c (statm, smaps_rollup, meminfo, PSI).
  *
  * Any bytes: each parser returns 0 or -EINVAL without reading past `size` (libFuzzer's input
  * is a heap buffer of exactly that size, so AddressSanitizer sees an over-read); a refused text

@@ -1,6 +1,6 @@
 /*
- * test_board.c - unit tests of firmware/agent/collect/board.c: the profiles in boards/ and detection
- * over the fixture trees in tests/fixtures/boards.
+ * test_board.c - unit tests of firmware/agent/collect/board.c: the profiles in boards/ and
+ * detection over the fixture trees in tests/fixtures/boards.
  *
  * Covered: every shipped profile parses, its name equals its file name and it carries the
  * fields the agent needs; every fixture tree detects its own profile, with a reason of the

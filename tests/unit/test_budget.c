@@ -1,6 +1,6 @@
 /*
- * test_budget.c - unit tests of firmware/agent/supervise/budget.c: rule hysteresis, the level's up and
- * down steps, hard deadlines, alive supervision, rate, miss ratio, RSS cap and slope, absent
+ * test_budget.c - unit tests of firmware/agent/supervise/budget.c: rule hysteresis, the level's up
+ * and down steps, hard deadlines, alive supervision, rate, miss ratio, RSS cap and slope, absent
  * figures, the change record, the anomaly score, flow (logical) supervision and the birth's
  * budget list.
  *

@@ -1,12 +1,12 @@
 /*
- * test_sensors.c - the board sensors (firmware/agent/collect/sensors.c) against the fixture trees of
- * every board in tests/fixtures/boards/<board>/ (table-driven: which figures exist and what
- * they read, which throttle cause the board shows), and against small trees built in a
- * temporary directory for what fixtures cannot show: missing, garbage, empty and unreadable
- * files (absent and counted), a zone crossing its trip point and coming back, a frequency cap,
- * a power alarm and the order of causes, options (zone filter, explicit paths, "none", a bad
- * power value), and NVML absent (no libnvidia-ml on the test machine: figures left out).
- * Also the two text parsers, table-driven.
+ * test_sensors.c - the board sensors (firmware/agent/collect/sensors.c) against the fixture trees
+ * of every board in tests/fixtures/boards/<board>/ (table-driven: which figures exist and what they
+ * read, which throttle cause the board shows), and against small trees built in a temporary
+ * directory for what fixtures cannot show: missing, garbage, empty and unreadable files (absent and
+ * counted), a zone crossing its trip point and coming back, a frequency cap, a power alarm and the
+ * order of causes, options (zone filter, explicit paths, "none", a bad power value), and NVML
+ * absent (no libnvidia-ml on the test machine: figures left out). Also the two text parsers,
+ * table-driven.
  */
 #define _XOPEN_SOURCE 700 /* POSIX 2008 plus XSI, for nftw() in the teardown */
 #include <stdarg.h>

@@ -31,18 +31,17 @@ typedef enum {
 /* What [target] names: exactly one kind. */
 typedef struct {
   em_target_kind_t kind;
-  int32_t pid;                        /* EM_TARGET_PID */
-  char value[EM_TARGET_MAX_VALUE];    /* The others' pid file, name, cmdline text or cgroup. */
+  int32_t pid;                     /* EM_TARGET_PID */
+  char value[EM_TARGET_MAX_VALUE]; /* The others' pid file, name, cmdline text or cgroup. */
 } em_target_spec_t;
 
 /*
- * Looks for the target `t` names under proc_root. Returns the pid (> 0) when found, 0 when no process
- * matches now (the target is not running: not an error), or a negative errno when the
+ * Looks for the target `t` names under proc_root. Returns the pid (> 0) when found, 0 when no
+ * process matches now (the target is not running: not an error), or a negative errno when the
  * lookup itself cannot work (-EINVAL: the config has no process target; -ENOENT: proc_root
  * missing). `why` (may be NULL) receives a short reason when 0 is returned.
  */
-pid_t em_target_find(const em_target_spec_t *t, const char *proc_root, char *why,
-                     size_t why_cap);
+pid_t em_target_find(const em_target_spec_t *t, const char *proc_root, char *why, size_t why_cap);
 
 /*
  * Start time of `pid` in clock ticks since boot (field 22 of <root>/<pid>/stat), so a pid

@@ -1,8 +1,8 @@
 /*
  * crc32c.h - CRC-32C (Castagnoli), the checksum of every record edgemon writes to disk: the
- * agent's spool (firmware/agent/transport/spool.c) and edgemon-cli's recordings (host/RECORDING.md).
- * Reflected polynomial 0x82F63B78, initial value and final xor 0xFFFFFFFF: the CRC of
- * "123456789" is 0xE3069283, as in RFC 3720 (iSCSI) and ext4.
+ * agent's spool (firmware/agent/transport/spool.c) and edgemon-cli's recordings
+ * (host/RECORDING.md). Reflected polynomial 0x82F63B78, initial value and final xor 0xFFFFFFFF: the
+ * CRC of "123456789" is 0xE3069283, as in RFC 3720 (iSCSI) and ext4.
  */
 #ifndef EDGEMON_CRC32C_H
 #define EDGEMON_CRC32C_H
