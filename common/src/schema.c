@@ -40,8 +40,7 @@ static const char *quote(char *out, size_t cap, const char *value) {
   return em_str_quote(out, cap, value, QUOTE_MAX);
 }
 
-/* Formats a duration exactly, in the largest unit that divides it ("100ms", "30s", "1h"). */
-static const char *format_duration(char *out, size_t cap, uint64_t ns) {
+const char *em_schema_format_duration(char *out, size_t cap, uint64_t ns) {
   static const struct {
     uint64_t ns;
     const char *unit;
@@ -61,8 +60,7 @@ static const char *format_duration(char *out, size_t cap, uint64_t ns) {
   return out;
 }
 
-/* Formats a size in the largest unit that divides it ("64KiB", "1GiB", "1024GiB"). */
-static const char *format_size(char *out, size_t cap, uint64_t bytes) {
+const char *em_schema_format_size(char *out, size_t cap, uint64_t bytes) {
   static const struct {
     uint64_t bytes;
     const char *unit;
@@ -170,7 +168,8 @@ static int set_duration(const em_schema_key_t *k, void *field, const char *value
       char lo[32];
       char hi[32];
       return fail(msg, cap, "%s '%s' is out of range %s..%s", k->name, q,
-                  format_duration(lo, sizeof(lo), k->min), format_duration(hi, sizeof(hi), k->max));
+                  em_schema_format_duration(lo, sizeof(lo), k->min),
+                  em_schema_format_duration(hi, sizeof(hi), k->max));
     }
   }
   if (!(k->flags & EM_SCHEMA_SECONDS)) {
@@ -209,7 +208,8 @@ static int set_size(const em_schema_key_t *k, void *field, const char *value, ch
   case EM_PARSE_OVERFLOW:
     if (has_range(k)) {
       return fail(msg, cap, "%s '%s' is out of range %s..%s", k->name, q,
-                  format_size(lo, sizeof(lo), k->min), format_size(hi, sizeof(hi), k->max));
+                  em_schema_format_size(lo, sizeof(lo), k->min),
+                  em_schema_format_size(hi, sizeof(hi), k->max));
     }
     return fail(msg, cap, "%s '%s' is too large", k->name, q);
   case EM_PARSE_NEGATIVE:
@@ -558,11 +558,11 @@ int em_schema_describe(const em_schema_key_t *k, char *buf, size_t cap) {
   char lo[32];
   char hi[32];
   if (has_range(k) && k->type == EM_SCHEMA_DURATION) {
-    snprintf(range, sizeof(range), ", %s..%s", format_duration(lo, sizeof(lo), k->min),
-             format_duration(hi, sizeof(hi), k->max));
+    snprintf(range, sizeof(range), ", %s..%s", em_schema_format_duration(lo, sizeof(lo), k->min),
+             em_schema_format_duration(hi, sizeof(hi), k->max));
   } else if (has_range(k) && k->type == EM_SCHEMA_SIZE) {
-    snprintf(range, sizeof(range), ", %s..%s", format_size(lo, sizeof(lo), k->min),
-             format_size(hi, sizeof(hi), k->max));
+    snprintf(range, sizeof(range), ", %s..%s", em_schema_format_size(lo, sizeof(lo), k->min),
+             em_schema_format_size(hi, sizeof(hi), k->max));
   } else if (has_range(k) && k->type == EM_SCHEMA_INT) {
     snprintf(range, sizeof(range), ", %llu..%llu", (unsigned long long)k->min,
              (unsigned long long)k->max);

@@ -1,7 +1,9 @@
 /*
  * config.c - see config.h. Reads the agent's INI file with common/'s INI line reader
- * (edgemon/common/ini.h), validates every key with common/'s typed value parsers, reports every
- * problem as FILE:LINE: message, and fills in defaults (docs/CONFIG.md).
+ * (edgemon/common/ini.h). Every key is one row of `keys` (edgemon/common/schema.h): the row's
+ * type validates and stores the value (keys with more to check name their own setter), its
+ * default fills em_config_defaults(), its flags say whether a reload applies it, and unknown
+ * keys get the closest name of their section. Every problem is reported as FILE:LINE: message.
  *
  * Owns nothing after em_config_load() returns: the file is open only during the call, and
  * nothing is allocated (the reader keeps its line buffer on the stack). Single-threaded.
@@ -23,6 +25,7 @@
 #include "edgemon/common/credentials.h"
 #include "edgemon/common/ini.h"
 #include "edgemon/common/parse.h"
+#include "edgemon/common/schema.h"
 #include "edgemon/common/str.h"
 #include "edgemon/proto.h"
 #include "edgemon/ring.h"
@@ -177,20 +180,9 @@ typedef enum {
 #define MAX_PENDING_RULES (MAX_BUDGET_STAGES * 9 + 8) /* Every rule key of every section. */
 
 typedef struct load load_t;
-typedef struct key_def key_def_t;
 
-/* Validates `value` (non-empty, no control characters) and stores it, or reports why not. */
-typedef void (*key_setter_fn)(load_t *ld, const key_def_t *k, const char *value);
-
-struct key_def {
-  key_id_t id;
-  section_t section;
-  const char *name;
-  key_setter_fn set;
-  uint64_t min_ns;     /* Durations: the accepted range; enter/leave_windows: as counts. */
-  uint64_t max_ns;     /* 0 for keys that have no range here. */
-  const char *example; /* A valid value, quoted in messages. */
-};
+/* A key's row in the schema (edgemon/common/schema.h); its id is a key_id_t. */
+typedef em_schema_key_t key_def_t;
 
 /* The budget keys of one [budget.<stage>] (merged over repeated headers) or [budget.process]. */
 typedef struct {
@@ -226,13 +218,6 @@ struct load {
   size_t n_stages;
 };
 
-/* [pmu] events when the file does not set it: what every Linux kernel offers. */
-static const char *const default_events[] = {
-    "cycles",        "instructions", "cache-references", "cache-misses",   "branch-instructions",
-    "branch-misses", "task-clock",   "context-switches", "cpu-migrations", "page-faults",
-};
-#define N_DEFAULT_EVENTS (sizeof(default_events) / sizeof(default_events[0]))
-
 /* ---- small helpers ---------------------------------------------------------------------- */
 
 static bool is_space(char c) {
@@ -251,70 +236,6 @@ static bool is_id_char(char c) {
 /* Quotes `s` into out for a message (edgemon/common/str.h). */
 static const char *quote(char *out, size_t cap, const char *s) {
   return em_str_quote(out, cap, s, QUOTE_MAX);
-}
-
-/*
- * Levenshtein distance between a and b, or SIZE_MAX when either is longer than the small
- * fixed rows (no suggestion is worth it then).
- */
-static size_t edit_distance(const char *a, const char *b) {
-  enum { MAXLEN = 48 };
-  size_t la = strlen(a);
-  size_t lb = strlen(b);
-  if (la > MAXLEN || lb > MAXLEN) {
-    return SIZE_MAX;
-  }
-  size_t prev[MAXLEN + 1];
-  size_t cur[MAXLEN + 1];
-  for (size_t j = 0; j <= lb; j++) {
-    prev[j] = j;
-  }
-  for (size_t i = 1; i <= la; i++) {
-    cur[0] = i;
-    for (size_t j = 1; j <= lb; j++) {
-      size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-      size_t best = prev[j - 1] + cost;
-      if (prev[j] + 1 < best) {
-        best = prev[j] + 1;
-      }
-      if (cur[j - 1] + 1 < best) {
-        best = cur[j - 1] + 1;
-      }
-      cur[j] = best;
-    }
-    memcpy(prev, cur, (lb + 1) * sizeof(prev[0]));
-  }
-  return prev[lb];
-}
-
-/* True when `candidate` is close enough to `word` to suggest, and closer than *best. */
-static bool closer(const char *word, const char *candidate, size_t *best) {
-  size_t d = edit_distance(word, candidate);
-  if (d == 0 || d > SUGGEST_DISTANCE || d >= strlen(word) || d >= *best) {
-    return false;
-  }
-  *best = d;
-  return true;
-}
-
-/* Formats a duration exactly, in the largest unit that divides it ("100ms", "30s", "1h"). */
-static const char *format_duration(char *out, size_t cap, uint64_t ns) {
-  static const struct {
-    uint64_t ns;
-    const char *unit;
-    uint64_t from; /* Use this unit only from this value up ("90s", not "1m30s"). */
-  } units[] = {
-      {NS_PER_H, "h", NS_PER_H},    {NS_PER_MIN, "m", 2 * NS_PER_MIN}, {NS_PER_S, "s", NS_PER_S},
-      {NS_PER_MS, "ms", NS_PER_MS}, {NS_PER_US, "us", NS_PER_US},
-  };
-  for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
-    if (ns >= units[i].from && ns % units[i].ns == 0) {
-      snprintf(out, cap, "%llu%s", (unsigned long long)(ns / units[i].ns), units[i].unit);
-      return out;
-    }
-  }
-  snprintf(out, cap, "%lluns", (unsigned long long)ns);
-  return out;
 }
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -381,13 +302,14 @@ int em_config_parse_broker(const char *url, char *host, size_t host_cap, uint16_
 
 /* ---- key setters: each validates one value and stores it, or reports why not ------------ */
 
-/* Marks key k as stored. */
-static void accept_key(load_t *ld, const key_def_t *k) {
+/* Marks key k as stored; returns 0, for a setter's `return accept_key(ld, k)`. */
+static int accept_key(load_t *ld, const key_def_t *k) {
   if (k->id >= K_BUDGET_FIRST) {
     ld->budget->ok[k->id - K_BUDGET_FIRST] = true;
   } else {
     ld->key_ok[k->id] = true;
   }
+  return 0;
 }
 
 /* Where the line of key k is kept: per section for budget keys, per file for the others. */
@@ -396,170 +318,6 @@ static int *key_line_slot(load_t *ld, const key_def_t *k) {
     return &ld->budget->line[k->id - K_BUDGET_FIRST];
   }
   return &ld->key_line[k->id];
-}
-
-/* Reports a value that em_config_parse_duration() rejected, saying why. */
-static void report_bad_duration(load_t *ld, const key_def_t *k, const char *value,
-                                em_parse_status_t why) {
-  char q[QUOTE_MAX + 4];
-  quote(q, sizeof(q), value);
-  switch (why) {
-  case EM_PARSE_NO_UNIT:
-    report(ld, ld->line, "%s needs a unit, e.g. %s", k->name, k->example);
-    return;
-  case EM_PARSE_BAD_UNIT:
-    report(ld, ld->line, "%s '%s' has an unknown unit; use ns, us, ms, s, m or h", k->name, q);
-    return;
-  case EM_PARSE_NEGATIVE:
-    report(ld, ld->line, "%s '%s' cannot be negative", k->name, q);
-    return;
-  case EM_PARSE_OVERFLOW:
-    report(ld, ld->line, "%s '%s' is too large", k->name, q);
-    return;
-  case EM_PARSE_NOT_NUMBER:
-  case EM_PARSE_OK:
-    break;
-  }
-  report(ld, ld->line, "%s '%s' is not a duration; use a whole number and a unit, e.g. %s", k->name,
-         q, k->example);
-}
-
-/* Parses a duration and checks it against the key's range; false after reporting. */
-static bool parse_duration_in_range(load_t *ld, const key_def_t *k, const char *value,
-                                    uint64_t *out_ns) {
-  uint64_t ns = 0;
-  em_parse_status_t why = em_parse_duration_status(value, 0, &ns);
-  if (why != EM_PARSE_OK) {
-    report_bad_duration(ld, k, value, why);
-    return false;
-  }
-  if (ns < k->min_ns || ns > k->max_ns) {
-    char q[QUOTE_MAX + 4];
-    char lo[32];
-    char hi[32];
-    report(ld, ld->line, "%s '%s' is out of range %s..%s", k->name, quote(q, sizeof(q), value),
-           format_duration(lo, sizeof(lo), k->min_ns), format_duration(hi, sizeof(hi), k->max_ns));
-    return false;
-  }
-  *out_ns = ns;
-  return true;
-}
-
-/* sample_period, reconnect_min, reconnect_max: a duration in the key's range. */
-static void set_duration(load_t *ld, const key_def_t *k, const char *value) {
-  uint64_t ns = 0;
-  if (!parse_duration_in_range(ld, k, value, &ns)) {
-    return;
-  }
-  em_config_t *cfg = ld->cfg;
-  switch (k->id) {
-  case K_SAMPLE_PERIOD:
-    cfg->sample_period_ns = ns;
-    cfg->sample_period_set = true;
-    break;
-  case K_SENSORS_PERIOD:
-    cfg->sensors_period_ns = ns;
-    break;
-  case K_SYSTEM_PERIOD:
-    cfg->system_period_ns = ns;
-    break;
-  case K_RECONNECT_MIN:
-    cfg->reconnect_min_ns = ns;
-    break;
-  case K_RECONNECT_MAX:
-    cfg->reconnect_max_ns = ns;
-    break;
-  case K_DEGRADE_WINDOW:
-    cfg->window_ns = ns;
-    break;
-  case K_HOOK_TIMEOUT:
-    cfg->hook_timeout_ns = ns;
-    break;
-  case K_SPOOL_SYNC:
-    cfg->spool_sync_ns = ns;
-    break;
-  case K_ACK_TIMEOUT:
-    cfg->ack_timeout_ns = ns;
-    break;
-  case K_STAGE_IDLE:
-    cfg->stage_idle_ns = ns;
-    break;
-  default:
-    return;
-  }
-  accept_key(ld, k);
-}
-
-/* ack_timeout: "off" turns the PUBACK watch off, else a duration. */
-static void set_ack_timeout(load_t *ld, const key_def_t *k, const char *value) {
-  if (strcmp(value, "off") == 0) {
-    ld->cfg->ack_timeout_ns = 0;
-    accept_key(ld, k);
-    return;
-  }
-  set_duration(ld, k, value);
-}
-
-/* smaps_period: "0" or "off" turns smaps_rollup reading off, else a duration. */
-static void set_smaps_period(load_t *ld, const key_def_t *k, const char *value) {
-  uint64_t ns = 0;
-  if (strcmp(value, "0") == 0 || strcmp(value, "off") == 0) {
-    ns = 0;
-  } else if (!parse_duration_in_range(ld, k, value, &ns)) {
-    return;
-  }
-  ld->cfg->smaps_period_ns = ns;
-  accept_key(ld, k);
-}
-
-/* keepalive: a duration of whole seconds, 5s..1h, stored in seconds. */
-static void set_keepalive(load_t *ld, const key_def_t *k, const char *value) {
-  uint64_t ns = 0;
-  if (!parse_duration_in_range(ld, k, value, &ns)) {
-    return;
-  }
-  if (ns % NS_PER_S != 0) {
-    char q[QUOTE_MAX + 4];
-    report(ld, ld->line, "%s '%s' must be whole seconds, e.g. %s", k->name,
-           quote(q, sizeof(q), value), k->example);
-    return;
-  }
-  ld->cfg->keepalive_s = (uint32_t)(ns / NS_PER_S);
-  accept_key(ld, k);
-}
-
-/* Checks an identifier (device_id, board): 1..63 characters of [A-Za-z0-9_.:-]. */
-static bool check_id(load_t *ld, const key_def_t *k, const char *value) {
-  char q[QUOTE_MAX + 4];
-  if (strlen(value) >= EM_CONFIG_MAX_ID) {
-    report(ld, ld->line, "%s '%s' is longer than %d characters", k->name,
-           quote(q, sizeof(q), value), EM_CONFIG_MAX_ID - 1);
-    return false;
-  }
-  for (const char *p = value; *p != '\0'; p++) {
-    if (!is_id_char(*p)) {
-      report(ld, ld->line, "%s '%s' may use only letters, digits and _ . : -", k->name,
-             quote(q, sizeof(q), value));
-      return false;
-    }
-  }
-  return true;
-}
-
-static void set_device_id(load_t *ld, const key_def_t *k, const char *value) {
-  if (!check_id(ld, k, value)) {
-    return;
-  }
-  em_str_copy(ld->cfg->device_id, sizeof(ld->cfg->device_id), value);
-  accept_key(ld, k);
-}
-
-static void set_board(load_t *ld, const key_def_t *k, const char *value) {
-  if (!check_id(ld, k, value)) {
-    return;
-  }
-  em_str_copy(ld->cfg->board, sizeof(ld->cfg->board), value);
-  accept_key(ld, k);
 }
 
 /* Checks an absolute path that fits EM_CONFIG_MAX_PATH. */
@@ -576,43 +334,13 @@ static bool check_path(load_t *ld, const key_def_t *k, const char *value) {
   return true;
 }
 
-static void set_runtime_dir(load_t *ld, const key_def_t *k, const char *value) {
-  if (!check_path(ld, k, value)) {
-    return;
-  }
-  em_str_copy(ld->cfg->runtime_dir, sizeof(ld->cfg->runtime_dir), value);
-  accept_key(ld, k);
-}
-
-static void set_proc_root(load_t *ld, const key_def_t *k, const char *value) {
-  if (!check_path(ld, k, value)) {
-    return;
-  }
-  if (k->id == K_SYS_ROOT) {
-    em_str_copy(ld->cfg->sys_root, sizeof(ld->cfg->sys_root), value);
-  } else {
-    em_str_copy(ld->cfg->proc_root, sizeof(ld->cfg->proc_root), value);
-  }
-  accept_key(ld, k);
-}
-
-static void set_log_level(load_t *ld, const key_def_t *k, const char *value) {
-  em_log_level_t level = EM_LOG_INFO;
-  if (em_log_parse_level(value, &level) != 0) {
-    char q[QUOTE_MAX + 4];
-    report(ld, ld->line, "%s '%s' must be one of error, warn, info, debug", k->name,
-           quote(q, sizeof(q), value));
-    return;
-  }
-  ld->cfg->log_level = level;
-  accept_key(ld, k);
-}
-
 /*
  * [target] keys: the first one given wins; a second one is a conflict. Each kind then checks
  * its own value.
  */
-static void set_target(load_t *ld, const key_def_t *k, const char *value) {
+static int set_target(void *ctx, const key_def_t *k, void *obj, const char *value) {
+  load_t *ld = ctx;
+  (void)obj;
   static const struct {
     key_id_t key;
     em_target_kind_t kind;
@@ -624,7 +352,7 @@ static void set_target(load_t *ld, const key_def_t *k, const char *value) {
   if (ld->target != NULL) {
     report(ld, ld->line, "[target] %s conflicts with %s on line %d", k->name, ld->target->name,
            ld->key_line[ld->target->id]);
-    return;
+    return -EINVAL;
   }
   ld->target = k;
 
@@ -637,14 +365,14 @@ static void set_target(load_t *ld, const key_def_t *k, const char *value) {
   case K_PID:
     if (!parse_u64(value, &pid) || pid < 1 || pid > MAX_PID) {
       report(ld, ld->line, "pid '%s' must be a number from 1 to %d", q, MAX_PID);
-      return;
+      return -EINVAL;
     }
     cfg->target.pid = (int32_t)pid;
     break;
   case K_PID_FILE:
   case K_CGROUP:
     if (!check_path(ld, k, value)) {
-      return;
+      return -EINVAL;
     }
     break;
   case K_PROCESS_NAME:
@@ -652,30 +380,32 @@ static void set_target(load_t *ld, const key_def_t *k, const char *value) {
       report(ld, ld->line,
              "process_name '%s' is longer than %d characters (the kernel's comm limit)", q,
              MAX_COMM);
-      return;
+      return -EINVAL;
     }
     break;
   case K_CMDLINE:
     if (len > MAX_CMDLINE) {
       report(ld, ld->line, "cmdline is longer than %d characters", MAX_CMDLINE);
-      return;
+      return -EINVAL;
     }
     break;
   default:
-    return;
+    return -EINVAL;
   }
   for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
-    if (kinds[i].key == k->id) {
+    if ((int)kinds[i].key == k->id) {
       cfg->target.kind = kinds[i].kind;
     }
   }
   if (k->id != K_PID) {
     em_str_copy(cfg->target.value, sizeof(cfg->target.value), value);
   }
-  accept_key(ld, k);
+  return accept_key(ld, k);
 }
 
-static void set_broker(load_t *ld, const key_def_t *k, const char *value) {
+static int set_broker(void *ctx, const key_def_t *k, void *obj, const char *value) {
+  load_t *ld = ctx;
+  (void)obj;
   em_config_t *cfg = ld->cfg;
   char host[sizeof(cfg->broker_host)];
   uint16_t port = 0;
@@ -684,105 +414,40 @@ static void set_broker(load_t *ld, const key_def_t *k, const char *value) {
   if (why != NULL) {
     char q[QUOTE_MAX + 4];
     report(ld, ld->line, "%s '%s' %s", k->name, quote(q, sizeof(q), value), why);
-    return;
+    return -EINVAL;
   }
   memcpy(cfg->broker_host, host, sizeof(host));
   cfg->broker_port = port;
   cfg->tls = tls;
-  accept_key(ld, k);
-}
-
-/*
- * tls_ca_file, tls_ca_path, tls_cert_file, tls_key_file, credentials_file: absolute paths.
- * Whether the files are there, and private where they must be, is checked in finish().
- */
-static void set_mqtt_path(load_t *ld, const key_def_t *k, const char *value) {
-  if (!check_path(ld, k, value)) {
-    return;
-  }
-  em_config_t *cfg = ld->cfg;
-  char *dst = NULL;
-  switch (k->id) {
-  case K_TLS_CA_FILE:
-    dst = cfg->tls_ca_file;
-    break;
-  case K_TLS_CA_PATH:
-    dst = cfg->tls_ca_path;
-    break;
-  case K_TLS_CERT_FILE:
-    dst = cfg->tls_cert_file;
-    break;
-  case K_TLS_KEY_FILE:
-    dst = cfg->tls_key_file;
-    break;
-  case K_CREDENTIALS_FILE:
-    dst = cfg->credentials_file;
-    break;
-  default:
-    return;
-  }
-  em_str_copy(dst, EM_CONFIG_MAX_PATH, value);
-  accept_key(ld, k);
-}
-
-/* tls_insecure: true/false, yes/no, on/off, 1/0. */
-static void set_tls_insecure(load_t *ld, const key_def_t *k, const char *value) {
-  if (em_parse_bool(value, &ld->cfg->tls_insecure) == 0) {
-    accept_key(ld, k);
-    return;
-  }
-  char q[QUOTE_MAX + 4];
-  report(ld, ld->line, "%s '%s' must be true or false", k->name, quote(q, sizeof(q), value));
+  return accept_key(ld, k);
 }
 
 /* client_id: 1..64 characters of printable ASCII without spaces. */
-static void set_client_id(load_t *ld, const key_def_t *k, const char *value) {
+static int set_client_id(void *ctx, const key_def_t *k, void *obj, const char *value) {
+  load_t *ld = ctx;
+  (void)obj;
   char q[QUOTE_MAX + 4];
   if (strlen(value) > MAX_CLIENT_ID) {
     report(ld, ld->line, "%s '%s' is longer than %d characters", k->name,
            quote(q, sizeof(q), value), MAX_CLIENT_ID);
-    return;
+    return -EINVAL;
   }
   for (const char *p = value; *p != '\0'; p++) {
     unsigned char c = (unsigned char)*p;
     if (c <= 0x20 || c >= 0x7f) {
       report(ld, ld->line, "%s '%s' may use only printable ascii without spaces", k->name,
              quote(q, sizeof(q), value));
-      return;
+      return -EINVAL;
     }
   }
   em_str_copy(ld->cfg->client_id, sizeof(ld->cfg->client_id), value);
-  accept_key(ld, k);
-}
-
-/* qos_data, qos_state: 0 or 1. */
-static void set_qos(load_t *ld, const key_def_t *k, const char *value) {
-  if (strcmp(value, "0") != 0 && strcmp(value, "1") != 0) {
-    char q[QUOTE_MAX + 4];
-    report(ld, ld->line, "%s '%s' must be 0 or 1 (qos 2 is not supported)", k->name,
-           quote(q, sizeof(q), value));
-    return;
-  }
-  int qos = value[0] - '0';
-  if (k->id == K_QOS_DATA) {
-    ld->cfg->qos_data = qos;
-  } else {
-    ld->cfg->qos_state = qos;
-  }
-  accept_key(ld, k);
-}
-
-/* [spans] socket: the span socket's path; default <runtime_dir>/spans.sock. */
-static void set_span_socket(load_t *ld, const key_def_t *k, const char *value) {
-  if (!check_path(ld, k, value)) {
-    return;
-  }
-  em_str_copy(ld->cfg->span_socket, sizeof(ld->cfg->span_socket), value);
-  accept_key(ld, k);
+  return accept_key(ld, k);
 }
 
 /* [spans] socket_mode: octal permission bits, owner read-write at least. */
-static void set_socket_mode(load_t *ld, const key_def_t *k, const char *value) {
+static int set_socket_mode(void *ctx, const key_def_t *k, void *obj, const char *value) {
+  load_t *ld = ctx;
+  (void)obj;
   char q[QUOTE_MAX + 4];
   unsigned mode = 0;
   size_t len = strlen(value);
@@ -794,10 +459,10 @@ static void set_socket_mode(load_t *ld, const key_def_t *k, const char *value) {
   if (!ok || (mode & 0600) != 0600 || mode > 0777) {
     report(ld, ld->line, "%s '%s' must be octal permissions with owner read-write, e.g. %s",
            k->name, quote(q, sizeof(q), value), k->example);
-    return;
+    return -EINVAL;
   }
   ld->cfg->span_socket_mode = mode;
-  accept_key(ld, k);
+  return accept_key(ld, k);
 }
 
 /*
@@ -836,17 +501,21 @@ static bool resolve_id(load_t *ld, const key_def_t *k, const char *name, bool gr
 }
 
 /* [spans] socket_group: the group the socket file is given (with socket_mode). */
-static void set_socket_group(load_t *ld, const key_def_t *k, const char *value) {
+static int set_socket_group(void *ctx, const key_def_t *k, void *obj, const char *value) {
+  load_t *ld = ctx;
+  (void)obj;
   uint32_t gid = 0;
   if (!resolve_id(ld, k, value, true, &gid)) {
-    return;
+    return -EINVAL;
   }
   ld->cfg->span_socket_gid = (int64_t)gid;
-  accept_key(ld, k);
+  return accept_key(ld, k);
 }
 
 /* [spans] allow_uids / allow_gids: comma or space separated users or groups. */
-static void set_allow_ids(load_t *ld, const key_def_t *k, const char *value) {
+static int set_allow_ids(void *ctx, const key_def_t *k, void *obj, const char *value) {
+  load_t *ld = ctx;
+  (void)obj;
   bool group = k->id == K_ALLOW_GIDS;
   uint32_t ids[EM_CONFIG_MAX_IDS];
   size_t n = 0;
@@ -867,14 +536,14 @@ static void set_allow_ids(load_t *ld, const key_def_t *k, const char *value) {
     if (len >= sizeof(name) || n == EM_CONFIG_MAX_IDS) {
       report(ld, ld->line, "%s: %s", k->name,
              n == EM_CONFIG_MAX_IDS ? "more than 16 entries" : "an entry is too long");
-      return;
+      return -EINVAL;
     }
     memcpy(name, start, len);
     name[len] = '\0';
     bad = !resolve_id(ld, k, name, group, &ids[n++]) || bad;
   }
   if (bad) {
-    return;
+    return -EINVAL;
   }
   if (group) {
     memcpy(ld->cfg->allow_gids, ids, n * sizeof(ids[0]));
@@ -883,34 +552,23 @@ static void set_allow_ids(load_t *ld, const key_def_t *k, const char *value) {
     memcpy(ld->cfg->allow_uids, ids, n * sizeof(ids[0]));
     ld->cfg->n_allow_uids = n;
   }
-  accept_key(ld, k);
-}
-
-/* [spans] max_stages: stages tracked at once, 1..64. */
-static void set_max_stages(load_t *ld, const key_def_t *k, const char *value) {
-  uint64_t n = 0;
-  if (!parse_u64(value, &n) || n < 1 || n > EM_PROTO_MAX_STAGES) {
-    char q[QUOTE_MAX + 4];
-    report(ld, ld->line, "%s '%s' must be a whole number from 1 to %u", k->name,
-           quote(q, sizeof(q), value), EM_PROTO_MAX_STAGES);
-    return;
-  }
-  ld->cfg->max_stages = (uint32_t)n;
-  accept_key(ld, k);
+  return accept_key(ld, k);
 }
 
 /* [spans] ring_slots: the slot count suggested to clients, a power of two in the ring's range. */
-static void set_ring_slots(load_t *ld, const key_def_t *k, const char *value) {
+static int set_ring_slots(void *ctx, const key_def_t *k, void *obj, const char *value) {
+  load_t *ld = ctx;
+  (void)obj;
   uint64_t n = 0;
   if (!parse_u64(value, &n) || n < EM_RING_MIN_SLOTS || n > EM_RING_MAX_SLOTS ||
       (n & (n - 1)) != 0) {
     char q[QUOTE_MAX + 4];
     report(ld, ld->line, "%s '%s' must be a power of two from %u to %u", k->name,
            quote(q, sizeof(q), value), EM_RING_MIN_SLOTS, EM_RING_MAX_SLOTS);
-    return;
+    return -EINVAL;
   }
   ld->cfg->ring_slots = (uint32_t)n;
-  accept_key(ld, k);
+  return accept_key(ld, k);
 }
 
 /* Reports an unknown event, with a suggestion when one is close, and the valid names: the
@@ -918,8 +576,8 @@ static void set_ring_slots(load_t *ld, const key_def_t *k, const char *value) {
 static void report_unknown_event(load_t *ld, const char *name) {
   char valid[512];
   size_t used = 0;
-  size_t best = SIZE_MAX;
-  const char *hint = NULL;
+  const char *names[64];
+  size_t n_names = 0;
   bool alias = false;
   const char *generic = NULL;
   for (size_t i = 0; (generic = em_pmu_generic_name(i, &alias)) != NULL; i++) {
@@ -930,10 +588,11 @@ static void report_unknown_event(load_t *ld, const char *name) {
     if (n > 0 && (size_t)n < sizeof(valid) - used) {
       used += (size_t)n;
     }
-    if (closer(name, generic, &best)) {
-      hint = generic;
+    if (n_names < sizeof(names) / sizeof(names[0])) {
+      names[n_names++] = generic;
     }
   }
+  const char *hint = em_schema_closest(name, names, n_names);
   char q[QUOTE_MAX + 4];
   quote(q, sizeof(q), name);
   if (hint != NULL) {
@@ -987,7 +646,9 @@ static bool event_syntax_ok(const char *name) {
  * resolved against /sys/bus/event_source at start, where one the board lacks is absent with
  * its reason. The commas inside pmu/a=1,b=2/ do not split.
  */
-static void set_events(load_t *ld, const key_def_t *k, const char *value) {
+static int set_events(void *ctx, const key_def_t *k, void *obj, const char *value) {
+  load_t *ld = ctx;
+  (void)obj;
   char names[EM_CONFIG_MAX_EVENTS][EM_CONFIG_MAX_EVENT_NAME];
   size_t n = 0;
   bool bad = false;
@@ -1050,54 +711,19 @@ static void set_events(load_t *ld, const key_def_t *k, const char *value) {
   }
   if (n == 0 && !bad) {
     report(ld, ld->line, "%s lists no event; e.g. %s", k->name, k->example);
-    return;
+    return -EINVAL;
   }
   if (bad) {
-    return;
+    return -EINVAL;
   }
   em_config_t *cfg = ld->cfg;
   memset(cfg->events, 0, sizeof(cfg->events));
   memcpy(cfg->events, names, sizeof(names[0]) * n);
   cfg->n_events = n;
-  cfg->events_set = true;
-  accept_key(ld, k);
+  return accept_key(ld, k);
 }
 
 /* ---- [degrade] and [budget.*] setters --------------------------------------------------- */
-
-/* [degrade] enter_windows, leave_windows, [spool] replay_per_tick, [spans] rings and
- * rings_per_process: a whole number in the key's range (min_ns..max_ns). */
-static void set_window_count(load_t *ld, const key_def_t *k, const char *value) {
-  uint64_t n = 0;
-  if (!parse_u64(value, &n) || n < k->min_ns || n > k->max_ns) {
-    char q[QUOTE_MAX + 4];
-    report(ld, ld->line, "%s '%s' must be a whole number from %llu to %llu", k->name,
-           quote(q, sizeof(q), value), (unsigned long long)k->min_ns,
-           (unsigned long long)k->max_ns);
-    return;
-  }
-  if (k->id == K_ENTER_WINDOWS) {
-    ld->cfg->enter_windows = (uint32_t)n;
-  } else if (k->id == K_LEAVE_WINDOWS) {
-    ld->cfg->leave_windows = (uint32_t)n;
-  } else if (k->id == K_RINGS) {
-    ld->cfg->rings = (uint32_t)n;
-  } else if (k->id == K_RINGS_PER_PROCESS) {
-    ld->cfg->rings_per_process = (uint32_t)n;
-  } else {
-    ld->cfg->replay_per_tick = (uint32_t)n;
-  }
-  accept_key(ld, k);
-}
-
-/* [degrade] hook: the absolute path of the command run on every change of level. */
-static void set_hook(load_t *ld, const key_def_t *k, const char *value) {
-  if (!check_path(ld, k, value)) {
-    return;
-  }
-  em_str_copy(ld->cfg->hook, sizeof(ld->cfg->hook), value);
-  accept_key(ld, k);
-}
 
 /* Parses a decimal number ("15", "0.05", "1e3"): starts with a digit, finite, nothing after. */
 static bool parse_number(const char *text, double *out) {
@@ -1114,18 +740,10 @@ static bool parse_number(const char *text, double *out) {
   return true;
 }
 
-/* Budget durations (p99, deadline, miss_over, stall, rss_slope_horizon), in the key's range. */
-static void set_budget_duration(load_t *ld, const key_def_t *k, const char *value) {
-  uint64_t ns = 0;
-  if (!parse_duration_in_range(ld, k, value, &ns)) {
-    return;
-  }
-  ld->budget->val[k->id - K_BUDGET_FIRST].u = ns;
-  accept_key(ld, k);
-}
-
 /* level and <rule>_level: WARN, DEGRADED or CRITICAL, in any case. */
-static void set_budget_level(load_t *ld, const key_def_t *k, const char *value) {
+static int set_budget_level(void *ctx, const key_def_t *k, void *obj, const char *value) {
+  load_t *ld = ctx;
+  (void)obj;
   static const em_parse_enum_t levels[] = {
       {"WARN", EM_LEVEL_WARN}, {"DEGRADED", EM_LEVEL_DEGRADED}, {"CRITICAL", EM_LEVEL_CRITICAL}};
   char q[QUOTE_MAX + 4];
@@ -1133,22 +751,24 @@ static void set_budget_level(load_t *ld, const key_def_t *k, const char *value) 
   int level = 0;
   if (em_parse_enum(value, levels, sizeof(levels) / sizeof(levels[0]), true, &level) == 0) {
     ld->budget->val[k->id - K_BUDGET_FIRST].level = (em_level_t)level;
-    accept_key(ld, k);
-    return;
+    return accept_key(ld, k);
   }
   if (strcasecmp(value, "NOMINAL") == 0) {
     report(ld, ld->line, "%s '%s' is not allowed: a rule raises WARN, DEGRADED or CRITICAL",
            k->name, q);
-    return;
+    return -EINVAL;
   }
   report(ld, ld->line, "%s '%s' must be WARN, DEGRADED or CRITICAL", k->name, q);
+  return -EINVAL;
 }
 
 /*
  * Budget numbers: miss_ratio (0 < r < 1), min_rate and rss_slope (> 0, at most 1e6), the
  * psi_* keys (percent, 0 < p <= 100).
  */
-static void set_budget_number(load_t *ld, const key_def_t *k, const char *value) {
+static int set_budget_number(void *ctx, const key_def_t *k, void *obj, const char *value) {
+  load_t *ld = ctx;
+  (void)obj;
   double d = 0;
   bool ok = parse_number(value, &d);
   const char *want = NULL;
@@ -1175,90 +795,34 @@ static void set_budget_number(load_t *ld, const key_def_t *k, const char *value)
     char q[QUOTE_MAX + 4];
     report(ld, ld->line, "%s '%s' must be %s, e.g. %s", k->name, quote(q, sizeof(q), value), want,
            k->example);
-    return;
+    return -EINVAL;
   }
   ld->budget->val[k->id - K_BUDGET_FIRST].d = d;
-  accept_key(ld, k);
+  return accept_key(ld, k);
 }
 
 /* throttle = on: a rule that the board is not throttled (thermal trip, frequency cap, power
  * limit); the figure is 1 while throttled, so the bound is 0.5. */
-static void set_budget_on(load_t *ld, const key_def_t *k, const char *value) {
+static int set_budget_on(void *ctx, const key_def_t *k, void *obj, const char *value) {
+  load_t *ld = ctx;
+  (void)obj;
   if (strcmp(value, "on") != 0) {
     char q[QUOTE_MAX + 4];
     report(ld, ld->line, "%s '%s' must be on (leave the key out for no rule)", k->name,
            quote(q, sizeof(q), value));
-    return;
+    return -EINVAL;
   }
   ld->budget->val[k->id - K_BUDGET_FIRST].d = 0.5;
-  accept_key(ld, k);
-}
-
-/*
- * A whole number and a unit (B, KiB, MiB, GiB) within min..max bytes into *out. Reports the
- * problem and returns false otherwise; range_text names the range for the message.
- */
-static bool parse_size(load_t *ld, const key_def_t *k, const char *value, uint64_t min,
-                       uint64_t max, const char *range_text, uint64_t *out) {
-  char q[QUOTE_MAX + 4];
-  quote(q, sizeof(q), value);
-  uint64_t bytes = 0;
-  switch (em_parse_size_status(value, 0, &bytes)) {
-  case EM_PARSE_OK:
-    if (bytes < min || bytes > max) {
-      report(ld, ld->line, "%s '%s' is out of range %s", k->name, q, range_text);
-      return false;
-    }
-    *out = bytes;
-    return true;
-  case EM_PARSE_NO_UNIT:
-    report(ld, ld->line, "%s needs a unit (B, KiB, MiB or GiB), e.g. %s", k->name, k->example);
-    return false;
-  case EM_PARSE_BAD_UNIT:
-    report(ld, ld->line, "%s '%s' has an unknown unit; use B, KiB, MiB or GiB", k->name, q);
-    return false;
-  case EM_PARSE_OVERFLOW:
-    report(ld, ld->line, "%s '%s' is out of range %s", k->name, q, range_text);
-    return false;
-  case EM_PARSE_NEGATIVE:
-  case EM_PARSE_NOT_NUMBER:
-    break;
-  }
-  report(ld, ld->line, "%s '%s' is not a size; use a whole number and a unit, e.g. %s", k->name, q,
-         k->example);
-  return false;
-}
-
-/* rss_cap: 1MiB..1024GiB. */
-static void set_budget_size(load_t *ld, const key_def_t *k, const char *value) {
-  uint64_t bytes;
-  if (parse_size(ld, k, value, 1ull << 20, 1ull << 40, "1MiB..1024GiB", &bytes)) {
-    ld->budget->val[k->id - K_BUDGET_FIRST].u = bytes;
-    accept_key(ld, k);
-  }
-}
-
-/* [spool] size: 64KiB..1GiB (spool.h's limits). */
-static void set_spool_size(load_t *ld, const key_def_t *k, const char *value) {
-  if (parse_size(ld, k, value, 64ull << 10, 1ull << 30, "64KiB..1GiB", &ld->cfg->spool_bytes)) {
-    accept_key(ld, k);
-  }
-}
-
-/* [spool] path: a file path, or "off" for no spool (memory only while the broker is away). */
-static void set_spool_path(load_t *ld, const key_def_t *k, const char *value) {
-  if (strcmp(value, "off") != 0 && !check_path(ld, k, value)) {
-    return;
-  }
-  em_str_copy(ld->cfg->spool_path, sizeof(ld->cfg->spool_path), value);
-  accept_key(ld, k);
+  return accept_key(ld, k);
 }
 
 /*
  * flow: 2..EM_CONFIG_MAX_FLOW distinct stage names, comma-separated, in the order a frame
  * passes them. They need not include the section's own name.
  */
-static void set_budget_flow(load_t *ld, const key_def_t *k, const char *value) {
+static int set_budget_flow(void *ctx, const key_def_t *k, void *obj, const char *value) {
+  load_t *ld = ctx;
+  (void)obj;
   char q[QUOTE_MAX + 4];
   char stages[EM_CONFIG_MAX_FLOW][EM_CONFIG_MAX_STAGE];
   memset(stages, 0, sizeof(stages));
@@ -1318,124 +882,312 @@ static void set_budget_flow(load_t *ld, const key_def_t *k, const char *value) {
   }
   if (n > EM_CONFIG_MAX_FLOW) {
     report(ld, ld->line, "%s lists %zu stages; at most %d", k->name, n, EM_CONFIG_MAX_FLOW);
-    return;
+    return -EINVAL;
   }
   if (bad) {
-    return;
+    return -EINVAL;
   }
   if (n < 2) {
     report(ld, ld->line, "%s needs at least 2 stages, in order, e.g. %s", k->name, k->example);
-    return;
+    return -EINVAL;
   }
   budget_sec_t *b = ld->budget;
   memcpy(b->flow, stages, sizeof(stages));
   b->n_flow = n;
-  accept_key(ld, k);
+  return accept_key(ld, k);
 }
 
-/* Every key, by section. Index = key_id_t. */
+/* Budget durations (p99, deadline, stall, ...) and rss_cap: the row's type and range (the
+ * schema's wording) into the current budget section's slot. */
+static int set_budget_typed(void *ctx, const key_def_t *k, void *obj, const char *value) {
+  load_t *ld = ctx;
+  (void)obj;
+  key_def_t row = *k;
+  row.offset = 0;
+  row.size = sizeof(uint64_t);
+  row.set = NULL;
+  char msg[EM_SCHEMA_MSG_MAX];
+  if (em_schema_set(&row, &ld->budget->val[k->id - K_BUDGET_FIRST].u, value, msg, sizeof(msg)) !=
+      0) {
+    report(ld, ld->line, "%s", msg);
+    return -EINVAL;
+  }
+  return accept_key(ld, k);
+}
+
+/* The comparisons of em_config_reload_conflict() for keys that fill more than one field. */
+static bool same_broker(const void *a, const void *b) {
+  const em_config_t *x = a;
+  const em_config_t *y = b;
+  return strcmp(x->broker_host, y->broker_host) == 0 && x->broker_port == y->broker_port &&
+         x->tls == y->tls;
+}
+
+static bool same_events(const void *a, const void *b) {
+  const em_config_t *x = a;
+  const em_config_t *y = b;
+  if (x->n_events != y->n_events) {
+    return false;
+  }
+  for (size_t i = 0; i < x->n_events && i < EM_CONFIG_MAX_EVENTS; i++) {
+    if (strncmp(x->events[i], y->events[i], sizeof(x->events[i])) != 0) {
+      return false; /* Names, not the bytes after them. */
+    }
+  }
+  return true;
+}
+
+static bool same_uids(const void *a, const void *b) {
+  const em_config_t *x = a;
+  const em_config_t *y = b;
+  return x->n_allow_uids == y->n_allow_uids &&
+         memcmp(x->allow_uids, y->allow_uids, sizeof(x->allow_uids[0]) * x->n_allow_uids) == 0;
+}
+
+static bool same_gids(const void *a, const void *b) {
+  const em_config_t *x = a;
+  const em_config_t *y = b;
+  return x->n_allow_gids == y->n_allow_gids &&
+         memcmp(x->allow_gids, y->allow_gids, sizeof(x->allow_gids[0]) * x->n_allow_gids) == 0;
+}
+
+static const em_parse_enum_t log_levels[] = {
+    {"error", EM_LOG_ERROR}, {"warn", EM_LOG_WARN}, {"info", EM_LOG_INFO}, {"debug", EM_LOG_DEBUG}};
+static const em_parse_enum_t qos_levels[] = {{"0", 0}, {"1", 1}};
+
+/*
+ * Every key of the file, one row each (edgemon/common/schema.h), index = key_id_t. Rows without
+ * `set` are validated and stored by their type; defaults come from `def` (em_config_defaults:
+ * rows with a setter of their own, and those computed at run time, are filled there); rows
+ * without EM_SCHEMA_RELOAD are those a SIGHUP cannot apply (em_config_reload_conflict).
+ * docs/CONFIG.md and firmware/edgemon-agent.ini name every key of this table (test_config_keys).
+ */
+#define FIELD(f)      .offset = offsetof(em_config_t, f), .size = sizeof(((em_config_t *)0)->f)
+#define NO_FIELD      .offset = EM_SCHEMA_NO_FIELD, .size = 0
+#define RANGE(lo, hi) .min = (lo), .max = (hi)
+#define KEY(key, sec, nm, ty, ...)                                                                 \
+  [key] = {.id = key, .section = sec, .name = nm, .type = ty, __VA_ARGS__}
+#define AGENT  "agent"
+#define STAGE  "budget.<stage>"
+#define PROC   "budget.process"
+#define RELOAD EM_SCHEMA_RELOAD
+#define STAGE_DURATION(key, nm, ex, what)                                                          \
+  KEY(key, STAGE, nm, EM_SCHEMA_DURATION, NO_FIELD, RANGE(NS_PER_US, NS_PER_H), .flags = RELOAD,   \
+      .set = set_budget_typed, .example = ex, .doc = what)
+#define BUDGET_LEVEL(key, sec, nm, what)                                                           \
+  KEY(key, sec, nm, EM_SCHEMA_CUSTOM, NO_FIELD, .flags = RELOAD, .set = set_budget_level,          \
+      .example = "DEGRADED", .doc = what)
+#define BUDGET_NUMBER(key, sec, nm, ex, what)                                                      \
+  KEY(key, sec, nm, EM_SCHEMA_CUSTOM, NO_FIELD, .flags = RELOAD, .set = set_budget_number,         \
+      .example = ex, .doc = what)
 static const key_def_t keys[K_COUNT] = {
-    {K_DEVICE_ID, SEC_AGENT, "device_id", set_device_id, 0, 0, "jetson-07"},
-    {K_SAMPLE_PERIOD, SEC_AGENT, "sample_period", set_duration, NS_PER_MS, 60 * NS_PER_S, "100ms"},
-    {K_SMAPS_PERIOD, SEC_AGENT, "smaps_period", set_smaps_period, NS_PER_MS, NS_PER_H, "5s"},
-    {K_SYSTEM_PERIOD, SEC_AGENT, "system_period", set_duration, NS_PER_MS, NS_PER_H, "1s"},
-    {K_RUNTIME_DIR, SEC_AGENT, "runtime_dir", set_runtime_dir, 0, 0, "/run/edgemon"},
-    {K_BOARD, SEC_AGENT, "board", set_board, 0, 0, "generic"},
-    {K_PROC_ROOT, SEC_AGENT, "proc_root", set_proc_root, 0, 0, "/proc"},
-    {K_SYS_ROOT, SEC_AGENT, "sys_root", set_proc_root, 0, 0, "/"},
-    {K_SENSORS_PERIOD, SEC_AGENT, "sensors_period", set_duration, 10 * NS_PER_MS, NS_PER_H, "1s"},
-    {K_LOG_LEVEL, SEC_AGENT, "log_level", set_log_level, 0, 0, "info"},
-    {K_PID, SEC_TARGET, "pid", set_target, 0, 0, "1234"},
-    {K_PID_FILE, SEC_TARGET, "pid_file", set_target, 0, 0, "/run/inference.pid"},
-    {K_PROCESS_NAME, SEC_TARGET, "process_name", set_target, 0, 0, "python3"},
-    {K_CMDLINE, SEC_TARGET, "cmdline", set_target, 0, 0, "detect.py"},
-    {K_CGROUP, SEC_TARGET, "cgroup", set_target, 0, 0, "/sys/fs/cgroup/inference.service"},
-    {K_BROKER, SEC_MQTT, "broker", set_broker, 0, 0, "mqtt://127.0.0.1:1883"},
-    {K_CLIENT_ID, SEC_MQTT, "client_id", set_client_id, 0, 0, "edgemon-jetson-07"},
-    {K_QOS_DATA, SEC_MQTT, "qos_data", set_qos, 0, 0, "0"},
-    {K_QOS_STATE, SEC_MQTT, "qos_state", set_qos, 0, 0, "1"},
-    {K_KEEPALIVE, SEC_MQTT, "keepalive", set_keepalive, 5 * NS_PER_S, NS_PER_H, "30s"},
-    {K_ACK_TIMEOUT, SEC_MQTT, "ack_timeout", set_ack_timeout, NS_PER_S, NS_PER_H, "10s"},
-    {K_RECONNECT_MIN, SEC_MQTT, "reconnect_min", set_duration, 100 * NS_PER_MS, NS_PER_H, "500ms"},
-    {K_RECONNECT_MAX, SEC_MQTT, "reconnect_max", set_duration, 100 * NS_PER_MS, NS_PER_H, "30s"},
-    {K_TLS_CA_FILE, SEC_MQTT, "tls_ca_file", set_mqtt_path, 0, 0, "/etc/edgemon/ca.crt"},
-    {K_TLS_CA_PATH, SEC_MQTT, "tls_ca_path", set_mqtt_path, 0, 0, "/etc/ssl/certs"},
-    {K_TLS_CERT_FILE, SEC_MQTT, "tls_cert_file", set_mqtt_path, 0, 0, "/etc/edgemon/device.crt"},
-    {K_TLS_KEY_FILE, SEC_MQTT, "tls_key_file", set_mqtt_path, 0, 0, "/etc/edgemon/device.key"},
-    {K_TLS_INSECURE, SEC_MQTT, "tls_insecure", set_tls_insecure, 0, 0, "false"},
-    {K_CREDENTIALS_FILE, SEC_MQTT, "credentials_file", set_mqtt_path, 0, 0,
-     "/etc/edgemon/mqtt.credentials"},
-    {K_EVENTS, SEC_PMU, "events", set_events, 0, 0, "cycles, instructions"},
-    {K_SPAN_SOCKET, SEC_SPANS, "socket", set_span_socket, 0, 0, "/run/edgemon/spans.sock"},
-    {K_SOCKET_MODE, SEC_SPANS, "socket_mode", set_socket_mode, 0, 0, "0660"},
-    {K_SOCKET_GROUP, SEC_SPANS, "socket_group", set_socket_group, 0, 0, "video"},
-    {K_ALLOW_UIDS, SEC_SPANS, "allow_uids", set_allow_ids, 0, 0, "0, robot"},
-    {K_ALLOW_GIDS, SEC_SPANS, "allow_gids", set_allow_ids, 0, 0, "video"},
-    {K_MAX_STAGES, SEC_SPANS, "max_stages", set_max_stages, 0, 0, "32"},
-    {K_STAGE_IDLE, SEC_SPANS, "stage_idle", set_duration, NS_PER_MS, 24 * NS_PER_H, "60s"},
-    {K_RINGS, SEC_SPANS, "rings", set_window_count, 1, EM_CONFIG_MAX_RINGS, "64"},
-    {K_RINGS_PER_PROCESS, SEC_SPANS, "rings_per_process", set_window_count, 1, EM_CONFIG_MAX_RINGS,
-     "16"},
-    {K_RING_SLOTS, SEC_SPANS, "ring_slots", set_ring_slots, 0, 0, "1024"},
-    {K_ENTER_WINDOWS, SEC_DEGRADE, "enter_windows", set_window_count, 1, 100, "3"},
-    {K_LEAVE_WINDOWS, SEC_DEGRADE, "leave_windows", set_window_count, 1, 1000, "5"},
-    {K_DEGRADE_WINDOW, SEC_DEGRADE, "window", set_duration, NS_PER_MS, NS_PER_H, "1s"},
-    {K_HOOK, SEC_DEGRADE, "hook", set_hook, 0, 0, "/usr/local/bin/on-level"},
-    {K_HOOK_TIMEOUT, SEC_DEGRADE, "hook_timeout", set_duration, 100 * NS_PER_MS, 10 * NS_PER_MIN,
-     "5s"},
-    {K_SPOOL_PATH, SEC_SPOOL, "path", set_spool_path, 0, 0, "/var/lib/edgemon/spool"},
-    {K_SPOOL_SIZE, SEC_SPOOL, "size", set_spool_size, 0, 0, "16MiB"},
-    {K_SPOOL_SYNC, SEC_SPOOL, "sync_interval", set_duration, 100 * NS_PER_MS, NS_PER_H, "5s"},
-    {K_REPLAY_PER_TICK, SEC_SPOOL, "replay_per_tick", set_window_count, 1, 10000, "32"},
-#define STAGE_DURATION(id, name, example)                                                          \
-  { id, SEC_BUDGET_STAGE, name, set_budget_duration, NS_PER_US, NS_PER_H, example }
-#define BUDGET_LEVEL(id, sec, name)                                                                \
-  { id, sec, name, set_budget_level, 0, 0, "DEGRADED" }
-    STAGE_DURATION(K_P50, "p50", "20ms"),
-    STAGE_DURATION(K_P90, "p90", "30ms"),
-    STAGE_DURATION(K_P99, "p99", "40ms"),
-    STAGE_DURATION(K_P999, "p999", "60ms"),
-    STAGE_DURATION(K_DEADLINE, "deadline", "100ms"),
-    {K_MISS_RATIO, SEC_BUDGET_STAGE, "miss_ratio", set_budget_number, 0, 0, "0.05"},
-    STAGE_DURATION(K_MISS_OVER, "miss_over", "40ms"),
-    {K_STALL, SEC_BUDGET_STAGE, "stall", set_budget_duration, NS_PER_MS, NS_PER_H, "500ms"},
-    {K_MIN_RATE, SEC_BUDGET_STAGE, "min_rate", set_budget_number, 0, 0, "15"},
-    {K_FLOW, SEC_BUDGET_STAGE, "flow", set_budget_flow, 0, 0, "preprocess, infer, postprocess"},
-    STAGE_DURATION(K_FLOW_DEADLINE, "flow_deadline", "100ms"),
-    BUDGET_LEVEL(K_STAGE_LEVEL, SEC_BUDGET_STAGE, "level"),
-    BUDGET_LEVEL(K_P50_LEVEL, SEC_BUDGET_STAGE, "p50_level"),
-    BUDGET_LEVEL(K_P90_LEVEL, SEC_BUDGET_STAGE, "p90_level"),
-    BUDGET_LEVEL(K_P99_LEVEL, SEC_BUDGET_STAGE, "p99_level"),
-    BUDGET_LEVEL(K_P999_LEVEL, SEC_BUDGET_STAGE, "p999_level"),
-    BUDGET_LEVEL(K_DEADLINE_LEVEL, SEC_BUDGET_STAGE, "deadline_level"),
-    BUDGET_LEVEL(K_MISS_RATIO_LEVEL, SEC_BUDGET_STAGE, "miss_ratio_level"),
-    BUDGET_LEVEL(K_STALL_LEVEL, SEC_BUDGET_STAGE, "stall_level"),
-    BUDGET_LEVEL(K_MIN_RATE_LEVEL, SEC_BUDGET_STAGE, "min_rate_level"),
-    BUDGET_LEVEL(K_FLOW_LEVEL, SEC_BUDGET_STAGE, "flow_level"),
-    {K_RSS_CAP, SEC_BUDGET_PROCESS, "rss_cap", set_budget_size, 0, 0, "2GiB"},
-    {K_RSS_SLOPE, SEC_BUDGET_PROCESS, "rss_slope", set_budget_number, 0, 0, "50"},
-    {K_RSS_SLOPE_HORIZON, SEC_BUDGET_PROCESS, "rss_slope_horizon", set_budget_duration, NS_PER_MIN,
-     24 * NS_PER_H, "30m"},
-    {K_PSI_CPU_SOME, SEC_BUDGET_PROCESS, "psi_cpu_some", set_budget_number, 0, 0, "40"},
-    {K_PSI_MEMORY_SOME, SEC_BUDGET_PROCESS, "psi_memory_some", set_budget_number, 0, 0, "20"},
-    {K_PSI_MEMORY_FULL, SEC_BUDGET_PROCESS, "psi_memory_full", set_budget_number, 0, 0, "5"},
-    {K_PSI_IO_SOME, SEC_BUDGET_PROCESS, "psi_io_some", set_budget_number, 0, 0, "40"},
-    {K_PSI_IO_FULL, SEC_BUDGET_PROCESS, "psi_io_full", set_budget_number, 0, 0, "10"},
-    {K_TEMP_MAX, SEC_BUDGET_PROCESS, "temp_max", set_budget_number, 0, 0, "85"},
-    {K_THROTTLE, SEC_BUDGET_PROCESS, "throttle", set_budget_on, 0, 0, "on"},
-    BUDGET_LEVEL(K_PROCESS_LEVEL, SEC_BUDGET_PROCESS, "level"),
-    BUDGET_LEVEL(K_RSS_CAP_LEVEL, SEC_BUDGET_PROCESS, "rss_cap_level"),
-    BUDGET_LEVEL(K_RSS_SLOPE_LEVEL, SEC_BUDGET_PROCESS, "rss_slope_level"),
-    BUDGET_LEVEL(K_PSI_CPU_SOME_LEVEL, SEC_BUDGET_PROCESS, "psi_cpu_some_level"),
-    BUDGET_LEVEL(K_PSI_MEMORY_SOME_LEVEL, SEC_BUDGET_PROCESS, "psi_memory_some_level"),
-    BUDGET_LEVEL(K_PSI_MEMORY_FULL_LEVEL, SEC_BUDGET_PROCESS, "psi_memory_full_level"),
-    BUDGET_LEVEL(K_PSI_IO_SOME_LEVEL, SEC_BUDGET_PROCESS, "psi_io_some_level"),
-    BUDGET_LEVEL(K_PSI_IO_FULL_LEVEL, SEC_BUDGET_PROCESS, "psi_io_full_level"),
-    BUDGET_LEVEL(K_TEMP_MAX_LEVEL, SEC_BUDGET_PROCESS, "temp_max_level"),
-    BUDGET_LEVEL(K_THROTTLE_LEVEL, SEC_BUDGET_PROCESS, "throttle_level"),
+    KEY(K_DEVICE_ID, AGENT, "device_id", EM_SCHEMA_ID, FIELD(device_id), .example = "jetson-07",
+        .doc = "Device id in topics; default: the hostname, made topic-safe"),
+    KEY(K_SAMPLE_PERIOD, AGENT, "sample_period", EM_SCHEMA_DURATION, FIELD(sample_period_ns),
+        RANGE(NS_PER_MS, 60 * NS_PER_S), .def = "100ms", .example = "100ms",
+        .doc = "Process sampling period (else the board profile's)"),
+    KEY(K_SMAPS_PERIOD, AGENT, "smaps_period", EM_SCHEMA_DURATION, FIELD(smaps_period_ns),
+        RANGE(NS_PER_MS, NS_PER_H), .def = "5s", .flags = EM_SCHEMA_OFF | EM_SCHEMA_ZERO,
+        .example = "5s", .doc = "smaps_rollup cadence; 0 or off: not read"),
+    KEY(K_SYSTEM_PERIOD, AGENT, "system_period", EM_SCHEMA_DURATION, FIELD(system_period_ns),
+        RANGE(NS_PER_MS, NS_PER_H), .def = "1s", .example = "1s",
+        .doc = "MemAvailable and PSI cadence, at least sample_period"),
+    KEY(K_RUNTIME_DIR, AGENT, "runtime_dir", EM_SCHEMA_PATH, FIELD(runtime_dir),
+        .example = "/run/edgemon",
+        .doc = "Default /run/edgemon (root), else $XDG_RUNTIME_DIR/edgemon"),
+    KEY(K_BOARD, AGENT, "board", EM_SCHEMA_ID, FIELD(board), .def = "auto", .example = "generic",
+        .doc = "Board profile: auto (detect), generic, or a name under boards/"),
+    KEY(K_PROC_ROOT, AGENT, "proc_root", EM_SCHEMA_PATH, FIELD(proc_root), .def = "/proc",
+        .example = "/proc", .doc = "Where /proc is read"),
+    KEY(K_SYS_ROOT, AGENT, "sys_root", EM_SCHEMA_PATH, FIELD(sys_root), .def = "/", .example = "/",
+        .doc = "Root of the sensor and PMU event files"),
+    KEY(K_SENSORS_PERIOD, AGENT, "sensors_period", EM_SCHEMA_DURATION, FIELD(sensors_period_ns),
+        RANGE(10 * NS_PER_MS, NS_PER_H), .example = "1s",
+        .doc = "Sensor cadence; default: the board profile's"),
+    KEY(K_LOG_LEVEL, AGENT, "log_level", EM_SCHEMA_ENUM, FIELD(log_level), .def = "info",
+        .flags = RELOAD, .choices = log_levels,
+        .n_choices = sizeof(log_levels) / sizeof(log_levels[0]), .example = "info",
+        .doc = "error, warn, info or debug"),
+    KEY(K_PID, "target", "pid", EM_SCHEMA_CUSTOM, NO_FIELD, .flags = RELOAD, .set = set_target,
+        .example = "1234", .doc = "The process with this pid"),
+    KEY(K_PID_FILE, "target", "pid_file", EM_SCHEMA_PATH, NO_FIELD, .flags = RELOAD,
+        .set = set_target, .example = "/run/inference.pid", .doc = "The pid in this file"),
+    KEY(K_PROCESS_NAME, "target", "process_name", EM_SCHEMA_STRING, NO_FIELD, .flags = RELOAD,
+        .set = set_target, .example = "python3", .doc = "The process whose comm is this"),
+    KEY(K_CMDLINE, "target", "cmdline", EM_SCHEMA_STRING, NO_FIELD, .flags = RELOAD,
+        .set = set_target, .example = "detect.py",
+        .doc = "The process whose command line has this"),
+    KEY(K_CGROUP, "target", "cgroup", EM_SCHEMA_PATH, NO_FIELD, .flags = RELOAD, .set = set_target,
+        .example = "/sys/fs/cgroup/inference.service", .doc = "The processes of this cgroup"),
+    KEY(K_BROKER, "mqtt", "broker", EM_SCHEMA_CUSTOM, FIELD(broker_host), .set = set_broker,
+        .same = same_broker, .def = "mqtt://127.0.0.1:1883", .example = "mqtt://127.0.0.1:1883",
+        .doc = "mqtt://HOST[:PORT] or mqtts://HOST[:PORT] (TLS)"),
+    KEY(K_CLIENT_ID, "mqtt", "client_id", EM_SCHEMA_STRING, FIELD(client_id), .set = set_client_id,
+        .example = "edgemon-jetson-07", .doc = "Default edgemon-<device_id>"),
+    KEY(K_QOS_DATA, "mqtt", "qos_data", EM_SCHEMA_ENUM, FIELD(qos_data), .def = "0",
+        .choices = qos_levels, .n_choices = 2, .want = "must be 0 or 1 (qos 2 is not supported)",
+        .example = "0", .doc = "QoS of data messages"),
+    KEY(K_QOS_STATE, "mqtt", "qos_state", EM_SCHEMA_ENUM, FIELD(qos_state), .def = "1",
+        .choices = qos_levels, .n_choices = 2, .want = "must be 0 or 1 (qos 2 is not supported)",
+        .example = "1", .doc = "QoS of birth, state and status"),
+    KEY(K_KEEPALIVE, "mqtt", "keepalive", EM_SCHEMA_DURATION, FIELD(keepalive_s),
+        RANGE(5 * NS_PER_S, NS_PER_H), .def = "30s", .flags = EM_SCHEMA_SECONDS | EM_SCHEMA_WHOLE,
+        .example = "30s", .doc = "MQTT keepalive, whole seconds"),
+    KEY(K_ACK_TIMEOUT, "mqtt", "ack_timeout", EM_SCHEMA_DURATION, FIELD(ack_timeout_ns),
+        RANGE(NS_PER_S, NS_PER_H), .def = "10s", .flags = EM_SCHEMA_OFF, .example = "10s",
+        .doc = "PUBACK wait before the session is dropped and data spooled; off: none"),
+    KEY(K_RECONNECT_MIN, "mqtt", "reconnect_min", EM_SCHEMA_DURATION, FIELD(reconnect_min_ns),
+        RANGE(100 * NS_PER_MS, NS_PER_H), .def = "500ms", .example = "500ms",
+        .doc = "Reconnect backoff start"),
+    KEY(K_RECONNECT_MAX, "mqtt", "reconnect_max", EM_SCHEMA_DURATION, FIELD(reconnect_max_ns),
+        RANGE(100 * NS_PER_MS, NS_PER_H), .def = "30s", .example = "30s",
+        .doc = "Reconnect backoff cap"),
+    KEY(K_TLS_CA_FILE, "mqtt", "tls_ca_file", EM_SCHEMA_PATH, FIELD(tls_ca_file),
+        .example = "/etc/edgemon/ca.crt", .doc = "mqtts://: PEM CA bundle"),
+    KEY(K_TLS_CA_PATH, "mqtt", "tls_ca_path", EM_SCHEMA_PATH, FIELD(tls_ca_path),
+        .example = "/etc/ssl/certs", .doc = "mqtts://: directory of hashed CA certificates"),
+    KEY(K_TLS_CERT_FILE, "mqtt", "tls_cert_file", EM_SCHEMA_PATH, FIELD(tls_cert_file),
+        .example = "/etc/edgemon/device.crt", .doc = "mqtts://: client certificate (PEM)"),
+    KEY(K_TLS_KEY_FILE, "mqtt", "tls_key_file", EM_SCHEMA_PATH, FIELD(tls_key_file),
+        .example = "/etc/edgemon/device.key", .doc = "mqtts://: its private key, a private file"),
+    KEY(K_TLS_INSECURE, "mqtt", "tls_insecure", EM_SCHEMA_BOOL, FIELD(tls_insecure), .def = "false",
+        .example = "false", .doc = "true: no broker host name check (tests only)"),
+    KEY(K_CREDENTIALS_FILE, "mqtt", "credentials_file", EM_SCHEMA_PATH, FIELD(credentials_file),
+        .flags = EM_SCHEMA_SECRET, .example = "/etc/edgemon/mqtt.credentials",
+        .doc = "username = / password = lines, a private file"),
+    KEY(K_EVENTS, "pmu", "events", EM_SCHEMA_LIST, NO_FIELD, .set = set_events, .same = same_events,
+        .def = "cycles, instructions, cache-references, cache-misses, branch-instructions, "
+               "branch-misses, task-clock, context-switches, cpu-migrations, page-faults",
+        .example = "cycles, instructions", .doc = "PMU events (else the board profile's)"),
+    KEY(K_SPAN_SOCKET, "spans", "socket", EM_SCHEMA_PATH, FIELD(span_socket),
+        .example = "/run/edgemon/spans.sock", .doc = "Default <runtime_dir>/spans.sock"),
+    KEY(K_SOCKET_MODE, "spans", "socket_mode", EM_SCHEMA_CUSTOM, FIELD(span_socket_mode),
+        .set = set_socket_mode, .def = "0660", .example = "0660",
+        .doc = "Octal permissions, owner read-write at least"),
+    KEY(K_SOCKET_GROUP, "spans", "socket_group", EM_SCHEMA_CUSTOM, FIELD(span_socket_gid),
+        .set = set_socket_group, .example = "video",
+        .doc = "Group of the socket; default the agent's"),
+    KEY(K_ALLOW_UIDS, "spans", "allow_uids", EM_SCHEMA_LIST, NO_FIELD, .set = set_allow_ids,
+        .same = same_uids, .example = "0, robot",
+        .doc = "Users allowed to send spans; default any"),
+    KEY(K_ALLOW_GIDS, "spans", "allow_gids", EM_SCHEMA_LIST, NO_FIELD, .set = set_allow_ids,
+        .same = same_gids, .example = "video", .doc = "Groups allowed to send spans; default any"),
+    KEY(K_MAX_STAGES, "spans", "max_stages", EM_SCHEMA_INT, FIELD(max_stages),
+        RANGE(1, EM_PROTO_MAX_STAGES), .def = "32", .example = "32",
+        .doc = "Stages tracked at once"),
+    KEY(K_STAGE_IDLE, "spans", "stage_idle", EM_SCHEMA_DURATION, FIELD(stage_idle_ns),
+        RANGE(NS_PER_MS, 24 * NS_PER_H), .def = "60s", .flags = RELOAD, .example = "60s",
+        .doc = "An unbudgeted stage this long silent may give its slot away"),
+    KEY(K_RINGS, "spans", "rings", EM_SCHEMA_INT, FIELD(rings), RANGE(1, EM_CONFIG_MAX_RINGS),
+        .def = "64", .example = "64", .doc = "Span rings registered at once"),
+    KEY(K_RINGS_PER_PROCESS, "spans", "rings_per_process", EM_SCHEMA_INT, FIELD(rings_per_process),
+        RANGE(1, EM_CONFIG_MAX_RINGS), .def = "16", .example = "16",
+        .doc = "Span rings per process"),
+    KEY(K_RING_SLOTS, "spans", "ring_slots", EM_SCHEMA_INT, FIELD(ring_slots),
+        RANGE(EM_RING_MIN_SLOTS, EM_RING_MAX_SLOTS), .set = set_ring_slots, .def = "1024",
+        .flags = RELOAD, .example = "1024", .doc = "Slots per ring suggested, a power of two"),
+    KEY(K_ENTER_WINDOWS, "degrade", "enter_windows", EM_SCHEMA_INT, FIELD(enter_windows),
+        RANGE(1, 100), .def = "3", .flags = RELOAD, .example = "3",
+        .doc = "Violating windows before a rule enters"),
+    KEY(K_LEAVE_WINDOWS, "degrade", "leave_windows", EM_SCHEMA_INT, FIELD(leave_windows),
+        RANGE(1, 1000), .def = "5", .flags = RELOAD, .example = "5",
+        .doc = "Clean windows per step down"),
+    KEY(K_DEGRADE_WINDOW, "degrade", "window", EM_SCHEMA_DURATION, FIELD(window_ns),
+        RANGE(NS_PER_MS, NS_PER_H), .def = "1s", .flags = RELOAD, .example = "1s",
+        .doc = "Budget evaluation window, at least sample_period"),
+    KEY(K_HOOK, "degrade", "hook", EM_SCHEMA_PATH, FIELD(hook),
+        .example = "/usr/local/bin/on-level", .doc = "Command run on every change of level"),
+    KEY(K_HOOK_TIMEOUT, "degrade", "hook_timeout", EM_SCHEMA_DURATION, FIELD(hook_timeout_ns),
+        RANGE(100 * NS_PER_MS, 10 * NS_PER_MIN), .def = "5s", .example = "5s",
+        .doc = "The hook is killed after this"),
+    KEY(K_SPOOL_PATH, "spool", "path", EM_SCHEMA_PATH, FIELD(spool_path), .flags = EM_SCHEMA_OFF,
+        .def = "/var/lib/edgemon/spool", .example = "/var/lib/edgemon/spool",
+        .doc = "Spool file while the broker is away; off: memory only"),
+    KEY(K_SPOOL_SIZE, "spool", "size", EM_SCHEMA_SIZE, FIELD(spool_bytes),
+        RANGE(64ull << 10, 1ull << 30), .def = "16MiB", .example = "16MiB",
+        .doc = "Spool ring capacity"),
+    KEY(K_SPOOL_SYNC, "spool", "sync_interval", EM_SCHEMA_DURATION, FIELD(spool_sync_ns),
+        RANGE(100 * NS_PER_MS, NS_PER_H), .def = "5s", .example = "5s", .doc = "fdatasync cadence"),
+    KEY(K_REPLAY_PER_TICK, "spool", "replay_per_tick", EM_SCHEMA_INT, FIELD(replay_per_tick),
+        RANGE(1, 10000), .def = "32", .example = "32", .doc = "Spooled messages sent per tick"),
+    STAGE_DURATION(K_P50, "p50", "20ms", "Median span length bound"),
+    STAGE_DURATION(K_P90, "p90", "30ms", "90th percentile bound"),
+    STAGE_DURATION(K_P99, "p99", "40ms", "99th percentile bound"),
+    STAGE_DURATION(K_P999, "p999", "60ms", "99.9th percentile bound"),
+    STAGE_DURATION(K_DEADLINE, "deadline", "100ms", "Every span at most this long"),
+    BUDGET_NUMBER(K_MISS_RATIO, STAGE, "miss_ratio", "0.05", "Share of spans over miss_over"),
+    STAGE_DURATION(K_MISS_OVER, "miss_over", "40ms", "The span length that counts as a miss"),
+    KEY(K_STALL, STAGE, "stall", EM_SCHEMA_DURATION, NO_FIELD, RANGE(NS_PER_MS, NS_PER_H),
+        .flags = RELOAD, .set = set_budget_typed, .example = "500ms",
+        .doc = "Longest silence without a span"),
+    BUDGET_NUMBER(K_MIN_RATE, STAGE, "min_rate", "15", "Frames per second at least"),
+    KEY(K_FLOW, STAGE, "flow", EM_SCHEMA_LIST, NO_FIELD, .flags = RELOAD, .set = set_budget_flow,
+        .example = "preprocess, infer, postprocess", .doc = "Stages a frame passes, in order"),
+    STAGE_DURATION(K_FLOW_DEADLINE, "flow_deadline", "100ms", "Longest a frame may take"),
+    BUDGET_LEVEL(K_STAGE_LEVEL, STAGE, "level", "Level of every rule of the section"),
+    BUDGET_LEVEL(K_P50_LEVEL, STAGE, "p50_level", "Level of p50"),
+    BUDGET_LEVEL(K_P90_LEVEL, STAGE, "p90_level", "Level of p90"),
+    BUDGET_LEVEL(K_P99_LEVEL, STAGE, "p99_level", "Level of p99"),
+    BUDGET_LEVEL(K_P999_LEVEL, STAGE, "p999_level", "Level of p999"),
+    BUDGET_LEVEL(K_DEADLINE_LEVEL, STAGE, "deadline_level", "Level of deadline"),
+    BUDGET_LEVEL(K_MISS_RATIO_LEVEL, STAGE, "miss_ratio_level", "Level of miss_ratio"),
+    BUDGET_LEVEL(K_STALL_LEVEL, STAGE, "stall_level", "Level of stall"),
+    BUDGET_LEVEL(K_MIN_RATE_LEVEL, STAGE, "min_rate_level", "Level of min_rate"),
+    BUDGET_LEVEL(K_FLOW_LEVEL, STAGE, "flow_level", "Level of flow"),
+    KEY(K_RSS_CAP, PROC, "rss_cap", EM_SCHEMA_SIZE, NO_FIELD, RANGE(1ull << 20, 1ull << 40),
+        .flags = RELOAD, .set = set_budget_typed, .example = "2GiB", .doc = "Resident set cap"),
+    BUDGET_NUMBER(K_RSS_SLOPE, PROC, "rss_slope", "50", "Resident set growth, MiB per hour"),
+    KEY(K_RSS_SLOPE_HORIZON, PROC, "rss_slope_horizon", EM_SCHEMA_DURATION, NO_FIELD,
+        RANGE(NS_PER_MIN, 24 * NS_PER_H), .flags = RELOAD, .set = set_budget_typed,
+        .example = "30m", .doc = "Window of the rss_slope fit; default 30m"),
+    BUDGET_NUMBER(K_PSI_CPU_SOME, PROC, "psi_cpu_some", "40", "PSI cpu some avg10, percent"),
+    BUDGET_NUMBER(K_PSI_MEMORY_SOME, PROC, "psi_memory_some", "20", "PSI memory some avg10"),
+    BUDGET_NUMBER(K_PSI_MEMORY_FULL, PROC, "psi_memory_full", "5", "PSI memory full avg10"),
+    BUDGET_NUMBER(K_PSI_IO_SOME, PROC, "psi_io_some", "40", "PSI io some avg10"),
+    BUDGET_NUMBER(K_PSI_IO_FULL, PROC, "psi_io_full", "10", "PSI io full avg10"),
+    BUDGET_NUMBER(K_TEMP_MAX, PROC, "temp_max", "85", "Hottest thermal zone, degrees C"),
+    KEY(K_THROTTLE, PROC, "throttle", EM_SCHEMA_CUSTOM, NO_FIELD, .flags = RELOAD,
+        .set = set_budget_on, .example = "on", .doc = "on: a rule that the board is not throttled"),
+    BUDGET_LEVEL(K_PROCESS_LEVEL, PROC, "level", "Level of every process rule"),
+    BUDGET_LEVEL(K_RSS_CAP_LEVEL, PROC, "rss_cap_level", "Level of rss_cap"),
+    BUDGET_LEVEL(K_RSS_SLOPE_LEVEL, PROC, "rss_slope_level", "Level of rss_slope"),
+    BUDGET_LEVEL(K_PSI_CPU_SOME_LEVEL, PROC, "psi_cpu_some_level", "Level of psi_cpu_some"),
+    BUDGET_LEVEL(K_PSI_MEMORY_SOME_LEVEL, PROC, "psi_memory_some_level",
+                 "Level of psi_memory_some"),
+    BUDGET_LEVEL(K_PSI_MEMORY_FULL_LEVEL, PROC, "psi_memory_full_level",
+                 "Level of psi_memory_full"),
+    BUDGET_LEVEL(K_PSI_IO_SOME_LEVEL, PROC, "psi_io_some_level", "Level of psi_io_some"),
+    BUDGET_LEVEL(K_PSI_IO_FULL_LEVEL, PROC, "psi_io_full_level", "Level of psi_io_full"),
+    BUDGET_LEVEL(K_TEMP_MAX_LEVEL, PROC, "temp_max_level", "Level of temp_max"),
+    BUDGET_LEVEL(K_THROTTLE_LEVEL, PROC, "throttle_level", "Level of throttle"),
+};
 #undef STAGE_DURATION
 #undef BUDGET_LEVEL
-};
+#undef BUDGET_NUMBER
+#undef KEY
+#undef FIELD
+#undef NO_FIELD
+#undef RANGE
+
+const em_schema_key_t *em_config_schema(size_t *n) {
+  if (n != NULL) {
+    *n = K_COUNT;
+  }
+  return keys;
+}
+
+const char *em_config_reload_conflict(const em_config_t *cur, const em_config_t *next, char *buf,
+                                      size_t cap) {
+  if (cur == NULL || next == NULL || buf == NULL || cap == 0) {
+    return NULL;
+  }
+  const key_def_t *k = em_schema_first_change(keys, K_COUNT, cur, next);
+  if (k == NULL) {
+    return NULL;
+  }
+  snprintf(buf, cap, "[%s] %s", k->section, k->name);
+  return buf;
+}
 
 /* ---- defaults ---------------------------------------------------------------------------- */
 
@@ -1472,77 +1224,53 @@ static void default_runtime_dir(char *out, size_t cap) {
   snprintf(out, cap, "/tmp/edgemon-%lu", (unsigned long)geteuid());
 }
 
+/* [pmu] events' default, "cycles, instructions, ...", into cfg->events. */
+static void default_events(em_config_t *cfg, const char *list) {
+  cfg->n_events = 0;
+  for (const char *p = list; *p != '\0' && cfg->n_events < EM_CONFIG_MAX_EVENTS;) {
+    while (*p == ',' || is_space(*p)) {
+      p++;
+    }
+    size_t len = strcspn(p, ", ");
+    if (len > 0 && len < EM_CONFIG_MAX_EVENT_NAME) {
+      memcpy(cfg->events[cfg->n_events], p, len);
+      cfg->events[cfg->n_events++][len] = '\0';
+    }
+    p += len;
+  }
+}
+
 void em_config_defaults(em_config_t *cfg) {
   if (cfg == NULL) {
     return;
   }
   memset(cfg, 0, sizeof(*cfg));
+  (void)em_schema_defaults(keys, K_COUNT, cfg, NULL); /* Every row without a setter of its own. */
+
+  /* Rows with a setter of their own: their defaults, read from the rows too. */
+  key_def_t slots = keys[K_RING_SLOTS];
+  slots.set = NULL;
+  char msg[EM_SCHEMA_MSG_MAX];
+  (void)em_schema_set(&slots, cfg, slots.def, msg, sizeof(msg));
+  cfg->span_socket_mode = (uint32_t)strtoul(keys[K_SOCKET_MODE].def, NULL, 8);
+  (void)parse_broker(keys[K_BROKER].def, cfg->broker_host, sizeof(cfg->broker_host),
+                     &cfg->broker_port, &cfg->tls);
+  default_events(cfg, keys[K_EVENTS].def);
+
+  /* Computed where the agent runs. */
   default_device_id(cfg->device_id, sizeof(cfg->device_id));
-  cfg->sample_period_ns = 100 * NS_PER_MS;
-  cfg->smaps_period_ns = 5 * NS_PER_S;
-  cfg->span_socket_mode = 0660;
-  cfg->span_socket_gid = -1;
-  cfg->max_stages = 32;
-  cfg->stage_idle_ns = 60 * NS_PER_S;
-  cfg->rings = 64;
-  cfg->rings_per_process = 16;
-  cfg->ring_slots = EM_RING_DEFAULT_SLOTS;
-  cfg->system_period_ns = NS_PER_S;
   default_runtime_dir(cfg->runtime_dir, sizeof(cfg->runtime_dir));
-  em_str_copy(cfg->board, sizeof(cfg->board), "auto");
-  em_str_copy(cfg->proc_root, sizeof(cfg->proc_root), "/proc");
-  em_str_copy(cfg->sys_root, sizeof(cfg->sys_root), "/");
-  cfg->log_level = EM_LOG_INFO;
-
-  cfg->target.kind = EM_TARGET_NONE;
-
-  em_str_copy(cfg->broker_host, sizeof(cfg->broker_host), "127.0.0.1");
-  cfg->broker_port = 1883;
   snprintf(cfg->client_id, sizeof(cfg->client_id), "edgemon-%s", cfg->device_id);
-  cfg->qos_data = 0;
-  cfg->qos_state = 1;
-  cfg->keepalive_s = 30;
-  cfg->reconnect_min_ns = 500 * NS_PER_MS;
-  cfg->reconnect_max_ns = 30 * NS_PER_S;
-
-  for (size_t i = 0; i < N_DEFAULT_EVENTS; i++) {
-    em_str_copy(cfg->events[i], sizeof(cfg->events[i]), default_events[i]);
-  }
-  cfg->n_events = N_DEFAULT_EVENTS;
-
-  cfg->n_rules = 0;
-  cfg->enter_windows = 3;
-  cfg->leave_windows = 5;
-  cfg->window_ns = NS_PER_S;
-  cfg->hook_timeout_ns = 5 * NS_PER_S;
-
-  em_str_copy(cfg->spool_path, sizeof(cfg->spool_path), "/var/lib/edgemon/spool");
-  cfg->spool_bytes = 16ull << 20;
-  cfg->spool_sync_ns = 5 * NS_PER_S;
-  cfg->ack_timeout_ns = 10 * NS_PER_S;
-  cfg->replay_per_tick = 32;
+  cfg->span_socket_gid = -1;
+  cfg->target.kind = EM_TARGET_NONE;
 }
 
 /* ---- the file: reader, handler, whole-file checks ---------------------------------------- */
 
-/* The key named `name` in `section`, or NULL. */
-static const key_def_t *find_key(section_t section, const char *name) {
-  for (size_t i = 0; i < K_COUNT; i++) {
-    if (keys[i].section == section && strcmp(keys[i].name, name) == 0) {
-      return &keys[i];
-    }
-  }
-  return NULL;
-}
-
-/* The key named `name` in any section, or NULL. */
-static const key_def_t *find_key_anywhere(const char *name) {
-  for (size_t i = 0; i < K_COUNT; i++) {
-    if (strcmp(keys[i].name, name) == 0) {
-      return &keys[i];
-    }
-  }
-  return NULL;
+/* Reports a message of the schema (em_schema_apply) on the current line. */
+static void report_line(void *ctx, const char *msg) {
+  load_t *ld = ctx;
+  report(ld, ld->line, "%s", msg);
 }
 
 /* Reports an unknown key: where it belongs if it is another section's, else a close name. */
@@ -1550,19 +1278,12 @@ static void report_unknown_key(load_t *ld, const char *name) {
   char q[QUOTE_MAX + 4];
   quote(q, sizeof(q), name);
   const char *sec = ld->label;
-  const key_def_t *other = find_key_anywhere(name);
+  const key_def_t *other = em_schema_find_any(keys, K_COUNT, name);
   if (other != NULL) {
-    report(ld, ld->line, "unknown key '%s' in [%s]; it belongs in [%s]", q, sec,
-           section_names[other->section]);
+    report(ld, ld->line, "unknown key '%s' in [%s]; it belongs in [%s]", q, sec, other->section);
     return;
   }
-  size_t best = SIZE_MAX;
-  const char *hint = NULL;
-  for (size_t i = 0; i < K_COUNT; i++) {
-    if (keys[i].section == ld->section && closer(name, keys[i].name, &best)) {
-      hint = keys[i].name;
-    }
-  }
+  const char *hint = em_schema_suggest(keys, K_COUNT, section_names[ld->section], name);
   if (hint != NULL) {
     report(ld, ld->line, "unknown key '%s' in [%s]; did you mean '%s'?", q, sec, hint);
   } else {
@@ -1580,17 +1301,17 @@ static void handle_pair(load_t *ld, const char *name, const char *value) {
     return; /* The section header was reported. */
   }
   if (ld->section == SEC_NONE) {
-    const key_def_t *k = find_key_anywhere(name);
+    const key_def_t *k = em_schema_find_any(keys, K_COUNT, name);
     if (k != NULL) {
       report(ld, ld->line, "key '%s' is outside any section; put it under [%s]", k->name,
-             section_names[k->section]);
+             k->section);
     } else {
       report(ld, ld->line, "key '%s' is outside any section; start with a section, e.g. [agent]",
              quote(q, sizeof(q), name));
     }
     return;
   }
-  const key_def_t *k = find_key(ld->section, name);
+  const key_def_t *k = em_schema_find(keys, K_COUNT, section_names[ld->section], name);
   if (k == NULL) {
     report_unknown_key(ld, name);
     return;
@@ -1614,7 +1335,9 @@ static void handle_pair(load_t *ld, const char *name, const char *value) {
       return;
     }
   }
-  k->set(ld, k, value);
+  if (em_schema_apply(k, ld->cfg, value, ld, report_line) == 0) {
+    accept_key(ld, k);
+  }
 }
 
 /*
@@ -1696,13 +1419,8 @@ static void handle_section(load_t *ld, const char *name) {
     handle_budget_section(ld, name);
     return;
   }
-  size_t best = SIZE_MAX;
-  const char *hint = NULL;
-  for (int s = SEC_AGENT; s < N_PLAIN_SECTIONS; s++) {
-    if (closer(name, section_names[s], &best)) {
-      hint = section_names[s];
-    }
-  }
+  const char *hint =
+      em_schema_closest(name, section_names + SEC_AGENT, N_PLAIN_SECTIONS - SEC_AGENT);
   /* [budjet.infer]: a misspelt "budget" before the stage. */
   char budget_hint[64];
   const char *dot = strchr(name, '.');
@@ -1710,8 +1428,8 @@ static void handle_section(load_t *ld, const char *name) {
     char prefix[16];
     memcpy(prefix, name, (size_t)(dot - name));
     prefix[dot - name] = '\0';
-    size_t best_budget = SIZE_MAX;
-    if (closer(prefix, "budget", &best_budget)) {
+    static const char *const budget_word[] = {"budget"};
+    if (em_schema_closest(prefix, budget_word, 1) != NULL) {
       snprintf(budget_hint, sizeof(budget_hint), "budget%s", dot);
       hint = budget_hint;
     }
@@ -1806,7 +1524,7 @@ static void check_budget_sec(load_t *ld, const budget_sec_t *b, bool process, pe
   for (size_t i = 0; i < N_RULE_DEFS; i++) {
     key_id_t key = rule_defs[i].key;
     key_id_t level_key = rule_defs[i].level_key;
-    if (keys[key].section != sec) {
+    if (strcmp(keys[key].section, section_names[sec]) != 0) {
       continue;
     }
     int at = BLINE(b, key);
@@ -2088,41 +1806,40 @@ static void finish(load_t *ld) {
     report(ld, 0, "[target] needs one of pid, pid_file, process_name, cmdline, cgroup");
   }
 
-  /* smaps_period: 0 or at least sample_period; its default moves up to meet sample_period. */
+  /* smaps_period (0: off), system_period, [degrade] window: at least sample_period; a default
+   * moves up to meet sample_period. */
+  static const struct {
+    key_id_t key;
+    const char *label;
+  } at_least_sample[] = {{K_SMAPS_PERIOD, "smaps_period"},
+                         {K_SYSTEM_PERIOD, "system_period"},
+                         {K_DEGRADE_WINDOW, "[degrade] window"}};
+  cfg->sample_period_set = ok[K_SAMPLE_PERIOD];
+  cfg->events_set = ok[K_EVENTS];
   bool sample_usable = ok[K_SAMPLE_PERIOD] || at[K_SAMPLE_PERIOD] == 0;
-  if (ok[K_SMAPS_PERIOD] && sample_usable && cfg->smaps_period_ns != 0 &&
-      cfg->smaps_period_ns < cfg->sample_period_ns) {
-    format_duration(a, sizeof(a), cfg->smaps_period_ns);
-    format_duration(b, sizeof(b), cfg->sample_period_ns);
-    report(ld, at[K_SMAPS_PERIOD],
-           "smaps_period %s is shorter than sample_period %s; use 0 (off) or at least %s", a, b, b);
-  } else if (at[K_SMAPS_PERIOD] == 0 && cfg->smaps_period_ns < cfg->sample_period_ns) {
-    cfg->smaps_period_ns = cfg->sample_period_ns;
-  }
-
-  /* system_period: at least sample_period; its default moves up to meet sample_period. */
-  if (ok[K_SYSTEM_PERIOD] && sample_usable && cfg->system_period_ns < cfg->sample_period_ns) {
-    format_duration(a, sizeof(a), cfg->system_period_ns);
-    format_duration(b, sizeof(b), cfg->sample_period_ns);
-    report(ld, at[K_SYSTEM_PERIOD], "system_period %s is shorter than sample_period %s", a, b);
-  } else if (at[K_SYSTEM_PERIOD] == 0 && cfg->system_period_ns < cfg->sample_period_ns) {
-    cfg->system_period_ns = cfg->sample_period_ns;
-  }
-
-  /* [degrade] window: at least sample_period; its default moves up to meet sample_period. */
-  if (ok[K_DEGRADE_WINDOW] && sample_usable && cfg->window_ns < cfg->sample_period_ns) {
-    format_duration(a, sizeof(a), cfg->window_ns);
-    format_duration(b, sizeof(b), cfg->sample_period_ns);
-    report(ld, at[K_DEGRADE_WINDOW], "[degrade] window %s is shorter than sample_period %s", a, b);
-  } else if (at[K_DEGRADE_WINDOW] == 0 && cfg->window_ns < cfg->sample_period_ns) {
-    cfg->window_ns = cfg->sample_period_ns;
+  for (size_t i = 0; i < sizeof(at_least_sample) / sizeof(at_least_sample[0]); i++) {
+    key_id_t key = at_least_sample[i].key;
+    uint64_t *ns = (uint64_t *)(void *)((char *)cfg + keys[key].offset);
+    bool off = (keys[key].flags & EM_SCHEMA_ZERO) && *ns == 0;
+    if (ok[key] && sample_usable && !off && *ns < cfg->sample_period_ns) {
+      em_schema_format_duration(a, sizeof(a), *ns);
+      em_schema_format_duration(b, sizeof(b), cfg->sample_period_ns);
+      char hint[80] = "";
+      if (keys[key].flags & EM_SCHEMA_ZERO) {
+        snprintf(hint, sizeof(hint), "; use 0 (off) or at least %s", b);
+      }
+      report(ld, at[key], "%s %s is shorter than sample_period %s%s", at_least_sample[i].label, a,
+             b, hint);
+    } else if (at[key] == 0 && *ns < cfg->sample_period_ns) {
+      *ns = cfg->sample_period_ns;
+    }
   }
 
   /* reconnect_max >= reconnect_min; a default moves to meet a value the file sets. */
   if (ok[K_RECONNECT_MIN] && ok[K_RECONNECT_MAX]) {
     if (cfg->reconnect_max_ns < cfg->reconnect_min_ns) {
-      format_duration(a, sizeof(a), cfg->reconnect_max_ns);
-      format_duration(b, sizeof(b), cfg->reconnect_min_ns);
+      em_schema_format_duration(a, sizeof(a), cfg->reconnect_max_ns);
+      em_schema_format_duration(b, sizeof(b), cfg->reconnect_min_ns);
       report(ld, at[K_RECONNECT_MAX], "reconnect_max %s is below reconnect_min %s (line %d)", a, b,
              at[K_RECONNECT_MIN]);
     }

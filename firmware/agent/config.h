@@ -1,7 +1,10 @@
 /*
- * config.h - the agent's configuration: an INI file read with Debian's libinih, every key
- * validated, every problem reported as "FILE:LINE: message" (all of them, not just the first),
- * and sane defaults for what the file leaves out. docs/CONFIG.md documents every key.
+ * config.h - the agent's configuration: an INI file read with common/'s INI line reader, every
+ * key declared once in a schema (edgemon/common/schema.h: section, name, type, field, range,
+ * default, reloadable or not, example) that validates it, gives its default, suggests the
+ * closest name for a misspelt one and says which keys a reload cannot apply. Every problem is
+ * reported as "FILE:LINE: message" (all of them, not just the first). docs/CONFIG.md documents
+ * every key.
  *
  * Owns: nothing after em_config_load() returns; em_config_t is a plain value with fixed-size
  * fields (no pointers), so it can be copied and compared, and SIGHUP can load a fresh one
@@ -14,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "edgemon/common/schema.h"
 #include "log.h"
 #include "target.h"
 
@@ -182,6 +186,21 @@ void em_config_defaults(em_config_t *cfg);
  */
 int em_config_load(const char *path, em_config_t *cfg, em_config_error_fn on_error, void *ctx,
                    int *n_errors);
+
+/*
+ * The schema of the file (edgemon/common/schema.h): one row per key, *n rows (may be NULL), in
+ * section order; the budget keys' sections read "budget.<stage>" and "budget.process". What
+ * validates, stores and defaults every key, and what docs/CONFIG.md lists.
+ */
+const em_schema_key_t *em_config_schema(size_t *n);
+
+/*
+ * The first key whose value differs between the running config `cur` and a reloaded `next`
+ * that a reload (SIGHUP) cannot apply (a row without EM_SCHEMA_RELOAD), as "[section] key" in
+ * buf[0..cap); NULL when every difference can be applied.
+ */
+const char *em_config_reload_conflict(const em_config_t *cur, const em_config_t *next, char *buf,
+                                      size_t cap);
 
 /* Parses "250us", "100ms", "1s", "2m", "1500000ns" (no unit: error). Returns 0 or -EINVAL. */
 int em_config_parse_duration(const char *text, uint64_t *out_ns);

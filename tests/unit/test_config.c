@@ -167,7 +167,7 @@ static const error_case_t error_cases[] = {
      {"2: sample_period needs a unit, e.g. 100ms$"}},
     {"sample_period with an unknown unit",
      "[agent]\nsample_period = 10xs\n" TARGET,
-     {"2: sample_period '10xs' has an unknown unit; use ns, us, ms, s, m or h$"}},
+     {"2: sample_period '10xs' has an unknown unit; use ns, us, ms, s, m, h or d$"}},
     {"sample_period with a space before the unit",
      "[agent]\nsample_period = 10 ms\n" TARGET,
      {"2: sample_period '10 ms' has an unknown unit~"}},

@@ -136,6 +136,12 @@ const char *em_schema_suggest(const em_schema_key_t *table, size_t n, const char
 const em_schema_key_t *em_schema_first_change(const em_schema_key_t *table, size_t n, const void *a,
                                               const void *b);
 
+/* Formats a duration exactly in the largest unit that divides it ("100ms", "90s", "2m", "1h"). */
+const char *em_schema_format_duration(char *out, size_t cap, uint64_t ns);
+
+/* Formats a size exactly in the largest unit that divides it ("64KiB", "1GiB", "1024GiB"). */
+const char *em_schema_format_size(char *out, size_t cap, uint64_t bytes);
+
 /* The type's word for documentation: "duration", "size", "bool", "int", "enum", ... */
 const char *em_schema_type_name(em_schema_type_t type);
 

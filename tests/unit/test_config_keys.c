@@ -1,0 +1,348 @@
+/*
+ * test_config_keys.c - the agent's config schema (em_config_schema) against what people read
+ * and what the agent does with it: docs/CONFIG.md and firmware/edgemon-agent.ini name every key
+ * of the schema and no other; every default the rows document is what em_config_defaults()
+ * gives (a file setting every key to its documented default loads to the same config); and
+ * em_config_reload_conflict() names exactly the keys a reload cannot apply.
+ *
+ * The docs: a key is named by a backquoted word in the first cell of a table row under its
+ * "## [section]" header. The example file: a key is named by a "key = value" line (commented
+ * out or not) under its [section] header, or by a word of a comment there; a "key = value" line
+ * must be a key of its section. [budget.NAME] sections other than [budget.process] are
+ * "budget.<stage>".
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <ctype.h>
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "config.h"
+
+#ifndef EM_FIXTURES_DIR
+#error "EM_FIXTURES_DIR (absolute path of tests/fixtures) must be defined"
+#endif
+
+#define DOCS_FILE    EM_FIXTURES_DIR "/../../docs/CONFIG.md"
+#define EXAMPLE_FILE EM_FIXTURES_DIR "/../../firmware/edgemon-agent.ini"
+#define TEXT_MAX     (256 * 1024)
+#define MAX_KEYS     256
+
+/* Reads a whole file into a NUL-terminated heap buffer. */
+static char *read_text(const char *path) {
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  char *buf = malloc(TEXT_MAX);
+  assert_non_null(buf);
+  size_t n = fread(buf, 1, TEXT_MAX - 1, f);
+  assert_true(n < TEXT_MAX - 1);
+  buf[n] = '\0';
+  fclose(f);
+  return buf;
+}
+
+/* Where each row of the schema was named; problems found, printed at the end. */
+typedef struct {
+  const em_schema_key_t *rows;
+  size_t n;
+  bool named[MAX_KEYS];
+  int problems;
+} named_t;
+
+static void problem(named_t *nm, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char msg[512];
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  print_error("%s\n", msg);
+  nm->problems++;
+}
+
+/* Marks `word` as named in `section`; false when it is no key there. */
+static bool mark(named_t *nm, const char *section, const char *word) {
+  const em_schema_key_t *k = em_schema_find(nm->rows, nm->n, section, word);
+  if (k == NULL) {
+    return false;
+  }
+  nm->named[k - nm->rows] = true;
+  return true;
+}
+
+/* The schema's section name of a header's text: "budget.infer" is "budget.<stage>". */
+static void section_of(const char *header, char *out, size_t cap) {
+  char text[64];
+  size_t j = 0;
+  for (size_t i = 0; header[i] != '\0' && header[i] != ']' && j + 1 < sizeof(text); i++) {
+    if (strncmp(header + i, "&lt;", 4) == 0) {
+      text[j++] = '<';
+      i += 3;
+    } else if (strncmp(header + i, "&gt;", 4) == 0) {
+      text[j++] = '>';
+      i += 3;
+    } else {
+      text[j++] = header[i];
+    }
+  }
+  text[j] = '\0';
+  if (strncmp(text, "budget.", 7) == 0 && strcmp(text, "budget.process") != 0) {
+    snprintf(out, cap, "budget.<stage>");
+  } else {
+    snprintf(out, cap, "%s", text);
+  }
+}
+
+static void check_all_named(named_t *nm, const char *file) {
+  for (size_t i = 0; i < nm->n; i++) {
+    if (!nm->named[i]) {
+      problem(nm, "%s does not name [%s] %s", file, nm->rows[i].section, nm->rows[i].name);
+    }
+  }
+}
+
+static void docs_name_every_key_and_no_other(void **state) {
+  (void)state;
+  named_t nm = {0};
+  nm.rows = em_config_schema(&nm.n);
+  assert_true(nm.n > 0 && nm.n <= MAX_KEYS);
+  char *text = read_text(DOCS_FILE);
+  char section[64] = "";
+  for (char *line = strtok(text, "\n"); line != NULL; line = strtok(NULL, "\n")) {
+    if (strncmp(line, "## ", 3) == 0) {
+      section[0] = '\0';
+      if (line[3] == '[') {
+        section_of(line + 4, section, sizeof(section));
+      }
+      continue;
+    }
+    if (section[0] == '\0' || strncmp(line, "| `", 3) != 0) {
+      continue;
+    }
+    /* The first cell: every backquoted word in it is a key of the section. */
+    char *end = strstr(line + 1, " |");
+    if (end != NULL) {
+      *end = '\0';
+    }
+    for (char *p = strchr(line, '`'); p != NULL; p = strchr(p, '`')) {
+      char *close = strchr(p + 1, '`');
+      if (close == NULL) {
+        break;
+      }
+      *close = '\0';
+      if (!mark(&nm, section, p + 1)) {
+        problem(&nm, "docs/CONFIG.md names `%s` in [%s], which is no key there", p + 1, section);
+      }
+      p = close + 1;
+    }
+  }
+  free(text);
+  check_all_named(&nm, "docs/CONFIG.md");
+  assert_int_equal(nm.problems, 0);
+}
+
+static bool is_key_char(char c) {
+  return islower((unsigned char)c) || isdigit((unsigned char)c) || c == '_';
+}
+
+static void example_names_every_key_and_no_other(void **state) {
+  (void)state;
+  named_t nm = {0};
+  nm.rows = em_config_schema(&nm.n);
+  char *text = read_text(EXAMPLE_FILE);
+  char section[64] = "";
+  for (char *line = strtok(text, "\n"); line != NULL; line = strtok(NULL, "\n")) {
+    if (line[0] == '[') {
+      section_of(line + 1, section, sizeof(section));
+      continue;
+    }
+    if (section[0] == '\0') {
+      continue;
+    }
+    /* A "key = value" line, commented out or not. */
+    const char *p = line;
+    bool comment = *p == ';';
+    if (comment) {
+      p++;
+    }
+    while (*p == ' ' || *p == '\t') {
+      p++;
+    }
+    size_t len = 0;
+    while (is_key_char(p[len])) {
+      len++;
+    }
+    const char *after = p + len;
+    while (*after == ' ' || *after == '\t') {
+      after++;
+    }
+    if (len > 0 && *after == '=') {
+      char key[64];
+      snprintf(key, sizeof(key), "%.*s", (int)len, p);
+      if (!mark(&nm, section, key)) {
+        problem(&nm, "edgemon-agent.ini sets '%s' in [%s], which is no key there", key, section);
+      }
+    }
+    /* Words of a comment name keys too ("also p50, p90, p999"). */
+    const char *c = strchr(line, ';');
+    for (const char *w = c; w != NULL && *w != '\0';) {
+      while (*w != '\0' && !is_key_char(*w)) {
+        w++;
+      }
+      size_t wl = 0;
+      while (is_key_char(w[wl])) {
+        wl++;
+      }
+      if (wl > 0 && wl < 64) {
+        char word[64];
+        snprintf(word, sizeof(word), "%.*s", (int)wl, w);
+        mark(&nm, section, word);
+      }
+      w += wl;
+    }
+  }
+  free(text);
+  check_all_named(&nm, "firmware/edgemon-agent.ini");
+  assert_int_equal(nm.problems, 0);
+}
+
+/* Collects load errors for the message. */
+static void on_error(void *ctx, const char *file, int line, const char *msg) {
+  (void)ctx;
+  print_error("%s:%d: %s\n", file, line, msg);
+}
+
+/*
+ * A file that sets every key with a documented default to that default loads to the config
+ * em_config_defaults() gives: the rows' defaults are the agent's.
+ */
+static void documented_defaults_are_the_defaults(void **state) {
+  (void)state;
+  size_t n = 0;
+  const em_schema_key_t *rows = em_config_schema(&n);
+  char path[] = "/tmp/edgemon-config-keys-XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  FILE *f = fdopen(fd, "w");
+  assert_non_null(f);
+  const char *last = "";
+  size_t n_defaults = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (rows[i].def == NULL || strcmp(rows[i].name, "tls_insecure") == 0) {
+      continue; /* tls_insecure goes only with an mqtts:// broker; its default is false. */
+    }
+    assert_null(strchr(rows[i].section, '<')); /* Budget keys have no default. */
+    if (strcmp(rows[i].section, last) != 0) {
+      fprintf(f, "[%s]\n", rows[i].section);
+      last = rows[i].section;
+    }
+    fprintf(f, "%s = %s\n", rows[i].name, rows[i].def);
+    n_defaults++;
+  }
+  fprintf(f, "[target]\npid = 1\n");
+  fclose(f);
+  assert_true(n_defaults >= 25);
+
+  static em_config_t loaded;
+  static em_config_t defaults;
+  int n_errors = -1;
+  int rc = em_config_load(path, &loaded, on_error, NULL, &n_errors);
+  unlink(path);
+  assert_int_equal(rc, 0);
+  em_config_defaults(&defaults);
+  /* What the file sets beyond the defaults: the target, and that these keys were given. */
+  defaults.target = loaded.target;
+  defaults.sample_period_set = true;
+  defaults.events_set = true;
+  defaults.span_socket[0] = '\0';
+  loaded.span_socket[0] = '\0';
+  assert_true(loaded.sample_period_set && loaded.events_set);
+  char buf[80];
+  const char *differs = em_config_reload_conflict(&defaults, &loaded, buf, sizeof(buf));
+  if (differs != NULL) {
+    print_error("%s differs from its documented default\n", differs);
+  }
+  assert_null(differs);
+  /* Every row, reloadable or not: the same value in both. */
+  static em_schema_key_t all[MAX_KEYS];
+  assert_true(n <= MAX_KEYS);
+  for (size_t i = 0; i < n; i++) {
+    all[i] = rows[i];
+    all[i].flags &= ~EM_SCHEMA_RELOAD;
+  }
+  const em_schema_key_t *k = em_schema_first_change(all, n, &defaults, &loaded);
+  if (k != NULL) {
+    print_error("[%s] %s differs from its documented default\n", k->section, k->name);
+  }
+  assert_null(k);
+  assert_int_equal(defaults.ring_slots, 1024);
+  assert_int_equal(defaults.span_socket_mode, 0660);
+  assert_int_equal(defaults.broker_port, 1883);
+  assert_int_equal(defaults.n_events, 10);
+}
+
+/* The reload check: keys a reload applies pass; the first other one that changed is named. */
+static void reload_conflict_follows_the_reloadable_flag(void **state) {
+  (void)state;
+  static em_config_t cur;
+  static em_config_t next;
+  em_config_defaults(&cur);
+  next = cur;
+  char buf[80];
+  assert_null(em_config_reload_conflict(&cur, &next, buf, sizeof(buf)));
+  /* Applied by a reload: budgets, degrade windows, stage_idle, ring_slots, target, log_level. */
+  next.enter_windows = 9;
+  next.leave_windows = 9;
+  next.window_ns *= 2;
+  next.stage_idle_ns *= 2;
+  next.ring_slots = 4096;
+  next.log_level = EM_LOG_DEBUG;
+  next.target.kind = EM_TARGET_PID;
+  next.target.pid = 42;
+  next.n_rules = 1;
+  assert_null(em_config_reload_conflict(&cur, &next, buf, sizeof(buf)));
+  /* The keys the agent's hand-written list named, and the others a reload cannot apply. */
+  em_config_t *c = &next;
+  snprintf(c->hook, sizeof(c->hook), "/bin/true");
+  assert_string_equal(em_config_reload_conflict(&cur, c, buf, sizeof(buf)), "[degrade] hook");
+  c->rings = 1;
+  assert_string_equal(em_config_reload_conflict(&cur, c, buf, sizeof(buf)), "[spans] rings");
+  c->max_stages = 1;
+  assert_string_equal(em_config_reload_conflict(&cur, c, buf, sizeof(buf)), "[spans] max_stages");
+  snprintf(c->span_socket, sizeof(c->span_socket), "/x.sock");
+  assert_string_equal(em_config_reload_conflict(&cur, c, buf, sizeof(buf)), "[spans] socket");
+  c->n_events = 1;
+  assert_string_equal(em_config_reload_conflict(&cur, c, buf, sizeof(buf)), "[pmu] events");
+  c->keepalive_s = 5;
+  assert_string_equal(em_config_reload_conflict(&cur, c, buf, sizeof(buf)), "[mqtt] keepalive");
+  snprintf(c->client_id, sizeof(c->client_id), "other");
+  assert_string_equal(em_config_reload_conflict(&cur, c, buf, sizeof(buf)), "[mqtt] client_id");
+  c->broker_port = 1884;
+  assert_string_equal(em_config_reload_conflict(&cur, c, buf, sizeof(buf)), "[mqtt] broker");
+  snprintf(c->runtime_dir, sizeof(c->runtime_dir), "/elsewhere");
+  assert_string_equal(em_config_reload_conflict(&cur, c, buf, sizeof(buf)), "[agent] runtime_dir");
+  c->sample_period_ns = 1;
+  assert_string_equal(em_config_reload_conflict(&cur, c, buf, sizeof(buf)),
+                      "[agent] sample_period");
+  snprintf(c->device_id, sizeof(c->device_id), "other");
+  assert_string_equal(em_config_reload_conflict(&cur, c, buf, sizeof(buf)), "[agent] device_id");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(docs_name_every_key_and_no_other),
+      cmocka_unit_test(example_names_every_key_and_no_other),
+      cmocka_unit_test(documented_defaults_are_the_defaults),
+      cmocka_unit_test(reload_conflict_follows_the_reloadable_flag),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
