@@ -282,6 +282,7 @@ static int set_text(const em_schema_key_t *k, char *field, const char *value, ch
   char q[QUOTE_MAX + 4];
   quote(q, sizeof(q), value);
   size_t len = strlen(value);
+  size_t min_len = has_range(k) ? (size_t)k->min : 0;
   size_t max_len = has_range(k) && k->max < k->size ? (size_t)k->max : k->size - 1;
   bool off = (k->flags & EM_SCHEMA_OFF) && strcmp(value, "off") == 0;
   const char *why = NULL;
@@ -289,6 +290,8 @@ static int set_text(const em_schema_key_t *k, char *field, const char *value, ch
     why = "must be an absolute path";
   } else if (len > max_len) {
     why = "is too long";
+  } else if (len < min_len) {
+    why = "is too short";
   } else if (k->type == EM_SCHEMA_ID) {
     for (const char *p = value; *p != '\0' && why == NULL; p++) {
       if (!is_id_char(*p)) {

@@ -25,6 +25,7 @@
 
 #include "edgemon/common/ini.h"
 #include "edgemon/common/parse.h"
+#include "edgemon/common/schema.h"
 #include "edgemon/common/str.h"
 #include <errno.h>
 #include <getopt.h>
@@ -153,101 +154,121 @@ static void usage(FILE *out) {
           "runtime failure (database, HTTP address); 2 bad configuration or arguments.\n");
 }
 
-/* A duration (edgemon/common/parse.h: "500ms", "30s", "5m", "12h", "7d"), or a bare number of
- * seconds; into ns. */
-static bool parse_duration_ns(const char *s, uint64_t *out) {
-  return em_parse_duration(s, EM_NS_PER_S, out) == 0;
+/* ---- the configuration: one schema row per key (edgemon/common/schema.h) -------------------- */
+
+/* Keys whose value needs more than its type: each sets *why (a "wants ..." phrase) and returns
+ * -EINVAL, or stores the value. */
+static int set_broker(void *ctx, const em_schema_key_t *k, void *obj, const char *value) {
+  em_broker_url_t u;
+  if (em_broker_parse_url(value, &u, NULL, 0) != 0) {
+    *(const char **)ctx = "wants mqtt://HOST[:PORT] or mqtts://HOST[:PORT]";
+    return -EINVAL;
+  }
+  if (!em_str_copy((char *)obj + k->offset, k->size, value)) {
+    *(const char **)ctx = "is too long";
+    return -EINVAL;
+  }
+  return 0;
 }
 
-static bool parse_uint(const char *s, uint64_t lo, uint64_t hi, uint64_t *out) {
-  return em_parse_u64(s, lo, hi, out) == 0;
+static int set_share_group(void *ctx, const em_schema_key_t *k, void *obj, const char *value) {
+  if (strpbrk(value, "/+#") || strlen(value) >= k->size) {
+    *(const char **)ctx = "wants a name without '/', '+' or '#', under 64 characters";
+    return -EINVAL;
+  }
+  em_str_copy((char *)obj + k->offset, k->size, value);
+  return 0;
 }
 
-static bool copy_text(char *dst, size_t cap, const char *src) {
-  return em_str_copy(dst, cap, src);
+static int set_http(void *ctx, const em_schema_key_t *k, void *obj, const char *value) {
+  if (!*value || !strchr(value, ':') || !em_str_copy((char *)obj + k->offset, k->size, value)) {
+    *(const char **)ctx = "wants HOST:PORT, e.g. 127.0.0.1:9108";
+    return -EINVAL;
+  }
+  return 0;
 }
 
-/* Applies one key; returns NULL or what is wrong with the value. */
-static const char *set_key(agg_config_t *c, const char *key, const char *value) {
-  uint64_t ns = 0;
-  if (strcmp(key, "broker") == 0) {
-    em_broker_url_t u;
-    if (em_broker_parse_url(value, &u, NULL, 0) != 0) {
-      return "wants mqtt://HOST[:PORT] or mqtts://HOST[:PORT]";
-    }
-    return copy_text(c->broker, sizeof(c->broker), value) ? NULL : "is too long";
+_Static_assert(EM_METRICS_MAX_BYTES == 67108864u, "metrics_max_bytes' default below");
+
+#define FIELD(f) .offset = offsetof(agg_config_t, f), .size = sizeof(((agg_config_t *)0)->f)
+#define KEY(nm, ty, ...)                                                                           \
+  { .section = "aggregator", .name = nm, .type = ty, __VA_ARGS__ }
+#define WANT_PATH     .min = 1, .max = MAX_TEXT - 1, .want = "wants a path"
+#define WANT_DURATION .bare_unit = EM_NS_PER_S, .flags = EM_SCHEMA_SECONDS
+/* Every key of [aggregator]; each is also the command-line flag --KEY (with '-' for '_'). */
+static const em_schema_key_t agg_keys[] = {
+    KEY("broker", EM_SCHEMA_CUSTOM, FIELD(broker), .set = set_broker, .def = EM_BROKER_DEFAULT_URL,
+        .example = "mqtt://127.0.0.1:1883"),
+    KEY("share_group", EM_SCHEMA_CUSTOM, FIELD(share_group), .set = set_share_group,
+        .example = "fleet"),
+    KEY("client_id", EM_SCHEMA_STRING, FIELD(client_id), .want = "is too long",
+        .example = "edgemon-aggregator"),
+    KEY("db", EM_SCHEMA_STRING, FIELD(db), WANT_PATH, .def = "edgemon.db", .example = "edgemon.db"),
+    KEY("http", EM_SCHEMA_CUSTOM, FIELD(http), .set = set_http, .def = "127.0.0.1:9108",
+        .example = "127.0.0.1:9108"),
+    KEY("tls_ca_file", EM_SCHEMA_STRING, FIELD(tls_ca_file), WANT_PATH, .example = "ca.crt"),
+    KEY("tls_ca_path", EM_SCHEMA_STRING, FIELD(tls_ca_path), WANT_PATH,
+        .example = "/etc/ssl/certs"),
+    KEY("tls_cert_file", EM_SCHEMA_STRING, FIELD(tls_cert_file), WANT_PATH, .example = "agg.crt"),
+    KEY("tls_key_file", EM_SCHEMA_STRING, FIELD(tls_key_file), WANT_PATH, .example = "agg.key"),
+    KEY("tls_insecure", EM_SCHEMA_BOOL, FIELD(tls_insecure), .want = "wants true or false",
+        .def = "false", .example = "false"),
+    KEY("credentials_file", EM_SCHEMA_STRING, FIELD(credentials_file), WANT_PATH,
+        .example = "/etc/edgemon/mqtt.credentials"),
+    KEY("batch_ms", EM_SCHEMA_INT, FIELD(batch_ms), .min = 1, .max = 60000,
+        .want = "wants 1 to 60000", .def = "500", .example = "500"),
+    KEY("batch_rows", EM_SCHEMA_INT, FIELD(batch_rows), .min = 1, .max = 10000000,
+        .want = "wants 1 to 10000000", .def = "5000", .example = "5000"),
+    KEY("device_ttl", EM_SCHEMA_DURATION, FIELD(device_ttl_s), WANT_DURATION,
+        .want = "wants a duration such as 30m, 24h or 7d (0: never)", .def = "24h",
+        .example = "24h"),
+    KEY("metrics_max_bytes", EM_SCHEMA_INT, FIELD(metrics_max_bytes), .min = 1u << 20,
+        .max = 1u << 30, .want = "wants 1048576 to 1073741824 (bytes)", .def = "67108864",
+        .example = "67108864"),
+    KEY("retention", EM_SCHEMA_DURATION, FIELD(retention_s), WANT_DURATION,
+        .want = "wants a duration such as 30s, 5m, 12h or 7d", .def = "7d", .example = "7d"),
+    KEY("downsample_after", EM_SCHEMA_DURATION, FIELD(downsample_after_s), WANT_DURATION,
+        .want = "wants a duration such as 30s, 5m, 12h or 7d", .def = "1d", .example = "1d"),
+    KEY("downsample_step", EM_SCHEMA_DURATION, FIELD(downsample_step_s), WANT_DURATION,
+        .min = EM_NS_PER_S, .max = UINT64_MAX,
+        .want = "wants a duration of at least 1s, such as 30s, 5m or 1h", .def = "60s",
+        .example = "60s"),
+};
+#undef KEY
+#undef FIELD
+#define N_AGG_KEYS (sizeof(agg_keys) / sizeof(agg_keys[0]))
+
+/* Applies one key; returns NULL or what is wrong with the value (the key's name not included). */
+static const char *set_key(agg_config_t *c, const char *key, const char *value, char *msg,
+                           size_t cap) {
+  const em_schema_key_t *k = em_schema_find(agg_keys, N_AGG_KEYS, "aggregator", key);
+  if (k == NULL) {
+    const char *hint = em_schema_suggest(agg_keys, N_AGG_KEYS, "aggregator", key);
+    snprintf(msg, cap, "is not a key of [aggregator]%s%s%s", hint ? "; did you mean '" : "",
+             hint ? hint : "", hint ? "'?" : "");
+    return msg;
   }
-  if (strcmp(key, "share_group") == 0) {
-    if (strpbrk(value, "/+#") || strlen(value) >= sizeof(c->share_group)) {
-      return "wants a name without '/', '+' or '#', under 64 characters";
-    }
-    return copy_text(c->share_group, sizeof(c->share_group), value) ? NULL : "is too long";
+  const char *why = NULL;
+  if (k->set != NULL) {
+    return k->set(&why, k, c, value) == 0 ? NULL : why;
   }
-  if (strcmp(key, "client_id") == 0) {
-    return copy_text(c->client_id, sizeof(c->client_id), value) ? NULL : "is too long";
-  }
-  if (strcmp(key, "db") == 0) {
-    return *value && copy_text(c->db, sizeof(c->db), value) ? NULL : "wants a path";
-  }
-  if (strcmp(key, "http") == 0) {
-    return *value && strchr(value, ':') && copy_text(c->http, sizeof(c->http), value)
-               ? NULL
-               : "wants HOST:PORT, e.g. 127.0.0.1:9108";
-  }
-  static const struct {
-    const char *key;
-    size_t off;
-  } paths[] = {
-      {"tls_ca_file", offsetof(agg_config_t, tls_ca_file)},
-      {"tls_ca_path", offsetof(agg_config_t, tls_ca_path)},
-      {"tls_cert_file", offsetof(agg_config_t, tls_cert_file)},
-      {"tls_key_file", offsetof(agg_config_t, tls_key_file)},
-      {"credentials_file", offsetof(agg_config_t, credentials_file)},
-  };
-  for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
-    if (strcmp(key, paths[i].key) == 0) {
-      return *value && copy_text((char *)c + paths[i].off, MAX_TEXT, value) ? NULL : "wants a path";
-    }
-  }
-  if (strcmp(key, "tls_insecure") == 0) {
-    return em_parse_bool(value, &c->tls_insecure) == 0 ? NULL : "wants true or false";
-  }
-  if (strcmp(key, "batch_ms") == 0) {
-    return parse_uint(value, 1, 60000, &c->batch_ms) ? NULL : "wants 1 to 60000";
-  }
-  if (strcmp(key, "batch_rows") == 0) {
-    return parse_uint(value, 1, 10000000, &c->batch_rows) ? NULL : "wants 1 to 10000000";
-  }
-  if (strcmp(key, "device_ttl") == 0) {
-    if (!parse_duration_ns(value, &ns)) {
-      return "wants a duration such as 30m, 24h or 7d (0: never)";
-    }
-    c->device_ttl_s = ns / 1000000000u;
+  if (em_schema_set(k, c, value, msg, cap) == 0) {
     return NULL;
   }
-  if (strcmp(key, "metrics_max_bytes") == 0) {
-    return parse_uint(value, 1u << 20, 1u << 30, &c->metrics_max_bytes)
-               ? NULL
-               : "wants 1048576 to 1073741824 (bytes)";
-  }
-  if (strcmp(key, "retention") == 0 || strcmp(key, "downsample_after") == 0 ||
-      strcmp(key, "downsample_step") == 0) {
-    if (!parse_duration_ns(value, &ns)) {
-      return "wants a duration such as 30s, 5m, 12h or 7d";
+  /* "KEY 'VALUE' WANT": the caller prints its own "KEY 'VALUE'". */
+  return k->want != NULL ? k->want : msg;
+}
+
+/* Fills the defaults of every row. */
+static void config_defaults(agg_config_t *c) {
+  memset(c, 0, sizeof(*c));
+  (void)em_schema_defaults(agg_keys, N_AGG_KEYS, c, NULL);
+  for (size_t i = 0; i < N_AGG_KEYS; i++) {
+    const char *why = NULL;
+    if (agg_keys[i].set != NULL && agg_keys[i].def != NULL) {
+      (void)agg_keys[i].set(&why, &agg_keys[i], c, agg_keys[i].def);
     }
-    uint64_t s = ns / 1000000000u;
-    if (key[0] == 'r') {
-      c->retention_s = s;
-    } else if (strcmp(key, "downsample_after") == 0) {
-      c->downsample_after_s = s;
-    } else if (s == 0) {
-      return "must be at least 1s";
-    } else {
-      c->downsample_step_s = s;
-    }
-    return NULL;
   }
-  return "is not a key of [aggregator]";
 }
 
 /* The config file, read with common/'s INI line reader: every problem is printed as
@@ -270,7 +291,8 @@ static int on_ini_pair(void *user, int line, const char *section, const char *na
     x->errors++;
     return 0;
   }
-  const char *why = set_key(x->cfg, name, value);
+  char msg[EM_SCHEMA_MSG_MAX];
+  const char *why = set_key(x->cfg, name, value, msg, sizeof(msg));
   if (why) {
     fprintf(stderr, "%s:%d: %s '%s' %s\n", x->path, line, name, value, why);
     x->errors++;
@@ -559,16 +581,8 @@ int main(int argc, char **argv) {
       ['I'] = "tls_insecure",  ['U'] = "credentials_file",
       ['L'] = "device_ttl",    ['M'] = "metrics_max_bytes",
   };
-  agg_t a = {.cfg = {.broker = EM_BROKER_DEFAULT_URL,
-                     .db = "edgemon.db",
-                     .http = "127.0.0.1:9108",
-                     .batch_ms = 500,
-                     .batch_rows = 5000,
-                     .retention_s = 7 * 86400,
-                     .downsample_after_s = 86400,
-                     .downsample_step_s = 60,
-                     .device_ttl_s = 24 * 3600,
-                     .metrics_max_bytes = EM_METRICS_MAX_BYTES}};
+  static agg_t a;
+  config_defaults(&a.cfg);
   const char *config = NULL;
   bool check = false;
   const char *flag_value[128] = {0};
@@ -624,7 +638,9 @@ int main(int argc, char **argv) {
     }
   }
   for (int c = 0; c < 128; c++) {
-    const char *why = flag_value[c] ? set_key(&a.cfg, keys[c], flag_value[c]) : NULL;
+    char msg[EM_SCHEMA_MSG_MAX];
+    const char *why =
+        flag_value[c] ? set_key(&a.cfg, keys[c], flag_value[c], msg, sizeof(msg)) : NULL;
     if (why) {
       fprintf(stderr, "edgemon-aggregator: --%s '%s' %s\n", keys[c], flag_value[c], why);
       return 2;

@@ -188,6 +188,10 @@ static void bad_profiles_are_refused_with_the_line(void **state) {
       {"[board]\nname = t\ndescription = d\narch = mips\n", ":4: arch 'mips'"},
       {"[board]\nname = t\nname = t\n", ":3: duplicate key 'name'"},
       {"[board]\nname = t\ncolour = red\n", ":3: unknown key 'colour'"},
+      {"[board]\nname = t\ndescripton = d\n",
+       ":3: unknown key 'descripton' in [board]; did you mean 'description'?"},
+      {"[sensor]\nperiod = 1s\n", ":1: unknown section '[sensor]' (board, pmu, sensors or "
+                                  "defaults); did you mean [sensors]?"},
       {"[bord]\nname = t\n", ":1: unknown section"},
       {"name = t\n", ":1: key 'name' is outside any section"},
       {"[board]\njust words\n", ":2: 'just words' is not key = value"},

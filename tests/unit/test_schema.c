@@ -162,7 +162,13 @@ static const em_schema_key_t demo[] = {
      .flags = EM_SCHEMA_OFF,
      .def = "off",
      .example = "/var/lib/edgemon/spool"},
-    {.section = "agg", .name = "db", .type = EM_SCHEMA_STRING, F(text), .example = "e.db"},
+    {.section = "agg",
+     .name = "db",
+     .type = EM_SCHEMA_STRING,
+     F(text),
+     .min = 1,
+     .max = 7,
+     .example = "e.db"},
     {.section = "mqtt",
      .name = "password",
      .type = EM_SCHEMA_STRING,
@@ -243,6 +249,7 @@ static void values_are_stored_or_refused_with_the_message(void **state) {
       {"path", "off", NULL},
       {"path", "spool", "path 'spool' must be an absolute path"},
       {"db", "12345678", "db '12345678' is longer than 7 characters"},
+      {"db", "", "db '' is too short"},
       {"password", "hunter2hunter2hunter2", "password is longer than 15 characters"},
   };
   for (size_t i = 0; i < ARRAY_LEN(rows); i++) {

@@ -21,6 +21,7 @@
 #include "edgemon/common/file.h"
 #include "edgemon/common/ini.h"
 #include "edgemon/common/parse.h"
+#include "edgemon/common/schema.h"
 #include "edgemon/common/str.h"
 
 #include <ctype.h>
@@ -91,31 +92,71 @@ typedef enum {
   K_COUNT
 } bkey_t;
 
-typedef struct {
-  section_t section;
-  const char *name;
-} key_def_t;
+typedef em_schema_key_t key_def_t; /* A key's row (edgemon/common/schema.h); id: its bkey_t. */
 
+static int set_key(void *ctx, const key_def_t *k, void *obj, const char *value);
+
+static const em_parse_enum_t true_false[] = {{"true", 1}, {"false", 0}};
+
+/*
+ * Every key of a profile, one row each, index = bkey_t. Rows without `set` are stored by their
+ * type (common/schema.h); the others by set_key(). docs/BOARDS.md documents them.
+ */
+#define FIELD(f)                                                                                   \
+  .offset = offsetof(em_board_profile_t, f), .size = sizeof(((em_board_profile_t *)0)->f)
+#define NO_FIELD .offset = EM_SCHEMA_NO_FIELD, .size = 0
+#define KEY(key, sec, nm, ty, ...)                                                                 \
+  [key] = {.id = key, .section = sec, .name = nm, .type = ty, __VA_ARGS__}
 static const key_def_t keys[K_COUNT] = {
-    [K_NAME] = {SEC_BOARD, "name"},
-    [K_DESCRIPTION] = {SEC_BOARD, "description"},
-    [K_ARCH] = {SEC_BOARD, "arch"},
-    [K_MODEL] = {SEC_BOARD, "model"},
-    [K_COMPATIBLE] = {SEC_BOARD, "compatible"},
-    [K_CPU_PARTS] = {SEC_BOARD, "cpu_parts"},
-    [K_DMI] = {SEC_BOARD, "dmi"},
-    [K_EVENTS] = {SEC_PMU, "events"},
-    [K_PERIOD] = {SEC_SENSORS, "period"},
-    [K_THERMAL] = {SEC_SENSORS, "thermal"},
-    [K_CPUFREQ] = {SEC_SENSORS, "cpufreq"},
-    [K_GPU_LOAD] = {SEC_SENSORS, "gpu_load"},
-    [K_GPU_DEVFREQ] = {SEC_SENSORS, "gpu_devfreq"},
-    [K_EMC] = {SEC_SENSORS, "emc"},
-    [K_POWER] = {SEC_SENSORS, "power"},
-    [K_NVML] = {SEC_SENSORS, "nvml"},
-    [K_SAMPLE_PERIOD] = {SEC_DEFAULTS, "sample_period"},
-    [K_TEMP_MAX] = {SEC_DEFAULTS, "temp_max"},
+    KEY(K_NAME, "board", "name", EM_SCHEMA_ID, FIELD(name), .set = set_key, .example = "rpi4",
+        .doc = "The file's name without .ini"),
+    KEY(K_DESCRIPTION, "board", "description", EM_SCHEMA_STRING, FIELD(description), .set = set_key,
+        .example = "Raspberry Pi 4 Model B", .doc = "One line for people"),
+    KEY(K_ARCH, "board", "arch", EM_SCHEMA_CUSTOM, FIELD(arch), .set = set_key,
+        .example = "aarch64", .doc = "aarch64 or x86_64"),
+    KEY(K_MODEL, "board", "model", EM_SCHEMA_LIST, NO_FIELD, .set = set_key,
+        .example = "Raspberry Pi 4", .doc = "proc/device-tree/model substrings"),
+    KEY(K_COMPATIBLE, "board", "compatible", EM_SCHEMA_LIST, NO_FIELD, .set = set_key,
+        .example = "brcm,bcm2711", .doc = "proc/device-tree/compatible entries, blank-separated"),
+    KEY(K_CPU_PARTS, "board", "cpu_parts", EM_SCHEMA_LIST, NO_FIELD, .set = set_key,
+        .example = "0x41:0xd08", .doc = "CPU implementer:part pairs"),
+    KEY(K_DMI, "board", "dmi", EM_SCHEMA_LIST, NO_FIELD, .set = set_key, .example = "QEMU",
+        .doc = "DMI vendor, product or board name substrings"),
+    KEY(K_EVENTS, "pmu", "events", EM_SCHEMA_LIST, NO_FIELD, .set = set_key,
+        .example = "cycles, instructions", .doc = "PMU events counted on this board"),
+    KEY(K_PERIOD, "sensors", "period", EM_SCHEMA_DURATION, FIELD(sensors.period_ns),
+        .min = 10 * NS_PER_MS, .max = 3600 * NS_PER_S, .def = "1s",
+        .want = "must be a duration from 10ms to 60m, e.g. 1s", .example = "1s",
+        .doc = "How often sensors are read"),
+    KEY(K_THERMAL, "sensors", "thermal", EM_SCHEMA_LIST, FIELD(sensors.thermal), .set = set_key,
+        .def = "auto", .example = "auto", .doc = "auto, none or thermal zone types"),
+    KEY(K_CPUFREQ, "sensors", "cpufreq", EM_SCHEMA_CUSTOM, FIELD(sensors.cpufreq), .set = set_key,
+        .def = "auto", .example = "auto", .doc = "auto or none"),
+    KEY(K_GPU_LOAD, "sensors", "gpu_load", EM_SCHEMA_PATH, FIELD(sensors.gpu_load), .set = set_key,
+        .def = "none", .example = "/sys/devices/gpu.0/load",
+        .doc = "A per-mille load file, or none"),
+    KEY(K_GPU_DEVFREQ, "sensors", "gpu_devfreq", EM_SCHEMA_PATH, FIELD(sensors.gpu_devfreq),
+        .set = set_key, .def = "none", .example = "/sys/class/devfreq/17000000.gpu",
+        .doc = "The GPU's devfreq directory, or none"),
+    KEY(K_EMC, "sensors", "emc", EM_SCHEMA_PATH, FIELD(sensors.emc), .set = set_key, .def = "none",
+        .example = "/sys/kernel/actmon_avg_activity/mc_all",
+        .doc = "Memory controller activity file or devfreq directory, or none"),
+    KEY(K_POWER, "sensors", "power", EM_SCHEMA_CUSTOM, FIELD(sensors.power), .set = set_key,
+        .def = "none", .example = "hwmon:ina3221", .doc = "hwmon:<name>, iio:<name> or none"),
+    KEY(K_NVML, "sensors", "nvml", EM_SCHEMA_ENUM, FIELD(sensors.nvml), .def = "false",
+        .choices = true_false, .n_choices = 2, .want = "must be true or false", .example = "false",
+        .doc = "Query NVML for discrete GPUs"),
+    KEY(K_SAMPLE_PERIOD, "defaults", "sample_period", EM_SCHEMA_DURATION, FIELD(sample_period_ns),
+        .min = NS_PER_MS, .max = 60 * NS_PER_S, .def = "100ms",
+        .want = "must be a duration from 1ms to 60s, e.g. 100ms", .example = "100ms",
+        .doc = "The agent's sample_period unless its config says"),
+    KEY(K_TEMP_MAX, "defaults", "temp_max", EM_SCHEMA_INT, FIELD(temp_max_c), .min = 1, .max = 150,
+        .want = "must be whole degrees C from 1 to 150", .example = "85",
+        .doc = "A WARN thermal budget unless the config says"),
 };
+#undef KEY
+#undef FIELD
+#undef NO_FIELD
 
 static const char *const section_names[] = {"", "board", "pmu", "sensors", "defaults"};
 
@@ -274,16 +315,6 @@ static bool check_cpu_part(const char *s, size_t size) {
   return parse_cpu_part(s, &unused);
 }
 
-/* A duration (edgemon/common/parse.h: "100ms", "1s", "500us", "2m"), within [min, max]. */
-static bool parse_duration(const char *s, uint64_t min_ns, uint64_t max_ns, uint64_t *out) {
-  uint64_t ns = 0;
-  if (em_parse_duration(s, 0, &ns) != 0 || ns < min_ns || ns > max_ns) {
-    return false;
-  }
-  *out = ns;
-  return true;
-}
-
 /* "none" or an absolute path without blanks and without "..". */
 static bool check_path_value(const char *s) {
   if (strcmp(s, "none") == 0) {
@@ -362,18 +393,6 @@ static void set_value(load_t *ld, bkey_t k, char *value) {
     p->n_events = got > 0 ? (size_t)got : 0;
     return;
   }
-  case K_PERIOD:
-    if (!parse_duration(value, 10 * NS_PER_MS, 3600 * NS_PER_S, &s->period_ns)) {
-      fail(ld, "period '%s' must be a duration from 10ms to 60m, e.g. 1s",
-           quote(q, sizeof(q), value));
-    }
-    return;
-  case K_SAMPLE_PERIOD:
-    if (!parse_duration(value, NS_PER_MS, 60 * NS_PER_S, &p->sample_period_ns)) {
-      fail(ld, "sample_period '%s' must be a duration from 1ms to 60s, e.g. 100ms",
-           quote(q, sizeof(q), value));
-    }
-    return;
   case K_THERMAL:
     if (strcmp(value, "auto") == 0 || strcmp(value, "none") == 0) {
       em_str_copy(s->thermal, sizeof(s->thermal), value);
@@ -407,8 +426,7 @@ static void set_value(load_t *ld, bkey_t k, char *value) {
       fail(ld, "%s '%s' must be none or an absolute path", key, quote(q, sizeof(q), value));
       return;
     }
-    char *dst = k == K_GPU_LOAD ? s->gpu_load : k == K_GPU_DEVFREQ ? s->gpu_devfreq : s->emc;
-    em_str_copy(dst, EM_BOARD_MAX_PATH, value);
+    em_str_copy((char *)p + keys[k].offset, keys[k].size, value);
     return;
   }
   case K_POWER: {
@@ -427,28 +445,24 @@ static void set_value(load_t *ld, bkey_t k, char *value) {
     em_str_copy(s->power, sizeof(s->power), value);
     return;
   }
-  case K_NVML:
-    if (strcmp(value, "true") != 0 && strcmp(value, "false") != 0) {
-      fail(ld, "nvml '%s' must be true or false", quote(q, sizeof(q), value));
-      return;
-    }
-    s->nvml = strcmp(value, "true") == 0;
-    return;
-  case K_TEMP_MAX: {
-    char *end = NULL;
-    errno = 0;
-    long v = strtol(value, &end, 10);
-    if (errno || end == value || *end != '\0' || v < 1 || v > 150) {
-      fail(ld, "temp_max '%s' must be whole degrees C from 1 to 150", quote(q, sizeof(q), value));
-      return;
-    }
-    p->temp_max_c = (int)v;
-    p->has_temp_max = true;
-    return;
-  }
-  case K_COUNT:
+  default: /* Stored by type. */
     break;
   }
+}
+
+/* The rows' own setter (keys above): set_value() on a copy it may split in place. */
+static int set_key(void *ctx, const key_def_t *k, void *obj, const char *value) {
+  load_t *ld = ctx;
+  (void)obj;
+  char buf[PROFILE_MAX_LINE + 1];
+  em_str_copy(buf, sizeof(buf), value);
+  set_value(ld, (bkey_t)k->id, buf);
+  return ld->failed ? -EINVAL : 0;
+}
+
+/* A message of the schema (em_schema_apply) as the load's problem. */
+static void fail_msg(void *ctx, const char *msg) {
+  fail(ctx, "%s", msg);
 }
 
 /* The INI reader's callbacks (edgemon/common/ini.h); the first problem stops the read. */
@@ -463,8 +477,10 @@ static int on_section(void *user, int line, const char *name) {
   }
   if (ld->section == SEC_NONE) {
     char q[QUOTE_BYTES];
-    fail(ld, "unknown section '[%s]' (board, pmu, sensors or defaults)",
-         quote(q, sizeof(q), name != NULL ? name : ""));
+    const char *hint = name != NULL ? em_schema_closest(name, section_names + 1, 4) : NULL;
+    fail(ld, "unknown section '[%s]' (board, pmu, sensors or defaults)%s%s%s",
+         quote(q, sizeof(q), name != NULL ? name : ""), hint ? "; did you mean [" : "",
+         hint ? hint : "", hint ? "]?" : "");
     return 1;
   }
   return 0;
@@ -479,26 +495,25 @@ static int on_pair(void *user, int line, const char *section, const char *name, 
     fail(ld, "key '%s' is outside any section", quote(q, sizeof(q), name));
     return 1;
   }
-  for (int k = 0; k < K_COUNT; k++) {
-    if (keys[k].section != ld->section || strcmp(keys[k].name, name) != 0) {
-      continue;
-    }
-    if (ld->seen & (1ul << k)) {
-      fail(ld, "duplicate key '%s' in [%s]", name, section_names[ld->section]);
-      return 1;
-    }
-    ld->seen |= 1ul << k;
-    if (value[0] == '\0') {
-      fail(ld, "%s has no value", name);
-      return 1;
-    }
-    char buf[PROFILE_MAX_LINE + 1];
-    em_str_copy(buf, sizeof(buf), value);
-    set_value(ld, (bkey_t)k, buf);
-    return ld->failed ? 1 : 0;
+  const key_def_t *k = em_schema_find(keys, K_COUNT, section_names[ld->section], name);
+  if (k == NULL) {
+    const char *hint = em_schema_suggest(keys, K_COUNT, section_names[ld->section], name);
+    fail(ld, "unknown key '%s' in [%s]%s%s%s", quote(q, sizeof(q), name),
+         section_names[ld->section], hint ? "; did you mean '" : "", hint ? hint : "",
+         hint ? "'?" : "");
+    return 1;
   }
-  fail(ld, "unknown key '%s' in [%s]", quote(q, sizeof(q), name), section_names[ld->section]);
-  return 1;
+  if (ld->seen & (1ul << k->id)) {
+    fail(ld, "duplicate key '%s' in [%s]", name, section_names[ld->section]);
+    return 1;
+  }
+  ld->seen |= 1ul << k->id;
+  if (value[0] == '\0') {
+    fail(ld, "%s has no value", name);
+    return 1;
+  }
+  em_schema_apply(k, ld->p, value, ld, fail_msg);
+  return ld->failed ? 1 : 0;
 }
 
 static int on_error(void *user, int line, em_ini_problem_t kind, const char *text,
@@ -516,16 +531,13 @@ static int on_error(void *user, int line, em_ini_problem_t kind, const char *tex
 
 static void profile_defaults(em_board_profile_t *p) {
   memset(p, 0, sizeof(*p));
-  p->sensors.period_ns = NS_PER_S;
-  em_str_copy(p->sensors.thermal, sizeof(p->sensors.thermal), "auto");
-  em_str_copy(p->sensors.cpufreq, sizeof(p->sensors.cpufreq), "auto");
-  em_str_copy(p->sensors.gpu_load, sizeof(p->sensors.gpu_load), "none");
-  em_str_copy(p->sensors.gpu_devfreq, sizeof(p->sensors.gpu_devfreq), "none");
-  em_str_copy(p->sensors.emc, sizeof(p->sensors.emc), "none");
-  em_str_copy(p->sensors.power, sizeof(p->sensors.power), "none");
-  p->sample_period_ns = 100 * NS_PER_MS;
+  (void)em_schema_defaults(keys, K_COUNT, p, NULL);
+  for (size_t i = 0; i < K_COUNT; i++) { /* Rows of set_key(): their defaults are plain words. */
+    if (keys[i].set != NULL && keys[i].def != NULL) {
+      em_str_copy((char *)p + keys[i].offset, keys[i].size, keys[i].def);
+    }
+  }
 }
-
 int em_board_load(const char *path, em_board_profile_t *out, char *err, size_t err_len) {
   if (!path || !out) {
     return -EINVAL;
@@ -566,6 +578,7 @@ int em_board_load(const char *path, em_board_profile_t *out, char *err, size_t e
     fail(&ld, "read error: %s", strerror(-rc));
   }
   ld.line = 0;
+  out->has_temp_max = (ld.seen & (1ul << K_TEMP_MAX)) != 0;
   static const bkey_t required[] = {K_NAME, K_DESCRIPTION, K_ARCH};
   for (size_t i = 0; i < sizeof(required) / sizeof(required[0]) && !ld.failed; i++) {
     if (!(ld.seen & (1ul << required[i]))) {

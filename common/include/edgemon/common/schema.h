@@ -73,7 +73,7 @@ struct em_schema_key {
   size_t offset;                  /* offsetof() the field, or EM_SCHEMA_NO_FIELD. */
   size_t size;                    /* sizeof the field; 0 with EM_SCHEMA_NO_FIELD. */
   uint64_t min;                   /* DURATION (ns), SIZE (bytes), INT: the accepted range; */
-  uint64_t max;                   /* min = max = 0 means no range of its own. */
+  uint64_t max;                   /* Text types: its length. min = max = 0: no range. */
   uint64_t bare_unit;             /* DURATION, SIZE: what a bare number counts (0: refused). */
   const char *def;                /* Default, spelt as in the file; NULL: none or computed. */
   unsigned flags;                 /* EM_SCHEMA_* above. */
