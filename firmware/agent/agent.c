@@ -1342,48 +1342,14 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
   return 0;
 }
 
-/* Names the first setting that differs between the running config and `next` among those a
- * reload cannot apply, or returns NULL. */
-static const char *restart_only_change(const em_config_t *cur, const em_config_t *next) {
-  if (strcmp(cur->device_id, next->device_id) != 0) {
-    return "device_id";
-  }
-  if (strcmp(cur->broker_host, next->broker_host) != 0 || cur->broker_port != next->broker_port) {
-    return "broker";
-  }
-  if (strcmp(cur->client_id, next->client_id) != 0) {
-    return "client_id";
-  }
-  if (cur->sample_period_ns != next->sample_period_ns) {
-    return "sample_period";
-  }
-  if (cur->n_events != next->n_events ||
-      memcmp(cur->events, next->events, sizeof(cur->events[0]) * cur->n_events) != 0) {
-    return "events";
-  }
-  if (strcmp(cur->span_socket, next->span_socket) != 0 ||
-      strcmp(cur->runtime_dir, next->runtime_dir) != 0) {
-    return "span_socket/runtime_dir";
-  }
-  if (cur->max_stages != next->max_stages) {
-    return "max_stages";
-  }
-  if (cur->rings != next->rings || cur->rings_per_process != next->rings_per_process) {
-    return "rings/rings_per_process";
-  }
-  if (strcmp(cur->hook, next->hook) != 0) {
-    return "hook";
-  }
-  return NULL;
-}
-
 int em_agent_reload(em_agent_t *a, const em_config_t *next) {
   if (!a || !next || a->closing) {
     return -EINVAL;
   }
   uint64_t now = uv_hrtime();
   em_service_reloading(&a->svc, now);
-  const char *later = restart_only_change(&a->cfg, next);
+  char key[96];
+  const char *later = em_config_reload_conflict(&a->cfg, next, key, sizeof(key));
   if (later) {
     EM_WARN("reload: %s changed; that takes a restart (the running value stays)", later);
   }

@@ -923,6 +923,15 @@ static bool same_broker(const void *a, const void *b) {
          x->tls == y->tls;
 }
 
+/* The running config carries the board that "auto" or "generic" resolved to (main.c), which a
+ * reloaded file asking for the same resolution again does not change. */
+static bool same_board(const void *a, const void *b) {
+  const em_config_t *x = a;
+  const em_config_t *y = b;
+  return strcmp(x->board, y->board) == 0 || strcmp(y->board, "auto") == 0 ||
+         (strcmp(y->board, "generic") == 0 && strncmp(x->board, "generic", 7) == 0);
+}
+
 static bool same_events(const void *a, const void *b) {
   const em_config_t *x = a;
   const em_config_t *y = b;
@@ -995,7 +1004,8 @@ static const key_def_t keys[K_COUNT] = {
     KEY(K_RUNTIME_DIR, AGENT, "runtime_dir", EM_SCHEMA_PATH, FIELD(runtime_dir),
         .example = "/run/edgemon",
         .doc = "Default /run/edgemon (root), else $XDG_RUNTIME_DIR/edgemon"),
-    KEY(K_BOARD, AGENT, "board", EM_SCHEMA_ID, FIELD(board), .def = "auto", .example = "generic",
+    KEY(K_BOARD, AGENT, "board", EM_SCHEMA_ID, FIELD(board), .same = same_board, .def = "auto",
+        .example = "generic",
         .doc = "Board profile: auto (detect), generic, or a name under boards/"),
     KEY(K_PROC_ROOT, AGENT, "proc_root", EM_SCHEMA_PATH, FIELD(proc_root), .def = "/proc",
         .example = "/proc", .doc = "Where /proc is read"),

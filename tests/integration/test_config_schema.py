@@ -4,13 +4,18 @@
   name, an empty path is refused, values out of a row's range are refused with the row's words,
   and the defaults the rows give pass --check;
 - the agent: a misspelt key in a budget section gets the closest key of that section, and a
-  duration with an unknown unit names every unit the shared parser accepts.
-Nothing here needs a broker: --check never connects.
+  duration with an unknown unit names every unit the shared parser accepts;
+- the agent's reload (SIGHUP) warns about the first changed key the schema marks as not
+  reloadable, and about nothing when the file did not change.
+Only the reload test needs a broker (a real mosquitto): --check never connects.
 """
 
-from test_shared_parsers import agent_check, aggregator_check as aggregator
+import signal
 
 import pytest
+
+from conftest import wait_for
+from test_shared_parsers import agent_check, aggregator_check as aggregator
 
 
 def test_aggregator_defaults_pass_check():
@@ -65,3 +70,26 @@ def test_agent_unknown_unit_lists_every_unit(tmp_path):
     assert "has an unknown unit; use ns, us, ms, s, m, h or d" in r.stderr, r.stderr
     assert agent_check(tmp_path, "[agent]\nsample_period = 1d\n").returncode == 1  # > 60s
     assert agent_check(tmp_path, "[spans]\nstage_idle = 1d\n").returncode == 0
+
+
+def test_agent_reload_warns_about_keys_it_cannot_apply(stack):
+    broker = stack.broker()
+    target = stack.target()
+    agent = stack.agent(broker.port, f"cmdline = {target.marker}")
+    sub = stack.subscriber(broker.port, agent.device)
+    sub.next("birth")
+
+    def reload(count):
+        agent.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: agent.log_text().count("reload: 0 budget rules") >= count, 10,
+                 f"reload {count}")
+
+    reload(1)  # The same file: nothing to warn about.
+    assert "takes a restart" not in agent.log_text(), agent.log_text()
+    # [mqtt] stays last in the file: qos_data goes there; [degrade] enter_windows reloads.
+    agent.config.write_text(agent.config.read_text() + "qos_data = 1\n[degrade]\nenter_windows = 4\n")
+    reload(2)
+    log = agent.log_text()
+    assert "reload: [mqtt] qos_data changed; that takes a restart" in log, log
+    assert "enter_windows changed" not in log
+    assert agent.proc.poll() is None
