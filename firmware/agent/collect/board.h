@@ -3,9 +3,10 @@
  * strings that identify the board (device-tree model and compatible entries, CPU
  * implementer:part pairs from /proc/cpuinfo, DMI substrings), the PMU events to count, the
  * sensor paths to read and the defaults (sample period, thermal budget). em_board_load() parses
- * one profile through its schema (common/'s INI reader and schema.h) into a plain value; em_board_detect() reads the identifying files
- * under a root directory ("/" on a board, a fixture tree in tests), scores every profile in a
- * directory and returns the best one with the reasons, in words, why it won.
+ * one profile through its schema (common/'s INI reader and schema.h: one row per key) into a
+ * plain value; em_board_detect() reads the identifying files under a root directory ("/" on a
+ * board, a fixture tree in tests), scores every profile in a directory and returns the best
+ * one with the reasons, in words, why it won.
  *
  * Owns: nothing after a call returns; em_board_profile_t and em_board_detection_t are plain
  * values with fixed-size fields (no pointers), sized here, never grown. Every string argument
