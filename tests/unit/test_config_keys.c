@@ -59,7 +59,11 @@ typedef struct {
   int problems;
 } named_t;
 
-static void problem(named_t *nm, const char *fmt, ...) {
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void
+problem(named_t *nm, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   char msg[512];
