@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/test.sh - the README's test command: installs what the tests need (Debian 12,
-# apt-get, only what is missing), then builds and runs the whole suite twice:
+# apt-get, only what is missing), checks that every C/C++ source is formatted as
+# .clang-format says, then builds and runs the whole suite twice:
 #   build/normal  gcc, warnings as errors: unit, integration and interop tests
 #   build/asan    clang with AddressSanitizer + UndefinedBehaviorSanitizer: the same tests
 #                 plus the libFuzzer harnesses for EM_FUZZ_SECONDS each (default 60)
@@ -14,9 +15,17 @@ source scripts/lib/cross.sh
 
 # The PyTorch example (firmware/client/python/examples/torch_inference.py) is run by the
 # integration tests, so the example users copy is known to work.
-EM_PACKAGES+=(python3-torch python3-torchvision)
+EM_PACKAGES+=(python3-torch python3-torchvision clang-format)
 em_install_deps
 em_cross_install_deps
+
+# Formatting first: every C and C++ source as .clang-format says, or the run fails here.
+em_log "formatting: clang-format --dry-run -Werror"
+mapfile -t sources < <(find common firmware host proto tests -name '*.[ch]' -o -name '*.cpp')
+if ! clang-format --dry-run -Werror "${sources[@]}"; then
+  echo "formatting: the files above differ from .clang-format; run clang-format -i on them" >&2
+  exit 1
+fi
 
 fuzz_seconds=${EM_FUZZ_SECONDS:-60}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1:strict_string_checks=1}
