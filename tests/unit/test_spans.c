@@ -5,6 +5,13 @@
  * nothing; a sender outside the allow-lists is refused; a stage past the table is overflow;
  * descriptors sent with a span (as many as a client likes) are all closed; a subscribe
  * reports the sender's address. Each test ends with the loop closed cleanly.
+ *
+ * Through the system call table (em_spans_sys_t), over the same real socket: a failing
+ * recvmmsg (EBADF, ENOMEM, ECONNREFUSED, ...) is counted, logged once per errno, ends its
+ * wake-up after one call and the next wake-up reads again, while EAGAIN and EINTR are not
+ * errors; a flood is read in at most EM_SPANS_ROUNDS calls per wake-up; a short batch ends the
+ * wake-up; MSG_TRUNC on one message of a batch drops that one only; MSG_CTRUNC is counted,
+ * logged once, and a ring register cut so gets no descriptor (closed through the table).
  */
 #define _GNU_SOURCE
 
@@ -26,8 +33,25 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "log_capture.h"
 #include "span_client.h"
 #include "spans.h"
+
+/*
+ * The system call table the seam tests give span ingest: each recvmmsg call is counted and
+ * either fails, fabricates a full batch, or is the real call with flags added to chosen
+ * messages; closes are recorded, then made.
+ */
+typedef struct {
+  unsigned calls;      /* recvmmsg calls. */
+  unsigned fail_calls; /* The next this many calls fail with fail_errno. */
+  int fail_errno;
+  unsigned flood_calls;       /* Then this many calls return a full batch of spans. */
+  int flags_at;               /* Message index of the next real batch given add_flags; -1: none. */
+  int add_flags;              /* MSG_TRUNC, MSG_CTRUNC. */
+  int closed[EM_SPANS_BATCH]; /* Descriptors closed through the table, in order. */
+  size_t n_closed;
+} fake_sys_t;
 
 typedef struct {
   char dir[64];
@@ -42,6 +66,9 @@ typedef struct {
   struct sockaddr_un sub_addr;
   socklen_t sub_len;
   unsigned closed;
+  fake_sys_t fake;
+  int reg_fd; /* The descriptor on_register was given; -2 before any register. */
+  unsigned registers;
 } fx_t;
 
 static void on_span(void *ctx, const em_span_t *span, const struct ucred *sender,
@@ -63,6 +90,22 @@ static void on_subscribe(void *ctx, bool subscribe, const struct sockaddr_un *ad
   fx->sub_len = addr_len;
 }
 
+static void on_register(void *ctx, const em_ring_dgram_t *reg, int fd, bool allowed,
+                        const struct ucred *sender, const struct sockaddr_un *from,
+                        socklen_t from_len) {
+  fx_t *fx = ctx;
+  (void)reg;
+  (void)allowed;
+  (void)sender;
+  (void)from;
+  (void)from_len;
+  fx->registers++;
+  fx->reg_fd = fd;
+  if (fd >= 0) {
+    close(fd);
+  }
+}
+
 static void on_closed(void *ctx) {
   ((fx_t *)ctx)->closed++;
 }
@@ -75,6 +118,8 @@ static int setup(void **state) {
   snprintf(fx->sock, sizeof(fx->sock), "%s/spans.sock", fx->dir);
   assert_int_equal(uv_loop_init(&fx->loop), 0);
   fx->client = -1;
+  fx->reg_fd = -2;
+  fx->fake.flags_at = -1;
   *state = fx;
   return 0;
 }
@@ -96,8 +141,10 @@ static int teardown(void **state) {
   return 0;
 }
 
-/* Starts span ingest with these allow-listed uids and `max_stages`, and a connected client. */
-static void start(fx_t *fx, const uint32_t *uids, size_t n_uids, size_t max_stages) {
+/* Starts span ingest with these allow-listed uids and `max_stages`, a system call table (NULL:
+ * the real one), and a connected client. */
+static void start_with(fx_t *fx, const uint32_t *uids, size_t n_uids, size_t max_stages,
+                       const em_spans_sys_t *sys) {
   em_spans_opts_t so = {.path = fx->sock,
                         .mode = 0600,
                         .gid = -1,
@@ -106,9 +153,15 @@ static void start(fx_t *fx, const uint32_t *uids, size_t n_uids, size_t max_stag
                         .max_stages = max_stages,
                         .on_span = on_span,
                         .on_subscribe = on_subscribe,
-                        .ctx = fx};
+                        .on_register = on_register,
+                        .ctx = fx,
+                        .sys = sys};
   assert_int_equal(em_spans_new(&fx->spans, &fx->loop, &so), 0);
   fx->client = span_client_connect(fx->sock);
+}
+
+static void start(fx_t *fx, const uint32_t *uids, size_t n_uids, size_t max_stages) {
+  start_with(fx, uids, n_uids, max_stages, NULL);
 }
 
 /* Everything the socket took so far: accepted, and dropped for any reason. */
@@ -310,6 +363,191 @@ static void a_subscribe_reports_the_senders_address(void **state) {
   assert_int_equal(em_spans_received(fx->spans), 0); /* Not spans. */
 }
 
+/* ---- Through the system call table ---- */
+
+/* A full batch of valid spans with this process's credentials, as the kernel would fill it. */
+static int flood_batch(struct mmsghdr *msgs, unsigned n) {
+  for (unsigned i = 0; i < n; i++) {
+    struct msghdr *h = &msgs[i].msg_hdr;
+    pack_span(h->msg_iov[0].iov_base, EM_DGRAM_SPAN, "flood", 1000);
+    struct ucred cred = {.pid = getpid(), .uid = getuid(), .gid = getgid()};
+    assert_true(h->msg_controllen >= CMSG_SPACE(sizeof(cred)));
+    struct cmsghdr *c = CMSG_FIRSTHDR(h);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_CREDENTIALS;
+    c->cmsg_len = CMSG_LEN(sizeof(cred));
+    memcpy(CMSG_DATA(c), &cred, sizeof(cred));
+    h->msg_controllen = CMSG_SPACE(sizeof(cred));
+    h->msg_namelen = 0;
+    h->msg_flags = 0;
+    msgs[i].msg_len = EM_SPAN_DGRAM_BYTES;
+  }
+  return (int)n;
+}
+
+static int fake_recvmmsg(void *ctx, int fd, struct mmsghdr *msgs, unsigned n, int flags) {
+  fake_sys_t *f = ctx;
+  f->calls++;
+  if (f->calls > 4 * EM_SPANS_ROUNDS) {
+    fail_msg("%u recvmmsg calls in one test: the ingest does not stop", f->calls);
+  }
+  if (f->fail_calls > 0) {
+    f->fail_calls--;
+    errno = f->fail_errno;
+    return -1;
+  }
+  if (f->flood_calls > 0) {
+    f->flood_calls--;
+    return flood_batch(msgs, n);
+  }
+  int got = em_spans_sys_linux.recvmmsg(NULL, fd, msgs, n, flags);
+  if (got > f->flags_at && f->flags_at >= 0) {
+    msgs[f->flags_at].msg_hdr.msg_flags |= f->add_flags;
+    f->flags_at = -1;
+  }
+  return got;
+}
+
+static int fake_close(void *ctx, int fd) {
+  fake_sys_t *f = ctx;
+  assert_true(f->n_closed < EM_SPANS_BATCH);
+  f->closed[f->n_closed++] = fd;
+  return em_spans_sys_linux.close(NULL, fd);
+}
+
+static void start_faked(fx_t *fx) {
+  em_spans_sys_t sys = {fake_recvmmsg, fake_close, &fx->fake};
+  start_with(fx, NULL, 0, 8, &sys); /* The table is copied. */
+}
+
+/* Sends one valid span on the client without running the loop: the socket is readable. */
+static void send_span(fx_t *fx) {
+  uint8_t buf[EM_SPAN_DGRAM_BYTES];
+  pack_span(buf, EM_DGRAM_SPAN, "infer", 5000);
+  assert_int_equal(span_client_send(fx->client, buf, sizeof(buf), NULL, 0), (ssize_t)sizeof(buf));
+}
+
+/* One wake-up of the loop with the span socket readable; the recvmmsg calls it made. */
+static unsigned one_wakeup(fx_t *fx) {
+  unsigned before = fx->fake.calls;
+  uv_run(&fx->loop, UV_RUN_NOWAIT);
+  return fx->fake.calls - before;
+}
+
+typedef struct {
+  int err;
+  bool counted; /* false: EAGAIN and EINTR, the socket's ordinary answers. */
+} recv_error_row_t;
+
+static const recv_error_row_t recv_error_rows[] = {
+    {EBADF, true},  {ENOMEM, true},  {ECONNREFUSED, true}, {ENOBUFS, true},    {EFAULT, true},
+    {EINVAL, true}, {EAGAIN, false}, {EINTR, false},       {ECONNRESET, true},
+};
+
+static void a_failing_receive_is_counted_logged_once_and_ends_the_wakeup(void **state) {
+  fx_t *fx = *state;
+  start_faked(fx);
+  send_span(fx); /* Stays queued while the calls fail: every wake-up finds it readable. */
+  uint64_t errors = 0;
+  for (size_t i = 0; i < sizeof(recv_error_rows) / sizeof(recv_error_rows[0]); i++) {
+    const recv_error_row_t *r = &recv_error_rows[i];
+    fx->fake.fail_calls = 3;
+    fx->fake.fail_errno = r->err;
+    log_capture_t cap;
+    log_capture_start(&cap);
+    unsigned calls[3];
+    for (int w = 0; w < 3; w++) {
+      calls[w] = one_wakeup(fx);
+    }
+    char logged[4096];
+    log_capture_end(&cap, logged, sizeof(logged));
+    for (int w = 0; w < 3; w++) {
+      if (calls[w] != 1) {
+        fail_msg("%s: wake-up %d made %u recvmmsg calls, not 1", strerror(r->err), w, calls[w]);
+      }
+    }
+    errors += r->counted ? 3 : 0;
+    if (em_spans_recv_errors(fx->spans) != errors) {
+      fail_msg("%s: %llu receive errors counted, want %llu", strerror(r->err),
+               (unsigned long long)em_spans_recv_errors(fx->spans), (unsigned long long)errors);
+    }
+    size_t lines = log_capture_count(logged, strerror(r->err));
+    if (lines != (r->counted ? 1u : 0u)) {
+      fail_msg("%s: logged %zu times, want %d:\n%s", strerror(r->err), lines, r->counted, logged);
+    }
+  }
+  assert_int_equal(em_spans_received(fx->spans), 0);
+  one_wakeup(fx); /* The calls work again: the queued span is read. */
+  assert_int_equal(em_spans_received(fx->spans), 1);
+  assert_int_equal(em_spans_recv_errors(fx->spans), errors);
+}
+
+static void a_flood_is_read_in_bounded_batches_per_wakeup(void **state) {
+  fx_t *fx = *state;
+  start_faked(fx);
+  send_span(fx);
+  fx->fake.flood_calls = 2 * EM_SPANS_ROUNDS; /* Every call a full batch, for two wake-ups. */
+  assert_int_equal(one_wakeup(fx), EM_SPANS_ROUNDS);
+  assert_int_equal(em_spans_received(fx->spans), EM_SPANS_ROUNDS * EM_SPANS_BATCH);
+  assert_int_equal(one_wakeup(fx), EM_SPANS_ROUNDS); /* The rest waits for the next one. */
+  assert_int_equal(em_spans_received(fx->spans), 2 * EM_SPANS_ROUNDS * EM_SPANS_BATCH);
+  assert_int_equal(one_wakeup(fx), 1); /* The real span: a short batch ends the wake-up. */
+  assert_int_equal(em_spans_received(fx->spans), 2 * EM_SPANS_ROUNDS * EM_SPANS_BATCH + 1);
+  assert_int_equal(span_stage_named(fx->spans, "flood")->total,
+                   2 * EM_SPANS_ROUNDS * EM_SPANS_BATCH);
+  assert_int_equal(em_spans_recv_errors(fx->spans), 0);
+}
+
+static void a_truncated_message_in_a_batch_is_dropped_alone(void **state) {
+  fx_t *fx = *state;
+  start_faked(fx);
+  for (int i = 0; i < 3; i++) {
+    send_span(fx);
+  }
+  fx->fake.flags_at = 1;
+  fx->fake.add_flags = MSG_TRUNC;      /* The middle one: its length still says 64 bytes. */
+  assert_int_equal(one_wakeup(fx), 1); /* A short batch (3) ends the wake-up. */
+  assert_int_equal(em_spans_dropped(fx->spans, EM_SPANS_DROP_SIZE), 1);
+  assert_int_equal(em_spans_received(fx->spans), 2);
+  assert_int_equal(span_stage_named(fx->spans, "infer")->total, 2);
+  assert_int_equal(em_spans_ctrl_truncated(fx->spans), 0);
+}
+
+/* Sends a ring register carrying `fd` and runs one wake-up with MSG_CTRUNC added to it. */
+static void send_cut_register(fx_t *fx, int fd) {
+  em_ring_dgram_t reg = {.kind = EM_DGRAM_RING_REGISTER, .pid = (uint32_t)getpid()};
+  uint8_t buf[EM_SPAN_DGRAM_BYTES];
+  assert_int_equal(em_ring_dgram_pack(&reg, buf), 0);
+  assert_int_equal(span_client_send(fx->client, buf, sizeof(buf), &fd, 1), (ssize_t)sizeof(buf));
+  fx->fake.flags_at = 0;
+  fx->fake.add_flags = MSG_CTRUNC;
+  assert_int_equal(one_wakeup(fx), 1);
+}
+
+static void a_cut_control_message_is_counted_once_logged_and_gives_no_descriptor(void **state) {
+  fx_t *fx = *state;
+  start_faked(fx);
+  int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  assert_true(fd >= 0);
+  log_capture_t cap;
+  log_capture_start(&cap);
+  send_cut_register(fx, fd);
+  send_cut_register(fx, fd);
+  char logged[4096];
+  log_capture_end(&cap, logged, sizeof(logged));
+  close(fd);
+  assert_int_equal(fx->registers, 2);
+  assert_int_equal(fx->reg_fd, -1); /* Cut: it carried more than the one a register may. */
+  assert_int_equal(em_spans_ctrl_truncated(fx->spans), 2);
+  assert_int_equal(log_capture_count(logged, "discarded the rest"), 1);
+  /* The copies that did arrive were closed, through the table. */
+  assert_int_equal(fx->fake.n_closed, 2);
+  assert_int_equal(em_spans_fds_closed(fx->spans), 2);
+  for (size_t i = 0; i < fx->fake.n_closed; i++) {
+    assert_int_equal(fcntl(fx->fake.closed[i], F_GETFD), -1);
+  }
+}
+
 int main(int argc, char **argv) {
   const struct CMUnitTest unit[] = {
       cmocka_unit_test_setup_teardown(a_span_folds_into_its_stage_with_the_kernels_credentials,
@@ -320,6 +558,14 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(a_stage_past_the_table_is_overflow, setup, teardown),
       cmocka_unit_test_setup_teardown(descriptors_sent_with_spans_are_all_closed, setup, teardown),
       cmocka_unit_test_setup_teardown(a_subscribe_reports_the_senders_address, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_failing_receive_is_counted_logged_once_and_ends_the_wakeup,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(a_flood_is_read_in_bounded_batches_per_wakeup, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(a_truncated_message_in_a_batch_is_dropped_alone, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(
+          a_cut_control_message_is_counted_once_logged_and_gives_no_descriptor, setup, teardown),
   };
   /* The live kernel: its truncation of SCM_RIGHTS. Run with --live, labelled integration. */
   const struct CMUnitTest live[] = {

@@ -2,13 +2,14 @@
  * spans.c - see spans.h.
  *
  * Reading: the socket is non-blocking and level-triggered in the loop's epoll. Each readable
- * event drains it with recvmmsg in batches of SPAN_BATCH into fixed arrays (buffers, iovecs,
- * control space for SCM_CREDENTIALS, source addresses) allocated once, up to SPAN_ROUNDS
- * batches per event so a flood cannot starve the loop's other work; what is left wakes the
- * loop again at once. Control space holds SCM_CREDENTIALS and up to SPAN_MAX_FDS descriptors
- * (received close-on-exec); the kernel discards descriptors beyond it (MSG_CTRUNC), and every
- * one received is closed unless a ring register takes it. Every buffer is one byte longer than a
- * datagram, so a longer datagram shows as such (or as MSG_TRUNC) and is counted, never parsed.
+ * event drains it with recvmmsg in batches of EM_SPANS_BATCH into fixed arrays (buffers,
+ * iovecs, control space for SCM_CREDENTIALS, source addresses) allocated once, up to
+ * EM_SPANS_ROUNDS batches per event so a flood cannot starve the loop's other work; what is
+ * left wakes the loop again at once. A short batch or a failing call ends the event. Control space
+ * holds SCM_CREDENTIALS and up to SPAN_MAX_FDS descriptors (received close-on-exec); the kernel
+ * discards descriptors beyond it (MSG_CTRUNC), and every one received is closed unless a ring
+ * register takes it. Every buffer is one byte longer than a datagram, so a longer datagram shows as
+ * such (or as MSG_TRUNC) and is counted, never parsed.
  */
 #define _GNU_SOURCE /* struct ucred, SCM_CREDENTIALS, recvmmsg */
 
@@ -25,13 +26,12 @@
 
 #include "log.h"
 
-#define SPAN_BATCH   64 /* Datagrams per recvmmsg. */
-#define SPAN_ROUNDS  16 /* recvmmsg calls per readable event at most. */
-#define SPAN_MAX_FDS 8  /* Descriptors received per datagram at most (the rest: discarded). */
+#define SPAN_MAX_FDS 8 /* Descriptors received per datagram at most (the rest: discarded). */
 
 struct em_spans {
   uv_loop_t *loop;
   em_spans_opts_t opts;
+  em_spans_sys_t sys;
   uint32_t allow_uids[16];
   uint32_t allow_gids[16];
   char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
@@ -44,16 +44,20 @@ struct em_spans {
   uint64_t received;
   uint64_t datagram_spans;
   uint64_t fds_closed;
+  uint64_t recv_errors;
+  uint64_t ctrl_truncated;
+  int logged_errno;   /* The recvmmsg errno last logged (0: none yet). */
+  bool logged_ctrunc; /* A truncated control message was logged. */
   uint64_t dropped[EM_SPANS_DROP_COUNT];
   em_stages_t stages;
 
-  struct mmsghdr msgs[SPAN_BATCH];
-  struct iovec iov[SPAN_BATCH];
-  uint8_t bufs[SPAN_BATCH][EM_SPAN_DGRAM_BYTES + 1];
-  struct sockaddr_un from[SPAN_BATCH];
+  struct mmsghdr msgs[EM_SPANS_BATCH];
+  struct iovec iov[EM_SPANS_BATCH];
+  uint8_t bufs[EM_SPANS_BATCH][EM_SPAN_DGRAM_BYTES + 1];
+  struct sockaddr_un from[EM_SPANS_BATCH];
   /* Control space for SCM_CREDENTIALS and SCM_RIGHTS each, aligned for struct cmsghdr. */
-  _Alignas(struct cmsghdr) char ctrl[SPAN_BATCH][CMSG_SPACE(sizeof(struct ucred)) +
-                                                 CMSG_SPACE(SPAN_MAX_FDS * sizeof(int))];
+  _Alignas(struct cmsghdr) char ctrl[EM_SPANS_BATCH][CMSG_SPACE(sizeof(struct ucred)) +
+                                                     CMSG_SPACE(SPAN_MAX_FDS * sizeof(int))];
 };
 
 static const char *const drop_names[EM_SPANS_DROP_COUNT] = {"malformed", "version", "size",
@@ -119,7 +123,7 @@ static size_t fds_of(struct msghdr *h, int *fds) {
 static void close_fds(em_spans_t *s, const int *fds, size_t n) {
   for (size_t i = 0; i < n; i++) {
     if (fds[i] >= 0) {
-      close(fds[i]);
+      s->sys.close(s->sys.ctx, fds[i]);
       s->fds_closed++;
     }
   }
@@ -145,9 +149,12 @@ em_stage_stats_t *em_spans_fold(em_spans_t *s, const em_span_t *span, const stru
   return st;
 }
 
-/* A datagram v2 (64 bytes, version 2): a ring register or a hard miss. Takes fds[0..n_fds). */
+/*
+ * A datagram v2 (64 bytes, version 2): a ring register or a hard miss. Takes fds[0..n_fds);
+ * `cut`: the kernel discarded some of the descriptors it carried (MSG_CTRUNC).
+ */
 static void take_v2(em_spans_t *s, size_t i, const struct ucred *cred, int *fds, size_t n_fds,
-                    uint64_t now_ns) {
+                    bool cut, uint64_t now_ns) {
   struct msghdr *h = &s->msgs[i].msg_hdr;
   em_ring_dgram_t d = {0};
   int rc = em_ring_dgram_unpack(s->bufs[i], EM_SPAN_DGRAM_BYTES, &d);
@@ -162,7 +169,7 @@ static void take_v2(em_spans_t *s, size_t i, const struct ucred *cred, int *fds,
   bool ok = allowed(s, cred);
   if (d.kind == EM_DGRAM_RING_REGISTER && s->opts.on_register) {
     int fd = -1;
-    if (n_fds == 1) {
+    if (n_fds == 1 && !cut) {
       fd = fds[0];
     } else {
       close_fds(s, fds, n_fds);
@@ -194,6 +201,16 @@ static void take(em_spans_t *s, size_t i, uint64_t now_ns) {
   size_t len = s->msgs[i].msg_len;
   int fds[SPAN_MAX_FDS];
   size_t n_fds = fds_of(h, fds);
+  bool cut = (h->msg_flags & MSG_CTRUNC) != 0;
+  if (cut) {
+    s->ctrl_truncated++;
+    if (!s->logged_ctrunc) {
+      EM_WARN("spans: a datagram carried more descriptors than the agent takes (%d); the kernel "
+              "discarded the rest",
+              SPAN_MAX_FDS);
+      s->logged_ctrunc = true;
+    }
+  }
   if (len != EM_SPAN_DGRAM_BYTES || (h->msg_flags & MSG_TRUNC)) {
     close_fds(s, fds, n_fds);
     s->dropped[EM_SPANS_DROP_SIZE]++;
@@ -201,7 +218,7 @@ static void take(em_spans_t *s, size_t i, uint64_t now_ns) {
   }
   const struct ucred *cred = sender_of(h);
   if (s->bufs[i][2] == EM_RING_DGRAM_VERSION) {
-    take_v2(s, i, cred, fds, n_fds, now_ns);
+    take_v2(s, i, cred, fds, n_fds, cut, now_ns);
     return;
   }
   close_fds(s, fds, n_fds);
@@ -244,20 +261,32 @@ static void on_readable(uv_poll_t *p, int status, int events) {
   if (status < 0 || !(events & UV_READABLE)) {
     return;
   }
-  for (int round = 0; round < SPAN_ROUNDS; round++) {
-    int n = recvmmsg(s->fd, s->msgs, SPAN_BATCH, MSG_DONTWAIT | MSG_CMSG_CLOEXEC, NULL);
-    if (n <= 0) {
-      if (n < 0 && errno != EAGAIN && errno != EINTR) {
-        EM_WARN("spans: recvmmsg: %s", strerror(errno));
+  for (int round = 0; round < EM_SPANS_ROUNDS; round++) {
+    int n = s->sys.recvmmsg(s->sys.ctx, s->fd, s->msgs, EM_SPANS_BATCH,
+                            MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      int err = errno;
+      s->recv_errors++;
+      if (err != s->logged_errno) { /* Logged when the errno changes; the count says the rest. */
+        EM_WARN("spans: receiving span datagrams failed: %s (errno %d); counted, retried on the "
+                "next wake-up",
+                strerror(err), err);
+        s->logged_errno = err;
       }
       return;
+    }
+    if (n <= 0) {
+      return;
+    }
+    if (n > EM_SPANS_BATCH) {
+      n = EM_SPANS_BATCH; /* Never more than asked for; a table that says so is wrong. */
     }
     uint64_t now = mono_ns();
     for (int i = 0; i < n; i++) {
       take(s, (size_t)i, now);
     }
     rearm(s, (size_t)n);
-    if (n < SPAN_BATCH) {
+    if (n < EM_SPANS_BATCH) {
       return;
     }
   }
@@ -302,6 +331,20 @@ static int prepare_path(const char *path) {
   }
   return unlink(path) == 0 ? 0 : -errno;
 }
+
+/* ---- The real system calls ---- */
+
+static int sys_recvmmsg(void *ctx, int fd, struct mmsghdr *msgs, unsigned n, int flags) {
+  (void)ctx;
+  return recvmmsg(fd, msgs, n, flags, NULL);
+}
+
+static int sys_close(void *ctx, int fd) {
+  (void)ctx;
+  return close(fd);
+}
+
+const em_spans_sys_t em_spans_sys_linux = {sys_recvmmsg, sys_close, NULL};
 
 static int open_socket(em_spans_t *s) {
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -360,6 +403,8 @@ int em_spans_new(em_spans_t **out, uv_loop_t *loop, const em_spans_opts_t *opts)
   }
   s->loop = loop;
   s->opts = *opts;
+  s->sys = opts->sys ? *opts->sys : em_spans_sys_linux;
+  s->opts.sys = NULL; /* Copied above. */
   s->fd = -1;
   if (opts->n_allow_uids) {
     memcpy(s->allow_uids, opts->allow_uids, opts->n_allow_uids * sizeof(uint32_t));
@@ -369,12 +414,12 @@ int em_spans_new(em_spans_t **out, uv_loop_t *loop, const em_spans_opts_t *opts)
   }
   snprintf(s->path, sizeof(s->path), "%s", opts->path);
   s->opts.path = s->path;
-  for (size_t i = 0; i < SPAN_BATCH; i++) {
+  for (size_t i = 0; i < EM_SPANS_BATCH; i++) {
     s->iov[i] = (struct iovec){.iov_base = s->bufs[i], .iov_len = sizeof(s->bufs[i])};
     s->msgs[i].msg_hdr = (struct msghdr){
         .msg_name = &s->from[i], .msg_iov = &s->iov[i], .msg_iovlen = 1, .msg_control = s->ctrl[i]};
   }
-  rearm(s, SPAN_BATCH);
+  rearm(s, EM_SPANS_BATCH);
   rc = open_socket(s);
   if (!rc) {
     rc = uv_poll_init(loop, &s->poll, s->fd);
@@ -434,6 +479,14 @@ uint64_t em_spans_datagram_spans(const em_spans_t *s) {
 
 uint64_t em_spans_fds_closed(const em_spans_t *s) {
   return s->fds_closed;
+}
+
+uint64_t em_spans_recv_errors(const em_spans_t *s) {
+  return s->recv_errors;
+}
+
+uint64_t em_spans_ctrl_truncated(const em_spans_t *s) {
+  return s->ctrl_truncated;
 }
 
 uint64_t em_spans_dropped(const em_spans_t *s, em_spans_drop_t why) {

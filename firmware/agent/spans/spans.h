@@ -21,8 +21,15 @@
  * burst beyond what the loop drains before the queue fills makes the senders' send() fail with
  * EAGAIN, which the clients count. firmware/sysctl/60-edgemon.conf raises the limit.
  *
+ * A failing recvmmsg (an errno other than EAGAIN or EINTR) ends that wake-up: it is counted
+ * (em_spans_recv_errors) and logged at warning level when its errno is not the one last logged. A
+ * datagram whose control data the kernel cut (MSG_CTRUNC: more descriptors than fit) is
+ * counted (em_spans_ctrl_truncated), logged once, and taken as one carrying several
+ * descriptors: a ring register gets none.
+ *
  * Owns: the socket fd, its uv_poll_t, the socket file, and the stage table (stages.h).
- * Single-threaded: the loop's thread.
+ * Single-threaded: the loop's thread. The calls made on the socket and on the descriptors
+ * that arrive go through em_spans_sys_t, so the tests can inject the kernel's errors.
  */
 #ifndef EDGEMON_AGENT_SPANS_H
 #define EDGEMON_AGENT_SPANS_H
@@ -41,7 +48,26 @@
 #include "hist.h"
 #include "stages.h"
 
-struct ucred; /* <sys/socket.h> with _GNU_SOURCE: pid, uid, gid of a datagram's sender. */
+struct ucred;   /* <sys/socket.h> with _GNU_SOURCE: pid, uid, gid of a datagram's sender. */
+struct mmsghdr; /* <sys/socket.h> with _GNU_SOURCE: one message of a recvmmsg batch. */
+
+#define EM_SPANS_BATCH  64 /* Datagrams per recvmmsg call. */
+#define EM_SPANS_ROUNDS 16 /* recvmmsg calls per readable event at most. */
+
+/*
+ * The system calls span ingest makes after its socket is open, as in their man pages: -1 with
+ * errno on failure. `ctx` is the table's own.
+ */
+typedef struct {
+  /* recvmmsg(2) on the span socket: the messages received (<= n), or -1 with errno. */
+  int (*recvmmsg)(void *ctx, int fd, struct mmsghdr *msgs, unsigned n, int flags);
+  /* close(2) of a descriptor that arrived with a datagram and is not handed on. */
+  int (*close)(void *ctx, int fd);
+  void *ctx;
+} em_spans_sys_t;
+
+/* The real system calls. */
+extern const em_spans_sys_t em_spans_sys_linux;
 
 /* Why a datagram was dropped. */
 typedef enum {
@@ -94,6 +120,7 @@ typedef struct {
   em_spans_register_fn on_register;   /* May be NULL: registers are refused, fds closed. */
   em_spans_fn on_hard_miss;           /* May be NULL: a ring span over its hard deadline. */
   void *ctx;
+  const em_spans_sys_t *sys; /* NULL: em_spans_sys_linux. Copied. */
 } em_spans_opts_t;
 
 typedef struct em_spans em_spans_t;
@@ -144,6 +171,12 @@ uint64_t em_spans_fds_closed(const em_spans_t *s);
  */
 em_stage_stats_t *em_spans_fold(em_spans_t *s, const em_span_t *span, const struct ucred *sender,
                                 uint64_t seen_ns);
+
+/* Failed recvmmsg calls (errors other than EAGAIN and EINTR) since start. */
+uint64_t em_spans_recv_errors(const em_spans_t *s);
+
+/* Datagrams whose control data the kernel truncated (MSG_CTRUNC) since start. */
+uint64_t em_spans_ctrl_truncated(const em_spans_t *s);
 
 /* Datagrams dropped for `why` since start. */
 uint64_t em_spans_dropped(const em_spans_t *s, em_spans_drop_t why);
