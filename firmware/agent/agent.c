@@ -459,18 +459,19 @@ static void on_register(void *ctx, const em_ring_dgram_t *reg, int fd, bool allo
 static size_t deadline_entries(const em_config_t *cfg, em_deadline_t *out) {
   size_t n = 0;
   for (size_t i = 0; i < cfg->n_rules; i++) {
-    const em_config_rule_t *r = &cfg->rules[i];
-    if (r->kind != EM_CONFIG_RULE_DEADLINE || !r->stage[0]) {
+    const em_budget_rule_t *r = &cfg->rules[i];
+    if (r->kind != EM_BUDGET_RULE_DEADLINE || !r->stage[0]) {
       continue;
     }
+    uint64_t bound_ns = r->u.deadline.bound_ns;
     size_t k = 0;
     while (k < n && strcmp(out[k].stage, r->stage) != 0) {
       k++;
     }
     if (k < n) {
-      out[k].deadline_ns = r->bound_ns < out[k].deadline_ns ? r->bound_ns : out[k].deadline_ns;
+      out[k].deadline_ns = bound_ns < out[k].deadline_ns ? bound_ns : out[k].deadline_ns;
     } else if (n < EM_DEADLINE_MAX_ENTRIES) {
-      out[n] = (em_deadline_t){.deadline_ns = r->bound_ns};
+      out[n] = (em_deadline_t){.deadline_ns = bound_ns};
       snprintf(out[n].stage, sizeof(out[n].stage), "%s", r->stage);
       n++;
     }
@@ -529,15 +530,16 @@ static void on_stage_evicted(void *ctx, size_t index, const char *evicted, const
  * time after which other stages may be evicted.
  */
 static void reserve_stages(em_agent_t *a, const em_config_t *cfg) {
-  const char *names[EM_CONFIG_MAX_RULES * (1 + EM_CONFIG_MAX_FLOW)];
+  const char *names[EM_CONFIG_MAX_RULES * (1 + EM_BUDGET_FLOW_MAX_STAGES)];
   size_t n = 0;
   for (size_t i = 0; i < cfg->n_rules; i++) {
-    const em_config_rule_t *r = &cfg->rules[i];
+    const em_budget_rule_t *r = &cfg->rules[i];
     if (r->stage[0]) {
       names[n++] = r->stage;
     }
-    for (size_t k = 0; k < r->n_flow && k < EM_CONFIG_MAX_FLOW; k++) {
-      names[n++] = r->flow[k];
+    size_t n_flow = r->kind == EM_BUDGET_RULE_FLOW ? r->u.flow.n_stages : 0;
+    for (size_t k = 0; k < n_flow && k < EM_BUDGET_FLOW_MAX_STAGES; k++) {
+      names[n++] = r->u.flow.stages[k];
     }
   }
   size_t want = em_spans_stage_policy(a->spans, names, n, cfg->stage_idle_ns);
@@ -599,68 +601,9 @@ static void evaluate_budgets(em_agent_t *a, uint64_t now) {
   }
 }
 
-/* An engine for cfg's rules (same kinds, see config.h). Returns 0 and *out, or -EINVAL /
- * -ENOMEM. */
+/* An engine for cfg's rules. Returns 0 and *out, or -EINVAL / -ENOMEM. */
 static int make_engine(const em_config_t *cfg, uint64_t now, em_budget_engine_t **out) {
-  _Static_assert((int)EM_CONFIG_RULE_PSI == (int)EM_BUDGET_RULE_PSI,
-                 "config and budget rule kinds must match up to PSI");
-  _Static_assert(EM_CONFIG_MAX_FLOW == EM_BUDGET_FLOW_MAX_STAGES, "flow stage limits must match");
-  em_budget_rule_t rules[EM_CONFIG_MAX_RULES];
-  for (size_t i = 0; i < cfg->n_rules; i++) {
-    const em_config_rule_t *c = &cfg->rules[i];
-    em_budget_rule_t *r = &rules[i];
-    em_budget_rule_kind_t kind = (em_budget_rule_kind_t)c->kind;
-    if (c->kind == EM_CONFIG_RULE_FLOW) {
-      kind = EM_BUDGET_RULE_FLOW;
-    } else if (c->kind == EM_CONFIG_RULE_GAUGE) {
-      kind = EM_BUDGET_RULE_GAUGE_MAX;
-    }
-    *r = (em_budget_rule_t){.id = c->id,
-                            .kind = kind,
-                            .level = (em_level_t)c->level,
-                            .stage = c->stage[0] ? c->stage : NULL};
-    switch (r->kind) {
-    case EM_BUDGET_RULE_PERCENTILE:
-      r->u.percentile.q = c->q;
-      r->u.percentile.bound_ns = c->bound_ns;
-      break;
-    case EM_BUDGET_RULE_DEADLINE:
-      r->u.deadline.bound_ns = c->bound_ns;
-      break;
-    case EM_BUDGET_RULE_MISS_RATIO:
-      r->u.miss_ratio.bound_ns = c->bound_ns;
-      r->u.miss_ratio.max_ratio = c->max_ratio;
-      break;
-    case EM_BUDGET_RULE_ALIVE:
-      r->u.alive.silence_ns = c->bound_ns;
-      break;
-    case EM_BUDGET_RULE_RATE:
-      r->u.rate.min_fps = c->min_fps;
-      break;
-    case EM_BUDGET_RULE_RSS_CAP:
-      r->u.rss_cap.cap_bytes = c->cap_bytes;
-      break;
-    case EM_BUDGET_RULE_RSS_SLOPE:
-      r->u.rss_slope.max_mib_per_h = c->max_mib_per_h;
-      r->u.rss_slope.horizon_ns = c->horizon_ns;
-      break;
-    case EM_BUDGET_RULE_PSI:
-    case EM_BUDGET_RULE_GAUGE_MAX:
-      r->u.gauge.figure = c->figure;
-      r->u.gauge.max = c->max;
-      break;
-    case EM_BUDGET_RULE_FLOW:
-      for (size_t k = 0; k < c->n_flow && k < EM_BUDGET_FLOW_MAX_STAGES; k++) {
-        r->u.flow.stages[k] = c->flow[k];
-      }
-      r->u.flow.n_stages = c->n_flow;
-      r->u.flow.deadline_ns = c->bound_ns;
-      break;
-    case EM_BUDGET_RULE_KINDS:
-      break;
-    }
-  }
-  em_budget_opts_t o = {.rules = rules,
+  em_budget_opts_t o = {.rules = cfg->rules,
                         .n_rules = cfg->n_rules,
                         .enter_windows = cfg->enter_windows,
                         .leave_windows = cfg->leave_windows,

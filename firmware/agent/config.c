@@ -196,7 +196,7 @@ typedef struct {
     em_level_t level;
   } val[N_BUDGET_KEYS];
   size_t n_flow; /* flow: the stages, when ok[K_FLOW]. */
-  char flow[EM_CONFIG_MAX_FLOW][EM_CONFIG_MAX_STAGE];
+  char flow[EM_BUDGET_FLOW_MAX_STAGES][EM_CONFIG_MAX_STAGE];
 } budget_sec_t;
 
 /* State of one em_config_load() call. */
@@ -817,14 +817,14 @@ static int set_budget_on(void *ctx, const key_def_t *k, void *obj, const char *v
 }
 
 /*
- * flow: 2..EM_CONFIG_MAX_FLOW distinct stage names, comma-separated, in the order a frame
+ * flow: 2..EM_BUDGET_FLOW_MAX_STAGES distinct stage names, comma-separated, in the order a frame
  * passes them. They need not include the section's own name.
  */
 static int set_budget_flow(void *ctx, const key_def_t *k, void *obj, const char *value) {
   load_t *ld = ctx;
   (void)obj;
   char q[QUOTE_MAX + 4];
-  char stages[EM_CONFIG_MAX_FLOW][EM_CONFIG_MAX_STAGE];
+  char stages[EM_BUDGET_FLOW_MAX_STAGES][EM_CONFIG_MAX_STAGE];
   memset(stages, 0, sizeof(stages));
   size_t n = 0;
   bool bad = false;
@@ -860,7 +860,7 @@ static int set_budget_flow(void *ctx, const key_def_t *k, void *obj, const char 
         ok = ok && is_id_char(name[i]);
       }
       bool dup = false;
-      for (size_t i = 0; ok && i < n && i < EM_CONFIG_MAX_FLOW; i++) {
+      for (size_t i = 0; ok && i < n && i < EM_BUDGET_FLOW_MAX_STAGES; i++) {
         dup = dup || strcmp(stages[i], name) == 0;
       }
       if (!ok) {
@@ -870,7 +870,7 @@ static int set_budget_flow(void *ctx, const key_def_t *k, void *obj, const char 
       } else if (dup) {
         report(ld, ld->line, "%s lists stage '%s' twice", k->name, name);
         bad = true;
-      } else if (n < EM_CONFIG_MAX_FLOW) {
+      } else if (n < EM_BUDGET_FLOW_MAX_STAGES) {
         memcpy(stages[n], name, len + 1);
       }
     }
@@ -880,8 +880,8 @@ static int set_budget_flow(void *ctx, const key_def_t *k, void *obj, const char 
     }
     p++; /* The comma. */
   }
-  if (n > EM_CONFIG_MAX_FLOW) {
-    report(ld, ld->line, "%s lists %zu stages; at most %d", k->name, n, EM_CONFIG_MAX_FLOW);
+  if (n > EM_BUDGET_FLOW_MAX_STAGES) {
+    report(ld, ld->line, "%s lists %zu stages; at most %d", k->name, n, EM_BUDGET_FLOW_MAX_STAGES);
     return -EINVAL;
   }
   if (bad) {
@@ -1486,28 +1486,28 @@ static int on_ini_error(void *user, int line, em_ini_problem_t kind, const char 
 static const struct {
   key_id_t key;
   key_id_t level_key;
-  em_config_rule_kind_t kind;
+  em_budget_rule_kind_t kind;
   double q;           /* PERCENTILE */
-  const char *figure; /* PSI */
+  const char *figure; /* PSI, GAUGE_MAX */
 } rule_defs[] = {
-    {K_P50, K_P50_LEVEL, EM_CONFIG_RULE_PERCENTILE, 0.5, NULL},
-    {K_P90, K_P90_LEVEL, EM_CONFIG_RULE_PERCENTILE, 0.9, NULL},
-    {K_P99, K_P99_LEVEL, EM_CONFIG_RULE_PERCENTILE, 0.99, NULL},
-    {K_P999, K_P999_LEVEL, EM_CONFIG_RULE_PERCENTILE, 0.999, NULL},
-    {K_DEADLINE, K_DEADLINE_LEVEL, EM_CONFIG_RULE_DEADLINE, 0, NULL},
-    {K_MISS_RATIO, K_MISS_RATIO_LEVEL, EM_CONFIG_RULE_MISS_RATIO, 0, NULL},
-    {K_STALL, K_STALL_LEVEL, EM_CONFIG_RULE_ALIVE, 0, NULL},
-    {K_MIN_RATE, K_MIN_RATE_LEVEL, EM_CONFIG_RULE_RATE, 0, NULL},
-    {K_FLOW, K_FLOW_LEVEL, EM_CONFIG_RULE_FLOW, 0, NULL},
-    {K_RSS_CAP, K_RSS_CAP_LEVEL, EM_CONFIG_RULE_RSS_CAP, 0, NULL},
-    {K_RSS_SLOPE, K_RSS_SLOPE_LEVEL, EM_CONFIG_RULE_RSS_SLOPE, 0, NULL},
-    {K_PSI_CPU_SOME, K_PSI_CPU_SOME_LEVEL, EM_CONFIG_RULE_PSI, 0, "psi.cpu.some.avg10"},
-    {K_PSI_MEMORY_SOME, K_PSI_MEMORY_SOME_LEVEL, EM_CONFIG_RULE_PSI, 0, "psi.memory.some.avg10"},
-    {K_PSI_MEMORY_FULL, K_PSI_MEMORY_FULL_LEVEL, EM_CONFIG_RULE_PSI, 0, "psi.memory.full.avg10"},
-    {K_PSI_IO_SOME, K_PSI_IO_SOME_LEVEL, EM_CONFIG_RULE_PSI, 0, "psi.io.some.avg10"},
-    {K_PSI_IO_FULL, K_PSI_IO_FULL_LEVEL, EM_CONFIG_RULE_PSI, 0, "psi.io.full.avg10"},
-    {K_TEMP_MAX, K_TEMP_MAX_LEVEL, EM_CONFIG_RULE_GAUGE, 0, EM_CONFIG_FIGURE_TEMP},
-    {K_THROTTLE, K_THROTTLE_LEVEL, EM_CONFIG_RULE_GAUGE, 0, EM_CONFIG_FIGURE_THROTTLED},
+    {K_P50, K_P50_LEVEL, EM_BUDGET_RULE_PERCENTILE, 0.5, NULL},
+    {K_P90, K_P90_LEVEL, EM_BUDGET_RULE_PERCENTILE, 0.9, NULL},
+    {K_P99, K_P99_LEVEL, EM_BUDGET_RULE_PERCENTILE, 0.99, NULL},
+    {K_P999, K_P999_LEVEL, EM_BUDGET_RULE_PERCENTILE, 0.999, NULL},
+    {K_DEADLINE, K_DEADLINE_LEVEL, EM_BUDGET_RULE_DEADLINE, 0, NULL},
+    {K_MISS_RATIO, K_MISS_RATIO_LEVEL, EM_BUDGET_RULE_MISS_RATIO, 0, NULL},
+    {K_STALL, K_STALL_LEVEL, EM_BUDGET_RULE_ALIVE, 0, NULL},
+    {K_MIN_RATE, K_MIN_RATE_LEVEL, EM_BUDGET_RULE_RATE, 0, NULL},
+    {K_FLOW, K_FLOW_LEVEL, EM_BUDGET_RULE_FLOW, 0, NULL},
+    {K_RSS_CAP, K_RSS_CAP_LEVEL, EM_BUDGET_RULE_RSS_CAP, 0, NULL},
+    {K_RSS_SLOPE, K_RSS_SLOPE_LEVEL, EM_BUDGET_RULE_RSS_SLOPE, 0, NULL},
+    {K_PSI_CPU_SOME, K_PSI_CPU_SOME_LEVEL, EM_BUDGET_RULE_PSI, 0, "psi.cpu.some.avg10"},
+    {K_PSI_MEMORY_SOME, K_PSI_MEMORY_SOME_LEVEL, EM_BUDGET_RULE_PSI, 0, "psi.memory.some.avg10"},
+    {K_PSI_MEMORY_FULL, K_PSI_MEMORY_FULL_LEVEL, EM_BUDGET_RULE_PSI, 0, "psi.memory.full.avg10"},
+    {K_PSI_IO_SOME, K_PSI_IO_SOME_LEVEL, EM_BUDGET_RULE_PSI, 0, "psi.io.some.avg10"},
+    {K_PSI_IO_FULL, K_PSI_IO_FULL_LEVEL, EM_BUDGET_RULE_PSI, 0, "psi.io.full.avg10"},
+    {K_TEMP_MAX, K_TEMP_MAX_LEVEL, EM_BUDGET_RULE_GAUGE_MAX, 0, EM_CONFIG_FIGURE_TEMP},
+    {K_THROTTLE, K_THROTTLE_LEVEL, EM_BUDGET_RULE_GAUGE_MAX, 0, EM_CONFIG_FIGURE_THROTTLED},
 };
 #define N_RULE_DEFS (sizeof(rule_defs) / sizeof(rule_defs[0]))
 
@@ -1598,53 +1598,57 @@ static void check_budget_sec(load_t *ld, const budget_sec_t *b, bool process, pe
   }
 }
 
-/* Fills cfg->rules[i] from a pending rule. */
-static void fill_rule(em_config_rule_t *r, const pending_rule_t *p, bool process) {
+/* Fills a rule of cfg->rules from a pending rule. */
+static void fill_rule(em_budget_rule_t *r, const pending_rule_t *p, bool process) {
   const budget_sec_t *b = p->sec;
   key_id_t key = rule_defs[p->def].key;
   key_id_t level_key = rule_defs[p->def].level_key;
   memset(r, 0, sizeof(*r));
   snprintf(r->id, sizeof(r->id), "%s.%s", b->name, keys[key].name);
-  if (!process && rule_defs[p->def].kind != EM_CONFIG_RULE_FLOW) {
+  if (!process && rule_defs[p->def].kind != EM_BUDGET_RULE_FLOW) {
     em_str_copy(r->stage, sizeof(r->stage), b->name);
   }
   r->kind = rule_defs[p->def].kind;
   key_id_t lk = BLINE(b, level_key) != 0 ? level_key : process ? K_PROCESS_LEVEL : K_STAGE_LEVEL;
-  r->level = (int)BVAL(b, lk).level;
-  r->line = p->line;
+  r->level = BVAL(b, lk).level;
   switch (r->kind) {
-  case EM_CONFIG_RULE_PERCENTILE:
-    r->q = rule_defs[p->def].q;
-    r->bound_ns = BVAL(b, key).u;
+  case EM_BUDGET_RULE_PERCENTILE:
+    r->u.percentile.q = rule_defs[p->def].q;
+    r->u.percentile.bound_ns = BVAL(b, key).u;
     break;
-  case EM_CONFIG_RULE_DEADLINE:
-  case EM_CONFIG_RULE_ALIVE:
-    r->bound_ns = BVAL(b, key).u;
+  case EM_BUDGET_RULE_DEADLINE:
+    r->u.deadline.bound_ns = BVAL(b, key).u;
     break;
-  case EM_CONFIG_RULE_MISS_RATIO:
-    r->max_ratio = BVAL(b, key).d;
-    r->bound_ns = BVAL(b, BLINE(b, K_MISS_OVER) != 0 ? K_MISS_OVER : K_DEADLINE).u;
+  case EM_BUDGET_RULE_ALIVE:
+    r->u.alive.silence_ns = BVAL(b, key).u;
     break;
-  case EM_CONFIG_RULE_RATE:
-    r->min_fps = BVAL(b, key).d;
+  case EM_BUDGET_RULE_MISS_RATIO:
+    r->u.miss_ratio.max_ratio = BVAL(b, key).d;
+    r->u.miss_ratio.bound_ns = BVAL(b, BLINE(b, K_MISS_OVER) != 0 ? K_MISS_OVER : K_DEADLINE).u;
     break;
-  case EM_CONFIG_RULE_RSS_CAP:
-    r->cap_bytes = BVAL(b, key).u;
+  case EM_BUDGET_RULE_RATE:
+    r->u.rate.min_fps = BVAL(b, key).d;
     break;
-  case EM_CONFIG_RULE_RSS_SLOPE:
-    r->max_mib_per_h = BVAL(b, key).d;
-    r->horizon_ns = BOK(b, K_RSS_SLOPE_HORIZON) ? BVAL(b, K_RSS_SLOPE_HORIZON).u : 30 * NS_PER_MIN;
+  case EM_BUDGET_RULE_RSS_CAP:
+    r->u.rss_cap.cap_bytes = BVAL(b, key).u;
     break;
-  case EM_CONFIG_RULE_PSI:
-  case EM_CONFIG_RULE_GAUGE:
-    em_str_copy(r->figure, sizeof(r->figure), rule_defs[p->def].figure);
-    r->max = BVAL(b, key).d;
+  case EM_BUDGET_RULE_RSS_SLOPE:
+    r->u.rss_slope.max_mib_per_h = BVAL(b, key).d;
+    r->u.rss_slope.horizon_ns =
+        BOK(b, K_RSS_SLOPE_HORIZON) ? BVAL(b, K_RSS_SLOPE_HORIZON).u : 30 * NS_PER_MIN;
     break;
-  case EM_CONFIG_RULE_FLOW:
-    r->n_flow = b->n_flow;
-    memcpy(r->flow, b->flow, sizeof(r->flow));
+  case EM_BUDGET_RULE_PSI:
+  case EM_BUDGET_RULE_GAUGE_MAX:
+    em_str_copy(r->u.gauge.figure, sizeof(r->u.gauge.figure), rule_defs[p->def].figure);
+    r->u.gauge.max = BVAL(b, key).d;
+    break;
+  case EM_BUDGET_RULE_FLOW:
+    r->u.flow.n_stages = b->n_flow;
+    memcpy(r->u.flow.stages, b->flow, sizeof(r->u.flow.stages));
     em_str_copy(r->stage, sizeof(r->stage), b->flow[0]);
-    r->bound_ns = BVAL(b, K_FLOW_DEADLINE).u;
+    r->u.flow.deadline_ns = BVAL(b, K_FLOW_DEADLINE).u;
+    break;
+  case EM_BUDGET_RULE_KINDS:
     break;
   }
 }
@@ -1674,6 +1678,7 @@ static void finish_budget(load_t *ld) {
   }
   for (size_t i = 0; i < n; i++) {
     fill_rule(&ld->cfg->rules[i], &pend[i], pend[i].sec == &ld->process);
+    ld->cfg->rule_line[i] = pend[i].line;
   }
   ld->cfg->n_rules = n;
 }

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "budget.h"
 #include "edgemon/common/schema.h"
 #include "log.h"
 #include "target.h"
@@ -33,57 +34,8 @@
 #define EM_CONFIG_MAX_IDS          16   /* Entries of allow_uids and allow_gids. */
 #define EM_CONFIG_MAX_RINGS        1024 /* [spans] rings at most. */
 #define EM_CONFIG_MAX_RULES        64   /* Budget rules, all [budget.*] sections together. */
-#define EM_CONFIG_MAX_STAGE        32   /* Stage name: 1..31 bytes of [A-Za-z0-9_.:-]. */
-#define EM_CONFIG_MAX_RULE_ID      64   /* Rule id: "<stage>.<key>" or "process.<key>". */
-#define EM_CONFIG_MAX_FIGURE       32   /* Figure a PSI rule reads, e.g. "psi.cpu.some.avg10". */
-#define EM_CONFIG_MAX_FLOW         8    /* Stages of a flow rule (EM_BUDGET_FLOW_MAX_STAGES). */
-#define EM_CONFIG_MAX_SECRET       128  /* MQTT username or password: 1..127 bytes. */
-
-/*
- * Kinds of budget rule. The values up to PSI are those of em_budget_rule_kind_t (budget.h), in
- * the same order, so the agent can convert them with a cast (and a static assert beside it);
- * FLOW comes after PSI here but after GAUGE_MAX (which has no key) there, so the agent maps it
- * explicitly. config.c does not depend on the budget engine.
- */
-typedef enum {
-  EM_CONFIG_RULE_PERCENTILE = 0, /* [budget.<stage>] p50, p90, p99, p999 */
-  EM_CONFIG_RULE_DEADLINE,       /* [budget.<stage>] deadline */
-  EM_CONFIG_RULE_MISS_RATIO,     /* [budget.<stage>] miss_ratio (with miss_over) */
-  EM_CONFIG_RULE_ALIVE,          /* [budget.<stage>] stall */
-  EM_CONFIG_RULE_RATE,           /* [budget.<stage>] min_rate */
-  EM_CONFIG_RULE_RSS_CAP,        /* [budget.process] rss_cap */
-  EM_CONFIG_RULE_RSS_SLOPE,      /* [budget.process] rss_slope (with rss_slope_horizon) */
-  EM_CONFIG_RULE_PSI,            /* [budget.process] psi_cpu_some, psi_memory_some, ... */
-  EM_CONFIG_RULE_FLOW,           /* [budget.<name>] flow (with flow_deadline) */
-  EM_CONFIG_RULE_GAUGE,          /* [budget.process] temp_max, throttle: a sensor figure above
-                                    max (the budget engine's GAUGE_MAX) */
-} em_config_rule_kind_t;
-
-/*
- * One budget rule as the file gives it, validated. Only the fields of its kind are set; the
- * others are 0. Units are those of em_budget_rule_t.
- */
-typedef struct {
-  char id[EM_CONFIG_MAX_RULE_ID];  /* "<stage>.<key>" ("infer.p99") or "process.<key>". */
-  char stage[EM_CONFIG_MAX_STAGE]; /* The stage; "" for process rules; FLOW: its first stage. */
-  em_config_rule_kind_t kind;
-  int level;         /* An em_level_t (edgemon/proto.h, not included here: modules that include this
-                        header need not link edgemon_proto): EM_LEVEL_WARN, _DEGRADED or _CRITICAL;
-                        from <key>_level, else the section's level. */
-  int line;          /* Line of the rule's key, for messages. */
-  double q;          /* PERCENTILE: 0.5, 0.9, 0.99 or 0.999. */
-  uint64_t bound_ns; /* PERCENTILE, DEADLINE: the bound; MISS_RATIO: miss_over (or deadline);
-                        ALIVE: the silence (stall); FLOW: flow_deadline. */
-  double max_ratio;  /* MISS_RATIO: 0 < max_ratio < 1. */
-  double min_fps;    /* RATE: > 0 frames/s. */
-  uint64_t cap_bytes;                /* RSS_CAP. */
-  double max_mib_per_h;              /* RSS_SLOPE: > 0. */
-  uint64_t horizon_ns;               /* RSS_SLOPE: rss_slope_horizon. */
-  char figure[EM_CONFIG_MAX_FIGURE]; /* PSI: "psi.<cpu|memory|io>.<some|full>.avg10". */
-  double max;                        /* PSI: percent, 0 < max <= 100. */
-  size_t n_flow;                     /* FLOW: 2..EM_CONFIG_MAX_FLOW stages. */
-  char flow[EM_CONFIG_MAX_FLOW][EM_CONFIG_MAX_STAGE]; /* FLOW: the stages, in order, distinct. */
-} em_config_rule_t;
+#define EM_CONFIG_MAX_STAGE        EM_BUDGET_STAGE_BYTES /* Stage name: 1..31 bytes. */
+#define EM_CONFIG_MAX_SECRET       128 /* MQTT username or password: 1..127 bytes. */
 
 typedef struct {
   /* [agent] */
@@ -151,9 +103,13 @@ typedef struct {
   uint32_t ring_slots; /* Slots per ring suggested on the deadline page; default 1024, a power
                           of two 64..65536. */
 
-  /* [budget.<stage>] and [budget.process]: the rules, in file order. */
+  /* [budget.<stage>] and [budget.process]: the rules, in file order, as the budget engine
+     takes them (budget.h). Ids are "<stage>.<key>" ("infer.p99") or "process.<key>"; the
+     level is <key>_level, else the section's level; a process rule's stage is ""; a FLOW
+     rule's stage is its first stage. */
   size_t n_rules;
-  em_config_rule_t rules[EM_CONFIG_MAX_RULES];
+  em_budget_rule_t rules[EM_CONFIG_MAX_RULES];
+  int rule_line[EM_CONFIG_MAX_RULES]; /* Line of each rule's key, for messages. */
 
   /* [degrade] */
   uint32_t enter_windows;        /* Violating windows before a rule enters; default 3. */

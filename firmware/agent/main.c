@@ -134,14 +134,18 @@ static void apply_profile(em_config_t *cfg, const em_board_profile_t *p) {
   }
   bool have_temp = false;
   for (size_t i = 0; i < cfg->n_rules; i++) {
-    have_temp = have_temp || strcmp(cfg->rules[i].figure, EM_CONFIG_FIGURE_TEMP) == 0;
+    const em_budget_rule_t *r = &cfg->rules[i];
+    have_temp = have_temp || (r->kind == EM_BUDGET_RULE_GAUGE_MAX &&
+                              strcmp(r->u.gauge.figure, EM_CONFIG_FIGURE_TEMP) == 0);
   }
   if (p->has_temp_max && !have_temp && cfg->n_rules < EM_CONFIG_MAX_RULES) {
-    em_config_rule_t *r = &cfg->rules[cfg->n_rules++];
-    *r = (em_config_rule_t){
-        .kind = EM_CONFIG_RULE_GAUGE, .level = 1 /* WARN */, .max = (double)p->temp_max_c};
-    snprintf(r->id, sizeof(r->id), "process.temp_max");
-    snprintf(r->figure, sizeof(r->figure), "%s", EM_CONFIG_FIGURE_TEMP);
+    cfg->rule_line[cfg->n_rules] = 0; /* From the profile, not a line of the file. */
+    em_budget_rule_t *r = &cfg->rules[cfg->n_rules++];
+    *r = (em_budget_rule_t){
+        .id = "process.temp_max",
+        .kind = EM_BUDGET_RULE_GAUGE_MAX,
+        .level = EM_LEVEL_WARN,
+        .u.gauge = {.figure = EM_CONFIG_FIGURE_TEMP, .max = (double)p->temp_max_c}};
     EM_INFO("board: temp_max %d C (WARN) from the %s profile", p->temp_max_c, p->name);
   }
 }

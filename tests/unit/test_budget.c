@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -839,14 +840,15 @@ static void new_refuses_bad_flow_rules(void **state) {
   bad.u.flow.deadline_ns = 0;
   assert_int_equal(em_budget_new(&b, &o, 0), -EINVAL);
   bad = flow_degraded;
-  bad.u.flow.stages[2] = "pre"; /* Twice. */
+  snprintf(bad.u.flow.stages[2], sizeof(bad.u.flow.stages[2]), "pre"); /* Twice. */
   assert_int_equal(em_budget_new(&b, &o, 0), -EINVAL);
   bad = flow_degraded;
-  bad.u.flow.stages[1] = "in fer";
+  snprintf(bad.u.flow.stages[1], sizeof(bad.u.flow.stages[1]), "in fer");
   assert_int_equal(em_budget_new(&b, &o, 0), -EINVAL);
-  bad.u.flow.stages[1] = NULL;
+  /* A name that does not end within its array. */
+  memset(bad.u.flow.stages[1], 'a', sizeof(bad.u.flow.stages[1]));
   assert_int_equal(em_budget_new(&b, &o, 0), -EINVAL);
-  bad.u.flow.stages[1] = "";
+  bad.u.flow.stages[1][0] = '\0';
   assert_int_equal(em_budget_new(&b, &o, 0), -EINVAL);
 }
 
@@ -863,9 +865,17 @@ static void new_refuses_bad_rules(void **state) {
   bad[0].u.percentile.q = 0.0;
   assert_int_equal(em_budget_new(&b, &o, 0), -EINVAL);
   bad[0] = p99_degraded;
-  bad[0].stage = NULL;
+  bad[0].stage[0] = '\0'; /* A stage rule without its stage. */
   assert_int_equal(em_budget_new(&b, &o, 0), -EINVAL);
-  bad[0].stage = "in fer";
+  snprintf(bad[0].stage, sizeof(bad[0].stage), "in fer");
+  assert_int_equal(em_budget_new(&b, &o, 0), -EINVAL);
+  /* Strings that do not end within their arrays. */
+  memset(bad[0].stage, 'a', sizeof(bad[0].stage));
+  assert_int_equal(em_budget_new(&b, &o, 0), -EINVAL);
+  bad[0] = p99_degraded;
+  memset(bad[0].id, 'a', sizeof(bad[0].id));
+  assert_int_equal(em_budget_new(&b, &o, 0), -EINVAL);
+  bad[0].id[0] = '\0';
   assert_int_equal(em_budget_new(&b, &o, 0), -EINVAL);
   bad[0] = p99_degraded;
   o.enter_windows = 0;
@@ -934,8 +944,7 @@ static void birth_budgets_encode(void **state) {
   assert_int_equal(list[9].window_ns, 0);
 
   em_msg_t msg = {.kind = EM_MSG_BIRTH,
-                  .u.birth = {.time_ns = 1,
-                              .session = 7,
+                  .u.birth = {.head = {.time_ns = 1, .session = 7},
                               .device = "dev-1",
                               .agent_version = "0.1",
                               .board = "test",

@@ -1004,92 +1004,114 @@ static void check_window_follows_sample(const em_config_t *cfg) {
   assert_int_equal(cfg->window_ns, 5000000000ull);
 }
 
+/* Bytes of a stage rule's union that its kind uses; fill_rule leaves the rest 0. */
+static size_t stage_kind_bytes(const em_budget_rule_t *r) {
+  switch (r->kind) {
+  case EM_BUDGET_RULE_PERCENTILE:
+    return sizeof(r->u.percentile);
+  case EM_BUDGET_RULE_DEADLINE:
+    return sizeof(r->u.deadline);
+  case EM_BUDGET_RULE_MISS_RATIO:
+    return sizeof(r->u.miss_ratio);
+  case EM_BUDGET_RULE_ALIVE:
+    return sizeof(r->u.alive);
+  case EM_BUDGET_RULE_RATE:
+    return sizeof(r->u.rate);
+  default:
+    fail_msg("rule %s is not a stage rule (kind %d)", r->id, (int)r->kind);
+    return 0;
+  }
+}
+
 /* The stage rules of "stage budget", in file order. */
 static void check_stage_budget(const em_config_t *cfg) {
   assert_int_equal(cfg->n_rules, 9);
-  const em_config_rule_t *r = cfg->rules;
+  const em_budget_rule_t *r = cfg->rules;
   assert_string_equal(r[0].id, "infer.p99");
   assert_string_equal(r[0].stage, "infer");
-  assert_int_equal(r[0].kind, EM_CONFIG_RULE_PERCENTILE);
-  assert_true(r[0].q == 0.99);
-  assert_int_equal(r[0].bound_ns, 40000000ull);
+  assert_int_equal(r[0].kind, EM_BUDGET_RULE_PERCENTILE);
+  assert_true(r[0].u.percentile.q == 0.99);
+  assert_int_equal(r[0].u.percentile.bound_ns, 40000000ull);
   assert_int_equal(r[0].level, 2); /* EM_LEVEL_DEGRADED: the section's level. */
-  assert_int_equal(r[0].line, 2);
+  assert_int_equal(cfg->rule_line[0], 2);
   assert_string_equal(r[1].id, "infer.deadline");
-  assert_int_equal(r[1].kind, EM_CONFIG_RULE_DEADLINE);
-  assert_int_equal(r[1].bound_ns, 100000000ull);
+  assert_int_equal(r[1].kind, EM_BUDGET_RULE_DEADLINE);
+  assert_int_equal(r[1].u.deadline.bound_ns, 100000000ull);
   assert_int_equal(r[1].level, 3); /* deadline_level = critical */
   assert_string_equal(r[2].id, "infer.miss_ratio");
-  assert_int_equal(r[2].kind, EM_CONFIG_RULE_MISS_RATIO);
-  assert_true(r[2].max_ratio == 0.05);
-  assert_int_equal(r[2].bound_ns, 40000000ull);
+  assert_int_equal(r[2].kind, EM_BUDGET_RULE_MISS_RATIO);
+  assert_true(r[2].u.miss_ratio.max_ratio == 0.05);
+  assert_int_equal(r[2].u.miss_ratio.bound_ns, 40000000ull);
   assert_string_equal(r[3].id, "infer.stall");
-  assert_int_equal(r[3].kind, EM_CONFIG_RULE_ALIVE);
-  assert_int_equal(r[3].bound_ns, 500000000ull);
+  assert_int_equal(r[3].kind, EM_BUDGET_RULE_ALIVE);
+  assert_int_equal(r[3].u.alive.silence_ns, 500000000ull);
   assert_int_equal(r[3].level, 1); /* stall_level = WARN */
   assert_string_equal(r[4].id, "infer.min_rate");
-  assert_int_equal(r[4].kind, EM_CONFIG_RULE_RATE);
-  assert_true(r[4].min_fps == 15.0);
+  assert_int_equal(r[4].kind, EM_BUDGET_RULE_RATE);
+  assert_true(r[4].u.rate.min_fps == 15.0);
   /* [budget.pre.gpu:0]: p50, p90, p999 and a miss_ratio whose bound is the deadline. */
   assert_string_equal(r[5].id, "pre.gpu:0.p50");
   assert_string_equal(r[5].stage, "pre.gpu:0");
-  assert_true(r[5].q == 0.5);
-  assert_int_equal(r[5].bound_ns, 250000ull);
+  assert_true(r[5].u.percentile.q == 0.5);
+  assert_int_equal(r[5].u.percentile.bound_ns, 250000ull);
   assert_int_equal(r[5].level, 1);
-  assert_true(r[6].q == 0.999);
+  assert_true(r[6].u.percentile.q == 0.999);
   assert_string_equal(r[7].id, "pre.gpu:0.deadline");
   assert_string_equal(r[8].id, "pre.gpu:0.miss_ratio");
-  assert_int_equal(r[8].bound_ns, 2000000ull);
-  assert_true(r[8].max_ratio == 0.5);
+  assert_int_equal(r[8].u.miss_ratio.bound_ns, 2000000ull);
+  assert_true(r[8].u.miss_ratio.max_ratio == 0.5);
   assert_int_equal(r[8].level, 3);
   for (size_t i = 0; i < cfg->n_rules; i++) {
-    assert_int_equal(r[i].cap_bytes, 0);
-    assert_string_equal(r[i].figure, "");
+    /* No cap, no figure, nothing of another kind: the union is 0 past the kind's fields. */
+    const unsigned char *u = (const unsigned char *)&r[i].u;
+    for (size_t k = stage_kind_bytes(&r[i]); k < sizeof(r[i].u); k++) {
+      assert_int_equal(u[k], 0);
+    }
   }
 }
 
 /* temp_max and throttle: gauge rules on the sensor figures, with their own levels. */
 static void check_sensor_budget(const em_config_t *cfg) {
   assert_int_equal(cfg->n_rules, 2);
-  const em_config_rule_t *t = &cfg->rules[0];
+  const em_budget_rule_t *t = &cfg->rules[0];
   assert_string_equal(t->id, "process.temp_max");
-  assert_int_equal(t->kind, EM_CONFIG_RULE_GAUGE);
-  assert_string_equal(t->figure, EM_CONFIG_FIGURE_TEMP);
-  assert_true(t->max == 85.5);
+  assert_int_equal(t->kind, EM_BUDGET_RULE_GAUGE_MAX);
+  assert_string_equal(t->u.gauge.figure, EM_CONFIG_FIGURE_TEMP);
+  assert_true(t->u.gauge.max == 85.5);
   assert_int_equal(t->level, 1); /* WARN, the section's level */
-  const em_config_rule_t *h = &cfg->rules[1];
+  const em_budget_rule_t *h = &cfg->rules[1];
   assert_string_equal(h->id, "process.throttle");
-  assert_int_equal(h->kind, EM_CONFIG_RULE_GAUGE);
-  assert_string_equal(h->figure, EM_CONFIG_FIGURE_THROTTLED);
-  assert_true(h->max == 0.5);
+  assert_int_equal(h->kind, EM_BUDGET_RULE_GAUGE_MAX);
+  assert_string_equal(h->u.gauge.figure, EM_CONFIG_FIGURE_THROTTLED);
+  assert_true(h->u.gauge.max == 0.5);
   assert_int_equal(h->level, 2); /* DEGRADED, throttle_level */
 }
 
 static void check_process_budget(const em_config_t *cfg) {
   assert_int_equal(cfg->n_rules, 7);
-  const em_config_rule_t *r = cfg->rules;
+  const em_budget_rule_t *r = cfg->rules;
   assert_string_equal(r[0].id, "process.rss_cap");
   assert_string_equal(r[0].stage, "");
-  assert_int_equal(r[0].kind, EM_CONFIG_RULE_RSS_CAP);
-  assert_int_equal(r[0].cap_bytes, 2ull << 30);
+  assert_int_equal(r[0].kind, EM_BUDGET_RULE_RSS_CAP);
+  assert_int_equal(r[0].u.rss_cap.cap_bytes, 2ull << 30);
   assert_int_equal(r[0].level, 3);
-  assert_int_equal(r[0].line, 3);
+  assert_int_equal(cfg->rule_line[0], 3);
   assert_string_equal(r[1].id, "process.rss_slope");
-  assert_int_equal(r[1].kind, EM_CONFIG_RULE_RSS_SLOPE);
-  assert_true(r[1].max_mib_per_h == 50.0);
-  assert_int_equal(r[1].horizon_ns, 30ull * 60 * 1000000000ull); /* The default. */
+  assert_int_equal(r[1].kind, EM_BUDGET_RULE_RSS_SLOPE);
+  assert_true(r[1].u.rss_slope.max_mib_per_h == 50.0);
+  assert_int_equal(r[1].u.rss_slope.horizon_ns, 30ull * 60 * 1000000000ull); /* The default. */
   assert_int_equal(r[1].level, 1);
   static const char *const figures[] = {"psi.cpu.some.avg10", "psi.memory.some.avg10",
                                         "psi.memory.full.avg10", "psi.io.some.avg10",
                                         "psi.io.full.avg10"};
   for (size_t i = 0; i < 5; i++) {
-    assert_int_equal(r[2 + i].kind, EM_CONFIG_RULE_PSI);
-    assert_string_equal(r[2 + i].figure, figures[i]);
+    assert_int_equal(r[2 + i].kind, EM_BUDGET_RULE_PSI);
+    assert_string_equal(r[2 + i].u.gauge.figure, figures[i]);
     assert_int_equal(r[2 + i].level, 2);
   }
   assert_string_equal(r[2].id, "process.psi_cpu_some");
-  assert_true(r[2].max == 40.0);
-  assert_true(r[6].max == 100.0);
+  assert_true(r[2].u.gauge.max == 40.0);
+  assert_true(r[6].u.gauge.max == 100.0);
 }
 
 /* Rules of several sections come in file order; repeated sections merge. */
@@ -1097,45 +1119,45 @@ static void check_budget_file_order(const em_config_t *cfg) {
   assert_int_equal(cfg->n_rules, 4);
   assert_string_equal(cfg->rules[0].id, "b.p99");
   assert_string_equal(cfg->rules[1].id, "process.rss_cap");
-  assert_int_equal(cfg->rules[1].cap_bytes, 1ull << 20);
+  assert_int_equal(cfg->rules[1].u.rss_cap.cap_bytes, 1ull << 20);
   assert_string_equal(cfg->rules[2].id, "a.deadline");
   assert_string_equal(cfg->rules[3].id, "b.stall");
   assert_int_equal(cfg->rules[3].level, 3); /* [budget.b]'s level, given after the rule. */
   assert_string_equal(cfg->rules[3].stage, "b");
-  assert_int_equal(cfg->rules[2].line, 6);
-  assert_int_equal(cfg->rules[1].horizon_ns, 0);
+  assert_int_equal(cfg->rule_line[2], 6);
+  assert_int_equal(cfg->rules[1].u.rss_slope.horizon_ns, 0);
 }
 
 static void check_64_rules(const em_config_t *cfg) {
   assert_int_equal(cfg->n_rules, 64);
   assert_string_equal(cfg->rules[0].id, "s0.p50");
   assert_string_equal(cfg->rules[63].id, "s7.min_rate");
-  assert_int_equal(cfg->rules[63].line, 88);
+  assert_int_equal(cfg->rule_line[63], 88);
 }
 
 /* Flow rules: the section name is the id's prefix; the stages are the flow's own. */
 static void check_flow_budget(const em_config_t *cfg) {
   assert_int_equal(cfg->n_rules, 3);
-  const em_config_rule_t *r = cfg->rules;
+  const em_budget_rule_t *r = cfg->rules;
   assert_string_equal(r[0].id, "pipeline.flow");
-  assert_int_equal(r[0].kind, EM_CONFIG_RULE_FLOW);
+  assert_int_equal(r[0].kind, EM_BUDGET_RULE_FLOW);
   assert_int_equal(r[0].level, 3); /* CRITICAL */
-  assert_int_equal(r[0].line, 2);
-  assert_int_equal(r[0].n_flow, 3);
-  assert_string_equal(r[0].flow[0], "preprocess");
-  assert_string_equal(r[0].flow[1], "infer");
-  assert_string_equal(r[0].flow[2], "postprocess");
+  assert_int_equal(cfg->rule_line[0], 2);
+  assert_int_equal(r[0].u.flow.n_stages, 3);
+  assert_string_equal(r[0].u.flow.stages[0], "preprocess");
+  assert_string_equal(r[0].u.flow.stages[1], "infer");
+  assert_string_equal(r[0].u.flow.stages[2], "postprocess");
   assert_string_equal(r[0].stage, "preprocess");
-  assert_int_equal(r[0].bound_ns, 100000000ull);
+  assert_int_equal(r[0].u.flow.deadline_ns, 100000000ull);
   assert_string_equal(r[1].id, "infer.p99");
   assert_string_equal(r[1].stage, "infer");
   assert_string_equal(r[2].id, "infer.flow");
   assert_int_equal(r[2].level, 1); /* WARN, from the section. */
-  assert_int_equal(r[2].n_flow, EM_CONFIG_MAX_FLOW);
-  assert_string_equal(r[2].flow[0], "a");
-  assert_string_equal(r[2].flow[7], "gpu:0.h");
+  assert_int_equal(r[2].u.flow.n_stages, EM_BUDGET_FLOW_MAX_STAGES);
+  assert_string_equal(r[2].u.flow.stages[0], "a");
+  assert_string_equal(r[2].u.flow.stages[7], "gpu:0.h");
   assert_string_equal(r[2].stage, "a");
-  assert_int_equal(r[2].bound_ns, 5000000ull);
+  assert_int_equal(r[2].u.flow.deadline_ns, 5000000ull);
 }
 
 static const valid_case_t valid_cases[] = {

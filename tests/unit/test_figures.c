@@ -316,17 +316,17 @@ static void config_psi_rules_name_table_figures(void **state) {
   size_t psi = 0;
   bool temp = false;
   for (size_t i = 0; i < cfg->n_rules; i++) {
-    const em_config_rule_t *r = &cfg->rules[i];
-    if (r->kind == EM_CONFIG_RULE_PSI) {
-      int f = em_figures_find(r->figure);
+    const em_budget_rule_t *r = &cfg->rules[i];
+    if (r->kind == EM_BUDGET_RULE_PSI) {
+      int f = em_figures_find(r->u.gauge.figure);
       if (f < EM_FIG_PSI_CPU_SOME || f > EM_FIG_PSI_IO_FULL) {
-        fail_msg("rule %s reads figure '%s', not a PSI row of the table", r->id, r->figure);
+        fail_msg("rule %s reads figure '%s', not a PSI row of the table", r->id, r->u.gauge.figure);
       }
       psi++;
-    } else if (r->kind == EM_CONFIG_RULE_GAUGE) {
+    } else if (r->kind == EM_BUDGET_RULE_GAUGE_MAX) {
       /* The hottest zone is the agent's own figure for the budget, not a dictionary row. */
-      assert_string_equal(r->figure, EM_CONFIG_FIGURE_TEMP);
-      assert_int_equal(em_figures_find(r->figure), -ENOENT);
+      assert_string_equal(r->u.gauge.figure, EM_CONFIG_FIGURE_TEMP);
+      assert_int_equal(em_figures_find(r->u.gauge.figure), -ENOENT);
       temp = true;
     }
   }

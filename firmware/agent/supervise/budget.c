@@ -42,17 +42,16 @@ typedef struct {
 } flow_slot_t;
 
 typedef struct {
-  em_budget_rule_t rule; /* Strings re-pointed at the copies below. */
-  char id[EM_BUDGET_ID_BYTES];
-  char stage[EM_BUDGET_STAGE_BYTES];
-  char figure[EM_BUDGET_FIGURE_BYTES];
-  size_t stage_ix;    /* Into engine->stages, or NO_STAGE. */
-  bool active;        /* ACTIVE or RECOVERING. */
-  uint32_t bad;       /* Violating windows in a row while not active (PENDING). */
-  uint32_t clean;     /* Clean windows in a row while active (RECOVERING). */
-  em_value_t value;   /* Last measured value. */
-  const char *reason; /* Why it last entered (static text or a figure's `why`); carried
-                         across a reload with the rest of its state. */
+  em_budget_rule_t rule; /* A copy of the rule as given. */
+  const char *stage;     /* The stage changes and birth entries name: rule.stage for stage
+                            rules, the first stage for FLOW, NULL for process rules. */
+  size_t stage_ix;       /* Into engine->stages, or NO_STAGE. */
+  bool active;           /* ACTIVE or RECOVERING. */
+  uint32_t bad;          /* Violating windows in a row while not active (PENDING). */
+  uint32_t clean;        /* Clean windows in a row while active (RECOVERING). */
+  em_value_t value;      /* Last measured value. */
+  const char *reason;    /* Why it last entered (static text or a figure's `why`); carried
+                            across a reload with the rest of its state. */
   /* Span counters of the current window (DEADLINE, MISS_RATIO). */
   uint64_t win_spans;
   uint64_t win_misses;
@@ -60,7 +59,6 @@ typedef struct {
   rss_sample_t *ring;    /* RSS_SLOPE: EM_BUDGET_SLOPE_SAMPLES entries. */
   size_t ring_head;      /* Index of the oldest sample. */
   size_t ring_len;
-  char flow_stages[EM_BUDGET_FLOW_MAX_STAGES][EM_BUDGET_STAGE_BYTES]; /* FLOW. */
   flow_slot_t *slots; /* FLOW: EM_BUDGET_FLOW_FRAMES entries. */
   uint64_t flow_seq;  /* FLOW: frames started. */
   uint64_t evicted;   /* FLOW: frames evicted unjudged. */
@@ -157,16 +155,9 @@ static bool is_stage_rule(em_budget_rule_kind_t kind) {
   return kind <= EM_BUDGET_RULE_RATE;
 }
 
-static bool copy_str(char *dst, size_t cap, const char *src) {
-  if (!src) {
-    return false;
-  }
-  size_t n = strlen(src);
-  if (n == 0 || n >= cap) {
-    return false;
-  }
-  memcpy(dst, src, n + 1);
-  return true;
+/* True when s[0..cap) holds a string of 1..cap-1 bytes (it ends within its array). */
+static bool str_ok(const char *s, size_t cap) {
+  return s[0] != '\0' && memchr(s, '\0', cap) != NULL;
 }
 
 static bool stage_name_ok(const char *s) {
@@ -198,7 +189,7 @@ static bool flow_ok(const em_budget_rule_t *r) {
   }
   for (size_t i = 0; i < n; i++) {
     const char *st = r->u.flow.stages[i];
-    if (!st || !st[0] || strlen(st) >= EM_BUDGET_STAGE_BYTES || !stage_name_ok(st)) {
+    if (!str_ok(st, sizeof(r->u.flow.stages[i])) || !stage_name_ok(st)) {
       return false;
     }
     for (size_t j = 0; j < i; j++) {
@@ -261,20 +252,18 @@ int em_budget_new(em_budget_engine_t **out, const em_budget_opts_t *opts, uint64
   for (size_t i = 0; i < n; i++) {
     const em_budget_rule_t *r = &opts->rules[i];
     if ((unsigned)r->kind >= EM_BUDGET_RULE_KINDS || r->level < EM_LEVEL_WARN ||
-        r->level > EM_LEVEL_CRITICAL || !r->id || !params_ok(r)) {
+        r->level > EM_LEVEL_CRITICAL || !params_ok(r)) {
       return -EINVAL;
     }
-    if (strlen(r->id) == 0 || strlen(r->id) >= EM_BUDGET_ID_BYTES || !name_ok(r->id)) {
+    if (!str_ok(r->id, sizeof(r->id)) || !name_ok(r->id)) {
       return -EINVAL;
     }
     if (is_stage_rule(r->kind) &&
-        (!r->stage || !r->stage[0] || strlen(r->stage) >= EM_BUDGET_STAGE_BYTES ||
-         !stage_name_ok(r->stage))) {
+        (!str_ok(r->stage, sizeof(r->stage)) || !stage_name_ok(r->stage))) {
       return -EINVAL;
     }
     if ((r->kind == EM_BUDGET_RULE_PSI || r->kind == EM_BUDGET_RULE_GAUGE_MAX) &&
-        (!r->u.gauge.figure || !r->u.gauge.figure[0] ||
-         strlen(r->u.gauge.figure) >= EM_BUDGET_FIGURE_BYTES)) {
+        !str_ok(r->u.gauge.figure, sizeof(r->u.gauge.figure))) {
       return -EINVAL;
     }
     for (size_t j = 0; j < i; j++) {
@@ -310,35 +299,22 @@ int em_budget_new(em_budget_engine_t **out, const em_budget_opts_t *opts, uint64
   for (size_t i = 0; i < n; i++) {
     rule_state_t *s = &b->rules[i];
     s->rule = opts->rules[i];
-    copy_str(s->id, sizeof(s->id), opts->rules[i].id);
-    s->rule.id = s->id;
     s->stage_ix = NO_STAGE;
     s->last_seen_ns = now_ns;
     if (is_stage_rule(s->rule.kind)) {
-      copy_str(s->stage, sizeof(s->stage), opts->rules[i].stage);
-      s->rule.stage = s->stage;
+      s->stage = s->rule.stage;
       s->stage_ix = find_stage(b, s->stage);
       if (s->stage_ix == NO_STAGE) {
         s->stage_ix = b->n_stages++;
-        memcpy(b->stages[s->stage_ix].name, s->stage, sizeof(s->stage));
+        memcpy(b->stages[s->stage_ix].name, s->rule.stage, sizeof(s->rule.stage));
       }
-    } else {
-      s->rule.stage = NULL;
-    }
-    if (s->rule.kind == EM_BUDGET_RULE_PSI || s->rule.kind == EM_BUDGET_RULE_GAUGE_MAX) {
-      copy_str(s->figure, sizeof(s->figure), opts->rules[i].u.gauge.figure);
-      s->rule.u.gauge.figure = s->figure;
     }
     if (s->rule.kind == EM_BUDGET_RULE_RSS_SLOPE) {
       s->ring = rings;
       rings += EM_BUDGET_SLOPE_SAMPLES;
     }
     if (s->rule.kind == EM_BUDGET_RULE_FLOW) {
-      for (size_t k = 0; k < s->rule.u.flow.n_stages; k++) {
-        copy_str(s->flow_stages[k], sizeof(s->flow_stages[k]), opts->rules[i].u.flow.stages[k]);
-        s->rule.u.flow.stages[k] = s->flow_stages[k];
-      }
-      s->rule.stage = s->flow_stages[0];
+      s->stage = s->rule.u.flow.stages[0];
       s->slots = slots;
       slots += EM_BUDGET_FLOW_FRAMES;
     }
@@ -357,7 +333,7 @@ static bool same_flow(const rule_state_t *a, const rule_state_t *b) {
     return false;
   }
   for (size_t k = 0; k < a->rule.u.flow.n_stages; k++) {
-    if (strcmp(a->flow_stages[k], b->flow_stages[k]) != 0) {
+    if (strcmp(a->rule.u.flow.stages[k], b->rule.u.flow.stages[k]) != 0) {
       return false;
     }
   }
@@ -373,7 +349,8 @@ size_t em_budget_adopt(em_budget_engine_t *dst, const em_budget_engine_t *src) {
     rule_state_t *d = &dst->rules[i];
     const rule_state_t *o = NULL;
     for (size_t j = 0; j < src->n_rules && !o; j++) {
-      if (strcmp(src->rules[j].id, d->id) == 0 && src->rules[j].rule.kind == d->rule.kind) {
+      if (strcmp(src->rules[j].rule.id, d->rule.id) == 0 &&
+          src->rules[j].rule.kind == d->rule.kind) {
         o = &src->rules[j];
       }
     }
@@ -490,8 +467,8 @@ static void fill_change(em_budget_change_t *c, em_level_t prev, em_level_t level
   c->mono_ns = now_ns;
   c->reason = reason;
   if (s) {
-    c->rule = s->id;
-    c->stage = s->rule.stage;
+    c->rule = s->rule.id;
+    c->stage = s->stage;
     c->value = s->value;
     c->bound = rule_bound(&s->rule);
   }
@@ -589,7 +566,7 @@ static void flow_span(rule_state_t *s, const char *stage, uint64_t frame, uint64
                       uint64_t now_ns, outcome_t *o) {
   size_t n = s->rule.u.flow.n_stages;
   size_t k = 0;
-  while (k < n && strcmp(s->flow_stages[k], stage) != 0) {
+  while (k < n && strcmp(s->rule.u.flow.stages[k], stage) != 0) {
     k++;
   }
   if (k == n) {
@@ -975,7 +952,7 @@ int em_budget_flow_evicted(const em_budget_engine_t *b, const char *id, uint64_t
   }
   for (size_t i = 0; i < b->n_rules; i++) {
     const rule_state_t *s = &b->rules[i];
-    if (s->rule.kind == EM_BUDGET_RULE_FLOW && strcmp(s->id, id) == 0) {
+    if (s->rule.kind == EM_BUDGET_RULE_FLOW && strcmp(s->rule.id, id) == 0) {
       *evicted = s->evicted;
       return 0;
     }
@@ -994,11 +971,11 @@ int em_budget_describe(const em_budget_engine_t *b, em_budget_t *out, size_t cap
     const rule_state_t *s = &b->rules[i];
     em_budget_t *u = &out[i];
     memset(u, 0, sizeof(*u));
-    u->id = s->id;
+    u->id = s->rule.id;
     u->rule = em_budget_rule_name(s->rule.kind);
     u->level = s->rule.level;
     u->bound = rule_bound(&s->rule);
-    u->stage = s->rule.stage;
+    u->stage = s->stage;
     switch (s->rule.kind) {
     case EM_BUDGET_RULE_PERCENTILE:
     case EM_BUDGET_RULE_MISS_RATIO:

@@ -6,10 +6,10 @@
  * level as an em_budget_change_t that the caller publishes (state page, push, MQTT, hook, log).
  *
  * No I/O, no libuv, no clock reads: every entry point takes now_ns (CLOCK_MONOTONIC), so tests
- * inject time. Config parsing lives elsewhere; rules are filled by code.
+ * inject time. Config parsing lives elsewhere: config.c fills these rules from the file.
  *
- * Owns: one allocation made by em_budget_new (rule states, copies of every id/stage/figure
- * name, the RSS sample rings, the per-stage anomaly state); nothing is allocated afterwards.
+ * Owns: one allocation made by em_budget_new (rule states, each with a copy of its rule, the
+ * RSS sample rings, the per-stage anomaly state); nothing is allocated afterwards.
  * Single-threaded: one engine per loop, no locking.
  *
  * Levels: NOMINAL < WARN < DEGRADED < CRITICAL. Each rule names the level it raises.
@@ -137,15 +137,18 @@ typedef enum {
 } em_budget_rule_kind_t;
 
 /*
- * One rule, filled by code (later by the config). Strings are borrowed for em_budget_new only:
- * the engine copies them. Fields of the union other than the kind's are ignored.
+ * One rule: a plain value with fixed-size strings (no pointers), so the config can hold its
+ * rules as they are (config.h) and copy and compare them. The engine copies the rules it is
+ * given. Every string must end within its array. Fields of the union other than the kind's are
+ * ignored, and so is `stage` for rules that are not stage rules.
  */
 typedef struct {
-  const char *id; /* Unique, 1..63 printable bytes, e.g. "infer.p99". */
+  char id[EM_BUDGET_ID_BYTES]; /* Unique, 1..63 printable bytes, e.g. "infer.p99". */
   em_budget_rule_kind_t kind;
-  em_level_t level;  /* Raised while active: WARN, DEGRADED or CRITICAL. */
-  const char *stage; /* Stage rules: 1..31 bytes of [A-Za-z0-9_.:-]; NULL for process rules;
-                        ignored for FLOW (the engine reports its first stage). */
+  em_level_t level;                  /* Raised while active: WARN, DEGRADED or CRITICAL. */
+  char stage[EM_BUDGET_STAGE_BYTES]; /* Stage rules: 1..31 bytes of [A-Za-z0-9_.:-]; "" for
+                                        process rules; ignored for FLOW (the engine reports
+                                        its first stage). */
   union {
     struct {
       double q;          /* 0 < q <= 1, e.g. 0.99. */
@@ -173,13 +176,15 @@ typedef struct {
                                at least half of it. */
     } rss_slope;
     struct {
-      const char *figure; /* Name of a figure in em_budget_window_t.figures, 1..63 bytes. */
-      double max;         /* Violating when the figure > max. Finite. */
-    } gauge;              /* PSI and GAUGE_MAX. */
+      char figure[EM_BUDGET_FIGURE_BYTES]; /* A figure of em_budget_window_t.figures, 1..63
+                                              bytes. */
+      double max;                          /* Violating when the figure > max. Finite. */
+    } gauge;                               /* PSI and GAUGE_MAX. */
     struct {
-      const char *stages[EM_BUDGET_FLOW_MAX_STAGES]; /* In order; each a valid stage name,
-                                                        all distinct. */
-      size_t n_stages;                               /* 2..EM_BUDGET_FLOW_MAX_STAGES */
+      char stages[EM_BUDGET_FLOW_MAX_STAGES][EM_BUDGET_STAGE_BYTES]; /* In order; each a
+                                                                        valid stage name, all
+                                                                        distinct. */
+      size_t n_stages;      /* 2..EM_BUDGET_FLOW_MAX_STAGES */
       uint64_t deadline_ns; /* > 0: first stage's start to last stage's end. */
     } flow;
   } u;
