@@ -66,6 +66,8 @@ typedef enum {
 struct em_publisher {
   uv_loop_t *loop;
   struct mosquitto *mosq;
+  em_publisher_sys_t sys;   /* The libmosquitto calls (publisher.h). */
+  int publish_refused;      /* The MOSQ_ERR_* of the last refused publish logged; 0: none. */
   em_publisher_opts_t opts; /* Strings point at the copies below. */
   char host[256];
   char client_id[128];
@@ -106,6 +108,90 @@ static void resolve(em_publisher_t *p);
 static void update_poll(em_publisher_t *p);
 static void finish_stop(em_publisher_t *p);
 static void on_retry(uv_timer_t *t);
+
+/* --- the real libmosquitto calls ---------------------------------------------------- */
+
+static int real_username_pw_set(void *ctx, struct mosquitto *m, const char *username,
+                                const char *password) {
+  (void)ctx;
+  return mosquitto_username_pw_set(m, username, password);
+}
+
+static int real_tls_set(void *ctx, struct mosquitto *m, const char *ca_file, const char *ca_path,
+                        const char *cert_file, const char *key_file,
+                        int (*pw_callback)(char *buf, int size, int rwflag, void *userdata)) {
+  (void)ctx;
+  return mosquitto_tls_set(m, ca_file, ca_path, cert_file, key_file, pw_callback);
+}
+
+static int real_tls_opts_set(void *ctx, struct mosquitto *m, int cert_reqs, const char *tls_version,
+                             const char *ciphers) {
+  (void)ctx;
+  return mosquitto_tls_opts_set(m, cert_reqs, tls_version, ciphers);
+}
+
+static int real_tls_insecure_set(void *ctx, struct mosquitto *m, bool value) {
+  (void)ctx;
+  return mosquitto_tls_insecure_set(m, value);
+}
+
+static int real_will_set(void *ctx, struct mosquitto *m, const char *topic, int len,
+                         const void *payload, int qos, bool retain) {
+  (void)ctx;
+  return mosquitto_will_set(m, topic, len, payload, qos, retain);
+}
+
+static int real_connect_async(void *ctx, struct mosquitto *m, const char *host, int port,
+                              int keepalive_s) {
+  (void)ctx;
+  return mosquitto_connect_async(m, host, port, keepalive_s);
+}
+
+static int real_socket(void *ctx, struct mosquitto *m) {
+  (void)ctx;
+  return mosquitto_socket(m);
+}
+
+static int real_loop_read(void *ctx, struct mosquitto *m, int max_packets) {
+  (void)ctx;
+  return mosquitto_loop_read(m, max_packets);
+}
+
+static int real_loop_write(void *ctx, struct mosquitto *m, int max_packets) {
+  (void)ctx;
+  return mosquitto_loop_write(m, max_packets);
+}
+
+static int real_loop_misc(void *ctx, struct mosquitto *m) {
+  (void)ctx;
+  return mosquitto_loop_misc(m);
+}
+
+static bool real_want_write(void *ctx, struct mosquitto *m) {
+  (void)ctx;
+  return mosquitto_want_write(m);
+}
+
+static int real_publish(void *ctx, struct mosquitto *m, int *mid, const char *topic, int len,
+                        const void *payload, int qos, bool retain) {
+  (void)ctx;
+  return mosquitto_publish(m, mid, topic, len, payload, qos, retain);
+}
+
+static int real_subscribe(void *ctx, struct mosquitto *m, int *mid, const char *pattern, int qos) {
+  (void)ctx;
+  return mosquitto_subscribe(m, mid, pattern, qos);
+}
+
+static int real_disconnect(void *ctx, struct mosquitto *m) {
+  (void)ctx;
+  return mosquitto_disconnect(m);
+}
+
+const em_publisher_sys_t em_publisher_sys_mosquitto = {
+    real_username_pw_set, real_tls_set, real_tls_opts_set, real_tls_insecure_set, real_will_set,
+    real_connect_async,   real_socket,  real_loop_read,    real_loop_write,       real_loop_misc,
+    real_want_write,      real_publish, real_subscribe,    real_disconnect,       NULL};
 
 /* --- helpers ------------------------------------------------------------------------- */
 
@@ -215,7 +301,7 @@ static int read_all(em_publisher_t *p) {
   for (unsigned i = 0; i < READ_ROUNDS; i++) {
     state_t before = p->state;
     errno = 0;
-    rc = mosquitto_loop_read(p->mosq, 16);
+    rc = p->sys.loop_read(p->sys.ctx, p->mosq, 16);
     if (rc != MOSQ_ERR_SUCCESS || !p->opts.tls || errno == EAGAIN || errno == EWOULDBLOCK ||
         p->refused || p->state != before) {
       break;
@@ -242,7 +328,7 @@ static const char *closed_reason(const em_publisher_t *p) {
  * Returns false after fail() when the connection is gone.
  */
 static bool tls_socket_alive(em_publisher_t *p) {
-  int fd = mosquitto_socket(p->mosq);
+  int fd = p->sys.socket(p->sys.ctx, p->mosq);
   int err = 0;
   socklen_t len = sizeof(err);
   if (fd < 0) {
@@ -284,7 +370,7 @@ static void on_connack(struct mosquitto *mosq, void *obj, int rc) {
   EM_INFO("mqtt: connected to %s:%u as %s", p->host, p->opts.port, p->client_id);
   char topic[sizeof(p->prefix) + 16];
   snprintf(topic, sizeof(topic), "%s/cmd/#", p->prefix);
-  int src = mosquitto_subscribe(p->mosq, NULL, topic, 1);
+  int src = p->sys.subscribe(p->sys.ctx, p->mosq, NULL, topic, 1);
   if (src != MOSQ_ERR_SUCCESS) {
     EM_WARN("mqtt: cannot subscribe to %s: %s", topic, mosq_reason(src));
   }
@@ -350,13 +436,13 @@ static void on_poll(uv_poll_t *h, int status, int events) {
     rc = read_all(p); /* Drives the handshake; CONNACK once it is done. */
   }
   if (rc == MOSQ_ERR_SUCCESS && !p->refused && (events & UV_WRITABLE)) {
-    rc = mosquitto_loop_write(p->mosq, 16);
+    rc = p->sys.loop_write(p->sys.ctx, p->mosq, 16);
   }
   if (rc == MOSQ_ERR_SUCCESS && !handshake && (events & UV_READABLE)) {
     rc = read_all(p);
   }
   if (p->state == S_CLOSING) {
-    if (!mosquitto_want_write(p->mosq) || rc != MOSQ_ERR_SUCCESS) {
+    if (!p->sys.want_write(p->sys.ctx, p->mosq) || rc != MOSQ_ERR_SUCCESS) {
       finish_stop(p);
     }
     return;
@@ -370,7 +456,8 @@ static void on_poll(uv_poll_t *h, int status, int events) {
     fail(p, failure_reason(p, rc, why, sizeof(why)));
     return;
   }
-  if (mosquitto_socket(p->mosq) < 0) { /* Closed inside libmosquitto without an error code. */
+  /* Closed inside libmosquitto without an error code? */
+  if (p->sys.socket(p->sys.ctx, p->mosq) < 0) {
     fail(p, closed_reason(p));
     return;
   }
@@ -381,7 +468,7 @@ static void update_poll(em_publisher_t *p) {
   if (!p->poll_open) {
     return;
   }
-  int events = UV_READABLE | (mosquitto_want_write(p->mosq) ? UV_WRITABLE : 0);
+  int events = UV_READABLE | (p->sys.want_write(p->sys.ctx, p->mosq) ? UV_WRITABLE : 0);
   if (events == p->poll_events) {
     return;
   }
@@ -397,13 +484,13 @@ static void connect_to(em_publisher_t *p, const char *addr) {
   p->state = S_CONNECTING;
   p->attempt_start_ms = uv_now(p->loop);
   p->lib_error[0] = '\0';
-  int rc = mosquitto_connect_async(p->mosq, addr, p->opts.port, (int)p->opts.keepalive_s);
+  int rc = p->sys.connect_async(p->sys.ctx, p->mosq, addr, p->opts.port, (int)p->opts.keepalive_s);
   if (rc != MOSQ_ERR_SUCCESS) {
     char why[REASON_CAP + 32];
     fail(p, failure_reason(p, rc, why, sizeof(why)));
     return;
   }
-  int fd = mosquitto_socket(p->mosq);
+  int fd = p->sys.socket(p->sys.ctx, p->mosq);
   rc = fd < 0 ? UV_EBADF : uv_poll_init_socket(p->loop, &p->poll, fd);
   if (rc < 0) {
     fail(p, uv_strerror(rc));
@@ -492,7 +579,7 @@ static void on_misc(uv_timer_t *t) {
     fail(p, why);
     return;
   }
-  int rc = mosquitto_loop_misc(p->mosq);
+  int rc = p->sys.loop_misc(p->sys.ctx, p->mosq);
   if (rc != MOSQ_ERR_SUCCESS) {
     fail(p, rc == MOSQ_ERR_KEEPALIVE ? "no answer within the keepalive" : mosq_reason(rc));
     return;
@@ -529,7 +616,7 @@ static const char *opt_str(const char *s) {
 static int apply_security(em_publisher_t *p, const em_publisher_opts_t *o) {
   int rc = MOSQ_ERR_SUCCESS;
   if (opt_str(o->username)) {
-    rc = mosquitto_username_pw_set(p->mosq, o->username, opt_str(o->password));
+    rc = p->sys.username_pw_set(p->sys.ctx, p->mosq, o->username, opt_str(o->password));
     if (rc != MOSQ_ERR_SUCCESS) {
       EM_ERROR("mqtt: cannot set the username: %s", mosq_reason(rc));
       return -EINVAL;
@@ -545,8 +632,8 @@ static int apply_security(em_publisher_t *p, const em_publisher_opts_t *o) {
     EM_ERROR("mqtt: TLS needs a CA file or a CA directory");
     return -EINVAL;
   }
-  rc = mosquitto_tls_set(p->mosq, opt_str(o->tls_ca_file), opt_str(o->tls_ca_path),
-                         opt_str(o->tls_cert_file), opt_str(o->tls_key_file), no_passphrase);
+  rc = p->sys.tls_set(p->sys.ctx, p->mosq, opt_str(o->tls_ca_file), opt_str(o->tls_ca_path),
+                      opt_str(o->tls_cert_file), opt_str(o->tls_key_file), no_passphrase);
   if (rc != MOSQ_ERR_SUCCESS) {
     EM_ERROR("mqtt: TLS setup failed (%s): check that the CA (%s), certificate (%s) and key (%s) "
              "are readable, and that certificate and key are set together",
@@ -555,9 +642,9 @@ static int apply_security(em_publisher_t *p, const em_publisher_opts_t *o) {
              opt_str(o->tls_key_file) ? o->tls_key_file : "none");
     return -EINVAL;
   }
-  rc = mosquitto_tls_opts_set(p->mosq, 1 /* SSL_VERIFY_PEER */, "tlsv1.2", NULL);
+  rc = p->sys.tls_opts_set(p->sys.ctx, p->mosq, 1 /* SSL_VERIFY_PEER */, "tlsv1.2", NULL);
   if (rc == MOSQ_ERR_SUCCESS) {
-    rc = mosquitto_tls_insecure_set(p->mosq, o->tls_insecure);
+    rc = p->sys.tls_insecure_set(p->sys.ctx, p->mosq, o->tls_insecure);
   }
   if (rc != MOSQ_ERR_SUCCESS) {
     EM_ERROR("mqtt: TLS options rejected: %s", mosq_reason(rc));
@@ -604,6 +691,8 @@ int em_publisher_new(em_publisher_t **out, uv_loop_t *loop, const em_publisher_o
   p->opts.username = NULL;
   p->opts.password = NULL;
   p->loop = loop;
+  p->sys = opts->sys ? *opts->sys : em_publisher_sys_mosquitto;
+  p->opts.sys = NULL; /* Copied above. */
   p->backoff_ns = opts->backoff_min_ns;
   p->rng = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ (uint64_t)time(NULL);
   if (!lib_ready) {
@@ -628,9 +717,10 @@ int em_publisher_new(em_publisher_t **out, uv_loop_t *loop, const em_publisher_o
   if (opts->will && opts->will_len) {
     char topic[sizeof(p->prefix) + 16];
     snprintf(topic, sizeof(topic), "%s/status", p->prefix);
-    int rc =
-        mosquitto_will_set(p->mosq, topic, (int)opts->will_len, opts->will, opts->will_qos, true);
+    int rc = p->sys.will_set(p->sys.ctx, p->mosq, topic, (int)opts->will_len, opts->will,
+                             opts->will_qos, true);
     if (rc != MOSQ_ERR_SUCCESS) {
+      EM_ERROR("mqtt: cannot set the Last Will on %s: %s", topic, mosq_reason(rc));
       mosquitto_destroy(p->mosq);
       free(p);
       return -EINVAL;
@@ -676,15 +766,20 @@ int em_publisher_send(em_publisher_t *p, const char *kind, const uint8_t *buf, s
     return -ENOTCONN; /* on_misc drops the session within a second. */
   }
   int mid = 0;
-  int rc = mosquitto_publish(p->mosq, &mid, topic, (int)len, buf, qos, retain);
+  int rc = p->sys.publish(p->sys.ctx, p->mosq, &mid, topic, (int)len, buf, qos, retain);
   if (rc != MOSQ_ERR_SUCCESS) {
     p->stats.not_sent++;
     if (rc == MOSQ_ERR_NO_CONN || rc == MOSQ_ERR_CONN_LOST) {
       fail(p, mosq_reason(rc));
       return -ENOTCONN;
     }
-    return rc == MOSQ_ERR_PAYLOAD_SIZE ? -EMSGSIZE : -EIO;
+    if (rc != p->publish_refused) { /* Logged when the code changes; not_sent counts the rest. */
+      EM_WARN("mqtt: a message on %s was not sent: %s", topic, mosq_reason(rc));
+      p->publish_refused = rc;
+    }
+    return rc == MOSQ_ERR_PAYLOAD_SIZE ? -EMSGSIZE : rc == MOSQ_ERR_NOMEM ? -ENOMEM : -EIO;
   }
+  p->publish_refused = 0;
   p->stats.sent++;
   if (qos > 0 && p->opts.ack_timeout_ns > 0) {
     if (p->ua_len == UNACKED_MAX) { /* Forget the oldest rather than refuse to track. */
@@ -733,8 +828,8 @@ void em_publisher_stop(em_publisher_t *p, const uint8_t *last, size_t last_len, 
     finish_stop(p);
     return;
   }
-  mosquitto_disconnect(p->mosq);
-  if (!mosquitto_want_write(p->mosq)) {
+  p->sys.disconnect(p->sys.ctx, p->mosq);
+  if (!p->sys.want_write(p->sys.ctx, p->mosq)) {
     finish_stop(p);
     return;
   }

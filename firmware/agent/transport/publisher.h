@@ -11,7 +11,8 @@
  *
  * Owns: the struct mosquitto, a uv_poll_t, two uv_timer_t and a uv_getaddrinfo_t, all
  * released by em_publisher_stop() + em_publisher_free(). Single-threaded: every call from the
- * loop's thread.
+ * loop's thread. The libmosquitto calls that can fail go through em_publisher_sys_t, so the
+ * tests can make them return MOSQ_ERR_* codes.
  */
 #ifndef EDGEMON_AGENT_PUBLISHER_H
 #define EDGEMON_AGENT_PUBLISHER_H
@@ -23,6 +24,40 @@
 #include <uv.h>
 
 typedef struct em_publisher em_publisher_t;
+
+struct mosquitto;
+
+/*
+ * The libmosquitto calls the publisher makes on its struct mosquitto once created, with the
+ * arguments and return values of the functions they are named after (mosquitto.h): a
+ * MOSQ_ERR_* code, MOSQ_ERR_ERRNO with errno set. `ctx` is the table's own.
+ */
+typedef struct {
+  int (*username_pw_set)(void *ctx, struct mosquitto *m, const char *username,
+                         const char *password);
+  int (*tls_set)(void *ctx, struct mosquitto *m, const char *ca_file, const char *ca_path,
+                 const char *cert_file, const char *key_file,
+                 int (*pw_callback)(char *buf, int size, int rwflag, void *userdata));
+  int (*tls_opts_set)(void *ctx, struct mosquitto *m, int cert_reqs, const char *tls_version,
+                      const char *ciphers);
+  int (*tls_insecure_set)(void *ctx, struct mosquitto *m, bool value);
+  int (*will_set)(void *ctx, struct mosquitto *m, const char *topic, int len, const void *payload,
+                  int qos, bool retain);
+  int (*connect_async)(void *ctx, struct mosquitto *m, const char *host, int port, int keepalive_s);
+  int (*socket)(void *ctx, struct mosquitto *m); /* The fd, or -1 when not connected. */
+  int (*loop_read)(void *ctx, struct mosquitto *m, int max_packets);
+  int (*loop_write)(void *ctx, struct mosquitto *m, int max_packets);
+  int (*loop_misc)(void *ctx, struct mosquitto *m);
+  bool (*want_write)(void *ctx, struct mosquitto *m);
+  int (*publish)(void *ctx, struct mosquitto *m, int *mid, const char *topic, int len,
+                 const void *payload, int qos, bool retain);
+  int (*subscribe)(void *ctx, struct mosquitto *m, int *mid, const char *pattern, int qos);
+  int (*disconnect)(void *ctx, struct mosquitto *m);
+  void *ctx;
+} em_publisher_sys_t;
+
+/* The real libmosquitto calls. */
+extern const em_publisher_sys_t em_publisher_sys_mosquitto;
 
 typedef struct {
   const char *host; /* Name or numeric address; copied. */
@@ -60,6 +95,7 @@ typedef struct {
    * already holds in flight is sent again after reconnect (at least once).
    */
   uint64_t ack_timeout_ns;
+  const em_publisher_sys_t *sys; /* NULL: em_publisher_sys_mosquitto. Copied. */
 } em_publisher_opts_t;
 
 /* Counters for the agent's own figures. */
@@ -68,7 +104,7 @@ typedef struct {
   uint64_t disconnects; /* Sessions lost. */
   uint64_t failures;    /* Attempts that did not reach a session. */
   uint64_t sent;        /* Messages handed to the socket layer. */
-  uint64_t not_sent;    /* Messages refused because no session was up. */
+  uint64_t not_sent;    /* Messages refused: no session was up, or libmosquitto refused them. */
 } em_publisher_stats_t;
 
 /*
@@ -86,7 +122,11 @@ void em_publisher_start(em_publisher_t *p);
 
 /*
  * Publishes `buf` on "<prefix>/<kind>". Returns 0 when handed to the session, -ENOTCONN when
- * no session is up (the message is not kept: the caller decides), -EMSGSIZE, or -EIO.
+ * no session is up (the message is not kept: the caller decides), -EMSGSIZE, -ENOMEM, or -EIO.
+ * A publish libmosquitto refuses is counted in not_sent and never retried here; one that says
+ * the connection is gone (MOSQ_ERR_NO_CONN, MOSQ_ERR_CONN_LOST) drops the session, which
+ * reconnects with the backoff. Other refusals are logged at warning level once per distinct
+ * code in a row (again after a publish succeeded).
  */
 int em_publisher_send(em_publisher_t *p, const char *kind, const uint8_t *buf, size_t len, int qos,
                       bool retain);
