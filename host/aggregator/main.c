@@ -314,7 +314,7 @@ static int on_ini_error(void *user, int line, em_ini_problem_t kind, const char 
 
 static void publish_rebirth(agg_t *a, const char *device) {
   em_msg_t cmd = {.kind = EM_MSG_CMD};
-  cmd.u.cmd.time_ns = clock_ns(CLOCK_REALTIME);
+  cmd.u.cmd.head.time_ns = clock_ns(CLOCK_REALTIME);
   cmd.u.cmd.command = EM_CMD_REBIRTH;
   uint8_t buf[64];
   size_t len = 0;

@@ -217,9 +217,9 @@ static void add_stages(em_agg_device_t *d, const em_data_t *data) {
 
 /* Sequence bookkeeping; returns the messages this one shows to be missing. */
 static uint32_t track_seq(em_agg_device_t *d, const em_data_t *data) {
-  if (!d->have_seq || d->seq_session != data->session) {
+  if (!d->have_seq || d->seq_session != data->head.session) {
     d->have_seq = true;
-    d->seq_session = data->session;
+    d->seq_session = data->head.session;
     d->last_seq = data->seq;
     return 0;
   }
@@ -367,13 +367,13 @@ int em_registry_ingest(em_registry_t *r, const char *topic, const uint8_t *paylo
       out->lost_now = track_seq(d, data);
     }
     d->data_msgs++;
-    d->data_time_ns = data->time_ns;
+    d->data_time_ns = data->head.time_ns;
     d->window_ns = data->window_ns;
-    if (!em_dict_knows_session(d->dev, data->session)) {
+    if (!em_dict_knows_session(d->dev, data->head.session)) {
       r->stats.unknown_birth++;
-      if (!(d->dev->rebirth_asked && d->dev->rebirth_session == data->session)) {
+      if (!(d->dev->rebirth_asked && d->dev->rebirth_session == data->head.session)) {
         d->dev->rebirth_asked = true;
-        d->dev->rebirth_session = data->session;
+        d->dev->rebirth_session = data->head.session;
         d->rebirths_asked++;
         out->needs_rebirth = true;
       }

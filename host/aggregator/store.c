@@ -597,8 +597,8 @@ static int seen_flush(em_store_t *s, name_id_t *e) {
 static int add_birth(em_store_t *s, int64_t dev_id, const em_birth_t *b) {
   sqlite3_stmt *st = s->st[ST_BIRTH];
   sqlite3_bind_int64(st, 1, dev_id);
-  sqlite3_bind_int64(st, 2, b->session);
-  sqlite3_bind_int64(st, 3, clamp_i64(b->time_ns));
+  sqlite3_bind_int64(st, 2, b->head.session);
+  sqlite3_bind_int64(st, 3, clamp_i64(b->head.time_ns));
   bind_text(st, 4, b->agent_version);
   bind_text(st, 5, b->board);
   sqlite3_bind_int64(st, 6, clamp_i64(b->period_ns));
@@ -609,7 +609,7 @@ static int add_status(em_store_t *s, int64_t dev_id, const em_status_t *m) {
   sqlite3_stmt *st = s->st[ST_STATUS];
   sqlite3_bind_int64(st, 1, dev_id);
   sqlite3_bind_int(st, 2, m->online ? 1 : 0);
-  sqlite3_bind_int64(st, 3, clamp_i64(m->time_ns));
+  sqlite3_bind_int64(st, 3, clamp_i64(m->head.time_ns));
   return row_done(s, step_done(s, st));
 }
 
@@ -621,14 +621,14 @@ static int add_state(em_store_t *s, int64_t dev_id, const em_state_t *m) {
     sqlite3_bind_int64(st, 1, dev_id);
     bind_level(st, 2, m->level);
     bind_text(st, 3, m->reason);
-    sqlite3_bind_int64(st, 4, clamp_i64(m->time_ns));
+    sqlite3_bind_int64(st, 4, clamp_i64(m->head.time_ns));
     rc = row_done(s, step_done(s, st));
   }
 
   st = s->st[ST_LEVEL];
   sqlite3_bind_int64(st, 1, dev_id);
-  sqlite3_bind_int64(st, 2, clamp_i64(m->time_ns));
-  sqlite3_bind_int64(st, 3, m->session);
+  sqlite3_bind_int64(st, 2, clamp_i64(m->head.time_ns));
+  sqlite3_bind_int64(st, 3, m->head.session);
   sqlite3_bind_int(st, 4, (int)m->level);
   sqlite3_bind_int(st, 5, (int)m->prev_level);
   bind_text(st, 6, m->rule);
@@ -733,7 +733,7 @@ static bool json_put(em_store_t *s, size_t *len, int64_t metric_id, const em_val
 static int add_data(em_store_t *s, int64_t dev_id, name_id_t *entry, const em_device_t *dev,
                     const em_data_t *d) {
   int result = 0;
-  bool named = dev && em_dict_knows_session(dev, d->session);
+  bool named = dev && em_dict_knows_session(dev, d->head.session);
   /* A replayed (historical) message is history: it never sets the current level. */
   int level = !d->historical && d->level >= EM_LEVEL_NOMINAL && d->level <= EM_LEVEL_CRITICAL
                   ? (int)d->level
@@ -741,14 +741,14 @@ static int add_data(em_store_t *s, int64_t dev_id, name_id_t *entry, const em_de
 
   if (entry) {
     /* Deferred to the commit: one devices UPDATE per device per batch. */
-    if (!entry->seen_dirty || d->time_ns > entry->seen_ns) {
-      entry->seen_ns = d->time_ns;
+    if (!entry->seen_dirty || d->head.time_ns > entry->seen_ns) {
+      entry->seen_ns = d->head.time_ns;
     }
     if (level >= 0) {
       entry->level = (int8_t)level;
     }
     entry->seen_dirty = true;
-  } else if (write_seen(s, dev_id, level, d->time_ns) != 0) {
+  } else if (write_seen(s, dev_id, level, d->head.time_ns) != 0) {
     result = -EIO;
   }
 
@@ -780,7 +780,7 @@ static int add_data(em_store_t *s, int64_t dev_id, name_id_t *entry, const em_de
     s->json[len++] = '}';
     sqlite3_stmt *st = s->st[ST_DATA];
     sqlite3_bind_int64(st, 1, dev_id);
-    sqlite3_bind_int64(st, 2, clamp_i64(d->time_ns));
+    sqlite3_bind_int64(st, 2, clamp_i64(d->head.time_ns));
     sqlite3_bind_text(st, 3, s->json, (int)len, SQLITE_STATIC);
     if (row_done(s, step_done(s, st)) != 0) {
       result = -EIO;
@@ -791,7 +791,7 @@ static int add_data(em_store_t *s, int64_t dev_id, name_id_t *entry, const em_de
     if (d->stages[i].count == 0) {
       continue;
     }
-    if (add_window(s, dev_id, d->time_ns, d->window_ns, &d->stages[i]) != 0) {
+    if (add_window(s, dev_id, d->head.time_ns, d->window_ns, &d->stages[i]) != 0) {
       result = -EIO;
     }
   }

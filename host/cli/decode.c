@@ -346,7 +346,7 @@ static em_device_t *learn(decode_t *dc, const em_rec_entry_t *e, const em_msg_t 
     }
     return NULL;
   }
-  if (msg->kind == EM_MSG_DATA && em_dict_knows_session(dev, msg->u.data.session)) {
+  if (msg->kind == EM_MSG_DATA && em_dict_knows_session(dev, msg->u.data.head.session)) {
     return dev;
   }
   return NULL;

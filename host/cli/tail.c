@@ -202,12 +202,12 @@ static void print_header(void) {
 
 static void print_data(tail_t *t, const char *id, const em_device_t *dev, const em_data_t *d) {
   char clock[16], name[20];
-  em_view_clock(d->time_ns, clock, sizeof(clock));
+  em_view_clock(d->head.time_ns, clock, sizeof(clock));
   em_view_fit(id, 18, name, sizeof(name));
   em_level_t level = d->level != EM_LEVEL_NONE ? d->level : (dev ? dev->level : EM_LEVEL_NONE);
   const char *lname = level == EM_LEVEL_NONE ? "-" : em_level_name(level);
   printf("%-12s %-18s %s%-8s%s", clock, name, em_view_level_on(level), lname, em_view_off());
-  bool named = dev && em_dict_knows_session(dev, d->session);
+  bool named = dev && em_dict_knows_session(dev, d->head.session);
   const em_device_t *names = named ? dev : NULL;
   column(names, d, "pmu.ipc", 1.0, 2, 5);
   column(names, d, "pmu.cache_miss_ratio", 100.0, 1, 6);
@@ -252,7 +252,7 @@ static void rule_figure(const em_device_t *dev, const char *rule_id, const em_va
 
 static void print_state(const char *id, const em_device_t *dev, const em_state_t *s) {
   char clock[16];
-  em_view_clock(s->time_ns, clock, sizeof(clock));
+  em_view_clock(s->head.time_ns, clock, sizeof(clock));
   printf("%s%-12s %-18s %s%s%s%s", em_view_bold(), clock, id, em_view_level_on(s->level),
          em_level_name(s->level), em_view_off(), em_view_bold());
   if (s->prev_level == s->level) {
@@ -281,7 +281,8 @@ static void print_state(const char *id, const em_device_t *dev, const em_state_t
 static void print_json(tail_t *t, const char *id, const char *topic, em_device_t *dev,
                        const em_msg_t *msg) {
   size_t len = 0;
-  bool named = msg->kind == EM_MSG_DATA && dev && em_dict_knows_session(dev, msg->u.data.session);
+  bool named =
+      msg->kind == EM_MSG_DATA && dev && em_dict_knows_session(dev, msg->u.data.head.session);
   int rc = em_proto_to_json_named(msg, named ? em_dict_alias_name : NULL, named ? dev : NULL,
                                   t->json_buf, JSON_CAP, &len);
   if (rc != 0) {
@@ -301,7 +302,7 @@ static void ask_rebirth(tail_t *t, const char *id, em_device_t *dev, uint32_t se
   dev->rebirth_asked = true;
   dev->rebirth_session = session;
   em_msg_t cmd = {.kind = EM_MSG_CMD};
-  cmd.u.cmd.time_ns = em_cli_real_ns();
+  cmd.u.cmd.head.time_ns = em_cli_real_ns();
   cmd.u.cmd.command = EM_CMD_REBIRTH;
   uint8_t buf[64];
   size_t len = 0;
@@ -359,8 +360,8 @@ static void on_message(void *ctx, const char *topic, const uint8_t *payload, siz
     t->error = -ENOMEM;
     return;
   }
-  if (msg.kind == EM_MSG_DATA && !em_dict_knows_session(dev, msg.u.data.session)) {
-    ask_rebirth(t, id, dev, msg.u.data.session);
+  if (msg.kind == EM_MSG_DATA && !em_dict_knows_session(dev, msg.u.data.head.session)) {
+    ask_rebirth(t, id, dev, msg.u.data.head.session);
   }
   if (t->json) {
     print_json(t, id, topic, dev, &msg);
@@ -370,11 +371,11 @@ static void on_message(void *ctx, const char *topic, const uint8_t *payload, siz
     print_state(id, dev, &msg.u.state);
   } else if (msg.kind == EM_MSG_STATUS) {
     char clock[16];
-    em_view_clock(msg.u.status.time_ns, clock, sizeof(clock));
+    em_view_clock(msg.u.status.head.time_ns, clock, sizeof(clock));
     printf("%-12s %-18s %s\n", clock, id, msg.u.status.online ? "online" : "OFFLINE");
   } else if (msg.kind == EM_MSG_BIRTH) {
     char clock[16];
-    em_view_clock(msg.u.birth.time_ns, clock, sizeof(clock));
+    em_view_clock(msg.u.birth.head.time_ns, clock, sizeof(clock));
     printf("%-12s %-18s birth: agent %s, board %s, %zu metrics, %zu budgets\n", clock, id,
            msg.u.birth.agent_version, msg.u.birth.board, msg.u.birth.n_metrics,
            msg.u.birth.n_budgets);

@@ -166,8 +166,8 @@ int em_dict_set_birth(em_device_t *dev, const em_birth_t *b) {
     r->window_ns = b->budgets[i].window_ns;
   }
   dev->have_birth = true;
-  dev->session = b->session;
-  dev->birth_time_ns = b->time_ns;
+  dev->session = b->head.session;
+  dev->birth_time_ns = b->head.time_ns;
   copy_str(dev->agent_version, sizeof(dev->agent_version), b->agent_version);
   copy_str(dev->board, sizeof(dev->board), b->board);
   dev->period_ns = b->period_ns;
@@ -186,32 +186,32 @@ int em_dict_update(em_device_t *dev, const em_msg_t *msg) {
   }
   switch (msg->kind) {
   case EM_MSG_BIRTH:
-    seen(dev, msg->u.birth.time_ns);
+    seen(dev, msg->u.birth.head.time_ns);
     return em_dict_set_birth(dev, &msg->u.birth);
   case EM_MSG_DATA:
-    seen(dev, msg->u.data.time_ns);
+    seen(dev, msg->u.data.head.time_ns);
     if (msg->u.data.level != EM_LEVEL_NONE && !msg->u.data.historical) {
       dev->level = msg->u.data.level;
     }
     return 0;
   case EM_MSG_STATE:
-    seen(dev, msg->u.state.time_ns);
+    seen(dev, msg->u.state.head.time_ns);
     if (msg->u.state.historical) {
       return 0; /* Replayed from the spool: history, not the current level. */
     }
     dev->have_state = true;
     dev->level = msg->u.state.level;
-    dev->state_time_ns = msg->u.state.time_ns;
+    dev->state_time_ns = msg->u.state.head.time_ns;
     copy_str(dev->reason, sizeof(dev->reason), msg->u.state.reason);
     return 0;
   case EM_MSG_STATUS:
     /* The Last Will carries the connect time, so it does not count as a sighting. */
     if (msg->u.status.online) {
-      seen(dev, msg->u.status.time_ns);
+      seen(dev, msg->u.status.head.time_ns);
     }
     dev->have_status = true;
     dev->online = msg->u.status.online;
-    dev->status_time_ns = msg->u.status.time_ns;
+    dev->status_time_ns = msg->u.status.head.time_ns;
     return 0;
   default:
     return 0;

@@ -470,8 +470,8 @@ static int publish_msg(sim_t *s, const sim_device_t *d, const char *kind, const 
 
 static int publish_status(sim_t *s, const sim_device_t *d, bool online) {
   em_msg_t m = {.kind = EM_MSG_STATUS};
-  m.u.status =
-      (em_status_t){.time_ns = clock_ns(CLOCK_REALTIME), .session = d->session, .online = online};
+  m.u.status = (em_status_t){.head = {.time_ns = clock_ns(CLOCK_REALTIME), .session = d->session},
+                             .online = online};
   int rc = publish_msg(s, d, "status", &m, 1, true);
   s->n_status += rc == 0;
   return rc;
@@ -491,8 +491,7 @@ static int publish_birth(sim_t *s, const sim_device_t *d) {
   budget.id = rule_id;
   em_msg_t m = {.kind = EM_MSG_BIRTH};
   m.u.birth = (em_birth_t){
-      .time_ns = clock_ns(CLOCK_REALTIME),
-      .session = d->session,
+      .head = {.time_ns = clock_ns(CLOCK_REALTIME), .session = d->session},
       .device = d->id,
       .agent_version = "edgemon-sim " EM_VERSION,
       .board = "sim-generic",
@@ -513,8 +512,7 @@ static int publish_state(sim_t *s, sim_device_t *d, em_level_t to, uint64_t mono
   snprintf(rule_id, sizeof(rule_id), "%s.p99", s->budget_stage);
   bool up = to > d->level;
   m.u.state = (em_state_t){
-      .time_ns = clock_ns(CLOCK_REALTIME),
-      .session = d->session,
+      .head = {.time_ns = clock_ns(CLOCK_REALTIME), .session = d->session},
       .level = to,
       .prev_level = d->level,
       .mono_ns = mono_ns,
@@ -691,8 +689,7 @@ static int publish_data(sim_t *s, sim_device_t *d, uint64_t mono_ns) {
 
   em_msg_t m = {.kind = EM_MSG_DATA};
   m.u.data = (em_data_t){
-      .time_ns = clock_ns(CLOCK_REALTIME),
-      .session = d->session,
+      .head = {.time_ns = clock_ns(CLOCK_REALTIME), .session = d->session},
       .seq = d->seq,
       .window_ns = s->period_ns,
       .level = d->level,

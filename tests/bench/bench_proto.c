@@ -233,8 +233,8 @@ static void make_record(record_t *r) {
   }
   r->msg.kind = EM_MSG_DATA;
   em_data_t *d = &r->msg.u.data;
-  d->time_ns = 1795256100123456789ULL; /* 2026-11-21 10:15:00.123456789 UTC */
-  d->session = 2718281828u;
+  d->head.time_ns = 1795256100123456789ULL; /* 2026-11-21 10:15:00.123456789 UTC */
+  d->head.session = 2718281828u;
   d->seq = 48213;
   d->window_ns = 1000000000; /* 1 s window: 30 frames of a 30 fps camera per stage. */
   d->level = EM_LEVEL_NOMINAL;
@@ -267,11 +267,11 @@ static char *json_encode(const em_data_t *d) {
   if (!root) {
     return NULL;
   }
-  snprintf(digits, sizeof(digits), "%" PRIu64, d->time_ns);
+  snprintf(digits, sizeof(digits), "%" PRIu64, d->head.time_ns);
   cJSON_AddNumberToObject(root, "v", EM_PROTO_VERSION);
   cJSON_AddStringToObject(root, "kind", "data");
   cJSON_AddRawToObject(root, "time_ns", digits);
-  cJSON_AddNumberToObject(root, "session", d->session);
+  cJSON_AddNumberToObject(root, "session", d->head.session);
   cJSON_AddNumberToObject(root, "seq", d->seq);
   cJSON_AddNumberToObject(root, "window_ns", (double)d->window_ns);
   cJSON *values = cJSON_AddObjectToObject(root, "values");
@@ -409,12 +409,12 @@ static bool json_decode(const char *text, em_msg_t *out, json_store_t *store) {
   uint64_t v, session, seq;
   const cJSON *kind = cJSON_GetObjectItemCaseSensitive(root, "kind");
   if (!json_u64(root, "v", &v) || v != EM_PROTO_VERSION || !cJSON_IsString(kind) ||
-      strcmp(kind->valuestring, "data") != 0 || !json_u64(root, "time_ns", &d->time_ns) ||
+      strcmp(kind->valuestring, "data") != 0 || !json_u64(root, "time_ns", &d->head.time_ns) ||
       !json_u64(root, "session", &session) || !json_u64(root, "seq", &seq) ||
       !json_u64(root, "window_ns", &d->window_ns)) {
     goto done;
   }
-  d->session = (uint32_t)session;
+  d->head.session = (uint32_t)session;
   d->seq = (uint32_t)seq;
 
   const cJSON *values = cJSON_GetObjectItemCaseSensitive(root, "values");
@@ -484,8 +484,9 @@ done:
  * (the JSON path carries it through a double).
  */
 static bool same_data(const em_data_t *a, const em_data_t *b, uint64_t time_slack) {
-  uint64_t dt = a->time_ns > b->time_ns ? a->time_ns - b->time_ns : b->time_ns - a->time_ns;
-  if (dt > time_slack || a->session != b->session || a->seq != b->seq ||
+  uint64_t dt = a->head.time_ns > b->head.time_ns ? a->head.time_ns - b->head.time_ns
+                                                  : b->head.time_ns - a->head.time_ns;
+  if (dt > time_slack || a->head.session != b->head.session || a->seq != b->seq ||
       a->window_ns != b->window_ns || a->level != b->level || a->historical != b->historical ||
       a->n_samples != b->n_samples || a->n_stages != b->n_stages) {
     return false;

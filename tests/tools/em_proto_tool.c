@@ -130,8 +130,7 @@ static char r_names[8][32];
 static void rnd_data(em_msg_t *m) {
   em_data_t *d = &m->u.data;
   m->kind = EM_MSG_DATA;
-  *d = (em_data_t){.time_ns = rnd(),
-                   .session = (uint32_t)rnd(),
+  *d = (em_data_t){.head = {.time_ns = rnd(), .session = (uint32_t)rnd()},
                    .seq = (uint32_t)rnd(),
                    .window_ns = rnd_below(60000000000u),
                    .historical = rnd_below(2),

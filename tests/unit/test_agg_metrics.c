@@ -54,8 +54,7 @@ static int setup(void **state) {
   em_device_t *sim = em_dict_device(f->dict, "sim-0001", false);
   em_device_t *odd = em_dict_device(f->dict, ODD_ID, false);
 
-  em_birth_t b = {.time_ns = 1700000000000000000ull,
-                  .session = 7,
+  em_birth_t b = {.head = {.time_ns = 1700000000000000000ull, .session = 7},
                   .device = "sim-0001",
                   .agent_version = "1.2.3",
                   .board = "rpi\"4",
@@ -425,8 +424,7 @@ static void render_over_the_cap_keeps_the_first_devices_and_says_so(void **state
     char topic[64];
     snprintf(id, sizeof(id), "dev-%03d", i);
     em_msg_t m = {.kind = EM_MSG_BIRTH};
-    m.u.birth = (em_birth_t){.time_ns = 1,
-                             .session = 1,
+    m.u.birth = (em_birth_t){.head = {.time_ns = 1, .session = 1},
                              .device = id,
                              .agent_version = "1",
                              .board = "b",
@@ -452,8 +450,7 @@ static void render_over_the_cap_keeps_the_first_devices_and_says_so(void **state
                      .buckets = b,
                      .n_buckets = 2};
     m = (em_msg_t){.kind = EM_MSG_DATA};
-    m.u.data = (em_data_t){.time_ns = 2,
-                           .session = 1,
+    m.u.data = (em_data_t){.head = {.time_ns = 2, .session = 1},
                            .seq = 1,
                            .window_ns = 1,
                            .level = EM_LEVEL_NONE,

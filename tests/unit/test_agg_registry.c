@@ -42,8 +42,7 @@ static const em_metric_def_t metrics[] = {
 
 static em_msg_t birth(uint32_t session) {
   em_msg_t m = {.kind = EM_MSG_BIRTH};
-  m.u.birth = (em_birth_t){.time_ns = 1,
-                           .session = session,
+  m.u.birth = (em_birth_t){.head = {.time_ns = 1, .session = session},
                            .device = "d",
                            .agent_version = "t",
                            .board = "b",
@@ -73,8 +72,7 @@ static em_msg_t data(uint32_t session, uint32_t seq) {
                        .buckets = buckets,
                        .n_buckets = 2};
   em_msg_t m = {.kind = EM_MSG_DATA};
-  m.u.data = (em_data_t){.time_ns = 1000 + seq,
-                         .session = session,
+  m.u.data = (em_data_t){.head = {.time_ns = 1000 + seq, .session = session},
                          .seq = seq,
                          .window_ns = 100000000,
                          .level = EM_LEVEL_NONE,

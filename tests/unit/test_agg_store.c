@@ -137,8 +137,7 @@ static const em_metric_def_t defs[] = {
 
 static em_msg_t birth_msg(uint32_t session) {
   em_msg_t m = {.kind = EM_MSG_BIRTH};
-  m.u.birth = (em_birth_t){.time_ns = T0_NS,
-                           .session = session,
+  m.u.birth = (em_birth_t){.head = {.time_ns = T0_NS, .session = session},
                            .device = "dev-1",
                            .agent_version = "1.2.3",
                            .board = "rpi4",
@@ -168,8 +167,7 @@ static const em_stage_t stages[] = {
 
 static em_msg_t data_msg(uint32_t session, uint64_t time_ns, em_sample_t *samples, size_t n) {
   em_msg_t m = {.kind = EM_MSG_DATA};
-  m.u.data = (em_data_t){.time_ns = time_ns,
-                         .session = session,
+  m.u.data = (em_data_t){.head = {.time_ns = time_ns, .session = session},
                          .seq = 1,
                          .window_ns = 100000000,
                          .level = EM_LEVEL_WARN,
@@ -237,8 +235,7 @@ static void store_rows_carry_names_and_values(void **state) {
   assert_int_equal(em_store_add(s, "dev-1", f->dev, &d, T0_NS), 0);
 
   em_msg_t st = {.kind = EM_MSG_STATE};
-  st.u.state = (em_state_t){.time_ns = T0_NS + 2 * S_NS,
-                            .session = 7,
+  st.u.state = (em_state_t){.head = {.time_ns = T0_NS + 2 * S_NS, .session = 7},
                             .level = EM_LEVEL_DEGRADED,
                             .prev_level = EM_LEVEL_WARN,
                             .rule = "infer.p99",
@@ -248,7 +245,8 @@ static void store_rows_carry_names_and_values(void **state) {
                             .reason = "p99 over budget"};
   assert_int_equal(em_store_add(s, "dev-1", f->dev, &st, T0_NS), 0);
   em_msg_t status = {.kind = EM_MSG_STATUS};
-  status.u.status = (em_status_t){.time_ns = T0_NS + 3 * S_NS, .session = 7, .online = true};
+  status.u.status =
+      (em_status_t){.head = {.time_ns = T0_NS + 3 * S_NS, .session = 7}, .online = true};
   assert_int_equal(em_store_add(s, "dev-1", f->dev, &status, T0_NS), 0);
 
   /* Nothing is visible before the batch commits. */
@@ -422,7 +420,7 @@ static void store_retention_deletes_old_rows(void **state) {
     assert_int_equal(em_store_add(s, "dev-1", NULL, &d, times[i]), 0);
   }
   em_msg_t st = {.kind = EM_MSG_STATE};
-  st.u.state = (em_state_t){.time_ns = T0_NS, .level = EM_LEVEL_WARN};
+  st.u.state = (em_state_t){.head = {.time_ns = T0_NS}, .level = EM_LEVEL_WARN};
   assert_int_equal(em_store_add(s, "dev-1", NULL, &st, T0_NS), 0);
   assert_int_equal(em_store_retain(s, now), 0);
   assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples"), 2);
@@ -680,7 +678,7 @@ static void store_deferred_level_keeps_message_order(void **state) {
   em_msg_t d = data_msg(1, T0_NS + 5 * S_NS, smp, 1); /* Level WARN. */
   assert_int_equal(em_store_add(s, "dev-1", NULL, &d, T0_NS), 0);
   em_msg_t st = {.kind = EM_MSG_STATE};
-  st.u.state = (em_state_t){.time_ns = T0_NS + 6 * S_NS, .level = EM_LEVEL_CRITICAL};
+  st.u.state = (em_state_t){.head = {.time_ns = T0_NS + 6 * S_NS}, .level = EM_LEVEL_CRITICAL};
   assert_int_equal(em_store_add(s, "dev-1", NULL, &st, T0_NS), 0);
   em_msg_t older = data_msg(1, T0_NS + S_NS, smp, 1);
   older.u.data.level = EM_LEVEL_NONE; /* Carries no level: keeps CRITICAL. */
@@ -689,7 +687,7 @@ static void store_deferred_level_keeps_message_order(void **state) {
   assert_int_equal(q_int(f->path, "SELECT level FROM devices"), EM_LEVEL_CRITICAL);
   assert_int_equal(q_int(f->path, "SELECT last_seen_ns FROM devices"), (int64_t)(T0_NS + 6 * S_NS));
 
-  d.u.data.time_ns = T0_NS + 7 * S_NS; /* A later data message with a level: it wins. */
+  d.u.data.head.time_ns = T0_NS + 7 * S_NS; /* A later data message with a level: it wins. */
   assert_int_equal(em_store_add(s, "dev-1", NULL, &d, T0_NS), 0);
   assert_int_equal(em_store_close(s), 0);
   assert_int_equal(q_int(f->path, "SELECT level FROM devices"), EM_LEVEL_WARN);
@@ -703,10 +701,10 @@ static void store_historical_messages_do_not_set_the_current_level(void **state)
   em_store_opts_t o = opts_for(f);
   em_store_t *s = open_ok(f, &o, NULL);
   em_msg_t live = {.kind = EM_MSG_STATE};
-  live.u.state = (em_state_t){.time_ns = T0_NS + 9 * S_NS, .level = EM_LEVEL_NOMINAL};
+  live.u.state = (em_state_t){.head = {.time_ns = T0_NS + 9 * S_NS}, .level = EM_LEVEL_NOMINAL};
   assert_int_equal(em_store_add(s, "dev-1", NULL, &live, T0_NS), 0);
   em_msg_t old = {.kind = EM_MSG_STATE};
-  old.u.state = (em_state_t){.time_ns = T0_NS + S_NS,
+  old.u.state = (em_state_t){.head = {.time_ns = T0_NS + S_NS},
                              .level = EM_LEVEL_CRITICAL,
                              .prev_level = EM_LEVEL_NOMINAL,
                              .historical = true};

@@ -111,13 +111,13 @@ static void close_fixture(fixture_t *fx, bool keep_dir) {
 static size_t encode(em_msg_t *msg, bool state, uint32_t n, uint8_t *buf, size_t cap) {
   if (state) {
     *msg = (em_msg_t){.kind = EM_MSG_STATE,
-                      .u.state = {.time_ns = 1000 + n,
-                                  .session = 7,
+                      .u.state = {.head = {.time_ns = 1000 + n, .session = 7},
                                   .level = (em_level_t)n,
                                   .prev_level = EM_LEVEL_NOMINAL}};
   } else {
-    *msg = (em_msg_t){.kind = EM_MSG_DATA,
-                      .u.data = {.time_ns = 1000 + n, .session = 7, .seq = n, .window_ns = 1}};
+    *msg = (em_msg_t){
+        .kind = EM_MSG_DATA,
+        .u.data = {.head = {.time_ns = 1000 + n, .session = 7}, .seq = n, .window_ns = 1}};
   }
   size_t len = 0;
   assert_int_equal(em_proto_encode(msg, buf, cap, &len), 0);
@@ -234,7 +234,7 @@ static void bad_arguments_are_refused(void **state) {
   fixture_t fx;
   open_fixture(&fx, free_port(), NULL, 8);
   uint8_t buf[64];
-  em_msg_t birth = {.kind = EM_MSG_STATUS, .u.status = {.time_ns = 1, .online = true}};
+  em_msg_t birth = {.kind = EM_MSG_STATUS, .u.status = {.head = {.time_ns = 1}, .online = true}};
   size_t len = 0;
   assert_int_equal(em_proto_encode(&birth, buf, sizeof(buf), &len), 0);
   assert_int_equal(em_forward_publish(fx.fwd, &birth, buf, sizeof(buf), len, true), -EINVAL);

@@ -274,8 +274,8 @@ static void assert_stage_consistent(const em_stage_t *s) {
 /* Encodes the stage in a data message, decodes it and checks every field came back. */
 static void assert_stage_round_trips(const em_stage_t *s) {
   em_msg_t msg = {.kind = EM_MSG_DATA};
-  msg.u.data.time_ns = UINT64_C(1795256100123456789);
-  msg.u.data.session = 7;
+  msg.u.data.head.time_ns = UINT64_C(1795256100123456789);
+  msg.u.data.head.session = 7;
   msg.u.data.seq = 1;
   msg.u.data.window_ns = 1000 * MS;
   msg.u.data.level = EM_LEVEL_NOMINAL;

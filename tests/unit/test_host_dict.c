@@ -44,8 +44,7 @@ static const em_budget_t budgets[] = {
 };
 
 static em_birth_t birth(uint32_t session) {
-  em_birth_t b = {.time_ns = 1000,
-                  .session = session,
+  em_birth_t b = {.head = {.time_ns = 1000, .session = session},
                   .device = "dev",
                   .agent_version = "0.1.0",
                   .board = "jetson-agx-orin",
@@ -129,12 +128,12 @@ static void dict_update_tracks_status_state_and_last_seen(void **state) {
   em_device_t *dev = em_dict_device(d, "dev", true);
   assert_int_equal(dev->level, EM_LEVEL_NONE);
   em_msg_t m = {.kind = EM_MSG_STATUS};
-  m.u.status = (em_status_t){.time_ns = 500, .session = 1, .online = true};
+  m.u.status = (em_status_t){.head = {.time_ns = 500, .session = 1}, .online = true};
   assert_int_equal(em_dict_update(dev, &m), 0);
   assert_true(dev->have_status && dev->online);
   assert_int_equal(dev->last_seen_ns, 500);
   m.kind = EM_MSG_STATE;
-  m.u.state = (em_state_t){.time_ns = 900,
+  m.u.state = (em_state_t){.head = {.time_ns = 900},
                            .level = EM_LEVEL_DEGRADED,
                            .prev_level = EM_LEVEL_NOMINAL,
                            .reason = "infer p99 over"};
@@ -142,13 +141,13 @@ static void dict_update_tracks_status_state_and_last_seen(void **state) {
   assert_int_equal(dev->level, EM_LEVEL_DEGRADED);
   assert_string_equal(dev->reason, "infer p99 over");
   m.kind = EM_MSG_DATA;
-  m.u.data = (em_data_t){.time_ns = 1200, .level = EM_LEVEL_NONE};
+  m.u.data = (em_data_t){.head = {.time_ns = 1200}, .level = EM_LEVEL_NONE};
   assert_int_equal(em_dict_update(dev, &m), 0);
   assert_int_equal(dev->level, EM_LEVEL_DEGRADED); /* data without a level keeps it */
   assert_int_equal(dev->last_seen_ns, 1200);
   /* The Last Will carries the old connect time: offline, but not a sighting. */
   m.kind = EM_MSG_STATUS;
-  m.u.status = (em_status_t){.time_ns = 400, .online = false};
+  m.u.status = (em_status_t){.head = {.time_ns = 400}, .online = false};
   assert_int_equal(em_dict_update(dev, &m), 0);
   assert_false(dev->online);
   assert_int_equal(dev->last_seen_ns, 1200);

@@ -518,8 +518,7 @@ static void every_error_code_has_its_own_text(void **state) {
 static void state_historical_round_trips_and_is_absent_when_live(void **state) {
   (void)state;
   em_msg_t m = {.kind = EM_MSG_STATE};
-  m.u.state = (em_state_t){.time_ns = 1700000000000000000ull,
-                           .session = 3,
+  m.u.state = (em_state_t){.head = {.time_ns = 1700000000000000000ull, .session = 3},
                            .level = EM_LEVEL_DEGRADED,
                            .prev_level = EM_LEVEL_NOMINAL,
                            .mono_ns = 42,
@@ -585,18 +584,18 @@ static void the_codec_works_with_every_allocation_failing(void **state) {
 /* The head is one struct every kind begins with; time_ns and session name its fields too. */
 static void the_head_and_its_direct_names_are_the_same_fields(void **state) {
   (void)state;
-  em_msg_t m = {.kind = EM_MSG_DATA, .u.data = {.time_ns = 11, .session = 7, .seq = 3}};
+  em_msg_t m = {.kind = EM_MSG_DATA, .u.data = {.head = {.time_ns = 11, .session = 7}, .seq = 3}};
   assert_int_equal(m.u.data.head.time_ns, 11);
   assert_int_equal(m.u.data.head.session, 7);
   m.u.data.head.session = 8;
-  assert_int_equal(m.u.data.session, 8);
+  assert_int_equal(m.u.data.head.session, 8);
   em_msg_t c = {.kind = EM_MSG_CMD, .u.cmd = {.head = {.time_ns = 5}, .command = EM_CMD_REBIRTH}};
-  assert_int_equal(c.u.cmd.time_ns, 5);
+  assert_int_equal(c.u.cmd.head.time_ns, 5);
   /* A cmd's session is not written: the encoding is the same whatever it holds. */
   size_t a = 0, b = 0;
   uint8_t first[64];
   assert_int_equal(em_proto_encode(&c, first, sizeof(first), &a), 0);
-  c.u.cmd.session = 99;
+  c.u.cmd.head.session = 99;
   assert_int_equal(em_proto_encode(&c, out, sizeof(out), &b), 0);
   assert_int_equal(a, b);
   assert_memory_equal(first, out, a);
