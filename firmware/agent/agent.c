@@ -222,8 +222,7 @@ static void publish_birth(em_agent_t *a) {
     return;
   }
   em_msg_t msg = {.kind = EM_MSG_BIRTH,
-                  .u.birth = {.time_ns = wall_ns(),
-                              .session = a->session,
+                  .u.birth = {.head = {.time_ns = wall_ns(), .session = a->session},
                               .device = a->cfg.device_id,
                               .agent_version = a->version,
                               .board = a->cfg.board,
@@ -278,8 +277,9 @@ static void request_rebirth(em_agent_t *a) {
 
 /* The status message; online or offline (the Last Will and the clean stop). */
 static size_t encode_status(em_agent_t *a, bool online, uint8_t *buf, size_t cap) {
-  em_msg_t msg = {.kind = EM_MSG_STATUS,
-                  .u.status = {.time_ns = wall_ns(), .session = a->session, .online = online}};
+  em_msg_t msg = {
+      .kind = EM_MSG_STATUS,
+      .u.status = {.head = {.time_ns = wall_ns(), .session = a->session}, .online = online}};
   size_t len = 0;
   return em_proto_encode(&msg, buf, cap, &len) == 0 ? len : 0;
 }
@@ -353,8 +353,8 @@ static void sample_spool(em_agent_t *a) {
 static void publish_state(em_agent_t *a) {
   const em_state_record_t *r = &a->state;
   em_msg_t msg = {.kind = EM_MSG_STATE,
-                  .u.state = {.time_ns = r->since_wall_ns ? r->since_wall_ns : wall_ns(),
-                              .session = a->session,
+                  .u.state = {.head = {.time_ns = r->since_wall_ns ? r->since_wall_ns : wall_ns(),
+                                       .session = a->session},
                               .level = r->level,
                               .prev_level = r->prev_level,
                               .mono_ns = r->since_mono_ns,
@@ -1028,8 +1028,7 @@ static void on_tick(uv_timer_t *t) {
 
   em_sample_t *view = a->samples + a->n_metrics; /* Second half of the samples buffer. */
   em_msg_t msg = {.kind = EM_MSG_DATA,
-                  .u.data = {.time_ns = wall_ns(),
-                             .session = a->session,
+                  .u.data = {.head = {.time_ns = wall_ns(), .session = a->session},
                              .seq = a->seq++,
                              .window_ns = window_ns,
                              .level = em_budget_level(a->budget),
