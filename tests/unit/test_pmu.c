@@ -49,6 +49,7 @@
 #include <linux/perf_event.h>
 
 #include "log.h"
+#include "log_capture.h"
 #include "pmu.h"
 
 #ifndef EM_FIXTURES_DIR
@@ -81,40 +82,6 @@ static void resolve_all(const char *const *names, size_t n, em_pmu_event_t *ev) 
   for (size_t i = 0; i < n; i++) {
     assert_int_equal(em_pmu_resolve(names[i], &ev[i]), 0);
   }
-}
-
-/* Captures what the module logs (stderr) between capture_start() and capture_end(). */
-typedef struct {
-  FILE *file;
-  int saved;
-} capture_t;
-
-static void capture_start(capture_t *c) {
-  fflush(stderr);
-  c->file = tmpfile();
-  assert_non_null(c->file);
-  c->saved = dup(STDERR_FILENO);
-  assert_true(c->saved >= 0);
-  assert_true(dup2(fileno(c->file), STDERR_FILENO) >= 0);
-}
-
-/* Restores stderr and returns what was logged, terminated, in out. */
-static void capture_end(capture_t *c, char *out, size_t cap) {
-  fflush(stderr);
-  dup2(c->saved, STDERR_FILENO);
-  close(c->saved);
-  rewind(c->file);
-  size_t n = fread(out, 1, cap - 1, c->file);
-  out[n] = '\0';
-  fclose(c->file);
-}
-
-static size_t count_lines_with(const char *text, const char *needle) {
-  size_t n = 0;
-  for (const char *at = strstr(text, needle); at != NULL; at = strstr(at + 1, needle)) {
-    n++;
-  }
-  return n;
 }
 
 static size_t count_open_fds(void) {
@@ -1463,11 +1430,11 @@ static void thread_gone_between_listing_and_open_is_skipped_silently(void **stat
   fx_add_read(fx, "task-clock enabled=100 running=100 task-clock=100");
   fake_t *f = fake_new(fx);
   em_pmu_t *p = NULL;
-  capture_t cap;
+  log_capture_t cap;
   char logged[4096];
-  capture_start(&cap);
+  log_capture_start(&cap);
   int rc = fx_pmu_new(fx, f, &p);
-  capture_end(&cap, logged, sizeof(logged));
+  log_capture_end(&cap, logged, sizeof(logged));
   assert_int_equal(rc, 0);
   assert_string_equal(logged, ""); /* Silently. */
   assert_int_equal(em_pmu_present(p), 3);
@@ -1496,13 +1463,13 @@ static void failing_thread_listing_counts_the_pid_alone_with_a_warning(void **st
   fx->threads_err = EACCES;
   fake_t *f = fake_new(fx);
   em_pmu_t *p = NULL;
-  capture_t cap;
+  log_capture_t cap;
   char logged[4096];
-  capture_start(&cap);
+  log_capture_start(&cap);
   int rc = fx_pmu_new(fx, f, &p);
-  capture_end(&cap, logged, sizeof(logged));
+  log_capture_end(&cap, logged, sizeof(logged));
   assert_int_equal(rc, 0);
-  assert_int_equal(count_lines_with(logged, "pmu: "), 1);
+  assert_int_equal(log_capture_count(logged, "pmu: "), 1);
   assert_contains(logged, "warning: pmu: cannot list the threads of pid 4242");
   assert_contains(logged, "(EACCES)");
   assert_int_equal(em_pmu_present(p), 2);
@@ -1519,9 +1486,9 @@ static void failing_thread_listing_counts_the_pid_alone_with_a_warning(void **st
   fx->opens[0].n_answers = 1;
   fx->n_opens = 1;
   f = fake_new(fx);
-  capture_start(&cap);
+  log_capture_start(&cap);
   rc = fx_pmu_new(fx, f, &p);
-  capture_end(&cap, logged, sizeof(logged));
+  log_capture_end(&cap, logged, sizeof(logged));
   assert_int_equal(rc, -ESRCH);
   assert_null(p);
   assert_string_equal(logged, "");
@@ -1543,13 +1510,13 @@ static void failing_open_on_another_thread_stops_there_with_partial_counts(void 
   fx_add_read(fx, "task-clock enabled=100 running=100 task-clock=100 context-switches=1");
   fake_t *f = fake_new(fx);
   em_pmu_t *p = NULL;
-  capture_t cap;
+  log_capture_t cap;
   char logged[4096];
-  capture_start(&cap);
+  log_capture_start(&cap);
   int rc = fx_pmu_new(fx, f, &p);
-  capture_end(&cap, logged, sizeof(logged));
+  log_capture_end(&cap, logged, sizeof(logged));
   assert_int_equal(rc, 0);
-  assert_int_equal(count_lines_with(logged, "pmu: "), 1);
+  assert_int_equal(log_capture_count(logged, "pmu: "), 1);
   assert_contains(logged, "warning: pmu: counts are partial: 2 of the 4 threads of pid 4242");
   assert_contains(logged, "(EMFILE)");
   assert_contains(logged, "cgroup target");
@@ -1577,13 +1544,13 @@ static void more_threads_than_the_cap_counts_the_cap_and_warns_once(void **state
   fx_add_read(fx, "task-clock enabled=2000 running=1000 task-clock=1000");
   fake_t *f = fake_new(fx);
   em_pmu_t *p = NULL;
-  capture_t cap;
+  log_capture_t cap;
   char logged[4096];
-  capture_start(&cap);
+  log_capture_start(&cap);
   int rc = fx_pmu_new(fx, f, &p);
-  capture_end(&cap, logged, sizeof(logged));
+  log_capture_end(&cap, logged, sizeof(logged));
   assert_int_equal(rc, 0);
-  assert_int_equal(count_lines_with(logged, "pmu: "), 1);
+  assert_int_equal(log_capture_count(logged, "pmu: "), 1);
   char want[128];
   snprintf(want, sizeof(want), "warning: pmu: counts are partial: %d of the %d threads",
            EM_PMU_MAX_THREADS, EM_PMU_MAX_THREADS + 44);
@@ -1814,17 +1781,17 @@ static void one_part_refused_counts_on_the_other_and_says_which(void **state) {
   fx_add_read(fx, "task-clock enabled=100000000 running=100000000 task-clock=100000000");
   fake_t *f = fake_new(fx);
   em_pmu_t *p = NULL;
-  capture_t cap;
+  log_capture_t cap;
   char log[4096];
   em_log_set_level(EM_LOG_INFO); /* Absent events and parts are logged at info. */
-  capture_start(&cap);
+  log_capture_start(&cap);
   assert_int_equal(fx_pmu_new(fx, f, &p), 0);
-  capture_end(&cap, log, sizeof(log));
+  log_capture_end(&cap, log, sizeof(log));
   em_log_set_level(EM_LOG_WARN);
   assert_int_equal(em_pmu_present(p), X_N);
   assert_int_equal(em_pmu_threads(p), 2);
   assert_contains(log, "l1d_cache_refill: part 2 of 2 (type 9) absent: not supported");
-  assert_int_equal(count_lines_with(log, "part 2 of 2"), 1);
+  assert_int_equal(log_capture_count(log, "part 2 of 2"), 1);
   /* Not tried on the other thread: it opens what the pid has. cpu_cycles keeps both. */
   size_t denver_refill = 0;
   for (size_t i = 0; i < f->n_calls; i++) {
@@ -1862,16 +1829,16 @@ static void every_part_refused_is_absent_with_the_reason(void **state) {
   fx_add_read(fx, "task-clock enabled=100 running=100 task-clock=100");
   fake_t *f = fake_new(fx);
   em_pmu_t *p = NULL;
-  capture_t cap;
+  log_capture_t cap;
   char log[4096];
   em_log_set_level(EM_LOG_INFO); /* Absent events and parts are logged at info. */
-  capture_start(&cap);
+  log_capture_start(&cap);
   assert_int_equal(fx_pmu_new(fx, f, &p), 0);
-  capture_end(&cap, log, sizeof(log));
+  log_capture_end(&cap, log, sizeof(log));
   em_log_set_level(EM_LOG_WARN);
   assert_int_equal(em_pmu_present(p), 2);
   assert_contains(log, "l1d_cache_refill absent: not supported by this CPU or kernel (ENOENT)");
-  assert_int_equal(count_lines_with(log, "part "), 0); /* Absent as a whole, said once. */
+  assert_int_equal(log_capture_count(log, "part "), 0); /* Absent as a whole, said once. */
   em_pmu_reading_t r[X_N];
   assert_int_equal(em_pmu_read(p, r, X_N), 0);
   assert_absent(&r[X_REFILL], "not supported by this CPU or kernel (ENOENT)");
