@@ -18,8 +18,9 @@
  * retried, and the session stays up; one that finds the connection gone (CONN_LOST, NO_CONN)
  * and a failing read, write or keepalive drop the session, which reconnects; failing connects
  * back off (never retried before half the doubled delay) and are logged once per reason; a
- * socket missing after the connect is a failure retried; each username, TLS or Last Will
- * setting libmosquitto refuses makes em_publisher_new fail with one error line.
+ * socket missing after the connect is a failure retried; a refused SUBSCRIBE is logged and the
+ * session still publishes; each username, TLS or Last Will setting libmosquitto refuses makes
+ * em_publisher_new fail with one error line.
  */
 #define _GNU_SOURCE
 
@@ -779,6 +780,31 @@ static void a_connect_without_a_socket_is_a_failure_and_is_retried(void **state)
   assert_int_equal(fx->fake.calls[M_CONNECT], 2);
 }
 
+/* The session comes up (CONNACK 0) but the SUBSCRIBE to its commands is refused. */
+static void a_refused_subscribe_is_logged_and_the_session_still_publishes(void **state) {
+  fx_t *fx = *state;
+  em_log_set_level(EM_LOG_WARN);
+  queue_fault(fx, M_SUBSCRIBE, MOSQ_ERR_NOMEM, 0, 1);
+  start_faked(fx, 20000000u, 40000000u);
+  accept_connection(fx);
+  log_capture_t cap;
+  log_capture_start(&cap);
+  answer_connect(fx, 0);
+  run_until(fx, online, "online");
+  char logged[4096];
+  log_capture_end(&cap, logged, sizeof(logged));
+  assert_int_equal(log_capture_count(logged, "cannot subscribe to " PREFIX "/cmd/#"), 1);
+  assert_int_equal(log_capture_count(logged, mosquitto_strerror(MOSQ_ERR_NOMEM)), 1);
+  assert_int_equal(fx->fake.calls[M_SUBSCRIBE], 1);
+  /* Data matters more than commands: the session stays up and publishes. */
+  assert_int_equal(fx->online_calls, 1);
+  const uint8_t msg[] = {9};
+  assert_int_equal(em_publisher_send(fx->pub, "data", msg, sizeof(msg), 0, false), 0);
+  packet_t p;
+  assert_true(read_packet(fx, PUBLISH, &p));
+  assert_int_equal(em_publisher_stats(fx->pub)->disconnects, 0);
+}
+
 typedef struct {
   call_t call;
   int rc;
@@ -855,6 +881,8 @@ int main(void) {
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(a_connect_without_a_socket_is_a_failure_and_is_retried, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(a_refused_subscribe_is_logged_and_the_session_still_publishes,
+                                      setup, teardown),
       cmocka_unit_test_setup_teardown(a_refused_security_or_will_setting_fails_new_with_one_error,
                                       setup, teardown),
   };
