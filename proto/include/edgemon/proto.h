@@ -161,33 +161,8 @@ typedef struct {
   uint32_t session; /* Agent session: changes at every agent start. A cmd carries none (0). */
 } em_msg_head_t;
 
-/*
- * The head as the first member of a message struct. `head` is the one the codec reads and
- * writes; `time_ns` and `session` name the same two fields directly (msg.u.data.time_ns is
- * msg.u.data.head.time_ns), for callers and designated initializers written that way. C11 has
- * anonymous structs; C++ compilers take them as an extension, silenced here.
- */
-#if defined(__cplusplus) && (defined(__GNUC__) || defined(__clang__))
-#define EM_PROTO_ANON __extension__
-#else
-#define EM_PROTO_ANON
-#endif
-#define EM_MSG_HEAD                                                                                \
-  union {                                                                                          \
-    em_msg_head_t head;                                                                            \
-    EM_PROTO_ANON struct {                                                                         \
-      uint64_t time_ns;                                                                            \
-      uint32_t session;                                                                            \
-    };                                                                                             \
-  }
-#if defined(__cplusplus) && defined(__clang__)
-#pragma clang diagnostic push
-#pragma clang diagnostic ignored "-Wnested-anon-types"
-#pragma clang diagnostic ignored "-Wgnu-anonymous-struct"
-#endif
-
 typedef struct {
-  EM_MSG_HEAD; /* time_ns: when the agent made the birth. */
+  em_msg_head_t head; /* time_ns: when the agent made the birth. */
   const char *device;
   const char *agent_version;
   const char *board;
@@ -231,7 +206,7 @@ typedef struct {
 } em_stage_t;
 
 typedef struct {
-  EM_MSG_HEAD;        /* time_ns: end of the window; session: of the birth whose aliases it uses. */
+  em_msg_head_t head; /* time_ns: end of the window; session: of the birth whose aliases it uses. */
   uint32_t seq;       /* Per session, +1 per data message, wraps from 2^32-1 to 0. */
   uint64_t window_ns; /* Length of the window the message covers. */
   em_level_t level;   /* Level at the end of the window, or EM_LEVEL_NONE. */
@@ -243,7 +218,7 @@ typedef struct {
 } em_data_t;
 
 typedef struct {
-  EM_MSG_HEAD; /* time_ns: of the change. */
+  em_msg_head_t head; /* time_ns: of the change. */
   em_level_t level;
   em_level_t prev_level;
   uint64_t mono_ns;   /* CLOCK_MONOTONIC of the change, on the device. */
@@ -256,18 +231,14 @@ typedef struct {
 } em_state_t;
 
 typedef struct {
-  EM_MSG_HEAD; /* time_ns: when the agent made it; for the Last Will, the connect time. */
+  em_msg_head_t head; /* time_ns: when the agent made it; for the Last Will, the connect time. */
   bool online;
 } em_status_t;
 
 typedef struct {
-  EM_MSG_HEAD; /* time_ns: when the host sent it; no session on the wire. */
+  em_msg_head_t head; /* time_ns: when the host sent it; no session on the wire. */
   em_cmd_code_t command;
 } em_cmd_t;
-
-#if defined(__cplusplus) && defined(__clang__)
-#pragma clang diagnostic pop
-#endif
 
 typedef struct {
   em_msg_kind_t kind;
