@@ -295,6 +295,12 @@ static void on_online(void *ctx) {
   publish_state(a);
 }
 
+/* The broker acknowledged a QoS 1 publish: with write-ahead its spool record is done. */
+static void on_ack(void *ctx, int mid) {
+  em_agent_t *a = ctx;
+  em_forward_on_ack(a->fwd, mid); /* NULL before the forwarder exists: a no-op. */
+}
+
 static void on_command(void *ctx, const char *name, const uint8_t *payload, size_t len) {
   em_agent_t *a = ctx;
   uint8_t scratch[512];
@@ -1191,6 +1197,7 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
                             .will_qos = cfg->qos_state,
                             .on_online = on_online,
                             .on_command = on_command,
+                            .on_ack = on_ack,
                             .ctx = a,
                             .tls = cfg->tls,
                             .tls_ca_file = cfg->tls_ca_file,
@@ -1264,7 +1271,8 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
                           .sync_interval_ns = cfg->spool_sync_ns,
                           .replay_per_tick = cfg->replay_per_tick,
                           .qos_data = cfg->qos_data,
-                          .qos_state = cfg->qos_state};
+                          .qos_state = cfg->qos_state,
+                          .write_ahead = cfg->spool_write_ahead};
   if (!rc) {
     rc = em_forward_new(&a->fwd, loop, a->pub, &fo);
   }

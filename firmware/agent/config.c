@@ -129,6 +129,7 @@ typedef enum {
   K_SPOOL_SIZE,
   K_SPOOL_SYNC,
   K_REPLAY_PER_TICK,
+  K_WRITE_AHEAD,
   /* Budget keys, from K_BUDGET_FIRST on: stored per section in budget_sec_t. */
   K_P50,
   K_P90,
@@ -1120,6 +1121,9 @@ static const key_def_t keys[K_COUNT] = {
         RANGE(100 * NS_PER_MS, NS_PER_H), .def = "5s", .example = "5s", .doc = "fdatasync cadence"),
     KEY(K_REPLAY_PER_TICK, "spool", "replay_per_tick", EM_SCHEMA_INT, FIELD(replay_per_tick),
         RANGE(1, 10000), .def = "32", .example = "32", .doc = "Spooled messages sent per tick"),
+    KEY(K_WRITE_AHEAD, "spool", "write_ahead", EM_SCHEMA_BOOL, FIELD(spool_write_ahead),
+        .def = "true", .example = "true",
+        .doc = "QoS 1 messages spooled before sending, done on PUBACK"),
     STAGE_DURATION(K_P50, "p50", "20ms", "Median span length bound"),
     STAGE_DURATION(K_P90, "p90", "30ms", "90th percentile bound"),
     STAGE_DURATION(K_P99, "p99", "40ms", "99th percentile bound"),

@@ -123,6 +123,7 @@ typedef struct {
   uint64_t spool_bytes;                /* Ring capacity; default 16 MiB, 64 KiB .. 1 GiB. */
   uint64_t spool_sync_ns;              /* fdatasync cadence (worker thread); default 5s. */
   uint32_t replay_per_tick;            /* Spooled messages sent per tick; default 32. */
+  bool spool_write_ahead; /* Default true: QoS 1 messages spooled before sending (forward.h). */
 } em_config_t;
 
 /*

@@ -10,6 +10,13 @@
  * a live message goes out without touching the spool, and what the subscriber receives is
  * exactly that, in that order. Bad arguments are refused. Every test ends with the loop closed
  * cleanly (uv_loop_close returns 0: no handle or request left).
+ *
+ * Write-ahead (QoS 1): each message is in the spool file when libmosquitto's publish is called
+ * (checked from inside that call, through the publisher's sys seam), held in flight until its
+ * PUBACK; with the broker stopped (SIGSTOP) a copy of the file opened as a new process would
+ * replays every unacknowledged message, historical, in order; acks out of order never move
+ * `done` past an unacknowledged record; a spool past capacity drops and counts as before; and
+ * write_ahead off leaves live messages out of the spool.
  */
 #define _XOPEN_SOURCE 700 /* POSIX 2008 plus XSI, for nftw() in tmp_tree.h */
 #include <stdarg.h>
@@ -51,7 +58,32 @@ typedef struct {
   char dir[EM_TMP_TREE_ROOT_BYTES];
   char spool[EM_TMP_TREE_ROOT_BYTES + 16];
   bool pub_stopped;
+  /* Seen from inside libmosquitto's publish (the sys seam): */
+  em_publisher_sys_t sys;
+  size_t publishes;
+  uint64_t held_at_publish[16]; /* The spool's held records when publish i was called. */
+  int mids[16];
 } fixture_t;
+
+static void on_ack(void *ctx, int mid) {
+  fixture_t *fx = ctx;
+  em_forward_on_ack(fx->fwd, mid);
+}
+
+/* The real mosquitto_publish, after noting what the spool holds in flight at that moment. */
+static int observed_publish(void *ctx, struct mosquitto *m, int *mid, const char *topic, int len,
+                            const void *payload, int qos, bool retain) {
+  fixture_t *fx = ctx;
+  em_forward_stats_t st;
+  em_forward_stats(fx->fwd, &st);
+  int rc = em_publisher_sys_mosquitto.publish(NULL, m, mid, topic, len, payload, qos, retain);
+  if (fx->publishes < ARRAY_LEN(fx->mids)) {
+    fx->held_at_publish[fx->publishes] = st.spool.inflight;
+    fx->mids[fx->publishes] = mid ? *mid : 0;
+  }
+  fx->publishes++;
+  return rc;
+}
 
 /* A loopback port nobody listens on now. */
 static uint16_t free_port(void) {
@@ -66,9 +98,12 @@ static uint16_t free_port(void) {
 }
 
 /* A publisher for 127.0.0.1:port (not started: offline until em_publisher_start). */
-static void open_fixture(fixture_t *fx, uint16_t port, const char *spool_path,
-                         uint32_t replay_per_tick) {
+static void open_fixture_wa(fixture_t *fx, uint16_t port, const char *spool_path,
+                            uint32_t replay_per_tick, bool write_ahead) {
   memset(fx, 0, sizeof(*fx));
+  fx->sys = em_publisher_sys_mosquitto;
+  fx->sys.publish = observed_publish;
+  fx->sys.ctx = fx;
   assert_int_equal(uv_loop_init(&fx->loop), 0);
   em_tmp_tree_make(fx->dir, "em-forward-test");
   snprintf(fx->spool, sizeof(fx->spool), "%s/spool", fx->dir);
@@ -78,15 +113,24 @@ static void open_fixture(fixture_t *fx, uint16_t port, const char *spool_path,
                             .prefix = PREFIX,
                             .keepalive_s = 30,
                             .backoff_min_ns = 50000000u,
-                            .backoff_max_ns = 200000000u};
+                            .backoff_max_ns = 200000000u,
+                            .on_ack = on_ack,
+                            .ctx = fx,
+                            .sys = &fx->sys};
   assert_int_equal(em_publisher_new(&fx->pub, &fx->loop, &po), 0);
   em_forward_opts_t fo = {.spool_path = spool_path ? spool_path : fx->spool,
                           .spool_bytes = EM_SPOOL_MIN_CAPACITY,
                           .sync_interval_ns = 1,
                           .replay_per_tick = replay_per_tick,
                           .qos_data = QOS,
-                          .qos_state = QOS};
+                          .qos_state = QOS,
+                          .write_ahead = write_ahead};
   assert_int_equal(em_forward_new(&fx->fwd, &fx->loop, fx->pub, &fo), 0);
+}
+
+static void open_fixture(fixture_t *fx, uint16_t port, const char *spool_path,
+                         uint32_t replay_per_tick) {
+  open_fixture_wa(fx, port, spool_path, replay_per_tick, false);
 }
 
 static void on_pub_stopped(void *ctx) {
@@ -330,6 +374,32 @@ static pid_t start_broker(const char *dir, uint16_t port) {
     }                                                                                              \
   } while (0)
 
+/* A subscriber on PREFIX/# at QoS 1, connected and subscribed. */
+static struct mosquitto *subscribe(fixture_t *fx, uint16_t port, received_t *rx) {
+  mosquitto_lib_init();
+  struct mosquitto *sub = mosquitto_new("fwd-test-sub", true, rx);
+  assert_non_null(sub);
+  mosquitto_subscribe_callback_set(sub, on_sub);
+  mosquitto_message_callback_set(sub, on_message);
+  uint64_t deadline = uv_hrtime() + WAIT_NS;
+  while (mosquitto_connect(sub, "127.0.0.1", port, 30) != MOSQ_ERR_SUCCESS) {
+    if (uv_hrtime() > deadline) {
+      fail_msg("mosquitto on port %u never listened", (unsigned)port);
+    }
+    nanosleep(&(struct timespec){.tv_nsec = 20000000}, NULL);
+  }
+  assert_int_equal(mosquitto_subscribe(sub, NULL, PREFIX "/#", QOS), MOSQ_ERR_SUCCESS);
+  PUMP_UNTIL(fx, sub, rx->subscribed, "the subscription");
+  return sub;
+}
+
+static void stop_broker(pid_t broker) {
+  kill(broker, SIGCONT);
+  kill(broker, SIGTERM);
+  int status = 0;
+  assert_int_equal(waitpid(broker, &status, 0), broker);
+}
+
 static void replay_sends_in_order_then_live_goes_out_unspooled(void **state) {
   (void)state;
   uint16_t port = free_port();
@@ -344,20 +414,7 @@ static void replay_sends_in_order_then_live_goes_out_unspooled(void **state) {
   assert_int_equal(stats(&fx).spool.pending, 3);
 
   received_t rx = {0};
-  mosquitto_lib_init();
-  struct mosquitto *sub = mosquitto_new("fwd-test-sub", true, &rx);
-  assert_non_null(sub);
-  mosquitto_subscribe_callback_set(sub, on_sub);
-  mosquitto_message_callback_set(sub, on_message);
-  uint64_t deadline = uv_hrtime() + WAIT_NS;
-  while (mosquitto_connect(sub, "127.0.0.1", port, 30) != MOSQ_ERR_SUCCESS) {
-    if (uv_hrtime() > deadline) {
-      fail_msg("mosquitto on port %u never listened", (unsigned)port);
-    }
-    nanosleep(&(struct timespec){.tv_nsec = 20000000}, NULL);
-  }
-  assert_int_equal(mosquitto_subscribe(sub, NULL, PREFIX "/#", QOS), MOSQ_ERR_SUCCESS);
-  PUMP_UNTIL(&fx, sub, rx.subscribed, "the subscription");
+  struct mosquitto *sub = subscribe(&fx, port, &rx);
 
   em_publisher_start(fx.pub);
   PUMP_UNTIL(&fx, sub, em_publisher_online(fx.pub), "the publisher's session");
@@ -403,6 +460,198 @@ static void replay_sends_in_order_then_live_goes_out_unspooled(void **state) {
   em_tmp_tree_remove(fx.dir);
 }
 
+/* ---- write-ahead ---- */
+
+/* A write-ahead (or not) fixture with a broker, a subscriber and the publisher's session up. */
+static struct mosquitto *online(fixture_t *fx, bool write_ahead, received_t *rx, pid_t *broker) {
+  uint16_t port = free_port();
+  open_fixture_wa(fx, port, NULL, 8, write_ahead);
+  *broker = start_broker(fx->dir, port);
+  struct mosquitto *sub = subscribe(fx, port, rx);
+  em_publisher_start(fx->pub);
+  PUMP_UNTIL(fx, sub, em_publisher_online(fx->pub), "the publisher's session");
+  return sub;
+}
+
+static void offline(fixture_t *fx, struct mosquitto *sub, pid_t broker) {
+  mosquitto_disconnect(sub);
+  mosquitto_destroy(sub);
+  mosquitto_lib_cleanup();
+  close_fixture(fx, true);
+  stop_broker(broker);
+  em_tmp_tree_remove(fx->dir);
+}
+
+/* Writes the header (done) as the agent does each sync interval, copies the spool file as a
+ * kill -9 would leave it to the next process, opens the copy and returns the data seqs it
+ * would replay, each checked historical; *n receives how many. */
+static void replay_of_copy(fixture_t *fx, uint32_t *seqs, size_t cap, size_t *n) {
+  static uint64_t now_ns = 1;
+  uint64_t deadline = uv_hrtime() + WAIT_NS;
+  while (stats(fx).syncing) { /* the last fdatasync ends first: then the header is written */
+    assert_true(uv_hrtime() < deadline);
+    uv_run(&fx->loop, UV_RUN_NOWAIT);
+  }
+  now_ns += 1000000000000ull;
+  em_forward_maybe_sync(fx->fwd, now_ns); /* header write; fdatasync on the worker */
+  char copy[EM_TMP_TREE_ROOT_BYTES + 16];
+  snprintf(copy, sizeof(copy), "%s/copy", fx->dir);
+  int in = open(fx->spool, O_RDONLY);
+  int out = open(copy, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  assert_true(in >= 0 && out >= 0);
+  uint8_t chunk[4096];
+  ssize_t got;
+  while ((got = read(in, chunk, sizeof(chunk))) > 0) {
+    assert_int_equal(write(out, chunk, (size_t)got), got);
+  }
+  close(in);
+  close(out);
+  em_spool_t *sp = NULL;
+  char err[256];
+  assert_int_equal(em_spool_open(&sp, copy, EM_SPOOL_MIN_CAPACITY, err, sizeof(err)), 0);
+  uint8_t buf[EM_PROTO_MAX_MESSAGE_BYTES];
+  *n = 0;
+  em_spool_kind_t kind;
+  int len;
+  while ((len = em_spool_peek(sp, &kind, buf, sizeof(buf))) > 0) {
+    assert_int_equal(kind, EM_SPOOL_DATA);
+    uint8_t scratch[4096];
+    em_msg_t m;
+    size_t off = 0;
+    assert_int_equal(em_proto_decode(buf, (size_t)len, &m, scratch, sizeof(scratch), &off), 0);
+    assert_true(m.u.data.historical);
+    assert_true(*n < cap);
+    seqs[(*n)++] = m.u.data.seq;
+    assert_int_equal(em_spool_pop(sp), 0);
+  }
+  em_spool_close(sp);
+  unlink(copy);
+}
+
+/* Each QoS 1 message is in the spool when libmosquitto's publish is called; it stays held
+ * while the broker does not acknowledge (SIGSTOP), so a new process would replay them all,
+ * historical and in order; each PUBACK then moves the position past it. */
+static void write_ahead_is_in_the_spool_before_publish_and_done_on_puback(void **state) {
+  (void)state;
+  fixture_t fx;
+  received_t rx = {0};
+  pid_t broker = 0;
+  struct mosquitto *sub = online(&fx, true, &rx, &broker);
+
+  assert_int_equal(kill(broker, SIGSTOP), 0); /* no PUBACK from now on */
+  size_t before = fx.publishes;
+  for (uint32_t seq = 1; seq <= 3; seq++) {
+    assert_int_equal(publish(&fx, false, seq, true), 0);
+    assert_int_equal(fx.publishes, before + seq);
+    /* Held in the spool when the publish was called: this one and those before it. */
+    assert_int_equal(fx.held_at_publish[before + seq - 1], seq);
+  }
+  for (int i = 0; i < 50; i++) { /* the loop runs; no PUBACK can come */
+    uv_run(&fx.loop, UV_RUN_NOWAIT);
+    nanosleep(&(struct timespec){.tv_nsec = 2000000}, NULL);
+  }
+  em_forward_stats_t st = stats(&fx);
+  assert_int_equal(st.spool.appended, 3);
+  assert_int_equal(st.spool.inflight, 3);
+  assert_int_equal(st.spool.pending, 0); /* not replayed by this process meanwhile */
+  assert_int_equal(em_forward_replay(fx.fwd), 0);
+  uint32_t seqs[8];
+  size_t n = 0;
+  replay_of_copy(&fx, seqs, ARRAY_LEN(seqs), &n);
+  assert_int_equal(n, 3);
+  for (size_t i = 0; i < n; i++) {
+    assert_int_equal(seqs[i], i + 1);
+  }
+
+  assert_int_equal(kill(broker, SIGCONT), 0);
+  PUMP_UNTIL(&fx, sub, stats(&fx).spool.inflight == 0, "the three PUBACKs");
+  PUMP_UNTIL(&fx, sub, rx.n >= 3, "three messages at the subscriber");
+  for (size_t i = 0; i < 3; i++) {
+    expect_msg(rx.got[i].payload, rx.got[i].len, false, (uint32_t)i + 1, false); /* live */
+  }
+  st = stats(&fx);
+  assert_int_equal(st.spool.acked, 3);
+  assert_int_equal(st.spool.pending, 0);
+  assert_int_equal(st.lost, 0);
+  replay_of_copy(&fx, seqs, ARRAY_LEN(seqs), &n);
+  assert_int_equal(n, 0); /* all acknowledged: a restart replays nothing */
+
+  offline(&fx, sub, broker);
+}
+
+/* Acknowledgements out of order: the position never moves past a record still unacked. */
+static void write_ahead_acks_out_of_order_never_skip_an_unacked_one(void **state) {
+  (void)state;
+  fixture_t fx;
+  received_t rx = {0};
+  pid_t broker = 0;
+  struct mosquitto *sub = online(&fx, true, &rx, &broker);
+
+  assert_int_equal(kill(broker, SIGSTOP), 0); /* the acks below are the only ones */
+  size_t first = fx.publishes;
+  for (uint32_t seq = 1; seq <= 3; seq++) {
+    assert_int_equal(publish(&fx, false, seq, true), 0);
+  }
+  assert_int_equal(fx.publishes, first + 3);
+  em_forward_on_ack(fx.fwd, fx.mids[first + 2]); /* seq 3 */
+  em_forward_on_ack(fx.fwd, fx.mids[first + 1]); /* seq 2 */
+  em_forward_on_ack(fx.fwd, 0x7fff);             /* a mid never sent: ignored */
+  assert_int_equal(stats(&fx).spool.inflight, 1);
+  assert_int_equal(stats(&fx).spool.acked, 2);
+  uint32_t seqs[8];
+  size_t n = 0;
+  replay_of_copy(&fx, seqs, ARRAY_LEN(seqs), &n);
+  /* seq 1 is unacked: a restart replays from it (2 and 3 again: duplicates, no gap). */
+  assert_int_equal(n, 3);
+  for (size_t i = 0; i < n; i++) {
+    assert_int_equal(seqs[i], i + 1);
+  }
+  em_forward_on_ack(fx.fwd, fx.mids[first]); /* seq 1 */
+  assert_int_equal(stats(&fx).spool.inflight, 0);
+  replay_of_copy(&fx, seqs, ARRAY_LEN(seqs), &n);
+  assert_int_equal(n, 0);
+
+  assert_int_equal(kill(broker, SIGCONT), 0); /* the real PUBACKs: mids done already */
+  PUMP_UNTIL(&fx, sub, rx.n >= 3, "three messages at the subscriber");
+  assert_int_equal(stats(&fx).spool.acked, 3);
+  offline(&fx, sub, broker);
+}
+
+/* Broker away with write-ahead on: as before, past capacity the oldest are dropped and
+ * counted, nothing is lost uncounted. */
+static void write_ahead_spool_full_drops_and_counts_as_before(void **state) {
+  (void)state;
+  fixture_t fx;
+  open_fixture_wa(&fx, free_port(), NULL, 8, true);
+  uint32_t sent = 0;
+  while (stats(&fx).spool.dropped == 0 && sent < 100000) {
+    assert_int_equal(publish(&fx, false, ++sent, true), 0);
+  }
+  em_forward_stats_t st = stats(&fx);
+  assert_true(st.spool.dropped > 0);
+  assert_int_equal(st.spool.pending + st.spool.dropped, sent);
+  assert_int_equal(st.spool.inflight, 0);
+  assert_int_equal(st.lost, 0);
+  close_fixture(&fx, false);
+}
+
+/* write_ahead off: a live QoS 1 message never touches the spool. */
+static void write_ahead_off_keeps_live_messages_out_of_the_spool(void **state) {
+  (void)state;
+  fixture_t fx;
+  received_t rx = {0};
+  pid_t broker = 0;
+  struct mosquitto *sub = online(&fx, false, &rx, &broker);
+  assert_int_equal(publish(&fx, false, 1, true), 0);
+  assert_int_equal(publish(&fx, true, EM_LEVEL_WARN, true), 0);
+  PUMP_UNTIL(&fx, sub, rx.n >= 2, "two messages at the subscriber");
+  em_forward_stats_t st = stats(&fx);
+  assert_int_equal(st.spool.appended, 0);
+  assert_int_equal(st.spool.inflight, 0);
+  assert_int_equal(st.spool.acked, 0);
+  offline(&fx, sub, broker);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(broker_away_spools_data_and_state_marked_historical),
@@ -410,6 +659,10 @@ int main(void) {
       cmocka_unit_test(without_a_spool_messages_are_lost_and_counted),
       cmocka_unit_test(bad_arguments_are_refused),
       cmocka_unit_test(replay_sends_in_order_then_live_goes_out_unspooled),
+      cmocka_unit_test(write_ahead_is_in_the_spool_before_publish_and_done_on_puback),
+      cmocka_unit_test(write_ahead_acks_out_of_order_never_skip_an_unacked_one),
+      cmocka_unit_test(write_ahead_spool_full_drops_and_counts_as_before),
+      cmocka_unit_test(write_ahead_off_keeps_live_messages_out_of_the_spool),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -288,6 +288,90 @@ static void spool_state_popped_out_of_order_replays_again_after_crash(void **sta
   em_spool_close(s);
 }
 
+/* Write-ahead: appends records 0..4 held in flight, acks 1, 3 and 4 (out of order), takes
+ * nothing more, then crashes after a sync. */
+static void held(em_spool_t *s, uint32_t id, uint64_t *number) {
+  uint8_t buf[64];
+  fill(buf, id, 40 + id);
+  assert_int_equal(em_spool_append_held(s, EM_SPOOL_DATA, buf, 40 + id, number), 0);
+}
+
+static void steps_held_acked_out_of_order(em_spool_t *s) {
+  uint64_t n[5];
+  for (uint32_t i = 0; i < 5; i++) {
+    held(s, i, &n[i]);
+  }
+  assert_int_equal(em_spool_ack(s, n[1]), 0);
+  assert_int_equal(em_spool_ack(s, n[3]), 0);
+  assert_int_equal(em_spool_ack(s, n[4]), 0);
+  assert_int_equal(em_spool_ack(s, n[4]), -ENOENT); /* acked already */
+  assert_int_equal(em_spool_sync(s), 0);
+}
+
+/* Held records are never peeked by this process; acks out of order leave `done` at the oldest
+ * unacked one, so after a crash it is replayed, with everything after it (duplicates of what
+ * was acked, never a gap). */
+static void spool_held_records_replay_after_crash_from_oldest_unacked(void **state) {
+  fixture_t *f = *state;
+  em_spool_t *s = open_ok(f, CAP, NULL, 0);
+  uint64_t n0 = 0;
+  held(s, 0, &n0);
+  em_spool_stats_t st = stats_of(s);
+  assert_int_equal(st.inflight, 1);
+  assert_int_equal(st.pending, 0);
+  expect_empty(s); /* in flight: not replayed by the process that sent it */
+  assert_int_equal(em_spool_ack(s, n0), 0);
+  assert_int_equal(stats_of(s).inflight, 0);
+  assert_int_equal(stats_of(s).acked, 1);
+  em_spool_close(s);
+  s = open_ok(f, CAP, NULL, 0);
+  assert_int_equal(stats_of(s).pending, 0); /* acknowledged: gone after a restart */
+  em_spool_close(s);
+
+  crash_child(f, steps_held_acked_out_of_order);
+  s = open_ok(f, CAP, NULL, 0);
+  assert_int_equal(stats_of(s).pending, 5); /* 0 was unacked: 0..4 again, in order */
+  for (uint32_t i = 0; i < 5; i++) {
+    expect_pop(s, EM_SPOOL_DATA, i, 40 + i);
+  }
+  expect_empty(s);
+  em_spool_close(s);
+}
+
+/* A held record released (its send was refused) is pending again, in number order; a taken
+ * one (replayed with write-ahead) is held until acked. */
+static void spool_release_and_take(void **state) {
+  fixture_t *f = *state;
+  em_spool_t *s = open_ok(f, CAP, NULL, 0);
+  uint64_t n[3];
+  for (uint32_t i = 0; i < 3; i++) {
+    held(s, i, &n[i]);
+  }
+  assert_int_equal(em_spool_release(s, n[2]), 0);
+  assert_int_equal(em_spool_release(s, n[0]), 0);
+  assert_int_equal(em_spool_release(s, n[0]), -ENOENT);
+  assert_int_equal(stats_of(s).pending, 2);
+  assert_int_equal(stats_of(s).inflight, 1);
+  uint8_t buf[64];
+  em_spool_kind_t k;
+  assert_int_equal(em_spool_peek(s, &k, buf, sizeof(buf)), 40); /* record 0 first */
+  uint64_t taken = 99;
+  assert_int_equal(em_spool_take(s, &taken), 0);
+  assert_int_equal(taken, n[0]);
+  assert_int_equal(em_spool_take(s, &taken), -ENOENT); /* nothing peeked */
+  expect_pop(s, EM_SPOOL_DATA, 2, 42);
+  expect_empty(s);
+  assert_int_equal(stats_of(s).inflight, 2);
+  assert_int_equal(em_spool_ack(s, n[0]), 0);
+  assert_int_equal(em_spool_ack(s, n[1]), 0);
+  assert_int_equal(stats_of(s).inflight, 0);
+  assert_int_equal(em_spool_append_held(s, EM_SPOOL_DATA, buf, 8, NULL), -EINVAL);
+  em_spool_close(s);
+  s = open_ok(f, CAP, NULL, 0);
+  assert_int_equal(stats_of(s).pending, 0);
+  em_spool_close(s);
+}
+
 static size_t wrap_len(uint32_t id) {
   return 1 + (size_t)((id * 2654435761u) >> 7) % 3000u;
 }
@@ -695,6 +779,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(spool_reopen_after_crash_recovers, setup, teardown),
       cmocka_unit_test_setup_teardown(spool_state_popped_out_of_order_replays_again_after_crash,
                                       setup, teardown),
+      cmocka_unit_test_setup_teardown(spool_held_records_replay_after_crash_from_oldest_unacked,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(spool_release_and_take, setup, teardown),
       cmocka_unit_test_setup_teardown(spool_wraps_many_laps_with_mixed_sizes, setup, teardown),
       cmocka_unit_test_setup_teardown(spool_eviction_counts_exact_drops_across_reopen, setup,
                                       teardown),

@@ -1,7 +1,8 @@
 /*
  * forward.c - see forward.h. Store and forward between the publisher and the spool: a message
  * the broker does not take goes to the spool, and the spool is replayed a few messages per
- * tick once the broker takes them again.
+ * tick once the broker takes them again. With write-ahead, QoS 1 messages are in the spool
+ * before they are sent and done there on their PUBACK (forward.h).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -22,6 +23,7 @@ struct em_forward {
   uint32_t replay_per_tick;
   int qos_data;
   int qos_state;
+  bool write_ahead;
 
   em_spool_t *spool; /* NULL: memory only (spool off, or it could not be opened). */
   uint8_t *replay;   /* EM_PROTO_MAX_MESSAGE_BYTES: a spooled message read back. */
@@ -30,6 +32,15 @@ struct em_forward {
   uint64_t next_sync_ns;
   uint64_t lost;  /* Messages neither sent nor spooled (no spool, or it failed). */
   int last_error; /* Last append error logged, so each kind is logged once. */
+  uint8_t *wal;   /* EM_PROTO_MAX_MESSAGE_BYTES: the historical copy written ahead. */
+  /* Write-ahead records awaiting their PUBACK, oldest first (a ring; mid 0 = acked out of
+   * order: libmosquitto never uses 0). */
+  struct {
+    int mid;
+    uint64_t number;
+  } inflight[EM_FORWARD_MAX_INFLIGHT];
+  size_t if_head;
+  size_t if_len;
 };
 
 /* Opens the spool the options name; without one, what the broker cannot take is lost and
@@ -72,7 +83,10 @@ int em_forward_new(em_forward_t **out, uv_loop_t *loop, em_publisher_t *pub,
     return -ENOMEM;
   }
   f->replay = malloc(EM_PROTO_MAX_MESSAGE_BYTES);
-  if (!f->replay) {
+  f->wal = malloc(EM_PROTO_MAX_MESSAGE_BYTES);
+  if (!f->replay || !f->wal) {
+    free(f->replay);
+    free(f->wal);
     free(f);
     return -ENOMEM;
   }
@@ -83,7 +97,11 @@ int em_forward_new(em_forward_t **out, uv_loop_t *loop, em_publisher_t *pub,
   f->replay_per_tick = opts->replay_per_tick;
   f->qos_data = opts->qos_data;
   f->qos_state = opts->qos_state;
+  f->write_ahead = opts->write_ahead;
   spool_open(f, opts->spool_bytes);
+  if (f->spool && f->write_ahead) {
+    EM_INFO("spool: write-ahead for QoS 1 messages (done on PUBACK)");
+  }
   *out = f;
   return 0;
 }
@@ -112,12 +130,91 @@ static int spool_put(em_forward_t *f, em_spool_kind_t kind, const uint8_t *buf, 
   return rc;
 }
 
+/* Drops the acknowledged (mid 0) entries at the front of the in-flight map. */
+static void inflight_trim(em_forward_t *f) {
+  while (f->if_len > 0 && f->inflight[f->if_head].mid == 0) {
+    f->if_head = (f->if_head + 1) % EM_FORWARD_MAX_INFLIGHT;
+    f->if_len--;
+  }
+}
+
+/* Remembers that record `number` went out under `mid`. A full map releases its oldest record
+ * back to the replay order, as does a mid libmosquitto reused while still tracked (both are
+ * then sent again: a duplicate, never a gap). */
+static void inflight_add(em_forward_t *f, int mid, uint64_t number) {
+  for (size_t i = 0; i < f->if_len; i++) {
+    size_t k = (f->if_head + i) % EM_FORWARD_MAX_INFLIGHT;
+    if (f->inflight[k].mid == mid) {
+      (void)em_spool_release(f->spool, f->inflight[k].number);
+      f->inflight[k].mid = 0;
+    }
+  }
+  inflight_trim(f);
+  if (f->if_len == EM_FORWARD_MAX_INFLIGHT) {
+    (void)em_spool_release(f->spool, f->inflight[f->if_head].number);
+    f->inflight[f->if_head].mid = 0;
+    inflight_trim(f);
+  }
+  size_t k = (f->if_head + f->if_len) % EM_FORWARD_MAX_INFLIGHT;
+  f->inflight[k].mid = mid;
+  f->inflight[k].number = number;
+  f->if_len++;
+}
+
+void em_forward_on_ack(em_forward_t *f, int mid) {
+  if (!f || !f->spool || mid == 0) {
+    return;
+  }
+  for (size_t i = 0; i < f->if_len; i++) {
+    size_t k = (f->if_head + i) % EM_FORWARD_MAX_INFLIGHT;
+    if (f->inflight[k].mid == mid) {
+      (void)em_spool_ack(f->spool, f->inflight[k].number); /* -ENOENT: evicted meanwhile. */
+      f->inflight[k].mid = 0;
+      break;
+    }
+  }
+  inflight_trim(f);
+}
+
+/* Write-ahead: the historical copy of msg goes into the spool held in flight, then buf goes out
+ * live under a mid the map remembers. Returns 0 (sent, or kept in the spool to replay when the
+ * send was refused), or a negative errno when nothing was written ahead (the caller goes on
+ * as without write-ahead). */
+static int publish_ahead(em_forward_t *f, em_msg_t *msg, const uint8_t *buf, size_t len) {
+  bool state = msg->kind == EM_MSG_STATE;
+  bool *historical = state ? &msg->u.state.historical : &msg->u.data.historical;
+  *historical = true;
+  size_t wal_len = 0;
+  int rc = em_proto_encode(msg, f->wal, EM_PROTO_MAX_MESSAGE_BYTES, &wal_len);
+  *historical = false;
+  uint64_t number = 0;
+  if (rc == 0) {
+    rc = em_spool_append_held(f->spool, state ? EM_SPOOL_STATE : EM_SPOOL_DATA, f->wal, wal_len,
+                              &number);
+  }
+  if (rc != 0) {
+    return rc;
+  }
+  int mid = 0;
+  if (em_publisher_send_mid(f->pub, state ? "state" : "data", buf, len,
+                            state ? f->qos_state : f->qos_data, state, &mid) == 0) {
+    inflight_add(f, mid, number);
+    return 0;
+  }
+  (void)em_spool_release(f->spool, number); /* Not sent: replayed later, as when offline. */
+  return 0;
+}
+
 int em_forward_publish(em_forward_t *f, em_msg_t *msg, uint8_t *buf, size_t cap, size_t len,
                        bool may_spool) {
   if (!f || !msg || !buf || (msg->kind != EM_MSG_DATA && msg->kind != EM_MSG_STATE)) {
     return -EINVAL;
   }
   bool state = msg->kind == EM_MSG_STATE;
+  if (f->write_ahead && f->spool && may_spool && (state ? f->qos_state : f->qos_data) > 0 &&
+      em_publisher_online(f->pub) && publish_ahead(f, msg, buf, len) == 0) {
+    return 0;
+  }
   if (em_publisher_online(f->pub) &&
       em_publisher_send(f->pub, state ? "state" : "data", buf, len,
                         state ? f->qos_state : f->qos_data, state) == 0) {
@@ -147,6 +244,9 @@ unsigned em_forward_replay(em_forward_t *f) {
   }
   unsigned sent = 0;
   for (uint32_t i = 0; i < f->replay_per_tick; i++) {
+    if (f->write_ahead && f->if_len == EM_FORWARD_MAX_INFLIGHT) {
+      break; /* Replay no more than the map tracks: the rest waits for PUBACKs. */
+    }
     em_spool_kind_t kind;
     int n = em_spool_peek(f->spool, &kind, f->replay, EM_PROTO_MAX_MESSAGE_BYTES);
     if (n == -EIO) {
@@ -156,11 +256,18 @@ unsigned em_forward_replay(em_forward_t *f) {
       break;
     }
     bool state = kind == EM_SPOOL_STATE;
-    if (em_publisher_send(f->pub, state ? "state" : "data", f->replay, (size_t)n,
-                          state ? f->qos_state : f->qos_data, false) != 0) {
+    int qos = state ? f->qos_state : f->qos_data;
+    int mid = 0;
+    if (em_publisher_send_mid(f->pub, state ? "state" : "data", f->replay, (size_t)n, qos, false,
+                              &mid) != 0) {
       break;
     }
-    em_spool_pop(f->spool);
+    uint64_t number = 0;
+    if (f->write_ahead && qos > 0 && em_spool_take(f->spool, &number) == 0) {
+      inflight_add(f, mid, number); /* Done on its PUBACK, like a live message. */
+    } else {
+      em_spool_pop(f->spool);
+    }
     sent++;
   }
   return sent;
@@ -196,7 +303,7 @@ void em_forward_stats(const em_forward_t *f, em_forward_stats_t *out) {
   if (!out) {
     return;
   }
-  *out = (em_forward_stats_t){.lost = f ? f->lost : 0};
+  *out = (em_forward_stats_t){.lost = f ? f->lost : 0, .syncing = f && f->syncing};
   if (f && f->spool) {
     out->spooling = true;
     em_spool_stats(f->spool, &out->spool);
@@ -209,5 +316,6 @@ void em_forward_free(em_forward_t *f) {
   }
   em_spool_close(f->spool);
   free(f->replay);
+  free(f->wal);
   free(f);
 }

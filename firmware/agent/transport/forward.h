@@ -12,8 +12,19 @@
  *   state (a change)    "state", retained   spooled as EM_SPOOL_STATE, historical
  *   spooled (replay)    its topic, not retained, popped once the publisher took it
  *
+ * Write-ahead (opts.write_ahead, for each kind published at QoS 1): the message is also
+ * encoded marked historical and appended to the spool held in flight (em_spool_append_held)
+ * BEFORE it is handed to libmosquitto, and acknowledged in the spool only on its PUBACK
+ * (em_forward_on_ack with the mid). The spool's `done` never moves past a record still in
+ * flight, so after kill -9 the next process replays, marked historical and in order, what
+ * was not acknowledged: a broker that had it already gets a duplicate, never a gap. Replayed
+ * records are held the same way. The mid -> record map is a ring of EM_FORWARD_MAX_INFLIGHT
+ * entries; when it is full the oldest record is released back to the replay order (it may
+ * then be sent twice, never lost). Cost per message: one pwritev into the page cache.
+ *
  * Owns: the spool (opened by em_forward_new from the path, closed by em_forward_free), the
- * replay buffer (EM_PROTO_MAX_MESSAGE_BYTES, allocated once) and the fdatasync request.
+ * replay and write-ahead buffers (EM_PROTO_MAX_MESSAGE_BYTES each, allocated once), the
+ * mid -> record map and the fdatasync request.
  * Borrows the publisher, which must outlive the forwarder. Threading: the loop's thread; only
  * the fdatasync runs on libuv's worker, and the spool is not touched until it completes
  * except for appends (pwrites the kernel orders, see spool.h).
@@ -31,7 +42,8 @@
 #include "publisher.h"
 #include "spool.h"
 
-#define EM_FORWARD_MAX_PATH 256 /* Spool path, with the NUL. */
+#define EM_FORWARD_MAX_PATH     256 /* Spool path, with the NUL. */
+#define EM_FORWARD_MAX_INFLIGHT 512 /* Write-ahead records awaiting their PUBACK, tracked. */
 
 typedef struct em_forward em_forward_t;
 
@@ -44,6 +56,7 @@ typedef struct {
   uint32_t replay_per_tick;  /* Spooled messages sent per em_forward_replay() at most. */
   int qos_data;              /* QoS of data messages, live and replayed. */
   int qos_state;             /* QoS of state messages, live and replayed. */
+  bool write_ahead;          /* Spool QoS 1 messages before sending, done on PUBACK. */
 } em_forward_opts_t;
 
 /* What the data message reports of store and forward. */
@@ -51,6 +64,7 @@ typedef struct {
   bool spooling;          /* A spool is open; `spool` is meaningful only then. */
   em_spool_stats_t spool; /* spool.h */
   uint64_t lost;          /* Messages neither sent nor spooled since em_forward_new(). */
+  bool syncing;           /* An fdatasync is in flight on libuv's worker. */
 } em_forward_stats_t;
 
 /*
@@ -89,6 +103,10 @@ unsigned em_forward_replay(em_forward_t *f);
  * fdatasync is logged.
  */
 void em_forward_maybe_sync(em_forward_t *f, uint64_t now_ns);
+
+/* The publisher's on_ack: the broker acknowledged `mid`. With write-ahead, the record sent
+ * under it is done in the spool; otherwise (or an unknown mid) nothing happens. */
+void em_forward_on_ack(em_forward_t *f, int mid);
 
 /* Fills *out. */
 void em_forward_stats(const em_forward_t *f, em_forward_stats_t *out);

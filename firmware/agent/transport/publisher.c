@@ -394,6 +394,9 @@ static void on_publish(struct mosquitto *mosq, void *obj, int mid) {
     p->ua_head = (p->ua_head + 1) % UNACKED_MAX;
     p->ua_len--;
   }
+  if (p->opts.on_ack) {
+    p->opts.on_ack(p->opts.ctx, mid);
+  }
 }
 
 /* True when the oldest awaited PUBACK is older than ack_timeout_ns. */
@@ -752,6 +755,12 @@ const em_publisher_stats_t *em_publisher_stats(const em_publisher_t *p) {
 
 int em_publisher_send(em_publisher_t *p, const char *kind, const uint8_t *buf, size_t len, int qos,
                       bool retain) {
+  int mid;
+  return em_publisher_send_mid(p, kind, buf, len, qos, retain, &mid);
+}
+
+int em_publisher_send_mid(em_publisher_t *p, const char *kind, const uint8_t *buf, size_t len,
+                          int qos, bool retain, int *out_mid) {
   if (p->state != S_CONNECTED) {
     p->stats.not_sent++;
     return -ENOTCONN;
@@ -781,6 +790,7 @@ int em_publisher_send(em_publisher_t *p, const char *kind, const uint8_t *buf, s
   }
   p->publish_refused = 0;
   p->stats.sent++;
+  *out_mid = mid;
   if (qos > 0 && p->opts.ack_timeout_ns > 0) {
     if (p->ua_len == UNACKED_MAX) { /* Forget the oldest rather than refuse to track. */
       p->ua_head = (p->ua_head + 1) % UNACKED_MAX;

@@ -74,6 +74,9 @@ typedef struct {
   void (*on_online)(void *ctx);
   /* A message on "<prefix>/cmd/<name>": name and payload are borrowed for the call. */
   void (*on_command)(void *ctx, const char *name, const uint8_t *payload, size_t len);
+  /* The broker acknowledged the QoS 1 publish `mid` (PUBACK; em_publisher_send_mid()). May be
+   * NULL. Acks may come out of order, and after a reconnect for what libmosquitto resent. */
+  void (*on_ack)(void *ctx, int mid);
   void *ctx;
   /*
    * Security (all optional). Strings are borrowed for em_publisher_new() only:
@@ -130,6 +133,11 @@ void em_publisher_start(em_publisher_t *p);
  */
 int em_publisher_send(em_publisher_t *p, const char *kind, const uint8_t *buf, size_t len, int qos,
                       bool retain);
+
+/* em_publisher_send(), and on success *mid receives libmosquitto's message id, which
+ * on_ack names once the broker acknowledged a QoS 1 publish. */
+int em_publisher_send_mid(em_publisher_t *p, const char *kind, const uint8_t *buf, size_t len,
+                          int qos, bool retain, int *mid);
 
 /* True while a session is up. */
 bool em_publisher_online(const em_publisher_t *p);

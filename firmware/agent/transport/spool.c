@@ -35,6 +35,7 @@
  *   | POPPED/evicted -> trimmed  | trim_front                        |
  */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* pwritev */
 #include "spool.h"
 
 #include <edgemon/crc32c.h>
@@ -46,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #define SLOT_BYTES    64u
@@ -59,11 +61,12 @@
 static const uint8_t slot_magic[8] = {'E', 'M', 'S', 'P', 'O', 'O', 'L', '1'};
 
 typedef struct {
-  uint64_t number;         /* Record number. */
-  uint32_t offset;         /* Ring offset of the record's first byte. */
-  unsigned int len : 30;   /* Payload bytes. */
-  unsigned int state : 1;  /* 1: EM_SPOOL_STATE, 0: EM_SPOOL_DATA. */
-  unsigned int popped : 1; /* Replayed out of order, or dropped unreadable. */
+  uint64_t number;          /* Record number. */
+  unsigned int offset : 31; /* Ring offset of the record's first byte (below 1 GiB). */
+  unsigned int held : 1;    /* In flight (write-ahead): sent, its acknowledgement awaited. */
+  unsigned int len : 30;    /* Payload bytes. */
+  unsigned int state : 1;   /* 1: EM_SPOOL_STATE, 0: EM_SPOOL_DATA. */
+  unsigned int popped : 1;  /* Replayed out of order, or dropped unreadable. */
 } entry_t;
 _Static_assert(sizeof(entry_t) == 16, "an index entry is 16 bytes (firmware/SPOOL.md)");
 
@@ -177,6 +180,34 @@ static int write_full(int fd, const void *buf, size_t len, uint64_t off) {
   return 0;
 }
 
+/* Writes one record, header and payload, with one pwritev() (one page-cache write per record);
+ * a short write is finished with write_full(). */
+static int write_record(int fd, const uint8_t hdr[EM_SPOOL_RECORD_HEADER], const uint8_t *payload,
+                        size_t len, uint64_t off) {
+  struct iovec iov[2] = {{.iov_base = (void *)hdr, .iov_len = EM_SPOOL_RECORD_HEADER},
+                         {.iov_base = (void *)payload, .iov_len = len}};
+  ssize_t n;
+  do {
+    n = pwritev(fd, iov, 2, (off_t)off);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    return -errno;
+  }
+  size_t done = (size_t)n;
+  if (done < EM_SPOOL_RECORD_HEADER) {
+    int rc = write_full(fd, hdr + done, EM_SPOOL_RECORD_HEADER - done, off + done);
+    if (rc < 0) {
+      return rc;
+    }
+    done = EM_SPOOL_RECORD_HEADER;
+  }
+  size_t sent = done - EM_SPOOL_RECORD_HEADER;
+  if (sent < len) {
+    return write_full(fd, payload + sent, len - sent, off + EM_SPOOL_RECORD_HEADER + sent);
+  }
+  return 0;
+}
+
 static bool capacity_ok(uint64_t cap) {
   return cap >= EM_SPOOL_MIN_CAPACITY && cap <= MAX_CAPACITY && cap % 8u == 0;
 }
@@ -265,6 +296,14 @@ static void unpend(em_spool_t *s, entry_t *e) {
   }
 }
 
+/* Moves a pending entry in flight: out of the replay order, still below `done`'s reach. */
+static void hold(em_spool_t *s, entry_t *e) {
+  unpend(s, e);
+  e->popped = 0;
+  e->held = 1;
+  s->st.inflight++;
+}
+
 static bool overlaps(const entry_t *e, uint64_t lo, uint64_t hi) {
   uint64_t start = e->offset;
   uint64_t end = start + record_bytes(e->len);
@@ -279,7 +318,11 @@ static void evict_for(em_spool_t *s, uint64_t lo1, uint64_t hi1, uint64_t lo2, u
     if (!overlaps(e, lo1, hi1) && !overlaps(e, lo2, hi2)) {
       break;
     }
-    if (!e->popped) {
+    if (e->held) {
+      e->held = 0; /* Still in the session's hands: not lost unless the process dies. */
+      s->st.inflight--;
+      s->st.evicted_inflight++;
+    } else if (!e->popped) {
       unpend(s, e);
       s->st.dropped++;
     }
@@ -341,6 +384,7 @@ static bool parse_record_header(const em_spool_t *s, const uint8_t hdr[EM_SPOOL_
   e->len = len;
   e->state = kind == EM_SPOOL_STATE;
   e->popped = 0;
+  e->held = 0; /* After a restart, what was in flight is pending again. */
   *crc = get_le32(hdr + 20);
   return true;
 }
@@ -616,7 +660,8 @@ fail:
   return rc;
 }
 
-int em_spool_append(em_spool_t *s, em_spool_kind_t kind, const uint8_t *payload, size_t len) {
+static int append(em_spool_t *s, em_spool_kind_t kind, const uint8_t *payload, size_t len,
+                  bool held, uint64_t *number) {
   if (s == NULL || (payload == NULL && len > 0) || len == 0) {
     return -EINVAL;
   }
@@ -647,10 +692,7 @@ int em_spool_append(em_spool_t *s, em_spool_kind_t kind, const uint8_t *payload,
     rc = zero_ring(s, s->head, s->cap);
   }
   if (rc == 0) {
-    rc = write_full(s->fd, payload, len, EM_SPOOL_HEADER_BYTES + at + EM_SPOOL_RECORD_HEADER);
-  }
-  if (rc == 0) {
-    rc = write_full(s->fd, hdr, sizeof(hdr), EM_SPOOL_HEADER_BYTES + at); /* Header last. */
+    rc = write_record(s->fd, hdr, payload, len, EM_SPOOL_HEADER_BYTES + at);
   }
   s->unsynced = true;
   if (rc < 0) {
@@ -663,6 +705,10 @@ int em_spool_append(em_spool_t *s, em_spool_kind_t kind, const uint8_t *payload,
   e->len = (unsigned int)len;
   e->state = kind == EM_SPOOL_STATE;
   e->popped = 0;
+  e->held = 0;
+  if (number != NULL) {
+    *number = s->next;
+  }
   s->count++;
   s->next++;
   s->head = at + size;
@@ -670,7 +716,22 @@ int em_spool_append(em_spool_t *s, em_spool_kind_t kind, const uint8_t *payload,
   s->st.pending_bytes += size;
   s->st.appended++;
   s->pending_state += e->state;
+  if (held) {
+    hold(s, e);
+  }
   return 0;
+}
+
+int em_spool_append(em_spool_t *s, em_spool_kind_t kind, const uint8_t *payload, size_t len) {
+  return append(s, kind, payload, len, false, NULL);
+}
+
+int em_spool_append_held(em_spool_t *s, em_spool_kind_t kind, const uint8_t *payload, size_t len,
+                         uint64_t *number) {
+  if (number == NULL) {
+    return -EINVAL;
+  }
+  return append(s, kind, payload, len, true, number);
 }
 
 /* The absolute index of the next record to replay (STATE first), moving the cursors on. */
@@ -682,7 +743,7 @@ static uint64_t next_to_replay(em_spool_t *s) {
   }
   for (; *cur < s->first + s->count; (*cur)++) {
     const entry_t *e = entry_at(s, *cur);
-    if (!e->popped && (bool)e->state == state) {
+    if (!e->popped && !e->held && (bool)e->state == state) {
       break;
     }
   }
@@ -742,6 +803,86 @@ int em_spool_pop(em_spool_t *s) {
   unpend(s, e);
   s->st.replayed++;
   trim_front(s);
+  return 0;
+}
+
+int em_spool_take(em_spool_t *s, uint64_t *number) {
+  if (s == NULL || number == NULL || !s->peeked) {
+    return -ENOENT;
+  }
+  s->peeked = false;
+  if (s->peeked_abs < s->first || s->peeked_abs >= s->first + s->count) {
+    return -ENOENT;
+  }
+  entry_t *e = entry_at(s, s->peeked_abs);
+  if (e->popped || e->held || e->number != s->peeked_number) {
+    return -ENOENT;
+  }
+  hold(s, e);
+  s->st.replayed++;
+  *number = e->number;
+  return 0;
+}
+
+/* The absolute index of record `number` when it is held in flight, else false (acknowledged,
+ * evicted). The index is in number order (invariant 1): a binary search. */
+static bool find_held(const em_spool_t *s, uint64_t number, uint64_t *abs) {
+  uint64_t lo = s->first;
+  uint64_t hi = s->first + s->count;
+  while (lo < hi) {
+    uint64_t mid = lo + (hi - lo) / 2;
+    const entry_t *e = entry_at(s, mid);
+    if (e->number == number) {
+      *abs = mid;
+      return e->held;
+    }
+    if (e->number < number) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return false;
+}
+
+/* Record `number` leaves the in-flight state; returns its entry (*abs: its absolute index), or
+ * NULL when it is not held (or s is NULL). */
+static entry_t *unhold(em_spool_t *s, uint64_t number, uint64_t *abs) {
+  if (s == NULL || !find_held(s, number, abs)) {
+    return NULL;
+  }
+  entry_t *e = entry_at(s, *abs);
+  e->held = 0;
+  s->st.inflight--;
+  return e;
+}
+
+int em_spool_ack(em_spool_t *s, uint64_t number) {
+  uint64_t abs;
+  entry_t *e = unhold(s, number, &abs);
+  if (e == NULL) {
+    return s == NULL ? -EINVAL : -ENOENT;
+  }
+  e->popped = 1;
+  s->st.acked++;
+  trim_front(s); /* `done` moves only past a run of acknowledged records from the front. */
+  return 0;
+}
+
+int em_spool_release(em_spool_t *s, uint64_t number) {
+  uint64_t abs;
+  entry_t *e = unhold(s, number, &abs);
+  if (e == NULL) {
+    return s == NULL ? -EINVAL : -ENOENT;
+  }
+  s->st.pending++;
+  s->st.pending_bytes += record_bytes(e->len);
+  s->pending_state += e->state;
+  /* The replay cursors may be past it already: it goes back in number order. */
+  uint64_t *cur = e->state ? &s->state_cur : &s->data_cur;
+  if (*cur > abs) {
+    *cur = abs;
+  }
   return 0;
 }
 

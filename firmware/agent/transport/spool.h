@@ -57,13 +57,18 @@ typedef enum {
 typedef struct em_spool em_spool_t;
 
 typedef struct {
-  uint64_t pending;       /* Records waiting to be replayed. */
-  uint64_t pending_bytes; /* Ring bytes they occupy (headers and padding included). */
-  uint64_t appended;      /* Records appended since open. */
-  uint64_t replayed;      /* Records popped since open. */
-  uint64_t dropped;       /* Records evicted by capacity, in the file's whole life. */
-  uint64_t corrupt;       /* Torn or corrupt records skipped at open. */
-  uint64_t write_errors;  /* Appends or syncs that failed (ENOSPC, EFBIG, EIO). */
+  uint64_t pending;          /* Records waiting to be replayed. */
+  uint64_t pending_bytes;    /* Ring bytes they occupy (headers and padding included). */
+  uint64_t appended;         /* Records appended since open. */
+  uint64_t replayed;         /* Records popped since open. */
+  uint64_t dropped;          /* Records evicted by capacity, in the file's whole life. */
+  uint64_t corrupt;          /* Torn or corrupt records skipped at open. */
+  uint64_t write_errors;     /* Appends or syncs that failed (ENOSPC, EFBIG, EIO). */
+  uint64_t inflight;         /* Records held in flight (write-ahead): sent, not yet acknowledged. */
+  uint64_t acked;            /* Held records acknowledged since open. */
+  uint64_t evicted_inflight; /* Held records evicted by capacity while still in flight (not in
+                                dropped: the session still holds them; lost only if the
+                                process dies before they are acknowledged). */
 } em_spool_stats_t;
 
 /*
@@ -85,6 +90,16 @@ int em_spool_open(em_spool_t **out, const char *path, uint64_t capacity, char *e
 int em_spool_append(em_spool_t *s, em_spool_kind_t kind, const uint8_t *payload, size_t len);
 
 /*
+ * Write-ahead: appends like em_spool_append() but the record is held in flight: it is not
+ * pending (em_spool_peek() never returns it), yet `done` does not move past it until it is
+ * acknowledged with em_spool_ack(). After a restart (em_spool_open) a record that was held is
+ * pending again, so what was never acknowledged is replayed. *number receives its record
+ * number. Returns as em_spool_append(), or -EINVAL for a NULL number.
+ */
+int em_spool_append_held(em_spool_t *s, em_spool_kind_t kind, const uint8_t *payload, size_t len,
+                         uint64_t *number);
+
+/*
  * The next record to replay: the oldest pending STATE record if there is one, else the oldest
  * pending DATA record. Copies its payload into buf (cap bytes). Returns the payload length
  * (> 0), 0 when nothing is pending, -ENOBUFS when cap is too small, or -EIO when the record
@@ -95,6 +110,25 @@ int em_spool_peek(em_spool_t *s, em_spool_kind_t *kind, uint8_t *buf, size_t cap
 
 /* Marks the record em_spool_peek() returned as replayed. Returns 0 or -ENOENT. */
 int em_spool_pop(em_spool_t *s);
+
+/*
+ * Write-ahead replay: like em_spool_pop(), but the record em_spool_peek() returned is held in
+ * flight (*number receives its number) until em_spool_ack() or em_spool_release(). Counted in
+ * replayed. Returns 0 or -ENOENT.
+ */
+int em_spool_take(em_spool_t *s, uint64_t *number);
+
+/*
+ * Record `number`, held in flight, was acknowledged: it is done. `done` (what the header
+ * persists) moves only past a run of done records from the oldest, so an acknowledgement out
+ * of order never moves it past a record still in flight. Returns 0, or -ENOENT when no such
+ * record is held (evicted by capacity, acknowledged already).
+ */
+int em_spool_ack(em_spool_t *s, uint64_t number);
+
+/* Record `number`, held in flight, was not sent after all: it is pending again, replayed in
+ * number order. Returns 0 or -ENOENT as em_spool_ack(). */
+int em_spool_release(em_spool_t *s, uint64_t number);
 
 /* fdatasync()s the file and writes the header (done, dropped). Returns 0 or a negative errno.
  * May run on a worker thread (see the top of this file). */
