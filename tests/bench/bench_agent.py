@@ -31,6 +31,10 @@ callgrind interval, counts the data messages each run published, and reports
 (Ir_long - Ir_short) / (ticks_long - ticks_short): user-space instructions per tick with the
 start-up and shutdown cost cancelled. Callgrind counts no kernel instructions.
 
+--compare-write-ahead runs, instead of the agent and collectd, the agent twice at qos_data = 1
+with a spool: once with [spool] write_ahead = true and once with false, interleaved the same
+way (no collectd, no callgrind): the cost of write-ahead in the same run.
+
 Usage: /usr/bin/python3 tests/bench/bench_agent.py [--seconds 60] [--repeats 3] ...
 Run it through scripts/bench-agent.sh, which installs the tools and builds the agent.
 Results are written up in docs/BENCHMARKS.md ("agent: cost beside collectd").
@@ -348,6 +352,8 @@ class Bench:
         self.results = []  # one dict per window
         self.marker = f"edgemon-bench-target-{uuid.uuid4().hex[:12]}"
         self.cpu_mon, self.cpu_target = args.monitor_cpu, args.target_cpu
+        self.monitors = (["agent-wal", "agent-nowal"] if args.compare_write_ahead
+                         else ["agent", "collectd"])
 
     # -- setup
 
@@ -430,14 +436,21 @@ class Bench:
 
     # -- monitor configurations
 
-    def agent_config(self, interval, name):
+    def agent_config(self, interval, name, write_ahead=None):
+        """write_ahead True/False: qos_data = 1 and a spool of the window's own with
+        [spool] write_ahead set so; None: the agent's defaults."""
         path = os.path.join(self.tmp, f"{name}.ini")
         rundir = getattr(self, "runtime_dir", None) or os.path.join(self.tmp, f"{name}.run")
         os.makedirs(rundir, exist_ok=True)
+        spool = qos = ""
+        if write_ahead is not None:
+            spool = (f"[spool]\npath = {os.path.join(self.tmp, name + '.spool')}\n"
+                     f"write_ahead = {'true' if write_ahead else 'false'}\n\n")
+            qos = "qos_data = 1\n"
         with open(path, "w") as f:
             f.write(f"[agent]\ndevice_id = {DEVICE_ID}\nsample_period = {agent_period(interval)}\n"
-                    f"runtime_dir = {rundir}\n\n[target]\npid = {self.target.pid}\n\n"
-                    f"[mqtt]\nbroker = mqtt://127.0.0.1:{self.port}\n")
+                    f"runtime_dir = {rundir}\n\n[target]\npid = {self.target.pid}\n\n{spool}"
+                    f"[mqtt]\nbroker = mqtt://127.0.0.1:{self.port}\n{qos}")
         return path
 
     def collectd_config(self, interval, name):
@@ -492,8 +505,9 @@ LoadPlugin mqtt
 
     def run_window(self, monitor, interval, rnd):
         name = f"{monitor}-{agent_period(interval)}-r{rnd}"
-        if monitor == "agent":
-            cmd = [self.args.agent, "-c", self.agent_config(interval, name)]
+        if monitor.startswith("agent"):
+            wal = {"agent": None, "agent-wal": True, "agent-nowal": False}[monitor]
+            cmd = [self.args.agent, "-c", self.agent_config(interval, name, wal)]
             prefix = "edgemon/v1"
         else:
             cmd = [self.args.collectd, "-f", "-C", self.collectd_config(interval, name)]
@@ -557,7 +571,7 @@ LoadPlugin mqtt
         return rec
 
     def run_windows(self):
-        order = ["agent", "collectd"]
+        order = list(self.monitors)
         total = self.args.repeats * len(self.args.intervals) * 2
         log(f"{total} windows of {self.args.warmup:g}+{self.args.seconds:g} s "
             f"(~{total * (self.args.warmup + self.args.seconds + 1) / 60:.1f} min)")
@@ -667,7 +681,8 @@ LoadPlugin mqtt
         a = self.args
         info = self.machine()
         print(f"machine: {info['machine']}")
-        print(f"agent: {info['agent']} ({a.agent}); collectd: {info['collectd']}; "
+        peer = "" if a.compare_write_ahead else f"collectd: {info['collectd']}; "
+        print(f"agent: {info['agent']} ({a.agent}); {peer}"
               f"broker: {info['mosquitto']}; {info['valgrind']}")
         if a.target == "busy":
             what = "busy Python loop"
@@ -676,6 +691,9 @@ LoadPlugin mqtt
                     "each in edgemon.span(), edgemon.level() every frame")
         print(f"target: {what} on CPU {self.cpu_target}; monitor, broker and "
               f"subscriber on CPU {self.cpu_mon}")
+        if a.compare_write_ahead:
+            print("monitors: edgemon-agent at qos_data = 1 with a spool, [spool] write_ahead = "
+                  "true and false")
         print(f"method: {a.repeats} rounds x {len(a.intervals)} intervals x 2 monitors, each "
               f"alone: {a.warmup:g} s warm-up, {a.seconds:g} s window; monitor order flips "
               "each round")
@@ -689,7 +707,7 @@ LoadPlugin mqtt
         print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         med = {}
         for interval in a.intervals:
-            for monitor in ("agent", "collectd"):
+            for monitor in self.monitors:
                 rs = [r for r in self.results
                       if r["monitor"] == monitor and r["interval_s"] == interval]
                 if not rs:
@@ -706,7 +724,7 @@ LoadPlugin mqtt
                         row[k] = m(k)
                 row["threads"] = max(r["threads"] for r in rs)
                 med[(monitor, interval)] = row
-                name = "edgemon-agent" if monitor == "agent" else "collectd"
+                name = MONITOR_NAMES[monitor]
                 print(f"| {name} | {fmt_interval(interval)} "
                       f"| {cpu[0]:.3f} / {row['cpu_pct']:.3f} / {cpu[-1]:.3f} "
                       f"| {row['cpu_s_per_min']:.3f} | {row['sched_cpu_pct']:.4f} "
@@ -722,7 +740,7 @@ LoadPlugin mqtt
         for (monitor, interval), row in med.items():
             per_msg = (row["payload_bytes_per_s"] / row["msgs_per_s"]) if row["msgs_per_s"] else 0
             us_int = 1e6 * row["sched_cpu_pct"] / 100 * interval
-            name = "edgemon-agent" if monitor == "agent" else "collectd"
+            name = MONITOR_NAMES[monitor]
             print(f"| {name} | {fmt_interval(interval)} | {row['vmhwm_kb']:.0f} "
                   f"| {row['rss_anon_kb']:.0f} | {row['rss_file_kb']:.0f} | {row['pss_kb']:.0f} "
                   f"| {row['msgs_per_s'] * interval:.3f} | {per_msg:.0f} "
@@ -737,15 +755,17 @@ LoadPlugin mqtt
             for (monitor, interval) in med:
                 rs = [r for r in self.results
                       if r["monitor"] == monitor and r["interval_s"] == interval]
-                name = "edgemon-agent" if monitor == "agent" else "collectd"
+                name = MONITOR_NAMES[monitor]
                 print(f"  {name:13s} {fmt_interval(interval):>6s}: "
                       f"{sum(r['target_frames'] for r in rs)} frames, "
                       f"{sum(r['target_late'] for r in rs)} late, "
                       f"{sum(r['target_spans'] for r in rs)} spans")
         print()
-        print("headline, agent / collectd (ratio of medians, same run):")
+        first, second = self.monitors
+        print(f"headline, {MONITOR_NAMES[first]} / {MONITOR_NAMES[second]} "
+              "(ratio of medians, same run):")
         for interval in a.intervals:
-            ag, cd = med.get(("agent", interval)), med.get(("collectd", interval))
+            ag, cd = med.get((first, interval)), med.get((second, interval))
             if not ag or not cd:
                 continue
             def ratio(x, y):
@@ -780,6 +800,10 @@ LoadPlugin mqtt
 
 
 # --- command line -------------------------------------------------------------------------
+
+
+MONITOR_NAMES = {"agent": "edgemon-agent", "collectd": "collectd",
+                 "agent-wal": "agent write_ahead", "agent-nowal": "agent no write_ahead"}
 
 
 def default_agent():
@@ -817,6 +841,9 @@ def parse_args(argv):
     p.add_argument("--callgrind-long", type=float, default=15.0,
                    help="long callgrind run, seconds (default 15)")
     p.add_argument("--no-callgrind", action="store_true", help="skip the callgrind runs")
+    p.add_argument("--compare-write-ahead", action="store_true",
+                   help="the agent at qos_data = 1 with [spool] write_ahead = true and false "
+                        "instead of the agent and collectd (no callgrind)")
     p.add_argument("--top", type=int, default=12, help="functions listed per tick (12)")
     p.add_argument("--monitor-cpu", type=int, default=0, help="CPU of the monitors (0)")
     p.add_argument("--target-cpu", type=int, default=1, help="CPU of the busy target (1)")
@@ -834,7 +861,7 @@ def parse_args(argv):
                                  if x.strip()]
     except argparse.ArgumentTypeError as e:
         p.error(str(e))
-    if a.no_callgrind:
+    if a.no_callgrind or a.compare_write_ahead:
         a.callgrind_intervals = []
     if a.seconds <= 0 or a.warmup < 0 or a.repeats < 1:
         p.error("--seconds must be > 0, --warmup >= 0, --repeats >= 1")
@@ -850,13 +877,14 @@ def check_tools(a):
             missing.append(f"{what} ({path or 'not found'})")
     need(a.agent, "edgemon-agent: build it (scripts/bench-agent.sh) or pass --agent PATH")
     need(a.mosquitto, "mosquitto: apt-get install mosquitto")
-    need(a.collectd, "collectd: apt-get install collectd-core")
-    for plugin in COLLECTD_PLUGINS:
-        so = os.path.join(a.collectd_plugins, f"{plugin}.so")
-        if not os.path.isfile(so):
-            missing.append(f"collectd plugin {so}: apt-get install collectd-core")
-    if not os.path.isfile(a.collectd_types):
-        missing.append(f"collectd types.db {a.collectd_types}: apt-get install collectd-core")
+    if not a.compare_write_ahead:
+        need(a.collectd, "collectd: apt-get install collectd-core")
+        for plugin in COLLECTD_PLUGINS:
+            so = os.path.join(a.collectd_plugins, f"{plugin}.so")
+            if not os.path.isfile(so):
+                missing.append(f"collectd plugin {so}: apt-get install collectd-core")
+        if not os.path.isfile(a.collectd_types):
+            missing.append(f"collectd types.db {a.collectd_types}: apt-get install collectd-core")
     a.callgrind_annotate = None
     if a.callgrind_intervals:
         need(a.valgrind, "valgrind: apt-get install valgrind (or --no-callgrind)")
