@@ -14,6 +14,14 @@
  * shared subscription $share/<group>/edgemon/v1/+/data so the instances of the group split it,
  * while birth, state and status (retained, small) are subscribed by every instance so each
  * one names every device's metrics and knows its level.
+ *
+ * The session is persistent (clean session off) under a stable client id, and every
+ * subscription is QoS 1: while the aggregator is away the broker keeps its subscriptions and
+ * queues their messages (up to its max_queued_messages, firmware/mosquitto/), and a restarted
+ * aggregator with the same id receives them. The default id names the host and the database
+ * (default_client_id()): the queued messages belong to the history they will be written into.
+ * The store ignores a data message it holds already (same device, session and seq), so a
+ * redelivery stores nothing twice.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "http.h"
@@ -38,6 +46,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #ifndef EM_VERSION
 #define EM_VERSION "unknown"
@@ -126,7 +135,9 @@ static void usage(FILE *out) {
           "                       8883) (default " EM_BROKER_DEFAULT_URL ")\n"
           "  --share-group NAME   join this MQTT v5 share group (several aggregators split the\n"
           "                       data load); per-device loss is not computed then\n"
-          "  --client-id ID       MQTT client id (default: edgemon-aggregator-<pid>-<random>)\n"
+          "  --client-id ID       MQTT client id of the persistent session (default:\n"
+          "                       edgemon-aggregator-<host name>-<hash of the --db path>);\n"
+          "                       a restart with the same id gets what the broker queued\n"
           "  --db PATH            SQLite database (default edgemon.db)\n"
           "  --http HOST:PORT     where to serve HTTP (default 127.0.0.1:9108; port 0: any)\n"
           "  --batch-ms N         commit at least every N ms (default 500)\n"
@@ -359,11 +370,41 @@ static em_http_health_t healthy(void *ctx, char *why, size_t why_cap) {
   return EM_HTTP_HEALTH_OK;
 }
 
+/* The client id when none is configured: "edgemon-aggregator-<host name>-<hash>", the hash
+ * (FNV-1a, 32 bits, in hex) of the database's absolute path. Stable across restarts of the same
+ * aggregator, so the broker's queue for the session reaches it; distinct for two aggregators
+ * on one host (they write different databases), where one fixed default would make each
+ * take the other's session over, back and forth. */
+static void default_client_id(const char *db, char *out, size_t cap) {
+  char host[65] = "";
+  if (gethostname(host, sizeof(host) - 1) != 0 || !host[0]) {
+    snprintf(host, sizeof(host), "localhost");
+  }
+  for (char *p = host; *p; p++) {
+    if (*p == '/' || *p == '+' || *p == '#') {
+      *p = '_';
+    }
+  }
+  char cwd[MAX_TEXT] = "";
+  if (db[0] != '/' && getcwd(cwd, sizeof(cwd)) == NULL) {
+    cwd[0] = '\0';
+  }
+  uint32_t h = 2166136261u;
+  const char *parts[] = {cwd, db[0] != '/' ? "/" : "", db};
+  for (size_t i = 0; i < 3; i++) {
+    for (const char *p = parts[i]; *p; p++) {
+      h = (h ^ (uint8_t)*p) * 16777619u;
+    }
+  }
+  snprintf(out, cap, "edgemon-aggregator-%.24s-%08x", host, (unsigned)h);
+}
+
 static int connect_and_subscribe(agg_t *a) {
   char err[512] = "";
   em_broker_opts_t opts = {
       .client_prefix = "edgemon-aggregator",
-      .client_id = a->cfg.client_id[0] ? a->cfg.client_id : NULL,
+      .client_id = a->cfg.client_id,
+      .persistent = true,
       .mqtt5 = a->cfg.share_group[0] != '\0',
       .tls_ca_file = a->cfg.tls_ca_file,
       .tls_ca_path = a->cfg.tls_ca_path,
@@ -400,7 +441,8 @@ static int connect_and_subscribe(agg_t *a) {
     a->broker = NULL;
     return rc;
   }
-  logf_("mqtt: connected to %s, subscribed to %s%s", a->cfg.broker, pattern,
+  logf_("mqtt: connected to %s as %s (persistent session), subscribed to %s%s", a->cfg.broker,
+        a->cfg.client_id, pattern,
         a->cfg.share_group[0] ? " (and birth/state/status of every device)" : "");
   atomic_store(&a->connected, true);
   return 0;
@@ -416,6 +458,7 @@ static void publish_stats(agg_t *a, uint64_t now_ns) {
   rs->store_rows = st.rows;
   rs->store_batches = st.batches;
   rs->store_errors = st.errors;
+  rs->store_duplicates = st.duplicates;
   rs->n_store_failures = 0;
   for (size_t i = 0; i < st.n_failures && i < EM_AGG_FAILURE_KINDS; i++) {
     em_agg_failure_t *f = &rs->store_failures[rs->n_store_failures++];
@@ -649,9 +692,13 @@ int main(int argc, char **argv) {
   if (security_check(&a.cfg) != 0) {
     return 2;
   }
+  if (!a.cfg.client_id[0]) {
+    default_client_id(a.cfg.db, a.cfg.client_id, sizeof(a.cfg.client_id));
+  }
   if (check) {
-    printf("configuration ok: broker %s, db %s, http %s%s%s\n", a.cfg.broker, a.cfg.db, a.cfg.http,
-           a.cfg.share_group[0] ? ", share group " : "", a.cfg.share_group);
+    printf("configuration ok: broker %s, client id %s, db %s, http %s%s%s\n", a.cfg.broker,
+           a.cfg.client_id, a.cfg.db, a.cfg.http, a.cfg.share_group[0] ? ", share group " : "",
+           a.cfg.share_group);
     return 0;
   }
 

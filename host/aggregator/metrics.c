@@ -469,6 +469,10 @@ static void render_aggregator(const em_registry_t *r, em_text_t *t) {
       {"edgemon_aggregator_store_errors_total", "counter",
        "SQLite writes that failed (edgemon_aggregator_store_failures_total says why).",
        st->store_errors},
+      {"edgemon_aggregator_duplicates_total", "counter",
+       "Data messages not stored because their device, session and seq were stored already "
+       "(a QoS 1 redelivery or an agent's replay).",
+       st->store_duplicates},
       {"edgemon_aggregator_checkpoint_runs_total", "counter", "WAL checkpoints run.",
        st->ckpt_runs},
       {"edgemon_aggregator_checkpoint_frames_total", "counter",

@@ -105,6 +105,7 @@ typedef struct {
   uint64_t store_rows; /* Rows written to SQLite (set by the owner of the store). */
   uint64_t store_batches;
   uint64_t store_errors;
+  uint64_t store_duplicates; /* Data messages already stored: nothing written. */
   em_agg_failure_t store_failures[EM_AGG_FAILURE_KINDS]; /* By table and reason. */
   size_t n_store_failures;
   uint64_t ckpt_runs; /* WAL checkpoints (checkpoint.h). */

@@ -60,9 +60,12 @@
 
 /* PRAGMA application_id of an edgemon store: "EDGM" as a big-endian int32. */
 #define EM_STORE_APP_ID       0x4544474d
-#define EM_STORE_USER_VERSION 2
-#define EM_STORE_CACHE_KIB    32768 /* SQLite page cache: keeps the hot index pages. */
-#define EM_STORE_CKPT_MS      1000  /* WAL checkpoint period (checkpoint.h). */
+#define EM_STORE_USER_VERSION 3
+/* The oldest layout this aggregator still opens: version 2 gains data.session and data.seq
+ * (ALTER TABLE, its old rows keep NULL there) and the unique index on them. */
+#define EM_STORE_MIGRATES_FROM 2
+#define EM_STORE_CACHE_KIB     32768 /* SQLite page cache: keeps the hot index pages. */
+#define EM_STORE_CKPT_MS       1000  /* WAL checkpoint period (checkpoint.h). */
 /* The WAL's bounds (SCHEMA.md, "WAL bound"). After a commit that leaves the WAL file above
  * EM_STORE_WAL_RESTART_BYTES the writer checkpoints what the checkpointer has not yet copied,
  * so that its next batch starts the log over; the log restart cuts the file back to that size
@@ -130,7 +133,10 @@ static const char *const stmt_sql[ST_COUNT] = {
                  "last_seen_ns = max(coalesce(last_seen_ns, 0), ?4) WHERE id = ?1",
     [ST_SEEN] = "UPDATE devices SET level = coalesce(?2, level), "
                 "last_seen_ns = max(coalesce(last_seen_ns, 0), ?3) WHERE id = ?1",
-    [ST_DATA] = "INSERT INTO data(device, time_ns, n, vals) VALUES(?1, ?2, 1, ?3)",
+    /* Idempotent on (device, session, seq): a repeated delivery (QoS 1 redelivery, an agent's
+     * write-ahead replay) changes nothing. ON CONFLICT only skips uniqueness conflicts. */
+    [ST_DATA] = "INSERT INTO data(device, time_ns, n, vals, session, seq) "
+                "VALUES(?1, ?2, 1, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
     [ST_WINDOW] = "INSERT INTO stage_windows(device, time_ns, stage, window_ns, count, sum_ns, "
                   "min_ns, max_ns, p50_ns, p90_ns, p99_ns, p999_ns, scale, zero_count, buckets) "
                   "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
@@ -163,8 +169,10 @@ static const char schema_sql[] =
     "CREATE TABLE IF NOT EXISTS stages (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);"
     "CREATE TABLE IF NOT EXISTS data ("
     " device INTEGER NOT NULL, time_ns INTEGER NOT NULL, n INTEGER NOT NULL DEFAULT 1,"
-    " vals TEXT NOT NULL, counts TEXT);"
+    " vals TEXT NOT NULL, counts TEXT, session INTEGER, seq INTEGER);"
     "CREATE INDEX IF NOT EXISTS data_device_time ON data(device, time_ns);"
+    "CREATE UNIQUE INDEX IF NOT EXISTS data_device_session_seq ON data(device, session, seq)"
+    " WHERE seq IS NOT NULL;"
     "CREATE VIEW IF NOT EXISTS samples AS"
     " SELECT d.device AS device, d.time_ns AS time_ns, CAST(j.key AS INTEGER) AS metric,"
     " j.value AS value,"
@@ -730,6 +738,9 @@ static bool json_put(em_store_t *s, size_t *len, int64_t metric_id, const em_val
   return true;
 }
 
+/* Writes the data row of one data message; a message already stored (same device, session and
+ * seq) is counted in stats.duplicates and changes nothing. Then its stage windows, and the
+ * device's last_seen_ns and level (deferred to the commit when entry is given). */
 static int add_data(em_store_t *s, int64_t dev_id, name_id_t *entry, const em_device_t *dev,
                     const em_data_t *d) {
   int result = 0;
@@ -738,19 +749,6 @@ static int add_data(em_store_t *s, int64_t dev_id, name_id_t *entry, const em_de
   int level = !d->historical && d->level >= EM_LEVEL_NOMINAL && d->level <= EM_LEVEL_CRITICAL
                   ? (int)d->level
                   : -1;
-
-  if (entry) {
-    /* Deferred to the commit: one devices UPDATE per device per batch. */
-    if (!entry->seen_dirty || d->head.time_ns > entry->seen_ns) {
-      entry->seen_ns = d->head.time_ns;
-    }
-    if (level >= 0) {
-      entry->level = (int8_t)level;
-    }
-    entry->seen_dirty = true;
-  } else if (write_seen(s, dev_id, level, d->head.time_ns) != 0) {
-    result = -EIO;
-  }
 
   bool ok = json_reserve(s, 64);
   size_t len = 1; /* s->json[0] becomes the opening brace. */
@@ -782,9 +780,29 @@ static int add_data(em_store_t *s, int64_t dev_id, name_id_t *entry, const em_de
     sqlite3_bind_int64(st, 1, dev_id);
     sqlite3_bind_int64(st, 2, clamp_i64(d->head.time_ns));
     sqlite3_bind_text(st, 3, s->json, (int)len, SQLITE_STATIC);
-    if (row_done(s, step_done(s, st)) != 0) {
+    sqlite3_bind_int64(st, 4, d->head.session);
+    sqlite3_bind_int64(st, 5, d->seq);
+    if (step_done(s, st) != 0) {
       result = -EIO;
+    } else if (sqlite3_changes(s->db) == 0) {
+      s->stats.duplicates++; /* Stored already: its windows and level are too. */
+      return result;
+    } else {
+      s->stats.pending++;
     }
+  }
+
+  if (entry) {
+    /* Deferred to the commit: one devices UPDATE per device per batch. */
+    if (!entry->seen_dirty || d->head.time_ns > entry->seen_ns) {
+      entry->seen_ns = d->head.time_ns;
+    }
+    if (level >= 0) {
+      entry->level = (int8_t)level;
+    }
+    entry->seen_dirty = true;
+  } else if (write_seen(s, dev_id, level, d->head.time_ns) != 0) {
+    result = -EIO;
   }
 
   for (size_t i = 0; d->stages && i < d->n_stages; i++) {
@@ -1063,7 +1081,7 @@ static int check_and_create(em_store_t *s, char *err, size_t err_cap) {
             path, (unsigned long long)(uint32_t)app_id, (long long)n_tables);
     return -EIO;
   }
-  if (app_id == EM_STORE_APP_ID && user_version < EM_STORE_USER_VERSION) {
+  if (app_id == EM_STORE_APP_ID && user_version < EM_STORE_MIGRATES_FROM) {
     set_err(err, err_cap,
             "%s: edgemon database schema version %lld is older than this aggregator's %d "
             "(samples were one row per metric); move the file aside or give another --db",
@@ -1104,9 +1122,14 @@ static int check_and_create(em_store_t *s, char *err, size_t err_cap) {
     return -EIO;
   }
 
-  char create[sizeof(schema_sql) + 128];
-  snprintf(create, sizeof(create), "BEGIN;%sPRAGMA application_id=%d;PRAGMA user_version=%d;COMMIT",
-           schema_sql, EM_STORE_APP_ID, EM_STORE_USER_VERSION);
+  /* Version 2 -> 3: the data columns the unique index needs, in the same transaction. */
+  static const char migrate_v2[] =
+      "ALTER TABLE data ADD COLUMN session INTEGER;ALTER TABLE data ADD COLUMN seq INTEGER;";
+  bool migrate = app_id == EM_STORE_APP_ID && user_version == EM_STORE_MIGRATES_FROM;
+  char create[sizeof(schema_sql) + sizeof(migrate_v2) + 128];
+  snprintf(create, sizeof(create),
+           "BEGIN;%s%sPRAGMA application_id=%d;PRAGMA user_version=%d;COMMIT",
+           migrate ? migrate_v2 : "", schema_sql, EM_STORE_APP_ID, EM_STORE_USER_VERSION);
   if (sqlite3_exec(s->db, create, NULL, NULL, &msg) != SQLITE_OK) {
     set_err(err, err_cap, "%s: cannot create the schema: %s", path,
             msg ? msg : sqlite3_errmsg(s->db));

@@ -57,8 +57,10 @@ int em_store_open(em_store_t **out, const em_store_opts_t *opts, em_store_report
  * state -> devices row updated (state also a level_changes row); data -> one data row holding
  * every present value (metrics named through dev's birth when it knows the session, else
  * "alias.N"), one stage_windows row per stage with count > 0, and the device's level and
- * last_seen, written at commit. recv_ns is CLOCK_REALTIME at receipt.
- * Returns 0 or -EIO (the error is counted and the row dropped; the store stays usable).
+ * last_seen, written at commit. A data message whose (device, session, seq) is stored already
+ * writes nothing and is counted (em_store_stats_t.duplicates); it returns 0. recv_ns is
+ * CLOCK_REALTIME at receipt. Returns 0 or -EIO (the error is counted and the row dropped; the store
+ * stays usable).
  */
 int em_store_add(em_store_t *s, const char *device, const em_device_t *dev, const em_msg_t *msg,
                  uint64_t recv_ns);
@@ -92,6 +94,10 @@ typedef struct {
   uint64_t batches; /* Transactions committed. */
   uint64_t errors;  /* Failed statements or commits (the sum of failures[].count). */
   uint64_t pending; /* Rows in the open batch. */
+  /* Data messages not stored because their (device, session, seq) was already (a QoS 1
+   * redelivery, an agent's write-ahead replay). Counted when seen, also in a batch that is
+   * later rolled back. */
+  uint64_t duplicates;
   em_store_failure_count_t failures[EM_STORE_FAILURE_KINDS]; /* In order of first sight. */
   size_t n_failures;
   uint64_t wal_restarts;     /* Commits after which the writer copied the last frames itself. */

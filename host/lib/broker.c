@@ -392,7 +392,7 @@ int em_broker_connect_opts(em_broker_t **out, const char *url, const em_broker_o
              (unsigned long)(ts.tv_nsec & 0xffffff));
   }
   snprintf(b->sync_topic, sizeof(b->sync_topic), "edgemon/v1/~sync/cmd/%s", b->client_id);
-  b->mosq = mosquitto_new(b->client_id, true, b);
+  b->mosq = mosquitto_new(b->client_id, !opts->persistent, b);
   if (!b->mosq) {
     free(b);
     return -ENOMEM;

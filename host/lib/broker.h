@@ -58,7 +58,12 @@ typedef struct {
   const char *client_prefix; /* Random client id starting with this (default "edgemon-host"). */
   const char *client_id;     /* Exact client id instead (NULL: random). */
   bool mqtt5;                /* MQTT v5 instead of v3.1.1. */
-  int keepalive_s;           /* Default 30. */
+  /* Keep the session: clean session off (v3.1.1), so the broker keeps this client id's
+   * subscriptions while it is away and queues their QoS 1 messages for it (up to the broker's
+   * max_queued_messages). Use with a stable client_id. MQTT v5 sessions are not kept (the
+   * session expiry interval stays 0). */
+  bool persistent;
+  int keepalive_s; /* Default 30. */
   /* TLS, for mqtts:// URLs only. With neither CA option the system's CA certificates verify
    * the broker. TLS 1.2, the broker's certificate always verified. */
   const char *tls_ca_file;   /* CA certificates (PEM) that verify the broker. */

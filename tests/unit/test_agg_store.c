@@ -165,10 +165,13 @@ static const em_stage_t stages[] = {
     {.name = "idle-stage", .count = 0},
 };
 
+/* Each data message gets the next seq: the store keeps one row per (device, session, seq). */
+static uint32_t next_seq;
+
 static em_msg_t data_msg(uint32_t session, uint64_t time_ns, em_sample_t *samples, size_t n) {
   em_msg_t m = {.kind = EM_MSG_DATA};
   m.u.data = (em_data_t){.head = {.time_ns = time_ns, .session = session},
-                         .seq = 1,
+                         .seq = ++next_seq,
                          .window_ns = 100000000,
                          .level = EM_LEVEL_WARN,
                          .samples = samples,
@@ -197,7 +200,7 @@ static void store_create_makes_tables_and_application_id(void **state) {
   assert_int_equal(em_store_close(s), 0);
 
   assert_int_equal(q_int(f->path, "PRAGMA application_id"), 0x4544474d);
-  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 2);
+  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 3);
   assert_int_equal(q_int(f->path, "SELECT journal_mode = 'wal' FROM pragma_journal_mode"), 1);
   static const char *const tables[] = {"meta", "devices",       "metrics",      "stages",
                                        "data", "stage_windows", "level_changes"};
@@ -210,10 +213,14 @@ static void store_create_makes_tables_and_application_id(void **state) {
   assert_int_equal(q_int(f->path, "SELECT count(*) FROM sqlite_schema WHERE type='index' AND "
                                   "name='data_device_time'"),
                    1);
-  /* The hot tables carry one index each: every index is paid on every insert. */
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM sqlite_schema WHERE type='index' AND "
+                                  "name='data_device_session_seq'"),
+                   1);
+  /* Every index is paid on every insert: (device, time_ns) on both hot tables, and data's
+   * unique (device, session, seq) that makes a repeated delivery store nothing. */
   assert_int_equal(q_int(f->path, "SELECT count(*) FROM sqlite_schema WHERE type='index' AND "
                                   "tbl_name IN ('data', 'stage_windows')"),
-                   2);
+                   3);
   assert_int_equal(q_int(f->path, "SELECT count(*) FROM sqlite_schema WHERE type='view' AND "
                                   "name='samples'"),
                    1);
@@ -329,6 +336,7 @@ static void store_tick_commits_when_batch_rows_pending(void **state) {
   for (int i = 0; i < 4; i++) {
     assert_int_equal(em_store_add(s, "dev-1", NULL, &d, T0_NS), 0);
     assert_int_equal(em_store_tick(s, 5 * S_NS), 0);
+    d.u.data.seq++;
   }
   assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples"), 0);
   em_store_stats(s, &stats);
@@ -688,6 +696,7 @@ static void store_deferred_level_keeps_message_order(void **state) {
   assert_int_equal(q_int(f->path, "SELECT last_seen_ns FROM devices"), (int64_t)(T0_NS + 6 * S_NS));
 
   d.u.data.head.time_ns = T0_NS + 7 * S_NS; /* A later data message with a level: it wins. */
+  d.u.data.seq = ++next_seq;
   assert_int_equal(em_store_add(s, "dev-1", NULL, &d, T0_NS), 0);
   assert_int_equal(em_store_close(s), 0);
   assert_int_equal(q_int(f->path, "SELECT level FROM devices"), EM_LEVEL_WARN);
@@ -720,21 +729,92 @@ static void store_historical_messages_do_not_set_the_current_level(void **state)
   assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples"), 1);
 }
 
+/* Creates a store at f->path, closes it and runs sql on it over a connection of its own (a
+ * store as an older aggregator left it). */
+static void make_store_then(fixture_t *f, const char *sql) {
+  em_store_opts_t o = opts_for(f);
+  assert_int_equal(em_store_close(open_ok(f, &o, NULL)), 0);
+  sqlite3 *db = NULL;
+  assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
+  char *msg = NULL;
+  if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+    fail_msg("%s: %s", sql, msg ? msg : "?");
+  }
+  sqlite3_close(db);
+}
+
 /* A store of schema version 1 (one samples row per metric) is refused with a clear message. */
 static void store_open_refuses_older_schema(void **state) {
   fixture_t *f = *state;
   em_store_opts_t o = opts_for(f);
-  em_store_t *s = open_ok(f, &o, NULL);
-  assert_int_equal(em_store_close(s), 0);
-  sqlite3 *db = NULL;
-  assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
-  assert_int_equal(sqlite3_exec(db, "PRAGMA user_version=1", NULL, NULL, NULL), SQLITE_OK);
-  sqlite3_close(db);
+  em_store_t *s = NULL;
+  make_store_then(f, "PRAGMA user_version=1");
   char err[512];
   assert_int_equal(em_store_open(&s, &o, NULL, err, sizeof(err)), -EIO);
   assert_null(s);
   assert_non_null(strstr(err, "schema version 1 is older"));
   assert_non_null(strstr(err, f->path));
+}
+
+/* A data message delivered again (QoS 1 redelivery, an agent's replay), in the same batch or a
+ * later one, stores no row and is counted; the same seq of another session or device is a
+ * message of its own. */
+static void store_repeated_data_message_is_stored_once_and_counted(void **state) {
+  fixture_t *f = *state;
+  em_store_opts_t o = opts_for(f);
+  em_store_t *s = open_ok(f, &o, NULL);
+  add_birth(f, s, 7);
+  em_sample_t smp[] = {{.alias = 1, .value = {.type = EM_VALUE_UINT, .as.u = 42}}};
+  em_msg_t m = data_msg(7, T0_NS + 1000, smp, 1);
+  assert_int_equal(em_store_add(s, "dev-1", f->dev, &m, T0_NS), 0);
+  assert_int_equal(em_store_add(s, "dev-1", f->dev, &m, T0_NS), 0); /* Same batch. */
+  assert_int_equal(em_store_flush(s), 0);
+  assert_int_equal(em_store_add(s, "dev-1", f->dev, &m, T0_NS), 0); /* A later batch. */
+  em_msg_t other_session = m;
+  other_session.u.data.head.session = 8;
+  assert_int_equal(em_store_add(s, "dev-1", f->dev, &other_session, T0_NS), 0);
+  assert_int_equal(em_store_add(s, "dev-2", NULL, &m, T0_NS), 0);
+  em_store_stats_t st;
+  em_store_stats(s, &st);
+  assert_int_equal(st.duplicates, 2);
+  assert_int_equal(em_store_close(s), 0);
+
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data"), 3);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data d JOIN devices v ON v.id = d.device "
+                                  "WHERE v.name = 'dev-1' AND d.session = 7"),
+                   1);
+  char sql[200];
+  snprintf(sql, sizeof(sql), "SELECT count(*) FROM data WHERE seq = %u", (unsigned)m.u.data.seq);
+  assert_int_equal(q_int(f->path, sql), 3);
+  /* The repeated message's stage windows are not stored again either. */
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM stage_windows"), 3);
+}
+
+/* A store of schema version 2 (data without session and seq) is migrated at open: its rows
+ * stay, the columns and the unique index are added, user_version becomes 3. */
+static void store_open_migrates_version_2(void **state) {
+  fixture_t *f = *state;
+  em_store_opts_t o = opts_for(f);
+  make_store_then(f, "DROP INDEX data_device_session_seq;"
+                     "ALTER TABLE data DROP COLUMN seq;ALTER TABLE data DROP COLUMN session;"
+                     "INSERT INTO devices(id, name) VALUES(1, 'dev-1');"
+                     "INSERT INTO data(device, time_ns, vals) VALUES(1, 5, '{}');"
+                     "INSERT INTO data(device, time_ns, vals) VALUES(1, 5, '{}');"
+                     "PRAGMA user_version=2");
+
+  em_store_t *s = open_ok(f, &o, NULL);
+  em_sample_t smp[] = {{.alias = 1, .value = {.type = EM_VALUE_UINT, .as.u = 42}}};
+  em_msg_t m = data_msg(7, T0_NS, smp, 1);
+  assert_int_equal(em_store_add(s, "dev-1", NULL, &m, T0_NS), 0);
+  assert_int_equal(em_store_add(s, "dev-1", NULL, &m, T0_NS), 0);
+  assert_int_equal(em_store_close(s), 0);
+  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 3);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM sqlite_schema WHERE type='index' AND "
+                                  "name='data_device_session_seq'"),
+                   1);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data WHERE seq IS NULL"), 2);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data WHERE seq IS NOT NULL"), 1);
+  assert_int_equal(q_int(f->path, "SELECT integrity_check = 'ok' FROM pragma_integrity_check"), 1);
 }
 
 static void store_open_refuses_what_is_not_a_store(void **state) {
@@ -813,6 +893,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(store_historical_messages_do_not_set_the_current_level, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(store_open_refuses_what_is_not_a_store, setup, teardown),
+      cmocka_unit_test_setup_teardown(store_repeated_data_message_is_stored_once_and_counted, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(store_open_migrates_version_2, setup, teardown),
       cmocka_unit_test_setup_teardown(store_open_rejects_bad_options, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
