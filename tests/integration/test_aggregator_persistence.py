@@ -6,7 +6,9 @@ session and seq rewritten). While the aggregator is away (SIGKILL) the broker qu
 messages for its session; a restart with the same client id stores every one of them once. A
 data message delivered twice (same device, session and seq) is one row and counted in
 edgemon_aggregator_duplicates_total. An aggregator under another client id does not get the
-queue: the session is what carries it.
+queue: the session is what carries it. With the queue and persistence settings of the shipped
+broker config (firmware/mosquitto/mosquitto-edgemon.conf) the queue also survives a broker
+restart.
 
 The database is read through read-only connections of Python's sqlite3 module.
 """
@@ -17,7 +19,7 @@ import sqlite3
 
 import pytest
 
-from conftest import ROOT, Aggregator, mqtt_client, wait_for
+from conftest import ROOT, Aggregator, ConfBroker, free_port, mqtt_client, wait_for
 from test_aggregator import rows as query
 
 DATA = (ROOT / "proto" / "vectors" / "data_basic.cbor").read_bytes()
@@ -152,3 +154,31 @@ def test_another_client_id_does_not_get_the_queue(stack, run):
     run(broker.port, client_id="agg-owner")
     wait_for(lambda: len(stored(db, "dev-c")) == 51, 30, "the owner's queue stored")
     assert stored(db, "dev-c") == [(3, seq) for seq in range(50)] + [(3, 1000)]
+
+
+SHIPPED = ROOT / "firmware" / "mosquitto" / "mosquitto-edgemon.conf"
+QUEUE_KEYS = ("max_queued_messages", "max_queued_bytes", "max_inflight_messages", "persistence",
+              "autosave_interval", "persistent_client_expiration")
+
+
+def test_shipped_queue_settings_keep_the_queue_across_a_broker_restart(stack, run):
+    """The queue and persistence lines of the shipped broker config, on a plain loopback
+    listener: the aggregator is away, the broker is restarted (a clean stop saves its
+    database), and the aggregator still gets every queued message."""
+    lines = [ln for ln in SHIPPED.read_text().splitlines() if ln.split(" ")[0] in QUEUE_KEYS]
+    assert {ln.split(" ")[0] for ln in lines} == set(QUEUE_KEYS)
+    port = free_port()
+    conf = (f"listener {port} 127.0.0.1\nallow_anonymous true\n" + "\n".join(lines) +
+            f"\npersistence_location {stack.tmp}/\n")
+    broker = ConfBroker(stack.tmp, conf, port).start()
+    try:
+        db = stack.tmp / "agg.db"
+        run(port, client_id="agg-persist").stop(signal.SIGKILL)
+        publish_all(port, "dev-r", [data_msg(5, seq) for seq in range(100)])
+        broker.stop()  # SIGTERM: mosquitto saves sessions and queues to persistence_location.
+        broker = ConfBroker(stack.tmp, conf, port).start()
+        run(port, client_id="agg-persist")
+        wait_for(lambda: len(stored(db, "dev-r")) == 100, 30, "the queue kept by the broker")
+        assert stored(db, "dev-r") == [(5, seq) for seq in range(100)]
+    finally:
+        broker.stop()
