@@ -696,9 +696,9 @@ int main(int argc, char **argv) {
     default_client_id(a.cfg.db, a.cfg.client_id, sizeof(a.cfg.client_id));
   }
   if (check) {
-    printf("configuration ok: broker %s, client id %s, db %s, http %s%s%s\n", a.cfg.broker,
-           a.cfg.client_id, a.cfg.db, a.cfg.http, a.cfg.share_group[0] ? ", share group " : "",
-           a.cfg.share_group);
+    printf("configuration ok: broker %s, db %s, http %s%s%s, client id %s\n", a.cfg.broker,
+           a.cfg.db, a.cfg.http, a.cfg.share_group[0] ? ", share group " : "", a.cfg.share_group,
+           a.cfg.client_id);
     return 0;
   }
 
