@@ -91,7 +91,8 @@ def test_torch_example_report_without_an_agent(tmp_path):
     lines = r.stdout.splitlines()
     assert lines[0] == "edgemon-example: window start"
     rep = json.loads(lines[-1])
-    assert 20 <= rep["frames"] <= 41
+    # Paced at 20 fps for 2 s: never more than 41 frames; how many fewer is the machine's speed.
+    assert 1 <= rep["frames"] <= 41
     assert 0 < rep["frame_ms"]["p50"] <= rep["frame_ms"]["p99"] <= rep["frame_ms"]["max"]
     assert rep["cpu_ms_per_frame"] > 0
     # Spans with no agent: counted as undeliverable, never raised.
