@@ -243,16 +243,10 @@ static bool exists(const char *path, bool want_dir) {
   return want_dir ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode);
 }
 
-/* Reads a small file at discovery into buf (NUL-terminated; what does not fit is left out)
- * with the common bounded reader. Returns bytes or -errno. */
-static ssize_t slurp(const char *path, char *buf, size_t cap) {
-  return em_file_read_small(path, buf, cap, NULL);
-}
-
 /* A name file (zone type, rail label, chip name) sanitised. Returns 0 or negative. */
 static int read_name(const char *path, char *out, size_t cap) {
   char buf[128];
-  ssize_t n = slurp(path, buf, sizeof buf);
+  ssize_t n = em_file_read_small(path, buf, sizeof buf, NULL);
   if (n < 0) {
     return (int)n;
   }
@@ -262,7 +256,7 @@ static int read_name(const char *path, char *out, size_t cap) {
 /* An integer file at discovery. Returns 0 or negative. */
 static int read_int(const char *path, int64_t *out) {
   char buf[READ_BYTES + 1];
-  ssize_t n = slurp(path, buf, sizeof buf);
+  ssize_t n = em_file_read_small(path, buf, sizeof buf, NULL);
   if (n < 0) {
     return (int)n;
   }
