@@ -39,6 +39,9 @@ def run_kill_during_stop(stack, write_ahead):
     wait_for(lambda: len(sub.seqs(session)) >= 10, 10, "live data")
     time.sleep(1.5)  # the subscriber's session is in the broker's autosave (every second)
     broker.proc.send_signal(signal.SIGSTOP)
+    # What the broker wrote to the subscriber's socket before it stopped is still on its way:
+    # let it arrive, so that every later sequence number can only come from the replay.
+    time.sleep(0.5)
     seen_before = max(sub.seqs(session))
     try:
         time.sleep(2)  # ~20 data messages sent, none acknowledged
