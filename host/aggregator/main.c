@@ -20,8 +20,20 @@
  * queues their messages (up to its max_queued_messages, firmware/mosquitto/), and a restarted
  * aggregator with the same id receives them. The default id names the host and the database
  * (default_client_id()): the queued messages belong to the history they will be written into.
- * The store ignores a data message it holds already (same device, session and seq), so a
- * redelivery stores nothing twice.
+ * The store ignores a data or state message it holds already (data: same device, session and
+ * seq; state: same device, session, time and level), so a redelivery stores nothing twice.
+ *
+ * Nothing acknowledged is lost: the session acknowledges a QoS 1 message only once its rows
+ * are committed (em_broker_opts_t.before_ack, commit_before_ack()). The MQTT loop reads a burst
+ * of messages into the open batch, commits it, and only then writes their PUBACKs; a kill -9
+ * before the commit leaves them unacknowledged, and the broker sends them again to the
+ * restarted session. A commit that fails, or a row that failed for a reason that may pass
+ * (busy, full disk, I/O error: em_store_add() returns -EAGAIN), refuses the acknowledgement:
+ * the connection is dropped and the broker sends the burst again on the next one. Under a
+ * flood a burst is what the broker has in flight for the session (its max_inflight_messages,
+ * 20 in the shipped config) or up to EM_BROKER_ACK_BURST_MAX messages: one commit per burst,
+ * not per message. QoS 0 messages are never acknowledged; they still commit every --batch-ms
+ * or --batch-rows, so a crash may lose the QoS 0 part of the open batch.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "http.h"
@@ -86,7 +98,14 @@ typedef struct {
   uint64_t malformed_logged;    /* registry malformed count at the last log line. */
   uint64_t rejected_logged;     /* Sum of the registry's rejected counts at the last log line. */
   uint64_t next_failure_log_ns; /* CLOCK_MONOTONIC before which store failures wait. */
+  bool ack_veto; /* A row of the current burst failed for a reason that may pass (-EAGAIN). */
+  /* Sessions dropped in a row because the store refused their acknowledgement (0 after a
+   * commit that let one through): each doubles the wait before the next connect. */
+  unsigned refusals;
 } agg_t;
+
+#define BACKOFF_MIN_MS 250u
+#define BACKOFF_MAX_MS 10000u
 
 /* Store failures are logged at most this often (the first one at once). */
 #define FAILURE_LOG_PERIOD_NS 10000000000ull
@@ -141,7 +160,10 @@ static void usage(FILE *out) {
           "  --db PATH            SQLite database (default edgemon.db)\n"
           "  --http HOST:PORT     where to serve HTTP (default 127.0.0.1:9108; port 0: any)\n"
           "  --batch-ms N         commit at least every N ms (default 500)\n"
-          "  --batch-rows N       ... or every N rows (default 5000)\n"
+          "  --batch-rows N       ... or every N rows (default 5000); a QoS 1 message is\n"
+          "                       acknowledged to the broker only once its rows are committed\n"
+          "                       (each burst the broker delivers is committed at once), so a\n"
+          "                       crash loses none: the broker sends it again\n"
           "  --retention D        delete history older than D (e.g. 7d, 12h; default 7d; 0 keeps\n"
           "                       all); samples older than downsample_after (default 1d) are\n"
           "                       averaged to one per downsample_step (default 1m)\n"
@@ -347,7 +369,28 @@ static void on_message(void *ctx, const char *topic, const uint8_t *payload, siz
   if (in.needs_rebirth) {
     publish_rebirth(a, in.device);
   }
-  (void)em_store_add(a->store, in.device, in.agg->dev, &in.msg, clock_ns(CLOCK_REALTIME));
+  if (em_store_add(a->store, in.device, in.agg->dev, &in.msg, clock_ns(CLOCK_REALTIME)) ==
+      -EAGAIN) {
+    a->ack_veto = true; /* Not stored, but might be on a redelivery: no acknowledgement. */
+  }
+}
+
+/* The session's before_ack: a burst of messages was read and some wait for their PUBACK.
+ * Commits the open batch; returns 0 (acknowledge them), or -EIO when the commit failed or a row
+ * of the burst failed for a reason that may pass, so that the broker sends them again. */
+static int commit_before_ack(void *ctx) {
+  agg_t *a = ctx;
+  bool veto = a->ack_veto;
+  a->ack_veto = false;
+  int rc = em_store_flush(a->store);
+  if (rc == 0 && !veto) {
+    a->refusals = 0;
+    return 0;
+  }
+  a->refusals++;
+  logf_("store: %s; not acknowledging the messages just received (the broker sends them again)",
+        rc != 0 ? "the commit failed" : "a row could not be written");
+  return -EIO;
 }
 
 /* /healthz: down while the MQTT session is away; degraded while the latest /metrics had to
@@ -413,7 +456,9 @@ static int connect_and_subscribe(agg_t *a) {
       .tls_insecure = a->cfg.tls_insecure,
       .username = a->cfg.creds.username[0] ? a->cfg.creds.username : NULL,
       .password = a->cfg.creds.password[0] ? a->cfg.creds.password : NULL,
+      .before_ack = commit_before_ack,
   };
+  a->ack_veto = false;
   int rc = em_broker_connect_opts(&a->broker, a->cfg.broker, &opts, on_message, a, 5.0, err,
                                   sizeof(err));
   if (rc != 0) {
@@ -510,7 +555,7 @@ static void on_signal(int sig) {
 }
 
 static int run(agg_t *a) {
-  uint64_t backoff_ms = 250;
+  uint64_t backoff_ms = BACKOFF_MIN_MS;
   uint64_t next_connect = 0;
   uint64_t next_stats = 0;
   uint64_t ttl_ns = a->cfg.device_ttl_s * 1000000000u;
@@ -522,18 +567,27 @@ static int run(agg_t *a) {
     uint64_t now = clock_ns(CLOCK_MONOTONIC);
     if (!a->broker && now >= next_connect) {
       if (connect_and_subscribe(a) == 0) {
-        backoff_ms = 250;
+        backoff_ms = BACKOFF_MIN_MS;
       } else {
         next_connect = now + backoff_ms * 1000000u;
-        backoff_ms = backoff_ms * 2 > 10000 ? 10000 : backoff_ms * 2;
+        backoff_ms = backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff_ms * 2;
       }
     }
-    if (a->broker && em_broker_run(a->broker, 100) != 0) {
-      logf_("mqtt: lost the connection to %s; reconnecting", a->cfg.broker);
+    int brc = a->broker ? em_broker_run(a->broker, 100) : 0;
+    if (brc != 0) {
+      logf_("mqtt: %s %s; reconnecting",
+            brc == -ECONNRESET ? "lost the connection to" : "dropped the connection to",
+            a->cfg.broker);
       atomic_store(&a->connected, false);
       em_broker_free(a->broker);
       a->broker = NULL;
-      next_connect = clock_ns(CLOCK_MONOTONIC) + backoff_ms * 1000000u;
+      uint64_t wait_ms = backoff_ms;
+      if (a->refusals > 0) { /* The store refuses: retry less and less often. */
+        unsigned shift = a->refusals < 6 ? a->refusals : 6;
+        wait_ms =
+            (BACKOFF_MIN_MS << shift) > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : (BACKOFF_MIN_MS << shift);
+      }
+      next_connect = clock_ns(CLOCK_MONOTONIC) + wait_ms * 1000000u;
     } else if (!a->broker) {
       struct timespec nap = {0, 50000000};
       nanosleep(&nap, NULL);
@@ -708,6 +762,9 @@ int main(int argc, char **argv) {
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
+  /* Past a file size limit (ulimit -f) a write fails with EFBIG, which the store reports as a
+   * failed write (nothing acknowledged), instead of the signal killing the process. */
+  signal(SIGXFSZ, SIG_IGN);
 
   int exit_code = 1;
   char err[512] = "";
@@ -730,8 +787,9 @@ int main(int argc, char **argv) {
     if (report.last_commit_ns && gmtime_r(&t, &tm)) {
       strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
     }
-    logf_("store: the previous run did not stop cleanly; its last commit was at %s, so up to one "
-          "batch (%llu rows or %llu ms of messages) after it may be lost",
+    logf_("store: the previous run did not stop cleanly; its last commit was at %s. QoS 1 "
+          "messages were acknowledged only once committed: the broker sends the rest again. "
+          "QoS 0 messages of its last batch (up to %llu rows or %llu ms) may be lost",
           when, (unsigned long long)a.cfg.batch_rows, (unsigned long long)a.cfg.batch_ms);
   }
   logf_("store: %s %s (WAL, batches of %llu rows or %llu ms)",

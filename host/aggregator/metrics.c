@@ -470,8 +470,8 @@ static void render_aggregator(const em_registry_t *r, em_text_t *t) {
        "SQLite writes that failed (edgemon_aggregator_store_failures_total says why).",
        st->store_errors},
       {"edgemon_aggregator_duplicates_total", "counter",
-       "Data messages not stored because their device, session and seq were stored already "
-       "(a QoS 1 redelivery or an agent's replay).",
+       "Data and state messages not stored because they were stored already (a QoS 1 "
+       "redelivery or an agent's replay).",
        st->store_duplicates},
       {"edgemon_aggregator_checkpoint_runs_total", "counter", "WAL checkpoints run.",
        st->ckpt_runs},

@@ -27,8 +27,10 @@
  *     batch_rows rows are pending or batch_ms have passed since the first tick that saw the
  *     batch (the caller's clock, so tests drive time). Each commit also writes
  *     meta.last_commit_ns (CLOCK_REALTIME) inside the batch.
- *  7. Errors: a failed row statement counts an error and drops that row; a failed COMMIT counts
- *     an error, rolls back and returns -EIO. The store stays usable after both. Every failure is
+ *  7. Errors: a failed row statement counts an error and drops that row (em_store_add() says
+ *     -EAGAIN when its reason may pass: busy, locked, full, I/O, out of memory, so that the
+ *     caller does not acknowledge the message and gets it again); a failed COMMIT counts an
+ *     error, rolls back and returns -EIO. The store stays usable after both. Every failure is
  *     counted by table and SQLite reason (em_store_stats_t.failures) and its text (table, device,
  *     SQLite's message) kept for the caller's rate-limited log (em_store_take_failure()).
  *
@@ -60,9 +62,10 @@
 
 /* PRAGMA application_id of an edgemon store: "EDGM" as a big-endian int32. */
 #define EM_STORE_APP_ID       0x4544474d
-#define EM_STORE_USER_VERSION 3
+#define EM_STORE_USER_VERSION 4
 /* The oldest layout this aggregator still opens: version 2 gains data.session and data.seq
- * (ALTER TABLE, its old rows keep NULL there) and the unique index on them. */
+ * (ALTER TABLE, its old rows keep NULL there) and the unique index on them; versions 2 and 3
+ * gain the unique index of level_changes (their repeated rows deleted first, the first kept). */
 #define EM_STORE_MIGRATES_FROM 2
 #define EM_STORE_CACHE_KIB     32768 /* SQLite page cache: keeps the hot index pages. */
 #define EM_STORE_CKPT_MS       1000  /* WAL checkpoint period (checkpoint.h). */
@@ -140,8 +143,11 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_WINDOW] = "INSERT INTO stage_windows(device, time_ns, stage, window_ns, count, sum_ns, "
                   "min_ns, max_ns, p50_ns, p90_ns, p99_ns, p999_ns, scale, zero_count, buckets) "
                   "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+    /* Idempotent on (device, session, time_ns, level): a state message carries no seq, and
+     * one change of one session at one time to one level is one change. */
     [ST_LEVEL] = "INSERT INTO level_changes(device, time_ns, session, level, prev_level, rule, "
-                 "stage, value, bound, reason) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                 "stage, value, bound, reason) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) "
+                 "ON CONFLICT DO NOTHING",
     [ST_META_SET] = "INSERT INTO meta(key, value) VALUES(?1, ?2) ON CONFLICT(key) DO UPDATE SET "
                     "value = excluded.value",
     [ST_META_GET] = "SELECT value FROM meta WHERE key = ?1",
@@ -191,7 +197,9 @@ static const char schema_sql[] =
     " level INTEGER NOT NULL, prev_level INTEGER NOT NULL, rule TEXT, stage TEXT,"
     " value REAL, bound REAL, reason TEXT);"
     "CREATE INDEX IF NOT EXISTS level_changes_device_time ON level_changes(device, time_ns);"
-    "CREATE INDEX IF NOT EXISTS level_changes_time ON level_changes(time_ns);";
+    "CREATE INDEX IF NOT EXISTS level_changes_time ON level_changes(time_ns);"
+    "CREATE UNIQUE INDEX IF NOT EXISTS level_changes_device_session_time_level"
+    " ON level_changes(device, session, time_ns, level);";
 
 struct em_store {
   sqlite3 *db;
@@ -207,9 +215,10 @@ struct em_store {
   size_t json_cap;
   em_store_stats_t stats;
   em_ckpt_t *ckpt;
-  char *wal_path;         /* PATH-wal */
-  const char *device;     /* Device of the message being added (borrowed for the call). */
-  uint64_t failed_untold; /* Failures since em_store_take_failure() last reported. */
+  char *wal_path;          /* PATH-wal */
+  const char *device;      /* Device of the message being added (borrowed for the call). */
+  uint64_t failed_untold;  /* Failures since em_store_take_failure() last reported. */
+  uint64_t failed_passing; /* Failures whose reason may pass (busy, full, I/O), since open. */
   char last_failure[EM_STORE_FAILURE_TEXT];
 };
 
@@ -327,6 +336,20 @@ static const char *reason_of(int rc) {
 static void note_failure(em_store_t *s, const char *table, int rc) {
   const char *reason = rc == -ENOMEM ? "nomem" : reason_of(rc);
   s->stats.errors++;
+  switch (rc == -ENOMEM ? SQLITE_NOMEM : rc & 0xff) {
+  case SQLITE_BUSY:
+  case SQLITE_LOCKED:
+  case SQLITE_NOMEM:
+  case SQLITE_IOERR:
+  case SQLITE_FULL:
+  case SQLITE_CANTOPEN:
+  case SQLITE_READONLY:
+  case SQLITE_PROTOCOL:
+    s->failed_passing++;
+    break;
+  default:
+    break;
+  }
   s->failed_untold++;
   em_store_failure_count_t *slot = NULL;
   for (size_t i = 0; i < s->stats.n_failures; i++) {
@@ -622,18 +645,7 @@ static int add_status(em_store_t *s, int64_t dev_id, const em_status_t *m) {
 }
 
 static int add_state(em_store_t *s, int64_t dev_id, const em_state_t *m) {
-  int rc = 0;
-  sqlite3_stmt *st;
-  if (!m->historical) { /* A replayed change goes to level_changes only. */
-    st = s->st[ST_STATE];
-    sqlite3_bind_int64(st, 1, dev_id);
-    bind_level(st, 2, m->level);
-    bind_text(st, 3, m->reason);
-    sqlite3_bind_int64(st, 4, clamp_i64(m->head.time_ns));
-    rc = row_done(s, step_done(s, st));
-  }
-
-  st = s->st[ST_LEVEL];
+  sqlite3_stmt *st = s->st[ST_LEVEL];
   sqlite3_bind_int64(st, 1, dev_id);
   sqlite3_bind_int64(st, 2, clamp_i64(m->head.time_ns));
   sqlite3_bind_int64(st, 3, m->head.session);
@@ -644,8 +656,22 @@ static int add_state(em_store_t *s, int64_t dev_id, const em_state_t *m) {
   bind_value(st, 8, &m->value);
   bind_value(st, 9, &m->bound);
   bind_text(st, 10, m->reason);
-  int rc2 = row_done(s, step_done(s, st));
-  return rc ? rc : rc2;
+  int rc = step_done(s, st);
+  if (rc == 0 && sqlite3_changes(s->db) == 0) {
+    s->stats.duplicates++; /* Stored already, and the device's level set by it then. */
+    return 0;
+  }
+  rc = row_done(s, rc);
+  if (!m->historical) { /* A replayed change goes to level_changes only. */
+    st = s->st[ST_STATE];
+    sqlite3_bind_int64(st, 1, dev_id);
+    bind_level(st, 2, m->level);
+    bind_text(st, 3, m->reason);
+    sqlite3_bind_int64(st, 4, clamp_i64(m->head.time_ns));
+    int rc2 = row_done(s, step_done(s, st));
+    rc = rc ? rc : rc2;
+  }
+  return rc;
 }
 
 /* Bucket blob: n_buckets records of 12 bytes, int32 index then uint64 count, little-endian. */
@@ -857,9 +883,10 @@ int em_store_add(em_store_t *s, const char *device, const em_device_t *dev, cons
     return -EINVAL;
   }
   s->device = device;
+  uint64_t passing = s->failed_passing;
   int rc = add_message(s, device, dev, msg);
   s->device = NULL;
-  return rc;
+  return rc < 0 && s->failed_passing > passing ? -EAGAIN : rc;
 }
 
 int em_store_tick(em_store_t *s, uint64_t now_ns) {
@@ -1122,14 +1149,22 @@ static int check_and_create(em_store_t *s, char *err, size_t err_cap) {
     return -EIO;
   }
 
-  /* Version 2 -> 3: the data columns the unique index needs, in the same transaction. */
+  /* Version 2 -> 3: the data columns the unique index needs. Versions 2 and 3 -> 4: a state
+   * message stored more than once keeps its first row, so that the unique index of
+   * level_changes can be created. All in the schema's transaction. */
   static const char migrate_v2[] =
       "ALTER TABLE data ADD COLUMN session INTEGER;ALTER TABLE data ADD COLUMN seq INTEGER;";
-  bool migrate = app_id == EM_STORE_APP_ID && user_version == EM_STORE_MIGRATES_FROM;
-  char create[sizeof(schema_sql) + sizeof(migrate_v2) + 128];
+  static const char migrate_v3[] =
+      "DELETE FROM level_changes WHERE rowid NOT IN (SELECT min(rowid) FROM level_changes"
+      " GROUP BY device, session, time_ns, level);";
+  bool ours = app_id == EM_STORE_APP_ID;
+  bool from_v2 = ours && user_version == EM_STORE_MIGRATES_FROM;
+  bool from_v3 = ours && user_version >= EM_STORE_MIGRATES_FROM && user_version < 4;
+  char create[sizeof(schema_sql) + sizeof(migrate_v2) + sizeof(migrate_v3) + 128];
   snprintf(create, sizeof(create),
-           "BEGIN;%s%sPRAGMA application_id=%d;PRAGMA user_version=%d;COMMIT",
-           migrate ? migrate_v2 : "", schema_sql, EM_STORE_APP_ID, EM_STORE_USER_VERSION);
+           "BEGIN;%s%s%sPRAGMA application_id=%d;PRAGMA user_version=%d;COMMIT",
+           from_v2 ? migrate_v2 : "", from_v3 ? migrate_v3 : "", schema_sql, EM_STORE_APP_ID,
+           EM_STORE_USER_VERSION);
   if (sqlite3_exec(s->db, create, NULL, NULL, &msg) != SQLITE_OK) {
     set_err(err, err_cap, "%s: cannot create the schema: %s", path,
             msg ? msg : sqlite3_errmsg(s->db));

@@ -3,7 +3,9 @@
  * windows with their histogram buckets, and level changes.
  *
  * Writes are batched: em_store_add() queues rows into an open transaction that commits every
- * batch_ms or batch_rows rows (em_store_tick()), so a crash loses at most the open batch. The
+ * batch_ms or batch_rows rows (em_store_tick()), or when the caller asks (em_store_flush(): the
+ * aggregator commits before it acknowledges QoS 1 messages), so a crash loses at most the open
+ * batch, which then holds nothing acknowledged. The
  * database runs in WAL mode with synchronous=NORMAL: a committed batch survives a crash of the
  * process (kill -9); a power loss may lose the last committed batches but never corrupts the
  * file. WAL checkpoints run on a thread of their own (checkpoint.h), which keeps PATH-wal under
@@ -14,7 +16,7 @@
  *
  * Clean-stop detection: a row in table `meta` says whether the last run closed the store; at
  * open, a store that was not closed reports it (report->unclean) so the aggregator can say
- * that the last batch (at most batch_rows rows or batch_ms of data) may be lost.
+ * that the last batch (at most batch_rows rows or batch_ms of data) was not committed.
  *
  * Owns one sqlite3 connection and its prepared statements. Not thread-safe: one thread (the
  * aggregator's MQTT thread) uses it.
@@ -57,10 +59,13 @@ int em_store_open(em_store_t **out, const em_store_opts_t *opts, em_store_report
  * state -> devices row updated (state also a level_changes row); data -> one data row holding
  * every present value (metrics named through dev's birth when it knows the session, else
  * "alias.N"), one stage_windows row per stage with count > 0, and the device's level and
- * last_seen, written at commit. A data message whose (device, session, seq) is stored already
- * writes nothing and is counted (em_store_stats_t.duplicates); it returns 0. recv_ns is
- * CLOCK_REALTIME at receipt. Returns 0 or -EIO (the error is counted and the row dropped; the store
- * stays usable).
+ * last_seen, written at commit. A data message whose (device, session, seq) is stored already,
+ * or a state message whose (device, session, time_ns, level) is, writes nothing and is counted
+ * (em_store_stats_t.duplicates); it returns 0. recv_ns is CLOCK_REALTIME at receipt. Returns 0,
+ * -EAGAIN when a row failed for a reason that may pass (SQLite busy or locked, disk full, I/O
+ * error, out of memory: the caller should not acknowledge the message, so that it comes again),
+ * or -EIO for another failure (the error is counted and the row dropped; the store stays
+ * usable either way).
  */
 int em_store_add(em_store_t *s, const char *device, const em_device_t *dev, const em_msg_t *msg,
                  uint64_t recv_ns);
@@ -94,9 +99,9 @@ typedef struct {
   uint64_t batches; /* Transactions committed. */
   uint64_t errors;  /* Failed statements or commits (the sum of failures[].count). */
   uint64_t pending; /* Rows in the open batch. */
-  /* Data messages not stored because their (device, session, seq) was already (a QoS 1
-   * redelivery, an agent's write-ahead replay). Counted when seen, also in a batch that is
-   * later rolled back. */
+  /* Data messages not stored because their (device, session, seq) was already, and state
+   * messages because their (device, session, time_ns, level) was (a QoS 1 redelivery, an
+   * agent's write-ahead replay). Counted when seen, also in a batch that is later rolled back. */
   uint64_t duplicates;
   em_store_failure_count_t failures[EM_STORE_FAILURE_KINDS]; /* In order of first sight. */
   size_t n_failures;

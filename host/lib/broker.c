@@ -1,8 +1,8 @@
 /*
  * broker.c - a blocking MQTT session for the host tools (see broker.h).
  *
- * libmosquitto is driven from the caller's thread with mosquitto_loop(); nothing here starts a
- * thread. The session's state is three flags and two counters the callbacks update:
+ * libmosquitto is driven from the caller's thread; nothing here starts a thread. The session's
+ * state is three flags and two counters the callbacks update:
  *
  *   connecting --CONNACK ok--> connected --network error / disconnect--> lost
  *        |                                                                 ^
@@ -17,9 +17,30 @@
  * just never come back). '~' is not allowed in a device id, so no agent listens there, and the
  * host tools skip cmd/ topics.
  *
- * TLS (mqtts://) is libmosquitto's: the handshake runs inside mosquitto_loop() while
+ * TLS (mqtts://) is libmosquitto's: the handshake runs inside mosquitto_loop_read/write() while
  * connecting, and OpenSSL's reason for a failure reaches us only through libmosquitto's log
  * callback, which keeps the last error line for the message.
+ *
+ * Two ways to turn the loop (loop_once()):
+ *  - Default: mosquitto_loop(). libmosquitto 2.0 answers an incoming QoS 1 PUBLISH by queueing
+ *    its PUBACK *before* it calls on_message, and a client that is not "threaded" writes a
+ *    queued packet at once: the broker has its acknowledgement before the message is handled.
+ *  - before_ack (acknowledge after): the handle is marked threaded (mosquitto_threaded_set), so
+ *    libmosquitto only queues packets, and drive() does what mosquitto_loop() does in an order
+ *    of its own: poll the socket; read a burst with mosquitto_loop_read() until it would block
+ *    or ack_burst_max messages came (read_burst()); when one of them was QoS > 0, call
+ *    before_ack(); only then mosquitto_loop_misc() (keepalive: PINGREQ queued) and
+ *    mosquitto_loop_write() (PUBACKs, PINGREQ, publishes, TLS records). mosquitto_loop() is
+ *    never called in this mode: it also writes whatever a callback queued during its read
+ *    (the threaded handle's wake-up pipe fills and keeps telling it to), i.e. before the hook.
+ *    A refusing hook marks the session lost without writing (drop()); freeing the handle
+ *    closes the socket, and the broker resends the unacknowledged messages to the session's
+ *    next connection.
+ *
+ *      read burst --no QoS>0 message--> misc, write --> poll
+ *          |                                 ^
+ *          +--QoS>0--> before_ack() --0------+
+ *                           \--<0--> drop(): lost, nothing written
  */
 #define _POSIX_C_SOURCE 200809L
 #include "broker.h"
@@ -27,6 +48,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <mosquitto.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +72,12 @@ struct em_broker {
   uint32_t sync_seen; /* ... and received back. */
   uint64_t in_flight; /* QoS 1 publishes not yet acknowledged. */
   uint64_t received;
-  char last_log_error[256]; /* libmosquitto's last error line (OpenSSL's reason), "" if none. */
+  int (*before_ack)(void *ctx); /* NULL: libmosquitto acknowledges as it reads. */
+  unsigned ack_burst_max;       /* Messages per read burst at most (before_ack set). */
+  unsigned burst;               /* Messages delivered in the current burst. */
+  bool ack_due;                 /* A message of the burst wants an acknowledgement. */
+  int ack_refused;              /* before_ack()'s errno once it refused, else 0. */
+  char last_log_error[256];     /* libmosquitto's last error line (OpenSSL's reason), "" if none. */
 };
 
 static uint64_t mono_ms(void) {
@@ -200,6 +227,10 @@ static void on_publish(struct mosquitto *mosq, void *obj, int mid) {
 static void on_message(struct mosquitto *mosq, void *obj, const struct mosquitto_message *m) {
   (void)mosq;
   em_broker_t *b = obj;
+  b->burst++;
+  if (m->qos > 0) {
+    b->ack_due = true;
+  }
   if (!m->topic) {
     return;
   }
@@ -240,6 +271,84 @@ static int mosq_errno(int rc) {
   }
 }
 
+/* Ends the session without writing anything more (the queued PUBACKs included) after
+ * before_ack() refused with rc: em_broker_free() then closes the socket unflushed. */
+static void drop(em_broker_t *b, int rc) {
+  b->ack_refused = rc;
+  b->lost = true;
+  b->connected = false;
+}
+
+/* Reads what the socket has, up to b->ack_burst_max messages: each mosquitto_loop_read() reads
+ * one packet (or what TLS has decoded), and leaves errno at EAGAIN once the socket would block.
+ * Returns a libmosquitto code. */
+static int read_burst(em_broker_t *b) {
+  b->burst = 0;
+  /* Reads per burst, bounded also when packets carry no message (acknowledgements, pings). */
+  unsigned max_reads = 4u * b->ack_burst_max + 16u;
+  for (unsigned i = 0; i < max_reads && b->burst < b->ack_burst_max; i++) {
+    errno = 0;
+    int rc = mosquitto_loop_read(b->mosq, 1);
+    if (rc != MOSQ_ERR_SUCCESS) {
+      return rc;
+    }
+    if (errno == EAGAIN || errno == EWOULDBLOCK || mosquitto_socket(b->mosq) < 0) {
+      break;
+    }
+  }
+  return MOSQ_ERR_SUCCESS;
+}
+
+/* One turn of the acknowledge-after loop (see the top of the file). Returns a libmosquitto
+ * code (MOSQ_ERR_ERRNO with errno EINTR for a signal), MOSQ_ERR_CONN_LOST after drop(). */
+static int drive(em_broker_t *b, int timeout_ms) {
+  int fd = mosquitto_socket(b->mosq);
+  if (fd < 0) {
+    return MOSQ_ERR_NO_CONN;
+  }
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  if (mosquitto_want_write(b->mosq)) {
+    p.events |= POLLOUT;
+  }
+  int n = poll(&p, 1, timeout_ms < 0 ? 0 : timeout_ms);
+  if (n < 0) {
+    return MOSQ_ERR_ERRNO;
+  }
+  if (n > 0 && (p.revents & (POLLIN | POLLERR | POLLHUP))) {
+    int rc = read_burst(b);
+    if (rc != MOSQ_ERR_SUCCESS) {
+      return rc;
+    }
+  }
+  if (b->ack_due) {
+    b->ack_due = false;
+    int hrc = b->before_ack(b->ctx);
+    if (hrc < 0) {
+      drop(b, hrc);
+      return MOSQ_ERR_CONN_LOST;
+    }
+  }
+  if (mosquitto_socket(b->mosq) < 0) {
+    return MOSQ_ERR_NO_CONN;
+  }
+  int rc = mosquitto_loop_misc(b->mosq);
+  if (rc == MOSQ_ERR_SUCCESS && mosquitto_socket(b->mosq) >= 0 && mosquitto_want_write(b->mosq)) {
+    errno = 0;
+    rc = mosquitto_loop_write(b->mosq, 1);
+  }
+  return rc;
+}
+
+/* One turn of the network for up to timeout_ms: drive() with before_ack, else mosquitto_loop().
+ * Returns a libmosquitto code; errno as the call left it. */
+static int loop_once(em_broker_t *b, int timeout_ms) {
+  errno = 0;
+  if (b->before_ack) {
+    return drive(b, timeout_ms);
+  }
+  return mosquitto_loop(b->mosq, timeout_ms < 0 ? 0 : timeout_ms, 1);
+}
+
 int em_broker_run(em_broker_t *b, int timeout_ms) {
   if (!b) {
     return -EINVAL;
@@ -247,8 +356,10 @@ int em_broker_run(em_broker_t *b, int timeout_ms) {
   if (b->lost) {
     return -ECONNRESET;
   }
-  errno = 0;
-  int rc = mosquitto_loop(b->mosq, timeout_ms < 0 ? 0 : timeout_ms, 1);
+  int rc = loop_once(b, timeout_ms);
+  if (b->ack_refused < 0) {
+    return b->ack_refused;
+  }
   if (rc == MOSQ_ERR_ERRNO && errno == EINTR) {
     return 0; /* A signal: the caller checks its stop flag. */
   }
@@ -382,6 +493,8 @@ int em_broker_connect_opts(em_broker_t **out, const char *url, const em_broker_o
   b->on_message = on_msg;
   b->ctx = ctx;
   b->connack_rc = -1;
+  b->before_ack = opts->before_ack;
+  b->ack_burst_max = opts->ack_burst_max > 0 ? opts->ack_burst_max : EM_BROKER_ACK_BURST_MAX;
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   if (opts->client_id) {
@@ -399,6 +512,9 @@ int em_broker_connect_opts(em_broker_t **out, const char *url, const em_broker_o
   }
   if (opts->mqtt5) {
     mosquitto_int_option(b->mosq, MOSQ_OPT_PROTOCOL_VERSION, MQTT_PROTOCOL_V5);
+  }
+  if (b->before_ack) {
+    mosquitto_threaded_set(b->mosq, true); /* Queue packets; drive() writes them. */
   }
   mosquitto_connect_callback_set(b->mosq, on_connect);
   mosquitto_disconnect_callback_set(b->mosq, on_disconnect);
@@ -424,8 +540,17 @@ int em_broker_connect_opts(em_broker_t **out, const char *url, const em_broker_o
       rc = -ETIMEDOUT;
       goto fail;
     }
-    errno = 0;
-    mrc = mosquitto_loop(b->mosq, 100, 1);
+    mrc = loop_once(b, 100);
+    if (b->ack_refused < 0) {
+      if (err && err_cap > 0) {
+        snprintf(err, err_cap,
+                 "connected to the broker at %s, but what it delivered could not be made "
+                 "durable (%s); dropped the connection so that it sends it again",
+                 url, strerror(-b->ack_refused));
+      }
+      rc = b->ack_refused;
+      goto fail_quiet;
+    }
     if (mrc == MOSQ_ERR_ERRNO && errno == EINTR) {
       continue;
     }
@@ -560,7 +685,7 @@ void em_broker_free(em_broker_t *b) {
   }
   if (b->connected) {
     mosquitto_disconnect(b->mosq);
-    for (int i = 0; i < 5 && mosquitto_loop(b->mosq, 10, 1) == MOSQ_ERR_SUCCESS; i++) {
+    for (int i = 0; i < 5 && loop_once(b, 10) == MOSQ_ERR_SUCCESS && !b->lost; i++) {
     }
   }
   mosquitto_destroy(b->mosq);

@@ -10,9 +10,14 @@
  * message due to the subscriptions made so far, retained ones included, has been delivered, and
  * a wait for outstanding QoS 1 publishes. It also parses edgemon topics.
  *
+ * By default libmosquitto acknowledges a QoS 1 message as soon as it reads it; with
+ * em_broker_opts_t.before_ack it is acknowledged only after the caller's hook made it durable
+ * (what the aggregator needs: the broker forgets a message once acknowledged).
+ *
  * Owns one mosquitto handle (and its socket) per em_broker_t. Messages are delivered on the
- * caller's thread from inside em_broker_run()/em_broker_sync()/em_broker_drain(); the callback's
- * pointers are borrowed for the call. Not thread-safe.
+ * caller's thread from inside em_broker_run()/em_broker_sync()/em_broker_drain() (and, with
+ * before_ack, also while connecting and subscribing); the callback's pointers are borrowed for
+ * the call. Not thread-safe.
  */
 #ifndef EM_BROKER_H
 #define EM_BROKER_H
@@ -53,6 +58,9 @@ int em_broker_connect(em_broker_t **out, const char *url, const char *client_pre
                       em_broker_msg_fn on_message, void *ctx, double timeout_s, char *err,
                       size_t err_cap);
 
+/* Messages read before before_ack() runs, at most, when em_broker_opts_t.ack_burst_max is 0. */
+#define EM_BROKER_ACK_BURST_MAX 1000u
+
 /* Session options beyond the defaults of em_broker_connect(). */
 typedef struct {
   const char *client_prefix; /* Random client id starting with this (default "edgemon-host"). */
@@ -64,6 +72,18 @@ typedef struct {
    * session expiry interval stays 0). */
   bool persistent;
   int keepalive_s; /* Default 30. */
+  /* Acknowledge a QoS 1 message only once the caller has made it durable. Set, libmosquitto
+   * only queues what it would write (mosquitto_threaded_set) and em_broker_run() drives the
+   * socket itself: it reads a burst (until the socket has nothing more or ack_burst_max
+   * messages were delivered), then, when a message of the burst asked for an acknowledgement,
+   * calls before_ack(ctx) (ctx: the one on_message gets), and only then writes the PUBACKs and
+   * whatever else is queued. A before_ack that returns a negative errno drops the connection
+   * without writing anything more: the broker keeps those messages unacknowledged and sends them
+   * again to the session's next connection (persistent), and em_broker_run() (or the connect)
+   * returns that errno. Every loop of the session, connect and free included, goes this way.
+   * NULL: libmosquitto acknowledges each message as it reads it, before on_message runs. */
+  int (*before_ack)(void *ctx);
+  unsigned ack_burst_max; /* Messages per burst at most (0: EM_BROKER_ACK_BURST_MAX). */
   /* TLS, for mqtts:// URLs only. With neither CA option the system's CA certificates verify
    * the broker. TLS 1.2, the broker's certificate always verified. */
   const char *tls_ca_file;   /* CA certificates (PEM) that verify the broker. */
@@ -83,8 +103,9 @@ int em_broker_check_opts(const em_broker_url_t *url, const em_broker_opts_t *opt
                          size_t err_cap);
 
 /* em_broker_connect() with options (opts may be NULL); em_broker_check_opts() first. Same
- * returns, plus -EPROTO when the TLS handshake failed (err gives OpenSSL's reason). A broker
- * that refuses the login answers -ECONNREFUSED with "not authorised" in err. */
+ * returns, plus -EPROTO when the TLS handshake failed (err gives OpenSSL's reason), and
+ * before_ack()'s errno when it refused messages delivered while connecting. A broker that
+ * refuses the login answers -ECONNREFUSED with "not authorised" in err. */
 int em_broker_connect_opts(em_broker_t **out, const char *url, const em_broker_opts_t *opts,
                            em_broker_msg_fn on_message, void *ctx, double timeout_s, char *err,
                            size_t err_cap);
@@ -114,8 +135,9 @@ int em_broker_subscribe(em_broker_t *b, const char *pattern);
 int em_broker_publish(em_broker_t *b, const char *topic, const void *payload, size_t len, int qos,
                       bool retain);
 
-/* Drives the network for up to timeout_ms, delivering messages. Returns 0, or -ECONNRESET when
- * the connection was lost (the session is then over). */
+/* Drives the network for up to timeout_ms, delivering messages. Returns 0, -ECONNRESET when
+ * the connection was lost, or before_ack()'s negative errno when it refused (the session is
+ * over after either). */
 int em_broker_run(em_broker_t *b, int timeout_ms);
 
 /* Returns once every message due to the subscriptions made so far has been delivered (it

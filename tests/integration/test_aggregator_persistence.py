@@ -72,9 +72,9 @@ def run(tmp_path):
     """Starts aggregators on one database (each run with its own log) and stops what is left."""
     started = []
 
-    def start(port, client_id=None, run_name="run"):
-        extra = ("--client-id", client_id) if client_id else ()
-        a = Aggregator(tmp_path, port, name="agg", extra_args=extra)
+    def start(port, client_id=None, run_name="run", extra=()):
+        ident = ("--client-id", client_id) if client_id else ()
+        a = Aggregator(tmp_path, port, name="agg", extra_args=(*ident, *extra))
         a.log_path = tmp_path / f"agg-{run_name}-{len(started)}.log"
         started.append(a)
         return a.start()
@@ -84,11 +84,12 @@ def run(tmp_path):
         a.stop(signal.SIGKILL)
 
 
-def publish_all(port, device, messages):
-    """Publishes each payload at QoS 1 and waits for every PUBACK."""
-    c = mqtt_client(port)
+def publish_all(port, device, messages, kind="data", tls=None):
+    """Publishes each payload at QoS 1 on edgemon/v1/<device>/<kind> (not retained) and waits
+    for every PUBACK. tls: as conftest.mqtt_client() takes it."""
+    c = mqtt_client(port, tls=tls)
     try:
-        infos = [c.publish(f"edgemon/v1/{device}/data", m, qos=1) for m in messages]
+        infos = [c.publish(f"edgemon/v1/{device}/{kind}", m, qos=1) for m in messages]
         for info in infos:
             info.wait_for_publish(10)
             assert info.is_published(), "the broker did not acknowledge a QoS 1 publish"

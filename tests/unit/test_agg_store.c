@@ -200,7 +200,7 @@ static void store_create_makes_tables_and_application_id(void **state) {
   assert_int_equal(em_store_close(s), 0);
 
   assert_int_equal(q_int(f->path, "PRAGMA application_id"), 0x4544474d);
-  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 3);
+  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 4);
   assert_int_equal(q_int(f->path, "SELECT journal_mode = 'wal' FROM pragma_journal_mode"), 1);
   static const char *const tables[] = {"meta", "devices",       "metrics",      "stages",
                                        "data", "stage_windows", "level_changes"};
@@ -790,8 +790,57 @@ static void store_repeated_data_message_is_stored_once_and_counted(void **state)
   assert_int_equal(q_int(f->path, "SELECT count(*) FROM stage_windows"), 3);
 }
 
+/* A state message delivered again (QoS 1 redelivery, an agent's write-ahead replay), in the same
+ * batch or a later one, stores no level_changes row, does not set the device's level back, and
+ * is counted; another level at the same time, or the same level at another time or in another
+ * session, is a change of its own. */
+static void store_repeated_state_message_is_stored_once_and_counted(void **state) {
+  fixture_t *f = *state;
+  em_store_opts_t o = opts_for(f);
+  em_store_t *s = open_ok(f, &o, NULL);
+  em_msg_t up = {.kind = EM_MSG_STATE};
+  up.u.state = (em_state_t){.head = {.time_ns = T0_NS + S_NS, .session = 7},
+                            .level = EM_LEVEL_DEGRADED,
+                            .prev_level = EM_LEVEL_NOMINAL,
+                            .reason = "up"};
+  em_msg_t down = up;
+  down.u.state.head.time_ns = T0_NS + 2 * S_NS;
+  down.u.state.level = EM_LEVEL_NOMINAL;
+  down.u.state.prev_level = EM_LEVEL_DEGRADED;
+  down.u.state.reason = "down";
+  assert_int_equal(em_store_add(s, "dev-1", NULL, &up, T0_NS), 0);
+  assert_int_equal(em_store_add(s, "dev-1", NULL, &up, T0_NS), 0); /* Same batch. */
+  assert_int_equal(em_store_add(s, "dev-1", NULL, &down, T0_NS), 0);
+  assert_int_equal(em_store_flush(s), 0);
+  assert_int_equal(em_store_add(s, "dev-1", NULL, &up, T0_NS), 0); /* A later batch. */
+  assert_int_equal(em_store_flush(s), 0);
+  /* The repeat of `up` after `down` left the device at the level `down` set. */
+  assert_int_equal(q_int(f->path, "SELECT level FROM devices WHERE name = 'dev-1'"),
+                   EM_LEVEL_NOMINAL);
+  em_msg_t other_level = up;
+  other_level.u.state.level = EM_LEVEL_CRITICAL;
+  em_msg_t other_session = up;
+  other_session.u.state.head.session = 8;
+  em_msg_t later = up;
+  later.u.state.head.time_ns = T0_NS + 3 * S_NS;
+  assert_int_equal(em_store_add(s, "dev-1", NULL, &other_level, T0_NS), 0);
+  assert_int_equal(em_store_add(s, "dev-1", NULL, &other_session, T0_NS), 0);
+  assert_int_equal(em_store_add(s, "dev-2", NULL, &up, T0_NS), 0);
+  em_store_stats_t st;
+  em_store_stats(s, &st);
+  assert_int_equal(st.duplicates, 2);
+  assert_int_equal(em_store_add(s, "dev-1", NULL, &later, T0_NS), 0);
+  assert_int_equal(em_store_close(s), 0);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM level_changes"), 6);
+  assert_int_equal(
+      q_int(f->path, "SELECT count(*) FROM level_changes l JOIN devices v ON "
+                     "v.id = l.device WHERE v.name = 'dev-1' AND l.session = 7 AND l.level = 2 AND "
+                     "l.time_ns = 1700000001000000000"),
+      1);
+}
+
 /* A store of schema version 2 (data without session and seq) is migrated at open: its rows
- * stay, the columns and the unique index are added, user_version becomes 3. */
+ * stay, the columns and the unique indexes are added, user_version becomes 4. */
 static void store_open_migrates_version_2(void **state) {
   fixture_t *f = *state;
   em_store_opts_t o = opts_for(f);
@@ -808,13 +857,65 @@ static void store_open_migrates_version_2(void **state) {
   assert_int_equal(em_store_add(s, "dev-1", NULL, &m, T0_NS), 0);
   assert_int_equal(em_store_add(s, "dev-1", NULL, &m, T0_NS), 0);
   assert_int_equal(em_store_close(s), 0);
-  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 3);
+  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 4);
   assert_int_equal(q_int(f->path, "SELECT count(*) FROM sqlite_schema WHERE type='index' AND "
                                   "name='data_device_session_seq'"),
+                   1);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM sqlite_schema WHERE type='index' AND "
+                                  "name='level_changes_device_session_time_level'"),
                    1);
   assert_int_equal(q_int(f->path, "SELECT count(*) FROM data WHERE seq IS NULL"), 2);
   assert_int_equal(q_int(f->path, "SELECT count(*) FROM data WHERE seq IS NOT NULL"), 1);
   assert_int_equal(q_int(f->path, "SELECT integrity_check = 'ok' FROM pragma_integrity_check"), 1);
+}
+
+/* A store of schema version 3 (level_changes without its unique index, a state message stored
+ * once per delivery) is migrated at open: of the rows of one change the first stays, the
+ * others go, the index is added, and a further repeat is counted instead of stored. */
+static void store_open_migrates_version_3(void **state) {
+  fixture_t *f = *state;
+  em_store_opts_t o = opts_for(f);
+  make_store_then(f, "DROP INDEX level_changes_device_session_time_level;"
+                     "INSERT INTO devices(id, name) VALUES(1, 'dev-1');"
+                     "INSERT INTO level_changes(device, time_ns, session, level, prev_level, "
+                     "reason) VALUES(1, 5, 7, 2, 0, 'first'), (1, 5, 7, 2, 0, 'again'), "
+                     "(1, 5, 7, 2, 0, 'again'), (1, 6, 7, 0, 2, 'other');"
+                     "PRAGMA user_version=3");
+  em_store_t *s = open_ok(f, &o, NULL);
+  em_msg_t m = {.kind = EM_MSG_STATE};
+  m.u.state = (em_state_t){.head = {.time_ns = 5, .session = 7},
+                           .level = EM_LEVEL_DEGRADED,
+                           .prev_level = EM_LEVEL_NOMINAL};
+  assert_int_equal(em_store_add(s, "dev-1", NULL, &m, T0_NS), 0);
+  em_store_stats_t st;
+  em_store_stats(s, &st);
+  assert_int_equal(st.duplicates, 1);
+  assert_int_equal(em_store_close(s), 0);
+  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 4);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM level_changes"), 2);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM level_changes WHERE reason = 'first'"), 1);
+  assert_int_equal(q_int(f->path, "SELECT integrity_check = 'ok' FROM pragma_integrity_check"), 1);
+}
+
+/* A row that fails for a reason that may pass (another connection holds the write lock past
+ * the busy timeout) says -EAGAIN, so the aggregator does not acknowledge its message; once the
+ * lock is gone the same message is stored. */
+static void store_row_failing_for_a_passing_reason_says_eagain(void **state) {
+  fixture_t *f = *state;
+  em_store_opts_t o = opts_for(f);
+  em_store_t *s = open_ok(f, &o, NULL);
+  sqlite3 *db = NULL;
+  assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
+  assert_int_equal(sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+  em_sample_t smp[] = {{.alias = 0, .value = {.type = EM_VALUE_UINT, .as.u = 13}}};
+  em_msg_t d = data_msg(1, T0_NS, smp, 1);
+  assert_int_equal(em_store_add(s, "dev-1", NULL, &d, T0_NS), -EAGAIN);
+  assert_int_equal(em_store_flush(s), -EIO); /* Its meta row waits for the lock too. */
+  assert_int_equal(sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(db);
+  assert_int_equal(em_store_add(s, "dev-1", NULL, &d, T0_NS), 0);
+  assert_int_equal(em_store_close(s), 0);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data"), 1);
 }
 
 static void store_open_refuses_what_is_not_a_store(void **state) {
@@ -896,6 +997,11 @@ int main(void) {
       cmocka_unit_test_setup_teardown(store_repeated_data_message_is_stored_once_and_counted, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(store_open_migrates_version_2, setup, teardown),
+      cmocka_unit_test_setup_teardown(store_repeated_state_message_is_stored_once_and_counted,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(store_open_migrates_version_3, setup, teardown),
+      cmocka_unit_test_setup_teardown(store_row_failing_for_a_passing_reason_says_eagain, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(store_open_rejects_bad_options, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
