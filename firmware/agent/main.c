@@ -218,8 +218,6 @@ static int run(const em_config_t *cfg, const em_board_profile_t *board, const ch
     EM_ERROR("cannot start: %s", strerror(-rc));
     return 1;
   }
-  signal(SIGPIPE, SIG_IGN);
-  signal(SIGXFSZ, SIG_IGN); /* A spool past RLIMIT_FSIZE fails with EFBIG instead of a kill. */
   uv_timer_init(loop, &app.stop_bound);
   uv_unref((uv_handle_t *)&app.stop_bound);
   uv_signal_t *sigs[] = {&app.sigterm, &app.sigint, &app.sighup};
@@ -358,6 +356,10 @@ int main(int argc, char **argv) {
   const char *config = NULL, *level_arg = NULL;
   const char *root_arg = NULL, *boards_arg = NULL;
   bool check = false, detect = false;
+  /* Before anything is written: a write past RLIMIT_FSIZE (the spool, or a log file as stdout,
+   * on a full disk) fails with EFBIG instead of killing the agent. */
+  signal(SIGPIPE, SIG_IGN);
+  signal(SIGXFSZ, SIG_IGN);
   opterr = 0;
   for (;;) {
     int c = getopt_long(argc, argv, ":c:l:Vh", opts, NULL);

@@ -18,13 +18,14 @@ the subscriber even across the broker's restart: a missing sequence number is th
 import os
 import resource
 import signal
+import subprocess
 import threading
 import time
 import uuid
 
 import paho.mqtt.client as mqtt
 
-from conftest import edgemon_proto, wait_for
+from conftest import AGENT, Agent, edgemon_proto, free_port, wait_for
 from test_spans import sender, span
 
 
@@ -271,3 +272,22 @@ def test_broker_that_stops_acknowledging_is_treated_as_away(stack):
     assert missing == [], f"{len(missing)} missing: {missing[:20]}"
     assert agent.proc.poll() is None
     sub.close()
+
+
+def test_a_log_file_past_the_file_size_limit_does_not_kill_the_agent(stack, tmp_path):
+    """RLIMIT_FSIZE applies to every file the agent writes, its log too (stdout a file on a
+    full disk): a write past it must fail with EFBIG, not raise SIGXFSZ, whose default action
+    kills the process, from the first line the agent prints (here `--check`'s)."""
+    agent = Agent(tmp_path, free_port(), "pid = 1")
+    log = tmp_path / "full.log"
+    log.write_bytes(b"x" * 16384)
+    limit = 8 * 1024
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    with open(log, "ab") as out:
+        rc = subprocess.run([AGENT, "--check", "--config", str(agent.config)], stdout=out,
+                            stderr=subprocess.STDOUT, preexec_fn=cap, timeout=30).returncode
+    assert rc == 0, f"exit {rc} (-{int(signal.SIGXFSZ)}: killed by SIGXFSZ)"
+    assert log.stat().st_size == 16384  # Nothing could be written, and nothing was.
