@@ -8,7 +8,8 @@
 # mosquitto on a free loopback port and prints a markdown table: offered msgs/s, delivered to
 # the bare subscriber, ingested by the aggregator, their ratio, SQLite rows/s, aggregator CPU %
 # and RSS, mosquitto and simulator CPU. Arguments go to bench_aggregator.py: --devices N,
-# --rates LIST, --max-rate HZ, --seconds S (per step, default 10), --no-aggregator (simulator
+# --rates LIST, --max-rate HZ, --seconds S (per step, default 10), --qos 0|1 (the simulator's
+# data, default 0), --max-inflight N (the broker's, default 20), --no-aggregator (simulator
 # and bare subscriber only: the simulator's and the broker's own ceiling), --help.
 # Needs what scripts/test.sh installs plus libcjson-dev (the bench tree builds every
 # benchmark); installs nothing. Results are written up in docs/BENCHMARKS.md.

@@ -27,8 +27,8 @@
  *    queued packet at once: the broker has its acknowledgement before the message is handled.
  *  - before_ack (acknowledge after): the handle is marked threaded (mosquitto_threaded_set), so
  *    libmosquitto only queues packets, and drive() does what mosquitto_loop() does in an order
- *    of its own: poll the socket; read a burst with mosquitto_loop_read() until it would block
- *    or ack_burst_max messages came (read_burst()); when one of them was QoS > 0, call
+ *    of its own: poll the socket; read a burst with mosquitto_loop_read() until the socket has
+ *    nothing more or ack_burst_max messages came (read_burst()); when one was QoS > 0, call
  *    before_ack(); only then mosquitto_loop_misc() (keepalive: PINGREQ queued) and
  *    mosquitto_loop_write() (PUBACKs, PINGREQ, publishes, TLS records). mosquitto_loop() is
  *    never called in this mode: it also writes whatever a callback queued during its read
@@ -279,20 +279,28 @@ static void drop(em_broker_t *b, int rc) {
   b->connected = false;
 }
 
+/* True when fd has something to read now. */
+static bool readable_now(int fd) {
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  return poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLERR | POLLHUP));
+}
+
 /* Reads what the socket has, up to b->ack_burst_max messages: each mosquitto_loop_read() reads
- * one packet (or what TLS has decoded), and leaves errno at EAGAIN once the socket would block.
- * Returns a libmosquitto code. */
+ * one packet (and what TLS has decoded already); the burst ends when the socket has nothing
+ * more. errno cannot tell: on a threaded handle every queued PUBACK also writes a byte to
+ * libmosquitto's wake-up pipe, which nobody reads here, so once it is full that write leaves
+ * errno at EAGAIN after every message. Returns a libmosquitto code. */
 static int read_burst(em_broker_t *b) {
   b->burst = 0;
   /* Reads per burst, bounded also when packets carry no message (acknowledgements, pings). */
   unsigned max_reads = 4u * b->ack_burst_max + 16u;
   for (unsigned i = 0; i < max_reads && b->burst < b->ack_burst_max; i++) {
-    errno = 0;
     int rc = mosquitto_loop_read(b->mosq, 1);
     if (rc != MOSQ_ERR_SUCCESS) {
       return rc;
     }
-    if (errno == EAGAIN || errno == EWOULDBLOCK || mosquitto_socket(b->mosq) < 0) {
+    int fd = mosquitto_socket(b->mosq);
+    if (fd < 0 || !readable_now(fd)) {
       break;
     }
   }

@@ -152,7 +152,8 @@ def step(args, broker, agg, rate):
     sim = subprocess.Popen(
         [args.sim, "--broker", f"mqtt://127.0.0.1:{broker.port}", "--devices", str(args.devices),
          "--rate", str(rate), "--duration", str(args.seconds), "--prefix", "bench",
-         "--seed", str(int(rate * 1000))], stderr=subprocess.PIPE, text=True)
+         "--seed", str(int(rate * 1000)), "--qos", str(args.qos)], stderr=subprocess.PIPE,
+        text=True)
     sim_pid = sim.pid
     sim_cpu = 0.0
     # Nothing scrapes the aggregator while the simulator runs (a /metrics page of 1000 devices
@@ -204,11 +205,14 @@ def step(args, broker, agg, rate):
 
 
 class Broker:
-    def __init__(self, binary, tmp):
+    def __init__(self, binary, tmp, max_inflight):
         self.port = free_port()
         conf = tmp / "mosquitto.conf"
+        # max_inflight_messages: QoS 1 messages sent to a client and not yet acknowledged (the
+        # aggregator acknowledges a burst once it committed it: this bounds the burst).
         conf.write_text(f"listener {self.port} 127.0.0.1\nallow_anonymous true\n"
-                        "persistence false\nmax_queued_messages 1000000\n")
+                        "persistence false\nmax_queued_messages 1000000\n"
+                        f"max_inflight_messages {max_inflight}\n")
         self.log = open(tmp / "mosquitto.log", "wb")
         self.proc = subprocess.Popen([binary, "-c", str(conf)], stdout=self.log,
                                      stderr=subprocess.STDOUT)
@@ -254,6 +258,10 @@ def main():
     ap.add_argument("--max-rate", type=float, default=1000.0,
                     help="stop doubling past the listed rates here")
     ap.add_argument("--seconds", type=float, default=10.0, help="simulator run per step")
+    ap.add_argument("--qos", type=int, choices=(0, 1), default=0,
+                    help="QoS of the simulator's data messages (default 0)")
+    ap.add_argument("--max-inflight", type=int, default=20,
+                    help="the broker's max_inflight_messages (default 20, as the shipped config)")
     ap.add_argument("--no-aggregator", action="store_true",
                     help="only the simulator and the bare subscriber")
     ap.add_argument("--mosquitto", default="/usr/sbin/mosquitto")
@@ -270,7 +278,7 @@ def main():
     rows = []
     with tempfile.TemporaryDirectory(prefix="em-bench-agg-") as tmpdir:
         tmp = Path(tmpdir)
-        broker = Broker(args.mosquitto, tmp)
+        broker = Broker(args.mosquitto, tmp, args.max_inflight)
         agg = None
         try:
             if not args.no_aggregator:
@@ -298,7 +306,8 @@ def main():
                 agg.stop()
             broker.stop()
     print(f"\n{os.uname().nodename}, {os.cpu_count()} CPUs, {args.seconds:g} s per step, "
-          f"{args.devices} devices; data messages only in the msg/s columns\n")
+          f"{args.devices} devices, data at QoS {args.qos}, broker max_inflight_messages "
+          f"{args.max_inflight}; data messages only in the msg/s columns\n")
     print(table(rows, agg is not None))
 
 
