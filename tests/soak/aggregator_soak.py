@@ -22,26 +22,19 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from soaklib import free_port, wait_until
+
 MOSQUITTO = os.environ.get("EM_MOSQUITTO", "/usr/sbin/mosquitto")
 MIB = 1024 * 1024
 # The bound host/aggregator/SCHEMA.md documents ("WAL bound").
 WAL_BOUND_BYTES = 32 * MIB
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def wait_for(pred, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise SystemExit(f"setup: timed out after {timeout} s waiting for {what}")
+    try:
+        return wait_until(pred, timeout, what)
+    except TimeoutError as e:
+        raise SystemExit(f"setup: {e}")
 
 
 def size_of(path):

@@ -54,6 +54,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "proto" / "python"))
 import edgemon_proto  # noqa: E402
+from soaklib import free_port  # noqa: E402
 
 try:
     import paho.mqtt.client as mqtt
@@ -72,12 +73,6 @@ STOP_TIMEOUT_S = 120
 # valgrind's own. A small quarantine fills during warm-up and still catches a use shortly after
 # the free.
 FREELIST_VOL = 200000
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def log(msg):
