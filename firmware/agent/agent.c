@@ -343,7 +343,7 @@ static void sample_spool(em_agent_t *a) {
   em_forward_stats(a->fwd, &st);
   set_u(a, fx(a, EM_FIG_SPOOL_LOST), st.lost);
   if (!st.spooling) {
-    for (size_t f = EM_FIG_SPOOL_PENDING; f <= EM_FIG_SPOOL_REPLAYED; f++) {
+    for (size_t f = EM_FIG_SPOOL_PENDING; f <= EM_FIG_SPOOL_EVICTED_INFLIGHT; f++) {
       set_absent(a, fx(a, (em_figure_t)f));
     }
     return;
@@ -353,6 +353,8 @@ static void sample_spool(em_agent_t *a) {
   set_u(a, fx(a, EM_FIG_SPOOL_CORRUPT), st.spool.corrupt);
   set_u(a, fx(a, EM_FIG_SPOOL_WRITE_ERRORS), st.spool.write_errors);
   set_u(a, fx(a, EM_FIG_SPOOL_REPLAYED), st.spool.replayed);
+  set_u(a, fx(a, EM_FIG_SPOOL_INFLIGHT), st.spool.inflight);
+  set_u(a, fx(a, EM_FIG_SPOOL_EVICTED_INFLIGHT), st.spool.evicted_inflight);
 }
 
 /* The retained MQTT state message of the current level. */

@@ -111,6 +111,8 @@ typedef enum {
   X(SPOOL_CORRUPT, "spool.corrupt", "1", COUNTER, TICK)                                            \
   X(SPOOL_WRITE_ERRORS, "spool.write_errors", "1", COUNTER, TICK)                                  \
   X(SPOOL_REPLAYED, "spool.replayed", "1", COUNTER, TICK)                                          \
+  X(SPOOL_INFLIGHT, "spool.inflight", "1", GAUGE, TICK)                                            \
+  X(SPOOL_EVICTED_INFLIGHT, "spool.evicted_inflight", "1", COUNTER, TICK)                          \
   X(SPOOL_LOST, "spool.lost", "1", COUNTER, TICK)
 
 /* The fixed figures' ids: EM_FIG_<ID>, in table order. */

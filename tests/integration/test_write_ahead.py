@@ -16,7 +16,7 @@ as the comparison that makes the first one mean something).
 import signal
 import time
 
-from test_spool import Durable, persistent_broker
+from test_spool import Durable, figure, persistent_broker
 from conftest import wait_for
 
 QOS1 = "qos_data = 1\nack_timeout = 30s\n"
@@ -76,6 +76,12 @@ def test_kill_9_with_unacknowledged_messages_loses_no_sequence_number(stack):
     # In order: the replay sends them by sequence number.
     replayed = [d["seq"] for d in after]
     assert replayed == sorted(replayed)
+    # Each was measured while the ones before it waited for their PUBACK: spool.inflight
+    # counts them (a gauge of held records), and none was evicted.
+    birth = next(b for b in sub.snapshot()[1] if b["session"] == session)
+    inflight = [figure(d, birth, "spool.inflight") for d in after]
+    assert max(inflight) >= 5, inflight
+    assert {figure(d, birth, "spool.evicted_inflight") for d in after} == {0}
     assert second.proc.poll() is None
     sub.close()
 

@@ -104,6 +104,8 @@ static const struct {
     {"rings.active", "1", EM_METRIC_GAUGE, EM_FIGURE_TICK},
     {"push.subscribe_refused", "1", EM_METRIC_COUNTER, EM_FIGURE_TICK},
     {"spool.pending", "1", EM_METRIC_GAUGE, EM_FIGURE_TICK},
+    {"spool.inflight", "1", EM_METRIC_GAUGE, EM_FIGURE_TICK},
+    {"spool.evicted_inflight", "1", EM_METRIC_COUNTER, EM_FIGURE_TICK},
     {"spool.lost", "1", EM_METRIC_COUNTER, EM_FIGURE_TICK},
 };
 
