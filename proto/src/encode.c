@@ -458,3 +458,36 @@ int em_proto_encode(const em_msg_t *msg, uint8_t *buf, size_t cap, size_t *out_l
   }
   return w.pos <= cap ? 0 : EM_PROTO_ENOSPACE;
 }
+
+int em_proto_mark_historical(const uint8_t *live, size_t len, uint8_t *out, size_t cap,
+                             size_t *out_len) {
+  if (!live || !out_len || (!out && cap > 0)) {
+    return EM_PROTO_EINVAL;
+  }
+  /* A map head of one byte (0xa0 + entries, below 24 with the new one), then version and kind
+   * as one-byte unsigned integers: keys 0 and 1 and their small values (w_common). */
+  if (len < 5 || live[0] < 0xa4 || live[0] > 0xb6 || live[1] != K_VERSION || live[2] > 0x17 ||
+      live[3] != K_KIND || live[4] > 0x17) {
+    return EM_PROTO_EMALFORMED;
+  }
+  uint8_t key;
+  if (live[4] == EM_MSG_DATA) {
+    key = KD_HISTORICAL;
+  } else if (live[4] == EM_MSG_STATE) {
+    key = KT_HISTORICAL;
+  } else {
+    return EM_PROTO_EKIND;
+  }
+  *out_len = len + 2;
+  if (*out_len > EM_PROTO_MAX_MESSAGE_BYTES) {
+    return EM_PROTO_ETOOBIG;
+  }
+  if (*out_len > cap) {
+    return EM_PROTO_ENOSPACE;
+  }
+  memmove(out, live, len);
+  out[0]++;
+  out[len] = key;      /* Below 24: a one-byte unsigned integer. */
+  out[len + 1] = 0xf5; /* CBOR true. */
+  return 0;
+}

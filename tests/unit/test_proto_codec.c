@@ -547,6 +547,59 @@ static void state_historical_round_trips_and_is_absent_when_live(void **state) {
   assert_null(strstr(text, "historical"));
 }
 
+/* em_proto_mark_historical(): for every golden data and state message, the live bytes turned
+ * historical are exactly what the encoder writes with historical set; other kinds, bytes the
+ * encoder did not write and a short buffer are refused. */
+static void marking_historical_equals_encoding_it_historical(void **state) {
+  (void)state;
+  size_t n, marked = 0;
+  const em_vector_t *v = em_vectors(&n);
+  static uint8_t live[EM_PROTO_MAX_MESSAGE_BYTES], want[EM_PROTO_MAX_MESSAGE_BYTES];
+  for (size_t i = 0; i < n; i++) {
+    em_msg_t m = v[i].msg;
+    bool *historical = m.kind == EM_MSG_DATA    ? &m.u.data.historical
+                       : m.kind == EM_MSG_STATE ? &m.u.state.historical
+                                                : NULL;
+    if (historical) {
+      *historical = false;
+    }
+    size_t live_len = 0, want_len = 0, len = 0;
+    assert_int_equal(em_proto_encode(&m, live, sizeof(live), &live_len), 0);
+    int rc = em_proto_mark_historical(live, live_len, out, sizeof(out), &len);
+    if (!historical) {
+      assert_int_equal(rc, EM_PROTO_EKIND);
+      continue;
+    }
+    *historical = true;
+    assert_int_equal(em_proto_encode(&m, want, sizeof(want), &want_len), 0);
+    if (rc != 0 || len != want_len || memcmp(out, want, len) != 0) {
+      fail_msg("%s: marked historical differs from encoded historical (rc %d)", v[i].name, rc);
+    }
+    /* One byte short: the size needed, nothing claimed written. */
+    assert_int_equal(em_proto_mark_historical(live, live_len, out, want_len - 1, &len),
+                     EM_PROTO_ENOSPACE);
+    assert_int_equal(len, want_len);
+    marked++;
+  }
+  assert_true(marked >= 2);
+  const uint8_t not_ours[][5] = {
+      {0xa3, 0x00, 0x01, 0x01, 0x02}, /* Too few entries for a data or state message. */
+      {0xb7, 0x00, 0x01, 0x01, 0x02}, /* 23 entries: the new one would not fit the head byte. */
+      {0xa5, 0x01, 0x01, 0x00, 0x02}, /* Kind before version. */
+      {0xa5, 0x00, 0x18, 0x01, 0x02}, /* A two-byte version. */
+      {0x85, 0x00, 0x01, 0x01, 0x02}, /* An array. */
+  };
+  for (size_t i = 0; i < sizeof(not_ours) / sizeof(not_ours[0]); i++) {
+    size_t len = 0;
+    assert_int_equal(em_proto_mark_historical(not_ours[i], 5, out, sizeof(out), &len),
+                     EM_PROTO_EMALFORMED);
+  }
+  size_t len = 0;
+  assert_int_equal(em_proto_mark_historical(not_ours[0], 4, out, sizeof(out), &len),
+                   EM_PROTO_EMALFORMED);
+  assert_int_equal(em_proto_mark_historical(NULL, 5, out, sizeof(out), &len), EM_PROTO_EINVAL);
+}
+
 /*
  * The codec never reaches the heap (proto.h): with every allocation failing, every golden
  * vector still encodes to its bytes, decodes, prints as JSON and encodes again, a bad input
@@ -622,6 +675,7 @@ int main(void) {
       cmocka_unit_test(encoder_refuses_what_the_decoder_would_refuse),
       cmocka_unit_test(every_error_code_has_its_own_text),
       cmocka_unit_test(state_historical_round_trips_and_is_absent_when_live),
+      cmocka_unit_test(marking_historical_equals_encoding_it_historical),
       cmocka_unit_test_teardown(the_codec_works_with_every_allocation_failing, disarm),
       cmocka_unit_test(the_head_and_its_direct_names_are_the_same_fields),
   };

@@ -179,14 +179,17 @@ void em_forward_on_ack(em_forward_t *f, int mid) {
 /* Write-ahead: the historical copy of msg goes into the spool held in flight, then buf goes out
  * live under a mid the map remembers. Returns 0 (sent, or kept in the spool to replay when the
  * send was refused), or a negative errno when nothing was written ahead (the caller goes on
- * as without write-ahead). */
+ * as without write-ahead). The copy is buf made historical (proto.h), not a second encode. */
 static int publish_ahead(em_forward_t *f, em_msg_t *msg, const uint8_t *buf, size_t len) {
   bool state = msg->kind == EM_MSG_STATE;
-  bool *historical = state ? &msg->u.state.historical : &msg->u.data.historical;
-  *historical = true;
   size_t wal_len = 0;
-  int rc = em_proto_encode(msg, f->wal, EM_PROTO_MAX_MESSAGE_BYTES, &wal_len);
-  *historical = false;
+  int rc = em_proto_mark_historical(buf, len, f->wal, EM_PROTO_MAX_MESSAGE_BYTES, &wal_len);
+  if (rc == EM_PROTO_EMALFORMED) {
+    bool *historical = state ? &msg->u.state.historical : &msg->u.data.historical;
+    *historical = true;
+    rc = em_proto_encode(msg, f->wal, EM_PROTO_MAX_MESSAGE_BYTES, &wal_len);
+    *historical = false;
+  }
   uint64_t number = 0;
   if (rc == 0) {
     rc = em_spool_append_held(f->spool, state ? EM_SPOOL_STATE : EM_SPOOL_DATA, f->wal, wal_len,

@@ -264,6 +264,20 @@ EM_PROTO_MUST_USE int em_proto_encode(const em_msg_t *msg, uint8_t *buf, size_t 
                                       size_t *out_len);
 
 /*
+ * The historical form of a live data or state message, without encoding it again: `live`
+ * must be what em_proto_encode() wrote for a data or state message whose `historical` is
+ * false. The historical key is the last entry of those maps, so the result is `live` with the
+ * map's entry count raised by one and `historical: true` appended (2 bytes more); equal to
+ * em_proto_encode() of the same message with `historical` set.
+ *
+ * Returns 0 and sets *out_len; EM_PROTO_ENOSPACE (and *out_len, the size needed) when cap is
+ * too small; EM_PROTO_EKIND for another kind; EM_PROTO_EMALFORMED when the bytes do not start
+ * as the encoder writes (a map of 4..22 entries, version, kind): then encode it again.
+ */
+EM_PROTO_MUST_USE int em_proto_mark_historical(const uint8_t *live, size_t len, uint8_t *out,
+                                               size_t cap, size_t *out_len);
+
+/*
  * Scratch bytes that em_proto_decode() needs at most for an input of `len` bytes. Decoding
  * with this much scratch never fails with EM_PROTO_ESCRATCH. The bound is 20 bytes per input
  * byte: the worst case is an idle stage window, 6 bytes on the wire and 112 decoded.
