@@ -297,6 +297,10 @@ int32_t em_histo_scale(const em_histo_t *h) {
   return h ? h->scale : EM_PROTO_MAX_SCALE;
 }
 
+uint64_t em_histo_zero_count(const em_histo_t *h) {
+  return h ? h->zero_count : 0;
+}
+
 double em_histo_mean_ns(const em_histo_t *h) {
   if (!h || h->count == 0) {
     return 0;
@@ -399,6 +403,18 @@ void em_histo_each(const em_histo_t *h, void (*fn)(void *ctx, double upper_ns, u
   for (size_t k = 0; k < h->len; k++) {
     if (h->counts[k] > 0) {
       fn(ctx, pow_base(h->scale, (double)h->offset + (double)k + 1), h->counts[k]);
+    }
+  }
+}
+
+void em_histo_each_index(const em_histo_t *h, void (*fn)(void *ctx, int32_t index, uint64_t count),
+                         void *ctx) {
+  if (!h || !fn) {
+    return;
+  }
+  for (size_t k = 0; k < h->len; k++) {
+    if (h->counts[k] > 0) {
+      fn(ctx, (int32_t)((int64_t)h->offset + (int64_t)k), h->counts[k]);
     }
   }
 }

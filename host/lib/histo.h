@@ -36,10 +36,11 @@ int em_histo_add_stage(em_histo_t *h, const em_stage_t *s);
 int em_histo_merge(em_histo_t *dst, const em_histo_t *src);
 
 uint64_t em_histo_count(const em_histo_t *h);
-uint64_t em_histo_sum_ns(const em_histo_t *h); /* Saturates at UINT64_MAX. */
-uint64_t em_histo_min_ns(const em_histo_t *h); /* 0 when empty. */
-uint64_t em_histo_max_ns(const em_histo_t *h); /* 0 when empty. */
-int32_t em_histo_scale(const em_histo_t *h);   /* Current common scale. */
+uint64_t em_histo_sum_ns(const em_histo_t *h);     /* Saturates at UINT64_MAX. */
+uint64_t em_histo_min_ns(const em_histo_t *h);     /* 0 when empty. */
+uint64_t em_histo_max_ns(const em_histo_t *h);     /* 0 when empty. */
+int32_t em_histo_scale(const em_histo_t *h);       /* Current common scale. */
+uint64_t em_histo_zero_count(const em_histo_t *h); /* Values of 0 ns (the zero bucket). */
 
 /* sum/count in ns, or 0 when empty. */
 double em_histo_mean_ns(const em_histo_t *h);
@@ -58,5 +59,11 @@ double em_histo_quantile_ns(const em_histo_t *h, double q);
  * Prometheus histograms. */
 void em_histo_each(const em_histo_t *h, void (*fn)(void *ctx, double upper_ns, uint64_t count),
                    void *ctx);
+
+/* Calls fn for each non-empty bucket in ascending index order with its OpenTelemetry index at
+ * em_histo_scale(h) (bucket i holds (base^i, base^(i+1)] ns) and its count; the zero bucket is
+ * not visited (em_histo_zero_count). For exports that keep the bucket layout (native.h). */
+void em_histo_each_index(const em_histo_t *h, void (*fn)(void *ctx, int32_t index, uint64_t count),
+                         void *ctx);
 
 #endif /* EM_HISTO_H */

@@ -208,6 +208,64 @@ class Aggregator:
         return self.proc.returncode if self.proc else None
 
 
+PROMETHEUS = os.environ.get("EM_PROMETHEUS", "/usr/bin/prometheus")
+
+
+class Prometheus:
+    """Debian's Prometheus on a free loopback port, scraping `targets` (host:port strings) every
+    second, its TSDB and log in the test's directory; extra_args such as
+    --enable-feature=native-histograms."""
+
+    def __init__(self, tmp_path, targets, extra_args=(), name="prometheus"):
+        self.port = free_port()
+        self.log_path = tmp_path / f"{name}.log"
+        config = tmp_path / f"{name}.yml"
+        config.write_text(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+            "scrape_configs:\n  - job_name: edgemon\n    static_configs:\n"
+            f"      - targets: {list(targets)!r}\n")
+        self.args = [PROMETHEUS, f"--config.file={config}",
+                     f"--storage.tsdb.path={tmp_path / (name + '-tsdb')}",
+                     f"--web.listen-address=127.0.0.1:{self.port}", *extra_args]
+        self.proc = None
+
+    def start(self):
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT)
+        return self
+
+    def api(self, path):
+        """The parsed JSON of a successful GET of path, or None (not up yet, or an error)."""
+        import json
+        import urllib.request
+        if self.proc.poll() is not None:
+            pytest.fail(f"prometheus exited with {self.proc.returncode}: "
+                        f"{self.log_path.read_text(errors='replace')[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as r:
+                return json.loads(r.read())
+        except (OSError, ValueError):  # URLError and HTTPError are OSErrors
+            return None
+
+    def query(self, expr):
+        """The result list of an instant query, or None while it is empty or failing."""
+        import urllib.parse
+        got = self.api("/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
+        if not got or got.get("status") != "success" or not got["data"]["result"]:
+            return None
+        return got["data"]["result"]
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode if self.proc else None
+
+
 class Subscriber:
     """Collects every message under edgemon/v1/<device>/ with its decoded form."""
 
@@ -282,6 +340,11 @@ def stack(tmp_path):
             a = Aggregator(tmp_path, broker_port, **kw).start()
             started.append(a)
             return a
+
+        def prometheus(self, targets, **kw):
+            p = Prometheus(tmp_path, targets, **kw).start()
+            started.append(p)
+            return p
 
         def subscriber(self, port, device):
             s = Subscriber(port, device)
