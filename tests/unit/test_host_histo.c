@@ -2,7 +2,7 @@
  * test_host_histo.c - host/lib/histo.c (merging exponential histograms, quantiles, variance) and
  * host/lib/stats.c (incomplete beta, Student t tail, Welch's test).
  *
- * Samples are bucketed here at scale 6 as the agent does (bucket i holds (2^(i/64),
+ * Samples are bucketed (samples.h) at scale 6 as the agent does (bucket i holds (2^(i/64),
  * 2^((i+1)/64)]) with libm and a boundary fix-up, independent of the code under test. Reference
  * values for the statistics come from closed forms: I_x(1,1) = x, I_x(a,1) = x^a,
  * I_x(1,b) = 1-(1-x)^b, I_1/2(a,a) = 1/2; Student t with 1 df is Cauchy,
@@ -22,38 +22,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "samples.h"
+
 #define PI          3.14159265358979323846
 #define MAX_SAMPLES 20000
 #define MAX_BUCKETS 4096
 
-/* ---- Helpers: samples, bucketing, windows ---- */
-
-static uint64_t rng_state;
-
-static double uniform01(void) {
-  rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-  return ((double)(rng_state >> 11) + 0.5) / 9007199254740992.0;
-}
-
-/* Log-normal around `median` ns with log-sd `sigma`, at least 1 ns. */
-static uint64_t lognormal_ns(double median, double sigma) {
-  double z = sqrt(-2 * log(uniform01())) * cos(2 * PI * uniform01());
-  double v = median * exp(sigma * z);
-  return v < 1 ? 1 : (uint64_t)llround(v);
-}
-
-/* The bucket of d > 0 at `scale`: base^i < d <= base^(i+1), fixed up at the boundaries. */
-static int32_t bucket_of(uint64_t d, int32_t scale) {
-  double per = ldexp(1.0, scale);
-  int32_t i = (int32_t)ceil(log2((double)d) * per) - 1;
-  while (exp2((double)i / per) >= (double)d) {
-    i--;
-  }
-  while (exp2((double)(i + 1) / per) < (double)d) {
-    i++;
-  }
-  return i;
-}
+/* ---- Helpers: windows (samples and their buckets: samples.h) ---- */
 
 /* A stage window of values[0..n) at `scale`, buckets in caller storage `b` (MAX_BUCKETS). */
 static em_stage_t window_of(const uint64_t *values, size_t n, int32_t scale, em_bucket_t *b) {
@@ -69,7 +44,7 @@ static em_stage_t window_of(const uint64_t *values, size_t n, int32_t scale, em_
       s.zero_count++;
       continue;
     }
-    int32_t i = bucket_of(d, scale);
+    int32_t i = em_samples_bucket_of(d, scale);
     size_t j = 0;
     while (j < s.n_buckets && b[j].index < i) {
       j++;
@@ -136,10 +111,11 @@ static em_bucket_t bufs[2][MAX_BUCKETS];
 
 static void histo_merge_of_windows_equals_histo_of_union(void **state) {
   (void)state;
-  rng_state = 1;
+  em_samples_seed(1);
   size_t n = 5000;
   for (size_t k = 0; k < n; k++) {
-    samples[k] = k % 97 == 0 ? 0 : lognormal_ns(8e6, 0.3); /* some zero-length spans too */
+    samples[k] =
+        k % 97 == 0 ? 0 : em_samples_lognormal_ns(8e6, 0.3); /* some zero-length spans too */
   }
   em_histo_t *parts = NULL, *whole = NULL, *left = NULL, *right = NULL;
   assert_int_equal(em_histo_new(&parts), 0);
@@ -172,10 +148,10 @@ static void histo_quantiles_within_bucket_error_of_exact(void **state) {
   static const double qs[] = {0.001, 0.01, 0.1, 0.5, 0.9, 0.99, 0.999, 1};
   double rel = exp2(1.0 / 64) - 1; /* the width of a scale-6 bucket: 1.09% */
   for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
-    rng_state = 100 + c;
+    em_samples_seed(100 + c);
     size_t n = cases[c].n;
     for (size_t k = 0; k < n; k++) {
-      samples[k] = lognormal_ns(cases[c].median, cases[c].sigma);
+      samples[k] = em_samples_lognormal_ns(cases[c].median, cases[c].sigma);
     }
     em_histo_t *h = NULL;
     assert_int_equal(em_histo_new(&h), 0);
@@ -198,10 +174,11 @@ static void histo_quantiles_within_bucket_error_of_exact(void **state) {
 
 static void histo_downscale_merge_of_different_scales(void **state) {
   (void)state;
-  rng_state = 7;
+  em_samples_seed(7);
   size_t n = 4000;
   for (size_t k = 0; k < n; k++) {
-    samples[k] = k % 50 == 0 ? 1 : lognormal_ns(2000, 1.0); /* 1 ns: bucket -1, a negative */
+    samples[k] =
+        k % 50 == 0 ? 1 : em_samples_lognormal_ns(2000, 1.0); /* 1 ns: bucket -1, a negative */
   }
   em_histo_t *mixed = NULL, *direct = NULL;
   assert_int_equal(em_histo_new(&mixed), 0);
@@ -268,11 +245,11 @@ static void histo_variance_from_buckets_close_to_true_variance(void **state) {
    * variance estimate stays within 2% of the sample variance. */
   static const double sigmas[] = {0.05, 0.1, 0.3, 1.0};
   for (size_t c = 0; c < sizeof(sigmas) / sizeof(sigmas[0]); c++) {
-    rng_state = 1000 + c;
+    em_samples_seed(1000 + c);
     size_t n = 10000;
     double mean = 0, m2 = 0;
     for (size_t k = 0; k < n; k++) {
-      samples[k] = lognormal_ns(1e6, sigmas[c]);
+      samples[k] = em_samples_lognormal_ns(1e6, sigmas[c]);
       double delta = (double)samples[k] - mean;
       mean += delta / (double)(k + 1);
       m2 += delta * ((double)samples[k] - mean);
