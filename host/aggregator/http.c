@@ -49,9 +49,11 @@
  * the count is written as one "N more suppressed" line as soon as a line may be written again
  * (the tick checks), and at stop.
  *
- * Rendering: the handler takes the registry's lock, renders into an em_text_t, releases the
- * lock, then hands the text's buffer to MHD (MHD_RESPMEM_MUST_FREE), so the lock is never held
- * while bytes go out on a socket.
+ * Rendering: the handler takes the registry's lock, renders into an em_text_t (or, for /metrics,
+ * an em_metrics_out_t in the format the Accept header negotiated), releases the lock, then hands
+ * the buffer to MHD (MHD_RESPMEM_MUST_FREE), so the lock is never held while bytes go out on a
+ * socket. Negotiation only picks the body's format: the connection policy and limits above are
+ * the same for every request.
  *
  * Paths: MHD's own URL unescaping is replaced by a callback that leaves the path as it came,
  * and the device id of /api/devices/<id> is percent-decoded here: a malformed escape, %00 or an
@@ -93,9 +95,8 @@
 #define HTTP_LOG_BURST        20u    /* libmicrohttpd lines written at once ... */
 #define HTTP_LOG_REFILL_MS    6000u  /* ... then one per 6 s (10 a minute). */
 
-#define CT_METRICS "text/plain; version=0.0.4; charset=utf-8"
-#define CT_JSON    "application/json"
-#define CT_TEXT    "text/plain; charset=utf-8"
+#define CT_JSON "application/json"
+#define CT_TEXT "text/plain; charset=utf-8"
 
 #define LOG_PREFIX "edgemon-aggregator: http: libmicrohttpd: "
 
@@ -469,64 +470,64 @@ static bool decode_path_segment(const char *src, char *dst, size_t cap) {
   return n > 0;
 }
 
-/* Appends the em_http_stats_t families to an exposition. Returns 0, -ENOMEM or -E2BIG. */
-static int render_http_stats(const em_http_t *h, em_text_t *t) {
+/* Appends the em_http_stats_t families to an exposition, in its format. */
+static void render_http_stats(const em_http_t *h, em_metrics_out_t *out) {
   em_http_stats_t st;
   em_http_stats(h, &st);
-  char buf[1536];
-  int n = snprintf(
-      buf, sizeof(buf),
-      "# HELP edgemon_aggregator_http_connections HTTP connections open now.\n"
-      "# TYPE edgemon_aggregator_http_connections gauge\n"
-      "edgemon_aggregator_http_connections %llu\n"
-      "# HELP edgemon_aggregator_http_evicted_total HTTP connections closed while their request "
-      "head was due, to make room for a new connection.\n"
-      "# TYPE edgemon_aggregator_http_evicted_total counter\n"
-      "edgemon_aggregator_http_evicted_total %llu\n"
-      "# HELP edgemon_aggregator_http_slow_heads_total HTTP connections closed because a request "
-      "head took longer than %u ms.\n"
-      "# TYPE edgemon_aggregator_http_slow_heads_total counter\n"
-      "edgemon_aggregator_http_slow_heads_total %llu\n"
-      "# HELP edgemon_aggregator_http_refused_total HTTP connections refused: no room and none "
-      "to evict.\n"
-      "# TYPE edgemon_aggregator_http_refused_total counter\n"
-      "edgemon_aggregator_http_refused_total %llu\n"
-      "# HELP edgemon_aggregator_http_log_suppressed_total libmicrohttpd messages held back by "
-      "the log rate limit.\n"
-      "# TYPE edgemon_aggregator_http_log_suppressed_total counter\n"
-      "edgemon_aggregator_http_log_suppressed_total %llu\n",
-      (unsigned long long)st.connections, (unsigned long long)st.evicted_total,
-      HTTP_HEAD_DEADLINE_MS, (unsigned long long)st.slow_heads_total,
-      (unsigned long long)st.refused_total, (unsigned long long)st.log_suppressed_total);
-  if (n < 0 || (size_t)n >= sizeof(buf)) {
-    return -E2BIG;
+  char slow_help[160];
+  snprintf(slow_help, sizeof(slow_help),
+           "HTTP connections closed because a request head took longer than %u ms.",
+           HTTP_HEAD_DEADLINE_MS);
+  const struct {
+    em_metrics_family_t f;
+    uint64_t v;
+  } figures[] = {
+      {{"edgemon_aggregator_http_connections", "HTTP connections open now.", EM_PROM_GAUGE},
+       st.connections},
+      {{"edgemon_aggregator_http_evicted_total",
+        "HTTP connections closed while their request head was due, to make room for a new "
+        "connection.",
+        EM_PROM_COUNTER},
+       st.evicted_total},
+      {{"edgemon_aggregator_http_slow_heads_total", slow_help, EM_PROM_COUNTER},
+       st.slow_heads_total},
+      {{"edgemon_aggregator_http_refused_total",
+        "HTTP connections refused: no room and none to evict.", EM_PROM_COUNTER},
+       st.refused_total},
+      {{"edgemon_aggregator_http_log_suppressed_total",
+        "libmicrohttpd messages held back by the log rate limit.", EM_PROM_COUNTER},
+       st.log_suppressed_total},
+  };
+  for (size_t i = 0; i < sizeof(figures) / sizeof(figures[0]); i++) {
+    em_metrics_out_u64(out, &figures[i].f, NULL, 0, figures[i].v);
   }
-  size_t len = (size_t)n;
-  if (t->len + len > (t->max_bytes ? t->max_bytes : EM_METRICS_MAX_BYTES)) {
-    return -E2BIG;
-  }
-  if (t->len + len + 1 > t->cap) {
-    char *p = realloc(t->data, t->len + len + 1);
-    if (!p) {
-      return -ENOMEM;
-    }
-    t->data = p;
-    t->cap = t->len + len + 1;
-  }
-  memcpy(t->data + t->len, buf, len + 1);
-  t->len += len;
-  return 0;
 }
 
+/* /metrics: the protobuf exposition to a client whose Accept asks for it (a Prometheus with
+ * native histograms on), the text format to every other. */
 static enum MHD_Result serve_metrics(em_http_t *h, struct MHD_Connection *c) {
-  em_text_t t = {0};
-  em_registry_lock(h->reg);
-  int rc = em_metrics_render(h->reg, &t);
-  em_registry_unlock(h->reg);
+  const char *accept = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT);
+  em_metrics_format_t format = em_prom_expo_accepts(accept) ? EM_METRICS_PROTOBUF : EM_METRICS_TEXT;
+  em_metrics_out_t out;
+  int rc = em_metrics_out_init(&out, format, 0);
   if (rc == 0) {
-    rc = render_http_stats(h, &t);
+    em_registry_lock(h->reg);
+    rc = em_metrics_render_out(h->reg, &out);
+    em_registry_unlock(h->reg);
   }
-  return respond_text(c, &t, rc, CT_METRICS);
+  if (rc == 0) {
+    render_http_stats(h, &out);
+  }
+  char *body = NULL;
+  size_t len = 0;
+  if (rc == 0) {
+    rc = em_metrics_out_take(&out, &body, &len);
+  }
+  em_metrics_out_deinit(&out);
+  if (rc != 0) {
+    return respond_const(c, MHD_HTTP_INTERNAL_SERVER_ERROR, CT_TEXT, "render failed\n");
+  }
+  return respond_owned(c, MHD_HTTP_OK, em_metrics_content_type(format), body, len);
 }
 
 static enum MHD_Result serve_devices(em_http_t *h, struct MHD_Connection *c) {

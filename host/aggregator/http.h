@@ -1,7 +1,11 @@
 /*
  * http.h - the aggregator's HTTP endpoints, served by libmicrohttpd on its own thread:
  *
- *   GET /metrics            Prometheus text exposition format 0.0.4 (metrics.c renders it)
+ *   GET /metrics            Prometheus exposition (metrics.c renders it): the delimited protobuf
+ *                           MetricFamily stream, with native histograms, to a client whose
+ *                           Accept asks for it (em_prom_expo_accepts: a Prometheus started with
+ *                           --enable-feature=native-histograms); text format 0.0.4 to every
+ *                           other client
  *   GET /api/devices        JSON: every device, as in /api/devices/<id> without stages' buckets
  *   GET /api/devices/<id>   JSON: one device: birth, status, state, latest values by name,
  *                           per-stage latest window and cumulative count/sum, loss counters
@@ -16,7 +20,7 @@
  * oldest connection still waiting for a request head (its own address's first when that
  * address holds many) rather than being refused (http.c tells the whole policy). libmicrohttpd's
  * own messages go to stderr through a rate limit. /metrics ends with the em_http_stats_t figures as
- * edgemon_aggregator_http_* families.
+ * edgemon_aggregator_http_* families (in the scrape's format).
  */
 #ifndef EM_AGG_HTTP_H
 #define EM_AGG_HTTP_H

@@ -1,5 +1,26 @@
 /*
- * metrics.c - renders the registry as Prometheus text (format 0.0.4) and as JSON (see metrics.h).
+ * metrics.c - renders the registry as a Prometheus exposition, text (format 0.0.4) or protobuf
+ * (delimited MetricFamily, prom_expo.h), and as JSON (see metrics.h).
+ *
+ * One list of families, two formats: render_devices() and render_aggregator() name each family
+ * once (name, HELP, type) and write its samples through the sink, em_metrics_out_t, whose
+ * calls are the same for both formats:
+ *
+ *   out_family(f)              opens f before its first sample (text: HELP and TYPE lines;
+ *                              protobuf: a MetricFamily head), closing the open family
+ *   out_sample(f, labels, v)   a counter or gauge sample (v: integer, float, or ns written as
+ *                              seconds)
+ *   out_classic(f, stage)      the le-ladder histogram (text: _bucket/_sum/_count lines;
+ *                              protobuf: a classic Histogram with the same cumulative counts)
+ *   out_native(f, stage)       protobuf only: the native histogram (native.h); a no-op in text,
+ *                              where the family is then never opened
+ *   out_close()                ends the open family
+ *
+ * so the families, their order, the HELP texts and the device cap cannot differ between the
+ * formats. Values are the same doubles in both: the protobuf double of a sample is what a text
+ * parser reads from its text (ns as seconds goes through the decimal text; ns / 1e9 would round
+ * differently for a third of today's Unix times). Label values that are not valid UTF-8 are
+ * written with U+FFFD in both formats (Prometheus refuses a protobuf scrape with invalid UTF-8).
  *
  * Families, in the order written (HELP and TYPE once each, written just before the family's
  * first sample, so a family without samples is left out whole):
@@ -20,6 +41,13 @@
  *                                                     gauges copied from the metrics of those
  *                                                     names (PSI percentages divided by 100)
  *   edgemon_stage_latency_seconds{device,stage}       histogram over every window merged
+ *   edgemon_stage_latency_nanoseconds{device,stage}   protobuf only: the same merged buckets
+ *                                                     as a native histogram in ns (schema =
+ *                                                     the merged scale, reduced to <= 8; a
+ *                                                     separate name because Prometheus 2.42
+ *                                                     stores a histogram as native or classic,
+ *                                                     never both: the classic one stays for
+ *                                                     text scrapers and existing dashboards)
  *   edgemon_stage_p99_seconds{device,stage}           gauge: the latest window's p99
  *   edgemon_stage_windows_total{device,stage}         counter: windows merged
  *   edgemon_aggregator_devices                        gauge
@@ -38,8 +66,10 @@
  *                                                     reason
  *
  * Size: past the cap (registry metrics_max_bytes) the per-device families keep the first
- * devices in id order that fit (each device measured alone, HELP/TYPE aside), and the
- * aggregator's families are always written in full (metrics.h).
+ * devices in id order that fit (each device measured alone in the scrape's format, HELP/TYPE
+ * or MetricFamily heads aside), and the aggregator's families are always written in full
+ * (metrics.h). The same rule in both formats; a protobuf scrape, carrying the native
+ * histograms too, may keep a different number of devices than a text one.
  *
  * Numbers: integers are written as integers, nanosecond figures as exact decimal seconds
  * ("12.000345"), other floats as the shortest "%.*g" that reads back to the same double. The
@@ -51,14 +81,18 @@
  * "level" ("NOMINAL".."CRITICAL" or null), "reason", "last_seen_ns", "data_time_ns",
  * "window_ns", "values" {every name the birth defines: the latest value or null}, "stages"
  * [{"name", "windows", "last" {the latest window's count, sum and percentiles in ns}, "count",
- * "sum_ns", "min_ns", "max_ns", "mean_ns" (cumulative), "buckets" [{"le" seconds or null for
+ * "sum_ns", "min_ns", "max_ns", "mean_ns", "p50_ns", "p90_ns", "p99_ns", "p999_ns"
+ * (cumulative; the quantiles em_histo_quantile_ns gives), "buckets" [{"le" seconds or null for
  * +Inf, "count" cumulative}] (one device only)}], "data_messages", "lost_messages",
- * "duplicate_messages", "rebirths_requested"}. /api/devices: {"loss_tracked", "devices": [...]}.
+ * "duplicate_messages", "rebirths_requested"}. /api/devices: {"loss_tracked", "devices": [...],
+ * "fleet": [{"name", "devices", "count", "sum_ns", "p50_ns".."p999_ns"}] (each stage name's
+ * histograms merged over every device: the fleet percentiles), "fleet_truncated"}.
  *
  * Strings: label values and JSON strings are escaped as their formats require; bytes that are
  * not valid UTF-8 are replaced by U+FFFD so the output always parses.
  *
- * Owns nothing beyond the caller's em_text_t. The caller holds the registry's lock.
+ * Owns nothing beyond the caller's em_text_t or em_metrics_out_t (and, while /api/devices
+ * renders, one merged histogram per stage name). The caller holds the registry's lock.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "metrics.h"
@@ -290,47 +324,349 @@ static void put_json_string(em_text_t *t, const char *s) {
   text_ch(t, '"');
 }
 
-/* ---- Prometheus families ---------------------------------------------------------------- */
+/* ---- the sink: one exposition, text or protobuf ----------------------------------------- */
+
+/* A sample's value as the renderer has it; each backend writes it its own way. */
+typedef enum { NUM_U64, NUM_I64, NUM_F64, NUM_NS_AS_SECONDS } num_kind_t;
 
 typedef struct {
-  const char *name;
-  const char *type;
-  const char *help;
-  bool started;
-} family_t;
+  num_kind_t kind;
+  union {
+    uint64_t u;
+    int64_t i;
+    double f;
+  } as;
+} num_t;
 
-/* Writes HELP and TYPE before the family's first sample, then "name{" + device label. */
-static void sample_begin(em_text_t *t, family_t *f, const char *suffix, const char *device) {
-  if (!f->started) {
-    text_printf(t, "# HELP %s %s\n# TYPE %s %s\n", f->name, f->help, f->name, f->type);
-    f->started = true;
+static num_t num_u64(uint64_t v) {
+  return (num_t){.kind = NUM_U64, .as.u = v};
+}
+
+static num_t num_ns_as_seconds(uint64_t ns) {
+  return (num_t){.kind = NUM_NS_AS_SECONDS, .as.u = ns};
+}
+
+/* A value scaled to the family's unit; false for ABSENT and non-finite floats. */
+static bool num_of_value(const em_value_t *v, double scale, num_t *out) {
+  switch (v->type) {
+  case EM_VALUE_UINT:
+    *out =
+        scale == 1.0 ? num_u64(v->as.u) : (num_t){.kind = NUM_F64, .as.f = (double)v->as.u * scale};
+    return true;
+  case EM_VALUE_INT:
+    *out = scale == 1.0 ? (num_t){.kind = NUM_I64, .as.i = v->as.i}
+                        : (num_t){.kind = NUM_F64, .as.f = (double)v->as.i * scale};
+    return true;
+  case EM_VALUE_FLOAT:
+    if (!isfinite(v->as.f)) {
+      return false;
+    }
+    *out = (num_t){.kind = NUM_F64, .as.f = v->as.f * scale};
+    return true;
+  case EM_VALUE_ABSENT:
+  default:
+    return false;
   }
-  text_str(t, f->name);
+}
+
+/* ns as the double a text parser reads from put_ns_as_seconds' decimal, so both formats carry
+ * the same value (ns / 1e9 in binary64 could round differently). */
+static double ns_to_seconds(uint64_t ns) {
+  char buf[48];
+  snprintf(buf, sizeof(buf), "%" PRIu64 ".%09" PRIu64, ns / 1000000000u, ns % 1000000000u);
+  return strtod(buf, NULL);
+}
+
+static double num_double(num_t v) {
+  switch (v.kind) {
+  case NUM_U64:
+    return (double)v.as.u;
+  case NUM_I64:
+    return (double)v.as.i;
+  case NUM_NS_AS_SECONDS:
+    return ns_to_seconds(v.as.u);
+  case NUM_F64:
+  default:
+    return v.as.f;
+  }
+}
+
+static void put_num(em_text_t *t, num_t v) {
+  switch (v.kind) {
+  case NUM_U64:
+    put_u64(t, v.as.u);
+    break;
+  case NUM_I64:
+    text_printf(t, "%" PRId64, v.as.i);
+    break;
+  case NUM_NS_AS_SECONDS:
+    put_ns_as_seconds(t, v.as.u);
+    break;
+  case NUM_F64:
+  default:
+    put_double(t, v.as.f);
+    break;
+  }
+}
+
+static const char *type_name(em_prom_type_t type) {
+  switch (type) {
+  case EM_PROM_COUNTER:
+    return "counter";
+  case EM_PROM_HISTOGRAM:
+    return "histogram";
+  case EM_PROM_GAUGE:
+  default:
+    return "gauge";
+  }
+}
+
+const char *em_metrics_content_type(em_metrics_format_t format) {
+  return format == EM_METRICS_PROTOBUF ? EM_PROM_EXPO_CONTENT_TYPE : EM_METRICS_TEXT_CONTENT_TYPE;
+}
+
+int em_metrics_out_init(em_metrics_out_t *out, em_metrics_format_t format, size_t max_bytes) {
+  if (!out || (format != EM_METRICS_TEXT && format != EM_METRICS_PROTOBUF)) {
+    return -EINVAL;
+  }
+  memset(out, 0, sizeof(*out));
+  out->format = format;
+  out->help = true;
+  out->text.max_bytes = max_bytes;
+  em_native_init(&out->native);
+  return em_prom_expo_init(&out->pb, max_bytes ? max_bytes : EM_METRICS_MAX_BYTES);
+}
+
+void em_metrics_out_deinit(em_metrics_out_t *out) {
+  if (!out) {
+    return;
+  }
+  em_text_free(&out->text);
+  em_text_free(&out->scratch);
+  em_prom_expo_deinit(&out->pb);
+  em_native_deinit(&out->native);
+  out->open = NULL;
+}
+
+int em_metrics_out_error(const em_metrics_out_t *out) {
+  if (out->format == EM_METRICS_TEXT) {
+    return out->text.error;
+  }
+  if (out->error) {
+    return out->error;
+  }
+  int err = em_pb_error(&out->pb.pb);
+  return err == -EOVERFLOW ? -E2BIG : err;
+}
+
+size_t em_metrics_out_len(const em_metrics_out_t *out) {
+  return out->format == EM_METRICS_TEXT ? out->text.len : out->pb.pb.len_bytes;
+}
+
+/* Protobuf: a series past limit_bytes fails the exposition as the text cap does. */
+static void pb_check_limit(em_metrics_out_t *out) {
+  if (out->limit_bytes && !out->error && out->pb.pb.len_bytes > out->limit_bytes) {
+    out->error = -E2BIG;
+  }
+}
+
+/* Closes the open family (protobuf: ends its MetricFamily). */
+static void out_close(em_metrics_out_t *out) {
+  if (out->open && out->format == EM_METRICS_PROTOBUF) {
+    (void)em_prom_expo_family_end(&out->pb);
+    pb_check_limit(out);
+  }
+  out->open = NULL;
+}
+
+/* Opens f unless it is open: HELP and TYPE lines, or a MetricFamily head. Returns false when
+ * the exposition has failed. */
+static bool out_family(em_metrics_out_t *out, const em_metrics_family_t *f) {
+  if (em_metrics_out_error(out)) {
+    return false;
+  }
+  if (out->open && strcmp(out->open, f->name) == 0) {
+    return true;
+  }
+  out_close(out);
+  out->open = f->name;
+  if (out->format == EM_METRICS_TEXT) {
+    if (out->help) {
+      text_printf(&out->text, "# HELP %s ", f->name);
+      text_str(&out->text, f->help);
+      text_printf(&out->text, "\n# TYPE %s %s\n", f->name, type_name(f->type));
+    }
+  } else {
+    size_t before = out->pb.pb.len_bytes;
+    (void)em_prom_expo_family_begin(&out->pb, f->name, out->help ? f->help : NULL, f->type);
+    /* The head, and the length prefix em_pb_end adds (1 to 3 bytes for these sizes). */
+    out->head_bytes += out->pb.pb.len_bytes - before + 2;
+  }
+  return em_metrics_out_error(out) == 0;
+}
+
+/* Whether s is valid UTF-8. */
+static bool utf8_valid(const char *str) {
+  const unsigned char *s = (const unsigned char *)str;
+  size_t n = strlen(str);
+  for (size_t i = 0; i < n;) {
+    size_t run = utf8_len(s + i, n - i);
+    if (run == 0) {
+      return false;
+    }
+    i += run;
+  }
+  return true;
+}
+
+/* Protobuf: labels with every invalid UTF-8 value replaced, as text writes it (U+FFFD for each
+ * bad byte), into fixed[]; returns the labels to write. */
+static const em_prom_label_t *pb_labels(em_metrics_out_t *out, const em_prom_label_t *labels,
+                                        size_t n, em_prom_label_t *fixed) {
+  bool clean = true;
+  for (size_t k = 0; k < n; k++) {
+    clean = clean && utf8_valid(labels[k].value ? labels[k].value : "");
+  }
+  if (clean) {
+    return labels;
+  }
+  size_t at[EM_PROM_EXPO_MAX_LABELS + 1];
+  out->scratch.len = 0;
+  out->scratch.error = 0;
+  for (size_t k = 0; k < n; k++) {
+    at[k] = out->scratch.len;
+    const unsigned char *s = (const unsigned char *)(labels[k].value ? labels[k].value : "");
+    size_t len = strlen((const char *)s);
+    for (size_t i = 0; i < len;) {
+      size_t run = utf8_len(s + i, len - i);
+      if (run == 0) {
+        text_str(&out->scratch, "\xEF\xBF\xBD");
+        i++;
+      } else {
+        text_put(&out->scratch, (const char *)s + i, run);
+        i += run;
+      }
+    }
+    text_put(&out->scratch, "", 1);
+  }
+  if (out->scratch.error) {
+    return labels; /* prom_expo refuses the series: left out, as nothing else can be done. */
+  }
+  for (size_t k = 0; k < n; k++) {
+    fixed[k] = (em_prom_label_t){labels[k].name, out->scratch.data + at[k]};
+  }
+  return fixed;
+}
+
+/* Text: "name<suffix>{k="v",...,le="<le>"} " (no braces without labels). */
+static void text_series(em_text_t *t, const char *name, const char *suffix,
+                        const em_prom_label_t *labels, size_t n, const char *le) {
+  text_str(t, name);
   text_str(t, suffix);
-  if (device) {
-    text_str(t, "{device=\"");
-    put_escaped(t, device, false);
+  for (size_t k = 0; k < n; k++) {
+    text_printf(t, "%c%s=\"", k ? ',' : '{', labels[k].name);
+    put_escaped(t, labels[k].value, false);
     text_ch(t, '"');
   }
+  if (le) {
+    text_str(t, n ? ",le=\"" : "{le=\"");
+    text_str(t, le);
+    text_ch(t, '"');
+  }
+  text_str(t, n || le ? "} " : " ");
 }
 
-static void label(em_text_t *t, const char *key, const char *value) {
-  text_printf(t, ",%s=\"", key);
-  put_escaped(t, value, false);
-  text_ch(t, '"');
+/* One counter or gauge sample. */
+static void out_sample(em_metrics_out_t *out, const em_metrics_family_t *f,
+                       const em_prom_label_t *labels, size_t n, num_t v) {
+  if (n > EM_PROM_EXPO_MAX_LABELS || !out_family(out, f)) {
+    return;
+  }
+  if (out->format == EM_METRICS_TEXT) {
+    text_series(&out->text, f->name, "", labels, n, NULL);
+    put_num(&out->text, v);
+    text_ch(&out->text, '\n');
+    return;
+  }
+  em_prom_label_t fixed[EM_PROM_EXPO_MAX_LABELS];
+  const em_prom_label_t *l = pb_labels(out, labels, n, fixed);
+  if (f->type == EM_PROM_COUNTER) {
+    (void)em_prom_expo_counter(&out->pb, l, n, num_double(v));
+  } else {
+    (void)em_prom_expo_gauge(&out->pb, l, n, num_double(v));
+  }
+  pb_check_limit(out);
 }
 
-/* Closes the label set (when one is open) and leaves room for the value. */
-static void sample_value_sep(em_text_t *t, bool labels) {
-  text_str(t, labels ? "} " : " ");
+void em_metrics_out_u64(em_metrics_out_t *out, const em_metrics_family_t *f,
+                        const em_prom_label_t *labels, size_t n_labels, uint64_t v) {
+  if (!out || !f) {
+    return;
+  }
+  out_sample(out, f, labels, n_labels, num_u64(v));
 }
 
-/* A whole per-device u64 sample. */
-static void device_u64(em_text_t *t, family_t *f, const char *device, uint64_t v) {
-  sample_begin(t, f, "", device);
-  sample_value_sep(t, true);
-  put_u64(t, v);
-  text_ch(t, '\n');
+int em_metrics_out_take(em_metrics_out_t *out, char **body, size_t *len_bytes) {
+  if (!out || !body || !len_bytes) {
+    return -EINVAL;
+  }
+  *body = NULL;
+  *len_bytes = 0;
+  out_close(out);
+  int err = em_metrics_out_error(out);
+  if (err) {
+    return err;
+  }
+  if (out->format == EM_METRICS_TEXT) {
+    *body = out->text.data;
+    *len_bytes = out->text.len;
+    out->text.data = NULL;
+    out->text.len = out->text.cap = 0;
+    return 0;
+  }
+  /* The writer's buffer is one malloc'd block holding the bytes from its start. */
+  *body = (char *)out->pb.pb.data;
+  *len_bytes = out->pb.pb.len_bytes;
+  out->pb.pb.data = NULL;
+  out->pb.pb.len_bytes = out->pb.pb.cap_bytes = 0;
+  return 0;
+}
+
+/* Forgets what was written after `start` (text) or everything (protobuf), and the error. */
+static void out_rewind(em_metrics_out_t *out, size_t start) {
+  out->open = NULL;
+  out->head_bytes = 0;
+  if (out->format == EM_METRICS_TEXT) {
+    out->text.error = 0;
+    out->text.len = start;
+    if (out->text.data) {
+      out->text.data[start] = '\0';
+    }
+    return;
+  }
+  out->error = 0;
+  em_prom_expo_reset(&out->pb);
+}
+
+/* The cap while devices are rendered: absolute bytes of the output; 0 for out's own cap. */
+static void out_set_limit(em_metrics_out_t *out, size_t max_bytes, size_t saved) {
+  if (out->format == EM_METRICS_TEXT) {
+    out->text.max_bytes = max_bytes ? max_bytes : saved;
+  } else {
+    out->limit_bytes = max_bytes;
+  }
+}
+
+/* ---- Prometheus families ---------------------------------------------------------------- */
+
+/* A per-device sample: the device label first, then extra[0..n_extra). */
+static void device_sample(em_metrics_out_t *out, const em_metrics_family_t *f, const char *device,
+                          const em_prom_label_t *extra, size_t n_extra, num_t v) {
+  em_prom_label_t labels[4] = {{"device", device}};
+  for (size_t k = 0; k < n_extra && k < 3; k++) {
+    labels[1 + k] = extra[k];
+  }
+  out_sample(out, f, labels, 1 + (n_extra < 3 ? n_extra : 3), v);
 }
 
 static bool names_valid(const em_agg_device_t *d) {
@@ -356,7 +692,7 @@ static const em_value_t *value_named(const em_agg_device_t *d, const char *name)
 typedef struct {
   const char *metric; /* Name in the birth. */
   double scale;       /* Multiplier to the family's unit. */
-  family_t fam;
+  em_metrics_family_t fam;
 } shortcut_t;
 
 /* The fixed le ladder: 1-2-5 steps from 10 us to 100 s. */
@@ -387,227 +723,264 @@ static void rebucket_one(void *ctx, double upper_ns, uint64_t count) {
   rb->at[i] = rb->at[i] + count < rb->at[i] ? UINT64_MAX : rb->at[i] + count;
 }
 
-static void render_histogram(em_text_t *t, family_t *f, const char *device,
-                             const em_agg_stage_t *s) {
+/* The classic histogram of a stage on the le ladder: _bucket lines, _sum, _count in text; the
+ * same cumulative counts, sum and count as a classic Histogram in protobuf. */
+static void out_classic(em_metrics_out_t *out, const em_metrics_family_t *f, const char *device,
+                        const em_agg_stage_t *s) {
+  if (!out_family(out, f)) {
+    return;
+  }
   rebucket_t rb;
   memset(&rb, 0, sizeof(rb));
   em_histo_each(s->total, rebucket_one, &rb);
   uint64_t count = em_histo_count(s->total);
+  em_prom_bucket_t classic[LADDER_N];
   uint64_t cum = 0;
   for (size_t i = 0; i < LADDER_N; i++) {
     cum = cum + rb.at[i] < cum ? UINT64_MAX : cum + rb.at[i];
-    sample_begin(t, f, "_bucket", device);
-    label(t, "stage", s->name);
-    label(t, "le", ladder[i].le);
-    sample_value_sep(t, true);
-    put_u64(t, cum);
-    text_ch(t, '\n');
+    classic[i] = (em_prom_bucket_t){strtod(ladder[i].le, NULL), cum};
   }
   /* +Inf is the count; never below the last le, so the series stays monotonic. */
   uint64_t inf = count < cum ? cum : count;
-  sample_begin(t, f, "_bucket", device);
-  label(t, "stage", s->name);
-  label(t, "le", "+Inf");
-  sample_value_sep(t, true);
+  em_prom_label_t labels[2] = {{"device", device}, {"stage", s->name}};
+  if (out->format == EM_METRICS_PROTOBUF) {
+    em_prom_label_t fixed[2];
+    const em_prom_label_t *l = pb_labels(out, labels, 2, fixed);
+    (void)em_prom_expo_classic(&out->pb, l, 2, inf, ns_to_seconds(em_histo_sum_ns(s->total)),
+                               classic, LADDER_N);
+    pb_check_limit(out);
+    return;
+  }
+  em_text_t *t = &out->text;
+  for (size_t i = 0; i < LADDER_N; i++) {
+    text_series(t, f->name, "_bucket", labels, 2, ladder[i].le);
+    put_u64(t, classic[i].cumulative_count);
+    text_ch(t, '\n');
+  }
+  text_series(t, f->name, "_bucket", labels, 2, "+Inf");
   put_u64(t, inf);
   text_ch(t, '\n');
-  sample_begin(t, f, "_sum", device);
-  label(t, "stage", s->name);
-  sample_value_sep(t, true);
+  text_series(t, f->name, "_sum", labels, 2, NULL);
   put_ns_as_seconds(t, em_histo_sum_ns(s->total));
   text_ch(t, '\n');
-  sample_begin(t, f, "_count", device);
-  label(t, "stage", s->name);
-  sample_value_sep(t, true);
+  text_series(t, f->name, "_count", labels, 2, NULL);
   put_u64(t, inf);
   text_ch(t, '\n');
+}
+
+/* The native histogram of a stage (protobuf only: text has no native histograms, so there the
+ * family is never opened). A histogram with no native form (a scale below -4, more buckets
+ * than EM_NATIVE_MAX_BUCKETS) is left out; its classic series stays. */
+static void out_native(em_metrics_out_t *out, const em_metrics_family_t *f, const char *device,
+                       const em_agg_stage_t *s) {
+  if (out->format != EM_METRICS_PROTOBUF) {
+    return;
+  }
+  int rc = em_native_from_histo(&out->native, s->total);
+  if (rc == -ENOMEM) {
+    out->error = out->error ? out->error : -ENOMEM;
+    return;
+  }
+  if (rc < 0 || !out_family(out, f)) {
+    return;
+  }
+  em_prom_label_t labels[2] = {{"device", device}, {"stage", s->name}};
+  em_prom_label_t fixed[2];
+  const em_prom_label_t *l = pb_labels(out, labels, 2, fixed);
+  (void)em_prom_expo_native(&out->pb, l, 2, &out->native, NULL, 0);
+  pb_check_limit(out);
 }
 
 /* One unlabelled sample of a family of its own. */
-static void single(em_text_t *t, const char *name, const char *type, const char *help, uint64_t v) {
-  family_t f = {name, type, help, false};
-  sample_begin(t, &f, "", NULL);
-  sample_value_sep(t, false);
-  put_u64(t, v);
-  text_ch(t, '\n');
+static void single(em_metrics_out_t *out, const em_metrics_family_t *f, num_t v) {
+  out_sample(out, f, NULL, 0, v);
 }
 
 /* Writes the aggregator-wide families (no device label). */
-static void render_aggregator(const em_registry_t *r, em_text_t *t) {
+static void render_aggregator(const em_registry_t *r, em_metrics_out_t *out) {
   const em_agg_stats_t *st = &r->stats;
-  single(t, "edgemon_aggregator_devices", "gauge", "Devices the aggregator knows.",
-         (uint64_t)r->n_devices);
+  static const em_metrics_family_t devices = {"edgemon_aggregator_devices",
+                                              "Devices the aggregator knows.", EM_PROM_GAUGE};
+  single(out, &devices, num_u64((uint64_t)r->n_devices));
   if (r->started_ns > 0) {
-    family_t start = {"edgemon_aggregator_start_time_seconds", "gauge",
-                      "When the aggregator started, Unix time.", false};
-    sample_begin(t, &start, "", NULL);
-    sample_value_sep(t, false);
-    put_ns_as_seconds(t, r->started_ns);
-    text_ch(t, '\n');
+    static const em_metrics_family_t start = {"edgemon_aggregator_start_time_seconds",
+                                              "When the aggregator started, Unix time.",
+                                              EM_PROM_GAUGE};
+    single(out, &start, num_ns_as_seconds(r->started_ns));
   }
   const struct {
-    const char *name;
-    const char *type;
-    const char *help;
+    em_metrics_family_t f;
     uint64_t v;
   } figures[] = {
-      {"edgemon_aggregator_received_total", "counter", "MQTT messages received.", st->received},
-      {"edgemon_aggregator_ingested_total", "counter", "MQTT messages decoded and applied.",
+      {{"edgemon_aggregator_received_total", "MQTT messages received.", EM_PROM_COUNTER},
+       st->received},
+      {{"edgemon_aggregator_ingested_total", "MQTT messages decoded and applied.", EM_PROM_COUNTER},
        st->ingested},
-      {"edgemon_aggregator_malformed_total", "counter", "MQTT payloads that did not decode.",
+      {{"edgemon_aggregator_malformed_total", "MQTT payloads that did not decode.",
+        EM_PROM_COUNTER},
        st->malformed},
-      {"edgemon_aggregator_unknown_birth_total", "counter",
-       "Data messages without a birth for their session.", st->unknown_birth},
-      {"edgemon_aggregator_devices_expired_total", "counter",
-       "Devices forgotten after the device TTL without a message.", st->expired},
-      {"edgemon_aggregator_device_ttl_seconds", "gauge",
-       "A device not heard from for this long is forgotten (0: never).",
+      {{"edgemon_aggregator_unknown_birth_total",
+        "Data messages without a birth for their session.", EM_PROM_COUNTER},
+       st->unknown_birth},
+      {{"edgemon_aggregator_devices_expired_total",
+        "Devices forgotten after the device TTL without a message.", EM_PROM_COUNTER},
+       st->expired},
+      {{"edgemon_aggregator_device_ttl_seconds",
+        "A device not heard from for this long is forgotten (0: never).", EM_PROM_GAUGE},
        r->device_ttl_ns / 1000000000u},
-      {"edgemon_aggregator_store_rows_total", "counter", "Rows written to SQLite.", st->store_rows},
-      {"edgemon_aggregator_store_batches_total", "counter", "Transactions committed to SQLite.",
+      {{"edgemon_aggregator_store_rows_total", "Rows written to SQLite.", EM_PROM_COUNTER},
+       st->store_rows},
+      {{"edgemon_aggregator_store_batches_total", "Transactions committed to SQLite.",
+        EM_PROM_COUNTER},
        st->store_batches},
-      {"edgemon_aggregator_store_errors_total", "counter",
-       "SQLite writes that failed (edgemon_aggregator_store_failures_total says why).",
+      {{"edgemon_aggregator_store_errors_total",
+        "SQLite writes that failed (edgemon_aggregator_store_failures_total says why).",
+        EM_PROM_COUNTER},
        st->store_errors},
-      {"edgemon_aggregator_duplicates_total", "counter",
-       "Data and state messages not stored because they were stored already (a QoS 1 "
-       "redelivery or an agent's replay).",
+      {{"edgemon_aggregator_duplicates_total",
+        "Data and state messages not stored because they were stored already (a QoS 1 "
+        "redelivery or an agent's replay).",
+        EM_PROM_COUNTER},
        st->store_duplicates},
-      {"edgemon_aggregator_checkpoint_runs_total", "counter", "WAL checkpoints run.",
+      {{"edgemon_aggregator_checkpoint_runs_total", "WAL checkpoints run.", EM_PROM_COUNTER},
        st->ckpt_runs},
-      {"edgemon_aggregator_checkpoint_frames_total", "counter",
-       "WAL frames copied into the database.", st->ckpt_frames},
-      {"edgemon_aggregator_checkpoint_busy_total", "counter",
-       "WAL checkpoints that could not copy every frame.", st->ckpt_busy},
-      {"edgemon_aggregator_checkpoint_errors_total", "counter", "WAL checkpoints that failed.",
+      {{"edgemon_aggregator_checkpoint_frames_total", "WAL frames copied into the database.",
+        EM_PROM_COUNTER},
+       st->ckpt_frames},
+      {{"edgemon_aggregator_checkpoint_busy_total",
+        "WAL checkpoints that could not copy every frame.", EM_PROM_COUNTER},
+       st->ckpt_busy},
+      {{"edgemon_aggregator_checkpoint_errors_total", "WAL checkpoints that failed.",
+        EM_PROM_COUNTER},
        st->ckpt_errors},
-      {"edgemon_aggregator_checkpoint_truncates_total", "counter",
-       "WAL checkpoints in TRUNCATE mode (the WAL was over its bound).", st->ckpt_truncates},
-      {"edgemon_aggregator_checkpoint_writer_runs_total", "counter",
-       "Commits after which the writer copied the last WAL frames so the log starts over.",
+      {{"edgemon_aggregator_checkpoint_truncates_total",
+        "WAL checkpoints in TRUNCATE mode (the WAL was over its bound).", EM_PROM_COUNTER},
+       st->ckpt_truncates},
+      {{"edgemon_aggregator_checkpoint_writer_runs_total",
+        "Commits after which the writer copied the last WAL frames so the log starts over.",
+        EM_PROM_COUNTER},
        st->ckpt_writer_runs},
-      {"edgemon_aggregator_checkpoint_writer_busy_total", "counter",
-       "Of those, the ones a reader kept from copying every frame.", st->ckpt_writer_busy},
-      {"edgemon_aggregator_wal_bytes", "gauge", "Size of the WAL file after the latest checkpoint.",
+      {{"edgemon_aggregator_checkpoint_writer_busy_total",
+        "Of those, the ones a reader kept from copying every frame.", EM_PROM_COUNTER},
+       st->ckpt_writer_busy},
+      {{"edgemon_aggregator_wal_bytes", "Size of the WAL file after the latest checkpoint.",
+        EM_PROM_GAUGE},
        st->wal_bytes},
-      {"edgemon_aggregator_wal_max_bytes", "gauge", "Largest WAL file a checkpoint found.",
+      {{"edgemon_aggregator_wal_max_bytes", "Largest WAL file a checkpoint found.", EM_PROM_GAUGE},
        st->wal_max_bytes},
-      {"edgemon_aggregator_metrics_truncated", "gauge",
-       "1 when this exposition leaves devices out to stay under its cap.",
+      {{"edgemon_aggregator_metrics_truncated",
+        "1 when this exposition leaves devices out to stay under its cap.", EM_PROM_GAUGE},
        st->metrics_truncated ? 1u : 0u},
-      {"edgemon_aggregator_metrics_devices_omitted", "gauge",
-       "Devices this exposition leaves out to stay under its cap.", st->metrics_omitted},
-      {"edgemon_aggregator_metrics_truncations_total", "counter",
-       "Expositions that left devices out.", st->metrics_truncations},
-      {"edgemon_aggregator_metrics_max_bytes", "gauge", "Cap of the /metrics text.",
+      {{"edgemon_aggregator_metrics_devices_omitted",
+        "Devices this exposition leaves out to stay under its cap.", EM_PROM_GAUGE},
+       st->metrics_omitted},
+      {{"edgemon_aggregator_metrics_truncations_total", "Expositions that left devices out.",
+        EM_PROM_COUNTER},
+       st->metrics_truncations},
+      {{"edgemon_aggregator_metrics_max_bytes", "Cap of the /metrics text.", EM_PROM_GAUGE},
        r->metrics_max_bytes ? r->metrics_max_bytes : EM_METRICS_MAX_BYTES},
   };
   for (size_t i = 0; i < sizeof(figures) / sizeof(figures[0]); i++) {
-    single(t, figures[i].name, figures[i].type, figures[i].help, figures[i].v);
+    single(out, &figures[i].f, num_u64(figures[i].v));
   }
-  family_t rejected = {"edgemon_aggregator_rejected_total", "counter",
-                       "Messages rejected before reaching a device: topic (not exactly "
-                       "edgemon/v1/<device>/<kind>), kind_mismatch, device_mismatch.",
-                       false};
+  static const em_metrics_family_t rejected = {
+      "edgemon_aggregator_rejected_total",
+      "Messages rejected before reaching a device: topic (not exactly "
+      "edgemon/v1/<device>/<kind>), kind_mismatch, device_mismatch.",
+      EM_PROM_COUNTER};
   for (int why = 0; why < EM_AGG_REJECT_COUNT; why++) {
-    sample_begin(t, &rejected, "", NULL);
-    text_printf(t, "{reason=\"%s\"} ", em_agg_reject_name((em_agg_reject_t)why));
-    put_u64(t, st->rejected[why]);
-    text_ch(t, '\n');
+    em_prom_label_t l = {"reason", em_agg_reject_name((em_agg_reject_t)why)};
+    out_sample(out, &rejected, &l, 1, num_u64(st->rejected[why]));
   }
-  family_t failures = {"edgemon_aggregator_store_failures_total", "counter",
-                       "SQLite writes that failed, by table and SQLite reason.", false};
+  static const em_metrics_family_t failures = {
+      "edgemon_aggregator_store_failures_total",
+      "SQLite writes that failed, by table and SQLite reason.", EM_PROM_COUNTER};
   for (size_t i = 0; i < st->n_store_failures && i < EM_AGG_FAILURE_KINDS; i++) {
-    sample_begin(t, &failures, "", NULL);
-    text_str(t, "{table=\"");
-    put_escaped(t, st->store_failures[i].table, false);
-    text_str(t, "\",reason=\"");
-    put_escaped(t, st->store_failures[i].reason, false);
-    text_str(t, "\"} ");
-    put_u64(t, st->store_failures[i].count);
-    text_ch(t, '\n');
+    em_prom_label_t l[2] = {{"table", st->store_failures[i].table},
+                            {"reason", st->store_failures[i].reason}};
+    out_sample(out, &failures, l, 2, num_u64(st->store_failures[i].count));
   }
 }
 
 /* Writes the per-device families of devs[0..n). help false leaves out the HELP and TYPE lines
  * (to measure what the devices themselves take). */
 static void render_devices(const em_registry_t *r, em_agg_device_t *const *devs, size_t n,
-                           em_text_t *t, bool help) {
-  const bool quiet = !help; /* A family marked started writes no HELP/TYPE. */
-
-  family_t online = {"edgemon_device_online", "gauge",
-                     "1 while the device's retained status says online, 0 when offline.", quiet};
+                           em_metrics_out_t *out, bool help) {
+  out->help = help;
+  static const em_metrics_family_t online = {
+      "edgemon_device_online", "1 while the device's retained status says online, 0 when offline.",
+      EM_PROM_GAUGE};
   for (size_t i = 0; i < n; i++) {
     const em_device_t *dev = devs[i]->dev;
     if (dev && dev->have_status) {
-      device_u64(t, &online, dev->id, dev->online ? 1 : 0);
+      device_sample(out, &online, dev->id, NULL, 0, num_u64(dev->online ? 1 : 0));
     }
   }
-  family_t level = {"edgemon_device_level", "gauge",
-                    "Degradation level: 0 NOMINAL, 1 WARN, 2 DEGRADED, 3 CRITICAL.", quiet};
+  static const em_metrics_family_t level = {
+      "edgemon_device_level", "Degradation level: 0 NOMINAL, 1 WARN, 2 DEGRADED, 3 CRITICAL.",
+      EM_PROM_GAUGE};
   for (size_t i = 0; i < n; i++) {
     const em_device_t *dev = devs[i]->dev;
     if (dev && dev->level >= EM_LEVEL_NOMINAL && dev->level <= EM_LEVEL_CRITICAL) {
-      device_u64(t, &level, dev->id, (uint64_t)dev->level);
+      device_sample(out, &level, dev->id, NULL, 0, num_u64((uint64_t)dev->level));
     }
   }
-  family_t seen = {"edgemon_device_last_seen_seconds", "gauge",
-                   "Time of the latest message from the device, Unix time.", quiet};
+  static const em_metrics_family_t seen = {"edgemon_device_last_seen_seconds",
+                                           "Time of the latest message from the device, Unix time.",
+                                           EM_PROM_GAUGE};
   for (size_t i = 0; i < n; i++) {
     const em_device_t *dev = devs[i]->dev;
     if (dev && dev->last_seen_ns > 0) {
-      sample_begin(t, &seen, "", dev->id);
-      sample_value_sep(t, true);
-      put_ns_as_seconds(t, dev->last_seen_ns);
-      text_ch(t, '\n');
+      device_sample(out, &seen, dev->id, NULL, 0, num_ns_as_seconds(dev->last_seen_ns));
     }
   }
-  family_t info = {"edgemon_device_info", "gauge", "Agent version and board from the birth.",
-                   false};
+  static const em_metrics_family_t info = {
+      "edgemon_device_info", "Agent version and board from the birth.", EM_PROM_GAUGE};
   for (size_t i = 0; i < n; i++) {
     const em_device_t *dev = devs[i]->dev;
     if (dev && dev->have_birth) {
-      sample_begin(t, &info, "", dev->id);
-      label(t, "agent_version", dev->agent_version);
-      label(t, "board", dev->board);
-      sample_value_sep(t, true);
-      text_str(t, "1\n");
+      em_prom_label_t l[2] = {{"agent_version", dev->agent_version}, {"board", dev->board}};
+      device_sample(out, &info, dev->id, l, 2, num_u64(1));
     }
   }
-  family_t data = {"edgemon_device_data_messages_total", "counter",
-                   "Data messages ingested from the device.", quiet};
-  family_t lost = {"edgemon_device_lost_messages_total", "counter",
-                   "Data messages missing from the device's sequence.", quiet};
-  family_t dup = {"edgemon_device_duplicate_messages_total", "counter",
-                  "Data messages behind the device's sequence (repeated or reordered).", quiet};
-  family_t rebirth = {"edgemon_device_rebirths_requested_total", "counter",
-                      "Rebirths the aggregator asked the device for.", quiet};
+  static const em_metrics_family_t data = {"edgemon_device_data_messages_total",
+                                           "Data messages ingested from the device.",
+                                           EM_PROM_COUNTER};
+  static const em_metrics_family_t lost = {"edgemon_device_lost_messages_total",
+                                           "Data messages missing from the device's sequence.",
+                                           EM_PROM_COUNTER};
+  static const em_metrics_family_t dup = {
+      "edgemon_device_duplicate_messages_total",
+      "Data messages behind the device's sequence (repeated or reordered).", EM_PROM_COUNTER};
+  static const em_metrics_family_t rebirth = {"edgemon_device_rebirths_requested_total",
+                                              "Rebirths the aggregator asked the device for.",
+                                              EM_PROM_COUNTER};
   for (size_t i = 0; i < n; i++) {
     if (devs[i]->dev) {
-      device_u64(t, &data, devs[i]->dev->id, devs[i]->data_msgs);
+      device_sample(out, &data, devs[i]->dev->id, NULL, 0, num_u64(devs[i]->data_msgs));
     }
   }
   if (r->loss_tracked) {
     for (size_t i = 0; i < n; i++) {
       if (devs[i]->dev) {
-        device_u64(t, &lost, devs[i]->dev->id, devs[i]->lost);
+        device_sample(out, &lost, devs[i]->dev->id, NULL, 0, num_u64(devs[i]->lost));
       }
     }
     for (size_t i = 0; i < n; i++) {
       if (devs[i]->dev) {
-        device_u64(t, &dup, devs[i]->dev->id, devs[i]->duplicates);
+        device_sample(out, &dup, devs[i]->dev->id, NULL, 0, num_u64(devs[i]->duplicates));
       }
     }
   }
   for (size_t i = 0; i < n; i++) {
     if (devs[i]->dev) {
-      device_u64(t, &rebirth, devs[i]->dev->id, devs[i]->rebirths_asked);
+      device_sample(out, &rebirth, devs[i]->dev->id, NULL, 0, num_u64(devs[i]->rebirths_asked));
     }
   }
 
-  family_t metric = {"edgemon_metric", "gauge",
-                     "Every present value of the device's latest data message, by metric name.",
-                     false};
+  static const em_metrics_family_t metric = {
+      "edgemon_metric", "Every present value of the device's latest data message, by metric name.",
+      EM_PROM_GAUGE};
   for (size_t i = 0; i < n; i++) {
     const em_agg_device_t *d = devs[i];
     if (!d->values || !names_valid(d)) {
@@ -615,147 +988,159 @@ static void render_devices(const em_registry_t *r, em_agg_device_t *const *devs,
     }
     for (size_t a = 0; a < d->n_values; a++) {
       const char *name = em_dict_name(d->dev, (uint32_t)a);
-      const em_value_t *v = &d->values[a];
-      if (!name || v->type == EM_VALUE_ABSENT ||
-          (v->type == EM_VALUE_FLOAT && !isfinite(v->as.f))) {
+      num_t v;
+      if (!name || !num_of_value(&d->values[a], 1.0, &v)) {
         continue;
       }
-      sample_begin(t, &metric, "", d->dev->id);
-      label(t, "name", name);
-      sample_value_sep(t, true);
-      put_value(t, v, 1.0);
-      text_ch(t, '\n');
+      em_prom_label_t l = {"name", name};
+      device_sample(out, &metric, d->dev->id, &l, 1, v);
     }
   }
 
-  shortcut_t shortcuts[] = {
-      {"mem.rss", 1.0, {"edgemon_rss_bytes", "gauge", "Resident set size of the target.", quiet}},
+  static const shortcut_t shortcuts[] = {
+      {"mem.rss", 1.0, {"edgemon_rss_bytes", "Resident set size of the target.", EM_PROM_GAUGE}},
       {"sys.mem.available",
        1.0,
-       {"edgemon_mem_available_bytes", "gauge", "Memory available on the device.", quiet}},
-      {"pmu.ipc", 1.0, {"edgemon_ipc", "gauge", "Instructions per cycle of the target.", quiet}},
+       {"edgemon_mem_available_bytes", "Memory available on the device.", EM_PROM_GAUGE}},
+      {"pmu.ipc", 1.0, {"edgemon_ipc", "Instructions per cycle of the target.", EM_PROM_GAUGE}},
       {"pmu.cache_miss_ratio",
        1.0,
-       {"edgemon_cache_miss_ratio", "gauge", "Cache misses per cache reference.", quiet}},
+       {"edgemon_cache_miss_ratio", "Cache misses per cache reference.", EM_PROM_GAUGE}},
       {"pmu.branch_miss_ratio",
        1.0,
-       {"edgemon_branch_miss_ratio", "gauge", "Branch misses per branch instruction.", quiet}},
+       {"edgemon_branch_miss_ratio", "Branch misses per branch instruction.", EM_PROM_GAUGE}},
       {"psi.cpu.some.avg10",
        0.01,
-       {"edgemon_psi_cpu_some_avg10_ratio", "gauge",
-        "Share of the last 10 s some task waited for CPU.", quiet}},
+       {"edgemon_psi_cpu_some_avg10_ratio", "Share of the last 10 s some task waited for CPU.",
+        EM_PROM_GAUGE}},
       {"psi.memory.some.avg10",
        0.01,
-       {"edgemon_psi_memory_some_avg10_ratio", "gauge",
-        "Share of the last 10 s some task waited for memory.", quiet}},
+       {"edgemon_psi_memory_some_avg10_ratio",
+        "Share of the last 10 s some task waited for memory.", EM_PROM_GAUGE}},
       {"psi.io.some.avg10",
        0.01,
-       {"edgemon_psi_io_some_avg10_ratio", "gauge",
-        "Share of the last 10 s some task waited for I/O.", quiet}},
+       {"edgemon_psi_io_some_avg10_ratio", "Share of the last 10 s some task waited for I/O.",
+        EM_PROM_GAUGE}},
   };
   for (size_t k = 0; k < sizeof(shortcuts) / sizeof(shortcuts[0]); k++) {
     for (size_t i = 0; i < n; i++) {
       const em_value_t *v = value_named(devs[i], shortcuts[k].metric);
-      if (!v || (v->type == EM_VALUE_FLOAT && !isfinite(v->as.f))) {
+      num_t num;
+      if (!v || !num_of_value(v, shortcuts[k].scale, &num)) {
         continue;
       }
-      sample_begin(t, &shortcuts[k].fam, "", devs[i]->dev->id);
-      sample_value_sep(t, true);
-      put_value(t, v, shortcuts[k].scale);
-      text_ch(t, '\n');
+      device_sample(out, &shortcuts[k].fam, devs[i]->dev->id, NULL, 0, num);
     }
   }
 
-  family_t latency = {"edgemon_stage_latency_seconds", "histogram",
-                      "Latency of each stage, every window since the aggregator started.", quiet};
+  static const em_metrics_family_t latency = {
+      "edgemon_stage_latency_seconds",
+      "Latency of each stage, every window since the aggregator started.", EM_PROM_HISTOGRAM};
   for (size_t i = 0; i < n; i++) {
     const em_agg_device_t *d = devs[i];
     for (size_t s = 0; d->dev && d->stages && s < d->n_stages; s++) {
       if (d->stages[s].total) {
-        render_histogram(t, &latency, d->dev->id, &d->stages[s]);
+        out_classic(out, &latency, d->dev->id, &d->stages[s]);
       }
     }
   }
-  family_t p99 = {"edgemon_stage_p99_seconds", "gauge", "p99 latency of the latest window.", quiet};
+  static const em_metrics_family_t native = {
+      "edgemon_stage_latency_nanoseconds",
+      "Latency of each stage in ns as a native histogram of the merged exponential buckets, "
+      "every window since the aggregator started.",
+      EM_PROM_HISTOGRAM};
+  for (size_t i = 0; i < n; i++) {
+    const em_agg_device_t *d = devs[i];
+    for (size_t s = 0; d->dev && d->stages && s < d->n_stages; s++) {
+      if (d->stages[s].total) {
+        out_native(out, &native, d->dev->id, &d->stages[s]);
+      }
+    }
+  }
+  static const em_metrics_family_t p99 = {"edgemon_stage_p99_seconds",
+                                          "p99 latency of the latest window.", EM_PROM_GAUGE};
   for (size_t i = 0; i < n; i++) {
     const em_agg_device_t *d = devs[i];
     for (size_t s = 0; d->dev && d->stages && s < d->n_stages; s++) {
       if (d->stages[s].last.count > 0) {
-        sample_begin(t, &p99, "", d->dev->id);
-        label(t, "stage", d->stages[s].name);
-        sample_value_sep(t, true);
-        put_ns_as_seconds(t, d->stages[s].last.p99_ns);
-        text_ch(t, '\n');
+        em_prom_label_t l = {"stage", d->stages[s].name};
+        device_sample(out, &p99, d->dev->id, &l, 1, num_ns_as_seconds(d->stages[s].last.p99_ns));
       }
     }
   }
-  family_t windows = {"edgemon_stage_windows_total", "counter",
-                      "Stage windows merged into the latency histogram.", quiet};
+  static const em_metrics_family_t windows = {"edgemon_stage_windows_total",
+                                              "Stage windows merged into the latency histogram.",
+                                              EM_PROM_COUNTER};
   for (size_t i = 0; i < n; i++) {
     const em_agg_device_t *d = devs[i];
     for (size_t s = 0; d->dev && d->stages && s < d->n_stages; s++) {
-      sample_begin(t, &windows, "", d->dev->id);
-      label(t, "stage", d->stages[s].name);
-      sample_value_sep(t, true);
-      put_u64(t, d->stages[s].windows);
-      text_ch(t, '\n');
+      em_prom_label_t l = {"stage", d->stages[s].name};
+      device_sample(out, &windows, d->dev->id, &l, 1, num_u64(d->stages[s].windows));
     }
   }
+  out_close(out);
+  out->help = true;
 }
 
-/* How many of the devices, in order, fit in budget bytes of per-device families (HELP and
- * TYPE lines aside: EM_METRICS_HELP_RESERVE_BYTES covers them). */
-static size_t devices_that_fit(const em_registry_t *r, size_t budget) {
-  em_text_t one = {.max_bytes = budget};
+/* How many of the devices, in order, fit in budget bytes of per-device families in `format`
+ * (HELP and TYPE lines, or MetricFamily heads, aside: EM_METRICS_HELP_RESERVE_BYTES covers
+ * them). */
+static size_t devices_that_fit(const em_registry_t *r, size_t budget, em_metrics_format_t format) {
+  em_metrics_out_t one;
+  if (em_metrics_out_init(&one, format, budget + EM_METRICS_HELP_RESERVE_BYTES) != 0) {
+    return 0;
+  }
   size_t used = 0;
   size_t k = 0;
   for (; k < r->n_devices; k++) {
-    one.len = 0;
-    one.error = 0;
+    out_rewind(&one, 0);
     render_devices(r, &r->devices[k], 1, &one, false);
-    if (one.error || used + one.len > budget) {
+    size_t len = em_metrics_out_len(&one);
+    size_t heads = one.head_bytes < len ? one.head_bytes : len;
+    if (em_metrics_out_error(&one) || used + len - heads > budget) {
       break;
     }
-    used += one.len;
+    used += len - heads;
   }
-  em_text_free(&one);
+  em_metrics_out_deinit(&one);
   return k;
 }
 
-int em_metrics_render(em_registry_t *r, em_text_t *t) {
-  if (!t) {
+int em_metrics_render_out(em_registry_t *r, em_metrics_out_t *out) {
+  if (!out) {
     return -EINVAL;
   }
-  if (!r) {
-    t->error = t->error ? t->error : -EINVAL;
-    return t->error;
+  if (!r || (out->format == EM_METRICS_PROTOBUF && em_metrics_out_len(out) != 0)) {
+    if (out->format == EM_METRICS_TEXT) {
+      out->text.error = out->text.error ? out->text.error : -EINVAL;
+    } else {
+      out->error = out->error ? out->error : -EINVAL;
+    }
+    return em_metrics_out_error(out);
   }
-  if (t->error) {
-    return t->error;
+  if (em_metrics_out_error(out)) {
+    return em_metrics_out_error(out);
   }
+  out_close(out);
   size_t cap = r->metrics_max_bytes ? r->metrics_max_bytes : EM_METRICS_MAX_BYTES;
   size_t reserve =
       EM_METRICS_SELF_RESERVE_BYTES < cap / 2 ? EM_METRICS_SELF_RESERVE_BYTES : cap / 2;
-  size_t start = t->len;
-  size_t saved_max = t->max_bytes;
+  size_t start = em_metrics_out_len(out);
+  size_t saved_max = out->text.max_bytes;
   size_t n = r->devices ? r->n_devices : 0;
   size_t shown = n;
-  t->max_bytes = start + cap - reserve;
-  render_devices(r, r->devices, n, t, true);
-  if (t->error == -E2BIG) {
+  out_set_limit(out, start + cap - reserve, saved_max);
+  render_devices(r, r->devices, n, out, true);
+  if (em_metrics_out_error(out) == -E2BIG) {
     /* Over the cap: as many devices as fit, in id order (the same ones at every scrape while
      * the fleet does not change), and the aggregator's own families in full. */
     size_t budget = cap - reserve;
     budget = budget > EM_METRICS_HELP_RESERVE_BYTES ? budget - EM_METRICS_HELP_RESERVE_BYTES : 0;
-    shown = devices_that_fit(r, budget);
+    shown = devices_that_fit(r, budget, out->format);
     for (;;) {
-      t->error = 0;
-      t->len = start;
-      if (t->data) {
-        t->data[start] = '\0';
-      }
-      render_devices(r, r->devices, shown, t, true);
-      if (t->error != -E2BIG || shown == 0) {
+      out_rewind(out, start);
+      render_devices(r, r->devices, shown, out, true);
+      if (em_metrics_out_error(out) != -E2BIG || shown == 0) {
         break;
       }
       shown = shown * 9 / 10; /* The estimate was short: take a tenth off. */
@@ -764,10 +1149,28 @@ int em_metrics_render(em_registry_t *r, em_text_t *t) {
   r->stats.metrics_truncated = shown < n;
   r->stats.metrics_omitted = n - shown;
   r->stats.metrics_truncations += shown < n ? 1 : 0;
-  t->max_bytes = start + cap;
-  render_aggregator(r, t);
-  t->max_bytes = saved_max;
-  return t->error;
+  out_set_limit(out, start + cap, saved_max);
+  render_aggregator(r, out);
+  out_close(out);
+  out_set_limit(out, saved_max, saved_max);
+  if (out->format == EM_METRICS_PROTOBUF) {
+    out->limit_bytes = 0;
+  }
+  return em_metrics_out_error(out);
+}
+
+int em_metrics_render(em_registry_t *r, em_text_t *t) {
+  if (!t) {
+    return -EINVAL;
+  }
+  em_metrics_out_t out;
+  memset(&out, 0, sizeof(out));
+  out.format = EM_METRICS_TEXT;
+  out.help = true;
+  out.text = *t;
+  int rc = em_metrics_render_out(r, &out);
+  *t = out.text;
+  return rc;
 }
 
 /* ---- JSON ------------------------------------------------------------------------------- */
@@ -825,6 +1228,18 @@ static void json_stage_window(em_text_t *t, const em_stage_t *w) {
   text_ch(t, '}');
 }
 
+/* p50_ns, p90_ns, p99_ns, p999_ns of a non-empty merged histogram (em_histo_quantile_ns:
+ * inside the bucket that holds the exact quantile), rounded to whole ns. */
+static void json_quantiles(em_text_t *t, bool *first, const em_histo_t *h) {
+  static const struct {
+    const char *key;
+    double q;
+  } qs[] = {{"p50_ns", 0.5}, {"p90_ns", 0.9}, {"p99_ns", 0.99}, {"p999_ns", 0.999}};
+  for (size_t i = 0; i < sizeof(qs) / sizeof(qs[0]); i++) {
+    json_u64(t, first, qs[i].key, (uint64_t)llround(em_histo_quantile_ns(h, qs[i].q)));
+  }
+}
+
 static void json_stage(em_text_t *t, const em_agg_stage_t *s, bool with_buckets) {
   bool first = true;
   text_ch(t, '{');
@@ -841,6 +1256,7 @@ static void json_stage(em_text_t *t, const em_agg_stage_t *s, bool with_buckets)
     json_u64(t, &first, "max_ns", em_histo_max_ns(s->total));
     json_key(t, &first, "mean_ns");
     put_double(t, em_histo_mean_ns(s->total));
+    json_quantiles(t, &first, s->total);
   }
   if (with_buckets && s->total) {
     /* The same cumulative le ladder as /metrics, le in seconds. */
@@ -955,6 +1371,67 @@ int em_metrics_device_json(const em_agg_device_t *d, bool with_stages, em_text_t
   return t->error;
 }
 
+/* "fleet": [{"name", "devices", "count", "sum_ns", "p50_ns".."p999_ns"}]: each stage name's
+ * histograms merged over every device (the fleet percentiles the aggregator itself answers),
+ * in order of first appearance, at most EM_METRICS_FLEET_MAX_STAGES names ("fleet_truncated"
+ * true when more were left out). */
+static void json_fleet(const em_registry_t *r, em_text_t *t) {
+  struct {
+    const char *name;
+    em_histo_t *h;
+    uint64_t devices;
+  } st[EM_METRICS_FLEET_MAX_STAGES];
+  size_t n = 0;
+  bool truncated = false;
+  for (size_t i = 0; r->devices && i < r->n_devices && !t->error; i++) {
+    const em_agg_device_t *d = r->devices[i];
+    for (size_t s = 0; d->dev && d->stages && s < d->n_stages; s++) {
+      if (!d->stages[s].total) {
+        continue;
+      }
+      size_t k = 0;
+      while (k < n && strcmp(st[k].name, d->stages[s].name) != 0) {
+        k++;
+      }
+      if (k == n) {
+        if (n == EM_METRICS_FLEET_MAX_STAGES) {
+          truncated = true;
+          continue;
+        }
+        if (em_histo_new(&st[n].h) != 0) {
+          t->error = -ENOMEM;
+          break;
+        }
+        st[n].name = d->stages[s].name;
+        st[n].devices = 0;
+        n++;
+      }
+      if (em_histo_merge(st[k].h, d->stages[s].total) != 0) {
+        t->error = -ENOMEM;
+        break;
+      }
+      st[k].devices++;
+    }
+  }
+  text_str(t, ",\"fleet\":[");
+  for (size_t k = 0; k < n; k++) {
+    bool first = true;
+    text_str(t, k ? ",{" : "{");
+    json_key(t, &first, "name");
+    put_json_string(t, st[k].name);
+    json_u64(t, &first, "devices", st[k].devices);
+    uint64_t count = em_histo_count(st[k].h);
+    json_u64(t, &first, "count", count);
+    json_u64(t, &first, "sum_ns", em_histo_sum_ns(st[k].h));
+    if (count > 0) {
+      json_quantiles(t, &first, st[k].h);
+    }
+    text_ch(t, '}');
+    em_histo_free(st[k].h);
+  }
+  text_str(t, truncated ? "],\"fleet_truncated\":true" : "],\"fleet_truncated\":false");
+}
+
 int em_metrics_devices_json(const em_registry_t *r, em_text_t *t) {
   if (!t) {
     return -EINVAL;
@@ -977,6 +1454,8 @@ int em_metrics_devices_json(const em_registry_t *r, em_text_t *t) {
     any = true;
     em_metrics_device_json(r->devices[i], false, t);
   }
-  text_str(t, "]}");
+  text_ch(t, ']');
+  json_fleet(r, t);
+  text_ch(t, '}');
   return t->error;
 }

@@ -12,6 +12,11 @@
  * On --duration or SIGINT/SIGTERM it publishes status offline for every device, waits for the
  * broker's acknowledgements and prints a summary to stderr.
  *
+ * Exact answers for tests: the draws are a function of --seed alone, --slow K:F makes device K's
+ * latencies F times those of the others (one slow device in a fleet), and --spans-file PATH
+ * writes every span of every data message handed to the broker, one "device stage ns" line
+ * each, so a test can compute the exact percentiles of what the fleet reported.
+ *
  * Pacing: one loop, no threads. Publish slot j (device i = j % N, period k = j / N) is due at
  * start + k * period + i * period / N on CLOCK_MONOTONIC, so devices are spread evenly over the
  * period and never published in a burst. Between slots the loop drives the network with
@@ -85,6 +90,8 @@ static const char usage_text[] =
     "  -s, --seed N          random seed (default 1): same seed, same sessions and draws\n"
     "      --stages LIST     comma-separated stage names (default " SIM_DEFAULT_STAGES ")\n"
     "  -q, --qos 0|1         QoS of data messages (default 0); birth, state, status use 1\n"
+    "      --slow K:F        device K (1..N) has latencies F times the others' (F 0.01 to 1000)\n"
+    "      --spans-file PATH write every published span as a line \"device stage ns\" to PATH\n"
     "  -V, --version         print the version and exit\n"
     "  -h, --help            print this help and exit\n"
     "\n"
@@ -117,6 +124,9 @@ typedef struct {
   const char *stages[EM_PROTO_MAX_STAGES];
   size_t n_stages;
   int qos;
+  unsigned slow_device; /* 1-based; 0: none. */
+  double slow_factor;
+  const char *spans_file;
 } sim_opts_t;
 
 static bool ident_char(char c) {
@@ -188,7 +198,7 @@ static int parse_args(int argc, char **argv, sim_opts_t *o) {
       {"--devices", "-n", true},  {"--rate", "-r", true},   {"--broker", "-b", true},
       {"--duration", "-d", true}, {"--prefix", "-p", true}, {"--seed", "-s", true},
       {"--stages", NULL, true},   {"--qos", "-q", true},    {"--version", "-V", false},
-      {"--help", "-h", false},
+      {"--help", "-h", false},    {"--slow", NULL, true},   {"--spans-file", NULL, true},
   };
   bool have_devices = false;
   bool have_rate = false;
@@ -268,6 +278,24 @@ static int parse_args(int argc, char **argv, sim_opts_t *o) {
         return usage_error("--qos '%s' must be 0 or 1", val);
       }
       o->qos = val[0] - '0';
+    } else if (strcmp(name, "--slow") == 0) {
+      const char *colon = strchr(val, ':');
+      char num[32];
+      size_t len = colon ? (size_t)(colon - val) : 0;
+      if (len > 0 && len < sizeof(num)) {
+        memcpy(num, val, len);
+        num[len] = '\0';
+      }
+      if (!colon || len == 0 || len >= sizeof(num) || !parse_u64(num, SIM_MAX_DEVICES, &u) ||
+          u == 0 || !parse_double(colon + 1, 0.01, 1000.0, &o->slow_factor)) {
+        return usage_error("--slow '%s' is not K:F (device 1.. and a factor 0.01 to 1000)", val);
+      }
+      o->slow_device = (unsigned)u;
+    } else if (strcmp(name, "--spans-file") == 0) {
+      if (!val[0]) {
+        return usage_error("--spans-file needs a path");
+      }
+      o->spans_file = val;
     }
   }
   const char *why = parse_stages(o, stages);
@@ -276,6 +304,9 @@ static int parse_args(int argc, char **argv, sim_opts_t *o) {
   }
   if (!have_devices || !have_rate) {
     return usage_error("--devices and --rate are required");
+  }
+  if (o->slow_device > o->devices) {
+    return usage_error("--slow names device %u of %u", o->slow_device, o->devices);
   }
   return -1;
 }
@@ -417,6 +448,7 @@ typedef struct {
 typedef struct {
   sim_opts_t opt;
   em_broker_t *broker;
+  FILE *spans_out; /* --spans-file, or NULL. */
   sim_device_t *dev;
   const char *budget_stage; /* Stage the percentile budget watches. */
   uint64_t period_ns;
@@ -660,7 +692,7 @@ static int publish_data(sim_t *s, sim_device_t *d, uint64_t mono_ns) {
   set_u(v, M_AGENT_RSS, 3145728u + (rng_next(r) % 4096u) * 16u);
 
   /* Stage windows: ~30 spans/s each, the count varying by one either way. */
-  static uint64_t samples[SIM_MAX_SPANS];
+  static uint64_t samples[EM_PROTO_MAX_STAGES][SIM_MAX_SPANS];
   static em_bucket_t buckets[EM_PROTO_MAX_STAGES][SIM_MAX_BUCKETS];
   em_stage_t stages[EM_PROTO_MAX_STAGES];
   double expect = SIM_SPANS_PER_S * window_s;
@@ -675,11 +707,14 @@ static int publish_data(sim_t *s, sim_device_t *d, uint64_t mono_ns) {
       n = (long)SIM_MAX_SPANS;
     }
     double median = stage_median_ns(name);
+    if (s->opt.slow_device > 0 && d == &s->dev[s->opt.slow_device - 1]) {
+      median *= s->opt.slow_factor;
+    }
     if (degraded && name == s->budget_stage) {
       median *= 3.5; /* Over the 40 ms budget, as the state message says. */
     }
     stages[k] = (em_stage_t){.name = name};
-    make_window(r, &stages[k], (size_t)n, median, samples, buckets[k]);
+    make_window(r, &stages[k], (size_t)n, median, samples[k], buckets[k]);
     spans += (uint64_t)n;
   }
   d->spans_received += spans;
@@ -698,10 +733,19 @@ static int publish_data(sim_t *s, sim_device_t *d, uint64_t mono_ns) {
       .stages = stages,
       .n_stages = s->opt.n_stages,
   };
+  uint64_t failed = s->n_fail;
   int rc = publish_msg(s, d, "data", &m, s->opt.qos, false);
   if (rc == 0) {
     d->seq++; /* uint32_t: wraps to 0 as the schema says. */
     s->n_data++;
+  }
+  /* The spans of a message handed to the broker (not of one that failed to encode). */
+  if (rc == 0 && s->n_fail == failed) {
+    for (size_t k = 0; s->spans_out && k < s->opt.n_stages; k++) {
+      for (size_t j = 0; j < stages[k].count; j++) {
+        fprintf(s->spans_out, "%s %s %" PRIu64 "\n", d->id, stages[k].name, samples[k][j]);
+      }
+    }
   }
   return rc;
 }
@@ -838,6 +882,15 @@ int main(int argc, char **argv) {
     return EXIT_FAIL;
   }
   init_devices(&s);
+  if (s.opt.spans_file) {
+    s.spans_out = fopen(s.opt.spans_file, "w");
+    if (!s.spans_out) {
+      fprintf(stderr, "edgemon-sim: cannot open --spans-file %s: %s\n", s.opt.spans_file,
+              strerror(errno));
+      free(s.dev);
+      return EXIT_FAIL;
+    }
+  }
 
   struct sigaction sa = {0};
   sa.sa_handler = on_signal;
@@ -851,6 +904,9 @@ int main(int argc, char **argv) {
       em_broker_connect_opts(&s.broker, s.opt.broker, &bopts, NULL, NULL, 5.0, err, sizeof(err));
   if (rc < 0) {
     fprintf(stderr, "edgemon-sim: %s\n", err[0] ? err : em_proto_strerror(rc));
+    if (s.spans_out) {
+      fclose(s.spans_out);
+    }
     free(s.dev);
     return EXIT_BROKER;
   }
@@ -895,6 +951,10 @@ int main(int argc, char **argv) {
     }
   }
   summary(&s, data_end);
+  if (s.spans_out && (ferror(s.spans_out) | fclose(s.spans_out)) != 0) {
+    fprintf(stderr, "edgemon-sim: writing --spans-file %s failed\n", s.opt.spans_file);
+    code = code == EXIT_OK ? EXIT_FAIL : code;
+  }
   em_broker_free(s.broker);
   free(s.dev);
   return code;

@@ -7,6 +7,12 @@
  * ingest path. The checks parse the output line by line: one HELP and one TYPE per family,
  * families not interleaved, the histogram's cumulative le ladder ending at +Inf == _count,
  * label escaping, absent values left out.
+ *
+ * The protobuf exposition is decoded with the tests' own wire-format reader (pb_reader.c) and
+ * held against the text of the same registry: the same families in the same order with the
+ * same HELP, every counter and gauge sample with the same labels and the same double, the
+ * classic histogram with the same buckets, and the native histogram's schema, zero bucket,
+ * spans and deltas against the buckets the test put in; and the device cap in both formats.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -21,6 +27,7 @@
 #include <cmocka.h>
 
 #include "metrics.h"
+#include "pb_reader.h"
 
 #define ODD_ID "a\"b\\c"
 
@@ -390,7 +397,8 @@ static void empty_registry_renders_only_the_aggregator_families(void **state) {
   assert_null(strstr(t.data, "edgemon_aggregator_start_time_seconds"));
   em_text_free(&t);
   assert_int_equal(em_metrics_devices_json(&r, &t), 0);
-  assert_string_equal(t.data, "{\"loss_tracked\":false,\"devices\":[]}");
+  assert_string_equal(
+      t.data, "{\"loss_tracked\":false,\"devices\":[],\"fleet\":[],\"fleet_truncated\":false}");
   em_text_free(&t);
 }
 
@@ -413,8 +421,8 @@ static void render_appends_and_a_failed_text_stays_failed(void **state) {
 
 /* A fleet whose exposition passes the cap: /metrics still renders, under the cap, with the
  * first devices in id order and every aggregator family, and says how many it left out. */
-static void render_over_the_cap_keeps_the_first_devices_and_says_so(void **state) {
-  (void)state;
+/* A registry of 60 devices "dev-000".. with a birth and one data message each. */
+static em_registry_t *fleet_registry(void) {
   em_registry_t *r = NULL;
   assert_int_equal(em_registry_new(&r, true), 0);
   static const em_bucket_t b[] = {{100, 3}, {140, 2}};
@@ -462,6 +470,12 @@ static void render_over_the_cap_keeps_the_first_devices_and_says_so(void **state
     snprintf(topic, sizeof(topic), "edgemon/v1/%s/data", id);
     assert_int_equal(em_registry_ingest(r, topic, wire, len, &in), 0);
   }
+  return r;
+}
+
+static void render_over_the_cap_keeps_the_first_devices_and_says_so(void **state) {
+  (void)state;
+  em_registry_t *r = fleet_registry();
   em_text_t t = {0};
   assert_int_equal(em_metrics_render(r, &t), 0);
   size_t full = t.len;
@@ -501,6 +515,416 @@ static void render_over_the_cap_keeps_the_first_devices_and_says_so(void **state
   em_registry_free(r);
 }
 
+/* ---- the protobuf exposition, held against the text of the same registry ---------------- */
+
+typedef struct {
+  char name[96];
+  char help[256];
+  char type[16];
+} fam_t;
+
+typedef struct {
+  char key[384]; /* name{k=v,...} with unescaped values */
+  double value;
+} smp_t;
+
+typedef struct {
+  fam_t fams[64];
+  size_t n_fams;
+  smp_t smps[256];
+  size_t n_smps;
+} expo_t;
+
+static const char *pb_type_name(uint64_t t) {
+  return t == 0 ? "counter" : t == 1 ? "gauge" : t == 4 ? "histogram" : "?";
+}
+
+static bool scalar_family(const expo_t *x, const char *name) {
+  for (size_t i = 0; i < x->n_fams; i++) {
+    if (strcmp(x->fams[i].name, name) == 0) {
+      return strcmp(x->fams[i].type, "histogram") != 0;
+    }
+  }
+  return false;
+}
+
+/* Families and counter/gauge samples of a text exposition. */
+static void parse_text(const char *text, expo_t *x) {
+  memset(x, 0, sizeof(*x));
+  const char *p = text;
+  while (*p) {
+    const char *nl = strchr(p, '\n');
+    assert_non_null(nl);
+    char line[1024];
+    assert_true((size_t)(nl - p) < sizeof(line));
+    memcpy(line, p, (size_t)(nl - p));
+    line[nl - p] = '\0';
+    p = nl + 1;
+    if (strncmp(line, "# HELP ", 7) == 0) {
+      assert_true(x->n_fams < 64);
+      fam_t *f = &x->fams[x->n_fams++];
+      size_t n = strcspn(line + 7, " ");
+      snprintf(f->name, sizeof(f->name), "%.*s", (int)n, line + 7);
+      snprintf(f->help, sizeof(f->help), "%s", line + 7 + n + 1);
+      continue;
+    }
+    if (strncmp(line, "# TYPE ", 7) == 0) {
+      fam_t *f = &x->fams[x->n_fams - 1];
+      assert_int_equal(strncmp(line + 7, f->name, strlen(f->name)), 0);
+      snprintf(f->type, sizeof(f->type), "%s", line + 7 + strlen(f->name) + 1);
+      continue;
+    }
+    size_t n = strcspn(line, "{ ");
+    char name[96];
+    snprintf(name, sizeof(name), "%.*s", (int)n, line);
+    if (!scalar_family(x, name)) {
+      continue;
+    }
+    assert_true(x->n_smps < 256);
+    smp_t *s = &x->smps[x->n_smps++];
+    size_t k = (size_t)snprintf(s->key, sizeof(s->key), "%s{", name);
+    const char *q = line + n;
+    if (*q == '{') {
+      q++;
+      while (*q != '}') {
+        while (*q != '=') {
+          s->key[k++] = *q++;
+        }
+        s->key[k++] = *q++;
+        assert_int_equal(*q++, '"');
+        while (*q != '"') {
+          char c = *q++;
+          if (c == '\\') {
+            c = *q++;
+            c = c == 'n' ? '\n' : c;
+          }
+          s->key[k++] = c;
+        }
+        q++;
+        if (*q == ',') {
+          s->key[k++] = *q++;
+        }
+        assert_true(k < sizeof(s->key) - 8);
+      }
+      q++;
+    }
+    s->key[k++] = '}';
+    s->key[k] = '\0';
+    assert_int_equal(*q, ' ');
+    s->value = strtod(q + 1, NULL);
+  }
+}
+
+/* Families and counter/gauge samples of a protobuf exposition. */
+static void parse_pb(const char *data, size_t len, expo_t *x) {
+  memset(x, 0, sizeof(*x));
+  rd_t stream = {(const uint8_t *)data, (const uint8_t *)data + len};
+  while (stream.p < stream.end) {
+    rd_t mf = next_family(&stream);
+    assert_true(x->n_fams < 64);
+    fam_t *f = &x->fams[x->n_fams++];
+    fld_t fl;
+    while (rd_next(&mf, &fl)) {
+      if (fl.field == 1) {
+        snprintf(f->name, sizeof(f->name), "%.*s", (int)(fl.sub.end - fl.sub.p), fl.sub.p);
+      } else if (fl.field == 2) {
+        snprintf(f->help, sizeof(f->help), "%.*s", (int)(fl.sub.end - fl.sub.p), fl.sub.p);
+      } else if (fl.field == 3) {
+        snprintf(f->type, sizeof(f->type), "%s", pb_type_name(fl.u));
+      } else if (fl.field == 4 && strcmp(f->type, "histogram") != 0) {
+        assert_true(x->n_smps < 256);
+        smp_t *s = &x->smps[x->n_smps++];
+        char fname[96];
+        memcpy(fname, f->name, sizeof(fname));
+        size_t k = (size_t)snprintf(s->key, sizeof(s->key), "%s{", fname);
+        bool first = true;
+        fld_t m;
+        while (rd_next(&fl.sub, &m)) {
+          if (m.field == 1) {
+            fld_t ln, lv;
+            assert_true(rd_next(&m.sub, &ln) && ln.field == 1);
+            assert_true(rd_next(&m.sub, &lv) && lv.field == 2);
+            k += (size_t)snprintf(s->key + k, sizeof(s->key) - k, "%s%.*s=%.*s", first ? "" : ",",
+                                  (int)(ln.sub.end - ln.sub.p), ln.sub.p,
+                                  (int)(lv.sub.end - lv.sub.p), lv.sub.p);
+            first = false;
+          } else {
+            assert_true(m.field == 2 || m.field == 3); /* Gauge or Counter */
+            fld_t v;
+            assert_true(rd_next(&m.sub, &v) && v.field == 1);
+            s->value = as_double(&v);
+          }
+        }
+        snprintf(s->key + k, sizeof(s->key) - k, "}");
+      }
+    }
+  }
+}
+
+/* The protobuf exposition of r (a malloc'd body) and its length. */
+static char *render_pb(em_registry_t *r, size_t *len) {
+  em_metrics_out_t out;
+  assert_int_equal(em_metrics_out_init(&out, EM_METRICS_PROTOBUF, 0), 0);
+  assert_int_equal(em_metrics_render_out(r, &out), 0);
+  char *body = NULL;
+  assert_int_equal(em_metrics_out_take(&out, &body, len), 0);
+  em_metrics_out_deinit(&out);
+  assert_non_null(body);
+  return body;
+}
+
+/* Both expositions of the fixture, and what they parse to. */
+typedef struct {
+  char *text;
+  char *pb;
+  expo_t *t;
+  expo_t *p;
+} both_t;
+
+static both_t render_both(fixture_t *f) {
+  both_t b;
+  size_t len = 0;
+  b.text = render(f);
+  b.pb = render_pb(&f->reg, &len);
+  b.t = calloc(1, sizeof(*b.t));
+  b.p = calloc(1, sizeof(*b.p));
+  assert_non_null(b.t);
+  assert_non_null(b.p);
+  parse_text(b.text, b.t);
+  parse_pb(b.pb, len, b.p);
+  return b;
+}
+
+static void free_both(both_t *b) {
+  free(b->t);
+  free(b->p);
+  free(b->pb);
+  free(b->text);
+}
+
+static void protobuf_has_the_text_families_in_order_with_the_same_help(void **state) {
+  fixture_t *f = *state;
+  both_t b = render_both(f);
+  expo_t *t = b.t;
+  expo_t *p = b.p;
+  /* The text's families, and the native histogram right after the classic one. */
+  assert_int_equal(p->n_fams, t->n_fams + 1);
+  size_t j = 0;
+  for (size_t i = 0; i < t->n_fams; i++, j++) {
+    assert_string_equal(p->fams[j].name, t->fams[i].name);
+    assert_string_equal(p->fams[j].help, t->fams[i].help);
+    assert_string_equal(p->fams[j].type, t->fams[i].type);
+    if (strcmp(t->fams[i].name, "edgemon_stage_latency_seconds") == 0) {
+      j++;
+      assert_string_equal(p->fams[j].name, "edgemon_stage_latency_nanoseconds");
+      assert_string_equal(p->fams[j].type, "histogram");
+    }
+  }
+  assert_null(strstr(b.text, "edgemon_stage_latency_nanoseconds"));
+  free_both(&b);
+}
+
+static void counters_and_gauges_read_back_equal_in_both_formats(void **state) {
+  fixture_t *f = *state;
+  /* Invalid UTF-8 in a label value: U+FFFD in both, the series kept in both. */
+  snprintf(f->agg[1].dev->board, sizeof(f->agg[1].dev->board), "x\xffy");
+  /* A float and a time in ns that binary64 cannot hold exactly. */
+  f->values[2] = (em_value_t){.type = EM_VALUE_FLOAT, .as.f = 0.1 + 0.2};
+  f->agg[1].dev->last_seen_ns = 1750120901708320421ull; /* ns / 1e9 rounds differently */
+  both_t b = render_both(f);
+  expo_t *t = b.t;
+  expo_t *p = b.p;
+  assert_true(t->n_smps > 30);
+  assert_int_equal(p->n_smps, t->n_smps);
+  for (size_t i = 0; i < t->n_smps; i++) {
+    assert_string_equal(p->smps[i].key, t->smps[i].key);
+    if (p->smps[i].value != t->smps[i].value) {
+      fail_msg("%s: %.17g in protobuf, %.17g in text", t->smps[i].key, p->smps[i].value,
+               t->smps[i].value);
+    }
+  }
+  assert_non_null(strstr(b.text, "board=\"x\xEF\xBF\xBDy\"} 1\n"));
+  free_both(&b);
+}
+
+/* The histogram of the fixture's infer stage in protobuf: the native one (schema 0, the zero
+ * bucket, Prometheus buckets 14 and 20 = OpenTelemetry 13 and 19 + 1) and the classic one
+ * (the text's le ladder, no native fields, so Prometheus stores it as classic). */
+static void protobuf_histograms_hold_the_merged_buckets(void **state) {
+  fixture_t *f = *state;
+  size_t len = 0;
+  char *pb = render_pb(&f->reg, &len);
+  rd_t stream = {(const uint8_t *)pb, (const uint8_t *)pb + len};
+  int seen = 0;
+  while (stream.p < stream.end) {
+    rd_t mf = next_family(&stream);
+    fld_t fl;
+    assert_true(rd_next(&mf, &fl) && fl.field == 1);
+    bool native = str_is(&fl, "edgemon_stage_latency_nanoseconds");
+    bool classic = str_is(&fl, "edgemon_stage_latency_seconds");
+    if (!native && !classic) {
+      continue;
+    }
+    int metrics = 0;
+    while (rd_next(&mf, &fl)) {
+      if (fl.field != 4) {
+        continue;
+      }
+      metrics++;
+      fld_t m;
+      rd_t h = {NULL, NULL};
+      while (rd_next(&fl.sub, &m)) {
+        if (m.field == 7) {
+          h = m.sub;
+        }
+      }
+      assert_non_null(h.p);
+      int64_t idx = 0, count = 0;
+      int64_t got[32][2];
+      size_t n_got = 0;
+      uint64_t spans[8][2];
+      size_t n_spans = 0, span = 0, in_span = 0;
+      double uppers[32];
+      uint64_t cums[32];
+      size_t n_b = 0;
+      bool schema = false;
+      fld_t x;
+      while (rd_next(&h, &x)) {
+        switch (x.field) {
+        case 1:
+          assert_int_equal(x.u, 6);
+          break;
+        case 2:
+          assert_true(as_double(&x) == (native ? 1230000.0 : 0.00123));
+          break;
+        case 3: {
+          fld_t c, u;
+          assert_true(rd_next(&x.sub, &c) && c.field == 1);
+          assert_true(rd_next(&x.sub, &u) && u.field == 2);
+          assert_true(n_b < 32);
+          cums[n_b] = c.u;
+          uppers[n_b++] = as_double(&u);
+          break;
+        }
+        case 5:
+          assert_int_equal(unzigzag(x.u), 0);
+          schema = true;
+          break;
+        case 6:
+          assert_true(as_double(&x) > 0 && as_double(&x) < 1);
+          break;
+        case 7:
+          assert_int_equal(x.u, 1);
+          break;
+        case 12: {
+          fld_t o, l;
+          assert_true(rd_next(&x.sub, &o) && o.field == 1);
+          assert_true(rd_next(&x.sub, &l) && l.field == 2);
+          assert_true(n_spans < 8);
+          spans[n_spans][0] = (uint64_t)unzigzag(o.u);
+          spans[n_spans++][1] = l.u;
+          break;
+        }
+        case 13:
+          /* Spans come before deltas: a span's offset is the gap after the previous one (the
+           * first one's the index of its first bucket). */
+          while (in_span == 0) {
+            assert_true(span < n_spans);
+            idx += (int64_t)spans[span][0];
+            in_span = spans[span][1];
+            span++;
+          }
+          count += unzigzag(x.u);
+          got[n_got][0] = idx;
+          got[n_got++][1] = count;
+          idx++;
+          in_span--;
+          break;
+        default:
+          break;
+        }
+      }
+      if (native) {
+        assert_true(schema);
+        assert_int_equal(n_b, 0);
+        /* Non-empty buckets (a span may bridge empty ones). */
+        int64_t want[2][2] = {{14, 3}, {20, 2}};
+        size_t w = 0;
+        for (size_t k = 0; k < n_got; k++) {
+          if (got[k][1] == 0) {
+            continue;
+          }
+          assert_true(w < 2);
+          assert_int_equal(got[k][0], want[w][0]);
+          assert_int_equal(got[k][1], want[w][1]);
+          w++;
+        }
+        assert_int_equal(w, 2);
+      } else {
+        assert_false(schema);
+        assert_int_equal(n_b, 22); /* The ladder, +Inf being the count. */
+        assert_true(uppers[0] == 1e-05 && cums[0] == 1);
+        assert_true(uppers[1] == 2e-05 && cums[1] == 4);
+        assert_true(uppers[7] == 0.002 && cums[7] == 6);
+        assert_true(uppers[21] == 100 && cums[21] == 6);
+      }
+      seen++;
+    }
+    assert_int_equal(metrics, 1);
+  }
+  assert_int_equal(seen, 2);
+  free(pb);
+}
+
+static void protobuf_over_the_cap_keeps_the_first_devices_and_says_so(void **state) {
+  (void)state;
+  em_registry_t *r = fleet_registry();
+  size_t full = 0;
+  free(render_pb(r, &full));
+  assert_false(r->stats.metrics_truncated);
+
+  r->metrics_max_bytes = full * 3 / 4;
+  size_t len = 0;
+  char *pb = render_pb(r, &len);
+  assert_true(len <= r->metrics_max_bytes);
+  assert_true(r->stats.metrics_truncated);
+  assert_true(r->stats.metrics_omitted > 0 && r->stats.metrics_omitted < 60);
+  expo_t *p = calloc(1, sizeof(*p));
+  assert_non_null(p);
+  parse_pb(pb, len, p);
+  size_t shown = 60 - (size_t)r->stats.metrics_omitted;
+  char key[96];
+  snprintf(key, sizeof(key), "edgemon_device_data_messages_total{device=dev-%03zu}", shown - 1);
+  bool last_in = false;
+  size_t data = 0;
+  double omitted = -1, devices = -1;
+  for (size_t i = 0; i < p->n_smps; i++) {
+    last_in = last_in || strcmp(p->smps[i].key, key) == 0;
+    data += strncmp(p->smps[i].key, "edgemon_device_data_messages_total{", 35) == 0;
+    if (strcmp(p->smps[i].key, "edgemon_aggregator_metrics_devices_omitted{}") == 0) {
+      omitted = p->smps[i].value;
+    }
+    if (strcmp(p->smps[i].key, "edgemon_aggregator_devices{}") == 0) {
+      devices = p->smps[i].value;
+    }
+  }
+  assert_true(last_in);
+  assert_int_equal(data, shown);
+  assert_true(omitted == (double)r->stats.metrics_omitted);
+  assert_true(devices == 60);
+  free(p);
+  free(pb);
+
+  /* A protobuf sink must start empty; the text one appends. */
+  em_metrics_out_t out;
+  assert_int_equal(em_metrics_out_init(&out, EM_METRICS_PROTOBUF, 0), 0);
+  static const em_metrics_family_t fam = {"x_total", "X.", EM_PROM_COUNTER};
+  em_metrics_out_u64(&out, &fam, NULL, 0, 1);
+  assert_int_equal(em_metrics_render_out(r, &out), -EINVAL);
+  em_metrics_out_deinit(&out);
+  em_registry_free(r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(exposition_has_one_help_and_type_per_family_not_interleaved,
@@ -518,6 +942,12 @@ int main(void) {
                                       setup, teardown),
       cmocka_unit_test(empty_registry_renders_only_the_aggregator_families),
       cmocka_unit_test(render_over_the_cap_keeps_the_first_devices_and_says_so),
+      cmocka_unit_test_setup_teardown(protobuf_has_the_text_families_in_order_with_the_same_help,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(counters_and_gauges_read_back_equal_in_both_formats, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(protobuf_histograms_hold_the_merged_buckets, setup, teardown),
+      cmocka_unit_test(protobuf_over_the_cap_keeps_the_first_devices_and_says_so),
       cmocka_unit_test_setup_teardown(render_appends_and_a_failed_text_stays_failed, setup,
                                       teardown),
   };
