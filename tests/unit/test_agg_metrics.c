@@ -515,6 +515,22 @@ static void render_over_the_cap_keeps_the_first_devices_and_says_so(void **state
   em_registry_free(r);
 }
 
+/* The text of the fixture is byte for byte the golden file the text-only renderer wrote
+ * (tests/fixtures/aggregator/README.md). */
+static void text_exposition_is_the_golden_one(void **state) {
+  fixture_t *f = *state;
+  char *text = render(f);
+  FILE *fp = fopen(EM_FIXTURES_DIR "/aggregator/metrics.txt", "rb");
+  assert_non_null(fp);
+  static char golden[64 * 1024];
+  size_t n = fread(golden, 1, sizeof(golden) - 1, fp);
+  assert_true(feof(fp));
+  fclose(fp);
+  golden[n] = '\0';
+  assert_string_equal(text, golden);
+  free(text);
+}
+
 /* ---- the protobuf exposition, held against the text of the same registry ---------------- */
 
 typedef struct {
@@ -948,6 +964,7 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(protobuf_histograms_hold_the_merged_buckets, setup, teardown),
       cmocka_unit_test(protobuf_over_the_cap_keeps_the_first_devices_and_says_so),
+      cmocka_unit_test_setup_teardown(text_exposition_is_the_golden_one, setup, teardown),
       cmocka_unit_test_setup_teardown(render_appends_and_a_failed_text_stays_failed, setup,
                                       teardown),
   };
