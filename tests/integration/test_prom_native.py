@@ -101,6 +101,29 @@ def assert_in_bucket(estimate, exact, schema, what):
         f"schema {schema}")
 
 
+def assert_exact_native(h, values, schema, what):
+    """h (a native histogram of Prometheus's query API) holds exactly values: count, sum, the
+    zero bucket and every bucket's bounds and count at schema."""
+    assert int(h["count"]) == len(values), what
+    assert float(h["sum"]) == float(sum(values)), what
+    want = expected_buckets(values, schema)
+    zero = values.count(0)
+    seen = {}
+    for _, lower, upper, count in h["buckets"]:
+        lower, upper = float(lower), float(upper)
+        if lower <= 0:
+            assert upper < 1e-30 and int(count) == zero, (what, lower, upper, count)
+            zero = None
+            continue
+        # Which bucket: upper bound 2^(idx/2^schema).
+        idx = round(math.log2(upper) * (1 << schema))
+        assert math.isclose(upper, prom_upper(idx, schema), rel_tol=1e-12), (what, upper)
+        assert math.isclose(lower, prom_upper(idx - 1, schema), rel_tol=1e-12), (what, lower)
+        seen[idx] = int(count)
+    assert zero in (None, 0), f"{what}: zero bucket of {zero} missing"
+    assert seen == want, f"{what}: buckets differ"
+
+
 class Exposition(http.server.BaseHTTPRequestHandler):
     body = b""
     accepts = []
@@ -117,19 +140,29 @@ class Exposition(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def data():
-    """The generated values per series and the tool's exposition of them."""
-    assert TOOL, "EM_PROM_EXPO_TOOL must name em-prom-expo-tool (run through ctest)"
+SAMPLES = ["counter edgemon_test_messages_total device=fast-1 12345",
+           "gauge edgemon_test_temperature_celsius device=fast-1 -3.25",
+           "gauge edgemon_test_temperature_celsius device=slow-1 71.5"]
+
+
+def generated():
+    """The values of every series of SERIES ({(device, stage): (scale, values)}) and the
+    tool records of their stage windows."""
     rng = random.Random(19)
     values, lines = {}, []
     for device, stage, scale, median, sigma, n, zeros in SERIES:
         vals = generate(rng, median, sigma, n, zeros)
         values[(device, stage)] = (scale, vals)
         lines += window_lines(device, stage, scale, vals)
-    lines += ["counter edgemon_test_messages_total device=fast-1 12345",
-              "gauge edgemon_test_temperature_celsius device=fast-1 -3.25",
-              "gauge edgemon_test_temperature_celsius device=slow-1 71.5"]
+    return values, lines
+
+
+@pytest.fixture
+def data():
+    """The generated values per series and the tool's exposition of them."""
+    assert TOOL, "EM_PROM_EXPO_TOOL must name em-prom-expo-tool (run through ctest)"
+    values, lines = generated()
+    lines += SAMPLES
     out = subprocess.run([TOOL], input="\n".join(lines).encode(), capture_output=True,
                          timeout=60)
     assert out.returncode == 0, out.stderr.decode(errors="replace")
@@ -175,25 +208,7 @@ def test_prometheus_stores_the_exact_native_buckets(data, prometheus):
     for key, (scale, vals) in values.items():
         schema = min(scale, MAX_SCHEMA)
         assert "histogram" in got[key], f"{key} was not ingested as a native histogram"
-        h = got[key]["histogram"][1]
-        assert int(h["count"]) == len(vals), key
-        assert float(h["sum"]) == float(sum(vals)), key
-        want = expected_buckets(vals, schema)
-        zero = vals.count(0)
-        seen = {}
-        for _, lower, upper, count in h["buckets"]:
-            lower, upper = float(lower), float(upper)
-            if lower <= 0:
-                assert upper < 1e-30 and int(count) == zero, (key, lower, upper, count)
-                zero = None
-                continue
-            # Which bucket: upper bound 2^(idx/2^schema).
-            idx = round(math.log2(upper) * (1 << schema))
-            assert math.isclose(upper, prom_upper(idx, schema), rel_tol=1e-12), (key, upper)
-            assert math.isclose(lower, prom_upper(idx - 1, schema), rel_tol=1e-12), (key, lower)
-            seen[idx] = int(count)
-        assert zero in (None, 0), f"{key}: zero bucket of {zero} missing"
-        assert seen == want, f"{key}: buckets differ"
+        assert_exact_native(got[key]["histogram"][1], vals, schema, key)
 
 
 def test_count_sum_and_quantiles_match_the_generated_values(data, prometheus):
