@@ -8,17 +8,20 @@ and pushes them with counters and gauges through remote.c. Prometheus must then 
 native bucket, histogram_count and histogram_sum exactly, histogram_quantile per series and over
 the fleet within the bucket of the exact quantile, and the samples exactly. The servers check
 the protocol's headers, basic and bearer auth, that a 500 or a 429 is retried and the request
-delivered once, and that a 400 is dropped, counted and not sent again."""
+delivered once, that a 400 is dropped, counted and not sent again, that a batch is sealed at N
+series, and TLS: a server certificate from a CA given by file is trusted, one that no trusted CA
+signed is refused (counted as a network failure, the request kept), unless insecure is set."""
 
 import base64
 import http.server
 import os
+import ssl
 import subprocess
 import threading
 
 import pytest
 
-from conftest import wait_for
+from conftest import Pki, wait_for
 from test_prom_native import (MAX_SCHEMA, METRIC, SAMPLES, SERIES, assert_exact_native,
                               assert_in_bucket, exact_quantile, generated)
 
@@ -169,3 +172,48 @@ def test_basic_auth_header(receiver):
     assert stats["sent_requests"] == 1, stats
     h = assert_protocol_headers(Receiver.seen[0][0])
     assert h["authorization"] == "Basic " + base64.b64encode(b"edge:pa:ss").decode()
+
+
+def test_batches_are_sealed_at_n_series(receiver):
+    url = receiver(204)
+    stats = push(url, SAMPLES, "--batch", "2")
+    assert stats["sent_requests"] == 2 and stats["sent_samples"] == len(SAMPLES), stats
+    assert len(Receiver.seen) == 2
+
+
+@pytest.fixture
+def tls_receiver(tmp_path):
+    """The receiver over TLS with a certificate for IP 127.0.0.1 from a throw-away CA; yields
+    (url, the CA's certificate file)."""
+    pki = Pki(tmp_path / "pki")
+    crt, key = pki.issue("127.0.0.1", san="IP:127.0.0.1")
+    Receiver.seen, Receiver.script = [], [204]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(crt), str(key))
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"https://127.0.0.1:{server.server_address[1]}/api/v1/write", pki.ca_crt
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_tls_with_the_ca_file_delivers(tls_receiver):
+    url, ca = tls_receiver
+    stats = push(url, SAMPLES, "--ca-file", str(ca))
+    assert stats["sent_requests"] == 1 and stats["failed_network"] == 0, stats
+    assert len(Receiver.seen) == 1
+    assert_protocol_headers(Receiver.seen[0][0])
+
+
+def test_tls_refuses_an_untrusted_certificate_unless_insecure(tls_receiver):
+    url, _ = tls_receiver
+    stats = push(url, SAMPLES, "--wait-ms", "1500")
+    assert stats["sent_requests"] == 0 and stats["failed_network"] >= 1, stats
+    assert stats["queue_depth"] == 1 and stats["dropped_requests"] == 0, stats
+    assert Receiver.seen == []
+    stats = push(url, SAMPLES, "--insecure")
+    assert stats["sent_requests"] == 1, stats
+    assert len(Receiver.seen) == 1

@@ -5,8 +5,8 @@
  * endpoint; then waits (bounded) until the endpoint's queue is empty and prints its counters.
  * The integration tests point it at a real Prometheus and at small loopback HTTP servers.
  *
- *   em-prom-rw-tool URL [--bearer TOKEN] [--basic USER:PASSWORD] [--ts-ms MS] [--batch N]
- *                   [--wait-ms MS] < records
+ *   em-prom-rw-tool URL [--bearer TOKEN] [--basic USER:PASSWORD] [--ca-file PEM] [--insecure]
+ *                   [--ts-ms MS] [--batch N] [--wait-ms MS] < records
  *
  * --ts-ms: the timestamp of every series (default: now). --batch: series per request (default
  * remote.c's). --wait-ms: how long to wait for the queue to empty (default 30000).
@@ -19,6 +19,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,8 +30,9 @@
 #include "remote.h"
 
 static int usage(void) {
-  fprintf(stderr, "usage: em-prom-rw-tool URL [--bearer TOKEN] [--basic USER:PASSWORD] "
-                  "[--ts-ms MS] [--batch N] [--wait-ms MS] < records\n");
+  fprintf(stderr,
+          "usage: em-prom-rw-tool URL [--bearer TOKEN] [--basic USER:PASSWORD] "
+          "[--ca-file PEM] [--insecure] [--ts-ms MS] [--batch N] [--wait-ms MS] < records\n");
   return 2;
 }
 
@@ -75,6 +77,10 @@ int main(int argc, char **argv) {
   static char basic[512];
   for (int k = 2; k < argc; k++) {
     const char *opt = argv[k], *val = k + 1 < argc ? argv[k + 1] : NULL;
+    if (strcmp(opt, "--insecure") == 0) {
+      ep.insecure = true;
+      continue;
+    }
     if (!val) {
       return usage();
     }
@@ -87,6 +93,8 @@ int main(int argc, char **argv) {
       *colon = '\0';
       ep.username = basic;
       ep.password = colon + 1;
+    } else if (strcmp(opt, "--ca-file") == 0) {
+      ep.ca_file = val;
     } else if (strcmp(opt, "--ts-ms") == 0) {
       ts_ms = strtoll(val, NULL, 10);
     } else if (strcmp(opt, "--batch") == 0) {

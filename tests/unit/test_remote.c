@@ -3,7 +3,8 @@
  * jittered into [d/2, d], never above the cap), the verdict per HTTP status, the config checks,
  * and, against real loopback sockets, the bounded queue (a listener that never answers holds
  * the request in flight: what does not fit the queue is dropped and counted, the caller never
- * waits) and retries of a network error (a port nobody listens on) with the head kept queued.
+ * waits), retries of a network error (a port nobody listens on) with the head kept queued, and
+ * the flush timer sealing a batch short of batch_series.
  * Delivery, 5xx/429 retries, 4xx drops and the headers are checked against real HTTP servers
  * in tests/integration/test_prom_remote_write.py.
  */
@@ -203,6 +204,32 @@ static void network_errors_are_retried_and_the_request_kept(void **state) {
   em_remote_free(r, 0);
 }
 
+static void flush_timer_seals_a_partial_batch(void **state) {
+  (void)state;
+  int fd = -1;
+  char url[64];
+  snprintf(url, sizeof(url), "http://127.0.0.1:%d/api/v1/write", loopback_port(&fd, 0));
+  em_remote_endpoint_cfg_t ep = {.url = url, .timeout_ms = 5000};
+  em_remote_cfg_t cfg = {.endpoints = &ep,
+                         .n_endpoints = 1,
+                         .batch_series = 1000,
+                         .flush_ms = 20,
+                         .backoff_min_ms = 5,
+                         .backoff_max_ms = 20};
+  em_remote_t *r = NULL;
+  assert_int_equal(em_remote_new(&r, &cfg), 0);
+  assert_int_equal(em_remote_sample(r, "edgemon_x", NULL, 0, 1, 1000), 0);
+  /* No em_remote_flush: only the sender's timer can seal the one series. */
+  em_remote_stats_t st = {0};
+  for (int k = 0; k < 2000 && st.failed_network == 0; k++) {
+    nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
+    assert_int_equal(em_remote_stats(r, 0, &st), 0);
+  }
+  assert_true(st.failed_network >= 1);
+  assert_int_equal(st.queue_depth, 1);
+  em_remote_free(r, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(backoff_doubles_is_capped_and_jittered),
@@ -210,6 +237,7 @@ int main(void) {
       cmocka_unit_test(bad_configs_are_refused),
       cmocka_unit_test(full_queue_drops_new_requests_and_counts_them),
       cmocka_unit_test(network_errors_are_retried_and_the_request_kept),
+      cmocka_unit_test(flush_timer_seals_a_partial_batch),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
