@@ -171,31 +171,44 @@ static void full_queue_drops_new_requests_and_counts_them(void **state) {
   close(fd);
 }
 
-static void network_errors_are_retried_and_the_request_kept(void **state) {
-  (void)state;
+/* A remote writing to a loopback port nobody listens on (every attempt refused), retrying
+ * after 5 to 20 ms, with one sample batched. */
+static em_remote_t *refused_remote(uint32_t batch_series, uint32_t flush_ms) {
   int fd = -1;
   char url[64];
   snprintf(url, sizeof(url), "http://127.0.0.1:%d/api/v1/write", loopback_port(&fd, 0));
   em_remote_endpoint_cfg_t ep = {.url = url, .queue_requests = 4, .timeout_ms = 5000};
   em_remote_cfg_t cfg = {.endpoints = &ep,
                          .n_endpoints = 1,
-                         .batch_series = 100,
-                         .flush_ms = 600000,
+                         .batch_series = batch_series,
+                         .flush_ms = flush_ms,
                          .backoff_min_ms = 5,
                          .backoff_max_ms = 20};
   em_remote_t *r = NULL;
   assert_int_equal(em_remote_new(&r, &cfg), 0);
   assert_int_equal(em_remote_sample(r, "edgemon_x", NULL, 0, 1, 1000), 0);
-  assert_int_equal(em_remote_flush(r), 0);
+  return r;
+}
+
+/* Polls r's stats (bounded: 20 s) until failed_network reaches n; returns the last stats. */
+static em_remote_stats_t wait_failed_network(em_remote_t *r, uint64_t n) {
   em_remote_stats_t st = {0};
-  /* Bounded poll: at least three refused attempts (two of them retries). */
   for (int k = 0; k < 2000; k++) {
     assert_int_equal(em_remote_stats(r, 0, &st), 0);
-    if (st.failed_network >= 3) {
+    if (st.failed_network >= n) {
       break;
     }
     nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
   }
+  return st;
+}
+
+static void network_errors_are_retried_and_the_request_kept(void **state) {
+  (void)state;
+  em_remote_t *r = refused_remote(100, 600000);
+  assert_int_equal(em_remote_flush(r), 0);
+  /* At least three refused attempts, two of them retries. */
+  em_remote_stats_t st = wait_failed_network(r, 3);
   assert_true(st.failed_network >= 3);
   assert_true(st.retries >= 2);
   assert_int_equal(st.queue_depth, 1);
@@ -206,25 +219,9 @@ static void network_errors_are_retried_and_the_request_kept(void **state) {
 
 static void flush_timer_seals_a_partial_batch(void **state) {
   (void)state;
-  int fd = -1;
-  char url[64];
-  snprintf(url, sizeof(url), "http://127.0.0.1:%d/api/v1/write", loopback_port(&fd, 0));
-  em_remote_endpoint_cfg_t ep = {.url = url, .timeout_ms = 5000};
-  em_remote_cfg_t cfg = {.endpoints = &ep,
-                         .n_endpoints = 1,
-                         .batch_series = 1000,
-                         .flush_ms = 20,
-                         .backoff_min_ms = 5,
-                         .backoff_max_ms = 20};
-  em_remote_t *r = NULL;
-  assert_int_equal(em_remote_new(&r, &cfg), 0);
-  assert_int_equal(em_remote_sample(r, "edgemon_x", NULL, 0, 1, 1000), 0);
-  /* No em_remote_flush: only the sender's timer can seal the one series. */
-  em_remote_stats_t st = {0};
-  for (int k = 0; k < 2000 && st.failed_network == 0; k++) {
-    nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
-    assert_int_equal(em_remote_stats(r, 0, &st), 0);
-  }
+  /* No em_remote_flush and a batch far from full: only the sender's timer can seal it. */
+  em_remote_t *r = refused_remote(1000, 20);
+  em_remote_stats_t st = wait_failed_network(r, 1);
   assert_true(st.failed_network >= 1);
   assert_int_equal(st.queue_depth, 1);
   em_remote_free(r, 0);
