@@ -47,6 +47,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -257,6 +258,10 @@ size_t em_remote_n_endpoints(const em_remote_t *r) {
   return r ? r->n_eps : 0;
 }
 
+const char *em_remote_endpoint_url(const em_remote_t *r, size_t k) {
+  return r && k < r->n_eps ? r->eps[k].url : NULL;
+}
+
 int em_remote_stats(em_remote_t *r, size_t k, em_remote_stats_t *out) {
   if (!r || !out || k >= r->n_eps) {
     return -EINVAL;
@@ -438,8 +443,17 @@ static size_t discard_body(char *p, size_t size, size_t n, void *ctx) {
   return size * n;
 }
 
+/* Whether url has user information (user:password@) before its host: credentials belong in
+ * username/password, so that the URL can be shown (logs, /metrics labels) as it is. */
+static bool has_userinfo(const char *url) {
+  const char *host = strstr(url, "://") + 3;
+  size_t authority = strcspn(host, "/?#");
+  return memchr(host, '@', authority) != NULL;
+}
+
 static int check_endpoint(const em_remote_endpoint_cfg_t *c) {
-  if (!c->url || (strncmp(c->url, "http://", 7) != 0 && strncmp(c->url, "https://", 8) != 0)) {
+  if (!c->url || (strncmp(c->url, "http://", 7) != 0 && strncmp(c->url, "https://", 8) != 0) ||
+      has_userinfo(c->url) || c->url[strcspn(c->url, " \t\r\n")] != '\0') {
     return -EINVAL;
   }
   if ((c->username == NULL) != (c->password == NULL) || (c->username && c->bearer_token) ||

@@ -36,7 +36,7 @@ extern "C" {
 #define EM_REMOTE_MAX_QUEUE_REQUESTS     4096u
 
 typedef struct {
-  const char *url;          /* http:// or https://; required. */
+  const char *url;          /* http:// or https://, no user:password@, no blanks; required. */
   const char *ca_file;      /* PEM bundle to verify the server with; NULL: the system's. */
   bool insecure;            /* Skip TLS certificate and host name verification. */
   const char *username;     /* Basic auth: username and password both, or neither. */
@@ -87,9 +87,9 @@ typedef enum {
 
 /*
  * Checks cfg, copies it and starts the sender thread. Returns 0 with *out set, -EINVAL (no or
- * too many endpoints, a URL not http(s)://, a username without a password or the other way,
- * basic and bearer together, backoff_max_ms < backoff_min_ms, a queue over the maximum),
- * -ENOMEM, or a negative errno from starting the thread or libcurl (-EIO).
+ * too many endpoints, a URL not http(s)://, with user:password@ or blanks, a username without a
+ * password or the other way, basic and bearer together, backoff_max_ms < backoff_min_ms, a queue
+ * over the maximum), -ENOMEM, or a negative errno from starting the thread or libcurl (-EIO).
  */
 int em_remote_new(em_remote_t **out, const em_remote_cfg_t *cfg);
 
@@ -115,6 +115,10 @@ int em_remote_flush(em_remote_t *r);
 
 /* Endpoints configured (index order of the config). */
 size_t em_remote_n_endpoints(const em_remote_t *r);
+
+/* Endpoint k's URL (borrowed, valid until em_remote_free; it holds no credentials, so it may be
+ * shown, e.g. as a label), or NULL when k is out of range. */
+const char *em_remote_endpoint_url(const em_remote_t *r, size_t k);
 
 /* Copies endpoint k's counters into *out. Returns 0 or -EINVAL (NULL, k out of range). */
 int em_remote_stats(em_remote_t *r, size_t k, em_remote_stats_t *out);

@@ -80,6 +80,8 @@ static void bad_configs_are_refused(void **state) {
       {.url = NULL},
       {.url = "ftp://127.0.0.1/x"},
       {.url = "127.0.0.1:9090"},
+      {.url = "http://user:pw@127.0.0.1:9/api/v1/write"},
+      {.url = "https://127.0.0.1:9/a b"},
       {.url = "http://127.0.0.1:9", .username = "u"},
       {.url = "http://127.0.0.1:9", .password = "p"},
       {.url = "http://127.0.0.1:9", .username = "u", .password = "p", .bearer_token = "t"},
@@ -90,6 +92,7 @@ static void bad_configs_are_refused(void **state) {
     assert_int_equal(em_remote_new(&r, &cfg), -EINVAL);
     assert_null(r);
   }
+  ep[1].url = "https://127.0.0.1:9/tenant@a/api/v1/write"; /* '@' past the host is fine */
   em_remote_cfg_t none = {.endpoints = ep, .n_endpoints = 0};
   assert_int_equal(em_remote_new(&r, &none), -EINVAL);
   em_remote_cfg_t many = {.endpoints = ep, .n_endpoints = EM_REMOTE_MAX_ENDPOINTS + 1};
@@ -104,6 +107,8 @@ static void bad_configs_are_refused(void **state) {
   em_remote_cfg_t ok = {.endpoints = ep, .n_endpoints = EM_REMOTE_MAX_ENDPOINTS};
   assert_int_equal(em_remote_new(&r, &ok), 0);
   assert_int_equal(em_remote_n_endpoints(r), EM_REMOTE_MAX_ENDPOINTS);
+  assert_string_equal(em_remote_endpoint_url(r, 0), "http://127.0.0.1:9/api/v1/write");
+  assert_null(em_remote_endpoint_url(r, EM_REMOTE_MAX_ENDPOINTS));
   assert_int_equal(em_remote_sample(r, "bad name", NULL, 0, 1, 1), -EINVAL);
   assert_int_equal(em_remote_histogram(r, "h", NULL, 0, NULL, 1), -EINVAL);
   em_remote_stats_t st;
