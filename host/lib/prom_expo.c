@@ -84,8 +84,7 @@ void em_prom_expo_reset(em_prom_expo_t *e) {
   e->in_family = 0;
 }
 
-/* Whether s is valid UTF-8 (no overlongs, no surrogates, at most U+10FFFF). */
-static bool utf8_valid(const char *s) {
+bool em_prom_utf8_valid(const char *s) {
   const unsigned char *p = (const unsigned char *)s;
   while (*p) {
     unsigned c = *p;
@@ -118,8 +117,7 @@ static bool utf8_valid(const char *s) {
   return true;
 }
 
-/* [a-zA-Z_:][a-zA-Z0-9_:]* with colons only when colon is set (label names have none). */
-static bool name_valid(const char *s, bool colon) {
+bool em_prom_name_valid(const char *s, bool colon) {
   if (!s || !*s) {
     return false;
   }
@@ -142,7 +140,7 @@ int em_prom_expo_family_begin(em_prom_expo_t *e, const char *name, const char *h
   if (e->pb.err != 0) {
     return e->pb.err;
   }
-  if (e->in_family || !name_valid(name, true) || (help && !utf8_valid(help))) {
+  if (e->in_family || !em_prom_name_valid(name, true) || (help && !em_prom_utf8_valid(help))) {
     return -EINVAL;
   }
   if (type != EM_PROM_COUNTER && type != EM_PROM_GAUGE && type != EM_PROM_HISTOGRAM) {
@@ -183,8 +181,8 @@ static bool labels_valid(const em_prom_label_t *labels, size_t n) {
   }
   for (size_t k = 0; k < n; k++) {
     const em_prom_label_t *l = &labels[k];
-    if (!name_valid(l->name, false) || strncmp(l->name, "__", 2) == 0 || !l->value ||
-        !utf8_valid(l->value)) {
+    if (!em_prom_name_valid(l->name, false) || strncmp(l->name, "__", 2) == 0 || !l->value ||
+        !em_prom_utf8_valid(l->value)) {
       return false;
     }
     for (size_t j = 0; j < k; j++) {

@@ -18,6 +18,7 @@
 #ifndef EM_PROM_EXPO_H
 #define EM_PROM_EXPO_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -48,6 +49,13 @@ typedef struct {
   const char *name;  /* [a-zA-Z_][a-zA-Z0-9_]*, not starting with "__". */
   const char *value; /* UTF-8. */
 } em_prom_label_t;
+
+/* Whether s (NUL-terminated) is valid UTF-8: no overlongs, no surrogates, at most U+10FFFF. */
+bool em_prom_utf8_valid(const char *s);
+
+/* Whether s is a metric name, [a-zA-Z_:][a-zA-Z0-9_:]* (colon set), or a label name,
+ * [a-zA-Z_][a-zA-Z0-9_]* (colon clear). NULL and "" are not. */
+bool em_prom_name_valid(const char *s, bool colon);
 
 /* One classic bucket: values <= upper_bound, cumulative. */
 typedef struct {

@@ -75,30 +75,17 @@ const uint8_t *em_prom_rw_data(const em_prom_rw_t *w, size_t *len_bytes) {
   return em_pb_data(&w->pb, len_bytes);
 }
 
-static bool name_ok(const char *s, bool colon) {
-  if (!s || !*s) {
-    return false;
-  }
-  for (const char *p = s; *p; p++) {
-    char c = *p;
-    bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
-    bool digit = c >= '0' && c <= '9';
-    if (!(alpha || (colon && c == ':') || (digit && p != s))) {
-      return false;
-    }
-  }
-  return true;
-}
-
 /* Checks name and labels, and fills order[] with the labels sorted by name. */
 static int prepare(const char *name, const em_prom_rw_label_t *labels, size_t n_labels,
                    const em_prom_rw_label_t **order) {
-  if (!name_ok(name, true) || n_labels > EM_PROM_RW_MAX_LABELS || (n_labels > 0 && !labels)) {
+  if (!em_prom_name_valid(name, true) || n_labels > EM_PROM_RW_MAX_LABELS ||
+      (n_labels > 0 && !labels)) {
     return -EINVAL;
   }
   for (size_t k = 0; k < n_labels; k++) {
     const em_prom_rw_label_t *l = &labels[k];
-    if (!name_ok(l->name, false) || strncmp(l->name, "__", 2) == 0) {
+    if (!em_prom_name_valid(l->name, false) || strncmp(l->name, "__", 2) == 0 ||
+        (l->value && !em_prom_utf8_valid(l->value))) {
       return -EINVAL;
     }
     size_t j = k;

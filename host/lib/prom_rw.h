@@ -20,7 +20,8 @@
  * lexicographic order the protocol asks for whenever no label name starts with an upper-case
  * letter (they sort before '_'). Names are checked before anything is written: the metric
  * name [a-zA-Z_:][a-zA-Z0-9_:]*, label names [a-zA-Z_][a-zA-Z0-9_]* not starting with "__"
- * (reserved), no name twice, at most EM_PROM_RW_MAX_LABELS labels.
+ * (reserved), no name twice, values valid UTF-8, at most EM_PROM_RW_MAX_LABELS labels. A
+ * receiver refuses a whole request (400) for one bad series, so one bad series must not get in.
  *
  * A series that is refused (-EINVAL) or does not fit (-EOVERFLOW, -ENOMEM) leaves the request
  * as it was, so a batcher may send what it holds and write the series again into an empty one.
@@ -36,6 +37,7 @@
 
 #include "native.h"
 #include "pb.h"
+#include "prom_expo.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -46,10 +48,9 @@ extern "C" {
 #define EM_PROM_RW_ENCODING     "snappy"
 #define EM_PROM_RW_VERSION      "0.1.0" /* X-Prometheus-Remote-Write-Version of 1.0. */
 
-typedef struct {
-  const char *name;  /* Borrowed for the call. */
-  const char *value; /* Borrowed for the call; NULL is "". */
-} em_prom_rw_label_t;
+/* A label: the exposition's (name and UTF-8 value, borrowed for the call); a NULL value is
+ * written as "". */
+typedef em_prom_label_t em_prom_rw_label_t;
 
 typedef struct {
   em_pb_t pb;
@@ -70,8 +71,8 @@ void em_prom_rw_reset(em_prom_rw_t *w);
 /*
  * Appends one TimeSeries with one sample: value at ts_ms (ms since the epoch). labels (n_labels
  * entries, borrowed) need not be sorted. Returns 0, -EINVAL (NULL w or name, bad or duplicate
- * names, too many labels), -EOVERFLOW (past max_bytes) or -ENOMEM; on failure nothing of the
- * series is written.
+ * names, a value not UTF-8, too many labels), -EOVERFLOW (past max_bytes) or -ENOMEM; on failure
+ * nothing of the series is written.
  */
 int em_prom_rw_sample(em_prom_rw_t *w, const char *name, const em_prom_rw_label_t *labels,
                       size_t n_labels, double value, int64_t ts_ms);

@@ -43,15 +43,11 @@ static int64_t now_ms(clockid_t clock) {
 }
 
 static int push(em_remote_t *r, em_native_t *nh, const series_t *s, int64_t ts_ms) {
-  em_prom_rw_label_t labels[EM_PROM_EXPO_MAX_LABELS];
-  for (size_t k = 0; k < s->n_labels; k++) {
-    labels[k] = (em_prom_rw_label_t){s->labels[k].name, s->labels[k].value};
-  }
   if (s->histo) {
     int rc = em_native_from_histo(nh, s->histo);
-    return rc != 0 ? rc : em_remote_histogram(r, s->name, labels, s->n_labels, nh, ts_ms);
+    return rc != 0 ? rc : em_remote_histogram(r, s->name, s->labels, s->n_labels, nh, ts_ms);
   }
-  return em_remote_sample(r, s->name, labels, s->n_labels, s->value, ts_ms);
+  return em_remote_sample(r, s->name, s->labels, s->n_labels, s->value, ts_ms);
 }
 
 static void print_stats(const em_remote_stats_t *st) {

@@ -3,9 +3,9 @@
  * back with the independent wire-format reader (pb_reader.c) and checked field by field against
  * prompb/types.proto (labels with __name__ first and the rest sorted, a sample's value and
  * timestamp, a native histogram's count, sum, schema, zero bucket, spans, deltas and
- * timestamp); refused names, labels and histograms leave the request as it was; a series past
- * the cap is cut off whole and the writer stays usable; the snappy body decompresses to the
- * request.
+ * timestamp); refused names, labels (UTF-8 values included) and histograms leave the request as it
+ * was; a series past the cap is cut off whole and the writer stays usable; the snappy body
+ * decompresses to the request.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -99,18 +99,19 @@ static void sample_has_sorted_labels_value_and_timestamp(void **state) {
   (void)state;
   em_prom_rw_t w;
   assert_int_equal(em_prom_rw_init(&w, 1 << 16), 0);
-  const em_prom_rw_label_t labels[] = {{"stage", "infer"}, {"device", "sim-0001"}, {"a", NULL}};
-  assert_int_equal(em_prom_rw_sample(&w, "edgemon_x_total", labels, 3, 42.5, 1700000000123LL), 0);
+  const em_prom_rw_label_t labels[] = {
+      {"stage", "infer"}, {"device", "sim-0001"}, {"a", NULL}, {"b", "caf\xc3\xa9"}};
+  assert_int_equal(em_prom_rw_sample(&w, "edgemon_x_total", labels, 4, 42.5, 1700000000123LL), 0);
   assert_int_equal(em_prom_rw_sample(&w, "edgemon_up", NULL, 0, -1, -5), 0);
   assert_int_equal(w.n_series, 2);
   assert_int_equal(w.n_samples, 2);
   assert_int_equal(w.n_histograms, 0);
 
   assert_int_equal(read_request(&w, seen), 2);
-  assert_int_equal(seen[0].n_labels, 4);
-  const char *names[] = {"__name__", "a", "device", "stage"};
-  const char *values[] = {"edgemon_x_total", "", "sim-0001", "infer"};
-  for (size_t k = 0; k < 4; k++) {
+  assert_int_equal(seen[0].n_labels, 5);
+  const char *names[] = {"__name__", "a", "b", "device", "stage"};
+  const char *values[] = {"edgemon_x_total", "", "caf\xc3\xa9", "sim-0001", "infer"};
+  for (size_t k = 0; k < 5; k++) {
     assert_string_equal(seen[0].names[k], names[k]);
     assert_string_equal(seen[0].values[k], values[k]);
   }
@@ -220,6 +221,8 @@ static void refused_input_leaves_the_request_as_it_was(void **state) {
   const em_prom_rw_label_t bad_name[] = {{"a-b", "1"}};
   const em_prom_rw_label_t digit_first[] = {{"1a", "1"}};
   const em_prom_rw_label_t null_name[] = {{NULL, "1"}};
+  const em_prom_rw_label_t bad_utf8[] = {{"a", "\xc3\x28"}};
+  const em_prom_rw_label_t overlong[] = {{"a", "\xc0\xaf"}};
   em_prom_rw_label_t many[EM_PROM_RW_MAX_LABELS + 1];
   char names[EM_PROM_RW_MAX_LABELS + 1][8];
   for (size_t k = 0; k <= EM_PROM_RW_MAX_LABELS; k++) {
@@ -236,7 +239,8 @@ static void refused_input_leaves_the_request_as_it_was(void **state) {
       {"ok", dup, 3},       {"ok", reserved, 1},
       {"ok", bad_name, 1},  {"ok", digit_first, 1},
       {"ok", null_name, 1}, {"ok", many, EM_PROM_RW_MAX_LABELS + 1},
-      {"ok", NULL, 1},
+      {"ok", NULL, 1},      {"ok", bad_utf8, 1},
+      {"ok", overlong, 1},
   };
   for (size_t k = 0; k < sizeof(rows) / sizeof(rows[0]); k++) {
     assert_int_equal(em_prom_rw_sample(&w, rows[k].name, rows[k].labels, rows[k].n, 1, 1), -EINVAL);
