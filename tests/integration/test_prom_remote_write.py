@@ -9,7 +9,7 @@ native bucket, histogram_count and histogram_sum exactly, histogram_quantile per
 the fleet within the bucket of the exact quantile, and the samples exactly. The servers check
 the protocol's headers, basic and bearer auth, that a 500 or a 429 is retried and the request
 delivered once, that a 400 is dropped, counted and not sent again, that a batch is sealed at N
-series, and TLS: a server certificate from a CA given by file is trusted, one that no trusted CA
+series, that every endpoint gets every request and a dead one holds back no other, and TLS: a server certificate from a CA given by file is trusted, one that no trusted CA
 signed is refused (counted as a network failure, the request kept), unless insecure is set."""
 
 import base64
@@ -21,7 +21,7 @@ import threading
 
 import pytest
 
-from conftest import Pki, wait_for
+from conftest import Pki, free_port, wait_for
 from test_prom_native import (MAX_SCHEMA, METRIC, SAMPLES, SERIES, assert_exact_native,
                               assert_in_bucket, exact_quantile, generated)
 
@@ -179,6 +179,22 @@ def test_batches_are_sealed_at_n_series(receiver):
     stats = push(url, SAMPLES, "--batch", "2")
     assert stats["sent_requests"] == 2 and stats["sent_samples"] == len(SAMPLES), stats
     assert len(Receiver.seen) == 2
+
+
+def test_every_endpoint_gets_every_request_and_a_dead_one_holds_back_no_other(receiver):
+    url = receiver(204)
+    stats = push(url, SAMPLES, "--also", url)
+    assert stats["sent_requests"] == 1 and stats["ep1.sent_requests"] == 1, stats
+    assert len(Receiver.seen) == 2 and Receiver.seen[0][1] == Receiver.seen[1][1]
+
+    Receiver.seen = []
+    dead = f"http://127.0.0.1:{free_port()}/api/v1/write"
+    stats = push(dead, SAMPLES, "--also", url, "--wait-ms", "1500")
+    assert stats["sent_requests"] == 0 and stats["failed_network"] >= 1, stats
+    assert stats["queue_depth"] == 1 and stats["dropped_requests"] == 0, stats
+    assert stats["ep1.sent_requests"] == 1, stats
+    assert stats["ep1.sent_samples"] == len(SAMPLES), stats
+    assert len(Receiver.seen) == 1
 
 
 @pytest.fixture

@@ -2,18 +2,21 @@
  * em_prom_rw_tool.c - em-prom-rw-tool: builds histograms, counters and gauges from the records
  * of records.h (stage windows merged as the aggregator merges them, converted with
  * em_native_from_histo) and pushes them through remote.c, Prometheus remote write 1.0, to one
- * endpoint; then waits (bounded) until the endpoint's queue is empty and prints its counters.
+ * or more endpoints; then waits (bounded) until every queue is empty and prints the counters.
  * The integration tests point it at a real Prometheus and at small loopback HTTP servers.
  *
- *   em-prom-rw-tool URL [--bearer TOKEN] [--basic USER:PASSWORD] [--ca-file PEM] [--insecure]
- *                   [--ts-ms MS] [--batch N] [--wait-ms MS] < records
+ *   em-prom-rw-tool URL [--also URL] [--bearer TOKEN] [--basic USER:PASSWORD]
+ *                   [--ca-file PEM] [--insecure] [--ts-ms MS] [--batch N] [--wait-ms MS]
+ *                   < records
  *
- * --ts-ms: the timestamp of every series (default: now). --batch: series per request (default
- * remote.c's). --wait-ms: how long to wait for the queue to empty (default 30000).
+ * --also URL adds an endpoint (4 in all at most); --bearer, --basic, --ca-file and --insecure
+ * apply to the endpoint named last. --ts-ms: the timestamp of every series (default: now).
+ * --batch: series per request (default: remote.c's). --wait-ms: how long to wait for the
+ * queues to empty (default 30000).
  *
- * Output: one "name value" line per counter of em_remote_stats_t. Exit status: 0 (whatever
- * the endpoint answered: the counters say it), 1 on bad input or a refused series, 2 on a
- * usage error.
+ * Output: one "name value" line per counter of em_remote_stats_t, the names of the endpoints
+ * after the first prefixed "ep1.", "ep2.", ... Exit status: 0 (whatever the endpoints
+ * answered: the counters say it), 1 on bad input or a refused series, 2 on a usage error.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -29,9 +32,11 @@
 #include "records.h"
 #include "remote.h"
 
+#define MAX_ENDPOINTS 4
+
 static int usage(void) {
   fprintf(stderr,
-          "usage: em-prom-rw-tool URL [--bearer TOKEN] [--basic USER:PASSWORD] "
+          "usage: em-prom-rw-tool URL [--also URL] [--bearer TOKEN] [--basic USER:PASSWORD] "
           "[--ca-file PEM] [--insecure] [--ts-ms MS] [--batch N] [--wait-ms MS] < records\n");
   return 2;
 }
@@ -50,31 +55,64 @@ static int push(em_remote_t *r, em_native_t *nh, const series_t *s, int64_t ts_m
   return em_remote_sample(r, s->name, s->labels, s->n_labels, s->value, ts_ms);
 }
 
-static void print_stats(const em_remote_stats_t *st) {
-  printf("sent_requests %" PRIu64 "\nsent_samples %" PRIu64 "\nsent_histograms %" PRIu64 "\n",
-         st->sent_requests, st->sent_samples, st->sent_histograms);
-  printf("failed_network %" PRIu64 "\nfailed_5xx %" PRIu64 "\nfailed_429 %" PRIu64
-         "\nfailed_4xx %" PRIu64 "\nretries %" PRIu64 "\n",
-         st->failed_network, st->failed_5xx, st->failed_429, st->failed_4xx, st->retries);
-  printf("dropped_requests %" PRIu64 "\ndropped_samples %" PRIu64 "\ndropped_histograms %" PRIu64
-         "\n",
-         st->dropped_requests, st->dropped_samples, st->dropped_histograms);
-  printf("queue_depth %" PRIu32 "\nlast_success_unix_ms %" PRId64 "\n", st->queue_depth,
-         st->last_success_unix_ms);
+/* Waits (until the monotonic ms `until`) for every endpoint's queue to empty. */
+static void wait_empty(em_remote_t *r, int64_t until) {
+  for (size_t k = 0; k < em_remote_n_endpoints(r); k++) {
+    em_remote_stats_t st;
+    while (em_remote_stats(r, k, &st) == 0 && st.queue_depth > 0 &&
+           now_ms(CLOCK_MONOTONIC) < until) {
+      nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
+    }
+  }
+}
+
+/* Endpoint k's counters, one "name value" line each; names of endpoints past the first are
+ * prefixed "epK.". */
+static void print_stats(em_remote_t *r, size_t k) {
+  em_remote_stats_t st;
+  if (em_remote_stats(r, k, &st) != 0) {
+    return;
+  }
+  const struct {
+    const char *name;
+    int64_t v;
+  } rows[] = {
+      {"sent_requests", (int64_t)st.sent_requests},
+      {"sent_samples", (int64_t)st.sent_samples},
+      {"sent_histograms", (int64_t)st.sent_histograms},
+      {"failed_network", (int64_t)st.failed_network},
+      {"failed_5xx", (int64_t)st.failed_5xx},
+      {"failed_429", (int64_t)st.failed_429},
+      {"failed_4xx", (int64_t)st.failed_4xx},
+      {"retries", (int64_t)st.retries},
+      {"dropped_requests", (int64_t)st.dropped_requests},
+      {"dropped_samples", (int64_t)st.dropped_samples},
+      {"dropped_histograms", (int64_t)st.dropped_histograms},
+      {"queue_depth", (int64_t)st.queue_depth},
+      {"last_success_unix_ms", st.last_success_unix_ms},
+  };
+  char prefix[16] = "";
+  if (k > 0) {
+    snprintf(prefix, sizeof(prefix), "ep%u.", (unsigned)(k % MAX_ENDPOINTS));
+  }
+  for (size_t j = 0; j < sizeof(rows) / sizeof(rows[0]); j++) {
+    printf("%s%s %" PRId64 "\n", prefix, rows[j].name, rows[j].v);
+  }
 }
 
 int main(int argc, char **argv) {
   if (argc < 2) {
     return usage();
   }
-  em_remote_endpoint_cfg_t ep = {.url = argv[1]};
-  em_remote_cfg_t cfg = {.endpoints = &ep, .n_endpoints = 1, .user_agent = "em-prom-rw-tool"};
+  em_remote_endpoint_cfg_t eps[MAX_ENDPOINTS] = {{.url = argv[1]}};
+  em_remote_endpoint_cfg_t *ep = &eps[0];
+  em_remote_cfg_t cfg = {.endpoints = eps, .n_endpoints = 1, .user_agent = "em-prom-rw-tool"};
   int64_t ts_ms = now_ms(CLOCK_REALTIME), wait_ms = 30000;
   static char basic[512];
   for (int k = 2; k < argc; k++) {
     const char *opt = argv[k], *val = k + 1 < argc ? argv[k + 1] : NULL;
     if (strcmp(opt, "--insecure") == 0) {
-      ep.insecure = true;
+      ep->insecure = true;
       continue;
     }
     if (!val) {
@@ -82,15 +120,18 @@ int main(int argc, char **argv) {
     }
     k++;
     if (strcmp(opt, "--bearer") == 0) {
-      ep.bearer_token = val;
+      ep->bearer_token = val;
     } else if (strcmp(opt, "--basic") == 0 && strchr(val, ':') && strlen(val) < sizeof(basic)) {
       snprintf(basic, sizeof(basic), "%s", val);
       char *colon = strchr(basic, ':');
       *colon = '\0';
-      ep.username = basic;
-      ep.password = colon + 1;
+      ep->username = basic;
+      ep->password = colon + 1;
     } else if (strcmp(opt, "--ca-file") == 0) {
-      ep.ca_file = val;
+      ep->ca_file = val;
+    } else if (strcmp(opt, "--also") == 0 && cfg.n_endpoints < MAX_ENDPOINTS) {
+      ep = &eps[cfg.n_endpoints++];
+      ep->url = val;
     } else if (strcmp(opt, "--ts-ms") == 0) {
       ts_ms = strtoll(val, NULL, 10);
     } else if (strcmp(opt, "--batch") == 0) {
@@ -117,15 +158,12 @@ int main(int argc, char **argv) {
       status = 1;
     }
   }
-  em_remote_stats_t st = {0};
   if (r) {
     em_remote_flush(r);
-    int64_t until = now_ms(CLOCK_MONOTONIC) + wait_ms;
-    while (em_remote_stats(r, 0, &st) == 0 && st.queue_depth > 0 &&
-           now_ms(CLOCK_MONOTONIC) < until) {
-      nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
+    wait_empty(r, now_ms(CLOCK_MONOTONIC) + wait_ms);
+    for (size_t k = 0; k < cfg.n_endpoints; k++) {
+      print_stats(r, k);
     }
-    print_stats(&st);
     em_remote_free(r, 0);
   }
   em_native_deinit(&nh);
