@@ -34,20 +34,32 @@
  * per burst, not per message (docs/BENCHMARKS.md: ~155 messages per commit at 10k msg/s).
  * QoS 0 messages are never acknowledged; they still commit every --batch-ms or --batch-rows,
  * so a crash may lose the QoS 0 part of the open batch.
+ *
+ * Remote write ([remote_write] and [remote_write.NAME] in the config file, docs/CONFIG.md):
+ * every interval the MQTT loop walks the families of /metrics under the registry's lock into
+ * the remote write's batch (metrics.h, EM_METRICS_REMOTE) and seals it; remote.c's one sender
+ * thread delivers it, so ingest never waits on a receiver. Every series carries the label
+ * aggregator=<[remote_write] aggregator, default the client id>: the members of a share group
+ * each hold part of every device's histograms, and their series must not collide. At stop,
+ * one last push and up to [remote_write] drain for delivery.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "http.h"
 #include "metrics.h"
 #include "registry.h"
+#include "remote.h"
 #include "store.h"
 
 #include <broker.h>
 
+#include "edgemon/common/credentials.h"
+#include "edgemon/common/file.h"
 #include "edgemon/common/ini.h"
 #include "edgemon/common/parse.h"
 #include "edgemon/common/schema.h"
 #include "edgemon/common/str.h"
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -64,7 +76,25 @@
 #define EM_VERSION "unknown"
 #endif
 
-#define MAX_TEXT 256
+#define MAX_TEXT      256
+#define RW_NAME_MAX   64   /* NAME of [remote_write.NAME], NUL included. */
+#define RW_SECRET_MAX 4096 /* A password or bearer token read from its file, NUL included. */
+
+/* One [remote_write.NAME] section: an endpoint. */
+typedef struct {
+  char name[RW_NAME_MAX];
+  int line; /* Of its section header, for messages. */
+  char url[MAX_TEXT];
+  char ca_file[MAX_TEXT];
+  bool insecure;
+  char username[EM_CREDENTIALS_MAX_SECRET];
+  char password_file[MAX_TEXT];
+  char bearer_token_file[MAX_TEXT];
+  uint64_t timeout_ns;
+  uint64_t queue_requests;
+  char password[RW_SECRET_MAX];     /* Read from password_file once the config is known. */
+  char bearer_token[RW_SECRET_MAX]; /* Read from bearer_token_file. */
+} rw_endpoint_t;
 
 typedef struct {
   char broker[MAX_TEXT];
@@ -86,11 +116,24 @@ typedef struct {
   bool tls_insecure;
   char credentials_file[MAX_TEXT];
   em_broker_credentials_t creds; /* Read from credentials_file once the options are known. */
+  /* [remote_write]: the shared knobs, and its endpoints in the order of their sections. */
+  int rw_line; /* Line of the first [remote_write] key or header; 0: none. */
+  uint64_t rw_interval_ns;
+  char rw_label[64]; /* The aggregator label's value; "": the client id. */
+  uint64_t rw_batch_series;
+  uint64_t rw_max_request_bytes;
+  uint64_t rw_backoff_min_ns;
+  uint64_t rw_backoff_max_ns;
+  uint64_t rw_drain_ns;
+  rw_endpoint_t rw[EM_REMOTE_MAX_ENDPOINTS];
+  size_t n_rw;
 } agg_config_t;
 
 typedef struct {
   agg_config_t cfg;
   em_registry_t *reg;
+  em_remote_t *rw;            /* NULL without [remote_write]. */
+  uint64_t rw_refused_logged; /* Series the remote write refused, at the last log line. */
   em_store_t *store;
   em_http_t *http;
   em_broker_t *broker;
@@ -184,6 +227,16 @@ static void usage(FILE *out) {
           "                       'password = SECRET', as the agent's credentials_file;\n"
           "                       refused when group or others can access it (chmod 600)\n"
           "  --check              validate the configuration and exit\n"
+          "\n");
+  fprintf(out,
+          "Remote write (config file only; docs/CONFIG.md): [remote_write.NAME] sections, one\n"
+          "per endpoint (url, ca_file, insecure, username + password_file or\n"
+          "bearer_token_file, timeout, queue_requests), and [remote_write] for what they\n"
+          "share (interval, default 15s; aggregator, the value of the aggregator label on every\n"
+          "series, default the client id; batch_series, max_request_bytes, backoff_min,\n"
+          "backoff_max, drain). Every interval the same families as /metrics (stage latencies\n"
+          "as native histograms) go to every endpoint; /metrics shows each endpoint's health\n"
+          "(edgemon_aggregator_remote_write_*{endpoint}).\n"
           "\n"
           "Exit: 0 after SIGTERM/SIGINT (the last batch committed, the store closed); 1 a\n"
           "runtime failure (database, HTTP address); 2 bad configuration or arguments.\n");
@@ -270,18 +323,101 @@ static const em_schema_key_t agg_keys[] = {
         .example = "60s"),
 };
 #undef KEY
-#undef FIELD
-#define N_AGG_KEYS (sizeof(agg_keys) / sizeof(agg_keys[0]))
 
-/* Applies one key; returns NULL or what is wrong with the value (the key's name not included). */
+/* Every key of [remote_write] (config file only): what all endpoints share. */
+#define KEY(nm, ty, ...)                                                                           \
+  { .section = "remote_write", .name = nm, .type = ty, __VA_ARGS__ }
+static const em_schema_key_t rw_keys[] = {
+    KEY("interval", EM_SCHEMA_DURATION, FIELD(rw_interval_ns), .bare_unit = EM_NS_PER_S,
+        .min = EM_NS_PER_S, .max = 3600 * EM_NS_PER_S,
+        .want = "wants a duration from 1s to 1h, such as 15s", .def = "15s", .example = "15s"),
+    KEY("aggregator", EM_SCHEMA_ID, FIELD(rw_label), .example = "agg-1",
+        .want = "wants 1 to 63 characters of A-Z a-z 0-9 _ . : -"),
+    KEY("batch_series", EM_SCHEMA_INT, FIELD(rw_batch_series), .min = 1, .max = 100000,
+        .want = "wants 1 to 100000 (series per request)", .def = "500", .example = "500"),
+    KEY("max_request_bytes", EM_SCHEMA_SIZE, FIELD(rw_max_request_bytes), .bare_unit = 1,
+        .min = 64u << 10, .max = 64u << 20, .want = "wants 64KiB to 64MiB", .def = "4MiB",
+        .example = "4MiB"),
+    KEY("backoff_min", EM_SCHEMA_DURATION, FIELD(rw_backoff_min_ns), .bare_unit = EM_NS_PER_S,
+        .min = EM_NS_PER_MS, .max = 60 * EM_NS_PER_S, .want = "wants a duration from 1ms to 60s",
+        .def = "100ms", .example = "100ms"),
+    KEY("backoff_max", EM_SCHEMA_DURATION, FIELD(rw_backoff_max_ns), .bare_unit = EM_NS_PER_S,
+        .min = EM_NS_PER_MS, .max = 600 * EM_NS_PER_S, .want = "wants a duration from 1ms to 10m",
+        .def = "5s", .example = "5s"),
+    KEY("drain", EM_SCHEMA_DURATION, FIELD(rw_drain_ns), .bare_unit = EM_NS_PER_S,
+        .flags = EM_SCHEMA_ZERO, .max = 600 * EM_NS_PER_S,
+        .want = "wants a duration up to 10m (0: do not wait)", .def = "5s", .example = "5s"),
+};
+#undef KEY
+#undef FIELD
+#define N_RW_KEYS (sizeof(rw_keys) / sizeof(rw_keys[0]))
+
+/* Every key of a [remote_write.NAME] section: one endpoint. */
+#define FIELD(f) .offset = offsetof(rw_endpoint_t, f), .size = sizeof(((rw_endpoint_t *)0)->f)
+#define KEY(nm, ty, ...)                                                                           \
+  { .section = "remote_write.<name>", .name = nm, .type = ty, __VA_ARGS__ }
+static const em_schema_key_t rw_endpoint_keys[] = {
+    KEY("url", EM_SCHEMA_STRING, FIELD(url), .min = 1, .max = MAX_TEXT - 1,
+        .want = "wants http(s)://HOST[:PORT]/PATH",
+        .example = "http://127.0.0.1:9090/api/v1/write"),
+    KEY("ca_file", EM_SCHEMA_STRING, FIELD(ca_file), WANT_PATH, .example = "ca.crt"),
+    KEY("insecure", EM_SCHEMA_BOOL, FIELD(insecure), .want = "wants true or false", .def = "false",
+        .example = "false"),
+    KEY("username", EM_SCHEMA_STRING, FIELD(username), .min = 1,
+        .max = EM_CREDENTIALS_MAX_SECRET - 1, .want = "wants 1 to 127 characters",
+        .example = "edgemon"),
+    KEY("password_file", EM_SCHEMA_STRING, FIELD(password_file), WANT_PATH,
+        .example = "/etc/edgemon/rw.password"),
+    KEY("bearer_token_file", EM_SCHEMA_STRING, FIELD(bearer_token_file), WANT_PATH,
+        .example = "/etc/edgemon/rw.token"),
+    KEY("timeout", EM_SCHEMA_DURATION, FIELD(timeout_ns), .bare_unit = EM_NS_PER_S,
+        .min = 100 * EM_NS_PER_MS, .max = 600 * EM_NS_PER_S,
+        .want = "wants a duration from 100ms to 10m", .def = "10s", .example = "10s"),
+    KEY("queue_requests", EM_SCHEMA_INT, FIELD(queue_requests), .min = 1,
+        .max = EM_REMOTE_MAX_QUEUE_REQUESTS, .want = "wants 1 to 4096 (requests)", .def = "64",
+        .example = "64"),
+};
+#undef KEY
+#undef FIELD
+#define N_AGG_KEYS         (sizeof(agg_keys) / sizeof(agg_keys[0]))
+#define N_RW_ENDPOINT_KEYS (sizeof(rw_endpoint_keys) / sizeof(rw_endpoint_keys[0]))
+
+_Static_assert(EM_REMOTE_DEFAULT_QUEUE_REQUESTS == 64u && EM_REMOTE_DEFAULT_TIMEOUT_MS == 10000u &&
+                   EM_REMOTE_DEFAULT_BATCH_SERIES == 500u &&
+                   EM_REMOTE_DEFAULT_MAX_BYTES == (4u << 20) &&
+                   EM_REMOTE_DEFAULT_BACKOFF_MIN_MS == 100u &&
+                   EM_REMOTE_DEFAULT_BACKOFF_MAX_MS == 5000u,
+               "the remote write defaults above");
+
+/* Applies one key of table[0..n) (rows of `section`, shown as [shown] in messages) to obj;
+ * returns NULL or what is wrong with the value (the key's name not included). */
+static const char *set_in(const em_schema_key_t *table, size_t n, const char *section,
+                          const char *shown, void *obj, const char *key, const char *value,
+                          char *msg, size_t cap) {
+  const em_schema_key_t *k = em_schema_find(table, n, section, key);
+  if (k == NULL) {
+    const char *hint = em_schema_suggest(table, n, section, key);
+    snprintf(msg, cap, "is not a key of [%s]%s%s%s", shown, hint ? "; did you mean '" : "",
+             hint ? hint : "", hint ? "'?" : "");
+    return msg;
+  }
+  const char *why = NULL;
+  if (k->set != NULL) {
+    return k->set(&why, k, obj, value) == 0 ? NULL : why;
+  }
+  if (em_schema_set(k, obj, value, msg, cap) == 0) {
+    return NULL;
+  }
+  /* "KEY 'VALUE' WANT": the caller prints its own "KEY 'VALUE'". */
+  return k->want != NULL ? k->want : msg;
+}
+
+/* Applies one key of [aggregator]; returns NULL or what is wrong with the value. */
 static const char *set_key(agg_config_t *c, const char *key, const char *value, char *msg,
                            size_t cap) {
   const em_schema_key_t *k = em_schema_find(agg_keys, N_AGG_KEYS, "aggregator", key);
   if (k == NULL) {
-    const char *hint = em_schema_suggest(agg_keys, N_AGG_KEYS, "aggregator", key);
-    snprintf(msg, cap, "is not a key of [aggregator]%s%s%s", hint ? "; did you mean '" : "",
-             hint ? hint : "", hint ? "'?" : "");
-    return msg;
+    return set_in(agg_keys, N_AGG_KEYS, "aggregator", "aggregator", c, key, value, msg, cap);
   }
   const char *why = NULL;
   if (k->set != NULL) {
@@ -298,6 +434,7 @@ static const char *set_key(agg_config_t *c, const char *key, const char *value, 
 static void config_defaults(agg_config_t *c) {
   memset(c, 0, sizeof(*c));
   (void)em_schema_defaults(agg_keys, N_AGG_KEYS, c, NULL);
+  (void)em_schema_defaults(rw_keys, N_RW_KEYS, c, NULL);
   for (size_t i = 0; i < N_AGG_KEYS; i++) {
     const char *why = NULL;
     if (agg_keys[i].set != NULL && agg_keys[i].def != NULL) {
@@ -314,22 +451,84 @@ typedef struct {
   int errors;
 } ini_ctx_t;
 
+#define RW_PREFIX "remote_write."
+
+/* The endpoint of section [remote_write.NAME], added at its first header; NULL after reporting
+ * a bad NAME or one endpoint too many. */
+static rw_endpoint_t *rw_endpoint(ini_ctx_t *x, int line, const char *section) {
+  agg_config_t *c = x->cfg;
+  const char *name = section + strlen(RW_PREFIX);
+  for (size_t i = 0; i < c->n_rw; i++) {
+    if (strcmp(c->rw[i].name, name) == 0) {
+      return &c->rw[i];
+    }
+  }
+  size_t len = strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-");
+  if (len == 0 || name[len] != '\0' || len >= RW_NAME_MAX) {
+    fprintf(stderr,
+            "%s:%d: section [%s]: NAME of [remote_write.NAME] wants 1 to 63 characters of A-Z "
+            "a-z 0-9 _ -\n",
+            x->path, line, section);
+    x->errors++;
+    return NULL;
+  }
+  if (c->n_rw == EM_REMOTE_MAX_ENDPOINTS) {
+    fprintf(stderr, "%s:%d: section [%s]: at most %d remote write endpoints\n", x->path, line,
+            section, EM_REMOTE_MAX_ENDPOINTS);
+    x->errors++;
+    return NULL;
+  }
+  rw_endpoint_t *e = &c->rw[c->n_rw++];
+  memset(e, 0, sizeof(*e));
+  (void)em_schema_defaults(rw_endpoint_keys, N_RW_ENDPOINT_KEYS, e, NULL);
+  memcpy(e->name, name, len + 1);
+  e->line = line;
+  c->rw_line = c->rw_line ? c->rw_line : line;
+  return e;
+}
+
+static int on_ini_section(void *user, int line, const char *section) {
+  ini_ctx_t *x = user;
+  if (section && strncmp(section, RW_PREFIX, strlen(RW_PREFIX)) == 0) {
+    (void)rw_endpoint(x, line, section);
+  } else if (section && strcmp(section, "remote_write") == 0 && !x->cfg->rw_line) {
+    x->cfg->rw_line = line;
+  }
+  return 0;
+}
+
 static int on_ini_pair(void *user, int line, const char *section, const char *name,
                        const char *value) {
   ini_ctx_t *x = user;
   if (!section) {
     return 0; /* After a malformed header, already reported. */
   }
-  if (strcmp(section, "aggregator") != 0) {
-    fprintf(stderr, "%s:%d: section [%s] is unknown (the aggregator reads [aggregator])\n", x->path,
-            line, section);
+  char msg[EM_SCHEMA_MSG_MAX];
+  const char *why = NULL;
+  if (strcmp(section, "remote_write") == 0) {
+    why = set_in(rw_keys, N_RW_KEYS, "remote_write", "remote_write", x->cfg, name, value, msg,
+                 sizeof(msg));
+  } else if (strncmp(section, RW_PREFIX, strlen(RW_PREFIX)) == 0) {
+    rw_endpoint_t *e = rw_endpoint(x, line, section);
+    if (!e) {
+      return 0; /* Reported at its header. */
+    }
+    why = set_in(rw_endpoint_keys, N_RW_ENDPOINT_KEYS, "remote_write.<name>", section, e, name,
+                 value, msg, sizeof(msg));
+  } else if (strcmp(section, "aggregator") != 0) {
+    fprintf(stderr,
+            "%s:%d: section [%s] is unknown (the aggregator reads [aggregator], [remote_write] "
+            "and [remote_write.NAME])\n",
+            x->path, line, section);
     x->errors++;
     return 0;
+  } else {
+    why = set_key(x->cfg, name, value, msg, sizeof(msg));
   }
-  char msg[EM_SCHEMA_MSG_MAX];
-  const char *why = set_key(x->cfg, name, value, msg, sizeof(msg));
   if (why) {
-    fprintf(stderr, "%s:%d: %s '%s' %s\n", x->path, line, name, value, why);
+    bool other = strcmp(section, "aggregator") != 0;
+    fprintf(stderr, "%s:%d: %s%s%s%s '%s' %s\n", x->path, line, other ? "[" : "",
+            other ? section : "", other ? "] " : "", name, value, why);
     x->errors++;
   }
   return 0;
@@ -551,6 +750,194 @@ static void publish_stats(agg_t *a, uint64_t now_ns) {
   }
 }
 
+/* ---- remote write ------------------------------------------------------------------------ */
+
+/* Reads the secret in `path` (a password or bearer token: the file's first line, surrounding
+ * blanks removed, nothing but blank lines after it) into out[0..RW_SECRET_MAX). The file must
+ * be a regular file of this user or root with no access for group or others. Returns 0, or -1
+ * after printing why (never the secret) as "CONFIG:LINE: [SECTION] KEY 'PATH' ...". */
+static void secret_error(void *ctx, int line, const char *msg) {
+  (void)line;
+  snprintf((char *)ctx, 256, "%s", msg);
+}
+
+static int read_secret(const char *config, int line, const char *section, const char *key,
+                       const char *path, char *out) {
+  char why[256] = "";
+  char buf[RW_SECRET_MAX + 1];
+  int rc = -1;
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) {
+    snprintf(why, sizeof(why), "cannot be read: %s", strerror(errno));
+  } else if (em_credentials_check_fd(fd, "the aggregator", secret_error, why) != 0) {
+    if (!why[0]) {
+      snprintf(why, sizeof(why), "cannot be checked");
+    }
+  } else {
+    bool truncated = false;
+    ssize_t n = em_file_read_fd(fd, buf, sizeof(buf), &truncated);
+    if (n < 0) {
+      snprintf(why, sizeof(why), "cannot be read: %s", strerror((int)-n));
+    } else if (truncated || (size_t)n >= RW_SECRET_MAX || memchr(buf, '\0', (size_t)n)) {
+      snprintf(why, sizeof(why), "wants one line of text under %d bytes", RW_SECRET_MAX);
+    } else {
+      char *p = buf + strspn(buf, " \t");
+      size_t len = strcspn(p, "\r\n");
+      char *rest = p + len;
+      while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t')) {
+        len--;
+      }
+      if (len == 0) {
+        snprintf(why, sizeof(why), "is empty");
+      } else if (rest[strspn(rest, " \t\r\n")] != '\0') {
+        snprintf(why, sizeof(why), "wants the secret alone on its first line");
+      } else {
+        memcpy(out, p, len);
+        out[len] = '\0';
+        rc = 0;
+      }
+    }
+    close(fd);
+  }
+  for (volatile char *v = buf; v < buf + sizeof(buf); v++) {
+    *v = '\0'; /* Volatile: the wipe of the secret is not optimised away. */
+  }
+  if (rc != 0) {
+    fprintf(stderr, "%s:%d: [%s] %s '%s' %s\n", config, line, section, key, path, why);
+  }
+  return rc;
+}
+
+/* What the URL of an endpoint lacks, or NULL when it looks right (remote.c checks it again). */
+static const char *url_problem(const char *url) {
+  const char *host = strncmp(url, "http://", 7) == 0    ? url + 7
+                     : strncmp(url, "https://", 8) == 0 ? url + 8
+                                                        : NULL;
+  if (!host || !*host || *host == '/') {
+    return "wants http://HOST[:PORT]/PATH or https://HOST[:PORT]/PATH";
+  }
+  if (strpbrk(url, " \t")) {
+    return "holds a blank";
+  }
+  size_t authority = strcspn(host, "/?#");
+  if (memchr(host, '@', authority)) {
+    return "holds user:password@ (use username and password_file)";
+  }
+  return NULL;
+}
+
+/* Checks the [remote_write] sections together (what one key alone cannot say) and reads the
+ * secret files. Returns the number of problems, each printed as CONFIG:LINE: message. */
+static int rw_check(agg_config_t *c, const char *config) {
+  int errors = 0;
+  if (c->rw_line && c->n_rw == 0) {
+    fprintf(stderr,
+            "%s:%d: [remote_write] has no endpoint: add a [remote_write.NAME] section with a url\n",
+            config, c->rw_line);
+    return 1;
+  }
+  if (c->n_rw > 0 && c->rw_backoff_max_ns < c->rw_backoff_min_ns) {
+    fprintf(stderr, "%s:%d: [remote_write] backoff_max is below backoff_min\n", config, c->rw_line);
+    errors++;
+  }
+  for (size_t i = 0; i < c->n_rw; i++) {
+    rw_endpoint_t *e = &c->rw[i];
+    char section[RW_NAME_MAX + 16];
+    snprintf(section, sizeof(section), "remote_write.%s", e->name);
+    const char *why = e->url[0] ? url_problem(e->url) : "is required";
+    if (why) {
+      fprintf(stderr, "%s:%d: [%s] url%s%s%s %s\n", config, e->line, section, e->url[0] ? " '" : "",
+              e->url, e->url[0] ? "'" : "", why);
+      errors++;
+    }
+    bool https = strncmp(e->url, "https://", 8) == 0;
+    if (!https && (e->ca_file[0] || e->insecure)) {
+      fprintf(stderr, "%s:%d: [%s] ca_file and insecure want an https:// url\n", config, e->line,
+              section);
+      errors++;
+    }
+    if (!e->username[0] != !e->password_file[0]) {
+      fprintf(stderr, "%s:%d: [%s] username and password_file go together\n", config, e->line,
+              section);
+      errors++;
+    }
+    if (e->username[0] && e->bearer_token_file[0]) {
+      fprintf(stderr, "%s:%d: [%s] basic auth (username) or bearer_token_file, not both\n", config,
+              e->line, section);
+      errors++;
+    }
+    if (e->password_file[0] && read_secret(config, e->line, section, "password_file",
+                                           e->password_file, e->password) != 0) {
+      errors++;
+    }
+    if (e->bearer_token_file[0] && read_secret(config, e->line, section, "bearer_token_file",
+                                               e->bearer_token_file, e->bearer_token) != 0) {
+      errors++;
+    }
+  }
+  return errors;
+}
+
+/* Starts the remote write of the configured endpoints (none: *out NULL). Returns 0 or the
+ * negative errno of em_remote_new(). */
+static int rw_start(const agg_config_t *c, em_remote_t **out) {
+  *out = NULL;
+  if (c->n_rw == 0) {
+    return 0;
+  }
+  em_remote_endpoint_cfg_t eps[EM_REMOTE_MAX_ENDPOINTS];
+  for (size_t i = 0; i < c->n_rw; i++) {
+    const rw_endpoint_t *e = &c->rw[i];
+    eps[i] = (em_remote_endpoint_cfg_t){
+        .url = e->url,
+        .ca_file = e->ca_file[0] ? e->ca_file : NULL,
+        .insecure = e->insecure,
+        .username = e->username[0] ? e->username : NULL,
+        .password = e->username[0] ? e->password : NULL,
+        .bearer_token = e->bearer_token[0] ? e->bearer_token : NULL,
+        .timeout_ms = (uint32_t)(e->timeout_ns / EM_NS_PER_MS),
+        .queue_requests = (uint32_t)e->queue_requests,
+    };
+  }
+  em_remote_cfg_t rc = {
+      .endpoints = eps,
+      .n_endpoints = c->n_rw,
+      .batch_series = (uint32_t)c->rw_batch_series,
+      .max_request_bytes = (size_t)c->rw_max_request_bytes,
+      .backoff_min_ms = (uint32_t)(c->rw_backoff_min_ns / EM_NS_PER_MS),
+      .backoff_max_ms = (uint32_t)(c->rw_backoff_max_ns / EM_NS_PER_MS),
+      .user_agent = "edgemon-aggregator/" EM_VERSION,
+  };
+  return em_remote_new(out, &rc);
+}
+
+/* Pushes the registry's families to the remote write, under the registry's lock: appending
+ * never waits on the network (remote.h), so ingest is held up only by the encoding. */
+static void rw_push(agg_t *a) {
+  em_metrics_out_t out;
+  if (em_metrics_out_init(&out, EM_METRICS_REMOTE, 0) != 0) {
+    return;
+  }
+  int64_t now_ms = (int64_t)(clock_ns(CLOCK_REALTIME) / EM_NS_PER_MS);
+  const char *label = a->cfg.rw_label[0] ? a->cfg.rw_label : a->cfg.client_id;
+  int rc = em_metrics_out_remote(&out, a->rw, now_ms, "aggregator", label);
+  if (rc == 0) {
+    em_registry_lock(a->reg);
+    rc = em_metrics_push(a->reg, &out);
+    em_registry_unlock(a->reg);
+  }
+  if (rc != 0) {
+    logf_("remote write: the push failed: %s", strerror(-rc));
+  }
+  a->rw_refused_logged += out.remote_refused;
+  if (out.remote_refused > 0) {
+    logf_("remote write: %llu series refused by this push (%llu in all; bad names or over "
+          "max_request_bytes)",
+          (unsigned long long)out.remote_refused, (unsigned long long)a->rw_refused_logged);
+  }
+  em_metrics_out_deinit(&out);
+}
+
 static void on_signal(int sig) {
   (void)sig;
   stop_requested = 1;
@@ -565,6 +952,7 @@ static int run(agg_t *a) {
   expire_every_ns = expire_every_ns < 1000000000u ? 1000000000u : expire_every_ns;
   uint64_t next_expire = clock_ns(CLOCK_MONOTONIC) + expire_every_ns;
   uint64_t next_retain = clock_ns(CLOCK_MONOTONIC) + 60000000000ull;
+  uint64_t next_push = clock_ns(CLOCK_MONOTONIC) + a->cfg.rw_interval_ns;
   while (!stop_requested) {
     uint64_t now = clock_ns(CLOCK_MONOTONIC);
     if (!a->broker && now >= next_connect) {
@@ -612,6 +1000,13 @@ static int run(agg_t *a) {
       (void)em_store_retain(a->store, clock_ns(CLOCK_REALTIME));
       next_retain = now + 60000000000ull;
     }
+    if (a->rw && now >= next_push) {
+      rw_push(a);
+      next_push = now + a->cfg.rw_interval_ns;
+    }
+  }
+  if (a->rw) {
+    rw_push(a); /* The state at stop, delivered within [remote_write] drain. */
   }
   return 0;
 }
@@ -723,8 +1118,10 @@ int main(int argc, char **argv) {
       fprintf(stderr, "edgemon-aggregator: cannot read %s: %s\n", config, strerror(errno));
       return 2;
     }
-    const em_ini_reader_t reader = {
-        .file = config, .on_pair = on_ini_pair, .on_error = on_ini_error};
+    const em_ini_reader_t reader = {.file = config,
+                                    .on_section = on_ini_section,
+                                    .on_pair = on_ini_pair,
+                                    .on_error = on_ini_error};
     int rc = em_ini_parse_file(f, &reader, &x);
     fclose(f);
     if (rc < 0) {
@@ -732,7 +1129,7 @@ int main(int argc, char **argv) {
               rc == -EFBIG ? "larger than 1 MiB" : strerror(-rc));
       x.errors++;
     }
-    if (x.errors > 0) {
+    if (x.errors > 0 || rw_check(&a.cfg, config) > 0) {
       return 2;
     }
   }
@@ -752,9 +1149,27 @@ int main(int argc, char **argv) {
     default_client_id(a.cfg.db, a.cfg.client_id, sizeof(a.cfg.client_id));
   }
   if (check) {
-    printf("configuration ok: broker %s, db %s, http %s%s%s, client id %s\n", a.cfg.broker,
-           a.cfg.db, a.cfg.http, a.cfg.share_group[0] ? ", share group " : "", a.cfg.share_group,
+    em_remote_t *rw = NULL;
+    int rc = rw_start(&a.cfg, &rw);
+    em_remote_free(rw, 0);
+    if (rc != 0) {
+      fprintf(stderr, "edgemon-aggregator: remote write: %s\n",
+              rc == -EINVAL ? "an endpoint was refused (url, credentials or TLS settings)"
+                            : strerror(-rc));
+      return 2;
+    }
+    printf("configuration ok: broker %s, db %s, http %s%s%s, client id %s", a.cfg.broker, a.cfg.db,
+           a.cfg.http, a.cfg.share_group[0] ? ", share group " : "", a.cfg.share_group,
            a.cfg.client_id);
+    if (a.cfg.n_rw > 0) {
+      printf(", remote write every %llu ms to %zu endpoint(s) as aggregator=\"%s\"",
+             (unsigned long long)(a.cfg.rw_interval_ns / EM_NS_PER_MS), a.cfg.n_rw,
+             a.cfg.rw_label[0] ? a.cfg.rw_label : a.cfg.client_id);
+      for (size_t i = 0; i < a.cfg.n_rw; i++) {
+        printf("%s%s", i ? " " : ": ", a.cfg.rw[i].url);
+      }
+    }
+    printf("\n");
     return 0;
   }
 
@@ -803,6 +1218,17 @@ int main(int argc, char **argv) {
   }
   a.reg->device_ttl_ns = a.cfg.device_ttl_s * 1000000000u;
   a.reg->metrics_max_bytes = (size_t)a.cfg.metrics_max_bytes;
+  int rwrc = rw_start(&a.cfg, &a.rw);
+  if (rwrc != 0) {
+    logf_("remote write: cannot start: %s", strerror(-rwrc));
+    goto out;
+  }
+  a.reg->remote = a.rw;
+  if (a.rw) {
+    logf_("remote write: every %llu ms to %zu endpoint(s), label aggregator=\"%s\"",
+          (unsigned long long)(a.cfg.rw_interval_ns / EM_NS_PER_MS), a.cfg.n_rw,
+          a.cfg.rw_label[0] ? a.cfg.rw_label : a.cfg.client_id);
+  }
   if (em_http_start(&a.http, a.cfg.http, a.reg, healthy, &a, err, sizeof(err)) != 0) {
     logf_("%s", err);
     goto out;
@@ -818,8 +1244,9 @@ int main(int argc, char **argv) {
   exit_code = run(&a);
   logf_("stopping");
 out:
-  em_http_stop(a.http);
+  em_http_stop(a.http); /* First: /metrics reads the remote write's health. */
   em_broker_free(a.broker);
+  em_remote_free(a.rw, (uint32_t)(a.cfg.rw_drain_ns / EM_NS_PER_MS));
   if (a.store && em_store_close(a.store) != 0) {
     logf_("store: the last batch could not be committed");
     exit_code = 1;

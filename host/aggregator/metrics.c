@@ -64,6 +64,18 @@
  *                                                     device_mismatch
  *   edgemon_aggregator_store_failures_total{table,reason}  counter: failed writes by SQLite
  *                                                     reason
+ *   edgemon_aggregator_remote_write_{sent_requests,sent_samples,sent_histograms,retries,
+ *   dropped_requests,dropped_samples,dropped_histograms}_total{endpoint},
+ *   edgemon_aggregator_remote_write_{queue_requests,queue_capacity_requests}{endpoint},
+ *   edgemon_aggregator_remote_write_failures_total{endpoint,kind},
+ *   edgemon_aggregator_remote_write_last_success_time_seconds{endpoint}
+ *                                                     the remote write's health per endpoint
+ *                                                     (r->remote; none without one)
+ *
+ * A third backend, EM_METRICS_REMOTE, writes the same list into a remote write (remote.h):
+ * counters and gauges as samples, stage latencies as native histograms only (out_classic is a
+ * no-op there), every device, one timestamp and the caller's extra label on every series
+ * (em_metrics_push).
  *
  * Size: past the cap (registry metrics_max_bytes) the per-device families keep the first
  * devices in id order that fit (each device measured alone in the scrape's format, HELP/TYPE
@@ -101,6 +113,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -426,7 +439,8 @@ const char *em_metrics_content_type(em_metrics_format_t format) {
 }
 
 int em_metrics_out_init(em_metrics_out_t *out, em_metrics_format_t format, size_t max_bytes) {
-  if (!out || (format != EM_METRICS_TEXT && format != EM_METRICS_PROTOBUF)) {
+  if (!out ||
+      (format != EM_METRICS_TEXT && format != EM_METRICS_PROTOBUF && format != EM_METRICS_REMOTE)) {
     return -EINVAL;
   }
   memset(out, 0, sizeof(*out));
@@ -452,7 +466,7 @@ int em_metrics_out_error(const em_metrics_out_t *out) {
   if (out->format == EM_METRICS_TEXT) {
     return out->text.error;
   }
-  if (out->error) {
+  if (out->error || out->format == EM_METRICS_REMOTE) {
     return out->error;
   }
   int err = em_pb_error(&out->pb.pb);
@@ -460,7 +474,23 @@ int em_metrics_out_error(const em_metrics_out_t *out) {
 }
 
 size_t em_metrics_out_len(const em_metrics_out_t *out) {
+  if (out->format == EM_METRICS_REMOTE) {
+    return 0;
+  }
   return out->format == EM_METRICS_TEXT ? out->text.len : out->pb.pb.len_bytes;
+}
+
+int em_metrics_out_remote(em_metrics_out_t *out, em_remote_t *remote, int64_t ts_ms,
+                          const char *extra_name, const char *extra_value) {
+  if (!out || out->format != EM_METRICS_REMOTE || !remote ||
+      (extra_name && (!extra_value || !em_prom_name_valid(extra_name, false) ||
+                      strncmp(extra_name, "__", 2) == 0))) {
+    return -EINVAL;
+  }
+  out->remote = remote;
+  out->ts_ms = ts_ms;
+  out->extra = (em_prom_label_t){extra_name, extra_value};
+  return 0;
 }
 
 /* Protobuf: a series past limit_bytes fails the exposition as the text cap does. */
@@ -496,7 +526,7 @@ static bool out_family(em_metrics_out_t *out, const em_metrics_family_t *f) {
       text_str(&out->text, f->help);
       text_printf(&out->text, "\n# TYPE %s %s\n", f->name, type_name(f->type));
     }
-  } else {
+  } else if (out->format == EM_METRICS_PROTOBUF) {
     size_t before = out->pb.pb.len_bytes;
     (void)em_prom_expo_family_begin(&out->pb, f->name, out->help ? f->help : NULL, f->type);
     /* The head, and the length prefix em_pb_end adds (1 to 3 bytes for these sizes). */
@@ -576,10 +606,38 @@ static void text_series(em_text_t *t, const char *name, const char *suffix,
   text_str(t, n || le ? "} " : " ");
 }
 
+/* Remote: appends one series of f (a sample, or the native histogram nh) with labels and the
+ * out's extra label, made valid UTF-8 as the other formats write them. One series refused is
+ * counted; running out of memory fails the push. */
+static void remote_series(em_metrics_out_t *out, const em_metrics_family_t *f,
+                          const em_prom_label_t *labels, size_t n, double v,
+                          const em_native_t *nh) {
+  em_prom_label_t fixed[EM_PROM_EXPO_MAX_LABELS];
+  const em_prom_label_t *l = pb_labels(out, labels, n, fixed);
+  em_prom_label_t all[EM_PROM_EXPO_MAX_LABELS + 1];
+  memcpy(all, l, n * sizeof(*l));
+  if (out->extra.name) {
+    all[n++] = out->extra;
+  }
+  int rc = nh ? em_remote_histogram(out->remote, f->name, all, n, nh, out->ts_ms)
+              : em_remote_sample(out->remote, f->name, all, n, v, out->ts_ms);
+  if (rc == -ENOMEM) {
+    out->error = out->error ? out->error : -ENOMEM;
+  } else if (rc < 0) {
+    out->remote_refused++;
+  } else {
+    out->remote_series++;
+  }
+}
+
 /* One counter or gauge sample. */
 static void out_sample(em_metrics_out_t *out, const em_metrics_family_t *f,
                        const em_prom_label_t *labels, size_t n, num_t v) {
   if (n > EM_PROM_EXPO_MAX_LABELS || !out_family(out, f)) {
+    return;
+  }
+  if (out->format == EM_METRICS_REMOTE) {
+    remote_series(out, f, labels, n, num_double(v), NULL);
     return;
   }
   if (out->format == EM_METRICS_TEXT) {
@@ -614,8 +672,8 @@ int em_metrics_out_take(em_metrics_out_t *out, char **body, size_t *len_bytes) {
   *len_bytes = 0;
   out_close(out);
   int err = em_metrics_out_error(out);
-  if (err) {
-    return err;
+  if (err || out->format == EM_METRICS_REMOTE) {
+    return err; /* Remote: the series went to the remote write; nothing to hand over. */
   }
   if (out->format == EM_METRICS_TEXT) {
     *body = out->text.data;
@@ -727,7 +785,7 @@ static void rebucket_one(void *ctx, double upper_ns, uint64_t count) {
  * same cumulative counts, sum and count as a classic Histogram in protobuf. */
 static void out_classic(em_metrics_out_t *out, const em_metrics_family_t *f, const char *device,
                         const em_agg_stage_t *s) {
-  if (!out_family(out, f)) {
+  if (out->format == EM_METRICS_REMOTE || !out_family(out, f)) {
     return;
   }
   rebucket_t rb;
@@ -773,7 +831,7 @@ static void out_classic(em_metrics_out_t *out, const em_metrics_family_t *f, con
  * than EM_NATIVE_MAX_BUCKETS) is left out; its classic series stays. */
 static void out_native(em_metrics_out_t *out, const em_metrics_family_t *f, const char *device,
                        const em_agg_stage_t *s) {
-  if (out->format != EM_METRICS_PROTOBUF) {
+  if (out->format == EM_METRICS_TEXT) {
     return;
   }
   int rc = em_native_from_histo(&out->native, s->total);
@@ -785,6 +843,10 @@ static void out_native(em_metrics_out_t *out, const em_metrics_family_t *f, cons
     return;
   }
   em_prom_label_t labels[2] = {{"device", device}, {"stage", s->name}};
+  if (out->format == EM_METRICS_REMOTE) {
+    remote_series(out, f, labels, 2, 0.0, &out->native);
+    return;
+  }
   em_prom_label_t fixed[2];
   const em_prom_label_t *l = pb_labels(out, labels, 2, fixed);
   (void)em_prom_expo_native(&out->pb, l, 2, &out->native, NULL, 0);
@@ -794,6 +856,95 @@ static void out_native(em_metrics_out_t *out, const em_metrics_family_t *f, cons
 /* One unlabelled sample of a family of its own. */
 static void single(em_metrics_out_t *out, const em_metrics_family_t *f, num_t v) {
   out_sample(out, f, NULL, 0, v);
+}
+
+/* Writes the per-endpoint health of the remote write (none without one): each family's
+ * samples for every endpoint, labelled with its URL (which holds no credentials). */
+static void render_remote_health(em_remote_t *rw, em_metrics_out_t *out) {
+  size_t n = rw ? em_remote_n_endpoints(rw) : 0;
+  if (n > EM_REMOTE_MAX_ENDPOINTS) {
+    n = EM_REMOTE_MAX_ENDPOINTS;
+  }
+  em_remote_stats_t st[EM_REMOTE_MAX_ENDPOINTS];
+  for (size_t k = 0; k < n; k++) {
+    if (em_remote_stats(rw, k, &st[k]) != 0) {
+      memset(&st[k], 0, sizeof(st[k]));
+    }
+  }
+#define RW_FAMILY(field, fname, help, type)                                                        \
+  {                                                                                                \
+    {"edgemon_aggregator_remote_write_" fname, help, type}, offsetof(em_remote_stats_t, field),    \
+        sizeof(((em_remote_stats_t *)0)->field)                                                    \
+  }
+  static const struct {
+    em_metrics_family_t f;
+    size_t offset;
+    size_t size;
+  } fams[] = {
+      RW_FAMILY(sent_requests, "sent_requests_total", "Remote write requests answered 2xx.",
+                EM_PROM_COUNTER),
+      RW_FAMILY(sent_samples, "sent_samples_total", "Samples in requests answered 2xx.",
+                EM_PROM_COUNTER),
+      RW_FAMILY(sent_histograms, "sent_histograms_total",
+                "Native histograms in requests answered 2xx.", EM_PROM_COUNTER),
+      RW_FAMILY(retries, "retries_total", "Attempts after the first of a request.",
+                EM_PROM_COUNTER),
+      RW_FAMILY(dropped_requests, "dropped_requests_total",
+                "Requests given up: the endpoint's queue was full, or it answered 4xx.",
+                EM_PROM_COUNTER),
+      RW_FAMILY(dropped_samples, "dropped_samples_total", "Samples in the dropped requests.",
+                EM_PROM_COUNTER),
+      RW_FAMILY(dropped_histograms, "dropped_histograms_total",
+                "Native histograms in the dropped requests.", EM_PROM_COUNTER),
+      RW_FAMILY(queue_depth, "queue_requests", "Requests queued now, the one in flight included.",
+                EM_PROM_GAUGE),
+      RW_FAMILY(queue_capacity, "queue_capacity_requests", "Bound of the endpoint's queue.",
+                EM_PROM_GAUGE),
+  };
+#undef RW_FAMILY
+  for (size_t i = 0; i < sizeof(fams) / sizeof(fams[0]); i++) {
+    for (size_t k = 0; k < n; k++) {
+      const char *field = (const char *)&st[k] + fams[i].offset;
+      uint64_t v = 0;
+      if (fams[i].size == sizeof(uint32_t)) {
+        uint32_t v32;
+        memcpy(&v32, field, sizeof(v32));
+        v = v32;
+      } else {
+        memcpy(&v, field, sizeof(v));
+      }
+      em_prom_label_t l = {"endpoint", em_remote_endpoint_url(rw, k)};
+      out_sample(out, &fams[i].f, &l, 1, num_u64(v));
+    }
+  }
+  static const em_metrics_family_t failed = {
+      "edgemon_aggregator_remote_write_failures_total",
+      "Failed remote write attempts by kind: network (no HTTP answer), 5xx and 429 (retried), "
+      "4xx (the request dropped).",
+      EM_PROM_COUNTER};
+  for (size_t k = 0; k < n; k++) {
+    const struct {
+      const char *kind;
+      uint64_t v;
+    } kinds[] = {{"network", st[k].failed_network},
+                 {"5xx", st[k].failed_5xx},
+                 {"429", st[k].failed_429},
+                 {"4xx", st[k].failed_4xx}};
+    for (size_t j = 0; j < 4; j++) {
+      em_prom_label_t l[2] = {{"endpoint", em_remote_endpoint_url(rw, k)}, {"kind", kinds[j].kind}};
+      out_sample(out, &failed, l, 2, num_u64(kinds[j].v));
+    }
+  }
+  static const em_metrics_family_t last = {
+      "edgemon_aggregator_remote_write_last_success_time_seconds",
+      "When the endpoint last answered 2xx, Unix time (absent before the first).", EM_PROM_GAUGE};
+  for (size_t k = 0; k < n; k++) {
+    if (st[k].last_success_unix_ms > 0) {
+      em_prom_label_t l = {"endpoint", em_remote_endpoint_url(rw, k)};
+      out_sample(out, &last, &l, 1,
+                 num_ns_as_seconds((uint64_t)st[k].last_success_unix_ms * 1000000u));
+    }
+  }
 }
 
 /* Writes the aggregator-wide families (no device label). */
@@ -900,6 +1051,7 @@ static void render_aggregator(const em_registry_t *r, em_metrics_out_t *out) {
                             {"reason", st->store_failures[i].reason}};
     out_sample(out, &failures, l, 2, num_u64(st->store_failures[i].count));
   }
+  render_remote_health(r->remote, out);
 }
 
 /* Writes the per-device families of devs[0..n). help false leaves out the HELP and TYPE lines
@@ -1110,7 +1262,8 @@ int em_metrics_render_out(em_registry_t *r, em_metrics_out_t *out) {
   if (!out) {
     return -EINVAL;
   }
-  if (!r || (out->format == EM_METRICS_PROTOBUF && em_metrics_out_len(out) != 0)) {
+  if (!r || out->format == EM_METRICS_REMOTE ||
+      (out->format == EM_METRICS_PROTOBUF && em_metrics_out_len(out) != 0)) {
     if (out->format == EM_METRICS_TEXT) {
       out->text.error = out->text.error ? out->text.error : -EINVAL;
     } else {
@@ -1156,6 +1309,20 @@ int em_metrics_render_out(em_registry_t *r, em_metrics_out_t *out) {
   if (out->format == EM_METRICS_PROTOBUF) {
     out->limit_bytes = 0;
   }
+  return em_metrics_out_error(out);
+}
+
+int em_metrics_push(em_registry_t *r, em_metrics_out_t *out) {
+  if (!out || !r || out->format != EM_METRICS_REMOTE || !out->remote) {
+    return -EINVAL;
+  }
+  if (em_metrics_out_error(out)) {
+    return em_metrics_out_error(out);
+  }
+  render_devices(r, r->devices, r->devices ? r->n_devices : 0, out, true);
+  render_aggregator(r, out);
+  out_close(out);
+  (void)em_remote_flush(out->remote);
   return em_metrics_out_error(out);
 }
 

@@ -33,6 +33,11 @@
  *                                                    reason, device TTL, store failures by
  *                                                    table and reason, WAL checkpoints,
  *                                                    this exposition's truncation)
+ *   edgemon_aggregator_remote_write_*{endpoint}     each remote write endpoint's health
+ *                                                    (em_remote_stats_t: sent, failures by
+ *                                                    kind, retries, dropped, queue depth and
+ *                                                    capacity, last success), when the
+ *                                                    registry has a remote write
  * Label values are escaped as the format requires (\\, \", \n). Absent values are omitted,
  * never written as 0.
  *
@@ -51,6 +56,7 @@
 
 #include "prom_expo.h"
 #include "registry.h"
+#include "remote.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -84,6 +90,10 @@ int em_metrics_render(em_registry_t *r, em_text_t *t);
 typedef enum {
   EM_METRICS_TEXT = 0,     /* Text format 0.0.4. */
   EM_METRICS_PROTOBUF = 1, /* Delimited io.prometheus.client.MetricFamily (prom_expo.h). */
+  EM_METRICS_REMOTE = 2,   /* Series appended to a remote write (remote.h): counters and gauges
+                              as samples, stage latencies as native histograms only (no classic
+                              buckets), every device (no cap), one timestamp, plus one label
+                              of the caller's on every series (em_metrics_out_remote). */
 } em_metrics_format_t;
 
 /* Content-Type of a format's body. */
@@ -107,21 +117,32 @@ typedef struct {
  */
 typedef struct {
   em_metrics_format_t format;
-  em_text_t text;     /* TEXT: the bytes; text.max_bytes is the cap. */
-  em_prom_expo_t pb;  /* PROTOBUF: the bytes, capped at max_bytes. */
-  em_native_t native; /* PROTOBUF: the native histogram being written. */
-  em_text_t scratch;  /* PROTOBUF: label values made valid UTF-8. */
-  size_t limit_bytes; /* PROTOBUF: a lower cap the renderer sets while it renders devices. */
-  const char *open;   /* Name of the family whose samples are being written; NULL: none. */
-  bool help;          /* Write HELP/TYPE (text) and help (protobuf); false to measure. */
-  int error;          /* PROTOBUF: -E2BIG past limit_bytes (sticky). */
-  size_t head_bytes;  /* PROTOBUF: bytes of family heads written (measuring devices). */
+  em_text_t text;          /* TEXT: the bytes; text.max_bytes is the cap. */
+  em_prom_expo_t pb;       /* PROTOBUF: the bytes, capped at max_bytes. */
+  em_native_t native;      /* PROTOBUF: the native histogram being written. */
+  em_text_t scratch;       /* PROTOBUF: label values made valid UTF-8. */
+  size_t limit_bytes;      /* PROTOBUF: a lower cap the renderer sets while it renders devices. */
+  const char *open;        /* Name of the family whose samples are being written; NULL: none. */
+  bool help;               /* Write HELP/TYPE (text) and help (protobuf); false to measure. */
+  int error;               /* PROTOBUF: -E2BIG past limit_bytes (sticky). */
+  size_t head_bytes;       /* PROTOBUF: bytes of family heads written (measuring devices). */
+  em_remote_t *remote;     /* REMOTE: where series go (borrowed). */
+  int64_t ts_ms;           /* REMOTE: the timestamp of every series. */
+  em_prom_label_t extra;   /* REMOTE: added to every series (name NULL: none). */
+  uint64_t remote_series;  /* REMOTE: series appended. */
+  uint64_t remote_refused; /* REMOTE: series the remote write refused (-EINVAL, -EOVERFLOW). */
 } em_metrics_out_t;
 
 /* Empties out for `format` with a cap of max_bytes (0: EM_METRICS_MAX_BYTES). Returns 0 or
  * -EINVAL. Allocates nothing yet. */
 int em_metrics_out_init(em_metrics_out_t *out, em_metrics_format_t format, size_t max_bytes);
 void em_metrics_out_deinit(em_metrics_out_t *out); /* NULL is a no-op. */
+
+/* Makes an initialised REMOTE out append to `remote` with timestamp ts_ms and, when
+ * extra_name is not NULL, the label extra_name=extra_value on every series (both borrowed
+ * until deinit). Returns 0 or -EINVAL. */
+int em_metrics_out_remote(em_metrics_out_t *out, em_remote_t *remote, int64_t ts_ms,
+                          const char *extra_name, const char *extra_value);
 
 /* One sample with labels[0..n_labels) (values borrowed for the call; invalid UTF-8 is written
  * as U+FFFD in both formats) of family f (counter or gauge). */
@@ -143,6 +164,12 @@ int em_metrics_out_take(em_metrics_out_t *out, char **body, size_t *len_bytes);
  * cap and truncation of em_metrics_render (which is this for text). A protobuf out must be
  * empty. Returns 0, -EINVAL, or the sticky error. */
 int em_metrics_render_out(em_registry_t *r, em_metrics_out_t *out);
+
+/* Pushes the families of `r` (caller holds its lock) through a REMOTE out: every device, no
+ * cap, the registry's stats untouched; then seals the batch (em_remote_flush). Returns 0,
+ * -EINVAL, or the sticky error (-ENOMEM). Series the remote write refuses one by one are
+ * counted in out->remote_refused and do not fail the push. Never waits on the network. */
+int em_metrics_push(em_registry_t *r, em_metrics_out_t *out);
 
 /* Distinct stage names /api/devices merges over the fleet ("fleet"). */
 #define EM_METRICS_FLEET_MAX_STAGES 64u

@@ -133,6 +133,8 @@ typedef struct {
   uint64_t device_ttl_ns;   /* For /metrics only: the TTL em_registry_expire() is given. */
   size_t metrics_max_bytes; /* Cap of the /metrics text; 0: EM_METRICS_MAX_BYTES. */
   void *scratch;            /* Decode scratch (EM_PROTO_SCRATCH_MAX bytes), used under the lock. */
+  struct em_remote *remote; /* Remote write whose per-endpoint health /metrics shows (borrowed;
+                               set before serving, freed after); NULL: none. */
 } em_registry_t;
 
 /* What em_registry_ingest() did with a message, for the caller (storage, rebirth). */

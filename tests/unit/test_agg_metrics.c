@@ -13,6 +13,12 @@
  * same HELP, every counter and gauge sample with the same labels and the same double, the
  * classic histogram with the same buckets, and the native histogram's schema, zero bucket,
  * spans and deltas against the buckets the test put in; and the device cap in both formats.
+ *
+ * The remote write backend is held against the text of the same registry: one series per
+ * counter and gauge sample of the text plus one native histogram per stage, no classic bucket,
+ * none refused; each became one request (batch_series 1) queued on a real remote write whose
+ * endpoint is a loopback port nobody listens on. The endpoint's health families appear in the
+ * text with its URL.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -941,6 +947,76 @@ static void protobuf_over_the_cap_keeps_the_first_devices_and_says_so(void **sta
   em_registry_free(r);
 }
 
+/* Series of a text exposition as remote write pushes them: every sample line but the classic
+ * histogram's, plus one native histogram per stage. */
+static size_t remote_series_of(const char *text, size_t stages) {
+  size_t n = stages;
+  for (const char *p = text; *p;) {
+    const char *nl = strchr(p, '\n');
+    assert_non_null(nl);
+    if (*p != '#' && strncmp(p, "edgemon_stage_latency_seconds", 29) != 0) {
+      n++;
+    }
+    p = nl + 1;
+  }
+  return n;
+}
+
+static void remote_backend_pushes_the_text_samples_and_native_histograms(void **state) {
+  fixture_t *f = *state;
+  const char *url = "http://127.0.0.1:1/api/v1/write";
+  em_remote_endpoint_cfg_t ep = {.url = url, .queue_requests = 4096};
+  em_remote_cfg_t cfg = {.endpoints = &ep,
+                         .n_endpoints = 1,
+                         .batch_series = 1,
+                         .backoff_min_ms = 600000,
+                         .backoff_max_ms = 600000};
+  em_remote_t *rw = NULL;
+  assert_int_equal(em_remote_new(&rw, &cfg), 0);
+  f->reg.remote = rw;
+  char *text = render(f);
+  /* The health families, with the endpoint's URL. */
+  assert_non_null(strstr(text, "edgemon_aggregator_remote_write_queue_capacity_requests"
+                               "{endpoint=\"http://127.0.0.1:1/api/v1/write\"} 4096\n"));
+  assert_non_null(strstr(text, "edgemon_aggregator_remote_write_sent_requests_total"
+                               "{endpoint=\"http://127.0.0.1:1/api/v1/write\"} 0\n"));
+  assert_non_null(strstr(text, "edgemon_aggregator_remote_write_failures_total"
+                               "{endpoint=\"http://127.0.0.1:1/api/v1/write\",kind=\"4xx\"} 0\n"));
+  assert_null(strstr(text, "edgemon_aggregator_remote_write_last_success_time_seconds"));
+  size_t want = remote_series_of(text, 1);
+  free(text);
+
+  em_metrics_out_t out;
+  assert_int_equal(em_metrics_out_init(&out, EM_METRICS_REMOTE, 0), 0);
+  assert_int_equal(em_metrics_out_remote(&out, rw, 1700000000000, "aggregator", "a1"), 0);
+  assert_int_equal(em_metrics_push(&f->reg, &out), 0);
+  assert_int_equal(out.remote_refused, 0);
+  assert_int_equal(out.remote_series, want);
+  em_remote_stats_t st;
+  assert_int_equal(em_remote_stats(rw, 0, &st), 0);
+  assert_int_equal(st.dropped_requests, 0);
+  assert_int_equal(st.sent_requests, 0);
+  assert_int_equal(st.queue_depth, want); /* Every series sealed into a request of its own. */
+  char *body = (char *)1;
+  size_t len = 1;
+  assert_int_equal(em_metrics_out_take(&out, &body, &len), 0);
+  assert_null(body);
+  assert_int_equal(len, 0);
+  em_metrics_out_deinit(&out);
+
+  /* A label name the protocol refuses, and a text out, are refused. */
+  assert_int_equal(em_metrics_out_init(&out, EM_METRICS_REMOTE, 0), 0);
+  assert_int_equal(em_metrics_out_remote(&out, rw, 0, "__name__", "x"), -EINVAL);
+  assert_int_equal(em_metrics_push(&f->reg, &out), -EINVAL); /* No remote set. */
+  assert_int_equal(em_metrics_render_out(&f->reg, &out), -EINVAL);
+  em_metrics_out_deinit(&out);
+  assert_int_equal(em_metrics_out_init(&out, EM_METRICS_TEXT, 0), 0);
+  assert_int_equal(em_metrics_out_remote(&out, rw, 0, NULL, NULL), -EINVAL);
+  em_metrics_out_deinit(&out);
+  f->reg.remote = NULL;
+  em_remote_free(rw, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(exposition_has_one_help_and_type_per_family_not_interleaved,
@@ -965,6 +1041,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(protobuf_histograms_hold_the_merged_buckets, setup, teardown),
       cmocka_unit_test(protobuf_over_the_cap_keeps_the_first_devices_and_says_so),
       cmocka_unit_test_setup_teardown(text_exposition_is_the_golden_one, setup, teardown),
+      cmocka_unit_test_setup_teardown(remote_backend_pushes_the_text_samples_and_native_histograms,
+                                      setup, teardown),
       cmocka_unit_test_setup_teardown(render_appends_and_a_failed_text_stays_failed, setup,
                                       teardown),
   };
