@@ -615,7 +615,9 @@ static void remote_series(em_metrics_out_t *out, const em_metrics_family_t *f,
   em_prom_label_t fixed[EM_PROM_EXPO_MAX_LABELS];
   const em_prom_label_t *l = pb_labels(out, labels, n, fixed);
   em_prom_label_t all[EM_PROM_EXPO_MAX_LABELS + 1];
-  memcpy(all, l, n * sizeof(*l));
+  if (n > 0) {
+    memcpy(all, l, n * sizeof(*l)); /* l is NULL for an unlabelled sample. */
+  }
   if (out->extra.name) {
     all[n++] = out->extra;
   }
