@@ -19,6 +19,8 @@ aggregator=<its label> (default: its client id, which no two members of a group 
 two partial series stay apart in Prometheus and sum by (stage) adds them: the fleet answer is
 the one a single aggregator gives, and is checked against the exact p99 the same way.
 
+A receiver that never answers holds back no ingest: the queue bound drops and counts.
+
 --check refuses the new keys' bad values with FILE:LINE messages and never prints a secret.
 
 These fail if the push is not wired (nothing in Prometheus), if the native conversion or the
@@ -367,3 +369,32 @@ def test_check_refuses_secret_files_others_can_read_and_never_shows_them(tmp_pat
                     f"bearer_token_file = {tmp_path / 'none'}\n")
     assert rc == 2 and "cannot be read" in out, out
     assert stat.S_IMODE(os.stat(pw).st_mode) == 0o644
+
+
+def test_a_receiver_that_never_answers_holds_back_no_ingest(tmp_path):
+    """An endpoint that accepts connections and never answers: the pushes queue, the queue's
+    bound drops and counts the rest, every span is still ingested, and the aggregator stops
+    within its drain."""
+    import socket
+    assert SIM, "EM_SIM must name the edgemon-sim binary (run through ctest)"
+    with stopping() as started, socket.socket() as stuck:
+        stuck.bind(("127.0.0.1", 0))
+        stuck.listen(64)  # Connections complete in the backlog; nothing is ever read.
+        url = f"http://127.0.0.1:{stuck.getsockname()[1]}/api/v1/write"
+        cfg = tmp_path / "agg.ini"
+        cfg.write_text("[remote_write]\ninterval = 1s\nbatch_series = 20\ndrain = 1s\n"
+                       f"[remote_write.stuck]\nurl = {url}\ntimeout = 10m\nqueue_requests = 2\n")
+        broker = Broker(tmp_path, free_port()).start()
+        started.append(broker)
+        agg = Aggregator(tmp_path, broker.port, extra_args=["--config", str(cfg)]).start()
+        started.append(agg)
+        spans = run_sim(tmp_path, broker)
+        wait_for(lambda: counts(agg) == {k: len(v) for k, v in spans.items()}, 60,
+                 "every published span in the aggregator")
+        wait_for(lambda: health(metrics_text(agg), "dropped_requests_total", url) > 0, 30,
+                 "a full queue to drop and count a request")
+        text = metrics_text(agg)
+        assert health(text, "sent_requests_total", url) == 0
+        assert health(text, "queue_requests", url) == 2
+        assert health(text, "dropped_histograms_total", url) > 0
+        assert agg.stop() == 0, agg.log_text()[-3000:]
