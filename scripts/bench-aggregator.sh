@@ -10,7 +10,9 @@
 # and RSS, mosquitto and simulator CPU. Arguments go to bench_aggregator.py: --devices N,
 # --rates LIST, --max-rate HZ, --seconds S (per step, default 10), --qos 0|1 (the simulator's
 # data, default 0), --max-inflight N (the broker's, default 20), --no-aggregator (simulator
-# and bare subscriber only: the simulator's and the broker's own ceiling), --help.
+# and bare subscriber only: the simulator's and the broker's own ceiling),
+# --compare-remote-write [--remote-write-interval D] [--repeats N] (each rate with remote write
+# off and on, to Debian's Prometheus as the receiver), --help.
 # Needs what scripts/test.sh installs plus libcjson-dev (the bench tree builds every
 # benchmark); installs nothing. Results are written up in docs/BENCHMARKS.md.
 set -euo pipefail

@@ -27,6 +27,11 @@ Per step it reports:
              mosquitto, simulator)
   RSS        aggregator VmRSS at the end of the step, and VmHWM (peak)
 and prints a markdown table at the end.
+
+--compare-remote-write runs each listed rate (no doubling) with the aggregator's remote write
+off and on, to Debian's Prometheus as a receiver with native histograms, --repeats rounds with
+the order flipping, after an unreported warm-up step; the table then says which mode each row
+ran and adds the series written per second and the requests dropped.
 """
 
 import argparse
@@ -89,12 +94,14 @@ def listening(port):
 
 
 class Aggregator:
-    def __init__(self, binary, broker_port, tmp):
+    def __init__(self, binary, broker_port, tmp, config=None):
         self.log_path = tmp / "aggregator.log"
         self.log = open(self.log_path, "wb")
+        conf = ["--config", str(config)] if config else []
         self.proc = subprocess.Popen(
-            [binary, "--broker", f"mqtt://127.0.0.1:{broker_port}", "--db", str(tmp / "agg.db"),
-             "--http", "127.0.0.1:0"], stdout=self.log, stderr=subprocess.STDOUT)
+            [binary, *conf, "--broker", f"mqtt://127.0.0.1:{broker_port}", "--db",
+             str(tmp / "agg.db"), "--http", "127.0.0.1:0"], stdout=self.log,
+            stderr=subprocess.STDOUT)
         m = wait_for(self._serving, 20, "the aggregator's HTTP port")
         self.url = f"http://127.0.0.1:{m}/metrics"
         wait_for(lambda: "mqtt: connected" in self.log_path.read_text(errors="replace"), 20,
@@ -117,6 +124,10 @@ class Aggregator:
             m = re.search(rf"^edgemon_aggregator_(?:{name}|{short})(?:{{[^}}]*}})? (\d+)", text,
                           re.M)
             out[name] = int(m.group(1)) if m else 0
+        # Remote write: what every endpoint was sent (absent without [remote_write]).
+        for name in ("sent_samples_total", "sent_histograms_total", "dropped_requests_total"):
+            out[name] = sum(int(v) for v in re.findall(
+                rf"^edgemon_aggregator_remote_write_{name}{{[^}}]*}} (\d+)", text, re.M))
         return out
 
     def stop(self):
@@ -191,6 +202,10 @@ def step(args, broker, agg, rate):
             "agg_cpu": 100.0 * (agg_cpu_end - cpu0["aggregator"]) / (t_sim_end - t0),
             "rss_mb": mem_kb(agg.proc.pid, "VmRSS") / 1024.0,
             "hwm_mb": mem_kb(agg.proc.pid, "VmHWM") / 1024.0,
+            "rw_written": (last_c["sent_samples_total"] - before["sent_samples_total"]
+                           + last_c["sent_histograms_total"] - before["sent_histograms_total"]),
+            "rw_dropped": last_c["dropped_requests_total"] - before["dropped_requests_total"],
+            "rw_s": (time.monotonic_ns() - data_start_ns) / 1e9,
         })
     out, _ = drain.communicate(timeout=args.seconds + 150)
     m = re.search(r"total=(\d+) first_ns=(\d+) last_ns=(\d+)", out)
@@ -231,21 +246,29 @@ class Broker:
 
 
 def table(rows, with_agg):
-    head = ["devices x Hz", "offered msg/s (sim)", "bare subscriber msg/s"]
+    rw = any("remote_write" in r for r in rows)
+    head = (["remote write"] if rw else []) + ["devices x Hz", "offered msg/s (sim)",
+                                                "bare subscriber msg/s"]
     if with_agg:
         head += ["aggregator ingested msg/s", "agg / bare", "msgs stored / delivered",
                  "SQLite rows/s", "aggregator CPU %",
                  "aggregator RSS MiB (peak)"]
     head += ["mosquitto CPU %", "sim CPU %", "sim worst lag ms"]
+    if rw:
+        head += ["series written/s (samples + histograms)", "requests dropped"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [f"{r['devices']} x {r['rate']:g}", f"{r['offered']:.0f} (of {r['scheduled']:.0f})",
-                 f"{r['bare']:.0f}"]
+        cells = ([r["remote_write"]] if rw else []) + [
+            f"{r['devices']} x {r['rate']:g}", f"{r['offered']:.0f} (of {r['scheduled']:.0f})",
+            f"{r['bare']:.0f}"]
         if with_agg:
             stored = r["agg_n"] / r["bare_n"] if r["bare_n"] else 0.0
             cells += [f"{r['agg']:.0f}", f"{r['ratio']:.2f}", f"{stored:.3f}", f"{r['rows']:.0f}",
                       f"{r['agg_cpu']:.0f}", f"{r['rss_mb']:.1f} ({r['hwm_mb']:.1f})"]
         cells += [f"{r['mosq_cpu']:.0f}", f"{r['sim_cpu']:.0f}", f"{r['lag_ms']:.1f}"]
+        if rw:
+            cells += [f"{r['rw_written'] / r['rw_s']:.0f}" if r["remote_write"] != "off" else "-",
+                      str(r["rw_dropped"]) if r["remote_write"] != "off" else "-"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -265,6 +288,13 @@ def main():
     ap.add_argument("--no-aggregator", action="store_true",
                     help="only the simulator and the bare subscriber")
     ap.add_argument("--mosquitto", default="/usr/sbin/mosquitto")
+    ap.add_argument("--compare-remote-write", action="store_true",
+                    help="run each listed rate with remote write off and on (to a real "
+                    "Prometheus receiver), --repeats rounds, order flipping each round")
+    ap.add_argument("--remote-write-interval", default="5s",
+                    help="[remote_write] interval with --compare-remote-write (default 5s)")
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--prometheus", default="/usr/bin/prometheus")
     args = ap.parse_args()
     build = Path(args.build)
     args.sim = str(build / "host/sim/edgemon-sim")
@@ -276,6 +306,9 @@ def main():
 
     rates = [float(x) for x in args.rates.split(",")]
     rows = []
+    if args.compare_remote_write:
+        compare_remote_write(args, str(agg_bin), rates)
+        return
     with tempfile.TemporaryDirectory(prefix="em-bench-agg-") as tmpdir:
         tmp = Path(tmpdir)
         broker = Broker(args.mosquitto, tmp, args.max_inflight)
@@ -309,6 +342,74 @@ def main():
           f"{args.devices} devices, data at QoS {args.qos}, broker max_inflight_messages "
           f"{args.max_inflight}; data messages only in the msg/s columns\n")
     print(table(rows, agg is not None))
+
+
+class Prometheus:
+    """Debian's Prometheus as a remote-write receiver with native histograms, scraping
+    nothing."""
+
+    def __init__(self, binary, tmp):
+        self.port = free_port()
+        conf = tmp / "prometheus.yml"
+        conf.write_text("global:\n  scrape_interval: 1h\n")
+        self.log = open(tmp / "prometheus.log", "wb")
+        self.proc = subprocess.Popen(
+            [binary, f"--config.file={conf}", f"--storage.tsdb.path={tmp / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{self.port}", "--web.enable-remote-write-receiver",
+             "--enable-feature=native-histograms"], stdout=self.log, stderr=subprocess.STDOUT)
+        wait_for(lambda: listening(self.port), 30, "prometheus")
+        self.url = f"http://127.0.0.1:{self.port}/api/v1/write"
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(30)
+
+
+def compare_remote_write(args, agg_bin, rates):
+    """Each rate with remote write off and on, the same broker and receiver, --repeats rounds
+    with the order flipping each round; one aggregator database (one client id) throughout."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="em-bench-agg-") as tmpdir:
+        tmp = Path(tmpdir)
+        broker = Broker(args.mosquitto, tmp, args.max_inflight)
+        prom = Prometheus(args.prometheus, tmp)
+        conf = tmp / "agg-rw.ini"
+        conf.write_text(f"[remote_write]\ninterval = {args.remote_write_interval}\n"
+                        f"[remote_write.prom]\nurl = {prom.url}\n")
+        try:
+            # Unreported warm-up: the first step of a database writes every device's birth
+            # and names (tens of thousands of rows) and would load whichever mode ran first.
+            agg = Aggregator(agg_bin, broker.port, tmp)
+            try:
+                step(args, broker, agg, rates[0])
+            finally:
+                agg.stop()
+            for r in range(args.repeats):
+                for rate in rates:
+                    modes = ["off", "on"] if r % 2 == 0 else ["on", "off"]
+                    for mode in modes:
+                        agg = Aggregator(agg_bin, broker.port, tmp,
+                                         conf if mode == "on" else None)
+                        try:
+                            row = step(args, broker, agg, rate)
+                        finally:
+                            agg.stop()
+                        row.update({"devices": args.devices, "remote_write":
+                                    "off" if mode == "off" else f"on, every {args.remote_write_interval}"})
+                        rows.append(row)
+                        print(f"bench_aggregator: round {r + 1} remote write {mode}: "
+                              f"{args.devices} x {rate:g} Hz: aggregator {row['agg']:.0f} msg/s, "
+                              f"ratio {row['ratio']:.2f}, CPU {row['agg_cpu']:.0f}%, series "
+                              f"written {row['rw_written']}", file=sys.stderr, flush=True)
+        finally:
+            prom.stop()
+            broker.stop()
+    print(f"\n{os.uname().nodename}, {os.cpu_count()} CPUs, {args.seconds:g} s per step, "
+          f"{args.devices} devices, data at QoS {args.qos}, broker max_inflight_messages "
+          f"{args.max_inflight}, remote write to Prometheus "
+          f"({args.prometheus}, native histograms) every {args.remote_write_interval}\n")
+    print(table(rows, True))
 
 
 if __name__ == "__main__":
