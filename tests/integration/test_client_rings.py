@@ -15,11 +15,15 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def writer_main(socket_path, threads, per_thread, gap_us):
+def writer_main(socket_path, threads, per_thread, gap_us, until_rings):
     sys.path.insert(0, os.path.join(ROOT, "firmware", "client", "python"))
     import edgemon
 
     client = edgemon.Client(socket_path)
+    # until_rings: every thread paces its spans (1 ms apart, at most 10 s) until that many rings
+    # are acknowledged, so that a thread cannot finish its spans before its ring's ack arrives
+    # (a slow machine, a sanitizer build); the rest go in a tight loop.
+    deadline = time.monotonic() + 10
 
     def work(i):
         stage = "t%d" % i
@@ -28,6 +32,9 @@ def writer_main(socket_path, threads, per_thread, gap_us):
                 pass
             if gap_us:
                 time.sleep(gap_us / 1e6)
+            elif (until_rings and client.ring_stats()["accepted"] < until_rings
+                  and time.monotonic() < deadline):
+                time.sleep(0.001)
 
     ts = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
     for t in ts:
@@ -39,7 +46,8 @@ def writer_main(socket_path, threads, per_thread, gap_us):
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["writer"]:
-    writer_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+    writer_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]),
+                int(sys.argv[6]))
 
 from conftest import wait_for  # noqa: E402
 from test_rings import values_until as last_values  # noqa: E402
@@ -58,9 +66,9 @@ def start(stack):
     return broker, agent, sub, birth, path
 
 
-def run_writer(path, threads, per_thread, gap_us=0):
+def run_writer(path, threads, per_thread, gap_us=0, until_rings=0):
     return subprocess.Popen([sys.executable, os.path.abspath(__file__), "writer", str(path),
-                             str(threads), str(per_thread), str(gap_us)],
+                             str(threads), str(per_thread), str(gap_us), str(until_rings)],
                             stdout=subprocess.PIPE, text=True)
 
 
@@ -68,7 +76,7 @@ def test_four_writer_threads_get_four_rings_and_every_span_is_accounted(stack):
     _, agent, sub, birth, path = start(stack)
     threads, per_thread = 4, 5000
     total = threads * per_thread
-    w = run_writer(path, threads, per_thread)
+    w = run_writer(path, threads, per_thread, until_rings=threads)
     out, _ = w.communicate(timeout=60)
     assert w.returncode == 0
     report = json.loads(out)
