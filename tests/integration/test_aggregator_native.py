@@ -71,6 +71,30 @@ def get(port, path, accept=None):
         return r.headers["Content-Type"], r.read()
 
 
+def run_sim(tmp, broker, devices=DEVICES, slow=SLOW):
+    spans_path = tmp / "spans.txt"
+    sim = subprocess.run(
+        [SIM, "--devices", str(devices), "--rate", "5", "--duration", "6", "--qos", "1",
+         "--seed", "19", "--slow", f"{slow[0]}:{slow[1]}", "--spans-file", str(spans_path),
+         "--broker", f"mqtt://127.0.0.1:{broker.port}"],
+        capture_output=True, timeout=120)
+    assert sim.returncode == 0, sim.stderr.decode(errors="replace")
+    spans = defaultdict(list)
+    for line in spans_path.read_text().splitlines():
+        device, stage, ns = line.split()
+        spans[(device, stage)].append(int(ns))
+    assert {s for _, s in spans} == set(STAGES) and len({d for d, _ in spans}) == devices
+    return dict(spans)
+
+
+def counts(agg):
+    """{(device, stage): count} the aggregator holds."""
+    status, body = agg.get("/api/devices")
+    assert status == 200
+    return {(d["device"], s["name"]): s["count"]
+            for d in json.loads(body)["devices"] for s in d["stages"]}
+
+
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
     """(aggregator, prometheus, spans): a finished simulator run fully ingested by the
@@ -85,33 +109,14 @@ def fleet(tmp_path_factory):
         started.append(broker)
         agg = Aggregator(tmp, broker.port).start()
         started.append(agg)
-        spans_path = tmp / "spans.txt"
-        sim = subprocess.run(
-            [SIM, "--devices", str(DEVICES), "--rate", "5", "--duration", "6", "--qos", "1",
-             "--seed", "19", "--slow", f"{SLOW[0]}:{SLOW[1]}", "--spans-file", str(spans_path),
-             "--broker", f"mqtt://127.0.0.1:{broker.port}"],
-            capture_output=True, timeout=120)
-        assert sim.returncode == 0, sim.stderr.decode(errors="replace")
-        spans = defaultdict(list)
-        for line in spans_path.read_text().splitlines():
-            device, stage, ns = line.split()
-            spans[(device, stage)].append(int(ns))
-        assert {s for _, s in spans} == set(STAGES) and len({d for d, _ in spans}) == DEVICES
-
-        def all_ingested():
-            status, body = agg.get("/api/devices")
-            if status != 200:
-                return False
-            got = {(d["device"], s["name"]): s["count"]
-                   for d in json.loads(body)["devices"] for s in d["stages"]}
-            return got == {k: len(v) for k, v in spans.items()}
-
-        wait_for(all_ingested, 60, "every published span in the aggregator")
+        spans = run_sim(tmp, broker)
+        wait_for(lambda: counts(agg) == {k: len(v) for k, v in spans.items()}, 60,
+                 "every published span in the aggregator")
         prom = Prometheus(tmp, [f"127.0.0.1:{agg.port}"],
                                    extra_args=["--enable-feature=native-histograms"]).start()
         started.append(prom)
         wait_for(lambda: prom.query(NATIVE), 60, "the native histograms in Prometheus")
-        yield agg, prom, dict(spans)
+        yield agg, prom, spans
         prom.stop()
         assert agg.stop() == 0, agg.log_text()[-3000:]  # a clean exit (sanitizers included)
     finally:

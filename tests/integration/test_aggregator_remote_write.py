@@ -29,7 +29,6 @@ aggregators' series of a device would collide: Prometheus keeps one of them per 
 the fleet count falls short), and if the health families were not written."""
 
 import contextlib
-import json
 import os
 import re
 import stat
@@ -39,8 +38,8 @@ from collections import defaultdict
 import pytest
 
 from conftest import AGGREGATOR, Aggregator, Broker, Prometheus, free_port, wait_for
-from test_aggregator_native import (DEVICES, NATIVE, SLOW, STAGES, assert_in_bucket,
-                                    exact_quantile, value)
+from test_aggregator_native import (NATIVE, SLOW, STAGES, assert_in_bucket, counts,
+                                    exact_quantile, run_sim, value)
 
 SIM = os.environ.get("EM_SIM")
 HEALTH = "edgemon_aggregator_remote_write_"
@@ -67,30 +66,6 @@ def rw_config(path, prom_port, label=None, interval="1s"):
     text += f"[remote_write.prom]\nurl = http://127.0.0.1:{prom_port}/api/v1/write\n"
     path.write_text(text)
     return path
-
-
-def run_sim(tmp, broker, devices=DEVICES, slow=SLOW):
-    spans_path = tmp / "spans.txt"
-    sim = subprocess.run(
-        [SIM, "--devices", str(devices), "--rate", "5", "--duration", "6", "--qos", "1",
-         "--seed", "19", "--slow", f"{slow[0]}:{slow[1]}", "--spans-file", str(spans_path),
-         "--broker", f"mqtt://127.0.0.1:{broker.port}"],
-        capture_output=True, timeout=120)
-    assert sim.returncode == 0, sim.stderr.decode(errors="replace")
-    spans = defaultdict(list)
-    for line in spans_path.read_text().splitlines():
-        device, stage, ns = line.split()
-        spans[(device, stage)].append(int(ns))
-    assert {s for _, s in spans} == set(STAGES) and len({d for d, _ in spans}) == devices
-    return dict(spans)
-
-
-def counts(agg):
-    """{(device, stage): count} the aggregator holds."""
-    status, body = agg.get("/api/devices")
-    assert status == 200
-    return {(d["device"], s["name"]): s["count"]
-            for d in json.loads(body)["devices"] for s in d["stages"]}
 
 
 def stage_values(spans, stage):
