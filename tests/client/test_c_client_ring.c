@@ -462,6 +462,56 @@ static void ring_unanswered_or_refused_falls_back_to_datagrams(void **state) {
   }
 }
 
+/* The agent's socket is not bound yet at the first span: the register cannot be sent, no agent
+ * saw it, so it goes out again a second later (never sooner) and the ring goes live. */
+static void ring_unsent_register_is_sent_again_a_second_later(void **state) {
+  peer_t p = {0};
+  peer_ring_t ring;
+  em_client_t c;
+  struct sockaddr_un addr;
+  size_t before = 0;
+  unsigned spans = 0;
+  uint64_t t0;
+  (void)state;
+  peer_open(&p, RING_SLOTS, NULL, 0);
+  close(p.fd); /* the page stays: an agent is announced, its socket is not there yet */
+  assert_int_equal(unlink(p.path), 0);
+  assert_int_equal(em_client_open(&c, p.path), 0);
+  t0 = em_client_now_ns();
+  (void)em_client_record(&c, "infer", em_client_now_ns(), 10);
+  assert_int_equal(c.ring_counters[EM_CLIENT_RING_UNSENT], 1);
+  assert_int_equal(c.ring_counters[EM_CLIENT_RING_REGISTRATIONS], 0);
+
+  p.fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  assert_true(p.fd >= 0);
+  memset(&addr, 0, sizeof(addr));
+  addr.sun_family = AF_UNIX;
+  memcpy(addr.sun_path, p.path, strlen(p.path) + 1);
+  assert_int_equal(bind(p.fd, (const struct sockaddr *)&addr, sizeof(addr)), 0);
+  {
+    struct timeval timeout = {5, 0};
+    assert_int_equal(setsockopt(p.fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout)), 0);
+  }
+  while (c.ring_counters[EM_CLIENT_RING_REGISTRATIONS] == 0 && spans < LIVE_TRIES) {
+    (void)em_client_record(&c, "infer", em_client_now_ns(), 10);
+    spans++;
+    sleep_ms(1);
+  }
+  assert_int_equal(c.ring_counters[EM_CLIENT_RING_REGISTRATIONS], 1);
+  assert_true(em_client_now_ns() - t0 >= 1000000000ull);
+  assert_int_equal(c.ring_counters[EM_CLIENT_RING_UNSENT], 1);
+  peer_expect_register(&p, (uint32_t)getpid(), &ring, &before);
+  assert_true(ring.start == 0);
+  peer_ack(&p, &ring, 0);
+  (void)spans_until_live(&c, "infer");
+  assert_int_equal(c.ring_counters[EM_CLIENT_RING_ACCEPTED], 1);
+  assert_int_equal(em_client_record(&c, "infer", em_client_now_ns(), 10), 0);
+  assert_true(head_of(&ring) == 2); /* the span that found the ack, and this one */
+  em_client_close(&c);
+  peer_ring_unmap(&ring);
+  peer_close(&p);
+}
+
 /* A span over its stage's hard deadline: in the ring and as a kind-6 datagram; one under it
  * and a stage with no deadline: the ring only. */
 static void ring_hard_miss_also_sends_kind_6(void **state) {
@@ -717,6 +767,7 @@ int main(void) {
       cmocka_unit_test(ring_bytes_match_wire_md),
       cmocka_unit_test(ring_datagrams_until_the_ack_then_ring_only),
       cmocka_unit_test(ring_unanswered_or_refused_falls_back_to_datagrams),
+      cmocka_unit_test(ring_unsent_register_is_sent_again_a_second_later),
       cmocka_unit_test(ring_hard_miss_also_sends_kind_6),
       cmocka_unit_test(ring_new_agent_registers_again_at_the_head),
       cmocka_unit_test(ring_four_threads_four_rings_every_span_counted),

@@ -270,6 +270,37 @@ def test_v1_only_peer_no_ack_stays_on_datagrams_and_loses_nothing(client, agent,
     assert client.sent == 23 and client.dropped == 0
 
 
+def test_unsent_register_is_sent_again_a_second_later(page, tmp_path, monkeypatch):
+    """The agent's socket is not there at the first span: the register cannot be sent, so no
+    agent saw it; once the socket is bound, it goes out again after a second, never before."""
+    clock = FakeClock(monkeypatch)
+    c = edgemon.Client(str(tmp_path / "spans.sock"))
+    agent = None
+    try:
+        c.record("infer", 10, 20)
+        assert c.stats()["rings"]["unsent"] == 1
+        agent = Agent(tmp_path / "spans.sock")
+        clock.advance(0.5)
+        c.record("infer", 10, 20, frame=1)
+        assert [g[0] for g in agent.drain()] in (["v1"], [])  # no register within the second
+        clock.advance(0.6)
+        c.record("infer", 10, 20, frame=2)
+        kind, reg = agent.recv()
+        assert kind == "reg" and reg.start == 0
+        assert agent.recv()[0] == "v1"
+        agent.ack(reg)
+        for frame in range(3, 8):
+            c.record("infer", 10, 20, frame=frame)
+        assert agent.drain() == []
+        assert [s[1] for s in reg.slots(0, 5)] == list(range(3, 8))
+        rings = c.stats()["rings"]
+        assert rings["unsent"] == 1 and rings["registrations"] == 2 and rings["accepted"] == 1
+    finally:
+        c.close()
+        if agent is not None:
+            agent.close()
+
+
 def test_negative_ack_keeps_datagrams(client, agent):
     reg = register_first_span(client, agent)
     agent.ack(reg, status=-1)  # -EPERM

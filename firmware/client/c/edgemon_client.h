@@ -179,7 +179,7 @@ typedef enum {
   EM_CLIENT_RING_CREATED,        /* Rings made (memfd created, sealed, mapped). */
   EM_CLIENT_RING_SETUP_FAILED,   /* memfd_create/ftruncate/seal/mmap failed: datagrams. */
   EM_CLIENT_RING_REGISTRATIONS,  /* Register datagrams (kind 5) sent. */
-  EM_CLIENT_RING_UNSENT,         /* Register datagrams that could not be sent. */
+  EM_CLIENT_RING_UNSENT,         /* Registers not sent (each sent again a second later). */
   EM_CLIENT_RING_ACCEPTED,       /* Acks with status 0: the ring went live. */
   EM_CLIENT_RING_REFUSED,        /* Acks with a negative status: datagrams. */
   EM_CLIENT_RING_UNANSWERED,     /* No ack within a second (a v1 agent): datagrams. */
@@ -899,7 +899,8 @@ extern int memfd_create(const char *name, unsigned int flags);
 
 /* Internal: ring modes (em_client__ring_t.mode). */
 enum {
-  EM_CLIENT__RING_NONE = 0,  /* Not registered (or the register could not be sent). */
+  EM_CLIENT__RING_NONE = 0,  /* Not registered, or the register could not be sent (tried again
+                              * a second later: the agent never saw it). */
   EM_CLIENT__RING_PENDING,   /* Register sent, waiting for the ack: spans go as datagrams. */
   EM_CLIENT__RING_LIVE,      /* Acked: spans go to the ring. */
   EM_CLIENT__RING_REFUSED,   /* Negative ack: datagrams until the agent changes. */
@@ -920,6 +921,7 @@ typedef struct {
   uint64_t start;           /* Head at the last registration. */
   uint64_t checkpoint;      /* pos when the agent was last seen unchanged. */
   uint64_t ack_deadline_ns; /* Pending: unanswered after this. */
+  uint64_t retry_ns;        /* Unsent: the register is sent again from this on. */
   uint64_t next_check_ns;   /* Live: the slow path (agent check) runs from this on. */
   uint64_t owner;           /* em_client_t.serial of the client that made it. */
   uint64_t gen;             /* The owner's agent_gen at its last registration. */
@@ -1070,7 +1072,8 @@ static inline int em_client__ring_create(em_client__ring_t *r, uint32_t slots) {
 }
 
 /* Internal: sends the register datagram (start = the current head) with the memfd from a fresh
- * autobound socket to the span socket; the ring is then pending (none when it failed). */
+ * autobound socket to the span socket; the ring is then pending (none when it failed: the agent
+ * never saw it, so it is sent again a second later). */
 static inline void em_client__ring_register(em_client_t *c, em_client__ring_t *r, uint64_t now_ns) {
   uint8_t buf[EM_CLIENT_DGRAM_BYTES];
   union {
@@ -1089,6 +1092,7 @@ static inline void em_client__ring_register(em_client_t *c, em_client__ring_t *r
   r->start = r->pos;
   r->checkpoint = r->pos;
   r->gen = c->agent_gen;
+  r->retry_ns = now_ns + EM_CLIENT_ACK_TIMEOUT_NS; /* used only if this one is not sent */
   em_client__pack(buf, (uint32_t)getpid(), 5, r->pos, 0, 0);
   buf[2] = 2; /* version 2 */
   fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -1307,7 +1311,8 @@ static inline int em_client__ring_slow(em_client_t *c, em_client__ring_t *r) {
     r->gen = c->agent_gen + 1; /* never registered */
     c->ring_counters[EM_CLIENT_RING_CREATED]++;
   }
-  if (r->gen != c->agent_gen) {
+  if (r->gen != c->agent_gen ||
+      (r->mode == EM_CLIENT__RING_NONE && now_ns >= r->retry_ns)) { /* new agent, or unsent */
     if (r->mode == EM_CLIENT__RING_LIVE) {
       /* A new agent: spans since the old one was last seen may never be drained. */
       c->ring_counters[EM_CLIENT_RING_AGENT_RESTART] += r->pos - r->checkpoint;

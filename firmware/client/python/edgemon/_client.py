@@ -477,7 +477,8 @@ class Client(object):
 
     def _ring_slow(self, ring, now_ns):
         """A ring that is not live: poll for the ack while pending, register when the agent
-        changed since it last tried. True when the ring is live now."""
+        changed since it last tried or a second after a register that could not be sent (the
+        agent's queue was full, say: it never saw it). True when the ring is live now."""
         if ring.buf is None or self._closed:
             return False
         counts = self._ring_counts
@@ -485,11 +486,13 @@ class Client(object):
             mode = ring.poll_ack(now_ns)
             if mode is not _ring.PENDING:
                 counts["accepted" if mode is _ring.LIVE else mode] += 1
-        elif ring.gen != self._agent_gen:
+        elif ring.gen != self._agent_gen or (ring.mode is _ring.UNSENT and
+                                             _monotonic_ns() >= ring.retry_ns):
             ring.gen = self._agent_gen
             counts["registrations"] += 1
             if not ring.register(self.socket_path, now_ns):
-                counts["unsent"] += 1
+                counts["unsent"] += 1  # the real clock: record() passes the caller's end time
+                ring.retry_ns = _monotonic_ns() + _ring.ACK_TIMEOUT_NS
         return ring.live
 
     def _ring_write(self, kind, frame, start_ns, duration_ns, stage_b, now_ns):

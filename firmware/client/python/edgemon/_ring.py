@@ -10,7 +10,8 @@ module owns:
   through: pending (register sent, spans still go as v1 datagrams, one non-blocking recv per
   span looks for the ack) -> live (ack status 0: spans go to the ring), or -> refused (negative
   status) / unanswered (no ack within ACK_TIMEOUT_NS: an older, v1-only agent). Refused and
-  unanswered rings register again only when the agent changes (the deadline page's inode).
+  unanswered rings register again only when the agent changes (the deadline page's inode);
+  an unsent one (the register could not be sent, so the agent never saw it) a second later.
 - DeadlinePage: the agent's deadline page, read at most once a second: its inode (a new inode
   is a new agent), its suggested ring_slots, and the hard deadlines (stage bytes -> ns), read
   with the page's seqlock.
@@ -74,7 +75,7 @@ PENDING = "pending"
 LIVE = "live"
 REFUSED = "refused"
 UNANSWERED = "unanswered"
-UNSENT = "unsent"  # the register datagram could not be sent (no agent socket)
+UNSENT = "unsent"  # not registered, or the register could not be sent (sent again 1 s later)
 
 _start_time = {}  # pid -> field 22 of /proc/<pid>/stat, read once per process
 
@@ -111,12 +112,12 @@ class Ring(object):
     returns None (never raises) when the memfd cannot be made, sealed or mapped."""
 
     __slots__ = ("buf", "pos", "mask", "slot_count", "fd", "sock", "mode", "live", "pid",
-                 "deadline_ns", "checkpoint", "start", "gen", "sink", "__weakref__")
+                 "deadline_ns", "retry_ns", "checkpoint", "start", "gen", "sink", "__weakref__")
 
     def __init__(self):
         self.buf = None
         self.fd = -1
-        self.pos = self.checkpoint = self.start = self.deadline_ns = 0
+        self.pos = self.checkpoint = self.start = self.deadline_ns = self.retry_ns = 0
         self.slot_count = self.mask = 0
         self.sock = None
         self.mode = UNSENT
@@ -152,7 +153,8 @@ class Ring(object):
 
     def register(self, socket_path, now_ns):
         """Sends the register datagram (start = the current head) with the memfd from a fresh
-        autobound non-blocking socket; the ring is then pending (or unsent on failure)."""
+        autobound non-blocking socket; the ring is then pending, or unsent on failure (the
+        agent never saw it: the client sends it again from retry_ns on, a second later)."""
         self._close_socket()
         self.live = False
         self.start = self.pos
