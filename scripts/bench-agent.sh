@@ -20,6 +20,7 @@ source scripts/lib/common.sh
 
 EM_PACKAGES+=(collectd-core valgrind)
 em_install_deps
+em_install_web
 
 em_log "building edgemon-agent (Release) in build-bench/"
 # scripts/bench.sh shares build-bench/ and may have configured it with another generator:

@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 source scripts/lib/common.sh
 
 em_install_deps
+em_install_web
 mkdir -p build
 em_log "building (build/normal)"
 em_build build/normal -DCMAKE_C_COMPILER=gcc -DCMAKE_CXX_COMPILER=g++ >/dev/null

@@ -15,8 +15,10 @@ source scripts/lib/cross.sh
 
 # The PyTorch example (firmware/client/python/examples/torch_inference.py) is run by the
 # integration tests, so the example users copy is known to work.
-EM_PACKAGES+=(python3-torch python3-torchvision clang-format nftables iproute2)
+EM_PACKAGES+=(python3-torch python3-torchvision clang-format nftables iproute2 chromium
+  chromium-driver)
 em_install_deps
+em_install_web
 em_cross_install_deps
 
 # Formatting first: every C and C++ source as .clang-format says, or the run fails here.

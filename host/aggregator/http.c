@@ -66,6 +66,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "http.h"
 
+#include "assets.h"
 #include "metrics.h"
 
 #include <arpa/inet.h>
@@ -555,6 +556,37 @@ static enum MHD_Result serve_device(em_http_t *h, struct MHD_Connection *c, cons
   return respond_text(c, &t, rc, CT_JSON);
 }
 
+/* /ui/<name>: an embedded dashboard file (assets.h); "/" and "/ui" redirect to "/ui/". */
+static enum MHD_Result serve_asset(struct MHD_Connection *c, const char *name) {
+  const em_asset_t *a = em_assets_find(name);
+  if (!a) {
+    return respond_const(c, MHD_HTTP_NOT_FOUND, CT_TEXT, "not found\n");
+  }
+  struct MHD_Response *resp =
+      MHD_create_response_from_buffer(a->len, (void *)(uintptr_t)a->data, MHD_RESPMEM_PERSISTENT);
+  if (!resp) {
+    return MHD_NO;
+  }
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, a->content_type);
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+  MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+  enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_OK, resp);
+  MHD_destroy_response(resp);
+  return rc;
+}
+
+static enum MHD_Result redirect_ui(struct MHD_Connection *c) {
+  struct MHD_Response *resp =
+      MHD_create_response_from_buffer(0, (void *)(uintptr_t) "", MHD_RESPMEM_PERSISTENT);
+  if (!resp) {
+    return MHD_NO;
+  }
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, "/ui/");
+  enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_FOUND, resp);
+  MHD_destroy_response(resp);
+  return rc;
+}
+
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
                               const char *method, const char *version, const char *upload_data,
                               size_t *upload_data_size, void **req_cls) {
@@ -580,6 +612,12 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
   }
   if (strncmp(url, dev_prefix, sizeof(dev_prefix) - 1) == 0) {
     return serve_device(h, c, url + sizeof(dev_prefix) - 1);
+  }
+  if (strncmp(url, "/ui/", 4) == 0) {
+    return serve_asset(c, url + 4);
+  }
+  if (strcmp(url, "/") == 0 || strcmp(url, "/ui") == 0) {
+    return redirect_ui(c);
   }
   if (strcmp(url, "/healthz") == 0) {
     char why[160] = "";

@@ -9,6 +9,8 @@
  *   GET /api/devices        JSON: every device, as in /api/devices/<id> without stages' buckets
  *   GET /api/devices/<id>   JSON: one device: birth, status, state, latest values by name,
  *                           per-stage latest window and cumulative count/sum, loss counters
+ *   GET /ui/<file>          the fleet dashboard (assets.h: embedded at build time from host/web/);
+ *                           "/" and "/ui" redirect to "/ui/"
  *   GET /healthz            200 "ok"; 200 "degraded: <why>" while /metrics leaves devices out;
  *                           503 "unavailable: <why>" while the MQTT session is down
  *

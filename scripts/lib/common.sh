@@ -39,6 +39,22 @@ em_install_deps() {
     --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+# The dashboard's browser library (host/web/package-lock.json) into host/web/node_modules, which
+# the build embeds into edgemon-aggregator. npm ci runs only when the lock file is newer than
+# what was installed; Debian's npm is installed first when the machine has none.
+em_install_web() {
+  local stamp=host/web/node_modules/.package-lock.json
+  if [ -f "$stamp" ] && [ "$stamp" -nt host/web/package-lock.json ]; then
+    return 0
+  fi
+  if ! command -v npm >/dev/null; then
+    local EM_PACKAGES=(npm)
+    em_install_deps || return 1
+  fi
+  em_log "installing the dashboard's library (npm ci, host/web)"
+  npm ci --prefix host/web --no-audit --no-fund --loglevel=error >/dev/null
+}
+
 # em_build DIR [cmake options...]: configure (once) and build the tree into DIR.
 em_build() {
   local dir=$1
