@@ -104,8 +104,9 @@ def main():
                                        "127.0.0.1:0"], stdout=agg_log, stderr=subprocess.STDOUT)
         procs.append(aggregator)
         metrics_url = wait_for_http(work / "aggregator.log", aggregator)
-        print(f"{BOLD}==> edgemon-aggregator: Prometheus metrics at {metrics_url}/metrics, "
-              f"devices at {metrics_url}/api/devices (history: {work}/edgemon.db){RESET}")
+        print(f"{BOLD}==> edgemon-aggregator: fleet dashboard at {metrics_url}/ui/, "
+              f"Prometheus metrics at {metrics_url}/metrics, devices at "
+              f"{metrics_url}/api/devices (history: {work}/edgemon.db){RESET}")
 
         device = "demo-board"
         pidfile = work / "inference.pid"
