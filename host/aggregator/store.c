@@ -47,6 +47,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "store.h"
 
+#include "buckets.h"
 #include "checkpoint.h"
 
 #include <errno.h>
@@ -210,7 +211,7 @@ struct em_store {
   bool in_batch;
   bool batch_t0_set;
   uint64_t batch_t0_ns; /* CLOCK_MONOTONIC (the caller's) of the first tick that saw the batch. */
-  uint8_t *blob;        /* Scratch for bucket blobs: EM_PROTO_MAX_BUCKETS * 12 bytes. */
+  uint8_t *blob;        /* Scratch for bucket blobs: EM_BUCKETS_BLOB_MAX bytes. */
   char *json;           /* Scratch for a data row's values. */
   size_t json_cap;
   em_store_stats_t stats;
@@ -221,8 +222,6 @@ struct em_store {
   uint64_t failed_passing; /* Failures whose reason may pass (busy, full, I/O), since open. */
   char last_failure[EM_STORE_FAILURE_TEXT];
 };
-
-#define BUCKET_BLOB_BYTES 12u
 
 __attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t cap, const char *fmt,
                                                           ...) {
@@ -674,33 +673,13 @@ static int add_state(em_store_t *s, int64_t dev_id, const em_state_t *m) {
   return rc;
 }
 
-/* Bucket blob: n_buckets records of 12 bytes, int32 index then uint64 count, little-endian. */
-static size_t encode_buckets(uint8_t *out, const em_stage_t *w) {
-  size_t n = w->n_buckets < EM_PROTO_MAX_BUCKETS ? w->n_buckets : EM_PROTO_MAX_BUCKETS;
-  if (!w->buckets) {
-    return 0;
-  }
-  for (size_t i = 0; i < n; i++) {
-    uint8_t *p = out + i * BUCKET_BLOB_BYTES;
-    uint32_t idx = (uint32_t)w->buckets[i].index;
-    uint64_t cnt = w->buckets[i].count;
-    for (int b = 0; b < 4; b++) {
-      p[b] = (uint8_t)(idx >> (8 * b));
-    }
-    for (int b = 0; b < 8; b++) {
-      p[4 + b] = (uint8_t)(cnt >> (8 * b));
-    }
-  }
-  return n * BUCKET_BLOB_BYTES;
-}
-
 static int add_window(em_store_t *s, int64_t dev_id, uint64_t time_ns, uint64_t window_ns,
                       const em_stage_t *w) {
   int64_t stage_id;
   if (!w->name || name_id(s, &s->stages, ST_STAGE_ID, w->name, &stage_id) != 0) {
     return -EIO;
   }
-  size_t blob_len = encode_buckets(s->blob, w);
+  size_t blob_len = em_buckets_encode(s->blob, w);
   sqlite3_stmt *st = s->st[ST_WINDOW];
   sqlite3_bind_int64(st, 1, dev_id);
   sqlite3_bind_int64(st, 2, clamp_i64(time_ns));
@@ -1232,7 +1211,7 @@ int em_store_open(em_store_t **out, const em_store_opts_t *opts, em_store_report
   }
   s->opts = *opts;
   s->path = strdup(opts->path);
-  s->blob = malloc(EM_PROTO_MAX_BUCKETS * BUCKET_BLOB_BYTES);
+  s->blob = malloc(EM_BUCKETS_BLOB_MAX);
   s->wal_path = malloc(strlen(opts->path) + 5);
   if (s->wal_path) {
     snprintf(s->wal_path, strlen(opts->path) + 5, "%s-wal", opts->path);
