@@ -67,7 +67,9 @@
 #include "http.h"
 
 #include "assets.h"
+#include "history.h"
 #include "metrics.h"
+#include "query.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -115,6 +117,7 @@ typedef struct {
 struct em_http {
   struct MHD_Daemon *daemon;
   em_registry_t *reg; /* Borrowed. */
+  em_history_t *hist; /* Borrowed; NULL: the history endpoints answer 503. */
   em_http_health_fn health;
   void *ctx;
   uint16_t port;
@@ -556,6 +559,78 @@ static enum MHD_Result serve_device(em_http_t *h, struct MHD_Connection *c, cons
   return respond_text(c, &t, rc, CT_JSON);
 }
 
+/* ---- the dashboard's JSON API (history.h) ------------------------------------------------ */
+
+typedef struct {
+  em_query_param_t params[EM_QUERY_MAX_PARAMS + 1];
+  size_t n; /* At most EM_QUERY_MAX_PARAMS + 1: one more than allowed makes the parse fail. */
+} api_args_t;
+
+static enum MHD_Result collect_arg(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   const char *value) {
+  (void)kind;
+  api_args_t *a = cls;
+  if (a->n > EM_QUERY_MAX_PARAMS) {
+    return MHD_NO;
+  }
+  a->params[a->n++] = (em_query_param_t){key, value};
+  return MHD_YES;
+}
+
+static uint64_t realtime_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static enum MHD_Result respond_reply(struct MHD_Connection *c, em_history_reply_t *r) {
+  if (!r->body) {
+    return respond_const(c, MHD_HTTP_INTERNAL_SERVER_ERROR, CT_JSON,
+                         "{\"error\":\"out of memory\"}");
+  }
+  return respond_owned(c, r->status, CT_JSON, r->body, r->len);
+}
+
+/* /api/fleet, /api/latency, and (device non-NULL) /api/devices/<device>/history. */
+static enum MHD_Result serve_api(em_http_t *h, struct MHD_Connection *c, em_query_kind_t kind,
+                                 const char *device) {
+  api_args_t args;
+  args.n = 0;
+  MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, collect_arg, &args);
+  uint64_t now = realtime_ns();
+  em_query_t q;
+  char err[200];
+  em_history_reply_t r = {0, NULL, 0};
+  if (em_query_parse(kind, args.params, args.n, now, &q, err, sizeof(err)) != 0) {
+    em_history_error(&r, MHD_HTTP_BAD_REQUEST, err);
+  } else if (kind == EM_QUERY_FLEET) {
+    em_history_fleet(h->hist, h->reg, &q, now, &r);
+  } else if (!h->hist) {
+    em_history_error(&r, MHD_HTTP_SERVICE_UNAVAILABLE, "no store to read the history from");
+  } else if (kind == EM_QUERY_HISTORY) {
+    em_history_device(h->hist, h->reg, device, &q, &r);
+  } else {
+    em_history_latency(h->hist, &q, &r);
+  }
+  return respond_reply(c, &r);
+}
+
+/* /api/devices/<id>/history: the id percent-decoded like serve_device's. */
+static enum MHD_Result serve_history(em_http_t *h, struct MHD_Connection *c, const char *raw,
+                                     size_t raw_len) {
+  char enc[3 * EM_PROTO_MAX_NAME_BYTES + 1];
+  char id[EM_PROTO_MAX_NAME_BYTES + 1];
+  if (raw_len >= sizeof(enc)) {
+    return respond_const(c, MHD_HTTP_NOT_FOUND, CT_JSON, "{\"error\":\"no such device\"}");
+  }
+  memcpy(enc, raw, raw_len);
+  enc[raw_len] = '\0';
+  if (!decode_path_segment(enc, id, sizeof(id))) {
+    return respond_const(c, MHD_HTTP_NOT_FOUND, CT_JSON, "{\"error\":\"no such device\"}");
+  }
+  return serve_api(h, c, EM_QUERY_HISTORY, id);
+}
+
 /* /ui/<name>: an embedded dashboard file (assets.h); "/" and "/ui" redirect to "/ui/". */
 static enum MHD_Result serve_asset(struct MHD_Connection *c, const char *name) {
   const em_asset_t *a = em_assets_find(name);
@@ -611,7 +686,18 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     return serve_devices(h, c);
   }
   if (strncmp(url, dev_prefix, sizeof(dev_prefix) - 1) == 0) {
-    return serve_device(h, c, url + sizeof(dev_prefix) - 1);
+    const char *rest = url + sizeof(dev_prefix) - 1;
+    const char *slash = strchr(rest, '/');
+    if (slash && strcmp(slash, "/history") == 0) {
+      return serve_history(h, c, rest, (size_t)(slash - rest));
+    }
+    return serve_device(h, c, rest);
+  }
+  if (strcmp(url, "/api/fleet") == 0) {
+    return serve_api(h, c, EM_QUERY_FLEET, NULL);
+  }
+  if (strcmp(url, "/api/latency") == 0) {
+    return serve_api(h, c, EM_QUERY_LATENCY, NULL);
   }
   if (strncmp(url, "/ui/", 4) == 0) {
     return serve_asset(c, url + 4);
@@ -760,8 +846,8 @@ static void http_free(em_http_t *h) {
   free(h);
 }
 
-int em_http_start(em_http_t **out, const char *listen, em_registry_t *reg, em_http_health_fn health,
-                  void *ctx, char *err, size_t err_cap) {
+int em_http_start(em_http_t **out, const char *listen, em_registry_t *reg, em_history_t *hist,
+                  em_http_health_fn health, void *ctx, char *err, size_t err_cap) {
   char dummy[1];
   if (!err || err_cap == 0) {
     err = dummy;
@@ -797,6 +883,7 @@ int em_http_start(em_http_t **out, const char *listen, em_registry_t *reg, em_ht
   h->log_tokens = HTTP_LOG_BURST;
   h->log_refill_ms = mono_ms();
   h->reg = reg;
+  h->hist = hist;
   h->health = health;
   h->ctx = ctx;
   uint16_t port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port

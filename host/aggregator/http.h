@@ -9,6 +9,10 @@
  *   GET /api/devices        JSON: every device, as in /api/devices/<id> without stages' buckets
  *   GET /api/devices/<id>   JSON: one device: birth, status, state, latest values by name,
  *                           per-stage latest window and cumulative count/sum, loss counters
+ *   GET /api/fleet          JSON: the fleet's devices with level, worst stage, last change
+ *   GET /api/devices/<id>/history  JSON: a device's stage percentiles, metrics and level
+ *                           changes over a range (history.h; parameters in query.h)
+ *   GET /api/latency        JSON: fleet percentiles merged from every matching device
  *   GET /ui/<file>          the fleet dashboard (assets.h: embedded at build time from host/web/);
  *                           "/" and "/ui" redirect to "/ui/"
  *   GET /healthz            200 "ok"; 200 "degraded: <why>" while /metrics leaves devices out;
@@ -27,6 +31,7 @@
 #ifndef EM_AGG_HTTP_H
 #define EM_AGG_HTTP_H
 
+#include "history.h"
 #include "registry.h"
 
 #include <stdbool.h>
@@ -48,11 +53,12 @@ typedef em_http_health_t (*em_http_health_fn)(void *ctx, char *why, size_t why_c
 
 /*
  * Starts serving on listen ("HOST:PORT", HOST an IPv4 or [IPv6] literal; port 0 picks a free
- * one, see em_http_port()). Returns 0, or -EINVAL for a bad address, -EADDRINUSE, or another
+ * one, see em_http_port()). hist (borrowed, may be NULL) answers the history endpoints; only the
+ * serving thread uses it. Returns 0, or -EINVAL for a bad address, -EADDRINUSE, or another
  * -errno, with a message in err.
  */
-int em_http_start(em_http_t **out, const char *listen, em_registry_t *reg, em_http_health_fn health,
-                  void *ctx, char *err, size_t err_cap);
+int em_http_start(em_http_t **out, const char *listen, em_registry_t *reg, em_history_t *hist,
+                  em_http_health_fn health, void *ctx, char *err, size_t err_cap);
 
 /* What the connection policy and the log limit did since the start (all counters). */
 typedef struct {

@@ -136,6 +136,7 @@ typedef struct {
   uint64_t rw_refused_logged; /* Series the remote write refused, at the last log line. */
   em_store_t *store;
   em_http_t *http;
+  em_history_t *hist; /* The HTTP thread's read-only connection to the store. */
   em_broker_t *broker;
   atomic_bool connected;
   uint64_t malformed_logged;    /* registry malformed count at the last log line. */
@@ -1232,7 +1233,11 @@ int main(int argc, char **argv) {
           (unsigned long long)(a.cfg.rw_interval_ns / EM_NS_PER_MS), a.cfg.n_rw,
           a.cfg.rw_label[0] ? a.cfg.rw_label : a.cfg.client_id);
   }
-  if (em_http_start(&a.http, a.cfg.http, a.reg, healthy, &a, err, sizeof(err)) != 0) {
+  if (em_history_open(&a.hist, a.cfg.db, err, sizeof(err)) != 0) {
+    logf_("%s", err);
+    goto out;
+  }
+  if (em_http_start(&a.http, a.cfg.http, a.reg, a.hist, healthy, &a, err, sizeof(err)) != 0) {
     logf_("%s", err);
     goto out;
   }
@@ -1242,12 +1247,14 @@ int main(int argc, char **argv) {
   if (colon) {
     *colon = '\0';
   }
-  logf_("http: serving on http://%s:%u (/metrics, /api/devices, /healthz)", host,
-        (unsigned)em_http_port(a.http));
+  logf_(
+      "http: serving on http://%s:%u (/metrics, /api/devices, /api/fleet, /api/latency, /healthz)",
+      host, (unsigned)em_http_port(a.http));
   exit_code = run(&a);
   logf_("stopping");
 out:
   em_http_stop(a.http); /* First: /metrics reads the remote write's health. */
+  em_history_close(a.hist);
   em_broker_free(a.broker);
   em_remote_free(a.rw, (uint32_t)(a.cfg.rw_drain_ns / EM_NS_PER_MS));
   if (a.store && em_store_close(a.store) != 0) {
