@@ -49,6 +49,7 @@
 
 #include "buckets.h"
 #include "checkpoint.h"
+#include "rollup.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -63,7 +64,7 @@
 
 /* PRAGMA application_id of an edgemon store: "EDGM" as a big-endian int32. */
 #define EM_STORE_APP_ID       0x4544474d
-#define EM_STORE_USER_VERSION 4
+#define EM_STORE_USER_VERSION 5
 /* The oldest layout this aggregator still opens: version 2 gains data.session and data.seq
  * (ALTER TABLE, its old rows keep NULL there) and the unique index on them; versions 2 and 3
  * gain the unique index of level_changes (their repeated rows deleted first, the first kept). */
@@ -200,7 +201,22 @@ static const char schema_sql[] =
     "CREATE INDEX IF NOT EXISTS level_changes_device_time ON level_changes(device, time_ns);"
     "CREATE INDEX IF NOT EXISTS level_changes_time ON level_changes(time_ns);"
     "CREATE UNIQUE INDEX IF NOT EXISTS level_changes_device_session_time_level"
-    " ON level_changes(device, session, time_ns, level);";
+    " ON level_changes(device, session, time_ns, level);"
+    /* Version 5: the rollups (rollup.h). Created empty; the maintenance fills them. */
+    "CREATE TABLE IF NOT EXISTS stage_rollups ("
+    " step_s INTEGER NOT NULL, device INTEGER NOT NULL, stage INTEGER NOT NULL,"
+    " time_ns INTEGER NOT NULL, count INTEGER NOT NULL, sum_ns INTEGER NOT NULL,"
+    " min_ns INTEGER NOT NULL, max_ns INTEGER NOT NULL, scale INTEGER NOT NULL,"
+    " zero_count INTEGER NOT NULL, buckets BLOB NOT NULL,"
+    " PRIMARY KEY (step_s, device, time_ns, stage)) WITHOUT ROWID;"
+    "CREATE INDEX IF NOT EXISTS stage_rollups_time ON stage_rollups(step_s, time_ns);"
+    "CREATE TABLE IF NOT EXISTS data_rollups ("
+    " step_s INTEGER NOT NULL, device INTEGER NOT NULL, time_ns INTEGER NOT NULL,"
+    " n INTEGER NOT NULL, mean TEXT NOT NULL, max TEXT NOT NULL, counts TEXT,"
+    " PRIMARY KEY (step_s, device, time_ns)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS rollup_dirty ("
+    " device INTEGER NOT NULL, time_ns INTEGER NOT NULL,"
+    " PRIMARY KEY (device, time_ns)) WITHOUT ROWID;";
 
 struct em_store {
   sqlite3 *db;
@@ -216,6 +232,7 @@ struct em_store {
   size_t json_cap;
   em_store_stats_t stats;
   em_ckpt_t *ckpt;
+  em_rollup_t *rollup;
   char *wal_path;          /* PATH-wal */
   const char *device;      /* Device of the message being added (borrowed for the call). */
   uint64_t failed_untold;  /* Failures since em_store_take_failure() last reported. */
@@ -794,6 +811,12 @@ static int add_data(em_store_t *s, int64_t dev_id, name_id_t *entry, const em_de
       return result;
     } else {
       s->stats.pending++;
+      /* Below the minute watermark (a replay, a slow clock): its minute is rolled again. */
+      int drc = em_rollup_note_raw(s->rollup, dev_id, clamp_i64(d->head.time_ns));
+      if (drc != 0) {
+        note_failure(s, "rollup_dirty", drc);
+        result = -EIO;
+      }
     }
   }
 
@@ -893,6 +916,8 @@ int em_store_flush(em_store_t *s) {
   return batch_commit(s);
 }
 
+static int em_store_prune(em_store_t *s, uint64_t now_real_ns);
+
 /* Runs one SQL statement with up to two int64 parameters. Returns 0 or -EIO (counted). */
 static int run_sql(em_store_t *s, const char *sql, int n_params, int64_t a, int64_t b) {
   sqlite3_stmt *st = NULL;
@@ -912,6 +937,44 @@ static int run_sql(em_store_t *s, const char *sql, int n_params, int64_t a, int6
   return rc;
 }
 
+/* Rolls back the open batch after a failed maintenance statement. Returns -EIO. */
+static int maintenance_failed(em_store_t *s) {
+  sqlite3_step(s->st[ST_ROLLBACK]);
+  sqlite3_reset(s->st[ST_ROLLBACK]);
+  s->in_batch = false;
+  s->stats.pending = 0;
+  caches_clear(s);
+  return -EIO;
+}
+
+int em_store_rollup(em_store_t *s, uint64_t now_real_ns, em_rollup_report_t *report) {
+  if (!s) {
+    return -EINVAL;
+  }
+  if (batch_commit(s) != 0 || batch_begin(s) != 0) {
+    return -EIO;
+  }
+  em_rollup_report_t rep = {0};
+  int rc = em_rollup_run(s->rollup, clamp_i64(now_real_ns), EM_ROLLUP_BUDGET_NS, &rep);
+  if (rc != 0) {
+    note_failure(s, "rollups", rc);
+    maintenance_failed(s);
+  } else {
+    rc = batch_commit(s);
+  }
+  (void)em_rollup_reload(s->rollup); /* The committed watermark, either way. */
+  if (rc != 0) {
+    return -EIO;
+  }
+  s->stats.rollup_runs++;
+  s->stats.rollup_rows += rep.rows;
+  s->stats.rollup_bad_rows += rep.bad_rows;
+  if (report) {
+    *report = rep;
+  }
+  return 0;
+}
+
 int em_store_retain(em_store_t *s, uint64_t now_real_ns) {
   if (!s) {
     return -EINVAL;
@@ -919,6 +982,13 @@ int em_store_retain(em_store_t *s, uint64_t now_real_ns) {
   if (batch_commit(s) != 0) {
     return -EIO;
   }
+  int rrc = em_store_prune(s, now_real_ns);
+  int urc = em_store_rollup(s, now_real_ns, NULL);
+  return rrc ? rrc : urc;
+}
+
+/* Retention and downsampling (em_store_retain()), in one transaction. */
+static int em_store_prune(em_store_t *s, uint64_t now_real_ns) {
   const em_store_opts_t *o = &s->opts;
   int64_t now = clamp_i64(now_real_ns);
   bool retain = o->retention_s > 0 && o->retention_s < (uint64_t)INT64_MAX / NS_PER_S;
@@ -939,6 +1009,14 @@ int em_store_retain(em_store_t *s, uint64_t now_real_ns) {
         "DELETE FROM data WHERE device IN (SELECT id FROM devices) AND time_ns < ?1",
         "DELETE FROM stage_windows WHERE device IN (SELECT id FROM devices) AND time_ns < ?1",
         "DELETE FROM level_changes WHERE time_ns < ?1",
+        /* A rollup row goes once its whole step is older than the cut. */
+        "DELETE FROM stage_rollups WHERE step_s = 60 AND time_ns <= ?1 - 60000000000",
+        "DELETE FROM stage_rollups WHERE step_s = 3600 AND time_ns <= ?1 - 3600000000000",
+        "DELETE FROM data_rollups WHERE step_s = 60 AND device IN (SELECT id FROM devices)"
+        " AND time_ns <= ?1 - 60000000000",
+        "DELETE FROM data_rollups WHERE step_s = 3600 AND device IN (SELECT id FROM devices)"
+        " AND time_ns <= ?1 - 3600000000000",
+        "DELETE FROM rollup_dirty WHERE device IN (SELECT id FROM devices) AND time_ns < ?1",
     };
     for (size_t i = 0; rc == 0 && i < sizeof(del) / sizeof(del[0]); i++) {
       rc = run_sql(s, del[i], 1, cut, 0);
@@ -986,12 +1064,7 @@ int em_store_retain(em_store_t *s, uint64_t now_real_ns) {
     }
   }
   if (rc != 0) {
-    sqlite3_step(s->st[ST_ROLLBACK]);
-    sqlite3_reset(s->st[ST_ROLLBACK]);
-    s->in_batch = false;
-    s->stats.pending = 0;
-    caches_clear(s);
-    return -EIO;
+    return maintenance_failed(s);
   }
   return batch_commit(s);
 }
@@ -1012,6 +1085,7 @@ void em_store_stats(const em_store_t *s, em_store_stats_t *out) {
 
 static void release(em_store_t *s) {
   em_ckpt_stop(s->ckpt);
+  em_rollup_free(s->rollup);
   for (int i = 0; i < ST_COUNT; i++) {
     sqlite3_finalize(s->st[i]);
   }
@@ -1130,7 +1204,9 @@ static int check_and_create(em_store_t *s, char *err, size_t err_cap) {
 
   /* Version 2 -> 3: the data columns the unique index needs. Versions 2 and 3 -> 4: a state
    * message stored more than once keeps its first row, so that the unique index of
-   * level_changes can be created. All in the schema's transaction. */
+   * level_changes can be created. Version 4 -> 5: the rollup tables, created empty by schema_sql
+   * (the maintenance rolls up the raw rows already there, em_store_rollup()). All in the
+   * schema's transaction. */
   static const char migrate_v2[] =
       "ALTER TABLE data ADD COLUMN session INTEGER;ALTER TABLE data ADD COLUMN seq INTEGER;";
   static const char migrate_v3[] =
@@ -1250,6 +1326,11 @@ int em_store_open(em_store_t **out, const em_store_opts_t *opts, em_store_report
       release(s);
       return -EIO;
     }
+  }
+  if (em_rollup_new(&s->rollup, s->db) != 0) {
+    set_err(err, err_cap, "%s: cannot prepare the rollups: %s", s->path, sqlite3_errmsg(s->db));
+    release(s);
+    return -EIO;
   }
   if (mark_open(s, &rep) != 0) {
     set_err(err, err_cap, "%s: cannot write the meta table: %s", s->path, sqlite3_errmsg(s->db));

@@ -25,6 +25,7 @@
 #define EM_AGG_STORE_H
 
 #include "checkpoint.h"
+#include "rollup.h"
 
 #include <dict.h>
 #include <edgemon/proto.h>
@@ -78,11 +79,20 @@ int em_store_tick(em_store_t *s, uint64_t now_ns);
 int em_store_flush(em_store_t *s);
 
 /* Applies retention and downsampling relative to now_real_ns (run it every minute or so;
- * it commits first). Returns 0 or -EIO. */
+ * it commits first), then em_store_rollup(): the aggregator's periodic maintenance. Retention
+ * also deletes rollup rows (and dirty minutes) older than retention_s. Returns 0 or -EIO. */
 int em_store_retain(em_store_t *s, uint64_t now_real_ns);
 
+/* Commits the open batch, then runs one rollup pass (rollup.h) in a transaction of its own:
+ * dirty minutes, then closed minutes and hours, at most EM_ROLLUP_MAX_STEPS minutes and
+ * EM_ROLLUP_MAX_HOURS hours, starting work only within EM_ROLLUP_BUDGET_NS (2 s) of the call;
+ * a backlog catches up over successive calls (report->more). em_store_retain() calls it.
+ * Returns 0 or -EIO (counted as a failure of table "rollups"; nothing of the pass is kept). */
+int em_store_rollup(em_store_t *s, uint64_t now_real_ns, em_rollup_report_t *report);
+
 /* Failed writes of one table for one reason. table: "devices", "metrics", "stages", "data",
- * "stage_windows", "level_changes", "meta", "transaction" (BEGIN/COMMIT), "retention"; reason:
+ * "stage_windows", "level_changes", "meta", "transaction" (BEGIN/COMMIT), "retention", "rollups",
+ * "rollup_dirty"; reason:
  * SQLite's primary result code as a word ("constraint", "busy", "full", "ioerr", "nomem", ...,
  * "other"). */
 typedef struct {
@@ -108,6 +118,9 @@ typedef struct {
   uint64_t wal_restarts;     /* Commits after which the writer copied the last frames itself. */
   uint64_t wal_restart_busy; /* Of which could not copy every frame (a reader held them). */
   em_ckpt_stats_t ckpt;      /* The WAL checkpointer's figures (checkpoint.h). */
+  uint64_t rollup_runs;      /* Rollup passes committed. */
+  uint64_t rollup_rows;      /* Rollup rows they wrote. */
+  uint64_t rollup_bad_rows;  /* Raw rows they left out as malformed. */
 } em_store_stats_t;
 
 void em_store_stats(const em_store_t *s, em_store_stats_t *out);

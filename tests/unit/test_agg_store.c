@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "store.h"
+#include "store_query.h"
 
 #include <dict.h>
 #include <errno.h>
@@ -90,37 +91,6 @@ static em_store_t *open_ok(const fixture_t *f, const em_store_opts_t *o, em_stor
   }
   assert_non_null(s);
   return s;
-}
-
-/* One integer from a query over an independent read connection. */
-static int64_t q_int(const char *path, const char *sql) {
-  sqlite3 *db = NULL;
-  assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-  sqlite3_stmt *st = NULL;
-  if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
-    fail_msg("%s: %s", sql, sqlite3_errmsg(db));
-  }
-  int64_t v = -1;
-  if (sqlite3_step(st) == SQLITE_ROW) {
-    v = sqlite3_column_int64(st, 0);
-  }
-  sqlite3_finalize(st);
-  sqlite3_close(db);
-  return v;
-}
-
-static double q_double(const char *path, const char *sql) {
-  sqlite3 *db = NULL;
-  assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-  sqlite3_stmt *st = NULL;
-  assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
-  double v = -1.0;
-  if (sqlite3_step(st) == SQLITE_ROW) {
-    v = sqlite3_column_double(st, 0);
-  }
-  sqlite3_finalize(st);
-  sqlite3_close(db);
-  return v;
 }
 
 /* --- messages ---------------------------------------------------------------------------- */
@@ -200,7 +170,7 @@ static void store_create_makes_tables_and_application_id(void **state) {
   assert_int_equal(em_store_close(s), 0);
 
   assert_int_equal(q_int(f->path, "PRAGMA application_id"), 0x4544474d);
-  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 4);
+  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 5);
   assert_int_equal(q_int(f->path, "SELECT journal_mode = 'wal' FROM pragma_journal_mode"), 1);
   static const char *const tables[] = {"meta", "devices",       "metrics",      "stages",
                                        "data", "stage_windows", "level_changes"};
@@ -840,7 +810,7 @@ static void store_repeated_state_message_is_stored_once_and_counted(void **state
 }
 
 /* A store of schema version 2 (data without session and seq) is migrated at open: its rows
- * stay, the columns and the unique indexes are added, user_version becomes 4. */
+ * stay, the columns and the unique indexes are added, user_version becomes 5. */
 static void store_open_migrates_version_2(void **state) {
   fixture_t *f = *state;
   em_store_opts_t o = opts_for(f);
@@ -857,7 +827,7 @@ static void store_open_migrates_version_2(void **state) {
   assert_int_equal(em_store_add(s, "dev-1", NULL, &m, T0_NS), 0);
   assert_int_equal(em_store_add(s, "dev-1", NULL, &m, T0_NS), 0);
   assert_int_equal(em_store_close(s), 0);
-  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 4);
+  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 5);
   assert_int_equal(q_int(f->path, "SELECT count(*) FROM sqlite_schema WHERE type='index' AND "
                                   "name='data_device_session_seq'"),
                    1);
@@ -891,7 +861,7 @@ static void store_open_migrates_version_3(void **state) {
   em_store_stats(s, &st);
   assert_int_equal(st.duplicates, 1);
   assert_int_equal(em_store_close(s), 0);
-  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 4);
+  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 5);
   assert_int_equal(q_int(f->path, "SELECT count(*) FROM level_changes"), 2);
   assert_int_equal(q_int(f->path, "SELECT count(*) FROM level_changes WHERE reason = 'first'"), 1);
   assert_int_equal(q_int(f->path, "SELECT integrity_check = 'ok' FROM pragma_integrity_check"), 1);
