@@ -837,7 +837,8 @@ static int read_metrics(em_history_t *h, const grid_t *g, int64_t device, metric
       "|| '\"'), d.n) END, NULL FROM data d, json_each(d.vals) j WHERE d.device = ?2 AND "
       "d.time_ns >= ?3 AND d.time_ns < ?4 AND ?1 = 0 AND j.type IN ('integer', 'real')";
   static const char *const rolled =
-      "SELECT r.time_ns, CAST(j.key AS INTEGER), j.value, r.n, "
+      "SELECT r.time_ns, CAST(j.key AS INTEGER), j.value, "
+      "coalesce(json_extract(r.counts, '$.\"' || j.key || '\"'), r.n), "
       "json_extract(r.max, '$.\"' || j.key || '\"') FROM data_rollups r, json_each(r.mean) j "
       "WHERE r.step_s = ?1 AND r.device = ?2 AND r.time_ns >= ?3 AND r.time_ns < ?4 AND "
       "j.type IN ('integer', 'real')";

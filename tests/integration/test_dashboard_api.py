@@ -257,3 +257,74 @@ def test_unknown_device_is_404(fleet):
         assert status == 404 and body == {"error": "no such device"}, (dev, body)
     # The aggregator is still serving.
     assert agg.get("/api/fleet")[0] == 200
+
+
+def rollup_watermark(db):
+    """meta rollup_1m_ns of the store, or None before the first rollup run (or before v5)."""
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        row = con.execute("SELECT value FROM meta WHERE key = 'rollup_1m_ns'").fetchone()
+        return int(row[0]) if row else None
+    finally:
+        con.close()
+
+
+def test_minute_rollups_answer_as_the_raw_rows_do(fleet):
+    """Once the aggregator's maintenance (every 60 s) has rolled the simulator's minutes, a
+    10-minute range at 10 points is answered from the 1-minute rollups, and every point, the
+    fleet percentiles and the per-device figures equal the merge of the raw windows."""
+    agg, spans = fleet
+    rows = raw_windows(agg.db)
+    last = max(r[2] for r in rows)
+    minute = 60 * 10**9
+    to = (last // minute + 1) * minute
+    frm = to - 10 * minute
+    wait_for(lambda: (rollup_watermark(agg.db) or 0) >= to, 150,
+             "the maintenance to roll up the simulator's minutes")
+    status, h = get_json(agg, f"/api/devices/sim-0001/history?from={frm}&to={to}&points=10")
+    assert status == 200, h
+    assert h["source"] == "1m" and h["step_ns"] == minute
+    for s in h["stages"]:
+        per_minute = defaultdict(Merged)
+        for d, st, t, c, mn, mx, sc, z, blob in rows:
+            if d == "sim-0001" and st == s["stage"]:
+                per_minute[t // minute * minute].add(c, mn, mx, sc, z, blob)
+        assert sum(s["count"]) == len(spans[("sim-0001", s["stage"])])
+        for i, t in enumerate(s["t"]):
+            m = per_minute.get(t)
+            assert s["count"][i] == (m.count if m else 0)
+            if m:
+                assert s["p50_ns"][i] == pytest.approx(m.quantile(0.5), rel=1e-9)
+                assert s["p99_ns"][i] == pytest.approx(m.quantile(0.99), rel=1e-9)
+                assert s["max_ns"][i] == max(w[2] for w in m.windows)
+    con = sqlite3.connect(f"file:{agg.db}?mode=ro", uri=True)
+    raw_rss = con.execute(
+        "SELECT s.time_ns, s.value FROM samples s JOIN devices d ON d.id = s.device JOIN metrics m"
+        " ON m.id = s.metric WHERE d.name = 'sim-0001' AND m.name = 'mem.rss'").fetchall()
+    con.close()
+    by_minute = defaultdict(list)
+    for t, v in raw_rss:
+        by_minute[t // minute * minute].append(v)
+    rss = next(m for m in h["metrics"] if m["name"] == "mem.rss")
+    assert by_minute and all(
+        (rss["mean"][i] is None) == (t not in by_minute) for i, t in enumerate(rss["t"]))
+    for i, t in enumerate(rss["t"]):
+        if t in by_minute:
+            assert rss["mean"][i] == pytest.approx(sum(by_minute[t]) / len(by_minute[t]),
+                                                   rel=1e-9)
+            assert rss["max"][i] == max(by_minute[t])
+    status, body = get_json(agg, f"/api/latency?from={frm}&to={to}")
+    assert status == 200 and body["source"] == "1m", body
+    for s in body["stages"]:
+        m = Merged()
+        per_device = defaultdict(Merged)
+        for d, st, t, c, mn, mx, sc, z, blob in rows:
+            if st == s["stage"]:
+                m.add(c, mn, mx, sc, z, blob)
+                per_device[d].add(c, mn, mx, sc, z, blob)
+        assert s["fleet"]["count"] == m.count
+        for key, q in (("p50_ns", 0.5), ("p99_ns", 0.99), ("p999_ns", 0.999)):
+            assert s["fleet"][key] == pytest.approx(m.quantile(q), rel=1e-9), (s["stage"], key)
+        for d in s["devices"]:
+            assert d["count"] == per_device[d["id"]].count
+            assert d["p99_ns"] == pytest.approx(per_device[d["id"]].quantile(0.99), rel=1e-9)
