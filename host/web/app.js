@@ -1,1 +1,871 @@
+/*
+ * app.js - the fleet dashboard, served by edgemon-aggregator under /ui/.
+ *
+ * Three views chosen by the URL's hash: the fleet table (#/, polled from /api/fleet every 2 s
+ * and redrawn without a reload), one device (#/device/<id>: /api/devices/<id>/history drawn
+ * with uPlot, the level timeline shaded behind every latency chart) and the fleet's merged latency
+ * (#/latency: /api/latency). The module owns the page's DOM under <main id="app">, the uPlot
+ * charts of the current view (destroyed when the view changes) and one timer. Errors from the
+ * API are shown in the page's error line, never thrown: every request goes through api(), and
+ * every asynchronous path ends in a catch that reports to that line.
+ */
 "use strict";
+
+const LEVELS = ["NOMINAL", "WARN", "DEGRADED", "CRITICAL"];
+const RANGES = ["5m", "15m", "1h", "6h", "24h", "7d"];
+const FLEET_POLL_MS = 2000;
+const DEVICE_POLL_MS = 5000;
+const COLORS = {
+  p50: "#2f6fde",
+  p99: "#d6336c",
+  max: "#7a7a7a",
+  budget: "#111111",
+  p90: "#8f5bd6",
+  mean: "#2f6fde",
+  fit: "#e8590c",
+};
+const BAND = {
+  WARN: "rgba(245, 159, 0, 0.16)",
+  DEGRADED: "rgba(253, 126, 20, 0.22)",
+  CRITICAL: "rgba(224, 49, 49, 0.24)",
+};
+
+/* Groups of the device view's metric charts: a metric joins the first group that matches its
+ * name. `expect` are the names a device usually sends for that group; each one missing from
+ * the answer is listed as absent. */
+const METRIC_GROUPS = [
+  { title: "Memory", test: /^mem\.|rss|^sys\.mem\./, expect: ["mem.rss"] },
+  { title: "Pressure", test: /^psi\./, expect: [] },
+  { title: "CPU", test: /cpu/, expect: ["agent.cpu"] },
+  { title: "IPC", test: /ipc/, expect: ["pmu.ipc"] },
+  { title: "Cache misses", test: /miss/, expect: ["pmu.cache_miss_ratio"] },
+  { title: "Temperatures", test: /temp|thermal/, expect: [] },
+  { title: "Throttling", test: /thrott|freq/, expect: [] },
+  { title: "Spool", test: /^spool\./, expect: [] },
+  { title: "Drops", test: /drop|lost|overflow|not_sent/, expect: [] },
+  { title: "Other", test: /./, expect: [] },
+];
+
+const state = {
+  view: null,
+  timer: null,
+  charts: [],
+  seq: 0, // bumped on every view change: answers for an older view are ignored
+  range: "1h",
+  levels: new Set(LEVELS),
+  name: "",
+  sort: { key: "id", dir: 1 },
+  fleet: null,
+  inflight: false,
+};
+
+/* ---- small helpers ------------------------------------------------------------------------ */
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "class") e.className = v;
+    else if (k === "text") e.textContent = v;
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children) {
+    if (c === null || c === undefined || c === false) continue;
+    e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return e;
+}
+
+function fmtDuration(ns) {
+  if (ns === null || ns === undefined || !isFinite(ns)) return "–";
+  const a = Math.abs(ns);
+  if (a === 0) return "0";
+  if (a >= 1e9) return (ns / 1e9).toFixed(a >= 1e10 ? 1 : 2) + " s";
+  if (a >= 1e6) return (ns / 1e6).toFixed(a >= 1e8 ? 0 : a >= 1e7 ? 1 : 2) + " ms";
+  if (a >= 1e3) return (ns / 1e3).toFixed(a >= 1e5 ? 0 : 1) + " µs";
+  return Math.round(ns) + " ns";
+}
+
+function fmtNumber(v) {
+  if (v === null || v === undefined || !isFinite(v)) return "–";
+  const a = Math.abs(v);
+  if (a >= 1e9) return (v / 1e9).toFixed(2) + " G";
+  if (a >= 1e6) return (v / 1e6).toFixed(2) + " M";
+  if (a >= 1e4) return (v / 1e3).toFixed(1) + " k";
+  if (a >= 100 || Number.isInteger(v)) return String(Math.round(v * 10) / 10);
+  return v.toPrecision(3);
+}
+
+function fmtBytes(v) {
+  if (v === null || v === undefined || !isFinite(v)) return "–";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  let x = Math.abs(v);
+  while (x >= 1024 && i < units.length - 1) {
+    x /= 1024;
+    i++;
+  }
+  return (v < 0 ? "-" : "") + x.toFixed(i === 0 && Number.isInteger(x) ? 0 : 1) + " " + units[i];
+}
+
+/* "12 s ago" for a time in ns, against the server's now (ns). */
+function fmtAgo(ns, nowNs) {
+  if (ns === null || ns === undefined) return "never";
+  const s = Math.max(0, (nowNs - ns) / 1e9);
+  if (s < 1) return "just now";
+  if (s < 90) return Math.round(s) + " s ago";
+  if (s < 5400) return Math.round(s / 60) + " min ago";
+  if (s < 172800) return Math.round(s / 3600) + " h ago";
+  return Math.round(s / 86400) + " d ago";
+}
+
+function fmtTime(ns) {
+  if (ns === null || ns === undefined) return "–";
+  const d = new Date(ns / 1e6);
+  return d.toLocaleString(undefined, { hour12: false });
+}
+
+/* A rule's value or bound: a duration when the change names a stage, else a plain number. */
+function fmtRuleValue(v, change) {
+  if (v === null || v === undefined) return "–";
+  return change.stage ? fmtDuration(v) : fmtNumber(v);
+}
+
+function badge(level) {
+  const l = level || "UNKNOWN";
+  return el("span", { class: "badge badge-" + l, text: l });
+}
+
+function muted(text, tag) {
+  return el(tag || "span", { class: "muted", text });
+}
+
+function headRow(names) {
+  return el("thead", {}, el("tr", {}, ...names.map((x) => el("th", { text: x }))));
+}
+
+function slopeText(bytesPerS) {
+  if (bytesPerS === null || bytesPerS === undefined) return " slope –";
+  return " slope " + (bytesPerS >= 0 ? "+" : "") + fmtBytes(bytesPerS) + "/s";
+}
+
+function showError(msg) {
+  const box = document.getElementById("error");
+  if (msg) {
+    box.textContent = msg;
+    box.hidden = false;
+  } else {
+    box.textContent = "";
+    box.hidden = true;
+  }
+}
+
+/* GET path, parsed JSON. Rejects with an Error whose message names the path and, for an HTTP
+ * error, the API's own {"error": ...} text. */
+async function api(path) {
+  let r;
+  try {
+    r = await fetch(path, { headers: { Accept: "application/json" }, cache: "no-store" });
+  } catch (e) {
+    throw new Error(`${path}: the aggregator did not answer (${e.message})`);
+  }
+  let body = null;
+  const text = await r.text();
+  try {
+    body = JSON.parse(text);
+  } catch (e) {
+    body = null;
+  }
+  if (!r.ok) {
+    const why = body && body.error ? body.error : text.trim() || r.statusText;
+    throw new Error(`${path}: HTTP ${r.status}: ${why}`);
+  }
+  if (body === null) throw new Error(`${path}: the answer is not JSON`);
+  document.getElementById("live").textContent =
+    "updated " + new Date().toLocaleTimeString(undefined, { hour12: false });
+  return body;
+}
+
+function query(params) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) {
+    if (v !== null && v !== undefined && v !== "") q.set(k, v);
+  }
+  const s = q.toString();
+  return s ? "?" + s : "";
+}
+
+/* The level filter as the API's level parameter: omitted when every level is wanted. */
+function levelParam() {
+  return state.levels.size === LEVELS.length ? null : [...state.levels].join(",");
+}
+
+/* ---- charts ------------------------------------------------------------------------------- */
+
+/* A uPlot plugin that shades the level bands ([{from, to, level}], seconds) behind the series. */
+function bandsPlugin(bands) {
+  return {
+    hooks: {
+      drawClear: (u) => {
+        const ctx = u.ctx;
+        const { top, height } = u.bbox;
+        ctx.save();
+        for (const b of bands) {
+          const fill = BAND[b.level];
+          if (!fill) continue;
+          const x0 = Math.max(u.bbox.left, u.valToPos(b.from, "x", true));
+          const x1 = Math.min(u.bbox.left + u.bbox.width, u.valToPos(b.to, "x", true));
+          if (x1 <= x0) continue;
+          ctx.fillStyle = fill;
+          ctx.fillRect(x0, top, x1 - x0, height);
+        }
+        ctx.restore();
+      },
+    },
+  };
+}
+
+function chartWidth(container) {
+  return Math.max(280, Math.floor(container.getBoundingClientRect().width) - 4);
+}
+
+/* Makes a uPlot chart in container. series: [{label, color, fmt, dash}]; data: [xs, ...ys] with
+ * xs in seconds (line: a reference line, no point markers); xRange: [from_s, to_s]. */
+function makeChart(container, { series, data, xRange, yFmt, bands, height, name }) {
+  container.dataset.chart = name;
+  const opts = {
+    width: chartWidth(container),
+    height: height || 220,
+    plugins: bands ? [bandsPlugin(bands)] : [],
+    scales: {
+      x: { time: true, range: () => xRange },
+      y: {
+        range: (u, min, max) => {
+          if (min === null || max === null) return [0, 1];
+          const lo = Math.min(0, min);
+          return [lo, max > lo ? max * 1.08 : lo + 1];
+        },
+      },
+    },
+    series: [
+      {},
+      ...series.map((s) => ({
+        label: s.label,
+        stroke: s.color,
+        width: s.width || 1.5,
+        dash: s.dash,
+        spanGaps: false,
+        // Shown by uPlot only where points are sparse; never on a reference line.
+        points: s.line ? { show: false } : { size: 6 },
+        value: (u, v) => (v === null || v === undefined ? "–" : yFmt(v)),
+      })),
+    ],
+    axes: [
+      { stroke: "#555", grid: { stroke: "#eee" } },
+      {
+        stroke: "#555",
+        grid: { stroke: "#eee" },
+        size: 82,
+        values: (u, splits) => splits.map((v) => yFmt(v)),
+      },
+    ],
+    legend: { live: true },
+    cursor: { drag: { x: false, y: false } },
+  };
+  const chart = new uPlot(opts, data, container);
+  state.charts.push(chart);
+  return chart;
+}
+
+function destroyCharts() {
+  for (const c of state.charts) c.destroy();
+  state.charts = [];
+}
+
+function resizeCharts() {
+  for (const c of state.charts) {
+    const box = c.root.parentElement;
+    if (box) c.setSize({ width: chartWidth(box), height: c.height });
+  }
+}
+
+const nsToS = (t) => t.map((x) => x / 1e9);
+
+/* Level bands (seconds) from the level at `from` and the changes within [from, to]. */
+function levelBands(fromNs, toNs, levelAtFrom, changes) {
+  const bands = [];
+  let level = levelAtFrom;
+  let start = fromNs;
+  for (const c of changes) {
+    if (c.time_ns > start) bands.push({ from: start / 1e9, to: c.time_ns / 1e9, level });
+    level = c.level;
+    start = Math.max(start, c.time_ns);
+  }
+  if (toNs > start) bands.push({ from: start / 1e9, to: toNs / 1e9, level });
+  return bands;
+}
+
+/* ---- views -------------------------------------------------------------------------------- */
+
+function setView(name, render) {
+  state.seq++;
+  state.view = name;
+  clearInterval(state.timer);
+  state.timer = null;
+  state.fleet = null;
+  destroyCharts();
+  showError(null);
+  document.querySelectorAll("[data-nav]").forEach((a) => {
+    a.classList.toggle("active", a.dataset.nav === name);
+  });
+  const app = document.getElementById("app");
+  app.replaceChildren();
+  app.dataset.view = name;
+  render(app, state.seq);
+}
+
+/* Runs fn now and every ms while the view that asked is current. */
+function poll(seq, ms, fn) {
+  const tick = () => {
+    if (seq !== state.seq) return;
+    fn().catch((e) => showError(e.message));
+  };
+  tick();
+  state.timer = setInterval(tick, ms);
+}
+
+function levelFilters(onChange) {
+  const box = el("div", { class: "filters" });
+  box.append(el("span", { class: "filter-label", text: "Level" }));
+  for (const l of LEVELS) {
+    const cb = el("input", {
+      type: "checkbox",
+      name: "level",
+      value: l,
+      checked: state.levels.has(l),
+      onchange: (ev) => {
+        if (ev.target.checked) state.levels.add(l);
+        else state.levels.delete(l);
+        onChange();
+      },
+    });
+    box.append(el("label", { class: "check" }, cb, badge(l)));
+  }
+  let debounce = null;
+  const input = el("input", {
+    type: "search",
+    name: "name",
+    placeholder: "name glob, e.g. sim-00*",
+    value: state.name,
+    oninput: (ev) => {
+      clearTimeout(debounce);
+      debounce = setTimeout(() => {
+        state.name = ev.target.value.trim();
+        onChange();
+      }, 250);
+    },
+  });
+  box.append(el("label", { class: "glob" }, "Name ", input));
+  return box;
+}
+
+function rangeButtons(onChange) {
+  const box = el("div", { class: "ranges", role: "group", "aria-label": "time range" });
+  for (const r of RANGES) {
+    box.append(
+      el("button", {
+        type: "button",
+        class: r === state.range ? "active" : null,
+        "data-range": r,
+        text: r,
+        onclick: () => {
+          state.range = r;
+          box.querySelectorAll("button").forEach((b) => {
+            b.classList.toggle("active", b.dataset.range === r);
+          });
+          onChange();
+        },
+      })
+    );
+  }
+  return box;
+}
+
+/* ---- fleet view --------------------------------------------------------------------------- */
+
+const FLEET_COLUMNS = [
+  { key: "id", title: "Device", value: (d) => d.id },
+  { key: "level", title: "Level", value: (d) => (d.level ? LEVELS.indexOf(d.level) : -1) },
+  { key: "online", title: "Online", value: (d) => (d.online === null ? -1 : d.online ? 1 : 0) },
+  { key: "last_seen", title: "Last seen", value: (d) => d.last_seen_ns || 0 },
+  {
+    key: "worst",
+    title: "Worst stage vs budget",
+    value: (d) =>
+      d.worst_stage ? (d.worst_stage.ratio !== null ? d.worst_stage.ratio : d.worst_stage.p99_ns / 1e12) : -1,
+  },
+  { key: "change", title: "Last level change", value: (d) => (d.last_change ? d.last_change.time_ns : 0) },
+];
+
+function renderFleet(app, seq) {
+  const summary = el("div", { class: "summary", id: "summary" }, "Loading...");
+  const head = el("tr");
+  const table = el("table", { class: "fleet", id: "fleet-table" }, el("thead", {}, head), el("tbody"));
+  for (const c of FLEET_COLUMNS) {
+    head.append(
+      el("th", {
+        "data-sort": c.key,
+        text: c.title,
+        onclick: () => {
+          // A new column sorts names A-Z and figures highest first; the same column flips.
+          const dir = state.sort.key === c.key ? -state.sort.dir : c.key === "id" ? 1 : -1;
+          state.sort = { key: c.key, dir };
+          drawFleet();
+        },
+      })
+    );
+  }
+  const refresh = () => loadFleet(seq).catch((e) => showError(e.message));
+  app.append(
+    el("section", { class: "toolbar" }, levelFilters(refresh)),
+    summary,
+    el("div", { class: "table-wrap" }, table)
+  );
+  poll(seq, FLEET_POLL_MS, () => loadFleet(seq));
+}
+
+async function loadFleet(seq) {
+  if (state.inflight) return;
+  state.inflight = true;
+  try {
+    const body = await api("/api/fleet" + query({ name: state.name, level: levelParam(), limit: 5000 }));
+    if (seq !== state.seq) return;
+    state.fleet = body;
+    showError(null);
+    drawFleet();
+  } finally {
+    state.inflight = false;
+  }
+}
+
+function worstCell(w) {
+  if (!w) return el("td", { class: "muted", text: "–" });
+  const ratio = w.ratio !== null && w.ratio !== undefined ? w.ratio : null;
+  const cls = ratio === null ? "" : ratio > 1 ? "over" : ratio > 0.8 ? "near" : "";
+  return el(
+    "td",
+    { class: "worst " + cls, title: w.rule ? "rule " + w.rule : null },
+    el("b", { text: w.stage }),
+    " " + fmtDuration(w.p99_ns) + (w.budget_ns ? " / " + fmtDuration(w.budget_ns) : ""),
+    ratio !== null ? el("span", { class: "ratio", text: " (" + ratio.toFixed(2) + "×)" }) : null
+  );
+}
+
+function changeCell(c, nowNs) {
+  if (!c) return el("td", { class: "muted", text: "–" });
+  return el(
+    "td",
+    { class: "change", title: fmtTime(c.time_ns) },
+    el("span", { class: "muted", text: fmtAgo(c.time_ns, nowNs) + ": " }),
+    (c.prev_level || "?") + " → " + c.level,
+    c.reason ? el("div", { class: "reason", text: c.reason }) : null
+  );
+}
+
+function drawFleet() {
+  const f = state.fleet;
+  const table = document.getElementById("fleet-table");
+  if (!f || !table) return;
+  const col = FLEET_COLUMNS.find((c) => c.key === state.sort.key) || FLEET_COLUMNS[0];
+  const dir = state.sort.dir;
+  const devices = [...f.devices].sort((a, b) => {
+    const va = col.value(a);
+    const vb = col.value(b);
+    if (va < vb) return -dir;
+    if (va > vb) return dir;
+    return a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
+  });
+  table.querySelectorAll("th").forEach((th) => {
+    th.classList.toggle("sorted", th.dataset.sort === col.key);
+    th.dataset.dir = th.dataset.sort === col.key ? (dir > 0 ? "asc" : "desc") : "";
+  });
+  const rows = devices.map((d) => {
+    const level = d.level || "UNKNOWN";
+    const tr = el(
+      "tr",
+      {
+        class: "device level-" + level,
+        "data-level": level,
+        "data-id": d.id,
+        tabindex: 0,
+        onclick: () => {
+          location.hash = "#/device/" + encodeURIComponent(d.id);
+        },
+        onkeydown: (ev) => {
+          if (ev.key === "Enter") location.hash = "#/device/" + encodeURIComponent(d.id);
+        },
+      },
+      el("td", { class: "id" }, el("a", { href: "#/device/" + encodeURIComponent(d.id), text: d.id })),
+      el("td", {}, badge(d.level)),
+      el("td", {
+        class: d.online === false ? "offline" : d.online ? "online" : "muted",
+        text: d.online === null ? "–" : d.online ? "online" : "offline",
+      }),
+      el("td", { title: fmtTime(d.last_seen_ns), text: fmtAgo(d.last_seen_ns, f.now_ns) }),
+      worstCell(d.worst_stage),
+      changeCell(d.last_change, f.now_ns)
+    );
+    return tr;
+  });
+  table.tBodies[0].replaceChildren(...rows);
+
+  const counts = Object.fromEntries(LEVELS.map((l) => [l, 0]));
+  let offline = 0;
+  for (const d of f.devices) {
+    if (d.level in counts) counts[d.level]++;
+    if (d.online === false) offline++;
+  }
+  const summary = document.getElementById("summary");
+  summary.replaceChildren(
+    el("b", { text: f.total + (f.total === 1 ? " device" : " devices") }),
+    f.truncated ? ` (showing ${f.devices.length})` : "",
+    ...LEVELS.map((l) => el("span", { class: "count", "data-count": l }, badge(l), " " + counts[l])),
+    el("span", { class: "count" }, offline + " offline")
+  );
+  if (!f.devices.length) {
+    table.tBodies[0].append(el("tr", {}, el("td", { colspan: 6 }, muted("No device matches."))));
+  }
+}
+
+/* ---- device view -------------------------------------------------------------------------- */
+
+function renderDevice(app, seq, id) {
+  const header = el("div", { class: "device-head" }, el("h1", { text: id }));
+  const body = el("div", { class: "device-body" }, "Loading...");
+  const load = () => loadDevice(seq, id, header, body);
+  app.append(
+    el("a", { href: "#/", class: "back", text: "← fleet" }),
+    header,
+    el("section", { class: "toolbar" }, rangeButtons(() => load().catch((e) => showError(e.message)))),
+    body
+  );
+  poll(seq, DEVICE_POLL_MS, load);
+}
+
+async function loadDevice(seq, id, header, body) {
+  const enc = encodeURIComponent(id);
+  const [info, hist] = await Promise.all([
+    api("/api/devices/" + enc),
+    api("/api/devices/" + enc + "/history" + query({ range: state.range, points: 600 })),
+  ]);
+  if (seq !== state.seq) return;
+  showError(null);
+  header.replaceChildren(
+    el("h1", { text: id }),
+    badge(info.level),
+    el("span", {
+      class: info.online === false ? "offline" : "online",
+      text: info.online === null ? "status unknown" : info.online ? "online" : "offline",
+    }),
+    muted([info.board, info.agent_version && "agent " + info.agent_version].filter(Boolean).join(" · "))
+  );
+  drawDevice(body, hist);
+}
+
+function drawDevice(body, h) {
+  const key = [h.device, state.range, h.step_ns, h.source, h.stages.map((s) => s.stage).join(","),
+    h.metrics.map((m) => m.name).join(",")].join("|");
+  const bands = levelBands(h.from_ns, h.to_ns, h.level_at_from, h.levels);
+  const xRange = [dataStart(h) / 1e9, h.to_ns / 1e9];
+  // Same layout as the last draw: new data into the same charts, no flicker.
+  if (body.dataset.key === key && state.charts.length) {
+    updateDevice(h, bands, xRange);
+    return;
+  }
+  destroyCharts();
+  body.dataset.key = key;
+  body.replaceChildren();
+  state.device = { bands, xRange };
+
+  const legend = el("div", { class: "band-legend" }, "Shading: ",
+    ...["WARN", "DEGRADED", "CRITICAL"].map((l) => el("span", { class: "swatch swatch-" + l, text: l })),
+    el("span", { class: "muted", text: ` · resolution ${h.source}, step ${fmtDuration(h.step_ns)}` +
+      (dataStart(h) > h.from_ns ? ` · data since ${fmtTime(dataStart(h))}` : "") }));
+  body.append(el("h2", { text: "Latency per stage" }), legend);
+  const grid = el("div", { class: "grid" });
+  body.append(grid);
+  if (!h.stages.length) grid.append(muted("No stage reported spans in this range.", "p"));
+  for (const s of h.stages) {
+    const box = el("div", { class: "chart" });
+    const budget = s.budget_ns ? muted(" budget " + fmtDuration(s.budget_ns)) : null;
+    const card = el("div", { class: "card" }, el("h3", {}, s.stage, budget), box);
+    grid.append(card);
+    // Drawn in this order: max under p99 under p50 (raw windows often have max == p99).
+    const series = [
+      { label: "max", color: COLORS.max, width: 1 },
+      { label: "p99", color: COLORS.p99, width: 2 },
+      { label: "p50", color: COLORS.p50 },
+    ];
+    if (s.budget_ns) series.push({ label: "budget", color: COLORS.budget, dash: [6, 4], width: 1.5, line: true });
+    const data = stageData(s);
+    makeChart(box, { name: "stage:" + s.stage, series, data, xRange, yFmt: fmtDuration, bands });
+  }
+
+  body.append(el("h2", { text: "Level timeline" }), levelTable(h));
+  body.append(el("h2", { text: "Resources" }));
+  drawMetrics(body, h, bands, xRange);
+}
+
+/* The time of the first point that has a value (Infinity when none has). */
+function firstPoint(t, values) {
+  const i = values.findIndex((v) => v !== null && v !== undefined);
+  return i < 0 ? Infinity : t[i];
+}
+
+/* Where the charts start: the range's start, or a step before the device's first point when
+ * it began reporting later (a new device's minute is not squeezed into a day's axis). */
+function dataStart(h) {
+  let first = Infinity;
+  for (const s of h.stages) first = Math.min(first, firstPoint(s.t, s.p50_ns));
+  for (const m of h.metrics) first = Math.min(first, firstPoint(m.t, m.mean));
+  if (!isFinite(first) || first <= h.from_ns) return h.from_ns;
+  return Math.max(h.from_ns, first - h.step_ns);
+}
+
+function stageData(s) {
+  const data = [nsToS(s.t), s.max_ns, s.p99_ns, s.p50_ns];
+  if (s.budget_ns) data.push(s.t.map(() => s.budget_ns));
+  return data;
+}
+
+function levelTable(h) {
+  const rows = [
+    el("tr", { class: "at-from" },
+      el("td", { text: fmtTime(h.from_ns) }),
+      el("td", {}, h.level_at_from ? badge(h.level_at_from) : muted("none")),
+      el("td", { colspan: 5 }, muted(h.level_at_from ? "level at the start of the range"
+        : "no level known at the start of the range"))),
+  ];
+  for (const c of h.levels) {
+    rows.push(el("tr", { class: "level-" + c.level, "data-level": c.level },
+      el("td", { text: fmtTime(c.time_ns) }),
+      el("td", {}, badge(c.prev_level), " → ", badge(c.level)),
+      el("td", { text: c.rule || "–" }),
+      el("td", { text: c.stage || "–" }),
+      el("td", { text: fmtRuleValue(c.value, c) }),
+      el("td", { text: fmtRuleValue(c.bound, c) }),
+      el("td", { class: "reason", text: c.reason || "–" })));
+  }
+  const t = el("table", { class: "timeline", id: "timeline" },
+    headRow(["Time", "Change", "Rule", "Stage", "Value", "Bound", "Reason"]),
+    el("tbody", {}, ...rows));
+  const wrap = el("div", { class: "table-wrap" }, t);
+  if (h.levels_truncated) wrap.append(muted("Only the first 1000 changes of the range are listed.", "p"));
+  if (!h.levels.length) wrap.append(muted("No level change in this range.", "p"));
+  return wrap;
+}
+
+function metricFmt(name) {
+  if (/^mem\.|^sys\.mem\.|rss$|bytes/.test(name)) return fmtBytes;
+  if (/cpu$/.test(name) && !/psi/.test(name)) return fmtDuration;
+  return fmtNumber;
+}
+
+/* Least-squares line through the metric's means with the API's slope (bytes/s), as a series. */
+function fitLine(ts, ys, slope) {
+  let n = 0;
+  let st = 0;
+  let sy = 0;
+  for (let i = 0; i < ts.length; i++) {
+    if (ys[i] === null || ys[i] === undefined) continue;
+    n++;
+    st += ts[i];
+    sy += ys[i];
+  }
+  if (!n || slope === null || slope === undefined) return ts.map(() => null);
+  const t0 = st / n;
+  const y0 = sy / n;
+  return ts.map((t) => y0 + slope * (t - t0));
+}
+
+function drawMetrics(body, h, bands, xRange) {
+  const byGroup = METRIC_GROUPS.map(() => []);
+  for (const m of h.metrics) {
+    const i = METRIC_GROUPS.findIndex((g) => g.test.test(m.name));
+    byGroup[i].push(m);
+  }
+  const rss = h.metrics.find((m) => m.name === "mem.rss") || h.metrics.find((m) => /rss/.test(m.name));
+  const grid = el("div", { class: "grid metrics" });
+  body.append(grid);
+  METRIC_GROUPS.forEach((g, gi) => {
+    const present = byGroup[gi];
+    const absent = g.expect.filter((n) => !present.some((m) => m.name === n));
+    if (!present.length && g.title === "Other") return;
+    if (!present.length && !absent.length) {
+      grid.append(el("div", { class: "card absent", "data-group": g.title },
+        el("h3", { text: g.title }),
+        el("p", { class: "absent-note", text: "absent: the device sent none in this range" })));
+      return;
+    }
+    for (const m of present) {
+      const fmt = metricFmt(m.name);
+      const box = el("div", { class: "chart" });
+      const isRss = m === rss;
+      const title = el("h3", {}, g.title + " · ", el("code", { text: m.name }));
+      if (isRss) {
+        const slope = h.rss_slope_bytes_per_s;
+        title.append(el("span", { class: "slope", id: "rss-slope", text: slopeText(slope) }));
+      }
+      grid.append(el("div", { class: "card", "data-metric": m.name }, title, box));
+      // max under mean: a raw point's max is its mean.
+      const series = [
+        { label: "max", color: COLORS.max, width: 1 },
+        { label: "mean", color: COLORS.mean },
+      ];
+      const data = [nsToS(m.t), m.max, m.mean];
+      if (isRss) {
+        series.push({ label: "fit", color: COLORS.fit, dash: [5, 4], line: true });
+        data.push(fitLine(data[0], m.mean, h.rss_slope_bytes_per_s));
+      }
+      makeChart(box, { name: "metric:" + m.name, series, data, xRange, yFmt: fmt, bands, height: 160 });
+    }
+    for (const n of absent) {
+      grid.append(el("div", { class: "card absent", "data-metric": n },
+        el("h3", {}, g.title + " · ", el("code", { text: n })),
+        el("p", { class: "absent-note", text: "absent: not sent by the device" })));
+    }
+  });
+}
+
+function updateDevice(h, bands, xRange) {
+  state.device.bands.splice(0, state.device.bands.length, ...bands);
+  state.device.xRange.splice(0, 2, ...xRange);
+  const byName = new Map(state.charts.map((c) => [c.root.parentElement.dataset.chart, c]));
+  for (const s of h.stages) {
+    const c = byName.get("stage:" + s.stage);
+    if (c) c.setData(stageData(s));
+  }
+  for (const m of h.metrics) {
+    const c = byName.get("metric:" + m.name);
+    if (!c) continue;
+    const data = [nsToS(m.t), m.max, m.mean];
+    if (c.series.length > 3) data.push(fitLine(data[0], m.mean, h.rss_slope_bytes_per_s));
+    c.setData(data);
+  }
+  const slope = document.getElementById("rss-slope");
+  if (slope) {
+    const v = h.rss_slope_bytes_per_s;
+    slope.textContent = slopeText(v);
+  }
+  const old = document.getElementById("timeline");
+  if (old) old.closest(".table-wrap").replaceWith(levelTable(h));
+}
+
+/* ---- fleet latency view ------------------------------------------------------------------- */
+
+function renderLatency(app, seq) {
+  const body = el("div", { class: "latency-body" }, "Loading...");
+  const load = () => loadLatency(seq, body).catch((e) => showError(e.message));
+  app.append(
+    el("h1", { text: "Fleet latency" }),
+    el("section", { class: "toolbar" }, rangeButtons(load), levelFilters(load)),
+    body
+  );
+  load();
+}
+
+/* Where the fleet charts start: the range's start, or a point's width before the first point
+ * when the fleet began reporting later. */
+function seriesStart(r) {
+  let first = Infinity;
+  let step = 0;
+  for (const s of r.stages) {
+    const t = s.series.t;
+    first = Math.min(first, firstPoint(t, s.series.p50_ns));
+    if (t.length > 1) step = Math.max(step, t[1] - t[0]);
+  }
+  if (!isFinite(first) || first <= r.from_ns) return r.from_ns;
+  return Math.max(r.from_ns, first - step);
+}
+
+async function loadLatency(seq, body) {
+  const params = { range: state.range, name: state.name, level: levelParam(), limit: 1000 };
+  const r = await api("/api/latency" + query(params));
+  if (seq !== state.seq) return;
+  showError(null);
+  destroyCharts();
+  body.replaceChildren(
+    el("p", { class: "summary" },
+      el("b", { text: r.devices_matched + (r.devices_matched === 1 ? " device" : " devices") }),
+      r.truncated ? " (the table lists the first 1000)" : "",
+      muted(` · ${fmtTime(r.from_ns)} – ${fmtTime(r.to_ns)} · resolution ${r.source}`))
+  );
+  if (!r.stages.length) body.append(el("p", { class: "muted", text: "No spans in this range." }));
+  const xRange = [seriesStart(r) / 1e9, r.to_ns / 1e9];
+  for (const s of r.stages) {
+    const f = s.fleet;
+    const stats = el("table", { class: "stats" },
+      el("tr", {}, ...["spans", "p50", "p90", "p99", "p99.9", "max"].map((x) => el("th", { text: x }))),
+      el("tr", {}, el("td", { text: fmtNumber(f.count) }),
+        ...[f.p50_ns, f.p90_ns, f.p99_ns, f.p999_ns, f.max_ns].map((v) =>
+          el("td", { text: fmtDuration(v) }))));
+    const box = el("div", { class: "chart" });
+    const devs = [...s.devices].sort((a, b) => b.p99_ns - a.p99_ns);
+    const dt = el("table", { class: "devices" },
+      headRow(["Device", "spans", "p50", "p99", "max"]),
+      el("tbody", {}, ...devs.map((d) => el("tr", { "data-id": d.id },
+        el("td", {}, el("a", { href: "#/device/" + encodeURIComponent(d.id), text: d.id })),
+        el("td", { text: fmtNumber(d.count) }), el("td", { text: fmtDuration(d.p50_ns) }),
+        el("td", { text: fmtDuration(d.p99_ns) }), el("td", { text: fmtDuration(d.max_ns) })))));
+    body.append(el("section", { class: "card stage", "data-stage": s.stage },
+      el("h2", { text: s.stage }),
+      el("div", { class: "split" },
+        el("div", { class: "left" }, stats, box),
+        el("div", { class: "right table-wrap" }, dt))));
+    makeChart(box, {
+      name: "latency:" + s.stage,
+      series: [
+        { label: "fleet p50", color: COLORS.p50 },
+        { label: "fleet p99", color: COLORS.p99, width: 2 },
+      ],
+      data: [nsToS(s.series.t), s.series.p50_ns, s.series.p99_ns],
+      xRange,
+      yFmt: fmtDuration,
+    });
+  }
+}
+
+/* ---- routing ------------------------------------------------------------------------------ */
+
+function route() {
+  const hash = location.hash || "#/";
+  const m = /^#\/device\/(.+)$/.exec(hash);
+  if (m) {
+    let id;
+    try {
+      id = decodeURIComponent(m[1]);
+    } catch (e) {
+      setView("fleet", renderFleet);
+      showError("not a device address: " + m[1]);
+      return;
+    }
+    setView("device", (app, seq) => renderDevice(app, seq, id));
+  } else if (hash === "#/latency") {
+    setView("latency", renderLatency);
+  } else {
+    setView("fleet", renderFleet);
+  }
+}
+
+window.addEventListener("unhandledrejection", (ev) => {
+  ev.preventDefault();
+  showError(String(ev.reason && ev.reason.message ? ev.reason.message : ev.reason));
+});
+window.addEventListener("hashchange", route);
+let resizeTimer = null;
+window.addEventListener("resize", () => {
+  clearTimeout(resizeTimer);
+  resizeTimer = setTimeout(resizeCharts, 150);
+});
+route();
