@@ -31,8 +31,9 @@
 #include <string.h>
 #include <time.h>
 
-#define NS_PER_S       1000000000ull
-#define MAX_BODY_BYTES (64u * 1024u * 1024u)
+#define NS_PER_S           1000000000ull
+#define HISTORY_MMAP_BYTES "4294967296" /* Address space, not memory: 4 GiB of the file. */
+#define MAX_BODY_BYTES     (64u * 1024u * 1024u)
 
 struct em_history {
   sqlite3 *db;
@@ -223,6 +224,10 @@ int em_history_open(em_history_t **out, const char *db_path, char *err, size_t e
     return -EIO;
   }
   sqlite3_busy_timeout(h->db, (int)EM_HISTORY_DEADLINE_MS);
+  /* Pages read through a memory map (no copy per read) and a cache of their own: a 7-day fleet
+   * query reads hundreds of MB of rollup rows, every request. */
+  (void)sqlite3_exec(h->db, "PRAGMA mmap_size = " HISTORY_MMAP_BYTES "; PRAGMA cache_size = -65536",
+                     NULL, NULL, NULL);
   sqlite3_progress_handler(h->db, 1000, progress, h);
   *out = h;
   return 0;
@@ -380,24 +385,29 @@ typedef int (*window_fn)(void *ctx, int64_t device, int64_t stage, uint64_t time
 /* Called per result row of run_query(); nonzero stops it (out of memory). */
 typedef int (*row_fn)(void *ctx, sqlite3_stmt *st);
 
-/* Runs a query bound with ?1 step_s, ?2 device, ?3 from, ?4 to and calls fn per row. Returns 0
- * or an SQLite code (the reply is set then). */
-static int run_query(em_history_t *h, const char *sql, unsigned step_s, int64_t device,
-                     uint64_t from, uint64_t to, row_fn fn, void *ctx, em_history_reply_t *out) {
+/* Runs a query bound with ?1 step_s, ?2 device, ?3 from, ?4 to once per device of
+ * devs[0..n_devs) (prepared once) and calls fn per row. Returns 0 or an SQLite code (the reply
+ * is set then). */
+static int run_query_devs(em_history_t *h, const char *sql, unsigned step_s, const int64_t *devs,
+                          size_t n_devs, uint64_t from, uint64_t to, row_fn fn, void *ctx,
+                          em_history_reply_t *out) {
   sqlite3_stmt *st;
   if (!prepare(h, sql, &st, out)) {
     return SQLITE_ERROR;
   }
-  sqlite3_bind_int64(st, 1, step_s);
-  sqlite3_bind_int64(st, 2, device);
-  sqlite3_bind_int64(st, 3, (sqlite3_int64)from);
-  sqlite3_bind_int64(st, 4, (sqlite3_int64)to);
-  int rc;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    if (fn(ctx, st) != 0) {
-      sqlite3_finalize(st);
-      em_history_error(out, 500, "out of memory");
-      return SQLITE_NOMEM;
+  int rc = SQLITE_DONE;
+  for (size_t d = 0; d < n_devs && rc == SQLITE_DONE; d++) {
+    sqlite3_reset(st);
+    sqlite3_bind_int64(st, 1, step_s);
+    sqlite3_bind_int64(st, 2, devs[d]);
+    sqlite3_bind_int64(st, 3, (sqlite3_int64)from);
+    sqlite3_bind_int64(st, 4, (sqlite3_int64)to);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+      if (fn(ctx, st) != 0) {
+        sqlite3_finalize(st);
+        em_history_error(out, 500, "out of memory");
+        return SQLITE_NOMEM;
+      }
     }
   }
   sqlite3_finalize(st);
@@ -406,6 +416,11 @@ static int run_query(em_history_t *h, const char *sql, unsigned step_s, int64_t 
     return rc;
   }
   return 0;
+}
+
+static int run_query(em_history_t *h, const char *sql, unsigned step_s, int64_t device,
+                     uint64_t from, uint64_t to, row_fn fn, void *ctx, em_history_reply_t *out) {
+  return run_query_devs(h, sql, step_s, &device, 1, from, to, fn, ctx, out);
 }
 
 typedef struct {
@@ -434,40 +449,29 @@ static int window_row(void *ctx, sqlite3_stmt *st) {
                 (uint64_t)sqlite3_column_int64(st, 2), &s);
 }
 
-static int run_windows(em_history_t *h, const char *sql, unsigned step_s, int64_t device,
-                       uint64_t from, uint64_t to, window_fn fn, void *ctx,
+/* Every stage row of the grid's segments of the devices devs[0..n_devs), each device's rows
+ * through the primary key or index that starts with the device, in time order. Raw rows are
+ * read only up to max_raw_devices devices (*data_to is where the answer's data ends then: the
+ * minute watermark). */
+static int each_window(em_history_t *h, const grid_t *g, const int64_t *devs, size_t n_devs,
+                       size_t max_raw_devices, uint64_t *data_to, window_fn fn, void *ctx,
                        em_history_reply_t *out) {
+  static const char *const rollup = "SELECT " STAGE_COLS " FROM stage_rollups WHERE step_s = ?1 "
+                                    "AND device = ?2 AND time_ns >= ?3 AND time_ns < ?4 "
+                                    "ORDER BY time_ns";
+  static const char *const raw = "SELECT " STAGE_COLS " FROM stage_windows WHERE device = ?2 "
+                                 "AND time_ns >= ?3 AND time_ns < ?4 AND ?1 = 0 "
+                                 "ORDER BY time_ns";
   window_rows_t wr = {h, fn, ctx};
-  return run_query(h, sql, step_s, device, from, to, window_row, &wr, out);
-}
-
-/* Every stage row of the grid's segments: of one device, or (device < 0) of every device
- * in devs[0..n_devs) (rollups through their time index, raw rows per device). */
-static int each_window(em_history_t *h, const grid_t *g, int64_t device, const int64_t *devs,
-                       size_t n_devs, window_fn fn, void *ctx, em_history_reply_t *out) {
-  static const char *const rollup_one =
-      "SELECT " STAGE_COLS " FROM stage_rollups WHERE step_s = ?1 "
-      "AND device = ?2 AND time_ns >= ?3 AND time_ns < ?4 "
-      "ORDER BY time_ns";
-  static const char *const rollup_all =
-      "SELECT " STAGE_COLS " FROM stage_rollups WHERE step_s = ?1 "
-      "AND time_ns >= ?3 AND time_ns < ?4 AND ?2 < 0";
-  static const char *const raw_one = "SELECT " STAGE_COLS " FROM stage_windows WHERE device = ?2 "
-                                     "AND time_ns >= ?3 AND time_ns < ?4 AND ?1 = 0 "
-                                     "ORDER BY time_ns";
+  *data_to = g->to;
   for (size_t i = 0; i < g->n_segs; i++) {
     const seg_t *sg = &g->segs[i];
-    int rc = 0;
-    if (sg->src != SRC_RAW) {
-      rc = run_windows(h, device >= 0 ? rollup_one : rollup_all, src_step_s[sg->src], device,
-                       sg->from, sg->to, fn, ctx, out);
-    } else if (device >= 0) {
-      rc = run_windows(h, raw_one, 0, device, sg->from, sg->to, fn, ctx, out);
-    } else {
-      for (size_t d = 0; d < n_devs && rc == 0; d++) {
-        rc = run_windows(h, raw_one, 0, devs[d], sg->from, sg->to, fn, ctx, out);
-      }
+    if (sg->src == SRC_RAW && n_devs > max_raw_devices) {
+      *data_to = sg->from;
+      break;
     }
+    int rc = run_query_devs(h, sg->src == SRC_RAW ? raw : rollup, src_step_s[sg->src], devs, n_devs,
+                            sg->from, sg->to, window_row, &wr, out);
     if (rc != 0) {
       return rc;
     }
@@ -1082,7 +1086,8 @@ void em_history_device(em_history_t *h, em_registry_t *reg, const char *device, 
     return;
   }
   dw->g = &g;
-  if (each_window(h, &g, dev_id, NULL, 0, device_window, dw, out) == 0 &&
+  uint64_t data_to;
+  if (each_window(h, &g, &dev_id, 1, 1, &data_to, device_window, dw, out) == 0 &&
       read_metrics(h, &g, dev_id, ms, out) == 0) {
     for (size_t i = 0; i < dw->n_stages; i++) {
       series_flush(&dw->stages[i]);
@@ -1123,6 +1128,7 @@ typedef struct {
   size_t n_ids;
   size_t n_listed;
   int64_t only_stage; /* >= 0: that stage only. */
+  uint64_t data_to;   /* The merged data ends here (to_ns, or the minute watermark). */
   fleet_stage_t stages[EM_HISTORY_MAX_STAGES];
   size_t n_stages;
 } fleet_windows_t;
@@ -1243,6 +1249,7 @@ static void render_latency(em_history_t *h, const em_query_t *q, const grid_t *g
   jw_fmt(&w, "{\"from_ns\":%llu,\"to_ns\":%llu,\"step_ns\":%llu,\"source\":",
          (unsigned long long)q->from_ns, (unsigned long long)q->to_ns, (unsigned long long)g->step);
   jw_str(&w, grid_source(g));
+  jw_fmt(&w, ",\"data_to_ns\":%llu", (unsigned long long)fw->data_to);
   jw_fmt(&w, ",\"devices_matched\":%zu,\"truncated\":%s,\"stages\":[", fw->n_ids,
          fw->n_ids > fw->n_listed ? "true" : "false");
   em_histo_t *total = NULL;
@@ -1347,7 +1354,8 @@ void em_history_latency(em_history_t *h, const em_query_t *q, em_history_reply_t
   marks_t marks = read_marks(h);
   make_grid(&g, q->from_ns, q->to_ns, EM_HISTORY_LATENCY_POINTS, 60, &marks);
   fw->g = &g;
-  if (each_window(h, &g, -1, ids, n, fleet_window, fw, out) == 0) {
+  if (each_window(h, &g, ids, n, EM_HISTORY_LATENCY_RAW_DEVICES, &fw->data_to, fleet_window, fw,
+                  out) == 0) {
     render_latency(h, q, &g, fw, names, out);
   }
 done:

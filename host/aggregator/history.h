@@ -30,6 +30,9 @@
 #define EM_HISTORY_MAX_LEVELS     1000u /* Level changes a history answer lists. */
 #define EM_HISTORY_LATENCY_POINTS 300u  /* Points of the fleet series of /api/latency. */
 #define EM_HISTORY_RSS_METRIC     "mem.rss"
+/* /api/latency reads raw rows (past the minute rollups' watermark) for at most this many
+ * matching devices; for more, its answer ends at the watermark ("data_to_ns"). */
+#define EM_HISTORY_LATENCY_RAW_DEVICES 64u
 
 typedef struct em_history em_history_t;
 
