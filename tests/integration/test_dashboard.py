@@ -311,6 +311,8 @@ def test_screenshots(dash):
     changed = wait_for(lambda: [d["id"] for d in dash.fleet()
                                 if d["id"] in LIVE and d["last_change"]], 180,
                        "a simulated level excursion")
+    if not any(d["id"] == FORCED and d["level"] == "DEGRADED" for d in dash.fleet()):
+        publish_state(dash.broker.port, FORCED, "DEGRADED", "NOMINAL", FORCED_REASON)
     time.sleep(max(0, 60 - time.monotonic() + dash.started))
     Path(SHOTS).mkdir(parents=True, exist_ok=True)
     dash.s.get(dash.base)
