@@ -14,7 +14,15 @@
 const LEVELS = ["NOMINAL", "WARN", "DEGRADED", "CRITICAL"];
 const RANGES = ["5m", "15m", "1h", "6h", "24h", "7d"];
 const FLEET_POLL_MS = 2000;
-const DEVICE_POLL_MS = 5000;
+// The device view refreshes less often as its range grows (a 7-day history is a bigger read).
+const DEVICE_POLL_MS = {
+  "5m": 5000,
+  "15m": 5000,
+  "1h": 15000,
+  "6h": 60000,
+  "24h": 60000,
+  "7d": 60000,
+};
 const COLORS = {
   p50: "#2f6fde",
   p99: "#d6336c",
@@ -57,6 +65,7 @@ const state = {
   sort: { key: "id", dir: 1 },
   fleet: null,
   inflight: false,
+  ticket: 0,
 };
 
 /* ---- small helpers ------------------------------------------------------------------------ */
@@ -311,7 +320,7 @@ function levelBands(fromNs, toNs, levelAtFrom, changes) {
 function setView(name, render) {
   state.seq++;
   state.view = name;
-  clearInterval(state.timer);
+  clearTimeout(state.timer);
   state.timer = null;
   state.fleet = null;
   destroyCharts();
@@ -325,14 +334,21 @@ function setView(name, render) {
   render(app, state.seq);
 }
 
-/* Runs fn now and every ms while the view that asked is current. */
-function poll(seq, ms, fn) {
-  const tick = () => {
+/* Runs fn now, then again every() ms after each run ends, while the view that asked is
+ * current; a hidden tab skips its turns. */
+function poll(seq, every, fn) {
+  const tick = async () => {
     if (seq !== state.seq) return;
-    fn().catch((e) => showError(e.message));
+    if (!document.hidden) {
+      try {
+        await fn();
+      } catch (e) {
+        if (seq === state.seq) showError(e.message);
+      }
+    }
+    if (seq === state.seq) state.timer = setTimeout(tick, every());
   };
   tick();
-  state.timer = setInterval(tick, ms);
 }
 
 function levelFilters(onChange) {
@@ -432,10 +448,15 @@ function renderFleet(app, seq) {
     summary,
     el("div", { class: "table-wrap" }, table)
   );
-  poll(seq, FLEET_POLL_MS, () => loadFleet(seq));
+  poll(seq, () => FLEET_POLL_MS, () => loadFleet(seq));
 }
 
 async function loadFleet(seq) {
+  if (!state.levels.size) {
+    state.fleet = { now_ns: Date.now() * 1e6, total: 0, truncated: false, devices: [] };
+    drawFleet();
+    return;
+  }
   if (state.inflight) return;
   state.inflight = true;
   try {
@@ -550,16 +571,17 @@ function renderDevice(app, seq, id) {
     el("section", { class: "toolbar" }, rangeButtons(() => load().catch((e) => showError(e.message)))),
     body
   );
-  poll(seq, DEVICE_POLL_MS, load);
+  poll(seq, () => DEVICE_POLL_MS[state.range] || 60000, load);
 }
 
 async function loadDevice(seq, id, header, body) {
   const enc = encodeURIComponent(id);
+  const ticket = ++state.ticket; // a range change and a poll may cross: the last asked wins
   const [info, hist] = await Promise.all([
     api("/api/devices/" + enc),
     api("/api/devices/" + enc + "/history" + query({ range: state.range, points: 600 })),
   ]);
-  if (seq !== state.seq) return;
+  if (seq !== state.seq || ticket !== state.ticket) return;
   showError(null);
   header.replaceChildren(
     el("h1", { text: id }),
@@ -790,9 +812,15 @@ function seriesStart(r) {
 }
 
 async function loadLatency(seq, body) {
+  if (!state.levels.size) {
+    destroyCharts();
+    body.replaceChildren(muted("No level selected.", "p"));
+    return;
+  }
   const params = { range: state.range, name: state.name, level: levelParam(), limit: 1000 };
+  const ticket = ++state.ticket;
   const r = await api("/api/latency" + query(params));
-  if (seq !== state.seq) return;
+  if (seq !== state.seq || ticket !== state.ticket) return;
   showError(null);
   destroyCharts();
   body.replaceChildren(

@@ -225,6 +225,38 @@ def test_forced_degraded_turns_its_row_without_a_reload(dash):
     assert dash.errors() == []
 
 
+def test_level_filter_and_sorting(dash):
+    dash.s.get(dash.base)
+    wait_for(lambda: len(dash.rows()) == len(LIVE + LINE), 15, "every row")
+    if dash.rows()[FORCED] != "DEGRADED":
+        publish_state(dash.broker.port, FORCED, "DEGRADED", "NOMINAL", FORCED_REASON)
+    dash.s.click("input[name='level'][value='NOMINAL']")
+    rows = wait_for(lambda: (r := dash.rows()) and "NOMINAL" not in r.values() and r, 8,
+                    "the NOMINAL rows filtered out")
+    assert rows.get(FORCED) == "DEGRADED", rows
+    dash.s.click("input[name='level'][value='NOMINAL']")
+    wait_for(lambda: len(dash.rows()) == len(LIVE + LINE), 8, "every row back")
+
+    def table():
+        """[(id, level)] in the table's order, read at once."""
+        return dash.s.execute("return [...document.querySelectorAll('#fleet-table tr.device')]"
+                              ".map((r) => [r.dataset.id, r.dataset.level])")
+
+    def order():
+        return [i for i, _ in table()]
+    assert order() == sorted(LIVE + LINE)
+    dash.s.click("th[data-sort='id']")  # the sorted column again: reversed
+    assert order() == sorted(LIVE + LINE, reverse=True)
+    dash.s.click("th[data-sort='level']")  # a figure: highest first
+    levels = [level for _, level in table()]
+    rank = ["NOMINAL", "WARN", "DEGRADED", "CRITICAL"]
+    assert [rank.index(x) for x in levels] == sorted((rank.index(x) for x in levels),
+                                                     reverse=True), levels
+    dash.s.click("th[data-sort='id']")
+    assert order() == sorted(LIVE + LINE)
+    assert dash.errors() == []
+
+
 def test_device_view_draws_its_charts(dash):
     device = LIVE[0]
     if dash.s.execute("return location.hash") not in ("", "#/"):
