@@ -116,8 +116,9 @@ typedef struct {
 struct em_rollup {
   sqlite3 *db;
   sqlite3_stmt *q[Q_COUNT];
-  bool wm_known; /* The committed minute watermark exists. */
-  int64_t wm_1m;
+  bool wm_known;  /* The committed minute watermark exists. */
+  int64_t wm_1m;  /* Committed: minutes before it are rolled, */
+  int64_t cur_1m; /* and of the minute at it, the devices with id <= cur_1m. */
   int64_t *devices;
   size_t n_devices, cap_devices;
   metric_acc_t metrics[EM_ROLLUP_MAX_METRICS];
@@ -131,12 +132,20 @@ struct em_rollup {
   uint8_t blob[EM_BUCKETS_BLOB_MAX];
   char *json;
   size_t json_cap;
+  int64_t t_end; /* The pass's budget ends (CLOCK_MONOTONIC), */
+  bool worked;   /* once it has rolled at least one device's step. */
 };
 
 static int64_t mono_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
+}
+
+/* Whether the pass should stop: its budget is spent, and it did something (so that every pass
+ * makes progress, whatever the budget). */
+static bool spent(const em_rollup_t *r) {
+  return r->worked && mono_ns() >= r->t_end;
 }
 
 static int64_t floor_to(int64_t t, int64_t step) {
@@ -182,7 +191,10 @@ static int meta_set(em_rollup_t *r, const char *key, int64_t value) {
 }
 
 int em_rollup_reload(em_rollup_t *r) {
-  return meta_get(r, "rollup_1m_ns", &r->wm_1m, &r->wm_known);
+  bool found;
+  r->cur_1m = 0;
+  int rc = meta_get(r, "rollup_1m_ns", &r->wm_1m, &r->wm_known);
+  return rc ? rc : meta_get(r, "rollup_1m_device", &r->cur_1m, &found);
 }
 
 int em_rollup_new(em_rollup_t **out, sqlite3 *db) {
@@ -224,12 +236,13 @@ void em_rollup_free(em_rollup_t *r) {
 }
 
 int em_rollup_note_raw(em_rollup_t *r, int64_t device, int64_t time_ns) {
-  if (!r->wm_known || time_ns >= r->wm_1m) {
+  int64_t t0 = floor_to(time_ns, EM_ROLLUP_MINUTE_NS);
+  if (!r->wm_known || t0 > r->wm_1m || (t0 == r->wm_1m && device > r->cur_1m)) {
     return 0;
   }
   sqlite3_stmt *st = r->q[Q_DIRTY_ADD];
   sqlite3_bind_int64(st, 1, device);
-  sqlite3_bind_int64(st, 2, floor_to(time_ns, EM_ROLLUP_MINUTE_NS));
+  sqlite3_bind_int64(st, 2, t0);
   return exec_stmt(st);
 }
 
@@ -660,6 +673,7 @@ static int roll_step(em_rollup_t *r, int64_t step_s, int64_t device, int64_t t0,
   sqlite3_stmt *qd = r->q[minute ? Q_RAW_DATA : Q_MIN_DATA];
   r->n_stages = 0;
   r->n_metrics = 0;
+  r->worked = true;
   int64_t n = 0;
   sqlite3_stmt *both[2] = {qs, qd};
   for (int i = 0; i < 2; i++) {
@@ -712,6 +726,34 @@ static int clear_step(em_rollup_t *r, int64_t step_s, int64_t device, int64_t t0
 
 /* --- the run ----------------------------------------------------------------------------- */
 
+/* How far one step size is rolled: every step before `wm`, and of the step at `wm` the devices
+ * with id <= `cur` (0: none yet). Kept in meta as <key>_ns and <key>_device. */
+typedef struct {
+  const char *key_ns;
+  const char *key_device;
+  bool known;
+  int64_t wm;
+  int64_t cur;
+} progress_t;
+
+/* Whether (device, step start t0) is already rolled. */
+static bool progress_covers(const progress_t *p, int64_t device, int64_t t0) {
+  return p->known && (t0 < p->wm || (t0 == p->wm && device <= p->cur));
+}
+
+static int progress_read(em_rollup_t *r, progress_t *p) {
+  bool found;
+  p->wm = 0;
+  p->cur = 0;
+  int rc = meta_get(r, p->key_ns, &p->wm, &p->known);
+  return rc ? rc : meta_get(r, p->key_device, &p->cur, &found);
+}
+
+static int progress_write(em_rollup_t *r, const progress_t *p) {
+  int rc = meta_set(r, p->key_ns, p->wm);
+  return rc ? rc : meta_set(r, p->key_device, p->cur);
+}
+
 static int load_devices(em_rollup_t *r) {
   sqlite3_stmt *st = r->q[Q_DEVICES];
   r->n_devices = 0;
@@ -761,8 +803,8 @@ static int first_time(em_rollup_t *r, int qa, int qb, int64_t from, int64_t *out
 }
 
 /* Recomputes the dirty minutes (at most EM_ROLLUP_MAX_DIRTY, within the budget) and the
- * rolled hours above them. */
-static int roll_dirty(em_rollup_t *r, int64_t wm_1m, bool have_1h, int64_t wm_1h, int64_t t_end,
+ * rolled hours above them. A dirty minute not rolled yet is only forgotten: its turn comes. */
+static int roll_dirty(em_rollup_t *r, const progress_t *p1m, const progress_t *p1h,
                       em_rollup_report_t *rep) {
   sqlite3_stmt *st = r->q[Q_DIRTY_LIST];
   sqlite3_bind_int(st, 1, EM_ROLLUP_MAX_DIRTY + 1);
@@ -785,17 +827,15 @@ static int roll_dirty(em_rollup_t *r, int64_t wm_1m, bool have_1h, int64_t wm_1h
     n = EM_ROLLUP_MAX_DIRTY;
     rep->more = true;
   }
-  /* Sorted by (device, time): the hours above them come in order, each once per run. */
-  int64_t hour_dev = -1;
-  int64_t hour_t = 0;
+  /* Sorted by (device, time): the hour above is recomputed after its last dirty minute. */
   for (size_t i = 0; rc == 0 && i < n; i++) {
-    if (mono_ns() >= t_end) {
+    if (spent(r)) {
       rep->more = true;
       break;
     }
     int64_t dev = dirty[i][0];
     int64_t t0 = dirty[i][1];
-    if (t0 < wm_1m) {
+    if (progress_covers(p1m, dev, t0)) {
       rc = clear_step(r, 60, dev, t0);
       if (rc == 0) {
         rc = roll_step(r, 60, dev, t0, rep);
@@ -804,13 +844,11 @@ static int roll_dirty(em_rollup_t *r, int64_t wm_1m, bool have_1h, int64_t wm_1h
     int64_t h0 = floor_to(t0, EM_ROLLUP_HOUR_NS);
     bool last_of_hour =
         i + 1 == n || dirty[i + 1][0] != dev || floor_to(dirty[i + 1][1], EM_ROLLUP_HOUR_NS) != h0;
-    if (rc == 0 && have_1h && h0 < wm_1h && last_of_hour && !(hour_dev == dev && hour_t == h0)) {
+    if (rc == 0 && last_of_hour && progress_covers(p1h, dev, h0)) {
       rc = clear_step(r, 3600, dev, h0);
       if (rc == 0) {
         rc = roll_step(r, 3600, dev, h0, rep);
       }
-      hour_dev = dev;
-      hour_t = h0;
     }
     if (rc == 0) {
       sqlite3_stmt *del = r->q[Q_DIRTY_DEL];
@@ -824,79 +862,93 @@ static int roll_dirty(em_rollup_t *r, int64_t wm_1m, bool have_1h, int64_t wm_1h
   return rc;
 }
 
-/* Rolls new steps of one size from *wm up to end (exclusive), walking with the skip-ahead. */
-static int roll_new(em_rollup_t *r, int64_t step_s, int64_t *wm, int64_t end, int max_steps,
-                    int64_t t_end, uint64_t *done, em_rollup_report_t *rep) {
+/* Rolls new steps of one size from p up to end (exclusive), device by device, walking with
+ * the skip-ahead; stops at max_steps whole steps or when the budget is spent, leaving p where
+ * it stopped (possibly inside a step). */
+static int roll_new(em_rollup_t *r, int64_t step_s, progress_t *p, int64_t end, int max_steps,
+                    uint64_t *done, em_rollup_report_t *rep) {
   int64_t step_ns = step_s * 1000000000ll;
   bool minute = step_s == 60;
   int steps = 0;
-  while (*wm < end) {
-    if (steps >= max_steps || mono_ns() >= t_end) {
-      rep->more = true;
-      return 0;
+  for (;;) {
+    if (p->cur == 0) { /* At a step's start: find the next step holding rows. */
+      if (p->wm >= end) {
+        return 0;
+      }
+      if (steps >= max_steps || spent(r)) {
+        rep->more = true;
+        return 0;
+      }
+      int64_t next = 0;
+      bool found = false;
+      int rc = first_time(r, minute ? Q_FIRST_WINDOW : Q_FIRST_MIN_STAGE,
+                          minute ? Q_FIRST_DATA : Q_FIRST_MIN_DATA, p->wm, &next, &found);
+      if (rc != 0) {
+        return rc;
+      }
+      if (!found || next >= end) {
+        p->wm = end;
+        return 0;
+      }
+      p->wm = floor_to(next, step_ns);
     }
-    int64_t next = 0;
-    bool found = false;
-    int rc = first_time(r, minute ? Q_FIRST_WINDOW : Q_FIRST_MIN_STAGE,
-                        minute ? Q_FIRST_DATA : Q_FIRST_MIN_DATA, *wm, &next, &found);
-    if (rc != 0) {
-      return rc;
+    for (size_t i = 0; i < r->n_devices; i++) {
+      if (r->devices[i] <= p->cur) {
+        continue;
+      }
+      if (spent(r)) {
+        rep->more = true;
+        return 0;
+      }
+      int rc = roll_step(r, step_s, r->devices[i], p->wm, rep);
+      if (rc != 0) {
+        return rc;
+      }
+      p->cur = r->devices[i];
     }
-    if (!found || next >= end) {
-      *wm = end;
-      return 0;
-    }
-    int64_t t0 = floor_to(next, step_ns);
-    for (size_t i = 0; rc == 0 && i < r->n_devices; i++) {
-      rc = roll_step(r, step_s, r->devices[i], t0, rep);
-    }
-    if (rc != 0) {
-      return rc;
-    }
-    *wm = t0 + step_ns;
+    p->wm += step_ns;
+    p->cur = 0;
     (*done)++;
     steps++;
   }
-  return 0;
 }
 
 int em_rollup_run(em_rollup_t *r, int64_t now_real_ns, int64_t budget_ns,
                   em_rollup_report_t *report) {
   em_rollup_report_t rep = {0};
-  int64_t t_end = mono_ns() + budget_ns;
-  int64_t wm_1m = 0;
-  int64_t wm_1h = 0;
-  bool have_1m = false;
-  bool have_1h = false;
+  r->t_end = mono_ns() + budget_ns;
+  r->worked = false;
+  progress_t p1m = {.key_ns = "rollup_1m_ns", .key_device = "rollup_1m_device"};
+  progress_t p1h = {.key_ns = "rollup_1h_ns", .key_device = "rollup_1h_device"};
   int rc = load_devices(r);
   if (rc == 0) {
-    rc = meta_get(r, "rollup_1m_ns", &wm_1m, &have_1m);
+    rc = progress_read(r, &p1m);
   }
   if (rc == 0) {
-    rc = meta_get(r, "rollup_1h_ns", &wm_1h, &have_1h);
+    rc = progress_read(r, &p1h);
   }
-  if (rc == 0 && have_1m) {
-    rc = roll_dirty(r, wm_1m, have_1h, wm_1h, t_end, &rep);
+  if (rc == 0 && p1m.known) {
+    rc = roll_dirty(r, &p1m, &p1h, &rep);
   }
   /* Minutes whose end is at least the grace before now; hours whose minutes are all rolled. */
   int64_t closed = floor_to(now_real_ns - (int64_t)EM_ROLLUP_GRACE_NS, EM_ROLLUP_MINUTE_NS);
-  int64_t from_1m = have_1m ? wm_1m : 0;
+  progress_t was = p1m;
   if (rc == 0) {
-    rc = roll_new(r, 60, &from_1m, closed, EM_ROLLUP_MAX_STEPS, t_end, &rep.minutes, &rep);
+    rc = roll_new(r, 60, &p1m, closed, EM_ROLLUP_MAX_STEPS, &rep.minutes, &rep);
   }
-  if (rc == 0 && (!have_1m || from_1m != wm_1m)) {
-    rc = meta_set(r, "rollup_1m_ns", from_1m);
+  if (rc == 0 && (!was.known || was.wm != p1m.wm || was.cur != p1m.cur)) {
+    rc = progress_write(r, &p1m);
   }
-  int64_t from_1h = have_1h ? wm_1h : 0;
+  was = p1h;
   if (rc == 0) {
-    rc = roll_new(r, 3600, &from_1h, floor_to(from_1m, EM_ROLLUP_HOUR_NS), EM_ROLLUP_MAX_HOURS,
-                  t_end, &rep.hours, &rep);
+    rc = roll_new(r, 3600, &p1h, floor_to(p1m.wm, EM_ROLLUP_HOUR_NS), EM_ROLLUP_MAX_HOURS,
+                  &rep.hours, &rep);
   }
-  if (rc == 0 && (!have_1h || from_1h != wm_1h)) {
-    rc = meta_set(r, "rollup_1h_ns", from_1h);
+  if (rc == 0 && (!was.known || was.wm != p1h.wm || was.cur != p1h.cur)) {
+    rc = progress_write(r, &p1h);
   }
-  rep.watermark_1m = from_1m;
-  rep.watermark_1h = from_1h;
+  rep.watermark_1m = p1m.wm;
+  rep.watermark_1h = p1h.wm;
   if (report) {
     *report = rep;
   }

@@ -227,6 +227,8 @@ struct em_store {
   bool in_batch;
   bool batch_t0_set;
   uint64_t batch_t0_ns; /* CLOCK_MONOTONIC (the caller's) of the first tick that saw the batch. */
+  bool rollup_t_set;
+  uint64_t rollup_t_ns; /* The caller's CLOCK_MONOTONIC of the tick's latest rollup pass. */
   uint8_t *blob;        /* Scratch for bucket blobs: EM_BUCKETS_BLOB_MAX bytes. */
   char *json;           /* Scratch for a data row's values. */
   size_t json_cap;
@@ -895,6 +897,12 @@ int em_store_tick(em_store_t *s, uint64_t now_ns) {
   if (!s) {
     return -EINVAL;
   }
+  if (!s->opts.rollup_manual &&
+      (!s->rollup_t_set || now_ns - s->rollup_t_ns >= EM_STORE_ROLLUP_EVERY_MS * 1000000ull)) {
+    s->rollup_t_set = true;
+    s->rollup_t_ns = now_ns;
+    return em_store_rollup(s, realtime_ns(), NULL); /* Commits the batch first. */
+  }
   if (!s->in_batch) {
     return 0;
   }
@@ -955,7 +963,9 @@ int em_store_rollup(em_store_t *s, uint64_t now_real_ns, em_rollup_report_t *rep
     return -EIO;
   }
   em_rollup_report_t rep = {0};
-  int rc = em_rollup_run(s->rollup, clamp_i64(now_real_ns), EM_ROLLUP_BUDGET_NS, &rep);
+  int32_t ms = s->opts.rollup_budget_ms;
+  int64_t budget = ms == 0 ? EM_ROLLUP_BUDGET_NS : ms < 0 ? -1 : (int64_t)ms * 1000000;
+  int rc = em_rollup_run(s->rollup, clamp_i64(now_real_ns), budget, &rep);
   if (rc != 0) {
     note_failure(s, "rollups", rc);
     maintenance_failed(s);

@@ -39,6 +39,12 @@ typedef struct {
   uint64_t retention_s;        /* Delete rows older than this; 0 keeps everything. */
   uint64_t downsample_after_s; /* Downsample samples older than this; 0 never. */
   uint64_t downsample_step_s;  /* Bucket width of downsampled samples (> 0 when used). */
+  /* Rollups run only when em_store_rollup() or em_store_retain() is called, not from
+   * em_store_tick() (for tests that drive the clock). */
+  bool rollup_manual;
+  /* CLOCK_MONOTONIC ms a rollup pass starts work in: 0 is EM_ROLLUP_BUDGET_NS (200 ms); < 0
+   * one device's step a pass (tests). A pass always rolls at least one step. */
+  int32_t rollup_budget_ms;
 } em_store_opts_t;
 
 typedef struct {
@@ -72,7 +78,9 @@ int em_store_add(em_store_t *s, const char *device, const em_device_t *dev, cons
                  uint64_t recv_ns);
 
 /* Commits the open batch when batch_ms passed since it began or batch_rows are pending.
- * now_ns is CLOCK_MONOTONIC. Returns 0 or -EIO. */
+ * now_ns is CLOCK_MONOTONIC. Unless opts.rollup_manual, also runs a rollup pass
+ * (em_store_rollup(), with CLOCK_REALTIME) on the first tick and then every
+ * EM_STORE_ROLLUP_EVERY_MS of now_ns: the rollups' periodic maintenance. Returns 0 or -EIO. */
 int em_store_tick(em_store_t *s, uint64_t now_ns);
 
 /* Commits whatever is pending. Returns 0 or -EIO. */
@@ -83,10 +91,14 @@ int em_store_flush(em_store_t *s);
  * also deletes rollup rows (and dirty minutes) older than retention_s. Returns 0 or -EIO. */
 int em_store_retain(em_store_t *s, uint64_t now_real_ns);
 
+#define EM_STORE_ROLLUP_EVERY_MS 1000u /* em_store_tick()'s rollup pass period. */
+
 /* Commits the open batch, then runs one rollup pass (rollup.h) in a transaction of its own:
- * dirty minutes, then closed minutes and hours, at most EM_ROLLUP_MAX_STEPS minutes and
- * EM_ROLLUP_MAX_HOURS hours, starting work only within EM_ROLLUP_BUDGET_NS (2 s) of the call;
- * a backlog catches up over successive calls (report->more). em_store_retain() calls it.
+ * dirty minutes, then closed minutes and hours device by device, at most EM_ROLLUP_MAX_STEPS
+ * minutes and EM_ROLLUP_MAX_HOURS hours, starting a device's step only within
+ * EM_ROLLUP_BUDGET_NS (200 ms) of the call: at most that plus one device's step (a few ms) of
+ * ingest waits. A backlog catches up over successive calls (report->more). em_store_tick()
+ * calls it every second and em_store_retain() every time.
  * Returns 0 or -EIO (counted as a failure of table "rollups"; nothing of the pass is kept). */
 int em_store_rollup(em_store_t *s, uint64_t now_real_ns, em_rollup_report_t *report);
 

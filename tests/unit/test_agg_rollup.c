@@ -65,6 +65,18 @@ static int teardown(void **state) {
   return 0;
 }
 
+static em_store_t *open_opts(const fixture_t *f, em_store_opts_t *o) {
+  em_store_t *s = NULL;
+  char err[512];
+  o->path = f->path;
+  o->batch_ms = 1000;
+  o->batch_rows = 1000;
+  if (em_store_open(&s, o, NULL, err, sizeof(err)) != 0) {
+    fail_msg("em_store_open: %s", err);
+  }
+  return s;
+}
+
 static em_store_t *open_store_with(const fixture_t *f, uint64_t retention_s,
                                    uint64_t downsample_after_s) {
   em_store_opts_t o = {.path = f->path,
@@ -72,7 +84,8 @@ static em_store_t *open_store_with(const fixture_t *f, uint64_t retention_s,
                        .batch_rows = 1000,
                        .retention_s = retention_s,
                        .downsample_after_s = downsample_after_s,
-                       .downsample_step_s = 60};
+                       .downsample_step_s = 60,
+                       .rollup_manual = true};
   em_store_t *s = NULL;
   char err[512];
   if (em_store_open(&s, &o, NULL, err, sizeof(err)) != 0) {
@@ -418,6 +431,68 @@ static void rollup_retention_deletes_old_rollups(void **state) {
   assert_int_equal(em_store_close(s), 0);
 }
 
+/* A pass that spends its budget stops inside a minute, after a device: the watermark says which
+ * devices of that minute are rolled, a late row of one of them marks the minute dirty, a row of
+ * a device not rolled yet does not, and the passes that follow finish every step exactly. */
+static void rollup_goes_device_by_device(void **state) {
+  fixture_t *f = *state;
+  em_store_opts_t o = {.rollup_manual = true, .rollup_budget_ms = -1}; /* One step a pass. */
+  em_store_t *s = open_opts(f, &o);
+  static const char *const devs[] = {"dev-a", "dev-b", "dev-c"};
+  uint32_t k = 0;
+  for (uint64_t t = 0; t < 3 * 60; t += 10) {
+    for (int d = 0; d < 3; d++) {
+      add_data(f, s, devs[d], T0_NS + t * S_NS, k++, false);
+    }
+  }
+  assert_int_equal(em_store_flush(s), 0);
+  uint64_t now = T0_NS + H_NS + 10 * S_NS;
+  em_rollup_report_t rep;
+  assert_int_equal(em_store_rollup(s, now, &rep), 0);
+  assert_true(rep.more);
+  assert_int_equal(rep.minutes, 0);
+  assert_int_equal(q_int(f->path, "SELECT value FROM meta WHERE key = 'rollup_1m_ns'"),
+                   (int64_t)T0_NS);
+  assert_int_equal(q_int(f->path, "SELECT value FROM meta WHERE key = 'rollup_1m_device'"), 1);
+  assert_int_equal(q_int(f->path, "SELECT count(DISTINCT device) FROM stage_rollups"), 1);
+  add_data(f, s, "dev-a", T0_NS + 55 * S_NS, k++, true); /* Rolled: dirty. */
+  add_data(f, s, "dev-c", T0_NS + 56 * S_NS, k++, true); /* Not rolled yet: not dirty. */
+  assert_int_equal(em_store_flush(s), 0);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM rollup_dirty"), 1);
+  assert_int_equal(q_int(f->path, "SELECT device FROM rollup_dirty"), 1);
+  int passes = 1 + roll_all(s, now);
+  assert_true(passes >= 3 * 3 + 3); /* A step a pass: 3 devices x 3 minutes, 3 hours' rows. */
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM rollup_dirty"), 0);
+  assert_all_exact(f->path);
+  assert_int_equal(em_store_close(s), 0);
+}
+
+/* Without rollup_manual, em_store_tick() runs a pass on its first call and then once a second
+ * of its clock: a late row waits for the next second's pass. */
+static void rollup_tick_runs_a_pass_every_second(void **state) {
+  fixture_t *f = *state;
+  em_store_opts_t o = {0};
+  em_store_t *s = open_opts(f, &o);
+  em_msg_t d = {.kind = EM_MSG_DATA};
+  em_stage_t w = {
+      .name = "infer", .count = 1, .sum_ns = 5, .min_ns = 5, .max_ns = 5, .zero_count = 1};
+  d.u.data =
+      (em_data_t){.head = {.time_ns = T0_NS, .session = 1}, .seq = 1, .stages = &w, .n_stages = 1};
+  assert_int_equal(em_store_add(s, "dev-a", NULL, &d, T0_NS), 0);
+  assert_int_equal(em_store_tick(s, 5 * S_NS), 0); /* The first tick: commits, then a pass. */
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM stage_rollups WHERE step_s = 60"), 1);
+  d.u.data.head.time_ns = T0_NS + 10 * MIN_NS; /* Below the watermark (now, in 2026 or later). */
+  d.u.data.seq = 2;
+  assert_int_equal(em_store_add(s, "dev-a", NULL, &d, T0_NS), 0);
+  assert_int_equal(em_store_tick(s, 5 * S_NS + 999000000), 0);
+  assert_int_equal(em_store_flush(s), 0);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM rollup_dirty"), 1);
+  assert_int_equal(em_store_tick(s, 6 * S_NS), 0);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM rollup_dirty"), 0);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM stage_rollups WHERE step_s = 60"), 2);
+  assert_int_equal(em_store_close(s), 0);
+}
+
 /* Data rows already downsampled to one row per minute (n > 1, means) roll up as n samples
  * with that mean: the same figures as the raw rows would have given. */
 static void rollup_downsampled_rows_count_as_their_samples(void **state) {
@@ -487,6 +562,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(rollup_retention_deletes_old_rollups, setup, teardown),
       cmocka_unit_test_setup_teardown(rollup_downsampled_rows_count_as_their_samples, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(rollup_goes_device_by_device, setup, teardown),
+      cmocka_unit_test_setup_teardown(rollup_tick_runs_a_pass_every_second, setup, teardown),
       cmocka_unit_test_setup_teardown(rollup_kill_9_while_rolling_loses_nothing, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

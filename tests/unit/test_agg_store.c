@@ -77,7 +77,8 @@ static int teardown(void **state) {
 }
 
 static em_store_opts_t opts_for(const fixture_t *f) {
-  em_store_opts_t o = {.path = f->path, .batch_ms = 1000, .batch_rows = 1000};
+  em_store_opts_t o = {
+      .path = f->path, .batch_ms = 1000, .batch_rows = 1000, .rollup_manual = true};
   return o;
 }
 
