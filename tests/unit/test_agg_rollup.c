@@ -543,8 +543,10 @@ static void rollup_kill_9_while_rolling_loses_nothing(void **state) {
   int status;
   assert_int_equal(waitpid(pid, &status, 0), pid);
   assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  /* The first pass's rows are committed, with their watermark. */
+  assert_true(q_int(f->path, "SELECT count(*) FROM stage_rollups") > 0);
   int64_t rolled = q_int(f->path, "SELECT value FROM meta WHERE key = 'rollup_1m_ns'");
-  assert_true(rolled >= (int64_t)(T0_NS + 30 * MIN_NS));
+  assert_true(rolled >= (int64_t)T0_NS);
   printf("killed with minutes rolled up to T0 + %lld min\n",
          (long long)((rolled - (int64_t)T0_NS) / (int64_t)MIN_NS));
   s = open_store(f, 0);
