@@ -162,7 +162,6 @@ def dash(tmp_path_factory):
         dashboard = Dashboard(agg, session, broker)
         dashboard.started = time.monotonic()
         yield dashboard
-        session.quit()
     finally:
         for thing in reversed(started):
             thing.stop()

@@ -63,13 +63,15 @@ def _request(method, url, body=None, timeout=60):
 
 
 class Driver:
-    """A chromedriver process on a free loopback port; stop() ends it and its browsers."""
+    """A chromedriver process on a free loopback port; stop() ends its browsers and it (a
+    browser outlives a chromedriver that is only terminated)."""
 
     def __init__(self, log_path):
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(log_path, "ab")
         self.proc = None
+        self.sessions = []
 
     def start(self, timeout=20):
         self.proc = subprocess.Popen(
@@ -99,9 +101,13 @@ class Driver:
         }
         value = _request("POST", self.url + "/session",
                          {"capabilities": {"alwaysMatch": caps}}, timeout=90)
-        return Session(self.url + "/session/" + value["sessionId"])
+        session = Session(self.url + "/session/" + value["sessionId"])
+        self.sessions.append(session)
+        return session
 
     def stop(self):
+        for session in self.sessions:
+            session.quit()
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -117,6 +123,7 @@ class Session:
 
     def __init__(self, base):
         self.base = base
+        self.open = True
 
     def _cmd(self, method, path, body=None, timeout=60):
         return _request(method, self.base + path, body, timeout)
@@ -177,6 +184,10 @@ class Session:
             raise
 
     def quit(self):
+        """Closes the browser; again is a no-op."""
+        if not self.open:
+            return
+        self.open = False
         try:
             self._cmd("DELETE", "", timeout=30)
         except (OSError, WebDriverError):
