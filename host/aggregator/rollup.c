@@ -688,6 +688,9 @@ static int roll_step(em_rollup_t *r, int64_t step_s, int64_t device, int64_t t0,
   sqlite3_clear_bindings(qs);
   sqlite3_clear_bindings(qd);
   for (size_t i = 0; rc == 0 && i < r->n_stages; i++) {
+    if (em_histo_count(r->stages[i].h) == 0) {
+      continue; /* Only malformed windows: no row (absent is not zero). */
+    }
     rc = put_stage(r, step_s, device, t0, r->stages[i].stage, r->stages[i].h);
     rep->rows += rc == 0;
   }

@@ -493,6 +493,43 @@ static void rollup_tick_runs_a_pass_every_second(void **state) {
   assert_int_equal(em_store_close(s), 0);
 }
 
+/* Malformed raw rows (a blob of one byte, a values object with an array in it) are left out
+ * and counted; a string value is skipped and the number beside it kept; the step's other rows
+ * roll up as always. */
+static void rollup_leaves_out_malformed_rows(void **state) {
+  fixture_t *f = *state;
+  em_store_t *s = open_store(f, 0);
+  add_span(f, s, T0_NS, 120, 10);
+  sqlite3 *db = NULL;
+  assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
+  char sql[600];
+  snprintf(sql, sizeof(sql),
+           "INSERT INTO stage_windows VALUES(1, %llu, 1, 1, 3, 1, 1, 1, 1, 1, 1, 1, 3, 0, x'00');"
+           "INSERT INTO data(device, time_ns, vals) VALUES(1, %llu, '{\"1\": [1]}');"
+           "INSERT INTO data(device, time_ns, vals) VALUES(1, %llu, '{\"1\": \"x\", \"2\": 5}')",
+           (unsigned long long)(T0_NS + 5 * S_NS), (unsigned long long)(T0_NS + 6 * S_NS),
+           (unsigned long long)(T0_NS + 7 * S_NS));
+  assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(db);
+  em_rollup_report_t rep;
+  uint64_t bad = 0;
+  do {
+    assert_int_equal(em_store_rollup(s, T0_NS + 2 * H_NS, &rep), 0);
+    bad += rep.bad_rows;
+  } while (rep.more);
+  assert_int_equal(bad, 2);
+  assert_int_equal(q_int(f->path, "SELECT count FROM stage_rollups WHERE step_s = 60 AND"
+                                  " device = 1 AND stage = 1 AND time_ns = 1699999200000000000"),
+                   q_int(f->path, "SELECT sum(count) FROM stage_windows WHERE device = 1 AND"
+                                  " stage = 1 AND time_ns < 1699999260000000000"
+                                  " AND length(buckets) != 1"));
+  assert_int_equal(q_int(f->path, "SELECT json_extract(max, '$.\"2\"') FROM data_rollups"
+                                  " WHERE step_s = 60 AND device = 1"
+                                  " AND time_ns = 1699999200000000000"),
+                   5);
+  assert_int_equal(em_store_close(s), 0);
+}
+
 /* Data rows already downsampled to one row per minute (n > 1, means) roll up as n samples
  * with that mean: the same figures as the raw rows would have given. */
 static void rollup_downsampled_rows_count_as_their_samples(void **state) {
@@ -565,6 +602,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(rollup_downsampled_rows_count_as_their_samples, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(rollup_goes_device_by_device, setup, teardown),
+      cmocka_unit_test_setup_teardown(rollup_leaves_out_malformed_rows, setup, teardown),
       cmocka_unit_test_setup_teardown(rollup_tick_runs_a_pass_every_second, setup, teardown),
       cmocka_unit_test_setup_teardown(rollup_kill_9_while_rolling_loses_nothing, setup, teardown),
   };
