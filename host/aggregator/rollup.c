@@ -132,8 +132,13 @@ struct em_rollup {
   uint8_t blob[EM_BUCKETS_BLOB_MAX];
   char *json;
   size_t json_cap;
-  int64_t t_end; /* The pass's budget ends (CLOCK_MONOTONIC), */
-  bool worked;   /* once it has rolled at least one device's step. */
+  /* Idle: the last committed pass left nothing to do, at closed minute idle_closed, and no
+   * dirty minute was noted since (em_rollup_has_work()). */
+  bool idle, pass_idle;
+  int64_t idle_closed, pass_closed;
+  uint64_t noted; /* Dirty minutes noted since the last pass began. */
+  int64_t t_end;  /* The pass's budget ends (CLOCK_MONOTONIC), */
+  bool worked;    /* once it has rolled at least one device's step. */
 };
 
 static int64_t mono_ns(void) {
@@ -190,7 +195,10 @@ static int meta_set(em_rollup_t *r, const char *key, int64_t value) {
   return exec_stmt(st);
 }
 
-int em_rollup_reload(em_rollup_t *r) {
+int em_rollup_reload(em_rollup_t *r, bool committed) {
+  r->idle = committed && r->pass_idle && r->noted == 0;
+  r->idle_closed = r->pass_closed;
+  r->pass_idle = false;
   bool found;
   r->cur_1m = 0;
   int rc = meta_get(r, "rollup_1m_ns", &r->wm_1m, &r->wm_known);
@@ -211,7 +219,7 @@ int em_rollup_new(em_rollup_t **out, sqlite3 *db) {
       return -EIO;
     }
   }
-  if (em_rollup_reload(r) != 0) {
+  if (em_rollup_reload(r, false) != 0) {
     em_rollup_free(r);
     return -EIO;
   }
@@ -243,7 +251,17 @@ int em_rollup_note_raw(em_rollup_t *r, int64_t device, int64_t time_ns) {
   sqlite3_stmt *st = r->q[Q_DIRTY_ADD];
   sqlite3_bind_int64(st, 1, device);
   sqlite3_bind_int64(st, 2, t0);
+  r->noted++;
+  r->idle = false;
   return exec_stmt(st);
+}
+
+static int64_t closed_minute(int64_t now_real_ns) {
+  return floor_to(now_real_ns - (int64_t)EM_ROLLUP_GRACE_NS, EM_ROLLUP_MINUTE_NS);
+}
+
+bool em_rollup_has_work(const em_rollup_t *r, int64_t now_real_ns) {
+  return !r->idle || closed_minute(now_real_ns) != r->idle_closed;
 }
 
 /* --- values objects ---------------------------------------------------------------------- */
@@ -921,6 +939,7 @@ int em_rollup_run(em_rollup_t *r, int64_t now_real_ns, int64_t budget_ns,
   em_rollup_report_t rep = {0};
   r->t_end = mono_ns() + budget_ns;
   r->worked = false;
+  r->noted = 0;
   progress_t p1m = {.key_ns = "rollup_1m_ns", .key_device = "rollup_1m_device"};
   progress_t p1h = {.key_ns = "rollup_1h_ns", .key_device = "rollup_1h_device"};
   int rc = load_devices(r);
@@ -934,7 +953,7 @@ int em_rollup_run(em_rollup_t *r, int64_t now_real_ns, int64_t budget_ns,
     rc = roll_dirty(r, &p1m, &p1h, &rep);
   }
   /* Minutes whose end is at least the grace before now; hours whose minutes are all rolled. */
-  int64_t closed = floor_to(now_real_ns - (int64_t)EM_ROLLUP_GRACE_NS, EM_ROLLUP_MINUTE_NS);
+  int64_t closed = closed_minute(now_real_ns);
   progress_t was = p1m;
   if (rc == 0) {
     rc = roll_new(r, 60, &p1m, closed, EM_ROLLUP_MAX_STEPS, &rep.minutes, &rep);
@@ -950,6 +969,8 @@ int em_rollup_run(em_rollup_t *r, int64_t now_real_ns, int64_t budget_ns,
   if (rc == 0 && (!was.known || was.wm != p1h.wm || was.cur != p1h.cur)) {
     rc = progress_write(r, &p1h);
   }
+  r->pass_idle = rc == 0 && !rep.more;
+  r->pass_closed = closed;
   rep.watermark_1m = p1m.wm;
   rep.watermark_1h = p1h.wm;
   if (report) {

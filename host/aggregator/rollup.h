@@ -60,9 +60,13 @@ void em_rollup_free(em_rollup_t *r); /* NULL is a no-op. */
 int em_rollup_run(em_rollup_t *r, int64_t now_real_ns, int64_t budget_ns,
                   em_rollup_report_t *report);
 
-/* Re-reads the committed minute watermark (after a run's COMMIT or ROLLBACK). Returns 0 or an
- * SQLite result code. */
-int em_rollup_reload(em_rollup_t *r);
+/* Re-reads the committed minute watermark after a run's COMMIT (committed true) or ROLLBACK.
+ * Returns 0 or an SQLite result code. */
+int em_rollup_reload(em_rollup_t *r, bool committed);
+
+/* False when a pass now would find nothing to do: the last committed pass finished everything,
+ * no minute has closed since, and no dirty minute was noted since. */
+bool em_rollup_has_work(const em_rollup_t *r, int64_t now_real_ns);
 
 /* For a raw row of device at time_ns just written in the open transaction: when time_ns is
  * below the minute watermark, records its (device, minute) in rollup_dirty. Returns 0 or an

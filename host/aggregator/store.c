@@ -901,7 +901,10 @@ int em_store_tick(em_store_t *s, uint64_t now_ns) {
       (!s->rollup_t_set || now_ns - s->rollup_t_ns >= EM_STORE_ROLLUP_EVERY_MS * 1000000ull)) {
     s->rollup_t_set = true;
     s->rollup_t_ns = now_ns;
-    return em_store_rollup(s, realtime_ns(), NULL); /* Commits the batch first. */
+    uint64_t real = realtime_ns();
+    if (em_rollup_has_work(s->rollup, clamp_i64(real))) {
+      return em_store_rollup(s, real, NULL); /* Commits the batch first. */
+    }
   }
   if (!s->in_batch) {
     return 0;
@@ -972,7 +975,7 @@ int em_store_rollup(em_store_t *s, uint64_t now_real_ns, em_rollup_report_t *rep
   } else {
     rc = batch_commit(s);
   }
-  (void)em_rollup_reload(s->rollup); /* The committed watermark, either way. */
+  (void)em_rollup_reload(s->rollup, rc == 0); /* The committed watermark, either way. */
   if (rc != 0) {
     return -EIO;
   }

@@ -80,7 +80,9 @@ int em_store_add(em_store_t *s, const char *device, const em_device_t *dev, cons
 /* Commits the open batch when batch_ms passed since it began or batch_rows are pending.
  * now_ns is CLOCK_MONOTONIC. Unless opts.rollup_manual, also runs a rollup pass
  * (em_store_rollup(), with CLOCK_REALTIME) on the first tick and then every
- * EM_STORE_ROLLUP_EVERY_MS of now_ns: the rollups' periodic maintenance. Returns 0 or -EIO. */
+ * EM_STORE_ROLLUP_EVERY_MS of now_ns, unless the last pass finished everything and neither a
+ * minute has closed nor a late row come since: the rollups' periodic maintenance. Returns 0 or
+ * -EIO. */
 int em_store_tick(em_store_t *s, uint64_t now_ns);
 
 /* Commits whatever is pending. Returns 0 or -EIO. */
