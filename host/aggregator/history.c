@@ -31,9 +31,8 @@
 #include <string.h>
 #include <time.h>
 
-#define NS_PER_S           1000000000ull
-#define HISTORY_MMAP_BYTES "4294967296" /* Address space, not memory: 4 GiB of the file. */
-#define MAX_BODY_BYTES     (64u * 1024u * 1024u)
+#define NS_PER_S       1000000000ull
+#define MAX_BODY_BYTES (64u * 1024u * 1024u)
 
 struct em_history {
   sqlite3 *db;
@@ -224,10 +223,10 @@ int em_history_open(em_history_t **out, const char *db_path, char *err, size_t e
     return -EIO;
   }
   sqlite3_busy_timeout(h->db, (int)EM_HISTORY_DEADLINE_MS);
-  /* Pages read through a memory map (no copy per read) and a cache of their own: a 7-day fleet
-   * query reads hundreds of MB of rollup rows, every request. */
-  (void)sqlite3_exec(h->db, "PRAGMA mmap_size = " HISTORY_MMAP_BYTES "; PRAGMA cache_size = -65536",
-                     NULL, NULL, NULL);
+  /* A page cache of its own (64 MiB). No memory map: the writer grows the file all the time,
+   * and SQLite maps it again after every growth, so each query faulted the whole map back in
+   * (a 7-day latency over 200 devices took over 2 s mapped, 1.1 s with plain reads). */
+  (void)sqlite3_exec(h->db, "PRAGMA cache_size = -65536", NULL, NULL, NULL);
   sqlite3_progress_handler(h->db, 1000, progress, h);
   *out = h;
   return 0;
