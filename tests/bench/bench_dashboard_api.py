@@ -13,7 +13,7 @@ Then a second aggregator serves the store while edgemon-sim keeps the fleet live
 each endpoint is fetched --fetches times, the endpoints interleaved; prints the median and p99
 of the whole GET and the body size.
 
-    bench_dashboard_api.py [--build DIR] [--devices N] [--fetches N]
+    bench_dashboard_api.py [--build DIR] [--devices N] [--fetches N] [--page-size BYTES]
 """
 
 import argparse
@@ -158,7 +158,8 @@ def options():
             ("--devices", int, 1000, "simulated devices"),
             ("--fetches", int, 30, "GETs per endpoint"),
             ("--mosquitto", str, "/usr/sbin/mosquitto", "broker binary"),
-            ("--keep", str, None, "copy the synthesized store to this path")):
+            ("--keep", str, None, "copy the synthesized store to this path"),
+            ("--page-size", int, None, "create the store with this SQLite page size")):
         ap.add_argument(flag, type=kind, default=default, help=f"{text} (default {default})")
     return ap.parse_args()
 
@@ -180,6 +181,11 @@ def main():
         agg = None
         live = None
         try:
+            if args.page_size:  # An empty file with only its page size: the store's schema
+                pre = sqlite3.connect(str(tmp / "agg.db"))  # is created at that size.
+                pre.execute(f"PRAGMA page_size = {args.page_size}")
+                pre.execute("VACUUM")
+                pre.close()
             agg = Aggregator(str(agg_bin), broker.port, tmp)
             subprocess.run([*sim_args, "--duration", "3"], check=True, stderr=subprocess.DEVNULL)
             time.sleep(1)
@@ -224,6 +230,7 @@ def main():
                 agg.stop()
             broker.stop()
     print(f"{os.uname().nodename}, {os.cpu_count()} CPUs, {args.devices} devices x 3 stages, "
+          f"page size {args.page_size or 'default'}, "
           f"7-day store of {db_bytes / 2**20:.0f} MiB built in {built_s:.0f} s "
           f"({', '.join(f'{k} {v:,}' for k, v in written.items())} rows), "
           f"{args.fetches} GETs per endpoint, interleaved\n")
