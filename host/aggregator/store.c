@@ -70,7 +70,11 @@
  * gain the unique index of level_changes (their repeated rows deleted first, the first kept). */
 #define EM_STORE_MIGRATES_FROM 2
 #define EM_STORE_CACHE_KIB     32768 /* SQLite page cache: keeps the hot index pages. */
-#define EM_STORE_CKPT_MS       1000  /* WAL checkpoint period (checkpoint.h). */
+/* Page size of a new store: a 1-hour rollup row (~1.4 KB) fits in a 16 KiB page of the
+ * WITHOUT ROWID stage_rollups, where at 4 KiB (local payload ~1 KB) it continued on an overflow
+ * page and a 7-day scan read every row from two pages (SCHEMA.md, "Page size"). */
+#define EM_STORE_PAGE_BYTES 16384u
+#define EM_STORE_CKPT_MS    1000 /* WAL checkpoint period (checkpoint.h). */
 /* The WAL's bounds (SCHEMA.md, "WAL bound"). After a commit that leaves the WAL file above
  * EM_STORE_WAL_RESTART_BYTES the writer checkpoints what the checkpointer has not yet copied,
  * so that its next batch starts the log over; the log restart cuts the file back to that size
@@ -1187,6 +1191,13 @@ static int check_and_create(em_store_t *s, char *err, size_t err_cap) {
     return -EIO;
   }
 
+  /* A new store gets EM_STORE_PAGE_BYTES pages; SQLite takes the size only before the first
+   * table and before WAL mode, so an existing store keeps the size it was created with. */
+  if (n_tables == 0) {
+    char page[48];
+    snprintf(page, sizeof(page), "PRAGMA page_size=%u", EM_STORE_PAGE_BYTES);
+    (void)sqlite3_exec(s->db, page, NULL, NULL, NULL);
+  }
   char mode[32];
   rc = query_text(s->db, "PRAGMA journal_mode=WAL", mode, sizeof(mode));
   if (rc != SQLITE_OK || strcmp(mode, "wal") != 0) {

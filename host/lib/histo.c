@@ -182,7 +182,13 @@ static int absorb(em_histo_t *h, const source_t *src) {
     return rc;
   }
   int32_t k = src->scale - scale;
-  if (src->sparse) {
+  if (src->sparse && k == 0) { /* Same scale (the common case): no index mapping. */
+    uint64_t *counts = h->counts;
+    for (size_t j = 0; j < src->n_sparse; j++) {
+      size_t i = (size_t)((int64_t)src->sparse[j].index - lo);
+      counts[i] = add_sat(counts[i], src->sparse[j].count);
+    }
+  } else if (src->sparse) {
     for (size_t j = 0; j < src->n_sparse; j++) {
       int64_t i = shift_floor(src->sparse[j].index, k) - lo;
       h->counts[i] = add_sat(h->counts[i], src->sparse[j].count);
@@ -226,7 +232,14 @@ static int check_stage(const em_stage_t *s) {
 }
 
 int em_histo_add_stage(em_histo_t *h, const em_stage_t *s) {
-  if (!h || !s) {
+  if (!h) {
+    return -EINVAL;
+  }
+  return em_histo_add_stage_each(&h, 1, s);
+}
+
+int em_histo_add_stage_each(em_histo_t *const *hs, size_t n, const em_stage_t *s) {
+  if (!hs || !s) {
     return -EINVAL;
   }
   if (s->count == 0) {
@@ -242,11 +255,16 @@ int em_histo_add_stage(em_histo_t *h, const em_stage_t *s) {
     src.lo = s->buckets[0].index;
     src.hi = s->buckets[s->n_buckets - 1].index;
   }
-  rc = absorb(h, &src);
-  if (rc != 0) {
-    return rc;
+  for (size_t i = 0; i < n; i++) {
+    if (!hs[i]) {
+      continue;
+    }
+    rc = absorb(hs[i], &src);
+    if (rc != 0) {
+      return rc;
+    }
+    add_summary(hs[i], s->count, s->sum_ns, s->min_ns, s->max_ns, s->zero_count);
   }
-  add_summary(h, s->count, s->sum_ns, s->min_ns, s->max_ns, s->zero_count);
   return 0;
 }
 

@@ -32,6 +32,12 @@ void em_histo_free(em_histo_t *h); /* NULL is a no-op. */
  * count or whose scale is out of range, or -ENOMEM. */
 int em_histo_add_stage(em_histo_t *h, const em_stage_t *s);
 
+/* Merges one stage window into each non-NULL histogram of hs[0..n), as em_histo_add_stage()
+ * on each but checking the window once. Returns 0, -EINVAL for a malformed window (none
+ * changed), or the -EINVAL or -ENOMEM of the merge into one of them (those before it hold the
+ * window; it and the rest are as they were). */
+int em_histo_add_stage_each(em_histo_t *const *hs, size_t n, const em_stage_t *s);
+
 /* Merges `src` into `dst`. Returns 0 or -ENOMEM. */
 int em_histo_merge(em_histo_t *dst, const em_histo_t *src);
 
