@@ -5,15 +5,17 @@
  * merged exactly from the histograms of every matching device). host/README.md documents the
  * answers.
  *
- * Reads SQLite through a read-only connection of its own (WAL lets it read while the store
- * writes), used by the HTTP thread only. A range is answered from the finest stored resolution
- * that fits the points asked for: raw stage windows and data rows, or the 1-minute or 1-hour
- * rollups (schema v5, SCHEMA.md), with the part past a rollup's watermark filled from the finer
- * level so the newest data is never missing. Percentiles per point and for the fleet are merged
- * from the histograms (histo.h), never averaged. Every query runs under a deadline
- * (EM_HISTORY_DEADLINE_MS): past it the answer is 503 {"error": "query took too long"}.
+ * Reads SQLite through read-only connections of its own (WAL lets them read while the store
+ * writes), used by the HTTP thread, and for /api/latency over many devices by a worker thread
+ * that reads half of them on the second connection for the length of the request. A range is
+ * answered from the finest stored resolution that fits the points asked for: raw stage windows and
+ * data rows, or the 1-minute or 1-hour rollups (schema v5, SCHEMA.md), with the part past a
+ * rollup's watermark filled from the finer level so the newest data is never missing. Percentiles
+ * per point and for the fleet are merged from the histograms (histo.h), never averaged. Every query
+ * runs under a deadline (EM_HISTORY_DEADLINE_MS): past it the answer is 503 {"error": "query took
+ * too long"}.
  *
- * Owns the connection and its prepared statements. Not thread-safe: one caller at a time.
+ * Owns the connections and their prepared statements. Not thread-safe: one caller at a time.
  */
 #ifndef EM_AGG_HISTORY_H
 #define EM_AGG_HISTORY_H
