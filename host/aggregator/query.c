@@ -230,7 +230,7 @@ int em_query_parse(em_query_kind_t kind, const em_query_param_t *params, size_t 
       if (strlen(v) > EM_QUERY_MAX_GLOB_BYTES) {
         return fail(err, err_cap, "name: longer than %u bytes", EM_QUERY_MAX_GLOB_BYTES);
       }
-      snprintf(out->name, sizeof(out->name), "%s", v);
+      memcpy(out->name, v, strlen(v) + 1); /* fits: checked above */
       out->have_name = true;
     } else if (strcmp(key, "level") == 0) {
       int rc = parse_levels(v, &out->level_mask, err, err_cap);
@@ -241,7 +241,7 @@ int em_query_parse(em_query_kind_t kind, const em_query_param_t *params, size_t 
       if (strlen(v) > EM_PROTO_MAX_STAGE_BYTES) {
         return fail(err, err_cap, "stage: longer than %u bytes", EM_PROTO_MAX_STAGE_BYTES);
       }
-      snprintf(out->stage, sizeof(out->stage), "%s", v);
+      memcpy(out->stage, v, strlen(v) + 1); /* fits: checked above */
       out->have_stage = true;
     }
   }
