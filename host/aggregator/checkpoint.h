@@ -7,7 +7,7 @@
  * syncs it. Left to SQLite's automatic checkpoint, that copy and its fsync run inside the
  * writer's COMMIT, on the aggregator's MQTT thread, several times a second at fleet rates
  * (measured: ingest capped at 12k msg/s with it, 17k without). The store raises the automatic
- * checkpoint to a backstop (EM_STORE_WAL_BACKSTOP_PAGES in store.c) and starts this thread:
+ * checkpoint to a backstop (EM_STORE_WAL_BACKSTOP_BYTES in store.c) and starts this thread:
  *
  *   every period_ms:  WAL file > truncate_bytes ?  TRUNCATE : PASSIVE
  *

@@ -20,7 +20,7 @@
  *     other update of that device, so order is kept). The hot tables have one index each,
  *     (device, time_ns); retention walks it per device.
  *  5. Checkpoints run on a thread of their own (checkpoint.h), so a COMMIT only appends to the
- *     WAL. The writer's automatic checkpoint is only a backstop (EM_STORE_WAL_BACKSTOP_PAGES) for
+ *     WAL. The writer's automatic checkpoint is only a backstop (EM_STORE_WAL_BACKSTOP_BYTES) for
  *     a stalled checkpointer, and its journal_size_limit cuts the file back when the log
  *     restarts after a complete checkpoint.
  *  6. Batches: the first row opens a transaction (BEGIN); em_store_tick() commits when
@@ -79,11 +79,11 @@
  * EM_STORE_WAL_RESTART_BYTES the writer checkpoints what the checkpointer has not yet copied,
  * so that its next batch starts the log over; the log restart cuts the file back to that size
  * (journal_size_limit). Past EM_STORE_WAL_TRUNCATE_BYTES the checkpointer runs TRUNCATE. Should
- * both stall, the writer's automatic checkpoint runs past EM_STORE_WAL_BACKSTOP_PAGES pages
- * (32 MiB at SQLite's 4 KiB pages). */
+ * both stall, the writer's automatic checkpoint runs past EM_STORE_WAL_BACKSTOP_BYTES of WAL
+ * (in pages of the store's own size: 16 KiB for a new store, 4 KiB for an older one). */
 #define EM_STORE_WAL_RESTART_BYTES  (4ull * 1024 * 1024)
 #define EM_STORE_WAL_TRUNCATE_BYTES (16ull * 1024 * 1024)
-#define EM_STORE_WAL_BACKSTOP_PAGES 8192
+#define EM_STORE_WAL_BACKSTOP_BYTES (32ull * 1024 * 1024)
 #define EM_STORE_BUSY_MS            5000
 #define EM_STORE_CACHE_MAX          1000000u /* Names cached per dictionary table. */
 #define NS_PER_S                    1000000000ull
@@ -1205,12 +1205,20 @@ static int check_and_create(em_store_t *s, char *err, size_t err_cap) {
             rc != SQLITE_OK ? sqlite3_errmsg(s->db) : mode);
     return -EIO;
   }
+  char page_size[32];
+  unsigned long long page_bytes = 0;
+  if (query_text(s->db, "PRAGMA page_size", page_size, sizeof(page_size)) == SQLITE_OK) {
+    page_bytes = strtoull(page_size, NULL, 10);
+  }
+  if (page_bytes < 512) {
+    page_bytes = 4096; /* SQLite's default, should the pragma not answer */
+  }
   char *msg = NULL;
   char pragmas[160];
   snprintf(pragmas, sizeof(pragmas),
-           "PRAGMA synchronous=NORMAL;PRAGMA cache_size=-%d;PRAGMA wal_autocheckpoint=%d;"
+           "PRAGMA synchronous=NORMAL;PRAGMA cache_size=-%d;PRAGMA wal_autocheckpoint=%llu;"
            "PRAGMA journal_size_limit=%llu",
-           EM_STORE_CACHE_KIB, EM_STORE_WAL_BACKSTOP_PAGES,
+           EM_STORE_CACHE_KIB, EM_STORE_WAL_BACKSTOP_BYTES / page_bytes,
            (unsigned long long)EM_STORE_WAL_RESTART_BYTES);
   if (sqlite3_exec(s->db, pragmas, NULL, NULL, &msg) != SQLITE_OK) {
     set_err(err, err_cap, "%s: %s", path, msg ? msg : sqlite3_errmsg(s->db));
