@@ -29,7 +29,7 @@ if ! clang-format --dry-run -Werror "${sources[@]}"; then
   exit 1
 fi
 
-fuzz_seconds=${EM_FUZZ_SECONDS:-60}
+fuzz_seconds=${EM_FUZZ_SECONDS:-45}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1:strict_string_checks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 mkdir -p build
