@@ -4,7 +4,7 @@
 # .clang-format says, then builds and runs the whole suite twice:
 #   build/normal  gcc, warnings as errors: unit, integration and interop tests
 #   build/asan    clang with AddressSanitizer + UndefinedBehaviorSanitizer: the same tests
-#                 plus the libFuzzer harnesses for EM_FUZZ_SECONDS each (default 60)
+#                 plus the libFuzzer harnesses for EM_FUZZ_SECONDS each (default 45)
 # and a third, build/aarch64: the agent, the C client's tests and the unit tests cross-built
 # for aarch64 (boards/toolchains/), the unit tests run under qemu-aarch64 (scripts/lib/cross.sh).
 # Prints ctest's summary for each and exits non-zero when anything failed.
