@@ -873,6 +873,8 @@ static uint64_t required_keys(em_msg_kind_t kind) {
     return BIT(KX_ONLINE);
   case EM_MSG_CMD:
     return BIT(KC_COMMAND);
+  case EM_MSG_FLIGHT: /* em_flight_decode() reads it; never reached here. */
+    break;
   }
   return 0;
 }
@@ -900,6 +902,8 @@ static int read_kind_key(dec_t *d, uint64_t key, em_msg_t *out) {
     }
     out->u.cmd.command = (em_cmd_code_t)v;
     return rc;
+  case EM_MSG_FLIGHT:
+    break;
   }
   return skip(d);
 }
@@ -916,6 +920,7 @@ static em_msg_head_t *head_of(em_msg_t *m) {
   case EM_MSG_STATUS:
     return &m->u.status.head;
   case EM_MSG_CMD:
+  case EM_MSG_FLIGHT:
     break;
   }
   return &m->u.cmd.head;

@@ -92,6 +92,8 @@ typedef enum {
   EM_MSG_STATE = 2,
   EM_MSG_STATUS = 3,
   EM_MSG_CMD = 4,
+  EM_MSG_FLIGHT = 5, /* A flight recording: edgemon/flight.h (em_proto_decode refuses it with
+                        EM_PROTO_EKIND; em_flight_decode reads it). */
 } em_msg_kind_t;
 
 /* Degradation levels, ordered by severity. */
@@ -113,6 +115,7 @@ typedef enum {
 /* Commands a host sends on edgemon/v1/<device>/cmd/<name>. */
 typedef enum {
   EM_CMD_REBIRTH = 1, /* Republish the birth certificate. */
+  EM_CMD_FLIGHT = 2,  /* Take a flight recording now (edgemon/flight.h). */
 } em_cmd_code_t;
 
 /* A number as the schema carries it, or its explicit absence (CBOR null). */
@@ -161,6 +164,17 @@ typedef struct {
   uint32_t session; /* Agent session: changes at every agent start. A cmd carries none (0). */
 } em_msg_head_t;
 
+/* The flight recorder's fixed memory as the birth announces it (key 10); on false: it is off
+ * and the key is absent. */
+typedef struct {
+  bool on;
+  uint64_t pre_ns;  /* Kept before a trigger. */
+  uint64_t post_ns; /* Recorded after it. */
+  uint64_t ticks;   /* Ticks the ring holds. */
+  uint64_t spans;   /* Spans the ring holds. */
+  uint64_t bytes;   /* Bytes the recorder holds: rings and encode buffer. */
+} em_flight_recorder_t;
+
 typedef struct {
   em_msg_head_t head; /* time_ns: when the agent made the birth. */
   const char *device;
@@ -171,6 +185,7 @@ typedef struct {
   size_t n_metrics;
   const em_budget_t *budgets;
   size_t n_budgets;
+  em_flight_recorder_t flight;
 } em_birth_t;
 
 /* A value of one metric in a data message. */
@@ -324,7 +339,7 @@ const char *em_proto_strerror(int rc);
 /* "NOMINAL", "WARN", "DEGRADED", "CRITICAL", or "NONE" for anything else. */
 const char *em_level_name(em_level_t level);
 
-/* "birth", "data", "state", "status", "cmd", or "unknown". */
+/* "birth", "data", "state", "status", "cmd", "flight", or "unknown". */
 const char *em_msg_kind_name(em_msg_kind_t kind);
 
 #ifdef __cplusplus
