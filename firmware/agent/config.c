@@ -27,6 +27,7 @@
 #include "edgemon/common/parse.h"
 #include "edgemon/common/schema.h"
 #include "edgemon/common/str.h"
+#include "edgemon/flight.h"
 #include "edgemon/proto.h"
 #include "edgemon/ring.h"
 #include "pmu.h"
@@ -69,15 +70,16 @@ typedef enum {
   SEC_SPANS,
   SEC_DEGRADE,
   SEC_SPOOL,
+  SEC_FLIGHT,
   SEC_BUDGET_STAGE,   /* [budget.<stage>]: load_t.budget is the stage. */
   SEC_BUDGET_PROCESS, /* [budget.process]: load_t.budget is load_t.process. */
   SEC_INVALID,        /* After an unknown or malformed header: its keys are skipped. */
 } section_t;
 
-static const char *const section_names[] = {
-    "",      "agent",   "target", "mqtt",           "pmu",
-    "spans", "degrade", "spool",  "budget.<stage>", "budget.process"};
-#define N_PLAIN_SECTIONS 8 /* Entries of section_names up to [spool], SEC_NONE included. */
+static const char *const section_names[] = {"",       "agent",          "target",        "mqtt",
+                                            "pmu",    "spans",          "degrade",       "spool",
+                                            "flight", "budget.<stage>", "budget.process"};
+#define N_PLAIN_SECTIONS 9 /* Entries of section_names up to [flight], SEC_NONE included. */
 
 typedef enum {
   K_DEVICE_ID,
@@ -130,6 +132,12 @@ typedef enum {
   K_SPOOL_SYNC,
   K_REPLAY_PER_TICK,
   K_WRITE_AHEAD,
+  K_FLIGHT_ENABLED,
+  K_FLIGHT_PRE,
+  K_FLIGHT_POST,
+  K_FLIGHT_MAX_SPANS,
+  K_FLIGHT_MAX_BYTES,
+  K_FLIGHT_MIN_GAP,
   /* Budget keys, from K_BUDGET_FIRST on: stored per section in budget_sec_t. */
   K_P50,
   K_P90,
@@ -1124,6 +1132,25 @@ static const key_def_t keys[K_COUNT] = {
     KEY(K_WRITE_AHEAD, "spool", "write_ahead", EM_SCHEMA_BOOL, FIELD(spool_write_ahead),
         .def = "true", .example = "true",
         .doc = "QoS 1 messages spooled before sending, done on PUBACK"),
+    KEY(K_FLIGHT_ENABLED, "flight", "enabled", EM_SCHEMA_BOOL, FIELD(flight_enabled), .def = "true",
+        .example = "true",
+        .doc = "Flight recorder on: the last seconds kept, a recording on every escalation"),
+    KEY(K_FLIGHT_PRE, "flight", "pre_seconds", EM_SCHEMA_DURATION, FIELD(flight_pre_ns),
+        RANGE(100 * NS_PER_MS, 10 * NS_PER_MIN), .bare_unit = NS_PER_S, .def = "10",
+        .example = "10", .doc = "Time kept before a trigger (seconds, or a duration)"),
+    KEY(K_FLIGHT_POST, "flight", "post_seconds", EM_SCHEMA_DURATION, FIELD(flight_post_ns),
+        RANGE(0, 10 * NS_PER_MIN), .bare_unit = NS_PER_S, .def = "2", .flags = EM_SCHEMA_ZERO,
+        .example = "2", .doc = "Time recorded after a trigger (seconds, or a duration)"),
+    KEY(K_FLIGHT_MAX_SPANS, "flight", "max_spans", EM_SCHEMA_INT, FIELD(flight_max_spans),
+        RANGE(64, EM_FLIGHT_MAX_SPANS), .def = "16384", .example = "16384",
+        .doc = "Spans the ring holds (32 bytes each)"),
+    KEY(K_FLIGHT_MAX_BYTES, "flight", "max_bytes", EM_SCHEMA_SIZE, FIELD(flight_max_bytes),
+        RANGE(4096, EM_FLIGHT_MAX_BYTES), .bare_unit = 1, .def = "262144", .example = "262144",
+        .doc = "Largest recording encoded; farther spans and ticks are cut"),
+    KEY(K_FLIGHT_MIN_GAP, "flight", "min_gap_seconds", EM_SCHEMA_DURATION, FIELD(flight_min_gap_ns),
+        RANGE(0, 24 * NS_PER_H), .bare_unit = NS_PER_S, .def = "30",
+        .flags = RELOAD | EM_SCHEMA_ZERO, .example = "30",
+        .doc = "Least time between two recordings (seconds, or a duration)"),
     STAGE_DURATION(K_P50, "p50", "20ms", "Median span length bound"),
     STAGE_DURATION(K_P90, "p90", "30ms", "90th percentile bound"),
     STAGE_DURATION(K_P99, "p99", "40ms", "99th percentile bound"),
@@ -1868,6 +1895,23 @@ static void finish(load_t *ld) {
   } else if (ok[K_RECONNECT_MAX] && at[K_RECONNECT_MIN] == 0 &&
              cfg->reconnect_min_ns > cfg->reconnect_max_ns) {
     cfg->reconnect_min_ns = cfg->reconnect_max_ns;
+  }
+
+  /* The flight recorder's tick ring: (pre + post) / sample_period ticks at most
+   * EM_FLIGHT_MAX_TICKS (a recording's limit). An error when the file sets sample_period and
+   * pre_seconds or post_seconds; otherwise (defaults, the board profile's period) the agent
+   * keeps less before the trigger and says so. */
+  uint64_t flight_ticks = (cfg->flight_pre_ns + cfg->flight_post_ns) / cfg->sample_period_ns +
+                          EM_CONFIG_FLIGHT_TICK_SLACK;
+  if (cfg->flight_enabled && ok[K_SAMPLE_PERIOD] && (ok[K_FLIGHT_PRE] || ok[K_FLIGHT_POST]) &&
+      flight_ticks > EM_FLIGHT_MAX_TICKS) {
+    em_schema_format_duration(a, sizeof(a), cfg->flight_pre_ns + cfg->flight_post_ns);
+    em_schema_format_duration(b, sizeof(b), cfg->sample_period_ns);
+    report(ld, ok[K_FLIGHT_PRE] ? at[K_FLIGHT_PRE] : at[K_FLIGHT_POST],
+           "[flight] pre_seconds + post_seconds (%s) is %llu ticks of sample_period %s; a "
+           "recording holds %u at most: shorten them or lengthen sample_period",
+           a, (unsigned long long)flight_ticks, b,
+           EM_FLIGHT_MAX_TICKS - EM_CONFIG_FLIGHT_TICK_SLACK);
   }
 
   /* client_id follows device_id unless the file sets it. */

@@ -36,6 +36,8 @@
 #define EM_CONFIG_MAX_RULES        64   /* Budget rules, all [budget.*] sections together. */
 #define EM_CONFIG_MAX_STAGE        EM_BUDGET_STAGE_BYTES /* Stage name: 1..31 bytes. */
 #define EM_CONFIG_MAX_SECRET       128 /* MQTT username or password: 1..127 bytes. */
+/* Ticks the flight recorder holds beyond (pre + post) / sample_period (record/flight.h). */
+#define EM_CONFIG_FLIGHT_TICK_SLACK 4u
 
 typedef struct {
   /* [agent] */
@@ -124,6 +126,15 @@ typedef struct {
   uint64_t spool_sync_ns;              /* fdatasync cadence (worker thread); default 5s. */
   uint32_t replay_per_tick;            /* Spooled messages sent per tick; default 32. */
   bool spool_write_ahead; /* Default true: QoS 1 messages spooled before sending (forward.h). */
+  /* [flight]: the flight recorder (record/flight.h). Sizes take a restart; min_gap a reload. */
+  bool flight_enabled;        /* Default true. */
+  uint64_t flight_pre_ns;     /* pre_seconds: kept before a trigger; default 10 s. */
+  uint64_t flight_post_ns;    /* post_seconds: recorded after it; default 2 s. */
+  uint32_t flight_max_spans;  /* Span ring capacity; default 16384 (12 s of 3 stages at
+                                 300 fps is 10800 spans). */
+  uint64_t flight_max_bytes;  /* Encoded recording cap; default and at most 262144. */
+  uint64_t flight_min_gap_ns; /* min_gap_seconds: least time between two triggers recorded;
+                                 default 30 s. */
 } em_config_t;
 
 /*

@@ -547,6 +547,16 @@ static const error_case_t error_cases[] = {
     {"spool replay_per_tick 0",
      "[spool]\nreplay_per_tick = 0\n" TARGET,
      {"2: replay_per_tick '0' must be a whole number from 1 to 10000$"}},
+    {"flight max_bytes over a recording's limit",
+     "[flight]\nmax_bytes = 512KiB\n" TARGET,
+     {"2: max_bytes '512KiB' is out of range 4KiB..256KiB$"}},
+    {"flight pre_seconds 0",
+     "[flight]\npre_seconds = 0\n" TARGET,
+     {"2: pre_seconds '0' is out of range 100ms..10m$"}},
+    {"flight window of more ticks than a recording holds",
+     "[agent]\nsample_period = 1ms\n[flight]\npre_seconds = 5\n" TARGET,
+     {"4: [flight] pre_seconds + post_seconds (7s) is 7004 ticks of sample_period 1ms; a "
+      "recording holds 4092 at most: shorten them or lengthen sample_period$"}},
     {"temp_max 0",
      "[budget.process]\nlevel = WARN\ntemp_max = 0\n" TARGET,
      {"3: temp_max '0' must be degrees C above 0 and at most 200, e.g. 85$"}},
@@ -972,6 +982,24 @@ static void check_spool_defaults(const em_config_t *cfg) {
   assert_string_equal(cfg->sys_root, "/");
 }
 
+static void check_flight_defaults(const em_config_t *cfg) {
+  assert_true(cfg->flight_enabled);
+  assert_int_equal(cfg->flight_pre_ns, 10000000000ull);
+  assert_int_equal(cfg->flight_post_ns, 2000000000ull);
+  assert_int_equal(cfg->flight_max_spans, 16384);
+  assert_int_equal(cfg->flight_max_bytes, 262144);
+  assert_int_equal(cfg->flight_min_gap_ns, 30000000000ull);
+}
+
+static void check_flight(const em_config_t *cfg) {
+  assert_false(cfg->flight_enabled);
+  assert_int_equal(cfg->flight_pre_ns, 2000000000ull);
+  assert_int_equal(cfg->flight_post_ns, 500000000ull);
+  assert_int_equal(cfg->flight_max_spans, 4096);
+  assert_int_equal(cfg->flight_max_bytes, 64ull << 10);
+  assert_int_equal(cfg->flight_min_gap_ns, 0);
+}
+
 static void check_spool(const em_config_t *cfg) {
   assert_string_equal(cfg->spool_path, "/data/edgemon.spool");
   assert_int_equal(cfg->spool_bytes, 64ull << 10);
@@ -1174,6 +1202,11 @@ static const valid_case_t valid_cases[] = {
      "replay_per_tick = 500\n" TARGET,
      check_spool},
     {"spool off", "[spool]\npath = off\n[mqtt]\nack_timeout = off\n" TARGET, check_spool_off},
+    {"flight defaults", TARGET, check_flight_defaults},
+    {"flight keys",
+     "[flight]\nenabled = false\npre_seconds = 2\npost_seconds = 500ms\nmax_spans = 4096\n"
+     "max_bytes = 64KiB\nmin_gap_seconds = 0\n" TARGET,
+     check_flight},
     {"degrade keys",
      "[degrade]\nenter_windows = 1\nleave_windows = 1000\nwindow = 500ms\n"
      "hook = /usr/local/bin/on-level\nhook_timeout = 10m\n" TARGET,
