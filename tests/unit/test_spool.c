@@ -184,6 +184,29 @@ static void spool_state_records_replay_before_older_data(void **state) {
   em_spool_close(s);
 }
 
+/* Flight recordings (kind 3) replay in order with data, after state, and keep their kind
+ * across a reopen (the index's flag and the record's kind byte). */
+static void spool_flight_records_replay_with_data_and_keep_their_kind(void **state) {
+  static const em_spool_kind_t kinds[] = {EM_SPOOL_DATA, EM_SPOOL_FLIGHT, EM_SPOOL_STATE,
+                                          EM_SPOOL_DATA, EM_SPOOL_FLIGHT};
+  fixture_t *f = *state;
+  em_spool_t *s = open_ok(f, CAP, NULL, 0);
+  for (uint32_t i = 0; i < 5; i++) {
+    append_ok(s, kinds[i], i, 3000 + i);
+  }
+  assert_int_equal(em_spool_append(s, (em_spool_kind_t)4, (const uint8_t *)"x", 1), -EINVAL);
+  expect_pop(s, EM_SPOOL_STATE, 2, 3002);
+  em_spool_close(s);
+  s = open_ok(f, CAP, NULL, 0);
+  expect_pop(s, EM_SPOOL_STATE, 2, 3002); /* Popped above `done`: again (at-least-once). */
+  static const uint32_t order[] = {0, 1, 3, 4};
+  for (size_t i = 0; i < 4; i++) {
+    expect_pop(s, kinds[order[i]], order[i], 3000 + order[i]);
+  }
+  expect_empty(s);
+  em_spool_close(s);
+}
+
 static void spool_reopen_after_close_replays_unpopped(void **state) {
   fixture_t *f = *state;
   em_spool_t *s = open_ok(f, CAP, NULL, 0);
@@ -775,6 +798,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(spool_replays_in_order_with_payload_bytes, setup, teardown),
       cmocka_unit_test_setup_teardown(spool_state_records_replay_before_older_data, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(spool_flight_records_replay_with_data_and_keep_their_kind,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(spool_flight_records_replay_with_data_and_keep_their_kind,
+                                      setup, teardown),
       cmocka_unit_test_setup_teardown(spool_reopen_after_close_replays_unpopped, setup, teardown),
       cmocka_unit_test_setup_teardown(spool_reopen_after_crash_recovers, setup, teardown),
       cmocka_unit_test_setup_teardown(spool_state_popped_out_of_order_replays_again_after_crash,

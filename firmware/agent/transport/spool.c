@@ -62,7 +62,8 @@ static const uint8_t slot_magic[8] = {'E', 'M', 'S', 'P', 'O', 'O', 'L', '1'};
 
 typedef struct {
   uint64_t number;          /* Record number. */
-  unsigned int offset : 31; /* Ring offset of the record's first byte (below 1 GiB). */
+  unsigned int offset : 30; /* Ring offset of the record's first byte (below 1 GiB). */
+  unsigned int flight : 1;  /* 1: EM_SPOOL_FLIGHT (replayed in the data order). */
   unsigned int held : 1;    /* In flight (write-ahead): sent, its acknowledgement awaited. */
   unsigned int len : 30;    /* Payload bytes. */
   unsigned int state : 1;   /* 1: EM_SPOOL_STATE, 0: EM_SPOOL_DATA. */
@@ -373,7 +374,8 @@ static bool parse_record_header(const em_spool_t *s, const uint8_t hdr[EM_SPOOL_
   if (get_le32(hdr) != REC_MAGIC || hdr[17] != 0 || hdr[18] != 0 || hdr[19] != 0) {
     return false;
   }
-  if ((kind != EM_SPOOL_DATA && kind != EM_SPOOL_STATE) || len == 0 || number >= MAX_NUMBER) {
+  if ((kind != EM_SPOOL_DATA && kind != EM_SPOOL_STATE && kind != EM_SPOOL_FLIGHT) || len == 0 ||
+      number >= MAX_NUMBER) {
     return false;
   }
   if (record_bytes(len) > s->cap - at) {
@@ -383,6 +385,7 @@ static bool parse_record_header(const em_spool_t *s, const uint8_t hdr[EM_SPOOL_
   e->offset = (uint32_t)at;
   e->len = len;
   e->state = kind == EM_SPOOL_STATE;
+  e->flight = kind == EM_SPOOL_FLIGHT;
   e->popped = 0;
   e->held = 0; /* After a restart, what was in flight is pending again. */
   *crc = get_le32(hdr + 20);
@@ -665,7 +668,7 @@ static int append(em_spool_t *s, em_spool_kind_t kind, const uint8_t *payload, s
   if (s == NULL || (payload == NULL && len > 0) || len == 0) {
     return -EINVAL;
   }
-  if (kind != EM_SPOOL_DATA && kind != EM_SPOOL_STATE) {
+  if (kind != EM_SPOOL_DATA && kind != EM_SPOOL_STATE && kind != EM_SPOOL_FLIGHT) {
     return -EINVAL;
   }
   if (len > s->cap || record_bytes(len) > s->cap) {
@@ -704,6 +707,7 @@ static int append(em_spool_t *s, em_spool_kind_t kind, const uint8_t *payload, s
   e->offset = (uint32_t)at;
   e->len = (unsigned int)len;
   e->state = kind == EM_SPOOL_STATE;
+  e->flight = kind == EM_SPOOL_FLIGHT;
   e->popped = 0;
   e->held = 0;
   if (number != NULL) {
@@ -763,7 +767,7 @@ int em_spool_peek(em_spool_t *s, em_spool_kind_t *kind, uint8_t *buf, size_t cap
     return 0; /* Unreachable while the counts hold. */
   }
   entry_t *e = entry_at(s, abs);
-  *kind = e->state ? EM_SPOOL_STATE : EM_SPOOL_DATA;
+  *kind = e->state ? EM_SPOOL_STATE : e->flight ? EM_SPOOL_FLIGHT : EM_SPOOL_DATA;
   if (cap < e->len) {
     return -ENOBUFS;
   }
@@ -773,7 +777,7 @@ int em_spool_peek(em_spool_t *s, em_spool_kind_t *kind, uint8_t *buf, size_t cap
   uint64_t off = EM_SPOOL_HEADER_BYTES + e->offset;
   bool ok = read_full(s->fd, hdr, sizeof(hdr), off) == 0 &&
             parse_record_header(s, hdr, e->offset, &got, &want) && got.number == e->number &&
-            got.len == e->len && got.state == e->state &&
+            got.len == e->len && got.state == e->state && got.flight == e->flight &&
             read_full(s->fd, buf, e->len, off + EM_SPOOL_RECORD_HEADER) == 0 &&
             em_crc32c(em_crc32c(0, hdr + 8, 12), buf, e->len) == want;
   if (!ok) {
