@@ -7,11 +7,14 @@
 #                 plus the libFuzzer harnesses for EM_FUZZ_SECONDS each (default 45)
 # and a third, build/aarch64: the agent, the C client's tests and the unit tests cross-built
 # for aarch64 (boards/toolchains/), the unit tests run under qemu-aarch64 (scripts/lib/cross.sh).
+# Last the Debian packages of build/normal and build/aarch64 (amd64 and arm64): lintian, then
+# the amd64 ones installed here, run, verified and purged (scripts/lib/packages.sh).
 # Prints ctest's summary for each and exits non-zero when anything failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/common.sh
 source scripts/lib/cross.sh
+source scripts/lib/packages.sh
 
 # The PyTorch example (firmware/client/python/examples/torch_inference.py) is run by the
 # integration tests, so the example users copy is known to work.
@@ -50,7 +53,8 @@ run_suite() {
   fi
 }
 
-run_suite normal -DCMAKE_C_COMPILER=gcc -DCMAKE_CXX_COMPILER=g++ -DEDGEMON_WERROR=ON
+run_suite normal -DCMAKE_C_COMPILER=gcc -DCMAKE_CXX_COMPILER=g++ -DEDGEMON_WERROR=ON \
+  -DCMAKE_INSTALL_PREFIX=/usr
 
 # The agent under valgrind memcheck for 45 s with spans at a high rate and two broker
 # restarts: no leak, no error, a flat RSS (tests/soak/README.md; the long form is 300 s).
@@ -81,9 +85,12 @@ run_cross() {
 }
 run_cross
 
+em_log "packages: amd64 and arm64 from build/normal and build/aarch64"
+em_packages_test build/normal build/aarch64 || status=1
+
 if [ "$status" -ne 0 ]; then
   em_log "FAILED (see above)"
 else
-  em_log "all tests passed in all three builds"
+  em_log "all tests passed in all three builds and the packages"
 fi
 exit "$status"

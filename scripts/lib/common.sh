@@ -9,6 +9,7 @@ EM_PACKAGES=(
   libsqlite3-dev libmicrohttpd-dev sqlite3 prometheus systemd valgrind openssl
   libsnappy-dev libcurl4-openssl-dev
   python3 python3-cbor2 python3-pytest python3-paho-mqtt python3-prometheus-client
+  dpkg-dev lintian
 )
 
 em_log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }

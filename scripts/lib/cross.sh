@@ -1,7 +1,8 @@
 # scripts/lib/cross.sh - the aarch64 stage of scripts/test.sh: installs Debian's cross
 # toolchain, qemu-user and the arm64 -dev packages (multiarch), cross-builds the agent, the C
-# client's tests and every unit test with boards/toolchains/aarch64-linux-gnu.cmake, runs the
-# unit tests under qemu-aarch64 and checks that the agent is an aarch64 program.
+# client's tests, every unit test and the host programs (for the arm64 packages,
+# scripts/lib/packages.sh) with boards/toolchains/aarch64-linux-gnu.cmake, runs the unit tests
+# under qemu-aarch64 and checks that the agent is an aarch64 program.
 # Source it after common.sh; it defines functions and changes nothing else.
 # shellcheck shell=bash
 
@@ -60,14 +61,14 @@ em_cross_install_deps() {
   fi
 }
 
-# em_cross_test DIR: configure DIR with the aarch64 toolchain, build the agent and the
-# programs of every unit test, run those tests through qemu-aarch64 (the toolchain's
-# CMAKE_CROSSCOMPILING_EMULATOR) and check the agent's ELF header. Returns non-zero when any
-# step fails.
+# em_cross_test DIR: configure DIR with the aarch64 toolchain (prefix /usr, as the packages
+# install it), build the agent, the host programs and the programs of every unit test, run
+# those tests through qemu-aarch64 (the toolchain's CMAKE_CROSSCOMPILING_EMULATOR) and check
+# the agent's ELF header. Returns non-zero when any step fails.
 em_cross_test() {
   local dir=$1
   cmake -S . -B "$dir" -G Ninja --toolchain "$EM_CROSS_TOOLCHAIN" -DEDGEMON_WERROR=ON \
-    >"$dir.configure.log" 2>&1 || {
+    -DCMAKE_INSTALL_PREFIX=/usr >"$dir.configure.log" 2>&1 || {
     cat "$dir.configure.log" >&2
     return 1
   }
@@ -101,7 +102,8 @@ for test in json.load(sys.stdin)["tests"]:
     em_log "$dir: not aarch64 programs, run by the native suites only: ${native[*]}"
   fi
 
-  cmake --build "$dir" -j "$(nproc)" --target edgemon-agent "${programs[@]}" || return 1
+  cmake --build "$dir" -j "$(nproc)" --target edgemon-agent edgemon-cli edgemon-aggregator \
+    edgemon-sim "${programs[@]}" || return 1
 
   local agent="$dir/firmware/agent/edgemon-agent" description
   description=$(file -b "$agent") || return 1
