@@ -37,15 +37,15 @@ const char *em_level_name(em_level_t level) {
 }
 
 const char *em_msg_kind_name(em_msg_kind_t kind) {
-  static const char *const names[] = {"birth", "data", "state", "status", "cmd"};
-  if ((int)kind < 0 || (int)kind > (int)EM_MSG_CMD) {
+  static const char *const names[] = {"birth", "data", "state", "status", "cmd", "flight"};
+  if ((int)kind < 0 || (int)kind > (int)EM_MSG_FLIGHT) {
     return "unknown";
   }
   return names[kind];
 }
 
 /* Time in every kind; session in all but cmd (a host's command belongs to no agent session). */
-#define ALL_KINDS ((1u << (EM_MSG_CMD + 1)) - 1u)
+#define ALL_KINDS ((1u << (EM_MSG_FLIGHT + 1)) - 1u)
 const em_head_field_t em__head_fields[EM_HEAD_FIELDS] = {
     {K_TIME, "time_ns", UINT64_MAX, offsetof(em_msg_head_t, time_ns), sizeof(uint64_t), ALL_KINDS},
     {K_SESSION, "session", UINT32_MAX, offsetof(em_msg_head_t, session), sizeof(uint32_t),
@@ -53,7 +53,17 @@ const em_head_field_t em__head_fields[EM_HEAD_FIELDS] = {
 };
 
 bool em__head_carries(const em_head_field_t *f, em_msg_kind_t kind) {
-  return (int)kind >= 0 && (int)kind <= (int)EM_MSG_CMD && (f->kinds & (1u << kind)) != 0;
+  return (int)kind >= 0 && (int)kind <= (int)EM_MSG_FLIGHT && (f->kinds & (1u << kind)) != 0;
+}
+
+uint64_t em__head_keys(em_msg_kind_t kind) {
+  uint64_t keys = 0;
+  for (size_t i = 0; i < EM_HEAD_FIELDS; i++) {
+    if (em__head_carries(&em__head_fields[i], kind)) {
+      keys |= UINT64_C(1) << em__head_fields[i].key;
+    }
+  }
+  return keys;
 }
 
 const em_head_field_t *em__head_field(em_msg_kind_t kind, uint64_t key) {
@@ -63,6 +73,26 @@ const em_head_field_t *em__head_field(em_msg_kind_t kind, uint64_t key) {
     }
   }
   return NULL;
+}
+
+const em_recorder_field_t em__recorder_fields[EM_RECORDER_FIELDS] = {
+    {KR_PRE, "pre_ns", offsetof(em_flight_recorder_t, pre_ns)},
+    {KR_POST, "post_ns", offsetof(em_flight_recorder_t, post_ns)},
+    {KR_TICKS, "ticks", offsetof(em_flight_recorder_t, ticks)},
+    {KR_SPANS, "spans", offsetof(em_flight_recorder_t, spans)},
+    {KR_BYTES, "bytes", offsetof(em_flight_recorder_t, bytes)},
+};
+
+const char *em__metric_kind_name(em_metric_kind_t k) {
+  switch (k) {
+  case EM_METRIC_GAUGE:
+    return "gauge";
+  case EM_METRIC_COUNTER:
+    return "counter";
+  case EM_METRIC_DELTA:
+    return "delta";
+  }
+  return "unknown";
 }
 
 uint64_t em__head_get(const em_msg_head_t *h, const em_head_field_t *f) {
@@ -167,6 +197,30 @@ int em__check_cstr(const char *s, em_str_class_t cls, size_t max) {
   }
   size_t len = strnlen(s, max + 1);
   return em__check_str(s, len, cls, max);
+}
+
+int em__check_cause(const char *rule, const char *stage, const em_value_t *value,
+                    const em_value_t *bound, const char *reason) {
+  int rc = em__check_value(value);
+  if (!rc) {
+    rc = em__check_value(bound);
+  }
+  if (!rc && rule) {
+    rc = em__check_cstr(rule, STR_NAME, EM_PROTO_MAX_NAME_BYTES);
+  }
+  if (!rc && stage) {
+    rc = em__check_cstr(stage, STR_IDENT, EM_PROTO_MAX_STAGE_BYTES);
+  }
+  if (!rc && reason) {
+    rc = em__check_cstr(reason, STR_TEXT, EM_PROTO_MAX_TEXT_BYTES);
+  }
+  return rc;
+}
+
+size_t em__cause_count(const char *rule, const char *stage, const em_value_t *value,
+                       const em_value_t *bound, const char *reason) {
+  return (rule ? 1u : 0u) + (stage ? 1u : 0u) + (value->type != EM_VALUE_ABSENT ? 1u : 0u) +
+         (bound->type != EM_VALUE_ABSENT ? 1u : 0u) + (reason ? 1u : 0u);
 }
 
 int em__check_value(const em_value_t *v) {

@@ -9,12 +9,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "edgemon/flight.h"
 #include "edgemon/proto.h"
 
 /* Keys of the top level: version and kind, then the head (em__head_fields). */
 enum { K_VERSION = 0, K_KIND = 1, K_TIME = 2, K_SESSION = 3 };
 /* birth */
-enum { KB_DEVICE = 4, KB_AGENT = 5, KB_BOARD = 6, KB_PERIOD = 7, KB_METRICS = 8, KB_BUDGETS = 9 };
+enum {
+  KB_DEVICE = 4,
+  KB_AGENT = 5,
+  KB_BOARD = 6,
+  KB_PERIOD = 7,
+  KB_METRICS = 8,
+  KB_BUDGETS = 9,
+  KB_FLIGHT = 10
+};
+/* birth: flight recorder */
+enum { KR_PRE = 0, KR_POST = 1, KR_TICKS = 2, KR_SPANS = 3, KR_BYTES = 4 };
 /* birth: metric definition */
 enum { KM_ALIAS = 0, KM_NAME = 1, KM_UNIT = 2, KM_KIND = 3, KM_ABSENT = 4 };
 /* birth: budget */
@@ -52,6 +63,47 @@ enum {
 enum { KX_ONLINE = 4 };
 /* cmd */
 enum { KC_COMMAND = 4 };
+/* flight (edgemon/flight.h) */
+enum {
+  KF_NUMBER = 4,
+  KF_TRIGGER = 5,
+  KF_MONO = 6,
+  KF_PRE = 7,
+  KF_POST = 8,
+  KF_PERIOD = 9,
+  KF_STAGES = 10,
+  KF_COLUMNS = 11,
+  KF_TICKS = 12,
+  KF_SPANS = 13,
+  KF_TRUNCATED = 14,
+  KF_HISTORICAL = 15
+};
+/* flight: trigger */
+enum {
+  KG_CAUSE = 0,
+  KG_LEVEL = 1,
+  KG_PREV = 2,
+  KG_RULE = 3,
+  KG_STAGE = 4,
+  KG_VALUE = 5,
+  KG_BOUND = 6,
+  KG_REASON = 7
+};
+/* flight: truncation */
+enum { KN_SPANS_CUT = 0, KN_TICKS_CUT = 1, KN_OVERWRITTEN = 2 };
+
+/* The fields of the birth's flight recorder (key 10), in key order, for the codec and JSON. */
+typedef struct {
+  unsigned key;
+  const char *json;
+  size_t offset; /* Of a uint64_t in em_flight_recorder_t. */
+} em_recorder_field_t;
+
+#define EM_RECORDER_FIELDS 5u
+extern const em_recorder_field_t em__recorder_fields[EM_RECORDER_FIELDS];
+
+/* "gauge", "counter", "delta", or "unknown". */
+const char *em__metric_kind_name(em_metric_kind_t k);
 
 /*
  * One field of the message head (em_msg_head_t), as the encoder writes it, the decoder reads
@@ -73,6 +125,9 @@ extern const em_head_field_t em__head_fields[EM_HEAD_FIELDS];
 
 /* The head field `key` as kind `kind` carries it, or NULL. */
 const em_head_field_t *em__head_field(em_msg_kind_t kind, uint64_t key);
+
+/* Map-key bits (1 << key) of the head fields kind `kind` carries: all required. */
+uint64_t em__head_keys(em_msg_kind_t kind);
 
 /* True when kind `kind` carries head field `f`. */
 bool em__head_carries(const em_head_field_t *f, em_msg_kind_t kind);
@@ -99,6 +154,35 @@ int em__check_value(const em_value_t *v);
 
 /* 0, or EM_PROTO_ERANGE / EM_PROTO_EINCONSISTENT for a stage window the schema refuses. */
 int em__check_stage(const em_stage_t *s);
+
+/*
+ * 0, or the decoder's code for a flight recording it would refuse (names, indices, order,
+ * counter columns holding anything but unsigned totals, limits); EM_PROTO_EINVAL for NULL
+ * tables with a count. Shared by the flight encoder and its JSON printer.
+ */
+int em__flight_check(const em_flight_t *f);
+
+/* The value a counter column's figure carries as a running total: UINT, or INT >= 0. */
+bool em__counter_total(const em_value_t *v, uint64_t *total);
+
+/*
+ * What a state message and a flight trigger both say of a rule's breach, under keys in this
+ * order from a first key on (state: 7..11, trigger: 3..7): rule id, stage, measured value,
+ * bound, reason; each absent (NULL, EM_VALUE_ABSENT) or present. EM_CAUSE_OF(x) passes a
+ * message's fields to the checks and writers below, EM_CAUSE_REF(x) to the reader.
+ */
+typedef enum { CAUSE_RULE, CAUSE_STAGE, CAUSE_VALUE, CAUSE_BOUND, CAUSE_REASON } em_cause_key_t;
+#define EM_CAUSE_FIELDS 5u
+#define EM_CAUSE_OF(x)  (x)->rule, (x)->stage, &(x)->value, &(x)->bound, (x)->reason
+#define EM_CAUSE_REF(x) &(x)->rule, &(x)->stage, &(x)->value, &(x)->bound, &(x)->reason
+
+/* 0, or the decoder's code for cause fields it would refuse. */
+int em__check_cause(const char *rule, const char *stage, const em_value_t *value,
+                    const em_value_t *bound, const char *reason);
+
+/* How many of the cause fields are present. */
+size_t em__cause_count(const char *rule, const char *stage, const em_value_t *value,
+                       const em_value_t *bound, const char *reason);
 
 /* True for the levels 0..3. */
 bool em__level_ok(int level);

@@ -10,15 +10,6 @@
 
 #define T0 UINT64_C(1795262400000000000) /* 2026-11-21T12:00:00Z */
 
-#define U(x)                                                                                       \
-  { .type = EM_VALUE_UINT, .as.u = (x) }
-#define I(x)                                                                                       \
-  { .type = EM_VALUE_INT, .as.i = (x) }
-#define F(x)                                                                                       \
-  { .type = EM_VALUE_FLOAT, .as.f = (x) }
-#define ABSENT                                                                                     \
-  { .type = EM_VALUE_ABSENT }
-
 static const em_metric_def_t metrics_full[] = {
     {.alias = 0,
      .name = "pmu.cycles",

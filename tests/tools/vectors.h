@@ -10,6 +10,16 @@
 
 #include "edgemon/proto.h"
 
+/* Initializers of em_value_t. */
+#define U(x)                                                                                       \
+  { .type = EM_VALUE_UINT, .as.u = (x) }
+#define I(x)                                                                                       \
+  { .type = EM_VALUE_INT, .as.i = (x) }
+#define F(x)                                                                                       \
+  { .type = EM_VALUE_FLOAT, .as.f = (x) }
+#define ABSENT                                                                                     \
+  { .type = EM_VALUE_ABSENT }
+
 typedef struct {
   const char *name; /* File stem: proto/vectors/<name>.cbor and .json */
   const char *what; /* One line on what the vector covers. */

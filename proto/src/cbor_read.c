@@ -1,0 +1,510 @@
+/*
+ * cbor_read.c - the strict CBOR reader shared by the decoders (cbor_read.h): libcbor's
+ * callbacks fill a token per item head, and typed readers check each token against what the
+ * schema allows. Reads nothing outside the input, never allocates (decoded strings and arrays
+ * go to the caller's scratch), reentrant.
+ */
+#include <string.h>
+
+#include <cbor.h>
+
+#include "cbor_read.h"
+
+/* --- tokens: libcbor callbacks ------------------------------------------------------- */
+
+static void set_int(void *c, em__tok_type_t type, uint64_t v) {
+  em__tok_t *t = c;
+  t->type = type;
+  t->u = v;
+}
+static void cb_u8(void *c, uint8_t v) {
+  set_int(c, T_UINT, v);
+}
+static void cb_u16(void *c, uint16_t v) {
+  set_int(c, T_UINT, v);
+}
+static void cb_u32(void *c, uint32_t v) {
+  set_int(c, T_UINT, v);
+}
+static void cb_u64(void *c, uint64_t v) {
+  set_int(c, T_UINT, v);
+}
+static void cb_n8(void *c, uint8_t v) {
+  set_int(c, T_NEGINT, v);
+}
+static void cb_n16(void *c, uint16_t v) {
+  set_int(c, T_NEGINT, v);
+}
+static void cb_n32(void *c, uint32_t v) {
+  set_int(c, T_NEGINT, v);
+}
+static void cb_n64(void *c, uint64_t v) {
+  set_int(c, T_NEGINT, v);
+}
+static void cb_array(void *c, size_t n) {
+  set_int(c, T_ARRAY, n);
+}
+static void cb_map(void *c, size_t n) {
+  set_int(c, T_MAP, n);
+}
+static void cb_tag(void *c, uint64_t v) {
+  set_int(c, T_TAG, v);
+}
+
+static void set_float(void *c, double v) {
+  em__tok_t *t = c;
+  t->type = T_FLOAT;
+  t->f = v;
+}
+static void cb_f32(void *c, float v) {
+  set_float(c, v);
+}
+static void cb_f64(void *c, double v) {
+  set_float(c, v);
+}
+
+static void set_type(void *c, em__tok_type_t type) {
+  ((em__tok_t *)c)->type = type;
+}
+static void cb_indef(void *c) {
+  set_type(c, T_INDEF);
+}
+static void cb_undef(void *c) {
+  set_type(c, T_UNDEF);
+}
+static void cb_null(void *c) {
+  set_type(c, T_NULL);
+}
+static void cb_break(void *c) {
+  set_type(c, T_BREAK);
+}
+static void cb_bool(void *c, bool v) {
+  set_type(c, T_BOOL);
+  ((em__tok_t *)c)->b = v;
+}
+
+static void set_str(void *c, em__tok_type_t type, cbor_data data, size_t len) {
+  em__tok_t *t = c;
+  t->type = type;
+  t->str = data;
+  t->str_len = len;
+}
+static void cb_bytes(void *c, cbor_data d, size_t n) {
+  set_str(c, T_BYTES, d, n);
+}
+static void cb_text(void *c, cbor_data d, size_t n) {
+  set_str(c, T_TEXT, d, n);
+}
+
+static const struct cbor_callbacks callbacks = {
+    .uint8 = cb_u8,
+    .uint16 = cb_u16,
+    .uint32 = cb_u32,
+    .uint64 = cb_u64,
+    .negint8 = cb_n8,
+    .negint16 = cb_n16,
+    .negint32 = cb_n32,
+    .negint64 = cb_n64,
+    .byte_string_start = cb_indef,
+    .byte_string = cb_bytes,
+    .string = cb_text,
+    .string_start = cb_indef,
+    .indef_array_start = cb_indef,
+    .array_start = cb_array,
+    .indef_map_start = cb_indef,
+    .map_start = cb_map,
+    .tag = cb_tag,
+    .float2 = cb_f32,
+    .float4 = cb_f32,
+    .float8 = cb_f64,
+    .undefined = cb_undef,
+    .null = cb_null,
+    .boolean = cb_bool,
+    .indef_break = cb_break,
+};
+
+/*
+ * Length a definite string head at buf[0..left) announces, so a forged length is refused
+ * before anyone adds it to a pointer. Returns false when the head itself is incomplete.
+ */
+static bool string_len(const uint8_t *p, size_t left, uint64_t *out) {
+  unsigned info = p[0] & 0x1fu;
+  if (info < 24) {
+    *out = info;
+    return true;
+  }
+  unsigned n = info == 24 ? 1 : info == 25 ? 2 : info == 26 ? 4 : info == 27 ? 8 : 0;
+  if (n == 0 || left < 1 + n) {
+    *out = 0;
+    return n != 0 ? false : true; /* Reserved or indefinite: libcbor reports it. */
+  }
+  uint64_t v = 0;
+  for (unsigned i = 0; i < n; i++) {
+    v = (v << 8) | p[1 + i];
+  }
+  *out = v;
+  return true;
+}
+
+/*
+ * Reads the next item head into *t. Returns 0, EM_PROTO_ETRUNCATED, EM_PROTO_EMALFORMED or
+ * EM_PROTO_EINDEFINITE. Containers are checked against the bytes left: each element needs
+ * at least one byte, so a larger count means the message is truncated.
+ */
+int em__next(em__dec_t *d, em__tok_t *t) {
+  d->item_pos = d->pos;
+  size_t left = d->len - d->pos;
+  if (left == 0) {
+    return EM_PROTO_ETRUNCATED;
+  }
+  const uint8_t *p = d->buf + d->pos;
+  unsigned major = p[0] >> 5;
+  if (major == 2 || major == 3) {
+    uint64_t slen;
+    if (!string_len(p, left, &slen)) {
+      return EM_PROTO_ETRUNCATED;
+    }
+    if (slen > left) {
+      return EM_PROTO_ETRUNCATED;
+    }
+  }
+  memset(t, 0, sizeof(*t));
+  struct cbor_decoder_result r = cbor_stream_decode(p, left, &callbacks, t);
+  if (r.status == CBOR_DECODER_NEDATA) {
+    return EM_PROTO_ETRUNCATED;
+  }
+  if (r.status != CBOR_DECODER_FINISHED || r.read == 0 || r.read > left) {
+    return EM_PROTO_EMALFORMED;
+  }
+  d->pos += r.read;
+  if (t->type == T_INDEF) {
+    return EM_PROTO_EINDEFINITE;
+  }
+  if (t->type == T_BREAK || t->type == T_NONE) {
+    return EM_PROTO_EMALFORMED;
+  }
+  left = d->len - d->pos;
+  if (t->type == T_ARRAY && t->u > left) {
+    return EM_PROTO_ETRUNCATED;
+  }
+  if (t->type == T_MAP && t->u > left / 2) {
+    return EM_PROTO_ETRUNCATED;
+  }
+  return 0;
+}
+
+/* --- scratch ------------------------------------------------------------------------- */
+
+void *em__scratch_alloc(em__dec_t *d, size_t size) {
+  size_t at = (d->scratch_used + 7u) & ~(size_t)7u;
+  if (at > d->scratch_len || size > d->scratch_len - at) {
+    return NULL;
+  }
+  d->scratch_used = at + size;
+  return d->scratch + at;
+}
+
+/* --- typed readers -------------------------------------------------------------------- */
+
+/* Enters an array or map: depth check. */
+int em__enter(em__dec_t *d) {
+  if (d->depth + 1 > EM_PROTO_MAX_DEPTH) {
+    return EM_PROTO_EDEPTH;
+  }
+  d->depth++;
+  return 0;
+}
+
+void em__leave(em__dec_t *d) {
+  d->depth--;
+}
+
+/* Skips one item of any type (an unknown key's value), with its children. */
+int em__skip(em__dec_t *d) {
+  em__tok_t t;
+  int rc = em__next(d, &t);
+  if (rc) {
+    return rc;
+  }
+  /* A tag wraps exactly one item. Chains are walked in a loop, not by recursion: each tag
+   * is at least one byte, so the input's length bounds the loop. */
+  while (rc == 0 && t.type == T_TAG) {
+    rc = em__next(d, &t);
+  }
+  if (rc) {
+    return rc;
+  }
+  if (t.type != T_ARRAY && t.type != T_MAP) {
+    return 0;
+  }
+  rc = em__enter(d);
+  if (rc) {
+    return rc;
+  }
+  uint64_t items = t.type == T_MAP ? 2 * t.u : t.u;
+  for (uint64_t i = 0; i < items && !rc; i++) {
+    rc = em__skip(d);
+  }
+  em__leave(d);
+  return rc;
+}
+
+int em__read_uint(em__dec_t *d, uint64_t max, uint64_t *out) {
+  em__tok_t t;
+  int rc = em__next(d, &t);
+  if (rc) {
+    return rc;
+  }
+  if (t.type != T_UINT) {
+    return EM_PROTO_ETYPE;
+  }
+  if (t.u > max) {
+    return EM_PROTO_ERANGE;
+  }
+  *out = t.u;
+  return 0;
+}
+
+int em__read_int(em__dec_t *d, int64_t min, int64_t max, int64_t *out) {
+  em__tok_t t;
+  int rc = em__next(d, &t);
+  if (rc) {
+    return rc;
+  }
+  if (t.type == T_UINT) {
+    if (t.u > (uint64_t)max || (int64_t)t.u < min) {
+      return EM_PROTO_ERANGE;
+    }
+    *out = (int64_t)t.u;
+    return 0;
+  }
+  if (t.type != T_NEGINT) {
+    return EM_PROTO_ETYPE;
+  }
+  if (t.u > (uint64_t)INT64_MAX || -1 - (int64_t)t.u < min || -1 - (int64_t)t.u > max) {
+    return EM_PROTO_ERANGE;
+  }
+  *out = -1 - (int64_t)t.u;
+  return 0;
+}
+
+int em__read_bool(em__dec_t *d, bool *out) {
+  em__tok_t t;
+  int rc = em__next(d, &t);
+  if (rc) {
+    return rc;
+  }
+  if (t.type != T_BOOL) {
+    return EM_PROTO_ETYPE;
+  }
+  *out = t.b;
+  return 0;
+}
+
+/* A text string of the given class, copied NUL-terminated into scratch. */
+int em__read_str(em__dec_t *d, em_str_class_t cls, size_t max, const char **out) {
+  em__tok_t t;
+  int rc = em__next(d, &t);
+  if (rc) {
+    return rc;
+  }
+  if (t.type != T_TEXT) {
+    return EM_PROTO_ETYPE;
+  }
+  rc = em__check_str((const char *)t.str, t.str_len, cls, max);
+  if (rc) {
+    return rc;
+  }
+  char *s = em__scratch_alloc(d, t.str_len + 1);
+  if (!s) {
+    return EM_PROTO_ESCRATCH;
+  }
+  memcpy(s, t.str, t.str_len);
+  s[t.str_len] = '\0';
+  *out = s;
+  return 0;
+}
+
+/* A number, or null when `allow_null`. */
+int em__read_value(em__dec_t *d, bool allow_null, em_value_t *out) {
+  em__tok_t t;
+  int rc = em__next(d, &t);
+  if (rc) {
+    return rc;
+  }
+  memset(out, 0, sizeof(*out));
+  switch (t.type) {
+  case T_UINT:
+    out->type = EM_VALUE_UINT;
+    out->as.u = t.u;
+    return 0;
+  case T_NEGINT:
+    if (t.u > (uint64_t)INT64_MAX) {
+      return EM_PROTO_ERANGE;
+    }
+    out->type = EM_VALUE_INT;
+    out->as.i = -1 - (int64_t)t.u;
+    return 0;
+  case T_FLOAT:
+    out->type = EM_VALUE_FLOAT;
+    out->as.f = t.f;
+    return em__check_value(out);
+  case T_NULL:
+    out->type = EM_VALUE_ABSENT;
+    return allow_null ? 0 : EM_PROTO_ETYPE;
+  default:
+    return EM_PROTO_ETYPE;
+  }
+}
+
+/* Reads a container head of the given type and enters it; *n is its element count. */
+int em__open_container(em__dec_t *d, em__tok_type_t type, uint64_t max_items, uint64_t *n) {
+  em__tok_t t;
+  int rc = em__next(d, &t);
+  if (rc) {
+    return rc;
+  }
+  if (t.type != type) {
+    return EM_PROTO_ETYPE;
+  }
+  if (t.u > max_items) {
+    return EM_PROTO_ELIMIT;
+  }
+  *n = t.u;
+  return em__enter(d);
+}
+
+/*
+ * Reads the next map key: an unsigned integer, not seen before in this map when < 64
+ * (`seen` is the bitmap of keys so far). Returns the key in *key.
+ */
+int em__read_key(em__dec_t *d, uint64_t *seen, uint64_t *key) {
+  em__tok_t t;
+  int rc = em__next(d, &t);
+  if (rc) {
+    return rc;
+  }
+  if (t.type != T_UINT) {
+    return EM_PROTO_EKEY;
+  }
+  if (t.u < 64) {
+    if (*seen & (UINT64_C(1) << t.u)) {
+      return EM_PROTO_EDUPLICATE;
+    }
+    *seen |= UINT64_C(1) << t.u;
+  }
+  *key = t.u;
+  return 0;
+}
+
+/* Checks that every key in `required` is in `seen`; reports at the map's start. */
+int em__require(em__dec_t *d, size_t map_pos, uint64_t seen, uint64_t required) {
+  if ((seen & required) != required) {
+    d->item_pos = map_pos;
+    return EM_PROTO_EMISSING;
+  }
+  return 0;
+}
+
+/*
+ * An array of at most `max` elements of `elem_size` bytes, each read by `fn` into scratch.
+ * On success *out points at the elements and *n_out is their count.
+ */
+int em__read_array(em__dec_t *d, uint64_t max, size_t elem_size, em__elem_fn fn, void **out,
+                   size_t *n_out) {
+  uint64_t n = 0;
+  int rc = em__open_container(d, T_ARRAY, max, &n);
+  if (rc) {
+    return rc;
+  }
+  uint8_t *elems = em__scratch_alloc(d, (size_t)n * elem_size);
+  if (!elems && n) {
+    return EM_PROTO_ESCRATCH;
+  }
+  for (uint64_t i = 0; i < n && !rc; i++) {
+    rc = fn(d, elems + i * elem_size);
+  }
+  if (rc) {
+    return rc;
+  }
+  em__leave(d);
+  *out = elems;
+  *n_out = (size_t)n;
+  return 0;
+}
+
+int em__read_cause(em__dec_t *d, em_cause_key_t field, const char **rule, const char **stage,
+                   em_value_t *value, em_value_t *bound, const char **reason) {
+  switch (field) {
+  case CAUSE_RULE:
+    return em__read_str(d, STR_NAME, EM_PROTO_MAX_NAME_BYTES, rule);
+  case CAUSE_STAGE:
+    return em__read_str(d, STR_IDENT, EM_PROTO_MAX_STAGE_BYTES, stage);
+  case CAUSE_VALUE:
+    return em__read_value(d, false, value);
+  case CAUSE_BOUND:
+    return em__read_value(d, false, bound);
+  case CAUSE_REASON:
+    return em__read_str(d, STR_TEXT, EM_PROTO_MAX_TEXT_BYTES, reason);
+  }
+  return em__skip(d);
+}
+
+int em__decode_whole(const uint8_t *buf, size_t len, size_t max_len, em__message_fn fn, void *out,
+                     size_t out_size, void *scratch, size_t scratch_len, size_t *error_offset) {
+  if (error_offset) {
+    *error_offset = 0;
+  }
+  if (!out || (!buf && len) || (!scratch && scratch_len)) {
+    return EM_PROTO_EINVAL;
+  }
+  if (len > max_len) {
+    return EM_PROTO_ETOOBIG;
+  }
+  memset(out, 0, out_size);
+  em__dec_t d = {.buf = buf, .len = len, .scratch = scratch, .scratch_len = scratch_len};
+  int rc = fn(&d, out);
+  if (!rc && d.pos != len) {
+    d.item_pos = d.pos;
+    rc = EM_PROTO_ETRAILING;
+  }
+  if (rc) {
+    if (error_offset) {
+      *error_offset = d.item_pos;
+    }
+    memset(out, 0, out_size);
+  }
+  return rc;
+}
+
+int em__read_start(em__dec_t *d, uint64_t *n, uint64_t *seen, uint64_t *kind) {
+  uint64_t key = 0, v = 0;
+  int rc = em__open_container(d, T_MAP, 64, n);
+  if (rc) {
+    return rc;
+  }
+  if (*n < 2) {
+    d->item_pos = 0;
+    return EM_PROTO_EMISSING;
+  }
+  rc = em__read_key(d, seen, &key);
+  if (!rc && key != K_VERSION) {
+    rc = EM_PROTO_EMISSING;
+  }
+  if (!rc) {
+    rc = em__read_uint(d, UINT32_MAX, &v);
+  }
+  if (!rc && v != EM_PROTO_VERSION) {
+    rc = EM_PROTO_EVERSION;
+  }
+  if (!rc) {
+    rc = em__read_key(d, seen, &key);
+  }
+  if (!rc && key != K_KIND) {
+    rc = EM_PROTO_EMISSING;
+  }
+  if (!rc) {
+    rc = em__read_uint(d, UINT32_MAX, kind);
+  }
+  return rc;
+}

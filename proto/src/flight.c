@@ -1,0 +1,505 @@
+/*
+ * flight.c - writes a flight recording (edgemon/flight.h, kind 5) as CBOR: the checks that make
+ * the encoder refuse what the decoder would refuse, the delta encoding of tick times, span
+ * starts, frame ids and counter columns, the fit under a size cap (which leaves out the items
+ * farthest from the trigger from sizes computed item by item, without encoding again), and the
+ * historical form. Items go through the shared writer (cbor_write.h). Owns nothing, never
+ * allocates, reentrant.
+ */
+#include <string.h>
+
+#include "cbor_write.h"
+
+const char *em_flight_cause_name(em_flight_cause_t cause) {
+  switch (cause) {
+  case EM_FLIGHT_ESCALATION:
+    return "escalation";
+  case EM_FLIGHT_COMMAND:
+    return "command";
+  }
+  return "unknown";
+}
+
+bool em__counter_total(const em_value_t *v, uint64_t *total) {
+  if (v->type == EM_VALUE_UINT) {
+    *total = v->as.u;
+    return true;
+  }
+  if (v->type == EM_VALUE_INT && v->as.i >= 0) {
+    *total = (uint64_t)v->as.i;
+    return true;
+  }
+  return false;
+}
+
+/* --- checks --------------------------------------------------------------------------- */
+
+static int check_trigger(const em_flight_trigger_t *t) {
+  if ((unsigned)t->cause > EM_FLIGHT_COMMAND || !em__level_ok((int)t->level) ||
+      (t->prev_level != EM_LEVEL_NONE && !em__level_ok((int)t->prev_level))) {
+    return EM_PROTO_ERANGE;
+  }
+  return em__check_cause(EM_CAUSE_OF(t));
+}
+
+static int check_tables(const em_flight_t *f) {
+  for (size_t i = 0; i < f->n_stages; i++) {
+    int rc = em__check_cstr(f->stages[i], STR_IDENT, EM_PROTO_MAX_STAGE_BYTES);
+    if (rc) {
+      return rc;
+    }
+    for (size_t j = 0; j < i; j++) { /* At most 64 x 64 comparisons of 31 bytes. */
+      if (strcmp(f->stages[i], f->stages[j]) == 0) {
+        return EM_PROTO_EDUPLICATE;
+      }
+    }
+  }
+  for (size_t i = 0; i < f->n_columns; i++) {
+    const em_flight_column_t *c = &f->columns[i];
+    int rc = em__check_cstr(c->name, STR_NAME, EM_PROTO_MAX_NAME_BYTES);
+    if (!rc) {
+      rc = em__check_cstr(c->unit, STR_NAME, EM_PROTO_MAX_UNIT_BYTES);
+    }
+    if (rc) {
+      return rc;
+    }
+    if ((unsigned)c->kind > EM_METRIC_DELTA) {
+      return EM_PROTO_ERANGE;
+    }
+  }
+  return 0;
+}
+
+static int check_tick(const em_flight_t *f, const em_flight_tick_t *t) {
+  if (t->n_values > EM_FLIGHT_MAX_COLUMNS) {
+    return EM_PROTO_ELIMIT;
+  }
+  if (t->n_values && !t->values) {
+    return EM_PROTO_EINVAL;
+  }
+  for (size_t j = 0; j < t->n_values; j++) {
+    const em_flight_value_t *v = &t->values[j];
+    if (v->column >= f->n_columns) {
+      return EM_PROTO_ERANGE;
+    }
+    if (j > 0 && v->column <= t->values[j - 1].column) {
+      return v->column == t->values[j - 1].column ? EM_PROTO_EDUPLICATE : EM_PROTO_EINVAL;
+    }
+    int rc = em__check_value(&v->value);
+    if (rc) {
+      return rc;
+    }
+    uint64_t total;
+    if (f->columns[v->column].kind == EM_METRIC_COUNTER && v->value.type != EM_VALUE_ABSENT &&
+        !em__counter_total(&v->value, &total)) {
+      return v->value.type == EM_VALUE_INT ? EM_PROTO_ERANGE : EM_PROTO_ETYPE;
+    }
+  }
+  return 0;
+}
+
+int em__flight_check(const em_flight_t *f) {
+  if (f->number > UINT32_MAX) {
+    return EM_PROTO_ERANGE;
+  }
+  if (f->n_stages > EM_FLIGHT_MAX_STAGES || f->n_columns > EM_FLIGHT_MAX_COLUMNS ||
+      f->n_ticks > EM_FLIGHT_MAX_TICKS || f->n_spans > EM_FLIGHT_MAX_SPANS) {
+    return EM_PROTO_ELIMIT;
+  }
+  if ((f->n_stages && !f->stages) || (f->n_columns && !f->columns) || (f->n_ticks && !f->ticks) ||
+      (f->n_spans && !f->spans)) {
+    return EM_PROTO_EINVAL;
+  }
+  int rc = check_trigger(&f->trigger);
+  if (!rc) {
+    rc = check_tables(f);
+  }
+  for (size_t i = 0; i < f->n_ticks && !rc; i++) {
+    if (i > 0 && f->ticks[i].mono_ns < f->ticks[i - 1].mono_ns) {
+      return EM_PROTO_EINCONSISTENT;
+    }
+    rc = check_tick(f, &f->ticks[i]);
+  }
+  for (size_t i = 0; i < f->n_spans && !rc; i++) {
+    if (f->spans[i].stage >= f->n_stages) {
+      return EM_PROTO_ERANGE;
+    }
+    if (i > 0 && f->spans[i].start_ns < f->spans[i - 1].start_ns) {
+      return EM_PROTO_EINCONSISTENT;
+    }
+  }
+  return rc;
+}
+
+/* --- writer --------------------------------------------------------------------------- */
+
+static void w_trigger(em__writer_t *w, const em_flight_trigger_t *t) {
+  bool has_prev = t->prev_level != EM_LEVEL_NONE;
+  em__w_map(w, 2 + (has_prev ? 1 : 0) + em__cause_count(EM_CAUSE_OF(t)));
+  em__kv_uint(w, KG_CAUSE, (uint64_t)t->cause);
+  em__kv_uint(w, KG_LEVEL, (uint64_t)t->level);
+  if (has_prev) {
+    em__kv_uint(w, KG_PREV, (uint64_t)t->prev_level);
+  }
+  em__w_cause(w, KG_RULE, EM_CAUSE_OF(t));
+}
+
+static size_t truncation_entries(const em_flight_truncation_t *t) {
+  return (t->spans_cut ? 1u : 0u) + (t->ticks_cut ? 1u : 0u) + (t->spans_overwritten ? 1u : 0u);
+}
+
+static void w_truncation(em__writer_t *w, const em_flight_truncation_t *t) {
+  em__w_uint(w, KF_TRUNCATED);
+  em__w_map(w, truncation_entries(t));
+  if (t->spans_cut) {
+    em__kv_uint(w, KN_SPANS_CUT, t->spans_cut);
+  }
+  if (t->ticks_cut) {
+    em__kv_uint(w, KN_TICKS_CUT, t->ticks_cut);
+  }
+  if (t->spans_overwritten) {
+    em__kv_uint(w, KN_OVERWRITTEN, t->spans_overwritten);
+  }
+}
+
+/* Bytes of key 14 and its map for these counts; 0 when all are 0 (the key is left out). */
+static size_t truncation_bytes(const em_flight_truncation_t *t) {
+  if (!truncation_entries(t)) {
+    return 0;
+  }
+  return 2u + (t->spans_cut ? 1u + em__uint_bytes(t->spans_cut) : 0u) +
+         (t->ticks_cut ? 1u + em__uint_bytes(t->ticks_cut) : 0u) +
+         (t->spans_overwritten ? 1u + em__uint_bytes(t->spans_overwritten) : 0u);
+}
+
+/*
+ * One figure of a tick. A counter's number goes out as its increase over `*prev` (the total
+ * the previous tick that carried a number for the column had, 0 before the first), and *prev
+ * becomes its total; null leaves *prev alone.
+ */
+static void w_tick_value(em__writer_t *w, em_metric_kind_t kind, const em_value_t *v,
+                         uint64_t *prev) {
+  uint64_t total;
+  if (kind == EM_METRIC_COUNTER && em__counter_total(v, &total)) {
+    em__w_diff(w, total, *prev);
+    *prev = total;
+    return;
+  }
+  em__w_value(w, v);
+}
+
+static void w_ticks(em__writer_t *w, const em_flight_t *f) {
+  uint64_t prev[EM_FLIGHT_MAX_COLUMNS] = {0};
+  em__w_uint(w, KF_TICKS);
+  em__w_array(w, f->n_ticks);
+  for (size_t i = 0; i < f->n_ticks; i++) {
+    const em_flight_tick_t *t = &f->ticks[i];
+    em__w_array(w, 2);
+    em__w_diff(w, t->mono_ns, i == 0 ? f->trigger_mono_ns : f->ticks[i - 1].mono_ns);
+    em__w_map(w, t->n_values);
+    for (size_t j = 0; j < t->n_values; j++) {
+      uint32_t c = t->values[j].column;
+      em__w_uint(w, c);
+      w_tick_value(w, f->columns[c].kind, &t->values[j].value, &prev[c]);
+    }
+  }
+}
+
+static void w_spans(em__writer_t *w, const em_flight_t *f) {
+  uint64_t frame = 0, start = f->trigger_mono_ns;
+  em__w_uint(w, KF_SPANS);
+  em__w_array(w, 4 * f->n_spans);
+  for (size_t i = 0; i < f->n_spans; i++) {
+    const em_flight_span_t *s = &f->spans[i];
+    em__w_uint(w, s->stage);
+    em__w_diff(w, s->frame_id, frame);
+    em__w_diff(w, s->start_ns, start);
+    em__w_uint(w, s->duration_ns);
+    frame = s->frame_id;
+    start = s->start_ns;
+  }
+}
+
+static void w_flight(em__writer_t *w, const em_flight_t *f) {
+  bool truncated = truncation_entries(&f->truncated) != 0;
+  em__w_common(w, 10 + (truncated ? 1 : 0) + (f->historical ? 1 : 0), EM_MSG_FLIGHT, &f->head);
+  em__kv_uint(w, KF_NUMBER, f->number);
+  em__w_uint(w, KF_TRIGGER);
+  w_trigger(w, &f->trigger);
+  em__kv_uint(w, KF_MONO, f->trigger_mono_ns);
+  em__kv_uint(w, KF_PRE, f->pre_ns);
+  em__kv_uint(w, KF_POST, f->post_ns);
+  em__kv_uint(w, KF_PERIOD, f->period_ns);
+  em__w_uint(w, KF_STAGES);
+  em__w_array(w, f->n_stages);
+  for (size_t i = 0; i < f->n_stages; i++) {
+    em__w_str(w, f->stages[i]);
+  }
+  em__w_uint(w, KF_COLUMNS);
+  em__w_array(w, f->n_columns);
+  for (size_t i = 0; i < f->n_columns; i++) {
+    em__w_array(w, 3);
+    em__w_str(w, f->columns[i].name);
+    em__w_str(w, f->columns[i].unit);
+    em__w_uint(w, (uint64_t)f->columns[i].kind);
+  }
+  w_ticks(w, f);
+  w_spans(w, f);
+  if (truncated) {
+    w_truncation(w, &f->truncated);
+  }
+  if (f->historical) {
+    em__w_uint(w, KF_HISTORICAL);
+    em__w_bool(w, true);
+  }
+}
+
+/* The checked encoding's size into *len, written into buf when it fits cap. */
+static int encode_checked(const em_flight_t *f, uint8_t *buf, size_t cap, size_t *len) {
+  em__writer_t w = {.buf = buf, .cap = cap, .pos = 0};
+  w_flight(&w, f);
+  *len = w.pos;
+  if (w.pos > EM_FLIGHT_MAX_BYTES) {
+    return EM_PROTO_ETOOBIG;
+  }
+  return w.pos <= cap ? 0 : EM_PROTO_ENOSPACE;
+}
+
+int em_flight_encode(const em_flight_t *f, uint8_t *buf, size_t cap, size_t *out_len) {
+  if (!f || !out_len || (!buf && cap > 0)) {
+    return EM_PROTO_EINVAL;
+  }
+  int rc = em__flight_check(f);
+  return rc ? rc : encode_checked(f, buf, cap, out_len);
+}
+
+/* --- fit under a cap ------------------------------------------------------------------ */
+
+/*
+ * The sizes of the recordings made of the m ticks and spans nearest the trigger, for m from 0
+ * up, one item added at a time. The nearest m form a range of the ticks and a range of the
+ * spans around the trigger (items are sorted by time, so distance to the trigger falls and
+ * then rises along each), so each step adds the item just before or just after a range; the
+ * sizes that change are the added item's and, when it goes in front, the old first item's
+ * (its deltas are now from the added one rather than from the trigger and 0) and, per counter
+ * column, the old first carrier's (its figure becomes an increase instead of the total).
+ * Each step costs O(1) per figure of the added tick: O(items + figures) in all.
+ */
+typedef struct {
+  const em_flight_t *f;
+  size_t tl, tr, sl, sr; /* Ranges [tl, tr) of the ticks and [sl, sr) of the spans. */
+  size_t items;          /* Bytes of the kept ticks' and spans' items, without array heads. */
+  bool has[EM_FLIGHT_MAX_COLUMNS];       /* A kept tick carries a number for the column. */
+  uint64_t first[EM_FLIGHT_MAX_COLUMNS]; /* Total of its first kept carrier, */
+  uint64_t last[EM_FLIGHT_MAX_COLUMNS];  /* and of its last. */
+} fit_t;
+
+static size_t value_bytes(const em_value_t *v) {
+  em__writer_t w = {0};
+  em__w_value(&w, v);
+  return w.pos;
+}
+
+static uint64_t tick_time(const fit_t *s, size_t i) {
+  return s->f->ticks[i].mono_ns;
+}
+
+static uint64_t span_time(const fit_t *s, size_t i) {
+  return s->f->spans[i].start_ns;
+}
+
+static uint64_t distance(uint64_t t, uint64_t trigger) {
+  return t >= trigger ? t - trigger : trigger - t;
+}
+
+/* Adds tick i after the kept ticks (back) or before them (!back). */
+static void fit_add_tick(fit_t *s, size_t i, bool back) {
+  const em_flight_t *f = s->f;
+  const em_flight_tick_t *t = &f->ticks[i];
+  bool empty = s->tl == s->tr;
+  uint64_t from = back && !empty ? tick_time(s, s->tr - 1) : f->trigger_mono_ns;
+  size_t n = 1 + em__diff_bytes(t->mono_ns, from) + em__uint_bytes(t->n_values);
+  if (!back && !empty) { /* The old first tick's time delta is now from this one. */
+    uint64_t old = tick_time(s, s->tl);
+    n += em__diff_bytes(old, t->mono_ns);
+    n -= em__diff_bytes(old, f->trigger_mono_ns);
+  }
+  for (size_t j = 0; j < t->n_values; j++) {
+    uint32_t c = t->values[j].column;
+    uint64_t total;
+    n += em__uint_bytes(c);
+    if (f->columns[c].kind != EM_METRIC_COUNTER ||
+        !em__counter_total(&t->values[j].value, &total)) {
+      n += value_bytes(&t->values[j].value);
+      continue;
+    }
+    if (!s->has[c]) {
+      n += em__uint_bytes(total);
+      s->has[c] = true;
+      s->first[c] = s->last[c] = total;
+    } else if (back) {
+      n += em__diff_bytes(total, s->last[c]);
+      s->last[c] = total;
+    } else { /* In front: this one carries the total, the old first its increase. */
+      n += em__uint_bytes(total) + em__diff_bytes(s->first[c], total);
+      n -= em__uint_bytes(s->first[c]);
+      s->first[c] = total;
+    }
+  }
+  s->items += n;
+  if (back) {
+    s->tr++;
+  } else {
+    s->tl--;
+  }
+}
+
+/* The bytes of span i's four items after span `prev` (frame 0 and the trigger when none). */
+static size_t span_bytes(const em_flight_t *f, size_t i, const em_flight_span_t *prev) {
+  const em_flight_span_t *s = &f->spans[i];
+  return em__uint_bytes(s->stage) + em__diff_bytes(s->frame_id, prev ? prev->frame_id : 0) +
+         em__diff_bytes(s->start_ns, prev ? prev->start_ns : f->trigger_mono_ns) +
+         em__uint_bytes(s->duration_ns);
+}
+
+static void fit_add_span(fit_t *s, size_t i, bool back) {
+  const em_flight_t *f = s->f;
+  bool empty = s->sl == s->sr;
+  if (back) {
+    s->items += span_bytes(f, i, empty ? NULL : &f->spans[s->sr - 1]);
+    s->sr++;
+    return;
+  }
+  s->items += span_bytes(f, i, NULL);
+  if (!empty) {
+    s->items += span_bytes(f, s->sl, &f->spans[i]);
+    s->items -= span_bytes(f, s->sl, NULL);
+  }
+  s->sl--;
+}
+
+/*
+ * Adds the kept items' nearest neighbour to the trigger; on equal distances ticks before
+ * spans, and of one kind the one before the trigger first. Returns false when all are in.
+ */
+static bool fit_grow(fit_t *s) {
+  const em_flight_t *f = s->f;
+  uint64_t trig = f->trigger_mono_ns;
+  /* Candidates: 0 tick before, 1 tick after, 2 span before, 3 span after. */
+  bool ok[4] = {s->tl > 0, s->tr<f->n_ticks, s->sl> 0, s->sr < f->n_spans};
+  uint64_t dist[4] = {ok[0] ? distance(tick_time(s, s->tl - 1), trig) : 0,
+                      ok[1] ? distance(tick_time(s, s->tr), trig) : 0,
+                      ok[2] ? distance(span_time(s, s->sl - 1), trig) : 0,
+                      ok[3] ? distance(span_time(s, s->sr), trig) : 0};
+  int best = -1;
+  for (int k = 0; k < 4; k++) {
+    if (ok[k] && (best < 0 || dist[k] < dist[best])) {
+      best = k;
+    }
+  }
+  switch (best) {
+  case 0:
+    fit_add_tick(s, s->tl - 1, false);
+    return true;
+  case 1:
+    fit_add_tick(s, s->tr, true);
+    return true;
+  case 2:
+    fit_add_span(s, s->sl - 1, false);
+    return true;
+  case 3:
+    fit_add_span(s, s->sr, true);
+    return true;
+  default:
+    return false;
+  }
+}
+
+/* First index of a sorted time column at or after the trigger. */
+static size_t split(const fit_t *s, size_t n, uint64_t (*time)(const fit_t *, size_t)) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (time(s, mid) < s->f->trigger_mono_ns) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+/* The truncation counts once the items outside the ranges are left out. */
+static em_flight_truncation_t fit_truncation(const fit_t *s) {
+  em_flight_truncation_t t = s->f->truncated;
+  t.ticks_cut += s->f->n_ticks - (s->tr - s->tl);
+  t.spans_cut += s->f->n_spans - (s->sr - s->sl);
+  return t;
+}
+
+/* Encoded size with the current ranges; `bare`: the size with no ticks, spans or truncation. */
+static size_t fit_size(const fit_t *s, size_t bare) {
+  em_flight_truncation_t t = fit_truncation(s);
+  return bare - 2 + em__uint_bytes(s->tr - s->tl) + em__uint_bytes(4 * (s->sr - s->sl)) + s->items +
+         truncation_bytes(&t);
+}
+
+int em_flight_encode_fit(em_flight_t *f, uint8_t *buf, size_t cap, size_t *out_len) {
+  if (!f || !out_len || (!buf && cap > 0)) {
+    return EM_PROTO_EINVAL;
+  }
+  int rc = em__flight_check(f);
+  if (rc) {
+    return rc;
+  }
+  size_t limit = cap < EM_FLIGHT_MAX_BYTES ? cap : EM_FLIGHT_MAX_BYTES;
+  size_t whole = 0;
+  rc = encode_checked(f, NULL, 0, &whole);
+  if (whole <= limit) {
+    return encode_checked(f, buf, cap, out_len);
+  }
+  fit_t s;
+  memset(&s, 0, sizeof(s));
+  s.f = f;
+  em_flight_t bare_f = *f;
+  bare_f.n_ticks = bare_f.n_spans = 0;
+  memset(&bare_f.truncated, 0, sizeof(bare_f.truncated));
+  size_t bare = 0;
+  (void)encode_checked(&bare_f, NULL, 0, &bare);
+  s.tl = s.tr = split(&s, f->n_ticks, tick_time);
+  s.sl = s.sr = split(&s, f->n_spans, span_time);
+  size_t size = fit_size(&s, bare);
+  if (size > limit) {
+    *out_len = size;
+    return EM_PROTO_ENOSPACE;
+  }
+  size_t keep[4] = {s.tl, s.tr, s.sl, s.sr};
+  while (fit_grow(&s)) {
+    if (fit_size(&s, bare) <= limit) {
+      keep[0] = s.tl, keep[1] = s.tr, keep[2] = s.sl, keep[3] = s.sr;
+    }
+  }
+  s.tl = keep[0], s.tr = keep[1], s.sl = keep[2], s.sr = keep[3];
+  f->truncated = fit_truncation(&s);
+  f->ticks = f->n_ticks ? f->ticks + s.tl : f->ticks;
+  f->n_ticks = s.tr - s.tl;
+  f->spans = f->n_spans ? f->spans + s.sl : f->spans;
+  f->n_spans = s.sr - s.sl;
+  return encode_checked(f, buf, cap, out_len);
+}
+
+/* --- historical ----------------------------------------------------------------------- */
+
+int em_flight_mark_historical(const uint8_t *live, size_t len, uint8_t *out, size_t cap,
+                              size_t *out_len) {
+  if (!live || !out_len || (!out && cap > 0)) {
+    return EM_PROTO_EINVAL;
+  }
+  /* A map of 14 entries (15 with key 14), version 1 and kind 5 as one-byte integers (w_common):
+   * the map head stays one byte with the new entry. */
+  if (len < 5 || live[0] < 0xae || live[0] > 0xaf || live[1] != K_VERSION ||
+      live[2] != EM_PROTO_VERSION || live[3] != K_KIND || live[4] != EM_MSG_FLIGHT) {
+    return EM_PROTO_EMALFORMED;
+  }
+  return em__append_historical(live, len, KF_HISTORICAL, EM_FLIGHT_MAX_BYTES, out, cap, out_len);
+}

@@ -1,0 +1,430 @@
+/*
+ * flight_decode.c - the strict decoder of a flight recording (edgemon/flight.h, kind 5), on
+ * the shared pull parser (cbor_read.h) with the rules of the v1 decoder (definite lengths,
+ * unknown keys skipped after a well-formedness check, duplicate keys refused, finite floats,
+ * depth) and the recording's own: stage names valid and unique, indices within their tables,
+ * times ascending, deltas added back within uint64 and never below 0, the EM_FLIGHT_MAX_*
+ * limits. Ticks and spans refer to the stage and column tables, which may come after them in
+ * the map, so the first pass checks their well-formedness and notes where they are, and a
+ * second pass over just those bytes reads them once the tables are known: linear in the input.
+ * Decoded tables point into the caller's scratch; nothing allocates; reentrant.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cbor_read.h"
+
+/* Decoded bytes per encoded byte at most (em_flight_scratch_bytes). */
+#define SCRATCH_PER_BYTE 12u
+
+_Static_assert(sizeof(em_flight_value_t) <= 2 * SCRATCH_PER_BYTE, "a figure is 2 bytes at least");
+_Static_assert(sizeof(em_flight_tick_t) <= 3 * SCRATCH_PER_BYTE, "a tick is 3 bytes at least");
+_Static_assert(sizeof(em_flight_span_t) <= 4 * SCRATCH_PER_BYTE, "a span is 4 bytes at least");
+_Static_assert(sizeof(em_flight_column_t) + 16 <= 6 * SCRATCH_PER_BYTE,
+               "a column is 6 bytes at least");
+_Static_assert(sizeof(const char *) + 8 <= 2 * SCRATCH_PER_BYTE, "a stage is 2 bytes at least");
+
+size_t em_flight_scratch_bytes(size_t len) {
+  /*
+   * Worst cases per encoded byte (LP64): a tick's figure {column: small int} is 2 bytes and
+   * becomes an em_flight_value_t (24): 12; a tick [0, {}] 3 bytes -> em_flight_tick_t (24): 8;
+   * a span, 4 one-byte items -> em_flight_span_t (32): 8; a stage name "x" 2 bytes -> a
+   * pointer and 8 aligned bytes of string: 8; a column ["x", "y", 0] 6 bytes -> 24 + 2 x 8:
+   * 6.7; any other string of n bytes with its head -> n + 1 rounded up to 8: 4 for n = 1. The
+   * constant covers the alignment of the few arrays that are not a multiple of 8 (none on
+   * LP64) and the trigger's strings.
+   */
+  if (len > EM_FLIGHT_MAX_BYTES) {
+    len = EM_FLIGHT_MAX_BYTES;
+  }
+  return SCRATCH_PER_BYTE * len + 256u;
+}
+
+/* --- deltas --------------------------------------------------------------------------- */
+
+/*
+ * Reads an integer delta and adds it to `base`: ETYPE for a non-integer, ERANGE when the sum
+ * leaves uint64, EINCONSISTENT for a negative delta where `ascending`.
+ */
+static int read_delta(em__dec_t *d, uint64_t base, bool ascending, uint64_t *out) {
+  em__tok_t t;
+  int rc = em__next(d, &t);
+  if (rc) {
+    return rc;
+  }
+  if (t.type == T_UINT) {
+    if (t.u > UINT64_MAX - base) {
+      return EM_PROTO_ERANGE;
+    }
+    *out = base + t.u;
+    return 0;
+  }
+  if (t.type != T_NEGINT) {
+    return EM_PROTO_ETYPE;
+  }
+  if (ascending) {
+    return EM_PROTO_EINCONSISTENT;
+  }
+  if (base <= t.u) { /* base - 1 - t.u < 0 */
+    return EM_PROTO_ERANGE;
+  }
+  *out = base - 1 - t.u;
+  return 0;
+}
+
+/* --- header fields -------------------------------------------------------------------- */
+
+static int read_level(em__dec_t *d, em_level_t *out) {
+  uint64_t v = 0;
+  int rc = em__read_uint(d, EM_LEVEL_CRITICAL, &v);
+  *out = (em_level_t)v;
+  return rc;
+}
+
+static int read_trigger_key(em__dec_t *d, uint64_t key, em_flight_trigger_t *t) {
+  uint64_t v = 0;
+  int rc;
+  switch (key) {
+  case KG_CAUSE:
+    rc = em__read_uint(d, EM_FLIGHT_COMMAND, &v);
+    t->cause = (em_flight_cause_t)v;
+    return rc;
+  case KG_LEVEL:
+    return read_level(d, &t->level);
+  case KG_PREV:
+    return read_level(d, &t->prev_level);
+  case KG_RULE:
+  case KG_STAGE:
+  case KG_VALUE:
+  case KG_BOUND:
+  case KG_REASON:
+    return em__read_cause(d, (em_cause_key_t)(key - KG_RULE), EM_CAUSE_REF(t));
+  default:
+    return em__skip(d);
+  }
+}
+
+static int read_trigger(em__dec_t *d, em_flight_trigger_t *t) {
+  size_t at = d->pos;
+  uint64_t n = 0, seen = 0, key = 0;
+  int rc = em__open_container(d, T_MAP, 64, &n);
+  t->prev_level = EM_LEVEL_NONE;
+  for (uint64_t i = 0; i < n && !rc; i++) {
+    rc = em__read_key(d, &seen, &key);
+    if (!rc) {
+      rc = read_trigger_key(d, key, t);
+    }
+  }
+  if (rc) {
+    return rc;
+  }
+  em__leave(d);
+  return em__require(d, at, seen, BIT(KG_CAUSE) | BIT(KG_LEVEL));
+}
+
+static int read_stage_name(em__dec_t *d, void *elem) {
+  return em__read_str(d, STR_IDENT, EM_PROTO_MAX_STAGE_BYTES, (const char **)elem);
+}
+
+static int read_stages(em__dec_t *d, em_flight_t *f) {
+  size_t at = d->pos;
+  void *list = NULL;
+  int rc = em__read_array(d, EM_FLIGHT_MAX_STAGES, sizeof(const char *), read_stage_name, &list,
+                          &f->n_stages);
+  f->stages = list;
+  for (size_t i = 0; i < f->n_stages && !rc; i++) {
+    for (size_t j = 0; j < i; j++) { /* At most 64 x 64 comparisons of 31 bytes. */
+      if (strcmp(f->stages[i], f->stages[j]) == 0) {
+        d->item_pos = at;
+        return EM_PROTO_EDUPLICATE;
+      }
+    }
+  }
+  return rc;
+}
+
+static int read_column(em__dec_t *d, void *elem) {
+  em_flight_column_t *c = elem;
+  uint64_t n = 0, kind = 0;
+  int rc = em__open_container(d, T_ARRAY, UINT64_MAX, &n);
+  if (!rc && n != 3) {
+    rc = EM_PROTO_ETYPE;
+  }
+  if (!rc) {
+    rc = em__read_str(d, STR_NAME, EM_PROTO_MAX_NAME_BYTES, &c->name);
+  }
+  if (!rc) {
+    rc = em__read_str(d, STR_NAME, EM_PROTO_MAX_UNIT_BYTES, &c->unit);
+  }
+  if (!rc) {
+    rc = em__read_uint(d, EM_METRIC_DELTA, &kind);
+  }
+  if (rc) {
+    return rc;
+  }
+  c->kind = (em_metric_kind_t)kind;
+  em__leave(d);
+  return 0;
+}
+
+static int read_truncation(em__dec_t *d, em_flight_truncation_t *t) {
+  uint64_t n = 0, seen = 0, key = 0;
+  int rc = em__open_container(d, T_MAP, 64, &n);
+  for (uint64_t i = 0; i < n && !rc; i++) {
+    rc = em__read_key(d, &seen, &key);
+    uint64_t *field = key == KN_SPANS_CUT     ? &t->spans_cut
+                      : key == KN_TICKS_CUT   ? &t->ticks_cut
+                      : key == KN_OVERWRITTEN ? &t->spans_overwritten
+                                              : NULL;
+    if (!rc) {
+      rc = field ? em__read_uint(d, UINT64_MAX, field) : em__skip(d);
+    }
+  }
+  if (!rc) {
+    em__leave(d);
+  }
+  return rc;
+}
+
+/* --- ticks and spans (second pass) ---------------------------------------------------- */
+
+static int cmp_value(const void *a, const void *b) {
+  uint32_t x = ((const em_flight_value_t *)a)->column, y = ((const em_flight_value_t *)b)->column;
+  return (x > y) - (x < y);
+}
+
+/*
+ * One figure of a tick: a counter's increase added to the column's running total `*total`
+ * (ETYPE unless an integer or null), any other kind's number or null as read.
+ */
+static int read_figure(em__dec_t *d, const em_flight_t *f, em_flight_value_t *v, uint64_t *total) {
+  uint64_t c = 0;
+  int rc = em__read_uint(d, UINT32_MAX, &c);
+  if (rc == EM_PROTO_ETYPE) {
+    return EM_PROTO_EKEY;
+  }
+  if (!rc && c >= f->n_columns) {
+    rc = EM_PROTO_ERANGE;
+  }
+  if (rc) {
+    return rc;
+  }
+  v->column = (uint32_t)c;
+  if (f->columns[c].kind != EM_METRIC_COUNTER) {
+    return em__read_value(d, true, &v->value);
+  }
+  size_t at = d->pos;
+  if (at < d->len && d->buf[at] == 0xf6) { /* null */
+    return em__read_value(d, true, &v->value);
+  }
+  rc = read_delta(d, total[c], false, &total[c]);
+  v->value.type = EM_VALUE_UINT;
+  v->value.as.u = total[c];
+  return rc;
+}
+
+static int read_tick(em__dec_t *d, const em_flight_t *f, em_flight_tick_t *t, uint64_t from,
+                     bool first, uint64_t *total) {
+  uint64_t n = 0, k = 0;
+  int rc = em__open_container(d, T_ARRAY, UINT64_MAX, &n);
+  if (!rc && n != 2) {
+    rc = EM_PROTO_ETYPE;
+  }
+  if (!rc) {
+    rc = read_delta(d, from, !first, &t->mono_ns);
+  }
+  size_t at = d->pos;
+  if (!rc) {
+    rc = em__open_container(d, T_MAP, EM_FLIGHT_MAX_COLUMNS, &k);
+  }
+  em_flight_value_t *v = NULL;
+  if (!rc && k) {
+    v = em__scratch_alloc(d, (size_t)k * sizeof(*v));
+    rc = v ? 0 : EM_PROTO_ESCRATCH;
+  }
+  bool sorted = true;
+  for (uint64_t j = 0; j < k && !rc; j++) {
+    memset(&v[j], 0, sizeof(v[j]));
+    rc = read_figure(d, f, &v[j], total);
+    sorted = sorted && (j == 0 || v[j].column > v[j - 1].column);
+  }
+  if (rc) {
+    return rc;
+  }
+  if (!sorted) {
+    qsort(v, (size_t)k, sizeof(*v), cmp_value);
+    for (uint64_t j = 1; j < k; j++) {
+      if (v[j].column == v[j - 1].column) {
+        d->item_pos = at;
+        return EM_PROTO_EDUPLICATE;
+      }
+    }
+  }
+  em__leave(d); /* the values */
+  em__leave(d); /* the tick */
+  t->values = v;
+  t->n_values = (size_t)k;
+  return 0;
+}
+
+static int read_ticks(em__dec_t *d, em_flight_t *f) {
+  uint64_t n = 0;
+  uint64_t total[EM_FLIGHT_MAX_COLUMNS] = {0};
+  int rc = em__open_container(d, T_ARRAY, EM_FLIGHT_MAX_TICKS, &n);
+  if (rc) {
+    return rc;
+  }
+  em_flight_tick_t *t = em__scratch_alloc(d, (size_t)n * sizeof(*t));
+  if (!t && n) {
+    return EM_PROTO_ESCRATCH;
+  }
+  for (uint64_t i = 0; i < n && !rc; i++) {
+    memset(&t[i], 0, sizeof(t[i]));
+    rc = read_tick(d, f, &t[i], i ? t[i - 1].mono_ns : f->trigger_mono_ns, i == 0, total);
+  }
+  if (rc) {
+    return rc;
+  }
+  em__leave(d);
+  f->ticks = t;
+  f->n_ticks = (size_t)n;
+  return 0;
+}
+
+static int read_spans(em__dec_t *d, em_flight_t *f) {
+  uint64_t n = 0, stage = 0, frame = 0, start = f->trigger_mono_ns;
+  int rc = em__open_container(d, T_ARRAY, 4u * EM_FLIGHT_MAX_SPANS, &n);
+  if (!rc && n % 4) {
+    rc = EM_PROTO_EINCONSISTENT;
+  }
+  if (rc) {
+    return rc;
+  }
+  em_flight_span_t *s = em__scratch_alloc(d, (size_t)(n / 4) * sizeof(*s));
+  if (!s && n) {
+    return EM_PROTO_ESCRATCH;
+  }
+  for (uint64_t i = 0; i < n / 4 && !rc; i++) {
+    rc = em__read_uint(d, UINT32_MAX, &stage);
+    if (!rc && stage >= f->n_stages) {
+      rc = EM_PROTO_ERANGE;
+    }
+    if (!rc) {
+      rc = read_delta(d, frame, false, &frame);
+    }
+    if (!rc) {
+      rc = read_delta(d, start, i > 0, &start);
+    }
+    if (!rc) {
+      rc = em__read_uint(d, UINT64_MAX, &s[i].duration_ns);
+    }
+    s[i].stage = (uint32_t)stage;
+    s[i].frame_id = frame;
+    s[i].start_ns = start;
+  }
+  if (rc) {
+    return rc;
+  }
+  em__leave(d);
+  f->spans = s;
+  f->n_spans = (size_t)(n / 4);
+  return 0;
+}
+
+/* --- top level ------------------------------------------------------------------------ */
+
+typedef struct {
+  size_t ticks_at, spans_at; /* Where keys 12 and 13's values start, for the second pass. */
+} later_t;
+
+static int read_flight_key(em__dec_t *d, uint64_t key, em_flight_t *f, later_t *later) {
+  uint64_t v = 0;
+  int rc;
+  void *list = NULL;
+  switch (key) {
+  case KF_NUMBER:
+    rc = em__read_uint(d, UINT32_MAX, &v);
+    f->number = (uint32_t)v;
+    return rc;
+  case KF_TRIGGER:
+    return read_trigger(d, &f->trigger);
+  case KF_MONO:
+    return em__read_uint(d, UINT64_MAX, &f->trigger_mono_ns);
+  case KF_PRE:
+    return em__read_uint(d, UINT64_MAX, &f->pre_ns);
+  case KF_POST:
+    return em__read_uint(d, UINT64_MAX, &f->post_ns);
+  case KF_PERIOD:
+    return em__read_uint(d, UINT64_MAX, &f->period_ns);
+  case KF_STAGES:
+    return read_stages(d, f);
+  case KF_COLUMNS:
+    rc = em__read_array(d, EM_FLIGHT_MAX_COLUMNS, sizeof(em_flight_column_t), read_column, &list,
+                        &f->n_columns);
+    f->columns = list;
+    return rc;
+  case KF_TICKS:
+  case KF_SPANS:
+    *(key == KF_TICKS ? &later->ticks_at : &later->spans_at) = d->pos;
+    return em__skip(d);
+  case KF_TRUNCATED:
+    return read_truncation(d, &f->truncated);
+  case KF_HISTORICAL:
+    return em__read_bool(d, &f->historical);
+  default:
+    return em__skip(d);
+  }
+}
+
+static int read_flight(em__dec_t *d, void *flight) {
+  em_flight_t *out = flight;
+  uint64_t n = 0, seen = 0, key = 0, v = 0;
+  later_t later = {0, 0};
+  int rc = em__read_start(d, &n, &seen, &v);
+  if (!rc && v != EM_MSG_FLIGHT) {
+    rc = EM_PROTO_EKIND;
+  }
+  for (uint64_t i = 2; i < n && !rc; i++) {
+    rc = em__read_key(d, &seen, &key);
+    if (rc) {
+      break;
+    }
+    const em_head_field_t *f = em__head_field(EM_MSG_FLIGHT, key);
+    if (f) {
+      rc = em__read_uint(d, f->max, &v);
+      em__head_set(&out->head, f, v);
+    } else {
+      rc = read_flight_key(d, key, out, &later);
+    }
+  }
+  if (!rc) {
+    em__leave(d);
+    rc = em__require(d, 0, seen,
+                     em__head_keys(EM_MSG_FLIGHT) | BIT(KF_NUMBER) | BIT(KF_TRIGGER) |
+                         BIT(KF_MONO) | BIT(KF_PRE) | BIT(KF_POST) | BIT(KF_PERIOD) |
+                         BIT(KF_STAGES) | BIT(KF_COLUMNS) | BIT(KF_TICKS) | BIT(KF_SPANS));
+  }
+  if (rc) {
+    return rc;
+  }
+  /* Second pass: the tables are known. Inside the top-level map, at depth 1. */
+  size_t end = d->pos;
+  d->depth = 1;
+  d->pos = later.ticks_at;
+  rc = read_ticks(d, out);
+  if (!rc) {
+    d->pos = later.spans_at;
+    rc = read_spans(d, out);
+  }
+  d->depth = 0;
+  if (!rc) {
+    d->pos = end;
+  }
+  return rc;
+}
+
+int em_flight_decode(const uint8_t *buf, size_t len, em_flight_t *out, void *scratch,
+                     size_t scratch_len, size_t *error_offset) {
+  return em__decode_whole(buf, len, EM_FLIGHT_MAX_BYTES, read_flight, out, sizeof(*out), scratch,
+                          scratch_len, error_offset);
+}

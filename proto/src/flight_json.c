@@ -1,0 +1,140 @@
+/*
+ * flight_json.c - a flight recording (edgemon/flight.h) as one line of JSON with field names:
+ * absolute times beside times from the trigger, column and stage names instead of indices, and
+ * counter columns as the increase since the previous tick that carried a number for them (the
+ * first as the total). Through the shared JSON writer (json_write.h); owns nothing, never
+ * allocates, reentrant.
+ */
+#include <inttypes.h>
+
+#include "json_write.h"
+
+/* a - b as a JSON integer (any pair of uint64). */
+static void jw_diff(em__jw_t *w, uint64_t a, uint64_t b) {
+  if (a >= b) {
+    em__jw_fmt(w, "%" PRIu64, a - b);
+  } else {
+    em__jw_fmt(w, "-%" PRIu64, b - a);
+  }
+}
+
+static void jkv_diff(em__jw_t *w, const char *name, uint64_t a, uint64_t b) {
+  em__jw_key(w, name);
+  jw_diff(w, a, b);
+}
+
+static void j_trigger(em__jw_t *w, const em_flight_trigger_t *t) {
+  em__jw_key(w, "trigger");
+  em__jw_open(w, '{');
+  em__jkv_str(w, "cause", em_flight_cause_name(t->cause));
+  em__jkv_str(w, "level", em_level_name(t->level));
+  if (t->prev_level != EM_LEVEL_NONE) {
+    em__jkv_str(w, "prev_level", em_level_name(t->prev_level));
+  }
+  em__jw_cause(w, EM_CAUSE_OF(t));
+  em__jw_close(w, '}');
+}
+
+static void j_tables(em__jw_t *w, const em_flight_t *f) {
+  em__jw_key(w, "stages");
+  em__jw_open(w, '[');
+  for (size_t i = 0; i < f->n_stages; i++) {
+    em__jw_elem(w);
+    em__jw_str(w, f->stages[i]);
+  }
+  em__jw_close(w, ']');
+  em__jw_key(w, "columns");
+  em__jw_open(w, '[');
+  for (size_t i = 0; i < f->n_columns; i++) {
+    em__jw_elem(w);
+    em__jw_open(w, '{');
+    em__jkv_str(w, "name", f->columns[i].name);
+    em__jkv_str(w, "unit", f->columns[i].unit);
+    em__jkv_str(w, "kind", em__metric_kind_name(f->columns[i].kind));
+    em__jw_close(w, '}');
+  }
+  em__jw_close(w, ']');
+}
+
+static void j_ticks(em__jw_t *w, const em_flight_t *f) {
+  uint64_t prev[EM_FLIGHT_MAX_COLUMNS] = {0};
+  em__jw_key(w, "ticks");
+  em__jw_open(w, '[');
+  for (size_t i = 0; i < f->n_ticks; i++) {
+    const em_flight_tick_t *t = &f->ticks[i];
+    em__jw_elem(w);
+    em__jw_open(w, '{');
+    em__jkv_u64(w, "mono_ns", t->mono_ns);
+    jkv_diff(w, "t_ns", t->mono_ns, f->trigger_mono_ns);
+    em__jw_key(w, "values");
+    em__jw_open(w, '{');
+    for (size_t j = 0; j < t->n_values; j++) {
+      const em_flight_value_t *v = &t->values[j];
+      uint64_t total;
+      em__jw_key(w, f->columns[v->column].name);
+      if (f->columns[v->column].kind == EM_METRIC_COUNTER && em__counter_total(&v->value, &total)) {
+        jw_diff(w, total, prev[v->column]);
+        prev[v->column] = total;
+      } else {
+        em__jw_value(w, &v->value);
+      }
+    }
+    em__jw_close(w, '}');
+    em__jw_close(w, '}');
+  }
+  em__jw_close(w, ']');
+}
+
+static void j_spans(em__jw_t *w, const em_flight_t *f) {
+  em__jw_key(w, "spans");
+  em__jw_open(w, '[');
+  for (size_t i = 0; i < f->n_spans; i++) {
+    const em_flight_span_t *s = &f->spans[i];
+    em__jw_elem(w);
+    em__jw_open(w, '{');
+    em__jkv_str(w, "stage", f->stages[s->stage]);
+    em__jkv_u64(w, "frame", s->frame_id);
+    em__jkv_u64(w, "start_ns", s->start_ns);
+    jkv_diff(w, "t_ns", s->start_ns, f->trigger_mono_ns);
+    em__jkv_u64(w, "duration_ns", s->duration_ns);
+    em__jw_close(w, '}');
+  }
+  em__jw_close(w, ']');
+}
+
+int em_flight_to_json(const em_flight_t *f, char *buf, size_t cap, size_t *out_len) {
+  if (!f || !out_len || (!buf && cap > 0)) {
+    return EM_PROTO_EINVAL;
+  }
+  int rc = em__flight_check(f); /* Indices within their tables before they index anything. */
+  if (rc) {
+    return rc;
+  }
+  em__jw_t w = {.buf = buf, .cap = cap, .pos = 0, .first = true};
+  em__jw_open(&w, '{');
+  em__jw_common(&w, EM_MSG_FLIGHT, &f->head);
+  em__jkv_u64(&w, "number", f->number);
+  j_trigger(&w, &f->trigger);
+  em__jkv_u64(&w, "trigger_mono_ns", f->trigger_mono_ns);
+  em__jkv_u64(&w, "pre_ns", f->pre_ns);
+  em__jkv_u64(&w, "post_ns", f->post_ns);
+  em__jkv_u64(&w, "period_ns", f->period_ns);
+  j_tables(&w, f);
+  j_ticks(&w, f);
+  j_spans(&w, f);
+  const em_flight_truncation_t *t = &f->truncated;
+  if (t->spans_cut || t->ticks_cut || t->spans_overwritten) {
+    em__jw_key(&w, "truncated");
+    em__jw_open(&w, '{');
+    em__jkv_u64(&w, "spans_cut", t->spans_cut);
+    em__jkv_u64(&w, "ticks_cut", t->ticks_cut);
+    em__jkv_u64(&w, "spans_overwritten", t->spans_overwritten);
+    em__jw_close(&w, '}');
+  }
+  if (f->historical) {
+    em__jw_key(&w, "historical");
+    em__jw_raw(&w, "true", 4);
+  }
+  em__jw_close(&w, '}');
+  return em__jw_finish(&w, out_len);
+}
