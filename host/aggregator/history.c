@@ -244,6 +244,11 @@ int em_history_open(em_history_t **out, const char *db_path, char *err, size_t e
   return rc;
 }
 
+struct sqlite3 *em_history_reader(em_history_t *h) {
+  begin_request(h);
+  return h->db;
+}
+
 void em_history_close(em_history_t *h) {
   if (!h) {
     return;

@@ -61,6 +61,10 @@ void em_history_device(em_history_t *h, em_registry_t *reg, const char *device, 
 /* GET /api/latency. */
 void em_history_latency(em_history_t *h, const em_query_t *q, em_history_reply_t *out);
 
+/* The read connection, for the API's other readers (flight_api.h), with the deadline of a new
+ * request started. Valid until em_history_close(); same thread rule. */
+struct sqlite3 *em_history_reader(em_history_t *h);
+
 /* An error reply {"error": msg} with `status` (out of memory becomes a 500 without a body). */
 void em_history_error(em_history_reply_t *out, unsigned status, const char *msg);
 

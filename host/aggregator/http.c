@@ -67,6 +67,7 @@
 #include "http.h"
 
 #include "assets.h"
+#include "flight_api.h"
 #include "history.h"
 #include "metrics.h"
 #include "query.h"
@@ -616,19 +617,57 @@ static enum MHD_Result serve_api(em_http_t *h, struct MHD_Connection *c, em_quer
 }
 
 /* /api/devices/<id>/history: the id percent-decoded like serve_device's. */
-static enum MHD_Result serve_history(em_http_t *h, struct MHD_Connection *c, const char *raw,
-                                     size_t raw_len) {
+/* The device id of raw[0..raw_len) (a path segment) percent-decoded into id[0..cap); false
+ * when it is malformed or too long to be an id. */
+static bool decode_id_segment(const char *raw, size_t raw_len, char *id, size_t cap) {
   char enc[3 * EM_PROTO_MAX_NAME_BYTES + 1];
-  char id[EM_PROTO_MAX_NAME_BYTES + 1];
   if (raw_len >= sizeof(enc)) {
-    return respond_const(c, MHD_HTTP_NOT_FOUND, CT_JSON, "{\"error\":\"no such device\"}");
+    return false;
   }
   memcpy(enc, raw, raw_len);
   enc[raw_len] = '\0';
-  if (!decode_path_segment(enc, id, sizeof(id))) {
+  return decode_path_segment(enc, id, cap);
+}
+
+static enum MHD_Result serve_history(em_http_t *h, struct MHD_Connection *c, const char *raw,
+                                     size_t raw_len) {
+  char id[EM_PROTO_MAX_NAME_BYTES + 1];
+  if (!decode_id_segment(raw, raw_len, id, sizeof(id))) {
     return respond_const(c, MHD_HTTP_NOT_FOUND, CT_JSON, "{\"error\":\"no such device\"}");
   }
   return serve_api(h, c, EM_QUERY_HISTORY, id);
+}
+
+/* /api/devices/<id>/flights[/<key>] (rest: "<id>/flights..."): the id and key percent-decoded
+ * like serve_device's id. */
+static enum MHD_Result serve_flights(em_http_t *h, struct MHD_Connection *c, const char *raw,
+                                     size_t raw_len, const char *key_raw) {
+  char id[EM_PROTO_MAX_NAME_BYTES + 1];
+  char key[32];
+  if (!decode_id_segment(raw, raw_len, id, sizeof(id))) {
+    return respond_const(c, MHD_HTTP_NOT_FOUND, CT_JSON, "{\"error\":\"no such device\"}");
+  }
+  if (key_raw && !decode_path_segment(key_raw, key, sizeof(key))) {
+    return respond_const(c, MHD_HTTP_NOT_FOUND, CT_JSON, "{\"error\":\"no such recording\"}");
+  }
+  if (!h->hist) {
+    return respond_const(c, MHD_HTTP_SERVICE_UNAVAILABLE, CT_JSON,
+                         "{\"error\":\"no store to read the recordings from\"}");
+  }
+  api_args_t args;
+  args.n = 0;
+  MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, collect_arg, &args);
+  em_flight_reply_t r = {0, NULL, 0, CT_JSON};
+  if (key_raw) {
+    em_flight_api_get(h->hist, id, key, args.params, args.n, &r);
+  } else {
+    em_flight_api_list(h->hist, id, args.params, args.n, &r);
+  }
+  if (!r.body) {
+    return respond_const(c, MHD_HTTP_INTERNAL_SERVER_ERROR, CT_JSON,
+                         "{\"error\":\"out of memory\"}");
+  }
+  return respond_owned(c, r.status, r.type, r.body, r.len);
 }
 
 /* /ui/<name>: an embedded dashboard file (assets.h); "/" and "/ui" redirect to "/ui/". */
@@ -690,6 +729,12 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     const char *slash = strchr(rest, '/');
     if (slash && strcmp(slash, "/history") == 0) {
       return serve_history(h, c, rest, (size_t)(slash - rest));
+    }
+    if (slash && strcmp(slash, "/flights") == 0) {
+      return serve_flights(h, c, rest, (size_t)(slash - rest), NULL);
+    }
+    if (slash && strncmp(slash, "/flights/", 9) == 0) {
+      return serve_flights(h, c, rest, (size_t)(slash - rest), slash + 9);
     }
     return serve_device(h, c, rest);
   }

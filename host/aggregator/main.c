@@ -11,9 +11,10 @@
  * (registry.h) and logs store failures with their reason at most every 10 s.
  *
  * Subscriptions: edgemon/v1/+/# normally. With a share group, data goes through the MQTT v5
- * shared subscription $share/<group>/edgemon/v1/+/data so the instances of the group split it,
- * while birth, state and status (retained, small) are subscribed by every instance so each
- * one names every device's metrics and knows its level.
+ * shared subscription $share/<group>/edgemon/v1/+/data so the instances of the group split it
+ * (flight recordings likewise, through $share/<group>/edgemon/v1/+/flight: one stores each), while
+ * birth, state and status (retained, small) are subscribed by every instance so each one names
+ * every device's metrics and knows its level.
  *
  * The session is persistent (clean session off) under a stable client id, and every
  * subscription is QoS 1: while the aggregator is away the broker keeps its subscriptions and
@@ -44,6 +45,7 @@
  * one last push and up to [remote_write] drain for delivery.
  */
 #define _POSIX_C_SOURCE 200809L
+#include "flights.h"
 #include "http.h"
 #include "metrics.h"
 #include "registry.h"
@@ -109,6 +111,7 @@ typedef struct {
   uint64_t downsample_step_s;
   uint64_t device_ttl_s;      /* Forget a device silent for this long; 0 never. */
   uint64_t metrics_max_bytes; /* Cap of the /metrics text. */
+  uint64_t flight_max_bytes;  /* Flight recordings' bytes kept per device. */
   char tls_ca_file[MAX_TEXT];
   char tls_ca_path[MAX_TEXT];
   char tls_cert_file[MAX_TEXT];
@@ -181,6 +184,7 @@ static void usage(FILE *out) {
           "                          [--client-id ID] [--db PATH] [--http HOST:PORT]\n"
           "                          [--batch-ms N] [--batch-rows N] [--retention DURATION]\n"
           "                          [--device-ttl DURATION] [--metrics-max-bytes N]\n"
+          "                          [--flight-max-bytes N]\n"
           "                          [--tls-ca-file FILE|--tls-ca-path DIR]\n"
           "                          [--tls-cert-file FILE --tls-key-file FILE] [--tls-insecure]\n"
           "                          [--credentials-file FILE]\n"
@@ -191,7 +195,8 @@ static void usage(FILE *out) {
           "device's history in SQLite (host/aggregator/SCHEMA.md) and serves /metrics\n"
           "(Prometheus text, or protobuf with native histograms to a scraper that asks for it),\n"
           "the fleet dashboard at /ui/, its JSON API (/api/fleet, /api/devices/<id>/history,\n"
-          "/api/latency: host/README.md), /api/devices, /api/devices/<id> and /healthz.\n"
+          "/api/latency, /api/devices/<id>/flights: host/README.md), /api/devices,\n"
+          "/api/devices/<id> and /healthz.\n"
           "\n"
           "  --config FILE        INI file, section [aggregator], keys as the flags below with\n"
           "                       '_' for '-' (share_group, batch_ms, ...), plus\n"
@@ -218,6 +223,8 @@ static void usage(FILE *out) {
           "  --metrics-max-bytes N cap of /metrics in either format (default 64 MiB, at least\n"
           "                       1 MiB); past it /metrics leaves devices out and /healthz\n"
           "                       says so\n"
+          "  --flight-max-bytes N flight recordings kept per device, in bytes of CBOR (default\n"
+          "                       64 MiB, at least 256 KiB); the oldest go first\n"
           "  --tls-ca-file FILE   mqtts://: CA certificates (PEM) that verify the broker\n"
           "  --tls-ca-path DIR    mqtts://: a directory of CA certificates (c_rehash); with\n"
           "                       neither, the system's CA certificates\n"
@@ -279,6 +286,7 @@ static int set_http(void *ctx, const em_schema_key_t *k, void *obj, const char *
 }
 
 _Static_assert(EM_METRICS_MAX_BYTES == 67108864u, "metrics_max_bytes' default below");
+_Static_assert(EM_FLIGHTS_DEFAULT_MAX_BYTES == 67108864ull, "flight_max_bytes' default below");
 
 #define FIELD(f) .offset = offsetof(agg_config_t, f), .size = sizeof(((agg_config_t *)0)->f)
 #define KEY(nm, ty, ...)                                                                           \
@@ -314,6 +322,9 @@ static const em_schema_key_t agg_keys[] = {
         .example = "24h"),
     KEY("metrics_max_bytes", EM_SCHEMA_INT, FIELD(metrics_max_bytes), .min = 1u << 20,
         .max = 1u << 30, .want = "wants 1048576 to 1073741824 (bytes)", .def = "67108864",
+        .example = "67108864"),
+    KEY("flight_max_bytes", EM_SCHEMA_INT, FIELD(flight_max_bytes), .min = 1u << 18,
+        .max = 1ull << 40, .want = "wants 262144 to 1099511627776 (bytes)", .def = "67108864",
         .example = "67108864"),
     KEY("retention", EM_SCHEMA_DURATION, FIELD(retention_s), WANT_DURATION,
         .want = "wants a duration such as 30s, 5m, 12h or 7d", .def = "7d", .example = "7d"),
@@ -575,8 +586,11 @@ static void on_message(void *ctx, const char *topic, const uint8_t *payload, siz
   if (in.needs_rebirth) {
     publish_rebirth(a, in.device);
   }
-  if (em_store_add(a->store, in.device, in.agg->dev, &in.msg, clock_ns(CLOCK_REALTIME)) ==
-      -EAGAIN) {
+  int rc = in.msg.kind == EM_MSG_FLIGHT
+               ? em_store_add_flight(a->store, in.device, &in.flight, payload, len,
+                                     clock_ns(CLOCK_REALTIME))
+               : em_store_add(a->store, in.device, in.agg->dev, &in.msg, clock_ns(CLOCK_REALTIME));
+  if (rc == -EAGAIN) {
     a->ack_veto = true; /* Not stored, but might be on a redelivery: no acknowledgement. */
   }
 }
@@ -677,6 +691,10 @@ static int connect_and_subscribe(agg_t *a) {
     for (size_t i = 0; i < 3 && rc == 0; i++) {
       snprintf(pattern, sizeof(pattern), "edgemon/v1/+/%s", retained_kinds[i]);
       rc = em_broker_subscribe(a->broker, pattern);
+    }
+    snprintf(pattern, sizeof(pattern), "$share/%s/edgemon/v1/+/flight", a->cfg.share_group);
+    if (rc == 0) {
+      rc = em_broker_subscribe(a->broker, pattern); /* One member stores each recording. */
     }
     snprintf(pattern, sizeof(pattern), "$share/%s/edgemon/v1/+/data", a->cfg.share_group);
   } else {
@@ -1059,6 +1077,7 @@ int main(int argc, char **argv) {
       {"retention", required_argument, NULL, 'R'},
       {"device-ttl", required_argument, NULL, 'L'},
       {"metrics-max-bytes", required_argument, NULL, 'M'},
+      {"flight-max-bytes", required_argument, NULL, 'F'},
       {"tls-ca-file", required_argument, NULL, 'A'},
       {"tls-ca-path", required_argument, NULL, 'P'},
       {"tls-cert-file", required_argument, NULL, 'T'},
@@ -1071,14 +1090,23 @@ int main(int argc, char **argv) {
       {NULL, 0, NULL, 0},
   };
   static const char *const keys[128] = {
-      ['b'] = "broker",        ['g'] = "share_group",
-      ['i'] = "client_id",     ['d'] = "db",
-      ['H'] = "http",          ['m'] = "batch_ms",
-      ['r'] = "batch_rows",    ['R'] = "retention",
-      ['A'] = "tls_ca_file",   ['P'] = "tls_ca_path",
-      ['T'] = "tls_cert_file", ['K'] = "tls_key_file",
-      ['I'] = "tls_insecure",  ['U'] = "credentials_file",
-      ['L'] = "device_ttl",    ['M'] = "metrics_max_bytes",
+      ['b'] = "broker",
+      ['g'] = "share_group",
+      ['i'] = "client_id",
+      ['d'] = "db",
+      ['H'] = "http",
+      ['m'] = "batch_ms",
+      ['r'] = "batch_rows",
+      ['R'] = "retention",
+      ['A'] = "tls_ca_file",
+      ['P'] = "tls_ca_path",
+      ['T'] = "tls_cert_file",
+      ['K'] = "tls_key_file",
+      ['I'] = "tls_insecure",
+      ['U'] = "credentials_file",
+      ['L'] = "device_ttl",
+      ['M'] = "metrics_max_bytes",
+      ['F'] = "flight_max_bytes",
   };
   static agg_t a;
   config_defaults(&a.cfg);
@@ -1194,6 +1222,7 @@ int main(int argc, char **argv) {
                         .batch_ms = (uint32_t)a.cfg.batch_ms,
                         .batch_rows = (uint32_t)a.cfg.batch_rows,
                         .retention_s = a.cfg.retention_s,
+                        .flight_max_bytes = a.cfg.flight_max_bytes,
                         .downsample_after_s = a.cfg.downsample_after_s,
                         .downsample_step_s = a.cfg.downsample_step_s};
   em_store_report_t report;

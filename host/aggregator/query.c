@@ -156,6 +156,8 @@ static bool accepts(em_query_kind_t kind, const char *key) {
     return range || strcmp(key, "points") == 0;
   case EM_QUERY_LATENCY:
     return range || select || strcmp(key, "stage") == 0;
+  case EM_QUERY_FLIGHTS:
+    return strcmp(key, "since") == 0 || strcmp(key, "until") == 0 || strcmp(key, "limit") == 0;
   }
   return false;
 }
@@ -169,7 +171,10 @@ int em_query_parse(em_query_kind_t kind, const em_query_param_t *params, size_t 
   }
   memset(out, 0, sizeof(*out));
   out->points = EM_QUERY_POINTS_DEFAULT;
-  out->limit = EM_QUERY_LIMIT_DEFAULT;
+  out->limit = kind == EM_QUERY_FLIGHTS ? EM_QUERY_FLIGHTS_DEFAULT : EM_QUERY_LIMIT_DEFAULT;
+  if (kind == EM_QUERY_FLIGHTS) {
+    out->to_ns = (uint64_t)INT64_MAX;
+  }
   if (n > EM_QUERY_MAX_PARAMS) {
     return fail(err, err_cap, "too many parameters (at most %u)", EM_QUERY_MAX_PARAMS);
   }
@@ -203,6 +208,15 @@ int em_query_parse(em_query_kind_t kind, const em_query_param_t *params, size_t 
         return fail(err, err_cap, "range: '%.32s' is out of range (1m to 7d)", v);
       }
       have_range = true;
+    } else if (strcmp(key, "since") == 0 || strcmp(key, "until") == 0) {
+      if (!parse_u64(v, &x) || x > (uint64_t)INT64_MAX) {
+        return fail(err, err_cap, "%s: '%.32s' is not a time in ns since the epoch", key, v);
+      }
+      if (key[0] == 's') {
+        out->from_ns = x;
+      } else {
+        out->to_ns = x;
+      }
     } else if (strcmp(key, "from") == 0 || strcmp(key, "to") == 0) {
       if (!parse_u64(v, &x) || x > (uint64_t)INT64_MAX) {
         return fail(err, err_cap, "%s: '%.32s' is not a time in ns since the epoch", key, v);
@@ -247,6 +261,9 @@ int em_query_parse(em_query_kind_t kind, const em_query_param_t *params, size_t 
   }
   if (kind == EM_QUERY_FLEET) {
     return 0;
+  }
+  if (kind == EM_QUERY_FLIGHTS) {
+    return out->from_ns < out->to_ns ? 0 : fail(err, err_cap, "since: must be before until");
   }
   if (have_range && (have_from || have_to)) {
     return fail(err, err_cap, "range: give either range or from and to, not both");

@@ -1,9 +1,9 @@
 /*
  * query.h - the query parameters of the dashboard's JSON API (/api/fleet,
- * /api/devices/<id>/history, /api/latency): parsed from the request's raw (still
- * percent-encoded) key=value pairs and checked against the limits host/README.md documents,
- * before anything is read. A bad, out-of-range, repeated or unknown parameter gives -EINVAL and
- * a one-line message naming the parameter, which the HTTP layer answers as 400
+ * /api/devices/<id>/history, /api/latency, /api/devices/<id>/flights): parsed from the request's
+ * raw (still percent-encoded) key=value pairs and checked against the limits host/README.md
+ * documents, before anything is read. A bad, out-of-range, repeated or unknown parameter gives
+ * -EINVAL and a one-line message naming the parameter, which the HTTP layer answers as 400
  * {"error": "..."}. Owns nothing: the result is a plain value.
  */
 #ifndef EM_AGG_QUERY_H
@@ -14,26 +14,29 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define EM_QUERY_MAX_PARAMS     16u                                /* More is a 400. */
-#define EM_QUERY_MAX_RANGE_NS   (7ull * 24u * 3600u * 1000000000u) /* 7 days. */
-#define EM_QUERY_MIN_RANGE_NS   (60ull * 1000000000u)              /* range=: at least 1 minute. */
-#define EM_QUERY_DEFAULT_RANGE  (3600ull * 1000000000u)            /* range=1h. */
-#define EM_QUERY_POINTS_MIN     10u
-#define EM_QUERY_POINTS_MAX     2000u
-#define EM_QUERY_POINTS_DEFAULT 600u
-#define EM_QUERY_LIMIT_MAX      5000u
-#define EM_QUERY_LIMIT_DEFAULT  1000u
-#define EM_QUERY_MAX_GLOB_BYTES 128u /* name=: an fnmatch pattern over device ids. */
+#define EM_QUERY_MAX_PARAMS      16u                                /* More is a 400. */
+#define EM_QUERY_MAX_RANGE_NS    (7ull * 24u * 3600u * 1000000000u) /* 7 days. */
+#define EM_QUERY_MIN_RANGE_NS    (60ull * 1000000000u)              /* range=: at least 1 minute. */
+#define EM_QUERY_DEFAULT_RANGE   (3600ull * 1000000000u)            /* range=1h. */
+#define EM_QUERY_POINTS_MIN      10u
+#define EM_QUERY_POINTS_MAX      2000u
+#define EM_QUERY_POINTS_DEFAULT  600u
+#define EM_QUERY_LIMIT_MAX       5000u
+#define EM_QUERY_LIMIT_DEFAULT   1000u
+#define EM_QUERY_MAX_GLOB_BYTES  128u /* name=: an fnmatch pattern over device ids. */
+#define EM_QUERY_FLIGHTS_DEFAULT 100u /* Recordings a flight list gives without limit=. */
 
 /* Which endpoint the parameters are for: each accepts its own set. */
 typedef enum {
   EM_QUERY_FLEET = 0, /* name, level, limit */
   EM_QUERY_HISTORY,   /* range | from & to, points */
   EM_QUERY_LATENCY,   /* range | from & to, name, level, stage, limit */
+  EM_QUERY_FLIGHTS,   /* since, until, limit (default EM_QUERY_FLIGHTS_DEFAULT) */
 } em_query_kind_t;
 
 typedef struct {
-  uint64_t from_ns; /* [from_ns, to_ns): history and latency. */
+  uint64_t from_ns; /* [from_ns, to_ns): history and latency; flights: since, until (absent: 0,
+                       INT64_MAX). */
   uint64_t to_ns;
   unsigned points;
   unsigned limit;

@@ -76,6 +76,7 @@ void em_registry_free(em_registry_t *r) {
   free(r->devices);
   pthread_mutex_destroy(&r->lock);
   free(r->scratch);
+  free(r->flight_scratch);
   free(r);
 }
 
@@ -277,7 +278,8 @@ static topic_class_t parse_topic(const char *topic, char *device, size_t cap, em
   } kinds[] = {{"birth", EM_MSG_BIRTH},
                {"data", EM_MSG_DATA},
                {"state", EM_MSG_STATE},
-               {"status", EM_MSG_STATUS}};
+               {"status", EM_MSG_STATUS},
+               {"flight", EM_MSG_FLIGHT}};
   for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
     if (strcmp(rest, kinds[i].name) == 0) {
       memcpy(device, id, n);
@@ -287,6 +289,26 @@ static topic_class_t parse_topic(const char *topic, char *device, size_t cap, em
     }
   }
   return TOPIC_BAD;
+}
+
+/* Decodes a flight recording into out->flight (out->msg.kind EM_MSG_FLIGHT), growing the
+ * flight scratch as needed. Returns 0 or an EM_PROTO_E* code (-ENOMEM for no scratch). */
+static int decode_flight(em_registry_t *r, const uint8_t *payload, size_t len, em_ingest_t *out) {
+  if (len > EM_FLIGHT_MAX_BYTES) {
+    return EM_PROTO_ETOOBIG;
+  }
+  size_t need = em_flight_scratch_bytes(len);
+  if (need > r->flight_scratch_len) {
+    void *p = realloc(r->flight_scratch, need);
+    if (!p) {
+      return -ENOMEM;
+    }
+    r->flight_scratch = p;
+    r->flight_scratch_len = need;
+  }
+  out->msg.kind = EM_MSG_FLIGHT;
+  return em_flight_decode(payload, len, &out->flight, r->flight_scratch, r->flight_scratch_len,
+                          &out->error_offset);
 }
 
 /* Counts a rejected message and fills out. Caller holds the lock. */
@@ -336,8 +358,12 @@ int em_registry_ingest(em_registry_t *r, const char *topic, const uint8_t *paylo
   if (tc == TOPIC_CMD || len == 0) {
     goto done; /* Commands are for agents; an empty payload clears a retained message. */
   }
-  out->rc = em_proto_decode(payload, len, &out->msg, r->scratch, EM_PROTO_SCRATCH_MAX,
-                            &out->error_offset);
+  if (kind == EM_MSG_FLIGHT) {
+    out->rc = decode_flight(r, payload, len, out);
+  } else {
+    out->rc = em_proto_decode(payload, len, &out->msg, r->scratch, EM_PROTO_SCRATCH_MAX,
+                              &out->error_offset);
+  }
   if (out->rc != 0) {
     r->stats.malformed++;
     goto done;
@@ -352,7 +378,9 @@ int em_registry_ingest(em_registry_t *r, const char *topic, const uint8_t *paylo
     goto done;
   }
   em_agg_device_t *d = device(r, out->device);
-  if (!d || em_dict_update(d->dev, &out->msg) != 0) {
+  if (d && kind == EM_MSG_FLIGHT) {
+    d->flights++;
+  } else if (!d || em_dict_update(d->dev, &out->msg) != 0) {
     out->rc = -ENOMEM;
     goto done;
   }

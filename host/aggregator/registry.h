@@ -9,12 +9,14 @@
  * only this module writes them.
  *
  * Identity: a message is taken only from a topic that is exactly edgemon/v1/<device>/<kind>
- * (device 1..63 characters of [A-Za-z0-9_.:-], kind birth, data, state or status, no further
- * level, no trailing slash); its payload's kind must be the topic's, and a birth's device id the
- * topic's. With the broker's ACL keeping a device to its own topics, the topic is the identity
- * the fleet can trust. Anything else is rejected before it touches a device, and counted by
- * reason (em_agg_stats_t.rejected). Topics under edgemon/v1/<device>/cmd/ are commands for the
- * agents: ignored, not counted.
+ * (device 1..63 characters of [A-Za-z0-9_.:-], kind birth, data, state, status or flight, no
+ * further level, no trailing slash); its payload's kind must be the topic's, and a birth's device
+ * id the topic's. A flight recording (edgemon/flight.h) is decoded with em_flight_decode() into
+ * em_ingest_t.flight, for the store; it changes nothing in the device's live view but its
+ * last-heard time and its recording count. With the broker's ACL keeping a device to its own
+ * topics, the topic is the identity the fleet can trust. Anything else is rejected before it
+ * touches a device, and counted by reason (em_agg_stats_t.rejected). Topics under
+ * edgemon/v1/<device>/cmd/ are commands for the agents: ignored, not counted.
  *
  * Lifetime: a device not heard from for the configured TTL is forgotten
  * (em_registry_expire()): its record, values and histograms are freed and it leaves /metrics and
@@ -34,6 +36,7 @@
 
 #include <broker.h>
 #include <dict.h>
+#include <edgemon/flight.h>
 #include <edgemon/proto.h>
 #include <histo.h>
 #include <pthread.h>
@@ -71,6 +74,7 @@ typedef struct {
   uint32_t seq_session;
   uint32_t last_seq;
   uint64_t rebirths_asked;
+  uint64_t flights; /* Flight recordings received (decoded). */
 } em_agg_device_t;
 
 /* Why a message was rejected before it reached a device (em_agg_stats_t.rejected). */
@@ -133,6 +137,8 @@ typedef struct {
   uint64_t device_ttl_ns;   /* For /metrics only: the TTL em_registry_expire() is given. */
   size_t metrics_max_bytes; /* Cap of the /metrics text; 0: EM_METRICS_MAX_BYTES. */
   void *scratch;            /* Decode scratch (EM_PROTO_SCRATCH_MAX bytes), used under the lock. */
+  void *flight_scratch;     /* em_flight_decode()'s scratch, grown as needed (the MQTT thread). */
+  size_t flight_scratch_len;
   struct em_remote *remote; /* Remote write whose per-endpoint health /metrics shows (borrowed;
                                set before serving, freed after); NULL: none. */
 } em_registry_t;
@@ -145,7 +151,10 @@ typedef struct {
   size_t error_offset; /* For a decode error. */
   char device[EM_TOPIC_MAX_DEVICE + 1];
   em_msg_t msg;         /* The decoded message (points into the registry's scratch; valid
-                           until the next ingest). */
+                           until the next ingest). For a flight recording only msg.kind is set
+                           (EM_MSG_FLIGHT): the recording is `flight`. */
+  em_flight_t flight;   /* A decoded flight recording (points into the registry's flight
+                           scratch; valid until the next ingest). */
   em_agg_device_t *agg; /* The device, or NULL when rc != 0. */
   bool needs_rebirth;   /* Data without a birth for its session, first time this session. */
   uint32_t lost_now;    /* Messages this data message showed to be missing. */

@@ -49,6 +49,7 @@
 
 #include "buckets.h"
 #include "checkpoint.h"
+#include "flights.h"
 #include "rollup.h"
 
 #include <errno.h>
@@ -64,7 +65,7 @@
 
 /* PRAGMA application_id of an edgemon store: "EDGM" as a big-endian int32. */
 #define EM_STORE_APP_ID       0x4544474d
-#define EM_STORE_USER_VERSION 5
+#define EM_STORE_USER_VERSION 6
 /* The oldest layout this aggregator still opens: version 2 gains data.session and data.seq
  * (ALTER TABLE, its old rows keep NULL there) and the unique index on them; versions 2 and 3
  * gain the unique index of level_changes (their repeated rows deleted first, the first kept). */
@@ -220,7 +221,21 @@ static const char schema_sql[] =
     " PRIMARY KEY (step_s, device, time_ns)) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS rollup_dirty ("
     " device INTEGER NOT NULL, time_ns INTEGER NOT NULL,"
-    " PRIMARY KEY (device, time_ns)) WITHOUT ROWID;";
+    " PRIMARY KEY (device, time_ns)) WITHOUT ROWID;"
+    /* Version 6: flight recordings (flights.h), the CBOR as it came beside what the API lists. */
+    "CREATE TABLE IF NOT EXISTS flights ("
+    " id INTEGER PRIMARY KEY, device INTEGER NOT NULL, session INTEGER NOT NULL,"
+    " number INTEGER NOT NULL, time_ns INTEGER NOT NULL, recv_ns INTEGER NOT NULL,"
+    " cause INTEGER NOT NULL, level INTEGER, prev_level INTEGER, rule TEXT, stage TEXT,"
+    " value REAL, bound REAL, reason TEXT, trigger_mono_ns INTEGER NOT NULL,"
+    " pre_ns INTEGER NOT NULL, post_ns INTEGER NOT NULL, period_ns INTEGER NOT NULL,"
+    " stages INTEGER NOT NULL, columns INTEGER NOT NULL, ticks INTEGER NOT NULL,"
+    " spans INTEGER NOT NULL, spans_cut INTEGER NOT NULL, ticks_cut INTEGER NOT NULL,"
+    " spans_overwritten INTEGER NOT NULL, historical INTEGER NOT NULL, bytes INTEGER NOT NULL,"
+    " cbor BLOB NOT NULL);"
+    "CREATE UNIQUE INDEX IF NOT EXISTS flights_device_session_number"
+    " ON flights(device, session, number);"
+    "CREATE INDEX IF NOT EXISTS flights_device_time ON flights(device, time_ns);";
 
 struct em_store {
   sqlite3 *db;
@@ -239,6 +254,7 @@ struct em_store {
   em_store_stats_t stats;
   em_ckpt_t *ckpt;
   em_rollup_t *rollup;
+  em_flights_t *flights;
   char *wal_path;          /* PATH-wal */
   const char *device;      /* Device of the message being added (borrowed for the call). */
   uint64_t failed_untold;  /* Failures since em_store_take_failure() last reported. */
@@ -897,6 +913,42 @@ int em_store_add(em_store_t *s, const char *device, const em_device_t *dev, cons
   return rc < 0 && s->failed_passing > passing ? -EAGAIN : rc;
 }
 
+int em_store_add_flight(em_store_t *s, const char *device, const em_flight_t *f,
+                        const uint8_t *cbor, size_t len, uint64_t recv_ns) {
+  if (!s || !device || !*device || !f || !cbor || len == 0) {
+    return -EINVAL;
+  }
+  s->device = device;
+  uint64_t passing = s->failed_passing;
+  int rc = batch_begin(s);
+  int64_t dev_id = 0;
+  name_id_t *entry = NULL;
+  if (rc == 0) {
+    rc = name_entry(s, &s->devices, ST_DEVICE_ID, device, &dev_id, &entry);
+  }
+  if (rc == 0) {
+    rc = seen_flush(s, entry);
+  }
+  if (rc == 0) {
+    bool stored = false;
+    uint64_t dropped = 0;
+    int src = em_flights_add(s->flights, dev_id, f, cbor, len, recv_ns, s->opts.flight_max_bytes,
+                             &stored, &dropped);
+    if (src != SQLITE_OK) {
+      note_failure(s, "flights", src);
+      rc = -EIO;
+    } else if (!stored) {
+      s->stats.duplicates++;
+    } else {
+      s->stats.pending++;
+      s->stats.flights++;
+      s->stats.flights_dropped += dropped;
+    }
+  }
+  s->device = NULL;
+  return rc < 0 && s->failed_passing > passing ? -EAGAIN : rc;
+}
+
 int em_store_tick(em_store_t *s, uint64_t now_ns) {
   if (!s) {
     return -EINVAL;
@@ -1034,6 +1086,7 @@ static int em_store_prune(em_store_t *s, uint64_t now_real_ns) {
         "DELETE FROM data_rollups WHERE step_s = 3600 AND device IN (SELECT id FROM devices)"
         " AND time_ns <= ?1 - 3600000000000",
         "DELETE FROM rollup_dirty WHERE device IN (SELECT id FROM devices) AND time_ns < ?1",
+        "DELETE FROM flights WHERE device IN (SELECT id FROM devices) AND time_ns < ?1",
     };
     for (size_t i = 0; rc == 0 && i < sizeof(del) / sizeof(del[0]); i++) {
       rc = run_sql(s, del[i], 1, cut, 0);
@@ -1103,6 +1156,7 @@ void em_store_stats(const em_store_t *s, em_store_stats_t *out) {
 static void release(em_store_t *s) {
   em_ckpt_stop(s->ckpt);
   em_rollup_free(s->rollup);
+  em_flights_free(s->flights);
   for (int i = 0; i < ST_COUNT; i++) {
     sqlite3_finalize(s->st[i]);
   }
@@ -1237,8 +1291,8 @@ static int check_and_create(em_store_t *s, char *err, size_t err_cap) {
   /* Version 2 -> 3: the data columns the unique index needs. Versions 2 and 3 -> 4: a state
    * message stored more than once keeps its first row, so that the unique index of
    * level_changes can be created. Version 4 -> 5: the rollup tables, created empty by schema_sql
-   * (the maintenance rolls up the raw rows already there, em_store_rollup()). All in the
-   * schema's transaction. */
+   * (the maintenance rolls up the raw rows already there, em_store_rollup()). Version 5 -> 6:
+   * the flights table, created empty by schema_sql. All in the schema's transaction. */
   static const char migrate_v2[] =
       "ALTER TABLE data ADD COLUMN session INTEGER;ALTER TABLE data ADD COLUMN seq INTEGER;";
   static const char migrate_v3[] =
@@ -1361,6 +1415,12 @@ int em_store_open(em_store_t **out, const em_store_opts_t *opts, em_store_report
   }
   if (em_rollup_new(&s->rollup, s->db) != 0) {
     set_err(err, err_cap, "%s: cannot prepare the rollups: %s", s->path, sqlite3_errmsg(s->db));
+    release(s);
+    return -EIO;
+  }
+  if (em_flights_new(&s->flights, s->db) != SQLITE_OK) {
+    set_err(err, err_cap, "%s: cannot prepare the flights table: %s", s->path,
+            sqlite3_errmsg(s->db));
     release(s);
     return -EIO;
   }

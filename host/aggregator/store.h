@@ -1,6 +1,6 @@
 /*
  * store.h - the aggregator's history in SQLite: devices, metric samples, per-stage latency
- * windows with their histogram buckets, and level changes.
+ * windows with their histogram buckets, level changes, and flight recordings (flights.h).
  *
  * Writes are batched: em_store_add() queues rows into an open transaction that commits every
  * batch_ms or batch_rows rows (em_store_tick()), or when the caller asks (em_store_flush(): the
@@ -28,6 +28,7 @@
 #include "rollup.h"
 
 #include <dict.h>
+#include <edgemon/flight.h>
 #include <edgemon/proto.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -45,6 +46,9 @@ typedef struct {
   /* CLOCK_MONOTONIC ms a rollup pass starts work in: 0 is EM_ROLLUP_BUDGET_NS (200 ms); < 0
    * one device's step a pass (tests). A pass always rolls at least one step. */
   int32_t rollup_budget_ms;
+  /* Encoded bytes of flight recordings kept per device, the oldest deleted first; 0:
+   * EM_FLIGHTS_DEFAULT_MAX_BYTES (flights.h). */
+  uint64_t flight_max_bytes;
 } em_store_opts_t;
 
 typedef struct {
@@ -77,6 +81,17 @@ int em_store_open(em_store_t **out, const em_store_opts_t *opts, em_store_report
 int em_store_add(em_store_t *s, const char *device, const em_device_t *dev, const em_msg_t *msg,
                  uint64_t recv_ns);
 
+/*
+ * Queues one flight recording of `device`: f as em_flight_decode() read it from cbor[0..len),
+ * which is stored as it came (flights.h). A recording whose (device, session, number) is
+ * stored already writes nothing and is counted (em_store_stats_t.duplicates); a new one may
+ * delete the device's oldest recordings to keep it within opts.flight_max_bytes. Retention
+ * (em_store_retain()) deletes recordings whose time is older than retention_s. Returns 0,
+ * -EAGAIN or -EIO as em_store_add() does, -EINVAL for missing arguments.
+ */
+int em_store_add_flight(em_store_t *s, const char *device, const em_flight_t *f,
+                        const uint8_t *cbor, size_t len, uint64_t recv_ns);
+
 /* Commits the open batch when batch_ms passed since it began or batch_rows are pending.
  * now_ns is CLOCK_MONOTONIC. Unless opts.rollup_manual, also runs a rollup pass
  * (em_store_rollup(), with CLOCK_REALTIME) on the first tick and then every
@@ -106,7 +121,7 @@ int em_store_rollup(em_store_t *s, uint64_t now_real_ns, em_rollup_report_t *rep
 
 /* Failed writes of one table for one reason. table: "devices", "metrics", "stages", "data",
  * "stage_windows", "level_changes", "meta", "transaction" (BEGIN/COMMIT), "retention", "rollups",
- * "rollup_dirty"; reason:
+ * "rollup_dirty", "flights"; reason:
  * SQLite's primary result code as a word ("constraint", "busy", "full", "ioerr", "nomem", ...,
  * "other"). */
 typedef struct {
@@ -135,6 +150,8 @@ typedef struct {
   uint64_t rollup_runs;      /* Rollup passes committed. */
   uint64_t rollup_rows;      /* Rollup rows they wrote. */
   uint64_t rollup_bad_rows;  /* Raw rows they left out as malformed. */
+  uint64_t flights;          /* Flight recordings stored (not counting duplicates). */
+  uint64_t flights_dropped;  /* Recordings deleted to keep a device within flight_max_bytes. */
 } em_store_stats_t;
 
 void em_store_stats(const em_store_t *s, em_store_stats_t *out);

@@ -1,7 +1,7 @@
 /*
  * test_agg_registry.c - the aggregator's registry (host/aggregator/registry.c): naming,
  * stage accumulation, loss from sequence gaps with wrap-around, rebirth requests, bad input,
- * topics and payloads that must agree, and forgetting devices after the TTL.
+ * topics and payloads that must agree, forgetting devices after the TTL, and flight recordings.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -331,6 +331,54 @@ static void registry_forgets_devices_past_the_ttl(void **state) {
   em_registry_free(r);
 }
 
+/* A flight recording on edgemon/v1/<device>/flight is decoded with em_flight_decode() for the
+ * store and counted on its device; one that does not decode (junk, another kind, a span
+ * naming no stage) is counted as malformed and reaches no device. */
+static void registry_decodes_flight_recordings(void **state) {
+  (void)state;
+  em_registry_t *r = NULL;
+  assert_int_equal(em_registry_new(&r, true), 0);
+  static const char *const stages[] = {"infer"};
+  static const em_flight_span_t spans[] = {
+      {.stage = 0, .frame_id = 3, .start_ns = 5000, .duration_ns = 700}};
+  em_flight_t f = {.head = {.time_ns = 1700000000000000000ull, .session = 9},
+                   .number = 4,
+                   .trigger = {.cause = EM_FLIGHT_COMMAND,
+                               .level = EM_LEVEL_NOMINAL,
+                               .prev_level = EM_LEVEL_NONE},
+                   .trigger_mono_ns = 5000,
+                   .pre_ns = 1000,
+                   .post_ns = 1000,
+                   .period_ns = 100,
+                   .stages = stages,
+                   .n_stages = 1,
+                   .spans = spans,
+                   .n_spans = 1};
+  size_t len = 0;
+  assert_int_equal(em_flight_encode(&f, wire, sizeof(wire), &len), 0);
+  em_ingest_t in;
+  assert_int_equal(em_registry_ingest(r, "edgemon/v1/fl/flight", wire, len, &in), 0);
+  assert_int_equal(in.msg.kind, EM_MSG_FLIGHT);
+  assert_int_equal(in.flight.number, 4);
+  assert_int_equal(in.flight.head.session, 9);
+  assert_int_equal(in.flight.n_spans, 1);
+  assert_int_equal(in.flight.spans[0].frame_id, 3);
+  assert_non_null(in.agg);
+  assert_int_equal(in.agg->flights, 1);
+
+  const uint8_t junk[] = {0xa2, 0x00, 0x01};
+  assert_int_not_equal(em_registry_ingest(r, "edgemon/v1/fl/flight", junk, sizeof(junk), &in), 0);
+  assert_null(in.agg);
+  em_msg_t m = data(1, 0); /* A data message on the flight topic. */
+  assert_int_not_equal(feed_on(r, "edgemon/v1/fl/flight", &m, &in), 0);
+  assert_null(in.agg);
+  assert_int_equal(r->stats.malformed, 2);
+  assert_int_equal(r->stats.ingested, 1);
+  assert_int_equal(r->n_devices, 1);
+  assert_int_equal(em_registry_find(r, "fl")->flights, 1);
+  em_registry_free(r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(registry_names_values_and_accumulates_stages),
@@ -342,6 +390,7 @@ int main(void) {
       cmocka_unit_test(registry_rejects_topics_that_are_not_exactly_device_and_kind),
       cmocka_unit_test(registry_rejects_payloads_that_disagree_with_the_topic),
       cmocka_unit_test(registry_forgets_devices_past_the_ttl),
+      cmocka_unit_test(registry_decodes_flight_recordings),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
