@@ -14,6 +14,12 @@
  * The metric dictionary (figures.h) is fixed at start-up: the configured PMU events, the
  * fixed figures, the anomaly scores, the sensors. A birth is published on every connect, on a
  * rebirth command, and after every attach (what is absent may have changed).
+ *
+ * The flight recorder (record/flight.h, [flight]): every tick hands it the figures read on that
+ * tick (PMU counters, the target's memory, smaps, MemAvailable and PSI, sensors: its columns,
+ * fixed at start from the dictionary), on_span every accepted span, apply_change every rise of
+ * the level and on_command every cmd/flight; the tick that ends a trigger's post window
+ * encodes the recording and hands it to the forwarder (live on "flight", else the spool).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -36,7 +42,9 @@
 
 #include "budget.h"
 #include "edgemon/proto.h"
+#include "edgemon/flight.h"
 #include "figures.h"
+#include "flight.h"
 #include "forward.h"
 #include "hook.h"
 #include "log.h"
@@ -59,6 +67,13 @@
 #define STR(x)            STR_(x)
 #define REBIRTH_MIN_MS    1000u              /* At most one birth per second on cmd/rebirth. */
 #define REFUSAL_LOG_NS    (10u * NS_PER_SEC) /* One "subscribe refused" line per 10 s. */
+#define FLIGHT_HIST_ROOM  16u /* Bytes a recording leaves under its cap for its historical form. */
+
+_Static_assert(EM_CONFIG_FLIGHT_TICK_SLACK == EM_FLIGHT_REC_TICK_SLACK,
+               "config.c checks the flight recorder's tick ring as record/flight.c sizes it");
+
+/* When a flight recorder column is read: every tick, or on its own cadence. */
+typedef enum { FLIGHT_EVERY, FLIGHT_SMAPS, FLIGHT_SYSTEM, FLIGHT_SENSOR } flight_when_t;
 
 /* The figures agent.c indexes from their first row follow the orders of procfs.h and spans.h
  * (figures.h). */
@@ -167,6 +182,15 @@ struct em_agent {
   /* Store and forward (forward.h): what the broker cannot take now goes to the spool. */
   em_forward_t *fwd;
 
+  /* The flight recorder (record/flight.h): NULL when [flight] enabled is false. Its columns
+   * are dictionary aliases, ascending. */
+  em_flight_rec_t *flight;
+  size_t n_flight_cols;
+  uint32_t flight_alias[EM_FLIGHT_MAX_COLUMNS];
+  uint8_t flight_when[EM_FLIGHT_MAX_COLUMNS]; /* flight_when_t */
+  bool sensors_fresh;                         /* The sensors were read since the last tick. */
+  uint64_t flight_cut;                        /* Spans and ticks left out for max_bytes. */
+
   unsigned closing;
   void (*stop_done)(void *);
   void *stop_ctx;
@@ -231,6 +255,14 @@ static void publish_birth(em_agent_t *a) {
                               .n_metrics = a->n_metrics,
                               .budgets = a->birth_budgets,
                               .n_budgets = a->n_birth_budgets}};
+  if (a->flight) {
+    msg.u.birth.flight = (em_flight_recorder_t){.on = true,
+                                                .pre_ns = a->cfg.flight_pre_ns,
+                                                .post_ns = a->cfg.flight_post_ns,
+                                                .ticks = em_flight_rec_tick_capacity(a->flight),
+                                                .spans = em_flight_rec_span_capacity(a->flight),
+                                                .bytes = em_flight_rec_bytes(a->flight)};
+  }
   size_t len = 0;
   int rc = em_proto_encode(&msg, a->out, EM_PROTO_MAX_MESSAGE_BYTES, &len);
   if (rc) {
@@ -301,6 +333,153 @@ static void on_ack(void *ctx, int mid) {
   em_forward_on_ack(a->fwd, mid); /* NULL before the forwarder exists: a no-op. */
 }
 
+/* --- the flight recorder --------------------------------------------------------------- */
+
+/* A trigger: a recording of its window when the rate limit allows, else counted and said. */
+static void flight_trigger(em_agent_t *a, const em_flight_trigger_t *t, uint64_t mono_ns) {
+  const char *what = t->cause == EM_FLIGHT_COMMAND ? "cmd/flight" : "escalation";
+  if (!a->flight) {
+    if (t->cause == EM_FLIGHT_COMMAND) {
+      EM_WARN("flight: cmd/flight ignored: the flight recorder is off ([flight] enabled)");
+    }
+    return;
+  }
+  int rc = em_flight_rec_trigger(a->flight, t, mono_ns, wall_ns());
+  if (rc == 0) {
+    EM_INFO("flight: %s to %s: recording the %llu ms before and %llu ms after", what,
+            em_level_name(t->level), (unsigned long long)(a->cfg.flight_pre_ns / 1000000u),
+            (unsigned long long)(a->cfg.flight_post_ns / 1000000u));
+    return;
+  }
+  EM_INFO("flight: %s to %s not recorded: %s (counted in flight.suppressed)", what,
+          em_level_name(t->level),
+          rc == -EBUSY ? "a recording is being taken"
+                       : "within [flight] min_gap_seconds of the last");
+}
+
+/* The columns: PMU events, the target's figures, smaps, MemAvailable and PSI, the sensors, in
+ * alias order, and the recorder sized from [flight]. */
+static int flight_open(em_agent_t *a) {
+  em_flight_column_t cols[EM_FLIGHT_MAX_COLUMNS];
+  const em_metric_def_t *defs = em_figures_defs(a->figs);
+  size_t first_sensor = a->sensors ? em_figures_sensor_alias(a->figs, 0) : SIZE_MAX;
+  size_t n = 0;
+  for (size_t m = 0; m < a->n_metrics && n < EM_FLIGHT_MAX_COLUMNS; m++) {
+    em_figure_group_t g = em_figures_group(a->figs, m);
+    flight_when_t when = FLIGHT_EVERY;
+    if (m >= first_sensor) {
+      when = FLIGHT_SENSOR;
+    } else if (g == EM_FIGURE_SMAPS) {
+      when = FLIGHT_SMAPS;
+    } else if (g == EM_FIGURE_SYSTEM) {
+      when = FLIGHT_SYSTEM;
+    } else if (g != EM_FIGURE_TARGET) {
+      continue; /* The agent's own counters explain no breach. */
+    }
+    cols[n] =
+        (em_flight_column_t){.name = defs[m].name, .unit = defs[m].unit, .kind = defs[m].kind};
+    a->flight_alias[n] = (uint32_t)m;
+    a->flight_when[n] = (uint8_t)when;
+    n++;
+  }
+  a->n_flight_cols = n;
+  em_flight_rec_opts_t o = {.period_ns = a->cfg.sample_period_ns,
+                            .pre_ns = a->cfg.flight_pre_ns,
+                            .post_ns = a->cfg.flight_post_ns,
+                            .min_gap_ns = a->cfg.flight_min_gap_ns,
+                            .max_spans = a->cfg.flight_max_spans,
+                            .max_bytes = (uint32_t)a->cfg.flight_max_bytes,
+                            .columns = cols,
+                            .n_columns = n};
+  int rc = em_flight_rec_new(&a->flight, &o);
+  if (rc) {
+    EM_ERROR("flight: cannot start the recorder: %s", strerror(-rc));
+    return rc;
+  }
+  em_flight_rec_stats_t st;
+  em_flight_rec_stats(a->flight, &st);
+  if (st.ticks_capped) {
+    EM_WARN("flight: pre_seconds + post_seconds is more than %u ticks of %llu us: a recording "
+            "keeps %u ticks, fewer seconds before the trigger",
+            EM_FLIGHT_MAX_TICKS - EM_FLIGHT_REC_TICK_SLACK,
+            (unsigned long long)(a->cfg.sample_period_ns / 1000u), EM_FLIGHT_MAX_TICKS);
+  }
+  EM_INFO("flight: recorder on: %llu ms before a trigger, %llu ms after, %zu columns, %u ticks, "
+          "%u spans, %llu bytes",
+          (unsigned long long)(a->cfg.flight_pre_ns / 1000000u),
+          (unsigned long long)(a->cfg.flight_post_ns / 1000000u), n,
+          em_flight_rec_tick_capacity(a->flight), em_flight_rec_span_capacity(a->flight),
+          (unsigned long long)em_flight_rec_bytes(a->flight));
+  return 0;
+}
+
+/* This tick's columns as read on it: the slower cadences only on the tick that read them. */
+static void flight_tick(em_agent_t *a, uint64_t now) {
+  em_flight_value_t *v = em_flight_rec_tick(a->flight, now);
+  size_t n = 0;
+  for (size_t c = 0; c < a->n_flight_cols; c++) {
+    switch ((flight_when_t)a->flight_when[c]) {
+    case FLIGHT_SMAPS:
+      if (!a->smaps_sampled) {
+        continue;
+      }
+      break;
+    case FLIGHT_SYSTEM:
+      if (!a->system_sampled) {
+        continue;
+      }
+      break;
+    case FLIGHT_SENSOR:
+      if (!a->sensors_fresh) {
+        continue;
+      }
+      break;
+    case FLIGHT_EVERY:
+      break;
+    }
+    v[n++] =
+        (em_flight_value_t){.column = (uint32_t)c, .value = a->samples[a->flight_alias[c]].value};
+  }
+  a->sensors_fresh = false;
+  em_flight_rec_commit(a->flight, n);
+}
+
+/* The flight.* figures: absent with the recorder off. */
+static void sample_flight(em_agent_t *a) {
+  em_flight_rec_stats_t st;
+  em_flight_rec_stats(a->flight, &st);
+  set_u_if(a, fx(a, EM_FIG_FLIGHT_RECORDINGS), a->flight, st.recordings);
+  set_u_if(a, fx(a, EM_FIG_FLIGHT_SUPPRESSED), a->flight, st.suppressed);
+  set_u_if(a, fx(a, EM_FIG_FLIGHT_CUT), a->flight, a->flight_cut);
+  set_u_if(a, fx(a, EM_FIG_FLIGHT_OVERWRITTEN), a->flight, st.overwritten);
+  set_u_if(a, fx(a, EM_FIG_FLIGHT_UNNAMED), a->flight, st.unnamed);
+}
+
+/* The recording whose window has ended: encoded under max_bytes (the spans and ticks farthest
+ * from the trigger go first) and handed to the forwarder, live or into the spool. */
+static void flight_publish(em_agent_t *a, uint64_t now) {
+  em_flight_t *f = em_flight_rec_take(a->flight, now);
+  if (!f) {
+    return;
+  }
+  f->head.session = a->session;
+  size_t cap = 0;
+  uint8_t *buf = em_flight_rec_buffer(a->flight, &cap);
+  size_t len = 0;
+  int rc = em_flight_encode_fit(f, buf, cap - FLIGHT_HIST_ROOM, &len);
+  if (rc) {
+    EM_ERROR("flight: recording %u cannot be encoded: %s", f->number, em_proto_strerror(rc));
+    return;
+  }
+  uint64_t cut = f->truncated.spans_cut + f->truncated.ticks_cut;
+  a->flight_cut += cut;
+  rc = em_forward_publish_flight(a->fwd, buf, len, !a->closing);
+  EM_INFO("flight: recording %u: %zu ticks, %zu spans, %zu bytes (%llu left out for max_bytes, "
+          "%llu spans overwritten)%s",
+          f->number, f->n_ticks, f->n_spans, len, (unsigned long long)cut,
+          (unsigned long long)f->truncated.spans_overwritten, rc == 0 ? "" : ": lost (spool.lost)");
+}
+
 static void on_command(void *ctx, const char *name, const uint8_t *payload, size_t len) {
   em_agent_t *a = ctx;
   uint8_t scratch[512];
@@ -314,6 +493,14 @@ static void on_command(void *ctx, const char *name, const uint8_t *payload, size
   }
   if (strcmp(name, "rebirth") == 0 && msg.u.cmd.command == EM_CMD_REBIRTH) {
     request_rebirth(a);
+    return;
+  }
+  if (strcmp(name, "flight") == 0 && msg.u.cmd.command == EM_CMD_FLIGHT) {
+    em_flight_trigger_t t = {.cause = EM_FLIGHT_COMMAND,
+                             .level = a->state.level,
+                             .prev_level = EM_LEVEL_NONE,
+                             .reason = "cmd/flight"};
+    flight_trigger(a, &t, uv_hrtime());
     return;
   }
   EM_WARN("mqtt: ignoring unknown command cmd/%s", name);
@@ -408,6 +595,17 @@ static void apply_change(em_agent_t *a, const em_budget_change_t *c) {
     EM_ERROR("state page: %s", em_proto_strerror(rc));
   }
   publish_state(a);
+  if (c->level > c->prev_level) {
+    em_flight_trigger_t t = {.cause = EM_FLIGHT_ESCALATION,
+                             .level = c->level,
+                             .prev_level = c->prev_level,
+                             .rule = r->rule[0] ? r->rule : NULL,
+                             .stage = r->stage[0] ? r->stage : NULL,
+                             .value = c->value,
+                             .bound = c->bound,
+                             .reason = r->reason[0] ? r->reason : NULL};
+    flight_trigger(a, &t, c->mono_ns ? c->mono_ns : uv_hrtime());
+  }
   if (a->hook) {
     em_hook_run(a->hook, r);
   }
@@ -421,6 +619,12 @@ static void on_span(void *ctx, const em_span_t *span, const struct ucred *sender
                     em_stage_stats_t *stage) {
   (void)sender;
   em_agent_t *a = ctx;
+  if (a->flight && span->kind == EM_DGRAM_SPAN) {
+    /* The slot's address is only a hint; the recorder keys spans by the name. */
+    size_t hint = (size_t)((uintptr_t)stage / sizeof(*stage));
+    (void)em_flight_rec_span(a->flight, hint % 256u, stage->name, span->frame_id, span->start_ns,
+                             span->duration_ns);
+  }
   em_budget_change_t c;
   bool changed = span->kind == EM_DGRAM_SPAN
                      ? em_budget_on_span(a->budget, stage->name, span->frame_id, span->duration_ns,
@@ -796,6 +1000,7 @@ static void sensors_read_done(uv_work_t *w, int status) {
     return;
   }
   const em_sensors_reading_t *r = &a->sensors_reading;
+  a->sensors_fresh = true;
   for (unsigned i = 0; i < r->count; i++) {
     size_t m = em_figures_sensor_alias(a->figs, i);
     if (!r->present[i]) {
@@ -1030,9 +1235,14 @@ static void on_tick(uv_timer_t *t) {
     set_f_if(a, em_figures_anomaly_alias(a->figs, k), have, z);
   }
 
+  sample_flight(a);
+
   /* Before the data message: it carries the level, and a change publishes its state
    * message through the same encode buffer. */
   evaluate_budgets(a, now);
+  if (a->flight) {
+    flight_tick(a, now); /* Before window_samples() forgets which groups were read. */
+  }
 
   em_sample_t *view = a->samples + a->n_metrics; /* Second half of the samples buffer. */
   em_msg_t msg = {.kind = EM_MSG_DATA,
@@ -1057,6 +1267,9 @@ static void on_tick(uv_timer_t *t) {
   }
   /* Live when the broker takes it, else into the spool; then a few spooled ones. */
   (void)em_forward_publish(a->fwd, &msg, a->out, EM_PROTO_MAX_MESSAGE_BYTES, len, true);
+  if (a->flight) {
+    flight_publish(a, now);
+  }
   em_forward_replay(a->fwd);
   em_forward_maybe_sync(a->fwd, now);
   if (!a->svc.ready) {
@@ -1086,7 +1299,8 @@ static int build_dictionary(em_agent_t *a) {
                           .sensors = a->sensors,
                           .psi = em_procfs_has_psi(a->proc),
                           .process_memory = a->cfg.target.kind != EM_TARGET_CGROUP,
-                          .smaps = a->cfg.smaps_period_ns != 0};
+                          .smaps = a->cfg.smaps_period_ns != 0,
+                          .flight = a->cfg.flight_enabled};
   int rc = em_figures_new(&a->figs, &fo);
   if (rc) {
     return rc;
@@ -1183,6 +1397,9 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
   }
   if (!rc) {
     rc = build_dictionary(a);
+  }
+  if (!rc && cfg->flight_enabled) {
+    rc = flight_open(a);
   }
   uint8_t will[64];
   size_t will_len = rc ? 0 : encode_status(a, false, will, sizeof(will));
@@ -1321,6 +1538,8 @@ int em_agent_reload(em_agent_t *a, const em_config_t *next) {
   a->cfg.leave_windows = next->leave_windows;
   a->cfg.window_ns = next->window_ns;
   a->cfg.stage_idle_ns = next->stage_idle_ns;
+  a->cfg.flight_min_gap_ns = next->flight_min_gap_ns;
+  em_flight_rec_set_min_gap(a->flight, next->flight_min_gap_ns);
   reserve_stages(a, next);
   a->cfg.ring_slots = next->ring_slots;
   em_deadline_t entries[EM_DEADLINE_MAX_ENTRIES];
@@ -1440,6 +1659,7 @@ void em_agent_free(em_agent_t *a) {
   em_signals_free(a->signals, true);
   em_hook_free(a->hook);
   em_budget_free(a->budget);
+  em_flight_rec_free(a->flight);
   free(a->budget_windows);
   free(a->budget_stages);
   free(a->birth_budgets);

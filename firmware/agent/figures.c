@@ -121,6 +121,12 @@ static void fill_defs(em_figures_t *d, const em_figures_opts_t *o) {
       em_figures_note_absent(d, em_figures_alias(d, (em_figure_t)f), "smaps_period is 0");
     }
   }
+  if (!o->flight) {
+    for (size_t f = EM_FIG_FLIGHT_RECORDINGS; f <= EM_FIG_FLIGHT_UNNAMED; f++) {
+      em_figures_note_absent(d, em_figures_alias(d, (em_figure_t)f),
+                             "flight recorder off ([flight] enabled = false)");
+    }
+  }
 }
 
 int em_figures_new(em_figures_t **out, const em_figures_opts_t *o) {

@@ -113,7 +113,12 @@ typedef enum {
   X(SPOOL_REPLAYED, "spool.replayed", "1", COUNTER, TICK)                                          \
   X(SPOOL_INFLIGHT, "spool.inflight", "1", GAUGE, TICK)                                            \
   X(SPOOL_EVICTED_INFLIGHT, "spool.evicted_inflight", "1", COUNTER, TICK)                          \
-  X(SPOOL_LOST, "spool.lost", "1", COUNTER, TICK)
+  X(SPOOL_LOST, "spool.lost", "1", COUNTER, TICK)                                                  \
+  X(FLIGHT_RECORDINGS, "flight.recordings", "1", COUNTER, TICK)                                    \
+  X(FLIGHT_SUPPRESSED, "flight.suppressed", "1", COUNTER, TICK)                                    \
+  X(FLIGHT_CUT, "flight.cut", "1", COUNTER, TICK)                                                  \
+  X(FLIGHT_OVERWRITTEN, "flight.overwritten", "1", COUNTER, TICK)                                  \
+  X(FLIGHT_UNNAMED, "flight.unnamed", "1", COUNTER, TICK)
 
 /* The fixed figures' ids: EM_FIG_<ID>, in table order. */
 typedef enum {
@@ -149,6 +154,7 @@ typedef struct {
   bool psi;                    /* /proc/pressure exists: else PSI is absent, with that reason. */
   bool process_memory;         /* Per-process memory is sampled (false: a cgroup target). */
   bool smaps;                  /* smaps_rollup is read (smaps_period is not 0). */
+  bool flight;                 /* The flight recorder is on: else its figures are absent. */
 } em_figures_opts_t;
 
 typedef struct em_figures em_figures_t;

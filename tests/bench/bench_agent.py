@@ -35,6 +35,11 @@ start-up and shutdown cost cancelled. Callgrind counts no kernel instructions.
 with a spool: once with [spool] write_ahead = true and once with false, interleaved the same
 way (no collectd, no callgrind): the cost of write-ahead in the same run.
 
+--compare-flight likewise runs the agent twice, with [flight] enabled = true (the flight
+recorder's rings filled every tick and every span; no budget rule, so no recording is taken:
+the steady state) and enabled = false, interleaved: the recorder's cost in the same run
+(docs/BENCHMARKS.md, "agent: flight recorder cost"; use --intervals 100ms).
+
 Usage: /usr/bin/python3 tests/bench/bench_agent.py [--seconds 60] [--repeats 3] ...
 Run it through scripts/bench-agent.sh, which installs the tools and builds the agent.
 Results are written up in docs/BENCHMARKS.md ("agent: cost beside collectd").
@@ -353,6 +358,7 @@ class Bench:
         self.marker = f"edgemon-bench-target-{uuid.uuid4().hex[:12]}"
         self.cpu_mon, self.cpu_target = args.monitor_cpu, args.target_cpu
         self.monitors = (["agent-wal", "agent-nowal"] if args.compare_write_ahead
+                         else ["agent-flight", "agent-noflight"] if args.compare_flight
                          else ["agent", "collectd"])
 
     # -- setup
@@ -436,9 +442,10 @@ class Bench:
 
     # -- monitor configurations
 
-    def agent_config(self, interval, name, write_ahead=None):
+    def agent_config(self, interval, name, write_ahead=None, flight=None):
         """write_ahead True/False: qos_data = 1 and a spool of the window's own with
-        [spool] write_ahead set so; None: the agent's defaults."""
+        [spool] write_ahead set so; flight True/False: [flight] enabled set so; None: the
+        agent's defaults."""
         path = os.path.join(self.tmp, f"{name}.ini")
         rundir = getattr(self, "runtime_dir", None) or os.path.join(self.tmp, f"{name}.run")
         os.makedirs(rundir, exist_ok=True)
@@ -447,6 +454,8 @@ class Bench:
             spool = (f"[spool]\npath = {os.path.join(self.tmp, name + '.spool')}\n"
                      f"write_ahead = {'true' if write_ahead else 'false'}\n\n")
             qos = "qos_data = 1\n"
+        if flight is not None:
+            spool += f"[flight]\nenabled = {'true' if flight else 'false'}\n\n"
         with open(path, "w") as f:
             f.write(f"[agent]\ndevice_id = {DEVICE_ID}\nsample_period = {agent_period(interval)}\n"
                     f"runtime_dir = {rundir}\n\n[target]\npid = {self.target.pid}\n\n{spool}"
@@ -506,8 +515,9 @@ LoadPlugin mqtt
     def run_window(self, monitor, interval, rnd):
         name = f"{monitor}-{agent_period(interval)}-r{rnd}"
         if monitor.startswith("agent"):
-            wal = {"agent": None, "agent-wal": True, "agent-nowal": False}[monitor]
-            cmd = [self.args.agent, "-c", self.agent_config(interval, name, wal)]
+            wal = {"agent-wal": True, "agent-nowal": False}.get(monitor)
+            flight = {"agent-flight": True, "agent-noflight": False}.get(monitor)
+            cmd = [self.args.agent, "-c", self.agent_config(interval, name, wal, flight)]
             prefix = "edgemon/v1"
         else:
             cmd = [self.args.collectd, "-f", "-C", self.collectd_config(interval, name)]
@@ -681,7 +691,8 @@ LoadPlugin mqtt
         a = self.args
         info = self.machine()
         print(f"machine: {info['machine']}")
-        peer = "" if a.compare_write_ahead else f"collectd: {info['collectd']}; "
+        two_agents = a.compare_write_ahead or a.compare_flight
+        peer = "" if two_agents else f"collectd: {info['collectd']}; "
         print(f"agent: {info['agent']} ({a.agent}); {peer}"
               f"broker: {info['mosquitto']}; {info['valgrind']}")
         if a.target == "busy":
@@ -694,6 +705,9 @@ LoadPlugin mqtt
         if a.compare_write_ahead:
             print("monitors: edgemon-agent at qos_data = 1 with a spool, [spool] write_ahead = "
                   "true and false")
+        if a.compare_flight:
+            print("monitors: edgemon-agent with [flight] enabled = true and false (defaults "
+                  "otherwise; no budget rule, so no recording is taken)")
         print(f"method: {a.repeats} rounds x {len(a.intervals)} intervals x 2 monitors, each "
               f"alone: {a.warmup:g} s warm-up, {a.seconds:g} s window; monitor order flips "
               "each round")
@@ -803,7 +817,8 @@ LoadPlugin mqtt
 
 
 MONITOR_NAMES = {"agent": "edgemon-agent", "collectd": "collectd",
-                 "agent-wal": "agent write_ahead", "agent-nowal": "agent no write_ahead"}
+                 "agent-wal": "agent write_ahead", "agent-nowal": "agent no write_ahead",
+                 "agent-flight": "agent flight on", "agent-noflight": "agent flight off"}
 
 
 def default_agent():
@@ -844,6 +859,9 @@ def parse_args(argv):
     p.add_argument("--compare-write-ahead", action="store_true",
                    help="the agent at qos_data = 1 with [spool] write_ahead = true and false "
                         "instead of the agent and collectd (no callgrind)")
+    p.add_argument("--compare-flight", action="store_true",
+                   help="the agent with [flight] enabled = true and false instead of the agent "
+                        "and collectd (no callgrind)")
     p.add_argument("--top", type=int, default=12, help="functions listed per tick (12)")
     p.add_argument("--monitor-cpu", type=int, default=0, help="CPU of the monitors (0)")
     p.add_argument("--target-cpu", type=int, default=1, help="CPU of the busy target (1)")
@@ -861,7 +879,9 @@ def parse_args(argv):
                                  if x.strip()]
     except argparse.ArgumentTypeError as e:
         p.error(str(e))
-    if a.no_callgrind or a.compare_write_ahead:
+    if a.compare_write_ahead and a.compare_flight:
+        p.error("--compare-write-ahead and --compare-flight are two different runs")
+    if a.no_callgrind or a.compare_write_ahead or a.compare_flight:
         a.callgrind_intervals = []
     if a.seconds <= 0 or a.warmup < 0 or a.repeats < 1:
         p.error("--seconds must be > 0, --warmup >= 0, --repeats >= 1")
@@ -877,7 +897,7 @@ def check_tools(a):
             missing.append(f"{what} ({path or 'not found'})")
     need(a.agent, "edgemon-agent: build it (scripts/bench-agent.sh) or pass --agent PATH")
     need(a.mosquitto, "mosquitto: apt-get install mosquitto")
-    if not a.compare_write_ahead:
+    if not a.compare_write_ahead and not a.compare_flight:
         need(a.collectd, "collectd: apt-get install collectd-core")
         for plugin in COLLECTD_PLUGINS:
             so = os.path.join(a.collectd_plugins, f"{plugin}.so")

@@ -13,7 +13,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "edgemon/flight.h"
 #include "log.h"
+
+/* The replay buffer: the largest spooled message read back (a flight recording, or data). */
+#define REPLAY_BYTES                                                                               \
+  (EM_FLIGHT_MAX_BYTES > EM_PROTO_MAX_MESSAGE_BYTES ? EM_FLIGHT_MAX_BYTES                          \
+                                                    : EM_PROTO_MAX_MESSAGE_BYTES)
 
 struct em_forward {
   uv_loop_t *loop;
@@ -26,7 +32,8 @@ struct em_forward {
   bool write_ahead;
 
   em_spool_t *spool; /* NULL: memory only (spool off, or it could not be opened). */
-  uint8_t *replay;   /* EM_PROTO_MAX_MESSAGE_BYTES: a spooled message read back. */
+  uint8_t *replay;   /* REPLAY_BYTES: a spooled message read back, or a flight recording
+                        marked historical on its way into the spool. */
   uv_fs_t sync_req;  /* fdatasync of the spool on libuv's worker. */
   bool syncing;      /* sync_req is in flight. */
   uint64_t next_sync_ns;
@@ -82,7 +89,7 @@ int em_forward_new(em_forward_t **out, uv_loop_t *loop, em_publisher_t *pub,
   if (!f) {
     return -ENOMEM;
   }
-  f->replay = malloc(EM_PROTO_MAX_MESSAGE_BYTES);
+  f->replay = malloc(REPLAY_BYTES);
   f->wal = malloc(EM_PROTO_MAX_MESSAGE_BYTES);
   if (!f->replay || !f->wal) {
     free(f->replay);
@@ -241,6 +248,42 @@ int em_forward_publish(em_forward_t *f, em_msg_t *msg, uint8_t *buf, size_t cap,
   return spool_put(f, state ? EM_SPOOL_STATE : EM_SPOOL_DATA, buf, len);
 }
 
+int em_forward_publish_flight(em_forward_t *f, const uint8_t *buf, size_t len, bool may_spool) {
+  if (!f || !buf || len == 0) {
+    return -EINVAL;
+  }
+  if (em_publisher_online(f->pub) &&
+      em_publisher_send(f->pub, "flight", buf, len, f->qos_state, false) == 0) {
+    return 0;
+  }
+  if (!may_spool) {
+    return -ENOTCONN;
+  }
+  size_t hist_len = 0;
+  int rc = em_flight_mark_historical(buf, len, f->replay, REPLAY_BYTES, &hist_len);
+  if (rc != 0) {
+    f->lost++;
+    return rc;
+  }
+  return spool_put(f, EM_SPOOL_FLIGHT, f->replay, hist_len);
+}
+
+/* Topic, QoS and retain of a spooled record of `kind` when replayed. */
+static const char *replay_topic(const em_forward_t *f, em_spool_kind_t kind, int *qos) {
+  switch (kind) {
+  case EM_SPOOL_STATE:
+    *qos = f->qos_state;
+    return "state";
+  case EM_SPOOL_FLIGHT:
+    *qos = f->qos_state;
+    return "flight";
+  case EM_SPOOL_DATA:
+    break;
+  }
+  *qos = f->qos_data;
+  return "data";
+}
+
 unsigned em_forward_replay(em_forward_t *f) {
   if (!f || !f->spool || !em_publisher_online(f->pub)) {
     return 0;
@@ -251,18 +294,17 @@ unsigned em_forward_replay(em_forward_t *f) {
       break; /* Replay no more than the map tracks: the rest waits for PUBACKs. */
     }
     em_spool_kind_t kind;
-    int n = em_spool_peek(f->spool, &kind, f->replay, EM_PROTO_MAX_MESSAGE_BYTES);
+    int n = em_spool_peek(f->spool, &kind, f->replay, REPLAY_BYTES);
     if (n == -EIO) {
       continue; /* Unreadable now: the spool dropped and counted it. */
     }
     if (n <= 0) {
       break;
     }
-    bool state = kind == EM_SPOOL_STATE;
-    int qos = state ? f->qos_state : f->qos_data;
+    int qos = 0;
+    const char *topic = replay_topic(f, kind, &qos);
     int mid = 0;
-    if (em_publisher_send_mid(f->pub, state ? "state" : "data", f->replay, (size_t)n, qos, false,
-                              &mid) != 0) {
+    if (em_publisher_send_mid(f->pub, topic, f->replay, (size_t)n, qos, false, &mid) != 0) {
       break;
     }
     uint64_t number = 0;

@@ -10,6 +10,7 @@
  *   message             broker takes it     broker away
  *   data (each tick)    "data", qos_data    spooled as EM_SPOOL_DATA, historical
  *   state (a change)    "state", retained   spooled as EM_SPOOL_STATE, historical
+ *   flight (recording)  "flight", qos_state spooled as EM_SPOOL_FLIGHT, historical
  *   spooled (replay)    its topic, not retained, popped once the publisher took it
  *
  * Write-ahead (opts.write_ahead, for each kind published at QoS 1): the message is also
@@ -22,8 +23,14 @@
  * entries; when it is full the oldest record is released back to the replay order (it may
  * then be sent twice, never lost). Cost per message: one pwritev into the page cache.
  *
+ * A flight recording (up to EM_FLIGHT_MAX_BYTES) is never written ahead: it goes out live, or,
+ * when the broker does not take it, into the spool marked historical (em_flight_mark_historical),
+ * replayed after pending state records in order with data, on "flight", never retained.
+ *
  * Owns: the spool (opened by em_forward_new from the path, closed by em_forward_free), the
- * replay and write-ahead buffers (EM_PROTO_MAX_MESSAGE_BYTES each, allocated once), the
+ * replay buffer (the larger of EM_FLIGHT_MAX_BYTES and EM_PROTO_MAX_MESSAGE_BYTES; its pages
+ * are touched only by what is replayed) and the write-ahead buffer (EM_PROTO_MAX_MESSAGE_BYTES),
+ * both allocated once, the
  * mid -> record map and the fdatasync request.
  * Borrows the publisher, which must outlive the forwarder. Threading: the loop's thread; only
  * the fdatasync runs on libuv's worker, and the spool is not touched until it completes
@@ -88,6 +95,15 @@ int em_forward_new(em_forward_t **out, uv_loop_t *loop, em_publisher_t *pub,
  */
 int em_forward_publish(em_forward_t *f, em_msg_t *msg, uint8_t *buf, size_t cap, size_t len,
                        bool may_spool);
+
+/*
+ * Publishes a flight recording encoded live into buf[0..len) on "flight" at qos_state, never
+ * retained, when the broker takes it; otherwise, when `may_spool`, appends its historical form
+ * to the spool as EM_SPOOL_FLIGHT (buf is not changed). Returns 0 (sent or spooled), -EINVAL,
+ * -ENOTCONN (not taken and !may_spool), or a negative errno or EM_PROTO_E* code when it is
+ * lost (counted in lost).
+ */
+int em_forward_publish_flight(em_forward_t *f, const uint8_t *buf, size_t len, bool may_spool);
 
 /*
  * Sends up to replay_per_tick spooled messages while the broker takes them; a message is
