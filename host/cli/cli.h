@@ -17,7 +17,8 @@ enum {
   EM_CLI_OK = 0,     /* Done; for compare: no regression. */
   EM_CLI_FAIL = 1,   /* The answer is no: a regression (compare), an invalid message (decode). */
   EM_CLI_USAGE = 2,  /* Bad arguments: usage printed. */
-  EM_CLI_BROKER = 3, /* The broker cannot be reached, refused us, or the connection was lost. */
+  EM_CLI_BROKER = 3, /* The broker (flight: or the aggregator) cannot be reached, refused us,
+                        or the connection was lost. */
   EM_CLI_INPUT = 4,  /* An input or output file cannot be used: missing, truncated, foreign. */
 };
 
@@ -27,6 +28,7 @@ int em_cli_decode(int argc, char **argv);
 int em_cli_record(int argc, char **argv);
 int em_cli_replay(int argc, char **argv);
 int em_cli_compare(int argc, char **argv);
+int em_cli_flight(int argc, char **argv);
 
 /* Prints "edgemon-cli <cmd>: <message>\n" to stderr. */
 void em_cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

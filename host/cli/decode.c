@@ -1,6 +1,7 @@
 /*
  * decode.c - `edgemon-cli decode`: one CBOR message, or every record of a recording, as JSON
- * (the codec's field names) or as CBOR diagnostic notation (RFC 8949 section 8).
+ * (the codec's field names) or as CBOR diagnostic notation (RFC 8949 section 8). A flight
+ * recording (kind 5) is read with em_flight_decode() and printed with em_flight_to_json().
  *
  * The input is a file or standard input. When it starts with the recording magic "EMREC\0" it
  * is a recording (host/lib/recording.h): a named file is streamed record by record through
@@ -21,6 +22,7 @@
 
 #include <diag.h>
 #include <dict.h>
+#include <edgemon/flight.h>
 #include <edgemon/proto.h>
 #include <errno.h>
 #include <getopt.h>
@@ -235,6 +237,28 @@ static int to_json(decode_t *dc, const em_msg_t *msg, em_device_t *names, size_t
   }
 }
 
+/* A flight recording (kind 5, which em_proto_decode() refuses with EKIND: edgemon/flight.h) as
+ * one line of JSON in dc->json (grown as needed). Returns 0, or the decoder's code (*off the byte
+ * at fault) or -ENOMEM. */
+static int flight_to_json(decode_t *dc, const uint8_t *buf, size_t len, size_t *off,
+                          size_t *out_len) {
+  size_t scratch_len = em_flight_scratch_bytes(len);
+  void *scratch = malloc(scratch_len);
+  em_flight_t f;
+  int rc = scratch ? em_flight_decode(buf, len, &f, scratch, scratch_len, off) : -ENOMEM;
+  while (rc == 0 && em_flight_to_json(&f, dc->json, dc->json_cap, out_len) == EM_PROTO_ENOSPACE) {
+    char *grown = realloc(dc->json, *out_len + 1);
+    if (!grown) {
+      rc = -ENOMEM;
+      break;
+    }
+    dc->json = grown;
+    dc->json_cap = *out_len + 1;
+  }
+  free(scratch);
+  return rc;
+}
+
 /* Writes the diagnostic notation of buf[0..len) to stdout. Returns 0 (printed) or the
  * em_diag_print() code (nothing printed). */
 static int put_diag(const uint8_t *buf, size_t len) {
@@ -264,13 +288,14 @@ static int decode_message(decode_t *dc, const uint8_t *buf, size_t len) {
   em_msg_t msg;
   size_t off = 0;
   int rc = em_proto_decode(buf, len, &msg, dc->scratch, EM_PROTO_SCRATCH_MAX, &off);
+  size_t n = 0;
+  bool flight = rc == EM_PROTO_EKIND && (rc = flight_to_json(dc, buf, len, &off, &n)) == 0;
   if (rc != 0) {
     em_cli_error(CMD, "%s: invalid message at byte %zu: %s", dc->name, off, em_proto_strerror(rc));
     return dc->output_failed ? EM_CLI_INPUT : EM_CLI_FAIL;
   }
   if (dc->mode == MODE_JSON) {
-    size_t n = 0;
-    rc = to_json(dc, &msg, NULL, &n);
+    rc = flight ? 0 : to_json(dc, &msg, NULL, &n);
     if (rc != 0) {
       em_cli_error(CMD, "%s: %s", dc->name, em_proto_strerror(rc));
       return EM_CLI_INPUT;
@@ -362,7 +387,10 @@ static int decode_record(decode_t *dc, const em_rec_entry_t *e) {
   if (!empty) {
     rc = em_proto_decode(e->payload, e->payload_len, &msg, dc->scratch, EM_PROTO_SCRATCH_MAX, &off);
   }
-  em_device_t *names = !empty && rc == 0 ? learn(dc, e, &msg) : NULL;
+  size_t flight_len = 0;
+  bool flight = !empty && rc == EM_PROTO_EKIND &&
+                (rc = flight_to_json(dc, e->payload, e->payload_len, &off, &flight_len)) == 0;
+  em_device_t *names = !empty && rc == 0 && !flight ? learn(dc, e, &msg) : NULL;
 
   if (dc->mode == MODE_JSON) {
     fputs("{\"topic\":", stdout);
@@ -376,8 +404,8 @@ static int decode_record(decode_t *dc, const em_rec_entry_t *e) {
       put_json_string(why, strlen(why));
       printf(",\"offset\":%zu}", off);
     } else {
-      size_t n = 0;
-      int jrc = to_json(dc, &msg, names, &n);
+      size_t n = flight_len;
+      int jrc = flight ? 0 : to_json(dc, &msg, names, &n);
       if (jrc != 0) {
         fputs("\"message\":null}", stdout);
         end_line(dc);

@@ -36,6 +36,8 @@ static const struct {
     {"replay", em_cli_replay, "publish a recording again, at its pace or faster"},
     {"compare", em_cli_compare,
      "per-stage latency of two recordings: change, p-value, effect size"},
+    {"flight", em_cli_flight,
+     "a device's flight recordings: the slowest frames around a breach, JSON or SVG"},
 };
 
 static void usage(FILE *out) {
@@ -58,6 +60,7 @@ static void usage(FILE *out) {
           "  1  the answer is no: compare found a regression, decode found an invalid message\n"
           "  2  bad arguments\n"
           "  3  the broker cannot be reached, refused the session, or the connection was lost\n"
+          "     (flight: or the aggregator cannot be reached)\n"
           "  4  an input or output file cannot be used (missing, truncated, not a recording)\n");
 }
 

@@ -5,14 +5,16 @@
  * device's birth in a dict.h registry to name the aliases of its data messages, and prints one
  * line per message: in human mode aligned columns (time, device, level, IPC, cache misses, RSS,
  * PSI, then each stage's p50/p99/max against its budget) with level changes as highlighted lines
- * of their own; in --json mode one object per message (NDJSON). A data message whose session
- * has no birth yet makes tail publish a rebirth command to that device, once per session.
+ * of their own, and a line per flight recording (flight_table.h); in --json mode one object per
+ * message (NDJSON). A data message whose session has no birth yet makes tail publish a rebirth
+ * command to that device, once per session.
  *
  * Owns the broker session, the registry and one decode scratch buffer. Single-threaded: all
  * work happens in the message callback, inside em_broker_run().
  */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
+#include "flight_table.h"
 #include "live.h"
 #include "view.h"
 
@@ -58,7 +60,8 @@ static void usage(FILE *out) {
           "  TIME DEVICE LEVEL IPC MISS%% RSS_MiB PSI_CPU PSI_MEM  STAGE p50/p99/max ms n=COUNT\n"
           "and `budget p99<=40` after a stage that has a percentile budget (`!` when over it).\n"
           "A figure the device cannot measure is '-', never 0. A level change prints as its own\n"
-          "line with the rule and reason. Aliases are named from the device's retained birth;\n"
+          "line with the rule and reason, a flight recording as a line naming its number, cause,\n"
+          "level, rule and size. Aliases are named from the device's retained birth;\n"
           "data from a session without a birth makes tail ask the device for a rebirth.\n"
           "\n"
           "Messages that do not decode are counted (summary on stderr) and, with --json,\n"
@@ -333,7 +336,13 @@ static void on_message(void *ctx, const char *topic, const uint8_t *payload, siz
   }
   em_msg_t msg;
   size_t off = 0;
-  int rc = em_proto_decode(payload, len, &msg, t->scratch, EM_PROTO_SCRATCH_MAX, &off);
+  bool flight = strcmp(kind, "flight") == 0;
+  int rc = flight ? em_flight_line(stdout, id, payload, len, t->json, &off)
+                  : em_proto_decode(payload, len, &msg, t->scratch, EM_PROTO_SCRATCH_MAX, &off);
+  if (rc == 0 && flight) {
+    fflush(stdout);
+    return; /* One line per recording, printed. */
+  }
   if (rc != 0) {
     t->malformed++;
     if (t->json) {

@@ -8,7 +8,9 @@
  * drifting slowly, IPC near 1.2, pressure figures, counters that only grow, and per stage a
  * window of log-normal latencies (~30 spans/s) summarised the way the agent does (nearest-rank
  * percentiles, sparse exponential buckets at scale 6). About once a minute at random a device
- * goes DEGRADED for a few seconds (a retained state message each way; data's level follows).
+ * goes DEGRADED for a few seconds (a retained state message each way; data's level follows);
+ * --excursion-mean sets how often, and with --flights each excursion also publishes a synthetic
+ * flight recording (flight_synth.h) on edgemon/v1/<device>/flight, QoS 1, not retained.
  * On --duration or SIGINT/SIGTERM it publishes status offline for every device, waits for the
  * broker's acknowledgements and prints a summary to stderr.
  *
@@ -43,6 +45,7 @@
 #include "broker.h"
 #include "edgemon/common/parse.h"
 #include "edgemon/proto.h"
+#include "flight_synth.h"
 
 #ifndef EM_VERSION
 #define EM_VERSION "0.0.0"
@@ -92,6 +95,9 @@ static const char usage_text[] =
     "  -q, --qos 0|1         QoS of data messages (default 0); birth, state, status use 1\n"
     "      --slow K:F        device K (1..N) has latencies F times the others' (F 0.01 to 1000)\n"
     "      --spans-file PATH write every published span as a line \"device stage ns\" to PATH\n"
+    "      --excursion-mean S  mean seconds between two DEGRADED excursions of a device\n"
+    "                        (default 60, 0.1 to 1e6)\n"
+    "      --flights         publish a synthetic flight recording on each DEGRADED excursion\n"
     "  -V, --version         print the version and exit\n"
     "  -h, --help            print this help and exit\n"
     "\n"
@@ -127,6 +133,8 @@ typedef struct {
   unsigned slow_device; /* 1-based; 0: none. */
   double slow_factor;
   const char *spans_file;
+  double excursion_mean_s;
+  bool flights;
 } sim_opts_t;
 
 static bool ident_char(char c) {
@@ -195,10 +203,11 @@ static int parse_args(int argc, char **argv, sim_opts_t *o) {
     const char *shrt;
     bool arg;
   } flags[] = {
-      {"--devices", "-n", true},  {"--rate", "-r", true},   {"--broker", "-b", true},
-      {"--duration", "-d", true}, {"--prefix", "-p", true}, {"--seed", "-s", true},
-      {"--stages", NULL, true},   {"--qos", "-q", true},    {"--version", "-V", false},
-      {"--help", "-h", false},    {"--slow", NULL, true},   {"--spans-file", NULL, true},
+      {"--devices", "-n", true},        {"--rate", "-r", true},     {"--broker", "-b", true},
+      {"--duration", "-d", true},       {"--prefix", "-p", true},   {"--seed", "-s", true},
+      {"--stages", NULL, true},         {"--qos", "-q", true},      {"--version", "-V", false},
+      {"--help", "-h", false},          {"--slow", NULL, true},     {"--spans-file", NULL, true},
+      {"--excursion-mean", NULL, true}, {"--flights", NULL, false},
   };
   bool have_devices = false;
   bool have_rate = false;
@@ -296,6 +305,12 @@ static int parse_args(int argc, char **argv, sim_opts_t *o) {
         return usage_error("--spans-file needs a path");
       }
       o->spans_file = val;
+    } else if (strcmp(name, "--excursion-mean") == 0) {
+      if (!parse_double(val, 0.1, 1e6, &o->excursion_mean_s)) {
+        return usage_error("--excursion-mean '%s' is not a number of seconds from 0.1 to 1e6", val);
+      }
+    } else if (strcmp(name, "--flights") == 0) {
+      o->flights = true;
     }
   }
   const char *why = parse_stages(o, stages);
@@ -443,6 +458,8 @@ typedef struct {
   uint64_t spans_received;
   uint64_t agent_cpu_ns;
   uint64_t late_ticks;
+  uint32_t flights;    /* Flight recordings published in this session. */
+  uint64_t next_frame; /* Frame id of the next recording's first frame. */
 } sim_device_t;
 
 typedef struct {
@@ -458,6 +475,7 @@ typedef struct {
   uint64_t n_birth;
   uint64_t n_state;
   uint64_t n_status;
+  uint64_t n_flight;
   uint64_t n_fail;
   uint64_t max_late_ns;
   uint64_t late_slots; /* Slots published more than 1 ms after their deadline. */
@@ -561,6 +579,55 @@ static int publish_state(sim_t *s, sim_device_t *d, em_level_t to, uint64_t mono
   return rc;
 }
 
+/* A synthetic flight recording of the excursion that starts at mono_ns (flight_synth.h). */
+static int publish_flight(sim_t *s, sim_device_t *d, uint64_t mono_ns) {
+  static uint8_t buf[EM_FLIGHT_MAX_BYTES];
+  double medians[EM_PROTO_MAX_STAGES];
+  size_t budget = 0;
+  for (size_t k = 0; k < s->opt.n_stages; k++) {
+    medians[k] = stage_median_ns(s->opt.stages[k]);
+    if (s->opt.stages[k] == s->budget_stage) {
+      budget = k;
+    }
+  }
+  char rule_id[EM_PROTO_MAX_NAME_BYTES + 1];
+  snprintf(rule_id, sizeof(rule_id), "%s.p99", s->budget_stage);
+  em_synth_flight_t in = {
+      .session = d->session,
+      .number = d->flights,
+      .time_ns = clock_ns(CLOCK_REALTIME),
+      .trigger_mono_ns = mono_ns < EM_SYNTH_PRE_NS ? EM_SYNTH_PRE_NS : mono_ns,
+      .stages = s->opt.stages,
+      .n_stages = s->opt.n_stages,
+      .median_ns = medians,
+      .budget_stage = budget,
+      .rule = rule_id,
+      .budget_ns = SIM_BUDGET_NS,
+      .frame0 = d->next_frame,
+      .seed = rng_next(&d->rng),
+  };
+  size_t len = 0;
+  uint64_t frames = 0;
+  int rc = em_synth_flight_encode(&in, buf, sizeof(buf), &len, &frames);
+  if (rc != 0) {
+    fprintf(stderr, "edgemon-sim: cannot encode the flight recording of %s: %s\n", d->id,
+            em_proto_strerror(rc));
+    s->n_fail++;
+    return 0;
+  }
+  char topic[128];
+  topic_of(topic, sizeof(topic), d, "flight");
+  rc = em_broker_publish(s->broker, topic, buf, len, 1, false);
+  if (rc < 0) {
+    s->n_fail++;
+    return rc;
+  }
+  d->flights++;
+  d->next_frame += frames;
+  s->n_flight++;
+  return 0;
+}
+
 static int cmp_u64(const void *a, const void *b) {
   uint64_t x = *(const uint64_t *)a;
   uint64_t y = *(const uint64_t *)b;
@@ -648,6 +715,9 @@ static int publish_data(sim_t *s, sim_device_t *d, uint64_t mono_ns) {
   /* Level excursions first, so the data message carries the level they set. */
   if (d->level == EM_LEVEL_NOMINAL && mono_ns >= d->next_excursion_ns) {
     int rc = publish_state(s, d, EM_LEVEL_DEGRADED, mono_ns);
+    if (rc == 0 && s->opt.flights) {
+      rc = publish_flight(s, d, mono_ns);
+    }
     if (rc < 0) {
       return rc;
     }
@@ -657,7 +727,7 @@ static int publish_data(sim_t *s, sim_device_t *d, uint64_t mono_ns) {
     if (rc < 0) {
       return rc;
     }
-    d->next_excursion_ns = mono_ns + exp_delay_ns(r, SIM_LEVEL_MEAN_S);
+    d->next_excursion_ns = mono_ns + exp_delay_ns(r, s->opt.excursion_mean_s);
   }
   bool degraded = d->level != EM_LEVEL_NOMINAL;
   double window_s = (double)s->period_ns / 1e9;
@@ -763,7 +833,7 @@ static void init_devices(sim_t *s) {
     d->session = (uint32_t)rng_next(&d->rng);
     d->seq = 0;
     d->level = EM_LEVEL_NOMINAL;
-    d->next_excursion_ns = now + exp_delay_ns(&d->rng, SIM_LEVEL_MEAN_S);
+    d->next_excursion_ns = now + exp_delay_ns(&d->rng, s->opt.excursion_mean_s);
     d->rss_bytes = 150e6 + 60e6 * rng_unit(&d->rng);
   }
 }
@@ -851,6 +921,9 @@ static void summary(const sim_t *s, uint64_t data_end_ns) {
           " birth, %" PRIu64 " state, %" PRIu64 " status published (%" PRIu64 " failed)\n",
           s->opt.devices, s->opt.rate_hz, elapsed, s->n_data, s->n_birth, s->n_state, s->n_status,
           s->n_fail);
+  if (s->opt.flights) {
+    fprintf(stderr, "edgemon-sim: %" PRIu64 " flight recordings published\n", s->n_flight);
+  }
   fprintf(stderr,
           "edgemon-sim: data rate %.2f msg/s achieved of %.2f msg/s scheduled; worst lag behind "
           "schedule %.3f ms; %" PRIu64 " messages more than 1 ms late\n",
@@ -865,6 +938,7 @@ int main(int argc, char **argv) {
   s.opt.broker = EM_BROKER_DEFAULT_URL;
   s.opt.prefix = "sim";
   s.opt.seed = 1;
+  s.opt.excursion_mean_s = SIM_LEVEL_MEAN_S;
   int code = parse_args(argc, argv, &s.opt);
   if (code >= 0) {
     return code;

@@ -3,7 +3,8 @@
  *
  * Three views chosen by the URL's hash: the fleet table (#/, polled from /api/fleet every 2 s
  * and redrawn without a reload), one device (#/device/<id>: /api/devices/<id>/history drawn
- * with uPlot, the level timeline shaded behind every latency chart) and the fleet's merged latency
+ * with uPlot, the level timeline shaded behind every latency chart, and the device's flight
+ * recordings from /api/devices/<id>/flights, each linked to its JSON) and the fleet's merged latency
  * (#/latency: /api/latency). The module owns the page's DOM under <main id="app">, the uPlot
  * charts of the current view (destroyed when the view changes) and one timer. Errors from the
  * API are shown in the page's error line, never thrown: every request goes through api(), and
@@ -14,6 +15,7 @@
 const LEVELS = ["NOMINAL", "WARN", "DEGRADED", "CRITICAL"];
 const RANGES = ["5m", "15m", "1h", "6h", "24h", "7d"];
 const FLEET_POLL_MS = 2000;
+const FLIGHTS_LISTED = 20; // Flight recordings the device view lists, newest first.
 // The device view refreshes less often as its range grows (a 7-day history is a bigger read).
 const DEVICE_POLL_MS = {
   "5m": 5000,
@@ -624,9 +626,10 @@ function renderDevice(app, seq, id) {
 async function loadDevice(seq, id, header, body) {
   const enc = encodeURIComponent(id);
   const ticket = ++state.ticket; // a range change and a poll may cross: the last asked wins
-  const [info, hist] = await Promise.all([
+  const [info, hist, flights] = await Promise.all([
     api("/api/devices/" + enc),
     api("/api/devices/" + enc + "/history" + query({ range: state.range, points: 600 })),
+    api("/api/devices/" + enc + "/flights" + query({ limit: FLIGHTS_LISTED })),
   ]);
   if (seq !== state.seq || ticket !== state.ticket) return;
   showError(null);
@@ -639,10 +642,10 @@ async function loadDevice(seq, id, header, body) {
     }),
     muted([info.board, info.agent_version && "agent " + info.agent_version].filter(Boolean).join(" · "))
   );
-  drawDevice(body, hist);
+  drawDevice(body, hist, flights.flights);
 }
 
-function drawDevice(body, h) {
+function drawDevice(body, h, flights) {
   const key = [h.device, state.range, h.step_ns, h.source, h.stages.map((s) => s.stage).join(","),
     h.metrics.map((m) => m.name).join(",")].join("|");
   const bands = levelBands(h.from_ns, h.to_ns, h.level_at_from, h.levels);
@@ -650,6 +653,7 @@ function drawDevice(body, h) {
   // Same layout as the last draw: new data into the same charts, no flicker.
   if (body.dataset.key === key && state.charts.length) {
     updateDevice(h, bands, xRange);
+    document.getElementById("flights").closest(".table-wrap").replaceWith(flightTable(flights));
     return;
   }
   destroyCharts();
@@ -682,6 +686,7 @@ function drawDevice(body, h) {
   }
 
   body.append(el("h2", { text: "Level timeline" }), levelTable(h));
+  body.append(el("h2", { text: "Flight recordings" }), flightTable(flights));
   body.append(el("h2", { text: "Resources" }));
   drawMetrics(body, h, bands, xRange);
 }
@@ -732,6 +737,29 @@ function levelTable(h) {
   const wrap = el("div", { class: "table-wrap" }, t);
   if (h.levels_truncated) wrap.append(muted("Only the first 1000 changes of the range are listed.", "p"));
   if (!h.levels.length) wrap.append(muted("No level change in this range.", "p"));
+  return wrap;
+}
+
+/* The device's newest flight recordings (/api/devices/<id>/flights), each with links to its
+ * JSON and its CBOR as published. */
+function flightTable(flights) {
+  const rows = flights.map((f) =>
+    el("tr", { class: "flight", "data-key": f.key },
+      el("td", { text: fmtTime(f.time_ns) }),
+      el("td", { text: f.cause }),
+      el("td", {}, badge(f.level)),
+      el("td", { text: f.rule || "–" }),
+      el("td", { text: f.stage || "–" }),
+      el("td", { text: `${f.spans} spans, ${f.ticks} ticks` + (f.historical ? " (replayed)" : "") }),
+      el("td", { text: fmtBytes(f.bytes) }),
+      el("td", {}, el("a", { href: f.url, text: "JSON" }), " ",
+        el("a", { href: f.url + "?format=cbor", text: "CBOR" }))));
+  const t = el("table", { class: "timeline", id: "flights" },
+    headRow(["Time", "Cause", "Level", "Rule", "Stage", "Holds", "Size", "Recording"]),
+    el("tbody", {}, ...rows));
+  const wrap = el("div", { class: "table-wrap" }, t);
+  if (!flights.length) wrap.append(muted("No flight recording of this device is stored.", "p"));
+  else wrap.append(muted("edgemon-cli flight --device ID shows the slowest frames; --svg draws them.", "p"));
   return wrap;
 }
 

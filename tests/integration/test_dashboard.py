@@ -300,6 +300,35 @@ def test_device_view_lists_the_forced_change(dash):
     assert dash.errors() == []
 
 
+def test_device_view_lists_its_flight_recordings(dash):
+    """A flight recording (edgemon/v1/<device>/flight) shows in the device view with a link to
+    its JSON, which the aggregator answers."""
+    device = LINE[1]
+    now = time.time_ns()
+    rec = {0: 1, 1: 5, 2: now, 3: 77, 4: 0,
+           5: {0: 0, 1: 2, 2: 0, 3: "infer.p99", 4: "infer", 5: 50_000_000, 6: 40_000_000},
+           6: 10**12, 7: 2 * 10**9, 8: 10**9, 9: 10**8, 10: ["infer"],
+           11: [["mem.rss", "By", 0]], 12: [[-10**8, {0: 150_000_000}]],
+           13: [0, 5, -10**6, 45_000_000]}
+    client = mqtt.Client(client_id=f"it-dash-{uuid.uuid4().hex[:8]}")
+    client.connect("127.0.0.1", dash.broker.port, keepalive=30)
+    client.loop_start()
+    try:
+        client.publish(f"edgemon/v1/{device}/flight", cbor2.dumps(rec), qos=1).wait_for_publish(10)
+    finally:
+        client.loop_stop()
+        client.disconnect()
+    dash.s.get(dash.base + f"#/device/{device}")
+    href = wait_for(lambda: dash.s.execute(
+        "const a = document.querySelector('#flights tr[data-key=\"77-0\"] a');"
+        "return a && a.getAttribute('href')"), 15, "the recording in the device view")
+    assert href == f"/api/devices/{device}/flights/77-0"
+    assert "infer.p99" in dash.s.execute("return document.getElementById('flights').textContent")
+    status, body = dash.agg.get(href)
+    assert status == 200 and json.loads(body)["number"] == 0, body
+    assert dash.errors() == []
+
+
 def test_fleet_latency_merges_every_device_and_filters_by_name(dash):
     dash.s.get(dash.base + "#/latency")
     dash.s.click("button[data-range='5m']")

@@ -1,0 +1,44 @@
+/*
+ * flight_list.h - the aggregator's list of a device's flight recordings
+ * (GET /api/devices/<id>/flights, host/README.md) read back by edgemon-cli flight: the fields
+ * the command uses of each entry, picked out of the answer's JSON. The answer's layout is the
+ * aggregator's own (flight_api.c): an object per recording, each beginning with "key", strings
+ * escaped, so a field name can only match as a field.
+ *
+ * Owns the entry array em_flight_list_parse() allocates (em_flight_list_free()).
+ */
+#ifndef EM_CLI_FLIGHT_LIST_H
+#define EM_CLI_FLIGHT_LIST_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct {
+  char key[32]; /* "<session>-<number>" */
+  uint64_t time_ns;
+  char cause[16];
+  char level[16];
+  char rule[64];
+  uint64_t ticks;
+  uint64_t spans;
+  uint64_t bytes;
+  int historical;
+} em_flight_entry_t;
+
+typedef struct {
+  em_flight_entry_t *v; /* In the answer's order: newest first. */
+  size_t n;
+} em_flight_list_t;
+
+/* Parses the list answer. Returns 0, -EINVAL when it is not one, -ENOMEM. */
+int em_flight_list_parse(const char *json, em_flight_list_t *out);
+void em_flight_list_free(em_flight_list_t *l);
+
+/* The entry whose time is nearest t_ns (the newer on a tie), or NULL for an empty list. */
+const em_flight_entry_t *em_flight_list_nearest(const em_flight_list_t *l, uint64_t t_ns);
+
+/* The list as a table, one line per recording. */
+void em_flight_list_print(FILE *out, const char *device, const em_flight_list_t *l);
+
+#endif /* EM_CLI_FLIGHT_LIST_H */

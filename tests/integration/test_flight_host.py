@@ -1,0 +1,349 @@
+"""Flight recordings on the host: edgemon-sim --flights publishes a synthetic recording on each
+DEGRADED excursion (edgemon/v1/<device>/flight), a real edgemon-aggregator stores them in its
+SQLite store and serves them (GET /api/devices/<id>/flights[/<key>]), and edgemon-cli flight
+reads them back as a table, JSON or SVG.
+
+Every expectation is computed here from the bytes the simulator published, decoded with cbor2
+independently of the C codec: the recordings each device published, their CBOR byte for byte,
+the slowest frames (spans sharing a frame id, total from first start to last end) with their
+ids and durations, and the figures of the tick whose window holds a frame's end. Replays
+(same device, session and number, historical or not) must be stored once; payloads that do not
+decode must be counted and not stored; bad API parameters answer 400 naming the parameter."""
+
+import json
+import os
+import re
+import subprocess
+import threading
+import time
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+
+import cbor2
+import pytest
+
+from conftest import Aggregator, Broker, free_port, mqtt_client, wait_for
+
+SIM = os.environ.get("EM_SIM")
+CLI = os.environ.get("EM_CLI")
+DEVICES = ["fl-0001", "fl-0002", "fl-0003"]
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def spans_of(m):
+    """[(stage index, frame id, start ns, duration ns)] of a decoded recording (key 13)."""
+    flat, out = m[13], []
+    frame, start = 0, m[6]
+    for i in range(0, len(flat), 4):
+        stage, dframe, dstart, dur = flat[i:i + 4]
+        frame += dframe
+        start += dstart
+        out.append((stage, frame, start, dur))
+    return out
+
+
+def ticks_of(m):
+    """[(mono ns, {column: wire value})] of a decoded recording (key 12): counters carry their
+    increase since the previous tick that carried them."""
+    out, t = [], m[6]
+    for dt, values in m[12]:
+        t += dt
+        out.append((t, values))
+    return out
+
+
+def slowest(m):
+    """[(frame id, offset ns, total ns, end ns)] slowest first."""
+    frames = defaultdict(list)
+    for stage, frame, start, dur in spans_of(m):
+        frames[frame].append((start, start + dur))
+    rows = [(f, min(s for s, _ in v) - m[6], max(e for _, e in v) - min(s for s, _ in v),
+             max(e for _, e in v)) for f, v in frames.items()]
+    return sorted(rows, key=lambda r: (-r[2], r[0]))
+
+
+def tick_at(m, t):
+    """Index of the tick whose window (previous tick, tick] holds t, or None."""
+    ticks = ticks_of(m)
+    for i, (mono, _) in enumerate(ticks):
+        if mono >= t:
+            return i if i > 0 or mono - t < m[9] else None
+    return None
+
+
+class Capture:
+    """Every payload published on edgemon/v1/+/flight, in arrival order."""
+
+    def __init__(self, port):
+        self.got = []
+        self.lock = threading.Lock()
+        self.client = mqtt_client(port, client_id="flight-capture")
+        self.client.on_message = self._on
+        self.client.subscribe("edgemon/v1/+/flight", qos=1)
+
+    def _on(self, client, userdata, msg):
+        with self.lock:
+            self.got.append((msg.topic.split("/")[2], bytes(msg.payload)))
+
+    def stop(self):
+        self.client.loop_stop()
+        self.client.disconnect()
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    """(broker, aggregator, {device: [(cbor bytes, decoded map)]}) after a simulator run whose
+    recordings the aggregator holds."""
+    assert SIM and CLI, "EM_SIM and EM_CLI must name the binaries (run through ctest)"
+    tmp = tmp_path_factory.mktemp("flight")
+    broker = Broker(tmp).start()
+    agg = Aggregator(tmp, broker.port).start()
+    cap = Capture(broker.port)
+    time.sleep(0.2)
+    try:
+        sim = subprocess.run(
+            [SIM, "--devices", "3", "--rate", "10", "--duration", "3", "--prefix", "fl",
+             "--seed", "5", "--flights", "--excursion-mean", "0.3",
+             "--broker", f"mqtt://127.0.0.1:{broker.port}"], capture_output=True, timeout=60)
+        assert sim.returncode == 0, sim.stderr.decode(errors="replace")
+        published = int(re.search(rb"(\d+) flight recordings published", sim.stderr).group(1))
+        wait_for(lambda: len(cap.got) == published, 10, "every recording at the subscriber")
+        by_device = defaultdict(list)
+        for device, payload in cap.got:
+            by_device[device].append((payload, cbor2.loads(payload)))
+        assert set(by_device) == set(DEVICES), by_device.keys()
+
+        def stored():
+            return sum(len(json.loads(agg.get(f"/api/devices/{d}/flights")[1]).get("flights", []))
+                       for d in DEVICES)
+        wait_for(lambda: stored() == published, 10, "every recording in the aggregator")
+        yield broker, agg, dict(by_device)
+    finally:
+        cap.stop()
+        agg.stop()
+        broker.stop()
+
+
+def api_list(agg, device, query=""):
+    status, body = agg.get(f"/api/devices/{device}/flights{query}")
+    assert status == 200, body
+    return json.loads(body)["flights"]
+
+
+def get_raw(agg, path):
+    import urllib.request
+    with urllib.request.urlopen(f"http://127.0.0.1:{agg.port}{path}", timeout=5) as r:
+        return r.status, r.headers.get("Content-Type"), r.read()
+
+
+def key_of(m):
+    return f"{m[3]}-{m[4]}"
+
+
+def cli(*args, env=None, timeout=30):
+    return subprocess.run([CLI, "flight", *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+def metric(agg, name):
+    status, body = agg.get("/metrics")
+    assert status == 200
+    m = re.search(rf"^{name} (\d+)", body, re.M)
+    return int(m.group(1))
+
+
+def test_recordings_are_listed_per_device_newest_first(host):
+    _, agg, pub = host
+    for device, recs in pub.items():
+        listed = api_list(agg, device)
+        assert [e["key"] for e in listed] == [
+            key_of(m) for _, m in sorted(recs, key=lambda r: r[1][2], reverse=True)]
+        for e in listed:
+            payload, m = next(r for r in recs if key_of(r[1]) == e["key"])
+            assert (e["time_ns"], e["session"], e["number"]) == (m[2], m[3], m[4])
+            assert e["cause"] == "escalation" and e["level"] == "DEGRADED"
+            assert e["rule"] == m[5][3] and e["stage"] == m[5][4]
+            assert (e["value"], e["bound"]) == (m[5][5], m[5][6])
+            assert (e["ticks"], e["spans"]) == (len(m[12]), len(m[13]) // 4)
+            assert e["bytes"] == len(payload) and e["historical"] is False
+            assert e["url"] == f"/api/devices/{device}/flights/{e['key']}"
+    one = api_list(agg, DEVICES[0], "?limit=1")
+    assert len(one) == 1 and one[0]["key"] == api_list(agg, DEVICES[0])[0]["key"]
+    newest = api_list(agg, DEVICES[0])[0]["time_ns"]
+    assert api_list(agg, DEVICES[0], f"?since={newest + 1}") == []
+    assert all(e["time_ns"] < newest for e in api_list(agg, DEVICES[0], f"?until={newest}"))
+
+
+def test_cbor_is_what_was_published_and_json_matches_it(host):
+    _, agg, pub = host
+    for device, recs in pub.items():
+        for payload, m in recs:
+            status, ctype, body = get_raw(agg, f"/api/devices/{device}/flights/{key_of(m)}"
+                                          "?format=cbor")
+            assert (status, ctype, body) == (200, "application/cbor", payload)
+            status, ctype, body = get_raw(agg, f"/api/devices/{device}/flights/{key_of(m)}")
+            assert (status, ctype) == (200, "application/json")
+            j = json.loads(body)
+            assert (j["kind"], j["session"], j["number"]) == ("flight", m[3], m[4])
+            assert j["stages"] == m[10]
+            spans = spans_of(m)
+            assert [(s["stage"], s["frame"], s["start_ns"], s["duration_ns"])
+                    for s in j["spans"]] == [(m[10][a], b, c, d) for a, b, c, d in spans]
+            assert [t["mono_ns"] for t in j["ticks"]] == [t for t, _ in ticks_of(m)]
+
+
+def test_replays_are_stored_once_and_bad_payloads_counted_not_stored(host):
+    broker, agg, pub = host
+    device = DEVICES[1]
+    payload, m = pub[device][0]
+    before = api_list(agg, device)
+    dups = metric(agg, "edgemon_aggregator_duplicates_total")
+    malformed = metric(agg, "edgemon_aggregator_malformed_total")
+    historical = dict(m)
+    historical[15] = True
+    marker = dict(m)
+    marker[4] = 900  # a new number: stored
+    marker[2] = m[2] - 3600 * 10**9
+    truncated = payload[: len(payload) // 2]
+    bad_span = dict(m)
+    bad_span[13] = [len(m[10]) + 5] + list(m[13][1:])  # a stage index past the table
+    c = mqtt_client(broker.port, client_id="flight-replayer")
+    topic = f"edgemon/v1/{device}/flight"
+    for p in (payload, cbor2.dumps(historical), b"\xff\x00garbage", truncated,
+              cbor2.dumps(bad_span), cbor2.dumps(marker)):
+        c.publish(topic, p, qos=1).wait_for_publish(5)
+    c.loop_stop()
+    c.disconnect()
+    wait_for(lambda: len(api_list(agg, device)) == len(before) + 1, 10, "the marker recording")
+    after = api_list(agg, device)
+    assert sorted(e["key"] for e in after) == sorted(
+        [e["key"] for e in before] + [f"{m[3]}-900"])
+    original = next(e for e in after if e["key"] == key_of(m))
+    assert original["historical"] is False  # the first stored stays
+    wait_for(lambda: metric(agg, "edgemon_aggregator_duplicates_total") >= dups + 2, 5,
+             "two duplicates counted")
+    assert metric(agg, "edgemon_aggregator_malformed_total") == malformed + 3
+    assert agg.proc.poll() is None
+
+
+def test_api_refuses_bad_parameters_and_unknown_names(host):
+    _, agg, pub = host
+    device = DEVICES[0]
+    key = key_of(pub[device][0][1])
+    for query, name in [("?limit=0", "limit"), ("?limit=x", "limit"), ("?since=-1", "since"),
+                        ("?until=1e9", "until"), ("?since=5&until=5", "since"),
+                        ("?bogus=1", "bogus"), ("?limit=1&limit=2", "limit"),
+                        ("?since=99999999999999999999", "since")]:
+        status, body = agg.get(f"/api/devices/{device}/flights{query}")
+        assert status == 400 and name in json.loads(body)["error"], (query, body)
+    for query, name in [("?format=xml", "format"), ("?x=1", "x"),
+                        ("?format=cbor&format=json", "format")]:
+        status, body = agg.get(f"/api/devices/{device}/flights/{key}{query}")
+        assert status == 400 and name in json.loads(body)["error"], (query, body)
+    for path in ["/api/devices/nobody/flights", f"/api/devices/nobody/flights/{key}",
+                 f"/api/devices/{device}/flights/1-99999", f"/api/devices/{device}/flights/abc",
+                 f"/api/devices/{device}/flights/1-2-3", f"/api/devices/{device}/flights/%00"]:
+        status, body = agg.get(path)
+        assert status == 404 and "error" in json.loads(body), (path, body)
+
+
+def test_cli_table_names_the_slowest_frames_and_their_ticks(host):
+    _, agg, pub = host
+    device = DEVICES[2]
+    _, m = max(pub[device], key=lambda r: r[1][2])
+    r = cli("--aggregator", f"http://127.0.0.1:{agg.port}", "--device", device, "--top", "4")
+    assert r.returncode == 0, r.stderr
+    assert key_of(m) in r.stdout and "infer.p99" in r.stdout
+    rows = re.findall(r"^ +(\d+) +([+-]\d+\.\d{3}) +(\d+\.\d{3}) ", r.stdout, re.M)
+    expect = slowest(m)[:4]
+    assert [(int(f), o, t) for f, o, t in rows] == [
+        (f, f"{o / 1e6:+.3f}", f"{t / 1e6:.3f}") for f, o, t, _ in expect]
+    ticks = ticks_of(m)
+    tick_lines = re.findall(r"^ +tick ([+-]\d+\.\d{3}) ms: (.*)$", r.stdout, re.M)
+    assert len(tick_lines) == 4
+    csw = m[11].index(["pmu.context-switches", "1", 1])
+    for (f, _, _, end), (at, figures) in zip(expect, tick_lines):
+        i = tick_at(m, end)
+        assert at == f"{(ticks[i][0] - m[6]) / 1e6:+.3f}"
+        if i > 0 and csw in ticks[i][1]:
+            assert f"pmu.context-switches +{ticks[i][1][csw]}," in figures
+
+
+def test_cli_json_svg_at_and_file(host, tmp_path):
+    _, agg, pub = host
+    url = f"http://127.0.0.1:{agg.port}"
+    device = DEVICES[1]
+    r = cli("--device", device, "--json", env={"EDGEMON_AGGREGATOR": url})
+    assert r.returncode == 0, r.stderr
+    newest = api_list(agg, device)[0]["key"]
+    assert r.stdout.rstrip("\n") == agg.get(f"/api/devices/{device}/flights/{newest}")[1]
+
+    svg = tmp_path / "f.svg"
+    r = cli("--aggregator", url, "--device", device, "--svg", str(svg))
+    assert r.returncode == 0, r.stderr
+    root = ET.parse(svg).getroot()
+    _, m = next(x for x in pub[device] if key_of(x[1]) == newest)
+    rects = [e for e in root.iter(f"{SVG}rect") if "span" in e.get("class", "").split()]
+    assert len(rects) == len(m[13]) // 4
+    assert any("over" in e.get("class") for e in rects)
+    assert root.find(f".//{SVG}line[@id='trigger']") is not None
+    assert not list(root.iter(f"{SVG}script"))
+
+    # The marker recording of the replay test is an hour older than the rest: --at picks it by
+    # RFC 3339 time, the newest by epoch seconds.
+    old = min(api_list(agg, device), key=lambda e: e["time_ns"])
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(old["time_ns"] // 10**9 - 600))
+    r = cli("--aggregator", url, "--device", device, "--at", when, "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["number"] == old["number"], r.stderr
+    r = cli("--aggregator", url, "--device", device, "--at", str(time.time() + 60), "--json")
+    assert json.loads(r.stdout)["number"] == api_list(agg, device)[0]["number"]
+
+    payload, m = pub[DEVICES[0]][0]
+    f = tmp_path / "one.cbor"
+    f.write_bytes(payload)
+    dead = f"http://127.0.0.1:{free_port()}"
+    r = cli("--file", str(f), "--top", "2", env={"EDGEMON_AGGREGATOR": dead})
+    assert r.returncode == 0, r.stderr
+    assert re.findall(r"^ +(\d+) +[+-]", r.stdout, re.M) == [str(x[0]) for x in slowest(m)[:2]]
+
+    r = cli("--aggregator", url, "--device", DEVICES[0], "--list")
+    assert r.returncode == 0 and all(e["key"] in r.stdout for e in api_list(agg, DEVICES[0]))
+
+
+def test_cli_errors_have_their_exit_codes(host, tmp_path):
+    _, agg, _ = host
+    url = f"http://127.0.0.1:{agg.port}"
+    r = cli("--aggregator", f"http://127.0.0.1:{free_port()}", "--device", DEVICES[0],
+            "--timeout", "2")
+    assert r.returncode == 3 and "cannot connect" in r.stderr, r.stderr
+    for args in (["--aggregator", url], ["--device", "a", "--at", "yesterday"],
+                 ["--device", "a", "--top", "0"], ["--file", "x", "--list"], ["--bogus"],
+                 ["--device", "a", "--last", "--at", "0"], ["--aggregator", "ftp://x", "-d", "a"],
+                 ["--device", "a/b"]):
+        r = cli(*args)
+        assert r.returncode == 2, (args, r.returncode, r.stderr)
+    r = cli("--aggregator", url, "--device", "nobody")
+    assert r.returncode == 1 and "no such device" in r.stderr
+    bad = tmp_path / "bad.cbor"
+    bad.write_bytes(b"\xa1\x00\x01")
+    assert cli("--file", str(bad)).returncode == 4
+    assert cli("--file", str(tmp_path / "missing.cbor")).returncode == 4
+
+
+def test_take_publishes_cmd_flight(host):
+    broker, _, _ = host
+    got = []
+    c = mqtt_client(broker.port, client_id="flight-cmd-watch")
+    c.on_message = lambda cl, u, msg: got.append((msg.topic, bytes(msg.payload)))
+    c.subscribe("edgemon/v1/fl-0002/cmd/#", qos=1)
+    time.sleep(0.2)
+    r = subprocess.run([CLI, "flight", "--take", "--device", "fl-0002", "--broker",
+                        f"mqtt://127.0.0.1:{broker.port}"], capture_output=True, text=True,
+                       timeout=20)
+    assert r.returncode == 0, r.stderr
+    wait_for(lambda: got, 5, "cmd/flight")
+    c.loop_stop()
+    c.disconnect()
+    topic, payload = got[0]
+    m = cbor2.loads(payload)
+    assert topic == "edgemon/v1/fl-0002/cmd/flight" and m[1] == 4 and m[4] == 2
