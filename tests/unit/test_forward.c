@@ -2,14 +2,15 @@
  * test_forward.c - store and forward (firmware/agent/transport/forward.c) with the real
  * publisher and the real spool on a libuv loop.
  *
- * Broker away (a publisher that never connected): data and state messages go to the spool
- * marked historical (read back and decoded from the file), replay sends nothing, and a stop
- * keeps nothing; without a spool ("off", or a path that cannot be opened) each message is lost
- * and counted. With a real mosquitto on a free loopback port and a libmosquitto subscriber:
- * replay sends replay_per_tick messages per call, the state change first, not retained, then
- * a live message goes out without touching the spool, and what the subscriber receives is
- * exactly that, in that order. Bad arguments are refused. Every test ends with the loop closed
- * cleanly (uv_loop_close returns 0: no handle or request left).
+ * Broker away (a publisher that never connected): data and state messages, and flight
+ * recordings (EM_SPOOL_FLIGHT), go to the spool marked historical (read back and decoded from
+ * the file), replay sends nothing, and a stop keeps nothing; without a spool ("off", or a path
+ * that cannot be opened) each message is lost and counted. With a real mosquitto on a free
+ * loopback port and a libmosquitto subscriber: replay sends replay_per_tick messages per call,
+ * the state change first, not retained, then a live message goes out without touching the
+ * spool, and what the subscriber receives is exactly that, in that order. Bad arguments are
+ * refused. Every test ends with the loop closed cleanly (uv_loop_close returns 0: no handle or
+ * request left).
  *
  * Write-ahead (QoS 1): each message is in the spool file when libmosquitto's publish is called
  * (checked from inside that call, through the publisher's sys seam), held in flight until its
@@ -42,6 +43,7 @@
 #include <mosquitto.h>
 #include <uv.h>
 
+#include "edgemon/flight.h"
 #include "forward.h"
 #include "tmp_tree.h"
 
@@ -236,6 +238,60 @@ static void broker_away_spools_data_and_state_marked_historical(void **state) {
   }
   em_spool_kind_t kind;
   assert_int_equal(em_spool_peek(sp, &kind, buf, sizeof(buf)), 0);
+  em_spool_close(sp);
+  em_tmp_tree_remove(fx.dir);
+}
+
+/* A flight recording the broker cannot take goes to the spool as EM_SPOOL_FLIGHT, marked
+ * historical and otherwise the same; on a clean stop it is not kept; bytes that are not a
+ * recording are lost and counted. */
+static void broker_away_spools_a_flight_recording_marked_historical(void **state) {
+  (void)state;
+  fixture_t fx;
+  open_fixture(&fx, free_port(), NULL, 8);
+  static const char *const stages[] = {"infer"};
+  const em_flight_span_t span = {.stage = 0, .frame_id = 18342, .start_ns = 900, .duration_ns = 5};
+  em_flight_t f = {.head = {.time_ns = 1, .session = 7},
+                   .trigger = {.cause = EM_FLIGHT_COMMAND, .prev_level = EM_LEVEL_NONE},
+                   .trigger_mono_ns = 1000,
+                   .pre_ns = 500,
+                   .post_ns = 500,
+                   .period_ns = 100,
+                   .stages = stages,
+                   .n_stages = 1,
+                   .spans = &span,
+                   .n_spans = 1};
+  uint8_t buf[1024];
+  size_t len = 0;
+  assert_int_equal(em_flight_encode(&f, buf, sizeof(buf), &len), 0);
+  assert_int_equal(em_forward_publish_flight(fx.fwd, buf, len, false), -ENOTCONN);
+  assert_int_equal(em_forward_publish_flight(fx.fwd, buf, len, true), 0);
+  assert_int_equal(em_forward_publish_flight(NULL, buf, len, true), -EINVAL);
+  assert_int_equal(em_forward_publish_flight(fx.fwd, NULL, len, true), -EINVAL);
+  assert_int_equal(em_forward_publish_flight(fx.fwd, buf, 0, true), -EINVAL);
+  const uint8_t junk[] = {0xa1, 0x00, 0x01};
+  assert_true(em_forward_publish_flight(fx.fwd, junk, sizeof(junk), true) != 0);
+  em_forward_stats_t st = stats(&fx);
+  assert_int_equal(st.spool.pending, 1);
+  assert_int_equal(st.lost, 1);
+  em_forward_maybe_sync(fx.fwd, 1);
+  close_fixture(&fx, true);
+
+  em_spool_t *sp = NULL;
+  char err[256];
+  assert_int_equal(em_spool_open(&sp, fx.spool, EM_SPOOL_MIN_CAPACITY, err, sizeof(err)), 0);
+  uint8_t got[1024];
+  em_spool_kind_t kind;
+  int n = em_spool_peek(sp, &kind, got, sizeof(got));
+  assert_true(n > 0);
+  assert_int_equal(kind, EM_SPOOL_FLIGHT);
+  uint8_t scratch[4096];
+  em_flight_t back;
+  assert_int_equal(em_flight_decode(got, (size_t)n, &back, scratch, sizeof(scratch), NULL), 0);
+  assert_true(back.historical);
+  assert_int_equal(back.n_spans, 1);
+  assert_int_equal(back.spans[0].frame_id, 18342);
+  assert_int_equal(back.trigger.cause, EM_FLIGHT_COMMAND);
   em_spool_close(sp);
   em_tmp_tree_remove(fx.dir);
 }
@@ -657,6 +713,7 @@ int main(void) {
       cmocka_unit_test(broker_away_spools_data_and_state_marked_historical),
       cmocka_unit_test(stopping_keeps_nothing),
       cmocka_unit_test(without_a_spool_messages_are_lost_and_counted),
+      cmocka_unit_test(broker_away_spools_a_flight_recording_marked_historical),
       cmocka_unit_test(bad_arguments_are_refused),
       cmocka_unit_test(replay_sends_in_order_then_live_goes_out_unspooled),
       cmocka_unit_test(write_ahead_is_in_the_spool_before_publish_and_done_on_puback),
