@@ -6,16 +6,26 @@ the agent publishes. Needs Debian's python3-cbor2 for the CBOR layer; nothing el
 
     msg = edgemon_proto.decode(payload)    # -> dict with field names, as the .json vectors
     names = edgemon_proto.values_by_name(msg, birth)   # data values keyed by metric name
+    rec = edgemon_proto.decode_flight(payload)   # a flight recording with absolute figures
+
+A flight recording (kind 5) is checked against every rule its CDDL section states (names,
+indices within their tables, times ascending, totals within uint64, limits) and raises
+DecodeError on the first it breaks.
 """
+
+import math
+import re
 
 import cbor2
 
 LEVELS = ["NOMINAL", "WARN", "DEGRADED", "CRITICAL"]
-KINDS = ["birth", "data", "state", "status", "cmd"]
+KINDS = ["birth", "data", "state", "status", "cmd", "flight"]
 METRIC_KINDS = ["gauge", "counter", "delta"]
 
 COMMON = {0: "v", 1: "kind", 2: "time_ns", 3: "session"}
-BIRTH = {4: "device", 5: "agent_version", 6: "board", 7: "period_ns", 8: "metrics", 9: "budgets"}
+BIRTH = {4: "device", 5: "agent_version", 6: "board", 7: "period_ns", 8: "metrics", 9: "budgets",
+         10: "flight_recorder"}
+RECORDER = {0: "pre_ns", 1: "post_ns", 2: "ticks", 3: "spans", 4: "bytes"}
 METRIC = {0: "alias", 1: "name", 2: "unit", 3: "kind", 4: "absent_reason"}
 BUDGET = {0: "id", 1: "rule", 2: "level", 3: "bound", 4: "stage", 5: "window_ns"}
 DATA = {4: "seq", 5: "window_ns", 6: "values", 7: "stages", 8: "level", 9: "historical"}
@@ -25,8 +35,25 @@ STATE = {4: "level", 5: "prev_level", 6: "mono_ns", 7: "rule", 8: "stage", 9: "v
          10: "bound", 11: "reason", 12: "historical"}
 STATUS = {4: "online"}
 CMD = {4: "command"}
-PER_KIND = {"birth": BIRTH, "data": DATA, "state": STATE, "status": STATUS, "cmd": CMD}
-COMMANDS = {1: "rebirth"}
+FLIGHT = {4: "number", 5: "trigger", 6: "trigger_mono_ns", 7: "pre_ns", 8: "post_ns",
+          9: "period_ns", 10: "stages", 11: "columns", 12: "ticks", 13: "spans", 14: "truncated",
+          15: "historical"}
+TRIGGER = {0: "cause", 1: "level", 2: "prev_level", 3: "rule", 4: "stage", 5: "value", 6: "bound",
+           7: "reason"}
+TRUNCATION = {0: "spans_cut", 1: "ticks_cut", 2: "spans_overwritten"}
+CAUSES = ["escalation", "command"]
+PER_KIND = {"birth": BIRTH, "data": DATA, "state": STATE, "status": STATUS, "cmd": CMD,
+            "flight": FLIGHT}
+COMMANDS = {1: "rebirth", 2: "flight"}
+
+# The flight section's limits and string classes (proto/edgemon.cddl).
+FLIGHT_MAX_BYTES = 262144
+FLIGHT_MAX_STAGES, FLIGHT_MAX_COLUMNS = 64, 256
+FLIGHT_MAX_TICKS, FLIGHT_MAX_SPANS = 4096, 65536
+U64 = 1 << 64
+STAGE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,31}")
+NAME = re.compile(r"[ -~]{1,63}")
+UNIT = re.compile(r"[ -~]{1,15}")
 
 
 class DecodeError(ValueError):
@@ -82,7 +109,202 @@ def decode(payload):
         msg["prev_level"] = LEVELS[msg["prev_level"]]
     elif kind == "cmd":
         msg["command"] = COMMANDS.get(msg["command"], "unknown")
+    elif kind == "flight":
+        return _flight_json(_flight(raw))
+    if "flight_recorder" in msg:
+        msg["flight_recorder"] = _named(msg["flight_recorder"], RECORDER)
     return msg
+
+
+# --- flight recordings ------------------------------------------------------------------------
+
+def _check(ok, what):
+    if not ok:
+        raise DecodeError(what)
+
+
+def _uint(v, what, limit=U64):
+    _check(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < limit,
+           f"{what}: want an unsigned integer below {limit}, got {v!r:.40}")
+    return v
+
+
+def _int(v, what):
+    _check(isinstance(v, int) and not isinstance(v, bool) and -U64 <= v < U64,
+           f"{what}: want an integer, got {v!r:.40}")
+    return v
+
+
+def _number(v, what, null=False):
+    if v is None and null:
+        return v
+    if isinstance(v, float):
+        _check(math.isfinite(v), f"{what}: not finite")
+        return v
+    _check(isinstance(v, int) and not isinstance(v, bool) and -(1 << 63) <= v < U64,
+           f"{what}: want a number, got {v!r:.40}")
+    return v
+
+
+def _text(v, pattern, what):
+    _check(isinstance(v, str) and pattern.fullmatch(v) is not None, f"{what}: bad string {v!r:.40}")
+    return v
+
+
+def _reason(v):
+    _check(isinstance(v, str) and 1 <= len(v.encode()) <= 255 and
+           not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in v), "reason: bad text")
+    return v
+
+
+def _list(v, what, limit):
+    _check(isinstance(v, list) and len(v) <= limit, f"{what}: want an array of at most {limit}")
+    return v
+
+
+def _required(raw, keys, what):
+    missing = [k for k in keys if k not in raw]
+    _check(not missing, f"{what}: missing keys {missing}")
+
+
+def _after(base, delta, what):
+    """base + delta, which must stay within uint64."""
+    value = base + delta
+    _check(0 <= value < U64, f"{what}: {value} is outside uint64")
+    return value
+
+
+def _trigger(raw):
+    _check(isinstance(raw, dict), "trigger: want a map")
+    _required(raw, [0, 1], "trigger")
+    t = _named(raw, TRIGGER)
+    t["cause"] = CAUSES[_uint(t["cause"], "cause", len(CAUSES))]
+    t["level"] = LEVELS[_uint(t["level"], "level", len(LEVELS))]
+    if "prev_level" in t:
+        t["prev_level"] = LEVELS[_uint(t["prev_level"], "prev_level", len(LEVELS))]
+    if "rule" in t:
+        _text(t["rule"], NAME, "rule")
+    if "stage" in t:
+        _text(t["stage"], STAGE_NAME, "stage")
+    for key in ("value", "bound"):
+        if key in t:
+            _number(t[key], key)
+    if "reason" in t:
+        _reason(t["reason"])
+    return t
+
+
+def _flight(raw):
+    """The CDDL's flight rules over a decoded map; figures made absolute (deltas added back)."""
+    _required(raw, [2, 3, *range(4, 14)], "flight")
+    f = _named(raw, {**COMMON, **FLIGHT})
+    f["kind"] = "flight"
+    _uint(f["time_ns"], "time_ns")
+    _uint(f["session"], "session", 1 << 32)
+    _uint(f["number"], "number", 1 << 32)
+    for key in ("trigger_mono_ns", "pre_ns", "post_ns", "period_ns"):
+        _uint(f[key], key)
+    f["trigger"] = _trigger(f["trigger"])
+    trigger = f["trigger_mono_ns"]
+
+    stages = _list(f["stages"], "stages", FLIGHT_MAX_STAGES)
+    for s in stages:
+        _text(s, STAGE_NAME, "stage name")
+    _check(len(set(stages)) == len(stages), "stages: a name twice")
+
+    columns = []
+    for c in _list(f["columns"], "columns", FLIGHT_MAX_COLUMNS):
+        _check(isinstance(c, list) and len(c) == 3, "column: want [name, unit, kind]")
+        columns.append({"name": _text(c[0], NAME, "column name"),
+                        "unit": _text(c[1], UNIT, "column unit"),
+                        "kind": METRIC_KINDS[_uint(c[2], "column kind", len(METRIC_KINDS))]})
+    f["columns"] = columns
+
+    ticks, totals, time = [], {}, trigger
+    for i, t in enumerate(_list(f["ticks"], "ticks", FLIGHT_MAX_TICKS)):
+        _check(isinstance(t, list) and len(t) == 2 and isinstance(t[1], dict),
+               "tick: want [time delta, values]")
+        delta = _int(t[0], "tick time delta")
+        _check(i == 0 or delta >= 0, "ticks: time goes backwards")
+        time = _after(time, delta, "tick time")
+        values = {}
+        for column, v in sorted(t[1].items(), key=lambda kv: kv[0] if isinstance(kv[0], int) else -1):
+            _uint(column, "tick column", len(columns))
+            if columns[column]["kind"] == "counter" and v is not None:
+                totals[column] = _after(totals.get(column, 0), _int(v, "counter"), "counter total")
+                v = totals[column]
+            else:
+                v = _number(v, "tick value", null=True)
+            values[column] = v
+        ticks.append({"mono_ns": time, "values": values})
+    f["ticks"] = ticks
+
+    flat = _list(f["spans"], "spans", 4 * FLIGHT_MAX_SPANS)
+    _check(len(flat) % 4 == 0, "spans: not 4 items each")
+    spans, frame, start = [], 0, trigger
+    for i in range(0, len(flat), 4):
+        stage = _uint(flat[i], "span stage", len(stages))
+        frame = _after(frame, _int(flat[i + 1], "frame delta"), "frame id")
+        delta = _int(flat[i + 2], "start delta")
+        _check(i == 0 or delta >= 0, "spans: start goes backwards")
+        start = _after(start, delta, "span start")
+        spans.append({"stage": stage, "frame": frame, "start_ns": start,
+                      "duration_ns": _uint(flat[i + 3], "duration")})
+    f["spans"] = spans
+
+    truncated = {k: 0 for k in TRUNCATION.values()}
+    if "truncated" in f:
+        _check(isinstance(f["truncated"], dict), "truncated: want a map")
+        for k, v in _named(f["truncated"], TRUNCATION).items():
+            truncated[k] = _uint(v, k)
+    f["truncated"] = truncated
+    if "historical" in f:
+        _check(isinstance(f["historical"], bool), "historical: want a bool")
+    else:
+        f["historical"] = False
+    return f
+
+
+def _flight_json(f):
+    """The JSON form of em_flight_to_json(): names for indices, times also from the trigger,
+    counter columns as the increase since the previous tick that carried a number for them."""
+    trigger, columns = f["trigger_mono_ns"], f["columns"]
+    out = {k: f[k] for k in ("v", "kind", "time_ns", "session", "number", "trigger",
+                             "trigger_mono_ns", "pre_ns", "post_ns", "period_ns", "stages")}
+    out["columns"] = columns
+    ticks, last = [], {}
+    for t in f["ticks"]:
+        values = {}
+        for column, v in t["values"].items():
+            if columns[column]["kind"] == "counter" and v is not None:
+                v, last[column] = v - last.get(column, 0), v
+            values[columns[column]["name"]] = v
+        ticks.append({"mono_ns": t["mono_ns"], "t_ns": t["mono_ns"] - trigger, "values": values})
+    out["ticks"] = ticks
+    out["spans"] = [{"stage": f["stages"][s["stage"]], "frame": s["frame"],
+                     "start_ns": s["start_ns"], "t_ns": s["start_ns"] - trigger,
+                     "duration_ns": s["duration_ns"]} for s in f["spans"]]
+    if any(f["truncated"].values()):
+        out["truncated"] = f["truncated"]
+    if f["historical"]:
+        out["historical"] = True
+    return out
+
+
+def decode_flight(payload):
+    """A flight recording's CBOR bytes -> its fields with absolute figures: tick times, counter
+    totals (columns by index), span frame ids and starts. Raises DecodeError on any rule of the
+    CDDL's flight section it breaks."""
+    _check(len(payload) <= FLIGHT_MAX_BYTES, "larger than a flight recording may be")
+    try:
+        raw = cbor2.loads(payload)
+    except Exception as e:  # cbor2 raises several types for bad input
+        raise DecodeError(f"not CBOR: {e}") from e
+    _check(isinstance(raw, dict) and raw.get(0) == 1 and raw.get(1) == 5,
+           "not an edgemon v1 flight recording")
+    _check(all(isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in raw),
+           "map keys must be unsigned integers")
+    return _flight(raw)
 
 
 def values_by_name(data, birth):

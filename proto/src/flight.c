@@ -99,9 +99,6 @@ static int check_tick(const em_flight_t *f, const em_flight_tick_t *t) {
 }
 
 int em__flight_check(const em_flight_t *f) {
-  if (f->number > UINT32_MAX) {
-    return EM_PROTO_ERANGE;
-  }
   if (f->n_stages > EM_FLIGHT_MAX_STAGES || f->n_columns > EM_FLIGHT_MAX_COLUMNS ||
       f->n_ticks > EM_FLIGHT_MAX_TICKS || f->n_spans > EM_FLIGHT_MAX_SPANS) {
     return EM_PROTO_ELIMIT;
@@ -454,7 +451,7 @@ int em_flight_encode_fit(em_flight_t *f, uint8_t *buf, size_t cap, size_t *out_l
   }
   size_t limit = cap < EM_FLIGHT_MAX_BYTES ? cap : EM_FLIGHT_MAX_BYTES;
   size_t whole = 0;
-  rc = encode_checked(f, NULL, 0, &whole);
+  (void)encode_checked(f, NULL, 0, &whole); /* Only its size. */
   if (whole <= limit) {
     return encode_checked(f, buf, cap, out_len);
   }

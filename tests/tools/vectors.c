@@ -5,7 +5,10 @@
  */
 #include "vectors.h"
 
+#include <errno.h>
 #include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define T0 UINT64_C(1795262400000000000) /* 2026-11-21T12:00:00Z */
@@ -274,6 +277,9 @@ static em_vector_t rows[] = {
                   .n_metrics = 7,
                   .budgets = budgets_full,
                   .n_budgets = 4}}},
+    {"birth_flight_recorder",
+     "birth_full announcing its flight recorder (key 10): 10 s before a trigger, 2 s after",
+     {.kind = EM_MSG_BIRTH}},
     {"data_basic",
      "a 100 ms window: counters, memory, PSI, three stages with buckets",
      {.kind = EM_MSG_DATA,
@@ -371,18 +377,59 @@ static em_vector_t rows[] = {
     {"cmd_rebirth",
      "host asks the agent to republish its birth",
      {.kind = EM_MSG_CMD, .u.cmd = {.head = {.time_ns = T0}, .command = EM_CMD_REBIRTH}}},
+    {"cmd_flight",
+     "host asks the agent for a flight recording now",
+     {.kind = EM_MSG_CMD, .u.cmd = {.head = {.time_ns = T0}, .command = EM_CMD_FLIGHT}}},
 };
+
+/* The row named `name` (one of the table's). */
+static em_vector_t *row(const char *name) {
+  size_t i = 0;
+  while (strcmp(rows[i].name, name) != 0) {
+    i++;
+  }
+  return &rows[i];
+}
 
 const em_vector_t *em_vectors(size_t *count) {
   static bool built;
   if (!built) {
-    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
-      if (strcmp(rows[i].name, "data_largest") == 0) {
-        build_largest(&rows[i].msg);
-      }
-    }
+    build_largest(&row("data_largest")->msg);
+    em_msg_t *b = &row("birth_flight_recorder")->msg;
+    *b = row("birth_full")->msg;
+    b->u.birth.flight = (em_flight_recorder_t){.on = true,
+                                               .pre_ns = UINT64_C(10000000000),
+                                               .post_ns = UINT64_C(2000000000),
+                                               .ticks = 120,
+                                               .spans = 16384,
+                                               .bytes = 917504};
     built = true;
   }
   *count = sizeof(rows) / sizeof(rows[0]);
   return rows;
+}
+
+uint8_t *em_vector_file(const char *dir, const char *stem, const char *ext, size_t *len) {
+  char path[1024];
+  snprintf(path, sizeof(path), "%s/%s.%s", dir, stem, ext);
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    return NULL;
+  }
+  uint8_t *data = NULL;
+  long size = -1;
+  if (fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
+    data = malloc((size_t)size + 1);
+  }
+  if (data && fread(data, 1, (size_t)size, f) != (size_t)size) {
+    free(data);
+    data = NULL;
+    errno = EIO;
+  }
+  fclose(f);
+  if (data) {
+    data[size] = 0;
+    *len = (size_t)size;
+  }
+  return data;
 }

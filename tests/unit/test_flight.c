@@ -38,6 +38,8 @@ static size_t unhex(const char *hex, uint8_t *out, size_t cap) {
   return n;
 }
 
+static void assert_flight_equal(const em_flight_t *a, const em_flight_t *b);
+
 /* --- the small recording, by hand --------------------------------------------------------- */
 
 /*
@@ -191,6 +193,44 @@ static void key_order_and_unknown_keys_do_not_matter(void **state) {
   assert_int_equal(em_flight_to_json(&f, json, sizeof(json), &a), 0);
   assert_int_equal(em_flight_to_json(&want, json2, sizeof(json2), &b), 0);
   assert_string_equal(json, json2);
+}
+
+/* --- golden vectors ------------------------------------------------------------------------ */
+
+/* Every flight row encodes to its committed bytes, which decode to its committed JSON (less
+ * the newline), and every prefix of them is truncated. */
+static void vectors_match_the_golden_files(void **state) {
+  (void)state;
+  size_t n = 0;
+  const em_flight_vector_t *v = em_flight_vectors(&n);
+  assert_int_equal(n, 3);
+  for (size_t i = 0; i < n; i++) {
+    size_t want_len = 0, json_len = 0, len = 0, off = 0;
+    uint8_t *want = em_vector_file(EM_VECTORS_DIR, v[i].name, "cbor", &want_len);
+    char *want_json = (char *)em_vector_file(EM_VECTORS_DIR, v[i].name, "json", &json_len);
+    assert_non_null(want);
+    assert_non_null(want_json);
+    assert_int_equal(em_flight_encode(&v[i].flight, buf, sizeof(buf), &len), 0);
+    if (len != want_len || memcmp(buf, want, len) != 0) {
+      fail_msg("%s: the encoder's bytes differ from the golden file", v[i].name);
+    }
+    em_flight_t f;
+    int rc = em_flight_decode(want, want_len, &f, scratch, em_flight_scratch_bytes(want_len), &off);
+    if (rc) {
+      fail_msg("%s: %s at %zu", v[i].name, em_proto_strerror(rc), off);
+    }
+    assert_flight_equal(&v[i].flight, &f);
+    assert_int_equal(em_flight_to_json(&f, json, sizeof(json), &len), 0);
+    assert_true(json_len > 0 && want_json[json_len - 1] == '\n');
+    want_json[json_len - 1] = '\0';
+    assert_string_equal(json, want_json);
+    for (size_t cut = 0; cut < want_len; cut++) {
+      assert_int_equal(em_flight_decode(want, cut, &f, scratch, sizeof(scratch), &off),
+                       EM_PROTO_ETRUNCATED);
+    }
+    free(want);
+    free(want_json);
+  }
 }
 
 /* --- bad inputs --------------------------------------------------------------------------- */
@@ -1195,6 +1235,7 @@ int main(void) {
       cmocka_unit_test(encodes_to_the_hand_assembled_bytes),
       cmocka_unit_test(decodes_the_hand_assembled_bytes_to_absolute_figures),
       cmocka_unit_test(key_order_and_unknown_keys_do_not_matter),
+      cmocka_unit_test(vectors_match_the_golden_files),
       cmocka_unit_test(each_bad_input_gets_its_own_error),
       cmocka_unit_test(every_prefix_is_truncated),
       cmocka_unit_test(too_big_too_little_scratch_and_null_arguments),

@@ -29,21 +29,10 @@ static char json[16 * EM_PROTO_MAX_MESSAGE_BYTES];
 
 /* Reads proto/vectors/<stem>.<ext> into a malloc'd buffer. */
 static uint8_t *read_vector(const char *stem, const char *ext, size_t *len) {
-  char path[1024];
-  snprintf(path, sizeof(path), "%s/%s.%s", EM_VECTORS_DIR, stem, ext);
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    fail_msg("cannot open %s", path);
+  uint8_t *data = em_vector_file(EM_VECTORS_DIR, stem, ext, len);
+  if (!data) {
+    fail_msg("cannot read %s/%s.%s", EM_VECTORS_DIR, stem, ext);
   }
-  fseek(f, 0, SEEK_END);
-  long size = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  uint8_t *data = malloc((size_t)size + 1);
-  assert_non_null(data);
-  assert_int_equal(fread(data, 1, (size_t)size, f), (size_t)size);
-  fclose(f);
-  data[size] = 0;
-  *len = (size_t)size;
   return data;
 }
 

@@ -10,8 +10,9 @@
  *
  * On the wire everything that grows is delta-encoded (the CDDL says how): tick times and span
  * starts from the previous item, frame ids from the previous span, counter columns from the
- * previous tick that carried them. In the structs below every figure is absolute (the decoder
- * adds the deltas back): times are the device's CLOCK_MONOTONIC, counters running totals.
+ * previous tick that carried a number for them (a null carries none). In the structs below
+ * every figure is absolute (the decoder adds the deltas back): times are the device's
+ * CLOCK_MONOTONIC, counters running totals.
  *
  * Size: a recording is at most EM_FLIGHT_MAX_BYTES encoded (larger than the other kinds'
  * EM_PROTO_MAX_MESSAGE_BYTES). em_flight_encode_fit() leaves out the spans and ticks farthest
@@ -128,10 +129,13 @@ EM_PROTO_MUST_USE int em_flight_encode(const em_flight_t *f, uint8_t *buf, size_
 
 /*
  * em_flight_encode() under a size cap (<= EM_FLIGHT_MAX_BYTES): while the encoding does not
- * fit in cap, leaves out the span or tick farthest in time from the trigger, narrowing
+ * fit in cap, leaves out the span or tick farthest in time from the trigger (on equal
+ * distances spans before ticks, and after the trigger before before it), narrowing
  * f->spans/n_spans and f->ticks/n_ticks and counting each in f->truncated. Returns 0 and
- * *out_len, or the codes of em_flight_encode() (ENOSPACE only when even a recording with no
- * ticks and no spans does not fit).
+ * *out_len, or the codes of em_flight_encode() (ENOSPACE, with *out_len the size of the
+ * recording with no ticks and no spans, only when even that does not fit; f is then left as
+ * it was). A cap above EM_FLIGHT_MAX_BYTES counts as EM_FLIGHT_MAX_BYTES. Item sizes are
+ * computed, not encoded again per item: linear in the ticks' figures and the spans.
  */
 EM_PROTO_MUST_USE int em_flight_encode_fit(em_flight_t *f, uint8_t *buf, size_t cap,
                                            size_t *out_len);
@@ -145,7 +149,10 @@ EM_PROTO_MUST_USE int em_flight_encode_fit(em_flight_t *f, uint8_t *buf, size_t 
 EM_PROTO_MUST_USE int em_flight_mark_historical(const uint8_t *live, size_t len, uint8_t *out,
                                                 size_t cap, size_t *out_len);
 
-/* Scratch bytes em_flight_decode() needs at most for an input of `len` bytes. */
+/*
+ * Scratch bytes em_flight_decode() needs at most for an input of `len` bytes: 12 per byte and
+ * 256 (the worst case is a tick's figure, 2 bytes on the wire and a 24-byte em_flight_value_t).
+ */
 size_t em_flight_scratch_bytes(size_t len);
 
 /*
