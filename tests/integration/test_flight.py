@@ -8,7 +8,9 @@ after K with their frame ids and durations, the ticks of the same seconds with t
 (the slower cadences only on the ticks that read them), and the post-trigger part; a second
 escalation inside min_gap_seconds is counted in flight.suppressed and not published; with the
 broker away during the breach the recording comes later from the spool, marked historical;
-cmd/flight takes one on demand; and with [flight] enabled = false there is no recorder at all.
+cmd/flight takes one on demand; a recording over max_bytes keeps the spans nearest the trigger
+and says how many it left out (and flight.cut counts them); and with [flight] enabled = false
+there is no recorder at all.
 
 Short windows keep it quick: sample_period 50 ms, pre_seconds 2, post_seconds 500ms.
 """
@@ -29,7 +31,7 @@ POST_NS = 500_000_000
 FAST_NS, SLOW_NS = 5_000_000, 50_000_000  # infer durations before and from frame K
 K = 230  # frames before the slowdown (2.3 s at 100 fps: more than pre_seconds)
 
-FLIGHT = ("[flight]\npre_seconds = 2\npost_seconds = 500ms\nmin_gap_seconds = {gap}\n"
+FLIGHT = ("[flight]\npre_seconds = 2\npost_seconds = 500ms\nmin_gap_seconds = {gap}\n{keys}"
           "[budget.infer]\np99 = 20ms\nlevel = DEGRADED\n"
           "[degrade]\nwindow = 200ms\nenter_windows = 1\nleave_windows = 1\n")
 
@@ -126,7 +128,7 @@ def next_flight(sub, timeout):
             continue
         sub.seen.append(item)
         topic, kind, payload, retain = item
-        if kind == "flight":
+        if topic == f"edgemon/v1/{sub.device}/flight":  # not cmd/flight
             assert not retain, "a flight recording is never retained"
             return payload
     pytest.fail(f"no flight message within {timeout} s")
@@ -162,14 +164,14 @@ class Flights(Durable):
 
 @pytest.fixture
 def flight_agent(stack, request):
-    """make(gap, broker=None): a broker (a new one unless given), an agent with a 50 ms period
-    and the [flight], budget and [degrade] sections (min_gap_seconds = gap) whose target is the
-    pipeline of `marker`, and a subscriber started before it."""
+    """make(gap, broker=None, keys=""): a broker (a new one unless given), an agent with a 50 ms
+    period and the [flight] (min_gap_seconds = gap, then `keys`), budget and [degrade] sections
+    whose target is the pipeline of `marker`, and a subscriber started before it."""
 
-    def make(gap, broker=None):
+    def make(gap, broker=None, keys=""):
         broker = broker or stack.broker()
         marker = f"edgemon-flight-pipeline-{time.monotonic_ns()}"
-        agent = Agent(stack.tmp, broker.port, f"cmdline = {marker}", extra=FLIGHT.format(gap=gap))
+        agent = Agent(stack.tmp, broker.port, f"cmdline = {marker}", extra=FLIGHT.format(gap=gap, keys=keys))
         agent.config.write_text(agent.config.read_text().replace(
             "sample_period = 100ms\n", "sample_period = 50ms\n"))
         sub = stack.subscriber(broker.port, agent.device)
@@ -290,6 +292,38 @@ def test_a_recording_made_while_the_broker_is_away_comes_from_the_spool(stack, f
         assert rec["prev_level"] is None and rec["spans"]
     finally:
         flights.close()
+        proc.kill()
+        proc.wait()
+
+
+def test_a_recording_over_max_bytes_keeps_what_is_nearest_the_trigger(stack, flight_agent):
+    broker, agent, marker, sub = flight_agent(gap=0, keys="max_bytes = 4KiB\n")
+    birth = sub.next("birth")
+    wait_for((stack.tmp / "run" / "spans.sock").exists, 5, "the span socket")
+    proc = run_pipeline(stack, marker, [(600, False)])
+    try:
+        time.sleep(2.5)
+        sent_ns = time.monotonic_ns()
+        sub.publish(f"edgemon/v1/{agent.device}/cmd/flight",
+                    cbor2.dumps({0: 1, 1: 4, 2: time.time_ns(), 4: 2}))
+        payload = next_flight(sub, timeout=10)
+        assert len(payload) <= 4096
+        rec = decode_flight(payload)
+        same_in_edgemon_proto(payload, rec)
+        trig = rec["trigger_mono_ns"]
+        assert sent_ns <= trig < sent_ns + 1_000_000_000
+        cut = rec["truncated"]
+        assert cut.get(0, 0) > 0 and cut.get(2, 0) == 0, cut  # spans cut for the cap
+        # What is kept is nearest the trigger: about 2.5 s of ~750 spans did not fit in 4 KiB.
+        spans = rec["spans"]
+        assert 0 < len(spans) < 500
+        far_kept = max(abs(s["start_ns"] - trig) for s in spans)
+        assert far_kept < 1_000_000_000
+        frames = sorted({s["frame"] for s in spans if s["stage"] == "infer"})
+        assert frames == list(range(frames[0], frames[-1] + 1))
+        wait_for(lambda: (last_values(sub, birth, "flight.cut") or 0) ==
+                 cut.get(0, 0) + cut.get(1, 0), 5, "flight.cut")
+    finally:
         proc.kill()
         proc.wait()
 
