@@ -145,6 +145,14 @@ def cli(*args, env=None, timeout=30):
                           env={**os.environ, **(env or {})})
 
 
+def publish(port, device, *payloads):
+    c = mqtt_client(port, client_id=f"flight-pub-{device}")
+    for p in payloads:
+        c.publish(f"edgemon/v1/{device}/flight", p, qos=1).wait_for_publish(5)
+    c.loop_stop()
+    c.disconnect()
+
+
 def metric(agg, name):
     status, body = agg.get("/metrics")
     assert status == 200
@@ -207,13 +215,8 @@ def test_replays_are_stored_once_and_bad_payloads_counted_not_stored(host):
     truncated = payload[: len(payload) // 2]
     bad_span = dict(m)
     bad_span[13] = [len(m[10]) + 5] + list(m[13][1:])  # a stage index past the table
-    c = mqtt_client(broker.port, client_id="flight-replayer")
-    topic = f"edgemon/v1/{device}/flight"
-    for p in (payload, cbor2.dumps(historical), b"\xff\x00garbage", truncated,
-              cbor2.dumps(bad_span), cbor2.dumps(marker)):
-        c.publish(topic, p, qos=1).wait_for_publish(5)
-    c.loop_stop()
-    c.disconnect()
+    publish(broker.port, device, payload, cbor2.dumps(historical), b"\xff\x00garbage", truncated,
+            cbor2.dumps(bad_span), cbor2.dumps(marker))
     wait_for(lambda: len(api_list(agg, device)) == len(before) + 1, 10, "the marker recording")
     after = api_list(agg, device)
     assert sorted(e["key"] for e in after) == sorted(
@@ -289,9 +292,15 @@ def test_cli_json_svg_at_and_file(host, tmp_path):
     assert root.find(f".//{SVG}line[@id='trigger']") is not None
     assert not list(root.iter(f"{SVG}script"))
 
-    # The marker recording of the replay test is an hour older than the rest: --at picks it by
-    # RFC 3339 time, the newest by epoch seconds.
+    # A recording two hours older than the rest: --at picks it by RFC 3339 time, the newest by
+    # epoch seconds.
+    older = dict(m)
+    older[4], older[2] = 901, m[2] - 7200 * 10**9
+    n = len(api_list(agg, device))
+    publish(host[0].port, device, cbor2.dumps(older))
+    wait_for(lambda: len(api_list(agg, device)) == n + 1, 10, "the older recording")
     old = min(api_list(agg, device), key=lambda e: e["time_ns"])
+    assert old["number"] == 901
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(old["time_ns"] // 10**9 - 600))
     r = cli("--aggregator", url, "--device", device, "--at", when, "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["number"] == old["number"], r.stderr
@@ -328,6 +337,32 @@ def test_cli_errors_have_their_exit_codes(host, tmp_path):
     bad.write_bytes(b"\xa1\x00\x01")
     assert cli("--file", str(bad)).returncode == 4
     assert cli("--file", str(tmp_path / "missing.cbor")).returncode == 4
+
+
+def test_tail_prints_a_line_per_recording_and_decode_reads_one(host, tmp_path):
+    broker, agg, pub = host
+    device = DEVICES[2]
+    payload, m = pub[device][0]
+    tail = subprocess.Popen([CLI, "tail", "--json", "--device", device, "--duration", "2",
+                             "--broker", f"mqtt://127.0.0.1:{broker.port}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.7)
+    again = dict(m)
+    again[4] = 950
+    publish(broker.port, device, cbor2.dumps(again), b"\x00")
+    out, err = tail.communicate(timeout=20)
+    assert tail.returncode == 0, err
+    lines = [json.loads(x) for x in out.splitlines()]
+    flights = [x["flight"] for x in lines if "flight" in x]
+    assert [(f["session"], f["number"], f["spans"], f["ticks"]) for f in flights] == [
+        (m[3], 950, len(m[13]) // 4, len(m[12]))], out
+    assert any(x.get("error") and x["topic"].endswith("/flight") for x in lines), out
+
+    f = tmp_path / "rec.cbor"
+    f.write_bytes(payload)
+    r = subprocess.run([CLI, "decode", str(f)], capture_output=True, text=True, timeout=20)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.rstrip("\n") == agg.get(f"/api/devices/{device}/flights/{key_of(m)}")[1]
 
 
 def test_take_publishes_cmd_flight(host):
