@@ -478,6 +478,82 @@ static void each_bad_input_gets_its_own_error(void **state) {
   assert_true(sizeof(bad_rows) / sizeof(bad_rows[0]) >= 20);
 }
 
+/* Appends hex to in[*len..]: the pieces of a recording assembled item by item. */
+static void put(uint8_t *in, size_t *len, const char *hex) {
+  *len += unhex(hex, in + *len, 512);
+}
+
+/*
+ * A recording (SMALL with its tables and ticks replaced) with `stages` one-letter stage names,
+ * `columns` gauge columns, `ticks` empty ticks and one tick of `figures` figures.
+ */
+static size_t with_counts(uint8_t *in, unsigned stages, unsigned columns, unsigned ticks,
+                          unsigned figures) {
+  static const char letters[] =
+      "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_-.:";
+  char hex[16];
+  size_t len = 0;
+  put(in, &len, S_HEAD S_TRIG S_TIMES "0a99");
+  snprintf(hex, sizeof(hex), "%04x", stages);
+  put(in, &len, hex);
+  for (unsigned i = 0; i < stages; i++) {
+    snprintf(hex, sizeof(hex), "61%02x", (unsigned)letters[i % (sizeof(letters) - 1)]);
+    put(in, &len, hex);
+  }
+  snprintf(hex, sizeof(hex), "0b99%04x", columns);
+  put(in, &len, hex);
+  for (unsigned i = 0; i < columns; i++) {
+    put(in, &len,
+        "83616361"
+        "3100");
+  }
+  snprintf(hex, sizeof(hex), "0c99%04x", ticks + 1);
+  put(in, &len, hex);
+  for (unsigned i = 0; i < ticks; i++) {
+    put(in, &len, "8200a0");
+  }
+  snprintf(hex, sizeof(hex), "8200b9%04x", figures);
+  put(in, &len, hex);
+  for (unsigned i = 0; i < figures; i++) {
+    snprintf(hex, sizeof(hex), "19%04x00", i);
+    put(in, &len, hex);
+  }
+  put(in, &len, "0d80");
+  return len;
+}
+
+/* Each table one past its limit (stages, columns, ticks, a tick's figures): ELIMIT; all at
+ * their limits: it decodes. */
+static void tables_past_their_limits_are_refused(void **state) {
+  (void)state;
+  static uint8_t in[64 * 1024];
+  static const struct {
+    unsigned stages, columns, ticks, figures;
+    int rc;
+  } rows[] = {
+      {64, 256, 4095, 256, 0},           {65, 1, 0, 0, EM_PROTO_ELIMIT},
+      {1, 257, 0, 0, EM_PROTO_ELIMIT},   {1, 1, 4096, 0, EM_PROTO_ELIMIT},
+      {1, 257, 0, 257, EM_PROTO_ELIMIT}, {1, 256, 0, 257, EM_PROTO_ELIMIT},
+  };
+  for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+    size_t len = with_counts(in, rows[i].stages, rows[i].columns, rows[i].ticks, rows[i].figures);
+    em_flight_t f;
+    size_t off = SIZE_MAX;
+    int rc = em_flight_decode(in, len, &f, scratch, em_flight_scratch_bytes(len), &off);
+    if (rc != rows[i].rc) {
+      fail_msg("row %zu: want %d, got %d (%s) at %zu", i, rows[i].rc, rc, em_proto_strerror(rc),
+               off);
+    }
+    if (rc == 0) {
+      assert_int_equal(f.n_stages, 64);
+      assert_int_equal(f.n_columns, 256);
+      assert_int_equal(f.n_ticks, EM_FLIGHT_MAX_TICKS);
+      assert_int_equal(f.ticks[4095].n_values, 256);
+      assert_int_equal(f.ticks[4095].values[255].column, 255);
+    }
+  }
+}
+
 static void every_prefix_is_truncated(void **state) {
   (void)state;
   uint8_t in[128];
@@ -1237,6 +1313,7 @@ int main(void) {
       cmocka_unit_test(key_order_and_unknown_keys_do_not_matter),
       cmocka_unit_test(vectors_match_the_golden_files),
       cmocka_unit_test(each_bad_input_gets_its_own_error),
+      cmocka_unit_test(tables_past_their_limits_are_refused),
       cmocka_unit_test(every_prefix_is_truncated),
       cmocka_unit_test(too_big_too_little_scratch_and_null_arguments),
       cmocka_unit_test(encoder_refuses_what_the_decoder_would_refuse),
