@@ -31,6 +31,8 @@
 #define DEFAULT_AGGREGATOR "http://127.0.0.1:9108"
 #define DEFAULT_TOP        10u
 #define DEFAULT_TIMEOUT_S  5.0
+/* What a device id is made of (the schema's ident): it goes into URLs and topics as it is. */
+#define ID_CHARS "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:-"
 
 typedef struct {
   const char *aggregator;
@@ -254,8 +256,8 @@ static int parse_args(int argc, char **argv, flight_opts_t *o) {
   if (!o->file && !o->device) {
     return em_cli_usage_error(CMD, "--device is required (or --file PATH)");
   }
-  if (o->device &&
-      (!*o->device || strpbrk(o->device, "/+#*?[") || strlen(o->device) > EM_TOPIC_MAX_DEVICE)) {
+  if (o->device && (!*o->device || strspn(o->device, ID_CHARS) != strlen(o->device) ||
+                    strlen(o->device) > EM_TOPIC_MAX_DEVICE)) {
     return em_cli_usage_error(CMD, "--device wants one device id, not '%s'", o->device);
   }
   if (!o->file && !o->take) {

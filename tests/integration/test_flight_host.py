@@ -328,7 +328,7 @@ def test_cli_errors_have_their_exit_codes(host, tmp_path):
     for args in (["--aggregator", url], ["--device", "a", "--at", "yesterday"],
                  ["--device", "a", "--top", "0"], ["--file", "x", "--list"], ["--bogus"],
                  ["--device", "a", "--last", "--at", "0"], ["--aggregator", "ftp://x", "-d", "a"],
-                 ["--device", "a/b"]):
+                 ["--device", "a/b"], ["--device", "a b"], ["--device", "a*"]):
         r = cli(*args)
         assert r.returncode == 2, (args, r.returncode, r.stderr)
     r = cli("--aggregator", url, "--device", "nobody")
