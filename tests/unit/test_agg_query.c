@@ -1,8 +1,8 @@
 /*
  * test_agg_query.c - the dashboard API's parameter parser (host/aggregator/query.c): defaults,
  * durations and their bounds, from/to, percent-decoding, level lists, the parameters each
- * endpoint accepts, repeats, too many parameters, and malformed numbers, each refusal with a
- * message naming the parameter.
+ * endpoint accepts (the flight list's since, until and limit too), repeats, too many parameters,
+ * and malformed numbers, each refusal with a message naming the parameter.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -30,8 +30,9 @@ static int parse(em_query_kind_t kind, em_query_t *q, const char *k1, const char
   return em_query_parse(kind, p, n, NOW, q, err, sizeof(err));
 }
 
-/* Requests that must be refused, as "<F|H|L> <query string> -> <word the message names>"
- * (F fleet, H history, L latency; the query string split at '&' and the first '='). */
+/* Requests that must be refused, as "<F|H|L|R> <query string> -> <word the message names>"
+ * (F fleet, H history, L latency, R flight recordings; the query string split at '&' and the
+ * first '='). */
 static const char *const refusals[] = {
     "L range=8d -> range",
     "L range=169h -> range",
@@ -69,6 +70,15 @@ static const char *const refusals[] = {
     "L points=10 -> points",
     "L bogus=1 -> bogus",
     "F limit=1&limit=2 -> limit",
+    "R since=5&until=5 -> since",
+    "R since=9&until=5 -> since",
+    "R since=-1 -> since",
+    "R until=1e9 -> until",
+    "R until=9223372036854775808 -> until",
+    "R limit=5001 -> limit",
+    "R range=1h -> range",
+    "R from=1&to=2 -> from",
+    "H since=1 -> since",
 };
 
 /* Parses one refusals[] line and checks that it is refused with the parameter named. */
@@ -77,6 +87,7 @@ static void check_refusal(const char *line) {
   snprintf(buf, sizeof(buf), "%s", line);
   em_query_kind_t kind = buf[0] == 'F'   ? EM_QUERY_FLEET
                          : buf[0] == 'H' ? EM_QUERY_HISTORY
+                         : buf[0] == 'R' ? EM_QUERY_FLIGHTS
                                          : EM_QUERY_LATENCY;
   char *arrow = strstr(buf, " -> ");
   assert_non_null(arrow);
@@ -127,6 +138,22 @@ static void from_to(void **state) {
   assert_int_equal(parse(EM_QUERY_HISTORY, &q, "from", "1000", "to", "2000"), 0);
   assert_int_equal(q.from_ns, 1000);
   assert_int_equal(q.to_ns, 2000);
+}
+
+/* The flight list: since and until bound the trigger's time, [0, INT64_MAX) when absent; limit
+ * defaults to EM_QUERY_FLIGHTS_DEFAULT. */
+static void flights(void **state) {
+  (void)state;
+  em_query_t q;
+  assert_int_equal(parse(EM_QUERY_FLIGHTS, &q, NULL, NULL, NULL, NULL), 0);
+  assert_int_equal(q.from_ns, 0);
+  assert_int_equal(q.to_ns, INT64_MAX);
+  assert_int_equal(q.limit, EM_QUERY_FLIGHTS_DEFAULT);
+  assert_int_equal(parse(EM_QUERY_FLIGHTS, &q, "since", "1000", "until", "1001"), 0);
+  assert_int_equal(q.from_ns, 1000);
+  assert_int_equal(q.to_ns, 1001);
+  assert_int_equal(parse(EM_QUERY_FLIGHTS, &q, "limit", "1", NULL, NULL), 0);
+  assert_int_equal(q.limit, 1);
 }
 
 static void numbers(void **state) {
@@ -181,6 +208,7 @@ int main(void) {
       cmocka_unit_test(defaults),         cmocka_unit_test(durations),
       cmocka_unit_test(from_to),          cmocka_unit_test(numbers),
       cmocka_unit_test(names_and_levels), cmocka_unit_test(what_each_endpoint_takes),
+      cmocka_unit_test(flights),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
