@@ -229,6 +229,36 @@ def test_replays_are_stored_once_and_bad_payloads_counted_not_stored(host):
     assert agg.proc.poll() is None
 
 
+def big_recording(number, n_spans):
+    """A recording of n_spans spans over 3 stages (one frame per 3 spans, 1 ms apart)."""
+    spans, t0 = [], -5 * 10**9
+    for i in range(n_spans):
+        spans += [i % 3, 1 if i % 3 == 0 else 0, t0 if i == 0 else 1_000_000,
+                  2_000_000 + (i * 7919) % 30_000_000]
+    return {0: 1, 1: 5, 2: time.time_ns(), 3: 77, 4: number,
+            5: {0: 1, 1: 0}, 6: 10**12, 7: 5 * 10**9, 8: 10**9, 9: 10**8,
+            10: ["a", "b", "c"], 11: [["pmu.context-switches", "1", 1]],
+            12: [[-5 * 10**9 + 10**8, {0: 10**6}]] + [[10**8, {0: 300}]] * 59, 13: spans}
+
+
+def test_largest_recording_round_trips_and_a_larger_one_is_refused(host):
+    broker, agg, _ = host
+    device = "fl-big"
+    fits = cbor2.dumps(big_recording(0, 20000))
+    assert 200_000 < len(fits) <= 262144
+    too_big = cbor2.dumps(big_recording(1, 40000))
+    assert len(too_big) > 262144
+    malformed = metric(agg, "edgemon_aggregator_malformed_total")
+    publish(broker.port, device, too_big, fits)
+    wait_for(lambda: agg.get(f"/api/devices/{device}/flights")[0] == 200 and
+             api_list(agg, device), 10, "the large recording")
+    assert [e["key"] for e in api_list(agg, device)] == ["77-0"]
+    assert get_raw(agg, f"/api/devices/{device}/flights/77-0?format=cbor")[2] == fits
+    assert metric(agg, "edgemon_aggregator_malformed_total") == malformed + 1
+    r = cli("--aggregator", f"http://127.0.0.1:{agg.port}", "--device", device, "--top", "1")
+    assert r.returncode == 0 and "of 6667 frames" in r.stdout, r.stdout + r.stderr
+
+
 def test_api_refuses_bad_parameters_and_unknown_names(host):
     _, agg, pub = host
     device = DEVICES[0]
