@@ -67,6 +67,20 @@ def wait_for_http(log_path, proc, timeout=10):
     raise SystemExit("edgemon-aggregator did not start serving HTTP")
 
 
+def show_flight(cli_bin, url, device, svg):
+    """The flight recording the slow phase's escalation made: its slowest frames, and a
+    drawing of every span and counter around the breach."""
+    print(f"{BOLD}==> edgemon-cli flight --aggregator {url} --device {device} --top 5 "
+          f"--svg {svg}{RESET}", flush=True)
+    rc = subprocess.call([str(cli_bin), "flight", "--aggregator", url, "--device", device,
+                          "--top", "5", "--svg", str(svg)])
+    if rc == 0:
+        print(f"{BOLD}==> the breach, drawn: {svg} (open it in a browser){RESET}")
+    else:
+        print(f"{BOLD}==> no flight recording shown (exit {rc}): the level did not rise in "
+              f"this run{RESET}")
+
+
 def main():
     build = Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / "build" / "normal")
     agent_bin = build / "firmware" / "agent" / "edgemon-agent"
@@ -154,6 +168,7 @@ def main():
             time.sleep(0.1)
         status, body = http_get(metrics_url + "/api/devices")
         print(f"{BOLD}==> {metrics_url}/api/devices answered {status}: {body[:300]}{RESET}")
+        show_flight(cli_bin, metrics_url, device, Path(build).resolve() / "demo-flight.svg")
         agent.send_signal(signal.SIGTERM)
         agent.wait(5)
         print(f"{BOLD}==> agent stopped (exit {agent.returncode}); its log:{RESET}")

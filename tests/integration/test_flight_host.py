@@ -23,6 +23,7 @@ import cbor2
 import pytest
 
 from conftest import Aggregator, Broker, free_port, mqtt_client, wait_for
+from test_flight import flight_agent, run_pipeline  # noqa: F401 (flight_agent: a fixture)
 
 SIM = os.environ.get("EM_SIM")
 CLI = os.environ.get("EM_CLI")
@@ -412,3 +413,38 @@ def test_take_publishes_cmd_flight(host):
     topic, payload = got[0]
     m = cbor2.loads(payload)
     assert topic == "edgemon/v1/fl-0002/cmd/flight" and m[1] == 4 and m[4] == 2
+
+
+def test_the_agents_recording_taken_from_the_cli_is_stored_and_shown(stack, flight_agent):
+    """End to end with the real agent: `edgemon-cli flight --take` publishes cmd/flight, the
+    agent records its pipeline's last seconds, the aggregator stores the recording as
+    published, and the CLI's table names the frames computed here from its CBOR."""
+    broker, agent, marker, _ = flight_agent(gap=0)
+    agg = stack.aggregator(broker.port)
+    url = f"http://127.0.0.1:{agg.port}"
+    wait_for((stack.tmp / "run" / "spans.sock").exists, 5, "the span socket")
+    proc = run_pipeline(stack, marker, [(400, False)])
+    try:
+        time.sleep(2.5)
+        r = subprocess.run([CLI, "flight", "--take", "--device", agent.device, "--broker",
+                            f"mqtt://127.0.0.1:{broker.port}"], capture_output=True, text=True,
+                           timeout=20)
+        assert r.returncode == 0, r.stderr
+        listed = wait_for(lambda: agg.get(f"/api/devices/{agent.device}/flights")[0] == 200 and
+                          json.loads(agg.get(f"/api/devices/{agent.device}/flights")[1])
+                          ["flights"], 10, "the agent's recording in the aggregator")
+    finally:
+        proc.kill()
+        proc.wait()
+    assert len(listed) == 1 and listed[0]["cause"] == "command", listed
+    _, ctype, payload = get_raw(agg, f"/api/devices/{agent.device}/flights/{listed[0]['key']}"
+                                     "?format=cbor")
+    m = cbor2.loads(payload)
+    assert (m[3], m[4], len(payload)) == (listed[0]["session"], listed[0]["number"],
+                                          listed[0]["bytes"])
+    assert set(m[10]) == {"pre", "infer", "post"} and len(m[13]) // 4 > 300
+    r = cli("--aggregator", url, "--device", agent.device, "--top", "3")
+    assert r.returncode == 0, r.stderr
+    rows = re.findall(r"^ +(\d+) +([+-]\d+\.\d{3}) +(\d+\.\d{3}) ", r.stdout, re.M)
+    assert [(int(f), o, t) for f, o, t in rows] == [
+        (f, f"{o / 1e6:+.3f}", f"{t / 1e6:.3f}") for f, o, t, _ in slowest(m)[:3]], r.stdout
