@@ -174,3 +174,13 @@ double em_flight_value_num(const em_value_t *v) {
          : v->type == EM_VALUE_FLOAT ? v->as.f
                                      : NAN;
 }
+
+bool em_flight_column_measured(const em_flight_t *f, uint32_t column) {
+  for (size_t t = 0; t < f->n_ticks; t++) {
+    em_value_t v;
+    if (em_flight_tick_figure(f, t, column, &v) && isfinite(em_flight_value_num(&v))) {
+      return true;
+    }
+  }
+  return false;
+}

@@ -58,4 +58,9 @@ bool em_flight_tick_figure(const em_flight_t *f, size_t tick, uint32_t column, e
 /* A value as a double (ABSENT: NaN). */
 double em_flight_value_num(const em_value_t *v);
 
+/* True when some tick has a figure of `column` that is a number: false for a counter the
+ * board or the target does not support (carried as null in every tick) and for a column no
+ * tick carried. The table and the drawing show only measured columns and name the others. */
+bool em_flight_column_measured(const em_flight_t *f, uint32_t column);
+
 #endif /* EM_CLI_FLIGHT_FRAMES_H */

@@ -2,7 +2,8 @@
  * flight_svg.c - the SVG drawing of a flight recording (see flight_svg.h).
  *
  * Layout, top to bottom: a title line, the stage lanes (LANE_H each), the time axis with its
- * labels, then one chart per column (CHART_H each). The axis spans the configured window
+ * labels, then one chart per measured column (CHART_H each; em_flight_column_measured), then a
+ * line naming the columns no tick has a number for. The axis spans the configured window
  * (trigger - pre to trigger + post) widened to every span and tick the recording holds; x is
  * linear in device time. Numbers are written with at most two decimals, so the file is small
  * and its coordinates stable.
@@ -17,8 +18,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#define WIDTH   1100.0
-#define LEFT    160.0
+#define WIDTH   1140.0
+#define LEFT    200.0
 #define RIGHT   30.0
 #define TOP     40.0
 #define LANE_H  22.0
@@ -189,7 +190,13 @@ int em_flight_svg(FILE *out, const em_flight_t *f, const char *title) {
   double lanes_bottom = TOP + (double)f->n_stages * (LANE_H + LANE_G);
   double axis_y = lanes_bottom + 4;
   double charts_top = axis_y + AXIS_H;
-  double height = charts_top + (double)f->n_columns * (CHART_H + CHART_G) + 10;
+  uint32_t measured = 0;
+  for (uint32_t c = 0; c < f->n_columns; c++) {
+    measured += em_flight_column_measured(f, c);
+  }
+  double charts_bottom = charts_top + (double)measured * (CHART_H + CHART_G);
+  double notes_y = charts_bottom + 6;
+  double height = notes_y + (measured < f->n_columns ? 20 : 0) + 10;
   double trig = (double)f->trigger_mono_ns;
   fprintf(out,
           "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
@@ -220,20 +227,37 @@ int em_flight_svg(FILE *out, const em_flight_t *f, const char *title) {
   double pre_x = x_of(&a, trig - (double)f->pre_ns);
   double trig_x = x_of(&a, trig);
   double post_x = x_of(&a, trig + (double)f->post_ns);
-  double shade_h = height - TOP - 10;
+  double shade_h = charts_bottom - TOP;
   fprintf(out,
           "<rect class=\"pre\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\"/>\n"
           "<rect class=\"post\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\"/>\n",
           pre_x, TOP - 4, trig_x - pre_x, shade_h, trig_x, TOP - 4, post_x - trig_x, shade_h);
-  axis(out, f, &a, axis_y, height - 10);
+  axis(out, f, &a, axis_y, charts_bottom);
   lanes(out, f, &a);
+  uint32_t row = 0;
   for (uint32_t c = 0; c < f->n_columns; c++) {
-    chart(out, f, &a, c, charts_top + (double)c * (CHART_H + CHART_G));
+    if (em_flight_column_measured(f, c)) {
+      chart(out, f, &a, c, charts_top + (double)row++ * (CHART_H + CHART_G));
+    }
+  }
+  if (measured < f->n_columns) {
+    fprintf(out,
+            "<text id=\"not-measured\" class=\"unit\" x=\"%.2f\" y=\"%.2f\">not measured: ", LEFT,
+            notes_y + 8);
+    const char *sep = "";
+    for (uint32_t c = 0; c < f->n_columns; c++) {
+      if (!em_flight_column_measured(f, c)) {
+        fputs(sep, out);
+        put_text(out, f->columns[c].name);
+        sep = ", ";
+      }
+    }
+    fputs("</text>\n", out);
   }
   fprintf(out,
           "<line id=\"trigger\" class=\"trigger\" x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" "
           "y2=\"%.2f\"><title>trigger</title></line>\n",
-          trig_x, TOP - 6, trig_x, height - 10);
+          trig_x, TOP - 6, trig_x, charts_bottom);
   fputs("</svg>\n", out);
   return ferror(out) ? -1 : 0;
 }

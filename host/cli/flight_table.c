@@ -87,6 +87,16 @@ static void print_trigger(FILE *out, const em_flight_t *f, const char *title) {
   } else {
     fputs("left out:  nothing\n", out);
   }
+  const char *sep = "not measured: ";
+  for (uint32_t c = 0; c < f->n_columns; c++) {
+    if (!em_flight_column_measured(f, c)) {
+      fprintf(out, "%s%s", sep, f->columns[c].name);
+      sep = ", ";
+    }
+  }
+  if (*sep == ',') {
+    fputs(" (no number in any tick: not supported on this board or target)\n", out);
+  }
 }
 
 /* Signed ms of device time t from the trigger. */
@@ -95,6 +105,9 @@ static double from_trigger_ms(const em_flight_t *f, uint64_t t) {
                                  : -(double)(f->trigger_mono_ns - t) / 1e6;
 }
 
+/* The figures of the tick whose window holds end_ns: only those with a number in that tick
+ * (a column the tick did not read, such as PSI between its slower samples, or one never
+ * measured, which print_trigger names, is left out). */
 static void print_tick(FILE *out, const em_flight_t *f, uint64_t end_ns) {
   size_t t = em_flight_tick_at(f, end_ns);
   if (t >= f->n_ticks) {
@@ -102,18 +115,19 @@ static void print_tick(FILE *out, const em_flight_t *f, uint64_t end_ns) {
     return;
   }
   fprintf(out, "            tick %+.3f ms:", from_trigger_ms(f, f->ticks[t].mono_ns));
+  const char *sep = " ";
   for (uint32_t c = 0; c < f->n_columns; c++) {
     em_value_t v;
-    fprintf(out, "%s %s ", c ? "," : "", f->columns[c].name);
-    if (!em_flight_tick_figure(f, t, c, &v)) {
-      fputc('-', out);
+    if (!em_flight_tick_figure(f, t, c, &v) || !isfinite(em_flight_value_num(&v))) {
       continue;
     }
+    fprintf(out, "%s%s ", sep, f->columns[c].name);
+    sep = ", ";
     if (f->columns[c].kind == EM_METRIC_COUNTER && v.type == EM_VALUE_UINT) {
       fputc('+', out);
     }
     print_value(out, &v);
-    if (v.type != EM_VALUE_ABSENT && strcmp(f->columns[c].unit, "1") != 0) {
+    if (strcmp(f->columns[c].unit, "1") != 0) {
       fprintf(out, " %s", f->columns[c].unit);
     }
   }

@@ -4,8 +4,9 @@
  * out, then the `top` slowest frames (flight_frames.h), one line each with the frame id, its
  * start's offset from the trigger, its total and its per-stage durations (ms), followed by an
  * indented line with the figures of the tick whose window holds the frame's end (counters as
- * the increase over that tick, "+N"; other columns as read; "-" when the tick does not carry
- * the column, "null" when the device could not provide it).
+ * the increase over that tick, "+N"; other columns as read; a column with no number in that
+ * tick is left out). Columns with no number in any tick are named once, under the trigger, as
+ * not measured.
  *
  * em_flight_line() is the one line `edgemon-cli tail` prints per arriving recording.
  *

@@ -53,6 +53,17 @@ def ticks_of(m):
     return out
 
 
+def measured(m):
+    """Names of the columns (key 11) some tick has a number for: a counter needs two carried
+    totals (its first carries no increase), any other kind one value."""
+    out = []
+    for c, (name, _, kind) in enumerate(m[11]):
+        nums = [v[c] for _, v in ticks_of(m) if isinstance(v.get(c), (int, float))]
+        if len(nums) >= (2 if kind == 1 else 1):
+            out.append(name)
+    return out
+
+
 def slowest(m):
     """[(frame id, offset ns, total ns, end ns)] slowest first."""
     frames = defaultdict(list)
@@ -443,8 +454,31 @@ def test_the_agents_recording_taken_from_the_cli_is_stored_and_shown(stack, flig
     assert (m[3], m[4], len(payload)) == (listed[0]["session"], listed[0]["number"],
                                           listed[0]["bytes"])
     assert set(m[10]) == {"pre", "infer", "post"} and len(m[13]) // 4 > 300
-    r = cli("--aggregator", url, "--device", agent.device, "--top", "3")
+    svg = stack.tmp / "agent.svg"
+    r = cli("--aggregator", url, "--device", agent.device, "--top", "3", "--svg", str(svg))
     assert r.returncode == 0, r.stderr
     rows = re.findall(r"^ +(\d+) +([+-]\d+\.\d{3}) +(\d+\.\d{3}) ", r.stdout, re.M)
     assert [(int(f), o, t) for f, o, t in rows] == [
         (f, f"{o / 1e6:+.3f}", f"{t / 1e6:.3f}") for f, o, t, _ in slowest(m)[:3]], r.stdout
+
+    # Only figures with a number are printed and drawn; the columns that never had one (the
+    # hardware counters on a machine without them) are named once. Both kinds are present:
+    # pmu.task-clock is a software event.
+    names = [c[0] for c in m[11]]
+    have = measured(m)
+    missing = [n for n in names if n not in have]
+    assert "pmu.task-clock" in have and "mem.rss" in have, have
+    if missing:
+        line = re.search(r"^not measured: (.*) \(no number in any tick", r.stdout, re.M)
+        assert line and line.group(1).split(", ") == missing, r.stdout
+    else:
+        assert "not measured" not in r.stdout
+    for figures in re.findall(r"^ +tick [+-]\d+\.\d{3} ms: (.*)$", r.stdout, re.M):
+        shown = [f.split(" ")[0] for f in figures.split(", ")]
+        assert shown and set(shown) <= set(have) and "null" not in figures, figures
+    root = ET.parse(svg).getroot()
+    assert len(list(root.iter(f"{SVG}polyline"))) == len(have)
+    labels = [e.text for e in root.iter(f"{SVG}text") if e.get("class") == "label"]
+    assert [n for n in names if n in labels] == have
+    note = root.find(f".//{SVG}text[@id='not-measured']")
+    assert (note.text.split(": ", 1)[1].split(", ") if note is not None else []) == missing
