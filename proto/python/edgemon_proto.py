@@ -24,15 +24,17 @@ METRIC_KINDS = ["gauge", "counter", "delta"]
 
 COMMON = {0: "v", 1: "kind", 2: "time_ns", 3: "session"}
 BIRTH = {4: "device", 5: "agent_version", 6: "board", 7: "period_ns", 8: "metrics", 9: "budgets",
-         10: "flight_recorder"}
+         10: "flight_recorder", 11: "model"}
 RECORDER = {0: "pre_ns", 1: "post_ns", 2: "ticks", 3: "spans", 4: "bytes"}
 METRIC = {0: "alias", 1: "name", 2: "unit", 3: "kind", 4: "absent_reason"}
 BUDGET = {0: "id", 1: "rule", 2: "level", 3: "bound", 4: "stage", 5: "window_ns"}
-DATA = {4: "seq", 5: "window_ns", 6: "values", 7: "stages", 8: "level", 9: "historical"}
+DATA = {4: "seq", 5: "window_ns", 6: "values", 7: "stages", 8: "level", 9: "historical",
+        10: "model"}
 STAGE = {0: "name", 1: "count", 2: "sum_ns", 3: "min_ns", 4: "max_ns", 5: "p50_ns",
          6: "p90_ns", 7: "p99_ns", 8: "p999_ns", 9: "scale", 10: "zero_count", 11: "buckets"}
 STATE = {4: "level", 5: "prev_level", 6: "mono_ns", 7: "rule", 8: "stage", 9: "value",
-         10: "bound", 11: "reason", 12: "historical"}
+         10: "bound", 11: "reason", 12: "historical", 13: "model"}
+MODEL = {0: "name", 1: "version", 2: "labels"}
 STATUS = {4: "online"}
 CMD = {4: "command"}
 FLIGHT = {4: "number", 5: "trigger", 6: "trigger_mono_ns", 7: "pre_ns", 8: "post_ns",
@@ -54,6 +56,10 @@ U64 = 1 << 64
 STAGE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,31}")
 NAME = re.compile(r"[ -~]{1,63}")
 UNIT = re.compile(r"[ -~]{1,15}")
+MODEL_VERSION = re.compile(r"[ -~]{1,31}")
+LABEL_KEY = re.compile(r"(?!__)[A-Za-z_][A-Za-z0-9_]{0,14}")
+LABEL_VALUE = re.compile(r"[ -~]{1,31}")
+MAX_LABELS = 8
 
 
 class DecodeError(ValueError):
@@ -79,6 +85,23 @@ def _stage(raw):
             buckets.append([index, flat[i + 1]])
         s["buckets"] = buckets
     return s
+
+
+def _model(raw):
+    """A model identity (birth 11, data 10, state 13), checked against the CDDL's model rule."""
+    m = _named(raw, MODEL)
+    if not (isinstance(m.get("name"), str) and NAME.fullmatch(m["name"]) and
+            isinstance(m.get("version"), str) and MODEL_VERSION.fullmatch(m["version"])):
+        raise DecodeError(f"model identity without a valid name and version: {raw!r:.80}")
+    labels = m.get("labels", {})
+    if not isinstance(labels, dict) or len(labels) > MAX_LABELS:
+        raise DecodeError("model labels: not a map of at most 8 entries")
+    for k, v in labels.items():
+        if not (isinstance(k, str) and LABEL_KEY.fullmatch(k) and isinstance(v, str) and
+                LABEL_VALUE.fullmatch(v)):
+            raise DecodeError(f"model label {k!r}: {v!r} breaks the label rules")
+    m["labels"] = dict(sorted(labels.items()))
+    return m
 
 
 def decode(payload):
@@ -113,6 +136,8 @@ def decode(payload):
         return _flight_json(_flight(raw))
     if "flight_recorder" in msg:
         msg["flight_recorder"] = _named(msg["flight_recorder"], RECORDER)
+    if "model" in msg:
+        msg["model"] = _model(msg["model"])
     return msg
 
 

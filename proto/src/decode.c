@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cbor_read.h"
+#include "model.h"
 
 /* --- scratch ------------------------------------------------------------------------- */
 
@@ -196,6 +196,8 @@ static int read_birth_key(em__dec_t *d, uint64_t key, em_birth_t *b) {
     return read_budgets(d, b);
   case KB_FLIGHT:
     return read_recorder(d, &b->flight);
+  case KB_MODEL:
+    return em__read_model(d, &b->model);
   default:
     return em__skip(d);
   }
@@ -388,6 +390,8 @@ static int read_data_key(em__dec_t *d, uint64_t key, em_data_t *out) {
     return rc;
   case KD_HISTORICAL:
     return em__read_bool(d, &out->historical);
+  case KD_MODEL:
+    return em__read_model(d, &out->model);
   default:
     return em__skip(d);
   }
@@ -414,6 +418,8 @@ static int read_state_key(em__dec_t *d, uint64_t key, em_state_t *out) {
     return em__read_cause(d, (em_cause_key_t)(key - KT_RULE), EM_CAUSE_REF(out));
   case KT_HISTORICAL:
     return em__read_bool(d, &out->historical);
+  case KT_MODEL:
+    return em__read_model(d, &out->model);
   default:
     return em__skip(d);
   }

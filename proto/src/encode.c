@@ -8,7 +8,7 @@
  */
 #include <string.h>
 
-#include "cbor_write.h"
+#include "model.h"
 
 static int check_level(em_level_t level) {
   return em__level_ok((int)level) ? 0 : EM_PROTO_ERANGE;
@@ -23,6 +23,9 @@ static int check_birth(const em_birth_t *b) {
   }
   if (!rc) {
     rc = em__check_cstr(b->board, STR_NAME, EM_PROTO_MAX_NAME_BYTES);
+  }
+  if (!rc) {
+    rc = em_proto_model_check(&b->model);
   }
   if (rc) {
     return rc;
@@ -80,7 +83,8 @@ static int check_birth(const em_birth_t *b) {
 }
 
 static void w_birth(em__writer_t *w, const em_birth_t *b) {
-  em__w_common(w, b->flight.on ? 7 : 6, EM_MSG_BIRTH, &b->head);
+  em__w_common(w, 6 + (b->flight.on ? 1 : 0) + em__model_entries(&b->model), EM_MSG_BIRTH,
+               &b->head);
   em__kv_str(w, KB_DEVICE, b->device);
   em__kv_str(w, KB_AGENT, b->agent_version);
   em__kv_str(w, KB_BOARD, b->board);
@@ -124,6 +128,7 @@ static void w_birth(em__writer_t *w, const em_birth_t *b) {
       em__kv_uint(w, em__recorder_fields[i].key, v);
     }
   }
+  em__w_model(w, KB_MODEL, &b->model);
 }
 
 /* --- data ----------------------------------------------------------------------------- */
@@ -156,7 +161,7 @@ static int check_data(const em_data_t *d) {
       return rc;
     }
   }
-  return 0;
+  return em_proto_model_check(&d->model);
 }
 
 /* Buckets as [first index, count, (gap to previous index, count)...]. */
@@ -199,7 +204,8 @@ static void w_stage(em__writer_t *w, const em_stage_t *s) {
 }
 
 static void w_data(em__writer_t *w, const em_data_t *d) {
-  size_t n_more = 4 + (d->level != EM_LEVEL_NONE ? 1 : 0) + (d->historical ? 1 : 0);
+  size_t n_more = 4 + (d->level != EM_LEVEL_NONE ? 1 : 0) + em__model_entries(&d->model) +
+                  (d->historical ? 1 : 0);
   em__w_common(w, n_more, EM_MSG_DATA, &d->head);
   em__kv_uint(w, KD_SEQ, d->seq);
   em__kv_uint(w, KD_WINDOW, d->window_ns);
@@ -217,6 +223,8 @@ static void w_data(em__writer_t *w, const em_data_t *d) {
   if (d->level != EM_LEVEL_NONE) {
     em__kv_uint(w, KD_LEVEL, (uint64_t)d->level);
   }
+  /* Before the historical key: em_proto_mark_historical() appends that one last. */
+  em__w_model(w, KD_MODEL, &d->model);
   if (d->historical) {
     em__w_uint(w, KD_HISTORICAL);
     em__w_bool(w, true);
@@ -229,16 +237,19 @@ static int check_state(const em_state_t *s) {
   if (check_level(s->level) || check_level(s->prev_level)) {
     return EM_PROTO_ERANGE;
   }
-  return em__check_cause(EM_CAUSE_OF(s));
+  int rc = em__check_cause(EM_CAUSE_OF(s));
+  return rc ? rc : em_proto_model_check(&s->model);
 }
 
 static void w_state(em__writer_t *w, const em_state_t *s) {
-  size_t n_more = 3 + em__cause_count(EM_CAUSE_OF(s)) + (s->historical ? 1 : 0);
+  size_t n_more =
+      3 + em__cause_count(EM_CAUSE_OF(s)) + em__model_entries(&s->model) + (s->historical ? 1 : 0);
   em__w_common(w, n_more, EM_MSG_STATE, &s->head);
   em__kv_uint(w, KT_LEVEL, (uint64_t)s->level);
   em__kv_uint(w, KT_PREV, (uint64_t)s->prev_level);
   em__kv_uint(w, KT_MONO, s->mono_ns);
   em__w_cause(w, KT_RULE, EM_CAUSE_OF(s));
+  em__w_model(w, KT_MODEL, &s->model);
   if (s->historical) {
     em__w_uint(w, KT_HISTORICAL);
     em__w_bool(w, true);

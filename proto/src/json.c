@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "json_write.h"
+#include "model.h"
 
 static void j_birth(em__jw_t *w, const em_birth_t *b) {
   em__jw_common(w, EM_MSG_BIRTH, &b->head);
@@ -61,6 +61,7 @@ static void j_birth(em__jw_t *w, const em_birth_t *b) {
     }
     em__jw_close(w, '}');
   }
+  em__jw_model(w, &b->model);
 }
 
 static void j_stage(em__jw_t *w, const em_stage_t *s) {
@@ -115,6 +116,7 @@ static void j_data(em__jw_t *w, const em_data_t *d, em_proto_alias_name_fn name_
   if (d->level != EM_LEVEL_NONE) {
     em__jkv_str(w, "level", em_level_name(d->level));
   }
+  em__jw_model(w, &d->model);
   if (d->historical) {
     em__jw_key(w, "historical");
     em__jw_raw(w, "true", 4);
@@ -127,6 +129,7 @@ static void j_state(em__jw_t *w, const em_state_t *s) {
   em__jkv_str(w, "prev_level", em_level_name(s->prev_level));
   em__jkv_u64(w, "mono_ns", s->mono_ns);
   em__jw_cause(w, EM_CAUSE_OF(s));
+  em__jw_model(w, &s->model);
   if (s->historical) {
     em__jw_key(w, "historical");
     em__jw_raw(w, "true", 4);

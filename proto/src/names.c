@@ -182,6 +182,13 @@ int em__check_str(const char *s, size_t len, em_str_class_t cls, size_t max) {
     case STR_TEXT:
       step = utf8_char(u + i, len - i);
       break;
+    case STR_LABEL:
+      step = ((u[i] >= 'a' && u[i] <= 'z') || (u[i] >= 'A' && u[i] <= 'Z') || u[i] == '_' ||
+              (i > 0 && u[i] >= '0' && u[i] <= '9')) &&
+                     !(i == 1 && u[0] == '_' && u[1] == '_')
+                 ? 1
+                 : 0;
+      break;
     }
     if (step == 0) {
       return EM_PROTO_ESTRING;

@@ -22,7 +22,8 @@ enum {
   KB_PERIOD = 7,
   KB_METRICS = 8,
   KB_BUDGETS = 9,
-  KB_FLIGHT = 10
+  KB_FLIGHT = 10,
+  KB_MODEL = 11
 };
 /* birth: flight recorder */
 enum { KR_PRE = 0, KR_POST = 1, KR_TICKS = 2, KR_SPANS = 3, KR_BYTES = 4 };
@@ -31,7 +32,15 @@ enum { KM_ALIAS = 0, KM_NAME = 1, KM_UNIT = 2, KM_KIND = 3, KM_ABSENT = 4 };
 /* birth: budget */
 enum { KU_ID = 0, KU_RULE = 1, KU_LEVEL = 2, KU_BOUND = 3, KU_STAGE = 4, KU_WINDOW = 5 };
 /* data */
-enum { KD_SEQ = 4, KD_WINDOW = 5, KD_VALUES = 6, KD_STAGES = 7, KD_LEVEL = 8, KD_HISTORICAL = 9 };
+enum {
+  KD_SEQ = 4,
+  KD_WINDOW = 5,
+  KD_VALUES = 6,
+  KD_STAGES = 7,
+  KD_LEVEL = 8,
+  KD_HISTORICAL = 9,
+  KD_MODEL = 10
+};
 /* data: stage window */
 enum {
   KS_NAME = 0,
@@ -57,8 +66,11 @@ enum {
   KT_VALUE = 9,
   KT_BOUND = 10,
   KT_REASON = 11,
-  KT_HISTORICAL = 12
+  KT_HISTORICAL = 12,
+  KT_MODEL = 13
 };
+/* model identity (birth 11, data 10, state 13) */
+enum { KO_NAME = 0, KO_VERSION = 1, KO_LABELS = 2 };
 /* status */
 enum { KX_ONLINE = 4 };
 /* cmd */
@@ -141,6 +153,7 @@ typedef enum {
   STR_IDENT, /* 1..max bytes of [A-Za-z0-9_.:-]: device ids and stage names (topic-safe). */
   STR_NAME,  /* 1..max bytes of printable ASCII (0x20..0x7e). */
   STR_TEXT,  /* 1..max bytes of UTF-8 with no control characters. */
+  STR_LABEL, /* 1..max bytes of [A-Za-z0-9_], no leading digit, no leading "__": label keys. */
 } em_str_class_t;
 
 /* 0, or EM_PROTO_ESTRING when s[0..len) does not fit the class and the length limit. */

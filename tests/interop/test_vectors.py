@@ -97,6 +97,11 @@ CBOR2_MESSAGES = {
                   11: [-3, 1, 4, 2]}, {0: "idle", 1: 0}], 8: 2, 99: {"future": [1, 2]}},
     "birth": {0: 1, 1: 0, 2: T, 3: 1, 4: "dev-1", 5: "0.1.0", 6: "generic-x86_64", 7: 10**8,
               8: [{0: 3, 1: "mem.rss", 2: "By", 3: 0}], 9: [{0: "x", 1: "deadline", 2: 3, 3: 0.5}]},
+    # A model identity whose labels come in no particular order: both readers sort them.
+    "state_model": {0: 1, 1: 2, 2: T, 3: 5, 4: 2, 5: 2, 6: 7,
+                    13: {1: "1.5", 0: "resnet18", 2: {"variant": "light", "site": "b", "_x": "1"}}},
+    "data_model": {0: 1, 1: 1, 2: T, 3: 1, 4: 1, 5: 10**8, 6: {}, 7: [],
+                   10: {0: "m", 1: "v", 2: {}, 9: "future key"}},
 }
 
 
@@ -108,6 +113,29 @@ def test_c_decoder_reads_what_cbor2_writes(name):
         rc, got = c_decode(payload)
         assert rc == 0, got
         assert same(got, decode(payload)), (got, decode(payload))
+
+
+BAD_MODELS = {
+    "label key with a leading digit": {0: "m", 1: "v", 2: {"9a": "x"}},
+    "label key starting with __": {0: "m", 1: "v", 2: {"__name__": "x"}},
+    "label key over 15 bytes": {0: "m", 1: "v", 2: {"k" * 16: "x"}},
+    "empty label value": {0: "m", 1: "v", 2: {"k": ""}},
+    "label value not printable ASCII": {0: "m", 1: "v", 2: {"k": "caf\u00e9"}},
+    "nine labels": {0: "m", 1: "v", 2: {f"k{i}": "x" for i in range(9)}},
+    "version over 31 bytes": {0: "m", 1: "v" * 32},
+    "no version": {0: "m"},
+    "a label key that is a number": {0: "m", 1: "v", 2: {7: "x"}},
+}
+
+
+@needs_tool
+@pytest.mark.parametrize("what", sorted(BAD_MODELS))
+def test_both_readers_refuse_a_model_identity_the_cddl_refuses(what):
+    payload = cbor2.dumps({**CBOR2_MESSAGES["data"], 10: BAD_MODELS[what]})
+    rc, got = c_decode(payload)
+    assert rc == 1 and "error" in got, (what, got)
+    with pytest.raises(edgemon_proto.DecodeError):
+        decode(payload)
 
 
 @needs_tool

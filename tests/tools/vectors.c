@@ -254,6 +254,15 @@ static void build_largest(em_msg_t *m) {
   }
 }
 
+/* A model identity with two labels (ascending keys), and the light variant the same process
+ * switches to on DEGRADED. */
+static const em_label_t labels_full[] = {{.key = "input", .value = "224x224"},
+                                         {.key = "variant", .value = "full"}};
+static const em_label_t labels_light[] = {{.key = "input", .value = "224x224"},
+                                          {.key = "variant", .value = "light"}};
+#define MODEL_FULL                                                                                 \
+  { .name = "mobilenet_v3_small", .version = "1.4", .labels = labels_full, .n_labels = 2 }
+
 /* --- the table ------------------------------------------------------------------------ */
 
 static em_vector_t rows[] = {
@@ -280,6 +289,34 @@ static em_vector_t rows[] = {
     {"birth_flight_recorder",
      "birth_full announcing its flight recorder (key 10): 10 s before a trigger, 2 s after",
      {.kind = EM_MSG_BIRTH}},
+    {"birth_model",
+     "birth_minimal of a target that named its model (key 11): name, version, two labels",
+     {.kind = EM_MSG_BIRTH,
+      .u.birth = {.head = {.time_ns = T0, .session = 1},
+                  .device = "bench-01",
+                  .agent_version = "0.1.0",
+                  .board = "generic-x86_64",
+                  .period_ns = 100000000,
+                  .model = MODEL_FULL}}},
+    {"data_model",
+     "a window produced by a named model (key 10), one stage",
+     {.kind = EM_MSG_DATA,
+      .u.data = {.head = {.time_ns = T0 + 100000000, .session = 1},
+                 .seq = 3,
+                 .window_ns = 100000000,
+                 .level = EM_LEVEL_NOMINAL,
+                 .stages = stages_basic + 1,
+                 .n_stages = 1,
+                 .model = MODEL_FULL}}},
+    {"data_model_no_labels",
+     "a model identity without labels (key 2 absent), historical after it",
+     {.kind = EM_MSG_DATA,
+      .u.data = {.head = {.time_ns = T0, .session = 1},
+                 .seq = 4,
+                 .window_ns = 100000000,
+                 .level = EM_LEVEL_NONE,
+                 .historical = true,
+                 .model = {.name = "yolo v8n (TensorRT)", .version = "2026-11-20+trt8.6"}}}},
     {"data_basic",
      "a 100 ms window: counters, memory, PSI, three stages with buckets",
      {.kind = EM_MSG_DATA,
@@ -368,6 +405,18 @@ static em_vector_t rows[] = {
                   .reason = "SoC 97.5 \xc2\xb0"
                             "C \xe2\x89\xa5 95 \xc2\xb0"
                             "C"}}},
+    {"state_model_change",
+     "a change of model, not of level (level == prev_level): the light variant on DEGRADED",
+     {.kind = EM_MSG_STATE,
+      .u.state = {.head = {.time_ns = T0 + 200000000, .session = 1},
+                  .level = EM_LEVEL_DEGRADED,
+                  .prev_level = EM_LEVEL_DEGRADED,
+                  .mono_ns = 3,
+                  .reason = "model: mobilenet_v3_small 1.4 (input=224x224, variant=light)",
+                  .model = {.name = "mobilenet_v3_small",
+                            .version = "1.4",
+                            .labels = labels_light,
+                            .n_labels = 2}}}},
     {"status_online",
      "retained status: online",
      {.kind = EM_MSG_STATUS, .u.status = {.head = {.time_ns = T0, .session = 7}, .online = true}}},

@@ -539,6 +539,87 @@ static void state_historical_round_trips_and_is_absent_when_live(void **state) {
 /* em_proto_mark_historical(): for every golden data and state message, the live bytes turned
  * historical are exactly what the encoder writes with historical set; other kinds, bytes the
  * encoder did not write and a short buffer are refused. */
+static void model_identities_are_checked_and_compared(void **state) {
+  (void)state;
+  em_label_t l[9] = {{"input", "224x224"}, {"variant", "full"}};
+  em_model_t m = {.name = "mobilenet_v3_small", .version = "1.4", .labels = l, .n_labels = 2};
+  assert_int_equal(em_proto_model_check(&m), 0);
+  assert_int_equal(em_proto_model_check(&(em_model_t){0}), 0); /* None named. */
+  assert_int_equal(em_proto_model_check(NULL), EM_PROTO_EINVAL);
+  static const struct {
+    const char *key, *value;
+    int rc;
+  } one[] = {
+      {"_site", "b", 0},
+      {"a9", "x", 0},
+      {"9a", "x", EM_PROTO_ESTRING},                               /* A leading digit. */
+      {"__name__", "x", EM_PROTO_ESTRING},                         /* Prometheus reserves "__". */
+      {"a-b", "x", EM_PROTO_ESTRING},                              /* Not a label name character. */
+      {"abcdefghijklmnop", "x", EM_PROTO_ESTRING},                 /* 16 bytes. */
+      {"k", "", EM_PROTO_ESTRING},                                 /* Empty value. */
+      {"k", "caf\xc3\xa9", EM_PROTO_ESTRING},                      /* Not ASCII. */
+      {"k", "0123456789012345678901234567890x", EM_PROTO_ESTRING}, /* 32 bytes. */
+  };
+  for (size_t i = 0; i < sizeof(one) / sizeof(one[0]); i++) {
+    em_label_t single = {one[i].key, one[i].value};
+    em_model_t x = {.name = "m", .version = "v", .labels = &single, .n_labels = 1};
+    if (em_proto_model_check(&x) != one[i].rc) {
+      fail_msg("label %s=%s: %d, want %d", one[i].key, one[i].value, em_proto_model_check(&x),
+               one[i].rc);
+    }
+  }
+  em_model_t bad = m;
+  bad.version = "0123456789012345678901234567890x";
+  assert_int_equal(em_proto_model_check(&bad), EM_PROTO_ESTRING);
+  bad.version = NULL;
+  assert_int_equal(em_proto_model_check(&bad), EM_PROTO_ESTRING);
+  bad = m;
+  bad.labels = NULL;
+  assert_int_equal(em_proto_model_check(&bad), EM_PROTO_EINVAL);
+  em_label_t swapped[2] = {l[1], l[0]};
+  bad.labels = swapped;
+  assert_int_equal(em_proto_model_check(&bad), EM_PROTO_EINVAL);
+  em_label_t twice[2] = {l[0], l[0]};
+  bad.labels = twice;
+  assert_int_equal(em_proto_model_check(&bad), EM_PROTO_EDUPLICATE);
+  char keys[9][4];
+  for (int i = 0; i < 9; i++) {
+    snprintf(keys[i], sizeof(keys[i]), "k%d", i);
+    l[i] = (em_label_t){keys[i], "x"};
+  }
+  bad = (em_model_t){.name = "m", .version = "v", .labels = l, .n_labels = 9};
+  assert_int_equal(em_proto_model_check(&bad), EM_PROTO_ELIMIT);
+  bad.n_labels = 8;
+  assert_int_equal(em_proto_model_check(&bad), 0);
+
+  /* The encoder refuses what the check refuses, in every kind that carries a model. */
+  em_msg_t msg = {.kind = EM_MSG_STATE,
+                  .u.state = {.level = EM_LEVEL_WARN, .prev_level = EM_LEVEL_WARN, .model = m}};
+  msg.u.state.model.labels = swapped;
+  size_t len = 0;
+  assert_int_equal(em_proto_encode(&msg, out, sizeof(out), &len), EM_PROTO_EINVAL);
+  msg = (em_msg_t){.kind = EM_MSG_DATA, .u.data = {.level = EM_LEVEL_NONE, .model = bad}};
+  msg.u.data.model.n_labels = 9;
+  assert_int_equal(em_proto_encode(&msg, out, sizeof(out), &len), EM_PROTO_ELIMIT);
+
+  /* Equality: name, version and every label. */
+  em_label_t a[2] = {{"input", "224x224"}, {"variant", "full"}};
+  em_label_t b[2] = {{"input", "224x224"}, {"variant", "light"}};
+  em_model_t ma = {.name = "m", .version = "1", .labels = a, .n_labels = 2};
+  em_model_t mb = ma;
+  assert_true(em_proto_model_equal(&ma, &mb));
+  mb.labels = b;
+  assert_false(em_proto_model_equal(&ma, &mb));
+  mb = ma;
+  mb.n_labels = 1;
+  assert_false(em_proto_model_equal(&ma, &mb));
+  mb = ma;
+  mb.version = "2";
+  assert_false(em_proto_model_equal(&ma, &mb));
+  assert_false(em_proto_model_equal(&ma, &(em_model_t){0}));
+  assert_true(em_proto_model_equal(&(em_model_t){0}, &(em_model_t){0}));
+}
+
 static void marking_historical_equals_encoding_it_historical(void **state) {
   (void)state;
   size_t n, marked = 0;
@@ -665,6 +746,7 @@ int main(void) {
       cmocka_unit_test(every_error_code_has_its_own_text),
       cmocka_unit_test(state_historical_round_trips_and_is_absent_when_live),
       cmocka_unit_test(marking_historical_equals_encoding_it_historical),
+      cmocka_unit_test(model_identities_are_checked_and_compared),
       cmocka_unit_test_teardown(the_codec_works_with_every_allocation_failing, disarm),
       cmocka_unit_test(the_head_and_its_direct_names_are_the_same_fields),
   };

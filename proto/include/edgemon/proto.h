@@ -48,6 +48,10 @@ extern "C" {
 #define EM_PROTO_MAX_NAME_BYTES    63u    /* Device id, board, version, metric name, rule id. */
 #define EM_PROTO_MAX_UNIT_BYTES    15u    /* Metric unit. */
 #define EM_PROTO_MAX_TEXT_BYTES    255u   /* Free text: reasons. */
+#define EM_PROTO_MAX_MODEL_VERSION 31u    /* Model version. */
+#define EM_PROTO_MAX_MODEL_LABELS  8u     /* Labels of a model identity. */
+#define EM_PROTO_MAX_LABEL_KEY     15u    /* Label key: [A-Za-z_][A-Za-z0-9_]*, not "__"... */
+#define EM_PROTO_MAX_LABEL_VALUE   31u    /* Label value: printable ASCII. */
 #define EM_PROTO_MIN_SCALE         (-10)  /* Exponential histogram scale range (OpenTelemetry). */
 #define EM_PROTO_MAX_SCALE         20
 
@@ -135,6 +139,36 @@ typedef struct {
   } as;
 } em_value_t;
 
+/* One label of a model identity. */
+typedef struct {
+  const char *key;   /* 1..EM_PROTO_MAX_LABEL_KEY bytes of [A-Za-z0-9_], not starting with a
+                        digit nor with "__" (it becomes a Prometheus label name). */
+  const char *value; /* 1..EM_PROTO_MAX_LABEL_VALUE bytes of printable ASCII. */
+} em_label_t;
+
+/*
+ * Which model the inference process runs, as it named it through its client (birth key 11,
+ * data key 10, state key 13). name == NULL: none named yet (the key is absent), and the
+ * other fields are ignored.
+ */
+typedef struct {
+  const char *name;         /* 1..EM_PROTO_MAX_NAME_BYTES bytes of printable ASCII. */
+  const char *version;      /* 1..EM_PROTO_MAX_MODEL_VERSION bytes of printable ASCII. */
+  const em_label_t *labels; /* Ascending key (strcmp), unique; decoded labels come sorted. */
+  size_t n_labels;          /* 0..EM_PROTO_MAX_MODEL_LABELS */
+} em_model_t;
+
+/*
+ * 0 when `m` is a model identity the schema accepts (or none: name NULL); else
+ * EM_PROTO_ESTRING (a name, version, key or value out of its class or length),
+ * EM_PROTO_ELIMIT (too many labels), EM_PROTO_EDUPLICATE (a key twice), EM_PROTO_EINVAL (keys
+ * not ascending, or labels NULL with a count). The encoder refuses exactly these.
+ */
+int em_proto_model_check(const em_model_t *m);
+
+/* True when a and b name the same identity (both none, or equal name, version and labels). */
+bool em_proto_model_equal(const em_model_t *a, const em_model_t *b);
+
 /* One entry of the birth's metric dictionary. */
 typedef struct {
   uint32_t alias;   /* Small integer used in data messages, <= EM_PROTO_MAX_ALIAS. */
@@ -186,6 +220,7 @@ typedef struct {
   const em_budget_t *budgets;
   size_t n_budgets;
   em_flight_recorder_t flight;
+  em_model_t model; /* The target's model when the birth was made; name NULL: none yet. */
 } em_birth_t;
 
 /* A value of one metric in a data message. */
@@ -230,6 +265,7 @@ typedef struct {
   size_t n_samples;
   const em_stage_t *stages;
   size_t n_stages;
+  em_model_t model; /* The target's model at the end of the window; name NULL: none named. */
 } em_data_t;
 
 typedef struct {
@@ -243,6 +279,8 @@ typedef struct {
   em_value_t bound;   /* The rule's bound, or absent. */
   const char *reason; /* Human-readable, or NULL. */
   bool historical;    /* Replayed from the spool after the broker was away, not live. */
+  em_model_t model;   /* The target's model at the change; name NULL: none named. level ==
+                         prev_level: not a level change but a change of model. */
 } em_state_t;
 
 typedef struct {
