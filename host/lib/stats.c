@@ -12,12 +12,17 @@
  * b) is taken through logs, ln B from lgamma or, for a large argument, from Stirling's series (see
  * log_beta), so df in the millions keep their accuracy.
  *
+ * The t quantile inverts that tail by bisection (it is monotone in |t|), first doubling an
+ * upper bracket; 200 halvings take any bracket below double resolution. The two-proportion
+ * z-test uses the pooled share under the null hypothesis and the normal tail erfc(|z|/sqrt 2).
+ *
  * Pure functions, no state, no allocation; thread-safe except that lgamma may set signgam.
  */
 #include "stats.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 
 #define LENTZ_TINY     1e-300
 #define LENTZ_EPS      1e-15
@@ -138,6 +143,8 @@ int em_stats_welch(uint64_t n_a, double mean_a, double var_a, uint64_t n_b, doub
   }
   double na = (double)n_a, nb = (double)n_b;
   double diff = mean_b - mean_a;
+  out->diff = diff;
+  out->se = 0;
   double ea = var_a / na, eb = var_b / nb; /* squared standard errors */
   double se2 = ea + eb;
   double pooled = ((na - 1) * var_a + (nb - 1) * var_b) / (na + nb - 2);
@@ -155,7 +162,8 @@ int em_stats_welch(uint64_t n_a, double mean_a, double var_a, uint64_t n_b, doub
     return 0;
   }
   double denom = ea * ea / (na - 1) + eb * eb / (nb - 1);
-  out->t = diff / sqrt(se2);
+  out->se = sqrt(se2);
+  out->t = diff / out->se;
   out->df = denom > 0 ? se2 * se2 / denom : na + nb - 2;
   if (!isfinite(out->df)) {
     out->df = na + nb - 2;
@@ -163,4 +171,102 @@ int em_stats_welch(uint64_t n_a, double mean_a, double var_a, uint64_t n_b, doub
   out->p = em_stats_t_two_sided(out->t, out->df);
   out->d = diff / sqrt(pooled);
   return 0;
+}
+
+double em_stats_t_quantile(double prob, double df) {
+  if (!(prob > 0) || !(prob < 1) || !(df > 0)) {
+    return NAN;
+  }
+  if (prob == 0.5) {
+    return 0;
+  }
+  double upper = prob > 0.5 ? prob : 1 - prob; /* P(T <= t) for the positive t sought */
+  double tail = 2 * (1 - upper);               /* its two-sided tail */
+  double lo = 0, hi = 1;
+  while (em_stats_t_two_sided(hi, df) > tail) {
+    lo = hi;
+    hi *= 2;
+    if (hi > 1e300) {
+      return prob > 0.5 ? INFINITY : -INFINITY;
+    }
+  }
+  for (int k = 0; k < 200 && hi - lo > 1e-13 * hi; k++) {
+    double mid = lo + (hi - lo) / 2;
+    if (em_stats_t_two_sided(mid, df) > tail) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  double t = lo + (hi - lo) / 2;
+  return prob > 0.5 ? t : -t;
+}
+
+int em_stats_welch_ci(const em_welch_t *w, double alpha, double *lo, double *hi) {
+  if (!w || !lo || !hi || !(alpha > 0) || !(alpha < 1)) {
+    return -EINVAL;
+  }
+  double half = w->se > 0 ? em_stats_t_quantile(1 - alpha / 2, w->df) * w->se : 0;
+  *lo = w->diff - half;
+  *hi = w->diff + half;
+  return 0;
+}
+
+int em_stats_summarize(const double *x, size_t n, em_stats_summary_t *out) {
+  if (!out || (n > 0 && !x)) {
+    return -EINVAL;
+  }
+  double mean = 0, m2 = 0;
+  for (size_t k = 0; k < n; k++) {
+    if (!isfinite(x[k])) {
+      return -EINVAL;
+    }
+    double delta = x[k] - mean;
+    mean += delta / (double)(k + 1);
+    m2 += delta * (x[k] - mean);
+  }
+  out->n = n;
+  out->mean = mean;
+  out->var = n > 1 ? m2 / (double)(n - 1) : 0;
+  return 0;
+}
+
+int em_stats_welch_summary(const em_stats_summary_t *a, const em_stats_summary_t *b,
+                           em_welch_t *out) {
+  if (!a || !b) {
+    return -EINVAL;
+  }
+  return em_stats_welch(a->n, a->mean, a->var, b->n, b->mean, b->var, out);
+}
+
+int em_stats_two_prop(uint64_t x_a, uint64_t n_a, uint64_t x_b, uint64_t n_b, em_two_prop_t *out) {
+  if (!out || n_a == 0 || n_b == 0 || x_a > n_a || x_b > n_b) {
+    return -EINVAL;
+  }
+  double na = (double)n_a, nb = (double)n_b;
+  out->p_a = (double)x_a / na;
+  out->p_b = (double)x_b / nb;
+  double pooled = ((double)x_a + (double)x_b) / (na + nb);
+  double se = sqrt(pooled * (1 - pooled) * (1 / na + 1 / nb));
+  if (!(se > 0)) {
+    out->z = 0;
+    out->p = 1;
+    return 0;
+  }
+  out->z = (out->p_b - out->p_a) / se;
+  out->p = erfc(fabs(out->z) / sqrt(2.0));
+  return 0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+double em_stats_median(double *x, size_t n) {
+  if (!x || n == 0) {
+    return NAN;
+  }
+  qsort(x, n, sizeof(*x), cmp_double);
+  return n % 2 ? x[n / 2] : (x[n / 2 - 1] + x[n / 2]) / 2;
 }
