@@ -19,9 +19,22 @@
  * writes every span of every data message handed to the broker, one "device stage ns" line
  * each, so a test can compute the exact percentiles of what the fleet reported.
  *
- * Pacing: one loop, no threads. Publish slot j (device i = j % N, period k = j / N) is due at
- * start + k * period + i * period / N on CLOCK_MONOTONIC, so devices are spread evenly over the
- * period and never published in a burst. Between slots the loop drives the network with
+ * Cohorts (cohorts.h): --model gives device ranges a model identity, carried in the birth (key
+ * 11) and every data message (key 10); --slow and --degrade set a range's latency factor and
+ * excursion rate; --switch changes a range's version at a simulated second, publishing a state
+ * message with level == prev_level and the new model. None of them draws random numbers, so
+ * the same seed gives the same draws with or without them.
+ *
+ * Simulated time: t = 0 is the start of the simulated history. --backfill S puts it S seconds
+ * before now and publishes those S seconds at once (data at QoS 1, acknowledged in batches so
+ * the broker sets the pace), devices interleaved in time order, each message stamped with its
+ * window's time in the past; then the live phase goes on from t = S (only with --duration).
+ * A data message's time_ns is the wall clock at t = 0 plus t; a state's mono_ns is t plus the
+ * monotonic clock at the start.
+ *
+ * Pacing of the live phase: one loop, no threads. Publish slot j (device i = j % N, period k = j /
+ * N) is due at start + k * period + i * period / N on CLOCK_MONOTONIC, so devices are spread evenly
+ * over the period and never published in a burst. Between slots the loop drives the network with
  * em_broker_run() and sleeps to the next absolute deadline; when it falls behind it publishes
  * at once (catching up) and records how late it was.
  *
@@ -43,6 +56,7 @@
 #include <time.h>
 
 #include "broker.h"
+#include "cohorts.h"
 #include "edgemon/common/parse.h"
 #include "edgemon/proto.h"
 #include "flight_synth.h"
@@ -64,6 +78,7 @@ enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_BROKER = 3 };
 #define SIM_BUDGET_NS      40000000u /* infer p99 budget: 40 ms. */
 #define SIM_MSG_CAP        EM_PROTO_MAX_MESSAGE_BYTES
 #define SIM_DEFAULT_STAGES "preprocess,infer,postprocess"
+#define SIM_BACKFILL_BATCH 512u /* Backfilled messages between two waits for the acks. */
 
 static volatile sig_atomic_t g_stop;
 
@@ -93,11 +108,26 @@ static const char usage_text[] =
     "  -s, --seed N          random seed (default 1): same seed, same sessions and draws\n"
     "      --stages LIST     comma-separated stage names (default " SIM_DEFAULT_STAGES ")\n"
     "  -q, --qos 0|1         QoS of data messages (default 0); birth, state, status use 1\n"
-    "      --slow K:F        device K (1..N) has latencies F times the others' (F 0.01 to 1000)\n"
+    "      --slow RANGE:F    devices RANGE (K or K-L, 1..N) have latencies F times the others'\n"
+    "                        (F 0.01 to 1000)\n"
     "      --spans-file PATH write every published span as a line \"device stage ns\" to PATH\n"
     "      --excursion-mean S  mean seconds between two DEGRADED excursions of a device\n"
     "                        (default 60, 0.1 to 1e6)\n"
     "      --flights         publish a synthetic flight recording on each DEGRADED excursion\n"
+    "\n"
+    "cohorts (RANGE is K or K-L; a later rule of a kind overrides an earlier one):\n"
+    "      --model RANGE:NAME:VERSION[:KEY=VALUE,...]\n"
+    "                        devices RANGE run this model: its identity goes in their birth\n"
+    "                        and every data message (up to 8 labels)\n"
+    "      --degrade RANGE:S  mean seconds between DEGRADED excursions of devices RANGE\n"
+    "      --switch RANGE:T:VERSION\n"
+    "                        devices RANGE (named by --model) change to VERSION at simulated\n"
+    "                        second T: a state message with the level unchanged and the new\n"
+    "                        model, and their data from then on carry it\n"
+    "      --backfill S      first publish S seconds of simulated history (timestamps in the\n"
+    "                        past, in order) as fast as the broker takes it, then exit; with\n"
+    "                        --duration go on live for that long. Simulated second 0 is S\n"
+    "                        seconds ago (0 to 604800)\n"
     "  -V, --version         print the version and exit\n"
     "  -h, --help            print this help and exit\n"
     "\n"
@@ -130,8 +160,8 @@ typedef struct {
   const char *stages[EM_PROTO_MAX_STAGES];
   size_t n_stages;
   int qos;
-  unsigned slow_device; /* 1-based; 0: none. */
-  double slow_factor;
+  em_sim_cohorts_t cohorts; /* --model, --slow, --degrade, --switch. */
+  double backfill_s;        /* 0: no history. */
   const char *spans_file;
   double excursion_mean_s;
   bool flights;
@@ -207,7 +237,8 @@ static int parse_args(int argc, char **argv, sim_opts_t *o) {
       {"--duration", "-d", true},       {"--prefix", "-p", true},   {"--seed", "-s", true},
       {"--stages", NULL, true},         {"--qos", "-q", true},      {"--version", "-V", false},
       {"--help", "-h", false},          {"--slow", NULL, true},     {"--spans-file", NULL, true},
-      {"--excursion-mean", NULL, true}, {"--flights", NULL, false},
+      {"--excursion-mean", NULL, true}, {"--flights", NULL, false}, {"--model", NULL, true},
+      {"--degrade", NULL, true},        {"--switch", NULL, true},   {"--backfill", NULL, true},
   };
   bool have_devices = false;
   bool have_rate = false;
@@ -287,19 +318,16 @@ static int parse_args(int argc, char **argv, sim_opts_t *o) {
         return usage_error("--qos '%s' must be 0 or 1", val);
       }
       o->qos = val[0] - '0';
-    } else if (strcmp(name, "--slow") == 0) {
-      const char *colon = strchr(val, ':');
-      char num[32];
-      size_t len = colon ? (size_t)(colon - val) : 0;
-      if (len > 0 && len < sizeof(num)) {
-        memcpy(num, val, len);
-        num[len] = '\0';
+    } else if (strcmp(name, "--slow") == 0 || strcmp(name, "--model") == 0 ||
+               strcmp(name, "--degrade") == 0 || strcmp(name, "--switch") == 0) {
+      char why[320];
+      if (em_sim_cohorts_add(&o->cohorts, name, val, why, sizeof(why)) != 0) {
+        return usage_error("%s", why);
       }
-      if (!colon || len == 0 || len >= sizeof(num) || !parse_u64(num, SIM_MAX_DEVICES, &u) ||
-          u == 0 || !parse_double(colon + 1, 0.01, 1000.0, &o->slow_factor)) {
-        return usage_error("--slow '%s' is not K:F (device 1.. and a factor 0.01 to 1000)", val);
+    } else if (strcmp(name, "--backfill") == 0) {
+      if (!parse_double(val, 0.0, 604800.0, &o->backfill_s)) {
+        return usage_error("--backfill '%s' is not a number of seconds from 0 to 604800", val);
       }
-      o->slow_device = (unsigned)u;
     } else if (strcmp(name, "--spans-file") == 0) {
       if (!val[0]) {
         return usage_error("--spans-file needs a path");
@@ -320,8 +348,9 @@ static int parse_args(int argc, char **argv, sim_opts_t *o) {
   if (!have_devices || !have_rate) {
     return usage_error("--devices and --rate are required");
   }
-  if (o->slow_device > o->devices) {
-    return usage_error("--slow names device %u of %u", o->slow_device, o->devices);
+  char problem[320];
+  if (em_sim_cohorts_check(&o->cohorts, o->devices, problem, sizeof(problem)) != 0) {
+    return usage_error("%s", problem);
   }
   return -1;
 }
@@ -452,8 +481,10 @@ typedef struct {
   uint32_t session;
   uint32_t seq;
   em_level_t level;
-  uint64_t next_excursion_ns; /* CLOCK_MONOTONIC of the next DEGRADED excursion. */
-  uint64_t recover_ns;        /* CLOCK_MONOTONIC of the return to NOMINAL, while DEGRADED. */
+  uint64_t next_excursion_ns; /* Simulated time of the next DEGRADED excursion. */
+  uint64_t recover_ns;        /* Simulated time of the return to NOMINAL, while DEGRADED. */
+  em_sim_profile_t prof;      /* Its cohort: model, latency factor, excursions, switch. */
+  em_model_t model;           /* The model it runs now (prof.model, or prof.switched). */
   double rss_bytes;
   uint64_t spans_received;
   uint64_t agent_cpu_ns;
@@ -469,7 +500,10 @@ typedef struct {
   sim_device_t *dev;
   const char *budget_stage; /* Stage the percentile budget watches. */
   uint64_t period_ns;
-  uint64_t start_ns;
+  uint64_t start_ns;       /* CLOCK_MONOTONIC at the start of the live phase. */
+  uint64_t real_origin_ns; /* CLOCK_REALTIME at simulated time 0. */
+  uint64_t mono_origin_ns; /* What a state's mono_ns is at simulated time 0. */
+  uint64_t backfill_ns;    /* Simulated time at the start of the live phase. */
   /* What happened, for the summary. */
   uint64_t n_data;
   uint64_t n_birth;
@@ -480,6 +514,9 @@ typedef struct {
   uint64_t max_late_ns;
   uint64_t late_slots; /* Slots published more than 1 ms after their deadline. */
   int broker_rc;       /* First publish error that ended the run. */
+  int data_qos;        /* QoS of data messages now: --qos, 1 while backfilling. */
+  uint64_t n_backfill; /* Data messages of the backfilled history. */
+  bool live;           /* The live phase ran. */
 } sim_t;
 
 static uint64_t clock_ns(clockid_t id) {
@@ -541,7 +578,7 @@ static int publish_birth(sim_t *s, const sim_device_t *d) {
   budget.id = rule_id;
   em_msg_t m = {.kind = EM_MSG_BIRTH};
   m.u.birth = (em_birth_t){
-      .head = {.time_ns = clock_ns(CLOCK_REALTIME), .session = d->session},
+      .head = {.time_ns = s->real_origin_ns, .session = d->session},
       .device = d->id,
       .agent_version = "edgemon-sim " EM_VERSION,
       .board = "sim-generic",
@@ -550,28 +587,35 @@ static int publish_birth(sim_t *s, const sim_device_t *d) {
       .n_metrics = M_COUNT,
       .budgets = &budget,
       .n_budgets = 1,
+      .model = d->model,
   };
   int rc = publish_msg(s, d, "birth", &m, 1, true);
   s->n_birth += rc == 0;
   return rc;
 }
 
-static int publish_state(sim_t *s, sim_device_t *d, em_level_t to, uint64_t mono_ns) {
+/* A level change to `to` at simulated time t_ns, or (to == the current level) a change of
+ * model: the device's model is already the new one. */
+static int publish_state(sim_t *s, sim_device_t *d, em_level_t to, uint64_t t_ns) {
   em_msg_t m = {.kind = EM_MSG_STATE};
   char rule_id[EM_PROTO_MAX_NAME_BYTES + 1];
   snprintf(rule_id, sizeof(rule_id), "%s.p99", s->budget_stage);
   bool up = to > d->level;
+  bool model_change = to == d->level;
   m.u.state = (em_state_t){
-      .head = {.time_ns = clock_ns(CLOCK_REALTIME), .session = d->session},
+      .head = {.time_ns = s->real_origin_ns + t_ns, .session = d->session},
       .level = to,
       .prev_level = d->level,
-      .mono_ns = mono_ns,
+      .mono_ns = s->mono_origin_ns + t_ns,
       .rule = up ? rule_id : NULL,
       .stage = up ? s->budget_stage : NULL,
       .value = {.type = up ? EM_VALUE_UINT : EM_VALUE_ABSENT,
                 .as.u = SIM_BUDGET_NS + SIM_BUDGET_NS / 4},
       .bound = {.type = up ? EM_VALUE_UINT : EM_VALUE_ABSENT, .as.u = SIM_BUDGET_NS},
-      .reason = up ? "p99 over its budget (simulated)" : "back within every budget (simulated)",
+      .reason = model_change ? "model changed (simulated)"
+                : up         ? "p99 over its budget (simulated)"
+                             : "back within every budget (simulated)",
+      .model = d->model,
   };
   int rc = publish_msg(s, d, "state", &m, 1, true);
   s->n_state += rc == 0;
@@ -579,8 +623,10 @@ static int publish_state(sim_t *s, sim_device_t *d, em_level_t to, uint64_t mono
   return rc;
 }
 
-/* A synthetic flight recording of the excursion that starts at mono_ns (flight_synth.h). */
-static int publish_flight(sim_t *s, sim_device_t *d, uint64_t mono_ns) {
+/* A synthetic flight recording of the excursion that starts at simulated time t_ns
+ * (flight_synth.h). */
+static int publish_flight(sim_t *s, sim_device_t *d, uint64_t t_ns) {
+  uint64_t mono_ns = s->mono_origin_ns + t_ns;
   static uint8_t buf[EM_FLIGHT_MAX_BYTES];
   double medians[EM_PROTO_MAX_STAGES];
   size_t budget = 0;
@@ -595,7 +641,7 @@ static int publish_flight(sim_t *s, sim_device_t *d, uint64_t mono_ns) {
   em_synth_flight_t in = {
       .session = d->session,
       .number = d->flights,
-      .time_ns = clock_ns(CLOCK_REALTIME),
+      .time_ns = s->real_origin_ns + t_ns,
       .trigger_mono_ns = mono_ns < EM_SYNTH_PRE_NS ? EM_SYNTH_PRE_NS : mono_ns,
       .stages = s->opt.stages,
       .n_stages = s->opt.n_stages,
@@ -710,24 +756,34 @@ static double pct2(double x) {
   return round(clamp0(x) * 100.0) / 100.0;
 }
 
-static int publish_data(sim_t *s, sim_device_t *d, uint64_t mono_ns) {
+/* The data message of device d for the window ending at simulated time t_ns. */
+static int publish_data(sim_t *s, sim_device_t *d, uint64_t t_ns) {
   rng_t *r = &d->rng;
-  /* Level excursions first, so the data message carries the level they set. */
-  if (d->level == EM_LEVEL_NOMINAL && mono_ns >= d->next_excursion_ns) {
-    int rc = publish_state(s, d, EM_LEVEL_DEGRADED, mono_ns);
+  /* A version change first, so this window already carries the new model. */
+  if (d->prof.switch_at_s >= 0 && d->model.version != d->prof.switched.version &&
+      (double)t_ns >= d->prof.switch_at_s * 1e9) {
+    d->model = d->prof.switched;
+    int rc = publish_state(s, d, d->level, t_ns);
+    if (rc < 0) {
+      return rc;
+    }
+  }
+  /* Level excursions next, so the data message carries the level they set. */
+  if (d->level == EM_LEVEL_NOMINAL && t_ns >= d->next_excursion_ns) {
+    int rc = publish_state(s, d, EM_LEVEL_DEGRADED, t_ns);
     if (rc == 0 && s->opt.flights) {
-      rc = publish_flight(s, d, mono_ns);
+      rc = publish_flight(s, d, t_ns);
     }
     if (rc < 0) {
       return rc;
     }
-    d->recover_ns = mono_ns + 2000000000u + (rng_next(r) % 4000000000u);
-  } else if (d->level == EM_LEVEL_DEGRADED && mono_ns >= d->recover_ns) {
-    int rc = publish_state(s, d, EM_LEVEL_NOMINAL, mono_ns);
+    d->recover_ns = t_ns + 2000000000u + (rng_next(r) % 4000000000u);
+  } else if (d->level == EM_LEVEL_DEGRADED && t_ns >= d->recover_ns) {
+    int rc = publish_state(s, d, EM_LEVEL_NOMINAL, t_ns);
     if (rc < 0) {
       return rc;
     }
-    d->next_excursion_ns = mono_ns + exp_delay_ns(r, s->opt.excursion_mean_s);
+    d->next_excursion_ns = t_ns + exp_delay_ns(r, d->prof.excursion_mean_s);
   }
   bool degraded = d->level != EM_LEVEL_NOMINAL;
   double window_s = (double)s->period_ns / 1e9;
@@ -777,9 +833,7 @@ static int publish_data(sim_t *s, sim_device_t *d, uint64_t mono_ns) {
       n = (long)SIM_MAX_SPANS;
     }
     double median = stage_median_ns(name);
-    if (s->opt.slow_device > 0 && d == &s->dev[s->opt.slow_device - 1]) {
-      median *= s->opt.slow_factor;
-    }
+    median *= d->prof.latency_factor;
     if (degraded && name == s->budget_stage) {
       median *= 3.5; /* Over the 40 ms budget, as the state message says. */
     }
@@ -794,7 +848,7 @@ static int publish_data(sim_t *s, sim_device_t *d, uint64_t mono_ns) {
 
   em_msg_t m = {.kind = EM_MSG_DATA};
   m.u.data = (em_data_t){
-      .head = {.time_ns = clock_ns(CLOCK_REALTIME), .session = d->session},
+      .head = {.time_ns = s->real_origin_ns + t_ns, .session = d->session},
       .seq = d->seq,
       .window_ns = s->period_ns,
       .level = d->level,
@@ -802,9 +856,10 @@ static int publish_data(sim_t *s, sim_device_t *d, uint64_t mono_ns) {
       .n_samples = M_COUNT,
       .stages = stages,
       .n_stages = s->opt.n_stages,
+      .model = d->model,
   };
   uint64_t failed = s->n_fail;
-  int rc = publish_msg(s, d, "data", &m, s->opt.qos, false);
+  int rc = publish_msg(s, d, "data", &m, s->data_qos, false);
   if (rc == 0) {
     d->seq++; /* uint32_t: wraps to 0 as the schema says. */
     s->n_data++;
@@ -825,7 +880,6 @@ static int publish_data(sim_t *s, sim_device_t *d, uint64_t mono_ns) {
 static void init_devices(sim_t *s) {
   rng_t master;
   rng_seed(&master, s->opt.seed);
-  uint64_t now = clock_ns(CLOCK_MONOTONIC);
   for (unsigned i = 0; i < s->opt.devices; i++) {
     sim_device_t *d = &s->dev[i];
     snprintf(d->id, sizeof(d->id), "%s-%04u", s->opt.prefix, i + 1);
@@ -833,7 +887,9 @@ static void init_devices(sim_t *s) {
     d->session = (uint32_t)rng_next(&d->rng);
     d->seq = 0;
     d->level = EM_LEVEL_NOMINAL;
-    d->next_excursion_ns = now + exp_delay_ns(&d->rng, s->opt.excursion_mean_s);
+    em_sim_cohorts_profile(&s->opt.cohorts, i + 1, s->opt.excursion_mean_s, &d->prof);
+    d->model = d->prof.model;
+    d->next_excursion_ns = exp_delay_ns(&d->rng, d->prof.excursion_mean_s);
     d->rss_bytes = 150e6 + 60e6 * rng_unit(&d->rng);
   }
 }
@@ -905,12 +961,42 @@ static int run_data(sim_t *s) {
         s->late_slots++;
       }
     }
-    int rc = publish_data(s, &s->dev[i], now);
+    int rc = publish_data(s, &s->dev[i], s->backfill_ns + (now - s->start_ns));
     if (rc < 0) {
       return rc;
     }
   }
   return 0;
+}
+
+/*
+ * Publishes the simulated history [0, backfill) at once: the same slots as the live phase,
+ * in time order, data at QoS 1 and acknowledged every SIM_BACKFILL_BATCH messages so neither
+ * libmosquitto's queue nor the broker's grows past a batch.
+ */
+static int run_backfill(sim_t *s) {
+  uint64_t n = s->opt.devices;
+  int qos = s->data_qos;
+  s->data_qos = 1;
+  int rc = 0;
+  for (uint64_t slot = 0; rc == 0 && !g_stop; slot++) {
+    uint64_t k = slot / n;
+    uint64_t i = slot % n;
+    uint64_t t = k * s->period_ns + (i * s->period_ns) / n;
+    if (t >= s->backfill_ns) {
+      break;
+    }
+    rc = publish_data(s, &s->dev[i], t);
+    if (rc == 0 && slot % SIM_BACKFILL_BATCH == SIM_BACKFILL_BATCH - 1) {
+      rc = em_broker_drain(s->broker, 60.0);
+    }
+  }
+  if (rc == 0) {
+    rc = em_broker_drain(s->broker, 60.0);
+  }
+  s->data_qos = qos;
+  s->n_backfill = s->n_data;
+  return rc;
 }
 
 static void summary(const sim_t *s, uint64_t data_end_ns) {
@@ -924,11 +1010,18 @@ static void summary(const sim_t *s, uint64_t data_end_ns) {
   if (s->opt.flights) {
     fprintf(stderr, "edgemon-sim: %" PRIu64 " flight recordings published\n", s->n_flight);
   }
-  fprintf(stderr,
-          "edgemon-sim: data rate %.2f msg/s achieved of %.2f msg/s scheduled; worst lag behind "
-          "schedule %.3f ms; %" PRIu64 " messages more than 1 ms late\n",
-          elapsed > 0 ? (double)s->n_data / elapsed : 0.0, offered, (double)s->max_late_ns / 1e6,
-          s->late_slots);
+  if (s->opt.backfill_s > 0) {
+    fprintf(stderr, "edgemon-sim: backfilled %g s of history: %" PRIu64 " data messages\n",
+            s->opt.backfill_s, s->n_backfill);
+  }
+  if (s->live) {
+    uint64_t live = s->n_data - s->n_backfill;
+    fprintf(stderr,
+            "edgemon-sim: data rate %.2f msg/s achieved of %.2f msg/s scheduled; worst lag "
+            "behind schedule %.3f ms; %" PRIu64 " messages more than 1 ms late\n",
+            elapsed > 0 ? (double)live / elapsed : 0.0, offered, (double)s->max_late_ns / 1e6,
+            s->late_slots);
+  }
   fprintf(stderr, "edgemon-sim: data phase on CLOCK_MONOTONIC from %" PRIu64 " to %" PRIu64 " ns\n",
           s->start_ns, data_end_ns);
 }
@@ -955,6 +1048,11 @@ int main(int argc, char **argv) {
     fprintf(stderr, "edgemon-sim: out of memory for %u devices\n", s.opt.devices);
     return EXIT_FAIL;
   }
+  s.data_qos = s.opt.qos;
+  s.backfill_ns = (uint64_t)llround(s.opt.backfill_s * 1e9);
+  s.real_origin_ns = clock_ns(CLOCK_REALTIME) - s.backfill_ns;
+  uint64_t mono = clock_ns(CLOCK_MONOTONIC);
+  s.mono_origin_ns = mono > s.backfill_ns ? mono - s.backfill_ns : 0;
   init_devices(&s);
   if (s.opt.spans_file) {
     s.spans_out = fopen(s.opt.spans_file, "w");
@@ -998,8 +1096,14 @@ int main(int argc, char **argv) {
   if (rc == 0) {
     rc = em_broker_drain(s.broker, 60.0);
   }
+  if (rc == 0 && s.backfill_ns > 0) {
+    rc = run_backfill(&s);
+  }
   s.start_ns = clock_ns(CLOCK_MONOTONIC);
-  if (rc == 0 && !g_stop) {
+  /* Live: after a backfill only for --duration; the wall clock went on meanwhile. */
+  s.real_origin_ns = clock_ns(CLOCK_REALTIME) - s.backfill_ns;
+  s.live = s.backfill_ns == 0 || s.opt.duration_s > 0;
+  if (rc == 0 && !g_stop && s.live) {
     rc = run_data(&s);
   }
   uint64_t data_end = clock_ns(CLOCK_MONOTONIC);
