@@ -73,7 +73,7 @@ static bool parse_range(const char *s, size_t n, unsigned *first, unsigned *last
   return true;
 }
 
-static bool parse_number(const char *s, double lo, double hi, double *out) {
+bool em_sim_parse_number(const char *s, double lo, double hi, double *out) {
   char *end = NULL;
   errno = 0;
   double v = strtod(s, &end);
@@ -171,12 +171,12 @@ int em_sim_cohorts_add(em_sim_cohorts_t *c, const char *opt, const char *val, ch
     rc = parse_model(r, rest, sub, sizeof(sub));
   } else if (strcmp(opt, "--slow") == 0) {
     r->kind = EM_SIM_RULE_SLOW;
-    if (!parse_number(rest, 0.01, 1000, &r->value)) {
+    if (!em_sim_parse_number(rest, 0.01, 1000, &r->value)) {
       rc = fail(sub, sizeof(sub), "the factor '%s' is not a number from 0.01 to 1000", rest);
     }
   } else if (strcmp(opt, "--degrade") == 0) {
     r->kind = EM_SIM_RULE_DEGRADE;
-    if (!parse_number(rest, 0.1, 1e6, &r->value)) {
+    if (!em_sim_parse_number(rest, 0.1, 1e6, &r->value)) {
       rc = fail(sub, sizeof(sub), "'%s' is not a number of seconds from 0.1 to 1e6", rest);
     }
   } else if (strcmp(opt, "--switch") == 0) {
@@ -184,7 +184,7 @@ int em_sim_cohorts_add(em_sim_cohorts_t *c, const char *opt, const char *val, ch
     const char *c2 = strchr(rest, ':');
     char num[32];
     if (!c2 || !field(rest, (size_t)(c2 - rest), num, sizeof(num)) ||
-        !parse_number(num, 0, 1e7, &r->value)) {
+        !em_sim_parse_number(num, 0, 1e7, &r->value)) {
       rc = fail(sub, sizeof(sub), "'%s' is not T:VERSION (T simulated seconds, 0 to 1e7)", rest);
     } else if (!field(c2 + 1, strlen(c2 + 1), r->version, sizeof(r->version))) {
       rc = fail(sub, sizeof(sub), "the version is missing or longer than %u",

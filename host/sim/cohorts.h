@@ -69,4 +69,8 @@ int em_sim_cohorts_check(const em_sim_cohorts_t *c, unsigned devices, char *why,
 void em_sim_cohorts_profile(const em_sim_cohorts_t *c, unsigned device, double excursion_mean_s,
                             em_sim_profile_t *out);
 
+/* A decimal number (strtod's forms) within [lo, hi]; false for anything else, *out untouched.
+ * The one number parser of edgemon-sim's options. */
+bool em_sim_parse_number(const char *s, double lo, double hi, double *out);
+
 #endif /* EM_SIM_COHORTS_H */

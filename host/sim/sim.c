@@ -172,17 +172,6 @@ static bool ident_char(char c) {
          c == '.' || c == ':' || c == '-';
 }
 
-static bool parse_double(const char *s, double lo, double hi, double *out) {
-  char *end = NULL;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (errno != 0 || end == s || *end != '\0' || !isfinite(v) || v < lo || v > hi) {
-    return false;
-  }
-  *out = v;
-  return true;
-}
-
 /* A whole decimal number up to hi (edgemon/common/parse.h: digits only). */
 static bool parse_u64(const char *s, uint64_t hi, uint64_t *out) {
   return em_parse_u64(s, 0, hi, out) == 0;
@@ -282,7 +271,7 @@ static int parse_args(int argc, char **argv, sim_opts_t *o) {
       o->devices = (unsigned)u;
       have_devices = true;
     } else if (strcmp(name, "--rate") == 0) {
-      if (!parse_double(val, SIM_MIN_RATE_HZ, SIM_MAX_RATE_HZ, &o->rate_hz)) {
+      if (!em_sim_parse_number(val, SIM_MIN_RATE_HZ, SIM_MAX_RATE_HZ, &o->rate_hz)) {
         return usage_error("--rate '%s' is not a number of Hz from 0.01 to 1000", val);
       }
       have_rate = true;
@@ -294,7 +283,7 @@ static int parse_args(int argc, char **argv, sim_opts_t *o) {
       }
       o->broker = val;
     } else if (strcmp(name, "--duration") == 0) {
-      if (!parse_double(val, 0.0, 1e7, &o->duration_s) || o->duration_s <= 0.0) {
+      if (!em_sim_parse_number(val, 0.0, 1e7, &o->duration_s) || o->duration_s <= 0.0) {
         return usage_error("--duration '%s' is not a positive number of seconds", val);
       }
     } else if (strcmp(name, "--prefix") == 0) {
@@ -325,7 +314,7 @@ static int parse_args(int argc, char **argv, sim_opts_t *o) {
         return usage_error("%s", why);
       }
     } else if (strcmp(name, "--backfill") == 0) {
-      if (!parse_double(val, 0.0, 604800.0, &o->backfill_s)) {
+      if (!em_sim_parse_number(val, 0.0, 604800.0, &o->backfill_s)) {
         return usage_error("--backfill '%s' is not a number of seconds from 0 to 604800", val);
       }
     } else if (strcmp(name, "--spans-file") == 0) {
@@ -334,7 +323,7 @@ static int parse_args(int argc, char **argv, sim_opts_t *o) {
       }
       o->spans_file = val;
     } else if (strcmp(name, "--excursion-mean") == 0) {
-      if (!parse_double(val, 0.1, 1e6, &o->excursion_mean_s)) {
+      if (!em_sim_parse_number(val, 0.1, 1e6, &o->excursion_mean_s)) {
         return usage_error("--excursion-mean '%s' is not a number of seconds from 0.1 to 1e6", val);
       }
     } else if (strcmp(name, "--flights") == 0) {
