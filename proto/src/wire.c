@@ -1,8 +1,8 @@
 /*
  * wire.c - packing, unpacking and validation of the board-local binary records: the span
- * datagram v1 (client -> agent), the level push datagram v1 and the state page v1 (agent ->
- * clients). proto/WIRE.md is the normative description of every byte; this file implements
- * exactly that document and nothing more.
+ * datagram v1 and the model datagram v2 (client -> agent), the level push datagram v1 and the
+ * state page v1 (agent -> clients). proto/WIRE.md is the normative description of every byte; this
+ * file implements exactly that document and nothing more.
  *
  * What it owns: nothing. Every buffer is the caller's, nothing allocates, there is no global
  * state. Every multi-byte field is packed and unpacked with explicit little-endian byte shifts
@@ -170,6 +170,141 @@ int em_span_unpack(const uint8_t *buf, size_t len, em_span_t *out) {
   span.start_ns = get_le64(buf + SPAN_OFF_START);
   span.duration_ns = get_le64(buf + SPAN_OFF_DURATION);
   *out = span;
+  return 0;
+}
+
+/* ---- Model datagram v2 ---- */
+
+/* Model datagram v2 (512 bytes). */
+#define MODEL_OFF_PID        4u
+#define MODEL_OFF_GENERATION 8u
+#define MODEL_OFF_N_LABELS   12u
+#define MODEL_OFF_RESERVED_A 13u /* 3 bytes */
+#define MODEL_OFF_NAME       16u
+#define MODEL_OFF_VERSION    80u
+#define MODEL_OFF_LABELS     112u
+#define MODEL_LABEL_BYTES    (EM_MODEL_LABEL_KEY_BYTES + EM_MODEL_LABEL_VALUE_BYTES) /* 48 */
+#define MODEL_OFF_RESERVED_B 496u                                                    /* 16 bytes */
+
+_Static_assert(MODEL_OFF_LABELS + EM_PROTO_MAX_MODEL_LABELS * MODEL_LABEL_BYTES ==
+                   MODEL_OFF_RESERVED_B,
+               "the label slots end where the trailing reserved bytes begin");
+_Static_assert(EM_MODEL_NAME_FIELD_BYTES == EM_PROTO_MAX_NAME_BYTES + 1 &&
+                   EM_MODEL_VERSION_FIELD_BYTES == EM_PROTO_MAX_MODEL_VERSION + 1 &&
+                   EM_MODEL_LABEL_KEY_BYTES == EM_PROTO_MAX_LABEL_KEY + 1 &&
+                   EM_MODEL_LABEL_VALUE_BYTES == EM_PROTO_MAX_LABEL_VALUE + 1,
+               "every text field holds the schema's longest text and its NUL");
+
+void em_model_dgram_view(const em_model_dgram_t *d, em_label_t labels[EM_PROTO_MAX_MODEL_LABELS],
+                         em_model_t *out) {
+  size_t n = d->n_labels <= EM_PROTO_MAX_MODEL_LABELS ? d->n_labels : EM_PROTO_MAX_MODEL_LABELS;
+  for (size_t i = 0; i < n; i++) {
+    labels[i] = (em_label_t){.key = d->labels[i].key, .value = d->labels[i].value};
+  }
+  *out = (em_model_t){.name = d->name, .version = d->version, .labels = labels, .n_labels = n};
+}
+
+/*
+ * Packs a model datagram: em_proto_model_check() first (its rules bound every text to its field
+ * with room for the NUL), then the header, the texts NUL-padded, unused label slots and reserved
+ * bytes zero.
+ */
+int em_model_dgram_pack(const em_model_t *m, uint32_t pid, uint32_t generation,
+                        uint8_t out[EM_MODEL_DGRAM_BYTES]) {
+  if (m == NULL || out == NULL || m->name == NULL) {
+    return EM_PROTO_EINVAL;
+  }
+  int rc = em_proto_model_check(m);
+  if (rc != 0) {
+    return rc;
+  }
+  memset(out, 0, EM_MODEL_DGRAM_BYTES);
+  out[SPAN_OFF_MAGIC0] = EM_WIRE_MAGIC0;
+  out[SPAN_OFF_MAGIC1] = EM_WIRE_MAGIC1;
+  out[SPAN_OFF_VERSION] = EM_MODEL_DGRAM_VERSION;
+  out[SPAN_OFF_KIND] = EM_DGRAM_MODEL;
+  put_le32(out + MODEL_OFF_PID, pid);
+  put_le32(out + MODEL_OFF_GENERATION, generation);
+  out[MODEL_OFF_N_LABELS] = (uint8_t)m->n_labels;
+  pack_text(out + MODEL_OFF_NAME, EM_MODEL_NAME_FIELD_BYTES, m->name);
+  pack_text(out + MODEL_OFF_VERSION, EM_MODEL_VERSION_FIELD_BYTES, m->version);
+  for (size_t i = 0; i < m->n_labels; i++) {
+    uint8_t *slot = out + MODEL_OFF_LABELS + i * MODEL_LABEL_BYTES;
+    pack_text(slot, EM_MODEL_LABEL_KEY_BYTES, m->labels[i].key);
+    pack_text(slot + EM_MODEL_LABEL_KEY_BYTES, EM_MODEL_LABEL_VALUE_BYTES, m->labels[i].value);
+  }
+  return 0;
+}
+
+/* A received text field: its NUL inside the field and only zero bytes after it (ESTRING), copied
+ * with its padding into out[0..cap). What the text may hold is em_proto_model_check()'s to say. */
+static int unpack_field(const uint8_t *field, size_t cap, char *out) {
+  size_t n = bounded_len(field, cap);
+  if (n == cap || check_padding(field, n, cap) != 0) {
+    return EM_PROTO_ESTRING;
+  }
+  memcpy(out, field, cap);
+  return 0;
+}
+
+/*
+ * Unpacks a model datagram in WIRE.md's order: size, magic, version, kind, label count,
+ * reserved bytes and unused slots, the text fields' framing, then em_proto_model_check() on the
+ * decoded identity, so the agent accepts exactly what the schema's encoder accepts.
+ */
+int em_model_dgram_unpack(const uint8_t *buf, size_t len, em_model_dgram_t *out) {
+  if (buf == NULL || out == NULL) {
+    return EM_PROTO_EINVAL;
+  }
+  if (len != EM_MODEL_DGRAM_BYTES) {
+    return EM_PROTO_ESIZE;
+  }
+  if (buf[SPAN_OFF_MAGIC0] != EM_WIRE_MAGIC0 || buf[SPAN_OFF_MAGIC1] != EM_WIRE_MAGIC1) {
+    return EM_PROTO_EMAGIC;
+  }
+  if (buf[SPAN_OFF_VERSION] != EM_MODEL_DGRAM_VERSION) {
+    return EM_PROTO_EVERSION;
+  }
+  if (buf[SPAN_OFF_KIND] != EM_DGRAM_MODEL) {
+    return EM_PROTO_EKIND;
+  }
+  size_t n = buf[MODEL_OFF_N_LABELS];
+  if (n > EM_PROTO_MAX_MODEL_LABELS) {
+    return EM_PROTO_ELIMIT;
+  }
+  const uint8_t *unused = buf + MODEL_OFF_LABELS + n * MODEL_LABEL_BYTES;
+  if (check_padding(buf + MODEL_OFF_RESERVED_A, 0, 3) != 0 ||
+      check_padding(unused, 0, (size_t)(buf + MODEL_OFF_RESERVED_B + 16u - unused)) != 0) {
+    return EM_PROTO_ERANGE;
+  }
+  em_model_dgram_t d;
+  memset(&d, 0, sizeof d);
+  int rc = unpack_field(buf + MODEL_OFF_NAME, EM_MODEL_NAME_FIELD_BYTES, d.name);
+  if (rc == 0) {
+    rc = unpack_field(buf + MODEL_OFF_VERSION, EM_MODEL_VERSION_FIELD_BYTES, d.version);
+  }
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    const uint8_t *slot = buf + MODEL_OFF_LABELS + i * MODEL_LABEL_BYTES;
+    rc = unpack_field(slot, EM_MODEL_LABEL_KEY_BYTES, d.labels[i].key);
+    if (rc == 0) {
+      rc = unpack_field(slot + EM_MODEL_LABEL_KEY_BYTES, EM_MODEL_LABEL_VALUE_BYTES,
+                        d.labels[i].value);
+    }
+  }
+  if (rc != 0) {
+    return rc;
+  }
+  d.n_labels = n;
+  em_label_t labels[EM_PROTO_MAX_MODEL_LABELS];
+  em_model_t view;
+  em_model_dgram_view(&d, labels, &view);
+  rc = em_proto_model_check(&view);
+  if (rc != 0) {
+    return rc;
+  }
+  d.pid = get_le32(buf + MODEL_OFF_PID);
+  d.generation = get_le32(buf + MODEL_OFF_GENERATION);
+  *out = d;
   return 0;
 }
 

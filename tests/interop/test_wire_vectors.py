@@ -2,7 +2,7 @@
 
 This module holds an independent decoder (and encoder) of the span datagram, the level push
 datagram, the state page, and span ring v2 (ring header and slots, a reader draining it, the
-register / hard miss / ack datagrams) and the deadline page, written from proto/WIRE.md with
+register / hard miss / ack datagrams), the deadline page and the model datagram v2, written from proto/WIRE.md with
 the standard library's struct module only. It checks that every proto/vectors/wire/<name>.bin decodes to its <name>.json,
 that encoding the JSON gives back the same bytes, and that truncated or garbled copies are
 refused with the error WIRE.md names, in the documented order.
@@ -41,7 +41,18 @@ STAGE_RE = re.compile(rb'[A-Za-z0-9_.:-]{1,31}')
 PRINTABLE_RE = re.compile(rb'[\x20-\x7e]*')
 
 REQUIRED = {'span', 'heartbeat', 'subscribe', 'span_max_stage', 'push', 'page', 'ring_header',
-            'ring_3_slots', 'ring_register', 'ring_hard_miss', 'ring_ack', 'deadline_page'}
+            'ring_3_slots', 'ring_register', 'ring_hard_miss', 'ring_ack', 'deadline_page',
+            'model', 'model_no_labels', 'model_max_fields'}
+
+# Model datagram v2 (WIRE.md "Model identity"): header, name, version, 8 label slots, reserved.
+MODEL_HEAD = struct.Struct('<2sBBIIB3s64s32s')
+MODEL_LABEL = struct.Struct('<16s32s')
+MODEL_BYTES = 512
+MODEL_MAX_LABELS = 8
+MODEL_LABELS_AT = 112
+MODEL_RESERVED_AT = 496
+LABEL_KEY_RE = re.compile(rb'[A-Za-z_][A-Za-z0-9_]{0,14}')
+NAME_RE = re.compile(rb'[\x20-\x7e]+')
 
 RING_HEAD = struct.Struct('<4sHHHHIIIQQQI76s')
 RING_SLOT = struct.Struct('<IB3sQQQ32s')
@@ -336,7 +347,63 @@ def read_deadline_page(page):
     raise WireError('EBUSY')
 
 
+def model_text(raw):
+    """A model datagram text field: NUL inside, zero padding (ESTRING); its bytes."""
+    nul = raw.find(b'\0')
+    if nul < 0 or raw[nul:].count(0) != len(raw) - nul:
+        raise WireError('ESTRING')
+    return raw[:nul]
+
+
+def decode_model(buf):
+    if len(buf) != MODEL_BYTES:
+        raise WireError('ESIZE')
+    magic, version, kind, pid, generation, n, reserved, name, ver = MODEL_HEAD.unpack_from(buf)
+    if magic != b'EM':
+        raise WireError('EMAGIC')
+    if version != 2:
+        raise WireError('EVERSION')
+    if kind != 7:
+        raise WireError('EKIND')
+    if n > MODEL_MAX_LABELS:
+        raise WireError('ELIMIT')
+    if reserved != bytes(3) or any(buf[MODEL_LABELS_AT + 48 * n:]):
+        raise WireError('ERANGE')
+    texts = [model_text(name), model_text(ver)]
+    for i in range(n):
+        key, value = MODEL_LABEL.unpack_from(buf, MODEL_LABELS_AT + 48 * i)
+        texts += [model_text(key), model_text(value)]
+    # The schema's rules (em_proto_model_check): name 1..63, version and values 1..31
+    # printable, keys Prometheus label names of 1..15 bytes not starting with "__".
+    for i, text in enumerate(texts):
+        is_key = i >= 2 and i % 2 == 0
+        ok = (LABEL_KEY_RE.fullmatch(text) is not None and not text.startswith(b'__')
+              if is_key else NAME_RE.fullmatch(text) is not None)
+        if not ok:
+            raise WireError('ESTRING')
+    keys = texts[2::2]
+    for a, b in zip(keys, keys[1:]):
+        if a >= b:
+            raise WireError('EDUPLICATE' if a == b else 'EINVAL')
+    labels = [[k.decode('ascii'), v.decode('ascii')] for k, v in zip(keys, texts[3::2])]
+    return {'kind': 'model', 'pid': pid, 'generation': generation,
+            'name': texts[0].decode('ascii'), 'version': texts[1].decode('ascii'),
+            'labels': labels}
+
+
+def encode_model(d):
+    buf = bytearray(MODEL_BYTES)
+    MODEL_HEAD.pack_into(buf, 0, b'EM', 2, 7, d['pid'], d['generation'], len(d['labels']),
+                         b'', d['name'].encode('ascii'), d['version'].encode('ascii'))
+    for i, (key, value) in enumerate(d['labels']):
+        MODEL_LABEL.pack_into(buf, MODEL_LABELS_AT + 48 * i, key.encode('ascii'),
+                              value.encode('ascii'))
+    return bytes(buf)
+
+
 def decode_file(name, data):
+    if name.startswith('model'):
+        return decode_model(data)
     if name.startswith('deadline_page'):
         return read_deadline_page(data)
     if name.startswith('ring_header'):
@@ -412,6 +479,8 @@ def encode_deadline_page(d):
 
 
 def encode_file(d):
+    if d['kind'] == 'model':
+        return encode_model(d)
     if d['kind'] == 'ring_header':
         return encode_ring_header(d)
     if d['kind'] == 'ring':
@@ -869,3 +938,62 @@ def test_deadline_page_read_through_mmap(tmp_path):
         assert read_deadline_page(mm)['seq'] == 4
     finally:
         mm.close()
+
+
+# ---- Model datagram v2 ----
+
+
+@pytest.mark.parametrize('what,data,code', [
+    ('magic', lambda b: patched(b, 0, b'EN'), 'EMAGIC'),
+    ('version 1', lambda b: patched(b, 2, b'\x01'), 'EVERSION'),
+    ('kind 5', lambda b: patched(b, 3, b'\x05'), 'EKIND'),
+    ('9 labels', lambda b: patched(b, 12, b'\x09'), 'ELIMIT'),
+    ('reserved after n_labels', lambda b: patched(b, 13, b'\x01'), 'ERANGE'),
+    ('reserved tail', lambda b: patched(b, 511, b'\x01'), 'ERANGE'),
+    ('unused slot', lambda b: patched(b, MODEL_LABELS_AT + 48 * 2, b'x'), 'ERANGE'),
+    ('name without NUL', lambda b: patched(b, 16, b'n' * 64), 'ESTRING'),
+    ('byte after the NUL', lambda b: patched(b, 16 + 40, b'x'), 'ESTRING'),
+    ('empty name', lambda b: patched(b, 16, bytes(64)), 'ESTRING'),
+    ('tab in version', lambda b: patched(b, 80, b'1\t4'), 'ESTRING'),
+    ('key with a dash', lambda b: patched(b, MODEL_LABELS_AT, b'si-e'), 'ESTRING'),
+    ('key starting with a digit', lambda b: patched(b, MODEL_LABELS_AT, b'1ite'), 'ESTRING'),
+    ('key starting with __', lambda b: patched(b, MODEL_LABELS_AT, b'__te'), 'ESTRING'),
+    ('empty value', lambda b: patched(b, MODEL_LABELS_AT + 16, bytes(32)), 'ESTRING'),
+    ('keys not ascending', lambda b: patched(b, MODEL_LABELS_AT, b'wite'), 'EINVAL'),
+    ('a key twice', lambda b: patched(b, MODEL_LABELS_AT, b'variant'), 'EDUPLICATE'),
+])
+def test_garbled_model_is_refused(what, data, code):
+    raw, _ = load('model')
+    with pytest.raises(WireError) as err:
+        decode_model(data(raw))
+    assert err.value.code == code, what
+
+
+def test_model_error_order():
+    raw, _ = load('model')
+    # Every later check broken too: the first in WIRE.md's order is the one reported.
+    bad = bytearray(raw)
+    bad[MODEL_LABELS_AT:MODEL_LABELS_AT + 4] = b'1-__'  # ESTRING (key)
+    bad[16:80] = b'n' * 64  # ESTRING (name framing)
+    bad[511] = 1  # ERANGE
+    bad[12] = 9  # ELIMIT
+    bad[3] = 8  # EKIND
+    order = [(3, 7, 'EKIND'), (12, 2, 'ELIMIT'), (511, 0, 'ERANGE')]
+    for offset, fix, code in order:
+        with pytest.raises(WireError) as err:
+            decode_model(bytes(bad))
+        assert err.value.code == code
+        bad[offset] = fix
+    with pytest.raises(WireError) as err:
+        decode_model(bytes(bad))
+    assert err.value.code == 'ESTRING'
+
+
+def test_model_vectors_hold_the_documented_bytes():
+    raw, d = load('model')
+    assert raw[:4] == b'EM\x02\x07' and raw[12] == len(d['labels']) == 2
+    assert raw[16:16 + len('mobilenet_v3_small')] == b'mobilenet_v3_small'
+    assert raw[MODEL_LABELS_AT:MODEL_LABELS_AT + 5] == b'site\0'
+    raw, d = load('model_max_fields')
+    assert len(d['name']) == 63 and len(d['version']) == 31 and len(d['labels']) == 8
+    assert [k for k, _ in d['labels']] == sorted(k for k, _ in d['labels'])

@@ -7,6 +7,7 @@
  *
  * The span ring v2 rows (ring.h) are a ring header, a whole ring with three slots written, the
  * three v2 datagrams and a deadline page with two entries, each made with the ring.h functions.
+ * The model datagram v2 rows are made with em_model_dgram_pack().
  *
  * Usage: gen_wire_vectors OUTDIR. Exit status 0 when every file was written, 1 otherwise.
  * The output is deterministic: running it twice gives the same bytes.
@@ -470,6 +471,67 @@ out:
   return result;
 }
 
+/* Model datagram v2 rows: labels already in ascending key order, as the packer requires. */
+static const em_label_t model_labels_full[] = {{"site", "lab-3"}, {"variant", "full"}};
+static const em_label_t model_labels_max[] = {
+    {"A_key_15_bytes_", "value of 31 printable bytes !~ "},
+    {"a1", "1"},
+    {"b", " "},
+    {"c", "~"},
+    {"d", "x"},
+    {"e", "y"},
+    {"f", "z"},
+    {"zzzzzzzzzzzzzzz", "0123456789012345678901234567890"},
+};
+
+typedef struct {
+  const char *name;
+  em_model_t model;
+  uint32_t pid;
+  uint32_t generation;
+} model_row_t;
+
+static const model_row_t model_rows[] = {
+    {"model", {"mobilenet_v3_small", "1.4", model_labels_full, 2}, 4242, 1},
+    {"model_no_labels", {"resnet18", "2024-05-01", NULL, 0}, 4242, 7},
+    {"model_max_fields",
+     {" !\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^",
+      "`abcdefghijklmnopqrstuvwxyz{|}~", model_labels_max, 8},
+     UINT32_MAX,
+     UINT32_MAX},
+};
+
+static int gen_model(const char *dir, const model_row_t *row) {
+  uint8_t buf[EM_MODEL_DGRAM_BYTES];
+  int rc = em_model_dgram_pack(&row->model, row->pid, row->generation, buf);
+  if (rc != 0) {
+    fprintf(stderr, "gen_wire_vectors: %s: pack failed (%d)\n", row->name, rc);
+    return -1;
+  }
+  if (write_bin(dir, row->name, buf, sizeof buf) != 0) {
+    return -1;
+  }
+  FILE *f = open_out(dir, row->name, "json");
+  if (f == NULL) {
+    return -1;
+  }
+  fprintf(f, "{\"kind\": \"model\", \"pid\": %lu, \"generation\": %lu, \"name\": ",
+          (unsigned long)row->pid, (unsigned long)row->generation);
+  json_string(f, row->model.name);
+  fputs(", \"version\": ", f);
+  json_string(f, row->model.version);
+  fputs(", \"labels\": [", f);
+  for (size_t i = 0; i < row->model.n_labels; i++) {
+    fputs(i == 0 ? "[" : ", [", f);
+    json_string(f, row->model.labels[i].key);
+    fputs(", ", f);
+    json_string(f, row->model.labels[i].value);
+    fputs("]", f);
+  }
+  fputs("]}\n", f);
+  return close_out(f, row->name);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: %s OUTDIR\n", argv[0]);
@@ -488,5 +550,8 @@ int main(int argc, char **argv) {
     failures += gen_ring_dgram(dir, &ring_dgram_rows[i]) != 0;
   }
   failures += gen_deadline_page(dir) != 0;
+  for (size_t i = 0; i < sizeof model_rows / sizeof model_rows[0]; i++) {
+    failures += gen_model(dir, &model_rows[i]) != 0;
+  }
   return failures == 0 ? 0 : 1;
 }

@@ -8,6 +8,11 @@
  * unpack of the bytes gives the row, every truncation is refused, every single-byte change is
  * refused or re-packs to exactly the changed bytes); and the state page seqlock, including a
  * writer process racing a reader on a MAP_SHARED page to catch torn reads.
+ *
+ * The model datagram v2 (em_model_dgram_pack / _unpack / _view, WIRE.md "Model identity"):
+ * round trips with 0 and 8 labels, the layout, every wrong length, each check and the order
+ * they are reported in, pack refusing exactly what em_proto_model_check() refuses, its golden
+ * vectors and their single-byte changes.
  */
 #define _GNU_SOURCE /* mmap MAP_ANONYMOUS, fork, alarm, sched_setaffinity under -std=c11. */
 
@@ -1110,6 +1115,296 @@ static void golden_vectors_with_any_byte_changed_fail_or_repack_identically(void
   }
 }
 
+/* ---- Model datagram v2 ---- */
+
+#define LABELS_AT  112u
+#define SLOT_BYTES 48u
+
+static const em_label_t two_labels[] = {{"site", "lab-3"}, {"variant", "full"}};
+static const em_model_t model_row = {"mobilenet_v3_small", "1.4", two_labels, 2};
+
+static void pack_row(uint8_t out[EM_MODEL_DGRAM_BYTES]) {
+  assert_int_equal(em_model_dgram_pack(&model_row, 4242, 1, out), 0);
+}
+
+static void assert_same_model(const em_model_t *want, const em_model_dgram_t *got) {
+  em_label_t labels[EM_PROTO_MAX_MODEL_LABELS];
+  em_model_t view;
+  em_model_dgram_view(got, labels, &view);
+  assert_true(em_proto_model_equal(want, &view));
+}
+
+/* ---- Layout and round trips ---- */
+
+static void model_pack_writes_documented_layout(void **state) {
+  (void)state;
+  uint8_t b[EM_MODEL_DGRAM_BYTES];
+  memset(b, 0xaa, sizeof b);
+  pack_row(b);
+  assert_memory_equal(b, "EM\x02\x07", 4);
+  assert_memory_equal(b + 4, "\x92\x10\x00\x00", 4); /* pid 4242, little-endian */
+  assert_memory_equal(b + 8, "\x01\x00\x00\x00", 4); /* generation 1 */
+  assert_int_equal(b[12], 2);
+  assert_memory_equal(b + 13, "\0\0\0", 3);
+  assert_string_equal((const char *)b + 16, "mobilenet_v3_small");
+  assert_string_equal((const char *)b + 80, "1.4");
+  assert_string_equal((const char *)b + LABELS_AT, "site");
+  assert_string_equal((const char *)b + LABELS_AT + 16, "lab-3");
+  assert_string_equal((const char *)b + LABELS_AT + SLOT_BYTES, "variant");
+  assert_string_equal((const char *)b + LABELS_AT + SLOT_BYTES + 16, "full");
+  for (size_t i = LABELS_AT + 2 * SLOT_BYTES; i < EM_MODEL_DGRAM_BYTES; i++) {
+    assert_int_equal(b[i], 0); /* Unused slots and the reserved tail: zero, not 0xaa. */
+  }
+  for (size_t i = 16 + 18; i < 80; i++) {
+    assert_int_equal(b[i], 0); /* NUL padding of the name. */
+  }
+}
+
+static void model_roundtrip_keeps_every_field(void **state) {
+  (void)state;
+  uint8_t b[EM_MODEL_DGRAM_BYTES];
+  pack_row(b);
+  em_model_dgram_t d;
+  assert_int_equal(em_model_dgram_unpack(b, sizeof b, &d), 0);
+  assert_int_equal(d.pid, 4242);
+  assert_int_equal(d.generation, 1);
+  assert_int_equal(d.n_labels, 2);
+  assert_same_model(&model_row, &d);
+
+  static const em_model_t bare = {"resnet18", "2", NULL, 0};
+  assert_int_equal(em_model_dgram_pack(&bare, 1, UINT32_MAX, b), 0);
+  assert_int_equal(em_model_dgram_unpack(b, sizeof b, &d), 0);
+  assert_int_equal(d.n_labels, 0);
+  assert_int_equal(d.generation, UINT32_MAX);
+  assert_same_model(&bare, &d);
+}
+
+/* ---- Pack refuses what the schema refuses ---- */
+
+static const em_label_t unsorted[] = {{"variant", "full"}, {"site", "lab"}};
+static const em_label_t twice[] = {{"site", "a"}, {"site", "b"}};
+static const em_label_t bad_key[] = {{"1site", "a"}};
+static const em_label_t dunder_key[] = {{"__site", "a"}};
+static const em_label_t long_key[] = {{"abcdefghijklmnop", "a"}}; /* 16 bytes */
+static const em_label_t empty_value[] = {{"site", ""}};
+static const em_label_t long_value[] = {{"site", "0123456789012345678901234567890x"}};
+static const em_label_t nine[] = {{"a", "1"}, {"b", "1"}, {"c", "1"}, {"d", "1"}, {"e", "1"},
+                                  {"f", "1"}, {"g", "1"}, {"h", "1"}, {"i", "1"}};
+
+static const struct {
+  const char *what;
+  em_model_t m;
+  int code;
+} bad_models[] = {
+    {"no name", {NULL, "1", NULL, 0}, EM_PROTO_EINVAL},
+    {"empty name", {"", "1", NULL, 0}, EM_PROTO_ESTRING},
+    {"name of 64 bytes",
+     {"0123456789012345678901234567890123456789012345678901234567890123", "1", NULL, 0},
+     EM_PROTO_ESTRING},
+    {"newline in the name", {"mobile\nnet", "1", NULL, 0}, EM_PROTO_ESTRING},
+    {"no version", {"m", NULL, NULL, 0}, EM_PROTO_ESTRING},
+    {"empty version", {"m", "", NULL, 0}, EM_PROTO_ESTRING},
+    {"version of 32 bytes", {"m", "01234567890123456789012345678901", NULL, 0}, EM_PROTO_ESTRING},
+    {"keys not ascending", {"m", "1", unsorted, 2}, EM_PROTO_EINVAL},
+    {"a key twice", {"m", "1", twice, 2}, EM_PROTO_EDUPLICATE},
+    {"key starting with a digit", {"m", "1", bad_key, 1}, EM_PROTO_ESTRING},
+    {"key starting with __", {"m", "1", dunder_key, 1}, EM_PROTO_ESTRING},
+    {"key of 16 bytes", {"m", "1", long_key, 1}, EM_PROTO_ESTRING},
+    {"empty value", {"m", "1", empty_value, 1}, EM_PROTO_ESTRING},
+    {"value of 32 bytes", {"m", "1", long_value, 1}, EM_PROTO_ESTRING},
+    {"9 labels", {"m", "1", nine, 9}, EM_PROTO_ELIMIT},
+    {"labels NULL with a count", {"m", "1", NULL, 1}, EM_PROTO_EINVAL},
+};
+
+static void model_pack_refuses_what_the_schema_refuses(void **state) {
+  (void)state;
+  for (size_t i = 0; i < ARRAY_LEN(bad_models); i++) {
+    uint8_t b[EM_MODEL_DGRAM_BYTES];
+    memset(b, 0x5a, sizeof b);
+    int rc = em_model_dgram_pack(&bad_models[i].m, 1, 1, b);
+    if (rc != bad_models[i].code) {
+      print_error("%s: got %d, want %d\n", bad_models[i].what, rc, bad_models[i].code);
+      fail();
+    }
+    for (size_t k = 0; k < sizeof b; k++) {
+      assert_int_equal(b[k], 0x5a); /* Untouched. */
+    }
+  }
+  uint8_t b[EM_MODEL_DGRAM_BYTES];
+  assert_int_equal(em_model_dgram_pack(NULL, 1, 1, b), EM_PROTO_EINVAL);
+  assert_int_equal(em_model_dgram_pack(&model_row, 1, 1, NULL), EM_PROTO_EINVAL);
+}
+
+/* ---- Unpack: every check and its order ---- */
+
+static void model_unpack_refuses_every_other_length(void **state) {
+  (void)state;
+  uint8_t b[EM_MODEL_DGRAM_BYTES + 1] = {0};
+  pack_row(b);
+  em_model_dgram_t d;
+  for (size_t len = 0; len <= sizeof b; len++) {
+    int want = len == EM_MODEL_DGRAM_BYTES ? 0 : EM_PROTO_ESIZE;
+    assert_int_equal(em_model_dgram_unpack(b, len, &d), want);
+  }
+  assert_int_equal(em_model_dgram_unpack(NULL, EM_MODEL_DGRAM_BYTES, &d), EM_PROTO_EINVAL);
+  assert_int_equal(em_model_dgram_unpack(b, EM_MODEL_DGRAM_BYTES, NULL), EM_PROTO_EINVAL);
+}
+
+typedef struct {
+  const char *what;
+  size_t offset;
+  const char *bytes; /* Written at offset (strlen bytes, or n when n is set). */
+  size_t n;
+  int code;
+} garble_t;
+
+static const garble_t garbles[] = {
+    {"magic", 0, "EN", 0, EM_PROTO_EMAGIC},
+    {"version 1", 2, "\x01", 0, EM_PROTO_EVERSION},
+    {"kind 5", 3, "\x05", 0, EM_PROTO_EKIND},
+    {"9 labels", 12, "\x09", 0, EM_PROTO_ELIMIT},
+    {"255 labels", 12, "\xff", 0, EM_PROTO_ELIMIT},
+    {"reserved after n_labels", 15, "\x01", 0, EM_PROTO_ERANGE},
+    {"reserved tail", 511, "\x80", 0, EM_PROTO_ERANGE},
+    {"a byte in an unused slot", LABELS_AT + 2 * SLOT_BYTES + 20, "x", 0, EM_PROTO_ERANGE},
+    {"name without NUL", 16, "0123456789012345678901234567890123456789012345678901234567890123", 0,
+     EM_PROTO_ESTRING},
+    {"a byte after the name's NUL", 16 + 63, "x", 0, EM_PROTO_ESTRING},
+    {"empty name", 16, "\0", 1, EM_PROTO_ESTRING},
+    {"tab in the version", 80, "1\t4", 0, EM_PROTO_ESTRING},
+    {"DEL in a value", LABELS_AT + 16, "lab\x7f", 0, EM_PROTO_ESTRING},
+    {"byte 0x80 in the name", 16, "\x80", 0, EM_PROTO_ESTRING},
+    {"key without NUL", LABELS_AT, "abcdefghijklmnop", 0, EM_PROTO_ESTRING},
+    {"key with a dash", LABELS_AT, "si-e", 0, EM_PROTO_ESTRING},
+    {"key starting with __", LABELS_AT, "__te", 0, EM_PROTO_ESTRING},
+    {"empty value", LABELS_AT + 16, "\0\0\0\0\0", 5, EM_PROTO_ESTRING},
+    {"keys not ascending", LABELS_AT, "wite", 0, EM_PROTO_EINVAL},
+    {"a key twice", LABELS_AT, "variant", 0, EM_PROTO_EDUPLICATE},
+};
+
+static void model_unpack_refuses_each_garbled_field(void **state) {
+  (void)state;
+  for (size_t i = 0; i < ARRAY_LEN(garbles); i++) {
+    uint8_t b[EM_MODEL_DGRAM_BYTES];
+    pack_row(b);
+    size_t n = garbles[i].n ? garbles[i].n : strlen(garbles[i].bytes);
+    memcpy(b + garbles[i].offset, garbles[i].bytes, n);
+    em_model_dgram_t d;
+    memset(&d, 0x33, sizeof d);
+    int rc = em_model_dgram_unpack(b, sizeof b, &d);
+    if (rc != garbles[i].code) {
+      print_error("%s: got %d, want %d\n", garbles[i].what, rc, garbles[i].code);
+      fail();
+    }
+    assert_int_equal(d.pid, 0x33333333u); /* Untouched on failure. */
+  }
+}
+
+/* Every check broken at once; fixing the reported one reveals the next, in WIRE.md's order. */
+static void model_unpack_reports_the_first_failure_in_order(void **state) {
+  (void)state;
+  uint8_t b[EM_MODEL_DGRAM_BYTES];
+  pack_row(b);
+  uint8_t good[EM_MODEL_DGRAM_BYTES];
+  memcpy(good, b, sizeof b);
+  memcpy(b + LABELS_AT, "wite", 4);                 /* EINVAL (order), found last */
+  memcpy(b + LABELS_AT + SLOT_BYTES + 16, "\t", 1); /* ESTRING (class) */
+  b[80 + 31] = 'x';                                 /* ESTRING (framing) */
+  b[500] = 1;                                       /* ERANGE */
+  b[12] = 9;                                        /* ELIMIT */
+  b[3] = 1;                                         /* EKIND */
+  b[2] = 3;                                         /* EVERSION */
+  b[0] = 0;                                         /* EMAGIC */
+  static const struct {
+    size_t offset;
+    int code;
+  } order[] = {{0, EM_PROTO_EMAGIC},
+               {2, EM_PROTO_EVERSION},
+               {3, EM_PROTO_EKIND},
+               {12, EM_PROTO_ELIMIT},
+               {500, EM_PROTO_ERANGE},
+               {80 + 31, EM_PROTO_ESTRING},
+               {LABELS_AT + SLOT_BYTES + 16, EM_PROTO_ESTRING}};
+  em_model_dgram_t d;
+  for (size_t i = 0; i < ARRAY_LEN(order); i++) {
+    assert_int_equal(em_model_dgram_unpack(b, sizeof b, &d), order[i].code);
+    b[order[i].offset] = good[order[i].offset];
+  }
+  assert_int_equal(em_model_dgram_unpack(b, sizeof b, &d), EM_PROTO_EINVAL);
+  memcpy(b + LABELS_AT, good + LABELS_AT, 4);
+  assert_int_equal(em_model_dgram_unpack(b, sizeof b, &d), 0);
+}
+
+/* ---- Golden vectors ---- */
+
+static const em_label_t max_labels[] = {{"A_key_15_bytes_", "value of 31 printable bytes !~ "},
+                                        {"a1", "1"},
+                                        {"b", " "},
+                                        {"c", "~"},
+                                        {"d", "x"},
+                                        {"e", "y"},
+                                        {"f", "z"},
+                                        {"zzzzzzzzzzzzzzz", "0123456789012345678901234567890"}};
+
+static const struct {
+  const char *name;
+  em_model_t m;
+  uint32_t pid, generation;
+} vectors[] = {
+    {"model", {"mobilenet_v3_small", "1.4", two_labels, 2}, 4242, 1},
+    {"model_no_labels", {"resnet18", "2024-05-01", NULL, 0}, 4242, 7},
+    {"model_max_fields",
+     {" !\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^",
+      "`abcdefghijklmnopqrstuvwxyz{|}~", max_labels, 8},
+     UINT32_MAX,
+     UINT32_MAX},
+};
+
+static void golden_model_vectors_pack_and_unpack_to_their_rows(void **state) {
+  (void)state;
+  for (size_t i = 0; i < ARRAY_LEN(vectors); i++) {
+    uint8_t file[EM_MODEL_DGRAM_BYTES + 1];
+    size_t len = read_vector(vectors[i].name, file, sizeof file);
+    assert_int_equal(len, EM_MODEL_DGRAM_BYTES);
+    uint8_t b[EM_MODEL_DGRAM_BYTES];
+    assert_int_equal(em_model_dgram_pack(&vectors[i].m, vectors[i].pid, vectors[i].generation, b),
+                     0);
+    assert_memory_equal(b, file, EM_MODEL_DGRAM_BYTES);
+    em_model_dgram_t d;
+    assert_int_equal(em_model_dgram_unpack(file, len, &d), 0);
+    assert_int_equal(d.pid, vectors[i].pid);
+    assert_int_equal(d.generation, vectors[i].generation);
+    assert_same_model(&vectors[i].m, &d);
+  }
+}
+
+/* A changed byte is refused, or what it unpacks to packs back to exactly the changed bytes. */
+static void golden_model_vectors_with_any_byte_changed_fail_or_repack_identically(void **state) {
+  (void)state;
+  static const uint8_t values[] = {0x00, 0x01, 0x09, 0x20, 0x2d, 0x5f, 0x61, 0x7f, 0xff};
+  for (size_t v = 0; v < ARRAY_LEN(vectors); v++) {
+    uint8_t file[EM_MODEL_DGRAM_BYTES + 1];
+    assert_int_equal(read_vector(vectors[v].name, file, sizeof file), EM_MODEL_DGRAM_BYTES);
+    for (size_t at = 0; at < EM_MODEL_DGRAM_BYTES; at++) {
+      for (size_t k = 0; k < ARRAY_LEN(values); k++) {
+        uint8_t b[EM_MODEL_DGRAM_BYTES];
+        memcpy(b, file, sizeof b);
+        b[at] = values[k];
+        em_model_dgram_t d;
+        if (em_model_dgram_unpack(b, sizeof b, &d) != 0) {
+          continue;
+        }
+        em_label_t labels[EM_PROTO_MAX_MODEL_LABELS];
+        em_model_t view;
+        em_model_dgram_view(&d, labels, &view);
+        uint8_t again[EM_MODEL_DGRAM_BYTES];
+        assert_int_equal(em_model_dgram_pack(&view, d.pid, d.generation, again), 0);
+        assert_memory_equal(again, b, sizeof b);
+      }
+    }
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(stage_name_rules),
@@ -1144,6 +1439,15 @@ int main(void) {
       cmocka_unit_test(golden_page_vector_reads_back_its_row_at_seq_2),
       cmocka_unit_test(golden_vectors_truncated_at_every_length_fail_with_esize),
       cmocka_unit_test(golden_vectors_with_any_byte_changed_fail_or_repack_identically),
+
+      cmocka_unit_test(model_pack_writes_documented_layout),
+      cmocka_unit_test(model_roundtrip_keeps_every_field),
+      cmocka_unit_test(model_pack_refuses_what_the_schema_refuses),
+      cmocka_unit_test(model_unpack_refuses_every_other_length),
+      cmocka_unit_test(model_unpack_refuses_each_garbled_field),
+      cmocka_unit_test(model_unpack_reports_the_first_failure_in_order),
+      cmocka_unit_test(golden_model_vectors_pack_and_unpack_to_their_rows),
+      cmocka_unit_test(golden_model_vectors_with_any_byte_changed_fail_or_repack_identically),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,8 @@
 /*
  * edgemon/wire.h - the fixed-size binary records between the inference process and the agent
- * on the same board: span datagram v1 (client -> agent), level push datagram v1 and state
- * page v1 (agent -> clients). proto/WIRE.md documents every byte; this header mirrors it.
+ * on the same board: span datagram v1 and model datagram v2 (client -> agent), level push
+ * datagram v1 and state page v1 (agent -> clients). proto/WIRE.md documents every byte; this header
+ * mirrors it.
  *
  * Every multi-byte field is little-endian and is packed and unpacked field by field with
  * explicit byte shifts, never by copying a struct, so the layout is the same on every
@@ -69,6 +70,61 @@ typedef struct {
   char stage[EM_STAGE_FIELD_BYTES];   /* NUL-terminated, may be empty. */
   char reason[EM_REASON_FIELD_BYTES]; /* NUL-terminated, may be empty. */
 } em_state_record_t;
+
+/* Model datagram v2 (client -> agent, 512 bytes, WIRE.md "Model identity: model datagram v2"):
+ * the model the inference process runs, its version and up to 8 labels. */
+#define EM_MODEL_DGRAM_BYTES         512u
+#define EM_MODEL_DGRAM_VERSION       2
+#define EM_DGRAM_MODEL               7
+#define EM_MODEL_NAME_FIELD_BYTES    64u /* 1..63 bytes of printable ASCII, NUL-padded. */
+#define EM_MODEL_VERSION_FIELD_BYTES 32u /* 1..31 bytes of printable ASCII, NUL-padded. */
+#define EM_MODEL_LABEL_KEY_BYTES     16u /* 1..15 bytes of [A-Za-z_][A-Za-z0-9_]*, not "__". */
+#define EM_MODEL_LABEL_VALUE_BYTES   32u /* 1..31 bytes of printable ASCII. */
+
+/* One label slot of a model datagram; both texts NUL-terminated and zero-padded. */
+typedef struct {
+  char key[EM_MODEL_LABEL_KEY_BYTES];
+  char value[EM_MODEL_LABEL_VALUE_BYTES];
+} em_model_label_t;
+
+/*
+ * A decoded model datagram: a copy of every text (fixed storage, no pointer into the received
+ * bytes), labels in ascending key order. em_model_dgram_view() gives it as an em_model_t.
+ */
+typedef struct {
+  uint32_t pid;        /* As the sender claims; the agent trusts SCM_CREDENTIALS instead. */
+  uint32_t generation; /* The client's count of set_model calls (informative). */
+  char name[EM_MODEL_NAME_FIELD_BYTES];
+  char version[EM_MODEL_VERSION_FIELD_BYTES];
+  size_t n_labels; /* 0..EM_PROTO_MAX_MODEL_LABELS */
+  em_model_label_t labels[EM_PROTO_MAX_MODEL_LABELS];
+} em_model_dgram_t;
+
+/*
+ * Packs a model datagram into out[0..EM_MODEL_DGRAM_BYTES) from `m` (borrowed for the call).
+ * Returns 0, EM_PROTO_EINVAL (NULL argument, or m->name NULL: a datagram always names a
+ * model), or what em_proto_model_check() refuses (ESTRING, ELIMIT, EDUPLICATE, EINVAL for keys
+ * not ascending). `out` is untouched on failure.
+ */
+EM_PROTO_MUST_USE int em_model_dgram_pack(const em_model_t *m, uint32_t pid, uint32_t generation,
+                                          uint8_t out[EM_MODEL_DGRAM_BYTES]);
+
+/*
+ * Unpacks and validates one received model datagram of `len` bytes, reporting the first
+ * failure in this order: EM_PROTO_ESIZE (len != 512), EM_PROTO_EMAGIC, EM_PROTO_EVERSION (not
+ * 2), EM_PROTO_EKIND (not 7), EM_PROTO_ELIMIT (n_labels > 8), EM_PROTO_ERANGE (reserved bytes
+ * or an unused label slot not all zero), EM_PROTO_ESTRING (a text field without its NUL or with
+ * non-zero bytes after it), then em_proto_model_check()'s codes on the decoded identity
+ * (ESTRING, EDUPLICATE, EINVAL: keys not ascending). `out` is written only on success.
+ */
+EM_PROTO_MUST_USE int em_model_dgram_unpack(const uint8_t *buf, size_t len, em_model_dgram_t *out);
+
+/*
+ * The identity `d` holds as an em_model_t whose strings point into `d` and whose labels are
+ * labels[0..d->n_labels) (filled here). Both `d` and `labels` must outlive the view.
+ */
+void em_model_dgram_view(const em_model_dgram_t *d, em_label_t labels[EM_PROTO_MAX_MODEL_LABELS],
+                         em_model_t *out);
 
 /*
  * True when `name` is a valid stage name: 1..31 bytes of [A-Za-z0-9_.:-]. Stage names travel
