@@ -15,6 +15,13 @@
  * fixed figures, the anomaly scores, the sensors. A birth is published on every connect, on a
  * rebirth command, and after every attach (what is absent may have changed).
  *
+ * The model identity (WIRE.md "Model identity"): on_model keeps the last identity a client sent
+ * in fixed storage (a copy of the datagram's texts, no allocation); the birth, every data
+ * message and every state message carry it (keys 11, 10, 13). A different identity publishes at
+ * once a retained state message with level == prev_level (a change of model, not of level) and
+ * is logged; the same identity sent again (a client's re-send, or one after an agent restart)
+ * changes nothing.
+ *
  * The flight recorder (record/flight.h, [flight]): every tick hands it the figures read on that
  * tick (PMU counters, the target's memory, smaps, MemAvailable and PSI, sensors: its columns,
  * fixed at start from the dictionary), on_span every accepted span, apply_change every rise of
@@ -129,8 +136,12 @@ struct em_agent {
   size_t n_birth_budgets;
   uint64_t budget_start_ns; /* uv_hrtime() the budget window began. */
   em_state_record_t state;  /* The last level change, as the page and pushes carry it. */
-  em_stage_t *stage_out;    /* max_stages windows for the data message. */
-  em_bucket_t *bucket_out;  /* max_stages * BUCKETS_PER_STAGE buckets. */
+  em_model_dgram_t model;   /* The target's model identity, as its client last named it. */
+  em_label_t model_labels[EM_PROTO_MAX_MODEL_LABELS]; /* model_view's labels, into model. */
+  em_model_t model_view;   /* What messages carry: name NULL until a client names a model. */
+  uint64_t model_changes;  /* Identities that differed from the one held, since start. */
+  em_stage_t *stage_out;   /* max_stages windows for the data message. */
+  em_bucket_t *bucket_out; /* max_stages * BUCKETS_PER_STAGE buckets. */
   em_procfs_t *proc;
   int self_statm_fd;
   em_pmu_t *pmu;
@@ -254,7 +265,8 @@ static void publish_birth(em_agent_t *a) {
                               .metrics = em_figures_defs(a->figs),
                               .n_metrics = a->n_metrics,
                               .budgets = a->birth_budgets,
-                              .n_budgets = a->n_birth_budgets}};
+                              .n_budgets = a->n_birth_budgets,
+                              .model = a->model_view}};
   if (a->flight) {
     msg.u.birth.flight = (em_flight_recorder_t){.on = true,
                                                 .pre_ns = a->cfg.flight_pre_ns,
@@ -555,7 +567,8 @@ static void publish_state(em_agent_t *a) {
                               .mono_ns = r->since_mono_ns,
                               .rule = r->rule[0] ? r->rule : NULL,
                               .stage = r->stage[0] ? r->stage : NULL,
-                              .reason = r->reason[0] ? r->reason : NULL}};
+                              .reason = r->reason[0] ? r->reason : NULL,
+                              .model = a->model_view}};
   if (!isnan(r->value)) {
     msg.u.state.value = (em_value_t){.type = EM_VALUE_FLOAT, .as.f = r->value};
   }
@@ -646,6 +659,56 @@ static void on_hard_miss(void *ctx, const em_span_t *span, const struct ucred *s
       em_budget_on_hard_miss(a->budget, stage->name, span->duration_ns, uv_hrtime(), &c)) {
     apply_change(a, &c);
   }
+}
+
+/* "model: NAME VERSION (k=v, ...)" into out[0..cap), cut at cap (all of it is ASCII). */
+static void model_reason(const em_model_t *m, char *out, size_t cap) {
+  size_t n = (size_t)snprintf(out, cap, "model: %s %s", m->name, m->version);
+  for (size_t i = 0; i < m->n_labels && n < cap; i++) {
+    n += (size_t)snprintf(out + n, cap - n, "%s%s=%s", i == 0 ? " (" : ", ", m->labels[i].key,
+                          m->labels[i].value);
+  }
+  if (m->n_labels > 0 && n < cap) {
+    snprintf(out + n, cap - n, ")");
+  }
+}
+
+/*
+ * A valid model datagram from an allowed sender (spans.h). The same identity again changes
+ * nothing; another one is copied into a->model and published at once as a state message with
+ * level == prev_level (retained, spooled when the broker is away, as a level change), and
+ * logged. The state page, the pushes and the hook are about levels: they are not told.
+ */
+static void on_model(void *ctx, const em_model_dgram_t *m, const struct ucred *sender) {
+  em_agent_t *a = ctx;
+  em_label_t labels[EM_PROTO_MAX_MODEL_LABELS];
+  em_model_t view;
+  em_model_dgram_view(m, labels, &view);
+  if (em_proto_model_equal(&view, &a->model_view)) {
+    return;
+  }
+  a->model = *m;
+  em_model_dgram_view(&a->model, a->model_labels, &a->model_view);
+  a->model_changes++;
+  char reason[EM_PROTO_MAX_TEXT_BYTES + 1];
+  model_reason(&a->model_view, reason, sizeof(reason));
+  em_level_t level = a->state.level;
+  em_msg_t msg = {.kind = EM_MSG_STATE,
+                  .u.state = {.head = {.time_ns = wall_ns(), .session = a->session},
+                              .level = level,
+                              .prev_level = level,
+                              .mono_ns = uv_hrtime(),
+                              .reason = reason,
+                              .model = a->model_view}};
+  size_t len = 0;
+  int rc = em_proto_encode(&msg, a->out, EM_PROTO_MAX_MESSAGE_BYTES, &len);
+  if (rc) {
+    EM_ERROR("state: cannot encode the model change: %s", em_proto_strerror(rc));
+  } else {
+    (void)em_forward_publish(a->fwd, &msg, a->out, EM_PROTO_MAX_MESSAGE_BYTES, len, !a->closing);
+  }
+  EM_INFO("%s, named by pid %lu (level %s unchanged)", reason,
+          (unsigned long)em_spans_sender_pid(sender), em_level_name(level));
 }
 
 static void on_register(void *ctx, const em_ring_dgram_t *reg, int fd, bool allowed,
@@ -1226,6 +1289,9 @@ static void on_tick(uv_timer_t *t) {
   set_u(a, fx(a, EM_FIG_PUSH_REFUSED), sig->refused);
   set_u(a, fx(a, EM_FIG_PUSH_GONE), sig->dropped + sig->reaped);
   set_u(a, fx(a, EM_FIG_AGENT_REBIRTHS_SUPPRESSED), a->rebirths_suppressed);
+  set_u(a, fx(a, EM_FIG_MODEL_RECEIVED), em_spans_models_accepted(a->spans));
+  set_u(a, fx(a, EM_FIG_MODEL_CHANGES), a->model_changes);
+  set_u(a, fx(a, EM_FIG_MODEL_REFUSED), em_spans_models_refused(a->spans));
   flush_refusal_log(a, now);
   sample_spool(a);
   for (size_t k = 0; k < em_figures_anomalies(a->figs); k++) {
@@ -1251,7 +1317,8 @@ static void on_tick(uv_timer_t *t) {
                              .window_ns = window_ns,
                              .level = em_budget_level(a->budget),
                              .samples = view,
-                             .n_samples = window_samples(a, view)}};
+                             .n_samples = window_samples(a, view),
+                             .model = a->model_view}};
   size_t len = 0;
   int rc = EM_PROTO_ETOOBIG;
   /* Stage windows share the message: fewer buckets per stage (a coarser scale) if needed. */
@@ -1443,6 +1510,7 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
                         .on_subscribe = on_subscribe,
                         .on_register = on_register,
                         .on_hard_miss = on_hard_miss,
+                        .on_model = on_model,
                         .ctx = a};
   if (!rc) {
     rc = em_spans_new(&a->spans, loop, &so);

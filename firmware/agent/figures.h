@@ -106,6 +106,9 @@ typedef enum {
   X(PUSH_REFUSED, "push.subscribe_refused", "1", COUNTER, TICK)                                    \
   X(PUSH_GONE, "push.subscribers_gone", "1", COUNTER, TICK)                                        \
   X(AGENT_REBIRTHS_SUPPRESSED, "agent.rebirths_suppressed", "1", COUNTER, TICK)                    \
+  X(MODEL_RECEIVED, "model.received", "1", COUNTER, TICK)                                          \
+  X(MODEL_CHANGES, "model.changes", "1", COUNTER, TICK)                                            \
+  X(MODEL_REFUSED, "model.refused", "1", COUNTER, TICK)                                            \
   X(SPOOL_PENDING, "spool.pending", "1", GAUGE, TICK)                                              \
   X(SPOOL_DROPPED, "spool.dropped", "1", COUNTER, TICK)                                            \
   X(SPOOL_CORRUPT, "spool.corrupt", "1", COUNTER, TICK)                                            \

@@ -8,8 +8,14 @@
  * left wakes the loop again at once. A short batch or a failing call ends the event. Control space
  * holds SCM_CREDENTIALS and up to SPAN_MAX_FDS descriptors (received close-on-exec); the kernel
  * discards descriptors beyond it (MSG_CTRUNC), and every one received is closed unless a ring
- * register takes it. Every buffer is one byte longer than a datagram, so a longer datagram shows as
- * such (or as MSG_TRUNC) and is counted, never parsed.
+ * register takes it.
+ *
+ * Two sizes of datagram arrive: the 64-byte records (spans, heartbeats, v2 ring datagrams) and
+ * the 512-byte model datagram (WIRE.md "Model identity"). Each message of a batch scatters into
+ * two buffers: its 64-byte slot of one dense array (all a 64-byte record touches, so that path
+ * costs what it did) and its own spill buffer for bytes 64..512 plus one byte more, so a
+ * datagram longer than 512 bytes shows as such (or as MSG_TRUNC) and is counted, never parsed.
+ * A model datagram is copied out of its two pieces and then unpacked.
  */
 #define _GNU_SOURCE /* struct ucred, SCM_CREDENTIALS, recvmmsg */
 
@@ -46,14 +52,17 @@ struct em_spans {
   uint64_t fds_closed;
   uint64_t recv_errors;
   uint64_t ctrl_truncated;
+  uint64_t models_accepted;
+  uint64_t models_refused;
   int logged_errno;   /* The recvmmsg errno last logged (0: none yet). */
   bool logged_ctrunc; /* A truncated control message was logged. */
   uint64_t dropped[EM_SPANS_DROP_COUNT];
   em_stages_t stages;
 
   struct mmsghdr msgs[EM_SPANS_BATCH];
-  struct iovec iov[EM_SPANS_BATCH];
-  uint8_t bufs[EM_SPANS_BATCH][EM_SPAN_DGRAM_BYTES + 1];
+  struct iovec iov[EM_SPANS_BATCH][2];
+  _Alignas(64) uint8_t bufs[EM_SPANS_BATCH][EM_SPAN_DGRAM_BYTES];
+  uint8_t spill[EM_SPANS_BATCH][EM_MODEL_DGRAM_BYTES - EM_SPAN_DGRAM_BYTES + 1];
   struct sockaddr_un from[EM_SPANS_BATCH];
   /* Control space for SCM_CREDENTIALS and SCM_RIGHTS each, aligned for struct cmsghdr. */
   _Alignas(struct cmsghdr) char ctrl[EM_SPANS_BATCH][CMSG_SPACE(sizeof(struct ucred)) +
@@ -195,6 +204,32 @@ static void take_v2(em_spans_t *s, size_t i, const struct ucred *cred, int *fds,
   }
 }
 
+/*
+ * A 512-byte datagram: a model datagram v2, from an allowed sender, handed to on_model.
+ * Anything else of that size is refused and counted (spans.dropped.* and models_refused).
+ */
+static void take_model(em_spans_t *s, size_t i, const struct ucred *cred) {
+  if (!allowed(s, cred)) {
+    s->dropped[EM_SPANS_DROP_DISALLOWED]++;
+    s->models_refused++;
+    return;
+  }
+  uint8_t buf[EM_MODEL_DGRAM_BYTES];
+  memcpy(buf, s->bufs[i], EM_SPAN_DGRAM_BYTES);
+  memcpy(buf + EM_SPAN_DGRAM_BYTES, s->spill[i], EM_MODEL_DGRAM_BYTES - EM_SPAN_DGRAM_BYTES);
+  em_model_dgram_t m;
+  int rc = em_model_dgram_unpack(buf, sizeof buf, &m);
+  if (rc != 0) {
+    s->dropped[rc == EM_PROTO_EVERSION ? EM_SPANS_DROP_VERSION : EM_SPANS_DROP_MALFORMED]++;
+    s->models_refused++;
+    return;
+  }
+  s->models_accepted++;
+  if (s->opts.on_model) {
+    s->opts.on_model(s->opts.ctx, &m, cred);
+  }
+}
+
 /* One received datagram: checked, counted, folded in; its descriptors closed or handed on. */
 static void take(em_spans_t *s, size_t i, uint64_t now_ns) {
   struct msghdr *h = &s->msgs[i].msg_hdr;
@@ -211,12 +246,17 @@ static void take(em_spans_t *s, size_t i, uint64_t now_ns) {
       s->logged_ctrunc = true;
     }
   }
-  if (len != EM_SPAN_DGRAM_BYTES || (h->msg_flags & MSG_TRUNC)) {
+  if ((len != EM_SPAN_DGRAM_BYTES && len != EM_MODEL_DGRAM_BYTES) || (h->msg_flags & MSG_TRUNC)) {
     close_fds(s, fds, n_fds);
     s->dropped[EM_SPANS_DROP_SIZE]++;
     return;
   }
   const struct ucred *cred = sender_of(h);
+  if (len == EM_MODEL_DGRAM_BYTES) {
+    close_fds(s, fds, n_fds);
+    take_model(s, i, cred);
+    return;
+  }
   if (s->bufs[i][2] == EM_RING_DGRAM_VERSION) {
     take_v2(s, i, cred, fds, n_fds, cut, now_ns);
     return;
@@ -415,9 +455,10 @@ int em_spans_new(em_spans_t **out, uv_loop_t *loop, const em_spans_opts_t *opts)
   snprintf(s->path, sizeof(s->path), "%s", opts->path);
   s->opts.path = s->path;
   for (size_t i = 0; i < EM_SPANS_BATCH; i++) {
-    s->iov[i] = (struct iovec){.iov_base = s->bufs[i], .iov_len = sizeof(s->bufs[i])};
+    s->iov[i][0] = (struct iovec){.iov_base = s->bufs[i], .iov_len = sizeof(s->bufs[i])};
+    s->iov[i][1] = (struct iovec){.iov_base = s->spill[i], .iov_len = sizeof(s->spill[i])};
     s->msgs[i].msg_hdr = (struct msghdr){
-        .msg_name = &s->from[i], .msg_iov = &s->iov[i], .msg_iovlen = 1, .msg_control = s->ctrl[i]};
+        .msg_name = &s->from[i], .msg_iov = s->iov[i], .msg_iovlen = 2, .msg_control = s->ctrl[i]};
   }
   rearm(s, EM_SPANS_BATCH);
   rc = open_socket(s);
@@ -483,6 +524,14 @@ uint64_t em_spans_fds_closed(const em_spans_t *s) {
 
 uint64_t em_spans_recv_errors(const em_spans_t *s) {
   return s->recv_errors;
+}
+
+uint64_t em_spans_models_accepted(const em_spans_t *s) {
+  return s->models_accepted;
+}
+
+uint64_t em_spans_models_refused(const em_spans_t *s) {
+  return s->models_refused;
 }
 
 uint64_t em_spans_ctrl_truncated(const em_spans_t *s) {

@@ -11,6 +11,11 @@
  * idle stages evicted for new names); spans of a stage that gets no slot are counted as
  * overflow.
  *
+ * A 512-byte datagram is a model datagram v2 (proto/WIRE.md "Model identity"): from an allowed
+ * sender and valid (em_model_dgram_unpack), it goes to on_model; otherwise it is counted
+ * (em_spans_models_refused, and by reason in em_spans_dropped). Every other length but 64 is
+ * counted as EM_SPANS_DROP_SIZE.
+ *
  * Datagrams v2 (version byte 2, proto/WIRE.md "Span ring v2") are recognised here: a ring
  * register goes to on_register with its descriptor, a hard miss to on_hard_miss (not folded
  * into the window: the ring carries the span). Every descriptor that arrives (SCM_RIGHTS) on
@@ -73,7 +78,7 @@ extern const em_spans_sys_t em_spans_sys_linux;
 typedef enum {
   EM_SPANS_DROP_MALFORMED = 0, /* Bad magic, kind or stage field. */
   EM_SPANS_DROP_VERSION,       /* A span datagram version this agent does not speak. */
-  EM_SPANS_DROP_SIZE,          /* Not exactly 64 bytes (oversized ones included). */
+  EM_SPANS_DROP_SIZE,          /* Neither 64 nor 512 bytes (oversized ones included). */
   EM_SPANS_DROP_DISALLOWED,    /* Sender not in the allow-lists, or no credentials. */
   EM_SPANS_DROP_OVERFLOW,      /* A new stage that got no slot in the stage table. */
   EM_SPANS_DROP_COUNT
@@ -103,6 +108,13 @@ typedef void (*em_spans_register_fn)(void *ctx, const em_ring_dgram_t *reg, int 
                                      const struct ucred *sender, const struct sockaddr_un *from,
                                      socklen_t from_len);
 
+/*
+ * Called for a valid model datagram from an allowed sender; `model` is borrowed for the call
+ * (copy what is kept).
+ */
+typedef void (*em_spans_model_fn)(void *ctx, const em_model_dgram_t *model,
+                                  const struct ucred *sender);
+
 typedef struct {
   const char *path; /* Socket file; its directory is created (0755) if missing. */
   unsigned mode;    /* Permission bits of the socket file, e.g. 0660. */
@@ -119,6 +131,7 @@ typedef struct {
   em_spans_subscribe_fn on_subscribe; /* May be NULL. */
   em_spans_register_fn on_register;   /* May be NULL: registers are refused, fds closed. */
   em_spans_fn on_hard_miss;           /* May be NULL: a ring span over its hard deadline. */
+  em_spans_model_fn on_model;         /* May be NULL: model datagrams are checked, dropped. */
   void *ctx;
   const em_spans_sys_t *sys; /* NULL: em_spans_sys_linux. Copied. */
 } em_spans_opts_t;
@@ -171,6 +184,13 @@ uint64_t em_spans_fds_closed(const em_spans_t *s);
  */
 em_stage_stats_t *em_spans_fold(em_spans_t *s, const em_span_t *span, const struct ucred *sender,
                                 uint64_t seen_ns);
+
+/* Model datagrams accepted (valid, from an allowed sender) since start. */
+uint64_t em_spans_models_accepted(const em_spans_t *s);
+
+/* Model datagrams refused (disallowed sender, or any check of em_model_dgram_unpack) since
+ * start; each is also counted by reason in em_spans_dropped. */
+uint64_t em_spans_models_refused(const em_spans_t *s);
 
 /* Failed recvmmsg calls (errors other than EAGAIN and EINTR) since start. */
 uint64_t em_spans_recv_errors(const em_spans_t *s);

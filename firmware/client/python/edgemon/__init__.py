@@ -20,6 +20,7 @@ agent costs a counted drop, never an exception and never a wait.
 
     edgemon.record("camera.rx", start_ns, duration_ns)   # timed by the caller (monotonic ns)
     edgemon.heartbeat("watchdog")                         # alive, nothing to time
+    edgemon.set_model("mobilenet_v3_small", "1.4", variant="full")  # the model identity
     edgemon.stats()   # {'sent': .., 'dropped': {'no_agent': .., 'queue_full': ..,
                       #  'invalid_stage': .., 'other': ..}, 'socket_path': .., 'connected': ..}
 
@@ -36,7 +37,7 @@ defaults; see README.md). edgemon.Client(socket_path, sync) makes an independent
 """
 
 from ._client import DROP_REASONS, RECONNECT_INTERVAL_NS, Client, configure, default_client
-from ._client import dropped, heartbeat, level, record, set_frame, span, state, stats
+from ._client import dropped, heartbeat, level, record, set_frame, set_model, span, state, stats
 from ._client import resolve_deadline_path, subscribe, unsubscribe, wait_change
 from ._paths import resolve_socket_path
 from ._state import LEVEL_NAMES, State, StatePage, Subscriber, decode_push, resolve_state_path
@@ -62,6 +63,7 @@ __all__ = [
     "resolve_socket_path",
     "resolve_state_path",
     "set_frame",
+    "set_model",
     "span",
     "state",
     "stats",

@@ -39,6 +39,14 @@ lock: under heavy contention from several threads an increment can be lost, so t
 diagnostics, not as an exact ledger. The current frame (set_frame) is one value per Client,
 shared by all threads: a pipeline whose threads work on different frames passes frame=.
 
+Model identity (set_model, WIRE.md "Model identity"): the call is validated here (a bad label
+is dropped and counted, a bad name or version drops the call and is counted), packed into one
+512-byte model datagram and sent on the connected socket at once. The client keeps the
+datagram: the once-a-second agent check on the span path (the same one that finds a new agent
+from the deadline page's inode and re-registers the rings) sends it again when the last send
+failed (queue full, no agent yet) and whenever a new agent appeared, so a restarted agent
+learns the identity without the application calling set_model again.
+
 Fork: os.register_at_fork resets every live Client in the child (new pid in the datagrams, a
 new lock, counters at zero, the inherited socket closed, the parent's rings forgotten and never
 written); the child connects its own socket and makes its own rings on its first spans.
@@ -59,7 +67,7 @@ from ._paths import resolve_socket_path
 from ._state import StatePage, Subscriber
 from ._wire import KIND_HARD_MISS, KIND_HEARTBEAT, KIND_SPAN, MAGIC, RING_VERSION, SPAN_STRUCT
 from ._wire import STAGE_CACHE, VERSION
-from ._wire import stage_bytes, warn_at_caller
+from ._wire import check_model, pack_model, stage_bytes, warn_at_caller
 
 # Cached at import so the hot path does module-global lookups only.
 assert (MAGIC, VERSION, KIND_SPAN) == (b"EM", 1, 1)  # spelled as literals on the hot path
@@ -120,7 +128,8 @@ class Client(object):
         "_next_connect_ns", "_unconnected_reason", "_attempts", "_queue_full", "_dropped",
         "_warned_fields", "connect_attempts", "_page", "_subscriber", "_deadline_arg",
         "_dpage", "_rings_on", "_hard", "_tls", "_rings", "_next_check_ns", "_agent_gen",
-        "_ring_sink", "_ring_counts", "_check_lock", "__weakref__",
+        "_ring_sink", "_ring_counts", "_check_lock", "_model", "_model_counts",
+        "_model_pending", "_warned_model", "__weakref__",
     )
 
     def __init__(self, socket_path=None, sync=None, state_path=None, deadline_path=None):
@@ -145,6 +154,11 @@ class Client(object):
         self._warned_fields = False
         self.connect_attempts = 0  # connect() calls made, for diagnostics and tests
         self._send = self._send_unconnected
+        self._model = None  # (name, version, {labels}, generation, datagram) of the last call
+        self._model_pending = False  # the datagram still has to reach an agent
+        self._model_counts = {"calls": 0, "sent": 0, "send_failed": 0, "invalid_model": 0,
+                              "invalid_label": 0, "labels_over_limit": 0}
+        self._warned_model = False
         _clients.add(self)
         self._connect(_monotonic_ns())
 
@@ -209,6 +223,41 @@ class Client(object):
             stage_b = stage_bytes(stage)
         self._emit(KIND_HEARTBEAT, stage_b, frame, _monotonic_ns(), 0)
 
+    def set_model(self, name, version, /, **labels):
+        """Names the model this process runs, for the agent to carry in its birth, data and
+        state messages; see edgemon.set_model. Returns True when the identity was accepted
+        (it is then sent now, or again later), False when the call was dropped. Never raises."""
+        counts = self._model_counts
+        counts["calls"] += 1
+        try:
+            name_b, version_b, pairs, bad, over = check_model(name, version, labels)
+        except Exception:  # an object whose str/bytes machinery misbehaves
+            name_b, version_b, pairs, bad, over = None, None, [], 0, 0
+        counts["invalid_label"] += bad
+        counts["labels_over_limit"] += over
+        if name_b is None or version_b is None:
+            counts["invalid_model"] += 1
+            self._warn_model("a model name (1..63) and version (1..31) of printable ASCII; "
+                             "this set_model call is dropped (counted as invalid_model)")
+            return False
+        if bad or over:
+            self._warn_model("label keys of [A-Za-z_][A-Za-z0-9_]* (1..15 bytes, not __...), "
+                             "values of 1..31 printable ASCII, 8 labels at most; the others "
+                             "are dropped (counted as invalid_label / labels_over_limit)")
+        generation = (self._model[3] + 1) if self._model else 1
+        data = pack_model(self._pid, generation, name_b, version_b, pairs)
+        self._model = (name_b.decode(), version_b.decode(),
+                       {k.decode(): v.decode() for k, v in pairs}, generation, data)
+        self._model_pending = True
+        self._send_model()
+        return True
+
+    @property
+    def model(self):
+        """The last identity set_model accepted: (name, version, {labels}), or None."""
+        m = self._model
+        return None if m is None else (m[0], m[1], dict(m[2]))
+
     def set_frame(self, frame_id):
         """Sets the frame id the next spans carry when they are not given frame= (u64)."""
         self._frame = frame_id
@@ -236,7 +285,8 @@ class Client(object):
     def stats(self):
         """{'sent': n, 'dropped': {'no_agent': n, 'queue_full': n, 'invalid_stage': n,
         'other': n}, 'socket_path': str, 'connected': bool}, plus 'rings' (ring_stats())
-        once an agent's deadline page was seen. 'sent' counts datagrams (v1 spans, heartbeats
+        once an agent's deadline page was seen and 'model' (model_stats()) once set_model
+        was called. 'sent' counts datagrams (v1 spans, heartbeats
         and kind-6 hard misses); spans written to rings are rings['written']."""
         dropped = {"no_agent": self._dropped["no_agent"], "queue_full": self._queue_full,
                    "invalid_stage": self._dropped["invalid_stage"],
@@ -249,6 +299,17 @@ class Client(object):
         }
         if self._agent_gen:  # a deadline page was seen: rings are in play
             out["rings"] = self.ring_stats()
+        if self._model_counts["calls"]:  # set_model was called: its counters
+            out["model"] = self.model_stats()
+        return out
+
+    def model_stats(self):
+        """{'calls', 'sent', 'send_failed', 'pending', 'invalid_model', 'invalid_label',
+        'labels_over_limit'}: set_model calls, model datagrams the kernel accepted, sends that
+        failed (each sent again later), whether the current identity still has to reach an
+        agent, and what validation dropped."""
+        out = dict(self._model_counts)
+        out["pending"] = self._model_pending
         return out
 
     def close(self):
@@ -440,6 +501,35 @@ class Client(object):
                              "unanswered": 0, "unsent": 0, "agent_restart": 0,
                              "hard_miss": 0}
 
+    def _warn_model(self, what):
+        if not self._warned_model:
+            self._warned_model = True
+            warn_at_caller("edgemon: set_model takes " + what)
+
+    def _send_model(self):
+        """Sends the model datagram on the connected socket (connecting first when there is
+        none). On failure it stays pending: _check_agent sends it again a second later."""
+        model = self._model
+        if model is None or self._closed:
+            return
+        for attempt in (1, 2):  # a second try on a fresh socket when the agent restarted
+            if self._sock is None and not self._connect(_monotonic_ns()):
+                self._model_counts["send_failed"] += 1
+                return
+            try:
+                self._sock.send(model[4])
+                break
+            except OSError as exc:
+                if exc.errno not in _NO_AGENT_ERRNOS or attempt == 2:
+                    self._model_counts["send_failed"] += 1
+                    return
+                self._disconnect()
+            except AttributeError:  # closed by another thread in between
+                return
+        self._model_counts["sent"] += 1
+        if self._model is model:
+            self._model_pending = False
+
     def _check_agent(self, now_ns):
         """At most once a second (the hot path calls it when now_ns passes _next_check_ns):
         stat the deadline page; a new inode is a new agent, whose rings register again."""
@@ -461,10 +551,14 @@ class Client(object):
                 if ring.live:  # spans since the last check may never be drained: lost
                     self._ring_counts["agent_restart"] += ring.pos - ring.checkpoint
                 ring.live = False
+            if self._model is not None:  # a new agent: it has to learn the identity
+                self._model_pending = True
         else:
             for ring in rings:
                 ring.checkpoint = ring.pos
         self._rings_on = self._dpage.inode is not None
+        if self._model_pending:
+            self._send_model()
 
     def _thread_ring(self, now_ns):
         """This thread's first span since rings are on: make its ring (a dummy one when the
@@ -782,6 +876,17 @@ def record(stage, start_ns, duration_ns, frame=None):
 def heartbeat(stage, frame=None):
     """Tells the agent `stage` is alive (stall rules) without timing anything."""
     (_default or default_client()).heartbeat(stage, frame)
+
+
+def set_model(name, version, /, **labels):
+    """Names the model the process runs: `name` (1..63 printable ASCII bytes), `version`
+    (1..31) and up to 8 labels (keys [A-Za-z_][A-Za-z0-9_]* of 1..15 bytes, not starting with
+    "__"; values 1..31 printable ASCII), e.g. set_model("mobilenet_v3_small", "1.4",
+    variant="light"). The agent carries it in its birth, data and state messages; a call that
+    changes it shows at once as a state message. A bad label is dropped, a bad name or version
+    drops the call; both are counted (stats()['model']) and never raise. Returns True when the
+    identity was accepted. It is sent again when the send failed and after an agent restart."""
+    return (_default or default_client()).set_model(name, version, **labels)
 
 
 def set_frame(frame_id):

@@ -1,5 +1,6 @@
 """Span datagram v1 on the client side: the record layout and the stage-name rules (and the
-kinds of the ring datagrams v2, which share the layout).
+kinds of the ring datagrams v2, which share the layout), and the model datagram v2 (512 bytes:
+the model identity set_model sends).
 
 proto/WIRE.md is the normative description; this module is the part of it a sender needs.
 One datagram is 64 bytes, packed with one precompiled struct.Struct:
@@ -42,6 +43,71 @@ KIND_RING_ACK = 17  # agent -> client, status at offset 16 as a signed i64
 # The whole datagram, WIRE.md's format string. calcsize == 64.
 SPAN_STRUCT = struct.Struct("<2sBBIQQQ32s")
 assert SPAN_STRUCT.size == 64
+
+# Model datagram v2 (WIRE.md "Model identity"): 512 bytes, version 2, kind 7. Header and texts
+# ('<2sBBIIB3x64s32s', 112 bytes), 8 label slots of '<16s32s', 16 reserved zero bytes.
+KIND_MODEL = 7
+MODEL_HEAD_STRUCT = struct.Struct("<2sBBIIB3x64s32s")
+MODEL_LABEL_STRUCT = struct.Struct("<16s32s")
+MODEL_BYTES = 512
+MODEL_LABELS_AT = 112
+MODEL_MAX_LABELS = 8
+assert MODEL_LABELS_AT == MODEL_HEAD_STRUCT.size
+assert MODEL_LABELS_AT + MODEL_MAX_LABELS * MODEL_LABEL_STRUCT.size + 16 == MODEL_BYTES
+
+# The schema's rules (em_proto_model_check): name 1..63, version and label values 1..31
+# printable ASCII bytes; label keys Prometheus label names of 1..15 bytes, not "__...".
+_NAME_RE = re.compile(rb"[\x20-\x7e]{1,63}")
+_SHORT_TEXT_RE = re.compile(rb"[\x20-\x7e]{1,31}")
+_LABEL_KEY_RE = re.compile(rb"(?!__)[A-Za-z_][A-Za-z0-9_]{0,14}")
+
+
+def _ascii(value, pattern):
+    """value (str or bytes) as bytes when it matches pattern in full, else None."""
+    if isinstance(value, str):
+        try:
+            value = value.encode("ascii")
+        except UnicodeEncodeError:
+            return None
+    elif not isinstance(value, bytes):
+        return None
+    return value if pattern.fullmatch(value) is not None else None
+
+
+def check_model(name, version, labels):
+    """Validates a set_model call with the schema's rules; never raises.
+
+    Returns (name, version, pairs, bad, over): name and version as bytes (None when invalid:
+    the whole call is then dropped), pairs the valid labels as (key, value) bytes sorted by key
+    (the first 8 valid ones in the order given), bad the count of invalid labels and over the
+    count of valid labels past the 8th.
+    """
+    name_b = _ascii(name, _NAME_RE)
+    version_b = _ascii(version, _SHORT_TEXT_RE)
+    pairs, bad, over = [], 0, 0
+    for key, value in labels.items():
+        key_b = _ascii(key, _LABEL_KEY_RE)
+        value_b = _ascii(value, _SHORT_TEXT_RE)
+        if key_b is None or value_b is None:
+            bad += 1
+        elif len(pairs) >= MODEL_MAX_LABELS:
+            over += 1
+        else:
+            pairs.append((key_b, value_b))
+    pairs.sort()
+    return name_b, version_b, pairs, bad, over
+
+
+def pack_model(pid, generation, name_b, version_b, pairs):
+    """The 512-byte model datagram of a checked identity (check_model's output)."""
+    buf = bytearray(MODEL_BYTES)
+    MODEL_HEAD_STRUCT.pack_into(buf, 0, MAGIC, RING_VERSION, KIND_MODEL, pid & 0xFFFFFFFF,
+                                generation & 0xFFFFFFFF, len(pairs), name_b, version_b)
+    for i, (key_b, value_b) in enumerate(pairs):
+        MODEL_LABEL_STRUCT.pack_into(buf, MODEL_LABELS_AT + i * MODEL_LABEL_STRUCT.size, key_b,
+                                     value_b)
+    return bytes(buf)
+
 
 STAGE_MAX_BYTES = 31
 _STAGE_RE = re.compile(rb"[A-Za-z0-9_.:-]{1,31}")
