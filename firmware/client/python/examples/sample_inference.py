@@ -13,7 +13,8 @@ frame); without an agent the spans are dropped and counted, and the loop runs th
 and --slow-from/--slow-for make every frame's infer 5x longer for a while (a heavy scene, a
 throttled SoC), so budgets and degradation have something to catch in demos. The loop reads
 its level from the agent every frame (edgemon.level(): no system call) and switches to a
-lighter model (a quarter of the work) at DEGRADED or CRITICAL, and back at NOMINAL. The socket is found the way the
+lighter model (a quarter of the work) at DEGRADED or CRITICAL, and back at NOMINAL, naming the
+variant it runs with edgemon.set_model (variant "full" or "light"). The socket is found the way the
 client always finds it: $EDGEMON_SOCKET, $EDGEMON_RUNTIME_DIR/spans.sock, then the agent's
 defaults (firmware/client/python/README.md).
 """
@@ -69,15 +70,20 @@ def main():
     start = time.monotonic()
     n = 0
     light = False
+    # The model identity: the agent puts it in every data window, so the host can tell which
+    # variant produced each one. A switch below names the variant again.
+    edgemon.set_model("sample_net", "1.0", variant="full")
     while not args.seconds or time.monotonic() - start < args.seconds:
         t0 = time.monotonic()
         edgemon.set_frame(n)
         level = edgemon.level()  # a read of the agent's state page, no system call
         if not light and level in ("DEGRADED", "CRITICAL"):
             light = True
+            edgemon.set_model("sample_net", "1.0", variant="light")
             print("[inference] level %s: switching to the light model" % level, flush=True)
         elif light and level in ("NOMINAL", None):
             light = False
+            edgemon.set_model("sample_net", "1.0", variant="full")
             print("[inference] level NOMINAL: back to the full model", flush=True)
         since = t0 - start
         slow = (args.slow_every > 0 and n > 0 and n % args.slow_every == 0) or (

@@ -137,6 +137,9 @@ def main(argv=None):
     light = False
     n = 0
     deadline = start
+    # The model identity, carried by every data window: the variant says which frame size
+    # ("full" or "light") produced it.
+    edgemon.set_model("mobilenet_v3_small", "1.0", variant="full")
     print(f"[inference] mobilenet_v3_small, {args.threads} thread(s), {args.fps:g} fps, "
           f"spans {'on' if spans else 'off'}", file=sys.stderr, flush=True)
     while True:
@@ -150,10 +153,12 @@ def main(argv=None):
         lvl = level()
         if not light and lvl in ("DEGRADED", "CRITICAL"):
             light = True
+            edgemon.set_model("mobilenet_v3_small", "1.0", variant="light")
             print(f"[inference] level {lvl}: frames of {args.light_size} px",
                   file=sys.stderr, flush=True)
         elif light and lvl in ("NOMINAL", None):
             light = False
+            edgemon.set_model("mobilenet_v3_small", "1.0", variant="full")
             print(f"[inference] level {lvl or 'unknown'}: frames of {args.size} px",
                   file=sys.stderr, flush=True)
         if spans:
