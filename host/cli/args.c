@@ -116,3 +116,64 @@ int em_cli_number_option(const char *cmd, const char *opt, const char *arg,
                                     : "a decimal number (like 2 or 0.5)";
   return em_cli_usage_error(cmd, "%s: '%s' is not %s", opt, arg, form);
 }
+
+/* Days since 1970-01-01 of a proleptic Gregorian date. */
+static int64_t days_from_civil(int64_t y, unsigned m, unsigned d) {
+  y -= m <= 2;
+  int64_t era = (y >= 0 ? y : y - 399) / 400;
+  unsigned yoe = (unsigned)(y - era * 400);
+  unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+  unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  return era * 146097 + (int64_t)doe - 719468;
+}
+
+bool em_cli_parse_time(const char *s, uint64_t *ns) {
+  static const em_cli_number_t epoch = {.min = 0, .max = 9.2e9};
+  double secs;
+  if (em_cli_parse_number(s, &epoch, &secs) == 0) {
+    *ns = (uint64_t)(secs * 1e9 + 0.5);
+    return true;
+  }
+  int y, mo, d, h, mi, sec, used = 0;
+  if (sscanf(s, "%4d-%2d-%2d%*1[Tt ]%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &sec, &used) != 6 ||
+      used != 19 || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60 ||
+      y < 1970) {
+    return false;
+  }
+  const char *p = s + used;
+  uint64_t frac = 0;
+  if (*p == '.') {
+    uint64_t scale = 100000000u;
+    p++;
+    if (*p < '0' || *p > '9') {
+      return false;
+    }
+    for (; *p >= '0' && *p <= '9'; p++) {
+      frac += (uint64_t)(*p - '0') * scale;
+      scale /= 10;
+    }
+  }
+  int64_t offset_s = 0;
+  if (*p == 'Z' || *p == 'z') {
+    p++;
+  } else if (*p == '+' || *p == '-') {
+    int oh, om, n2 = 0;
+    if (sscanf(p + 1, "%2d:%2d%n", &oh, &om, &n2) != 2 || n2 != 5 || oh > 23 || om > 59) {
+      return false;
+    }
+    offset_s = (int64_t)(oh * 3600 + om * 60) * (*p == '+' ? 1 : -1);
+    p += 6;
+  } else {
+    return false;
+  }
+  if (*p) {
+    return false;
+  }
+  int64_t t =
+      days_from_civil(y, (unsigned)mo, (unsigned)d) * 86400 + h * 3600 + mi * 60 + sec - offset_s;
+  if (t < 0) {
+    return false;
+  }
+  *ns = (uint64_t)t * 1000000000u + frac;
+  return true;
+}

@@ -28,6 +28,7 @@ int em_cli_decode(int argc, char **argv);
 int em_cli_record(int argc, char **argv);
 int em_cli_replay(int argc, char **argv);
 int em_cli_compare(int argc, char **argv);
+int em_cli_compare_fleet(int argc, char **argv); /* compare --fleet, from em_cli_compare(). */
 int em_cli_flight(int argc, char **argv);
 
 /* Prints "edgemon-cli <cmd>: <message>\n" to stderr. */
@@ -68,6 +69,11 @@ int em_cli_parse_number(const char *s, const em_cli_number_t *spec, double *out)
  * range it takes. */
 int em_cli_number_option(const char *cmd, const char *opt, const char *arg,
                          const em_cli_number_t *spec, double *out);
+
+/* A TIME option (flight --at, compare --from/--to): RFC 3339 (2026-11-25T06:10:00Z, fractions,
+ * +hh:mm offsets) or decimal seconds since the epoch, into ns since the epoch. False for
+ * anything else or a time before 1970. */
+bool em_cli_parse_time(const char *s, uint64_t *ns);
 
 /* The largest duration any option takes, in seconds (about 115 days; 1e16 ns fits a u64). */
 #define EM_CLI_MAX_SECONDS 1e7

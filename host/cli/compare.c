@@ -1,21 +1,27 @@
 /*
  * compare.c - `edgemon-cli compare A B`: per-stage latency of two recordings, side by side,
- * with the change, a Welch t-test p-value, Cohen's d and a verdict.
+ * with the change, a Welch t-test p-value, Cohen's d and a verdict (verdict.h); with --fleet,
+ * two cohorts of the aggregator instead (compare_fleet.c).
  *
  * Each recording is read through recording.h. Every record on edgemon/v1/<device>/data is
  * decoded (proto.h); invalid ones are skipped and counted. Each stage window is merged into
- * one em_histo_t per stage and per recording (all devices, or only --device). Per stage:
- * count, mean, p50, p99 of each side, the change of the chosen metric, and Welch's test on
- * the means with each side's variance estimated from its buckets (stats.h). The verdict is
- * "regressed" when B's metric is more than --threshold percent above A's and p < --alpha,
- * "improved" when more than --threshold percent below with p < --alpha, else "same"; a stage
- * with fewer than 2 spans on a side is "too few", one found on one side only "missing".
+ * one em_histo_t per stage and per recording (all devices, or only --device), for the
+ * figures shown: count, mean, p50, p99. The unit of the test (--unit):
+ *   window (default): each device's windows of --unit-seconds (by the data message's time) are
+ *     merged into one histogram per stage, and the --metric of each such device-window is one
+ *     sample; the change is that of the means of those samples.
+ *   span: every span is a sample (mean and variance estimated from the buckets), the change
+ *     that of the chosen --metric over all spans. Spans of one device are not independent,
+ *     so with many spans almost any difference is significant; kept for comparison.
+ * The verdict is verdict.h's, the same code the fleet compare uses.
  *
- * Owns: two stage tables of heap histograms and one decode scratch buffer, all freed before
- * returning. Single-threaded; reads files only.
+ * Owns: two stage tables of heap histograms (one per stage and one per device-window) and one
+ * decode scratch buffer, all freed before returning. Single-threaded; reads files only.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
+#include "verdict.h"
+#include "view.h"
 
 #include <broker.h>
 #include <edgemon/proto.h>
@@ -34,14 +40,25 @@
 /* Distinct stages kept per recording: the schema allows 64 per message, so a few devices' worth
  * of stage names. Beyond this the recording is refused rather than growing without bound. */
 #define MAX_STAGES 1024u
+/* Device-windows kept per stage (a histogram each): a year of one device's minutes. */
+#define MAX_UNITS (1u << 20)
 
 typedef enum { METRIC_MEAN, METRIC_P50, METRIC_P99 } metric_t;
 
 static const char *const metric_names[] = {"mean", "p50", "p99"};
 
+/* One device-window of a stage. */
+typedef struct {
+  char device[EM_TOPIC_MAX_DEVICE + 1];
+  uint64_t index; /* time_ns / unit length */
+  em_histo_t *h;
+} unit_t;
+
 typedef struct {
   char name[EM_PROTO_MAX_STAGE_BYTES + 1];
   em_histo_t *h;
+  unit_t *units; /* n_units of cap_units, heap; only with --unit window */
+  size_t n_units, cap_units;
 } stage_t;
 
 /* What one recording holds: its stages in first-seen order. */
@@ -61,6 +78,8 @@ typedef struct {
   double alpha;
   metric_t metric;
   bool json;
+  bool span_units;  /* --unit span */
+  uint64_t unit_ns; /* --unit-seconds */
 } opts_t;
 
 /* The figures of one stage on one side. present: the stage was seen in that recording. */
@@ -68,33 +87,39 @@ typedef struct {
   bool present;
   uint64_t count;
   double mean_ns, p50_ns, p99_ns, var_ns2;
+  em_verdict_side_t side; /* The samples of the test. */
 } figures_t;
 
 typedef struct {
   const char *name;
   figures_t a, b;
-  bool judged; /* t-test run: both sides have >= 2 spans */
-  double change_pct, p, d;
-  const char *verdict;
+  em_verdict_t v;
 } row_t;
 
 static void usage(FILE *out) {
   fprintf(out,
           "usage: edgemon-cli compare A B [--stage S] [--device ID] [--threshold PCT]\n"
           "                             [--alpha P] [--metric mean|p50|p99] [--json]\n"
+          "                             [--unit window|span] [--unit-seconds S]\n"
+          "       edgemon-cli compare --fleet --a SEL --b SEL [...]  (see --fleet --help)\n"
           "\n"
           "Compares per-stage span latency of two recordings (made by `edgemon-cli record`):\n"
           "A is the baseline, B the candidate. Every edgemon/v1/<device>/data message is\n"
           "decoded and its stage windows merged into one histogram per stage (invalid\n"
           "messages are skipped and counted on stderr). For each stage: count, mean, p50\n"
           "and p99 of both sides (ms), the change of the metric from A to B, the p-value of\n"
-          "Welch's t-test on the means (variances estimated from the histogram buckets) and\n"
-          "Cohen's d.\n"
+          "Welch's t-test, Cohen's d and the (1 - P) confidence interval of the difference.\n"
+          "The unit of the test (--unit): 'window' (the default) takes each device's windows\n"
+          "of --unit-seconds (default 60) as one sample, its metric merged over them, and\n"
+          "judges the change of the mean of those samples; 'span' takes every span as a\n"
+          "sample (variances from the histogram buckets) and the change of the metric over\n"
+          "all spans: spans of one device are not independent, so with many spans almost\n"
+          "any difference is significant.\n"
           "\n"
-          "verdict: 'regressed' when B's metric is more than PCT percent above A's and p < P;\n"
-          "'improved' when more than PCT percent below and p < P; else 'same'. A stage with\n"
-          "fewer than 2 spans on a side is 'too few', one in only one recording 'missing';\n"
-          "neither is judged.\n"
+          "verdict: 'regressed' when B's figure is more than PCT percent above A's, p < P\n"
+          "and the interval excludes 0; 'improved' the same way below; else 'no significant\n"
+          "difference'. A stage with fewer than 2 samples on a side is 'too few', one in only\n"
+          "one recording 'missing'; neither is judged.\n"
           "\n"
           "options:\n"
           "  --stage S        only stage S\n"
@@ -106,6 +131,8 @@ static void usage(FILE *out) {
           "                   size of the change and its significance then speak of the same\n"
           "                   figure. p99 from merged histograms carries bucket error (~1%%)\n"
           "                   and its p-value still comes from the means.\n"
+          "  --unit U         window (default) or span: what one sample of the test is\n"
+          "  --unit-seconds S length of a device-window, 1 to 3600 s (default 60)\n"
           "  --json           one JSON object on stdout instead of the table (times in ns)\n"
           "  -h, --help       this text\n"
           "PCT and P are plain decimals (5, 0.01).\n"
@@ -122,6 +149,10 @@ static void usage(FILE *out) {
 static void side_free(side_t *s) {
   for (size_t i = 0; i < s->n_stages; i++) {
     em_histo_free(s->stages[i].h);
+    for (size_t k = 0; k < s->stages[i].n_units; k++) {
+      em_histo_free(s->stages[i].units[k].h);
+    }
+    free(s->stages[i].units);
   }
   free(s->stages);
   s->stages = NULL;
@@ -171,11 +202,46 @@ static int side_stage(side_t *s, const char *name, stage_t **out) {
   return 0;
 }
 
-/* Whether `topic` is edgemon/v1/<device>/data, for --device's device when given. */
-static bool is_data_topic(const char *topic, const char *device) {
-  char dev[EM_TOPIC_MAX_DEVICE + 1];
+/* The device-window of `device` at `index` in st, added when new (searched from the newest:
+ * a recording is in time order, so it is among the last few). 0, -ENOMEM or -E2BIG. */
+static int stage_unit(stage_t *st, const char *device, uint64_t index, unit_t **out) {
+  for (size_t k = st->n_units; k-- > 0;) {
+    unit_t *u = &st->units[k];
+    if (u->index == index && strcmp(u->device, device) == 0) {
+      *out = u;
+      return 0;
+    }
+  }
+  if (st->n_units == st->cap_units) {
+    if (st->cap_units >= MAX_UNITS) {
+      return -E2BIG;
+    }
+    size_t cap = st->cap_units ? st->cap_units * 2 : 16;
+    unit_t *grown = realloc(st->units, cap * sizeof(*grown));
+    if (!grown) {
+      return -ENOMEM;
+    }
+    st->units = grown;
+    st->cap_units = cap;
+  }
+  unit_t *u = &st->units[st->n_units];
+  memset(u, 0, sizeof(*u));
+  int rc = em_histo_new(&u->h);
+  if (rc != 0) {
+    return rc;
+  }
+  snprintf(u->device, sizeof(u->device), "%s", device);
+  u->index = index;
+  st->n_units++;
+  *out = u;
+  return 0;
+}
+
+/* Whether `topic` is edgemon/v1/<device>/data, for --device's device when given; the device
+ * id goes to dev (EM_TOPIC_MAX_DEVICE + 1 bytes). */
+static bool is_data_topic(const char *topic, const char *device, char *dev) {
   const char *kind = NULL;
-  if (em_topic_parse(topic, dev, sizeof(dev), &kind) != 0 || !kind) {
+  if (em_topic_parse(topic, dev, EM_TOPIC_MAX_DEVICE + 1, &kind) != 0 || !kind) {
     return false;
   }
   if (strcmp(kind, "data") != 0) {
@@ -188,7 +254,7 @@ static bool is_data_topic(const char *topic, const char *device) {
  * Merges one decoded data message into the side. Returns 0, 1 when a window was refused (the
  * message then counts as invalid; windows before it stay merged), or a negative errno.
  */
-static int take_data(side_t *s, const em_data_t *d, const opts_t *o) {
+static int take_data(side_t *s, const em_data_t *d, const opts_t *o, const char *device) {
   for (size_t i = 0; i < d->n_stages; i++) {
     const em_stage_t *w = &d->stages[i];
     if (o->stage && strcmp(w->name, o->stage) != 0) {
@@ -205,6 +271,17 @@ static int take_data(side_t *s, const em_data_t *d, const opts_t *o) {
     rc = em_histo_add_stage(st->h, w);
     if (rc == -EINVAL) {
       return 1;
+    }
+    if (rc != 0) {
+      return rc;
+    }
+    if (o->span_units || w->count == 0) {
+      continue;
+    }
+    unit_t *u = NULL;
+    rc = stage_unit(st, device, d->head.time_ns / o->unit_ns, &u);
+    if (rc == 0) {
+      rc = em_histo_add_stage(u->h, w);
     }
     if (rc != 0) {
       return rc;
@@ -233,7 +310,8 @@ static int load(side_t *s, const opts_t *o, void *scratch) {
                    (unsigned long long)em_rec_offset(r));
       goto out;
     }
-    if (!is_data_topic(e.topic, o->device)) {
+    char dev[EM_TOPIC_MAX_DEVICE + 1];
+    if (!is_data_topic(e.topic, o->device, dev)) {
       continue;
     }
     em_msg_t msg;
@@ -242,10 +320,11 @@ static int load(side_t *s, const opts_t *o, void *scratch) {
       s->n_invalid++;
       continue;
     }
-    rc = take_data(s, &msg.u.data, o);
+    rc = take_data(s, &msg.u.data, o, dev);
     if (rc < 0) {
       em_cli_error(CMD, "%s: %s", s->path,
-                   rc == -E2BIG ? "more distinct stage names than compare keeps (1024)"
+                   rc == -E2BIG ? "more distinct stage names (1024) or device-windows per stage "
+                                  "(1048576) than compare keeps"
                                 : strerror(-rc));
       goto out;
     }
@@ -275,56 +354,67 @@ out:
 
 /* ---- Figures and verdicts ---- */
 
-static figures_t figures_of(const side_t *s, const char *name) {
-  figures_t f = {0};
-  const stage_t *st = side_find(s, name);
-  if (!st) {
-    return f;
-  }
-  f.present = true;
-  f.count = em_histo_count(st->h);
-  f.mean_ns = em_histo_mean_ns(st->h);
-  f.p50_ns = em_histo_quantile_ns(st->h, 0.50);
-  f.p99_ns = em_histo_quantile_ns(st->h, 0.99);
-  f.var_ns2 = em_histo_variance_ns2(st->h);
-  return f;
+static double metric_of_histo(const em_histo_t *h, metric_t m) {
+  return m == METRIC_P50   ? em_histo_quantile_ns(h, 0.50)
+         : m == METRIC_P99 ? em_histo_quantile_ns(h, 0.99)
+                           : em_histo_mean_ns(h);
 }
 
-static double metric_of(const figures_t *f, metric_t m) {
-  return m == METRIC_P50 ? f->p50_ns : m == METRIC_P99 ? f->p99_ns : f->mean_ns;
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The samples of the test: the stage's device-windows' metric, or (span) its spans. */
+static int samples_of(const stage_t *st, const opts_t *o, figures_t *f) {
+  if (o->span_units) {
+    f->side.units = (em_stats_summary_t){.n = f->count, .mean = f->mean_ns, .var = f->var_ns2};
+    f->side.has_figure = true;
+    f->side.figure = o->metric == METRIC_P50   ? f->p50_ns
+                     : o->metric == METRIC_P99 ? f->p99_ns
+                                               : f->mean_ns;
+    return 0;
+  }
+  double *v = calloc(st->n_units + 1, sizeof(*v));
+  const char **dev = calloc(st->n_units + 1, sizeof(*dev));
+  if (!v || !dev) {
+    free(v);
+    free(dev);
+    return -ENOMEM;
+  }
+  for (size_t k = 0; k < st->n_units; k++) {
+    v[k] = metric_of_histo(st->units[k].h, o->metric);
+    dev[k] = st->units[k].device;
+  }
+  int rc = em_stats_summarize(v, st->n_units, &f->side.units);
+  qsort(dev, st->n_units, sizeof(*dev), cmp_str);
+  for (size_t k = 0; k < st->n_units; k++) {
+    f->side.devices += k == 0 || strcmp(dev[k], dev[k - 1]) != 0;
+  }
+  free(v);
+  free(dev);
+  return rc;
+}
+
+static int figures_of(const side_t *s, const char *name, const opts_t *o, figures_t *f) {
+  memset(f, 0, sizeof(*f));
+  const stage_t *st = side_find(s, name);
+  if (!st) {
+    return 0;
+  }
+  f->present = true;
+  f->count = em_histo_count(st->h);
+  f->mean_ns = em_histo_mean_ns(st->h);
+  f->p50_ns = em_histo_quantile_ns(st->h, 0.50);
+  f->p99_ns = em_histo_quantile_ns(st->h, 0.99);
+  f->var_ns2 = em_histo_variance_ns2(st->h);
+  return samples_of(st, o, f);
 }
 
 static void judge(row_t *row, const opts_t *o) {
-  row->change_pct = NAN;
-  row->p = NAN;
-  row->d = NAN;
-  row->judged = false;
+  em_verdict_opts_t vo = {.threshold_pct = o->threshold_pct, .alpha = o->alpha};
+  em_verdict_judge(&row->a.side, &row->b.side, &vo, &row->v);
   if (!row->a.present || !row->b.present) {
-    row->verdict = "missing";
-    return;
-  }
-  double ma = metric_of(&row->a, o->metric), mb = metric_of(&row->b, o->metric);
-  if (ma > 0) {
-    row->change_pct = (mb - ma) / ma * 100.0;
-  } else {
-    row->change_pct = mb > 0 ? INFINITY : 0;
-  }
-  em_welch_t w;
-  if (row->a.count < 2 || row->b.count < 2 ||
-      em_stats_welch(row->a.count, row->a.mean_ns, row->a.var_ns2, row->b.count, row->b.mean_ns,
-                     row->b.var_ns2, &w) != 0) {
-    row->verdict = "too few";
-    return;
-  }
-  row->judged = true;
-  row->p = w.p;
-  row->d = w.d;
-  if (row->change_pct > o->threshold_pct && w.p < o->alpha) {
-    row->verdict = "regressed";
-  } else if (row->change_pct < -o->threshold_pct && w.p < o->alpha) {
-    row->verdict = "improved";
-  } else {
-    row->verdict = "same";
+    em_verdict_none(&row->v, EM_VERDICT_MISSING);
   }
 }
 
@@ -353,99 +443,59 @@ static bool fmt_special(char *buf, size_t cap, double v) {
   return true;
 }
 
-enum { N_COLS = 13, CELL = 48 };
+enum { N_COLS = 15, CELL = 48 };
 
 static void print_table(const row_t *rows, size_t n, const opts_t *o) {
-  static const char *const head[N_COLS] = {"stage", "n A",   "n B",    "mean A", "mean B",
-                                           "p50 A", "p50 B", "p99 A",  "p99 B",  NULL,
-                                           "p",     "d",     "verdict"};
-  char change_head[CELL];
-  snprintf(change_head, sizeof(change_head), "%s %%", metric_names[o->metric]);
-  char(*cells)[N_COLS][CELL] = calloc(n + 1, sizeof(*cells));
-  if (!cells) {
+  static const char *const head[N_COLS] = {"stage", "n A",   "n B",     "mean A",  "mean B",
+                                           "p50 A", "p50 B", "p99 A",   "p99 B",   NULL,
+                                           "p",     "d",     "units A", "units B", "verdict"};
+  char(*cells)[CELL] = calloc((n + 1) * N_COLS, CELL);
+  const char **ptr = calloc((n + 1) * N_COLS, sizeof(*ptr));
+  if (!cells || !ptr) {
+    free(cells);
+    free(ptr);
     em_cli_error(CMD, "out of memory");
     return;
   }
   for (size_t c = 0; c < N_COLS; c++) {
-    snprintf(cells[0][c], CELL, "%s", head[c] ? head[c] : change_head);
+    snprintf(cells[c], CELL, "%s", head[c] ? head[c] : "");
   }
+  snprintf(cells[9], CELL, "%s %%", metric_names[o->metric]);
   for (size_t i = 0; i < n; i++) {
     const row_t *r = &rows[i];
-    char(*row)[CELL] = cells[i + 1];
+    char(*row)[CELL] = &cells[(i + 1) * N_COLS];
     snprintf(row[0], CELL, "%s", r->name);
-    if (r->a.present) {
-      snprintf(row[1], CELL, "%llu", (unsigned long long)r->a.count);
-    } else {
-      snprintf(row[1], CELL, "-");
-    }
-    if (r->b.present) {
-      snprintf(row[2], CELL, "%llu", (unsigned long long)r->b.count);
-    } else {
-      snprintf(row[2], CELL, "-");
-    }
-    fmt_ms(row[3], CELL, &r->a, r->a.mean_ns);
-    fmt_ms(row[4], CELL, &r->b, r->b.mean_ns);
-    fmt_ms(row[5], CELL, &r->a, r->a.p50_ns);
-    fmt_ms(row[6], CELL, &r->b, r->b.p50_ns);
-    fmt_ms(row[7], CELL, &r->a, r->a.p99_ns);
-    fmt_ms(row[8], CELL, &r->b, r->b.p99_ns);
-    if (!fmt_special(row[9], CELL, r->change_pct)) {
-      snprintf(row[9], CELL, "%+.1f", r->change_pct);
-    }
-    if (!fmt_special(row[10], CELL, r->p)) {
-      snprintf(row[10], CELL, "%.2g", r->p);
-    }
-    if (!fmt_special(row[11], CELL, r->d)) {
-      snprintf(row[11], CELL, "%+.2f", r->d);
-    }
-    snprintf(row[12], CELL, "%s", r->verdict);
-  }
-  size_t width[N_COLS] = {0};
-  for (size_t i = 0; i <= n; i++) {
-    for (size_t c = 0; c < N_COLS; c++) {
-      size_t w = strlen(cells[i][c]);
-      width[c] = w > width[c] ? w : width[c];
-    }
-  }
-  for (size_t i = 0; i <= n; i++) {
-    for (size_t c = 0; c < N_COLS; c++) {
-      bool left = c == 0 || c == N_COLS - 1;
-      const char *sep = c == 0 ? "" : "  ";
-      if (c == N_COLS - 1) {
-        printf("%s%s", sep, cells[i][c]); /* last column: no trailing padding */
+    const figures_t *side[2] = {&r->a, &r->b};
+    for (int k = 0; k < 2; k++) {
+      if (side[k]->present) {
+        snprintf(row[1 + k], CELL, "%llu", (unsigned long long)side[k]->count);
+        snprintf(row[12 + k], CELL, "%llu", (unsigned long long)side[k]->side.units.n);
       } else {
-        printf(left ? "%s%-*s" : "%s%*s", sep, (int)width[c], cells[i][c]);
+        snprintf(row[1 + k], CELL, "-");
+        snprintf(row[12 + k], CELL, "-");
       }
+      fmt_ms(row[3 + k], CELL, side[k], side[k]->mean_ns);
+      fmt_ms(row[5 + k], CELL, side[k], side[k]->p50_ns);
+      fmt_ms(row[7 + k], CELL, side[k], side[k]->p99_ns);
     }
-    putchar('\n');
+    if (!fmt_special(row[9], CELL, r->v.change_pct)) {
+      snprintf(row[9], CELL, "%+.1f", r->v.change_pct);
+    }
+    if (!fmt_special(row[10], CELL, r->v.p)) {
+      snprintf(row[10], CELL, "%.2g", r->v.p);
+    }
+    if (!fmt_special(row[11], CELL, r->v.d)) {
+      snprintf(row[11], CELL, "%+.2f", r->v.d);
+    }
+    snprintf(row[14], CELL, "%s", r->v.verdict);
   }
+  static const bool left[N_COLS] = {[0] = true, [N_COLS - 1] = true};
+  for (size_t k = 0; k < (n + 1) * N_COLS; k++) {
+    ptr[k] = cells[k];
+  }
+  em_view_table(ptr, n + 1, N_COLS, left);
   free(cells);
-}
-
-static void json_str(const char *s) {
-  putchar('"');
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (*p == '"' || *p == '\\') {
-      printf("\\%c", *p);
-    } else if (*p < 0x20 || *p == 0x7f) {
-      printf("\\u%04x", *p);
-    } else {
-      putchar(*p);
-    }
-  }
-  putchar('"');
-}
-
-/* A finite double as a JSON number with `decimals` digits after the point (fixed) or, for
- * decimals < 0, 17 significant digits; anything else as null. */
-static void json_num(double v, int decimals) {
-  if (!isfinite(v)) {
-    fputs("null", stdout);
-  } else if (decimals < 0) {
-    printf("%.17g", v);
-  } else {
-    printf("%.*f", decimals, v);
-  }
+  free(ptr);
 }
 
 static void json_side(const figures_t *f) {
@@ -454,52 +504,59 @@ static void json_side(const figures_t *f) {
     return;
   }
   printf("{\"count\":%llu,\"mean_ns\":", (unsigned long long)f->count);
-  json_num(f->mean_ns, 3);
+  em_view_json_num(stdout, f->mean_ns, 3);
   fputs(",\"p50_ns\":", stdout);
-  json_num(f->p50_ns, 3);
+  em_view_json_num(stdout, f->p50_ns, 3);
   fputs(",\"p99_ns\":", stdout);
-  json_num(f->p99_ns, 3);
+  em_view_json_num(stdout, f->p99_ns, 3);
   fputs(",\"stddev_ns\":", stdout);
-  json_num(sqrt(f->var_ns2), 3);
-  putchar('}');
+  em_view_json_num(stdout, sqrt(f->var_ns2), 3);
+  printf(",\"units\":%llu,\"devices\":%llu}", (unsigned long long)f->side.units.n,
+         (unsigned long long)f->side.devices);
 }
 
 static void print_json(const row_t *rows, size_t n, const opts_t *o, const char *a, const char *b) {
   fputs("{\"a\":", stdout);
-  json_str(a);
+  em_view_json_str(stdout, a);
   fputs(",\"b\":", stdout);
-  json_str(b);
-  printf(",\"metric\":\"%s\",\"threshold_pct\":", metric_names[o->metric]);
-  json_num(o->threshold_pct, -1);
+  em_view_json_str(stdout, b);
+  printf(",\"metric\":\"%s\",\"unit\":\"%s\",\"unit_seconds\":%llu,\"threshold_pct\":",
+         metric_names[o->metric], o->span_units ? "span" : "window",
+         (unsigned long long)(o->unit_ns / 1000000000u));
+  em_view_json_num(stdout, o->threshold_pct, -1);
   fputs(",\"alpha\":", stdout);
-  json_num(o->alpha, -1);
+  em_view_json_num(stdout, o->alpha, -1);
   fputs(",\"stages\":[", stdout);
   for (size_t i = 0; i < n; i++) {
     const row_t *r = &rows[i];
     fputs(i ? ",{\"name\":" : "{\"name\":", stdout);
-    json_str(r->name);
+    em_view_json_str(stdout, r->name);
     fputs(",\"a\":", stdout);
     json_side(&r->a);
     fputs(",\"b\":", stdout);
     json_side(&r->b);
     fputs(",\"change_pct\":", stdout);
-    json_num(r->change_pct, 6);
+    em_view_json_num(stdout, r->v.change_pct, 6);
     fputs(",\"p\":", stdout);
-    json_num(r->p, -1);
+    em_view_json_num(stdout, r->v.p, -1);
     fputs(",\"d\":", stdout);
-    json_num(r->d, 6);
-    printf(",\"judged\":%s,\"verdict\":", r->judged ? "true" : "false");
-    json_str(r->verdict);
+    em_view_json_num(stdout, r->v.d, 6);
+    fputs(",\"ci_low_ns\":", stdout);
+    em_view_json_num(stdout, r->v.ci_lo, 3);
+    fputs(",\"ci_high_ns\":", stdout);
+    em_view_json_num(stdout, r->v.ci_hi, 3);
+    printf(",\"judged\":%s,\"verdict\":", r->v.judged ? "true" : "false");
+    em_view_json_str(stdout, r->v.verdict);
     putchar('}');
   }
   fputs("],\"regressed\":[", stdout);
   bool first = true;
   for (size_t i = 0; i < n; i++) {
-    if (strcmp(rows[i].verdict, "regressed") == 0) {
+    if (strcmp(rows[i].v.verdict, EM_VERDICT_REGRESSED) == 0) {
       if (!first) {
         putchar(',');
       }
-      json_str(rows[i].name);
+      em_view_json_str(stdout, rows[i].name);
       first = false;
     }
   }
@@ -519,6 +576,8 @@ static int parse_args(int argc, char **argv, opts_t *o, const char **a, const ch
       {"alpha", required_argument, NULL, 'a'},
       {"metric", required_argument, NULL, 'm'},
       {"json", no_argument, NULL, 'j'},
+      {"unit", required_argument, NULL, 'u'},
+      {"unit-seconds", required_argument, NULL, 'U'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -564,6 +623,21 @@ static int parse_args(int argc, char **argv, opts_t *o, const char **a, const ch
     case 'j':
       o->json = true;
       break;
+    case 'u':
+      if (strcmp(optarg, "window") != 0 && strcmp(optarg, "span") != 0) {
+        return em_cli_usage_error(CMD, "--unit: '%s' is not window or span", optarg);
+      }
+      o->span_units = strcmp(optarg, "span") == 0;
+      break;
+    case 'U': {
+      static const em_cli_number_t unit_s = {.min = 1, .max = 3600, .whole = true};
+      double secs = 0;
+      if (em_cli_number_option(CMD, "--unit-seconds", optarg, &unit_s, &secs) != EM_CLI_OK) {
+        return EM_CLI_USAGE;
+      }
+      o->unit_ns = (uint64_t)secs * 1000000000u;
+      break;
+    }
     case 'h':
       *help = true;
       return 0;
@@ -585,7 +659,12 @@ static int parse_args(int argc, char **argv, opts_t *o, const char **a, const ch
 /* ---- Entry point ---- */
 
 int em_cli_compare(int argc, char **argv) {
-  opts_t o = {.threshold_pct = 5.0, .alpha = 0.01, .metric = METRIC_MEAN};
+  for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
+    if (strcmp(argv[i], "--fleet") == 0) {
+      return em_cli_compare_fleet(argc, argv);
+    }
+  }
+  opts_t o = {.threshold_pct = 5.0, .alpha = 0.01, .metric = METRIC_MEAN, .unit_ns = 60000000000u};
   const char *path_a = NULL, *path_b = NULL;
   bool help = false;
   int rc = parse_args(argc, argv, &o, &path_a, &path_b, &help);
@@ -632,10 +711,13 @@ int em_cli_compare(int argc, char **argv) {
   }
   bool regressed = false;
   for (size_t i = 0; i < n; i++) {
-    rows[i].a = figures_of(&a, rows[i].name);
-    rows[i].b = figures_of(&b, rows[i].name);
+    if (figures_of(&a, rows[i].name, &o, &rows[i].a) != 0 ||
+        figures_of(&b, rows[i].name, &o, &rows[i].b) != 0) {
+      em_cli_error(CMD, "out of memory");
+      goto out;
+    }
     judge(&rows[i], &o);
-    regressed |= strcmp(rows[i].verdict, "regressed") == 0;
+    regressed |= strcmp(rows[i].v.verdict, EM_VERDICT_REGRESSED) == 0;
   }
   if (o.json) {
     print_json(rows, n, &o, path_a, path_b);

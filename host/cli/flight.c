@@ -87,68 +87,6 @@ static void usage(FILE *out) {
           "cannot be used (missing, not a flight recording, not writable)\n");
 }
 
-/* Days since 1970-01-01 of a proleptic Gregorian date. */
-static int64_t days_from_civil(int64_t y, unsigned m, unsigned d) {
-  y -= m <= 2;
-  int64_t era = (y >= 0 ? y : y - 399) / 400;
-  unsigned yoe = (unsigned)(y - era * 400);
-  unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-  unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-  return era * 146097 + (int64_t)doe - 719468;
-}
-
-/* TIME of --at: RFC 3339 or decimal epoch seconds. */
-static bool parse_time(const char *s, uint64_t *ns) {
-  static const em_cli_number_t epoch = {.min = 0, .max = 9.2e9};
-  double secs;
-  if (em_cli_parse_number(s, &epoch, &secs) == 0) {
-    *ns = (uint64_t)(secs * 1e9 + 0.5);
-    return true;
-  }
-  int y, mo, d, h, mi, sec, used = 0;
-  if (sscanf(s, "%4d-%2d-%2d%*1[Tt ]%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &sec, &used) != 6 ||
-      used != 19 || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60 ||
-      y < 1970) {
-    return false;
-  }
-  const char *p = s + used;
-  uint64_t frac = 0;
-  if (*p == '.') {
-    uint64_t scale = 100000000u;
-    p++;
-    if (*p < '0' || *p > '9') {
-      return false;
-    }
-    for (; *p >= '0' && *p <= '9'; p++) {
-      frac += (uint64_t)(*p - '0') * scale;
-      scale /= 10;
-    }
-  }
-  int64_t offset_s = 0;
-  if (*p == 'Z' || *p == 'z') {
-    p++;
-  } else if (*p == '+' || *p == '-') {
-    int oh, om, n2 = 0;
-    if (sscanf(p + 1, "%2d:%2d%n", &oh, &om, &n2) != 2 || n2 != 5 || oh > 23 || om > 59) {
-      return false;
-    }
-    offset_s = (int64_t)(oh * 3600 + om * 60) * (*p == '+' ? 1 : -1);
-    p += 6;
-  } else {
-    return false;
-  }
-  if (*p) {
-    return false;
-  }
-  int64_t t =
-      days_from_civil(y, (unsigned)mo, (unsigned)d) * 86400 + h * 3600 + mi * 60 + sec - offset_s;
-  if (t < 0) {
-    return false;
-  }
-  *ns = (uint64_t)t * 1000000000u + frac;
-  return true;
-}
-
 static int parse_args(int argc, char **argv, flight_opts_t *o) {
   enum { O_AGG = 0x200, O_FILE, O_LAST, O_AT, O_LIST, O_TOP, O_JSON, O_SVG, O_TAKE, O_TIMEOUT };
   static const struct option opts[] = {
@@ -198,7 +136,7 @@ static int parse_args(int argc, char **argv, flight_opts_t *o) {
       break;
     case O_AT:
       o->at = true;
-      if (!parse_time(optarg, &o->at_ns)) {
+      if (!em_cli_parse_time(optarg, &o->at_ns)) {
         return em_cli_usage_error(CMD,
                                   "--at: '%s' is neither an RFC 3339 time (2026-11-25T06:10:00Z)"
                                   " nor seconds since the epoch",

@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "view.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,4 +125,39 @@ void em_view_json_str(FILE *out, const char *s) {
     }
   }
   fputc('"', out);
+}
+
+void em_view_json_num(FILE *out, double v, int decimals) {
+  if (!isfinite(v)) {
+    fputs("null", out);
+  } else if (decimals < 0) {
+    fprintf(out, "%.17g", v);
+  } else {
+    fprintf(out, "%.*f", decimals, v);
+  }
+}
+
+void em_view_table(const char *const *cells, size_t rows, size_t cols, const bool *left) {
+  size_t width[64] = {0};
+  if (cols > 64) {
+    return;
+  }
+  for (size_t i = 0; i < rows; i++) {
+    for (size_t c = 0; c < cols; c++) {
+      size_t w = strlen(cells[i * cols + c]);
+      width[c] = w > width[c] ? w : width[c];
+    }
+  }
+  for (size_t i = 0; i < rows; i++) {
+    for (size_t c = 0; c < cols; c++) {
+      const char *sep = c == 0 ? "" : "  ";
+      const char *cell = cells[i * cols + c];
+      if (c == cols - 1) {
+        printf("%s%s", sep, cell);
+      } else {
+        printf(left[c] ? "%s%-*s" : "%s%*s", sep, (int)width[c], cell);
+      }
+    }
+    putchar('\n');
+  }
 }

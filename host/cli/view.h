@@ -41,4 +41,13 @@ void em_view_fit(const char *s, size_t width, char *buf, size_t cap);
 /* Writes s as a JSON string (quoted, escaped) to out. */
 void em_view_json_str(FILE *out, const char *s);
 
+/* A finite v as a JSON number with `decimals` digits after the point or, for decimals < 0,
+ * 17 significant digits; anything else as null. */
+void em_view_json_num(FILE *out, double v, int decimals);
+
+/* Writes a table of rows x cols cells (row 0 the header, cells[r * cols + c]) to stdout with
+ * each column as wide as its widest cell, two spaces apart; columns where left[c] is true are
+ * left-aligned, the others right-aligned; the last column gets no trailing padding. */
+void em_view_table(const char *const *cells, size_t rows, size_t cols, const bool *left);
+
 #endif /* EM_CLI_VIEW_H */

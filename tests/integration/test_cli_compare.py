@@ -73,7 +73,7 @@ def birth_message(device, t_ns):
 
 
 def write_recording(path, seed, factors=None, devices=("dev-a",), windows=40, per_window=100,
-                    stages=STAGES):
+                    stages=STAGES, step_ns=100_000_000):
     """A recording of `windows` data messages per device, each with `per_window` spans per
     stage drawn log-normally around the stage's median times factors[stage]. Returns every
     span drawn, per stage, for exact reference figures."""
@@ -86,7 +86,7 @@ def write_recording(path, seed, factors=None, devices=("dev-a",), windows=40, pe
         out += frame(f"edgemon/v1/{dev}/birth", birth_message(dev, t), t, retained=True)
     for seq in range(windows):
         for dev in devices:
-            t += 100_000_000
+            t += step_ns
             win = {}
             for name, median in stages.items():
                 m = median * factors.get(name, 1.0)
@@ -99,8 +99,11 @@ def write_recording(path, seed, factors=None, devices=("dev-a",), windows=40, pe
 
 
 def compare(*args):
-    return subprocess.run([CLI, "compare", *map(str, args)], capture_output=True, text=True,
-                          timeout=60)
+    """Runs compare with every span a sample (--unit span) unless the test names a --unit:
+    these recordings are seconds of one or two devices."""
+    unit = [] if "--unit" in args else ["--unit", "span"]
+    return subprocess.run([CLI, "compare", *map(str, args), *unit], capture_output=True,
+                          text=True, timeout=60)
 
 
 def stages_of(proc):
@@ -133,7 +136,7 @@ def test_infer_20pct_slower_is_regressed_and_other_stages_same(tmp_path):
         exact = nearest_rank(sorted(db["infer"]), q)
         assert infer["b"][key] == pytest.approx(exact, rel=0.011)
     for name in ("preprocess", "postprocess"):
-        assert st[name]["verdict"] == "same"
+        assert st[name]["verdict"] == "no significant difference"
         assert abs(st[name]["change_pct"]) < 2
 
 
@@ -145,7 +148,7 @@ def test_same_distribution_with_new_draws_exits_0(tmp_path):
     assert p.returncode == 0, p.stderr
     doc, st = stages_of(p)
     assert doc["regressed"] == []
-    assert {s["verdict"] for s in st.values()} == {"same"}
+    assert {s["verdict"] for s in st.values()} == {"no significant difference"}
     assert set(st) == set(STAGES)
 
 
@@ -160,7 +163,7 @@ def test_table_has_header_and_one_row_per_stage(tmp_path):
     rows = {line.split()[0]: line for line in lines[1:]}
     assert set(rows) == set(STAGES)
     assert rows["infer"].endswith("regressed")
-    assert rows["preprocess"].endswith("same")
+    assert rows["preprocess"].endswith("no significant difference")
     # infer's mean around 8 ms in A, shown in ms
     assert abs(float(rows["infer"].split()[3]) - 8.04) < 0.2
 
@@ -185,7 +188,7 @@ def test_small_change_below_threshold_is_same_even_when_significant(tmp_path):
     assert p.returncode == 0
     _, st = stages_of(p)
     assert st["infer"]["p"] < 0.01
-    assert st["infer"]["verdict"] == "same"
+    assert st["infer"]["verdict"] == "no significant difference"
     p = compare(a, b, "--json", "--threshold", "1")
     assert p.returncode == 1
     assert stages_of(p)[1]["infer"]["verdict"] == "regressed"
@@ -313,3 +316,56 @@ def test_help_prints_usage_and_exits_0():
     assert p.returncode == 0
     assert p.stdout.startswith("usage: edgemon-cli compare A B")
     assert "--metric" in p.stdout and "regressed" in p.stdout
+
+
+# ---- the device-window as the unit (the default) ----------------------------------------------
+
+def write_minutes(path, seed, factors=None):
+    """3 devices, a data message every 30 s each for 20 minutes: 20 one-minute windows each."""
+    return write_recording(path, seed, factors, devices=("d1", "d2", "d3"), windows=40,
+                           step_ns=10_000_000_000)
+
+
+def test_window_unit_is_the_default_and_counts_device_minutes(tmp_path):
+    a, b = tmp_path / "a.emrec", tmp_path / "b.emrec"
+    write_minutes(a, 31)
+    write_minutes(b, 32, factors={"infer": 1.2})
+    p = subprocess.run([CLI, "compare", a, b, "--json"], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 1, p.stderr
+    doc, st = stages_of(p)
+    assert doc["unit"] == "window" and doc["unit_seconds"] == 60
+    infer = st["infer"]
+    assert infer["verdict"] == "regressed"
+    # Device-windows are epoch minutes: d1 sends at 10, 40, .. 1180 s, d2 at 20 .. 1190 s (20
+    # minutes each), d3 at 30 .. 1200 s, its last message opening a 21st minute: 61.
+    assert infer["a"]["units"] == 61 and infer["a"]["devices"] == 3
+    assert abs(infer["change_pct"] - 20) < 3
+    assert infer["ci_low_ns"] > 0
+    for name in ("preprocess", "postprocess"):
+        assert st[name]["verdict"] == "no significant difference"
+    # Five-minute device-windows: 4 + 4 + 5 (d3's message at 1200 s again).
+    p = compare(a, b, "--json", "--unit", "window", "--unit-seconds", "300")
+    assert stages_of(p)[1]["infer"]["a"]["units"] == 13
+
+
+def test_window_unit_same_distribution_is_no_difference(tmp_path):
+    a, b = tmp_path / "a.emrec", tmp_path / "b.emrec"
+    write_minutes(a, 33)
+    write_minutes(b, 34)
+    p = compare(a, b, "--json", "--unit", "window")
+    assert p.returncode == 0, p.stderr
+    _, st = stages_of(p)
+    assert {s["verdict"] for s in st.values()} == {"no significant difference"}
+
+
+def test_window_unit_with_seconds_of_one_device_is_too_few(tmp_path):
+    a, b = tmp_path / "a.emrec", tmp_path / "b.emrec"
+    write_recording(a, seed=35)
+    write_recording(b, seed=36, factors={"infer": 2})
+    p = compare(a, b, "--json", "--unit", "window")
+    assert p.returncode == 0, p.stderr
+    _, st = stages_of(p)
+    assert st["infer"]["verdict"] == "too few" and st["infer"]["a"]["units"] == 1
+    p = compare(a, b, "--unit", "minutes")
+    assert p.returncode == 2 and "--unit" in p.stderr
