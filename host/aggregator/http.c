@@ -67,6 +67,7 @@
 #include "http.h"
 
 #include "assets.h"
+#include "cohort.h"
 #include "flight_api.h"
 #include "history.h"
 #include "metrics.h"
@@ -592,7 +593,8 @@ static enum MHD_Result respond_reply(struct MHD_Connection *c, em_history_reply_
   return respond_owned(c, r->status, CT_JSON, r->body, r->len);
 }
 
-/* /api/fleet, /api/latency, and (device non-NULL) /api/devices/<device>/history. */
+/* /api/fleet, /api/latency, /api/models, /api/cohort, and (device non-NULL)
+ * /api/devices/<device>/history. */
 static enum MHD_Result serve_api(em_http_t *h, struct MHD_Connection *c, em_query_kind_t kind,
                                  const char *device) {
   api_args_t args;
@@ -606,10 +608,14 @@ static enum MHD_Result serve_api(em_http_t *h, struct MHD_Connection *c, em_quer
     em_history_error(&r, MHD_HTTP_BAD_REQUEST, err);
   } else if (kind == EM_QUERY_FLEET) {
     em_history_fleet(h->hist, h->reg, &q, now, &r);
+  } else if (kind == EM_QUERY_MODELS) {
+    em_cohort_models(h->reg, &q, &r);
   } else if (!h->hist) {
     em_history_error(&r, MHD_HTTP_SERVICE_UNAVAILABLE, "no store to read the history from");
   } else if (kind == EM_QUERY_HISTORY) {
     em_history_device(h->hist, h->reg, device, &q, &r);
+  } else if (kind == EM_QUERY_COHORT) {
+    em_cohort_query(h->hist, &q, &r);
   } else {
     em_history_latency(h->hist, &q, &r);
   }
@@ -743,6 +749,12 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
   }
   if (strcmp(url, "/api/latency") == 0) {
     return serve_api(h, c, EM_QUERY_LATENCY, NULL);
+  }
+  if (strcmp(url, "/api/models") == 0) {
+    return serve_api(h, c, EM_QUERY_MODELS, NULL);
+  }
+  if (strcmp(url, "/api/cohort") == 0) {
+    return serve_api(h, c, EM_QUERY_COHORT, NULL);
   }
   if (strncmp(url, "/ui/", 4) == 0) {
     return serve_asset(c, url + 4);

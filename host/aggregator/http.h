@@ -13,6 +13,8 @@
  *   GET /api/devices/<id>/history  JSON: a device's stage percentiles, metrics and level
  *                           changes over a range (history.h; parameters in query.h)
  *   GET /api/latency        JSON: fleet percentiles merged from every matching device
+ *   GET /api/models         JSON: the model identities the devices report now (cohort.h)
+ *   GET /api/cohort         JSON: a model cohort's stored windows over a range (cohort.h)
  *   GET /ui/<file>          the fleet dashboard (assets.h: embedded at build time from host/web/);
  *                           "/" and "/ui" redirect to "/ui/"
  *   GET /healthz            200 "ok"; 200 "degraded: <why>" while /metrics leaves devices out;

@@ -29,6 +29,8 @@
  *   edgemon_device_level{device}                      gauge 0 NOMINAL .. 3 CRITICAL, when known
  *   edgemon_device_last_seen_seconds{device}          gauge, Unix time, when anything was seen
  *   edgemon_device_info{device,agent_version,board}   gauge 1, when a birth was seen
+ *   edgemon_model_info{device,model,version,label_<key>...}  gauge 1, per device with a current
+ *                                                     model (registry.h, "Model")
  *   edgemon_device_data_messages_total{device}        counter
  *   edgemon_device_lost_messages_total{device}        counter, only when loss is tracked
  *   edgemon_device_duplicate_messages_total{device}   counter, only when loss is tracked
@@ -1097,6 +1099,25 @@ static void render_devices(const em_registry_t *r, em_agg_device_t *const *devs,
       device_sample(out, &info, dev->id, l, 2, num_u64(1));
     }
   }
+  static const em_metrics_family_t model = {
+      "edgemon_model_info",
+      "The device's current model: name, version and its labels as label_<key>; join it with "
+      "* on(device) group_left(version) edgemon_model_info.",
+      EM_PROM_GAUGE};
+  for (size_t i = 0; i < n; i++) {
+    const em_agg_device_t *d = devs[i];
+    if (!d->dev || !d->model.named) {
+      continue;
+    }
+    em_prom_label_t l[3 + EM_PROTO_MAX_MODEL_LABELS] = {
+        {"device", d->dev->id}, {"model", d->model.name}, {"version", d->model.version}};
+    char names[EM_PROTO_MAX_MODEL_LABELS][sizeof("label_") + EM_PROTO_MAX_LABEL_KEY];
+    for (size_t k = 0; k < d->model.n_labels; k++) {
+      snprintf(names[k], sizeof(names[k]), "label_%s", d->model.keys[k]);
+      l[3 + k] = (em_prom_label_t){names[k], d->model.values[k]};
+    }
+    out_sample(out, &model, l, 3 + d->model.n_labels, num_u64(1));
+  }
   static const em_metrics_family_t data = {"edgemon_device_data_messages_total",
                                            "Data messages ingested from the device.",
                                            EM_PROM_COUNTER};
@@ -1505,6 +1526,16 @@ int em_metrics_device_json(const em_agg_device_t *d, bool with_stages, em_text_t
     text_str(t, "null");
   }
   json_u64(t, &first, "window_ns", d->window_ns);
+
+  /* The current model, null when none is named. */
+  json_key(t, &first, "model");
+  {
+    em_label_t labels[EM_PROTO_MAX_MODEL_LABELS];
+    em_model_t m = em_identity_view(&d->model, labels);
+    char json[EM_IDENTITY_JSON_MAX];
+    size_t n = em_identity_json(&m, json, sizeof(json));
+    text_put(t, json, n);
+  }
 
   /* Every metric the birth names, its latest value or null. */
   json_key(t, &first, "values");

@@ -158,6 +158,11 @@ static bool accepts(em_query_kind_t kind, const char *key) {
     return range || select || strcmp(key, "stage") == 0;
   case EM_QUERY_FLIGHTS:
     return strcmp(key, "since") == 0 || strcmp(key, "until") == 0 || strcmp(key, "limit") == 0;
+  case EM_QUERY_COHORT:
+    return strcmp(key, "from") == 0 || strcmp(key, "to") == 0 || strcmp(key, "select") == 0 ||
+           strcmp(key, "device") == 0 || strcmp(key, "unit") == 0;
+  case EM_QUERY_MODELS:
+    return strcmp(key, "model") == 0 || strcmp(key, "version") == 0;
   }
   return false;
 }
@@ -171,6 +176,7 @@ int em_query_parse(em_query_kind_t kind, const em_query_param_t *params, size_t 
   }
   memset(out, 0, sizeof(*out));
   out->points = EM_QUERY_POINTS_DEFAULT;
+  out->unit_s = EM_QUERY_UNIT_DEFAULT_S;
   out->limit = kind == EM_QUERY_FLIGHTS ? EM_QUERY_FLIGHTS_DEFAULT : EM_QUERY_LIMIT_DEFAULT;
   if (kind == EM_QUERY_FLIGHTS) {
     out->to_ns = (uint64_t)INT64_MAX;
@@ -240,9 +246,25 @@ int em_query_parse(em_query_kind_t kind, const em_query_param_t *params, size_t 
                     EM_QUERY_LIMIT_MAX);
       }
       out->limit = (unsigned)x;
-    } else if (strcmp(key, "name") == 0) {
+    } else if (strcmp(key, "unit") == 0) {
+      if (!parse_u64(v, &x) || x < EM_QUERY_UNIT_MIN_S || x > EM_QUERY_UNIT_MAX_S) {
+        return fail(err, err_cap, "unit: '%.32s' is not a number of seconds from %u to %u", v,
+                    EM_QUERY_UNIT_MIN_S, EM_QUERY_UNIT_MAX_S);
+      }
+      out->unit_s = (unsigned)x;
+    } else if (strcmp(key, "model") == 0 || strcmp(key, "version") == 0) {
+      bool is_model = key[0] == 'm';
+      size_t max = is_model ? EM_PROTO_MAX_NAME_BYTES : EM_PROTO_MAX_MODEL_VERSION;
+      if (strlen(v) > max) {
+        return fail(err, err_cap, "%s: longer than %zu bytes", key, max);
+      }
+      memcpy(is_model ? out->model : out->version, v, strlen(v) + 1); /* fits: checked above */
+      *(is_model ? &out->have_model : &out->have_version) = true;
+    } else if (strcmp(key, "select") == 0) {
+      memcpy(out->select, v, strlen(v) + 1); /* fits: VALUE_BYTES - 1 == EM_QUERY_SELECT_BYTES */
+    } else if (strcmp(key, "name") == 0 || strcmp(key, "device") == 0) {
       if (strlen(v) > EM_QUERY_MAX_GLOB_BYTES) {
-        return fail(err, err_cap, "name: longer than %u bytes", EM_QUERY_MAX_GLOB_BYTES);
+        return fail(err, err_cap, "%s: longer than %u bytes", key, EM_QUERY_MAX_GLOB_BYTES);
       }
       memcpy(out->name, v, strlen(v) + 1); /* fits: checked above */
       out->have_name = true;
@@ -259,11 +281,25 @@ int em_query_parse(em_query_kind_t kind, const em_query_param_t *params, size_t 
       out->have_stage = true;
     }
   }
-  if (kind == EM_QUERY_FLEET) {
+  if (kind == EM_QUERY_FLEET || kind == EM_QUERY_MODELS) {
     return 0;
   }
   if (kind == EM_QUERY_FLIGHTS) {
     return out->from_ns < out->to_ns ? 0 : fail(err, err_cap, "since: must be before until");
+  }
+  if (kind == EM_QUERY_COHORT) {
+    if (out->select[0] == '\0') {
+      return fail(err, err_cap, "select: required (e.g. select=version=1.5)");
+    }
+    out->to_ns = have_to ? to : now_ns;
+    out->from_ns = have_from ? from : (out->to_ns > range_ns ? out->to_ns - range_ns : 0);
+    if (out->from_ns >= out->to_ns) {
+      return fail(err, err_cap, "from: must be before to");
+    }
+    if (out->to_ns - out->from_ns > EM_QUERY_MAX_RANGE_NS) {
+      return fail(err, err_cap, "to: more than 7 days after from");
+    }
+    return 0;
   }
   if (have_range && (have_from || have_to)) {
     return fail(err, err_cap, "range: give either range or from and to, not both");

@@ -1,9 +1,10 @@
 /*
  * query.h - the query parameters of the dashboard's JSON API (/api/fleet,
- * /api/devices/<id>/history, /api/latency, /api/devices/<id>/flights): parsed from the request's
- * raw (still percent-encoded) key=value pairs and checked against the limits host/README.md
- * documents, before anything is read. A bad, out-of-range, repeated or unknown parameter gives
- * -EINVAL and a one-line message naming the parameter, which the HTTP layer answers as 400
+ * /api/devices/<id>/history, /api/latency, /api/devices/<id>/flights, /api/cohort): parsed from the
+ * request's raw (still percent-encoded) key=value pairs and checked against the limits
+ * host/README.md documents, before anything is read. A bad, out-of-range, repeated or unknown
+ * parameter gives -EINVAL and a one-line message naming the parameter, which the HTTP layer answers
+ * as 400
  * {"error": "..."}. Owns nothing: the result is a plain value.
  */
 #ifndef EM_AGG_QUERY_H
@@ -25,6 +26,10 @@
 #define EM_QUERY_LIMIT_DEFAULT   1000u
 #define EM_QUERY_MAX_GLOB_BYTES  128u /* name=: an fnmatch pattern over device ids. */
 #define EM_QUERY_FLIGHTS_DEFAULT 100u /* Recordings a flight list gives without limit=. */
+#define EM_QUERY_SELECT_BYTES    255u /* select= of /api/cohort, decoded. */
+#define EM_QUERY_UNIT_MIN_S      10u  /* unit= of /api/cohort, seconds. */
+#define EM_QUERY_UNIT_MAX_S      3600u
+#define EM_QUERY_UNIT_DEFAULT_S  60u
 
 /* Which endpoint the parameters are for: each accepts its own set. */
 typedef enum {
@@ -32,6 +37,9 @@ typedef enum {
   EM_QUERY_HISTORY,   /* range | from & to, points */
   EM_QUERY_LATENCY,   /* range | from & to, name, level, stage, limit */
   EM_QUERY_FLIGHTS,   /* since, until, limit (default EM_QUERY_FLIGHTS_DEFAULT) */
+  EM_QUERY_COHORT,    /* select (required), device (a glob, into name), from, to (each
+                         defaulted on its own: to now, from to - 1 h), unit */
+  EM_QUERY_MODELS,    /* model, version (/api/models) */
 } em_query_kind_t;
 
 typedef struct {
@@ -45,6 +53,13 @@ typedef struct {
   unsigned level_mask; /* Bit (1 << level) per level asked for; 0: any level. */
   bool have_stage;
   char stage[EM_PROTO_MAX_STAGE_BYTES + 1];
+  char select[EM_QUERY_SELECT_BYTES + 1]; /* cohort: as it came, decoded; its terms are
+                                             checked by cohort.h. */
+  unsigned unit_s;                        /* cohort: seconds of a device-window. */
+  bool have_model;                        /* models: model=NAME */
+  char model[EM_PROTO_MAX_NAME_BYTES + 1];
+  bool have_version; /* models: version=V */
+  char version[EM_PROTO_MAX_MODEL_VERSION + 1];
 } em_query_t;
 
 /* One request parameter as it came (percent-encoded; val NULL for a key without '='). */

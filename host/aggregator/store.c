@@ -50,6 +50,7 @@
 #include "buckets.h"
 #include "checkpoint.h"
 #include "flights.h"
+#include "identity.h"
 #include "rollup.h"
 
 #include <errno.h>
@@ -65,7 +66,7 @@
 
 /* PRAGMA application_id of an edgemon store: "EDGM" as a big-endian int32. */
 #define EM_STORE_APP_ID       0x4544474d
-#define EM_STORE_USER_VERSION 6
+#define EM_STORE_USER_VERSION 7
 /* The oldest layout this aggregator still opens: version 2 gains data.session and data.seq
  * (ALTER TABLE, its old rows keep NULL there) and the unique index on them; versions 2 and 3
  * gain the unique index of level_changes (their repeated rows deleted first, the first kept). */
@@ -87,14 +88,19 @@
 #define EM_STORE_WAL_BACKSTOP_BYTES (32ull * 1024 * 1024)
 #define EM_STORE_BUSY_MS            5000
 #define EM_STORE_CACHE_MAX          1000000u /* Names cached per dictionary table. */
-#define NS_PER_S                    1000000000ull
+/* Model identities cached (canonical key -> models.id); past it, an identity not cached costs
+ * one INSERT ... RETURNING per message that carries it. */
+#define EM_STORE_MODEL_CACHE_MAX 4096u
+#define NS_PER_S                 1000000000ull
 
 typedef struct {
   char *name;
   int64_t id;
-  /* Devices only: last_seen_ns and level from data not yet written (seen_dirty). */
+  /* Devices only: last_seen_ns, level and model from data not yet written (seen_dirty). */
   bool seen_dirty;
   int8_t level; /* -1: the data carried none. */
+  bool model_dirty;
+  int64_t model; /* models.id of the latest live data's model; 0: none named. */
   uint64_t seen_ns;
 } name_id_t;
 
@@ -103,6 +109,7 @@ typedef struct {
   name_id_t *v;
   size_t n;
   size_t cap;
+  size_t max; /* Entries kept at most; 0: EM_STORE_CACHE_MAX. */
 } name_cache_t;
 
 enum {
@@ -112,9 +119,11 @@ enum {
   ST_DEVICE_ID,
   ST_METRIC_ID,
   ST_STAGE_ID,
+  ST_MODEL_ID,
   ST_BIRTH,
   ST_STATUS,
   ST_STATE,
+  ST_MODEL_SET,
   ST_SEEN,
   ST_DATA,
   ST_WINDOW,
@@ -134,22 +143,30 @@ static const char *const stmt_sql[ST_COUNT] = {
                      "name = excluded.name RETURNING id",
     [ST_STAGE_ID] = "INSERT INTO stages(name) VALUES(?1) ON CONFLICT(name) DO UPDATE SET "
                     "name = excluded.name RETURNING id",
+    [ST_MODEL_ID] = "INSERT INTO models(name, version, labels) VALUES(?1, ?2, ?3) "
+                    "ON CONFLICT(name, version, labels) DO UPDATE SET name = excluded.name "
+                    "RETURNING id",
     [ST_BIRTH] = "UPDATE devices SET session = ?2, birth_time_ns = ?3, agent_version = ?4, "
-                 "board = ?5, period_ns = ?6, last_seen_ns = max(coalesce(last_seen_ns, 0), ?3) "
-                 "WHERE id = ?1",
+                 "board = ?5, period_ns = ?6, last_seen_ns = max(coalesce(last_seen_ns, 0), ?3), "
+                 "model = ?7 WHERE id = ?1",
     [ST_STATUS] = "UPDATE devices SET online = ?2, status_time_ns = ?3, "
                   "last_seen_ns = max(coalesce(last_seen_ns, 0), ?3) WHERE id = ?1",
     [ST_STATE] = "UPDATE devices SET level = ?2, reason = ?3, state_time_ns = ?4, "
-                 "last_seen_ns = max(coalesce(last_seen_ns, 0), ?4) WHERE id = ?1",
+                 "last_seen_ns = max(coalesce(last_seen_ns, 0), ?4), model = ?5 WHERE id = ?1",
+    /* A state message whose level is its previous level: a change of model only. */
+    [ST_MODEL_SET] = "UPDATE devices SET model = ?2, "
+                     "last_seen_ns = max(coalesce(last_seen_ns, 0), ?3) WHERE id = ?1",
     [ST_SEEN] = "UPDATE devices SET level = coalesce(?2, level), "
-                "last_seen_ns = max(coalesce(last_seen_ns, 0), ?3) WHERE id = ?1",
+                "last_seen_ns = max(coalesce(last_seen_ns, 0), ?3), "
+                "model = CASE WHEN ?4 THEN ?5 ELSE model END WHERE id = ?1",
     /* Idempotent on (device, session, seq): a repeated delivery (QoS 1 redelivery, an agent's
      * write-ahead replay) changes nothing. ON CONFLICT only skips uniqueness conflicts. */
-    [ST_DATA] = "INSERT INTO data(device, time_ns, n, vals, session, seq) "
-                "VALUES(?1, ?2, 1, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
+    [ST_DATA] = "INSERT INTO data(device, time_ns, n, vals, session, seq, level, model) "
+                "VALUES(?1, ?2, 1, ?3, ?4, ?5, ?6, ?7) ON CONFLICT DO NOTHING",
     [ST_WINDOW] = "INSERT INTO stage_windows(device, time_ns, stage, window_ns, count, sum_ns, "
-                  "min_ns, max_ns, p50_ns, p90_ns, p99_ns, p999_ns, scale, zero_count, buckets) "
-                  "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+                  "min_ns, max_ns, p50_ns, p90_ns, p99_ns, p999_ns, scale, zero_count, buckets, "
+                  "model) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, "
+                  "?16)",
     /* Idempotent on (device, session, time_ns, level): a state message carries no seq, and
      * one change of one session at one time to one level is one change. */
     [ST_LEVEL] = "INSERT INTO level_changes(device, time_ns, session, level, prev_level, rule, "
@@ -162,11 +179,12 @@ static const char *const stmt_sql[ST_COUNT] = {
 
 /* The table each statement writes, for the failure counters ("transaction": BEGIN, COMMIT). */
 static const char *const stmt_table[ST_COUNT] = {
-    [ST_BEGIN] = "transaction",   [ST_COMMIT] = "transaction", [ST_ROLLBACK] = "transaction",
-    [ST_DEVICE_ID] = "devices",   [ST_METRIC_ID] = "metrics",  [ST_STAGE_ID] = "stages",
-    [ST_BIRTH] = "devices",       [ST_STATUS] = "devices",     [ST_STATE] = "devices",
-    [ST_SEEN] = "devices",        [ST_DATA] = "data",          [ST_WINDOW] = "stage_windows",
-    [ST_LEVEL] = "level_changes", [ST_META_SET] = "meta",      [ST_META_GET] = "meta",
+    [ST_BEGIN] = "transaction", [ST_COMMIT] = "transaction",   [ST_ROLLBACK] = "transaction",
+    [ST_DEVICE_ID] = "devices", [ST_METRIC_ID] = "metrics",    [ST_STAGE_ID] = "stages",
+    [ST_MODEL_ID] = "models",   [ST_MODEL_SET] = "devices",    [ST_BIRTH] = "devices",
+    [ST_STATUS] = "devices",    [ST_STATE] = "devices",        [ST_SEEN] = "devices",
+    [ST_DATA] = "data",         [ST_WINDOW] = "stage_windows", [ST_LEVEL] = "level_changes",
+    [ST_META_SET] = "meta",     [ST_META_GET] = "meta",
 };
 
 /* The schema (SCHEMA.md explains every column). IF NOT EXISTS: also completes a store whose
@@ -177,12 +195,13 @@ static const char schema_sql[] =
     " id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, session INTEGER,"
     " birth_time_ns INTEGER, agent_version TEXT, board TEXT, period_ns INTEGER,"
     " online INTEGER, status_time_ns INTEGER, level INTEGER, reason TEXT,"
-    " state_time_ns INTEGER, last_seen_ns INTEGER);"
+    " state_time_ns INTEGER, last_seen_ns INTEGER, model INTEGER);"
     "CREATE TABLE IF NOT EXISTS metrics (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);"
     "CREATE TABLE IF NOT EXISTS stages (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);"
     "CREATE TABLE IF NOT EXISTS data ("
     " device INTEGER NOT NULL, time_ns INTEGER NOT NULL, n INTEGER NOT NULL DEFAULT 1,"
-    " vals TEXT NOT NULL, counts TEXT, session INTEGER, seq INTEGER);"
+    " vals TEXT NOT NULL, counts TEXT, session INTEGER, seq INTEGER, level INTEGER,"
+    " model INTEGER);"
     "CREATE INDEX IF NOT EXISTS data_device_time ON data(device, time_ns);"
     "CREATE UNIQUE INDEX IF NOT EXISTS data_device_session_seq ON data(device, session, seq)"
     " WHERE seq IS NOT NULL;"
@@ -197,7 +216,8 @@ static const char schema_sql[] =
     " window_ns INTEGER NOT NULL, count INTEGER NOT NULL, sum_ns INTEGER NOT NULL,"
     " min_ns INTEGER NOT NULL, max_ns INTEGER NOT NULL, p50_ns INTEGER NOT NULL,"
     " p90_ns INTEGER NOT NULL, p99_ns INTEGER NOT NULL, p999_ns INTEGER NOT NULL,"
-    " scale INTEGER NOT NULL, zero_count INTEGER NOT NULL, buckets BLOB NOT NULL);"
+    " scale INTEGER NOT NULL, zero_count INTEGER NOT NULL, buckets BLOB NOT NULL,"
+    " model INTEGER);"
     "CREATE INDEX IF NOT EXISTS stage_windows_device_time ON stage_windows(device, time_ns);"
     "CREATE TABLE IF NOT EXISTS level_changes ("
     " device INTEGER NOT NULL, time_ns INTEGER NOT NULL, session INTEGER NOT NULL,"
@@ -237,12 +257,19 @@ static const char schema_sql[] =
     " ON flights(device, session, number);"
     "CREATE INDEX IF NOT EXISTS flights_device_time ON flights(device, time_ns);";
 
+/* Version 7: model identities (identity.h), referenced by data, stage_windows and devices. */
+static const char schema_v7_sql[] =
+    "CREATE TABLE IF NOT EXISTS models ("
+    " id INTEGER PRIMARY KEY, name TEXT NOT NULL, version TEXT NOT NULL, labels TEXT NOT NULL,"
+    " UNIQUE (name, version, labels));";
+
 struct em_store {
   sqlite3 *db;
   sqlite3_stmt *st[ST_COUNT];
   em_store_opts_t opts;
   char *path;
   name_cache_t devices, metrics, stages;
+  name_cache_t models; /* Key: name, version and labels JSON joined by '\x1f'. */
   bool in_batch;
   bool batch_t0_set;
   uint64_t batch_t0_ns; /* CLOCK_MONOTONIC (the caller's) of the first tick that saw the batch. */
@@ -317,7 +344,7 @@ static size_t cache_find(const name_cache_t *c, const char *name, bool *found) {
 
 /* Remembers name -> id at position pos; a full cache or no memory just skips caching. */
 static void cache_put(name_cache_t *c, size_t pos, const char *name, int64_t id) {
-  if (c->n >= EM_STORE_CACHE_MAX) {
+  if (c->n >= (c->max ? c->max : EM_STORE_CACHE_MAX)) {
     return;
   }
   if (c->n == c->cap) {
@@ -342,6 +369,7 @@ static void caches_clear(em_store_t *s) {
   cache_clear(&s->devices);
   cache_clear(&s->metrics);
   cache_clear(&s->stages);
+  cache_clear(&s->models);
 }
 
 /* --- failures --------------------------------------------------------------------------- */
@@ -636,9 +664,61 @@ static int row_done(em_store_t *s, int rc) {
   return rc;
 }
 
-/* Writes a device's last_seen_ns and level from data (ST_SEEN); level < 0 keeps the stored
- * one. Returns 0 or -EIO. */
-static int write_seen(em_store_t *s, int64_t dev_id, int level, uint64_t seen_ns) {
+/* Binds a models.id, or NULL for 0 (none named). */
+static void bind_model(sqlite3_stmt *st, int i, int64_t model) {
+  if (model > 0) {
+    sqlite3_bind_int64(st, i, model);
+  } else {
+    sqlite3_bind_null(st, i);
+  }
+}
+
+/* The models.id of m (inserted when new) into *id; 0 for none named (m->name NULL). The id is
+ * looked up in s->models first, so a known identity costs no statement. Returns 0 or -EIO. */
+static int model_id(em_store_t *s, const em_model_t *m, int64_t *id) {
+  *id = 0;
+  if (!m->name) {
+    return 0;
+  }
+  char labels[EM_IDENTITY_JSON_MAX];
+  char key[EM_IDENTITY_JSON_MAX + EM_PROTO_MAX_NAME_BYTES + EM_PROTO_MAX_MODEL_VERSION + 4];
+  size_t n = em_identity_labels_json(m, labels, sizeof(labels));
+  if (n == 0 || !m->version) {
+    note_failure(s, "models", SQLITE_MISMATCH); /* The decoder refuses such an identity. */
+    return -EIO;
+  }
+  snprintf(key, sizeof(key), "%s\x1f%s\x1f%s", m->name, m->version, labels);
+  bool found;
+  size_t pos = cache_find(&s->models, key, &found);
+  if (found) {
+    *id = s->models.v[pos].id;
+    return 0;
+  }
+  sqlite3_stmt *st = s->st[ST_MODEL_ID];
+  bind_text(st, 1, m->name);
+  bind_text(st, 2, m->version);
+  sqlite3_bind_text(st, 3, labels, (int)n, SQLITE_STATIC);
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    *id = sqlite3_column_int64(st, 0);
+    rc = sqlite3_step(st);
+  }
+  if (rc != SQLITE_DONE) {
+    note_failure(s, "models", sqlite3_reset(st));
+    sqlite3_clear_bindings(st);
+    *id = 0;
+    return -EIO;
+  }
+  sqlite3_reset(st);
+  sqlite3_clear_bindings(st);
+  cache_put(&s->models, pos, key, *id);
+  return 0;
+}
+
+/* Writes a device's last_seen_ns, level and model from data (ST_SEEN); level < 0 keeps the
+ * stored level, set_model false the stored model (model 0: none named). Returns 0 or -EIO. */
+static int write_seen(em_store_t *s, int64_t dev_id, int level, uint64_t seen_ns, bool set_model,
+                      int64_t model) {
   sqlite3_stmt *st = s->st[ST_SEEN];
   sqlite3_bind_int64(st, 1, dev_id);
   if (level >= 0) {
@@ -647,6 +727,8 @@ static int write_seen(em_store_t *s, int64_t dev_id, int level, uint64_t seen_ns
     sqlite3_bind_null(st, 2);
   }
   sqlite3_bind_int64(st, 3, clamp_i64(seen_ns));
+  sqlite3_bind_int(st, 4, set_model ? 1 : 0);
+  bind_model(st, 5, model);
   return row_done(s, step_done(s, st));
 }
 
@@ -658,12 +740,18 @@ static int seen_flush(em_store_t *s, name_id_t *e) {
   e->seen_dirty = false;
   int level = e->level;
   e->level = -1;
-  return write_seen(s, e->id, level, e->seen_ns);
+  bool set_model = e->model_dirty;
+  e->model_dirty = false;
+  return write_seen(s, e->id, level, e->seen_ns, set_model, e->model);
 }
 
 /* --- messages ---------------------------------------------------------------------------- */
 
 static int add_birth(em_store_t *s, int64_t dev_id, const em_birth_t *b) {
+  int64_t model;
+  if (model_id(s, &b->model, &model) != 0) {
+    return -EIO;
+  }
   sqlite3_stmt *st = s->st[ST_BIRTH];
   sqlite3_bind_int64(st, 1, dev_id);
   sqlite3_bind_int64(st, 2, b->head.session);
@@ -671,6 +759,7 @@ static int add_birth(em_store_t *s, int64_t dev_id, const em_birth_t *b) {
   bind_text(st, 4, b->agent_version);
   bind_text(st, 5, b->board);
   sqlite3_bind_int64(st, 6, clamp_i64(b->period_ns));
+  bind_model(st, 7, model); /* A new session has the model its birth names, or none yet. */
   return row_done(s, step_done(s, st));
 }
 
@@ -682,7 +771,31 @@ static int add_status(em_store_t *s, int64_t dev_id, const em_status_t *m) {
   return row_done(s, step_done(s, st));
 }
 
+/* A state message whose level is its previous level: the device's model changed, its level
+ * did not. No level_changes row; a live one sets devices.model. */
+static int add_model_change(em_store_t *s, int64_t dev_id, const em_state_t *m) {
+  if (m->historical) {
+    return 0; /* History of a model is in the data rows; the current one follows live only. */
+  }
+  int64_t model;
+  if (model_id(s, &m->model, &model) != 0) {
+    return -EIO;
+  }
+  sqlite3_stmt *st = s->st[ST_MODEL_SET];
+  sqlite3_bind_int64(st, 1, dev_id);
+  bind_model(st, 2, model);
+  sqlite3_bind_int64(st, 3, clamp_i64(m->head.time_ns));
+  return row_done(s, step_done(s, st));
+}
+
 static int add_state(em_store_t *s, int64_t dev_id, const em_state_t *m) {
+  if (m->level == m->prev_level) {
+    return add_model_change(s, dev_id, m);
+  }
+  int64_t model = 0;
+  if (!m->historical && model_id(s, &m->model, &model) != 0) {
+    return -EIO;
+  }
   sqlite3_stmt *st = s->st[ST_LEVEL];
   sqlite3_bind_int64(st, 1, dev_id);
   sqlite3_bind_int64(st, 2, clamp_i64(m->head.time_ns));
@@ -706,6 +819,7 @@ static int add_state(em_store_t *s, int64_t dev_id, const em_state_t *m) {
     bind_level(st, 2, m->level);
     bind_text(st, 3, m->reason);
     sqlite3_bind_int64(st, 4, clamp_i64(m->head.time_ns));
+    bind_model(st, 5, model);
     int rc2 = row_done(s, step_done(s, st));
     rc = rc ? rc : rc2;
   }
@@ -713,7 +827,7 @@ static int add_state(em_store_t *s, int64_t dev_id, const em_state_t *m) {
 }
 
 static int add_window(em_store_t *s, int64_t dev_id, uint64_t time_ns, uint64_t window_ns,
-                      const em_stage_t *w) {
+                      const em_stage_t *w, int64_t model) {
   int64_t stage_id;
   if (!w->name || name_id(s, &s->stages, ST_STAGE_ID, w->name, &stage_id) != 0) {
     return -EIO;
@@ -732,6 +846,7 @@ static int add_window(em_store_t *s, int64_t dev_id, uint64_t time_ns, uint64_t 
   sqlite3_bind_int(st, 13, w->scale);
   sqlite3_bind_int64(st, 14, clamp_i64(w->zero_count));
   sqlite3_bind_blob(st, 15, s->blob, (int)blob_len, SQLITE_STATIC);
+  bind_model(st, 16, model);
   return row_done(s, step_done(s, st));
 }
 
@@ -793,6 +908,10 @@ static int add_data(em_store_t *s, int64_t dev_id, name_id_t *entry, const em_de
   int level = !d->historical && d->level >= EM_LEVEL_NOMINAL && d->level <= EM_LEVEL_CRITICAL
                   ? (int)d->level
                   : -1;
+  int64_t model = 0;
+  if (model_id(s, &d->model, &model) != 0) {
+    result = -EIO; /* The rows are stored all the same, without their model. */
+  }
 
   bool ok = json_reserve(s, 64);
   size_t len = 1; /* s->json[0] becomes the opening brace. */
@@ -826,6 +945,8 @@ static int add_data(em_store_t *s, int64_t dev_id, name_id_t *entry, const em_de
     sqlite3_bind_text(st, 3, s->json, (int)len, SQLITE_STATIC);
     sqlite3_bind_int64(st, 4, d->head.session);
     sqlite3_bind_int64(st, 5, d->seq);
+    bind_level(st, 6, d->level); /* Also of a replayed window: it is that window's level. */
+    bind_model(st, 7, model);
     if (step_done(s, st) != 0) {
       result = -EIO;
     } else if (sqlite3_changes(s->db) == 0) {
@@ -850,8 +971,12 @@ static int add_data(em_store_t *s, int64_t dev_id, name_id_t *entry, const em_de
     if (level >= 0) {
       entry->level = (int8_t)level;
     }
+    if (!d->historical) { /* The model at the end of a live window is the current one. */
+      entry->model_dirty = true;
+      entry->model = model;
+    }
     entry->seen_dirty = true;
-  } else if (write_seen(s, dev_id, level, d->head.time_ns) != 0) {
+  } else if (write_seen(s, dev_id, level, d->head.time_ns, !d->historical, model) != 0) {
     result = -EIO;
   }
 
@@ -859,7 +984,7 @@ static int add_data(em_store_t *s, int64_t dev_id, name_id_t *entry, const em_de
     if (d->stages[i].count == 0) {
       continue;
     }
-    if (add_window(s, dev_id, d->head.time_ns, d->window_ns, &d->stages[i]) != 0) {
+    if (add_window(s, dev_id, d->head.time_ns, d->window_ns, &d->stages[i], model) != 0) {
       result = -EIO;
     }
   }
@@ -1104,15 +1229,19 @@ static int em_store_prune(em_store_t *s, uint64_t now_real_ns) {
     static const char *const ds[] = {
         "DROP TABLE IF EXISTS temp.em_ds_steps",
         "DROP TABLE IF EXISTS temp.em_ds_rows",
-        "CREATE TEMP TABLE em_ds_steps AS SELECT device, time_ns / ?2 * ?2 AS t, sum(n) AS n"
+        /* A step keeps its rows' model when they all had the same one (NULL otherwise). */
+        "CREATE TEMP TABLE em_ds_steps AS SELECT device, time_ns / ?2 * ?2 AS t, sum(n) AS n,"
+        " CASE WHEN min(coalesce(model, 0)) = max(coalesce(model, 0)) THEN max(model) END"
+        " AS model"
         " FROM data WHERE device IN (SELECT id FROM devices) AND time_ns < ?1"
         " GROUP BY device, t HAVING count(*) > 1 OR max(time_ns) != t",
         "CREATE TEMP TABLE em_ds_rows AS SELECT d.rowid AS r, k.device, k.t FROM em_ds_steps k"
         " JOIN data d ON d.device = k.device AND d.time_ns >= k.t AND d.time_ns < k.t + ?2",
-        "INSERT INTO data(device, time_ns, n, vals, counts)"
+        "INSERT INTO data(device, time_ns, n, vals, counts, model)"
         " SELECT k.device, k.t, k.n,"
         " coalesce(json_group_object(v.metric, v.value) FILTER (WHERE v.metric IS NOT NULL), '{}'),"
-        " coalesce(json_group_object(v.metric, v.n) FILTER (WHERE v.metric IS NOT NULL), '{}')"
+        " coalesce(json_group_object(v.metric, v.n) FILTER (WHERE v.metric IS NOT NULL), '{}'),"
+        " k.model"
         " FROM em_ds_steps k LEFT JOIN ("
         "  SELECT r.device, r.t, s.key AS metric,"
         "  total(s.value * (CASE WHEN d.counts IS NULL THEN 1"
@@ -1208,6 +1337,36 @@ static int query_text(sqlite3 *db, const char *sql, char *buf, size_t cap) {
   return rc;
 }
 
+/* The columns version 7 adds to tables of older versions. */
+static const struct {
+  const char *table;
+  const char *column;
+} v7_columns[] = {
+    {"devices", "model"}, {"data", "level"}, {"data", "model"}, {"stage_windows", "model"}};
+
+/* Writes into sql[0..cap) the ALTER TABLE statements that add the v7 columns an older store
+ * lacks (a column there already, as in a store whose user_version was set back, is left).
+ * Returns the SQLite result code. */
+static int v7_migration(sqlite3 *db, char *sql, size_t cap) {
+  size_t len = 0;
+  sql[0] = '\0';
+  for (size_t i = 0; i < sizeof(v7_columns) / sizeof(v7_columns[0]); i++) {
+    char q[128];
+    int64_t have = 0;
+    snprintf(q, sizeof(q), "SELECT count(*) FROM pragma_table_info('%s') WHERE name = '%s'",
+             v7_columns[i].table, v7_columns[i].column);
+    int rc = query_int(db, q, &have);
+    if (rc != SQLITE_OK) {
+      return rc;
+    }
+    if (have == 0) {
+      len += (size_t)snprintf(sql + len, cap - len, "ALTER TABLE %s ADD COLUMN %s INTEGER;",
+                              v7_columns[i].table, v7_columns[i].column);
+    }
+  }
+  return SQLITE_OK;
+}
+
 /* Checks that the file is an edgemon store (or empty), then creates or completes the schema. */
 static int check_and_create(em_store_t *s, char *err, size_t err_cap) {
   const char *path = s->path;
@@ -1292,7 +1451,10 @@ static int check_and_create(em_store_t *s, char *err, size_t err_cap) {
    * message stored more than once keeps its first row, so that the unique index of
    * level_changes can be created. Version 4 -> 5: the rollup tables, created empty by schema_sql
    * (the maintenance rolls up the raw rows already there, em_store_rollup()). Version 5 -> 6:
-   * the flights table, created empty by schema_sql. All in the schema's transaction. */
+   * the flights table, created empty by schema_sql. Versions 2 to 6 -> 7: the model columns of
+   * devices, data and stage_windows and the level of data rows (NULL in the old rows: no model
+   * named, level not stored), and the models table, created empty by schema_sql. All in the
+   * schema's transaction. */
   static const char migrate_v2[] =
       "ALTER TABLE data ADD COLUMN session INTEGER;ALTER TABLE data ADD COLUMN seq INTEGER;";
   static const char migrate_v3[] =
@@ -1301,11 +1463,18 @@ static int check_and_create(em_store_t *s, char *err, size_t err_cap) {
   bool ours = app_id == EM_STORE_APP_ID;
   bool from_v2 = ours && user_version == EM_STORE_MIGRATES_FROM;
   bool from_v3 = ours && user_version >= EM_STORE_MIGRATES_FROM && user_version < 4;
-  char create[sizeof(schema_sql) + sizeof(migrate_v2) + sizeof(migrate_v3) + 128];
+  bool from_v6 = ours && user_version >= EM_STORE_MIGRATES_FROM && user_version < 7;
+  char migrate_v6[sizeof(v7_columns) / sizeof(v7_columns[0]) * 64] = "";
+  if (from_v6 && v7_migration(s->db, migrate_v6, sizeof(migrate_v6)) != SQLITE_OK) {
+    set_err(err, err_cap, "%s: cannot read the schema: %s", path, sqlite3_errmsg(s->db));
+    return -EIO;
+  }
+  char create[sizeof(schema_sql) + sizeof(schema_v7_sql) + sizeof(migrate_v2) + sizeof(migrate_v3) +
+              sizeof(migrate_v6) + 128];
   snprintf(create, sizeof(create),
-           "BEGIN;%s%s%sPRAGMA application_id=%d;PRAGMA user_version=%d;COMMIT",
-           from_v2 ? migrate_v2 : "", from_v3 ? migrate_v3 : "", schema_sql, EM_STORE_APP_ID,
-           EM_STORE_USER_VERSION);
+           "BEGIN;%s%s%s%s%sPRAGMA application_id=%d;PRAGMA user_version=%d;COMMIT",
+           from_v2 ? migrate_v2 : "", from_v3 ? migrate_v3 : "", from_v6 ? migrate_v6 : "",
+           schema_sql, schema_v7_sql, EM_STORE_APP_ID, EM_STORE_USER_VERSION);
   if (sqlite3_exec(s->db, create, NULL, NULL, &msg) != SQLITE_OK) {
     set_err(err, err_cap, "%s: cannot create the schema: %s", path,
             msg ? msg : sqlite3_errmsg(s->db));
@@ -1372,6 +1541,7 @@ int em_store_open(em_store_t **out, const em_store_opts_t *opts, em_store_report
     return -ENOMEM;
   }
   s->opts = *opts;
+  s->models.max = EM_STORE_MODEL_CACHE_MAX;
   s->path = strdup(opts->path);
   s->blob = malloc(EM_BUCKETS_BLOB_MAX);
   s->wal_path = malloc(strlen(opts->path) + 5);

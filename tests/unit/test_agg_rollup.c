@@ -388,7 +388,7 @@ static void rollup_version_4_store_migrates_and_catches_up(void **state) {
                    SQLITE_OK);
   sqlite3_close(db);
   s = open_store(f, 0);
-  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 5);
+  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 7);
   assert_int_equal(q_int(f->path, "SELECT count(*) FROM stage_rollups"), 0);
   em_rollup_report_t rep;
   assert_int_equal(em_store_rollup(s, T0_NS + 4 * H_NS, &rep), 0);
@@ -515,12 +515,13 @@ static void rollup_leaves_out_malformed_rows(void **state) {
   sqlite3 *db = NULL;
   assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
   char sql[600];
-  snprintf(sql, sizeof(sql),
-           "INSERT INTO stage_windows VALUES(1, %llu, 1, 1, 3, 1, 1, 1, 1, 1, 1, 1, 3, 0, x'00');"
-           "INSERT INTO data(device, time_ns, vals) VALUES(1, %llu, '{\"1\": [1]}');"
-           "INSERT INTO data(device, time_ns, vals) VALUES(1, %llu, '{\"1\": \"x\", \"2\": 5}')",
-           (unsigned long long)(T0_NS + 5 * S_NS), (unsigned long long)(T0_NS + 6 * S_NS),
-           (unsigned long long)(T0_NS + 7 * S_NS));
+  snprintf(
+      sql, sizeof(sql),
+      "INSERT INTO stage_windows VALUES(1, %llu, 1, 1, 3, 1, 1, 1, 1, 1, 1, 1, 3, 0, x'00', NULL);"
+      "INSERT INTO data(device, time_ns, vals) VALUES(1, %llu, '{\"1\": [1]}');"
+      "INSERT INTO data(device, time_ns, vals) VALUES(1, %llu, '{\"1\": \"x\", \"2\": 5}')",
+      (unsigned long long)(T0_NS + 5 * S_NS), (unsigned long long)(T0_NS + 6 * S_NS),
+      (unsigned long long)(T0_NS + 7 * S_NS));
   assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
   sqlite3_close(db);
   em_rollup_report_t rep;
