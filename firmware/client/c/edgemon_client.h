@@ -190,6 +190,28 @@ typedef enum {
   EM_CLIENT_RING_COUNT
 } em_client_ring_counter_t;
 
+/* Model identity (em_client_set_model, WIRE.md "Model identity"). */
+#define EM_CLIENT_MODEL_BYTES      512u /* One model datagram v2. */
+#define EM_CLIENT_MODEL_MAX_LABELS 8u
+
+/* One label of a model identity: key 1..15 bytes of [A-Za-z_][A-Za-z0-9_]*, not "__...";
+ * value 1..31 bytes of printable ASCII. Both borrowed for the call. */
+typedef struct {
+  const char *key;
+  const char *value;
+} em_client_label_t;
+
+/* Counters of em_client_set_model: indices of em_client_t.model_counters[]. */
+typedef enum {
+  EM_CLIENT_MODEL_CALLS = 0,         /* em_client_set_model calls. */
+  EM_CLIENT_MODEL_SENT,              /* Model datagrams the kernel accepted. */
+  EM_CLIENT_MODEL_SEND_FAILED,       /* Sends that failed (each sent again a second later). */
+  EM_CLIENT_MODEL_INVALID_MODEL,     /* Calls dropped for their name or version. */
+  EM_CLIENT_MODEL_INVALID_LABEL,     /* Labels dropped (bad key or value, a key twice). */
+  EM_CLIENT_MODEL_LABELS_OVER_LIMIT, /* Valid labels past the 8th, dropped. */
+  EM_CLIENT_MODEL_COUNT
+} em_client_model_counter_t;
+
 /* A client. Read the counters directly; change nothing else. */
 typedef struct {
   int fd;                                 /* Connected socket, or -1. */
@@ -228,6 +250,14 @@ typedef struct {
   uint64_t dl_ns[EM_CLIENT_DEADLINES_MAX];        /* Their hard deadlines. */
   uint64_t ring_counters[EM_CLIENT_RING_COUNT];   /* By em_client_ring_counter_t. */
   char deadline_path[EM_CLIENT_STATE_PATH_BYTES]; /* The deadline page file. */
+  /* Model identity: the last datagram em_client_set_model packed, sent again by the agent
+   * check when its send failed or a new agent appeared. */
+  uint8_t model[EM_CLIENT_MODEL_BYTES];
+  int model_set;                                  /* model holds an identity. */
+  int model_pending;                              /* It still has to reach an agent. */
+  uint32_t model_generation;                      /* set_model calls accepted. */
+  uint64_t model_agent_gen;                       /* agent_gen when the model was last sent. */
+  uint64_t model_counters[EM_CLIENT_MODEL_COUNT]; /* By em_client_model_counter_t. */
 } em_client_t;
 
 /* A span being timed: em_client_span_begin() ... em_client_span_end(). */
@@ -1284,10 +1314,48 @@ static inline void em_client__dl_check(em_client_t *c, uint64_t now_ns) {
 /* Internal, the slow path of a span: the agent check (deadline page, once a second), making
  * the thread's ring, registering it, polling for its ack. Returns 1 when the ring is live for
  * `c` now (the span goes to the ring), else 0 (the span goes as a datagram). */
+/* Internal: one model datagram send on the connected socket (connecting first when there is
+ * none), with a second try on a fresh socket when the agent restarted. Clears model_pending on
+ * success; counts a failure (the agent check sends it again a second later). */
+static inline void em_client__model_send(em_client_t *c, uint64_t now_ns) {
+  int attempt;
+  for (attempt = 0; attempt < 2; attempt++) {
+    ssize_t n;
+    if (c->fd < 0) {
+      c->next_connect_ns = 0; /* the model is rare: no reason to wait for the next second */
+      if (em_client__connect(c, now_ns) != 0) {
+        break;
+      }
+    }
+    n = send(c->fd, c->model, EM_CLIENT_MODEL_BYTES, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n == (ssize_t)EM_CLIENT_MODEL_BYTES) {
+      c->model_counters[EM_CLIENT_MODEL_SENT]++;
+      c->model_pending = 0;
+      c->model_agent_gen = c->agent_gen;
+      return;
+    }
+    if (n >= 0 || !em_client__no_agent_errno(errno)) {
+      break;
+    }
+    em_client__disconnect(c);
+  }
+  c->model_counters[EM_CLIENT_MODEL_SEND_FAILED]++;
+  c->model_pending = 1;
+}
+
+/* Internal, from the once-a-second agent check: the identity again when its last send failed
+ * or a new agent appeared (the deadline page's inode changed). */
+static inline void em_client__model_check(em_client_t *c, uint64_t now_ns) {
+  if (c->model_set && (c->model_pending || c->model_agent_gen != c->agent_gen)) {
+    em_client__model_send(c, now_ns);
+  }
+}
+
 static inline int em_client__ring_slow(em_client_t *c, em_client__ring_t *r) {
   uint64_t now_ns = em_client_now_ns();
   if (now_ns >= c->dl_next_check_ns) {
     em_client__dl_check(c, now_ns);
+    em_client__model_check(c, now_ns);
   }
   if (r->mem != NULL && r->owner != c->serial) {
     return 0; /* this thread's ring belongs to another client: datagrams */
@@ -1521,6 +1589,95 @@ static inline void em_client_close(em_client_t *c) {
     c->sub_fd = -1;
   }
   c->closed = 1;
+}
+
+/* Internal: 1 when s is 1..max bytes of printable ASCII (label_key: a label key's alphabet). */
+static inline int em_client__model_text(const char *s, size_t max, int label_key) {
+  size_t i;
+  if (s == NULL || s[0] == '\0') {
+    return 0;
+  }
+  for (i = 0; s[i] != '\0'; i++) {
+    unsigned char ch = (unsigned char)s[i];
+    if (i >= max) {
+      return 0;
+    }
+    if (label_key) {
+      int alpha = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch == '_';
+      if (!(alpha || (i > 0 && ch >= '0' && ch <= '9')) || (i == 1 && s[0] == '_' && ch == '_')) {
+        return 0;
+      }
+    } else if (ch < 0x20 || ch > 0x7e) {
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/*
+ * Names the model this process runs (WIRE.md "Model identity"): name 1..63 and version 1..31
+ * bytes of printable ASCII, up to 8 labels (em_client_label_t; borrowed for the call, in any
+ * order). A bad label (or a key given twice) is dropped, labels past the 8th valid one too, both
+ * counted; a bad name or version drops the call, counted. The agent carries the identity in its
+ * birth, data and state messages. The datagram is sent now; when that fails (no agent yet, its
+ * queue full) it is sent again by the once-a-second agent check on the span path, which also
+ * sends it to a new agent after a restart. Returns 0 when the identity was accepted (sent or
+ * pending), -EINVAL when the call was dropped (or c is NULL or closed). Never blocks.
+ */
+static inline int em_client_set_model(em_client_t *c, const char *name, const char *version,
+                                      const em_client_label_t *labels, size_t n_labels) {
+  em_client_label_t keep[EM_CLIENT_MODEL_MAX_LABELS];
+  size_t n = 0, i, j;
+  uint8_t *m;
+  if (c == NULL || c->closed) {
+    return -EINVAL;
+  }
+  c->model_counters[EM_CLIENT_MODEL_CALLS]++;
+  if (!em_client__model_text(name, 63, 0) || !em_client__model_text(version, 31, 0)) {
+    c->model_counters[EM_CLIENT_MODEL_INVALID_MODEL]++;
+    return -EINVAL;
+  }
+  for (i = 0; labels != NULL && i < n_labels; i++) {
+    int dup = 0;
+    if (!em_client__model_text(labels[i].key, 15, 1) ||
+        !em_client__model_text(labels[i].value, 31, 0)) {
+      c->model_counters[EM_CLIENT_MODEL_INVALID_LABEL]++;
+      continue;
+    }
+    for (j = 0; j < n; j++) {
+      dup |= strcmp(keep[j].key, labels[i].key) == 0;
+    }
+    if (dup) {
+      c->model_counters[EM_CLIENT_MODEL_INVALID_LABEL]++;
+    } else if (n == EM_CLIENT_MODEL_MAX_LABELS) {
+      c->model_counters[EM_CLIENT_MODEL_LABELS_OVER_LIMIT]++;
+    } else {
+      for (j = n; j > 0 && strcmp(keep[j - 1].key, labels[i].key) > 0; j--) {
+        keep[j] = keep[j - 1]; /* insertion: ascending key order, as the datagram requires */
+      }
+      keep[j] = labels[i];
+      n++;
+    }
+  }
+  c->model_generation++;
+  m = c->model;
+  memset(m, 0, EM_CLIENT_MODEL_BYTES);
+  m[0] = 0x45;
+  m[1] = 0x4D;
+  m[2] = 2; /* version */
+  m[3] = 7; /* kind: model */
+  em_client__put_u32(m + 4, c->pid);
+  em_client__put_u32(m + 8, c->model_generation);
+  m[12] = (uint8_t)n;
+  memcpy(m + 16, name, strlen(name));
+  memcpy(m + 80, version, strlen(version));
+  for (i = 0; i < n; i++) {
+    memcpy(m + 112 + 48 * i, keep[i].key, strlen(keep[i].key));
+    memcpy(m + 128 + 48 * i, keep[i].value, strlen(keep[i].value));
+  }
+  c->model_set = 1;
+  em_client__model_send(c, em_client_now_ns());
+  return 0;
 }
 
 /* Sets the frame id that spans and heartbeats carry when they are not given one. */
