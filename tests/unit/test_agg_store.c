@@ -941,6 +941,104 @@ static void store_open_rejects_bad_options(void **state) {
   assert_int_equal(em_store_add(NULL, "d", NULL, NULL, 0), -EINVAL);
 }
 
+/* --- model identities (schema version 7) ------------------------------------------------- */
+
+static const em_label_t model_labels[] = {{"input", "224x224"}, {"variant", "full"}};
+
+/* Each identity is one models row (labels as canonical JSON), each data and window row names
+ * the model its message carried, devices.model follows the birth, live data and a change of
+ * model (a state whose level is its previous level), which writes no level_changes row; a
+ * replayed message leaves the current model alone. */
+static void store_models_are_rows_and_follow_the_device(void **state) {
+  fixture_t *f = *state;
+  em_store_opts_t o = opts_for(f);
+  em_store_t *s = open_ok(f, &o, NULL);
+  em_model_t a = {"mobilenet", "1.4", model_labels, 2};
+  em_model_t b = {"mobilenet", "1.5", model_labels, 2};
+  em_model_t c = {"mobilenet", "1.5", model_labels, 1};
+  em_msg_t birth = birth_msg(7);
+  birth.u.birth.model = a;
+  assert_int_equal(em_dict_set_birth(f->dev, &birth.u.birth), 0);
+  assert_int_equal(em_store_add(s, "dev-1", f->dev, &birth, T0_NS), 0);
+  for (int i = 0; i < 3; i++) {
+    em_msg_t m = data_msg(7, T0_NS + (uint64_t)i * 100000000u, NULL, 0);
+    m.u.data.model = i < 2 ? a : b;
+    assert_int_equal(em_store_add(s, "dev-1", f->dev, &m, T0_NS), 0);
+  }
+  em_msg_t other = data_msg(1, T0_NS, NULL, 0);
+  other.u.data.model = a;
+  assert_int_equal(em_store_add(s, "dev-2", NULL, &other, T0_NS), 0);
+  assert_int_equal(em_store_flush(s), 0);
+  assert_int_equal(q_int(f->path, "SELECT m.version = '1.5' FROM devices d JOIN models m ON "
+                                  "m.id = d.model WHERE d.name = 'dev-1'"),
+                   1);
+  em_msg_t change = {.kind = EM_MSG_STATE};
+  change.u.state = (em_state_t){.head = {.time_ns = T0_NS + 1000000000u, .session = 7},
+                                .level = EM_LEVEL_WARN,
+                                .prev_level = EM_LEVEL_WARN,
+                                .reason = "model: light",
+                                .model = c};
+  assert_int_equal(em_store_add(s, "dev-1", f->dev, &change, T0_NS), 0);
+  em_msg_t replay = data_msg(7, T0_NS + 2000000000u, NULL, 0);
+  replay.u.data.historical = true;
+  replay.u.data.model = a;
+  assert_int_equal(em_store_add(s, "dev-1", f->dev, &replay, T0_NS), 0);
+  assert_int_equal(em_store_close(s), 0);
+
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM models"), 3);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM models WHERE name = 'mobilenet' AND "
+                                  "version = '1.4' AND labels = "
+                                  "'{\"input\":\"224x224\",\"variant\":\"full\"}'"),
+                   1);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM models WHERE labels = "
+                                  "'{\"input\":\"224x224\"}'"),
+                   1);
+  /* dev-1: two windows of 1.4 and the replayed one, one of 1.5; dev-2 one of 1.4. */
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data d JOIN models m ON m.id = d.model "
+                                  "WHERE m.version = '1.4'"),
+                   4);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM stage_windows w JOIN models m ON "
+                                  "m.id = w.model WHERE m.version = '1.5'"),
+                   1);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data WHERE level = 1"), 5);
+  /* The change of model, not the replay, is the current model; no level change was stored. */
+  assert_int_equal(q_int(f->path, "SELECT m.labels = '{\"input\":\"224x224\"}' FROM devices d "
+                                  "JOIN models m ON m.id = d.model WHERE d.name = 'dev-1'"),
+                   1);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM level_changes"), 0);
+  assert_int_equal(q_int(f->path, "SELECT reason IS NULL FROM devices WHERE name = 'dev-1'"), 1);
+}
+
+/* A version 6 store (no models) migrates at open: its rows stay with NULL models and levels,
+ * the columns and the models table are added, and new rows carry their model. */
+static void store_open_migrates_version_6(void **state) {
+  fixture_t *f = *state;
+  em_store_opts_t o = opts_for(f);
+  make_store_then(f, "DROP TABLE models;ALTER TABLE devices DROP COLUMN model;"
+                     "ALTER TABLE data DROP COLUMN level;ALTER TABLE data DROP COLUMN model;"
+                     "ALTER TABLE stage_windows DROP COLUMN model;"
+                     "INSERT INTO devices(id, name) VALUES(1, 'dev-1');"
+                     "INSERT INTO data(device, time_ns, vals, session, seq) "
+                     "VALUES(1, 5, '{}', 1, 1);"
+                     "PRAGMA user_version=6");
+  em_store_t *s = open_ok(f, &o, NULL);
+  em_msg_t m = data_msg(7, T0_NS, NULL, 0);
+  m.u.data.model = (em_model_t){"mobilenet", "1.4", model_labels, 2};
+  assert_int_equal(em_store_add(s, "dev-1", NULL, &m, T0_NS), 0);
+  assert_int_equal(em_store_close(s), 0);
+  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 7);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data WHERE model IS NULL AND level IS "
+                                  "NULL AND time_ns = 5"),
+                   1);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data d JOIN models m ON m.id = d.model "
+                                  "WHERE m.version = '1.4' AND d.level = 1"),
+                   1);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM stage_windows WHERE model IS NOT NULL"), 1);
+  assert_int_equal(q_int(f->path, "SELECT m.name = 'mobilenet' FROM devices d JOIN models m ON "
+                                  "m.id = d.model"),
+                   1);
+  assert_int_equal(q_int(f->path, "SELECT integrity_check = 'ok' FROM pragma_integrity_check"), 1);
+}
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(store_create_makes_tables_and_application_id, setup,
@@ -971,6 +1069,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(store_repeated_state_message_is_stored_once_and_counted,
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(store_open_migrates_version_3, setup, teardown),
+      cmocka_unit_test_setup_teardown(store_open_migrates_version_6, setup, teardown),
+      cmocka_unit_test_setup_teardown(store_models_are_rows_and_follow_the_device, setup, teardown),
       cmocka_unit_test_setup_teardown(store_row_failing_for_a_passing_reason_says_eagain, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(store_open_rejects_bad_options, setup, teardown),
