@@ -18,7 +18,8 @@
  * The model identity (WIRE.md "Model identity"): on_model keeps the last identity a client sent
  * in fixed storage (a copy of the datagram's texts, no allocation); the birth, every data
  * message and every state message carry it (keys 11, 10, 13). A different identity publishes at
- * once a retained state message with level == prev_level (a change of model, not of level) and
+ * once a retained state message marked model_change (level == prev_level: a change of model, not
+ * of level) and
  * is logged; the same identity sent again (a client's re-send, or one after an agent restart)
  * changes nothing.
  *
@@ -676,8 +677,8 @@ static void model_reason(const em_model_t *m, char *out, size_t cap) {
 /*
  * A valid model datagram from an allowed sender (spans.h). The same identity again changes
  * nothing; another one is copied into a->model and published at once as a state message with
- * level == prev_level (retained, spooled when the broker is away, as a level change), and
- * logged. The state page, the pushes and the hook are about levels: they are not told.
+ * model_change set and level == prev_level (retained, spooled when the broker is away, as a level
+ * change), and logged. The state page, the pushes and the hook are about levels: they are not told.
  */
 static void on_model(void *ctx, const em_model_dgram_t *m, const struct ucred *sender) {
   em_agent_t *a = ctx;
@@ -699,7 +700,8 @@ static void on_model(void *ctx, const em_model_dgram_t *m, const struct ucred *s
                               .prev_level = level,
                               .mono_ns = uv_hrtime(),
                               .reason = reason,
-                              .model = a->model_view}};
+                              .model = a->model_view,
+                              .model_change = true}};
   size_t len = 0;
   int rc = em_proto_encode(&msg, a->out, EM_PROTO_MAX_MESSAGE_BYTES, &len);
   if (rc) {

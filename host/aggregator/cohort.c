@@ -220,7 +220,7 @@ static int cmp_identity(const em_identity_t *a, const em_identity_t *b) {
 static int cmp_devices(const void *pa, const void *pb) {
   const em_agg_device_t *a = *(const em_agg_device_t *const *)pa;
   const em_agg_device_t *b = *(const em_agg_device_t *const *)pb;
-  int c = cmp_identity(&a->model, &b->model);
+  int c = cmp_identity(&a->dev->model, &b->dev->model);
   return c ? c : strcmp(a->dev->id, b->dev->id);
 }
 
@@ -246,8 +246,9 @@ void em_cohort_models(em_registry_t *reg, const em_query_t *q, em_history_reply_
   size_t n = 0;
   for (size_t i = 0; devs && i < reg->n_devices; i++) {
     em_agg_device_t *d = reg->devices[i];
-    if (!d->dev || !d->model.named || (q->have_model && strcmp(d->model.name, q->model) != 0) ||
-        (q->have_version && strcmp(d->model.version, q->version) != 0)) {
+    if (!d->dev || !d->dev->model.named ||
+        (q->have_model && strcmp(d->dev->model.name, q->model) != 0) ||
+        (q->have_version && strcmp(d->dev->model.version, q->version) != 0)) {
       continue;
     }
     devs[n++] = d;
@@ -256,11 +257,11 @@ void em_cohort_models(em_registry_t *reg, const em_query_t *q, em_history_reply_
     qsort(devs, n, sizeof(*devs), cmp_devices);
     fputs("{\"models\":[", f);
     for (size_t i = 0; i < n; i++) {
-      bool first = i == 0 || cmp_identity(&devs[i - 1]->model, &devs[i]->model) != 0;
-      bool last = i + 1 == n || cmp_identity(&devs[i]->model, &devs[i + 1]->model) != 0;
+      bool first = i == 0 || cmp_identity(&devs[i - 1]->dev->model, &devs[i]->dev->model) != 0;
+      bool last = i + 1 == n || cmp_identity(&devs[i]->dev->model, &devs[i + 1]->dev->model) != 0;
       if (first) {
         fputs(i ? "," : "", f);
-        put_identity_open(f, &devs[i]->model);
+        put_identity_open(f, &devs[i]->dev->model);
         fputs(",\"devices\":[", f);
       } else {
         fputc(',', f);

@@ -1106,17 +1106,17 @@ static void render_devices(const em_registry_t *r, em_agg_device_t *const *devs,
       EM_PROM_GAUGE};
   for (size_t i = 0; i < n; i++) {
     const em_agg_device_t *d = devs[i];
-    if (!d->dev || !d->model.named) {
+    if (!d->dev || !d->dev->model.named) {
       continue;
     }
     em_prom_label_t l[3 + EM_PROTO_MAX_MODEL_LABELS] = {
-        {"device", d->dev->id}, {"model", d->model.name}, {"version", d->model.version}};
+        {"device", d->dev->id}, {"model", d->dev->model.name}, {"version", d->dev->model.version}};
     char names[EM_PROTO_MAX_MODEL_LABELS][sizeof("label_") + EM_PROTO_MAX_LABEL_KEY];
-    for (size_t k = 0; k < d->model.n_labels; k++) {
-      snprintf(names[k], sizeof(names[k]), "label_%s", d->model.keys[k]);
-      l[3 + k] = (em_prom_label_t){names[k], d->model.values[k]};
+    for (size_t k = 0; k < d->dev->model.n_labels; k++) {
+      snprintf(names[k], sizeof(names[k]), "label_%s", d->dev->model.keys[k]);
+      l[3 + k] = (em_prom_label_t){names[k], d->dev->model.values[k]};
     }
-    out_sample(out, &model, l, 3 + d->model.n_labels, num_u64(1));
+    out_sample(out, &model, l, 3 + d->dev->model.n_labels, num_u64(1));
   }
   static const em_metrics_family_t data = {"edgemon_device_data_messages_total",
                                            "Data messages ingested from the device.",
@@ -1531,7 +1531,7 @@ int em_metrics_device_json(const em_agg_device_t *d, bool with_stages, em_text_t
   json_key(t, &first, "model");
   {
     em_label_t labels[EM_PROTO_MAX_MODEL_LABELS];
-    em_model_t m = em_identity_view(&d->model, labels);
+    em_model_t m = em_identity_view(&d->dev->model, labels);
     char json[EM_IDENTITY_JSON_MAX];
     size_t n = em_identity_json(&m, json, sizeof(json));
     text_put(t, json, n);

@@ -311,39 +311,6 @@ static int decode_flight(em_registry_t *r, const uint8_t *payload, size_t len, e
                           &out->error_offset);
 }
 
-/* Applies a decoded message to the device's dict record and its current model (registry.h,
- * "Model"). Returns 0 or -ENOMEM. */
-static int update_device(em_agg_device_t *d, const em_msg_t *msg) {
-  const em_model_t *model = NULL;
-  bool model_only = false;
-  if (msg->kind == EM_MSG_BIRTH) {
-    model = &msg->u.birth.model;
-  } else if (msg->kind == EM_MSG_DATA && !msg->u.data.historical) {
-    model = &msg->u.data.model;
-  } else if (msg->kind == EM_MSG_STATE && !msg->u.state.historical) {
-    model = &msg->u.state.model;
-    model_only = msg->u.state.level == msg->u.state.prev_level;
-  }
-  if (model) {
-    em_identity_set(&d->model, model);
-  }
-  if (!model_only) {
-    return em_dict_update(d->dev, msg);
-  }
-  /* A change of model: the level stays what the state says, the reason and time stay those
-   * of the last level change. */
-  em_device_t *dev = d->dev;
-  char reason[sizeof(dev->reason)];
-  memcpy(reason, dev->reason, sizeof(reason));
-  uint64_t state_time_ns = dev->state_time_ns;
-  bool have_state = dev->have_state;
-  int rc = em_dict_update(dev, msg);
-  memcpy(dev->reason, reason, sizeof(reason));
-  dev->state_time_ns = state_time_ns;
-  dev->have_state = have_state;
-  return rc;
-}
-
 /* Counts a rejected message and fills out. Caller holds the lock. */
 static void reject(em_registry_t *r, em_ingest_t *out, em_agg_reject_t why, int rc) {
   r->stats.rejected[why]++;
@@ -413,7 +380,7 @@ int em_registry_ingest(em_registry_t *r, const char *topic, const uint8_t *paylo
   em_agg_device_t *d = device(r, out->device);
   if (d && kind == EM_MSG_FLIGHT) {
     d->flights++;
-  } else if (!d || update_device(d, &out->msg) != 0) {
+  } else if (!d || em_dict_update(d->dev, &out->msg) != 0) {
     out->rc = -ENOMEM;
     goto done;
   }

@@ -18,11 +18,8 @@
  * touches a device, and counted by reason (em_agg_stats_t.rejected). Topics under
  * edgemon/v1/<device>/cmd/ are commands for the agents: ignored, not counted.
  *
- * Model: each device's current model identity (identity.h) comes from its birth, its live state
- * messages and its live data messages (the model at the end of the window); a replayed
- * (historical) message never changes it. A state message whose level is its previous level is a
- * change of model only: it sets the model and the level but keeps the reason and time of the
- * device's last level change.
+ * Model: each device's current model identity is its dict record's (dict.h: from its birth, its
+ * live state and live data messages; a state marked model_change changes the model only).
  *
  * Lifetime: a device not heard from for the configured TTL is forgotten
  * (em_registry_expire()): its record, values and histograms are freed and it leaves /metrics and
@@ -81,8 +78,7 @@ typedef struct {
   uint32_t seq_session;
   uint32_t last_seq;
   uint64_t rebirths_asked;
-  uint64_t flights;    /* Flight recordings received (decoded). */
-  em_identity_t model; /* The current model (see "Model" above); named false: none. */
+  uint64_t flights; /* Flight recordings received (decoded). */
 } em_agg_device_t;
 
 /* Why a message was rejected before it reached a device (em_agg_stats_t.rejected). */

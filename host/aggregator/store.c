@@ -789,7 +789,7 @@ static int add_model_change(em_store_t *s, int64_t dev_id, const em_state_t *m) 
 }
 
 static int add_state(em_store_t *s, int64_t dev_id, const em_state_t *m) {
-  if (m->level == m->prev_level) {
+  if (m->model_change) {
     return add_model_change(s, dev_id, m);
   }
   int64_t model = 0;

@@ -38,14 +38,17 @@ static void usage(FILE *out) {
       "                          [--insecure] [--credentials FILE]\n"
       "\n"
       "One row per device known to the broker, from its retained status, birth and state:\n"
-      "  DEVICE ONLINE LEVEL AGENT BOARD LAST_SEEN REASON\n"
+      "  DEVICE ONLINE LEVEL MODEL AGENT BOARD LAST_SEEN REASON\n"
+      "(MODEL: the name and version the inference process named, from the latest birth,\n"
+      "state or data message; its labels in --json.)\n"
       "then live data for --wait seconds (default 1) refreshes LAST_SEEN and LEVEL of the\n"
       "devices that are publishing. A field the broker holds nothing for is '-'.\n"
       "\n" EM_CLI_USAGE_BROKER "  --device ID|GLOB only devices whose id matches (shell glob)\n"
       "  --json           {\"devices\":[{\"device\",\"online\",\"level\",\"reason\","
-      "\"agent_version\",\n"
-      "                   \"board\",\"session\",\"last_seen_ns\",\"last_seen_age_s\"}]}, null "
-      "where unknown\n"
+      "\"model\",\n"
+      "                   \"agent_version\",\"board\",\"session\",\"last_seen_ns\",\n"
+      "                   \"last_seen_age_s\"}]}, null where unknown; model is\n"
+      "                   {\"name\",\"version\",\"labels\":{...}}\n"
       "  --wait S         seconds of live data to listen to after the retained messages\n"
       "                   (0: retained messages only; at most 3600 s)\n"
       "  --color WHEN     auto (on a terminal, unless $NO_COLOR), always, never\n" EM_CLI_USAGE_CONN
@@ -78,19 +81,23 @@ static void on_message(void *ctx, const char *topic, const uint8_t *payload, siz
 }
 
 static void print_table(status_t *s, uint64_t now) {
-  printf("%s%-24s %-7s %-9s %-16s %-18s %-9s %s%s\n", em_view_bold(), "DEVICE", "ONLINE", "LEVEL",
-         "AGENT", "BOARD", "LAST_SEEN", "REASON", em_view_off());
+  printf("%s%-24s %-7s %-9s %-24s %-16s %-18s %-9s %s%s\n", em_view_bold(), "DEVICE", "ONLINE",
+         "LEVEL", "MODEL", "AGENT", "BOARD", "LAST_SEEN", "REASON", em_view_off());
   for (size_t i = 0; i < em_dict_count(s->dict); i++) {
     const em_device_t *d = em_dict_at(s->dict, i);
-    char id[32], agent[20], board[20], age[16];
+    char id[32], model[32], agent[20], board[20], age[16];
+    char named[EM_PROTO_MAX_NAME_BYTES + EM_PROTO_MAX_MODEL_VERSION + 2];
+    snprintf(named, sizeof(named), "%s%s%s", d->model.named ? d->model.name : "-",
+             d->model.named ? " " : "", d->model.named ? d->model.version : "");
     em_view_fit(d->id, 24, id, sizeof(id));
+    em_view_fit(named, 24, model, sizeof(model));
     em_view_fit(d->have_birth ? d->agent_version : "-", 16, agent, sizeof(agent));
     em_view_fit(d->have_birth && d->board[0] ? d->board : "-", 18, board, sizeof(board));
     em_view_age(now, d->last_seen_ns, age, sizeof(age));
     const char *online = d->have_status ? (d->online ? "yes" : "no") : "-";
     const char *level = d->level == EM_LEVEL_NONE ? "-" : em_level_name(d->level);
-    printf("%-24s %-7s %s%-9s%s %-16s %-18s %-9s %s\n", id, online, em_view_level_on(d->level),
-           level, em_view_off(), agent, board, age,
+    printf("%-24s %-7s %s%-9s%s %-24s %-16s %-18s %-9s %s\n", id, online,
+           em_view_level_on(d->level), level, em_view_off(), model, agent, board, age,
            d->have_state && d->reason[0] && d->level > EM_LEVEL_NOMINAL ? d->reason : "-");
   }
 }
@@ -114,7 +121,10 @@ static void print_json(status_t *s, uint64_t now) {
     json_opt_str("level", d->level != EM_LEVEL_NONE, em_level_name(d->level));
     printf(",");
     json_opt_str("reason", d->have_state && d->reason[0], d->reason);
-    printf(",");
+    em_label_t labels[EM_PROTO_MAX_MODEL_LABELS];
+    em_model_t m = em_identity_view(&d->model, labels);
+    char model[EM_IDENTITY_JSON_MAX];
+    printf(",\"model\":%s,", em_identity_json(&m, model, sizeof(model)) ? model : "null");
     json_opt_str("agent_version", d->have_birth, d->agent_version);
     printf(",");
     json_opt_str("board", d->have_birth, d->board);

@@ -60,8 +60,9 @@ static void usage(FILE *out) {
           "  TIME DEVICE LEVEL IPC MISS%% RSS_MiB PSI_CPU PSI_MEM  STAGE p50/p99/max ms n=COUNT\n"
           "and `budget p99<=40` after a stage that has a percentile budget (`!` when over it).\n"
           "A figure the device cannot measure is '-', never 0. A level change prints as its own\n"
-          "line with the rule and reason, a flight recording as a line naming its number, cause,\n"
-          "level, rule and size. Aliases are named from the device's retained birth;\n"
+          "line with the rule and reason, a change of model as 'model now NAME VERSION (k=v)',\n"
+          "a flight recording as a line naming its number, cause, level, rule and size. A birth\n"
+          "line names the model. Aliases are named from the device's retained birth;\n"
           "data from a session without a birth makes tail ask the device for a rebirth.\n"
           "\n"
           "Messages that do not decode are counted (summary on stderr) and, with --json,\n"
@@ -258,6 +259,13 @@ static void print_state(const char *id, const em_device_t *dev, const em_state_t
   em_view_clock(s->head.time_ns, clock, sizeof(clock));
   printf("%s%-12s %-18s %s%s%s%s", em_view_bold(), clock, id, em_view_level_on(s->level),
          em_level_name(s->level), em_view_off(), em_view_bold());
+  if (s->model_change) {
+    char model[EM_IDENTITY_TEXT_MAX];
+    em_identity_text(&dev->model, model, sizeof(model));
+    printf(" model now %s (level unchanged)%s%s\n", model, s->historical ? "  (replayed)" : "",
+           em_view_off());
+    return;
+  }
   if (s->prev_level == s->level) {
     printf(" (level at agent start)");
   } else {
@@ -385,9 +393,11 @@ static void on_message(void *ctx, const char *topic, const uint8_t *payload, siz
   } else if (msg.kind == EM_MSG_BIRTH) {
     char clock[16];
     em_view_clock(msg.u.birth.head.time_ns, clock, sizeof(clock));
-    printf("%-12s %-18s birth: agent %s, board %s, %zu metrics, %zu budgets\n", clock, id,
+    char model[EM_IDENTITY_TEXT_MAX];
+    em_identity_text(&dev->model, model, sizeof(model));
+    printf("%-12s %-18s birth: agent %s, board %s, %zu metrics, %zu budgets, model %s\n", clock, id,
            msg.u.birth.agent_version, msg.u.birth.board, msg.u.birth.n_metrics,
-           msg.u.birth.n_budgets);
+           msg.u.birth.n_budgets, model);
     print_absent(&msg.u.birth);
   }
   if (msg.kind == EM_MSG_DATA || msg.kind == EM_MSG_STATE) {

@@ -187,17 +187,26 @@ int em_dict_update(em_device_t *dev, const em_msg_t *msg) {
   switch (msg->kind) {
   case EM_MSG_BIRTH:
     seen(dev, msg->u.birth.head.time_ns);
+    em_identity_set(&dev->model, &msg->u.birth.model);
     return em_dict_set_birth(dev, &msg->u.birth);
   case EM_MSG_DATA:
     seen(dev, msg->u.data.head.time_ns);
-    if (msg->u.data.level != EM_LEVEL_NONE && !msg->u.data.historical) {
-      dev->level = msg->u.data.level;
+    if (!msg->u.data.historical) {
+      em_identity_set(&dev->model, &msg->u.data.model);
+      if (msg->u.data.level != EM_LEVEL_NONE) {
+        dev->level = msg->u.data.level;
+      }
     }
     return 0;
   case EM_MSG_STATE:
     seen(dev, msg->u.state.head.time_ns);
     if (msg->u.state.historical) {
       return 0; /* Replayed from the spool: history, not the current level. */
+    }
+    em_identity_set(&dev->model, &msg->u.state.model);
+    if (msg->u.state.model_change) {
+      dev->level = msg->u.state.level; /* Unchanged, as it says; reason and time stay those */
+      return 0;                        /* of the last level change. */
     }
     dev->have_state = true;
     dev->level = msg->u.state.level;

@@ -1,6 +1,12 @@
 /*
  * dict.h - what the host knows of each device: its birth (metric names by alias, budgets,
- * board, agent version), its retained status and state, and when it was last heard from.
+ * board, agent version), its retained status and state, its current model, and when it was
+ * last heard from.
+ *
+ * The current model (identity.h) comes from the birth, live state messages and live data
+ * messages (the model at the end of the window); a replayed (historical) message never changes
+ * it. A state marked model_change is a change of model only: it sets the model and the level it
+ * states (unchanged) and leaves the reason and time of the last level change as they were.
  *
  * Data messages carry metric aliases; only the device's birth says what they mean, and only
  * for the session that birth belongs to. This registry keeps a copy of the latest birth per
@@ -14,6 +20,8 @@
 #define EM_DICT_H
 
 #include <edgemon/proto.h>
+
+#include "identity.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -52,6 +60,8 @@ typedef struct {
   em_level_t level; /* From the latest state or data message; EM_LEVEL_NONE if unknown. */
   char reason[EM_PROTO_MAX_TEXT_BYTES + 1];
   uint64_t state_time_ns;
+
+  em_identity_t model; /* The current model (above); named false: none. */
 
   uint64_t last_seen_ns; /* Latest time_ns of any message from the device. */
   bool rebirth_asked;    /* Set by the caller once it asked for a rebirth for this session. */

@@ -22,8 +22,8 @@
  * Cohorts (cohorts.h): --model gives device ranges a model identity, carried in the birth (key
  * 11) and every data message (key 10); --slow and --degrade set a range's latency factor and
  * excursion rate; --switch changes a range's version at a simulated second, publishing a state
- * message with level == prev_level and the new model. None of them draws random numbers, so
- * the same seed gives the same draws with or without them.
+ * message (model_change, level == prev_level) with the new model. None of them draws random
+ * numbers, so the same seed gives the same draws with or without them.
  *
  * Simulated time: t = 0 is the start of the simulated history. --backfill S puts it S seconds
  * before now and publishes those S seconds at once (data at QoS 1, acknowledged in batches so
@@ -605,6 +605,7 @@ static int publish_state(sim_t *s, sim_device_t *d, em_level_t to, uint64_t t_ns
                 : up         ? "p99 over its budget (simulated)"
                              : "back within every budget (simulated)",
       .model = d->model,
+      .model_change = model_change,
   };
   int rc = publish_msg(s, d, "state", &m, 1, true);
   s->n_state += rc == 0;

@@ -33,7 +33,7 @@ DATA = {4: "seq", 5: "window_ns", 6: "values", 7: "stages", 8: "level", 9: "hist
 STAGE = {0: "name", 1: "count", 2: "sum_ns", 3: "min_ns", 4: "max_ns", 5: "p50_ns",
          6: "p90_ns", 7: "p99_ns", 8: "p999_ns", 9: "scale", 10: "zero_count", 11: "buckets"}
 STATE = {4: "level", 5: "prev_level", 6: "mono_ns", 7: "rule", 8: "stage", 9: "value",
-         10: "bound", 11: "reason", 12: "historical", 13: "model"}
+         10: "bound", 11: "reason", 12: "historical", 13: "model", 14: "model_change"}
 MODEL = {0: "name", 1: "version", 2: "labels"}
 STATUS = {4: "online"}
 CMD = {4: "command"}
@@ -130,6 +130,9 @@ def decode(payload):
     elif kind == "state":
         msg["level"] = LEVELS[msg["level"]]
         msg["prev_level"] = LEVELS[msg["prev_level"]]
+        if "model_change" in msg and (msg["model_change"] is not True or
+                                      msg["level"] != msg["prev_level"] or "model" not in msg):
+            raise DecodeError("model_change: true only, with level == prev_level and a model")
     elif kind == "cmd":
         msg["command"] = COMMANDS.get(msg["command"], "unknown")
     elif kind == "flight":

@@ -420,6 +420,8 @@ static int read_state_key(em__dec_t *d, uint64_t key, em_state_t *out) {
     return em__read_bool(d, &out->historical);
   case KT_MODEL:
     return em__read_model(d, &out->model);
+  case KT_MODEL_CHANGE:
+    return em__read_bool(d, &out->model_change);
   default:
     return em__skip(d);
   }
@@ -529,7 +531,13 @@ static int read_message(em__dec_t *d, void *msg) {
     return rc;
   }
   em__leave(d);
-  return em__require(d, 0, seen, em__head_keys(out->kind) | required_keys(out->kind));
+  rc = em__require(d, 0, seen, em__head_keys(out->kind) | required_keys(out->kind));
+  if (!rc && out->kind == EM_MSG_STATE && out->u.state.model_change &&
+      (out->u.state.level != out->u.state.prev_level || !out->u.state.model.name)) {
+    d->item_pos = 0;
+    rc = EM_PROTO_EINCONSISTENT; /* A change of model keeps the level and names the model. */
+  }
+  return rc;
 }
 
 int em_proto_decode(const uint8_t *buf, size_t len, em_msg_t *out, void *scratch,

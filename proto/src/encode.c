@@ -238,18 +238,28 @@ static int check_state(const em_state_t *s) {
     return EM_PROTO_ERANGE;
   }
   int rc = em__check_cause(EM_CAUSE_OF(s));
-  return rc ? rc : em_proto_model_check(&s->model);
+  if (!rc) {
+    rc = em_proto_model_check(&s->model);
+  }
+  if (!rc && s->model_change && (s->level != s->prev_level || !s->model.name)) {
+    rc = EM_PROTO_EINCONSISTENT; /* A change of model keeps the level and names the model. */
+  }
+  return rc;
 }
 
 static void w_state(em__writer_t *w, const em_state_t *s) {
-  size_t n_more =
-      3 + em__cause_count(EM_CAUSE_OF(s)) + em__model_entries(&s->model) + (s->historical ? 1 : 0);
+  size_t n_more = 3 + em__cause_count(EM_CAUSE_OF(s)) + em__model_entries(&s->model) +
+                  (s->model_change ? 1 : 0) + (s->historical ? 1 : 0);
   em__w_common(w, n_more, EM_MSG_STATE, &s->head);
   em__kv_uint(w, KT_LEVEL, (uint64_t)s->level);
   em__kv_uint(w, KT_PREV, (uint64_t)s->prev_level);
   em__kv_uint(w, KT_MONO, s->mono_ns);
   em__w_cause(w, KT_RULE, EM_CAUSE_OF(s));
   em__w_model(w, KT_MODEL, &s->model);
+  if (s->model_change) {
+    em__w_uint(w, KT_MODEL_CHANGE);
+    em__w_bool(w, true);
+  }
   if (s->historical) {
     em__w_uint(w, KT_HISTORICAL);
     em__w_bool(w, true);

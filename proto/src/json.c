@@ -130,6 +130,10 @@ static void j_state(em__jw_t *w, const em_state_t *s) {
   em__jkv_u64(w, "mono_ns", s->mono_ns);
   em__jw_cause(w, EM_CAUSE_OF(s));
   em__jw_model(w, &s->model);
+  if (s->model_change) {
+    em__jw_key(w, "model_change");
+    em__jw_raw(w, "true", 4);
+  }
   if (s->historical) {
     em__jw_key(w, "historical");
     em__jw_raw(w, "true", 4);

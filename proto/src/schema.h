@@ -67,7 +67,8 @@ enum {
   KT_BOUND = 10,
   KT_REASON = 11,
   KT_HISTORICAL = 12,
-  KT_MODEL = 13
+  KT_MODEL = 13,
+  KT_MODEL_CHANGE = 14
 };
 /* model identity (birth 11, data 10, state 13) */
 enum { KO_NAME = 0, KO_VERSION = 1, KO_LABELS = 2 };

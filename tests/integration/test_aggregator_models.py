@@ -46,13 +46,16 @@ def data(seq, t, span_ns, count, level, m, rss=None, ipc=None):
 
 
 def state(t, level, prev, m, reason):
-    return {0: 1, 1: 2, 2: t, 3: 1, 4: level, 5: prev, 6: t, 11: reason, 13: m}
+    s = {0: 1, 1: 2, 2: t, 3: 1, 4: level, 5: prev, 6: t, 11: reason, 13: m}
+    if level == prev:
+        s[14] = True  # A change of model.
+    return s
 
 
 # What is published: a window every 5 s for two minutes per device.
 #   m-0001: version 1.4 the first minute (1 ms spans, NOMINAL, ipc 1.5), 1.5 the second (2 ms,
 #           WARN, rss 1000 + 8 t); then DEGRADED (a level change) and a change of model to the
-#           light variant (level == prev_level).
+#           light variant (model_change, level == prev_level).
 #   m-0002: 1.5 throughout (3 ms spans, NOMINAL, its last 3 windows CRITICAL, rss 9000 - 4 t).
 WINDOWS = []
 for k in range(24):

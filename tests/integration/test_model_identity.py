@@ -1,7 +1,7 @@
 """Model identity end to end: the Python client's set_model -> the real agent -> mosquitto.
 
 The birth, every data window and every state message carry the identity the client named; a
-change of identity is one retained state message with level == prev_level; the switch to the
+change of identity is one retained state message marked model_change (level == prev_level); the switch to the
 light variant on DEGRADED is visible per window; bad input is dropped and counted on the client
 and never raises; a restarted agent learns the identity again from the client alone; hostile
 model datagrams from a raw socket are counted by the agent, which keeps running.
@@ -40,7 +40,8 @@ def start(stack, extra=BUDGET):
 
 def is_change(model):
     """A state message that is this change of model (not a change of level)."""
-    return lambda m: m["level"] == m["prev_level"] and m.get("model") == model
+    return lambda m: (m.get("model_change") is True and m["level"] == m["prev_level"] and
+                      m.get("model") == model)
 
 
 def values(sub, birth, pred, what):

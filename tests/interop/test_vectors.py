@@ -98,7 +98,7 @@ CBOR2_MESSAGES = {
     "birth": {0: 1, 1: 0, 2: T, 3: 1, 4: "dev-1", 5: "0.1.0", 6: "generic-x86_64", 7: 10**8,
               8: [{0: 3, 1: "mem.rss", 2: "By", 3: 0}], 9: [{0: "x", 1: "deadline", 2: 3, 3: 0.5}]},
     # A model identity whose labels come in no particular order: both readers sort them.
-    "state_model": {0: 1, 1: 2, 2: T, 3: 5, 4: 2, 5: 2, 6: 7,
+    "state_model": {0: 1, 1: 2, 2: T, 3: 5, 4: 2, 5: 2, 6: 7, 14: True,
                     13: {1: "1.5", 0: "resnet18", 2: {"variant": "light", "site": "b", "_x": "1"}}},
     "data_model": {0: 1, 1: 1, 2: T, 3: 1, 4: 1, 5: 10**8, 6: {}, 7: [],
                    10: {0: "m", 1: "v", 2: {}, 9: "future key"}},
@@ -134,6 +134,22 @@ def test_both_readers_refuse_a_model_identity_the_cddl_refuses(what):
     payload = cbor2.dumps({**CBOR2_MESSAGES["data"], 10: BAD_MODELS[what]})
     rc, got = c_decode(payload)
     assert rc == 1 and "error" in got, (what, got)
+    with pytest.raises(edgemon_proto.DecodeError):
+        decode(payload)
+
+
+BAD_MODEL_CHANGES = {
+    "a change of model that changes the level": {4: 2, 5: 1, 13: {0: "m", 1: "v"}, 14: True},
+    "a change of model without a model": {4: 2, 5: 2, 14: True},
+}
+
+
+@needs_tool
+@pytest.mark.parametrize("what", sorted(BAD_MODEL_CHANGES))
+def test_both_readers_refuse_an_inconsistent_change_of_model(what):
+    payload = cbor2.dumps({0: 1, 1: 2, 2: T, 3: 5, 6: 7, **BAD_MODEL_CHANGES[what]})
+    rc, got = c_decode(payload)
+    assert rc == 1 and got["error"] == "fields contradict each other", (what, got)
     with pytest.raises(edgemon_proto.DecodeError):
         decode(payload)
 

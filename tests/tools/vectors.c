@@ -413,6 +413,7 @@ static em_vector_t rows[] = {
                   .prev_level = EM_LEVEL_DEGRADED,
                   .mono_ns = 3,
                   .reason = "model: mobilenet_v3_small 1.4 (input=224x224, variant=light)",
+                  .model_change = true,
                   .model = {.name = "mobilenet_v3_small",
                             .version = "1.4",
                             .labels = labels_light,

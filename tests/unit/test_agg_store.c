@@ -947,8 +947,9 @@ static const em_label_t model_labels[] = {{"input", "224x224"}, {"variant", "ful
 
 /* Each identity is one models row (labels as canonical JSON), each data and window row names
  * the model its message carried, devices.model follows the birth, live data and a change of
- * model (a state whose level is its previous level), which writes no level_changes row; a
- * replayed message leaves the current model alone. */
+ * model (a state marked model_change), which writes no level_changes row, unlike the level a
+ * device announces at agent start (level == prev_level too, unmarked); a replayed message
+ * leaves the current model alone. */
 static void store_models_are_rows_and_follow_the_device(void **state) {
   fixture_t *f = *state;
   em_store_opts_t o = opts_for(f);
@@ -977,8 +978,16 @@ static void store_models_are_rows_and_follow_the_device(void **state) {
                                 .level = EM_LEVEL_WARN,
                                 .prev_level = EM_LEVEL_WARN,
                                 .reason = "model: light",
-                                .model = c};
+                                .model = c,
+                                .model_change = true};
   assert_int_equal(em_store_add(s, "dev-1", f->dev, &change, T0_NS), 0);
+  em_msg_t start = {.kind = EM_MSG_STATE};
+  start.u.state = (em_state_t){.head = {.time_ns = T0_NS, .session = 1},
+                               .level = EM_LEVEL_NOMINAL,
+                               .prev_level = EM_LEVEL_NOMINAL,
+                               .reason = "level at agent start",
+                               .model = a};
+  assert_int_equal(em_store_add(s, "dev-2", NULL, &start, T0_NS), 0);
   em_msg_t replay = data_msg(7, T0_NS + 2000000000u, NULL, 0);
   replay.u.data.historical = true;
   replay.u.data.model = a;
@@ -1005,8 +1014,14 @@ static void store_models_are_rows_and_follow_the_device(void **state) {
   assert_int_equal(q_int(f->path, "SELECT m.labels = '{\"input\":\"224x224\"}' FROM devices d "
                                   "JOIN models m ON m.id = d.model WHERE d.name = 'dev-1'"),
                    1);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM level_changes"), 0);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM level_changes l JOIN devices d ON "
+                                  "d.id = l.device WHERE d.name = 'dev-1'"),
+                   0);
   assert_int_equal(q_int(f->path, "SELECT reason IS NULL FROM devices WHERE name = 'dev-1'"), 1);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM level_changes l JOIN devices d ON "
+                                  "d.id = l.device WHERE d.name = 'dev-2' AND l.level = 0 AND "
+                                  "l.prev_level = 0"),
+                   1);
 }
 
 /* A version 6 store (no models) migrates at open: its rows stay with NULL models and levels,

@@ -148,8 +148,8 @@ typedef struct {
 
 /*
  * Which model the inference process runs, as it named it through its client (birth key 11,
- * data key 10, state key 13). name == NULL: none named yet (the key is absent), and the
- * other fields are ignored.
+ * data key 10, state key 13; a state with model_change set announces a change of model). name
+ * == NULL: none named yet (the key is absent), and the other fields are ignored.
  */
 typedef struct {
   const char *name;         /* 1..EM_PROTO_MAX_NAME_BYTES bytes of printable ASCII. */
@@ -279,8 +279,10 @@ typedef struct {
   em_value_t bound;   /* The rule's bound, or absent. */
   const char *reason; /* Human-readable, or NULL. */
   bool historical;    /* Replayed from the spool after the broker was away, not live. */
-  em_model_t model;   /* The target's model at the change; name NULL: none named. level ==
-                         prev_level: not a level change but a change of model. */
+  em_model_t model;   /* The target's model at the change; name NULL: none named. */
+  bool model_change;  /* Not a level change but a change of model: level == prev_level and
+                         model named (key 14). False for a level change and for the level
+                         announced at agent start (level == prev_level too). */
 } em_state_t;
 
 typedef struct {

@@ -1,12 +1,13 @@
 /*
  * identity.h - a model identity (proto.h's em_model_t: name, version, up to 8 labels) as the
- * aggregator keeps and writes it: a fixed-size copy that outlives the decoded message (the
- * registry's current model of a device), and its canonical JSON, {"k":"v",...} with keys in
- * ascending strcmp order, which the store uses as the `models.labels` column and the API
- * answers as "labels". Owns nothing; every function is pure and thread-safe.
+ * host keeps and writes it: a fixed-size copy that outlives the decoded message (a device's
+ * current model in dict.h, which the aggregator's registry and edgemon-cli read), its canonical
+ * JSON, {"k":"v",...} with keys in ascending strcmp order, which the store uses as the
+ * `models.labels` column and the API answers as "labels", and the one-line text a person
+ * reads. Owns nothing; every function is pure and thread-safe.
  */
-#ifndef EM_AGG_IDENTITY_H
-#define EM_AGG_IDENTITY_H
+#ifndef EM_IDENTITY_H
+#define EM_IDENTITY_H
 
 #include <edgemon/proto.h>
 #include <stdbool.h>
@@ -48,4 +49,13 @@ size_t em_identity_labels_json(const em_model_t *m, char *buf, size_t cap);
  * Returns the length, or 0 when cap is too small. */
 size_t em_identity_json(const em_model_t *m, char *buf, size_t cap);
 
-#endif /* EM_AGG_IDENTITY_H */
+/* Bytes of the longest em_identity_text(), NUL included. */
+#define EM_IDENTITY_TEXT_MAX                                                                       \
+  (EM_PROTO_MAX_NAME_BYTES + EM_PROTO_MAX_MODEL_VERSION + 4 +                                      \
+   EM_PROTO_MAX_MODEL_LABELS * (EM_PROTO_MAX_LABEL_KEY + EM_PROTO_MAX_LABEL_VALUE + 3) + 2)
+
+/* "NAME VERSION" and, with labels, " (k=v, ...)", into buf[0..cap) (cut to fit, always
+ * NUL-terminated when cap > 0); "-" for none. */
+void em_identity_text(const em_identity_t *id, char *buf, size_t cap);
+
+#endif /* EM_IDENTITY_H */

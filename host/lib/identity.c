@@ -129,3 +129,20 @@ size_t em_identity_json(const em_model_t *m, char *buf, size_t cap) {
   put(&o, "}", 1);
   return finish(&o);
 }
+
+void em_identity_text(const em_identity_t *id, char *buf, size_t cap) {
+  if (cap == 0) {
+    return;
+  }
+  if (!id->named) {
+    snprintf(buf, cap, "-");
+    return;
+  }
+  int n = snprintf(buf, cap, "%s %s", id->name, id->version);
+  for (size_t i = 0; i < id->n_labels && n >= 0 && (size_t)n < cap; i++) {
+    n += snprintf(buf + n, cap - (size_t)n, "%s%s=%s", i ? ", " : " (", id->keys[i], id->values[i]);
+  }
+  if (id->n_labels && n >= 0 && (size_t)n < cap) {
+    snprintf(buf + n, cap - (size_t)n, ")");
+  }
+}
