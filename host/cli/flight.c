@@ -13,6 +13,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
+#include "device_api.h"
 #include "flight_list.h"
 #include "flight_svg.h"
 #include "flight_table.h"
@@ -27,12 +28,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CMD                "flight"
-#define DEFAULT_AGGREGATOR "http://127.0.0.1:9108"
-#define DEFAULT_TOP        10u
-#define DEFAULT_TIMEOUT_S  5.0
-/* What a device id is made of (the schema's ident): it goes into URLs and topics as it is. */
-#define ID_CHARS "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:-"
+#define CMD               "flight"
+#define DEFAULT_TOP       10u
+#define DEFAULT_TIMEOUT_S 5.0
 
 typedef struct {
   const char *aggregator;
@@ -67,7 +65,7 @@ static void usage(FILE *out) {
           "\n"
           "options:\n"
           "  --aggregator URL  the aggregator's API, http://HOST[:PORT] (default\n"
-          "                    $EDGEMON_AGGREGATOR, else " DEFAULT_AGGREGATOR ")\n"
+          "                    $EDGEMON_AGGREGATOR, else " EM_CLI_DEFAULT_AGGREGATOR ")\n"
           "  --file PATH       read one recording (its CBOR, as ?format=cbor answers) instead\n"
           "  --device D        the device (required with the aggregator)\n"
           "  --last            the newest recording (the default)\n"
@@ -194,19 +192,11 @@ static int parse_args(int argc, char **argv, flight_opts_t *o) {
   if (!o->file && !o->device) {
     return em_cli_usage_error(CMD, "--device is required (or --file PATH)");
   }
-  if (o->device && (!*o->device || strspn(o->device, ID_CHARS) != strlen(o->device) ||
-                    strlen(o->device) > EM_TOPIC_MAX_DEVICE)) {
+  if (o->device && !em_cli_device_ok(o->device)) {
     return em_cli_usage_error(CMD, "--device wants one device id, not '%s'", o->device);
   }
-  if (!o->file && !o->take) {
-    if (!o->aggregator) {
-      const char *env = getenv("EDGEMON_AGGREGATOR");
-      o->aggregator = env && *env ? env : DEFAULT_AGGREGATOR;
-    }
-    char err[256];
-    if (em_http_get_check(o->aggregator, err, sizeof(err)) != EM_HTTP_GET_OK) {
-      return em_cli_usage_error(CMD, "--aggregator: %s", err);
-    }
+  if (!o->file && !o->take && em_cli_aggregator_url(CMD, &o->aggregator) != EM_CLI_OK) {
+    return EM_CLI_USAGE;
   }
   if (o->take) {
     o->broker = em_cli_broker_url(o->broker);
@@ -218,22 +208,8 @@ static int parse_args(int argc, char **argv, flight_opts_t *o) {
   return -1;
 }
 
-/* GET path from the aggregator. Returns EM_CLI_OK with *a filled (status 200), or the exit
- * code with the reason printed (the API's own message for a 4xx or 5xx). */
 static int api_get(const flight_opts_t *o, const char *path, em_http_answer_t *a) {
-  char err[512];
-  int rc = em_http_get(o->aggregator, path, (int)(o->timeout_s * 1000), a, err, sizeof(err));
-  if (rc != EM_HTTP_GET_OK) {
-    em_cli_error(CMD, "aggregator %s: %s", o->aggregator, err);
-    return rc == EM_HTTP_GET_BAD_URL ? EM_CLI_USAGE : EM_CLI_BROKER;
-  }
-  if (a->status != 200) {
-    em_cli_error(CMD, "aggregator %s answered %d to %s: %.300s", o->aggregator, a->status, path,
-                 a->body);
-    em_http_get_free(a);
-    return a->status >= 500 ? EM_CLI_BROKER : EM_CLI_FAIL;
-  }
-  return EM_CLI_OK;
+  return em_cli_api_get(CMD, o->aggregator, o->timeout_s, path, a);
 }
 
 /* The key of the recording to show: the newest, or the one nearest --at. */
@@ -276,29 +252,6 @@ static int pick_key(const flight_opts_t *o, char *key, size_t cap, em_flight_lis
   return EM_CLI_OK;
 }
 
-/* Reads --file into *buf. Returns EM_CLI_OK or EM_CLI_INPUT (printed). */
-static int read_file(const char *path, uint8_t **buf, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    em_cli_error(CMD, "cannot open %s: %s", path, strerror(errno));
-    return EM_CLI_INPUT;
-  }
-  *buf = malloc(EM_FLIGHT_MAX_BYTES + 1);
-  *len = *buf ? fread(*buf, 1, EM_FLIGHT_MAX_BYTES + 1, f) : 0;
-  bool bad = ferror(f) != 0;
-  fclose(f);
-  if (!*buf || bad || *len == 0 || *len > EM_FLIGHT_MAX_BYTES) {
-    em_cli_error(CMD, "%s: %s", path,
-                 !*buf ? "out of memory"
-                 : bad ? "read error"
-                       : "empty, or larger than a flight recording can be");
-    free(*buf);
-    *buf = NULL;
-    return EM_CLI_INPUT;
-  }
-  return EM_CLI_OK;
-}
-
 static int show(const flight_opts_t *o, const em_flight_t *f, const char *title) {
   if (o->svg) {
     FILE *out = fopen(o->svg, "w");
@@ -338,34 +291,7 @@ static int take(flight_opts_t *o) {
   em_msg_t cmd = {.kind = EM_MSG_CMD};
   cmd.u.cmd.head.time_ns = em_cli_real_ns();
   cmd.u.cmd.command = EM_CMD_FLIGHT;
-  uint8_t buf[64];
-  size_t len = 0;
-  if (em_proto_encode(&cmd, buf, sizeof(buf), &len) != 0) {
-    em_cli_error(CMD, "cannot encode cmd/flight");
-    return EM_CLI_FAIL;
-  }
-  em_broker_opts_t bo = em_cli_conn_opts(&o->conn, "edgemon-cli-flight");
-  em_broker_t *b = NULL;
-  char err[512] = "";
-  int rc = em_broker_connect_opts(&b, o->broker, &bo, NULL, NULL, 5.0, err, sizeof(err));
-  em_cli_conn_forget(&o->conn);
-  if (rc != 0) {
-    em_cli_error(CMD, "%s", err[0] ? err : strerror(-rc));
-    return EM_CLI_BROKER;
-  }
-  char topic[128];
-  snprintf(topic, sizeof(topic), "edgemon/v1/%s/cmd/flight", o->device);
-  rc = em_broker_publish(b, topic, buf, len, 1, false);
-  if (rc == 0) {
-    rc = em_broker_drain(b, 5.0);
-  }
-  em_broker_free(b);
-  if (rc != 0) {
-    em_cli_error(CMD, "the broker at %s did not take cmd/flight: %s", o->broker, strerror(-rc));
-    return EM_CLI_BROKER;
-  }
-  printf("asked %s for a flight recording (%s)\n", o->device, topic);
-  return EM_CLI_OK;
+  return em_cli_send_cmd(CMD, &o->conn, o->broker, o->device, &cmd, "flight", "a flight recording");
 }
 
 int em_cli_flight(int argc, char **argv) {
@@ -381,7 +307,8 @@ int em_cli_flight(int argc, char **argv) {
   size_t len = 0;
   char title[160];
   if (o.file) {
-    rc = read_file(o.file, &cbor, &len);
+    rc = em_cli_read_message_file(CMD, o.file, EM_FLIGHT_MAX_BYTES, "a flight recording", &cbor,
+                                  &len);
     snprintf(title, sizeof(title), "%s", o.file);
   } else {
     char key[32];
