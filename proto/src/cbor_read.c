@@ -450,6 +450,54 @@ int em__read_cause(em__dec_t *d, em_cause_key_t field, const char **rule, const 
   return em__skip(d);
 }
 
+static int read_level(em__dec_t *d, em_level_t *out) {
+  uint64_t v = 0;
+  int rc = em__read_uint(d, EM_LEVEL_CRITICAL, &v);
+  *out = (em_level_t)v;
+  return rc;
+}
+
+static int read_trigger_key(em__dec_t *d, uint64_t key, bool numbers, em_trigger_t *t) {
+  switch (key) {
+  case KG_CAUSE:
+    return em__read_uint(d, 1, &t->cause);
+  case KG_LEVEL:
+    return read_level(d, &t->level);
+  case KG_PREV:
+    return read_level(d, &t->prev_level);
+  case KG_VALUE:
+  case KG_BOUND:
+    if (!numbers) {
+      return em__skip(d);
+    }
+    /* fall through */
+  case KG_RULE:
+  case KG_STAGE:
+  case KG_REASON:
+    return em__read_cause(d, (em_cause_key_t)(key - KG_RULE), EM_CAUSE_REF(t));
+  default:
+    return em__skip(d);
+  }
+}
+
+int em__read_trigger(em__dec_t *d, bool numbers, em_trigger_t *t) {
+  size_t at = d->pos;
+  uint64_t n = 0, seen = 0, key = 0;
+  int rc = em__open_container(d, T_MAP, 64, &n);
+  t->prev_level = EM_LEVEL_NONE;
+  for (uint64_t i = 0; i < n && !rc; i++) {
+    rc = em__read_key(d, &seen, &key);
+    if (!rc) {
+      rc = read_trigger_key(d, key, numbers, t);
+    }
+  }
+  if (rc) {
+    return rc;
+  }
+  em__leave(d);
+  return em__require(d, at, seen, BIT(KG_CAUSE) | BIT(KG_LEVEL));
+}
+
 int em__decode_whole(const uint8_t *buf, size_t len, size_t max_len, em__message_fn fn, void *out,
                      size_t out_size, void *scratch, size_t scratch_len, size_t *error_offset) {
   if (error_offset) {
@@ -505,6 +553,61 @@ int em__read_start(em__dec_t *d, uint64_t *n, uint64_t *seen, uint64_t *kind) {
   }
   if (!rc) {
     rc = em__read_uint(d, UINT32_MAX, kind);
+  }
+  return rc;
+}
+
+int em__read_top(em__dec_t *d, em_msg_kind_t kind, em_msg_head_t *head, uint64_t required,
+                 em__key_fn fn, void *ctx) {
+  uint64_t n = 0, seen = 0, key = 0, v = 0;
+  int rc = em__read_start(d, &n, &seen, &v);
+  if (!rc && v != (uint64_t)kind) {
+    rc = EM_PROTO_EKIND;
+  }
+  for (uint64_t i = 2; i < n && !rc; i++) {
+    rc = em__read_key(d, &seen, &key);
+    if (rc) {
+      break;
+    }
+    const em_head_field_t *f = em__head_field(kind, key);
+    if (f) {
+      rc = em__read_uint(d, f->max, &v);
+      em__head_set(head, f, v);
+    } else {
+      rc = fn(d, key, ctx);
+    }
+  }
+  if (rc) {
+    return rc;
+  }
+  em__leave(d);
+  return em__require(d, 0, seen, em__head_keys(kind) | required);
+}
+
+int em__reread(em__dec_t *d, size_t at, em__message_fn fn, void *ctx) {
+  size_t end = d->pos;
+  d->depth = 1;
+  d->pos = at;
+  int rc = fn(d, ctx);
+  d->depth = 0;
+  if (!rc) {
+    d->pos = end;
+  }
+  return rc;
+}
+
+static int read_stage_name(em__dec_t *d, void *elem) {
+  return em__read_str(d, STR_IDENT, EM_PROTO_MAX_STAGE_BYTES, (const char **)elem);
+}
+
+int em__read_stage_table(em__dec_t *d, size_t max, const char *const **out, size_t *n_out) {
+  size_t at = d->pos;
+  void *list = NULL;
+  int rc = em__read_array(d, max, sizeof(const char *), read_stage_name, &list, n_out);
+  *out = list;
+  if (!rc && em__check_stage_table(*out, *n_out)) {
+    d->item_pos = at;
+    return EM_PROTO_EDUPLICATE;
   }
   return rc;
 }

@@ -187,3 +187,14 @@ void em__w_diff(em__writer_t *w, uint64_t a, uint64_t b) {
 size_t em__diff_bytes(uint64_t a, uint64_t b) {
   return em__uint_bytes(a >= b ? a - b : b - a - 1);
 }
+
+void em__w_trigger(em__writer_t *w, const em_trigger_t *t) {
+  bool has_prev = t->prev_level != EM_LEVEL_NONE;
+  em__w_map(w, 2 + (has_prev ? 1 : 0) + em__cause_count(EM_CAUSE_OF(t)));
+  em__kv_uint(w, KG_CAUSE, t->cause);
+  em__kv_uint(w, KG_LEVEL, (uint64_t)t->level);
+  if (has_prev) {
+    em__kv_uint(w, KG_PREV, (uint64_t)t->prev_level);
+  }
+  em__w_cause(w, KG_RULE, EM_CAUSE_OF(t));
+}

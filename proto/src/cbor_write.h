@@ -40,6 +40,10 @@ void em__kv_str(em__writer_t *w, unsigned key, const char *s);
 void em__w_cause(em__writer_t *w, unsigned first_key, const char *rule, const char *stage,
                  const em_value_t *value, const em_value_t *bound, const char *reason);
 
+/* A trigger map (flight key 5, profile key 5): cause, level, prev_level when present, the
+ * cause fields that are present. */
+void em__w_trigger(em__writer_t *w, const em_trigger_t *t);
+
 /*
  * The top-level map's head (2 + the head fields kind carries + n_more entries), version, kind
  * and the head fields kind carries (schema.h's em__head_fields), in that order.

@@ -150,21 +150,22 @@ static int read_budgets(em__dec_t *d, em_birth_t *b) {
   return rc;
 }
 
-/* The flight recorder (key 10): all five sizes required; present means on. */
-static int read_recorder(em__dec_t *d, em_flight_recorder_t *r) {
+/* A settings map of the birth (flight recorder key 10, profiler key 12): every field
+ * required; present means on. */
+static int read_settings(em__dec_t *d, const em_settings_t *s, void *base) {
   size_t at = d->pos;
   uint64_t n = 0, seen = 0, key = 0, required = 0;
   int rc = em__open_container(d, T_MAP, 64, &n);
   for (uint64_t i = 0; i < n && !rc; i++) {
     rc = em__read_key(d, &seen, &key);
     const em_recorder_field_t *f = NULL;
-    for (size_t j = 0; j < EM_RECORDER_FIELDS && !rc; j++) {
-      f = em__recorder_fields[j].key == key ? &em__recorder_fields[j] : f;
+    for (size_t j = 0; j < s->n_fields && !rc; j++) {
+      f = s->fields[j].key == key ? &s->fields[j] : f;
     }
     uint64_t v = 0;
     if (!rc && f) {
       rc = em__read_uint(d, UINT64_MAX, &v);
-      memcpy((unsigned char *)r + f->offset, &v, sizeof(v));
+      memcpy((unsigned char *)base + f->offset, &v, sizeof(v));
     } else if (!rc) {
       rc = em__skip(d);
     }
@@ -173,10 +174,10 @@ static int read_recorder(em__dec_t *d, em_flight_recorder_t *r) {
     return rc;
   }
   em__leave(d);
-  for (size_t j = 0; j < EM_RECORDER_FIELDS; j++) {
-    required |= BIT(em__recorder_fields[j].key);
+  for (size_t j = 0; j < s->n_fields; j++) {
+    required |= BIT(s->fields[j].key);
   }
-  r->on = true;
+  *((unsigned char *)base + s->on_offset) = 1;
   return em__require(d, at, seen, required);
 }
 
@@ -195,7 +196,9 @@ static int read_birth_key(em__dec_t *d, uint64_t key, em_birth_t *b) {
   case KB_BUDGETS:
     return read_budgets(d, b);
   case KB_FLIGHT:
-    return read_recorder(d, &b->flight);
+    return read_settings(d, &em__recorder_settings, &b->flight);
+  case KB_PROFILER:
+    return read_settings(d, &em__profiler_settings, &b->profiler);
   case KB_MODEL:
     return em__read_model(d, &b->model);
   default:
@@ -443,7 +446,8 @@ static uint64_t required_keys(em_msg_kind_t kind) {
     return BIT(KX_ONLINE);
   case EM_MSG_CMD:
     return BIT(KC_COMMAND);
-  case EM_MSG_FLIGHT: /* em_flight_decode() reads it; never reached here. */
+  case EM_MSG_FLIGHT: /* em_flight_decode() and em_profile_decode() read them; never here. */
+  case EM_MSG_PROFILE:
     break;
   }
   return 0;
@@ -463,16 +467,22 @@ static int read_kind_key(em__dec_t *d, uint64_t key, em_msg_t *out) {
   case EM_MSG_STATUS:
     return key == KX_ONLINE ? em__read_bool(d, &out->u.status.online) : em__skip(d);
   case EM_MSG_CMD:
+    if (key == KC_SECONDS) {
+      rc = em__read_uint(d, EM_PROTO_MAX_PROFILE_SECS, &v);
+      out->u.cmd.seconds = (uint32_t)v;
+      return !rc && v == 0 ? EM_PROTO_ERANGE : rc;
+    }
     if (key != KC_COMMAND) {
       return em__skip(d);
     }
     rc = em__read_uint(d, UINT32_MAX, &v);
-    if (!rc && v != EM_CMD_REBIRTH && v != EM_CMD_FLIGHT) {
+    if (!rc && v != EM_CMD_REBIRTH && v != EM_CMD_FLIGHT && v != EM_CMD_PROFILE) {
       rc = EM_PROTO_ERANGE;
     }
     out->u.cmd.command = (em_cmd_code_t)v;
     return rc;
   case EM_MSG_FLIGHT:
+  case EM_MSG_PROFILE:
     break;
   }
   return em__skip(d);
@@ -491,6 +501,7 @@ static em_msg_head_t *head_of(em_msg_t *m) {
     return &m->u.status.head;
   case EM_MSG_CMD:
   case EM_MSG_FLIGHT:
+  case EM_MSG_PROFILE:
     break;
   }
   return &m->u.cmd.head;
@@ -505,7 +516,7 @@ static int read_message(em__dec_t *d, void *msg) {
   uint64_t n = 0, seen = 0, key = 0, v = 0;
   int rc = em__read_start(d, &n, &seen, &v);
   if (!rc && v > EM_MSG_CMD) {
-    rc = EM_PROTO_EKIND; /* Flight recordings too: em_flight_decode() reads them. */
+    rc = EM_PROTO_EKIND; /* Flights and profiles too: em_flight/profile_decode() read them. */
   }
   if (rc) {
     return rc;
@@ -536,6 +547,11 @@ static int read_message(em__dec_t *d, void *msg) {
       (out->u.state.level != out->u.state.prev_level || !out->u.state.model.name)) {
     d->item_pos = 0;
     rc = EM_PROTO_EINCONSISTENT; /* A change of model keeps the level and names the model. */
+  }
+  if (!rc && out->kind == EM_MSG_CMD && out->u.cmd.seconds &&
+      out->u.cmd.command != EM_CMD_PROFILE) {
+    d->item_pos = 0;
+    rc = EM_PROTO_EINCONSISTENT; /* A window's length only goes with cmd/profile. */
   }
   return rc;
 }

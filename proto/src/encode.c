@@ -82,9 +82,25 @@ static int check_birth(const em_birth_t *b) {
   return 0;
 }
 
+/* A settings map of the birth (flight recorder, profiler) under `key`, when it is on. */
+static void w_settings(em__writer_t *w, unsigned key, const em_settings_t *s, const void *base) {
+  const unsigned char *p = base;
+  if (!p[s->on_offset]) {
+    return;
+  }
+  em__w_uint(w, key);
+  em__w_map(w, s->n_fields);
+  for (size_t i = 0; i < s->n_fields; i++) {
+    uint64_t v;
+    memcpy(&v, p + s->fields[i].offset, sizeof(v));
+    em__kv_uint(w, s->fields[i].key, v);
+  }
+}
+
 static void w_birth(em__writer_t *w, const em_birth_t *b) {
-  em__w_common(w, 6 + (b->flight.on ? 1 : 0) + em__model_entries(&b->model), EM_MSG_BIRTH,
-               &b->head);
+  em__w_common(w,
+               6 + (b->flight.on ? 1 : 0) + em__model_entries(&b->model) + (b->profiler.on ? 1 : 0),
+               EM_MSG_BIRTH, &b->head);
   em__kv_str(w, KB_DEVICE, b->device);
   em__kv_str(w, KB_AGENT, b->agent_version);
   em__kv_str(w, KB_BOARD, b->board);
@@ -119,16 +135,9 @@ static void w_birth(em__writer_t *w, const em_birth_t *b) {
       em__kv_uint(w, KU_WINDOW, u->window_ns);
     }
   }
-  if (b->flight.on) {
-    em__w_uint(w, KB_FLIGHT);
-    em__w_map(w, EM_RECORDER_FIELDS);
-    for (size_t i = 0; i < EM_RECORDER_FIELDS; i++) {
-      uint64_t v;
-      memcpy(&v, (const unsigned char *)&b->flight + em__recorder_fields[i].offset, sizeof(v));
-      em__kv_uint(w, em__recorder_fields[i].key, v);
-    }
-  }
+  w_settings(w, KB_FLIGHT, &em__recorder_settings, &b->flight);
   em__w_model(w, KB_MODEL, &b->model);
+  w_settings(w, KB_PROFILER, &em__profiler_settings, &b->profiler);
 }
 
 /* --- data ----------------------------------------------------------------------------- */
@@ -273,8 +282,22 @@ static void w_status(em__writer_t *w, const em_status_t *s) {
 }
 
 static void w_cmd(em__writer_t *w, const em_cmd_t *c) {
-  em__w_common(w, 1, EM_MSG_CMD, &c->head);
+  em__w_common(w, c->seconds ? 2 : 1, EM_MSG_CMD, &c->head);
   em__kv_uint(w, KC_COMMAND, (uint64_t)c->command);
+  if (c->seconds) {
+    em__kv_uint(w, KC_SECONDS, c->seconds);
+  }
+}
+
+/* The decoder's refusals: an unknown command, seconds past the limit or on another command. */
+static int check_cmd(const em_cmd_t *c) {
+  if (c->command != EM_CMD_REBIRTH && c->command != EM_CMD_FLIGHT && c->command != EM_CMD_PROFILE) {
+    return EM_PROTO_ERANGE;
+  }
+  if (c->seconds > EM_PROTO_MAX_PROFILE_SECS) {
+    return EM_PROTO_ERANGE;
+  }
+  return c->seconds && c->command != EM_CMD_PROFILE ? EM_PROTO_EINCONSISTENT : 0;
 }
 
 /* --- entry point ---------------------------------------------------------------------- */
@@ -308,9 +331,7 @@ int em_proto_encode(const em_msg_t *msg, uint8_t *buf, size_t cap, size_t *out_l
     w_status(&w, &msg->u.status);
     break;
   case EM_MSG_CMD:
-    rc = msg->u.cmd.command == EM_CMD_REBIRTH || msg->u.cmd.command == EM_CMD_FLIGHT
-             ? 0
-             : EM_PROTO_ERANGE;
+    rc = check_cmd(&msg->u.cmd);
     if (!rc) {
       w_cmd(&w, &msg->u.cmd);
     }

@@ -34,29 +34,19 @@ bool em__counter_total(const em_value_t *v, uint64_t *total) {
 
 /* --- checks --------------------------------------------------------------------------- */
 
-static int check_trigger(const em_flight_trigger_t *t) {
-  if ((unsigned)t->cause > EM_FLIGHT_COMMAND || !em__level_ok((int)t->level) ||
-      (t->prev_level != EM_LEVEL_NONE && !em__level_ok((int)t->prev_level))) {
-    return EM_PROTO_ERANGE;
-  }
-  return em__check_cause(EM_CAUSE_OF(t));
+static em_trigger_t trigger_of(const em_flight_trigger_t *t) {
+  return (em_trigger_t){(uint64_t)t->cause, t->level, t->prev_level, t->rule,
+                        t->stage,           t->value, t->bound,      t->reason};
 }
 
 static int check_tables(const em_flight_t *f) {
-  for (size_t i = 0; i < f->n_stages; i++) {
-    int rc = em__check_cstr(f->stages[i], STR_IDENT, EM_PROTO_MAX_STAGE_BYTES);
-    if (rc) {
-      return rc;
-    }
-    for (size_t j = 0; j < i; j++) { /* At most 64 x 64 comparisons of 31 bytes. */
-      if (strcmp(f->stages[i], f->stages[j]) == 0) {
-        return EM_PROTO_EDUPLICATE;
-      }
-    }
+  int rc = em__check_stage_table(f->stages, f->n_stages);
+  if (rc) {
+    return rc;
   }
   for (size_t i = 0; i < f->n_columns; i++) {
     const em_flight_column_t *c = &f->columns[i];
-    int rc = em__check_cstr(c->name, STR_NAME, EM_PROTO_MAX_NAME_BYTES);
+    rc = em__check_cstr(c->name, STR_NAME, EM_PROTO_MAX_NAME_BYTES);
     if (!rc) {
       rc = em__check_cstr(c->unit, STR_NAME, EM_PROTO_MAX_UNIT_BYTES);
     }
@@ -107,7 +97,8 @@ int em__flight_check(const em_flight_t *f) {
       (f->n_spans && !f->spans)) {
     return EM_PROTO_EINVAL;
   }
-  int rc = check_trigger(&f->trigger);
+  em_trigger_t trigger = trigger_of(&f->trigger);
+  int rc = em__check_trigger(&trigger);
   if (!rc) {
     rc = check_tables(f);
   }
@@ -129,17 +120,6 @@ int em__flight_check(const em_flight_t *f) {
 }
 
 /* --- writer --------------------------------------------------------------------------- */
-
-static void w_trigger(em__writer_t *w, const em_flight_trigger_t *t) {
-  bool has_prev = t->prev_level != EM_LEVEL_NONE;
-  em__w_map(w, 2 + (has_prev ? 1 : 0) + em__cause_count(EM_CAUSE_OF(t)));
-  em__kv_uint(w, KG_CAUSE, (uint64_t)t->cause);
-  em__kv_uint(w, KG_LEVEL, (uint64_t)t->level);
-  if (has_prev) {
-    em__kv_uint(w, KG_PREV, (uint64_t)t->prev_level);
-  }
-  em__w_cause(w, KG_RULE, EM_CAUSE_OF(t));
-}
 
 static size_t truncation_entries(const em_flight_truncation_t *t) {
   return (t->spans_cut ? 1u : 0u) + (t->ticks_cut ? 1u : 0u) + (t->spans_overwritten ? 1u : 0u);
@@ -222,7 +202,8 @@ static void w_flight(em__writer_t *w, const em_flight_t *f) {
   em__w_common(w, 10 + (truncated ? 1 : 0) + (f->historical ? 1 : 0), EM_MSG_FLIGHT, &f->head);
   em__kv_uint(w, KF_NUMBER, f->number);
   em__w_uint(w, KF_TRIGGER);
-  w_trigger(w, &f->trigger);
+  em_trigger_t trigger = trigger_of(&f->trigger);
+  em__w_trigger(w, &trigger);
   em__kv_uint(w, KF_MONO, f->trigger_mono_ns);
   em__kv_uint(w, KF_PRE, f->pre_ns);
   em__kv_uint(w, KF_POST, f->post_ns);

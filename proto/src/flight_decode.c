@@ -74,72 +74,18 @@ static int read_delta(em__dec_t *d, uint64_t base, bool ascending, uint64_t *out
 
 /* --- header fields -------------------------------------------------------------------- */
 
-static int read_level(em__dec_t *d, em_level_t *out) {
-  uint64_t v = 0;
-  int rc = em__read_uint(d, EM_LEVEL_CRITICAL, &v);
-  *out = (em_level_t)v;
-  return rc;
-}
-
-static int read_trigger_key(em__dec_t *d, uint64_t key, em_flight_trigger_t *t) {
-  uint64_t v = 0;
-  int rc;
-  switch (key) {
-  case KG_CAUSE:
-    rc = em__read_uint(d, EM_FLIGHT_COMMAND, &v);
-    t->cause = (em_flight_cause_t)v;
-    return rc;
-  case KG_LEVEL:
-    return read_level(d, &t->level);
-  case KG_PREV:
-    return read_level(d, &t->prev_level);
-  case KG_RULE:
-  case KG_STAGE:
-  case KG_VALUE:
-  case KG_BOUND:
-  case KG_REASON:
-    return em__read_cause(d, (em_cause_key_t)(key - KG_RULE), EM_CAUSE_REF(t));
-  default:
-    return em__skip(d);
-  }
-}
-
-static int read_trigger(em__dec_t *d, em_flight_trigger_t *t) {
-  size_t at = d->pos;
-  uint64_t n = 0, seen = 0, key = 0;
-  int rc = em__open_container(d, T_MAP, 64, &n);
-  t->prev_level = EM_LEVEL_NONE;
-  for (uint64_t i = 0; i < n && !rc; i++) {
-    rc = em__read_key(d, &seen, &key);
-    if (!rc) {
-      rc = read_trigger_key(d, key, t);
-    }
-  }
-  if (rc) {
-    return rc;
-  }
-  em__leave(d);
-  return em__require(d, at, seen, BIT(KG_CAUSE) | BIT(KG_LEVEL));
-}
-
-static int read_stage_name(em__dec_t *d, void *elem) {
-  return em__read_str(d, STR_IDENT, EM_PROTO_MAX_STAGE_BYTES, (const char **)elem);
-}
-
-static int read_stages(em__dec_t *d, em_flight_t *f) {
-  size_t at = d->pos;
-  void *list = NULL;
-  int rc = em__read_array(d, EM_FLIGHT_MAX_STAGES, sizeof(const char *), read_stage_name, &list,
-                          &f->n_stages);
-  f->stages = list;
-  for (size_t i = 0; i < f->n_stages && !rc; i++) {
-    for (size_t j = 0; j < i; j++) { /* At most 64 x 64 comparisons of 31 bytes. */
-      if (strcmp(f->stages[i], f->stages[j]) == 0) {
-        d->item_pos = at;
-        return EM_PROTO_EDUPLICATE;
-      }
-    }
-  }
+static int read_trigger(em__dec_t *d, em_flight_trigger_t *out) {
+  em_trigger_t t;
+  memset(&t, 0, sizeof(t));
+  int rc = em__read_trigger(d, true, &t);
+  *out = (em_flight_trigger_t){(em_flight_cause_t)t.cause,
+                               t.level,
+                               t.prev_level,
+                               t.rule,
+                               t.stage,
+                               t.value,
+                               t.bound,
+                               t.reason};
   return rc;
 }
 
@@ -334,10 +280,13 @@ static int read_spans(em__dec_t *d, em_flight_t *f) {
 /* --- top level ------------------------------------------------------------------------ */
 
 typedef struct {
+  em_flight_t *f;
   size_t ticks_at, spans_at; /* Where keys 12 and 13's values start, for the second pass. */
-} later_t;
+} ctx_t;
 
-static int read_flight_key(em__dec_t *d, uint64_t key, em_flight_t *f, later_t *later) {
+static int read_flight_key(em__dec_t *d, uint64_t key, void *ctx) {
+  ctx_t *c = ctx;
+  em_flight_t *f = c->f;
   uint64_t v = 0;
   int rc;
   void *list = NULL;
@@ -357,7 +306,7 @@ static int read_flight_key(em__dec_t *d, uint64_t key, em_flight_t *f, later_t *
   case KF_PERIOD:
     return em__read_uint(d, UINT64_MAX, &f->period_ns);
   case KF_STAGES:
-    return read_stages(d, f);
+    return em__read_stage_table(d, EM_FLIGHT_MAX_STAGES, &f->stages, &f->n_stages);
   case KF_COLUMNS:
     rc = em__read_array(d, EM_FLIGHT_MAX_COLUMNS, sizeof(em_flight_column_t), read_column, &list,
                         &f->n_columns);
@@ -365,7 +314,7 @@ static int read_flight_key(em__dec_t *d, uint64_t key, em_flight_t *f, later_t *
     return rc;
   case KF_TICKS:
   case KF_SPANS:
-    *(key == KF_TICKS ? &later->ticks_at : &later->spans_at) = d->pos;
+    *(key == KF_TICKS ? &c->ticks_at : &c->spans_at) = d->pos;
     return em__skip(d);
   case KF_TRUNCATED:
     return read_truncation(d, &f->truncated);
@@ -376,49 +325,26 @@ static int read_flight_key(em__dec_t *d, uint64_t key, em_flight_t *f, later_t *
   }
 }
 
+static int reread_ticks(em__dec_t *d, void *flight) {
+  return read_ticks(d, flight);
+}
+
+static int reread_spans(em__dec_t *d, void *flight) {
+  return read_spans(d, flight);
+}
+
 static int read_flight(em__dec_t *d, void *flight) {
-  em_flight_t *out = flight;
-  uint64_t n = 0, seen = 0, key = 0, v = 0;
-  later_t later = {0, 0};
-  int rc = em__read_start(d, &n, &seen, &v);
-  if (!rc && v != EM_MSG_FLIGHT) {
-    rc = EM_PROTO_EKIND;
-  }
-  for (uint64_t i = 2; i < n && !rc; i++) {
-    rc = em__read_key(d, &seen, &key);
-    if (rc) {
-      break;
-    }
-    const em_head_field_t *f = em__head_field(EM_MSG_FLIGHT, key);
-    if (f) {
-      rc = em__read_uint(d, f->max, &v);
-      em__head_set(&out->head, f, v);
-    } else {
-      rc = read_flight_key(d, key, out, &later);
-    }
+  ctx_t c = {flight, 0, 0};
+  int rc = em__read_top(d, EM_MSG_FLIGHT, &c.f->head,
+                        BIT(KF_NUMBER) | BIT(KF_TRIGGER) | BIT(KF_MONO) | BIT(KF_PRE) |
+                            BIT(KF_POST) | BIT(KF_PERIOD) | BIT(KF_STAGES) | BIT(KF_COLUMNS) |
+                            BIT(KF_TICKS) | BIT(KF_SPANS),
+                        read_flight_key, &c);
+  if (!rc) {
+    rc = em__reread(d, c.ticks_at, reread_ticks, c.f);
   }
   if (!rc) {
-    em__leave(d);
-    rc = em__require(d, 0, seen,
-                     em__head_keys(EM_MSG_FLIGHT) | BIT(KF_NUMBER) | BIT(KF_TRIGGER) |
-                         BIT(KF_MONO) | BIT(KF_PRE) | BIT(KF_POST) | BIT(KF_PERIOD) |
-                         BIT(KF_STAGES) | BIT(KF_COLUMNS) | BIT(KF_TICKS) | BIT(KF_SPANS));
-  }
-  if (rc) {
-    return rc;
-  }
-  /* Second pass: the tables are known. Inside the top-level map, at depth 1. */
-  size_t end = d->pos;
-  d->depth = 1;
-  d->pos = later.ticks_at;
-  rc = read_ticks(d, out);
-  if (!rc) {
-    d->pos = later.spans_at;
-    rc = read_spans(d, out);
-  }
-  d->depth = 0;
-  if (!rc) {
-    d->pos = end;
+    rc = em__reread(d, c.spans_at, reread_spans, c.f);
   }
   return rc;
 }

@@ -23,18 +23,6 @@ static void jkv_diff(em__jw_t *w, const char *name, uint64_t a, uint64_t b) {
   jw_diff(w, a, b);
 }
 
-static void j_trigger(em__jw_t *w, const em_flight_trigger_t *t) {
-  em__jw_key(w, "trigger");
-  em__jw_open(w, '{');
-  em__jkv_str(w, "cause", em_flight_cause_name(t->cause));
-  em__jkv_str(w, "level", em_level_name(t->level));
-  if (t->prev_level != EM_LEVEL_NONE) {
-    em__jkv_str(w, "prev_level", em_level_name(t->prev_level));
-  }
-  em__jw_cause(w, EM_CAUSE_OF(t));
-  em__jw_close(w, '}');
-}
-
 static void j_tables(em__jw_t *w, const em_flight_t *f) {
   em__jw_key(w, "stages");
   em__jw_open(w, '[');
@@ -114,7 +102,10 @@ int em_flight_to_json(const em_flight_t *f, char *buf, size_t cap, size_t *out_l
   em__jw_open(&w, '{');
   em__jw_common(&w, EM_MSG_FLIGHT, &f->head);
   em__jkv_u64(&w, "number", f->number);
-  j_trigger(&w, &f->trigger);
+  const em_flight_trigger_t *t = &f->trigger;
+  em_trigger_t trigger = {(uint64_t)t->cause, t->level, t->prev_level, t->rule,
+                          t->stage,           t->value, t->bound,      t->reason};
+  em__jw_trigger(&w, em_flight_cause_name(f->trigger.cause), &trigger);
   em__jkv_u64(&w, "trigger_mono_ns", f->trigger_mono_ns);
   em__jkv_u64(&w, "pre_ns", f->pre_ns);
   em__jkv_u64(&w, "post_ns", f->post_ns);
@@ -122,13 +113,13 @@ int em_flight_to_json(const em_flight_t *f, char *buf, size_t cap, size_t *out_l
   j_tables(&w, f);
   j_ticks(&w, f);
   j_spans(&w, f);
-  const em_flight_truncation_t *t = &f->truncated;
-  if (t->spans_cut || t->ticks_cut || t->spans_overwritten) {
+  const em_flight_truncation_t *cut = &f->truncated;
+  if (cut->spans_cut || cut->ticks_cut || cut->spans_overwritten) {
     em__jw_key(&w, "truncated");
     em__jw_open(&w, '{');
-    em__jkv_u64(&w, "spans_cut", t->spans_cut);
-    em__jkv_u64(&w, "ticks_cut", t->ticks_cut);
-    em__jkv_u64(&w, "spans_overwritten", t->spans_overwritten);
+    em__jkv_u64(&w, "spans_cut", cut->spans_cut);
+    em__jkv_u64(&w, "ticks_cut", cut->ticks_cut);
+    em__jkv_u64(&w, "spans_overwritten", cut->spans_overwritten);
     em__jw_close(&w, '}');
   }
   if (f->historical) {

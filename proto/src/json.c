@@ -10,6 +10,22 @@
 
 #include "model.h"
 
+/* A settings map of the birth (flight recorder, profiler) as an object, when it is on. */
+static void j_settings(em__jw_t *w, const char *name, const em_settings_t *s, const void *base) {
+  const unsigned char *p = base;
+  if (!p[s->on_offset]) {
+    return;
+  }
+  em__jw_key(w, name);
+  em__jw_open(w, '{');
+  for (size_t i = 0; i < s->n_fields; i++) {
+    uint64_t v;
+    memcpy(&v, p + s->fields[i].offset, sizeof(v));
+    em__jkv_u64(w, s->fields[i].json, v);
+  }
+  em__jw_close(w, '}');
+}
+
 static void j_birth(em__jw_t *w, const em_birth_t *b) {
   em__jw_common(w, EM_MSG_BIRTH, &b->head);
   em__jkv_str(w, "device", b->device);
@@ -51,17 +67,9 @@ static void j_birth(em__jw_t *w, const em_birth_t *b) {
     em__jw_close(w, '}');
   }
   em__jw_close(w, ']');
-  if (b->flight.on) {
-    em__jw_key(w, "flight_recorder");
-    em__jw_open(w, '{');
-    for (size_t i = 0; i < EM_RECORDER_FIELDS; i++) {
-      uint64_t v;
-      memcpy(&v, (const unsigned char *)&b->flight + em__recorder_fields[i].offset, sizeof(v));
-      em__jkv_u64(w, em__recorder_fields[i].json, v);
-    }
-    em__jw_close(w, '}');
-  }
+  j_settings(w, "flight_recorder", &em__recorder_settings, &b->flight);
   em__jw_model(w, &b->model);
+  j_settings(w, "profiler", &em__profiler_settings, &b->profiler);
 }
 
 static void j_stage(em__jw_t *w, const em_stage_t *s) {
@@ -169,9 +177,13 @@ int em_proto_to_json_named(const em_msg_t *msg, em_proto_alias_name_fn name_of, 
   case EM_MSG_CMD:
     em__jw_common(&w, EM_MSG_CMD, &msg->u.cmd.head);
     em__jkv_str(&w, "command",
-                msg->u.cmd.command == EM_CMD_REBIRTH  ? "rebirth"
-                : msg->u.cmd.command == EM_CMD_FLIGHT ? "flight"
-                                                      : "unknown");
+                msg->u.cmd.command == EM_CMD_REBIRTH   ? "rebirth"
+                : msg->u.cmd.command == EM_CMD_FLIGHT  ? "flight"
+                : msg->u.cmd.command == EM_CMD_PROFILE ? "profile"
+                                                       : "unknown");
+    if (msg->u.cmd.seconds) {
+      em__jkv_u64(&w, "seconds", msg->u.cmd.seconds);
+    }
     break;
   default:
     return EM_PROTO_EINVAL;

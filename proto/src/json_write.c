@@ -156,3 +156,15 @@ int em__jw_finish(em__jw_t *w, size_t *out_len) {
   }
   return w->pos < w->cap ? 0 : EM_PROTO_ENOSPACE;
 }
+
+void em__jw_trigger(em__jw_t *w, const char *cause_name, const em_trigger_t *t) {
+  em__jw_key(w, "trigger");
+  em__jw_open(w, '{');
+  em__jkv_str(w, "cause", cause_name);
+  em__jkv_str(w, "level", em_level_name(t->level));
+  if (t->prev_level != EM_LEVEL_NONE) {
+    em__jkv_str(w, "prev_level", em_level_name(t->prev_level));
+  }
+  em__jw_cause(w, EM_CAUSE_OF(t));
+  em__jw_close(w, '}');
+}

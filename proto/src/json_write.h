@@ -41,6 +41,8 @@ void em__jkv_value(em__jw_t *w, const char *name, const em_value_t *v);
 /* The cause fields that are present: "rule", "stage", "value", "bound", "reason". */
 void em__jw_cause(em__jw_t *w, const char *rule, const char *stage, const em_value_t *value,
                   const em_value_t *bound, const char *reason);
+/* "trigger": {"cause": cause_name, "level", "prev_level" when present, the cause fields}. */
+void em__jw_trigger(em__jw_t *w, const char *cause_name, const em_trigger_t *t);
 /* Version, kind and the head's fields the kind carries. */
 void em__jw_common(em__jw_t *w, em_msg_kind_t kind, const em_msg_head_t *head);
 

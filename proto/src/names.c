@@ -37,15 +37,16 @@ const char *em_level_name(em_level_t level) {
 }
 
 const char *em_msg_kind_name(em_msg_kind_t kind) {
-  static const char *const names[] = {"birth", "data", "state", "status", "cmd", "flight"};
-  if ((int)kind < 0 || (int)kind > (int)EM_MSG_FLIGHT) {
+  static const char *const names[] = {"birth", "data",   "state",  "status",
+                                      "cmd",   "flight", "profile"};
+  if ((int)kind < 0 || (int)kind > (int)EM_MSG_PROFILE) {
     return "unknown";
   }
   return names[kind];
 }
 
 /* Time in every kind; session in all but cmd (a host's command belongs to no agent session). */
-#define ALL_KINDS ((1u << (EM_MSG_FLIGHT + 1)) - 1u)
+#define ALL_KINDS ((1u << (EM_MSG_PROFILE + 1)) - 1u)
 const em_head_field_t em__head_fields[EM_HEAD_FIELDS] = {
     {K_TIME, "time_ns", UINT64_MAX, offsetof(em_msg_head_t, time_ns), sizeof(uint64_t), ALL_KINDS},
     {K_SESSION, "session", UINT32_MAX, offsetof(em_msg_head_t, session), sizeof(uint32_t),
@@ -53,7 +54,7 @@ const em_head_field_t em__head_fields[EM_HEAD_FIELDS] = {
 };
 
 bool em__head_carries(const em_head_field_t *f, em_msg_kind_t kind) {
-  return (int)kind >= 0 && (int)kind <= (int)EM_MSG_FLIGHT && (f->kinds & (1u << kind)) != 0;
+  return (int)kind >= 0 && (int)kind <= (int)EM_MSG_PROFILE && (f->kinds & (1u << kind)) != 0;
 }
 
 uint64_t em__head_keys(em_msg_kind_t kind) {
@@ -82,6 +83,18 @@ const em_recorder_field_t em__recorder_fields[EM_RECORDER_FIELDS] = {
     {KR_SPANS, "spans", offsetof(em_flight_recorder_t, spans)},
     {KR_BYTES, "bytes", offsetof(em_flight_recorder_t, bytes)},
 };
+
+const em_recorder_field_t em__profiler_fields[EM_PROFILER_FIELDS] = {
+    {KQ_HZ, "hz", offsetof(em_profiler_t, hz)},
+    {KQ_SECONDS, "seconds", offsetof(em_profiler_t, seconds)},
+    {KQ_MAX_SECONDS, "max_seconds", offsetof(em_profiler_t, max_seconds)},
+    {KQ_MIN_GAP, "min_gap_seconds", offsetof(em_profiler_t, min_gap_seconds)},
+};
+
+const em_settings_t em__recorder_settings = {em__recorder_fields, EM_RECORDER_FIELDS,
+                                             offsetof(em_flight_recorder_t, on)};
+const em_settings_t em__profiler_settings = {em__profiler_fields, EM_PROFILER_FIELDS,
+                                             offsetof(em_profiler_t, on)};
 
 const char *em__metric_kind_name(em_metric_kind_t k) {
   switch (k) {
@@ -280,4 +293,27 @@ int em__check_stage(const em_stage_t *s) {
     total += s->buckets[i].count;
   }
   return total == s->count ? 0 : EM_PROTO_EINCONSISTENT;
+}
+
+int em__check_trigger(const em_trigger_t *t) {
+  if (t->cause > 1 || !em__level_ok((int)t->level) ||
+      (t->prev_level != EM_LEVEL_NONE && !em__level_ok((int)t->prev_level))) {
+    return EM_PROTO_ERANGE;
+  }
+  return em__check_cause(EM_CAUSE_OF(t));
+}
+
+int em__check_stage_table(const char *const *names, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    int rc = em__check_cstr(names[i], STR_IDENT, EM_PROTO_MAX_STAGE_BYTES);
+    if (rc) {
+      return rc;
+    }
+    for (size_t j = 0; j < i; j++) {
+      if (strcmp(names[i], names[j]) == 0) {
+        return EM_PROTO_EDUPLICATE;
+      }
+    }
+  }
+  return 0;
 }

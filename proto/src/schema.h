@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "edgemon/flight.h"
+#include "edgemon/profile.h"
 #include "edgemon/proto.h"
 
 /* Keys of the top level: version and kind, then the head (em__head_fields). */
@@ -23,10 +24,13 @@ enum {
   KB_METRICS = 8,
   KB_BUDGETS = 9,
   KB_FLIGHT = 10,
-  KB_MODEL = 11
+  KB_MODEL = 11,
+  KB_PROFILER = 12
 };
 /* birth: flight recorder */
 enum { KR_PRE = 0, KR_POST = 1, KR_TICKS = 2, KR_SPANS = 3, KR_BYTES = 4 };
+/* birth: profiler */
+enum { KQ_HZ = 0, KQ_SECONDS = 1, KQ_MAX_SECONDS = 2, KQ_MIN_GAP = 3 };
 /* birth: metric definition */
 enum { KM_ALIAS = 0, KM_NAME = 1, KM_UNIT = 2, KM_KIND = 3, KM_ABSENT = 4 };
 /* birth: budget */
@@ -75,7 +79,7 @@ enum { KO_NAME = 0, KO_VERSION = 1, KO_LABELS = 2 };
 /* status */
 enum { KX_ONLINE = 4 };
 /* cmd */
-enum { KC_COMMAND = 4 };
+enum { KC_COMMAND = 4, KC_SECONDS = 5 };
 /* flight (edgemon/flight.h) */
 enum {
   KF_NUMBER = 4,
@@ -104,6 +108,27 @@ enum {
 };
 /* flight: truncation */
 enum { KN_SPANS_CUT = 0, KN_TICKS_CUT = 1, KN_OVERWRITTEN = 2 };
+/* profile (edgemon/profile.h); its trigger uses the flight trigger's keys but 5 and 6 */
+enum {
+  KP_NUMBER = 4,
+  KP_TRIGGER = 5,
+  KP_MONO = 6,
+  KP_DURATION = 7,
+  KP_HZ = 8,
+  KP_CLOCK = 9,
+  KP_SAMPLES = 10,
+  KP_LOST = 11,
+  KP_STAGES = 12,
+  KP_FRAMES = 13,
+  KP_STACKS = 14,
+  KP_NOTES = 15,
+  KP_TRUNCATED = 16,
+  KP_HISTORICAL = 17
+};
+/* profile: truncation */
+enum { KPN_STACKS_CUT = 0, KPN_SAMPLES_CUT = 1 };
+/* profile: the leading items of a stack, before its frame indices */
+enum { PROFILE_STACK_HEAD = 3 };
 
 /* The fields of the birth's flight recorder (key 10), in key order, for the codec and JSON. */
 typedef struct {
@@ -117,6 +142,17 @@ extern const em_recorder_field_t em__recorder_fields[EM_RECORDER_FIELDS];
 
 /* "gauge", "counter", "delta", or "unknown". */
 const char *em__metric_kind_name(em_metric_kind_t k);
+
+/* A settings map of the birth (flight recorder key 10, profiler key 12): its uint64 fields. */
+typedef struct {
+  const em_recorder_field_t *fields;
+  size_t n_fields;
+  size_t on_offset; /* Of the bool that says the map is present. */
+} em_settings_t;
+
+#define EM_PROFILER_FIELDS 4u
+extern const em_recorder_field_t em__profiler_fields[EM_PROFILER_FIELDS];
+extern const em_settings_t em__recorder_settings, em__profiler_settings;
 
 /*
  * One field of the message head (em_msg_head_t), as the encoder writes it, the decoder reads
@@ -163,6 +199,12 @@ int em__check_str(const char *s, size_t len, em_str_class_t cls, size_t max);
 /* Same for a NUL-terminated string; NULL is EM_PROTO_ESTRING. */
 int em__check_cstr(const char *s, em_str_class_t cls, size_t max);
 
+/*
+ * 0, or the code for a stage table the schema refuses: a name not a stage-name (ESTRING), a
+ * name twice (EDUPLICATE). At most 64 x 64 comparisons of 31 bytes.
+ */
+int em__check_stage_table(const char *const *names, size_t n);
+
 /* 0, or EM_PROTO_ERANGE for a NaN or infinite float. EM_VALUE_ABSENT passes. */
 int em__check_value(const em_value_t *v);
 
@@ -175,6 +217,17 @@ int em__check_stage(const em_stage_t *s);
  * tables with a count. Shared by the flight encoder and its JSON printer.
  */
 int em__flight_check(const em_flight_t *f);
+
+/*
+ * 0, or the decoder's code for a profile it would refuse (names, indices, stack depths, order,
+ * hz, clock, limits); EM_PROTO_EINVAL for NULL tables with a count. Shared by the profile
+ * encoder and its JSON printer.
+ */
+int em__profile_check(const em_profile_t *p);
+
+/* 0 when `clock` names a sampling event the schema knows ("cpu-clock", "task-clock"), else
+ * EM_PROTO_ESTRING (not an ident) or EM_PROTO_ERANGE (another event). */
+int em__profile_clock_check(const char *clock);
 
 /* The value a counter column's figure carries as a running total: UINT, or INT >= 0. */
 bool em__counter_total(const em_value_t *v, uint64_t *total);
@@ -197,6 +250,25 @@ int em__check_cause(const char *rule, const char *stage, const em_value_t *value
 /* How many of the cause fields are present. */
 size_t em__cause_count(const char *rule, const char *stage, const em_value_t *value,
                        const em_value_t *bound, const char *reason);
+
+/*
+ * A breach's trigger as a flight recording (key 5) and a profile (key 5) carry it: what opened
+ * it, the levels, and the cause fields under keys 3..7 (KG_*). A profile's trigger carries no
+ * measured value nor bound (keys 5 and 6): its readers skip them like unknown keys.
+ */
+typedef struct {
+  uint64_t cause;        /* em_flight_cause_t / em_profile_cause_t: 0 or 1. */
+  em_level_t level;      /* Escalation: the new level; command: the level then. */
+  em_level_t prev_level; /* Escalation: the level before; EM_LEVEL_NONE: absent. */
+  const char *rule;
+  const char *stage;
+  em_value_t value;
+  em_value_t bound;
+  const char *reason;
+} em_trigger_t;
+
+/* 0, or the decoder's code for a trigger it would refuse. */
+int em__check_trigger(const em_trigger_t *t);
 
 /* True for the levels 0..3. */
 bool em__level_ok(int level);

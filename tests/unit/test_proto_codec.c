@@ -254,7 +254,7 @@ static const bad_row_t bad_rows[] = {
      "aa00010100021b18ea0da41e9d8000030104636465760563302e3106616207186408800981a400617201686465616"
      "46c696e65020203f6",
      EM_PROTO_ETYPE, -1},
-    {"cmd unknown command", "a400010104021b18ea0da41e9d80000403", EM_PROTO_ERANGE, -1},
+    {"cmd unknown command", "a400010104021b18ea0da41e9d80000409", EM_PROTO_ERANGE, -1},
 };
 
 static size_t unhex(const char *hex, uint8_t *buf, size_t cap) {

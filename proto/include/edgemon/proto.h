@@ -52,6 +52,7 @@ extern "C" {
 #define EM_PROTO_MAX_MODEL_LABELS  8u     /* Labels of a model identity. */
 #define EM_PROTO_MAX_LABEL_KEY     15u    /* Label key: [A-Za-z_][A-Za-z0-9_]*, not "__"... */
 #define EM_PROTO_MAX_LABEL_VALUE   31u    /* Label value: printable ASCII. */
+#define EM_PROTO_MAX_PROFILE_SECS  60u    /* Longest window a cmd/profile may ask for, s. */
 #define EM_PROTO_MIN_SCALE         (-10)  /* Exponential histogram scale range (OpenTelemetry). */
 #define EM_PROTO_MAX_SCALE         20
 
@@ -96,8 +97,10 @@ typedef enum {
   EM_MSG_STATE = 2,
   EM_MSG_STATUS = 3,
   EM_MSG_CMD = 4,
-  EM_MSG_FLIGHT = 5, /* A flight recording: edgemon/flight.h (em_proto_decode refuses it with
-                        EM_PROTO_EKIND; em_flight_decode reads it). */
+  EM_MSG_FLIGHT = 5,  /* A flight recording: edgemon/flight.h (em_proto_decode refuses it with
+                         EM_PROTO_EKIND; em_flight_decode reads it). */
+  EM_MSG_PROFILE = 6, /* A stack profile: edgemon/profile.h (em_proto_decode refuses it with
+                         EM_PROTO_EKIND; em_profile_decode reads it). */
 } em_msg_kind_t;
 
 /* Degradation levels, ordered by severity. */
@@ -120,6 +123,7 @@ typedef enum {
 typedef enum {
   EM_CMD_REBIRTH = 1, /* Republish the birth certificate. */
   EM_CMD_FLIGHT = 2,  /* Take a flight recording now (edgemon/flight.h). */
+  EM_CMD_PROFILE = 3, /* Sample the target's stacks now (edgemon/profile.h). */
 } em_cmd_code_t;
 
 /* A number as the schema carries it, or its explicit absence (CBOR null). */
@@ -209,6 +213,16 @@ typedef struct {
   uint64_t bytes;   /* Bytes the recorder holds: rings and encode buffer. */
 } em_flight_recorder_t;
 
+/* The stack profiler's settings as the birth announces them (key 12); on false: it is off and
+ * the key is absent. */
+typedef struct {
+  bool on;
+  uint64_t hz;              /* Sampling frequency asked of the kernel. */
+  uint64_t seconds;         /* Window length when the trigger names none, s. */
+  uint64_t max_seconds;     /* Longest window a cmd/profile may ask for, s. */
+  uint64_t min_gap_seconds; /* Least time between the starts of two windows, s. */
+} em_profiler_t;
+
 typedef struct {
   em_msg_head_t head; /* time_ns: when the agent made the birth. */
   const char *device;
@@ -221,6 +235,7 @@ typedef struct {
   size_t n_budgets;
   em_flight_recorder_t flight;
   em_model_t model; /* The target's model when the birth was made; name NULL: none yet. */
+  em_profiler_t profiler;
 } em_birth_t;
 
 /* A value of one metric in a data message. */
@@ -293,6 +308,8 @@ typedef struct {
 typedef struct {
   em_msg_head_t head; /* time_ns: when the host sent it; no session on the wire. */
   em_cmd_code_t command;
+  uint32_t seconds; /* EM_CMD_PROFILE: the window asked for, 1..EM_PROTO_MAX_PROFILE_SECS;
+                       0: the agent's configured default (key 5 absent). Other commands: 0. */
 } em_cmd_t;
 
 typedef struct {
@@ -379,7 +396,7 @@ const char *em_proto_strerror(int rc);
 /* "NOMINAL", "WARN", "DEGRADED", "CRITICAL", or "NONE" for anything else. */
 const char *em_level_name(em_level_t level);
 
-/* "birth", "data", "state", "status", "cmd", "flight", or "unknown". */
+/* "birth", "data", "state", "status", "cmd", "flight", "profile", or "unknown". */
 const char *em_msg_kind_name(em_msg_kind_t kind);
 
 #ifdef __cplusplus

@@ -1,0 +1,328 @@
+/*
+ * profile.c - writes a stack profile (edgemon/profile.h, kind 6) as CBOR: the checks that make
+ * the encoder refuse what the decoder would refuse (em__profile_check, shared with the JSON
+ * printer), the frame table and the stacks as compact arrays, the fit under a size cap (which
+ * leaves out the stacks with the fewest samples, from sizes measured once per stack), and the
+ * historical form. Items go through the shared writer (cbor_write.h). Owns nothing, never
+ * allocates, reentrant.
+ */
+#include <string.h>
+
+#include "cbor_write.h"
+
+const char *em_profile_cause_name(em_profile_cause_t cause) {
+  switch (cause) {
+  case EM_PROFILE_ESCALATION:
+    return "escalation";
+  case EM_PROFILE_COMMAND:
+    return "command";
+  }
+  return "unknown";
+}
+
+const char *em_profile_frame_kind_name(em_profile_frame_kind_t kind) {
+  switch (kind) {
+  case EM_FRAME_NATIVE:
+    return "native";
+  case EM_FRAME_KERNEL:
+    return "kernel";
+  case EM_FRAME_PYTHON:
+    return "python";
+  case EM_FRAME_UNKNOWN:
+    break;
+  }
+  return "unknown";
+}
+
+/* --- checks --------------------------------------------------------------------------- */
+
+static em_trigger_t trigger_of(const em_profile_trigger_t *t) {
+  em_trigger_t g;
+  memset(&g, 0, sizeof(g)); /* value and bound absent: a profile carries neither. */
+  g.cause = (uint64_t)t->cause;
+  g.level = t->level;
+  g.prev_level = t->prev_level;
+  g.rule = t->rule;
+  g.stage = t->stage;
+  g.reason = t->reason;
+  return g;
+}
+
+int em__profile_clock_check(const char *clock) {
+  int rc = em__check_cstr(clock, STR_IDENT, EM_PROTO_MAX_STAGE_BYTES);
+  if (rc) {
+    return rc;
+  }
+  return strcmp(clock, "cpu-clock") == 0 || strcmp(clock, "task-clock") == 0 ? 0 : EM_PROTO_ERANGE;
+}
+
+static int check_tables(const em_profile_t *p) {
+  int rc = em__check_stage_table(p->stages, p->n_stages);
+  if (rc) {
+    return rc;
+  }
+  for (size_t i = 0; i < p->n_frames; i++) {
+    const em_profile_frame_t *f = &p->frames[i];
+    if ((unsigned)f->kind > EM_FRAME_UNKNOWN) {
+      return EM_PROTO_ERANGE;
+    }
+    rc = em__check_cstr(f->name, STR_TEXT, EM_PROFILE_MAX_FRAME_BYTES);
+    if (!rc && f->module) {
+      rc = em__check_cstr(f->module, STR_TEXT, EM_PROFILE_MAX_FRAME_BYTES);
+    }
+    if (rc) {
+      return rc;
+    }
+  }
+  for (size_t i = 0; i < p->n_notes; i++) {
+    rc = em__check_cstr(p->notes[i], STR_TEXT, EM_PROTO_MAX_TEXT_BYTES);
+    if (rc) {
+      return rc;
+    }
+  }
+  return 0;
+}
+
+static int check_stack(const em_profile_t *p, size_t i) {
+  const em_profile_stack_t *s = &p->stacks[i];
+  if (s->n_frames > EM_PROFILE_MAX_DEPTH) {
+    return EM_PROTO_ELIMIT;
+  }
+  if (s->n_frames == 0 || (s->samples == 0 && s->off_cpu_ns == 0)) {
+    return EM_PROTO_EINCONSISTENT;
+  }
+  if (!s->frames) {
+    return EM_PROTO_EINVAL;
+  }
+  if (i > 0 && s->samples > p->stacks[i - 1].samples) {
+    return EM_PROTO_EINCONSISTENT; /* Descending samples: the fit cuts from the end. */
+  }
+  if (s->stage != EM_PROFILE_NO_STAGE && s->stage >= p->n_stages) {
+    return EM_PROTO_ERANGE;
+  }
+  for (size_t j = 0; j < s->n_frames; j++) {
+    if (s->frames[j] >= p->n_frames) {
+      return EM_PROTO_ERANGE;
+    }
+  }
+  return 0;
+}
+
+int em__profile_check(const em_profile_t *p) {
+  if (p->n_stages > EM_PROFILE_MAX_STAGES || p->n_frames > EM_PROFILE_MAX_FRAMES ||
+      p->n_stacks > EM_PROFILE_MAX_STACKS || p->n_notes > EM_PROFILE_MAX_NOTES) {
+    return EM_PROTO_ELIMIT;
+  }
+  if ((p->n_stages && !p->stages) || (p->n_frames && !p->frames) || (p->n_stacks && !p->stacks) ||
+      (p->n_notes && !p->notes)) {
+    return EM_PROTO_EINVAL;
+  }
+  if (p->hz < 1 || p->hz > 1000) {
+    return EM_PROTO_ERANGE;
+  }
+  em_trigger_t trigger = trigger_of(&p->trigger);
+  int rc = em__check_trigger(&trigger);
+  if (!rc) {
+    rc = em__profile_clock_check(p->clock);
+  }
+  if (!rc) {
+    rc = check_tables(p);
+  }
+  for (size_t i = 0; i < p->n_stacks && !rc; i++) {
+    rc = check_stack(p, i);
+  }
+  return rc;
+}
+
+/* --- writer --------------------------------------------------------------------------- */
+
+static bool truncated(const em_profile_truncation_t *t) {
+  return t->stacks_cut || t->samples_cut;
+}
+
+/* Bytes of key 16 and its map; 0 when nothing was cut (the key is left out). */
+static size_t truncation_bytes(const em_profile_truncation_t *t) {
+  if (!truncated(t)) {
+    return 0;
+  }
+  return 2u + (t->stacks_cut ? 1u + em__uint_bytes(t->stacks_cut) : 0u) +
+         (t->samples_cut ? 1u + em__uint_bytes(t->samples_cut) : 0u);
+}
+
+static void w_truncation(em__writer_t *w, const em_profile_truncation_t *t) {
+  em__w_uint(w, KP_TRUNCATED);
+  em__w_map(w, (t->stacks_cut ? 1u : 0u) + (t->samples_cut ? 1u : 0u));
+  if (t->stacks_cut) {
+    em__kv_uint(w, KPN_STACKS_CUT, t->stacks_cut);
+  }
+  if (t->samples_cut) {
+    em__kv_uint(w, KPN_SAMPLES_CUT, t->samples_cut);
+  }
+}
+
+/* One stack: [samples, off_cpu_ns, stage index or null, frame indices root first...]. */
+static void w_stack(em__writer_t *w, const em_profile_stack_t *s) {
+  em__w_array(w, PROFILE_STACK_HEAD + s->n_frames);
+  em__w_uint(w, s->samples);
+  em__w_uint(w, s->off_cpu_ns);
+  if (s->stage == EM_PROFILE_NO_STAGE) {
+    em__w_null(w);
+  } else {
+    em__w_uint(w, s->stage);
+  }
+  for (size_t j = 0; j < s->n_frames; j++) {
+    em__w_uint(w, s->frames[j]);
+  }
+}
+
+static void w_frames(em__writer_t *w, const em_profile_t *p) {
+  em__w_uint(w, KP_FRAMES);
+  em__w_array(w, 3 * p->n_frames);
+  for (size_t i = 0; i < p->n_frames; i++) {
+    const em_profile_frame_t *f = &p->frames[i];
+    em__w_uint(w, (uint64_t)f->kind);
+    em__w_str(w, f->name);
+    if (f->module) {
+      em__w_str(w, f->module);
+    } else {
+      em__w_null(w);
+    }
+  }
+}
+
+static void w_texts(em__writer_t *w, unsigned key, const char *const *texts, size_t n) {
+  em__w_uint(w, key);
+  em__w_array(w, n);
+  for (size_t i = 0; i < n; i++) {
+    em__w_str(w, texts[i]);
+  }
+}
+
+static void w_profile(em__writer_t *w, const em_profile_t *p) {
+  bool cut = truncated(&p->truncated);
+  em__w_common(w, 11 + (p->n_notes ? 1 : 0) + (cut ? 1 : 0) + (p->historical ? 1 : 0),
+               EM_MSG_PROFILE, &p->head);
+  em__kv_uint(w, KP_NUMBER, p->number);
+  em__w_uint(w, KP_TRIGGER);
+  em_trigger_t trigger = trigger_of(&p->trigger);
+  em__w_trigger(w, &trigger);
+  em__kv_uint(w, KP_MONO, p->start_mono_ns);
+  em__kv_uint(w, KP_DURATION, p->duration_ns);
+  em__kv_uint(w, KP_HZ, p->hz);
+  em__kv_str(w, KP_CLOCK, p->clock);
+  em__kv_uint(w, KP_SAMPLES, p->samples);
+  em__kv_uint(w, KP_LOST, p->lost);
+  w_texts(w, KP_STAGES, p->stages, p->n_stages);
+  w_frames(w, p);
+  em__w_uint(w, KP_STACKS);
+  em__w_array(w, p->n_stacks);
+  for (size_t i = 0; i < p->n_stacks; i++) {
+    w_stack(w, &p->stacks[i]);
+  }
+  if (p->n_notes) {
+    w_texts(w, KP_NOTES, p->notes, p->n_notes);
+  }
+  if (cut) {
+    w_truncation(w, &p->truncated);
+  }
+  if (p->historical) {
+    em__w_uint(w, KP_HISTORICAL);
+    em__w_bool(w, true);
+  }
+}
+
+/* The checked encoding's size into *len, written into buf when it fits cap. */
+static int encode_checked(const em_profile_t *p, uint8_t *buf, size_t cap, size_t *len) {
+  em__writer_t w = {.buf = buf, .cap = cap, .pos = 0};
+  w_profile(&w, p);
+  *len = w.pos;
+  if (w.pos > EM_PROFILE_MAX_BYTES) {
+    return EM_PROTO_ETOOBIG;
+  }
+  return w.pos <= cap ? 0 : EM_PROTO_ENOSPACE;
+}
+
+int em_profile_encode(const em_profile_t *p, uint8_t *buf, size_t cap, size_t *out_len) {
+  if (!p || !out_len || (!buf && cap > 0)) {
+    return EM_PROTO_EINVAL;
+  }
+  int rc = em__profile_check(p);
+  return rc ? rc : encode_checked(p, buf, cap, out_len);
+}
+
+/* --- fit under a cap ------------------------------------------------------------------ */
+
+/*
+ * A stack's items do not depend on the other stacks (no deltas between them), so the profile
+ * holding the first k stacks is the profile with none plus the stacks array's head for k
+ * items, the first k stacks' bytes, and the truncation map for what is left out. Each stack is
+ * measured once (a writer with cap 0), then k falls from n until the sum fits: linear in the
+ * stacks' frames.
+ */
+static size_t stack_bytes(const em_profile_stack_t *s) {
+  em__writer_t w = {0};
+  w_stack(&w, s);
+  return w.pos;
+}
+
+int em_profile_encode_fit(em_profile_t *p, uint8_t *buf, size_t cap, size_t *out_len) {
+  if (!p || !out_len || (!buf && cap > 0)) {
+    return EM_PROTO_EINVAL;
+  }
+  int rc = em__profile_check(p);
+  if (rc) {
+    return rc;
+  }
+  size_t limit = cap < EM_PROFILE_MAX_BYTES ? cap : EM_PROFILE_MAX_BYTES;
+  size_t whole = 0;
+  (void)encode_checked(p, NULL, 0, &whole); /* Only its size. */
+  if (whole <= limit) {
+    return encode_checked(p, buf, cap, out_len);
+  }
+  em_profile_t bare = *p;
+  bare.n_stacks = 0;
+  memset(&bare.truncated, 0, sizeof(bare.truncated));
+  size_t bare_len = 0;
+  (void)encode_checked(&bare, NULL, 0, &bare_len);
+  size_t items = 0;
+  for (size_t i = 0; i < p->n_stacks; i++) {
+    items += stack_bytes(&p->stacks[i]);
+  }
+  em_profile_truncation_t t = p->truncated;
+  size_t k = p->n_stacks;
+  for (;;) {
+    /* bare_len counts a one-byte head for an empty stacks array. */
+    size_t size = bare_len - 1 + em__uint_bytes(k) + items + truncation_bytes(&t);
+    if (size <= limit) {
+      break;
+    }
+    if (k == 0) {
+      *out_len = size;
+      return EM_PROTO_ENOSPACE;
+    }
+    k--;
+    items -= stack_bytes(&p->stacks[k]);
+    t.stacks_cut++;
+    uint64_t n = p->stacks[k].samples;
+    t.samples_cut = t.samples_cut > UINT64_MAX - n ? UINT64_MAX : t.samples_cut + n;
+  }
+  p->n_stacks = k;
+  p->truncated = t;
+  return encode_checked(p, buf, cap, out_len);
+}
+
+/* --- historical ----------------------------------------------------------------------- */
+
+int em_profile_mark_historical(const uint8_t *live, size_t len, uint8_t *out, size_t cap,
+                               size_t *out_len) {
+  if (!live || !out_len || (!out && cap > 0)) {
+    return EM_PROTO_EINVAL;
+  }
+  /* A map of 15 entries (16, 17 with notes and truncation), version 1 and kind 6 as one-byte
+   * integers (w_common): the map head stays one byte with the new entry. */
+  if (len < 5 || live[0] < 0xaf || live[0] > 0xb1 || live[1] != K_VERSION ||
+      live[2] != EM_PROTO_VERSION || live[3] != K_KIND || live[4] != EM_MSG_PROFILE) {
+    return EM_PROTO_EMALFORMED;
+  }
+  return em__append_historical(live, len, KP_HISTORICAL, EM_PROFILE_MAX_BYTES, out, cap, out_len);
+}
