@@ -30,6 +30,7 @@ int em_cli_replay(int argc, char **argv);
 int em_cli_compare(int argc, char **argv);
 int em_cli_compare_fleet(int argc, char **argv); /* compare --fleet, from em_cli_compare(). */
 int em_cli_flight(int argc, char **argv);
+int em_cli_profile(int argc, char **argv);
 
 /* Prints "edgemon-cli <cmd>: <message>\n" to stderr. */
 void em_cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -1,7 +1,8 @@
 /*
  * decode.c - `edgemon-cli decode`: one CBOR message, or every record of a recording, as JSON
  * (the codec's field names) or as CBOR diagnostic notation (RFC 8949 section 8). A flight
- * recording (kind 5) is read with em_flight_decode() and printed with em_flight_to_json().
+ * recording (kind 5) is read with em_flight_decode() and printed with em_flight_to_json(), a
+ * stack profile (kind 6) with em_profile_decode() and em_profile_to_json().
  *
  * The input is a file or standard input. When it starts with the recording magic "EMREC\0" it
  * is a recording (host/lib/recording.h): a named file is streamed record by record through
@@ -23,6 +24,7 @@
 #include <diag.h>
 #include <dict.h>
 #include <edgemon/flight.h>
+#include <edgemon/profile.h>
 #include <edgemon/proto.h>
 #include <errno.h>
 #include <getopt.h>
@@ -237,16 +239,29 @@ static int to_json(decode_t *dc, const em_msg_t *msg, em_device_t *names, size_t
   }
 }
 
-/* A flight recording (kind 5, which em_proto_decode() refuses with EKIND: edgemon/flight.h) as
- * one line of JSON in dc->json (grown as needed). Returns 0, or the decoder's code (*off the byte
- * at fault) or -ENOMEM. */
-static int flight_to_json(decode_t *dc, const uint8_t *buf, size_t len, size_t *off,
-                          size_t *out_len) {
-  size_t scratch_len = em_flight_scratch_bytes(len);
+/* A flight recording (kind 5: edgemon/flight.h) or a stack profile (kind 6: edgemon/profile.h),
+ * which em_proto_decode() refuses with EKIND, as one line of JSON in dc->json (grown as
+ * needed). Returns 0, or the decoder's code (*off the byte at fault) or -ENOMEM. */
+static int forensics_to_json(decode_t *dc, const uint8_t *buf, size_t len, size_t *off,
+                             size_t *out_len) {
+  size_t f_len = em_flight_scratch_bytes(len);
+  size_t p_len = em_profile_scratch_bytes(len);
+  size_t scratch_len = f_len > p_len ? f_len : p_len;
   void *scratch = malloc(scratch_len);
   em_flight_t f;
+  em_profile_t p;
   int rc = scratch ? em_flight_decode(buf, len, &f, scratch, scratch_len, off) : -ENOMEM;
-  while (rc == 0 && em_flight_to_json(&f, dc->json, dc->json_cap, out_len) == EM_PROTO_ENOSPACE) {
+  bool profile = false;
+  if (rc == EM_PROTO_EKIND) {
+    rc = em_profile_decode(buf, len, &p, scratch, scratch_len, off);
+    profile = true;
+  }
+  while (rc == 0) {
+    int jrc = profile ? em_profile_to_json(&p, dc->json, dc->json_cap, out_len)
+                      : em_flight_to_json(&f, dc->json, dc->json_cap, out_len);
+    if (jrc != EM_PROTO_ENOSPACE) {
+      break;
+    }
     char *grown = realloc(dc->json, *out_len + 1);
     if (!grown) {
       rc = -ENOMEM;
@@ -289,7 +304,7 @@ static int decode_message(decode_t *dc, const uint8_t *buf, size_t len) {
   size_t off = 0;
   int rc = em_proto_decode(buf, len, &msg, dc->scratch, EM_PROTO_SCRATCH_MAX, &off);
   size_t n = 0;
-  bool flight = rc == EM_PROTO_EKIND && (rc = flight_to_json(dc, buf, len, &off, &n)) == 0;
+  bool flight = rc == EM_PROTO_EKIND && (rc = forensics_to_json(dc, buf, len, &off, &n)) == 0;
   if (rc != 0) {
     em_cli_error(CMD, "%s: invalid message at byte %zu: %s", dc->name, off, em_proto_strerror(rc));
     return dc->output_failed ? EM_CLI_INPUT : EM_CLI_FAIL;
@@ -389,7 +404,7 @@ static int decode_record(decode_t *dc, const em_rec_entry_t *e) {
   }
   size_t flight_len = 0;
   bool flight = !empty && rc == EM_PROTO_EKIND &&
-                (rc = flight_to_json(dc, e->payload, e->payload_len, &off, &flight_len)) == 0;
+                (rc = forensics_to_json(dc, e->payload, e->payload_len, &off, &flight_len)) == 0;
   em_device_t *names = !empty && rc == 0 && !flight ? learn(dc, e, &msg) : NULL;
 
   if (dc->mode == MODE_JSON) {

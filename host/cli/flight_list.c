@@ -58,8 +58,14 @@ static void str_field(const char *obj, const char *end, const char *name, char *
 }
 
 int em_flight_list_parse(const char *json, em_flight_list_t *out) {
+  return em_api_list_parse(json, "flights", out);
+}
+
+int em_api_list_parse(const char *json, const char *array, em_flight_list_t *out) {
   memset(out, 0, sizeof(*out));
-  if (!json || !strstr(json, "\"flights\":[")) {
+  char head[40];
+  snprintf(head, sizeof(head), "\"%s\":[", array);
+  if (!json || !strstr(json, head)) {
     return -EINVAL;
   }
   size_t cap = 0;
@@ -85,6 +91,8 @@ int em_flight_list_parse(const char *json, em_flight_list_t *out) {
     e->ticks = num_field(p, end, "ticks");
     e->spans = num_field(p, end, "spans");
     e->bytes = num_field(p, end, "bytes");
+    e->samples = num_field(p, end, "samples");
+    e->stacks = num_field(p, end, "stacks");
     const char *h = field(p, end, "historical");
     e->historical = h && strncmp(h, "true", 4) == 0;
   }

@@ -23,6 +23,8 @@ typedef struct {
   uint64_t ticks;
   uint64_t spans;
   uint64_t bytes;
+  uint64_t samples; /* A profile's samples; 0 in a list of recordings. */
+  uint64_t stacks;  /* A profile's stacks; 0 in a list of recordings. */
   int historical;
 } em_flight_entry_t;
 
@@ -33,6 +35,10 @@ typedef struct {
 
 /* Parses the list answer. Returns 0, -EINVAL when it is not one, -ENOMEM. */
 int em_flight_list_parse(const char *json, em_flight_list_t *out);
+
+/* The same for another list of the API laid out alike ({"<array>":[{"key":"...",...},...]}):
+ * "profiles" (GET /api/devices/<id>/profiles). */
+int em_api_list_parse(const char *json, const char *array, em_flight_list_t *out);
 void em_flight_list_free(em_flight_list_t *l);
 
 /* The entry whose time is nearest t_ns (the newer on a tie), or NULL for an empty list. */

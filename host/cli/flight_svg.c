@@ -13,6 +13,8 @@
 
 #include "flight_frames.h"
 
+#include "view.h"
+
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -35,28 +37,6 @@ typedef struct {
 
 static double x_of(const axis_t *a, double t) {
   return LEFT + (t - a->t0) / (a->t1 - a->t0) * (WIDTH - LEFT - RIGHT);
-}
-
-/* Text with the XML specials escaped. */
-static void put_text(FILE *out, const char *s) {
-  for (; s && *s; s++) {
-    switch (*s) {
-    case '&':
-      fputs("&amp;", out);
-      break;
-    case '<':
-      fputs("&lt;", out);
-      break;
-    case '>':
-      fputs("&gt;", out);
-      break;
-    case '"':
-      fputs("&quot;", out);
-      break;
-    default:
-      fputc(*s, out);
-    }
-  }
 }
 
 static axis_t make_axis(const em_flight_t *f) {
@@ -100,7 +80,7 @@ static void lanes(FILE *out, const em_flight_t *f, const axis_t *a) {
             LEFT, y, WIDTH - LEFT - RIGHT, LANE_H);
     fprintf(out, "<text class=\"label\" x=\"%.2f\" y=\"%.2f\" text-anchor=\"end\">", LEFT - 8,
             y + LANE_H * 0.7);
-    put_text(out, f->stages[k]);
+    em_view_xml(out, f->stages[k]);
     fputs("</text>\n", out);
   }
   for (size_t i = 0; i < f->n_spans; i++) {
@@ -116,7 +96,7 @@ static void lanes(FILE *out, const em_flight_t *f, const axis_t *a) {
             "<title>frame %llu, ",
             over ? " over" : "", x0, y, w < 0.5 ? 0.5 : w, LANE_H - 4,
             (unsigned long long)s->frame_id);
-    put_text(out, stage);
+    em_view_xml(out, stage);
     fprintf(out, ", %.3f ms</title></rect>\n", (double)s->duration_ns / 1e6);
   }
 }
@@ -157,10 +137,10 @@ static void chart(FILE *out, const em_flight_t *f, const axis_t *a, uint32_t col
           LEFT, y, WIDTH - LEFT - RIGHT, CHART_H);
   fprintf(out, "<text class=\"label\" x=\"%.2f\" y=\"%.2f\" text-anchor=\"end\">", LEFT - 8,
           y + 16);
-  put_text(out, c->name);
+  em_view_xml(out, c->name);
   fprintf(out, "</text><text class=\"unit\" x=\"%.2f\" y=\"%.2f\" text-anchor=\"end\">", LEFT - 8,
           y + 30);
-  put_text(out, c->unit);
+  em_view_xml(out, c->unit);
   fputs(c->kind == EM_METRIC_COUNTER ? " per tick" : "", out);
   fputs("</text>\n", out);
   if (isfinite(lo)) {
@@ -222,7 +202,7 @@ int em_flight_svg(FILE *out, const em_flight_t *f, const char *title) {
   fprintf(out, "<rect x=\"0\" y=\"0\" width=\"%.0f\" height=\"%.0f\" fill=\"#fff\"/>\n", WIDTH,
           height);
   fprintf(out, "<text class=\"title\" x=\"%.2f\" y=\"22\">", LEFT);
-  put_text(out, title);
+  em_view_xml(out, title);
   fputs("</text>\n", out);
   double pre_x = x_of(&a, trig - (double)f->pre_ns);
   double trig_x = x_of(&a, trig);
@@ -248,7 +228,7 @@ int em_flight_svg(FILE *out, const em_flight_t *f, const char *title) {
     for (uint32_t c = 0; c < f->n_columns; c++) {
       if (!em_flight_column_measured(f, c)) {
         fputs(sep, out);
-        put_text(out, f->columns[c].name);
+        em_view_xml(out, f->columns[c].name);
         sep = ", ";
       }
     }

@@ -38,6 +38,8 @@ static const struct {
      "per-stage latency of two recordings: change, p-value, effect size"},
     {"flight", em_cli_flight,
      "a device's flight recordings: the slowest frames around a breach, JSON or SVG"},
+    {"profile", em_cli_profile,
+     "a device's stack profiles: hottest stacks and functions, folded, flame graph, pprof"},
 };
 
 static void usage(FILE *out) {
@@ -60,7 +62,7 @@ static void usage(FILE *out) {
           "  1  the answer is no: compare found a regression, decode found an invalid message\n"
           "  2  bad arguments\n"
           "  3  the broker cannot be reached, refused the session, or the connection was lost\n"
-          "     (flight: or the aggregator cannot be reached)\n"
+          "     (flight, profile: or the aggregator cannot be reached)\n"
           "  4  an input or output file cannot be used (missing, truncated, not a recording)\n");
 }
 

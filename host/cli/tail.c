@@ -5,7 +5,8 @@
  * device's birth in a dict.h registry to name the aliases of its data messages, and prints one
  * line per message: in human mode aligned columns (time, device, level, IPC, cache misses, RSS,
  * PSI, then each stage's p50/p99/max against its budget) with level changes as highlighted lines
- * of their own, and a line per flight recording (flight_table.h); in --json mode one object per
+ * of their own, and a line per flight recording (flight_table.h) and per stack profile
+ * (profile_table.h); in --json mode one object per
  * message (NDJSON). A data message whose session has no birth yet makes tail publish a rebirth
  * command to that device, once per session.
  *
@@ -16,6 +17,7 @@
 #include "cli.h"
 #include "flight_table.h"
 #include "live.h"
+#include "profile_table.h"
 #include "view.h"
 
 #include <broker.h>
@@ -61,8 +63,9 @@ static void usage(FILE *out) {
           "and `budget p99<=40` after a stage that has a percentile budget (`!` when over it).\n"
           "A figure the device cannot measure is '-', never 0. A level change prints as its own\n"
           "line with the rule and reason, a change of model as 'model now NAME VERSION (k=v)',\n"
-          "a flight recording as a line naming its number, cause, level, rule and size. A birth\n"
-          "line names the model. Aliases are named from the device's retained birth;\n"
+          "a flight recording as a line naming its number, cause, level, rule and size, a stack\n"
+          "profile likewise with its samples and stacks. A birth line names the model. Aliases are "
+          "named from the device's retained birth;\n"
           "data from a session without a birth makes tail ask the device for a rebirth.\n"
           "\n"
           "Messages that do not decode are counted (summary on stderr) and, with --json,\n"
@@ -345,11 +348,13 @@ static void on_message(void *ctx, const char *topic, const uint8_t *payload, siz
   em_msg_t msg;
   size_t off = 0;
   bool flight = strcmp(kind, "flight") == 0;
-  int rc = flight ? em_flight_line(stdout, id, payload, len, t->json, &off)
-                  : em_proto_decode(payload, len, &msg, t->scratch, EM_PROTO_SCRATCH_MAX, &off);
-  if (rc == 0 && flight) {
+  bool profile = strcmp(kind, "profile") == 0;
+  int rc = flight    ? em_flight_line(stdout, id, payload, len, t->json, &off)
+           : profile ? em_profile_line(stdout, id, payload, len, t->json, &off)
+                     : em_proto_decode(payload, len, &msg, t->scratch, EM_PROTO_SCRATCH_MAX, &off);
+  if (rc == 0 && (flight || profile)) {
     fflush(stdout);
-    return; /* One line per recording, printed. */
+    return; /* One line per recording or profile, printed. */
   }
   if (rc != 0) {
     t->malformed++;

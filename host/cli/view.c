@@ -127,6 +127,29 @@ void em_view_json_str(FILE *out, const char *s) {
   fputc('"', out);
 }
 
+void em_view_xml(FILE *out, const char *s) {
+  for (; s && *s; s++) {
+    switch (*s) {
+    case '&':
+      fputs("&amp;", out);
+      break;
+    case '<':
+      fputs("&lt;", out);
+      break;
+    case '>':
+      fputs("&gt;", out);
+      break;
+    case '"':
+      fputs("&quot;", out);
+      break;
+    default:
+      if ((unsigned char)*s >= 0x20 && *s != 0x7f) {
+        fputc(*s, out);
+      }
+    }
+  }
+}
+
 void em_view_json_num(FILE *out, double v, int decimals) {
   if (!isfinite(v)) {
     fputs("null", out);

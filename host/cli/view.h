@@ -38,6 +38,10 @@ void em_view_age(uint64_t now_ns, uint64_t then_ns, char *buf, size_t cap);
 /* Copies s into buf, cut to width columns with a trailing '~' when longer. */
 void em_view_fit(const char *s, size_t width, char *buf, size_t cap);
 
+/* Writes s as XML text or an attribute value: &, <, >, " escaped, control characters left
+ * out (XML 1.0 cannot hold them). */
+void em_view_xml(FILE *out, const char *s);
+
 /* Writes s as a JSON string (quoted, escaped) to out. */
 void em_view_json_str(FILE *out, const char *s);
 

@@ -1,0 +1,189 @@
+/*
+ * profile_table.c - a stack profile for people: the header and the two tables (see
+ * profile_table.h). The numbers come from profile_stacks.h; this file only lays them out.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "profile_table.h"
+
+#include "profile_stacks.h"
+#include "view.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CELL 128 /* Bytes of a table cell; the stack cell is cut to fit well within. */
+
+static double pct(uint64_t n, uint64_t total) {
+  return total > 0 ? 100.0 * (double)n / (double)total : 0.0;
+}
+
+static void print_header(const em_profile_t *p, const char *title) {
+  const em_profile_trigger_t *t = &p->trigger;
+  printf("%sprofile %s%s: #%" PRIu32 ", %s, level %s", em_view_bold(), title, em_view_off(),
+         p->number, em_profile_cause_name(t->cause), em_level_name(t->level));
+  if (t->cause == EM_PROFILE_ESCALATION && t->prev_level != EM_LEVEL_NONE) {
+    printf(" from %s", em_level_name(t->prev_level));
+  }
+  if (t->rule) {
+    printf(", rule %s", t->rule);
+  }
+  if (t->stage) {
+    printf(", stage %s", t->stage);
+  }
+  if (t->reason) {
+    printf(": %s", t->reason);
+  }
+  char clock[16];
+  em_view_clock(p->head.time_ns, clock, sizeof(clock));
+  printf("\nwindow    %s for %.3f s%s\n", clock, (double)p->duration_ns / 1e9,
+         p->historical ? " (replayed from the spool)" : "");
+  printf("sampling  %s at %" PRIu32 " Hz: %" PRIu64 " samples, %" PRIu64 " lost\n",
+         p->clock ? p->clock : "?", p->hz, p->samples, p->lost);
+  for (size_t i = 0; i < p->n_notes; i++) {
+    printf("%s%s\n", i == 0 ? "notes     " : "          ", p->notes[i]);
+  }
+  if (p->truncated.stacks_cut > 0 || p->truncated.samples_cut > 0) {
+    printf("cut       %" PRIu64 " stacks with %" PRIu64 " samples left out by the size cap\n",
+           p->truncated.stacks_cut, p->truncated.samples_cut);
+  }
+}
+
+static int hottest(const em_profile_t *p, size_t top, uint64_t total) {
+  size_t *order = NULL;
+  if (em_profile_hottest(p, &order) != 0) {
+    return -ENOMEM;
+  }
+  size_t rows = (top < p->n_stacks ? top : p->n_stacks) + 1;
+  enum { COLS = 5 };
+  char(*buf)[CELL] = malloc(rows * COLS * sizeof(*buf));
+  const char **cells = malloc(rows * COLS * sizeof(*cells));
+  if (!buf || !cells) {
+    free(order);
+    free(buf);
+    free(cells);
+    return -ENOMEM;
+  }
+  static const char *const head[COLS] = {"samples", "%", "off-cpu ms", "stage",
+                                         "stack (root;...;leaf)"};
+  for (size_t c = 0; c < COLS; c++) {
+    cells[c] = head[c];
+  }
+  for (size_t r = 1; r < rows; r++) {
+    const em_profile_stack_t *s = &p->stacks[order[r - 1]];
+    char(*row)[CELL] = &buf[r * COLS];
+    snprintf(row[0], CELL, "%" PRIu64, s->samples);
+    snprintf(row[1], CELL, "%.1f", pct(s->samples, total));
+    snprintf(row[2], CELL, "%.1f", (double)s->off_cpu_ns / 1e6);
+    snprintf(row[3], CELL, "%s", s->stage < p->n_stages ? p->stages[s->stage] : "-");
+    em_profile_stack_text(p, s, EM_PROFILE_TABLE_STACK_WIDTH, row[4], CELL);
+    for (size_t c = 0; c < COLS; c++) {
+      cells[r * COLS + c] = row[c];
+    }
+  }
+  printf("\nhottest stacks (%zu of %zu)\n", rows - 1, p->n_stacks);
+  static const bool left[COLS] = {false, false, false, true, true};
+  em_view_table(cells, rows, COLS, left);
+  free(order);
+  free(buf);
+  free(cells);
+  return 0;
+}
+
+static int functions(const em_profile_t *p, size_t top, uint64_t total) {
+  em_profile_func_t *fn = NULL;
+  size_t n = 0;
+  if (em_profile_functions(p, &fn, &n) != 0) {
+    return -ENOMEM;
+  }
+  size_t rows = (top < n ? top : n) + 1;
+  enum { COLS = 6 };
+  char(*buf)[CELL] = malloc(rows * COLS * sizeof(*buf));
+  const char **cells = malloc(rows * COLS * sizeof(*cells));
+  if (!buf || !cells) {
+    free(fn);
+    free(buf);
+    free(cells);
+    return -ENOMEM;
+  }
+  static const char *const head[COLS] = {"self",    "self %", "total",
+                                         "total %", "kind",   "function (module)"};
+  for (size_t c = 0; c < COLS; c++) {
+    cells[c] = head[c];
+  }
+  for (size_t r = 1; r < rows; r++) {
+    const em_profile_func_t *f = &fn[r - 1];
+    const em_profile_frame_t *fr = &p->frames[f->frame];
+    char(*row)[CELL] = &buf[r * COLS];
+    snprintf(row[0], CELL, "%" PRIu64, f->self);
+    snprintf(row[1], CELL, "%.1f", pct(f->self, total));
+    snprintf(row[2], CELL, "%" PRIu64, f->total);
+    snprintf(row[3], CELL, "%.1f", pct(f->total, total));
+    snprintf(row[4], CELL, "%s", em_profile_frame_kind_name(fr->kind));
+    char name[72];
+    char module[44];
+    em_view_fit(fr->name, 70, name, sizeof(name));
+    em_view_fit(fr->module ? fr->module : "", 40, module, sizeof(module));
+    snprintf(row[5], CELL, "%s%s%s%s", name, fr->module ? " (" : "", module, fr->module ? ")" : "");
+    for (size_t c = 0; c < COLS; c++) {
+      cells[r * COLS + c] = row[c];
+    }
+  }
+  printf("\nby function (%zu of %zu)\n", rows - 1, n);
+  static const bool left[COLS] = {false, false, false, false, true, true};
+  em_view_table(cells, rows, COLS, left);
+  free(fn);
+  free(buf);
+  free(cells);
+  return 0;
+}
+
+int em_profile_table(const em_profile_t *p, const char *title, size_t top) {
+  uint64_t total = em_profile_stacks_total(p);
+  print_header(p, title);
+  if (hottest(p, top, total) != 0 || functions(p, top, total) != 0) {
+    return -ENOMEM;
+  }
+  return 0;
+}
+
+int em_profile_line(FILE *out, const char *device, const uint8_t *cbor, size_t len, bool json,
+                    size_t *error_offset) {
+  size_t scratch_len = em_profile_scratch_bytes(len);
+  void *scratch = malloc(scratch_len);
+  em_profile_t p;
+  int rc = scratch ? em_profile_decode(cbor, len, &p, scratch, scratch_len, error_offset) : -ENOMEM;
+  if (rc != 0) {
+    free(scratch);
+    return rc;
+  }
+  const em_profile_trigger_t *t = &p.trigger;
+  if (json) {
+    fputs("{\"device\":", out);
+    em_view_json_str(out, device);
+    fprintf(out,
+            ",\"profile\":{\"session\":%" PRIu32 ",\"number\":%" PRIu32 ",\"time_ns\":%" PRIu64
+            ",\"cause\":\"%s\",\"level\":\"%s\",\"rule\":",
+            p.head.session, p.number, p.head.time_ns, em_profile_cause_name(t->cause),
+            em_level_name(t->level));
+    if (t->rule) {
+      em_view_json_str(out, t->rule);
+    } else {
+      fputs("null", out);
+    }
+    fprintf(out, ",\"samples\":%" PRIu64 ",\"stacks\":%zu,\"bytes\":%zu,\"historical\":%s}}\n",
+            p.samples, p.n_stacks, len, p.historical ? "true" : "false");
+  } else {
+    char clock[16];
+    em_view_clock(p.head.time_ns, clock, sizeof(clock));
+    fprintf(out,
+            "%-12s %-18s %sprofile #%" PRIu32 "%s: %s to %s%s%s, %" PRIu64
+            " samples, %zu stacks, %zu bytes%s\n",
+            clock, device, em_view_bold(), p.number, em_view_off(), em_profile_cause_name(t->cause),
+            em_level_name(t->level), t->rule ? ", rule " : "", t->rule ? t->rule : "", p.samples,
+            p.n_stacks, len, p.historical ? " (replayed)" : "");
+  }
+  free(scratch);
+  return 0;
+}
