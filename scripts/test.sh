@@ -17,9 +17,10 @@ source scripts/lib/cross.sh
 source scripts/lib/packages.sh
 
 # The PyTorch example (firmware/client/python/examples/torch_inference.py) is run by the
-# integration tests, so the example users copy is known to work.
+# integration tests, so the example users copy is known to work. golang-go: `go tool pprof`, the
+# real pprof reader test_cli_profile checks edgemon-cli profile --pprof's output with.
 EM_PACKAGES+=(python3-torch python3-torchvision clang-format nftables iproute2 chromium
-  chromium-driver)
+  chromium-driver golang-go)
 em_install_deps
 em_install_web
 em_cross_install_deps

@@ -10,7 +10,8 @@
  * percentiles, sparse exponential buckets at scale 6). About once a minute at random a device
  * goes DEGRADED for a few seconds (a retained state message each way; data's level follows);
  * --excursion-mean sets how often, and with --flights each excursion also publishes a synthetic
- * flight recording (flight_synth.h) on edgemon/v1/<device>/flight, QoS 1, not retained.
+ * flight recording (flight_synth.h) on edgemon/v1/<device>/flight, and with --profiles a
+ * synthetic stack profile (profile_synth.h) on edgemon/v1/<device>/profile, QoS 1, not retained.
  * On --duration or SIGINT/SIGTERM it publishes status offline for every device, waits for the
  * broker's acknowledgements and prints a summary to stderr.
  *
@@ -60,6 +61,7 @@
 #include "edgemon/common/parse.h"
 #include "edgemon/proto.h"
 #include "flight_synth.h"
+#include "profile_synth.h"
 
 #ifndef EM_VERSION
 #define EM_VERSION "0.0.0"
@@ -114,6 +116,7 @@ static const char usage_text[] =
     "      --excursion-mean S  mean seconds between two DEGRADED excursions of a device\n"
     "                        (default 60, 0.1 to 1e6)\n"
     "      --flights         publish a synthetic flight recording on each DEGRADED excursion\n"
+    "      --profiles        publish a synthetic stack profile on each DEGRADED excursion\n"
     "\n"
     "cohorts (RANGE is K or K-L; a later rule of a kind overrides an earlier one):\n"
     "      --model RANGE:NAME:VERSION[:KEY=VALUE,...]\n"
@@ -165,6 +168,7 @@ typedef struct {
   const char *spans_file;
   double excursion_mean_s;
   bool flights;
+  bool profiles;
 } sim_opts_t;
 
 static bool ident_char(char c) {
@@ -227,7 +231,8 @@ static int parse_args(int argc, char **argv, sim_opts_t *o) {
       {"--stages", NULL, true},         {"--qos", "-q", true},      {"--version", "-V", false},
       {"--help", "-h", false},          {"--slow", NULL, true},     {"--spans-file", NULL, true},
       {"--excursion-mean", NULL, true}, {"--flights", NULL, false}, {"--model", NULL, true},
-      {"--degrade", NULL, true},        {"--switch", NULL, true},   {"--backfill", NULL, true},
+      {"--profiles", NULL, false},      {"--degrade", NULL, true},  {"--switch", NULL, true},
+      {"--backfill", NULL, true},
   };
   bool have_devices = false;
   bool have_rate = false;
@@ -328,6 +333,8 @@ static int parse_args(int argc, char **argv, sim_opts_t *o) {
       }
     } else if (strcmp(name, "--flights") == 0) {
       o->flights = true;
+    } else if (strcmp(name, "--profiles") == 0) {
+      o->profiles = true;
     }
   }
   const char *why = parse_stages(o, stages);
@@ -479,6 +486,7 @@ typedef struct {
   uint64_t agent_cpu_ns;
   uint64_t late_ticks;
   uint32_t flights;    /* Flight recordings published in this session. */
+  uint32_t profiles;   /* Stack profiles published in this session. */
   uint64_t next_frame; /* Frame id of the next recording's first frame. */
 } sim_device_t;
 
@@ -499,6 +507,7 @@ typedef struct {
   uint64_t n_state;
   uint64_t n_status;
   uint64_t n_flight;
+  uint64_t n_profile;
   uint64_t n_fail;
   uint64_t max_late_ns;
   uint64_t late_slots; /* Slots published more than 1 ms after their deadline. */
@@ -664,6 +673,49 @@ static int publish_flight(sim_t *s, sim_device_t *d, uint64_t t_ns) {
   return 0;
 }
 
+/* A synthetic stack profile of the excursion that starts at simulated time t_ns
+ * (profile_synth.h). */
+static int publish_profile(sim_t *s, sim_device_t *d, uint64_t t_ns) {
+  static uint8_t buf[EM_PROFILE_MAX_BYTES];
+  size_t budget = 0;
+  for (size_t k = 0; k < s->opt.n_stages; k++) {
+    if (s->opt.stages[k] == s->budget_stage) {
+      budget = k;
+    }
+  }
+  char rule_id[EM_PROTO_MAX_NAME_BYTES + 1];
+  snprintf(rule_id, sizeof(rule_id), "%s.p99", s->budget_stage);
+  em_synth_profile_t in = {
+      .session = d->session,
+      .number = d->profiles,
+      .time_ns = s->real_origin_ns + t_ns,
+      .start_mono_ns = s->mono_origin_ns + t_ns,
+      .stages = s->opt.stages,
+      .n_stages = s->opt.n_stages,
+      .budget_stage = budget,
+      .rule = rule_id,
+      .seed = rng_next(&d->rng),
+  };
+  size_t len = 0;
+  int rc = em_synth_profile_encode(&in, buf, sizeof(buf), &len);
+  if (rc != 0) {
+    fprintf(stderr, "edgemon-sim: cannot encode the stack profile of %s: %s\n", d->id,
+            em_proto_strerror(rc));
+    s->n_fail++;
+    return 0;
+  }
+  char topic[128];
+  topic_of(topic, sizeof(topic), d, "profile");
+  rc = em_broker_publish(s->broker, topic, buf, len, 1, false);
+  if (rc < 0) {
+    s->n_fail++;
+    return rc;
+  }
+  d->profiles++;
+  s->n_profile++;
+  return 0;
+}
+
 static int cmp_u64(const void *a, const void *b) {
   uint64_t x = *(const uint64_t *)a;
   uint64_t y = *(const uint64_t *)b;
@@ -763,6 +815,9 @@ static int publish_data(sim_t *s, sim_device_t *d, uint64_t t_ns) {
     int rc = publish_state(s, d, EM_LEVEL_DEGRADED, t_ns);
     if (rc == 0 && s->opt.flights) {
       rc = publish_flight(s, d, t_ns);
+    }
+    if (rc == 0 && s->opt.profiles) {
+      rc = publish_profile(s, d, t_ns);
     }
     if (rc < 0) {
       return rc;
@@ -999,6 +1054,9 @@ static void summary(const sim_t *s, uint64_t data_end_ns) {
           s->n_fail);
   if (s->opt.flights) {
     fprintf(stderr, "edgemon-sim: %" PRIu64 " flight recordings published\n", s->n_flight);
+  }
+  if (s->opt.profiles) {
+    fprintf(stderr, "edgemon-sim: %" PRIu64 " stack profiles published\n", s->n_profile);
   }
   if (s->opt.backfill_s > 0) {
     fprintf(stderr, "edgemon-sim: backfilled %g s of history: %" PRIu64 " data messages\n",

@@ -1,0 +1,213 @@
+"""edgemon-cli profile against the profiles edgemon-sim --profiles publishes through a real
+mosquitto: the hottest-stacks and by-function tables, --folded, the flame graph (parsed as XML:
+one rectangle per distinct prefix, widths in proportion), --pprof read by the real pprof reader
+(`go tool pprof -raw`) with the same totals, --take publishing cmd/profile, and the exit codes
+(2 bad arguments, 3 aggregator down, 4 bad file).
+
+The expected numbers are computed here from the profile's JSON form (stacks of frame indices,
+root first, with samples, off-CPU ns and stage) with Python's own arithmetic; the CBOR comes
+byte for byte from the broker, so a file is what the aggregator's ?format=cbor would serve."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import threading
+import time
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+
+import cbor2
+import pytest
+
+from conftest import Broker, free_port, mqtt_client, wait_for
+
+SIM = os.environ.get("EM_SIM")
+CLI = os.environ.get("EM_CLI")
+SVG = "{http://www.w3.org/2000/svg}"
+GO = shutil.which("go")
+
+
+class Capture:
+    """Every payload published on the given topic filter, in arrival order."""
+
+    def __init__(self, port, topic):
+        self.got = []
+        self.lock = threading.Lock()
+        self.client = mqtt_client(port, client_id="profile-capture-" + str(free_port()))
+        self.client.on_message = self._on
+        self.client.subscribe(topic, qos=1)
+
+    def _on(self, client, userdata, msg):
+        with self.lock:
+            self.got.append((msg.topic, bytes(msg.payload)))
+
+    def stop(self):
+        self.client.loop_stop()
+        self.client.disconnect()
+
+
+def cli(*args, timeout=20):
+    return subprocess.run([CLI, "profile", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory):
+    """(broker, tmp, [(device, cbor path, json dict)]) after a simulator run."""
+    assert SIM and CLI, "EM_SIM and EM_CLI must name the binaries (run through ctest)"
+    tmp = tmp_path_factory.mktemp("profile")
+    broker = Broker(tmp).start()
+    cap = Capture(broker.port, "edgemon/v1/+/profile")
+    time.sleep(0.2)
+    try:
+        sim = subprocess.run(
+            [SIM, "--devices", "2", "--rate", "10", "--duration", "3", "--prefix", "pr",
+             "--seed", "9", "--profiles", "--excursion-mean", "0.3",
+             "--broker", f"mqtt://127.0.0.1:{broker.port}"], capture_output=True, timeout=60)
+        assert sim.returncode == 0, sim.stderr.decode(errors="replace")
+        n = int(re.search(rb"(\d+) stack profiles published", sim.stderr).group(1))
+        assert n >= 1
+        wait_for(lambda: len(cap.got) == n, 10, "every profile at the subscriber")
+    finally:
+        cap.stop()
+    out = []
+    for i, (topic, payload) in enumerate(cap.got):
+        assert cbor2.loads(payload)  # A CBOR map, as published.
+        path = tmp / f"p{i}.cbor"
+        path.write_bytes(payload)
+        r = cli("--file", path, "--json")
+        assert r.returncode == 0, r.stderr
+        out.append((topic.split("/")[2], path, json.loads(r.stdout)))
+    yield broker, tmp, out
+    broker.stop()
+
+
+def names(p, stack):
+    return [p["frames"][i]["name"].replace(";", ":") for i in stack["frames"]]
+
+
+def test_show_prints_the_hottest_stacks_and_functions(published):
+    _, _, profiles = published
+    _, path, p = profiles[0]
+    total = max(p["samples"], sum(s["samples"] for s in p["stacks"]))
+    r = cli("--file", path, "--top", 3)
+    assert r.returncode == 0, r.stderr
+    assert f"samples, {p['lost']} lost" in r.stdout and "escalation" in r.stdout
+    rows = r.stdout.split("hottest stacks")[1].split("by function")[0].splitlines()[2:5]
+    hot = sorted(p["stacks"], key=lambda s: (-s["samples"], -s["off_cpu_ns"]))[:3]
+    for row, s in zip(rows, hot):
+        cells = row.split()
+        assert int(cells[0]) == s["samples"]
+        assert cells[1] == f"{100 * s['samples'] / total:.1f}"
+        assert cells[3] == (s["stage"] or "-")
+        assert ";".join(names(p, s)).endswith(cells[4].removeprefix("..."))
+    self_, tot = defaultdict(int), defaultdict(int)
+    for s in p["stacks"]:
+        self_[s["frames"][-1]] += s["samples"]
+        for f in set(s["frames"]):
+            tot[f] += s["samples"]
+    best = sorted(tot, key=lambda f: (-self_[f], -tot[f], f))[:3]
+    frows = r.stdout.split("by function")[1].splitlines()[2:5]
+    for row, f in zip(frows, best):
+        cells = row.split()
+        assert (int(cells[0]), int(cells[2])) == (self_[f], tot[f])
+        assert cells[5] == p["frames"][f]["name"]
+
+
+def test_folded_lines_sum_the_stacks(published):
+    _, _, profiles = published
+    _, path, p = profiles[0]
+    want = defaultdict(int)
+    for s in p["stacks"]:
+        if s["samples"]:
+            want[";".join(names(p, s))] += s["samples"]
+    r = cli("--file", path, "--folded")
+    assert r.returncode == 0, r.stderr
+    got = {line.rsplit(" ", 1)[0]: int(line.rsplit(" ", 1)[1]) for line in r.stdout.splitlines()}
+    assert got == dict(want)
+
+
+def test_svg_has_a_rect_per_prefix_in_proportion(published, tmp_path):
+    _, _, profiles = published
+    _, path, p = profiles[0]
+    prefixes = defaultdict(int)
+    for s in p["stacks"]:
+        for k in range(1, len(s["frames"]) + 1):
+            if s["samples"]:
+                prefixes[tuple(s["frames"][:k])] += s["samples"]
+    drawn = sum(s["samples"] for s in p["stacks"])
+    out = tmp_path / "p.svg"
+    r = cli("--file", path, "--svg", out)
+    assert r.returncode == 0, r.stderr
+    root = ET.parse(out).getroot()
+    rects = [e for e in root.iter(SVG + "rect") if e.get("class", "").startswith("f ")]
+    assert len(rects) == len(prefixes)
+    widths = sorted(float(e.get("width")) for e in rects)
+    want = sorted(n / drawn * 1180 for n in prefixes.values())
+    assert all(abs(w - x) < 0.01 for w, x in zip(widths, want)), (widths, want)
+    kinds = {e.get("class").split()[1] for e in rects}
+    assert kinds <= {"python", "native", "kernel", "unknown"} and "python" in kinds
+    assert all(e.find(SVG + "title") is not None for e in rects)
+    assert not any("href" in k for e in root.iter() for k in e.attrib)
+
+
+@pytest.mark.skipif(GO is None, reason="go tool pprof (golang-go) is installed by scripts/test.sh")
+def test_pprof_is_read_by_go_tool_pprof_with_the_same_totals(published, tmp_path):
+    _, _, profiles = published
+    _, path, p = profiles[0]
+    out = tmp_path / "p.pb"
+    r = cli("--file", path, "--pprof", out, "--folded")
+    assert r.returncode == 0, r.stderr
+    env = dict(os.environ, HOME=str(tmp_path), GOFLAGS="-mod=mod", GOTOOLCHAIN="local")
+    raw = subprocess.run([GO, "tool", "pprof", "-raw", str(out)], capture_output=True, text=True,
+                         timeout=60, env=env)
+    assert raw.returncode == 0, raw.stderr
+    text = raw.stdout
+    assert "samples/count cpu/nanoseconds" in text and "off_cpu/nanoseconds" in text
+    values = [list(map(int, m.group(1).split()))
+              for m in re.finditer(r"^\s+(\d+\s+\d+\s+\d+): [\d ]+$", text, re.M)]
+    assert len(values) == len(p["stacks"])
+    period = round(1e9 / p["hz"])
+    assert sum(v[0] for v in values) == sum(s["samples"] for s in p["stacks"])
+    assert sum(v[1] for v in values) == sum(s["samples"] for s in p["stacks"]) * period
+    assert sum(v[2] for v in values) == sum(s["off_cpu_ns"] for s in p["stacks"])
+    for note in p["notes"]:
+        assert f"Comment: {note}" in text
+
+
+def test_take_publishes_cmd_profile(published):
+    broker, _, _ = published
+    cap = Capture(broker.port, "edgemon/v1/pr-0002/cmd/#")
+    try:
+        time.sleep(0.2)
+        r = cli("--take", "--device", "pr-0002", "--seconds", "7",
+                "--broker", f"mqtt://127.0.0.1:{broker.port}")
+        assert r.returncode == 0, r.stderr
+        wait_for(lambda: cap.got, 5, "cmd/profile at the subscriber")
+    finally:
+        cap.stop()
+    topic, payload = cap.got[0]
+    assert topic == "edgemon/v1/pr-0002/cmd/profile"
+    m = cbor2.loads(payload)
+    assert 3 in m.values() and 7 in m.values()
+    dec = subprocess.run([CLI, "decode", "-"], input=payload, capture_output=True, timeout=10)
+    assert dec.returncode == 0, dec.stderr
+
+
+def test_exit_codes(published, tmp_path):
+    _, _, profiles = published
+    _, path, _ = profiles[0]
+    assert cli("--file", path, "--json", "--folded").returncode == 2
+    assert cli("--device", "bad/id").returncode == 2
+    assert cli("--take", "--device", "d", "--seconds", "61").returncode == 2
+    assert cli("--seconds", "5", "--device", "d").returncode == 2
+    assert cli("--device", "d", "--aggregator", f"http://127.0.0.1:{free_port()}").returncode == 3
+    assert cli("--file", tmp_path / "missing.cbor").returncode == 4
+    junk = tmp_path / "junk.cbor"
+    junk.write_bytes(cbor2.dumps({0: 1, 1: 5}))
+    bad = cli("--file", junk)
+    assert bad.returncode == 4 and "not a profile" in bad.stderr
+    assert cli("--file", path, "--svg", tmp_path / "no" / "dir.svg").returncode == 4
+    assert cli("--file", path, "--pprof", tmp_path / "no" / "dir.pb").returncode == 4
