@@ -7,10 +7,12 @@ the agent publishes. Needs Debian's python3-cbor2 for the CBOR layer; nothing el
     msg = edgemon_proto.decode(payload)    # -> dict with field names, as the .json vectors
     names = edgemon_proto.values_by_name(msg, birth)   # data values keyed by metric name
     rec = edgemon_proto.decode_flight(payload)   # a flight recording with absolute figures
+    prof = edgemon_proto.decode_profile(payload)  # a stack profile, as em_profile_to_json
 
 A flight recording (kind 5) is checked against every rule its CDDL section states (names,
 indices within their tables, times ascending, totals within uint64, limits) and raises
-DecodeError on the first it breaks.
+DecodeError on the first it breaks; so is a stack profile (kind 6) against its section's
+rules P1-P5.
 """
 
 import math
@@ -19,12 +21,13 @@ import re
 import cbor2
 
 LEVELS = ["NOMINAL", "WARN", "DEGRADED", "CRITICAL"]
-KINDS = ["birth", "data", "state", "status", "cmd", "flight"]
+KINDS = ["birth", "data", "state", "status", "cmd", "flight", "profile"]
 METRIC_KINDS = ["gauge", "counter", "delta"]
 
 COMMON = {0: "v", 1: "kind", 2: "time_ns", 3: "session"}
 BIRTH = {4: "device", 5: "agent_version", 6: "board", 7: "period_ns", 8: "metrics", 9: "budgets",
-         10: "flight_recorder", 11: "model"}
+         10: "flight_recorder", 11: "model", 12: "profiler"}
+PROFILER = {0: "hz", 1: "seconds", 2: "max_seconds", 3: "min_gap_seconds"}
 RECORDER = {0: "pre_ns", 1: "post_ns", 2: "ticks", 3: "spans", 4: "bytes"}
 METRIC = {0: "alias", 1: "name", 2: "unit", 3: "kind", 4: "absent_reason"}
 BUDGET = {0: "id", 1: "rule", 2: "level", 3: "bound", 4: "stage", 5: "window_ns"}
@@ -36,7 +39,7 @@ STATE = {4: "level", 5: "prev_level", 6: "mono_ns", 7: "rule", 8: "stage", 9: "v
          10: "bound", 11: "reason", 12: "historical", 13: "model", 14: "model_change"}
 MODEL = {0: "name", 1: "version", 2: "labels"}
 STATUS = {4: "online"}
-CMD = {4: "command"}
+CMD = {4: "command", 5: "seconds"}
 FLIGHT = {4: "number", 5: "trigger", 6: "trigger_mono_ns", 7: "pre_ns", 8: "post_ns",
           9: "period_ns", 10: "stages", 11: "columns", 12: "ticks", 13: "spans", 14: "truncated",
           15: "historical"}
@@ -44,14 +47,24 @@ TRIGGER = {0: "cause", 1: "level", 2: "prev_level", 3: "rule", 4: "stage", 5: "v
            7: "reason"}
 TRUNCATION = {0: "spans_cut", 1: "ticks_cut", 2: "spans_overwritten"}
 CAUSES = ["escalation", "command"]
+PROFILE = {4: "number", 5: "trigger", 6: "start_mono_ns", 7: "duration_ns", 8: "hz", 9: "clock",
+           10: "samples", 11: "lost", 12: "stages", 13: "frames", 14: "stacks", 15: "notes",
+           16: "truncated", 17: "historical"}
+PROFILE_TRUNCATION = {0: "stacks_cut", 1: "samples_cut"}
+FRAME_KINDS = ["native", "kernel", "python", "unknown"]
+CLOCKS = ("cpu-clock", "task-clock")
 PER_KIND = {"birth": BIRTH, "data": DATA, "state": STATE, "status": STATUS, "cmd": CMD,
-            "flight": FLIGHT}
-COMMANDS = {1: "rebirth", 2: "flight"}
+            "flight": FLIGHT, "profile": PROFILE}
+COMMANDS = {1: "rebirth", 2: "flight", 3: "profile"}
 
 # The flight section's limits and string classes (proto/edgemon.cddl).
 FLIGHT_MAX_BYTES = 262144
 FLIGHT_MAX_STAGES, FLIGHT_MAX_COLUMNS = 64, 256
 FLIGHT_MAX_TICKS, FLIGHT_MAX_SPANS = 4096, 65536
+# The profile section's.
+PROFILE_MAX_BYTES = 262144
+PROFILE_MAX_FRAMES, PROFILE_MAX_STACKS, PROFILE_MAX_DEPTH = 16384, 8192, 256
+PROFILE_MAX_STAGES, PROFILE_MAX_NOTES = 64, 16
 U64 = 1 << 64
 STAGE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,31}")
 NAME = re.compile(r"[ -~]{1,63}")
@@ -135,10 +148,17 @@ def decode(payload):
             raise DecodeError("model_change: true only, with level == prev_level and a model")
     elif kind == "cmd":
         msg["command"] = COMMANDS.get(msg["command"], "unknown")
+        if "seconds" in msg and (msg["command"] != "profile" or
+                                 _uint(msg["seconds"], "seconds", 61) < 1):
+            raise DecodeError("seconds: 1..60, and only on cmd/profile")
     elif kind == "flight":
         return _flight_json(_flight(raw))
+    elif kind == "profile":
+        return _profile(raw)
     if "flight_recorder" in msg:
         msg["flight_recorder"] = _named(msg["flight_recorder"], RECORDER)
+    if "profiler" in msg:
+        msg["profiler"] = _named(msg["profiler"], PROFILER)
     if "model" in msg:
         msg["model"] = _model(msg["model"])
     return msg
@@ -333,6 +353,97 @@ def decode_flight(payload):
     _check(all(isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in raw),
            "map keys must be unsigned integers")
     return _flight(raw)
+
+
+# --- stack profiles --------------------------------------------------------------------------
+
+def _frame_text(v, what):
+    _check(isinstance(v, str) and 1 <= len(v.encode()) <= 255 and
+           not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in v), f"{what}: bad text")
+    return v
+
+
+def _profile(raw):
+    """The CDDL's profile section and its rules P1-P5 over a decoded map, in the JSON form of
+    em_profile_to_json(): frames as objects, stack stages by name."""
+    _required(raw, [2, 3, *range(4, 15)], "profile")
+    p = _named(raw, {**COMMON, **PROFILE})
+    p["kind"] = "profile"
+    _uint(p["time_ns"], "time_ns")
+    _uint(p["session"], "session", 1 << 32)
+    _uint(p["number"], "number", 1 << 32)
+    for key in ("start_mono_ns", "duration_ns", "samples", "lost"):
+        _uint(p[key], key)
+    _check(1 <= _uint(p["hz"], "hz", 1001), "hz: 1..1000")
+    _check(p["clock"] in CLOCKS, f"clock: {p['clock']!r:.40} is not a sampling event")
+    trigger = dict(p["trigger"]) if isinstance(p["trigger"], dict) else p["trigger"]
+    if isinstance(trigger, dict):  # keys 5 and 6 are not the profile's: skipped as unknown
+        trigger.pop(5, None)
+        trigger.pop(6, None)
+    p["trigger"] = _trigger(trigger)
+
+    stages = _list(p["stages"], "stages", PROFILE_MAX_STAGES)
+    for s in stages:
+        _text(s, STAGE_NAME, "stage name")
+    _check(len(set(stages)) == len(stages), "stages: a name twice")
+
+    flat = _list(p["frames"], "frames", 3 * PROFILE_MAX_FRAMES)
+    _check(len(flat) % 3 == 0, "frames: not 3 items each")
+    frames = []
+    for i in range(0, len(flat), 3):
+        kind = FRAME_KINDS[_uint(flat[i], "frame kind", len(FRAME_KINDS))]
+        module = flat[i + 2]
+        frames.append({"name": _frame_text(flat[i + 1], "frame name"),
+                       "module": None if module is None else _frame_text(module, "module"),
+                       "kind": kind})
+    p["frames"] = frames
+
+    stacks, last = [], None
+    for s in _list(p["stacks"], "stacks", PROFILE_MAX_STACKS):
+        _check(isinstance(s, list), "stack: want an array")
+        _check(len(s) <= 3 + PROFILE_MAX_DEPTH, "stack: deeper than 256 frames")
+        _check(len(s) >= 4, "stack: no frame")
+        samples, off_cpu = _uint(s[0], "stack samples"), _uint(s[1], "off-CPU ns")
+        _check(samples > 0 or off_cpu > 0, "stack: neither samples nor off-CPU time")
+        _check(last is None or samples <= last, "stacks: not in descending samples")
+        last = samples
+        stage = None if s[2] is None else stages[_uint(s[2], "stack stage", len(stages))]
+        stacks.append({"frames": [_uint(f, "frame index", len(frames)) for f in s[3:]],
+                       "samples": samples, "off_cpu_ns": off_cpu, "stage": stage})
+    p["stacks"] = stacks
+    notes = _list(p.get("notes", []), "notes", PROFILE_MAX_NOTES)
+    p["notes"] = [_reason(n) for n in notes]
+    order = ["v", "kind", "time_ns", "session", "number", "trigger", "start_mono_ns",
+             "duration_ns", "hz", "clock", "samples", "lost", "stages", "frames", "stacks",
+             "notes"]
+    out = {k: p[k] for k in order}
+    if "truncated" in p:
+        _check(isinstance(p["truncated"], dict), "truncated: want a map")
+        cut = {k: 0 for k in PROFILE_TRUNCATION.values()}
+        for k, v in _named(p["truncated"], PROFILE_TRUNCATION).items():
+            cut[k] = _uint(v, k)
+        if any(cut.values()):
+            out["truncated"] = cut
+    if "historical" in p:
+        _check(isinstance(p["historical"], bool), "historical: want a bool")
+        if p["historical"]:
+            out["historical"] = True
+    return out
+
+
+def decode_profile(payload):
+    """A stack profile's CBOR bytes -> its fields as em_profile_to_json() names them. Raises
+    DecodeError on any rule of the CDDL's profile section it breaks."""
+    _check(len(payload) <= PROFILE_MAX_BYTES, "larger than a profile may be")
+    try:
+        raw = cbor2.loads(payload)
+    except Exception as e:  # cbor2 raises several types for bad input
+        raise DecodeError(f"not CBOR: {e}") from e
+    _check(isinstance(raw, dict) and raw.get(0) == 1 and raw.get(1) == 6,
+           "not an edgemon v1 stack profile")
+    _check(all(isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in raw),
+           "map keys must be unsigned integers")
+    return _profile(raw)
 
 
 def values_by_name(data, birth):

@@ -3,8 +3,8 @@
  * regenerate the golden vectors.
  *
  *   em-proto-tool vectors DIR        write DIR/<name>.cbor and DIR/<name>.json for every row
- *                                    (messages and flight recordings)
- *   em-proto-tool decode < MSG.cbor  print the message (or flight recording) as JSON, or the
+ *                                    (messages, flight recordings, stack profiles)
+ *   em-proto-tool decode < MSG.cbor  print the message (or recording, profile) as JSON, or the
  *                                    error and its offset
  *   em-proto-tool random SEED N DIR  write N random valid messages as DIR/rand-<i>.{cbor,json}
  *
@@ -71,6 +71,16 @@ static int emit_flight(const char *dir, const char *stem, const em_flight_t *f) 
   return write_pair(dir, stem, rc, len, jlen);
 }
 
+/* Encodes one stack profile and writes its .cbor and .json. */
+static int emit_profile(const char *dir, const char *stem, const em_profile_t *p) {
+  size_t len = 0, jlen = 0;
+  int rc = em_profile_encode(p, buf, sizeof(buf), &len);
+  if (!rc) {
+    rc = em_profile_to_json(p, json, sizeof(json) - 1, &jlen);
+  }
+  return write_pair(dir, stem, rc, len, jlen);
+}
+
 static int cmd_vectors(const char *dir) {
   size_t n;
   const em_vector_t *v = em_vectors(&n);
@@ -81,6 +91,10 @@ static int cmd_vectors(const char *dir) {
   const em_flight_vector_t *fv = em_flight_vectors(&n);
   for (size_t i = 0; i < n && !rc; i++) {
     rc = emit_flight(dir, fv[i].name, &fv[i].flight);
+  }
+  const em_profile_vector_t *pv = em_profile_vectors(&n);
+  for (size_t i = 0; i < n && !rc; i++) {
+    rc = emit_profile(dir, pv[i].name, &pv[i].profile);
   }
   return rc;
 }
@@ -109,6 +123,15 @@ static int decode_flight(size_t len) {
   return print_decoded(rc, off, rc ? 0 : em_flight_to_json(&f, json, sizeof(json), &jlen));
 }
 
+/* A stack profile (kind 6, which em_proto_decode refuses): its JSON, or its error. */
+static int decode_profile(size_t len) {
+  static uint8_t scratch[10u * EM_PROFILE_MAX_BYTES + 256u];
+  em_profile_t p;
+  size_t off = 0, jlen = 0;
+  int rc = em_profile_decode(buf, len, &p, scratch, em_profile_scratch_bytes(len), &off);
+  return print_decoded(rc, off, rc ? 0 : em_profile_to_json(&p, json, sizeof(json), &jlen));
+}
+
 static int cmd_decode(void) {
   size_t len = fread(buf, 1, sizeof(buf), stdin);
   if (ferror(stdin)) {
@@ -125,6 +148,10 @@ static int cmd_decode(void) {
     em_flight_t f;
     if (em_flight_decode(buf, len, &f, NULL, 0, NULL) != EM_PROTO_EKIND) {
       return decode_flight(len);
+    }
+    em_profile_t p;
+    if (em_profile_decode(buf, len, &p, NULL, 0, NULL) != EM_PROTO_EKIND) {
+      return decode_profile(len);
     }
   }
   return print_decoded(rc, off, rc ? 0 : em_proto_to_json(&m, json, sizeof(json), &jlen));

@@ -430,6 +430,14 @@ static em_vector_t rows[] = {
     {"cmd_flight",
      "host asks the agent for a flight recording now",
      {.kind = EM_MSG_CMD, .u.cmd = {.head = {.time_ns = T0}, .command = EM_CMD_FLIGHT}}},
+    {"cmd_profile",
+     "host asks the agent for a stack profile now, of a 5 s window (key 5)",
+     {.kind = EM_MSG_CMD,
+      .u.cmd = {.head = {.time_ns = T0}, .command = EM_CMD_PROFILE, .seconds = 5}}},
+    {"birth_profiler",
+     "birth_full announcing its stack profiler (key 12): 99 Hz, 5 s windows, at most 30 s, "
+     "one window a minute",
+     {.kind = EM_MSG_BIRTH}},
 };
 
 /* The row named `name` (one of the table's). */
@@ -453,6 +461,10 @@ const em_vector_t *em_vectors(size_t *count) {
                                                .ticks = 120,
                                                .spans = 16384,
                                                .bytes = 917504};
+    em_msg_t *p = &row("birth_profiler")->msg;
+    *p = row("birth_full")->msg;
+    p->u.birth.profiler = (em_profiler_t){
+        .on = true, .hz = 99, .seconds = 5, .max_seconds = 30, .min_gap_seconds = 60};
     built = true;
   }
   *count = sizeof(rows) / sizeof(rows[0]);

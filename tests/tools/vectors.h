@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "edgemon/flight.h"
+#include "edgemon/profile.h"
 #include "edgemon/proto.h"
 
 /* Initializers of em_value_t. */
@@ -47,5 +48,15 @@ typedef struct {
 
 /* The flight recordings' rows (flight_vectors.c). */
 const em_flight_vector_t *em_flight_vectors(size_t *count);
+
+/* A stack profile's row (edgemon/profile.h): proto/vectors/<name>.cbor and .json. */
+typedef struct {
+  const char *name;
+  const char *what;
+  em_profile_t profile;
+} em_profile_vector_t;
+
+/* The stack profiles' rows (profile_vectors.c). */
+const em_profile_vector_t *em_profile_vectors(size_t *count);
 
 #endif /* EDGEMON_TEST_VECTORS_H */
