@@ -28,6 +28,12 @@
  * fixed at start from the dictionary), on_span every accepted span, apply_change every rise of
  * the level and on_command every cmd/flight; the tick that ends a trigger's post window
  * encodes the recording and hands it to the forwarder (live on "flight", else the spool).
+ *
+ * The stack profiler (profile/window.h, [profile]): apply_change opens a window on every rise
+ * of the level and on_command on every cmd/profile (its seconds, capped at max_seconds); each
+ * tick drains the window's perf rings and ends it when its time is up or the target left; the
+ * window's addresses are resolved and its profile assembled on libuv's worker (profile_work),
+ * and profile_done encodes it under max_bytes and hands it to the forwarder ("profile").
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -58,6 +64,8 @@
 #include "log.h"
 #include "pmu.h"
 #include "pmu_events.h"
+#include "edgemon/profile.h"
+#include "window.h"
 #include "procfs.h"
 #include "publisher.h"
 #include "service.h"
@@ -203,6 +211,12 @@ struct em_agent {
   bool sensors_fresh;                         /* The sensors were read since the last tick. */
   uint64_t flight_cut;                        /* Spans and ticks left out for max_bytes. */
 
+  /* The stack profiler (profile/window.h): NULL when [profile] enabled is false. */
+  em_window_t *profile;
+  pid_t profile_pid;      /* The process the open window samples. */
+  uv_work_t profile_work; /* Symbols and assembly of a closed window, on libuv's worker. */
+  bool profile_busy;      /* profile_work is queued or running: the window is the worker's. */
+
   unsigned closing;
   void (*stop_done)(void *);
   void *stop_ctx;
@@ -275,6 +289,14 @@ static void publish_birth(em_agent_t *a) {
                                                 .ticks = em_flight_rec_tick_capacity(a->flight),
                                                 .spans = em_flight_rec_span_capacity(a->flight),
                                                 .bytes = em_flight_rec_bytes(a->flight)};
+  }
+  if (a->profile) {
+    msg.u.birth.profiler =
+        (em_profiler_t){.on = true,
+                        .hz = a->cfg.profile_hz,
+                        .seconds = a->cfg.profile_ns / NS_PER_SEC,
+                        .max_seconds = a->cfg.profile_max_ns / NS_PER_SEC,
+                        .min_gap_seconds = a->cfg.profile_min_gap_ns / NS_PER_SEC};
   }
   size_t len = 0;
   int rc = em_proto_encode(&msg, a->out, EM_PROTO_MAX_MESSAGE_BYTES, &len);
@@ -493,6 +515,119 @@ static void flight_publish(em_agent_t *a, uint64_t now) {
           (unsigned long long)f->truncated.spans_overwritten, rc == 0 ? "" : ": lost (spool.lost)");
 }
 
+/* --- the stack profiler ---------------------------------------------------------------- */
+
+static void stop_step(em_agent_t *a);
+
+/* A trigger: a window on the target when the rate limit allows, else counted and said. */
+static void profile_trigger(em_agent_t *a, const em_profile_trigger_t *t, uint32_t seconds,
+                            uint64_t mono_ns) {
+  const char *what = t->cause == EM_PROFILE_COMMAND ? "cmd/profile" : "escalation";
+  if (!a->profile) {
+    if (t->cause == EM_PROFILE_COMMAND) {
+      EM_WARN("profile: cmd/profile ignored: the profiler is off ([profile] enabled)");
+    }
+    return;
+  }
+  pid_t pid = a->pid > 0 ? a->pid : 0;
+  int rc = em_window_trigger(a->profile, t, pid, seconds, mono_ns, wall_ns());
+  if (rc == 0) {
+    a->profile_pid = pid;
+    uint64_t s = seconds ? (uint64_t)seconds * NS_PER_SEC : a->cfg.profile_ns;
+    s = s < a->cfg.profile_max_ns ? s : a->cfg.profile_max_ns;
+    EM_INFO("profile: %s to %s: sampling pid %d for %llu ms at %u Hz", what,
+            em_level_name(t->level), (int)pid, (unsigned long long)(s / 1000000u),
+            a->cfg.profile_hz);
+    return;
+  }
+  if (rc == -EBUSY || rc == -EAGAIN) {
+    EM_INFO("profile: %s to %s not sampled: %s (counted in profile.suppressed)", what,
+            em_level_name(t->level),
+            rc == -EBUSY ? "a window is open or being published"
+                         : "within [profile] min_gap_seconds of the last");
+    return;
+  }
+  EM_WARN("profile: %s: no window: %s", what, rc == -ESRCH ? "no target attached" : strerror(-rc));
+}
+
+static int profile_open(em_agent_t *a) {
+  em_window_opts_t o = {.hz = a->cfg.profile_hz,
+                        .clock = a->cfg.profile_clock == 1 ? EM_SAMPLER_TASK_CLOCK
+                                                           : EM_SAMPLER_CPU_CLOCK,
+                        .seconds_ns = a->cfg.profile_ns,
+                        .max_seconds_ns = a->cfg.profile_max_ns,
+                        .min_gap_ns = a->cfg.profile_min_gap_ns,
+                        .max_bytes = (uint32_t)a->cfg.profile_max_bytes,
+                        .max_stacks = EM_PROFILE_MAX_STACKS,
+                        .proc_root = "/proc"};
+  int rc = em_window_new(&a->profile, &o);
+  if (rc) {
+    EM_ERROR("profile: cannot start the profiler: %s", strerror(-rc));
+    return rc;
+  }
+  EM_INFO("profile: profiler on: %u Hz, %llu ms windows, %llu bytes", a->cfg.profile_hz,
+          (unsigned long long)(a->cfg.profile_ns / 1000000u),
+          (unsigned long long)em_window_bytes(a->profile));
+  return 0;
+}
+
+/* The profile.* figures: absent with the profiler off. */
+static void sample_profile(em_agent_t *a) {
+  const em_window_stats_t *st = a->profile ? em_window_stats(a->profile) : NULL;
+  set_u_if(a, fx(a, EM_FIG_PROFILE_TAKEN), st, st ? st->taken : 0);
+  set_u_if(a, fx(a, EM_FIG_PROFILE_SUPPRESSED), st, st ? st->suppressed : 0);
+  set_u_if(a, fx(a, EM_FIG_PROFILE_LOST), st, st ? st->lost : 0);
+}
+
+static void profile_resolve(uv_work_t *w) {
+  em_agent_t *a = w->data;
+  em_window_resolve(a->profile);
+}
+
+/* The window is resolved: encoded under max_bytes (the stacks with the fewest samples go
+ * first) and handed to the forwarder, live or into the spool. */
+static void profile_done(uv_work_t *w, int status) {
+  em_agent_t *a = w->data;
+  a->profile_busy = false;
+  em_profile_t *p = status == 0 ? em_window_take(a->profile) : NULL;
+  if (p) {
+    p->head.session = a->session;
+    size_t cap = 0;
+    uint8_t *buf = em_window_buffer(a->profile, &cap);
+    size_t len = 0;
+    int rc = em_profile_encode_fit(p, buf, cap - FLIGHT_HIST_ROOM, &len);
+    if (rc) {
+      EM_ERROR("profile: window %u cannot be encoded: %s", p->number, em_proto_strerror(rc));
+    } else {
+      rc = em_forward_publish_profile(a->fwd, buf, len, true);
+      EM_INFO("profile: window %u: %llu samples in %llu ms, %zu stacks, %zu frames, %zu bytes "
+              "(%llu stacks left out for max_bytes, %llu lost)%s",
+              p->number, (unsigned long long)p->samples,
+              (unsigned long long)(p->duration_ns / 1000000u), p->n_stacks, p->n_frames, len,
+              (unsigned long long)p->truncated.stacks_cut, (unsigned long long)p->lost,
+              rc == 0 ? "" : ": lost (spool.lost)");
+    }
+  }
+  em_window_done(a->profile); /* Cancelled before it ran: the closed window is dropped. */
+  if (a->closing) {
+    stop_step(a);
+  }
+}
+
+/* This tick's share of an open window: drain, and when it has closed, its assembly queued. */
+static void profile_tick(em_agent_t *a, uint64_t now) {
+  if (a->profile_busy) {
+    return;
+  }
+  bool gone = a->pid != a->profile_pid;
+  if (em_window_tick(a->profile, now, gone)) {
+    a->profile_busy = uv_queue_work(a->loop, &a->profile_work, profile_resolve, profile_done) == 0;
+    if (!a->profile_busy) {
+      em_window_done(a->profile); /* Not queued: dropped, never left half open. */
+    }
+  }
+}
+
 static void on_command(void *ctx, const char *name, const uint8_t *payload, size_t len) {
   em_agent_t *a = ctx;
   uint8_t scratch[512];
@@ -514,6 +649,14 @@ static void on_command(void *ctx, const char *name, const uint8_t *payload, size
                              .prev_level = EM_LEVEL_NONE,
                              .reason = "cmd/flight"};
     flight_trigger(a, &t, uv_hrtime());
+    return;
+  }
+  if (strcmp(name, "profile") == 0 && msg.u.cmd.command == EM_CMD_PROFILE) {
+    em_profile_trigger_t t = {.cause = EM_PROFILE_COMMAND,
+                              .level = a->state.level,
+                              .prev_level = EM_LEVEL_NONE,
+                              .reason = "cmd/profile"};
+    profile_trigger(a, &t, msg.u.cmd.seconds, uv_hrtime());
     return;
   }
   EM_WARN("mqtt: ignoring unknown command cmd/%s", name);
@@ -619,6 +762,13 @@ static void apply_change(em_agent_t *a, const em_budget_change_t *c) {
                              .bound = c->bound,
                              .reason = r->reason[0] ? r->reason : NULL};
     flight_trigger(a, &t, c->mono_ns ? c->mono_ns : uv_hrtime());
+    em_profile_trigger_t pt = {.cause = EM_PROFILE_ESCALATION,
+                               .level = c->level,
+                               .prev_level = c->prev_level,
+                               .rule = t.rule,
+                               .stage = t.stage,
+                               .reason = t.reason};
+    profile_trigger(a, &pt, 0, uv_hrtime());
   }
   if (a->hook) {
     em_hook_run(a->hook, r);
@@ -1304,6 +1454,10 @@ static void on_tick(uv_timer_t *t) {
   }
 
   sample_flight(a);
+  if (a->profile) {
+    profile_tick(a, now);
+  }
+  sample_profile(a);
 
   /* Before the data message: it carries the level, and a change publishes its state
    * message through the same encode buffer. */
@@ -1369,7 +1523,8 @@ static int build_dictionary(em_agent_t *a) {
                           .psi = em_procfs_has_psi(a->proc),
                           .process_memory = a->cfg.target.kind != EM_TARGET_CGROUP,
                           .smaps = a->cfg.smaps_period_ns != 0,
-                          .flight = a->cfg.flight_enabled};
+                          .flight = a->cfg.flight_enabled,
+                          .profile = a->cfg.profile_enabled};
   int rc = em_figures_new(&a->figs, &fo);
   if (rc) {
     return rc;
@@ -1469,6 +1624,9 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
   }
   if (!rc && cfg->flight_enabled) {
     rc = flight_open(a);
+  }
+  if (!rc && cfg->profile_enabled) {
+    rc = profile_open(a);
   }
   uint8_t will[64];
   size_t will_len = rc ? 0 : encode_status(a, false, will, sizeof(will));
@@ -1577,6 +1735,7 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
   a->lookup.data = a;
   a->rebirth.data = a;
   a->smaps_work.data = a;
+  a->profile_work.data = a;
   *out = a;
   return 0;
 }
@@ -1610,6 +1769,8 @@ int em_agent_reload(em_agent_t *a, const em_config_t *next) {
   a->cfg.stage_idle_ns = next->stage_idle_ns;
   a->cfg.flight_min_gap_ns = next->flight_min_gap_ns;
   em_flight_rec_set_min_gap(a->flight, next->flight_min_gap_ns);
+  a->cfg.profile_min_gap_ns = next->profile_min_gap_ns;
+  em_window_set_min_gap(a->profile, next->profile_min_gap_ns);
   reserve_stages(a, next);
   a->cfg.ring_slots = next->ring_slots;
   em_deadline_t entries[EM_DEADLINE_MAX_ENTRIES];
@@ -1698,6 +1859,10 @@ void em_agent_stop(em_agent_t *a, void (*done)(void *), void *ctx) {
     a->closing++; /* sensors_read_done likewise */
     uv_cancel((uv_req_t *)&a->sensors_work);
   }
+  if (a->profile_busy) {
+    a->closing++; /* profile_done likewise (a resolved window is still published) */
+    uv_cancel((uv_req_t *)&a->profile_work);
+  }
   uv_close((uv_handle_t *)&a->tick, on_closed);
   uv_close((uv_handle_t *)&a->lookup, on_closed);
   uv_close((uv_handle_t *)&a->rebirth, on_closed);
@@ -1730,6 +1895,7 @@ void em_agent_free(em_agent_t *a) {
   em_hook_free(a->hook);
   em_budget_free(a->budget);
   em_flight_rec_free(a->flight);
+  em_window_free(a->profile);
   free(a->budget_windows);
   free(a->budget_stages);
   free(a->birth_budgets);

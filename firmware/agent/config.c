@@ -28,6 +28,7 @@
 #include "edgemon/common/schema.h"
 #include "edgemon/common/str.h"
 #include "edgemon/flight.h"
+#include "edgemon/profile.h"
 #include "edgemon/proto.h"
 #include "edgemon/ring.h"
 #include "pmu.h"
@@ -71,15 +72,16 @@ typedef enum {
   SEC_DEGRADE,
   SEC_SPOOL,
   SEC_FLIGHT,
+  SEC_PROFILE,
   SEC_BUDGET_STAGE,   /* [budget.<stage>]: load_t.budget is the stage. */
   SEC_BUDGET_PROCESS, /* [budget.process]: load_t.budget is load_t.process. */
   SEC_INVALID,        /* After an unknown or malformed header: its keys are skipped. */
 } section_t;
 
-static const char *const section_names[] = {"",       "agent",          "target",        "mqtt",
-                                            "pmu",    "spans",          "degrade",       "spool",
-                                            "flight", "budget.<stage>", "budget.process"};
-#define N_PLAIN_SECTIONS 9 /* Entries of section_names up to [flight], SEC_NONE included. */
+static const char *const section_names[] = {
+    "",      "agent",  "target",  "mqtt",           "pmu",           "spans", "degrade",
+    "spool", "flight", "profile", "budget.<stage>", "budget.process"};
+#define N_PLAIN_SECTIONS 10 /* Entries of section_names up to [profile], SEC_NONE included. */
 
 typedef enum {
   K_DEVICE_ID,
@@ -138,6 +140,13 @@ typedef enum {
   K_FLIGHT_MAX_SPANS,
   K_FLIGHT_MAX_BYTES,
   K_FLIGHT_MIN_GAP,
+  K_PROFILE_ENABLED,
+  K_PROFILE_HZ,
+  K_PROFILE_SECONDS,
+  K_PROFILE_MAX_SECONDS,
+  K_PROFILE_MIN_GAP,
+  K_PROFILE_CLOCK,
+  K_PROFILE_MAX_BYTES,
   /* Budget keys, from K_BUDGET_FIRST on: stored per section in budget_sec_t. */
   K_P50,
   K_P90,
@@ -972,6 +981,7 @@ static bool same_gids(const void *a, const void *b) {
 static const em_parse_enum_t log_levels[] = {
     {"error", EM_LOG_ERROR}, {"warn", EM_LOG_WARN}, {"info", EM_LOG_INFO}, {"debug", EM_LOG_DEBUG}};
 static const em_parse_enum_t qos_levels[] = {{"0", 0}, {"1", 1}};
+static const em_parse_enum_t profile_clocks[] = {{"cpu-clock", 0}, {"task-clock", 1}};
 
 /*
  * Every key of the file, one row each (edgemon/common/schema.h), index = key_id_t. Rows without
@@ -1151,6 +1161,28 @@ static const key_def_t keys[K_COUNT] = {
         RANGE(0, 24 * NS_PER_H), .bare_unit = NS_PER_S, .def = "30",
         .flags = RELOAD | EM_SCHEMA_ZERO, .example = "30",
         .doc = "Least time between two recordings (seconds, or a duration)"),
+    KEY(K_PROFILE_ENABLED, "profile", "enabled", EM_SCHEMA_BOOL, FIELD(profile_enabled),
+        .def = "true", .example = "true",
+        .doc = "Stack profiler on: a sampling window on every escalation and cmd/profile"),
+    KEY(K_PROFILE_HZ, "profile", "hz", EM_SCHEMA_INT, FIELD(profile_hz), RANGE(49, 199),
+        .def = "99", .example = "99", .doc = "Samples per second per thread"),
+    KEY(K_PROFILE_SECONDS, "profile", "seconds", EM_SCHEMA_DURATION, FIELD(profile_ns),
+        RANGE(NS_PER_S, 60 * NS_PER_S), .bare_unit = NS_PER_S, .def = "5", .example = "5",
+        .doc = "A window's length (seconds, or a duration); at most max_seconds"),
+    KEY(K_PROFILE_MAX_SECONDS, "profile", "max_seconds", EM_SCHEMA_DURATION, FIELD(profile_max_ns),
+        RANGE(NS_PER_S, 60 * NS_PER_S), .bare_unit = NS_PER_S, .def = "30", .example = "30",
+        .doc = "The longest window a cmd/profile may ask for"),
+    KEY(K_PROFILE_MIN_GAP, "profile", "min_gap_seconds", EM_SCHEMA_DURATION,
+        FIELD(profile_min_gap_ns), RANGE(0, 24 * NS_PER_H), .bare_unit = NS_PER_S, .def = "60",
+        .flags = RELOAD | EM_SCHEMA_ZERO, .example = "60",
+        .doc = "Least time between two windows' starts (seconds, or a duration)"),
+    KEY(K_PROFILE_CLOCK, "profile", "clock", EM_SCHEMA_ENUM, FIELD(profile_clock),
+        .def = "cpu-clock", .choices = profile_clocks, .n_choices = 2,
+        .want = "must be cpu-clock or task-clock", .example = "cpu-clock",
+        .doc = "The sampling event (software clocks: no hardware PMU needed)"),
+    KEY(K_PROFILE_MAX_BYTES, "profile", "max_bytes", EM_SCHEMA_SIZE, FIELD(profile_max_bytes),
+        RANGE(4096, EM_PROFILE_MAX_BYTES), .bare_unit = 1, .def = "262144", .example = "262144",
+        .doc = "Largest profile encoded; the stacks with the fewest samples are cut"),
     STAGE_DURATION(K_P50, "p50", "20ms", "Median span length bound"),
     STAGE_DURATION(K_P90, "p90", "30ms", "90th percentile bound"),
     STAGE_DURATION(K_P99, "p99", "40ms", "99th percentile bound"),
@@ -1912,6 +1944,15 @@ static void finish(load_t *ld) {
            "recording holds %u at most: shorten them or lengthen sample_period",
            a, (unsigned long long)flight_ticks, b,
            EM_FLIGHT_MAX_TICKS - EM_CONFIG_FLIGHT_TICK_SLACK);
+  }
+
+  /* A window asked for without a length is [profile] seconds long: within max_seconds. */
+  if ((ok[K_PROFILE_SECONDS] || ok[K_PROFILE_MAX_SECONDS]) &&
+      cfg->profile_ns > cfg->profile_max_ns) {
+    em_schema_format_duration(a, sizeof(a), cfg->profile_ns);
+    em_schema_format_duration(b, sizeof(b), cfg->profile_max_ns);
+    report(ld, ok[K_PROFILE_SECONDS] ? at[K_PROFILE_SECONDS] : at[K_PROFILE_MAX_SECONDS],
+           "[profile] seconds (%s) is longer than max_seconds (%s)", a, b);
   }
 
   /* client_id follows device_id unless the file sets it. */

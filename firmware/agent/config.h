@@ -135,6 +135,16 @@ typedef struct {
   uint64_t flight_max_bytes;  /* Encoded recording cap; default and at most 262144. */
   uint64_t flight_min_gap_ns; /* min_gap_seconds: least time between two triggers recorded;
                                  default 30 s. */
+  /* [profile]: stack-sampling windows (profile/window.h). Sizes take a restart; min_gap a
+   * reload. */
+  bool profile_enabled;        /* Default true. */
+  uint32_t profile_hz;         /* Sampling frequency, 49..199; default 99. */
+  uint64_t profile_ns;         /* seconds: a window's length; default 5 s. */
+  uint64_t profile_max_ns;     /* max_seconds: the longest a cmd/profile may ask; default 30 s. */
+  uint64_t profile_min_gap_ns; /* min_gap_seconds: least time between two windows' starts;
+                                  default 60 s. */
+  int profile_clock;           /* 0 cpu-clock (default), 1 task-clock (em_sampler_clock_t). */
+  uint64_t profile_max_bytes;  /* Encoded profile cap; default and at most 262144. */
 } em_config_t;
 
 /*

@@ -127,6 +127,12 @@ static void fill_defs(em_figures_t *d, const em_figures_opts_t *o) {
                              "flight recorder off ([flight] enabled = false)");
     }
   }
+  if (!o->profile) {
+    for (size_t f = EM_FIG_PROFILE_TAKEN; f <= EM_FIG_PROFILE_LOST; f++) {
+      em_figures_note_absent(d, em_figures_alias(d, (em_figure_t)f),
+                             "stack profiler off ([profile] enabled = false)");
+    }
+  }
 }
 
 int em_figures_new(em_figures_t **out, const em_figures_opts_t *o) {

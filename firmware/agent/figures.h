@@ -121,7 +121,10 @@ typedef enum {
   X(FLIGHT_SUPPRESSED, "flight.suppressed", "1", COUNTER, TICK)                                    \
   X(FLIGHT_CUT, "flight.cut", "1", COUNTER, TICK)                                                  \
   X(FLIGHT_OVERWRITTEN, "flight.overwritten", "1", COUNTER, TICK)                                  \
-  X(FLIGHT_UNNAMED, "flight.unnamed", "1", COUNTER, TICK)
+  X(FLIGHT_UNNAMED, "flight.unnamed", "1", COUNTER, TICK)                                          \
+  X(PROFILE_TAKEN, "profile.taken", "1", COUNTER, TICK)                                            \
+  X(PROFILE_SUPPRESSED, "profile.suppressed", "1", COUNTER, TICK)                                  \
+  X(PROFILE_LOST, "profile.lost", "1", COUNTER, TICK)
 
 /* The fixed figures' ids: EM_FIG_<ID>, in table order. */
 typedef enum {
@@ -158,6 +161,7 @@ typedef struct {
   bool process_memory;         /* Per-process memory is sampled (false: a cgroup target). */
   bool smaps;                  /* smaps_rollup is read (smaps_period is not 0). */
   bool flight;                 /* The flight recorder is on: else its figures are absent. */
+  bool profile;                /* The stack profiler is on: else its figures are absent. */
 } em_figures_opts_t;
 
 typedef struct em_figures em_figures_t;

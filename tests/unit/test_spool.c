@@ -184,17 +184,17 @@ static void spool_state_records_replay_before_older_data(void **state) {
   em_spool_close(s);
 }
 
-/* Flight recordings (kind 3) replay in order with data, after state, and keep their kind
- * across a reopen (the index's flag and the record's kind byte). */
+/* Flight recordings (kind 3) and stack profiles (kind 4) replay in order with data, after
+ * state, and keep their kind across a reopen (the index's flag and the record's kind byte). */
 static void spool_flight_records_replay_with_data_and_keep_their_kind(void **state) {
   static const em_spool_kind_t kinds[] = {EM_SPOOL_DATA, EM_SPOOL_FLIGHT, EM_SPOOL_STATE,
-                                          EM_SPOOL_DATA, EM_SPOOL_FLIGHT};
+                                          EM_SPOOL_DATA, EM_SPOOL_PROFILE};
   fixture_t *f = *state;
   em_spool_t *s = open_ok(f, CAP, NULL, 0);
   for (uint32_t i = 0; i < 5; i++) {
     append_ok(s, kinds[i], i, 3000 + i);
   }
-  assert_int_equal(em_spool_append(s, (em_spool_kind_t)4, (const uint8_t *)"x", 1), -EINVAL);
+  assert_int_equal(em_spool_append(s, (em_spool_kind_t)5, (const uint8_t *)"x", 1), -EINVAL);
   expect_pop(s, EM_SPOOL_STATE, 2, 3002);
   em_spool_close(s);
   s = open_ok(f, CAP, NULL, 0);

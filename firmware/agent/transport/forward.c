@@ -14,12 +14,15 @@
 #include <string.h>
 
 #include "edgemon/flight.h"
+#include "edgemon/profile.h"
 #include "log.h"
 
 /* The replay buffer: the largest spooled message read back (a flight recording, or data). */
 #define REPLAY_BYTES                                                                               \
   (EM_FLIGHT_MAX_BYTES > EM_PROTO_MAX_MESSAGE_BYTES ? EM_FLIGHT_MAX_BYTES                          \
                                                     : EM_PROTO_MAX_MESSAGE_BYTES)
+
+_Static_assert(EM_PROFILE_MAX_BYTES <= REPLAY_BYTES, "a spooled profile fits the replay buffer");
 
 struct em_forward {
   uv_loop_t *loop;
@@ -248,24 +251,38 @@ int em_forward_publish(em_forward_t *f, em_msg_t *msg, uint8_t *buf, size_t cap,
   return spool_put(f, state ? EM_SPOOL_STATE : EM_SPOOL_DATA, buf, len);
 }
 
-int em_forward_publish_flight(em_forward_t *f, const uint8_t *buf, size_t len, bool may_spool) {
+/* A forensic message (flight recording, stack profile) encoded live: on `topic` at qos_state
+ * when the broker takes it, else its historical form (mark) spooled as `kind`. */
+static int publish_forensic(em_forward_t *f, const char *topic, em_spool_kind_t kind,
+                            int (*mark)(const uint8_t *, size_t, uint8_t *, size_t, size_t *),
+                            const uint8_t *buf, size_t len, bool may_spool) {
   if (!f || !buf || len == 0) {
     return -EINVAL;
   }
   if (em_publisher_online(f->pub) &&
-      em_publisher_send(f->pub, "flight", buf, len, f->qos_state, false) == 0) {
+      em_publisher_send(f->pub, topic, buf, len, f->qos_state, false) == 0) {
     return 0;
   }
   if (!may_spool) {
     return -ENOTCONN;
   }
   size_t hist_len = 0;
-  int rc = em_flight_mark_historical(buf, len, f->replay, REPLAY_BYTES, &hist_len);
+  int rc = mark(buf, len, f->replay, REPLAY_BYTES, &hist_len);
   if (rc != 0) {
     f->lost++;
     return rc;
   }
-  return spool_put(f, EM_SPOOL_FLIGHT, f->replay, hist_len);
+  return spool_put(f, kind, f->replay, hist_len);
+}
+
+int em_forward_publish_flight(em_forward_t *f, const uint8_t *buf, size_t len, bool may_spool) {
+  return publish_forensic(f, "flight", EM_SPOOL_FLIGHT, em_flight_mark_historical, buf, len,
+                          may_spool);
+}
+
+int em_forward_publish_profile(em_forward_t *f, const uint8_t *buf, size_t len, bool may_spool) {
+  return publish_forensic(f, "profile", EM_SPOOL_PROFILE, em_profile_mark_historical, buf, len,
+                          may_spool);
 }
 
 /* Topic, QoS and retain of a spooled record of `kind` when replayed. */
@@ -277,6 +294,9 @@ static const char *replay_topic(const em_forward_t *f, em_spool_kind_t kind, int
   case EM_SPOOL_FLIGHT:
     *qos = f->qos_state;
     return "flight";
+  case EM_SPOOL_PROFILE:
+    *qos = f->qos_state;
+    return "profile";
   case EM_SPOOL_DATA:
     break;
   }

@@ -11,6 +11,7 @@
  *   data (each tick)    "data", qos_data    spooled as EM_SPOOL_DATA, historical
  *   state (a change)    "state", retained   spooled as EM_SPOOL_STATE, historical
  *   flight (recording)  "flight", qos_state spooled as EM_SPOOL_FLIGHT, historical
+ *   profile (stacks)    "profile", qos_state spooled as EM_SPOOL_PROFILE, historical
  *   spooled (replay)    its topic, not retained, popped once the publisher took it
  *
  * Write-ahead (opts.write_ahead, for each kind published at QoS 1): the message is also
@@ -104,6 +105,13 @@ int em_forward_publish(em_forward_t *f, em_msg_t *msg, uint8_t *buf, size_t cap,
  * lost (counted in lost).
  */
 int em_forward_publish_flight(em_forward_t *f, const uint8_t *buf, size_t len, bool may_spool);
+
+/*
+ * A stack profile (edgemon/profile.h) the same way: "profile" at qos_state, never retained,
+ * else its historical form (em_profile_mark_historical) spooled as EM_SPOOL_PROFILE. Returns
+ * as em_forward_publish_flight().
+ */
+int em_forward_publish_profile(em_forward_t *f, const uint8_t *buf, size_t len, bool may_spool);
 
 /*
  * Sends up to replay_per_tick spooled messages while the broker takes them; a message is

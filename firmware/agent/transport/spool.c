@@ -65,7 +65,8 @@ typedef struct {
   unsigned int offset : 30; /* Ring offset of the record's first byte (below 1 GiB). */
   unsigned int flight : 1;  /* 1: EM_SPOOL_FLIGHT (replayed in the data order). */
   unsigned int held : 1;    /* In flight (write-ahead): sent, its acknowledgement awaited. */
-  unsigned int len : 30;    /* Payload bytes. */
+  unsigned int len : 29;    /* Payload bytes (a message is at most 256 KiB). */
+  unsigned int profile : 1; /* 1: EM_SPOOL_PROFILE (replayed in the data order). */
   unsigned int state : 1;   /* 1: EM_SPOOL_STATE, 0: EM_SPOOL_DATA. */
   unsigned int popped : 1;  /* Replayed out of order, or dropped unreadable. */
 } entry_t;
@@ -374,8 +375,9 @@ static bool parse_record_header(const em_spool_t *s, const uint8_t hdr[EM_SPOOL_
   if (get_le32(hdr) != REC_MAGIC || hdr[17] != 0 || hdr[18] != 0 || hdr[19] != 0) {
     return false;
   }
-  if ((kind != EM_SPOOL_DATA && kind != EM_SPOOL_STATE && kind != EM_SPOOL_FLIGHT) || len == 0 ||
-      number >= MAX_NUMBER) {
+  if ((kind != EM_SPOOL_DATA && kind != EM_SPOOL_STATE && kind != EM_SPOOL_FLIGHT &&
+       kind != EM_SPOOL_PROFILE) ||
+      len == 0 || len >= (1u << 29) || number >= MAX_NUMBER) {
     return false;
   }
   if (record_bytes(len) > s->cap - at) {
@@ -386,6 +388,7 @@ static bool parse_record_header(const em_spool_t *s, const uint8_t hdr[EM_SPOOL_
   e->len = len;
   e->state = kind == EM_SPOOL_STATE;
   e->flight = kind == EM_SPOOL_FLIGHT;
+  e->profile = kind == EM_SPOOL_PROFILE;
   e->popped = 0;
   e->held = 0; /* After a restart, what was in flight is pending again. */
   *crc = get_le32(hdr + 20);
@@ -668,7 +671,8 @@ static int append(em_spool_t *s, em_spool_kind_t kind, const uint8_t *payload, s
   if (s == NULL || (payload == NULL && len > 0) || len == 0) {
     return -EINVAL;
   }
-  if (kind != EM_SPOOL_DATA && kind != EM_SPOOL_STATE && kind != EM_SPOOL_FLIGHT) {
+  if (kind != EM_SPOOL_DATA && kind != EM_SPOOL_STATE && kind != EM_SPOOL_FLIGHT &&
+      kind != EM_SPOOL_PROFILE) {
     return -EINVAL;
   }
   if (len > s->cap || record_bytes(len) > s->cap) {
@@ -708,6 +712,7 @@ static int append(em_spool_t *s, em_spool_kind_t kind, const uint8_t *payload, s
   e->len = (unsigned int)len;
   e->state = kind == EM_SPOOL_STATE;
   e->flight = kind == EM_SPOOL_FLIGHT;
+  e->profile = kind == EM_SPOOL_PROFILE;
   e->popped = 0;
   e->held = 0;
   if (number != NULL) {
@@ -767,7 +772,10 @@ int em_spool_peek(em_spool_t *s, em_spool_kind_t *kind, uint8_t *buf, size_t cap
     return 0; /* Unreachable while the counts hold. */
   }
   entry_t *e = entry_at(s, abs);
-  *kind = e->state ? EM_SPOOL_STATE : e->flight ? EM_SPOOL_FLIGHT : EM_SPOOL_DATA;
+  *kind = e->state     ? EM_SPOOL_STATE
+          : e->flight  ? EM_SPOOL_FLIGHT
+          : e->profile ? EM_SPOOL_PROFILE
+                       : EM_SPOOL_DATA;
   if (cap < e->len) {
     return -ENOBUFS;
   }

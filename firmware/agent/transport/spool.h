@@ -12,7 +12,8 @@
  * capacity, the record number below which every record has been replayed (`done`), the
  * number of records evicted or lost since the file was created (`dropped`), and a CRC-32C of
  * the slot. A record: magic u32 "EMR1", payload length u32, record number u64 (+1 per record,
- * never reused), kind u8 (EM_SPOOL_DATA / EM_SPOOL_STATE / EM_SPOOL_FLIGHT), 3 bytes zero, CRC-32C
+ * never reused), kind u8 (EM_SPOOL_DATA / EM_SPOOL_STATE / EM_SPOOL_FLIGHT /
+ * EM_SPOOL_PROFILE), 3 bytes zero, CRC-32C
  * u32 over number, kind and payload, then the payload, padded to a multiple of 8 bytes. A record
  * never straddles the ring's end: one that does not fit in what is left goes to the ring's start.
  *
@@ -50,9 +51,10 @@
 #define EM_SPOOL_MIN_CAPACITY  (64u * 1024u)
 
 typedef enum {
-  EM_SPOOL_DATA = 1,   /* A data message, replayed after pending state messages. */
-  EM_SPOOL_STATE = 2,  /* A state message: replayed first. */
-  EM_SPOOL_FLIGHT = 3, /* A flight recording: replayed in order with data messages. */
+  EM_SPOOL_DATA = 1,    /* A data message, replayed after pending state messages. */
+  EM_SPOOL_STATE = 2,   /* A state message: replayed first. */
+  EM_SPOOL_FLIGHT = 3,  /* A flight recording: replayed in order with data messages. */
+  EM_SPOOL_PROFILE = 4, /* A stack profile: replayed in order with data messages. */
 } em_spool_kind_t;
 
 typedef struct em_spool em_spool_t;

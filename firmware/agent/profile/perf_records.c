@@ -1,0 +1,97 @@
+/*
+ * perf_records.c - see perf_records.h. Layouts (linux/perf_event.h, sample_id_all set,
+ * sample_type TID | TIME | CALLCHAIN):
+ *   SAMPLE: header, u32 pid, u32 tid, u64 time, u64 nr, u64 ips[nr]
+ *   LOST:   header, u64 id, u64 lost, u32 pid, u32 tid, u64 time
+ *   SWITCH: header (misc bit PERF_RECORD_MISC_SWITCH_OUT: out), u32 pid, u32 tid, u64 time
+ */
+#include "perf_records.h"
+
+#include <errno.h>
+#include <linux/perf_event.h>
+#include <string.h>
+
+static uint64_t rd64(const uint8_t *p) {
+  uint64_t v;
+  memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+static uint32_t rd32(const uint8_t *p) {
+  uint32_t v;
+  memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+static uint16_t rd16(const uint8_t *p) {
+  uint16_t v;
+  memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+size_t em_perf_rec_size(const uint8_t *buf, size_t len) {
+  if (!buf || len < EM_PERF_HEADER_BYTES) {
+    return 0;
+  }
+  size_t size = rd16(buf + 6);
+  return size < EM_PERF_HEADER_BYTES ? 0 : size;
+}
+
+/* pid, tid, time at p: 16 bytes. */
+static void read_id(const uint8_t *p, em_perf_rec_t *out) {
+  out->pid = rd32(p);
+  out->tid = rd32(p + 4);
+  out->time_ns = rd64(p + 8);
+}
+
+int em_perf_rec_parse(const uint8_t *buf, size_t len, em_perf_rec_t *out) {
+  if (!buf || !out || em_perf_rec_size(buf, len) != len) {
+    return -EINVAL;
+  }
+  memset(out, 0, sizeof(*out));
+  uint32_t type = rd32(buf);
+  uint16_t misc = rd16(buf + 4);
+  const uint8_t *p = buf + EM_PERF_HEADER_BYTES;
+  size_t body = len - EM_PERF_HEADER_BYTES;
+  switch (type) {
+  case PERF_RECORD_SAMPLE: {
+    if (body < 24) {
+      return -EBADMSG;
+    }
+    out->kind = EM_PERF_REC_SAMPLE;
+    read_id(p, out);
+    uint64_t nr = rd64(p + 16);
+    if (nr > (body - 24) / 8) {
+      return -EBADMSG;
+    }
+    out->chain = p + 24;
+    out->n_chain = nr;
+    return 0;
+  }
+  case PERF_RECORD_LOST:
+    if (body < 16) {
+      return -EBADMSG;
+    }
+    out->kind = EM_PERF_REC_LOST;
+    out->lost = rd64(p + 8);
+    if (body >= 32) {
+      read_id(p + 16, out);
+    }
+    return 0;
+  case PERF_RECORD_SWITCH:
+    if (body < 16) {
+      return -EBADMSG;
+    }
+    out->kind = EM_PERF_REC_SWITCH;
+    out->switch_out = (misc & PERF_RECORD_MISC_SWITCH_OUT) != 0;
+    read_id(p, out);
+    return 0;
+  default:
+    out->kind = EM_PERF_REC_OTHER;
+    return 0;
+  }
+}
+
+uint64_t em_perf_rec_ip(const em_perf_rec_t *r, size_t i) {
+  return i < r->n_chain ? rd64(r->chain + 8 * i) : 0;
+}

@@ -1,0 +1,81 @@
+/*
+ * stacks.h - the stack table of one profiling window: every sampled call chain folded into a
+ * distinct stack of addresses (root first, user frames then kernel frames) with its sample
+ * count and the off-CPU time its thread spent switched out after it was last sampled on it.
+ * Bounded: at most max_stacks stacks and max_addrs addresses in all, sized at em_stacks_new();
+ * a sample that finds no room is counted as cut, never stored. Nothing is allocated after
+ * em_stacks_new(); em_stacks_reset() starts the next window.
+ *
+ * Addresses as stored: perf's call chain gives return addresses for every frame but the first
+ * of each context (the interrupted instruction), so those are stored minus 1 (inside the call
+ * instruction, the way perf report and pprof do), ready for symbol lookup.
+ *
+ * Off-CPU time: a switch-out record starts the thread's off-CPU interval, the next switch-in
+ * (or the window's end) ends it; the interval is charged to the stack the thread was last
+ * sampled with (an approximation: the switch record carries no call chain). Threads tracked:
+ * EM_STACKS_MAX_THREADS; past that, their switches are not charged.
+ *
+ * Owns its tables. Single-threaded: the loop fills it; a libuv worker reads it after the
+ * window closed (the loop does not touch it until the worker is done).
+ */
+#ifndef EDGEMON_AGENT_STACKS_H
+#define EDGEMON_AGENT_STACKS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "perf_records.h"
+
+#define EM_STACKS_MAX_THREADS 1024u
+
+typedef struct {
+  uint64_t samples;  /* Samples stored. */
+  uint64_t cut;      /* Samples not stored: the stack or address table was full. */
+  uint64_t deep;     /* Samples whose chain was longer than EM_PROFILE_MAX_DEPTH (root side cut). */
+  uint64_t empty;    /* Samples with no address in their chain (not stored). */
+  uint64_t kernel;   /* Samples with kernel frames. */
+  uint64_t switches; /* Switch records seen. */
+  uint64_t off_cpu_ns; /* Off-CPU time charged to stacks. */
+} em_stacks_stats_t;
+
+/* One stack as stored: addrs[0..n_user) user root..leaf, then n_kernel kernel root..leaf. */
+typedef struct {
+  const uint64_t *addrs;
+  uint32_t n_user;
+  uint32_t n_kernel;
+  uint64_t samples;
+  uint64_t off_cpu_ns;
+} em_stacks_entry_t;
+
+typedef struct em_stacks em_stacks_t;
+
+/* Allocates a table of max_stacks (1..EM_PROFILE_MAX_STACKS) stacks and max_addrs (>= 1)
+ * addresses. Returns 0 and *out, -EINVAL or -ENOMEM. */
+int em_stacks_new(em_stacks_t **out, uint32_t max_stacks, uint32_t max_addrs);
+void em_stacks_free(em_stacks_t *s);
+uint64_t em_stacks_bytes(const em_stacks_t *s);
+
+/* Empties it for a new window. */
+void em_stacks_reset(em_stacks_t *s);
+
+/*
+ * Folds one sample record (kind EM_PERF_REC_SAMPLE) in. Returns 0 when stored, -ENOSPC when
+ * cut, -ENODATA when its chain holds no address. Chains are read leaf first with perf's
+ * context markers: PERF_CONTEXT_KERNEL switches to kernel frames, PERF_CONTEXT_USER to user
+ * frames, other markers (guest, hypervisor) end the chain.
+ */
+int em_stacks_add(em_stacks_t *s, const em_perf_rec_t *sample);
+
+/* A switch record (kind EM_PERF_REC_SWITCH). */
+void em_stacks_switch(em_stacks_t *s, const em_perf_rec_t *sw);
+
+/* Ends every open off-CPU interval at end_ns (the window's end). */
+void em_stacks_close(em_stacks_t *s, uint64_t end_ns);
+
+size_t em_stacks_count(const em_stacks_t *s);
+/* Stack i (< em_stacks_count), in the order first seen. */
+em_stacks_entry_t em_stacks_get(const em_stacks_t *s, size_t i);
+const em_stacks_stats_t *em_stacks_stats(const em_stacks_t *s);
+
+#endif /* EDGEMON_AGENT_STACKS_H */

@@ -1,0 +1,493 @@
+/*
+ * window.c - see window.h. Assembly on the worker: the distinct addresses of every stack,
+ * sorted (user addresses below 2^63, kernel ones above, on x86-64 and arm64 alike), resolved
+ * in two runs; each address's frame found in or added to the frame table (an open-addressing
+ * index over (name, module, kind)); each stack rewritten as frame indices and merged with an
+ * equal one (a second index); the stacks sorted by descending samples.
+ */
+#define _GNU_SOURCE
+
+#include "window.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "stacks.h"
+#include "symbols.h"
+
+#define MAPS_BYTES   (256u * 1024u) /* The maps snapshot: enough for a few thousand maps. */
+#define NOTE_BYTES   256u
+#define KERNEL_FIRST (1ull << 63)
+#define NONE         UINT32_MAX
+#define FRAME_SLOTS  (2u * EM_PROFILE_MAX_FRAMES)
+
+typedef struct {
+  uint32_t off; /* Into fidx. */
+  uint32_t n;
+  uint64_t hash;
+  uint64_t samples;
+  uint64_t off_cpu_ns;
+} merged_t;
+
+struct em_window {
+  em_window_opts_t o;
+  char proc_root[256];
+  em_window_state_t state;
+  em_sampler_t *sampler;
+  em_stacks_t *stacks;
+  em_symbols_t *symbols;
+
+  pid_t pid;
+  uint64_t start_ns, end_ns, wall_ns;
+  bool have_last;
+  uint64_t last_start_ns;
+  uint32_t number;
+  em_profile_trigger_t trig;
+  char trig_rule[64], trig_stage[64], trig_reason[160];
+
+  char *maps; /* MAPS_BYTES */
+  size_t maps_len;
+
+  uint64_t *addrs; /* EM_WINDOW_MAX_ADDRS distinct addresses, ascending. */
+  em_profile_frame_t *addr_frames;
+  uint32_t *addr_index;       /* Frame index of addrs[i]. */
+  em_profile_frame_t *frames; /* EM_PROFILE_MAX_FRAMES */
+  uint32_t *frame_slots;      /* FRAME_SLOTS */
+  uint32_t *fidx;             /* EM_WINDOW_MAX_ADDRS frame indices of the merged stacks. */
+  merged_t *merged;           /* max_stacks */
+  uint32_t *merged_slots;     /* 2 * max_stacks rounded up to a power of two */
+  uint32_t merged_mask;
+  em_profile_stack_t *out_stacks;
+  char notes[EM_PROFILE_MAX_NOTES][NOTE_BYTES];
+  const char *note_ptrs[EM_PROFILE_MAX_NOTES];
+  em_profile_t out;
+
+  uint8_t *buf;
+  uint64_t bytes;
+  em_window_stats_t st;
+};
+
+static void *counted(em_window_t *w, size_t n, size_t size) {
+  w->bytes += (uint64_t)n * size;
+  return calloc(n ? n : 1, size);
+}
+
+int em_window_new(em_window_t **out, const em_window_opts_t *o) {
+  if (!out || !o || o->hz == 0 || o->hz > 1000 || o->seconds_ns == 0 ||
+      o->max_seconds_ns < o->seconds_ns || o->max_bytes < 4096 ||
+      o->max_bytes > EM_PROFILE_MAX_BYTES || o->max_stacks == 0 ||
+      o->max_stacks > EM_PROFILE_MAX_STACKS || !o->proc_root || strlen(o->proc_root) >= 200) {
+    return -EINVAL;
+  }
+  em_window_t *w = calloc(1, sizeof(*w));
+  if (!w) {
+    return -ENOMEM;
+  }
+  w->o = *o;
+  snprintf(w->proc_root, sizeof(w->proc_root), "%s", o->proc_root);
+  w->o.proc_root = w->proc_root;
+  w->bytes = sizeof(*w);
+  uint32_t slots = 1;
+  while (slots < 2 * o->max_stacks) {
+    slots <<= 1;
+  }
+  w->merged_mask = slots - 1;
+  int rc = em_sampler_new(&w->sampler, w->proc_root);
+  if (!rc) {
+    rc = em_stacks_new(&w->stacks, o->max_stacks, EM_WINDOW_MAX_ADDRS);
+  }
+  if (!rc) {
+    rc = em_symbols_new(&w->symbols, w->proc_root);
+  }
+  w->maps = counted(w, MAPS_BYTES, 1);
+  w->addrs = counted(w, EM_WINDOW_MAX_ADDRS, sizeof(*w->addrs));
+  w->addr_frames = counted(w, EM_WINDOW_MAX_ADDRS, sizeof(*w->addr_frames));
+  w->addr_index = counted(w, EM_WINDOW_MAX_ADDRS, sizeof(*w->addr_index));
+  w->frames = counted(w, EM_PROFILE_MAX_FRAMES, sizeof(*w->frames));
+  w->frame_slots = counted(w, FRAME_SLOTS, sizeof(*w->frame_slots));
+  w->fidx = counted(w, EM_WINDOW_MAX_ADDRS, sizeof(*w->fidx));
+  w->merged = counted(w, o->max_stacks, sizeof(*w->merged));
+  w->merged_slots = counted(w, slots, sizeof(*w->merged_slots));
+  w->out_stacks = counted(w, o->max_stacks, sizeof(*w->out_stacks));
+  w->buf = counted(w, o->max_bytes, 1);
+  if (!rc && (!w->maps || !w->addrs || !w->addr_frames || !w->addr_index || !w->frames ||
+              !w->frame_slots || !w->fidx || !w->merged || !w->merged_slots || !w->out_stacks ||
+              !w->buf)) {
+    rc = -ENOMEM;
+  }
+  if (rc) {
+    em_window_free(w);
+    return rc;
+  }
+  w->bytes += em_stacks_bytes(w->stacks) + EM_SYMBOLS_ARENA_BYTES;
+  *out = w;
+  return 0;
+}
+
+void em_window_free(em_window_t *w) {
+  if (!w) {
+    return;
+  }
+  em_sampler_free(w->sampler);
+  em_stacks_free(w->stacks);
+  em_symbols_free(w->symbols);
+  free(w->maps);
+  free(w->addrs);
+  free(w->addr_frames);
+  free(w->addr_index);
+  free(w->frames);
+  free(w->frame_slots);
+  free(w->fidx);
+  free(w->merged);
+  free(w->merged_slots);
+  free(w->out_stacks);
+  free(w->buf);
+  free(w);
+}
+
+uint64_t em_window_bytes(const em_window_t *w) {
+  return w ? w->bytes : 0;
+}
+
+void em_window_set_min_gap(em_window_t *w, uint64_t min_gap_ns) {
+  if (w) {
+    w->o.min_gap_ns = min_gap_ns;
+  }
+}
+
+/* The process's maps as they are now, for symbols after it exits. */
+static void snapshot_maps(em_window_t *w) {
+  char path[300];
+  snprintf(path, sizeof(path), "%s/%d/maps", w->proc_root, (int)w->pid);
+  w->maps_len = 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return;
+  }
+  while (w->maps_len < MAPS_BYTES) {
+    ssize_t n = read(fd, w->maps + w->maps_len, MAPS_BYTES - w->maps_len);
+    if (n <= 0) {
+      break;
+    }
+    w->maps_len += (size_t)n;
+  }
+  close(fd);
+  while (w->maps_len > 0 && w->maps[w->maps_len - 1] != '\n') {
+    w->maps_len--; /* A cut last line is dropped. */
+  }
+}
+
+static const char *copy_text(char *dst, size_t cap, const char *src) {
+  if (!src || !*src) {
+    return NULL;
+  }
+  size_t n = strlen(src);
+  if (n >= cap) {
+    n = cap - 1;
+    while (n > 0 && ((unsigned char)src[n] & 0xC0u) == 0x80u) {
+      n--;
+    }
+  }
+  memcpy(dst, src, n);
+  dst[n] = '\0';
+  return dst;
+}
+
+int em_window_trigger(em_window_t *w, const em_profile_trigger_t *t, pid_t pid, uint32_t seconds,
+                      uint64_t mono_ns, uint64_t wall_ns) {
+  if (!w || !t) {
+    return -EINVAL;
+  }
+  if (w->state != EM_WINDOW_IDLE) {
+    w->st.suppressed++;
+    return -EBUSY;
+  }
+  if (w->have_last && mono_ns - w->last_start_ns < w->o.min_gap_ns) {
+    w->st.suppressed++;
+    return -EAGAIN;
+  }
+  if (pid <= 0) {
+    w->st.failed++;
+    return -ESRCH;
+  }
+  em_stacks_reset(w->stacks);
+  int rc = em_sampler_open(w->sampler, pid, w->o.hz, w->o.clock);
+  if (rc) {
+    w->st.failed++;
+    return rc;
+  }
+  w->pid = pid;
+  snapshot_maps(w);
+  uint64_t len = seconds ? (uint64_t)seconds * 1000000000u : w->o.seconds_ns;
+  if (len > w->o.max_seconds_ns) {
+    len = w->o.max_seconds_ns;
+  }
+  w->start_ns = mono_ns;
+  w->end_ns = mono_ns + len;
+  w->wall_ns = wall_ns;
+  w->have_last = true;
+  w->last_start_ns = mono_ns;
+  w->trig = *t;
+  w->trig.rule = copy_text(w->trig_rule, sizeof(w->trig_rule), t->rule);
+  w->trig.stage = copy_text(w->trig_stage, sizeof(w->trig_stage), t->stage);
+  w->trig.reason = copy_text(w->trig_reason, sizeof(w->trig_reason), t->reason);
+  w->state = EM_WINDOW_OPEN;
+  w->st.taken++;
+  return 0;
+}
+
+bool em_window_tick(em_window_t *w, uint64_t now_ns, bool target_gone) {
+  if (!w || w->state != EM_WINDOW_OPEN) {
+    return false;
+  }
+  if (!target_gone && now_ns < w->end_ns) {
+    em_sampler_drain(w->sampler, w->stacks);
+    return false;
+  }
+  if (now_ns < w->end_ns) {
+    w->end_ns = now_ns; /* The target exited: the window is shorter. */
+  }
+  em_sampler_close(w->sampler, w->stacks);
+  em_stacks_close(w->stacks, w->end_ns);
+  const em_sampler_stats_t *ss = em_sampler_stats(w->sampler);
+  w->st.lost += ss->lost;
+  w->st.cut += em_stacks_stats(w->stacks)->cut;
+  w->state = EM_WINDOW_CLOSED;
+  return true;
+}
+
+/* --- assembly (worker) ---------------------------------------------------------------- */
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static int cmp_stack_desc(const void *a, const void *b) {
+  const em_profile_stack_t *x = a, *y = b;
+  if (x->samples != y->samples) {
+    return x->samples > y->samples ? -1 : 1;
+  }
+  return x->off_cpu_ns > y->off_cpu_ns ? -1 : x->off_cpu_ns < y->off_cpu_ns;
+}
+
+static uint64_t hash_text(uint64_t h, const char *s) {
+  for (; s && *s; s++) {
+    h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+  }
+  return h * 0x9e3779b97f4a7c15ull;
+}
+
+/* Index of frame f in the table, added when new; NONE when the table is full. */
+static uint32_t frame_index(em_window_t *w, const em_profile_frame_t *f) {
+  uint64_t h = hash_text(hash_text(0xcbf29ce484222325ull + f->kind, f->name), f->module);
+  uint32_t slot = (uint32_t)h & (FRAME_SLOTS - 1);
+  while (w->frame_slots[slot] != NONE) {
+    const em_profile_frame_t *k = &w->frames[w->frame_slots[slot]];
+    if (k->kind == f->kind && strcmp(k->name, f->name) == 0 &&
+        (k->module == f->module || (k->module && f->module && strcmp(k->module, f->module) == 0))) {
+      return w->frame_slots[slot];
+    }
+    slot = (slot + 1) & (FRAME_SLOTS - 1);
+  }
+  if (w->out.n_frames >= EM_PROFILE_MAX_FRAMES) {
+    return NONE;
+  }
+  uint32_t i = (uint32_t)w->out.n_frames++;
+  w->frames[i] = *f;
+  w->frame_slots[slot] = i;
+  return i;
+}
+
+static void note(em_window_t *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note(em_window_t *w, const char *fmt, ...) {
+  if (w->out.n_notes >= EM_PROFILE_MAX_NOTES) {
+    return;
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(w->notes[w->out.n_notes], NOTE_BYTES, fmt, ap);
+  va_end(ap);
+  w->note_ptrs[w->out.n_notes] = w->notes[w->out.n_notes];
+  w->out.n_notes++;
+}
+
+static size_t addr_pos(const em_window_t *w, size_t n, uint64_t a) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (w->addrs[mid] < a) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+/* Adds stack `frames` to the merged table (or its counts to an equal one). */
+static void merge_stack(em_window_t *w, size_t *n_merged, size_t *n_fidx, const uint32_t *frames,
+                        uint32_t n, uint64_t samples, uint64_t off_cpu_ns) {
+  uint64_t h = 0xcbf29ce484222325ull ^ n;
+  for (uint32_t i = 0; i < n; i++) {
+    h = (h ^ frames[i]) * 0x100000001b3ull;
+  }
+  uint32_t slot = (uint32_t)(h * 0x9e3779b97f4a7c15ull >> 32) & w->merged_mask;
+  while (w->merged_slots[slot] != NONE) {
+    merged_t *m = &w->merged[w->merged_slots[slot]];
+    if (m->hash == h && m->n == n && memcmp(w->fidx + m->off, frames, n * sizeof(*frames)) == 0) {
+      m->samples += samples;
+      m->off_cpu_ns += off_cpu_ns;
+      return;
+    }
+    slot = (slot + 1) & w->merged_mask;
+  }
+  merged_t *m = &w->merged[*n_merged];
+  *m = (merged_t){
+      .off = (uint32_t)*n_fidx, .n = n, .hash = h, .samples = samples, .off_cpu_ns = off_cpu_ns};
+  memmove(w->fidx + *n_fidx, frames, n * sizeof(*frames));
+  *n_fidx += n;
+  w->merged_slots[slot] = (uint32_t)(*n_merged)++;
+}
+
+void em_window_resolve(em_window_t *w) {
+  if (!w || w->state != EM_WINDOW_CLOSED) {
+    return;
+  }
+  const em_sampler_stats_t *ss = em_sampler_stats(w->sampler);
+  const em_stacks_stats_t *ks = em_stacks_stats(w->stacks);
+  size_t n_stacks = em_stacks_count(w->stacks);
+  size_t n = 0;
+  for (size_t s = 0; s < n_stacks; s++) {
+    em_stacks_entry_t e = em_stacks_get(w->stacks, s);
+    for (uint32_t i = 0; i < e.n_user + e.n_kernel; i++) {
+      w->addrs[n++] = e.addrs[i]; /* At most EM_WINDOW_MAX_ADDRS: the table's own bound. */
+    }
+  }
+  qsort(w->addrs, n, sizeof(*w->addrs), cmp_u64);
+  size_t d = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (d == 0 || w->addrs[i] != w->addrs[d - 1]) {
+      w->addrs[d++] = w->addrs[i];
+    }
+  }
+  size_t n_user = addr_pos(w, d, KERNEL_FIRST);
+  em_symbols_begin(w->symbols);
+  size_t unresolved =
+      em_symbols_user(w->symbols, w->pid, w->maps, w->maps_len, w->addrs, n_user, w->addr_frames);
+  unresolved +=
+      em_symbols_kernel(w->symbols, w->addrs + n_user, d - n_user, w->addr_frames + n_user);
+
+  memset(&w->out, 0, sizeof(w->out));
+  memset(w->frame_slots, 0xff, FRAME_SLOTS * sizeof(*w->frame_slots));
+  memset(w->merged_slots, 0xff, ((size_t)w->merged_mask + 1) * sizeof(*w->merged_slots));
+  bool frames_full = false;
+  for (size_t i = 0; i < d; i++) {
+    w->addr_index[i] = frame_index(w, &w->addr_frames[i]);
+    frames_full |= w->addr_index[i] == NONE;
+  }
+  size_t n_merged = 0, n_fidx = 0;
+  uint64_t frames_cut = 0;
+  for (size_t s = 0; s < n_stacks; s++) {
+    em_stacks_entry_t e = em_stacks_get(w->stacks, s);
+    uint32_t path[EM_PROFILE_MAX_DEPTH];
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < e.n_user + e.n_kernel; i++) {
+      uint32_t f = w->addr_index[addr_pos(w, d, e.addrs[i])];
+      if (f != NONE) {
+        path[k++] = f;
+      }
+    }
+    if (k == 0) {
+      frames_cut += e.samples;
+      continue;
+    }
+    merge_stack(w, &n_merged, &n_fidx, path, k, e.samples, e.off_cpu_ns);
+  }
+  for (size_t i = 0; i < n_merged; i++) {
+    const merged_t *m = &w->merged[i];
+    w->out_stacks[i] = (em_profile_stack_t){.frames = w->fidx + m->off,
+                                            .n_frames = m->n,
+                                            .samples = m->samples,
+                                            .off_cpu_ns = m->off_cpu_ns,
+                                            .stage = EM_PROFILE_NO_STAGE};
+  }
+  qsort(w->out_stacks, n_merged, sizeof(*w->out_stacks), cmp_stack_desc);
+
+  em_profile_t *p = &w->out;
+  p->head.time_ns = w->wall_ns;
+  p->number = w->number;
+  p->trigger = w->trig;
+  p->start_mono_ns = w->start_ns;
+  p->duration_ns = w->end_ns > w->start_ns ? w->end_ns - w->start_ns : 0;
+  p->hz = w->o.hz;
+  p->clock = w->o.clock == EM_SAMPLER_TASK_CLOCK ? "task-clock" : "cpu-clock";
+  p->samples = ks->samples + ks->cut;
+  p->lost = ss->lost;
+  p->frames = w->frames;
+  p->stacks = w->out_stacks;
+  p->n_stacks = n_merged;
+  p->notes = w->note_ptrs;
+  note(w, "no Python frames: this agent does not merge the Python client's samples yet");
+  note(w, "no stages: the agent does not yet know which thread wrote each span");
+  if (ss->kernel_refused) {
+    note(w, "no kernel frames: perf_event_paranoid refused them (sampled with exclude_kernel)");
+  }
+  if (ss->no_switch) {
+    note(w, "no off-CPU time: the kernel refused context-switch records");
+  }
+  if (unresolved) {
+    note(w, "%zu of %zu addresses without a symbol (shown as module+offset or a hex address)",
+         unresolved, d);
+  }
+  if (ks->cut) {
+    note(w, "%llu samples not kept: the window's stack table was full",
+         (unsigned long long)ks->cut);
+  }
+  if (ks->deep) {
+    note(w, "%llu call chains deeper than %u frames: their root side is cut",
+         (unsigned long long)ks->deep, EM_PROFILE_MAX_DEPTH);
+  }
+  if (frames_full || frames_cut) {
+    note(w, "frame table full (%u frames): %llu samples lost their frames", EM_PROFILE_MAX_FRAMES,
+         (unsigned long long)frames_cut);
+  }
+  if (ss->threads_failed || ss->threads_over) {
+    note(w, "%u threads not sampled (%s)", ss->threads_failed + ss->threads_over,
+         ss->threads_over ? "more threads than the sampler holds" : strerror(ss->open_errno));
+  }
+  if (ss->bad_records) {
+    note(w, "%llu perf ring reads stopped at a malformed record",
+         (unsigned long long)ss->bad_records);
+  }
+  w->state = EM_WINDOW_RESOLVED;
+}
+
+em_profile_t *em_window_take(em_window_t *w) {
+  return w && w->state == EM_WINDOW_RESOLVED ? &w->out : NULL;
+}
+
+uint8_t *em_window_buffer(em_window_t *w, size_t *cap) {
+  *cap = w->o.max_bytes;
+  return w->buf;
+}
+
+void em_window_done(em_window_t *w) {
+  if (w && (w->state == EM_WINDOW_RESOLVED || w->state == EM_WINDOW_CLOSED)) {
+    w->number++;
+    w->state = EM_WINDOW_IDLE;
+  }
+}
+
+em_window_state_t em_window_state(const em_window_t *w) {
+  return w ? w->state : EM_WINDOW_IDLE;
+}
+
+const em_window_stats_t *em_window_stats(const em_window_t *w) {
+  return &w->st;
+}

@@ -1,0 +1,99 @@
+/*
+ * window.h - the profiling window: when one opens (an escalation or a cmd/profile, at most one
+ * at a time and min_gap between two starts), sampling the target for its time (sampler.h into
+ * stacks.h on every tick), its end (its time is up, or the target exited: what was taken is
+ * kept, the duration shortened), the resolution of its addresses to frames off the loop
+ * (symbols.h, on a libuv worker) and the assembly of one em_profile_t (edgemon/profile.h):
+ * a frame table without duplicates, stacks that became equal once resolved merged, stacks in
+ * descending samples, and notes saying what the profile cannot show and why.
+ *
+ *   IDLE ----em_window_trigger----> OPEN           (-EBUSY / -EAGAIN: suppressed, counted)
+ *   OPEN ----em_window_tick: time up or target gone----> CLOSED (returns true)
+ *   CLOSED --em_window_resolve (worker)--> RESOLVED
+ *   RESOLVED --em_window_take--> em_profile_t --em_window_done--> IDLE
+ *
+ * Memory: everything at em_window_new() from the options (stack table, address and frame
+ * arrays, the maps snapshot, the symbol arena, the encode buffer of max_bytes);
+ * em_window_bytes() says how much. Nothing is allocated on the tick (a window's open reads
+ * /proc/PID/maps once and maps a perf ring per thread; the worker's kallsyms pass allocates
+ * one array of its kernel addresses).
+ *
+ * Owns: the sampler, the stack table, the symbolizer. Single-threaded except
+ * em_window_resolve(), which runs on a worker while the loop leaves the window alone (state
+ * CLOSED: tick, trigger and take do nothing with it but count).
+ */
+#ifndef EDGEMON_AGENT_WINDOW_H
+#define EDGEMON_AGENT_WINDOW_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "edgemon/profile.h"
+#include "sampler.h"
+
+#define EM_WINDOW_MAX_ADDRS 65536u /* Addresses in the stack table (all stacks together). */
+
+typedef struct {
+  uint32_t hz; /* 1..1000 */
+  em_sampler_clock_t clock;
+  uint64_t seconds_ns;     /* Window length when the trigger names none (> 0). */
+  uint64_t max_seconds_ns; /* Longest window (>= seconds_ns). */
+  uint64_t min_gap_ns;     /* Least time between two windows' starts. */
+  uint32_t max_bytes;      /* Encode buffer, 4096..EM_PROFILE_MAX_BYTES. */
+  uint32_t max_stacks;     /* 1..EM_PROFILE_MAX_STACKS */
+  const char *proc_root;   /* "/proc"; copied. */
+} em_window_opts_t;
+
+typedef struct {
+  uint64_t taken;      /* Windows opened. */
+  uint64_t suppressed; /* Triggers while one was open or resolving, or within min_gap. */
+  uint64_t failed;     /* Triggers that could not open a window (no target, perf refused). */
+  uint64_t lost;       /* Samples the kernel lost, all windows. */
+  uint64_t cut;        /* Samples not kept: the stack table was full, all windows. */
+} em_window_stats_t;
+
+typedef enum {
+  EM_WINDOW_IDLE,
+  EM_WINDOW_OPEN,
+  EM_WINDOW_CLOSED,
+  EM_WINDOW_RESOLVED
+} em_window_state_t;
+
+typedef struct em_window em_window_t;
+
+int em_window_new(em_window_t **out, const em_window_opts_t *opts);
+void em_window_free(em_window_t *w); /* Not while em_window_resolve() runs. NULL: no-op. */
+uint64_t em_window_bytes(const em_window_t *w);
+void em_window_set_min_gap(em_window_t *w, uint64_t min_gap_ns);
+
+/*
+ * Opens a window on pid at mono_ns (wall_ns its CLOCK_REALTIME) for seconds (0: the
+ * configured length; capped at max_seconds). The trigger's strings are copied. Returns 0,
+ * -EBUSY (one is open or not yet published), -EAGAIN (within min_gap of the last start): both
+ * counted as suppressed; -ESRCH (no target) or the sampler's error: counted as failed.
+ */
+int em_window_trigger(em_window_t *w, const em_profile_trigger_t *t, pid_t pid, uint32_t seconds,
+                      uint64_t mono_ns, uint64_t wall_ns);
+
+/*
+ * The tick at now_ns: drains the rings; ends the window when its time is up or target_gone.
+ * Returns true when the window has just closed: em_window_resolve() is due.
+ */
+bool em_window_tick(em_window_t *w, uint64_t now_ns, bool target_gone);
+
+/* Resolves and assembles the closed window (on a worker thread). */
+void em_window_resolve(em_window_t *w);
+
+/* The resolved window's profile (valid until em_window_done), number and head.time_ns set,
+ * head.session not; NULL in any other state. */
+em_profile_t *em_window_take(em_window_t *w);
+uint8_t *em_window_buffer(em_window_t *w, size_t *cap);
+/* RESOLVED -> IDLE; CLOSED -> IDLE too (a window whose assembly never ran is dropped). */
+void em_window_done(em_window_t *w);
+
+em_window_state_t em_window_state(const em_window_t *w);
+const em_window_stats_t *em_window_stats(const em_window_t *w);
+
+#endif /* EDGEMON_AGENT_WINDOW_H */

@@ -1,0 +1,183 @@
+"""The agent's stack profiler against real processes, real perf_event_open and a real mosquitto.
+
+A Python pipeline (the edgemon client, one `infer` stage at 50 frames a second) is the agent's
+target; from frame K its infer stage calls slow_checksum(), a pure-Python loop, which raises
+the level. The profile published on edgemon/v1/<device>/profile, decoded with
+proto/python/edgemon_proto.decode_profile, must hold the interpreter's native frames
+(libpython's eval loop) in the stack with the most samples. A window on an idle target holds
+nearly no samples; a target that exits mid-window ends it early (a profile with a shorter
+duration, the agent still running); a second trigger inside min_gap_seconds is counted in
+profile.suppressed and not published; cmd/profile opens a window with the seconds it asks for.
+"""
+
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import cbor2
+import paho.mqtt.client as mqtt
+
+from conftest import ROOT, edgemon_proto, wait_for
+
+K = 50  # frames before the slowdown (1 s at 50 fps)
+
+PROFILE = ("[profile]\nhz = 99\nseconds = {seconds}\nmin_gap_seconds = {gap}\n"
+           "[budget.infer]\np99 = 30ms\nlevel = DEGRADED\n"
+           "[degrade]\nwindow = 200ms\nenter_windows = 1\nleave_windows = 1\n")
+
+PIPELINE = """
+import sys, time
+sys.path.insert(0, {client!r})
+import edgemon
+# {marker}
+def slow_checksum(n):
+    s = 0
+    for i in range(n):
+        s = (s * 31 + i) & 0xffffffff
+    return s
+c = edgemon.Client({sock!r})
+i = 0
+t0 = time.monotonic_ns()
+while True:
+    start = time.monotonic_ns()
+    if i >= {k}:
+        slow_checksum(800000)
+    c.record("infer", start, time.monotonic_ns() - start, frame=i)
+    i += 1
+    time.sleep(max(0.0, (t0 + i * 20000000 - time.monotonic_ns()) / 1e9))
+"""
+
+IDLE = "# {marker}\nimport time\ntime.sleep(120)\n"
+
+
+class Profiles:
+    """Every payload published on edgemon/v1/<device>/profile."""
+
+    def __init__(self, port, device):
+        self.payloads = []
+        self.lock = threading.Lock()
+        self.client = mqtt.Client(client_id=f"it-prof-{uuid.uuid4().hex[:8]}")
+        self.client.on_message = self._on_message
+        self.client.connect("127.0.0.1", port, keepalive=30)
+        self.client.subscribe(f"edgemon/v1/{device}/profile", qos=1)
+        self.client.loop_start()
+        self.device = device
+
+    def _on_message(self, client, userdata, m):
+        with self.lock:
+            self.payloads.append(m.payload)
+
+    def wait(self, n, timeout):
+        wait_for(lambda: len(self.payloads) >= n, timeout, f"{n} profile message(s)")
+        return edgemon_proto.decode_profile(self.payloads[n - 1])
+
+    def command(self, seconds=None):
+        cmd = {0: 1, 1: 4, 2: time.time_ns(), 4: 3}
+        if seconds is not None:
+            cmd[5] = seconds
+        self.client.publish(f"edgemon/v1/{self.device}/cmd/profile", cbor2.dumps(cmd),
+                            qos=1).wait_for_publish()
+
+    def close(self):
+        self.client.loop_stop()
+        self.client.disconnect()
+
+
+def start(stack, code, seconds=2, gap=0):
+    """The target running `code`, and an agent watching it with a [profile] section."""
+    broker = stack.broker()
+    marker = f"edgemon-profile-{uuid.uuid4().hex[:10]}"
+    (stack.tmp / "run").mkdir(exist_ok=True)
+    agent = stack.agent(broker.port, f"cmdline = {marker}",
+                        extra=PROFILE.format(seconds=seconds, gap=gap))
+    sock = stack.tmp / "run" / "spans.sock"
+    wait_for(sock.exists, 10, "the span socket")
+    proc = subprocess.Popen([sys.executable, "-c", code.format(
+        client=str(ROOT / "firmware/client/python"), marker=marker, sock=str(sock), k=K)])
+    sub = stack.subscriber(broker.port, agent.device)
+    birth = sub.next("birth", timeout=10, pred=lambda b: b.get("metrics"))
+    wait_for(lambda: "attached" in agent.log_text(), 10, "the agent to attach")
+    return agent, proc, sub, birth, Profiles(broker.port, agent.device)
+
+
+def frames_of(profile, stack):
+    return [profile["frames"][i] for i in stack["frames"]]
+
+
+def figure(sub, birth, name):
+    return edgemon_proto.values_by_name(sub.next("data", timeout=5), birth).get(name)
+
+
+def test_an_escalation_profiles_the_slow_code_with_the_interpreter_under_it(stack):
+    agent, proc, sub, birth, profiles = start(stack, PIPELINE, seconds=2, gap=60)
+    try:
+        assert birth["profiler"]["hz"] == 99 and birth["profiler"]["seconds"] == 2
+        p = profiles.wait(1, timeout=20)
+        assert p["trigger"]["cause"] == "escalation"
+        assert p["hz"] == 99 and p["clock"] == "cpu-clock"
+        assert 1.5e9 <= p["duration_ns"] <= 3e9
+        assert p["samples"] >= 50, p["samples"]  # ~2 s of a busy thread at 99 Hz
+        top = p["stacks"][0]
+        names = [f["name"] for f in frames_of(p, top)]
+        assert "_PyEval_EvalFrameDefault" in names, names
+        assert top["samples"] == max(s["samples"] for s in p["stacks"])
+        assert any("Python frames" in n for n in p["notes"])
+        wait_for(lambda: figure(sub, birth, "profile.taken") == 1, 5, "profile.taken")
+    finally:
+        profiles.close()
+        proc.kill()
+        proc.wait()
+
+
+def test_a_second_trigger_inside_min_gap_is_counted_not_published(stack):
+    agent, proc, sub, birth, profiles = start(stack, IDLE, seconds=1, gap=60)
+    try:
+        profiles.command()
+        p = profiles.wait(1, timeout=10)
+        assert p["trigger"]["cause"] == "command"
+        profiles.command()
+        wait_for(lambda: figure(sub, birth, "profile.suppressed") == 1, 5, "profile.suppressed")
+        time.sleep(1.5)
+        assert len(profiles.payloads) == 1
+        assert figure(sub, birth, "profile.taken") == 1
+    finally:
+        profiles.close()
+        proc.kill()
+        proc.wait()
+
+
+def test_an_idle_target_gives_nearly_no_samples(stack):
+    agent, proc, sub, birth, profiles = start(stack, IDLE, seconds=1)
+    try:
+        profiles.command(seconds=2)
+        p = profiles.wait(1, timeout=10)
+        assert p["trigger"]["cause"] == "command"
+        assert 1.8e9 <= p["duration_ns"] <= 2.5e9  # the command's seconds, not [profile]'s
+        assert p["samples"] <= 3, p["stacks"]
+        assert p["lost"] == 0
+    finally:
+        profiles.close()
+        proc.kill()
+        proc.wait()
+
+
+def test_a_target_that_exits_mid_window_ends_it_early(stack):
+    agent, proc, sub, birth, profiles = start(stack, PIPELINE, seconds=1)
+    try:
+        profiles.command(seconds=10)
+        wait_for(lambda: "profile: cmd/profile" in agent.log_text(), 5, "the window to open")
+        time.sleep(1.0)
+        proc.kill()
+        proc.wait()
+        p = profiles.wait(1, timeout=10)
+        assert 0.5e9 <= p["duration_ns"] <= 4e9, p["duration_ns"]
+        assert p["samples"] >= 10
+        assert agent.proc.poll() is None  # still running
+        sub.next("data", timeout=5)
+    finally:
+        profiles.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
