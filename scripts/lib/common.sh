@@ -7,7 +7,7 @@ EM_PACKAGES=(
   cmake ninja-build pkg-config gcc g++ clang libclang-rt-14-dev
   libcbor-dev libcmocka-dev libuv1-dev libmosquitto-dev libsystemd-dev mosquitto
   libsqlite3-dev libmicrohttpd-dev sqlite3 prometheus systemd valgrind openssl
-  libsnappy-dev libcurl4-openssl-dev
+  libsnappy-dev libcurl4-openssl-dev libdw-dev
   python3 python3-cbor2 python3-pytest python3-paho-mqtt python3-prometheus-client
   dpkg-dev lintian
 )

@@ -15,7 +15,7 @@ EM_CROSS_PACKAGES=(
   gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user file
   libcbor-dev:arm64 libcmocka-dev:arm64 libuv1-dev:arm64 libmosquitto-dev:arm64
   libsystemd-dev:arm64 libsqlite3-dev:arm64 libmicrohttpd-dev:arm64
-  libsnappy-dev:arm64 libcurl4-openssl-dev:arm64
+  libsnappy-dev:arm64 libcurl4-openssl-dev:arm64 libdw-dev:arm64
 )
 
 # Unit tests that cannot work under qemu-user, by name, each with the reason. Excluded from

@@ -45,7 +45,7 @@ static void read_id(const uint8_t *p, em_perf_rec_t *out) {
 }
 
 int em_perf_rec_parse(const uint8_t *buf, size_t len, em_perf_rec_t *out) {
-  if (!buf || !out || em_perf_rec_size(buf, len) != len) {
+  if (!buf || !out || len < EM_PERF_HEADER_BYTES || em_perf_rec_size(buf, len) != len) {
     return -EINVAL;
   }
   memset(out, 0, sizeof(*out));
