@@ -68,7 +68,7 @@
 
 #include "assets.h"
 #include "cohort.h"
-#include "flight_api.h"
+#include "forensic_api.h"
 #include "history.h"
 #include "metrics.h"
 #include "query.h"
@@ -644,30 +644,31 @@ static enum MHD_Result serve_history(em_http_t *h, struct MHD_Connection *c, con
   return serve_api(h, c, EM_QUERY_HISTORY, id);
 }
 
-/* /api/devices/<id>/flights[/<key>] (rest: "<id>/flights..."): the id and key percent-decoded
- * like serve_device's id. */
-static enum MHD_Result serve_flights(em_http_t *h, struct MHD_Connection *c, const char *raw,
-                                     size_t raw_len, const char *key_raw) {
+/* /api/devices/<id>/<kind>[/<key>] (rest: "<id>/<kind>..."; kind "flights" or "profiles"):
+ * the id and key percent-decoded like serve_device's id. */
+static enum MHD_Result serve_forensics(em_http_t *h, struct MHD_Connection *c,
+                                       em_forensic_kind_t kind, const char *raw, size_t raw_len,
+                                       const char *key_raw) {
   char id[EM_PROTO_MAX_NAME_BYTES + 1];
   char key[32];
   if (!decode_id_segment(raw, raw_len, id, sizeof(id))) {
     return respond_const(c, MHD_HTTP_NOT_FOUND, CT_JSON, "{\"error\":\"no such device\"}");
   }
   if (key_raw && !decode_path_segment(key_raw, key, sizeof(key))) {
-    return respond_const(c, MHD_HTTP_NOT_FOUND, CT_JSON, "{\"error\":\"no such recording\"}");
+    return respond_const(c, MHD_HTTP_NOT_FOUND, CT_JSON, "{\"error\":\"no such key\"}");
   }
   if (!h->hist) {
     return respond_const(c, MHD_HTTP_SERVICE_UNAVAILABLE, CT_JSON,
-                         "{\"error\":\"no store to read the recordings from\"}");
+                         "{\"error\":\"no store to read from\"}");
   }
   api_args_t args;
   args.n = 0;
   MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, collect_arg, &args);
-  em_flight_reply_t r = {0, NULL, 0, CT_JSON};
+  em_forensic_reply_t r = {0, NULL, 0, CT_JSON};
   if (key_raw) {
-    em_flight_api_get(h->hist, id, key, args.params, args.n, &r);
+    em_forensic_api_get(h->hist, kind, id, key, args.params, args.n, &r);
   } else {
-    em_flight_api_list(h->hist, id, args.params, args.n, &r);
+    em_forensic_api_list(h->hist, kind, id, args.params, args.n, &r);
   }
   if (!r.body) {
     return respond_const(c, MHD_HTTP_INTERNAL_SERVER_ERROR, CT_JSON,
@@ -736,11 +737,13 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     if (slash && strcmp(slash, "/history") == 0) {
       return serve_history(h, c, rest, (size_t)(slash - rest));
     }
-    if (slash && strcmp(slash, "/flights") == 0) {
-      return serve_flights(h, c, rest, (size_t)(slash - rest), NULL);
-    }
-    if (slash && strncmp(slash, "/flights/", 9) == 0) {
-      return serve_flights(h, c, rest, (size_t)(slash - rest), slash + 9);
+    for (int k = 0; slash && k < EM_FORENSIC_KINDS; k++) {
+      const char *name = em_forensic_api_name((em_forensic_kind_t)k);
+      size_t len = strlen(name);
+      if (strncmp(slash + 1, name, len) == 0 && (slash[1 + len] == '\0' || slash[1 + len] == '/')) {
+        return serve_forensics(h, c, (em_forensic_kind_t)k, rest, (size_t)(slash - rest),
+                               slash[1 + len] ? slash + 2 + len : NULL);
+      }
     }
     return serve_device(h, c, rest);
   }

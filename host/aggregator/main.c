@@ -12,7 +12,8 @@
  *
  * Subscriptions: edgemon/v1/+/# normally. With a share group, data goes through the MQTT v5
  * shared subscription $share/<group>/edgemon/v1/+/data so the instances of the group split it
- * (flight recordings likewise, through $share/<group>/edgemon/v1/+/flight: one stores each), while
+ * (flight recordings and stack profiles likewise, through $share/<group>/edgemon/v1/+/flight and
+ * $share/<group>/edgemon/v1/+/profile: one stores each), while
  * birth, state and status (retained, small) are subscribed by every instance so each one names
  * every device's metrics and knows its level.
  *
@@ -45,7 +46,7 @@
  * one last push and up to [remote_write] drain for delivery.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "flights.h"
+#include "forensics.h"
 #include "http.h"
 #include "metrics.h"
 #include "registry.h"
@@ -112,6 +113,7 @@ typedef struct {
   uint64_t device_ttl_s;      /* Forget a device silent for this long; 0 never. */
   uint64_t metrics_max_bytes; /* Cap of the /metrics text. */
   uint64_t flight_max_bytes;  /* Flight recordings' bytes kept per device. */
+  uint64_t profile_max_bytes; /* Stack profiles' bytes kept per device. */
   char tls_ca_file[MAX_TEXT];
   char tls_ca_path[MAX_TEXT];
   char tls_cert_file[MAX_TEXT];
@@ -184,7 +186,7 @@ static void usage(FILE *out) {
           "                          [--client-id ID] [--db PATH] [--http HOST:PORT]\n"
           "                          [--batch-ms N] [--batch-rows N] [--retention DURATION]\n"
           "                          [--device-ttl DURATION] [--metrics-max-bytes N]\n"
-          "                          [--flight-max-bytes N]\n"
+          "                          [--flight-max-bytes N] [--profile-max-bytes N]\n"
           "                          [--tls-ca-file FILE|--tls-ca-path DIR]\n"
           "                          [--tls-cert-file FILE --tls-key-file FILE] [--tls-insecure]\n"
           "                          [--credentials-file FILE]\n"
@@ -195,7 +197,8 @@ static void usage(FILE *out) {
           "device's history in SQLite (host/aggregator/SCHEMA.md) and serves /metrics\n"
           "(Prometheus text, or protobuf with native histograms to a scraper that asks for it),\n"
           "the fleet dashboard at /ui/, its JSON API (/api/fleet, /api/devices/<id>/history,\n"
-          "/api/latency, /api/devices/<id>/flights: host/README.md), /api/devices,\n"
+          "/api/latency, /api/devices/<id>/flights, /api/devices/<id>/profiles:\n"
+          "host/README.md), /api/devices,\n"
           "/api/devices/<id> and /healthz.\n"
           "\n"
           "  --config FILE        INI file, section [aggregator], keys as the flags below with\n"
@@ -225,18 +228,20 @@ static void usage(FILE *out) {
           "                       says so\n"
           "  --flight-max-bytes N flight recordings kept per device, in bytes of CBOR (default\n"
           "                       64 MiB, at least 256 KiB); the oldest go first\n"
-          "  --tls-ca-file FILE   mqtts://: CA certificates (PEM) that verify the broker\n"
-          "  --tls-ca-path DIR    mqtts://: a directory of CA certificates (c_rehash); with\n"
-          "                       neither, the system's CA certificates\n"
-          "  --tls-cert-file FILE mqtts://: client certificate (PEM), with --tls-key-file\n"
-          "  --tls-key-file FILE  mqtts://: its private key (PEM, not encrypted)\n"
-          "  --tls-insecure       mqtts://: do not match the broker's host name with its\n"
-          "                       certificate (testing only); INI: tls_insecure = true\n"
-          "  --credentials-file F MQTT username and password: lines 'username = NAME' and\n"
-          "                       'password = SECRET', as the agent's credentials_file;\n"
-          "                       refused when group or others can access it (chmod 600)\n"
-          "  --check              validate the configuration and exit\n"
-          "\n");
+          "  --profile-max-bytes N stack profiles kept per device, in bytes of CBOR (default\n"
+          "                       64 MiB, at least 256 KiB); the oldest go first\n");
+  fprintf(out, "  --tls-ca-file FILE   mqtts://: CA certificates (PEM) that verify the broker\n"
+               "  --tls-ca-path DIR    mqtts://: a directory of CA certificates (c_rehash); with\n"
+               "                       neither, the system's CA certificates\n"
+               "  --tls-cert-file FILE mqtts://: client certificate (PEM), with --tls-key-file\n"
+               "  --tls-key-file FILE  mqtts://: its private key (PEM, not encrypted)\n"
+               "  --tls-insecure       mqtts://: do not match the broker's host name with its\n"
+               "                       certificate (testing only); INI: tls_insecure = true\n"
+               "  --credentials-file F MQTT username and password: lines 'username = NAME' and\n"
+               "                       'password = SECRET', as the agent's credentials_file;\n"
+               "                       refused when group or others can access it (chmod 600)\n"
+               "  --check              validate the configuration and exit\n"
+               "\n");
   fprintf(out,
           "Remote write (config file only; docs/CONFIG.md): [remote_write.NAME] sections, one\n"
           "per endpoint (url, ca_file, insecure, username + password_file or\n"
@@ -287,6 +292,7 @@ static int set_http(void *ctx, const em_schema_key_t *k, void *obj, const char *
 
 _Static_assert(EM_METRICS_MAX_BYTES == 67108864u, "metrics_max_bytes' default below");
 _Static_assert(EM_FLIGHTS_DEFAULT_MAX_BYTES == 67108864ull, "flight_max_bytes' default below");
+_Static_assert(EM_PROFILES_DEFAULT_MAX_BYTES == 67108864ull, "profile_max_bytes' default below");
 
 #define FIELD(f) .offset = offsetof(agg_config_t, f), .size = sizeof(((agg_config_t *)0)->f)
 #define KEY(nm, ty, ...)                                                                           \
@@ -324,6 +330,9 @@ static const em_schema_key_t agg_keys[] = {
         .max = 1u << 30, .want = "wants 1048576 to 1073741824 (bytes)", .def = "67108864",
         .example = "67108864"),
     KEY("flight_max_bytes", EM_SCHEMA_INT, FIELD(flight_max_bytes), .min = 1u << 18,
+        .max = 1ull << 40, .want = "wants 262144 to 1099511627776 (bytes)", .def = "67108864",
+        .example = "67108864"),
+    KEY("profile_max_bytes", EM_SCHEMA_INT, FIELD(profile_max_bytes), .min = 1u << 18,
         .max = 1ull << 40, .want = "wants 262144 to 1099511627776 (bytes)", .def = "67108864",
         .example = "67108864"),
     KEY("retention", EM_SCHEMA_DURATION, FIELD(retention_s), WANT_DURATION,
@@ -586,10 +595,12 @@ static void on_message(void *ctx, const char *topic, const uint8_t *payload, siz
   if (in.needs_rebirth) {
     publish_rebirth(a, in.device);
   }
+  uint64_t now = clock_ns(CLOCK_REALTIME);
   int rc = in.msg.kind == EM_MSG_FLIGHT
-               ? em_store_add_flight(a->store, in.device, &in.flight, payload, len,
-                                     clock_ns(CLOCK_REALTIME))
-               : em_store_add(a->store, in.device, in.agg->dev, &in.msg, clock_ns(CLOCK_REALTIME));
+               ? em_store_add_flight(a->store, in.device, &in.flight, payload, len, now)
+           : in.msg.kind == EM_MSG_PROFILE
+               ? em_store_add_profile(a->store, in.device, &in.profile, payload, len, now)
+               : em_store_add(a->store, in.device, in.agg->dev, &in.msg, now);
   if (rc == -EAGAIN) {
     a->ack_veto = true; /* Not stored, but might be on a redelivery: no acknowledgement. */
   }
@@ -692,9 +703,11 @@ static int connect_and_subscribe(agg_t *a) {
       snprintf(pattern, sizeof(pattern), "edgemon/v1/+/%s", retained_kinds[i]);
       rc = em_broker_subscribe(a->broker, pattern);
     }
-    snprintf(pattern, sizeof(pattern), "$share/%s/edgemon/v1/+/flight", a->cfg.share_group);
-    if (rc == 0) {
-      rc = em_broker_subscribe(a->broker, pattern); /* One member stores each recording. */
+    static const char *const shared_blobs[] = {"flight", "profile"};
+    for (size_t i = 0; i < 2 && rc == 0; i++) {
+      snprintf(pattern, sizeof(pattern), "$share/%s/edgemon/v1/+/%s", a->cfg.share_group,
+               shared_blobs[i]);
+      rc = em_broker_subscribe(a->broker, pattern); /* One member stores each blob. */
     }
     snprintf(pattern, sizeof(pattern), "$share/%s/edgemon/v1/+/data", a->cfg.share_group);
   } else {
@@ -1078,6 +1091,7 @@ int main(int argc, char **argv) {
       {"device-ttl", required_argument, NULL, 'L'},
       {"metrics-max-bytes", required_argument, NULL, 'M'},
       {"flight-max-bytes", required_argument, NULL, 'F'},
+      {"profile-max-bytes", required_argument, NULL, 'p'},
       {"tls-ca-file", required_argument, NULL, 'A'},
       {"tls-ca-path", required_argument, NULL, 'P'},
       {"tls-cert-file", required_argument, NULL, 'T'},
@@ -1107,6 +1121,7 @@ int main(int argc, char **argv) {
       ['L'] = "device_ttl",
       ['M'] = "metrics_max_bytes",
       ['F'] = "flight_max_bytes",
+      ['p'] = "profile_max_bytes",
   };
   static agg_t a;
   config_defaults(&a.cfg);
@@ -1223,6 +1238,7 @@ int main(int argc, char **argv) {
                         .batch_rows = (uint32_t)a.cfg.batch_rows,
                         .retention_s = a.cfg.retention_s,
                         .flight_max_bytes = a.cfg.flight_max_bytes,
+                        .profile_max_bytes = a.cfg.profile_max_bytes,
                         .downsample_after_s = a.cfg.downsample_after_s,
                         .downsample_step_s = a.cfg.downsample_step_s};
   em_store_report_t report;

@@ -1,11 +1,10 @@
 /*
  * query.h - the query parameters of the dashboard's JSON API (/api/fleet,
- * /api/devices/<id>/history, /api/latency, /api/devices/<id>/flights, /api/cohort): parsed from the
- * request's raw (still percent-encoded) key=value pairs and checked against the limits
- * host/README.md documents, before anything is read. A bad, out-of-range, repeated or unknown
- * parameter gives -EINVAL and a one-line message naming the parameter, which the HTTP layer answers
- * as 400
- * {"error": "..."}. Owns nothing: the result is a plain value.
+ * /api/devices/<id>/history, /api/latency, /api/devices/<id>/flights and .../profiles,
+ * /api/cohort): parsed from the request's raw (still percent-encoded) key=value pairs and checked
+ * against the limits host/README.md documents, before anything is read. A bad, out-of-range,
+ * repeated or unknown parameter gives -EINVAL and a one-line message naming the parameter, which
+ * the HTTP layer answers as 400 {"error": "..."}. Owns nothing: the result is a plain value.
  */
 #ifndef EM_AGG_QUERY_H
 #define EM_AGG_QUERY_H
@@ -36,7 +35,8 @@ typedef enum {
   EM_QUERY_FLEET = 0, /* name, level, limit */
   EM_QUERY_HISTORY,   /* range | from & to, points */
   EM_QUERY_LATENCY,   /* range | from & to, name, level, stage, limit */
-  EM_QUERY_FLIGHTS,   /* since, until, limit (default EM_QUERY_FLIGHTS_DEFAULT) */
+  EM_QUERY_FLIGHTS,   /* since, until, limit (default EM_QUERY_FLIGHTS_DEFAULT); the flights'
+                         and the profiles' lists alike */
   EM_QUERY_COHORT,    /* select (required), device (a glob, into name), from, to (each
                          defaulted on its own: to now, from to - 1 h), unit */
   EM_QUERY_MODELS,    /* model, version (/api/models) */

@@ -76,7 +76,7 @@ void em_registry_free(em_registry_t *r) {
   free(r->devices);
   pthread_mutex_destroy(&r->lock);
   free(r->scratch);
-  free(r->flight_scratch);
+  free(r->blob_scratch);
   free(r);
 }
 
@@ -275,11 +275,8 @@ static topic_class_t parse_topic(const char *topic, char *device, size_t cap, em
   static const struct {
     const char *name;
     em_msg_kind_t kind;
-  } kinds[] = {{"birth", EM_MSG_BIRTH},
-               {"data", EM_MSG_DATA},
-               {"state", EM_MSG_STATE},
-               {"status", EM_MSG_STATUS},
-               {"flight", EM_MSG_FLIGHT}};
+  } kinds[] = {{"birth", EM_MSG_BIRTH},   {"data", EM_MSG_DATA},     {"state", EM_MSG_STATE},
+               {"status", EM_MSG_STATUS}, {"flight", EM_MSG_FLIGHT}, {"profile", EM_MSG_PROFILE}};
   for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
     if (strcmp(rest, kinds[i].name) == 0) {
       memcpy(device, id, n);
@@ -291,24 +288,36 @@ static topic_class_t parse_topic(const char *topic, char *device, size_t cap, em
   return TOPIC_BAD;
 }
 
-/* Decodes a flight recording into out->flight (out->msg.kind EM_MSG_FLIGHT), growing the
- * flight scratch as needed. Returns 0 or an EM_PROTO_E* code (-ENOMEM for no scratch). */
-static int decode_flight(em_registry_t *r, const uint8_t *payload, size_t len, em_ingest_t *out) {
-  if (len > EM_FLIGHT_MAX_BYTES) {
-    return EM_PROTO_ETOOBIG;
-  }
-  size_t need = em_flight_scratch_bytes(len);
-  if (need > r->flight_scratch_len) {
-    void *p = realloc(r->flight_scratch, need);
+/* Grows the blob scratch to `need` bytes. Returns 0 or -ENOMEM. */
+static int blob_scratch(em_registry_t *r, size_t need) {
+  if (need > r->blob_scratch_len) {
+    void *p = realloc(r->blob_scratch, need);
     if (!p) {
       return -ENOMEM;
     }
-    r->flight_scratch = p;
-    r->flight_scratch_len = need;
+    r->blob_scratch = p;
+    r->blob_scratch_len = need;
   }
-  out->msg.kind = EM_MSG_FLIGHT;
-  return em_flight_decode(payload, len, &out->flight, r->flight_scratch, r->flight_scratch_len,
-                          &out->error_offset);
+  return 0;
+}
+
+/* Decodes a flight recording into out->flight or a stack profile into out->profile (by kind:
+ * out->msg.kind set to it), growing the blob scratch as needed. Returns 0 or an EM_PROTO_E*
+ * code (-ENOMEM for no scratch). */
+static int decode_blob(em_registry_t *r, em_msg_kind_t kind, const uint8_t *payload, size_t len,
+                       em_ingest_t *out) {
+  bool flight = kind == EM_MSG_FLIGHT;
+  if (len > (flight ? EM_FLIGHT_MAX_BYTES : EM_PROFILE_MAX_BYTES)) {
+    return EM_PROTO_ETOOBIG;
+  }
+  if (blob_scratch(r, flight ? em_flight_scratch_bytes(len) : em_profile_scratch_bytes(len)) != 0) {
+    return -ENOMEM;
+  }
+  out->msg.kind = kind;
+  return flight ? em_flight_decode(payload, len, &out->flight, r->blob_scratch, r->blob_scratch_len,
+                                   &out->error_offset)
+                : em_profile_decode(payload, len, &out->profile, r->blob_scratch,
+                                    r->blob_scratch_len, &out->error_offset);
 }
 
 /* Counts a rejected message and fills out. Caller holds the lock. */
@@ -358,8 +367,8 @@ int em_registry_ingest(em_registry_t *r, const char *topic, const uint8_t *paylo
   if (tc == TOPIC_CMD || len == 0) {
     goto done; /* Commands are for agents; an empty payload clears a retained message. */
   }
-  if (kind == EM_MSG_FLIGHT) {
-    out->rc = decode_flight(r, payload, len, out);
+  if (kind == EM_MSG_FLIGHT || kind == EM_MSG_PROFILE) {
+    out->rc = decode_blob(r, kind, payload, len, out);
   } else {
     out->rc = em_proto_decode(payload, len, &out->msg, r->scratch, EM_PROTO_SCRATCH_MAX,
                               &out->error_offset);
@@ -378,8 +387,8 @@ int em_registry_ingest(em_registry_t *r, const char *topic, const uint8_t *paylo
     goto done;
   }
   em_agg_device_t *d = device(r, out->device);
-  if (d && kind == EM_MSG_FLIGHT) {
-    d->flights++;
+  if (d && (kind == EM_MSG_FLIGHT || kind == EM_MSG_PROFILE)) {
+    *(kind == EM_MSG_FLIGHT ? &d->flights : &d->profiles) += 1;
   } else if (!d || em_dict_update(d->dev, &out->msg) != 0) {
     out->rc = -ENOMEM;
     goto done;

@@ -9,14 +9,15 @@
  * only this module writes them.
  *
  * Identity: a message is taken only from a topic that is exactly edgemon/v1/<device>/<kind>
- * (device 1..63 characters of [A-Za-z0-9_.:-], kind birth, data, state, status or flight, no
- * further level, no trailing slash); its payload's kind must be the topic's, and a birth's device
- * id the topic's. A flight recording (edgemon/flight.h) is decoded with em_flight_decode() into
- * em_ingest_t.flight, for the store; it changes nothing in the device's live view but its
- * last-heard time and its recording count. With the broker's ACL keeping a device to its own
- * topics, the topic is the identity the fleet can trust. Anything else is rejected before it
- * touches a device, and counted by reason (em_agg_stats_t.rejected). Topics under
- * edgemon/v1/<device>/cmd/ are commands for the agents: ignored, not counted.
+ * (device 1..63 characters of [A-Za-z0-9_.:-], kind birth, data, state, status, flight or
+ * profile, no further level, no trailing slash); its payload's kind must be the topic's, and a
+ * birth's device id the topic's. A flight recording (edgemon/flight.h) is decoded with
+ * em_flight_decode() into em_ingest_t.flight, a stack profile (edgemon/profile.h) with
+ * em_profile_decode() into em_ingest_t.profile, for the store; neither changes anything in the
+ * device's live view but its last-heard time and its recording or profile count. With the broker's
+ * ACL keeping a device to its own topics, the topic is the identity the fleet can trust. Anything
+ * else is rejected before it touches a device, and counted by reason (em_agg_stats_t.rejected).
+ * Topics under edgemon/v1/<device>/cmd/ are commands for the agents: ignored, not counted.
  *
  * Model: each device's current model identity is its dict record's (dict.h: from its birth, its
  * live state and live data messages; a state marked model_change changes the model only).
@@ -40,6 +41,7 @@
 #include <broker.h>
 #include <dict.h>
 #include <edgemon/flight.h>
+#include <edgemon/profile.h>
 #include <edgemon/proto.h>
 #include <histo.h>
 #include "identity.h"
@@ -78,7 +80,8 @@ typedef struct {
   uint32_t seq_session;
   uint32_t last_seq;
   uint64_t rebirths_asked;
-  uint64_t flights; /* Flight recordings received (decoded). */
+  uint64_t flights;  /* Flight recordings received (decoded). */
+  uint64_t profiles; /* Stack profiles received (decoded). */
 } em_agg_device_t;
 
 /* Why a message was rejected before it reached a device (em_agg_stats_t.rejected). */
@@ -141,8 +144,9 @@ typedef struct {
   uint64_t device_ttl_ns;   /* For /metrics only: the TTL em_registry_expire() is given. */
   size_t metrics_max_bytes; /* Cap of the /metrics text; 0: EM_METRICS_MAX_BYTES. */
   void *scratch;            /* Decode scratch (EM_PROTO_SCRATCH_MAX bytes), used under the lock. */
-  void *flight_scratch;     /* em_flight_decode()'s scratch, grown as needed (the MQTT thread). */
-  size_t flight_scratch_len;
+  void *blob_scratch;       /* em_flight_decode()'s and em_profile_decode()'s scratch, grown as
+                               needed (the MQTT thread). */
+  size_t blob_scratch_len;
   struct em_remote *remote; /* Remote write whose per-endpoint health /metrics shows (borrowed;
                                set before serving, freed after); NULL: none. */
 } em_registry_t;
@@ -155,10 +159,12 @@ typedef struct {
   size_t error_offset; /* For a decode error. */
   char device[EM_TOPIC_MAX_DEVICE + 1];
   em_msg_t msg;         /* The decoded message (points into the registry's scratch; valid
-                           until the next ingest). For a flight recording only msg.kind is set
-                           (EM_MSG_FLIGHT): the recording is `flight`. */
-  em_flight_t flight;   /* A decoded flight recording (points into the registry's flight
+                           until the next ingest). For a flight recording or a stack profile
+                           only msg.kind is set (EM_MSG_FLIGHT, EM_MSG_PROFILE): the message is
+                           `flight` or `profile`. */
+  em_flight_t flight;   /* A decoded flight recording (points into the registry's blob
                            scratch; valid until the next ingest). */
+  em_profile_t profile; /* A decoded stack profile, likewise. */
   em_agg_device_t *agg; /* The device, or NULL when rc != 0. */
   bool needs_rebirth;   /* Data without a birth for its session, first time this session. */
   uint32_t lost_now;    /* Messages this data message showed to be missing. */

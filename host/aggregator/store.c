@@ -49,7 +49,7 @@
 
 #include "buckets.h"
 #include "checkpoint.h"
-#include "flights.h"
+#include "forensics.h"
 #include "identity.h"
 #include "rollup.h"
 
@@ -66,7 +66,7 @@
 
 /* PRAGMA application_id of an edgemon store: "EDGM" as a big-endian int32. */
 #define EM_STORE_APP_ID       0x4544474d
-#define EM_STORE_USER_VERSION 7
+#define EM_STORE_USER_VERSION 8
 /* The oldest layout this aggregator still opens: version 2 gains data.session and data.seq
  * (ALTER TABLE, its old rows keep NULL there) and the unique index on them; versions 2 and 3
  * gain the unique index of level_changes (their repeated rows deleted first, the first kept). */
@@ -263,6 +263,21 @@ static const char schema_v7_sql[] =
     " id INTEGER PRIMARY KEY, name TEXT NOT NULL, version TEXT NOT NULL, labels TEXT NOT NULL,"
     " UNIQUE (name, version, labels));";
 
+/* Version 8: stack profiles (forensics.h), the CBOR as it came beside what the API lists. */
+static const char schema_v8_sql[] =
+    "CREATE TABLE IF NOT EXISTS profiles ("
+    " id INTEGER PRIMARY KEY, device INTEGER NOT NULL, session INTEGER NOT NULL,"
+    " number INTEGER NOT NULL, time_ns INTEGER NOT NULL, recv_ns INTEGER NOT NULL,"
+    " cause INTEGER NOT NULL, level INTEGER, prev_level INTEGER, rule TEXT, stage TEXT,"
+    " reason TEXT, start_mono_ns INTEGER NOT NULL, duration_ns INTEGER NOT NULL,"
+    " hz INTEGER NOT NULL, clock TEXT, samples INTEGER NOT NULL, lost INTEGER NOT NULL,"
+    " stages INTEGER NOT NULL, frames INTEGER NOT NULL, stacks INTEGER NOT NULL,"
+    " stacks_cut INTEGER NOT NULL, samples_cut INTEGER NOT NULL, historical INTEGER NOT NULL,"
+    " bytes INTEGER NOT NULL, cbor BLOB NOT NULL);"
+    "CREATE UNIQUE INDEX IF NOT EXISTS profiles_device_session_number"
+    " ON profiles(device, session, number);"
+    "CREATE INDEX IF NOT EXISTS profiles_device_time ON profiles(device, time_ns);";
+
 struct em_store {
   sqlite3 *db;
   sqlite3_stmt *st[ST_COUNT];
@@ -281,7 +296,7 @@ struct em_store {
   em_store_stats_t stats;
   em_ckpt_t *ckpt;
   em_rollup_t *rollup;
-  em_flights_t *flights;
+  em_forensics_t *forensics;
   char *wal_path;          /* PATH-wal */
   const char *device;      /* Device of the message being added (borrowed for the call). */
   uint64_t failed_untold;  /* Failures since em_store_take_failure() last reported. */
@@ -1038,9 +1053,11 @@ int em_store_add(em_store_t *s, const char *device, const em_device_t *dev, cons
   return rc < 0 && s->failed_passing > passing ? -EAGAIN : rc;
 }
 
-int em_store_add_flight(em_store_t *s, const char *device, const em_flight_t *f,
+/* Queues one forensic blob of `device`: the decoded flight recording or stack profile msg
+ * (by kind) read from cbor[0..len). */
+static int add_forensic(em_store_t *s, const char *device, em_forensic_kind_t kind, const void *msg,
                         const uint8_t *cbor, size_t len, uint64_t recv_ns) {
-  if (!s || !device || !*device || !f || !cbor || len == 0) {
+  if (!s || !device || !*device || !msg || !cbor || len == 0) {
     return -EINVAL;
   }
   s->device = device;
@@ -1055,23 +1072,35 @@ int em_store_add_flight(em_store_t *s, const char *device, const em_flight_t *f,
     rc = seen_flush(s, entry);
   }
   if (rc == 0) {
-    bool stored = false;
-    uint64_t dropped = 0;
-    int src = em_flights_add(s->flights, dev_id, f, cbor, len, recv_ns, s->opts.flight_max_bytes,
-                             &stored, &dropped);
+    em_forensics_result_t res;
+    bool flight = kind == EM_FORENSIC_FLIGHT;
+    int src = flight ? em_forensics_add_flight(s->forensics, dev_id, msg, cbor, len, recv_ns,
+                                               s->opts.flight_max_bytes, &res)
+                     : em_forensics_add_profile(s->forensics, dev_id, msg, cbor, len, recv_ns,
+                                                s->opts.profile_max_bytes, &res);
     if (src != SQLITE_OK) {
-      note_failure(s, "flights", src);
+      note_failure(s, flight ? "flights" : "profiles", src);
       rc = -EIO;
-    } else if (!stored) {
+    } else if (!res.stored) {
       s->stats.duplicates++;
     } else {
       s->stats.pending++;
-      s->stats.flights++;
-      s->stats.flights_dropped += dropped;
+      *(flight ? &s->stats.flights : &s->stats.profiles) += 1;
+      *(flight ? &s->stats.flights_dropped : &s->stats.profiles_dropped) += res.dropped;
     }
   }
   s->device = NULL;
   return rc < 0 && s->failed_passing > passing ? -EAGAIN : rc;
+}
+
+int em_store_add_flight(em_store_t *s, const char *device, const em_flight_t *f,
+                        const uint8_t *cbor, size_t len, uint64_t recv_ns) {
+  return add_forensic(s, device, EM_FORENSIC_FLIGHT, f, cbor, len, recv_ns);
+}
+
+int em_store_add_profile(em_store_t *s, const char *device, const em_profile_t *p,
+                         const uint8_t *cbor, size_t len, uint64_t recv_ns) {
+  return add_forensic(s, device, EM_FORENSIC_PROFILE, p, cbor, len, recv_ns);
 }
 
 int em_store_tick(em_store_t *s, uint64_t now_ns) {
@@ -1212,6 +1241,7 @@ static int em_store_prune(em_store_t *s, uint64_t now_real_ns) {
         " AND time_ns <= ?1 - 3600000000000",
         "DELETE FROM rollup_dirty WHERE device IN (SELECT id FROM devices) AND time_ns < ?1",
         "DELETE FROM flights WHERE device IN (SELECT id FROM devices) AND time_ns < ?1",
+        "DELETE FROM profiles WHERE device IN (SELECT id FROM devices) AND time_ns < ?1",
     };
     for (size_t i = 0; rc == 0 && i < sizeof(del) / sizeof(del[0]); i++) {
       rc = run_sql(s, del[i], 1, cut, 0);
@@ -1285,7 +1315,7 @@ void em_store_stats(const em_store_t *s, em_store_stats_t *out) {
 static void release(em_store_t *s) {
   em_ckpt_stop(s->ckpt);
   em_rollup_free(s->rollup);
-  em_flights_free(s->flights);
+  em_forensics_free(s->forensics);
   for (int i = 0; i < ST_COUNT; i++) {
     sqlite3_finalize(s->st[i]);
   }
@@ -1453,8 +1483,8 @@ static int check_and_create(em_store_t *s, char *err, size_t err_cap) {
    * (the maintenance rolls up the raw rows already there, em_store_rollup()). Version 5 -> 6:
    * the flights table, created empty by schema_sql. Versions 2 to 6 -> 7: the model columns of
    * devices, data and stage_windows and the level of data rows (NULL in the old rows: no model
-   * named, level not stored), and the models table, created empty by schema_sql. All in the
-   * schema's transaction. */
+   * named, level not stored), and the models table, created empty by schema_sql. Version 7 ->
+   * 8: the profiles table, created empty by schema_v8_sql. All in the schema's transaction. */
   static const char migrate_v2[] =
       "ALTER TABLE data ADD COLUMN session INTEGER;ALTER TABLE data ADD COLUMN seq INTEGER;";
   static const char migrate_v3[] =
@@ -1469,12 +1499,12 @@ static int check_and_create(em_store_t *s, char *err, size_t err_cap) {
     set_err(err, err_cap, "%s: cannot read the schema: %s", path, sqlite3_errmsg(s->db));
     return -EIO;
   }
-  char create[sizeof(schema_sql) + sizeof(schema_v7_sql) + sizeof(migrate_v2) + sizeof(migrate_v3) +
-              sizeof(migrate_v6) + 128];
+  char create[sizeof(schema_sql) + sizeof(schema_v7_sql) + sizeof(schema_v8_sql) +
+              sizeof(migrate_v2) + sizeof(migrate_v3) + sizeof(migrate_v6) + 128];
   snprintf(create, sizeof(create),
-           "BEGIN;%s%s%s%s%sPRAGMA application_id=%d;PRAGMA user_version=%d;COMMIT",
+           "BEGIN;%s%s%s%s%s%sPRAGMA application_id=%d;PRAGMA user_version=%d;COMMIT",
            from_v2 ? migrate_v2 : "", from_v3 ? migrate_v3 : "", from_v6 ? migrate_v6 : "",
-           schema_sql, schema_v7_sql, EM_STORE_APP_ID, EM_STORE_USER_VERSION);
+           schema_sql, schema_v7_sql, schema_v8_sql, EM_STORE_APP_ID, EM_STORE_USER_VERSION);
   if (sqlite3_exec(s->db, create, NULL, NULL, &msg) != SQLITE_OK) {
     set_err(err, err_cap, "%s: cannot create the schema: %s", path,
             msg ? msg : sqlite3_errmsg(s->db));
@@ -1588,8 +1618,8 @@ int em_store_open(em_store_t **out, const em_store_opts_t *opts, em_store_report
     release(s);
     return -EIO;
   }
-  if (em_flights_new(&s->flights, s->db) != SQLITE_OK) {
-    set_err(err, err_cap, "%s: cannot prepare the flights table: %s", s->path,
+  if (em_forensics_new(&s->forensics, s->db) != SQLITE_OK) {
+    set_err(err, err_cap, "%s: cannot prepare the flights and profiles tables: %s", s->path,
             sqlite3_errmsg(s->db));
     release(s);
     return -EIO;

@@ -1,6 +1,7 @@
 /*
  * store.h - the aggregator's history in SQLite: devices, metric samples, per-stage latency
- * windows with their histogram buckets, level changes, and flight recordings (flights.h).
+ * windows with their histogram buckets, level changes, flight recordings and stack
+ * profiles (forensics.h).
  *
  * Writes are batched: em_store_add() queues rows into an open transaction that commits every
  * batch_ms or batch_rows rows (em_store_tick()), or when the caller asks (em_store_flush(): the
@@ -29,6 +30,7 @@
 
 #include <dict.h>
 #include <edgemon/flight.h>
+#include <edgemon/profile.h>
 #include <edgemon/proto.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -47,8 +49,11 @@ typedef struct {
    * one device's step a pass (tests). A pass always rolls at least one step. */
   int32_t rollup_budget_ms;
   /* Encoded bytes of flight recordings kept per device, the oldest deleted first; 0:
-   * EM_FLIGHTS_DEFAULT_MAX_BYTES (flights.h). */
+   * EM_FLIGHTS_DEFAULT_MAX_BYTES (forensics.h). */
   uint64_t flight_max_bytes;
+  /* Encoded bytes of stack profiles kept per device, the oldest deleted first; 0:
+   * EM_PROFILES_DEFAULT_MAX_BYTES (forensics.h). */
+  uint64_t profile_max_bytes;
 } em_store_opts_t;
 
 typedef struct {
@@ -83,7 +88,7 @@ int em_store_add(em_store_t *s, const char *device, const em_device_t *dev, cons
 
 /*
  * Queues one flight recording of `device`: f as em_flight_decode() read it from cbor[0..len),
- * which is stored as it came (flights.h). A recording whose (device, session, number) is
+ * which is stored as it came (forensics.h). A recording whose (device, session, number) is
  * stored already writes nothing and is counted (em_store_stats_t.duplicates); a new one may
  * delete the device's oldest recordings to keep it within opts.flight_max_bytes. Retention
  * (em_store_retain()) deletes recordings whose time is older than retention_s. Returns 0,
@@ -91,6 +96,17 @@ int em_store_add(em_store_t *s, const char *device, const em_device_t *dev, cons
  */
 int em_store_add_flight(em_store_t *s, const char *device, const em_flight_t *f,
                         const uint8_t *cbor, size_t len, uint64_t recv_ns);
+
+/*
+ * Queues one stack profile of `device`: p as em_profile_decode() read it from cbor[0..len),
+ * which is stored as it came (forensics.h), with em_store_add_flight()'s rules: a profile
+ * whose (device, session, number) is stored already writes nothing and is counted as a
+ * duplicate, a new one may delete the device's oldest profiles to keep it within
+ * opts.profile_max_bytes, retention deletes profiles whose time is older than retention_s.
+ * Returns 0, -EAGAIN, -EIO or -EINVAL as em_store_add_flight() does.
+ */
+int em_store_add_profile(em_store_t *s, const char *device, const em_profile_t *p,
+                         const uint8_t *cbor, size_t len, uint64_t recv_ns);
 
 /* Commits the open batch when batch_ms passed since it began or batch_rows are pending.
  * now_ns is CLOCK_MONOTONIC. Unless opts.rollup_manual, also runs a rollup pass
@@ -152,6 +168,8 @@ typedef struct {
   uint64_t rollup_bad_rows;  /* Raw rows they left out as malformed. */
   uint64_t flights;          /* Flight recordings stored (not counting duplicates). */
   uint64_t flights_dropped;  /* Recordings deleted to keep a device within flight_max_bytes. */
+  uint64_t profiles;         /* Stack profiles stored (not counting duplicates). */
+  uint64_t profiles_dropped; /* Profiles deleted to keep a device within profile_max_bytes. */
 } em_store_stats_t;
 
 void em_store_stats(const em_store_t *s, em_store_stats_t *out);

@@ -1,5 +1,5 @@
 /*
- * test_agg_flights.c - flight recordings in the aggregator's store (host/aggregator/flights.c
+ * test_agg_flights.c - flight recordings in the aggregator's store (host/aggregator/forensics.c
  * through em_store_add_flight()) against a real SQLite database in a temporary directory: the
  * row's summary columns and its CBOR as given, a replay (same device, session and number, live
  * or historical) stored once and counted as a duplicate, retention by the recording's time, and
@@ -132,7 +132,7 @@ static void flights_row_holds_the_summary_and_the_cbor(void **state) {
   make(&r, 42, 0, T0_NS);
   add(s, "dev-1", &r);
   assert_int_equal(em_store_flush(s), 0);
-  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 7);
+  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 8);
   assert_int_equal(count(f), 1);
   char sql[2 * sizeof(r.buf) + 200];
   int n = snprintf(
