@@ -1,0 +1,359 @@
+/*
+ * test_agg_profiles.c - stack profiles in the aggregator's store (host/aggregator/forensics.c
+ * through em_store_add_profile()) and their list (forensic_api.c) against a real SQLite
+ * database in a temporary directory: the row's summary columns and its CBOR as given, a replay
+ * (same device, session and number, live or historical) stored once and counted as a
+ * duplicate, retention by the profile's time, the per-device byte bound keeping the newest, a
+ * version 7 store migrated at open, and the link between a flight recording and a profile of
+ * the same session and cause within 1 s, both ways. Rows are read through an independent
+ * connection (store_query.h), so only committed rows count.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "forensic_api.h"
+#include "history.h"
+#include "store.h"
+#include "store_query.h"
+
+#include <edgemon/flight.h>
+#include <edgemon/profile.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define T0_NS 1700000000000000000ull
+#define S_NS  1000000000ull
+
+typedef struct {
+  char dir[256];
+  char path[300];
+} fixture_t;
+
+static int setup(void **state) {
+  fixture_t *f = calloc(1, sizeof(*f));
+  assert_non_null(f);
+  snprintf(f->dir, sizeof(f->dir), "/tmp/em-profiles-test-XXXXXX");
+  assert_non_null(mkdtemp(f->dir));
+  snprintf(f->path, sizeof(f->path), "%s/history.db", f->dir);
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture_t *f = *state;
+  static const char *const suffix[] = {"", "-wal", "-shm"};
+  for (size_t i = 0; i < 3; i++) {
+    char p[400];
+    snprintf(p, sizeof(p), "%s%s", f->path, suffix[i]);
+    unlink(p);
+  }
+  rmdir(f->dir);
+  free(f);
+  return 0;
+}
+
+static em_store_t *open_store(const fixture_t *f, uint64_t retention_s, uint64_t max_bytes) {
+  em_store_opts_t o = {.path = f->path,
+                       .batch_ms = 1000,
+                       .batch_rows = 1000,
+                       .rollup_manual = true,
+                       .retention_s = retention_s,
+                       .profile_max_bytes = max_bytes};
+  em_store_t *s = NULL;
+  char err[512];
+  if (em_store_open(&s, &o, NULL, err, sizeof(err)) != 0) {
+    fail_msg("em_store_open: %s", err);
+  }
+  return s;
+}
+
+/* A small profile: 2 stages, 3 frames, 2 stacks, a cut. */
+typedef struct {
+  uint8_t buf[4096];
+  size_t len;
+  em_profile_t p;
+} prof_t;
+
+static const char *const stages[] = {"pre", "infer"};
+static const em_profile_frame_t frames[] = {
+    {"main", "app", EM_FRAME_NATIVE},
+    {"conv2d", "libtorch.so", EM_FRAME_NATIVE},
+    {"do_syscall_64", NULL, EM_FRAME_KERNEL},
+};
+static const uint32_t path_a[] = {0, 1};
+static const uint32_t path_b[] = {0, 2};
+static const em_profile_stack_t stacks[] = {
+    {.frames = path_a, .n_frames = 2, .samples = 150, .stage = 1},
+    {.frames = path_b, .n_frames = 2, .samples = 30, .off_cpu_ns = 5000000, .stage = 0},
+};
+
+static void make(prof_t *r, uint32_t session, uint32_t number, uint64_t time_ns,
+                 em_profile_cause_t cause) {
+  memset(r, 0, sizeof(*r));
+  bool esc = cause == EM_PROFILE_ESCALATION;
+  r->p = (em_profile_t){
+      .head = {.time_ns = time_ns, .session = session},
+      .number = number,
+      .trigger = {.cause = cause,
+                  .level = EM_LEVEL_DEGRADED,
+                  .prev_level = esc ? EM_LEVEL_NOMINAL : EM_LEVEL_NONE,
+                  .rule = esc ? "infer.p99" : NULL,
+                  .stage = esc ? "infer" : NULL,
+                  .reason = "p99 over budget"},
+      .start_mono_ns = 950 * S_NS,
+      .duration_ns = 2 * S_NS,
+      .hz = 99,
+      .clock = "cpu-clock",
+      .samples = 190,
+      .lost = 3,
+      .stages = stages,
+      .n_stages = 2,
+      .frames = frames,
+      .n_frames = 3,
+      .stacks = stacks,
+      .n_stacks = 2,
+      .truncated = {.stacks_cut = 4, .samples_cut = 10},
+  };
+  assert_int_equal(em_profile_encode(&r->p, r->buf, sizeof(r->buf), &r->len), 0);
+}
+
+static void add(em_store_t *s, const char *device, const prof_t *r) {
+  assert_int_equal(em_store_add_profile(s, device, &r->p, r->buf, r->len, T0_NS), 0);
+}
+
+static int64_t count(const fixture_t *f) {
+  return q_int(f->path, "SELECT count(*) FROM profiles");
+}
+
+static void profiles_row_holds_the_summary_and_the_cbor(void **state) {
+  fixture_t *f = *state;
+  em_store_t *s = open_store(f, 0, 0);
+  prof_t r;
+  make(&r, 42, 0, T0_NS, EM_PROFILE_ESCALATION);
+  add(s, "dev-1", &r);
+  assert_int_equal(em_store_flush(s), 0);
+  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 8);
+  assert_int_equal(count(f), 1);
+  char sql[2 * sizeof(r.buf) + 400];
+  int n =
+      snprintf(sql, sizeof(sql),
+               "SELECT count(*) FROM profiles p JOIN devices d ON d.id = p.device WHERE "
+               "d.name = 'dev-1' AND p.session = 42 AND p.number = 0 AND p.time_ns = %llu AND "
+               "p.recv_ns = %llu AND p.cause = 0 AND p.level = 2 AND p.prev_level = 0 AND "
+               "p.rule = 'infer.p99' AND p.stage = 'infer' AND p.reason = 'p99 over budget' AND "
+               "p.start_mono_ns = 950000000000 AND p.duration_ns = 2000000000 AND p.hz = 99 AND "
+               "p.clock = 'cpu-clock' AND p.samples = 190 AND p.lost = 3 AND p.stages = 2 AND "
+               "p.frames = 3 AND p.stacks = 2 AND p.stacks_cut = 4 AND p.samples_cut = 10 AND "
+               "p.historical = 0 AND p.bytes = %zu AND cbor = x'",
+               (unsigned long long)T0_NS, (unsigned long long)T0_NS, r.len);
+  for (size_t i = 0; i < r.len; i++) {
+    n += snprintf(sql + n, sizeof(sql) - (size_t)n, "%02x", r.buf[i]);
+  }
+  snprintf(sql + n, sizeof(sql) - (size_t)n, "'");
+  assert_int_equal(q_int(f->path, sql), 1);
+  em_store_stats_t st;
+  em_store_stats(s, &st);
+  assert_int_equal(st.profiles, 1);
+  assert_int_equal(st.flights, 0);
+  assert_int_equal(em_store_close(s), 0);
+}
+
+static void profiles_replay_is_stored_once(void **state) {
+  fixture_t *f = *state;
+  em_store_t *s = open_store(f, 0, 0);
+  prof_t r;
+  make(&r, 42, 0, T0_NS, EM_PROFILE_ESCALATION);
+  add(s, "dev-1", &r);
+  add(s, "dev-1", &r); /* A QoS 1 redelivery. */
+  prof_t h;
+  make(&h, 42, 0, T0_NS, EM_PROFILE_ESCALATION);
+  assert_int_equal(em_profile_mark_historical(r.buf, r.len, h.buf, sizeof(h.buf), &h.len), 0);
+  add(s, "dev-1", &h); /* The spool's replay. */
+  assert_int_equal(em_store_flush(s), 0);
+  prof_t other;
+  make(&other, 42, 1, T0_NS + S_NS, EM_PROFILE_COMMAND);
+  add(s, "dev-1", &other);
+  add(s, "dev-1", &r); /* A later batch: still a duplicate. */
+  add(s, "dev-2", &r); /* Same session and number, another device: its own. */
+  assert_int_equal(em_store_flush(s), 0);
+  assert_int_equal(count(f), 3);
+  assert_int_equal(q_int(f->path, "SELECT sum(historical) FROM profiles"), 0);
+  em_store_stats_t st;
+  em_store_stats(s, &st);
+  assert_int_equal(st.duplicates, 3);
+  assert_int_equal(st.profiles, 3);
+  assert_int_equal(em_store_close(s), 0);
+}
+
+static void profiles_retention_deletes_old_profiles(void **state) {
+  fixture_t *f = *state;
+  em_store_t *s = open_store(f, 3600, 0);
+  prof_t old, fresh;
+  make(&old, 1, 0, T0_NS - 7200 * S_NS, EM_PROFILE_ESCALATION);
+  make(&fresh, 1, 1, T0_NS - 60 * S_NS, EM_PROFILE_ESCALATION);
+  add(s, "dev-1", &old);
+  add(s, "dev-1", &fresh);
+  assert_int_equal(em_store_retain(s, T0_NS), 0);
+  assert_int_equal(count(f), 1);
+  assert_int_equal(q_int(f->path, "SELECT number FROM profiles"), 1);
+  assert_int_equal(em_store_close(s), 0);
+}
+
+static void profiles_byte_cap_keeps_the_newest_per_device(void **state) {
+  fixture_t *f = *state;
+  prof_t r;
+  make(&r, 1, 0, T0_NS, EM_PROFILE_ESCALATION);
+  em_store_t *s = open_store(f, 0, r.len * 2 + r.len / 2);
+  for (uint32_t i = 0; i < 4; i++) {
+    prof_t x;
+    make(&x, 1, i, T0_NS + i * S_NS, EM_PROFILE_ESCALATION);
+    add(s, "dev-1", &x);
+  }
+  add(s, "dev-2", &r); /* Another device's bytes do not count against dev-1. */
+  assert_int_equal(em_store_flush(s), 0);
+  assert_int_equal(count(f), 3);
+  assert_int_equal(q_int(f->path, "SELECT min(number) FROM profiles p JOIN devices d ON "
+                                  "d.id = p.device WHERE d.name = 'dev-1'"),
+                   2);
+  em_store_stats_t st;
+  em_store_stats(s, &st);
+  assert_int_equal(st.profiles_dropped, 2);
+  assert_int_equal(st.flights_dropped, 0);
+  assert_int_equal(em_store_close(s), 0);
+}
+
+/* A version 7 store (no profiles table) opens as version 8 with its rows kept and takes
+ * profiles. */
+static void profiles_version_7_store_migrates_at_open(void **state) {
+  fixture_t *f = *state;
+  assert_int_equal(em_store_close(open_store(f, 0, 0)), 0);
+  sqlite3 *db = NULL;
+  assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
+  assert_int_equal(sqlite3_exec(db,
+                                "DROP TABLE profiles;INSERT INTO devices(id, name) "
+                                "VALUES(1, 'dev-1');PRAGMA user_version=7",
+                                NULL, NULL, NULL),
+                   SQLITE_OK);
+  sqlite3_close(db);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM sqlite_master WHERE name = 'profiles'"), 0);
+  em_store_t *s = open_store(f, 0, 0);
+  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 8);
+  prof_t r;
+  make(&r, 42, 0, T0_NS, EM_PROFILE_ESCALATION);
+  add(s, "dev-1", &r);
+  assert_int_equal(em_store_close(s), 0);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM profiles WHERE device = 1"), 1);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM sqlite_master WHERE name IN "
+                                  "('profiles_device_session_number', 'profiles_device_time')"),
+                   2);
+}
+
+/* A flight recording of `session`/`number` at time_ns with `cause`, encoded into buf. */
+static void add_flight(em_store_t *s, uint32_t session, uint32_t number, uint64_t time_ns,
+                       em_flight_cause_t cause) {
+  static const em_flight_span_t span = {.stage = 0, .frame_id = 1, .duration_ns = 1000};
+  em_flight_t fl = {.head = {.time_ns = time_ns, .session = session},
+                    .number = number,
+                    .trigger = {.cause = cause, .level = EM_LEVEL_DEGRADED},
+                    .pre_ns = S_NS,
+                    .post_ns = S_NS,
+                    .period_ns = S_NS / 10,
+                    .stages = stages,
+                    .n_stages = 2,
+                    .spans = &span,
+                    .n_spans = 1};
+  uint8_t buf[1024];
+  size_t len = 0;
+  assert_int_equal(em_flight_encode(&fl, buf, sizeof(buf), &len), 0);
+  assert_int_equal(em_store_add_flight(s, "dev-1", &fl, buf, len, T0_NS), 0);
+}
+
+/* The list of kind's blobs of dev-1 (a JSON text the caller frees). */
+static char *list(const fixture_t *f, em_forensic_kind_t kind) {
+  em_history_t *h = NULL;
+  char err[256];
+  assert_int_equal(em_history_open(&h, f->path, err, sizeof(err)), 0);
+  em_forensic_reply_t r = {0, NULL, 0, NULL};
+  em_forensic_api_list(h, kind, "dev-1", NULL, 0, &r);
+  em_history_close(h);
+  assert_int_equal(r.status, 200);
+  assert_non_null(r.body);
+  return r.body;
+}
+
+/* The text of the entry whose key is `key` in a list body, up to the next entry. */
+static const char *entry(const char *body, const char *key, char *out, size_t cap) {
+  char pat[64];
+  snprintf(pat, sizeof(pat), "{\"key\":\"%s\"", key);
+  const char *p = strstr(body, pat);
+  assert_non_null(p);
+  const char *end = strstr(p + 1, "{\"key\":");
+  size_t n = end ? (size_t)(end - p) : strlen(p);
+  snprintf(out, cap, "%.*s", (int)n, p);
+  return out;
+}
+
+/* Linked: same device, session and cause, times within 1 s (the nearest wins). Not linked:
+ * 1.5 s apart, another cause, another session. */
+static void profiles_link_flights_of_the_same_event_both_ways(void **state) {
+  fixture_t *f = *state;
+  em_store_t *s = open_store(f, 0, 0);
+  prof_t p[5];
+  make(&p[0], 42, 0, T0_NS + S_NS / 2, EM_PROFILE_ESCALATION);         /* 0.5 s after 42-0 */
+  make(&p[1], 42, 1, T0_NS + S_NS / 4, EM_PROFILE_ESCALATION);         /* nearer to 42-0 */
+  make(&p[2], 42, 2, T0_NS + 10 * S_NS + S_NS, EM_PROFILE_ESCALATION); /* exactly 1 s */
+  make(&p[3], 42, 3, T0_NS + 20 * S_NS, EM_PROFILE_COMMAND);           /* other cause */
+  make(&p[4], 43, 0, T0_NS + 30 * S_NS, EM_PROFILE_ESCALATION);        /* other session */
+  for (int i = 0; i < 5; i++) {
+    add(s, "dev-1", &p[i]);
+  }
+  add_flight(s, 42, 0, T0_NS, EM_FLIGHT_ESCALATION);
+  add_flight(s, 42, 1, T0_NS + 10 * S_NS, EM_FLIGHT_ESCALATION);
+  add_flight(s, 42, 2, T0_NS + 20 * S_NS, EM_FLIGHT_ESCALATION);
+  add_flight(s, 42, 3, T0_NS + 30 * S_NS, EM_FLIGHT_ESCALATION);
+  add_flight(s, 42, 4, T0_NS + 40 * S_NS + S_NS + S_NS / 2, EM_FLIGHT_COMMAND);
+  assert_int_equal(em_store_close(s), 0);
+
+  char e[2048];
+  char *fl = list(f, EM_FORENSIC_FLIGHT);
+  assert_non_null(strstr(entry(fl, "42-0", e, sizeof(e)), "\"profile\":\"42-1\","));
+  assert_non_null(strstr(entry(fl, "42-1", e, sizeof(e)), "\"profile\":\"42-2\","));
+  assert_non_null(strstr(entry(fl, "42-2", e, sizeof(e)), "\"profile\":null,"));
+  assert_non_null(strstr(entry(fl, "42-3", e, sizeof(e)), "\"profile\":null,"));
+  assert_non_null(strstr(entry(fl, "42-4", e, sizeof(e)), "\"profile\":null,"));
+  free(fl);
+  char *pr = list(f, EM_FORENSIC_PROFILE);
+  assert_non_null(strstr(pr, "{\"device\":\"dev-1\",\"profiles\":[{\"key\":\"43-0\""));
+  assert_non_null(strstr(entry(pr, "42-0", e, sizeof(e)), "\"flight\":\"42-0\","));
+  assert_non_null(strstr(entry(pr, "42-1", e, sizeof(e)), "\"flight\":\"42-0\","));
+  assert_non_null(strstr(entry(pr, "42-2", e, sizeof(e)), "\"flight\":\"42-1\","));
+  assert_non_null(strstr(entry(pr, "42-3", e, sizeof(e)), "\"flight\":null,"));
+  assert_non_null(strstr(entry(pr, "43-0", e, sizeof(e)), "\"flight\":null,"));
+  assert_non_null(
+      strstr(entry(pr, "42-0", e, sizeof(e)),
+             "\"truncated\":{\"stacks_cut\":4,\"samples_cut\":10},\"historical\":false"));
+  assert_non_null(
+      strstr(entry(pr, "42-0", e, sizeof(e)), "\"url\":\"/api/devices/dev-1/profiles/42-0\"}"));
+  free(pr);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(profiles_row_holds_the_summary_and_the_cbor, setup, teardown),
+      cmocka_unit_test_setup_teardown(profiles_replay_is_stored_once, setup, teardown),
+      cmocka_unit_test_setup_teardown(profiles_retention_deletes_old_profiles, setup, teardown),
+      cmocka_unit_test_setup_teardown(profiles_byte_cap_keeps_the_newest_per_device, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(profiles_version_7_store_migrates_at_open, setup, teardown),
+      cmocka_unit_test_setup_teardown(profiles_link_flights_of_the_same_event_both_ways, setup,
+                                      teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
