@@ -1,8 +1,9 @@
 /*
  * wire.c - packing, unpacking and validation of the board-local binary records: the span
- * datagram v1 and the model datagram v2 (client -> agent), the level push datagram v1 and the
- * state page v1 (agent -> clients). proto/WIRE.md is the normative description of every byte; this
- * file implements exactly that document and nothing more.
+ * datagram v1, the model datagram v2 and the Python stacks datagram v2 (client -> agent), the
+ * level push datagram v1, the state page v1 and the profile request page v1 (agent -> clients).
+ * proto/WIRE.md is the normative description of every byte; this file implements exactly that
+ * document and nothing more.
  *
  * What it owns: nothing. Every buffer is the caller's, nothing allocates, there is no global
  * state. Every multi-byte field is packed and unpacked with explicit little-endian byte shifts
@@ -563,4 +564,296 @@ int em_state_page_read(const uint8_t *page, em_state_record_t *out, uint32_t *se
     return 0;
   }
   return EM_PROTO_EBUSY;
+}
+
+/* ---- Profile request page v1 (64 bytes) ---- */
+
+#define PPAGE_OFF_MAGIC    0u
+#define PPAGE_OFF_VERSION  4u
+#define PPAGE_OFF_SIZE     6u
+#define PPAGE_OFF_WINDOW   8u
+#define PPAGE_OFF_HZ       12u
+#define PPAGE_OFF_START    16u
+#define PPAGE_OFF_END      24u
+#define PPAGE_OFF_RESERVED 32u /* To the end. */
+#define PPAGE_MAX_HZ       1000u
+
+static const uint8_t ppage_magic[4] = {0x45, 0x4D, 0x50, 0x52}; /* "EMPR" */
+
+static bool ppage_fields_valid(const em_profile_page_t *p) {
+  return p->hz >= 1 && p->hz <= PPAGE_MAX_HZ && p->end_ns >= p->start_ns;
+}
+
+int em_profile_page_pack(const em_profile_page_t *p, uint8_t out[EM_PROFILE_PAGE_BYTES]) {
+  if (p == NULL || out == NULL) {
+    return EM_PROTO_EINVAL;
+  }
+  if (!ppage_fields_valid(p)) {
+    return EM_PROTO_ERANGE;
+  }
+  memset(out, 0, EM_PROFILE_PAGE_BYTES);
+  memcpy(out + PPAGE_OFF_MAGIC, ppage_magic, sizeof ppage_magic);
+  put_le16(out + PPAGE_OFF_VERSION, EM_PROFILE_PAGE_VERSION);
+  put_le16(out + PPAGE_OFF_SIZE, EM_PROFILE_PAGE_BYTES);
+  put_le32(out + PPAGE_OFF_WINDOW, p->window);
+  put_le32(out + PPAGE_OFF_HZ, p->hz);
+  put_le64(out + PPAGE_OFF_START, p->start_ns);
+  put_le64(out + PPAGE_OFF_END, p->end_ns);
+  return 0;
+}
+
+int em_profile_page_unpack(const uint8_t *buf, size_t len, em_profile_page_t *out) {
+  if (buf == NULL || out == NULL) {
+    return EM_PROTO_EINVAL;
+  }
+  if (len != EM_PROFILE_PAGE_BYTES) {
+    return EM_PROTO_ESIZE;
+  }
+  if (memcmp(buf + PPAGE_OFF_MAGIC, ppage_magic, sizeof ppage_magic) != 0) {
+    return EM_PROTO_EMAGIC;
+  }
+  if (get_le16(buf + PPAGE_OFF_VERSION) != EM_PROFILE_PAGE_VERSION) {
+    return EM_PROTO_EVERSION;
+  }
+  em_profile_page_t p = {.window = get_le32(buf + PPAGE_OFF_WINDOW),
+                         .hz = get_le32(buf + PPAGE_OFF_HZ),
+                         .start_ns = get_le64(buf + PPAGE_OFF_START),
+                         .end_ns = get_le64(buf + PPAGE_OFF_END)};
+  if (get_le16(buf + PPAGE_OFF_SIZE) != EM_PROFILE_PAGE_BYTES || !ppage_fields_valid(&p) ||
+      check_padding(buf + PPAGE_OFF_RESERVED, 0, EM_PROFILE_PAGE_BYTES - PPAGE_OFF_RESERVED) != 0) {
+    return EM_PROTO_ERANGE;
+  }
+  *out = p;
+  return 0;
+}
+
+/* ---- Python stacks datagram v2 (32..65507 bytes) ---- */
+
+#define PYS_OFF_PID       4u
+#define PYS_OFF_WINDOW    8u
+#define PYS_OFF_CUT       12u
+#define PYS_OFF_N_STRINGS 16u
+#define PYS_OFF_N_SAMPLES 18u
+#define PYS_OFF_STR_BYTES 20u
+#define PYS_OFF_RESERVED  24u /* 8 bytes */
+
+/*
+ * True when s[0..n) is a frame text: 1..255 bytes of well-formed UTF-8 (shortest forms, no
+ * surrogates, at most U+10FFFF) with no control character (below 0x20, or 0x7f).
+ */
+static bool frame_text_valid(const uint8_t *s, size_t n) {
+  if (n == 0 || n > EM_PYSTACKS_MAX_STRING_BYTES) {
+    return false;
+  }
+  size_t i = 0;
+  while (i < n) {
+    uint8_t c = s[i];
+    if (c < 0x80u) {
+      if (c < 0x20u || c == 0x7fu) {
+        return false;
+      }
+      i++;
+      continue;
+    }
+    size_t more;
+    uint32_t cp, min;
+    if ((c & 0xE0u) == 0xC0u) {
+      more = 1, cp = c & 0x1Fu, min = 0x80u;
+    } else if ((c & 0xF0u) == 0xE0u) {
+      more = 2, cp = c & 0x0Fu, min = 0x800u;
+    } else if ((c & 0xF8u) == 0xF0u) {
+      more = 3, cp = c & 0x07u, min = 0x10000u;
+    } else {
+      return false;
+    }
+    if (n - i - 1 < more) {
+      return false;
+    }
+    for (size_t k = 1; k <= more; k++) {
+      if ((s[i + k] & 0xC0u) != 0x80u) {
+        return false;
+      }
+      cp = (cp << 6) | (s[i + k] & 0x3Fu);
+    }
+    if (cp < min || cp > 0x10FFFFu || (cp >= 0xD800u && cp <= 0xDFFFu)) {
+      return false;
+    }
+    i += more + 1;
+  }
+  return true;
+}
+
+int em_pystacks_pack(uint32_t pid, uint32_t window, uint32_t samples_cut,
+                     const char *const *strings, size_t n_strings, const em_pysample_t *samples,
+                     size_t n_samples, uint8_t *out, size_t cap, size_t *out_len) {
+  if (out_len == NULL || (n_strings && strings == NULL) || (n_samples && samples == NULL) ||
+      (cap && out == NULL)) {
+    return EM_PROTO_EINVAL;
+  }
+  if (n_strings > EM_PYSTACKS_MAX_STRINGS || n_samples > UINT16_MAX) {
+    return EM_PROTO_ELIMIT;
+  }
+  size_t str_bytes = 0;
+  for (size_t i = 0; i < n_strings; i++) {
+    size_t n = strings[i] ? strlen(strings[i]) : 0;
+    if (!frame_text_valid((const uint8_t *)strings[i], n)) {
+      return EM_PROTO_ESTRING;
+    }
+    str_bytes += 1 + n;
+  }
+  size_t need = EM_PYSTACKS_HEADER_BYTES + str_bytes;
+  for (size_t i = 0; i < n_samples; i++) {
+    const em_pysample_t *s = &samples[i];
+    if (s->depth == 0 || s->depth > EM_PYSTACKS_MAX_DEPTH) {
+      return EM_PROTO_ERANGE;
+    }
+    for (size_t k = 0; k < s->depth; k++) {
+      if (s->frames[k] >= n_strings) {
+        return EM_PROTO_ERANGE;
+      }
+    }
+    need += EM_PYSTACKS_SAMPLE_HEAD_BYTES + 2u * s->depth;
+  }
+  *out_len = need;
+  if (need > EM_PYSTACKS_MAX_BYTES) {
+    return EM_PROTO_ETOOBIG;
+  }
+  if (need > cap) {
+    return EM_PROTO_ENOSPACE;
+  }
+  memset(out, 0, EM_PYSTACKS_HEADER_BYTES);
+  out[SPAN_OFF_MAGIC0] = EM_WIRE_MAGIC0;
+  out[SPAN_OFF_MAGIC1] = EM_WIRE_MAGIC1;
+  out[SPAN_OFF_VERSION] = EM_PYSTACKS_VERSION;
+  out[SPAN_OFF_KIND] = EM_DGRAM_PYSTACKS;
+  put_le32(out + PYS_OFF_PID, pid);
+  put_le32(out + PYS_OFF_WINDOW, window);
+  put_le32(out + PYS_OFF_CUT, samples_cut);
+  put_le16(out + PYS_OFF_N_STRINGS, (uint16_t)n_strings);
+  put_le16(out + PYS_OFF_N_SAMPLES, (uint16_t)n_samples);
+  put_le32(out + PYS_OFF_STR_BYTES, (uint32_t)str_bytes);
+  uint8_t *p = out + EM_PYSTACKS_HEADER_BYTES;
+  for (size_t i = 0; i < n_strings; i++) {
+    size_t n = strlen(strings[i]);
+    *p++ = (uint8_t)n;
+    memcpy(p, strings[i], n);
+    p += n;
+  }
+  for (size_t i = 0; i < n_samples; i++) {
+    const em_pysample_t *s = &samples[i];
+    put_le32(p, s->tid);
+    put_le64(p + 4, s->time_ns);
+    put_le16(p + 12, s->depth);
+    p += EM_PYSTACKS_SAMPLE_HEAD_BYTES;
+    for (size_t k = 0; k < s->depth; k++, p += 2) {
+      put_le16(p, s->frames[k]);
+    }
+  }
+  return 0;
+}
+
+/*
+ * Unpacks in WIRE.md's order: the header, then the string table walked by its length bytes
+ * (it must end exactly at the header's strings_bytes), then every sample walked and checked
+ * (they must end exactly at len). Nothing is read past len; *out is written only on success.
+ */
+int em_pystacks_unpack(const uint8_t *buf, size_t len, em_pystacks_t *out) {
+  if (buf == NULL || out == NULL) {
+    return EM_PROTO_EINVAL;
+  }
+  if (len < EM_PYSTACKS_HEADER_BYTES || len > EM_PYSTACKS_MAX_BYTES) {
+    return EM_PROTO_ESIZE;
+  }
+  if (buf[SPAN_OFF_MAGIC0] != EM_WIRE_MAGIC0 || buf[SPAN_OFF_MAGIC1] != EM_WIRE_MAGIC1) {
+    return EM_PROTO_EMAGIC;
+  }
+  if (buf[SPAN_OFF_VERSION] != EM_PYSTACKS_VERSION) {
+    return EM_PROTO_EVERSION;
+  }
+  if (buf[SPAN_OFF_KIND] != EM_DGRAM_PYSTACKS) {
+    return EM_PROTO_EKIND;
+  }
+  if (check_padding(buf + PYS_OFF_RESERVED, 0, 8) != 0) {
+    return EM_PROTO_ERANGE;
+  }
+  uint16_t n_strings = get_le16(buf + PYS_OFF_N_STRINGS);
+  uint16_t n_samples = get_le16(buf + PYS_OFF_N_SAMPLES);
+  uint32_t str_bytes = get_le32(buf + PYS_OFF_STR_BYTES);
+  if (n_strings > EM_PYSTACKS_MAX_STRINGS) {
+    return EM_PROTO_ELIMIT;
+  }
+  if (str_bytes > len - EM_PYSTACKS_HEADER_BYTES) {
+    return EM_PROTO_ESIZE;
+  }
+  size_t str_end = EM_PYSTACKS_HEADER_BYTES + (size_t)str_bytes;
+  size_t off = EM_PYSTACKS_HEADER_BYTES;
+  for (uint16_t i = 0; i < n_strings; i++) {
+    if (off >= str_end || buf[off] > str_end - off - 1) {
+      return EM_PROTO_ESIZE;
+    }
+    if (!frame_text_valid(buf + off + 1, buf[off])) {
+      return EM_PROTO_ESTRING;
+    }
+    out->str_off[i] = (uint16_t)off;
+    off += 1u + buf[off];
+  }
+  if (off != str_end) {
+    return EM_PROTO_ESIZE;
+  }
+  for (uint16_t i = 0; i < n_samples; i++) {
+    if (len - off < EM_PYSTACKS_SAMPLE_HEAD_BYTES) {
+      return EM_PROTO_ESIZE;
+    }
+    uint16_t depth = get_le16(buf + off + 12);
+    if (depth == 0 || depth > EM_PYSTACKS_MAX_DEPTH) {
+      return EM_PROTO_ERANGE;
+    }
+    off += EM_PYSTACKS_SAMPLE_HEAD_BYTES;
+    if ((len - off) / 2u < depth) {
+      return EM_PROTO_ESIZE;
+    }
+    for (uint16_t k = 0; k < depth; k++, off += 2) {
+      if (get_le16(buf + off) >= n_strings) {
+        return EM_PROTO_ERANGE;
+      }
+    }
+  }
+  if (off != len) {
+    return EM_PROTO_ESIZE;
+  }
+  out->pid = get_le32(buf + PYS_OFF_PID);
+  out->window = get_le32(buf + PYS_OFF_WINDOW);
+  out->samples_cut = get_le32(buf + PYS_OFF_CUT);
+  out->n_strings = n_strings;
+  out->n_samples = n_samples;
+  out->buf = buf;
+  out->len = len;
+  out->samples_off = str_end;
+  return 0;
+}
+
+const uint8_t *em_pystacks_string(const em_pystacks_t *v, uint16_t i, size_t *len) {
+  if (v == NULL || len == NULL || i >= v->n_strings) {
+    return NULL;
+  }
+  const uint8_t *p = v->buf + v->str_off[i];
+  *len = p[0];
+  return p + 1;
+}
+
+bool em_pystacks_next(const em_pystacks_t *v, size_t *cursor, em_pysample_t *out) {
+  if (v == NULL || cursor == NULL || out == NULL || *cursor > v->len ||
+      v->len - *cursor < EM_PYSTACKS_SAMPLE_HEAD_BYTES) {
+    return false;
+  }
+  const uint8_t *p = v->buf + *cursor;
+  out->tid = get_le32(p);
+  out->time_ns = get_le64(p + 4);
+  out->depth = get_le16(p + 12);
+  p += EM_PYSTACKS_SAMPLE_HEAD_BYTES;
+  for (uint16_t k = 0; k < out->depth; k++) {
+    out->frames[k] = get_le16(p + 2u * k);
+  }
+  *cursor += EM_PYSTACKS_SAMPLE_HEAD_BYTES + 2u * out->depth;
+  return true;
 }

@@ -2,7 +2,8 @@
 
 This module holds an independent decoder (and encoder) of the span datagram, the level push
 datagram, the state page, and span ring v2 (ring header and slots, a reader draining it, the
-register / hard miss / ack datagrams), the deadline page and the model datagram v2, written from proto/WIRE.md with
+register / hard miss / ack datagrams), the deadline page, the model datagram v2, the profile request
+page v1 and the Python stacks datagram v2, written from proto/WIRE.md with
 the standard library's struct module only. It checks that every proto/vectors/wire/<name>.bin decodes to its <name>.json,
 that encoding the JSON gives back the same bytes, and that truncated or garbled copies are
 refused with the error WIRE.md names, in the documented order.
@@ -42,7 +43,7 @@ PRINTABLE_RE = re.compile(rb'[\x20-\x7e]*')
 
 REQUIRED = {'span', 'heartbeat', 'subscribe', 'span_max_stage', 'push', 'page', 'ring_header',
             'ring_3_slots', 'ring_register', 'ring_hard_miss', 'ring_ack', 'deadline_page',
-            'model', 'model_no_labels', 'model_max_fields'}
+            'model', 'model_no_labels', 'model_max_fields', 'profile_page', 'pystacks'}
 
 # Model datagram v2 (WIRE.md "Model identity"): header, name, version, 8 label slots, reserved.
 MODEL_HEAD = struct.Struct('<2sBBIIB3s64s32s')
@@ -401,7 +402,109 @@ def encode_model(d):
     return bytes(buf)
 
 
+# ---- Profile request page v1 and Python stacks datagram v2, from WIRE.md ----
+
+PROFILE_PAGE = struct.Struct('<4sHHIIQQ32s')
+PYSTACKS_HEAD = struct.Struct('<2sBBIIIHHI8s')
+PYSAMPLE_HEAD = struct.Struct('<IQH')
+PYSTACKS_MAX_BYTES = 65507
+PYSTACKS_MAX_STRINGS = 4096
+PYSTACKS_MAX_DEPTH = 256
+
+
+def decode_profile_page(buf):
+    if len(buf) != PROFILE_PAGE.size:
+        raise WireError('ESIZE')
+    magic, version, size, window, hz, start, end, reserved = PROFILE_PAGE.unpack(buf)
+    if magic != b'EMPR':
+        raise WireError('EMAGIC')
+    if version != 1:
+        raise WireError('EVERSION')
+    if size != 64 or not 1 <= hz <= 1000 or end < start or any(reserved):
+        raise WireError('ERANGE')
+    return {'kind': 'profile_page', 'window': window, 'hz': hz, 'start_ns': start,
+            'end_ns': end}
+
+
+def encode_profile_page(d):
+    return PROFILE_PAGE.pack(b'EMPR', 1, 64, d['window'], d['hz'], d['start_ns'], d['end_ns'],
+                             b'')
+
+
+def frame_text(raw):
+    """1..255 bytes of UTF-8 with no control character (below 0x20, or 0x7f): ESTRING."""
+    try:
+        text = raw.decode('utf-8')
+    except UnicodeDecodeError:
+        raise WireError('ESTRING') from None
+    if not text or any(ord(c) < 0x20 or ord(c) == 0x7f for c in text):
+        raise WireError('ESTRING')
+    return text
+
+
+def decode_pystacks(buf):
+    if not PYSTACKS_HEAD.size <= len(buf) <= PYSTACKS_MAX_BYTES:
+        raise WireError('ESIZE')
+    (magic, version, kind, pid, window, cut, n_strings, n_samples, str_bytes,
+     reserved) = PYSTACKS_HEAD.unpack_from(buf)
+    if magic != b'EM':
+        raise WireError('EMAGIC')
+    if version != 2:
+        raise WireError('EVERSION')
+    if kind != 8:
+        raise WireError('EKIND')
+    if any(reserved):
+        raise WireError('ERANGE')
+    if n_strings > PYSTACKS_MAX_STRINGS:
+        raise WireError('ELIMIT')
+    if str_bytes > len(buf) - PYSTACKS_HEAD.size:
+        raise WireError('ESIZE')
+    end = PYSTACKS_HEAD.size + str_bytes
+    off = PYSTACKS_HEAD.size
+    strings = []
+    for _ in range(n_strings):
+        if off >= end or buf[off] > end - off - 1:
+            raise WireError('ESIZE')
+        strings.append(frame_text(bytes(buf[off + 1:off + 1 + buf[off]])))
+        off += 1 + buf[off]
+    if off != end:
+        raise WireError('ESIZE')
+    samples = []
+    for _ in range(n_samples):
+        if len(buf) - off < PYSAMPLE_HEAD.size:
+            raise WireError('ESIZE')
+        tid, time_ns, depth = PYSAMPLE_HEAD.unpack_from(buf, off)
+        if not 1 <= depth <= PYSTACKS_MAX_DEPTH:
+            raise WireError('ERANGE')
+        off += PYSAMPLE_HEAD.size
+        if (len(buf) - off) // 2 < depth:
+            raise WireError('ESIZE')
+        frames = list(struct.unpack_from(f'<{depth}H', buf, off))
+        off += 2 * depth
+        if any(f >= n_strings for f in frames):
+            raise WireError('ERANGE')
+        samples.append({'tid': tid, 'time_ns': time_ns, 'frames': frames})
+    if off != len(buf):
+        raise WireError('ESIZE')
+    return {'kind': 'pystacks', 'pid': pid, 'window': window, 'samples_cut': cut,
+            'strings': strings, 'samples': samples}
+
+
+def encode_pystacks(d):
+    table = b''.join(bytes([len(t.encode())]) + t.encode() for t in d['strings'])
+    out = PYSTACKS_HEAD.pack(b'EM', 2, 8, d['pid'], d['window'], d['samples_cut'],
+                             len(d['strings']), len(d['samples']), len(table), b'') + table
+    for s in d['samples']:
+        out += PYSAMPLE_HEAD.pack(s['tid'], s['time_ns'], len(s['frames']))
+        out += struct.pack(f'<{len(s["frames"])}H', *s['frames'])
+    return out
+
+
 def decode_file(name, data):
+    if name.startswith('profile_page'):
+        return decode_profile_page(data)
+    if name.startswith('pystacks'):
+        return decode_pystacks(data)
     if name.startswith('model'):
         return decode_model(data)
     if name.startswith('deadline_page'):
@@ -479,6 +582,10 @@ def encode_deadline_page(d):
 
 
 def encode_file(d):
+    if d['kind'] == 'profile_page':
+        return encode_profile_page(d)
+    if d['kind'] == 'pystacks':
+        return encode_pystacks(d)
     if d['kind'] == 'model':
         return encode_model(d)
     if d['kind'] == 'ring_header':
@@ -997,3 +1104,57 @@ def test_model_vectors_hold_the_documented_bytes():
     raw, d = load('model_max_fields')
     assert len(d['name']) == 63 and len(d['version']) == 31 and len(d['labels']) == 8
     assert [k for k, _ in d['labels']] == sorted(k for k, _ in d['labels'])
+
+
+@pytest.mark.parametrize('what,offset,raw,code', [
+    ('magic', 0, b'EMPX', 'EMAGIC'),
+    ('version 2', 4, b'\x02\x00', 'EVERSION'),
+    ('size field', 6, b'\x40\x01', 'ERANGE'),
+    ('hz 0', 12, bytes(4), 'ERANGE'),
+    ('hz 1001', 12, (1001).to_bytes(4, 'little'), 'ERANGE'),
+    ('end before start', 24, bytes(8), 'ERANGE'),
+    ('reserved', 63, b'\x01', 'ERANGE'),
+])
+def test_garbled_profile_page_is_refused(what, offset, raw, code):
+    data, _ = load('profile_page')
+    with pytest.raises(WireError) as err:
+        decode_profile_page(patched(data, offset, raw))
+    assert err.value.code == code, what
+
+
+STRINGS_AT = 32
+
+
+@pytest.mark.parametrize('what,data,code', [
+    ('version 1', lambda b: patched(b, 2, b'\x01'), 'EVERSION'),
+    ('kind 7', lambda b: patched(b, 3, b'\x07'), 'EKIND'),
+    ('reserved', lambda b: patched(b, 31, b'\x01'), 'ERANGE'),
+    ('4097 strings', lambda b: patched(b, 16, (4097).to_bytes(2, 'little')), 'ELIMIT'),
+    ('strings_bytes past the end', lambda b: patched(b, 20, b'\xff\xff'), 'ESIZE'),
+    ('a string of length 0', lambda b: patched(b, STRINGS_AT, b'\x00'), 'ESTRING'),
+    ('a newline in a string', lambda b: patched(b, STRINGS_AT + 1, b'\n'), 'ESTRING'),
+    ('a lone continuation byte', lambda b: patched(b, STRINGS_AT + 1, b'\x80'), 'ESTRING'),
+    ('an overlong slash', lambda b: patched(b, STRINGS_AT + 1, b'\xc0\xaf'), 'ESTRING'),
+    ('one string fewer', lambda b: patched(b, 16, b'\x04'), 'ESIZE'),
+    ('one sample more', lambda b: patched(b, 18, b'\x04'), 'ESIZE'),
+    ('one sample fewer', lambda b: patched(b, 18, b'\x02'), 'ESIZE'),
+    ('index out of the table', lambda b: patched(b, len(b) - 2, b'\x05\x00'), 'ERANGE'),
+    ('depth 0', lambda b: patched(b, len(b) - 6, bytes(2)), 'ERANGE'),
+    ('depth 257', lambda b: patched(b, len(b) - 6, (257).to_bytes(2, 'little')), 'ERANGE'),
+])
+def test_garbled_pystacks_is_refused(what, data, code):
+    raw, _ = load('pystacks')
+    with pytest.raises(WireError) as err:
+        decode_pystacks(data(raw))
+    assert err.value.code == code, what
+
+
+def test_pystacks_vector_holds_the_documented_bytes():
+    raw, d = load('pystacks')
+    assert raw[:4] == b'EM\x02\x08' and len(d['strings']) == 5 and len(d['samples']) == 3
+    assert raw[STRINGS_AT] == len('<module> (/app/serve.py:40)')
+    assert d['strings'][4] == '\u00fcber (/app/\u00fc.py:1)'
+    # The last sample: tid 4250, depth 2, frames 0 and 4, closing the datagram.
+    assert raw[-18:] == struct.pack('<IQHHH', 4250, 1520202020, 2, 0, 4)
+    raw, d = load('profile_page')
+    assert raw[:8] == b'EMPR\x01\x00\x40\x00' and d['hz'] == 99 and d['window'] == 3

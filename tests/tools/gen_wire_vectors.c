@@ -7,7 +7,9 @@
  *
  * The span ring v2 rows (ring.h) are a ring header, a whole ring with three slots written, the
  * three v2 datagrams and a deadline page with two entries, each made with the ring.h functions.
- * The model datagram v2 rows are made with em_model_dgram_pack().
+ * The model datagram v2 rows are made with em_model_dgram_pack(); profile_page (a request page
+ * for window 3) with em_profile_page_pack(); pystacks (5 frame texts, one of them UTF-8, and 3
+ * samples of 2 threads) with em_pystacks_pack().
  *
  * Usage: gen_wire_vectors OUTDIR. Exit status 0 when every file was written, 1 otherwise.
  * The output is deterministic: running it twice gives the same bytes.
@@ -532,6 +534,71 @@ static int gen_model(const char *dir, const model_row_t *row) {
   return close_out(f, row->name);
 }
 
+/* ---- Profile request page v1 and Python stacks datagram v2 ---- */
+
+static int gen_profile_page(const char *dir) {
+  const em_profile_page_t pg = {
+      .window = 3, .hz = 99, .start_ns = 1000000000ull, .end_ns = 3000000000ull};
+  uint8_t buf[EM_PROFILE_PAGE_BYTES];
+  if (em_profile_page_pack(&pg, buf) != 0 || write_bin(dir, "profile_page", buf, sizeof buf)) {
+    fprintf(stderr, "gen_wire_vectors: profile_page failed\n");
+    return -1;
+  }
+  FILE *f = open_out(dir, "profile_page", "json");
+  if (f == NULL) {
+    return -1;
+  }
+  fprintf(f,
+          "{\"kind\": \"profile_page\", \"window\": %lu, \"hz\": %lu, \"start_ns\": %llu, "
+          "\"end_ns\": %llu}\n",
+          (unsigned long)pg.window, (unsigned long)pg.hz, (unsigned long long)pg.start_ns,
+          (unsigned long long)pg.end_ns);
+  return close_out(f, "profile_page");
+}
+
+static const char *const pystacks_strings[] = {
+    "<module> (/app/serve.py:40)", "main (/app/serve.py:31)", "Model.infer (/app/model.py:12)",
+    "slow_checksum (/app/model.py:5)",
+    "\xc3\xbc"
+    "ber (/app/\xc3\xbc"
+    ".py:1)"};
+
+static int gen_pystacks(const char *dir) {
+  const em_pysample_t samples[] = {
+      {.tid = 4242, .time_ns = 1500000000ull, .depth = 4, .frames = {0, 1, 2, 3}},
+      {.tid = 4242, .time_ns = 1510101010ull, .depth = 3, .frames = {0, 1, 2}},
+      {.tid = 4250, .time_ns = 1520202020ull, .depth = 2, .frames = {0, 4}},
+  };
+  uint8_t buf[512];
+  size_t len = 0;
+  if (em_pystacks_pack(4242, 3, 7, pystacks_strings, 5, samples, 3, buf, sizeof buf, &len) != 0 ||
+      write_bin(dir, "pystacks", buf, len)) {
+    fprintf(stderr, "gen_wire_vectors: pystacks failed\n");
+    return -1;
+  }
+  FILE *f = open_out(dir, "pystacks", "json");
+  if (f == NULL) {
+    return -1;
+  }
+  fputs("{\"kind\": \"pystacks\", \"pid\": 4242, \"window\": 3, \"samples_cut\": 7, \"strings\": [",
+        f);
+  for (size_t i = 0; i < 5; i++) {
+    fputs(i ? ", " : "", f);
+    json_string(f, pystacks_strings[i]);
+  }
+  fputs("], \"samples\": [", f);
+  for (size_t i = 0; i < 3; i++) {
+    fprintf(f, "%s{\"tid\": %lu, \"time_ns\": %llu, \"frames\": [", i ? ", " : "",
+            (unsigned long)samples[i].tid, (unsigned long long)samples[i].time_ns);
+    for (size_t k = 0; k < samples[i].depth; k++) {
+      fprintf(f, "%s%u", k ? ", " : "", (unsigned)samples[i].frames[k]);
+    }
+    fputs("]}", f);
+  }
+  fputs("]}\n", f);
+  return close_out(f, "pystacks");
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: %s OUTDIR\n", argv[0]);
@@ -553,5 +620,7 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < sizeof model_rows / sizeof model_rows[0]; i++) {
     failures += gen_model(dir, &model_rows[i]) != 0;
   }
+  failures += gen_profile_page(dir) != 0;
+  failures += gen_pystacks(dir) != 0;
   return failures == 0 ? 0 : 1;
 }

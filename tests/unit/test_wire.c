@@ -13,6 +13,11 @@
  * round trips with 0 and 8 labels, the layout, every wrong length, each check and the order
  * they are reported in, pack refusing exactly what em_proto_model_check() refuses, its golden
  * vectors and their single-byte changes.
+ *
+ * The profile request page v1 and the Python stacks datagram v2: golden vectors pack and unpack
+ * to their rows, every truncation and every extension refused with ESIZE, each garbled field's
+ * code, pack's ENOSPACE (with the size needed), ETOOBIG, ESTRING and ERANGE, and every
+ * single-byte change of the datagram refused or re-packed to exactly the changed bytes.
  */
 #define _GNU_SOURCE /* mmap MAP_ANONYMOUS, fork, alarm, sched_setaffinity under -std=c11. */
 
@@ -1405,6 +1410,190 @@ static void golden_model_vectors_with_any_byte_changed_fail_or_repack_identicall
   }
 }
 
+/* ---- Profile request page v1, Python stacks datagram v2 ---- */
+
+static const char *const py_strings[] = {"<module> (/app/serve.py:40)", "main (/app/serve.py:31)",
+                                         "Model.infer (/app/model.py:12)",
+                                         "slow_checksum (/app/model.py:5)",
+                                         "\xc3\xbc"
+                                         "ber (/app/\xc3\xbc"
+                                         ".py:1)"};
+static const em_pysample_t py_samples[] = {
+    {.tid = 4242, .time_ns = 1500000000ull, .depth = 4, .frames = {0, 1, 2, 3}},
+    {.tid = 4242, .time_ns = 1510101010ull, .depth = 3, .frames = {0, 1, 2}},
+    {.tid = 4250, .time_ns = 1520202020ull, .depth = 2, .frames = {0, 4}},
+};
+
+static void profile_page_vector_packs_and_unpacks_to_its_row(void **state) {
+  (void)state;
+  const em_profile_page_t row = {3, 99, 1000000000ull, 3000000000ull};
+  uint8_t file[128], out[EM_PROFILE_PAGE_BYTES];
+  size_t len = read_vector("profile_page", file, sizeof file);
+  assert_int_equal(len, EM_PROFILE_PAGE_BYTES);
+  assert_int_equal(em_profile_page_pack(&row, out), 0);
+  assert_memory_equal(out, file, len);
+  em_profile_page_t got;
+  assert_int_equal(em_profile_page_unpack(file, len, &got), 0);
+  assert_memory_equal(&got, &row, sizeof row);
+  for (size_t cut = 0; cut < len; cut++) {
+    assert_int_equal(em_profile_page_unpack(file, cut, &got), EM_PROTO_ESIZE);
+  }
+  assert_int_equal(em_profile_page_unpack(file, len + 1, &got), EM_PROTO_ESIZE);
+  const em_profile_page_t bad_hz = {3, 0, 1, 2}, backwards = {3, 99, 2, 1};
+  assert_int_equal(em_profile_page_pack(&bad_hz, out), EM_PROTO_ERANGE);
+  assert_int_equal(em_profile_page_pack(&backwards, out), EM_PROTO_ERANGE);
+  struct {
+    size_t off;
+    uint8_t val;
+    int code;
+  } rows[] = {{0, 'X', EM_PROTO_EMAGIC}, {4, 2, EM_PROTO_EVERSION}, {6, 65, EM_PROTO_ERANGE},
+              {12, 0, EM_PROTO_ERANGE},  {13, 4, EM_PROTO_ERANGE},  {63, 1, EM_PROTO_ERANGE}};
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    uint8_t bad[EM_PROFILE_PAGE_BYTES];
+    memcpy(bad, file, sizeof bad);
+    bad[rows[i].off] = rows[i].val;
+    assert_int_equal(em_profile_page_unpack(bad, sizeof bad, &got), rows[i].code);
+  }
+}
+
+static void pystacks_vector_packs_and_unpacks_to_its_rows(void **state) {
+  (void)state;
+  uint8_t file[1024], out[1024];
+  size_t len = read_vector("pystacks", file, sizeof file), out_len = 0;
+  assert_int_equal(
+      em_pystacks_pack(4242, 3, 7, py_strings, 5, py_samples, 3, out, sizeof out, &out_len), 0);
+  assert_int_equal(out_len, len);
+  assert_memory_equal(out, file, len);
+  static em_pystacks_t v;
+  assert_int_equal(em_pystacks_unpack(file, len, &v), 0);
+  assert_int_equal(v.pid, 4242);
+  assert_int_equal(v.window, 3);
+  assert_int_equal(v.samples_cut, 7);
+  assert_int_equal(v.n_strings, 5);
+  assert_int_equal(v.n_samples, 3);
+  for (uint16_t i = 0; i < 5; i++) {
+    size_t n = 0;
+    const uint8_t *t = em_pystacks_string(&v, i, &n);
+    assert_int_equal(n, strlen(py_strings[i]));
+    assert_memory_equal(t, py_strings[i], n);
+  }
+  size_t cursor = v.samples_off;
+  em_pysample_t s;
+  for (size_t i = 0; i < 3; i++) {
+    assert_true(em_pystacks_next(&v, &cursor, &s));
+    assert_int_equal(s.tid, py_samples[i].tid);
+    assert_int_equal(s.time_ns, py_samples[i].time_ns);
+    assert_int_equal(s.depth, py_samples[i].depth);
+    assert_memory_equal(s.frames, py_samples[i].frames, s.depth * sizeof(s.frames[0]));
+  }
+  assert_false(em_pystacks_next(&v, &cursor, &s));
+}
+
+static void pystacks_unpack_refuses_every_truncation_and_each_garbled_field(void **state) {
+  (void)state;
+  uint8_t file[1024];
+  size_t len = read_vector("pystacks", file, sizeof file);
+  static em_pystacks_t v;
+  for (size_t cut = 0; cut < len; cut++) {
+    assert_int_equal(em_pystacks_unpack(file, cut, &v), EM_PROTO_ESIZE);
+  }
+  assert_int_equal(em_pystacks_unpack(file, len + 1, &v), EM_PROTO_ESIZE);
+  struct {
+    size_t off; /* From the end when >= 1000: len - (off - 1000). */
+    uint8_t b0, b1;
+    int code;
+  } rows[] = {
+      {0, 'X', 'M', EM_PROTO_EMAGIC},     {2, 1, 8, EM_PROTO_EVERSION},
+      {2, 2, 7, EM_PROTO_EKIND},          {30, 1, 0, EM_PROTO_ERANGE},
+      {16, 0x01, 0x10, EM_PROTO_ELIMIT},  {20, 0xff, 0xff, EM_PROTO_ESIZE},
+      {32, 0, '<', EM_PROTO_ESTRING},     {33, '\n', 'm', EM_PROTO_ESTRING},
+      {33, 0xc0, 0xaf, EM_PROTO_ESTRING}, {16, 4, 0, EM_PROTO_ESIZE},
+      {18, 4, 0, EM_PROTO_ESIZE},         {18, 2, 0, EM_PROTO_ESIZE},
+      {1002, 5, 0, EM_PROTO_ERANGE},      {1006, 0, 0, EM_PROTO_ERANGE},
+      {1006, 1, 1, EM_PROTO_ERANGE},
+  };
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    uint8_t bad[1024];
+    memcpy(bad, file, len);
+    size_t off = rows[i].off >= 1000 ? len - (rows[i].off - 1000) : rows[i].off;
+    bad[off] = rows[i].b0;
+    bad[off + 1] = rows[i].b1;
+    assert_int_equal(em_pystacks_unpack(bad, len, &v), rows[i].code);
+  }
+}
+
+static void pystacks_pack_reports_size_needed_and_refuses_bad_input(void **state) {
+  (void)state;
+  uint8_t out[1024];
+  size_t need = 0, len = 0;
+  assert_int_equal(em_pystacks_pack(1, 0, 0, py_strings, 5, py_samples, 3, out, 40, &need),
+                   EM_PROTO_ENOSPACE);
+  assert_int_equal(em_pystacks_pack(1, 0, 0, py_strings, 5, py_samples, 3, out, need, &len), 0);
+  assert_int_equal(len, need);
+  const char *const ctl[] = {"a\tb"}, *const empty[] = {""};
+  em_pysample_t one = {.tid = 1, .time_ns = 1, .depth = 1, .frames = {0}};
+  assert_int_equal(em_pystacks_pack(1, 0, 0, ctl, 1, &one, 1, out, sizeof out, &len),
+                   EM_PROTO_ESTRING);
+  assert_int_equal(em_pystacks_pack(1, 0, 0, empty, 1, &one, 1, out, sizeof out, &len),
+                   EM_PROTO_ESTRING);
+  one.frames[0] = 5;
+  assert_int_equal(em_pystacks_pack(1, 0, 0, py_strings, 5, &one, 1, out, sizeof out, &len),
+                   EM_PROTO_ERANGE);
+  one.frames[0] = 0;
+  one.depth = 0;
+  assert_int_equal(em_pystacks_pack(1, 0, 0, py_strings, 5, &one, 1, out, sizeof out, &len),
+                   EM_PROTO_ERANGE);
+  /* 300 samples of depth 256 need 300 * 526 bytes: more than a datagram holds. */
+  static em_pysample_t deep[300];
+  for (size_t i = 0; i < 300; i++) {
+    deep[i] = (em_pysample_t){.tid = 1, .time_ns = i, .depth = EM_PYSTACKS_MAX_DEPTH};
+  }
+  assert_int_equal(em_pystacks_pack(1, 0, 0, py_strings, 5, deep, 300, out, sizeof out, &len),
+                   EM_PROTO_ETOOBIG);
+  assert_true(len > EM_PYSTACKS_MAX_BYTES);
+}
+
+static void pystacks_vector_with_any_byte_changed_fails_or_repacks_identically(void **state) {
+  (void)state;
+  uint8_t file[1024];
+  size_t len = read_vector("pystacks", file, sizeof file);
+  static em_pystacks_t v;
+  const uint8_t values[] = {0x00, 0x01, 0x20, 0x41, 0x7e, 0x7f, 0x80, 0xff};
+  for (size_t off = 0; off < len; off++) {
+    for (size_t k = 0; k <= sizeof values; k++) {
+      uint8_t bad[1024];
+      memcpy(bad, file, len);
+      bad[off] = k < sizeof values ? values[k] : (uint8_t)(file[off] ^ 1u);
+      if (em_pystacks_unpack(bad, len, &v) != 0) {
+        continue;
+      }
+      char texts[EM_PYSTACKS_MAX_STRINGS][256];
+      const char *ptrs[8];
+      assert_true(v.n_strings <= 8);
+      for (uint16_t i = 0; i < v.n_strings; i++) {
+        size_t n = 0;
+        const uint8_t *t = em_pystacks_string(&v, i, &n);
+        memcpy(texts[i], t, n);
+        texts[i][n] = '\0';
+        ptrs[i] = texts[i];
+      }
+      em_pysample_t samples[8];
+      size_t cursor = v.samples_off, n_samples = 0;
+      while (n_samples < 8 && em_pystacks_next(&v, &cursor, &samples[n_samples])) {
+        n_samples++;
+      }
+      assert_int_equal(n_samples, v.n_samples);
+      uint8_t out[1024];
+      size_t out_len = 0;
+      assert_int_equal(em_pystacks_pack(v.pid, v.window, v.samples_cut, ptrs, v.n_strings, samples,
+                                        n_samples, out, sizeof out, &out_len),
+                       0);
+      assert_int_equal(out_len, len);
+      assert_memory_equal(out, bad, len);
+    }
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(stage_name_rules),
@@ -1448,6 +1637,12 @@ int main(void) {
       cmocka_unit_test(model_unpack_reports_the_first_failure_in_order),
       cmocka_unit_test(golden_model_vectors_pack_and_unpack_to_their_rows),
       cmocka_unit_test(golden_model_vectors_with_any_byte_changed_fail_or_repack_identically),
+
+      cmocka_unit_test(profile_page_vector_packs_and_unpacks_to_its_row),
+      cmocka_unit_test(pystacks_vector_packs_and_unpacks_to_its_rows),
+      cmocka_unit_test(pystacks_unpack_refuses_every_truncation_and_each_garbled_field),
+      cmocka_unit_test(pystacks_pack_reports_size_needed_and_refuses_bad_input),
+      cmocka_unit_test(pystacks_vector_with_any_byte_changed_fails_or_repacks_identically),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

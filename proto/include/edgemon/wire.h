@@ -1,7 +1,8 @@
 /*
  * edgemon/wire.h - the fixed-size binary records between the inference process and the agent
- * on the same board: span datagram v1 and model datagram v2 (client -> agent), level push
- * datagram v1 and state page v1 (agent -> clients). proto/WIRE.md documents every byte; this header
+ * on the same board: span datagram v1, model datagram v2 and Python stacks datagram v2 (client
+ * -> agent), level push datagram v1, state page v1 and profile request page v1 (agent ->
+ * clients). proto/WIRE.md documents every byte; this header
  * mirrors it.
  *
  * Every multi-byte field is little-endian and is packed and unpacked field by field with
@@ -17,6 +18,7 @@
 #ifndef EDGEMON_WIRE_H
 #define EDGEMON_WIRE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -125,6 +127,102 @@ EM_PROTO_MUST_USE int em_model_dgram_unpack(const uint8_t *buf, size_t len, em_m
  */
 void em_model_dgram_view(const em_model_dgram_t *d, em_label_t labels[EM_PROTO_MAX_MODEL_LABELS],
                          em_model_t *out);
+
+/* Profile request page v1 (agent -> clients, 64 bytes, WIRE.md "Profile request page v1"): the
+ * stack-profile window the agent has open (or last had), so a client samples its own Python
+ * stacks over the same interval. A file `profile` in the runtime directory, replaced whole by a
+ * rename on every window's start: a reader never sees a half-written page. */
+#define EM_PROFILE_PAGE_BYTES   64u
+#define EM_PROFILE_PAGE_VERSION 1
+
+typedef struct {
+  uint32_t window;   /* The agent's window number (its profile number), from 0. */
+  uint32_t hz;       /* The agent's sampling frequency, 1..1000. */
+  uint64_t start_ns; /* CLOCK_MONOTONIC of the window's start. */
+  uint64_t end_ns;   /* CLOCK_MONOTONIC of its planned end (>= start_ns). */
+} em_profile_page_t;
+
+/* Packs the page into out[0..EM_PROFILE_PAGE_BYTES). Returns 0, EM_PROTO_EINVAL (NULL) or
+ * EM_PROTO_ERANGE (hz not 1..1000, end before start). */
+EM_PROTO_MUST_USE int em_profile_page_pack(const em_profile_page_t *p,
+                                           uint8_t out[EM_PROFILE_PAGE_BYTES]);
+
+/* Unpacks a page of `len` bytes, in this order: EM_PROTO_ESIZE (len != 64), EM_PROTO_EMAGIC,
+ * EM_PROTO_EVERSION, EM_PROTO_ERANGE (size field not 64, hz, end before start, reserved bytes
+ * not 0). `out` is written only on success. */
+EM_PROTO_MUST_USE int em_profile_page_unpack(const uint8_t *buf, size_t len,
+                                             em_profile_page_t *out);
+
+/*
+ * Python stacks datagram v2 (client -> agent, kind 8, 32..65507 bytes, WIRE.md "Python stacks
+ * datagram v2"): the Python stacks one process sampled during one profile window, as a table
+ * of frame texts and samples of (native tid, CLOCK_MONOTONIC time, frame indices root first).
+ */
+#define EM_DGRAM_PYSTACKS             8
+#define EM_PYSTACKS_VERSION           2
+#define EM_PYSTACKS_HEADER_BYTES      32u
+#define EM_PYSTACKS_MAX_BYTES         65507u /* The largest UDP-sized datagram clients send. */
+#define EM_PYSTACKS_MAX_STRINGS       4096u
+#define EM_PYSTACKS_MAX_STRING_BYTES  255u /* A frame text: 1..255 bytes of UTF-8 text. */
+#define EM_PYSTACKS_MAX_DEPTH         256u /* Frames in one sample (EM_PROFILE_MAX_DEPTH). */
+#define EM_PYSTACKS_SAMPLE_HEAD_BYTES 14u  /* tid u32, time u64, depth u16; then depth u16. */
+
+/* One sample, decoded or to pack; frames borrowed. */
+typedef struct {
+  uint32_t tid;     /* The sampled thread's native id (gettid()). */
+  uint64_t time_ns; /* CLOCK_MONOTONIC (Python time.monotonic_ns()) of the sample. */
+  uint16_t depth;   /* 1..EM_PYSTACKS_MAX_DEPTH */
+  uint16_t frames[EM_PYSTACKS_MAX_DEPTH]; /* Indices into the string table, root first. */
+} em_pysample_t;
+
+/*
+ * A validated datagram, as a view into the received bytes (`buf`, which must outlive it):
+ * strings by offset, samples read in order with em_pystacks_next().
+ */
+typedef struct {
+  uint32_t pid;         /* As the sender claims; the agent trusts SCM_CREDENTIALS instead. */
+  uint32_t window;      /* The profile page's window number the samples belong to. */
+  uint32_t samples_cut; /* Samples the client took but left out to fit. */
+  uint16_t n_strings;
+  uint16_t n_samples;
+  const uint8_t *buf;
+  size_t len;
+  size_t samples_off;                        /* Offset of the first sample. */
+  uint16_t str_off[EM_PYSTACKS_MAX_STRINGS]; /* Offset of string i's length byte. */
+} em_pystacks_t;
+
+/*
+ * Packs a datagram into out[0..cap) from the strings (NUL-terminated, borrowed) and samples.
+ * Returns 0 and *out_len; EM_PROTO_ENOSPACE with *out_len the size needed when cap is too
+ * small; EM_PROTO_ETOOBIG past EM_PYSTACKS_MAX_BYTES; EM_PROTO_EINVAL (NULL); EM_PROTO_ELIMIT
+ * (more than MAX_STRINGS strings or 65535 samples); EM_PROTO_ESTRING (a string empty, over 255
+ * bytes, not UTF-8 or with a control byte); EM_PROTO_ERANGE (a depth 0 or over MAX_DEPTH, an
+ * index out of the table).
+ */
+EM_PROTO_MUST_USE int em_pystacks_pack(uint32_t pid, uint32_t window, uint32_t samples_cut,
+                                       const char *const *strings, size_t n_strings,
+                                       const em_pysample_t *samples, size_t n_samples, uint8_t *out,
+                                       size_t cap, size_t *out_len);
+
+/*
+ * Validates a received datagram of `len` bytes (untrusted) and fills *out (a view into buf),
+ * reporting the first failure in this order: EM_PROTO_ESIZE (len under 32 or over 65507),
+ * EM_PROTO_EMAGIC, EM_PROTO_EVERSION (not 2), EM_PROTO_EKIND (not 8), EM_PROTO_ERANGE
+ * (reserved bytes not 0), EM_PROTO_ELIMIT (n_strings over MAX_STRINGS), EM_PROTO_ESIZE
+ * (strings_bytes past len); then, walking the strings and the samples in order, the first of
+ * EM_PROTO_ESIZE (an item runs past its section, or a section does not end exactly where it
+ * should), EM_PROTO_ESTRING (a string empty, not UTF-8, or with a control byte),
+ * EM_PROTO_ERANGE (a depth 0 or over MAX_DEPTH, an index not below n_strings). Linear in len;
+ * never reads past len; *out written only on success.
+ */
+EM_PROTO_MUST_USE int em_pystacks_unpack(const uint8_t *buf, size_t len, em_pystacks_t *out);
+
+/* String i (< n_strings) of a validated view: its bytes (not NUL-terminated) and length. */
+const uint8_t *em_pystacks_string(const em_pystacks_t *v, uint16_t i, size_t *len);
+
+/* Reads the sample at *cursor (start with v->samples_off) into *out and advances the cursor.
+ * Returns false past the last sample. Only for views em_pystacks_unpack() accepted. */
+bool em_pystacks_next(const em_pystacks_t *v, size_t *cursor, em_pysample_t *out);
 
 /*
  * True when `name` is a valid stage name: 1..31 bytes of [A-Za-z0-9_.:-]. Stage names travel
