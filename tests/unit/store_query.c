@@ -1,6 +1,7 @@
 /*
  * store_query.c - read-only queries for the store tests (see store_query.h).
  */
+#define _POSIX_C_SOURCE 200809L
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -10,6 +11,9 @@
 #include "store_query.h"
 
 #include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 /* Prepares sql on a new read-only connection to path and steps it once. */
 static sqlite3_stmt *first_row(const char *path, const char *sql, sqlite3 **db, int *rc) {
@@ -41,4 +45,27 @@ double q_double(const char *path, const char *sql) {
   sqlite3_finalize(st);
   sqlite3_close(db);
   return v;
+}
+
+int store_fixture_setup(void **state) {
+  store_fixture_t *f = calloc(1, sizeof(*f));
+  assert_non_null(f);
+  snprintf(f->dir, sizeof(f->dir), "/tmp/em-store-test-XXXXXX");
+  assert_non_null(mkdtemp(f->dir));
+  snprintf(f->path, sizeof(f->path), "%s/history.db", f->dir);
+  *state = f;
+  return 0;
+}
+
+int store_fixture_teardown(void **state) {
+  store_fixture_t *f = *state;
+  static const char *const suffix[] = {"", "-wal", "-shm"};
+  for (size_t i = 0; i < 3; i++) {
+    char p[400];
+    snprintf(p, sizeof(p), "%s%s", f->path, suffix[i]);
+    unlink(p);
+  }
+  rmdir(f->dir);
+  free(f);
+  return 0;
 }

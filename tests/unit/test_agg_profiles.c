@@ -31,33 +31,9 @@
 #define T0_NS 1700000000000000000ull
 #define S_NS  1000000000ull
 
-typedef struct {
-  char dir[256];
-  char path[300];
-} fixture_t;
-
-static int setup(void **state) {
-  fixture_t *f = calloc(1, sizeof(*f));
-  assert_non_null(f);
-  snprintf(f->dir, sizeof(f->dir), "/tmp/em-profiles-test-XXXXXX");
-  assert_non_null(mkdtemp(f->dir));
-  snprintf(f->path, sizeof(f->path), "%s/history.db", f->dir);
-  *state = f;
-  return 0;
-}
-
-static int teardown(void **state) {
-  fixture_t *f = *state;
-  static const char *const suffix[] = {"", "-wal", "-shm"};
-  for (size_t i = 0; i < 3; i++) {
-    char p[400];
-    snprintf(p, sizeof(p), "%s%s", f->path, suffix[i]);
-    unlink(p);
-  }
-  rmdir(f->dir);
-  free(f);
-  return 0;
-}
+typedef store_fixture_t fixture_t;
+#define setup    store_fixture_setup
+#define teardown store_fixture_teardown
 
 static em_store_t *open_store(const fixture_t *f, uint64_t retention_s, uint64_t max_bytes) {
   em_store_opts_t o = {.path = f->path,
