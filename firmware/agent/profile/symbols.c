@@ -100,6 +100,20 @@ static void hex_frame(em_symbols_t *s, uint64_t addr, const char *module, em_pro
   *out = (em_profile_frame_t){.name = name ? name : "[unknown]", .module = module, .kind = k};
 }
 
+/* The name of the function symbol covering addr in m, or NULL: a data symbol (an object the
+ * address falls in, as a frame-pointer walk through code built without frame pointers yields)
+ * names no frame. */
+static const char *code_symbol(Dwfl_Module *m, Dwarf_Addr addr) {
+  GElf_Sym sym;
+  GElf_Off off = 0;
+  const char *name = dwfl_module_addrinfo(m, addr, &off, &sym, NULL, NULL, NULL);
+  if (!name) {
+    return NULL;
+  }
+  int type = GELF_ST_TYPE(sym.st_info);
+  return type == STT_FUNC || type == STT_GNU_IFUNC || type == STT_NOTYPE ? name : NULL;
+}
+
 /* The session for pid: kept from an earlier window when the pid is the same (its modules and
  * their symbol tables stay loaded), its module list refreshed from the live maps or, when
  * the process is gone, the snapshot. Returns NULL when neither can be reported. */
@@ -115,7 +129,12 @@ static Dwfl *session(em_symbols_t *s, pid_t pid, const char *maps, size_t maps_l
       return NULL;
     }
   }
-  dwfl_report_begin_add(s->dwfl);
+  /* dwfl_report_begin, not _begin_add: a module reported again with the same name and bounds
+   * keeps its ELF and symbol table, one no longer mapped is dropped, and the address lookup
+   * table is rebuilt. _begin_add kept every module of every earlier window (a library
+   * unmapped since, or its range reused by another one) and an address table built on top of
+   * the old one. */
+  dwfl_report_begin(s->dwfl);
   int rc = strcmp(s->proc_root, "/proc") == 0 ? dwfl_linux_proc_report(s->dwfl, pid) : -1;
   if (rc != 0 && maps && maps_len) {
     FILE *f = fmemopen((void *)maps, maps_len, "r");
@@ -134,15 +153,15 @@ size_t em_symbols_user(em_symbols_t *s, pid_t pid, const char *maps, size_t maps
   size_t unresolved = 0;
   for (size_t i = 0; i < n; i++) {
     Dwfl_Module *m = d ? dwfl_addrmodule(d, addrs[i]) : NULL;
-    if (!m) {
+    Dwarf_Addr start = 0, end = 0;
+    const char *path = m ? dwfl_module_info(m, NULL, &start, &end, NULL, NULL, NULL, NULL) : NULL;
+    if (!m || addrs[i] < start || addrs[i] >= end) {
       hex_frame(s, addrs[i], NULL, EM_FRAME_UNKNOWN, &out[i]);
       unresolved++;
       continue;
     }
-    Dwarf_Addr start = 0;
-    const char *path = dwfl_module_info(m, NULL, &start, NULL, NULL, NULL, NULL, NULL);
     const char *module = keep(s, base_name(path ? path : "?"));
-    const char *sym = dwfl_module_addrname(m, addrs[i]);
+    const char *sym = code_symbol(m, addrs[i]);
     const char *name = sym ? keep(s, sym) : NULL;
     if (!name) {
       char text[EM_PROFILE_MAX_FRAME_BYTES + 1];
