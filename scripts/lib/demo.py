@@ -81,6 +81,20 @@ def show_flight(cli_bin, url, device, svg):
               f"this run{RESET}")
 
 
+def show_profile(cli_bin, url, device, svg):
+    """The stack profile the slow phase's escalation opened: where the inference process spent
+    its time in the seconds after the breach, and a flame graph of it."""
+    print(f"{BOLD}==> edgemon-cli profile --aggregator {url} --device {device} --top 5 "
+          f"--svg {svg}{RESET}", flush=True)
+    rc = subprocess.call([str(cli_bin), "profile", "--aggregator", url, "--device", device,
+                          "--top", "5", "--svg", str(svg)])
+    if rc == 0:
+        print(f"{BOLD}==> the breach's flame graph: {svg} (open it in a browser){RESET}")
+    else:
+        print(f"{BOLD}==> no stack profile shown (exit {rc}): the level did not rise in this "
+              f"run, or its sampling window had not closed yet{RESET}")
+
+
 def main():
     build = Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / "build" / "normal")
     agent_bin = build / "firmware" / "agent" / "edgemon-agent"
@@ -169,6 +183,7 @@ def main():
         status, body = http_get(metrics_url + "/api/devices")
         print(f"{BOLD}==> {metrics_url}/api/devices answered {status}: {body[:300]}{RESET}")
         show_flight(cli_bin, metrics_url, device, Path(build).resolve() / "demo-flight.svg")
+        show_profile(cli_bin, metrics_url, device, Path(build).resolve() / "demo-profile.svg")
         agent.send_signal(signal.SIGTERM)
         agent.wait(5)
         print(f"{BOLD}==> agent stopped (exit {agent.returncode}); its log:{RESET}")
