@@ -519,6 +519,50 @@ static void flight_publish(em_agent_t *a, uint64_t now) {
 
 static void stop_step(em_agent_t *a);
 
+/*
+ * The profile request page (WIRE.md "Profile request page v1") of the window just opened:
+ * <runtime_dir>/profile written whole to profile.tmp and renamed over it, so a client reads the
+ * old page or the new one. 64 bytes on the runtime directory's tmpfs, once per window.
+ */
+static void write_profile_page(em_agent_t *a) {
+  em_profile_page_t pg;
+  uint8_t buf[EM_PROFILE_PAGE_BYTES];
+  if (em_window_request(a->profile, &pg) != 0 || em_profile_page_pack(&pg, buf) != 0) {
+    return;
+  }
+  char path[EM_CONFIG_MAX_PATH + 16], tmp[EM_CONFIG_MAX_PATH + 16];
+  snprintf(path, sizeof(path), "%s/profile", a->cfg.runtime_dir);
+  snprintf(tmp, sizeof(tmp), "%s/profile.tmp", a->cfg.runtime_dir);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  bool ok = fd >= 0 && write(fd, buf, sizeof(buf)) == (ssize_t)sizeof(buf);
+  if (fd >= 0) {
+    close(fd);
+  }
+  if (!ok || rename(tmp, path) != 0) {
+    EM_WARN("profile: cannot write the request page %s: %s (no Python frames this window)", path,
+            strerror(errno));
+    (void)unlink(tmp);
+  }
+}
+
+/* A Python stacks datagram (spans.h): kept by the window when it is the target's for it. */
+static void on_pystacks(void *ctx, const uint8_t *buf, size_t len, pid_t sender) {
+  em_agent_t *a = ctx;
+  if (!a->profile || a->profile_busy) {
+    return;
+  }
+  int rc = em_window_pystacks(a->profile, buf, len, sender);
+  if (rc) {
+    EM_INFO("profile: Python stacks from pid %d refused: %s", (int)sender,
+            rc == -ENOENT     ? "no window open"
+            : rc == -EPERM    ? "not the profiled process"
+            : rc == -ESTALE   ? "another window"
+            : rc == -EALREADY ? "one already held"
+            : rc < -1000      ? em_proto_strerror(rc)
+                              : strerror(-rc));
+  }
+}
+
 /* A trigger: a window on the target when the rate limit allows, else counted and said. */
 static void profile_trigger(em_agent_t *a, const em_profile_trigger_t *t, uint32_t seconds,
                             uint64_t mono_ns) {
@@ -533,6 +577,7 @@ static void profile_trigger(em_agent_t *a, const em_profile_trigger_t *t, uint32
   int rc = em_window_trigger(a->profile, t, pid, seconds, mono_ns, wall_ns());
   if (rc == 0) {
     a->profile_pid = pid;
+    write_profile_page(a);
     uint64_t s = seconds ? (uint64_t)seconds * NS_PER_SEC : a->cfg.profile_ns;
     s = s < a->cfg.profile_max_ns ? s : a->cfg.profile_max_ns;
     EM_INFO("profile: %s to %s: sampling pid %d for %llu ms at %u Hz", what,
@@ -560,6 +605,9 @@ static int profile_open(em_agent_t *a) {
                         .max_bytes = (uint32_t)a->cfg.profile_max_bytes,
                         .max_stacks = EM_PROFILE_MAX_STACKS,
                         .proc_root = "/proc"};
+  char page[EM_CONFIG_MAX_PATH + 16];
+  snprintf(page, sizeof(page), "%s/profile", a->cfg.runtime_dir);
+  (void)unlink(page); /* A previous agent's page names windows this one never opened. */
   int rc = em_window_new(&a->profile, &o);
   if (rc) {
     EM_ERROR("profile: cannot start the profiler: %s", strerror(-rc));
@@ -1671,6 +1719,7 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
                         .on_register = on_register,
                         .on_hard_miss = on_hard_miss,
                         .on_model = on_model,
+                        .on_pystacks = on_pystacks,
                         .ctx = a};
   if (!rc) {
     rc = em_spans_new(&a->spans, loop, &so);

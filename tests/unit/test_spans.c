@@ -12,6 +12,10 @@
  * errors; a flood is read in at most EM_SPANS_ROUNDS calls per wake-up; a short batch ends the
  * wake-up; MSG_TRUNC on one message of a batch drops that one only; MSG_CTRUNC is counted,
  * logged once, and a ring register cut so gets no descriptor (closed through the table).
+ *
+ * A Python stacks datagram (27 KB, and one just over 512 bytes) reaches on_pystacks whole with
+ * its sender, spans still fold after it, and a big datagram of another kind or version is
+ * dropped under size or version.
  */
 #define _GNU_SOURCE
 
@@ -69,7 +73,18 @@ typedef struct {
   fake_sys_t fake;
   int reg_fd; /* The descriptor on_register was given; -2 before any register. */
   unsigned registers;
+  unsigned pystacks;   /* on_pystacks calls. */
+  size_t pystacks_len; /* The last one's length and bytes. */
+  uint8_t pystacks_buf[EM_PYSTACKS_MAX_BYTES];
 } fx_t;
+
+static void on_pystacks(void *ctx, const uint8_t *buf, size_t len, pid_t sender) {
+  fx_t *fx = ctx;
+  fx->pystacks++;
+  fx->last_pid = sender;
+  fx->pystacks_len = len;
+  memcpy(fx->pystacks_buf, buf, len);
+}
 
 static void on_span(void *ctx, const em_span_t *span, const struct ucred *sender,
                     em_stage_stats_t *stage) {
@@ -154,6 +169,7 @@ static void start_with(fx_t *fx, const uint32_t *uids, size_t n_uids, size_t max
                         .on_span = on_span,
                         .on_subscribe = on_subscribe,
                         .on_register = on_register,
+                        .on_pystacks = on_pystacks,
                         .ctx = fx,
                         .sys = sys};
   assert_int_equal(em_spans_new(&fx->spans, &fx->loop, &so), 0);
@@ -548,6 +564,68 @@ static void a_cut_control_message_is_counted_once_logged_and_gives_no_descriptor
   }
 }
 
+/* A Python stacks datagram of `len_hint` bytes or so (one long frame text repeated). */
+static size_t pack_pystacks(uint8_t *out, size_t cap, size_t n_samples) {
+  static char text[200];
+  memset(text, 'f', sizeof(text) - 1);
+  const char *const strings[] = {text, "main (/app/serve.py:1)"};
+  static em_pysample_t samples[2000];
+  for (size_t i = 0; i < n_samples; i++) {
+    samples[i] = (em_pysample_t){.tid = 7, .time_ns = i, .depth = 2, .frames = {1, 0}};
+  }
+  size_t len = 0;
+  assert_int_equal(
+      em_pystacks_pack((uint32_t)getpid(), 1, 0, strings, 2, samples, n_samples, out, cap, &len),
+      0);
+  return len;
+}
+
+static void wait_pystacks(fx_t *fx, unsigned want) {
+  for (int i = 0; i < 5000 && fx->pystacks < want; i++) {
+    uv_run(&fx->loop, UV_RUN_NOWAIT);
+    nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+  }
+  assert_int_equal(fx->pystacks, want);
+}
+
+static void a_python_stacks_datagram_arrives_whole_and_spans_still_fold(void **state) {
+  fx_t *fx = *state;
+  start(fx, NULL, 0, 8);
+  static uint8_t buf[EM_PYSTACKS_MAX_BYTES];
+  /* 1500 samples of 18 bytes: about 27 KB, across all three receive buffers. */
+  size_t len = pack_pystacks(buf, sizeof(buf), 1500);
+  assert_true(len > 20000);
+  assert_int_equal(span_client_send(fx->client, buf, len, NULL, 0), (ssize_t)len);
+  wait_pystacks(fx, 1);
+  assert_int_equal(fx->pystacks_len, len);
+  assert_memory_equal(fx->pystacks_buf, buf, len);
+  assert_int_equal(fx->last_pid, getpid());
+  assert_int_equal(em_spans_pystacks_passed(fx->spans), 1);
+  /* One just over the model datagram's size, then a span: both taken. */
+  size_t small = pack_pystacks(buf, sizeof(buf), 1);
+  while (small <= EM_MODEL_DGRAM_BYTES) {
+    small = pack_pystacks(buf, sizeof(buf), (small < 300 ? 20 : 30));
+  }
+  assert_int_equal(span_client_send(fx->client, buf, small, NULL, 0), (ssize_t)small);
+  wait_pystacks(fx, 2);
+  assert_memory_equal(fx->pystacks_buf, buf, small);
+  uint8_t span[EM_SPAN_DGRAM_BYTES];
+  pack_span(span, EM_DGRAM_SPAN, "infer", 5000);
+  send_and_wait(fx, span, sizeof(span), NULL, 0);
+  assert_int_equal(fx->spans_seen, 1);
+  /* Big but another kind, or another version: dropped, never handed on. */
+  pack_pystacks(buf, sizeof(buf), 1500);
+  buf[3] = EM_DGRAM_MODEL;
+  uint64_t size_before = em_spans_dropped(fx->spans, EM_SPANS_DROP_SIZE);
+  send_and_wait(fx, buf, len, NULL, 0);
+  assert_int_equal(em_spans_dropped(fx->spans, EM_SPANS_DROP_SIZE), size_before + 1);
+  buf[3] = EM_DGRAM_PYSTACKS;
+  buf[2] = 3;
+  send_and_wait(fx, buf, len, NULL, 0);
+  assert_int_equal(em_spans_dropped(fx->spans, EM_SPANS_DROP_VERSION), 1);
+  assert_int_equal(fx->pystacks, 2);
+}
+
 int main(int argc, char **argv) {
   const struct CMUnitTest unit[] = {
       cmocka_unit_test_setup_teardown(a_span_folds_into_its_stage_with_the_kernels_credentials,
@@ -566,6 +644,8 @@ int main(int argc, char **argv) {
                                       teardown),
       cmocka_unit_test_setup_teardown(
           a_cut_control_message_is_counted_once_logged_and_gives_no_descriptor, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_python_stacks_datagram_arrives_whole_and_spans_still_fold,
+                                      setup, teardown),
   };
   /* The live kernel: its truncation of SCM_RIGHTS. Run with --live, labelled integration. */
   const struct CMUnitTest live[] = {

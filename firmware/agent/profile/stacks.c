@@ -2,7 +2,7 @@
  * stacks.c - see stacks.h. Stacks live in an array in the order first seen, their addresses in
  * one pool; an open-addressing hash index (twice max_stacks slots, a power of two) finds a
  * stack by its addresses. Threads for off-CPU time live in a second open-addressing table
- * keyed by tid.
+ * keyed by tid. The optional sample log is an array appended to on every stored sample.
  */
 #include "stacks.h"
 
@@ -38,6 +38,8 @@ struct em_stacks {
   uint32_t index_mask;
   uint64_t *addrs;
   uint32_t max_addrs, n_addrs;
+  em_stacks_log_entry_t *log; /* max_log entries, or NULL. */
+  uint32_t max_log, n_log;
   thread_t_ *threads; /* THREAD_SLOTS */
   uint32_t n_threads;
   uint64_t bytes;
@@ -83,11 +85,36 @@ void em_stacks_free(em_stacks_t *s) {
   free(s->index);
   free(s->addrs);
   free(s->threads);
+  free(s->log);
   free(s);
 }
 
 uint64_t em_stacks_bytes(const em_stacks_t *s) {
   return s ? s->bytes : 0;
+}
+
+int em_stacks_log_alloc(em_stacks_t *s, uint32_t max_samples) {
+  if (!s || max_samples == 0) {
+    return -EINVAL;
+  }
+  if (s->log) {
+    return -EEXIST;
+  }
+  s->log = calloc(max_samples, sizeof(*s->log));
+  if (!s->log) {
+    return -ENOMEM;
+  }
+  s->max_log = max_samples;
+  s->bytes += (uint64_t)max_samples * sizeof(*s->log);
+  return 0;
+}
+
+size_t em_stacks_log_count(const em_stacks_t *s) {
+  return s->n_log;
+}
+
+em_stacks_log_entry_t em_stacks_log_get(const em_stacks_t *s, size_t i) {
+  return s->log[i];
 }
 
 void em_stacks_reset(em_stacks_t *s) {
@@ -96,6 +123,7 @@ void em_stacks_reset(em_stacks_t *s) {
   memset(s->index, 0xff, ((size_t)s->index_mask + 1) * sizeof(*s->index));
   memset(s->threads, 0, THREAD_SLOTS * sizeof(*s->threads));
   s->n_threads = 0;
+  s->n_log = 0;
   memset(&s->st, 0, sizeof(s->st));
 }
 
@@ -219,6 +247,12 @@ int em_stacks_add(em_stacks_t *s, const em_perf_rec_t *r) {
   }
   s->stacks[found].samples++;
   s->st.samples++;
+  if (s->n_log < s->max_log) {
+    s->log[s->n_log++] =
+        (em_stacks_log_entry_t){.tid = r->tid, .stack = found, .time_ns = r->time_ns};
+  } else {
+    s->st.log_cut++;
+  }
   s->st.kernel += n_kernel > 0;
   thread_t_ *t = thread_slot(s, r->tid, true);
   if (t) {

@@ -15,6 +15,11 @@
  * sampled with (an approximation: the switch record carries no call chain). Threads tracked:
  * EM_STACKS_MAX_THREADS; past that, their switches are not charged.
  *
+ * Sample log (optional, em_stacks_log_alloc): each stored sample's (tid, time, stack) in the
+ * order taken, for the merge of the Python client's samples, which pairs samples by thread and
+ * time. Bounded at its allocation; samples past it are stored in their stack as before but
+ * counted in log_cut, not logged.
+ *
  * Owns its tables. Single-threaded: the loop fills it; a libuv worker reads it after the
  * window closed (the loop does not touch it until the worker is done).
  */
@@ -37,7 +42,15 @@ typedef struct {
   uint64_t kernel;   /* Samples with kernel frames. */
   uint64_t switches; /* Switch records seen. */
   uint64_t off_cpu_ns; /* Off-CPU time charged to stacks. */
+  uint64_t log_cut;    /* Samples stored but not logged: the sample log was full (or none). */
 } em_stacks_stats_t;
+
+/* One logged sample. */
+typedef struct {
+  uint32_t tid;
+  uint32_t stack;   /* Its stack, as em_stacks_get() numbers them. */
+  uint64_t time_ns; /* The sample's time (CLOCK_MONOTONIC with use_clockid). */
+} em_stacks_log_entry_t;
 
 /* One stack as stored: addrs[0..n_user) user root..leaf, then n_kernel kernel root..leaf. */
 typedef struct {
@@ -55,6 +68,14 @@ typedef struct em_stacks em_stacks_t;
 int em_stacks_new(em_stacks_t **out, uint32_t max_stacks, uint32_t max_addrs);
 void em_stacks_free(em_stacks_t *s);
 uint64_t em_stacks_bytes(const em_stacks_t *s);
+
+/* Allocates the sample log of max_samples (>= 1) entries, once. Returns 0, -EINVAL, -EEXIST
+ * (one is there) or -ENOMEM. */
+int em_stacks_log_alloc(em_stacks_t *s, uint32_t max_samples);
+
+/* Samples logged in this window, and entry i (< that count). */
+size_t em_stacks_log_count(const em_stacks_t *s);
+em_stacks_log_entry_t em_stacks_log_get(const em_stacks_t *s, size_t i);
 
 /* Empties it for a new window. */
 void em_stacks_reset(em_stacks_t *s);

@@ -4,6 +4,13 @@
  * in two runs; each address's frame found in or added to the frame table (an open-addressing
  * index over (name, module, kind)); each stack rewritten as frame indices and merged with an
  * equal one (a second index); the stacks sorted by descending samples.
+ *
+ * Python frames: when the client's datagram is held, each logged sample (tid, time, stack) is
+ * spliced (pymerge.h) and merged as a stack of its own; a stack keeps, with its native frames,
+ * the samples that found no Python sample and all its off-CPU time. The merged table holds
+ * twice max_stacks entries and twice EM_WINDOW_MAX_ADDRS frames: spliced stacks may take only
+ * the first half (and no more than EM_PROFILE_MAX_STACKS less the native stacks), so the
+ * native stacks always fit after them.
  */
 #define _GNU_SOURCE
 
@@ -17,6 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "pymerge.h"
 #include "stacks.h"
 #include "symbols.h"
 
@@ -41,6 +49,8 @@ struct em_window {
   em_sampler_t *sampler;
   em_stacks_t *stacks;
   em_symbols_t *symbols;
+  em_pymerge_t *py;
+  uint64_t await_until_ns; /* AWAIT: when to stop waiting for the Python stacks. */
 
   pid_t pid;
   uint64_t start_ns, end_ns, wall_ns;
@@ -59,8 +69,10 @@ struct em_window {
   em_profile_frame_t *frames; /* EM_PROFILE_MAX_FRAMES */
   uint32_t *frame_slots;      /* FRAME_SLOTS */
   uint32_t *fidx;             /* EM_WINDOW_MAX_ADDRS frame indices of the merged stacks. */
-  merged_t *merged;           /* max_stacks */
-  uint32_t *merged_slots;     /* 2 * max_stacks rounded up to a power of two */
+  merged_t *merged;           /* 2 * max_stacks */
+  uint32_t *merged_slots;     /* 4 * max_stacks rounded up to a power of two */
+  uint64_t *matched;          /* max_stacks: samples of stack i that took Python frames. */
+  uint8_t *interp;            /* EM_PROFILE_MAX_FRAMES: 1 for the eval loop's frames. */
   uint32_t merged_mask;
   em_profile_stack_t *out_stacks;
   char notes[EM_PROFILE_MAX_NOTES][NOTE_BYTES];
@@ -93,13 +105,21 @@ int em_window_new(em_window_t **out, const em_window_opts_t *o) {
   w->o.proc_root = w->proc_root;
   w->bytes = sizeof(*w);
   uint32_t slots = 1;
-  while (slots < 2 * o->max_stacks) {
+  while (slots < 4 * o->max_stacks) {
     slots <<= 1;
   }
   w->merged_mask = slots - 1;
+  uint64_t log = (uint64_t)o->hz * (o->max_seconds_ns / 1000000000u + 1) * 8u;
   int rc = em_sampler_new(&w->sampler, w->proc_root);
   if (!rc) {
     rc = em_stacks_new(&w->stacks, o->max_stacks, EM_WINDOW_MAX_ADDRS);
+  }
+  if (!rc) {
+    rc =
+        em_stacks_log_alloc(w->stacks, log < EM_WINDOW_MAX_LOG ? (uint32_t)log : EM_WINDOW_MAX_LOG);
+  }
+  if (!rc) {
+    rc = em_pymerge_new(&w->py);
   }
   if (!rc) {
     rc = em_symbols_new(&w->symbols, w->proc_root);
@@ -110,21 +130,23 @@ int em_window_new(em_window_t **out, const em_window_opts_t *o) {
   w->addr_index = counted(w, EM_WINDOW_MAX_ADDRS, sizeof(*w->addr_index));
   w->frames = counted(w, EM_PROFILE_MAX_FRAMES, sizeof(*w->frames));
   w->frame_slots = counted(w, FRAME_SLOTS, sizeof(*w->frame_slots));
-  w->fidx = counted(w, EM_WINDOW_MAX_ADDRS, sizeof(*w->fidx));
-  w->merged = counted(w, o->max_stacks, sizeof(*w->merged));
+  w->fidx = counted(w, 2u * EM_WINDOW_MAX_ADDRS, sizeof(*w->fidx));
+  w->merged = counted(w, 2u * o->max_stacks, sizeof(*w->merged));
   w->merged_slots = counted(w, slots, sizeof(*w->merged_slots));
-  w->out_stacks = counted(w, o->max_stacks, sizeof(*w->out_stacks));
+  w->matched = counted(w, o->max_stacks, sizeof(*w->matched));
+  w->interp = counted(w, EM_PROFILE_MAX_FRAMES, 1);
+  w->out_stacks = counted(w, 2u * o->max_stacks, sizeof(*w->out_stacks));
   w->buf = counted(w, o->max_bytes, 1);
   if (!rc && (!w->maps || !w->addrs || !w->addr_frames || !w->addr_index || !w->frames ||
-              !w->frame_slots || !w->fidx || !w->merged || !w->merged_slots || !w->out_stacks ||
-              !w->buf)) {
+              !w->frame_slots || !w->fidx || !w->merged || !w->merged_slots || !w->matched ||
+              !w->interp || !w->out_stacks || !w->buf)) {
     rc = -ENOMEM;
   }
   if (rc) {
     em_window_free(w);
     return rc;
   }
-  w->bytes += em_stacks_bytes(w->stacks) + EM_SYMBOLS_ARENA_BYTES;
+  w->bytes += em_stacks_bytes(w->stacks) + EM_SYMBOLS_ARENA_BYTES + em_pymerge_bytes(w->py);
   *out = w;
   return 0;
 }
@@ -136,6 +158,7 @@ void em_window_free(em_window_t *w) {
   em_sampler_free(w->sampler);
   em_stacks_free(w->stacks);
   em_symbols_free(w->symbols);
+  em_pymerge_free(w->py);
   free(w->maps);
   free(w->addrs);
   free(w->addr_frames);
@@ -145,6 +168,8 @@ void em_window_free(em_window_t *w) {
   free(w->fidx);
   free(w->merged);
   free(w->merged_slots);
+  free(w->matched);
+  free(w->interp);
   free(w->out_stacks);
   free(w->buf);
   free(w);
@@ -216,6 +241,7 @@ int em_window_trigger(em_window_t *w, const em_profile_trigger_t *t, pid_t pid, 
     return -ESRCH;
   }
   em_stacks_reset(w->stacks);
+  em_pymerge_reset(w->py);
   int rc = em_sampler_open(w->sampler, pid, w->o.hz, w->o.clock);
   if (rc) {
     w->st.failed++;
@@ -242,23 +268,59 @@ int em_window_trigger(em_window_t *w, const em_profile_trigger_t *t, pid_t pid, 
 }
 
 bool em_window_tick(em_window_t *w, uint64_t now_ns, bool target_gone) {
-  if (!w || w->state != EM_WINDOW_OPEN) {
+  if (!w || (w->state != EM_WINDOW_OPEN && w->state != EM_WINDOW_AWAIT)) {
     return false;
   }
-  if (!target_gone && now_ns < w->end_ns) {
-    em_sampler_drain(w->sampler, w->stacks);
+  if (w->state == EM_WINDOW_OPEN) {
+    if (!target_gone && now_ns < w->end_ns) {
+      em_sampler_drain(w->sampler, w->stacks);
+      return false;
+    }
+    if (now_ns < w->end_ns) {
+      w->end_ns = now_ns; /* The target exited: the window is shorter. */
+    }
+    em_sampler_close(w->sampler, w->stacks);
+    em_stacks_close(w->stacks, w->end_ns);
+    const em_sampler_stats_t *ss = em_sampler_stats(w->sampler);
+    w->st.lost += ss->lost;
+    w->st.cut += em_stacks_stats(w->stacks)->cut;
+    w->await_until_ns = w->end_ns + EM_WINDOW_PY_WAIT_NS;
+    w->state = EM_WINDOW_AWAIT;
+  }
+  if (!target_gone && !em_pymerge_held(w->py) && now_ns < w->await_until_ns) {
     return false;
   }
-  if (now_ns < w->end_ns) {
-    w->end_ns = now_ns; /* The target exited: the window is shorter. */
-  }
-  em_sampler_close(w->sampler, w->stacks);
-  em_stacks_close(w->stacks, w->end_ns);
-  const em_sampler_stats_t *ss = em_sampler_stats(w->sampler);
-  w->st.lost += ss->lost;
-  w->st.cut += em_stacks_stats(w->stacks)->cut;
   w->state = EM_WINDOW_CLOSED;
   return true;
+}
+
+int em_window_request(const em_window_t *w, em_profile_page_t *out) {
+  if (!w || !out || w->state != EM_WINDOW_OPEN) {
+    return -ENOENT;
+  }
+  *out = (em_profile_page_t){
+      .window = w->number, .hz = w->o.hz, .start_ns = w->start_ns, .end_ns = w->end_ns};
+  return 0;
+}
+
+int em_window_pystacks(em_window_t *w, const uint8_t *buf, size_t len, pid_t sender) {
+  if (!w || !buf) {
+    return -EINVAL;
+  }
+  int rc = 0;
+  if (w->state != EM_WINDOW_OPEN && w->state != EM_WINDOW_AWAIT) {
+    rc = -ENOENT;
+  } else if (sender != w->pid) {
+    rc = -EPERM;
+  } else {
+    rc = em_pymerge_take(w->py, buf, len, w->number);
+  }
+  if (rc) {
+    w->st.py_refused++;
+  } else {
+    w->st.py_taken++;
+  }
+  return rc;
 }
 
 /* --- assembly (worker) ---------------------------------------------------------------- */
@@ -330,9 +392,12 @@ static size_t addr_pos(const em_window_t *w, size_t n, uint64_t a) {
   return lo;
 }
 
-/* Adds stack `frames` to the merged table (or its counts to an equal one). */
-static void merge_stack(em_window_t *w, size_t *n_merged, size_t *n_fidx, const uint32_t *frames,
-                        uint32_t n, uint64_t samples, uint64_t off_cpu_ns) {
+/* Adds stack `frames` to the merged table (or its counts to an equal one). A new entry only
+ * while fewer than max_merged entries and max_fidx frames are in use: returns false when it
+ * found no equal one and no room. */
+static bool merge_stack(em_window_t *w, size_t *n_merged, size_t *n_fidx, size_t max_merged,
+                        size_t max_fidx, const uint32_t *frames, uint32_t n, uint64_t samples,
+                        uint64_t off_cpu_ns) {
   uint64_t h = 0xcbf29ce484222325ull ^ n;
   for (uint32_t i = 0; i < n; i++) {
     h = (h ^ frames[i]) * 0x100000001b3ull;
@@ -343,9 +408,12 @@ static void merge_stack(em_window_t *w, size_t *n_merged, size_t *n_fidx, const 
     if (m->hash == h && m->n == n && memcmp(w->fidx + m->off, frames, n * sizeof(*frames)) == 0) {
       m->samples += samples;
       m->off_cpu_ns += off_cpu_ns;
-      return;
+      return true;
     }
     slot = (slot + 1) & w->merged_mask;
+  }
+  if (*n_merged >= max_merged || *n_fidx + n > max_fidx) {
+    return false;
   }
   merged_t *m = &w->merged[*n_merged];
   *m = (merged_t){
@@ -353,6 +421,79 @@ static void merge_stack(em_window_t *w, size_t *n_merged, size_t *n_fidx, const 
   memmove(w->fidx + *n_fidx, frames, n * sizeof(*frames));
   *n_fidx += n;
   w->merged_slots[slot] = (uint32_t)(*n_merged)++;
+  return true;
+}
+
+/* Stack e as frame indices, root first, into path; returns how many (frames with no room in
+ * the table are left out). */
+static uint32_t stack_path(const em_window_t *w, size_t d, const em_stacks_entry_t *e,
+                           uint32_t *path) {
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < e->n_user + e->n_kernel; i++) {
+    uint32_t f = w->addr_index[addr_pos(w, d, e->addrs[i])];
+    if (f != NONE) {
+      path[k++] = f;
+    }
+  }
+  return k;
+}
+
+static uint32_t add_py_frame(void *ctx, const em_profile_frame_t *f) {
+  return frame_index(ctx, f);
+}
+
+static bool is_interp(void *ctx, uint32_t frame) {
+  const em_window_t *w = ctx;
+  return frame < EM_PROFILE_MAX_FRAMES && w->interp[frame];
+}
+
+/* What the merge of the Python frames did, for the notes. */
+typedef struct {
+  uint64_t spliced, above, no_sample, no_frame, no_room;
+} py_counts_t;
+
+/*
+ * Splices the client's Python frames into every logged sample that has a match and merges the
+ * results; matched[s] counts what stack s gave away. Spliced stacks take at most the first half
+ * of the merged table (see the top of this file).
+ */
+static void merge_python(em_window_t *w, size_t d, size_t n_stacks, size_t *n_merged,
+                         size_t *n_fidx, py_counts_t *pc) {
+  memset(w->matched, 0, n_stacks * sizeof(*w->matched));
+  em_pymerge_prepare(w->py, add_py_frame, w);
+  for (size_t f = 0; f < w->out.n_frames; f++) {
+    w->interp[f] = w->frames[f].kind == EM_FRAME_NATIVE &&
+                   strcmp(w->frames[f].name, "_PyEval_EvalFrameDefault") == 0;
+  }
+  size_t max_merged = w->o.max_stacks;
+  if (max_merged > EM_PROFILE_MAX_STACKS - n_stacks) {
+    max_merged = EM_PROFILE_MAX_STACKS - n_stacks;
+  }
+  uint32_t py_hz = w->o.hz < 99 ? w->o.hz : 99;
+  uint64_t max_gap_ns = 2u * (1000000000u / py_hz);
+  size_t n_log = em_stacks_log_count(w->stacks);
+  for (size_t i = 0; i < n_log; i++) {
+    em_stacks_log_entry_t l = em_stacks_log_get(w->stacks, i);
+    em_stacks_entry_t e = em_stacks_get(w->stacks, l.stack);
+    uint32_t path[EM_PROFILE_MAX_DEPTH], out[EM_PROFILE_MAX_DEPTH];
+    uint32_t k = stack_path(w, d, &e, path);
+    em_pymerge_why_t why = EM_PYMERGE_NO_SAMPLE;
+    size_t n =
+        em_pymerge_splice(w->py, l.tid, l.time_ns, max_gap_ns, path, k, is_interp, w, out, &why);
+    if (n == 0) {
+      pc->no_sample += why == EM_PYMERGE_NO_SAMPLE;
+      pc->no_frame += why == EM_PYMERGE_NO_FRAME;
+      continue;
+    }
+    if (!merge_stack(w, n_merged, n_fidx, max_merged, EM_WINDOW_MAX_ADDRS, out, (uint32_t)n, 1,
+                     0)) {
+      pc->no_room++;
+      continue;
+    }
+    w->matched[l.stack]++;
+    pc->spliced++;
+    pc->above += why == EM_PYMERGE_ABOVE;
+  }
 }
 
 void em_window_resolve(em_window_t *w) {
@@ -392,22 +533,27 @@ void em_window_resolve(em_window_t *w) {
     frames_full |= w->addr_index[i] == NONE;
   }
   size_t n_merged = 0, n_fidx = 0;
+  py_counts_t pc = {0};
+  bool have_py = em_pymerge_held(w->py);
+  if (have_py) {
+    merge_python(w, d, n_stacks, &n_merged, &n_fidx, &pc);
+  } else {
+    memset(w->matched, 0, n_stacks * sizeof(*w->matched));
+  }
   uint64_t frames_cut = 0;
   for (size_t s = 0; s < n_stacks; s++) {
     em_stacks_entry_t e = em_stacks_get(w->stacks, s);
     uint32_t path[EM_PROFILE_MAX_DEPTH];
-    uint32_t k = 0;
-    for (uint32_t i = 0; i < e.n_user + e.n_kernel; i++) {
-      uint32_t f = w->addr_index[addr_pos(w, d, e.addrs[i])];
-      if (f != NONE) {
-        path[k++] = f;
-      }
-    }
+    uint32_t k = stack_path(w, d, &e, path);
+    uint64_t native = e.samples - w->matched[s];
     if (k == 0) {
-      frames_cut += e.samples;
+      frames_cut += native;
       continue;
     }
-    merge_stack(w, &n_merged, &n_fidx, path, k, e.samples, e.off_cpu_ns);
+    if (native > 0 || e.off_cpu_ns > 0) {
+      (void)merge_stack(w, &n_merged, &n_fidx, 2u * w->o.max_stacks, 2u * EM_WINDOW_MAX_ADDRS, path,
+                        k, native, e.off_cpu_ns);
+    }
   }
   for (size_t i = 0; i < n_merged; i++) {
     const merged_t *m = &w->merged[i];
@@ -433,7 +579,30 @@ void em_window_resolve(em_window_t *w) {
   p->stacks = w->out_stacks;
   p->n_stacks = n_merged;
   p->notes = w->note_ptrs;
-  note(w, "no Python frames: this agent does not merge the Python client's samples yet");
+  if (!have_py) {
+    note(w, "no Python frames: no client samples for this window (client too old, its sampling "
+            "off, or not running)");
+  } else {
+    uint64_t without = ks->samples - pc.spliced;
+    if (without) {
+      note(w,
+           "%llu of %llu samples without Python frames: %llu no client sample of their thread "
+           "within 2 sampling periods, %llu not in the sample log, %llu no room",
+           (unsigned long long)without, (unsigned long long)ks->samples,
+           (unsigned long long)pc.no_sample, (unsigned long long)ks->log_cut,
+           (unsigned long long)(pc.no_frame + pc.no_room));
+    }
+    if (pc.above) {
+      note(w,
+           "%llu samples had no eval-loop frame (native unwinding stopped early): their "
+           "Python frames are above their native frames",
+           (unsigned long long)pc.above);
+    }
+    if (em_pymerge_client_cut(w->py)) {
+      note(w, "the client left out %u of its Python samples to fit one datagram",
+           em_pymerge_client_cut(w->py));
+    }
+  }
   note(w, "no stages: the agent does not yet know which thread wrote each span");
   if (ss->kernel_refused) {
     note(w, "no kernel frames: perf_event_paranoid refused them (sampled with exclude_kernel)");

@@ -4,23 +4,28 @@
  * stacks.h on every tick), its end (its time is up, or the target exited: what was taken is
  * kept, the duration shortened), the resolution of its addresses to frames off the loop
  * (symbols.h, on a libuv worker) and the assembly of one em_profile_t (edgemon/profile.h):
- * a frame table without duplicates, stacks that became equal once resolved merged, stacks in
+ * a frame table without duplicates, the Python client's frames spliced in place of the
+ * interpreter's where its samples match (pymerge.h), stacks that became equal merged, stacks in
  * descending samples, and notes saying what the profile cannot show and why.
  *
  *   IDLE ----em_window_trigger----> OPEN           (-EBUSY / -EAGAIN: suppressed, counted)
- *   OPEN ----em_window_tick: time up or target gone----> CLOSED (returns true)
+ *   OPEN ----em_window_tick: time up----> AWAIT     (sampling stopped; the client's Python
+ *                                                    stacks may still come: em_window_pystacks)
+ *   OPEN/AWAIT --em_window_tick: target gone, Python stacks held, or EM_WINDOW_PY_WAIT_NS
+ *                past the end----> CLOSED (returns true)
  *   CLOSED --em_window_resolve (worker)--> RESOLVED
  *   RESOLVED --em_window_take--> em_profile_t --em_window_done--> IDLE
  *
- * Memory: everything at em_window_new() from the options (stack table, address and frame
- * arrays, the maps snapshot, the symbol arena, the encode buffer of max_bytes);
+ * Memory: everything at em_window_new() from the options (stack table and its sample log,
+ * address and frame arrays, the maps snapshot, the symbol arena, the Python merger's 64 KiB
+ * datagram buffer and index, the encode buffer of max_bytes);
  * em_window_bytes() says how much. Nothing is allocated on the tick (a window's open reads
  * /proc/PID/maps once and maps a perf ring per thread; the worker's kallsyms pass allocates
  * one array of its kernel addresses).
  *
- * Owns: the sampler, the stack table, the symbolizer. Single-threaded except
- * em_window_resolve(), which runs on a worker while the loop leaves the window alone (state
- * CLOSED: tick, trigger and take do nothing with it but count).
+ * Owns: the sampler, the stack table (with its sample log), the symbolizer, the Python merger.
+ * Single-threaded except em_window_resolve(), which runs on a worker while the loop leaves the
+ * window alone (state CLOSED: tick, trigger and take do nothing with it but count).
  */
 #ifndef EDGEMON_AGENT_WINDOW_H
 #define EDGEMON_AGENT_WINDOW_H
@@ -31,9 +36,14 @@
 #include <sys/types.h>
 
 #include "edgemon/profile.h"
+#include "edgemon/wire.h"
 #include "sampler.h"
 
 #define EM_WINDOW_MAX_ADDRS 65536u /* Addresses in the stack table (all stacks together). */
+#define EM_WINDOW_MAX_LOG   65536u /* Samples logged per window (tid, time) for the merge. */
+#define EM_WINDOW_PY_WAIT_NS                                                                       \
+  1000000000ull /* How long past its end a window waits for the                                    \
+                   client's Python stacks. */
 
 typedef struct {
   uint32_t hz; /* 1..1000 */
@@ -52,11 +62,14 @@ typedef struct {
   uint64_t failed;     /* Triggers that could not open a window (no target, perf refused). */
   uint64_t lost;       /* Samples the kernel lost, all windows. */
   uint64_t cut;        /* Samples not kept: the stack table was full, all windows. */
+  uint64_t py_taken;   /* Python stacks datagrams kept (one per window at most). */
+  uint64_t py_refused; /* Refused: no window, another process or window, invalid, a second. */
 } em_window_stats_t;
 
 typedef enum {
   EM_WINDOW_IDLE,
   EM_WINDOW_OPEN,
+  EM_WINDOW_AWAIT,
   EM_WINDOW_CLOSED,
   EM_WINDOW_RESOLVED
 } em_window_state_t;
@@ -82,6 +95,20 @@ int em_window_trigger(em_window_t *w, const em_profile_trigger_t *t, pid_t pid, 
  * Returns true when the window has just closed: em_window_resolve() is due.
  */
 bool em_window_tick(em_window_t *w, uint64_t now_ns, bool target_gone);
+
+/*
+ * The open window's request page (WIRE.md "Profile request page v1"): its number, the
+ * configured hz, its start and planned end. Returns 0, or -ENOENT when no window is open.
+ */
+int em_window_request(const em_window_t *w, em_profile_page_t *out);
+
+/*
+ * A Python stacks datagram (buf[0..len), borrowed for the call) from process `sender` (its
+ * credentials): kept when a window is OPEN or AWAIT, the sender is the target and the datagram
+ * is valid and names this window. Returns 0, -ENOENT (no window), -EPERM (another process), or
+ * em_pymerge_take()'s codes; every refusal is counted in py_refused.
+ */
+int em_window_pystacks(em_window_t *w, const uint8_t *buf, size_t len, pid_t sender);
 
 /* Resolves and assembles the closed window (on a worker thread). */
 void em_window_resolve(em_window_t *w);

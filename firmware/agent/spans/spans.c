@@ -10,12 +10,18 @@
  * discards descriptors beyond it (MSG_CTRUNC), and every one received is closed unless a ring
  * register takes it.
  *
- * Two sizes of datagram arrive: the 64-byte records (spans, heartbeats, v2 ring datagrams) and
- * the 512-byte model datagram (WIRE.md "Model identity"). Each message of a batch scatters into
- * two buffers: its 64-byte slot of one dense array (all a 64-byte record touches, so that path
- * costs what it did) and its own spill buffer for bytes 64..512 plus one byte more, so a
- * datagram longer than 512 bytes shows as such (or as MSG_TRUNC) and is counted, never parsed.
- * A model datagram is copied out of its two pieces and then unpacked.
+ * Three sizes of datagram arrive: the 64-byte records (spans, heartbeats, v2 ring datagrams),
+ * the 512-byte model datagram (WIRE.md "Model identity") and the Python stacks datagram of up to
+ * 65507 bytes (WIRE.md "Python stacks datagram v2", one per profile window and process). Each
+ * message of a batch scatters into three buffers: its 64-byte slot of one dense array (all a
+ * 64-byte record touches, so that path costs what it did), its own spill buffer for bytes
+ * 64..512, and one big buffer all messages share for bytes 512..65507 plus one byte more (a
+ * longer datagram shows as such, or as MSG_TRUNC, and is counted, never parsed). The big buffer
+ * is `joined + 512`: a datagram over 512 bytes is made whole by copying its first two pieces in
+ * front of it. Only the last such datagram of a batch is intact there (a later one overwrites
+ * an earlier one's tail): the earlier ones are counted as dropped (overflow), which a datagram
+ * sent once per window per process makes rare. A model datagram is copied out of its two pieces
+ * and then unpacked.
  */
 #define _GNU_SOURCE /* struct ucred, SCM_CREDENTIALS, recvmmsg */
 
@@ -54,15 +60,17 @@ struct em_spans {
   uint64_t ctrl_truncated;
   uint64_t models_accepted;
   uint64_t models_refused;
-  int logged_errno;   /* The recvmmsg errno last logged (0: none yet). */
-  bool logged_ctrunc; /* A truncated control message was logged. */
+  uint64_t pystacks_passed; /* Python stacks datagrams handed to on_pystacks. */
+  int logged_errno;         /* The recvmmsg errno last logged (0: none yet). */
+  bool logged_ctrunc;       /* A truncated control message was logged. */
   uint64_t dropped[EM_SPANS_DROP_COUNT];
   em_stages_t stages;
 
   struct mmsghdr msgs[EM_SPANS_BATCH];
-  struct iovec iov[EM_SPANS_BATCH][2];
+  struct iovec iov[EM_SPANS_BATCH][3];
   _Alignas(64) uint8_t bufs[EM_SPANS_BATCH][EM_SPAN_DGRAM_BYTES];
-  uint8_t spill[EM_SPANS_BATCH][EM_MODEL_DGRAM_BYTES - EM_SPAN_DGRAM_BYTES + 1];
+  uint8_t spill[EM_SPANS_BATCH][EM_MODEL_DGRAM_BYTES - EM_SPAN_DGRAM_BYTES];
+  uint8_t joined[EM_PYSTACKS_MAX_BYTES + 1]; /* [0..512): filled on demand; then the big iov. */
   struct sockaddr_un from[EM_SPANS_BATCH];
   /* Control space for SCM_CREDENTIALS and SCM_RIGHTS each, aligned for struct cmsghdr. */
   _Alignas(struct cmsghdr) char ctrl[EM_SPANS_BATCH][CMSG_SPACE(sizeof(struct ucred)) +
@@ -230,8 +238,42 @@ static void take_model(em_spans_t *s, size_t i, const struct ucred *cred) {
   }
 }
 
-/* One received datagram: checked, counted, folded in; its descriptors closed or handed on. */
-static void take(em_spans_t *s, size_t i, uint64_t now_ns) {
+/*
+ * A datagram of 513..65507 bytes: with a Python stacks header (magic, version 2, kind 8), from
+ * an allowed sender and with its tail intact in joined + 512 (`intact`), it is made whole and
+ * handed to on_pystacks, which validates the rest. Anything else is counted as dropped, in
+ * that order: size (not a Python stacks datagram: no other kind has such a length), version,
+ * disallowed, overflow (a later big datagram of the batch overwrote its tail).
+ */
+static void take_big(em_spans_t *s, size_t i, size_t len, bool intact, const struct ucred *cred) {
+  const uint8_t *b = s->bufs[i]; /* The first 64 bytes: always this datagram's own. */
+  if (b[0] != EM_WIRE_MAGIC0 || b[1] != EM_WIRE_MAGIC1 || b[3] != EM_DGRAM_PYSTACKS) {
+    s->dropped[EM_SPANS_DROP_SIZE]++; /* Of a size only that kind has. */
+    return;
+  }
+  if (b[2] != EM_PYSTACKS_VERSION) {
+    s->dropped[EM_SPANS_DROP_VERSION]++;
+    return;
+  }
+  if (!allowed(s, cred)) {
+    s->dropped[EM_SPANS_DROP_DISALLOWED]++;
+    return;
+  }
+  if (!intact) {
+    s->dropped[EM_SPANS_DROP_OVERFLOW]++;
+    return;
+  }
+  memcpy(s->joined, s->bufs[i], EM_SPAN_DGRAM_BYTES);
+  memcpy(s->joined + EM_SPAN_DGRAM_BYTES, s->spill[i], sizeof(s->spill[i]));
+  s->pystacks_passed++;
+  if (s->opts.on_pystacks) {
+    s->opts.on_pystacks(s->opts.ctx, s->joined, len, cred ? (pid_t)cred->pid : -1);
+  }
+}
+
+/* One received datagram: checked, counted, folded in; its descriptors closed or handed on.
+ * `big_intact`: this is the batch's last datagram over 512 bytes. */
+static void take(em_spans_t *s, size_t i, uint64_t now_ns, bool big_intact) {
   struct msghdr *h = &s->msgs[i].msg_hdr;
   size_t len = s->msgs[i].msg_len;
   int fds[SPAN_MAX_FDS];
@@ -246,12 +288,19 @@ static void take(em_spans_t *s, size_t i, uint64_t now_ns) {
       s->logged_ctrunc = true;
     }
   }
-  if ((len != EM_SPAN_DGRAM_BYTES && len != EM_MODEL_DGRAM_BYTES) || (h->msg_flags & MSG_TRUNC)) {
+  bool big = len > EM_MODEL_DGRAM_BYTES && len <= EM_PYSTACKS_MAX_BYTES;
+  if ((len != EM_SPAN_DGRAM_BYTES && len != EM_MODEL_DGRAM_BYTES && !big) ||
+      (h->msg_flags & MSG_TRUNC)) {
     close_fds(s, fds, n_fds);
     s->dropped[EM_SPANS_DROP_SIZE]++;
     return;
   }
   const struct ucred *cred = sender_of(h);
+  if (big) {
+    close_fds(s, fds, n_fds);
+    take_big(s, i, len, big_intact, cred);
+    return;
+  }
   if (len == EM_MODEL_DGRAM_BYTES) {
     close_fds(s, fds, n_fds);
     take_model(s, i, cred);
@@ -322,8 +371,14 @@ static void on_readable(uv_poll_t *p, int status, int events) {
       n = EM_SPANS_BATCH; /* Never more than asked for; a table that says so is wrong. */
     }
     uint64_t now = mono_ns();
+    int last_big = -1; /* The one datagram whose tail the shared big buffer still holds. */
     for (int i = 0; i < n; i++) {
-      take(s, (size_t)i, now);
+      if (s->msgs[i].msg_len > EM_MODEL_DGRAM_BYTES) {
+        last_big = i;
+      }
+    }
+    for (int i = 0; i < n; i++) {
+      take(s, (size_t)i, now, i == last_big);
     }
     rearm(s, (size_t)n);
     if (n < EM_SPANS_BATCH) {
@@ -457,8 +512,10 @@ int em_spans_new(em_spans_t **out, uv_loop_t *loop, const em_spans_opts_t *opts)
   for (size_t i = 0; i < EM_SPANS_BATCH; i++) {
     s->iov[i][0] = (struct iovec){.iov_base = s->bufs[i], .iov_len = sizeof(s->bufs[i])};
     s->iov[i][1] = (struct iovec){.iov_base = s->spill[i], .iov_len = sizeof(s->spill[i])};
+    s->iov[i][2] = (struct iovec){.iov_base = s->joined + EM_MODEL_DGRAM_BYTES,
+                                  .iov_len = sizeof(s->joined) - EM_MODEL_DGRAM_BYTES};
     s->msgs[i].msg_hdr = (struct msghdr){
-        .msg_name = &s->from[i], .msg_iov = s->iov[i], .msg_iovlen = 2, .msg_control = s->ctrl[i]};
+        .msg_name = &s->from[i], .msg_iov = s->iov[i], .msg_iovlen = 3, .msg_control = s->ctrl[i]};
   }
   rearm(s, EM_SPANS_BATCH);
   rc = open_socket(s);
@@ -532,6 +589,10 @@ uint64_t em_spans_models_accepted(const em_spans_t *s) {
 
 uint64_t em_spans_models_refused(const em_spans_t *s) {
   return s->models_refused;
+}
+
+uint64_t em_spans_pystacks_passed(const em_spans_t *s) {
+  return s->pystacks_passed;
 }
 
 uint64_t em_spans_ctrl_truncated(const em_spans_t *s) {

@@ -14,7 +14,9 @@
  * A 512-byte datagram is a model datagram v2 (proto/WIRE.md "Model identity"): from an allowed
  * sender and valid (em_model_dgram_unpack), it goes to on_model; otherwise it is counted
  * (em_spans_models_refused, and by reason in em_spans_dropped). Every other length but 64 is
- * counted as EM_SPANS_DROP_SIZE.
+ * counted as EM_SPANS_DROP_SIZE, but 513..65507 bytes: a Python stacks datagram v2 (proto/WIRE.md
+ * "Python stacks datagram v2") from an allowed sender with its header's magic, version and kind
+ * goes whole to on_pystacks, which validates the rest (em_pystacks_unpack).
  *
  * Datagrams v2 (version byte 2, proto/WIRE.md "Span ring v2") are recognised here: a ring
  * register goes to on_register with its descriptor, a hard miss to on_hard_miss (not folded
@@ -115,6 +117,13 @@ typedef void (*em_spans_register_fn)(void *ctx, const em_ring_dgram_t *reg, int 
 typedef void (*em_spans_model_fn)(void *ctx, const em_model_dgram_t *model,
                                   const struct ucred *sender);
 
+/*
+ * Called for a Python stacks datagram from an allowed sender (sender_pid: its credentials'
+ * pid), its header's first 4 bytes checked; buf[0..len) is borrowed for the call and not yet
+ * validated (untrusted).
+ */
+typedef void (*em_spans_pystacks_fn)(void *ctx, const uint8_t *buf, size_t len, pid_t sender_pid);
+
 typedef struct {
   const char *path; /* Socket file; its directory is created (0755) if missing. */
   unsigned mode;    /* Permission bits of the socket file, e.g. 0660. */
@@ -132,6 +141,7 @@ typedef struct {
   em_spans_register_fn on_register;   /* May be NULL: registers are refused, fds closed. */
   em_spans_fn on_hard_miss;           /* May be NULL: a ring span over its hard deadline. */
   em_spans_model_fn on_model;         /* May be NULL: model datagrams are checked, dropped. */
+  em_spans_pystacks_fn on_pystacks;   /* May be NULL: Python stacks datagrams are dropped. */
   void *ctx;
   const em_spans_sys_t *sys; /* NULL: em_spans_sys_linux. Copied. */
 } em_spans_opts_t;
@@ -191,6 +201,9 @@ uint64_t em_spans_models_accepted(const em_spans_t *s);
 /* Model datagrams refused (disallowed sender, or any check of em_model_dgram_unpack) since
  * start; each is also counted by reason in em_spans_dropped. */
 uint64_t em_spans_models_refused(const em_spans_t *s);
+
+/* Python stacks datagrams handed to on_pystacks (allowed sender, header checked). */
+uint64_t em_spans_pystacks_passed(const em_spans_t *s);
 
 /* Failed recvmmsg calls (errors other than EAGAIN and EINTR) since start. */
 uint64_t em_spans_recv_errors(const em_spans_t *s);
