@@ -3,9 +3,10 @@
 A Python pipeline (the edgemon client, one `infer` stage at 50 frames a second) is the agent's
 target; from frame K its infer stage calls slow_checksum(), a pure-Python loop, which raises
 the level. The profile published on edgemon/v1/<device>/profile, decoded with
-proto/python/edgemon_proto.decode_profile, must hold the interpreter's native frames
-(libpython's eval loop) in the stack with the most samples. A window on an idle target holds
-nearly no samples; a target that exits mid-window ends it early (a profile with a shorter
+proto/python/edgemon_proto.decode_profile, must name slow_checksum as a Python frame (from the
+client's own sampling, merged by the agent in place of libpython's eval loop) in the stack with
+the most samples, and as the Python function with the most samples. A window on an idle target
+(a Python process without the client) holds nearly no samples and says it has no Python frames; a target that exits mid-window ends it early (a profile with a shorter
 duration, the agent still running); a second trigger inside min_gap_seconds is counted in
 profile.suppressed and not published; cmd/profile opens a window with the seconds it asks for.
 """
@@ -110,20 +111,39 @@ def figure(sub, birth, name):
     return edgemon_proto.values_by_name(sub.next("data", timeout=5), birth).get(name)
 
 
-def test_an_escalation_profiles_the_slow_code_with_the_interpreter_under_it(stack):
-    agent, proc, sub, birth, profiles = start(stack, PIPELINE, seconds=2, gap=60)
+def python_self_samples(profile):
+    """Samples by the innermost Python function of each stack (its Python self samples)."""
+    out = {}
+    for st in profile["stacks"]:
+        py = [f["name"] for f in frames_of(profile, st) if f["kind"] == "python"]
+        if py:
+            out[py[-1]] = out.get(py[-1], 0) + st["samples"]
+    return out
+
+
+def test_an_escalation_profiles_the_slow_python_function_from_the_clients_samples(stack):
+    # 3 s: the client reads the request page on its once-a-second check, so it may start
+    # sampling up to a second into the window.
+    agent, proc, sub, birth, profiles = start(stack, PIPELINE, seconds=3, gap=60)
     try:
-        assert birth["profiler"]["hz"] == 99 and birth["profiler"]["seconds"] == 2
+        assert birth["profiler"]["hz"] == 99 and birth["profiler"]["seconds"] == 3
         p = profiles.wait(1, timeout=20)
         assert p["trigger"]["cause"] == "escalation"
         assert p["hz"] == 99 and p["clock"] == "cpu-clock"
-        assert 1.5e9 <= p["duration_ns"] <= 3e9
-        assert p["samples"] >= 50, p["samples"]  # ~2 s of a busy thread at 99 Hz
+        assert 2.5e9 <= p["duration_ns"] <= 4e9
+        assert p["samples"] >= 80, p["samples"]  # ~3 s of a busy thread at 99 Hz
         top = p["stacks"][0]
-        names = [f["name"] for f in frames_of(p, top)]
-        assert "_PyEval_EvalFrameDefault" in names, names
         assert top["samples"] == max(s["samples"] for s in p["stacks"])
-        assert any("Python frames" in n for n in p["notes"])
+        frames = frames_of(p, top)
+        py = [f for f in frames if f["kind"] == "python"]
+        # The Python frames of the client's samples, in place of the interpreter's eval loop.
+        assert [f["name"] for f in py][-2:] == ["<module>", "slow_checksum"], frames
+        assert py[-1]["module"].startswith("<string>:"), py[-1]
+        assert "_PyEval_EvalFrameDefault" not in [f["name"] for f in frames], frames
+        by_self = python_self_samples(p)
+        assert max(by_self, key=by_self.get) == "slow_checksum", by_self
+        assert not any("does not merge" in n or n.startswith("no Python frames")
+                       for n in p["notes"]), p["notes"]
         wait_for(lambda: figure(sub, birth, "profile.taken") == 1, 5, "profile.taken")
     finally:
         profiles.close()
@@ -157,6 +177,9 @@ def test_an_idle_target_gives_nearly_no_samples(stack):
         assert 1.8e9 <= p["duration_ns"] <= 2.5e9  # the command's seconds, not [profile]'s
         assert p["samples"] <= 3, p["stacks"]
         assert p["lost"] == 0
+        # A Python process without the edgemon client: nothing sampled its Python stacks.
+        assert any(n.startswith("no Python frames: no client samples") for n in p["notes"])
+        assert not any(f["kind"] == "python" for f in p["frames"])
     finally:
         profiles.close()
         proc.kill()

@@ -62,7 +62,7 @@ import threading
 import time
 import weakref
 
-from . import _ring
+from . import _pyprof, _ring
 from ._paths import resolve_socket_path
 from ._state import StatePage, Subscriber
 from ._wire import KIND_HARD_MISS, KIND_HEARTBEAT, KIND_SPAN, MAGIC, RING_VERSION, SPAN_STRUCT
@@ -129,12 +129,16 @@ class Client(object):
         "_warned_fields", "connect_attempts", "_page", "_subscriber", "_deadline_arg",
         "_dpage", "_rings_on", "_hard", "_tls", "_rings", "_next_check_ns", "_agent_gen",
         "_ring_sink", "_ring_counts", "_check_lock", "_model", "_model_counts",
-        "_model_pending", "_warned_model", "__weakref__",
+        "_model_pending", "_warned_model", "_pyprof", "__weakref__",
     )
 
     def __init__(self, socket_path=None, sync=None, state_path=None, deadline_path=None):
         self.socket_path = resolve_socket_path(socket_path)
         self._deadline_arg = deadline_path
+        self._pyprof = _pyprof.PyStacks(
+            os.environ.get("EDGEMON_PROFILE_PAGE", "")
+            or os.path.join(os.path.dirname(self.socket_path), _pyprof.PAGE_NAME),
+            self.socket_path)
         self._init_rings()
         self._page = StatePage(state_path)  # maps nothing until the first level()/state()
         self._subscriber = Subscriber(self.socket_path)
@@ -285,8 +289,9 @@ class Client(object):
     def stats(self):
         """{'sent': n, 'dropped': {'no_agent': n, 'queue_full': n, 'invalid_stage': n,
         'other': n}, 'socket_path': str, 'connected': bool}, plus 'rings' (ring_stats())
-        once an agent's deadline page was seen and 'model' (model_stats()) once set_model
-        was called. 'sent' counts datagrams (v1 spans, heartbeats
+        once an agent's deadline page was seen, 'model' (model_stats()) once set_model
+        was called, and 'python_stacks' once a profile window was sampled ({'windows',
+        'samples', 'cut', 'sent', 'send_failed', 'bytes', 'enabled', 'running'}). 'sent' counts datagrams (v1 spans, heartbeats
         and kind-6 hard misses); spans written to rings are rings['written']."""
         dropped = {"no_agent": self._dropped["no_agent"], "queue_full": self._queue_full,
                    "invalid_stage": self._dropped["invalid_stage"],
@@ -301,6 +306,8 @@ class Client(object):
             out["rings"] = self.ring_stats()
         if self._model_counts["calls"]:  # set_model was called: its counters
             out["model"] = self.model_stats()
+        if self._pyprof.counts["windows"]:  # a profile window was sampled
+            out["python_stacks"] = self._pyprof.stats()
         return out
 
     def model_stats(self):
@@ -559,6 +566,10 @@ class Client(object):
         self._rings_on = self._dpage.inode is not None
         if self._model_pending:
             self._send_model()
+        try:  # the profile request page: a helper thread samples Python stacks for a window
+            self._pyprof.check(_monotonic_ns())
+        except Exception:
+            pass
 
     def _thread_ring(self, now_ns):
         """This thread's first span since rings are on: make its ring (a dummy one when the

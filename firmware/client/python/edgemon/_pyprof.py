@@ -1,0 +1,210 @@
+"""The client's half of the agent's stack profiles: Python frames for a profile window.
+
+The agent samples the process's native stacks (perf_event_open) when it opens a profile window
+and writes a profile request page (WIRE.md "Profile request page v1", the file "profile" in
+its runtime directory). Python 3.11 has no perf trampoline, so native stacks show only the
+interpreter's eval loop; this module supplies the Python side. On the client's once-a-second
+agent check, PyStacks.check() reads the page; when a window is open (start <= now < end) and
+it is not the last one seen, it starts ONE daemon helper thread for that window only. The
+helper samples sys._current_frames() at min(hz, 99) Hz until the window's end (skipping
+itself), each sample (native thread id, time.monotonic_ns(), frames root first as indices into
+a table of "function (file:line)" texts), then sends them once as a Python stacks datagram v2
+(WIRE.md, kind 8) from its own socket to the span socket, and ends. Nothing runs while no
+window is open.
+
+Bounded: at most MAX_SAMPLES samples and MAX_STRINGS frame texts are kept per window (the rest
+counted as cut); the datagram holds at most 65507 bytes, keeping the samples nearest the
+window's middle. Standard library only. Set EDGEMON_PYTHON_STACKS=0 to turn the sampling off.
+"""
+
+import os
+import socket
+import struct
+import sys
+import threading
+import time
+
+PAGE_NAME = "profile"
+PAGE = struct.Struct("<4sHHIIQQ32s")
+HEAD = struct.Struct("<2sBBIIIHHI8s")
+SAMPLE_HEAD = struct.Struct("<IQH")
+KIND_PYSTACKS = 8
+VERSION = 2
+MAX_BYTES = 65507
+MAX_STRINGS = 4096
+MAX_TEXT = 255
+MAX_DEPTH = 256
+MAX_SAMPLES = 20000
+MAX_HZ = 99
+
+
+def read_page(path):
+    """The request page at path as (window, hz, start_ns, end_ns), or None when there is none
+    or it is not a valid v1 page (the same checks as em_profile_page_unpack)."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(PAGE.size + 1)
+    except OSError:
+        return None
+    if len(raw) != PAGE.size:
+        return None
+    magic, version, size, window, hz, start, end, reserved = PAGE.unpack(raw)
+    if (magic != b"EMPR" or version != 1 or size != PAGE.size or not 1 <= hz <= 1000
+            or end < start or any(reserved)):
+        return None
+    return window, hz, start, end
+
+
+def frame_text(code, lineno):
+    """ "function (file:line)" as at most 255 bytes of UTF-8 without control characters."""
+    name = getattr(code, "co_qualname", None) or code.co_name
+    text = "%s (%s:%s)" % (name, code.co_filename, lineno)
+    text = "".join("?" if ord(c) < 0x20 or ord(c) == 0x7F else c for c in text)
+    raw = text.encode("utf-8", "replace")
+    if len(raw) > MAX_TEXT:
+        raw = raw[:MAX_TEXT]
+        while raw and raw[-1] & 0xC0 == 0x80:  # a cut character's continuation bytes
+            raw = raw[:-1]
+        if raw and raw[-1] >= 0xC0:  # its lead byte
+            raw = raw[:-1]
+    return raw or b"?"
+
+
+def pack(pid, window, strings, samples, cut, mid_ns):
+    """The datagram: the samples nearest mid_ns that fit in MAX_BYTES (the others counted in
+    samples_cut), in time order; strings not used by a kept sample are left out."""
+    order = sorted(range(len(samples)), key=lambda i: abs(samples[i][1] - mid_ns))
+    used = {}
+    size = HEAD.size
+    kept = []
+    for i in order:
+        frames = samples[i][2]
+        new = [f for f in set(frames) if f not in used]
+        need = SAMPLE_HEAD.size + 2 * len(frames) + sum(1 + len(strings[f]) for f in new)
+        if size + need > MAX_BYTES:
+            continue
+        size += need
+        for f in new:
+            used[f] = None
+        kept.append(i)
+    cut += len(samples) - len(kept)
+    kept.sort(key=lambda i: samples[i][1])
+    index = {}
+    table = []
+    body = []
+    for i in kept:
+        tid, t, frames = samples[i]
+        idx = []
+        for f in frames:
+            j = index.get(f)
+            if j is None:
+                j = index[f] = len(table)
+                table.append(strings[f])
+            idx.append(j)
+        body.append(SAMPLE_HEAD.pack(tid, t, len(idx)) + struct.pack("<%dH" % len(idx), *idx))
+    text = b"".join(bytes((len(s),)) + s for s in table)
+    head = HEAD.pack(b"EM", VERSION, KIND_PYSTACKS, pid, window, min(cut, 0xFFFFFFFF),
+                     len(table), len(kept), len(text), b"")
+    return head + text + b"".join(body)
+
+
+class PyStacks(object):
+    """Starts the sampling helper for each new profile window; see the module docstring."""
+
+    def __init__(self, page_path, socket_path, environ=None):
+        env = os.environ if environ is None else environ
+        self.enabled = env.get("EDGEMON_PYTHON_STACKS", "1") != "0"
+        self.page_path = page_path
+        self.socket_path = socket_path
+        self._last = None  # (window, start_ns) of the last window sampled
+        self._thread = None
+        self.counts = {"windows": 0, "samples": 0, "cut": 0, "sent": 0, "send_failed": 0,
+                       "bytes": 0}
+
+    def stats(self):
+        out = dict(self.counts)
+        out["enabled"] = self.enabled
+        out["running"] = self._thread is not None and self._thread.is_alive()
+        return out
+
+    def check(self, now_ns):
+        """Called on the once-a-second agent check: one page read; a helper for a new open
+        window. Never raises."""
+        if not self.enabled:
+            return
+        page = read_page(self.page_path)
+        if page is None:
+            return
+        window, hz, start, end = page
+        key = (window, start)
+        if key == self._last or not start <= now_ns < end:
+            return
+        if self._thread is not None and self._thread.is_alive():
+            return  # the previous window's helper is still sending
+        self._last = key
+        self.counts["windows"] += 1
+        self._thread = threading.Thread(target=self._run, args=(window, min(hz, MAX_HZ), start, end),
+                                        name="edgemon-pystacks", daemon=True)
+        self._thread.start()
+
+    def _run(self, window, hz, start, end):
+        try:
+            self._sample_and_send(window, hz, start, end)
+        except Exception:  # the helper never disturbs the application
+            self.counts["send_failed"] += 1
+
+    def _sample_and_send(self, window, hz, start, end):
+        me = threading.get_ident()
+        period = 1.0 / hz
+        strings = []  # frame texts (bytes)
+        ids = {}  # (code, lineno) -> string index
+        samples = []  # (native tid, time ns, [string indices root first])
+        cut = 0
+        while True:
+            now = time.monotonic_ns()
+            if now >= end:
+                break
+            threads = threading._active  # ident -> Thread, for native ids
+            for ident, frame in sys._current_frames().items():
+                if ident == me:
+                    continue
+                th = threads.get(ident)
+                tid = getattr(th, "native_id", None) if th is not None else None
+                if tid is None:
+                    continue
+                if len(samples) >= MAX_SAMPLES:
+                    cut += 1
+                    continue
+                stack = []
+                full = False
+                while frame is not None and len(stack) < MAX_DEPTH:
+                    key = (frame.f_code, frame.f_lineno)
+                    i = ids.get(key)
+                    if i is None:
+                        if len(strings) >= MAX_STRINGS:
+                            full = True
+                            break
+                        i = ids[key] = len(strings)
+                        strings.append(frame_text(frame.f_code, frame.f_lineno))
+                    stack.append(i)
+                    frame = frame.f_back
+                del frame
+                if full or not stack:
+                    cut += 1
+                    continue
+                stack.reverse()  # root first; past MAX_DEPTH the root side is what is missing
+                samples.append((tid, now, stack))
+            time.sleep(max(0.0, min(period, (end - time.monotonic_ns()) / 1e9)))
+        self.counts["samples"] += len(samples)
+        data = pack(os.getpid(), window, strings, samples, cut, (start + end) // 2)
+        self.counts["cut"] += struct.unpack_from("<I", data, 12)[0]
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            sock.settimeout(0.5)
+            sock.sendto(data, self.socket_path)
+            self.counts["sent"] += 1
+            self.counts["bytes"] += len(data)
+        except OSError:
+            self.counts["send_failed"] += 1
+        finally:
+            sock.close()

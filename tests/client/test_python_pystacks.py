@@ -1,0 +1,141 @@
+"""Tests of the Python client's sampling for the agent's stack profiles
+(firmware/client/python/edgemon/_pyprof.py).
+
+The profile request page is written by the tests per WIRE.md "Profile request page v1"; the
+Python stacks datagram the helper thread sends is received on a real AF_UNIX SOCK_DGRAM socket
+and decoded with struct from WIRE.md "Python stacks datagram v2", independently of the client.
+
+Run with: /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/client
+"""
+
+import socket
+import struct
+import sys
+import threading
+import time
+from pathlib import Path
+
+CLIENT_DIR = Path(__file__).resolve().parents[2] / "firmware" / "client" / "python"
+sys.path.insert(0, str(CLIENT_DIR))
+
+from edgemon import _pyprof  # noqa: E402
+
+PAGE = struct.Struct("<4sHHIIQQ32s")
+HEAD = struct.Struct("<2sBBIIIHHI8s")
+SAMPLE = struct.Struct("<IQH")
+
+
+def write_page(path, window, hz, start_ns, end_ns):
+    path.write_bytes(PAGE.pack(b"EMPR", 1, 64, window, hz, start_ns, end_ns, b""))
+
+
+def decode(buf):
+    """The datagram as (header fields, strings, samples), every length checked."""
+    magic, ver, kind, pid, window, cut, n_str, n_smp, str_bytes, res = HEAD.unpack_from(buf)
+    assert (magic, ver, kind, res) == (b"EM", 2, 8, bytes(8))
+    off, strings = HEAD.size, []
+    for _ in range(n_str):
+        n = buf[off]
+        strings.append(buf[off + 1:off + 1 + n].decode("utf-8"))
+        off += 1 + n
+    assert off == HEAD.size + str_bytes
+    samples = []
+    for _ in range(n_smp):
+        tid, t, depth = SAMPLE.unpack_from(buf, off)
+        off += SAMPLE.size
+        frames = struct.unpack_from("<%dH" % depth, buf, off)
+        off += 2 * depth
+        assert all(f < n_str for f in frames)
+        samples.append((tid, t, [strings[f] for f in frames]))
+    assert off == len(buf) <= 65507
+    return {"pid": pid, "window": window, "cut": cut}, samples
+
+
+def busy_spin(stop):
+    while not stop.is_set():
+        sum(range(1000))
+
+
+def test_a_new_open_window_is_sampled_once_and_sent_as_one_datagram(tmp_path):
+    sock_path = str(tmp_path / "spans.sock")
+    agent = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    agent.bind(sock_path)
+    agent.settimeout(5)
+    stop = threading.Event()
+    worker = threading.Thread(target=busy_spin, args=(stop,), name="busy")
+    worker.start()
+    try:
+        page = tmp_path / "profile"
+        ps = _pyprof.PyStacks(str(page), sock_path, environ={})
+        now = time.monotonic_ns()
+        ps.check(now)  # no page: nothing runs
+        assert ps._thread is None
+        write_page(page, 4, 500, now - 1000, now + 300_000_000)
+        ps.check(time.monotonic_ns())
+        first = ps._thread
+        assert first is not None and first.name == "edgemon-pystacks"
+        ps.check(time.monotonic_ns())  # the same window: no second helper
+        assert ps._thread is first
+        data = agent.recv(65536)
+        head, samples = decode(data)
+        assert head["window"] == 4 and head["cut"] == 0
+        tids = {tid for tid, _, _ in samples}
+        assert worker.native_id in tids and threading.get_native_id() in tids
+        assert first.native_id not in tids  # the helper never samples itself
+        busy = [frames for tid, _, frames in samples if tid == worker.native_id]
+        # min(500, 99) Hz for 0.3 s: about 30 samples of the busy thread.
+        assert 10 <= len(busy) <= 40, len(busy)
+        assert busy[0][-1].startswith("busy_spin (") and busy[0][-1].endswith(")")
+        assert ":" in busy[0][-1] and "test_python_pystacks.py" in busy[0][-1]
+        assert all(t1 <= t2 for (_, t1, _), (_, t2, _) in zip(samples, samples[1:]))
+        first.join(2)
+        assert ps.stats()["sent"] == 1 and ps.stats()["windows"] == 1
+        assert not ps.stats()["running"]
+        # A closed window (now past its end) starts nothing.
+        write_page(page, 5, 99, now - 2000, now - 1000)
+        ps.check(time.monotonic_ns())
+        assert ps._thread is first and ps.stats()["windows"] == 1
+    finally:
+        stop.set()
+        worker.join()
+        agent.close()
+
+
+def test_sampling_off_or_a_bad_page_starts_nothing(tmp_path):
+    page = tmp_path / "profile"
+    now = time.monotonic_ns()
+    write_page(page, 1, 99, now, now + 10**9)
+    off = _pyprof.PyStacks(str(page), str(tmp_path / "s"), environ={"EDGEMON_PYTHON_STACKS": "0"})
+    off.check(now + 1)
+    assert off._thread is None and not off.stats()["enabled"]
+    page.write_bytes(PAGE.pack(b"EMPR", 1, 64, 1, 0, now, now + 10**9, b""))  # hz 0
+    on = _pyprof.PyStacks(str(page), str(tmp_path / "s"), environ={})
+    on.check(now + 1)
+    assert on._thread is None
+    page.write_bytes(b"EMPR")  # short
+    on.check(now + 1)
+    assert on._thread is None
+
+
+def test_a_datagram_that_would_not_fit_keeps_the_samples_nearest_the_middle():
+    strings = [("f%d (/app/m.py:%d)" % (i, i)).encode() for i in range(300)]
+    # 2000 samples 1 ms apart, each 200 frames deep: ~414 bytes each, far over 65507 in all.
+    samples = [(7, 1_000_000 * i, [(i + k) % 300 for k in range(200)]) for i in range(2000)]
+    data = _pyprof.pack(42, 9, strings, samples, 3, 1_000_000 * 1000)
+    head, got = decode(data)
+    assert len(data) <= 65507
+    kept = [t // 1_000_000 for _, t, _ in got]
+    assert head["cut"] == 3 + 2000 - len(kept) and len(kept) > 100
+    # The kept ones are a run around sample 1000, in time order.
+    assert kept == list(range(kept[0], kept[0] + len(kept)))
+    assert kept[0] <= 1000 <= kept[-1]
+    assert abs((kept[0] + kept[-1]) / 2 - 1000) <= 1
+
+
+def test_frame_texts_are_bounded_utf8_without_control_characters():
+    code = compile("def f():\n pass\n", "/app/\u00fc\n" + "x" * 300 + ".py", "exec").co_consts[0]
+    raw = _pyprof.frame_text(code, 2)
+    assert len(raw) <= 255
+    text = raw.decode("utf-8")  # cut at a character boundary
+    assert text.startswith("f (/app/\u00fc?x")
+    assert not any(ord(c) < 0x20 for c in text)
