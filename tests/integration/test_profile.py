@@ -196,7 +196,9 @@ def test_a_target_that_exits_mid_window_ends_it_early(stack):
         proc.wait()
         p = profiles.wait(1, timeout=10)
         assert 0.5e9 <= p["duration_ns"] <= 4e9, p["duration_ns"]
-        assert p["samples"] >= 10
+        # What was taken before the exit is published (how much depends on the target's CPU
+        # time in that second, not a figure to assert here).
+        assert p["samples"] > 0 and p["stacks"], p["samples"]
         assert agent.proc.poll() is None  # still running
         sub.next("data", timeout=5)
     finally:

@@ -28,9 +28,14 @@ struct em_symbols {
 
 static char *debuginfo_path;
 
+/* Separate debug information comes from this machine only: the build-id tree under
+ * /usr/lib/debug, where Debian's -dbgsym packages put it. Not dwfl_standard_find_debuginfo: past
+ * the local paths it asks debuginfod servers, which loads libcurl into the agent (with a
+ * one-time OpenSSL allocation it never frees) and may reach the network in the middle of a
+ * breach. */
 static const Dwfl_Callbacks proc_callbacks = {
     .find_elf = dwfl_linux_proc_find_elf,
-    .find_debuginfo = dwfl_standard_find_debuginfo,
+    .find_debuginfo = dwfl_build_id_find_debuginfo,
     .debuginfo_path = &debuginfo_path,
 };
 
