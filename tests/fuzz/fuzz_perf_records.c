@@ -10,6 +10,8 @@
 #include "perf_records.h"
 #include "stacks.h"
 
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static em_stacks_t *stacks;
   if (!stacks && em_stacks_new(&stacks, 64, 1024) != 0) {
