@@ -4,8 +4,9 @@
  * Three views chosen by the URL's hash: the fleet table (#/, polled from /api/fleet every 2 s
  * and redrawn without a reload), one device (#/device/<id>: /api/devices/<id>/history drawn
  * with uPlot, the level timeline shaded behind every latency chart, and the device's flight
- * recordings from /api/devices/<id>/flights, each linked to its JSON) and the fleet's merged latency
- * (#/latency: /api/latency). The module owns the page's DOM under <main id="app">, the uPlot
+ * recordings from /api/devices/<id>/flights and stack profiles from /api/devices/<id>/profiles,
+ * each linked to its JSON, a profile also to its breach's recording) and the fleet's merged
+ * latency (#/latency: /api/latency). The module owns the page's DOM under <main id="app">, the uPlot
  * charts of the current view (destroyed when the view changes) and one timer. Errors from the
  * API are shown in the page's error line, never thrown: every request goes through api(), and
  * every asynchronous path ends in a catch that reports to that line.
@@ -16,6 +17,7 @@ const LEVELS = ["NOMINAL", "WARN", "DEGRADED", "CRITICAL"];
 const RANGES = ["5m", "15m", "1h", "6h", "24h", "7d"];
 const FLEET_POLL_MS = 2000;
 const FLIGHTS_LISTED = 20; // Flight recordings the device view lists, newest first.
+const PROFILES_LISTED = 20; // Stack profiles the device view lists, newest first.
 // The device view refreshes less often as its range grows (a 7-day history is a bigger read).
 const DEVICE_POLL_MS = {
   "5m": 5000,
@@ -626,10 +628,11 @@ function renderDevice(app, seq, id) {
 async function loadDevice(seq, id, header, body) {
   const enc = encodeURIComponent(id);
   const ticket = ++state.ticket; // a range change and a poll may cross: the last asked wins
-  const [info, hist, flights] = await Promise.all([
+  const [info, hist, flights, profiles] = await Promise.all([
     api("/api/devices/" + enc),
     api("/api/devices/" + enc + "/history" + query({ range: state.range, points: 600 })),
     api("/api/devices/" + enc + "/flights" + query({ limit: FLIGHTS_LISTED })),
+    api("/api/devices/" + enc + "/profiles" + query({ limit: PROFILES_LISTED })),
   ]);
   if (seq !== state.seq || ticket !== state.ticket) return;
   showError(null);
@@ -642,10 +645,10 @@ async function loadDevice(seq, id, header, body) {
     }),
     muted([info.board, info.agent_version && "agent " + info.agent_version].filter(Boolean).join(" · "))
   );
-  drawDevice(body, hist, flights.flights);
+  drawDevice(body, hist, flights.flights, profiles);
 }
 
-function drawDevice(body, h, flights) {
+function drawDevice(body, h, flights, profiles) {
   const key = [h.device, state.range, h.step_ns, h.source, h.stages.map((s) => s.stage).join(","),
     h.metrics.map((m) => m.name).join(",")].join("|");
   const bands = levelBands(h.from_ns, h.to_ns, h.level_at_from, h.levels);
@@ -654,6 +657,7 @@ function drawDevice(body, h, flights) {
   if (body.dataset.key === key && state.charts.length) {
     updateDevice(h, bands, xRange);
     document.getElementById("flights").closest(".table-wrap").replaceWith(flightTable(flights));
+    document.getElementById("profiles").closest(".table-wrap").replaceWith(profileTable(profiles));
     return;
   }
   destroyCharts();
@@ -687,6 +691,7 @@ function drawDevice(body, h, flights) {
 
   body.append(el("h2", { text: "Level timeline" }), levelTable(h));
   body.append(el("h2", { text: "Flight recordings" }), flightTable(flights));
+  body.append(el("h2", { text: "Stack profiles" }), profileTable(profiles));
   body.append(el("h2", { text: "Resources" }));
   drawMetrics(body, h, bands, xRange);
 }
@@ -760,6 +765,44 @@ function flightTable(flights) {
   const wrap = el("div", { class: "table-wrap" }, t);
   if (!flights.length) wrap.append(muted("No flight recording of this device is stored.", "p"));
   else wrap.append(muted("edgemon-cli flight --device ID shows the slowest frames; --svg draws them.", "p"));
+  return wrap;
+}
+
+/* The device's newest stack profiles (/api/devices/<id>/profiles: `list` is its answer), each
+ * with links to its JSON and its CBOR as published, to the flight recording of the same breach,
+ * and the edgemon-cli command that draws its flame graph: --at the profile's time to the
+ * millisecond picks it (the CLI takes the profile nearest that time). */
+function profileTable(list) {
+  const enc = encodeURIComponent(list.device);
+  const rows = list.profiles.map((p) => {
+    const cut = p.truncated;
+    const draw = `edgemon-cli profile --device ${list.device} ` +
+      `--at ${new Date(p.time_ns / 1e6).toISOString()} --svg profile-${p.key}.svg`;
+    return el("tr", { class: "profile", "data-key": p.key, "data-flight": p.flight },
+      el("td", { text: fmtTime(p.time_ns) }),
+      el("td", { text: p.cause }),
+      el("td", {}, badge(p.level)),
+      el("td", { text: p.rule || "–" }),
+      el("td", { text: String(p.samples) + (p.lost ? `, ${p.lost} lost` : "") +
+        (cut.samples_cut ? `, ${cut.samples_cut} cut` : "") }),
+      el("td", { text: String(p.stacks) + (cut.stacks_cut ? `, ${cut.stacks_cut} cut` : "") +
+        (p.historical ? " (replayed)" : "") }),
+      el("td", { text: `${fmtDuration(p.duration_ns)} at ${p.hz} Hz` }),
+      el("td", {}, el("a", { href: p.url, text: "JSON" }), " ",
+        el("a", { href: p.url + "?format=cbor", text: "CBOR" })),
+      el("td", {}, p.flight
+        ? el("a", { href: "/api/devices/" + enc + "/flights/" + p.flight, text: p.flight })
+        : muted("none")),
+      el("td", {}, el("code", { text: draw })));
+  });
+  const t = el("table", { class: "timeline", id: "profiles" },
+    headRow(["Time", "Cause", "Level", "Rule", "Samples", "Stacks", "Window", "Profile",
+      "Flight recording", "Flame graph"]),
+    el("tbody", {}, ...rows));
+  const wrap = el("div", { class: "table-wrap" }, t);
+  if (!list.profiles.length) wrap.append(muted("No stack profile of this device is stored.", "p"));
+  else wrap.append(muted("edgemon-cli profile --device ID --at TIME shows the hottest stacks and " +
+    "functions; --svg draws the flame graph.", "p"));
   return wrap;
 }
 

@@ -1,8 +1,9 @@
 """The fleet dashboard (/ui/) in a real headless chromium (Debian's, through chromedriver and
 webdriver.py), against a real edgemon-aggregator fed by edgemon-sim over a real mosquitto.
 
-Two simulated fleets share the broker: "line", two devices whose run has finished, and "sim",
-ten devices publishing for the whole module. One line device is forced into DEGRADED by a
+Two simulated fleets share the broker: "line", two devices whose run has finished (line-0002
+through excursions that published flight recordings and stack profiles), and "sim", ten devices
+publishing for the whole module. One line device is forced into DEGRADED by a
 retained state message (CBOR written with Debian's python3-cbor2, as the interop tests do),
 which the fleet view must show within seconds through its 2 s polling, without reloading the
 page. The device view must draw every chart (pixels read back from each canvas), list a metric
@@ -18,10 +19,13 @@ DIR/dashboard-fleet.png and DIR/dashboard-device.png (docs/ holds the committed 
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import time
+import urllib.request
 import uuid
+from datetime import datetime, timezone
 from pathlib import Path
 
 import cbor2
@@ -32,6 +36,7 @@ import webdriver
 from conftest import Aggregator, Broker, free_port, wait_for
 
 SIM = os.environ.get("EM_SIM")
+CLI = os.environ.get("EM_CLI")
 WHY_NOT = webdriver.available()
 pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=str(WHY_NOT))
 
@@ -40,6 +45,7 @@ LINE = ["line-0001", "line-0002"]
 STAGES = {"preprocess", "infer", "postprocess"}
 FORCED = "line-0001"
 FORCED_REASON = "infer p99 140 ms > 40.0 ms for 3 windows"
+PROFILED = "line-0002"  # the line device whose simulated excursions publish stack profiles
 SHOTS = os.environ.get("EM_DASHBOARD_SHOTS")
 
 # Installed before every document: what the page raises lands in window.__emErrors.
@@ -83,10 +89,10 @@ return [...document.querySelectorAll(selector)].map((box) => {
 P50_RGB = [0x2F, 0x6F, 0xDE]
 
 
-def sim_args(broker, devices, prefix, duration, seed):
+def sim_args(broker, devices, prefix, duration, seed, *extra):
     return [SIM, "--devices", str(devices), "--rate", "2", "--duration", str(duration),
             "--qos", "1", "--seed", str(seed), "--prefix", prefix,
-            "--broker", f"mqtt://127.0.0.1:{broker.port}"]
+            "--broker", f"mqtt://127.0.0.1:{broker.port}", *extra]
 
 
 def devices_with_stages(agg):
@@ -149,9 +155,14 @@ def dash(tmp_path_factory):
     try:
         broker = keep(Broker(tmp, free_port()).start())
         agg = keep(Aggregator(tmp, broker.port).start())
-        line = subprocess.run(sim_args(broker, len(LINE), "line", 3, 7), capture_output=True,
-                              timeout=60)
+        # PROFILED alone goes through DEGRADED excursions, each publishing a flight recording and
+        # a stack profile; FORCED never does (its level is the forced state's alone).
+        line = subprocess.run(sim_args(broker, len(LINE), "line", 3, 7, "--flights", "--profiles",
+                                       "--excursion-mean", "1e6",
+                                       "--degrade", f"{LINE.index(PROFILED) + 1}:0.3"),
+                              capture_output=True, timeout=60)
         assert line.returncode == 0, line.stderr.decode(errors="replace")
+        assert b" 0 stack profiles published" not in line.stderr, line.stderr
         keep(LiveSim(sim_args(broker, len(LIVE), "sim", 600, 11)))
         wait_for(lambda: devices_with_stages(agg) >= set(LIVE + LINE), 30,
                  "every simulated device's spans in the aggregator")
@@ -326,6 +337,86 @@ def test_device_view_lists_its_flight_recordings(dash):
     assert "infer.p99" in dash.s.execute("return document.getElementById('flights').textContent")
     status, body = dash.agg.get(href)
     assert status == 200 and json.loads(body)["number"] == 0, body
+    assert dash.errors() == []
+
+
+def get_bytes(agg, path):
+    """(status, bytes) of GET http://127.0.0.1:<port><path> (Aggregator.get decodes text)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{agg.port}{path}", timeout=5) as r:
+        return r.status, r.read()
+
+
+def test_device_view_lists_its_stack_profiles(dash, tmp_path):
+    """The stack profiles edgemon-sim --profiles published for PROFILED show in its device view
+    beside the flight recordings: one row per profile the API lists, its fields, links to its
+    JSON, its CBOR and its breach's flight recording, all of which the aggregator answers, and
+    an edgemon-cli command that draws this very profile."""
+    device = PROFILED
+
+    def listed():
+        status, body = dash.agg.get(f"/api/devices/{device}/profiles?limit=20")
+        assert status == 200, body
+        return json.loads(body)["profiles"]
+
+    def shown():
+        return dash.s.execute(
+            "return [...document.querySelectorAll('#profiles tr.profile')].map((r) => ({"
+            " key: r.dataset.key, flight: r.dataset.flight || null,"
+            " cells: [...r.cells].map((c) => c.textContent),"
+            " links: [...r.querySelectorAll('a')].map((a) => [a.textContent,"
+            " a.getAttribute('href')])}))")
+    wait_for(listed, 15, f"{device}'s stack profiles in the aggregator")
+    dash.s.get(dash.base + f"#/device/{device}")
+    profiles, rows = wait_for(lambda: (r := shown()) and (p := listed()) and
+                              [x["key"] for x in r] == [x["key"] for x in p] and (p, r), 15,
+                              "a row per stack profile the API lists, in its order")
+    status, body = dash.agg.get(f"/api/devices/{device}/flights?limit=5000")
+    assert status == 200, body
+    flights = {f["key"]: f for f in json.loads(body)["flights"]}
+    linked = 0
+    for p, row in zip(profiles, rows):  # newest first, as the API lists them
+        cells = row["cells"]
+        assert row["key"] == p["key"] and row["flight"] == p["flight"], (row, p)
+        assert cells[1] == p["cause"] and cells[2] == p["level"], (cells, p)
+        assert cells[3] == (p["rule"] or "–"), (cells, p)
+        assert cells[4].split(",")[0] == str(p["samples"]) and p["samples"] > 0, (cells, p)
+        assert cells[5].split(",")[0] == str(p["stacks"]) and p["stacks"] > 0, (cells, p)
+        assert cells[6].endswith(f" at {p['hz']} Hz"), (cells, p)
+        url = f"/api/devices/{device}/profiles/{p['key']}"
+        want = [["JSON", url], ["CBOR", url + "?format=cbor"]]
+        if p["flight"]:
+            want.append([p["flight"], f"/api/devices/{device}/flights/{p['flight']}"])
+            assert cells[8] == p["flight"]
+        else:
+            assert cells[8] == "none"
+        assert row["links"] == want, (row, p)
+        status, body = dash.agg.get(url)
+        assert status == 200 and json.loads(body)["number"] == p["number"], body
+        status, cbor = get_bytes(dash.agg, url + "?format=cbor")
+        assert status == 200 and len(cbor) == p["bytes"], (status, len(cbor), p)
+        if p["flight"]:
+            linked += 1
+            status, body = dash.agg.get(want[2][1])
+            assert status == 200 and json.loads(body)["number"] == flights[p["flight"]]["number"]
+            assert flights[p["flight"]]["profile"] == p["key"], (flights[p["flight"]], p)
+        # --at the profile's time to the millisecond, UTC (RFC 3339), which picks it.
+        cmd = shlex.split(cells[9])
+        assert cmd[:4] == ["edgemon-cli", "profile", "--device", device], cells
+        assert cmd[4] == "--at" and cmd[6:] == ["--svg", f"profile-{p['key']}.svg"], cells
+        at = datetime.strptime(cmd[5], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+        at_ns = (int(at.timestamp()) * 10**6 + at.microsecond) * 1000
+        assert len(cmd[5]) == 24 and -1000 < p["time_ns"] - at_ns < 10**6 + 1000, (cmd[5], p)
+    assert linked > 0  # the simulator publishes a recording and a profile at each excursion
+
+    # The newest row's command, run as written against this aggregator, draws that profile.
+    cmd = shlex.split(rows[0]["cells"][9])
+    assert cmd[0] == "edgemon-cli"
+    env = {**os.environ, "EDGEMON_AGGREGATOR": f"http://127.0.0.1:{dash.agg.port}"}
+    r = subprocess.run([CLI, *cmd[1:]], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 0, r.stderr
+    drawn = (tmp_path / cmd[-1]).read_text()
+    assert "<svg" in drawn and f"{device} {profiles[0]['key']}" in drawn, drawn[:300]
     assert dash.errors() == []
 
 
