@@ -40,6 +40,30 @@ recorder's rings filled every tick and every span; no budget rule, so no recordi
 the steady state) and enabled = false, interleaved: the recorder's cost in the same run
 (docs/BENCHMARKS.md, "agent: flight recorder cost"; use --intervals 100ms).
 
+--compare-profile measures a stack profiling window against perf record on the pipeline target
+(docs/BENCHMARKS.md, "agent: stack profile cost"; the first interval, use --intervals 100ms).
+Each round (the order of the two agents flips each round, and that of the window and perf
+conditions inside the second one):
+  off     the agent with [profile] enabled = false, a --seconds window;
+  idle    the agent with [profile] enabled = true (hz 99, min_gap_seconds 0), no window
+          open, a --seconds window; its RSS is taken at the end, before any window;
+  window  the same agent, windows opened back to back by cmd/profile (a CBOR cmd message
+          {0: 1, 1: 4, 2: time_ns, 4: 3, 5: --profile-window} published with paho on
+          edgemon/v1/<device>/cmd/profile, the next one as soon as the previous profile is
+          published) until --seconds of window time: the agent's CPU from each command to
+          its window's end ('sampling') and on to the profile's arrival ('after': the
+          client's Python stacks awaited, libdwfl resolution on libuv's worker, encoding,
+          publish); the pipeline's frames and CPU only while each window is open, so the
+          Python client's own sampler thread (99 Hz, edgemon/_pyprof.py) is in the
+          pipeline's CPU; the agent's RSS after the last window;
+  perf    `perf record -e cpu-clock -F 99 -g -p PID` on the pipeline for --seconds (SIGINT
+          ends it; the agent of the idle condition keeps running, no window open): perf's
+          CPU while it records and in all (wait4's rusage: start-up, the recording, writing
+          and build-id processing at exit), the pipeline's frames and CPU while it records.
+The pipeline writes each frame's work time (edgemon.level() and the three stages) to a ring
+(bench_span_pipeline.py --frame-times), from which each condition's frame p50/p99/max come.
+Needs /usr/bin/python3 with paho-mqtt and cbor2, and perf.
+
 Usage: /usr/bin/python3 tests/bench/bench_agent.py [--seconds 60] [--repeats 3] ...
 Run it through scripts/bench-agent.sh, which installs the tools and builds the agent.
 Results are written up in docs/BENCHMARKS.md ("agent: cost beside collectd").
@@ -62,11 +86,14 @@ import threading
 import time
 import uuid
 
+from bench_span_pipeline import FRAME_TIMES_SLOTS, read_frame_times
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 DEVICE_ID = "edgemon-bench"
 COLLECTD_HOST = "edgemon-bench-collectd"
 COLLECTD_PLUGINS = ("logfile", "cpu", "memory", "processes", "mqtt")
+PROFILE_CONDITIONS = ("off", "idle", "window", "perf")  # --compare-profile
 
 
 class BenchError(Exception):
@@ -322,6 +349,54 @@ class Subscriber:
             pass
 
 
+class ProfileListener:
+    """--compare-profile: a paho client that sends cmd/profile and keeps every payload
+    published on edgemon/v1/<device>/profile."""
+
+    def __init__(self, port, device):
+        import cbor2
+        import paho.mqtt.client as mqtt
+        self.cbor2, self.device = cbor2, device
+        self.payloads = []
+        cid = f"bench-prof-{os.getpid()}"
+        try:
+            self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION1, client_id=cid)
+        except AttributeError:  # paho-mqtt 1.x
+            self.client = mqtt.Client(client_id=cid)
+        subscribed = threading.Event()
+        self.client.on_message = lambda c, u, m: self.payloads.append(m.payload)
+        self.client.on_subscribe = lambda *args: subscribed.set()
+        self.client.connect("127.0.0.1", port, keepalive=60)
+        self.client.subscribe(f"edgemon/v1/{device}/profile", qos=1)
+        self.client.loop_start()
+        if not subscribed.wait(10):
+            raise BenchError("paho: no SUBACK for the profile topic")
+        sys.path.insert(0, os.path.join(REPO, "proto", "python"))
+        try:
+            import edgemon_proto
+            self.proto = edgemon_proto
+        except ImportError:
+            self.proto = None
+
+    def command(self, seconds):
+        cmd = {0: 1, 1: 4, 2: time.time_ns(), 4: 3, 5: int(seconds)}
+        self.client.publish(f"edgemon/v1/{self.device}/cmd/profile", self.cbor2.dumps(cmd),
+                            qos=1).wait_for_publish()
+
+    def decode(self, payload):
+        if not self.proto:
+            return None
+        try:
+            return self.proto.decode_profile(payload)
+        except Exception as e:  # a bench, not the decoder's test: say it and go on
+            log(f"note: a profile did not decode: {e}")
+            return None
+
+    def close(self):
+        self.client.loop_stop()
+        self.client.disconnect()
+
+
 # --- processes ----------------------------------------------------------------------------
 
 
@@ -359,6 +434,7 @@ class Bench:
         self.cpu_mon, self.cpu_target = args.monitor_cpu, args.target_cpu
         self.monitors = (["agent-wal", "agent-nowal"] if args.compare_write_ahead
                          else ["agent-flight", "agent-noflight"] if args.compare_flight
+                         else list(PROFILE_CONDITIONS) if args.compare_profile
                          else ["agent", "collectd"])
 
     # -- setup
@@ -418,9 +494,14 @@ class Bench:
         env["EDGEMON_RUNTIME_DIR"] = self.runtime_dir
         log(f"pipeline target: 100 fps, 3 spans per frame, {self.iterations} iterations "
             "per stage (~0.5 ms)")
-        return [
-            "/usr/bin/python3", script, "--pipeline", "spans", "--iterations",
-            str(self.iterations), "--fps", "100", "--counters", self.counters], env
+        cmd = ["/usr/bin/python3", script, "--pipeline", "spans", "--iterations",
+               str(self.iterations), "--fps", "100", "--counters", self.counters]
+        if self.args.compare_profile:
+            self.frame_times = os.path.join(self.tmp, f"{self.marker}.frames")
+            with open(self.frame_times, "wb") as f:
+                f.write(bytes(4 * FRAME_TIMES_SLOTS))
+            cmd += ["--frame-times", self.frame_times]
+        return cmd, env
 
     def pipeline_counters(self):
         """(frames, late, spans sent) of the pipeline target so far, or None."""
@@ -431,6 +512,8 @@ class Bench:
         return frames, late, sent
 
     def close(self):
+        if getattr(self, "profiles", None):
+            self.profiles.close()
         if hasattr(self, "sub"):
             self.sub.close()
         for p in reversed(self.procs):
@@ -442,10 +525,12 @@ class Bench:
 
     # -- monitor configurations
 
-    def agent_config(self, interval, name, write_ahead=None, flight=None):
+    def agent_config(self, interval, name, write_ahead=None, flight=None, profile=None):
         """write_ahead True/False: qos_data = 1 and a spool of the window's own with
-        [spool] write_ahead set so; flight True/False: [flight] enabled set so; None: the
-        agent's defaults."""
+        [spool] write_ahead set so; flight True/False: [flight] enabled set so; profile
+        True: [profile] at 99 Hz with min_gap_seconds = 0 (windows back to back; the other
+        keys at their defaults, so the fixed allocation is the default one), False:
+        [profile] enabled = false; None: the agent's defaults."""
         path = os.path.join(self.tmp, f"{name}.ini")
         rundir = getattr(self, "runtime_dir", None) or os.path.join(self.tmp, f"{name}.run")
         os.makedirs(rundir, exist_ok=True)
@@ -456,6 +541,10 @@ class Bench:
             qos = "qos_data = 1\n"
         if flight is not None:
             spool += f"[flight]\nenabled = {'true' if flight else 'false'}\n\n"
+        if profile is not None:
+            spool += ("[profile]\nenabled = true\nhz = 99\nclock = cpu-clock\n"
+                      "min_gap_seconds = 0\n\n" if profile
+                      else "[profile]\nenabled = false\n\n")
         with open(path, "w") as f:
             f.write(f"[agent]\ndevice_id = {DEVICE_ID}\nsample_period = {agent_period(interval)}\n"
                     f"runtime_dir = {rundir}\n\n[target]\npid = {self.target.pid}\n\n{spool}"
@@ -591,6 +680,294 @@ LoadPlugin mqtt
                     self.run_window(monitor, interval, rnd)
             order.reverse()
 
+    # -- --compare-profile
+
+    def pipeline_snapshot(self):
+        """(monotonic time, frames, late, on-CPU ns) of the pipeline target."""
+        frames, late, _sent = self.pipeline_counters()
+        return time.monotonic(), frames, late, tree_cpu(self.target.pid)[1]
+
+    def pipeline_span(self, acc, p0, p1):
+        """Adds the pipeline's frames between two snapshots to the accumulator acc."""
+        acc["wall_s"] += p1[0] - p0[0]
+        acc["frames"] += p1[1] - p0[1]
+        acc["late"] += p1[2] - p0[2]
+        acc["cpu_ns"] += p1[3] - p0[3]
+        acc["times_us"] += read_frame_times(self.frame_times, p0[1], p1[1])
+
+    def profile_record(self, cond, rnd, pipe, **fields):
+        times = sorted(pipe.pop("times_us"))
+        rec = {"monitor": cond, "round": rnd, **fields, **pipe}
+        rec["pipe_cpu_pct"] = 100.0 * pipe["cpu_ns"] / 1e9 / pipe["wall_s"]
+        rec["pipe_cpu_us_per_frame"] = pipe["cpu_ns"] / 1e3 / max(1, pipe["frames"])
+        if times:
+            rec["frame_p50_ms"] = times[len(times) // 2] / 1000.0
+            rec["frame_p99_ms"] = times[min(len(times) - 1, int(0.99 * len(times)))] / 1000.0
+            rec["frame_max_ms"] = times[-1] / 1000.0
+        self.results.append(rec)
+        log(f"round {rnd} {cond:6s}: tool cpu {rec.get('tool_pct', float('nan')):.3f}% "
+            f"(with after {rec.get('tool_total_pct', float('nan')):.3f}%); pipeline "
+            f"{rec['frames']} frames, {rec['late']} late, p99 "
+            f"{rec.get('frame_p99_ms', float('nan')):.3f} ms, cpu {rec['pipe_cpu_pct']:.2f}%")
+        return rec
+
+    @staticmethod
+    def new_pipe_acc():
+        return {"wall_s": 0.0, "frames": 0, "late": 0, "cpu_ns": 0, "times_us": []}
+
+    def start_profile_agent(self, rnd, enabled):
+        interval = self.args.intervals[0]
+        name = f"agent-profile-{'on' if enabled else 'off'}-r{rnd}"
+        cmd = [self.args.agent, "-c", self.agent_config(interval, name, profile=enabled)]
+        logf = open(os.path.join(self.tmp, f"{name}.log"), "w")
+        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT,
+                                preexec_fn=pinned(self.cpu_mon))
+        time.sleep(self.args.warmup)
+        if proc.poll() is not None:
+            stop_process(proc)
+            raise BenchError(f"the agent exited during the warm-up (status {proc.returncode}); "
+                             f"log: {logf.name}")
+        if enabled:
+            with open(logf.name, errors="replace") as f:
+                m = re.search(r"profiler on: .*?(\d+) bytes", f.read())
+            if not m:
+                stop_process(proc)
+                raise BenchError(f"no 'profiler on: ... bytes' in {logf.name}")
+            self.profiler_bytes = int(m.group(1))
+        return proc, logf
+
+    def measure_agent_idle(self, cond, rnd, proc):
+        """A --seconds window of the agent with no profiling window open."""
+        pipe = self.new_pipe_acc()
+        a0, p0 = tree_cpu(proc.pid)[1], self.pipeline_snapshot()
+        time.sleep(self.args.seconds)
+        a1, p1 = tree_cpu(proc.pid)[1], self.pipeline_snapshot()
+        if proc.poll() is not None:
+            raise BenchError(f"the agent exited during the {cond} window")
+        self.pipeline_span(pipe, p0, p1)
+        mem = tree_memory(proc.pid)
+        wall = p1[0] - p0[0]
+        cpu_s = (a1 - a0) / 1e9
+        return self.profile_record(
+            cond, rnd, pipe, tool_cpu_s=cpu_s, tool_wall_s=wall, tool_pct=100 * cpu_s / wall,
+            tool_total_pct=100 * cpu_s / wall, vmhwm_kb=mem["VmHWM"],
+            rss_kb=mem["RssAnon"] + mem["RssFile"], rss_anon_kb=mem["RssAnon"],
+            pss_kb=mem["Pss"], threads=mem["Threads"])
+
+    def measure_agent_windows(self, rnd, proc, logf):
+        """Windows of --profile-window s opened back to back until --seconds of window time."""
+        win = self.args.profile_window
+        n = max(1, round(self.args.seconds / win))
+        pipe = self.new_pipe_acc()
+        during = after = wall_during = 0.0
+        after_each, samples, py_windows, dur_ns = [], 0, 0, 0
+        for i in range(n):
+            got = len(self.profiles.payloads)
+            a0, p0 = tree_cpu(proc.pid)[1], self.pipeline_snapshot()
+            self.profiles.command(win)
+            time.sleep(max(0.0, p0[0] + win - time.monotonic()))
+            a1, p1 = tree_cpu(proc.pid)[1], self.pipeline_snapshot()
+            deadline = time.monotonic() + win + 30
+            while len(self.profiles.payloads) <= got:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise BenchError(f"round {rnd} window {i + 1}: no profile published "
+                                     f"within {win + 30:g} s of cmd/profile; log: {logf.name}")
+                time.sleep(0.002)
+            a2, t2 = tree_cpu(proc.pid)[1], time.monotonic()
+            self.pipeline_span(pipe, p0, p1)
+            during += (a1 - a0) / 1e9
+            after += (a2 - a1) / 1e9
+            after_each.append(round((a2 - a1) / 1e6, 2))
+            wall_during += p1[0] - p0[0]
+            prof = self.profiles.decode(self.profiles.payloads[got])
+            if prof:
+                samples += prof["samples"]
+                dur_ns += prof["duration_ns"]
+                py_windows += any(f["kind"] == "python" for f in prof["frames"])
+            log(f"round {rnd} window {i + 1}/{n}: agent {1e3 * (a1 - a0) / 1e9:.1f} ms CPU "
+                f"sampling, {1e3 * (a2 - a1) / 1e9:.1f} ms after ({t2 - p1[0]:.2f} s to the "
+                f"profile)" + (f"; {prof['samples']} samples" if prof else ""))
+        mem = tree_memory(proc.pid)
+        return self.profile_record(
+            "window", rnd, pipe, tool_cpu_s=during, tool_after_cpu_s=after,
+            tool_wall_s=wall_during, tool_pct=100 * during / wall_during,
+            tool_total_pct=100 * (during + after) / wall_during, windows=n,
+            after_ms_each=after_each, samples=samples,
+            samples_per_s=samples / (dur_ns / 1e9) if dur_ns else None,
+            python_windows=py_windows, vmhwm_kb=mem["VmHWM"],
+            rss_kb=mem["RssAnon"] + mem["RssFile"], rss_anon_kb=mem["RssAnon"],
+            pss_kb=mem["Pss"], threads=mem["Threads"])
+
+    def measure_perf(self, rnd):
+        """perf record -e cpu-clock -F 99 -g -p PID on the pipeline for --seconds."""
+        data = os.path.join(self.tmp, f"perf-r{rnd}.data")
+        logf = open(os.path.join(self.tmp, f"perf-r{rnd}.log"), "w")
+        pipe = self.new_pipe_acc()
+        proc = subprocess.Popen([self.args.perf, "record", "-e", "cpu-clock", "-F", "99", "-g",
+                                 "-p", str(self.target.pid), "-o", data],
+                                stdout=logf, stderr=subprocess.STDOUT,
+                                preexec_fn=pinned(self.cpu_mon))
+        p0 = self.pipeline_snapshot()
+        time.sleep(self.args.seconds)
+        c1, p1 = tree_cpu(proc.pid)[1], self.pipeline_snapshot()
+        if proc.poll() is not None:
+            raise BenchError(f"perf record exited early (status {proc.returncode}); "
+                             f"log: {logf.name}")
+        proc.send_signal(signal.SIGINT)
+        _pid, status, ru = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        logf.close()
+        self.pipeline_span(pipe, p0, p1)
+        with open(logf.name, errors="replace") as f:
+            text = f.read()
+        m = re.search(r"\((\d+) samples\)", text)
+        total = ru.ru_utime + ru.ru_stime
+        wall = p1[0] - p0[0]
+        return self.profile_record(
+            "perf", rnd, pipe, tool_cpu_s=c1 / 1e9, tool_after_cpu_s=total - c1 / 1e9,
+            tool_wall_s=wall, tool_pct=100 * c1 / 1e9 / wall, tool_total_pct=100 * total / wall,
+            samples=int(m.group(1)) if m else None,
+            samples_per_s=int(m.group(1)) / wall if m else None,
+            perf_data_bytes=os.path.getsize(data) if os.path.exists(data) else None,
+            vmhwm_kb=ru.ru_maxrss, exit_status=proc.returncode)
+
+    def run_profile_rounds(self):
+        self.profiles = ProfileListener(self.port, DEVICE_ID)
+        a = self.args
+        log(f"{a.repeats} rounds of 4 conditions of {a.seconds:g} s "
+            f"(~{a.repeats * (4 * (a.seconds + 3) + 2 * a.warmup) / 60:.1f} min)")
+        for rnd in range(1, a.repeats + 1):
+            off_first = rnd % 2 == 1
+            for part in (("off", "on") if off_first else ("on", "off")):
+                proc, logf = self.start_profile_agent(rnd, part == "on")
+                try:
+                    if part == "off":
+                        self.measure_agent_idle("off", rnd, proc)
+                        continue
+                    self.measure_agent_idle("idle", rnd, proc)
+                    if off_first:
+                        self.measure_agent_windows(rnd, proc, logf)
+                        self.measure_perf(rnd)
+                    else:
+                        self.measure_perf(rnd)
+                        self.measure_agent_windows(rnd, proc, logf)
+                finally:
+                    stop_process(proc)
+                    logf.close()
+
+    def report_profile(self):
+        a = self.args
+        info = self.machine()
+        print(f"machine: {info['machine']}")
+        print(f"agent: {info['agent']} ({a.agent}); broker: {info['mosquitto']}; "
+              f"perf: {info['perf']}")
+        print(f"target: pipeline, 100 fps x 3 stages of {self.iterations} iterations (~0.5 ms) "
+              f"each in edgemon.span(), edgemon.level() every frame, on CPU {self.cpu_target}; "
+              f"agent, perf, broker and harness on CPU {self.cpu_mon}")
+        print(f"agent: sample_period {agent_period(a.intervals[0])}; [profile] hz = 99, "
+              f"clock = cpu-clock, min_gap_seconds = 0; profiler on: "
+              f"{getattr(self, 'profiler_bytes', '?')} bytes (its log)")
+        print(f"method: {a.repeats} rounds; per round the agent with [profile] enabled = false "
+              f"('off', {a.seconds:g} s) and with it on ('idle' {a.seconds:g} s, then 'window': "
+              f"{max(1, round(a.seconds / a.profile_window))} cmd/profile windows of "
+              f"{a.profile_window:g} s back to back, and 'perf': perf record -e cpu-clock -F 99 "
+              f"-g -p PIPELINE for {a.seconds:g} s beside the idle agent); {a.warmup:g} s "
+              "warm-up per agent; medians over rounds")
+        print("CPU: on-CPU ns (/proc/PID/task/*/schedstat) of the agent; perf: the same while "
+              "it records, wait4's rusage in all")
+        print()
+        names = {"off": "agent, [profile] enabled = false", "idle": "agent, profiler on, no window",
+                 "window": "agent, window open (99 Hz)", "perf": "perf record -F 99 -g"}
+        med = {}
+        for cond in PROFILE_CONDITIONS:
+            rs = [r for r in self.results if r["monitor"] == cond]
+            if not rs:
+                continue
+            row = {}
+            for k in ("tool_pct", "tool_total_pct", "tool_cpu_s", "tool_after_cpu_s", "vmhwm_kb",
+                      "rss_kb", "rss_anon_kb", "pss_kb", "frame_p50_ms", "frame_p99_ms",
+                      "frame_max_ms", "pipe_cpu_pct", "pipe_cpu_us_per_frame",
+                      "samples_per_s", "tool_wall_s"):
+                vals = [r[k] for r in rs if r.get(k) is not None]
+                if vals:
+                    row[k] = statistics.median(vals)
+                    row[k + "_range"] = (min(vals), max(vals))
+            row["frames"] = sum(r["frames"] for r in rs)
+            row["late"] = sum(r["late"] for r in rs)
+            med[cond] = row
+        self.profile_medians = med
+
+        def f(row, key, fmt, rng=False):
+            if key not in row:
+                return "-"
+            out = format(row[key], fmt)
+            if rng:
+                lo, hi = row[key + "_range"]
+                out = f"{format(lo, fmt)} / {out} / {format(hi, fmt)}"
+            return out
+
+        print("| condition | CPU % of a core, sampling (min / median / max) | CPU % with what "
+              "follows (resolution; perf's exit) | samples/s | peak RSS kB | RSS kB "
+              "| RssAnon kB | Pss kB |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for cond, row in med.items():
+            print(f"| {names[cond]} | {f(row, 'tool_pct', '.3f', True)} "
+                  f"| {f(row, 'tool_total_pct', '.3f')} | {f(row, 'samples_per_s', '.1f')} "
+                  f"| {f(row, 'vmhwm_kb', '.0f')} | {f(row, 'rss_kb', '.0f')} "
+                  f"| {f(row, 'rss_anon_kb', '.0f')} | {f(row, 'pss_kb', '.0f')} |")
+        print()
+        print("| condition | pipeline frame p50 ms | frame p99 ms (min / median / max) "
+              "| frame max ms | pipeline CPU % of a core | pipeline CPU µs per frame "
+              "| frames | late |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for cond, row in med.items():
+            print(f"| {names[cond]} | {f(row, 'frame_p50_ms', '.3f')} "
+                  f"| {f(row, 'frame_p99_ms', '.3f', True)} | {f(row, 'frame_max_ms', '.3f')} "
+                  f"| {f(row, 'pipe_cpu_pct', '.2f')} | {f(row, 'pipe_cpu_us_per_frame', '.1f')} "
+                  f"| {row['frames']} | {row['late']} |")
+        print()
+        print("per round:")
+        for r in self.results:
+            extra = ""
+            if r["monitor"] == "window":
+                extra = (f"; CPU after each window (ms): {r['after_ms_each']}; windows with "
+                         f"Python frames {r['python_windows']} of {r['windows']}")
+            if r["monitor"] == "perf":
+                extra = (f"; perf.data {r.get('perf_data_bytes')} bytes, {r.get('samples')} "
+                         f"samples, exit {r.get('exit_status')}")
+            print(f"  round {r['round']} {r['monitor']:6s}: CPU {r['tool_pct']:.3f}% "
+                  f"({r['tool_total_pct']:.3f}% with what follows), pipeline p99 "
+                  f"{r.get('frame_p99_ms', float('nan')):.3f} ms, CPU "
+                  f"{r['pipe_cpu_pct']:.2f}%{extra}")
+        w, pf, idle, off = (med.get(k, {}) for k in ("window", "perf", "idle", "off"))
+
+        def ratio(x, y, key, fmt=".2f"):
+            return format(x[key] / y[key], fmt) if key in x and y.get(key) else "n/a"
+
+        def diff(x, y, key, fmt="+.2f"):
+            return format(x[key] - y[key], fmt) if key in x and key in y else "n/a"
+        print()
+        print("ratios (of medians, same run):")
+        print(f"  CPU, agent window / perf record: sampling {ratio(w, pf, 'tool_pct')}, with "
+              f"what follows {ratio(w, pf, 'tool_total_pct')}")
+        print(f"  pipeline frame p99, window / idle {ratio(w, idle, 'frame_p99_ms', '.3f')}, "
+              f"perf / idle {ratio(pf, idle, 'frame_p99_ms', '.3f')}, window / perf "
+              f"{ratio(w, pf, 'frame_p99_ms', '.3f')}")
+        print(f"  pipeline CPU % of a core, window - idle {diff(w, idle, 'pipe_cpu_pct')}, "
+              f"perf - idle {diff(pf, idle, 'pipe_cpu_pct')}; µs per frame, window - idle "
+              f"{diff(w, idle, 'pipe_cpu_us_per_frame', '+.1f')}, perf - idle "
+              f"{diff(pf, idle, 'pipe_cpu_us_per_frame', '+.1f')}")
+        print(f"  agent idle CPU, profiler on / off {ratio(idle, off, 'tool_pct')}; RSS on / off "
+              f"{ratio(idle, off, 'rss_kb', '.3f')} ({diff(idle, off, 'rss_kb', '+.0f')} kB), "
+              f"RssAnon {diff(idle, off, 'rss_anon_kb', '+.0f')} kB; after the windows: "
+              f"RssAnon {diff(w, off, 'rss_anon_kb', '+.0f')} kB, peak RSS "
+              f"{diff(w, off, 'vmhwm_kb', '+.0f')} kB over off")
+        if a.json:
+            with open(a.json, "w") as fh:
+                json.dump({"info": info, "args": {k: v for k, v in vars(a).items()},
+                           "windows": self.results, "medians": med}, fh, indent=1)
+            log(f"raw results written to {a.json}")
+
     # -- callgrind
 
     def callgrind_run(self, interval, seconds, tag):
@@ -685,6 +1062,8 @@ LoadPlugin mqtt
             "mosquitto": first_line([self.args.mosquitto, "-h"], r"version"),
             "valgrind": first_line([self.args.valgrind, "--version"])
             if self.args.valgrind else "-",
+            "perf": first_line([self.args.perf, "--version"])
+            if getattr(self.args, "compare_profile", False) else "-",
         }
 
     def report(self):
@@ -862,6 +1241,14 @@ def parse_args(argv):
     p.add_argument("--compare-flight", action="store_true",
                    help="the agent with [flight] enabled = true and false instead of the agent "
                         "and collectd (no callgrind)")
+    p.add_argument("--compare-profile", action="store_true",
+                   help="the agent with no profiling window, during back-to-back cmd/profile "
+                        "windows at 99 Hz, and perf record -F 99 -g on the same pipeline "
+                        "(no collectd, no callgrind; the first of --intervals)")
+    p.add_argument("--profile-window", type=float, default=5.0,
+                   help="--compare-profile: seconds of each cmd/profile window (default 5)")
+    p.add_argument("--perf", default=shutil.which("perf") or "/usr/bin/perf",
+                   help="--compare-profile: the perf binary")
     p.add_argument("--top", type=int, default=12, help="functions listed per tick (12)")
     p.add_argument("--monitor-cpu", type=int, default=0, help="CPU of the monitors (0)")
     p.add_argument("--target-cpu", type=int, default=1, help="CPU of the busy target (1)")
@@ -879,9 +1266,14 @@ def parse_args(argv):
                                  if x.strip()]
     except argparse.ArgumentTypeError as e:
         p.error(str(e))
-    if a.compare_write_ahead and a.compare_flight:
-        p.error("--compare-write-ahead and --compare-flight are two different runs")
-    if a.no_callgrind or a.compare_write_ahead or a.compare_flight:
+    if a.compare_write_ahead + a.compare_flight + a.compare_profile > 1:
+        p.error("--compare-write-ahead, --compare-flight and --compare-profile are different "
+                "runs")
+    if a.compare_profile and a.target != "pipeline":
+        p.error("--compare-profile watches the pipeline target")
+    if a.compare_profile and not (1 <= a.profile_window <= 30 and a.profile_window % 1 == 0):
+        p.error("--profile-window must be whole seconds, 1..30 (the default max_seconds)")
+    if a.no_callgrind or a.compare_write_ahead or a.compare_flight or a.compare_profile:
         a.callgrind_intervals = []
     if a.seconds <= 0 or a.warmup < 0 or a.repeats < 1:
         p.error("--seconds must be > 0, --warmup >= 0, --repeats >= 1")
@@ -897,7 +1289,15 @@ def check_tools(a):
             missing.append(f"{what} ({path or 'not found'})")
     need(a.agent, "edgemon-agent: build it (scripts/bench-agent.sh) or pass --agent PATH")
     need(a.mosquitto, "mosquitto: apt-get install mosquitto")
-    if not a.compare_write_ahead and not a.compare_flight:
+    if a.compare_profile:
+        need(a.perf, "perf: apt-get install linux-perf")
+        for mod in ("paho.mqtt.client", "cbor2"):
+            try:
+                __import__(mod)
+            except ImportError:
+                missing.append(f"python module {mod}: apt-get install python3-paho-mqtt "
+                               "python3-cbor2")
+    elif not a.compare_write_ahead and not a.compare_flight:
         need(a.collectd, "collectd: apt-get install collectd-core")
         for plugin in COLLECTD_PLUGINS:
             so = os.path.join(a.collectd_plugins, f"{plugin}.so")
@@ -948,6 +1348,10 @@ def main(argv):
     def body():
         bench.start_broker()
         bench.start_target()
+        if a.compare_profile:
+            bench.run_profile_rounds()
+            bench.report_profile()
+            return
         bench.run_windows()
         if a.callgrind_intervals:
             bench.run_callgrind()

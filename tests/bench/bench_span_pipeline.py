@@ -70,6 +70,9 @@ STAGES = ("preprocess", "infer", "postprocess")
 MODES = ("nospans", "spans")
 # The pipeline's shared counters: frames, late, skipped, spans sent, spans dropped.
 COUNTERS = struct.Struct("<5Q")
+# --frame-times: frame n's work (edgemon.level() and the three stages) in microseconds, a
+# little-endian uint32 at slot n % FRAME_TIMES_SLOTS, written before the frame is counted.
+FRAME_TIMES_SLOTS = 65536
 MAX_BEHIND_PERIODS = 10
 
 
@@ -100,12 +103,18 @@ def calibrate(stage_ms):
     return max(1, round(probe * stage_ms / 1000.0 / best))
 
 
-def pipeline_main(mode, iterations, fps, counters_path):
-    """Runs frames until killed; publishes its counters in the mapped file counters_path."""
+def pipeline_main(mode, iterations, fps, counters_path, frame_times_path=None):
+    """Runs frames until killed; publishes its counters in the mapped file counters_path and,
+    with frame_times_path, each frame's work time in that file's ring (FRAME_TIMES_SLOTS)."""
     import edgemon
 
     with open(counters_path, "r+b") as f:
         counters = mmap.mmap(f.fileno(), COUNTERS.size)
+    times = None
+    if frame_times_path:
+        with open(frame_times_path, "r+b") as f:
+            times = mmap.mmap(f.fileno(), 4 * FRAME_TIMES_SLOTS)
+        put_time = struct.Struct("<I").pack_into
     pack_into = COUNTERS.pack_into
     period = 1.0 / fps
     monotonic = time.monotonic
@@ -114,6 +123,8 @@ def pipeline_main(mode, iterations, fps, counters_path):
     frames = late = skipped = sent = dropped = 0
     deadline = monotonic()
     while True:
+        if times is not None:
+            start = monotonic()
         level()
         if with_spans:
             set_frame(frames)
@@ -128,6 +139,9 @@ def pipeline_main(mode, iterations, fps, counters_path):
             stage_work(iterations)
             stage_work(iterations)
         end = monotonic()
+        if times is not None:
+            put_time(times, 4 * (frames % FRAME_TIMES_SLOTS),
+                     min(0xFFFFFFFF, int((end - start) * 1e6)))
         frames += 1
         if end > deadline + period:
             late += 1
@@ -146,6 +160,16 @@ def pipeline_main(mode, iterations, fps, counters_path):
         wait = deadline - monotonic()
         if wait > 0:
             time.sleep(wait)
+
+
+def read_frame_times(path, first, last):
+    """Work times in us of frames first..last-1 from a --frame-times file (the most recent
+    FRAME_TIMES_SLOTS of them at most)."""
+    first = max(first, last - FRAME_TIMES_SLOTS)
+    with open(path, "rb") as f:
+        data = f.read(4 * FRAME_TIMES_SLOTS)
+    vals = struct.unpack(f"<{FRAME_TIMES_SLOTS}I", data)
+    return [vals[n % FRAME_TIMES_SLOTS] for n in range(first, last)]
 
 
 def read_counters(path):
@@ -538,6 +562,7 @@ def parse_args(argv):
     # Internal: the pipeline process and the calibration run of this same file.
     p.add_argument("--pipeline", choices=MODES, help=argparse.SUPPRESS)
     p.add_argument("--counters", help=argparse.SUPPRESS)
+    p.add_argument("--frame-times", help=argparse.SUPPRESS)
     p.add_argument("--calibrate", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if not a.pipeline and not a.calibrate and a.warmup < 1.5:
@@ -590,7 +615,7 @@ def main(argv):
         print(calibrate(a.stage_ms))
         return 0
     if a.pipeline:
-        pipeline_main(a.pipeline, a.iterations, a.fps, a.counters)
+        pipeline_main(a.pipeline, a.iterations, a.fps, a.counters, a.frame_times)
         return 0
     check(a)
     sys.path.insert(0, HERE)
