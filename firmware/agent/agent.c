@@ -545,6 +545,15 @@ static void write_profile_page(em_agent_t *a) {
   }
 }
 
+/* A span from a ring (rings.h): the open window keeps the target's, for the stage of its
+ * samples. */
+static void on_ring_span(void *ctx, uint32_t pid, uint32_t tid, const em_span_t *span) {
+  em_agent_t *a = ctx;
+  if (!a->profile_busy) {
+    em_window_span(a->profile, pid, tid, span->stage, span->start_ns, span->duration_ns);
+  }
+}
+
 /* A Python stacks datagram (spans.h): kept by the window when it is the target's for it. */
 static void on_pystacks(void *ctx, const uint8_t *buf, size_t len, pid_t sender) {
   em_agent_t *a = ctx;
@@ -604,6 +613,7 @@ static int profile_open(em_agent_t *a) {
                         .min_gap_ns = a->cfg.profile_min_gap_ns,
                         .max_bytes = (uint32_t)a->cfg.profile_max_bytes,
                         .max_stacks = EM_PROFILE_MAX_STACKS,
+                        .span_settle_ns = 2 * a->cfg.sample_period_ns + a->cfg.sample_period_ns / 2,
                         .proc_root = "/proc"};
   char page[EM_CONFIG_MAX_PATH + 16];
   snprintf(page, sizeof(page), "%s/profile", a->cfg.runtime_dir);
@@ -1731,6 +1741,9 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
     em_rings_opts_t ro = {
         .max_rings = cfg->rings, .max_per_process = cfg->rings_per_process, .proc_root = "/proc"};
     rc = em_rings_new(&a->rings, loop, a->spans, &ro);
+  }
+  if (!rc && a->profile) {
+    em_rings_observe(a->rings, on_ring_span, a);
   }
   uint64_t now = uv_hrtime();
   if (!rc) {

@@ -1,11 +1,14 @@
 """The agent's stack profiler against real processes, real perf_event_open and a real mosquitto.
 
-A Python pipeline (the edgemon client, one `infer` stage at 50 frames a second) is the agent's
-target; from frame K its infer stage calls slow_checksum(), a pure-Python loop, which raises
-the level. The profile published on edgemon/v1/<device>/profile, decoded with
+A Python pipeline (the edgemon client, a `pre` stage then an `infer` stage at 50 frames a
+second, spans through the client's ring) is the agent's target; its pre stage runs
+prep_pixels(), and from frame K its infer stage calls slow_checksum(), a pure-Python loop, which
+raises the level. The profile published on edgemon/v1/<device>/profile, decoded with
 proto/python/edgemon_proto.decode_profile, must name slow_checksum as a Python frame (from the
 client's own sampling, merged by the agent in place of libpython's eval loop) in the stack with
-the most samples, and as the Python function with the most samples. A window on an idle target
+the most samples, and as the Python function with the most samples; the samples in
+slow_checksum must carry the stage `infer`, about a tenth of all samples the stage `pre` (the
+span of their thread at their time), and no sample of infer may take prep_pixels' Python frames. A window on an idle target
 (a Python process without the client) holds nearly no samples and says it has no Python frames; a target that exits mid-window ends it early (a profile with a shorter
 duration, the agent still running); a second trigger inside min_gap_seconds is counted in
 profile.suppressed and not published; cmd/profile opens a window with the seconds it asks for.
@@ -38,14 +41,22 @@ def slow_checksum(n):
     for i in range(n):
         s = (s * 31 + i) & 0xffffffff
     return s
+def prep_pixels(n):
+    s = 0
+    for i in range(n):
+        s += i * i
+    return s
 c = edgemon.Client({sock!r})
 i = 0
 t0 = time.monotonic_ns()
 while True:
     start = time.monotonic_ns()
+    prep_pixels(150000)
+    mid = time.monotonic_ns()
+    c.record("pre", start, mid - start, frame=i)
     if i >= {k}:
         slow_checksum(800000)
-    c.record("infer", start, time.monotonic_ns() - start, frame=i)
+    c.record("infer", mid, time.monotonic_ns() - mid, frame=i)
     i += 1
     time.sleep(max(0.0, (t0 + i * 20000000 - time.monotonic_ns()) / 1e9))
 """
@@ -111,6 +122,16 @@ def figure(sub, birth, name):
     return edgemon_proto.values_by_name(sub.next("data", timeout=5), birth).get(name)
 
 
+def samples_by_stage(profile, function):
+    """Samples whose innermost Python frame is `function`, by stage name (None: no stage)."""
+    out = {}
+    for st in profile["stacks"]:
+        py = [f["name"] for f in frames_of(profile, st) if f["kind"] == "python"]
+        if py and py[-1] == function:
+            out[st["stage"]] = out.get(st["stage"], 0) + st["samples"]
+    return out
+
+
 def python_self_samples(profile):
     """Samples by the innermost Python function of each stack (its Python self samples)."""
     out = {}
@@ -144,6 +165,18 @@ def test_an_escalation_profiles_the_slow_python_function_from_the_clients_sample
         assert max(by_self, key=by_self.get) == "slow_checksum", by_self
         assert not any("does not merge" in n or n.startswith("no Python frames")
                        for n in p["notes"]), p["notes"]
+        # Each sample's stage is the span its thread was in: the ring names its writer thread.
+        assert {"pre", "infer"} <= set(p["stages"]), p["stages"]
+        assert not any(n.startswith("no stages") for n in p["notes"]), p["notes"]
+        by_stage = {}
+        for st in p["stacks"]:
+            by_stage[st["stage"]] = by_stage.get(st["stage"], 0) + st["samples"]
+        # pre runs ~10 ms of each ~90 ms frame, infer the rest.
+        assert 3 <= by_stage.get("pre", 0) < by_stage.get("infer", 0) / 3, by_stage
+        # A sample takes Python frames only from a Python sample of the same span.
+        slow = samples_by_stage(p, "slow_checksum")
+        assert slow.get("infer", 0) >= 0.9 * sum(slow.values()), slow
+        assert "infer" not in samples_by_stage(p, "prep_pixels"), p["stacks"]
         wait_for(lambda: figure(sub, birth, "profile.taken") == 1, 5, "profile.taken")
     finally:
         profiles.close()

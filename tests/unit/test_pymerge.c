@@ -111,6 +111,14 @@ static void take_keeps_only_the_windows_valid_datagram(void **state) {
   em_pymerge_free(m);
 }
 
+/* A splice allowed 20 ms either side of the sample, as the agent's at 99 Hz. */
+static size_t splice(const em_pymerge_t *m, uint32_t tid, uint64_t t, const uint32_t *path,
+                     size_t n, em_pymerge_interp_fn interp, void *ctx, uint32_t *out,
+                     em_pymerge_why_t *why) {
+  return em_pymerge_splice(m, tid, t, t - 20000000ull, t + 20000000ull, path, n, interp, ctx, out,
+                           why);
+}
+
 static void prepare_splits_function_and_file_line(void **state) {
   (void)state;
   table_t t;
@@ -136,8 +144,7 @@ static void splice_replaces_the_interpreter_run_keeping_above_and_below(void **s
   uint32_t out[EM_PROFILE_MAX_DEPTH];
   em_pymerge_why_t why = EM_PYMERGE_NO_FRAME;
   /* 1.003 s: nearest of thread 100 is the 1.00 s sample (4 frames), within 20 ms. */
-  size_t n =
-      em_pymerge_splice(m, 100, 1003000000ull, 20000000ull, path, 9, is_interp, &t, out, &why);
+  size_t n = splice(m, 100, 1003000000ull, path, 9, is_interp, &t, out, &why);
   assert_int_equal(why, EM_PYMERGE_SPLICED);
   const uint32_t want[] = {MAIN,
                            RUNMAIN,
@@ -150,7 +157,7 @@ static void splice_replaces_the_interpreter_run_keeping_above_and_below(void **s
   assert_int_equal(n, 8);
   assert_memory_equal(out, want, sizeof want);
   /* 1.008 s: the 1.01 s sample is nearer (3 frames, no slow_checksum). */
-  n = em_pymerge_splice(m, 100, 1008000000ull, 20000000ull, path, 9, is_interp, &t, out, &why);
+  n = splice(m, 100, 1008000000ull, path, 9, is_interp, &t, out, &why);
   assert_int_equal(n, 7);
   assert_int_equal(out[4], py(&t, "Model.infer"));
   assert_int_equal(out[5], CRC32);
@@ -167,29 +174,23 @@ static void splice_keeps_native_frames_or_puts_python_above_and_says_why(void **
   uint32_t out[EM_PROFILE_MAX_DEPTH] = {0};
   em_pymerge_why_t why = EM_PYMERGE_SPLICED;
   /* Another thread: no Python sample of 300. */
-  assert_int_equal(
-      em_pymerge_splice(m, 300, 1000000000ull, 20000000ull, path, 3, is_interp, &t, out, &why), 0);
+  assert_int_equal(splice(m, 300, 1000000000ull, path, 3, is_interp, &t, out, &why), 0);
   assert_int_equal(why, EM_PYMERGE_NO_SAMPLE);
   /* Thread 100 but 21 ms after its last sample: beyond the gap. */
-  assert_int_equal(
-      em_pymerge_splice(m, 100, 1031000001ull, 20000000ull, path, 3, is_interp, &t, out, &why), 0);
+  assert_int_equal(splice(m, 100, 1031000001ull, path, 3, is_interp, &t, out, &why), 0);
   assert_int_equal(why, EM_PYMERGE_NO_SAMPLE);
   /* Before every sample of thread 200, and exactly at the gap: matched. */
-  assert_int_equal(
-      em_pymerge_splice(m, 200, 980000000ull, 20000000ull, path, 3, is_interp, &t, out, &why), 4);
+  assert_int_equal(splice(m, 200, 980000000ull, path, 3, is_interp, &t, out, &why), 4);
   assert_int_equal(why, EM_PYMERGE_SPLICED);
   /* No eval-loop frame in the native stack: the Python frames go above it. */
-  assert_int_equal(
-      em_pymerge_splice(m, 100, 1000000000ull, 20000000ull, no_interp, 2, is_interp, &t, out, &why),
-      6);
+  assert_int_equal(splice(m, 100, 1000000000ull, no_interp, 2, is_interp, &t, out, &why), 6);
   assert_int_equal(why, EM_PYMERGE_ABOVE);
   assert_int_equal(out[0], py(&t, "<module>"));
   assert_int_equal(out[3], py(&t, "slow_checksum"));
   assert_int_equal(out[4], MAIN);
   assert_int_equal(out[5], CRC32);
   em_pymerge_reset(m);
-  assert_int_equal(
-      em_pymerge_splice(m, 100, 1000000000ull, 20000000ull, path, 3, is_interp, &t, out, &why), 0);
+  assert_int_equal(splice(m, 100, 1000000000ull, path, 3, is_interp, &t, out, &why), 0);
   assert_int_equal(why, EM_PYMERGE_NO_SAMPLE);
   em_pymerge_free(m);
 }
@@ -202,12 +203,10 @@ static void splice_refuses_when_a_python_frame_found_no_room(void **state) {
   const uint32_t path[] = {MAIN, EVAL, CRC32};
   uint32_t out[EM_PROFILE_MAX_DEPTH];
   em_pymerge_why_t why = EM_PYMERGE_SPLICED;
-  assert_int_equal(
-      em_pymerge_splice(m, 100, 1000000000ull, 20000000ull, path, 3, is_interp, &t, out, &why), 0);
+  assert_int_equal(splice(m, 100, 1000000000ull, path, 3, is_interp, &t, out, &why), 0);
   assert_int_equal(why, EM_PYMERGE_NO_FRAME);
   /* Thread 200's sample uses <module> and "odd text": the latter found no room either. */
-  assert_int_equal(
-      em_pymerge_splice(m, 200, 1000000000ull, 20000000ull, path, 3, is_interp, &t, out, &why), 0);
+  assert_int_equal(splice(m, 200, 1000000000ull, path, 3, is_interp, &t, out, &why), 0);
   em_pymerge_free(m);
 }
 
@@ -224,7 +223,8 @@ static void splice_cuts_the_root_side_past_max_depth(void **state) {
   path[254] = EVAL;
   path[255] = CRC32;
   uint32_t out[EM_PROFILE_MAX_DEPTH];
-  size_t n = em_pymerge_splice(m, 100, 1000000000ull, 1, path, 256, is_interp, &t, out, NULL);
+  size_t n = em_pymerge_splice(m, 100, 1000000000ull, 999999999ull, 1000000001ull, path, 256,
+                               is_interp, &t, out, NULL);
   assert_int_equal(n, EM_PROFILE_MAX_DEPTH);
   assert_int_equal(out[n - 1], CRC32);
   assert_int_equal(out[n - 2], py(&t, "slow_checksum"));
@@ -233,8 +233,31 @@ static void splice_cuts_the_root_side_past_max_depth(void **state) {
   em_pymerge_free(m);
 }
 
+static void splice_takes_only_a_python_sample_within_the_bounds(void **state) {
+  (void)state;
+  table_t t;
+  table_init(&t, 64);
+  em_pymerge_t *m = held_merger(&t);
+  const uint32_t path[] = {MAIN, EVAL, CRC32};
+  uint32_t out[EM_PROFILE_MAX_DEPTH];
+  em_pymerge_why_t why = EM_PYMERGE_NO_FRAME;
+  /* 1.004 s: the 1.00 s sample is nearer, but the thread's span began at 1.002 s: the 1.01 s
+   * sample (3 frames) is the one of the same span. */
+  assert_int_equal(em_pymerge_splice(m, 100, 1004000000ull, 1002000000ull, 1024000000ull, path, 3,
+                                     is_interp, &t, out, &why),
+                   5);
+  assert_int_equal(why, EM_PYMERGE_SPLICED);
+  /* A span of 1.002..1.008 s holds no Python sample of thread 100: none is taken. */
+  assert_int_equal(em_pymerge_splice(m, 100, 1004000000ull, 1002000000ull, 1008000000ull, path, 3,
+                                     is_interp, &t, out, &why),
+                   0);
+  assert_int_equal(why, EM_PYMERGE_NO_SAMPLE);
+  em_pymerge_free(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(splice_takes_only_a_python_sample_within_the_bounds),
       cmocka_unit_test(take_keeps_only_the_windows_valid_datagram),
       cmocka_unit_test(prepare_splits_function_and_file_line),
       cmocka_unit_test(splice_replaces_the_interpreter_run_keeping_above_and_below),

@@ -393,6 +393,58 @@ static void the_drain_folds_ring_spans_one_tick_late(void **state) {
   free_ring(&r);
 }
 
+typedef struct {
+  unsigned spans;
+  uint32_t pid, tid;
+  char stage[EM_STAGE_FIELD_BYTES];
+} observed_t;
+
+static void observe(void *ctx, uint32_t pid, uint32_t tid, const em_span_t *span) {
+  observed_t *o = ctx;
+  o->spans++;
+  o->pid = pid;
+  o->tid = tid;
+  snprintf(o->stage, sizeof(o->stage), "%s", span->stage);
+}
+
+static void the_observer_hears_each_span_with_its_writer_thread(void **state) {
+  fx_t *fx = *state;
+  start(fx, 4, 4, NULL, 0);
+  observed_t o = {0};
+  em_rings_observe(fx->rings, observe, &o);
+  ring_fx_t r = my_ring(); /* Its header names this thread. */
+  assert_int_equal(register_ring(fx, r.fd, 0, NULL), 0);
+  write_spans(&r, "infer", 3, EM_DGRAM_SPAN);
+  write_spans(&r, "infer", 2, EM_DGRAM_HEARTBEAT); /* Heartbeats are not spans. */
+  em_rings_drain(fx->rings, 1000000000u);
+  em_rings_drain(fx->rings, 1000000000u);
+  assert_int_equal(o.spans, 3);
+  assert_int_equal(o.pid, (uint32_t)getpid());
+  assert_int_equal(o.tid, (uint32_t)gettid());
+  assert_string_equal(o.stage, "infer");
+
+  /* A header naming a thread that is not the writer's: its spans come with tid 0. */
+  ring_fx_t bad = my_ring();
+  em_ring_header_t h;
+  assert_int_equal(em_ring_header_read(bad.mem, bad.len, &h), 0);
+  ((uint32_t *)bad.mem)[5] = 0x7ffffff0u; /* The tid field, offset 20. */
+  assert_int_equal(register_ring(fx, bad.fd, 0, NULL), 0);
+  write_spans(&bad, "pre", 2, EM_DGRAM_SPAN);
+  em_rings_drain(fx->rings, 1000000000u);
+  em_rings_drain(fx->rings, 1000000000u);
+  assert_int_equal(o.spans, 5);
+  assert_int_equal(o.tid, 0);
+  assert_string_equal(o.stage, "pre");
+
+  em_rings_observe(fx->rings, NULL, NULL);
+  write_spans(&r, "infer", 1, EM_DGRAM_SPAN);
+  em_rings_drain(fx->rings, 1000000000u);
+  em_rings_drain(fx->rings, 1000000000u);
+  assert_int_equal(o.spans, 5); /* Cleared: nothing heard. */
+  free_ring(&r);
+  free_ring(&bad);
+}
+
 static void a_closed_ring_is_drained_to_its_head_and_dropped(void **state) {
   fx_t *fx = *state;
   start(fx, 4, 4, NULL, 0);
@@ -613,6 +665,8 @@ static void the_deadline_page_is_renamed_into_place_and_updated_in_place(void **
 int main(int argc, char **argv) {
   const struct CMUnitTest unit[] = {
       cmocka_unit_test_setup_teardown(a_sealed_ring_is_accepted_and_acked, setup, teardown),
+      cmocka_unit_test_setup_teardown(the_observer_hears_each_span_with_its_writer_thread, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(an_unsealed_memfd_is_refused_and_closed, setup, teardown),
       cmocka_unit_test_setup_teardown(a_size_other_than_the_headers_is_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(a_header_naming_another_process_is_refused, setup, teardown),

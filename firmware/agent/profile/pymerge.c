@@ -177,9 +177,11 @@ void em_pymerge_prepare(em_pymerge_t *m, em_pymerge_frame_fn add_frame, void *ct
   qsort(m->refs, m->n_refs, sizeof(*m->refs), cmp_ref);
 }
 
-/* The held sample of tid nearest time_ns within max_gap_ns, or NULL. */
-static const pyref_t *nearest(const em_pymerge_t *m, uint32_t tid, uint64_t time_ns,
-                              uint64_t max_gap_ns) {
+/* The held sample of tid nearest time_ns taken within [lo_ns, hi_ns], or NULL. The nearest on
+ * each side of time_ns are the only candidates: one beyond a bound has every other on its side
+ * beyond it too. */
+static const pyref_t *nearest(const em_pymerge_t *m, uint32_t tid, uint64_t time_ns, uint64_t lo_ns,
+                              uint64_t hi_ns) {
   size_t lo = 0, hi = m->n_refs;
   const pyref_t key = {.tid = tid, .time_ns = time_ns};
   while (lo < hi) {
@@ -198,7 +200,7 @@ static const pyref_t *nearest(const em_pymerge_t *m, uint32_t tid, uint64_t time
       continue;
     }
     uint64_t gap = r->time_ns > time_ns ? r->time_ns - time_ns : time_ns - r->time_ns;
-    if (gap <= max_gap_ns && (!best || gap < best_gap)) {
+    if (r->time_ns >= lo_ns && r->time_ns <= hi_ns && (!best || gap < best_gap)) {
       best = r;
       best_gap = gap;
     }
@@ -206,16 +208,17 @@ static const pyref_t *nearest(const em_pymerge_t *m, uint32_t tid, uint64_t time
   return best;
 }
 
-size_t em_pymerge_splice(const em_pymerge_t *m, uint32_t tid, uint64_t time_ns, uint64_t max_gap_ns,
-                         const uint32_t *path, size_t n, em_pymerge_interp_fn is_interp, void *ctx,
-                         uint32_t *out, em_pymerge_why_t *why) {
+size_t em_pymerge_splice(const em_pymerge_t *m, uint32_t tid, uint64_t time_ns, uint64_t lo_ns,
+                         uint64_t hi_ns, const uint32_t *path, size_t n,
+                         em_pymerge_interp_fn is_interp, void *ctx, uint32_t *out,
+                         em_pymerge_why_t *why) {
   em_pymerge_why_t dummy;
   why = why ? why : &dummy;
   *why = EM_PYMERGE_NO_SAMPLE;
   if (!m || !m->held || !path || !is_interp || !out || n > EM_PROFILE_MAX_DEPTH) {
     return 0;
   }
-  const pyref_t *r = nearest(m, tid, time_ns, max_gap_ns);
+  const pyref_t *r = nearest(m, tid, time_ns, lo_ns, hi_ns);
   if (!r) {
     return 0;
   }

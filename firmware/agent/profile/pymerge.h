@@ -4,7 +4,9 @@
  * samples into the native stacks the agent sampled.
  *
  * The merge rule: a native sample of thread T at time t takes the Python sample of the same T
- * taken nearest to t, when that is within max_gap_ns (two of the client's sampling periods);
+ * taken nearest to t, when that is within the caller's bounds (two of the client's sampling
+ * periods either side, narrowed to the span T was in at t when there is one: a Python sample
+ * from another stage would name code the thread was not running);
  * its Python frames (root first) replace the native interpreter frames, from the first frame
  * the caller's is_interp() says is the interpreter's eval loop (`_PyEval_EvalFrameDefault`),
  * counted from the root, to the last one. What is above stays above (the C entry: main,
@@ -78,12 +80,14 @@ void em_pymerge_prepare(em_pymerge_t *m, em_pymerge_frame_fn add_frame, void *ct
 
 /*
  * The native path (frame indices, root first, n of them) of a sample of `tid` at time_ns, with
- * Python frames spliced in: writes the result into out[0..EM_PROFILE_MAX_DEPTH) and returns its
- * length (the root side cut to EM_PROFILE_MAX_DEPTH) with *why SPLICED or ABOVE. Returns 0 and
- * *why when it keeps its native frames (out untouched). Only after em_pymerge_prepare().
+ * the Python frames of its nearest Python sample taken within [lo_ns, hi_ns] spliced in: writes the
+ * result into out[0..EM_PROFILE_MAX_DEPTH) and returns its length (the root side cut to
+ * EM_PROFILE_MAX_DEPTH) with *why SPLICED or ABOVE. Returns 0 and *why when it keeps its native
+ * frames (out untouched). Only after em_pymerge_prepare().
  */
-size_t em_pymerge_splice(const em_pymerge_t *m, uint32_t tid, uint64_t time_ns, uint64_t max_gap_ns,
-                         const uint32_t *path, size_t n, em_pymerge_interp_fn is_interp, void *ctx,
-                         uint32_t *out, em_pymerge_why_t *why);
+size_t em_pymerge_splice(const em_pymerge_t *m, uint32_t tid, uint64_t time_ns, uint64_t lo_ns,
+                         uint64_t hi_ns, const uint32_t *path, size_t n,
+                         em_pymerge_interp_fn is_interp, void *ctx, uint32_t *out,
+                         em_pymerge_why_t *why);
 
 #endif /* EDGEMON_AGENT_PYMERGE_H */

@@ -2,7 +2,8 @@
  * stacks.c - see stacks.h. Stacks live in an array in the order first seen, their addresses in
  * one pool; an open-addressing hash index (twice max_stacks slots, a power of two) finds a
  * stack by its addresses. Threads for off-CPU time live in a second open-addressing table
- * keyed by tid. The optional sample log is an array appended to on every stored sample.
+ * keyed by tid. The optional log is an array appended to on every stored sample and charged
+ * off-CPU interval.
  */
 #include "stacks.h"
 
@@ -261,6 +262,17 @@ int em_stacks_add(em_stacks_t *s, const em_perf_rec_t *r) {
   return 0;
 }
 
+/* Charges thread t's off-CPU interval, from its switch out to in_ns, to its last stack. */
+static void charge_off_cpu(em_stacks_t *s, const thread_t_ *t, uint64_t in_ns) {
+  uint64_t d = in_ns - t->out_ns;
+  s->stacks[t->last_stack].off_cpu_ns += d;
+  s->st.off_cpu_ns += d;
+  if (s->n_log < s->max_log) {
+    s->log[s->n_log++] = (em_stacks_log_entry_t){
+        .tid = t->tid, .stack = t->last_stack, .time_ns = t->out_ns, .off_cpu_ns = d};
+  }
+}
+
 void em_stacks_switch(em_stacks_t *s, const em_perf_rec_t *r) {
   if (!s || !r || r->kind != EM_PERF_REC_SWITCH) {
     return;
@@ -275,9 +287,7 @@ void em_stacks_switch(em_stacks_t *s, const em_perf_rec_t *r) {
     return;
   }
   if (t->out_ns && r->time_ns > t->out_ns && t->last_stack != NO_STACK) {
-    uint64_t d = r->time_ns - t->out_ns;
-    s->stacks[t->last_stack].off_cpu_ns += d;
-    s->st.off_cpu_ns += d;
+    charge_off_cpu(s, t, r->time_ns);
   }
   t->out_ns = 0;
 }
@@ -286,8 +296,7 @@ void em_stacks_close(em_stacks_t *s, uint64_t end_ns) {
   for (uint32_t i = 0; i < THREAD_SLOTS; i++) {
     thread_t_ *t = &s->threads[i];
     if (t->tid && t->out_ns && end_ns > t->out_ns && t->last_stack != NO_STACK) {
-      s->stacks[t->last_stack].off_cpu_ns += end_ns - t->out_ns;
-      s->st.off_cpu_ns += end_ns - t->out_ns;
+      charge_off_cpu(s, t, end_ns);
     }
     t->out_ns = 0;
   }

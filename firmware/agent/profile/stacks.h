@@ -16,9 +16,10 @@
  * EM_STACKS_MAX_THREADS; past that, their switches are not charged.
  *
  * Sample log (optional, em_stacks_log_alloc): each stored sample's (tid, time, stack) in the
- * order taken, for the merge of the Python client's samples, which pairs samples by thread and
- * time. Bounded at its allocation; samples past it are stored in their stack as before but
- * counted in log_cut, not logged.
+ * order taken, and each off-CPU interval charged (tid, its start, stack, length), for what pairs
+ * samples by thread and time: the merge of the Python client's samples and the stage of each
+ * sample (spanlog.h). Bounded at its allocation; samples past it are stored in their stack as
+ * before but counted in log_cut, not logged; off-CPU intervals past it are charged, not logged.
  *
  * Owns its tables. Single-threaded: the loop fills it; a libuv worker reads it after the
  * window closed (the loop does not touch it until the worker is done).
@@ -45,11 +46,13 @@ typedef struct {
   uint64_t log_cut;    /* Samples stored but not logged: the sample log was full (or none). */
 } em_stacks_stats_t;
 
-/* One logged sample. */
+/* One logged sample, or one off-CPU interval. */
 typedef struct {
   uint32_t tid;
-  uint32_t stack;   /* Its stack, as em_stacks_get() numbers them. */
-  uint64_t time_ns; /* The sample's time (CLOCK_MONOTONIC with use_clockid). */
+  uint32_t stack;      /* Its stack, as em_stacks_get() numbers them. */
+  uint64_t time_ns;    /* The sample's time (CLOCK_MONOTONIC with use_clockid), or the
+                          interval's start (the switch out). */
+  uint64_t off_cpu_ns; /* 0: an on-CPU sample; else the off-CPU interval's length. */
 } em_stacks_log_entry_t;
 
 /* One stack as stored: addrs[0..n_user) user root..leaf, then n_kernel kernel root..leaf. */
@@ -73,7 +76,7 @@ uint64_t em_stacks_bytes(const em_stacks_t *s);
  * (one is there) or -ENOMEM. */
 int em_stacks_log_alloc(em_stacks_t *s, uint32_t max_samples);
 
-/* Samples logged in this window, and entry i (< that count). */
+/* Entries logged in this window, and entry i (< that count). */
 size_t em_stacks_log_count(const em_stacks_t *s);
 em_stacks_log_entry_t em_stacks_log_get(const em_stacks_t *s, size_t i);
 

@@ -5,12 +5,15 @@
  * index over (name, module, kind)); each stack rewritten as frame indices and merged with an
  * equal one (a second index); the stacks sorted by descending samples.
  *
- * Python frames: when the client's datagram is held, each logged sample (tid, time, stack) is
- * spliced (pymerge.h) and merged as a stack of its own; a stack keeps, with its native frames,
- * the samples that found no Python sample and all its off-CPU time. The merged table holds
- * twice max_stacks entries and twice EM_WINDOW_MAX_ADDRS frames: spliced stacks may take only
- * the first half (and no more than EM_PROFILE_MAX_STACKS less the native stacks), so the
- * native stacks always fit after them.
+ * Logged entries (stacks.h: a sample, or an off-CPU interval, with its thread and time) come
+ * first: each takes the stage of its thread's span at its time (spanlog.h) and, when the
+ * client's datagram is held, the Python frames of its thread's nearest Python sample
+ * (pymerge.h), and is merged as a stack of its own under (stage, frames). What a stack did not
+ * give away that way (unlogged samples and intervals, and those that gained neither a stage nor
+ * Python frames) is merged with its native frames and no stage. The merged table holds twice
+ * max_stacks entries and twice EM_WINDOW_MAX_ADDRS frames: logged entries may take only the
+ * first half (and no more than EM_PROFILE_MAX_STACKS less the native stacks), so the native
+ * stacks always fit after them.
  */
 #define _GNU_SOURCE
 
@@ -25,6 +28,7 @@
 #include <unistd.h>
 
 #include "pymerge.h"
+#include "spanlog.h"
 #include "stacks.h"
 #include "symbols.h"
 
@@ -33,10 +37,12 @@
 #define KERNEL_FIRST (1ull << 63)
 #define NONE         UINT32_MAX
 #define FRAME_SLOTS  (2u * EM_PROFILE_MAX_FRAMES)
+#define SPAN_LOG     8192u /* Spans a window keeps: 5 s of 1600 spans/s. */
 
 typedef struct {
   uint32_t off; /* Into fidx. */
   uint32_t n;
+  uint32_t stage; /* A spanlog stage, or EM_PROFILE_NO_STAGE. */
   uint64_t hash;
   uint64_t samples;
   uint64_t off_cpu_ns;
@@ -50,7 +56,9 @@ struct em_window {
   em_stacks_t *stacks;
   em_symbols_t *symbols;
   em_pymerge_t *py;
-  uint64_t await_until_ns; /* AWAIT: when to stop waiting for the Python stacks. */
+  em_spanlog_t *spans;
+  uint64_t await_until_ns;  /* AWAIT: when to stop waiting for the Python stacks. */
+  uint64_t settle_until_ns; /* AWAIT: spans of the window's end still on their way till then. */
 
   pid_t pid;
   uint64_t start_ns, end_ns, wall_ns;
@@ -71,7 +79,8 @@ struct em_window {
   uint32_t *fidx;             /* EM_WINDOW_MAX_ADDRS frame indices of the merged stacks. */
   merged_t *merged;           /* 2 * max_stacks */
   uint32_t *merged_slots;     /* 4 * max_stacks rounded up to a power of two */
-  uint64_t *matched;          /* max_stacks: samples of stack i that took Python frames. */
+  uint64_t *matched;          /* max_stacks: samples of stack i merged from the log. */
+  uint64_t *matched_off;      /* max_stacks: off-CPU ns of stack i merged from the log. */
   uint8_t *interp;            /* EM_PROFILE_MAX_FRAMES: 1 for the eval loop's frames. */
   uint32_t merged_mask;
   em_profile_stack_t *out_stacks;
@@ -124,6 +133,9 @@ int em_window_new(em_window_t **out, const em_window_opts_t *o) {
   if (!rc) {
     rc = em_symbols_new(&w->symbols, w->proc_root);
   }
+  if (!rc) {
+    rc = em_spanlog_new(&w->spans, SPAN_LOG);
+  }
   w->maps = counted(w, MAPS_BYTES, 1);
   w->addrs = counted(w, EM_WINDOW_MAX_ADDRS, sizeof(*w->addrs));
   w->addr_frames = counted(w, EM_WINDOW_MAX_ADDRS, sizeof(*w->addr_frames));
@@ -134,19 +146,21 @@ int em_window_new(em_window_t **out, const em_window_opts_t *o) {
   w->merged = counted(w, 2u * o->max_stacks, sizeof(*w->merged));
   w->merged_slots = counted(w, slots, sizeof(*w->merged_slots));
   w->matched = counted(w, o->max_stacks, sizeof(*w->matched));
+  w->matched_off = counted(w, o->max_stacks, sizeof(*w->matched_off));
   w->interp = counted(w, EM_PROFILE_MAX_FRAMES, 1);
   w->out_stacks = counted(w, 2u * o->max_stacks, sizeof(*w->out_stacks));
   w->buf = counted(w, o->max_bytes, 1);
   if (!rc && (!w->maps || !w->addrs || !w->addr_frames || !w->addr_index || !w->frames ||
               !w->frame_slots || !w->fidx || !w->merged || !w->merged_slots || !w->matched ||
-              !w->interp || !w->out_stacks || !w->buf)) {
+              !w->matched_off || !w->interp || !w->out_stacks || !w->buf)) {
     rc = -ENOMEM;
   }
   if (rc) {
     em_window_free(w);
     return rc;
   }
-  w->bytes += em_stacks_bytes(w->stacks) + EM_SYMBOLS_ARENA_BYTES + em_pymerge_bytes(w->py);
+  w->bytes += em_stacks_bytes(w->stacks) + EM_SYMBOLS_ARENA_BYTES + em_pymerge_bytes(w->py) +
+              em_spanlog_bytes(w->spans);
   *out = w;
   return 0;
 }
@@ -159,6 +173,7 @@ void em_window_free(em_window_t *w) {
   em_stacks_free(w->stacks);
   em_symbols_free(w->symbols);
   em_pymerge_free(w->py);
+  em_spanlog_free(w->spans);
   free(w->maps);
   free(w->addrs);
   free(w->addr_frames);
@@ -169,6 +184,7 @@ void em_window_free(em_window_t *w) {
   free(w->merged);
   free(w->merged_slots);
   free(w->matched);
+  free(w->matched_off);
   free(w->interp);
   free(w->out_stacks);
   free(w->buf);
@@ -242,6 +258,7 @@ int em_window_trigger(em_window_t *w, const em_profile_trigger_t *t, pid_t pid, 
   }
   em_stacks_reset(w->stacks);
   em_pymerge_reset(w->py);
+  em_spanlog_reset(w->spans, mono_ns);
   int rc = em_sampler_open(w->sampler, pid, w->o.hz, w->o.clock);
   if (rc) {
     w->st.failed++;
@@ -285,9 +302,11 @@ bool em_window_tick(em_window_t *w, uint64_t now_ns, bool target_gone) {
     w->st.lost += ss->lost;
     w->st.cut += em_stacks_stats(w->stacks)->cut;
     w->await_until_ns = w->end_ns + EM_WINDOW_PY_WAIT_NS;
+    w->settle_until_ns = w->end_ns + w->o.span_settle_ns;
     w->state = EM_WINDOW_AWAIT;
   }
-  if (!target_gone && !em_pymerge_held(w->py) && now_ns < w->await_until_ns) {
+  bool waiting = !em_pymerge_held(w->py) && now_ns < w->await_until_ns;
+  if (!target_gone && (waiting || now_ns < w->settle_until_ns)) {
     return false;
   }
   w->state = EM_WINDOW_CLOSED;
@@ -301,6 +320,14 @@ int em_window_request(const em_window_t *w, em_profile_page_t *out) {
   *out = (em_profile_page_t){
       .window = w->number, .hz = w->o.hz, .start_ns = w->start_ns, .end_ns = w->end_ns};
   return 0;
+}
+
+void em_window_span(em_window_t *w, uint32_t pid, uint32_t tid, const char *stage,
+                    uint64_t start_ns, uint64_t duration_ns) {
+  if (w && (w->state == EM_WINDOW_OPEN || w->state == EM_WINDOW_AWAIT) && pid == (uint32_t)w->pid &&
+      start_ns <= w->end_ns) {
+    em_spanlog_add(w->spans, tid, stage, start_ns, duration_ns);
+  }
 }
 
 int em_window_pystacks(em_window_t *w, const uint8_t *buf, size_t len, pid_t sender) {
@@ -396,16 +423,17 @@ static size_t addr_pos(const em_window_t *w, size_t n, uint64_t a) {
  * while fewer than max_merged entries and max_fidx frames are in use: returns false when it
  * found no equal one and no room. */
 static bool merge_stack(em_window_t *w, size_t *n_merged, size_t *n_fidx, size_t max_merged,
-                        size_t max_fidx, const uint32_t *frames, uint32_t n, uint64_t samples,
-                        uint64_t off_cpu_ns) {
-  uint64_t h = 0xcbf29ce484222325ull ^ n;
+                        size_t max_fidx, const uint32_t *frames, uint32_t n, uint32_t stage,
+                        uint64_t samples, uint64_t off_cpu_ns) {
+  uint64_t h = (0xcbf29ce484222325ull ^ n ^ ((uint64_t)stage << 32)) * 0x100000001b3ull;
   for (uint32_t i = 0; i < n; i++) {
     h = (h ^ frames[i]) * 0x100000001b3ull;
   }
   uint32_t slot = (uint32_t)(h * 0x9e3779b97f4a7c15ull >> 32) & w->merged_mask;
   while (w->merged_slots[slot] != NONE) {
     merged_t *m = &w->merged[w->merged_slots[slot]];
-    if (m->hash == h && m->n == n && memcmp(w->fidx + m->off, frames, n * sizeof(*frames)) == 0) {
+    if (m->hash == h && m->n == n && m->stage == stage &&
+        memcmp(w->fidx + m->off, frames, n * sizeof(*frames)) == 0) {
       m->samples += samples;
       m->off_cpu_ns += off_cpu_ns;
       return true;
@@ -416,8 +444,12 @@ static bool merge_stack(em_window_t *w, size_t *n_merged, size_t *n_fidx, size_t
     return false;
   }
   merged_t *m = &w->merged[*n_merged];
-  *m = (merged_t){
-      .off = (uint32_t)*n_fidx, .n = n, .hash = h, .samples = samples, .off_cpu_ns = off_cpu_ns};
+  *m = (merged_t){.off = (uint32_t)*n_fidx,
+                  .n = n,
+                  .stage = stage,
+                  .hash = h,
+                  .samples = samples,
+                  .off_cpu_ns = off_cpu_ns};
   memmove(w->fidx + *n_fidx, frames, n * sizeof(*frames));
   *n_fidx += n;
   w->merged_slots[slot] = (uint32_t)(*n_merged)++;
@@ -447,24 +479,30 @@ static bool is_interp(void *ctx, uint32_t frame) {
   return frame < EM_PROFILE_MAX_FRAMES && w->interp[frame];
 }
 
-/* What the merge of the Python frames did, for the notes. */
+/* What the merge of the logged entries did, for the notes (py: samples only). */
 typedef struct {
   uint64_t spliced, above, no_sample, no_frame, no_room;
-} py_counts_t;
+  uint64_t staged; /* Samples that fell in a span. */
+} merge_counts_t;
 
 /*
- * Splices the client's Python frames into every logged sample that has a match and merges the
- * results; matched[s] counts what stack s gave away. Spliced stacks take at most the first half
- * of the merged table (see the top of this file).
+ * Merges every logged entry that gains something over its native stack: the stage its thread's
+ * span gives it at its time, and the client's Python frames when held (have_py). matched[s] and
+ * matched_off[s] count what stack s gave away. These take at most the first half of the merged
+ * table (see the top of this file).
  */
-static void merge_python(em_window_t *w, size_t d, size_t n_stacks, size_t *n_merged,
-                         size_t *n_fidx, py_counts_t *pc) {
+static void merge_logged(em_window_t *w, size_t d, size_t n_stacks, bool have_py, size_t *n_merged,
+                         size_t *n_fidx, merge_counts_t *mc) {
   memset(w->matched, 0, n_stacks * sizeof(*w->matched));
-  em_pymerge_prepare(w->py, add_py_frame, w);
-  for (size_t f = 0; f < w->out.n_frames; f++) {
-    w->interp[f] = w->frames[f].kind == EM_FRAME_NATIVE &&
-                   strcmp(w->frames[f].name, "_PyEval_EvalFrameDefault") == 0;
+  memset(w->matched_off, 0, n_stacks * sizeof(*w->matched_off));
+  if (have_py) {
+    em_pymerge_prepare(w->py, add_py_frame, w);
+    for (size_t f = 0; f < w->out.n_frames; f++) {
+      w->interp[f] = w->frames[f].kind == EM_FRAME_NATIVE &&
+                     strcmp(w->frames[f].name, "_PyEval_EvalFrameDefault") == 0;
+    }
   }
+  em_spanlog_seal(w->spans);
   size_t max_merged = w->o.max_stacks;
   if (max_merged > EM_PROFILE_MAX_STACKS - n_stacks) {
     max_merged = EM_PROFILE_MAX_STACKS - n_stacks;
@@ -474,25 +512,60 @@ static void merge_python(em_window_t *w, size_t d, size_t n_stacks, size_t *n_me
   size_t n_log = em_stacks_log_count(w->stacks);
   for (size_t i = 0; i < n_log; i++) {
     em_stacks_log_entry_t l = em_stacks_log_get(w->stacks, i);
+    bool sample = l.off_cpu_ns == 0;
     em_stacks_entry_t e = em_stacks_get(w->stacks, l.stack);
     uint32_t path[EM_PROFILE_MAX_DEPTH], out[EM_PROFILE_MAX_DEPTH];
     uint32_t k = stack_path(w, d, &e, path);
+    /* The Python sample: within two periods, and within the thread's span when it had one. */
+    uint64_t lo = l.time_ns > max_gap_ns ? l.time_ns - max_gap_ns : 0;
+    uint64_t hi = l.time_ns + max_gap_ns, span_lo = 0, span_hi = UINT64_MAX;
+    uint32_t stage = em_spanlog_stage(w->spans, l.tid, l.time_ns, &span_lo, &span_hi);
+    mc->staged += sample && stage != EM_PROFILE_NO_STAGE;
+    size_t n = 0;
     em_pymerge_why_t why = EM_PYMERGE_NO_SAMPLE;
-    size_t n =
-        em_pymerge_splice(w->py, l.tid, l.time_ns, max_gap_ns, path, k, is_interp, w, out, &why);
-    if (n == 0) {
-      pc->no_sample += why == EM_PYMERGE_NO_SAMPLE;
-      pc->no_frame += why == EM_PYMERGE_NO_FRAME;
+    if (have_py) {
+      n = em_pymerge_splice(w->py, l.tid, l.time_ns, lo > span_lo ? lo : span_lo,
+                            hi < span_hi ? hi : span_hi, path, k, is_interp, w, out, &why);
+      if (n == 0 && sample) {
+        mc->no_sample += why == EM_PYMERGE_NO_SAMPLE;
+        mc->no_frame += why == EM_PYMERGE_NO_FRAME;
+      }
+    }
+    if (k == 0 || (n == 0 && stage == EM_PROFILE_NO_STAGE)) {
+      continue; /* Nothing gained: left to its native stack. */
+    }
+    if (!merge_stack(w, n_merged, n_fidx, max_merged, EM_WINDOW_MAX_ADDRS, n ? out : path,
+                     n ? (uint32_t)n : k, stage, sample, l.off_cpu_ns)) {
+      mc->no_room += n > 0 && sample;
       continue;
     }
-    if (!merge_stack(w, n_merged, n_fidx, max_merged, EM_WINDOW_MAX_ADDRS, out, (uint32_t)n, 1,
-                     0)) {
-      pc->no_room++;
-      continue;
+    w->matched[l.stack] += sample;
+    w->matched_off[l.stack] += l.off_cpu_ns;
+    if (n > 0 && sample) {
+      mc->spliced++;
+      mc->above += why == EM_PYMERGE_ABOVE;
     }
-    w->matched[l.stack]++;
-    pc->spliced++;
-    pc->above += why == EM_PYMERGE_ABOVE;
+  }
+}
+
+/* The notes on stages: where they came from, or why there are none. */
+static void note_stages(em_window_t *w, uint64_t samples, uint64_t staged) {
+  const em_spanlog_stats_t *ls = em_spanlog_stats(w->spans);
+  if (ls->kept == 0) {
+    note(w, ls->no_thread ? "no stages: the target's rings named no thread of it"
+                          : "no stages: no span from the target's rings in the window (spans "
+                            "sent as datagrams carry no thread)");
+    return;
+  }
+  if (samples > staged) {
+    note(w,
+         "%llu of %llu samples in no span of their thread (between stages, or in a thread "
+         "without spans)",
+         (unsigned long long)(samples - staged), (unsigned long long)samples);
+  }
+  if (ls->full || ls->stage_cut) {
+    note(w, "%llu spans not kept: the window holds %u spans and %u stage names",
+         (unsigned long long)(ls->full + ls->stage_cut), SPAN_LOG, EM_PROFILE_MAX_STAGES);
   }
 }
 
@@ -533,26 +606,23 @@ void em_window_resolve(em_window_t *w) {
     frames_full |= w->addr_index[i] == NONE;
   }
   size_t n_merged = 0, n_fidx = 0;
-  py_counts_t pc = {0};
+  merge_counts_t mc = {0};
   bool have_py = em_pymerge_held(w->py);
-  if (have_py) {
-    merge_python(w, d, n_stacks, &n_merged, &n_fidx, &pc);
-  } else {
-    memset(w->matched, 0, n_stacks * sizeof(*w->matched));
-  }
+  merge_logged(w, d, n_stacks, have_py, &n_merged, &n_fidx, &mc);
   uint64_t frames_cut = 0;
   for (size_t s = 0; s < n_stacks; s++) {
     em_stacks_entry_t e = em_stacks_get(w->stacks, s);
     uint32_t path[EM_PROFILE_MAX_DEPTH];
     uint32_t k = stack_path(w, d, &e, path);
     uint64_t native = e.samples - w->matched[s];
+    uint64_t off = e.off_cpu_ns - w->matched_off[s];
     if (k == 0) {
       frames_cut += native;
       continue;
     }
-    if (native > 0 || e.off_cpu_ns > 0) {
+    if (native > 0 || off > 0) {
       (void)merge_stack(w, &n_merged, &n_fidx, 2u * w->o.max_stacks, 2u * EM_WINDOW_MAX_ADDRS, path,
-                        k, native, e.off_cpu_ns);
+                        k, EM_PROFILE_NO_STAGE, native, off);
     }
   }
   for (size_t i = 0; i < n_merged; i++) {
@@ -561,7 +631,7 @@ void em_window_resolve(em_window_t *w) {
                                             .n_frames = m->n,
                                             .samples = m->samples,
                                             .off_cpu_ns = m->off_cpu_ns,
-                                            .stage = EM_PROFILE_NO_STAGE};
+                                            .stage = m->stage};
   }
   qsort(w->out_stacks, n_merged, sizeof(*w->out_stacks), cmp_stack_desc);
 
@@ -578,32 +648,33 @@ void em_window_resolve(em_window_t *w) {
   p->frames = w->frames;
   p->stacks = w->out_stacks;
   p->n_stacks = n_merged;
+  p->stages = em_spanlog_stages(w->spans, &p->n_stages);
   p->notes = w->note_ptrs;
   if (!have_py) {
     note(w, "no Python frames: no client samples for this window (client too old, its sampling "
             "off, or not running)");
   } else {
-    uint64_t without = ks->samples - pc.spliced;
+    uint64_t without = ks->samples - mc.spliced;
     if (without) {
       note(w,
            "%llu of %llu samples without Python frames: %llu no client sample of their thread "
            "within 2 sampling periods, %llu not in the sample log, %llu no room",
            (unsigned long long)without, (unsigned long long)ks->samples,
-           (unsigned long long)pc.no_sample, (unsigned long long)ks->log_cut,
-           (unsigned long long)(pc.no_frame + pc.no_room));
+           (unsigned long long)mc.no_sample, (unsigned long long)ks->log_cut,
+           (unsigned long long)(mc.no_frame + mc.no_room));
     }
-    if (pc.above) {
+    if (mc.above) {
       note(w,
            "%llu samples had no eval-loop frame (native unwinding stopped early): their "
            "Python frames are above their native frames",
-           (unsigned long long)pc.above);
+           (unsigned long long)mc.above);
     }
     if (em_pymerge_client_cut(w->py)) {
       note(w, "the client left out %u of its Python samples to fit one datagram",
            em_pymerge_client_cut(w->py));
     }
   }
-  note(w, "no stages: the agent does not yet know which thread wrote each span");
+  note_stages(w, ks->samples, mc.staged);
   if (ss->kernel_refused) {
     note(w, "no kernel frames: perf_event_paranoid refused them (sampled with exclude_kernel)");
   }

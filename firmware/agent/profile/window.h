@@ -5,25 +5,28 @@
  * kept, the duration shortened), the resolution of its addresses to frames off the loop
  * (symbols.h, on a libuv worker) and the assembly of one em_profile_t (edgemon/profile.h):
  * a frame table without duplicates, the Python client's frames spliced in place of the
- * interpreter's where its samples match (pymerge.h), stacks that became equal merged, stacks in
- * descending samples, and notes saying what the profile cannot show and why.
+ * interpreter's where its samples match (pymerge.h), each sample's stage from the span its
+ * thread was in (spanlog.h: the target's ring spans, handed in by em_window_span), stacks that
+ * became equal merged, stacks in descending samples, and notes saying what the profile cannot
+ * show and why.
  *
  *   IDLE ----em_window_trigger----> OPEN           (-EBUSY / -EAGAIN: suppressed, counted)
  *   OPEN ----em_window_tick: time up----> AWAIT     (sampling stopped; the client's Python
  *                                                    stacks may still come: em_window_pystacks)
- *   OPEN/AWAIT --em_window_tick: target gone, Python stacks held, or EM_WINDOW_PY_WAIT_NS
- *                past the end----> CLOSED (returns true)
+ *   OPEN/AWAIT --em_window_tick: target gone, or span_settle_ns past the end and the Python
+ *                stacks held or EM_WINDOW_PY_WAIT_NS past the end----> CLOSED (returns true)
  *   CLOSED --em_window_resolve (worker)--> RESOLVED
  *   RESOLVED --em_window_take--> em_profile_t --em_window_done--> IDLE
  *
  * Memory: everything at em_window_new() from the options (stack table and its sample log,
  * address and frame arrays, the maps snapshot, the symbol arena, the Python merger's 64 KiB
- * datagram buffer and index, the encode buffer of max_bytes);
+ * datagram buffer and index, the span log, the encode buffer of max_bytes);
  * em_window_bytes() says how much. Nothing is allocated on the tick (a window's open reads
  * /proc/PID/maps once and maps a perf ring per thread; the worker's kallsyms pass allocates
  * one array of its kernel addresses).
  *
- * Owns: the sampler, the stack table (with its sample log), the symbolizer, the Python merger.
+ * Owns: the sampler, the stack table (with its sample log), the symbolizer, the Python merger,
+ * the span log.
  * Single-threaded except em_window_resolve(), which runs on a worker while the loop leaves the
  * window alone (state CLOSED: tick, trigger and take do nothing with it but count).
  */
@@ -53,6 +56,8 @@ typedef struct {
   uint64_t min_gap_ns;     /* Least time between two windows' starts. */
   uint32_t max_bytes;      /* Encode buffer, 4096..EM_PROFILE_MAX_BYTES. */
   uint32_t max_stacks;     /* 1..EM_PROFILE_MAX_STACKS */
+  uint64_t span_settle_ns; /* How long past its end a window still takes spans: the rings hand
+                              a span over a tick or two after it ends (two tick intervals). */
   const char *proc_root;   /* "/proc"; copied. */
 } em_window_opts_t;
 
@@ -101,6 +106,13 @@ bool em_window_tick(em_window_t *w, uint64_t now_ns, bool target_gone);
  * configured hz, its start and planned end. Returns 0, or -ENOENT when no window is open.
  */
 int em_window_request(const em_window_t *w, em_profile_page_t *out);
+
+/*
+ * A span the rings delivered (em_rings_span_fn): kept while a window is OPEN or AWAIT when pid
+ * is the target's and it starts before the window's end.
+ */
+void em_window_span(em_window_t *w, uint32_t pid, uint32_t tid, const char *stage,
+                    uint64_t start_ns, uint64_t duration_ns);
 
 /*
  * A Python stacks datagram (buf[0..len), borrowed for the call) from process `sender` (its

@@ -34,6 +34,7 @@ typedef struct {
   ring_state_t state;
   uint64_t id;
   uint32_t pid;
+  uint32_t tid;        /* The header's writer thread when it is one of pid's, else 0. */
   uint64_t start_time; /* Clock ticks after boot, /proc/<pid>/stat field 22. */
   int fd;              /* The ring's memfd. */
   int pidfd;           /* -1 without pidfds (then checked by start time). */
@@ -53,7 +54,10 @@ struct em_rings {
   em_rings_opts_t opts;
   char proc_root[128];
   uint64_t next_id;
-  uint64_t now_ns;     /* The drain in progress: a span's last sight is clamped to it. */
+  uint64_t now_ns;        /* The drain in progress: a span's last sight is clamped to it. */
+  const ring_t *draining; /* The ring fold_one's spans come from. */
+  em_rings_span_fn observe;
+  void *observe_ctx;
   bool no_pidfd;       /* pidfd_open said ENOSYS once: never tried again. */
   unsigned open_polls; /* uv_poll_t handles not closed yet. */
   bool closing;
@@ -137,6 +141,14 @@ static int start_time_of(const em_rings_t *r, uint32_t pid, uint64_t *ticks) {
   return 0;
 }
 
+/* Whether tid is a thread of pid now (the ring header's tid is the writer's word only). */
+static bool thread_of(const em_rings_t *r, uint32_t pid, uint32_t tid) {
+  char path[192];
+  struct stat st;
+  snprintf(path, sizeof(path), "%s/%u/task/%u", r->proc_root, (unsigned)pid, (unsigned)tid);
+  return tid != 0 && stat(path, &st) == 0;
+}
+
 static void fold_one(void *ctx, const em_span_t *span) {
   em_rings_t *r = ctx;
   uint64_t end_ns = span->start_ns + span->duration_ns;
@@ -145,11 +157,15 @@ static void fold_one(void *ctx, const em_span_t *span) {
   }
   if (em_spans_fold(r->spans, span, NULL, end_ns) && span->kind == EM_DGRAM_SPAN) {
     r->stats.spans++;
+    if (r->observe) {
+      r->observe(r->observe_ctx, r->draining->pid, r->draining->tid, span);
+    }
   }
 }
 
 /* Drains one ring and adds what its reader classified to the totals. */
 static void drain_one(em_rings_t *r, ring_t *g, bool final) {
+  r->draining = g;
   em_ring_reader_drain(&g->reader, g->mem, final, fold_one, r);
   const em_ring_counts_t *c = &g->reader.counts;
   r->stats.overwritten += c->overwritten - g->counted.overwritten;
@@ -373,6 +389,7 @@ int em_rings_register(em_rings_t *r, const em_ring_dgram_t *reg, int fd, bool al
   g->state = RING_ACTIVE;
   g->id = ++r->next_id;
   g->pid = pid;
+  g->tid = thread_of(r, pid, hdr.tid) ? hdr.tid : 0;
   g->start_time = start_time;
   g->fd = fd;
   g->pidfd = pidfd;
@@ -387,6 +404,13 @@ int em_rings_register(em_rings_t *r, const em_ring_dgram_t *reg, int fd, bool al
           (unsigned long long)reg->start);
   ack(r, reg, 0, g->id, from, from_len);
   return 0;
+}
+
+void em_rings_observe(em_rings_t *r, em_rings_span_fn fn, void *ctx) {
+  if (r) {
+    r->observe = fn;
+    r->observe_ctx = ctx;
+  }
 }
 
 void em_rings_drain(em_rings_t *r, uint64_t now_ns) {

@@ -91,6 +91,17 @@ int em_rings_register(em_rings_t *r, const em_ring_dgram_t *reg, int fd, bool al
  */
 void em_rings_drain(em_rings_t *r, uint64_t now_ns);
 
+/*
+ * Every span (kind EM_DGRAM_SPAN, not heartbeats) a ring delivers, as it is folded in, with its
+ * writer: pid, checked at registration, and tid, the ring header's when registration found it
+ * a thread of that pid (<proc_root>/<pid>/task/<tid>), else 0. The stack profiler uses it to
+ * tell which stage each sampled thread was in.
+ */
+typedef void (*em_rings_span_fn)(void *ctx, uint32_t pid, uint32_t tid, const em_span_t *span);
+
+/* Sets (fn NULL: clears) the observer of every span the rings deliver. */
+void em_rings_observe(em_rings_t *r, em_rings_span_fn fn, void *ctx);
+
 /* Rings active now. */
 size_t em_rings_active(const em_rings_t *r);
 
