@@ -38,6 +38,7 @@ struct em_sampler {
   uint8_t *bounce;
   bool open;
   pid_t pid;
+  DIR *task; /* The target's <proc_root>/PID/task while open, rewound on each scan. */
   struct perf_event_attr attr;
   em_sampler_stats_t st;
 };
@@ -136,18 +137,12 @@ static bool have_thread(const em_sampler_t *s, pid_t tid) {
   return false;
 }
 
-/* Events on the target's threads that have none yet. Returns how many threads were listed, or
- * -errno when /proc/PID/task cannot be read (the process is gone). */
+/* Events on the target's threads that have none yet. Returns how many threads were listed. */
 static int scan_threads(em_sampler_t *s) {
-  char path[300];
-  snprintf(path, sizeof(path), "%s/%d/task", s->proc_root, (int)s->pid);
-  DIR *d = opendir(path);
-  if (!d) {
-    return -errno;
-  }
+  rewinddir(s->task);
   int listed = 0;
   struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
+  while ((e = readdir(s->task)) != NULL) {
     char *end = NULL;
     long tid = strtol(e->d_name, &end, 10);
     if (!end || *end || tid <= 0) {
@@ -158,7 +153,6 @@ static int scan_threads(em_sampler_t *s) {
       (void)open_thread(s, (pid_t)tid);
     }
   }
-  closedir(d);
   return listed;
 }
 
@@ -182,10 +176,18 @@ int em_sampler_open(em_sampler_t *s, pid_t pid, uint32_t hz, em_sampler_clock_t 
   s->attr.exclude_hv = 1;
   s->attr.use_clockid = 1;
   s->attr.clockid = CLOCK_MONOTONIC;
+  char path[300];
+  snprintf(path, sizeof(path), "%s/%d/task", s->proc_root, (int)pid);
+  s->task = opendir(path);
+  if (!s->task) {
+    return errno == ENOENT ? -ESRCH : -errno;
+  }
   s->open = true;
-  int listed = scan_threads(s);
+  (void)scan_threads(s);
   if (s->n_threads == 0) {
-    int rc = listed < 0 ? listed : s->st.open_errno ? -s->st.open_errno : -ESRCH;
+    int rc = s->st.open_errno ? -s->st.open_errno : -ESRCH;
+    closedir(s->task);
+    s->task = NULL;
     s->open = false;
     return rc;
   }
@@ -263,6 +265,8 @@ void em_sampler_close(em_sampler_t *s, em_stacks_t *stacks) {
     *t = (thread_slot_t){.fd = -1};
   }
   s->n_threads = 0;
+  closedir(s->task);
+  s->task = NULL;
   s->open = false;
 }
 

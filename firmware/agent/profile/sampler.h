@@ -3,7 +3,7 @@
  * target (cpu-clock or task-clock at sample_freq hz, PERF_SAMPLE_TID | TIME | CALLCHAIN on
  * CLOCK_MONOTONIC, user and kernel frames, context-switch records), each with a small mmap'd
  * ring the loop drains on its tick without blocking. Threads that appear during the window
- * (/proc/PID/task polled on each drain) get an event too.
+ * (/proc/PID/task, opened once per window, listed again on each drain) get an event too.
  *
  * What the kernel refuses is degraded, not fatal, and said: kernel frames refused by
  * perf_event_paranoid (the events are opened with exclude_kernel), context-switch records
