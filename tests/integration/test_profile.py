@@ -163,6 +163,9 @@ def test_an_escalation_profiles_the_slow_python_function_from_the_clients_sample
         assert "_PyEval_EvalFrameDefault" not in [f["name"] for f in frames], frames
         by_self = python_self_samples(p)
         assert max(by_self, key=by_self.get) == "slow_checksum", by_self
+        # python3.11 has no frame pointers: what frame-pointer unwinding read past it is no
+        # return address, and is cut instead of shown as frames outside every binary.
+        assert not [f for f in p["frames"] if f["kind"] == "unknown"], p["frames"]
         assert not any("does not merge" in n or n.startswith("no Python frames")
                        for n in p["notes"]), p["notes"]
         # Each sample's stage is the span its thread was in: the ring names its writer thread.

@@ -36,6 +36,7 @@
 #define NOTE_BYTES   256u
 #define KERNEL_FIRST (1ull << 63)
 #define NONE         UINT32_MAX
+#define UNSET        (UINT32_MAX - 1)
 #define FRAME_SLOTS  (2u * EM_PROFILE_MAX_FRAMES)
 #define SPAN_LOG     8192u /* Spans a window keeps: 5 s of 1600 spans/s. */
 
@@ -73,7 +74,7 @@ struct em_window {
 
   uint64_t *addrs; /* EM_WINDOW_MAX_ADDRS distinct addresses, ascending. */
   em_profile_frame_t *addr_frames;
-  uint32_t *addr_index;       /* Frame index of addrs[i]. */
+  uint32_t *addr_index;       /* Frame index of addrs[i]; UNSET until a stack uses it. */
   em_profile_frame_t *frames; /* EM_PROFILE_MAX_FRAMES */
   uint32_t *frame_slots;      /* FRAME_SLOTS */
   uint32_t *fidx;             /* EM_WINDOW_MAX_ADDRS frame indices of the merged stacks. */
@@ -91,6 +92,9 @@ struct em_window {
   uint8_t *buf;
   uint64_t bytes;
   em_window_stats_t st;
+  /* Assembly: frames indexed from the addresses the stacks use. */
+  size_t used_addrs, used_unresolved;
+  bool frames_full;
 };
 
 static void *counted(em_window_t *w, size_t n, size_t size) {
@@ -456,13 +460,45 @@ static bool merge_stack(em_window_t *w, size_t *n_merged, size_t *n_fidx, size_t
   return true;
 }
 
-/* Stack e as frame indices, root first, into path; returns how many (frames with no room in
- * the table are left out). */
-static uint32_t stack_path(const em_window_t *w, size_t d, const em_stacks_entry_t *e,
-                           uint32_t *path) {
+/* Whether the resolver left frame f without a symbol ("module+0x1a2b", or a bare address). */
+static bool unresolved(const em_profile_frame_t *f) {
+  return f->kind == EM_FRAME_UNKNOWN || strncmp(f->name, "0x", 2) == 0 || strstr(f->name, "+0x");
+}
+
+/* The frame index of distinct address pos, added to the frame table on first use. */
+static uint32_t frame_of(em_window_t *w, size_t pos) {
+  if (w->addr_index[pos] == UNSET) {
+    w->addr_index[pos] = frame_index(w, &w->addr_frames[pos]);
+    w->frames_full |= w->addr_index[pos] == NONE;
+    w->used_addrs++;
+    w->used_unresolved += unresolved(&w->addr_frames[pos]);
+  }
+  return w->addr_index[pos];
+}
+
+/*
+ * Stack e as frame indices, root first, into path; returns how many (frames with no room in
+ * the table are left out). A user-context return address in no mapped binary, or in kernel
+ * space, is not a return address but what frame-pointer unwinding read off the stack once it walked
+ * through code built without frame pointers (a BLAS kernel, an interpreter): the chain is cut
+ * there, keeping the frames below it (toward the leaf), and *cut says so. Such addresses never
+ * enter the frame table.
+ */
+static uint32_t stack_path(em_window_t *w, size_t d, const em_stacks_entry_t *e, uint32_t *path,
+                           bool *cut) {
   uint32_t k = 0;
+  *cut = false;
   for (uint32_t i = 0; i < e->n_user + e->n_kernel; i++) {
-    uint32_t f = w->addr_index[addr_pos(w, d, e->addrs[i])];
+    size_t pos = addr_pos(w, d, e->addrs[i]);
+    bool leaf = i + 1 == e->n_user; /* Where the thread was: code outside every binary (JIT
+                                       code in anonymous memory) is still where it ran. */
+    if (i < e->n_user &&
+        (e->addrs[i] >= KERNEL_FIRST || (!leaf && w->addr_frames[pos].kind == EM_FRAME_UNKNOWN))) {
+      k = 0; /* Everything on its root side is as unreliable as it is. */
+      *cut = true;
+      continue;
+    }
+    uint32_t f = frame_of(w, pos);
     if (f != NONE) {
       path[k++] = f;
     }
@@ -515,7 +551,8 @@ static void merge_logged(em_window_t *w, size_t d, size_t n_stacks, bool have_py
     bool sample = l.off_cpu_ns == 0;
     em_stacks_entry_t e = em_stacks_get(w->stacks, l.stack);
     uint32_t path[EM_PROFILE_MAX_DEPTH], out[EM_PROFILE_MAX_DEPTH];
-    uint32_t k = stack_path(w, d, &e, path);
+    bool cut = false;
+    uint32_t k = stack_path(w, d, &e, path, &cut);
     /* The Python sample: within two periods, and within the thread's span when it had one. */
     uint64_t lo = l.time_ns > max_gap_ns ? l.time_ns - max_gap_ns : 0;
     uint64_t hi = l.time_ns + max_gap_ns, span_lo = 0, span_hi = UINT64_MAX;
@@ -592,28 +629,34 @@ void em_window_resolve(em_window_t *w) {
   }
   size_t n_user = addr_pos(w, d, KERNEL_FIRST);
   em_symbols_begin(w->symbols);
-  size_t unresolved =
-      em_symbols_user(w->symbols, w->pid, w->maps, w->maps_len, w->addrs, n_user, w->addr_frames);
-  unresolved +=
-      em_symbols_kernel(w->symbols, w->addrs + n_user, d - n_user, w->addr_frames + n_user);
+  (void)em_symbols_user(w->symbols, w->pid, w->maps, w->maps_len, w->addrs, n_user, w->addr_frames);
+  (void)em_symbols_kernel(w->symbols, w->addrs + n_user, d - n_user, w->addr_frames + n_user);
 
   memset(&w->out, 0, sizeof(w->out));
   memset(w->frame_slots, 0xff, FRAME_SLOTS * sizeof(*w->frame_slots));
   memset(w->merged_slots, 0xff, ((size_t)w->merged_mask + 1) * sizeof(*w->merged_slots));
-  bool frames_full = false;
+  w->frames_full = false;
+  w->used_addrs = w->used_unresolved = 0;
   for (size_t i = 0; i < d; i++) {
-    w->addr_index[i] = frame_index(w, &w->addr_frames[i]);
-    frames_full |= w->addr_index[i] == NONE;
+    w->addr_index[i] = UNSET;
+  }
+  for (size_t s = 0; s < n_stacks; s++) { /* Native frames first, in the order stacks use them. */
+    em_stacks_entry_t e = em_stacks_get(w->stacks, s);
+    uint32_t path[EM_PROFILE_MAX_DEPTH];
+    bool cut = false;
+    (void)stack_path(w, d, &e, path, &cut);
   }
   size_t n_merged = 0, n_fidx = 0;
   merge_counts_t mc = {0};
   bool have_py = em_pymerge_held(w->py);
   merge_logged(w, d, n_stacks, have_py, &n_merged, &n_fidx, &mc);
-  uint64_t frames_cut = 0;
+  uint64_t frames_cut = 0, chains_cut = 0;
   for (size_t s = 0; s < n_stacks; s++) {
     em_stacks_entry_t e = em_stacks_get(w->stacks, s);
     uint32_t path[EM_PROFILE_MAX_DEPTH];
-    uint32_t k = stack_path(w, d, &e, path);
+    bool cut = false;
+    uint32_t k = stack_path(w, d, &e, path, &cut);
+    chains_cut += cut ? e.samples : 0;
     uint64_t native = e.samples - w->matched[s];
     uint64_t off = e.off_cpu_ns - w->matched_off[s];
     if (k == 0) {
@@ -681,9 +724,15 @@ void em_window_resolve(em_window_t *w) {
   if (ss->no_switch) {
     note(w, "no off-CPU time: the kernel refused context-switch records");
   }
-  if (unresolved) {
+  if (w->used_unresolved) {
     note(w, "%zu of %zu addresses without a symbol (shown as module+offset or a hex address)",
-         unresolved, d);
+         w->used_unresolved, w->used_addrs);
+  }
+  if (chains_cut) {
+    note(w,
+         "%llu samples' native call chains reached an address in no mapped binary (frame-pointer "
+         "unwinding through code built without frame pointers): cut there",
+         (unsigned long long)chains_cut);
   }
   if (ks->cut) {
     note(w, "%llu samples not kept: the window's stack table was full",
@@ -693,7 +742,7 @@ void em_window_resolve(em_window_t *w) {
     note(w, "%llu call chains deeper than %u frames: their root side is cut",
          (unsigned long long)ks->deep, EM_PROFILE_MAX_DEPTH);
   }
-  if (frames_full || frames_cut) {
+  if (w->frames_full || frames_cut) {
     note(w, "frame table full (%u frames): %llu samples lost their frames", EM_PROFILE_MAX_FRAMES,
          (unsigned long long)frames_cut);
   }
