@@ -741,6 +741,8 @@ static void publish_stats(agg_t *a, uint64_t now_ns) {
   rs->store_batches = st.batches;
   rs->store_errors = st.errors;
   rs->store_duplicates = st.duplicates;
+  rs->models_refused = st.models_refused;
+  rs->models_deleted = st.models_deleted;
   rs->n_store_failures = 0;
   for (size_t i = 0; i < st.n_failures && i < EM_AGG_FAILURE_KINDS; i++) {
     em_agg_failure_t *f = &rs->store_failures[rs->n_store_failures++];

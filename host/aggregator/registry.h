@@ -117,6 +117,8 @@ typedef struct {
   uint64_t store_batches;
   uint64_t store_errors;
   uint64_t store_duplicates; /* Data messages already stored: nothing written. */
+  uint64_t models_refused;   /* Messages whose model got no models row (store.h). */
+  uint64_t models_deleted;   /* Models rows the retention pass deleted. */
   em_agg_failure_t store_failures[EM_AGG_FAILURE_KINDS]; /* By table and reason. */
   size_t n_store_failures;
   uint64_t ckpt_runs; /* WAL checkpoints (checkpoint.h). */

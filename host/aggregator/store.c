@@ -33,6 +33,11 @@
  *     error, rolls back and returns -EIO. The store stays usable after both. Every failure is
  *     counted by table and SQLite reason (em_store_stats_t.failures) and its text (table, device,
  *     SQLite's message) kept for the caller's rate-limited log (em_store_take_failure()).
+ *  8. Model identities (models.h): ids cached like the dictionary names (at most
+ *     EM_STORE_MODEL_CACHE_MAX); a data message raises its model's last_ns in the cache entry,
+ *     written once per model per batch at commit, and a batch whose last_ns writes fail does not
+ *     commit. The retention pass sweeps the models rows nothing names any more and drops their
+ *     ids from the cache, so a cached id always has its row.
  *
  * States of the connection:
  *
@@ -51,6 +56,7 @@
 #include "checkpoint.h"
 #include "forensics.h"
 #include "identity.h"
+#include "models.h"
 #include "rollup.h"
 
 #include <errno.h>
@@ -66,7 +72,7 @@
 
 /* PRAGMA application_id of an edgemon store: "EDGM" as a big-endian int32. */
 #define EM_STORE_APP_ID       0x4544474d
-#define EM_STORE_USER_VERSION 8
+#define EM_STORE_USER_VERSION 9
 /* The oldest layout this aggregator still opens: version 2 gains data.session and data.seq
  * (ALTER TABLE, its old rows keep NULL there) and the unique index on them; versions 2 and 3
  * gain the unique index of level_changes (their repeated rows deleted first, the first kept). */
@@ -89,14 +95,16 @@
 #define EM_STORE_BUSY_MS            5000
 #define EM_STORE_CACHE_MAX          1000000u /* Names cached per dictionary table. */
 /* Model identities cached (canonical key -> models.id); past it, an identity not cached costs
- * one INSERT ... RETURNING per message that carries it. */
+ * one SELECT per message that carries it, and a data message one UPDATE of its last_ns. */
 #define EM_STORE_MODEL_CACHE_MAX 4096u
 #define NS_PER_S                 1000000000ull
 
 typedef struct {
   char *name;
   int64_t id;
-  /* Devices only: last_seen_ns, level and model from data not yet written (seen_dirty). */
+  /* Devices: last_seen_ns, level and model from data not yet written (seen_dirty). Models:
+   * seen_ns is the latest time_ns of the rows written with it in the open batch, not yet in
+   * its models.last_ns while seen_dirty (models.h, the invariant). */
   bool seen_dirty;
   int8_t level; /* -1: the data carried none. */
   bool model_dirty;
@@ -119,7 +127,6 @@ enum {
   ST_DEVICE_ID,
   ST_METRIC_ID,
   ST_STAGE_ID,
-  ST_MODEL_ID,
   ST_BIRTH,
   ST_STATUS,
   ST_STATE,
@@ -143,9 +150,6 @@ static const char *const stmt_sql[ST_COUNT] = {
                      "name = excluded.name RETURNING id",
     [ST_STAGE_ID] = "INSERT INTO stages(name) VALUES(?1) ON CONFLICT(name) DO UPDATE SET "
                     "name = excluded.name RETURNING id",
-    [ST_MODEL_ID] = "INSERT INTO models(name, version, labels) VALUES(?1, ?2, ?3) "
-                    "ON CONFLICT(name, version, labels) DO UPDATE SET name = excluded.name "
-                    "RETURNING id",
     [ST_BIRTH] = "UPDATE devices SET session = ?2, birth_time_ns = ?3, agent_version = ?4, "
                  "board = ?5, period_ns = ?6, last_seen_ns = max(coalesce(last_seen_ns, 0), ?3), "
                  "model = ?7 WHERE id = ?1",
@@ -179,12 +183,12 @@ static const char *const stmt_sql[ST_COUNT] = {
 
 /* The table each statement writes, for the failure counters ("transaction": BEGIN, COMMIT). */
 static const char *const stmt_table[ST_COUNT] = {
-    [ST_BEGIN] = "transaction", [ST_COMMIT] = "transaction",   [ST_ROLLBACK] = "transaction",
-    [ST_DEVICE_ID] = "devices", [ST_METRIC_ID] = "metrics",    [ST_STAGE_ID] = "stages",
-    [ST_MODEL_ID] = "models",   [ST_MODEL_SET] = "devices",    [ST_BIRTH] = "devices",
-    [ST_STATUS] = "devices",    [ST_STATE] = "devices",        [ST_SEEN] = "devices",
-    [ST_DATA] = "data",         [ST_WINDOW] = "stage_windows", [ST_LEVEL] = "level_changes",
-    [ST_META_SET] = "meta",     [ST_META_GET] = "meta",
+    [ST_BEGIN] = "transaction",    [ST_COMMIT] = "transaction",  [ST_ROLLBACK] = "transaction",
+    [ST_DEVICE_ID] = "devices",    [ST_METRIC_ID] = "metrics",   [ST_STAGE_ID] = "stages",
+    [ST_MODEL_SET] = "devices",    [ST_BIRTH] = "devices",       [ST_STATUS] = "devices",
+    [ST_STATE] = "devices",        [ST_SEEN] = "devices",        [ST_DATA] = "data",
+    [ST_WINDOW] = "stage_windows", [ST_LEVEL] = "level_changes", [ST_META_SET] = "meta",
+    [ST_META_GET] = "meta",
 };
 
 /* The schema (SCHEMA.md explains every column). IF NOT EXISTS: also completes a store whose
@@ -257,11 +261,12 @@ static const char schema_sql[] =
     " ON flights(device, session, number);"
     "CREATE INDEX IF NOT EXISTS flights_device_time ON flights(device, time_ns);";
 
-/* Version 7: model identities (identity.h), referenced by data, stage_windows and devices. */
+/* Version 7: model identities (identity.h), referenced by data, stage_windows and devices.
+ * Version 9 adds last_ns and device (models.h) and the index of device. */
 static const char schema_v7_sql[] =
     "CREATE TABLE IF NOT EXISTS models ("
     " id INTEGER PRIMARY KEY, name TEXT NOT NULL, version TEXT NOT NULL, labels TEXT NOT NULL,"
-    " UNIQUE (name, version, labels));";
+    " last_ns INTEGER, device INTEGER, UNIQUE (name, version, labels));";
 
 /* Version 8: stack profiles (forensics.h), the CBOR as it came beside what the API lists. */
 static const char schema_v8_sql[] =
@@ -278,13 +283,18 @@ static const char schema_v8_sql[] =
     " ON profiles(device, session, number);"
     "CREATE INDEX IF NOT EXISTS profiles_device_time ON profiles(device, time_ns);";
 
+/* Version 9: the index the per-device bound of models counts through (models.h). */
+static const char schema_v9_sql[] = "CREATE INDEX IF NOT EXISTS models_device ON models(device);";
+
 struct em_store {
   sqlite3 *db;
   sqlite3_stmt *st[ST_COUNT];
   em_store_opts_t opts;
   char *path;
   name_cache_t devices, metrics, stages;
-  name_cache_t models; /* Key: name, version and labels JSON joined by '\x1f'. */
+  name_cache_t models;     /* Key: name, version and labels JSON joined by '\x1f'. */
+  em_models_t *model_rows; /* The models table's statements, bounds and sweep. */
+  bool models_unsaved;     /* A last_ns write of the open batch failed: it must not commit. */
   bool in_batch;
   bool batch_t0_set;
   uint64_t batch_t0_ns; /* CLOCK_MONOTONIC (the caller's) of the first tick that saw the batch. */
@@ -385,6 +395,26 @@ static void caches_clear(em_store_t *s) {
   cache_clear(&s->metrics);
   cache_clear(&s->stages);
   cache_clear(&s->models);
+  em_models_forget(s->model_rows); /* A rollback may have taken rows it counted. */
+}
+
+static int cmp_id(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a;
+  int64_t y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Drops from c the entries whose id is in ids[0..n) (ascending), keeping the order. */
+static void cache_drop_ids(name_cache_t *c, const int64_t *ids, size_t n) {
+  size_t kept = 0;
+  for (size_t i = 0; i < c->n; i++) {
+    if (bsearch(&c->v[i].id, ids, n, sizeof(ids[0]), cmp_id)) {
+      free(c->v[i].name);
+    } else {
+      c->v[kept++] = c->v[i];
+    }
+  }
+  c->n = kept;
 }
 
 /* --- failures --------------------------------------------------------------------------- */
@@ -561,6 +591,7 @@ static int meta_get_int(em_store_t *s, const char *key, int64_t *value, bool *fo
 }
 
 static int seen_flush(em_store_t *s, name_id_t *e);
+static int models_flush(em_store_t *s);
 
 /* Opens the batch transaction if none is open. Returns 0 or -EIO. */
 static int batch_begin(em_store_t *s) {
@@ -606,12 +637,16 @@ static int batch_commit(em_store_t *s) {
   for (size_t i = 0; i < s->devices.n; i++) {
     seen_flush(s, &s->devices.v[i]);
   }
-  int rc = meta_set_int(s, "last_commit_ns", clamp_i64(realtime_ns()));
+  int rc = s->models_unsaved ? -EIO : models_flush(s);
+  if (rc == 0) {
+    rc = meta_set_int(s, "last_commit_ns", clamp_i64(realtime_ns()));
+  }
   if (rc == 0) {
     rc = exec_simple(s, ST_COMMIT);
   }
   s->in_batch = false;
   s->batch_t0_set = false;
+  s->models_unsaved = false; /* Committed, or rolled back below. */
   if (rc != 0) {
     if (!sqlite3_get_autocommit(s->db)) {
       sqlite3_step(s->st[ST_ROLLBACK]);
@@ -688,10 +723,17 @@ static void bind_model(sqlite3_stmt *st, int i, int64_t model) {
   }
 }
 
-/* The models.id of m (inserted when new) into *id; 0 for none named (m->name NULL). The id is
- * looked up in s->models first, so a known identity costs no statement. Returns 0 or -EIO. */
-static int model_id(em_store_t *s, const em_model_t *m, int64_t *id) {
+/* The models.id of m, named by device dev_id, into *id (inserted when new, models.h); 0 for
+ * none named (m->name NULL) and for an identity the table's bounds refuse (counted in
+ * stats.models_refused: the rows are stored without it). *entry (when asked) is its cache
+ * entry, valid until the next insertion into s->models, or NULL when it is not cached. The id
+ * is looked up in s->models first, so a known identity costs no statement. Returns 0 or -EIO. */
+static int model_entry(em_store_t *s, const em_model_t *m, int64_t dev_id, int64_t *id,
+                       name_id_t **entry) {
   *id = 0;
+  if (entry) {
+    *entry = NULL;
+  }
   if (!m->name) {
     return 0;
   }
@@ -707,26 +749,69 @@ static int model_id(em_store_t *s, const em_model_t *m, int64_t *id) {
   size_t pos = cache_find(&s->models, key, &found);
   if (found) {
     *id = s->models.v[pos].id;
+    if (entry) {
+      *entry = &s->models.v[pos];
+    }
     return 0;
   }
-  sqlite3_stmt *st = s->st[ST_MODEL_ID];
-  bind_text(st, 1, m->name);
-  bind_text(st, 2, m->version);
-  sqlite3_bind_text(st, 3, labels, (int)n, SQLITE_STATIC);
-  int rc = sqlite3_step(st);
-  if (rc == SQLITE_ROW) {
-    *id = sqlite3_column_int64(st, 0);
-    rc = sqlite3_step(st);
-  }
-  if (rc != SQLITE_DONE) {
-    note_failure(s, "models", sqlite3_reset(st));
-    sqlite3_clear_bindings(st);
-    *id = 0;
+  bool refused;
+  int rc = em_models_find(s->model_rows, m->name, m->version, labels, n, dev_id, id, &refused);
+  if (rc != SQLITE_OK) {
+    note_failure(s, "models", rc);
     return -EIO;
   }
-  sqlite3_reset(st);
-  sqlite3_clear_bindings(st);
+  if (refused) {
+    s->stats.models_refused++;
+    return 0;
+  }
+  size_t before = s->models.n;
   cache_put(&s->models, pos, key, *id);
+  if (entry && s->models.n > before) {
+    *entry = &s->models.v[pos];
+  }
+  return 0;
+}
+
+static int model_id(em_store_t *s, const em_model_t *m, int64_t dev_id, int64_t *id) {
+  return model_entry(s, m, dev_id, id, NULL);
+}
+
+/* Rows naming model id (its cache entry, or NULL when not cached) at time_ns were written in
+ * the open batch: raises its models.last_ns, at the commit for a cached one (models.h). Returns
+ * 0 or -EIO. */
+static int model_used(em_store_t *s, int64_t id, name_id_t *entry, uint64_t time_ns) {
+  if (id <= 0) {
+    return 0;
+  }
+  if (entry) {
+    if (!entry->seen_dirty || time_ns > entry->seen_ns) {
+      entry->seen_ns = time_ns;
+    }
+    entry->seen_dirty = true;
+    return 0;
+  }
+  int rc = em_models_touch(s->model_rows, id, clamp_i64(time_ns));
+  if (rc != SQLITE_OK) {
+    note_failure(s, "models", rc);
+    s->models_unsaved = true; /* The rows are in the batch: it rolls back at commit. */
+    return -EIO;
+  }
+  return 0;
+}
+
+/* Writes the last_ns that the open batch raised (model_used()). Returns 0 or -EIO: the batch
+ * must not commit without them (models.h, the invariant). */
+static int models_flush(em_store_t *s) {
+  for (size_t i = 0; i < s->models.n; i++) {
+    name_id_t *e = &s->models.v[i];
+    if (!e->seen_dirty) {
+      continue;
+    }
+    e->seen_dirty = false;
+    if (model_used(s, e->id, NULL, e->seen_ns) != 0) {
+      return -EIO;
+    }
+  }
   return 0;
 }
 
@@ -764,7 +849,7 @@ static int seen_flush(em_store_t *s, name_id_t *e) {
 
 static int add_birth(em_store_t *s, int64_t dev_id, const em_birth_t *b) {
   int64_t model;
-  if (model_id(s, &b->model, &model) != 0) {
+  if (model_id(s, &b->model, dev_id, &model) != 0) {
     return -EIO;
   }
   sqlite3_stmt *st = s->st[ST_BIRTH];
@@ -793,7 +878,7 @@ static int add_model_change(em_store_t *s, int64_t dev_id, const em_state_t *m) 
     return 0; /* History of a model is in the data rows; the current one follows live only. */
   }
   int64_t model;
-  if (model_id(s, &m->model, &model) != 0) {
+  if (model_id(s, &m->model, dev_id, &model) != 0) {
     return -EIO;
   }
   sqlite3_stmt *st = s->st[ST_MODEL_SET];
@@ -808,7 +893,7 @@ static int add_state(em_store_t *s, int64_t dev_id, const em_state_t *m) {
     return add_model_change(s, dev_id, m);
   }
   int64_t model = 0;
-  if (!m->historical && model_id(s, &m->model, &model) != 0) {
+  if (!m->historical && model_id(s, &m->model, dev_id, &model) != 0) {
     return -EIO;
   }
   sqlite3_stmt *st = s->st[ST_LEVEL];
@@ -924,7 +1009,8 @@ static int add_data(em_store_t *s, int64_t dev_id, name_id_t *entry, const em_de
                   ? (int)d->level
                   : -1;
   int64_t model = 0;
-  if (model_id(s, &d->model, &model) != 0) {
+  name_id_t *model_e = NULL;
+  if (model_entry(s, &d->model, dev_id, &model, &model_e) != 0) {
     result = -EIO; /* The rows are stored all the same, without their model. */
   }
 
@@ -976,6 +1062,10 @@ static int add_data(em_store_t *s, int64_t dev_id, name_id_t *entry, const em_de
         result = -EIO;
       }
     }
+  }
+  /* Not a repeat: the data row and the windows below name the model at the message's time. */
+  if (model_used(s, model, model_e, d->head.time_ns) != 0) {
+    result = -EIO;
   }
 
   if (entry) {
@@ -1163,6 +1253,7 @@ static int maintenance_failed(em_store_t *s) {
   sqlite3_step(s->st[ST_ROLLBACK]);
   sqlite3_reset(s->st[ST_ROLLBACK]);
   s->in_batch = false;
+  s->models_unsaved = false;
   s->stats.pending = 0;
   caches_clear(s);
   return -EIO;
@@ -1210,7 +1301,29 @@ int em_store_retain(em_store_t *s, uint64_t now_real_ns) {
   return rrc ? rrc : urc;
 }
 
-/* Retention and downsampling (em_store_retain()), in one transaction. */
+/* Deletes the models rows nothing names any more (em_models_sweep(): those no device names
+ * whose last_ns is below cut, NULL among them) and drops their ids from the cache, so that it
+ * never answers a deleted id: an identity named again gets a new row. Returns 0 or -EIO. */
+static int models_sweep(em_store_t *s, int64_t cut) {
+  em_models_swept_t swept;
+  int rc = em_models_sweep(s->model_rows, cut, &swept);
+  if (rc != SQLITE_OK) {
+    note_failure(s, "models", rc);
+    return -EIO;
+  }
+  if (swept.ids) {
+    qsort(swept.ids, swept.deleted, sizeof(swept.ids[0]), cmp_id);
+    cache_drop_ids(&s->models, swept.ids, swept.deleted);
+  } else if (swept.deleted > 0) {
+    cache_clear(&s->models); /* No memory to list them: forget every id. */
+  }
+  free(swept.ids);
+  s->stats.models_deleted += swept.deleted;
+  return 0;
+}
+
+/* Retention, downsampling and the sweep of unnamed models (em_store_retain()), in one
+ * transaction. */
 static int em_store_prune(em_store_t *s, uint64_t now_real_ns) {
   const em_store_opts_t *o = &s->opts;
   int64_t now = clamp_i64(now_real_ns);
@@ -1218,16 +1331,14 @@ static int em_store_prune(em_store_t *s, uint64_t now_real_ns) {
   bool down = o->downsample_after_s > 0 && o->downsample_step_s > 0 &&
               o->downsample_after_s < (uint64_t)INT64_MAX / NS_PER_S &&
               o->downsample_step_s < (uint64_t)INT64_MAX / NS_PER_S;
-  if (!retain && !down) {
-    return 0;
-  }
   if (batch_begin(s) != 0) {
     return -EIO;
   }
   int rc = 0;
+  /* Without retention no row goes by age: only models no row was ever written with do. */
+  int64_t cut = retain ? now - (int64_t)(o->retention_s * NS_PER_S) : INT64_MIN;
   if (retain) {
     /* Per device, through the (device, time_ns) indexes; level_changes has a time index. */
-    int64_t cut = now - (int64_t)(o->retention_s * NS_PER_S);
     static const char *const del[] = {
         "DELETE FROM data WHERE device IN (SELECT id FROM devices) AND time_ns < ?1",
         "DELETE FROM stage_windows WHERE device IN (SELECT id FROM devices) AND time_ns < ?1",
@@ -1254,8 +1365,8 @@ static int em_store_prune(em_store_t *s, uint64_t now_real_ns) {
      * int64 overflow (two large counter values from one device in one step did), and retention
      * would then fail every run, keeping every row forever. */
     int64_t step = (int64_t)(o->downsample_step_s * NS_PER_S);
-    int64_t cut = now - (int64_t)(o->downsample_after_s * NS_PER_S);
-    cut = cut > 0 ? cut / step * step : 0;
+    int64_t ds_cut = now - (int64_t)(o->downsample_after_s * NS_PER_S);
+    ds_cut = ds_cut > 0 ? ds_cut / step * step : 0;
     static const char *const ds[] = {
         "DROP TABLE IF EXISTS temp.em_ds_steps",
         "DROP TABLE IF EXISTS temp.em_ds_rows",
@@ -1289,8 +1400,11 @@ static int em_store_prune(em_store_t *s, uint64_t now_real_ns) {
         "DROP TABLE temp.em_ds_rows",
     };
     for (size_t i = 0; rc == 0 && i < sizeof(ds) / sizeof(ds[0]); i++) {
-      rc = run_sql(s, ds[i], 2, cut, step);
+      rc = run_sql(s, ds[i], 2, ds_cut, step);
     }
+  }
+  if (rc == 0) {
+    rc = models_sweep(s, cut);
   }
   if (rc != 0) {
     return maintenance_failed(s);
@@ -1316,6 +1430,7 @@ static void release(em_store_t *s) {
   em_ckpt_stop(s->ckpt);
   em_rollup_free(s->rollup);
   em_forensics_free(s->forensics);
+  em_models_free(s->model_rows);
   for (int i = 0; i < ST_COUNT; i++) {
     sqlite3_finalize(s->st[i]);
   }
@@ -1367,31 +1482,33 @@ static int query_text(sqlite3 *db, const char *sql, char *buf, size_t cap) {
   return rc;
 }
 
-/* The columns version 7 adds to tables of older versions. */
+/* The columns versions 7 and 9 add to tables of older versions. */
 static const struct {
   const char *table;
   const char *column;
-} v7_columns[] = {
-    {"devices", "model"}, {"data", "level"}, {"data", "model"}, {"stage_windows", "model"}};
+} added_columns[] = {{"devices", "model"},       {"data", "level"},     {"data", "model"},
+                     {"stage_windows", "model"}, {"models", "last_ns"}, {"models", "device"}};
 
-/* Writes into sql[0..cap) the ALTER TABLE statements that add the v7 columns an older store
- * lacks (a column there already, as in a store whose user_version was set back, is left).
- * Returns the SQLite result code. */
-static int v7_migration(sqlite3 *db, char *sql, size_t cap) {
+/* Writes into sql[0..cap) the ALTER TABLE statements that add the columns of added_columns an
+ * older store's tables lack (a column there already, as in a store whose user_version was set
+ * back, is left; a table not there yet, models before version 7, is created whole by the
+ * schema). Returns the SQLite result code. */
+static int column_migration(sqlite3 *db, char *sql, size_t cap) {
   size_t len = 0;
   sql[0] = '\0';
-  for (size_t i = 0; i < sizeof(v7_columns) / sizeof(v7_columns[0]); i++) {
-    char q[128];
-    int64_t have = 0;
-    snprintf(q, sizeof(q), "SELECT count(*) FROM pragma_table_info('%s') WHERE name = '%s'",
-             v7_columns[i].table, v7_columns[i].column);
-    int rc = query_int(db, q, &have);
+  for (size_t i = 0; i < sizeof(added_columns) / sizeof(added_columns[0]); i++) {
+    char q[160];
+    int64_t missing = 0; /* The table is there, the column is not. */
+    snprintf(q, sizeof(q),
+             "SELECT count(*) > 0 AND sum(name = '%s') = 0 FROM pragma_table_info('%s')",
+             added_columns[i].column, added_columns[i].table);
+    int rc = query_int(db, q, &missing);
     if (rc != SQLITE_OK) {
       return rc;
     }
-    if (have == 0) {
+    if (missing) {
       len += (size_t)snprintf(sql + len, cap - len, "ALTER TABLE %s ADD COLUMN %s INTEGER;",
-                              v7_columns[i].table, v7_columns[i].column);
+                              added_columns[i].table, added_columns[i].column);
     }
   }
   return SQLITE_OK;
@@ -1484,27 +1601,40 @@ static int check_and_create(em_store_t *s, char *err, size_t err_cap) {
    * the flights table, created empty by schema_sql. Versions 2 to 6 -> 7: the model columns of
    * devices, data and stage_windows and the level of data rows (NULL in the old rows: no model
    * named, level not stored), and the models table, created empty by schema_sql. Version 7 ->
-   * 8: the profiles table, created empty by schema_v8_sql. All in the schema's transaction. */
+   * 8: the profiles table, created empty by schema_v8_sql. Versions 7 and 8 -> 9: models.last_ns
+   * and models.device; last_ns of the rows there becomes the newest time of any data or window
+   * row (per device, through the (device, time_ns) indexes; a scan for each model's own would
+   * read the whole tables): later than each model's own, so the invariant of models.h holds and
+   * a model unused since goes once retention passes that time. All in the schema's
+   * transaction. */
   static const char migrate_v2[] =
       "ALTER TABLE data ADD COLUMN session INTEGER;ALTER TABLE data ADD COLUMN seq INTEGER;";
   static const char migrate_v3[] =
       "DELETE FROM level_changes WHERE rowid NOT IN (SELECT min(rowid) FROM level_changes"
       " GROUP BY device, session, time_ns, level);";
+  static const char migrate_v8[] =
+      "UPDATE models SET last_ns = (SELECT max(t) FROM ("
+      " SELECT (SELECT time_ns FROM data WHERE device = d.id ORDER BY time_ns DESC LIMIT 1) AS t"
+      " FROM devices d UNION ALL"
+      " SELECT (SELECT time_ns FROM stage_windows WHERE device = d.id ORDER BY time_ns DESC"
+      " LIMIT 1) FROM devices d)) WHERE last_ns IS NULL;";
   bool ours = app_id == EM_STORE_APP_ID;
   bool from_v2 = ours && user_version == EM_STORE_MIGRATES_FROM;
   bool from_v3 = ours && user_version >= EM_STORE_MIGRATES_FROM && user_version < 4;
-  bool from_v6 = ours && user_version >= EM_STORE_MIGRATES_FROM && user_version < 7;
-  char migrate_v6[sizeof(v7_columns) / sizeof(v7_columns[0]) * 64] = "";
-  if (from_v6 && v7_migration(s->db, migrate_v6, sizeof(migrate_v6)) != SQLITE_OK) {
+  bool from_v8 = ours && user_version >= EM_STORE_MIGRATES_FROM && user_version < 9;
+  char migrate_columns[sizeof(added_columns) / sizeof(added_columns[0]) * 64] = "";
+  if (from_v8 && column_migration(s->db, migrate_columns, sizeof(migrate_columns)) != SQLITE_OK) {
     set_err(err, err_cap, "%s: cannot read the schema: %s", path, sqlite3_errmsg(s->db));
     return -EIO;
   }
   char create[sizeof(schema_sql) + sizeof(schema_v7_sql) + sizeof(schema_v8_sql) +
-              sizeof(migrate_v2) + sizeof(migrate_v3) + sizeof(migrate_v6) + 128];
+              sizeof(schema_v9_sql) + sizeof(migrate_v2) + sizeof(migrate_v3) +
+              sizeof(migrate_columns) + sizeof(migrate_v8) + 128];
   snprintf(create, sizeof(create),
-           "BEGIN;%s%s%s%s%s%sPRAGMA application_id=%d;PRAGMA user_version=%d;COMMIT",
-           from_v2 ? migrate_v2 : "", from_v3 ? migrate_v3 : "", from_v6 ? migrate_v6 : "",
-           schema_sql, schema_v7_sql, schema_v8_sql, EM_STORE_APP_ID, EM_STORE_USER_VERSION);
+           "BEGIN;%s%s%s%s%s%s%s%sPRAGMA application_id=%d;PRAGMA user_version=%d;COMMIT",
+           from_v2 ? migrate_v2 : "", from_v3 ? migrate_v3 : "", migrate_columns, schema_sql,
+           schema_v7_sql, schema_v8_sql, schema_v9_sql, from_v8 ? migrate_v8 : "", EM_STORE_APP_ID,
+           EM_STORE_USER_VERSION);
   if (sqlite3_exec(s->db, create, NULL, NULL, &msg) != SQLITE_OK) {
     set_err(err, err_cap, "%s: cannot create the schema: %s", path,
             msg ? msg : sqlite3_errmsg(s->db));
@@ -1620,6 +1750,13 @@ int em_store_open(em_store_t **out, const em_store_opts_t *opts, em_store_report
   }
   if (em_forensics_new(&s->forensics, s->db) != SQLITE_OK) {
     set_err(err, err_cap, "%s: cannot prepare the flights and profiles tables: %s", s->path,
+            sqlite3_errmsg(s->db));
+    release(s);
+    return -EIO;
+  }
+  if (em_models_new(&s->model_rows, s->db, opts->models_max, opts->models_per_device_max) !=
+      SQLITE_OK) {
+    set_err(err, err_cap, "%s: cannot prepare the models table: %s", s->path,
             sqlite3_errmsg(s->db));
     release(s);
     return -EIO;

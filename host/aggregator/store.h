@@ -54,6 +54,11 @@ typedef struct {
   /* Encoded bytes of stack profiles kept per device, the oldest deleted first; 0:
    * EM_PROFILES_DEFAULT_MAX_BYTES (forensics.h). */
   uint64_t profile_max_bytes;
+  /* Rows of `models` kept at most, in all and first named by one device (models.h); 0:
+   * EM_MODELS_DEFAULT_MAX, EM_MODELS_DEFAULT_PER_DEVICE_MAX. An identity past either is stored
+   * as no model (em_store_stats_t.models_refused). */
+  uint32_t models_max;
+  uint32_t models_per_device_max;
 } em_store_opts_t;
 
 typedef struct {
@@ -121,7 +126,10 @@ int em_store_flush(em_store_t *s);
 
 /* Applies retention and downsampling relative to now_real_ns (run it every minute or so;
  * it commits first), then em_store_rollup(): the aggregator's periodic maintenance. Retention
- * also deletes rollup rows (and dirty minutes) older than retention_s. Returns 0 or -EIO. */
+ * also deletes rollup rows (and dirty minutes) older than retention_s. Then the models rows no
+ * row names any more are deleted (models.h; without retention only those no data was written
+ * with) and forgotten by the store's id cache: an identity named again gets a new row. Returns
+ * 0 or -EIO. */
 int em_store_retain(em_store_t *s, uint64_t now_real_ns);
 
 #define EM_STORE_ROLLUP_EVERY_MS 1000u /* em_store_tick()'s rollup pass period. */
@@ -135,9 +143,9 @@ int em_store_retain(em_store_t *s, uint64_t now_real_ns);
  * Returns 0 or -EIO (counted as a failure of table "rollups"; nothing of the pass is kept). */
 int em_store_rollup(em_store_t *s, uint64_t now_real_ns, em_rollup_report_t *report);
 
-/* Failed writes of one table for one reason. table: "devices", "metrics", "stages", "data",
- * "stage_windows", "level_changes", "meta", "transaction" (BEGIN/COMMIT), "retention", "rollups",
- * "rollup_dirty", "flights"; reason:
+/* Failed writes of one table for one reason. table: "devices", "metrics", "stages", "models",
+ * "data", "stage_windows", "level_changes", "meta", "transaction" (BEGIN/COMMIT), "retention",
+ * "rollups", "rollup_dirty", "flights", "profiles"; reason:
  * SQLite's primary result code as a word ("constraint", "busy", "full", "ioerr", "nomem", ...,
  * "other"). */
 typedef struct {
@@ -170,6 +178,10 @@ typedef struct {
   uint64_t flights_dropped;  /* Recordings deleted to keep a device within flight_max_bytes. */
   uint64_t profiles;         /* Stack profiles stored (not counting duplicates). */
   uint64_t profiles_dropped; /* Profiles deleted to keep a device within profile_max_bytes. */
+  /* Messages whose model identity got no models row (opts.models_max or
+   * models_per_device_max reached): their rows are stored without a model. */
+  uint64_t models_refused;
+  uint64_t models_deleted; /* Models rows em_store_retain() deleted: nothing named them. */
 } em_store_stats_t;
 
 void em_store_stats(const em_store_t *s, em_store_stats_t *out);

@@ -108,7 +108,7 @@ static void flights_row_holds_the_summary_and_the_cbor(void **state) {
   make(&r, 42, 0, T0_NS);
   add(s, "dev-1", &r);
   assert_int_equal(em_store_flush(s), 0);
-  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 8);
+  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 9);
   assert_int_equal(count(f), 1);
   char sql[2 * sizeof(r.buf) + 200];
   int n = snprintf(

@@ -115,7 +115,7 @@ static void profiles_row_holds_the_summary_and_the_cbor(void **state) {
   make(&r, 42, 0, T0_NS, EM_PROFILE_ESCALATION);
   add(s, "dev-1", &r);
   assert_int_equal(em_store_flush(s), 0);
-  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 8);
+  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 9);
   assert_int_equal(count(f), 1);
   char sql[2 * sizeof(r.buf) + 400];
   int n =
@@ -220,7 +220,7 @@ static void profiles_version_7_store_migrates_at_open(void **state) {
   sqlite3_close(db);
   assert_int_equal(q_int(f->path, "SELECT count(*) FROM sqlite_master WHERE name = 'profiles'"), 0);
   em_store_t *s = open_store(f, 0, 0);
-  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 8);
+  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 9);
   prof_t r;
   make(&r, 42, 0, T0_NS, EM_PROFILE_ESCALATION);
   add(s, "dev-1", &r);

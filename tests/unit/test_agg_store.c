@@ -4,7 +4,8 @@
  * values, absent values, batching by rows and by time, clean/unclean detection, retention,
  * downsampling (also of values whose sum passes int64), failures counted by table and reason
  * with their text, the WAL checkpointed into the database and started over under its bound,
- * and refusing files that are not edgemon stores.
+ * refusing files that are not edgemon stores, and model identities: their rows, the sweep
+ * that deletes those nothing names any more, and the bounds on how many there are.
  *
  * Rows are checked through a second, independent sqlite3 connection, so only committed rows
  * are visible to the checks.
@@ -171,7 +172,7 @@ static void store_create_makes_tables_and_application_id(void **state) {
   assert_int_equal(em_store_close(s), 0);
 
   assert_int_equal(q_int(f->path, "PRAGMA application_id"), 0x4544474d);
-  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 8);
+  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 9);
   assert_int_equal(q_int(f->path, "SELECT journal_mode = 'wal' FROM pragma_journal_mode"), 1);
   static const char *const tables[] = {"meta", "devices",       "metrics",      "stages",
                                        "data", "stage_windows", "level_changes"};
@@ -811,7 +812,7 @@ static void store_repeated_state_message_is_stored_once_and_counted(void **state
 }
 
 /* A store of schema version 2 (data without session and seq) is migrated at open: its rows
- * stay, the columns and the unique indexes are added, user_version becomes 8. */
+ * stay, the columns and the unique indexes are added, user_version becomes 9. */
 static void store_open_migrates_version_2(void **state) {
   fixture_t *f = *state;
   em_store_opts_t o = opts_for(f);
@@ -828,7 +829,7 @@ static void store_open_migrates_version_2(void **state) {
   assert_int_equal(em_store_add(s, "dev-1", NULL, &m, T0_NS), 0);
   assert_int_equal(em_store_add(s, "dev-1", NULL, &m, T0_NS), 0);
   assert_int_equal(em_store_close(s), 0);
-  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 8);
+  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 9);
   assert_int_equal(q_int(f->path, "SELECT count(*) FROM sqlite_schema WHERE type='index' AND "
                                   "name='data_device_session_seq'"),
                    1);
@@ -862,7 +863,7 @@ static void store_open_migrates_version_3(void **state) {
   em_store_stats(s, &st);
   assert_int_equal(st.duplicates, 1);
   assert_int_equal(em_store_close(s), 0);
-  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 8);
+  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 9);
   assert_int_equal(q_int(f->path, "SELECT count(*) FROM level_changes"), 2);
   assert_int_equal(q_int(f->path, "SELECT count(*) FROM level_changes WHERE reason = 'first'"), 1);
   assert_int_equal(q_int(f->path, "SELECT integrity_check = 'ok' FROM pragma_integrity_check"), 1);
@@ -1041,7 +1042,7 @@ static void store_open_migrates_version_6(void **state) {
   m.u.data.model = (em_model_t){"mobilenet", "1.4", model_labels, 2};
   assert_int_equal(em_store_add(s, "dev-1", NULL, &m, T0_NS), 0);
   assert_int_equal(em_store_close(s), 0);
-  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 8);
+  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 9);
   assert_int_equal(q_int(f->path, "SELECT count(*) FROM data WHERE model IS NULL AND level IS "
                                   "NULL AND time_ns = 5"),
                    1);
@@ -1054,6 +1055,228 @@ static void store_open_migrates_version_6(void **state) {
                    1);
   assert_int_equal(q_int(f->path, "SELECT integrity_check = 'ok' FROM pragma_integrity_check"), 1);
 }
+/* A data message of device `dev` at time_ns naming the model (name, version), no labels. */
+static void add_model_data(em_store_t *s, const char *dev, uint64_t time_ns, const char *name,
+                           const char *version) {
+  em_msg_t m = data_msg(1, time_ns, NULL, 0);
+  m.u.data.model = (em_model_t){name, version, NULL, 0};
+  assert_int_equal(em_store_add(s, dev, NULL, &m, time_ns), 0);
+}
+
+/* n data messages of `dev`, the i-th at t0_ns + i * step_ns naming model "net" version
+ * PREFIX<i>: a new identity each. */
+static void add_model_versions(em_store_t *s, const char *dev, const char *prefix, int n,
+                               uint64_t t0_ns, uint64_t step_ns) {
+  for (int i = 0; i < n; i++) {
+    char version[16];
+    snprintf(version, sizeof(version), "%s%d", prefix, i);
+    add_model_data(s, dev, t0_ns + (uint64_t)i * step_ns, "net", version);
+  }
+}
+
+/* Rows of data or stage_windows naming a model id that has no models row. */
+static int64_t dangling_models(const char *path) {
+  return q_int(path, "SELECT (SELECT count(*) FROM data WHERE model IS NOT NULL AND model NOT IN "
+                     "(SELECT id FROM models)) + (SELECT count(*) FROM stage_windows WHERE "
+                     "model IS NOT NULL AND model NOT IN (SELECT id FROM models))");
+}
+
+/* A device naming a new version in every message grows `models` by a row each; retention
+ * deletes the rows of the old messages and then the models rows nothing names any more: the
+ * table shrinks to the identities of the rows kept and of the devices' current models. The id
+ * cache forgets the deleted ids: an identity named again gets a row of its own, and its rows
+ * name it (a cached stale id would name a row that is gone). */
+static void store_retention_deletes_models_no_row_names(void **state) {
+  fixture_t *f = *state;
+  em_store_opts_t o = opts_for(f);
+  o.retention_s = 3600;
+  o.models_per_device_max = 5000;
+  em_store_t *s = open_ok(f, &o, NULL);
+  enum { N = 1000 };
+  add_model_versions(s, "hostile", "v", N, T0_NS, 1000000u);
+  uint64_t now = T0_NS + 10000 * S_NS;
+  em_msg_t birth = birth_msg(1);
+  birth.u.birth.head.time_ns = T0_NS; /* As old as the rest: its model is current all the same. */
+  birth.u.birth.model = (em_model_t){"current", "1", NULL, 0};
+  assert_int_equal(em_store_add(s, "dev-1", NULL, &birth, T0_NS), 0);
+  add_model_data(s, "dev-2", now - 60 * S_NS, "recent", "2");
+  assert_int_equal(em_store_flush(s), 0);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM models"), N + 2);
+  /* Rows name their model no later than its last_ns (models.h). */
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data d JOIN models m ON m.id = d.model "
+                                  "WHERE d.time_ns > m.last_ns"),
+                   0);
+
+  assert_int_equal(em_store_retain(s, now), 0);
+  em_store_stats_t st;
+  em_store_stats(s, &st);
+  assert_int_equal(st.models_deleted, N - 1);
+  assert_int_equal(st.errors, 0);
+  /* Left: the hostile device's current model (its last), dev-1's and dev-2's. */
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM models"), 3);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM models WHERE name IN ('current', "
+                                  "'recent') OR version = 'v999'"),
+                   3);
+  assert_int_equal(dangling_models(f->path), 0);
+
+  /* Named again: a new row, cached again (a second message costs no new row). */
+  add_model_data(s, "hostile", now, "net", "v5");
+  add_model_data(s, "hostile", now + 1, "net", "v5");
+  assert_int_equal(em_store_flush(s), 0);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM models"), 4);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data d JOIN models m ON m.id = d.model "
+                                  "WHERE m.name = 'net' AND m.version = 'v5'"),
+                   2);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM stage_windows w JOIN models m ON "
+                                  "m.id = w.model WHERE m.version = 'v5'"),
+                   2);
+  assert_int_equal(dangling_models(f->path), 0);
+  /* The next pass keeps what is named: rows within the retention, devices' current models
+   * (v999 is no longer the hostile device's). */
+  assert_int_equal(em_store_retain(s, now + 1), 0);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM models"), 3);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM models WHERE version = 'v999'"), 0);
+  assert_int_equal(em_store_close(s), 0);
+}
+
+/* Without retention no row goes by age, but the identities only births and changes of model
+ * named (devices.model, which keeps one per device) go once the device names another; those
+ * rows name data were written with stay. */
+static void store_models_only_devices_named_go_without_retention(void **state) {
+  fixture_t *f = *state;
+  em_store_opts_t o = opts_for(f);
+  em_store_t *s = open_ok(f, &o, NULL);
+  for (int i = 0; i < 50; i++) {
+    char version[16];
+    snprintf(version, sizeof(version), "b%d", i);
+    em_msg_t birth = birth_msg((uint32_t)i + 1);
+    birth.u.birth.model = (em_model_t){"net", version, NULL, 0};
+    assert_int_equal(em_store_add(s, "dev-1", NULL, &birth, T0_NS), 0);
+  }
+  add_model_data(s, "dev-2", T0_NS, "net", "data");
+  add_model_data(s, "dev-2", T0_NS + 1, "net", "now"); /* dev-2's current model. */
+  assert_int_equal(em_store_retain(s, T0_NS + 86400 * S_NS), 0);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM models"), 3);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM models WHERE version IN ('b49', 'data', "
+                                  "'now')"),
+                   3);
+  assert_int_equal(dangling_models(f->path), 0);
+  assert_int_equal(em_store_close(s), 0);
+}
+
+/* Between sweeps the table is bounded: a device may be first to name models_per_device_max
+ * identities, all devices models_max. An identity past a bound is stored as no model and
+ * counted; one with a row already is found whoever names it; rows the sweep frees make room. */
+static void store_models_bounds_refuse_new_identities(void **state) {
+  fixture_t *f = *state;
+  em_store_opts_t o = opts_for(f);
+  o.retention_s = 3600;
+  o.models_max = 6;
+  o.models_per_device_max = 4;
+  em_store_t *s = open_ok(f, &o, NULL);
+  add_model_versions(s, "dev-a", "a", 6, T0_NS, 1);
+  add_model_versions(s, "dev-b", "b", 3, T0_NS, 1);
+  add_model_data(s, "dev-b", T0_NS + 9, "net", "a0"); /* Found: no new row. */
+  assert_int_equal(em_store_flush(s), 0);
+  em_store_stats_t st;
+  em_store_stats(s, &st);
+  assert_int_equal(st.models_refused, 3); /* a4, a5 (dev-a's bound), b2 (the table's). */
+  assert_int_equal(st.errors, 0);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM models"), 6);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data"), 10);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data WHERE model IS NULL"), 3);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data d JOIN models m ON m.id = d.model "
+                                  "WHERE m.version = 'a0'"),
+                   2);
+
+  /* Retention takes the old rows, the sweep their models but the devices' current ones: dev-b's
+   * a0 (dev-a's last message named a refused one, so it has none). */
+  uint64_t now = T0_NS + 7200 * S_NS;
+  assert_int_equal(em_store_retain(s, now), 0);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM models"), 1);
+  assert_int_equal(q_int(f->path, "SELECT version = 'a0' FROM models"), 1);
+  add_model_data(s, "dev-a", now, "net", "a5");
+  assert_int_equal(em_store_flush(s), 0);
+  em_store_stats(s, &st);
+  assert_int_equal(st.models_refused, 3);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data d JOIN models m ON m.id = d.model "
+                                  "WHERE m.version = 'a5'"),
+                   1);
+  assert_int_equal(em_store_close(s), 0);
+}
+
+/* Runs sql on the store at path over a connection of its own. */
+static void exec_on(const char *path, const char *sql) {
+  sqlite3 *db = NULL;
+  assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+  assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(db);
+}
+
+/* A batch whose models.last_ns write fails (a trigger injects it) is not committed: its rows
+ * would name a model that the sweep could delete. Nothing of it is kept; the same message
+ * once the failure is gone is. */
+static void store_batch_whose_model_last_ns_fails_does_not_commit(void **state) {
+  fixture_t *f = *state;
+  em_store_opts_t o = opts_for(f);
+  em_store_t *s = open_ok(f, &o, NULL);
+  exec_on(f->path, "CREATE TRIGGER inject BEFORE UPDATE OF last_ns ON models "
+                   "BEGIN SELECT RAISE(ABORT, 'injected'); END");
+  add_model_data(s, "dev-1", T0_NS, "net", "1");
+  assert_int_equal(em_store_flush(s), -EIO);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data"), 0);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM models"), 0);
+  em_store_stats_t st;
+  em_store_stats(s, &st);
+  assert_int_equal(st.failures[0].count, 1);
+  assert_string_equal(st.failures[0].table, "models");
+
+  exec_on(f->path, "DROP TRIGGER inject");
+  add_model_data(s, "dev-1", T0_NS, "net", "1");
+  assert_int_equal(em_store_flush(s), 0);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data d JOIN models m ON m.id = d.model "
+                                  "WHERE m.last_ns = d.time_ns"),
+                   1);
+  assert_int_equal(em_store_close(s), 0);
+}
+
+/* A version 8 store (models without last_ns and device) migrates at open: its models rows get
+ * the newest time of any data or window row as last_ns, later than their own, so none goes
+ * before retention has passed that time; then the ones nothing names go. */
+static void store_open_migrates_version_8(void **state) {
+  fixture_t *f = *state;
+  em_store_opts_t o = opts_for(f);
+  o.retention_s = 3600;
+  char sql[1024];
+  snprintf(sql, sizeof(sql),
+           "DROP INDEX models_device;ALTER TABLE models DROP COLUMN last_ns;"
+           "ALTER TABLE models DROP COLUMN device;"
+           "INSERT INTO devices(id, name) VALUES(1, 'dev-1');"
+           "INSERT INTO models(id, name, version, labels) VALUES(1, 'net', '1', '{}'),"
+           " (2, 'net', '2', '{}');"
+           "INSERT INTO data(device, time_ns, vals, session, seq, model) "
+           "VALUES(1, %llu, '{}', 1, 1, 1), (1, %llu, '{}', 1, 2, NULL);"
+           "PRAGMA user_version=8",
+           (unsigned long long)T0_NS, (unsigned long long)(T0_NS + 100 * S_NS));
+  make_store_then(f, sql);
+  em_store_t *s = open_ok(f, &o, NULL);
+  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 9);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM models WHERE last_ns = 1700000100000000000 "
+                                  "AND device IS NULL"),
+                   2);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND "
+                                  "name = 'models_device'"),
+                   1);
+  /* The first row is past the cut, the newest not: both models stay. */
+  assert_int_equal(em_store_retain(s, T0_NS + 3650 * S_NS), 0);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data"), 1);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM models"), 2);
+  assert_int_equal(em_store_retain(s, T0_NS + 3750 * S_NS), 0);
+  assert_int_equal(q_int(f->path, "SELECT count(*) FROM models"), 0);
+  assert_int_equal(em_store_close(s), 0);
+  assert_int_equal(q_int(f->path, "SELECT integrity_check = 'ok' FROM pragma_integrity_check"), 1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(store_create_makes_tables_and_application_id, setup,
@@ -1086,6 +1309,13 @@ int main(void) {
       cmocka_unit_test_setup_teardown(store_open_migrates_version_3, setup, teardown),
       cmocka_unit_test_setup_teardown(store_open_migrates_version_6, setup, teardown),
       cmocka_unit_test_setup_teardown(store_models_are_rows_and_follow_the_device, setup, teardown),
+      cmocka_unit_test_setup_teardown(store_retention_deletes_models_no_row_names, setup, teardown),
+      cmocka_unit_test_setup_teardown(store_models_only_devices_named_go_without_retention, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(store_models_bounds_refuse_new_identities, setup, teardown),
+      cmocka_unit_test_setup_teardown(store_open_migrates_version_8, setup, teardown),
+      cmocka_unit_test_setup_teardown(store_batch_whose_model_last_ns_fails_does_not_commit, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(store_row_failing_for_a_passing_reason_says_eagain, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(store_open_rejects_bad_options, setup, teardown),
