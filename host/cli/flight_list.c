@@ -9,9 +9,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "flight_list.h"
 
-#include "view.h"
-
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,10 +54,6 @@ static void str_field(const char *obj, const char *end, const char *name, char *
     out[n++] = *v++;
   }
   out[n] = '\0';
-}
-
-int em_flight_list_parse(const char *json, em_flight_list_t *out) {
-  return em_api_list_parse(json, "flights", out);
 }
 
 int em_api_list_parse(const char *json, const char *array, em_flight_list_t *out) {
@@ -117,20 +112,4 @@ const em_flight_entry_t *em_flight_list_nearest(const em_flight_list_t *l, uint6
     }
   }
   return best;
-}
-
-void em_flight_list_print(FILE *out, const char *device, const em_flight_list_t *l) {
-  fprintf(out, "%zu flight recording%s of %s, newest first\n", l->n, l->n == 1 ? "" : "s", device);
-  fprintf(out, "%-22s %-12s %-10s %-9s %-20s %6s %7s %8s\n", "key", "time", "cause", "level",
-          "rule", "ticks", "spans", "bytes");
-  for (size_t i = 0; i < l->n; i++) {
-    const em_flight_entry_t *e = &l->v[i];
-    char clock[32];
-    char rule[24];
-    em_view_clock(e->time_ns, clock, sizeof(clock));
-    em_view_fit(e->rule, 20, rule, sizeof(rule));
-    fprintf(out, "%-22s %-12s %-10s %-9s %-20s %6llu %7llu %8llu%s\n", e->key, clock, e->cause,
-            e->level, rule, (unsigned long long)e->ticks, (unsigned long long)e->spans,
-            (unsigned long long)e->bytes, e->historical ? "  (replayed)" : "");
-  }
 }

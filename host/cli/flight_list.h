@@ -1,18 +1,18 @@
 /*
  * flight_list.h - the aggregator's list of a device's flight recordings
- * (GET /api/devices/<id>/flights, host/README.md) read back by edgemon-cli flight: the fields
- * the command uses of each entry, picked out of the answer's JSON. The answer's layout is the
- * aggregator's own (flight_api.c): an object per recording, each beginning with "key", strings
- * escaped, so a field name can only match as a field.
+ * (GET /api/devices/<id>/flights, host/README.md), or of its profiles (.../profiles), read
+ * back by edgemon-cli flight and profile: the fields the commands use of each entry, picked
+ * out of the answer's JSON. The answer's layout is the aggregator's own (forensic_api.c): an
+ * object per entry, each beginning with "key", strings escaped, so a field name can only match
+ * as a field. forensic_cmd.c prints it (--list).
  *
- * Owns the entry array em_flight_list_parse() allocates (em_flight_list_free()).
+ * Owns the entry array em_api_list_parse() allocates (em_flight_list_free()).
  */
 #ifndef EM_CLI_FLIGHT_LIST_H
 #define EM_CLI_FLIGHT_LIST_H
 
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 
 typedef struct {
   char key[32]; /* "<session>-<number>" */
@@ -33,18 +33,13 @@ typedef struct {
   size_t n;
 } em_flight_list_t;
 
-/* Parses the list answer. Returns 0, -EINVAL when it is not one, -ENOMEM. */
-int em_flight_list_parse(const char *json, em_flight_list_t *out);
-
-/* The same for another list of the API laid out alike ({"<array>":[{"key":"...",...},...]}):
- * "profiles" (GET /api/devices/<id>/profiles). */
+/* Parses a list answer of the API ({"<array>":[{"key":"...",...},...]}): array "flights"
+ * (GET /api/devices/<id>/flights) or "profiles" (.../profiles). Returns 0, -EINVAL when it is
+ * not one, -ENOMEM. */
 int em_api_list_parse(const char *json, const char *array, em_flight_list_t *out);
 void em_flight_list_free(em_flight_list_t *l);
 
 /* The entry whose time is nearest t_ns (the newer on a tie), or NULL for an empty list. */
 const em_flight_entry_t *em_flight_list_nearest(const em_flight_list_t *l, uint64_t t_ns);
-
-/* The list as a table, one line per recording. */
-void em_flight_list_print(FILE *out, const char *device, const em_flight_list_t *l);
 
 #endif /* EM_CLI_FLIGHT_LIST_H */

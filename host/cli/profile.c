@@ -5,54 +5,37 @@
  * (profile_svg.h) or written as pprof (profile_pprof.h); --list lists them, and --take asks a
  * device for one now (cmd/profile over MQTT).
  *
- * Sources as flight's (device_api.h): --aggregator URL or --file PATH holding one profile's
- * CBOR (what ?format=cbor answers). From the aggregator the profile is fetched as CBOR and
- * decoded here, so a file and the API give the same output; --json prints em_profile_to_json()
- * of it, byte for byte what the API's JSON is.
+ * Sources, options, --list, --json, --svg and --take work as flight's (forensic_cmd.h):
+ * --aggregator URL or --file PATH holding one profile's CBOR (what ?format=cbor answers). From
+ * the aggregator the profile is fetched as CBOR and decoded, so a file and the API give the
+ * same output; --json prints em_profile_to_json() of it, byte for byte what the API's JSON is.
+ * What is profile's own: --show, --folded, --pprof and --seconds, its help and its tables.
  *
- * Owns, for the call: the fetched or read CBOR, the decode scratch, the pprof buffer.
+ * Owns, for the call: the decoded profile (forensic_cmd.h), the pprof buffer.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
 #include "device_api.h"
 #include "flight_list.h"
-#include "live.h"
+#include "forensic_cmd.h"
 #include "profile_pprof.h"
 #include "profile_stacks.h"
-#include "profile_svg.h"
 #include "profile_table.h"
-#include "view.h"
 
 #include <edgemon/profile.h>
 #include <errno.h>
-#include <getopt.h>
+#include <stddef.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-#define CMD               "profile"
-#define DEFAULT_TOP       10u
-#define DEFAULT_TIMEOUT_S 5.0
-#define PPROF_MAX_BYTES   (256u * 1024u * 1024u)
+#define CMD             "profile"
+#define PPROF_MAX_BYTES (256u * 1024u * 1024u)
 
 typedef struct {
-  const char *aggregator;
-  const char *file;
-  const char *device;
-  uint64_t at_ns;
-  bool at;
-  bool list;
+  em_cli_forensic_t base; /* The options profile shares with flight (forensic_cmd.h). */
   bool show;
   bool folded;
-  bool json;
-  bool take;
-  double seconds; /* --take's window in s; 0: the agent's default. */
-  const char *svg;
   const char *pprof;
-  size_t top;
-  double timeout_s;
-  const char *broker;
-  em_cli_conn_t conn;
 } profile_opts_t;
 
 static void usage(FILE *out) {
@@ -104,244 +87,64 @@ static void usage(FILE *out) {
           "--svg or --pprof cannot be used (missing, not a profile, not writable)\n");
 }
 
-static int check_args(profile_opts_t *o, bool last) {
-  if (last && o->at) {
-    return em_cli_usage_error(CMD, "--last and --at: give one of them");
+enum { O_SHOW = 0x200, O_FOLDED, O_PPROF, O_SECONDS };
+
+static const struct option opts[] = {
+    EM_CLI_OPTS_FORENSIC,
+    {"show", no_argument, NULL, O_SHOW},
+    {"folded", no_argument, NULL, O_FOLDED},
+    {"pprof", required_argument, NULL, O_PPROF},
+    {"seconds", required_argument, NULL, O_SECONDS},
+    {NULL, 0, NULL, 0},
+};
+
+/* profile's own options (em_cli_forensic_kind_t.option): --seconds for --take, and the output
+ * options, which --list and --take refuse. */
+static int option(void *ctx, int c, const char *arg) {
+  static const em_cli_number_t seconds = {
+      .min = 1, .max = EM_PROTO_MAX_PROFILE_SECS, .whole = true, .duration = true};
+  profile_opts_t *o = ctx;
+  if (c == O_SECONDS) {
+    double s = 0;
+    int rc = em_cli_number_option(CMD, "--seconds", arg, &seconds, &s);
+    o->base.take_seconds = (uint32_t)s;
+    return rc;
   }
-  if ((o->show ? 1 : 0) + (o->folded ? 1 : 0) + (o->json ? 1 : 0) > 1) {
+  if (c != O_SHOW && c != O_FOLDED && c != O_PPROF) {
+    return -1;
+  }
+  o->show = o->show || c == O_SHOW;
+  o->folded = o->folded || c == O_FOLDED;
+  o->pprof = c == O_PPROF ? arg : o->pprof;
+  o->base.own_output = true;
+  return EM_CLI_OK;
+}
+
+/* profile's own checks (em_cli_forensic_kind_t.check). */
+static int check(void *ctx) {
+  const profile_opts_t *o = ctx;
+  if ((o->show ? 1 : 0) + (o->folded ? 1 : 0) + (o->base.json ? 1 : 0) > 1) {
     return em_cli_usage_error(CMD, "--show, --folded and --json: give one of them");
   }
-  if (o->file && o->aggregator) {
-    return em_cli_usage_error(CMD, "--file and --aggregator: give one source");
-  }
-  if (o->file && (o->list || o->take || o->at || o->device)) {
-    return em_cli_usage_error(CMD, "--file holds one profile: no --list, --take, --at, --device");
-  }
-  if (o->list && (o->at || last || o->svg || o->pprof || o->take || o->folded || o->show)) {
-    return em_cli_usage_error(CMD, "--list: only --json with it");
-  }
-  if (o->take &&
-      (o->at || last || o->svg || o->pprof || o->json || o->folded || o->show || o->aggregator)) {
-    return em_cli_usage_error(CMD, "--take only asks the device: no other output options");
-  }
-  if (o->seconds > 0 && !o->take) {
+  if (o->base.take_seconds > 0 && !o->base.take) {
     return em_cli_usage_error(CMD, "--seconds goes with --take");
-  }
-  if (!o->file && !o->device) {
-    return em_cli_usage_error(CMD, "--device is required (or --file PATH)");
-  }
-  if (o->device && !em_cli_device_ok(o->device)) {
-    return em_cli_usage_error(CMD, "--device wants one device id, not '%s'", o->device);
-  }
-  if (!o->file && !o->take && em_cli_aggregator_url(CMD, &o->aggregator) != EM_CLI_OK) {
-    return EM_CLI_USAGE;
-  }
-  if (o->take) {
-    o->broker = em_cli_broker_url(o->broker);
-    return em_cli_conn_check(&o->conn, CMD, o->broker) == EM_CLI_OK ? -1 : EM_CLI_USAGE;
   }
   return -1;
 }
 
-/* Returns -1 to go on, or the exit code. */
-static int parse_args(int argc, char **argv, profile_opts_t *o) {
-  enum {
-    O_AGG = 0x200,
-    O_FILE,
-    O_LAST,
-    O_AT,
-    O_LIST,
-    O_TOP,
-    O_SHOW,
-    O_FOLDED,
-    O_JSON,
-    O_SVG,
-    O_PPROF,
-    O_TAKE,
-    O_SECONDS,
-    O_TIMEOUT
-  };
-  static const struct option opts[] = {
-      {"aggregator", required_argument, NULL, O_AGG},
-      {"file", required_argument, NULL, O_FILE},
-      EM_CLI_OPT_DEVICE,
-      EM_CLI_OPT_BROKER,
-      {"last", no_argument, NULL, O_LAST},
-      {"at", required_argument, NULL, O_AT},
-      {"list", no_argument, NULL, O_LIST},
-      {"top", required_argument, NULL, O_TOP},
-      {"show", no_argument, NULL, O_SHOW},
-      {"folded", no_argument, NULL, O_FOLDED},
-      {"json", no_argument, NULL, O_JSON},
-      {"svg", required_argument, NULL, O_SVG},
-      {"pprof", required_argument, NULL, O_PPROF},
-      {"take", no_argument, NULL, O_TAKE},
-      {"seconds", required_argument, NULL, O_SECONDS},
-      {"timeout", required_argument, NULL, O_TIMEOUT},
-      {"help", no_argument, NULL, 'h'},
-      EM_CLI_OPTS_CONN,
-      {NULL, 0, NULL, 0},
-  };
-  static const em_cli_number_t top = {.min = 1, .max = 100000, .whole = true};
-  static const em_cli_number_t timeout = {
-      .min = 0, .max = 600, .above_min = true, .duration = true};
-  static const em_cli_number_t seconds = {
-      .min = 1, .max = EM_PROTO_MAX_PROFILE_SECS, .whole = true, .duration = true};
-  bool last = false;
-  double n = 0;
-  int c;
-  opterr = 0;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, "hb:d:", opts, NULL)) != -1) {
-    if (em_cli_conn_option(&o->conn, c, optarg) == EM_CLI_OK) {
-      continue;
-    }
-    switch (c) {
-    case O_AGG:
-      o->aggregator = optarg;
-      break;
-    case O_FILE:
-      o->file = optarg;
-      break;
-    case 'd':
-      o->device = optarg;
-      break;
-    case 'b':
-      o->broker = optarg;
-      break;
-    case O_LAST:
-      last = true;
-      break;
-    case O_AT:
-      o->at = true;
-      if (!em_cli_parse_time(optarg, &o->at_ns)) {
-        return em_cli_usage_error(CMD,
-                                  "--at: '%s' is neither an RFC 3339 time (2026-11-25T06:10:00Z)"
-                                  " nor seconds since the epoch",
-                                  optarg);
-      }
-      break;
-    case O_LIST:
-      o->list = true;
-      break;
-    case O_TOP:
-      if (em_cli_number_option(CMD, "--top", optarg, &top, &n) != EM_CLI_OK) {
-        return EM_CLI_USAGE;
-      }
-      o->top = (size_t)n;
-      break;
-    case O_SHOW:
-      o->show = true;
-      break;
-    case O_FOLDED:
-      o->folded = true;
-      break;
-    case O_JSON:
-      o->json = true;
-      break;
-    case O_SVG:
-      o->svg = optarg;
-      break;
-    case O_PPROF:
-      o->pprof = optarg;
-      break;
-    case O_TAKE:
-      o->take = true;
-      break;
-    case O_SECONDS:
-      if (em_cli_number_option(CMD, "--seconds", optarg, &seconds, &o->seconds) != EM_CLI_OK) {
-        return EM_CLI_USAGE;
-      }
-      break;
-    case O_TIMEOUT:
-      if (em_cli_number_option(CMD, "--timeout", optarg, &timeout, &o->timeout_s) != EM_CLI_OK) {
-        return EM_CLI_USAGE;
-      }
-      break;
-    case 'h':
-      usage(stdout);
-      return EM_CLI_OK;
-    default:
-      return em_cli_bad_option(CMD, argv);
-    }
-  }
-  if (optind < argc) {
-    return em_cli_usage_error(CMD, "unexpected argument '%s'", argv[optind]);
-  }
-  return check_args(o, last);
-}
-
-static void list_print(const char *device, const em_flight_list_t *l) {
-  printf("%zu profile%s of %s, newest first\n", l->n, l->n == 1 ? "" : "s", device);
-  printf("%-22s %-12s %-10s %-9s %-20s %8s %7s %8s\n", "key", "time", "cause", "level", "rule",
-         "samples", "stacks", "bytes");
-  for (size_t i = 0; i < l->n; i++) {
-    const em_flight_entry_t *e = &l->v[i];
-    char clock[32];
-    char rule[24];
-    em_view_clock(e->time_ns, clock, sizeof(clock));
-    em_view_fit(e->rule, 20, rule, sizeof(rule));
-    printf("%-22s %-12s %-10s %-9s %-20s %8llu %7llu %8llu%s\n", e->key, clock, e->cause, e->level,
-           rule, (unsigned long long)e->samples, (unsigned long long)e->stacks,
-           (unsigned long long)e->bytes, e->historical ? "  (replayed)" : "");
-  }
-}
-
-/* The key of the profile to show (the newest, or the one nearest --at), or with --list the
- * list printed. Returns EM_CLI_OK with key set (not for --list), or the exit code. */
-static int pick_key(const profile_opts_t *o, char *key, size_t cap) {
-  char path[256];
-  snprintf(path, sizeof(path), "/api/devices/%s/profiles?limit=%u", o->device,
-           o->list || o->at ? 5000u : 1u);
-  em_http_answer_t a;
-  int rc = em_cli_api_get(CMD, o->aggregator, o->timeout_s, path, &a);
-  if (rc != EM_CLI_OK) {
-    return rc;
-  }
-  if (o->list && o->json) {
-    fwrite(a.body, 1, a.len, stdout);
-    fputc('\n', stdout);
-    em_http_get_free(&a);
-    return EM_CLI_OK;
-  }
-  em_flight_list_t list;
-  rc = em_api_list_parse(a.body, "profiles", &list);
-  em_http_get_free(&a);
-  if (rc != 0) {
-    em_cli_error(CMD, "aggregator %s: not a list of profiles", o->aggregator);
-    return EM_CLI_BROKER;
-  }
-  if (o->list) {
-    list_print(o->device, &list);
-    em_flight_list_free(&list);
-    return EM_CLI_OK;
-  }
-  const em_flight_entry_t *e = o->at        ? em_flight_list_nearest(&list, o->at_ns)
-                               : list.n > 0 ? &list.v[0]
-                                            : NULL;
-  if (!e) {
-    em_cli_error(CMD, "device %s has no profiles", o->device);
-    em_flight_list_free(&list);
-    return EM_CLI_FAIL;
-  }
-  snprintf(key, cap, "%s", e->key);
-  em_flight_list_free(&list);
-  return EM_CLI_OK;
-}
-
-static int write_svg(const char *path, const em_profile_t *p, const char *title) {
-  FILE *out = fopen(path, "w");
-  if (!out) {
-    em_cli_error(CMD, "cannot write --svg %s: %s", path, strerror(errno));
-    return EM_CLI_INPUT;
-  }
-  int rc = em_profile_svg(out, p, title);
-  if (fclose(out) != 0 || rc != 0) {
-    em_cli_error(CMD, "writing --svg %s failed", path);
-    return EM_CLI_INPUT;
-  }
-  return EM_CLI_OK;
-}
+static const em_cli_forensic_kind_t kind = {
+    .cmd = CMD,
+    .noun = "profile",
+    .array = "profiles",
+    .command = EM_CMD_PROFILE,
+    .own_outputs = "--pprof, --show, --folded",
+    .counts = {{"samples", 8, offsetof(em_flight_entry_t, samples)},
+               {"stacks", 7, offsetof(em_flight_entry_t, stacks)}},
+    .opts = opts,
+    .option = option,
+    .check = check,
+    .usage = usage,
+};
 
 static int write_pprof(const char *path, const em_profile_t *p) {
   em_pb_t pb;
@@ -367,32 +170,17 @@ static int write_pprof(const char *path, const em_profile_t *p) {
   return EM_CLI_OK;
 }
 
-static int print_json(const em_profile_t *p) {
-  size_t need = 0;
-  char probe[1];
-  int rc = em_profile_to_json(p, probe, sizeof(probe), &need);
-  char *json = (rc == 0 || rc == EM_PROTO_ENOSPACE) ? malloc(need + 1) : NULL;
-  if (!json || em_profile_to_json(p, json, need + 1, &need) != 0) {
-    free(json);
-    em_cli_error(CMD, "cannot write the profile as JSON");
-    return EM_CLI_FAIL;
-  }
-  fwrite(json, 1, need, stdout);
-  fputc('\n', stdout);
-  free(json);
-  return EM_CLI_OK;
-}
-
-static int show(const profile_opts_t *o, const em_profile_t *p, const char *title) {
-  int rc = o->svg ? write_svg(o->svg, p, title) : EM_CLI_OK;
+static int show(const profile_opts_t *o, const em_cli_forensic_entry_t *e) {
+  const em_profile_t *p = &e->u.profile;
+  int rc = o->base.svg ? em_cli_forensic_svg(&kind, o->base.svg, e) : EM_CLI_OK;
   if (rc == EM_CLI_OK && o->pprof) {
     rc = write_pprof(o->pprof, p);
   }
   if (rc != EM_CLI_OK) {
     return rc;
   }
-  if (o->json) {
-    return print_json(p);
+  if (o->base.json) {
+    return em_cli_forensic_json(&kind, e);
   }
   if (o->folded) {
     if (em_profile_folded(stdout, p) != 0) {
@@ -401,68 +189,21 @@ static int show(const profile_opts_t *o, const em_profile_t *p, const char *titl
     }
     return EM_CLI_OK;
   }
-  if (em_profile_table(p, title, o->top) != 0) {
+  if (em_profile_table(p, e->title, o->base.top) != 0) {
     em_cli_error(CMD, "out of memory");
     return EM_CLI_FAIL;
   }
   return EM_CLI_OK;
 }
 
-static int take(profile_opts_t *o) {
-  em_msg_t cmd = {.kind = EM_MSG_CMD};
-  cmd.u.cmd.head.time_ns = em_cli_real_ns();
-  cmd.u.cmd.command = EM_CMD_PROFILE;
-  cmd.u.cmd.seconds = (uint32_t)o->seconds;
-  return em_cli_send_cmd(CMD, &o->conn, o->broker, o->device, &cmd, "profile", "a profile");
-}
-
 int em_cli_profile(int argc, char **argv) {
-  profile_opts_t o = {.top = DEFAULT_TOP, .timeout_s = DEFAULT_TIMEOUT_S};
-  int rc = parse_args(argc, argv, &o);
+  profile_opts_t o = {0};
+  em_cli_forensic_entry_t e;
+  int rc = em_cli_forensic_run(&o.base, &kind, &o, argc, argv, &e);
   if (rc >= 0) {
     return rc;
   }
-  if (o.take) {
-    return take(&o);
-  }
-  uint8_t *cbor = NULL;
-  size_t len = 0;
-  char title[160];
-  if (o.file) {
-    rc = em_cli_read_message_file(CMD, o.file, EM_PROFILE_MAX_BYTES, "a profile", &cbor, &len);
-    snprintf(title, sizeof(title), "%s", o.file);
-  } else {
-    char key[32];
-    rc = pick_key(&o, key, sizeof(key));
-    if (rc != EM_CLI_OK || o.list) {
-      return rc;
-    }
-    char path[256];
-    snprintf(path, sizeof(path), "/api/devices/%s/profiles/%s?format=cbor", o.device, key);
-    em_http_answer_t a;
-    rc = em_cli_api_get(CMD, o.aggregator, o.timeout_s, path, &a);
-    if (rc == EM_CLI_OK) {
-      cbor = (uint8_t *)a.body;
-      len = a.len;
-    }
-    snprintf(title, sizeof(title), "%s %s", o.device, key);
-  }
-  if (rc != EM_CLI_OK) {
-    return rc;
-  }
-  size_t scratch_len = em_profile_scratch_bytes(len);
-  void *scratch = malloc(scratch_len);
-  em_profile_t p;
-  size_t off = 0;
-  int drc = scratch ? em_profile_decode(cbor, len, &p, scratch, scratch_len, &off) : -ENOMEM;
-  if (drc != 0) {
-    em_cli_error(CMD, "%s: not a profile: %s at byte %zu", o.file ? o.file : title,
-                 em_proto_strerror(drc), off);
-    rc = o.file ? EM_CLI_INPUT : EM_CLI_FAIL;
-  } else {
-    rc = show(&o, &p, title);
-  }
-  free(scratch);
-  free(cbor);
+  rc = show(&o, &e);
+  em_cli_forensic_entry_free(&e);
   return rc;
 }
