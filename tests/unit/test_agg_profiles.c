@@ -3,10 +3,11 @@
  * through em_store_add_profile()) and their list (forensic_api.c) against a real SQLite
  * database in a temporary directory: the row's summary columns and its CBOR as given, a replay
  * (same device, session and number, live or historical) stored once and counted as a
- * duplicate, retention by the profile's time, the per-device byte bound keeping the newest, a
- * version 7 store migrated at open, and the link between a flight recording and a profile of
- * the same session and cause within 1 s, both ways. Rows are read through an independent
- * connection (store_query.h), so only committed rows count.
+ * duplicate, retention by the profile's time, the per-device byte bound keeping the newest
+ * (the checks the flight recordings' test runs too, forensic_store.h), a version 7 store
+ * migrated at open, and the link between a flight recording and a profile of the same session
+ * and cause within 1 s, both ways. Rows are read through an independent connection
+ * (store_query.h), so only committed rows count.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdarg.h>
@@ -16,9 +17,8 @@
 #include <cmocka.h>
 
 #include "forensic_api.h"
+#include "forensic_store.h"
 #include "history.h"
-#include "store.h"
-#include "store_query.h"
 
 #include <edgemon/flight.h>
 #include <edgemon/profile.h>
@@ -28,26 +28,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#define T0_NS 1700000000000000000ull
-#define S_NS  1000000000ull
-
-typedef store_fixture_t fixture_t;
-#define setup    store_fixture_setup
-#define teardown store_fixture_teardown
-
-static em_store_t *open_store(const fixture_t *f, uint64_t retention_s, uint64_t max_bytes) {
-  em_store_opts_t o = {.path = f->path,
-                       .batch_ms = 1000,
-                       .batch_rows = 1000,
-                       .rollup_manual = true,
-                       .retention_s = retention_s,
-                       .profile_max_bytes = max_bytes};
-  em_store_t *s = NULL;
-  char err[512];
-  if (em_store_open(&s, &o, NULL, err, sizeof(err)) != 0) {
-    fail_msg("em_store_open: %s", err);
-  }
-  return s;
+static em_store_t *open_store(const store_fixture_t *f) {
+  return forensic_store_open(f, FORENSIC_PROFILES, 0, 0);
 }
 
 /* A small profile: 2 stages, 3 frames, 2 stacks, a cut. */
@@ -104,112 +86,37 @@ static void add(em_store_t *s, const char *device, const prof_t *r) {
   assert_int_equal(em_store_add_profile(s, device, &r->p, r->buf, r->len, T0_NS), 0);
 }
 
-static int64_t count(const fixture_t *f) {
-  return q_int(f->path, "SELECT count(*) FROM profiles");
-}
-
-static void profiles_row_holds_the_summary_and_the_cbor(void **state) {
-  fixture_t *f = *state;
-  em_store_t *s = open_store(f, 0, 0);
+/* The sample profile 42-0 of the shared checks (forensic_kind_t.add); the spool's replay
+ * through em_profile_mark_historical(), as the agent's spool makes it. */
+static void add_sample(em_store_t *s, const char *device, forensic_entry_t *e) {
   prof_t r;
-  make(&r, 42, 0, T0_NS, EM_PROFILE_ESCALATION);
-  add(s, "dev-1", &r);
-  assert_int_equal(em_store_flush(s), 0);
-  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 9);
-  assert_int_equal(count(f), 1);
-  char sql[2 * sizeof(r.buf) + 400];
-  int n =
-      snprintf(sql, sizeof(sql),
-               "SELECT count(*) FROM profiles p JOIN devices d ON d.id = p.device WHERE "
-               "d.name = 'dev-1' AND p.session = 42 AND p.number = 0 AND p.time_ns = %llu AND "
-               "p.recv_ns = %llu AND p.cause = 0 AND p.level = 2 AND p.prev_level = 0 AND "
-               "p.rule = 'infer.p99' AND p.stage = 'infer' AND p.reason = 'p99 over budget' AND "
-               "p.start_mono_ns = 950000000000 AND p.duration_ns = 2000000000 AND p.hz = 99 AND "
-               "p.clock = 'cpu-clock' AND p.samples = 190 AND p.lost = 3 AND p.stages = 2 AND "
-               "p.frames = 3 AND p.stacks = 2 AND p.stacks_cut = 4 AND p.samples_cut = 10 AND "
-               "p.historical = 0 AND p.bytes = %zu AND cbor = x'",
-               (unsigned long long)T0_NS, (unsigned long long)T0_NS, r.len);
-  for (size_t i = 0; i < r.len; i++) {
-    n += snprintf(sql + n, sizeof(sql) - (size_t)n, "%02x", r.buf[i]);
+  make(&r, e->session, e->number, e->time_ns, EM_PROFILE_ESCALATION);
+  if (e->historical) {
+    assert_int_equal(em_profile_mark_historical(r.buf, r.len, e->cbor, sizeof(e->cbor), &e->len),
+                     0);
+  } else {
+    memcpy(e->cbor, r.buf, r.len);
+    e->len = r.len;
   }
-  snprintf(sql + n, sizeof(sql) - (size_t)n, "'");
-  assert_int_equal(q_int(f->path, sql), 1);
-  em_store_stats_t st;
-  em_store_stats(s, &st);
-  assert_int_equal(st.profiles, 1);
-  assert_int_equal(st.flights, 0);
-  assert_int_equal(em_store_close(s), 0);
+  assert_int_equal(em_store_add_profile(s, device, &r.p, e->cbor, e->len, T0_NS), 0);
 }
 
-static void profiles_replay_is_stored_once(void **state) {
-  fixture_t *f = *state;
-  em_store_t *s = open_store(f, 0, 0);
-  prof_t r;
-  make(&r, 42, 0, T0_NS, EM_PROFILE_ESCALATION);
-  add(s, "dev-1", &r);
-  add(s, "dev-1", &r); /* A QoS 1 redelivery. */
-  prof_t h;
-  make(&h, 42, 0, T0_NS, EM_PROFILE_ESCALATION);
-  assert_int_equal(em_profile_mark_historical(r.buf, r.len, h.buf, sizeof(h.buf), &h.len), 0);
-  add(s, "dev-1", &h); /* The spool's replay. */
-  assert_int_equal(em_store_flush(s), 0);
-  prof_t other;
-  make(&other, 42, 1, T0_NS + S_NS, EM_PROFILE_COMMAND);
-  add(s, "dev-1", &other);
-  add(s, "dev-1", &r); /* A later batch: still a duplicate. */
-  add(s, "dev-2", &r); /* Same session and number, another device: its own. */
-  assert_int_equal(em_store_flush(s), 0);
-  assert_int_equal(count(f), 3);
-  assert_int_equal(q_int(f->path, "SELECT sum(historical) FROM profiles"), 0);
-  em_store_stats_t st;
-  em_store_stats(s, &st);
-  assert_int_equal(st.duplicates, 3);
-  assert_int_equal(st.profiles, 3);
-  assert_int_equal(em_store_close(s), 0);
-}
-
-static void profiles_retention_deletes_old_profiles(void **state) {
-  fixture_t *f = *state;
-  em_store_t *s = open_store(f, 3600, 0);
-  prof_t old, fresh;
-  make(&old, 1, 0, T0_NS - 7200 * S_NS, EM_PROFILE_ESCALATION);
-  make(&fresh, 1, 1, T0_NS - 60 * S_NS, EM_PROFILE_ESCALATION);
-  add(s, "dev-1", &old);
-  add(s, "dev-1", &fresh);
-  assert_int_equal(em_store_retain(s, T0_NS), 0);
-  assert_int_equal(count(f), 1);
-  assert_int_equal(q_int(f->path, "SELECT number FROM profiles"), 1);
-  assert_int_equal(em_store_close(s), 0);
-}
-
-static void profiles_byte_cap_keeps_the_newest_per_device(void **state) {
-  fixture_t *f = *state;
-  prof_t r;
-  make(&r, 1, 0, T0_NS, EM_PROFILE_ESCALATION);
-  em_store_t *s = open_store(f, 0, r.len * 2 + r.len / 2);
-  for (uint32_t i = 0; i < 4; i++) {
-    prof_t x;
-    make(&x, 1, i, T0_NS + i * S_NS, EM_PROFILE_ESCALATION);
-    add(s, "dev-1", &x);
-  }
-  add(s, "dev-2", &r); /* Another device's bytes do not count against dev-1. */
-  assert_int_equal(em_store_flush(s), 0);
-  assert_int_equal(count(f), 3);
-  assert_int_equal(q_int(f->path, "SELECT min(number) FROM profiles p JOIN devices d ON "
-                                  "d.id = p.device WHERE d.name = 'dev-1'"),
-                   2);
-  em_store_stats_t st;
-  em_store_stats(s, &st);
-  assert_int_equal(st.profiles_dropped, 2);
-  assert_int_equal(st.flights_dropped, 0);
-  assert_int_equal(em_store_close(s), 0);
-}
+static const forensic_kind_t profiles = {
+    .table = FORENSIC_PROFILES,
+    .add = add_sample,
+    .summary = "e.cause = 0 AND e.level = 2 AND e.prev_level = 0 AND e.rule = 'infer.p99' AND "
+               "e.stage = 'infer' AND e.reason = 'p99 over budget' AND "
+               "e.start_mono_ns = 950000000000 AND e.duration_ns = 2000000000 AND e.hz = 99 AND "
+               "e.clock = 'cpu-clock' AND e.samples = 190 AND e.lost = 3 AND e.stages = 2 AND "
+               "e.frames = 3 AND e.stacks = 2 AND e.stacks_cut = 4 AND e.samples_cut = 10",
+    .user_version = 8,
+};
 
 /* A version 7 store (no profiles table) opens as version 8 with its rows kept and takes
  * profiles. */
 static void profiles_version_7_store_migrates_at_open(void **state) {
-  fixture_t *f = *state;
-  assert_int_equal(em_store_close(open_store(f, 0, 0)), 0);
+  store_fixture_t *f = *state;
+  assert_int_equal(em_store_close(open_store(f)), 0);
   sqlite3 *db = NULL;
   assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
   assert_int_equal(sqlite3_exec(db,
@@ -219,8 +126,8 @@ static void profiles_version_7_store_migrates_at_open(void **state) {
                    SQLITE_OK);
   sqlite3_close(db);
   assert_int_equal(q_int(f->path, "SELECT count(*) FROM sqlite_master WHERE name = 'profiles'"), 0);
-  em_store_t *s = open_store(f, 0, 0);
-  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 9);
+  em_store_t *s = open_store(f);
+  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 8);
   prof_t r;
   make(&r, 42, 0, T0_NS, EM_PROFILE_ESCALATION);
   add(s, "dev-1", &r);
@@ -252,7 +159,7 @@ static void add_flight(em_store_t *s, uint32_t session, uint32_t number, uint64_
 }
 
 /* The list of kind's blobs of dev-1 (a JSON text the caller frees). */
-static char *list(const fixture_t *f, em_forensic_kind_t kind) {
+static char *list(const store_fixture_t *f, em_forensic_kind_t kind) {
   em_history_t *h = NULL;
   char err[256];
   assert_int_equal(em_history_open(&h, f->path, err, sizeof(err)), 0);
@@ -279,8 +186,8 @@ static const char *entry(const char *body, const char *key, char *out, size_t ca
 /* Linked: same device, session and cause, times within 1 s (the nearest wins). Not linked:
  * 1.5 s apart, another cause, another session. */
 static void profiles_link_flights_of_the_same_event_both_ways(void **state) {
-  fixture_t *f = *state;
-  em_store_t *s = open_store(f, 0, 0);
+  store_fixture_t *f = *state;
+  em_store_t *s = open_store(f);
   prof_t p[5];
   make(&p[0], 42, 0, T0_NS + S_NS / 2, EM_PROFILE_ESCALATION);         /* 0.5 s after 42-0 */
   make(&p[1], 42, 1, T0_NS + S_NS / 4, EM_PROFILE_ESCALATION);         /* nearer to 42-0 */
@@ -322,14 +229,11 @@ static void profiles_link_flights_of_the_same_event_both_ways(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(profiles_row_holds_the_summary_and_the_cbor, setup, teardown),
-      cmocka_unit_test_setup_teardown(profiles_replay_is_stored_once, setup, teardown),
-      cmocka_unit_test_setup_teardown(profiles_retention_deletes_old_profiles, setup, teardown),
-      cmocka_unit_test_setup_teardown(profiles_byte_cap_keeps_the_newest_per_device, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(profiles_version_7_store_migrates_at_open, setup, teardown),
-      cmocka_unit_test_setup_teardown(profiles_link_flights_of_the_same_event_both_ways, setup,
-                                      teardown),
+      FORENSIC_STORE_TESTS(profiles),
+      cmocka_unit_test_setup_teardown(profiles_version_7_store_migrates_at_open,
+                                      store_fixture_setup, store_fixture_teardown),
+      cmocka_unit_test_setup_teardown(profiles_link_flights_of_the_same_event_both_ways,
+                                      store_fixture_setup, store_fixture_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
