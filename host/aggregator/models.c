@@ -20,8 +20,9 @@ static const char *const stmt_sql[ST_N] = {
     [ST_COUNT_DEVICE] = "SELECT count(*) FROM models WHERE device = ?1",
     /* max() of SQLite is NULL when an argument is: a first use sets last_ns. */
     [ST_TOUCH] = "UPDATE models SET last_ns = max(coalesce(last_ns, ?2), ?2) WHERE id = ?1",
-    [ST_SWEEP] = "DELETE FROM models WHERE (last_ns IS NULL OR last_ns < ?1)"
-                 " AND id NOT IN (SELECT model FROM devices WHERE model IS NOT NULL) RETURNING id",
+    [ST_SWEEP] =
+        ("DELETE FROM models WHERE (last_ns IS NULL OR last_ns < ?1)"
+         " AND id NOT IN (SELECT model FROM devices WHERE model IS NOT NULL) RETURNING id"),
 };
 
 struct em_models {
