@@ -70,7 +70,7 @@ static const forensic_kind_t flights = {
                "e.stage = 'infer' AND e.value = 45000000 AND e.bound = 40000000 AND e.ticks = 2 "
                "AND e.spans = 3 AND e.stages = 2 AND e.columns = 1 AND e.spans_cut = 4 AND "
                "e.ticks_cut = 0",
-    .user_version = 8,
+    .user_version = 9,
 };
 
 int main(void) {
