@@ -1431,6 +1431,7 @@ static void release(em_store_t *s) {
   em_rollup_free(s->rollup);
   em_forensics_free(s->forensics);
   em_models_free(s->model_rows);
+  s->model_rows = NULL; /* caches_clear() below must not reach it. */
   for (int i = 0; i < ST_COUNT; i++) {
     sqlite3_finalize(s->st[i]);
   }
