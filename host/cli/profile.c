@@ -25,6 +25,7 @@
 #include <edgemon/profile.h>
 #include <errno.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -146,9 +147,9 @@ static const em_cli_forensic_kind_t kind = {
     .usage = usage,
 };
 
-static int write_pprof(const char *path, const em_profile_t *p) {
+static int write_pprof(const char *path, const em_profile_t *p, const em_profile_frame_t *system) {
   em_pb_t pb;
-  if (em_pb_init(&pb, PPROF_MAX_BYTES) != 0 || em_profile_pprof(&pb, p) != 0) {
+  if (em_pb_init(&pb, PPROF_MAX_BYTES) != 0 || em_profile_pprof(&pb, p, system) != 0) {
     em_pb_deinit(&pb);
     em_cli_error(CMD, "cannot write the profile as pprof: out of memory");
     return EM_CLI_FAIL;
@@ -170,16 +171,20 @@ static int write_pprof(const char *path, const em_profile_t *p) {
   return EM_CLI_OK;
 }
 
-static int show(const profile_opts_t *o, const em_cli_forensic_entry_t *e) {
+/* The outputs, with p's frames made readable (C++ names demangled) but for --json, which is
+ * the API's JSON as the device sent it. */
+static int show_readable(const profile_opts_t *o, em_cli_forensic_entry_t *e,
+                         const em_profile_frame_t *sent) {
   const em_profile_t *p = &e->u.profile;
   int rc = o->base.svg ? em_cli_forensic_svg(&kind, o->base.svg, e) : EM_CLI_OK;
   if (rc == EM_CLI_OK && o->pprof) {
-    rc = write_pprof(o->pprof, p);
+    rc = write_pprof(o->pprof, p, sent);
   }
   if (rc != EM_CLI_OK) {
     return rc;
   }
   if (o->base.json) {
+    e->u.profile.frames = sent;
     return em_cli_forensic_json(&kind, e);
   }
   if (o->folded) {
@@ -194,6 +199,22 @@ static int show(const profile_opts_t *o, const em_cli_forensic_entry_t *e) {
     return EM_CLI_FAIL;
   }
   return EM_CLI_OK;
+}
+
+static int show(const profile_opts_t *o, em_cli_forensic_entry_t *e) {
+  const em_profile_frame_t *sent = e->u.profile.frames;
+  em_profile_frame_t *readable = NULL;
+  char *text = NULL;
+  if (em_profile_readable(&e->u.profile, &readable, &text) != 0) {
+    em_cli_error(CMD, "out of memory");
+    return EM_CLI_FAIL;
+  }
+  e->u.profile.frames = readable;
+  int rc = show_readable(o, e, sent);
+  e->u.profile.frames = sent;
+  free(readable);
+  free(text);
+  return rc;
 }
 
 int em_cli_profile(int argc, char **argv) {

@@ -108,7 +108,7 @@ static int64_t intern_own(strtab_t *t, const char *fmt, ...) {
 
 static int strtab_init(strtab_t *t, const em_profile_t *p) {
   memset(t, 0, sizeof(*t));
-  t->cap = 16 + MAX_COMMENTS + p->n_stages + p->n_notes + 2 * p->n_frames;
+  t->cap = 16 + MAX_COMMENTS + p->n_stages + p->n_notes + 3 * p->n_frames;
   t->slots = 64;
   while (t->slots < 2 * t->cap) {
     t->slots *= 2;
@@ -155,8 +155,10 @@ static void value_type(em_pb_t *pb, uint32_t field, int64_t type, int64_t unit) 
   em_pb_end(pb);
 }
 
-/* Interns what the frames name and writes a Function and a Location per frame. */
-static int frames(em_pb_t *pb, strtab_t *t, const em_profile_t *p) {
+/* Interns what the frames name and writes a Function and a Location per frame; system: the
+ * names as the binaries hold them (the profile's own frames when NULL). */
+static int frames(em_pb_t *pb, strtab_t *t, const em_profile_t *p,
+                  const em_profile_frame_t *system) {
   for (size_t i = 0; i < p->n_frames; i++) {
     const em_profile_frame_t *f = &p->frames[i];
     char *file = t->files + i * 256;
@@ -166,15 +168,16 @@ static int frames(em_pb_t *pb, strtab_t *t, const em_profile_t *p) {
                            : f->kind == EM_FRAME_KERNEL ? "[kernel]"
                                                         : "";
     int64_t name = intern(t, f->name);
+    int64_t sys = system ? intern(t, system[i].name) : name;
     int64_t fname = intern(t, filename);
-    if (name < 0 || fname < 0) {
+    if (name < 0 || sys < 0 || fname < 0) {
       return -ENOMEM;
     }
     uint64_t id = (uint64_t)i + 1;
     em_pb_begin(pb, P_FUNCTION);
     em_pb_uint(pb, F_ID, id);
     em_pb_int(pb, F_NAME, name);
-    em_pb_int(pb, F_SYSTEM_NAME, name);
+    em_pb_int(pb, F_SYSTEM_NAME, sys);
     em_pb_int(pb, F_FILENAME, fname);
     em_pb_end(pb);
     em_pb_begin(pb, P_LOCATION);
@@ -250,7 +253,7 @@ static int comments(em_pb_t *pb, strtab_t *t, const em_profile_t *p) {
   return em_pb_error(pb);
 }
 
-int em_profile_pprof(em_pb_t *pb, const em_profile_t *p) {
+int em_profile_pprof(em_pb_t *pb, const em_profile_t *p, const em_profile_frame_t *system) {
   if (!pb || !p || (p->n_frames > 0 && !p->frames) || (p->n_stacks > 0 && !p->stacks)) {
     return -EINVAL;
   }
@@ -269,7 +272,7 @@ int em_profile_pprof(em_pb_t *pb, const em_profile_t *p) {
   value_type(pb, P_SAMPLE_TYPE, s_samples, s_count);
   value_type(pb, P_SAMPLE_TYPE, s_cpu, s_ns);
   value_type(pb, P_SAMPLE_TYPE, s_off, s_ns);
-  rc = frames(pb, &t, p);
+  rc = frames(pb, &t, p, system);
   if (rc == 0) {
     rc = samples(pb, &t, p, s_stage);
   }

@@ -25,8 +25,10 @@ uint64_t em_profile_pprof_period_ns(uint32_t hz);
 
 /*
  * Appends the Profile message for `p` to pb (a fresh writer: the message is the whole
- * output). Returns 0, -ENOMEM, -EOVERFLOW (past the writer's cap) or -EINVAL.
+ * output). A Function's name is p's frame name, its system_name the same frame's in `system`
+ * (the names as sent, when p's were made readable: em_profile_readable), or p's when NULL.
+ * Returns 0, -ENOMEM, -EOVERFLOW (past the writer's cap) or -EINVAL.
  */
-int em_profile_pprof(em_pb_t *pb, const em_profile_t *p);
+int em_profile_pprof(em_pb_t *pb, const em_profile_t *p, const em_profile_frame_t *system);
 
 #endif /* EM_CLI_PROFILE_PPROF_H */

@@ -10,11 +10,32 @@
 #define _POSIX_C_SOURCE 200809L
 #include "profile_stacks.h"
 
+#include "demangle.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define NONE 0u /* No child / sibling: node 0 is the root, never anyone's child. */
+
+int em_profile_readable(const em_profile_t *p, em_profile_frame_t **frames, char **text) {
+  *frames = malloc((p->n_frames ? p->n_frames : 1) * sizeof(**frames));
+  *text = malloc((p->n_frames ? p->n_frames : 1) * (EM_PROFILE_MAX_FRAME_BYTES + 1));
+  if (!*frames || !*text) {
+    free(*frames);
+    free(*text);
+    return -ENOMEM;
+  }
+  for (size_t i = 0; i < p->n_frames; i++) {
+    (*frames)[i] = p->frames[i];
+    char *out = *text + i * (EM_PROFILE_MAX_FRAME_BYTES + 1);
+    if (p->frames[i].kind == EM_FRAME_NATIVE &&
+        em_demangle(p->frames[i].name, out, EM_PROFILE_MAX_FRAME_BYTES + 1) > 0) {
+      (*frames)[i].name = out;
+    }
+  }
+  return 0;
+}
 
 uint64_t em_profile_stacks_total(const em_profile_t *p) {
   uint64_t sum = 0;

@@ -4,7 +4,9 @@
  * order, the by-function self and total samples (recursion counted once), the stack text cut
  * from the root side, the folded lines (stages merged, ';' in a name escaped), the flame
  * graph's rectangles (one per distinct prefix, widths proportional to samples), and the pprof
- * bytes read back field by field with the tests' own wire-format reader (pb_reader.c).
+ * bytes read back field by field with the tests' own wire-format reader (pb_reader.c), and
+ * C++ names made readable (host/lib/demangle.cpp): namespaces, templates and const methods
+ * without their parameters, only native frames, what is no mangled name left alone.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdarg.h>
@@ -19,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "demangle.h"
 #include "pb_reader.h"
 #include "profile_pprof.h"
 #include "profile_stacks.h"
@@ -286,7 +289,7 @@ static void pprof_reads_back_as_the_profile(void **state) {
   em_profile_t p = profile();
   em_pb_t pb;
   assert_int_equal(em_pb_init(&pb, 1 << 20), 0);
-  assert_int_equal(em_profile_pprof(&pb, &p), 0);
+  assert_int_equal(em_profile_pprof(&pb, &p, NULL), 0);
   size_t len = 0;
   const uint8_t *data = em_pb_data(&pb, &len);
 
@@ -463,14 +466,66 @@ static void pprof_over_the_writer_cap_is_an_error(void **state) {
   em_profile_t p = profile();
   em_pb_t pb;
   assert_int_equal(em_pb_init(&pb, 200), 0);
-  assert_int_equal(em_profile_pprof(&pb, &p), -EOVERFLOW);
+  assert_int_equal(em_profile_pprof(&pb, &p, NULL), -EOVERFLOW);
   em_pb_deinit(&pb);
-  assert_int_equal(em_profile_pprof(NULL, &p), -EINVAL);
+  assert_int_equal(em_profile_pprof(NULL, &p, NULL), -EINVAL);
+}
+
+static void cxx_names_read_without_parameters(void **state) {
+  (void)state;
+  char out[256];
+  assert_int_equal(em_demangle("_ZN2at6native6conv2dERKNS_6TensorES3_", out, sizeof(out)),
+                   strlen("at::native::conv2d"));
+  assert_string_equal(out, "at::native::conv2d");
+  em_demangle("_ZNSt6vectorIiSaIiEE9push_backERKi", out, sizeof(out));
+  assert_string_equal(out, "std::vector<int, std::allocator<int> >::push_back");
+  em_demangle("_ZNK3foo3barEv", out, sizeof(out)); /* foo::bar() const */
+  assert_string_equal(out, "foo::bar");
+  em_demangle("_ZN3fooclEv", out, sizeof(out)); /* foo::operator()() */
+  assert_string_equal(out, "foo::operator()");
+  em_demangle("_ZZ4mainENKUlvE_clEv", out,
+              sizeof(out)); /* main::{lambda()#1}::operator()() const */
+  assert_string_equal(out, "main::{lambda()#1}::operator()");
+  /* Not mangled, or not valid: 0, out untouched. */
+  strcpy(out, "kept");
+  assert_int_equal(em_demangle("sgemm_", out, sizeof(out)), 0);
+  assert_int_equal(em_demangle("_Zgarbage(", out, sizeof(out)), 0);
+  assert_int_equal(em_demangle("python3.11+0x1a2b", out, sizeof(out)), 0);
+  assert_string_equal(out, "kept");
+  /* A small buffer: cut, NUL-terminated. */
+  char small[8];
+  assert_int_equal(em_demangle("_ZN2at6native6conv2dERKNS_6TensorES3_", small, sizeof(small)), 7);
+  assert_string_equal(small, "at::nat");
+}
+
+static void readable_frames_demangle_native_names_only(void **state) {
+  (void)state;
+  const em_profile_frame_t frames[] = {
+      {.name = "_ZN2at6native6conv2dERKNS_6TensorES3_",
+       .module = "libtorch_cpu.so",
+       .kind = EM_FRAME_NATIVE},
+      {.name = "_ZN2at6native6conv2dERKNS_6TensorES3_",
+       .module = "x.py:1",
+       .kind = EM_FRAME_PYTHON},
+      {.name = "do_syscall_64", .module = "[kernel.kallsyms]", .kind = EM_FRAME_KERNEL},
+  };
+  em_profile_t p = {.frames = frames, .n_frames = 3};
+  em_profile_frame_t *out = NULL;
+  char *text = NULL;
+  assert_int_equal(em_profile_readable(&p, &out, &text), 0);
+  assert_string_equal(out[0].name, "at::native::conv2d");
+  assert_string_equal(out[0].module, "libtorch_cpu.so");
+  assert_ptr_equal(out[1].name, frames[1].name); /* A Python frame is never demangled. */
+  assert_ptr_equal(out[2].name, frames[2].name);
+  free(out);
+  free(text);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(total_is_samples_taken_or_the_stacks_sum),
+      cmocka_unit_test(cxx_names_read_without_parameters),
+      cmocka_unit_test(readable_frames_demangle_native_names_only),
       cmocka_unit_test(hottest_orders_by_samples_then_off_cpu),
       cmocka_unit_test(functions_count_self_at_the_leaf_and_total_once_per_stack),
       cmocka_unit_test(stack_text_is_cut_from_the_root_side),
