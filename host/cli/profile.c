@@ -37,13 +37,14 @@ typedef struct {
   bool show;
   bool folded;
   const char *pprof;
+  const char *stage;
 } profile_opts_t;
 
 static void usage(FILE *out) {
   fprintf(out,
           "usage: edgemon-cli profile [--device D] [--last | --at TIME] [--show | --folded |\n"
-          "                           --json] [--top N] [--svg FILE] [--pprof FILE]\n"
-          "                           [--aggregator URL | --file PATH]\n"
+          "                           --json] [--stage NAME] [--top N] [--svg FILE]\n"
+          "                           [--pprof FILE] [--aggregator URL | --file PATH]\n"
           "       edgemon-cli profile --list --device D [--json] [--aggregator URL]\n"
           "       edgemon-cli profile --take --device D [--seconds S] [--broker URL]\n"
           "\n"
@@ -55,7 +56,8 @@ static void usage(FILE *out) {
           "stacks (samples, %% of all samples taken, off-CPU ms, stage, root;...;leaf shortened\n"
           "from the root side) and the N hottest functions (self: samples where the function\n"
           "is the leaf; total: samples of the stacks it is in).\n"
-          "\n"
+          "\n");
+  fprintf(out,
           "options:\n"
           "  --aggregator URL  the aggregator's API, http://HOST[:PORT] (default\n"
           "                    $EDGEMON_AGGREGATOR, else " EM_CLI_DEFAULT_AGGREGATOR ")\n"
@@ -67,6 +69,9 @@ static void usage(FILE *out) {
           "  --list            list the device's profiles, newest first\n"
           "  --show            the header and the two tables (the default)\n"
           "  --top N           rows in each table (default 10)\n"
+          "  --stage NAME      only the samples taken while their thread was in a span of\n"
+          "                    stage NAME (for --show, --folded, --svg and --pprof; percentages\n"
+          "                    stay of all samples taken)\n"
           "  --folded          print folded stacks instead, 'root;...;leaf COUNT' per line (the\n"
           "                    input of flamegraph.pl and speedscope; stages merged, ';' in a\n"
           "                    name written as ':')\n"
@@ -88,7 +93,7 @@ static void usage(FILE *out) {
           "--svg or --pprof cannot be used (missing, not a profile, not writable)\n");
 }
 
-enum { O_SHOW = 0x200, O_FOLDED, O_PPROF, O_SECONDS };
+enum { O_SHOW = 0x200, O_FOLDED, O_PPROF, O_SECONDS, O_STAGE };
 
 static const struct option opts[] = {
     EM_CLI_OPTS_FORENSIC,
@@ -96,6 +101,7 @@ static const struct option opts[] = {
     {"folded", no_argument, NULL, O_FOLDED},
     {"pprof", required_argument, NULL, O_PPROF},
     {"seconds", required_argument, NULL, O_SECONDS},
+    {"stage", required_argument, NULL, O_STAGE},
     {NULL, 0, NULL, 0},
 };
 
@@ -111,9 +117,10 @@ static int option(void *ctx, int c, const char *arg) {
     o->base.take_seconds = (uint32_t)s;
     return rc;
   }
-  if (c != O_SHOW && c != O_FOLDED && c != O_PPROF) {
+  if (c != O_SHOW && c != O_FOLDED && c != O_PPROF && c != O_STAGE) {
     return -1;
   }
+  o->stage = c == O_STAGE ? arg : o->stage;
   o->show = o->show || c == O_SHOW;
   o->folded = o->folded || c == O_FOLDED;
   o->pprof = c == O_PPROF ? arg : o->pprof;
@@ -130,6 +137,9 @@ static int check(void *ctx) {
   if (o->base.take_seconds > 0 && !o->base.take) {
     return em_cli_usage_error(CMD, "--seconds goes with --take");
   }
+  if (o->stage && o->base.json) {
+    return em_cli_usage_error(CMD, "--stage and --json: --json prints the profile whole");
+  }
   return -1;
 }
 
@@ -138,7 +148,7 @@ static const em_cli_forensic_kind_t kind = {
     .noun = "profile",
     .array = "profiles",
     .command = EM_CMD_PROFILE,
-    .own_outputs = "--pprof, --show, --folded",
+    .own_outputs = "--pprof, --show, --folded, --stage",
     .counts = {{"samples", 8, offsetof(em_flight_entry_t, samples)},
                {"stacks", 7, offsetof(em_flight_entry_t, stacks)}},
     .opts = opts,
@@ -201,19 +211,60 @@ static int show_readable(const profile_opts_t *o, em_cli_forensic_entry_t *e,
   return EM_CLI_OK;
 }
 
-static int show(const profile_opts_t *o, em_cli_forensic_entry_t *e) {
-  const em_profile_frame_t *sent = e->u.profile.frames;
-  em_profile_frame_t *readable = NULL;
-  char *text = NULL;
-  if (em_profile_readable(&e->u.profile, &readable, &text) != 0) {
+/* --stage: p's stacks of that stage only, in *kept (malloc'd; p points at it). Returns
+ * EM_CLI_OK, or EM_CLI_FAIL when the profile has no such stage (or no memory). */
+static int keep_stage(const char *stage, em_cli_forensic_entry_t *e, em_profile_stack_t **kept) {
+  em_profile_t *p = &e->u.profile;
+  uint32_t want = EM_PROFILE_NO_STAGE;
+  for (size_t i = 0; i < p->n_stages; i++) {
+    want = strcmp(p->stages[i], stage) == 0 ? (uint32_t)i : want;
+  }
+  if (want == EM_PROFILE_NO_STAGE) {
+    char names[256] = "";
+    for (size_t i = 0, len = 0; i < p->n_stages && len < sizeof(names); i++) {
+      len +=
+          (size_t)snprintf(names + len, sizeof(names) - len, "%s%s", i ? ", " : "", p->stages[i]);
+    }
+    em_cli_error(CMD, "no stage '%s' in %s (%s%s)", stage, e->title,
+                 p->n_stages ? "its stages: " : "it has none; its notes say why", names);
+    return EM_CLI_FAIL;
+  }
+  *kept = malloc((p->n_stacks ? p->n_stacks : 1) * sizeof(**kept));
+  if (!*kept) {
     em_cli_error(CMD, "out of memory");
     return EM_CLI_FAIL;
   }
-  e->u.profile.frames = readable;
-  int rc = show_readable(o, e, sent);
-  e->u.profile.frames = sent;
+  size_t n = 0;
+  for (size_t i = 0; i < p->n_stacks; i++) {
+    if (p->stacks[i].stage == want) {
+      (*kept)[n++] = p->stacks[i];
+    }
+  }
+  p->stacks = *kept;
+  p->n_stacks = n;
+  size_t len = strlen(e->title);
+  snprintf(e->title + len, sizeof(e->title) - len, ", stage %s", stage);
+  return EM_CLI_OK;
+}
+
+static int show(const profile_opts_t *o, em_cli_forensic_entry_t *e) {
+  em_profile_stack_t *kept = NULL;
+  int rc = o->stage ? keep_stage(o->stage, e, &kept) : EM_CLI_OK;
+  const em_profile_frame_t *sent = e->u.profile.frames;
+  em_profile_frame_t *readable = NULL;
+  char *text = NULL;
+  if (rc == EM_CLI_OK && em_profile_readable(&e->u.profile, &readable, &text) != 0) {
+    em_cli_error(CMD, "out of memory");
+    rc = EM_CLI_FAIL;
+  }
+  if (rc == EM_CLI_OK) {
+    e->u.profile.frames = readable;
+    rc = show_readable(o, e, sent);
+    e->u.profile.frames = sent;
+  }
   free(readable);
   free(text);
+  free(kept);
   return rc;
 }
 

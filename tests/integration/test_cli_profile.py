@@ -1,8 +1,9 @@
 """edgemon-cli profile against the profiles edgemon-sim --profiles publishes through a real
 mosquitto: the hottest-stacks and by-function tables, --folded, the flame graph (parsed as XML:
 one rectangle per distinct prefix, widths in proportion), --pprof read by the real pprof reader
-(`go tool pprof -raw`) with the same totals, --take publishing cmd/profile, and the exit codes
-(2 bad arguments, 3 aggregator down, 4 bad file).
+(`go tool pprof -raw`) with the same totals, --stage keeping one stage's samples, --take
+publishing cmd/profile, and the exit codes (1 no such stage, 2 bad arguments, 3 aggregator
+down, 4 bad file).
 
 The expected numbers are computed here from the profile's JSON form (stacks of frame indices,
 root first, with samples, off-CPU ns and stage) with Python's own arithmetic; the CBOR comes
@@ -127,6 +128,30 @@ def test_folded_lines_sum_the_stacks(published):
     assert r.returncode == 0, r.stderr
     got = {line.rsplit(" ", 1)[0]: int(line.rsplit(" ", 1)[1]) for line in r.stdout.splitlines()}
     assert got == dict(want)
+
+
+def test_stage_keeps_the_samples_of_that_stage(published):
+    _, _, profiles = published
+    _, path, p = profiles[0]
+    staged = [s for s in p["stacks"] if s["stage"] and s["samples"]]
+    assert staged, "the simulator's profile has stages"
+    stage = staged[0]["stage"]
+    want = defaultdict(int)
+    for s in staged:
+        if s["stage"] == stage:
+            want[";".join(names(p, s))] += s["samples"]
+    r = cli("--file", path, "--folded", "--stage", stage)
+    assert r.returncode == 0, r.stderr
+    got = {line.rsplit(" ", 1)[0]: int(line.rsplit(" ", 1)[1]) for line in r.stdout.splitlines()}
+    assert got == dict(want)
+    shown = cli("--file", path, "--stage", stage, "--top", 50)
+    assert f", stage {stage}:" in shown.stdout.splitlines()[0]
+    rows = shown.stdout.split("hottest stacks")[1].split("by function")[0].splitlines()[2:]
+    assert rows and all(row.split()[3] == stage for row in rows if row.strip())
+    bad = cli("--file", path, "--stage", "no-such-stage")
+    assert bad.returncode == 1 and "no stage 'no-such-stage'" in bad.stderr
+    assert all(name in bad.stderr for name in p["stages"])
+    assert cli("--file", path, "--stage", stage, "--json").returncode == 2
 
 
 def test_svg_has_a_rect_per_prefix_in_proportion(published, tmp_path):
