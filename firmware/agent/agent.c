@@ -613,6 +613,7 @@ static int profile_open(em_agent_t *a) {
                         .min_gap_ns = a->cfg.profile_min_gap_ns,
                         .max_bytes = (uint32_t)a->cfg.profile_max_bytes,
                         .max_stacks = EM_PROFILE_MAX_STACKS,
+                        .dwarf = a->cfg.profile_dwarf == 1,
                         .span_settle_ns = 2 * a->cfg.sample_period_ns + a->cfg.sample_period_ns / 2,
                         .proc_root = "/proc"};
   char page[EM_CONFIG_MAX_PATH + 16];

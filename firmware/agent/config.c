@@ -146,6 +146,7 @@ typedef enum {
   K_PROFILE_MAX_SECONDS,
   K_PROFILE_MIN_GAP,
   K_PROFILE_CLOCK,
+  K_PROFILE_UNWIND,
   K_PROFILE_MAX_BYTES,
   /* Budget keys, from K_BUDGET_FIRST on: stored per section in budget_sec_t. */
   K_P50,
@@ -982,6 +983,7 @@ static const em_parse_enum_t log_levels[] = {
     {"error", EM_LOG_ERROR}, {"warn", EM_LOG_WARN}, {"info", EM_LOG_INFO}, {"debug", EM_LOG_DEBUG}};
 static const em_parse_enum_t qos_levels[] = {{"0", 0}, {"1", 1}};
 static const em_parse_enum_t profile_clocks[] = {{"cpu-clock", 0}, {"task-clock", 1}};
+static const em_parse_enum_t profile_unwinds[] = {{"dwarf", 1}, {"fp", 0}};
 
 /*
  * Every key of the file, one row each (edgemon/common/schema.h), index = key_id_t. Rows without
@@ -1180,6 +1182,10 @@ static const key_def_t keys[K_COUNT] = {
         .def = "cpu-clock", .choices = profile_clocks, .n_choices = 2,
         .want = "must be cpu-clock or task-clock", .example = "cpu-clock",
         .doc = "The sampling event (software clocks: no hardware PMU needed)"),
+    KEY(K_PROFILE_UNWIND, "profile", "unwind", EM_SCHEMA_ENUM, FIELD(profile_dwarf), .def = "dwarf",
+        .choices = profile_unwinds, .n_choices = 2, .want = "must be dwarf or fp",
+        .example = "dwarf",
+        .doc = "Native frames by DWARF CFI from 8 KiB stack copies, or by frame pointers only"),
     KEY(K_PROFILE_MAX_BYTES, "profile", "max_bytes", EM_SCHEMA_SIZE, FIELD(profile_max_bytes),
         RANGE(4096, EM_PROFILE_MAX_BYTES), .bare_unit = 1, .def = "262144", .example = "262144",
         .doc = "Largest profile encoded; the stacks with the fewest samples are cut"),

@@ -144,6 +144,7 @@ typedef struct {
   uint64_t profile_min_gap_ns; /* min_gap_seconds: least time between two windows' starts;
                                   default 60 s. */
   int profile_clock;           /* 0 cpu-clock (default), 1 task-clock (em_sampler_clock_t). */
+  int profile_dwarf;           /* unwind: 1 dwarf (default), 0 fp. */
   uint64_t profile_max_bytes;  /* Encoded profile cap; default and at most 262144. */
 } em_config_t;
 

@@ -42,7 +42,7 @@ the steady state) and enabled = false, interleaved: the recorder's cost in the s
 
 --compare-profile measures a stack profiling window against perf record on the pipeline target
 (docs/BENCHMARKS.md, "agent: stack profile cost"; the first interval, use --intervals 100ms).
-Each round (the order of the two agents flips each round, and that of the window and perf
+Each round (the order of the three agents flips each round, and that of the window and perf
 conditions inside the second one):
   off     the agent with [profile] enabled = false, a --seconds window;
   idle    the agent with [profile] enabled = true (hz 99, min_gap_seconds 0), no window
@@ -55,7 +55,10 @@ conditions inside the second one):
           client's Python stacks awaited, libdwfl resolution on libuv's worker, encoding,
           publish); the pipeline's frames and CPU only while each window is open, so the
           Python client's own sampler thread (99 Hz, edgemon/_pyprof.py) is in the
-          pipeline's CPU; the agent's RSS after the last window;
+          pipeline's CPU; the agent's RSS after the last window ([profile] unwind = dwarf,
+          the default: each sample copies 8 KiB of user stack, unwound after the window);
+  window-fp  the same windows from a third agent with unwind = fp (frame pointers only);
+  perf-dwarf `perf record -e cpu-clock -F 99 --call-graph dwarf,8192 -p PID`, as perf below;
   perf    `perf record -e cpu-clock -F 99 -g -p PID` on the pipeline for --seconds (SIGINT
           ends it; the agent of the idle condition keeps running, no window open): perf's
           CPU while it records and in all (wait4's rusage: start-up, the recording, writing
@@ -93,7 +96,7 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 DEVICE_ID = "edgemon-bench"
 COLLECTD_HOST = "edgemon-bench-collectd"
 COLLECTD_PLUGINS = ("logfile", "cpu", "memory", "processes", "mqtt")
-PROFILE_CONDITIONS = ("off", "idle", "window", "perf")  # --compare-profile
+PROFILE_CONDITIONS = ("off", "idle", "window", "window-fp", "perf", "perf-dwarf")
 
 
 class BenchError(Exception):
@@ -525,7 +528,8 @@ class Bench:
 
     # -- monitor configurations
 
-    def agent_config(self, interval, name, write_ahead=None, flight=None, profile=None):
+    def agent_config(self, interval, name, write_ahead=None, flight=None, profile=None,
+                     unwind="dwarf"):
         """write_ahead True/False: qos_data = 1 and a spool of the window's own with
         [spool] write_ahead set so; flight True/False: [flight] enabled set so; profile
         True: [profile] at 99 Hz with min_gap_seconds = 0 (windows back to back; the other
@@ -543,7 +547,7 @@ class Bench:
             spool += f"[flight]\nenabled = {'true' if flight else 'false'}\n\n"
         if profile is not None:
             spool += ("[profile]\nenabled = true\nhz = 99\nclock = cpu-clock\n"
-                      "min_gap_seconds = 0\n\n" if profile
+                      f"min_gap_seconds = 0\nunwind = {unwind}\n\n" if profile
                       else "[profile]\nenabled = false\n\n")
         with open(path, "w") as f:
             f.write(f"[agent]\ndevice_id = {DEVICE_ID}\nsample_period = {agent_period(interval)}\n"
@@ -715,10 +719,11 @@ LoadPlugin mqtt
     def new_pipe_acc():
         return {"wall_s": 0.0, "frames": 0, "late": 0, "cpu_ns": 0, "times_us": []}
 
-    def start_profile_agent(self, rnd, enabled):
+    def start_profile_agent(self, rnd, enabled, unwind="dwarf"):
         interval = self.args.intervals[0]
-        name = f"agent-profile-{'on' if enabled else 'off'}-r{rnd}"
-        cmd = [self.args.agent, "-c", self.agent_config(interval, name, profile=enabled)]
+        name = f"agent-profile-{'on' if enabled else 'off'}-{unwind}-r{rnd}"
+        cmd = [self.args.agent, "-c",
+               self.agent_config(interval, name, profile=enabled, unwind=unwind)]
         logf = open(os.path.join(self.tmp, f"{name}.log"), "w")
         proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT,
                                 preexec_fn=pinned(self.cpu_mon))
@@ -733,7 +738,7 @@ LoadPlugin mqtt
             if not m:
                 stop_process(proc)
                 raise BenchError(f"no 'profiler on: ... bytes' in {logf.name}")
-            self.profiler_bytes = int(m.group(1))
+            self.profiler_bytes[unwind] = int(m.group(1))
         return proc, logf
 
     def measure_agent_idle(self, cond, rnd, proc):
@@ -754,7 +759,7 @@ LoadPlugin mqtt
             rss_kb=mem["RssAnon"] + mem["RssFile"], rss_anon_kb=mem["RssAnon"],
             pss_kb=mem["Pss"], threads=mem["Threads"])
 
-    def measure_agent_windows(self, rnd, proc, logf):
+    def measure_agent_windows(self, rnd, proc, logf, cond="window"):
         """Windows of --profile-window s opened back to back until --seconds of window time."""
         win = self.args.profile_window
         n = max(1, round(self.args.seconds / win))
@@ -789,7 +794,7 @@ LoadPlugin mqtt
                 f"profile)" + (f"; {prof['samples']} samples" if prof else ""))
         mem = tree_memory(proc.pid)
         return self.profile_record(
-            "window", rnd, pipe, tool_cpu_s=during, tool_after_cpu_s=after,
+            cond, rnd, pipe, tool_cpu_s=during, tool_after_cpu_s=after,
             tool_wall_s=wall_during, tool_pct=100 * during / wall_during,
             tool_total_pct=100 * (during + after) / wall_during, windows=n,
             after_ms_each=after_each, samples=samples,
@@ -798,12 +803,15 @@ LoadPlugin mqtt
             rss_kb=mem["RssAnon"] + mem["RssFile"], rss_anon_kb=mem["RssAnon"],
             pss_kb=mem["Pss"], threads=mem["Threads"])
 
-    def measure_perf(self, rnd):
-        """perf record -e cpu-clock -F 99 -g -p PID on the pipeline for --seconds."""
-        data = os.path.join(self.tmp, f"perf-r{rnd}.data")
-        logf = open(os.path.join(self.tmp, f"perf-r{rnd}.log"), "w")
+    def measure_perf(self, rnd, dwarf=False):
+        """perf record -e cpu-clock -F 99 -g (--call-graph dwarf,8192 with dwarf) -p PID on the
+        pipeline for --seconds."""
+        cond = "perf-dwarf" if dwarf else "perf"
+        data = os.path.join(self.tmp, f"{cond}-r{rnd}.data")
+        logf = open(os.path.join(self.tmp, f"{cond}-r{rnd}.log"), "w")
         pipe = self.new_pipe_acc()
-        proc = subprocess.Popen([self.args.perf, "record", "-e", "cpu-clock", "-F", "99", "-g",
+        graph = ["--call-graph", "dwarf,8192"] if dwarf else ["-g"]
+        proc = subprocess.Popen([self.args.perf, "record", "-e", "cpu-clock", "-F", "99", *graph,
                                  "-p", str(self.target.pid), "-o", data],
                                 stdout=logf, stderr=subprocess.STDOUT,
                                 preexec_fn=pinned(self.cpu_mon))
@@ -824,7 +832,7 @@ LoadPlugin mqtt
         total = ru.ru_utime + ru.ru_stime
         wall = p1[0] - p0[0]
         return self.profile_record(
-            "perf", rnd, pipe, tool_cpu_s=c1 / 1e9, tool_after_cpu_s=total - c1 / 1e9,
+            cond, rnd, pipe, tool_cpu_s=c1 / 1e9, tool_after_cpu_s=total - c1 / 1e9,
             tool_wall_s=wall, tool_pct=100 * c1 / 1e9 / wall, tool_total_pct=100 * total / wall,
             samples=int(m.group(1)) if m else None,
             samples_per_s=int(m.group(1)) / wall if m else None,
@@ -834,23 +842,27 @@ LoadPlugin mqtt
     def run_profile_rounds(self):
         self.profiles = ProfileListener(self.port, DEVICE_ID)
         a = self.args
-        log(f"{a.repeats} rounds of 4 conditions of {a.seconds:g} s "
-            f"(~{a.repeats * (4 * (a.seconds + 3) + 2 * a.warmup) / 60:.1f} min)")
+        self.profiler_bytes = {}
+        log(f"{a.repeats} rounds of 6 conditions of {a.seconds:g} s "
+            f"(~{a.repeats * (6 * (a.seconds + 3) + 3 * a.warmup) / 60:.1f} min)")
         for rnd in range(1, a.repeats + 1):
             off_first = rnd % 2 == 1
-            for part in (("off", "on") if off_first else ("on", "off")):
-                proc, logf = self.start_profile_agent(rnd, part == "on")
+            for part in (("off", "on", "fp") if off_first else ("fp", "on", "off")):
+                proc, logf = self.start_profile_agent(rnd, part != "off",
+                                                      "fp" if part == "fp" else "dwarf")
                 try:
                     if part == "off":
                         self.measure_agent_idle("off", rnd, proc)
                         continue
+                    if part == "fp":
+                        self.measure_agent_windows(rnd, proc, logf, "window-fp")
+                        continue
                     self.measure_agent_idle("idle", rnd, proc)
-                    if off_first:
-                        self.measure_agent_windows(rnd, proc, logf)
-                        self.measure_perf(rnd)
-                    else:
-                        self.measure_perf(rnd)
-                        self.measure_agent_windows(rnd, proc, logf)
+                    steps = [lambda: self.measure_agent_windows(rnd, proc, logf),
+                             lambda: self.measure_perf(rnd),
+                             lambda: self.measure_perf(rnd, dwarf=True)]
+                    for step in (steps if off_first else steps[::-1]):
+                        step()
                 finally:
                     stop_process(proc)
                     logf.close()
@@ -866,18 +878,23 @@ LoadPlugin mqtt
               f"agent, perf, broker and harness on CPU {self.cpu_mon}")
         print(f"agent: sample_period {agent_period(a.intervals[0])}; [profile] hz = 99, "
               f"clock = cpu-clock, min_gap_seconds = 0; profiler on: "
-              f"{getattr(self, 'profiler_bytes', '?')} bytes (its log)")
+              f"{getattr(self, 'profiler_bytes', '?')} bytes by unwind (its log)")
         print(f"method: {a.repeats} rounds; per round the agent with [profile] enabled = false "
               f"('off', {a.seconds:g} s) and with it on ('idle' {a.seconds:g} s, then 'window': "
               f"{max(1, round(a.seconds / a.profile_window))} cmd/profile windows of "
-              f"{a.profile_window:g} s back to back, and 'perf': perf record -e cpu-clock -F 99 "
-              f"-g -p PIPELINE for {a.seconds:g} s beside the idle agent); {a.warmup:g} s "
-              "warm-up per agent; medians over rounds")
+              f"{a.profile_window:g} s back to back with unwind = dwarf, 'perf': perf record -e "
+              f"cpu-clock -F 99 -g -p PIPELINE and 'perf-dwarf': the same with --call-graph "
+              f"dwarf,8192, each {a.seconds:g} s beside the idle agent), and a third agent with "
+              f"unwind = fp for 'window-fp'; {a.warmup:g} s warm-up per agent; medians over "
+              "rounds")
         print("CPU: on-CPU ns (/proc/PID/task/*/schedstat) of the agent; perf: the same while "
               "it records, wait4's rusage in all")
         print()
         names = {"off": "agent, [profile] enabled = false", "idle": "agent, profiler on, no window",
-                 "window": "agent, window open (99 Hz)", "perf": "perf record -F 99 -g"}
+                 "window": "agent, window open (99 Hz, unwind = dwarf)",
+                 "window-fp": "agent, window open (99 Hz, unwind = fp)",
+                 "perf": "perf record -F 99 -g",
+                 "perf-dwarf": "perf record -F 99 --call-graph dwarf,8192"}
         med = {}
         for cond in PROFILE_CONDITIONS:
             rs = [r for r in self.results if r["monitor"] == cond]
@@ -929,17 +946,18 @@ LoadPlugin mqtt
         print("per round:")
         for r in self.results:
             extra = ""
-            if r["monitor"] == "window":
+            if r["monitor"] in ("window", "window-fp"):
                 extra = (f"; CPU after each window (ms): {r['after_ms_each']}; windows with "
                          f"Python frames {r['python_windows']} of {r['windows']}")
-            if r["monitor"] == "perf":
+            if r["monitor"] in ("perf", "perf-dwarf"):
                 extra = (f"; perf.data {r.get('perf_data_bytes')} bytes, {r.get('samples')} "
                          f"samples, exit {r.get('exit_status')}")
-            print(f"  round {r['round']} {r['monitor']:6s}: CPU {r['tool_pct']:.3f}% "
+            print(f"  round {r['round']} {r['monitor']:10s}: CPU {r['tool_pct']:.3f}% "
                   f"({r['tool_total_pct']:.3f}% with what follows), pipeline p99 "
                   f"{r.get('frame_p99_ms', float('nan')):.3f} ms, CPU "
                   f"{r['pipe_cpu_pct']:.2f}%{extra}")
         w, pf, idle, off = (med.get(k, {}) for k in ("window", "perf", "idle", "off"))
+        wfp, pfd = med.get("window-fp", {}), med.get("perf-dwarf", {})
 
         def ratio(x, y, key, fmt=".2f"):
             return format(x[key] / y[key], fmt) if key in x and y.get(key) else "n/a"
@@ -948,11 +966,16 @@ LoadPlugin mqtt
             return format(x[key] - y[key], fmt) if key in x and key in y else "n/a"
         print()
         print("ratios (of medians, same run):")
-        print(f"  CPU, agent window / perf record: sampling {ratio(w, pf, 'tool_pct')}, with "
-              f"what follows {ratio(w, pf, 'tool_total_pct')}")
+        print(f"  CPU, agent window (dwarf) / perf record --call-graph dwarf: sampling "
+              f"{ratio(w, pfd, 'tool_pct')}, with what follows {ratio(w, pfd, 'tool_total_pct')}")
+        print(f"  CPU, agent window (fp) / perf record -g: sampling {ratio(wfp, pf, 'tool_pct')}, "
+              f"with what follows {ratio(wfp, pf, 'tool_total_pct')}")
+        print(f"  CPU, agent window dwarf / fp: sampling {ratio(w, wfp, 'tool_pct')}, with what "
+              f"follows {ratio(w, wfp, 'tool_total_pct')}")
         print(f"  pipeline frame p99, window / idle {ratio(w, idle, 'frame_p99_ms', '.3f')}, "
-              f"perf / idle {ratio(pf, idle, 'frame_p99_ms', '.3f')}, window / perf "
-              f"{ratio(w, pf, 'frame_p99_ms', '.3f')}")
+              f"window-fp / idle {ratio(wfp, idle, 'frame_p99_ms', '.3f')}, perf / idle "
+              f"{ratio(pf, idle, 'frame_p99_ms', '.3f')}, perf-dwarf / idle "
+              f"{ratio(pfd, idle, 'frame_p99_ms', '.3f')}")
         print(f"  pipeline CPU % of a core, window - idle {diff(w, idle, 'pipe_cpu_pct')}, "
               f"perf - idle {diff(pf, idle, 'pipe_cpu_pct')}; µs per frame, window - idle "
               f"{diff(w, idle, 'pipe_cpu_us_per_frame', '+.1f')}, perf - idle "

@@ -6,12 +6,16 @@ prep_pixels(), and from frame K its infer stage calls slow_checksum(), a pure-Py
 raises the level. The profile published on edgemon/v1/<device>/profile, decoded with
 proto/python/edgemon_proto.decode_profile, must name slow_checksum as a Python frame (from the
 client's own sampling, merged by the agent in place of libpython's eval loop) in the stack with
-the most samples, and as the Python function with the most samples; the samples in
-slow_checksum must carry the stage `infer`, about a tenth of all samples the stage `pre` (the
-span of their thread at their time), and no sample of infer may take prep_pixels' Python frames. A window on an idle target
-(a Python process without the client) holds nearly no samples and says it has no Python frames; a target that exits mid-window ends it early (a profile with a shorter
+the most samples, and as the Python function with the most samples; that stack's native frames
+must reach the process's entry (DWARF unwinding through python3.11, built without frame
+pointers) and hold no address outside every binary. The samples in slow_checksum must carry
+the stage `infer`, about a tenth of all samples the stage `pre` (the span of their thread at
+their time), and no sample of infer may take prep_pixels' Python frames. A window on an idle
+target (a Python process without the client) holds nearly no samples and says it has no
+Python frames; a target that exits mid-window ends it early (a profile with a shorter
 duration, the agent still running); a second trigger inside min_gap_seconds is counted in
-profile.suppressed and not published; cmd/profile opens a window with the seconds it asks for.
+profile.suppressed and not published (with unwind = fp, and a note saying so); cmd/profile
+opens a window with the seconds it asks for.
 """
 
 import subprocess
@@ -27,7 +31,7 @@ from conftest import ROOT, edgemon_proto, wait_for
 
 K = 50  # frames before the slowdown (1 s at 50 fps)
 
-PROFILE = ("[profile]\nhz = 99\nseconds = {seconds}\nmin_gap_seconds = {gap}\n"
+PROFILE = ("[profile]\nhz = 99\nseconds = {seconds}\nmin_gap_seconds = {gap}\nunwind = {unwind}\n"
            "[budget.infer]\np99 = 30ms\nlevel = DEGRADED\n"
            "[degrade]\nwindow = 200ms\nenter_windows = 1\nleave_windows = 1\n")
 
@@ -97,13 +101,13 @@ class Profiles:
         self.client.disconnect()
 
 
-def start(stack, code, seconds=2, gap=0):
+def start(stack, code, seconds=2, gap=0, unwind="dwarf"):
     """The target running `code`, and an agent watching it with a [profile] section."""
     broker = stack.broker()
     marker = f"edgemon-profile-{uuid.uuid4().hex[:10]}"
     (stack.tmp / "run").mkdir(exist_ok=True)
     agent = stack.agent(broker.port, f"cmdline = {marker}",
-                        extra=PROFILE.format(seconds=seconds, gap=gap))
+                        extra=PROFILE.format(seconds=seconds, gap=gap, unwind=unwind))
     sock = stack.tmp / "run" / "spans.sock"
     wait_for(sock.exists, 10, "the span socket")
     proc = subprocess.Popen([sys.executable, "-c", code.format(
@@ -166,6 +170,13 @@ def test_an_escalation_profiles_the_slow_python_function_from_the_clients_sample
         # python3.11 has no frame pointers: what frame-pointer unwinding read past it is no
         # return address, and is cut instead of shown as frames outside every binary.
         assert not [f for f in p["frames"] if f["kind"] == "unknown"], p["frames"]
+        # DWARF unwinding goes through it to the process's entry: the native frames above the
+        # interpreter stay above the Python frames spliced in place of its eval loop.
+        first_py = next(i for i, f in enumerate(frames) if f["kind"] == "python")
+        assert frames[0]["kind"] == "native", frames
+        assert "Py_RunMain" in [f["name"] for f in frames[:first_py]], frames
+        assert not any("frame pointers only" in n or "had no eval-loop frame" in n
+                       for n in p["notes"]), p["notes"]
         assert not any("does not merge" in n or n.startswith("no Python frames")
                        for n in p["notes"]), p["notes"]
         # Each sample's stage is the span its thread was in: the ring names its writer thread.
@@ -188,11 +199,13 @@ def test_an_escalation_profiles_the_slow_python_function_from_the_clients_sample
 
 
 def test_a_second_trigger_inside_min_gap_is_counted_not_published(stack):
-    agent, proc, sub, birth, profiles = start(stack, IDLE, seconds=1, gap=60)
+    agent, proc, sub, birth, profiles = start(stack, IDLE, seconds=1, gap=60, unwind="fp")
     try:
         profiles.command()
         p = profiles.wait(1, timeout=10)
         assert p["trigger"]["cause"] == "command"
+        assert any(n.startswith("native frames by frame pointers only (unwind = fp)")
+                   for n in p["notes"]), p["notes"]
         profiles.command()
         wait_for(lambda: figure(sub, birth, "profile.suppressed") == 1, 5, "profile.suppressed")
         time.sleep(1.5)

@@ -2,6 +2,8 @@
  * perf_records.c - see perf_records.h. Layouts (linux/perf_event.h, sample_id_all set,
  * sample_type TID | TIME | CALLCHAIN):
  *   SAMPLE: header, u32 pid, u32 tid, u64 time, u64 nr, u64 ips[nr]
+ *           with REGS_USER | STACK_USER then: u64 abi, u64 regs[n] (only when abi != 0),
+ *           u64 size, u8 data[size], u64 dyn_size (the last two only when size != 0)
  *   LOST:   header, u64 id, u64 lost, u32 pid, u32 tid, u64 time
  *   SWITCH: header (misc bit PERF_RECORD_MISC_SWITCH_OUT: out), u32 pid, u32 tid, u64 time
  */
@@ -44,8 +46,50 @@ static void read_id(const uint8_t *p, em_perf_rec_t *out) {
   out->time_ns = rd64(p + 8);
 }
 
-int em_perf_rec_parse(const uint8_t *buf, size_t len, em_perf_rec_t *out) {
-  if (!buf || !out || len < EM_PERF_HEADER_BYTES || em_perf_rec_size(buf, len) != len) {
+/* The user registers and stack copy of a sample: p[0..n) follows its call chain. */
+static int read_user(const uint8_t *p, size_t n, const em_perf_layout_t *layout,
+                     em_perf_rec_t *out) {
+  size_t at = 0;
+  if (layout->n_regs) {
+    if (n - at < 8) {
+      return -EBADMSG;
+    }
+    uint64_t abi = rd64(p + at);
+    at += 8;
+    if (abi != PERF_SAMPLE_REGS_ABI_NONE) {
+      if ((n - at) / 8 < layout->n_regs) {
+        return -EBADMSG;
+      }
+      out->regs = p + at;
+      out->n_regs = layout->n_regs;
+      at += 8u * layout->n_regs;
+    }
+  }
+  if (layout->stack) {
+    if (n - at < 8) {
+      return -EBADMSG;
+    }
+    uint64_t size = rd64(p + at);
+    at += 8;
+    if (size != 0) {
+      if (size > n - at || n - at - size < 8) {
+        return -EBADMSG;
+      }
+      uint64_t dyn = rd64(p + at + size);
+      if (dyn > size) {
+        return -EBADMSG;
+      }
+      out->stack = p + at;
+      out->stack_len = dyn;
+    }
+  }
+  return 0;
+}
+
+int em_perf_rec_parse(const uint8_t *buf, size_t len, const em_perf_layout_t *layout,
+                      em_perf_rec_t *out) {
+  if (!buf || !out || len < EM_PERF_HEADER_BYTES || em_perf_rec_size(buf, len) != len ||
+      (layout && layout->n_regs > 64)) {
     return -EINVAL;
   }
   memset(out, 0, sizeof(*out));
@@ -66,7 +110,11 @@ int em_perf_rec_parse(const uint8_t *buf, size_t len, em_perf_rec_t *out) {
     }
     out->chain = p + 24;
     out->n_chain = nr;
-    return 0;
+    if (!layout || (!layout->n_regs && !layout->stack)) {
+      return 0;
+    }
+    size_t used = 24 + 8 * (size_t)nr;
+    return read_user(p + used, body - used, layout, out);
   }
   case PERF_RECORD_LOST:
     if (body < 16) {
@@ -94,4 +142,8 @@ int em_perf_rec_parse(const uint8_t *buf, size_t len, em_perf_rec_t *out) {
 
 uint64_t em_perf_rec_ip(const em_perf_rec_t *r, size_t i) {
   return i < r->n_chain ? rd64(r->chain + 8 * i) : 0;
+}
+
+uint64_t em_perf_rec_reg(const em_perf_rec_t *r, size_t i) {
+  return i < r->n_regs ? rd64(r->regs + 8 * i) : 0;
 }

@@ -27,7 +27,8 @@
 typedef struct {
   pid_t tid;
   int fd;
-  uint8_t *map; /* 1 + EM_SAMPLER_RING_PAGES pages, NULL: none. */
+  uint8_t *map;   /* 1 + pages pages, NULL: none. */
+  uint32_t pages; /* Data pages: EM_SAMPLER_STACK_PAGES or EM_SAMPLER_RING_PAGES. */
 } thread_slot_t;
 
 struct em_sampler {
@@ -40,6 +41,8 @@ struct em_sampler {
   pid_t pid;
   DIR *task; /* The target's <proc_root>/PID/task while open, rewound on each scan. */
   struct perf_event_attr attr;
+  em_perf_layout_t layout;
+  uint32_t pages; /* Data pages new threads' rings get. */
   em_sampler_stats_t st;
 };
 
@@ -80,8 +83,16 @@ static int perf_open(struct perf_event_attr *attr, pid_t tid) {
   return fd < 0 ? -errno : (int)fd;
 }
 
-static size_t map_bytes(const em_sampler_t *s) {
-  return (1 + EM_SAMPLER_RING_PAGES) * s->page;
+static size_t map_bytes(const em_sampler_t *s, uint32_t pages) {
+  return (1 + pages) * s->page;
+}
+
+static uint32_t popcount64(uint64_t v) {
+  uint32_t n = 0;
+  for (; v; v &= v - 1) {
+    n++;
+  }
+  return n;
 }
 
 /*
@@ -99,6 +110,15 @@ static int open_thread(em_sampler_t *s, pid_t tid) {
     s->st.kernel_refused = true;
     fd = perf_open(&s->attr, tid);
   }
+  if (fd == -EINVAL && s->attr.sample_regs_user) {
+    s->attr.sample_type &= ~(uint64_t)(PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER);
+    s->attr.sample_regs_user = 0;
+    s->attr.sample_stack_user = 0;
+    s->layout = (em_perf_layout_t){0};
+    s->pages = EM_SAMPLER_RING_PAGES;
+    s->st.no_user_stacks = true;
+    fd = perf_open(&s->attr, tid);
+  }
   if (fd == -EINVAL && s->attr.context_switch) {
     s->attr.context_switch = 0;
     s->st.no_switch = true;
@@ -113,7 +133,13 @@ static int open_thread(em_sampler_t *s, pid_t tid) {
     }
     return fd;
   }
-  void *map = mmap(NULL, map_bytes(s), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  uint32_t pages = s->pages;
+  void *map = mmap(NULL, map_bytes(s, pages), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (map == MAP_FAILED && pages > EM_SAMPLER_RING_PAGES && (errno == EPERM || errno == ENOMEM)) {
+    pages = EM_SAMPLER_RING_PAGES; /* Over the locked-memory allowance: a smaller ring. */
+    s->st.small_rings++;
+    map = mmap(NULL, map_bytes(s, pages), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
   if (map == MAP_FAILED) {
     int err = -errno;
     close(fd);
@@ -123,7 +149,7 @@ static int open_thread(em_sampler_t *s, pid_t tid) {
     }
     return err;
   }
-  s->threads[s->n_threads++] = (thread_slot_t){.tid = tid, .fd = fd, .map = map};
+  s->threads[s->n_threads++] = (thread_slot_t){.tid = tid, .fd = fd, .map = map, .pages = pages};
   s->st.threads++;
   return 0;
 }
@@ -156,7 +182,8 @@ static int scan_threads(em_sampler_t *s) {
   return listed;
 }
 
-int em_sampler_open(em_sampler_t *s, pid_t pid, uint32_t hz, em_sampler_clock_t clock) {
+int em_sampler_open(em_sampler_t *s, pid_t pid, uint32_t hz, em_sampler_clock_t clock,
+                    const em_sampler_user_t *user) {
   if (!s || s->open || pid <= 0 || hz == 0) {
     return -EINVAL;
   }
@@ -176,6 +203,15 @@ int em_sampler_open(em_sampler_t *s, pid_t pid, uint32_t hz, em_sampler_clock_t 
   s->attr.exclude_hv = 1;
   s->attr.use_clockid = 1;
   s->attr.clockid = CLOCK_MONOTONIC;
+  s->layout = (em_perf_layout_t){0};
+  s->pages = EM_SAMPLER_RING_PAGES;
+  if (user && user->regs_mask && user->stack_bytes) {
+    s->attr.sample_type |= PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER;
+    s->attr.sample_regs_user = user->regs_mask;
+    s->attr.sample_stack_user = user->stack_bytes;
+    s->layout = (em_perf_layout_t){.n_regs = popcount64(user->regs_mask), .stack = true};
+    s->pages = EM_SAMPLER_STACK_PAGES;
+  }
   char path[300];
   snprintf(path, sizeof(path), "%s/%d/task", s->proc_root, (int)pid);
   s->task = opendir(path);
@@ -199,7 +235,7 @@ int em_sampler_open(em_sampler_t *s, pid_t pid, uint32_t hz, em_sampler_clock_t 
 static void drain_ring(em_sampler_t *s, thread_slot_t *t, em_stacks_t *stacks) {
   struct perf_event_mmap_page *meta = (struct perf_event_mmap_page *)t->map;
   uint8_t *data = t->map + s->page;
-  uint64_t size = (uint64_t)EM_SAMPLER_RING_PAGES * s->page;
+  uint64_t size = (uint64_t)t->pages * s->page;
   uint64_t head = __atomic_load_n(&meta->data_head, __ATOMIC_ACQUIRE);
   uint64_t tail = meta->data_tail;
   while (tail < head) {
@@ -223,7 +259,7 @@ static void drain_ring(em_sampler_t *s, thread_slot_t *t, em_stacks_t *stacks) {
       rec = s->bounce;
     }
     em_perf_rec_t r;
-    if (em_perf_rec_parse(rec, len, &r) != 0) {
+    if (em_perf_rec_parse(rec, len, &s->layout, &r) != 0) {
       s->st.bad_records++;
       tail = head;
       break;
@@ -260,7 +296,7 @@ void em_sampler_close(em_sampler_t *s, em_stacks_t *stacks) {
   for (uint32_t i = 0; i < s->n_threads; i++) {
     thread_slot_t *t = &s->threads[i];
     drain_ring(s, t, stacks);
-    munmap(t->map, map_bytes(s));
+    munmap(t->map, map_bytes(s, t->pages));
     close(t->fd);
     *t = (thread_slot_t){.fd = -1};
   }

@@ -29,6 +29,9 @@
 
 #define EM_SAMPLER_MAX_THREADS 256u
 #define EM_SAMPLER_RING_PAGES  8u /* Data pages per thread's ring (a power of two). */
+#define EM_SAMPLER_STACK_PAGES                                                                     \
+  32u /* Data pages with user stacks: ~14 samples of 8 KiB,                                        \
+         more than a tick's at 99 Hz. */
 
 typedef enum { EM_SAMPLER_CPU_CLOCK = 0, EM_SAMPLER_TASK_CLOCK = 1 } em_sampler_clock_t;
 
@@ -41,7 +44,17 @@ typedef struct {
   uint64_t lost;           /* Samples the kernel lost (PERF_RECORD_LOST). */
   uint64_t bad_records;    /* Records refused by the parser (the rest of that ring skipped). */
   int open_errno;          /* The first thread's perf_event_open error, 0 when none. */
+  bool no_user_stacks;     /* User registers and stacks refused: frame-pointer chains only. */
+  uint32_t small_rings;    /* Threads whose larger ring for user stacks was refused (locked
+                              memory: perf_event_mlock_kb) and got EM_SAMPLER_RING_PAGES. */
 } em_sampler_stats_t;
+
+/* What each sample copies for DWARF unwinding (unwind.h): the user registers in regs_mask
+ * (sample_regs_user) and stack_bytes of user stack. */
+typedef struct {
+  uint64_t regs_mask;
+  uint32_t stack_bytes;
+} em_sampler_user_t;
 
 typedef struct em_sampler em_sampler_t;
 
@@ -50,11 +63,13 @@ int em_sampler_new(em_sampler_t **out, const char *proc_root);
 void em_sampler_free(em_sampler_t *s); /* Closes an open window first. NULL: no-op. */
 
 /*
- * Opens events on every thread of pid, sampling at hz with the clock. Returns 0 when at least
- * one thread has an event, else a negative errno (-ESRCH: no such process; perf_event_open's
- * error otherwise). The stats are reset.
+ * Opens events on every thread of pid, sampling at hz with the clock, each sample copying what
+ * `user` asks (NULL or a 0 mask: call chains only). Returns 0 when at least one thread has an
+ * event, else a negative errno (-ESRCH: no such process; perf_event_open's error otherwise).
+ * The stats are reset.
  */
-int em_sampler_open(em_sampler_t *s, pid_t pid, uint32_t hz, em_sampler_clock_t clock);
+int em_sampler_open(em_sampler_t *s, pid_t pid, uint32_t hz, em_sampler_clock_t clock,
+                    const em_sampler_user_t *user);
 
 /*
  * Reads every record the rings hold into `stacks` (samples and switches), counts losses,

@@ -29,7 +29,8 @@ typedef struct {
 typedef struct {
   uint32_t tid; /* 0: free. */
   uint32_t last_stack;
-  uint64_t out_ns; /* Switched out since, 0: on CPU or unknown. */
+  uint32_t last_log; /* The log entry of its last sample, or NO_STACK. */
+  uint64_t out_ns;   /* Switched out since, 0: on CPU or unknown. */
 } thread_t_;
 
 struct em_stacks {
@@ -43,6 +44,8 @@ struct em_stacks {
   uint32_t max_log, n_log;
   thread_t_ *threads; /* THREAD_SLOTS */
   uint32_t n_threads;
+  em_stacks_sample_fn on_sample;
+  void *on_sample_ctx;
   uint64_t bytes;
   em_stacks_stats_t st;
 };
@@ -148,7 +151,7 @@ static thread_t_ *thread_slot(em_stacks_t *s, uint32_t tid, bool create) {
         return NULL;
       }
       s->n_threads++;
-      s->threads[i] = (thread_t_){.tid = tid, .last_stack = NO_STACK};
+      s->threads[i] = (thread_t_){.tid = tid, .last_stack = NO_STACK, .last_log = NO_STACK};
       return &s->threads[i];
     }
   }
@@ -204,19 +207,9 @@ static size_t unfold(const em_perf_rec_t *r, uint64_t *tmp, uint32_t *n_kernel, 
   return n;
 }
 
-int em_stacks_add(em_stacks_t *s, const em_perf_rec_t *r) {
-  if (!s || !r || r->kind != EM_PERF_REC_SAMPLE) {
-    return -EINVAL;
-  }
-  uint64_t tmp[EM_PROFILE_MAX_DEPTH];
-  uint32_t n_kernel = 0;
-  bool deep = false;
-  size_t n = unfold(r, tmp, &n_kernel, &deep);
-  if (n == 0) {
-    s->st.empty++;
-    return -ENODATA;
-  }
-  s->st.deep += deep;
+/* The stack of addresses tmp[0..n) (the last n_kernel kernel frames), added when new; NO_STACK
+ * when it is new and the table has no room. */
+static uint32_t find_or_add(em_stacks_t *s, const uint64_t *tmp, size_t n, uint32_t n_kernel) {
   uint64_t h = mix(n_kernel, n);
   for (size_t i = 0; i < n; i++) {
     h = mix(h, tmp[i]);
@@ -234,8 +227,7 @@ int em_stacks_add(em_stacks_t *s, const em_perf_rec_t *r) {
   }
   if (found == NO_STACK) {
     if (s->n_stacks >= s->max_stacks || s->max_addrs - s->n_addrs < n) {
-      s->st.cut++;
-      return -ENOSPC;
+      return NO_STACK;
     }
     found = s->n_stacks++;
     s->stacks[found] = (stack_t_){.hash = h,
@@ -246,11 +238,37 @@ int em_stacks_add(em_stacks_t *s, const em_perf_rec_t *r) {
     s->n_addrs += (uint32_t)n;
     s->index[slot] = found;
   }
+  return found;
+}
+
+int em_stacks_add(em_stacks_t *s, const em_perf_rec_t *r) {
+  if (!s || !r || r->kind != EM_PERF_REC_SAMPLE) {
+    return -EINVAL;
+  }
+  uint64_t tmp[EM_PROFILE_MAX_DEPTH];
+  uint32_t n_kernel = 0;
+  bool deep = false;
+  size_t n = unfold(r, tmp, &n_kernel, &deep);
+  if (n == 0) {
+    s->st.empty++;
+    return -ENODATA;
+  }
+  s->st.deep += deep;
+  uint32_t found = find_or_add(s, tmp, n, n_kernel);
+  if (found == NO_STACK) {
+    s->st.cut++;
+    return -ENOSPC;
+  }
   s->stacks[found].samples++;
   s->st.samples++;
+  uint32_t logged = NO_STACK;
   if (s->n_log < s->max_log) {
-    s->log[s->n_log++] =
-        (em_stacks_log_entry_t){.tid = r->tid, .stack = found, .time_ns = r->time_ns};
+    logged = s->n_log;
+    s->log[s->n_log++] = (em_stacks_log_entry_t){
+        .tid = r->tid, .stack = found, .time_ns = r->time_ns, .from = NO_STACK};
+    if (s->on_sample) {
+      s->on_sample(s->on_sample_ctx, logged, r);
+    }
   } else {
     s->st.log_cut++;
   }
@@ -258,6 +276,7 @@ int em_stacks_add(em_stacks_t *s, const em_perf_rec_t *r) {
   thread_t_ *t = thread_slot(s, r->tid, true);
   if (t) {
     t->last_stack = found;
+    t->last_log = logged;
   }
   return 0;
 }
@@ -268,8 +287,11 @@ static void charge_off_cpu(em_stacks_t *s, const thread_t_ *t, uint64_t in_ns) {
   s->stacks[t->last_stack].off_cpu_ns += d;
   s->st.off_cpu_ns += d;
   if (s->n_log < s->max_log) {
-    s->log[s->n_log++] = (em_stacks_log_entry_t){
-        .tid = t->tid, .stack = t->last_stack, .time_ns = t->out_ns, .off_cpu_ns = d};
+    s->log[s->n_log++] = (em_stacks_log_entry_t){.tid = t->tid,
+                                                 .stack = t->last_stack,
+                                                 .time_ns = t->out_ns,
+                                                 .off_cpu_ns = d,
+                                                 .from = t->last_log};
   }
 }
 
@@ -299,6 +321,50 @@ void em_stacks_close(em_stacks_t *s, uint64_t end_ns) {
       charge_off_cpu(s, t, end_ns);
     }
     t->out_ns = 0;
+  }
+}
+
+void em_stacks_on_sample(em_stacks_t *s, em_stacks_sample_fn fn, void *ctx) {
+  s->on_sample = fn;
+  s->on_sample_ctx = ctx;
+}
+
+int em_stacks_rechain(em_stacks_t *s, size_t log_index, const uint64_t *user, uint32_t n_user) {
+  if (!s || log_index >= s->n_log || !user || n_user == 0 || s->log[log_index].off_cpu_ns != 0) {
+    return -EINVAL;
+  }
+  em_stacks_log_entry_t *l = &s->log[log_index];
+  const stack_t_ *old = &s->stacks[l->stack];
+  uint32_t n_kernel = old->n_kernel;
+  if (n_user > EM_PROFILE_MAX_DEPTH - n_kernel) { /* The root side goes, as unfold() cuts it. */
+    user += n_user - (EM_PROFILE_MAX_DEPTH - n_kernel);
+    n_user = EM_PROFILE_MAX_DEPTH - n_kernel;
+  }
+  if (n_user == 0) {
+    return -EINVAL;
+  }
+  uint64_t tmp[EM_PROFILE_MAX_DEPTH];
+  memcpy(tmp, user, n_user * sizeof(*tmp));
+  memcpy(tmp + n_user, s->addrs + old->off + old->n_user, n_kernel * sizeof(*tmp));
+  uint32_t found = find_or_add(s, tmp, n_user + n_kernel, n_kernel);
+  if (found == NO_STACK) {
+    return -ENOSPC;
+  }
+  s->stacks[l->stack].samples--;
+  s->stacks[found].samples++;
+  l->stack = found;
+  return 0;
+}
+
+void em_stacks_rechain_off_cpu(em_stacks_t *s) {
+  for (uint32_t i = 0; s && i < s->n_log; i++) {
+    em_stacks_log_entry_t *l = &s->log[i];
+    if (l->off_cpu_ns == 0 || l->from >= s->n_log || s->log[l->from].stack == l->stack) {
+      continue;
+    }
+    s->stacks[l->stack].off_cpu_ns -= l->off_cpu_ns;
+    s->stacks[s->log[l->from].stack].off_cpu_ns += l->off_cpu_ns;
+    l->stack = s->log[l->from].stack;
   }
 }
 

@@ -53,6 +53,8 @@ typedef struct {
   uint64_t time_ns;    /* The sample's time (CLOCK_MONOTONIC with use_clockid), or the
                           interval's start (the switch out). */
   uint64_t off_cpu_ns; /* 0: an on-CPU sample; else the off-CPU interval's length. */
+  uint32_t from;       /* Off-CPU: the log entry of the thread's last sample before it, or
+                          UINT32_MAX (not logged). */
 } em_stacks_log_entry_t;
 
 /* One stack as stored: addrs[0..n_user) user root..leaf, then n_kernel kernel root..leaf. */
@@ -96,6 +98,24 @@ void em_stacks_switch(em_stacks_t *s, const em_perf_rec_t *sw);
 
 /* Ends every open off-CPU interval at end_ns (the window's end). */
 void em_stacks_close(em_stacks_t *s, uint64_t end_ns);
+
+/* Called for every logged sample as it is stored (its log entry and its record, borrowed for the
+ * call): what else the assembly needs of it is kept there (the unwinder's registers and stack
+ * copy). fn NULL: none. */
+typedef void (*em_stacks_sample_fn)(void *ctx, uint32_t log_index, const em_perf_rec_t *r);
+void em_stacks_on_sample(em_stacks_t *s, em_stacks_sample_fn fn, void *ctx);
+
+/*
+ * Moves logged sample log_index to the stack of user addresses user[0..n_user) (root first, as
+ * stored: return addresses minus 1) and the kernel frames it had, the root side cut past
+ * EM_PROFILE_MAX_DEPTH. For the assembly, after the window closed. Returns 0, -EINVAL (no such
+ * sample, an off-CPU entry, no address) or -ENOSPC (a new stack with no room: it stays).
+ */
+int em_stacks_rechain(em_stacks_t *s, size_t log_index, const uint64_t *user, uint32_t n_user);
+
+/* After the rechains: every logged off-CPU interval moves to the stack its thread's last sample
+ * before it is on now. */
+void em_stacks_rechain_off_cpu(em_stacks_t *s);
 
 size_t em_stacks_count(const em_stacks_t *s);
 /* Stack i (< em_stacks_count), in the order first seen. */

@@ -152,6 +152,10 @@ static Dwfl *session(em_symbols_t *s, pid_t pid, const char *maps, size_t maps_l
   return rc == 0 ? s->dwfl : NULL;
 }
 
+Dwfl *em_symbols_session(em_symbols_t *s, pid_t pid, const char *maps, size_t maps_len) {
+  return s ? session(s, pid, maps, maps_len) : NULL;
+}
+
 size_t em_symbols_user(em_symbols_t *s, pid_t pid, const char *maps, size_t maps_len,
                        const uint64_t *addrs, size_t n, em_profile_frame_t *out) {
   Dwfl *d = session(s, pid, maps, maps_len);

@@ -21,6 +21,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <elfutils/libdwfl.h>
+
 #include "edgemon/profile.h"
 
 #define EM_SYMBOLS_ARENA_BYTES (1u << 20)
@@ -41,6 +43,14 @@ void em_symbols_begin(em_symbols_t *s);
  */
 size_t em_symbols_user(em_symbols_t *s, pid_t pid, const char *maps, size_t maps_len,
                        const uint64_t *addrs, size_t n, em_profile_frame_t *out);
+
+/*
+ * The Dwfl session of process pid, its modules reported from the live maps (or the snapshot
+ * maps/maps_len when the process is gone), as em_symbols_user() resolves with: the unwinder
+ * (unwind.h) walks stacks over the same modules. NULL when none can be reported. Valid until
+ * the next call with another pid or em_symbols_free().
+ */
+Dwfl *em_symbols_session(em_symbols_t *s, pid_t pid, const char *maps, size_t maps_len);
 
 /* Resolves kernel addresses addrs[0..n) (ascending) with /proc/kallsyms. Returns how many
  * stayed unresolved. */

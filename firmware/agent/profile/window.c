@@ -31,6 +31,7 @@
 #include "spanlog.h"
 #include "stacks.h"
 #include "symbols.h"
+#include "unwind.h"
 
 #define MAPS_BYTES   (256u * 1024u) /* The maps snapshot: enough for a few thousand maps. */
 #define NOTE_BYTES   256u
@@ -38,7 +39,8 @@
 #define NONE         UINT32_MAX
 #define UNSET        (UINT32_MAX - 1)
 #define FRAME_SLOTS  (2u * EM_PROFILE_MAX_FRAMES)
-#define SPAN_LOG     8192u /* Spans a window keeps: 5 s of 1600 spans/s. */
+#define SPAN_LOG     8192u      /* Spans a window keeps: 5 s of 1600 spans/s. */
+#define UNWIND_POOL  (8u << 20) /* Stack copies: ~5 s of one busy thread at 99 Hz. */
 
 typedef struct {
   uint32_t off; /* Into fidx. */
@@ -58,6 +60,7 @@ struct em_window {
   em_symbols_t *symbols;
   em_pymerge_t *py;
   em_spanlog_t *spans;
+  em_unwind_t *unwind;      /* NULL: frame-pointer chains only. */
   uint64_t await_until_ns;  /* AWAIT: when to stop waiting for the Python stacks. */
   uint64_t settle_until_ns; /* AWAIT: spans of the window's end still on their way till then. */
 
@@ -95,11 +98,18 @@ struct em_window {
   /* Assembly: frames indexed from the addresses the stacks use. */
   size_t used_addrs, used_unresolved;
   bool frames_full;
+  uint64_t rechain_cut; /* DWARF chains the stack table had no room for. */
 };
 
 static void *counted(em_window_t *w, size_t n, size_t size) {
   w->bytes += (uint64_t)n * size;
   return calloc(n ? n : 1, size);
+}
+
+/* em_stacks_sample_fn: a logged sample's registers and stack copy, for the worker's unwinding. */
+static void keep_stack(void *ctx, uint32_t log_index, const em_perf_rec_t *r) {
+  em_window_t *w = ctx;
+  (void)em_unwind_keep(w->unwind, log_index, r);
 }
 
 int em_window_new(em_window_t **out, const em_window_opts_t *o) {
@@ -140,6 +150,13 @@ int em_window_new(em_window_t **out, const em_window_opts_t *o) {
   if (!rc) {
     rc = em_spanlog_new(&w->spans, SPAN_LOG);
   }
+  if (!rc && o->dwarf) {
+    rc = em_unwind_new(&w->unwind, UNWIND_POOL);
+    rc = rc == -ENOTSUP ? 0 : rc; /* An architecture without it: frame pointers. */
+  }
+  if (!rc && w->unwind) {
+    em_stacks_on_sample(w->stacks, keep_stack, w);
+  }
   w->maps = counted(w, MAPS_BYTES, 1);
   w->addrs = counted(w, EM_WINDOW_MAX_ADDRS, sizeof(*w->addrs));
   w->addr_frames = counted(w, EM_WINDOW_MAX_ADDRS, sizeof(*w->addr_frames));
@@ -164,7 +181,7 @@ int em_window_new(em_window_t **out, const em_window_opts_t *o) {
     return rc;
   }
   w->bytes += em_stacks_bytes(w->stacks) + EM_SYMBOLS_ARENA_BYTES + em_pymerge_bytes(w->py) +
-              em_spanlog_bytes(w->spans);
+              em_spanlog_bytes(w->spans) + em_unwind_bytes(w->unwind);
   *out = w;
   return 0;
 }
@@ -178,6 +195,7 @@ void em_window_free(em_window_t *w) {
   em_symbols_free(w->symbols);
   em_pymerge_free(w->py);
   em_spanlog_free(w->spans);
+  em_unwind_free(w->unwind);
   free(w->maps);
   free(w->addrs);
   free(w->addr_frames);
@@ -263,7 +281,10 @@ int em_window_trigger(em_window_t *w, const em_profile_trigger_t *t, pid_t pid, 
   em_stacks_reset(w->stacks);
   em_pymerge_reset(w->py);
   em_spanlog_reset(w->spans, mono_ns);
-  int rc = em_sampler_open(w->sampler, pid, w->o.hz, w->o.clock);
+  em_unwind_reset(w->unwind);
+  em_sampler_user_t user = {.stack_bytes = EM_UNWIND_STACK_BYTES};
+  user.regs_mask = w->unwind ? em_unwind_regs_mask(NULL) : 0;
+  int rc = em_sampler_open(w->sampler, pid, w->o.hz, w->o.clock, &user);
   if (rc) {
     w->st.failed++;
     return rc;
@@ -606,16 +627,62 @@ static void note_stages(em_window_t *w, uint64_t samples, uint64_t staged) {
   }
 }
 
+/* em_unwind_chain_fn: a sample's DWARF chain replaces its frame-pointer one. */
+static void rechain(void *ctx, uint32_t log_index, const uint64_t *addrs, uint32_t n) {
+  em_window_t *w = ctx;
+  if (em_stacks_rechain(w->stacks, log_index, addrs, n) != 0) {
+    w->rechain_cut++;
+  }
+}
+
+/* The notes on how the native frames were unwound. */
+static void note_unwinding(em_window_t *w, uint64_t samples) {
+  const em_sampler_stats_t *ss = em_sampler_stats(w->sampler);
+  if (!w->unwind || ss->no_user_stacks) {
+    note(w,
+         "native frames by frame pointers only (%s): they stop, or are cut, at the first "
+         "function built without them",
+         w->unwind ? "the kernel refused user stack copies"
+                   : (w->o.dwarf ? "no DWARF unwinding on this architecture" : "unwind = fp"));
+    return;
+  }
+  const em_unwind_stats_t *us = em_unwind_stats(w->unwind);
+  uint64_t dwarf = us->unwound - w->rechain_cut;
+  if (dwarf < samples) {
+    note(w,
+         "%llu of %llu samples unwound by DWARF CFI from %u-byte stack copies; the others by frame "
+         "pointers (%llu: the copy pool was full, %llu: unwinding failed, %llu: no room)",
+         (unsigned long long)dwarf, (unsigned long long)samples, EM_UNWIND_STACK_BYTES,
+         (unsigned long long)us->pool_full, (unsigned long long)us->failed,
+         (unsigned long long)w->rechain_cut);
+  }
+  if (ss->small_rings) {
+    note(w,
+         "%u threads got smaller perf rings (locked memory, perf_event_mlock_kb): samples may "
+         "be lost",
+         ss->small_rings);
+  }
+}
+
 void em_window_resolve(em_window_t *w) {
   if (!w || w->state != EM_WINDOW_CLOSED) {
     return;
   }
   const em_sampler_stats_t *ss = em_sampler_stats(w->sampler);
   const em_stacks_stats_t *ks = em_stacks_stats(w->stacks);
+  w->rechain_cut = 0;
+  if (w->unwind) {
+    em_unwind_run(w->unwind, em_symbols_session(w->symbols, w->pid, w->maps, w->maps_len), w->pid,
+                  rechain, w);
+    em_stacks_rechain_off_cpu(w->stacks);
+  }
   size_t n_stacks = em_stacks_count(w->stacks);
   size_t n = 0;
   for (size_t s = 0; s < n_stacks; s++) {
     em_stacks_entry_t e = em_stacks_get(w->stacks, s);
+    if (e.samples == 0 && e.off_cpu_ns == 0) {
+      continue; /* Its samples all took a DWARF chain. */
+    }
     for (uint32_t i = 0; i < e.n_user + e.n_kernel; i++) {
       w->addrs[n++] = e.addrs[i]; /* At most EM_WINDOW_MAX_ADDRS: the table's own bound. */
     }
@@ -637,11 +704,15 @@ void em_window_resolve(em_window_t *w) {
   memset(w->merged_slots, 0xff, ((size_t)w->merged_mask + 1) * sizeof(*w->merged_slots));
   w->frames_full = false;
   w->used_addrs = w->used_unresolved = 0;
+  note_unwinding(w, ks->samples);
   for (size_t i = 0; i < d; i++) {
     w->addr_index[i] = UNSET;
   }
   for (size_t s = 0; s < n_stacks; s++) { /* Native frames first, in the order stacks use them. */
     em_stacks_entry_t e = em_stacks_get(w->stacks, s);
+    if (e.samples == 0 && e.off_cpu_ns == 0) {
+      continue;
+    }
     uint32_t path[EM_PROFILE_MAX_DEPTH];
     bool cut = false;
     (void)stack_path(w, d, &e, path, &cut);
@@ -768,6 +839,7 @@ uint8_t *em_window_buffer(em_window_t *w, size_t *cap) {
 
 void em_window_done(em_window_t *w) {
   if (w && (w->state == EM_WINDOW_RESOLVED || w->state == EM_WINDOW_CLOSED)) {
+    em_unwind_reset(w->unwind); /* The stack copies' pages go back now, not at the next window. */
     w->number++;
     w->state = EM_WINDOW_IDLE;
   }

@@ -56,6 +56,7 @@ typedef struct {
   uint64_t min_gap_ns;     /* Least time between two windows' starts. */
   uint32_t max_bytes;      /* Encode buffer, 4096..EM_PROFILE_MAX_BYTES. */
   uint32_t max_stacks;     /* 1..EM_PROFILE_MAX_STACKS */
+  bool dwarf;              /* Unwind user stacks by DWARF CFI (unwind.h), not frame pointers. */
   uint64_t span_settle_ns; /* How long past its end a window still takes spans: the rings hand
                               a span over a tick or two after it ends (two tick intervals). */
   const char *proc_root;   /* "/proc"; copied. */
