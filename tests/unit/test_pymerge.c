@@ -115,8 +115,8 @@ static void take_keeps_only_the_windows_valid_datagram(void **state) {
 static size_t splice(const em_pymerge_t *m, uint32_t tid, uint64_t t, const uint32_t *path,
                      size_t n, em_pymerge_interp_fn interp, void *ctx, uint32_t *out,
                      em_pymerge_why_t *why) {
-  return em_pymerge_splice(m, tid, t, t - 20000000ull, t + 20000000ull, path, n, interp, ctx, out,
-                           why);
+  return em_pymerge_splice(m, tid, t, t - 20000000ull, t + 20000000ull, path, n, interp, NULL, ctx,
+                           out, why);
 }
 
 static void prepare_splits_function_and_file_line(void **state) {
@@ -224,7 +224,7 @@ static void splice_cuts_the_root_side_past_max_depth(void **state) {
   path[255] = CRC32;
   uint32_t out[EM_PROFILE_MAX_DEPTH];
   size_t n = em_pymerge_splice(m, 100, 1000000000ull, 999999999ull, 1000000001ull, path, 256,
-                               is_interp, &t, out, NULL);
+                               is_interp, NULL, &t, out, NULL);
   assert_int_equal(n, EM_PROFILE_MAX_DEPTH);
   assert_int_equal(out[n - 1], CRC32);
   assert_int_equal(out[n - 2], py(&t, "slow_checksum"));
@@ -233,7 +233,19 @@ static void splice_cuts_the_root_side_past_max_depth(void **state) {
   em_pymerge_free(m);
 }
 
-static void splice_takes_only_a_python_sample_within_the_bounds(void **state) {
+/* An accept() that refuses the Python samples taken before 1.005 s (another stage, say). */
+static bool from_1005(void *ctx, uint64_t time_ns) {
+  (void)ctx;
+  return time_ns >= 1005000000ull;
+}
+
+static bool none(void *ctx, uint64_t time_ns) {
+  (void)ctx;
+  (void)time_ns;
+  return false;
+}
+
+static void splice_takes_the_nearest_python_sample_accept_takes(void **state) {
   (void)state;
   table_t t;
   table_init(&t, 64);
@@ -241,15 +253,20 @@ static void splice_takes_only_a_python_sample_within_the_bounds(void **state) {
   const uint32_t path[] = {MAIN, EVAL, CRC32};
   uint32_t out[EM_PROFILE_MAX_DEPTH];
   em_pymerge_why_t why = EM_PYMERGE_NO_FRAME;
-  /* 1.004 s: the 1.00 s sample is nearer, but the thread's span began at 1.002 s: the 1.01 s
-   * sample (3 frames) is the one of the same span. */
-  assert_int_equal(em_pymerge_splice(m, 100, 1004000000ull, 1002000000ull, 1024000000ull, path, 3,
-                                     is_interp, &t, out, &why),
+  /* 1.004 s: the 1.00 s sample (4 frames) is nearer, but accept refuses it: the 1.01 s one (3
+   * frames, so main + 3 + crc32). */
+  assert_int_equal(em_pymerge_splice(m, 100, 1004000000ull, 984000000ull, 1024000000ull, path, 3,
+                                     is_interp, from_1005, &t, out, &why),
                    5);
   assert_int_equal(why, EM_PYMERGE_SPLICED);
-  /* A span of 1.002..1.008 s holds no Python sample of thread 100: none is taken. */
-  assert_int_equal(em_pymerge_splice(m, 100, 1004000000ull, 1002000000ull, 1008000000ull, path, 3,
-                                     is_interp, &t, out, &why),
+  /* Within bounds ending before 1.01 s, only the refused one: none is taken. */
+  assert_int_equal(em_pymerge_splice(m, 100, 1004000000ull, 984000000ull, 1008000000ull, path, 3,
+                                     is_interp, from_1005, &t, out, &why),
+                   0);
+  assert_int_equal(why, EM_PYMERGE_NO_SAMPLE);
+  /* Nothing accepted: none. */
+  assert_int_equal(em_pymerge_splice(m, 100, 1004000000ull, 984000000ull, 1024000000ull, path, 3,
+                                     is_interp, none, &t, out, &why),
                    0);
   assert_int_equal(why, EM_PYMERGE_NO_SAMPLE);
   em_pymerge_free(m);
@@ -257,7 +274,7 @@ static void splice_takes_only_a_python_sample_within_the_bounds(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(splice_takes_only_a_python_sample_within_the_bounds),
+      cmocka_unit_test(splice_takes_the_nearest_python_sample_accept_takes),
       cmocka_unit_test(take_keeps_only_the_windows_valid_datagram),
       cmocka_unit_test(prepare_splits_function_and_file_line),
       cmocka_unit_test(splice_replaces_the_interpreter_run_keeping_above_and_below),

@@ -177,11 +177,10 @@ void em_pymerge_prepare(em_pymerge_t *m, em_pymerge_frame_fn add_frame, void *ct
   qsort(m->refs, m->n_refs, sizeof(*m->refs), cmp_ref);
 }
 
-/* The held sample of tid nearest time_ns taken within [lo_ns, hi_ns], or NULL. The nearest on
- * each side of time_ns are the only candidates: one beyond a bound has every other on its side
- * beyond it too. */
+/* The held sample of tid nearest time_ns taken within [lo_ns, hi_ns] that accept takes (NULL:
+ * any), or NULL: the first accepted on each side, walking out from time_ns until a bound. */
 static const pyref_t *nearest(const em_pymerge_t *m, uint32_t tid, uint64_t time_ns, uint64_t lo_ns,
-                              uint64_t hi_ns) {
+                              uint64_t hi_ns, em_pymerge_accept_fn accept, void *ctx) {
   size_t lo = 0, hi = m->n_refs;
   const pyref_t key = {.tid = tid, .time_ns = time_ns};
   while (lo < hi) {
@@ -192,33 +191,44 @@ static const pyref_t *nearest(const em_pymerge_t *m, uint32_t tid, uint64_t time
       hi = mid;
     }
   }
-  const pyref_t *best = NULL;
-  uint64_t best_gap = 0;
-  for (size_t i = lo > 0 ? lo - 1 : lo; i <= lo && i < m->n_refs; i++) {
-    const pyref_t *r = &m->refs[i];
-    if (r->tid != tid) {
-      continue;
+  const pyref_t *left = NULL, *right = NULL;
+  for (size_t i = lo; i > 0; i--) {
+    const pyref_t *r = &m->refs[i - 1];
+    if (r->tid != tid || r->time_ns < lo_ns) {
+      break;
     }
-    uint64_t gap = r->time_ns > time_ns ? r->time_ns - time_ns : time_ns - r->time_ns;
-    if (r->time_ns >= lo_ns && r->time_ns <= hi_ns && (!best || gap < best_gap)) {
-      best = r;
-      best_gap = gap;
+    if (r->time_ns <= hi_ns && (!accept || accept(ctx, r->time_ns))) {
+      left = r;
+      break;
     }
   }
-  return best;
+  for (size_t i = lo; i < m->n_refs; i++) {
+    const pyref_t *r = &m->refs[i];
+    if (r->tid != tid || r->time_ns > hi_ns) {
+      break;
+    }
+    if (r->time_ns >= lo_ns && (!accept || accept(ctx, r->time_ns))) {
+      right = r;
+      break;
+    }
+  }
+  if (!left || !right) {
+    return left ? left : right;
+  }
+  return time_ns - left->time_ns <= right->time_ns - time_ns ? left : right;
 }
 
 size_t em_pymerge_splice(const em_pymerge_t *m, uint32_t tid, uint64_t time_ns, uint64_t lo_ns,
                          uint64_t hi_ns, const uint32_t *path, size_t n,
-                         em_pymerge_interp_fn is_interp, void *ctx, uint32_t *out,
-                         em_pymerge_why_t *why) {
+                         em_pymerge_interp_fn is_interp, em_pymerge_accept_fn accept, void *ctx,
+                         uint32_t *out, em_pymerge_why_t *why) {
   em_pymerge_why_t dummy;
   why = why ? why : &dummy;
   *why = EM_PYMERGE_NO_SAMPLE;
   if (!m || !m->held || !path || !is_interp || !out || n > EM_PROFILE_MAX_DEPTH) {
     return 0;
   }
-  const pyref_t *r = nearest(m, tid, time_ns, lo_ns, hi_ns);
+  const pyref_t *r = nearest(m, tid, time_ns, lo_ns, hi_ns, accept, ctx);
   if (!r) {
     return 0;
   }

@@ -4,9 +4,10 @@
  * samples into the native stacks the agent sampled.
  *
  * The merge rule: a native sample of thread T at time t takes the Python sample of the same T
- * taken nearest to t, when that is within the caller's bounds (two of the client's sampling
- * periods either side, narrowed to the span T was in at t when there is one: a Python sample
- * from another stage would name code the thread was not running);
+ * taken nearest to t among those within the caller's bounds (two of the client's sampling
+ * periods either side) that its accept() takes (the window's: one taken in the same stage as
+ * the sample, or both outside every span: a Python sample from another stage would name code
+ * the thread was not running);
  * its Python frames (root first) replace the native interpreter frames, from the first frame
  * the caller's is_interp() says is the interpreter's eval loop (`_PyEval_EvalFrameDefault`),
  * counted from the root, to the last one. What is above stays above (the C entry: main,
@@ -51,6 +52,8 @@ typedef enum {
 typedef uint32_t (*em_pymerge_frame_fn)(void *ctx, const em_profile_frame_t *f);
 /* True when frame index `frame` is the interpreter's eval loop. */
 typedef bool (*em_pymerge_interp_fn)(void *ctx, uint32_t frame);
+/* Whether the Python sample of the thread taken at time_ns may give its frames. */
+typedef bool (*em_pymerge_accept_fn)(void *ctx, uint64_t time_ns);
 
 int em_pymerge_new(em_pymerge_t **out); /* 0, -EINVAL or -ENOMEM. */
 void em_pymerge_free(em_pymerge_t *m);  /* NULL: no-op. */
@@ -80,14 +83,14 @@ void em_pymerge_prepare(em_pymerge_t *m, em_pymerge_frame_fn add_frame, void *ct
 
 /*
  * The native path (frame indices, root first, n of them) of a sample of `tid` at time_ns, with
- * the Python frames of its nearest Python sample taken within [lo_ns, hi_ns] spliced in: writes the
- * result into out[0..EM_PROFILE_MAX_DEPTH) and returns its length (the root side cut to
- * EM_PROFILE_MAX_DEPTH) with *why SPLICED or ABOVE. Returns 0 and *why when it keeps its native
- * frames (out untouched). Only after em_pymerge_prepare().
+ * the Python frames of its nearest Python sample taken within [lo_ns, hi_ns] that accept()
+ * takes (NULL: any) spliced in: writes the result into out[0..EM_PROFILE_MAX_DEPTH) and returns its
+ * length (the root side cut to EM_PROFILE_MAX_DEPTH) with *why SPLICED or ABOVE. Returns 0 and *why
+ * when it keeps its native frames (out untouched). Only after em_pymerge_prepare().
  */
 size_t em_pymerge_splice(const em_pymerge_t *m, uint32_t tid, uint64_t time_ns, uint64_t lo_ns,
                          uint64_t hi_ns, const uint32_t *path, size_t n,
-                         em_pymerge_interp_fn is_interp, void *ctx, uint32_t *out,
-                         em_pymerge_why_t *why);
+                         em_pymerge_interp_fn is_interp, em_pymerge_accept_fn accept, void *ctx,
+                         uint32_t *out, em_pymerge_why_t *why);
 
 #endif /* EDGEMON_AGENT_PYMERGE_H */

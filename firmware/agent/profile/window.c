@@ -98,7 +98,8 @@ struct em_window {
   /* Assembly: frames indexed from the addresses the stacks use. */
   size_t used_addrs, used_unresolved;
   bool frames_full;
-  uint64_t rechain_cut; /* DWARF chains the stack table had no room for. */
+  uint64_t rechain_cut;            /* DWARF chains the stack table had no room for. */
+  uint32_t merge_tid, merge_stage; /* The logged entry being merged (same_stage). */
 };
 
 static void *counted(em_window_t *w, size_t n, size_t size) {
@@ -531,6 +532,13 @@ static uint32_t add_py_frame(void *ctx, const em_profile_frame_t *f) {
   return frame_index(ctx, f);
 }
 
+/* em_pymerge_accept_fn: a Python sample taken in the stage of the sample being merged (both in
+ * no span counts too). */
+static bool same_stage(void *ctx, uint64_t time_ns) {
+  const em_window_t *w = ctx;
+  return em_spanlog_stage(w->spans, w->merge_tid, time_ns, NULL, NULL) == w->merge_stage;
+}
+
 static bool is_interp(void *ctx, uint32_t frame) {
   const em_window_t *w = ctx;
   return frame < EM_PROFILE_MAX_FRAMES && w->interp[frame];
@@ -574,16 +582,17 @@ static void merge_logged(em_window_t *w, size_t d, size_t n_stacks, bool have_py
     uint32_t path[EM_PROFILE_MAX_DEPTH], out[EM_PROFILE_MAX_DEPTH];
     bool cut = false;
     uint32_t k = stack_path(w, d, &e, path, &cut);
-    /* The Python sample: within two periods, and within the thread's span when it had one. */
+    /* The Python sample: within two periods, taken in the same stage (same_stage). */
     uint64_t lo = l.time_ns > max_gap_ns ? l.time_ns - max_gap_ns : 0;
-    uint64_t hi = l.time_ns + max_gap_ns, span_lo = 0, span_hi = UINT64_MAX;
-    uint32_t stage = em_spanlog_stage(w->spans, l.tid, l.time_ns, &span_lo, &span_hi);
+    uint32_t stage = em_spanlog_stage(w->spans, l.tid, l.time_ns, NULL, NULL);
     mc->staged += sample && stage != EM_PROFILE_NO_STAGE;
     size_t n = 0;
     em_pymerge_why_t why = EM_PYMERGE_NO_SAMPLE;
     if (have_py) {
-      n = em_pymerge_splice(w->py, l.tid, l.time_ns, lo > span_lo ? lo : span_lo,
-                            hi < span_hi ? hi : span_hi, path, k, is_interp, w, out, &why);
+      w->merge_tid = l.tid;
+      w->merge_stage = stage;
+      n = em_pymerge_splice(w->py, l.tid, l.time_ns, lo, l.time_ns + max_gap_ns, path, k, is_interp,
+                            same_stage, w, out, &why);
       if (n == 0 && sample) {
         mc->no_sample += why == EM_PYMERGE_NO_SAMPLE;
         mc->no_frame += why == EM_PYMERGE_NO_FRAME;
