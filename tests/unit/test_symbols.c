@@ -3,9 +3,10 @@
  * address is charged to and the name it gets. unit: a maps snapshot of two made-up modules
  * (the target gone), where an address at a module's end, in the gap between modules or above
  * the highest one belongs to none (libdwfl's dwfl_addrmodule answers the module below for
- * those). live (--live): this very process in the real /proc: getpid in libc, a function and a
- * data object of the test binary, the first byte past a library's last mapping, a stack
- * address, and one session kept across two resolves with a library loaded in between.
+ * those), and file names that are not frame-text become frame-text. live (--live): this very
+ * process in the real /proc: getpid in libc, a function and a data object of the test binary, the
+ * first byte past a library's last mapping, a stack address, and one session kept across two
+ * resolves with a library loaded in between.
  */
 #define _GNU_SOURCE
 
@@ -80,6 +81,36 @@ static void snapshot_bounds_each_module(void **state) {
     assert_outside(&out[7], addrs[7]); /* the highest module's end */
     assert_outside(&out[8], addrs[8]); /* far above every module */
   }
+  em_symbols_free(s);
+}
+
+/* File names are the target's to choose: a control character or a byte that is not UTF-8
+ * becomes '?', and a long name is cut on a character boundary, so every frame is frame-text
+ * the profile encoder accepts. */
+static void snapshot_file_names_become_frame_text(void **state) {
+  (void)state;
+  char maps[1024];
+  char long_name[401];
+  for (int i = 0; i < 200; i++) {
+    memcpy(long_name + 2 * i, "\xc3\xa9", 2); /* U+00E9, 2 bytes */
+  }
+  long_name[400] = '\0';
+  snprintf(maps, sizeof(maps),
+           "00010000-00012000 r-xp 00000000 fe:00 101 /nonexistent/li\x01"
+           "b\xff\xc3.so\n"
+           "00030000-00038000 r-xp 00000000 fe:00 202 /nonexistent/%s\n",
+           long_name);
+  const uint64_t addrs[] = {0x10010, 0x30010};
+  em_profile_frame_t out[2];
+  em_symbols_t *s = new_symbols("/nonexistent-proc");
+  assert_int_equal(em_symbols_user(s, 4242, maps, strlen(maps), addrs, 2, out), 2);
+  assert_string_equal(out[0].module, "li?b??.so");
+  assert_string_equal(out[0].name, "li?b??.so+0x10");
+  assert_int_equal(strlen(out[1].module), 254); /* 127 characters: the 128th would pass 255 */
+  assert_memory_equal(out[1].module, long_name, 254);
+  assert_int_equal(strlen(out[1].name), 200 + strlen("+0x10"));
+  assert_memory_equal(out[1].name, long_name, 200);
+  assert_string_equal(out[1].name + 200, "+0x10");
   em_symbols_free(s);
 }
 
@@ -197,6 +228,7 @@ static void live_session_sees_a_library_loaded_since(void **state) {
 int main(int argc, char **argv) {
   const struct CMUnitTest unit[] = {
       cmocka_unit_test(snapshot_bounds_each_module),
+      cmocka_unit_test(snapshot_file_names_become_frame_text),
   };
   /* The live kernel: this process in the real /proc. Run with --live, labelled integration
    * (CMakeLists.txt). */

@@ -8,7 +8,9 @@
  *
  * An address no symbol covers becomes "module+0xOFFSET" (kind native, the binary named) or,
  * outside every module, its hex address (kind unknown); an unresolved kernel address is its
- * hex address in module "[kernel.kallsyms]".
+ * hex address in module "[kernel.kallsyms]". Every name and module is a profile's frame-text
+ * (1..255 bytes of UTF-8, no control characters): a byte of a symbol or file name that is not
+ * part of such a character becomes '?', a longer name is cut on a character boundary.
  *
  * Owns: the Dwfl session and a text arena (EM_SYMBOLS_ARENA_BYTES, allocated at
  * em_symbols_new()) the frames' strings point into until the next resolve. Runs on a libuv
