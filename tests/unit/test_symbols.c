@@ -163,12 +163,15 @@ static void live_own_process_names_each_module(void **state) {
   int local = em_test_symbols_marker(1);
   uint64_t gap = end_of_a_module();
   assert_int_not_equal(gap, 0);
+  void *start_main = dlsym(RTLD_DEFAULT, "__libc_start_main"); /* Versioned in .dynsym. */
+  assert_non_null(start_main);
   const uint64_t addrs[] = {
       (uint64_t)(uintptr_t)getpid_addr + 1,
       (uint64_t)(uintptr_t)em_test_symbols_marker + 1,
       (uint64_t)(uintptr_t)&em_test_symbols_datum[100],
       (uint64_t)(uintptr_t)&local,
       gap,
+      (uint64_t)(uintptr_t)start_main + 1,
   };
   enum { N = sizeof(addrs) / sizeof(addrs[0]) };
   em_profile_frame_t out[N];
@@ -190,6 +193,9 @@ static void live_own_process_names_each_module(void **state) {
 
   assert_outside(&out[3], addrs[3]); /* the stack, above every module */
   assert_outside(&out[4], addrs[4]); /* the anonymous mapping right after a module */
+
+  /* A versioned symbol is named without its version ("@@GLIBC_2.34"). */
+  assert_string_equal(out[5].name, "__libc_start_main");
   em_symbols_free(s);
 }
 

@@ -208,6 +208,14 @@ size_t em_symbols_user(em_symbols_t *s, pid_t pid, const char *maps, size_t maps
     }
     const char *module = keep(s, base_name(path ? path : "?"));
     const char *sym = code_symbol(m, addrs[i]);
+    char plain[EM_PROFILE_MAX_FRAME_BYTES + 1];
+    const char *at = sym ? strchr(sym, '@') : NULL;
+    if (at && at > sym) { /* "__libc_start_main@@GLIBC_2.34": the symbol version goes. */
+      size_t len = (size_t)(at - sym);
+      len = len > EM_PROFILE_MAX_FRAME_BYTES ? EM_PROFILE_MAX_FRAME_BYTES : len;
+      snprintf(plain, sizeof(plain), "%.*s", (int)len, sym);
+      sym = plain;
+    }
     const char *name = sym ? keep(s, sym) : NULL;
     if (!name) {
       char text[EM_PROFILE_MAX_FRAME_BYTES + 1];
