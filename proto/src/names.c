@@ -139,11 +139,11 @@ static bool ident_char(unsigned char c) {
          c == '.' || c == ':' || c == '-';
 }
 
-/*
- * Length of the UTF-8 sequence starting at s[0..left), or 0 when it is not a valid, minimal
- * encoding of a scalar value that is not a control character.
- */
-static size_t utf8_char(const unsigned char *s, size_t left) {
+size_t em_text_char(const char *text, size_t left) {
+  const unsigned char *s = (const unsigned char *)text;
+  if (!s || left == 0) {
+    return 0;
+  }
   unsigned char c = s[0];
   if (c < 0x80) {
     return (c >= 0x20 && c != 0x7f) ? 1 : 0;
@@ -193,7 +193,7 @@ int em__check_str(const char *s, size_t len, em_str_class_t cls, size_t max) {
       step = (u[i] >= 0x20 && u[i] <= 0x7e) ? 1 : 0;
       break;
     case STR_TEXT:
-      step = utf8_char(u + i, len - i);
+      step = em_text_char(s + i, len - i);
       break;
     case STR_LABEL:
       step = ((u[i] >= 'a' && u[i] <= 'z') || (u[i] >= 'A' && u[i] <= 'Z') || u[i] == '_' ||

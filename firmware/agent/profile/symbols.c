@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "edgemon/proto.h"
+
 struct em_symbols {
   char proc_root[256];
   Dwfl *dwfl;
@@ -72,41 +74,16 @@ void em_symbols_begin(em_symbols_t *s) {
   s->used = 0;
 }
 
-/* Bytes of the UTF-8 character at s (NUL-terminated) when it is one a profile's frame-text
- * allows: a scalar value that is not a control character (C0, DEL, C1). 0: not one. */
-static size_t text_char(const unsigned char *s) {
-  unsigned char c = s[0];
-  if (c < 0x80) {
-    return c >= 0x20 && c != 0x7f ? 1 : 0;
-  }
-  size_t n = c >= 0xc2 && c <= 0xdf   ? 2
-             : c >= 0xe0 && c <= 0xef ? 3
-             : c >= 0xf0 && c <= 0xf4 ? 4
-                                      : 0;
-  uint32_t cp = c & (0x7fu >> n);
-  for (size_t i = 1; i < n; i++) {
-    if ((s[i] & 0xc0u) != 0x80u) { /* A NUL ends the scan here too. */
-      return 0;
-    }
-    cp = (cp << 6) | (s[i] & 0x3fu);
-  }
-  if (n == 0 || (n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-      (cp >= 0xd800 && cp <= 0xdfff) || (cp >= 0x80 && cp <= 0x9f)) {
-    return 0;
-  }
-  return n;
-}
-
 /* A copy of text in the arena as frame-text: each byte that does not start a character
- * text_char() allows becomes '?' (symbol names come from whatever ELF file the target maps,
+ * em_text_char() allows becomes '?' (symbol names come from whatever ELF file the target maps,
  * module names from its file names), cut at EM_PROFILE_MAX_FRAME_BYTES on a character
  * boundary. NULL when the arena is full or the text empty. */
 static const char *keep(em_symbols_t *s, const char *text) {
   char buf[EM_PROFILE_MAX_FRAME_BYTES];
-  const unsigned char *u = (const unsigned char *)text;
-  size_t n = 0;
-  while (*u) {
-    size_t len = text_char(u);
+  size_t left = strlen(text), n = 0;
+  const char *u = text;
+  while (left > 0) {
+    size_t len = em_text_char(u, left);
     if (n + (len ? len : 1) > sizeof(buf)) {
       break;
     }
@@ -118,6 +95,7 @@ static const char *keep(em_symbols_t *s, const char *text) {
     }
     n += len;
     u += len;
+    left -= len;
   }
   if (n == 0 || EM_SYMBOLS_ARENA_BYTES - s->used < n + 1) {
     return NULL;

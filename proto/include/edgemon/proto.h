@@ -390,6 +390,14 @@ typedef const char *(*em_proto_alias_name_fn)(void *ctx, uint32_t alias);
 EM_PROTO_MUST_USE int em_proto_to_json_named(const em_msg_t *msg, em_proto_alias_name_fn name_of,
                                              void *ctx, char *buf, size_t cap, size_t *out_len);
 
+/*
+ * Bytes of the character at s[0..left) when it is one a text field allows (the CDDL's text
+ * rules: a minimal UTF-8 encoding of a scalar value that is not a control character, C0, DEL
+ * or C1), else 0. What validates text fields, and what writers that must make text out of
+ * foreign bytes (symbol and file names) test each character with.
+ */
+size_t em_text_char(const char *s, size_t left);
+
 /* Text for an EM_PROTO_E* code or a negative errno. Never NULL. */
 const char *em_proto_strerror(int rc);
 
