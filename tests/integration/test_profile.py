@@ -8,7 +8,8 @@ proto/python/edgemon_proto.decode_profile, must name slow_checksum as a Python f
 client's own sampling, merged by the agent in place of libpython's eval loop) in the stack with
 the most samples, and as the Python function with the most samples; that stack's native frames
 must reach the process's entry (DWARF unwinding through python3.11, built without frame
-pointers) and hold no address outside every binary. The samples in slow_checksum must carry
+pointers) and hold no address outside every binary, and the interpreter's functions
+slow_checksum's arithmetic runs in must stay under it. The samples in slow_checksum must carry
 the stage `infer`, about a tenth of all samples the stage `pre` (the span of their thread at
 their time), and no sample of infer may take prep_pixels' Python frames. A window on an idle
 target (a Python process without the client) holds nearly no samples and says it has no
@@ -177,6 +178,17 @@ def test_an_escalation_profiles_the_slow_python_function_from_the_clients_sample
         assert "Py_RunMain" in [f["name"] for f in frames[:first_py]], frames
         assert not any("frame pointers only" in n or "had no eval-loop frame" in n
                        for n in p["notes"]), p["notes"]
+        # ... and the native frames slow_checksum called stay under it (CPython's own functions
+        # doing its arithmetic: PyNumber_*, long objects, the allocator).
+        under = []
+        for st in p["stacks"]:
+            fs = frames_of(p, st)
+            py_at = [i for i, f in enumerate(fs) if f["kind"] == "python"]
+            if py_at and fs[py_at[-1]]["name"] == "slow_checksum" and py_at[-1] + 1 < len(fs):
+                under.append((st["samples"], fs[py_at[-1] + 1:]))
+        assert sum(n for n, _ in under) >= 5, under
+        assert all(f["kind"] in ("native", "kernel") for _, fs in under for f in fs), under
+        assert any(f["module"] == "python3.11" for _, fs in under for f in fs), under
         assert not any("does not merge" in n or n.startswith("no Python frames")
                        for n in p["notes"]), p["notes"]
         # Each sample's stage is the span its thread was in: the ring names its writer thread.
