@@ -177,6 +177,42 @@ def test_every_level_name_and_changes_seen_through_the_mapping(page_path):
     assert page.stats()["opens"] == 1
 
 
+def test_on_change_is_called_once_per_new_record_and_never_raises(page_path):
+    agent = Agent(page_path)
+    calls = []
+    page = edgemon.StatePage(page_path, on_change=lambda: calls.append(1))
+    agent.write(level="NOMINAL", changes=0)
+    for _ in range(3):
+        assert page.level() == "NOMINAL"
+    assert len(calls) == 1  # the cached record: no call on the hot path
+    agent.write(level="DEGRADED", changes=1)
+    assert page.level() == "DEGRADED" and page.level() == "DEGRADED"
+    assert len(calls) == 2
+
+    def boom():
+        raise RuntimeError("a callback that fails")
+    page.on_change = boom
+    agent.write(level="NOMINAL", changes=2)
+    assert page.level() == "NOMINAL"  # its exception never reaches the reader
+
+
+def test_a_level_change_makes_the_client_check_the_agent_at_its_next_span(tmp_path):
+    page_path = str(tmp_path / "state")
+    agent = Agent(page_path)
+    agent.write(level="NOMINAL", changes=0)
+    c = edgemon.Client(str(tmp_path / "spans.sock"), state_path=page_path)
+    try:
+        c.level()
+        c._next_check_ns = 1 << 62  # as if the agent was checked a moment ago
+        c.level()
+        assert c._next_check_ns == 1 << 62  # no change: the check waits
+        agent.write(level="DEGRADED", changes=1)
+        assert c.level() == "DEGRADED"
+        assert c._next_check_ns == 0  # due at the next span
+    finally:
+        c.close()
+
+
 def test_golden_page_vector_from_the_c_writer(tmp_path):
     expected = json.loads((VECTORS / "page.json").read_text())
     path = tmp_path / "state"

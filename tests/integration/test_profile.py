@@ -19,6 +19,7 @@ profile.suppressed and not published (with unwind = fp, and a note saying so); c
 opens a window with the seconds it asks for.
 """
 
+import re
 import subprocess
 import sys
 import threading
@@ -37,7 +38,7 @@ PROFILE = ("[profile]\nhz = 99\nseconds = {seconds}\nmin_gap_seconds = {gap}\nun
            "[degrade]\nwindow = 200ms\nenter_windows = 1\nleave_windows = 1\n")
 
 PIPELINE = """
-import sys, time
+import os, sys, time
 sys.path.insert(0, {client!r})
 import edgemon
 # {marker}
@@ -51,11 +52,12 @@ def prep_pixels(n):
     for i in range(n):
         s += i * i
     return s
-c = edgemon.Client({sock!r})
+c = edgemon.Client({sock!r}, state_path=os.path.join(os.path.dirname({sock!r}), "state"))
 i = 0
 t0 = time.monotonic_ns()
 while True:
     start = time.monotonic_ns()
+    c.level()  # read every frame, as a pipeline does: a change makes the client look at once
     prep_pixels(150000)
     mid = time.monotonic_ns()
     c.record("pre", start, mid - start, frame=i)
@@ -194,6 +196,11 @@ def test_an_escalation_profiles_the_slow_python_function_from_the_clients_sample
         # Each sample's stage is the span its thread was in: the ring names its writer thread.
         assert {"pre", "infer"} <= set(p["stages"]), p["stages"]
         assert not any(n.startswith("no stages") for n in p["notes"]), p["notes"]
+        # The pipeline reads its level every frame: the escalation's new state record makes the
+        # client read the profile page at once, so its sampling covers the window from the start.
+        without = [int(m.group(1)) for n in p["notes"]
+                   for m in [re.match(r"(\d+) of \d+ samples without Python frames", n)] if m]
+        assert not without or without[0] <= 0.2 * p["samples"], p["notes"]
         by_stage = {}
         for st in p["stacks"]:
             by_stage[st["stage"]] = by_stage.get(st["stage"], 0) + st["samples"]

@@ -105,6 +105,19 @@ def resolve_deadline_path(explicit, socket_path, environ=None):
 _clients = weakref.WeakSet()
 
 
+def _check_soon(client):
+    """The state page's on_change for client (held weakly: the page lives in the client): the
+    next span runs _check_agent, so the profile request page the agent writes on an escalation
+    is read within a frame, not up to a second later."""
+    ref = weakref.ref(client)
+
+    def check_soon():
+        c = ref()
+        if c is not None:
+            c._next_check_ns = 0
+    return check_soon
+
+
 class Client(object):
     """A connection to edgemon-agent's span socket.
 
@@ -140,7 +153,9 @@ class Client(object):
             or os.path.join(os.path.dirname(self.socket_path), _pyprof.PAGE_NAME),
             self.socket_path)
         self._init_rings()
-        self._page = StatePage(state_path)  # maps nothing until the first level()/state()
+        # Maps nothing until the first level()/state(); a new record (a level change, which opens
+        # a profile window on an escalation) makes the next span look at the profile page.
+        self._page = StatePage(state_path, on_change=_check_soon(self))
         self._subscriber = Subscriber(self.socket_path)
         self._sync = sync
         self._frame = 0
@@ -687,7 +702,7 @@ class Client(object):
             self._subscriber.close()
             self._subscriber = Subscriber(self.socket_path)
             self._page.close()
-            self._page = StatePage(state_path)
+            self._page = StatePage(state_path, on_change=_check_soon(self))
             self._close_rings()
             self._init_rings()
             self._sync = sync

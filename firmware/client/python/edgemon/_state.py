@@ -122,6 +122,8 @@ class StatePage(object):
 
     level() -> "NOMINAL" | "WARN" | "DEGRADED" | "CRITICAL" | None, state() -> State | None.
     clock: a monotonic ns clock, used only to pace the slow path (tests inject one).
+    on_change: called (no argument) when a read finds a record it had not read before: the
+    agent wrote a change. Only on that slow path; an exception from it is ignored.
 
     Threads: reads may come from any thread; they share the mapping and the cache (a reader
     that races another's cache update at worst reads the page once more). Fork: the child
@@ -129,9 +131,9 @@ class StatePage(object):
     """
 
     __slots__ = ("path", "_clock", "_mm", "_key", "_next_check_ns", "_seq", "_state",
-                 "_level", "counters")
+                 "_level", "counters", "on_change")
 
-    def __init__(self, path=None, clock=None):
+    def __init__(self, path=None, clock=None, on_change=None):
         self.path = resolve_state_path(path)
         self._clock = _monotonic_ns if clock is None else clock
         self._mm = None
@@ -141,6 +143,7 @@ class StatePage(object):
         self._state = None
         self._level = None
         self.counters = dict.fromkeys(COUNTER_NAMES, 0)
+        self.on_change = on_change
 
     # -- hot path -------------------------------------------------------------------------
 
@@ -190,6 +193,11 @@ class StatePage(object):
             self._state = state
             self._level = state.level
             self._seq = s1
+            if self.on_change is not None:
+                try:
+                    self.on_change()
+                except Exception:  # never disturbs the reader
+                    pass
             return state
         self.counters["busy"] += 1
         return self._state
