@@ -3,8 +3,10 @@
 The agent samples the process's native stacks (perf_event_open) when it opens a profile window
 and writes a profile request page (WIRE.md "Profile request page v1", the file "profile" in
 its runtime directory). Python 3.11 has no perf trampoline, so native stacks show only the
-interpreter's eval loop; this module supplies the Python side. On the client's once-a-second
-agent check, PyStacks.check() reads the page; when a window is open (start <= now < end) and
+interpreter's eval loop; this module supplies the Python side. On the client's agent check
+(once a second, and at the first span after the client reads a new state record: an
+escalation opens its window in the same tick that changes the level), PyStacks.check() reads
+the page; when a window is open (start <= now < end) and
 it is not the last one seen, it starts ONE daemon helper thread for that window only. The
 helper samples sys._current_frames() at min(hz, 99) Hz until the window's end (skipping
 itself), each sample (native thread id, time.monotonic_ns(), frames root first as indices into
@@ -128,7 +130,7 @@ class PyStacks(object):
         return out
 
     def check(self, now_ns):
-        """Called on the once-a-second agent check: one page read; a helper for a new open
+        """Called on the client's agent check: one page read; a helper for a new open
         window. Never raises."""
         if not self.enabled:
             return
