@@ -206,7 +206,7 @@ def test_an_escalation_profiles_the_slow_python_function_from_the_clients_sample
             by_stage[st["stage"]] = by_stage.get(st["stage"], 0) + st["samples"]
         # pre runs ~10 ms of each ~90 ms frame, infer the rest.
         assert 3 <= by_stage.get("pre", 0) < by_stage.get("infer", 0) / 3, by_stage
-        # A sample takes Python frames only from a Python sample of the same span.
+        # A sample takes Python frames only from a Python sample taken in the same stage.
         slow = samples_by_stage(p, "slow_checksum")
         assert slow.get("infer", 0) >= 0.9 * sum(slow.values()), slow
         assert "infer" not in samples_by_stage(p, "prep_pixels"), p["stacks"]

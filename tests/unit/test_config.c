@@ -232,6 +232,9 @@ static const error_case_t error_cases[] = {
     {"log_level unknown",
      "[agent]\nlog_level = verbose\n" TARGET,
      {"2: log_level 'verbose' must be one of error, warn, info, debug$"}},
+    {"profile unwind unknown",
+     "[profile]\nunwind = frames\n" TARGET,
+     {"2: unwind 'frames' must be dwarf or fp$"}},
 
     /* [target] */
     {"pid zero", "[target]\npid = 0\n", {"2: pid '0' must be a number from 1 to 4194304$"}},

@@ -222,7 +222,7 @@ size_t em_pymerge_splice(const em_pymerge_t *m, uint32_t tid, uint64_t time_ns, 
                          uint64_t hi_ns, const uint32_t *path, size_t n,
                          em_pymerge_interp_fn is_interp, em_pymerge_accept_fn accept, void *ctx,
                          uint32_t *out, em_pymerge_why_t *why) {
-  em_pymerge_why_t dummy;
+  em_pymerge_why_t dummy = EM_PYMERGE_NO_SAMPLE;
   why = why ? why : &dummy;
   *why = EM_PYMERGE_NO_SAMPLE;
   if (!m || !m->held || !path || !is_interp || !out || n > EM_PROFILE_MAX_DEPTH) {
