@@ -176,11 +176,7 @@ int em_proto_to_json_named(const em_msg_t *msg, em_proto_alias_name_fn name_of, 
     break;
   case EM_MSG_CMD:
     em__jw_common(&w, EM_MSG_CMD, &msg->u.cmd.head);
-    em__jkv_str(&w, "command",
-                msg->u.cmd.command == EM_CMD_REBIRTH   ? "rebirth"
-                : msg->u.cmd.command == EM_CMD_FLIGHT  ? "flight"
-                : msg->u.cmd.command == EM_CMD_PROFILE ? "profile"
-                                                       : "unknown");
+    em__jkv_str(&w, "command", em_cmd_name(msg->u.cmd.command));
     if (msg->u.cmd.seconds) {
       em__jkv_u64(&w, "seconds", msg->u.cmd.seconds);
     }

@@ -6,6 +6,7 @@
 #define _POSIX_C_SOURCE 200809L /* strnlen */
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "schema.h"
@@ -43,6 +44,32 @@ const char *em_msg_kind_name(em_msg_kind_t kind) {
     return "unknown";
   }
   return names[kind];
+}
+
+const char *em_cmd_name(em_cmd_code_t command) {
+  static const char *const names[] = {"rebirth", "flight", "profile"};
+  if ((int)command < (int)EM_CMD_REBIRTH || (int)command > (int)EM_CMD_PROFILE) {
+    return "unknown";
+  }
+  return names[command - EM_CMD_REBIRTH];
+}
+
+int em_proto_topic(size_t i, em_topic_t *out) {
+  if (!out || i >= EM_PROTO_TOPICS) {
+    return EM_PROTO_EINVAL;
+  }
+  memset(out, 0, sizeof(*out));
+  size_t published = (size_t)EM_MSG_PROFILE; /* Every kind but cmd. */
+  if (i < published) {
+    out->kind = (em_msg_kind_t)(i < (size_t)EM_MSG_CMD ? i : i + 1);
+    snprintf(out->suffix, sizeof(out->suffix), "%s", em_msg_kind_name(out->kind));
+    return 0;
+  }
+  out->kind = EM_MSG_CMD;
+  out->command = (em_cmd_code_t)(EM_CMD_REBIRTH + (int)(i - published));
+  out->from_host = true;
+  snprintf(out->suffix, sizeof(out->suffix), "cmd/%s", em_cmd_name(out->command));
+  return 0;
 }
 
 /* Time in every kind; session in all but cmd (a host's command belongs to no agent session). */

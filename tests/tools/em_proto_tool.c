@@ -7,12 +7,19 @@
  *   em-proto-tool decode < MSG.cbor  print the message (or recording, profile) as JSON, or the
  *                                    error and its offset
  *   em-proto-tool random SEED N DIR  write N random valid messages as DIR/rand-<i>.{cbor,json}
+ *   em-proto-tool topics             print the device's topics (edgemon/proto.h's table), one
+ *                                    "agent SUFFIX" or "host SUFFIX" line each: who publishes
+ *   em-proto-tool largest flight|profile [BYTES]
+ *                                    write to stdout the largest valid recording or profile
+ *                                    that fits in BYTES (default the kind's cap): the one
+ *                                    em_flight_encode_fit() / em_profile_encode_fit() keep
  *
  * Exit status: 0 done, 1 the input did not decode, 2 usage or I/O error.
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -264,10 +271,112 @@ static int cmd_random(const char *seed, const char *count, const char *dir) {
   return 0;
 }
 
+static int cmd_topics(void) {
+  for (size_t i = 0; i < EM_PROTO_TOPICS; i++) {
+    em_topic_t t;
+    if (em_proto_topic(i, &t) != 0) {
+      return 2;
+    }
+    printf("%s %s\n", t.from_host ? "host" : "agent", t.suffix);
+  }
+  return 0;
+}
+
+/* Room for more of everything than a cap holds, so the fit is what cuts. */
+#define BIG_STAGES 64u
+#define BIG_FRAMES 4096u
+#define BIG_DEPTH  24u
+static char big_names[BIG_FRAMES][24];
+static char big_stage_text[BIG_STAGES][16];
+static const char *big_stage_names[BIG_STAGES];
+static em_flight_span_t big_spans[EM_FLIGHT_MAX_SPANS];
+static em_profile_frame_t big_frames[BIG_FRAMES];
+static uint32_t big_chains[EM_PROFILE_MAX_STACKS][BIG_DEPTH];
+static em_profile_stack_t big_stacks[EM_PROFILE_MAX_STACKS];
+
+/* The largest flight recording or profile under cap bytes on stdout (exit 0), or 2. */
+static int cmd_largest(const char *kind, const char *bytes) {
+  char *end = NULL;
+  unsigned long long cap = bytes ? strtoull(bytes, &end, 10) : EM_FLIGHT_MAX_BYTES;
+  bool flight = strcmp(kind, "flight") == 0;
+  if ((!flight && strcmp(kind, "profile") != 0) || (bytes && (*end || cap == 0)) ||
+      cap > sizeof(buf) - 1) {
+    fprintf(stderr, "em-proto-tool: largest flight|profile [1..%zu]\n", sizeof(buf) - 1);
+    return 2;
+  }
+  for (size_t i = 0; i < BIG_STAGES; i++) {
+    snprintf(big_stage_text[i], sizeof(big_stage_text[i]), "stage-%02zu", i);
+    big_stage_names[i] = big_stage_text[i];
+  }
+  const uint64_t t0 = UINT64_C(1795262405000000000), mono = UINT64_C(123456789012345);
+  size_t len = 0;
+  int rc;
+  if (flight) {
+    for (size_t i = 0; i < EM_FLIGHT_MAX_SPANS; i++) { /* Irregular values: wide deltas. */
+      big_spans[i] = (em_flight_span_t){.stage = (uint32_t)(i % BIG_STAGES),
+                                        .frame_id = i * 7919u,
+                                        .start_ns = mono + i * 1000003u,
+                                        .duration_ns = 1000u + (i * 104729u) % 900000u};
+    }
+    em_flight_t f = {.head = {.time_ns = t0, .session = 7},
+                     .trigger = {.cause = EM_FLIGHT_COMMAND,
+                                 .level = EM_LEVEL_NOMINAL,
+                                 .prev_level = EM_LEVEL_NONE,
+                                 .reason = "cmd/flight"},
+                     .trigger_mono_ns = mono + EM_FLIGHT_MAX_SPANS / 2 * 1000003u,
+                     .pre_ns = UINT64_C(40000000000),
+                     .post_ns = UINT64_C(40000000000),
+                     .period_ns = 100000000u,
+                     .stages = big_stage_names,
+                     .n_stages = BIG_STAGES,
+                     .spans = big_spans,
+                     .n_spans = EM_FLIGHT_MAX_SPANS};
+    rc = em_flight_encode_fit(&f, buf, (size_t)cap, &len);
+  } else {
+    for (size_t i = 0; i < BIG_FRAMES; i++) {
+      snprintf(big_names[i], sizeof(big_names[i]), "fn_%04zu", i);
+      big_frames[i] = (em_profile_frame_t){big_names[i], "libbig.so", EM_FRAME_NATIVE};
+    }
+    for (size_t s = 0; s < EM_PROFILE_MAX_STACKS; s++) {
+      for (size_t d = 0; d < BIG_DEPTH; d++) {
+        big_chains[s][d] = (uint32_t)((s * 31u + d * 131u) % BIG_FRAMES);
+      }
+      big_stacks[s] = (em_profile_stack_t){.frames = big_chains[s],
+                                           .n_frames = BIG_DEPTH,
+                                           .samples = EM_PROFILE_MAX_STACKS + 1u - s,
+                                           .stage = (uint32_t)(s % BIG_STAGES)};
+    }
+    em_profile_t p = {.head = {.time_ns = t0, .session = 7},
+                      .trigger = {.cause = EM_PROFILE_COMMAND,
+                                  .level = EM_LEVEL_NOMINAL,
+                                  .prev_level = EM_LEVEL_NONE,
+                                  .reason = "cmd/profile"},
+                      .start_mono_ns = mono,
+                      .duration_ns = UINT64_C(60000000000),
+                      .hz = 199,
+                      .clock = "cpu-clock",
+                      .samples = UINT64_C(1) << 40,
+                      .stages = big_stage_names,
+                      .n_stages = BIG_STAGES,
+                      .frames = big_frames,
+                      .n_frames = BIG_FRAMES,
+                      .stacks = big_stacks,
+                      .n_stacks = EM_PROFILE_MAX_STACKS};
+    rc = em_profile_encode_fit(&p, buf, (size_t)cap, &len);
+  }
+  if (rc) {
+    fprintf(stderr, "em-proto-tool: largest %s: %s\n", kind, em_proto_strerror(rc));
+    return 2;
+  }
+  return fwrite(buf, 1, len, stdout) == len && fflush(stdout) == 0 ? 0 : 2;
+}
+
 static int usage(void) {
   fprintf(stderr, "usage: em-proto-tool vectors DIR\n"
                   "       em-proto-tool decode < MESSAGE.cbor\n"
-                  "       em-proto-tool random SEED COUNT DIR\n");
+                  "       em-proto-tool random SEED COUNT DIR\n"
+                  "       em-proto-tool topics\n"
+                  "       em-proto-tool largest flight|profile [BYTES]\n");
   return 2;
 }
 
@@ -280,6 +389,12 @@ int main(int argc, char **argv) {
   }
   if (argc == 5 && strcmp(argv[1], "random") == 0) {
     return cmd_random(argv[2], argv[3], argv[4]);
+  }
+  if (argc == 2 && strcmp(argv[1], "topics") == 0) {
+    return cmd_topics();
+  }
+  if ((argc == 3 || argc == 4) && strcmp(argv[1], "largest") == 0) {
+    return cmd_largest(argv[2], argc == 4 ? argv[3] : NULL);
   }
   return usage();
 }

@@ -407,6 +407,29 @@ const char *em_level_name(em_level_t level);
 /* "birth", "data", "state", "status", "cmd", "flight", "profile", or "unknown". */
 const char *em_msg_kind_name(em_msg_kind_t kind);
 
+/* "rebirth", "flight", "profile" (the <name> of cmd/<name>), or "unknown". */
+const char *em_cmd_name(em_cmd_code_t command);
+
+/*
+ * One topic of a device, edgemon/v1/<device>/<suffix>: every kind but cmd is published by the
+ * agent on the topic of its name; every command is published by a host on cmd/<its name>,
+ * where the agent subscribes. The broker's ACL (firmware/mosquitto/edgemon.acl) must let each
+ * through; tests walk this table, so a new kind or command is checked there as it is added.
+ */
+typedef struct {
+  char suffix[16];       /* "birth", ..., "profile", "cmd/rebirth", ... */
+  em_msg_kind_t kind;    /* The kind of the messages on the topic. */
+  em_cmd_code_t command; /* EM_MSG_CMD rows: the command; else 0. */
+  bool from_host;        /* A command to the agent; false: the agent publishes it. */
+} em_topic_t;
+
+/* Rows of em_proto_topic(): every kind but cmd, then every command. */
+#define EM_PROTO_TOPICS ((size_t)EM_MSG_PROFILE + (size_t)EM_CMD_PROFILE)
+
+/* Row i (0..EM_PROTO_TOPICS-1) of the device's topics into *out. Returns 0, or EM_PROTO_EINVAL
+ * past the last row or for NULL. */
+EM_PROTO_MUST_USE int em_proto_topic(size_t i, em_topic_t *out);
+
 #ifdef __cplusplus
 }
 #endif
