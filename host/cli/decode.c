@@ -252,9 +252,16 @@ static int forensics_to_json(decode_t *dc, const uint8_t *buf, size_t len, size_
   em_profile_t p;
   int rc = scratch ? em_flight_decode(buf, len, &f, scratch, scratch_len, off) : -ENOMEM;
   bool profile = false;
-  if (rc == EM_PROTO_EKIND) {
-    rc = em_profile_decode(buf, len, &p, scratch, scratch_len, off);
-    profile = true;
+  if (rc == EM_PROTO_EKIND || rc == EM_PROTO_ETOOBIG) {
+    /* Each kind has its own cap: past the recording's, the bytes may still be a profile. */
+    size_t flight_off = *off;
+    int prc = em_profile_decode(buf, len, &p, scratch, scratch_len, off);
+    if (prc == EM_PROTO_EKIND && rc == EM_PROTO_ETOOBIG) {
+      *off = flight_off; /* Neither: too large for a recording, and not a profile. */
+    } else {
+      rc = prc;
+      profile = true;
+    }
   }
   while (rc == 0) {
     int jrc = profile ? em_profile_to_json(&p, dc->json, dc->json_cap, out_len)
@@ -271,6 +278,36 @@ static int forensics_to_json(decode_t *dc, const uint8_t *buf, size_t len, size_
     dc->json_cap = *out_len + 1;
   }
   free(scratch);
+  return rc;
+}
+
+/*
+ * Decodes one payload of any kind: a telemetry or command message into *msg, or a flight
+ * recording or stack profile as JSON in dc->json (*forensic set, *json_len its length). Each
+ * kind is held to its own cap: a payload over EM_PROTO_MAX_MESSAGE_BYTES can only be a
+ * recording or a profile (up to EM_FLIGHT_MAX_BYTES, EM_PROFILE_MAX_BYTES), so it goes to
+ * their decoders, and when it is neither, the answer is ETOOBIG. Returns 0 or the decoder's
+ * code (*off the byte at fault).
+ */
+static int decode_any(decode_t *dc, const uint8_t *buf, size_t len, em_msg_t *msg, size_t *off,
+                      size_t *json_len, bool *forensic) {
+  *forensic = false;
+  *json_len = 0;
+  *off = 0;
+  int rc = EM_PROTO_EKIND;
+  bool message_sized = len <= EM_PROTO_MAX_MESSAGE_BYTES;
+  if (message_sized) {
+    rc = em_proto_decode(buf, len, msg, dc->scratch, EM_PROTO_SCRATCH_MAX, off);
+  }
+  if (rc != EM_PROTO_EKIND) {
+    return rc;
+  }
+  rc = forensics_to_json(dc, buf, len, off, json_len);
+  if (rc == EM_PROTO_EKIND && !message_sized) {
+    *off = 0;
+    return EM_PROTO_ETOOBIG; /* Too large for a message, and neither a recording nor a profile. */
+  }
+  *forensic = rc == 0;
   return rc;
 }
 
@@ -302,9 +339,9 @@ static int decode_message(decode_t *dc, const uint8_t *buf, size_t len) {
   }
   em_msg_t msg;
   size_t off = 0;
-  int rc = em_proto_decode(buf, len, &msg, dc->scratch, EM_PROTO_SCRATCH_MAX, &off);
   size_t n = 0;
-  bool flight = rc == EM_PROTO_EKIND && (rc = forensics_to_json(dc, buf, len, &off, &n)) == 0;
+  bool flight = false;
+  int rc = decode_any(dc, buf, len, &msg, &off, &n, &flight);
   if (rc != 0) {
     em_cli_error(CMD, "%s: invalid message at byte %zu: %s", dc->name, off, em_proto_strerror(rc));
     return dc->output_failed ? EM_CLI_INPUT : EM_CLI_FAIL;
@@ -399,12 +436,11 @@ static int decode_record(decode_t *dc, const em_rec_entry_t *e) {
   size_t off = 0;
   int rc = 0;
   bool empty = e->payload_len == 0;
-  if (!empty) {
-    rc = em_proto_decode(e->payload, e->payload_len, &msg, dc->scratch, EM_PROTO_SCRATCH_MAX, &off);
-  }
   size_t flight_len = 0;
-  bool flight = !empty && rc == EM_PROTO_EKIND &&
-                (rc = forensics_to_json(dc, e->payload, e->payload_len, &off, &flight_len)) == 0;
+  bool flight = false;
+  if (!empty) {
+    rc = decode_any(dc, e->payload, e->payload_len, &msg, &off, &flight_len, &flight);
+  }
   em_device_t *names = !empty && rc == 0 && !flight ? learn(dc, e, &msg) : NULL;
 
   if (dc->mode == MODE_JSON) {

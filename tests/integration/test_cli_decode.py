@@ -197,6 +197,80 @@ def test_oversized_message_exits_4(tmp_path):
     assert "too large" in p.stderr.decode()
 
 
+# ---- flight recordings and profiles past the other kinds' cap ------------------------------
+
+PROTO_TOOL = os.environ.get("EM_PROTO_TOOL")
+# The caps as the C headers state them, read from there rather than typed here.
+HEADERS = ROOT / "proto" / "include" / "edgemon"
+
+
+def header_cap(header, name):
+    m = re.search(rf"#define {name}\s+(\d+)u", (HEADERS / header).read_text())
+    assert m, f"{name} not in {header}"
+    return int(m.group(1))
+
+
+MESSAGE_CAP = header_cap("proto.h", "EM_PROTO_MAX_MESSAGE_BYTES")
+KIND_CAPS = {"flight": header_cap("flight.h", "EM_FLIGHT_MAX_BYTES"),
+             "profile": header_cap("profile.h", "EM_PROFILE_MAX_BYTES")}
+
+
+def largest(kind, cap=None):
+    """The largest valid recording or profile under cap bytes (em-proto-tool largest)."""
+    assert PROTO_TOOL, "EM_PROTO_TOOL must name em-proto-tool"
+    p = subprocess.run([PROTO_TOOL, "largest", kind, *([str(cap)] if cap else [])],
+                       capture_output=True, timeout=60)
+    assert p.returncode == 0, p.stderr.decode()
+    return p.stdout
+
+
+@pytest.mark.parametrize("kind", sorted(KIND_CAPS))
+def test_flight_and_profile_past_64_kib_decode_up_to_their_own_cap(kind, tmp_path):
+    for cap in (MESSAGE_CAP + MESSAGE_CAP // 2, KIND_CAPS[kind]):
+        payload = largest(kind, cap)
+        assert MESSAGE_CAP < len(payload) <= cap
+        f = tmp_path / f"{kind}-{cap}.cbor"
+        f.write_bytes(payload)
+        for args in ([f], ["-"]):
+            p = run(*args, stdin=payload if args == ["-"] else None)
+            assert p.returncode == 0, p.stderr.decode()
+            (out,) = lines(p)
+            assert out["kind"] == kind
+        # The same payload as a record of a recording.
+        rec = tmp_path / f"{kind}-{cap}.emrec"
+        rec.write_bytes(recording(record(f"edgemon/v1/{DEVICE}/{kind}", payload, 10)))
+        p = run(rec)
+        assert p.returncode == 0, p.stderr.decode()
+        (out,) = lines(p)
+        assert "error" not in out and out["message"]["kind"] == kind
+
+
+@pytest.mark.parametrize("kind", sorted(KIND_CAPS))
+def test_flight_and_profile_past_their_cap_get_the_clear_error(kind, tmp_path):
+    # A valid one, padded past its kind's cap: too large, whatever follows.
+    payload = largest(kind) + b"\x00" * (KIND_CAPS[kind] + 1)
+    f = tmp_path / f"{kind}.cbor"
+    f.write_bytes(payload)
+    p = run(f)
+    assert p.returncode == 1
+    assert "message larger than the schema allows" in p.stderr.decode()
+    rec = tmp_path / f"{kind}.emrec"
+    rec.write_bytes(recording(record(f"edgemon/v1/{DEVICE}/{kind}", payload, 10)))
+    p = run(rec)
+    assert p.returncode == 1
+    (out,) = lines(p)
+    assert out["error"] == "message larger than the schema allows"
+
+
+def test_another_kind_past_64_kib_gets_the_clear_error(tmp_path):
+    payload = vector("data_basic.cbor") + b"\x00" * MESSAGE_CAP
+    f = tmp_path / "data.cbor"
+    f.write_bytes(payload)
+    p = run(f)
+    assert p.returncode == 1
+    assert "message larger than the schema allows" in p.stderr.decode()
+
+
 @pytest.mark.parametrize("args", [["--bogus"], ["-x"], ["--json", "--diag"],
                                   ["a.cbor", "b.cbor"]])
 def test_usage_errors_exit_2(args):
