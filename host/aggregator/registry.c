@@ -320,6 +320,49 @@ static int decode_blob(em_registry_t *r, em_msg_kind_t kind, const uint8_t *payl
                                     r->blob_scratch_len, &out->error_offset);
 }
 
+/* Decodes payload as a message of `kind`: with em_proto_decode() for birth, data, state, status
+ * and cmd (one decoder for the five), else decode_blob(). Returns 0 or an EM_PROTO_E* code:
+ * EM_PROTO_EKIND when the payload names another kind, EM_PROTO_ETOOBIG when it is longer than
+ * any message of this kind (both before reading anything else). */
+static int decode_as(em_registry_t *r, em_msg_kind_t kind, const uint8_t *payload, size_t len,
+                     em_ingest_t *out) {
+  if (kind == EM_MSG_FLIGHT || kind == EM_MSG_PROFILE) {
+    return decode_blob(r, kind, payload, len, out);
+  }
+  return em_proto_decode(payload, len, &out->msg, r->scratch, EM_PROTO_SCRATCH_MAX,
+                         &out->error_offset);
+}
+
+/*
+ * Decodes the payload of a `kind` topic. When the topic's decoder finds that the payload is not
+ * of its kind (EM_PROTO_EKIND, or EM_PROTO_ETOOBIG: a flight recording is larger than any data
+ * message may be), the decoders of the other kinds try it, each refusing what is not its own
+ * as early: a valid message of another kind comes back decoded (out->msg.kind its kind, which
+ * the caller counts as a kind mismatch), and only a payload that is no valid message of any
+ * kind is malformed. Returns 0, the error of the decoder whose kind the payload names, or the
+ * topic decoder's when none takes it.
+ */
+static int decode_payload(em_registry_t *r, em_msg_kind_t kind, const uint8_t *payload, size_t len,
+                          em_ingest_t *out) {
+  int rc = decode_as(r, kind, payload, len, out);
+  if (rc != EM_PROTO_EKIND && rc != EM_PROTO_ETOOBIG) {
+    return rc;
+  }
+  static const em_msg_kind_t decoders[] = {EM_MSG_DATA, EM_MSG_FLIGHT, EM_MSG_PROFILE};
+  bool topic_blob = kind == EM_MSG_FLIGHT || kind == EM_MSG_PROFILE;
+  for (size_t i = 0; i < sizeof(decoders) / sizeof(decoders[0]); i++) {
+    em_msg_kind_t k = decoders[i];
+    if (k == kind || (k == EM_MSG_DATA && !topic_blob)) {
+      continue; /* The topic's own decoder, tried above. */
+    }
+    int other = decode_as(r, k, payload, len, out);
+    if (other != EM_PROTO_EKIND && other != EM_PROTO_ETOOBIG) {
+      return other;
+    }
+  }
+  return rc;
+}
+
 /* Counts a rejected message and fills out. Caller holds the lock. */
 static void reject(em_registry_t *r, em_ingest_t *out, em_agg_reject_t why, int rc) {
   r->stats.rejected[why]++;
@@ -367,12 +410,7 @@ int em_registry_ingest(em_registry_t *r, const char *topic, const uint8_t *paylo
   if (tc == TOPIC_CMD || len == 0) {
     goto done; /* Commands are for agents; an empty payload clears a retained message. */
   }
-  if (kind == EM_MSG_FLIGHT || kind == EM_MSG_PROFILE) {
-    out->rc = decode_blob(r, kind, payload, len, out);
-  } else {
-    out->rc = em_proto_decode(payload, len, &out->msg, r->scratch, EM_PROTO_SCRATCH_MAX,
-                              &out->error_offset);
-  }
+  out->rc = decode_payload(r, kind, payload, len, out);
   if (out->rc != 0) {
     r->stats.malformed++;
     goto done;

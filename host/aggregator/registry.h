@@ -87,7 +87,8 @@ typedef struct {
 /* Why a message was rejected before it reached a device (em_agg_stats_t.rejected). */
 typedef enum {
   EM_AGG_REJECT_TOPIC = 0,       /* Not exactly edgemon/v1/<valid device>/<known kind>. */
-  EM_AGG_REJECT_KIND_MISMATCH,   /* The payload's kind is not the topic's. */
+  EM_AGG_REJECT_KIND_MISMATCH,   /* A valid message of another kind than the topic's (any
+                                    kind on any other kind's topic: em_registry_ingest()). */
   EM_AGG_REJECT_DEVICE_MISMATCH, /* A birth whose device id is not the topic's. */
   EM_AGG_REJECT_COUNT
 } em_agg_reject_t;
@@ -177,6 +178,8 @@ void em_registry_free(em_registry_t *r);                     /* NULL is a no-op.
 
 /*
  * Decodes and applies one MQTT message (topic edgemon/v1/<device>/<kind>, checked as above).
+ * A payload the topic's decoder refuses as another kind is decoded as the kind it names: a
+ * valid message is rejected as a kind mismatch; one that is not (nor any kind's) is malformed.
  * Takes the lock for the update. Cmd topics and empty payloads (retained messages being
  * cleared) are ignored with rc 0 and agg NULL. Returns out->rc.
  */

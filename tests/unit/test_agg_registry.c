@@ -1,7 +1,8 @@
 /*
  * test_agg_registry.c - the aggregator's registry (host/aggregator/registry.c): naming,
  * stage accumulation, loss from sequence gaps with wrap-around, rebirth requests, bad input,
- * topics and payloads that must agree, forgetting devices after the TTL, and flight recordings.
+ * topics and payloads that must agree (every kind on every other kind's topic), forgetting
+ * devices after the TTL, and flight recordings.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -9,11 +10,14 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
 
 #include <registry.h>
+
+#include "vectors.h"
 
 static uint8_t wire[4096];
 
@@ -331,6 +335,24 @@ static void registry_forgets_devices_past_the_ttl(void **state) {
   em_registry_free(r);
 }
 
+/* A flight recording of session 9 commanded at the device's monotonic time window_ns, of one
+ * stage "infer" holding spans[0..n) (borrowed), with window_ns before and after the trigger. */
+static em_flight_t flight(const em_flight_span_t *spans, size_t n, uint64_t window_ns) {
+  static const char *const stages[] = {"infer"};
+  return (em_flight_t){.head = {.time_ns = 1700000000000000000ull, .session = 9},
+                       .trigger = {.cause = EM_FLIGHT_COMMAND,
+                                   .level = EM_LEVEL_NOMINAL,
+                                   .prev_level = EM_LEVEL_NONE},
+                       .trigger_mono_ns = 5 * window_ns,
+                       .pre_ns = window_ns,
+                       .post_ns = window_ns,
+                       .period_ns = 100,
+                       .stages = stages,
+                       .n_stages = 1,
+                       .spans = spans,
+                       .n_spans = n};
+}
+
 /* A flight recording on edgemon/v1/<device>/flight is decoded with em_flight_decode() for the
  * store and counted on its device; one that does not decode (junk, another kind, a span
  * naming no stage) is counted as malformed and reaches no device. */
@@ -338,22 +360,10 @@ static void registry_decodes_flight_recordings(void **state) {
   (void)state;
   em_registry_t *r = NULL;
   assert_int_equal(em_registry_new(&r, true), 0);
-  static const char *const stages[] = {"infer"};
   static const em_flight_span_t spans[] = {
       {.stage = 0, .frame_id = 3, .start_ns = 5000, .duration_ns = 700}};
-  em_flight_t f = {.head = {.time_ns = 1700000000000000000ull, .session = 9},
-                   .number = 4,
-                   .trigger = {.cause = EM_FLIGHT_COMMAND,
-                               .level = EM_LEVEL_NOMINAL,
-                               .prev_level = EM_LEVEL_NONE},
-                   .trigger_mono_ns = 5000,
-                   .pre_ns = 1000,
-                   .post_ns = 1000,
-                   .period_ns = 100,
-                   .stages = stages,
-                   .n_stages = 1,
-                   .spans = spans,
-                   .n_spans = 1};
+  em_flight_t f = flight(spans, 1, 1000);
+  f.number = 4;
   size_t len = 0;
   assert_int_equal(em_flight_encode(&f, wire, sizeof(wire), &len), 0);
   em_ingest_t in;
@@ -369,13 +379,98 @@ static void registry_decodes_flight_recordings(void **state) {
   const uint8_t junk[] = {0xa2, 0x00, 0x01};
   assert_int_not_equal(em_registry_ingest(r, "edgemon/v1/fl/flight", junk, sizeof(junk), &in), 0);
   assert_null(in.agg);
-  em_msg_t m = data(1, 0); /* A data message on the flight topic. */
-  assert_int_not_equal(feed_on(r, "edgemon/v1/fl/flight", &m, &in), 0);
+  em_msg_t m = data(1, 0); /* A data message on the flight topic: valid, of another kind. */
+  assert_int_equal(feed_on(r, "edgemon/v1/fl/flight", &m, &in), -EINVAL);
+  assert_string_equal(in.reject, "kind_mismatch");
   assert_null(in.agg);
-  assert_int_equal(r->stats.malformed, 2);
+  assert_int_equal(r->stats.malformed, 1);
+  assert_int_equal(r->stats.rejected[EM_AGG_REJECT_KIND_MISMATCH], 1);
   assert_int_equal(r->stats.ingested, 1);
   assert_int_equal(r->n_devices, 1);
   assert_int_equal(em_registry_find(r, "fl")->flights, 1);
+  em_registry_free(r);
+}
+
+/* Every kind's golden vector (proto/vectors/) on the topic of every other kind a device
+ * publishes is a kind mismatch, never malformed, and reaches no device: the payload is valid,
+ * only not the topic's. A flight recording past the largest data message (64 KiB) is one too. A
+ * payload that is no valid message of the kind it names (a truncated flight recording on a data
+ * topic) is malformed. */
+static void registry_counts_every_kind_on_another_kinds_topic_as_a_mismatch(void **state) {
+  (void)state;
+  static uint8_t big[EM_FLIGHT_MAX_BYTES];
+  static const em_msg_kind_t topics[] = {EM_MSG_BIRTH,  EM_MSG_DATA,   EM_MSG_STATE,
+                                         EM_MSG_STATUS, EM_MSG_FLIGHT, EM_MSG_PROFILE};
+  struct {
+    em_msg_kind_t kind;
+    uint8_t *cbor;
+    size_t len;
+  } payloads[] = {{.kind = EM_MSG_BIRTH},   {.kind = EM_MSG_DATA},  {.kind = EM_MSG_STATE},
+                  {.kind = EM_MSG_STATUS},  {.kind = EM_MSG_CMD},   {.kind = EM_MSG_FLIGHT},
+                  {.kind = EM_MSG_PROFILE}, {.kind = EM_MSG_FLIGHT}};
+  const size_t n_payloads = sizeof(payloads) / sizeof(payloads[0]);
+  size_t n_vectors = 0;
+  const em_vector_t *v = em_vectors(&n_vectors);
+  for (size_t i = 0; i < n_payloads - 3; i++) {
+    size_t j = 0;
+    while (j < n_vectors && v[j].msg.kind != payloads[i].kind) {
+      j++;
+    }
+    assert_true(j < n_vectors);
+    payloads[i].cbor = em_vector_file(EM_VECTORS_DIR, v[j].name, "cbor", &payloads[i].len);
+  }
+  size_t n = 0;
+  payloads[n_payloads - 3].cbor = em_vector_file(EM_VECTORS_DIR, em_flight_vectors(&n)[0].name,
+                                                 "cbor", &payloads[n_payloads - 3].len);
+  payloads[n_payloads - 2].cbor = em_vector_file(EM_VECTORS_DIR, em_profile_vectors(&n)[0].name,
+                                                 "cbor", &payloads[n_payloads - 2].len);
+  /* 9000 spans: about 100 KiB, more than any data message may be. */
+  static em_flight_span_t spans[9000];
+  for (size_t i = 0; i < sizeof(spans) / sizeof(spans[0]); i++) {
+    spans[i] = (em_flight_span_t){
+        .stage = 0, .frame_id = i, .start_ns = 1000000 + i * 1000, .duration_ns = 500 + i % 97};
+  }
+  em_flight_t f = flight(spans, sizeof(spans) / sizeof(spans[0]), 5000000);
+  size_t big_len = 0;
+  assert_int_equal(em_flight_encode(&f, big, sizeof(big), &big_len), 0);
+  assert_true(big_len > EM_PROTO_MAX_MESSAGE_BYTES);
+  payloads[n_payloads - 1].cbor = big;
+  payloads[n_payloads - 1].len = big_len;
+
+  em_registry_t *r = NULL;
+  assert_int_equal(em_registry_new(&r, true), 0);
+  em_ingest_t in;
+  uint64_t mismatches = 0;
+  for (size_t t = 0; t < sizeof(topics) / sizeof(topics[0]); t++) {
+    char topic[64];
+    snprintf(topic, sizeof(topic), "edgemon/v1/mism/%s", em_msg_kind_name(topics[t]));
+    for (size_t p = 0; p < n_payloads; p++) {
+      assert_non_null(payloads[p].cbor);
+      if (payloads[p].kind == topics[t]) {
+        continue;
+      }
+      assert_int_equal(em_registry_ingest(r, topic, payloads[p].cbor, payloads[p].len, &in),
+                       -EINVAL);
+      assert_string_equal(in.reject, "kind_mismatch");
+      assert_null(in.agg);
+      mismatches++;
+    }
+  }
+  assert_int_equal(r->stats.rejected[EM_AGG_REJECT_KIND_MISMATCH], mismatches);
+  assert_int_equal(r->stats.malformed, 0);
+  assert_int_equal(r->stats.ingested, 0);
+  assert_int_equal(r->n_devices, 0);
+  /* Each payload on its own topic is taken (the birth names its own device). */
+  assert_int_equal(em_registry_ingest(r, "edgemon/v1/mism/flight", big, big_len, &in), 0);
+  assert_int_equal(in.flight.n_spans, f.n_spans);
+  /* Half a flight recording on a data topic names the flight kind and does not decode. */
+  assert_int_not_equal(em_registry_ingest(r, "edgemon/v1/mism/data", big, big_len / 2, &in), 0);
+  assert_null(in.reject);
+  assert_int_equal(r->stats.malformed, 1);
+  assert_int_equal(r->stats.rejected[EM_AGG_REJECT_KIND_MISMATCH], mismatches);
+  for (size_t p = 0; p + 1 < n_payloads; p++) {
+    free(payloads[p].cbor);
+  }
   em_registry_free(r);
 }
 
@@ -391,6 +486,7 @@ int main(void) {
       cmocka_unit_test(registry_rejects_payloads_that_disagree_with_the_topic),
       cmocka_unit_test(registry_forgets_devices_past_the_ttl),
       cmocka_unit_test(registry_decodes_flight_recordings),
+      cmocka_unit_test(registry_counts_every_kind_on_another_kinds_topic_as_a_mismatch),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
