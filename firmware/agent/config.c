@@ -195,8 +195,7 @@ typedef enum {
 
 #define K_BUDGET_FIRST    K_P50
 #define N_BUDGET_KEYS     (K_COUNT - K_BUDGET_FIRST)
-#define MAX_BUDGET_STAGES EM_CONFIG_MAX_RULES         /* Each [budget.<stage>] needs a rule. */
-#define MAX_PENDING_RULES (MAX_BUDGET_STAGES * 9 + 8) /* Every rule key of every section. */
+#define MAX_BUDGET_STAGES EM_CONFIG_MAX_RULES /* Each [budget.<stage>] needs a rule. */
 
 typedef struct load load_t;
 
@@ -1552,13 +1551,16 @@ static int on_ini_error(void *user, int line, em_ini_problem_t kind, const char 
 /* ---- budget rules: built once the whole file is read ----------------------------------- */
 
 /* Each rule key: its per-rule level key, its kind, and what the kind needs. */
-static const struct {
+typedef struct {
   key_id_t key;
   key_id_t level_key;
   em_budget_rule_kind_t kind;
   double q;           /* PERCENTILE */
   const char *figure; /* PSI, GAUGE_MAX */
-} rule_defs[] = {
+} rule_def_t;
+
+/* The rules of a [budget.<stage>]: one per <rule>_level key of the section. */
+static const rule_def_t stage_rule_defs[] = {
     {K_P50, K_P50_LEVEL, EM_BUDGET_RULE_PERCENTILE, 0.5, NULL},
     {K_P90, K_P90_LEVEL, EM_BUDGET_RULE_PERCENTILE, 0.9, NULL},
     {K_P99, K_P99_LEVEL, EM_BUDGET_RULE_PERCENTILE, 0.99, NULL},
@@ -1568,6 +1570,10 @@ static const struct {
     {K_STALL, K_STALL_LEVEL, EM_BUDGET_RULE_ALIVE, 0, NULL},
     {K_MIN_RATE, K_MIN_RATE_LEVEL, EM_BUDGET_RULE_RATE, 0, NULL},
     {K_FLOW, K_FLOW_LEVEL, EM_BUDGET_RULE_FLOW, 0, NULL},
+};
+
+/* The rules of [budget.process]: one per <rule>_level key of the section. */
+static const rule_def_t process_rule_defs[] = {
     {K_RSS_CAP, K_RSS_CAP_LEVEL, EM_BUDGET_RULE_RSS_CAP, 0, NULL},
     {K_RSS_SLOPE, K_RSS_SLOPE_LEVEL, EM_BUDGET_RULE_RSS_SLOPE, 0, NULL},
     {K_PSI_CPU_SOME, K_PSI_CPU_SOME_LEVEL, EM_BUDGET_RULE_PSI, 0, "psi.cpu.some.avg10"},
@@ -1578,13 +1584,27 @@ static const struct {
     {K_TEMP_MAX, K_TEMP_MAX_LEVEL, EM_BUDGET_RULE_GAUGE_MAX, 0, EM_CONFIG_FIGURE_TEMP},
     {K_THROTTLE, K_THROTTLE_LEVEL, EM_BUDGET_RULE_GAUGE_MAX, 0, EM_CONFIG_FIGURE_THROTTLED},
 };
-#define N_RULE_DEFS (sizeof(rule_defs) / sizeof(rule_defs[0]))
+#define N_STAGE_RULES   (sizeof(stage_rule_defs) / sizeof(stage_rule_defs[0]))
+#define N_PROCESS_RULES (sizeof(process_rule_defs) / sizeof(process_rule_defs[0]))
+
+/* Each section's <rule>_level keys follow its `level` key up to the section's last key (the
+ * order of key_id_t): a rule key added with its level but not to its table fails here. */
+_Static_assert(N_STAGE_RULES == K_RSS_CAP - K_STAGE_LEVEL - 1,
+               "stage_rule_defs has a row for each <rule>_level key of [budget.<stage>]");
+_Static_assert(N_PROCESS_RULES == K_COUNT - K_PROCESS_LEVEL - 1,
+               "process_rule_defs has a row for each <rule>_level key of [budget.process]");
+
+/* The rules every budget section of a file can give before the count is checked: each of the
+ * MAX_BUDGET_STAGES stage sections with every stage rule, [budget.process] with every process
+ * rule. finish_budget() collects them all, to report the first one past EM_CONFIG_MAX_RULES
+ * in file order. */
+#define MAX_PENDING_RULES (MAX_BUDGET_STAGES * N_STAGE_RULES + N_PROCESS_RULES)
 
 /* A rule found valid, waiting to be put in file order. */
 typedef struct {
   int line;
   const budget_sec_t *sec;
-  size_t def; /* Index in rule_defs. */
+  const rule_def_t *def; /* Its row of stage_rule_defs or process_rule_defs. */
 } pending_rule_t;
 
 #define BLINE(sec, key) ((sec)->line[(key)-K_BUDGET_FIRST])
@@ -1597,15 +1617,13 @@ typedef struct {
  */
 static void check_budget_sec(load_t *ld, const budget_sec_t *b, bool process, pending_rule_t *pend,
                              size_t *n_pend) {
-  section_t sec = process ? SEC_BUDGET_PROCESS : SEC_BUDGET_STAGE;
   key_id_t sec_level = process ? K_PROCESS_LEVEL : K_STAGE_LEVEL;
+  const rule_def_t *defs = process ? process_rule_defs : stage_rule_defs;
+  size_t n_defs = process ? N_PROCESS_RULES : N_STAGE_RULES;
   size_t any = 0;
-  for (size_t i = 0; i < N_RULE_DEFS; i++) {
-    key_id_t key = rule_defs[i].key;
-    key_id_t level_key = rule_defs[i].level_key;
-    if (strcmp(keys[key].section, section_names[sec]) != 0) {
-      continue;
-    }
+  for (size_t i = 0; i < n_defs; i++) {
+    key_id_t key = defs[i].key;
+    key_id_t level_key = defs[i].level_key;
     int at = BLINE(b, key);
     int level_at = BLINE(b, level_key);
     if (at == 0) {
@@ -1648,7 +1666,7 @@ static void check_budget_sec(load_t *ld, const budget_sec_t *b, bool process, pe
     }
     pend[*n_pend].line = at;
     pend[*n_pend].sec = b;
-    pend[*n_pend].def = i;
+    pend[*n_pend].def = &defs[i];
     (*n_pend)++;
   }
   if (!process && BLINE(b, K_MISS_OVER) != 0 && BLINE(b, K_MISS_RATIO) == 0) {
@@ -1670,19 +1688,19 @@ static void check_budget_sec(load_t *ld, const budget_sec_t *b, bool process, pe
 /* Fills a rule of cfg->rules from a pending rule. */
 static void fill_rule(em_budget_rule_t *r, const pending_rule_t *p, bool process) {
   const budget_sec_t *b = p->sec;
-  key_id_t key = rule_defs[p->def].key;
-  key_id_t level_key = rule_defs[p->def].level_key;
+  key_id_t key = p->def->key;
+  key_id_t level_key = p->def->level_key;
   memset(r, 0, sizeof(*r));
   snprintf(r->id, sizeof(r->id), "%s.%s", b->name, keys[key].name);
-  if (!process && rule_defs[p->def].kind != EM_BUDGET_RULE_FLOW) {
+  if (!process && p->def->kind != EM_BUDGET_RULE_FLOW) {
     em_str_copy(r->stage, sizeof(r->stage), b->name);
   }
-  r->kind = rule_defs[p->def].kind;
+  r->kind = p->def->kind;
   key_id_t lk = BLINE(b, level_key) != 0 ? level_key : process ? K_PROCESS_LEVEL : K_STAGE_LEVEL;
   r->level = BVAL(b, lk).level;
   switch (r->kind) {
   case EM_BUDGET_RULE_PERCENTILE:
-    r->u.percentile.q = rule_defs[p->def].q;
+    r->u.percentile.q = p->def->q;
     r->u.percentile.bound_ns = BVAL(b, key).u;
     break;
   case EM_BUDGET_RULE_DEADLINE:
@@ -1708,7 +1726,7 @@ static void fill_rule(em_budget_rule_t *r, const pending_rule_t *p, bool process
     break;
   case EM_BUDGET_RULE_PSI:
   case EM_BUDGET_RULE_GAUGE_MAX:
-    em_str_copy(r->u.gauge.figure, sizeof(r->u.gauge.figure), rule_defs[p->def].figure);
+    em_str_copy(r->u.gauge.figure, sizeof(r->u.gauge.figure), p->def->figure);
     r->u.gauge.max = BVAL(b, key).d;
     break;
   case EM_BUDGET_RULE_FLOW:
@@ -1732,7 +1750,7 @@ static void finish_budget(load_t *ld) {
   for (size_t i = 0; i < ld->n_stages; i++) {
     check_budget_sec(ld, &ld->stages[i], false, pend, &n);
   }
-  for (size_t i = 1; i < n; i++) { /* Insertion sort by line: a few dozen rules. */
+  for (size_t i = 1; i < n; i++) { /* Insertion sort by line: at most MAX_PENDING_RULES. */
     pending_rule_t p = pend[i];
     size_t j = i;
     for (; j > 0 && pend[j - 1].line > p.line; j--) {

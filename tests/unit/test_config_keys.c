@@ -341,12 +341,143 @@ static void reload_conflict_follows_the_reloadable_flag(void **state) {
   assert_string_equal(em_config_reload_conflict(&cur, c, buf, sizeof(buf)), "[agent] device_id");
 }
 
+/* ---- every budget section full: the rules counted from the schema ---------------------- */
+
+/* Errors of a load, kept in order. */
+typedef struct {
+  int n;
+  char lines[4][160];
+} errors_t;
+
+static void keep_error(void *ctx, const char *file, int line, const char *msg) {
+  errors_t *e = ctx;
+  (void)file;
+  if (e->n < 4) {
+    snprintf(e->lines[e->n], sizeof(e->lines[0]), "%d: %s", line, msg);
+  }
+  e->n++;
+}
+
+/* True when `row` is a rule of its section: the section has a "<name>_level" key. */
+static bool is_rule(const em_schema_key_t *rows, size_t n, const em_schema_key_t *row) {
+  char level[64];
+  snprintf(level, sizeof(level), "%s_level", row->name);
+  return em_schema_find(rows, n, row->section, level) != NULL;
+}
+
+/*
+ * Writes every key of `section` (a schema section name) with its example value under the
+ * header [header]; each rule's line number goes to rule_lines. *line is the file's last line.
+ * Returns the header's line.
+ */
+static int write_section(FILE *f, const char *section, const char *header, int *line,
+                         int *rule_lines, size_t *n_rules) {
+  size_t n = 0;
+  const em_schema_key_t *rows = em_config_schema(&n);
+  fprintf(f, "[%s]\n", header);
+  int header_line = ++(*line);
+  for (size_t i = 0; i < n; i++) {
+    if (strcmp(rows[i].section, section) != 0) {
+      continue;
+    }
+    assert_non_null(rows[i].example);
+    fprintf(f, "%s = %s\n", rows[i].name, rows[i].example);
+    (*line)++;
+    if (is_rule(rows, n, &rows[i])) {
+      rule_lines[(*n_rules)++] = *line;
+    }
+  }
+  return header_line;
+}
+
+/*
+ * A file of n_stages [budget.<stage>] sections and [budget.process], each setting every key of
+ * its section (so every rule it has): returns its path in path (32 bytes), the line of every
+ * rule in rule_lines and their count in *n_rules. Returns the last stage header's line.
+ */
+static int write_every_rule(char path[32], size_t n_stages, int *rule_lines, size_t *n_rules) {
+  snprintf(path, 32, "/tmp/edgemon-rules-XXXXXX");
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  FILE *f = fdopen(fd, "w");
+  assert_non_null(f);
+  fprintf(f, "[target]\npid = 1\n");
+  int line = 2;
+  int last_stage = 0;
+  *n_rules = 0;
+  for (size_t s = 0; s < n_stages; s++) {
+    char header[32];
+    snprintf(header, sizeof(header), "budget.s%zu", s);
+    last_stage = write_section(f, "budget.<stage>", header, &line, rule_lines, n_rules);
+  }
+  write_section(f, "budget.process", "budget.process", &line, rule_lines, n_rules);
+  assert_int_equal(fclose(f), 0);
+  return last_stage;
+}
+
+/* The rules a section of the schema has: its keys with a "<name>_level" key beside them. */
+static size_t rules_of(const char *section) {
+  size_t n = 0;
+  const em_schema_key_t *rows = em_config_schema(&n);
+  size_t rules = 0;
+  for (size_t i = 0; i < n; i++) {
+    rules += strcmp(rows[i].section, section) == 0 && is_rule(rows, n, &rows[i]);
+  }
+  return rules;
+}
+
+/*
+ * The most budget sections a file may have (EM_CONFIG_MAX_RULES stages and the process), each
+ * with every rule of its section: more rules than EM_CONFIG_MAX_RULES, so the file is refused
+ * with one message on the first rule past the limit, and nothing else (the loader collects
+ * every rule before counting them: none may be lost or written past its buffer). One stage
+ * section more is refused on its header.
+ */
+static void every_rule_of_every_budget_section_is_refused_cleanly(void **state) {
+  (void)state;
+  size_t stage_rules = rules_of("budget.<stage>");
+  size_t process_rules = rules_of("budget.process");
+  assert_true(stage_rules >= 9 && process_rules >= 9);
+  size_t all = EM_CONFIG_MAX_RULES * stage_rules + process_rules;
+  int *rule_lines = calloc(all + stage_rules, sizeof(*rule_lines));
+  assert_non_null(rule_lines);
+  static em_config_t cfg;
+  char path[32];
+  char want[160];
+  for (size_t extra = 0; extra <= 1; extra++) {
+    size_t n_rules = 0;
+    int last_stage = write_every_rule(path, EM_CONFIG_MAX_RULES + extra, rule_lines, &n_rules);
+    assert_int_equal(n_rules, all + extra * stage_rules);
+    errors_t e = {0};
+    int n_errors = -1;
+    int rc = em_config_load(path, &cfg, keep_error, &e, &n_errors);
+    unlink(path);
+    for (int i = 0; i < e.n && i < 4; i++) {
+      print_message("%s\n", e.lines[i]);
+    }
+    assert_int_equal(rc, -EINVAL);
+    assert_int_equal(n_errors, e.n);
+    assert_int_equal(e.n, 1 + (int)extra);
+    if (extra) {
+      /* The header of the stage section past the limit: its keys are skipped quietly. */
+      snprintf(want, sizeof(want), "%d: more than %d [budget.<stage>] sections", last_stage,
+               EM_CONFIG_MAX_RULES);
+      assert_string_equal(e.lines[0], want);
+    }
+    snprintf(want, sizeof(want), "%d: more than %d budget rules in the file",
+             rule_lines[EM_CONFIG_MAX_RULES], EM_CONFIG_MAX_RULES);
+    assert_string_equal(e.lines[extra], want);
+  }
+  free(rule_lines);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(docs_name_every_key_and_no_other),
       cmocka_unit_test(example_names_every_key_and_no_other),
       cmocka_unit_test(documented_defaults_are_the_defaults),
       cmocka_unit_test(reload_conflict_follows_the_reloadable_flag),
+      cmocka_unit_test(every_rule_of_every_budget_section_is_refused_cleanly),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
