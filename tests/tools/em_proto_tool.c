@@ -8,7 +8,8 @@
  *                                    error and its offset
  *   em-proto-tool random SEED N DIR  write N random valid messages as DIR/rand-<i>.{cbor,json}
  *   em-proto-tool topics             print the device's topics (edgemon/proto.h's table), one
- *                                    "agent SUFFIX" or "host SUFFIX" line each: who publishes
+ *                                    "WHO SUFFIX KIND COMMAND" line each: WHO "agent" or "host"
+ *                                    (who publishes), the message kind and command numbers
  *   em-proto-tool largest flight|profile [BYTES]
  *                                    write to stdout the largest valid recording or profile
  *                                    that fits in BYTES (default the kind's cap): the one
@@ -277,7 +278,7 @@ static int cmd_topics(void) {
     if (em_proto_topic(i, &t) != 0) {
       return 2;
     }
-    printf("%s %s\n", t.from_host ? "host" : "agent", t.suffix);
+    printf("%s %s %d %d\n", t.from_host ? "host" : "agent", t.suffix, (int)t.kind, (int)t.command);
   }
   return 0;
 }
