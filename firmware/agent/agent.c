@@ -78,12 +78,13 @@
 #define LOOKUP_MS         250u /* Re-attach within a second of the target's return. */
 #define BUCKETS_PER_STAGE 256u /* Histogram buckets per stage window at most. */
 #define STOP_TIMEOUT_MS   2000u
-#define NS_PER_SEC        1000000000u
+#define NS_PER_SEC        UINT64_C(1000000000)
 #define STR_(x)           #x
 #define STR(x)            STR_(x)
-#define REBIRTH_MIN_MS    1000u              /* At most one birth per second on cmd/rebirth. */
-#define REFUSAL_LOG_NS    (10u * NS_PER_SEC) /* One "subscribe refused" line per 10 s. */
-#define FLIGHT_HIST_ROOM  16u /* Bytes a recording leaves under its cap for its historical form. */
+#define REBIRTH_MIN_MS    1000u /* At most one birth per second on cmd/rebirth. */
+/* Said after the first of the lines peer_log_pass() limits. */
+#define HELD_BACK        "; more within " STR(EM_LOG_LIMIT_S) " s are counted, not logged one by one"
+#define FLIGHT_HIST_ROOM 16u /* Bytes a recording leaves under its cap for its historical form. */
 
 _Static_assert(EM_CONFIG_FLIGHT_TICK_SLACK == EM_FLIGHT_REC_TICK_SLACK,
                "config.c checks the flight recorder's tick ring as record/flight.c sizes it");
@@ -109,6 +110,37 @@ _Static_assert(
         EM_SPANS_DROP_COUNT == 5,
     "spans.dropped rows of EM_FIGURES follow em_spans_drop_t");
 
+/*
+ * The log lines a peer can cause at will (datagrams on the span socket, MQTT commands), one
+ * rate limit each (log.h): the first line of a burst is written, the others within
+ * EM_LOG_LIMIT_NS are counted and said in one line once the interval is over.
+ */
+typedef enum {
+  PEER_SUBSCRIBE, /* A subscribe or unsubscribe datagram refused. */
+  PEER_RING,      /* A ring register refused. */
+  PEER_PYSTACKS,  /* A Python stacks datagram refused. */
+  PEER_MALFORMED, /* A command that does not decode. */
+  PEER_UNKNOWN,   /* A command the agent does not know. */
+  PEER_FLIGHT,    /* A flight trigger not recorded (or cmd/flight with the recorder off). */
+  PEER_PROFILE,   /* A profile trigger not sampled (or cmd/profile with the profiler off). */
+  PEER_LOG_KINDS
+} peer_log_t;
+
+/* The summary of each kind: "<module>: N more <what> in the last 10 s<counted>". */
+static const struct {
+  const char *module;
+  const char *what;
+  const char *counted; /* " (figure)" that counts them all, or "". */
+} peer_logs[PEER_LOG_KINDS] = {
+    [PEER_SUBSCRIBE] = {"spans", "subscribe requests refused", " (push.subscribe_refused)"},
+    [PEER_RING] = {"rings", "ring registers refused", " (rings.refused)"},
+    [PEER_PYSTACKS] = {"profile", "Python stacks datagrams refused", ""},
+    [PEER_MALFORMED] = {"mqtt", "malformed commands ignored", ""},
+    [PEER_UNKNOWN] = {"mqtt", "unknown commands ignored", ""},
+    [PEER_FLIGHT] = {"flight", "triggers not recorded", " (flight.suppressed)"},
+    [PEER_PROFILE] = {"profile", "triggers not sampled", " (profile.suppressed)"},
+};
+
 struct em_agent {
   uv_loop_t *loop;
   em_config_t cfg;
@@ -123,10 +155,9 @@ struct em_agent {
   bool rebirth_pending;         /* The rebirth timer runs. */
   uint64_t last_birth_ns;       /* uv_hrtime() of the last birth published, 0: none yet. */
   uint64_t rebirths_suppressed; /* cmd/rebirth requests folded into another's birth. */
-  em_log_limit_t refusal_log;   /* "subscribe refused" lines. */
-  em_log_limit_t ring_log;      /* "ring register refused" lines. */
-  uint64_t next_tick_ns;        /* uv_hrtime() the next tick is due: start + k * period. */
-  uint64_t last_tick_ns;        /* uv_hrtime() the last tick started: its window's start. */
+  em_log_limit_t peer_log[PEER_LOG_KINDS]; /* Lines a peer can repeat: peer_log_pass(). */
+  uint64_t next_tick_ns; /* uv_hrtime() the next tick is due: start + k * period. */
+  uint64_t last_tick_ns; /* uv_hrtime() the last tick started: its window's start. */
   uint64_t next_smaps_ns;
   uint64_t next_system_ns;
   uint64_t late_ticks;
@@ -228,6 +259,22 @@ static uint64_t wall_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* True when the line of this kind may be written now; false when it is only counted. */
+static bool peer_log_pass(em_agent_t *a, peer_log_t kind) {
+  return em_log_limit_pass(&a->peer_log[kind], uv_hrtime(), EM_LOG_LIMIT_NS);
+}
+
+/* Once per tick: for each kind whose interval is over, the count of lines held back. */
+static void flush_peer_logs(em_agent_t *a, uint64_t now) {
+  for (size_t k = 0; k < PEER_LOG_KINDS; k++) {
+    uint64_t held = 0;
+    if (em_log_limit_flush(&a->peer_log[k], now, EM_LOG_LIMIT_NS, &held)) {
+      EM_WARN("%s: %llu more %s in the last %u s%s", peer_logs[k].module, (unsigned long long)held,
+              peer_logs[k].what, (unsigned)EM_LOG_LIMIT_S, peer_logs[k].counted);
+    }
+  }
 }
 
 static void set_u(em_agent_t *a, size_t m, uint64_t v) {
@@ -374,8 +421,9 @@ static void on_ack(void *ctx, int mid) {
 static void flight_trigger(em_agent_t *a, const em_flight_trigger_t *t, uint64_t mono_ns) {
   const char *what = t->cause == EM_FLIGHT_COMMAND ? "cmd/flight" : "escalation";
   if (!a->flight) {
-    if (t->cause == EM_FLIGHT_COMMAND) {
-      EM_WARN("flight: cmd/flight ignored: the flight recorder is off ([flight] enabled)");
+    if (t->cause == EM_FLIGHT_COMMAND && peer_log_pass(a, PEER_FLIGHT)) {
+      EM_WARN(
+          "flight: cmd/flight ignored: the flight recorder is off ([flight] enabled)" HELD_BACK);
     }
     return;
   }
@@ -386,10 +434,12 @@ static void flight_trigger(em_agent_t *a, const em_flight_trigger_t *t, uint64_t
             (unsigned long long)(a->cfg.flight_post_ns / 1000000u));
     return;
   }
-  EM_INFO("flight: %s to %s not recorded: %s (counted in flight.suppressed)", what,
-          em_level_name(t->level),
-          rc == -EBUSY ? "a recording is being taken"
-                       : "within [flight] min_gap_seconds of the last");
+  if (peer_log_pass(a, PEER_FLIGHT)) {
+    EM_INFO("flight: %s to %s not recorded: %s (counted in flight.suppressed" HELD_BACK ")", what,
+            em_level_name(t->level),
+            rc == -EBUSY ? "a recording is being taken"
+                         : "within [flight] min_gap_seconds of the last");
+  }
 }
 
 /* The columns: PMU events, the target's figures, smaps, MemAvailable and PSI, the sensors, in
@@ -561,8 +611,8 @@ static void on_pystacks(void *ctx, const uint8_t *buf, size_t len, pid_t sender)
     return;
   }
   int rc = em_window_pystacks(a->profile, buf, len, sender);
-  if (rc) {
-    EM_INFO("profile: Python stacks from pid %d refused: %s", (int)sender,
+  if (rc && peer_log_pass(a, PEER_PYSTACKS)) {
+    EM_INFO("profile: Python stacks from pid %d refused: %s" HELD_BACK, (int)sender,
             rc == -ENOENT     ? "no window open"
             : rc == -EPERM    ? "not the profiled process"
             : rc == -ESTALE   ? "another window"
@@ -577,8 +627,8 @@ static void profile_trigger(em_agent_t *a, const em_profile_trigger_t *t, uint32
                             uint64_t mono_ns) {
   const char *what = t->cause == EM_PROFILE_COMMAND ? "cmd/profile" : "escalation";
   if (!a->profile) {
-    if (t->cause == EM_PROFILE_COMMAND) {
-      EM_WARN("profile: cmd/profile ignored: the profiler is off ([profile] enabled)");
+    if (t->cause == EM_PROFILE_COMMAND && peer_log_pass(a, PEER_PROFILE)) {
+      EM_WARN("profile: cmd/profile ignored: the profiler is off ([profile] enabled)" HELD_BACK);
     }
     return;
   }
@@ -594,14 +644,18 @@ static void profile_trigger(em_agent_t *a, const em_profile_trigger_t *t, uint32
             a->cfg.profile_hz);
     return;
   }
+  if (!peer_log_pass(a, PEER_PROFILE)) {
+    return;
+  }
   if (rc == -EBUSY || rc == -EAGAIN) {
-    EM_INFO("profile: %s to %s not sampled: %s (counted in profile.suppressed)", what,
+    EM_INFO("profile: %s to %s not sampled: %s (counted in profile.suppressed" HELD_BACK ")", what,
             em_level_name(t->level),
             rc == -EBUSY ? "a window is open or being published"
                          : "within [profile] min_gap_seconds of the last");
     return;
   }
-  EM_WARN("profile: %s: no window: %s", what, rc == -ESRCH ? "no target attached" : strerror(-rc));
+  EM_WARN("profile: %s: no window: %s" HELD_BACK, what,
+          rc == -ESRCH ? "no target attached" : strerror(-rc));
 }
 
 static int profile_open(em_agent_t *a) {
@@ -694,8 +748,10 @@ static void on_command(void *ctx, const char *name, const uint8_t *payload, size
   size_t off = 0;
   int rc = em_proto_decode(payload, len, &msg, scratch, sizeof(scratch), &off);
   if (rc || msg.kind != EM_MSG_CMD) {
-    EM_WARN("mqtt: ignoring a malformed command on cmd/%s: %s at byte %zu", name,
-            rc ? em_proto_strerror(rc) : "not a cmd message", off);
+    if (peer_log_pass(a, PEER_MALFORMED)) {
+      EM_WARN("mqtt: ignoring a malformed command on cmd/%s: %s at byte %zu" HELD_BACK, name,
+              rc ? em_proto_strerror(rc) : "not a cmd message", off);
+    }
     return;
   }
   if (strcmp(name, "rebirth") == 0 && msg.u.cmd.command == EM_CMD_REBIRTH) {
@@ -718,7 +774,9 @@ static void on_command(void *ctx, const char *name, const uint8_t *payload, size
     profile_trigger(a, &t, msg.u.cmd.seconds, uv_hrtime());
     return;
   }
-  EM_WARN("mqtt: ignoring unknown command cmd/%s", name);
+  if (peer_log_pass(a, PEER_UNKNOWN)) {
+    EM_WARN("mqtt: ignoring unknown command cmd/%s" HELD_BACK, name);
+  }
 }
 
 /* --- level changes -------------------------------------------------------------------- */
@@ -933,11 +991,10 @@ static void on_register(void *ctx, const em_ring_dgram_t *reg, int fd, bool allo
     return;
   }
   int rc = em_rings_register(a->rings, reg, fd, allowed, sender, from, from_len);
-  if (rc && em_log_limit_pass(&a->ring_log, uv_hrtime(), REFUSAL_LOG_NS)) {
+  if (rc && peer_log_pass(a, PEER_RING)) {
     EM_WARN("rings: register from pid %lu refused: %s (further refusals within %u s are "
             "counted in rings.refused, not logged one by one)",
-            (unsigned long)em_spans_sender_pid(sender), strerror(-rc),
-            (unsigned)(REFUSAL_LOG_NS / NS_PER_SEC));
+            (unsigned long)em_spans_sender_pid(sender), strerror(-rc), (unsigned)EM_LOG_LIMIT_S);
   }
 }
 
@@ -966,13 +1023,13 @@ static size_t deadline_entries(const em_config_t *cfg, em_deadline_t *out) {
 }
 
 /* A subscribe or unsubscribe datagram. Refusals are counted (push.subscribe_refused); their
- * log line is rate-limited: the first of a burst, then one count per REFUSAL_LOG_NS. */
+ * log line is rate-limited: the first of a burst, then one count per EM_LOG_LIMIT_NS. */
 static void on_subscribe(void *ctx, bool subscribe, const struct sockaddr_un *addr, socklen_t len,
                          const struct ucred *sender) {
   em_agent_t *a = ctx;
   uint32_t pid = em_spans_sender_pid(sender);
   int rc = em_signals_subscribe(a->signals, subscribe, addr, len, pid);
-  if (!rc || !em_log_limit_pass(&a->refusal_log, uv_hrtime(), REFUSAL_LOG_NS)) {
+  if (!rc || !peer_log_pass(a, PEER_SUBSCRIBE)) {
     return;
   }
   const char *why = "the client's socket has no address";
@@ -984,20 +1041,7 @@ static void on_subscribe(void *ctx, bool subscribe, const struct sockaddr_un *ad
   EM_WARN("spans: %s from pid %lu refused: %s (further refusals within %u s are counted in "
           "push.subscribe_refused, not logged one by one)",
           subscribe ? "subscribe" : "unsubscribe", (unsigned long)pid, why,
-          (unsigned)(REFUSAL_LOG_NS / NS_PER_SEC));
-}
-
-/* Once per tick: the count of refusals the rate limit held back, once their interval ends. */
-static void flush_refusal_log(em_agent_t *a, uint64_t now) {
-  uint64_t held = 0;
-  if (em_log_limit_flush(&a->refusal_log, now, REFUSAL_LOG_NS, &held)) {
-    EM_WARN("spans: %llu more subscribe requests refused in the last %u s (push.subscribe_refused)",
-            (unsigned long long)held, (unsigned)(REFUSAL_LOG_NS / NS_PER_SEC));
-  }
-  if (em_log_limit_flush(&a->ring_log, now, REFUSAL_LOG_NS, &held)) {
-    EM_WARN("rings: %llu more ring registers refused in the last %u s (rings.refused)",
-            (unsigned long long)held, (unsigned)(REFUSAL_LOG_NS / NS_PER_SEC));
-  }
+          (unsigned)EM_LOG_LIMIT_S);
 }
 
 /* A stage leaves the span table for another name: its budget window goes with it. */
@@ -1503,7 +1547,7 @@ static void on_tick(uv_timer_t *t) {
   set_u(a, fx(a, EM_FIG_MODEL_RECEIVED), em_spans_models_accepted(a->spans));
   set_u(a, fx(a, EM_FIG_MODEL_CHANGES), a->model_changes);
   set_u(a, fx(a, EM_FIG_MODEL_REFUSED), em_spans_models_refused(a->spans));
-  flush_refusal_log(a, now);
+  flush_peer_logs(a, now);
   sample_spool(a);
   for (size_t k = 0; k < em_figures_anomalies(a->figs); k++) {
     double z = 0;

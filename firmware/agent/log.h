@@ -36,6 +36,9 @@ void em_log(em_log_level_t level, const char *fmt, ...);
  * first line of a burst is written, the next ones within interval_ns are only counted, and
  * the count is reported once the interval is over. Zero-initialised = nothing logged yet.
  */
+#define EM_LOG_LIMIT_S  10 /* The interval of every line a peer can cause: 10 s. */
+#define EM_LOG_LIMIT_NS (UINT64_C(1000000000) * EM_LOG_LIMIT_S)
+
 typedef struct {
   uint64_t next_ns;    /* Clock (any monotonic ns) before which lines are held back. */
   uint64_t suppressed; /* Lines held back since the last one written. */

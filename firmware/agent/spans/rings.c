@@ -5,6 +5,8 @@
  * (em_ring_reader_drain) looks at its slots, and the header is read through
  * em_ring_header_read, whose result is checked every time. The descriptor and mapping are
  * released as soon as a ring is dropped; only the pidfd waits for its uv_poll_t to close.
+ * A writer can register and close rings at will, so their "registered" and "dropped" lines are
+ * rate-limited (log.h): the first of each EM_LOG_LIMIT_NS, then a count on the next drain.
  */
 #define _GNU_SOURCE /* struct ucred, F_GET_SEALS, SYS_pidfd_open */
 
@@ -67,7 +69,9 @@ struct em_rings {
   bool idle_open;
   em_rings_stats_t stats;
   size_t active;
-  ring_t *table; /* opts.max_rings entries. */
+  ring_t *table;               /* opts.max_rings entries. */
+  em_log_limit_t register_log; /* "registered" lines: a writer can register and close at will. */
+  em_log_limit_t drop_log;     /* "dropped" lines, the other half of that cycle. */
 };
 
 int em_rings_new(em_rings_t **out, uv_loop_t *loop, em_spans_t *spans,
@@ -204,11 +208,13 @@ static void drop(em_rings_t *r, ring_t *g, bool final_drain, const char *why) {
   if (final_drain) {
     drain_one(r, g, true);
   }
-  EM_INFO("rings: ring %llu of pid %u dropped (%s): %llu folded, %llu overwritten, %llu bad",
-          (unsigned long long)g->id, (unsigned)g->pid, why,
-          (unsigned long long)g->reader.counts.folded,
-          (unsigned long long)g->reader.counts.overwritten,
-          (unsigned long long)g->reader.counts.bad_slot);
+  if (r->closing || em_log_limit_pass(&r->drop_log, uv_hrtime(), EM_LOG_LIMIT_NS)) {
+    EM_INFO("rings: ring %llu of pid %u dropped (%s): %llu folded, %llu overwritten, %llu bad",
+            (unsigned long long)g->id, (unsigned)g->pid, why,
+            (unsigned long long)g->reader.counts.folded,
+            (unsigned long long)g->reader.counts.overwritten,
+            (unsigned long long)g->reader.counts.bad_slot);
+  }
   munmap((void *)g->mem, g->len);
   g->mem = NULL;
   close(g->fd);
@@ -399,9 +405,12 @@ int em_rings_register(em_rings_t *r, const em_ring_dgram_t *reg, int fd, bool al
   g->next_check_ns = uv_hrtime() + PROC_CHECK_NS;
   r->active++;
   r->stats.accepted++;
-  EM_INFO("rings: ring %llu of pid %u registered: %u slots from position %llu",
-          (unsigned long long)g->id, (unsigned)pid, (unsigned)hdr.slot_count,
-          (unsigned long long)reg->start);
+  if (em_log_limit_pass(&r->register_log, uv_hrtime(), EM_LOG_LIMIT_NS)) {
+    EM_INFO("rings: ring %llu of pid %u registered: %u slots from position %llu (more within %u s "
+            "are counted, not logged one by one)",
+            (unsigned long long)g->id, (unsigned)pid, (unsigned)hdr.slot_count,
+            (unsigned long long)reg->start, (unsigned)EM_LOG_LIMIT_S);
+  }
   ack(r, reg, 0, g->id, from, from_len);
   return 0;
 }
@@ -442,6 +451,15 @@ void em_rings_drain(em_rings_t *r, uint64_t now_ns) {
       }
     }
     drain_one(r, g, false);
+  }
+  uint64_t held = 0;
+  if (em_log_limit_flush(&r->register_log, now_ns, EM_LOG_LIMIT_NS, &held)) {
+    EM_INFO("rings: %llu more rings registered in the last %u s", (unsigned long long)held,
+            (unsigned)EM_LOG_LIMIT_S);
+  }
+  if (em_log_limit_flush(&r->drop_log, now_ns, EM_LOG_LIMIT_NS, &held)) {
+    EM_INFO("rings: %llu more rings dropped in the last %u s", (unsigned long long)held,
+            (unsigned)EM_LOG_LIMIT_S);
   }
 }
 
