@@ -56,6 +56,14 @@
  * receive level push datagrams on a second, autobound socket. Nothing here aborts: an absent
  * or garbled page is EM_CLIENT_LEVEL_UNKNOWN and counted in page_counters[].
  *
+ * The pages are untrusted input: whoever can write the runtime directory can put anything at
+ * their paths. Nothing here blocks on one: a page is opened only when lstat() and then fstat()
+ * of the descriptor say it is a regular file, with O_NONBLOCK | O_NOFOLLOW | O_NOCTTY, and
+ * mapped only when its size is the page's. A FIFO, a symbolic link, a directory, a device or a
+ * socket there is refused and treated as no page: counted (page_counters[REFUSED],
+ * dl_refusals), and the reason kept in page_refused / dl_refused (static text, NULL once a
+ * look finds a regular file or nothing) for the application to report once.
+ *
  * Ownership: the caller owns the em_client_t (stack, static or heap); the client owns one
  * socket descriptor from em_client_open() to em_client_close(). Strings passed in are
  * borrowed for the call. Nothing allocates on the heap (rings are memfd mappings).
@@ -144,6 +152,7 @@ typedef enum {
   EM_CLIENT_PAGE_ABSENT,    /* No file at the state page path (checked once per second). */
   EM_CLIENT_PAGE_INVALID,   /* Not a v1 page, or a record breaking WIRE.md's rules. */
   EM_CLIENT_PAGE_BUSY,      /* Every seqlock try overlapped a write. */
+  EM_CLIENT_PAGE_REFUSED,   /* Not a regular file there (a FIFO, a link...): as if absent. */
   EM_CLIENT_PAGE_COUNT
 } em_client_page_counter_t;
 
@@ -232,6 +241,7 @@ typedef struct {
   uint32_t page_seq;                            /* seq of page_state. */
   em_client_state_t page_state;                 /* Last consistent record of this mapping. */
   uint64_t page_counters[EM_CLIENT_PAGE_COUNT]; /* By em_client_page_counter_t. */
+  const char *page_refused;                     /* Why the last look refused it, or NULL. */
   char state_path[EM_CLIENT_STATE_PATH_BYTES];  /* The state page file. */
   /* Level pushes (em_client_subscribe, em_client_wait_change). */
   int sub_fd;            /* Autobound push socket, or -1. */
@@ -250,6 +260,8 @@ typedef struct {
   uint64_t dl_ns[EM_CLIENT_DEADLINES_MAX];        /* Their hard deadlines. */
   uint64_t ring_counters[EM_CLIENT_RING_COUNT];   /* By em_client_ring_counter_t. */
   char deadline_path[EM_CLIENT_STATE_PATH_BYTES]; /* The deadline page file. */
+  uint64_t dl_refusals;                           /* Looks that found no regular file there. */
+  const char *dl_refused;                         /* Why the last look refused it, or NULL. */
   /* Model identity: the last datagram em_client_set_model packed, sent again by the agent
    * check when its send failed or a new agent appeared. */
   uint8_t model[EM_CLIENT_MODEL_BYTES];
@@ -627,6 +639,66 @@ static inline int em_client_push_decode(const uint8_t *buf, size_t len, em_clien
   return em_client__decode_body(buf + 16, em_client__get_u32(buf + 4), 0, out);
 }
 
+/* Internal: what a file of mode `mode` is, in words, when it is not a regular file. */
+static inline const char *em_client__file_kind(mode_t mode) {
+  static const struct {
+    mode_t type;
+    const char *text;
+  } kinds[] = {
+      {S_IFLNK, "a symbolic link, not a regular file"},
+      {S_IFIFO, "a FIFO, not a regular file"},
+      {S_IFDIR, "a directory, not a regular file"},
+      {S_IFCHR, "a character device, not a regular file"},
+      {S_IFBLK, "a block device, not a regular file"},
+      {S_IFSOCK, "a socket, not a regular file"},
+  };
+  for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+    if ((mode & S_IFMT) == kinds[i].type) {
+      return kinds[i].text;
+    }
+  }
+  return "not a regular file";
+}
+
+/*
+ * Internal: opens one of the agent's pages read-only, trusting nothing at its path: whoever
+ * can write the runtime directory can put anything there, and a FIFO would hold a plain open()
+ * until a writer came. lstat() first, so anything but a regular file is refused unopened;
+ * then open() with O_NONBLOCK (a FIFO swapped in meanwhile opens at once), O_NOFOLLOW (the
+ * agent renames regular files into place, never links), O_NOCTTY and O_CLOEXEC; then fstat()
+ * of the descriptor, so the file checked is the file opened. Returns the descriptor with *st
+ * filled, or -1: *why NULL when there is no file or it cannot be opened (absent), else a
+ * static text saying what stands there instead (refused: the caller treats it as absent).
+ */
+static inline int em_client__page_fd(const char *path, struct stat *st, const char **why) {
+  int fd;
+  *why = NULL;
+  if (lstat(path, st) != 0) {
+    return -1;
+  }
+  if (!S_ISREG(st->st_mode)) {
+    *why = em_client__file_kind(st->st_mode);
+    return -1;
+  }
+  fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW);
+  if (fd < 0) {
+    if (errno == ELOOP) { /* swapped for a link after the lstat() */
+      *why = em_client__file_kind(S_IFLNK);
+    }
+    return -1;
+  }
+  if (fstat(fd, st) != 0) {
+    close(fd);
+    return -1;
+  }
+  if (!S_ISREG(st->st_mode)) { /* swapped after the lstat(): the opened file counts */
+    *why = em_client__file_kind(st->st_mode);
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 /* Internal: forgets the mapping and what was read from it. */
 static inline void em_client__page_drop(em_client_t *c) {
   if (c->page != NULL) {
@@ -643,13 +715,13 @@ static inline void em_client__page_open(em_client_t *c) {
   struct stat st;
   void *map;
   const uint8_t *p;
-  int fd = open(c->state_path, O_RDONLY | O_CLOEXEC);
+  int fd = em_client__page_fd(c->state_path, &st, &c->page_refused);
   if (fd < 0) {
-    c->page_counters[EM_CLIENT_PAGE_ABSENT]++;
+    c->page_counters[c->page_refused != NULL ? EM_CLIENT_PAGE_REFUSED : EM_CLIENT_PAGE_ABSENT]++;
     return;
   }
   c->page_counters[EM_CLIENT_PAGE_OPENS]++;
-  if (fstat(fd, &st) != 0 || st.st_size != (off_t)EM_CLIENT_PAGE_BYTES) {
+  if (st.st_size != (off_t)EM_CLIENT_PAGE_BYTES) {
     close(fd); /* ESIZE: refused before mapping, so the mapping never faults */
     c->page_counters[EM_CLIENT_PAGE_INVALID]++;
     return;
@@ -682,6 +754,7 @@ static inline void em_client__page_recheck(em_client_t *c, uint64_t now_ns) {
   if (c->state_path[0] == '\0' || stat(c->state_path, &st) != 0) {
     em_client__page_drop(c);
     c->page_counters[EM_CLIENT_PAGE_ABSENT]++;
+    c->page_refused = NULL;
     return;
   }
   if (c->page != NULL && (uint64_t)st.st_dev == c->page_dev && (uint64_t)st.st_ino == c->page_ino) {
@@ -1274,6 +1347,7 @@ static inline void em_client__dl_check(em_client_t *c, uint64_t now_ns) {
   int fd;
   c->dl_next_check_ns = now_ns + EM_CLIENT_PAGE_RECHECK_NS;
   if (c->deadline_path[0] == '\0' || stat(c->deadline_path, &st) != 0) {
+    c->dl_refused = NULL;
     if (c->dl_page != NULL) {
       em_client__dl_drop(c);
       c->agent_gen++;
@@ -1288,11 +1362,12 @@ static inline void em_client__dl_check(em_client_t *c, uint64_t now_ns) {
     em_client__dl_drop(c);
     c->agent_gen++;
   }
-  fd = open(c->deadline_path, O_RDONLY | O_CLOEXEC);
+  fd = em_client__page_fd(c->deadline_path, &st, &c->dl_refused);
   if (fd < 0) {
+    c->dl_refusals += c->dl_refused != NULL;
     return;
   }
-  if (fstat(fd, &st) != 0 || st.st_size < (off_t)EM_CLIENT_DEADLINE_BYTES) {
+  if (st.st_size < (off_t)EM_CLIENT_DEADLINE_BYTES) {
     close(fd); /* refused before mapping, so the mapping never faults */
     return;
   }

@@ -63,6 +63,7 @@ import time
 import weakref
 
 from . import _pyprof, _ring
+from ._page import refusal
 from ._paths import resolve_socket_path
 from ._state import StatePage, Subscriber
 from ._wire import KIND_HARD_MISS, KIND_HEARTBEAT, KIND_SPAN, MAGIC, RING_VERSION, SPAN_STRUCT
@@ -305,9 +306,12 @@ class Client(object):
         """{'sent': n, 'dropped': {'no_agent': n, 'queue_full': n, 'invalid_stage': n,
         'other': n}, 'socket_path': str, 'connected': bool}, plus 'rings' (ring_stats())
         once an agent's deadline page was seen, 'model' (model_stats()) once set_model
-        was called, and 'python_stacks' once a profile window was sampled ({'windows',
-        'samples', 'cut', 'sent', 'send_failed', 'bytes', 'enabled', 'running'}). 'sent' counts datagrams (v1 spans, heartbeats
-        and kind-6 hard misses); spans written to rings are rings['written']."""
+        was called, 'python_stacks' once a profile window was sampled ({'windows',
+        'samples', 'cut', 'sent', 'send_failed', 'bytes', 'enabled', 'running'}), and
+        'refused_pages' ({path: reason}) while a FIFO, a link or anything but a regular file
+        stands where the state, deadline or profile request page should be (read as absent).
+        'sent' counts datagrams (v1 spans, heartbeats and kind-6 hard misses); spans written
+        to rings are rings['written']."""
         dropped = {"no_agent": self._dropped["no_agent"], "queue_full": self._queue_full,
                    "invalid_stage": self._dropped["invalid_stage"],
                    "other": self._dropped["other"]}
@@ -323,6 +327,13 @@ class Client(object):
             out["model"] = self.model_stats()
         if self._pyprof.counts["windows"]:  # a profile window was sampled
             out["python_stacks"] = self._pyprof.stats()
+        refused = {}
+        for path in (self._page.path, self._dpage.path, self._pyprof.page_path):
+            reason = refusal(path)
+            if reason is not None:
+                refused[path] = reason
+        if refused:  # something other than a regular file stands where a page should be
+            out["refused_pages"] = refused
         return out
 
     def model_stats(self):

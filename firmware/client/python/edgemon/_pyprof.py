@@ -26,6 +26,8 @@ import sys
 import threading
 import time
 
+from ._page import open_page
+
 PAGE_NAME = "profile"
 PAGE = struct.Struct("<4sHHIIQQ32s")
 HEAD = struct.Struct("<2sBBIIIHHI8s")
@@ -42,12 +44,19 @@ MAX_HZ = 99
 
 def read_page(path):
     """The request page at path as (window, hz, start_ns, end_ns), or None when there is none
-    or it is not a valid v1 page (the same checks as em_profile_page_unpack)."""
+    or it is not a valid v1 page (the same checks as em_profile_page_unpack). Opened with
+    _page.open_page(): a FIFO or anything but a regular file there is refused without
+    blocking (warned about once) and read as no page."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read(PAGE.size + 1)
+        fd, _ = open_page(path, "profile request page")
+    except (OSError, ValueError):
+        return None
+    try:
+        raw = os.read(fd, PAGE.size + 1)
     except OSError:
         return None
+    finally:
+        os.close(fd)
     if len(raw) != PAGE.size:
         return None
     magic, version, size, window, hz, start, end, reserved = PAGE.unpack(raw)

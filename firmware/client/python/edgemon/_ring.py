@@ -14,7 +14,9 @@ module owns:
   an unsent one (the register could not be sent, so the agent never saw it) a second later.
 - DeadlinePage: the agent's deadline page, read at most once a second: its inode (a new inode
   is a new agent), its suggested ring_slots, and the hard deadlines (stage bytes -> ns), read
-  with the page's seqlock.
+  with the page's seqlock. It is opened with _page.open_page(): a FIFO, a link or anything
+  but a regular file at its path is refused without blocking (counted in `refused`, warned
+  about once) and the client goes on as with no page (datagrams v1).
 
 The hot path (in _client.py) writes a slot with one pack_into and the head with another; every
 other method here is a slow path that never raises into the caller and never blocks.
@@ -28,6 +30,7 @@ import socket
 import struct
 import threading
 
+from ._page import PageRefused, open_page
 from ._wire import KIND_REGISTER, KIND_RING_ACK, SPAN_STRUCT
 from ._wire import RING_VERSION as DGRAM_VERSION
 
@@ -270,7 +273,7 @@ class DeadlinePage(object):
     """The agent's deadline page at `path`: checked (stat) by the caller at most once a
     second. `inode` is None while there is no valid page."""
 
-    __slots__ = ("path", "inode", "slots", "deadlines", "_mm", "_seq", "invalid")
+    __slots__ = ("path", "inode", "slots", "deadlines", "_mm", "_seq", "invalid", "refused")
 
     def __init__(self, path):
         self.path = path
@@ -280,6 +283,7 @@ class DeadlinePage(object):
         self._mm = None
         self._seq = None
         self.invalid = 0
+        self.refused = 0  # looks that found no regular file there (_page.py): no page
 
     def check(self):
         """stat()s the page; re-maps it on a new inode and re-reads its entries when seq moved.
@@ -304,14 +308,21 @@ class DeadlinePage(object):
 
     def _map(self):
         try:
-            with open(self.path, "rb") as f:
-                if os.fstat(f.fileno()).st_size < DEADLINE_PAGE_BYTES:
-                    self.invalid += 1
-                    return False
-                self._mm = mmap.mmap(f.fileno(), DEADLINE_PAGE_BYTES, mmap.MAP_SHARED,
-                                     mmap.PROT_READ)
+            fd, st = open_page(self.path, "deadline page")
+        except PageRefused:  # a FIFO, a link, a directory...: as if there were no page
+            self.refused += 1
+            return False
         except (OSError, ValueError):
             return False
+        try:
+            if st.st_size < DEADLINE_PAGE_BYTES:
+                self.invalid += 1
+                return False
+            self._mm = mmap.mmap(fd, DEADLINE_PAGE_BYTES, mmap.MAP_SHARED, mmap.PROT_READ)
+        except (OSError, ValueError):
+            return False
+        finally:
+            os.close(fd)
         self._seq = None
         if not self._read():
             self._unmap()

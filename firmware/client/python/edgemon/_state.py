@@ -17,7 +17,9 @@ dropped (the level is then unknown: None).
 
 Nothing here raises for an absent, short, garbled or busy page: the read returns None (or the
 last consistent state of the same page when every try overlapped a write) and the failure is
-counted in StatePage.counters.
+counted in StatePage.counters. Nothing here blocks either: the page is opened with _page.py's
+open_page() (O_NONBLOCK, a regular file only), so a FIFO, a link or a directory put in its
+place is refused, counted ("refused"), warned about once, and read as an absent page.
 """
 
 import collections
@@ -29,6 +31,7 @@ import struct
 import socket
 import time
 
+from ._page import PageRefused, open_page, refusal
 from ._paths import resolve_path
 
 LEVEL_NAMES = ("NOMINAL", "WARN", "DEGRADED", "CRITICAL")
@@ -62,7 +65,7 @@ State = collections.namedtuple("State", (
     "level", "prev_level", "changes", "since_mono_ns", "since_wall_ns", "value", "bound",
     "rule", "stage", "reason", "agent_pid", "seq"))
 
-COUNTER_NAMES = ("opens", "absent", "invalid", "busy")
+COUNTER_NAMES = ("opens", "absent", "invalid", "busy", "refused")
 
 
 def _text(field, stage):
@@ -219,13 +222,15 @@ class StatePage(object):
 
     def _open(self):
         try:
-            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            fd, st = open_page(self.path, "state page")
+        except PageRefused:  # a FIFO, a link, a directory...: never opened or never kept
+            self.counters["refused"] += 1
+            return
         except (OSError, ValueError):
             self.counters["absent"] += 1
             return
         self.counters["opens"] += 1
         try:
-            st = os.fstat(fd)
             if st.st_size != PAGE_BYTES:  # ESIZE: checked before mapping (no SIGBUS later)
                 self.counters["invalid"] += 1
                 return
@@ -259,9 +264,13 @@ class StatePage(object):
         self._next_check_ns = 0
 
     def stats(self):
-        """{'path': str, 'mapped': bool, 'opens': n, 'absent': n, 'invalid': n, 'busy': n}."""
+        """{'path': str, 'mapped': bool, 'opens': n, 'absent': n, 'invalid': n, 'busy': n,
+        'refused': n, 'refused_reason': str or None}: 'refused' counts looks that found
+        something other than a regular file at the path (a FIFO, a link...), treated as absent;
+        'refused_reason' says what the last look found."""
         out = {"path": self.path, "mapped": self._mm is not None}
         out.update(self.counters)
+        out["refused_reason"] = refusal(self.path)
         return out
 
 
