@@ -1425,6 +1425,7 @@ static void sample_self(em_agent_t *a) {
   bool ok = n > 0 && em_procfs_parse_statm(buf, (size_t)n, a->page_size, &st) == 0;
   set_u_if(a, fx(a, EM_FIG_AGENT_RSS), ok, ok ? st.rss_bytes : 0);
   set_u(a, fx(a, EM_FIG_AGENT_NOT_SENT), em_publisher_stats(a->pub)->not_sent);
+  set_u(a, fx(a, EM_FIG_AGENT_OVERSIZE), em_publisher_stats(a->pub)->oversize);
   set_u(a, fx(a, EM_FIG_AGENT_LATE_TICKS), a->late_ticks);
 }
 
@@ -1739,6 +1740,7 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
                             .prefix = a->prefix,
                             .keepalive_s = cfg->keepalive_s,
                             .ack_timeout_ns = cfg->ack_timeout_ns,
+                            .limit_packets = true,
                             .backoff_min_ns = cfg->reconnect_min_ns,
                             .backoff_max_ns = cfg->reconnect_max_ns,
                             .will = will,

@@ -84,6 +84,7 @@ typedef enum {
   X(AGENT_CPU, "agent.cpu", "ns", COUNTER, TICK)                                                   \
   X(AGENT_RSS, "agent.rss", "By", GAUGE, TICK)                                                     \
   X(AGENT_NOT_SENT, "agent.mqtt.not_sent", "1", COUNTER, TICK)                                     \
+  X(AGENT_OVERSIZE, "agent.mqtt.oversize", "1", COUNTER, TICK)                                     \
   X(AGENT_LATE_TICKS, "agent.late_ticks", "1", COUNTER, TICK)                                      \
   X(SPANS_RECEIVED, "spans.received", "1", COUNTER, TICK)                                          \
   X(SPANS_DROPPED_MALFORMED, "spans.dropped.malformed", "1", COUNTER, TICK)                        \

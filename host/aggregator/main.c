@@ -680,6 +680,8 @@ static int connect_and_subscribe(agg_t *a) {
       .client_id = a->cfg.client_id,
       .persistent = true,
       .mqtt5 = a->cfg.share_group[0] != '\0',
+      /* The largest message of any kind and its PUBLISH: the broker drops a larger one. */
+      .max_packet_bytes = EM_PROTO_MAX_PAYLOAD_BYTES + EM_PROTO_MQTT_OVERHEAD_BYTES,
       .tls_ca_file = a->cfg.tls_ca_file,
       .tls_ca_path = a->cfg.tls_ca_path,
       .tls_cert_file = a->cfg.tls_cert_file,

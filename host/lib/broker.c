@@ -48,6 +48,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <mosquitto.h>
+#include <mqtt_protocol.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -247,6 +248,33 @@ static void on_message(struct mosquitto *mosq, void *obj, const struct mosquitto
     b->on_message(b->ctx, m->topic, m->payload, (size_t)(m->payloadlen > 0 ? m->payloadlen : 0),
                   m->retain);
   }
+}
+
+/*
+ * The CONNECT properties of an MQTT v5 session: the largest packet it takes (max_packet_bytes),
+ * and, when it is persistent and v5 only for that limit, a session expiry interval that never
+ * ends, so the session is kept as in v3.1.1 (v5 ends a session at disconnect by default; an
+ * mqtt5 session, a share group's, stays unkept: the group's other members take its messages).
+ * libmosquitto takes CONNECT properties only in mosquitto_connect_bind_v5(), which connects
+ * blocking; it stores them before it looks at the host, so a call without a host stores them
+ * (answering MOSQ_ERR_INVAL) and the asynchronous connect after it sends them, as every reconnect
+ * does. Returns a libmosquitto code.
+ */
+static int set_connect_properties(em_broker_t *b, const em_broker_opts_t *o) {
+  mosquitto_property *props = NULL;
+  int rc = MOSQ_ERR_SUCCESS;
+  if (o->max_packet_bytes > 0) {
+    rc = mosquitto_property_add_int32(&props, MQTT_PROP_MAXIMUM_PACKET_SIZE, o->max_packet_bytes);
+  }
+  if (rc == MOSQ_ERR_SUCCESS && o->persistent && !o->mqtt5) {
+    rc = mosquitto_property_add_int32(&props, MQTT_PROP_SESSION_EXPIRY_INTERVAL, UINT32_MAX);
+  }
+  if (rc == MOSQ_ERR_SUCCESS && props) {
+    rc = mosquitto_connect_bind_v5(b->mosq, NULL, 0, 0, NULL, props);
+    rc = rc == MOSQ_ERR_INVAL ? MOSQ_ERR_SUCCESS : rc;
+  }
+  mosquitto_property_free_all(&props);
+  return rc;
 }
 
 /* Maps a libmosquitto result to a negative errno. */
@@ -518,8 +546,13 @@ int em_broker_connect_opts(em_broker_t **out, const char *url, const em_broker_o
     free(b);
     return -ENOMEM;
   }
-  if (opts->mqtt5) {
+  if (opts->mqtt5 || opts->max_packet_bytes > 0) {
     mosquitto_int_option(b->mosq, MOSQ_OPT_PROTOCOL_VERSION, MQTT_PROTOCOL_V5);
+    int prc = set_connect_properties(b, opts);
+    if (prc != MOSQ_ERR_SUCCESS) {
+      rc = mosq_errno(prc);
+      goto fail_quiet;
+    }
   }
   if (b->before_ack) {
     mosquitto_threaded_set(b->mosq, true); /* Queue packets; drive() writes them. */

@@ -66,11 +66,18 @@ typedef struct {
   const char *client_prefix; /* Random client id starting with this (default "edgemon-host"). */
   const char *client_id;     /* Exact client id instead (NULL: random). */
   bool mqtt5;                /* MQTT v5 instead of v3.1.1. */
-  /* Keep the session: clean session off (v3.1.1), so the broker keeps this client id's
-   * subscriptions while it is away and queues their QoS 1 messages for it (up to the broker's
-   * max_queued_messages). Use with a stable client_id. MQTT v5 sessions are not kept (the
-   * session expiry interval stays 0). */
+  /* Keep the session: clean session off (v3.1.1; with max_packet_bytes, MQTT v5 with clean
+   * start off and a session expiry interval that never ends), so the broker keeps this client
+   * id's subscriptions while it is away and queues their QoS 1 messages for it (up to the
+   * broker's max_queued_messages; mosquitto's persistent_client_expiration still drops one
+   * away for longer). Use with a stable client_id. With mqtt5 the session is not kept (the
+   * session expiry interval stays 0: a share group's other members take its messages). */
   bool persistent;
+  /* > 0: MQTT v5, and the CONNECT tells the broker never to send this session a packet larger
+   * (MQTT_PROP_MAXIMUM_PACKET_SIZE): the broker drops such a message for it, so it is never
+   * read here. libmosquitto reads any packet whole and copies its payload before on_message, so
+   * without this limit a huge message costs twice its size in memory. 0: no limit. */
+  uint32_t max_packet_bytes;
   int keepalive_s; /* Default 30. */
   /* Acknowledge a QoS 1 message only once the caller has made it durable. Set, libmosquitto
    * only queues what it would write (mosquitto_threaded_set) and em_broker_run() drives the

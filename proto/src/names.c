@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "edgemon/profile.h"
 #include "schema.h"
 
 const char *em_proto_strerror(int rc) {
@@ -45,6 +46,12 @@ const char *em_msg_kind_name(em_msg_kind_t kind) {
   }
   return names[kind];
 }
+
+_Static_assert(EM_PROTO_MAX_PAYLOAD_BYTES == (EM_FLIGHT_MAX_BYTES > EM_PROFILE_MAX_BYTES
+                                                  ? EM_FLIGHT_MAX_BYTES
+                                                  : EM_PROFILE_MAX_BYTES) &&
+                   EM_PROTO_MAX_PAYLOAD_BYTES >= EM_PROTO_MAX_MESSAGE_BYTES,
+               "EM_PROTO_MAX_PAYLOAD_BYTES is the largest kind's cap");
 
 const char *em_cmd_name(em_cmd_code_t command) {
   static const char *const names[] = {"rebirth", "flight", "profile"};

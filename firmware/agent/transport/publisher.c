@@ -44,6 +44,9 @@
 #include <unistd.h>
 
 #include <mosquitto.h>
+#include <mqtt_protocol.h>
+
+#include "edgemon/proto.h"
 
 #include "log.h"
 
@@ -62,6 +65,11 @@ typedef enum {
 #define UNACKED_MAX        64u /* QoS 1 publishes tracked for ack_timeout_ns. */
 #define READ_ROUNDS        8u  /* loop_read calls per event at most, until EAGAIN (TLS). */
 #define REASON_CAP         256
+/* Commands are messages (edgemon/proto.h): a payload past EM_PROTO_MAX_MESSAGE_BYTES is none. */
+#define MAX_COMMAND_BYTES EM_PROTO_MAX_MESSAGE_BYTES
+/* The CONNECT's maximum packet size: a command and its PUBLISH around it. */
+#define MAX_PACKET_BYTES (MAX_COMMAND_BYTES + EM_PROTO_MQTT_OVERHEAD_BYTES)
+#define OVERSIZE_LOG_NS  (UINT64_C(10) * 1000000000u) /* One "refused unread" line per 10 s. */
 
 struct em_publisher {
   uv_loop_t *loop;
@@ -95,6 +103,7 @@ struct em_publisher {
   void *stop_ctx;
   uint64_t stop_deadline_ms;
   em_publisher_stats_t stats;
+  em_log_limit_t oversize_log; /* "command refused unread" lines. */
   /* QoS 1 publishes awaiting their PUBACK, oldest first (a ring; mid 0 = acked out of order). */
   struct {
     int mid;
@@ -357,7 +366,9 @@ static void on_connack(struct mosquitto *mosq, void *obj, int rc) {
   (void)mosq;
   em_publisher_t *p = obj;
   if (rc != 0) {
-    snprintf(p->refused_reason, sizeof(p->refused_reason), "%s", mosquitto_connack_string(rc));
+    /* MQTT v5 reason codes (128 and up); a v3.1.1 broker's refusal codes are 1..5. */
+    snprintf(p->refused_reason, sizeof(p->refused_reason), "%s",
+             rc < 128 ? mosquitto_connack_string(rc) : mosquitto_reason_string(rc));
     p->refused = true;
     return;
   }
@@ -413,6 +424,17 @@ static void on_message(struct mosquitto *mosq, void *obj, const struct mosquitto
   size_t plen = strlen(p->prefix);
   if (!m->topic || strncmp(m->topic, p->prefix, plen) != 0 ||
       strncmp(m->topic + plen, "/cmd/", 5) != 0 || !p->opts.on_command) {
+    return;
+  }
+  if (m->payloadlen < 0 || (size_t)m->payloadlen > MAX_COMMAND_BYTES) {
+    /* Past what any command can be (the broker should not have sent it: see limit_packets()):
+     * refused unread, counted, logged at most once per OVERSIZE_LOG_NS. */
+    p->stats.oversize++;
+    if (em_log_limit_pass(&p->oversize_log, uv_hrtime(), OVERSIZE_LOG_NS)) {
+      EM_WARN("mqtt: refused a %d-byte payload on %s unread: larger than any command (%u "
+              "bytes; counted in agent.mqtt.oversize, not logged one by one)",
+              m->payloadlen, m->topic, MAX_COMMAND_BYTES);
+    }
     return;
   }
   p->opts.on_command(p->opts.ctx, m->topic + plen + 5, m->payload, (size_t)m->payloadlen);
@@ -582,6 +604,11 @@ static void on_misc(uv_timer_t *t) {
     fail(p, why);
     return;
   }
+  uint64_t held = 0;
+  if (em_log_limit_flush(&p->oversize_log, uv_hrtime(), OVERSIZE_LOG_NS, &held)) {
+    EM_WARN("mqtt: %llu more payloads larger than any command refused unread (agent.mqtt.oversize)",
+            (unsigned long long)held);
+  }
   int rc = p->sys.loop_misc(p->sys.ctx, p->mosq);
   if (rc != MOSQ_ERR_SUCCESS) {
     fail(p, rc == MOSQ_ERR_KEEPALIVE ? "no answer within the keepalive" : mosq_reason(rc));
@@ -613,6 +640,34 @@ static int no_passphrase(char *buf, int size, int rwflag, void *userdata) {
 /* NULL for NULL or "". */
 static const char *opt_str(const char *s) {
   return s && s[0] ? s : NULL;
+}
+
+/*
+ * MQTT v5, with a CONNECT that tells the broker never to send this session a packet larger
+ * than MAX_PACKET_BYTES (MQTT_PROP_MAXIMUM_PACKET_SIZE): the broker drops such a message for
+ * this client ("Dropping too large outgoing PUBLISH" in mosquitto's log). libmosquitto itself
+ * reads any packet whole, then copies its payload before on_message (twice its size in memory),
+ * so the limit has to be the broker's. libmosquitto takes CONNECT properties only in
+ * mosquitto_connect_bind_v5(), which connects blocking; it stores them before it looks at the
+ * host, so a call without a host stores them (answering MOSQ_ERR_INVAL) and the asynchronous
+ * connects after it send them. Returns 0, or -ENOMEM (logged).
+ */
+static int limit_packets(em_publisher_t *p) {
+  mosquitto_property *props = NULL;
+  int rc = mosquitto_int_option(p->mosq, MOSQ_OPT_PROTOCOL_VERSION, MQTT_PROTOCOL_V5);
+  if (rc == MOSQ_ERR_SUCCESS) {
+    rc = mosquitto_property_add_int32(&props, MQTT_PROP_MAXIMUM_PACKET_SIZE, MAX_PACKET_BYTES);
+  }
+  if (rc == MOSQ_ERR_SUCCESS) {
+    rc = mosquitto_connect_bind_v5(p->mosq, NULL, 0, 0, NULL, props);
+    rc = rc == MOSQ_ERR_INVAL ? MOSQ_ERR_SUCCESS : rc;
+  }
+  mosquitto_property_free_all(&props);
+  if (rc != MOSQ_ERR_SUCCESS) {
+    EM_ERROR("mqtt: cannot set the maximum packet size: %s", mosq_reason(rc));
+    return -ENOMEM;
+  }
+  return 0;
 }
 
 /* Username, password and TLS options, before any connect. Returns 0 or -EINVAL (logged). */
@@ -708,6 +763,11 @@ int em_publisher_new(em_publisher_t **out, uv_loop_t *loop, const em_publisher_o
     return -ENOMEM;
   }
   mosquitto_int_option(p->mosq, MOSQ_OPT_TCP_NODELAY, 1);
+  if (opts->limit_packets && limit_packets(p) != 0) {
+    mosquitto_destroy(p->mosq);
+    free(p);
+    return -ENOMEM;
+  }
   mosquitto_connect_callback_set(p->mosq, on_connack);
   mosquitto_message_callback_set(p->mosq, on_message);
   mosquitto_publish_callback_set(p->mosq, on_publish);

@@ -4,7 +4,9 @@
  * no libmosquitto thread). It connects, keeps the connection, reconnects with capped
  * exponential backoff and jitter, resolves host names with uv_getaddrinfo (never a blocking
  * lookup on the loop), sets the Last Will, subscribes to the device's command topics and
- * hands what arrives there to the owner.
+ * hands what arrives there to the owner. With limit_packets the session is MQTT v5 and the
+ * broker sends it no packet larger than a command needs; a command payload larger than any
+ * command that still arrives is refused unread (stats.oversize).
  *
  * Topics are "<prefix>/<kind>", the prefix being "edgemon/v1/<device>". What to publish on
  * connect (birth, status online) is the owner's call, made in on_online.
@@ -98,6 +100,12 @@ typedef struct {
    * already holds in flight is sent again after reconnect (at least once).
    */
   uint64_t ack_timeout_ns;
+  /*
+   * MQTT v5, the CONNECT telling the broker the largest packet this session takes (a command
+   * and its PUBLISH: EM_PROTO_MAX_MESSAGE_BYTES + EM_PROTO_MQTT_OVERHEAD_BYTES), so a larger
+   * message is dropped by the broker, never read here. false: MQTT v3.1.1 without the limit.
+   */
+  bool limit_packets;
   const em_publisher_sys_t *sys; /* NULL: em_publisher_sys_mosquitto. Copied. */
 } em_publisher_opts_t;
 
@@ -108,6 +116,7 @@ typedef struct {
   uint64_t failures;    /* Attempts that did not reach a session. */
   uint64_t sent;        /* Messages handed to the socket layer. */
   uint64_t not_sent;    /* Messages refused: no session was up, or libmosquitto refused them. */
+  uint64_t oversize;    /* Payloads on cmd/ topics larger than any command, refused unread. */
 } em_publisher_stats_t;
 
 /*

@@ -56,6 +56,14 @@ extern "C" {
 #define EM_PROTO_MIN_SCALE         (-10)  /* Exponential histogram scale range (OpenTelemetry). */
 #define EM_PROTO_MAX_SCALE         20
 
+/* Largest payload on any topic: a flight recording or a stack profile at its cap
+ * (EM_FLIGHT_MAX_BYTES, EM_PROFILE_MAX_BYTES; names.c checks it is their maximum). */
+#define EM_PROTO_MAX_PAYLOAD_BYTES 262144u
+/* What an MQTT PUBLISH carries beside its payload, at most, for an edgemon topic: fixed header
+ * (5), topic (2 + 11 + 63 + 12), packet id (2), MQTT v5 properties (what a broker adds); a
+ * broker's packet limit and a client's maximum packet size allow this on top of a payload. */
+#define EM_PROTO_MQTT_OVERHEAD_BYTES 1024u
+
 /*
  * Error codes. 0 is success; every failure is negative and distinct from -errno values (they
  * start at -1000), so callers can pass either kind to em_proto_strerror().
