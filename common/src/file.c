@@ -78,3 +78,24 @@ ssize_t em_file_read_small(const char *path, char *buf, size_t cap, bool *trunca
   close(fd);
   return rc;
 }
+
+const char *em_file_kind(mode_t mode) {
+  switch (mode & S_IFMT) {
+  case S_IFREG:
+    return "a regular file";
+  case S_IFIFO:
+    return "a FIFO";
+  case S_IFLNK:
+    return "a symbolic link";
+  case S_IFDIR:
+    return "a directory";
+  case S_IFCHR:
+    return "a character device";
+  case S_IFBLK:
+    return "a block device";
+  case S_IFSOCK:
+    return "a socket";
+  default:
+    return "a file of an unknown type";
+  }
+}

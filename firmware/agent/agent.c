@@ -572,7 +572,9 @@ static void stop_step(em_agent_t *a);
 /*
  * The profile request page (WIRE.md "Profile request page v1") of the window just opened:
  * <runtime_dir>/profile written whole to profile.tmp and renamed over it, so a client reads the
- * old page or the new one. 64 bytes on the runtime directory's tmpfs, once per window.
+ * old page or the new one. 64 bytes on the runtime directory's tmpfs, once per window. Whatever
+ * stands at profile.tmp is removed first and the file made anew (O_EXCL, O_NOFOLLOW): a FIFO
+ * there cannot block the loop, a link cannot redirect the write.
  */
 static void write_profile_page(em_agent_t *a) {
   em_profile_page_t pg;
@@ -583,7 +585,8 @@ static void write_profile_page(em_agent_t *a) {
   char path[EM_CONFIG_MAX_PATH + 16], tmp[EM_CONFIG_MAX_PATH + 16];
   snprintf(path, sizeof(path), "%s/profile", a->cfg.runtime_dir);
   snprintf(tmp, sizeof(tmp), "%s/profile.tmp", a->cfg.runtime_dir);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  (void)unlink(tmp);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
   bool ok = fd >= 0 && write(fd, buf, sizeof(buf)) == (ssize_t)sizeof(buf);
   if (fd >= 0) {
     close(fd);

@@ -3,7 +3,9 @@
  * temporary directory: replay order and payload bytes, STATE before older DATA, recovery after a
  * clean close and after a crash (a child process that _exit()s without closing), many laps of the
  * ring with mixed sizes, eviction counts that survive a restart, torn and corrupt records,
- * garbage files, write errors (RLIMIT_FSIZE), size limits, and a torn header slot.
+ * garbage files, a FIFO, a symbolic link or a directory at the spool's path (refused, never
+ * blocking, the link's target untouched), write errors (RLIMIT_FSIZE), size limits, and a torn
+ * header slot.
  *
  * The tests know the on-disk format (firmware/SPOOL.md) only where they damage a file: record
  * offsets, the payload position inside a record, the generation field of a header slot.
@@ -577,6 +579,60 @@ static void spool_short_file_is_recreated(void **state) {
   em_spool_close(s);
 }
 
+/* A spool path others could write to: a FIFO (which must not block the open), a symbolic
+ * link (whose target must not be overwritten) or a directory is refused with a message saying
+ * what stands there, and nothing is created or changed. */
+static void spool_refuses_what_is_no_regular_file(void **state) {
+  fixture_t *f = *state;
+  char victim[320];
+  snprintf(victim, sizeof(victim), "%s/victim", f->dir);
+  static const char precious[] = "not the agent's to overwrite\n";
+  static const struct {
+    enum { FIFO, LINK, DIRECTORY } kind;
+    const char *says;
+  } rows[] = {
+      {FIFO, "a FIFO, not a regular file: refused"},
+      {LINK, "a symbolic link, not a regular file: refused"},
+      {DIRECTORY, "Is a directory"},
+  };
+  alarm(20); /* A blocking open() kills the test instead of hanging the run. */
+  for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+    int fd = open(victim, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, precious, sizeof(precious) - 1), (ssize_t)sizeof(precious) - 1);
+    close(fd);
+    switch (rows[i].kind) {
+    case FIFO:
+      assert_int_equal(mkfifo(f->path, 0600), 0);
+      break;
+    case LINK:
+      assert_int_equal(symlink(victim, f->path), 0);
+      break;
+    case DIRECTORY:
+      assert_int_equal(mkdir(f->path, 0700), 0);
+      break;
+    }
+    em_spool_t *s = NULL;
+    char err[512];
+    int rc = em_spool_open(&s, f->path, CAP, err, sizeof(err));
+    assert_true(rc < 0);
+    assert_null(s);
+    if (strstr(err, rows[i].says) == NULL || strstr(err, f->path) == NULL) {
+      fail_msg("row %zu: '%s'", i, err);
+    }
+    struct stat st;
+    assert_int_equal(stat(victim, &st), 0);
+    assert_int_equal(st.st_size, (off_t)sizeof(precious) - 1);
+    assert_int_equal(lstat(f->path, &st), 0); /* still what was planted */
+    assert_true(rows[i].kind == FIFO   ? S_ISFIFO(st.st_mode)
+                : rows[i].kind == LINK ? S_ISLNK(st.st_mode)
+                                       : S_ISDIR(st.st_mode));
+    assert_int_equal(rows[i].kind == DIRECTORY ? rmdir(f->path) : unlink(f->path), 0);
+  }
+  alarm(0);
+  unlink(victim);
+}
+
 static void spool_write_error_is_reported_and_spool_stays_usable(void **state) {
   fixture_t *f = *state;
   em_spool_t *s = open_ok(f, CAP, NULL, 0);
@@ -819,6 +875,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(spool_corruption_after_open_fails_peek_once, setup, teardown),
       cmocka_unit_test_setup_teardown(spool_garbage_file_is_recreated, setup, teardown),
       cmocka_unit_test_setup_teardown(spool_short_file_is_recreated, setup, teardown),
+      cmocka_unit_test_setup_teardown(spool_refuses_what_is_no_regular_file, setup, teardown),
       cmocka_unit_test_setup_teardown(spool_write_error_is_reported_and_spool_stays_usable, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(spool_rejects_bad_sizes, setup, teardown),

@@ -1,7 +1,8 @@
 /*
  * test_target.c - the target lookup against procfs trees made by the test: exact comm match,
  * command-line substring, the oldest match winning, the agent never matching itself, pid
- * files (missing, garbage, stale), and start times behind a comm that holds ") ".
+ * files (missing, garbage, stale, a FIFO or a directory), and start times behind a comm that holds
+ * ") ".
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -137,6 +138,17 @@ static void pid_files_missing_garbage_or_stale_mean_not_running(void **state) {
       fail_msg("pid file '%s': want %d (%s)", rows[i].text, (int)rows[i].want, why);
     }
   }
+  /* A FIFO (or a directory) in the pid file's place: refused at once, never read. */
+  assert_int_equal(unlink(pidfile), 0);
+  assert_int_equal(mkfifo(pidfile, 0600), 0);
+  alarm(20); /* a blocking open() kills the test instead of hanging the run */
+  assert_int_equal(em_target_find(&fx->cfg.target, fx->cfg.proc_root, why, sizeof(why)), 0);
+  alarm(0);
+  assert_string_equal(why, "pid file: not a regular file (refused)");
+  assert_int_equal(unlink(pidfile), 0);
+  assert_int_equal(mkdir(pidfile, 0700), 0);
+  assert_int_equal(em_target_find(&fx->cfg.target, fx->cfg.proc_root, why, sizeof(why)), 0);
+  assert_string_equal(why, "pid file: not a regular file (refused)");
 }
 
 static void pid_target_exists_or_waits(void **state) {

@@ -160,8 +160,9 @@ pid_t em_target_find(const em_target_spec_t *t, const char *proc_root, char *why
   case EM_TARGET_PIDFILE: {
     ssize_t n = read_small(proc_root, 0, t->value, buf, sizeof(buf));
     if (n < 0) {
-      if (why) {
-        snprintf(why, why_cap, "pid file: %s", strerror((int)-n));
+      if (why) { /* -EINVAL: a FIFO, a directory...: refused unread, never blocking */
+        snprintf(why, why_cap, "pid file: %s",
+                 n == -EINVAL ? "not a regular file (refused)" : strerror((int)-n));
       }
       return 0;
     }

@@ -38,6 +38,7 @@
 #define _DEFAULT_SOURCE /* pwritev */
 #include "spool.h"
 
+#include <edgemon/common/file.h>
 #include <edgemon/crc32c.h>
 
 #include <errno.h>
@@ -584,10 +585,28 @@ int em_spool_open(em_spool_t **out, const char *path, uint64_t capacity, char *e
     return -ENOMEM;
   }
   const char *what = "open";
+  const char *refused = NULL; /* What stands at path when it is no regular file. */
   int rc = 0;
-  s->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  /* The directory may be writable by others: a FIFO there must not block the agent's start
+   * (O_NONBLOCK), a link must not redirect its writes (O_NOFOLLOW), only a regular file is
+   * kept. */
+  s->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0600);
   struct stat st;
+  if (s->fd < 0 && errno == ELOOP) {
+    refused = em_file_kind(S_IFLNK);
+    rc = -EINVAL;
+    goto fail;
+  }
   if (s->fd < 0 || fstat(s->fd, &st) != 0) {
+    rc = -errno;
+    goto fail;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    refused = em_file_kind(st.st_mode);
+    rc = -EINVAL;
+    goto fail;
+  }
+  if (fcntl(s->fd, F_SETFL, fcntl(s->fd, F_GETFL) & ~O_NONBLOCK) != 0) {
     rc = -errno;
     goto fail;
   }
@@ -652,7 +671,9 @@ int em_spool_open(em_spool_t **out, const char *path, uint64_t capacity, char *e
   *out = s;
   return 0;
 fail:
-  if (rc == -ENOMEM) {
+  if (refused != NULL) {
+    say(err, err_cap, "spool %s: %s, not a regular file: refused", path, refused);
+  } else if (rc == -ENOMEM) {
     say(err, err_cap, "spool %s: out of memory", path);
   } else {
     say(err, err_cap, "spool %s: %s: %s", path, what, strerror(-rc));

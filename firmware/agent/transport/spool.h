@@ -80,7 +80,8 @@ typedef struct {
  * spool of another capacity is recreated only when it holds nothing pending; otherwise its own
  * capacity is kept (and said in the error text, which is then a warning: the call succeeds).
  * Returns 0 and *out, or a negative errno with a message in err naming the path (-EINVAL bad
- * capacity, -EIO unreadable or unwritable, -ENOMEM).
+ * capacity, or something other than a regular file at path: a FIFO, a symbolic link, a
+ * directory, a device; -EIO unreadable or unwritable, -ENOMEM). Never blocks on what is there.
  */
 int em_spool_open(em_spool_t **out, const char *path, uint64_t capacity, char *err, size_t err_cap);
 

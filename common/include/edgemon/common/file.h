@@ -3,7 +3,8 @@
  * pid file, /proc/<pid>/stat, a sysfs attribute. The file is opened read-only with O_NONBLOCK
  * (a FIFO planted where a file should be cannot block the caller) and O_NOCTTY, only a regular
  * file is read, and at most cap - 1 bytes go into the caller's buffer, NUL-terminated; whether
- * the file held more is reported, never silently cut.
+ * the file held more is reported, never silently cut. em_file_kind() names what stands where
+ * a regular file was wanted, for the message that refuses it.
  *
  * Nothing allocates; the fd is open only during the call. Thread-safe (no global state).
  * The header compiles on its own, as C11 and as C++.
@@ -32,6 +33,13 @@ ssize_t em_file_read_fd(int fd, char *buf, size_t cap, bool *truncated);
  * em_file_read_fd(). Returns the byte count, or -errno (of open(), fstat() or read()).
  */
 ssize_t em_file_read_small(const char *path, char *buf, size_t cap, bool *truncated);
+
+/*
+ * What a file of st_mode `mode` is, in words, for a message that refuses it: "a FIFO",
+ * "a symbolic link", "a directory", "a character device", "a block device", "a socket",
+ * "a regular file", or "a file of an unknown type". A static string.
+ */
+const char *em_file_kind(mode_t mode);
 
 #ifdef __cplusplus
 }
