@@ -69,7 +69,6 @@ typedef enum {
 #define MAX_COMMAND_BYTES EM_PROTO_MAX_MESSAGE_BYTES
 /* The CONNECT's maximum packet size: a command and its PUBLISH around it. */
 #define MAX_PACKET_BYTES (MAX_COMMAND_BYTES + EM_PROTO_MQTT_OVERHEAD_BYTES)
-#define OVERSIZE_LOG_NS  (UINT64_C(10) * 1000000000u) /* One "refused unread" line per 10 s. */
 
 struct em_publisher {
   uv_loop_t *loop;
@@ -428,9 +427,9 @@ static void on_message(struct mosquitto *mosq, void *obj, const struct mosquitto
   }
   if (m->payloadlen < 0 || (size_t)m->payloadlen > MAX_COMMAND_BYTES) {
     /* Past what any command can be (the broker should not have sent it: see limit_packets()):
-     * refused unread, counted, logged at most once per OVERSIZE_LOG_NS. */
+     * refused unread, counted, logged at most once per EM_LOG_LIMIT_NS. */
     p->stats.oversize++;
-    if (em_log_limit_pass(&p->oversize_log, uv_hrtime(), OVERSIZE_LOG_NS)) {
+    if (em_log_limit_pass(&p->oversize_log, uv_hrtime(), EM_LOG_LIMIT_NS)) {
       EM_WARN("mqtt: refused a %d-byte payload on %s unread: larger than any command (%u "
               "bytes; counted in agent.mqtt.oversize, not logged one by one)",
               m->payloadlen, m->topic, MAX_COMMAND_BYTES);
@@ -605,9 +604,10 @@ static void on_misc(uv_timer_t *t) {
     return;
   }
   uint64_t held = 0;
-  if (em_log_limit_flush(&p->oversize_log, uv_hrtime(), OVERSIZE_LOG_NS, &held)) {
-    EM_WARN("mqtt: %llu more payloads larger than any command refused unread (agent.mqtt.oversize)",
-            (unsigned long long)held);
+  if (em_log_limit_flush(&p->oversize_log, uv_hrtime(), EM_LOG_LIMIT_NS, &held)) {
+    EM_WARN("mqtt: %llu more payloads larger than any command refused unread in the last %d s "
+            "(agent.mqtt.oversize)",
+            (unsigned long long)held, EM_LOG_LIMIT_S);
   }
   int rc = p->sys.loop_misc(p->sys.ctx, p->mosq);
   if (rc != MOSQ_ERR_SUCCESS) {
