@@ -2,10 +2,14 @@
  * forensics.c - the store's per-device forensic blobs (see forensics.h; the tables are in
  * SCHEMA.md).
  *
- * Two statements per kind: the insert, idempotent on (device, session, number) through the
- * kind's unique index (ON CONFLICT DO NOTHING, so sqlite3_changes() tells a repeat), and the
+ * Five statements per kind: the insert, idempotent on (device, session, number) through the
+ * kind's unique index (ON CONFLICT DO NOTHING, so sqlite3_changes() tells a repeat); the
  * per-device byte bound, which walks the device's rows newest first through the kind's
- * (device, time_ns) index with a running sum of their sizes and deletes those past the bound.
+ * (device, time_ns) index with a running sum of their sizes and deletes those past the bound;
+ * and for the total bound the kind's forensic_bytes row (kept by the table's triggers), its
+ * oldest received row (the kind's recv_ns index: one index step, however many rows) and the
+ * delete of one row. The total bound deletes one oldest row at a time until the total is
+ * within it: each step costs two index lookups, and a new blob (at most 256 KiB) displaces few.
  * The kinds differ only in their summary columns: add_flight() and add_profile() bind those,
  * commit() runs what both share.
  */
@@ -21,6 +25,9 @@ struct em_forensics {
   sqlite3 *db;
   sqlite3_stmt *insert[EM_FORENSIC_KINDS];
   sqlite3_stmt *bound[EM_FORENSIC_KINDS];
+  sqlite3_stmt *total[EM_FORENSIC_KINDS];  /* The kind's bytes in all. */
+  sqlite3_stmt *oldest[EM_FORENSIC_KINDS]; /* id and bytes of the oldest received row. */
+  sqlite3_stmt *evict[EM_FORENSIC_KINDS];  /* Deletes the row ?1. */
 };
 
 static const char *const insert_sql[EM_FORENSIC_KINDS] = {
@@ -50,6 +57,9 @@ static const uint64_t default_max_bytes[EM_FORENSIC_KINDS] = {
 static const char bound_fmt[] =
     "DELETE FROM %s WHERE id IN (SELECT id FROM (SELECT id, sum(bytes) OVER"
     " (ORDER BY time_ns DESC, id DESC) AS kept FROM %s WHERE device = ?1) WHERE kept > ?2)";
+static const char total_fmt[] = "SELECT bytes FROM forensic_bytes WHERE kind = '%s'";
+static const char oldest_fmt[] = "SELECT id, bytes FROM %s ORDER BY recv_ns, id LIMIT 1";
+static const char evict_fmt[] = "DELETE FROM %s WHERE id = ?1";
 
 int em_forensics_new(em_forensics_t **out, sqlite3 *db) {
   *out = NULL;
@@ -60,11 +70,16 @@ int em_forensics_new(em_forensics_t **out, sqlite3 *db) {
   fo->db = db;
   int rc = SQLITE_OK;
   for (int k = 0; k < EM_FORENSIC_KINDS && rc == SQLITE_OK; k++) {
-    char bound[sizeof(bound_fmt) + 32];
-    snprintf(bound, sizeof(bound), bound_fmt, table[k], table[k]);
-    rc = sqlite3_prepare_v3(db, insert_sql[k], -1, SQLITE_PREPARE_PERSISTENT, &fo->insert[k], NULL);
-    if (rc == SQLITE_OK) {
-      rc = sqlite3_prepare_v3(db, bound, -1, SQLITE_PREPARE_PERSISTENT, &fo->bound[k], NULL);
+    char sql[4][sizeof(bound_fmt) + 32];
+    snprintf(sql[0], sizeof(sql[0]), bound_fmt, table[k], table[k]);
+    snprintf(sql[1], sizeof(sql[1]), total_fmt, table[k]);
+    snprintf(sql[2], sizeof(sql[2]), oldest_fmt, table[k]);
+    snprintf(sql[3], sizeof(sql[3]), evict_fmt, table[k]);
+    sqlite3_stmt **st[5] = {&fo->insert[k], &fo->bound[k], &fo->total[k], &fo->oldest[k],
+                            &fo->evict[k]};
+    for (int i = 0; i < 5 && rc == SQLITE_OK; i++) {
+      rc = sqlite3_prepare_v3(db, i == 0 ? insert_sql[k] : sql[i - 1], -1,
+                              SQLITE_PREPARE_PERSISTENT, st[i], NULL);
     }
   }
   if (rc != SQLITE_OK) {
@@ -82,6 +97,9 @@ void em_forensics_free(em_forensics_t *fo) {
   for (int k = 0; k < EM_FORENSIC_KINDS; k++) {
     sqlite3_finalize(fo->insert[k]);
     sqlite3_finalize(fo->bound[k]);
+    sqlite3_finalize(fo->total[k]);
+    sqlite3_finalize(fo->oldest[k]);
+    sqlite3_finalize(fo->evict[k]);
   }
   free(fo);
 }
@@ -142,12 +160,61 @@ static void bind_head(sqlite3_stmt *st, int64_t dev_id, const em_msg_head_t *hea
   bind_str(st, 10, stage);
 }
 
+/* Steps st for its one row: *found, and columns 0 and 1 into a and b (NULL: not wanted).
+ * Returns SQLITE_OK or the statement's result code. */
+static int row(sqlite3_stmt *st, bool *found, int64_t *a, int64_t *b) {
+  int rc = sqlite3_step(st);
+  *found = rc == SQLITE_ROW;
+  if (*found) {
+    *a = sqlite3_column_int64(st, 0);
+    if (b) {
+      *b = sqlite3_column_int64(st, 1);
+    }
+  }
+  rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : sqlite3_reset(st);
+  sqlite3_reset(st);
+  return rc;
+}
+
+int em_forensics_bytes(em_forensics_t *fo, em_forensic_kind_t k, uint64_t *bytes) {
+  bool found = false;
+  int64_t v = 0;
+  int rc = row(fo->total[k], &found, &v, NULL);
+  *bytes = found && v > 0 ? (uint64_t)v : 0;
+  return rc;
+}
+
+int em_forensics_trim(em_forensics_t *fo, em_forensic_kind_t k, uint64_t total_max_bytes,
+                      uint64_t *evicted) {
+  *evicted = 0;
+  uint64_t cap = total_max_bytes ? total_max_bytes : EM_FORENSICS_DEFAULT_TOTAL_MAX_BYTES;
+  uint64_t total = 0;
+  int rc = em_forensics_bytes(fo, k, &total);
+  while (rc == SQLITE_OK && total > cap) {
+    bool found = false;
+    int64_t id = 0;
+    int64_t bytes = 0;
+    rc = row(fo->oldest[k], &found, &id, &bytes);
+    if (rc != SQLITE_OK || !found) {
+      break; /* No row left: nothing more to delete, whatever the total says. */
+    }
+    sqlite3_bind_int64(fo->evict[k], 1, id);
+    rc = run(fo->evict[k]);
+    if (rc == SQLITE_OK) {
+      (*evicted)++;
+      total = bytes > 0 && (uint64_t)bytes < total ? total - (uint64_t)bytes : 0;
+    }
+  }
+  return rc;
+}
+
 /* Runs kind k's bound insert (its columns bound, the last three being historical, bytes and
- * cbor at `tail`..tail+2), and after a new row the device's byte bound. */
+ * cbor at `tail`..tail+2), and after a new row the device's byte bound and the kind's total
+ * bound. */
 static int commit(em_forensics_t *fo, em_forensic_kind_t k, int64_t dev_id, bool historical,
-                  const uint8_t *cbor, size_t len, int tail, uint64_t max_bytes,
+                  const uint8_t *cbor, size_t len, int tail, const em_forensics_caps_t *caps,
                   em_forensics_result_t *res) {
-  *res = (em_forensics_result_t){false, 0};
+  *res = (em_forensics_result_t){false, 0, 0};
   sqlite3_stmt *st = fo->insert[k];
   sqlite3_bind_int(st, tail, historical ? 1 : 0);
   sqlite3_bind_int64(st, tail + 1, (sqlite3_int64)len);
@@ -159,17 +226,19 @@ static int commit(em_forensics_t *fo, em_forensic_kind_t k, int64_t dev_id, bool
   res->stored = true;
   st = fo->bound[k];
   sqlite3_bind_int64(st, 1, dev_id);
+  uint64_t max_bytes = caps->device_max_bytes;
   sqlite3_bind_int64(st, 2, clamp(max_bytes ? max_bytes : default_max_bytes[k]));
   rc = run(st);
   if (rc == SQLITE_OK) {
     res->dropped = (uint64_t)sqlite3_changes(fo->db);
+    rc = em_forensics_trim(fo, k, caps->total_max_bytes, &res->evicted);
   }
   return rc;
 }
 
 int em_forensics_add_flight(em_forensics_t *fo, int64_t dev_id, const em_flight_t *f,
-                            const uint8_t *cbor, size_t len, uint64_t recv_ns, uint64_t max_bytes,
-                            em_forensics_result_t *res) {
+                            const uint8_t *cbor, size_t len, uint64_t recv_ns,
+                            const em_forensics_caps_t *caps, em_forensics_result_t *res) {
   sqlite3_stmt *st = fo->insert[EM_FORENSIC_FLIGHT];
   const em_flight_trigger_t *t = &f->trigger;
   bind_head(st, dev_id, &f->head, f->number, recv_ns, (int)t->cause, t->level, t->prev_level,
@@ -191,12 +260,12 @@ int em_forensics_add_flight(em_forensics_t *fo, int64_t dev_id, const em_flight_
   for (int i = 0; i < 11; i++) {
     sqlite3_bind_int64(st, 14 + i, clamp(figures[i]));
   }
-  return commit(fo, EM_FORENSIC_FLIGHT, dev_id, f->historical, cbor, len, 25, max_bytes, res);
+  return commit(fo, EM_FORENSIC_FLIGHT, dev_id, f->historical, cbor, len, 25, caps, res);
 }
 
 int em_forensics_add_profile(em_forensics_t *fo, int64_t dev_id, const em_profile_t *p,
-                             const uint8_t *cbor, size_t len, uint64_t recv_ns, uint64_t max_bytes,
-                             em_forensics_result_t *res) {
+                             const uint8_t *cbor, size_t len, uint64_t recv_ns,
+                             const em_forensics_caps_t *caps, em_forensics_result_t *res) {
   sqlite3_stmt *st = fo->insert[EM_FORENSIC_PROFILE];
   const em_profile_trigger_t *t = &p->trigger;
   bind_head(st, dev_id, &p->head, p->number, recv_ns, (int)t->cause, t->level, t->prev_level,
@@ -216,5 +285,5 @@ int em_forensics_add_profile(em_forensics_t *fo, int64_t dev_id, const em_profil
   for (int i = 0; i < 7; i++) {
     sqlite3_bind_int64(st, 16 + i, clamp(figures[i]));
   }
-  return commit(fo, EM_FORENSIC_PROFILE, dev_id, p->historical, cbor, len, 23, max_bytes, res);
+  return commit(fo, EM_FORENSIC_PROFILE, dev_id, p->historical, cbor, len, 23, caps, res);
 }

@@ -766,17 +766,18 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     return redirect_ui(c);
   }
   if (strcmp(url, "/healthz") == 0) {
-    char why[160] = "";
+    /* The state, the callback's reason after ": ", then its lines of figures (http.h). */
+    char why[512] = "";
     em_http_health_t health = h->health ? h->health(h->ctx, why, sizeof(why)) : EM_HTTP_HEALTH_OK;
-    if (health == EM_HTTP_HEALTH_OK) {
-      return respond_const(c, MHD_HTTP_OK, CT_TEXT, "ok\n");
-    }
-    char body[200];
-    snprintf(body, sizeof(body), "%s: %s\n",
-             health == EM_HTTP_HEALTH_DEGRADED ? "degraded" : "unavailable", why);
-    return respond_const(
-        c, health == EM_HTTP_HEALTH_DEGRADED ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE, CT_TEXT,
-        body);
+    char body[600];
+    snprintf(body, sizeof(body), "%s%s%s\n",
+             health == EM_HTTP_HEALTH_OK         ? "ok"
+             : health == EM_HTTP_HEALTH_DEGRADED ? "degraded"
+                                                 : "unavailable",
+             why[0] && why[0] != '\n' ? ": " : "", why);
+    return respond_const(c,
+                         health == EM_HTTP_HEALTH_DOWN ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK,
+                         CT_TEXT, body);
   }
   return respond_const(c, MHD_HTTP_NOT_FOUND, CT_TEXT, "not found\n");
 }

@@ -18,7 +18,9 @@
  *   GET /ui/<file>          the fleet dashboard (assets.h: embedded at build time from host/web/);
  *                           "/" and "/ui" redirect to "/ui/"
  *   GET /healthz            200 "ok"; 200 "degraded: <why>" while /metrics leaves devices out;
- *                           503 "unavailable: <why>" while the MQTT session is down
+ *                           503 "unavailable: <why>" while the MQTT session is down; then
+ *                           the health callback's lines of figures (the aggregator's: the
+ *                           forensic store's bytes against its bounds)
  *
  * Anything else is 404; methods other than GET/HEAD are 405. Handlers take the registry's lock
  * while they read it. Owns the MHD daemon and the thread that drives it.
@@ -49,8 +51,9 @@ typedef enum {
   EM_HTTP_HEALTH_DOWN      /* 503 "unavailable: <why>" */
 } em_http_health_t;
 
-/* Health for /healthz, with a one-line reason written into why[0..why_cap) for DEGRADED and
- * DOWN (called on the HTTP thread; must be thread-safe). */
+/* Health for /healthz, written into why[0..why_cap): for DEGRADED and DOWN a one-line reason;
+ * then, for any health, lines of figures the body shows after the state, each beginning with
+ * '\n' (called on the HTTP thread; must be thread-safe). */
 typedef em_http_health_t (*em_http_health_fn)(void *ctx, char *why, size_t why_cap);
 
 /*

@@ -114,6 +114,9 @@ typedef struct {
   uint64_t metrics_max_bytes; /* Cap of the /metrics text. */
   uint64_t flight_max_bytes;  /* Flight recordings' bytes kept per device. */
   uint64_t profile_max_bytes; /* Stack profiles' bytes kept per device. */
+  /* Flight recordings' and stack profiles' bytes kept of all devices together. */
+  uint64_t flight_total_max_bytes;
+  uint64_t profile_total_max_bytes;
   char tls_ca_file[MAX_TEXT];
   char tls_ca_path[MAX_TEXT];
   char tls_cert_file[MAX_TEXT];
@@ -187,6 +190,7 @@ static void usage(FILE *out) {
           "                          [--batch-ms N] [--batch-rows N] [--retention DURATION]\n"
           "                          [--device-ttl DURATION] [--metrics-max-bytes N]\n"
           "                          [--flight-max-bytes N] [--profile-max-bytes N]\n"
+          "                          [--flight-total-max-bytes N] [--profile-total-max-bytes N]\n"
           "                          [--tls-ca-file FILE|--tls-ca-path DIR]\n"
           "                          [--tls-cert-file FILE --tls-key-file FILE] [--tls-insecure]\n"
           "                          [--credentials-file FILE]\n"
@@ -230,6 +234,14 @@ static void usage(FILE *out) {
           "                       64 MiB, at least 256 KiB); the oldest go first\n"
           "  --profile-max-bytes N stack profiles kept per device, in bytes of CBOR (default\n"
           "                       64 MiB, at least 256 KiB); the oldest go first\n");
+  fprintf(out,
+          "  --flight-total-max-bytes N, --profile-total-max-bytes N\n"
+          "                       flight recordings, and stack profiles, kept of all devices\n"
+          "                       together, in bytes of CBOR (default 1 GiB each, at least\n"
+          "                       256 KiB): the oldest received go first, whichever device\n"
+          "                       sent them; /metrics counts them\n"
+          "                       (edgemon_aggregator_forensic_evicted_total{reason=global_cap})\n"
+          "                       and /healthz shows the bytes kept of each bound\n");
   fprintf(out, "  --tls-ca-file FILE   mqtts://: CA certificates (PEM) that verify the broker\n"
                "  --tls-ca-path DIR    mqtts://: a directory of CA certificates (c_rehash); with\n"
                "                       neither, the system's CA certificates\n"
@@ -293,12 +305,20 @@ static int set_http(void *ctx, const em_schema_key_t *k, void *obj, const char *
 _Static_assert(EM_METRICS_MAX_BYTES == 67108864u, "metrics_max_bytes' default below");
 _Static_assert(EM_FLIGHTS_DEFAULT_MAX_BYTES == 67108864ull, "flight_max_bytes' default below");
 _Static_assert(EM_PROFILES_DEFAULT_MAX_BYTES == 67108864ull, "profile_max_bytes' default below");
+_Static_assert(EM_FORENSICS_DEFAULT_TOTAL_MAX_BYTES == 1073741824ull,
+               "flight_total_max_bytes' and profile_total_max_bytes' default below");
 
 #define FIELD(f) .offset = offsetof(agg_config_t, f), .size = sizeof(((agg_config_t *)0)->f)
 #define KEY(nm, ty, ...)                                                                           \
   { .section = "aggregator", .name = nm, .type = ty, __VA_ARGS__ }
 #define WANT_PATH     .min = 1, .max = MAX_TEXT - 1, .want = "wants a path"
 #define WANT_DURATION .bare_unit = EM_NS_PER_S, .flags = EM_SCHEMA_SECONDS
+/* A total bound of a kind of forensic blob: at least one largest blob (256 KiB), 1 GiB when not
+ * set (EM_FORENSICS_DEFAULT_TOTAL_MAX_BYTES). */
+#define TOTAL_MAX_BYTES_KEY(nm, f)                                                                 \
+  KEY(nm, EM_SCHEMA_INT, FIELD(f), .min = 1u << 18, .max = 1ull << 50,                             \
+      .want = "wants 262144 to 1125899906842624 (bytes)", .def = "1073741824",                     \
+      .example = "1073741824")
 /* Every key of [aggregator]; each is also the command-line flag --KEY (with '-' for '_'). */
 static const em_schema_key_t agg_keys[] = {
     KEY("broker", EM_SCHEMA_CUSTOM, FIELD(broker), .set = set_broker, .def = EM_BROKER_DEFAULT_URL,
@@ -335,6 +355,8 @@ static const em_schema_key_t agg_keys[] = {
     KEY("profile_max_bytes", EM_SCHEMA_INT, FIELD(profile_max_bytes), .min = 1u << 18,
         .max = 1ull << 40, .want = "wants 262144 to 1099511627776 (bytes)", .def = "67108864",
         .example = "67108864"),
+    TOTAL_MAX_BYTES_KEY("flight_total_max_bytes", flight_total_max_bytes),
+    TOTAL_MAX_BYTES_KEY("profile_total_max_bytes", profile_total_max_bytes),
     KEY("retention", EM_SCHEMA_DURATION, FIELD(retention_s), WANT_DURATION,
         .want = "wants a duration such as 30s, 5m, 12h or 7d", .def = "7d", .example = "7d"),
     KEY("downsample_after", EM_SCHEMA_DURATION, FIELD(downsample_after_s), WANT_DURATION,
@@ -625,23 +647,34 @@ static int commit_before_ack(void *ctx) {
 }
 
 /* /healthz: down while the MQTT session is away; degraded while the latest /metrics had to
- * leave devices out (over its cap); ok otherwise. */
+ * leave devices out (over its cap); ok otherwise. Whatever the health, then a line of the
+ * forensic store's bytes against their total bounds and what those bounds evicted:
+ * "forensics: flight BYTES of MAX bytes, N evicted; profile BYTES of MAX bytes, N evicted". */
 static em_http_health_t healthy(void *ctx, char *why, size_t why_cap) {
   agg_t *a = ctx;
-  if (!atomic_load(&a->connected)) {
-    snprintf(why, why_cap, "no MQTT session with the broker");
-    return EM_HTTP_HEALTH_DOWN;
-  }
   em_registry_lock(a->reg);
   bool truncated = a->reg->stats.metrics_truncated;
   uint64_t omitted = a->reg->stats.metrics_omitted;
+  em_agg_forensic_t fo[EM_AGG_FORENSIC_KINDS];
+  memcpy(fo, a->reg->stats.forensic, sizeof(fo));
   em_registry_unlock(a->reg);
-  if (truncated) {
+  em_http_health_t health = EM_HTTP_HEALTH_OK;
+  if (!atomic_load(&a->connected)) {
+    snprintf(why, why_cap, "no MQTT session with the broker");
+    health = EM_HTTP_HEALTH_DOWN;
+  } else if (truncated) {
     snprintf(why, why_cap, "/metrics left %llu device(s) out (over --metrics-max-bytes)",
              (unsigned long long)omitted);
-    return EM_HTTP_HEALTH_DEGRADED;
+    health = EM_HTTP_HEALTH_DEGRADED;
   }
-  return EM_HTTP_HEALTH_OK;
+  size_t at = strnlen(why, why_cap);
+  snprintf(why + at, why_cap - at,
+           "\nforensics: flight %llu of %llu bytes, %llu evicted; profile %llu of %llu bytes, %llu "
+           "evicted",
+           (unsigned long long)fo[0].bytes, (unsigned long long)fo[0].max_bytes,
+           (unsigned long long)fo[0].evicted, (unsigned long long)fo[1].bytes,
+           (unsigned long long)fo[1].max_bytes, (unsigned long long)fo[1].evicted);
+  return health;
 }
 
 /* The client id when none is configured: "edgemon-aggregator-<host name>-<hash>", the hash
@@ -761,6 +794,10 @@ static void publish_stats(agg_t *a, uint64_t now_ns) {
   rs->ckpt_writer_busy = st.wal_restart_busy;
   rs->wal_bytes = st.ckpt.wal_bytes;
   rs->wal_max_bytes = st.ckpt.wal_max_bytes;
+  rs->forensic[0] = (em_agg_forensic_t){st.flights, st.flights_dropped, st.flights_evicted,
+                                        st.flight_bytes, a->cfg.flight_total_max_bytes};
+  rs->forensic[1] = (em_agg_forensic_t){st.profiles, st.profiles_dropped, st.profiles_evicted,
+                                        st.profile_bytes, a->cfg.profile_total_max_bytes};
   uint64_t malformed = rs->malformed;
   uint64_t rejected = 0;
   char why[160] = "";
@@ -1096,6 +1133,8 @@ int main(int argc, char **argv) {
       {"metrics-max-bytes", required_argument, NULL, 'M'},
       {"flight-max-bytes", required_argument, NULL, 'F'},
       {"profile-max-bytes", required_argument, NULL, 'p'},
+      {"flight-total-max-bytes", required_argument, NULL, 'G'},
+      {"profile-total-max-bytes", required_argument, NULL, 'Q'},
       {"tls-ca-file", required_argument, NULL, 'A'},
       {"tls-ca-path", required_argument, NULL, 'P'},
       {"tls-cert-file", required_argument, NULL, 'T'},
@@ -1126,6 +1165,8 @@ int main(int argc, char **argv) {
       ['M'] = "metrics_max_bytes",
       ['F'] = "flight_max_bytes",
       ['p'] = "profile_max_bytes",
+      ['G'] = "flight_total_max_bytes",
+      ['Q'] = "profile_total_max_bytes",
   };
   static agg_t a;
   config_defaults(&a.cfg);
@@ -1243,6 +1284,8 @@ int main(int argc, char **argv) {
                         .retention_s = a.cfg.retention_s,
                         .flight_max_bytes = a.cfg.flight_max_bytes,
                         .profile_max_bytes = a.cfg.profile_max_bytes,
+                        .flight_total_max_bytes = a.cfg.flight_total_max_bytes,
+                        .profile_total_max_bytes = a.cfg.profile_total_max_bytes,
                         .downsample_after_s = a.cfg.downsample_after_s,
                         .downsample_step_s = a.cfg.downsample_step_s};
   em_store_report_t report;

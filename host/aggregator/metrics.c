@@ -66,6 +66,12 @@
  *                                                     device_mismatch
  *   edgemon_aggregator_store_failures_total{table,reason}  counter: failed writes by SQLite
  *                                                     reason
+ *   edgemon_aggregator_forensic_{stored_total,bytes,max_bytes}{kind},
+ *   edgemon_aggregator_forensic_evicted_total{kind,reason}
+ *                                                     flight recordings and stack profiles in
+ *                                                     the store (kind flight, profile; reason
+ *                                                     device_cap, global_cap); none without
+ *                                                     a store
  *   edgemon_aggregator_remote_write_{sent_requests,sent_samples,sent_histograms,retries,
  *   dropped_requests,dropped_samples,dropped_histograms}_total{endpoint},
  *   edgemon_aggregator_remote_write_{queue_requests,queue_capacity_requests}{endpoint},
@@ -951,6 +957,56 @@ static void render_remote_health(em_remote_t *rw, em_metrics_out_t *out) {
   }
 }
 
+/* Writes the store's figures of flight recordings and stack profiles, by kind; a kind without
+ * a total bound (no store) is left out. */
+static void render_forensics(const em_agg_stats_t *st, em_metrics_out_t *out) {
+  static const char *const kind[EM_AGG_FORENSIC_KINDS] = {"flight", "profile"};
+  /* Each family with the field of em_agg_forensic_t it shows; evicted_total shows two, by
+   * reason. */
+  static const struct {
+    em_metrics_family_t f;
+    size_t at;
+  } families[] = {
+      {{"edgemon_aggregator_forensic_stored_total",
+        "Flight recordings (kind=flight) and stack profiles (kind=profile) stored, not counting "
+        "duplicates.",
+        EM_PROM_COUNTER},
+       offsetof(em_agg_forensic_t, stored)},
+      {{"edgemon_aggregator_forensic_evicted_total",
+        "Flight recordings and stack profiles deleted to stay within a bound: device_cap (a "
+        "device's oldest, --flight-max-bytes, --profile-max-bytes), global_cap (the oldest "
+        "received of any device, --flight-total-max-bytes, --profile-total-max-bytes).",
+        EM_PROM_COUNTER},
+       offsetof(em_agg_forensic_t, dropped)},
+      {{"edgemon_aggregator_forensic_bytes",
+        "Encoded bytes of flight recordings and stack profiles stored now, all devices.",
+        EM_PROM_GAUGE},
+       offsetof(em_agg_forensic_t, bytes)},
+      {{"edgemon_aggregator_forensic_max_bytes",
+        "The bound of edgemon_aggregator_forensic_bytes: --flight-total-max-bytes, "
+        "--profile-total-max-bytes.",
+        EM_PROM_GAUGE},
+       offsetof(em_agg_forensic_t, max_bytes)},
+  };
+  for (size_t i = 0; i < sizeof(families) / sizeof(families[0]); i++) {
+    bool by_reason = families[i].at == offsetof(em_agg_forensic_t, dropped);
+    for (int k = 0; k < EM_AGG_FORENSIC_KINDS; k++) {
+      const em_agg_forensic_t *fo = &st->forensic[k];
+      if (fo->max_bytes == 0) {
+        continue;
+      }
+      uint64_t v;
+      memcpy(&v, (const char *)fo + families[i].at, sizeof(v));
+      em_prom_label_t l[2] = {{"kind", kind[k]}, {"reason", "device_cap"}};
+      out_sample(out, &families[i].f, l, by_reason ? 2 : 1, num_u64(v));
+      if (by_reason) {
+        l[1].value = "global_cap";
+        out_sample(out, &families[i].f, l, 2, num_u64(fo->evicted));
+      }
+    }
+  }
+}
+
 /* Writes the aggregator-wide families (no device label). */
 static void render_aggregator(const em_registry_t *r, em_metrics_out_t *out) {
   const em_agg_stats_t *st = &r->stats;
@@ -1064,6 +1120,7 @@ static void render_aggregator(const em_registry_t *r, em_metrics_out_t *out) {
                             {"reason", st->store_failures[i].reason}};
     out_sample(out, &failures, l, 2, num_u64(st->store_failures[i].count));
   }
+  render_forensics(st, out);
   render_remote_health(r->remote, out);
 }
 

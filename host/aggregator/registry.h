@@ -105,6 +105,19 @@ typedef struct {
 
 #define EM_AGG_FAILURE_KINDS 16
 
+/* The store's figures of one kind of forensic blob (forensics.h), copied by the owner of the
+ * store. */
+typedef struct {
+  uint64_t stored;    /* Blobs stored since start (duplicates not counted). */
+  uint64_t dropped;   /* Deleted to keep a device within its per-device bound (its oldest). */
+  uint64_t evicted;   /* Deleted to keep all devices within the total bound (the oldest
+                         received of any device). */
+  uint64_t bytes;     /* Encoded bytes stored now, all devices. */
+  uint64_t max_bytes; /* The total bound; 0: no store (the kind's families are left out). */
+} em_agg_forensic_t;
+
+#define EM_AGG_FORENSIC_KINDS 2 /* [0] flight recordings, [1] stack profiles. */
+
 /* The aggregator's own counters, for /metrics. The store_* and ckpt_* figures are set by the
  * owner of the store; the metrics_* ones by em_metrics_render(). */
 typedef struct {
@@ -129,8 +142,9 @@ typedef struct {
   uint64_t ckpt_truncates;
   uint64_t ckpt_writer_runs; /* Commits after which the writer copied the last frames. */
   uint64_t ckpt_writer_busy;
-  uint64_t wal_bytes;           /* Size of the WAL file after the latest checkpoint. */
-  uint64_t wal_max_bytes;       /* Largest WAL file a checkpoint found. */
+  uint64_t wal_bytes;     /* Size of the WAL file after the latest checkpoint. */
+  uint64_t wal_max_bytes; /* Largest WAL file a checkpoint found. */
+  em_agg_forensic_t forensic[EM_AGG_FORENSIC_KINDS]; /* Flight recordings, stack profiles. */
   bool metrics_truncated;       /* The latest /metrics left devices out (over the cap). */
   uint64_t metrics_omitted;     /* Devices the latest /metrics left out. */
   uint64_t metrics_truncations; /* Renders that left devices out, in all. */

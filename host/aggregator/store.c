@@ -72,7 +72,7 @@
 
 /* PRAGMA application_id of an edgemon store: "EDGM" as a big-endian int32. */
 #define EM_STORE_APP_ID       0x4544474d
-#define EM_STORE_USER_VERSION 9
+#define EM_STORE_USER_VERSION 10
 /* The oldest layout this aggregator still opens: version 2 gains data.session and data.seq
  * (ALTER TABLE, its old rows keep NULL there) and the unique index on them; versions 2 and 3
  * gain the unique index of level_changes (their repeated rows deleted first, the first kept). */
@@ -285,6 +285,25 @@ static const char schema_v8_sql[] =
 
 /* Version 9: the index the per-device bound of models counts through (models.h). */
 static const char schema_v9_sql[] = "CREATE INDEX IF NOT EXISTS models_device ON models(device);";
+
+/* Version 10: the total bound of flight recordings and stack profiles (forensics.h): each kind's
+ * bytes in all, kept by triggers in the transaction that changes the table (a rolled-back batch
+ * takes its changes with it), and the index of the oldest received. A kind's row is written
+ * with the sum of the table's bytes only when it is missing: at creation and migration. */
+#define FORENSIC_TOTAL_SQL(t)                                                                      \
+  "INSERT INTO forensic_bytes(kind, bytes) SELECT '" t "', (SELECT coalesce(sum(bytes), 0)"        \
+  " FROM " t ") WHERE NOT EXISTS (SELECT 1 FROM forensic_bytes WHERE kind = '" t "');"             \
+  "CREATE TRIGGER IF NOT EXISTS " t "_bytes_insert AFTER INSERT ON " t " BEGIN"                    \
+  " UPDATE forensic_bytes SET bytes = bytes + new.bytes WHERE kind = '" t "'; END;"                \
+  "CREATE TRIGGER IF NOT EXISTS " t "_bytes_delete AFTER DELETE ON " t " BEGIN"                    \
+  " UPDATE forensic_bytes SET bytes = bytes - old.bytes WHERE kind = '" t "'; END;"                \
+  "CREATE TRIGGER IF NOT EXISTS " t "_bytes_update AFTER UPDATE OF bytes ON " t " BEGIN"           \
+  " UPDATE forensic_bytes SET bytes = bytes - old.bytes + new.bytes WHERE kind = '" t "'; END;"    \
+  "CREATE INDEX IF NOT EXISTS " t "_recv ON " t "(recv_ns);"
+static const char schema_v10_sql[] =
+    "CREATE TABLE IF NOT EXISTS forensic_bytes ("
+    " kind TEXT PRIMARY KEY, bytes INTEGER NOT NULL) WITHOUT ROWID;" FORENSIC_TOTAL_SQL("flights")
+        FORENSIC_TOTAL_SQL("profiles");
 
 struct em_store {
   sqlite3 *db;
@@ -590,6 +609,40 @@ static int meta_get_int(em_store_t *s, const char *key, int64_t *value, bool *fo
   return rc == SQLITE_DONE ? 0 : -EIO;
 }
 
+/* --- forensic totals -------------------------------------------------------------------- */
+
+static const char *table_of_kind(em_forensic_kind_t kind) {
+  return kind == EM_FORENSIC_FLIGHT ? "flights" : "profiles";
+}
+
+/* Reads kind's bytes in all (the open batch included) into the stats; a failed read leaves the
+ * figure as it was (the next add or maintenance reads it again). */
+static void forensic_bytes_refresh(em_store_t *s, em_forensic_kind_t kind) {
+  uint64_t bytes = 0;
+  if (em_forensics_bytes(s->forensics, kind, &bytes) == SQLITE_OK) {
+    *(kind == EM_FORENSIC_FLIGHT ? &s->stats.flight_bytes : &s->stats.profile_bytes) = bytes;
+  }
+}
+
+/* Cuts both kinds to their total bounds (em_forensics_trim()), counting what it deleted.
+ * Returns 0 or -EIO (counted). */
+static int forensic_trim(em_store_t *s) {
+  int rc = 0;
+  for (int k = 0; k < EM_FORENSIC_KINDS && rc == 0; k++) {
+    bool flight = k == EM_FORENSIC_FLIGHT;
+    uint64_t evicted = 0;
+    int src = em_forensics_trim(
+        s->forensics, (em_forensic_kind_t)k,
+        flight ? s->opts.flight_total_max_bytes : s->opts.profile_total_max_bytes, &evicted);
+    *(flight ? &s->stats.flights_evicted : &s->stats.profiles_evicted) += evicted;
+    if (src != SQLITE_OK) {
+      note_failure(s, table_of_kind((em_forensic_kind_t)k), src);
+      rc = -EIO;
+    }
+  }
+  return rc;
+}
+
 static int seen_flush(em_store_t *s, name_id_t *e);
 static int models_flush(em_store_t *s);
 
@@ -654,6 +707,8 @@ static int batch_commit(em_store_t *s) {
     }
     caches_clear(s);
     s->stats.pending = 0;
+    forensic_bytes_refresh(s, EM_FORENSIC_FLIGHT); /* What the rollback left. */
+    forensic_bytes_refresh(s, EM_FORENSIC_PROFILE);
     return -EIO;
   }
   s->stats.rows += s->stats.pending;
@@ -1164,12 +1219,15 @@ static int add_forensic(em_store_t *s, const char *device, em_forensic_kind_t ki
   if (rc == 0) {
     em_forensics_result_t res;
     bool flight = kind == EM_FORENSIC_FLIGHT;
-    int src = flight ? em_forensics_add_flight(s->forensics, dev_id, msg, cbor, len, recv_ns,
-                                               s->opts.flight_max_bytes, &res)
-                     : em_forensics_add_profile(s->forensics, dev_id, msg, cbor, len, recv_ns,
-                                                s->opts.profile_max_bytes, &res);
+    em_forensics_caps_t caps = {flight ? s->opts.flight_max_bytes : s->opts.profile_max_bytes,
+                                flight ? s->opts.flight_total_max_bytes
+                                       : s->opts.profile_total_max_bytes};
+    int src =
+        flight
+            ? em_forensics_add_flight(s->forensics, dev_id, msg, cbor, len, recv_ns, &caps, &res)
+            : em_forensics_add_profile(s->forensics, dev_id, msg, cbor, len, recv_ns, &caps, &res);
     if (src != SQLITE_OK) {
-      note_failure(s, flight ? "flights" : "profiles", src);
+      note_failure(s, table_of_kind(kind), src);
       rc = -EIO;
     } else if (!res.stored) {
       s->stats.duplicates++;
@@ -1177,7 +1235,9 @@ static int add_forensic(em_store_t *s, const char *device, em_forensic_kind_t ki
       s->stats.pending++;
       *(flight ? &s->stats.flights : &s->stats.profiles) += 1;
       *(flight ? &s->stats.flights_dropped : &s->stats.profiles_dropped) += res.dropped;
+      *(flight ? &s->stats.flights_evicted : &s->stats.profiles_evicted) += res.evicted;
     }
+    forensic_bytes_refresh(s, kind);
   }
   s->device = NULL;
   return rc < 0 && s->failed_passing > passing ? -EAGAIN : rc;
@@ -1256,6 +1316,8 @@ static int maintenance_failed(em_store_t *s) {
   s->models_unsaved = false;
   s->stats.pending = 0;
   caches_clear(s);
+  forensic_bytes_refresh(s, EM_FORENSIC_FLIGHT);
+  forensic_bytes_refresh(s, EM_FORENSIC_PROFILE);
   return -EIO;
 }
 
@@ -1406,9 +1468,14 @@ static int em_store_prune(em_store_t *s, uint64_t now_real_ns) {
   if (rc == 0) {
     rc = models_sweep(s, cut);
   }
+  if (rc == 0) {
+    rc = forensic_trim(s); /* A bound lowered at a restart holds from the first pass. */
+  }
   if (rc != 0) {
     return maintenance_failed(s);
   }
+  forensic_bytes_refresh(s, EM_FORENSIC_FLIGHT);
+  forensic_bytes_refresh(s, EM_FORENSIC_PROFILE);
   return batch_commit(s);
 }
 
@@ -1606,7 +1673,9 @@ static int check_and_create(em_store_t *s, char *err, size_t err_cap) {
    * and models.device; last_ns of the rows there becomes the newest time of any data or window
    * row (per device, through the (device, time_ns) indexes; a scan for each model's own would
    * read the whole tables): later than each model's own, so the invariant of models.h holds and
-   * a model unused since goes once retention passes that time. All in the schema's
+   * a model unused since goes once retention passes that time. Versions 2 to 9 -> 10: the
+   * forensic_bytes table, its rows the sums of the flights' and profiles' bytes, the triggers
+   * that keep them and the recv_ns indexes (schema_v10_sql). All in the schema's
    * transaction. */
   static const char migrate_v2[] =
       "ALTER TABLE data ADD COLUMN session INTEGER;ALTER TABLE data ADD COLUMN seq INTEGER;";
@@ -1629,13 +1698,13 @@ static int check_and_create(em_store_t *s, char *err, size_t err_cap) {
     return -EIO;
   }
   char create[sizeof(schema_sql) + sizeof(schema_v7_sql) + sizeof(schema_v8_sql) +
-              sizeof(schema_v9_sql) + sizeof(migrate_v2) + sizeof(migrate_v3) +
-              sizeof(migrate_columns) + sizeof(migrate_v8) + 128];
+              sizeof(schema_v9_sql) + sizeof(schema_v10_sql) + sizeof(migrate_v2) +
+              sizeof(migrate_v3) + sizeof(migrate_columns) + sizeof(migrate_v8) + 128];
   snprintf(create, sizeof(create),
-           "BEGIN;%s%s%s%s%s%s%s%sPRAGMA application_id=%d;PRAGMA user_version=%d;COMMIT",
+           "BEGIN;%s%s%s%s%s%s%s%s%sPRAGMA application_id=%d;PRAGMA user_version=%d;COMMIT",
            from_v2 ? migrate_v2 : "", from_v3 ? migrate_v3 : "", migrate_columns, schema_sql,
-           schema_v7_sql, schema_v8_sql, schema_v9_sql, from_v8 ? migrate_v8 : "", EM_STORE_APP_ID,
-           EM_STORE_USER_VERSION);
+           schema_v7_sql, schema_v8_sql, schema_v9_sql, schema_v10_sql, from_v8 ? migrate_v8 : "",
+           EM_STORE_APP_ID, EM_STORE_USER_VERSION);
   if (sqlite3_exec(s->db, create, NULL, NULL, &msg) != SQLITE_OK) {
     set_err(err, err_cap, "%s: cannot create the schema: %s", path,
             msg ? msg : sqlite3_errmsg(s->db));
@@ -1768,6 +1837,8 @@ int em_store_open(em_store_t **out, const em_store_opts_t *opts, em_store_report
     return -EIO;
   }
   memset(&s->stats, 0, sizeof(s->stats)); /* Counted from here on. */
+  forensic_bytes_refresh(s, EM_FORENSIC_FLIGHT);
+  forensic_bytes_refresh(s, EM_FORENSIC_PROFILE);
   s->failed_untold = 0;
   if (report) {
     *report = rep;

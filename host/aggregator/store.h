@@ -54,6 +54,11 @@ typedef struct {
   /* Encoded bytes of stack profiles kept per device, the oldest deleted first; 0:
    * EM_PROFILES_DEFAULT_MAX_BYTES (forensics.h). */
   uint64_t profile_max_bytes;
+  /* Encoded bytes of flight recordings, and of stack profiles, kept of all devices together,
+   * the oldest received deleted first whichever device sent them; 0:
+   * EM_FORENSICS_DEFAULT_TOTAL_MAX_BYTES (forensics.h). */
+  uint64_t flight_total_max_bytes;
+  uint64_t profile_total_max_bytes;
   /* Rows of `models` kept at most, in all and first named by one device (models.h); 0:
    * EM_MODELS_DEFAULT_MAX, EM_MODELS_DEFAULT_PER_DEVICE_MAX. An identity past either is stored
    * as no model (em_store_stats_t.models_refused). */
@@ -95,9 +100,10 @@ int em_store_add(em_store_t *s, const char *device, const em_device_t *dev, cons
  * Queues one flight recording of `device`: f as em_flight_decode() read it from cbor[0..len),
  * which is stored as it came (forensics.h). A recording whose (device, session, number) is
  * stored already writes nothing and is counted (em_store_stats_t.duplicates); a new one may
- * delete the device's oldest recordings to keep it within opts.flight_max_bytes. Retention
- * (em_store_retain()) deletes recordings whose time is older than retention_s. Returns 0,
- * -EAGAIN or -EIO as em_store_add() does, -EINVAL for missing arguments.
+ * delete the device's oldest recordings to keep it within opts.flight_max_bytes, then the
+ * oldest received recordings of any device to keep them all within opts.flight_total_max_bytes.
+ * Retention (em_store_retain()) deletes recordings whose time is older than retention_s.
+ * Returns 0, -EAGAIN or -EIO as em_store_add() does, -EINVAL for missing arguments.
  */
 int em_store_add_flight(em_store_t *s, const char *device, const em_flight_t *f,
                         const uint8_t *cbor, size_t len, uint64_t recv_ns);
@@ -107,7 +113,8 @@ int em_store_add_flight(em_store_t *s, const char *device, const em_flight_t *f,
  * which is stored as it came (forensics.h), with em_store_add_flight()'s rules: a profile
  * whose (device, session, number) is stored already writes nothing and is counted as a
  * duplicate, a new one may delete the device's oldest profiles to keep it within
- * opts.profile_max_bytes, retention deletes profiles whose time is older than retention_s.
+ * opts.profile_max_bytes and then any device's oldest received to keep all within
+ * opts.profile_total_max_bytes, retention deletes profiles whose time is older than retention_s.
  * Returns 0, -EAGAIN, -EIO or -EINVAL as em_store_add_flight() does.
  */
 int em_store_add_profile(em_store_t *s, const char *device, const em_profile_t *p,
@@ -128,8 +135,10 @@ int em_store_flush(em_store_t *s);
  * it commits first), then em_store_rollup(): the aggregator's periodic maintenance. Retention
  * also deletes rollup rows (and dirty minutes) older than retention_s. Then the models rows no
  * row names any more are deleted (models.h; without retention only those no data was written
- * with) and forgotten by the store's id cache: an identity named again gets a new row. Returns
- * 0 or -EIO. */
+ * with) and forgotten by the store's id cache: an identity named again gets a new row. Last,
+ * flight recordings and stack profiles are cut to their total bounds (a bound lowered since the
+ * store was last written holds from the first pass, before any new recording). Returns 0 or
+ * -EIO. */
 int em_store_retain(em_store_t *s, uint64_t now_real_ns);
 
 #define EM_STORE_ROLLUP_EVERY_MS 1000u /* em_store_tick()'s rollup pass period. */
@@ -178,6 +187,15 @@ typedef struct {
   uint64_t flights_dropped;  /* Recordings deleted to keep a device within flight_max_bytes. */
   uint64_t profiles;         /* Stack profiles stored (not counting duplicates). */
   uint64_t profiles_dropped; /* Profiles deleted to keep a device within profile_max_bytes. */
+  /* Recordings and profiles deleted to keep all devices' within flight_total_max_bytes and
+   * profile_total_max_bytes. These four are counted when done, also in a batch that is later
+   * rolled back. */
+  uint64_t flights_evicted;
+  uint64_t profiles_evicted;
+  /* Encoded bytes of flight recordings and of stack profiles stored now, all devices (the
+   * open batch included; read after each one added, each maintenance pass and rollback). */
+  uint64_t flight_bytes;
+  uint64_t profile_bytes;
   /* Messages whose model identity got no models row (opts.models_max or
    * models_per_device_max reached): their rows are stored without a model. */
   uint64_t models_refused;

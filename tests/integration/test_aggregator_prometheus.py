@@ -231,5 +231,5 @@ def test_status_codes_for_paths_and_methods(fleet):
             assert body == ""
             assert headers["Content-Type"].startswith("text/plain; version=0.0.4")
         if path == "/healthz":
-            assert body == "ok\n"
+            assert body.startswith("ok\nforensics: flight ") and body.endswith(" evicted\n")
     assert fleet.proc.poll() is None

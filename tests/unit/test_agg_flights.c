@@ -60,7 +60,7 @@ static void add(em_store_t *s, const char *device, forensic_entry_t *e) {
       .historical = e->historical,
   };
   assert_int_equal(em_flight_encode(&fl, e->cbor, sizeof(e->cbor), &e->len), 0);
-  assert_int_equal(em_store_add_flight(s, device, &fl, e->cbor, e->len, T0_NS), 0);
+  assert_int_equal(em_store_add_flight(s, device, &fl, e->cbor, e->len, forensic_recv_ns(e)), 0);
 }
 
 static const forensic_kind_t flights = {
@@ -70,7 +70,7 @@ static const forensic_kind_t flights = {
                "e.stage = 'infer' AND e.value = 45000000 AND e.bound = 40000000 AND e.ticks = 2 "
                "AND e.spans = 3 AND e.stages = 2 AND e.columns = 1 AND e.spans_cut = 4 AND "
                "e.ticks_cut = 0",
-    .user_version = 9,
+    .user_version = 10,
 };
 
 int main(void) {

@@ -769,6 +769,43 @@ static void counters_and_gauges_read_back_equal_in_both_formats(void **state) {
   free_both(&b);
 }
 
+/* The store's forensic figures: one sample per kind of each family (evicted_total one per kind
+ * and reason), the same in both formats; none at all without a store (no total bound). */
+static void forensic_families_show_each_kinds_figures_in_both_formats(void **state) {
+  fixture_t *f = *state;
+  char *text = render(f);
+  assert_null(strstr(text, "edgemon_aggregator_forensic_"));
+  free(text);
+  f->reg.stats.forensic[0] = (em_agg_forensic_t){5, 1, 2, 1234, 4096};
+  f->reg.stats.forensic[1] = (em_agg_forensic_t){3, 0, 7, 99, 8192};
+  both_t b = render_both(f);
+  static const char *const lines[] = {
+      "edgemon_aggregator_forensic_stored_total{kind=\"flight\"} 5\n",
+      "edgemon_aggregator_forensic_stored_total{kind=\"profile\"} 3\n",
+      "edgemon_aggregator_forensic_evicted_total{kind=\"flight\",reason=\"device_cap\"} 1\n",
+      "edgemon_aggregator_forensic_evicted_total{kind=\"flight\",reason=\"global_cap\"} 2\n",
+      "edgemon_aggregator_forensic_evicted_total{kind=\"profile\",reason=\"device_cap\"} 0\n",
+      "edgemon_aggregator_forensic_evicted_total{kind=\"profile\",reason=\"global_cap\"} 7\n",
+      "edgemon_aggregator_forensic_bytes{kind=\"flight\"} 1234\n",
+      "edgemon_aggregator_forensic_bytes{kind=\"profile\"} 99\n",
+      "edgemon_aggregator_forensic_max_bytes{kind=\"flight\"} 4096\n",
+      "edgemon_aggregator_forensic_max_bytes{kind=\"profile\"} 8192\n",
+  };
+  for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]); i++) {
+    if (!strstr(b.text, lines[i])) {
+      fail_msg("missing: %s", lines[i]);
+    }
+  }
+  assert_int_equal(count_occurrences(b.text, "\nedgemon_aggregator_forensic_"),
+                   sizeof(lines) / sizeof(lines[0]));
+  assert_int_equal(b.p->n_smps, b.t->n_smps);
+  for (size_t i = 0; i < b.t->n_smps; i++) {
+    assert_string_equal(b.p->smps[i].key, b.t->smps[i].key);
+    assert_true(b.p->smps[i].value == b.t->smps[i].value);
+  }
+  free_both(&b);
+}
+
 /* The histogram of the fixture's infer stage in protobuf: the native one (schema 0, the zero
  * bucket, Prometheus buckets 14 and 20 = OpenTelemetry 13 and 19 + 1) and the classic one
  * (the text's le ladder, no native fields, so Prometheus stores it as classic). */
@@ -1041,6 +1078,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(protobuf_histograms_hold_the_merged_buckets, setup, teardown),
       cmocka_unit_test(protobuf_over_the_cap_keeps_the_first_devices_and_says_so),
       cmocka_unit_test_setup_teardown(text_exposition_is_the_golden_one, setup, teardown),
+      cmocka_unit_test_setup_teardown(forensic_families_show_each_kinds_figures_in_both_formats,
+                                      setup, teardown),
       cmocka_unit_test_setup_teardown(remote_backend_pushes_the_text_samples_and_native_histograms,
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(render_appends_and_a_failed_text_stays_failed, setup,

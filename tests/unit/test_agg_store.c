@@ -172,7 +172,7 @@ static void store_create_makes_tables_and_application_id(void **state) {
   assert_int_equal(em_store_close(s), 0);
 
   assert_int_equal(q_int(f->path, "PRAGMA application_id"), 0x4544474d);
-  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 9);
+  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 10);
   assert_int_equal(q_int(f->path, "SELECT journal_mode = 'wal' FROM pragma_journal_mode"), 1);
   static const char *const tables[] = {"meta", "devices",       "metrics",      "stages",
                                        "data", "stage_windows", "level_changes"};
@@ -812,7 +812,7 @@ static void store_repeated_state_message_is_stored_once_and_counted(void **state
 }
 
 /* A store of schema version 2 (data without session and seq) is migrated at open: its rows
- * stay, the columns and the unique indexes are added, user_version becomes 9. */
+ * stay, the columns and the unique indexes are added, user_version becomes 10. */
 static void store_open_migrates_version_2(void **state) {
   fixture_t *f = *state;
   em_store_opts_t o = opts_for(f);
@@ -829,7 +829,7 @@ static void store_open_migrates_version_2(void **state) {
   assert_int_equal(em_store_add(s, "dev-1", NULL, &m, T0_NS), 0);
   assert_int_equal(em_store_add(s, "dev-1", NULL, &m, T0_NS), 0);
   assert_int_equal(em_store_close(s), 0);
-  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 9);
+  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 10);
   assert_int_equal(q_int(f->path, "SELECT count(*) FROM sqlite_schema WHERE type='index' AND "
                                   "name='data_device_session_seq'"),
                    1);
@@ -863,7 +863,7 @@ static void store_open_migrates_version_3(void **state) {
   em_store_stats(s, &st);
   assert_int_equal(st.duplicates, 1);
   assert_int_equal(em_store_close(s), 0);
-  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 9);
+  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 10);
   assert_int_equal(q_int(f->path, "SELECT count(*) FROM level_changes"), 2);
   assert_int_equal(q_int(f->path, "SELECT count(*) FROM level_changes WHERE reason = 'first'"), 1);
   assert_int_equal(q_int(f->path, "SELECT integrity_check = 'ok' FROM pragma_integrity_check"), 1);
@@ -1042,7 +1042,7 @@ static void store_open_migrates_version_6(void **state) {
   m.u.data.model = (em_model_t){"mobilenet", "1.4", model_labels, 2};
   assert_int_equal(em_store_add(s, "dev-1", NULL, &m, T0_NS), 0);
   assert_int_equal(em_store_close(s), 0);
-  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 9);
+  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 10);
   assert_int_equal(q_int(f->path, "SELECT count(*) FROM data WHERE model IS NULL AND level IS "
                                   "NULL AND time_ns = 5"),
                    1);
@@ -1260,7 +1260,7 @@ static void store_open_migrates_version_8(void **state) {
            (unsigned long long)T0_NS, (unsigned long long)(T0_NS + 100 * S_NS));
   make_store_then(f, sql);
   em_store_t *s = open_ok(f, &o, NULL);
-  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 9);
+  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 10);
   assert_int_equal(q_int(f->path, "SELECT count(*) FROM models WHERE last_ns = 1700000100000000000 "
                                   "AND device IS NULL"),
                    2);
