@@ -253,15 +253,32 @@ def big_recording(number, n_spans):
             12: [[-5 * 10**9 + 10**8, {0: 10**6}]] + [[10**8, {0: 300}]] * 59, 13: spans}
 
 
+def just_past_the_cap(number, cap=262144):
+    """The smallest big_recording past cap bytes (bisection over its span count)."""
+    lo, hi = 1, 40000
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if len(cbor2.dumps(big_recording(number, mid))) > cap:
+            hi = mid
+        else:
+            lo = mid + 1
+    return cbor2.dumps(big_recording(number, lo))
+
+
 def test_largest_recording_round_trips_and_a_larger_one_is_refused(host):
     broker, agg, _ = host
     device = "fl-big"
     fits = cbor2.dumps(big_recording(0, 20000))
     assert 200_000 < len(fits) <= 262144
-    too_big = cbor2.dumps(big_recording(1, 40000))
-    assert len(too_big) > 262144
+    # Past the flight cap by a few bytes: within the packet size the aggregator tells the broker
+    # (cap + 1024), so it arrives and the aggregator refuses it. Far past it: the broker drops
+    # it for this client (MQTT v5 maximum packet size) and the aggregator never sees it.
+    too_big = just_past_the_cap(1)
+    assert 262144 < len(too_big) < 262144 + 512
+    far_too_big = cbor2.dumps(big_recording(2, 40000))
+    assert len(far_too_big) > 262144 + 1024
     malformed = metric(agg, "edgemon_aggregator_malformed_total")
-    publish(broker.port, device, too_big, fits)
+    publish(broker.port, device, far_too_big, too_big, fits)
     wait_for(lambda: agg.get(f"/api/devices/{device}/flights")[0] == 200 and
              api_list(agg, device), 10, "the large recording")
     assert [e["key"] for e in api_list(agg, device)] == ["77-0"]
