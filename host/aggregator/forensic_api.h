@@ -12,8 +12,8 @@
  * is answered as JSON (em_flight_to_json() or em_profile_to_json() of the stored CBOR) or, with
  * ?format=cbor, the CBOR exactly as the device published it. host/README.md documents them.
  *
- * Reads through the history's read connection (em_history_reader()), on the HTTP thread, under
- * the history's deadline. Owns nothing between calls.
+ * Reads through the history's read connection (em_history_reader()), on an HTTP API lane
+ * worker (http.c), under the history's deadline. Owns nothing between calls.
  */
 #ifndef EM_AGG_FORENSIC_API_H
 #define EM_AGG_FORENSIC_API_H

@@ -6,8 +6,9 @@
  * answers.
  *
  * Reads SQLite through read-only connections of its own (WAL lets them read while the store
- * writes), used by the HTTP thread, and for /api/latency over many devices by a worker thread
- * that reads half of them on the second connection for the length of the request. A range is
+ * writes), used by one of the HTTP API lane's workers (http.c opens one em_history_t per
+ * worker), and for /api/latency over many devices by a thread of its own that reads half of them
+ * on the second connection for the length of the request. A range is
  * answered from the finest stored resolution that fits the points asked for: raw stage windows and
  * data rows, or the 1-minute or 1-hour rollups (schema v5, SCHEMA.md), with the part past a
  * rollup's watermark filled from the finer level so the newest data is never missing. Percentiles

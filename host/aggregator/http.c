@@ -1,11 +1,38 @@
 /*
  * http.c - the aggregator's HTTP endpoints on libmicrohttpd (see http.h).
  *
- * One MHD daemon in "external" mode (epoll where the system has it), driven by one thread of
- * ours: serve_loop() runs MHD_run_wait() for at most HTTP_TICK_MS, then sweeps the connection
- * table and the log limit. Every MHD callback runs on that thread, so the table needs no lock.
- * Every request is answered on the first call of the access handler (bodies are never read:
- * no endpoint takes one).
+ * One MHD daemon in "external" epoll mode, driven by one thread of ours: serve_loop() polls
+ * MHD's epoll descriptor and our wake eventfd for at most HTTP_TICK_MS (less when MHD wants a
+ * timeout sooner), runs MHD_run(), then sweeps the connection table and the log limit. Every
+ * MHD callback runs on that thread, so the table needs no lock. (libmicrohttpd 0.9.75 drops
+ * MHD_USE_ITC in external mode, so MHD_resume_connection() from a worker would wait for the
+ * next tick: the worker writes the wake eventfd after it.)
+ * Every request that reads only memory is answered on the first call of the access handler
+ * (bodies are never read: no endpoint takes one).
+ *
+ * The API lane (the requests that read SQLite; http.h lists them). The serving thread never
+ * runs a query: it parses the parameters, then submit() reserves a place in the lane (lane.h:
+ * api_workers threads, as many places to wait), suspends the connection and pushes the job; a
+ * worker answers it with its own em_history_t (read-only connections, opened at start),
+ * resumes the connection and writes the wake eventfd; the serving thread wakes, and MHD_run()
+ * calls handle() again, which queues the answer. Without a place the request is answered at once
+ * 503 + Retry-After (HTTP_API_RETRY_S). A suspended connection is in no head state, so the
+ * connection policy below never evicts it, and libmicrohttpd applies no timeout to it; each query
+ * ends by its own deadline (history.h), which bounds how long a request stays parked. At stop the
+ * serving thread ends first, then em_lane_free() runs what was admitted (the jobs still waiting
+ * answer 503 at once) so that no connection is suspended when MHD_stop_daemon() runs.
+ *
+ *   a lane request:
+ *
+ *     handle ──lane full──▶ 503 Retry-After
+ *       └──submit──▶ PARKED (suspended; waiting, then running on a worker)
+ *                      └──run_job: answer written, MHD_resume_connection──▶ handle again
+ *                                                                   └──answer_job──▶ response
+ *
+ *   edge                        function
+ *   -> PARKED                   submit() (em_lane_reserve, MHD_suspend_connection, em_lane_push)
+ *   PARKED -> resumed           run_job() on a worker
+ *   resumed -> answered         handle() -> answer_job(); request_done() frees a job left over
  *
  * Connection policy (slowloris, idle floods). MHD itself only knows an idle timeout and a hard
  * connection limit, at which it stops accepting: 64 connections trickling a header line every
@@ -59,9 +86,10 @@
  * and the device id of /api/devices/<id> is percent-decoded here: a malformed escape, %00 or an
  * id longer than a device id can be is answered 404 before any lookup.
  *
- * Owns the MHD daemon (and through it the listening socket), the serving thread, the
- * connection table and the em_http_t. em_http_stop() must not race with em_http_start() on the
- * same object; the registry and the health callback must outlive the daemon.
+ * Owns the MHD daemon (and through it the listening socket), the serving thread, the API lane
+ * and its workers' read connections, the connection table and the em_http_t. em_http_stop() must
+ * not race with em_http_start() on the same object; the registry and the health callback must
+ * outlive the daemon.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "http.h"
@@ -70,6 +98,7 @@
 #include "cohort.h"
 #include "forensic_api.h"
 #include "history.h"
+#include "lane.h"
 #include "metrics.h"
 #include "query.h"
 
@@ -84,21 +113,27 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
-#define HTTP_MAX_CONNS        512u   /* Connection table and MHD's limit. */
-#define HTTP_MIN_CONNS        16u    /* Below this, RLIMIT_NOFILE is not honoured. */
-#define HTTP_FD_RESERVE       64u    /* Descriptors left to SQLite, MQTT, logs. */
-#define HTTP_EVICT_SLACK_DIV  8u     /* Policy acts at max - max/8 open connections. */
-#define HTTP_SHARE_PER_IP     64u    /* At this, an address evicts its own first. */
-#define HTTP_TIMEOUT_S        10u    /* Idle timeout once a request head is in. */
-#define HTTP_HEAD_IDLE_S      5u     /* Idle timeout while a request head is due. */
-#define HTTP_HEAD_DEADLINE_MS 10000u /* A whole request head, from accept or last response. */
-#define HTTP_TICK_MS          250    /* Longest wait in MHD_run_wait(): sweep cadence. */
-#define HTTP_LOG_BURST        20u    /* libmicrohttpd lines written at once ... */
-#define HTTP_LOG_REFILL_MS    6000u  /* ... then one per 6 s (10 a minute). */
+#define HTTP_MAX_CONNS              512u   /* Connection table and MHD's limit. */
+#define HTTP_MIN_CONNS              16u    /* Below this, RLIMIT_NOFILE is not honoured. */
+#define HTTP_FD_RESERVE             64u    /* Descriptors left to SQLite, MQTT, logs. */
+#define HTTP_EVICT_SLACK_DIV        8u     /* Policy acts at max - max/8 open connections. */
+#define HTTP_SHARE_PER_IP           64u    /* At this, an address evicts its own first. */
+#define HTTP_TIMEOUT_S              10u    /* Idle timeout once a request head is in. */
+#define HTTP_HEAD_IDLE_S            5u     /* Idle timeout while a request head is due. */
+#define HTTP_HEAD_DEADLINE_MS       10000u /* A whole request head, from accept or last response. */
+#define HTTP_TICK_MS                250    /* Longest wait in MHD_run_wait(): sweep cadence. */
+#define HTTP_LOG_BURST              20u    /* libmicrohttpd lines written at once ... */
+#define HTTP_LOG_REFILL_MS          6000u  /* ... then one per 6 s (10 a minute). */
+#define HTTP_API_RETRY_S            1u     /* Retry-After of a request the API lane refuses. */
+#define HTTP_API_WAITING_PER_WORKER 1u     /* Lane requests that may wait, per worker. */
+
+_Static_assert(EM_HTTP_API_WORKERS_MAX == EM_LANE_MAX_WORKERS, "http.h's worker bound");
 
 #define CT_JSON "application/json"
 #define CT_TEXT "text/plain; charset=utf-8"
@@ -119,14 +154,19 @@ typedef struct {
 struct em_http {
   struct MHD_Daemon *daemon;
   em_registry_t *reg; /* Borrowed. */
-  em_history_t *hist; /* Borrowed; NULL: the history endpoints answer 503. */
+  bool have_store;    /* false: the endpoints that read the store answer 503. */
+  unsigned api_workers;
+  em_history_t **hists; /* api_workers read connections (NULL entries without a store). */
+  em_lane_t *lane;      /* The API lane: the queries that read the store run there. */
   em_http_health_fn health;
   void *ctx;
   uint16_t port;
 
   pthread_t thread;
   bool thread_started;
-  int stop; /* Set (atomically) by em_http_stop(); the serving thread polls it. */
+  int stop;    /* Set (atomically) by em_http_stop(); the serving thread polls it. */
+  int mhd_fd;  /* MHD's epoll descriptor (MHD owns it). */
+  int wake_fd; /* eventfd: a worker resumed a connection, or em_http_stop(); -1: none. */
 
   conn_slot_t *slots; /* max_conns entries, serving thread only. */
   unsigned max_conns;
@@ -370,12 +410,19 @@ static conn_slot_t *slot_of(struct MHD_Connection *c) {
   return ci ? ci->socket_context : NULL;
 }
 
+struct api_job;
+static void job_free(struct api_job *job);
+
 /* MHD_OPTION_NOTIFY_COMPLETED: after a response on a kept-alive connection the next head is
- * due, with the short idle timeout and a fresh deadline. */
+ * due, with the short idle timeout and a fresh deadline. A lane job still attached (a request
+ * that ended before its answer was queued: the daemon stopping) is freed. */
 static void request_done(void *cls, struct MHD_Connection *c, void **req_cls,
                          enum MHD_RequestTerminationCode toe) {
   (void)cls;
-  (void)req_cls;
+  if (req_cls && *req_cls) {
+    job_free(*req_cls);
+    *req_cls = NULL;
+  }
   conn_slot_t *s = slot_of(c);
   if (!s || toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
     return;
@@ -503,6 +550,18 @@ static void render_http_stats(const em_http_t *h, em_metrics_out_t *out) {
       {{"edgemon_aggregator_http_log_suppressed_total",
         "libmicrohttpd messages held back by the log rate limit.", EM_PROM_COUNTER},
        st.log_suppressed_total},
+      {{"edgemon_aggregator_http_api_workers",
+        "Worker threads of the API lane: the queries of the store that run at once "
+        "(--api-workers).",
+        EM_PROM_GAUGE},
+       st.api_workers},
+      {{"edgemon_aggregator_http_api_in_flight",
+        "Requests in the API lane now: running on a worker or waiting for one.", EM_PROM_GAUGE},
+       st.api_in_flight},
+      {{"edgemon_aggregator_http_api_refused_total",
+        "API requests answered 503 with Retry-After because the API lane was full.",
+        EM_PROM_COUNTER},
+       st.api_refused_total},
   };
   for (size_t i = 0; i < sizeof(figures) / sizeof(figures[0]); i++) {
     em_metrics_out_u64(out, &figures[i].f, NULL, 0, figures[i].v);
@@ -593,10 +652,182 @@ static enum MHD_Result respond_reply(struct MHD_Connection *c, em_history_reply_
   return respond_owned(c, r->status, CT_JSON, r->body, r->len);
 }
 
+/* ---- the API lane: the requests that read the store -------------------------------------- */
+
+/* Wakes the serving thread from its poll (any thread). */
+static void wake(em_http_t *h) {
+  uint64_t one = 1;
+  if (write(h->wake_fd, &one, sizeof(one)) < 0) {
+    /* Only EAGAIN (the counter is full) can happen: a wake is pending anyway. */
+  }
+}
+
+typedef enum { JOB_QUERY, JOB_FORENSIC_LIST, JOB_FORENSIC_GET } job_kind_t;
+
+/* One request that reads the store. The serving thread checks what it can without the store,
+ * parks the request (MHD_suspend_connection) and hands the job to the lane; a worker answers it
+ * on its own read connections and resumes the connection; MHD then calls handle() again, which
+ * queues the answer and frees the job (or request_done() frees it when the request ends
+ * otherwise). */
+typedef struct api_job {
+  em_lane_job_t link; /* First member: the lane hands this pointer back. */
+  em_http_t *h;
+  struct MHD_Connection *conn; /* Suspended while the job waits and runs. */
+  job_kind_t kind;
+  em_query_kind_t query; /* JOB_QUERY: which endpoint ... */
+  em_query_t q;          /* ... and its parameters, parsed on the serving thread. */
+  uint64_t now_ns;       /* CLOCK_REALTIME when the request came. */
+  em_forensic_kind_t forensic;
+  char id[EM_PROTO_MAX_NAME_BYTES + 1]; /* History and forensics: the device, decoded. */
+  char key[32];                         /* JOB_FORENSIC_GET: the key, decoded. */
+  em_query_param_t params[EM_QUERY_MAX_PARAMS + 1]; /* JOB_FORENSIC_*: copies, in strings. */
+  size_t n_params;
+  char *strings;
+  /* The answer, written by the worker before it resumes the connection. */
+  unsigned status;
+  char *body; /* malloc'd; NULL: out of memory. */
+  size_t len;
+  const char *type; /* A static string. */
+} api_job_t;
+
+static void job_free(struct api_job *job) {
+  if (job) {
+    free(job->body);
+    free(job->strings);
+    free(job);
+  }
+}
+
+/* Copies the request's parameters into the job (MHD's own strings are not touched off the
+ * serving thread). False when out of memory. */
+static bool job_copy_params(api_job_t *job, const api_args_t *args) {
+  size_t total = 1;
+  for (size_t i = 0; i < args->n; i++) {
+    total += strlen(args->params[i].key) + 1;
+    total += args->params[i].val ? strlen(args->params[i].val) + 1 : 0;
+  }
+  job->strings = malloc(total);
+  if (!job->strings) {
+    return false;
+  }
+  char *p = job->strings;
+  for (size_t i = 0; i < args->n; i++) {
+    const char *from[2] = {args->params[i].key, args->params[i].val};
+    const char *to[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+      if (from[k]) {
+        size_t len = strlen(from[k]) + 1;
+        memcpy(p, from[k], len);
+        to[k] = p;
+        p += len;
+      }
+    }
+    job->params[i] = (em_query_param_t){to[0], to[1]};
+  }
+  job->n_params = args->n;
+  return true;
+}
+
+/* The lane's worker: answers the job on this worker's read connection (hist: NULL without a
+ * store), then hands the connection back to the serving thread. */
+static void run_job(void *ctx, em_lane_job_t *link, bool stopping) {
+  em_history_t *hist = ctx;
+  api_job_t *job = (api_job_t *)(void *)link;
+  em_http_t *h = job->h;
+  em_history_reply_t r = {0, NULL, 0};
+  em_forensic_reply_t fr = {0, NULL, 0, CT_JSON};
+  if (stopping) {
+    em_history_error(&r, MHD_HTTP_SERVICE_UNAVAILABLE, "the aggregator is stopping");
+  } else if (job->kind == JOB_FORENSIC_LIST) {
+    em_forensic_api_list(hist, job->forensic, job->id, job->params, job->n_params, &fr);
+  } else if (job->kind == JOB_FORENSIC_GET) {
+    em_forensic_api_get(hist, job->forensic, job->id, job->key, job->params, job->n_params, &fr);
+  } else if (job->query == EM_QUERY_FLEET) {
+    em_history_fleet(hist, h->reg, &job->q, job->now_ns, &r);
+  } else if (job->query == EM_QUERY_HISTORY) {
+    em_history_device(hist, h->reg, job->id, &job->q, &r);
+  } else if (job->query == EM_QUERY_COHORT) {
+    em_cohort_query(hist, &job->q, &r);
+  } else {
+    em_history_latency(hist, &job->q, &r);
+  }
+  if (job->kind == JOB_QUERY || stopping) {
+    job->status = r.status;
+    job->body = r.body;
+    job->len = r.len;
+    job->type = CT_JSON;
+  } else {
+    job->status = fr.status;
+    job->body = fr.body;
+    job->len = fr.len;
+    job->type = fr.type;
+  }
+  MHD_resume_connection(job->conn); /* The job is the serving thread's from here on. */
+  wake(h);
+}
+
+/* 503 with Retry-After: the lane is full (or stopping). */
+static enum MHD_Result respond_busy(struct MHD_Connection *c) {
+  static const char body[] = "{\"error\":\"busy: too many queries of the store at once\"}";
+  struct MHD_Response *resp = MHD_create_response_from_buffer(
+      sizeof(body) - 1, (void *)(uintptr_t)body, MHD_RESPMEM_PERSISTENT);
+  if (!resp) {
+    return MHD_NO;
+  }
+  char retry[16];
+  snprintf(retry, sizeof(retry), "%u", HTTP_API_RETRY_S);
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, CT_JSON);
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, retry);
+  enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_SERVICE_UNAVAILABLE, resp);
+  MHD_destroy_response(resp);
+  return rc;
+}
+
+/* Parks request c and hands job (owned from here) to the lane, or answers 503 + Retry-After
+ * when the lane has no room. The connection is suspended before the job is pushed, so a worker
+ * can never resume it first. */
+static enum MHD_Result submit(em_http_t *h, struct MHD_Connection *c, void **req_cls,
+                              api_job_t *job) {
+  if (em_lane_reserve(h->lane) != 0) {
+    job_free(job);
+    return respond_busy(c);
+  }
+  job->h = h;
+  job->conn = c;
+  *req_cls = job;
+  MHD_suspend_connection(c);
+  em_lane_push(h->lane, &job->link);
+  return MHD_YES;
+}
+
+/* handle()'s call for a resumed request: queues the job's answer and frees the job. */
+static enum MHD_Result answer_job(struct MHD_Connection *c, api_job_t *job) {
+  char *body = job->body;
+  job->body = NULL;
+  unsigned status = job->status;
+  size_t len = job->len;
+  const char *type = job->type;
+  job_free(job);
+  if (!body) {
+    return respond_const(c, MHD_HTTP_INTERNAL_SERVER_ERROR, CT_JSON,
+                         "{\"error\":\"out of memory\"}");
+  }
+  return respond_owned(c, status, type, body, len);
+}
+
+static api_job_t *job_new(job_kind_t kind) {
+  api_job_t *job = calloc(1, sizeof(*job));
+  if (job) {
+    job->kind = kind;
+  }
+  return job;
+}
+
 /* /api/fleet, /api/latency, /api/models, /api/cohort, and (device non-NULL)
- * /api/devices/<device>/history. */
-static enum MHD_Result serve_api(em_http_t *h, struct MHD_Connection *c, em_query_kind_t kind,
-                                 const char *device) {
+ * /api/devices/<device>/history. The parameters are checked here; /api/models (the registry
+ * only) is answered here; the rest go to the lane. */
+static enum MHD_Result serve_api(em_http_t *h, struct MHD_Connection *c, void **req_cls,
+                                 em_query_kind_t kind, const char *device) {
   api_args_t args;
   args.n = 0;
   MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, collect_arg, &args);
@@ -606,20 +837,28 @@ static enum MHD_Result serve_api(em_http_t *h, struct MHD_Connection *c, em_quer
   em_history_reply_t r = {0, NULL, 0};
   if (em_query_parse(kind, args.params, args.n, now, &q, err, sizeof(err)) != 0) {
     em_history_error(&r, MHD_HTTP_BAD_REQUEST, err);
-  } else if (kind == EM_QUERY_FLEET) {
-    em_history_fleet(h->hist, h->reg, &q, now, &r);
-  } else if (kind == EM_QUERY_MODELS) {
-    em_cohort_models(h->reg, &q, &r);
-  } else if (!h->hist) {
-    em_history_error(&r, MHD_HTTP_SERVICE_UNAVAILABLE, "no store to read the history from");
-  } else if (kind == EM_QUERY_HISTORY) {
-    em_history_device(h->hist, h->reg, device, &q, &r);
-  } else if (kind == EM_QUERY_COHORT) {
-    em_cohort_query(h->hist, &q, &r);
-  } else {
-    em_history_latency(h->hist, &q, &r);
+    return respond_reply(c, &r);
   }
-  return respond_reply(c, &r);
+  if (kind == EM_QUERY_MODELS) {
+    em_cohort_models(h->reg, &q, &r);
+    return respond_reply(c, &r);
+  }
+  if (kind != EM_QUERY_FLEET && !h->have_store) {
+    em_history_error(&r, MHD_HTTP_SERVICE_UNAVAILABLE, "no store to read the history from");
+    return respond_reply(c, &r);
+  }
+  api_job_t *job = job_new(JOB_QUERY);
+  if (!job) {
+    return respond_const(c, MHD_HTTP_INTERNAL_SERVER_ERROR, CT_JSON,
+                         "{\"error\":\"out of memory\"}");
+  }
+  job->query = kind;
+  job->q = q;
+  job->now_ns = now;
+  if (device) {
+    snprintf(job->id, sizeof(job->id), "%s", device);
+  }
+  return submit(h, c, req_cls, job);
 }
 
 /* /api/devices/<id>/history: the id percent-decoded like serve_device's. */
@@ -635,46 +874,48 @@ static bool decode_id_segment(const char *raw, size_t raw_len, char *id, size_t 
   return decode_path_segment(enc, id, cap);
 }
 
-static enum MHD_Result serve_history(em_http_t *h, struct MHD_Connection *c, const char *raw,
-                                     size_t raw_len) {
+static enum MHD_Result serve_history(em_http_t *h, struct MHD_Connection *c, void **req_cls,
+                                     const char *raw, size_t raw_len) {
   char id[EM_PROTO_MAX_NAME_BYTES + 1];
   if (!decode_id_segment(raw, raw_len, id, sizeof(id))) {
     return respond_const(c, MHD_HTTP_NOT_FOUND, CT_JSON, "{\"error\":\"no such device\"}");
   }
-  return serve_api(h, c, EM_QUERY_HISTORY, id);
+  return serve_api(h, c, req_cls, EM_QUERY_HISTORY, id);
 }
 
 /* /api/devices/<id>/<kind>[/<key>] (rest: "<id>/<kind>..."; kind "flights" or "profiles"):
- * the id and key percent-decoded like serve_device's id. */
-static enum MHD_Result serve_forensics(em_http_t *h, struct MHD_Connection *c,
+ * the id and key percent-decoded like serve_device's id; answered in the lane. */
+static enum MHD_Result serve_forensics(em_http_t *h, struct MHD_Connection *c, void **req_cls,
                                        em_forensic_kind_t kind, const char *raw, size_t raw_len,
                                        const char *key_raw) {
-  char id[EM_PROTO_MAX_NAME_BYTES + 1];
-  char key[32];
-  if (!decode_id_segment(raw, raw_len, id, sizeof(id))) {
+  api_job_t *job = job_new(key_raw ? JOB_FORENSIC_GET : JOB_FORENSIC_LIST);
+  if (!job) {
+    return respond_const(c, MHD_HTTP_INTERNAL_SERVER_ERROR, CT_JSON,
+                         "{\"error\":\"out of memory\"}");
+  }
+  job->forensic = kind;
+  if (!decode_id_segment(raw, raw_len, job->id, sizeof(job->id))) {
+    job_free(job);
     return respond_const(c, MHD_HTTP_NOT_FOUND, CT_JSON, "{\"error\":\"no such device\"}");
   }
-  if (key_raw && !decode_path_segment(key_raw, key, sizeof(key))) {
+  if (key_raw && !decode_path_segment(key_raw, job->key, sizeof(job->key))) {
+    job_free(job);
     return respond_const(c, MHD_HTTP_NOT_FOUND, CT_JSON, "{\"error\":\"no such key\"}");
   }
-  if (!h->hist) {
+  if (!h->have_store) {
+    job_free(job);
     return respond_const(c, MHD_HTTP_SERVICE_UNAVAILABLE, CT_JSON,
                          "{\"error\":\"no store to read from\"}");
   }
   api_args_t args;
   args.n = 0;
   MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, collect_arg, &args);
-  em_forensic_reply_t r = {0, NULL, 0, CT_JSON};
-  if (key_raw) {
-    em_forensic_api_get(h->hist, kind, id, key, args.params, args.n, &r);
-  } else {
-    em_forensic_api_list(h->hist, kind, id, args.params, args.n, &r);
-  }
-  if (!r.body) {
+  if (!job_copy_params(job, &args)) {
+    job_free(job);
     return respond_const(c, MHD_HTTP_INTERNAL_SERVER_ERROR, CT_JSON,
                          "{\"error\":\"out of memory\"}");
   }
-  return respond_owned(c, r.status, r.type, r.body, r.len);
+  return submit(h, c, req_cls, job);
 }
 
 /* /ui/<name>: an embedded dashboard file (assets.h); "/" and "/ui" redirect to "/ui/". */
@@ -714,8 +955,13 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
   (void)version;
   (void)upload_data;
   (void)upload_data_size;
-  (void)req_cls;
   em_http_t *h = cls;
+  if (*req_cls) {
+    /* A request the lane answered: resumed, its answer ready. */
+    api_job_t *job = *req_cls;
+    *req_cls = NULL;
+    return answer_job(c, job);
+  }
   conn_slot_t *slot = slot_of(c);
   if (slot && slot->in_head) {
     slot->in_head = false;
@@ -735,29 +981,29 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     const char *rest = url + sizeof(dev_prefix) - 1;
     const char *slash = strchr(rest, '/');
     if (slash && strcmp(slash, "/history") == 0) {
-      return serve_history(h, c, rest, (size_t)(slash - rest));
+      return serve_history(h, c, req_cls, rest, (size_t)(slash - rest));
     }
     for (int k = 0; slash && k < EM_FORENSIC_KINDS; k++) {
       const char *name = em_forensic_api_name((em_forensic_kind_t)k);
       size_t len = strlen(name);
       if (strncmp(slash + 1, name, len) == 0 && (slash[1 + len] == '\0' || slash[1 + len] == '/')) {
-        return serve_forensics(h, c, (em_forensic_kind_t)k, rest, (size_t)(slash - rest),
+        return serve_forensics(h, c, req_cls, (em_forensic_kind_t)k, rest, (size_t)(slash - rest),
                                slash[1 + len] ? slash + 2 + len : NULL);
       }
     }
     return serve_device(h, c, rest);
   }
   if (strcmp(url, "/api/fleet") == 0) {
-    return serve_api(h, c, EM_QUERY_FLEET, NULL);
+    return serve_api(h, c, req_cls, EM_QUERY_FLEET, NULL);
   }
   if (strcmp(url, "/api/latency") == 0) {
-    return serve_api(h, c, EM_QUERY_LATENCY, NULL);
+    return serve_api(h, c, req_cls, EM_QUERY_LATENCY, NULL);
   }
   if (strcmp(url, "/api/models") == 0) {
-    return serve_api(h, c, EM_QUERY_MODELS, NULL);
+    return serve_api(h, c, req_cls, EM_QUERY_MODELS, NULL);
   }
   if (strcmp(url, "/api/cohort") == 0) {
-    return serve_api(h, c, EM_QUERY_COHORT, NULL);
+    return serve_api(h, c, req_cls, EM_QUERY_COHORT, NULL);
   }
   if (strncmp(url, "/ui/", 4) == 0) {
     return serve_asset(c, url + 4);
@@ -879,11 +1125,27 @@ static unsigned conns_for_fd_limit(void) {
   return room < HTTP_MAX_CONNS ? (unsigned)room : HTTP_MAX_CONNS;
 }
 
-/* The serving thread: MHD's work, then the sweep and the log limit, until em_http_stop(). */
+/* The serving thread: waits for MHD's sockets or a wake, runs MHD, then the sweep and the log
+ * limit, until em_http_stop(). The wake is drained before MHD_run(), so one written while MHD
+ * runs makes the next poll return at once. */
 static void *serve_loop(void *arg) {
   em_http_t *h = arg;
   while (!__atomic_load_n(&h->stop, __ATOMIC_ACQUIRE)) {
-    if (MHD_run_wait(h->daemon, HTTP_TICK_MS) != MHD_YES) {
+    int timeout_ms = HTTP_TICK_MS;
+    MHD_UNSIGNED_LONG_LONG mhd_ms = 0;
+    if (MHD_get_timeout(h->daemon, &mhd_ms) == MHD_YES && mhd_ms < (unsigned)timeout_ms) {
+      timeout_ms = (int)mhd_ms;
+    }
+    struct pollfd fds[2] = {{.fd = h->mhd_fd, .events = POLLIN},
+                            {.fd = h->wake_fd, .events = POLLIN}};
+    (void)poll(fds, 2, timeout_ms);
+    if (fds[1].revents & POLLIN) {
+      uint64_t n;
+      if (read(h->wake_fd, &n, sizeof(n)) < 0) {
+        /* EAGAIN: another reader cannot exist; nothing to drain. */
+      }
+    }
+    if (MHD_run(h->daemon) != MHD_YES) {
       /* A failed poll: do not spin on it. */
       struct timespec pause = {.tv_sec = 0, .tv_nsec = HTTP_TICK_MS * 1000000L};
       nanosleep(&pause, NULL);
@@ -895,9 +1157,20 @@ static void *serve_loop(void *arg) {
   return NULL;
 }
 
+/* Frees h. The serving thread must not run: the lane is drained first (its workers resume the
+ * connections they hold; nothing is admitted any more), then the daemon stops, closing every
+ * connection, resumed ones included. */
 static void http_free(em_http_t *h) {
+  em_lane_free(h->lane);
   if (h->daemon) {
     MHD_stop_daemon(h->daemon);
+  }
+  for (unsigned i = 0; h->hists && i < h->api_workers; i++) {
+    em_history_close(h->hists[i]);
+  }
+  free(h->hists);
+  if (h->wake_fd >= 0) {
+    close(h->wake_fd);
   }
   pthread_mutex_lock(&h->log_lock);
   log_summary(h, true);
@@ -907,8 +1180,9 @@ static void http_free(em_http_t *h) {
   free(h);
 }
 
-int em_http_start(em_http_t **out, const char *listen, em_registry_t *reg, em_history_t *hist,
-                  em_http_health_fn health, void *ctx, char *err, size_t err_cap) {
+int em_http_start(em_http_t **out, const char *listen, em_registry_t *reg, const char *db_path,
+                  unsigned api_workers, em_http_health_fn health, void *ctx, char *err,
+                  size_t err_cap) {
   char dummy[1];
   if (!err || err_cap == 0) {
     err = dummy;
@@ -917,6 +1191,11 @@ int em_http_start(em_http_t **out, const char *listen, em_registry_t *reg, em_hi
   err[0] = '\0';
   if (!out || !listen || !reg) {
     snprintf(err, err_cap, "http: invalid arguments");
+    return -EINVAL;
+  }
+  if (api_workers < 1 || api_workers > EM_HTTP_API_WORKERS_MAX) {
+    snprintf(err, err_cap, "http: API workers must be 1 to %u, not %u", EM_HTTP_API_WORKERS_MAX,
+             api_workers);
     return -EINVAL;
   }
   *out = NULL;
@@ -944,13 +1223,42 @@ int em_http_start(em_http_t **out, const char *listen, em_registry_t *reg, em_hi
   h->log_tokens = HTTP_LOG_BURST;
   h->log_refill_ms = mono_ms();
   h->reg = reg;
-  h->hist = hist;
   h->health = health;
   h->ctx = ctx;
+  h->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (h->wake_fd < 0) {
+    int rc = -errno;
+    snprintf(err, err_cap, "http: eventfd: %s", strerror(errno));
+    http_free(h);
+    return rc;
+  }
+  h->have_store = db_path != NULL;
+  h->api_workers = api_workers;
+  h->hists = calloc(api_workers, sizeof(*h->hists));
+  if (!h->hists) {
+    snprintf(err, err_cap, "http: out of memory");
+    http_free(h);
+    return -ENOMEM;
+  }
+  for (unsigned i = 0; db_path && i < api_workers; i++) {
+    int rc = em_history_open(&h->hists[i], db_path, err, err_cap);
+    if (rc != 0) {
+      http_free(h);
+      return rc;
+    }
+  }
+  int lrc = em_lane_new(&h->lane, api_workers, api_workers * HTTP_API_WAITING_PER_WORKER,
+                        (void *const *)h->hists, run_job);
+  if (lrc != 0) {
+    snprintf(err, err_cap, "http: cannot start the API workers: %s", strerror(-lrc));
+    http_free(h);
+    return lrc;
+  }
   uint16_t port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                                  : ((struct sockaddr_in *)&ss)->sin_port);
-  /* No internal thread: serve_loop() drives the daemon (MHD_USE_AUTO picks epoll). */
-  unsigned flags = MHD_USE_AUTO | MHD_USE_ERROR_LOG;
+  /* No internal thread: serve_loop() drives the daemon through its epoll descriptor. Suspend
+   * and resume park the requests the lane answers. */
+  unsigned flags = MHD_USE_EPOLL | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
   if (ss.ss_family == AF_INET6) {
     flags |= MHD_USE_IPv6;
   }
@@ -972,6 +1280,13 @@ int em_http_start(em_http_t **out, const char *listen, em_registry_t *reg, em_hi
   }
   const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
   h->port = info && info->port ? info->port : port;
+  info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_EPOLL_FD);
+  if (!info || info->epoll_fd < 0) {
+    snprintf(err, err_cap, "http: libmicrohttpd gives no epoll descriptor");
+    http_free(h);
+    return -EIO;
+  }
+  h->mhd_fd = info->epoll_fd;
   /* The serving thread takes no signals: they stay with the caller's loop. */
   sigset_t all;
   sigset_t old;
@@ -1006,6 +1321,11 @@ void em_http_stats(const em_http_t *h, em_http_stats_t *out) {
   out->slow_heads_total = read_count(&h->slow_heads_total);
   out->refused_total = read_count(&h->refused_total);
   out->log_suppressed_total = read_count(&h->log_suppressed_total);
+  em_lane_stats_t ls;
+  em_lane_stats(h->lane, &ls);
+  out->api_workers = h->api_workers;
+  out->api_in_flight = ls.admitted;
+  out->api_refused_total = ls.refused_total;
 }
 
 void em_http_stop(em_http_t *h) {
@@ -1014,6 +1334,7 @@ void em_http_stop(em_http_t *h) {
   }
   if (h->thread_started) {
     __atomic_store_n(&h->stop, 1, __ATOMIC_RELEASE);
+    wake(h);
     pthread_join(h->thread, NULL);
   }
   http_free(h);

@@ -25,6 +25,16 @@
  * Anything else is 404; methods other than GET/HEAD are 405. Handlers take the registry's lock
  * while they read it. Owns the MHD daemon and the thread that drives it.
  *
+ * The API lane: the requests that read the store (/api/fleet, /api/latency, /api/cohort,
+ * /api/devices/<id>/history, the flights and profiles routes) are not answered on the serving
+ * thread. It checks their parameters (a 400 stays immediate), parks the connection and hands
+ * the query to one of --api-workers worker threads (lane.h), each with read-only SQLite
+ * connections of its own (WAL lets them read beside the writer); at most as many more wait for
+ * a worker, and past that the request is answered at once 503 with "Retry-After: 1"
+ * (edgemon_aggregator_http_api_refused_total). /healthz, /metrics, /api/devices,
+ * /api/devices/<id>, /api/models and /ui/ read only memory and are answered on the serving
+ * thread, so no load on the API slows them by more than one registry lock.
+ *
  * Hostile clients: a request head may pause 5 s between bytes and take 10 s in all, then its
  * connection is closed; a new connection that finds the server near its limit evicts the
  * oldest connection still waiting for a request head (its own address's first when that
@@ -56,14 +66,19 @@ typedef enum {
  * '\n' (called on the HTTP thread; must be thread-safe). */
 typedef em_http_health_t (*em_http_health_fn)(void *ctx, char *why, size_t why_cap);
 
+#define EM_HTTP_API_WORKERS_DEFAULT 4u  /* --api-workers */
+#define EM_HTTP_API_WORKERS_MAX     64u /* = EM_LANE_MAX_WORKERS */
+
 /*
  * Starts serving on listen ("HOST:PORT", HOST an IPv4 or [IPv6] literal; port 0 picks a free
- * one, see em_http_port()). hist (borrowed, may be NULL) answers the history endpoints; only the
- * serving thread uses it. Returns 0, or -EINVAL for a bad address, -EADDRINUSE, or another
- * -errno, with a message in err.
+ * one, see em_http_port()). db_path (borrowed for the call; NULL: no store, its endpoints answer
+ * 503) is opened read-only once per API worker (api_workers, 1..EM_HTTP_API_WORKERS_MAX, each
+ * with two connections: history.h). Returns 0, or -EINVAL for a bad address or worker count,
+ * -EADDRINUSE, -EIO (the store cannot be opened), or another -errno, with a message in err.
  */
-int em_http_start(em_http_t **out, const char *listen, em_registry_t *reg, em_history_t *hist,
-                  em_http_health_fn health, void *ctx, char *err, size_t err_cap);
+int em_http_start(em_http_t **out, const char *listen, em_registry_t *reg, const char *db_path,
+                  unsigned api_workers, em_http_health_fn health, void *ctx, char *err,
+                  size_t err_cap);
 
 /* What the connection policy and the log limit did since the start (all counters). */
 typedef struct {
@@ -72,6 +87,9 @@ typedef struct {
   uint64_t slow_heads_total;     /* Closed because a request head took too long in all. */
   uint64_t refused_total;        /* New connections refused: no room and nothing to evict. */
   uint64_t log_suppressed_total; /* libmicrohttpd messages the rate limit kept off stderr. */
+  uint64_t api_workers;          /* The API lane's worker threads (constant). */
+  uint64_t api_in_flight;        /* Lane requests running or waiting now (a gauge). */
+  uint64_t api_refused_total;    /* Lane requests answered 503 + Retry-After: lane full. */
 } em_http_stats_t;
 
 /* Copies the figures into *out (thread-safe; relaxed reads, each field on its own). A NULL h

@@ -4,7 +4,8 @@
  *
  * Two threads: this one runs the MQTT session (host/lib/broker.c) and everything that writes:
  * registry updates, SQLite batches, rebirth requests, retention; libmicrohttpd's thread serves
- * /metrics, /api and /healthz, reading the registry under its lock. The session is
+ * /metrics, /api and /healthz, reading the registry under its lock, and hands the API's queries
+ * of the store to --api-workers threads with read connections of their own (http.h). The session is
  * reconnected with capped exponential backoff when the broker goes away; /healthz answers 503
  * meanwhile, and also while /metrics is degraded (its latest render left devices out to stay
  * under --metrics-max-bytes). The MQTT thread also forgets devices silent for --device-ttl
@@ -114,6 +115,7 @@ typedef struct {
   uint64_t metrics_max_bytes; /* Cap of the /metrics text. */
   uint64_t flight_max_bytes;  /* Flight recordings' bytes kept per device. */
   uint64_t profile_max_bytes; /* Stack profiles' bytes kept per device. */
+  uint64_t api_workers;       /* Store queries of the HTTP API that run at once. */
   /* Flight recordings' and stack profiles' bytes kept of all devices together. */
   uint64_t flight_total_max_bytes;
   uint64_t profile_total_max_bytes;
@@ -144,7 +146,6 @@ typedef struct {
   uint64_t rw_refused_logged; /* Series the remote write refused, at the last log line. */
   em_store_t *store;
   em_http_t *http;
-  em_history_t *hist; /* The HTTP thread's read-only connection to the store. */
   em_broker_t *broker;
   atomic_bool connected;
   uint64_t malformed_logged;    /* registry malformed count at the last log line. */
@@ -191,6 +192,7 @@ static void usage(FILE *out) {
           "                          [--device-ttl DURATION] [--metrics-max-bytes N]\n"
           "                          [--flight-max-bytes N] [--profile-max-bytes N]\n"
           "                          [--flight-total-max-bytes N] [--profile-total-max-bytes N]\n"
+          "                          [--api-workers N]\n"
           "                          [--tls-ca-file FILE|--tls-ca-path DIR]\n"
           "                          [--tls-cert-file FILE --tls-key-file FILE] [--tls-insecure]\n"
           "                          [--credentials-file FILE]\n"
@@ -233,7 +235,11 @@ static void usage(FILE *out) {
           "  --flight-max-bytes N flight recordings kept per device, in bytes of CBOR (default\n"
           "                       64 MiB, at least 256 KiB); the oldest go first\n"
           "  --profile-max-bytes N stack profiles kept per device, in bytes of CBOR (default\n"
-          "                       64 MiB, at least 256 KiB); the oldest go first\n");
+          "                       64 MiB, at least 256 KiB); the oldest go first\n"
+          "  --api-workers N      queries of the store the JSON API runs at once, each on a\n"
+          "                       thread with read connections of its own (default 4, 1 to\n"
+          "                       64); as many more wait, the rest get 503 with Retry-After;\n"
+          "                       /healthz and /metrics never wait for them\n");
   fprintf(out,
           "  --flight-total-max-bytes N, --profile-total-max-bytes N\n"
           "                       flight recordings, and stack profiles, kept of all devices\n"
@@ -307,6 +313,8 @@ _Static_assert(EM_FLIGHTS_DEFAULT_MAX_BYTES == 67108864ull, "flight_max_bytes' d
 _Static_assert(EM_PROFILES_DEFAULT_MAX_BYTES == 67108864ull, "profile_max_bytes' default below");
 _Static_assert(EM_FORENSICS_DEFAULT_TOTAL_MAX_BYTES == 1073741824ull,
                "flight_total_max_bytes' and profile_total_max_bytes' default below");
+_Static_assert(EM_HTTP_API_WORKERS_DEFAULT == 4u && EM_HTTP_API_WORKERS_MAX == 64u,
+               "api_workers' row below");
 
 #define FIELD(f) .offset = offsetof(agg_config_t, f), .size = sizeof(((agg_config_t *)0)->f)
 #define KEY(nm, ty, ...)                                                                           \
@@ -357,6 +365,8 @@ static const em_schema_key_t agg_keys[] = {
         .example = "67108864"),
     TOTAL_MAX_BYTES_KEY("flight_total_max_bytes", flight_total_max_bytes),
     TOTAL_MAX_BYTES_KEY("profile_total_max_bytes", profile_total_max_bytes),
+    KEY("api_workers", EM_SCHEMA_INT, FIELD(api_workers), .min = 1, .max = 64,
+        .want = "wants 1 to 64", .def = "4", .example = "4"),
     KEY("retention", EM_SCHEMA_DURATION, FIELD(retention_s), WANT_DURATION,
         .want = "wants a duration such as 30s, 5m, 12h or 7d", .def = "7d", .example = "7d"),
     KEY("downsample_after", EM_SCHEMA_DURATION, FIELD(downsample_after_s), WANT_DURATION,
@@ -1135,6 +1145,7 @@ int main(int argc, char **argv) {
       {"profile-max-bytes", required_argument, NULL, 'p'},
       {"flight-total-max-bytes", required_argument, NULL, 'G'},
       {"profile-total-max-bytes", required_argument, NULL, 'Q'},
+      {"api-workers", required_argument, NULL, 'W'},
       {"tls-ca-file", required_argument, NULL, 'A'},
       {"tls-ca-path", required_argument, NULL, 'P'},
       {"tls-cert-file", required_argument, NULL, 'T'},
@@ -1167,6 +1178,7 @@ int main(int argc, char **argv) {
       ['p'] = "profile_max_bytes",
       ['G'] = "flight_total_max_bytes",
       ['Q'] = "profile_total_max_bytes",
+      ['W'] = "api_workers",
   };
   static agg_t a;
   config_defaults(&a.cfg);
@@ -1326,11 +1338,8 @@ int main(int argc, char **argv) {
           (unsigned long long)(a.cfg.rw_interval_ns / EM_NS_PER_MS), a.cfg.n_rw,
           a.cfg.rw_label[0] ? a.cfg.rw_label : a.cfg.client_id);
   }
-  if (em_history_open(&a.hist, a.cfg.db, err, sizeof(err)) != 0) {
-    logf_("%s", err);
-    goto out;
-  }
-  if (em_http_start(&a.http, a.cfg.http, a.reg, a.hist, healthy, &a, err, sizeof(err)) != 0) {
+  if (em_http_start(&a.http, a.cfg.http, a.reg, a.cfg.db, (unsigned)a.cfg.api_workers, healthy, &a,
+                    err, sizeof(err)) != 0) {
     logf_("%s", err);
     goto out;
   }
@@ -1347,7 +1356,6 @@ int main(int argc, char **argv) {
   logf_("stopping");
 out:
   em_http_stop(a.http); /* First: /metrics reads the remote write's health. */
-  em_history_close(a.hist);
   em_broker_free(a.broker);
   em_remote_free(a.rw, (uint32_t)(a.cfg.rw_drain_ns / EM_NS_PER_MS));
   if (a.store && em_store_close(a.store) != 0) {
