@@ -24,7 +24,6 @@ import random
 import re
 import sqlite3
 import statistics
-import struct
 import subprocess
 import sys
 import threading
@@ -70,7 +69,8 @@ def build_store(db, now_ns):
                 for t in range(from_ns, to_ns, HOUR) for d in devs for name in STAGE_NS)
         con.executemany(
             "INSERT INTO stage_rollups(step_s, device, stage, time_ns, count, sum_ns, min_ns, "
-            f"max_ns, buckets, zero_count, scale) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, {SCALE})", rows)
+            f"max_ns, buckets, zero_count, scale) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, {SCALE})",
+            rows)
         con.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
                         [("rollup_1m_ns", to_ns), ("rollup_1h_ns", to_ns)])
         con.commit()
