@@ -8,13 +8,15 @@
 # and a third, build/aarch64: the agent, the C client's tests and the unit tests cross-built
 # for aarch64 (boards/toolchains/), the unit tests run under qemu-aarch64 (scripts/lib/cross.sh).
 # Last the Debian packages of build/normal and build/aarch64 (amd64 and arm64): lintian, then
-# the amd64 ones installed here, run, verified and purged (scripts/lib/packages.sh).
+# the amd64 ones installed here, run, verified and purged (scripts/lib/packages.sh), then a
+# Debian 12 system booted under qemu runs the README's board steps with them (scripts/lib/system.sh).
 # Prints ctest's summary for each and exits non-zero when anything failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/common.sh
 source scripts/lib/cross.sh
 source scripts/lib/packages.sh
+source scripts/lib/system.sh
 
 # The PyTorch example (firmware/client/python/examples/torch_inference.py) is run by the
 # integration tests, so the example users copy is known to work. golang-go: `go tool pprof`, the
@@ -87,7 +89,14 @@ run_cross() {
 run_cross
 
 em_log "packages: amd64 and arm64 from build/normal and build/aarch64"
-em_packages_test build/normal build/aarch64 || status=1
+if em_packages_test build/normal build/aarch64; then
+  # The service as deployed: a Debian 12 booted under qemu (systemd as PID 1), the README's
+  # board steps inside it with the packages just made (scripts/lib/system.sh).
+  em_log "system: the README's board steps in a booted Debian 12"
+  em_system_test build/normal || status=1
+else
+  status=1
+fi
 
 if [ "$status" -ne 0 ]; then
   em_log "FAILED (see above)"

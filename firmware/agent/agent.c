@@ -657,8 +657,13 @@ static void profile_trigger(em_agent_t *a, const em_profile_trigger_t *t, uint32
                          : "within [profile] min_gap_seconds of the last");
     return;
   }
-  EM_WARN("profile: %s: no window: %s" HELD_BACK, what,
-          rc == -ESRCH ? "no target attached" : strerror(-rc));
+  char why[EM_PMU_REASON_BYTES];
+  if (rc == -EACCES || rc == -EPERM) {
+    em_pmu_refusal(-rc, why, sizeof(why)); /* What is really missing, not just EACCES. */
+  } else {
+    snprintf(why, sizeof(why), "%s", rc == -ESRCH ? "no target attached" : strerror(-rc));
+  }
+  EM_WARN("profile: %s: no window: %s" HELD_BACK, what, why);
 }
 
 static int profile_open(em_agent_t *a) {
@@ -1507,6 +1512,16 @@ static void on_tick(uv_timer_t *t) {
     sample_pmu(a);
     if (!sample_memory(a, now)) {
       detach(a, "exited");
+    }
+  }
+  if (a->pid > 0 && a->system_sampled && !a->smaps_busy) {
+    /* A wrapper (su, sudo -u, sh -c) whose child now matches: the child writes the spans. */
+    pid_t next = em_target_successor(&a->cfg.target, a->cfg.proc_root, a->pid);
+    if (next > 0) {
+      EM_INFO("target: pid %ld wraps pid %ld, which matches too; moving to it", (long)a->pid,
+              (long)next);
+      detach(a, "is a wrapper");
+      attach(a, next);
     }
   }
   if (a->pid == 0) { /* Detached: the target's tick figures are absent. */

@@ -1023,7 +1023,8 @@ static const key_def_t keys[K_COUNT] = {
         .doc = "MemAvailable and PSI cadence, at least sample_period"),
     KEY(K_RUNTIME_DIR, AGENT, "runtime_dir", EM_SCHEMA_PATH, FIELD(runtime_dir),
         .example = "/run/edgemon",
-        .doc = "Default /run/edgemon (root), else $XDG_RUNTIME_DIR/edgemon"),
+        .doc = "Default $RUNTIME_DIRECTORY (set by systemd), else /run/edgemon (root), else "
+               "$XDG_RUNTIME_DIR/edgemon"),
     KEY(K_BOARD, AGENT, "board", EM_SCHEMA_ID, FIELD(board), .same = same_board, .def = "auto",
         .example = "generic",
         .doc = "Board profile: auto (detect), generic, or a name under boards/"),
@@ -1286,8 +1287,20 @@ static void default_device_id(char *out, size_t cap) {
   }
 }
 
-/* /run/edgemon for root, else $XDG_RUNTIME_DIR/edgemon, else /tmp/edgemon-<uid>. */
+/* $RUNTIME_DIRECTORY (systemd's RuntimeDirectory=, the first of its list), else /run/edgemon
+ * for root, else $XDG_RUNTIME_DIR/edgemon, else /tmp/edgemon-<uid>. The service runs as the
+ * edgemon user with a private /tmp: only the directory systemd made for it is one that its
+ * clients can see, and they look there first (/run/edgemon, firmware/client). */
 static void default_runtime_dir(char *out, size_t cap) {
+  const char *rd = getenv("RUNTIME_DIRECTORY");
+  if (rd != NULL && rd[0] == '/') {
+    size_t n = strcspn(rd, ":");
+    if (n < cap) {
+      memcpy(out, rd, n);
+      out[n] = '\0';
+      return;
+    }
+  }
   if (geteuid() == 0) {
     snprintf(out, cap, "/run/edgemon");
     return;

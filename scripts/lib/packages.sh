@@ -204,6 +204,8 @@ em_packages_test() {
   done
   _em_deb_purge >/dev/null || _em_deb_fail "cannot purge a previous run's packages" || return 1
   qlen=$(cat /proc/sys/net/unix/max_dgram_qlen)
+  local paranoid
+  paranoid=$(cat /proc/sys/kernel/perf_event_paranoid)
   local -a files=()
   if _em_deb_check_installed "$native"; then
     mapfile -t files < <(dpkg -L "${EM_DEB_PACKAGES[@]}" | while read -r path; do
@@ -218,6 +220,7 @@ em_packages_test() {
     groupdel edgemon 2>/dev/null || true
   fi
   echo "$qlen" >/proc/sys/net/unix/max_dgram_qlen 2>/dev/null || true
+  echo "$paranoid" >/proc/sys/kernel/perf_event_paranoid 2>/dev/null || true
   if [ "$rc" -eq 0 ]; then
     em_log "packages: built, lintian clean, installed, ran, verified and purged in" \
       "$((SECONDS - start)) s"

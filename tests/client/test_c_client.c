@@ -31,6 +31,9 @@
 #include <unistd.h>
 
 #include "edgemon/wire.h"
+/* The system service's directory, moved where the test may bind a socket. */
+static char service_dir[64] = "/run/edgemon";
+#define EM_CLIENT_SERVICE_DIR service_dir
 #include "edgemon_client.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
@@ -333,6 +336,53 @@ static void client_full_queue_never_blocks_and_counts_queue_full(void **state) {
   receiver_close(&r);
 }
 
+/* A user's client finds the system service's socket in its directory with no setting, before
+ * the per-user defaults, and only while that socket exists. Runs as a user other than root
+ * (root always takes the service's directory): a child drops to nobody when the test is root. */
+static void client_finds_the_system_service_with_no_setting(void **state) {
+  (void)state;
+  snprintf(service_dir, sizeof(service_dir), "/tmp/em-service-XXXXXX");
+  assert_non_null(mkdtemp(service_dir));
+  assert_int_equal(chmod(service_dir, 0755), 0); /* The edgemon group's view of /run/edgemon. */
+  receiver_t r = {0};
+  char sock[sizeof(service_dir) + 16], state_page[sizeof(service_dir) + 16];
+  snprintf(sock, sizeof(sock), "%s/spans.sock", service_dir);
+  snprintf(state_page, sizeof(state_page), "%s/state", service_dir);
+  snprintf(r.path, sizeof(r.path), "%s", sock);
+  pid_t child = fork();
+  assert_true(child >= 0);
+  if (child == 0) {
+    if (geteuid() == 0 && setuid(65534) != 0) {
+      _exit(2);
+    }
+    char out[EM_CLIENT_PATH_BYTES];
+    unsetenv("EDGEMON_SOCKET");
+    unsetenv("EDGEMON_RUNTIME_DIR");
+    setenv("XDG_RUNTIME_DIR", "/run/user/65534", 1);
+    if (em_client_default_path(out, sizeof(out)) != 0 ||
+        strcmp(out, "/run/user/65534/edgemon/spans.sock") != 0) {
+      _exit(3); /* No service socket: the per-user default. */
+    }
+    while (access(sock, F_OK) != 0) {
+      usleep(1000); /* The parent binds it now. */
+    }
+    if (em_client_default_path(out, sizeof(out)) != 0 || strcmp(out, sock) != 0 ||
+        em_client_default_state_path(out, sizeof(out)) != 0 || strcmp(out, state_page) != 0) {
+      _exit(4);
+    }
+    _exit(0);
+  }
+  usleep(20000);
+  receiver_bind(&r);
+  int status = 0;
+  assert_int_equal(waitpid(child, &status, 0), child);
+  receiver_stop(&r, 1);
+  rmdir(service_dir);
+  snprintf(service_dir, sizeof(service_dir), "/run/edgemon");
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 static void client_default_path_follows_the_environment(void **state) {
   (void)state;
   char out[EM_CLIENT_PATH_BYTES];
@@ -487,6 +537,7 @@ int main(void) {
       cmocka_unit_test(client_absent_agent_counts_no_agent_and_paces_connects),
       cmocka_unit_test(client_agent_restart_reconnects_when_due),
       cmocka_unit_test(client_full_queue_never_blocks_and_counts_queue_full),
+      cmocka_unit_test(client_finds_the_system_service_with_no_setting),
       cmocka_unit_test(client_default_path_follows_the_environment),
       cmocka_unit_test(client_open_uses_edgemon_socket_when_given_no_path),
       cmocka_unit_test(client_open_errors_leave_a_safe_client),

@@ -254,6 +254,23 @@ def test_socket_path_resolution_order(env, euid, expected, monkeypatch):
     assert edgemon.resolve_socket_path("/explicit.sock", env) == "/explicit.sock"
 
 
+def test_a_system_service_socket_is_found_with_no_setting(tmp_path, monkeypatch):
+    """The agent as a system service binds <its RuntimeDirectory>/spans.sock; a user's client
+    finds it there before its own per-user defaults, and only while that socket exists."""
+    from edgemon import _paths
+    service = tmp_path / "run-edgemon"
+    service.mkdir()
+    monkeypatch.setattr(_paths, "SERVICE_DIR", str(service))
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    env = {"XDG_RUNTIME_DIR": "/run/user/1000"}
+    assert edgemon.resolve_socket_path(None, env) == "/run/user/1000/edgemon/spans.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        s.bind(str(service / "spans.sock"))
+        assert edgemon.resolve_socket_path(None, env) == str(service / "spans.sock")
+        # A setting still wins over the service's directory.
+        assert edgemon.resolve_socket_path(None, {"EDGEMON_RUNTIME_DIR": "/r"}) == "/r/spans.sock"
+
+
 def test_span_as_decorator_sends_one_span_per_call(client, receiver):
     @client.span("decorated", frame=5)
     def work(x, y=1):

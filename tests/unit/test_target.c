@@ -35,9 +35,10 @@ static void write_file(const char *path, const char *data, size_t len) {
   fclose(f);
 }
 
-/* Adds a process: comm, cmdline (NUL-separated, given with '|' for NUL) and a stat line. */
-static void add_proc(fixture_t *fx, long pid, const char *comm, const char *cmdline,
-                     unsigned long long start) {
+/* Adds a process: comm, cmdline (NUL-separated, given with '|' for NUL) and a stat line
+ * naming its parent. */
+static void add_child(fixture_t *fx, long pid, long ppid, const char *comm, const char *cmdline,
+                      unsigned long long start) {
   char path[256], buf[512];
   snprintf(path, sizeof(path), "%s/%ld", fx->root, pid);
   assert_int_equal(mkdir(path, 0755), 0);
@@ -53,10 +54,16 @@ static void add_proc(fixture_t *fx, long pid, const char *comm, const char *cmdl
   write_file(path, buf, n ? n + 1 : 0);
   snprintf(path, sizeof(path), "%s/%ld/stat", fx->root, pid);
   snprintf(buf, sizeof(buf),
-           "%ld (%s) S 1 %ld %ld 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 1 0 %llu 1000 50 "
+           "%ld (%s) S %ld %ld %ld 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 1 0 %llu 1000 50 "
            "18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n",
-           pid, comm, pid, pid, start);
+           pid, comm, ppid, pid, pid, start);
   write_file(path, buf, strlen(buf));
+}
+
+/* A process whose parent is init. */
+static void add_proc(fixture_t *fx, long pid, const char *comm, const char *cmdline,
+                     unsigned long long start) {
+  add_child(fx, pid, 1, comm, cmdline, start);
 }
 
 static int setup(void **state) {
@@ -106,6 +113,54 @@ static void cmdline_matches_a_substring_across_arguments(void **state) {
   assert_int_equal(em_target_find(&fx->cfg.target, fx->cfg.proc_root, NULL, 0), 10);
   set_target(fx, EM_TARGET_CMDLINE, "yolo.onnx --x");
   assert_int_equal(em_target_find(&fx->cfg.target, fx->cfg.proc_root, NULL, 0), 0);
+}
+
+/* `su app -c "python3 loop.py --fps 50"` as pid su (started at su), its loop su + 1 and the
+ * loop's forked worker su + 2; the target is the command line "loop.py --fps". */
+static void add_su_loop(fixture_t *fx, long su) {
+  add_child(fx, su, 1, "su", "su|app|-c|python3 loop.py --fps 50", (unsigned long long)su);
+  add_child(fx, su + 1, su, "python3", "python3|loop.py|--fps|50", (unsigned long long)su + 1);
+  add_child(fx, su + 2, su + 1, "python3", "python3|loop.py|--fps|50", (unsigned long long)su + 2);
+  set_target(fx, EM_TARGET_CMDLINE, "loop.py --fps");
+}
+
+/* `su app -c "python3 loop.py --fps 50"`: su's command line holds the same words and it
+ * started first, yet the loop it started (which writes the spans) is the target; the loop's
+ * own forked worker runs the same program, so the loop, its parent, still wins over it. */
+static void a_wrapper_never_wins_over_the_process_it_started(void **state) {
+  fixture_t *fx = *state;
+  add_su_loop(fx, 50);
+  assert_int_equal(em_target_find(&fx->cfg.target, fx->cfg.proc_root, NULL, 0), 51);
+  /* sudo -u app sh -c '...' puts two wrappers above it. */
+  add_child(fx, 60, 1, "sudo", "sudo|-u|app|sh|-c|python3 loop.py --fps 5", 10);
+  add_child(fx, 61, 60, "sh", "sh|-c|python3 loop.py --fps 5", 11);
+  add_child(fx, 62, 61, "python3", "python3|loop.py|--fps|5", 12);
+  assert_int_equal(em_target_find(&fx->cfg.target, fx->cfg.proc_root, NULL, 0), 62);
+}
+
+/* Writes <root>/<pid>/task/<pid>/children: the pids of its children, as the kernel lists them. */
+static void set_children(fixture_t *fx, long pid, const char *list) {
+  char path[256];
+  snprintf(path, sizeof(path), "%s/%ld/task", fx->root, pid);
+  assert_int_equal(mkdir(path, 0755), 0);
+  snprintf(path, sizeof(path), "%s/%ld/task/%ld", fx->root, pid, pid);
+  assert_int_equal(mkdir(path, 0755), 0);
+  snprintf(path, sizeof(path), "%s/%ld/task/%ld/children", fx->root, pid, pid);
+  write_file(path, list, strlen(list));
+}
+
+/* Attached to su before its shell or the loop existed: the child that matches and runs another
+ * program is the successor; a forked worker running the same program is not. */
+static void a_wrapper_found_first_names_its_successor(void **state) {
+  fixture_t *fx = *state;
+  add_su_loop(fx, 70);
+  assert_int_equal(em_target_successor(&fx->cfg.target, fx->root, 70), 0); /* No list yet. */
+  set_children(fx, 70, "71 ");
+  assert_int_equal(em_target_successor(&fx->cfg.target, fx->root, 70), 71);
+  set_children(fx, 71, "72 ");
+  assert_int_equal(em_target_successor(&fx->cfg.target, fx->root, 71), 0);
+  set_target(fx, EM_TARGET_PID, "");
+  assert_int_equal(em_target_successor(&fx->cfg.target, fx->root, 70), 0);
 }
 
 static void the_agent_never_matches_itself(void **state) {
@@ -199,6 +254,9 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(comm_matches_exactly_and_oldest_wins, setup, teardown),
       cmocka_unit_test_setup_teardown(cmdline_matches_a_substring_across_arguments, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(a_wrapper_never_wins_over_the_process_it_started, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(a_wrapper_found_first_names_its_successor, setup, teardown),
       cmocka_unit_test_setup_teardown(the_agent_never_matches_itself, setup, teardown),
       cmocka_unit_test_setup_teardown(pid_files_missing_garbage_or_stale_mean_not_running, setup,
                                       teardown),

@@ -83,7 +83,7 @@
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 #define PARANOID_PATH    "/proc/sys/kernel/perf_event_paranoid"
-#define PARANOID_UNKNOWN INT_MIN
+#define PARANOID_UNKNOWN EM_PMU_PARANOID_UNKNOWN
 
 /* u64 words of the largest read: nr, time_enabled, time_running, values[EM_PMU_MAX_EVENTS],
  * and one more so that a read longer than any group we opened is seen as such. */
@@ -448,30 +448,39 @@ static void describe_errno(char *dst, size_t cap, const char *what, int err) {
   }
 }
 
-/* The reason an event is absent after perf_event_open() said `err` (< 0). */
-static void open_reason(const em_pmu_t *p, int err, char *dst, size_t cap) {
-  int e = -err;
-  if (e == ENOENT || e == EOPNOTSUPP) {
-    snprintf(dst, cap, "not supported by this CPU or kernel (%s)", errname(e));
-  } else if (e == EACCES || e == EPERM) {
-    if (p->paranoid == PARANOID_UNKNOWN) {
-      snprintf(dst, cap,
-               "not permitted: perf_event_paranoid is unreadable; grant CAP_PERFMON or lower "
-               "it (%s)",
-               errname(e));
-    } else {
-      snprintf(dst, cap,
-               "not permitted: perf_event_paranoid is %d; grant CAP_PERFMON or lower it (%s)",
-               p->paranoid, errname(e));
-    }
-  } else if (e == ESRCH) {
-    snprintf(dst, cap, "target gone (ESRCH)");
-  } else if (e == EBADF && p->cgroup) {
-    snprintf(dst, cap, "not a cgroup with perf_event support (EBADF)");
-  } else if (e == ENODEV && p->cgroup) {
-    snprintf(dst, cap, "no online CPU to count on (ENODEV)");
+/* The effective capabilities of this process (CapEff in /proc/self/status), or 0. */
+static uint64_t read_cap_eff(void) {
+  char text[4096];
+  if (em_file_read_small("/proc/self/status", text, sizeof(text), NULL) <= 0) {
+    return 0;
+  }
+  const char *line = strstr(text, "\nCapEff:");
+  return line ? strtoull(line + 8, NULL, 16) : 0;
+}
+
+void em_pmu_refusal_reason(int paranoid, uint64_t cap_eff, int err, char *dst, size_t cap) {
+  const char *name = errname(err) ? errname(err) : "refused";
+  bool perfmon = cap_eff & (UINT64_C(1) << EM_CAP_PERFMON);
+  bool admin = cap_eff & (UINT64_C(1) << EM_CAP_SYS_ADMIN);
+  if (paranoid == PARANOID_UNKNOWN) {
+    snprintf(dst, cap, "not permitted: perf_event_paranoid unreadable, CAP_PERFMON %s (%s)",
+             perfmon ? "held" : "missing", name);
+  } else if (paranoid > 2 && !admin) {
+    /* Debian's and Ubuntu's kernels add levels above 2 that refuse perf_event_open without
+     * CAP_SYS_ADMIN (newer patches accept CAP_PERFMON too; a kernel that refused holds an
+     * older one). 60-edgemon.conf (the package's sysctl file) sets 2 at boot. */
+    snprintf(dst, cap,
+             "not permitted: perf_event_paranoid %d (distribution level) refuses it%s; "
+             "set it to 2 (%s)",
+             paranoid, perfmon ? " even with CAP_PERFMON" : "", name);
+  } else if (!perfmon && !admin) {
+    snprintf(dst, cap, "not permitted: perf_event_paranoid %d and no CAP_PERFMON; grant it (%s)",
+             paranoid, name);
   } else {
-    describe_errno(dst, cap, "perf_event_open failed", e);
+    snprintf(dst, cap,
+             "not permitted with CAP_PERFMON (paranoid %d): needs CAP_SYS_PTRACE, or "
+             "a security module refused (%s)",
+             paranoid, name);
   }
 }
 
@@ -489,6 +498,28 @@ static int read_paranoid(void) {
     return PARANOID_UNKNOWN;
   }
   return (int)v;
+}
+
+void em_pmu_refusal(int err, char *dst, size_t cap) {
+  em_pmu_refusal_reason(read_paranoid(), read_cap_eff(), err, dst, cap);
+}
+
+/* The reason an event is absent after perf_event_open() said `err` (< 0). */
+static void open_reason(const em_pmu_t *p, int err, char *dst, size_t cap) {
+  int e = -err;
+  if (e == ENOENT || e == EOPNOTSUPP) {
+    snprintf(dst, cap, "not supported by this CPU or kernel (%s)", errname(e));
+  } else if (e == EACCES || e == EPERM) {
+    em_pmu_refusal_reason(p->paranoid, read_cap_eff(), e, dst, cap);
+  } else if (e == ESRCH) {
+    snprintf(dst, cap, "target gone (ESRCH)");
+  } else if (e == EBADF && p->cgroup) {
+    snprintf(dst, cap, "not a cgroup with perf_event support (EBADF)");
+  } else if (e == ENODEV && p->cgroup) {
+    snprintf(dst, cap, "no online CPU to count on (ENODEV)");
+  } else {
+    describe_errno(dst, cap, "perf_event_open failed", e);
+  }
 }
 
 /* Groups are per kind: the generic hardware, cache and raw types share the hardware group;

@@ -105,6 +105,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <limits.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -238,6 +239,20 @@ int em_pmu_new(em_pmu_t **out, const em_pmu_event_t *events, size_t n,
 
 /* Closes every fd and frees. NULL is a no-op. */
 void em_pmu_free(em_pmu_t *p);
+
+#define EM_PMU_PARANOID_UNKNOWN INT_MIN /* No perf_event_paranoid to read. */
+#define EM_CAP_SYS_ADMIN        21      /* Capability numbers, as in linux/capability.h. */
+#define EM_CAP_PERFMON          38
+
+/* Why perf_event_open refused with err (EACCES or EPERM, positive), in words that say what is
+ * really missing: a distribution's paranoid level above 2 (Debian's and Ubuntu's kernels:
+ * CAP_PERFMON is not enough there), CAP_PERFMON, or, with it held, CAP_SYS_PTRACE or a
+ * security module. paranoid is kernel.perf_event_paranoid (EM_PMU_PARANOID_UNKNOWN when
+ * unreadable), cap_eff the effective capability mask. */
+void em_pmu_refusal_reason(int paranoid, uint64_t cap_eff, int err, char *dst, size_t cap);
+
+/* The same for this process now: reads the sysctl and /proc/self/status. */
+void em_pmu_refusal(int err, char *dst, size_t cap);
 
 /*
  * Reads every group (one read() each: per group per thread, or per group per CPU) into

@@ -106,29 +106,110 @@ static bool matches(const em_target_spec_t *t, const char *proc_root, pid_t pid)
   return strstr(buf, t->value) != NULL;
 }
 
-/* Scans the pids under root for the oldest match. */
+/* The parent of pid (field 4 of its stat), or 0. */
+static pid_t parent_of(const char *proc_root, pid_t pid) {
+  char buf[1024];
+  if (read_small(proc_root, pid, "stat", buf, sizeof(buf)) < 0) {
+    return 0;
+  }
+  const char *p = strrchr(buf, ')'); /* The comm may hold spaces and ')'. */
+  char state = 0;
+  long ppid = 0;
+  if (!p || sscanf(p + 1, " %c %ld", &state, &ppid) != 2 || ppid <= 0 || ppid > INT_MAX) {
+    return 0;
+  }
+  return (pid_t)ppid;
+}
+
+/* The program pid runs, into buf: the target of its exe link, else (no permission, a
+ * fixture tree) its comm. Empty when neither can be read. */
+static void program_of(const char *proc_root, pid_t pid, char *buf, size_t cap) {
+  char path[PATH_MAX];
+  buf[0] = '\0';
+  if (snprintf(path, sizeof(path), "%s/%ld/exe", proc_root, (long)pid) < (int)sizeof(path)) {
+    ssize_t n = readlink(path, buf, cap - 1);
+    if (n > 0) {
+      buf[n] = '\0';
+      return;
+    }
+  }
+  ssize_t n = read_small(proc_root, pid, "comm", buf, cap);
+  if (n <= 0) {
+    buf[0] = '\0';
+  } else if (buf[n - 1] == '\n') {
+    buf[n - 1] = '\0';
+  }
+}
+
+#define MAX_MATCHES   64 /* Matches weighed at once; more are rare and the rest are skipped. */
+#define MAX_ANCESTORS 32 /* How far up a match's parents are looked at for a wrapper. */
+
+typedef struct {
+  pid_t pid;
+  unsigned long long start;
+  bool wrapper;
+} match_t;
+
+/* Marks every match that is an ancestor of another match and runs another program than it:
+ * a wrapper (su, sudo -u, sh -c, a launcher script) whose command line holds the same words
+ * as the process it started. An ancestor running the same program (a worker pool's parent,
+ * whose workers it forked) stays a candidate. */
+static void mark_wrappers(const char *proc_root, match_t *m, size_t n) {
+  char prog[PATH_MAX], up_prog[PATH_MAX];
+  for (size_t i = 0; i < n; i++) {
+    prog[0] = '\0';
+    pid_t up = m[i].pid;
+    for (int depth = 0; depth < MAX_ANCESTORS; depth++) {
+      up = parent_of(proc_root, up);
+      if (up <= 1) {
+        break;
+      }
+      for (size_t j = 0; j < n; j++) {
+        if (m[j].pid != up || m[j].wrapper) {
+          continue;
+        }
+        if (!prog[0]) {
+          program_of(proc_root, m[i].pid, prog, sizeof(prog));
+        }
+        program_of(proc_root, up, up_prog, sizeof(up_prog));
+        m[j].wrapper = strcmp(prog, up_prog) != 0;
+      }
+    }
+  }
+}
+
+/* Scans the pids under root for the oldest match that is not a wrapper of another. */
 static pid_t scan(const em_target_spec_t *t, const char *proc_root, char *why, size_t why_cap) {
   DIR *dir = opendir(proc_root);
   if (!dir) {
     return -errno;
   }
-  pid_t self = getpid(), best = 0;
-  unsigned long long best_start = ULLONG_MAX;
-  for (struct dirent *e = readdir(dir); e != NULL; e = readdir(dir)) {
+  match_t m[MAX_MATCHES];
+  size_t n = 0;
+  pid_t self = getpid();
+  for (struct dirent *e = readdir(dir); e != NULL && n < MAX_MATCHES; e = readdir(dir)) {
     pid_t pid = parse_pid(e->d_name);
     if (pid <= 0 || pid == self || !matches(t, proc_root, pid)) {
       continue;
     }
-    unsigned long long start = 0;
-    if (em_target_start_time(proc_root, pid, &start) != 0) {
+    if (em_target_start_time(proc_root, pid, &m[n].start) != 0) {
       continue; /* Exited while we looked. */
     }
-    if (start < best_start || (start == best_start && pid < best)) {
-      best = pid;
-      best_start = start;
-    }
+    m[n].pid = pid;
+    m[n].wrapper = false;
+    n++;
   }
   closedir(dir);
+  mark_wrappers(proc_root, m, n);
+  pid_t best = 0;
+  unsigned long long best_start = ULLONG_MAX;
+  for (size_t i = 0; i < n; i++) {
+    if (!m[i].wrapper &&
+        (m[i].start < best_start || (m[i].start == best_start && m[i].pid < best))) {
+      best = m[i].pid;
+      best_start = m[i].start;
+    }
+  }
   if (best == 0 && why) {
     snprintf(why, why_cap, "no process matches");
   }
@@ -189,6 +270,34 @@ pid_t em_target_find(const em_target_spec_t *t, const char *proc_root, char *why
     break;
   }
   return -EINVAL;
+}
+
+pid_t em_target_successor(const em_target_spec_t *t, const char *proc_root, pid_t pid) {
+  if ((t->kind != EM_TARGET_COMM && t->kind != EM_TARGET_CMDLINE) || pid <= 0) {
+    return 0;
+  }
+  char name[64], list[512];
+  snprintf(name, sizeof(name), "task/%ld/children", (long)pid);
+  ssize_t n = read_small(proc_root, pid, name, list, sizeof(list));
+  if (n <= 0) {
+    return 0; /* No child, or a kernel without CONFIG_PROC_CHILDREN. */
+  }
+  char prog[PATH_MAX], child_prog[PATH_MAX];
+  prog[0] = '\0';
+  for (char *tok = strtok(list, " \n"); tok != NULL; tok = strtok(NULL, " \n")) {
+    pid_t child = parse_pid(tok);
+    if (child <= 0 || !matches(t, proc_root, child)) {
+      continue;
+    }
+    if (!prog[0]) {
+      program_of(proc_root, pid, prog, sizeof(prog));
+    }
+    program_of(proc_root, child, child_prog, sizeof(child_prog));
+    if (strcmp(prog, child_prog) != 0) {
+      return child;
+    }
+  }
+  return 0;
 }
 
 void em_target_describe(const em_target_spec_t *t, char *buf, size_t cap) {

@@ -4,7 +4,10 @@
  * lookup: the PMU counts the cgroup itself.
  *
  * Lookups by name or command line scan <root>/[0-9]*; several matches pick the process that
- * started first (the parent of a worker pool; inherited counters then cover the workers).
+ * started first (the parent of a worker pool; inherited counters then cover the workers),
+ * except a wrapper: a match that is an ancestor of another match and runs another program
+ * (`su app -c "python3 loop.py"`, `sudo -u`, `sh -c`: its command line holds the same words)
+ * is passed over for the process it started, the one that writes the spans.
  * The agent's own pid never matches. The scan runs only while the agent has no target, never
  * in a tick that already has one.
  *
@@ -48,6 +51,13 @@ pid_t em_target_find(const em_target_spec_t *t, const char *proc_root, char *why
  * reused by another process can be told apart. Returns 0 and *out, or a negative errno.
  */
 int em_target_start_time(const char *proc_root, pid_t pid, unsigned long long *out);
+
+/* The process that a matched target turned out to wrap: a child of pid that matches the name
+ * or command line too and runs another program (su's shell, the shell's python3), started
+ * after the lookup found pid. 0 when there is none, or for a target not found by a scan. Reads
+ * <root>/<pid>/task/<pid>/children and the matching children's files; cheap enough for a 1 s
+ * cadence. */
+pid_t em_target_successor(const em_target_spec_t *t, const char *proc_root, pid_t pid);
 
 /* A short description of the target for logs, e.g. "process name 'python3'". */
 void em_target_describe(const em_target_spec_t *t, char *buf, size_t cap);

@@ -23,9 +23,11 @@
  *  - Stage names: 1..31 bytes of [A-Za-z0-9_.:-] (WIRE.md); others are dropped and counted.
  *  - Timestamps: CLOCK_MONOTONIC nanoseconds (em_client_now_ns()).
  *  - Socket path: the explicit argument, else $EDGEMON_SOCKET, else
- *    $EDGEMON_RUNTIME_DIR/spans.sock, else /run/edgemon/spans.sock for euid 0, else
- *    $XDG_RUNTIME_DIR/edgemon/spans.sock when XDG_RUNTIME_DIR is an absolute path, else
- *    /tmp/edgemon-<euid>/spans.sock (the agent's own defaults, firmware/agent/config.c).
+ *    $EDGEMON_RUNTIME_DIR/spans.sock, else the default runtime directory + "/spans.sock":
+ *    /run/edgemon for euid 0 or when /run/edgemon/spans.sock exists (the agent as a system
+ *    service, whose RuntimeDirectory that is: a user in the edgemon group finds it with no
+ *    setting), else $XDG_RUNTIME_DIR/edgemon when XDG_RUNTIME_DIR is an absolute path, else
+ *    /tmp/edgemon-<euid> (the agent's own defaults, firmware/agent/config.c).
  *
  * Span rings v2 (proto/WIRE.md "Span ring v2", "Deadline page v1"), as the Python client:
  *  - Rings are tried only while a valid deadline page exists: $EDGEMON_DEADLINE_PAGE, else the
@@ -91,6 +93,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h> /* PATH_MAX */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h> /* snprintf */
@@ -320,6 +323,31 @@ static inline int em_client__join(char *out, size_t cap, const char *a, const ch
 }
 
 /*
+ * The agent's default runtime directory as this process can reach it, into dir[0..cap):
+ * /run/edgemon for euid 0 or when it holds a span socket (the system service's
+ * RuntimeDirectory, reachable by the edgemon group), else $XDG_RUNTIME_DIR/edgemon when that
+ * is an absolute path, else /tmp/edgemon-<euid>. Returns 0 or -ENAMETOOLONG.
+ */
+#ifndef EM_CLIENT_SERVICE_DIR
+#define EM_CLIENT_SERVICE_DIR "/run/edgemon" /* The service's RuntimeDirectory (tests move it). */
+#endif
+
+static inline int em_client__runtime_dir(char *dir, size_t cap) {
+  const char *xdg_env = getenv("XDG_RUNTIME_DIR");
+  int n;
+  char sock[PATH_MAX];
+  snprintf(sock, sizeof(sock), "%s/spans.sock", EM_CLIENT_SERVICE_DIR);
+  if (geteuid() == 0 || access(sock, F_OK) == 0) {
+    n = snprintf(dir, cap, "%s", EM_CLIENT_SERVICE_DIR);
+  } else if (xdg_env != NULL && xdg_env[0] == '/') {
+    n = snprintf(dir, cap, "%s/edgemon", xdg_env);
+  } else {
+    n = snprintf(dir, cap, "/tmp/edgemon-%lu", (unsigned long)geteuid());
+  }
+  return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
+}
+
+/*
  * Writes the default span socket path (see the top of this file; the explicit argument
  * excepted) into out[0..cap). Returns 0, -EINVAL (NULL or cap 0) or -ENAMETOOLONG (the path
  * does not fit in `cap`, or in a sockaddr_un).
@@ -327,8 +355,7 @@ static inline int em_client__join(char *out, size_t cap, const char *a, const ch
 static inline int em_client_default_path(char *out, size_t cap) {
   const char *socket_env = getenv("EDGEMON_SOCKET");
   const char *runtime_env = getenv("EDGEMON_RUNTIME_DIR");
-  const char *xdg_env = getenv("XDG_RUNTIME_DIR");
-  char tmp_dir[40];
+  char dir[PATH_MAX];
   if (out == NULL || cap == 0) {
     return -EINVAL;
   }
@@ -338,14 +365,8 @@ static inline int em_client_default_path(char *out, size_t cap) {
   if (runtime_env != NULL && runtime_env[0] != '\0') {
     return em_client__join(out, cap, runtime_env, "/spans.sock");
   }
-  if (geteuid() == 0) {
-    return em_client__join(out, cap, "/run/edgemon", "/spans.sock");
-  }
-  if (xdg_env != NULL && xdg_env[0] == '/') {
-    return em_client__join(out, cap, xdg_env, "/edgemon/spans.sock");
-  }
-  snprintf(tmp_dir, sizeof(tmp_dir), "/tmp/edgemon-%lu", (unsigned long)geteuid());
-  return em_client__join(out, cap, tmp_dir, "/spans.sock");
+  int rc = em_client__runtime_dir(dir, sizeof(dir));
+  return rc < 0 ? rc : em_client__join(out, cap, dir, "/spans.sock");
 }
 
 /* Internal: is this errno "nobody listens at the path" (agent absent or restarting)? */
@@ -512,14 +533,13 @@ static inline int em_client__join_any(char *out, size_t cap, const char *a, cons
 /*
  * Writes the default state page path into out[0..cap): $EDGEMON_STATE_PAGE, else
  * $EDGEMON_RUNTIME_DIR/state, else the agent's default runtime dir + "/state" (as for the
- * span socket: /run/edgemon for euid 0, $XDG_RUNTIME_DIR/edgemon, /tmp/edgemon-<euid>).
+ * span socket, em_client__runtime_dir()).
  * Returns 0, -EINVAL or -ENAMETOOLONG.
  */
 static inline int em_client_default_state_path(char *out, size_t cap) {
   const char *page_env = getenv("EDGEMON_STATE_PAGE");
   const char *runtime_env = getenv("EDGEMON_RUNTIME_DIR");
-  const char *xdg_env = getenv("XDG_RUNTIME_DIR");
-  char tmp_dir[40];
+  char dir[PATH_MAX];
   if (out == NULL || cap == 0) {
     return -EINVAL;
   }
@@ -529,14 +549,8 @@ static inline int em_client_default_state_path(char *out, size_t cap) {
   if (runtime_env != NULL && runtime_env[0] != '\0') {
     return em_client__join_any(out, cap, runtime_env, "/state");
   }
-  if (geteuid() == 0) {
-    return em_client__join_any(out, cap, "/run/edgemon", "/state");
-  }
-  if (xdg_env != NULL && xdg_env[0] == '/') {
-    return em_client__join_any(out, cap, xdg_env, "/edgemon/state");
-  }
-  snprintf(tmp_dir, sizeof(tmp_dir), "/tmp/edgemon-%lu", (unsigned long)geteuid());
-  return em_client__join_any(out, cap, tmp_dir, "/state");
+  int rc = em_client__runtime_dir(dir, sizeof(dir));
+  return rc < 0 ? rc : em_client__join_any(out, cap, dir, "/state");
 }
 
 /* "NOMINAL", "WARN", "DEGRADED", "CRITICAL", or NULL for any other value. */

@@ -5,7 +5,8 @@ The first that applies wins:
 1. the path given to Client(socket_path=...) / edgemon.configure(socket_path=...);
 2. $EDGEMON_SOCKET;
 3. $EDGEMON_RUNTIME_DIR/spans.sock;
-4. /run/edgemon/spans.sock when the effective uid is 0 (the agent as a system service);
+4. /run/edgemon/spans.sock when the effective uid is 0, or when that socket exists (the agent
+   as a system service: /run/edgemon is its RuntimeDirectory, which the edgemon group reaches);
 5. $XDG_RUNTIME_DIR/edgemon/spans.sock when XDG_RUNTIME_DIR is set (an absolute path);
 6. /tmp/edgemon-<euid>/spans.sock.
 
@@ -16,14 +17,16 @@ Steps 4-6 are the agent's own default runtime_dir (firmware/agent/config.c) foll
 import os
 
 SOCKET_NAME = "spans.sock"
+# The system service's runtime directory (RuntimeDirectory=edgemon in its unit).
+SERVICE_DIR = "/run/edgemon"
 
 
 def default_runtime_dir(environ=None):
     """The agent's default runtime directory for this user, as firmware/agent/config.c has it."""
     env = os.environ if environ is None else environ
     euid = os.geteuid()
-    if euid == 0:
-        return "/run/edgemon"
+    if euid == 0 or os.path.exists(SERVICE_DIR + "/" + SOCKET_NAME):
+        return SERVICE_DIR
     xdg = env.get("XDG_RUNTIME_DIR", "")
     if xdg.startswith("/"):
         return os.path.join(xdg, "edgemon")
