@@ -9,6 +9,7 @@ EM_PACKAGES=(
   libsqlite3-dev libmicrohttpd-dev sqlite3 prometheus systemd valgrind openssl
   libsnappy-dev libcurl4-openssl-dev libdw-dev
   python3 python3-cbor2 python3-pytest python3-paho-mqtt python3-prometheus-client
+  python3-exceptiongroup python3-tomli
   dpkg-dev lintian
 )
 

@@ -139,3 +139,81 @@ def test_frame_texts_are_bounded_utf8_without_control_characters():
     text = raw.decode("utf-8")  # cut at a character boundary
     assert text.startswith("f (/app/\u00fc?x")
     assert not any(ord(c) < 0x20 for c in text)
+
+
+class Spinner(object):
+    def spin(self, stop):
+        while not stop.is_set():
+            sum(range(1000))
+
+    @staticmethod
+    def here():
+        return sys._getframe()
+
+    @classmethod
+    def here_cls(cls):
+        return sys._getframe()
+
+    @property
+    def here_prop(self):
+        return sys._getframe()
+
+
+class SubSpinner(Spinner):
+    pass
+
+
+def here_outer():
+    def inner():
+        return sys._getframe()
+    return inner()
+
+
+def test_frame_names_without_co_qualname_are_found_from_the_module_classes(monkeypatch):
+    # Python < 3.11 (JetPack 5's 3.8) has no co_qualname: the helper finds a method's class.
+    monkeypatch.setattr(_pyprof, "HAS_CO_QUALNAME", False)
+    names = {}
+    sub = SubSpinner()
+    assert _pyprof.frame_name(sub.here_prop, names) == "Spinner.here_prop"  # the defining class
+    assert _pyprof.frame_name(SubSpinner.here(), names) == "Spinner.here"
+    assert _pyprof.frame_name(SubSpinner.here_cls(), names) == "Spinner.here_cls"
+    assert _pyprof.frame_name(sys._getframe(), names) == (
+        "test_frame_names_without_co_qualname_are_found_from_the_module_classes")
+    # A nested function's class-free qualified name is not in any dictionary: co_name.
+    assert _pyprof.frame_name(here_outer(), names) == "inner"
+    # One lookup per code object: a cached name is used as it is.
+    frame = Spinner.here()
+    names[frame.f_code] = "cached"
+    assert _pyprof.frame_name(frame, names) == "cached"
+    # A module dictionary with a class whose attributes raise is passed over, not fatal.
+    class Hostile(type):
+        @property
+        def __dict__(cls):
+            raise RuntimeError("no")
+    bad = {"__name__": "m", "H": Hostile("H", (), {}), "S": Spinner}
+    assert _pyprof._class_qualname(Spinner.here.__code__, bad) == "Spinner.here"
+
+
+def test_the_sampler_sends_qualified_method_names_without_co_qualname(tmp_path, monkeypatch):
+    monkeypatch.setattr(_pyprof, "HAS_CO_QUALNAME", False)
+    sock_path = str(tmp_path / "spans.sock")
+    agent = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    agent.bind(sock_path)
+    agent.settimeout(5)
+    stop = threading.Event()
+    worker = threading.Thread(target=SubSpinner().spin, args=(stop,), name="spinner")
+    worker.start()
+    try:
+        page = tmp_path / "profile"
+        now = time.monotonic_ns()
+        write_page(page, 6, 99, now - 1000, now + 150_000_000)
+        ps = _pyprof.PyStacks(str(page), sock_path, environ={})
+        ps.check(time.monotonic_ns())
+        _, samples = decode(agent.recv(65536))
+        spins = [frames[-1] for tid, _, frames in samples if tid == worker.native_id]
+        assert spins and all(f.startswith("Spinner.spin (") for f in spins), spins[:3]
+        ps._thread.join(2)
+    finally:
+        stop.set()
+        worker.join()
+        agent.close()

@@ -66,9 +66,51 @@ def read_page(path):
     return window, hz, start, end
 
 
-def frame_text(code, lineno):
-    """ "function (file:line)" as at most 255 bytes of UTF-8 without control characters."""
-    name = getattr(code, "co_qualname", None) or code.co_name
+# Python 3.11+ gives code objects their qualified name. Before (3.8 to 3.10: JetPack 5's 3.8,
+# Debian 11's 3.9), frame_name() finds it as described there.
+HAS_CO_QUALNAME = hasattr((lambda: None).__code__, "co_qualname")
+
+
+def _class_qualname(code, globals_):
+    """The __qualname__ of the function whose code is code in a class named in the module
+    dictionary globals_ (a method, static or class method, or property getter of a class at
+    the module's top level), or None. Reads only the module's dictionary and its classes'
+    dictionaries, never the frame's locals (that would keep another thread's locals alive)."""
+    try:
+        values = list(globals_.values())  # one C call: a snapshot under the GIL
+    except (AttributeError, RuntimeError):
+        return None
+    for cls in values:
+        try:
+            if not isinstance(cls, type):
+                continue
+            attr = cls.__dict__.get(code.co_name)
+            for func in (attr, getattr(attr, "__func__", None), getattr(attr, "fget", None)):
+                if func is not None and getattr(func, "__code__", None) is code:
+                    return func.__qualname__
+        except Exception:  # a proxy whose __class__ or attributes raise: not this one
+            continue
+    return None
+
+
+def frame_name(frame, cache):
+    """The function name for a frame's text: co_qualname (3.11+); before, the qualified name
+    of the method when the code belongs to a class at the top level of its module, else
+    co_name. cache maps code objects to names already found (one lookup per code object)."""
+    code = frame.f_code
+    if HAS_CO_QUALNAME:
+        return code.co_qualname
+    name = cache.get(code)
+    if name is None:
+        name = cache[code] = _class_qualname(code, frame.f_globals) or code.co_name
+    return name
+
+
+def frame_text(code, lineno, name=None):
+    """ "function (file:line)" as at most 255 bytes of UTF-8 without control characters;
+    the function is name, else the code object's co_qualname or co_name."""
+    if name is None:
+        name = getattr(code, "co_qualname", None) or code.co_name
     text = "%s (%s:%s)" % (name, code.co_filename, lineno)
     text = "".join("?" if ord(c) < 0x20 or ord(c) == 0x7F else c for c in text)
     raw = text.encode("utf-8", "replace")
@@ -169,6 +211,7 @@ class PyStacks(object):
         period = 1.0 / hz
         strings = []  # frame texts (bytes)
         ids = {}  # (code, lineno) -> string index
+        names = {}  # code -> function name (Python < 3.11)
         samples = []  # (native tid, time ns, [string indices root first])
         cut = 0
         while True:
@@ -196,7 +239,8 @@ class PyStacks(object):
                             full = True
                             break
                         i = ids[key] = len(strings)
-                        strings.append(frame_text(frame.f_code, frame.f_lineno))
+                        strings.append(frame_text(frame.f_code, frame.f_lineno,
+                                                  frame_name(frame, names)))
                     stack.append(i)
                     frame = frame.f_back
                 del frame
