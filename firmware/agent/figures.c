@@ -106,8 +106,9 @@ static void fill_defs(em_figures_t *d, const em_figures_opts_t *o) {
   }
   if (!o->psi) {
     for (size_t f = EM_FIG_PSI_CPU_SOME; f <= EM_FIG_PSI_IO_FULL; f++) {
-      em_figures_note_absent(d, em_figures_alias(d, (em_figure_t)f),
-                             "no /proc/pressure: kernel without PSI");
+      em_figures_note_absent(
+          d, em_figures_alias(d, (em_figure_t)f),
+          "no readable /proc/pressure: kernel without PSI (4.20+) or PSI off at boot (psi=1)");
     }
   }
   if (!o->process_memory) {

@@ -194,7 +194,7 @@ static void layout_events_fixed_anomalies_sensors(void **state) {
   em_sensors_free(sensors);
 }
 
-#define PSI_NO   "no /proc/pressure: kernel without PSI"
+#define PSI_NO   "no readable /proc/pressure: kernel without PSI (4.20+) or PSI off at boot (psi=1)"
 #define CGROUP   "cgroup target: per-process memory is not sampled"
 #define SMAPS_NO "smaps_period is 0"
 

@@ -1181,6 +1181,26 @@ static void reader_open_error_on_psi_fails_new_and_leaks_nothing(void **state) {
   em_procfs_free(p);
 }
 
+static void reader_psi_that_opens_but_does_not_read_is_absent(void **state) {
+  (void)state;
+  /* Kernels 4.20-5.5 booted with PSI off keep /proc/pressure/<res> and refuse reads with
+   * EOPNOTSUPP. A directory in cpu's place opens read-only and refuses reads too (EISDIR). */
+  const char *dir = temp_copy("jetson-orin");
+  char path[PATH_MAX];
+  join(path, sizeof path, dir, "pressure/cpu");
+  assert_int_equal(remove(path), 0);
+  assert_int_equal(mkdir(path, 0700), 0);
+  int before = count_fds();
+  em_procfs_t *p = open_tree(dir, 1873);
+  assert_int_equal(count_fds(), before + 5); /* meminfo, memory, io, statm, smaps_rollup */
+  assert_false(em_procfs_has_psi(p));
+  em_psi_t psi;
+  assert_int_equal(em_procfs_read_psi(p, EM_PSI_CPU, &psi), -ENOENT);
+  assert_int_equal(em_procfs_read_psi(p, EM_PSI_MEMORY, &psi), 0);
+  em_procfs_free(p);
+  assert_int_equal(count_fds(), before);
+}
+
 /* ---- Reader over the real /proc ---- */
 
 static void reader_reads_own_pid_from_real_proc(void **state) {
@@ -1320,6 +1340,7 @@ int main(int argc, char **argv) {
                                 remove_temp_dir),
       cmocka_unit_test_teardown(reader_open_error_on_psi_fails_new_and_leaks_nothing,
                                 remove_temp_dir),
+      cmocka_unit_test_teardown(reader_psi_that_opens_but_does_not_read_is_absent, remove_temp_dir),
   };
   /* The live kernel: this process's own RSS and a real child in the real /proc. Run with --live,
    * labelled integration (CMakeLists.txt). */

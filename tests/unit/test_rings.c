@@ -23,8 +23,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -615,6 +620,56 @@ static void without_pidfds_an_exited_writer_is_found_by_its_start_time(void **st
   run_exiting_writer(fx, 100, true);
 }
 
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#if defined(__x86_64__)
+#define TEST_AUDIT_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define TEST_AUDIT_ARCH AUDIT_ARCH_AARCH64
+#endif
+
+/* Makes pidfd_open fail with err in this process from now on (a seccomp filter cannot be
+ * removed), as a kernel before 5.3 (ENOSYS) or a container's older seccomp profile (EPERM)
+ * does. False where seccomp filters cannot be installed (qemu-user, no CONFIG_SECCOMP). */
+static bool refuse_pidfd_open(int err) {
+#ifdef TEST_AUDIT_ARCH
+  struct sock_filter code[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, TEST_AUDIT_ARCH, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_pidfd_open, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ((unsigned)err & SECCOMP_RET_DATA)),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog prog = {.len = (unsigned short)(sizeof(code) / sizeof(code[0])),
+                            .filter = code};
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+      prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) {
+    return false;
+  }
+  errno = 0;
+  return syscall(SYS_pidfd_open, getpid(), 0u) < 0 && errno == err;
+#else
+  (void)err;
+  return false;
+#endif
+}
+
+/* Last in the group: it leaves pidfd_open refused for the rest of the process. A kernel that
+ * refuses pidfd_open (EPERM from a seccomp filter here) is a kernel without pidfds: the rings
+ * fall back to the start-time check instead of refusing every registration. */
+static void a_refused_pidfd_open_falls_back_to_the_start_time_check(void **state) {
+  fx_t *fx = *state;
+  if (!refuse_pidfd_open(EPERM)) {
+    print_message("seccomp filters cannot be installed here; skipping\n");
+    skip();
+  }
+  start(fx, 4, 4, NULL, 0);
+  run_exiting_writer(fx, 100, true);
+}
+
 static void the_deadline_page_is_renamed_into_place_and_updated_in_place(void **state) {
   fx_t *fx = *state;
   /* A runtime directory of 240 bytes, as long as the config allows with room for the name. */
@@ -688,6 +743,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(a_writer_that_exits_is_drained_through_its_pidfd, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(without_pidfds_an_exited_writer_is_found_by_its_start_time,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(a_refused_pidfd_open_falls_back_to_the_start_time_check,
                                       setup, teardown),
   };
   if (argc > 1 && strcmp(argv[1], "--live") == 0) {

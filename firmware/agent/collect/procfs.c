@@ -17,7 +17,8 @@
  * the read buffer) and opens the files with O_RDONLY | O_CLOEXEC; each read is one pread() at
  * offset 0 into that buffer (seq_file regenerates the text on a read at offset 0), so a tick
  * opens nothing and allocates nothing. Absent figures: pressure/<res> or <pid>/smaps_rollup
- * failing to open with ENOENT leaves its fd at -1 and its reads answer -ENOENT; any other open
+ * failing to open with ENOENT, or pressure/<res> opening but failing its first read (EOPNOTSUPP:
+ * PSI off at boot on 4.20-5.5), leaves its fd at -1 and its reads answer -ENOENT; any other open
  * error (EACCES, EMFILE, ...) fails em_procfs_new or em_procfs_set_pid. Target gone: a
  * statm or smaps_rollup read failing with ESRCH or ENOENT (the process was reaped), returning 0
  * bytes, or a statm with VmSize 0 (a zombie: the kernel prints all zeros once the address space
@@ -431,6 +432,13 @@ int em_procfs_new(em_procfs_t **out, const char *root, pid_t pid) {
     rc = open_file(p->root, 0, psi_names[i], &p->psi_fd[i]);
     if (rc != 0 && rc != -ENOENT) {
       goto fail;
+    }
+    /* Kernels 4.20 to 5.5 create /proc/pressure even when PSI is off at boot (psi=0, or
+     * CONFIG_PSI_DEFAULT_DISABLED without psi=1) and refuse every read with EOPNOTSUPP; since
+     * 5.6 the files are not created then (ENOENT above). A file that opens but cannot be read
+     * is absent like a missing one, never a figure that fails every tick. */
+    if (p->psi_fd[i] >= 0 && read_whole(p->psi_fd[i], p->buf, sizeof p->buf) < 0) {
+      close_fd(&p->psi_fd[i]);
     }
   }
   rc = em_procfs_set_pid(p, pid);

@@ -294,9 +294,13 @@ static int open_pidfd(em_rings_t *r, uint32_t pid, int *pidfd) {
     fcntl(*pidfd, F_SETFD, FD_CLOEXEC);
     return 0;
   }
-  if (errno == ENOSYS) {
+  if (errno == ENOSYS || errno == EPERM) {
+    /* ENOSYS: a kernel before 5.3 (JetPack 4's 4.9). EPERM, which pidfd_open itself never
+     * gives: a seccomp filter that predates it (a container runtime's default profile). */
     r->no_pidfd = true;
-    EM_WARN("rings: no pidfd_open on this kernel: writers are checked once a second");
+    EM_WARN("rings: pidfd_open: %s (kernel before 5.3, or a seccomp filter): writers are "
+            "checked once a second",
+            strerror(errno));
     return 0;
   }
   return -EINVAL; /* ESRCH: gone already. */
