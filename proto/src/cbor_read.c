@@ -1,149 +1,48 @@
 /*
- * cbor_read.c - the strict CBOR reader shared by the decoders (cbor_read.h): libcbor's
- * callbacks fill a token per item head, and typed readers check each token against what the
+ * cbor_read.c - the strict CBOR reader shared by the decoders (cbor_read.h): each item head is
+ * read by cbor_head.c into a token, and typed readers check each token against what the
  * schema allows. Reads nothing outside the input, never allocates (decoded strings and arrays
  * go to the caller's scratch), reentrant.
  */
 #include <string.h>
 
-#include <cbor.h>
-
+#include "cbor_head.h"
 #include "cbor_read.h"
 
-/* --- tokens: libcbor callbacks ------------------------------------------------------- */
-
-static void set_int(void *c, em__tok_type_t type, uint64_t v) {
-  em__tok_t *t = c;
-  t->type = type;
-  t->u = v;
-}
-static void cb_u8(void *c, uint8_t v) {
-  set_int(c, T_UINT, v);
-}
-static void cb_u16(void *c, uint16_t v) {
-  set_int(c, T_UINT, v);
-}
-static void cb_u32(void *c, uint32_t v) {
-  set_int(c, T_UINT, v);
-}
-static void cb_u64(void *c, uint64_t v) {
-  set_int(c, T_UINT, v);
-}
-static void cb_n8(void *c, uint8_t v) {
-  set_int(c, T_NEGINT, v);
-}
-static void cb_n16(void *c, uint16_t v) {
-  set_int(c, T_NEGINT, v);
-}
-static void cb_n32(void *c, uint32_t v) {
-  set_int(c, T_NEGINT, v);
-}
-static void cb_n64(void *c, uint64_t v) {
-  set_int(c, T_NEGINT, v);
-}
-static void cb_array(void *c, size_t n) {
-  set_int(c, T_ARRAY, n);
-}
-static void cb_map(void *c, size_t n) {
-  set_int(c, T_MAP, n);
-}
-static void cb_tag(void *c, uint64_t v) {
-  set_int(c, T_TAG, v);
-}
-
-static void set_float(void *c, double v) {
-  em__tok_t *t = c;
-  t->type = T_FLOAT;
-  t->f = v;
-}
-static void cb_f32(void *c, float v) {
-  set_float(c, v);
-}
-static void cb_f64(void *c, double v) {
-  set_float(c, v);
-}
-
-static void set_type(void *c, em__tok_type_t type) {
-  ((em__tok_t *)c)->type = type;
-}
-static void cb_indef(void *c) {
-  set_type(c, T_INDEF);
-}
-static void cb_undef(void *c) {
-  set_type(c, T_UNDEF);
-}
-static void cb_null(void *c) {
-  set_type(c, T_NULL);
-}
-static void cb_break(void *c) {
-  set_type(c, T_BREAK);
-}
-static void cb_bool(void *c, bool v) {
-  set_type(c, T_BOOL);
-  ((em__tok_t *)c)->b = v;
-}
-
-static void set_str(void *c, em__tok_type_t type, cbor_data data, size_t len) {
-  em__tok_t *t = c;
-  t->type = type;
-  t->str = data;
-  t->str_len = len;
-}
-static void cb_bytes(void *c, cbor_data d, size_t n) {
-  set_str(c, T_BYTES, d, n);
-}
-static void cb_text(void *c, cbor_data d, size_t n) {
-  set_str(c, T_TEXT, d, n);
-}
-
-static const struct cbor_callbacks callbacks = {
-    .uint8 = cb_u8,
-    .uint16 = cb_u16,
-    .uint32 = cb_u32,
-    .uint64 = cb_u64,
-    .negint8 = cb_n8,
-    .negint16 = cb_n16,
-    .negint32 = cb_n32,
-    .negint64 = cb_n64,
-    .byte_string_start = cb_indef,
-    .byte_string = cb_bytes,
-    .string = cb_text,
-    .string_start = cb_indef,
-    .indef_array_start = cb_indef,
-    .array_start = cb_array,
-    .indef_map_start = cb_indef,
-    .map_start = cb_map,
-    .tag = cb_tag,
-    .float2 = cb_f32,
-    .float4 = cb_f32,
-    .float8 = cb_f64,
-    .undefined = cb_undef,
-    .null = cb_null,
-    .boolean = cb_bool,
-    .indef_break = cb_break,
-};
+/* --- tokens ---------------------------------------------------------------------------- */
 
 /*
- * Length a definite string head at buf[0..left) announces, so a forged length is refused
- * before anyone adds it to a pointer. Returns false when the head itself is incomplete.
+ * The token of a major type 7 head: false, true, null, undefined, a float, the break stop code
+ * (refused by the caller: no indefinite item is ever open here), or T_SIMPLE for the simple
+ * values the schema has no use for (0..19, 32..255).
  */
-static bool string_len(const uint8_t *p, size_t left, uint64_t *out) {
-  unsigned info = p[0] & 0x1fu;
-  if (info < 24) {
-    *out = info;
-    return true;
+static void simple_token(const em__head_t *h, em__tok_t *t) {
+  switch (h->info) {
+  case EM_CBOR_FALSE:
+  case EM_CBOR_TRUE:
+    t->type = T_BOOL;
+    t->b = h->info == EM_CBOR_TRUE;
+    return;
+  case EM_CBOR_NULL:
+    t->type = T_NULL;
+    return;
+  case EM_CBOR_UNDEFINED:
+    t->type = T_UNDEF;
+    return;
+  case EM_CBOR_FLOAT16:
+  case EM_CBOR_FLOAT32:
+  case EM_CBOR_FLOAT64:
+    t->type = T_FLOAT;
+    t->f = em__head_float(h);
+    return;
+  case EM_CBOR_AI_INDEFINITE:
+    t->type = T_BREAK;
+    return;
+  default:
+    t->type = T_SIMPLE;
+    t->u = h->arg;
+    return;
   }
-  unsigned n = info == 24 ? 1 : info == 25 ? 2 : info == 26 ? 4 : info == 27 ? 8 : 0;
-  if (n == 0 || left < 1 + n) {
-    *out = 0;
-    return n != 0 ? false : true; /* Reserved or indefinite: libcbor reports it. */
-  }
-  uint64_t v = 0;
-  for (unsigned i = 0; i < n; i++) {
-    v = (v << 8) | p[1 + i];
-  }
-  *out = v;
-  return true;
 }
 
 /*
@@ -152,38 +51,42 @@ static bool string_len(const uint8_t *p, size_t left, uint64_t *out) {
  * at least one byte, so a larger count means the message is truncated.
  */
 int em__next(em__dec_t *d, em__tok_t *t) {
+  static const em__tok_type_t of_major[] = {T_UINT,  T_NEGINT, T_BYTES, T_TEXT,
+                                            T_ARRAY, T_MAP,    T_TAG,   T_SIMPLE};
   d->item_pos = d->pos;
   size_t left = d->len - d->pos;
   if (left == 0) {
-    return EM_PROTO_ETRUNCATED;
+    return EM_PROTO_ETRUNCATED; /* Before d->buf + d->pos: buf may be NULL. */
   }
   const uint8_t *p = d->buf + d->pos;
-  unsigned major = p[0] >> 5;
-  if (major == 2 || major == 3) {
-    uint64_t slen;
-    if (!string_len(p, left, &slen)) {
-      return EM_PROTO_ETRUNCATED;
-    }
-    if (slen > left) {
-      return EM_PROTO_ETRUNCATED;
-    }
+  em__head_t h;
+  int rc = em__head_read(p, left, &h);
+  if (rc) {
+    return rc;
   }
+  left -= h.len;
   memset(t, 0, sizeof(*t));
-  struct cbor_decoder_result r = cbor_stream_decode(p, left, &callbacks, t);
-  if (r.status == CBOR_DECODER_NEDATA) {
-    return EM_PROTO_ETRUNCATED;
+  t->type = of_major[h.major];
+  t->u = h.arg;
+  if (h.major == EM_CBOR_SIMPLE) {
+    simple_token(&h, t);
+  } else if (h.info == EM_CBOR_AI_INDEFINITE) {
+    t->type = T_INDEF;
+  } else if (t->type == T_BYTES || t->type == T_TEXT) {
+    if (h.arg > left) {
+      return EM_PROTO_ETRUNCATED; /* Checked before anyone adds the length to a pointer. */
+    }
+    t->str = p + h.len;
+    t->str_len = (size_t)h.arg;
+    d->pos += (size_t)h.arg;
   }
-  if (r.status != CBOR_DECODER_FINISHED || r.read == 0 || r.read > left) {
-    return EM_PROTO_EMALFORMED;
-  }
-  d->pos += r.read;
+  d->pos += h.len;
   if (t->type == T_INDEF) {
     return EM_PROTO_EINDEFINITE;
   }
-  if (t->type == T_BREAK || t->type == T_NONE) {
+  if (t->type == T_BREAK) {
     return EM_PROTO_EMALFORMED;
   }
-  left = d->len - d->pos;
   if (t->type == T_ARRAY && t->u > left) {
     return EM_PROTO_ETRUNCATED;
   }

@@ -1,10 +1,10 @@
 /*
  * cbor_read.h - internal: the strict CBOR reader every decoder of proto/ shares (decode.c for
- * the v1 messages, flight.c for the flight recording). A pull parser over libcbor's streaming
- * decoder that reads one item head (or one whole definite string) at a time, with typed
- * readers on top that enforce the schema's general rules (definite lengths, counts checked
- * against the bytes left, depth limit, unsigned keys without duplicates, finite floats, string
- * classes) and a bump allocator over the caller's scratch. Not installed.
+ * the v1 messages, flight.c for the flight recording). A pull parser over proto's own head
+ * reader (cbor_head.h) that reads one item head (or one whole definite string) at a time,
+ * with typed readers on top that enforce the schema's general rules (definite lengths, counts
+ * checked against the bytes left, depth limit, unsigned keys without duplicates, finite
+ * floats, string classes) and a bump allocator over the caller's scratch. Not installed.
  */
 #ifndef EDGEMON_PROTO_CBOR_READ_H
 #define EDGEMON_PROTO_CBOR_READ_H
@@ -16,7 +16,6 @@
 #include "schema.h"
 
 typedef enum {
-  T_NONE, /* No callback ran: libcbor accepted an item the schema has no use for. */
   T_UINT,
   T_NEGINT,
   T_BYTES,
@@ -28,15 +27,16 @@ typedef enum {
   T_BOOL,
   T_NULL,
   T_UNDEF,
+  T_SIMPLE, /* A simple value the schema has no use for (0..19, 32..255): u is its number. */
   T_INDEF,
   T_BREAK
 } em__tok_type_t;
 
 typedef struct {
   em__tok_type_t type;
-  uint64_t u;         /* T_UINT value, T_NEGINT n (value is -1-n), T_ARRAY/T_MAP count, T_TAG. */
-  double f;           /* T_FLOAT */
-  bool b;             /* T_BOOL */
+  uint64_t u; /* T_UINT value, T_NEGINT n (value is -1-n), T_ARRAY/T_MAP count, T_TAG, T_SIMPLE. */
+  double f;   /* T_FLOAT */
+  bool b;     /* T_BOOL */
   const uint8_t *str; /* T_BYTES / T_TEXT, inside the input. */
   size_t str_len;
 } em__tok_t;

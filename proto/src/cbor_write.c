@@ -1,36 +1,29 @@
 /*
- * cbor_write.c - the CBOR writer shared by the encoders (cbor_write.h): items are written with
- * libcbor's raw encoders into the caller's buffer, and counted past its end. Owns nothing,
- * never allocates, reentrant.
+ * cbor_write.c - the CBOR writer shared by the encoders (cbor_write.h): each item's head is
+ * built by cbor_head.c and copied into the caller's buffer when it fits whole, and counted
+ * either way. Owns nothing, never allocates, reentrant.
  */
 #include <string.h>
 
-#include <cbor.h>
-
+#include "cbor_head.h"
 #include "cbor_write.h"
 
-typedef size_t (*head_fn)(size_t, unsigned char *, size_t);
+/* Appends bytes[0..n) when they fit whole before cap; counts them either way. */
+static void w_bytes(em__writer_t *w, const void *bytes, size_t n) {
+  if (n != 0 && w->pos <= w->cap && n <= w->cap - w->pos) {
+    memcpy(w->buf + w->pos, bytes, n);
+  }
+  w->pos += n;
+}
 
-/*
- * Appends one encoded item produced by `n = fn(buffer, room)`; on a short buffer encodes into
- * a scratch copy to learn the size and only advances the count.
- */
-#define W_ITEM(w, call_with_buf_room)                                                              \
-  do {                                                                                             \
-    unsigned char *b_ = (w)->pos < (w)->cap ? (w)->buf + (w)->pos : NULL;                          \
-    size_t room_ = (w)->pos < (w)->cap ? (w)->cap - (w)->pos : 0;                                  \
-    size_t n_ = b_ ? call_with_buf_room(b_, room_) : 0;                                            \
-    if (n_ == 0) {                                                                                 \
-      unsigned char tmp_[9];                                                                       \
-      n_ = call_with_buf_room(tmp_, sizeof(tmp_));                                                 \
-    }                                                                                              \
-    (w)->pos += n_;                                                                                \
-  } while (0)
+/* Appends the shortest head of major type `major` with argument `arg`. */
+static void w_head(em__writer_t *w, unsigned major, uint64_t arg) {
+  uint8_t head[EM_CBOR_HEAD_MAX];
+  w_bytes(w, head, em__head_write(head, major, arg));
+}
 
 void em__w_uint(em__writer_t *w, uint64_t v) {
-#define CALL(b, r) cbor_encode_uint(v, b, r)
-  W_ITEM(w, CALL);
-#undef CALL
+  w_head(w, EM_CBOR_UINT, v);
 }
 
 void em__w_int(em__writer_t *w, int64_t v) {
@@ -41,52 +34,42 @@ void em__w_int(em__writer_t *w, int64_t v) {
   em__w_diff(w, 0, (uint64_t)(-(v + 1)) + 1u); /* -(v + 1) + 1 == -v, without overflow. */
 }
 
-static void w_head(em__writer_t *w, head_fn fn, size_t n) {
-#define CALL(b, r) fn(n, b, r)
-  W_ITEM(w, CALL);
-#undef CALL
-}
-
 void em__w_map(em__writer_t *w, size_t entries) {
-  w_head(w, cbor_encode_map_start, entries);
+  w_head(w, EM_CBOR_MAP, entries);
 }
 
 void em__w_array(em__writer_t *w, size_t items) {
-  w_head(w, cbor_encode_array_start, items);
+  w_head(w, EM_CBOR_ARRAY, items);
 }
 
 void em__w_bool(em__writer_t *w, bool v) {
-#define CALL(b, r) cbor_encode_bool(v, b, r)
-  W_ITEM(w, CALL);
-#undef CALL
+  w_head(w, EM_CBOR_SIMPLE, v ? EM_CBOR_TRUE : EM_CBOR_FALSE);
 }
 
 void em__w_null(em__writer_t *w) {
-#define CALL(b, r) cbor_encode_null(b, r)
-  W_ITEM(w, CALL);
-#undef CALL
+  w_head(w, EM_CBOR_SIMPLE, EM_CBOR_NULL);
 }
 
 void em__w_float(em__writer_t *w, double v) {
+  uint8_t head[EM_CBOR_HEAD_MAX];
   float f = (float)v;
+  size_t n;
   if ((double)f == v) {
-#define CALL(b, r) cbor_encode_single(f, b, r)
-    W_ITEM(w, CALL);
-#undef CALL
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof(bits));
+    n = em__head_write_fixed(head, EM_CBOR_SIMPLE, 4, bits);
   } else {
-#define CALL(b, r) cbor_encode_double(v, b, r)
-    W_ITEM(w, CALL);
-#undef CALL
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof(bits));
+    n = em__head_write_fixed(head, EM_CBOR_SIMPLE, 8, bits);
   }
+  w_bytes(w, head, n);
 }
 
 void em__w_str(em__writer_t *w, const char *s) {
   size_t len = strlen(s);
-  w_head(w, cbor_encode_string_start, len);
-  if (w->pos <= w->cap && len <= w->cap - w->pos) {
-    memcpy(w->buf + w->pos, s, len);
-  }
-  w->pos += len;
+  w_head(w, EM_CBOR_TEXT, len);
+  w_bytes(w, s, len);
 }
 
 void em__w_value(em__writer_t *w, const em_value_t *v) {
@@ -178,10 +161,7 @@ void em__w_diff(em__writer_t *w, uint64_t a, uint64_t b) {
     em__w_uint(w, a - b);
     return;
   }
-  uint64_t n = b - a - 1; /* CBOR negative: -1 - n == a - b. */
-#define CALL(buf, r) cbor_encode_negint(n, buf, r)
-  W_ITEM(w, CALL);
-#undef CALL
+  w_head(w, EM_CBOR_NEGINT, b - a - 1); /* CBOR negative: -1 - n == a - b. */
 }
 
 size_t em__diff_bytes(uint64_t a, uint64_t b) {
