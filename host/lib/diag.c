@@ -2,11 +2,12 @@
  * diag.c - CBOR diagnostic notation (RFC 8949 section 8, with the extended notation of
  * section 8.1 for indefinite-length items) of one well-formed CBOR item.
  *
- * A hand-written reader over the bytes, not libcbor: the notation must show the encoding as
- * it is (indefinite lengths, chunk structure, half-precision floats, simple values), which a
- * decoder that normalises items would hide. The reader is iterative: open arrays, maps, tags
- * and indefinite-length strings live on a fixed stack of EM_DIAG_MAX_DEPTH frames inside
- * em_diag_print(), so hostile nesting costs a bounded amount of memory and no recursion.
+ * A hand-written reader over the bytes, not proto's decoder: the notation must show the
+ * encoding as it is (indefinite lengths, chunk structure, half-precision floats, simple
+ * values), which a decoder that normalises or refuses items would hide. The reader is iterative:
+ * open arrays, maps, tags and indefinite-length strings live on a fixed stack of EM_DIAG_MAX_DEPTH
+ * frames inside em_diag_print(), so hostile nesting costs a bounded amount of memory and no
+ * recursion.
  *
  * Every read is checked against the end of the input before it happens; a length taken from
  * the input is compared with the bytes left, never added to a position first. Each item

@@ -13,7 +13,7 @@ EM_CROSS_TOOLCHAIN=boards/toolchains/aarch64-linux-gnu.cmake
 # sqlite3 and libmicrohttpd, included: host/lib and host/aggregator have unit tests too).
 EM_CROSS_PACKAGES=(
   gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user file
-  libcbor-dev:arm64 libcmocka-dev:arm64 libuv1-dev:arm64 libmosquitto-dev:arm64
+  libcmocka-dev:arm64 libuv1-dev:arm64 libmosquitto-dev:arm64
   libsystemd-dev:arm64 libsqlite3-dev:arm64 libmicrohttpd-dev:arm64
   libsnappy-dev:arm64 libcurl4-openssl-dev:arm64 libdw-dev:arm64
 )

@@ -11,7 +11,7 @@
 EM_SYSTEM_CACHE=${EM_SYSTEM_CACHE:-/var/cache/edgemon-test}
 # The image's packages: what the README's steps need, nothing of this tree's.
 EM_SYSTEM_PACKAGES=(systemd systemd-sysv udev kmod linux-image-amd64 mosquitto python3 sudo
-  procps curl ca-certificates init-system-helpers libcbor0.8 libdw1 libmosquitto1 libsystemd0
+  procps curl ca-certificates init-system-helpers libdw1 libmosquitto1 libsystemd0
   libuv1 libcurl4 libmicrohttpd12 libsnappy1v5 libsqlite3-0 libstdc++6)
 # The unit that runs the test inside and powers off whatever happens (no getty on the serial
 # console: it would hang up the console that the kernel logs to).

@@ -8,9 +8,8 @@
  * linked with -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc, so every call to those three
  * from the objects linked into it (the test and the static libraries it tests) goes through
  * failing_alloc.c. Production code carries no seam for it. Calls made inside shared libraries
- * (libc's own strdup or fopen, libcbor, libuv) are not seen: a test of code that reaches the
- * heap only through a shared library cannot use this. libcbor's own hook (cbor_set_allocs)
- * exists only in builds with CBOR_CUSTOM_ALLOC, which Debian's package is not.
+ * (libc's own strdup or fopen, libuv) are not seen: a test of code that reaches the heap only
+ * through a shared library cannot use this.
  *
  * Single-threaded: arm, run, disarm on one thread.
  */
