@@ -42,14 +42,35 @@ int em__head_read(const uint8_t *p, size_t left, em__head_t *h) {
   return 0;
 }
 
+/* Writes the `bytes` low bytes of v (1, 2, 4 or 8) big-endian at out. */
+static void put_be(uint8_t *out, unsigned bytes, uint64_t v) {
+  switch (bytes) {
+  case 8:
+    out[0] = (uint8_t)(v >> 56);
+    out[1] = (uint8_t)(v >> 48);
+    out[2] = (uint8_t)(v >> 40);
+    out[3] = (uint8_t)(v >> 32);
+    out += 4;
+    /* fall through */
+  case 4:
+    out[0] = (uint8_t)(v >> 24);
+    out[1] = (uint8_t)(v >> 16);
+    out += 2;
+    /* fall through */
+  case 2:
+    out[0] = (uint8_t)(v >> 8);
+    out += 1;
+    /* fall through */
+  default:
+    out[0] = (uint8_t)v;
+  }
+}
+
 size_t em__head_write_fixed(uint8_t out[EM_CBOR_HEAD_MAX], unsigned major, unsigned bytes,
                             uint64_t arg) {
   unsigned info = bytes == 1 ? 24u : bytes == 2 ? 25u : bytes == 4 ? 26u : 27u;
   out[0] = (uint8_t)((major << 5) | info);
-  for (unsigned i = bytes; i > 0; i--) {
-    out[i] = (uint8_t)arg;
-    arg >>= 8;
-  }
+  put_be(out + 1, bytes, arg);
   return 1 + bytes;
 }
 

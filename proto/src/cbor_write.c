@@ -18,6 +18,10 @@ static void w_bytes(em__writer_t *w, const void *bytes, size_t n) {
 
 /* Appends the shortest head of major type `major` with argument `arg`. */
 static void w_head(em__writer_t *w, unsigned major, uint64_t arg) {
+  if (w->pos <= w->cap && w->cap - w->pos >= EM_CBOR_HEAD_MAX) {
+    w->pos += em__head_write(w->buf + w->pos, major, arg); /* Room for the longest: in place. */
+    return;
+  }
   uint8_t head[EM_CBOR_HEAD_MAX];
   w_bytes(w, head, em__head_write(head, major, arg));
 }
@@ -57,7 +61,7 @@ void em__w_float(em__writer_t *w, double v) {
   if ((double)f == v) {
     uint32_t bits;
     memcpy(&bits, &f, sizeof(bits));
-    n = em__head_write_fixed(head, EM_CBOR_SIMPLE, 4, bits);
+    n = em__head_write_fixed(head, EM_CBOR_SIMPLE, 4, bits); /* binary32: exact. */
   } else {
     uint64_t bits;
     memcpy(&bits, &v, sizeof(bits));

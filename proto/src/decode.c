@@ -1,7 +1,7 @@
 /*
  * decode.c - the strict v1 decoder.
  *
- * On top of the shared pull parser (cbor_read.h, over libcbor's streaming decoder), one
+ * On top of the shared pull parser (cbor_read.h, over proto's own head reader cbor_head.h), one
  * function per message kind walks the schema by recursive descent. Checks, each with its own error
  * code: truncation, malformed CBOR, indefinite lengths, total size, nesting depth, item counts
  * (also against the bytes left, so a forged count cannot make a loop run long), key types,
