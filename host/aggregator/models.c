@@ -11,7 +11,13 @@
 
 #include <stdlib.h>
 
-enum { ST_FIND, ST_ADD, ST_COUNT_ALL, ST_COUNT_DEVICE, ST_TOUCH, ST_SWEEP, ST_N };
+enum { ST_FIND, ST_ADD, ST_COUNT_ALL, ST_COUNT_DEVICE, ST_TOUCH, ST_SWEEP_LIST, ST_SWEEP, ST_N };
+
+/* The rows a sweep deletes: listed first, then deleted with the same condition (no RETURNING,
+ * SQLite 3.35: Debian 11 has 3.34, Ubuntu 20.04 3.31). */
+#define SWEPT_ROWS                                                                                 \
+  "FROM models WHERE (last_ns IS NULL OR last_ns < ?1)"                                            \
+  " AND id NOT IN (SELECT model FROM devices WHERE model IS NOT NULL)"
 
 static const char *const stmt_sql[ST_N] = {
     [ST_FIND] = "SELECT id FROM models WHERE name = ?1 AND version = ?2 AND labels = ?3",
@@ -20,9 +26,8 @@ static const char *const stmt_sql[ST_N] = {
     [ST_COUNT_DEVICE] = "SELECT count(*) FROM models WHERE device = ?1",
     /* max() of SQLite is NULL when an argument is: a first use sets last_ns. */
     [ST_TOUCH] = "UPDATE models SET last_ns = max(coalesce(last_ns, ?2), ?2) WHERE id = ?1",
-    [ST_SWEEP] =
-        ("DELETE FROM models WHERE (last_ns IS NULL OR last_ns < ?1)"
-         " AND id NOT IN (SELECT model FROM devices WHERE model IS NOT NULL) RETURNING id"),
+    [ST_SWEEP_LIST] = "SELECT id " SWEPT_ROWS,
+    [ST_SWEEP] = "DELETE " SWEPT_ROWS,
 };
 
 struct em_models {
@@ -151,25 +156,36 @@ int em_models_touch(em_models_t *m, int64_t id, int64_t time_ns) {
 
 int em_models_sweep(em_models_t *m, int64_t cut_ns, em_models_swept_t *out) {
   *out = (em_models_swept_t){0};
-  sqlite3_stmt *st = m->st[ST_SWEEP];
+  sqlite3_stmt *st = m->st[ST_SWEEP_LIST];
   sqlite3_bind_int64(st, 1, cut_ns);
-  size_t cap = 0;
+  size_t cap = 0, listed = 0;
   bool lost = false; /* An id did not fit: out->ids is dropped, the caller forgets them all. */
-  int rc = sqlite3_step(st); /* The first step deletes every row; the others list their ids. */
+  int rc = sqlite3_step(st);
   for (; rc == SQLITE_ROW; rc = sqlite3_step(st)) {
-    if (!lost && out->deleted == cap) {
+    if (!lost && listed == cap) {
       cap = cap ? cap * 2 : 64;
       int64_t *ids = realloc(out->ids, cap * sizeof(*ids));
       lost = !ids;
       out->ids = ids ? ids : out->ids;
     }
     if (!lost) {
-      out->ids[out->deleted] = sqlite3_column_int64(st, 0);
+      out->ids[listed] = sqlite3_column_int64(st, 0);
     }
-    out->deleted++;
+    listed++;
   }
   int reset = sqlite3_reset(st);
   sqlite3_clear_bindings(st);
+  if (rc == SQLITE_DONE && reset == SQLITE_OK) {
+    st = m->st[ST_SWEEP];
+    sqlite3_bind_int64(st, 1, cut_ns);
+    rc = sqlite3_step(st);
+    reset = sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    out->deleted = (size_t)sqlite3_changes(m->db);
+    /* The same condition on the one writing connection: the same rows. Were they not, the
+     * caller forgets every id. */
+    lost = lost || out->deleted != listed;
+  }
   if (rc != SQLITE_DONE) {
     free(out->ids);
     *out = (em_models_swept_t){0};

@@ -400,10 +400,20 @@ static void *sender(void *arg) {
     if (r->stopping && wait_ms > r->drain_until_ms - now) {
       wait_ms = (int)(r->drain_until_ms - now);
     }
+    int busy = 0;
+    for (size_t k = 0; k < r->n_eps; k++) {
+      busy += r->eps[k].busy;
+    }
     pthread_mutex_unlock(&r->mu);
 
     int running = 0;
     curl_multi_perform(r->multi, &running);
+    /* A transfer that ended in this perform (a refused connection) is reported at the next one
+     * only, by libcurl 7.74 (Debian 11) at least, which then has no socket nor timer to wake the
+     * poll: no wait, or a retry would wait for the flush timer. */
+    if (running < busy) {
+      wait_ms = 0;
+    }
     curl_multi_poll(r->multi, NULL, 0, wait_ms < 0 ? 0 : wait_ms, NULL);
     curl_multi_perform(r->multi, &running);
     CURLMsg *m;
@@ -503,7 +513,12 @@ static int ep_init(ep_t *e, const em_remote_endpoint_cfg_t *c, const char *user_
   }
   CURL *x = e->easy;
   curl_easy_setopt(x, CURLOPT_URL, e->url);
+#if LIBCURL_VERSION_NUM >= 0x075500
   curl_easy_setopt(x, CURLOPT_PROTOCOLS_STR, "http,https");
+#else
+  /* Before 7.85 (Debian 11: 7.74, Ubuntu 20.04: 7.68, the arm64 build's baseline). */
+  curl_easy_setopt(x, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
   curl_easy_setopt(x, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(x, CURLOPT_POST, 1L);
   curl_easy_setopt(x, CURLOPT_HTTPHEADER, e->headers);

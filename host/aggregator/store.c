@@ -127,6 +127,9 @@ enum {
   ST_DEVICE_ID,
   ST_METRIC_ID,
   ST_STAGE_ID,
+  ST_DEVICE_GET, /* ST_*_ID + ST_GET_AFTER_ID: the id that the insert before it made or kept */
+  ST_METRIC_GET,
+  ST_STAGE_GET,
   ST_BIRTH,
   ST_STATUS,
   ST_STATE,
@@ -140,16 +143,22 @@ enum {
   ST_COUNT
 };
 
+enum { ST_GET_AFTER_ID = ST_DEVICE_GET - ST_DEVICE_ID };
+_Static_assert(ST_METRIC_GET - ST_METRIC_ID == ST_GET_AFTER_ID &&
+                   ST_STAGE_GET - ST_STAGE_ID == ST_GET_AFTER_ID,
+               "each name table's id lookup follows its insert by the same distance");
+
 static const char *const stmt_sql[ST_COUNT] = {
     [ST_BEGIN] = "BEGIN",
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
-    [ST_DEVICE_ID] = "INSERT INTO devices(name) VALUES(?1) ON CONFLICT(name) DO UPDATE SET "
-                     "name = excluded.name RETURNING id",
-    [ST_METRIC_ID] = "INSERT INTO metrics(name) VALUES(?1) ON CONFLICT(name) DO UPDATE SET "
-                     "name = excluded.name RETURNING id",
-    [ST_STAGE_ID] = "INSERT INTO stages(name) VALUES(?1) ON CONFLICT(name) DO UPDATE SET "
-                    "name = excluded.name RETURNING id",
+    /* No RETURNING (SQLite 3.35): Debian 11 has 3.34, Ubuntu 20.04 3.31. */
+    [ST_DEVICE_ID] = "INSERT INTO devices(name) VALUES(?1) ON CONFLICT(name) DO NOTHING",
+    [ST_METRIC_ID] = "INSERT INTO metrics(name) VALUES(?1) ON CONFLICT(name) DO NOTHING",
+    [ST_STAGE_ID] = "INSERT INTO stages(name) VALUES(?1) ON CONFLICT(name) DO NOTHING",
+    [ST_DEVICE_GET] = "SELECT id FROM devices WHERE name = ?1",
+    [ST_METRIC_GET] = "SELECT id FROM metrics WHERE name = ?1",
+    [ST_STAGE_GET] = "SELECT id FROM stages WHERE name = ?1",
     [ST_BIRTH] = "UPDATE devices SET session = ?2, birth_time_ns = ?3, agent_version = ?4, "
                  "board = ?5, period_ns = ?6, last_seen_ns = max(coalesce(last_seen_ns, 0), ?3), "
                  "model = ?7 WHERE id = ?1",
@@ -185,6 +194,7 @@ static const char *const stmt_sql[ST_COUNT] = {
 static const char *const stmt_table[ST_COUNT] = {
     [ST_BEGIN] = "transaction",    [ST_COMMIT] = "transaction",  [ST_ROLLBACK] = "transaction",
     [ST_DEVICE_ID] = "devices",    [ST_METRIC_ID] = "metrics",   [ST_STAGE_ID] = "stages",
+    [ST_DEVICE_GET] = "devices",   [ST_METRIC_GET] = "metrics",  [ST_STAGE_GET] = "stages",
     [ST_MODEL_SET] = "devices",    [ST_BIRTH] = "devices",       [ST_STATUS] = "devices",
     [ST_STATE] = "devices",        [ST_SEEN] = "devices",        [ST_DATA] = "data",
     [ST_WINDOW] = "stage_windows", [ST_LEVEL] = "level_changes", [ST_META_SET] = "meta",
@@ -735,20 +745,26 @@ static int name_entry(em_store_t *s, name_cache_t *c, int which, const char *nam
     }
     return 0;
   }
-  sqlite3_stmt *st = s->st[which];
-  bind_text(st, 1, name);
-  int rc = sqlite3_step(st);
-  if (rc == SQLITE_ROW) {
-    *id = sqlite3_column_int64(st, 0);
-    rc = sqlite3_step(st);
-  }
-  if (rc != SQLITE_DONE) {
-    note_failure(s, stmt_table[which], sqlite3_reset(st));
+  /* The insert (kept when the name is there), then the id: one row, or the store failed. */
+  for (int step = 0; step < 2; step++) {
+    int stmt = step == 0 ? which : which + ST_GET_AFTER_ID;
+    sqlite3_stmt *st = s->st[stmt];
+    bind_text(st, 1, name);
+    int rc = sqlite3_step(st);
+    bool row = rc == SQLITE_ROW;
+    if (row) {
+      *id = sqlite3_column_int64(st, 0);
+      rc = sqlite3_step(st);
+    }
+    if (rc != SQLITE_DONE || row != (step == 1)) {
+      int reset = sqlite3_reset(st);
+      note_failure(s, stmt_table[stmt], reset != SQLITE_OK ? reset : SQLITE_CORRUPT);
+      sqlite3_clear_bindings(st);
+      return -EIO;
+    }
+    sqlite3_reset(st);
     sqlite3_clear_bindings(st);
-    return -EIO;
   }
-  sqlite3_reset(st);
-  sqlite3_clear_bindings(st);
   size_t before = c->n;
   cache_put(c, pos, name, *id);
   if (entry && c->n > before) {
