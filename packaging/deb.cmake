@@ -79,9 +79,18 @@ if(EM_DEB_ARCH)
   set(CPACK_DEBIAN_PACKAGE_ARCHITECTURE ${EM_DEB_ARCH})
 endif()
 
-# Depends: dpkg-shlibdeps on the programs (the libraries actually linked, arm64 ones through
-# the multiarch paths), plus what the maintainer scripts run.
+# Depends: dpkg-shlibdeps on the programs (the libraries actually linked), plus what the
+# maintainer scripts run. The arm64 tree links the Debian 11 sysroot's libraries
+# (boards/toolchains/): dpkg-shlibdeps searches its directories first (-l), finds each library
+# below the sysroot's DEBIAN/, and reads the versions from DEBIAN/symbols and DEBIAN/shlibs
+# there, the symbols and shlibs files of bullseye's packages (scripts/lib/cross.sh). So the
+# minimum versions are those of the oldest baseline's packages, never this machine's.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+if(CMAKE_CROSSCOMPILING AND EM_CROSS_SYSROOT AND EM_CROSS_TRIPLET)
+  set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS
+    "${EM_CROSS_SYSROOT}/usr/lib/${EM_CROSS_TRIPLET}"
+    "${EM_CROSS_SYSROOT}/lib/${EM_CROSS_TRIPLET}")
+endif()
 em_deb_package(agent edgemon-agent "systemd, init-system-helpers (>= 1.54~)"
   "python3-edgemon, mosquitto" postinst prerm postrm conffiles)
 set(CPACK_COMPONENT_AGENT_DESCRIPTION
