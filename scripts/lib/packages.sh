@@ -24,6 +24,11 @@ EM_DEB_GONE=(/etc/edgemon /usr/share/edgemon /usr/share/doc/edgemon /usr/share/d
   /var/lib/systemd/deb-systemd-helper-masked/edgemon-agent.service
   /var/lib/systemd/deb-systemd-helper-masked/edgemon-aggregator.service)
 
+# The newest symbol version an arm64 program may need, per versioned library: those of Debian
+# 11, the oldest baseline (glibc 2.31, as Ubuntu 20.04 and JetPack 5; gcc 10's libstdc++ and
+# libgcc_s). A program that needs more does not start there.
+EM_DEB_ARM64_MAX_VERSIONS=(GLIBC_2.31 GLIBCXX_3.4.28 CXXABI_1.3.12 GCC_7.0.0)
+
 _em_deb_fail() {
   echo "packages: $*" >&2
   return 1
@@ -48,6 +53,78 @@ _em_deb_purge() {
   if [ "${#present[@]}" -ne 0 ]; then
     DEBIAN_FRONTEND=noninteractive dpkg --purge "${present[@]}"
   fi
+}
+
+# _em_deb_check_versions DEB ROOT: every ELF file below ROOT (DEB unpacked) needs no symbol
+# version above EM_DEB_ARM64_MAX_VERSIONS; fails naming each symbol that does.
+_em_deb_check_versions() {
+  local deb=$1 root=$2 elf max bad=() checked=0
+  while IFS= read -r -d '' elf; do
+    [ "$(head -c4 "$elf" | od -An -tx1 | tr -d ' ')" = 7f454c46 ] || continue
+    checked=$((checked + 1))
+    for max in "${EM_DEB_ARM64_MAX_VERSIONS[@]}"; do
+      local prefix=${max%_*}_ sym
+      while read -r sym; do
+        local version=${sym#*@}
+        if [ "$(printf '%s\n' "${version#"$prefix"}" "${max#"$prefix"}" | sort -V | tail -1)" != \
+          "${max#"$prefix"}" ]; then
+          bad+=("${elf#"$root"/}: $sym (above $max)")
+        fi
+      done < <(readelf --dyn-syms -W "$elf" | awk -v p="@$prefix" '
+        $7 == "UND" && index($8, p) { sub(/@@/, "@", $8); print $8 }' | sort -u)
+    done
+  done < <(find "$root" -type f -print0)
+  [ "$checked" -gt 0 ] || _em_deb_fail "$deb: no ELF file to check" || return 1
+  [ "${#bad[@]}" -eq 0 ] || _em_deb_fail "$deb: needs more than Debian 11 has:" \
+    "$(printf '\n  %s' "${bad[@]}")" || return 1
+  em_log "packages: $(basename "$deb"): $checked ELF files, no symbol version above" \
+    "${EM_DEB_ARM64_MAX_VERSIONS[*]}"
+}
+
+# The table of what the arm64 packages and python3-edgemon (all) may depend on: each package
+# with its version in Debian 11, Debian 12, Ubuntu 20.04 and Ubuntu 22.04, read from the
+# section of docs/PACKAGING.md below.
+EM_DEB_BASELINES_DOC=docs/PACKAGING.md
+EM_DEB_BASELINES_HEADING='### Depends of the arm64 packages'
+
+# _em_deb_check_depends DEB: each package DEB's Depends names has a row in the baselines table,
+# and every one of the row's four versions satisfies the relation; fails naming each that is
+# missing or not satisfied.
+_em_deb_check_depends() {
+  local deb=$1 table dep bad=() checked=0
+  table=$(awk -v h="$EM_DEB_BASELINES_HEADING" '$0 == h { on = 1; next }
+    on && /^#/ { exit } on && /^\| `/' "$EM_DEB_BASELINES_DOC")
+  [ -n "$table" ] ||
+    _em_deb_fail "$EM_DEB_BASELINES_DOC: no table under '$EM_DEB_BASELINES_HEADING'" || return 1
+  local -A ops=(['>=']=ge ['>>']=gt ['=']=eq ['<=']=le ['<<']=lt)
+  while read -r dep; do
+    [ -n "$dep" ] || continue
+    if [[ ! $dep =~ ^([a-z0-9][a-z0-9.+-]*)(:any)?(\ \((>=|>>|=|<=|<<)\ ([^\)]+)\))?$ ]]; then
+      bad+=("$dep: not one package (an alternative or an architecture qualifier)")
+      continue
+    fi
+    local name=${BASH_REMATCH[1]} rel=${BASH_REMATCH[4]} want=${BASH_REMATCH[5]} row
+    row=$(grep -F "| \`$name\` |" <<<"$table")
+    if [ -z "$row" ]; then
+      bad+=("$name: no row in the table of $EM_DEB_BASELINES_DOC")
+      continue
+    fi
+    checked=$((checked + 1))
+    [ -n "$rel" ] || continue
+    local -a have
+    # Cells 3 to 6: the four versions (a note after a space, such as the dagger, is dropped).
+    mapfile -t have < <(cut -d'|' -f3-6 <<<"$row" | tr '|' '\n' | awk '{ print $1 }')
+    [ "${#have[@]}" -eq 4 ] || { bad+=("$name: its row has no four versions"); continue; }
+    local v
+    for v in "${have[@]}"; do
+      dpkg --compare-versions "$v" "${ops[$rel]}" "$want" ||
+        bad+=("$name ($rel $want): not satisfied by $v")
+    done
+  done < <(dpkg-deb -f "$deb" Depends | sed 's/, /\n/g')
+  [ "${#bad[@]}" -eq 0 ] || _em_deb_fail "$deb: Depends not satisfied by all four baselines:" \
+    "$(printf '\n  %s' "${bad[@]}")" || return 1
+  em_log "packages: $(basename "$deb"): $checked dependencies, each in Debian 11, Debian 12," \
+    "Ubuntu 20.04 and Ubuntu 22.04 at a version that satisfies it"
 }
 
 # _em_deb_build DIR ARCH COMPONENTS...: runs cpack in the built tree DIR and checks that it wrote
@@ -78,13 +155,20 @@ _em_deb_build() {
       _em_deb_fail "$dir: no single ${pkg}_*_$want.deb"
       return 1
     fi
-    [ "$want" = all ] && continue
+    if [ "$want" = all ]; then
+      _em_deb_check_depends "$deb" || return 1
+      continue
+    fi
     if [[ $(dpkg-deb -f "$deb" Depends) != *"libc6 (>="* ]]; then
       _em_deb_fail "$deb: Depends has no versioned libc6, dpkg-shlibdeps did not run"
       return 1
     fi
     rm -rf "$dir/debs/unpacked"
     dpkg-deb -x "$deb" "$dir/debs/unpacked" || return 1
+    if [ "$arch" = arm64 ]; then
+      _em_deb_check_versions "$deb" "$dir/debs/unpacked" || return 1
+      _em_deb_check_depends "$deb" || return 1
+    fi
     for elf in "$dir"/debs/unpacked/usr/bin/*; do
       case "$arch:$(file -b "$elf")" in
         arm64:ELF\ 64-bit*ARM\ aarch64*,\ stripped | amd64:ELF\ 64-bit*x86-64*,\ stripped) ;;
