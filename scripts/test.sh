@@ -8,8 +8,9 @@
 # and a third, build/aarch64: the agent, the C client's tests and the unit tests cross-built
 # for aarch64 (boards/toolchains/), the unit tests run under qemu-aarch64 (scripts/lib/cross.sh).
 # Last the Debian packages of build/normal and build/aarch64 (amd64 and arm64): lintian, then
-# the amd64 ones installed here, run, verified and purged (scripts/lib/packages.sh), then a
-# Debian 12 system booted under qemu runs the README's board steps with them (scripts/lib/system.sh).
+# the amd64 ones installed here, run, verified and purged (scripts/lib/packages.sh), then
+# Debian 12 amd64 and Debian 11 arm64 systems booted under qemu run the README's board steps
+# with them (scripts/lib/system.sh).
 # Prints ctest's summary for each and exits non-zero when anything failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -90,10 +91,12 @@ run_cross
 
 em_log "packages: amd64 and arm64 from build/normal and build/aarch64"
 if em_packages_test build/normal build/aarch64; then
-  # The service as deployed: a Debian 12 booted under qemu (systemd as PID 1), the README's
-  # board steps inside it with the packages just made (scripts/lib/system.sh).
-  em_log "system: the README's board steps in a booted Debian 12"
-  em_system_test build/normal || status=1
+  # The service as deployed: Debian 12 amd64 and Debian 11 arm64 (JetPack 5's baseline) booted
+  # under qemu (systemd as PID 1), the README's board steps inside each with the packages just
+  # made (scripts/lib/system.sh).
+  em_log "system: the README's board steps in a booted Debian 12 amd64 and Debian 11 arm64"
+  em_system_test bookworm amd64 build/normal || status=1
+  em_system_test bullseye arm64 build/aarch64 build/normal || status=1
 else
   status=1
 fi

@@ -1177,8 +1177,9 @@ static int start_budgets(em_agent_t *a, uint64_t now) {
 
 static void on_lookup(uv_timer_t *t);
 
+/* why: the log's reason, or NULL when the caller says what happens instead. */
 static void detach(em_agent_t *a, const char *why) {
-  if (a->pid > 0) {
+  if (a->pid > 0 && why != NULL) {
     EM_WARN("target: pid %ld %s; waiting for it to come back", (long)a->pid, why);
   }
   em_pmu_free(a->pmu);
@@ -1520,7 +1521,7 @@ static void on_tick(uv_timer_t *t) {
     if (next > 0) {
       EM_INFO("target: pid %ld wraps pid %ld, which matches too; moving to it", (long)a->pid,
               (long)next);
-      detach(a, "is a wrapper");
+      detach(a, NULL);
       attach(a, next);
     }
   }

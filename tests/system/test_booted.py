@@ -171,3 +171,43 @@ def test_aggregator_unit_stores_and_serves(facts):
 def test_purge_leaves_nothing(facts):
     assert facts["purge_rc"] == "0"
     assert facts["purge_left"] == ""
+
+
+ARCH = os.environ.get("EM_SYSTEM_ARCH", "amd64")
+
+
+@pytest.mark.skipif(ARCH != "arm64", reason="the Arm board's checks")
+def test_arm64_board_on_jetpack5_baseline(facts):
+    """Debian 11 arm64: JetPack 5's kernel (5.10) and glibc 2.31, the board from the device
+    tree."""
+    assert facts["machine"] == "aarch64"
+    assert facts["kernel"].startswith("5.10."), facts["kernel"]
+    with open(os.path.join(OUT, "detect.txt"), encoding="utf-8") as f:
+        detect = f.read()
+    # The emulated board's device tree names it linux,dummy-virt (qemu's virt machine), which no
+    # profile in boards/ claims: the agent read it and fell back to the generic Arm profile.
+    assert "model 'linux,dummy-virt'" in detect, detect
+    assert detect.startswith("board: generic-arm64"), detect
+
+
+@pytest.mark.skipif(ARCH != "arm64", reason="the Arm board's checks")
+def test_arm64_pmu_counts_cycles_through_armv8_pmuv3(messages):
+    """The emulated PMUv3 through the kernel's armv8_pmuv3 driver: cycles present and rising
+    within a session; every counter the emulated PMU lacks is absent (null) in every message
+    and its birth says why, never a 0."""
+    data = [m["json"]["message"] for m in _of_kind(messages, "data")]
+    rises = 0
+    for a, b in zip(data, data[1:]):
+        x, y = a["values"].get("pmu.cycles"), b["values"].get("pmu.cycles")
+        if a["session"] == b["session"] and x is not None and y is not None and y > x:
+            rises += 1
+    assert rises >= 10, rises
+    births = [m["json"]["message"] for m in _of_kind(messages, "birth")]
+    last = births[-1]["metrics"]
+    for metric in last:
+        name = metric["name"]
+        if not name.startswith("pmu.") or metric["kind"] != "counter":
+            continue
+        seen = [d["values"].get(name) for d in data if d["session"] == births[-1]["session"]]
+        if all(v is None for v in seen):
+            assert metric.get("absent_reason"), metric
