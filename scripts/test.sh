@@ -4,7 +4,7 @@
 # .clang-format says, then builds and runs the whole suite twice:
 #   build/normal  gcc, warnings as errors: unit, integration and interop tests
 #   build/asan    clang with AddressSanitizer + UndefinedBehaviorSanitizer: the same tests
-#                 plus the libFuzzer harnesses for EM_FUZZ_SECONDS each (default 45)
+#                 plus the libFuzzer harnesses for EM_FUZZ_SECONDS each (default 30)
 # and a third, build/aarch64: the agent, the C client's tests and the unit tests cross-built
 # for aarch64 (boards/toolchains/), the unit tests run under qemu-aarch64 (scripts/lib/cross.sh).
 # Last the Debian packages of build/normal and build/aarch64 (amd64 and arm64): lintian, then
@@ -36,7 +36,7 @@ if ! clang-format --dry-run -Werror "${sources[@]}"; then
   exit 1
 fi
 
-fuzz_seconds=${EM_FUZZ_SECONDS:-45}
+fuzz_seconds=${EM_FUZZ_SECONDS:-30}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1:strict_string_checks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 mkdir -p build
