@@ -314,6 +314,22 @@ class Subscriber:
 
 
 @pytest.fixture
+def things():
+    """A list for everything a test starts (brokers, agents, paho clients); stopped afterwards, even when the test fails."""
+    started = []
+    yield started
+    for t in reversed(started):
+        try:
+            if hasattr(t, "loop_stop"):
+                t.loop_stop()
+                t.disconnect()
+            else:
+                t.stop()
+        except Exception:
+            pass
+
+
+@pytest.fixture
 def stack(tmp_path):
     """Starts what a test asks for and stops all of it afterwards."""
     started = []

@@ -22,22 +22,6 @@ from conftest import Agent, Target, mqtt_client
 DEVICE = "jetson-07"
 
 
-@pytest.fixture
-def things():
-    """Everything a test starts; stopped afterwards, even when the test fails."""
-    started = []
-    yield started
-    for t in reversed(started):
-        try:
-            if hasattr(t, "loop_stop"):
-                t.loop_stop()
-                t.disconnect()
-            else:
-                t.stop()
-        except Exception:
-            pass
-
-
 class Inbox:
     """The topics a paho client receives under `pattern`, with their payloads."""
 

@@ -32,22 +32,6 @@ HOST_USER = "edgemon-host"  # The host-side identity in edgemon.acl.
 NOBODY = 65534
 
 
-@pytest.fixture
-def things():
-    """Everything a test starts; stopped afterwards, even when the test fails."""
-    started = []
-    yield started
-    for t in reversed(started):
-        try:
-            if hasattr(t, "loop_stop"):
-                t.loop_stop()
-                t.disconnect()
-            else:
-                t.stop()
-        except Exception:
-            pass
-
-
 class Inbox:
     """Messages a paho client receives, by topic, decoded on demand."""
 
