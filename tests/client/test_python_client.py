@@ -248,8 +248,14 @@ def test_module_level_api_follows_edgemon_socket(default_client_at, receiver, mo
         ({"EDGEMON_SOCKET": "", "EDGEMON_RUNTIME_DIR": ""}, 1000, "/tmp/edgemon-1000/spans.sock"),
     ],
 )
-def test_socket_path_resolution_order(env, euid, expected, monkeypatch):
+def test_socket_path_resolution_order(env, euid, expected, monkeypatch, tmp_path):
+    # The service's directory moves under tmp_path: an agent running on this machine as a
+    # service (or one a test left behind) must not change what a user's client resolves.
+    from edgemon import _paths
+    service = str(tmp_path / "run-edgemon")
+    monkeypatch.setattr(_paths, "SERVICE_DIR", service)
     monkeypatch.setattr(os, "geteuid", lambda: euid)
+    expected = expected.replace("/run/edgemon/", service + "/")
     assert edgemon.resolve_socket_path(None, env) == expected
     assert edgemon.resolve_socket_path("/explicit.sock", env) == "/explicit.sock"
 

@@ -437,9 +437,12 @@ def test_agent_restart_and_exit_are_followed(page_path, clock):
 def test_state_path_resolution(monkeypatch, tmp_path):
     for var in ("EDGEMON_STATE_PAGE", "EDGEMON_RUNTIME_DIR", "XDG_RUNTIME_DIR"):
         monkeypatch.delenv(var, raising=False)
+    from edgemon import _paths
+    service = str(tmp_path / "run-edgemon")  # not this machine's: an agent may run here
+    monkeypatch.setattr(_paths, "SERVICE_DIR", service)
     resolve = edgemon.resolve_state_path
     if os.geteuid() == 0:
-        assert resolve() == "/run/edgemon/state"
+        assert resolve() == service + "/state"
     else:
         assert resolve() == "/tmp/edgemon-%d/state" % os.geteuid()
         monkeypatch.setenv("XDG_RUNTIME_DIR", "/run/user/1000")

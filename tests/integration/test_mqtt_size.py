@@ -23,7 +23,7 @@ import pytest
 
 from brokers import HOST_USER, PROTO_TOOL, shipped_broker, shipped_setting
 from conftest import ROOT, Agent, Aggregator, Broker, Target, mqtt_client, wait_for
-from test_broker_acl import Inbox, things  # noqa: F401 (a fixture)
+from test_broker_acl import Inbox
 
 HEADERS = ROOT / "proto" / "include" / "edgemon"
 DEVICE = "jetson-07"
