@@ -336,71 +336,6 @@ int em__read_array(em__dec_t *d, uint64_t max, size_t elem_size, em__elem_fn fn,
   return 0;
 }
 
-int em__read_cause(em__dec_t *d, em_cause_key_t field, const char **rule, const char **stage,
-                   em_value_t *value, em_value_t *bound, const char **reason) {
-  switch (field) {
-  case CAUSE_RULE:
-    return em__read_str(d, STR_NAME, EM_PROTO_MAX_NAME_BYTES, rule);
-  case CAUSE_STAGE:
-    return em__read_str(d, STR_IDENT, EM_PROTO_MAX_STAGE_BYTES, stage);
-  case CAUSE_VALUE:
-    return em__read_value(d, false, value);
-  case CAUSE_BOUND:
-    return em__read_value(d, false, bound);
-  case CAUSE_REASON:
-    return em__read_str(d, STR_TEXT, EM_PROTO_MAX_TEXT_BYTES, reason);
-  }
-  return em__skip(d);
-}
-
-static int read_level(em__dec_t *d, em_level_t *out) {
-  uint64_t v = 0;
-  int rc = em__read_uint(d, EM_LEVEL_CRITICAL, &v);
-  *out = (em_level_t)v;
-  return rc;
-}
-
-static int read_trigger_key(em__dec_t *d, uint64_t key, bool numbers, em_trigger_t *t) {
-  switch (key) {
-  case KG_CAUSE:
-    return em__read_uint(d, 1, &t->cause);
-  case KG_LEVEL:
-    return read_level(d, &t->level);
-  case KG_PREV:
-    return read_level(d, &t->prev_level);
-  case KG_VALUE:
-  case KG_BOUND:
-    if (!numbers) {
-      return em__skip(d);
-    }
-    /* fall through */
-  case KG_RULE:
-  case KG_STAGE:
-  case KG_REASON:
-    return em__read_cause(d, (em_cause_key_t)(key - KG_RULE), EM_CAUSE_REF(t));
-  default:
-    return em__skip(d);
-  }
-}
-
-int em__read_trigger(em__dec_t *d, bool numbers, em_trigger_t *t) {
-  size_t at = d->pos;
-  uint64_t n = 0, seen = 0, key = 0;
-  int rc = em__open_container(d, T_MAP, 64, &n);
-  t->prev_level = EM_LEVEL_NONE;
-  for (uint64_t i = 0; i < n && !rc; i++) {
-    rc = em__read_key(d, &seen, &key);
-    if (!rc) {
-      rc = read_trigger_key(d, key, numbers, t);
-    }
-  }
-  if (rc) {
-    return rc;
-  }
-  em__leave(d);
-  return em__require(d, at, seen, BIT(KG_CAUSE) | BIT(KG_LEVEL));
-}
-
 int em__decode_whole(const uint8_t *buf, size_t len, size_t max_len, em__message_fn fn, void *out,
                      size_t out_size, void *scratch, size_t scratch_len, size_t *error_offset) {
   if (error_offset) {
@@ -458,33 +393,6 @@ int em__read_start(em__dec_t *d, uint64_t *n, uint64_t *seen, uint64_t *kind) {
     rc = em__read_uint(d, UINT32_MAX, kind);
   }
   return rc;
-}
-
-int em__read_top(em__dec_t *d, em_msg_kind_t kind, em_msg_head_t *head, uint64_t required,
-                 em__key_fn fn, void *ctx) {
-  uint64_t n = 0, seen = 0, key = 0, v = 0;
-  int rc = em__read_start(d, &n, &seen, &v);
-  if (!rc && v != (uint64_t)kind) {
-    rc = EM_PROTO_EKIND;
-  }
-  for (uint64_t i = 2; i < n && !rc; i++) {
-    rc = em__read_key(d, &seen, &key);
-    if (rc) {
-      break;
-    }
-    const em_head_field_t *f = em__head_field(kind, key);
-    if (f) {
-      rc = em__read_uint(d, f->max, &v);
-      em__head_set(head, f, v);
-    } else {
-      rc = fn(d, key, ctx);
-    }
-  }
-  if (rc) {
-    return rc;
-  }
-  em__leave(d);
-  return em__require(d, 0, seen, em__head_keys(kind) | required);
 }
 
 int em__reread(em__dec_t *d, size_t at, em__message_fn fn, void *ctx) {

@@ -102,17 +102,6 @@ typedef int (*em__elem_fn)(em__dec_t *d, void *elem);
 int em__read_array(em__dec_t *d, uint64_t max, size_t elem_size, em__elem_fn fn, void **out,
                    size_t *n_out);
 
-/* The value of cause field `field` (em_cause_key_t) into its place. */
-int em__read_cause(em__dec_t *d, em_cause_key_t field, const char **rule, const char **stage,
-                   em_value_t *value, em_value_t *bound, const char **reason);
-
-/*
- * A trigger map (flight key 5, profile key 5) into *t: cause (0..1) and level required,
- * prev_level EM_LEVEL_NONE when absent; the measured value and bound (keys 5, 6) read only
- * when `numbers`, else skipped like unknown keys.
- */
-int em__read_trigger(em__dec_t *d, bool numbers, em_trigger_t *t);
-
 /* Reads a whole message (or part of one) into `out`. */
 typedef int (*em__message_fn)(em__dec_t *d, void *out);
 
@@ -121,18 +110,6 @@ typedef int (*em__message_fn)(em__dec_t *d, void *out);
  * otherwise), as a flight recording and a profile carry it.
  */
 int em__read_stage_table(em__dec_t *d, size_t max, const char *const **out, size_t *n_out);
-
-/* Reads the value of one kind-specific key of a top-level map into ctx. */
-typedef int (*em__key_fn)(em__dec_t *d, uint64_t key, void *ctx);
-
-/*
- * The top-level map of a message of kind `kind` (a flight recording, a profile): its start
- * (em__read_start; EKIND for another kind), the head fields into *head, every other key
- * through fn, and the check that the head's keys and `required` are all there. Leaves
- * d->pos after the map.
- */
-int em__read_top(em__dec_t *d, em_msg_kind_t kind, em_msg_head_t *head, uint64_t required,
-                 em__key_fn fn, void *ctx);
 
 /*
  * A second pass over the item at `at` inside the top-level map (depth 1), once the tables it

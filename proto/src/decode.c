@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fields.h"
 #include "model.h"
 
 /* --- scratch ------------------------------------------------------------------------- */
@@ -35,94 +36,36 @@ size_t em_proto_scratch_bytes(size_t len) {
 
 /* --- birth ---------------------------------------------------------------------------- */
 
+static const em__field_t metric_rows[] = {
+    EM__UINT(KM_ALIAS, em_metric_def_t, alias, 0, EM_PROTO_MAX_ALIAS, REQ),
+    EM__STR(KM_NAME, em_metric_def_t, name, STR_NAME, EM_PROTO_MAX_NAME_BYTES, REQ),
+    EM__STR(KM_UNIT, em_metric_def_t, unit, STR_NAME, EM_PROTO_MAX_UNIT_BYTES, REQ),
+    EM__UINT(KM_KIND, em_metric_def_t, kind, 0, EM_METRIC_DELTA, REQ),
+    EM__STR(KM_ABSENT, em_metric_def_t, absent_reason, STR_TEXT, EM_PROTO_MAX_TEXT_BYTES, OPT)};
+static const em__fields_t metric_fields = EM__TABLE(metric_rows);
+
+static const em__field_t budget_rows[] = {
+    EM__STR(KU_ID, em_budget_t, id, STR_NAME, EM_PROTO_MAX_NAME_BYTES, REQ),
+    EM__STR(KU_RULE, em_budget_t, rule, STR_IDENT, EM_PROTO_MAX_NAME_BYTES, REQ),
+    EM__UINT(KU_LEVEL, em_budget_t, level, EM_LEVEL_WARN, EM_LEVEL_CRITICAL, REQ),
+    EM__VALUE(KU_BOUND, em_budget_t, bound, REQ),
+    EM__STR(KU_STAGE, em_budget_t, stage, STR_IDENT, EM_PROTO_MAX_STAGE_BYTES, OPT),
+    EM__UINT(KU_WINDOW, em_budget_t, window_ns, 0, UINT64_MAX, OPT)};
+static const em__fields_t budget_fields = EM__TABLE(budget_rows);
+
 static int read_metric(em__dec_t *d, void *elem) {
-  em_metric_def_t *m = elem;
-  size_t at = d->pos;
-  uint64_t n = 0, seen = 0, key = 0, v = 0;
-  int rc = em__open_container(d, T_MAP, 64, &n);
-  memset(m, 0, sizeof(*m));
-  for (uint64_t i = 0; i < n && !rc; i++) {
-    rc = em__read_key(d, &seen, &key);
-    if (rc) {
-      break;
-    }
-    switch (key) {
-    case KM_ALIAS:
-      rc = em__read_uint(d, EM_PROTO_MAX_ALIAS, &v);
-      m->alias = (uint32_t)v;
-      break;
-    case KM_NAME:
-      rc = em__read_str(d, STR_NAME, EM_PROTO_MAX_NAME_BYTES, &m->name);
-      break;
-    case KM_UNIT:
-      rc = em__read_str(d, STR_NAME, EM_PROTO_MAX_UNIT_BYTES, &m->unit);
-      break;
-    case KM_KIND:
-      rc = em__read_uint(d, EM_METRIC_DELTA, &v);
-      m->kind = (em_metric_kind_t)v;
-      break;
-    case KM_ABSENT:
-      rc = em__read_str(d, STR_TEXT, EM_PROTO_MAX_TEXT_BYTES, &m->absent_reason);
-      break;
-    default:
-      rc = em__skip(d);
-      break;
-    }
-  }
-  if (rc) {
-    return rc;
-  }
-  em__leave(d);
-  return em__require(d, at, seen, BIT(KM_ALIAS) | BIT(KM_NAME) | BIT(KM_UNIT) | BIT(KM_KIND));
+  memset(elem, 0, sizeof(em_metric_def_t));
+  return em__read_map(d, &metric_fields, elem, NULL);
 }
 
 static int read_budget(em__dec_t *d, void *elem) {
-  em_budget_t *u = elem;
-  size_t at = d->pos;
-  uint64_t n = 0, seen = 0, key = 0, v = 0;
-  int rc = em__open_container(d, T_MAP, 64, &n);
-  memset(u, 0, sizeof(*u));
-  for (uint64_t i = 0; i < n && !rc; i++) {
-    rc = em__read_key(d, &seen, &key);
-    if (rc) {
-      break;
-    }
-    switch (key) {
-    case KU_ID:
-      rc = em__read_str(d, STR_NAME, EM_PROTO_MAX_NAME_BYTES, &u->id);
-      break;
-    case KU_RULE:
-      rc = em__read_str(d, STR_IDENT, EM_PROTO_MAX_NAME_BYTES, &u->rule);
-      break;
-    case KU_LEVEL:
-      rc = em__read_uint(d, EM_LEVEL_CRITICAL, &v);
-      if (!rc && v < EM_LEVEL_WARN) {
-        rc = EM_PROTO_ERANGE;
-      }
-      u->level = (em_level_t)v;
-      break;
-    case KU_BOUND:
-      rc = em__read_value(d, false, &u->bound);
-      break;
-    case KU_STAGE:
-      rc = em__read_str(d, STR_IDENT, EM_PROTO_MAX_STAGE_BYTES, &u->stage);
-      break;
-    case KU_WINDOW:
-      rc = em__read_uint(d, UINT64_MAX, &u->window_ns);
-      break;
-    default:
-      rc = em__skip(d);
-      break;
-    }
-  }
-  if (rc) {
-    return rc;
-  }
-  em__leave(d);
-  return em__require(d, at, seen, BIT(KU_ID) | BIT(KU_RULE) | BIT(KU_LEVEL) | BIT(KU_BOUND));
+  memset(elem, 0, sizeof(em_budget_t));
+  return em__read_map(d, &budget_fields, elem, NULL);
 }
 
-static int read_metrics(em__dec_t *d, em_birth_t *b) {
+static int read_metrics(em__dec_t *d, const em__field_t *f, void *base) {
+  em_birth_t *b = base;
+  (void)f;
   size_t at = d->pos;
   void *list = NULL;
   int rc = em__read_array(d, EM_PROTO_MAX_METRICS, sizeof(em_metric_def_t), read_metric, &list,
@@ -142,17 +85,11 @@ static int read_metrics(em__dec_t *d, em_birth_t *b) {
   return 0;
 }
 
-static int read_budgets(em__dec_t *d, em_birth_t *b) {
-  void *list = NULL;
-  int rc = em__read_array(d, EM_PROTO_MAX_BUDGETS, sizeof(em_budget_t), read_budget, &list,
-                          &b->n_budgets);
-  b->budgets = list;
-  return rc;
-}
-
 /* A settings map of the birth (flight recorder key 10, profiler key 12): every field
  * required; present means on. */
-static int read_settings(em__dec_t *d, const em_settings_t *s, void *base) {
+static int read_settings(em__dec_t *d, const em__field_t *row, void *birth) {
+  const em_settings_t *s = row->arg;
+  void *base = (unsigned char *)birth + row->offset;
   size_t at = d->pos;
   uint64_t n = 0, seen = 0, key = 0, required = 0;
   int rc = em__open_container(d, T_MAP, 64, &n);
@@ -181,30 +118,17 @@ static int read_settings(em__dec_t *d, const em_settings_t *s, void *base) {
   return em__require(d, at, seen, required);
 }
 
-static int read_birth_key(em__dec_t *d, uint64_t key, em_birth_t *b) {
-  switch (key) {
-  case KB_DEVICE:
-    return em__read_str(d, STR_IDENT, EM_PROTO_MAX_NAME_BYTES, &b->device);
-  case KB_AGENT:
-    return em__read_str(d, STR_NAME, EM_PROTO_MAX_NAME_BYTES, &b->agent_version);
-  case KB_BOARD:
-    return em__read_str(d, STR_NAME, EM_PROTO_MAX_NAME_BYTES, &b->board);
-  case KB_PERIOD:
-    return em__read_uint(d, UINT64_MAX, &b->period_ns);
-  case KB_METRICS:
-    return read_metrics(d, b);
-  case KB_BUDGETS:
-    return read_budgets(d, b);
-  case KB_FLIGHT:
-    return read_settings(d, &em__recorder_settings, &b->flight);
-  case KB_PROFILER:
-    return read_settings(d, &em__profiler_settings, &b->profiler);
-  case KB_MODEL:
-    return em__read_model(d, &b->model);
-  default:
-    return em__skip(d);
-  }
-}
+static const em__field_t birth_rows[] = {
+    EM__STR(KB_DEVICE, em_birth_t, device, STR_IDENT, EM_PROTO_MAX_NAME_BYTES, REQ),
+    EM__STR(KB_AGENT, em_birth_t, agent_version, STR_NAME, EM_PROTO_MAX_NAME_BYTES, REQ),
+    EM__STR(KB_BOARD, em_birth_t, board, STR_NAME, EM_PROTO_MAX_NAME_BYTES, REQ),
+    EM__UINT(KB_PERIOD, em_birth_t, period_ns, 0, UINT64_MAX, REQ),
+    EM__FN(KB_METRICS, em_birth_t, metrics, read_metrics, NULL, REQ),
+    EM__LIST(KB_BUDGETS, em_birth_t, budgets, n_budgets, em_budget_t, read_budget,
+             EM_PROTO_MAX_BUDGETS, REQ),
+    EM__FN(KB_FLIGHT, em_birth_t, flight, read_settings, &em__recorder_settings, OPT),
+    EM__FN(KB_PROFILER, em_birth_t, profiler, read_settings, &em__profiler_settings, OPT),
+    EM__FN(KB_MODEL, em_birth_t, model, em__field_model, NULL, OPT)};
 
 /* --- data ----------------------------------------------------------------------------- */
 
@@ -213,7 +137,9 @@ static int cmp_sample(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static int read_values(em__dec_t *d, em_data_t *out) {
+static int read_values(em__dec_t *d, const em__field_t *f, void *base) {
+  em_data_t *out = base;
+  (void)f;
   size_t at = d->pos;
   uint64_t n = 0, v = 0;
   int rc = em__open_container(d, T_MAP, EM_PROTO_MAX_METRICS, &n);
@@ -253,7 +179,9 @@ static int read_values(em__dec_t *d, em_data_t *out) {
 }
 
 /* Buckets: [first index, count, (gap >= 1, count)...], decoded to absolute indices. */
-static int read_buckets(em__dec_t *d, em_stage_t *st) {
+static int read_buckets(em__dec_t *d, const em__field_t *f, void *base) {
+  em_stage_t *st = base;
+  (void)f;
   uint64_t n = 0;
   int rc = em__open_container(d, T_ARRAY, 2 * EM_PROTO_MAX_BUCKETS, &n);
   if (rc) {
@@ -292,70 +220,31 @@ static int read_buckets(em__dec_t *d, em_stage_t *st) {
   return 0;
 }
 
+#define STAGE_U64(k, m) EM__UINT(k, em_stage_t, m, 0, UINT64_MAX, OPT)
+
+static const em__field_t stage_rows[] = {
+    EM__STR(KS_NAME, em_stage_t, name, STR_IDENT, EM_PROTO_MAX_STAGE_BYTES, REQ),
+    EM__UINT(KS_COUNT, em_stage_t, count, 0, UINT64_MAX, REQ),
+    STAGE_U64(KS_SUM, sum_ns),
+    STAGE_U64(KS_MIN, min_ns),
+    STAGE_U64(KS_MAX, max_ns),
+    STAGE_U64(KS_P50, p50_ns),
+    STAGE_U64(KS_P90, p90_ns),
+    STAGE_U64(KS_P99, p99_ns),
+    STAGE_U64(KS_P999, p999_ns),
+    STAGE_U64(KS_ZERO, zero_count),
+    EM__INT(KS_SCALE, em_stage_t, scale, EM_PROTO_MIN_SCALE, EM_PROTO_MAX_SCALE, OPT),
+    EM__FN(KS_BUCKETS, em_stage_t, buckets, read_buckets, NULL, OPT)};
+static const em__fields_t stage_fields = EM__TABLE(stage_rows);
+
+/* A stage window: name and count always; the summary all together, and only with a count. */
 static int read_stage(em__dec_t *d, void *elem) {
   em_stage_t *st = elem;
   size_t at = d->pos;
-  uint64_t n = 0, seen = 0, key = 0;
-  int64_t scale = 0;
-  int rc = em__open_container(d, T_MAP, 64, &n);
+  uint64_t seen = 0;
   memset(st, 0, sizeof(*st));
-  for (uint64_t i = 0; i < n && !rc; i++) {
-    rc = em__read_key(d, &seen, &key);
-    if (rc) {
-      break;
-    }
-    uint64_t *field = NULL;
-    switch (key) {
-    case KS_NAME:
-      rc = em__read_str(d, STR_IDENT, EM_PROTO_MAX_STAGE_BYTES, &st->name);
-      break;
-    case KS_COUNT:
-      field = &st->count;
-      break;
-    case KS_SUM:
-      field = &st->sum_ns;
-      break;
-    case KS_MIN:
-      field = &st->min_ns;
-      break;
-    case KS_MAX:
-      field = &st->max_ns;
-      break;
-    case KS_P50:
-      field = &st->p50_ns;
-      break;
-    case KS_P90:
-      field = &st->p90_ns;
-      break;
-    case KS_P99:
-      field = &st->p99_ns;
-      break;
-    case KS_P999:
-      field = &st->p999_ns;
-      break;
-    case KS_ZERO:
-      field = &st->zero_count;
-      break;
-    case KS_SCALE:
-      rc = em__read_int(d, EM_PROTO_MIN_SCALE, EM_PROTO_MAX_SCALE, &scale);
-      st->scale = (int32_t)scale;
-      break;
-    case KS_BUCKETS:
-      rc = read_buckets(d, st);
-      break;
-    default:
-      rc = em__skip(d);
-      break;
-    }
-    if (field && !rc) {
-      rc = em__read_uint(d, UINT64_MAX, field);
-    }
-  }
-  if (rc) {
-    return rc;
-  }
-  em__leave(d);
-  rc = em__require(d, at, seen, BIT(KS_NAME) | BIT(KS_COUNT));
+  int rc = em__read_map(d, &stage_fields, st, &seen);
+
   if (rc) {
     return rc;
   }
@@ -369,124 +258,54 @@ static int read_stage(em__dec_t *d, void *elem) {
   return rc ? rc : em__check_stage(st);
 }
 
-static int read_data_key(em__dec_t *d, uint64_t key, em_data_t *out) {
-  uint64_t v = 0;
-  void *stages = NULL;
-  int rc;
-  switch (key) {
-  case KD_SEQ:
-    rc = em__read_uint(d, UINT32_MAX, &v);
-    out->seq = (uint32_t)v;
-    return rc;
-  case KD_WINDOW:
-    return em__read_uint(d, UINT64_MAX, &out->window_ns);
-  case KD_VALUES:
-    return read_values(d, out);
-  case KD_STAGES:
-    rc = em__read_array(d, EM_PROTO_MAX_STAGES, sizeof(em_stage_t), read_stage, &stages,
-                        &out->n_stages);
-    out->stages = stages;
-    return rc;
-  case KD_LEVEL:
-    rc = em__read_uint(d, EM_LEVEL_CRITICAL, &v);
-    out->level = (em_level_t)v;
-    return rc;
-  case KD_HISTORICAL:
-    return em__read_bool(d, &out->historical);
-  case KD_MODEL:
-    return em__read_model(d, &out->model);
-  default:
-    return em__skip(d);
-  }
-}
+static const em__field_t data_rows[] = {
+    EM__UINT(KD_SEQ, em_data_t, seq, 0, UINT32_MAX, REQ),
+    EM__UINT(KD_WINDOW, em_data_t, window_ns, 0, UINT64_MAX, REQ),
+    EM__FN(KD_VALUES, em_data_t, samples, read_values, NULL, REQ),
+    EM__LIST(KD_STAGES, em_data_t, stages, n_stages, em_stage_t, read_stage, EM_PROTO_MAX_STAGES,
+             REQ),
+    EM__UINT(KD_LEVEL, em_data_t, level, 0, EM_LEVEL_CRITICAL, OPT),
+    EM__BOOL(KD_HISTORICAL, em_data_t, historical, OPT),
+    EM__FN(KD_MODEL, em_data_t, model, em__field_model, NULL, OPT)};
 
 /* --- state, status, cmd --------------------------------------------------------------- */
 
-static int read_state_key(em__dec_t *d, uint64_t key, em_state_t *out) {
+static const em__field_t state_rows[] = {
+    EM__UINT(KT_LEVEL, em_state_t, level, 0, EM_LEVEL_CRITICAL, REQ),
+    EM__UINT(KT_PREV, em_state_t, prev_level, 0, EM_LEVEL_CRITICAL, REQ),
+    EM__UINT(KT_MONO, em_state_t, mono_ns, 0, UINT64_MAX, REQ),
+    EM__CAUSE_ROWS(KT_RULE, em_state_t),
+    EM__BOOL(KT_HISTORICAL, em_state_t, historical, OPT),
+    EM__FN(KT_MODEL, em_state_t, model, em__field_model, NULL, OPT),
+    EM__BOOL(KT_MODEL_CHANGE, em_state_t, model_change, OPT)};
+
+static const em__field_t status_rows[] = {EM__BOOL(KX_ONLINE, em_status_t, online, REQ)};
+
+/* A command's code: one of the three the schema names. */
+static int read_command(em__dec_t *d, const em__field_t *f, void *base) {
+  em_cmd_t *cmd = base;
   uint64_t v = 0;
-  int rc;
-  switch (key) {
-  case KT_LEVEL:
-  case KT_PREV:
-    rc = em__read_uint(d, EM_LEVEL_CRITICAL, &v);
-    *(key == KT_LEVEL ? &out->level : &out->prev_level) = (em_level_t)v;
-    return rc;
-  case KT_MONO:
-    return em__read_uint(d, UINT64_MAX, &out->mono_ns);
-  case KT_RULE:
-  case KT_STAGE:
-  case KT_VALUE:
-  case KT_BOUND:
-  case KT_REASON:
-    return em__read_cause(d, (em_cause_key_t)(key - KT_RULE), EM_CAUSE_REF(out));
-  case KT_HISTORICAL:
-    return em__read_bool(d, &out->historical);
-  case KT_MODEL:
-    return em__read_model(d, &out->model);
-  case KT_MODEL_CHANGE:
-    return em__read_bool(d, &out->model_change);
-  default:
-    return em__skip(d);
+  (void)f;
+  int rc = em__read_uint(d, UINT32_MAX, &v);
+  if (!rc && v != EM_CMD_REBIRTH && v != EM_CMD_FLIGHT && v != EM_CMD_PROFILE) {
+    rc = EM_PROTO_ERANGE;
   }
+  cmd->command = (em_cmd_code_t)v;
+  return rc;
 }
+
+static const em__field_t cmd_rows[] = {
+    EM__FN(KC_COMMAND, em_cmd_t, command, read_command, NULL, REQ),
+    EM__UINT(KC_SECONDS, em_cmd_t, seconds, 1, EM_PROTO_MAX_PROFILE_SECS, OPT)};
 
 /* --- top level ------------------------------------------------------------------------ */
 
-/* Keys each kind needs beyond version, kind and its head. */
-static uint64_t required_keys(em_msg_kind_t kind) {
-  switch (kind) {
-  case EM_MSG_BIRTH:
-    return BIT(KB_DEVICE) | BIT(KB_AGENT) | BIT(KB_BOARD) | BIT(KB_PERIOD) | BIT(KB_METRICS) |
-           BIT(KB_BUDGETS);
-  case EM_MSG_DATA:
-    return BIT(KD_SEQ) | BIT(KD_WINDOW) | BIT(KD_VALUES) | BIT(KD_STAGES);
-  case EM_MSG_STATE:
-    return BIT(KT_LEVEL) | BIT(KT_PREV) | BIT(KT_MONO);
-  case EM_MSG_STATUS:
-    return BIT(KX_ONLINE);
-  case EM_MSG_CMD:
-    return BIT(KC_COMMAND);
-  case EM_MSG_FLIGHT: /* em_flight_decode() and em_profile_decode() read them; never here. */
-  case EM_MSG_PROFILE:
-    break;
-  }
-  return 0;
-}
-
-/* The value of one kind-specific key. */
-static int read_kind_key(em__dec_t *d, uint64_t key, em_msg_t *out) {
-  uint64_t v = 0;
-  int rc;
-  switch (out->kind) {
-  case EM_MSG_BIRTH:
-    return read_birth_key(d, key, &out->u.birth);
-  case EM_MSG_DATA:
-    return read_data_key(d, key, &out->u.data);
-  case EM_MSG_STATE:
-    return read_state_key(d, key, &out->u.state);
-  case EM_MSG_STATUS:
-    return key == KX_ONLINE ? em__read_bool(d, &out->u.status.online) : em__skip(d);
-  case EM_MSG_CMD:
-    if (key == KC_SECONDS) {
-      rc = em__read_uint(d, EM_PROTO_MAX_PROFILE_SECS, &v);
-      out->u.cmd.seconds = (uint32_t)v;
-      return !rc && v == 0 ? EM_PROTO_ERANGE : rc;
-    }
-    if (key != KC_COMMAND) {
-      return em__skip(d);
-    }
-    rc = em__read_uint(d, UINT32_MAX, &v);
-    if (!rc && v != EM_CMD_REBIRTH && v != EM_CMD_FLIGHT && v != EM_CMD_PROFILE) {
-      rc = EM_PROTO_ERANGE;
-    }
-    out->u.cmd.command = (em_cmd_code_t)v;
-    return rc;
-  case EM_MSG_FLIGHT:
-  case EM_MSG_PROFILE:
-    break;
-  }
-  return em__skip(d);
-}
+/* The rows of each kind's own keys, read into its member of the message's union. */
+static const em__fields_t kind_fields[] = {
+    [EM_MSG_BIRTH] = EM__TABLE(birth_rows), [EM_MSG_DATA] = EM__TABLE(data_rows),
+    [EM_MSG_STATE] = EM__TABLE(state_rows), [EM_MSG_STATUS] = EM__TABLE(status_rows),
+    [EM_MSG_CMD] = EM__TABLE(cmd_rows),
+};
 
 /* The head of `m`: every kind has one. */
 static em_msg_head_t *head_of(em_msg_t *m) {
@@ -513,7 +332,7 @@ static em_msg_head_t *head_of(em_msg_t *m) {
  */
 static int read_message(em__dec_t *d, void *msg) {
   em_msg_t *out = msg;
-  uint64_t n = 0, seen = 0, key = 0, v = 0;
+  uint64_t n = 0, seen = 0, v = 0;
   int rc = em__read_start(d, &n, &seen, &v);
   if (!rc && v > EM_MSG_CMD) {
     rc = EM_PROTO_EKIND; /* Flights and profiles too: em_flight/profile_decode() read them. */
@@ -525,24 +344,7 @@ static int read_message(em__dec_t *d, void *msg) {
   if (out->kind == EM_MSG_DATA) {
     out->u.data.level = EM_LEVEL_NONE;
   }
-  for (uint64_t i = 2; i < n && !rc; i++) {
-    rc = em__read_key(d, &seen, &key);
-    if (rc) {
-      break;
-    }
-    const em_head_field_t *f = em__head_field(out->kind, key);
-    if (f) {
-      rc = em__read_uint(d, f->max, &v);
-      em__head_set(head_of(out), f, v);
-    } else {
-      rc = read_kind_key(d, key, out);
-    }
-  }
-  if (rc) {
-    return rc;
-  }
-  em__leave(d);
-  rc = em__require(d, 0, seen, em__head_keys(out->kind) | required_keys(out->kind));
+  rc = em__read_rest(d, n, seen, out->kind, head_of(out), &kind_fields[out->kind], &out->u);
   if (!rc && out->kind == EM_MSG_STATE && out->u.state.model_change &&
       (out->u.state.level != out->u.state.prev_level || !out->u.state.model.name)) {
     d->item_pos = 0;

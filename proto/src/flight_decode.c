@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cbor_read.h"
+#include "fields.h"
 
 /* Decoded bytes per encoded byte at most (em_flight_scratch_bytes). */
 #define SCRATCH_PER_BYTE 12u
@@ -74,7 +74,8 @@ static int read_delta(em__dec_t *d, uint64_t base, bool ascending, uint64_t *out
 
 /* --- header fields -------------------------------------------------------------------- */
 
-static int read_trigger(em__dec_t *d, em_flight_trigger_t *out) {
+static int read_trigger(em__dec_t *d, const em__field_t *f, void *base) {
+  em_flight_trigger_t *out = (em_flight_trigger_t *)((unsigned char *)base + f->offset);
   em_trigger_t t;
   memset(&t, 0, sizeof(t));
   int rc = em__read_trigger(d, true, &t);
@@ -113,24 +114,11 @@ static int read_column(em__dec_t *d, void *elem) {
   return 0;
 }
 
-static int read_truncation(em__dec_t *d, em_flight_truncation_t *t) {
-  uint64_t n = 0, seen = 0, key = 0;
-  int rc = em__open_container(d, T_MAP, 64, &n);
-  for (uint64_t i = 0; i < n && !rc; i++) {
-    rc = em__read_key(d, &seen, &key);
-    uint64_t *field = key == KN_SPANS_CUT     ? &t->spans_cut
-                      : key == KN_TICKS_CUT   ? &t->ticks_cut
-                      : key == KN_OVERWRITTEN ? &t->spans_overwritten
-                                              : NULL;
-    if (!rc) {
-      rc = field ? em__read_uint(d, UINT64_MAX, field) : em__skip(d);
-    }
-  }
-  if (!rc) {
-    em__leave(d);
-  }
-  return rc;
-}
+static const em__field_t truncation_rows[] = {
+    EM__UINT(KN_SPANS_CUT, em_flight_truncation_t, spans_cut, 0, UINT64_MAX, OPT),
+    EM__UINT(KN_TICKS_CUT, em_flight_truncation_t, ticks_cut, 0, UINT64_MAX, OPT),
+    EM__UINT(KN_OVERWRITTEN, em_flight_truncation_t, spans_overwritten, 0, UINT64_MAX, OPT)};
+static const em__fields_t truncation_fields = EM__TABLE(truncation_rows);
 
 /* --- ticks and spans (second pass) ---------------------------------------------------- */
 
@@ -279,51 +267,29 @@ static int read_spans(em__dec_t *d, em_flight_t *f) {
 
 /* --- top level ------------------------------------------------------------------------ */
 
+/* The recording as the first pass reads it, with where its ticks and spans lie. */
 typedef struct {
-  em_flight_t *f;
-  size_t ticks_at, spans_at; /* Where keys 12 and 13's values start, for the second pass. */
+  em_flight_t f;
+  em__later_t ticks, spans; /* Keys 12 and 13's values, for the second pass. */
 } ctx_t;
 
-static int read_flight_key(em__dec_t *d, uint64_t key, void *ctx) {
-  ctx_t *c = ctx;
-  em_flight_t *f = c->f;
-  uint64_t v = 0;
-  int rc;
-  void *list = NULL;
-  switch (key) {
-  case KF_NUMBER:
-    rc = em__read_uint(d, UINT32_MAX, &v);
-    f->number = (uint32_t)v;
-    return rc;
-  case KF_TRIGGER:
-    return read_trigger(d, &f->trigger);
-  case KF_MONO:
-    return em__read_uint(d, UINT64_MAX, &f->trigger_mono_ns);
-  case KF_PRE:
-    return em__read_uint(d, UINT64_MAX, &f->pre_ns);
-  case KF_POST:
-    return em__read_uint(d, UINT64_MAX, &f->post_ns);
-  case KF_PERIOD:
-    return em__read_uint(d, UINT64_MAX, &f->period_ns);
-  case KF_STAGES:
-    return em__read_stage_table(d, EM_FLIGHT_MAX_STAGES, &f->stages, &f->n_stages);
-  case KF_COLUMNS:
-    rc = em__read_array(d, EM_FLIGHT_MAX_COLUMNS, sizeof(em_flight_column_t), read_column, &list,
-                        &f->n_columns);
-    f->columns = list;
-    return rc;
-  case KF_TICKS:
-  case KF_SPANS:
-    *(key == KF_TICKS ? &c->ticks_at : &c->spans_at) = d->pos;
-    return em__skip(d);
-  case KF_TRUNCATED:
-    return read_truncation(d, &f->truncated);
-  case KF_HISTORICAL:
-    return em__read_bool(d, &f->historical);
-  default:
-    return em__skip(d);
-  }
-}
+#define FLIGHT_U64(k, m) EM__UINT(k, ctx_t, f.m, 0, UINT64_MAX, REQ)
+
+static const em__field_t flight_rows[] = {
+    EM__UINT(KF_NUMBER, ctx_t, f.number, 0, UINT32_MAX, REQ),
+    EM__FN(KF_TRIGGER, ctx_t, f.trigger, read_trigger, NULL, REQ),
+    FLIGHT_U64(KF_MONO, trigger_mono_ns),
+    FLIGHT_U64(KF_PRE, pre_ns),
+    FLIGHT_U64(KF_POST, post_ns),
+    FLIGHT_U64(KF_PERIOD, period_ns),
+    EM__STAGES(KF_STAGES, ctx_t, f.stages, f.n_stages, EM_FLIGHT_MAX_STAGES, REQ),
+    EM__LIST(KF_COLUMNS, ctx_t, f.columns, f.n_columns, em_flight_column_t, read_column,
+             EM_FLIGHT_MAX_COLUMNS, REQ),
+    EM__LATER(KF_TICKS, ctx_t, ticks, REQ),
+    EM__LATER(KF_SPANS, ctx_t, spans, REQ),
+    EM__MAP(KF_TRUNCATED, ctx_t, f.truncated, &truncation_fields, OPT),
+    EM__BOOL(KF_HISTORICAL, ctx_t, f.historical, OPT)};
+static const em__fields_t flight_fields = EM__TABLE(flight_rows);
 
 static int reread_ticks(em__dec_t *d, void *flight) {
   return read_ticks(d, flight);
@@ -334,18 +300,16 @@ static int reread_spans(em__dec_t *d, void *flight) {
 }
 
 static int read_flight(em__dec_t *d, void *flight) {
-  ctx_t c = {flight, 0, 0};
-  int rc = em__read_top(d, EM_MSG_FLIGHT, &c.f->head,
-                        BIT(KF_NUMBER) | BIT(KF_TRIGGER) | BIT(KF_MONO) | BIT(KF_PRE) |
-                            BIT(KF_POST) | BIT(KF_PERIOD) | BIT(KF_STAGES) | BIT(KF_COLUMNS) |
-                            BIT(KF_TICKS) | BIT(KF_SPANS),
-                        read_flight_key, &c);
+  ctx_t c;
+  memset(&c, 0, sizeof(c));
+  int rc = em__read_top(d, EM_MSG_FLIGHT, &c.f.head, &flight_fields, &c);
   if (!rc) {
-    rc = em__reread(d, c.ticks_at, reread_ticks, c.f);
+    rc = em__reread(d, c.ticks.at, reread_ticks, &c.f);
   }
   if (!rc) {
-    rc = em__reread(d, c.spans_at, reread_spans, c.f);
+    rc = em__reread(d, c.spans.at, reread_spans, &c.f);
   }
+  memcpy(flight, &c.f, sizeof(c.f));
   return rc;
 }
 

@@ -12,7 +12,7 @@
  */
 #include <string.h>
 
-#include "cbor_read.h"
+#include "fields.h"
 
 /* Decoded bytes per encoded byte at most (em_profile_scratch_bytes). */
 #define SCRATCH_PER_BYTE 10u
@@ -46,7 +46,8 @@ size_t em_profile_scratch_bytes(size_t len) {
 
 /* --- tables --------------------------------------------------------------------------- */
 
-static int read_trigger(em__dec_t *d, em_profile_trigger_t *out) {
+static int read_trigger(em__dec_t *d, const em__field_t *f, void *base) {
+  em_profile_trigger_t *out = (em_profile_trigger_t *)((unsigned char *)base + f->offset);
   em_trigger_t t;
   memset(&t, 0, sizeof(t));
   int rc = em__read_trigger(d, false, &t);
@@ -63,7 +64,9 @@ static int read_note(em__dec_t *d, void *elem) {
   return em__read_str(d, STR_TEXT, EM_PROTO_MAX_TEXT_BYTES, (const char **)elem);
 }
 
-static int read_clock(em__dec_t *d, em_profile_t *p) {
+static int read_clock(em__dec_t *d, const em__field_t *f, void *base) {
+  em_profile_t *p = base;
+  (void)f;
   size_t at = d->pos;
   int rc = em__read_str(d, STR_IDENT, EM_PROTO_MAX_STAGE_BYTES, &p->clock);
   if (!rc) {
@@ -86,7 +89,9 @@ static int read_frame_text(em__dec_t *d, bool nullable, const char **out) {
 }
 
 /* The frame table: 3 items per frame (kind, name, module or null). */
-static int read_frames(em__dec_t *d, em_profile_t *p) {
+static int read_frames(em__dec_t *d, const em__field_t *row, void *base) {
+  em_profile_t *p = base;
+  (void)row;
   uint64_t n = 0, kind = 0;
   int rc = em__open_container(d, T_ARRAY, 3u * EM_PROFILE_MAX_FRAMES, &n);
   if (!rc && n % 3) {
@@ -118,23 +123,10 @@ static int read_frames(em__dec_t *d, em_profile_t *p) {
   return 0;
 }
 
-static int read_truncation(em__dec_t *d, em_profile_truncation_t *t) {
-  uint64_t n = 0, seen = 0, key = 0;
-  int rc = em__open_container(d, T_MAP, 64, &n);
-  for (uint64_t i = 0; i < n && !rc; i++) {
-    rc = em__read_key(d, &seen, &key);
-    uint64_t *field = key == KPN_STACKS_CUT    ? &t->stacks_cut
-                      : key == KPN_SAMPLES_CUT ? &t->samples_cut
-                                               : NULL;
-    if (!rc) {
-      rc = field ? em__read_uint(d, UINT64_MAX, field) : em__skip(d);
-    }
-  }
-  if (!rc) {
-    em__leave(d);
-  }
-  return rc;
-}
+static const em__field_t truncation_rows[] = {
+    EM__UINT(KPN_STACKS_CUT, em_profile_truncation_t, stacks_cut, 0, UINT64_MAX, OPT),
+    EM__UINT(KPN_SAMPLES_CUT, em_profile_truncation_t, samples_cut, 0, UINT64_MAX, OPT)};
+static const em__fields_t truncation_fields = EM__TABLE(truncation_rows);
 
 /* --- stacks (second pass) ------------------------------------------------------------- */
 
@@ -235,74 +227,46 @@ static int read_stacks(em__dec_t *d, em_profile_t *p, size_t end) {
 
 /* --- top level ------------------------------------------------------------------------ */
 
+/* The profile as the first pass reads it, with where its stacks lie. */
 typedef struct {
-  em_profile_t *p;
-  size_t stacks_at, stacks_end; /* Where key 14's value starts and ends, for the second pass. */
+  em_profile_t p;
+  em__later_t stacks; /* Key 14's value, for the second pass. */
 } ctx_t;
 
-static int read_profile_key(em__dec_t *d, uint64_t key, void *ctx) {
-  ctx_t *c = ctx;
-  em_profile_t *p = c->p;
-  uint64_t v = 0;
-  int rc;
-  void *list = NULL;
-  switch (key) {
-  case KP_NUMBER:
-    rc = em__read_uint(d, UINT32_MAX, &v);
-    p->number = (uint32_t)v;
-    return rc;
-  case KP_TRIGGER:
-    return read_trigger(d, &p->trigger);
-  case KP_MONO:
-    return em__read_uint(d, UINT64_MAX, &p->start_mono_ns);
-  case KP_DURATION:
-    return em__read_uint(d, UINT64_MAX, &p->duration_ns);
-  case KP_HZ:
-    rc = em__read_uint(d, 1000, &v);
-    p->hz = (uint32_t)v;
-    return !rc && v == 0 ? EM_PROTO_ERANGE : rc;
-  case KP_CLOCK:
-    return read_clock(d, p);
-  case KP_SAMPLES:
-    return em__read_uint(d, UINT64_MAX, &p->samples);
-  case KP_LOST:
-    return em__read_uint(d, UINT64_MAX, &p->lost);
-  case KP_STAGES:
-    return em__read_stage_table(d, EM_PROFILE_MAX_STAGES, &p->stages, &p->n_stages);
-  case KP_FRAMES:
-    return read_frames(d, p);
-  case KP_STACKS:
-    c->stacks_at = d->pos;
-    rc = em__skip(d);
-    c->stacks_end = d->pos;
-    return rc;
-  case KP_NOTES:
-    rc = em__read_array(d, EM_PROFILE_MAX_NOTES, sizeof(const char *), read_note, &list,
-                        &p->n_notes);
-    p->notes = list;
-    return rc;
-  case KP_TRUNCATED:
-    return read_truncation(d, &p->truncated);
-  case KP_HISTORICAL:
-    return em__read_bool(d, &p->historical);
-  default:
-    return em__skip(d);
-  }
-}
+#define PROFILE_U64(k, m) EM__UINT(k, ctx_t, p.m, 0, UINT64_MAX, REQ)
+
+static const em__field_t profile_rows[] = {
+    EM__UINT(KP_NUMBER, ctx_t, p.number, 0, UINT32_MAX, REQ),
+    EM__FN(KP_TRIGGER, ctx_t, p.trigger, read_trigger, NULL, REQ),
+    PROFILE_U64(KP_MONO, start_mono_ns),
+    PROFILE_U64(KP_DURATION, duration_ns),
+    EM__UINT(KP_HZ, ctx_t, p.hz, 1, 1000, REQ),
+    EM__FN(KP_CLOCK, ctx_t, p.clock, read_clock, NULL, REQ),
+    PROFILE_U64(KP_SAMPLES, samples),
+    PROFILE_U64(KP_LOST, lost),
+    EM__STAGES(KP_STAGES, ctx_t, p.stages, p.n_stages, EM_PROFILE_MAX_STAGES, REQ),
+    EM__FN(KP_FRAMES, ctx_t, p.frames, read_frames, NULL, REQ),
+    EM__LATER(KP_STACKS, ctx_t, stacks, REQ),
+    EM__LIST(KP_NOTES, ctx_t, p.notes, p.n_notes, const char *, read_note, EM_PROFILE_MAX_NOTES,
+             OPT),
+    EM__MAP(KP_TRUNCATED, ctx_t, p.truncated, &truncation_fields, OPT),
+    EM__BOOL(KP_HISTORICAL, ctx_t, p.historical, OPT)};
+static const em__fields_t profile_fields = EM__TABLE(profile_rows);
 
 static int reread_stacks(em__dec_t *d, void *ctx) {
   ctx_t *c = ctx;
-  return read_stacks(d, c->p, c->stacks_end);
+  return read_stacks(d, &c->p, c->stacks.end);
 }
 
 static int read_profile(em__dec_t *d, void *profile) {
-  ctx_t c = {profile, 0, 0};
-  int rc = em__read_top(d, EM_MSG_PROFILE, &c.p->head,
-                        BIT(KP_NUMBER) | BIT(KP_TRIGGER) | BIT(KP_MONO) | BIT(KP_DURATION) |
-                            BIT(KP_HZ) | BIT(KP_CLOCK) | BIT(KP_SAMPLES) | BIT(KP_LOST) |
-                            BIT(KP_STAGES) | BIT(KP_FRAMES) | BIT(KP_STACKS),
-                        read_profile_key, &c);
-  return rc ? rc : em__reread(d, c.stacks_at, reread_stacks, &c);
+  ctx_t c;
+  memset(&c, 0, sizeof(c));
+  int rc = em__read_top(d, EM_MSG_PROFILE, &c.p.head, &profile_fields, &c);
+  if (!rc) {
+    rc = em__reread(d, c.stacks.at, reread_stacks, &c);
+  }
+  memcpy(profile, &c.p, sizeof(c.p));
+  return rc;
 }
 
 int em_profile_decode(const uint8_t *buf, size_t len, em_profile_t *out, void *scratch,
