@@ -2,7 +2,7 @@
 """bench_dashboard_api.py - latency of the dashboard's JSON API on a 7-day store of a fleet.
 
 Builds the store the aggregator would hold after a week of --devices devices x 3 stages at
-10 Hz, in the formats of host/aggregator/SCHEMA.md: a first aggregator run fed by
+10 Hz, in the formats of host/aggregator/store/SCHEMA.md: a first aggregator run fed by
 edgemon-sim creates the schema and the devices, stages and metrics rows; then, with sqlite3,
 1-hour rollups (stage_rollups, data_rollups) for the 7 days up to the hour watermark, 1-minute
 rollups from there to the minute watermark (70 s before now, as the maintenance leaves it; for

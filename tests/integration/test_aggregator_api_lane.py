@@ -1,6 +1,6 @@
 """The dashboard API's queries of the store cannot starve /healthz and /metrics: a real mosquitto,
 a real edgemon-aggregator serving a 7-day store of 64 devices (1-hour rollups of 3 stages, written
-with sqlite3 in the layout of host/aggregator/SCHEMA.md, histograms drawn as
+with sqlite3 in the layout of host/aggregator/store/SCHEMA.md, histograms drawn as
 tests/bench/bench_dashboard_api.py draws them), and 50 clients, in two other processes, looping
 over 7-day fleet latencies and 7-day device histories on kept-alive connections (a refused one
 retries four times sooner than Retry-After asks) while this process times /healthz (a new

@@ -26,7 +26,7 @@ from soaklib import free_port, wait_until
 
 MOSQUITTO = os.environ.get("EM_MOSQUITTO", "/usr/sbin/mosquitto")
 MIB = 1024 * 1024
-# The bound host/aggregator/SCHEMA.md documents ("WAL bound").
+# The bound host/aggregator/store/SCHEMA.md documents ("WAL bound").
 WAL_BOUND_BYTES = 32 * MIB
 
 

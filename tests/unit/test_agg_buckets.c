@@ -1,5 +1,5 @@
 /*
- * test_agg_buckets.c - the store's bucket blob codec (host/aggregator/buckets.c): a window's
+ * test_agg_buckets.c - the store's bucket blob codec (host/aggregator/store/buckets.c): a window's
  * buckets survive encode and decode, negative indexes included; the bytes are the layout
  * SCHEMA.md documents; every malformed blob or figure the decoder must refuse is refused with
  * -EINVAL; a decoded blob merges with em_histo like the window it came from.

@@ -1,5 +1,5 @@
 /*
- * test_agg_metrics.c - the aggregator's renderers (host/aggregator/metrics.c): the Prometheus
+ * test_agg_metrics.c - the aggregator's renderers (host/aggregator/api/metrics.c): the Prometheus
  * text exposition and the JSON of /api/devices.
  *
  * The registry is assembled by hand (a dict with births, value arrays, histograms filled from

@@ -1,5 +1,5 @@
 /*
- * test_agg_profiles.c - stack profiles in the aggregator's store (host/aggregator/forensics.c
+ * test_agg_profiles.c - stack profiles in the aggregator's store (host/aggregator/store/forensics.c
  * through em_store_add_profile()) and their list (forensic_api.c) against a real SQLite
  * database in a temporary directory: the row's summary columns and its CBOR as given, a replay
  * (same device, session and number, live or historical) stored once and counted as a

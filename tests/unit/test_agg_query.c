@@ -1,5 +1,5 @@
 /*
- * test_agg_query.c - the dashboard API's parameter parser (host/aggregator/query.c): defaults,
+ * test_agg_query.c - the dashboard API's parameter parser (host/aggregator/api/query.c): defaults,
  * durations and their bounds, from/to, percent-decoding, level lists, the parameters each
  * endpoint accepts (the flight list's since, until and limit too), repeats, too many parameters,
  * and malformed numbers, each refusal with a message naming the parameter.

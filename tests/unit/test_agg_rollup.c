@@ -1,5 +1,5 @@
 /*
- * test_agg_rollup.c - the store's minute and hour rollups (host/aggregator/rollup.c through
+ * test_agg_rollup.c - the store's minute and hour rollups (host/aggregator/store/rollup.c through
  * store.c) on a real SQLite file: every rollup row's count, sum, min and max equals its raw
  * windows', its merged histogram gives the percentiles of merging the raw windows, its metric
  * means, maxima and sample counts equal the raw samples'; a replayed (historical) row updates

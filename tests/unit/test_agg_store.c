@@ -1,5 +1,5 @@
 /*
- * test_agg_store.c - the aggregator's SQLite store (host/aggregator/store.c) against a real
+ * test_agg_store.c - the aggregator's SQLite store (host/aggregator/store/store.c) against a real
  * SQLite database in a temporary directory: schema and application_id, rows with names and
  * values, absent values, batching by rows and by time, clean/unclean detection, retention,
  * downsampling (also of values whose sum passes int64), failures counted by table and reason

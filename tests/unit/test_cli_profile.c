@@ -1,6 +1,6 @@
 /*
  * test_cli_profile.c - the figures and outputs of edgemon-cli profile computed from a profile
- * built here (host/cli/profile_stacks.c, profile_pprof.c, profile_svg.c): the hottest-stack
+ * built here (host/cli/profile/profile_stacks.c, profile_pprof.c, profile_svg.c): the hottest-stack
  * order, the by-function self and total samples (recursion counted once), the stack text cut
  * from the root side, the folded lines (stages merged, ';' in a name escaped), the flame
  * graph's rectangles (one per distinct prefix, widths proportional to samples), and the pprof

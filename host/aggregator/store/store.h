@@ -11,7 +11,7 @@
  * process (kill -9); a power loss may lose the last committed batches but never corrupts the
  * file. WAL checkpoints run on a thread of their own (checkpoint.h), which keeps PATH-wal under
  * the bound SCHEMA.md states. The schema is documented
- * in host/aggregator/SCHEMA.md and created when missing.
+ * in host/aggregator/store/SCHEMA.md and created when missing.
  * Retention deletes rows older than retention_s and downsamples samples older than
  * downsample_after_s to one row per metric per downsample_step_s (the mean).
  *
