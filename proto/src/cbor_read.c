@@ -4,6 +4,7 @@
  * schema allows. Reads nothing outside the input, never allocates (decoded strings and arrays
  * go to the caller's scratch), reentrant.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "cbor_head.h"
@@ -309,6 +310,46 @@ int em__require(em__dec_t *d, size_t map_pos, uint64_t seen, uint64_t required) 
   return 0;
 }
 
+int em__open_list(em__dec_t *d, em__tok_type_t type, uint64_t max, unsigned group, size_t elem_size,
+                  uint64_t *n, void **elems) {
+  uint64_t items = 0;
+  int rc = em__open_container(d, type, max, &items);
+  if (rc) {
+    return rc;
+  }
+  if (items % group) {
+    return EM_PROTO_EINCONSISTENT;
+  }
+  *n = items / group;
+  *elems = em__scratch_alloc(d, (size_t)*n * elem_size);
+  return !*elems && *n ? EM_PROTO_ESCRATCH : 0;
+}
+
+int em__close_list(em__dec_t *d, int rc, void *elems, uint64_t n, void *out, size_t *n_out) {
+  if (rc) {
+    return rc;
+  }
+  em__leave(d);
+  memcpy(out, &elems, sizeof(elems));
+  *n_out = (size_t)n;
+  return 0;
+}
+
+int em__sort_unique(em__dec_t *d, size_t at, void *elems, size_t n, size_t size,
+                    int (*cmp)(const void *, const void *)) {
+  const unsigned char *e = elems;
+  if (n > 1) {
+    qsort(elems, n, size, cmp);
+  }
+  for (size_t i = 1; i < n; i++) {
+    if (cmp(e + (i - 1) * size, e + i * size) == 0) {
+      d->item_pos = at;
+      return EM_PROTO_EDUPLICATE;
+    }
+  }
+  return 0;
+}
+
 /*
  * An array of at most `max` elements of `elem_size` bytes, each read by `fn` into scratch.
  * On success *out points at the elements and *n_out is their count.
@@ -316,24 +357,12 @@ int em__require(em__dec_t *d, size_t map_pos, uint64_t seen, uint64_t required) 
 int em__read_array(em__dec_t *d, uint64_t max, size_t elem_size, em__elem_fn fn, void **out,
                    size_t *n_out) {
   uint64_t n = 0;
-  int rc = em__open_container(d, T_ARRAY, max, &n);
-  if (rc) {
-    return rc;
-  }
-  uint8_t *elems = em__scratch_alloc(d, (size_t)n * elem_size);
-  if (!elems && n) {
-    return EM_PROTO_ESCRATCH;
-  }
+  void *elems = NULL;
+  int rc = em__open_list(d, T_ARRAY, max, 1, elem_size, &n, &elems);
   for (uint64_t i = 0; i < n && !rc; i++) {
-    rc = fn(d, elems + i * elem_size);
+    rc = fn(d, (uint8_t *)elems + i * elem_size);
   }
-  if (rc) {
-    return rc;
-  }
-  em__leave(d);
-  *out = elems;
-  *n_out = (size_t)n;
-  return 0;
+  return em__close_list(d, rc, elems, n, out, n_out);
 }
 
 int em__decode_whole(const uint8_t *buf, size_t len, size_t max_len, em__message_fn fn, void *out,

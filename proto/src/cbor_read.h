@@ -92,6 +92,28 @@ int em__read_key(em__dec_t *d, uint64_t *seen, uint64_t *key);
 /* Checks that every key in `required` is in `seen`; reports at the map's start. */
 int em__require(em__dec_t *d, size_t map_pos, uint64_t seen, uint64_t required);
 
+/*
+ * Opens an array or map (`type`) of at most `max` items (a map's items are its pairs) that come in
+ * groups of `group` (an item count that is not a multiple: EINCONSISTENT) and claims scratch for
+ * one element of `elem_size` bytes per group (ESCRATCH). *n is the number of groups, *elems the
+ * elements.
+ */
+int em__open_list(em__dec_t *d, em__tok_type_t type, uint64_t max, unsigned group, size_t elem_size,
+                  uint64_t *n, void **elems);
+
+/*
+ * Ends a list that em__open_list opened: on rc == 0 leaves the container and stores the
+ * elements (a pointer, written to *(void **)out) and their count; otherwise returns rc as is.
+ */
+int em__close_list(em__dec_t *d, int rc, void *elems, uint64_t n, void *out, size_t *n_out);
+
+/*
+ * Sorts n elements of `size` bytes with `cmp` and reports EDUPLICATE at `at` when two compare
+ * equal: the decoders' maps keyed by something other than small unsigned keys.
+ */
+int em__sort_unique(em__dec_t *d, size_t at, void *elems, size_t n, size_t size,
+                    int (*cmp)(const void *, const void *));
+
 /* Reads one element of an array into `elem` (typed by the caller). */
 typedef int (*em__elem_fn)(em__dec_t *d, void *elem);
 

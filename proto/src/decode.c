@@ -142,14 +142,9 @@ static int read_values(em__dec_t *d, const em__field_t *f, void *base) {
   (void)f;
   size_t at = d->pos;
   uint64_t n = 0, v = 0;
-  int rc = em__open_container(d, T_MAP, EM_PROTO_MAX_METRICS, &n);
-  if (rc) {
-    return rc;
-  }
-  em_sample_t *s = em__scratch_alloc(d, (size_t)n * sizeof(*s));
-  if (!s && n) {
-    return EM_PROTO_ESCRATCH;
-  }
+  void *mem = NULL;
+  int rc = em__open_list(d, T_MAP, EM_PROTO_MAX_METRICS, 1, sizeof(em_sample_t), &n, &mem);
+  em_sample_t *s = mem;
   for (uint64_t i = 0; i < n && !rc; i++) {
     rc = em__read_uint(d, EM_PROTO_MAX_ALIAS, &v);
     if (rc == EM_PROTO_ETYPE) {
@@ -160,22 +155,10 @@ static int read_values(em__dec_t *d, const em__field_t *f, void *base) {
       rc = em__read_value(d, true, &s[i].value);
     }
   }
-  if (rc) {
-    return rc;
+  if (!rc) {
+    rc = em__sort_unique(d, at, s, (size_t)n, sizeof(*s), cmp_sample);
   }
-  em__leave(d);
-  if (n > 1) {
-    qsort(s, (size_t)n, sizeof(*s), cmp_sample);
-  }
-  for (uint64_t i = 1; i < n; i++) {
-    if (s[i].alias == s[i - 1].alias) {
-      d->item_pos = at;
-      return EM_PROTO_EDUPLICATE;
-    }
-  }
-  out->samples = s;
-  out->n_samples = (size_t)n;
-  return 0;
+  return em__close_list(d, rc, s, n, &out->samples, &out->n_samples);
 }
 
 /* Buckets: [first index, count, (gap >= 1, count)...], decoded to absolute indices. */
@@ -183,19 +166,11 @@ static int read_buckets(em__dec_t *d, const em__field_t *f, void *base) {
   em_stage_t *st = base;
   (void)f;
   uint64_t n = 0;
-  int rc = em__open_container(d, T_ARRAY, 2 * EM_PROTO_MAX_BUCKETS, &n);
-  if (rc) {
-    return rc;
-  }
-  if (n % 2) {
-    return EM_PROTO_EINCONSISTENT;
-  }
-  em_bucket_t *b = em__scratch_alloc(d, (size_t)(n / 2) * sizeof(*b));
-  if (!b && n) {
-    return EM_PROTO_ESCRATCH;
-  }
+  void *mem = NULL;
+  int rc = em__open_list(d, T_ARRAY, 2 * EM_PROTO_MAX_BUCKETS, 2, sizeof(em_bucket_t), &n, &mem);
+  em_bucket_t *b = mem;
   int64_t index = 0;
-  for (uint64_t i = 0; i < n / 2; i++) {
+  for (uint64_t i = 0; i < n && !rc; i++) {
     if (i == 0) {
       rc = em__read_int(d, INT32_MIN, INT32_MAX, &index);
     } else {
@@ -210,14 +185,8 @@ static int read_buckets(em__dec_t *d, const em__field_t *f, void *base) {
       b[i].index = (int32_t)index;
       rc = em__read_uint(d, UINT64_MAX, &b[i].count);
     }
-    if (rc) {
-      return rc;
-    }
   }
-  em__leave(d);
-  st->buckets = b;
-  st->n_buckets = (size_t)(n / 2);
-  return 0;
+  return em__close_list(d, rc, b, n, &st->buckets, &st->n_buckets);
 }
 
 #define STAGE_U64(k, m) EM__UINT(k, em_stage_t, m, 0, UINT64_MAX, OPT)

@@ -182,17 +182,11 @@ static int read_tick(em__dec_t *d, const em_flight_t *f, em_flight_tick_t *t, ui
     rc = read_figure(d, f, &v[j], total);
     sorted = sorted && (j == 0 || v[j].column > v[j - 1].column);
   }
+  if (!rc && !sorted) {
+    rc = em__sort_unique(d, at, v, (size_t)k, sizeof(*v), cmp_value);
+  }
   if (rc) {
     return rc;
-  }
-  if (!sorted) {
-    qsort(v, (size_t)k, sizeof(*v), cmp_value);
-    for (uint64_t j = 1; j < k; j++) {
-      if (v[j].column == v[j - 1].column) {
-        d->item_pos = at;
-        return EM_PROTO_EDUPLICATE;
-      }
-    }
   }
   em__leave(d); /* the values */
   em__leave(d); /* the tick */
@@ -204,41 +198,23 @@ static int read_tick(em__dec_t *d, const em_flight_t *f, em_flight_tick_t *t, ui
 static int read_ticks(em__dec_t *d, em_flight_t *f) {
   uint64_t n = 0;
   uint64_t total[EM_FLIGHT_MAX_COLUMNS] = {0};
-  int rc = em__open_container(d, T_ARRAY, EM_FLIGHT_MAX_TICKS, &n);
-  if (rc) {
-    return rc;
-  }
-  em_flight_tick_t *t = em__scratch_alloc(d, (size_t)n * sizeof(*t));
-  if (!t && n) {
-    return EM_PROTO_ESCRATCH;
-  }
+  void *mem = NULL;
+  int rc = em__open_list(d, T_ARRAY, EM_FLIGHT_MAX_TICKS, 1, sizeof(em_flight_tick_t), &n, &mem);
+  em_flight_tick_t *t = mem;
   for (uint64_t i = 0; i < n && !rc; i++) {
     memset(&t[i], 0, sizeof(t[i]));
     rc = read_tick(d, f, &t[i], i ? t[i - 1].mono_ns : f->trigger_mono_ns, i == 0, total);
   }
-  if (rc) {
-    return rc;
-  }
-  em__leave(d);
-  f->ticks = t;
-  f->n_ticks = (size_t)n;
-  return 0;
+  return em__close_list(d, rc, t, n, &f->ticks, &f->n_ticks);
 }
 
 static int read_spans(em__dec_t *d, em_flight_t *f) {
   uint64_t n = 0, stage = 0, frame = 0, start = f->trigger_mono_ns;
-  int rc = em__open_container(d, T_ARRAY, 4u * EM_FLIGHT_MAX_SPANS, &n);
-  if (!rc && n % 4) {
-    rc = EM_PROTO_EINCONSISTENT;
-  }
-  if (rc) {
-    return rc;
-  }
-  em_flight_span_t *s = em__scratch_alloc(d, (size_t)(n / 4) * sizeof(*s));
-  if (!s && n) {
-    return EM_PROTO_ESCRATCH;
-  }
-  for (uint64_t i = 0; i < n / 4 && !rc; i++) {
+  void *mem = NULL;
+  int rc =
+      em__open_list(d, T_ARRAY, 4u * EM_FLIGHT_MAX_SPANS, 4, sizeof(em_flight_span_t), &n, &mem);
+  em_flight_span_t *s = mem;
+  for (uint64_t i = 0; i < n && !rc; i++) {
     rc = em__read_uint(d, UINT32_MAX, &stage);
     if (!rc && stage >= f->n_stages) {
       rc = EM_PROTO_ERANGE;
@@ -256,13 +232,7 @@ static int read_spans(em__dec_t *d, em_flight_t *f) {
     s[i].frame_id = frame;
     s[i].start_ns = start;
   }
-  if (rc) {
-    return rc;
-  }
-  em__leave(d);
-  f->spans = s;
-  f->n_spans = (size_t)(n / 4);
-  return 0;
+  return em__close_list(d, rc, s, n, &f->spans, &f->n_spans);
 }
 
 /* --- top level ------------------------------------------------------------------------ */

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fields.h"
 #include "model.h"
 
 int em_proto_model_check(const em_model_t *m) {
@@ -94,14 +95,9 @@ static int cmp_label(const void *a, const void *b) {
 static int read_labels(em__dec_t *d, em_model_t *m) {
   size_t at = d->pos;
   uint64_t n = 0;
-  int rc = em__open_container(d, T_MAP, EM_PROTO_MAX_MODEL_LABELS, &n);
-  if (rc) {
-    return rc;
-  }
-  em_label_t *l = em__scratch_alloc(d, (size_t)n * sizeof(*l));
-  if (!l && n) {
-    return EM_PROTO_ESCRATCH;
-  }
+  void *mem = NULL;
+  int rc = em__open_list(d, T_MAP, EM_PROTO_MAX_MODEL_LABELS, 1, sizeof(em_label_t), &n, &mem);
+  em_label_t *l = mem;
   for (uint64_t i = 0; i < n && !rc; i++) {
     rc = em__read_str(d, STR_LABEL, EM_PROTO_MAX_LABEL_KEY, &l[i].key);
     if (rc == EM_PROTO_ETYPE) {
@@ -111,54 +107,26 @@ static int read_labels(em__dec_t *d, em_model_t *m) {
       rc = em__read_str(d, STR_NAME, EM_PROTO_MAX_LABEL_VALUE, &l[i].value);
     }
   }
-  if (rc) {
-    return rc;
+  if (!rc) {
+    rc = em__sort_unique(d, at, l, (size_t)n, sizeof(*l), cmp_label);
   }
-  em__leave(d);
-  if (n > 1) {
-    qsort(l, (size_t)n, sizeof(*l), cmp_label);
-  }
-  for (uint64_t i = 1; i < n; i++) {
-    if (strcmp(l[i].key, l[i - 1].key) == 0) {
-      d->item_pos = at;
-      return EM_PROTO_EDUPLICATE;
-    }
-  }
-  m->labels = l;
-  m->n_labels = (size_t)n;
-  return 0;
+  return em__close_list(d, rc, l, n, &m->labels, &m->n_labels);
 }
 
+static int read_labels_field(em__dec_t *d, const em__field_t *f, void *base) {
+  (void)f;
+  return read_labels(d, base);
+}
+
+static const em__field_t model_rows[] = {
+    EM__STR(KO_NAME, em_model_t, name, STR_NAME, EM_PROTO_MAX_NAME_BYTES, REQ),
+    EM__STR(KO_VERSION, em_model_t, version, STR_NAME, EM_PROTO_MAX_MODEL_VERSION, REQ),
+    EM__FN(KO_LABELS, em_model_t, labels, read_labels_field, NULL, OPT)};
+static const em__fields_t model_fields = EM__TABLE(model_rows);
+
 int em__read_model(em__dec_t *d, em_model_t *m) {
-  size_t at = d->pos;
-  uint64_t n = 0, seen = 0, key = 0;
-  int rc = em__open_container(d, T_MAP, 64, &n);
   memset(m, 0, sizeof(*m));
-  for (uint64_t i = 0; i < n && !rc; i++) {
-    rc = em__read_key(d, &seen, &key);
-    if (rc) {
-      break;
-    }
-    switch (key) {
-    case KO_NAME:
-      rc = em__read_str(d, STR_NAME, EM_PROTO_MAX_NAME_BYTES, &m->name);
-      break;
-    case KO_VERSION:
-      rc = em__read_str(d, STR_NAME, EM_PROTO_MAX_MODEL_VERSION, &m->version);
-      break;
-    case KO_LABELS:
-      rc = read_labels(d, m);
-      break;
-    default:
-      rc = em__skip(d);
-      break;
-    }
-  }
-  if (rc) {
-    return rc;
-  }
-  em__leave(d);
-  rc = em__require(d, at, seen, BIT(KO_NAME) | BIT(KO_VERSION));
+  int rc = em__read_map(d, &model_fields, m, NULL);
   if (rc) {
     memset(m, 0, sizeof(*m));
   }

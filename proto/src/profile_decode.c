@@ -93,18 +93,11 @@ static int read_frames(em__dec_t *d, const em__field_t *row, void *base) {
   em_profile_t *p = base;
   (void)row;
   uint64_t n = 0, kind = 0;
-  int rc = em__open_container(d, T_ARRAY, 3u * EM_PROFILE_MAX_FRAMES, &n);
-  if (!rc && n % 3) {
-    rc = EM_PROTO_EINCONSISTENT;
-  }
-  if (rc) {
-    return rc;
-  }
-  em_profile_frame_t *f = em__scratch_alloc(d, (size_t)(n / 3) * sizeof(*f));
-  if (!f && n) {
-    return EM_PROTO_ESCRATCH;
-  }
-  for (uint64_t i = 0; i < n / 3 && !rc; i++) {
+  void *mem = NULL;
+  int rc = em__open_list(d, T_ARRAY, 3u * EM_PROFILE_MAX_FRAMES, 3, sizeof(em_profile_frame_t), &n,
+                         &mem);
+  em_profile_frame_t *f = mem;
+  for (uint64_t i = 0; i < n && !rc; i++) {
     rc = em__read_uint(d, EM_FRAME_UNKNOWN, &kind);
     f[i].kind = (em_profile_frame_kind_t)kind;
     if (!rc) {
@@ -114,13 +107,7 @@ static int read_frames(em__dec_t *d, const em__field_t *row, void *base) {
       rc = read_frame_text(d, true, &f[i].module);
     }
   }
-  if (rc) {
-    return rc;
-  }
-  em__leave(d);
-  p->frames = f;
-  p->n_frames = (size_t)(n / 3);
-  return 0;
+  return em__close_list(d, rc, f, n, &p->frames, &p->n_frames);
 }
 
 static const em__field_t truncation_rows[] = {
@@ -216,13 +203,7 @@ static int read_stacks(em__dec_t *d, em_profile_t *p, size_t end) {
   if (!rc && !fits) {
     rc = EM_PROTO_EMALFORMED; /* Not reached: n stacks need 5n bytes. */
   }
-  if (rc) {
-    return rc;
-  }
-  em__leave(d);
-  p->stacks = s;
-  p->n_stacks = (size_t)n;
-  return 0;
+  return em__close_list(d, rc, s, n, &p->stacks, &p->n_stacks);
 }
 
 /* --- top level ------------------------------------------------------------------------ */
