@@ -1,6 +1,7 @@
 /*
  * schema.c - declarative config schemas (edgemon/common/schema.h): storing a value through its
- * row's type, defaults, lookups, did-you-mean, the reload comparison and documentation lines.
+ * row's type, defaults (given, or computed by a row's hook), lookups by key or command-line
+ * flag, did-you-mean, the reload comparison and adoption, and documentation lines.
  * Owns nothing; no global state; nothing allocates.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -372,7 +373,7 @@ int em_schema_apply(const em_schema_key_t *k, void *obj, const char *value, void
   return rc;
 }
 
-int em_schema_defaults(const em_schema_key_t *table, size_t n, void *obj,
+int em_schema_defaults(const em_schema_key_t *table, size_t n, void *obj, void *ctx,
                        const em_schema_key_t **bad) {
   if (bad != NULL) {
     *bad = NULL;
@@ -380,20 +381,25 @@ int em_schema_defaults(const em_schema_key_t *table, size_t n, void *obj,
   if (table == NULL || obj == NULL) {
     return -EINVAL;
   }
+  int rc = 0;
   for (size_t i = 0; i < n; i++) {
     const em_schema_key_t *k = &table[i];
-    if (k->set != NULL || k->def == NULL) {
-      continue;
-    }
-    char msg[EM_SCHEMA_MSG_MAX];
-    if (em_schema_set(k, obj, k->def, msg, sizeof(msg)) != 0) {
-      if (bad != NULL) {
-        *bad = k;
+    if (k->def != NULL) {
+      char msg[EM_SCHEMA_MSG_MAX];
+      int set = k->set != NULL ? k->set(ctx, k, obj, k->def)
+                               : em_schema_set(k, obj, k->def, msg, sizeof(msg));
+      if (set != 0 && rc == 0) {
+        rc = -EINVAL;
+        if (bad != NULL) {
+          *bad = k;
+        }
       }
-      return -EINVAL;
+    }
+    if (k->compute != NULL) {
+      k->compute(k, obj);
     }
   }
-  return 0;
+  return rc;
 }
 
 const em_schema_key_t *em_schema_find(const em_schema_key_t *table, size_t n, const char *section,
@@ -522,6 +528,61 @@ const em_schema_key_t *em_schema_first_change(const em_schema_key_t *table, size
     }
     if (!same_field(k, a, b)) {
       return k;
+    }
+  }
+  return NULL;
+}
+
+unsigned em_schema_adopt(const em_schema_key_t *table, size_t n, void *running, const void *next) {
+  if (table == NULL || running == NULL || next == NULL) {
+    return 0;
+  }
+  unsigned due = 0;
+  for (size_t i = 0; i < n; i++) {
+    const em_schema_key_t *k = &table[i];
+    bool has_field = k->offset != EM_SCHEMA_NO_FIELD && k->size > 0;
+    if (!(k->flags & EM_SCHEMA_RELOAD) || (k->same == NULL && !has_field) ||
+        same_field(k, running, next)) {
+      continue;
+    }
+    if (k->copy != NULL) {
+      k->copy(running, next);
+    } else if (has_field) {
+      memcpy((char *)running + k->offset, (const char *)next + k->offset, k->size);
+    }
+    due |= k->apply;
+  }
+  return due;
+}
+
+const char *em_schema_flag(const em_schema_key_t *k, char *buf, size_t cap) {
+  if (k == NULL || buf == NULL || !(k->flags & EM_SCHEMA_FLAG)) {
+    return NULL;
+  }
+  size_t len = strlen(k->name);
+  if (cap < len + 3) {
+    return NULL;
+  }
+  buf[0] = '-';
+  buf[1] = '-';
+  for (size_t i = 0; i <= len; i++) {
+    buf[i + 2] = k->name[i] == '_' ? '-' : k->name[i];
+  }
+  return buf;
+}
+
+const em_schema_key_t *em_schema_find_flag(const em_schema_key_t *table, size_t n,
+                                           const char *flag) {
+  if (table == NULL || flag == NULL) {
+    return NULL;
+  }
+  if (strncmp(flag, "--", 2) == 0) {
+    flag += 2;
+  }
+  for (size_t i = 0; i < n; i++) {
+    char buf[WORD_MAX + 4];
+    if (em_schema_flag(&table[i], buf, sizeof(buf)) != NULL && strcmp(buf + 2, flag) == 0) {
+      return &table[i];
     }
   }
   return NULL;

@@ -81,7 +81,10 @@ typedef enum {
 static const char *const section_names[] = {
     "",      "agent",  "target",  "mqtt",           "pmu",           "spans", "degrade",
     "spool", "flight", "profile", "budget.<stage>", "budget.process"};
-#define N_PLAIN_SECTIONS 10 /* Entries of section_names up to [profile], SEC_NONE included. */
+/* Entries of section_names up to [profile], SEC_NONE included: the sections of plain keys. */
+#define N_PLAIN_SECTIONS SEC_BUDGET_STAGE
+_Static_assert(sizeof(section_names) / sizeof(section_names[0]) == SEC_INVALID,
+               "section_names has a name for each section_t up to SEC_INVALID");
 
 typedef enum {
   K_DEVICE_ID,
@@ -320,14 +323,13 @@ int em_config_parse_broker(const char *url, char *host, size_t host_cap, uint16_
 
 /* ---- key setters: each validates one value and stores it, or reports why not ------------ */
 
-/* Marks key k as stored; returns 0, for a setter's `return accept_key(ld, k)`. */
-static int accept_key(load_t *ld, const key_def_t *k) {
+/* Marks key k as given in the file with a valid value (its row's setter returned 0). */
+static void accept_key(load_t *ld, const key_def_t *k) {
   if (k->id >= K_BUDGET_FIRST) {
     ld->budget->ok[k->id - K_BUDGET_FIRST] = true;
   } else {
     ld->key_ok[k->id] = true;
   }
-  return 0;
 }
 
 /* Where the line of key k is kept: per section for budget keys, per file for the others. */
@@ -353,78 +355,89 @@ static bool check_path(load_t *ld, const key_def_t *k, const char *value) {
 }
 
 /*
- * [target] keys: the first one given wins; a second one is a conflict. Each kind then checks
- * its own value.
+ * [target] keys: the first one given wins; a second one is a conflict. Returns false after
+ * reporting the conflict, else records k as the target key.
  */
-static int set_target(void *ctx, const key_def_t *k, void *obj, const char *value) {
-  load_t *ld = ctx;
-  (void)obj;
-  static const struct {
-    key_id_t key;
-    em_target_kind_t kind;
-  } kinds[] = {{K_PID, EM_TARGET_PID},
-               {K_PID_FILE, EM_TARGET_PIDFILE},
-               {K_PROCESS_NAME, EM_TARGET_COMM},
-               {K_CMDLINE, EM_TARGET_CMDLINE},
-               {K_CGROUP, EM_TARGET_CGROUP}};
+static bool take_target(load_t *ld, const key_def_t *k) {
   if (ld->target != NULL) {
     report(ld, ld->line, "[target] %s conflicts with %s on line %d", k->name, ld->target->name,
-           ld->key_line[ld->target->id]);
-    return -EINVAL;
+           *key_line_slot(ld, ld->target));
+    return false;
   }
   ld->target = k;
+  return true;
+}
 
-  char q[QUOTE_MAX + 4];
-  quote(q, sizeof(q), value);
-  size_t len = strlen(value);
-  em_config_t *cfg = ld->cfg;
+/* Each [target] kind: its own check, then the value stored (pid as a number, the others as
+ * text). */
+static int set_target_pid(void *ctx, const key_def_t *k, void *obj, const char *value) {
+  load_t *ld = ctx;
+  em_config_t *cfg = obj;
   uint64_t pid = 0;
-  switch (k->id) {
-  case K_PID:
-    if (!parse_u64(value, &pid) || pid < 1 || pid > MAX_PID) {
-      report(ld, ld->line, "pid '%s' must be a number from 1 to %d", q, MAX_PID);
-      return -EINVAL;
-    }
-    cfg->target.pid = (int32_t)pid;
-    break;
-  case K_PID_FILE:
-  case K_CGROUP:
-    if (!check_path(ld, k, value)) {
-      return -EINVAL;
-    }
-    break;
-  case K_PROCESS_NAME:
-    if (len > MAX_COMM) {
-      report(ld, ld->line,
-             "process_name '%s' is longer than %d characters (the kernel's comm limit)", q,
-             MAX_COMM);
-      return -EINVAL;
-    }
-    break;
-  case K_CMDLINE:
-    if (len > MAX_CMDLINE) {
-      report(ld, ld->line, "cmdline is longer than %d characters", MAX_CMDLINE);
-      return -EINVAL;
-    }
-    break;
-  default:
+  if (!take_target(ld, k)) {
     return -EINVAL;
   }
-  for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
-    if ((int)kinds[i].key == k->id) {
-      cfg->target.kind = kinds[i].kind;
-    }
+  if (!parse_u64(value, &pid) || pid < 1 || pid > MAX_PID) {
+    char q[QUOTE_MAX + 4];
+    report(ld, ld->line, "pid '%s' must be a number from 1 to %d", quote(q, sizeof(q), value),
+           MAX_PID);
+    return -EINVAL;
   }
-  if (k->id != K_PID) {
-    em_str_copy(cfg->target.value, sizeof(cfg->target.value), value);
+  cfg->target.pid = (int32_t)pid;
+  cfg->target.kind = EM_TARGET_PID;
+  return 0;
+}
+
+/* Stores a [target] kind's text once its check passed. */
+static int store_target_text(em_config_t *cfg, em_target_kind_t kind, const char *value) {
+  cfg->target.kind = kind;
+  em_str_copy(cfg->target.value, sizeof(cfg->target.value), value);
+  return 0;
+}
+
+static int set_target_pid_file(void *ctx, const key_def_t *k, void *obj, const char *value) {
+  if (!take_target(ctx, k) || !check_path(ctx, k, value)) {
+    return -EINVAL;
   }
-  return accept_key(ld, k);
+  return store_target_text(obj, EM_TARGET_PIDFILE, value);
+}
+
+static int set_target_cgroup(void *ctx, const key_def_t *k, void *obj, const char *value) {
+  if (!take_target(ctx, k) || !check_path(ctx, k, value)) {
+    return -EINVAL;
+  }
+  return store_target_text(obj, EM_TARGET_CGROUP, value);
+}
+
+static int set_target_comm(void *ctx, const key_def_t *k, void *obj, const char *value) {
+  load_t *ld = ctx;
+  if (!take_target(ld, k)) {
+    return -EINVAL;
+  }
+  if (strlen(value) > MAX_COMM) {
+    char q[QUOTE_MAX + 4];
+    report(ld, ld->line, "process_name '%s' is longer than %d characters (the kernel's comm limit)",
+           quote(q, sizeof(q), value), MAX_COMM);
+    return -EINVAL;
+  }
+  return store_target_text(obj, EM_TARGET_COMM, value);
+}
+
+static int set_target_cmdline(void *ctx, const key_def_t *k, void *obj, const char *value) {
+  load_t *ld = ctx;
+  if (!take_target(ld, k)) {
+    return -EINVAL;
+  }
+  if (strlen(value) > MAX_CMDLINE) {
+    report(ld, ld->line, "cmdline is longer than %d characters", MAX_CMDLINE);
+    return -EINVAL;
+  }
+  return store_target_text(obj, EM_TARGET_CMDLINE, value);
 }
 
 static int set_broker(void *ctx, const key_def_t *k, void *obj, const char *value) {
   load_t *ld = ctx;
-  (void)obj;
-  em_config_t *cfg = ld->cfg;
+  em_config_t *cfg = obj;
   char host[sizeof(cfg->broker_host)];
   uint16_t port = 0;
   bool tls = false;
@@ -437,13 +450,13 @@ static int set_broker(void *ctx, const key_def_t *k, void *obj, const char *valu
   memcpy(cfg->broker_host, host, sizeof(host));
   cfg->broker_port = port;
   cfg->tls = tls;
-  return accept_key(ld, k);
+  return 0;
 }
 
 /* client_id: 1..64 characters of printable ASCII without spaces. */
 static int set_client_id(void *ctx, const key_def_t *k, void *obj, const char *value) {
   load_t *ld = ctx;
-  (void)obj;
+  em_config_t *cfg = obj;
   char q[QUOTE_MAX + 4];
   if (strlen(value) > MAX_CLIENT_ID) {
     report(ld, ld->line, "%s '%s' is longer than %d characters", k->name,
@@ -458,14 +471,14 @@ static int set_client_id(void *ctx, const key_def_t *k, void *obj, const char *v
       return -EINVAL;
     }
   }
-  em_str_copy(ld->cfg->client_id, sizeof(ld->cfg->client_id), value);
-  return accept_key(ld, k);
+  em_str_copy(cfg->client_id, sizeof(cfg->client_id), value);
+  return 0;
 }
 
 /* [spans] socket_mode: octal permission bits, owner read-write at least. */
 static int set_socket_mode(void *ctx, const key_def_t *k, void *obj, const char *value) {
   load_t *ld = ctx;
-  (void)obj;
+  em_config_t *cfg = obj;
   char q[QUOTE_MAX + 4];
   unsigned mode = 0;
   size_t len = strlen(value);
@@ -479,8 +492,8 @@ static int set_socket_mode(void *ctx, const key_def_t *k, void *obj, const char 
            k->name, quote(q, sizeof(q), value), k->example);
     return -EINVAL;
   }
-  ld->cfg->span_socket_mode = mode;
-  return accept_key(ld, k);
+  cfg->span_socket_mode = mode;
+  return 0;
 }
 
 /*
@@ -521,21 +534,21 @@ static bool resolve_id(load_t *ld, const key_def_t *k, const char *name, bool gr
 /* [spans] socket_group: the group the socket file is given (with socket_mode). */
 static int set_socket_group(void *ctx, const key_def_t *k, void *obj, const char *value) {
   load_t *ld = ctx;
-  (void)obj;
+  em_config_t *cfg = obj;
   uint32_t gid = 0;
   if (!resolve_id(ld, k, value, true, &gid)) {
     return -EINVAL;
   }
-  ld->cfg->span_socket_gid = (int64_t)gid;
-  return accept_key(ld, k);
+  cfg->span_socket_gid = (int64_t)gid;
+  return 0;
 }
 
-/* [spans] allow_uids / allow_gids: comma or space separated users or groups. */
-static int set_allow_ids(void *ctx, const key_def_t *k, void *obj, const char *value) {
-  load_t *ld = ctx;
-  (void)obj;
-  bool group = k->id == K_ALLOW_GIDS;
-  uint32_t ids[EM_CONFIG_MAX_IDS];
+/*
+ * [spans] allow_uids / allow_gids: comma or space separated users (or groups) into
+ * ids[0..EM_CONFIG_MAX_IDS); the count in *n. Returns false after reporting.
+ */
+static bool parse_ids(load_t *ld, const key_def_t *k, const char *value, bool group, uint32_t *ids,
+                      size_t *n_out) {
   size_t n = 0;
   bool bad = false;
   for (const char *p = value; *p != '\0';) {
@@ -552,31 +565,49 @@ static int set_allow_ids(void *ctx, const key_def_t *k, void *obj, const char *v
     }
     char name[64];
     if (len >= sizeof(name) || n == EM_CONFIG_MAX_IDS) {
-      report(ld, ld->line, "%s: %s", k->name,
-             n == EM_CONFIG_MAX_IDS ? "more than 16 entries" : "an entry is too long");
-      return -EINVAL;
+      if (n == EM_CONFIG_MAX_IDS) {
+        report(ld, ld->line, "%s: more than %d entries", k->name, EM_CONFIG_MAX_IDS);
+      } else {
+        report(ld, ld->line, "%s: an entry is too long", k->name);
+      }
+      return false;
     }
     memcpy(name, start, len);
     name[len] = '\0';
     bad = !resolve_id(ld, k, name, group, &ids[n++]) || bad;
   }
-  if (bad) {
+  *n_out = n;
+  return !bad;
+}
+
+static int set_allow_uids(void *ctx, const key_def_t *k, void *obj, const char *value) {
+  em_config_t *cfg = obj;
+  uint32_t ids[EM_CONFIG_MAX_IDS];
+  size_t n = 0;
+  if (!parse_ids(ctx, k, value, false, ids, &n)) {
     return -EINVAL;
   }
-  if (group) {
-    memcpy(ld->cfg->allow_gids, ids, n * sizeof(ids[0]));
-    ld->cfg->n_allow_gids = n;
-  } else {
-    memcpy(ld->cfg->allow_uids, ids, n * sizeof(ids[0]));
-    ld->cfg->n_allow_uids = n;
+  memcpy(cfg->allow_uids, ids, n * sizeof(ids[0]));
+  cfg->n_allow_uids = n;
+  return 0;
+}
+
+static int set_allow_gids(void *ctx, const key_def_t *k, void *obj, const char *value) {
+  em_config_t *cfg = obj;
+  uint32_t ids[EM_CONFIG_MAX_IDS];
+  size_t n = 0;
+  if (!parse_ids(ctx, k, value, true, ids, &n)) {
+    return -EINVAL;
   }
-  return accept_key(ld, k);
+  memcpy(cfg->allow_gids, ids, n * sizeof(ids[0]));
+  cfg->n_allow_gids = n;
+  return 0;
 }
 
 /* [spans] ring_slots: the slot count suggested to clients, a power of two in the ring's range. */
 static int set_ring_slots(void *ctx, const key_def_t *k, void *obj, const char *value) {
   load_t *ld = ctx;
-  (void)obj;
+  em_config_t *cfg = obj;
   uint64_t n = 0;
   if (!parse_u64(value, &n) || n < EM_RING_MIN_SLOTS || n > EM_RING_MAX_SLOTS ||
       (n & (n - 1)) != 0) {
@@ -585,8 +616,8 @@ static int set_ring_slots(void *ctx, const key_def_t *k, void *obj, const char *
            quote(q, sizeof(q), value), EM_RING_MIN_SLOTS, EM_RING_MAX_SLOTS);
     return -EINVAL;
   }
-  ld->cfg->ring_slots = (uint32_t)n;
-  return accept_key(ld, k);
+  cfg->ring_slots = (uint32_t)n;
+  return 0;
 }
 
 /* Reports an unknown event, with a suggestion when one is close, and the valid names: the
@@ -666,8 +697,9 @@ static bool event_syntax_ok(const char *name) {
  */
 static int set_events(void *ctx, const key_def_t *k, void *obj, const char *value) {
   load_t *ld = ctx;
-  (void)obj;
+  em_config_t *cfg = obj;
   char names[EM_CONFIG_MAX_EVENTS][EM_CONFIG_MAX_EVENT_NAME];
+  memset(names, 0, sizeof(names)); /* No bytes of the stack after a name's NUL. */
   size_t n = 0;
   bool bad = false;
   bool too_many = false;
@@ -734,11 +766,10 @@ static int set_events(void *ctx, const key_def_t *k, void *obj, const char *valu
   if (bad) {
     return -EINVAL;
   }
-  em_config_t *cfg = ld->cfg;
   memset(cfg->events, 0, sizeof(cfg->events));
   memcpy(cfg->events, names, sizeof(names[0]) * n);
   cfg->n_events = n;
-  return accept_key(ld, k);
+  return 0;
 }
 
 /* ---- [degrade] and [budget.*] setters --------------------------------------------------- */
@@ -769,7 +800,7 @@ static int set_budget_level(void *ctx, const key_def_t *k, void *obj, const char
   int level = 0;
   if (em_parse_enum(value, levels, sizeof(levels) / sizeof(levels[0]), true, &level) == 0) {
     ld->budget->val[k->id - K_BUDGET_FIRST].level = (em_level_t)level;
-    return accept_key(ld, k);
+    return 0;
   }
   if (strcasecmp(value, "NOMINAL") == 0) {
     report(ld, ld->line, "%s '%s' is not allowed: a rule raises WARN, DEGRADED or CRITICAL",
@@ -781,42 +812,33 @@ static int set_budget_level(void *ctx, const key_def_t *k, void *obj, const char
 }
 
 /*
- * Budget numbers: miss_ratio (0 < r < 1), min_rate and rss_slope (> 0, at most 1e6), the
- * psi_* keys (percent, 0 < p <= 100).
+ * A budget number above 0 and at most `hi` (below it with `below`) into the current budget
+ * section; else reported as "must be WANT" with the row's example.
  */
-static int set_budget_number(void *ctx, const key_def_t *k, void *obj, const char *value) {
-  load_t *ld = ctx;
-  (void)obj;
+static int store_budget_number(load_t *ld, const key_def_t *k, const char *value, double hi,
+                               bool below, const char *want) {
   double d = 0;
-  bool ok = parse_number(value, &d);
-  const char *want = NULL;
-  switch (k->id) {
-  case K_MISS_RATIO:
-    ok = ok && d > 0.0 && d < 1.0;
-    want = "a number above 0 and below 1";
-    break;
-  case K_MIN_RATE:
-  case K_RSS_SLOPE:
-    ok = ok && d > 0.0 && d <= 1e6;
-    want = "a number above 0 and at most 1000000";
-    break;
-  case K_TEMP_MAX:
-    ok = ok && d > 0.0 && d <= 200.0;
-    want = "degrees C above 0 and at most 200";
-    break;
-  default: /* psi_* */
-    ok = ok && d > 0.0 && d <= 100.0;
-    want = "a percentage above 0 and at most 100";
-    break;
-  }
-  if (!ok) {
+  if (!parse_number(value, &d) || !(d > 0.0) || d > hi || (below && d >= hi)) {
     char q[QUOTE_MAX + 4];
     report(ld, ld->line, "%s '%s' must be %s, e.g. %s", k->name, quote(q, sizeof(q), value), want,
            k->example);
     return -EINVAL;
   }
   ld->budget->val[k->id - K_BUDGET_FIRST].d = d;
-  return accept_key(ld, k);
+  return 0;
+}
+
+/* miss_ratio: a share, 0 < r < 1. */
+static int set_budget_ratio(void *ctx, const key_def_t *k, void *obj, const char *value) {
+  (void)obj;
+  return store_budget_number(ctx, k, value, 1.0, true, "a number above 0 and below 1");
+}
+
+/* min_rate, rss_slope, temp_max, psi_*: above 0 and at most the row's max, else "must be
+ * WANT" with the row's `want`. */
+static int set_budget_number(void *ctx, const key_def_t *k, void *obj, const char *value) {
+  (void)obj;
+  return store_budget_number(ctx, k, value, (double)k->max, false, k->want);
 }
 
 /* throttle = on: a rule that the board is not throttled (thermal trip, frequency cap, power
@@ -831,7 +853,7 @@ static int set_budget_on(void *ctx, const key_def_t *k, void *obj, const char *v
     return -EINVAL;
   }
   ld->budget->val[k->id - K_BUDGET_FIRST].d = 0.5;
-  return accept_key(ld, k);
+  return 0;
 }
 
 /*
@@ -912,7 +934,7 @@ static int set_budget_flow(void *ctx, const key_def_t *k, void *obj, const char 
   budget_sec_t *b = ld->budget;
   memcpy(b->flow, stages, sizeof(stages));
   b->n_flow = n;
-  return accept_key(ld, k);
+  return 0;
 }
 
 /* Budget durations (p99, deadline, stall, ...) and rss_cap: the row's type and range (the
@@ -930,7 +952,7 @@ static int set_budget_typed(void *ctx, const key_def_t *k, void *obj, const char
     report(ld, ld->line, "%s", msg);
     return -EINVAL;
   }
-  return accept_key(ld, k);
+  return 0;
 }
 
 /* The comparisons of em_config_reload_conflict() for keys that fill more than one field. */
@@ -978,6 +1000,100 @@ static bool same_gids(const void *a, const void *b) {
          memcmp(x->allow_gids, y->allow_gids, sizeof(x->allow_gids[0]) * x->n_allow_gids) == 0;
 }
 
+/* [target]: one value over three fields (kind, pid, value); every [target] row shares these. */
+static bool same_target(const void *a, const void *b) {
+  const em_config_t *x = a;
+  const em_config_t *y = b;
+  return x->target.kind == y->target.kind && x->target.pid == y->target.pid &&
+         strncmp(x->target.value, y->target.value, sizeof(x->target.value)) == 0;
+}
+
+static void copy_target(void *running, const void *next) {
+  ((em_config_t *)running)->target = ((const em_config_t *)next)->target;
+}
+
+/* [budget.*]: every budget row's value ends in the rules built from the whole file. */
+static bool same_rules(const void *a, const void *b) {
+  const em_config_t *x = a;
+  const em_config_t *y = b;
+  return x->n_rules == y->n_rules && memcmp(x->rules, y->rules, sizeof(x->rules)) == 0 &&
+         memcmp(x->rule_line, y->rule_line, sizeof(x->rule_line)) == 0;
+}
+
+static void copy_rules(void *running, const void *next) {
+  em_config_t *r = running;
+  const em_config_t *n = next;
+  r->n_rules = n->n_rules;
+  memcpy(r->rules, n->rules, sizeof(r->rules));
+  memcpy(r->rule_line, n->rule_line, sizeof(r->rule_line));
+}
+
+/* ---- computed defaults (row hooks) ------------------------------------------------------- */
+
+/* [agent] device_id: the hostname made topic-safe, other characters '-'; "edgemon" when there
+ * is none. */
+static void default_device_id(const key_def_t *k, void *obj) {
+  (void)k;
+  em_config_t *cfg = obj;
+  char host[256] = "";
+  if (gethostname(host, sizeof(host) - 1) != 0) {
+    host[0] = '\0';
+  }
+  host[sizeof(host) - 1] = '\0';
+  size_t n = 0;
+  for (; host[n] != '\0' && n + 1 < sizeof(cfg->device_id); n++) {
+    cfg->device_id[n] = is_id_char(host[n]) ? host[n] : '-';
+  }
+  cfg->device_id[n] = '\0';
+  if (n == 0) {
+    em_str_copy(cfg->device_id, sizeof(cfg->device_id), "edgemon");
+  }
+}
+
+/* [agent] runtime_dir: $RUNTIME_DIRECTORY (systemd's RuntimeDirectory=, the first of its list),
+ * else /run/edgemon for root, else $XDG_RUNTIME_DIR/edgemon, else /tmp/edgemon-<uid>. The
+ * service runs as the edgemon user with a private /tmp: only the directory systemd made for it
+ * is one that its clients can see, and they look there first (/run/edgemon, firmware/client). */
+static void default_runtime_dir(const key_def_t *k, void *obj) {
+  (void)k;
+  char *out = ((em_config_t *)obj)->runtime_dir;
+  size_t cap = sizeof(((em_config_t *)obj)->runtime_dir);
+  const char *rd = getenv("RUNTIME_DIRECTORY");
+  if (rd != NULL && rd[0] == '/') {
+    size_t n = strcspn(rd, ":");
+    if (n < cap) {
+      memcpy(out, rd, n);
+      out[n] = '\0';
+      return;
+    }
+  }
+  if (geteuid() == 0) {
+    snprintf(out, cap, "/run/edgemon");
+    return;
+  }
+  const char *xdg = getenv("XDG_RUNTIME_DIR");
+  if (xdg != NULL && xdg[0] == '/') {
+    int n = snprintf(out, cap, "%s/edgemon", xdg);
+    if (n > 0 && (size_t)n < cap) {
+      return;
+    }
+  }
+  snprintf(out, cap, "/tmp/edgemon-%lu", (unsigned long)geteuid());
+}
+
+/* [mqtt] client_id: edgemon-<device_id> (the row above it in the table). */
+static void default_client_id(const key_def_t *k, void *obj) {
+  (void)k;
+  em_config_t *cfg = obj;
+  snprintf(cfg->client_id, sizeof(cfg->client_id), "edgemon-%s", cfg->device_id);
+}
+
+/* [spans] socket_group: -1, the agent's own group. */
+static void default_socket_group(const key_def_t *k, void *obj) {
+  (void)k;
+  ((em_config_t *)obj)->span_socket_gid = -1;
+}
+
 static const em_parse_enum_t log_levels[] = {
     {"error", EM_LOG_ERROR}, {"warn", EM_LOG_WARN}, {"info", EM_LOG_INFO}, {"debug", EM_LOG_DEBUG}};
 static const em_parse_enum_t qos_levels[] = {{"0", 0}, {"1", 1}};
@@ -1000,17 +1116,29 @@ static const em_parse_enum_t profile_unwinds[] = {{"dwarf", 1}, {"fp", 0}};
 #define STAGE  "budget.<stage>"
 #define PROC   "budget.process"
 #define RELOAD EM_SCHEMA_RELOAD
+/* Reloadable, and the apply steps a change makes due (em_config_adopt). */
+#define APPLY(steps) .flags = RELOAD, .apply = (steps)
+/* A budget row: its value reaches the agent through the rules, which feed the engine, the
+ * stages reserved for budgets and the deadline page. */
+#define RULE_ROW                                                                                   \
+  .same = same_rules, .copy = copy_rules,                                                          \
+  APPLY(EM_CONFIG_APPLY_BUDGETS | EM_CONFIG_APPLY_STAGES | EM_CONFIG_APPLY_DEADLINES)
+#define TARGET_ROW .same = same_target, .copy = copy_target, APPLY(EM_CONFIG_APPLY_TARGET)
 #define STAGE_DURATION(key, nm, ex, what)                                                          \
-  KEY(key, STAGE, nm, EM_SCHEMA_DURATION, NO_FIELD, RANGE(NS_PER_US, NS_PER_H), .flags = RELOAD,   \
+  KEY(key, STAGE, nm, EM_SCHEMA_DURATION, NO_FIELD, RANGE(NS_PER_US, NS_PER_H), RULE_ROW,          \
       .set = set_budget_typed, .example = ex, .doc = what)
 #define BUDGET_LEVEL(key, sec, nm, what)                                                           \
-  KEY(key, sec, nm, EM_SCHEMA_CUSTOM, NO_FIELD, .flags = RELOAD, .set = set_budget_level,          \
+  KEY(key, sec, nm, EM_SCHEMA_CUSTOM, NO_FIELD, RULE_ROW, .set = set_budget_level,                 \
       .example = "DEGRADED", .doc = what)
-#define BUDGET_NUMBER(key, sec, nm, ex, what)                                                      \
-  KEY(key, sec, nm, EM_SCHEMA_CUSTOM, NO_FIELD, .flags = RELOAD, .set = set_budget_number,         \
-      .example = ex, .doc = what)
+#define BUDGET_NUMBER(key, sec, nm, setter, ex, what)                                              \
+  KEY(key, sec, nm, EM_SCHEMA_CUSTOM, NO_FIELD, RULE_ROW, .set = setter, .example = ex, .doc = what)
+/* A budget number above 0 and at most hi (set_budget_number): its range and wording. */
+#define BUDGET_NUMBER_MAX(key, sec, nm, setter, hi, wording, ex, what)                             \
+  KEY(key, sec, nm, EM_SCHEMA_CUSTOM, NO_FIELD, RULE_ROW, .set = setter, .max = (hi),              \
+      .want = wording, .example = ex, .doc = what)
 static const key_def_t keys[K_COUNT] = {
-    KEY(K_DEVICE_ID, AGENT, "device_id", EM_SCHEMA_ID, FIELD(device_id), .example = "jetson-07",
+    KEY(K_DEVICE_ID, AGENT, "device_id", EM_SCHEMA_ID, FIELD(device_id),
+        .compute = default_device_id, .example = "jetson-07",
         .doc = "Device id in topics; default: the hostname, made topic-safe"),
     KEY(K_SAMPLE_PERIOD, AGENT, "sample_period", EM_SCHEMA_DURATION, FIELD(sample_period_ns),
         RANGE(NS_PER_MS, 60 * NS_PER_S), .def = "100ms", .example = "100ms",
@@ -1022,7 +1150,7 @@ static const key_def_t keys[K_COUNT] = {
         RANGE(NS_PER_MS, NS_PER_H), .def = "1s", .example = "1s",
         .doc = "MemAvailable and PSI cadence, at least sample_period"),
     KEY(K_RUNTIME_DIR, AGENT, "runtime_dir", EM_SCHEMA_PATH, FIELD(runtime_dir),
-        .example = "/run/edgemon",
+        .compute = default_runtime_dir, .example = "/run/edgemon",
         .doc = "Default $RUNTIME_DIRECTORY (set by systemd), else /run/edgemon (root), else "
                "$XDG_RUNTIME_DIR/edgemon"),
     KEY(K_BOARD, AGENT, "board", EM_SCHEMA_ID, FIELD(board), .same = same_board, .def = "auto",
@@ -1036,25 +1164,27 @@ static const key_def_t keys[K_COUNT] = {
         RANGE(10 * NS_PER_MS, NS_PER_H), .example = "1s",
         .doc = "Sensor cadence; default: the board profile's"),
     KEY(K_LOG_LEVEL, AGENT, "log_level", EM_SCHEMA_ENUM, FIELD(log_level), .def = "info",
-        .flags = RELOAD, .choices = log_levels,
+        APPLY(EM_CONFIG_APPLY_LOG), .choices = log_levels,
         .n_choices = sizeof(log_levels) / sizeof(log_levels[0]), .example = "info",
         .doc = "error, warn, info or debug"),
-    KEY(K_PID, "target", "pid", EM_SCHEMA_CUSTOM, NO_FIELD, .flags = RELOAD, .set = set_target,
+    KEY(K_PID, "target", "pid", EM_SCHEMA_CUSTOM, NO_FIELD, TARGET_ROW, .set = set_target_pid,
         .example = "1234", .doc = "The process with this pid"),
-    KEY(K_PID_FILE, "target", "pid_file", EM_SCHEMA_PATH, NO_FIELD, .flags = RELOAD,
-        .set = set_target, .example = "/run/inference.pid", .doc = "The pid in this file"),
-    KEY(K_PROCESS_NAME, "target", "process_name", EM_SCHEMA_STRING, NO_FIELD, .flags = RELOAD,
-        .set = set_target, .example = "python3", .doc = "The process whose comm is this"),
-    KEY(K_CMDLINE, "target", "cmdline", EM_SCHEMA_STRING, NO_FIELD, .flags = RELOAD,
-        .set = set_target, .example = "detect.py",
+    KEY(K_PID_FILE, "target", "pid_file", EM_SCHEMA_PATH, NO_FIELD, TARGET_ROW,
+        .set = set_target_pid_file, .example = "/run/inference.pid", .doc = "The pid in this file"),
+    KEY(K_PROCESS_NAME, "target", "process_name", EM_SCHEMA_STRING, NO_FIELD, TARGET_ROW,
+        .set = set_target_comm, .example = "python3", .doc = "The process whose comm is this"),
+    KEY(K_CMDLINE, "target", "cmdline", EM_SCHEMA_STRING, NO_FIELD, TARGET_ROW,
+        .set = set_target_cmdline, .example = "detect.py",
         .doc = "The process whose command line has this"),
-    KEY(K_CGROUP, "target", "cgroup", EM_SCHEMA_PATH, NO_FIELD, .flags = RELOAD, .set = set_target,
-        .example = "/sys/fs/cgroup/inference.service", .doc = "The processes of this cgroup"),
+    KEY(K_CGROUP, "target", "cgroup", EM_SCHEMA_PATH, NO_FIELD, TARGET_ROW,
+        .set = set_target_cgroup, .example = "/sys/fs/cgroup/inference.service",
+        .doc = "The processes of this cgroup"),
     KEY(K_BROKER, "mqtt", "broker", EM_SCHEMA_CUSTOM, FIELD(broker_host), .set = set_broker,
         .same = same_broker, .def = "mqtt://127.0.0.1:1883", .example = "mqtt://127.0.0.1:1883",
         .doc = "mqtt://HOST[:PORT] or mqtts://HOST[:PORT] (TLS)"),
     KEY(K_CLIENT_ID, "mqtt", "client_id", EM_SCHEMA_STRING, FIELD(client_id), .set = set_client_id,
-        .example = "edgemon-jetson-07", .doc = "Default edgemon-<device_id>"),
+        .compute = default_client_id, .example = "edgemon-jetson-07",
+        .doc = "Default edgemon-<device_id>"),
     KEY(K_QOS_DATA, "mqtt", "qos_data", EM_SCHEMA_ENUM, FIELD(qos_data), .def = "0",
         .choices = qos_levels, .n_choices = 2, .want = "must be 0 or 1 (qos 2 is not supported)",
         .example = "0", .doc = "QoS of data messages"),
@@ -1096,19 +1226,19 @@ static const key_def_t keys[K_COUNT] = {
         .set = set_socket_mode, .def = "0660", .example = "0660",
         .doc = "Octal permissions, owner read-write at least"),
     KEY(K_SOCKET_GROUP, "spans", "socket_group", EM_SCHEMA_CUSTOM, FIELD(span_socket_gid),
-        .set = set_socket_group, .example = "video",
+        .set = set_socket_group, .compute = default_socket_group, .example = "video",
         .doc = "Group of the socket; default the agent's"),
-    KEY(K_ALLOW_UIDS, "spans", "allow_uids", EM_SCHEMA_LIST, NO_FIELD, .set = set_allow_ids,
+    KEY(K_ALLOW_UIDS, "spans", "allow_uids", EM_SCHEMA_LIST, NO_FIELD, .set = set_allow_uids,
         .same = same_uids, .example = "0, robot",
         .doc = "Users allowed to send spans; default any"),
-    KEY(K_ALLOW_GIDS, "spans", "allow_gids", EM_SCHEMA_LIST, NO_FIELD, .set = set_allow_ids,
+    KEY(K_ALLOW_GIDS, "spans", "allow_gids", EM_SCHEMA_LIST, NO_FIELD, .set = set_allow_gids,
         .same = same_gids, .example = "video", .doc = "Groups allowed to send spans; default any"),
     KEY(K_MAX_STAGES, "spans", "max_stages", EM_SCHEMA_INT, FIELD(max_stages),
         RANGE(1, EM_PROTO_MAX_STAGES), .def = "32", .example = "32",
         .doc = "Stages tracked at once"),
     KEY(K_STAGE_IDLE, "spans", "stage_idle", EM_SCHEMA_DURATION, FIELD(stage_idle_ns),
-        RANGE(NS_PER_MS, 24 * NS_PER_H), .def = "60s", .flags = RELOAD, .example = "60s",
-        .doc = "An unbudgeted stage this long silent may give its slot away"),
+        RANGE(NS_PER_MS, 24 * NS_PER_H), .def = "60s", APPLY(EM_CONFIG_APPLY_STAGES),
+        .example = "60s", .doc = "An unbudgeted stage this long silent may give its slot away"),
     KEY(K_RINGS, "spans", "rings", EM_SCHEMA_INT, FIELD(rings), RANGE(1, EM_CONFIG_MAX_RINGS),
         .def = "64", .example = "64", .doc = "Span rings registered at once"),
     KEY(K_RINGS_PER_PROCESS, "spans", "rings_per_process", EM_SCHEMA_INT, FIELD(rings_per_process),
@@ -1116,15 +1246,16 @@ static const key_def_t keys[K_COUNT] = {
         .doc = "Span rings per process"),
     KEY(K_RING_SLOTS, "spans", "ring_slots", EM_SCHEMA_INT, FIELD(ring_slots),
         RANGE(EM_RING_MIN_SLOTS, EM_RING_MAX_SLOTS), .set = set_ring_slots, .def = "1024",
-        .flags = RELOAD, .example = "1024", .doc = "Slots per ring suggested, a power of two"),
+        APPLY(EM_CONFIG_APPLY_DEADLINES), .example = "1024",
+        .doc = "Slots per ring suggested, a power of two"),
     KEY(K_ENTER_WINDOWS, "degrade", "enter_windows", EM_SCHEMA_INT, FIELD(enter_windows),
-        RANGE(1, 100), .def = "3", .flags = RELOAD, .example = "3",
+        RANGE(1, 100), .def = "3", APPLY(EM_CONFIG_APPLY_BUDGETS), .example = "3",
         .doc = "Violating windows before a rule enters"),
     KEY(K_LEAVE_WINDOWS, "degrade", "leave_windows", EM_SCHEMA_INT, FIELD(leave_windows),
-        RANGE(1, 1000), .def = "5", .flags = RELOAD, .example = "5",
+        RANGE(1, 1000), .def = "5", APPLY(EM_CONFIG_APPLY_BUDGETS), .example = "5",
         .doc = "Clean windows per step down"),
     KEY(K_DEGRADE_WINDOW, "degrade", "window", EM_SCHEMA_DURATION, FIELD(window_ns),
-        RANGE(NS_PER_MS, NS_PER_H), .def = "1s", .flags = RELOAD, .example = "1s",
+        RANGE(NS_PER_MS, NS_PER_H), .def = "1s", APPLY(EM_CONFIG_APPLY_BUDGETS), .example = "1s",
         .doc = "Budget evaluation window, at least sample_period"),
     KEY(K_HOOK, "degrade", "hook", EM_SCHEMA_PATH, FIELD(hook),
         .example = "/usr/local/bin/on-level", .doc = "Command run on every change of level"),
@@ -1161,7 +1292,7 @@ static const key_def_t keys[K_COUNT] = {
         .doc = "Largest recording encoded; farther spans and ticks are cut"),
     KEY(K_FLIGHT_MIN_GAP, "flight", "min_gap_seconds", EM_SCHEMA_DURATION, FIELD(flight_min_gap_ns),
         RANGE(0, 24 * NS_PER_H), .bare_unit = NS_PER_S, .def = "30",
-        .flags = RELOAD | EM_SCHEMA_ZERO, .example = "30",
+        .flags = RELOAD | EM_SCHEMA_ZERO, .apply = EM_CONFIG_APPLY_FLIGHT_GAP, .example = "30",
         .doc = "Least time between two recordings (seconds, or a duration)"),
     KEY(K_PROFILE_ENABLED, "profile", "enabled", EM_SCHEMA_BOOL, FIELD(profile_enabled),
         .def = "true", .example = "true",
@@ -1176,7 +1307,7 @@ static const key_def_t keys[K_COUNT] = {
         .doc = "The longest window a cmd/profile may ask for"),
     KEY(K_PROFILE_MIN_GAP, "profile", "min_gap_seconds", EM_SCHEMA_DURATION,
         FIELD(profile_min_gap_ns), RANGE(0, 24 * NS_PER_H), .bare_unit = NS_PER_S, .def = "60",
-        .flags = RELOAD | EM_SCHEMA_ZERO, .example = "60",
+        .flags = RELOAD | EM_SCHEMA_ZERO, .apply = EM_CONFIG_APPLY_PROFILE_GAP, .example = "60",
         .doc = "Least time between two windows' starts (seconds, or a duration)"),
     KEY(K_PROFILE_CLOCK, "profile", "clock", EM_SCHEMA_ENUM, FIELD(profile_clock),
         .def = "cpu-clock", .choices = profile_clocks, .n_choices = 2,
@@ -1194,13 +1325,14 @@ static const key_def_t keys[K_COUNT] = {
     STAGE_DURATION(K_P99, "p99", "40ms", "99th percentile bound"),
     STAGE_DURATION(K_P999, "p999", "60ms", "99.9th percentile bound"),
     STAGE_DURATION(K_DEADLINE, "deadline", "100ms", "Every span at most this long"),
-    BUDGET_NUMBER(K_MISS_RATIO, STAGE, "miss_ratio", "0.05", "Share of spans over miss_over"),
+    BUDGET_NUMBER(K_MISS_RATIO, STAGE, "miss_ratio", set_budget_ratio, "0.05",
+                  "Share of spans over miss_over"),
     STAGE_DURATION(K_MISS_OVER, "miss_over", "40ms", "The span length that counts as a miss"),
-    KEY(K_STALL, STAGE, "stall", EM_SCHEMA_DURATION, NO_FIELD, RANGE(NS_PER_MS, NS_PER_H),
-        .flags = RELOAD, .set = set_budget_typed, .example = "500ms",
-        .doc = "Longest silence without a span"),
-    BUDGET_NUMBER(K_MIN_RATE, STAGE, "min_rate", "15", "Frames per second at least"),
-    KEY(K_FLOW, STAGE, "flow", EM_SCHEMA_LIST, NO_FIELD, .flags = RELOAD, .set = set_budget_flow,
+    KEY(K_STALL, STAGE, "stall", EM_SCHEMA_DURATION, NO_FIELD, RANGE(NS_PER_MS, NS_PER_H), RULE_ROW,
+        .set = set_budget_typed, .example = "500ms", .doc = "Longest silence without a span"),
+    BUDGET_NUMBER_MAX(K_MIN_RATE, STAGE, "min_rate", set_budget_number, 1000000,
+                      "a number above 0 and at most 1000000", "15", "Frames per second at least"),
+    KEY(K_FLOW, STAGE, "flow", EM_SCHEMA_LIST, NO_FIELD, RULE_ROW, .set = set_budget_flow,
         .example = "preprocess, infer, postprocess", .doc = "Stages a frame passes, in order"),
     STAGE_DURATION(K_FLOW_DEADLINE, "flow_deadline", "100ms", "Longest a frame may take"),
     BUDGET_LEVEL(K_STAGE_LEVEL, STAGE, "level", "Level of every rule of the section"),
@@ -1214,19 +1346,27 @@ static const key_def_t keys[K_COUNT] = {
     BUDGET_LEVEL(K_MIN_RATE_LEVEL, STAGE, "min_rate_level", "Level of min_rate"),
     BUDGET_LEVEL(K_FLOW_LEVEL, STAGE, "flow_level", "Level of flow"),
     KEY(K_RSS_CAP, PROC, "rss_cap", EM_SCHEMA_SIZE, NO_FIELD, RANGE(1ull << 20, 1ull << 40),
-        .flags = RELOAD, .set = set_budget_typed, .example = "2GiB", .doc = "Resident set cap"),
-    BUDGET_NUMBER(K_RSS_SLOPE, PROC, "rss_slope", "50", "Resident set growth, MiB per hour"),
+        RULE_ROW, .set = set_budget_typed, .example = "2GiB", .doc = "Resident set cap"),
+    BUDGET_NUMBER_MAX(K_RSS_SLOPE, PROC, "rss_slope", set_budget_number, 1000000,
+                      "a number above 0 and at most 1000000", "50",
+                      "Resident set growth, MiB per hour"),
     KEY(K_RSS_SLOPE_HORIZON, PROC, "rss_slope_horizon", EM_SCHEMA_DURATION, NO_FIELD,
-        RANGE(NS_PER_MIN, 24 * NS_PER_H), .flags = RELOAD, .set = set_budget_typed,
-        .example = "30m", .doc = "Window of the rss_slope fit; default 30m"),
-    BUDGET_NUMBER(K_PSI_CPU_SOME, PROC, "psi_cpu_some", "40", "PSI cpu some avg10, percent"),
-    BUDGET_NUMBER(K_PSI_MEMORY_SOME, PROC, "psi_memory_some", "20", "PSI memory some avg10"),
-    BUDGET_NUMBER(K_PSI_MEMORY_FULL, PROC, "psi_memory_full", "5", "PSI memory full avg10"),
-    BUDGET_NUMBER(K_PSI_IO_SOME, PROC, "psi_io_some", "40", "PSI io some avg10"),
-    BUDGET_NUMBER(K_PSI_IO_FULL, PROC, "psi_io_full", "10", "PSI io full avg10"),
-    BUDGET_NUMBER(K_TEMP_MAX, PROC, "temp_max", "85", "Hottest thermal zone, degrees C"),
-    KEY(K_THROTTLE, PROC, "throttle", EM_SCHEMA_CUSTOM, NO_FIELD, .flags = RELOAD,
-        .set = set_budget_on, .example = "on", .doc = "on: a rule that the board is not throttled"),
+        RANGE(NS_PER_MIN, 24 * NS_PER_H), RULE_ROW, .set = set_budget_typed, .example = "30m",
+        .doc = "Window of the rss_slope fit; default 30m"),
+    BUDGET_NUMBER_MAX(K_PSI_CPU_SOME, PROC, "psi_cpu_some", set_budget_number, 100,
+                      "a percentage above 0 and at most 100", "40", "PSI cpu some avg10, percent"),
+    BUDGET_NUMBER_MAX(K_PSI_MEMORY_SOME, PROC, "psi_memory_some", set_budget_number, 100,
+                      "a percentage above 0 and at most 100", "20", "PSI memory some avg10"),
+    BUDGET_NUMBER_MAX(K_PSI_MEMORY_FULL, PROC, "psi_memory_full", set_budget_number, 100,
+                      "a percentage above 0 and at most 100", "5", "PSI memory full avg10"),
+    BUDGET_NUMBER_MAX(K_PSI_IO_SOME, PROC, "psi_io_some", set_budget_number, 100,
+                      "a percentage above 0 and at most 100", "40", "PSI io some avg10"),
+    BUDGET_NUMBER_MAX(K_PSI_IO_FULL, PROC, "psi_io_full", set_budget_number, 100,
+                      "a percentage above 0 and at most 100", "10", "PSI io full avg10"),
+    BUDGET_NUMBER_MAX(K_TEMP_MAX, PROC, "temp_max", set_budget_number, 200,
+                      "degrees C above 0 and at most 200", "85", "Hottest thermal zone, degrees C"),
+    KEY(K_THROTTLE, PROC, "throttle", EM_SCHEMA_CUSTOM, NO_FIELD, RULE_ROW, .set = set_budget_on,
+        .example = "on", .doc = "on: a rule that the board is not throttled"),
     BUDGET_LEVEL(K_PROCESS_LEVEL, PROC, "level", "Level of every process rule"),
     BUDGET_LEVEL(K_RSS_CAP_LEVEL, PROC, "rss_cap_level", "Level of rss_cap"),
     BUDGET_LEVEL(K_RSS_SLOPE_LEVEL, PROC, "rss_slope_level", "Level of rss_slope"),
@@ -1243,6 +1383,10 @@ static const key_def_t keys[K_COUNT] = {
 #undef STAGE_DURATION
 #undef BUDGET_LEVEL
 #undef BUDGET_NUMBER
+#undef BUDGET_NUMBER_MAX
+#undef RULE_ROW
+#undef TARGET_ROW
+#undef APPLY
 #undef KEY
 #undef FIELD
 #undef NO_FIELD
@@ -1268,92 +1412,31 @@ const char *em_config_reload_conflict(const em_config_t *cur, const em_config_t 
   return buf;
 }
 
+unsigned em_config_adopt(em_config_t *running, const em_config_t *next) {
+  if (running == NULL || next == NULL) {
+    return 0;
+  }
+  return em_schema_adopt(keys, K_COUNT, running, next);
+}
+
 /* ---- defaults ---------------------------------------------------------------------------- */
 
-/* The hostname made topic-safe: other characters become '-'; "edgemon" when there is none. */
-static void default_device_id(char *out, size_t cap) {
-  char host[256] = "";
-  if (gethostname(host, sizeof(host) - 1) != 0) {
-    host[0] = '\0';
-  }
-  host[sizeof(host) - 1] = '\0';
-  size_t n = 0;
-  for (; host[n] != '\0' && n + 1 < cap; n++) {
-    out[n] = is_id_char(host[n]) ? host[n] : '-';
-  }
-  out[n] = '\0';
-  if (n == 0) {
-    em_str_copy(out, cap, "edgemon");
-  }
-}
-
-/* $RUNTIME_DIRECTORY (systemd's RuntimeDirectory=, the first of its list), else /run/edgemon
- * for root, else $XDG_RUNTIME_DIR/edgemon, else /tmp/edgemon-<uid>. The service runs as the
- * edgemon user with a private /tmp: only the directory systemd made for it is one that its
- * clients can see, and they look there first (/run/edgemon, firmware/client). */
-static void default_runtime_dir(char *out, size_t cap) {
-  const char *rd = getenv("RUNTIME_DIRECTORY");
-  if (rd != NULL && rd[0] == '/') {
-    size_t n = strcspn(rd, ":");
-    if (n < cap) {
-      memcpy(out, rd, n);
-      out[n] = '\0';
-      return;
-    }
-  }
-  if (geteuid() == 0) {
-    snprintf(out, cap, "/run/edgemon");
-    return;
-  }
-  const char *xdg = getenv("XDG_RUNTIME_DIR");
-  if (xdg != NULL && xdg[0] == '/') {
-    int n = snprintf(out, cap, "%s/edgemon", xdg);
-    if (n > 0 && (size_t)n < cap) {
-      return;
-    }
-  }
-  snprintf(out, cap, "/tmp/edgemon-%lu", (unsigned long)geteuid());
-}
-
-/* [pmu] events' default, "cycles, instructions, ...", into cfg->events. */
-static void default_events(em_config_t *cfg, const char *list) {
-  cfg->n_events = 0;
-  for (const char *p = list; *p != '\0' && cfg->n_events < EM_CONFIG_MAX_EVENTS;) {
-    while (*p == ',' || is_space(*p)) {
-      p++;
-    }
-    size_t len = strcspn(p, ", ");
-    if (len > 0 && len < EM_CONFIG_MAX_EVENT_NAME) {
-      memcpy(cfg->events[cfg->n_events], p, len);
-      cfg->events[cfg->n_events++][len] = '\0';
-    }
-    p += len;
-  }
+/* Every row's default into ld->cfg: given (by type or through the row's setter) or computed by
+ * the row's hook (edgemon/common/schema.h). */
+static void fill_defaults(load_t *ld) {
+  memset(ld->cfg, 0, sizeof(*ld->cfg));
+  (void)em_schema_defaults(keys, K_COUNT, ld->cfg, ld, NULL);
 }
 
 void em_config_defaults(em_config_t *cfg) {
   if (cfg == NULL) {
     return;
   }
-  memset(cfg, 0, sizeof(*cfg));
-  (void)em_schema_defaults(keys, K_COUNT, cfg, NULL); /* Every row without a setter of its own. */
-
-  /* Rows with a setter of their own: their defaults, read from the rows too. */
-  key_def_t slots = keys[K_RING_SLOTS];
-  slots.set = NULL;
-  char msg[EM_SCHEMA_MSG_MAX];
-  (void)em_schema_set(&slots, cfg, slots.def, msg, sizeof(msg));
-  cfg->span_socket_mode = (uint32_t)strtoul(keys[K_SOCKET_MODE].def, NULL, 8);
-  (void)parse_broker(keys[K_BROKER].def, cfg->broker_host, sizeof(cfg->broker_host),
-                     &cfg->broker_port, &cfg->tls);
-  default_events(cfg, keys[K_EVENTS].def);
-
-  /* Computed where the agent runs. */
-  default_device_id(cfg->device_id, sizeof(cfg->device_id));
-  default_runtime_dir(cfg->runtime_dir, sizeof(cfg->runtime_dir));
-  snprintf(cfg->client_id, sizeof(cfg->client_id), "edgemon-%s", cfg->device_id);
-  cfg->span_socket_gid = -1;
-  cfg->target.kind = EM_TARGET_NONE;
+  load_t ld; /* A setter reports a bad default (a table mistake) through it. */
+  memset(&ld, 0, sizeof(ld));
+  ld.cfg = cfg;
+  ld.file = "(defaults)";
+  fill_defaults(&ld);
 }
 
 /* ---- the file: reader, handler, whole-file checks ---------------------------------------- */
@@ -1612,6 +1695,8 @@ _Static_assert(N_PROCESS_RULES == K_COUNT - K_PROCESS_LEVEL - 1,
  * rule. finish_budget() collects them all, to report the first one past EM_CONFIG_MAX_RULES
  * in file order. */
 #define MAX_PENDING_RULES (MAX_BUDGET_STAGES * N_STAGE_RULES + N_PROCESS_RULES)
+_Static_assert(MAX_PENDING_RULES >= EM_CONFIG_MAX_RULES + 1,
+               "a file with one rule too many is reported, not cut silently");
 
 /* A rule found valid, waiting to be put in file order. */
 typedef struct {
@@ -2009,14 +2094,13 @@ int em_config_load(const char *path, em_config_t *cfg, em_config_error_fn on_err
   if (path == NULL || cfg == NULL) {
     return -EINVAL;
   }
-  em_config_defaults(cfg);
-
   load_t ld;
   memset(&ld, 0, sizeof(ld));
   ld.file = path;
   ld.cfg = cfg;
   ld.on_error = on_error;
   ld.ctx = ctx;
+  fill_defaults(&ld);
   ld.section = SEC_NONE;
 
   int rc = 0;

@@ -181,6 +181,27 @@ const em_schema_key_t *em_config_schema(size_t *n);
 const char *em_config_reload_conflict(const em_config_t *cur, const em_config_t *next, char *buf,
                                       size_t cap);
 
+/*
+ * The steps a running agent takes to apply a reload (em_agent_reload), one bit each: every
+ * reloadable row of the schema names the steps a change of its value makes due.
+ */
+typedef enum {
+  EM_CONFIG_APPLY_BUDGETS = 1u << 0,     /* [budget.*] rules, [degrade] windows: the engine. */
+  EM_CONFIG_APPLY_FLIGHT_GAP = 1u << 1,  /* [flight] min_gap_seconds. */
+  EM_CONFIG_APPLY_PROFILE_GAP = 1u << 2, /* [profile] min_gap_seconds. */
+  EM_CONFIG_APPLY_STAGES = 1u << 3,      /* Stage slots kept for budgets; [spans] stage_idle. */
+  EM_CONFIG_APPLY_DEADLINES = 1u << 4,   /* The deadline page: deadlines, [spans] ring_slots. */
+  EM_CONFIG_APPLY_TARGET = 1u << 5,      /* [target]: detach and look for the new one. */
+  EM_CONFIG_APPLY_LOG = 1u << 6,         /* [agent] log_level (main.c sets it, with --log). */
+} em_config_apply_t;
+
+/*
+ * A reload: copies into `running` every reloadable key's value of `next` that differs, by the
+ * schema's rows (keys a reload cannot apply stay: em_config_reload_conflict() names them), and
+ * returns the em_config_apply_t bits of the steps now due (0: nothing changed). Both borrowed.
+ */
+unsigned em_config_adopt(em_config_t *running, const em_config_t *next);
+
 /* Parses "250us", "100ms", "1s", "2m", "1500000ns" (no unit: error). Returns 0 or -EINVAL. */
 int em_config_parse_duration(const char *text, uint64_t *out_ns);
 

@@ -487,17 +487,12 @@ static const char *set_key(agg_config_t *c, const char *key, const char *value, 
   return k->want != NULL ? k->want : msg;
 }
 
-/* Fills the defaults of every row. */
+/* Fills the defaults of every row (the rows' own setters take their defaults too). */
 static void config_defaults(agg_config_t *c) {
   memset(c, 0, sizeof(*c));
-  (void)em_schema_defaults(agg_keys, N_AGG_KEYS, c, NULL);
-  (void)em_schema_defaults(rw_keys, N_RW_KEYS, c, NULL);
-  for (size_t i = 0; i < N_AGG_KEYS; i++) {
-    const char *why = NULL;
-    if (agg_keys[i].set != NULL && agg_keys[i].def != NULL) {
-      (void)agg_keys[i].set(&why, &agg_keys[i], c, agg_keys[i].def);
-    }
-  }
+  const char *why = NULL;
+  (void)em_schema_defaults(agg_keys, N_AGG_KEYS, c, &why, NULL);
+  (void)em_schema_defaults(rw_keys, N_RW_KEYS, c, &why, NULL);
 }
 
 /* The config file, read with common/'s INI line reader: every problem is printed as
@@ -537,7 +532,8 @@ static rw_endpoint_t *rw_endpoint(ini_ctx_t *x, int line, const char *section) {
   }
   rw_endpoint_t *e = &c->rw[c->n_rw++];
   memset(e, 0, sizeof(*e));
-  (void)em_schema_defaults(rw_endpoint_keys, N_RW_ENDPOINT_KEYS, e, NULL);
+  const char *why = NULL;
+  (void)em_schema_defaults(rw_endpoint_keys, N_RW_ENDPOINT_KEYS, e, &why, NULL);
   memcpy(e->name, name, len + 1);
   e->line = line;
   c->rw_line = c->rw_line ? c->rw_line : line;

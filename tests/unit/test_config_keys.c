@@ -3,7 +3,8 @@
  * and what the agent does with it: docs/CONFIG.md and firmware/edgemon-agent.ini name every key
  * of the schema and no other; every default the rows document is what em_config_defaults()
  * gives (a file setting every key to its documented default loads to the same config); and
- * em_config_reload_conflict() names exactly the keys a reload cannot apply.
+ * em_config_reload_conflict() names exactly the keys a reload cannot apply, and
+ * em_config_adopt() copies exactly those it can, naming the steps each change makes due.
  *
  * The docs: a key is named by a backquoted word in the first cell of a table row under its
  * "## [section]" header. The example file: a key is named by a "key = value" line (commented
@@ -341,6 +342,90 @@ static void reload_conflict_follows_the_reloadable_flag(void **state) {
   assert_string_equal(em_config_reload_conflict(&cur, c, buf, sizeof(buf)), "[agent] device_id");
 }
 
+/* Every row a reload applies names the steps a change of it makes due; no other row does. */
+static void every_reloadable_row_names_its_apply_steps(void **state) {
+  (void)state;
+  size_t n = 0;
+  const em_schema_key_t *rows = em_config_schema(&n);
+  int problems = 0;
+  for (size_t i = 0; i < n; i++) {
+    bool reload = (rows[i].flags & EM_SCHEMA_RELOAD) != 0;
+    if (reload != (rows[i].apply != 0)) {
+      print_error("[%s] %s: %s\n", rows[i].section, rows[i].name,
+                  reload ? "reloadable but names no apply step" : "apply steps but not reloadable");
+      problems++;
+    }
+    if (reload && rows[i].offset == EM_SCHEMA_NO_FIELD && rows[i].same == NULL) {
+      print_error("[%s] %s: reloadable without a field or comparison: a reload cannot see it\n",
+                  rows[i].section, rows[i].name);
+      problems++;
+    }
+  }
+  assert_int_equal(problems, 0);
+}
+
+/*
+ * em_config_adopt() copies what a reload applies, by the rows, and says which steps are due:
+ * nothing when nothing changed; each group for its keys; never a key a reload cannot apply.
+ */
+static void adopt_copies_reloadable_keys_and_returns_their_steps(void **state) {
+  (void)state;
+  static em_config_t run;
+  static em_config_t next;
+  em_config_defaults(&run);
+  next = run;
+  assert_int_equal(em_config_adopt(&run, &next), 0u);
+
+  next.flight_min_gap_ns = 7 * 1000000000ull;
+  assert_int_equal(em_config_adopt(&run, &next), EM_CONFIG_APPLY_FLIGHT_GAP);
+  assert_int_equal(run.flight_min_gap_ns, next.flight_min_gap_ns);
+  assert_int_equal(em_config_adopt(&run, &next), 0u); /* Applied once. */
+
+  next.profile_min_gap_ns = 0;
+  next.ring_slots = 4096;
+  next.log_level = EM_LOG_DEBUG;
+  assert_int_equal(em_config_adopt(&run, &next),
+                   EM_CONFIG_APPLY_PROFILE_GAP | EM_CONFIG_APPLY_DEADLINES | EM_CONFIG_APPLY_LOG);
+  assert_int_equal(run.profile_min_gap_ns, 0);
+  assert_int_equal(run.ring_slots, 4096);
+  assert_int_equal(run.log_level, EM_LOG_DEBUG);
+
+  next.enter_windows = 9;
+  next.leave_windows = 8;
+  next.window_ns *= 2;
+  next.stage_idle_ns *= 3;
+  assert_int_equal(em_config_adopt(&run, &next), EM_CONFIG_APPLY_BUDGETS | EM_CONFIG_APPLY_STAGES);
+  assert_int_equal(run.enter_windows, 9);
+  assert_int_equal(run.leave_windows, 8);
+  assert_int_equal(run.window_ns, next.window_ns);
+  assert_int_equal(run.stage_idle_ns, next.stage_idle_ns);
+
+  /* The rules and the target: several fields each, copied whole. */
+  next.n_rules = 1;
+  snprintf(next.rules[0].id, sizeof(next.rules[0].id), "infer.p99");
+  next.rule_line[0] = 12;
+  next.target.kind = EM_TARGET_COMM;
+  snprintf(next.target.value, sizeof(next.target.value), "python3");
+  assert_int_equal(em_config_adopt(&run, &next), EM_CONFIG_APPLY_BUDGETS | EM_CONFIG_APPLY_STAGES |
+                                                     EM_CONFIG_APPLY_DEADLINES |
+                                                     EM_CONFIG_APPLY_TARGET);
+  assert_int_equal(run.n_rules, 1);
+  assert_string_equal(run.rules[0].id, "infer.p99");
+  assert_int_equal(run.rule_line[0], 12);
+  assert_int_equal(run.target.kind, EM_TARGET_COMM);
+  assert_string_equal(run.target.value, "python3");
+
+  /* Keys a reload cannot apply stay as they run, and make no step due. */
+  next.rings = 1;
+  next.keepalive_s = 5;
+  snprintf(next.hook, sizeof(next.hook), "/bin/true");
+  assert_int_equal(em_config_adopt(&run, &next), 0u);
+  assert_int_not_equal(run.rings, 1);
+  assert_int_equal(run.keepalive_s, 30);
+  assert_string_equal(run.hook, "");
+  assert_memory_not_equal(&run, &next, sizeof(run));
+}
+
 /* ---- every budget section full: the rules counted from the schema ---------------------- */
 
 /* Errors of a load, kept in order. */
@@ -477,6 +562,8 @@ int main(void) {
       cmocka_unit_test(example_names_every_key_and_no_other),
       cmocka_unit_test(documented_defaults_are_the_defaults),
       cmocka_unit_test(reload_conflict_follows_the_reloadable_flag),
+      cmocka_unit_test(every_reloadable_row_names_its_apply_steps),
+      cmocka_unit_test(adopt_copies_reloadable_keys_and_returns_their_steps),
       cmocka_unit_test(every_rule_of_every_budget_section_is_refused_cleanly),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

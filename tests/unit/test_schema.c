@@ -1,8 +1,9 @@
 /*
  * test_schema.c - common/'s declarative config schema (edgemon/common/schema.h), table-driven:
  * every row type stores accepted values into its field and refuses the rest with the message
- * the agent's config has always given; defaults fill from the rows; lookups, did-you-mean, the
- * first non-reloadable change between two structs, and documentation lines.
+ * the agent's config has always given; defaults fill from the rows (given or computed); lookups,
+ * did-you-mean, the first non-reloadable change between two structs, a reload's adoption of the
+ * changed reloadable rows with their apply steps, command-line flags, and documentation lines.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -180,7 +181,7 @@ static const em_schema_key_t demo[] = {
      .type = EM_SCHEMA_CUSTOM,
      .offset = EM_SCHEMA_NO_FIELD,
      .set = set_custom,
-     .def = "1234",
+     .def = "ok",
      .example = "1234",
      .flags = EM_SCHEMA_RELOAD},
     {.section = "pmu",
@@ -333,12 +334,13 @@ static void apply_calls_the_custom_setter_or_reports(void **state) {
   assert_int_equal(n_reports, 1);
 }
 
-/* Defaults fill every row that has one and no setter of its own; a bad default is named. */
+/* Defaults fill every row that has one (through its own setter when it has one); a bad default
+ * is named. */
 static void defaults_fill_from_the_rows(void **state) {
   (void)state;
   demo_t d;
   memset(&d, 0, sizeof(d));
-  assert_int_equal(em_schema_defaults(demo, ARRAY_LEN(demo), &d, NULL), 0);
+  assert_int_equal(em_schema_defaults(demo, ARRAY_LEN(demo), &d, NULL, NULL), 0);
   assert_int_equal(d.period_ns, 100 * EM_NS_PER_MS);
   assert_int_equal(d.smaps_ns, 5 * EM_NS_PER_S);
   assert_int_equal(d.keepalive_s, 30);
@@ -350,14 +352,90 @@ static void defaults_fill_from_the_rows(void **state) {
   assert_int_equal(d.level, LEVEL_INFO);
   assert_string_equal(d.path, "/run/edgemon");
   assert_string_equal(d.spool, "off");
-  assert_string_equal(d.name, ""); /* No default: the caller's. */
-  assert_int_equal(d.custom_calls, 0);
+  assert_string_equal(d.name, "");     /* No default: the caller's. */
+  assert_int_equal(d.custom_calls, 1); /* pid's default went through its setter. */
 
-  em_schema_key_t bad[2] = {demo[0], demo[0]};
+  em_schema_key_t bad[3] = {demo[0], demo[0], demo[2]};
   bad[1].def = "100";
   const em_schema_key_t *which = NULL;
-  assert_int_equal(em_schema_defaults(bad, 2, &d, &which), -EINVAL);
+  d.keepalive_s = 0;
+  assert_int_equal(em_schema_defaults(bad, 3, &d, NULL, &which), -EINVAL);
   assert_ptr_equal(which, &bad[1]);
+  assert_int_equal(d.keepalive_s, 30); /* The rows after a bad one are still filled. */
+}
+
+/* A computed default: runs after the row's given one, in table order, reading earlier rows. */
+static void compute_rank(const em_schema_key_t *k, void *obj) {
+  (void)k;
+  demo_t *d = obj;
+  snprintf(d->name, sizeof(d->name), "n-%u", (unsigned)d->rings);
+}
+
+static void computed_defaults_follow_earlier_rows(void **state) {
+  (void)state;
+  em_schema_key_t rows[] = {demo[6], demo[10]}; /* rings (64), device_id */
+  rows[1].compute = compute_rank;
+  demo_t d;
+  memset(&d, 0, sizeof(d));
+  assert_int_equal(em_schema_defaults(rows, 2, &d, NULL, NULL), 0);
+  assert_string_equal(d.name, "n-64");
+  rows[0].def = "8";
+  assert_int_equal(em_schema_defaults(rows, 2, &d, NULL, NULL), 0);
+  assert_string_equal(d.name, "n-8");
+}
+
+/* A reload copies each changed reloadable row (by its bytes or its own copy) and returns the
+ * apply steps of the changed rows only; rows a reload cannot apply stay. */
+static void copy_events(void *running, const void *next) {
+  demo_t *r = running;
+  const demo_t *n = next;
+  r->custom_calls = n->custom_calls + 100;
+}
+
+static void adopt_copies_changed_reloadable_rows(void **state) {
+  (void)state;
+  em_schema_key_t rows[] = {demo[6], demo[0], demo[3], demo[16]}; /* rings, sample, ttl, events */
+  rows[0].apply = 0x1;
+  rows[2].apply = 0x2 | 0x4;
+  rows[3].flags |= EM_SCHEMA_RELOAD;
+  rows[3].apply = 0x8;
+  rows[3].copy = copy_events;
+  rows[3].same = NULL; /* No field and no comparison: skipped. */
+  demo_t run;
+  memset(&run, 0, sizeof(run));
+  assert_int_equal(em_schema_defaults(demo, ARRAY_LEN(demo), &run, NULL, NULL), 0);
+  demo_t next = run;
+  assert_int_equal(em_schema_adopt(rows, 4, &run, &next), 0u);
+  next.rings = 8;
+  next.period_ns = 5; /* Not reloadable: stays. */
+  assert_int_equal(em_schema_adopt(rows, 4, &run, &next), 0x1u);
+  assert_int_equal(run.rings, 8);
+  assert_int_equal(run.period_ns, 100 * EM_NS_PER_MS);
+  assert_int_equal(em_schema_adopt(rows, 4, &run, &next), 0u); /* Nothing changed since. */
+  next.ttl_s = 7;
+  next.rings = 16;
+  assert_int_equal(em_schema_adopt(rows, 4, &run, &next), 0x7u);
+  assert_int_equal(run.ttl_s, 7);
+  rows[3].same = same_never; /* Now compared: always differs, copied by its hook. */
+  next.custom_calls = 1;
+  assert_int_equal(em_schema_adopt(rows, 4, &run, &next), 0x8u);
+  assert_int_equal(run.custom_calls, 101);
+}
+
+/* Flags: --name with '-' for '_', only for rows that say so, found either way. */
+static void flags_are_derived_from_the_key(void **state) {
+  (void)state;
+  em_schema_key_t rows[] = {demo[5], demo[6], demo[0]}; /* tls_insecure, rings, sample_period */
+  rows[0].flags |= EM_SCHEMA_FLAG;
+  rows[2].flags |= EM_SCHEMA_FLAG;
+  char buf[32];
+  assert_string_equal(em_schema_flag(&rows[0], buf, sizeof(buf)), "--tls-insecure");
+  assert_null(em_schema_flag(&rows[1], buf, sizeof(buf)));
+  assert_null(em_schema_flag(&rows[2], buf, 8)); /* Too small. */
+  assert_ptr_equal(em_schema_find_flag(rows, 3, "--sample-period"), &rows[2]);
+  assert_ptr_equal(em_schema_find_flag(rows, 3, "tls-insecure"), &rows[0]);
+  assert_null(em_schema_find_flag(rows, 3, "--rings"));
+  assert_null(em_schema_find_flag(rows, 3, "--sample_period"));
 }
 
 /* Lookups by section and name, and the suggestions for misspelt keys and sections. */
@@ -387,7 +465,7 @@ static void first_change_skips_reloadable_rows(void **state) {
   const size_t n = ARRAY_LEN(rows);
   demo_t a;
   memset(&a, 0, sizeof(a));
-  assert_int_equal(em_schema_defaults(demo, ARRAY_LEN(demo), &a, NULL), 0);
+  assert_int_equal(em_schema_defaults(demo, ARRAY_LEN(demo), &a, NULL, NULL), 0);
   demo_t b = a;
   assert_null(em_schema_first_change(rows, n, &a, &b));
   b.rings = 8; /* Reloadable. */
@@ -425,6 +503,9 @@ int main(void) {
       cmocka_unit_test(stored_values_have_the_field_unit),
       cmocka_unit_test(apply_calls_the_custom_setter_or_reports),
       cmocka_unit_test(defaults_fill_from_the_rows),
+      cmocka_unit_test(computed_defaults_follow_earlier_rows),
+      cmocka_unit_test(adopt_copies_changed_reloadable_rows),
+      cmocka_unit_test(flags_are_derived_from_the_key),
       cmocka_unit_test(lookups_and_suggestions),
       cmocka_unit_test(first_change_skips_reloadable_rows),
       cmocka_unit_test(describe_names_everything),

@@ -67,96 +67,10 @@ typedef struct {
   char *err;
   size_t err_len;
   bool failed;
-  unsigned long seen; /* Bit per bkey_t: duplicates are an error. */
+  unsigned long seen; /* Bit per row of keys (its index): duplicates are an error. */
 } load_t;
 
-typedef enum {
-  K_NAME,
-  K_DESCRIPTION,
-  K_ARCH,
-  K_MODEL,
-  K_COMPATIBLE,
-  K_CPU_PARTS,
-  K_DMI,
-  K_EVENTS,
-  K_PERIOD,
-  K_THERMAL,
-  K_CPUFREQ,
-  K_GPU_LOAD,
-  K_GPU_DEVFREQ,
-  K_EMC,
-  K_POWER,
-  K_NVML,
-  K_SAMPLE_PERIOD,
-  K_TEMP_MAX,
-  K_COUNT
-} bkey_t;
-
-typedef em_schema_key_t key_def_t; /* A key's row (edgemon/common/schema.h); id: its bkey_t. */
-
-static int set_key(void *ctx, const key_def_t *k, void *obj, const char *value);
-
-static const em_parse_enum_t true_false[] = {{"true", 1}, {"false", 0}};
-
-/*
- * Every key of a profile, one row each, index = bkey_t. Rows without `set` are stored by their
- * type (common/schema.h); the others by set_key(). docs/BOARDS.md documents them.
- */
-#define FIELD(f)                                                                                   \
-  .offset = offsetof(em_board_profile_t, f), .size = sizeof(((em_board_profile_t *)0)->f)
-#define NO_FIELD .offset = EM_SCHEMA_NO_FIELD, .size = 0
-#define KEY(key, sec, nm, ty, ...)                                                                 \
-  [key] = {.id = key, .section = sec, .name = nm, .type = ty, __VA_ARGS__}
-static const key_def_t keys[K_COUNT] = {
-    KEY(K_NAME, "board", "name", EM_SCHEMA_ID, FIELD(name), .set = set_key, .example = "rpi4",
-        .doc = "The file's name without .ini"),
-    KEY(K_DESCRIPTION, "board", "description", EM_SCHEMA_STRING, FIELD(description), .set = set_key,
-        .example = "Raspberry Pi 4 Model B", .doc = "One line for people"),
-    KEY(K_ARCH, "board", "arch", EM_SCHEMA_CUSTOM, FIELD(arch), .set = set_key,
-        .example = "aarch64", .doc = "aarch64 or x86_64"),
-    KEY(K_MODEL, "board", "model", EM_SCHEMA_LIST, NO_FIELD, .set = set_key,
-        .example = "Raspberry Pi 4", .doc = "proc/device-tree/model substrings"),
-    KEY(K_COMPATIBLE, "board", "compatible", EM_SCHEMA_LIST, NO_FIELD, .set = set_key,
-        .example = "brcm,bcm2711", .doc = "proc/device-tree/compatible entries, blank-separated"),
-    KEY(K_CPU_PARTS, "board", "cpu_parts", EM_SCHEMA_LIST, NO_FIELD, .set = set_key,
-        .example = "0x41:0xd08", .doc = "CPU implementer:part pairs"),
-    KEY(K_DMI, "board", "dmi", EM_SCHEMA_LIST, NO_FIELD, .set = set_key, .example = "QEMU",
-        .doc = "DMI vendor, product or board name substrings"),
-    KEY(K_EVENTS, "pmu", "events", EM_SCHEMA_LIST, NO_FIELD, .set = set_key,
-        .example = "cycles, instructions", .doc = "PMU events counted on this board"),
-    KEY(K_PERIOD, "sensors", "period", EM_SCHEMA_DURATION, FIELD(sensors.period_ns),
-        .min = 10 * NS_PER_MS, .max = 3600 * NS_PER_S, .def = "1s",
-        .want = "must be a duration from 10ms to 60m, e.g. 1s", .example = "1s",
-        .doc = "How often sensors are read"),
-    KEY(K_THERMAL, "sensors", "thermal", EM_SCHEMA_LIST, FIELD(sensors.thermal), .set = set_key,
-        .def = "auto", .example = "auto", .doc = "auto, none or thermal zone types"),
-    KEY(K_CPUFREQ, "sensors", "cpufreq", EM_SCHEMA_CUSTOM, FIELD(sensors.cpufreq), .set = set_key,
-        .def = "auto", .example = "auto", .doc = "auto or none"),
-    KEY(K_GPU_LOAD, "sensors", "gpu_load", EM_SCHEMA_PATH, FIELD(sensors.gpu_load), .set = set_key,
-        .def = "none", .example = "/sys/devices/gpu.0/load",
-        .doc = "A per-mille load file, or none"),
-    KEY(K_GPU_DEVFREQ, "sensors", "gpu_devfreq", EM_SCHEMA_PATH, FIELD(sensors.gpu_devfreq),
-        .set = set_key, .def = "none", .example = "/sys/class/devfreq/17000000.gpu",
-        .doc = "The GPU's devfreq directory, or none"),
-    KEY(K_EMC, "sensors", "emc", EM_SCHEMA_PATH, FIELD(sensors.emc), .set = set_key, .def = "none",
-        .example = "/sys/kernel/actmon_avg_activity/mc_all",
-        .doc = "Memory controller activity file or devfreq directory, or none"),
-    KEY(K_POWER, "sensors", "power", EM_SCHEMA_CUSTOM, FIELD(sensors.power), .set = set_key,
-        .def = "none", .example = "hwmon:ina3221", .doc = "hwmon:<name>, iio:<name> or none"),
-    KEY(K_NVML, "sensors", "nvml", EM_SCHEMA_ENUM, FIELD(sensors.nvml), .def = "false",
-        .choices = true_false, .n_choices = 2, .want = "must be true or false", .example = "false",
-        .doc = "Query NVML for discrete GPUs"),
-    KEY(K_SAMPLE_PERIOD, "defaults", "sample_period", EM_SCHEMA_DURATION, FIELD(sample_period_ns),
-        .min = NS_PER_MS, .max = 60 * NS_PER_S, .def = "100ms",
-        .want = "must be a duration from 1ms to 60s, e.g. 100ms", .example = "100ms",
-        .doc = "The agent's sample_period unless its config says"),
-    KEY(K_TEMP_MAX, "defaults", "temp_max", EM_SCHEMA_INT, FIELD(temp_max_c), .min = 1, .max = 150,
-        .want = "must be whole degrees C from 1 to 150", .example = "85",
-        .doc = "A WARN thermal budget unless the config says"),
-};
-#undef KEY
-#undef FIELD
-#undef NO_FIELD
+typedef em_schema_key_t key_def_t; /* A key's row (edgemon/common/schema.h). */
 
 static const char *const section_names[] = {"", "board", "pmu", "sensors", "defaults"};
 
@@ -331,133 +245,213 @@ static bool check_path_value(const char *s) {
   return true;
 }
 
-static void set_list_text(load_t *ld, const char *key, char *value, char (*dst)[EM_BOARD_MAX_TEXT],
-                          size_t *n, item_check_t check) {
-  int got = split_list(ld, key, value, &dst[0][0], EM_BOARD_MAX_TEXT, EM_BOARD_MAX_MATCH, check,
-                       check == check_compatible);
-  if (got >= 0) {
-    *n = (size_t)got;
-  }
+/*
+ * The rows' own setters (em_schema_set_fn): each checks one key's value and stores it in the
+ * profile (obj), or fails the load (ctx, a load_t) with its message. A list's value is split in
+ * a copy (LIST_COPY), never in the reader's line.
+ */
+#define LIST_COPY(buf, value)                                                                      \
+  char buf[PROFILE_MAX_LINE + 1];                                                                  \
+  em_str_copy(buf, sizeof(buf), value)
+
+/* The field of row k in the profile. */
+static char *field_of(const key_def_t *k, void *obj) {
+  return (char *)obj + k->offset;
 }
 
-static void set_value(load_t *ld, bkey_t k, char *value) {
-  em_board_profile_t *p = ld->p;
-  em_board_sensors_t *s = &p->sensors;
-  const char *key = keys[k].name;
+static int set_name(void *ctx, const key_def_t *k, void *obj, const char *value) {
   char q[QUOTE_BYTES];
-  switch (k) {
-  case K_NAME:
-    if (!is_word(value, sizeof(p->name), NULL)) {
-      fail(ld, "name '%s' must be 1..%d characters of [A-Za-z0-9_.-]", quote(q, sizeof(q), value),
-           EM_BOARD_MAX_NAME - 1);
-      return;
-    }
-    em_str_copy(p->name, sizeof(p->name), value);
-    return;
-  case K_DESCRIPTION:
-    if (!check_text(value, sizeof(p->description))) {
-      fail(ld, "description must be 1..%zu printable characters", sizeof(p->description) - 1);
-      return;
-    }
-    em_str_copy(p->description, sizeof(p->description), value);
-    return;
-  case K_ARCH:
-    if (strcmp(value, "aarch64") != 0 && strcmp(value, "x86_64") != 0) {
-      fail(ld, "arch '%s' must be aarch64 or x86_64", quote(q, sizeof(q), value));
-      return;
-    }
-    em_str_copy(p->arch, sizeof(p->arch), value);
-    return;
-  case K_MODEL:
-    set_list_text(ld, key, value, p->model, &p->n_model, check_text);
-    return;
-  case K_COMPATIBLE:
-    set_list_text(ld, key, value, p->compatible, &p->n_compatible, check_compatible);
-    return;
-  case K_DMI:
-    set_list_text(ld, key, value, p->dmi, &p->n_dmi, check_text);
-    return;
-  case K_CPU_PARTS: {
-    char parts[EM_BOARD_MAX_MATCH][16];
-    int got = split_list(ld, key, value, &parts[0][0], sizeof(parts[0]), EM_BOARD_MAX_MATCH,
-                         check_cpu_part, false);
-    for (int i = 0; i < got; i++) {
-      parse_cpu_part(parts[i], &p->cpu_parts[i]);
-    }
-    p->n_cpu_parts = got > 0 ? (size_t)got : 0;
-    return;
+  if (!is_word(value, k->size, NULL)) {
+    fail(ctx, "name '%s' must be 1..%d characters of [A-Za-z0-9_.-]", quote(q, sizeof(q), value),
+         EM_BOARD_MAX_NAME - 1);
+    return -EINVAL;
   }
-  case K_EVENTS: {
-    int got = split_list(ld, key, value, &p->events[0][0], EM_BOARD_MAX_EVENT, EM_BOARD_MAX_EVENTS,
-                         check_event, false);
-    p->n_events = got > 0 ? (size_t)got : 0;
-    return;
-  }
-  case K_THERMAL:
-    if (strcmp(value, "auto") == 0 || strcmp(value, "none") == 0) {
-      em_str_copy(s->thermal, sizeof(s->thermal), value);
-      return;
-    }
-    if (strlen(value) >= sizeof(s->thermal)) {
-      fail(ld, "thermal: longer than %zu characters", sizeof(s->thermal) - 1);
-      return;
-    }
-    {
-      char copy[EM_BOARD_MAX_PATH];
-      char zones[EM_BOARD_MAX_MATCH * 2][EM_BOARD_MAX_NAME];
-      em_str_copy(copy, sizeof(copy), value);
-      if (split_list(ld, key, copy, &zones[0][0], EM_BOARD_MAX_NAME, EM_BOARD_MAX_MATCH * 2,
-                     check_zone_type, false) > 0) {
-        em_str_copy(s->thermal, sizeof(s->thermal), value);
-      }
-    }
-    return;
-  case K_CPUFREQ:
-    if (strcmp(value, "auto") != 0 && strcmp(value, "none") != 0) {
-      fail(ld, "cpufreq '%s' must be auto or none", quote(q, sizeof(q), value));
-      return;
-    }
-    em_str_copy(s->cpufreq, sizeof(s->cpufreq), value);
-    return;
-  case K_GPU_LOAD:
-  case K_GPU_DEVFREQ:
-  case K_EMC: {
-    if (!check_path_value(value)) {
-      fail(ld, "%s '%s' must be none or an absolute path", key, quote(q, sizeof(q), value));
-      return;
-    }
-    em_str_copy((char *)p + keys[k].offset, keys[k].size, value);
-    return;
-  }
-  case K_POWER: {
-    const char *colon = strchr(value, ':');
-    bool ok = strcmp(value, "none") == 0;
-    if (!ok && colon) {
-      size_t kind = (size_t)(colon - value);
-      ok = ((kind == 5 && strncmp(value, "hwmon", 5) == 0) ||
-            (kind == 3 && strncmp(value, "iio", 3) == 0)) &&
-           is_word(colon + 1, EM_BOARD_MAX_NAME, NULL);
-    }
-    if (!ok) {
-      fail(ld, "power '%s' must be none, hwmon:<name> or iio:<name>", quote(q, sizeof(q), value));
-      return;
-    }
-    em_str_copy(s->power, sizeof(s->power), value);
-    return;
-  }
-  default: /* Stored by type. */
-    break;
-  }
+  em_str_copy(field_of(k, obj), k->size, value);
+  return 0;
 }
 
-/* The rows' own setter (keys above): set_value() on a copy it may split in place. */
-static int set_key(void *ctx, const key_def_t *k, void *obj, const char *value) {
-  load_t *ld = ctx;
-  (void)obj;
-  char buf[PROFILE_MAX_LINE + 1];
-  em_str_copy(buf, sizeof(buf), value);
-  set_value(ld, (bkey_t)k->id, buf);
-  return ld->failed ? -EINVAL : 0;
+static int set_description(void *ctx, const key_def_t *k, void *obj, const char *value) {
+  if (!check_text(value, k->size)) {
+    fail(ctx, "description must be 1..%zu printable characters", k->size - 1);
+    return -EINVAL;
+  }
+  em_str_copy(field_of(k, obj), k->size, value);
+  return 0;
+}
+
+/* arch, cpufreq: one of the row's choices, stored as its word. */
+static int set_word(void *ctx, const key_def_t *k, void *obj, const char *value) {
+  char q[QUOTE_BYTES];
+  for (size_t i = 0; i < k->n_choices; i++) {
+    if (strcmp(value, k->choices[i].name) == 0) {
+      em_str_copy(field_of(k, obj), k->size, value);
+      return 0;
+    }
+  }
+  fail(ctx, "%s '%s' %s", k->name, quote(q, sizeof(q), value), k->want);
+  return -EINVAL;
+}
+
+/* model, compatible, dmi: lists of text; the count follows the row's field. */
+static int set_text_list(void *ctx, const key_def_t *k, void *obj, const char *value) {
+  em_board_profile_t *p = obj;
+  LIST_COPY(buf, value);
+  char(*dst)[EM_BOARD_MAX_TEXT] = (char(*)[EM_BOARD_MAX_TEXT])(void *)field_of(k, obj);
+  size_t *n = dst == p->model ? &p->n_model : dst == p->compatible ? &p->n_compatible : &p->n_dmi;
+  item_check_t check = dst == p->compatible ? check_compatible : check_text;
+  int got = split_list(ctx, k->name, buf, &dst[0][0], EM_BOARD_MAX_TEXT, EM_BOARD_MAX_MATCH, check,
+                       check == check_compatible);
+  if (got < 0) {
+    return -EINVAL;
+  }
+  *n = (size_t)got;
+  return 0;
+}
+
+static int set_cpu_parts(void *ctx, const key_def_t *k, void *obj, const char *value) {
+  em_board_profile_t *p = obj;
+  LIST_COPY(buf, value);
+  char parts[EM_BOARD_MAX_MATCH][16];
+  int got = split_list(ctx, k->name, buf, &parts[0][0], sizeof(parts[0]), EM_BOARD_MAX_MATCH,
+                       check_cpu_part, false);
+  for (int i = 0; i < got; i++) {
+    parse_cpu_part(parts[i], &p->cpu_parts[i]);
+  }
+  p->n_cpu_parts = got > 0 ? (size_t)got : 0;
+  return got > 0 ? 0 : -EINVAL;
+}
+
+static int set_events(void *ctx, const key_def_t *k, void *obj, const char *value) {
+  em_board_profile_t *p = obj;
+  LIST_COPY(buf, value);
+  int got = split_list(ctx, k->name, buf, &p->events[0][0], EM_BOARD_MAX_EVENT, EM_BOARD_MAX_EVENTS,
+                       check_event, false);
+  p->n_events = got > 0 ? (size_t)got : 0;
+  return got > 0 ? 0 : -EINVAL;
+}
+
+/* thermal: auto, none, or a list of thermal zone types kept as written. */
+static int set_thermal(void *ctx, const key_def_t *k, void *obj, const char *value) {
+  if (strcmp(value, "auto") == 0 || strcmp(value, "none") == 0) {
+    em_str_copy(field_of(k, obj), k->size, value);
+    return 0;
+  }
+  if (strlen(value) >= k->size) {
+    fail(ctx, "thermal: longer than %zu characters", k->size - 1);
+    return -EINVAL;
+  }
+  LIST_COPY(buf, value);
+  char zones[EM_BOARD_MAX_MATCH * 2][EM_BOARD_MAX_NAME];
+  if (split_list(ctx, k->name, buf, &zones[0][0], EM_BOARD_MAX_NAME, EM_BOARD_MAX_MATCH * 2,
+                 check_zone_type, false) <= 0) {
+    return -EINVAL;
+  }
+  em_str_copy(field_of(k, obj), k->size, value);
+  return 0;
+}
+
+/* gpu_load, gpu_devfreq, emc: none or an absolute path. */
+static int set_sensor_path(void *ctx, const key_def_t *k, void *obj, const char *value) {
+  char q[QUOTE_BYTES];
+  if (!check_path_value(value)) {
+    fail(ctx, "%s '%s' must be none or an absolute path", k->name, quote(q, sizeof(q), value));
+    return -EINVAL;
+  }
+  em_str_copy(field_of(k, obj), k->size, value);
+  return 0;
+}
+
+static int set_power(void *ctx, const key_def_t *k, void *obj, const char *value) {
+  char q[QUOTE_BYTES];
+  const char *colon = strchr(value, ':');
+  bool ok = strcmp(value, "none") == 0;
+  if (!ok && colon) {
+    size_t kind = (size_t)(colon - value);
+    ok = ((kind == 5 && strncmp(value, "hwmon", 5) == 0) ||
+          (kind == 3 && strncmp(value, "iio", 3) == 0)) &&
+         is_word(colon + 1, EM_BOARD_MAX_NAME, NULL);
+  }
+  if (!ok) {
+    fail(ctx, "power '%s' must be none, hwmon:<name> or iio:<name>", quote(q, sizeof(q), value));
+    return -EINVAL;
+  }
+  em_str_copy(field_of(k, obj), k->size, value);
+  return 0;
+}
+#undef LIST_COPY
+
+static const em_parse_enum_t true_false[] = {{"true", 1}, {"false", 0}};
+static const em_parse_enum_t arches[] = {{"aarch64", 0}, {"x86_64", 1}};
+static const em_parse_enum_t auto_none[] = {{"auto", 0}, {"none", 1}};
+
+/*
+ * Every key of a profile, one row each: rows without `set` are stored by their type
+ * (common/schema.h), the others by their own setter above; defaults come from the rows.
+ * docs/BOARDS.md documents them.
+ */
+#define FIELD(f)                                                                                   \
+  .offset = offsetof(em_board_profile_t, f), .size = sizeof(((em_board_profile_t *)0)->f)
+#define NO_FIELD .offset = EM_SCHEMA_NO_FIELD, .size = 0
+#define KEY(sec, nm, ty, ...)                                                                      \
+  { .section = sec, .name = nm, .type = ty, __VA_ARGS__ }
+static const key_def_t keys[] = {
+    KEY("board", "name", EM_SCHEMA_ID, FIELD(name), .set = set_name, .example = "rpi4",
+        .doc = "The file's name without .ini"),
+    KEY("board", "description", EM_SCHEMA_STRING, FIELD(description), .set = set_description,
+        .example = "Raspberry Pi 4 Model B", .doc = "One line for people"),
+    KEY("board", "arch", EM_SCHEMA_CUSTOM, FIELD(arch), .set = set_word, .choices = arches,
+        .n_choices = 2, .want = "must be aarch64 or x86_64", .example = "aarch64",
+        .doc = "aarch64 or x86_64"),
+    KEY("board", "model", EM_SCHEMA_LIST, FIELD(model), .set = set_text_list,
+        .example = "Raspberry Pi 4", .doc = "proc/device-tree/model substrings"),
+    KEY("board", "compatible", EM_SCHEMA_LIST, FIELD(compatible), .set = set_text_list,
+        .example = "brcm,bcm2711", .doc = "proc/device-tree/compatible entries, blank-separated"),
+    KEY("board", "cpu_parts", EM_SCHEMA_LIST, NO_FIELD, .set = set_cpu_parts,
+        .example = "0x41:0xd08", .doc = "CPU implementer:part pairs"),
+    KEY("board", "dmi", EM_SCHEMA_LIST, FIELD(dmi), .set = set_text_list, .example = "QEMU",
+        .doc = "DMI vendor, product or board name substrings"),
+    KEY("pmu", "events", EM_SCHEMA_LIST, NO_FIELD, .set = set_events,
+        .example = "cycles, instructions", .doc = "PMU events counted on this board"),
+    KEY("sensors", "period", EM_SCHEMA_DURATION, FIELD(sensors.period_ns), .min = 10 * NS_PER_MS,
+        .max = 3600 * NS_PER_S, .def = "1s", .want = "must be a duration from 10ms to 60m, e.g. 1s",
+        .example = "1s", .doc = "How often sensors are read"),
+    KEY("sensors", "thermal", EM_SCHEMA_LIST, FIELD(sensors.thermal), .set = set_thermal,
+        .def = "auto", .example = "auto", .doc = "auto, none or thermal zone types"),
+    KEY("sensors", "cpufreq", EM_SCHEMA_CUSTOM, FIELD(sensors.cpufreq), .set = set_word,
+        .choices = auto_none, .n_choices = 2, .want = "must be auto or none", .def = "auto",
+        .example = "auto", .doc = "auto or none"),
+    KEY("sensors", "gpu_load", EM_SCHEMA_PATH, FIELD(sensors.gpu_load), .set = set_sensor_path,
+        .def = "none", .example = "/sys/devices/gpu.0/load",
+        .doc = "A per-mille load file, or none"),
+    KEY("sensors", "gpu_devfreq", EM_SCHEMA_PATH, FIELD(sensors.gpu_devfreq),
+        .set = set_sensor_path, .def = "none", .example = "/sys/class/devfreq/17000000.gpu",
+        .doc = "The GPU's devfreq directory, or none"),
+    KEY("sensors", "emc", EM_SCHEMA_PATH, FIELD(sensors.emc), .set = set_sensor_path, .def = "none",
+        .example = "/sys/kernel/actmon_avg_activity/mc_all",
+        .doc = "Memory controller activity file or devfreq directory, or none"),
+    KEY("sensors", "power", EM_SCHEMA_CUSTOM, FIELD(sensors.power), .set = set_power, .def = "none",
+        .example = "hwmon:ina3221", .doc = "hwmon:<name>, iio:<name> or none"),
+    KEY("sensors", "nvml", EM_SCHEMA_ENUM, FIELD(sensors.nvml), .def = "false",
+        .choices = true_false, .n_choices = 2, .want = "must be true or false", .example = "false",
+        .doc = "Query NVML for discrete GPUs"),
+    KEY("defaults", "sample_period", EM_SCHEMA_DURATION, FIELD(sample_period_ns), .min = NS_PER_MS,
+        .max = 60 * NS_PER_S, .def = "100ms",
+        .want = "must be a duration from 1ms to 60s, e.g. 100ms", .example = "100ms",
+        .doc = "The agent's sample_period unless its config says"),
+    KEY("defaults", "temp_max", EM_SCHEMA_INT, FIELD(temp_max_c), .min = 1, .max = 150,
+        .want = "must be whole degrees C from 1 to 150", .example = "85",
+        .doc = "A WARN thermal budget unless the config says"),
+};
+#undef KEY
+#undef FIELD
+#undef NO_FIELD
+#define N_KEYS (sizeof(keys) / sizeof(keys[0]))
+_Static_assert(N_KEYS <= sizeof(unsigned long) * 8, "load_t.seen has a bit per row");
+
+/* Whether row `name` of `section` was given in the file. */
+static bool seen(const load_t *ld, const char *section, const char *name) {
+  const key_def_t *k = em_schema_find(keys, N_KEYS, section, name);
+  return k != NULL && (ld->seen & (1ul << (k - keys))) != 0;
 }
 
 /* A message of the schema (em_schema_apply) as the load's problem. */
@@ -495,19 +489,20 @@ static int on_pair(void *user, int line, const char *section, const char *name, 
     fail(ld, "key '%s' is outside any section", quote(q, sizeof(q), name));
     return 1;
   }
-  const key_def_t *k = em_schema_find(keys, K_COUNT, section_names[ld->section], name);
+  const key_def_t *k = em_schema_find(keys, N_KEYS, section_names[ld->section], name);
   if (k == NULL) {
-    const char *hint = em_schema_suggest(keys, K_COUNT, section_names[ld->section], name);
+    const char *hint = em_schema_suggest(keys, N_KEYS, section_names[ld->section], name);
     fail(ld, "unknown key '%s' in [%s]%s%s%s", quote(q, sizeof(q), name),
          section_names[ld->section], hint ? "; did you mean '" : "", hint ? hint : "",
          hint ? "'?" : "");
     return 1;
   }
-  if (ld->seen & (1ul << k->id)) {
+  unsigned long bit = 1ul << (k - keys);
+  if (ld->seen & bit) {
     fail(ld, "duplicate key '%s' in [%s]", name, section_names[ld->section]);
     return 1;
   }
-  ld->seen |= 1ul << k->id;
+  ld->seen |= bit;
   if (value[0] == '\0') {
     fail(ld, "%s has no value", name);
     return 1;
@@ -529,15 +524,12 @@ static int on_error(void *user, int line, em_ini_problem_t kind, const char *tex
   return 1;
 }
 
-static void profile_defaults(em_board_profile_t *p) {
-  memset(p, 0, sizeof(*p));
-  (void)em_schema_defaults(keys, K_COUNT, p, NULL);
-  for (size_t i = 0; i < K_COUNT; i++) { /* Rows of set_key(): their defaults are plain words. */
-    if (keys[i].set != NULL && keys[i].def != NULL) {
-      em_str_copy((char *)p + keys[i].offset, keys[i].size, keys[i].def);
-    }
-  }
+/* Every row's default (the load reports a bad one: a table mistake). */
+static void profile_defaults(load_t *ld) {
+  memset(ld->p, 0, sizeof(*ld->p));
+  (void)em_schema_defaults(keys, N_KEYS, ld->p, ld, NULL);
 }
+
 int em_board_load(const char *path, em_board_profile_t *out, char *err, size_t err_len) {
   if (!path || !out) {
     return -EINVAL;
@@ -546,7 +538,7 @@ int em_board_load(const char *path, em_board_profile_t *out, char *err, size_t e
     err[0] = '\0';
   }
   load_t ld = {.p = out, .path = path, .err = err, .err_len = err_len};
-  profile_defaults(out);
+  profile_defaults(&ld);
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
     int e = errno;
@@ -578,11 +570,11 @@ int em_board_load(const char *path, em_board_profile_t *out, char *err, size_t e
     fail(&ld, "read error: %s", strerror(-rc));
   }
   ld.line = 0;
-  out->has_temp_max = (ld.seen & (1ul << K_TEMP_MAX)) != 0;
-  static const bkey_t required[] = {K_NAME, K_DESCRIPTION, K_ARCH};
+  out->has_temp_max = seen(&ld, "defaults", "temp_max");
+  static const char *const required[] = {"name", "description", "arch"};
   for (size_t i = 0; i < sizeof(required) / sizeof(required[0]) && !ld.failed; i++) {
-    if (!(ld.seen & (1ul << required[i]))) {
-      fail(&ld, "[board] %s is missing", keys[required[i]].name);
+    if (!seen(&ld, "board", required[i])) {
+      fail(&ld, "[board] %s is missing", required[i]);
     }
   }
   if (!ld.failed) {

@@ -12,6 +12,13 @@
  * function, which validates and stores the value itself and reports through the caller's
  * context; the row still documents the key and takes part in lookups and suggestions.
  *
+ * A row carries everything about its key, so adding a key is adding a row: its default (`def`,
+ * or a `compute` hook for one known only where the program runs), whether a reload applies it
+ * (EM_SCHEMA_RELOAD) and then which of the caller's apply steps a change makes due (`apply`, a
+ * bit set of the caller's groups; em_schema_adopt() copies the changed rows and returns them),
+ * and, for a program whose keys are also command-line flags, its flag (EM_SCHEMA_FLAG: --name
+ * with '-' for '_') and the word its usage shows for the value (`arg`).
+ *
  * Owns: nothing; tables are the caller's (static const), no global state, nothing allocates.
  * The header compiles on its own, as C11 and as C++.
  */
@@ -53,6 +60,7 @@ typedef enum {
 #define EM_SCHEMA_ZERO    0x08u /* DURATION: a bare "0" stores 0 (off). */
 #define EM_SCHEMA_SECONDS 0x10u /* DURATION: the field counts seconds. */
 #define EM_SCHEMA_WHOLE   0x20u /* With SECONDS: fractions of a second are refused. */
+#define EM_SCHEMA_FLAG    0x40u /* Also the command-line flag --name ('-' for '_'). */
 
 typedef struct em_schema_key em_schema_key_t;
 
@@ -65,6 +73,19 @@ typedef int (*em_schema_set_fn)(void *ctx, const em_schema_key_t *k, void *obj, 
 
 /* A row's own comparison for em_schema_first_change(): true when a and b hold the same value. */
 typedef bool (*em_schema_same_fn)(const void *a, const void *b);
+
+/*
+ * A row's computed default, for a value known only where the program runs (a host name, an
+ * environment variable) or one that follows an earlier row's: stores it in obj. Rows are
+ * defaulted in table order, so it may read the rows above it.
+ */
+typedef void (*em_schema_default_fn)(const em_schema_key_t *k, void *obj);
+
+/*
+ * A row's own copy for em_schema_adopt(), for a value spread over several fields or held
+ * outside the row's field: copies it from `next` into `running`.
+ */
+typedef void (*em_schema_copy_fn)(void *running, const void *next);
 
 struct em_schema_key {
   const char *section;            /* "agent"; a pattern such as "budget.<stage>" is text too. */
@@ -84,6 +105,11 @@ struct em_schema_key {
   const char *want;               /* Replaces every generic message by "NAME 'VALUE' WANT". */
   em_schema_set_fn set;           /* NULL: stored by type. */
   em_schema_same_fn same;         /* NULL: the field's bytes (strings up to their NUL). */
+  em_schema_default_fn compute;   /* A computed default (after `def`, if both). */
+  em_schema_copy_fn copy;         /* RELOAD: NULL copies the field's bytes. */
+  unsigned apply;                 /* RELOAD: the caller's apply steps a change makes due. */
+  const char *arg;                /* FLAG: the value's word in usage ("URL"); NULL: a bool
+                                     flag that takes no value. */
   int id;                         /* The caller's own key number. */
 };
 
@@ -105,12 +131,34 @@ int em_schema_apply(const em_schema_key_t *k, void *obj, const char *value, void
                     em_schema_report_fn report);
 
 /*
- * Fills obj's fields from the defaults of the rows without a set function (rows with one, or
- * without a default, are the caller's). Returns 0, or -EINVAL when a default does not parse
- * (a table mistake; the first such row in *bad, may be NULL).
+ * Fills obj from every row's default, in table order: `def` stored by the row's type, or given
+ * to its set function with `ctx` (which may report through it), then the row's `compute` hook.
+ * Rows with neither are left as they are (zeroed by the caller). Returns 0, or -EINVAL when a
+ * default does not parse (a table mistake; the first such row in *bad, may be NULL); the other
+ * rows are still filled.
  */
-int em_schema_defaults(const em_schema_key_t *table, size_t n, void *obj,
+int em_schema_defaults(const em_schema_key_t *table, size_t n, void *obj, void *ctx,
                        const em_schema_key_t **bad);
+
+/*
+ * A reload: copies into `running` the value in `next` of every row with EM_SCHEMA_RELOAD whose
+ * value differs (its `same` function, else the field's bytes; rows with neither a field nor
+ * `same` are skipped), with the row's `copy` function or the field's bytes. Returns the union
+ * of the changed rows' `apply` bits: the caller's steps now due. Rows without EM_SCHEMA_RELOAD
+ * are left alone (em_schema_first_change() names them).
+ */
+unsigned em_schema_adopt(const em_schema_key_t *table, size_t n, void *running, const void *next);
+
+/*
+ * The command-line flag of a row with EM_SCHEMA_FLAG: "--" and its name with '-' for '_'
+ * ("--share-group"), into buf[0..cap). Returns buf, or NULL for a row without the flag (or a
+ * buffer too small).
+ */
+const char *em_schema_flag(const em_schema_key_t *k, char *buf, size_t cap);
+
+/* The row with EM_SCHEMA_FLAG whose flag is `flag` ("--share-group" or "share-group"), or NULL. */
+const em_schema_key_t *em_schema_find_flag(const em_schema_key_t *table, size_t n,
+                                           const char *flag);
 
 /* The row of `name` in `section`, or NULL. */
 const em_schema_key_t *em_schema_find(const em_schema_key_t *table, size_t n, const char *section,
