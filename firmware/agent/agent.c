@@ -58,6 +58,7 @@
 #include "edgemon/proto.h"
 #include "edgemon/flight.h"
 #include "figures.h"
+#include "feed.h"
 #include "flight.h"
 #include "forward.h"
 #include "hook.h"
@@ -65,7 +66,7 @@
 #include "pmu.h"
 #include "pmu_events.h"
 #include "edgemon/profile.h"
-#include "window.h"
+#include "profiling.h"
 #include "procfs.h"
 #include "publisher.h"
 #include "service.h"
@@ -88,9 +89,6 @@
 
 _Static_assert(EM_CONFIG_FLIGHT_TICK_SLACK == EM_FLIGHT_REC_TICK_SLACK,
                "config.c checks the flight recorder's tick ring as record/flight.c sizes it");
-
-/* When a flight recorder column is read: every tick, or on its own cadence. */
-typedef enum { FLIGHT_EVERY, FLIGHT_SMAPS, FLIGHT_SYSTEM, FLIGHT_SENSOR } flight_when_t;
 
 /* The figures agent.c indexes from their first row follow the orders of procfs.h and spans.h
  * (figures.h). */
@@ -118,11 +116,8 @@ _Static_assert(
 typedef enum {
   PEER_SUBSCRIBE, /* A subscribe or unsubscribe datagram refused. */
   PEER_RING,      /* A ring register refused. */
-  PEER_PYSTACKS,  /* A Python stacks datagram refused. */
   PEER_MALFORMED, /* A command that does not decode. */
   PEER_UNKNOWN,   /* A command the agent does not know. */
-  PEER_FLIGHT,    /* A flight trigger not recorded (or cmd/flight with the recorder off). */
-  PEER_PROFILE,   /* A profile trigger not sampled (or cmd/profile with the profiler off). */
   PEER_LOG_KINDS
 } peer_log_t;
 
@@ -134,11 +129,8 @@ static const struct {
 } peer_logs[PEER_LOG_KINDS] = {
     [PEER_SUBSCRIBE] = {"spans", "subscribe requests refused", " (push.subscribe_refused)"},
     [PEER_RING] = {"rings", "ring registers refused", " (rings.refused)"},
-    [PEER_PYSTACKS] = {"profile", "Python stacks datagrams refused", ""},
     [PEER_MALFORMED] = {"mqtt", "malformed commands ignored", ""},
     [PEER_UNKNOWN] = {"mqtt", "unknown commands ignored", ""},
-    [PEER_FLIGHT] = {"flight", "triggers not recorded", " (flight.suppressed)"},
-    [PEER_PROFILE] = {"profile", "triggers not sampled", " (profile.suppressed)"},
 };
 
 struct em_agent {
@@ -233,22 +225,15 @@ struct em_agent {
   /* Store and forward (forward.h): what the broker cannot take now goes to the spool. */
   em_forward_t *fwd;
 
-  /* The flight recorder (record/flight.h): NULL when [flight] enabled is false. Its columns
-   * are dictionary aliases, ascending. */
-  em_flight_rec_t *flight;
-  size_t n_flight_cols;
-  uint32_t flight_alias[EM_FLIGHT_MAX_COLUMNS];
-  uint8_t flight_when[EM_FLIGHT_MAX_COLUMNS]; /* flight_when_t */
-  bool sensors_fresh;                         /* The sensors were read since the last tick. */
-  uint64_t flight_cut;                        /* Spans and ticks left out for max_bytes. */
+  /* The flight recorder's feed (record/feed.h): the recorder, its columns, its figures. */
+  em_feed_t *feed;
+  bool sensors_fresh; /* The sensors were read since the last tick. */
 
-  /* The stack profiler (profile/window.h): NULL when [profile] enabled is false. */
-  em_window_t *profile;
-  pid_t profile_pid;      /* The process the open window samples. */
-  uv_work_t profile_work; /* Symbols and assembly of a closed window, on libuv's worker. */
-  bool profile_busy;      /* profile_work is queued or running: the window is the worker's. */
+  /* The stack profiler's plumbing (profile/profiling.h): triggers, windows, the worker. */
+  em_profiling_t *prof;
 
-  unsigned closing;
+  bool closing;     /* em_agent_stop ran: nothing new is started, spooling is off. */
+  unsigned pending; /* Handles, modules and worker jobs still closing (stop_step). */
   void (*stop_done)(void *);
   void *stop_ctx;
 };
@@ -329,22 +314,8 @@ static void publish_birth(em_agent_t *a) {
                               .budgets = a->birth_budgets,
                               .n_budgets = a->n_birth_budgets,
                               .model = a->model_view}};
-  if (a->flight) {
-    msg.u.birth.flight = (em_flight_recorder_t){.on = true,
-                                                .pre_ns = a->cfg.flight_pre_ns,
-                                                .post_ns = a->cfg.flight_post_ns,
-                                                .ticks = em_flight_rec_tick_capacity(a->flight),
-                                                .spans = em_flight_rec_span_capacity(a->flight),
-                                                .bytes = em_flight_rec_bytes(a->flight)};
-  }
-  if (a->profile) {
-    msg.u.birth.profiler =
-        (em_profiler_t){.on = true,
-                        .hz = a->cfg.profile_hz,
-                        .seconds = a->cfg.profile_ns / NS_PER_SEC,
-                        .max_seconds = a->cfg.profile_max_ns / NS_PER_SEC,
-                        .min_gap_seconds = a->cfg.profile_min_gap_ns / NS_PER_SEC};
-  }
+  msg.u.birth.flight = em_feed_describe(a->feed);
+  msg.u.birth.profiler = em_profiling_describe(a->prof);
   size_t len = 0;
   int rc = em_proto_encode(&msg, a->out, EM_PROTO_MAX_MESSAGE_BYTES, &len);
   if (rc) {
@@ -415,338 +386,22 @@ static void on_ack(void *ctx, int mid) {
   em_forward_on_ack(a->fwd, mid); /* NULL before the forwarder exists: a no-op. */
 }
 
-/* --- the flight recorder --------------------------------------------------------------- */
-
-/* A trigger: a recording of its window when the rate limit allows, else counted and said. */
-static void flight_trigger(em_agent_t *a, const em_flight_trigger_t *t, uint64_t mono_ns) {
-  const char *what = t->cause == EM_FLIGHT_COMMAND ? "cmd/flight" : "escalation";
-  if (!a->flight) {
-    if (t->cause == EM_FLIGHT_COMMAND && peer_log_pass(a, PEER_FLIGHT)) {
-      EM_WARN(
-          "flight: cmd/flight ignored: the flight recorder is off ([flight] enabled)" HELD_BACK);
-    }
-    return;
-  }
-  int rc = em_flight_rec_trigger(a->flight, t, mono_ns, wall_ns());
-  if (rc == 0) {
-    EM_INFO("flight: %s to %s: recording the %llu ms before and %llu ms after", what,
-            em_level_name(t->level), (unsigned long long)(a->cfg.flight_pre_ns / 1000000u),
-            (unsigned long long)(a->cfg.flight_post_ns / 1000000u));
-    return;
-  }
-  if (peer_log_pass(a, PEER_FLIGHT)) {
-    EM_INFO("flight: %s to %s not recorded: %s (counted in flight.suppressed" HELD_BACK ")", what,
-            em_level_name(t->level),
-            rc == -EBUSY ? "a recording is being taken"
-                         : "within [flight] min_gap_seconds of the last");
-  }
-}
-
-/* The columns: PMU events, the target's figures, smaps, MemAvailable and PSI, the sensors, in
- * alias order, and the recorder sized from [flight]. */
-static int flight_open(em_agent_t *a) {
-  em_flight_column_t cols[EM_FLIGHT_MAX_COLUMNS];
-  const em_metric_def_t *defs = em_figures_defs(a->figs);
-  size_t first_sensor = a->sensors ? em_figures_sensor_alias(a->figs, 0) : SIZE_MAX;
-  size_t n = 0;
-  for (size_t m = 0; m < a->n_metrics && n < EM_FLIGHT_MAX_COLUMNS; m++) {
-    em_figure_group_t g = em_figures_group(a->figs, m);
-    flight_when_t when = FLIGHT_EVERY;
-    if (m >= first_sensor) {
-      when = FLIGHT_SENSOR;
-    } else if (g == EM_FIGURE_SMAPS) {
-      when = FLIGHT_SMAPS;
-    } else if (g == EM_FIGURE_SYSTEM) {
-      when = FLIGHT_SYSTEM;
-    } else if (g != EM_FIGURE_TARGET) {
-      continue; /* The agent's own counters explain no breach. */
-    }
-    cols[n] =
-        (em_flight_column_t){.name = defs[m].name, .unit = defs[m].unit, .kind = defs[m].kind};
-    a->flight_alias[n] = (uint32_t)m;
-    a->flight_when[n] = (uint8_t)when;
-    n++;
-  }
-  a->n_flight_cols = n;
-  em_flight_rec_opts_t o = {.period_ns = a->cfg.sample_period_ns,
-                            .pre_ns = a->cfg.flight_pre_ns,
-                            .post_ns = a->cfg.flight_post_ns,
-                            .min_gap_ns = a->cfg.flight_min_gap_ns,
-                            .max_spans = a->cfg.flight_max_spans,
-                            .max_bytes = (uint32_t)a->cfg.flight_max_bytes,
-                            .columns = cols,
-                            .n_columns = n};
-  int rc = em_flight_rec_new(&a->flight, &o);
-  if (rc) {
-    EM_ERROR("flight: cannot start the recorder: %s", strerror(-rc));
-    return rc;
-  }
-  em_flight_rec_stats_t st;
-  em_flight_rec_stats(a->flight, &st);
-  if (st.ticks_capped) {
-    EM_WARN("flight: pre_seconds + post_seconds is more than %u ticks of %llu us: a recording "
-            "keeps %u ticks, fewer seconds before the trigger",
-            EM_FLIGHT_MAX_TICKS - EM_FLIGHT_REC_TICK_SLACK,
-            (unsigned long long)(a->cfg.sample_period_ns / 1000u), EM_FLIGHT_MAX_TICKS);
-  }
-  EM_INFO("flight: recorder on: %llu ms before a trigger, %llu ms after, %zu columns, %u ticks, "
-          "%u spans, %llu bytes",
-          (unsigned long long)(a->cfg.flight_pre_ns / 1000000u),
-          (unsigned long long)(a->cfg.flight_post_ns / 1000000u), n,
-          em_flight_rec_tick_capacity(a->flight), em_flight_rec_span_capacity(a->flight),
-          (unsigned long long)em_flight_rec_bytes(a->flight));
-  return 0;
-}
-
-/* This tick's columns as read on it: the slower cadences only on the tick that read them. */
-static void flight_tick(em_agent_t *a, uint64_t now) {
-  em_flight_value_t *v = em_flight_rec_tick(a->flight, now);
-  size_t n = 0;
-  for (size_t c = 0; c < a->n_flight_cols; c++) {
-    switch ((flight_when_t)a->flight_when[c]) {
-    case FLIGHT_SMAPS:
-      if (!a->smaps_sampled) {
-        continue;
-      }
-      break;
-    case FLIGHT_SYSTEM:
-      if (!a->system_sampled) {
-        continue;
-      }
-      break;
-    case FLIGHT_SENSOR:
-      if (!a->sensors_fresh) {
-        continue;
-      }
-      break;
-    case FLIGHT_EVERY:
-      break;
-    }
-    v[n++] =
-        (em_flight_value_t){.column = (uint32_t)c, .value = a->samples[a->flight_alias[c]].value};
-  }
-  a->sensors_fresh = false;
-  em_flight_rec_commit(a->flight, n);
-}
-
-/* The flight.* figures: absent with the recorder off. */
-static void sample_flight(em_agent_t *a) {
-  em_flight_rec_stats_t st;
-  em_flight_rec_stats(a->flight, &st);
-  set_u_if(a, fx(a, EM_FIG_FLIGHT_RECORDINGS), a->flight, st.recordings);
-  set_u_if(a, fx(a, EM_FIG_FLIGHT_SUPPRESSED), a->flight, st.suppressed);
-  set_u_if(a, fx(a, EM_FIG_FLIGHT_CUT), a->flight, a->flight_cut);
-  set_u_if(a, fx(a, EM_FIG_FLIGHT_OVERWRITTEN), a->flight, st.overwritten);
-  set_u_if(a, fx(a, EM_FIG_FLIGHT_UNNAMED), a->flight, st.unnamed);
-}
-
-/* The recording whose window has ended: encoded under max_bytes (the spans and ticks farthest
- * from the trigger go first) and handed to the forwarder, live or into the spool. */
-static void flight_publish(em_agent_t *a, uint64_t now) {
-  em_flight_t *f = em_flight_rec_take(a->flight, now);
-  if (!f) {
-    return;
-  }
-  f->head.session = a->session;
-  size_t cap = 0;
-  uint8_t *buf = em_flight_rec_buffer(a->flight, &cap);
-  size_t len = 0;
-  int rc = em_flight_encode_fit(f, buf, cap - FLIGHT_HIST_ROOM, &len);
-  if (rc) {
-    EM_ERROR("flight: recording %u cannot be encoded: %s", f->number, em_proto_strerror(rc));
-    return;
-  }
-  uint64_t cut = f->truncated.spans_cut + f->truncated.ticks_cut;
-  a->flight_cut += cut;
-  rc = em_forward_publish_flight(a->fwd, buf, len, !a->closing);
-  EM_INFO("flight: recording %u: %zu ticks, %zu spans, %zu bytes (%llu left out for max_bytes, "
-          "%llu spans overwritten)%s",
-          f->number, f->n_ticks, f->n_spans, len, (unsigned long long)cut,
-          (unsigned long long)f->truncated.spans_overwritten, rc == 0 ? "" : ": lost (spool.lost)");
-}
-
-/* --- the stack profiler ---------------------------------------------------------------- */
-
-static void stop_step(em_agent_t *a);
-
-/*
- * The profile request page (WIRE.md "Profile request page v1") of the window just opened:
- * <runtime_dir>/profile written whole to profile.tmp and renamed over it, so a client reads the
- * old page or the new one. 64 bytes on the runtime directory's tmpfs, once per window. Whatever
- * stands at profile.tmp is removed first and the file made anew (O_EXCL, O_NOFOLLOW): a FIFO
- * there cannot block the loop, a link cannot redirect the write.
- */
-static void write_profile_page(em_agent_t *a) {
-  em_profile_page_t pg;
-  uint8_t buf[EM_PROFILE_PAGE_BYTES];
-  if (em_window_request(a->profile, &pg) != 0 || em_profile_page_pack(&pg, buf) != 0) {
-    return;
-  }
-  char path[EM_CONFIG_MAX_PATH + 16], tmp[EM_CONFIG_MAX_PATH + 16];
-  snprintf(path, sizeof(path), "%s/profile", a->cfg.runtime_dir);
-  snprintf(tmp, sizeof(tmp), "%s/profile.tmp", a->cfg.runtime_dir);
-  (void)unlink(tmp);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
-  bool ok = fd >= 0 && write(fd, buf, sizeof(buf)) == (ssize_t)sizeof(buf);
-  if (fd >= 0) {
-    close(fd);
-  }
-  if (!ok || rename(tmp, path) != 0) {
-    EM_WARN("profile: cannot write the request page %s: %s (no Python frames this window)", path,
-            strerror(errno));
-    (void)unlink(tmp);
-  }
-}
-
-/* A span from a ring (rings.h): the open window keeps the target's, for the stage of its
- * samples. */
-static void on_ring_span(void *ctx, uint32_t pid, uint32_t tid, const em_span_t *span) {
+/* A recording the feed took, live on "flight" or into the spool. */
+static int publish_flight(void *ctx, const uint8_t *buf, size_t len, bool may_spool) {
   em_agent_t *a = ctx;
-  if (!a->profile_busy) {
-    em_window_span(a->profile, pid, tid, span->stage, span->start_ns, span->duration_ns);
-  }
+  return em_forward_publish_flight(a->fwd, buf, len, may_spool);
 }
 
-/* A Python stacks datagram (spans.h): kept by the window when it is the target's for it. */
+/* A profile, live on "profile" or into the spool. */
+static int publish_profile(void *ctx, const uint8_t *buf, size_t len) {
+  em_agent_t *a = ctx;
+  return em_forward_publish_profile(a->fwd, buf, len, true);
+}
+
+/* A Python stacks datagram (spans.h): for the profiler's open window. */
 static void on_pystacks(void *ctx, const uint8_t *buf, size_t len, pid_t sender) {
   em_agent_t *a = ctx;
-  if (!a->profile || a->profile_busy) {
-    return;
-  }
-  int rc = em_window_pystacks(a->profile, buf, len, sender);
-  if (rc && peer_log_pass(a, PEER_PYSTACKS)) {
-    EM_INFO("profile: Python stacks from pid %d refused: %s" HELD_BACK, (int)sender,
-            rc == -ENOENT     ? "no window open"
-            : rc == -EPERM    ? "not the profiled process"
-            : rc == -ESTALE   ? "another window"
-            : rc == -EALREADY ? "one already held"
-            : rc < -1000      ? em_proto_strerror(rc)
-                              : strerror(-rc));
-  }
-}
-
-/* A trigger: a window on the target when the rate limit allows, else counted and said. */
-static void profile_trigger(em_agent_t *a, const em_profile_trigger_t *t, uint32_t seconds,
-                            uint64_t mono_ns) {
-  const char *what = t->cause == EM_PROFILE_COMMAND ? "cmd/profile" : "escalation";
-  if (!a->profile) {
-    if (t->cause == EM_PROFILE_COMMAND && peer_log_pass(a, PEER_PROFILE)) {
-      EM_WARN("profile: cmd/profile ignored: the profiler is off ([profile] enabled)" HELD_BACK);
-    }
-    return;
-  }
-  pid_t pid = a->pid > 0 ? a->pid : 0;
-  int rc = em_window_trigger(a->profile, t, pid, seconds, mono_ns, wall_ns());
-  if (rc == 0) {
-    a->profile_pid = pid;
-    write_profile_page(a);
-    uint64_t s = seconds ? (uint64_t)seconds * NS_PER_SEC : a->cfg.profile_ns;
-    s = s < a->cfg.profile_max_ns ? s : a->cfg.profile_max_ns;
-    EM_INFO("profile: %s to %s: sampling pid %d for %llu ms at %u Hz", what,
-            em_level_name(t->level), (int)pid, (unsigned long long)(s / 1000000u),
-            a->cfg.profile_hz);
-    return;
-  }
-  if (!peer_log_pass(a, PEER_PROFILE)) {
-    return;
-  }
-  if (rc == -EBUSY || rc == -EAGAIN) {
-    EM_INFO("profile: %s to %s not sampled: %s (counted in profile.suppressed" HELD_BACK ")", what,
-            em_level_name(t->level),
-            rc == -EBUSY ? "a window is open or being published"
-                         : "within [profile] min_gap_seconds of the last");
-    return;
-  }
-  char why[EM_PMU_REASON_BYTES];
-  if (rc == -EACCES || rc == -EPERM) {
-    em_pmu_refusal(-rc, why, sizeof(why)); /* What is really missing, not just EACCES. */
-  } else {
-    snprintf(why, sizeof(why), "%s", rc == -ESRCH ? "no target attached" : strerror(-rc));
-  }
-  EM_WARN("profile: %s: no window: %s" HELD_BACK, what, why);
-}
-
-static int profile_open(em_agent_t *a) {
-  em_window_opts_t o = {.hz = a->cfg.profile_hz,
-                        .clock = a->cfg.profile_clock == 1 ? EM_SAMPLER_TASK_CLOCK
-                                                           : EM_SAMPLER_CPU_CLOCK,
-                        .seconds_ns = a->cfg.profile_ns,
-                        .max_seconds_ns = a->cfg.profile_max_ns,
-                        .min_gap_ns = a->cfg.profile_min_gap_ns,
-                        .max_bytes = (uint32_t)a->cfg.profile_max_bytes,
-                        .max_stacks = EM_PROFILE_MAX_STACKS,
-                        .dwarf = a->cfg.profile_dwarf == 1,
-                        .span_settle_ns = 2 * a->cfg.sample_period_ns + a->cfg.sample_period_ns / 2,
-                        .proc_root = "/proc"};
-  char page[EM_CONFIG_MAX_PATH + 16];
-  snprintf(page, sizeof(page), "%s/profile", a->cfg.runtime_dir);
-  (void)unlink(page); /* A previous agent's page names windows this one never opened. */
-  int rc = em_window_new(&a->profile, &o);
-  if (rc) {
-    EM_ERROR("profile: cannot start the profiler: %s", strerror(-rc));
-    return rc;
-  }
-  EM_INFO("profile: profiler on: %u Hz, %llu ms windows, %llu bytes", a->cfg.profile_hz,
-          (unsigned long long)(a->cfg.profile_ns / 1000000u),
-          (unsigned long long)em_window_bytes(a->profile));
-  return 0;
-}
-
-/* The profile.* figures: absent with the profiler off. */
-static void sample_profile(em_agent_t *a) {
-  const em_window_stats_t *st = a->profile ? em_window_stats(a->profile) : NULL;
-  set_u_if(a, fx(a, EM_FIG_PROFILE_TAKEN), st, st ? st->taken : 0);
-  set_u_if(a, fx(a, EM_FIG_PROFILE_SUPPRESSED), st, st ? st->suppressed : 0);
-  set_u_if(a, fx(a, EM_FIG_PROFILE_LOST), st, st ? st->lost : 0);
-}
-
-static void profile_resolve(uv_work_t *w) {
-  em_agent_t *a = w->data;
-  em_window_resolve(a->profile);
-}
-
-/* The window is resolved: encoded under max_bytes (the stacks with the fewest samples go
- * first) and handed to the forwarder, live or into the spool. */
-static void profile_done(uv_work_t *w, int status) {
-  em_agent_t *a = w->data;
-  a->profile_busy = false;
-  em_profile_t *p = status == 0 ? em_window_take(a->profile) : NULL;
-  if (p) {
-    p->head.session = a->session;
-    size_t cap = 0;
-    uint8_t *buf = em_window_buffer(a->profile, &cap);
-    size_t len = 0;
-    int rc = em_profile_encode_fit(p, buf, cap - FLIGHT_HIST_ROOM, &len);
-    if (rc) {
-      EM_ERROR("profile: window %u cannot be encoded: %s", p->number, em_proto_strerror(rc));
-    } else {
-      rc = em_forward_publish_profile(a->fwd, buf, len, true);
-      EM_INFO("profile: window %u: %llu samples in %llu ms, %zu stacks, %zu frames, %zu bytes "
-              "(%llu stacks left out for max_bytes, %llu lost)%s",
-              p->number, (unsigned long long)p->samples,
-              (unsigned long long)(p->duration_ns / 1000000u), p->n_stacks, p->n_frames, len,
-              (unsigned long long)p->truncated.stacks_cut, (unsigned long long)p->lost,
-              rc == 0 ? "" : ": lost (spool.lost)");
-    }
-  }
-  em_window_done(a->profile); /* Cancelled before it ran: the closed window is dropped. */
-  if (a->closing) {
-    stop_step(a);
-  }
-}
-
-/* This tick's share of an open window: drain, and when it has closed, its assembly queued. */
-static void profile_tick(em_agent_t *a, uint64_t now) {
-  if (a->profile_busy) {
-    return;
-  }
-  bool gone = a->pid != a->profile_pid;
-  if (em_window_tick(a->profile, now, gone)) {
-    a->profile_busy = uv_queue_work(a->loop, &a->profile_work, profile_resolve, profile_done) == 0;
-    if (!a->profile_busy) {
-      em_window_done(a->profile); /* Not queued: dropped, never left half open. */
-    }
-  }
+  em_profiling_pystacks(a->prof, buf, len, sender);
 }
 
 static void on_command(void *ctx, const char *name, const uint8_t *payload, size_t len) {
@@ -771,7 +426,7 @@ static void on_command(void *ctx, const char *name, const uint8_t *payload, size
                              .level = a->state.level,
                              .prev_level = EM_LEVEL_NONE,
                              .reason = "cmd/flight"};
-    flight_trigger(a, &t, uv_hrtime());
+    em_feed_trigger(a->feed, &t, uv_hrtime());
     return;
   }
   if (strcmp(name, "profile") == 0 && msg.u.cmd.command == EM_CMD_PROFILE) {
@@ -779,7 +434,7 @@ static void on_command(void *ctx, const char *name, const uint8_t *payload, size
                               .level = a->state.level,
                               .prev_level = EM_LEVEL_NONE,
                               .reason = "cmd/profile"};
-    profile_trigger(a, &t, msg.u.cmd.seconds, uv_hrtime());
+    em_profiling_trigger(a->prof, &t, a->pid > 0 ? a->pid : 0, msg.u.cmd.seconds, uv_hrtime());
     return;
   }
   if (peer_log_pass(a, PEER_UNKNOWN)) {
@@ -886,14 +541,14 @@ static void apply_change(em_agent_t *a, const em_budget_change_t *c) {
                              .value = c->value,
                              .bound = c->bound,
                              .reason = r->reason[0] ? r->reason : NULL};
-    flight_trigger(a, &t, c->mono_ns ? c->mono_ns : uv_hrtime());
+    em_feed_trigger(a->feed, &t, c->mono_ns ? c->mono_ns : uv_hrtime());
     em_profile_trigger_t pt = {.cause = EM_PROFILE_ESCALATION,
                                .level = c->level,
                                .prev_level = c->prev_level,
                                .rule = t.rule,
                                .stage = t.stage,
                                .reason = t.reason};
-    profile_trigger(a, &pt, 0, uv_hrtime());
+    em_profiling_trigger(a->prof, &pt, a->pid > 0 ? a->pid : 0, 0, uv_hrtime());
   }
   if (a->hook) {
     em_hook_run(a->hook, r);
@@ -908,11 +563,11 @@ static void on_span(void *ctx, const em_span_t *span, const struct ucred *sender
                     em_stage_stats_t *stage) {
   (void)sender;
   em_agent_t *a = ctx;
-  if (a->flight && span->kind == EM_DGRAM_SPAN) {
+  if (span->kind == EM_DGRAM_SPAN) {
     /* The slot's address is only a hint; the recorder keys spans by the name. */
     size_t hint = (size_t)((uintptr_t)stage / sizeof(*stage));
-    (void)em_flight_rec_span(a->flight, hint % 256u, stage->name, span->frame_id, span->start_ns,
-                             span->duration_ns);
+    em_feed_span(a->feed, hint % 256u, stage->name, span->frame_id, span->start_ns,
+                 span->duration_ns);
   }
   em_budget_change_t c;
   bool changed = span->kind == EM_DGRAM_SPAN
@@ -1568,6 +1223,8 @@ static void on_tick(uv_timer_t *t) {
   set_u(a, fx(a, EM_FIG_MODEL_CHANGES), a->model_changes);
   set_u(a, fx(a, EM_FIG_MODEL_REFUSED), em_spans_models_refused(a->spans));
   flush_peer_logs(a, now);
+  em_feed_flush_log(a->feed, now);
+  em_profiling_flush_log(a->prof, now);
   sample_spool(a);
   for (size_t k = 0; k < em_figures_anomalies(a->figs); k++) {
     double z = 0;
@@ -1576,18 +1233,18 @@ static void on_tick(uv_timer_t *t) {
     set_f_if(a, em_figures_anomaly_alias(a->figs, k), have, z);
   }
 
-  sample_flight(a);
-  if (a->profile) {
-    profile_tick(a, now);
-  }
-  sample_profile(a);
+  em_feed_figures(a->feed, a->samples);
+  em_profiling_tick(a->prof, now, a->pid);
+  em_profiling_figures(a->prof, a->samples);
 
   /* Before the data message: it carries the level, and a change publishes its state
    * message through the same encode buffer. */
   evaluate_budgets(a, now);
-  if (a->flight) {
-    flight_tick(a, now); /* Before window_samples() forgets which groups were read. */
-  }
+  /* Before window_samples() forgets which groups were read. */
+  em_feed_tick(a->feed, now, a->samples,
+               (a->smaps_sampled ? EM_FEED_SMAPS : 0u) | (a->system_sampled ? EM_FEED_SYSTEM : 0u) |
+                   (a->sensors_fresh ? EM_FEED_SENSORS : 0u));
+  a->sensors_fresh = false;
 
   em_sample_t *view = a->samples + a->n_metrics; /* Second half of the samples buffer. */
   em_msg_t msg = {.kind = EM_MSG_DATA,
@@ -1613,9 +1270,7 @@ static void on_tick(uv_timer_t *t) {
   }
   /* Live when the broker takes it, else into the spool; then a few spooled ones. */
   (void)em_forward_publish(a->fwd, &msg, a->out, EM_PROTO_MAX_MESSAGE_BYTES, len, true);
-  if (a->flight) {
-    flight_publish(a, now);
-  }
+  em_feed_publish(a->feed, now, !a->closing);
   em_forward_replay(a->fwd);
   em_forward_maybe_sync(a->fwd, now);
   if (!a->svc.ready) {
@@ -1745,11 +1400,38 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
   if (!rc) {
     rc = build_dictionary(a);
   }
-  if (!rc && cfg->flight_enabled) {
-    rc = flight_open(a);
+  em_feed_opts_t feed = {.enabled = cfg->flight_enabled,
+                         .figs = a->figs,
+                         .period_ns = cfg->sample_period_ns,
+                         .pre_ns = cfg->flight_pre_ns,
+                         .post_ns = cfg->flight_post_ns,
+                         .min_gap_ns = cfg->flight_min_gap_ns,
+                         .max_spans = cfg->flight_max_spans,
+                         .max_bytes = (uint32_t)cfg->flight_max_bytes,
+                         .session = a->session,
+                         .publish = publish_flight,
+                         .ctx = a};
+  if (!rc) {
+    rc = em_feed_new(&a->feed, &feed);
   }
-  if (!rc && cfg->profile_enabled) {
-    rc = profile_open(a);
+  em_profiling_opts_t prof = {.enabled = cfg->profile_enabled,
+                              .loop = loop,
+                              .figs = a->figs,
+                              .runtime_dir = cfg->runtime_dir,
+                              .proc_root = cfg->proc_root,
+                              .hz = cfg->profile_hz,
+                              .task_clock = cfg->profile_clock == 1,
+                              .seconds_ns = cfg->profile_ns,
+                              .max_seconds_ns = cfg->profile_max_ns,
+                              .min_gap_ns = cfg->profile_min_gap_ns,
+                              .max_bytes = (uint32_t)cfg->profile_max_bytes,
+                              .dwarf = cfg->profile_dwarf == 1,
+                              .period_ns = cfg->sample_period_ns,
+                              .session = a->session,
+                              .publish = publish_profile,
+                              .ctx = a};
+  if (!rc) {
+    rc = em_profiling_new(&a->prof, &prof);
   }
   uint8_t will[64];
   size_t will_len = rc ? 0 : encode_status(a, false, will, sizeof(will));
@@ -1804,12 +1486,13 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
     }
   }
   if (!rc) {
-    em_rings_opts_t ro = {
-        .max_rings = cfg->rings, .max_per_process = cfg->rings_per_process, .proc_root = "/proc"};
+    em_rings_opts_t ro = {.max_rings = cfg->rings,
+                          .max_per_process = cfg->rings_per_process,
+                          .proc_root = cfg->proc_root};
     rc = em_rings_new(&a->rings, loop, a->spans, &ro);
   }
-  if (!rc && a->profile) {
-    em_rings_observe(a->rings, on_ring_span, a);
+  if (!rc && cfg->profile_enabled) {
+    em_rings_observe(a->rings, em_profiling_span, a->prof);
   }
   uint64_t now = uv_hrtime();
   if (!rc) {
@@ -1855,7 +1538,9 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
     em_agent_free(a);
     return rc == -ENOENT ? -ENOENT : rc;
   }
-  a->self_statm_fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  char self_statm[EM_CONFIG_MAX_PATH + 16];
+  snprintf(self_statm, sizeof(self_statm), "%s/self/statm", cfg->proc_root);
+  a->self_statm_fd = open(self_statm, O_RDONLY | O_CLOEXEC);
   uv_timer_init(loop, &a->tick);
   uv_timer_init(loop, &a->lookup);
   uv_timer_init(loop, &a->rebirth);
@@ -1863,7 +1548,6 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
   a->lookup.data = a;
   a->rebirth.data = a;
   a->smaps_work.data = a;
-  a->profile_work.data = a;
   *out = a;
   return 0;
 }
@@ -1896,9 +1580,9 @@ int em_agent_reload(em_agent_t *a, const em_config_t *next) {
   a->cfg.window_ns = next->window_ns;
   a->cfg.stage_idle_ns = next->stage_idle_ns;
   a->cfg.flight_min_gap_ns = next->flight_min_gap_ns;
-  em_flight_rec_set_min_gap(a->flight, next->flight_min_gap_ns);
+  em_feed_set_min_gap(a->feed, next->flight_min_gap_ns);
   a->cfg.profile_min_gap_ns = next->profile_min_gap_ns;
-  em_window_set_min_gap(a->profile, next->profile_min_gap_ns);
+  em_profiling_set_min_gap(a->prof, next->profile_min_gap_ns);
   reserve_stages(a, next);
   a->cfg.ring_slots = next->ring_slots;
   em_deadline_t entries[EM_DEADLINE_MAX_ENTRIES];
@@ -1952,18 +1636,29 @@ static void on_closed(uv_handle_t *h) {
 
 /* One more part of the agent is closed; the last one reports the stop as done. */
 static void stop_step(em_agent_t *a) {
-  if (--a->closing == 0 && a->stop_done) {
+  if (--a->pending == 0 && a->stop_done) {
     a->stop_done(a->stop_ctx);
   }
 }
 
-static void on_publisher_stopped(void *ctx) {
+/* A module's close callback (span socket, rings, hook, publisher): one step each. */
+static void on_part_closed(void *ctx) {
   stop_step(ctx);
 }
 
-/* The span socket, the rings or the hook is closed (each counts one step). */
-static void on_spans_closed(void *ctx) {
-  stop_step(ctx);
+/* Closes one of the agent's handles; its close callback takes the step counted here. */
+static void close_handle(em_agent_t *a, uv_handle_t *h) {
+  a->pending++;
+  uv_close(h, on_closed);
+}
+
+/* Cancels a worker job when it is queued or running; its done callback runs either way (with
+ * UV_ECANCELED when it had not started) and takes the step counted here. */
+static void cancel_work(em_agent_t *a, bool busy, uv_work_t *w) {
+  if (busy) {
+    a->pending++;
+    uv_cancel((uv_req_t *)w);
+  }
 }
 
 void em_agent_stop(em_agent_t *a, void (*done)(void *), void *ctx) {
@@ -1973,30 +1668,29 @@ void em_agent_stop(em_agent_t *a, void (*done)(void *), void *ctx) {
   a->stop_done = done;
   a->stop_ctx = ctx;
   em_service_stopping(&a->svc);
-  a->closing = a->hook ? 7 : 6; /* three timers, span socket, rings, publisher, hook */
-  em_rings_close(a->rings, on_spans_closed, a);
-  em_spans_close(a->spans, on_spans_closed, a);
+  a->closing = true;
+  a->pending = 1; /* Held until every close below is asked for: none completes inline. */
+  a->pending++;
+  em_rings_close(a->rings, on_part_closed, a);
+  a->pending++;
+  em_spans_close(a->spans, on_part_closed, a);
   if (a->hook) {
-    em_hook_close(a->hook, on_spans_closed, a);
+    a->pending++;
+    em_hook_close(a->hook, on_part_closed, a);
   }
-  if (a->smaps_busy) {
-    a->closing++; /* smaps_read_done runs, cancelled or not, and takes its step */
-    uv_cancel((uv_req_t *)&a->smaps_work);
+  cancel_work(a, a->smaps_busy, &a->smaps_work);
+  cancel_work(a, a->sensors_busy, &a->sensors_work);
+  if (em_profiling_cancel(a->prof, on_part_closed, a)) {
+    a->pending++; /* A resolved window is still published first. */
   }
-  if (a->sensors_busy) {
-    a->closing++; /* sensors_read_done likewise */
-    uv_cancel((uv_req_t *)&a->sensors_work);
-  }
-  if (a->profile_busy) {
-    a->closing++; /* profile_done likewise (a resolved window is still published) */
-    uv_cancel((uv_req_t *)&a->profile_work);
-  }
-  uv_close((uv_handle_t *)&a->tick, on_closed);
-  uv_close((uv_handle_t *)&a->lookup, on_closed);
-  uv_close((uv_handle_t *)&a->rebirth, on_closed);
+  close_handle(a, (uv_handle_t *)&a->tick);
+  close_handle(a, (uv_handle_t *)&a->lookup);
+  close_handle(a, (uv_handle_t *)&a->rebirth);
   uint8_t last[64];
   size_t len = encode_status(a, false, last, sizeof(last));
-  em_publisher_stop(a->pub, len ? last : NULL, len, STOP_TIMEOUT_MS, on_publisher_stopped, a);
+  a->pending++;
+  em_publisher_stop(a->pub, len ? last : NULL, len, STOP_TIMEOUT_MS, on_part_closed, a);
+  stop_step(a); /* The hold taken above. */
 }
 
 void em_agent_free(em_agent_t *a) {
@@ -2022,8 +1716,8 @@ void em_agent_free(em_agent_t *a) {
   em_signals_free(a->signals, true);
   em_hook_free(a->hook);
   em_budget_free(a->budget);
-  em_flight_rec_free(a->flight);
-  em_window_free(a->profile);
+  em_feed_free(a->feed);
+  em_profiling_free(a->prof);
   free(a->budget_windows);
   free(a->budget_stages);
   free(a->birth_budgets);

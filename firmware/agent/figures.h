@@ -206,4 +206,24 @@ void em_figures_note_absent(em_figures_t *d, size_t alias, const char *why);
  */
 const em_metric_def_t *em_figures_defs(em_figures_t *d);
 
+/*
+ * A tick's values are one em_sample_t per alias (samples[alias]), written by the module that
+ * read the figure: a value, or absent ("not read", "not attached"). `have` false: absent.
+ */
+static inline void em_figures_set_u(em_sample_t *s, size_t alias, uint64_t v) {
+  s[alias].value = (em_value_t){.type = EM_VALUE_UINT, .as.u = v};
+}
+static inline void em_figures_set_f(em_sample_t *s, size_t alias, double v) {
+  s[alias].value = (em_value_t){.type = EM_VALUE_FLOAT, .as.f = v};
+}
+static inline void em_figures_set_absent(em_sample_t *s, size_t alias) {
+  s[alias].value = (em_value_t){.type = EM_VALUE_ABSENT};
+}
+static inline void em_figures_set_u_if(em_sample_t *s, size_t alias, bool have, uint64_t v) {
+  have ? em_figures_set_u(s, alias, v) : em_figures_set_absent(s, alias);
+}
+static inline void em_figures_set_f_if(em_sample_t *s, size_t alias, bool have, double v) {
+  have ? em_figures_set_f(s, alias, v) : em_figures_set_absent(s, alias);
+}
+
 #endif /* EDGEMON_AGENT_FIGURES_H */

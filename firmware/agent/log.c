@@ -96,3 +96,12 @@ bool em_log_limit_flush(em_log_limit_t *l, uint64_t now_ns, uint64_t interval_ns
   l->next_ns = now_ns + interval_ns;
   return true;
 }
+
+void em_log_limit_report(em_log_limit_t *l, uint64_t now_ns, const char *module, const char *what,
+                         const char *counted) {
+  uint64_t held = 0;
+  if (em_log_limit_flush(l, now_ns, EM_LOG_LIMIT_NS, &held)) {
+    EM_WARN("%s: %llu more %s in the last %u s%s", module, (unsigned long long)held, what,
+            (unsigned)EM_LOG_LIMIT_S, counted);
+  }
+}

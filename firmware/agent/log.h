@@ -52,6 +52,19 @@ bool em_log_limit_pass(em_log_limit_t *l, uint64_t now_ns, uint64_t interval_ns)
  * held back: the caller writes one summary line. Call it from a periodic place (the tick). */
 bool em_log_limit_flush(em_log_limit_t *l, uint64_t now_ns, uint64_t interval_ns, uint64_t *held);
 
+/* What the first line of a limited kind says about the others. */
+#define EM_LOG_STR_(x) #x
+#define EM_LOG_STR(x)  EM_LOG_STR_(x)
+#define EM_LOG_HELD_BACK                                                                           \
+  "; more within " EM_LOG_STR(EM_LOG_LIMIT_S) " s are counted, not logged one by one"
+
+/*
+ * em_log_limit_flush() over EM_LOG_LIMIT_NS with its summary line, at WARN:
+ * "<module>: N more <what> in the last 10 s<counted>" (`counted`: " (figure)" or "").
+ */
+void em_log_limit_report(em_log_limit_t *l, uint64_t now_ns, const char *module, const char *what,
+                         const char *counted);
+
 #define EM_ERROR(...) em_log(EM_LOG_ERROR, __VA_ARGS__)
 #define EM_WARN(...)  em_log(EM_LOG_WARN, __VA_ARGS__)
 #define EM_INFO(...)  em_log(EM_LOG_INFO, __VA_ARGS__)

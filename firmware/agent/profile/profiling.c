@@ -1,0 +1,272 @@
+/*
+ * profiling.c - see profiling.h. The request page is written whole to profile.tmp and renamed
+ * over <runtime_dir>/profile, so a client reads the old page or the new one; 64 bytes on the
+ * runtime directory's tmpfs, once per window.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "profiling.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "pmu.h"
+#include "window.h"
+
+#define NS_PER_SEC UINT64_C(1000000000)
+#define HIST_ROOM  16u  /* Bytes a profile leaves under its cap for its historical form. */
+#define PATH_BYTES 4112 /* A runtime directory and "/profile.tmp". */
+
+struct em_profiling {
+  em_profiling_opts_t o;
+  char page[PATH_BYTES];     /* <runtime_dir>/profile */
+  char page_tmp[PATH_BYTES]; /* <runtime_dir>/profile.tmp */
+  em_window_t *window;       /* NULL with [profile] enabled false. */
+  pid_t pid;                 /* The process the open window samples. */
+  uv_work_t work;            /* Symbols and assembly of a closed window, on libuv's worker. */
+  bool busy;                 /* work is queued or running: the window is the worker's. */
+  void (*done)(void *);
+  void *done_ctx;
+  em_log_limit_t refused;    /* Triggers not sampled. */
+  em_log_limit_t py_refused; /* Python stacks datagrams refused. */
+};
+
+static uint64_t wall_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * NS_PER_SEC + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * The request page of the window just opened. Whatever stands at profile.tmp is removed first
+ * and the file made anew (O_EXCL, O_NOFOLLOW): a FIFO there cannot block the loop, a link
+ * cannot redirect the write.
+ */
+static void write_page(em_profiling_t *p) {
+  em_profile_page_t pg;
+  uint8_t buf[EM_PROFILE_PAGE_BYTES];
+  if (em_window_request(p->window, &pg) != 0 || em_profile_page_pack(&pg, buf) != 0) {
+    return;
+  }
+  (void)unlink(p->page_tmp);
+  int fd =
+      open(p->page_tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+  bool ok = fd >= 0 && write(fd, buf, sizeof(buf)) == (ssize_t)sizeof(buf);
+  if (fd >= 0) {
+    close(fd);
+  }
+  if (!ok || rename(p->page_tmp, p->page) != 0) {
+    EM_WARN("profile: cannot write the request page %s: %s (no Python frames this window)", p->page,
+            strerror(errno));
+    (void)unlink(p->page_tmp);
+  }
+}
+
+int em_profiling_new(em_profiling_t **out, const em_profiling_opts_t *opts) {
+  if (!out || !opts || !opts->loop || !opts->figs || !opts->publish || !opts->runtime_dir ||
+      !opts->proc_root) {
+    return -EINVAL;
+  }
+  em_profiling_t *p = calloc(1, sizeof(*p));
+  if (!p) {
+    return -ENOMEM;
+  }
+  p->o = *opts;
+  snprintf(p->page, sizeof(p->page), "%s/profile", opts->runtime_dir);
+  snprintf(p->page_tmp, sizeof(p->page_tmp), "%s/profile.tmp", opts->runtime_dir);
+  p->o.runtime_dir = NULL; /* Not kept: the paths above are. */
+  p->o.proc_root = NULL;   /* The window keeps its copy. */
+  p->work.data = p;
+  *out = p;
+  if (!opts->enabled) {
+    return 0;
+  }
+  em_window_opts_t wo = {.hz = opts->hz,
+                         .clock = opts->task_clock ? EM_SAMPLER_TASK_CLOCK : EM_SAMPLER_CPU_CLOCK,
+                         .seconds_ns = opts->seconds_ns,
+                         .max_seconds_ns = opts->max_seconds_ns,
+                         .min_gap_ns = opts->min_gap_ns,
+                         .max_bytes = opts->max_bytes,
+                         .max_stacks = EM_PROFILE_MAX_STACKS,
+                         .dwarf = opts->dwarf,
+                         .span_settle_ns = 2 * opts->period_ns + opts->period_ns / 2,
+                         .proc_root = opts->proc_root};
+  (void)unlink(p->page); /* A previous agent's page names windows this one never opened. */
+  int rc = em_window_new(&p->window, &wo);
+  if (rc) {
+    EM_ERROR("profile: cannot start the profiler: %s", strerror(-rc));
+    free(p);
+    *out = NULL;
+    return rc;
+  }
+  EM_INFO("profile: profiler on: %u Hz, %llu ms windows, %llu bytes", opts->hz,
+          (unsigned long long)(opts->seconds_ns / 1000000u),
+          (unsigned long long)em_window_bytes(p->window));
+  return 0;
+}
+
+void em_profiling_free(em_profiling_t *p) {
+  if (!p) {
+    return;
+  }
+  em_window_free(p->window);
+  free(p);
+}
+
+em_profiler_t em_profiling_describe(const em_profiling_t *p) {
+  if (!p || !p->window) {
+    return (em_profiler_t){.on = false};
+  }
+  return (em_profiler_t){.on = true,
+                         .hz = p->o.hz,
+                         .seconds = p->o.seconds_ns / NS_PER_SEC,
+                         .max_seconds = p->o.max_seconds_ns / NS_PER_SEC,
+                         .min_gap_seconds = p->o.min_gap_ns / NS_PER_SEC};
+}
+
+void em_profiling_set_min_gap(em_profiling_t *p, uint64_t min_gap_ns) {
+  p->o.min_gap_ns = min_gap_ns;
+  em_window_set_min_gap(p->window, min_gap_ns);
+}
+
+void em_profiling_trigger(em_profiling_t *p, const em_profile_trigger_t *t, pid_t pid,
+                          uint32_t seconds, uint64_t mono_ns) {
+  const char *what = t->cause == EM_PROFILE_COMMAND ? "cmd/profile" : "escalation";
+  if (!p->window) {
+    if (t->cause == EM_PROFILE_COMMAND &&
+        em_log_limit_pass(&p->refused, mono_ns, EM_LOG_LIMIT_NS)) {
+      EM_WARN(
+          "profile: cmd/profile ignored: the profiler is off ([profile] enabled)" EM_LOG_HELD_BACK);
+    }
+    return;
+  }
+  int rc = em_window_trigger(p->window, t, pid, seconds, mono_ns, wall_ns());
+  if (rc == 0) {
+    p->pid = pid;
+    write_page(p);
+    uint64_t s = seconds ? (uint64_t)seconds * NS_PER_SEC : p->o.seconds_ns;
+    s = s < p->o.max_seconds_ns ? s : p->o.max_seconds_ns;
+    EM_INFO("profile: %s to %s: sampling pid %d for %llu ms at %u Hz", what,
+            em_level_name(t->level), (int)pid, (unsigned long long)(s / 1000000u), p->o.hz);
+    return;
+  }
+  if (!em_log_limit_pass(&p->refused, mono_ns, EM_LOG_LIMIT_NS)) {
+    return;
+  }
+  if (rc == -EBUSY || rc == -EAGAIN) {
+    EM_INFO("profile: %s to %s not sampled: %s (counted in profile.suppressed" EM_LOG_HELD_BACK ")",
+            what, em_level_name(t->level),
+            rc == -EBUSY ? "a window is open or being published"
+                         : "within [profile] min_gap_seconds of the last");
+    return;
+  }
+  char why[EM_PMU_REASON_BYTES];
+  if (rc == -EACCES || rc == -EPERM) {
+    em_pmu_refusal(-rc, why, sizeof(why)); /* What is really missing, not just EACCES. */
+  } else {
+    snprintf(why, sizeof(why), "%s", rc == -ESRCH ? "no target attached" : strerror(-rc));
+  }
+  EM_WARN("profile: %s: no window: %s" EM_LOG_HELD_BACK, what, why);
+}
+
+void em_profiling_span(void *ctx, uint32_t pid, uint32_t tid, const em_span_t *span) {
+  em_profiling_t *p = ctx;
+  if (p->window && !p->busy) {
+    em_window_span(p->window, pid, tid, span->stage, span->start_ns, span->duration_ns);
+  }
+}
+
+void em_profiling_pystacks(em_profiling_t *p, const uint8_t *buf, size_t len, pid_t sender) {
+  if (!p->window || p->busy) {
+    return;
+  }
+  int rc = em_window_pystacks(p->window, buf, len, sender);
+  if (rc && em_log_limit_pass(&p->py_refused, uv_hrtime(), EM_LOG_LIMIT_NS)) {
+    EM_INFO("profile: Python stacks from pid %d refused: %s" EM_LOG_HELD_BACK, (int)sender,
+            rc == -ENOENT     ? "no window open"
+            : rc == -EPERM    ? "not the profiled process"
+            : rc == -ESTALE   ? "another window"
+            : rc == -EALREADY ? "one already held"
+                              : em_proto_strerror(rc)); /* proto's codes and errno alike */
+  }
+}
+
+static void resolve_work(uv_work_t *w) {
+  em_profiling_t *p = w->data;
+  em_window_resolve(p->window);
+}
+
+/* The window is resolved: encoded under max_bytes (the stacks with the fewest samples go
+ * first) and handed on, live or into the spool. */
+static void resolve_done(uv_work_t *w, int status) {
+  em_profiling_t *p = w->data;
+  p->busy = false;
+  em_profile_t *pr = status == 0 ? em_window_take(p->window) : NULL;
+  if (pr) {
+    pr->head.session = p->o.session;
+    size_t cap = 0;
+    uint8_t *buf = em_window_buffer(p->window, &cap);
+    size_t len = 0;
+    int rc = em_profile_encode_fit(pr, buf, cap - HIST_ROOM, &len);
+    if (rc) {
+      EM_ERROR("profile: window %u cannot be encoded: %s", pr->number, em_proto_strerror(rc));
+    } else {
+      rc = p->o.publish(p->o.ctx, buf, len);
+      EM_INFO("profile: window %u: %llu samples in %llu ms, %zu stacks, %zu frames, %zu bytes "
+              "(%llu stacks left out for max_bytes, %llu lost)%s",
+              pr->number, (unsigned long long)pr->samples,
+              (unsigned long long)(pr->duration_ns / 1000000u), pr->n_stacks, pr->n_frames, len,
+              (unsigned long long)pr->truncated.stacks_cut, (unsigned long long)pr->lost,
+              rc == 0 ? "" : ": lost (spool.lost)");
+    }
+  }
+  em_window_done(p->window); /* Cancelled before it ran: the closed window is dropped. */
+  if (p->done) {
+    void (*done)(void *) = p->done;
+    p->done = NULL;
+    done(p->done_ctx);
+  }
+}
+
+void em_profiling_tick(em_profiling_t *p, uint64_t now_ns, pid_t pid) {
+  if (!p->window || p->busy) {
+    return;
+  }
+  if (em_window_tick(p->window, now_ns, pid != p->pid)) {
+    p->busy = uv_queue_work(p->o.loop, &p->work, resolve_work, resolve_done) == 0;
+    if (!p->busy) {
+      em_window_done(p->window); /* Not queued: dropped, never left half open. */
+    }
+  }
+}
+
+void em_profiling_figures(em_profiling_t *p, em_sample_t *samples) {
+  const em_window_stats_t *st = p->window ? em_window_stats(p->window) : NULL;
+  em_figures_t *d = p->o.figs;
+  em_figures_set_u_if(samples, em_figures_alias(d, EM_FIG_PROFILE_TAKEN), st, st ? st->taken : 0);
+  em_figures_set_u_if(samples, em_figures_alias(d, EM_FIG_PROFILE_SUPPRESSED), st,
+                      st ? st->suppressed : 0);
+  em_figures_set_u_if(samples, em_figures_alias(d, EM_FIG_PROFILE_LOST), st, st ? st->lost : 0);
+}
+
+void em_profiling_flush_log(em_profiling_t *p, uint64_t now_ns) {
+  em_log_limit_report(&p->py_refused, now_ns, "profile", "Python stacks datagrams refused", "");
+  em_log_limit_report(&p->refused, now_ns, "profile", "triggers not sampled",
+                      " (profile.suppressed)");
+}
+
+bool em_profiling_cancel(em_profiling_t *p, void (*done)(void *), void *ctx) {
+  if (!p || !p->busy) {
+    return false;
+  }
+  p->done = done;
+  p->done_ctx = ctx;
+  uv_cancel((uv_req_t *)&p->work);
+  return true;
+}

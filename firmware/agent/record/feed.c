@@ -1,0 +1,226 @@
+/*
+ * feed.c - see feed.h. The flight recorder's columns are chosen once, at em_feed_new, from the
+ * dictionary's groups: the target's figures every tick, smaps, the system group and the
+ * sensors on their own cadences, in alias order; the agent's own counters explain no breach
+ * and are left out. Each tick copies the columns read on it; the tick that ends a trigger's
+ * post window encodes the recording under max_bytes (the spans and ticks farthest from the
+ * trigger go first) and hands it to the publish callback.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "feed.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "flight.h"
+#include "log.h"
+
+#define HIST_ROOM 16u /* Bytes a recording leaves under its cap for its historical form. */
+
+/* When a column is read: every tick, or on its own cadence (the EM_FEED_* bit). */
+enum { WHEN_EVERY = 0 };
+
+struct em_feed {
+  em_feed_opts_t o;
+  em_flight_rec_t *rec; /* NULL with [flight] enabled false. */
+  size_t n_cols;
+  uint32_t alias[EM_FLIGHT_MAX_COLUMNS]; /* Column -> dictionary alias, ascending. */
+  uint8_t when[EM_FLIGHT_MAX_COLUMNS];   /* WHEN_EVERY or one EM_FEED_* bit. */
+  uint64_t cut;                          /* Spans and ticks left out for max_bytes. */
+  em_log_limit_t refused;                /* Triggers not recorded. */
+};
+
+static uint64_t wall_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The columns: PMU events, the target's figures, smaps, MemAvailable and PSI, the sensors, in
+ * alias order; the recorder sized from [flight]. */
+static int open_recorder(em_feed_t *f) {
+  em_flight_column_t cols[EM_FLIGHT_MAX_COLUMNS];
+  em_figures_t *figs = f->o.figs;
+  const em_metric_def_t *defs = em_figures_defs(figs);
+  size_t n_metrics = em_figures_count(figs);
+  size_t first_sensor = em_figures_sensor_alias(figs, 0);
+  size_t n = 0;
+  for (size_t m = 0; m < n_metrics && n < EM_FLIGHT_MAX_COLUMNS; m++) {
+    em_figure_group_t g = em_figures_group(figs, m);
+    unsigned when = WHEN_EVERY;
+    if (m >= first_sensor) {
+      when = EM_FEED_SENSORS;
+    } else if (g == EM_FIGURE_SMAPS) {
+      when = EM_FEED_SMAPS;
+    } else if (g == EM_FIGURE_SYSTEM) {
+      when = EM_FEED_SYSTEM;
+    } else if (g != EM_FIGURE_TARGET) {
+      continue; /* The agent's own counters explain no breach. */
+    }
+    cols[n] =
+        (em_flight_column_t){.name = defs[m].name, .unit = defs[m].unit, .kind = defs[m].kind};
+    f->alias[n] = (uint32_t)m;
+    f->when[n] = (uint8_t)when;
+    n++;
+  }
+  f->n_cols = n;
+  em_flight_rec_opts_t ro = {.period_ns = f->o.period_ns,
+                             .pre_ns = f->o.pre_ns,
+                             .post_ns = f->o.post_ns,
+                             .min_gap_ns = f->o.min_gap_ns,
+                             .max_spans = f->o.max_spans,
+                             .max_bytes = f->o.max_bytes,
+                             .columns = cols,
+                             .n_columns = n};
+  int rc = em_flight_rec_new(&f->rec, &ro);
+  if (rc) {
+    EM_ERROR("flight: cannot start the recorder: %s", strerror(-rc));
+    return rc;
+  }
+  em_flight_rec_stats_t st;
+  em_flight_rec_stats(f->rec, &st);
+  if (st.ticks_capped) {
+    EM_WARN("flight: pre_seconds + post_seconds is more than %u ticks of %llu us: a recording "
+            "keeps %u ticks, fewer seconds before the trigger",
+            EM_FLIGHT_MAX_TICKS - EM_FLIGHT_REC_TICK_SLACK,
+            (unsigned long long)(f->o.period_ns / 1000u), EM_FLIGHT_MAX_TICKS);
+  }
+  EM_INFO("flight: recorder on: %llu ms before a trigger, %llu ms after, %zu columns, %u ticks, "
+          "%u spans, %llu bytes",
+          (unsigned long long)(f->o.pre_ns / 1000000u),
+          (unsigned long long)(f->o.post_ns / 1000000u), n, em_flight_rec_tick_capacity(f->rec),
+          em_flight_rec_span_capacity(f->rec), (unsigned long long)em_flight_rec_bytes(f->rec));
+  return 0;
+}
+
+int em_feed_new(em_feed_t **out, const em_feed_opts_t *opts) {
+  if (!out || !opts || !opts->figs || !opts->publish) {
+    return -EINVAL;
+  }
+  em_feed_t *f = calloc(1, sizeof(*f));
+  if (!f) {
+    return -ENOMEM;
+  }
+  f->o = *opts;
+  int rc = opts->enabled ? open_recorder(f) : 0;
+  if (rc) {
+    em_feed_free(f);
+    return rc;
+  }
+  *out = f;
+  return 0;
+}
+
+void em_feed_free(em_feed_t *f) {
+  if (!f) {
+    return;
+  }
+  em_flight_rec_free(f->rec);
+  free(f);
+}
+
+em_flight_recorder_t em_feed_describe(const em_feed_t *f) {
+  if (!f || !f->rec) {
+    return (em_flight_recorder_t){.on = false};
+  }
+  return (em_flight_recorder_t){.on = true,
+                                .pre_ns = f->o.pre_ns,
+                                .post_ns = f->o.post_ns,
+                                .ticks = em_flight_rec_tick_capacity(f->rec),
+                                .spans = em_flight_rec_span_capacity(f->rec),
+                                .bytes = em_flight_rec_bytes(f->rec)};
+}
+
+void em_feed_set_min_gap(em_feed_t *f, uint64_t min_gap_ns) {
+  f->o.min_gap_ns = min_gap_ns;
+  em_flight_rec_set_min_gap(f->rec, min_gap_ns);
+}
+
+void em_feed_trigger(em_feed_t *f, const em_flight_trigger_t *t, uint64_t mono_ns) {
+  const char *what = t->cause == EM_FLIGHT_COMMAND ? "cmd/flight" : "escalation";
+  if (!f->rec) {
+    if (t->cause == EM_FLIGHT_COMMAND && em_log_limit_pass(&f->refused, mono_ns, EM_LOG_LIMIT_NS)) {
+      EM_WARN("flight: cmd/flight ignored: the flight recorder is off ([flight] "
+              "enabled)" EM_LOG_HELD_BACK);
+    }
+    return;
+  }
+  int rc = em_flight_rec_trigger(f->rec, t, mono_ns, wall_ns());
+  if (rc == 0) {
+    EM_INFO("flight: %s to %s: recording the %llu ms before and %llu ms after", what,
+            em_level_name(t->level), (unsigned long long)(f->o.pre_ns / 1000000u),
+            (unsigned long long)(f->o.post_ns / 1000000u));
+    return;
+  }
+  if (em_log_limit_pass(&f->refused, mono_ns, EM_LOG_LIMIT_NS)) {
+    EM_INFO("flight: %s to %s not recorded: %s (counted in flight.suppressed" EM_LOG_HELD_BACK ")",
+            what, em_level_name(t->level),
+            rc == -EBUSY ? "a recording is being taken"
+                         : "within [flight] min_gap_seconds of the last");
+  }
+}
+
+void em_feed_span(em_feed_t *f, size_t hint, const char *stage, uint64_t frame_id,
+                  uint64_t start_ns, uint64_t duration_ns) {
+  if (f->rec) {
+    (void)em_flight_rec_span(f->rec, hint, stage, frame_id, start_ns, duration_ns);
+  }
+}
+
+void em_feed_tick(em_feed_t *f, uint64_t now_ns, const em_sample_t *samples, unsigned fresh) {
+  if (!f->rec) {
+    return;
+  }
+  em_flight_value_t *v = em_flight_rec_tick(f->rec, now_ns);
+  size_t n = 0;
+  for (size_t c = 0; c < f->n_cols; c++) {
+    if (f->when[c] != WHEN_EVERY && !(fresh & f->when[c])) {
+      continue; /* Not read on this tick: left out, never repeated. */
+    }
+    v[n++] = (em_flight_value_t){.column = (uint32_t)c, .value = samples[f->alias[c]].value};
+  }
+  em_flight_rec_commit(f->rec, n);
+}
+
+void em_feed_figures(em_feed_t *f, em_sample_t *samples) {
+  em_flight_rec_stats_t st = {0};
+  em_flight_rec_stats(f->rec, &st);
+  bool on = f->rec != NULL;
+  em_figures_t *d = f->o.figs;
+  em_figures_set_u_if(samples, em_figures_alias(d, EM_FIG_FLIGHT_RECORDINGS), on, st.recordings);
+  em_figures_set_u_if(samples, em_figures_alias(d, EM_FIG_FLIGHT_SUPPRESSED), on, st.suppressed);
+  em_figures_set_u_if(samples, em_figures_alias(d, EM_FIG_FLIGHT_CUT), on, f->cut);
+  em_figures_set_u_if(samples, em_figures_alias(d, EM_FIG_FLIGHT_OVERWRITTEN), on, st.overwritten);
+  em_figures_set_u_if(samples, em_figures_alias(d, EM_FIG_FLIGHT_UNNAMED), on, st.unnamed);
+}
+
+void em_feed_publish(em_feed_t *f, uint64_t now_ns, bool may_spool) {
+  em_flight_t *r = f->rec ? em_flight_rec_take(f->rec, now_ns) : NULL;
+  if (!r) {
+    return;
+  }
+  r->head.session = f->o.session;
+  size_t cap = 0;
+  uint8_t *buf = em_flight_rec_buffer(f->rec, &cap);
+  size_t len = 0;
+  int rc = em_flight_encode_fit(r, buf, cap - HIST_ROOM, &len);
+  if (rc) {
+    EM_ERROR("flight: recording %u cannot be encoded: %s", r->number, em_proto_strerror(rc));
+    return;
+  }
+  uint64_t cut = r->truncated.spans_cut + r->truncated.ticks_cut;
+  f->cut += cut;
+  rc = f->o.publish(f->o.ctx, buf, len, may_spool);
+  EM_INFO("flight: recording %u: %zu ticks, %zu spans, %zu bytes (%llu left out for max_bytes, "
+          "%llu spans overwritten)%s",
+          r->number, r->n_ticks, r->n_spans, len, (unsigned long long)cut,
+          (unsigned long long)r->truncated.spans_overwritten, rc == 0 ? "" : ": lost (spool.lost)");
+}
+
+void em_feed_flush_log(em_feed_t *f, uint64_t now_ns) {
+  em_log_limit_report(&f->refused, now_ns, "flight", "triggers not recorded",
+                      " (flight.suppressed)");
+}
