@@ -24,6 +24,7 @@
 #include <diag.h>
 #include <dict.h>
 #include <edgemon/flight.h>
+#include <edgemon/json_write.h>
 #include <edgemon/profile.h>
 #include <edgemon/proto.h>
 #include <errno.h>
@@ -166,59 +167,10 @@ static void end_line(decode_t *dc) {
   }
 }
 
-/* Length of the valid UTF-8 sequence at s[0..n), or 0 (RFC 3629: no overlongs, surrogates or
- * code points past U+10FFFF). */
-static size_t utf8_len(const uint8_t *s, size_t n) {
-  uint8_t c = s[0];
-  if (c < 0x80) {
-    return 1;
-  }
-  size_t len = 0;
-  uint8_t lo = 0x80, hi = 0xbf; /* Range of the second byte. */
-  if (c >= 0xc2 && c <= 0xdf) {
-    len = 2;
-  } else if (c >= 0xe0 && c <= 0xef) {
-    len = 3;
-    lo = c == 0xe0 ? 0xa0 : lo;
-    hi = c == 0xed ? 0x9f : hi;
-  } else if (c >= 0xf0 && c <= 0xf4) {
-    len = 4;
-    lo = c == 0xf0 ? 0x90 : lo;
-    hi = c == 0xf4 ? 0x8f : hi;
-  }
-  if (len == 0 || n < len || s[1] < lo || s[1] > hi) {
-    return 0;
-  }
-  for (size_t i = 2; i < len; i++) {
-    if (s[i] < 0x80 || s[i] > 0xbf) {
-      return 0;
-    }
-  }
-  return len;
-}
-
 /* Writes s[0..n) as a JSON string; bytes that are not UTF-8 become U+FFFD. */
 static void put_json_string(const char *str, size_t n) {
-  const uint8_t *s = (const uint8_t *)str;
   fputc('"', stdout);
-  for (size_t i = 0; i < n;) {
-    uint8_t c = s[i];
-    size_t l = utf8_len(s + i, n - i);
-    if (l == 0) {
-      fputs("\\ufffd", stdout);
-      i++;
-      continue;
-    }
-    if (c == '"' || c == '\\') {
-      fputc('\\', stdout);
-      fputc(c, stdout);
-    } else if (c < 0x20 || c == 0x7f) {
-      fprintf(stdout, "\\u%04x", c);
-    } else {
-      fwrite(s + i, 1, l, stdout);
-    }
-    i += l;
-  }
+  em_json_escape(str, n, EM_JSON_ESC_DEL | EM_JSON_UTF8_ESCAPE, em_json_file_sink, stdout);
   fputc('"', stdout);
 }
 

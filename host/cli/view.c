@@ -4,6 +4,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "view.h"
 
+#include <edgemon/json_write.h>
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,15 +117,7 @@ void em_view_fit(const char *s, size_t width, char *buf, size_t cap) {
 
 void em_view_json_str(FILE *out, const char *s) {
   fputc('"', out);
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (*p == '"' || *p == '\\') {
-      fprintf(out, "\\%c", *p);
-    } else if (*p < 0x20 || *p == 0x7f) {
-      fprintf(out, "\\u%04x", *p);
-    } else {
-      fputc(*p, out);
-    }
-  }
+  em_json_escape(s, strlen(s), EM_JSON_ESC_DEL, em_json_file_sink, out);
   fputc('"', out);
 }
 

@@ -33,6 +33,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "diag.h"
 
+#include <edgemon/json_write.h>
+
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -234,52 +236,12 @@ static void put_double(double v, FILE *out) {
   }
 }
 
-/*
- * Length of the valid UTF-8 sequence at s[0..n) (1..4), or 0 when it is not one: overlong
- * forms, surrogates and code points past U+10FFFF are invalid (RFC 3629).
- */
-static size_t utf8_seq(const uint8_t *s, size_t n) {
-  uint8_t c = s[0];
-  if (c < 0x80) {
-    return 1;
-  }
-  size_t len;
-  uint8_t lo = 0x80, hi = 0xbf; /* Allowed range of the second byte. */
-  if (c >= 0xc2 && c <= 0xdf) {
-    len = 2;
-  } else if (c >= 0xe0 && c <= 0xef) {
-    len = 3;
-    if (c == 0xe0) {
-      lo = 0xa0;
-    } else if (c == 0xed) {
-      hi = 0x9f;
-    }
-  } else if (c >= 0xf0 && c <= 0xf4) {
-    len = 4;
-    if (c == 0xf0) {
-      lo = 0x90;
-    } else if (c == 0xf4) {
-      hi = 0x8f;
-    }
-  } else {
-    return 0;
-  }
-  if (n < len || s[1] < lo || s[1] > hi) {
-    return 0;
-  }
-  for (size_t i = 2; i < len; i++) {
-    if (s[i] < 0x80 || s[i] > 0xbf) {
-      return 0;
-    }
-  }
-  return len;
-}
-
 /* Writes s[0..n) as a JSON string. Returns 0, or EM_DIAG_EMALFORMED with *bad set to the index
- * of the first byte of an invalid UTF-8 sequence (nothing of the string written then). */
+ * of the first byte of an invalid UTF-8 sequence (RFC 3629: overlong forms, surrogates and code
+ * points past U+10FFFF; nothing of the string written then). */
 static int put_text(const uint8_t *s, size_t n, FILE *out, size_t *bad) {
   for (size_t i = 0; i < n;) {
-    size_t l = utf8_seq(s + i, n - i);
+    size_t l = em_json_utf8_len(s + i, n - i);
     if (l == 0) {
       *bad = i;
       return EM_DIAG_EMALFORMED;
@@ -287,38 +249,7 @@ static int put_text(const uint8_t *s, size_t n, FILE *out, size_t *bad) {
     i += l;
   }
   fputc('"', out);
-  for (size_t i = 0; i < n; i++) {
-    uint8_t c = s[i];
-    switch (c) {
-    case '"':
-      fputs("\\\"", out);
-      break;
-    case '\\':
-      fputs("\\\\", out);
-      break;
-    case '\b':
-      fputs("\\b", out);
-      break;
-    case '\f':
-      fputs("\\f", out);
-      break;
-    case '\n':
-      fputs("\\n", out);
-      break;
-    case '\r':
-      fputs("\\r", out);
-      break;
-    case '\t':
-      fputs("\\t", out);
-      break;
-    default:
-      if (c < 0x20 || c == 0x7f) {
-        fprintf(out, "\\u%04x", c);
-      } else {
-        fputc(c, out);
-      }
-    }
-  }
+  em_json_escape((const char *)s, n, EM_JSON_ESC_SHORT | EM_JSON_ESC_DEL, em_json_file_sink, out);
   fputc('"', out);
   return 0;
 }

@@ -6,6 +6,8 @@
  */
 #include "identity.h"
 
+#include <edgemon/json_write.h>
+
 #include <stdio.h>
 #include <string.h>
 
@@ -43,91 +45,63 @@ em_model_t em_identity_view(const em_identity_t *id, em_label_t *labels) {
   return m;
 }
 
-/* A writer into a fixed buffer: ok turns false once something did not fit. */
-typedef struct {
-  char *buf;
-  size_t cap;
-  size_t len;
-  bool ok;
-} out_t;
-
-static void put(out_t *o, const char *s, size_t n) {
-  if (!o->ok || o->len + n + 1 > o->cap) {
-    o->ok = false;
-    return;
-  }
-  memcpy(o->buf + o->len, s, n);
-  o->len += n;
-  o->buf[o->len] = '\0';
+/* The JSON writer (edgemon/json_write.h) into buf[0..cap), escaping DEL too. */
+static em_json_t writer(char *buf, size_t cap) {
+  return (em_json_t){.buf = buf, .cap = buf ? cap : 0, .first = true, .flags = EM_JSON_ESC_DEL};
 }
 
-static void put_str(out_t *o, const char *s) {
-  put(o, "\"", 1);
-  for (const char *p = s ? s : ""; *p; p++) {
-    unsigned char c = (unsigned char)*p;
-    if (c == '"' || c == '\\') {
-      char esc[2] = {'\\', (char)c};
-      put(o, esc, 2);
-    } else if (c < 0x20 || c == 0x7f) {
-      char esc[8];
-      snprintf(esc, sizeof(esc), "\\u%04x", c);
-      put(o, esc, 6);
-    } else {
-      put(o, (const char *)p, 1);
-    }
-  }
-  put(o, "\"", 1);
+static void put_str(em_json_t *w, const char *s) {
+  em_json_str(w, s ? s : "");
 }
 
-static void put_labels(out_t *o, const em_model_t *m) {
-  put(o, "{", 1);
+static void put_labels(em_json_t *w, const em_model_t *m) {
+  em_json_open(w, '{');
   for (size_t i = 0; m && m->labels && i < m->n_labels; i++) {
-    if (i > 0) {
-      put(o, ",", 1);
-    }
-    put_str(o, m->labels[i].key);
-    put(o, ":", 1);
-    put_str(o, m->labels[i].value);
+    em_json_key(w, m->labels[i].key ? m->labels[i].key : "");
+    put_str(w, m->labels[i].value);
   }
-  put(o, "}", 1);
+  em_json_close(w, '}');
 }
 
-static size_t finish(out_t *o) {
-  if (!o->ok) {
-    if (o->cap > 0) {
-      o->buf[0] = '\0';
+/* The length written, or 0 with buf holding "" when it did not fit. */
+static size_t finish(em_json_t *w) {
+  size_t len;
+  if (!em_json_finish(w, &len)) {
+    if (w->cap > 0) {
+      w->buf[0] = '\0';
     }
     return 0;
   }
-  return o->len;
+  return len;
 }
 
 size_t em_identity_json_str(const char *s, char *buf, size_t cap) {
-  out_t o = {buf, cap, 0, buf && cap > 0};
-  put_str(&o, s);
-  return finish(&o);
+  em_json_t w = writer(buf, cap);
+  put_str(&w, s);
+  return finish(&w);
 }
 
 size_t em_identity_labels_json(const em_model_t *m, char *buf, size_t cap) {
-  out_t o = {buf, cap, 0, buf && cap > 0};
-  put_labels(&o, m);
-  return finish(&o);
+  em_json_t w = writer(buf, cap);
+  put_labels(&w, m);
+  return finish(&w);
 }
 
 size_t em_identity_json(const em_model_t *m, char *buf, size_t cap) {
-  out_t o = {buf, cap, 0, buf && cap > 0};
+  em_json_t w = writer(buf, cap);
   if (!m || !m->name) {
-    put(&o, "null", 4);
-    return finish(&o);
+    em_json_raw(&w, "null", 4);
+    return finish(&w);
   }
-  put(&o, "{\"name\":", 8);
-  put_str(&o, m->name);
-  put(&o, ",\"version\":", 11);
-  put_str(&o, m->version);
-  put(&o, ",\"labels\":", 10);
-  put_labels(&o, m);
-  put(&o, "}", 1);
-  return finish(&o);
+  em_json_open(&w, '{');
+  em_json_key(&w, "name");
+  put_str(&w, m->name);
+  em_json_key(&w, "version");
+  put_str(&w, m->version);
+  em_json_key(&w, "labels");
+  put_labels(&w, m);
+  em_json_close(&w, '}');
+  return finish(&w);
 }
 
 void em_identity_text(const em_identity_t *id, char *buf, size_t cap) {

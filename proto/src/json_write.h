@@ -1,7 +1,9 @@
 /*
- * json_write.h - internal: the JSON writer the printers of proto/ share (json.c for the v1
- * messages, flight.c for the flight recording). It writes into a caller buffer and keeps
- * counting past its end, so one pass reports the length needed. Not installed.
+ * json_write.h - internal: what the JSON printers of proto/ share (json.c for the v1 messages,
+ * flight_json.c and profile_json.c for the forensic messages) beyond the public writer
+ * (edgemon/json_write.h, json_write.c): values, causes, triggers and the common head. They
+ * write into a caller buffer and keep counting past its end, so one pass reports the length
+ * needed. Not installed.
  */
 #ifndef EDGEMON_PROTO_JSON_WRITE_H
 #define EDGEMON_PROTO_JSON_WRITE_H
@@ -10,28 +12,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "edgemon/json_write.h"
 #include "schema.h"
 
-typedef struct {
-  char *buf;
-  size_t cap;
-  size_t pos; /* Length needed so far, even past cap. */
-  bool first; /* No member written yet in the current object or array. */
-} em__jw_t;
+/* The printers write with the one JSON writer (edgemon/json_write.h), into a buffer, with no
+ * escapes beyond JSON's own; the names below are theirs for it. */
+typedef em_json_t em__jw_t;
+#define em__jw_raw   em_json_raw
+#define em__jw_fmt   em_json_fmt
+#define em__jw_str   em_json_str
+#define em__jw_key   em_json_key
+#define em__jw_open  em_json_open
+#define em__jw_close em_json_close
+#define em__jw_elem  em_json_elem
 
-void em__jw_raw(em__jw_t *w, const char *s, size_t n);
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((format(printf, 2, 3)))
-#endif
-void em__jw_fmt(em__jw_t *w, const char *fmt, ...);
-/* A JSON string, escaped. */
-void em__jw_str(em__jw_t *w, const char *s);
-/* Starts a member "name": of the current object. */
-void em__jw_key(em__jw_t *w, const char *name);
-void em__jw_open(em__jw_t *w, char c);
-void em__jw_close(em__jw_t *w, char c);
-/* Separator before an array element. */
-void em__jw_elem(em__jw_t *w);
 /* A number (floats: the shortest form that reads back the same), or null. */
 void em__jw_value(em__jw_t *w, const em_value_t *v);
 /* Members: "name": value. */

@@ -16,6 +16,7 @@
 #include "forensic_api.h"
 
 #include <edgemon/flight.h>
+#include <edgemon/json_write.h>
 #include <edgemon/profile.h>
 #include <errno.h>
 #include <math.h>
@@ -59,16 +60,7 @@ static void put_str(FILE *f, const char *s) {
     return;
   }
   fputc('"', f);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') {
-      fprintf(f, "\\%c", c);
-    } else if (c < 0x20) {
-      fprintf(f, "\\u%04x", c);
-    } else {
-      fputc(c, f);
-    }
-  }
+  em_json_escape(s, strlen(s), 0, em_json_file_sink, f);
   fputc('"', f);
 }
 

@@ -20,6 +20,7 @@
 
 #include "buckets.h"
 
+#include <edgemon/json_write.h>
 #include <errno.h>
 #include <fnmatch.h>
 #include <histo.h>
@@ -133,25 +134,14 @@ __attribute__((format(printf, 2, 3))) static void jw_fmt(jw_t *w, const char *fm
   w->p[w->len] = '\0';
 }
 
+static void jw_sink(void *ctx, const char *s, size_t n) {
+  jw_put(ctx, s, n);
+}
+
 /* A JSON string; control characters escaped, other bytes as they are. */
 static void jw_str(jw_t *w, const char *s) {
   jw_put(w, "\"", 1);
-  const char *run = s;
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c >= 0x20 && c != '"' && c != '\\') {
-      continue;
-    }
-    jw_put(w, run, (size_t)(s - run));
-    if (c == '"' || c == '\\') {
-      char esc[2] = {'\\', (char)c};
-      jw_put(w, esc, 2);
-    } else {
-      jw_fmt(w, "\\u%04x", c);
-    }
-    run = s + 1;
-  }
-  jw_put(w, run, (size_t)(s - run));
+  em_json_escape(s, strlen(s), 0, jw_sink, w);
   jw_put(w, "\"", 1);
 }
 

@@ -117,6 +117,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "metrics.h"
 
+#include <edgemon/json_write.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -269,74 +270,16 @@ static bool put_value(em_text_t *t, const em_value_t *v, double scale) {
 
 /* ---- strings ---------------------------------------------------------------------------- */
 
-/* Length of the valid UTF-8 sequence at s (n bytes left), or 0 when it is not one. */
-static size_t utf8_len(const unsigned char *s, size_t n) {
-  unsigned char c = s[0];
-  size_t len;
-  uint32_t cp;
-  if (c < 0x80) {
-    return 1;
-  }
-  if (c >= 0xC2 && c <= 0xDF) {
-    len = 2;
-    cp = c & 0x1Fu;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    len = 3;
-    cp = c & 0x0Fu;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    len = 4;
-    cp = c & 0x07u;
-  } else {
-    return 0;
-  }
-  if (n < len) {
-    return 0;
-  }
-  for (size_t i = 1; i < len; i++) {
-    if ((s[i] & 0xC0u) != 0x80u) {
-      return 0;
-    }
-    cp = (cp << 6) | (s[i] & 0x3Fu);
-  }
-  if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-      (cp >= 0xD800 && cp <= 0xDFFF)) {
-    return 0;
-  }
-  return len;
+static void text_sink(void *ctx, const char *s, size_t n) {
+  text_put(ctx, s, n);
 }
 
 /* Escapes s for a Prometheus label value (\\, \", \n) or, when json, a JSON string (also the
  * other control characters as \u00XX). Invalid UTF-8 becomes U+FFFD. No quotes around it. */
 static void put_escaped(em_text_t *t, const char *str, bool json) {
-  const unsigned char *s = (const unsigned char *)(str ? str : "");
-  size_t n = strlen((const char *)s);
-  size_t i = 0;
-  while (i < n) {
-    unsigned char c = s[i];
-    size_t run = utf8_len(s + i, n - i);
-    if (run == 0) {
-      text_str(t, "\xEF\xBF\xBD");
-      i++;
-      continue;
-    }
-    if (run > 1) {
-      text_put(t, (const char *)s + i, run);
-      i += run;
-      continue;
-    }
-    if (c == '\\') {
-      text_str(t, "\\\\");
-    } else if (c == '"') {
-      text_str(t, "\\\"");
-    } else if (c == '\n') {
-      text_str(t, "\\n");
-    } else if (json && c < 0x20) {
-      text_printf(t, "\\u%04x", (unsigned)c);
-    } else {
-      text_ch(t, (char)c);
-    }
-    i++;
-  }
+  const char *s = str ? str : "";
+  unsigned flags = EM_JSON_ESC_NEWLINE | EM_JSON_UTF8_REPLACE | (json ? 0u : EM_JSON_CTRL_RAW);
+  em_json_escape(s, strlen(s), flags, text_sink, t);
 }
 
 static void put_json_string(em_text_t *t, const char *s) {
@@ -548,7 +491,7 @@ static bool utf8_valid(const char *str) {
   const unsigned char *s = (const unsigned char *)str;
   size_t n = strlen(str);
   for (size_t i = 0; i < n;) {
-    size_t run = utf8_len(s + i, n - i);
+    size_t run = em_json_utf8_len(s + i, n - i);
     if (run == 0) {
       return false;
     }
@@ -576,7 +519,7 @@ static const em_prom_label_t *pb_labels(em_metrics_out_t *out, const em_prom_lab
     const unsigned char *s = (const unsigned char *)(labels[k].value ? labels[k].value : "");
     size_t len = strlen((const char *)s);
     for (size_t i = 0; i < len;) {
-      size_t run = utf8_len(s + i, len - i);
+      size_t run = em_json_utf8_len(s + i, len - i);
       if (run == 0) {
         text_str(&out->scratch, "\xEF\xBF\xBD");
         i++;
