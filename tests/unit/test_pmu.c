@@ -794,11 +794,69 @@ static size_t fake_open_fds(const fake_t *f) {
   return n;
 }
 
-/* Frees p and checks that it closed every fd the fake kernel handed out, once. */
+/* Frees p and checks that it closed every fd the fake kernel handed out, once; frees f. */
 static void free_and_check(em_pmu_t *p, fake_t *f) {
   em_pmu_free(p);
   assert_int_equal(fake_open_fds(f), 0);
   assert_int_equal(f->errors, 0);
+  free(f);
+}
+
+/* Makes the fixture's one refused open: `name` on thread `tid` (0: any) fails with `err`. */
+static void fx_refuse(fixture_t *fx, const char *name, pid_t tid, int err) {
+  snprintf(fx->opens[0].name, FX_NAME_BYTES, "%s", name);
+  fx->opens[0].tid = tid;
+  fx->opens[0].answers[0] = err;
+  fx->opens[0].n_answers = 1;
+  fx->n_opens = 1;
+}
+
+/* fx_pmu_new(), which must succeed: the open counters. */
+static em_pmu_t *open_ok(const fixture_t *fx, fake_t *f) {
+  em_pmu_t *p = NULL;
+  assert_int_equal(fx_pmu_new(fx, f, &p), 0);
+  assert_non_null(p);
+  return p;
+}
+
+/*
+ * fx_pmu_new(), which must succeed, with what it logs captured into logged[0..cap): nothing
+ * when `warning` is NULL, else one line of the module's that contains `warning`.
+ */
+static em_pmu_t *open_warned(const fixture_t *fx, fake_t *f, char *logged, size_t cap,
+                             const char *warning) {
+  em_pmu_t *p = NULL;
+  log_capture_t capture;
+  log_capture_start(&capture);
+  int rc = fx_pmu_new(fx, f, &p);
+  log_capture_end(&capture, logged, cap);
+  assert_int_equal(rc, 0);
+  if (warning) {
+    assert_int_equal(log_capture_count(logged, "pmu: "), 1);
+    assert_contains(logged, warning);
+  } else {
+    assert_string_equal(logged, "");
+  }
+  return p;
+}
+
+/* fx_pmu_new() with what it logs captured into logged[0..cap). */
+static int new_logged(const fixture_t *fx, fake_t *f, em_pmu_t **p, char *logged, size_t cap) {
+  log_capture_t capture;
+  log_capture_start(&capture);
+  int rc = fx_pmu_new(fx, f, p);
+  log_capture_end(&capture, logged, cap);
+  return rc;
+}
+
+/* fx_pmu_new(), which must succeed, logging at info (absent events and parts are said there). */
+static em_pmu_t *open_at_info(const fixture_t *fx, fake_t *f, char *logged, size_t cap) {
+  em_pmu_t *p = NULL;
+  em_log_set_level(EM_LOG_INFO);
+  int rc = new_logged(fx, f, &p, logged, cap);
+  em_log_set_level(EM_LOG_WARN);
+  assert_int_equal(rc, 0);
+  return p;
 }
 
 /* The successful open call of request `req` (the last one for it). */
@@ -858,8 +916,7 @@ static void orin_opens_two_hw_groups_with_documented_attributes(void **state) {
   (void)state;
   fixture_t *fx = fx_load("jetson-orin-group-read.txt");
   fake_t *f = fake_new(fx);
-  em_pmu_t *p = NULL;
-  assert_int_equal(fx_pmu_new(fx, f, &p), 0);
+  em_pmu_t *p = open_ok(fx, f);
   assert_int_equal(em_pmu_present(p), O_N);
 
   for (size_t i = 0; i < f->n_calls; i++) {
@@ -889,7 +946,6 @@ static void orin_opens_two_hw_groups_with_documented_attributes(void **state) {
   assert_int_equal(f->n_calls, O_N + 1);
 
   free_and_check(p, f);
-  free(f);
   free(fx);
 }
 
@@ -897,8 +953,7 @@ static void orin_multiplexed_groups_are_scaled_and_unrun_group_is_absent(void **
   (void)state;
   fixture_t *fx = fx_load("jetson-orin-group-read.txt");
   fake_t *f = fake_new(fx);
-  em_pmu_t *p = NULL;
-  assert_int_equal(fx_pmu_new(fx, f, &p), 0);
+  em_pmu_t *p = open_ok(fx, f);
   em_pmu_reading_t r[O_N];
 
   /* Tick 1: the second hardware group has not had the PMU yet. */
@@ -932,7 +987,6 @@ static void orin_multiplexed_groups_are_scaled_and_unrun_group_is_absent(void **
   }
   assert_int_equal(f->n_reads, 9);
   free_and_check(p, f);
-  free(f);
   free(fx);
 }
 
@@ -940,8 +994,7 @@ static void paranoid3_every_event_absent_with_eacces_reason(void **state) {
   (void)state;
   fixture_t *fx = fx_load("debian12-rpi4-paranoid3.txt");
   fake_t *f = fake_new(fx);
-  em_pmu_t *p = NULL;
-  assert_int_equal(fx_pmu_new(fx, f, &p), 0);
+  em_pmu_t *p = open_ok(fx, f);
   assert_int_equal(em_pmu_present(p), 0);
   em_pmu_reading_t r[10];
   assert_int_equal(em_pmu_read(p, r, fx->n_request), 0);
@@ -957,7 +1010,6 @@ static void paranoid3_every_event_absent_with_eacces_reason(void **state) {
     assert_int_equal(calls_of(f, i), kernel_only ? 1 : 2);
   }
   free_and_check(p, f);
-  free(f);
   free(fx);
 }
 
@@ -966,8 +1018,7 @@ static void kernel_counting_refused_counts_user_only_and_drops_kernel_only_event
   fixture_t *fx = fx_load("jetson-orin-paranoid2-user.txt");
   enum { TC, CS, MIG, PF, CYC, INS };
   fake_t *f = fake_new(fx);
-  em_pmu_t *p = NULL;
-  assert_int_equal(fx_pmu_new(fx, f, &p), 0);
+  em_pmu_t *p = open_ok(fx, f);
   assert_int_equal(em_pmu_present(p), 4);
   for (size_t e = 0; e < fx->n_request; e++) {
     if (e == CS || e == MIG) {
@@ -985,7 +1036,6 @@ static void kernel_counting_refused_counts_user_only_and_drops_kernel_only_event
   assert_absent(&r[CS], "(EACCES)");
   assert_absent(&r[MIG], "not permitted");
   free_and_check(p, f);
-  free(f);
   free(fx);
 }
 
@@ -1020,8 +1070,7 @@ static void replay_xavier(bool rule, em_pmu_reading_t r[2][10], size_t *reads_pe
   assert_true(fx->rule_group_einval);
   fx->rule_group_einval = rule;
   fake_t *f = fake_new(fx);
-  em_pmu_t *p = NULL;
-  assert_int_equal(fx_pmu_new(fx, f, &p), 0);
+  em_pmu_t *p = open_ok(fx, f);
   assert_int_equal(em_pmu_present(p), 10);
   *all_alone = true;
   for (size_t e = 0; e < 10; e++) {
@@ -1035,7 +1084,6 @@ static void replay_xavier(bool rule, em_pmu_reading_t r[2][10], size_t *reads_pe
     *reads_per_tick = f->n_reads - before;
   }
   free_and_check(p, f);
-  free(f);
   free(fx);
 }
 
@@ -1065,8 +1113,7 @@ static void refused_leader_lets_next_event_lead(void **state) {
   fixture_t *fx = fx_load("jetson-orin-ref-cycles.txt");
   enum { REF, INS, CYC, MISS, TC };
   fake_t *f = fake_new(fx);
-  em_pmu_t *p = NULL;
-  assert_int_equal(fx_pmu_new(fx, f, &p), 0);
+  em_pmu_t *p = open_ok(fx, f);
   assert_int_equal(em_pmu_present(p), 4);
   assert_int_equal(call_of(f, INS)->group_fd, -1);
   assert_int_equal(call_of(f, CYC)->group_fd, call_of(f, INS)->result);
@@ -1079,7 +1126,6 @@ static void refused_leader_lets_next_event_lead(void **state) {
   assert_present(&r[MISS], 1702114);
   assert_present(&r[TC], 99876544);
   free_and_check(p, f);
-  free(f);
   free(fx);
 }
 
@@ -1119,7 +1165,6 @@ static void cgroup_target_scales_per_cpu_sums_and_skips_offline_cpus(void **stat
   assert_present(&r[TC], UINT64_C(152000000));
   assert_true(r[TC].running_ratio == 1.0);
   free_and_check(p, f);
-  free(f);
   free(fx);
 }
 
@@ -1128,8 +1173,7 @@ static void garbled_short_and_failing_reads_are_absent_for_that_read(void **stat
   fixture_t *fx = fx_load("synthetic-garbled-reads.txt");
   enum { CYC, INS, TC };
   fake_t *f = fake_new(fx);
-  em_pmu_t *p = NULL;
-  assert_int_equal(fx_pmu_new(fx, f, &p), 0);
+  em_pmu_t *p = open_ok(fx, f);
   em_pmu_reading_t r[3];
 
   assert_int_equal(em_pmu_read(p, r, 3), 0); /* 1: healthy. */
@@ -1165,7 +1209,6 @@ static void garbled_short_and_failing_reads_are_absent_for_that_read(void **stat
   assert_present(&r[CYC], 80);
   assert_absent(&r[TC], "target gone (ESRCH)");
   free_and_check(p, f);
-  free(f);
   free(fx);
 }
 
@@ -1193,7 +1236,6 @@ static void every_truncated_group_read_is_absent_without_crash(void **state) {
       assert_true(strlen(r[e].reason) < EM_PMU_REASON_BYTES);
     }
     free_and_check(p, f);
-    free(f);
   }
   free(fx);
 }
@@ -1212,10 +1254,7 @@ static void target_gone_during_open_returns_esrch_and_closes_all(void **state) {
   (void)state;
   static const char *const names[] = {"cycles", "instructions", "task-clock"};
   fixture_t *fx = fx_inline(names, 3);
-  snprintf(fx->opens[0].name, FX_NAME_BYTES, "task-clock");
-  fx->opens[0].answers[0] = ESRCH;
-  fx->opens[0].n_answers = 1;
-  fx->n_opens = 1;
+  fx_refuse(fx, "task-clock", 0, ESRCH);
   fake_t *f = fake_new(fx);
   em_pmu_t *p = (em_pmu_t *)f; /* Must be reset to NULL. */
   assert_int_equal(fx_pmu_new(fx, f, &p), -ESRCH);
@@ -1283,8 +1322,7 @@ static void read_fills_exactly_the_readings_asked_for(void **state) {
   (void)state;
   fixture_t *fx = fx_load("synthetic-garbled-reads.txt");
   fake_t *f = fake_new(fx);
-  em_pmu_t *p = NULL;
-  assert_int_equal(fx_pmu_new(fx, f, &p), 0);
+  em_pmu_t *p = open_ok(fx, f);
   em_pmu_reading_t r[5];
   memset(r, 0x5a, sizeof(r));
   assert_int_equal(em_pmu_read(p, r, 2), 0); /* Fewer than opened: only those two. */
@@ -1298,7 +1336,6 @@ static void read_fills_exactly_the_readings_asked_for(void **state) {
   assert_absent(&r[3], "no such event");
   assert_absent(&r[4], "no such event");
   free_and_check(p, f);
-  free(f);
   free(fx);
 }
 
@@ -1327,8 +1364,7 @@ static void three_threads_replay_sums_per_thread_scaled_counts_exactly(void **st
   fixture_t *fx = fx_load("jetson-orin-pytorch-threads.txt");
   assert_int_equal(fx->n_threads, 3);
   fake_t *f = fake_new(fx);
-  em_pmu_t *p = NULL;
-  assert_int_equal(fx_pmu_new(fx, f, &p), 0);
+  em_pmu_t *p = open_ok(fx, f);
   assert_int_equal(em_pmu_present(p), T_N);
   assert_int_equal(em_pmu_threads(p), 3);
   /* Listed once, before any open: a thread created after an open is inherited, listed after
@@ -1399,7 +1435,6 @@ static void three_threads_replay_sums_per_thread_scaled_counts_exactly(void **st
   }
   assert_int_equal(f->n_reads, 18);
   free_and_check(p, f);
-  free(f);
   free(fx);
 }
 
@@ -1407,8 +1442,7 @@ static void thread_gone_after_open_keeps_its_last_counts_and_is_not_read_again(v
   (void)state;
   fixture_t *fx = fx_load("synthetic-thread-gone.txt");
   fake_t *f = fake_new(fx);
-  em_pmu_t *p = NULL;
-  assert_int_equal(fx_pmu_new(fx, f, &p), 0);
+  em_pmu_t *p = open_ok(fx, f);
   assert_int_equal(em_pmu_threads(p), 4);
   em_pmu_reading_t r[1];
   const struct {
@@ -1435,7 +1469,6 @@ static void thread_gone_after_open_keeps_its_last_counts_and_is_not_read_again(v
     }
   }
   free_and_check(p, f);
-  free(f);
   free(fx);
 }
 
@@ -1445,22 +1478,12 @@ static void thread_gone_between_listing_and_open_is_skipped_silently(void **stat
   fixture_t *fx = fx_inline(names, 3);
   fx_threads(fx, 4);
   /* 4244 exits after its cycles opened: instructions gets ESRCH. */
-  snprintf(fx->opens[0].name, FX_NAME_BYTES, "instructions");
-  fx->opens[0].tid = 4244;
-  fx->opens[0].answers[0] = ESRCH;
-  fx->opens[0].n_answers = 1;
-  fx->n_opens = 1;
+  fx_refuse(fx, "instructions", 4244, ESRCH);
   fx_add_read(fx, "cycles enabled=100 running=100 cycles=10 instructions=20");
   fx_add_read(fx, "task-clock enabled=100 running=100 task-clock=100");
   fake_t *f = fake_new(fx);
-  em_pmu_t *p = NULL;
-  log_capture_t cap;
   char logged[4096];
-  log_capture_start(&cap);
-  int rc = fx_pmu_new(fx, f, &p);
-  log_capture_end(&cap, logged, sizeof(logged));
-  assert_int_equal(rc, 0);
-  assert_string_equal(logged, ""); /* Silently. */
+  em_pmu_t *p = open_warned(fx, f, logged, sizeof(logged), NULL); /* Silently. */
   assert_int_equal(em_pmu_present(p), 3);
   assert_int_equal(em_pmu_threads(p), 3);
   size_t opened = 0;
@@ -1475,7 +1498,6 @@ static void thread_gone_between_listing_and_open_is_skipped_silently(void **stat
   assert_present(&r[1], 60);
   assert_present(&r[2], 300);
   free_and_check(p, f);
-  free(f);
   free(fx);
 }
 
@@ -1486,33 +1508,21 @@ static void failing_thread_listing_counts_the_pid_alone_with_a_warning(void **st
   fx_threads(fx, 3);
   fx->threads_err = EACCES;
   fake_t *f = fake_new(fx);
-  em_pmu_t *p = NULL;
-  log_capture_t cap;
   char logged[4096];
-  log_capture_start(&cap);
-  int rc = fx_pmu_new(fx, f, &p);
-  log_capture_end(&cap, logged, sizeof(logged));
-  assert_int_equal(rc, 0);
-  assert_int_equal(log_capture_count(logged, "pmu: "), 1);
-  assert_contains(logged, "warning: pmu: cannot list the threads of pid 4242");
+  em_pmu_t *p = open_warned(fx, f, logged, sizeof(logged),
+                            "warning: pmu: cannot list the threads of pid 4242");
   assert_contains(logged, "(EACCES)");
   assert_int_equal(em_pmu_present(p), 2);
   assert_int_equal(em_pmu_threads(p), 1);
   assert_int_equal(f->n_calls, 2);
   assert_int_equal(calls_on(f, 4242, NULL), 2);
   free_and_check(p, f);
-  free(f);
 
   /* The process is gone: the open of the pid says so, and nothing is logged. */
   fx->threads_err = ENOENT;
-  snprintf(fx->opens[0].name, FX_NAME_BYTES, "cycles");
-  fx->opens[0].answers[0] = ESRCH;
-  fx->opens[0].n_answers = 1;
-  fx->n_opens = 1;
+  fx_refuse(fx, "cycles", 0, ESRCH);
   f = fake_new(fx);
-  log_capture_start(&cap);
-  rc = fx_pmu_new(fx, f, &p);
-  log_capture_end(&cap, logged, sizeof(logged));
+  int rc = new_logged(fx, f, &p, logged, sizeof(logged));
   assert_int_equal(rc, -ESRCH);
   assert_null(p);
   assert_string_equal(logged, "");
@@ -1526,22 +1536,13 @@ static void failing_open_on_another_thread_stops_there_with_partial_counts(void 
   static const char *const names[] = {"task-clock", "context-switches"};
   fixture_t *fx = fx_inline(names, 2);
   fx_threads(fx, 4);
-  snprintf(fx->opens[0].name, FX_NAME_BYTES, "context-switches");
-  fx->opens[0].tid = 4244;
-  fx->opens[0].answers[0] = EMFILE; /* Out of fds: every later thread would fail too. */
-  fx->opens[0].n_answers = 1;
-  fx->n_opens = 1;
+  /* Out of fds: every later thread would fail too. */
+  fx_refuse(fx, "context-switches", 4244, EMFILE);
   fx_add_read(fx, "task-clock enabled=100 running=100 task-clock=100 context-switches=1");
   fake_t *f = fake_new(fx);
-  em_pmu_t *p = NULL;
-  log_capture_t cap;
   char logged[4096];
-  log_capture_start(&cap);
-  int rc = fx_pmu_new(fx, f, &p);
-  log_capture_end(&cap, logged, sizeof(logged));
-  assert_int_equal(rc, 0);
-  assert_int_equal(log_capture_count(logged, "pmu: "), 1);
-  assert_contains(logged, "warning: pmu: counts are partial: 2 of the 4 threads of pid 4242");
+  em_pmu_t *p = open_warned(fx, f, logged, sizeof(logged),
+                            "warning: pmu: counts are partial: 2 of the 4 threads of pid 4242");
   assert_contains(logged, "(EMFILE)");
   assert_contains(logged, "cgroup target");
   assert_int_equal(em_pmu_threads(p), 2);
@@ -1553,7 +1554,6 @@ static void failing_open_on_another_thread_stops_there_with_partial_counts(void 
   assert_present(&r[0], 200);
   assert_present(&r[1], 2);
   free_and_check(p, f);
-  free(f);
   free(fx);
 }
 
@@ -1567,18 +1567,11 @@ static void more_threads_than_the_cap_counts_the_cap_and_warns_once(void **state
   fx_add_read(fx, "task-clock enabled=1000 running=1000 task-clock=1000");
   fx_add_read(fx, "task-clock enabled=2000 running=1000 task-clock=1000");
   fake_t *f = fake_new(fx);
-  em_pmu_t *p = NULL;
-  log_capture_t cap;
   char logged[4096];
-  log_capture_start(&cap);
-  int rc = fx_pmu_new(fx, f, &p);
-  log_capture_end(&cap, logged, sizeof(logged));
-  assert_int_equal(rc, 0);
-  assert_int_equal(log_capture_count(logged, "pmu: "), 1);
   char want[128];
   snprintf(want, sizeof(want), "warning: pmu: counts are partial: %d of the %d threads",
            EM_PMU_MAX_THREADS, EM_PMU_MAX_THREADS + 44);
-  assert_contains(logged, want);
+  em_pmu_t *p = open_warned(fx, f, logged, sizeof(logged), want);
   assert_contains(logged, "cgroup target");
   assert_int_equal(em_pmu_threads(p), EM_PMU_MAX_THREADS);
   assert_int_equal(f->n_calls, EM_PMU_MAX_THREADS);
@@ -1591,7 +1584,6 @@ static void more_threads_than_the_cap_counts_the_cap_and_warns_once(void **state
   assert_present(&r[0], UINT64_C(2000) * EM_PMU_MAX_THREADS);
   assert_true(r[0].running_ratio == 0.5);
   free_and_check(p, f);
-  free(f);
   free(fx);
 }
 
@@ -1600,19 +1592,14 @@ static void event_absent_on_the_pid_is_not_tried_on_its_other_threads(void **sta
   static const char *const names[] = {"ref-cycles", "task-clock"};
   fixture_t *fx = fx_inline(names, 2);
   fx_threads(fx, 3);
-  snprintf(fx->opens[0].name, FX_NAME_BYTES, "ref-cycles");
-  fx->opens[0].answers[0] = ENOENT;
-  fx->opens[0].n_answers = 1;
-  fx->n_opens = 1;
+  fx_refuse(fx, "ref-cycles", 0, ENOENT);
   fake_t *f = fake_new(fx);
-  em_pmu_t *p = NULL;
-  assert_int_equal(fx_pmu_new(fx, f, &p), 0);
+  em_pmu_t *p = open_ok(fx, f);
   assert_int_equal(em_pmu_threads(p), 3);
   assert_int_equal(em_pmu_present(p), 1);
   assert_int_equal(calls_of(f, 0), 1);
   assert_int_equal(calls_of(f, 1), 3);
   free_and_check(p, f);
-  free(f);
 
   /* Nothing opens on the pid: no thread is counted, and no other thread is tried. */
   fx->default_answer = EACCES;
@@ -1622,7 +1609,6 @@ static void event_absent_on_the_pid_is_not_tried_on_its_other_threads(void **sta
   assert_int_equal(em_pmu_present(p), 0);
   assert_int_equal(calls_on(f, 4243, NULL), 0);
   free_and_check(p, f);
-  free(f);
   free(fx);
 }
 
@@ -1702,8 +1688,7 @@ two_part_event_counts_on_both_pmus_and_scales_each_threads_parts_together(void *
                   "refill@denver=600 cycles@denver=20000");
   fx_add_read(fx, "task-clock tid=4243 enabled=50000000 running=50000000 task-clock=50000000");
   fake_t *f = fake_new(fx);
-  em_pmu_t *p = NULL;
-  assert_int_equal(fx_pmu_new(fx, f, &p), 0);
+  em_pmu_t *p = open_ok(fx, f);
   assert_int_equal(em_pmu_present(p), X_N);
   assert_int_equal(em_pmu_threads(p), 2);
   /* On each thread: one counter per part, on any CPU (the kernel counts a part only while the
@@ -1740,7 +1725,6 @@ two_part_event_counts_on_both_pmus_and_scales_each_threads_parts_together(void *
   assert_present(&r[X_TC], 150000000);
   assert_true(r[X_TC].running_ratio == 1.0);
   free_and_check(p, f);
-  free(f);
   free(fx);
 }
 
@@ -1760,8 +1744,7 @@ cgroup_target_opens_each_part_on_its_pmus_cpus_and_sums_the_scaled_values(void *
   fx_add_read(fx, "refill@a57 cpu=3 enabled=100000000 running=100000000 refill@a57=500");
   fx_add_read(fx, "refill@a57 cpu=4 enabled=0 running=0 refill@a57=0"); /* Never ran there. */
   fake_t *f = fake_new(fx);
-  em_pmu_t *p = NULL;
-  assert_int_equal(fx_pmu_new(fx, f, &p), 0);
+  em_pmu_t *p = open_ok(fx, f);
   assert_int_equal(em_pmu_present(p), 1);
   /* Each part on the CPUs of its PMU only (the fake counts any other CPU as an error). */
   assert_int_equal(f->n_calls, 6);
@@ -1782,7 +1765,6 @@ cgroup_target_opens_each_part_on_its_pmus_cpus_and_sums_the_scaled_values(void *
   double want = (50.0 + 25.0 + 100.0 + 100.0) / 400.0;
   assert_true(r[0].running_ratio > want - 1e-9 && r[0].running_ratio < want + 1e-9);
   free_and_check(p, f);
-  free(f);
   free(fx);
 }
 
@@ -1790,10 +1772,8 @@ static void one_part_refused_counts_on_the_other_and_says_which(void **state) {
   (void)state;
   fixture_t *fx = fx_tx2();
   fx_threads(fx, 2);
-  snprintf(fx->opens[0].name, FX_NAME_BYTES, "refill@denver");
-  fx->opens[0].answers[0] = ENOENT; /* This Denver PMU lacks the event. */
-  fx->opens[0].n_answers = 1;
-  fx->n_opens = 1;
+  /* This Denver PMU lacks the event. */
+  fx_refuse(fx, "refill@denver", 0, ENOENT);
   /* Thread 4242 ran 100 ms, 40 of them on the A57 cluster: only those are counted. */
   fx_add_read(fx, "refill@a57 tid=4242 enabled=100000000 running=40000000 refill@a57=4000 "
                   "cycles@a57=40000");
@@ -1804,14 +1784,8 @@ static void one_part_refused_counts_on_the_other_and_says_which(void **state) {
   fx_add_read(fx, "cycles@denver tid=4243 enabled=50000000 running=0 cycles@denver=0");
   fx_add_read(fx, "task-clock enabled=100000000 running=100000000 task-clock=100000000");
   fake_t *f = fake_new(fx);
-  em_pmu_t *p = NULL;
-  log_capture_t cap;
   char log[4096];
-  em_log_set_level(EM_LOG_INFO); /* Absent events and parts are logged at info. */
-  log_capture_start(&cap);
-  assert_int_equal(fx_pmu_new(fx, f, &p), 0);
-  log_capture_end(&cap, log, sizeof(log));
-  em_log_set_level(EM_LOG_WARN);
+  em_pmu_t *p = open_at_info(fx, f, log, sizeof(log));
   assert_int_equal(em_pmu_present(p), X_N);
   assert_int_equal(em_pmu_threads(p), 2);
   assert_contains(log, "l1d_cache_refill: part 2 of 2 (type 9) absent: not supported");
@@ -1834,7 +1808,6 @@ static void one_part_refused_counts_on_the_other_and_says_which(void **state) {
   assert_present(&r[X_CYC], 40000 + 90000 + 5000);
   assert_true(r[X_CYC].running_ratio == 1.0);
   free_and_check(p, f);
-  free(f);
   free(fx);
 }
 
@@ -1852,14 +1825,8 @@ static void every_part_refused_is_absent_with_the_reason(void **state) {
   fx_add_read(fx, "cycles@denver enabled=100 running=0 cycles@denver=0");
   fx_add_read(fx, "task-clock enabled=100 running=100 task-clock=100");
   fake_t *f = fake_new(fx);
-  em_pmu_t *p = NULL;
-  log_capture_t cap;
   char log[4096];
-  em_log_set_level(EM_LOG_INFO); /* Absent events and parts are logged at info. */
-  log_capture_start(&cap);
-  assert_int_equal(fx_pmu_new(fx, f, &p), 0);
-  log_capture_end(&cap, log, sizeof(log));
-  em_log_set_level(EM_LOG_WARN);
+  em_pmu_t *p = open_at_info(fx, f, log, sizeof(log));
   assert_int_equal(em_pmu_present(p), 2);
   assert_contains(log, "l1d_cache_refill absent: not supported by this CPU or kernel (ENOENT)");
   assert_int_equal(log_capture_count(log, "part "), 0); /* Absent as a whole, said once. */
@@ -1869,7 +1836,6 @@ static void every_part_refused_is_absent_with_the_reason(void **state) {
   assert_present(&r[X_CYC], 7);
   assert_present(&r[X_TC], 100);
   free_and_check(p, f);
-  free(f);
   free(fx);
 }
 
@@ -1885,8 +1851,7 @@ static void config1_and_config2_of_each_part_reach_perf_event_attr(void **state)
   fx_add_read(fx, "refill@a57 enabled=10 running=10 refill@a57=1");
   fx_add_read(fx, "refill@denver enabled=10 running=0 refill@denver=0");
   fake_t *f = fake_new(fx);
-  em_pmu_t *p = NULL;
-  assert_int_equal(fx_pmu_new(fx, f, &p), 0);
+  em_pmu_t *p = open_ok(fx, f);
   assert_int_equal(em_pmu_present(p), 1);
   const fake_call_t *a = part_call(f, 0, 0, 4242);
   const fake_call_t *d = part_call(f, 0, 1, 4242);
@@ -1898,7 +1863,6 @@ static void config1_and_config2_of_each_part_reach_perf_event_attr(void **state)
   assert_int_equal(em_pmu_read(p, r, 1), 0);
   assert_present(&r[0], 1);
   free_and_check(p, f);
-  free(f);
 
   /* A repeated type (two counters on one PMU would count twice) or too many parts. */
   em_pmu_target_t pid = {.pid = 4242};
