@@ -1,0 +1,60 @@
+/*
+ * buf.h - a growable byte buffer with a hard cap, for every text or byte string the host
+ * programs build (a JSON body, an HTTP answer, a message read from standard input), in the
+ * manner of curl's dynbuf: the cap is set when the buffer is made, growth doubles within it,
+ * and a write past the cap or a failed allocation is one error, kept until em_buf_reset(), that
+ * the writer checks once at the end instead of at every write.
+ *
+ * The bytes are always NUL-terminated once something was allocated (data[len] == '\0'), so text
+ * can be used as a C string. len never exceeds max_bytes; the allocation is at most
+ * max_bytes + 1. A failed write writes nothing of itself.
+ *
+ * Owns data (malloc'd). Not thread-safe: one buffer, one thread at a time.
+ */
+#ifndef EM_HOST_BUF_H
+#define EM_HOST_BUF_H
+
+#include <stdarg.h>
+#include <stddef.h>
+
+typedef struct {
+  char *data;       /* The bytes, NUL-terminated; NULL until the first write. Owned. */
+  size_t len;       /* Bytes held, the NUL not counted. */
+  size_t cap;       /* Bytes allocated (len + 1 at least, once allocated). */
+  int error;        /* 0, or -E2BIG (a write past max_bytes) or -ENOMEM; later writes fail. */
+  size_t max_bytes; /* The hard cap of len. */
+} em_buf_t;
+
+/* An empty buffer whose len may reach max_bytes. Allocates nothing. */
+void em_buf_init(em_buf_t *b, size_t max_bytes);
+/* Frees the bytes; the buffer is empty again, its cap kept. NULL is a no-op. */
+void em_buf_free(em_buf_t *b);
+/* Empties the buffer and clears its error, keeping the allocation for the next use. */
+void em_buf_reset(em_buf_t *b);
+
+/* Appends n bytes of p (p may be NULL when n is 0). Returns 0, or the buffer's error
+ * (-E2BIG, -ENOMEM), also when an earlier write set it. */
+int em_buf_add(em_buf_t *b, const void *p, size_t n);
+/* Appends the C string s. */
+int em_buf_addstr(em_buf_t *b, const char *s);
+/* Appends printf-formatted text, of any length within the cap. */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 3)))
+#endif
+int em_buf_printf(em_buf_t *b, const char *fmt, ...);
+int em_buf_vprintf(em_buf_t *b, const char *fmt, va_list ap);
+
+/* Makes room for n more bytes (and the NUL) without writing them: em_buf_tail() is where they
+ * go, em_buf_commit() counts them. Returns 0 or the buffer's error (-E2BIG when len + n would
+ * pass max_bytes). */
+int em_buf_reserve(em_buf_t *b, size_t n);
+/* Where the next byte goes (valid after a successful em_buf_reserve()). */
+char *em_buf_tail(em_buf_t *b);
+/* Counts n bytes written at the tail, reserved before (n <= what was reserved). */
+void em_buf_commit(em_buf_t *b, size_t n);
+
+/* Hands the bytes to the caller (free() them; NULL when nothing was ever allocated) with their
+ * length in *len when len is not NULL; the buffer is empty again, its cap kept. */
+char *em_buf_take(em_buf_t *b, size_t *len);
+
+#endif /* EM_HOST_BUF_H */
