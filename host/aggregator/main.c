@@ -50,6 +50,7 @@
 #include "forensics.h"
 #include "http.h"
 #include "metrics.h"
+#include "options.h"
 #include "registry.h"
 #include "remote.h"
 #include "store.h"
@@ -64,7 +65,6 @@
 #include "edgemon/common/str.h"
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -80,67 +80,8 @@
 #define EM_VERSION "unknown"
 #endif
 
-#define MAX_TEXT      256
-#define RW_NAME_MAX   64   /* NAME of [remote_write.NAME], NUL included. */
-#define RW_SECRET_MAX 4096 /* A password or bearer token read from its file, NUL included. */
-
-/* One [remote_write.NAME] section: an endpoint. */
 typedef struct {
-  char name[RW_NAME_MAX];
-  int line; /* Of its section header, for messages. */
-  char url[MAX_TEXT];
-  char ca_file[MAX_TEXT];
-  bool insecure;
-  char username[EM_CREDENTIALS_MAX_SECRET];
-  char password_file[MAX_TEXT];
-  char bearer_token_file[MAX_TEXT];
-  uint64_t timeout_ns;
-  uint64_t queue_requests;
-  char password[RW_SECRET_MAX];     /* Read from password_file once the config is known. */
-  char bearer_token[RW_SECRET_MAX]; /* Read from bearer_token_file. */
-} rw_endpoint_t;
-
-typedef struct {
-  char broker[MAX_TEXT];
-  char share_group[64];
-  char client_id[64];
-  char db[MAX_TEXT];
-  char http[MAX_TEXT];
-  uint64_t batch_ms;
-  uint64_t batch_rows;
-  uint64_t retention_s;
-  uint64_t downsample_after_s;
-  uint64_t downsample_step_s;
-  uint64_t device_ttl_s;      /* Forget a device silent for this long; 0 never. */
-  uint64_t metrics_max_bytes; /* Cap of the /metrics text. */
-  uint64_t flight_max_bytes;  /* Flight recordings' bytes kept per device. */
-  uint64_t profile_max_bytes; /* Stack profiles' bytes kept per device. */
-  uint64_t api_workers;       /* Store queries of the HTTP API that run at once. */
-  /* Flight recordings' and stack profiles' bytes kept of all devices together. */
-  uint64_t flight_total_max_bytes;
-  uint64_t profile_total_max_bytes;
-  char tls_ca_file[MAX_TEXT];
-  char tls_ca_path[MAX_TEXT];
-  char tls_cert_file[MAX_TEXT];
-  char tls_key_file[MAX_TEXT];
-  bool tls_insecure;
-  char credentials_file[MAX_TEXT];
-  em_broker_credentials_t creds; /* Read from credentials_file once the options are known. */
-  /* [remote_write]: the shared knobs, and its endpoints in the order of their sections. */
-  int rw_line; /* Line of the first [remote_write] key or header; 0: none. */
-  uint64_t rw_interval_ns;
-  char rw_label[64]; /* The aggregator label's value; "": the client id. */
-  uint64_t rw_batch_series;
-  uint64_t rw_max_request_bytes;
-  uint64_t rw_backoff_min_ns;
-  uint64_t rw_backoff_max_ns;
-  uint64_t rw_drain_ns;
-  rw_endpoint_t rw[EM_REMOTE_MAX_ENDPOINTS];
-  size_t n_rw;
-} agg_config_t;
-
-typedef struct {
-  agg_config_t cfg;
+  em_agg_config_t cfg;
   em_registry_t *reg;
   em_remote_t *rw;            /* NULL without [remote_write]. */
   uint64_t rw_refused_logged; /* Series the remote write refused, at the last log line. */
@@ -184,130 +125,9 @@ static uint64_t clock_ns(clockid_t id) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static void usage(FILE *out) {
-  fprintf(out,
-          "usage: edgemon-aggregator [--config FILE] [--broker URL] [--share-group NAME]\n"
-          "                          [--client-id ID] [--db PATH] [--http HOST:PORT]\n"
-          "                          [--batch-ms N] [--batch-rows N] [--retention DURATION]\n"
-          "                          [--device-ttl DURATION] [--metrics-max-bytes N]\n"
-          "                          [--flight-max-bytes N] [--profile-max-bytes N]\n"
-          "                          [--flight-total-max-bytes N] [--profile-total-max-bytes N]\n"
-          "                          [--api-workers N]\n"
-          "                          [--tls-ca-file FILE|--tls-ca-path DIR]\n"
-          "                          [--tls-cert-file FILE --tls-key-file FILE] [--tls-insecure]\n"
-          "                          [--credentials-file FILE]\n"
-          "                          [--check] [--version] [--help]\n"
-          "\n"
-          "Subscribes to edgemon/v1/+/# (or, with --share-group, shares the data messages with\n"
-          "the other members of the group through $share/NAME/edgemon/v1/+/data), keeps every\n"
-          "device's history in SQLite (host/aggregator/SCHEMA.md) and serves /metrics\n"
-          "(Prometheus text, or protobuf with native histograms to a scraper that asks for it),\n"
-          "the fleet dashboard at /ui/, its JSON API (/api/fleet, /api/devices/<id>/history,\n"
-          "/api/latency, /api/devices/<id>/flights, /api/devices/<id>/profiles:\n"
-          "host/README.md), /api/devices,\n"
-          "/api/devices/<id> and /healthz.\n"
-          "\n"
-          "  --config FILE        INI file, section [aggregator], keys as the flags below with\n"
-          "                       '_' for '-' (share_group, batch_ms, ...), plus\n"
-          "                       downsample_after and downsample_step; flags win over it\n"
-          "  --broker URL         mqtt://HOST[:PORT], or mqtts://HOST[:PORT] for TLS (port\n"
-          "                       8883) (default " EM_BROKER_DEFAULT_URL ")\n"
-          "  --share-group NAME   join this MQTT v5 share group (several aggregators split the\n"
-          "                       data load); per-device loss is not computed then\n"
-          "  --client-id ID       MQTT client id of the persistent session (default:\n"
-          "                       edgemon-aggregator-<host name>-<hash of the --db path>);\n"
-          "                       a restart with the same id gets what the broker queued\n"
-          "  --db PATH            SQLite database (default edgemon.db)\n"
-          "  --http HOST:PORT     where to serve HTTP (default 127.0.0.1:9108; port 0: any)\n"
-          "  --batch-ms N         commit at least every N ms (default 500)\n"
-          "  --batch-rows N       ... or every N rows (default 5000); a QoS 1 message is\n"
-          "                       acknowledged to the broker only once its rows are committed\n"
-          "                       (each burst the broker delivers is committed at once), so a\n"
-          "                       crash loses none: the broker sends it again\n"
-          "  --retention D        delete history older than D (e.g. 7d, 12h; default 7d; 0 keeps\n"
-          "                       all); samples older than downsample_after (default 1d) are\n"
-          "                       averaged to one per downsample_step (default 1m)\n"
-          "  --device-ttl D       forget a device (in memory: /metrics, /api) after D without a\n"
-          "                       message from it (default 24h; 0 never); its history stays\n"
-          "  --metrics-max-bytes N cap of /metrics in either format (default 64 MiB, at least\n"
-          "                       1 MiB); past it /metrics leaves devices out and /healthz\n"
-          "                       says so\n"
-          "  --flight-max-bytes N flight recordings kept per device, in bytes of CBOR (default\n"
-          "                       64 MiB, at least 256 KiB); the oldest go first\n"
-          "  --profile-max-bytes N stack profiles kept per device, in bytes of CBOR (default\n"
-          "                       64 MiB, at least 256 KiB); the oldest go first\n"
-          "  --api-workers N      queries of the store the JSON API runs at once, each on a\n"
-          "                       thread with read connections of its own (default 4, 1 to\n"
-          "                       64); as many more wait, the rest get 503 with Retry-After;\n"
-          "                       /healthz and /metrics never wait for them\n");
-  fprintf(out,
-          "  --flight-total-max-bytes N, --profile-total-max-bytes N\n"
-          "                       flight recordings, and stack profiles, kept of all devices\n"
-          "                       together, in bytes of CBOR (default 1 GiB each, at least\n"
-          "                       256 KiB): the oldest received go first, whichever device\n"
-          "                       sent them; /metrics counts them\n"
-          "                       (edgemon_aggregator_forensic_evicted_total{reason=global_cap})\n"
-          "                       and /healthz shows the bytes kept of each bound\n");
-  fprintf(out, "  --tls-ca-file FILE   mqtts://: CA certificates (PEM) that verify the broker\n"
-               "  --tls-ca-path DIR    mqtts://: a directory of CA certificates (c_rehash); with\n"
-               "                       neither, the system's CA certificates\n"
-               "  --tls-cert-file FILE mqtts://: client certificate (PEM), with --tls-key-file\n"
-               "  --tls-key-file FILE  mqtts://: its private key (PEM, not encrypted)\n"
-               "  --tls-insecure       mqtts://: do not match the broker's host name with its\n"
-               "                       certificate (testing only); INI: tls_insecure = true\n"
-               "  --credentials-file F MQTT username and password: lines 'username = NAME' and\n"
-               "                       'password = SECRET', as the agent's credentials_file;\n"
-               "                       refused when group or others can access it (chmod 600)\n"
-               "  --check              validate the configuration and exit\n"
-               "\n");
-  fprintf(out,
-          "Remote write (config file only; docs/CONFIG.md): [remote_write.NAME] sections, one\n"
-          "per endpoint (url, ca_file, insecure, username + password_file or\n"
-          "bearer_token_file, timeout, queue_requests), and [remote_write] for what they\n"
-          "share (interval, default 15s; aggregator, the value of the aggregator label on every\n"
-          "series, default the client id; batch_series, max_request_bytes, backoff_min,\n"
-          "backoff_max, drain). Every interval the same families as /metrics (stage latencies\n"
-          "as native histograms) go to every endpoint; /metrics shows each endpoint's health\n"
-          "(edgemon_aggregator_remote_write_*{endpoint}).\n"
-          "\n"
-          "Exit: 0 after SIGTERM/SIGINT (the last batch committed, the store closed); 1 a\n"
-          "runtime failure (database, HTTP address); 2 bad configuration or arguments.\n");
-}
+/* ---- the configuration (options.h: the rows of the file and the flags) ------------------- */
 
-/* ---- the configuration: one schema row per key (edgemon/common/schema.h) -------------------- */
-
-/* Keys whose value needs more than its type: each sets *why (a "wants ..." phrase) and returns
- * -EINVAL, or stores the value. */
-static int set_broker(void *ctx, const em_schema_key_t *k, void *obj, const char *value) {
-  em_broker_url_t u;
-  if (em_broker_parse_url(value, &u, NULL, 0) != 0) {
-    *(const char **)ctx = "wants mqtt://HOST[:PORT] or mqtts://HOST[:PORT]";
-    return -EINVAL;
-  }
-  if (!em_str_copy((char *)obj + k->offset, k->size, value)) {
-    *(const char **)ctx = "is too long";
-    return -EINVAL;
-  }
-  return 0;
-}
-
-static int set_share_group(void *ctx, const em_schema_key_t *k, void *obj, const char *value) {
-  if (strpbrk(value, "/+#") || strlen(value) >= k->size) {
-    *(const char **)ctx = "wants a name without '/', '+' or '#', under 64 characters";
-    return -EINVAL;
-  }
-  em_str_copy((char *)obj + k->offset, k->size, value);
-  return 0;
-}
-
-static int set_http(void *ctx, const em_schema_key_t *k, void *obj, const char *value) {
-  if (!*value || !strchr(value, ':') || !em_str_copy((char *)obj + k->offset, k->size, value)) {
-    *(const char **)ctx = "wants HOST:PORT, e.g. 127.0.0.1:9108";
-    return -EINVAL;
-  }
-  return 0;
-}
-
+/* The defaults in options.c's rows are the modules' own. */
 _Static_assert(EM_METRICS_MAX_BYTES == 67108864u, "metrics_max_bytes' default below");
 _Static_assert(EM_FLIGHTS_DEFAULT_MAX_BYTES == 67108864ull, "flight_max_bytes' default below");
 _Static_assert(EM_PROFILES_DEFAULT_MAX_BYTES == 67108864ull, "profile_max_bytes' default below");
@@ -316,189 +136,10 @@ _Static_assert(EM_FORENSICS_DEFAULT_TOTAL_MAX_BYTES == 1073741824ull,
 _Static_assert(EM_HTTP_API_WORKERS_DEFAULT == 4u && EM_HTTP_API_WORKERS_MAX == 64u,
                "api_workers' row below");
 
-#define FIELD(f) .offset = offsetof(agg_config_t, f), .size = sizeof(((agg_config_t *)0)->f)
-#define KEY(nm, ty, ...)                                                                           \
-  { .section = "aggregator", .name = nm, .type = ty, __VA_ARGS__ }
-#define WANT_PATH     .min = 1, .max = MAX_TEXT - 1, .want = "wants a path"
-#define WANT_DURATION .bare_unit = EM_NS_PER_S, .flags = EM_SCHEMA_SECONDS
-/* A total bound of a kind of forensic blob: at least one largest blob (256 KiB), 1 GiB when not
- * set (EM_FORENSICS_DEFAULT_TOTAL_MAX_BYTES). */
-#define TOTAL_MAX_BYTES_KEY(nm, f)                                                                 \
-  KEY(nm, EM_SCHEMA_INT, FIELD(f), .min = 1u << 18, .max = 1ull << 50,                             \
-      .want = "wants 262144 to 1125899906842624 (bytes)", .def = "1073741824",                     \
-      .example = "1073741824")
-/* Every key of [aggregator]; each is also the command-line flag --KEY (with '-' for '_'). */
-static const em_schema_key_t agg_keys[] = {
-    KEY("broker", EM_SCHEMA_CUSTOM, FIELD(broker), .set = set_broker, .def = EM_BROKER_DEFAULT_URL,
-        .example = "mqtt://127.0.0.1:1883"),
-    KEY("share_group", EM_SCHEMA_CUSTOM, FIELD(share_group), .set = set_share_group,
-        .example = "fleet"),
-    KEY("client_id", EM_SCHEMA_STRING, FIELD(client_id), .want = "is too long",
-        .example = "edgemon-aggregator"),
-    KEY("db", EM_SCHEMA_STRING, FIELD(db), WANT_PATH, .def = "edgemon.db", .example = "edgemon.db"),
-    KEY("http", EM_SCHEMA_CUSTOM, FIELD(http), .set = set_http, .def = "127.0.0.1:9108",
-        .example = "127.0.0.1:9108"),
-    KEY("tls_ca_file", EM_SCHEMA_STRING, FIELD(tls_ca_file), WANT_PATH, .example = "ca.crt"),
-    KEY("tls_ca_path", EM_SCHEMA_STRING, FIELD(tls_ca_path), WANT_PATH,
-        .example = "/etc/ssl/certs"),
-    KEY("tls_cert_file", EM_SCHEMA_STRING, FIELD(tls_cert_file), WANT_PATH, .example = "agg.crt"),
-    KEY("tls_key_file", EM_SCHEMA_STRING, FIELD(tls_key_file), WANT_PATH, .example = "agg.key"),
-    KEY("tls_insecure", EM_SCHEMA_BOOL, FIELD(tls_insecure), .want = "wants true or false",
-        .def = "false", .example = "false"),
-    KEY("credentials_file", EM_SCHEMA_STRING, FIELD(credentials_file), WANT_PATH,
-        .example = "/etc/edgemon/mqtt.credentials"),
-    KEY("batch_ms", EM_SCHEMA_INT, FIELD(batch_ms), .min = 1, .max = 60000,
-        .want = "wants 1 to 60000", .def = "500", .example = "500"),
-    KEY("batch_rows", EM_SCHEMA_INT, FIELD(batch_rows), .min = 1, .max = 10000000,
-        .want = "wants 1 to 10000000", .def = "5000", .example = "5000"),
-    KEY("device_ttl", EM_SCHEMA_DURATION, FIELD(device_ttl_s), WANT_DURATION,
-        .want = "wants a duration such as 30m, 24h or 7d (0: never)", .def = "24h",
-        .example = "24h"),
-    KEY("metrics_max_bytes", EM_SCHEMA_INT, FIELD(metrics_max_bytes), .min = 1u << 20,
-        .max = 1u << 30, .want = "wants 1048576 to 1073741824 (bytes)", .def = "67108864",
-        .example = "67108864"),
-    KEY("flight_max_bytes", EM_SCHEMA_INT, FIELD(flight_max_bytes), .min = 1u << 18,
-        .max = 1ull << 40, .want = "wants 262144 to 1099511627776 (bytes)", .def = "67108864",
-        .example = "67108864"),
-    KEY("profile_max_bytes", EM_SCHEMA_INT, FIELD(profile_max_bytes), .min = 1u << 18,
-        .max = 1ull << 40, .want = "wants 262144 to 1099511627776 (bytes)", .def = "67108864",
-        .example = "67108864"),
-    TOTAL_MAX_BYTES_KEY("flight_total_max_bytes", flight_total_max_bytes),
-    TOTAL_MAX_BYTES_KEY("profile_total_max_bytes", profile_total_max_bytes),
-    KEY("api_workers", EM_SCHEMA_INT, FIELD(api_workers), .min = 1, .max = 64,
-        .want = "wants 1 to 64", .def = "4", .example = "4"),
-    KEY("retention", EM_SCHEMA_DURATION, FIELD(retention_s), WANT_DURATION,
-        .want = "wants a duration such as 30s, 5m, 12h or 7d", .def = "7d", .example = "7d"),
-    KEY("downsample_after", EM_SCHEMA_DURATION, FIELD(downsample_after_s), WANT_DURATION,
-        .want = "wants a duration such as 30s, 5m, 12h or 7d", .def = "1d", .example = "1d"),
-    KEY("downsample_step", EM_SCHEMA_DURATION, FIELD(downsample_step_s), WANT_DURATION,
-        .min = EM_NS_PER_S, .max = UINT64_MAX,
-        .want = "wants a duration of at least 1s, such as 30s, 5m or 1h", .def = "60s",
-        .example = "60s"),
-};
-#undef KEY
-
-/* Every key of [remote_write] (config file only): what all endpoints share. */
-#define KEY(nm, ty, ...)                                                                           \
-  { .section = "remote_write", .name = nm, .type = ty, __VA_ARGS__ }
-static const em_schema_key_t rw_keys[] = {
-    KEY("interval", EM_SCHEMA_DURATION, FIELD(rw_interval_ns), .bare_unit = EM_NS_PER_S,
-        .min = EM_NS_PER_S, .max = 3600 * EM_NS_PER_S,
-        .want = "wants a duration from 1s to 1h, such as 15s", .def = "15s", .example = "15s"),
-    KEY("aggregator", EM_SCHEMA_ID, FIELD(rw_label), .example = "agg-1",
-        .want = "wants 1 to 63 characters of A-Z a-z 0-9 _ . : -"),
-    KEY("batch_series", EM_SCHEMA_INT, FIELD(rw_batch_series), .min = 1, .max = 100000,
-        .want = "wants 1 to 100000 (series per request)", .def = "2000", .example = "2000"),
-    KEY("max_request_bytes", EM_SCHEMA_SIZE, FIELD(rw_max_request_bytes), .bare_unit = 1,
-        .min = 64u << 10, .max = 64u << 20, .want = "wants 64KiB to 64MiB", .def = "4MiB",
-        .example = "4MiB"),
-    KEY("backoff_min", EM_SCHEMA_DURATION, FIELD(rw_backoff_min_ns), .bare_unit = EM_NS_PER_S,
-        .min = EM_NS_PER_MS, .max = 60 * EM_NS_PER_S, .want = "wants a duration from 1ms to 60s",
-        .def = "100ms", .example = "100ms"),
-    KEY("backoff_max", EM_SCHEMA_DURATION, FIELD(rw_backoff_max_ns), .bare_unit = EM_NS_PER_S,
-        .min = EM_NS_PER_MS, .max = 600 * EM_NS_PER_S, .want = "wants a duration from 1ms to 10m",
-        .def = "5s", .example = "5s"),
-    KEY("drain", EM_SCHEMA_DURATION, FIELD(rw_drain_ns), .bare_unit = EM_NS_PER_S,
-        .flags = EM_SCHEMA_ZERO, .max = 600 * EM_NS_PER_S,
-        .want = "wants a duration up to 10m (0: do not wait)", .def = "5s", .example = "5s"),
-};
-#undef KEY
-#undef FIELD
-#define N_RW_KEYS (sizeof(rw_keys) / sizeof(rw_keys[0]))
-
-/* Every key of a [remote_write.NAME] section: one endpoint. */
-#define FIELD(f) .offset = offsetof(rw_endpoint_t, f), .size = sizeof(((rw_endpoint_t *)0)->f)
-#define KEY(nm, ty, ...)                                                                           \
-  { .section = "remote_write.<name>", .name = nm, .type = ty, __VA_ARGS__ }
-static const em_schema_key_t rw_endpoint_keys[] = {
-    KEY("url", EM_SCHEMA_STRING, FIELD(url), .min = 1, .max = MAX_TEXT - 1,
-        .want = "wants http(s)://HOST[:PORT]/PATH",
-        .example = "http://127.0.0.1:9090/api/v1/write"),
-    KEY("ca_file", EM_SCHEMA_STRING, FIELD(ca_file), WANT_PATH, .example = "ca.crt"),
-    KEY("insecure", EM_SCHEMA_BOOL, FIELD(insecure), .want = "wants true or false", .def = "false",
-        .example = "false"),
-    KEY("username", EM_SCHEMA_STRING, FIELD(username), .min = 1,
-        .max = EM_CREDENTIALS_MAX_SECRET - 1, .want = "wants 1 to 127 characters",
-        .example = "edgemon"),
-    KEY("password_file", EM_SCHEMA_STRING, FIELD(password_file), WANT_PATH,
-        .example = "/etc/edgemon/rw.password"),
-    KEY("bearer_token_file", EM_SCHEMA_STRING, FIELD(bearer_token_file), WANT_PATH,
-        .example = "/etc/edgemon/rw.token"),
-    KEY("timeout", EM_SCHEMA_DURATION, FIELD(timeout_ns), .bare_unit = EM_NS_PER_S,
-        .min = 100 * EM_NS_PER_MS, .max = 600 * EM_NS_PER_S,
-        .want = "wants a duration from 100ms to 10m", .def = "10s", .example = "10s"),
-    KEY("queue_requests", EM_SCHEMA_INT, FIELD(queue_requests), .min = 1,
-        .max = EM_REMOTE_MAX_QUEUE_REQUESTS, .want = "wants 1 to 4096 (requests)", .def = "64",
-        .example = "64"),
-};
-#undef KEY
-#undef FIELD
-#define N_AGG_KEYS         (sizeof(agg_keys) / sizeof(agg_keys[0]))
-#define N_RW_ENDPOINT_KEYS (sizeof(rw_endpoint_keys) / sizeof(rw_endpoint_keys[0]))
-
-/* batch_series is 2000, not remote.h's 500: a push seals its whole fleet at once, and 1000
- * devices are ~45k series: 23 requests of 2000 (~0.5 MB each before snappy) fit a queue of 64
- * several pushes over, where 90 requests of 500 overflowed it (measured: 118 of 562 requests
- * dropped at 1000 devices and a 2 s interval). */
-_Static_assert(EM_REMOTE_DEFAULT_QUEUE_REQUESTS == 64u && EM_REMOTE_DEFAULT_TIMEOUT_MS == 10000u &&
-                   EM_REMOTE_DEFAULT_MAX_BYTES == (4u << 20) &&
-                   EM_REMOTE_DEFAULT_BACKOFF_MIN_MS == 100u &&
-                   EM_REMOTE_DEFAULT_BACKOFF_MAX_MS == 5000u,
-               "the remote write defaults above");
-
-/* Applies one key of table[0..n) (rows of `section`, shown as [shown] in messages) to obj;
- * returns NULL or what is wrong with the value (the key's name not included). */
-static const char *set_in(const em_schema_key_t *table, size_t n, const char *section,
-                          const char *shown, void *obj, const char *key, const char *value,
-                          char *msg, size_t cap) {
-  const em_schema_key_t *k = em_schema_find(table, n, section, key);
-  if (k == NULL) {
-    const char *hint = em_schema_suggest(table, n, section, key);
-    snprintf(msg, cap, "is not a key of [%s]%s%s%s", shown, hint ? "; did you mean '" : "",
-             hint ? hint : "", hint ? "'?" : "");
-    return msg;
-  }
-  const char *why = NULL;
-  if (k->set != NULL) {
-    return k->set(&why, k, obj, value) == 0 ? NULL : why;
-  }
-  if (em_schema_set(k, obj, value, msg, cap) == 0) {
-    return NULL;
-  }
-  /* "KEY 'VALUE' WANT": the caller prints its own "KEY 'VALUE'". */
-  return k->want != NULL ? k->want : msg;
-}
-
-/* Applies one key of [aggregator]; returns NULL or what is wrong with the value. */
-static const char *set_key(agg_config_t *c, const char *key, const char *value, char *msg,
-                           size_t cap) {
-  const em_schema_key_t *k = em_schema_find(agg_keys, N_AGG_KEYS, "aggregator", key);
-  if (k == NULL) {
-    return set_in(agg_keys, N_AGG_KEYS, "aggregator", "aggregator", c, key, value, msg, cap);
-  }
-  const char *why = NULL;
-  if (k->set != NULL) {
-    return k->set(&why, k, c, value) == 0 ? NULL : why;
-  }
-  if (em_schema_set(k, c, value, msg, cap) == 0) {
-    return NULL;
-  }
-  /* "KEY 'VALUE' WANT": the caller prints its own "KEY 'VALUE'". */
-  return k->want != NULL ? k->want : msg;
-}
-
-/* Fills the defaults of every row (the rows' own setters take their defaults too). */
-static void config_defaults(agg_config_t *c) {
-  memset(c, 0, sizeof(*c));
-  const char *why = NULL;
-  (void)em_schema_defaults(agg_keys, N_AGG_KEYS, c, &why, NULL);
-  (void)em_schema_defaults(rw_keys, N_RW_KEYS, c, &why, NULL);
-}
-
 /* The config file, read with common/'s INI line reader: every problem is printed as
  * FILE:LINE: message and counted. */
 typedef struct {
-  agg_config_t *cfg;
+  em_agg_config_t *cfg;
   const char *path;
   int errors;
 } ini_ctx_t;
@@ -507,8 +148,8 @@ typedef struct {
 
 /* The endpoint of section [remote_write.NAME], added at its first header; NULL after reporting
  * a bad NAME or one endpoint too many. */
-static rw_endpoint_t *rw_endpoint(ini_ctx_t *x, int line, const char *section) {
-  agg_config_t *c = x->cfg;
+static em_agg_endpoint_t *rw_endpoint(ini_ctx_t *x, int line, const char *section) {
+  em_agg_config_t *c = x->cfg;
   const char *name = section + strlen(RW_PREFIX);
   for (size_t i = 0; i < c->n_rw; i++) {
     if (strcmp(c->rw[i].name, name) == 0) {
@@ -516,7 +157,7 @@ static rw_endpoint_t *rw_endpoint(ini_ctx_t *x, int line, const char *section) {
     }
   }
   size_t len = strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-");
-  if (len == 0 || name[len] != '\0' || len >= RW_NAME_MAX) {
+  if (len == 0 || name[len] != '\0' || len >= EM_AGG_RW_NAME_MAX) {
     fprintf(stderr,
             "%s:%d: section [%s]: NAME of [remote_write.NAME] wants 1 to 63 characters of A-Z "
             "a-z 0-9 _ -\n",
@@ -530,10 +171,8 @@ static rw_endpoint_t *rw_endpoint(ini_ctx_t *x, int line, const char *section) {
     x->errors++;
     return NULL;
   }
-  rw_endpoint_t *e = &c->rw[c->n_rw++];
-  memset(e, 0, sizeof(*e));
-  const char *why = NULL;
-  (void)em_schema_defaults(rw_endpoint_keys, N_RW_ENDPOINT_KEYS, e, &why, NULL);
+  em_agg_endpoint_t *e = &c->rw[c->n_rw++];
+  em_agg_options_endpoint_defaults(e);
   memcpy(e->name, name, len + 1);
   e->line = line;
   c->rw_line = c->rw_line ? c->rw_line : line;
@@ -559,15 +198,13 @@ static int on_ini_pair(void *user, int line, const char *section, const char *na
   char msg[EM_SCHEMA_MSG_MAX];
   const char *why = NULL;
   if (strcmp(section, "remote_write") == 0) {
-    why = set_in(rw_keys, N_RW_KEYS, "remote_write", "remote_write", x->cfg, name, value, msg,
-                 sizeof(msg));
+    why = em_agg_options_set(EM_AGG_SECTION_RW, section, x->cfg, name, value, msg, sizeof(msg));
   } else if (strncmp(section, RW_PREFIX, strlen(RW_PREFIX)) == 0) {
-    rw_endpoint_t *e = rw_endpoint(x, line, section);
+    em_agg_endpoint_t *e = rw_endpoint(x, line, section);
     if (!e) {
       return 0; /* Reported at its header. */
     }
-    why = set_in(rw_endpoint_keys, N_RW_ENDPOINT_KEYS, "remote_write.<name>", section, e, name,
-                 value, msg, sizeof(msg));
+    why = em_agg_options_set(EM_AGG_SECTION_ENDPOINT, section, e, name, value, msg, sizeof(msg));
   } else if (strcmp(section, "aggregator") != 0) {
     fprintf(stderr,
             "%s:%d: section [%s] is unknown (the aggregator reads [aggregator], [remote_write] "
@@ -576,7 +213,7 @@ static int on_ini_pair(void *user, int line, const char *section, const char *na
     x->errors++;
     return 0;
   } else {
-    why = set_key(x->cfg, name, value, msg, sizeof(msg));
+    why = em_agg_options_set(EM_AGG_SECTION, EM_AGG_SECTION, x->cfg, name, value, msg, sizeof(msg));
   }
   if (why) {
     bool other = strcmp(section, "aggregator") != 0;
@@ -698,7 +335,7 @@ static void default_client_id(const char *db, char *out, size_t cap) {
       *p = '_';
     }
   }
-  char cwd[MAX_TEXT] = "";
+  char cwd[EM_AGG_TEXT_MAX] = "";
   if (db[0] != '/' && getcwd(cwd, sizeof(cwd)) == NULL) {
     cwd[0] = '\0';
   }
@@ -836,8 +473,8 @@ static void publish_stats(agg_t *a, uint64_t now_ns) {
 /* ---- remote write ------------------------------------------------------------------------ */
 
 /* Reads the secret in `path` (a password or bearer token: the file's first line, surrounding
- * blanks removed, nothing but blank lines after it) into out[0..RW_SECRET_MAX). The file must
- * be a regular file of this user or root with no access for group or others. Returns 0, or -1
+ * blanks removed, nothing but blank lines after it) into out[0..EM_AGG_RW_SECRET_MAX). The file
+ * must be a regular file of this user or root with no access for group or others. Returns 0, or -1
  * after printing why (never the secret) as "CONFIG:LINE: [SECTION] KEY 'PATH' ...". */
 static void secret_error(void *ctx, int line, const char *msg) {
   (void)line;
@@ -847,7 +484,7 @@ static void secret_error(void *ctx, int line, const char *msg) {
 static int read_secret(const char *config, int line, const char *section, const char *key,
                        const char *path, char *out) {
   char why[256] = "";
-  char buf[RW_SECRET_MAX + 1];
+  char buf[EM_AGG_RW_SECRET_MAX + 1];
   int rc = -1;
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
@@ -861,8 +498,8 @@ static int read_secret(const char *config, int line, const char *section, const 
     ssize_t n = em_file_read_fd(fd, buf, sizeof(buf), &truncated);
     if (n < 0) {
       snprintf(why, sizeof(why), "cannot be read: %s", strerror((int)-n));
-    } else if (truncated || (size_t)n >= RW_SECRET_MAX || memchr(buf, '\0', (size_t)n)) {
-      snprintf(why, sizeof(why), "wants one line of text under %d bytes", RW_SECRET_MAX);
+    } else if (truncated || (size_t)n >= EM_AGG_RW_SECRET_MAX || memchr(buf, '\0', (size_t)n)) {
+      snprintf(why, sizeof(why), "wants one line of text under %d bytes", EM_AGG_RW_SECRET_MAX);
     } else {
       char *p = buf + strspn(buf, " \t");
       size_t len = strcspn(p, "\r\n");
@@ -911,7 +548,7 @@ static const char *url_problem(const char *url) {
 
 /* Checks the [remote_write] sections together (what one key alone cannot say) and reads the
  * secret files. Returns the number of problems, each printed as CONFIG:LINE: message. */
-static int rw_check(agg_config_t *c, const char *config) {
+static int rw_check(em_agg_config_t *c, const char *config) {
   int errors = 0;
   if (c->rw_line && c->n_rw == 0) {
     fprintf(stderr,
@@ -924,8 +561,8 @@ static int rw_check(agg_config_t *c, const char *config) {
     errors++;
   }
   for (size_t i = 0; i < c->n_rw; i++) {
-    rw_endpoint_t *e = &c->rw[i];
-    char section[RW_NAME_MAX + 16];
+    em_agg_endpoint_t *e = &c->rw[i];
+    char section[EM_AGG_RW_NAME_MAX + 16];
     snprintf(section, sizeof(section), "remote_write.%s", e->name);
     const char *why = e->url[0] ? url_problem(e->url) : "is required";
     if (why) {
@@ -963,14 +600,14 @@ static int rw_check(agg_config_t *c, const char *config) {
 
 /* Starts the remote write of the configured endpoints (none: *out NULL). Returns 0 or the
  * negative errno of em_remote_new(). */
-static int rw_start(const agg_config_t *c, em_remote_t **out) {
+static int rw_start(const em_agg_config_t *c, em_remote_t **out) {
   *out = NULL;
   if (c->n_rw == 0) {
     return 0;
   }
   em_remote_endpoint_cfg_t eps[EM_REMOTE_MAX_ENDPOINTS];
   for (size_t i = 0; i < c->n_rw; i++) {
-    const rw_endpoint_t *e = &c->rw[i];
+    const em_agg_endpoint_t *e = &c->rw[i];
     eps[i] = (em_remote_endpoint_cfg_t){
         .url = e->url,
         .ca_file = e->ca_file[0] ? e->ca_file : NULL,
@@ -1096,7 +733,7 @@ static int run(agg_t *a) {
 
 /* Reads credentials_file and checks the TLS and login settings against the broker URL.
  * Returns 0, or -1 with the reason printed. */
-static int security_check(agg_config_t *c) {
+static int security_check(em_agg_config_t *c) {
   char err[512] = "";
   em_broker_url_t u;
   if (em_broker_parse_url(c->broker, &u, err, sizeof(err)) != 0) {
@@ -1125,93 +762,15 @@ static int security_check(agg_config_t *c) {
 }
 
 int main(int argc, char **argv) {
-  static const struct option opts[] = {
-      {"config", required_argument, NULL, 'c'},
-      {"broker", required_argument, NULL, 'b'},
-      {"share-group", required_argument, NULL, 'g'},
-      {"client-id", required_argument, NULL, 'i'},
-      {"db", required_argument, NULL, 'd'},
-      {"http", required_argument, NULL, 'H'},
-      {"batch-ms", required_argument, NULL, 'm'},
-      {"batch-rows", required_argument, NULL, 'r'},
-      {"retention", required_argument, NULL, 'R'},
-      {"device-ttl", required_argument, NULL, 'L'},
-      {"metrics-max-bytes", required_argument, NULL, 'M'},
-      {"flight-max-bytes", required_argument, NULL, 'F'},
-      {"profile-max-bytes", required_argument, NULL, 'p'},
-      {"flight-total-max-bytes", required_argument, NULL, 'G'},
-      {"profile-total-max-bytes", required_argument, NULL, 'Q'},
-      {"api-workers", required_argument, NULL, 'W'},
-      {"tls-ca-file", required_argument, NULL, 'A'},
-      {"tls-ca-path", required_argument, NULL, 'P'},
-      {"tls-cert-file", required_argument, NULL, 'T'},
-      {"tls-key-file", required_argument, NULL, 'K'},
-      {"tls-insecure", no_argument, NULL, 'I'},
-      {"credentials-file", required_argument, NULL, 'U'},
-      {"check", no_argument, NULL, 'k'},
-      {"version", no_argument, NULL, 'V'},
-      {"help", no_argument, NULL, 'h'},
-      {NULL, 0, NULL, 0},
-  };
-  static const char *const keys[128] = {
-      ['b'] = "broker",
-      ['g'] = "share_group",
-      ['i'] = "client_id",
-      ['d'] = "db",
-      ['H'] = "http",
-      ['m'] = "batch_ms",
-      ['r'] = "batch_rows",
-      ['R'] = "retention",
-      ['A'] = "tls_ca_file",
-      ['P'] = "tls_ca_path",
-      ['T'] = "tls_cert_file",
-      ['K'] = "tls_key_file",
-      ['I'] = "tls_insecure",
-      ['U'] = "credentials_file",
-      ['L'] = "device_ttl",
-      ['M'] = "metrics_max_bytes",
-      ['F'] = "flight_max_bytes",
-      ['p'] = "profile_max_bytes",
-      ['G'] = "flight_total_max_bytes",
-      ['Q'] = "profile_total_max_bytes",
-      ['W'] = "api_workers",
-  };
   static agg_t a;
-  config_defaults(&a.cfg);
-  const char *config = NULL;
-  bool check = false;
-  const char *flag_value[128] = {0};
-  opterr = 0;
-  for (;;) {
-    int c = getopt_long(argc, argv, "", opts, NULL);
-    if (c == -1) {
-      break;
-    }
-    if (c == 'c') {
-      config = optarg;
-    } else if (c == 'k') {
-      check = true;
-    } else if (c == 'V') {
-      printf("edgemon-aggregator %s\n", EM_VERSION);
-      return 0;
-    } else if (c == 'h') {
-      usage(stdout);
-      return 0;
-    } else if (c == 'I') {
-      flag_value[c] = "true"; /* --tls-insecure takes no value. */
-    } else if (c > 0 && c < 128 && keys[c]) {
-      flag_value[c] = optarg;
-    } else {
-      fprintf(stderr, "edgemon-aggregator: unknown option, or one missing its value: '%s'\n",
-              argv[optind - 1]);
-      usage(stderr);
-      return 2;
-    }
+  em_agg_options_defaults(&a.cfg);
+  em_agg_args_t args;
+  em_agg_args_result_t parsed = em_agg_options_parse_args(argc, argv, EM_VERSION, &args);
+  if (parsed != EM_AGG_ARGS_RUN) {
+    return parsed == EM_AGG_ARGS_DONE ? 0 : 2;
   }
-  if (optind < argc) {
-    fprintf(stderr, "edgemon-aggregator: unexpected argument '%s'\n", argv[optind]);
-    return 2;
-  }
+  const char *config = args.config;
+  bool check = args.check;
   if (config) {
     ini_ctx_t x = {.cfg = &a.cfg, .path = config};
     FILE *f = fopen(config, "re");
@@ -1234,14 +793,8 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  for (int c = 0; c < 128; c++) {
-    char msg[EM_SCHEMA_MSG_MAX];
-    const char *why =
-        flag_value[c] ? set_key(&a.cfg, keys[c], flag_value[c], msg, sizeof(msg)) : NULL;
-    if (why) {
-      fprintf(stderr, "edgemon-aggregator: --%s '%s' %s\n", keys[c], flag_value[c], why);
-      return 2;
-    }
+  if (em_agg_options_apply_args(&args, &a.cfg) != 0) {
+    return 2;
   }
   if (security_check(&a.cfg) != 0) {
     return 2;
@@ -1339,7 +892,7 @@ int main(int argc, char **argv) {
     logf_("%s", err);
     goto out;
   }
-  char host[MAX_TEXT];
+  char host[EM_AGG_TEXT_MAX];
   snprintf(host, sizeof(host), "%s", a.cfg.http);
   char *colon = strrchr(host, ':');
   if (colon) {
