@@ -95,6 +95,27 @@ static em_store_t *open_ok(const fixture_t *f, const em_store_opts_t *o, em_stor
   return s;
 }
 
+/* A query of the store and the integer it must answer. */
+typedef struct {
+  const char *sql;
+  int64_t want;
+} q_want_t;
+
+/* Each query of want[0..n) against the store at `path` answers its integer (q_int). */
+static void q_wants(const char *path, const q_want_t *want, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    int64_t got = q_int(path, want[i].sql);
+    if (got != want[i].want) {
+      fail_msg("%s: want %lld, got %lld", want[i].sql, (long long)want[i].want, (long long)got);
+    }
+  }
+}
+
+/* Q_WANTS(path, {sql, want}, ...): the rows of a table of queries, checked in order. */
+#define Q_WANTS(path, ...)                                                                         \
+  q_wants((path), (const q_want_t[]){__VA_ARGS__},                                                 \
+          sizeof((const q_want_t[]){__VA_ARGS__}) / sizeof(q_want_t))
+
 /* --- messages ---------------------------------------------------------------------------- */
 
 static const em_metric_def_t defs[] = {
@@ -171,9 +192,8 @@ static void store_create_makes_tables_and_application_id(void **state) {
   assert_true(rep.integrity_ok);
   assert_int_equal(em_store_close(s), 0);
 
-  assert_int_equal(q_int(f->path, "PRAGMA application_id"), 0x4544474d);
-  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 10);
-  assert_int_equal(q_int(f->path, "SELECT journal_mode = 'wal' FROM pragma_journal_mode"), 1);
+  Q_WANTS(f->path, {"PRAGMA application_id", 0x4544474d}, {"PRAGMA user_version", 10},
+          {"SELECT journal_mode = 'wal' FROM pragma_journal_mode", 1});
   static const char *const tables[] = {"meta", "devices",       "metrics",      "stages",
                                        "data", "stage_windows", "level_changes"};
   for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++) {
@@ -182,20 +202,17 @@ static void store_create_makes_tables_and_application_id(void **state) {
              "SELECT count(*) FROM sqlite_schema WHERE type='table' AND name='%s'", tables[i]);
     assert_int_equal(q_int(f->path, sql), 1);
   }
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM sqlite_schema WHERE type='index' AND "
-                                  "name='data_device_time'"),
-                   1);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM sqlite_schema WHERE type='index' AND "
-                                  "name='data_device_session_seq'"),
-                   1);
-  /* Every index is paid on every insert: (device, time_ns) on both hot tables, and data's
-   * unique (device, session, seq) that makes a repeated delivery store nothing. */
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM sqlite_schema WHERE type='index' AND "
-                                  "tbl_name IN ('data', 'stage_windows')"),
-                   3);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM sqlite_schema WHERE type='view' AND "
-                                  "name='samples'"),
-                   1);
+  Q_WANTS(
+      f->path,
+      {"SELECT count(*) FROM sqlite_schema WHERE type='index' AND name='data_device_time'", 1},
+      {"SELECT count(*) FROM sqlite_schema WHERE type='index' AND name='data_device_session_seq'",
+       1},
+      /* Every index is paid on every insert: (device, time_ns) on both hot tables, and data's
+       * unique (device, session, seq) that makes a repeated delivery store nothing. */
+      {"SELECT count(*) FROM sqlite_schema WHERE type='index' AND tbl_name IN ('data', "
+       "'stage_windows')",
+       3},
+      {"SELECT count(*) FROM sqlite_schema WHERE type='view' AND name='samples'", 1});
 }
 
 static void store_rows_carry_names_and_values(void **state) {
@@ -232,41 +249,39 @@ static void store_rows_carry_names_and_values(void **state) {
   assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples"), 0);
   assert_int_equal(em_store_flush(s), 0);
 
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples"), 3); /* null not stored */
-  assert_int_equal(q_int(f->path, "SELECT value FROM samples JOIN metrics m ON m.id = metric "
-                                  "WHERE m.name = 'pmu.cycles'"),
-                   123456);
+  Q_WANTS(f->path, {"SELECT count(*) FROM samples", 3}, /* null not stored */
+          {"SELECT value FROM samples JOIN metrics m ON m.id = metric WHERE m.name = 'pmu.cycles'",
+           123456});
   assert_true(q_double(f->path, "SELECT value FROM samples JOIN metrics m ON m.id = metric "
                                 "WHERE m.name = 'mem.rss'") == 2.5);
-  assert_int_equal(q_int(f->path, "SELECT value FROM samples JOIN metrics m ON m.id = metric "
-                                  "WHERE m.name = 'alias.9'"),
-                   -4);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples JOIN metrics m ON m.id = metric "
-                                  "WHERE m.name = 'psi.cpu.some.avg10'"),
-                   0);
-  assert_int_equal(q_int(f->path, "SELECT min(n) FROM samples"), 1);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples JOIN devices d ON d.id = device "
-                                  "WHERE d.name = 'dev-1' AND time_ns = 1700000001000000000"),
-                   3);
+  Q_WANTS(
+      f->path,
+      {"SELECT value FROM samples JOIN metrics m ON m.id = metric WHERE m.name = 'alias.9'", -4},
+      {"SELECT count(*) FROM samples JOIN metrics m ON m.id = metric WHERE m.name = "
+       "'psi.cpu.some.avg10'",
+       0},
+      {"SELECT min(n) FROM samples", 1},
+      {"SELECT count(*) FROM samples JOIN devices d ON d.id = device WHERE d.name = 'dev-1' AND "
+       "time_ns = 1700000001000000000",
+       3});
 
   /* One window row: the idle stage has none. The blob holds 12-byte little-endian pairs. */
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM stage_windows"), 1);
-  assert_int_equal(q_int(f->path, "SELECT p99_ns FROM stage_windows JOIN stages t ON t.id = stage "
-                                  "WHERE t.name = 'infer'"),
-                   1900);
-  assert_int_equal(q_int(f->path, "SELECT length(buckets) FROM stage_windows"), 24);
-  assert_int_equal(q_int(f->path, "SELECT hex(buckets) = 'FDFFFFFF' || '0200000000000000' || "
-                                  "'28000000' || '0500000000000000' FROM stage_windows"),
-                   1);
+  Q_WANTS(f->path, {"SELECT count(*) FROM stage_windows", 1},
+          {"SELECT p99_ns FROM stage_windows JOIN stages t ON t.id = stage WHERE t.name = 'infer'",
+           1900},
+          {"SELECT length(buckets) FROM stage_windows", 24},
+          {"SELECT hex(buckets) = 'FDFFFFFF' || '0200000000000000' || '28000000' || "
+           "'0500000000000000' FROM stage_windows",
+           1});
 
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM level_changes WHERE level = 2 AND "
-                                  "prev_level = 1 AND rule = 'infer.p99' AND stage = 'infer' AND "
-                                  "value = 1900 AND bound IS NULL AND reason = 'p99 over budget'"),
-                   1);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM devices WHERE name = 'dev-1' AND "
-                                  "session = 7 AND board = 'rpi4' AND agent_version = '1.2.3' AND "
-                                  "online = 1 AND level = 2 AND period_ns = 100000000"),
-                   1);
+  Q_WANTS(f->path,
+          {"SELECT count(*) FROM level_changes WHERE level = 2 AND prev_level = 1 AND rule = "
+           "'infer.p99' AND stage = 'infer' AND value = 1900 AND bound IS NULL AND reason = 'p99 "
+           "over budget'",
+           1},
+          {"SELECT count(*) FROM devices WHERE name = 'dev-1' AND session = 7 AND board = 'rpi4' "
+           "AND agent_version = '1.2.3' AND online = 1 AND level = 2 AND period_ns = 100000000",
+           1});
 
   em_store_stats_t stats;
   em_store_stats(s, &stats);
@@ -287,10 +302,10 @@ static void store_data_without_birth_uses_alias_names(void **state) {
   assert_int_equal(em_store_add(s, "dev-1", f->dev, &d, T0_NS), 0);
   assert_int_equal(em_store_add(s, "dev-2", NULL, &d, T0_NS), 0);
   assert_int_equal(em_store_flush(s), 0);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples JOIN metrics m ON m.id = metric "
-                                  "WHERE m.name = 'alias.0'"),
-                   2);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM devices"), 2);
+  Q_WANTS(
+      f->path,
+      {"SELECT count(*) FROM samples JOIN metrics m ON m.id = metric WHERE m.name = 'alias.0'", 2},
+      {"SELECT count(*) FROM devices", 2});
   assert_int_equal(em_store_close(s), 0);
 }
 
@@ -315,8 +330,7 @@ static void store_tick_commits_when_batch_rows_pending(void **state) {
   assert_int_equal(stats.pending, 8);
   assert_int_equal(em_store_add(s, "dev-1", NULL, &d, T0_NS), 0);
   assert_int_equal(em_store_tick(s, 5 * S_NS), 0);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples"), 5);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data"), 5);
+  Q_WANTS(f->path, {"SELECT count(*) FROM samples", 5}, {"SELECT count(*) FROM data", 5});
   em_store_stats(s, &stats);
   assert_int_equal(stats.pending, 0);
   assert_int_equal(stats.batches, 1);
@@ -403,11 +417,9 @@ static void store_retention_deletes_old_rows(void **state) {
   st.u.state = (em_state_t){.head = {.time_ns = T0_NS}, .level = EM_LEVEL_WARN};
   assert_int_equal(em_store_add(s, "dev-1", NULL, &st, T0_NS), 0);
   assert_int_equal(em_store_retain(s, now), 0);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples"), 2);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM stage_windows"), 2);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM level_changes"), 0);
-  assert_int_equal(q_int(f->path, "SELECT min(time_ns) FROM samples"),
-                   (int64_t)(now - 3599 * S_NS));
+  Q_WANTS(f->path, {"SELECT count(*) FROM samples", 2}, {"SELECT count(*) FROM stage_windows", 2},
+          {"SELECT count(*) FROM level_changes", 0},
+          {"SELECT min(time_ns) FROM samples", (int64_t)(now - 3599 * S_NS)});
   assert_int_equal(em_store_close(s), 0);
 }
 
@@ -450,8 +462,7 @@ static void store_downsampling_averages_one_row_per_step(void **state) {
 
   /* Running it again changes nothing: the downsampled rows are already one per step. */
   assert_int_equal(em_store_retain(s, now), 0);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples"), 3);
-  assert_int_equal(q_int(f->path, "SELECT sum(n) FROM samples"), 9);
+  Q_WANTS(f->path, {"SELECT count(*) FROM samples", 3}, {"SELECT sum(n) FROM samples", 9});
   assert_int_equal(em_store_close(s), 0);
 }
 
@@ -481,10 +492,9 @@ static void store_failed_row_is_dropped_and_counted(void **state) {
   em_store_stats_t stats;
   em_store_stats(s, &stats);
   assert_int_equal(stats.errors, 1);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples"), 2);
-  assert_int_equal(q_int(f->path, "SELECT sum(value) FROM samples"), 27);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM stage_windows"), 2);
-  assert_int_equal(q_int(f->path, "SELECT last_seen_ns FROM devices"), 1700000001000000000);
+  Q_WANTS(f->path, {"SELECT count(*) FROM samples", 2}, {"SELECT sum(value) FROM samples", 27},
+          {"SELECT count(*) FROM stage_windows", 2},
+          {"SELECT last_seen_ns FROM devices", 1700000001000000000});
   assert_int_equal(em_store_close(s), 0);
 }
 
@@ -510,8 +520,7 @@ static void store_downsampling_survives_values_whose_sum_passes_int64(void **sta
   em_store_stats_t st;
   em_store_stats(s, &st);
   assert_int_equal(st.errors, 0);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data"), 1);
-  assert_int_equal(q_int(f->path, "SELECT n FROM samples"), 2);
+  Q_WANTS(f->path, {"SELECT count(*) FROM data", 1}, {"SELECT n FROM samples", 2});
   assert_true(q_double(f->path, "SELECT value FROM samples") > 9.2e18);
   assert_int_equal(em_store_close(s), 0);
 }
@@ -664,15 +673,15 @@ static void store_deferred_level_keeps_message_order(void **state) {
   older.u.data.level = EM_LEVEL_NONE; /* Carries no level: keeps CRITICAL. */
   assert_int_equal(em_store_add(s, "dev-1", NULL, &older, T0_NS), 0);
   assert_int_equal(em_store_flush(s), 0);
-  assert_int_equal(q_int(f->path, "SELECT level FROM devices"), EM_LEVEL_CRITICAL);
-  assert_int_equal(q_int(f->path, "SELECT last_seen_ns FROM devices"), (int64_t)(T0_NS + 6 * S_NS));
+  Q_WANTS(f->path, {"SELECT level FROM devices", EM_LEVEL_CRITICAL},
+          {"SELECT last_seen_ns FROM devices", (int64_t)(T0_NS + 6 * S_NS)});
 
   d.u.data.head.time_ns = T0_NS + 7 * S_NS; /* A later data message with a level: it wins. */
   d.u.data.seq = ++next_seq;
   assert_int_equal(em_store_add(s, "dev-1", NULL, &d, T0_NS), 0);
   assert_int_equal(em_store_close(s), 0);
-  assert_int_equal(q_int(f->path, "SELECT level FROM devices"), EM_LEVEL_WARN);
-  assert_int_equal(q_int(f->path, "SELECT last_seen_ns FROM devices"), (int64_t)(T0_NS + 7 * S_NS));
+  Q_WANTS(f->path, {"SELECT level FROM devices", EM_LEVEL_WARN},
+          {"SELECT last_seen_ns FROM devices", (int64_t)(T0_NS + 7 * S_NS)});
 }
 
 /* Messages the agent replayed from its spool (historical) are history: their level change is
@@ -696,9 +705,9 @@ static void store_historical_messages_do_not_set_the_current_level(void **state)
   d.u.data.historical = true;
   assert_int_equal(em_store_add(s, "dev-1", NULL, &d, T0_NS), 0);
   assert_int_equal(em_store_close(s), 0);
-  assert_int_equal(q_int(f->path, "SELECT level FROM devices"), EM_LEVEL_NOMINAL);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM level_changes WHERE level = 3"), 1);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples"), 1);
+  Q_WANTS(f->path, {"SELECT level FROM devices", EM_LEVEL_NOMINAL},
+          {"SELECT count(*) FROM level_changes WHERE level = 3", 1},
+          {"SELECT count(*) FROM samples", 1});
 }
 
 /* Creates a store at f->path, closes it and runs sql on it over a connection of its own (a
@@ -751,10 +760,10 @@ static void store_repeated_data_message_is_stored_once_and_counted(void **state)
   assert_int_equal(st.duplicates, 2);
   assert_int_equal(em_store_close(s), 0);
 
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data"), 3);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data d JOIN devices v ON v.id = d.device "
-                                  "WHERE v.name = 'dev-1' AND d.session = 7"),
-                   1);
+  Q_WANTS(f->path, {"SELECT count(*) FROM data", 3},
+          {"SELECT count(*) FROM data d JOIN devices v ON v.id = d.device WHERE v.name = 'dev-1' "
+           "AND d.session = 7",
+           1});
   char sql[200];
   snprintf(sql, sizeof(sql), "SELECT count(*) FROM data WHERE seq = %u", (unsigned)m.u.data.seq);
   assert_int_equal(q_int(f->path, sql), 3);
@@ -803,12 +812,10 @@ static void store_repeated_state_message_is_stored_once_and_counted(void **state
   assert_int_equal(st.duplicates, 2);
   assert_int_equal(em_store_add(s, "dev-1", NULL, &later, T0_NS), 0);
   assert_int_equal(em_store_close(s), 0);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM level_changes"), 6);
-  assert_int_equal(
-      q_int(f->path, "SELECT count(*) FROM level_changes l JOIN devices v ON "
-                     "v.id = l.device WHERE v.name = 'dev-1' AND l.session = 7 AND l.level = 2 AND "
-                     "l.time_ns = 1700000001000000000"),
-      1);
+  Q_WANTS(f->path, {"SELECT count(*) FROM level_changes", 6},
+          {"SELECT count(*) FROM level_changes l JOIN devices v ON v.id = l.device WHERE v.name = "
+           "'dev-1' AND l.session = 7 AND l.level = 2 AND l.time_ns = 1700000001000000000",
+           1});
 }
 
 /* A store of schema version 2 (data without session and seq) is migrated at open: its rows
@@ -829,16 +836,16 @@ static void store_open_migrates_version_2(void **state) {
   assert_int_equal(em_store_add(s, "dev-1", NULL, &m, T0_NS), 0);
   assert_int_equal(em_store_add(s, "dev-1", NULL, &m, T0_NS), 0);
   assert_int_equal(em_store_close(s), 0);
-  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 10);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM sqlite_schema WHERE type='index' AND "
-                                  "name='data_device_session_seq'"),
-                   1);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM sqlite_schema WHERE type='index' AND "
-                                  "name='level_changes_device_session_time_level'"),
-                   1);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data WHERE seq IS NULL"), 2);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data WHERE seq IS NOT NULL"), 1);
-  assert_int_equal(q_int(f->path, "SELECT integrity_check = 'ok' FROM pragma_integrity_check"), 1);
+  Q_WANTS(
+      f->path, {"PRAGMA user_version", 10},
+      {"SELECT count(*) FROM sqlite_schema WHERE type='index' AND name='data_device_session_seq'",
+       1},
+      {"SELECT count(*) FROM sqlite_schema WHERE type='index' AND "
+       "name='level_changes_device_session_time_level'",
+       1},
+      {"SELECT count(*) FROM data WHERE seq IS NULL", 2},
+      {"SELECT count(*) FROM data WHERE seq IS NOT NULL", 1},
+      {"SELECT integrity_check = 'ok' FROM pragma_integrity_check", 1});
 }
 
 /* A store of schema version 3 (level_changes without its unique index, a state message stored
@@ -863,10 +870,9 @@ static void store_open_migrates_version_3(void **state) {
   em_store_stats(s, &st);
   assert_int_equal(st.duplicates, 1);
   assert_int_equal(em_store_close(s), 0);
-  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 10);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM level_changes"), 2);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM level_changes WHERE reason = 'first'"), 1);
-  assert_int_equal(q_int(f->path, "SELECT integrity_check = 'ok' FROM pragma_integrity_check"), 1);
+  Q_WANTS(f->path, {"PRAGMA user_version", 10}, {"SELECT count(*) FROM level_changes", 2},
+          {"SELECT count(*) FROM level_changes WHERE reason = 'first'", 1},
+          {"SELECT integrity_check = 'ok' FROM pragma_integrity_check", 1});
 }
 
 /* A row that fails for a reason that may pass (another connection holds the write lock past
@@ -995,34 +1001,29 @@ static void store_models_are_rows_and_follow_the_device(void **state) {
   assert_int_equal(em_store_add(s, "dev-1", f->dev, &replay, T0_NS), 0);
   assert_int_equal(em_store_close(s), 0);
 
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM models"), 3);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM models WHERE name = 'mobilenet' AND "
-                                  "version = '1.4' AND labels = "
-                                  "'{\"input\":\"224x224\",\"variant\":\"full\"}'"),
-                   1);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM models WHERE labels = "
-                                  "'{\"input\":\"224x224\"}'"),
-                   1);
-  /* dev-1: two windows of 1.4 and the replayed one, one of 1.5; dev-2 one of 1.4. */
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data d JOIN models m ON m.id = d.model "
-                                  "WHERE m.version = '1.4'"),
-                   4);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM stage_windows w JOIN models m ON "
-                                  "m.id = w.model WHERE m.version = '1.5'"),
-                   1);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data WHERE level = 1"), 5);
-  /* The change of model, not the replay, is the current model; no level change was stored. */
-  assert_int_equal(q_int(f->path, "SELECT m.labels = '{\"input\":\"224x224\"}' FROM devices d "
-                                  "JOIN models m ON m.id = d.model WHERE d.name = 'dev-1'"),
-                   1);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM level_changes l JOIN devices d ON "
-                                  "d.id = l.device WHERE d.name = 'dev-1'"),
-                   0);
-  assert_int_equal(q_int(f->path, "SELECT reason IS NULL FROM devices WHERE name = 'dev-1'"), 1);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM level_changes l JOIN devices d ON "
-                                  "d.id = l.device WHERE d.name = 'dev-2' AND l.level = 0 AND "
-                                  "l.prev_level = 0"),
-                   1);
+  Q_WANTS(
+      f->path, {"SELECT count(*) FROM models", 3},
+      {"SELECT count(*) FROM models WHERE name = 'mobilenet' AND version = '1.4' AND labels = "
+       "'{\"input\":\"224x224\",\"variant\":\"full\"}'",
+       1},
+      {"SELECT count(*) FROM models WHERE labels = '{\"input\":\"224x224\"}'", 1},
+      /* dev-1: two windows of 1.4 and the replayed one, one of 1.5; dev-2 one of 1.4. */
+      {"SELECT count(*) FROM data d JOIN models m ON m.id = d.model WHERE m.version = '1.4'", 4},
+      {"SELECT count(*) FROM stage_windows w JOIN models m ON m.id = w.model WHERE m.version = "
+       "'1.5'",
+       1},
+      {"SELECT count(*) FROM data WHERE level = 1", 5},
+      /* The change of model, not the replay, is the current model; no level change was stored. */
+      {"SELECT m.labels = '{\"input\":\"224x224\"}' FROM devices d JOIN models m ON m.id = d.model "
+       "WHERE d.name = 'dev-1'",
+       1},
+      {"SELECT count(*) FROM level_changes l JOIN devices d ON d.id = l.device WHERE d.name = "
+       "'dev-1'",
+       0},
+      {"SELECT reason IS NULL FROM devices WHERE name = 'dev-1'", 1},
+      {"SELECT count(*) FROM level_changes l JOIN devices d ON d.id = l.device WHERE d.name = "
+       "'dev-2' AND l.level = 0 AND l.prev_level = 0",
+       1});
 }
 
 /* A version 6 store (no models) migrates at open: its rows stay with NULL models and levels,
@@ -1042,18 +1043,14 @@ static void store_open_migrates_version_6(void **state) {
   m.u.data.model = (em_model_t){"mobilenet", "1.4", model_labels, 2};
   assert_int_equal(em_store_add(s, "dev-1", NULL, &m, T0_NS), 0);
   assert_int_equal(em_store_close(s), 0);
-  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 10);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data WHERE model IS NULL AND level IS "
-                                  "NULL AND time_ns = 5"),
-                   1);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data d JOIN models m ON m.id = d.model "
-                                  "WHERE m.version = '1.4' AND d.level = 1"),
-                   1);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM stage_windows WHERE model IS NOT NULL"), 1);
-  assert_int_equal(q_int(f->path, "SELECT m.name = 'mobilenet' FROM devices d JOIN models m ON "
-                                  "m.id = d.model"),
-                   1);
-  assert_int_equal(q_int(f->path, "SELECT integrity_check = 'ok' FROM pragma_integrity_check"), 1);
+  Q_WANTS(f->path, {"PRAGMA user_version", 10},
+          {"SELECT count(*) FROM data WHERE model IS NULL AND level IS NULL AND time_ns = 5", 1},
+          {"SELECT count(*) FROM data d JOIN models m ON m.id = d.model WHERE m.version = '1.4' "
+           "AND d.level = 1",
+           1},
+          {"SELECT count(*) FROM stage_windows WHERE model IS NOT NULL", 1},
+          {"SELECT m.name = 'mobilenet' FROM devices d JOIN models m ON m.id = d.model", 1},
+          {"SELECT integrity_check = 'ok' FROM pragma_integrity_check", 1});
 }
 /* A data message of device `dev` at time_ns naming the model (name, version), no labels. */
 static void add_model_data(em_store_t *s, const char *dev, uint64_t time_ns, const char *name,
@@ -1101,11 +1098,11 @@ static void store_retention_deletes_models_no_row_names(void **state) {
   assert_int_equal(em_store_add(s, "dev-1", NULL, &birth, T0_NS), 0);
   add_model_data(s, "dev-2", now - 60 * S_NS, "recent", "2");
   assert_int_equal(em_store_flush(s), 0);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM models"), N + 2);
-  /* Rows name their model no later than its last_ns (models.h). */
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data d JOIN models m ON m.id = d.model "
-                                  "WHERE d.time_ns > m.last_ns"),
-                   0);
+  Q_WANTS(
+      f->path, {"SELECT count(*) FROM models", N + 2},
+      /* Rows name their model no later than its last_ns (models.h). */
+      {"SELECT count(*) FROM data d JOIN models m ON m.id = d.model WHERE d.time_ns > m.last_ns",
+       0});
 
   assert_int_equal(em_store_retain(s, now), 0);
   em_store_stats_t st;
@@ -1113,29 +1110,28 @@ static void store_retention_deletes_models_no_row_names(void **state) {
   assert_int_equal(st.models_deleted, N - 1);
   assert_int_equal(st.errors, 0);
   /* Left: the hostile device's current model (its last), dev-1's and dev-2's. */
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM models"), 3);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM models WHERE name IN ('current', "
-                                  "'recent') OR version = 'v999'"),
-                   3);
+  Q_WANTS(
+      f->path, {"SELECT count(*) FROM models", 3},
+      {"SELECT count(*) FROM models WHERE name IN ('current', 'recent') OR version = 'v999'", 3});
   assert_int_equal(dangling_models(f->path), 0);
 
   /* Named again: a new row, cached again (a second message costs no new row). */
   add_model_data(s, "hostile", now, "net", "v5");
   add_model_data(s, "hostile", now + 1, "net", "v5");
   assert_int_equal(em_store_flush(s), 0);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM models"), 4);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data d JOIN models m ON m.id = d.model "
-                                  "WHERE m.name = 'net' AND m.version = 'v5'"),
-                   2);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM stage_windows w JOIN models m ON "
-                                  "m.id = w.model WHERE m.version = 'v5'"),
-                   2);
+  Q_WANTS(f->path, {"SELECT count(*) FROM models", 4},
+          {"SELECT count(*) FROM data d JOIN models m ON m.id = d.model WHERE m.name = 'net' AND "
+           "m.version = 'v5'",
+           2},
+          {"SELECT count(*) FROM stage_windows w JOIN models m ON m.id = w.model WHERE m.version = "
+           "'v5'",
+           2});
   assert_int_equal(dangling_models(f->path), 0);
   /* The next pass keeps what is named: rows within the retention, devices' current models
    * (v999 is no longer the hostile device's). */
   assert_int_equal(em_store_retain(s, now + 1), 0);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM models"), 3);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM models WHERE version = 'v999'"), 0);
+  Q_WANTS(f->path, {"SELECT count(*) FROM models", 3},
+          {"SELECT count(*) FROM models WHERE version = 'v999'", 0});
   assert_int_equal(em_store_close(s), 0);
 }
 
@@ -1156,10 +1152,8 @@ static void store_models_only_devices_named_go_without_retention(void **state) {
   add_model_data(s, "dev-2", T0_NS, "net", "data");
   add_model_data(s, "dev-2", T0_NS + 1, "net", "now"); /* dev-2's current model. */
   assert_int_equal(em_store_retain(s, T0_NS + 86400 * S_NS), 0);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM models"), 3);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM models WHERE version IN ('b49', 'data', "
-                                  "'now')"),
-                   3);
+  Q_WANTS(f->path, {"SELECT count(*) FROM models", 3},
+          {"SELECT count(*) FROM models WHERE version IN ('b49', 'data', 'now')", 3});
   assert_int_equal(dangling_models(f->path), 0);
   assert_int_equal(em_store_close(s), 0);
 }
@@ -1182,19 +1176,16 @@ static void store_models_bounds_refuse_new_identities(void **state) {
   em_store_stats(s, &st);
   assert_int_equal(st.models_refused, 3); /* a4, a5 (dev-a's bound), b2 (the table's). */
   assert_int_equal(st.errors, 0);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM models"), 6);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data"), 10);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data WHERE model IS NULL"), 3);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data d JOIN models m ON m.id = d.model "
-                                  "WHERE m.version = 'a0'"),
-                   2);
+  Q_WANTS(
+      f->path, {"SELECT count(*) FROM models", 6}, {"SELECT count(*) FROM data", 10},
+      {"SELECT count(*) FROM data WHERE model IS NULL", 3},
+      {"SELECT count(*) FROM data d JOIN models m ON m.id = d.model WHERE m.version = 'a0'", 2});
 
   /* Retention takes the old rows, the sweep their models but the devices' current ones: dev-b's
    * a0 (dev-a's last message named a refused one, so it has none). */
   uint64_t now = T0_NS + 7200 * S_NS;
   assert_int_equal(em_store_retain(s, now), 0);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM models"), 1);
-  assert_int_equal(q_int(f->path, "SELECT version = 'a0' FROM models"), 1);
+  Q_WANTS(f->path, {"SELECT count(*) FROM models", 1}, {"SELECT version = 'a0' FROM models", 1});
   add_model_data(s, "dev-a", now, "net", "a5");
   assert_int_equal(em_store_flush(s), 0);
   em_store_stats(s, &st);
@@ -1224,8 +1215,7 @@ static void store_batch_whose_model_last_ns_fails_does_not_commit(void **state) 
                    "BEGIN SELECT RAISE(ABORT, 'injected'); END");
   add_model_data(s, "dev-1", T0_NS, "net", "1");
   assert_int_equal(em_store_flush(s), -EIO);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data"), 0);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM models"), 0);
+  Q_WANTS(f->path, {"SELECT count(*) FROM data", 0}, {"SELECT count(*) FROM models", 0});
   em_store_stats_t st;
   em_store_stats(s, &st);
   assert_int_equal(st.failures[0].count, 1);
@@ -1260,17 +1250,12 @@ static void store_open_migrates_version_8(void **state) {
            (unsigned long long)T0_NS, (unsigned long long)(T0_NS + 100 * S_NS));
   make_store_then(f, sql);
   em_store_t *s = open_ok(f, &o, NULL);
-  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 10);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM models WHERE last_ns = 1700000100000000000 "
-                                  "AND device IS NULL"),
-                   2);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND "
-                                  "name = 'models_device'"),
-                   1);
-  /* The first row is past the cut, the newest not: both models stay. */
+  Q_WANTS(
+      f->path, {"PRAGMA user_version", 10},
+      {"SELECT count(*) FROM models WHERE last_ns = 1700000100000000000 AND device IS NULL", 2},
+      {"SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND name = 'models_device'", 1});
   assert_int_equal(em_store_retain(s, T0_NS + 3650 * S_NS), 0);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data"), 1);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM models"), 2);
+  Q_WANTS(f->path, {"SELECT count(*) FROM data", 1}, {"SELECT count(*) FROM models", 2});
   assert_int_equal(em_store_retain(s, T0_NS + 3750 * S_NS), 0);
   assert_int_equal(q_int(f->path, "SELECT count(*) FROM models"), 0);
   assert_int_equal(em_store_close(s), 0);
