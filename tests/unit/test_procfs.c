@@ -203,47 +203,32 @@ static const field_line_t field_lines[K_COUNT][3] = {
     [K_PSI] = {{"some ", EM_PSI_SOME}, {"full ", EM_PSI_FULL}},
 };
 
+/* What any of the four parsers fills. */
+typedef union {
+  em_statm_t statm;
+  em_smaps_t smaps;
+  em_meminfo_t meminfo;
+  em_psi_t psi;
+} any_parse_t;
+
 static int parse_kind(kind_t kind, const char *text, size_t len, parsed_t *r) {
+  any_parse_t o;
   memset(r, 0, sizeof *r);
-  int rc = -1;
-  switch (kind) {
-  case K_STATM: {
-    em_statm_t s;
-    rc = em_procfs_parse_statm(text, len, 4096, &s);
-    r->have = rc == 0 ? 7u : 0u;
-    r->u[0] = s.size_bytes;
-    r->u[1] = s.rss_bytes;
-    r->u[2] = s.shared_bytes;
-    break;
-  }
-  case K_SMAPS: {
-    em_smaps_t s;
-    rc = em_procfs_parse_smaps_rollup(text, len, &s);
-    r->have = s.have;
-    r->u[0] = s.pss_bytes;
-    r->u[1] = s.anon_bytes;
-    r->u[2] = s.swap_bytes;
-    break;
-  }
-  case K_MEMINFO: {
-    em_meminfo_t m;
-    rc = em_procfs_parse_meminfo(text, len, &m);
-    r->have = m.have;
-    r->u[0] = m.available_bytes;
-    r->u[1] = m.total_bytes;
-    break;
-  }
-  case K_PSI: {
-    em_psi_t p;
-    rc = em_procfs_parse_psi(text, len, &p);
-    r->have = p.have;
-    r->d[0] = p.some_avg10;
-    r->d[1] = p.full_avg10;
-    break;
-  }
-  default:
-    fail();
-  }
+  memset(&o, 0, sizeof o);
+  assert_true(kind < K_COUNT);
+  int rc = kind == K_STATM     ? em_procfs_parse_statm(text, len, 4096, &o.statm)
+           : kind == K_SMAPS   ? em_procfs_parse_smaps_rollup(text, len, &o.smaps)
+           : kind == K_MEMINFO ? em_procfs_parse_meminfo(text, len, &o.meminfo)
+                               : em_procfs_parse_psi(text, len, &o.psi);
+  const parsed_t as[K_COUNT] = {
+      [K_STATM] = {rc == 0 ? 7u : 0u,
+                   {o.statm.size_bytes, o.statm.rss_bytes, o.statm.shared_bytes},
+                   {0}},
+      [K_SMAPS] = {o.smaps.have, {o.smaps.pss_bytes, o.smaps.anon_bytes, o.smaps.swap_bytes}, {0}},
+      [K_MEMINFO] = {o.meminfo.have, {o.meminfo.available_bytes, o.meminfo.total_bytes, 0}, {0}},
+      [K_PSI] = {o.psi.have, {0}, {o.psi.some_avg10, o.psi.full_avg10, 0}},
+  };
+  *r = as[kind];
   return rc;
 }
 
@@ -729,24 +714,11 @@ static void check_every_truncation(kind_t kind) {
   assert_true(files > 0);
 }
 
-static void every_truncation_of_statm_is_rejected_or_parsed_consistently(void **state) {
+static void every_truncation_of_each_kind_is_rejected_or_parsed_consistently(void **state) {
   (void)state;
-  check_every_truncation(K_STATM);
-}
-
-static void every_truncation_of_smaps_rollup_is_rejected_or_parsed_consistently(void **state) {
-  (void)state;
-  check_every_truncation(K_SMAPS);
-}
-
-static void every_truncation_of_meminfo_is_rejected_or_parsed_consistently(void **state) {
-  (void)state;
-  check_every_truncation(K_MEMINFO);
-}
-
-static void every_truncation_of_psi_is_rejected_or_parsed_consistently(void **state) {
-  (void)state;
-  check_every_truncation(K_PSI);
+  for (int k = 0; k < K_COUNT; k++) {
+    check_every_truncation((kind_t)k);
+  }
 }
 
 static void parsers_reject_null_output_and_null_text(void **state) {
@@ -1079,15 +1051,23 @@ static void reader_statm_of_target_gone_is_esrch(void **state) {
   em_procfs_free(p);
 }
 
+/* A copy of the jetson-orin tree with one more process, `pid`, whose statm counts 100 pages,
+ * 50 resident, 10 shared. */
+static const char *orin_copy_with_pid(const char *pid) {
+  const char *dir = temp_copy("jetson-orin");
+  char path[PATH_MAX], rel[64];
+  join(path, sizeof path, dir, pid);
+  assert_int_equal(mkdir(path, 0700), 0);
+  snprintf(rel, sizeof rel, "%s/statm", pid);
+  join(path, sizeof path, dir, rel);
+  write_path(path, "100 50 10 1 0 60 0\n", 19);
+  return dir;
+}
+
 static void reader_set_pid_switches_files(void **state) {
   (void)state;
   uint64_t ps = page_size();
-  const char *dir = temp_copy("jetson-orin");
-  char path[PATH_MAX];
-  join(path, sizeof path, dir, "1874");
-  assert_int_equal(mkdir(path, 0700), 0);
-  join(path, sizeof path, dir, "1874/statm");
-  write_path(path, "100 50 10 1 0 60 0\n", 19); /* The restarted target: no smaps_rollup. */
+  const char *dir = orin_copy_with_pid("1874"); /* The restarted target: no smaps_rollup. */
 
   int before = count_fds();
   em_procfs_t *p = open_tree(dir, 1873);
@@ -1132,12 +1112,8 @@ static void make_unopenable(const char *dir, const char *rel) {
 static void reader_open_error_on_smaps_keeps_previous_target_and_leaks_nothing(void **state) {
   (void)state;
   uint64_t ps = page_size();
-  const char *dir = temp_copy("jetson-orin");
+  const char *dir = orin_copy_with_pid("1875");
   char path[PATH_MAX];
-  join(path, sizeof path, dir, "1875");
-  assert_int_equal(mkdir(path, 0700), 0);
-  join(path, sizeof path, dir, "1875/statm");
-  write_path(path, "100 50 10 1 0 60 0\n", 19);
   join(path, sizeof path, dir, "1875/smaps_rollup");
   write_path(path, "Pss:  1 kB\n", 11);
   make_unopenable(dir, "1875/smaps_rollup");
@@ -1317,10 +1293,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(garbage_and_truncated_fixtures_are_rejected),
       cmocka_unit_test(every_garbage_and_truncated_fixture_is_in_the_table),
       cmocka_unit_test(each_parser_rejects_the_other_files),
-      cmocka_unit_test(every_truncation_of_statm_is_rejected_or_parsed_consistently),
-      cmocka_unit_test(every_truncation_of_smaps_rollup_is_rejected_or_parsed_consistently),
-      cmocka_unit_test(every_truncation_of_meminfo_is_rejected_or_parsed_consistently),
-      cmocka_unit_test(every_truncation_of_psi_is_rejected_or_parsed_consistently),
+      cmocka_unit_test(every_truncation_of_each_kind_is_rejected_or_parsed_consistently),
       cmocka_unit_test(parsers_reject_null_output_and_null_text),
       cmocka_unit_test(reader_reads_jetson_orin_tree),
       cmocka_unit_test(reader_reads_x86_vm_tree),
