@@ -80,7 +80,8 @@ if(EM_DEB_ARCH)
 endif()
 
 # Depends: dpkg-shlibdeps on the programs (the libraries actually linked), plus what the
-# maintainer scripts run. The arm64 tree links the Debian 11 sysroot's libraries
+# maintainer scripts run and what the agent opens with dlopen (libdw1: profile/symbols.h; its
+# functions are ELFUTILS_0.158). The arm64 tree links the Debian 11 sysroot's libraries
 # (boards/toolchains/): dpkg-shlibdeps searches its directories first (-l), finds each library
 # below the sysroot's DEBIAN/, and reads the versions from DEBIAN/symbols and DEBIAN/shlibs
 # there, the symbols and shlibs files of bullseye's packages (scripts/lib/cross.sh). So the
@@ -91,7 +92,7 @@ if(CMAKE_CROSSCOMPILING AND EM_CROSS_SYSROOT AND EM_CROSS_TRIPLET)
     "${EM_CROSS_SYSROOT}/usr/lib/${EM_CROSS_TRIPLET}"
     "${EM_CROSS_SYSROOT}/lib/${EM_CROSS_TRIPLET}")
 endif()
-em_deb_package(agent edgemon-agent "systemd, init-system-helpers (>= 1.54~)"
+em_deb_package(agent edgemon-agent "systemd, init-system-helpers (>= 1.54~), libdw1 (>= 0.158)"
   "python3-edgemon, mosquitto" postinst prerm postrm conffiles)
 set(CPACK_COMPONENT_AGENT_DESCRIPTION
   "edge monitor agent for inference pipelines on ARM boards

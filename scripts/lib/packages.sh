@@ -163,6 +163,12 @@ _em_deb_build() {
       _em_deb_fail "$deb: Depends has no versioned libc6, dpkg-shlibdeps did not run"
       return 1
     fi
+    if [ "$pkg" = edgemon-agent ] &&
+      [[ ! ", $(dpkg-deb -f "$deb" Depends)," =~ ,\ libdw1[\ ,] ]]; then
+      _em_deb_fail "$deb: Depends does not name libdw1 (the agent opens libdw.so.1 with dlopen," \
+        "which dpkg-shlibdeps cannot see: packaging/deb.cmake names it)"
+      return 1
+    fi
     rm -rf "$dir/debs/unpacked"
     dpkg-deb -x "$deb" "$dir/debs/unpacked" || return 1
     if [ "$arch" = arm64 ]; then

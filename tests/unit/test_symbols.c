@@ -11,6 +11,7 @@
 #define _GNU_SOURCE
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -231,6 +232,35 @@ static void live_session_sees_a_library_loaded_since(void **state) {
   dlclose(h);
 }
 
+/* Without libdw (--no-libdw: a library file that does not exist) nothing has a symbol, but an
+ * address in a mapped file is still charged to it: "module+0xOFFSET" from the file's lowest
+ * mapping, as libdwfl's module start; the reason is kept for the profile's notes, no session
+ * is made for the unwinder, and the library cannot be changed once tried. */
+static void without_libdw_live_addresses_are_module_and_offset(void **state) {
+  (void)state;
+  Dl_info self = {0};
+  assert_true(dladdr((void *)(uintptr_t)em_test_symbols_marker, &self) && self.dli_fbase);
+  int local = em_test_symbols_marker(1);
+  const uint64_t addrs[] = {(uint64_t)(uintptr_t)em_test_symbols_marker,
+                            (uint64_t)(uintptr_t)&local};
+  em_profile_frame_t out[2];
+  em_symbols_t *s = new_symbols("/proc");
+  assert_int_equal(em_symbols_user(s, getpid(), NULL, 0, addrs, 2, out), 2);
+  assert_null(em_symbols_dw());
+  assert_non_null(em_symbols_dw_error());
+  assert_non_null(strstr(em_symbols_dw_error(), "/nonexistent/libdw.so.1"));
+  assert_int_equal(em_symbols_dw_library(EM_SYMBOLS_LIBDW), -EALREADY);
+  assert_null(em_symbols_session(s, getpid(), NULL, 0));
+  char want[300];
+  snprintf(want, sizeof(want), "%s+0x%" PRIx64, base(self.dli_fname),
+           addrs[0] - (uint64_t)(uintptr_t)self.dli_fbase);
+  assert_string_equal(out[0].name, want);
+  assert_string_equal(out[0].module, base(self.dli_fname));
+  assert_int_equal(out[0].kind, EM_FRAME_NATIVE);
+  assert_outside(&out[1], addrs[1]); /* the stack: no file */
+  em_symbols_free(s);
+}
+
 int main(int argc, char **argv) {
   const struct CMUnitTest unit[] = {
       cmocka_unit_test(snapshot_bounds_each_module),
@@ -242,6 +272,16 @@ int main(int argc, char **argv) {
       cmocka_unit_test(live_own_process_names_each_module),
       cmocka_unit_test(live_session_sees_a_library_loaded_since),
   };
+  /* The same snapshot cases with libdw's loading refused, and the live maps without it. */
+  const struct CMUnitTest no_libdw[] = {
+      cmocka_unit_test(snapshot_bounds_each_module),
+      cmocka_unit_test(snapshot_file_names_become_frame_text),
+      cmocka_unit_test(without_libdw_live_addresses_are_module_and_offset),
+  };
+  if (argc > 1 && strcmp(argv[1], "--no-libdw") == 0) {
+    assert_int_equal(em_symbols_dw_library("/nonexistent/libdw.so.1"), 0);
+    return cmocka_run_group_tests_name("no-libdw", no_libdw, NULL, NULL);
+  }
   if (argc > 1 && strcmp(argv[1], "--live") == 0) {
     return cmocka_run_group_tests_name("live", live, NULL, NULL);
   }

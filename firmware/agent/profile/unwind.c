@@ -4,7 +4,9 @@
  * Unwinding attaches the symbols' Dwfl session to this module's thread callbacks once
  * (dwfl_attach_state, no ptrace: the "process" is the current sample), then, per sample,
  * points them at its registers and stack copy and walks its frames with
- * dwfl_getthread_frames. A read outside the copy fails, which ends the walk there.
+ * dwfl_getthread_frames. A read outside the copy fails, which ends the walk there. libdw's
+ * functions come from the symbols' table (em_symbols_dw(): the library is loaded at run time);
+ * a session exists only once it is, so em_unwind_run with one can call through it.
  */
 #define _GNU_SOURCE
 
@@ -21,6 +23,7 @@
 #endif
 
 #include "edgemon/profile.h"
+#include "symbols.h"
 
 /* Registers as libdw numbers them (DWARF), from perf's sample (its bit order). */
 #if defined(__x86_64__)
@@ -197,10 +200,11 @@ static bool memory_read(Dwfl *dwfl, Dwarf_Addr addr, Dwarf_Word *result, void *d
 
 static bool set_initial_registers(Dwfl_Thread *thread, void *thread_arg) {
   const em_unwind_t *u = thread_arg;
-  if (!dwfl_thread_state_registers(thread, 0, N_DWARF, u->dwarf)) {
+  const em_symbols_dw_t *dw = em_symbols_dw();
+  if (!dw->dwfl_thread_state_registers(thread, 0, N_DWARF, u->dwarf)) {
     return false;
   }
-  dwfl_thread_state_register_pc(thread, u->pc);
+  dw->dwfl_thread_state_register_pc(thread, u->pc);
   return true;
 }
 
@@ -214,7 +218,8 @@ static int on_frame(Dwfl_Frame *state, void *arg) {
   em_unwind_t *u = arg;
   Dwarf_Addr pc = 0;
   bool activation = false;
-  if (!dwfl_frame_pc(state, &pc, &activation) || pc == 0 || u->n_frames >= EM_PROFILE_MAX_DEPTH) {
+  if (!em_symbols_dw()->dwfl_frame_pc(state, &pc, &activation) || pc == 0 ||
+      u->n_frames >= EM_PROFILE_MAX_DEPTH) {
     return DWARF_CB_ABORT;
   }
   u->frames[u->n_frames++] = activation ? pc : pc - 1;
@@ -225,7 +230,9 @@ void em_unwind_run(em_unwind_t *u, Dwfl *dwfl, pid_t pid, em_unwind_chain_fn fn,
   if (!u || !fn || u->used == 0) {
     return;
   }
-  bool ok = dwfl && (dwfl_pid(dwfl) == pid || dwfl_attach_state(dwfl, NULL, pid, &callbacks, u));
+  const em_symbols_dw_t *dw = dwfl ? em_symbols_dw() : NULL;
+  bool ok =
+      dw && (dw->dwfl_pid(dwfl) == pid || dw->dwfl_attach_state(dwfl, NULL, pid, &callbacks, u));
   for (size_t off = 0; off < u->used;) {
     entry_head_t h;
     memcpy(&h, u->pool + off, sizeof(h));
@@ -241,7 +248,7 @@ void em_unwind_run(em_unwind_t *u, Dwfl *dwfl, pid_t pid, em_unwind_chain_fn fn,
       u->sp = sample[SAMPLE_SP];
       u->stack = regs + 8u * h.n_regs;
       u->stack_len = h.stack_len;
-      (void)dwfl_getthread_frames(dwfl, (pid_t)h.tid, on_frame, u); /* Partial walks count. */
+      (void)dw->dwfl_getthread_frames(dwfl, (pid_t)h.tid, on_frame, u); /* Partial walks count. */
     }
     if (u->n_frames < 2) {
       u->st.failed++;

@@ -14,6 +14,10 @@
  * sample that finds no room keeps its frame-pointer chain and is counted. Architectures:
  * x86-64 and arm64 (em_unwind_regs_mask() says 0 elsewhere: frame pointers only).
  *
+ * libdw is not linked: unwinding calls it through the symbols' table (symbols.h,
+ * em_symbols_dw()), loaded at the first window; without it no session exists and every kept
+ * sample keeps its frame-pointer chain (counted as failed).
+ *
  * Owns the pool. em_unwind_keep runs on the loop while the window samples; em_unwind_run on a
  * worker after it closed (the loop keeps nothing then).
  */

@@ -714,6 +714,9 @@ void em_window_resolve(em_window_t *w) {
   w->frames_full = false;
   w->used_addrs = w->used_unresolved = 0;
   note_unwinding(w, ks->samples);
+  if (em_symbols_dw_error()) { /* libdw could not be loaded (symbols.h). */
+    note(w, "native symbols off (%.180s): user frames are module+offset", em_symbols_dw_error());
+  }
   for (size_t i = 0; i < d; i++) {
     w->addr_index[i] = UNSET;
   }
