@@ -373,12 +373,10 @@ int em_agg_options_apply_args(const em_agg_args_t *args, em_agg_config_t *c) {
       continue;
     }
     char msg[EM_SCHEMA_MSG_MAX];
-    char flag[48];
     const char *why = em_agg_options_set(EM_AGG_SECTION, EM_AGG_SECTION, c, agg_keys[i].name,
                                          args->value[i], msg, sizeof(msg));
-    if (why != NULL) {
-      fprintf(stderr, "edgemon-aggregator: %s '%s' %s\n",
-              em_schema_flag(&agg_keys[i], flag, sizeof(flag)), args->value[i], why);
+    if (why != NULL) { /* Named as always: "--KEY", the file's spelling. */
+      fprintf(stderr, "edgemon-aggregator: --%s '%s' %s\n", agg_keys[i].name, args->value[i], why);
       return -EINVAL;
     }
   }

@@ -7,7 +7,7 @@
  * adding a row (and its line in docs/CONFIG.md, which test_agg_options checks).
  *
  * Owns: nothing past a call; em_agg_config_t is a plain value. Messages go to stderr, as
- * "FILE:LINE: ..." for the file and "edgemon-aggregator: --flag 'VALUE' ..." for a flag.
+ * "FILE:LINE: ..." for the file and "edgemon-aggregator: --KEY 'VALUE' ..." for a flag.
  * Single-threaded (main's thread, before anything starts).
  */
 #ifndef EDGEMON_AGG_OPTIONS_H
@@ -24,11 +24,12 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define EM_AGG_TEXT_MAX      256  /* Paths, URLs, HOST:PORT, NUL included. */
-#define EM_AGG_RW_NAME_MAX   64   /* NAME of [remote_write.NAME], NUL included. */
-#define EM_AGG_RW_SECRET_MAX 4096 /* A password or bearer token read from its file, NUL included.  \
-                                   */
-#define EM_AGG_MAX_FLAGS 64       /* Rows of [aggregator] at most (each may be a flag). */
+#define EM_AGG_TEXT_MAX    256 /* Paths, URLs, HOST:PORT, NUL included. */
+#define EM_AGG_RW_NAME_MAX 64  /* NAME of [remote_write.NAME], NUL included. */
+#define EM_AGG_RW_SECRET_MAX                                                                       \
+  4096                      /* A password or bearer token read from its file, NUL included.        \
+                             */
+#define EM_AGG_MAX_FLAGS 64 /* Rows of [aggregator] at most (each may be a flag). */
 
 /* Sections of the schema, as em_agg_options_schema() takes them. */
 #define EM_AGG_SECTION          "aggregator"
@@ -137,7 +138,8 @@ em_agg_args_result_t em_agg_options_parse_args(int argc, char **argv, const char
 
 /*
  * Applies the flags' values over c (after the file: flags win), in the rows' order. Returns 0,
- * or -EINVAL after printing "edgemon-aggregator: --flag 'VALUE' WHY" for the first bad one.
+ * or -EINVAL after printing "edgemon-aggregator: --KEY 'VALUE' WHY" (the key's own spelling,
+ * "--batch_ms") for the first bad one.
  */
 int em_agg_options_apply_args(const em_agg_args_t *args, em_agg_config_t *c);
 

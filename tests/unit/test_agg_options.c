@@ -82,6 +82,9 @@ static void each_flag_sets_what_its_key_sets(void **state) {
   static em_agg_config_t by_key;
   static em_agg_config_t defaults;
   em_agg_options_defaults(&defaults);
+  FILE *saved = stderr;
+  stderr = tmpfile(); /* The refusals below, and the usage after an unknown flag. */
+  assert_non_null(stderr);
   size_t flags = 0;
   for (size_t i = 0; i < n; i++) {
     const em_schema_key_t *k = &rows[i];
@@ -104,7 +107,7 @@ static void each_flag_sets_what_its_key_sets(void **state) {
     assert_null(em_agg_options_set(EM_AGG_SECTION, EM_AGG_SECTION, &by_key, k->name, value, msg,
                                    sizeof(msg)));
     if (memcmp(&by_flag, &by_key, sizeof(by_flag)) != 0) {
-      print_error("%s %s and %s = %s differ\n", flag, value, k->name, value);
+      fprintf(saved, "%s %s and %s = %s differ\n", flag, value, k->name, value);
       fail();
     }
     if (k->def == NULL || strcmp(k->def, value) != 0) {
@@ -123,8 +126,6 @@ static void each_flag_sets_what_its_key_sets(void **state) {
   assert_true(flags >= 20);
   char *argv[] = {"edgemon-aggregator", "--no-such-flag", NULL};
   em_agg_args_t args;
-  FILE *saved = stderr;
-  stderr = tmpfile(); /* The usage printed after the problem. */
   assert_int_equal(em_agg_options_parse_args(2, argv, "test", &args), EM_AGG_ARGS_BAD);
   fclose(stderr);
   stderr = saved;
