@@ -1570,37 +1570,37 @@ int em_agent_reload(em_agent_t *a, const em_config_t *next) {
     em_service_reloaded(&a->svc, "reload refused: budget rules");
     return rc;
   }
+  /* Every key a reload applies is copied by the config's schema; each apply step its changed
+   * keys name runs below. The engine is rebuilt on every reload (made above, where it may refuse
+   * the rules), the rules' state carried over by id. */
+  unsigned due = em_config_adopt(&a->cfg, next);
   size_t kept = em_budget_adopt(engine, a->budget);
   em_budget_free(a->budget);
   a->budget = engine;
-  a->cfg.n_rules = next->n_rules;
-  memcpy(a->cfg.rules, next->rules, sizeof(a->cfg.rules));
-  a->cfg.enter_windows = next->enter_windows;
-  a->cfg.leave_windows = next->leave_windows;
-  a->cfg.window_ns = next->window_ns;
-  a->cfg.stage_idle_ns = next->stage_idle_ns;
-  a->cfg.flight_min_gap_ns = next->flight_min_gap_ns;
-  em_feed_set_min_gap(a->feed, next->flight_min_gap_ns);
-  a->cfg.profile_min_gap_ns = next->profile_min_gap_ns;
-  em_profiling_set_min_gap(a->prof, next->profile_min_gap_ns);
-  reserve_stages(a, next);
-  a->cfg.ring_slots = next->ring_slots;
-  em_deadline_t entries[EM_DEADLINE_MAX_ENTRIES];
-  rc = em_deadlines_update(&a->deadlines, next->ring_slots, entries,
-                           deadline_entries(next, entries));
-  if (rc) {
-    EM_ERROR("deadline page: %s", strerror(-rc));
+  if (due & EM_CONFIG_APPLY_FLIGHT_GAP) {
+    em_feed_set_min_gap(a->feed, a->cfg.flight_min_gap_ns);
+  }
+  if (due & EM_CONFIG_APPLY_PROFILE_GAP) {
+    em_profiling_set_min_gap(a->prof, a->cfg.profile_min_gap_ns);
+  }
+  if (due & EM_CONFIG_APPLY_STAGES) {
+    reserve_stages(a, &a->cfg);
+  }
+  if (due & EM_CONFIG_APPLY_DEADLINES) {
+    em_deadline_t entries[EM_DEADLINE_MAX_ENTRIES];
+    rc = em_deadlines_update(&a->deadlines, a->cfg.ring_slots, entries,
+                             deadline_entries(&a->cfg, entries));
+    if (rc) {
+      EM_ERROR("deadline page: %s", strerror(-rc));
+    }
   }
   int n = em_budget_describe(a->budget, a->birth_budgets, EM_CONFIG_MAX_RULES);
   a->n_birth_budgets = n > 0 ? (size_t)n : 0;
-  EM_INFO("reload: %zu budget rules (%zu kept their state), level %s", next->n_rules, kept,
+  EM_INFO("reload: %zu budget rules (%zu kept their state), level %s", a->cfg.n_rules, kept,
           em_level_name(em_budget_level(a->budget)));
 
-  bool target_changed = a->cfg.target.kind != next->target.kind ||
-                        a->cfg.target.pid != next->target.pid ||
-                        strcmp(a->cfg.target.value, next->target.value) != 0;
+  bool target_changed = (due & EM_CONFIG_APPLY_TARGET) != 0;
   if (target_changed) {
-    a->cfg.target = next->target;
     char desc[EM_CONFIG_MAX_PATH + 64];
     em_target_describe(&a->cfg.target, desc, sizeof(desc));
     EM_INFO("reload: target is now %s", desc);
