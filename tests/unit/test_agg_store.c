@@ -49,10 +49,11 @@ static void rm_store_files(const char *path) {
   }
 }
 
+/* Each test's temporary directory, its store path and a dictionary that knows dev-1. */
 static int setup(void **state) {
-  fixture_t *f = calloc(1, sizeof(*f));
-  assert_non_null(f);
-  snprintf(f->dir, sizeof(f->dir), "/tmp/em-store-test-XXXXXX");
+  static fixture_t fixture;
+  fixture_t *f = &fixture;
+  *f = (fixture_t){.dir = "/tmp/em-store-test-XXXXXX"};
   assert_non_null(mkdtemp(f->dir));
   snprintf(f->path, sizeof(f->path), "%s/history.db", f->dir);
   assert_int_equal(em_dict_new(&f->dict), 0);
@@ -62,18 +63,20 @@ static int setup(void **state) {
   return 0;
 }
 
+/* Removes what any test leaves in the directory: two stores and a read-only subdirectory. */
 static int teardown(void **state) {
   fixture_t *f = *state;
-  rm_store_files(f->path);
-  char other[400];
-  snprintf(other, sizeof(other), "%s/other.db", f->dir);
-  rm_store_files(other);
-  snprintf(other, sizeof(other), "%s/ro", f->dir);
-  chmod(other, 0700);
-  rmdir(other);
+  static const char *const left[] = {"history.db", "other.db"};
+  char path[400];
+  for (size_t i = 0; i < sizeof(left) / sizeof(left[0]); i++) {
+    snprintf(path, sizeof(path), "%s/%s", f->dir, left[i]);
+    rm_store_files(path);
+  }
+  snprintf(path, sizeof(path), "%s/ro", f->dir);
+  chmod(path, 0700);
+  rmdir(path);
   rmdir(f->dir);
   em_dict_free(f->dict);
-  free(f);
   return 0;
 }
 
@@ -1263,47 +1266,41 @@ static void store_open_migrates_version_8(void **state) {
 }
 
 int main(void) {
-  const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(store_create_makes_tables_and_application_id, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(store_rows_carry_names_and_values, setup, teardown),
-      cmocka_unit_test_setup_teardown(store_data_without_birth_uses_alias_names, setup, teardown),
-      cmocka_unit_test_setup_teardown(store_tick_commits_when_batch_rows_pending, setup, teardown),
-      cmocka_unit_test_setup_teardown(store_tick_commits_when_batch_ms_passed, setup, teardown),
-      cmocka_unit_test_setup_teardown(store_abandoned_store_reopens_unclean, setup, teardown),
-      cmocka_unit_test_setup_teardown(store_clean_close_reopens_clean, setup, teardown),
-      cmocka_unit_test_setup_teardown(store_retention_deletes_old_rows, setup, teardown),
-      cmocka_unit_test_setup_teardown(store_downsampling_averages_one_row_per_step, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(store_failed_row_is_dropped_and_counted, setup, teardown),
-      cmocka_unit_test_setup_teardown(store_downsampling_survives_values_whose_sum_passes_int64,
-                                      setup, teardown),
-      cmocka_unit_test_setup_teardown(store_failure_is_counted_by_table_and_reason_with_its_text,
-                                      setup, teardown),
-      cmocka_unit_test_setup_teardown(store_wal_is_checkpointed_and_stays_bounded, setup, teardown),
-      cmocka_unit_test_setup_teardown(store_deferred_level_keeps_message_order, setup, teardown),
-      cmocka_unit_test_setup_teardown(store_open_refuses_older_schema, setup, teardown),
-      cmocka_unit_test_setup_teardown(store_historical_messages_do_not_set_the_current_level, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(store_open_refuses_what_is_not_a_store, setup, teardown),
-      cmocka_unit_test_setup_teardown(store_repeated_data_message_is_stored_once_and_counted, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(store_open_migrates_version_2, setup, teardown),
-      cmocka_unit_test_setup_teardown(store_repeated_state_message_is_stored_once_and_counted,
-                                      setup, teardown),
-      cmocka_unit_test_setup_teardown(store_open_migrates_version_3, setup, teardown),
-      cmocka_unit_test_setup_teardown(store_open_migrates_version_6, setup, teardown),
-      cmocka_unit_test_setup_teardown(store_models_are_rows_and_follow_the_device, setup, teardown),
-      cmocka_unit_test_setup_teardown(store_retention_deletes_models_no_row_names, setup, teardown),
-      cmocka_unit_test_setup_teardown(store_models_only_devices_named_go_without_retention, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(store_models_bounds_refuse_new_identities, setup, teardown),
-      cmocka_unit_test_setup_teardown(store_open_migrates_version_8, setup, teardown),
-      cmocka_unit_test_setup_teardown(store_batch_whose_model_last_ns_fails_does_not_commit, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(store_row_failing_for_a_passing_reason_says_eagain, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(store_open_rejects_bad_options, setup, teardown),
+  struct CMUnitTest tests[] = {
+      cmocka_unit_test(store_create_makes_tables_and_application_id),
+      cmocka_unit_test(store_rows_carry_names_and_values),
+      cmocka_unit_test(store_data_without_birth_uses_alias_names),
+      cmocka_unit_test(store_tick_commits_when_batch_rows_pending),
+      cmocka_unit_test(store_tick_commits_when_batch_ms_passed),
+      cmocka_unit_test(store_abandoned_store_reopens_unclean),
+      cmocka_unit_test(store_clean_close_reopens_clean),
+      cmocka_unit_test(store_retention_deletes_old_rows),
+      cmocka_unit_test(store_downsampling_averages_one_row_per_step),
+      cmocka_unit_test(store_failed_row_is_dropped_and_counted),
+      cmocka_unit_test(store_downsampling_survives_values_whose_sum_passes_int64),
+      cmocka_unit_test(store_failure_is_counted_by_table_and_reason_with_its_text),
+      cmocka_unit_test(store_wal_is_checkpointed_and_stays_bounded),
+      cmocka_unit_test(store_deferred_level_keeps_message_order),
+      cmocka_unit_test(store_open_refuses_older_schema),
+      cmocka_unit_test(store_historical_messages_do_not_set_the_current_level),
+      cmocka_unit_test(store_open_refuses_what_is_not_a_store),
+      cmocka_unit_test(store_repeated_data_message_is_stored_once_and_counted),
+      cmocka_unit_test(store_open_migrates_version_2),
+      cmocka_unit_test(store_repeated_state_message_is_stored_once_and_counted),
+      cmocka_unit_test(store_open_migrates_version_3),
+      cmocka_unit_test(store_open_migrates_version_6),
+      cmocka_unit_test(store_models_are_rows_and_follow_the_device),
+      cmocka_unit_test(store_retention_deletes_models_no_row_names),
+      cmocka_unit_test(store_models_only_devices_named_go_without_retention),
+      cmocka_unit_test(store_models_bounds_refuse_new_identities),
+      cmocka_unit_test(store_open_migrates_version_8),
+      cmocka_unit_test(store_batch_whose_model_last_ns_fails_does_not_commit),
+      cmocka_unit_test(store_row_failing_for_a_passing_reason_says_eagain),
+      cmocka_unit_test(store_open_rejects_bad_options),
   };
+  for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
+    tests[i].setup_func = setup; /* Every test gets a fresh directory and dictionary. */
+    tests[i].teardown_func = teardown;
+  }
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
