@@ -86,114 +86,310 @@ static const char *const section_names[] = {
 _Static_assert(sizeof(section_names) / sizeof(section_names[0]) == SEC_INVALID,
                "section_names has a name for each section_t up to SEC_INVALID");
 
+/*
+ * Every key of the file, one row each (edgemon/common/schema.h): KEY(id, section, name, type,
+ * the row's other fields). The list makes both key_id_t (a row's index, for the code that
+ * names a key) and the table `keys`, so adding a key is adding its row here (and its line in
+ * docs/CONFIG.md and firmware/edgemon-agent.ini, which test_config_keys checks). Rows without
+ * `set` are validated and stored by their type; a row's default is its `def` (through its
+ * setter when it has one) or its `compute` hook (em_config_defaults); rows without
+ * EM_SCHEMA_RELOAD are those a SIGHUP cannot apply (em_config_reload_conflict), and the others
+ * name the apply steps a change makes due (em_config_adopt). The budget keys come last, from
+ * K_BUDGET_FIRST: each section's `level`, then its <rule>_level keys up to the section's end.
+ * The macros below spell the rows; the functions they name are defined further down.
+ */
+#define FIELD(f)      .offset = offsetof(em_config_t, f), .size = sizeof(((em_config_t *)0)->f)
+#define NO_FIELD      .offset = EM_SCHEMA_NO_FIELD, .size = 0
+#define RANGE(lo, hi) .min = (lo), .max = (hi)
+#define AGENT         "agent"
+#define STAGE         "budget.<stage>"
+#define PROC          "budget.process"
+#define RELOAD        EM_SCHEMA_RELOAD
+/* Reloadable, and the apply steps a change makes due (em_config_adopt). */
+#define APPLY(steps) .flags = RELOAD, .apply = (steps)
+/* A budget row: its value reaches the agent through the rules, which feed the engine, the
+ * stages reserved for budgets and the deadline page. */
+#define RULE_ROW                                                                                   \
+  .same = same_rules, .copy = copy_rules,                                                          \
+  APPLY(EM_CONFIG_APPLY_BUDGETS | EM_CONFIG_APPLY_STAGES | EM_CONFIG_APPLY_DEADLINES)
+#define TARGET_ROW .same = same_target, .copy = copy_target, APPLY(EM_CONFIG_APPLY_TARGET)
+#define STAGE_DURATION(ex, what)                                                                   \
+  NO_FIELD, RANGE(NS_PER_US, NS_PER_H), RULE_ROW, .set = set_budget_typed, .example = ex,          \
+                                                  .doc = what
+#define BUDGET_LEVEL(what)                                                                         \
+  NO_FIELD, RULE_ROW, .set = set_budget_level, .example = "DEGRADED", .doc = what
+/* A share, above 0 and below 1 (set_budget_ratio). */
+#define BUDGET_RATIO(ex, what)                                                                     \
+  NO_FIELD, RULE_ROW, .set = set_budget_ratio, .example = ex, .doc = what
+/* A budget number above 0 and at most hi (set_budget_number): its range and wording. */
+#define BUDGET_NUMBER(hi, wording, ex, what)                                                       \
+  NO_FIELD, RULE_ROW, .set = set_budget_number, .max = (hi), .want = wording, .example = ex,       \
+                      .doc = what
+#define AGENT_KEYS(KEY)                                                                            \
+  KEY(K_DEVICE_ID, AGENT, "device_id", EM_SCHEMA_ID, FIELD(device_id),                             \
+      .compute = default_device_id, .example = "jetson-07",                                        \
+      .doc = "Device id in topics; default: the hostname, made topic-safe")                        \
+  KEY(K_SAMPLE_PERIOD, AGENT, "sample_period", EM_SCHEMA_DURATION, FIELD(sample_period_ns),        \
+      RANGE(NS_PER_MS, 60 * NS_PER_S), .def = "100ms", .example = "100ms",                         \
+      .doc = "Process sampling period (else the board profile's)")                                 \
+  KEY(K_SMAPS_PERIOD, AGENT, "smaps_period", EM_SCHEMA_DURATION, FIELD(smaps_period_ns),           \
+      RANGE(NS_PER_MS, NS_PER_H), .def = "5s", .flags = EM_SCHEMA_OFF | EM_SCHEMA_ZERO,            \
+      .example = "5s", .doc = "smaps_rollup cadence; 0 or off: not read")                          \
+  KEY(K_SYSTEM_PERIOD, AGENT, "system_period", EM_SCHEMA_DURATION, FIELD(system_period_ns),        \
+      RANGE(NS_PER_MS, NS_PER_H), .def = "1s", .example = "1s",                                    \
+      .doc = "MemAvailable and PSI cadence, at least sample_period")                               \
+  KEY(K_RUNTIME_DIR, AGENT, "runtime_dir", EM_SCHEMA_PATH, FIELD(runtime_dir),                     \
+      .compute = default_runtime_dir, .example = "/run/edgemon",                                   \
+      .doc = "Default $RUNTIME_DIRECTORY (set by systemd), else /run/edgemon (root), else "        \
+             "$XDG_RUNTIME_DIR/edgemon")                                                           \
+  KEY(K_BOARD, AGENT, "board", EM_SCHEMA_ID, FIELD(board), .same = same_board, .def = "auto",      \
+      .example = "generic",                                                                        \
+      .doc = "Board profile: auto (detect), generic, or a name under boards/")                     \
+  KEY(K_PROC_ROOT, AGENT, "proc_root", EM_SCHEMA_PATH, FIELD(proc_root), .def = "/proc",           \
+      .example = "/proc", .doc = "Where /proc is read")                                            \
+  KEY(K_SYS_ROOT, AGENT, "sys_root", EM_SCHEMA_PATH, FIELD(sys_root), .def = "/", .example = "/",  \
+      .doc = "Root of the sensor and PMU event files")                                             \
+  KEY(K_SENSORS_PERIOD, AGENT, "sensors_period", EM_SCHEMA_DURATION, FIELD(sensors_period_ns),     \
+      RANGE(10 * NS_PER_MS, NS_PER_H), .example = "1s",                                            \
+      .doc = "Sensor cadence; default: the board profile's")                                       \
+  KEY(K_LOG_LEVEL, AGENT, "log_level", EM_SCHEMA_ENUM, FIELD(log_level), .def = "info",            \
+      APPLY(EM_CONFIG_APPLY_LOG), .choices = log_levels,                                           \
+      .n_choices = sizeof(log_levels) / sizeof(log_levels[0]), .example = "info",                  \
+      .doc = "error, warn, info or debug")                                                         \
+  KEY(K_PID, "target", "pid", EM_SCHEMA_CUSTOM, NO_FIELD, TARGET_ROW, .set = set_target_pid,       \
+      .example = "1234", .doc = "The process with this pid")                                       \
+  KEY(K_PID_FILE, "target", "pid_file", EM_SCHEMA_PATH, NO_FIELD, TARGET_ROW,                      \
+      .set = set_target_pid_file, .example = "/run/inference.pid", .doc = "The pid in this file")  \
+  KEY(K_PROCESS_NAME, "target", "process_name", EM_SCHEMA_STRING, NO_FIELD, TARGET_ROW,            \
+      .set = set_target_comm, .example = "python3", .doc = "The process whose comm is this")       \
+  KEY(K_CMDLINE, "target", "cmdline", EM_SCHEMA_STRING, NO_FIELD, TARGET_ROW,                      \
+      .set = set_target_cmdline, .example = "detect.py",                                           \
+      .doc = "The process whose command line has this")                                            \
+  KEY(K_CGROUP, "target", "cgroup", EM_SCHEMA_PATH, NO_FIELD, TARGET_ROW,                          \
+      .set = set_target_cgroup, .example = "/sys/fs/cgroup/inference.service",                     \
+      .doc = "The processes of this cgroup")                                                       \
+  KEY(K_BROKER, "mqtt", "broker", EM_SCHEMA_CUSTOM, FIELD(broker_host), .set = set_broker,         \
+      .same = same_broker, .def = "mqtt://127.0.0.1:1883", .example = "mqtt://127.0.0.1:1883",     \
+      .doc = "mqtt://HOST[:PORT] or mqtts://HOST[:PORT] (TLS)")                                    \
+  KEY(K_CLIENT_ID, "mqtt", "client_id", EM_SCHEMA_STRING, FIELD(client_id), .set = set_client_id,  \
+      .compute = default_client_id, .example = "edgemon-jetson-07",                                \
+      .doc = "Default edgemon-<device_id>")                                                        \
+  KEY(K_QOS_DATA, "mqtt", "qos_data", EM_SCHEMA_ENUM, FIELD(qos_data), .def = "0",                 \
+      .choices = qos_levels, .n_choices = 2, .want = "must be 0 or 1 (qos 2 is not supported)",    \
+      .example = "0", .doc = "QoS of data messages")                                               \
+  KEY(K_QOS_STATE, "mqtt", "qos_state", EM_SCHEMA_ENUM, FIELD(qos_state), .def = "1",              \
+      .choices = qos_levels, .n_choices = 2, .want = "must be 0 or 1 (qos 2 is not supported)",    \
+      .example = "1", .doc = "QoS of birth, state and status")                                     \
+  KEY(K_KEEPALIVE, "mqtt", "keepalive", EM_SCHEMA_DURATION, FIELD(keepalive_s),                    \
+      RANGE(5 * NS_PER_S, NS_PER_H), .def = "30s", .flags = EM_SCHEMA_SECONDS | EM_SCHEMA_WHOLE,   \
+      .example = "30s", .doc = "MQTT keepalive, whole seconds")                                    \
+  KEY(K_ACK_TIMEOUT, "mqtt", "ack_timeout", EM_SCHEMA_DURATION, FIELD(ack_timeout_ns),             \
+      RANGE(NS_PER_S, NS_PER_H), .def = "10s", .flags = EM_SCHEMA_OFF, .example = "10s",           \
+      .doc = "PUBACK wait before the session is dropped and data spooled; off: none")              \
+  KEY(K_RECONNECT_MIN, "mqtt", "reconnect_min", EM_SCHEMA_DURATION, FIELD(reconnect_min_ns),       \
+      RANGE(100 * NS_PER_MS, NS_PER_H), .def = "500ms", .example = "500ms",                        \
+      .doc = "Reconnect backoff start")                                                            \
+  KEY(K_RECONNECT_MAX, "mqtt", "reconnect_max", EM_SCHEMA_DURATION, FIELD(reconnect_max_ns),       \
+      RANGE(100 * NS_PER_MS, NS_PER_H), .def = "30s", .example = "30s",                            \
+      .doc = "Reconnect backoff cap")                                                              \
+  KEY(K_TLS_CA_FILE, "mqtt", "tls_ca_file", EM_SCHEMA_PATH, FIELD(tls_ca_file),                    \
+      .example = "/etc/edgemon/ca.crt", .doc = "mqtts://: PEM CA bundle")                          \
+  KEY(K_TLS_CA_PATH, "mqtt", "tls_ca_path", EM_SCHEMA_PATH, FIELD(tls_ca_path),                    \
+      .example = "/etc/ssl/certs", .doc = "mqtts://: directory of hashed CA certificates")         \
+  KEY(K_TLS_CERT_FILE, "mqtt", "tls_cert_file", EM_SCHEMA_PATH, FIELD(tls_cert_file),              \
+      .example = "/etc/edgemon/device.crt", .doc = "mqtts://: client certificate (PEM)")           \
+  KEY(K_TLS_KEY_FILE, "mqtt", "tls_key_file", EM_SCHEMA_PATH, FIELD(tls_key_file),                 \
+      .example = "/etc/edgemon/device.key", .doc = "mqtts://: its private key, a private file")    \
+  KEY(K_TLS_INSECURE, "mqtt", "tls_insecure", EM_SCHEMA_BOOL, FIELD(tls_insecure), .def = "false", \
+      .example = "false", .doc = "true: no broker host name check (tests only)")                   \
+  KEY(K_CREDENTIALS_FILE, "mqtt", "credentials_file", EM_SCHEMA_PATH, FIELD(credentials_file),     \
+      .flags = EM_SCHEMA_SECRET, .example = "/etc/edgemon/mqtt.credentials",                       \
+      .doc = "username = / password = lines, a private file")                                      \
+  KEY(K_EVENTS, "pmu", "events", EM_SCHEMA_LIST, NO_FIELD, .set = set_events, .same = same_events, \
+      .def = "cycles, instructions, cache-references, cache-misses, branch-instructions, "         \
+             "branch-misses, task-clock, context-switches, cpu-migrations, page-faults",           \
+      .example = "cycles, instructions", .doc = "PMU events (else the board profile's)")           \
+  KEY(K_SPAN_SOCKET, "spans", "socket", EM_SCHEMA_PATH, FIELD(span_socket),                        \
+      .example = "/run/edgemon/spans.sock", .doc = "Default <runtime_dir>/spans.sock")             \
+  KEY(K_SOCKET_MODE, "spans", "socket_mode", EM_SCHEMA_CUSTOM, FIELD(span_socket_mode),            \
+      .set = set_socket_mode, .def = "0660", .example = "0660",                                    \
+      .doc = "Octal permissions, owner read-write at least")                                       \
+  KEY(K_SOCKET_GROUP, "spans", "socket_group", EM_SCHEMA_CUSTOM, FIELD(span_socket_gid),           \
+      .set = set_socket_group, .compute = default_socket_group, .example = "video",                \
+      .doc = "Group of the socket; default the agent's")                                           \
+  KEY(K_ALLOW_UIDS, "spans", "allow_uids", EM_SCHEMA_LIST, NO_FIELD, .set = set_allow_uids,        \
+      .same = same_uids, .example = "0, robot", .doc = "Users allowed to send spans; default any") \
+  KEY(K_ALLOW_GIDS, "spans", "allow_gids", EM_SCHEMA_LIST, NO_FIELD, .set = set_allow_gids,        \
+      .same = same_gids, .example = "video", .doc = "Groups allowed to send spans; default any")   \
+  KEY(K_MAX_STAGES, "spans", "max_stages", EM_SCHEMA_INT, FIELD(max_stages),                       \
+      RANGE(1, EM_PROTO_MAX_STAGES), .def = "32", .example = "32",                                 \
+      .doc = "Stages tracked at once")                                                             \
+  KEY(K_STAGE_IDLE, "spans", "stage_idle", EM_SCHEMA_DURATION, FIELD(stage_idle_ns),               \
+      RANGE(NS_PER_MS, 24 * NS_PER_H), .def = "60s", APPLY(EM_CONFIG_APPLY_STAGES),                \
+      .example = "60s", .doc = "An unbudgeted stage this long silent may give its slot away")      \
+  KEY(K_RINGS, "spans", "rings", EM_SCHEMA_INT, FIELD(rings), RANGE(1, EM_CONFIG_MAX_RINGS),       \
+      .def = "64", .example = "64", .doc = "Span rings registered at once")                        \
+  KEY(K_RINGS_PER_PROCESS, "spans", "rings_per_process", EM_SCHEMA_INT, FIELD(rings_per_process),  \
+      RANGE(1, EM_CONFIG_MAX_RINGS), .def = "16", .example = "16",                                 \
+      .doc = "Span rings per process")                                                             \
+  KEY(K_RING_SLOTS, "spans", "ring_slots", EM_SCHEMA_INT, FIELD(ring_slots),                       \
+      RANGE(EM_RING_MIN_SLOTS, EM_RING_MAX_SLOTS), .set = set_ring_slots, .def = "1024",           \
+      APPLY(EM_CONFIG_APPLY_DEADLINES), .example = "1024",                                         \
+      .doc = "Slots per ring suggested, a power of two")                                           \
+  KEY(K_ENTER_WINDOWS, "degrade", "enter_windows", EM_SCHEMA_INT, FIELD(enter_windows),            \
+      RANGE(1, 100), .def = "3", APPLY(EM_CONFIG_APPLY_BUDGETS), .example = "3",                   \
+      .doc = "Violating windows before a rule enters")                                             \
+  KEY(K_LEAVE_WINDOWS, "degrade", "leave_windows", EM_SCHEMA_INT, FIELD(leave_windows),            \
+      RANGE(1, 1000), .def = "5", APPLY(EM_CONFIG_APPLY_BUDGETS), .example = "5",                  \
+      .doc = "Clean windows per step down")                                                        \
+  KEY(K_DEGRADE_WINDOW, "degrade", "window", EM_SCHEMA_DURATION, FIELD(window_ns),                 \
+      RANGE(NS_PER_MS, NS_PER_H), .def = "1s", APPLY(EM_CONFIG_APPLY_BUDGETS), .example = "1s",    \
+      .doc = "Budget evaluation window, at least sample_period")                                   \
+  KEY(K_HOOK, "degrade", "hook", EM_SCHEMA_PATH, FIELD(hook),                                      \
+      .example = "/usr/local/bin/on-level", .doc = "Command run on every change of level")         \
+  KEY(K_HOOK_TIMEOUT, "degrade", "hook_timeout", EM_SCHEMA_DURATION, FIELD(hook_timeout_ns),       \
+      RANGE(100 * NS_PER_MS, 10 * NS_PER_MIN), .def = "5s", .example = "5s",                       \
+      .doc = "The hook is killed after this")                                                      \
+  KEY(K_SPOOL_PATH, "spool", "path", EM_SCHEMA_PATH, FIELD(spool_path), .flags = EM_SCHEMA_OFF,    \
+      .def = "/var/lib/edgemon/spool", .example = "/var/lib/edgemon/spool",                        \
+      .doc = "Spool file while the broker is away; off: memory only")                              \
+  KEY(K_SPOOL_SIZE, "spool", "size", EM_SCHEMA_SIZE, FIELD(spool_bytes),                           \
+      RANGE(64ull << 10, 1ull << 30), .def = "16MiB", .example = "16MiB",                          \
+      .doc = "Spool ring capacity")                                                                \
+  KEY(K_SPOOL_SYNC, "spool", "sync_interval", EM_SCHEMA_DURATION, FIELD(spool_sync_ns),            \
+      RANGE(100 * NS_PER_MS, NS_PER_H), .def = "5s", .example = "5s", .doc = "fdatasync cadence")  \
+  KEY(K_REPLAY_PER_TICK, "spool", "replay_per_tick", EM_SCHEMA_INT, FIELD(replay_per_tick),        \
+      RANGE(1, 10000), .def = "32", .example = "32", .doc = "Spooled messages sent per tick")      \
+  KEY(K_WRITE_AHEAD, "spool", "write_ahead", EM_SCHEMA_BOOL, FIELD(spool_write_ahead),             \
+      .def = "true", .example = "true",                                                            \
+      .doc = "QoS 1 messages spooled before sending, done on PUBACK")                              \
+  KEY(K_FLIGHT_ENABLED, "flight", "enabled", EM_SCHEMA_BOOL, FIELD(flight_enabled), .def = "true", \
+      .example = "true",                                                                           \
+      .doc = "Flight recorder on: the last seconds kept, a recording on every escalation")         \
+  KEY(K_FLIGHT_PRE, "flight", "pre_seconds", EM_SCHEMA_DURATION, FIELD(flight_pre_ns),             \
+      RANGE(100 * NS_PER_MS, 10 * NS_PER_MIN), .bare_unit = NS_PER_S, .def = "10",                 \
+      .example = "10", .doc = "Time kept before a trigger (seconds, or a duration)")               \
+  KEY(K_FLIGHT_POST, "flight", "post_seconds", EM_SCHEMA_DURATION, FIELD(flight_post_ns),          \
+      RANGE(0, 10 * NS_PER_MIN), .bare_unit = NS_PER_S, .def = "2", .flags = EM_SCHEMA_ZERO,       \
+      .example = "2", .doc = "Time recorded after a trigger (seconds, or a duration)")             \
+  KEY(K_FLIGHT_MAX_SPANS, "flight", "max_spans", EM_SCHEMA_INT, FIELD(flight_max_spans),           \
+      RANGE(64, EM_FLIGHT_MAX_SPANS), .def = "16384", .example = "16384",                          \
+      .doc = "Spans the ring holds (32 bytes each)")                                               \
+  KEY(K_FLIGHT_MAX_BYTES, "flight", "max_bytes", EM_SCHEMA_SIZE, FIELD(flight_max_bytes),          \
+      RANGE(4096, EM_FLIGHT_MAX_BYTES), .bare_unit = 1, .def = "262144", .example = "262144",      \
+      .doc = "Largest recording encoded; farther spans and ticks are cut")                         \
+  KEY(K_FLIGHT_MIN_GAP, "flight", "min_gap_seconds", EM_SCHEMA_DURATION, FIELD(flight_min_gap_ns), \
+      RANGE(0, 24 * NS_PER_H), .bare_unit = NS_PER_S, .def = "30",                                 \
+      .flags = RELOAD | EM_SCHEMA_ZERO, .apply = EM_CONFIG_APPLY_FLIGHT_GAP, .example = "30",      \
+      .doc = "Least time between two recordings (seconds, or a duration)")                         \
+  KEY(K_PROFILE_ENABLED, "profile", "enabled", EM_SCHEMA_BOOL, FIELD(profile_enabled),             \
+      .def = "true", .example = "true",                                                            \
+      .doc = "Stack profiler on: a sampling window on every escalation and cmd/profile")           \
+  KEY(K_PROFILE_HZ, "profile", "hz", EM_SCHEMA_INT, FIELD(profile_hz), RANGE(49, 199),             \
+      .def = "99", .example = "99", .doc = "Samples per second per thread")                        \
+  KEY(K_PROFILE_SECONDS, "profile", "seconds", EM_SCHEMA_DURATION, FIELD(profile_ns),              \
+      RANGE(NS_PER_S, 60 * NS_PER_S), .bare_unit = NS_PER_S, .def = "5", .example = "5",           \
+      .doc = "A window's length (seconds, or a duration); at most max_seconds")                    \
+  KEY(K_PROFILE_MAX_SECONDS, "profile", "max_seconds", EM_SCHEMA_DURATION, FIELD(profile_max_ns),  \
+      RANGE(NS_PER_S, 60 * NS_PER_S), .bare_unit = NS_PER_S, .def = "30", .example = "30",         \
+      .doc = "The longest window a cmd/profile may ask for")                                       \
+  KEY(K_PROFILE_MIN_GAP, "profile", "min_gap_seconds", EM_SCHEMA_DURATION,                         \
+      FIELD(profile_min_gap_ns), RANGE(0, 24 * NS_PER_H), .bare_unit = NS_PER_S, .def = "60",      \
+      .flags = RELOAD | EM_SCHEMA_ZERO, .apply = EM_CONFIG_APPLY_PROFILE_GAP, .example = "60",     \
+      .doc = "Least time between two windows' starts (seconds, or a duration)")                    \
+  KEY(K_PROFILE_CLOCK, "profile", "clock", EM_SCHEMA_ENUM, FIELD(profile_clock),                   \
+      .def = "cpu-clock", .choices = profile_clocks, .n_choices = 2,                               \
+      .want = "must be cpu-clock or task-clock", .example = "cpu-clock",                           \
+      .doc = "The sampling event (software clocks: no hardware PMU needed)")                       \
+  KEY(K_PROFILE_UNWIND, "profile", "unwind", EM_SCHEMA_ENUM, FIELD(profile_dwarf), .def = "dwarf", \
+      .choices = profile_unwinds, .n_choices = 2, .want = "must be dwarf or fp",                   \
+      .example = "dwarf",                                                                          \
+      .doc = "Native frames by DWARF CFI from 8 KiB stack copies, or by frame pointers only")      \
+  KEY(K_PROFILE_MAX_BYTES, "profile", "max_bytes", EM_SCHEMA_SIZE, FIELD(profile_max_bytes),       \
+      RANGE(4096, EM_PROFILE_MAX_BYTES), .bare_unit = 1, .def = "262144", .example = "262144",     \
+      .doc = "Largest profile encoded; the stacks with the fewest samples are cut")                \
+  KEY(K_P50, STAGE, "p50", EM_SCHEMA_DURATION, STAGE_DURATION("20ms", "Median span length bound")) \
+  KEY(K_P90, STAGE, "p90", EM_SCHEMA_DURATION, STAGE_DURATION("30ms", "90th percentile bound"))    \
+  KEY(K_P99, STAGE, "p99", EM_SCHEMA_DURATION, STAGE_DURATION("40ms", "99th percentile bound"))    \
+  KEY(K_P999, STAGE, "p999", EM_SCHEMA_DURATION,                                                   \
+      STAGE_DURATION("60ms", "99.9th percentile bound"))                                           \
+  KEY(K_DEADLINE, STAGE, "deadline", EM_SCHEMA_DURATION,                                           \
+      STAGE_DURATION("100ms", "Every span at most this long"))                                     \
+  KEY(K_MISS_RATIO, STAGE, "miss_ratio", EM_SCHEMA_CUSTOM,                                         \
+      BUDGET_RATIO("0.05", "Share of spans over miss_over"))                                       \
+  KEY(K_MISS_OVER, STAGE, "miss_over", EM_SCHEMA_DURATION,                                         \
+      STAGE_DURATION("40ms", "The span length that counts as a miss"))                             \
+  KEY(K_STALL, STAGE, "stall", EM_SCHEMA_DURATION, NO_FIELD, RANGE(NS_PER_MS, NS_PER_H), RULE_ROW, \
+      .set = set_budget_typed, .example = "500ms", .doc = "Longest silence without a span")        \
+  KEY(K_MIN_RATE, STAGE, "min_rate", EM_SCHEMA_CUSTOM,                                             \
+      BUDGET_NUMBER(1000000, "a number above 0 and at most 1000000", "15",                         \
+                    "Frames per second at least"))                                                 \
+  KEY(K_FLOW, STAGE, "flow", EM_SCHEMA_LIST, NO_FIELD, RULE_ROW, .set = set_budget_flow,           \
+      .example = "preprocess, infer, postprocess", .doc = "Stages a frame passes, in order")       \
+  KEY(K_FLOW_DEADLINE, STAGE, "flow_deadline", EM_SCHEMA_DURATION,                                 \
+      STAGE_DURATION("100ms", "Longest a frame may take"))                                         \
+  KEY(K_STAGE_LEVEL, STAGE, "level", EM_SCHEMA_CUSTOM,                                             \
+      BUDGET_LEVEL("Level of every rule of the section"))                                          \
+  KEY(K_P50_LEVEL, STAGE, "p50_level", EM_SCHEMA_CUSTOM, BUDGET_LEVEL("Level of p50"))             \
+  KEY(K_P90_LEVEL, STAGE, "p90_level", EM_SCHEMA_CUSTOM, BUDGET_LEVEL("Level of p90"))             \
+  KEY(K_P99_LEVEL, STAGE, "p99_level", EM_SCHEMA_CUSTOM, BUDGET_LEVEL("Level of p99"))             \
+  KEY(K_P999_LEVEL, STAGE, "p999_level", EM_SCHEMA_CUSTOM, BUDGET_LEVEL("Level of p999"))          \
+  KEY(K_DEADLINE_LEVEL, STAGE, "deadline_level", EM_SCHEMA_CUSTOM,                                 \
+      BUDGET_LEVEL("Level of deadline"))                                                           \
+  KEY(K_MISS_RATIO_LEVEL, STAGE, "miss_ratio_level", EM_SCHEMA_CUSTOM,                             \
+      BUDGET_LEVEL("Level of miss_ratio"))                                                         \
+  KEY(K_STALL_LEVEL, STAGE, "stall_level", EM_SCHEMA_CUSTOM, BUDGET_LEVEL("Level of stall"))       \
+  KEY(K_MIN_RATE_LEVEL, STAGE, "min_rate_level", EM_SCHEMA_CUSTOM,                                 \
+      BUDGET_LEVEL("Level of min_rate"))                                                           \
+  KEY(K_FLOW_LEVEL, STAGE, "flow_level", EM_SCHEMA_CUSTOM, BUDGET_LEVEL("Level of flow"))          \
+  KEY(K_RSS_CAP, PROC, "rss_cap", EM_SCHEMA_SIZE, NO_FIELD, RANGE(1ull << 20, 1ull << 40),         \
+      RULE_ROW, .set = set_budget_typed, .example = "2GiB", .doc = "Resident set cap")             \
+  KEY(K_RSS_SLOPE, PROC, "rss_slope", EM_SCHEMA_CUSTOM,                                            \
+      BUDGET_NUMBER(1000000, "a number above 0 and at most 1000000", "50",                         \
+                    "Resident set growth, MiB per hour"))                                          \
+  KEY(K_RSS_SLOPE_HORIZON, PROC, "rss_slope_horizon", EM_SCHEMA_DURATION, NO_FIELD,                \
+      RANGE(NS_PER_MIN, 24 * NS_PER_H), RULE_ROW, .set = set_budget_typed, .example = "30m",       \
+      .doc = "Window of the rss_slope fit; default 30m")                                           \
+  KEY(K_PSI_CPU_SOME, PROC, "psi_cpu_some", EM_SCHEMA_CUSTOM,                                      \
+      BUDGET_NUMBER(100, "a percentage above 0 and at most 100", "40",                             \
+                    "PSI cpu some avg10, percent"))                                                \
+  KEY(K_PSI_MEMORY_SOME, PROC, "psi_memory_some", EM_SCHEMA_CUSTOM,                                \
+      BUDGET_NUMBER(100, "a percentage above 0 and at most 100", "20", "PSI memory some avg10"))   \
+  KEY(K_PSI_MEMORY_FULL, PROC, "psi_memory_full", EM_SCHEMA_CUSTOM,                                \
+      BUDGET_NUMBER(100, "a percentage above 0 and at most 100", "5", "PSI memory full avg10"))    \
+  KEY(K_PSI_IO_SOME, PROC, "psi_io_some", EM_SCHEMA_CUSTOM,                                        \
+      BUDGET_NUMBER(100, "a percentage above 0 and at most 100", "40", "PSI io some avg10"))       \
+  KEY(K_PSI_IO_FULL, PROC, "psi_io_full", EM_SCHEMA_CUSTOM,                                        \
+      BUDGET_NUMBER(100, "a percentage above 0 and at most 100", "10", "PSI io full avg10"))       \
+  KEY(K_TEMP_MAX, PROC, "temp_max", EM_SCHEMA_CUSTOM,                                              \
+      BUDGET_NUMBER(200, "degrees C above 0 and at most 200", "85",                                \
+                    "Hottest thermal zone, degrees C"))                                            \
+  KEY(K_THROTTLE, PROC, "throttle", EM_SCHEMA_CUSTOM, NO_FIELD, RULE_ROW, .set = set_budget_on,    \
+      .example = "on", .doc = "on: a rule that the board is not throttled")                        \
+  KEY(K_PROCESS_LEVEL, PROC, "level", EM_SCHEMA_CUSTOM,                                            \
+      BUDGET_LEVEL("Level of every process rule"))                                                 \
+  KEY(K_RSS_CAP_LEVEL, PROC, "rss_cap_level", EM_SCHEMA_CUSTOM, BUDGET_LEVEL("Level of rss_cap"))  \
+  KEY(K_RSS_SLOPE_LEVEL, PROC, "rss_slope_level", EM_SCHEMA_CUSTOM,                                \
+      BUDGET_LEVEL("Level of rss_slope"))                                                          \
+  KEY(K_PSI_CPU_SOME_LEVEL, PROC, "psi_cpu_some_level", EM_SCHEMA_CUSTOM,                          \
+      BUDGET_LEVEL("Level of psi_cpu_some"))                                                       \
+  KEY(K_PSI_MEMORY_SOME_LEVEL, PROC, "psi_memory_some_level", EM_SCHEMA_CUSTOM,                    \
+      BUDGET_LEVEL("Level of psi_memory_some"))                                                    \
+  KEY(K_PSI_MEMORY_FULL_LEVEL, PROC, "psi_memory_full_level", EM_SCHEMA_CUSTOM,                    \
+      BUDGET_LEVEL("Level of psi_memory_full"))                                                    \
+  KEY(K_PSI_IO_SOME_LEVEL, PROC, "psi_io_some_level", EM_SCHEMA_CUSTOM,                            \
+      BUDGET_LEVEL("Level of psi_io_some"))                                                        \
+  KEY(K_PSI_IO_FULL_LEVEL, PROC, "psi_io_full_level", EM_SCHEMA_CUSTOM,                            \
+      BUDGET_LEVEL("Level of psi_io_full"))                                                        \
+  KEY(K_TEMP_MAX_LEVEL, PROC, "temp_max_level", EM_SCHEMA_CUSTOM,                                  \
+      BUDGET_LEVEL("Level of temp_max"))                                                           \
+  KEY(K_THROTTLE_LEVEL, PROC, "throttle_level", EM_SCHEMA_CUSTOM, BUDGET_LEVEL("Level of throttle"))
+
 typedef enum {
-  K_DEVICE_ID,
-  K_SAMPLE_PERIOD,
-  K_SMAPS_PERIOD,
-  K_SYSTEM_PERIOD,
-  K_RUNTIME_DIR,
-  K_BOARD,
-  K_PROC_ROOT,
-  K_SYS_ROOT,
-  K_SENSORS_PERIOD,
-  K_LOG_LEVEL,
-  K_PID,
-  K_PID_FILE,
-  K_PROCESS_NAME,
-  K_CMDLINE,
-  K_CGROUP,
-  K_BROKER,
-  K_CLIENT_ID,
-  K_QOS_DATA,
-  K_QOS_STATE,
-  K_KEEPALIVE,
-  K_ACK_TIMEOUT,
-  K_RECONNECT_MIN,
-  K_RECONNECT_MAX,
-  K_TLS_CA_FILE,
-  K_TLS_CA_PATH,
-  K_TLS_CERT_FILE,
-  K_TLS_KEY_FILE,
-  K_TLS_INSECURE,
-  K_CREDENTIALS_FILE,
-  K_EVENTS,
-  K_SPAN_SOCKET,
-  K_SOCKET_MODE,
-  K_SOCKET_GROUP,
-  K_ALLOW_UIDS,
-  K_ALLOW_GIDS,
-  K_MAX_STAGES,
-  K_STAGE_IDLE,
-  K_RINGS,
-  K_RINGS_PER_PROCESS,
-  K_RING_SLOTS,
-  K_ENTER_WINDOWS,
-  K_LEAVE_WINDOWS,
-  K_DEGRADE_WINDOW,
-  K_HOOK,
-  K_HOOK_TIMEOUT,
-  K_SPOOL_PATH,
-  K_SPOOL_SIZE,
-  K_SPOOL_SYNC,
-  K_REPLAY_PER_TICK,
-  K_WRITE_AHEAD,
-  K_FLIGHT_ENABLED,
-  K_FLIGHT_PRE,
-  K_FLIGHT_POST,
-  K_FLIGHT_MAX_SPANS,
-  K_FLIGHT_MAX_BYTES,
-  K_FLIGHT_MIN_GAP,
-  K_PROFILE_ENABLED,
-  K_PROFILE_HZ,
-  K_PROFILE_SECONDS,
-  K_PROFILE_MAX_SECONDS,
-  K_PROFILE_MIN_GAP,
-  K_PROFILE_CLOCK,
-  K_PROFILE_UNWIND,
-  K_PROFILE_MAX_BYTES,
-  /* Budget keys, from K_BUDGET_FIRST on: stored per section in budget_sec_t. */
-  K_P50,
-  K_P90,
-  K_P99,
-  K_P999,
-  K_DEADLINE,
-  K_MISS_RATIO,
-  K_MISS_OVER,
-  K_STALL,
-  K_MIN_RATE,
-  K_FLOW,
-  K_FLOW_DEADLINE,
-  K_STAGE_LEVEL,
-  K_P50_LEVEL,
-  K_P90_LEVEL,
-  K_P99_LEVEL,
-  K_P999_LEVEL,
-  K_DEADLINE_LEVEL,
-  K_MISS_RATIO_LEVEL,
-  K_STALL_LEVEL,
-  K_MIN_RATE_LEVEL,
-  K_FLOW_LEVEL,
-  K_RSS_CAP,
-  K_RSS_SLOPE,
-  K_RSS_SLOPE_HORIZON,
-  K_PSI_CPU_SOME,
-  K_PSI_MEMORY_SOME,
-  K_PSI_MEMORY_FULL,
-  K_PSI_IO_SOME,
-  K_PSI_IO_FULL,
-  K_TEMP_MAX,
-  K_THROTTLE,
-  K_PROCESS_LEVEL,
-  K_RSS_CAP_LEVEL,
-  K_RSS_SLOPE_LEVEL,
-  K_PSI_CPU_SOME_LEVEL,
-  K_PSI_MEMORY_SOME_LEVEL,
-  K_PSI_MEMORY_FULL_LEVEL,
-  K_PSI_IO_SOME_LEVEL,
-  K_PSI_IO_FULL_LEVEL,
-  K_TEMP_MAX_LEVEL,
-  K_THROTTLE_LEVEL,
-  K_COUNT,
+#define KEY_ID(key, ...) key,
+  AGENT_KEYS(KEY_ID)
+#undef KEY_ID
+      K_COUNT
 } key_id_t;
 
 #define K_BUDGET_FIRST    K_P50
@@ -1100,294 +1296,18 @@ static const em_parse_enum_t qos_levels[] = {{"0", 0}, {"1", 1}};
 static const em_parse_enum_t profile_clocks[] = {{"cpu-clock", 0}, {"task-clock", 1}};
 static const em_parse_enum_t profile_unwinds[] = {{"dwarf", 1}, {"fp", 0}};
 
-/*
- * Every key of the file, one row each (edgemon/common/schema.h), index = key_id_t. Rows without
- * `set` are validated and stored by their type; defaults come from `def` (em_config_defaults:
- * rows with a setter of their own, and those computed at run time, are filled there); rows
- * without EM_SCHEMA_RELOAD are those a SIGHUP cannot apply (em_config_reload_conflict).
- * docs/CONFIG.md and firmware/edgemon-agent.ini name every key of this table (test_config_keys).
- */
-#define FIELD(f)      .offset = offsetof(em_config_t, f), .size = sizeof(((em_config_t *)0)->f)
-#define NO_FIELD      .offset = EM_SCHEMA_NO_FIELD, .size = 0
-#define RANGE(lo, hi) .min = (lo), .max = (hi)
-#define KEY(key, sec, nm, ty, ...)                                                                 \
-  [key] = {.id = key, .section = sec, .name = nm, .type = ty, __VA_ARGS__}
-#define AGENT  "agent"
-#define STAGE  "budget.<stage>"
-#define PROC   "budget.process"
-#define RELOAD EM_SCHEMA_RELOAD
-/* Reloadable, and the apply steps a change makes due (em_config_adopt). */
-#define APPLY(steps) .flags = RELOAD, .apply = (steps)
-/* A budget row: its value reaches the agent through the rules, which feed the engine, the
- * stages reserved for budgets and the deadline page. */
-#define RULE_ROW                                                                                   \
-  .same = same_rules, .copy = copy_rules,                                                          \
-  APPLY(EM_CONFIG_APPLY_BUDGETS | EM_CONFIG_APPLY_STAGES | EM_CONFIG_APPLY_DEADLINES)
-#define TARGET_ROW .same = same_target, .copy = copy_target, APPLY(EM_CONFIG_APPLY_TARGET)
-#define STAGE_DURATION(key, nm, ex, what)                                                          \
-  KEY(key, STAGE, nm, EM_SCHEMA_DURATION, NO_FIELD, RANGE(NS_PER_US, NS_PER_H), RULE_ROW,          \
-      .set = set_budget_typed, .example = ex, .doc = what)
-#define BUDGET_LEVEL(key, sec, nm, what)                                                           \
-  KEY(key, sec, nm, EM_SCHEMA_CUSTOM, NO_FIELD, RULE_ROW, .set = set_budget_level,                 \
-      .example = "DEGRADED", .doc = what)
-#define BUDGET_NUMBER(key, sec, nm, setter, ex, what)                                              \
-  KEY(key, sec, nm, EM_SCHEMA_CUSTOM, NO_FIELD, RULE_ROW, .set = setter, .example = ex, .doc = what)
-/* A budget number above 0 and at most hi (set_budget_number): its range and wording. */
-#define BUDGET_NUMBER_MAX(key, sec, nm, setter, hi, wording, ex, what)                             \
-  KEY(key, sec, nm, EM_SCHEMA_CUSTOM, NO_FIELD, RULE_ROW, .set = setter, .max = (hi),              \
-      .want = wording, .example = ex, .doc = what)
-static const key_def_t keys[K_COUNT] = {
-    KEY(K_DEVICE_ID, AGENT, "device_id", EM_SCHEMA_ID, FIELD(device_id),
-        .compute = default_device_id, .example = "jetson-07",
-        .doc = "Device id in topics; default: the hostname, made topic-safe"),
-    KEY(K_SAMPLE_PERIOD, AGENT, "sample_period", EM_SCHEMA_DURATION, FIELD(sample_period_ns),
-        RANGE(NS_PER_MS, 60 * NS_PER_S), .def = "100ms", .example = "100ms",
-        .doc = "Process sampling period (else the board profile's)"),
-    KEY(K_SMAPS_PERIOD, AGENT, "smaps_period", EM_SCHEMA_DURATION, FIELD(smaps_period_ns),
-        RANGE(NS_PER_MS, NS_PER_H), .def = "5s", .flags = EM_SCHEMA_OFF | EM_SCHEMA_ZERO,
-        .example = "5s", .doc = "smaps_rollup cadence; 0 or off: not read"),
-    KEY(K_SYSTEM_PERIOD, AGENT, "system_period", EM_SCHEMA_DURATION, FIELD(system_period_ns),
-        RANGE(NS_PER_MS, NS_PER_H), .def = "1s", .example = "1s",
-        .doc = "MemAvailable and PSI cadence, at least sample_period"),
-    KEY(K_RUNTIME_DIR, AGENT, "runtime_dir", EM_SCHEMA_PATH, FIELD(runtime_dir),
-        .compute = default_runtime_dir, .example = "/run/edgemon",
-        .doc = "Default $RUNTIME_DIRECTORY (set by systemd), else /run/edgemon (root), else "
-               "$XDG_RUNTIME_DIR/edgemon"),
-    KEY(K_BOARD, AGENT, "board", EM_SCHEMA_ID, FIELD(board), .same = same_board, .def = "auto",
-        .example = "generic",
-        .doc = "Board profile: auto (detect), generic, or a name under boards/"),
-    KEY(K_PROC_ROOT, AGENT, "proc_root", EM_SCHEMA_PATH, FIELD(proc_root), .def = "/proc",
-        .example = "/proc", .doc = "Where /proc is read"),
-    KEY(K_SYS_ROOT, AGENT, "sys_root", EM_SCHEMA_PATH, FIELD(sys_root), .def = "/", .example = "/",
-        .doc = "Root of the sensor and PMU event files"),
-    KEY(K_SENSORS_PERIOD, AGENT, "sensors_period", EM_SCHEMA_DURATION, FIELD(sensors_period_ns),
-        RANGE(10 * NS_PER_MS, NS_PER_H), .example = "1s",
-        .doc = "Sensor cadence; default: the board profile's"),
-    KEY(K_LOG_LEVEL, AGENT, "log_level", EM_SCHEMA_ENUM, FIELD(log_level), .def = "info",
-        APPLY(EM_CONFIG_APPLY_LOG), .choices = log_levels,
-        .n_choices = sizeof(log_levels) / sizeof(log_levels[0]), .example = "info",
-        .doc = "error, warn, info or debug"),
-    KEY(K_PID, "target", "pid", EM_SCHEMA_CUSTOM, NO_FIELD, TARGET_ROW, .set = set_target_pid,
-        .example = "1234", .doc = "The process with this pid"),
-    KEY(K_PID_FILE, "target", "pid_file", EM_SCHEMA_PATH, NO_FIELD, TARGET_ROW,
-        .set = set_target_pid_file, .example = "/run/inference.pid", .doc = "The pid in this file"),
-    KEY(K_PROCESS_NAME, "target", "process_name", EM_SCHEMA_STRING, NO_FIELD, TARGET_ROW,
-        .set = set_target_comm, .example = "python3", .doc = "The process whose comm is this"),
-    KEY(K_CMDLINE, "target", "cmdline", EM_SCHEMA_STRING, NO_FIELD, TARGET_ROW,
-        .set = set_target_cmdline, .example = "detect.py",
-        .doc = "The process whose command line has this"),
-    KEY(K_CGROUP, "target", "cgroup", EM_SCHEMA_PATH, NO_FIELD, TARGET_ROW,
-        .set = set_target_cgroup, .example = "/sys/fs/cgroup/inference.service",
-        .doc = "The processes of this cgroup"),
-    KEY(K_BROKER, "mqtt", "broker", EM_SCHEMA_CUSTOM, FIELD(broker_host), .set = set_broker,
-        .same = same_broker, .def = "mqtt://127.0.0.1:1883", .example = "mqtt://127.0.0.1:1883",
-        .doc = "mqtt://HOST[:PORT] or mqtts://HOST[:PORT] (TLS)"),
-    KEY(K_CLIENT_ID, "mqtt", "client_id", EM_SCHEMA_STRING, FIELD(client_id), .set = set_client_id,
-        .compute = default_client_id, .example = "edgemon-jetson-07",
-        .doc = "Default edgemon-<device_id>"),
-    KEY(K_QOS_DATA, "mqtt", "qos_data", EM_SCHEMA_ENUM, FIELD(qos_data), .def = "0",
-        .choices = qos_levels, .n_choices = 2, .want = "must be 0 or 1 (qos 2 is not supported)",
-        .example = "0", .doc = "QoS of data messages"),
-    KEY(K_QOS_STATE, "mqtt", "qos_state", EM_SCHEMA_ENUM, FIELD(qos_state), .def = "1",
-        .choices = qos_levels, .n_choices = 2, .want = "must be 0 or 1 (qos 2 is not supported)",
-        .example = "1", .doc = "QoS of birth, state and status"),
-    KEY(K_KEEPALIVE, "mqtt", "keepalive", EM_SCHEMA_DURATION, FIELD(keepalive_s),
-        RANGE(5 * NS_PER_S, NS_PER_H), .def = "30s", .flags = EM_SCHEMA_SECONDS | EM_SCHEMA_WHOLE,
-        .example = "30s", .doc = "MQTT keepalive, whole seconds"),
-    KEY(K_ACK_TIMEOUT, "mqtt", "ack_timeout", EM_SCHEMA_DURATION, FIELD(ack_timeout_ns),
-        RANGE(NS_PER_S, NS_PER_H), .def = "10s", .flags = EM_SCHEMA_OFF, .example = "10s",
-        .doc = "PUBACK wait before the session is dropped and data spooled; off: none"),
-    KEY(K_RECONNECT_MIN, "mqtt", "reconnect_min", EM_SCHEMA_DURATION, FIELD(reconnect_min_ns),
-        RANGE(100 * NS_PER_MS, NS_PER_H), .def = "500ms", .example = "500ms",
-        .doc = "Reconnect backoff start"),
-    KEY(K_RECONNECT_MAX, "mqtt", "reconnect_max", EM_SCHEMA_DURATION, FIELD(reconnect_max_ns),
-        RANGE(100 * NS_PER_MS, NS_PER_H), .def = "30s", .example = "30s",
-        .doc = "Reconnect backoff cap"),
-    KEY(K_TLS_CA_FILE, "mqtt", "tls_ca_file", EM_SCHEMA_PATH, FIELD(tls_ca_file),
-        .example = "/etc/edgemon/ca.crt", .doc = "mqtts://: PEM CA bundle"),
-    KEY(K_TLS_CA_PATH, "mqtt", "tls_ca_path", EM_SCHEMA_PATH, FIELD(tls_ca_path),
-        .example = "/etc/ssl/certs", .doc = "mqtts://: directory of hashed CA certificates"),
-    KEY(K_TLS_CERT_FILE, "mqtt", "tls_cert_file", EM_SCHEMA_PATH, FIELD(tls_cert_file),
-        .example = "/etc/edgemon/device.crt", .doc = "mqtts://: client certificate (PEM)"),
-    KEY(K_TLS_KEY_FILE, "mqtt", "tls_key_file", EM_SCHEMA_PATH, FIELD(tls_key_file),
-        .example = "/etc/edgemon/device.key", .doc = "mqtts://: its private key, a private file"),
-    KEY(K_TLS_INSECURE, "mqtt", "tls_insecure", EM_SCHEMA_BOOL, FIELD(tls_insecure), .def = "false",
-        .example = "false", .doc = "true: no broker host name check (tests only)"),
-    KEY(K_CREDENTIALS_FILE, "mqtt", "credentials_file", EM_SCHEMA_PATH, FIELD(credentials_file),
-        .flags = EM_SCHEMA_SECRET, .example = "/etc/edgemon/mqtt.credentials",
-        .doc = "username = / password = lines, a private file"),
-    KEY(K_EVENTS, "pmu", "events", EM_SCHEMA_LIST, NO_FIELD, .set = set_events, .same = same_events,
-        .def = "cycles, instructions, cache-references, cache-misses, branch-instructions, "
-               "branch-misses, task-clock, context-switches, cpu-migrations, page-faults",
-        .example = "cycles, instructions", .doc = "PMU events (else the board profile's)"),
-    KEY(K_SPAN_SOCKET, "spans", "socket", EM_SCHEMA_PATH, FIELD(span_socket),
-        .example = "/run/edgemon/spans.sock", .doc = "Default <runtime_dir>/spans.sock"),
-    KEY(K_SOCKET_MODE, "spans", "socket_mode", EM_SCHEMA_CUSTOM, FIELD(span_socket_mode),
-        .set = set_socket_mode, .def = "0660", .example = "0660",
-        .doc = "Octal permissions, owner read-write at least"),
-    KEY(K_SOCKET_GROUP, "spans", "socket_group", EM_SCHEMA_CUSTOM, FIELD(span_socket_gid),
-        .set = set_socket_group, .compute = default_socket_group, .example = "video",
-        .doc = "Group of the socket; default the agent's"),
-    KEY(K_ALLOW_UIDS, "spans", "allow_uids", EM_SCHEMA_LIST, NO_FIELD, .set = set_allow_uids,
-        .same = same_uids, .example = "0, robot",
-        .doc = "Users allowed to send spans; default any"),
-    KEY(K_ALLOW_GIDS, "spans", "allow_gids", EM_SCHEMA_LIST, NO_FIELD, .set = set_allow_gids,
-        .same = same_gids, .example = "video", .doc = "Groups allowed to send spans; default any"),
-    KEY(K_MAX_STAGES, "spans", "max_stages", EM_SCHEMA_INT, FIELD(max_stages),
-        RANGE(1, EM_PROTO_MAX_STAGES), .def = "32", .example = "32",
-        .doc = "Stages tracked at once"),
-    KEY(K_STAGE_IDLE, "spans", "stage_idle", EM_SCHEMA_DURATION, FIELD(stage_idle_ns),
-        RANGE(NS_PER_MS, 24 * NS_PER_H), .def = "60s", APPLY(EM_CONFIG_APPLY_STAGES),
-        .example = "60s", .doc = "An unbudgeted stage this long silent may give its slot away"),
-    KEY(K_RINGS, "spans", "rings", EM_SCHEMA_INT, FIELD(rings), RANGE(1, EM_CONFIG_MAX_RINGS),
-        .def = "64", .example = "64", .doc = "Span rings registered at once"),
-    KEY(K_RINGS_PER_PROCESS, "spans", "rings_per_process", EM_SCHEMA_INT, FIELD(rings_per_process),
-        RANGE(1, EM_CONFIG_MAX_RINGS), .def = "16", .example = "16",
-        .doc = "Span rings per process"),
-    KEY(K_RING_SLOTS, "spans", "ring_slots", EM_SCHEMA_INT, FIELD(ring_slots),
-        RANGE(EM_RING_MIN_SLOTS, EM_RING_MAX_SLOTS), .set = set_ring_slots, .def = "1024",
-        APPLY(EM_CONFIG_APPLY_DEADLINES), .example = "1024",
-        .doc = "Slots per ring suggested, a power of two"),
-    KEY(K_ENTER_WINDOWS, "degrade", "enter_windows", EM_SCHEMA_INT, FIELD(enter_windows),
-        RANGE(1, 100), .def = "3", APPLY(EM_CONFIG_APPLY_BUDGETS), .example = "3",
-        .doc = "Violating windows before a rule enters"),
-    KEY(K_LEAVE_WINDOWS, "degrade", "leave_windows", EM_SCHEMA_INT, FIELD(leave_windows),
-        RANGE(1, 1000), .def = "5", APPLY(EM_CONFIG_APPLY_BUDGETS), .example = "5",
-        .doc = "Clean windows per step down"),
-    KEY(K_DEGRADE_WINDOW, "degrade", "window", EM_SCHEMA_DURATION, FIELD(window_ns),
-        RANGE(NS_PER_MS, NS_PER_H), .def = "1s", APPLY(EM_CONFIG_APPLY_BUDGETS), .example = "1s",
-        .doc = "Budget evaluation window, at least sample_period"),
-    KEY(K_HOOK, "degrade", "hook", EM_SCHEMA_PATH, FIELD(hook),
-        .example = "/usr/local/bin/on-level", .doc = "Command run on every change of level"),
-    KEY(K_HOOK_TIMEOUT, "degrade", "hook_timeout", EM_SCHEMA_DURATION, FIELD(hook_timeout_ns),
-        RANGE(100 * NS_PER_MS, 10 * NS_PER_MIN), .def = "5s", .example = "5s",
-        .doc = "The hook is killed after this"),
-    KEY(K_SPOOL_PATH, "spool", "path", EM_SCHEMA_PATH, FIELD(spool_path), .flags = EM_SCHEMA_OFF,
-        .def = "/var/lib/edgemon/spool", .example = "/var/lib/edgemon/spool",
-        .doc = "Spool file while the broker is away; off: memory only"),
-    KEY(K_SPOOL_SIZE, "spool", "size", EM_SCHEMA_SIZE, FIELD(spool_bytes),
-        RANGE(64ull << 10, 1ull << 30), .def = "16MiB", .example = "16MiB",
-        .doc = "Spool ring capacity"),
-    KEY(K_SPOOL_SYNC, "spool", "sync_interval", EM_SCHEMA_DURATION, FIELD(spool_sync_ns),
-        RANGE(100 * NS_PER_MS, NS_PER_H), .def = "5s", .example = "5s", .doc = "fdatasync cadence"),
-    KEY(K_REPLAY_PER_TICK, "spool", "replay_per_tick", EM_SCHEMA_INT, FIELD(replay_per_tick),
-        RANGE(1, 10000), .def = "32", .example = "32", .doc = "Spooled messages sent per tick"),
-    KEY(K_WRITE_AHEAD, "spool", "write_ahead", EM_SCHEMA_BOOL, FIELD(spool_write_ahead),
-        .def = "true", .example = "true",
-        .doc = "QoS 1 messages spooled before sending, done on PUBACK"),
-    KEY(K_FLIGHT_ENABLED, "flight", "enabled", EM_SCHEMA_BOOL, FIELD(flight_enabled), .def = "true",
-        .example = "true",
-        .doc = "Flight recorder on: the last seconds kept, a recording on every escalation"),
-    KEY(K_FLIGHT_PRE, "flight", "pre_seconds", EM_SCHEMA_DURATION, FIELD(flight_pre_ns),
-        RANGE(100 * NS_PER_MS, 10 * NS_PER_MIN), .bare_unit = NS_PER_S, .def = "10",
-        .example = "10", .doc = "Time kept before a trigger (seconds, or a duration)"),
-    KEY(K_FLIGHT_POST, "flight", "post_seconds", EM_SCHEMA_DURATION, FIELD(flight_post_ns),
-        RANGE(0, 10 * NS_PER_MIN), .bare_unit = NS_PER_S, .def = "2", .flags = EM_SCHEMA_ZERO,
-        .example = "2", .doc = "Time recorded after a trigger (seconds, or a duration)"),
-    KEY(K_FLIGHT_MAX_SPANS, "flight", "max_spans", EM_SCHEMA_INT, FIELD(flight_max_spans),
-        RANGE(64, EM_FLIGHT_MAX_SPANS), .def = "16384", .example = "16384",
-        .doc = "Spans the ring holds (32 bytes each)"),
-    KEY(K_FLIGHT_MAX_BYTES, "flight", "max_bytes", EM_SCHEMA_SIZE, FIELD(flight_max_bytes),
-        RANGE(4096, EM_FLIGHT_MAX_BYTES), .bare_unit = 1, .def = "262144", .example = "262144",
-        .doc = "Largest recording encoded; farther spans and ticks are cut"),
-    KEY(K_FLIGHT_MIN_GAP, "flight", "min_gap_seconds", EM_SCHEMA_DURATION, FIELD(flight_min_gap_ns),
-        RANGE(0, 24 * NS_PER_H), .bare_unit = NS_PER_S, .def = "30",
-        .flags = RELOAD | EM_SCHEMA_ZERO, .apply = EM_CONFIG_APPLY_FLIGHT_GAP, .example = "30",
-        .doc = "Least time between two recordings (seconds, or a duration)"),
-    KEY(K_PROFILE_ENABLED, "profile", "enabled", EM_SCHEMA_BOOL, FIELD(profile_enabled),
-        .def = "true", .example = "true",
-        .doc = "Stack profiler on: a sampling window on every escalation and cmd/profile"),
-    KEY(K_PROFILE_HZ, "profile", "hz", EM_SCHEMA_INT, FIELD(profile_hz), RANGE(49, 199),
-        .def = "99", .example = "99", .doc = "Samples per second per thread"),
-    KEY(K_PROFILE_SECONDS, "profile", "seconds", EM_SCHEMA_DURATION, FIELD(profile_ns),
-        RANGE(NS_PER_S, 60 * NS_PER_S), .bare_unit = NS_PER_S, .def = "5", .example = "5",
-        .doc = "A window's length (seconds, or a duration); at most max_seconds"),
-    KEY(K_PROFILE_MAX_SECONDS, "profile", "max_seconds", EM_SCHEMA_DURATION, FIELD(profile_max_ns),
-        RANGE(NS_PER_S, 60 * NS_PER_S), .bare_unit = NS_PER_S, .def = "30", .example = "30",
-        .doc = "The longest window a cmd/profile may ask for"),
-    KEY(K_PROFILE_MIN_GAP, "profile", "min_gap_seconds", EM_SCHEMA_DURATION,
-        FIELD(profile_min_gap_ns), RANGE(0, 24 * NS_PER_H), .bare_unit = NS_PER_S, .def = "60",
-        .flags = RELOAD | EM_SCHEMA_ZERO, .apply = EM_CONFIG_APPLY_PROFILE_GAP, .example = "60",
-        .doc = "Least time between two windows' starts (seconds, or a duration)"),
-    KEY(K_PROFILE_CLOCK, "profile", "clock", EM_SCHEMA_ENUM, FIELD(profile_clock),
-        .def = "cpu-clock", .choices = profile_clocks, .n_choices = 2,
-        .want = "must be cpu-clock or task-clock", .example = "cpu-clock",
-        .doc = "The sampling event (software clocks: no hardware PMU needed)"),
-    KEY(K_PROFILE_UNWIND, "profile", "unwind", EM_SCHEMA_ENUM, FIELD(profile_dwarf), .def = "dwarf",
-        .choices = profile_unwinds, .n_choices = 2, .want = "must be dwarf or fp",
-        .example = "dwarf",
-        .doc = "Native frames by DWARF CFI from 8 KiB stack copies, or by frame pointers only"),
-    KEY(K_PROFILE_MAX_BYTES, "profile", "max_bytes", EM_SCHEMA_SIZE, FIELD(profile_max_bytes),
-        RANGE(4096, EM_PROFILE_MAX_BYTES), .bare_unit = 1, .def = "262144", .example = "262144",
-        .doc = "Largest profile encoded; the stacks with the fewest samples are cut"),
-    STAGE_DURATION(K_P50, "p50", "20ms", "Median span length bound"),
-    STAGE_DURATION(K_P90, "p90", "30ms", "90th percentile bound"),
-    STAGE_DURATION(K_P99, "p99", "40ms", "99th percentile bound"),
-    STAGE_DURATION(K_P999, "p999", "60ms", "99.9th percentile bound"),
-    STAGE_DURATION(K_DEADLINE, "deadline", "100ms", "Every span at most this long"),
-    BUDGET_NUMBER(K_MISS_RATIO, STAGE, "miss_ratio", set_budget_ratio, "0.05",
-                  "Share of spans over miss_over"),
-    STAGE_DURATION(K_MISS_OVER, "miss_over", "40ms", "The span length that counts as a miss"),
-    KEY(K_STALL, STAGE, "stall", EM_SCHEMA_DURATION, NO_FIELD, RANGE(NS_PER_MS, NS_PER_H), RULE_ROW,
-        .set = set_budget_typed, .example = "500ms", .doc = "Longest silence without a span"),
-    BUDGET_NUMBER_MAX(K_MIN_RATE, STAGE, "min_rate", set_budget_number, 1000000,
-                      "a number above 0 and at most 1000000", "15", "Frames per second at least"),
-    KEY(K_FLOW, STAGE, "flow", EM_SCHEMA_LIST, NO_FIELD, RULE_ROW, .set = set_budget_flow,
-        .example = "preprocess, infer, postprocess", .doc = "Stages a frame passes, in order"),
-    STAGE_DURATION(K_FLOW_DEADLINE, "flow_deadline", "100ms", "Longest a frame may take"),
-    BUDGET_LEVEL(K_STAGE_LEVEL, STAGE, "level", "Level of every rule of the section"),
-    BUDGET_LEVEL(K_P50_LEVEL, STAGE, "p50_level", "Level of p50"),
-    BUDGET_LEVEL(K_P90_LEVEL, STAGE, "p90_level", "Level of p90"),
-    BUDGET_LEVEL(K_P99_LEVEL, STAGE, "p99_level", "Level of p99"),
-    BUDGET_LEVEL(K_P999_LEVEL, STAGE, "p999_level", "Level of p999"),
-    BUDGET_LEVEL(K_DEADLINE_LEVEL, STAGE, "deadline_level", "Level of deadline"),
-    BUDGET_LEVEL(K_MISS_RATIO_LEVEL, STAGE, "miss_ratio_level", "Level of miss_ratio"),
-    BUDGET_LEVEL(K_STALL_LEVEL, STAGE, "stall_level", "Level of stall"),
-    BUDGET_LEVEL(K_MIN_RATE_LEVEL, STAGE, "min_rate_level", "Level of min_rate"),
-    BUDGET_LEVEL(K_FLOW_LEVEL, STAGE, "flow_level", "Level of flow"),
-    KEY(K_RSS_CAP, PROC, "rss_cap", EM_SCHEMA_SIZE, NO_FIELD, RANGE(1ull << 20, 1ull << 40),
-        RULE_ROW, .set = set_budget_typed, .example = "2GiB", .doc = "Resident set cap"),
-    BUDGET_NUMBER_MAX(K_RSS_SLOPE, PROC, "rss_slope", set_budget_number, 1000000,
-                      "a number above 0 and at most 1000000", "50",
-                      "Resident set growth, MiB per hour"),
-    KEY(K_RSS_SLOPE_HORIZON, PROC, "rss_slope_horizon", EM_SCHEMA_DURATION, NO_FIELD,
-        RANGE(NS_PER_MIN, 24 * NS_PER_H), RULE_ROW, .set = set_budget_typed, .example = "30m",
-        .doc = "Window of the rss_slope fit; default 30m"),
-    BUDGET_NUMBER_MAX(K_PSI_CPU_SOME, PROC, "psi_cpu_some", set_budget_number, 100,
-                      "a percentage above 0 and at most 100", "40", "PSI cpu some avg10, percent"),
-    BUDGET_NUMBER_MAX(K_PSI_MEMORY_SOME, PROC, "psi_memory_some", set_budget_number, 100,
-                      "a percentage above 0 and at most 100", "20", "PSI memory some avg10"),
-    BUDGET_NUMBER_MAX(K_PSI_MEMORY_FULL, PROC, "psi_memory_full", set_budget_number, 100,
-                      "a percentage above 0 and at most 100", "5", "PSI memory full avg10"),
-    BUDGET_NUMBER_MAX(K_PSI_IO_SOME, PROC, "psi_io_some", set_budget_number, 100,
-                      "a percentage above 0 and at most 100", "40", "PSI io some avg10"),
-    BUDGET_NUMBER_MAX(K_PSI_IO_FULL, PROC, "psi_io_full", set_budget_number, 100,
-                      "a percentage above 0 and at most 100", "10", "PSI io full avg10"),
-    BUDGET_NUMBER_MAX(K_TEMP_MAX, PROC, "temp_max", set_budget_number, 200,
-                      "degrees C above 0 and at most 200", "85", "Hottest thermal zone, degrees C"),
-    KEY(K_THROTTLE, PROC, "throttle", EM_SCHEMA_CUSTOM, NO_FIELD, RULE_ROW, .set = set_budget_on,
-        .example = "on", .doc = "on: a rule that the board is not throttled"),
-    BUDGET_LEVEL(K_PROCESS_LEVEL, PROC, "level", "Level of every process rule"),
-    BUDGET_LEVEL(K_RSS_CAP_LEVEL, PROC, "rss_cap_level", "Level of rss_cap"),
-    BUDGET_LEVEL(K_RSS_SLOPE_LEVEL, PROC, "rss_slope_level", "Level of rss_slope"),
-    BUDGET_LEVEL(K_PSI_CPU_SOME_LEVEL, PROC, "psi_cpu_some_level", "Level of psi_cpu_some"),
-    BUDGET_LEVEL(K_PSI_MEMORY_SOME_LEVEL, PROC, "psi_memory_some_level",
-                 "Level of psi_memory_some"),
-    BUDGET_LEVEL(K_PSI_MEMORY_FULL_LEVEL, PROC, "psi_memory_full_level",
-                 "Level of psi_memory_full"),
-    BUDGET_LEVEL(K_PSI_IO_SOME_LEVEL, PROC, "psi_io_some_level", "Level of psi_io_some"),
-    BUDGET_LEVEL(K_PSI_IO_FULL_LEVEL, PROC, "psi_io_full_level", "Level of psi_io_full"),
-    BUDGET_LEVEL(K_TEMP_MAX_LEVEL, PROC, "temp_max_level", "Level of temp_max"),
-    BUDGET_LEVEL(K_THROTTLE_LEVEL, PROC, "throttle_level", "Level of throttle"),
-};
+/* Every key of the file, one row each: AGENT_KEYS above. */
+#define KEY_ROW(key, sec, nm, ty, ...)                                                             \
+  [key] = {.id = key, .section = sec, .name = nm, .type = ty, __VA_ARGS__},
+static const key_def_t keys[K_COUNT] = {AGENT_KEYS(KEY_ROW)};
+#undef KEY_ROW
 #undef STAGE_DURATION
 #undef BUDGET_LEVEL
+#undef BUDGET_RATIO
 #undef BUDGET_NUMBER
-#undef BUDGET_NUMBER_MAX
 #undef RULE_ROW
 #undef TARGET_ROW
 #undef APPLY
-#undef KEY
 #undef FIELD
 #undef NO_FIELD
 #undef RANGE
