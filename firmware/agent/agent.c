@@ -73,10 +73,12 @@
 #include "signals.h"
 #include "sensors.h"
 #include "rings.h"
+#include "identity.h"
 #include "spans.h"
 #include "target.h"
+#include "attach.h"
+#include "sampling.h"
 
-#define LOOKUP_MS         250u /* Re-attach within a second of the target's return. */
 #define BUCKETS_PER_STAGE 256u /* Histogram buckets per stage window at most. */
 #define STOP_TIMEOUT_MS   2000u
 #define NS_PER_SEC        UINT64_C(1000000000)
@@ -87,6 +89,10 @@
 #define HELD_BACK        "; more within " STR(EM_LOG_LIMIT_S) " s are counted, not logged one by one"
 #define FLIGHT_HIST_ROOM 16u /* Bytes a recording leaves under its cap for its historical form. */
 
+_Static_assert(EM_FEED_SMAPS == EM_SAMPLING_SMAPS && EM_FEED_SYSTEM == EM_SAMPLING_SYSTEM &&
+                   EM_FEED_SENSORS == EM_SAMPLING_SENSORS,
+               "the flight feed reads the sampling's fresh groups as they are");
+_Static_assert(EM_CONFIG_MAX_EVENTS <= EM_SAMPLING_MAX_EVENTS, "sampling holds every event");
 _Static_assert(EM_CONFIG_FLIGHT_TICK_SLACK == EM_FLIGHT_REC_TICK_SLACK,
                "config.c checks the flight recorder's tick ring as record/flight.c sizes it");
 
@@ -142,7 +148,6 @@ struct em_agent {
   uint32_t seq;
 
   uv_timer_t tick;
-  uv_timer_t lookup;
   uv_timer_t rebirth;           /* A birth deferred by the cmd/rebirth rate limit. */
   bool rebirth_pending;         /* The rebirth timer runs. */
   uint64_t last_birth_ns;       /* uv_hrtime() of the last birth published, 0: none yet. */
@@ -150,8 +155,6 @@ struct em_agent {
   em_log_limit_t peer_log[PEER_LOG_KINDS]; /* Lines a peer can repeat: peer_log_pass(). */
   uint64_t next_tick_ns; /* uv_hrtime() the next tick is due: start + k * period. */
   uint64_t last_tick_ns; /* uv_hrtime() the last tick started: its window's start. */
-  uint64_t next_smaps_ns;
-  uint64_t next_system_ns;
   uint64_t late_ticks;
 
   em_publisher_t *pub;
@@ -168,39 +171,11 @@ struct em_agent {
   size_t n_birth_budgets;
   uint64_t budget_start_ns; /* uv_hrtime() the budget window began. */
   em_state_record_t state;  /* The last level change, as the page and pushes carry it. */
-  em_model_dgram_t model;   /* The target's model identity, as its client last named it. */
-  em_label_t model_labels[EM_PROTO_MAX_MODEL_LABELS]; /* model_view's labels, into model. */
-  em_model_t model_view;   /* What messages carry: name NULL until a client names a model. */
-  uint64_t model_changes;  /* Identities that differed from the one held, since start. */
-  em_stage_t *stage_out;   /* max_stages windows for the data message. */
-  em_bucket_t *bucket_out; /* max_stages * BUCKETS_PER_STAGE buckets. */
-  em_procfs_t *proc;
-  int self_statm_fd;
-  em_pmu_t *pmu;
-  em_pmu_event_t events[EM_CONFIG_MAX_EVENTS];
-  size_t n_events;
-  struct {
-    em_figure_t metric; /* Fixed figure the ratio goes to. */
-    int num, den;       /* Indices into events, or -1 when not configured. */
-  } ratios[3];
-  uint64_t page_size;
-  bool smaps_sampled;   /* The smaps group (PSS, anon, swap) has a fresh reading. */
-  uv_work_t smaps_work; /* smaps_rollup runs on libuv's worker pool: it walks the target's
-                           page tables (~9.5 ms per GiB resident), too long for the loop. */
-  bool smaps_busy;      /* smaps_work is queued or running: the procfs reader's target
-                           files must not change until smaps_read_done. */
-  bool release_pending; /* Detached while busy: smaps_read_done drops the files. */
-  int smaps_rc;
-  em_smaps_t smaps;
-  bool system_sampled; /* The system group (MemAvailable, PSI) was read this window. */
-
-  pid_t pid; /* Attached target, 0 when detached; cgroup targets use -1. */
-  uint64_t attaches;
-  bool logged_waiting;
-
-  em_pmu_reading_t readings[EM_CONFIG_MAX_EVENTS];
-  uint64_t prev_values[EM_CONFIG_MAX_EVENTS]; /* For the per-window ratios. */
-  bool prev_present[EM_CONFIG_MAX_EVENTS];
+  em_identity_t model;      /* The target's model identity (spans/identity.h). */
+  em_stage_t *stage_out;    /* max_stages windows for the data message. */
+  em_bucket_t *bucket_out;  /* max_stages * BUCKETS_PER_STAGE buckets. */
+  em_sampling_t *sampling;  /* What the tick reads, and its worker jobs (collect/sampling.h). */
+  em_attach_t *attach;      /* The target's lifecycle and the lookup timer (collect/attach.h). */
 
   em_figures_t *figs;   /* The metric dictionary: aliases, definitions, absent reasons. */
   size_t n_metrics;     /* em_figures_count(figs). */
@@ -209,25 +184,11 @@ struct em_agent {
 
   em_service_t svc; /* systemd notifications: ready, watchdog, reload, stop. */
 
-  /* Sensors (sensors.h): read on libuv's worker every sensors_period_ns (an INA3221 or a
-   * thermal zone read can take milliseconds on a board); their figures close the dictionary
-   * (em_figures_sensor_alias). */
-  em_sensors_t *sensors; /* NULL: none found or none wanted. */
-  uint64_t sensors_period_ns;
-  uint64_t next_sensors_ns;
-  uv_work_t sensors_work;
-  bool sensors_busy;
-  em_sensors_reading_t sensors_reading; /* Filled on the worker. */
-  em_value_t temp_max;                  /* The hottest zone, degrees C, for the temp_max rule. */
-  em_value_t throttled;                 /* 1 throttled, 0 not, for the throttle rule. */
-  char throttle_why[160];               /* Why it is throttled: the throttle rule's reason. */
-
   /* Store and forward (forward.h): what the broker cannot take now goes to the spool. */
   em_forward_t *fwd;
 
   /* The flight recorder's feed (record/feed.h): the recorder, its columns, its figures. */
   em_feed_t *feed;
-  bool sensors_fresh; /* The sensors were read since the last tick. */
 
   /* The stack profiler's plumbing (profile/profiling.h): triggers, windows, the worker. */
   em_profiling_t *prof;
@@ -288,13 +249,10 @@ static size_t fx(const em_agent_t *a, em_figure_t f) {
   return em_figures_alias(a->figs, f);
 }
 
-static int event_index(const em_agent_t *a, const char *name) {
-  for (size_t i = 0; i < a->n_events; i++) {
-    if (strcmp(a->events[i].name, name) == 0) {
-      return (int)i;
-    }
-  }
-  return -1;
+/* The attached process for a profile window: 0 when detached or a cgroup. */
+static pid_t attached_pid(const em_agent_t *a) {
+  pid_t pid = em_attach_pid(a->attach);
+  return pid > 0 ? pid : 0;
 }
 
 /* --- publishing ---------------------------------------------------------------------- */
@@ -313,7 +271,7 @@ static void publish_birth(em_agent_t *a) {
                               .n_metrics = a->n_metrics,
                               .budgets = a->birth_budgets,
                               .n_budgets = a->n_birth_budgets,
-                              .model = a->model_view}};
+                              .model = a->model.view}};
   msg.u.birth.flight = em_feed_describe(a->feed);
   msg.u.birth.profiler = em_profiling_describe(a->prof);
   size_t len = 0;
@@ -434,7 +392,7 @@ static void on_command(void *ctx, const char *name, const uint8_t *payload, size
                               .level = a->state.level,
                               .prev_level = EM_LEVEL_NONE,
                               .reason = "cmd/profile"};
-    em_profiling_trigger(a->prof, &t, a->pid > 0 ? a->pid : 0, msg.u.cmd.seconds, uv_hrtime());
+    em_profiling_trigger(a->prof, &t, attached_pid(a), msg.u.cmd.seconds, uv_hrtime());
     return;
   }
   if (peer_log_pass(a, PEER_UNKNOWN)) {
@@ -492,7 +450,7 @@ static void publish_state(em_agent_t *a) {
                               .rule = r->rule[0] ? r->rule : NULL,
                               .stage = r->stage[0] ? r->stage : NULL,
                               .reason = r->reason[0] ? r->reason : NULL,
-                              .model = a->model_view}};
+                              .model = a->model.view}};
   if (!isnan(r->value)) {
     msg.u.state.value = (em_value_t){.type = EM_VALUE_FLOAT, .as.f = r->value};
   }
@@ -548,7 +506,7 @@ static void apply_change(em_agent_t *a, const em_budget_change_t *c) {
                                .rule = t.rule,
                                .stage = t.stage,
                                .reason = t.reason};
-    em_profiling_trigger(a->prof, &pt, a->pid > 0 ? a->pid : 0, 0, uv_hrtime());
+    em_profiling_trigger(a->prof, &pt, attached_pid(a), 0, uv_hrtime());
   }
   if (a->hook) {
     em_hook_run(a->hook, r);
@@ -592,37 +550,18 @@ static void on_hard_miss(void *ctx, const em_span_t *span, const struct ucred *s
   }
 }
 
-/* "model: NAME VERSION (k=v, ...)" into out[0..cap), cut at cap (all of it is ASCII). */
-static void model_reason(const em_model_t *m, char *out, size_t cap) {
-  size_t n = (size_t)snprintf(out, cap, "model: %s %s", m->name, m->version);
-  for (size_t i = 0; i < m->n_labels && n < cap; i++) {
-    n += (size_t)snprintf(out + n, cap - n, "%s%s=%s", i == 0 ? " (" : ", ", m->labels[i].key,
-                          m->labels[i].value);
-  }
-  if (m->n_labels > 0 && n < cap) {
-    snprintf(out + n, cap - n, ")");
-  }
-}
-
 /*
  * A valid model datagram from an allowed sender (spans.h). The same identity again changes
- * nothing; another one is copied into a->model and published at once as a state message with
- * model_change set and level == prev_level (retained, spooled when the broker is away, as a level
- * change), and logged. The state page, the pushes and the hook are about levels: they are not told.
+ * nothing; another one is published at once as a state message with model_change set and
+ * level == prev_level (retained, spooled when the broker is away, as a level change), and
+ * logged. The state page, the pushes and the hook are about levels: they are not told.
  */
 static void on_model(void *ctx, const em_model_dgram_t *m, const struct ucred *sender) {
   em_agent_t *a = ctx;
-  em_label_t labels[EM_PROTO_MAX_MODEL_LABELS];
-  em_model_t view;
-  em_model_dgram_view(m, labels, &view);
-  if (em_proto_model_equal(&view, &a->model_view)) {
+  char reason[EM_PROTO_MAX_TEXT_BYTES + 1];
+  if (!em_identity_take(&a->model, m, reason, sizeof(reason))) {
     return;
   }
-  a->model = *m;
-  em_model_dgram_view(&a->model, a->model_labels, &a->model_view);
-  a->model_changes++;
-  char reason[EM_PROTO_MAX_TEXT_BYTES + 1];
-  model_reason(&a->model_view, reason, sizeof(reason));
   em_level_t level = a->state.level;
   em_msg_t msg = {.kind = EM_MSG_STATE,
                   .u.state = {.head = {.time_ns = wall_ns(), .session = a->session},
@@ -630,7 +569,7 @@ static void on_model(void *ctx, const em_model_dgram_t *m, const struct ucred *s
                               .prev_level = level,
                               .mono_ns = uv_hrtime(),
                               .reason = reason,
-                              .model = a->model_view,
+                              .model = a->model.view,
                               .model_change = true}};
   size_t len = 0;
   int rc = em_proto_encode(&msg, a->out, EM_PROTO_MAX_MESSAGE_BYTES, &len);
@@ -769,12 +708,10 @@ static void evaluate_budgets(em_agent_t *a, uint64_t now) {
       figs[k] = (em_budget_figure_t){.name = em_figures_info(f)->name,
                                      .value = a->samples[fx(a, f)].value};
     }
-    figs[2 * EM_PSI_COUNT] =
-        (em_budget_figure_t){.name = EM_CONFIG_FIGURE_TEMP, .value = a->temp_max};
-    figs[2 * EM_PSI_COUNT + 1] =
-        (em_budget_figure_t){.name = EM_CONFIG_FIGURE_THROTTLED,
-                             .value = a->throttled,
-                             .why = a->throttle_why[0] ? a->throttle_why : NULL};
+    em_budget_figure_t *temp = &figs[2 * EM_PSI_COUNT], *throttled = temp + 1;
+    *temp = (em_budget_figure_t){.name = EM_CONFIG_FIGURE_TEMP};
+    *throttled = (em_budget_figure_t){.name = EM_CONFIG_FIGURE_THROTTLED};
+    em_sampling_thermal(a->sampling, &temp->value, &throttled->value, &throttled->why);
     em_budget_window_t w = {.window_ns = now - a->budget_start_ns,
                             .stages = a->budget_stages,
                             .n_stages = n,
@@ -828,270 +765,14 @@ static int start_budgets(em_agent_t *a, uint64_t now) {
   return 0;
 }
 
-/* --- target lifecycle ---------------------------------------------------------------- */
+/* --- the target ------------------------------------------------------------------- */
 
-static void on_lookup(uv_timer_t *t);
-
-/* why: the log's reason, or NULL when the caller says what happens instead. */
-static void detach(em_agent_t *a, const char *why) {
-  if (a->pid > 0 && why != NULL) {
-    EM_WARN("target: pid %ld %s; waiting for it to come back", (long)a->pid, why);
-  }
-  em_pmu_free(a->pmu);
-  a->pmu = NULL;
-  if (a->smaps_busy) {
-    a->release_pending = true; /* smaps_read_done drops the files. */
-  } else {
-    em_procfs_set_pid(a->proc, 0);
-  }
-  a->pid = 0;
-  a->smaps_sampled = false;
-  memset(a->prev_present, 0, sizeof(a->prev_present));
-  uv_timer_start(&a->lookup, on_lookup, LOOKUP_MS, LOOKUP_MS);
-}
-
-/* Opens the PMU and the target's procfs files for `pid` (or the cgroup when pid is -1). */
-static void attach(em_agent_t *a, pid_t pid) {
-  em_pmu_target_t target = {.pid = pid > 0 ? pid : 0,
-                            .cgroup = pid > 0 ? NULL : a->cfg.target.value};
-  int rc = em_pmu_new(&a->pmu, a->events, a->n_events, &target, &em_pmu_sys_linux);
-  if (rc == -ESRCH) {
-    return; /* Gone between the lookup and now: the lookup timer tries again. */
-  }
-  if (rc) {
-    EM_ERROR("pmu: %s; counters absent", strerror(-rc));
-    a->pmu = NULL;
-  }
-  if (pid > 0) {
-    rc = em_procfs_set_pid(a->proc, pid);
-    if (rc) {
-      em_pmu_free(a->pmu);
-      a->pmu = NULL;
-      return;
-    }
-  }
-  a->pid = pid;
-  a->attaches++;
-  a->logged_waiting = false;
-  uv_timer_stop(&a->lookup);
-  char desc[EM_CONFIG_MAX_PATH + 64];
-  em_target_describe(&a->cfg.target, desc, sizeof(desc));
-  size_t present = a->pmu ? em_pmu_present(a->pmu) : 0;
-  if (pid > 0) {
-    EM_INFO("target: attached to pid %ld (%s), %zu of %zu counters", (long)pid, desc, present,
-            a->n_events);
-  } else {
-    EM_INFO("target: attached to %s, %zu of %zu counters", desc, present, a->n_events);
-  }
-  /* What is absent now is what the birth must say. */
-  em_pmu_reading_t r[EM_CONFIG_MAX_EVENTS];
-  if (a->pmu && em_pmu_read(a->pmu, r, a->n_events) == 0) {
-    for (size_t i = 0; i < a->n_events; i++) {
-      em_figures_note_absent(a->figs, i, r[i].present ? "" : r[i].reason);
-    }
-  }
-  publish_birth(a);
-}
-
-static void try_attach(em_agent_t *a) {
-  if (a->smaps_busy) {
-    return; /* The old target's files are in use; the lookup timer comes back. */
-  }
-  if (a->cfg.target.kind == EM_TARGET_CGROUP) {
-    attach(a, -1);
-    return;
-  }
-  char why[128];
-  pid_t pid = em_target_find(&a->cfg.target, a->cfg.proc_root, why, sizeof(why));
-  if (pid > 0) {
-    attach(a, pid);
-    return;
-  }
-  if (!a->logged_waiting) {
-    char desc[EM_CONFIG_MAX_PATH + 64];
-    em_target_describe(&a->cfg.target, desc, sizeof(desc));
-    EM_INFO("target: waiting for %s (%s)", desc, pid < 0 ? strerror((int)-pid) : why);
-    a->logged_waiting = true;
-  }
-}
-
-static void on_lookup(uv_timer_t *t) {
-  try_attach(t->data);
+/* Attached (attach.h): the birth says what is absent now. */
+static void on_attached(void *ctx) {
+  publish_birth(ctx);
 }
 
 /* --- one tick ------------------------------------------------------------------------ */
-
-/* PMU counters and the ratios derived from their deltas over the window. */
-static void sample_pmu(em_agent_t *a) {
-  bool ok = a->pmu && em_pmu_read(a->pmu, a->readings, a->n_events) == 0;
-  double hw_ratio = -1, sw_ratio = -1;
-  for (size_t i = 0; i < a->n_events; i++) {
-    const em_pmu_reading_t *r = &a->readings[i];
-    if (!ok || !r->present) {
-      set_absent(a, i);
-      continue;
-    }
-    set_u(a, i, r->value);
-    double *ratio = a->events[i].type == PERF_TYPE_SOFTWARE ? &sw_ratio : &hw_ratio;
-    if (*ratio < 0) {
-      *ratio = r->running_ratio;
-    }
-  }
-  set_f_if(a, fx(a, EM_FIG_PMU_HW_RUNNING), hw_ratio >= 0, hw_ratio);
-  set_f_if(a, fx(a, EM_FIG_PMU_SW_RUNNING), sw_ratio >= 0, sw_ratio);
-  for (size_t k = 0; k < sizeof(a->ratios) / sizeof(a->ratios[0]); k++) {
-    int ni = a->ratios[k].num, di = a->ratios[k].den;
-    double v = 0;
-    bool have =
-        ok && ni >= 0 && di >= 0 && a->prev_present[ni] && a->prev_present[di] &&
-        em_pmu_ratio(a->readings[ni].present, a->readings[ni].value - a->prev_values[ni],
-                     a->readings[di].present, a->readings[di].value - a->prev_values[di], &v);
-    set_f_if(a, fx(a, a->ratios[k].metric), have, v);
-  }
-  for (size_t i = 0; i < a->n_events; i++) {
-    a->prev_present[i] = ok && a->readings[i].present;
-    a->prev_values[i] = a->readings[i].value;
-  }
-}
-
-/* On a worker thread: the only procfs call that may run off the loop (see procfs.h). */
-static void smaps_read_work(uv_work_t *w) {
-  em_agent_t *a = w->data;
-  a->smaps_rc = em_procfs_read_smaps(a->proc, &a->smaps);
-}
-
-static void stop_step(em_agent_t *a);
-
-/* --- sensors (on the worker, like smaps_rollup) ------------------------------------- */
-
-static void sensors_read_work(uv_work_t *w) {
-  em_agent_t *a = w->data;
-  em_sensors_read(a->sensors, &a->sensors_reading);
-}
-
-/* Back on the loop: the figures go out with the next data messages (gauges: the last
- * reading), and the temp_max and throttle rules get their figures and reason. */
-static void sensors_read_done(uv_work_t *w, int status) {
-  em_agent_t *a = w->data;
-  a->sensors_busy = false;
-  if (a->closing) {
-    stop_step(a);
-    return;
-  }
-  if (status != 0) {
-    return;
-  }
-  const em_sensors_reading_t *r = &a->sensors_reading;
-  a->sensors_fresh = true;
-  for (unsigned i = 0; i < r->count; i++) {
-    size_t m = em_figures_sensor_alias(a->figs, i);
-    if (!r->present[i]) {
-      set_absent(a, m);
-      em_figures_note_absent(a->figs, m, "not present or not readable on this board");
-      continue;
-    }
-    set_f(a, m, r->value[i]);
-    em_figures_note_absent(a->figs, m, "");
-  }
-  double hottest = 0;
-  a->temp_max = em_sensors_hottest(a->sensors, r, &hottest) == 0
-                    ? (em_value_t){.type = EM_VALUE_FLOAT, .as.f = hottest}
-                    : (em_value_t){.type = EM_VALUE_ABSENT};
-  em_throttle_t t = em_sensors_throttle(a->sensors, r, a->throttle_why, sizeof(a->throttle_why));
-  a->throttled = (em_value_t){.type = EM_VALUE_FLOAT, .as.f = t == EM_THROTTLE_NONE ? 0.0 : 1.0};
-}
-
-static void sensors_maybe_read(em_agent_t *a, uint64_t now) {
-  if (!a->sensors || a->sensors_busy || now < a->next_sensors_ns) {
-    return;
-  }
-  a->next_sensors_ns = now + a->sensors_period_ns;
-  a->sensors_work.data = a;
-  a->sensors_busy =
-      uv_queue_work(a->loop, &a->sensors_work, sensors_read_work, sensors_read_done) == 0;
-}
-
-/* Back on the loop: the values go out with the next data message. */
-static void smaps_read_done(uv_work_t *w, int status) {
-  em_agent_t *a = w->data;
-  a->smaps_busy = false;
-  if (a->release_pending) {
-    a->release_pending = false;
-    em_procfs_set_pid(a->proc, 0);
-  }
-  if (a->closing) {
-    stop_step(a);
-    return;
-  }
-  if (status != 0 || a->pid <= 0) {
-    return; /* Cancelled, or the target left while it ran. */
-  }
-  bool ok = a->smaps_rc == 0;
-  set_u_if(a, fx(a, EM_FIG_PSS), ok && (a->smaps.have & EM_SMAPS_PSS), a->smaps.pss_bytes);
-  set_u_if(a, fx(a, EM_FIG_ANON), ok && (a->smaps.have & EM_SMAPS_ANON), a->smaps.anon_bytes);
-  set_u_if(a, fx(a, EM_FIG_SWAP), ok && (a->smaps.have & EM_SMAPS_SWAP), a->smaps.swap_bytes);
-  a->smaps_sampled = true;
-}
-
-/* Target memory; returns false when the target is gone. */
-static bool sample_memory(em_agent_t *a, uint64_t now_ns) {
-  em_statm_t st;
-  int rc = a->pid > 0 ? em_procfs_read_statm(a->proc, &st) : -ENOENT;
-  if (rc == -ESRCH) {
-    return false;
-  }
-  if (rc == 0) {
-    set_u(a, fx(a, EM_FIG_RSS), st.rss_bytes);
-    set_u(a, fx(a, EM_FIG_SHARED), st.shared_bytes);
-    set_u(a, fx(a, EM_FIG_VSIZE), st.size_bytes);
-  } else {
-    set_absent(a, fx(a, EM_FIG_RSS));
-    set_absent(a, fx(a, EM_FIG_SHARED));
-    set_absent(a, fx(a, EM_FIG_VSIZE));
-  }
-  bool smaps_due = a->cfg.smaps_period_ns && now_ns >= a->next_smaps_ns;
-  if (smaps_due && a->pid > 0 && !a->smaps_busy) {
-    a->next_smaps_ns = now_ns + a->cfg.smaps_period_ns;
-    a->smaps_busy = uv_queue_work(a->loop, &a->smaps_work, smaps_read_work, smaps_read_done) == 0;
-  }
-  return true;
-}
-
-/* MemAvailable and PSI, on their own cadence (the kernel updates PSI every 2 s). */
-static void sample_system(em_agent_t *a, uint64_t now_ns) {
-  a->system_sampled = now_ns >= a->next_system_ns;
-  if (!a->system_sampled) {
-    return;
-  }
-  a->next_system_ns = now_ns + a->cfg.system_period_ns;
-  em_meminfo_t mi = {0};
-  bool ok = em_procfs_read_meminfo(a->proc, &mi) == 0;
-  set_u_if(a, fx(a, EM_FIG_MEM_AVAILABLE), ok && (mi.have & EM_MEMINFO_AVAILABLE),
-           mi.available_bytes);
-  for (int r = 0; r < EM_PSI_COUNT; r++) {
-    em_psi_t psi = {0};
-    ok = em_procfs_read_psi(a->proc, (em_psi_res_t)r, &psi) == 0;
-    size_t m = fx(a, (em_figure_t)(EM_FIG_PSI_CPU_SOME + 2 * r));
-    set_f_if(a, m, ok && (psi.have & EM_PSI_SOME), psi.some_avg10);
-    set_f_if(a, m + 1, ok && (psi.have & EM_PSI_FULL), psi.full_avg10);
-  }
-}
-
-static void sample_self(em_agent_t *a) {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  uint64_t cpu = ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * 1000000000u +
-                 ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000u;
-  set_u(a, fx(a, EM_FIG_AGENT_CPU), cpu);
-  char buf[128];
-  em_statm_t st;
-  ssize_t n = a->self_statm_fd >= 0 ? pread(a->self_statm_fd, buf, sizeof(buf), 0) : -1;
-  bool ok = n > 0 && em_procfs_parse_statm(buf, (size_t)n, a->page_size, &st) == 0;
-  set_u_if(a, fx(a, EM_FIG_AGENT_RSS), ok, ok ? st.rss_bytes : 0);
-  set_u(a, fx(a, EM_FIG_AGENT_NOT_SENT), em_publisher_stats(a->pub)->not_sent);
-  set_u(a, fx(a, EM_FIG_AGENT_OVERSIZE), em_publisher_stats(a->pub)->oversize);
-  set_u(a, fx(a, EM_FIG_AGENT_LATE_TICKS), a->late_ticks);
-}
 
 /*
  * The samples of this window, in alias order. The groups read on slower cadences (smaps,
@@ -1099,16 +780,17 @@ static void sample_self(em_agent_t *a) {
  * message means "not sampled this window". Returns the count written to `out`.
  */
 static size_t window_samples(em_agent_t *a, em_sample_t *out) {
+  unsigned fresh = em_sampling_fresh(a->sampling);
   size_t n = 0;
   for (size_t m = 0; m < a->n_metrics; m++) {
     em_figure_group_t g = em_figures_group(a->figs, m);
-    if ((g == EM_FIGURE_SMAPS && !a->smaps_sampled) ||
-        (g == EM_FIGURE_SYSTEM && !a->system_sampled)) {
+    if ((g == EM_FIGURE_SMAPS && !(fresh & EM_SAMPLING_SMAPS)) ||
+        (g == EM_FIGURE_SYSTEM && !(fresh & EM_SAMPLING_SYSTEM))) {
       continue;
     }
     out[n++] = a->samples[m];
   }
-  a->smaps_sampled = false; /* Sent: the next reading comes from smaps_read_done. */
+  em_sampling_sent(a->sampling); /* The next smaps reading comes from its worker job. */
   return n;
 }
 
@@ -1164,37 +846,29 @@ static void on_tick(uv_timer_t *t) {
   a->last_tick_ns = now;
   a->next_tick_ns += a->cfg.sample_period_ns;
   arm_tick(a);
-  if (a->pid != 0) {
-    sample_pmu(a);
-    if (!sample_memory(a, now)) {
-      detach(a, "exited");
-    }
+  pid_t pid = em_attach_pid(a->attach);
+  if (pid != 0 && !em_sampling_target(a->sampling, now)) {
+    em_attach_detach(a->attach, "exited");
   }
-  if (a->pid > 0 && a->system_sampled && !a->smaps_busy) {
-    /* A wrapper (su, sudo -u, sh -c) whose child now matches: the child writes the spans. */
-    pid_t next = em_target_successor(&a->cfg.target, a->cfg.proc_root, a->pid);
-    if (next > 0) {
-      EM_INFO("target: pid %ld wraps pid %ld, which matches too; moving to it", (long)a->pid,
-              (long)next);
-      detach(a, NULL);
-      attach(a, next);
-    }
+  if (em_sampling_fresh(a->sampling) & EM_SAMPLING_SYSTEM) {
+    em_attach_follow(a->attach); /* On the system cadence: it reads the children's files. */
   }
-  if (a->pid == 0) { /* Detached: the target's tick figures are absent. */
-    for (size_t m = 0; m < a->n_metrics; m++) {
-      if (em_figures_group(a->figs, m) == EM_FIGURE_TARGET) {
-        set_absent(a, m);
-      }
-    }
+  pid = em_attach_pid(a->attach);
+  if (pid == 0) {
+    em_sampling_detached(a->sampling); /* The target's tick figures are absent. */
   }
-  sample_system(a, now);
-  sample_self(a);
-  sensors_maybe_read(a, now);
-  set_u_if(a, fx(a, EM_FIG_TARGET_PID), a->pid > 0, (uint64_t)a->pid);
-  set_u(a, fx(a, EM_FIG_TARGET_UP), a->pid != 0);
-  set_u(a, fx(a, EM_FIG_TARGET_ATTACHES), a->attaches);
-  set_u_if(a, fx(a, EM_FIG_TARGET_THREADS), a->pmu && a->pid > 0,
-           a->pmu ? em_pmu_threads(a->pmu) : 0);
+  em_sampling_system(a->sampling, now);
+  em_sampling_self(a->sampling);
+  em_sampling_read_sensors(a->sampling, now);
+  set_u(a, fx(a, EM_FIG_AGENT_NOT_SENT), em_publisher_stats(a->pub)->not_sent);
+  set_u(a, fx(a, EM_FIG_AGENT_OVERSIZE), em_publisher_stats(a->pub)->oversize);
+  set_u(a, fx(a, EM_FIG_AGENT_LATE_TICKS), a->late_ticks);
+  set_u_if(a, fx(a, EM_FIG_TARGET_PID), pid > 0, (uint64_t)pid);
+  set_u(a, fx(a, EM_FIG_TARGET_UP), pid != 0);
+  set_u(a, fx(a, EM_FIG_TARGET_ATTACHES), em_attach_count(a->attach));
+  uint64_t threads = 0;
+  set_u_if(a, fx(a, EM_FIG_TARGET_THREADS), em_sampling_threads(a->sampling, &threads) && pid > 0,
+           threads);
 
   em_rings_drain(a->rings, now); /* Before the windows are published and budgets judged. */
   const em_rings_stats_t *rs = em_rings_stats(a->rings);
@@ -1220,7 +894,7 @@ static void on_tick(uv_timer_t *t) {
   set_u(a, fx(a, EM_FIG_PUSH_GONE), sig->dropped + sig->reaped);
   set_u(a, fx(a, EM_FIG_AGENT_REBIRTHS_SUPPRESSED), a->rebirths_suppressed);
   set_u(a, fx(a, EM_FIG_MODEL_RECEIVED), em_spans_models_accepted(a->spans));
-  set_u(a, fx(a, EM_FIG_MODEL_CHANGES), a->model_changes);
+  set_u(a, fx(a, EM_FIG_MODEL_CHANGES), a->model.changes);
   set_u(a, fx(a, EM_FIG_MODEL_REFUSED), em_spans_models_refused(a->spans));
   flush_peer_logs(a, now);
   em_feed_flush_log(a->feed, now);
@@ -1234,17 +908,14 @@ static void on_tick(uv_timer_t *t) {
   }
 
   em_feed_figures(a->feed, a->samples);
-  em_profiling_tick(a->prof, now, a->pid);
+  em_profiling_tick(a->prof, now, pid);
   em_profiling_figures(a->prof, a->samples);
 
   /* Before the data message: it carries the level, and a change publishes its state
    * message through the same encode buffer. */
   evaluate_budgets(a, now);
   /* Before window_samples() forgets which groups were read. */
-  em_feed_tick(a->feed, now, a->samples,
-               (a->smaps_sampled ? EM_FEED_SMAPS : 0u) | (a->system_sampled ? EM_FEED_SYSTEM : 0u) |
-                   (a->sensors_fresh ? EM_FEED_SENSORS : 0u));
-  a->sensors_fresh = false;
+  em_feed_tick(a->feed, now, a->samples, em_sampling_fresh(a->sampling));
 
   em_sample_t *view = a->samples + a->n_metrics; /* Second half of the samples buffer. */
   em_msg_t msg = {.kind = EM_MSG_DATA,
@@ -1254,7 +925,7 @@ static void on_tick(uv_timer_t *t) {
                              .level = em_budget_level(a->budget),
                              .samples = view,
                              .n_samples = window_samples(a, view),
-                             .model = a->model_view}};
+                             .model = a->model.view}};
   size_t len = 0;
   int rc = EM_PROTO_ETOOBIG;
   /* Stage windows share the message: fewer buckets per stage (a coarser scale) if needed. */
@@ -1285,20 +956,22 @@ static void on_tick(uv_timer_t *t) {
 
 /* The metric dictionary (figures.h) and the buffers sized from it, once at start-up. */
 static int build_dictionary(em_agent_t *a) {
+  size_t n_events = 0;
+  const em_pmu_event_t *ev = em_sampling_events(a->sampling, &n_events);
   const char *events[EM_CONFIG_MAX_EVENTS];
-  for (size_t i = 0; i < a->n_events; i++) {
-    events[i] = a->events[i].name;
+  for (size_t i = 0; i < n_events; i++) {
+    events[i] = ev[i].name;
   }
   const char *stages[EM_CONFIG_MAX_RULES]; /* One anomaly score per stage a rule names. */
   for (size_t i = 0; i < a->cfg.n_rules; i++) {
     stages[i] = a->cfg.rules[i].stage;
   }
   em_figures_opts_t fo = {.events = events,
-                          .n_events = a->n_events,
+                          .n_events = n_events,
                           .stages = stages,
                           .n_stages = a->cfg.n_rules,
-                          .sensors = a->sensors,
-                          .psi = em_procfs_has_psi(a->proc),
+                          .sensors = em_sampling_sensors(a->sampling),
+                          .psi = em_sampling_has_psi(a->sampling),
                           .process_memory = a->cfg.target.kind != EM_TARGET_CGROUP,
                           .smaps = a->cfg.smaps_period_ns != 0,
                           .flight = a->cfg.flight_enabled,
@@ -1318,43 +991,8 @@ static int build_dictionary(em_agent_t *a) {
   for (size_t m = 0; m < a->n_metrics; m++) {
     a->samples[m].alias = (uint32_t)m;
   }
+  em_sampling_bind(a->sampling, a->figs, a->samples);
   return 0;
-}
-
-/* The sensors the board profile asks for (every one probed without a profile). */
-static void sensors_open(em_agent_t *a, const em_board_profile_t *board) {
-  em_sensors_opts_t so = {.families = 0};
-  a->sensors_period_ns = NS_PER_SEC;
-  if (board) {
-    const em_board_sensors_t *bs = &board->sensors;
-    so.families = EM_SENSORS_THERMAL | EM_SENSORS_CPUFREQ | EM_SENSORS_GPU | EM_SENSORS_EMC |
-                  EM_SENSORS_POWER | (bs->nvml ? EM_SENSORS_NVML : 0u);
-    if (strcmp(bs->thermal, "none") == 0) {
-      so.families &= ~(unsigned)EM_SENSORS_THERMAL;
-    }
-    if (strcmp(bs->cpufreq, "none") == 0) {
-      so.families &= ~(unsigned)EM_SENSORS_CPUFREQ;
-    }
-    so.thermal = bs->thermal[0] ? bs->thermal : NULL;
-    so.gpu_load = bs->gpu_load[0] ? bs->gpu_load : NULL;
-    so.gpu_devfreq = bs->gpu_devfreq[0] ? bs->gpu_devfreq : NULL;
-    so.emc = bs->emc[0] ? bs->emc : NULL;
-    so.power = bs->power[0] ? bs->power : NULL;
-    if (bs->period_ns) {
-      a->sensors_period_ns = bs->period_ns;
-    }
-  }
-  if (a->cfg.sensors_period_ns) {
-    a->sensors_period_ns = a->cfg.sensors_period_ns; /* [agent] sensors_period wins. */
-  }
-  int rc = em_sensors_new(&a->sensors, a->cfg.sys_root, &so);
-  if (rc) {
-    EM_WARN("sensors: %s; none are read", strerror(-rc));
-    a->sensors = NULL;
-    return;
-  }
-  EM_INFO("sensors: %u figures every %llu ms", em_sensors_count(a->sensors),
-          (unsigned long long)(a->sensors_period_ns / 1000000u));
 }
 
 int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
@@ -1369,34 +1007,26 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
   a->loop = loop;
   a->cfg = *cfg;
   em_service_init(&a->svc);
-  a->self_statm_fd = -1;
+  em_identity_init(&a->model);
   snprintf(a->version, sizeof(a->version), "%s", version);
   snprintf(a->prefix, sizeof(a->prefix), "edgemon/v1/%s", cfg->device_id);
   if (getrandom(&a->session, sizeof(a->session), GRND_NONBLOCK) != sizeof(a->session)) {
     a->session = (uint32_t)(wall_ns() ^ ((uint64_t)getpid() << 16));
   }
-  int rc = 0;
-  a->n_events = cfg->n_events;
+  const char *events[EM_CONFIG_MAX_EVENTS];
   for (size_t i = 0; i < cfg->n_events; i++) {
-    /* One the machine lacks stays in the list, absent with its reason (pmu_events.h). */
-    (void)em_pmu_events_event(cfg->sys_root, cfg->events[i], &a->events[i]);
+    events[i] = cfg->events[i];
   }
-  sensors_open(a, board);
-  static const struct {
-    em_figure_t metric;
-    const char *num, *den;
-  } ratio_inputs[] = {{EM_FIG_IPC, "instructions", "cycles"},
-                      {EM_FIG_CACHE_MISS_RATIO, "cache-misses", "cache-references"},
-                      {EM_FIG_BRANCH_MISS_RATIO, "branch-misses", "branch-instructions"}};
-  for (size_t k = 0; k < 3; k++) {
-    a->ratios[k].metric = ratio_inputs[k].metric;
-    a->ratios[k].num = event_index(a, ratio_inputs[k].num);
-    a->ratios[k].den = event_index(a, ratio_inputs[k].den);
-  }
-  a->page_size = (uint64_t)sysconf(_SC_PAGESIZE);
-  if (!rc) {
-    rc = em_procfs_new(&a->proc, cfg->proc_root, 0);
-  }
+  em_sampling_opts_t so = {.loop = loop,
+                           .proc_root = cfg->proc_root,
+                           .sys_root = cfg->sys_root,
+                           .events = events,
+                           .n_events = cfg->n_events,
+                           .smaps_period_ns = cfg->smaps_period_ns,
+                           .system_period_ns = cfg->system_period_ns,
+                           .sensors_period_ns = cfg->sensors_period_ns,
+                           .board = board};
+  int rc = em_sampling_new(&a->sampling, &so);
   if (!rc) {
     rc = build_dictionary(a);
   }
@@ -1462,7 +1092,7 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
   if (!rc) {
     rc = em_publisher_new(&a->pub, loop, &po);
   }
-  em_spans_opts_t so = {.path = cfg->span_socket,
+  em_spans_opts_t sp = {.path = cfg->span_socket,
                         .mode = cfg->span_socket_mode,
                         .gid = cfg->span_socket_gid,
                         .allow_uids = cfg->allow_uids,
@@ -1480,7 +1110,7 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
                         .on_pystacks = on_pystacks,
                         .ctx = a};
   if (!rc) {
-    rc = em_spans_new(&a->spans, loop, &so);
+    rc = em_spans_new(&a->spans, loop, &sp);
     if (rc) {
       EM_ERROR("spans: cannot listen on %s: %s", cfg->span_socket, strerror(-rc));
     }
@@ -1538,16 +1168,21 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
     em_agent_free(a);
     return rc == -ENOENT ? -ENOENT : rc;
   }
-  char self_statm[EM_CONFIG_MAX_PATH + 16];
-  snprintf(self_statm, sizeof(self_statm), "%s/self/statm", cfg->proc_root);
-  a->self_statm_fd = open(self_statm, O_RDONLY | O_CLOEXEC);
+  em_attach_opts_t ao = {.loop = loop,
+                         .sampling = a->sampling,
+                         .spec = &cfg->target,
+                         .proc_root = a->cfg.proc_root,
+                         .on_attached = on_attached,
+                         .ctx = a};
+  rc = em_attach_new(&a->attach, &ao);
+  if (rc) {
+    em_agent_free(a);
+    return rc;
+  }
   uv_timer_init(loop, &a->tick);
-  uv_timer_init(loop, &a->lookup);
   uv_timer_init(loop, &a->rebirth);
   a->tick.data = a;
-  a->lookup.data = a;
   a->rebirth.data = a;
-  a->smaps_work.data = a;
   *out = a;
   return 0;
 }
@@ -1599,18 +1234,10 @@ int em_agent_reload(em_agent_t *a, const em_config_t *next) {
   EM_INFO("reload: %zu budget rules (%zu kept their state), level %s", a->cfg.n_rules, kept,
           em_level_name(em_budget_level(a->budget)));
 
-  bool target_changed = (due & EM_CONFIG_APPLY_TARGET) != 0;
-  if (target_changed) {
-    char desc[EM_CONFIG_MAX_PATH + 64];
-    em_target_describe(&a->cfg.target, desc, sizeof(desc));
-    EM_INFO("reload: target is now %s", desc);
-    if (a->pid != 0) {
-      detach(a, "is no longer the target");
-    }
-    a->logged_waiting = false;
-    try_attach(a); /* Publishes a birth when it attaches. */
-  }
-  if (!target_changed || a->pid == 0) {
+  /* The attach module keeps its own copy of the target, and re-attaches when it differs. */
+  bool target_changed =
+      (due & EM_CONFIG_APPLY_TARGET) != 0 && em_attach_retarget(a->attach, &a->cfg.target);
+  if (!target_changed || em_attach_pid(a->attach) == 0) {
     publish_birth(a); /* The birth lists the budgets. */
   }
   em_service_reloaded(&a->svc, "running (reloaded)");
@@ -1620,15 +1247,12 @@ int em_agent_reload(em_agent_t *a, const em_config_t *next) {
 int em_agent_start(em_agent_t *a) {
   uint64_t period_ms = a->cfg.sample_period_ns / 1000000u;
   em_publisher_start(a->pub);
-  try_attach(a);
-  if (a->pid == 0) {
-    uv_timer_start(&a->lookup, on_lookup, LOOKUP_MS, LOOKUP_MS);
-  }
+  em_attach_start(a->attach);
   a->next_tick_ns = uv_hrtime() + a->cfg.sample_period_ns;
-  a->next_smaps_ns = 0;
-  a->next_system_ns = 0;
   return uv_timer_start(&a->tick, on_tick, period_ms, 0);
 }
+
+static void stop_step(em_agent_t *a);
 
 static void on_closed(uv_handle_t *h) {
   stop_step(h->data);
@@ -1652,15 +1276,6 @@ static void close_handle(em_agent_t *a, uv_handle_t *h) {
   uv_close(h, on_closed);
 }
 
-/* Cancels a worker job when it is queued or running; its done callback runs either way (with
- * UV_ECANCELED when it had not started) and takes the step counted here. */
-static void cancel_work(em_agent_t *a, bool busy, uv_work_t *w) {
-  if (busy) {
-    a->pending++;
-    uv_cancel((uv_req_t *)w);
-  }
-}
-
 void em_agent_stop(em_agent_t *a, void (*done)(void *), void *ctx) {
   if (a->closing) {
     return;
@@ -1678,13 +1293,13 @@ void em_agent_stop(em_agent_t *a, void (*done)(void *), void *ctx) {
     a->pending++;
     em_hook_close(a->hook, on_part_closed, a);
   }
-  cancel_work(a, a->smaps_busy, &a->smaps_work);
-  cancel_work(a, a->sensors_busy, &a->sensors_work);
+  a->pending += em_sampling_cancel(a->sampling, on_part_closed, a); /* smaps, sensors */
   if (em_profiling_cancel(a->prof, on_part_closed, a)) {
     a->pending++; /* A resolved window is still published first. */
   }
   close_handle(a, (uv_handle_t *)&a->tick);
-  close_handle(a, (uv_handle_t *)&a->lookup);
+  a->pending++;
+  em_attach_close(a->attach, on_part_closed, a);
   close_handle(a, (uv_handle_t *)&a->rebirth);
   uint8_t last[64];
   size_t len = encode_status(a, false, last, sizeof(last));
@@ -1698,16 +1313,12 @@ void em_agent_free(em_agent_t *a) {
     return;
   }
   em_publisher_free(a->pub);
-  em_pmu_free(a->pmu);
-  em_procfs_free(a->proc);
-  if (a->self_statm_fd >= 0) {
-    close(a->self_statm_fd);
-  }
+  em_attach_free(a->attach);
+  em_sampling_free(a->sampling);
   em_figures_free(a->figs);
   free(a->samples);
   free(a->out);
   em_forward_free(a->fwd); /* Syncs the spool: the last records reach the disk. */
-  em_sensors_free(a->sensors);
   free(a->stage_out);
   free(a->bucket_out);
   em_rings_free(a->rings);
