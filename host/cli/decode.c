@@ -21,6 +21,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
 
+#include <buf.h>
 #include <diag.h>
 #include <dict.h>
 #include <edgemon/flight.h>
@@ -40,6 +41,10 @@
 
 /* Recordings on standard input are held in memory; a named file is streamed instead. */
 #define STDIN_CAP_BYTES (256u * 1024u * 1024u)
+/* Bytes read from the input at a time. */
+#define READ_CHUNK_BYTES (64u * 1024u)
+/* One message's JSON: far above what the largest message (a 1 MiB profile) prints. */
+#define JSON_MAX_BYTES (64u * 1024u * 1024u)
 
 /* The recording magic: the first 6 bytes of a recording's header. */
 static const uint8_t rec_magic[6] = {'E', 'M', 'R', 'E', 'C', 0x00};
@@ -51,8 +56,7 @@ typedef struct {
   decode_mode_t mode;
   const char *name;   /* The input as the messages name it: the path, or "stdin". */
   void *scratch;      /* EM_PROTO_SCRATCH_MAX bytes for em_proto_decode(). */
-  char *json;         /* Line buffer for em_proto_to_json_named(). */
-  size_t json_cap;    /* Bytes at json. */
+  em_buf_t json;      /* Line buffer for the JSON printers, written from its start. */
   em_dict_t *dict;    /* Births seen so far in a recording. */
   bool warned_dict;   /* An out-of-memory in the registry was reported once. */
   bool output_failed; /* A write to stdout failed: stop, exit EM_CLI_INPUT. */
@@ -110,43 +114,28 @@ static int read_all(FILE *f, size_t cap, uint8_t **out, size_t *out_len, bool *t
   *out = NULL;
   *out_len = 0;
   *too_big = false;
-  size_t size = 64 * 1024, len = 0;
-  uint8_t *buf = malloc(size);
-  if (!buf) {
-    return -ENOMEM;
-  }
-  for (;;) {
-    if (len == size) {
-      if (size > cap) {
-        *too_big = true;
-        break;
-      }
-      size_t next = size * 2 > cap + 1 ? cap + 1 : size * 2;
-      uint8_t *grown = realloc(buf, next);
-      if (!grown) {
-        free(buf);
-        return -ENOMEM;
-      }
-      buf = grown;
-      size = next;
+  em_buf_t b;
+  em_buf_init(&b, cap + 1); /* One byte past cap says that there is more. */
+  while (b.len < b.max_bytes) {
+    size_t want = b.max_bytes - b.len < READ_CHUNK_BYTES ? b.max_bytes - b.len : READ_CHUNK_BYTES;
+    if (em_buf_reserve(&b, want) != 0) {
+      em_buf_free(&b);
+      return -ENOMEM;
     }
     errno = 0;
-    size_t got = fread(buf + len, 1, size - len, f);
-    len += got;
+    size_t got = fread(em_buf_tail(&b), 1, want, f);
+    em_buf_commit(&b, got);
     if (got == 0) {
       if (ferror(f)) {
         int err = errno ? errno : EIO;
-        free(buf);
+        em_buf_free(&b);
         return -err;
       }
       break;
     }
   }
-  if (len > cap) {
-    *too_big = true;
-  }
-  *out = buf;
-  *out_len = len;
+  *too_big = b.len > cap;
+  *out = (uint8_t *)em_buf_take(&b, out_len);
   return 0;
 }
 
@@ -174,20 +163,24 @@ static void put_json_string(const char *str, size_t n) {
   fputc('"', stdout);
 }
 
+/* Makes dc->json hold at least need bytes from its start (a printer's length and its NUL).
+ * Returns 0, or -ENOMEM (also past JSON_MAX_BYTES). */
+static int json_room(decode_t *dc, size_t need) {
+  em_buf_reset(&dc->json);
+  return em_buf_reserve(&dc->json, need - 1) == 0 ? 0 : -ENOMEM;
+}
+
 /* The message as one line of JSON in dc->json (grown as needed). Returns 0 or -ENOMEM. */
 static int to_json(decode_t *dc, const em_msg_t *msg, em_device_t *names, size_t *out_len) {
   em_proto_alias_name_fn fn = names ? em_dict_alias_name : NULL;
   for (;;) {
-    int rc = em_proto_to_json_named(msg, fn, names, dc->json, dc->json_cap, out_len);
+    int rc = em_proto_to_json_named(msg, fn, names, dc->json.data, dc->json.cap, out_len);
     if (rc != EM_PROTO_ENOSPACE) {
       return rc;
     }
-    char *grown = realloc(dc->json, *out_len + 1);
-    if (!grown) {
+    if (json_room(dc, *out_len + 1) != 0) {
       return -ENOMEM;
     }
-    dc->json = grown;
-    dc->json_cap = *out_len + 1;
   }
 }
 
@@ -216,18 +209,15 @@ static int forensics_to_json(decode_t *dc, const uint8_t *buf, size_t len, size_
     }
   }
   while (rc == 0) {
-    int jrc = profile ? em_profile_to_json(&p, dc->json, dc->json_cap, out_len)
-                      : em_flight_to_json(&f, dc->json, dc->json_cap, out_len);
+    int jrc = profile ? em_profile_to_json(&p, dc->json.data, dc->json.cap, out_len)
+                      : em_flight_to_json(&f, dc->json.data, dc->json.cap, out_len);
     if (jrc != EM_PROTO_ENOSPACE) {
       break;
     }
-    char *grown = realloc(dc->json, *out_len + 1);
-    if (!grown) {
+    if (json_room(dc, *out_len + 1) != 0) {
       rc = -ENOMEM;
       break;
     }
-    dc->json = grown;
-    dc->json_cap = *out_len + 1;
   }
   free(scratch);
   return rc;
@@ -304,7 +294,7 @@ static int decode_message(decode_t *dc, const uint8_t *buf, size_t len) {
       em_cli_error(CMD, "%s: %s", dc->name, em_proto_strerror(rc));
       return EM_CLI_INPUT;
     }
-    fwrite(dc->json, 1, n, stdout);
+    fwrite(dc->json.data, 1, n, stdout);
     end_line(dc);
   }
   return dc->output_failed ? EM_CLI_INPUT : EM_CLI_OK;
@@ -416,7 +406,7 @@ static int decode_record(decode_t *dc, const em_rec_entry_t *e) {
         return EM_CLI_INPUT;
       }
       fputs("\"message\":", stdout);
-      fwrite(dc->json, 1, n, stdout);
+      fwrite(dc->json.data, 1, n, stdout);
       fputc('}', stdout);
     }
   } else {
@@ -579,9 +569,8 @@ int em_cli_decode(int argc, char **argv) {
   }
 
   dc.scratch = malloc(EM_PROTO_SCRATCH_MAX);
-  dc.json_cap = 64 * 1024;
-  dc.json = malloc(dc.json_cap);
-  if (!dc.scratch || !dc.json) {
+  em_buf_init(&dc.json, JSON_MAX_BYTES);
+  if (!dc.scratch || json_room(&dc, READ_CHUNK_BYTES) != 0) {
     em_cli_error(CMD, "%s", strerror(ENOMEM));
     goto done;
   }
@@ -609,7 +598,7 @@ int em_cli_decode(int argc, char **argv) {
 
 done:
   em_dict_free(dc.dict);
-  free(dc.json);
+  em_buf_free(&dc.json);
   free(dc.scratch);
   free(buf);
   return status;

@@ -27,19 +27,25 @@ void em_buf_free(em_buf_t *b) {
   em_buf_init(b, b->max_bytes);
 }
 
-void em_buf_reset(em_buf_t *b) {
-  b->len = 0;
+void em_buf_rewind(em_buf_t *b, size_t len) {
+  if (len < b->len) {
+    b->len = len;
+  }
   b->error = 0;
   if (b->data) {
-    b->data[0] = '\0';
+    b->data[b->len] = '\0';
   }
+}
+
+void em_buf_reset(em_buf_t *b) {
+  em_buf_rewind(b, 0);
 }
 
 int em_buf_reserve(em_buf_t *b, size_t n) {
   if (b->error) {
     return b->error;
   }
-  if (n > b->max_bytes - b->len) { /* len <= max_bytes always holds. */
+  if (b->len > b->max_bytes || n > b->max_bytes - b->len) { /* The cap may have been lowered. */
     b->error = -E2BIG;
     return b->error;
   }

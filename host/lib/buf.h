@@ -6,8 +6,9 @@
  * the writer checks once at the end instead of at every write.
  *
  * The bytes are always NUL-terminated once something was allocated (data[len] == '\0'), so text
- * can be used as a C string. len never exceeds max_bytes; the allocation is at most
- * max_bytes + 1. A failed write writes nothing of itself.
+ * can be used as a C string. A write never takes len past max_bytes (lowering max_bytes later
+ * refuses writes until len is back under it); an allocation is at most max_bytes + 1. A failed
+ * write writes nothing of itself.
  *
  * Owns data (malloc'd). Not thread-safe: one buffer, one thread at a time.
  */
@@ -31,6 +32,9 @@ void em_buf_init(em_buf_t *b, size_t max_bytes);
 void em_buf_free(em_buf_t *b);
 /* Empties the buffer and clears its error, keeping the allocation for the next use. */
 void em_buf_reset(em_buf_t *b);
+/* Cuts the bytes back to the first len (no-op past b->len) and clears the error: a writer
+ * undoing what it wrote since len. */
+void em_buf_rewind(em_buf_t *b, size_t len);
 
 /* Appends n bytes of p (p may be NULL when n is 0). Returns 0, or the buffer's error
  * (-E2BIG, -ENOMEM), also when an earlier write set it. */

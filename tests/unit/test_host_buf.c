@@ -1,7 +1,7 @@
 /*
  * test_host_buf.c - host/lib/buf.c, the capped growable buffer: growth keeps every byte and the
  * NUL, the cap is hit exactly at max_bytes with one sticky error and nothing of the refused
- * write, reset clears it and keeps the allocation, take hands the bytes over, and a failed
+ * write, reset and rewind clear it and keep the allocation, take hands the bytes over, and a failed
  * allocation (failing_alloc.h) is -ENOMEM with the bytes before it intact.
  */
 #include <errno.h>
@@ -84,6 +84,18 @@ static void reset_clears_the_error_and_keeps_the_allocation(void **state) {
   assert_string_equal(b.data, "");
   assert_int_equal(em_buf_addstr(&b, "new"), 0);
   assert_string_equal(b.data, "new");
+
+  assert_int_equal(em_buf_addstr(&b, "tail"), 0);
+  b.max_bytes = 5; /* Lowered under len: writes refused, rewind makes room again. */
+  assert_int_equal(em_buf_add(&b, "", 0), -E2BIG);
+  em_buf_rewind(&b, 3);
+  assert_int_equal(b.error, 0);
+  assert_string_equal(b.data, "new");
+  assert_int_equal(em_buf_addstr(&b, "!!"), 0);
+  assert_int_equal(em_buf_addstr(&b, "?"), -E2BIG);
+  em_buf_rewind(&b, 99); /* Past len: only the error goes. */
+  assert_int_equal(b.error, 0);
+  assert_string_equal(b.data, "new!!");
   em_buf_free(&b);
 }
 

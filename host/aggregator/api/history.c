@@ -20,6 +20,7 @@
 
 #include "buckets.h"
 
+#include <buf.h>
 #include <edgemon/json_write.h>
 #include <errno.h>
 #include <fnmatch.h>
@@ -80,58 +81,36 @@ static size_t find_id(const void *base, size_t n, size_t size, int64_t id) {
 
 /* ---- JSON output ---------------------------------------------------------------------- */
 
-typedef struct {
-  char *p;
-  size_t len;
-  size_t cap;
-  bool failed; /* Out of memory or past MAX_BODY_BYTES: later writes are dropped. */
-} jw_t;
+/* The body: an em_buf_t (buf.h) of at most MAX_BODY_BYTES with its NUL. A write that fails
+ * (past the cap, out of memory) leaves w->error set, and later writes are dropped. */
+typedef em_buf_t jw_t;
 
-/* Makes room for n more bytes and a NUL. False once the body failed. */
-static bool jw_reserve(jw_t *w, size_t n) {
-  if (w->failed) {
-    return false;
+static jw_t jw_new(void) {
+  jw_t w;
+  em_buf_init(&w, MAX_BODY_BYTES - 1);
+  return w;
+}
+
+/* Fails the body for something other than a write (an allocation of the caller's). */
+static void jw_fail(jw_t *w) {
+  if (!w->error) {
+    w->error = -ENOMEM;
   }
-  if (w->len + n + 1 > w->cap) {
-    size_t cap = w->cap ? w->cap : 4096u;
-    while (cap < w->len + n + 1) {
-      cap *= 2;
-    }
-    char *p = cap > MAX_BODY_BYTES ? NULL : realloc(w->p, cap);
-    if (!p) {
-      w->failed = true;
-      return false;
-    }
-    w->p = p;
-    w->cap = cap;
-  }
-  return true;
 }
 
 static void jw_put(jw_t *w, const char *s, size_t n) {
-  if (jw_reserve(w, n)) {
-    memcpy(w->p + w->len, s, n);
-    w->len += n;
-    w->p[w->len] = '\0';
-  }
+  (void)em_buf_add(w, s, n);
 }
 
 static void jw_s(jw_t *w, const char *s) {
   jw_put(w, s, strlen(s));
 }
 
-/* printf into the body: formats straight into room reserved at the end. */
 __attribute__((format(printf, 2, 3))) static void jw_fmt(jw_t *w, const char *fmt, ...) {
-  enum { ROOM = 128 };
-  if (!jw_reserve(w, ROOM)) {
-    return;
-  }
   va_list ap;
   va_start(ap, fmt);
-  int n = vsnprintf(w->p + w->len, ROOM, fmt, ap);
+  (void)em_buf_vprintf(w, fmt, ap);
   va_end(ap);
-  w->len += n < 0 ? 0 : (size_t)n < ROOM ? (size_t)n : ROOM - 1;
-  w->p[w->len] = '\0';
 }
 
 static void jw_sink(void *ctx, const char *s, size_t n) {
@@ -170,27 +149,25 @@ static void jw_u64(jw_t *w, uint64_t v) {
 
 /* Hands the body over as the reply (or a 500 when writing it failed). */
 static void reply_body(em_history_reply_t *out, jw_t *w) {
-  if (w->failed) {
-    free(w->p);
+  if (w->error) {
+    em_buf_free(w);
     em_history_error(out, 500, "answer too large or out of memory");
     return;
   }
   out->status = 200;
-  out->body = w->p;
-  out->len = w->len;
+  out->body = em_buf_take(w, &out->len);
 }
 
 void em_history_error(em_history_reply_t *out, unsigned status, const char *msg) {
-  jw_t w = {0};
+  jw_t w = jw_new();
   jw_s(&w, "{\"error\":");
   jw_str(&w, msg);
   jw_s(&w, "}");
-  out->status = w.failed ? 500 : status;
-  out->body = w.failed ? NULL : w.p;
-  out->len = w.failed ? 0 : w.len;
-  if (w.failed) {
-    free(w.p);
+  out->status = w.error ? 500 : status;
+  if (w.error) {
+    em_buf_free(&w);
   }
+  out->body = em_buf_take(&w, &out->len);
 }
 
 static const char *level_name(long long level) {
@@ -682,7 +659,7 @@ void em_history_fleet(em_history_t *h, em_registry_t *reg, const em_query_t *q, 
       st = NULL;
     }
   }
-  jw_t w = {0};
+  jw_t w = jw_new();
   jw_s(&w, "{\"now_ns\":");
   jw_u64(&w, now_ns);
   jw_s(&w, ",\"total\":");
@@ -1032,7 +1009,7 @@ static int device_levels(em_history_t *h, int64_t device, const em_query_t *q, j
 static void render_history(em_history_t *h, const char *device, const em_query_t *q,
                            const grid_t *g, device_windows_t *dw, const metrics_t *ms,
                            int64_t dev_id, em_history_reply_t *out) {
-  jw_t w = {0};
+  jw_t w = jw_new();
   jw_s(&w, "{\"device\":");
   jw_str(&w, device);
   jw_fmt(&w, ",\"from_ns\":%llu,\"to_ns\":%llu,\"step_ns\":%llu,\"source\":",
@@ -1089,13 +1066,13 @@ static void render_history(em_history_t *h, const char *device, const em_query_t
     jw_s(&w, "}");
   }
   if (!v) {
-    w.failed = true;
+    jw_fail(&w);
   }
   free(v);
   jw_s(&w, "],\"rss_slope_bytes_per_s\":");
   jw_num(&w, slope);
   if (device_levels(h, dev_id, q, &w, out) != 0) {
-    free(w.p);
+    em_buf_free(&w);
     return;
   }
   jw_s(&w, "}");
@@ -1438,7 +1415,7 @@ static void jw_histo_figures(jw_t *w, const em_histo_t *x) {
 
 static void render_latency(em_history_t *h, const em_query_t *q, const grid_t *g,
                            fleet_windows_t *fw, char (*names)[64], em_history_reply_t *out) {
-  jw_t w = {0};
+  jw_t w = jw_new();
   jw_fmt(&w, "{\"from_ns\":%llu,\"to_ns\":%llu,\"step_ns\":%llu,\"source\":",
          (unsigned long long)q->from_ns, (unsigned long long)q->to_ns, (unsigned long long)g->step);
   jw_str(&w, grid_source(g));
@@ -1452,12 +1429,12 @@ static void render_latency(em_history_t *h, const em_query_t *q, const grid_t *g
     em_histo_free(total);
     total = NULL;
     if (em_histo_new(&total) != 0) {
-      w.failed = true;
+      jw_fail(&w);
       break;
     }
     for (size_t p = 0; p < g->n; p++) {
       if (s->points[p] && em_histo_merge(total, s->points[p]) != 0) {
-        w.failed = true;
+        jw_fail(&w);
       }
     }
     if (em_histo_count(total) == 0) {
@@ -1477,7 +1454,7 @@ static void render_latency(em_history_t *h, const em_query_t *q, const grid_t *g
     jw_grid_times(&w, g);
     double *v = malloc(g->n * sizeof(double));
     if (!v) {
-      w.failed = true;
+      jw_fail(&w);
       break;
     }
     const double qs[2] = {0.5, 0.99};

@@ -130,54 +130,20 @@
 /* ---- em_text_t ------------------------------------------------------------------------- */
 
 void em_text_free(em_text_t *t) {
-  if (!t) {
-    return;
-  }
-  free(t->data);
-  t->data = NULL;
-  t->len = 0;
-  t->cap = 0;
-  t->error = 0;
+  em_buf_free(t);
 }
 
-/* Makes room for `more` bytes plus a NUL. Returns false (and sets t->error) when it cannot. */
-static bool text_reserve(em_text_t *t, size_t more) {
-  if (t->error) {
-    return false;
+/* t with its cap set: EM_METRICS_MAX_BYTES when it has none. */
+static em_text_t *capped(em_text_t *t) {
+  if (!t->max_bytes) {
+    t->max_bytes = EM_METRICS_MAX_BYTES;
   }
-  size_t max = t->max_bytes ? t->max_bytes : EM_METRICS_MAX_BYTES;
-  if (more > max || t->len + more > max) {
-    t->error = -E2BIG;
-    return false;
-  }
-  size_t need = t->len + more + 1;
-  if (need <= t->cap) {
-    return true;
-  }
-  size_t cap = t->cap ? t->cap : 4096;
-  while (cap < need) {
-    cap *= 2;
-  }
-  if (cap > max + 1) {
-    cap = max + 1;
-  }
-  char *p = realloc(t->data, cap);
-  if (!p) {
-    t->error = -ENOMEM;
-    return false;
-  }
-  t->data = p;
-  t->cap = cap;
-  return true;
+  return t;
 }
 
+/* The writes below leave a failure in t->error, which the renderers return. */
 static void text_put(em_text_t *t, const char *s, size_t n) {
-  if (!text_reserve(t, n)) {
-    return;
-  }
-  memcpy(t->data + t->len, s, n);
-  t->len += n;
-  t->data[t->len] = '\0';
+  (void)em_buf_add(capped(t), s, n);
 }
 
 static void text_str(em_text_t *t, const char *s) {
@@ -189,18 +155,10 @@ static void text_ch(em_text_t *t, char c) {
 }
 
 __attribute__((format(printf, 2, 3))) static void text_printf(em_text_t *t, const char *fmt, ...) {
-  char buf[256];
   va_list ap;
   va_start(ap, fmt);
-  int n = vsnprintf(buf, sizeof(buf), fmt, ap);
+  (void)em_buf_vprintf(capped(t), fmt, ap);
   va_end(ap);
-  if (n < 0 || (size_t)n >= sizeof(buf)) {
-    if (!t->error) {
-      t->error = -E2BIG; /* Only short numeric fragments go through here. */
-    }
-    return;
-  }
-  text_put(t, buf, (size_t)n);
 }
 
 /* ---- numbers ---------------------------------------------------------------------------- */
@@ -512,8 +470,7 @@ static const em_prom_label_t *pb_labels(em_metrics_out_t *out, const em_prom_lab
     return labels;
   }
   size_t at[EM_PROM_EXPO_MAX_LABELS + 1];
-  out->scratch.len = 0;
-  out->scratch.error = 0;
+  em_buf_reset(&out->scratch);
   for (size_t k = 0; k < n; k++) {
     at[k] = out->scratch.len;
     const unsigned char *s = (const unsigned char *)(labels[k].value ? labels[k].value : "");
@@ -629,10 +586,7 @@ int em_metrics_out_take(em_metrics_out_t *out, char **body, size_t *len_bytes) {
     return err; /* Remote: the series went to the remote write; nothing to hand over. */
   }
   if (out->format == EM_METRICS_TEXT) {
-    *body = out->text.data;
-    *len_bytes = out->text.len;
-    out->text.data = NULL;
-    out->text.len = out->text.cap = 0;
+    *body = em_buf_take(&out->text, len_bytes);
     return 0;
   }
   /* The writer's buffer is one malloc'd block holding the bytes from its start. */
@@ -648,11 +602,7 @@ static void out_rewind(em_metrics_out_t *out, size_t start) {
   out->open = NULL;
   out->head_bytes = 0;
   if (out->format == EM_METRICS_TEXT) {
-    out->text.error = 0;
-    out->text.len = start;
-    if (out->text.data) {
-      out->text.data[start] = '\0';
-    }
+    em_buf_rewind(&out->text, start);
     return;
   }
   out->error = 0;

@@ -54,6 +54,7 @@
 #ifndef EM_AGG_METRICS_H
 #define EM_AGG_METRICS_H
 
+#include "buf.h"
 #include "prom_expo.h"
 #include "registry.h"
 #include "remote.h"
@@ -62,20 +63,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* A growable text buffer (capped at max_bytes, or EM_METRICS_MAX_BYTES when 0). */
+/* The cap of a text buffer whose max_bytes is 0. */
 #define EM_METRICS_MAX_BYTES (64u * 1024u * 1024u)
 /* Of the cap, kept for the aggregator's own families and what the HTTP server appends. */
 #define EM_METRICS_SELF_RESERVE_BYTES (64u * 1024u)
 /* Of the rest, kept for the HELP and TYPE lines of the per-device families when truncating. */
 #define EM_METRICS_HELP_RESERVE_BYTES (8u * 1024u)
 
-typedef struct {
-  char *data;
-  size_t len;
-  size_t cap;
-  int error;        /* -ENOMEM or -E2BIG once a write failed; later writes are ignored. */
-  size_t max_bytes; /* Cap of len; 0: EM_METRICS_MAX_BYTES. */
-} em_text_t;
+/* A text buffer: an em_buf_t (buf.h) whose max_bytes 0 means EM_METRICS_MAX_BYTES. */
+typedef em_buf_t em_text_t;
 
 void em_text_free(em_text_t *t);
 

@@ -26,6 +26,7 @@
 
 #include "buckets.h"
 
+#include <buf.h>
 #include <errno.h>
 #include <histo.h>
 #include <math.h>
@@ -112,6 +113,9 @@ typedef struct {
 } pair_t;
 
 #define MAX_PAIRS 512 /* Members of one values object kept; more make the row malformed. */
+/* A data rollup's three values objects with their NULs: each member at most 48 bytes
+ * (,"<int64>":<%.17g>), braces and NUL 3 more per object. */
+#define JSON_MAX_BYTES (3u * (EM_ROLLUP_MAX_METRICS * 48u + 4u))
 
 struct em_rollup {
   sqlite3 *db;
@@ -130,8 +134,7 @@ struct em_rollup {
   em_bucket_t out[EM_HISTO_MAX_SPAN];
   size_t n_out;
   uint8_t blob[EM_BUCKETS_BLOB_MAX];
-  char *json;
-  size_t json_cap;
+  em_buf_t json; /* The three values objects of a data rollup, NUL-separated. */
   /* Idle: the last committed pass left nothing to do, at closed minute idle_closed, and no
    * dirty minute was noted since (em_rollup_has_work()). */
   bool idle, pass_idle;
@@ -212,6 +215,7 @@ int em_rollup_new(em_rollup_t **out, sqlite3 *db) {
     return -ENOMEM;
   }
   r->db = db;
+  em_buf_init(&r->json, JSON_MAX_BYTES);
   for (int i = 0; i < Q_COUNT; i++) {
     if (sqlite3_prepare_v3(db, q_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &r->q[i], NULL) !=
         SQLITE_OK) {
@@ -239,7 +243,7 @@ void em_rollup_free(em_rollup_t *r) {
   }
   free(r->stages);
   free(r->devices);
-  free(r->json);
+  em_buf_free(&r->json);
   free(r);
 }
 
@@ -498,33 +502,14 @@ static bool add_data_row(em_rollup_t *r, int64_t n, const char *vals, size_t val
   return true;
 }
 
-static bool json_reserve(em_rollup_t *r, size_t need) {
-  if (need <= r->json_cap) {
-    return true;
-  }
-  size_t cap = r->json_cap ? r->json_cap : 4096;
-  while (cap < need) {
-    cap *= 2;
-  }
-  char *j = realloc(r->json, cap);
-  if (!j) {
-    return false;
-  }
-  r->json = j;
-  r->json_cap = cap;
-  return true;
-}
-
 /* Writes the three objects (mean, max, counts) of the step's metrics into r->json, NUL
  * separated; lens get their lengths. Returns false when out of memory. */
 static bool write_objects(em_rollup_t *r, size_t lens[3]) {
-  if (!json_reserve(r, 3 * (r->n_metrics * 48 + 4))) {
-    return false;
-  }
-  size_t at = 0;
+  em_buf_t *b = &r->json;
+  em_buf_reset(b);
   for (int k = 0; k < 3; k++) {
-    size_t start = at;
-    r->json[at++] = '{';
+    size_t start = b->len;
+    em_buf_add(b, "{", 1);
     bool first = true;
     for (size_t i = 0; i < r->n_metrics; i++) {
       const metric_acc_t *a = &r->metrics[i];
@@ -532,15 +517,14 @@ static bool write_objects(em_rollup_t *r, size_t lens[3]) {
       if (!(a->weight > 0) || !isfinite(a->sum / a->weight)) {
         continue; /* JSON has no spelling for an overflowed mean: absent. */
       }
-      at += (size_t)snprintf(r->json + at, r->json_cap - at, "%s\"%lld\":%.17g", first ? "" : ",",
-                             (long long)a->id, v);
+      em_buf_printf(b, "%s\"%lld\":%.17g", first ? "" : ",", (long long)a->id, v);
       first = false;
     }
-    r->json[at++] = '}';
-    lens[k] = at - start;
-    r->json[at++] = '\0';
+    em_buf_add(b, "}", 1);
+    lens[k] = b->len - start;
+    em_buf_add(b, "", 1); /* The NUL between objects. */
   }
-  return true;
+  return b->error == 0;
 }
 
 /* --- stages ------------------------------------------------------------------------------ */
@@ -722,7 +706,7 @@ static int roll_step(em_rollup_t *r, int64_t step_s, int64_t device, int64_t t0,
     sqlite3_bind_int64(st, 2, device);
     sqlite3_bind_int64(st, 3, t0);
     sqlite3_bind_int64(st, 4, n);
-    const char *p = r->json;
+    const char *p = r->json.data;
     for (int k = 0; k < 3; k++) {
       sqlite3_bind_text(st, 5 + k, p, (int)lens[k], SQLITE_STATIC);
       p += lens[k] + 1;

@@ -53,6 +53,7 @@
 #include "store.h"
 
 #include "buckets.h"
+#include "buf.h"
 #include "checkpoint.h"
 #include "forensics.h"
 #include "identity.h"
@@ -83,6 +84,9 @@
  * page and a 7-day scan read every row from two pages (SCHEMA.md, "Page size"). */
 #define EM_STORE_PAGE_BYTES 16384u
 #define EM_STORE_CKPT_MS    1000 /* WAL checkpoint period (checkpoint.h). */
+/* A data row's values object: at most EM_PROTO_MAX_METRICS members of 48 bytes each
+ * (,"<int64>":<number>) and its braces. */
+#define VALUES_JSON_MAX_BYTES (EM_PROTO_MAX_METRICS * 48u + 2u)
 /* The WAL's bounds (SCHEMA.md, "WAL bound"). After a commit that leaves the WAL file above
  * EM_STORE_WAL_RESTART_BYTES the writer checkpoints what the checkpointer has not yet copied,
  * so that its next batch starts the log over; the log restart cuts the file back to that size
@@ -330,8 +334,7 @@ struct em_store {
   bool rollup_t_set;
   uint64_t rollup_t_ns; /* The caller's CLOCK_MONOTONIC of the tick's latest rollup pass. */
   uint8_t *blob;        /* Scratch for bucket blobs: EM_BUCKETS_BLOB_MAX bytes. */
-  char *json;           /* Scratch for a data row's values. */
-  size_t json_cap;
+  em_buf_t json;        /* Scratch for a data row's values. */
   em_store_stats_t stats;
   em_ckpt_t *ckpt;
   em_rollup_t *rollup;
@@ -1021,28 +1024,10 @@ static int add_window(em_store_t *s, int64_t dev_id, uint64_t time_ns, uint64_t 
   return row_done(s, step_done(s, st));
 }
 
-/* Makes room for `need` bytes in s->json. Returns false when out of memory. */
-static bool json_reserve(em_store_t *s, size_t need) {
-  if (need <= s->json_cap) {
-    return true;
-  }
-  size_t cap = s->json_cap ? s->json_cap : 1024;
-  while (cap < need) {
-    cap *= 2;
-  }
-  char *j = realloc(s->json, cap);
-  if (!j) {
-    return false;
-  }
-  s->json = j;
-  s->json_cap = cap;
-  return true;
-}
-
-/* Appends "id":value to the values object in s->json (which holds *len bytes, the opening
- * brace first). Returns false when out of memory. Non-finite floats are not stored (JSON has
+/* Appends "id":value to the values object in s->json (the opening brace first). Returns false
+ * when out of memory. Non-finite floats are not stored (JSON has
  * no NaN): they read as absent. */
-static bool json_put(em_store_t *s, size_t *len, int64_t metric_id, const em_value_t *v) {
+static bool json_put(em_store_t *s, int64_t metric_id, const em_value_t *v) {
   char num[40];
   switch (v->type) {
   case EM_VALUE_UINT:
@@ -1060,12 +1045,8 @@ static bool json_put(em_store_t *s, size_t *len, int64_t metric_id, const em_val
   default:
     return true; /* Absent is not zero: no entry. */
   }
-  if (!json_reserve(s, *len + strlen(num) + 32)) {
-    return false;
-  }
-  *len += (size_t)snprintf(s->json + *len, s->json_cap - *len, "%s\"%lld\":%s", *len > 1 ? "," : "",
-                           (long long)metric_id, num);
-  return true;
+  return em_buf_printf(&s->json, "%s\"%lld\":%s", s->json.len > 1 ? "," : "", (long long)metric_id,
+                       num) == 0;
 }
 
 /* Writes the data row of one data message; a message already stored (same device, session and
@@ -1085,8 +1066,8 @@ static int add_data(em_store_t *s, int64_t dev_id, name_id_t *entry, const em_de
     result = -EIO; /* The rows are stored all the same, without their model. */
   }
 
-  bool ok = json_reserve(s, 64);
-  size_t len = 1; /* s->json[0] becomes the opening brace. */
+  em_buf_reset(&s->json);
+  bool ok = em_buf_add(&s->json, "{", 1) == 0;
   for (size_t i = 0; ok && d->samples && i < d->n_samples; i++) {
     const em_sample_t *smp = &d->samples[i];
     if (smp->value.type == EM_VALUE_ABSENT) {
@@ -1103,18 +1084,17 @@ static int add_data(em_store_t *s, int64_t dev_id, name_id_t *entry, const em_de
       result = -EIO;
       continue;
     }
-    ok = json_put(s, &len, metric_id, &smp->value);
+    ok = json_put(s, metric_id, &smp->value);
   }
+  ok = ok && em_buf_add(&s->json, "}", 1) == 0;
   if (!ok) {
-    note_failure(s, "data", -ENOMEM);
-    result = -ENOMEM;
+    note_failure(s, "data", s->json.error);
+    result = s->json.error;
   } else {
-    s->json[0] = '{';
-    s->json[len++] = '}';
     sqlite3_stmt *st = s->st[ST_DATA];
     sqlite3_bind_int64(st, 1, dev_id);
     sqlite3_bind_int64(st, 2, clamp_i64(d->head.time_ns));
-    sqlite3_bind_text(st, 3, s->json, (int)len, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, s->json.data, (int)s->json.len, SQLITE_STATIC);
     sqlite3_bind_int64(st, 4, d->head.session);
     sqlite3_bind_int64(st, 5, d->seq);
     bind_level(st, 6, d->level); /* Also of a replayed window: it is that window's level. */
@@ -1521,7 +1501,7 @@ static void release(em_store_t *s) {
   sqlite3_close(s->db); /* Rolls back an open batch, as a crash would. */
   caches_clear(s);
   free(s->blob);
-  free(s->json);
+  em_buf_free(&s->json);
   free(s->wal_path);
   free(s->path);
   free(s);
@@ -1787,6 +1767,7 @@ int em_store_open(em_store_t **out, const em_store_opts_t *opts, em_store_report
     return -ENOMEM;
   }
   s->opts = *opts;
+  em_buf_init(&s->json, VALUES_JSON_MAX_BYTES);
   s->models.max = EM_STORE_MODEL_CACHE_MAX;
   s->path = strdup(opts->path);
   s->blob = malloc(EM_BUCKETS_BLOB_MAX);
