@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,21 @@ static void check(int ok) {
   if (!ok) {
     abort();
   }
+}
+
+/*
+ * A parser's answer `rc` for text[0..size) into the record at rec (`bytes` bytes): 0 or
+ * -EINVAL; refused, the record is all zero; accepted, the text ends with a newline. True when
+ * accepted.
+ */
+static bool accepted(int rc, const void *rec, size_t bytes, const char *text, size_t size) {
+  check(rc == 0 || rc == -EINVAL);
+  if (rc != 0) {
+    check_zero(rec, bytes);
+    return false;
+  }
+  check(size > 0 && text[size - 1] == '\n');
+  return true;
 }
 
 static void fuzz_statm(const char *text, size_t size) {
@@ -60,54 +76,50 @@ static void fuzz_statm(const char *text, size_t size) {
   }
 }
 
+/* A set of `have` bits that names one known field at least and nothing else. */
+static void check_have(unsigned have, unsigned known) {
+  check(have != 0 && (have & ~known) == 0);
+}
+
+/* A byte count in whole KiB, zero unless its `bit` is in `have`. */
+static void check_kib(unsigned have, unsigned bit, uint64_t bytes) {
+  check(bytes % 1024 == 0 && ((have & bit) != 0 || bytes == 0));
+}
+
+/* A finite non-negative percentage, zero unless its `bit` is in `have`. */
+static void check_percent(unsigned have, unsigned bit, double pct) {
+  check(isfinite(pct) && pct >= 0.0 && ((have & bit) != 0 || pct == 0.0));
+}
+
 static void fuzz_smaps(const char *text, size_t size) {
   em_smaps_t s;
   memset(&s, 0xa5, sizeof s);
-  int rc = em_procfs_parse_smaps_rollup(text, size, &s);
-  check(rc == 0 || rc == -EINVAL);
-  if (rc != 0) {
-    check_zero(&s, sizeof s);
-    return;
+  if (accepted(em_procfs_parse_smaps_rollup(text, size, &s), &s, sizeof s, text, size)) {
+    check_have(s.have, EM_SMAPS_PSS | EM_SMAPS_ANON | EM_SMAPS_SWAP);
+    check_kib(s.have, EM_SMAPS_PSS, s.pss_bytes);
+    check_kib(s.have, EM_SMAPS_ANON, s.anon_bytes);
+    check_kib(s.have, EM_SMAPS_SWAP, s.swap_bytes);
   }
-  check(size > 0 && text[size - 1] == '\n');
-  check(s.have != 0 && (s.have & ~(unsigned)(EM_SMAPS_PSS | EM_SMAPS_ANON | EM_SMAPS_SWAP)) == 0);
-  check((s.have & EM_SMAPS_PSS) != 0 || s.pss_bytes == 0);
-  check((s.have & EM_SMAPS_ANON) != 0 || s.anon_bytes == 0);
-  check((s.have & EM_SMAPS_SWAP) != 0 || s.swap_bytes == 0);
-  check(s.pss_bytes % 1024 == 0 && s.anon_bytes % 1024 == 0 && s.swap_bytes % 1024 == 0);
 }
 
 static void fuzz_meminfo(const char *text, size_t size) {
   em_meminfo_t m;
   memset(&m, 0xa5, sizeof m);
-  int rc = em_procfs_parse_meminfo(text, size, &m);
-  check(rc == 0 || rc == -EINVAL);
-  if (rc != 0) {
-    check_zero(&m, sizeof m);
-    return;
+  if (accepted(em_procfs_parse_meminfo(text, size, &m), &m, sizeof m, text, size)) {
+    check_have(m.have, EM_MEMINFO_AVAILABLE | EM_MEMINFO_TOTAL);
+    check_kib(m.have, EM_MEMINFO_AVAILABLE, m.available_bytes);
+    check_kib(m.have, EM_MEMINFO_TOTAL, m.total_bytes);
   }
-  check(size > 0 && text[size - 1] == '\n');
-  check(m.have != 0 && (m.have & ~(unsigned)(EM_MEMINFO_AVAILABLE | EM_MEMINFO_TOTAL)) == 0);
-  check((m.have & EM_MEMINFO_AVAILABLE) != 0 || m.available_bytes == 0);
-  check((m.have & EM_MEMINFO_TOTAL) != 0 || m.total_bytes == 0);
-  check(m.available_bytes % 1024 == 0 && m.total_bytes % 1024 == 0);
 }
 
 static void fuzz_psi(const char *text, size_t size) {
   em_psi_t p;
   memset(&p, 0xa5, sizeof p);
-  int rc = em_procfs_parse_psi(text, size, &p);
-  check(rc == 0 || rc == -EINVAL);
-  if (rc != 0) {
-    check_zero(&p, sizeof p);
-    return;
+  if (accepted(em_procfs_parse_psi(text, size, &p), &p, sizeof p, text, size)) {
+    check_have(p.have, EM_PSI_SOME | EM_PSI_FULL);
+    check_percent(p.have, EM_PSI_SOME, p.some_avg10);
+    check_percent(p.have, EM_PSI_FULL, p.full_avg10);
   }
-  check(size > 0 && text[size - 1] == '\n');
-  check(p.have != 0 && (p.have & ~(unsigned)(EM_PSI_SOME | EM_PSI_FULL)) == 0);
-  check(isfinite(p.some_avg10) && p.some_avg10 >= 0.0);
-  check(isfinite(p.full_avg10) && p.full_avg10 >= 0.0);
-  check((p.have & EM_PSI_SOME) != 0 || p.some_avg10 == 0.0);
-  check((p.have & EM_PSI_FULL) != 0 || p.full_avg10 == 0.0);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
