@@ -10,6 +10,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "http_get.h"
 
+#include <buf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -25,7 +26,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define HEAD_MAX (64u * 1024u)
+#define HEAD_MAX         (64u * 1024u)
+#define READ_CHUNK_BYTES (64u * 1024u) /* Room made for each read of the answer. */
 
 typedef struct {
   char host[256];
@@ -176,31 +178,20 @@ static bool send_all(int fd, const char *buf, size_t len, const struct timespec 
   return true;
 }
 
-/* Reads to the end of the connection into *buf (grown; at most cap bytes). Returns 0, or -1
- * (timeout, error, or more than cap). */
-static int read_all(int fd, char **buf, size_t *len, size_t cap, const struct timespec *deadline) {
-  size_t room = 0;
+/* Reads to the end of the connection into b (its max_bytes is the cap; one byte more than
+ * the caller's cap tells an answer that is too large). Returns 0, or -1 (timeout, error, or
+ * more than cap). */
+static int read_all(int fd, em_buf_t *b, size_t cap, const struct timespec *deadline) {
   for (;;) {
-    if (*len + 4096 > room) {
-      size_t want = room ? room * 2 : 65536;
-      if (want > cap + 1) {
-        want = cap + 1;
-      }
-      if (want <= *len) {
-        return -1; /* Over the cap. */
-      }
-      char *p = realloc(*buf, want + 1);
-      if (!p) {
-        return -1;
-      }
-      *buf = p;
-      room = want;
+    size_t want =
+        b->max_bytes - b->len < READ_CHUNK_BYTES ? b->max_bytes - b->len : READ_CHUNK_BYTES;
+    if (b->len > cap || em_buf_reserve(b, want) != 0) {
+      return -1; /* Over the cap, or out of memory. */
     }
-    ssize_t n = recv(fd, *buf + *len, room - *len, 0);
+    ssize_t n = recv(fd, em_buf_tail(b), want, 0);
     if (n > 0) {
-      *len += (size_t)n;
+      em_buf_commit(b, (size_t)n);
     } else if (n == 0) {
-      (*buf)[*len] = '\0';
       return 0;
     } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
       if (wait_fd(fd, POLLIN, deadline) != 1) {
@@ -266,17 +257,19 @@ int em_http_get(const char *base, const char *path, int timeout_ms, em_http_answ
     close(fd);
     return fail(EM_HTTP_GET_BAD_URL, err, err_cap, "request path too long");
   }
-  char *buf = NULL;
-  size_t len = 0;
+  em_buf_t answer;
+  em_buf_init(&answer, HEAD_MAX + EM_HTTP_GET_MAX_BODY + 1);
   if (!send_all(fd, req, (size_t)n, &deadline) ||
-      read_all(fd, &buf, &len, HEAD_MAX + EM_HTTP_GET_MAX_BODY, &deadline) != 0) {
+      read_all(fd, &answer, HEAD_MAX + EM_HTTP_GET_MAX_BODY, &deadline) != 0) {
     close(fd);
-    free(buf);
+    em_buf_free(&answer);
     return fail(EM_HTTP_GET_PROTOCOL, err, err_cap,
                 "no complete answer from %s port %s within %d ms (or larger than %u bytes)", u.host,
                 u.port, timeout_ms, EM_HTTP_GET_MAX_BODY);
   }
   close(fd);
+  size_t len = 0;
+  char *buf = em_buf_take(&answer, &len);
   char *head_end = len > 0 ? strstr(buf, "\r\n\r\n") : NULL;
   int status = 0;
   if (!head_end || sscanf(buf, "HTTP/1.%*[01] %3d", &status) != 1 || status < 100) {
