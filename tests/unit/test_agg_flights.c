@@ -1,11 +1,11 @@
 /*
- * test_agg_flights.c - flight recordings in the aggregator's store (host/aggregator/store/forensics.c
- * through em_store_add_flight()) against a real SQLite database in a temporary directory: the
- * row's summary columns and its CBOR as given, a replay (same device, session and number, live
- * or historical) stored once and counted as a duplicate, retention by the recording's time, and
- * the per-device byte bound keeping the newest recordings. The checks are the profiles' too
- * (forensic_store.h); this file gives them its recording. Rows are read through an independent
- * connection (store_query.h), so only committed rows count.
+ * test_agg_flights.c - flight recordings in the aggregator's store
+ * (host/aggregator/store/forensics.c through em_store_add_flight()) against a real SQLite database
+ * in a temporary directory: the row's summary columns and its CBOR as given, a replay (same device,
+ * session and number, live or historical) stored once and counted as a duplicate, retention by the
+ * recording's time, and the per-device byte bound keeping the newest recordings. The checks are the
+ * profiles' too (forensic_store.h); this file gives them its recording. Rows are read through an
+ * independent connection (store_query.h), so only committed rows count.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdarg.h>
