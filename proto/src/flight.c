@@ -8,7 +8,7 @@
  */
 #include <string.h>
 
-#include "cbor_write.h"
+#include "forensic.h"
 
 const char *em_flight_cause_name(em_flight_cause_t cause) {
   switch (cause) {
@@ -121,32 +121,18 @@ int em__flight_check(const em_flight_t *f) {
 
 /* --- writer --------------------------------------------------------------------------- */
 
-static size_t truncation_entries(const em_flight_truncation_t *t) {
-  return (t->spans_cut ? 1u : 0u) + (t->ticks_cut ? 1u : 0u) + (t->spans_overwritten ? 1u : 0u);
-}
-
-static void w_truncation(em__writer_t *w, const em_flight_truncation_t *t) {
-  em__w_uint(w, KF_TRUNCATED);
-  em__w_map(w, truncation_entries(t));
-  if (t->spans_cut) {
-    em__kv_uint(w, KN_SPANS_CUT, t->spans_cut);
-  }
-  if (t->ticks_cut) {
-    em__kv_uint(w, KN_TICKS_CUT, t->ticks_cut);
-  }
-  if (t->spans_overwritten) {
-    em__kv_uint(w, KN_OVERWRITTEN, t->spans_overwritten);
-  }
+/* The truncation note's counts (key 14), in key order. */
+static void cuts(const em_flight_truncation_t *t, em__count_t c[3]) {
+  c[0] = (em__count_t){KN_SPANS_CUT, "spans_cut", t->spans_cut};
+  c[1] = (em__count_t){KN_TICKS_CUT, "ticks_cut", t->ticks_cut};
+  c[2] = (em__count_t){KN_OVERWRITTEN, "spans_overwritten", t->spans_overwritten};
 }
 
 /* Bytes of key 14 and its map for these counts; 0 when all are 0 (the key is left out). */
 static size_t truncation_bytes(const em_flight_truncation_t *t) {
-  if (!truncation_entries(t)) {
-    return 0;
-  }
-  return 2u + (t->spans_cut ? 1u + em__uint_bytes(t->spans_cut) : 0u) +
-         (t->ticks_cut ? 1u + em__uint_bytes(t->ticks_cut) : 0u) +
-         (t->spans_overwritten ? 1u + em__uint_bytes(t->spans_overwritten) : 0u);
+  em__count_t c[3];
+  cuts(t, c);
+  return em__counts_bytes(c, 3);
 }
 
 /*
@@ -197,8 +183,11 @@ static void w_spans(em__writer_t *w, const em_flight_t *f) {
   }
 }
 
-static void w_flight(em__writer_t *w, const em_flight_t *f) {
-  bool truncated = truncation_entries(&f->truncated) != 0;
+static void w_flight(em__writer_t *w, const void *doc) {
+  const em_flight_t *f = doc;
+  em__count_t cut[3];
+  cuts(&f->truncated, cut);
+  bool truncated = em__counts_entries(cut, 3) != 0;
   em__w_common(w, 10 + (truncated ? 1 : 0) + (f->historical ? 1 : 0), EM_MSG_FLIGHT, &f->head);
   em__kv_uint(w, KF_NUMBER, f->number);
   em__w_uint(w, KF_TRIGGER);
@@ -208,11 +197,7 @@ static void w_flight(em__writer_t *w, const em_flight_t *f) {
   em__kv_uint(w, KF_PRE, f->pre_ns);
   em__kv_uint(w, KF_POST, f->post_ns);
   em__kv_uint(w, KF_PERIOD, f->period_ns);
-  em__w_uint(w, KF_STAGES);
-  em__w_array(w, f->n_stages);
-  for (size_t i = 0; i < f->n_stages; i++) {
-    em__w_str(w, f->stages[i]);
-  }
+  em__w_texts(w, KF_STAGES, f->stages, f->n_stages);
   em__w_uint(w, KF_COLUMNS);
   em__w_array(w, f->n_columns);
   for (size_t i = 0; i < f->n_columns; i++) {
@@ -223,32 +208,31 @@ static void w_flight(em__writer_t *w, const em_flight_t *f) {
   }
   w_ticks(w, f);
   w_spans(w, f);
-  if (truncated) {
-    w_truncation(w, &f->truncated);
-  }
+  em__w_counts(w, KF_TRUNCATED, cut, 3);
   if (f->historical) {
     em__w_uint(w, KF_HISTORICAL);
     em__w_bool(w, true);
   }
 }
 
-/* The checked encoding's size into *len, written into buf when it fits cap. */
-static int encode_checked(const em_flight_t *f, uint8_t *buf, size_t cap, size_t *len) {
-  em__writer_t w = {.buf = buf, .cap = cap, .pos = 0};
-  w_flight(&w, f);
-  *len = w.pos;
-  if (w.pos > EM_FLIGHT_MAX_BYTES) {
-    return EM_PROTO_ETOOBIG;
-  }
-  return w.pos <= cap ? 0 : EM_PROTO_ENOSPACE;
+static int check_flight(const void *doc) {
+  return em__flight_check(doc);
 }
 
+/* A live recording: a map of 14 entries, 15 with key 14 (the truncation note). */
+const em__doc_t em__flight_doc = {.kind = EM_MSG_FLIGHT,
+                                  .max_bytes = EM_FLIGHT_MAX_BYTES,
+                                  .historical_key = KF_HISTORICAL,
+                                  .map_first = 0xae,
+                                  .map_last = 0xaf,
+                                  .head_offset = offsetof(em_flight_t, head),
+                                  .historical_offset = offsetof(em_flight_t, historical),
+                                  .check = check_flight,
+                                  .write = w_flight,
+                                  .json = em__flight_json};
+
 int em_flight_encode(const em_flight_t *f, uint8_t *buf, size_t cap, size_t *out_len) {
-  if (!f || !out_len || (!buf && cap > 0)) {
-    return EM_PROTO_EINVAL;
-  }
-  int rc = em__flight_check(f);
-  return rc ? rc : encode_checked(f, buf, cap, out_len);
+  return em__doc_encode(&em__flight_doc, f, buf, cap, out_len);
 }
 
 /* --- fit under a cap ------------------------------------------------------------------ */
@@ -423,18 +407,10 @@ static size_t fit_size(const fit_t *s, size_t bare) {
 }
 
 int em_flight_encode_fit(em_flight_t *f, uint8_t *buf, size_t cap, size_t *out_len) {
-  if (!f || !out_len || (!buf && cap > 0)) {
-    return EM_PROTO_EINVAL;
-  }
-  int rc = em__flight_check(f);
-  if (rc) {
+  size_t limit = 0;
+  int rc = em__doc_fit_start(&em__flight_doc, f, buf, cap, out_len, &limit);
+  if (rc != EM__DOC_CUT) {
     return rc;
-  }
-  size_t limit = cap < EM_FLIGHT_MAX_BYTES ? cap : EM_FLIGHT_MAX_BYTES;
-  size_t whole = 0;
-  (void)encode_checked(f, NULL, 0, &whole); /* Only its size. */
-  if (whole <= limit) {
-    return encode_checked(f, buf, cap, out_len);
   }
   fit_t s;
   memset(&s, 0, sizeof(s));
@@ -443,7 +419,7 @@ int em_flight_encode_fit(em_flight_t *f, uint8_t *buf, size_t cap, size_t *out_l
   bare_f.n_ticks = bare_f.n_spans = 0;
   memset(&bare_f.truncated, 0, sizeof(bare_f.truncated));
   size_t bare = 0;
-  (void)encode_checked(&bare_f, NULL, 0, &bare);
+  (void)em__doc_write(&em__flight_doc, &bare_f, NULL, 0, &bare);
   s.tl = s.tr = split(&s, f->n_ticks, tick_time);
   s.sl = s.sr = split(&s, f->n_spans, span_time);
   size_t size = fit_size(&s, bare);
@@ -463,21 +439,12 @@ int em_flight_encode_fit(em_flight_t *f, uint8_t *buf, size_t cap, size_t *out_l
   f->n_ticks = s.tr - s.tl;
   f->spans = f->n_spans ? f->spans + s.sl : f->spans;
   f->n_spans = s.sr - s.sl;
-  return encode_checked(f, buf, cap, out_len);
+  return em__doc_write(&em__flight_doc, f, buf, cap, out_len);
 }
 
 /* --- historical ----------------------------------------------------------------------- */
 
 int em_flight_mark_historical(const uint8_t *live, size_t len, uint8_t *out, size_t cap,
                               size_t *out_len) {
-  if (!live || !out_len || (!out && cap > 0)) {
-    return EM_PROTO_EINVAL;
-  }
-  /* A map of 14 entries (15 with key 14), version 1 and kind 5 as one-byte integers (w_common):
-   * the map head stays one byte with the new entry. */
-  if (len < 5 || live[0] < 0xae || live[0] > 0xaf || live[1] != K_VERSION ||
-      live[2] != EM_PROTO_VERSION || live[3] != K_KIND || live[4] != EM_MSG_FLIGHT) {
-    return EM_PROTO_EMALFORMED;
-  }
-  return em__append_historical(live, len, KF_HISTORICAL, EM_FLIGHT_MAX_BYTES, out, cap, out_len);
+  return em__doc_mark_historical(&em__flight_doc, live, len, out, cap, out_len);
 }

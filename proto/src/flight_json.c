@@ -7,7 +7,7 @@
  */
 #include <inttypes.h>
 
-#include "json_write.h"
+#include "forensic.h"
 
 /* a - b as a JSON integer (any pair of uint64). */
 static void jw_diff(em__jw_t *w, uint64_t a, uint64_t b) {
@@ -24,13 +24,7 @@ static void jkv_diff(em__jw_t *w, const char *name, uint64_t a, uint64_t b) {
 }
 
 static void j_tables(em__jw_t *w, const em_flight_t *f) {
-  em__jw_key(w, "stages");
-  em__jw_open(w, '[');
-  for (size_t i = 0; i < f->n_stages; i++) {
-    em__jw_elem(w);
-    em__jw_str(w, f->stages[i]);
-  }
-  em__jw_close(w, ']');
+  em__jw_texts(w, "stages", f->stages, f->n_stages);
   em__jw_key(w, "columns");
   em__jw_open(w, '[');
   for (size_t i = 0; i < f->n_columns; i++) {
@@ -90,42 +84,27 @@ static void j_spans(em__jw_t *w, const em_flight_t *f) {
   em__jw_close(w, ']');
 }
 
-int em_flight_to_json(const em_flight_t *f, char *buf, size_t cap, size_t *out_len) {
-  if (!f || !out_len || (!buf && cap > 0)) {
-    return EM_PROTO_EINVAL;
-  }
-  int rc = em__flight_check(f); /* Indices within their tables before they index anything. */
-  if (rc) {
-    return rc;
-  }
-  em__jw_t w = {.buf = buf, .cap = cap, .pos = 0, .first = true};
-  em__jw_open(&w, '{');
-  em__jw_common(&w, EM_MSG_FLIGHT, &f->head);
-  em__jkv_u64(&w, "number", f->number);
+void em__flight_json(em__jw_t *w, const void *flight) {
+  const em_flight_t *f = flight;
+  em__jkv_u64(w, "number", f->number);
   const em_flight_trigger_t *t = &f->trigger;
   em_trigger_t trigger = {(uint64_t)t->cause, t->level, t->prev_level, t->rule,
                           t->stage,           t->value, t->bound,      t->reason};
-  em__jw_trigger(&w, em_flight_cause_name(f->trigger.cause), &trigger);
-  em__jkv_u64(&w, "trigger_mono_ns", f->trigger_mono_ns);
-  em__jkv_u64(&w, "pre_ns", f->pre_ns);
-  em__jkv_u64(&w, "post_ns", f->post_ns);
-  em__jkv_u64(&w, "period_ns", f->period_ns);
-  j_tables(&w, f);
-  j_ticks(&w, f);
-  j_spans(&w, f);
+  em__jw_trigger(w, em_flight_cause_name(f->trigger.cause), &trigger);
+  em__jkv_u64(w, "trigger_mono_ns", f->trigger_mono_ns);
+  em__jkv_u64(w, "pre_ns", f->pre_ns);
+  em__jkv_u64(w, "post_ns", f->post_ns);
+  em__jkv_u64(w, "period_ns", f->period_ns);
+  j_tables(w, f);
+  j_ticks(w, f);
+  j_spans(w, f);
   const em_flight_truncation_t *cut = &f->truncated;
-  if (cut->spans_cut || cut->ticks_cut || cut->spans_overwritten) {
-    em__jw_key(&w, "truncated");
-    em__jw_open(&w, '{');
-    em__jkv_u64(&w, "spans_cut", cut->spans_cut);
-    em__jkv_u64(&w, "ticks_cut", cut->ticks_cut);
-    em__jkv_u64(&w, "spans_overwritten", cut->spans_overwritten);
-    em__jw_close(&w, '}');
-  }
-  if (f->historical) {
-    em__jw_key(&w, "historical");
-    em__jw_raw(&w, "true", 4);
-  }
-  em__jw_close(&w, '}');
-  return em__jw_finish(&w, out_len);
+  const em__count_t counts[] = {{KN_SPANS_CUT, "spans_cut", cut->spans_cut},
+                                {KN_TICKS_CUT, "ticks_cut", cut->ticks_cut},
+                                {KN_OVERWRITTEN, "spans_overwritten", cut->spans_overwritten}};
+  em__jw_counts(w, "truncated", counts, 3);
+}
+
+int em_flight_to_json(const em_flight_t *f, char *buf, size_t cap, size_t *out_len) {
+  return em__doc_to_json(&em__flight_doc, f, buf, cap, out_len);
 }

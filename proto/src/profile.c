@@ -8,7 +8,7 @@
  */
 #include <string.h>
 
-#include "cbor_write.h"
+#include "forensic.h"
 
 const char *em_profile_cause_name(em_profile_cause_t cause) {
   switch (cause) {
@@ -136,28 +136,17 @@ int em__profile_check(const em_profile_t *p) {
 
 /* --- writer --------------------------------------------------------------------------- */
 
-static bool truncated(const em_profile_truncation_t *t) {
-  return t->stacks_cut || t->samples_cut;
+/* The truncation note's counts (key 16), in key order. */
+static void cuts(const em_profile_truncation_t *t, em__count_t c[2]) {
+  c[0] = (em__count_t){KPN_STACKS_CUT, "stacks_cut", t->stacks_cut};
+  c[1] = (em__count_t){KPN_SAMPLES_CUT, "samples_cut", t->samples_cut};
 }
 
 /* Bytes of key 16 and its map; 0 when nothing was cut (the key is left out). */
 static size_t truncation_bytes(const em_profile_truncation_t *t) {
-  if (!truncated(t)) {
-    return 0;
-  }
-  return 2u + (t->stacks_cut ? 1u + em__uint_bytes(t->stacks_cut) : 0u) +
-         (t->samples_cut ? 1u + em__uint_bytes(t->samples_cut) : 0u);
-}
-
-static void w_truncation(em__writer_t *w, const em_profile_truncation_t *t) {
-  em__w_uint(w, KP_TRUNCATED);
-  em__w_map(w, (t->stacks_cut ? 1u : 0u) + (t->samples_cut ? 1u : 0u));
-  if (t->stacks_cut) {
-    em__kv_uint(w, KPN_STACKS_CUT, t->stacks_cut);
-  }
-  if (t->samples_cut) {
-    em__kv_uint(w, KPN_SAMPLES_CUT, t->samples_cut);
-  }
+  em__count_t c[2];
+  cuts(t, c);
+  return em__counts_bytes(c, 2);
 }
 
 /* One stack: [samples, off_cpu_ns, stage index or null, frame indices root first...]. */
@@ -190,18 +179,12 @@ static void w_frames(em__writer_t *w, const em_profile_t *p) {
   }
 }
 
-static void w_texts(em__writer_t *w, unsigned key, const char *const *texts, size_t n) {
-  em__w_uint(w, key);
-  em__w_array(w, n);
-  for (size_t i = 0; i < n; i++) {
-    em__w_str(w, texts[i]);
-  }
-}
-
-static void w_profile(em__writer_t *w, const em_profile_t *p) {
-  bool cut = truncated(&p->truncated);
-  em__w_common(w, 11 + (p->n_notes ? 1 : 0) + (cut ? 1 : 0) + (p->historical ? 1 : 0),
-               EM_MSG_PROFILE, &p->head);
+static void w_profile(em__writer_t *w, const void *doc) {
+  const em_profile_t *p = doc;
+  em__count_t cut[2];
+  cuts(&p->truncated, cut);
+  size_t more = (p->n_notes ? 1 : 0) + (em__counts_entries(cut, 2) ? 1 : 0);
+  em__w_common(w, 11 + more + (p->historical ? 1 : 0), EM_MSG_PROFILE, &p->head);
   em__kv_uint(w, KP_NUMBER, p->number);
   em__w_uint(w, KP_TRIGGER);
   em_trigger_t trigger = trigger_of(&p->trigger);
@@ -212,7 +195,7 @@ static void w_profile(em__writer_t *w, const em_profile_t *p) {
   em__kv_str(w, KP_CLOCK, p->clock);
   em__kv_uint(w, KP_SAMPLES, p->samples);
   em__kv_uint(w, KP_LOST, p->lost);
-  w_texts(w, KP_STAGES, p->stages, p->n_stages);
+  em__w_texts(w, KP_STAGES, p->stages, p->n_stages);
   w_frames(w, p);
   em__w_uint(w, KP_STACKS);
   em__w_array(w, p->n_stacks);
@@ -220,34 +203,33 @@ static void w_profile(em__writer_t *w, const em_profile_t *p) {
     w_stack(w, &p->stacks[i]);
   }
   if (p->n_notes) {
-    w_texts(w, KP_NOTES, p->notes, p->n_notes);
+    em__w_texts(w, KP_NOTES, p->notes, p->n_notes);
   }
-  if (cut) {
-    w_truncation(w, &p->truncated);
-  }
+  em__w_counts(w, KP_TRUNCATED, cut, 2);
   if (p->historical) {
     em__w_uint(w, KP_HISTORICAL);
     em__w_bool(w, true);
   }
 }
 
-/* The checked encoding's size into *len, written into buf when it fits cap. */
-static int encode_checked(const em_profile_t *p, uint8_t *buf, size_t cap, size_t *len) {
-  em__writer_t w = {.buf = buf, .cap = cap, .pos = 0};
-  w_profile(&w, p);
-  *len = w.pos;
-  if (w.pos > EM_PROFILE_MAX_BYTES) {
-    return EM_PROTO_ETOOBIG;
-  }
-  return w.pos <= cap ? 0 : EM_PROTO_ENOSPACE;
+static int check_profile(const void *doc) {
+  return em__profile_check(doc);
 }
 
+/* A live profile: a map of 15 entries, 16 or 17 with notes and the truncation note. */
+const em__doc_t em__profile_doc = {.kind = EM_MSG_PROFILE,
+                                   .max_bytes = EM_PROFILE_MAX_BYTES,
+                                   .historical_key = KP_HISTORICAL,
+                                   .map_first = 0xaf,
+                                   .map_last = 0xb1,
+                                   .head_offset = offsetof(em_profile_t, head),
+                                   .historical_offset = offsetof(em_profile_t, historical),
+                                   .check = check_profile,
+                                   .write = w_profile,
+                                   .json = em__profile_json};
+
 int em_profile_encode(const em_profile_t *p, uint8_t *buf, size_t cap, size_t *out_len) {
-  if (!p || !out_len || (!buf && cap > 0)) {
-    return EM_PROTO_EINVAL;
-  }
-  int rc = em__profile_check(p);
-  return rc ? rc : encode_checked(p, buf, cap, out_len);
+  return em__doc_encode(&em__profile_doc, p, buf, cap, out_len);
 }
 
 /* --- fit under a cap ------------------------------------------------------------------ */
@@ -266,24 +248,16 @@ static size_t stack_bytes(const em_profile_stack_t *s) {
 }
 
 int em_profile_encode_fit(em_profile_t *p, uint8_t *buf, size_t cap, size_t *out_len) {
-  if (!p || !out_len || (!buf && cap > 0)) {
-    return EM_PROTO_EINVAL;
-  }
-  int rc = em__profile_check(p);
-  if (rc) {
+  size_t limit = 0;
+  int rc = em__doc_fit_start(&em__profile_doc, p, buf, cap, out_len, &limit);
+  if (rc != EM__DOC_CUT) {
     return rc;
-  }
-  size_t limit = cap < EM_PROFILE_MAX_BYTES ? cap : EM_PROFILE_MAX_BYTES;
-  size_t whole = 0;
-  (void)encode_checked(p, NULL, 0, &whole); /* Only its size. */
-  if (whole <= limit) {
-    return encode_checked(p, buf, cap, out_len);
   }
   em_profile_t bare = *p;
   bare.n_stacks = 0;
   memset(&bare.truncated, 0, sizeof(bare.truncated));
   size_t bare_len = 0;
-  (void)encode_checked(&bare, NULL, 0, &bare_len);
+  (void)em__doc_write(&em__profile_doc, &bare, NULL, 0, &bare_len);
   size_t items = 0;
   for (size_t i = 0; i < p->n_stacks; i++) {
     items += stack_bytes(&p->stacks[i]);
@@ -308,21 +282,12 @@ int em_profile_encode_fit(em_profile_t *p, uint8_t *buf, size_t cap, size_t *out
   }
   p->n_stacks = k;
   p->truncated = t;
-  return encode_checked(p, buf, cap, out_len);
+  return em__doc_write(&em__profile_doc, p, buf, cap, out_len);
 }
 
 /* --- historical ----------------------------------------------------------------------- */
 
 int em_profile_mark_historical(const uint8_t *live, size_t len, uint8_t *out, size_t cap,
                                size_t *out_len) {
-  if (!live || !out_len || (!out && cap > 0)) {
-    return EM_PROTO_EINVAL;
-  }
-  /* A map of 15 entries (16, 17 with notes and truncation), version 1 and kind 6 as one-byte
-   * integers (w_common): the map head stays one byte with the new entry. */
-  if (len < 5 || live[0] < 0xaf || live[0] > 0xb1 || live[1] != K_VERSION ||
-      live[2] != EM_PROTO_VERSION || live[3] != K_KIND || live[4] != EM_MSG_PROFILE) {
-    return EM_PROTO_EMALFORMED;
-  }
-  return em__append_historical(live, len, KP_HISTORICAL, EM_PROFILE_MAX_BYTES, out, cap, out_len);
+  return em__doc_mark_historical(&em__profile_doc, live, len, out, cap, out_len);
 }

@@ -4,17 +4,7 @@
  * and its stage by name (null when none). Through the shared JSON writer (json_write.h); owns
  * nothing, never allocates, reentrant.
  */
-#include "json_write.h"
-
-static void j_texts(em__jw_t *w, const char *name, const char *const *texts, size_t n) {
-  em__jw_key(w, name);
-  em__jw_open(w, '[');
-  for (size_t i = 0; i < n; i++) {
-    em__jw_elem(w);
-    em__jw_str(w, texts[i]);
-  }
-  em__jw_close(w, ']');
-}
+#include "forensic.h"
 
 static void j_frames(em__jw_t *w, const em_profile_t *p) {
   em__jw_key(w, "frames");
@@ -63,44 +53,29 @@ static void j_stacks(em__jw_t *w, const em_profile_t *p) {
   em__jw_close(w, ']');
 }
 
-int em_profile_to_json(const em_profile_t *p, char *buf, size_t cap, size_t *out_len) {
-  if (!p || !out_len || (!buf && cap > 0)) {
-    return EM_PROTO_EINVAL;
-  }
-  int rc = em__profile_check(p); /* Indices within their tables before they index anything. */
-  if (rc) {
-    return rc;
-  }
-  em__jw_t w = {.buf = buf, .cap = cap, .pos = 0, .first = true};
-  em__jw_open(&w, '{');
-  em__jw_common(&w, EM_MSG_PROFILE, &p->head);
-  em__jkv_u64(&w, "number", p->number);
+void em__profile_json(em__jw_t *w, const void *profile) {
+  const em_profile_t *p = profile;
+  em__jkv_u64(w, "number", p->number);
   const em_profile_trigger_t *t = &p->trigger;
   em_trigger_t trigger = {
       (uint64_t)t->cause,     t->level, t->prev_level, t->rule, t->stage, {EM_VALUE_ABSENT, {0}},
       {EM_VALUE_ABSENT, {0}}, t->reason};
-  em__jw_trigger(&w, em_profile_cause_name(t->cause), &trigger);
-  em__jkv_u64(&w, "start_mono_ns", p->start_mono_ns);
-  em__jkv_u64(&w, "duration_ns", p->duration_ns);
-  em__jkv_u64(&w, "hz", p->hz);
-  em__jkv_str(&w, "clock", p->clock);
-  em__jkv_u64(&w, "samples", p->samples);
-  em__jkv_u64(&w, "lost", p->lost);
-  j_texts(&w, "stages", p->stages, p->n_stages);
-  j_frames(&w, p);
-  j_stacks(&w, p);
-  j_texts(&w, "notes", p->notes, p->n_notes);
-  if (p->truncated.stacks_cut || p->truncated.samples_cut) {
-    em__jw_key(&w, "truncated");
-    em__jw_open(&w, '{');
-    em__jkv_u64(&w, "stacks_cut", p->truncated.stacks_cut);
-    em__jkv_u64(&w, "samples_cut", p->truncated.samples_cut);
-    em__jw_close(&w, '}');
-  }
-  if (p->historical) {
-    em__jw_key(&w, "historical");
-    em__jw_raw(&w, "true", 4);
-  }
-  em__jw_close(&w, '}');
-  return em__jw_finish(&w, out_len);
+  em__jw_trigger(w, em_profile_cause_name(t->cause), &trigger);
+  em__jkv_u64(w, "start_mono_ns", p->start_mono_ns);
+  em__jkv_u64(w, "duration_ns", p->duration_ns);
+  em__jkv_u64(w, "hz", p->hz);
+  em__jkv_str(w, "clock", p->clock);
+  em__jkv_u64(w, "samples", p->samples);
+  em__jkv_u64(w, "lost", p->lost);
+  em__jw_texts(w, "stages", p->stages, p->n_stages);
+  j_frames(w, p);
+  j_stacks(w, p);
+  em__jw_texts(w, "notes", p->notes, p->n_notes);
+  const em__count_t counts[] = {{KPN_STACKS_CUT, "stacks_cut", p->truncated.stacks_cut},
+                                {KPN_SAMPLES_CUT, "samples_cut", p->truncated.samples_cut}};
+  em__jw_counts(w, "truncated", counts, 2);
+}
+
+int em_profile_to_json(const em_profile_t *p, char *buf, size_t cap, size_t *out_len) {
+  return em__doc_to_json(&em__profile_doc, p, buf, cap, out_len);
 }

@@ -1,0 +1,143 @@
+/*
+ * forensic.c - the layer the flight recording and the stack profile share (forensic.h): the
+ * steps of their public encoders, fitters, historical marking and JSON printers, over a
+ * document kind each of them describes once, and the texts and truncation notes both write.
+ * Owns nothing, never allocates, reentrant.
+ */
+#include <string.h>
+
+#include "forensic.h"
+
+static const void *member(const void *doc, size_t offset) {
+  return (const unsigned char *)doc + offset;
+}
+
+int em__doc_write(const em__doc_t *k, const void *doc, uint8_t *buf, size_t cap, size_t *len) {
+  em__writer_t w = {.buf = buf, .cap = cap, .pos = 0};
+  k->write(&w, doc);
+  *len = w.pos;
+  if (w.pos > k->max_bytes) {
+    return EM_PROTO_ETOOBIG;
+  }
+  return w.pos <= cap ? 0 : EM_PROTO_ENOSPACE;
+}
+
+int em__doc_encode(const em__doc_t *k, const void *doc, uint8_t *buf, size_t cap, size_t *out_len) {
+  if (!doc || !out_len || (!buf && cap > 0)) {
+    return EM_PROTO_EINVAL;
+  }
+  int rc = k->check(doc);
+  return rc ? rc : em__doc_write(k, doc, buf, cap, out_len);
+}
+
+int em__doc_fit_start(const em__doc_t *k, const void *doc, uint8_t *buf, size_t cap,
+                      size_t *out_len, size_t *limit) {
+  if (!doc || !out_len || (!buf && cap > 0)) {
+    return EM_PROTO_EINVAL;
+  }
+  int rc = k->check(doc);
+  if (rc) {
+    return rc;
+  }
+  *limit = cap < k->max_bytes ? cap : k->max_bytes;
+  size_t whole = 0;
+  (void)em__doc_write(k, doc, NULL, 0, &whole); /* Only its size. */
+  return whole <= *limit ? em__doc_write(k, doc, buf, cap, out_len) : EM__DOC_CUT;
+}
+
+int em__doc_mark_historical(const em__doc_t *k, const uint8_t *live, size_t len, uint8_t *out,
+                            size_t cap, size_t *out_len) {
+  if (!live || !out_len || (!out && cap > 0)) {
+    return EM_PROTO_EINVAL;
+  }
+  /* Version 1 and the kind as one-byte integers (em__w_common), a map whose head stays one byte
+   * with the new entry. */
+  if (len < 5 || live[0] < k->map_first || live[0] > k->map_last || live[1] != K_VERSION ||
+      live[2] != EM_PROTO_VERSION || live[3] != K_KIND || live[4] != k->kind) {
+    return EM_PROTO_EMALFORMED;
+  }
+  return em__append_historical(live, len, k->historical_key, k->max_bytes, out, cap, out_len);
+}
+
+int em__doc_to_json(const em__doc_t *k, const void *doc, char *buf, size_t cap, size_t *out_len) {
+  if (!doc || !out_len || (!buf && cap > 0)) {
+    return EM_PROTO_EINVAL;
+  }
+  int rc = k->check(doc); /* Indices within their tables before they index anything. */
+  if (rc) {
+    return rc;
+  }
+  em__jw_t w = {.buf = buf, .cap = cap, .pos = 0, .first = true};
+  em__jw_open(&w, '{');
+  em__jw_common(&w, k->kind, member(doc, k->head_offset));
+  k->json(&w, doc);
+  if (*(const bool *)member(doc, k->historical_offset)) {
+    em__jw_key(&w, "historical");
+    em__jw_raw(&w, "true", 4);
+  }
+  em__jw_close(&w, '}');
+  return em__jw_finish(&w, out_len);
+}
+
+void em__w_texts(em__writer_t *w, unsigned key, const char *const *texts, size_t n) {
+  em__w_uint(w, key);
+  em__w_array(w, n);
+  for (size_t i = 0; i < n; i++) {
+    em__w_str(w, texts[i]);
+  }
+}
+
+void em__jw_texts(em__jw_t *w, const char *name, const char *const *texts, size_t n) {
+  em__jw_key(w, name);
+  em__jw_open(w, '[');
+  for (size_t i = 0; i < n; i++) {
+    em__jw_elem(w);
+    em__jw_str(w, texts[i]);
+  }
+  em__jw_close(w, ']');
+}
+
+size_t em__counts_entries(const em__count_t *c, size_t n) {
+  size_t entries = 0;
+  for (size_t i = 0; i < n; i++) {
+    entries += c[i].n ? 1u : 0u;
+  }
+  return entries;
+}
+
+size_t em__counts_bytes(const em__count_t *c, size_t n) {
+  if (!em__counts_entries(c, n)) {
+    return 0;
+  }
+  size_t bytes = 2; /* The key and the map's head. */
+  for (size_t i = 0; i < n; i++) {
+    bytes += c[i].n ? 1u + em__uint_bytes(c[i].n) : 0u;
+  }
+  return bytes;
+}
+
+void em__w_counts(em__writer_t *w, unsigned key, const em__count_t *c, size_t n) {
+  size_t entries = em__counts_entries(c, n);
+  if (!entries) {
+    return;
+  }
+  em__w_uint(w, key);
+  em__w_map(w, entries);
+  for (size_t i = 0; i < n; i++) {
+    if (c[i].n) {
+      em__kv_uint(w, c[i].key, c[i].n);
+    }
+  }
+}
+
+void em__jw_counts(em__jw_t *w, const char *name, const em__count_t *c, size_t n) {
+  if (!em__counts_entries(c, n)) {
+    return;
+  }
+  em__jw_key(w, name);
+  em__jw_open(w, '{');
+  for (size_t i = 0; i < n; i++) {
+    em__jkv_u64(w, c[i].json, c[i].n);
+  }
+  em__jw_close(w, '}');
+}

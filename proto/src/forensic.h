@@ -1,0 +1,92 @@
+/*
+ * forensic.h - internal: what the two forensic documents, the flight recording (flight.c,
+ * flight_decode.c, flight_json.c) and the stack profile (profile.c, profile_decode.c,
+ * profile_json.c), share at every layer. A document kind (em__doc_t) names its message kind,
+ * size cap, historical key, the map heads of its live form, its checks, its CBOR writer and its
+ * JSON body; the functions below are the public entry points' common steps over it: the
+ * argument guards and checks, the checked encoding, the start of a fit under a cap, the
+ * historical form and the JSON frame. Also the pieces both bodies write alike: lists of texts
+ * (stage tables, notes) and a truncation note (what was left out, by count). Owns nothing,
+ * reentrant. Not installed.
+ */
+#ifndef EDGEMON_PROTO_FORENSIC_H
+#define EDGEMON_PROTO_FORENSIC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cbor_write.h"
+#include "json_write.h"
+
+/* A forensic document's kind: the rows behind em_flight_* and em_profile_*. */
+typedef struct {
+  em_msg_kind_t kind;       /* EM_MSG_FLIGHT, EM_MSG_PROFILE. */
+  size_t max_bytes;         /* EM_FLIGHT_MAX_BYTES, EM_PROFILE_MAX_BYTES. */
+  unsigned historical_key;  /* KF_HISTORICAL, KP_HISTORICAL. */
+  uint8_t map_first;        /* Map heads of a live encoding (no historical key) ... */
+  uint8_t map_last;         /* ... from the fewest entries to the most. */
+  size_t head_offset;       /* Of the em_msg_head_t in the document. */
+  size_t historical_offset; /* Of its bool `historical`. */
+  /* 0, or the decoder's code for a document it would refuse. */
+  int (*check)(const void *doc);
+  /* Writes the whole document (checked). */
+  void (*write)(em__writer_t *w, const void *doc);
+  /* Writes the JSON members after the head and before "historical" (checked). */
+  void (*json)(em__jw_t *w, const void *doc);
+} em__doc_t;
+
+/* The two kinds (flight.c, profile.c) and their JSON bodies (flight_json.c, profile_json.c). */
+extern const em__doc_t em__flight_doc, em__profile_doc;
+void em__flight_json(em__jw_t *w, const void *flight);
+void em__profile_json(em__jw_t *w, const void *profile);
+
+/* The checked document's encoding: its size into *len, the bytes into buf when they fit cap;
+ * EM_PROTO_ETOOBIG past the kind's cap, EM_PROTO_ENOSPACE past `cap`. */
+int em__doc_write(const em__doc_t *k, const void *doc, uint8_t *buf, size_t cap, size_t *len);
+
+/* em_flight_encode(), em_profile_encode(): the guards, the checks, the encoding. */
+int em__doc_encode(const em__doc_t *k, const void *doc, uint8_t *buf, size_t cap, size_t *out_len);
+
+/* em__doc_fit_start()'s answer when the whole document does not fit and items must go. */
+#define EM__DOC_CUT 1
+
+/*
+ * The start of em_flight_encode_fit() and em_profile_encode_fit(): the guards and checks, then
+ * the whole encoding when it fits the lesser of cap and the kind's cap. Returns an error, 0
+ * once encoded whole, or EM__DOC_CUT with that limit in *limit.
+ */
+int em__doc_fit_start(const em__doc_t *k, const void *doc, uint8_t *buf, size_t cap,
+                      size_t *out_len, size_t *limit);
+
+/* em_flight_mark_historical(), em_profile_mark_historical(). */
+int em__doc_mark_historical(const em__doc_t *k, const uint8_t *live, size_t len, uint8_t *out,
+                            size_t cap, size_t *out_len);
+
+/* em_flight_to_json(), em_profile_to_json(): guards, checks, {head, body, "historical"}. */
+int em__doc_to_json(const em__doc_t *k, const void *doc, char *buf, size_t cap, size_t *out_len);
+
+/* `key` and an array of the n texts (CBOR); "name": [the texts] (JSON). */
+void em__w_texts(em__writer_t *w, unsigned key, const char *const *texts, size_t n);
+void em__jw_texts(em__jw_t *w, const char *name, const char *const *texts, size_t n);
+
+/* One count of a truncation note: its key (< 24), its JSON name and how many were cut. */
+typedef struct {
+  unsigned key;
+  const char *json;
+  uint64_t n;
+} em__count_t;
+
+/* How many of the n counts are not 0: the note's entries (none: the note is left out). */
+size_t em__counts_entries(const em__count_t *c, size_t n);
+
+/* Bytes of `key` (< 24) and the note's map; 0 when no count is (the key is left out). */
+size_t em__counts_bytes(const em__count_t *c, size_t n);
+
+/* `key` and the map of the counts that are not 0; written only with some. */
+void em__w_counts(em__writer_t *w, unsigned key, const em__count_t *c, size_t n);
+
+/* "name": {every count}, when some count is not 0; nothing otherwise. */
+void em__jw_counts(em__jw_t *w, const char *name, const em__count_t *c, size_t n);
+
+#endif /* EDGEMON_PROTO_FORENSIC_H */
