@@ -75,6 +75,7 @@
 #include "rings.h"
 #include "identity.h"
 #include "spans.h"
+#include "syncer.h"
 #include "target.h"
 #include "attach.h"
 #include "sampling.h"
@@ -186,6 +187,7 @@ struct em_agent {
 
   /* Store and forward (forward.h): what the broker cannot take now goes to the spool. */
   em_forward_t *fwd;
+  em_syncer_t *syncer; /* The spool's fdatasync on its own thread (transport/syncer.h). */
 
   /* The flight recorder's feed (record/feed.h): the recorder, its columns, its figures. */
   em_feed_t *feed;
@@ -1162,6 +1164,10 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
                           .qos_state = cfg->qos_state,
                           .write_ahead = cfg->spool_write_ahead};
   if (!rc) {
+    rc = em_syncer_new(&a->syncer, loop); /* Its thread starts with em_agent_start. */
+  }
+  if (!rc) {
+    fo.syncer = a->syncer;
     rc = em_forward_new(&a->fwd, loop, a->pub, &fo);
   }
   if (rc) {
@@ -1246,6 +1252,11 @@ int em_agent_reload(em_agent_t *a, const em_config_t *next) {
 
 int em_agent_start(em_agent_t *a) {
   uint64_t period_ms = a->cfg.sample_period_ns / 1000000u;
+  int rc = em_syncer_start(a->syncer);
+  if (rc) {
+    EM_ERROR("spool: cannot start the sync thread: %s", uv_strerror(rc));
+    return rc;
+  }
   em_publisher_start(a->pub);
   em_attach_start(a->attach);
   a->next_tick_ns = uv_hrtime() + a->cfg.sample_period_ns;
@@ -1300,6 +1311,8 @@ void em_agent_stop(em_agent_t *a, void (*done)(void *), void *ctx) {
   close_handle(a, (uv_handle_t *)&a->tick);
   a->pending++;
   em_attach_close(a->attach, on_part_closed, a);
+  a->pending++;
+  em_syncer_close(a->syncer, on_part_closed, a); /* After the sync in hand. */
   close_handle(a, (uv_handle_t *)&a->rebirth);
   uint8_t last[64];
   size_t len = encode_status(a, false, last, sizeof(last));
@@ -1319,6 +1332,7 @@ void em_agent_free(em_agent_t *a) {
   free(a->samples);
   free(a->out);
   em_forward_free(a->fwd); /* Syncs the spool: the last records reach the disk. */
+  em_syncer_free(a->syncer);
   free(a->stage_out);
   free(a->bucket_out);
   em_rings_free(a->rings);

@@ -208,8 +208,9 @@ static void raise_fd_limit(void) {
 static int run(const em_config_t *cfg, const em_board_profile_t *board, const char *config_path,
                const char *level_arg) {
   raise_fd_limit();
-  /* libuv's worker pool serves only the smaps_rollup page-table walk and host name lookups:
-   * one worker is enough, and the agent stays at two threads. */
+  /* libuv's worker pool serves the smaps_rollup page-table walk, the sensor reads, a profile
+   * window's resolution and host name lookups: one worker is enough. The spool's fdatasync
+   * has a thread of its own (transport/syncer.h), so it never waits behind them. */
   setenv("UV_THREADPOOL_SIZE", "1", 0);
   uv_loop_t *loop = uv_default_loop();
   app_t app = {.config_path = config_path, .level_arg = level_arg, .board = board};

@@ -34,11 +34,12 @@ struct em_forward {
   int qos_state;
   bool write_ahead;
 
-  em_spool_t *spool; /* NULL: memory only (spool off, or it could not be opened). */
-  uint8_t *replay;   /* REPLAY_BYTES: a spooled message read back, or a flight recording
-                        marked historical on its way into the spool. */
-  uv_fs_t sync_req;  /* fdatasync of the spool on libuv's worker. */
-  bool syncing;      /* sync_req is in flight. */
+  em_spool_t *spool;   /* NULL: memory only (spool off, or it could not be opened). */
+  uint8_t *replay;     /* REPLAY_BYTES: a spooled message read back, or a flight recording
+                          marked historical on its way into the spool. */
+  em_syncer_t *syncer; /* Borrowed: runs the fdatasync; NULL: sync_req on libuv's worker. */
+  uv_fs_t sync_req;    /* fdatasync of the spool on libuv's worker (no syncer). */
+  bool syncing;        /* sync_req is in flight. */
   uint64_t next_sync_ns;
   uint64_t lost;  /* Messages neither sent nor spooled (no spool, or it failed). */
   int last_error; /* Last append error logged, so each kind is logged once. */
@@ -104,6 +105,7 @@ int em_forward_new(em_forward_t **out, uv_loop_t *loop, em_publisher_t *pub,
   f->pub = pub;
   snprintf(f->spool_path, sizeof(f->spool_path), "%s", opts->spool_path);
   f->sync_interval_ns = opts->sync_interval_ns;
+  f->syncer = opts->syncer;
   f->replay_per_tick = opts->replay_per_tick;
   f->qos_data = opts->qos_data;
   f->qos_state = opts->qos_state;
@@ -347,8 +349,16 @@ static void on_synced(uv_fs_t *req) {
   f->syncing = false;
 }
 
+static void on_syncer_done(void *ctx, int rc) {
+  em_forward_t *f = ctx;
+  if (rc < 0) {
+    EM_ERROR("spool: fdatasync %s: %s", f->spool_path, strerror(-rc));
+  }
+  f->syncing = false;
+}
+
 /* The header (replay progress, drop count) is written on the loop, a page-cache write;
- * fdatasync runs on libuv's worker, never on the loop. */
+ * fdatasync runs on the syncer's thread (or libuv's worker), never on the loop. */
 void em_forward_maybe_sync(em_forward_t *f, uint64_t now_ns) {
   if (!f || !f->spool || f->syncing || now_ns < f->next_sync_ns) {
     return;
@@ -356,6 +366,10 @@ void em_forward_maybe_sync(em_forward_t *f, uint64_t now_ns) {
   f->next_sync_ns = now_ns + f->sync_interval_ns;
   bool need = false;
   if (em_spool_flush_header(f->spool, &need) != 0 || !need) {
+    return;
+  }
+  if (f->syncer) {
+    f->syncing = em_syncer_sync(f->syncer, em_spool_fd(f->spool), on_syncer_done, f) == 0;
     return;
   }
   f->sync_req.data = f;

@@ -33,9 +33,10 @@
  * are touched only by what is replayed) and the write-ahead buffer (EM_PROTO_MAX_MESSAGE_BYTES),
  * both allocated once, the
  * mid -> record map and the fdatasync request.
- * Borrows the publisher, which must outlive the forwarder. Threading: the loop's thread; only
- * the fdatasync runs on libuv's worker, and the spool is not touched until it completes
- * except for appends (pwrites the kernel orders, see spool.h).
+ * Borrows the publisher and the syncer, which must outlive the forwarder. Threading: the loop's
+ * thread; only the fdatasync runs off it (on the syncer's thread, or libuv's worker without
+ * one), and the spool is not touched until it completes except for appends (pwrites the kernel
+ * orders, see spool.h).
  */
 #ifndef EDGEMON_AGENT_FORWARD_H
 #define EDGEMON_AGENT_FORWARD_H
@@ -49,6 +50,7 @@
 #include "edgemon/proto.h"
 #include "publisher.h"
 #include "spool.h"
+#include "syncer.h"
 
 #define EM_FORWARD_MAX_PATH     256 /* Spool path, with the NUL. */
 #define EM_FORWARD_MAX_INFLIGHT 512 /* Write-ahead records awaiting their PUBACK, tracked. */
@@ -65,6 +67,8 @@ typedef struct {
   int qos_data;              /* QoS of data messages, live and replayed. */
   int qos_state;             /* QoS of state messages, live and replayed. */
   bool write_ahead;          /* Spool QoS 1 messages before sending, done on PUBACK. */
+  em_syncer_t *syncer;       /* Runs the fdatasync on its own thread (syncer.h); borrowed, it
+                                must outlive the forwarder. NULL: libuv's worker pool runs it. */
 } em_forward_opts_t;
 
 /* What the data message reports of store and forward. */
@@ -72,7 +76,7 @@ typedef struct {
   bool spooling;          /* A spool is open; `spool` is meaningful only then. */
   em_spool_stats_t spool; /* spool.h */
   uint64_t lost;          /* Messages neither sent nor spooled since em_forward_new(). */
-  bool syncing;           /* An fdatasync is in flight on libuv's worker. */
+  bool syncing;           /* An fdatasync is in flight (the syncer's thread or libuv's pool). */
 } em_forward_stats_t;
 
 /*
@@ -123,8 +127,8 @@ unsigned em_forward_replay(em_forward_t *f);
 
 /*
  * Every sync_interval_ns (`now_ns` on any monotonic clock): writes the spool's header when it
- * changed and queues fdatasync on libuv's worker; nothing while one is in flight. A failed
- * fdatasync is logged.
+ * changed and asks for fdatasync off the loop (the syncer's thread, else libuv's worker);
+ * nothing while one is in flight. A failed fdatasync is logged.
  */
 void em_forward_maybe_sync(em_forward_t *f, uint64_t now_ns);
 
@@ -136,8 +140,8 @@ void em_forward_on_ack(em_forward_t *f, int mid);
 void em_forward_stats(const em_forward_t *f, em_forward_stats_t *out);
 
 /* Closes the spool (syncing it: the last records reach the disk) and frees. Call it once the
- * loop has run a queued fdatasync to its end (uv_run does not return before). NULL is a
- * no-op. */
+ * loop has run a queued fdatasync to its end (uv_run does not return before; with a syncer,
+ * after em_syncer_close's callback). NULL is a no-op. */
 void em_forward_free(em_forward_t *f);
 
 #endif /* EDGEMON_AGENT_FORWARD_H */
