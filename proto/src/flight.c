@@ -11,13 +11,8 @@
 #include "forensic.h"
 
 const char *em_flight_cause_name(em_flight_cause_t cause) {
-  switch (cause) {
-  case EM_FLIGHT_ESCALATION:
-    return "escalation";
-  case EM_FLIGHT_COMMAND:
-    return "command";
-  }
-  return "unknown";
+  static const char *const names[] = {"escalation", "command"};
+  return em__name_in(names, sizeof(names) / sizeof(names[0]), (long)cause);
 }
 
 bool em__counter_total(const em_value_t *v, uint64_t *total) {
@@ -359,22 +354,15 @@ static bool fit_grow(fit_t *s) {
       best = k;
     }
   }
-  switch (best) {
-  case 0:
-    fit_add_tick(s, s->tl - 1, false);
-    return true;
-  case 1:
-    fit_add_tick(s, s->tr, true);
-    return true;
-  case 2:
-    fit_add_span(s, s->sl - 1, false);
-    return true;
-  case 3:
-    fit_add_span(s, s->sr, true);
-    return true;
-  default:
+  if (best < 0) {
     return false;
   }
+  if (best < 2) {
+    fit_add_tick(s, best == 0 ? s->tl - 1 : s->tr, best == 1);
+  } else {
+    fit_add_span(s, best == 2 ? s->sl - 1 : s->sr, best == 3);
+  }
+  return true;
 }
 
 /* First index of a sorted time column at or after the trigger. */

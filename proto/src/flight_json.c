@@ -23,65 +23,50 @@ static void jkv_diff(em__jw_t *w, const char *name, uint64_t a, uint64_t b) {
   jw_diff(w, a, b);
 }
 
-static void j_tables(em__jw_t *w, const em_flight_t *f) {
-  em__jw_texts(w, "stages", f->stages, f->n_stages);
-  em__jw_key(w, "columns");
-  em__jw_open(w, '[');
-  for (size_t i = 0; i < f->n_columns; i++) {
-    em__jw_elem(w);
-    em__jw_open(w, '{');
-    em__jkv_str(w, "name", f->columns[i].name);
-    em__jkv_str(w, "unit", f->columns[i].unit);
-    em__jkv_str(w, "kind", em__metric_kind_name(f->columns[i].kind));
-    em__jw_close(w, '}');
-  }
-  em__jw_close(w, ']');
+static void j_column(em__jw_t *w, const void *flight, size_t i) {
+  const em_flight_column_t *c = &((const em_flight_t *)flight)->columns[i];
+  em__jkv_str(w, "name", c->name);
+  em__jkv_str(w, "unit", c->unit);
+  em__jkv_str(w, "kind", em__metric_kind_name(c->kind));
 }
 
-static void j_ticks(em__jw_t *w, const em_flight_t *f) {
-  uint64_t prev[EM_FLIGHT_MAX_COLUMNS] = {0};
-  em__jw_key(w, "ticks");
-  em__jw_open(w, '[');
-  for (size_t i = 0; i < f->n_ticks; i++) {
-    const em_flight_tick_t *t = &f->ticks[i];
-    em__jw_elem(w);
-    em__jw_open(w, '{');
-    em__jkv_u64(w, "mono_ns", t->mono_ns);
-    jkv_diff(w, "t_ns", t->mono_ns, f->trigger_mono_ns);
-    em__jw_key(w, "values");
-    em__jw_open(w, '{');
-    for (size_t j = 0; j < t->n_values; j++) {
-      const em_flight_value_t *v = &t->values[j];
-      uint64_t total;
-      em__jw_key(w, f->columns[v->column].name);
-      if (f->columns[v->column].kind == EM_METRIC_COUNTER && em__counter_total(&v->value, &total)) {
-        jw_diff(w, total, prev[v->column]);
-        prev[v->column] = total;
-      } else {
-        em__jw_value(w, &v->value);
-      }
+/* A tick's counter figures are increases over the column's previous carrier: the totals so far
+ * are the printer's state, kept beside the recording. */
+typedef struct {
+  const em_flight_t *f;
+  uint64_t prev[EM_FLIGHT_MAX_COLUMNS];
+} ticks_t;
+
+static void j_tick(em__jw_t *w, const void *ticks, size_t i) {
+  ticks_t *s = (ticks_t *)ticks;
+  const em_flight_t *f = s->f;
+  const em_flight_tick_t *t = &f->ticks[i];
+  em__jkv_u64(w, "mono_ns", t->mono_ns);
+  jkv_diff(w, "t_ns", t->mono_ns, f->trigger_mono_ns);
+  em__jw_key(w, "values");
+  em__jw_open(w, '{');
+  for (size_t j = 0; j < t->n_values; j++) {
+    const em_flight_value_t *v = &t->values[j];
+    uint64_t total;
+    em__jw_key(w, f->columns[v->column].name);
+    if (f->columns[v->column].kind == EM_METRIC_COUNTER && em__counter_total(&v->value, &total)) {
+      jw_diff(w, total, s->prev[v->column]);
+      s->prev[v->column] = total;
+    } else {
+      em__jw_value(w, &v->value);
     }
-    em__jw_close(w, '}');
-    em__jw_close(w, '}');
   }
-  em__jw_close(w, ']');
+  em__jw_close(w, '}');
 }
 
-static void j_spans(em__jw_t *w, const em_flight_t *f) {
-  em__jw_key(w, "spans");
-  em__jw_open(w, '[');
-  for (size_t i = 0; i < f->n_spans; i++) {
-    const em_flight_span_t *s = &f->spans[i];
-    em__jw_elem(w);
-    em__jw_open(w, '{');
-    em__jkv_str(w, "stage", f->stages[s->stage]);
-    em__jkv_u64(w, "frame", s->frame_id);
-    em__jkv_u64(w, "start_ns", s->start_ns);
-    jkv_diff(w, "t_ns", s->start_ns, f->trigger_mono_ns);
-    em__jkv_u64(w, "duration_ns", s->duration_ns);
-    em__jw_close(w, '}');
-  }
-  em__jw_close(w, ']');
+static void j_span(em__jw_t *w, const void *flight, size_t i) {
+  const em_flight_t *f = flight;
+  const em_flight_span_t *s = &f->spans[i];
+  em__jkv_str(w, "stage", f->stages[s->stage]);
+  em__jkv_u64(w, "frame", s->frame_id);
+  em__jkv_u64(w, "start_ns", s->start_ns);
+  jkv_diff(w, "t_ns", s->start_ns, f->trigger_mono_ns);
+  em__jkv_u64(w, "duration_ns", s->duration_ns);
 }
 
 void em__flight_json(em__jw_t *w, const void *flight) {
@@ -95,9 +80,11 @@ void em__flight_json(em__jw_t *w, const void *flight) {
   em__jkv_u64(w, "pre_ns", f->pre_ns);
   em__jkv_u64(w, "post_ns", f->post_ns);
   em__jkv_u64(w, "period_ns", f->period_ns);
-  j_tables(w, f);
-  j_ticks(w, f);
-  j_spans(w, f);
+  em__jw_texts(w, "stages", f->stages, f->n_stages);
+  em__jw_objects(w, "columns", f, f->n_columns, j_column);
+  ticks_t ticks = {.f = f, .prev = {0}};
+  em__jw_objects(w, "ticks", &ticks, f->n_ticks, j_tick);
+  em__jw_objects(w, "spans", f, f->n_spans, j_span);
   const em_flight_truncation_t *cut = &f->truncated;
   const em__count_t counts[] = {{KN_SPANS_CUT, "spans_cut", cut->spans_cut},
                                 {KN_TICKS_CUT, "ticks_cut", cut->ticks_cut},

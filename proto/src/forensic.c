@@ -87,16 +87,6 @@ void em__w_texts(em__writer_t *w, unsigned key, const char *const *texts, size_t
   }
 }
 
-void em__jw_texts(em__jw_t *w, const char *name, const char *const *texts, size_t n) {
-  em__jw_key(w, name);
-  em__jw_open(w, '[');
-  for (size_t i = 0; i < n; i++) {
-    em__jw_elem(w);
-    em__jw_str(w, texts[i]);
-  }
-  em__jw_close(w, ']');
-}
-
 size_t em__counts_entries(const em__count_t *c, size_t n) {
   size_t entries = 0;
   for (size_t i = 0; i < n; i++) {

@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #include "cbor_write.h"
-#include "json_write.h"
+#include "json_items.h"
 
 /* A forensic document's kind: the rows behind em_flight_* and em_profile_*. */
 typedef struct {
@@ -66,9 +66,8 @@ int em__doc_mark_historical(const em__doc_t *k, const uint8_t *live, size_t len,
 /* em_flight_to_json(), em_profile_to_json(): guards, checks, {head, body, "historical"}. */
 int em__doc_to_json(const em__doc_t *k, const void *doc, char *buf, size_t cap, size_t *out_len);
 
-/* `key` and an array of the n texts (CBOR); "name": [the texts] (JSON). */
+/* `key` and an array of the n texts. */
 void em__w_texts(em__writer_t *w, unsigned key, const char *const *texts, size_t n);
-void em__jw_texts(em__jw_t *w, const char *name, const char *const *texts, size_t n);
 
 /* One count of a truncation note: its key (< 24), its JSON name and how many were cut. */
 typedef struct {

@@ -38,13 +38,14 @@ const char *em_level_name(em_level_t level) {
   return names[level];
 }
 
+const char *em__name_in(const char *const *names, size_t n, long i) {
+  return i >= 0 && (size_t)i < n && names[i] ? names[i] : "unknown";
+}
+
 const char *em_msg_kind_name(em_msg_kind_t kind) {
   static const char *const names[] = {"birth", "data",   "state",  "status",
                                       "cmd",   "flight", "profile"};
-  if ((int)kind < 0 || (int)kind > (int)EM_MSG_PROFILE) {
-    return "unknown";
-  }
-  return names[kind];
+  return em__name_in(names, sizeof(names) / sizeof(names[0]), (long)kind);
 }
 
 _Static_assert(EM_PROTO_MAX_PAYLOAD_BYTES == (EM_FLIGHT_MAX_BYTES > EM_PROFILE_MAX_BYTES
@@ -55,10 +56,7 @@ _Static_assert(EM_PROTO_MAX_PAYLOAD_BYTES == (EM_FLIGHT_MAX_BYTES > EM_PROFILE_M
 
 const char *em_cmd_name(em_cmd_code_t command) {
   static const char *const names[] = {"rebirth", "flight", "profile"};
-  if ((int)command < (int)EM_CMD_REBIRTH || (int)command > (int)EM_CMD_PROFILE) {
-    return "unknown";
-  }
-  return names[command - EM_CMD_REBIRTH];
+  return em__name_in(names, sizeof(names) / sizeof(names[0]), (long)command - EM_CMD_REBIRTH);
 }
 
 int em_proto_topic(size_t i, em_topic_t *out) {
@@ -131,15 +129,8 @@ const em_settings_t em__profiler_settings = {em__profiler_fields, EM_PROFILER_FI
                                              offsetof(em_profiler_t, on)};
 
 const char *em__metric_kind_name(em_metric_kind_t k) {
-  switch (k) {
-  case EM_METRIC_GAUGE:
-    return "gauge";
-  case EM_METRIC_COUNTER:
-    return "counter";
-  case EM_METRIC_DELTA:
-    return "delta";
-  }
-  return "unknown";
+  static const char *const names[] = {"gauge", "counter", "delta"};
+  return em__name_in(names, sizeof(names) / sizeof(names[0]), (long)k);
 }
 
 uint64_t em__head_get(const em_msg_head_t *h, const em_head_field_t *f) {

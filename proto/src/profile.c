@@ -11,27 +11,13 @@
 #include "forensic.h"
 
 const char *em_profile_cause_name(em_profile_cause_t cause) {
-  switch (cause) {
-  case EM_PROFILE_ESCALATION:
-    return "escalation";
-  case EM_PROFILE_COMMAND:
-    return "command";
-  }
-  return "unknown";
+  static const char *const names[] = {"escalation", "command"};
+  return em__name_in(names, sizeof(names) / sizeof(names[0]), (long)cause);
 }
 
 const char *em_profile_frame_kind_name(em_profile_frame_kind_t kind) {
-  switch (kind) {
-  case EM_FRAME_NATIVE:
-    return "native";
-  case EM_FRAME_KERNEL:
-    return "kernel";
-  case EM_FRAME_PYTHON:
-    return "python";
-  case EM_FRAME_UNKNOWN:
-    break;
-  }
-  return "unknown";
+  static const char *const names[] = {"native", "kernel", "python"};
+  return em__name_in(names, sizeof(names) / sizeof(names[0]), (long)kind);
 }
 
 /* --- checks --------------------------------------------------------------------------- */

@@ -6,51 +6,36 @@
  */
 #include "forensic.h"
 
-static void j_frames(em__jw_t *w, const em_profile_t *p) {
-  em__jw_key(w, "frames");
-  em__jw_open(w, '[');
-  for (size_t i = 0; i < p->n_frames; i++) {
-    const em_profile_frame_t *f = &p->frames[i];
-    em__jw_elem(w);
-    em__jw_open(w, '{');
-    em__jkv_str(w, "name", f->name);
-    em__jw_key(w, "module");
-    if (f->module) {
-      em__jw_str(w, f->module);
-    } else {
-      em__jw_raw(w, "null", 4);
-    }
-    em__jkv_str(w, "kind", em_profile_frame_kind_name(f->kind));
-    em__jw_close(w, '}');
+static void j_frame(em__jw_t *w, const void *profile, size_t i) {
+  const em_profile_frame_t *f = &((const em_profile_t *)profile)->frames[i];
+  em__jkv_str(w, "name", f->name);
+  em__jw_key(w, "module");
+  if (f->module) {
+    em__jw_str(w, f->module);
+  } else {
+    em__jw_raw(w, "null", 4);
   }
-  em__jw_close(w, ']');
+  em__jkv_str(w, "kind", em_profile_frame_kind_name(f->kind));
 }
 
-static void j_stacks(em__jw_t *w, const em_profile_t *p) {
-  em__jw_key(w, "stacks");
+static void j_stack(em__jw_t *w, const void *profile, size_t i) {
+  const em_profile_t *p = profile;
+  const em_profile_stack_t *s = &p->stacks[i];
+  em__jw_key(w, "frames");
   em__jw_open(w, '[');
-  for (size_t i = 0; i < p->n_stacks; i++) {
-    const em_profile_stack_t *s = &p->stacks[i];
+  for (size_t j = 0; j < s->n_frames; j++) {
     em__jw_elem(w);
-    em__jw_open(w, '{');
-    em__jw_key(w, "frames");
-    em__jw_open(w, '[');
-    for (size_t j = 0; j < s->n_frames; j++) {
-      em__jw_elem(w);
-      em__jw_fmt(w, "%u", (unsigned)s->frames[j]);
-    }
-    em__jw_close(w, ']');
-    em__jkv_u64(w, "samples", s->samples);
-    em__jkv_u64(w, "off_cpu_ns", s->off_cpu_ns);
-    em__jw_key(w, "stage");
-    if (s->stage == EM_PROFILE_NO_STAGE) {
-      em__jw_raw(w, "null", 4);
-    } else {
-      em__jw_str(w, p->stages[s->stage]);
-    }
-    em__jw_close(w, '}');
+    em__jw_fmt(w, "%u", (unsigned)s->frames[j]);
   }
   em__jw_close(w, ']');
+  em__jkv_u64(w, "samples", s->samples);
+  em__jkv_u64(w, "off_cpu_ns", s->off_cpu_ns);
+  em__jw_key(w, "stage");
+  if (s->stage == EM_PROFILE_NO_STAGE) {
+    em__jw_raw(w, "null", 4);
+  } else {
+    em__jw_str(w, p->stages[s->stage]);
+  }
 }
 
 void em__profile_json(em__jw_t *w, const void *profile) {
@@ -68,8 +53,8 @@ void em__profile_json(em__jw_t *w, const void *profile) {
   em__jkv_u64(w, "samples", p->samples);
   em__jkv_u64(w, "lost", p->lost);
   em__jw_texts(w, "stages", p->stages, p->n_stages);
-  j_frames(w, p);
-  j_stacks(w, p);
+  em__jw_objects(w, "frames", p, p->n_frames, j_frame);
+  em__jw_objects(w, "stacks", p, p->n_stacks, j_stack);
   em__jw_texts(w, "notes", p->notes, p->n_notes);
   const em__count_t counts[] = {{KPN_STACKS_CUT, "stacks_cut", p->truncated.stacks_cut},
                                 {KPN_SAMPLES_CUT, "samples_cut", p->truncated.samples_cut}};

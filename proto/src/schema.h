@@ -140,6 +140,9 @@ typedef struct {
 #define EM_RECORDER_FIELDS 5u
 extern const em_recorder_field_t em__recorder_fields[EM_RECORDER_FIELDS];
 
+/* names[i], or "unknown" when i is outside names[0..n) or names[i] is NULL. */
+const char *em__name_in(const char *const *names, size_t n, long i);
+
 /* "gauge", "counter", "delta", or "unknown". */
 const char *em__metric_kind_name(em_metric_kind_t k);
 
