@@ -1,0 +1,239 @@
+/*
+ * test_agent.c - the agent's loop as a whole (firmware/agent/agent.c): built against a fixture
+ * proc root (a target process named "fakeinfer" whose pid is a real child's, so the PMU may
+ * open or be refused but the target exists), an empty sys root (no sensors), a runtime
+ * directory and a spool in a temporary directory, and a broker on a loopback port where
+ * nothing listens (every message goes to the spool). It runs a few ticks, is stopped, and the
+ * loop must close clean: every handle, thread and worker job the agent started is gone. What
+ * it did is read back from the spool: data messages that carry the fixture target's pid and
+ * memory (it attached), and the stage a span datagram named on its socket. The target's pid
+ * is a sleeping child's (the lookup never matches the agent's own process).
+ */
+#define _XOPEN_SOURCE 700 /* nftw (tmp_tree.h) */
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <uv.h>
+
+#include "agent.h"
+#include "edgemon/proto.h"
+#include "edgemon/wire.h"
+#include "figures.h"
+#include "spool.h"
+#include "tmp_tree.h"
+
+#define PERIOD_MS   50u
+#define RUN_MS      600u /* About twelve ticks. */
+#define STATM_PAGES 500u /* The fixture's resident pages. */
+
+typedef struct {
+  char root[EM_TMP_TREE_ROOT_BYTES]; /* proc/, sys/, run/ and the spool under it. */
+  em_config_t cfg;
+  uv_loop_t loop;
+  em_agent_t *agent;
+  uv_timer_t span_timer; /* Sends the span once the agent listens. */
+  uv_timer_t stop_timer;
+  bool stopped; /* The agent's stop completed. */
+  int span_fd;
+  pid_t child; /* The target: a child that sleeps until the teardown kills it. */
+} fixture_t;
+
+static int setup(void **state) {
+  fixture_t *fx = calloc(1, sizeof(*fx));
+  assert_non_null(fx);
+  em_tmp_tree_make(fx->root, "em-agent");
+  char rel[64], text[512];
+  fx->child = fork();
+  assert_true(fx->child >= 0);
+  if (fx->child == 0) {
+    for (;;) {
+      pause();
+    }
+  }
+  pid_t me = fx->child;
+  snprintf(rel, sizeof(rel), "proc/%ld/comm", (long)me);
+  em_tmp_tree_put(fx->root, rel, "fakeinfer\n");
+  snprintf(rel, sizeof(rel), "proc/%ld/cmdline", (long)me);
+  em_tmp_tree_put(fx->root, rel, "fakeinfer");
+  snprintf(rel, sizeof(rel), "proc/%ld/stat", (long)me);
+  snprintf(text, sizeof(text),
+           "%ld (fakeinfer) S 1 %ld %ld 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 1 0 5000 1000 50 "
+           "18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n",
+           (long)me, (long)me, (long)me);
+  em_tmp_tree_put(fx->root, rel, text);
+  snprintf(rel, sizeof(rel), "proc/%ld/statm", (long)me);
+  snprintf(text, sizeof(text), "1000 %u 100 1 0 200 0\n", STATM_PAGES);
+  em_tmp_tree_put(fx->root, rel, text);
+  em_tmp_tree_put(fx->root, "proc/meminfo", "MemTotal: 8000000 kB\nMemAvailable: 4000000 kB\n");
+  em_tmp_tree_put(fx->root, "sys/.keep", "");
+  em_tmp_tree_put(fx->root, "run/.keep", "");
+
+  em_config_t *c = &fx->cfg;
+  em_config_defaults(c);
+  snprintf(c->device_id, sizeof(c->device_id), "unit-agent");
+  c->target.kind = EM_TARGET_COMM;
+  snprintf(c->target.value, sizeof(c->target.value), "fakeinfer");
+  snprintf(c->proc_root, sizeof(c->proc_root), "%s/proc", fx->root);
+  snprintf(c->sys_root, sizeof(c->sys_root), "%s/sys", fx->root);
+  snprintf(c->runtime_dir, sizeof(c->runtime_dir), "%s/run", fx->root);
+  snprintf(c->span_socket, sizeof(c->span_socket), "%s/run/spans.sock", fx->root);
+  snprintf(c->spool_path, sizeof(c->spool_path), "%s/spool", fx->root);
+  snprintf(c->broker_host, sizeof(c->broker_host), "127.0.0.1");
+  c->broker_port = 1; /* Nothing listens: refused at once, everything spooled. */
+  c->n_events = 0;    /* No PMU: the fixed figures' aliases are their table order. */
+  c->sample_period_ns = (uint64_t)PERIOD_MS * 1000000u;
+  c->system_period_ns = c->sample_period_ns;
+  c->smaps_period_ns = 0;
+  c->spool_sync_ns = c->sample_period_ns; /* The sync thread is asked on every tick. */
+  c->profile_enabled = false;
+  fx->span_fd = -1;
+  assert_int_equal(uv_loop_init(&fx->loop), 0);
+  *state = fx;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture_t *fx = *state;
+  if (fx->span_fd >= 0) {
+    close(fx->span_fd);
+  }
+  kill(fx->child, SIGKILL);
+  (void)waitpid(fx->child, NULL, 0);
+  em_tmp_tree_remove(fx->root);
+  free(fx);
+  return 0;
+}
+
+static void on_stopped(void *ctx) {
+  ((fixture_t *)ctx)->stopped = true;
+}
+
+static void on_stop_due(uv_timer_t *t) {
+  fixture_t *fx = t->data;
+  uv_close((uv_handle_t *)&fx->stop_timer, NULL);
+  uv_close((uv_handle_t *)&fx->span_timer, NULL);
+  em_agent_stop(fx->agent, on_stopped, fx);
+}
+
+/* One span of stage "infer" on the agent's socket, as a client sends it. */
+static void on_span_due(uv_timer_t *t) {
+  fixture_t *fx = t->data;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  em_span_t span = {.kind = EM_DGRAM_SPAN,
+                    .pid = (uint32_t)getpid(),
+                    .frame_id = 1,
+                    .start_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec,
+                    .duration_ns = 5000000};
+  snprintf(span.stage, sizeof(span.stage), "infer");
+  uint8_t buf[EM_SPAN_DGRAM_BYTES];
+  assert_int_equal(em_span_pack(&span, buf), 0);
+  struct sockaddr_un to = {.sun_family = AF_UNIX};
+  assert_true(strlen(fx->cfg.span_socket) < sizeof(to.sun_path));
+  memcpy(to.sun_path, fx->cfg.span_socket, strlen(fx->cfg.span_socket) + 1);
+  assert_int_equal(sendto(fx->span_fd, buf, sizeof(buf), 0, (struct sockaddr *)&to, sizeof(to)),
+                   (ssize_t)sizeof(buf));
+}
+
+/* What the spool holds, decoded: data messages' count, and whether any carried the pid, the
+ * resident bytes and the stage. */
+typedef struct {
+  size_t data;
+  bool pid_seen, rss_seen, up_seen, stage_seen;
+} spooled_t;
+
+static void read_spool(const fixture_t *fx, spooled_t *out) {
+  em_spool_t *sp = NULL;
+  char err[256];
+  assert_int_equal(em_spool_open(&sp, fx->cfg.spool_path, fx->cfg.spool_bytes, err, sizeof(err)),
+                   0);
+  static uint8_t buf[EM_PROTO_MAX_MESSAGE_BYTES];
+  static uint8_t scratch[1 << 20];
+  uint64_t rss = (uint64_t)STATM_PAGES * (uint64_t)sysconf(_SC_PAGESIZE);
+  *out = (spooled_t){0};
+  em_spool_kind_t kind;
+  int n;
+  while ((n = em_spool_peek(sp, &kind, buf, sizeof(buf))) > 0) {
+    em_msg_t msg;
+    size_t off = 0;
+    assert_int_equal(em_proto_decode(buf, (size_t)n, &msg, scratch, sizeof(scratch), &off), 0);
+    if (kind == EM_SPOOL_DATA && msg.kind == EM_MSG_DATA) {
+      out->data++;
+      for (size_t i = 0; i < msg.u.data.n_samples; i++) {
+        const em_sample_t *s = &msg.u.data.samples[i];
+        bool u = s->value.type == EM_VALUE_UINT;
+        out->pid_seen |= s->alias == EM_FIG_TARGET_PID && u && s->value.as.u == (uint64_t)fx->child;
+        out->rss_seen |= s->alias == EM_FIG_RSS && u && s->value.as.u == rss;
+        out->up_seen |= s->alias == EM_FIG_TARGET_UP && u && s->value.as.u == 1;
+      }
+      for (size_t i = 0; i < msg.u.data.n_stages; i++) {
+        out->stage_seen |= strcmp(msg.u.data.stages[i].name, "infer") == 0;
+      }
+    }
+    assert_int_equal(em_spool_pop(sp), 0);
+  }
+  em_spool_close(sp);
+}
+
+static void agent_attaches_ticks_and_closes_the_loop_clean(void **state) {
+  fixture_t *fx = *state;
+  assert_int_equal(em_agent_new(&fx->agent, &fx->loop, &fx->cfg, NULL, "test"), 0);
+  assert_int_equal(em_agent_start(fx->agent), 0);
+  fx->span_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  assert_true(fx->span_fd >= 0);
+  uv_timer_init(&fx->loop, &fx->span_timer);
+  uv_timer_init(&fx->loop, &fx->stop_timer);
+  fx->span_timer.data = fx->stop_timer.data = fx;
+  uv_timer_start(&fx->span_timer, on_span_due, 3 * PERIOD_MS, 0);
+  uv_timer_start(&fx->stop_timer, on_stop_due, RUN_MS, 0);
+  assert_int_equal(uv_run(&fx->loop, UV_RUN_DEFAULT), 0);
+  assert_true(fx->stopped);
+  em_agent_free(fx->agent);
+  /* Every handle, thread and worker job of the agent's is gone. */
+  assert_int_equal(uv_loop_close(&fx->loop), 0);
+
+  spooled_t got;
+  read_spool(fx, &got);
+  assert_true(got.data >= 5); /* One a tick, broker away: all spooled. */
+  assert_true(got.up_seen);
+  assert_true(got.pid_seen);   /* Attached to the fixture's process... */
+  assert_true(got.rss_seen);   /* ...and read its statm under the fixture root. */
+  assert_true(got.stage_seen); /* The span reached the stage table. */
+}
+
+/* Stopped before its first tick: still closes clean, nothing left behind. */
+static void agent_stopped_at_once_closes_the_loop_clean(void **state) {
+  fixture_t *fx = *state;
+  assert_int_equal(em_agent_new(&fx->agent, &fx->loop, &fx->cfg, NULL, "test"), 0);
+  assert_int_equal(em_agent_start(fx->agent), 0);
+  em_agent_stop(fx->agent, on_stopped, fx);
+  assert_int_equal(uv_run(&fx->loop, UV_RUN_DEFAULT), 0);
+  assert_true(fx->stopped);
+  em_agent_free(fx->agent);
+  assert_int_equal(uv_loop_close(&fx->loop), 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(agent_attaches_ticks_and_closes_the_loop_clean, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(agent_stopped_at_once_closes_the_loop_clean, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
