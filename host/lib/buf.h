@@ -46,6 +46,9 @@ int em_buf_addstr(em_buf_t *b, const char *s);
 __attribute__((format(printf, 2, 3)))
 #endif
 int em_buf_printf(em_buf_t *b, const char *fmt, ...);
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 0)))
+#endif
 int em_buf_vprintf(em_buf_t *b, const char *fmt, va_list ap);
 
 /* Makes room for n more bytes (and the NUL) without writing them: em_buf_tail() is where they
