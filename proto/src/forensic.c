@@ -71,10 +71,7 @@ int em__doc_to_json(const em__doc_t *k, const void *doc, char *buf, size_t cap, 
   em__jw_open(&w, '{');
   em__jw_common(&w, k->kind, member(doc, k->head_offset));
   k->json(&w, doc);
-  if (*(const bool *)member(doc, k->historical_offset)) {
-    em__jw_key(&w, "historical");
-    em__jw_raw(&w, "true", 4);
-  }
+  em__jkv_true(&w, "historical", *(const bool *)member(doc, k->historical_offset));
   em__jw_close(&w, '}');
   return em__jw_finish(&w, out_len);
 }

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "json_items.h"
 #include "model.h"
 
 /* A settings map of the birth (flight recorder, profiler) as an object, when it is on. */
@@ -26,54 +27,46 @@ static void j_settings(em__jw_t *w, const char *name, const em_settings_t *s, co
   em__jw_close(w, '}');
 }
 
+static void j_metric(em__jw_t *w, const void *birth, size_t i) {
+  const em_metric_def_t *m = &((const em_birth_t *)birth)->metrics[i];
+  em__jkv_u64(w, "alias", m->alias);
+  em__jkv_str(w, "name", m->name);
+  em__jkv_str(w, "unit", m->unit);
+  em__jkv_str(w, "kind", em__metric_kind_name(m->kind));
+  if (m->absent_reason) {
+    em__jkv_str(w, "absent_reason", m->absent_reason);
+  }
+}
+
+static void j_budget(em__jw_t *w, const void *birth, size_t i) {
+  const em_budget_t *u = &((const em_birth_t *)birth)->budgets[i];
+  em__jkv_str(w, "id", u->id);
+  em__jkv_str(w, "rule", u->rule);
+  em__jkv_str(w, "level", em_level_name(u->level));
+  em__jkv_value(w, "bound", &u->bound);
+  if (u->stage) {
+    em__jkv_str(w, "stage", u->stage);
+  }
+  if (u->window_ns) {
+    em__jkv_u64(w, "window_ns", u->window_ns);
+  }
+}
+
 static void j_birth(em__jw_t *w, const em_birth_t *b) {
   em__jw_common(w, EM_MSG_BIRTH, &b->head);
   em__jkv_str(w, "device", b->device);
   em__jkv_str(w, "agent_version", b->agent_version);
   em__jkv_str(w, "board", b->board);
   em__jkv_u64(w, "period_ns", b->period_ns);
-  em__jw_key(w, "metrics");
-  em__jw_open(w, '[');
-  for (size_t i = 0; i < b->n_metrics; i++) {
-    const em_metric_def_t *m = &b->metrics[i];
-    em__jw_elem(w);
-    em__jw_open(w, '{');
-    em__jkv_u64(w, "alias", m->alias);
-    em__jkv_str(w, "name", m->name);
-    em__jkv_str(w, "unit", m->unit);
-    em__jkv_str(w, "kind", em__metric_kind_name(m->kind));
-    if (m->absent_reason) {
-      em__jkv_str(w, "absent_reason", m->absent_reason);
-    }
-    em__jw_close(w, '}');
-  }
-  em__jw_close(w, ']');
-  em__jw_key(w, "budgets");
-  em__jw_open(w, '[');
-  for (size_t i = 0; i < b->n_budgets; i++) {
-    const em_budget_t *u = &b->budgets[i];
-    em__jw_elem(w);
-    em__jw_open(w, '{');
-    em__jkv_str(w, "id", u->id);
-    em__jkv_str(w, "rule", u->rule);
-    em__jkv_str(w, "level", em_level_name(u->level));
-    em__jkv_value(w, "bound", &u->bound);
-    if (u->stage) {
-      em__jkv_str(w, "stage", u->stage);
-    }
-    if (u->window_ns) {
-      em__jkv_u64(w, "window_ns", u->window_ns);
-    }
-    em__jw_close(w, '}');
-  }
-  em__jw_close(w, ']');
+  em__jw_objects(w, "metrics", b, b->n_metrics, j_metric);
+  em__jw_objects(w, "budgets", b, b->n_budgets, j_budget);
   j_settings(w, "flight_recorder", &em__recorder_settings, &b->flight);
   em__jw_model(w, &b->model);
   j_settings(w, "profiler", &em__profiler_settings, &b->profiler);
 }
 
-static void j_stage(em__jw_t *w, const em_stage_t *s) {
-  em__jw_open(w, '{');
+static void j_stage(em__jw_t *w, const void *data, size_t i) {
+  const em_stage_t *s = &((const em_data_t *)data)->stages[i];
   em__jkv_str(w, "name", s->name);
   em__jkv_u64(w, "count", s->count);
   if (s->count > 0) {
@@ -89,13 +82,12 @@ static void j_stage(em__jw_t *w, const em_stage_t *s) {
     em__jkv_u64(w, "zero_count", s->zero_count);
     em__jw_key(w, "buckets");
     em__jw_open(w, '[');
-    for (size_t i = 0; i < s->n_buckets; i++) {
+    for (size_t b = 0; b < s->n_buckets; b++) {
       em__jw_elem(w);
-      em__jw_fmt(w, "[%" PRId32 ",%" PRIu64 "]", s->buckets[i].index, s->buckets[i].count);
+      em__jw_fmt(w, "[%" PRId32 ",%" PRIu64 "]", s->buckets[b].index, s->buckets[b].count);
     }
     em__jw_close(w, ']');
   }
-  em__jw_close(w, '}');
 }
 
 static void j_data(em__jw_t *w, const em_data_t *d, em_proto_alias_name_fn name_of, void *ctx) {
@@ -114,21 +106,12 @@ static void j_data(em__jw_t *w, const em_data_t *d, em_proto_alias_name_fn name_
     em__jkv_value(w, name, &d->samples[i].value);
   }
   em__jw_close(w, '}');
-  em__jw_key(w, "stages");
-  em__jw_open(w, '[');
-  for (size_t i = 0; i < d->n_stages; i++) {
-    em__jw_elem(w);
-    j_stage(w, &d->stages[i]);
-  }
-  em__jw_close(w, ']');
+  em__jw_objects(w, "stages", d, d->n_stages, j_stage);
   if (d->level != EM_LEVEL_NONE) {
     em__jkv_str(w, "level", em_level_name(d->level));
   }
   em__jw_model(w, &d->model);
-  if (d->historical) {
-    em__jw_key(w, "historical");
-    em__jw_raw(w, "true", 4);
-  }
+  em__jkv_true(w, "historical", d->historical);
 }
 
 static void j_state(em__jw_t *w, const em_state_t *s) {
@@ -138,14 +121,8 @@ static void j_state(em__jw_t *w, const em_state_t *s) {
   em__jkv_u64(w, "mono_ns", s->mono_ns);
   em__jw_cause(w, EM_CAUSE_OF(s));
   em__jw_model(w, &s->model);
-  if (s->model_change) {
-    em__jw_key(w, "model_change");
-    em__jw_raw(w, "true", 4);
-  }
-  if (s->historical) {
-    em__jw_key(w, "historical");
-    em__jw_raw(w, "true", 4);
-  }
+  em__jkv_true(w, "model_change", s->model_change);
+  em__jkv_true(w, "historical", s->historical);
 }
 
 int em_proto_to_json(const em_msg_t *msg, char *buf, size_t cap, size_t *out_len) {

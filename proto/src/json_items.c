@@ -25,3 +25,10 @@ void em__jw_texts(em__jw_t *w, const char *name, const char *const *texts, size_
   }
   em__jw_close(w, ']');
 }
+
+void em__jkv_true(em__jw_t *w, const char *name, bool on) {
+  if (on) {
+    em__jw_key(w, name);
+    em__jw_raw(w, "true", 4);
+  }
+}
