@@ -1,9 +1,11 @@
 /*
  * config.c - see config.h. Reads the agent's INI file with common/'s INI line reader
- * (edgemon/common/ini.h). Every key is one row of `keys` (edgemon/common/schema.h): the row's
- * type validates and stores the value (keys with more to check name their own setter), its
- * default fills em_config_defaults(), its flags say whether a reload applies it, and unknown
- * keys get the closest name of their section. Every problem is reported as FILE:LINE: message.
+ * (edgemon/common/ini.h). Every key is one row of AGENT_KEYS (edgemon/common/schema.h), which
+ * makes both the key ids and the table `keys`: the row's type validates and stores the value
+ * (keys with more to check name their own setter), its default (given, or computed by its
+ * hook) fills em_config_defaults(), its flags say whether a reload applies it and its apply
+ * steps what a change makes due (em_config_adopt), and unknown keys get the closest name of
+ * their section. Every problem is reported as FILE:LINE: message.
  *
  * Owns nothing after em_config_load() returns: the file is open only during the call, and
  * nothing is allocated (the reader keeps its line buffer on the stack). Single-threaded.

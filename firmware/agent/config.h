@@ -1,8 +1,9 @@
 /*
  * config.h - the agent's configuration: an INI file read with common/'s INI line reader, every
  * key declared once in a schema (edgemon/common/schema.h: section, name, type, field, range,
- * default, reloadable or not, example) that validates it, gives its default, suggests the
- * closest name for a misspelt one and says which keys a reload cannot apply. Every problem is
+ * default, reloadable or not and its apply steps, example) that validates it, gives its
+ * default, suggests the closest name for a misspelt one, says which keys a reload cannot apply
+ * and copies those it can (em_config_adopt). Every problem is
  * reported as "FILE:LINE: message" (all of them, not just the first). docs/CONFIG.md documents
  * every key.
  *
