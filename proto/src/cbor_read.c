@@ -99,6 +99,10 @@ int em__next(em__dec_t *d, em__tok_t *t) {
 
 /* --- scratch ------------------------------------------------------------------------- */
 
+size_t em__scratch_for(size_t len, size_t max_len, size_t per_byte) {
+  return per_byte * (len < max_len ? len : max_len) + 256u;
+}
+
 void *em__scratch_alloc(em__dec_t *d, size_t size) {
   size_t at = (d->scratch_used + 7u) & ~(size_t)7u;
   if (at > d->scratch_len || size > d->scratch_len - at) {

@@ -61,6 +61,12 @@ typedef struct {
  */
 int em__next(em__dec_t *d, em__tok_t *t);
 
+/*
+ * The scratch a decoder needs for len bytes of a kind capped at max_len: per_byte bytes per
+ * input byte (len counted up to the cap) and 256 for alignment and the few fixed strings.
+ */
+size_t em__scratch_for(size_t len, size_t max_len, size_t per_byte);
+
 /* `size` bytes of scratch, 8-aligned, or NULL when it is used up. */
 void *em__scratch_alloc(em__dec_t *d, size_t size);
 

@@ -28,10 +28,7 @@ size_t em_proto_scratch_bytes(size_t len) {
    * A sample is 2 bytes -> 24 (12), a bucket 2 -> 16 (8), a metric definition 11 -> 56.
    * 20 per byte covers all; the constant covers the alignment of the first array.
    */
-  if (len > EM_PROTO_MAX_MESSAGE_BYTES) {
-    len = EM_PROTO_MAX_MESSAGE_BYTES;
-  }
-  return 20u * len + 256u;
+  return em__scratch_for(len, EM_PROTO_MAX_MESSAGE_BYTES, 20u);
 }
 
 /* --- birth ---------------------------------------------------------------------------- */

@@ -29,11 +29,6 @@ bool em__counter_total(const em_value_t *v, uint64_t *total) {
 
 /* --- checks --------------------------------------------------------------------------- */
 
-static em_trigger_t trigger_of(const em_flight_trigger_t *t) {
-  return (em_trigger_t){(uint64_t)t->cause, t->level, t->prev_level, t->rule,
-                        t->stage,           t->value, t->bound,      t->reason};
-}
-
 static int check_tables(const em_flight_t *f) {
   int rc = em__check_stage_table(f->stages, f->n_stages);
   if (rc) {
@@ -92,7 +87,7 @@ int em__flight_check(const em_flight_t *f) {
       (f->n_spans && !f->spans)) {
     return EM_PROTO_EINVAL;
   }
-  em_trigger_t trigger = trigger_of(&f->trigger);
+  em_trigger_t trigger = em__flight_trigger(&f->trigger);
   int rc = em__check_trigger(&trigger);
   if (!rc) {
     rc = check_tables(f);
@@ -186,7 +181,7 @@ static void w_flight(em__writer_t *w, const void *doc) {
   em__w_common(w, 10 + (truncated ? 1 : 0) + (f->historical ? 1 : 0), EM_MSG_FLIGHT, &f->head);
   em__kv_uint(w, KF_NUMBER, f->number);
   em__w_uint(w, KF_TRIGGER);
-  em_trigger_t trigger = trigger_of(&f->trigger);
+  em_trigger_t trigger = em__flight_trigger(&f->trigger);
   em__w_trigger(w, &trigger);
   em__kv_uint(w, KF_MONO, f->trigger_mono_ns);
   em__kv_uint(w, KF_PRE, f->pre_ns);

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fields.h"
+#include "forensic.h"
 
 /* Decoded bytes per encoded byte at most (em_flight_scratch_bytes). */
 #define SCRATCH_PER_BYTE 12u
@@ -34,10 +34,7 @@ size_t em_flight_scratch_bytes(size_t len) {
    * constant covers the alignment of the few arrays that are not a multiple of 8 (none on
    * LP64) and the trigger's strings.
    */
-  if (len > EM_FLIGHT_MAX_BYTES) {
-    len = EM_FLIGHT_MAX_BYTES;
-  }
-  return SCRATCH_PER_BYTE * len + 256u;
+  return em__scratch_for(len, EM_FLIGHT_MAX_BYTES, SCRATCH_PER_BYTE);
 }
 
 /* --- deltas --------------------------------------------------------------------------- */
@@ -73,22 +70,6 @@ static int read_delta(em__dec_t *d, uint64_t base, bool ascending, uint64_t *out
 }
 
 /* --- header fields -------------------------------------------------------------------- */
-
-static int read_trigger(em__dec_t *d, const em__field_t *f, void *base) {
-  em_flight_trigger_t *out = (em_flight_trigger_t *)((unsigned char *)base + f->offset);
-  em_trigger_t t;
-  memset(&t, 0, sizeof(t));
-  int rc = em__read_trigger(d, true, &t);
-  *out = (em_flight_trigger_t){(em_flight_cause_t)t.cause,
-                               t.level,
-                               t.prev_level,
-                               t.rule,
-                               t.stage,
-                               t.value,
-                               t.bound,
-                               t.reason};
-  return rc;
-}
 
 static int read_column(em__dec_t *d, void *elem) {
   em_flight_column_t *c = elem;
@@ -247,7 +228,7 @@ typedef struct {
 
 static const em__field_t flight_rows[] = {
     EM__UINT(KF_NUMBER, ctx_t, f.number, 0, UINT32_MAX, REQ),
-    EM__FN(KF_TRIGGER, ctx_t, f.trigger, read_trigger, NULL, REQ),
+    EM__FN(KF_TRIGGER, ctx_t, f.trigger, em__field_trigger, &em__flight_trigger_kind, REQ),
     FLIGHT_U64(KF_MONO, trigger_mono_ns),
     FLIGHT_U64(KF_PRE, pre_ns),
     FLIGHT_U64(KF_POST, post_ns),

@@ -72,9 +72,7 @@ static void j_span(em__jw_t *w, const void *flight, size_t i) {
 void em__flight_json(em__jw_t *w, const void *flight) {
   const em_flight_t *f = flight;
   em__jkv_u64(w, "number", f->number);
-  const em_flight_trigger_t *t = &f->trigger;
-  em_trigger_t trigger = {(uint64_t)t->cause, t->level, t->prev_level, t->rule,
-                          t->stage,           t->value, t->bound,      t->reason};
+  em_trigger_t trigger = em__flight_trigger(&f->trigger);
   em__jw_trigger(w, em_flight_cause_name(f->trigger.cause), &trigger);
   em__jkv_u64(w, "trigger_mono_ns", f->trigger_mono_ns);
   em__jkv_u64(w, "pre_ns", f->pre_ns);

@@ -8,6 +8,55 @@
 
 #include "forensic.h"
 
+em_trigger_t em__flight_trigger(const em_flight_trigger_t *t) {
+  return (em_trigger_t){(uint64_t)t->cause, t->level, t->prev_level, t->rule,
+                        t->stage,           t->value, t->bound,      t->reason};
+}
+
+em_trigger_t em__profile_trigger(const em_profile_trigger_t *t) {
+  em_trigger_t g;
+  memset(&g, 0, sizeof(g)); /* value and bound absent: a profile carries neither. */
+  g.cause = (uint64_t)t->cause;
+  g.level = t->level;
+  g.prev_level = t->prev_level;
+  g.rule = t->rule;
+  g.stage = t->stage;
+  g.reason = t->reason;
+  return g;
+}
+
+static void set_flight_trigger(void *out, const em_trigger_t *t) {
+  *(em_flight_trigger_t *)out = (em_flight_trigger_t){(em_flight_cause_t)t->cause,
+                                                      t->level,
+                                                      t->prev_level,
+                                                      t->rule,
+                                                      t->stage,
+                                                      t->value,
+                                                      t->bound,
+                                                      t->reason};
+}
+
+static void set_profile_trigger(void *out, const em_trigger_t *t) {
+  *(em_profile_trigger_t *)out = (em_profile_trigger_t){.cause = (em_profile_cause_t)t->cause,
+                                                        .level = t->level,
+                                                        .prev_level = t->prev_level,
+                                                        .rule = t->rule,
+                                                        .stage = t->stage,
+                                                        .reason = t->reason};
+}
+
+const em__trigger_kind_t em__flight_trigger_kind = {true, set_flight_trigger};
+const em__trigger_kind_t em__profile_trigger_kind = {false, set_profile_trigger};
+
+int em__field_trigger(em__dec_t *d, const em__field_t *f, void *base) {
+  const em__trigger_kind_t *k = f->arg;
+  em_trigger_t t;
+  memset(&t, 0, sizeof(t));
+  int rc = em__read_trigger(d, k->numbers, &t);
+  k->set((unsigned char *)base + f->offset, &t);
+  return rc;
+}
+
 static const void *member(const void *doc, size_t offset) {
   return (const unsigned char *)doc + offset;
 }

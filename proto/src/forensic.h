@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "cbor_write.h"
+#include "fields.h"
 #include "json_items.h"
 
 /* A forensic document's kind: the rows behind em_flight_* and em_profile_*. */
@@ -40,6 +41,22 @@ typedef struct {
 extern const em__doc_t em__flight_doc, em__profile_doc;
 void em__flight_json(em__jw_t *w, const void *flight);
 void em__profile_json(em__jw_t *w, const void *profile);
+
+/* A document's trigger as the shared checks, writers and readers see it (em_trigger_t). */
+em_trigger_t em__flight_trigger(const em_flight_trigger_t *t);
+em_trigger_t em__profile_trigger(const em_profile_trigger_t *t);
+
+/* How a document's trigger map is read: with the measured value and bound or without, and
+ * how an em_trigger_t becomes the document's own trigger struct. */
+typedef struct {
+  bool numbers;
+  void (*set)(void *out, const em_trigger_t *t);
+} em__trigger_kind_t;
+
+extern const em__trigger_kind_t em__flight_trigger_kind, em__profile_trigger_kind;
+
+/* A field reader (EM__FN rows) for a document's trigger: its row's arg is the trigger kind. */
+int em__field_trigger(em__dec_t *d, const em__field_t *f, void *base);
 
 /* The checked document's encoding: its size into *len, the bytes into buf when they fit cap;
  * EM_PROTO_ETOOBIG past the kind's cap, EM_PROTO_ENOSPACE past `cap`. */

@@ -22,18 +22,6 @@ const char *em_profile_frame_kind_name(em_profile_frame_kind_t kind) {
 
 /* --- checks --------------------------------------------------------------------------- */
 
-static em_trigger_t trigger_of(const em_profile_trigger_t *t) {
-  em_trigger_t g;
-  memset(&g, 0, sizeof(g)); /* value and bound absent: a profile carries neither. */
-  g.cause = (uint64_t)t->cause;
-  g.level = t->level;
-  g.prev_level = t->prev_level;
-  g.rule = t->rule;
-  g.stage = t->stage;
-  g.reason = t->reason;
-  return g;
-}
-
 int em__profile_clock_check(const char *clock) {
   int rc = em__check_cstr(clock, STR_IDENT, EM_PROTO_MAX_STAGE_BYTES);
   if (rc) {
@@ -106,7 +94,7 @@ int em__profile_check(const em_profile_t *p) {
   if (p->hz < 1 || p->hz > 1000) {
     return EM_PROTO_ERANGE;
   }
-  em_trigger_t trigger = trigger_of(&p->trigger);
+  em_trigger_t trigger = em__profile_trigger(&p->trigger);
   int rc = em__check_trigger(&trigger);
   if (!rc) {
     rc = em__profile_clock_check(p->clock);
@@ -173,7 +161,7 @@ static void w_profile(em__writer_t *w, const void *doc) {
   em__w_common(w, 11 + more + (p->historical ? 1 : 0), EM_MSG_PROFILE, &p->head);
   em__kv_uint(w, KP_NUMBER, p->number);
   em__w_uint(w, KP_TRIGGER);
-  em_trigger_t trigger = trigger_of(&p->trigger);
+  em_trigger_t trigger = em__profile_trigger(&p->trigger);
   em__w_trigger(w, &trigger);
   em__kv_uint(w, KP_MONO, p->start_mono_ns);
   em__kv_uint(w, KP_DURATION, p->duration_ns);

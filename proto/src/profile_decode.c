@@ -12,7 +12,7 @@
  */
 #include <string.h>
 
-#include "fields.h"
+#include "forensic.h"
 
 /* Decoded bytes per encoded byte at most (em_profile_scratch_bytes). */
 #define SCRATCH_PER_BYTE 10u
@@ -38,27 +38,10 @@ size_t em_profile_scratch_bytes(size_t len) {
    * larger than the bytes can hold never claims scratch. The constant covers the trigger's and
    * the clock's strings.
    */
-  if (len > EM_PROFILE_MAX_BYTES) {
-    len = EM_PROFILE_MAX_BYTES;
-  }
-  return SCRATCH_PER_BYTE * len + 256u;
+  return em__scratch_for(len, EM_PROFILE_MAX_BYTES, SCRATCH_PER_BYTE);
 }
 
 /* --- tables --------------------------------------------------------------------------- */
-
-static int read_trigger(em__dec_t *d, const em__field_t *f, void *base) {
-  em_profile_trigger_t *out = (em_profile_trigger_t *)((unsigned char *)base + f->offset);
-  em_trigger_t t;
-  memset(&t, 0, sizeof(t));
-  int rc = em__read_trigger(d, false, &t);
-  out->cause = (em_profile_cause_t)t.cause;
-  out->level = t.level;
-  out->prev_level = t.prev_level;
-  out->rule = t.rule;
-  out->stage = t.stage;
-  out->reason = t.reason;
-  return rc;
-}
 
 static int read_note(em__dec_t *d, void *elem) {
   return em__read_str(d, STR_TEXT, EM_PROTO_MAX_TEXT_BYTES, (const char **)elem);
@@ -218,7 +201,7 @@ typedef struct {
 
 static const em__field_t profile_rows[] = {
     EM__UINT(KP_NUMBER, ctx_t, p.number, 0, UINT32_MAX, REQ),
-    EM__FN(KP_TRIGGER, ctx_t, p.trigger, read_trigger, NULL, REQ),
+    EM__FN(KP_TRIGGER, ctx_t, p.trigger, em__field_trigger, &em__profile_trigger_kind, REQ),
     PROFILE_U64(KP_MONO, start_mono_ns),
     PROFILE_U64(KP_DURATION, duration_ns),
     EM__UINT(KP_HZ, ctx_t, p.hz, 1, 1000, REQ),

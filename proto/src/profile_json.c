@@ -41,11 +41,8 @@ static void j_stack(em__jw_t *w, const void *profile, size_t i) {
 void em__profile_json(em__jw_t *w, const void *profile) {
   const em_profile_t *p = profile;
   em__jkv_u64(w, "number", p->number);
-  const em_profile_trigger_t *t = &p->trigger;
-  em_trigger_t trigger = {
-      (uint64_t)t->cause,     t->level, t->prev_level, t->rule, t->stage, {EM_VALUE_ABSENT, {0}},
-      {EM_VALUE_ABSENT, {0}}, t->reason};
-  em__jw_trigger(w, em_profile_cause_name(t->cause), &trigger);
+  em_trigger_t trigger = em__profile_trigger(&p->trigger);
+  em__jw_trigger(w, em_profile_cause_name(p->trigger.cause), &trigger);
   em__jkv_u64(w, "start_mono_ns", p->start_mono_ns);
   em__jkv_u64(w, "duration_ns", p->duration_ns);
   em__jkv_u64(w, "hz", p->hz);
