@@ -6,6 +6,8 @@ Starts a private mosquitto on a free 127.0.0.1 port (TLS off), a target that onl
 after the other, each monitor watching it:
   agent     edgemon-agent with [agent] device_id and runtime_dir (a temp dir), [target] pid
             and [mqtt] broker = mqtt://127.0.0.1:PORT; everything else by default;
+  agent-window  with --after-window: the same agent, then one 2 s profiling window opened by
+            cmd/profile, read --settle seconds after its profile arrived (libdw loaded);
   agent-before  the same for a second binary, --before (another build: the change's effect in
             the same run), when given;
   floor     tests/bench/bench_idle_floor.c, built here with cc against libuv and libmosquitto:
@@ -49,6 +51,7 @@ import tempfile
 import time
 
 MARKER = "edgemon-idle-rss-target"
+DEVICE = "idle-rss"
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bench_agent  # noqa: E402  (its collectd configuration)
@@ -197,7 +200,7 @@ class Bench:
         os.makedirs(rundir, exist_ok=True)
         path = os.path.join(self.tmp, f"agent{n}.ini")
         with open(path, "w") as f:
-            f.write(f"[agent]\ndevice_id = idle-rss\nruntime_dir = {rundir}\n\n"
+            f.write(f"[agent]\ndevice_id = {DEVICE}\nruntime_dir = {rundir}\n\n"
                     f"[target]\npid = {self.target.pid}\n\n"
                     f"[mqtt]\nbroker = mqtt://127.0.0.1:{self.port}\n")
         return [binary, "--config", path], binary
@@ -249,8 +252,22 @@ class Bench:
             out.append((kb, size_kb, where))
         return out
 
+    def one_window(self):
+        """A 2 s profiling window by cmd/profile (bench_agent.py's listener), waited for
+        until its profile is published."""
+        listener = bench_agent.ProfileListener(self.port, DEVICE)
+        try:
+            listener.command(2)
+            deadline = time.monotonic() + 30
+            while not listener.payloads:
+                if time.monotonic() > deadline:
+                    sys.exit("bench_idle_rss: no profile within 30 s of cmd/profile")
+                time.sleep(0.1)
+        finally:
+            listener.close()
+
     def run_one(self, name, n):
-        if name == "agent":
+        if name in ("agent", "agent-window"):
             cmd, exe = self.agent_cmd(n, self.a.agent)
         elif name == "agent-before":
             cmd, exe = self.agent_cmd(n, self.a.before)
@@ -266,6 +283,9 @@ class Bench:
         p = subprocess.Popen(cmd, stdout=log, stderr=log, env=env)
         try:
             time.sleep(self.a.settle)
+            if name == "agent-window":
+                self.one_window()
+                time.sleep(self.a.settle)
             if p.poll() is not None:
                 sys.exit(f"bench_idle_rss: {name} exited ({p.returncode}); "
                          f"see {self.tmp}/{name}{n}.log (--keep)")
@@ -313,11 +333,14 @@ def main():
     p.add_argument("--env", action="append", default=[],
                    help="NAME=VALUE for the agent's and collectd's environment")
     p.add_argument("--keep", action="store_true", help="keep the temp dir")
+    p.add_argument("--after-window", action="store_true",
+                   help="also the agent after one 2 s profiling window (cmd/profile; needs "
+                   "paho-mqtt and cbor2), read --settle seconds after its profile")
     p.add_argument("--allocs", action="store_true",
                    help="also charge the agent's big blocks to their callers (see above)")
     a = p.parse_args()
     a.agent = os.path.abspath(a.agent)
-    monitors = ["agent"]
+    monitors = ["agent"] + (["agent-window"] if a.after_window else [])
     if a.before:
         a.before = os.path.abspath(a.before)
         monitors.insert(0, "agent-before")
