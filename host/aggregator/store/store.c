@@ -1088,8 +1088,9 @@ static int add_data(em_store_t *s, int64_t dev_id, name_id_t *entry, const em_de
   }
   ok = ok && em_buf_add(&s->json, "}", 1) == 0;
   if (!ok) {
+    /* Neither the data row nor its windows (-EAGAIN): delivered again, it writes them once. */
     note_failure(s, "data", s->json.error);
-    result = s->json.error;
+    return s->json.error;
   } else {
     sqlite3_stmt *st = s->st[ST_DATA];
     sqlite3_bind_int64(st, 1, dev_id);
