@@ -3,8 +3,8 @@
  * the encoder refuse what the decoder would refuse, the delta encoding of tick times, span
  * starts, frame ids and counter columns, the fit under a size cap (which leaves out the items
  * farthest from the trigger from sizes computed item by item, without encoding again), and the
- * historical form. Items go through the shared writer (cbor_write.h). Owns nothing, never
- * allocates, reentrant.
+ * historical form, on the layer it shares with the stack profile (forensic.h). Owns nothing,
+ * never allocates, reentrant.
  */
 #include <string.h>
 
@@ -78,7 +78,13 @@ static int check_tick(const em_flight_t *f, const em_flight_tick_t *t) {
   return 0;
 }
 
-int em__flight_check(const em_flight_t *f) {
+/*
+ * 0, or the decoder's code for a recording it would refuse (names, indices, order, counter
+ * columns holding anything but unsigned totals, limits); EM_PROTO_EINVAL for NULL tables with a
+ * count. The encoder, the fit and the JSON printer run it (em__flight_doc).
+ */
+static int check_flight(const void *doc) {
+  const em_flight_t *f = doc;
   if (f->n_stages > EM_FLIGHT_MAX_STAGES || f->n_columns > EM_FLIGHT_MAX_COLUMNS ||
       f->n_ticks > EM_FLIGHT_MAX_TICKS || f->n_spans > EM_FLIGHT_MAX_SPANS) {
     return EM_PROTO_ELIMIT;
@@ -173,20 +179,21 @@ static void w_spans(em__writer_t *w, const em_flight_t *f) {
   }
 }
 
+const em__uint_member_t em__flight_times[4] = {
+    EM__UINT_MEMBER(KF_MONO, "trigger_mono_ns", em_flight_t, trigger_mono_ns),
+    EM__UINT_MEMBER(KF_PRE, "pre_ns", em_flight_t, pre_ns),
+    EM__UINT_MEMBER(KF_POST, "post_ns", em_flight_t, post_ns),
+    EM__UINT_MEMBER(KF_PERIOD, "period_ns", em_flight_t, period_ns),
+};
+
 static void w_flight(em__writer_t *w, const void *doc) {
   const em_flight_t *f = doc;
   em__count_t cut[3];
   cuts(&f->truncated, cut);
-  bool truncated = em__counts_entries(cut, 3) != 0;
-  em__w_common(w, 10 + (truncated ? 1 : 0) + (f->historical ? 1 : 0), EM_MSG_FLIGHT, &f->head);
-  em__kv_uint(w, KF_NUMBER, f->number);
-  em__w_uint(w, KF_TRIGGER);
   em_trigger_t trigger = em__flight_trigger(&f->trigger);
-  em__w_trigger(w, &trigger);
-  em__kv_uint(w, KF_MONO, f->trigger_mono_ns);
-  em__kv_uint(w, KF_PRE, f->pre_ns);
-  em__kv_uint(w, KF_POST, f->post_ns);
-  em__kv_uint(w, KF_PERIOD, f->period_ns);
+  size_t entries = 10 + (em__counts_entries(cut, 3) ? 1 : 0);
+  em__doc_w_start(w, &em__flight_doc, f, entries, f->number, &trigger);
+  em__w_uints(w, f, em__flight_times, 4);
   em__w_texts(w, KF_STAGES, f->stages, f->n_stages);
   em__w_uint(w, KF_COLUMNS);
   em__w_array(w, f->n_columns);
@@ -199,27 +206,13 @@ static void w_flight(em__writer_t *w, const void *doc) {
   w_ticks(w, f);
   w_spans(w, f);
   em__w_counts(w, KF_TRUNCATED, cut, 3);
-  if (f->historical) {
-    em__w_uint(w, KF_HISTORICAL);
-    em__w_bool(w, true);
-  }
+  em__doc_w_end(w, &em__flight_doc, f);
 }
 
-static int check_flight(const void *doc) {
-  return em__flight_check(doc);
-}
-
-/* A live recording: a map of 14 entries, 15 with key 14 (the truncation note). */
-const em__doc_t em__flight_doc = {.kind = EM_MSG_FLIGHT,
-                                  .max_bytes = EM_FLIGHT_MAX_BYTES,
-                                  .historical_key = KF_HISTORICAL,
-                                  .map_first = 0xae,
-                                  .map_last = 0xaf,
-                                  .head_offset = offsetof(em_flight_t, head),
-                                  .historical_offset = offsetof(em_flight_t, historical),
-                                  .check = check_flight,
-                                  .write = w_flight,
-                                  .json = em__flight_json};
+/* A live recording's map has 14 entries, 15 with key 14 (the truncation note): heads 0xae, 0xaf. */
+const em__doc_t em__flight_doc =
+    EM__DOC(EM_MSG_FLIGHT, EM_FLIGHT_MAX_BYTES, KF_HISTORICAL, 0xae, 0xaf, em_flight_t,
+            check_flight, w_flight, em__flight_json);
 
 int em_flight_encode(const em_flight_t *f, uint8_t *buf, size_t cap, size_t *out_len) {
   return em__doc_encode(&em__flight_doc, f, buf, cap, out_len);

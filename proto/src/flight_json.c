@@ -74,10 +74,7 @@ void em__flight_json(em__jw_t *w, const void *flight) {
   em__jkv_u64(w, "number", f->number);
   em_trigger_t trigger = em__flight_trigger(&f->trigger);
   em__jw_trigger(w, em_flight_cause_name(f->trigger.cause), &trigger);
-  em__jkv_u64(w, "trigger_mono_ns", f->trigger_mono_ns);
-  em__jkv_u64(w, "pre_ns", f->pre_ns);
-  em__jkv_u64(w, "post_ns", f->post_ns);
-  em__jkv_u64(w, "period_ns", f->period_ns);
+  em__jw_uints(w, f, em__flight_times, 4);
   em__jw_texts(w, "stages", f->stages, f->n_stages);
   em__jw_objects(w, "columns", f, f->n_columns, j_column);
   ticks_t ticks = {.f = f, .prev = {0}};

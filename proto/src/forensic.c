@@ -61,6 +61,28 @@ static const void *member(const void *doc, size_t offset) {
   return (const unsigned char *)doc + offset;
 }
 
+_Static_assert((int)KF_NUMBER == (int)KP_NUMBER && (int)KF_TRIGGER == (int)KP_TRIGGER,
+               "both documents keep their number and trigger under the same keys");
+
+static bool historical(const em__doc_t *k, const void *doc) {
+  return *(const bool *)member(doc, k->historical_offset);
+}
+
+void em__doc_w_start(em__writer_t *w, const em__doc_t *k, const void *doc, size_t entries,
+                     uint32_t number, const em_trigger_t *trigger) {
+  em__w_common(w, entries + (historical(k, doc) ? 1 : 0), k->kind, member(doc, k->head_offset));
+  em__kv_uint(w, KF_NUMBER, number);
+  em__w_uint(w, KF_TRIGGER);
+  em__w_trigger(w, trigger);
+}
+
+void em__doc_w_end(em__writer_t *w, const em__doc_t *k, const void *doc) {
+  if (historical(k, doc)) {
+    em__w_uint(w, k->historical_key);
+    em__w_bool(w, true);
+  }
+}
+
 int em__doc_write(const em__doc_t *k, const void *doc, uint8_t *buf, size_t cap, size_t *len) {
   em__writer_t w = {.buf = buf, .cap = cap, .pos = 0};
   k->write(&w, doc);
@@ -120,7 +142,7 @@ int em__doc_to_json(const em__doc_t *k, const void *doc, char *buf, size_t cap, 
   em__jw_open(&w, '{');
   em__jw_common(&w, k->kind, member(doc, k->head_offset));
   k->json(&w, doc);
-  em__jkv_true(&w, "historical", *(const bool *)member(doc, k->historical_offset));
+  em__jkv_true(&w, "historical", historical(k, doc));
   em__jw_close(&w, '}');
   return em__jw_finish(&w, out_len);
 }
@@ -130,6 +152,29 @@ void em__w_texts(em__writer_t *w, unsigned key, const char *const *texts, size_t
   em__w_array(w, n);
   for (size_t i = 0; i < n; i++) {
     em__w_str(w, texts[i]);
+  }
+}
+
+static uint64_t uint_member(const void *doc, const em__uint_member_t *m) {
+  if (m->bytes == sizeof(uint32_t)) {
+    uint32_t v;
+    memcpy(&v, member(doc, m->offset), sizeof(v));
+    return v;
+  }
+  uint64_t v;
+  memcpy(&v, member(doc, m->offset), sizeof(v));
+  return v;
+}
+
+void em__w_uints(em__writer_t *w, const void *doc, const em__uint_member_t *m, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    em__kv_uint(w, m[i].key, uint_member(doc, &m[i]));
+  }
+}
+
+void em__jw_uints(em__jw_t *w, const void *doc, const em__uint_member_t *m, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    em__jkv_u64(w, m[i].json, uint_member(doc, &m[i]));
   }
 }
 

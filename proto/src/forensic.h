@@ -37,6 +37,13 @@ typedef struct {
   void (*json)(em__jw_t *w, const void *doc);
 } em__doc_t;
 
+/* A kind's row from its document type T and the rest of em__doc_t in order. */
+#define EM__DOC(kind, max_bytes, historical_key, map_first, map_last, T, check, write, json)       \
+  {                                                                                                \
+    (kind), (max_bytes), (historical_key), (map_first), (map_last), offsetof(T, head),             \
+        offsetof(T, historical), (check), (write), (json)                                          \
+  }
+
 /* The two kinds (flight.c, profile.c) and their JSON bodies (flight_json.c, profile_json.c). */
 extern const em__doc_t em__flight_doc, em__profile_doc;
 void em__flight_json(em__jw_t *w, const void *flight);
@@ -57,6 +64,17 @@ extern const em__trigger_kind_t em__flight_trigger_kind, em__profile_trigger_kin
 
 /* A field reader (EM__FN rows) for a document's trigger: its row's arg is the trigger kind. */
 int em__field_trigger(em__dec_t *d, const em__field_t *f, void *base);
+
+/*
+ * The start of a document's map: version, kind and head (em__w_common) announcing `entries`
+ * more entries (one more when the document is historical), then its number (key 4) and its
+ * trigger (key 5), the same keys in both documents.
+ */
+void em__doc_w_start(em__writer_t *w, const em__doc_t *k, const void *doc, size_t entries,
+                     uint32_t number, const em_trigger_t *trigger);
+
+/* The end of a document's map: the historical key, true, when the document is historical. */
+void em__doc_w_end(em__writer_t *w, const em__doc_t *k, const void *doc);
 
 /* The checked document's encoding: its size into *len, the bytes into buf when they fit cap;
  * EM_PROTO_ETOOBIG past the kind's cap, EM_PROTO_ENOSPACE past `cap`. */
@@ -85,6 +103,26 @@ int em__doc_to_json(const em__doc_t *k, const void *doc, char *buf, size_t cap, 
 
 /* `key` and an array of the n texts. */
 void em__w_texts(em__writer_t *w, unsigned key, const char *const *texts, size_t n);
+
+/* An unsigned member of a document as the writer and the printer both put it: key, JSON name,
+ * place and width (4 or 8 bytes). */
+typedef struct {
+  unsigned key;
+  const char *json;
+  size_t offset;
+  size_t bytes;
+} em__uint_member_t;
+
+#define EM__UINT_MEMBER(key, json, T, m)                                                           \
+  { (key), (json), offsetof(T, m), sizeof(((T *)0)->m) }
+
+/* Each of the n members of `doc` as `key` and its value (CBOR) or "json": value (JSON). */
+void em__w_uints(em__writer_t *w, const void *doc, const em__uint_member_t *m, size_t n);
+void em__jw_uints(em__jw_t *w, const void *doc, const em__uint_member_t *m, size_t n);
+
+/* The unsigned members of each document around its trigger and clock, in key order. */
+extern const em__uint_member_t em__flight_times[4];
+extern const em__uint_member_t em__profile_times[3], em__profile_counts[2];
 
 /* One count of a truncation note: its key (< 24), its JSON name and how many were cut. */
 typedef struct {

@@ -1,9 +1,9 @@
 /*
  * profile.c - writes a stack profile (edgemon/profile.h, kind 6) as CBOR: the checks that make
- * the encoder refuse what the decoder would refuse (em__profile_check, shared with the JSON
- * printer), the frame table and the stacks as compact arrays, the fit under a size cap (which
- * leaves out the stacks with the fewest samples, from sizes measured once per stack), and the
- * historical form. Items go through the shared writer (cbor_write.h). Owns nothing, never
+ * the encoder refuse what the decoder would refuse (check_profile, which the JSON
+ * printer runs too), the frame table and the stacks as compact arrays, the fit under a size cap
+ * (which leaves out the stacks with the fewest samples, from sizes measured once per stack), and
+ * the historical form. Items go through the shared writer (cbor_write.h). Owns nothing, never
  * allocates, reentrant.
  */
 #include <string.h>
@@ -82,7 +82,13 @@ static int check_stack(const em_profile_t *p, size_t i) {
   return 0;
 }
 
-int em__profile_check(const em_profile_t *p) {
+/*
+ * 0, or the decoder's code for a profile it would refuse (names, indices, stack depths, order,
+ * hz, clock, limits); EM_PROTO_EINVAL for NULL tables with a count. The encoder, the fit and the
+ * JSON printer run it (em__profile_doc).
+ */
+static int check_profile(const void *doc) {
+  const em_profile_t *p = doc;
   if (p->n_stages > EM_PROFILE_MAX_STAGES || p->n_frames > EM_PROFILE_MAX_FRAMES ||
       p->n_stacks > EM_PROFILE_MAX_STACKS || p->n_notes > EM_PROFILE_MAX_NOTES) {
     return EM_PROTO_ELIMIT;
@@ -153,22 +159,27 @@ static void w_frames(em__writer_t *w, const em_profile_t *p) {
   }
 }
 
+const em__uint_member_t em__profile_times[3] = {
+    EM__UINT_MEMBER(KP_MONO, "start_mono_ns", em_profile_t, start_mono_ns),
+    EM__UINT_MEMBER(KP_DURATION, "duration_ns", em_profile_t, duration_ns),
+    EM__UINT_MEMBER(KP_HZ, "hz", em_profile_t, hz),
+};
+
+const em__uint_member_t em__profile_counts[2] = {
+    EM__UINT_MEMBER(KP_SAMPLES, "samples", em_profile_t, samples),
+    EM__UINT_MEMBER(KP_LOST, "lost", em_profile_t, lost),
+};
+
 static void w_profile(em__writer_t *w, const void *doc) {
   const em_profile_t *p = doc;
   em__count_t cut[2];
   cuts(&p->truncated, cut);
-  size_t more = (p->n_notes ? 1 : 0) + (em__counts_entries(cut, 2) ? 1 : 0);
-  em__w_common(w, 11 + more + (p->historical ? 1 : 0), EM_MSG_PROFILE, &p->head);
-  em__kv_uint(w, KP_NUMBER, p->number);
-  em__w_uint(w, KP_TRIGGER);
   em_trigger_t trigger = em__profile_trigger(&p->trigger);
-  em__w_trigger(w, &trigger);
-  em__kv_uint(w, KP_MONO, p->start_mono_ns);
-  em__kv_uint(w, KP_DURATION, p->duration_ns);
-  em__kv_uint(w, KP_HZ, p->hz);
+  size_t entries = 11 + (p->n_notes ? 1 : 0) + (em__counts_entries(cut, 2) ? 1 : 0);
+  em__doc_w_start(w, &em__profile_doc, p, entries, p->number, &trigger);
+  em__w_uints(w, p, em__profile_times, 3);
   em__kv_str(w, KP_CLOCK, p->clock);
-  em__kv_uint(w, KP_SAMPLES, p->samples);
-  em__kv_uint(w, KP_LOST, p->lost);
+  em__w_uints(w, p, em__profile_counts, 2);
   em__w_texts(w, KP_STAGES, p->stages, p->n_stages);
   w_frames(w, p);
   em__w_uint(w, KP_STACKS);
@@ -180,27 +191,13 @@ static void w_profile(em__writer_t *w, const void *doc) {
     em__w_texts(w, KP_NOTES, p->notes, p->n_notes);
   }
   em__w_counts(w, KP_TRUNCATED, cut, 2);
-  if (p->historical) {
-    em__w_uint(w, KP_HISTORICAL);
-    em__w_bool(w, true);
-  }
+  em__doc_w_end(w, &em__profile_doc, p);
 }
 
-static int check_profile(const void *doc) {
-  return em__profile_check(doc);
-}
-
-/* A live profile: a map of 15 entries, 16 or 17 with notes and the truncation note. */
-const em__doc_t em__profile_doc = {.kind = EM_MSG_PROFILE,
-                                   .max_bytes = EM_PROFILE_MAX_BYTES,
-                                   .historical_key = KP_HISTORICAL,
-                                   .map_first = 0xaf,
-                                   .map_last = 0xb1,
-                                   .head_offset = offsetof(em_profile_t, head),
-                                   .historical_offset = offsetof(em_profile_t, historical),
-                                   .check = check_profile,
-                                   .write = w_profile,
-                                   .json = em__profile_json};
+/* A live profile's map has 15 entries, 16 or 17 with notes and the truncation note. */
+const em__doc_t em__profile_doc =
+    EM__DOC(EM_MSG_PROFILE, EM_PROFILE_MAX_BYTES, KP_HISTORICAL, 0xaf, 0xb1, em_profile_t,
+            check_profile, w_profile, em__profile_json);
 
 int em_profile_encode(const em_profile_t *p, uint8_t *buf, size_t cap, size_t *out_len) {
   return em__doc_encode(&em__profile_doc, p, buf, cap, out_len);

@@ -43,12 +43,9 @@ void em__profile_json(em__jw_t *w, const void *profile) {
   em__jkv_u64(w, "number", p->number);
   em_trigger_t trigger = em__profile_trigger(&p->trigger);
   em__jw_trigger(w, em_profile_cause_name(p->trigger.cause), &trigger);
-  em__jkv_u64(w, "start_mono_ns", p->start_mono_ns);
-  em__jkv_u64(w, "duration_ns", p->duration_ns);
-  em__jkv_u64(w, "hz", p->hz);
+  em__jw_uints(w, p, em__profile_times, 3);
   em__jkv_str(w, "clock", p->clock);
-  em__jkv_u64(w, "samples", p->samples);
-  em__jkv_u64(w, "lost", p->lost);
+  em__jw_uints(w, p, em__profile_counts, 2);
   em__jw_texts(w, "stages", p->stages, p->n_stages);
   em__jw_objects(w, "frames", p, p->n_frames, j_frame);
   em__jw_objects(w, "stacks", p, p->n_stacks, j_stack);

@@ -214,20 +214,6 @@ int em__check_value(const em_value_t *v);
 /* 0, or EM_PROTO_ERANGE / EM_PROTO_EINCONSISTENT for a stage window the schema refuses. */
 int em__check_stage(const em_stage_t *s);
 
-/*
- * 0, or the decoder's code for a flight recording it would refuse (names, indices, order,
- * counter columns holding anything but unsigned totals, limits); EM_PROTO_EINVAL for NULL
- * tables with a count. Shared by the flight encoder and its JSON printer.
- */
-int em__flight_check(const em_flight_t *f);
-
-/*
- * 0, or the decoder's code for a profile it would refuse (names, indices, stack depths, order,
- * hz, clock, limits); EM_PROTO_EINVAL for NULL tables with a count. Shared by the profile
- * encoder and its JSON printer.
- */
-int em__profile_check(const em_profile_t *p);
-
 /* 0 when `clock` names a sampling event the schema knows ("cpu-clock", "task-clock"), else
  * EM_PROTO_ESTRING (not an ident) or EM_PROTO_ERANGE (another event). */
 int em__profile_clock_check(const char *clock);
