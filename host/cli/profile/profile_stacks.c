@@ -24,6 +24,8 @@ int em_profile_readable(const em_profile_t *p, em_profile_frame_t **frames, char
   if (!*frames || !*text) {
     free(*frames);
     free(*text);
+    *frames = NULL; /* The caller frees both whatever the result. */
+    *text = NULL;
     return -ENOMEM;
   }
   for (size_t i = 0; i < p->n_frames; i++) {

@@ -23,7 +23,7 @@
 /*
  * A copy of p's frames for people to read: native frames' C++ names demangled without their
  * parameters (demangle.h), the others as they are. Returns 0 with *frames (p->n_frames
- * entries) and *text (the demangled names), both malloc'd, or -ENOMEM.
+ * entries) and *text (the demangled names), both malloc'd, or -ENOMEM (both NULL).
  */
 int em_profile_readable(const em_profile_t *p, em_profile_frame_t **frames, char **text);
 
