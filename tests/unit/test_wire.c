@@ -106,6 +106,29 @@ static const em_span_t valid_span = {EM_DGRAM_SPAN, 100, 7, 1000, 250, "infer"};
 static const em_state_record_t valid_record = {
     EM_LEVEL_WARN, EM_LEVEL_NOMINAL, 1, 10, 20, 1.5, 1.0, "infer.p99", "infer", "too slow"};
 
+/* A byte set to another value, and the code a reader must refuse the result with. */
+typedef struct {
+  size_t off;
+  uint8_t byte;
+  int rc;
+} byte_change_t;
+
+/* The page reads back `want`, its counter at `seq`. */
+static void assert_page_holds(const uint8_t *page, const em_state_record_t *want, uint32_t seq) {
+  em_state_record_t out;
+  uint32_t got = seq + 1;
+  assert_int_equal(em_state_page_read(page, &out, &got), 0);
+  assert_int_equal(got, seq);
+  assert_record_equal(want, &out);
+}
+
+/* A fresh page of agent pid 77 holding valid_record (em_state_page_init must accept it). */
+static uint8_t *valid_page(void) {
+  uint8_t *page = new_page();
+  assert_int_equal(em_state_page_init(page, 77, &valid_record), 0);
+  return page;
+}
+
 /* ---- Golden vectors (the same rows as tests/tools/gen_wire_vectors.c) ---- */
 
 typedef struct {
@@ -321,11 +344,7 @@ static void span_unpack_error_order(void **state) {
 
 static void span_unpack_checks_magic_version_and_kind_bytes(void **state) {
   (void)state;
-  static const struct {
-    size_t off;
-    uint8_t byte;
-    int rc;
-  } rows[] = {
+  static const byte_change_t rows[] = {
       {0, 0x00, EM_PROTO_EMAGIC},   {0, 0x4d, EM_PROTO_EMAGIC}, {1, 0x45, EM_PROTO_EMAGIC},
       {1, 0xff, EM_PROTO_EMAGIC},   {2, 0, EM_PROTO_EVERSION},  {2, 2, EM_PROTO_EVERSION},
       {2, 0xff, EM_PROTO_EVERSION}, {3, 0, EM_PROTO_EKIND},     {3, 5, EM_PROTO_EKIND},
@@ -658,18 +677,13 @@ static void page_init_writes_header_seq_zero_and_record(void **state) {
   uint8_t push[EM_PUSH_DGRAM_BYTES];
   assert_int_equal(em_push_pack(&valid_record, 1, push), 0);
   assert_memory_equal(push + 16, page + 16, EM_STATE_BODY_BYTES); /* Same body as the push. */
-  em_state_record_t out;
-  uint32_t seq = 99;
-  assert_int_equal(em_state_page_read(page, &out, &seq), 0);
-  assert_int_equal(seq, 0);
-  assert_record_equal(&valid_record, &out);
+  assert_page_holds(page, &valid_record, 0);
   free(page);
 }
 
 static void page_read_sees_last_write(void **state) {
   (void)state;
-  uint8_t *page = new_page();
-  assert_int_equal(em_state_page_init(page, 77, &valid_record), 0);
+  uint8_t *page = valid_page();
   for (uint32_t i = 1; i <= 10; i++) {
     em_state_record_t rec = valid_record;
     rec.level = (em_level_t)(i % 4);
@@ -679,20 +693,17 @@ static void page_read_sees_last_write(void **state) {
     rec.value = i / 3.0;
     snprintf(rec.reason, sizeof rec.reason, "change %u", (unsigned)i);
     assert_int_equal(em_state_page_write(page, &rec), 0);
+    assert_page_holds(page, &rec, 2 * i);
     em_state_record_t out;
-    uint32_t seq = 0;
-    assert_int_equal(em_state_page_read(page, &out, &seq), 0);
-    assert_int_equal(seq, 2 * i);
-    assert_record_equal(&rec, &out);
     assert_int_equal(em_state_page_read(page, &out, NULL), 0); /* seq_out is optional */
+    assert_record_equal(&rec, &out);
   }
   free(page);
 }
 
 static void page_read_returns_busy_while_writer_holds_odd_seq(void **state) {
   (void)state;
-  uint8_t *page = new_page();
-  assert_int_equal(em_state_page_init(page, 77, &valid_record), 0);
+  uint8_t *page = valid_page();
   assert_int_equal(em_state_page_write(page, &valid_record), 0);
   page[8] = 3; /* A writer stopped between its two counter stores (LE u32 = 3). */
   em_state_record_t out;
@@ -702,16 +713,13 @@ static void page_read_returns_busy_while_writer_holds_odd_seq(void **state) {
   assert_int_equal(seq, 12345);
   assert_int_equal(((const uint8_t *)&out)[0], 0x5a);
   page[8] = 4; /* The write completed. */
-  assert_int_equal(em_state_page_read(page, &out, &seq), 0);
-  assert_int_equal(seq, 4);
-  assert_record_equal(&valid_record, &out);
+  assert_page_holds(page, &valid_record, 4);
   free(page);
 }
 
 static void page_counter_wraps_through_zero(void **state) {
   (void)state;
-  uint8_t *page = new_page();
-  assert_int_equal(em_state_page_init(page, 77, &valid_record), 0);
+  uint8_t *page = valid_page();
   page[8] = 0xfe; /* seq = 0xfffffffe */
   page[9] = 0xff;
   page[10] = 0xff;
@@ -726,18 +734,13 @@ static void page_counter_wraps_through_zero(void **state) {
 
 static void page_read_rejects_pages_that_are_not_v1(void **state) {
   (void)state;
-  static const struct {
-    size_t off;
-    uint8_t byte;
-    int rc;
-  } rows[] = {
+  static const byte_change_t rows[] = {
       {0, 'X', EM_PROTO_EMAGIC}, {3, 'T' + 1, EM_PROTO_EMAGIC}, {4, 2, EM_PROTO_EVERSION},
       {5, 1, EM_PROTO_EVERSION}, {4, 0, EM_PROTO_EVERSION},     {6, 1, EM_PROTO_ESIZE},
       {7, 0x10, EM_PROTO_ESIZE}, {7, 0, EM_PROTO_ESIZE},
   };
   for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
-    uint8_t *page = new_page();
-    assert_int_equal(em_state_page_init(page, 77, &valid_record), 0);
+    uint8_t *page = valid_page();
     page[rows[i].off] = rows[i].byte;
     em_state_record_t out;
     assert_int_equal(em_state_page_read(page, &out, NULL), rows[i].rc);
@@ -757,8 +760,7 @@ static void page_read_rejects_pages_that_are_not_v1(void **state) {
 static void page_write_and_read_refuse_the_same_records(void **state) {
   (void)state;
   for (size_t i = 0; i < ARRAY_LEN(bad_records); i++) {
-    uint8_t *page = new_page();
-    assert_int_equal(em_state_page_init(page, 77, &valid_record), 0);
+    uint8_t *page = valid_page();
     uint8_t before[EM_STATE_PAGE_BYTES];
     memcpy(before, page, sizeof before);
     if (bad_records[i].mutate != NULL) {
@@ -978,51 +980,36 @@ static void page_read_never_returns_a_torn_record(void **state) {
 
 /* ---- Golden vectors ---- */
 
-static void golden_span_vectors_pack_to_committed_bytes(void **state) {
+/* Each span vector's file is its row packed, and unpacks to its row. */
+static void golden_span_vectors_are_their_rows_packed(void **state) {
   (void)state;
   for (size_t i = 0; i < ARRAY_LEN(span_vectors); i++) {
-    uint8_t file[512];
+    uint8_t file[512], buf[EM_SPAN_DGRAM_BYTES];
+    em_span_t out;
     size_t len = read_vector(span_vectors[i].name, file, sizeof file);
     assert_int_equal(len, EM_SPAN_DGRAM_BYTES);
-    uint8_t buf[EM_SPAN_DGRAM_BYTES];
     assert_int_equal(em_span_pack(&span_vectors[i].span, buf), 0);
     assert_memory_equal(file, buf, sizeof buf);
-  }
-}
-
-static void golden_span_vectors_unpack_to_their_rows(void **state) {
-  (void)state;
-  for (size_t i = 0; i < ARRAY_LEN(span_vectors); i++) {
-    uint8_t file[512];
-    size_t len = read_vector(span_vectors[i].name, file, sizeof file);
-    em_span_t out;
     assert_int_equal(em_span_unpack(file, len, &out), 0);
     assert_span_equal(&span_vectors[i].span, &out);
   }
 }
 
-static void golden_push_vectors_pack_to_committed_bytes(void **state) {
+/* Each push vector's file is its row and agent pid packed, and unpacks to both. */
+static void golden_push_vectors_are_their_rows_packed(void **state) {
   (void)state;
   for (size_t i = 0; i < ARRAY_LEN(push_vectors); i++) {
-    uint8_t file[512];
-    size_t len = read_vector(push_vectors[i].name, file, sizeof file);
+    const state_vector_t *v = &push_vectors[i];
+    uint8_t file[512], buf[EM_PUSH_DGRAM_BYTES];
+    size_t len = read_vector(v->name, file, sizeof file);
     assert_int_equal(len, EM_PUSH_DGRAM_BYTES);
-    uint8_t buf[EM_PUSH_DGRAM_BYTES];
-    assert_int_equal(em_push_pack(&push_vectors[i].rec, push_vectors[i].agent_pid, buf), 0);
+    assert_int_equal(em_push_pack(&v->rec, v->agent_pid, buf), 0);
     assert_memory_equal(file, buf, sizeof buf);
-  }
-}
-
-static void golden_push_vectors_unpack_to_their_rows(void **state) {
-  (void)state;
-  for (size_t i = 0; i < ARRAY_LEN(push_vectors); i++) {
-    uint8_t file[512];
-    size_t len = read_vector(push_vectors[i].name, file, sizeof file);
     em_state_record_t out;
     uint32_t pid = 0;
     assert_int_equal(em_push_unpack(file, len, &out, &pid), 0);
-    assert_record_equal(&push_vectors[i].rec, &out);
-    assert_int_equal(pid, push_vectors[i].agent_pid);
+    assert_record_equal(&v->rec, &out);
+    assert_int_equal(pid, v->agent_pid);
   }
 }
 
@@ -1044,11 +1031,7 @@ static void golden_page_vector_reads_back_its_row_at_seq_2(void **state) {
   uint8_t *page = new_page();
   size_t len = read_vector(page_vector.name, page, EM_STATE_PAGE_BYTES);
   assert_int_equal(len, EM_STATE_PAGE_BYTES);
-  em_state_record_t out;
-  uint32_t seq = 0;
-  assert_int_equal(em_state_page_read(page, &out, &seq), 0);
-  assert_int_equal(seq, 2);
-  assert_record_equal(&page_vector.rec, &out);
+  assert_page_holds(page, &page_vector.rec, 2);
   assert_int_equal(page[12] | page[13] << 8 | page[14] << 16 | (uint32_t)page[15] << 24,
                    page_vector.agent_pid);
   free(page);
@@ -1075,6 +1058,46 @@ static void golden_vectors_truncated_at_every_length_fail_with_esize(void **stat
   }
 }
 
+/* Unpacks the `bytes` bytes at m and packs what it read into `again`; false when unpack
+ * refuses them. */
+typedef bool (*repack_fn)(const uint8_t *m, size_t bytes, uint8_t *again);
+
+static bool repack_span(const uint8_t *m, size_t bytes, uint8_t *again) {
+  em_span_t out;
+  if (em_span_unpack(m, bytes, &out) != 0) {
+    return false;
+  }
+  assert_int_equal(em_span_pack(&out, again), 0);
+  return true;
+}
+
+static bool repack_push(const uint8_t *m, size_t bytes, uint8_t *again) {
+  em_state_record_t out;
+  uint32_t pid = 0;
+  if (em_push_unpack(m, bytes, &out, &pid) != 0) {
+    return false;
+  }
+  assert_int_equal(em_push_pack(&out, pid, again), 0);
+  return true;
+}
+
+/* Every single-byte change of vector `name` (a datagram of `bytes` bytes) to every value is
+ * refused, or repacks to exactly the changed bytes. */
+static void check_every_byte_change(const char *name, size_t bytes, repack_fn repack) {
+  uint8_t file[512], m[512], again[512];
+  size_t len = read_vector(name, file, sizeof file);
+  assert_true(bytes <= sizeof m);
+  for (size_t off = 0; off < len; off++) {
+    for (unsigned v = 0; v < 256; v++) {
+      memcpy(m, file, bytes);
+      m[off] = (uint8_t)v;
+      if (repack(m, bytes, again)) {
+        assert_memory_equal(m, again, bytes);
+      }
+    }
+  }
+}
+
 /*
  * Strictness: no byte is ignored. Change any single byte of a datagram vector to any value:
  * either unpack refuses it, or packing what it decoded gives back exactly the changed bytes.
@@ -1082,41 +1105,10 @@ static void golden_vectors_truncated_at_every_length_fail_with_esize(void **stat
 static void golden_vectors_with_any_byte_changed_fail_or_repack_identically(void **state) {
   (void)state;
   for (size_t i = 0; i < ARRAY_LEN(span_vectors); i++) {
-    uint8_t file[512];
-    size_t len = read_vector(span_vectors[i].name, file, sizeof file);
-    for (size_t off = 0; off < len; off++) {
-      for (unsigned v = 0; v < 256; v++) {
-        uint8_t m[EM_SPAN_DGRAM_BYTES];
-        memcpy(m, file, sizeof m);
-        m[off] = (uint8_t)v;
-        em_span_t out;
-        if (em_span_unpack(m, sizeof m, &out) != 0) {
-          continue;
-        }
-        uint8_t again[EM_SPAN_DGRAM_BYTES];
-        assert_int_equal(em_span_pack(&out, again), 0);
-        assert_memory_equal(m, again, sizeof m);
-      }
-    }
+    check_every_byte_change(span_vectors[i].name, EM_SPAN_DGRAM_BYTES, repack_span);
   }
   for (size_t i = 0; i < ARRAY_LEN(push_vectors); i++) {
-    uint8_t file[512];
-    size_t len = read_vector(push_vectors[i].name, file, sizeof file);
-    for (size_t off = 0; off < len; off++) {
-      for (unsigned v = 0; v < 256; v++) {
-        uint8_t m[EM_PUSH_DGRAM_BYTES];
-        memcpy(m, file, sizeof m);
-        m[off] = (uint8_t)v;
-        em_state_record_t out;
-        uint32_t pid = 0;
-        if (em_push_unpack(m, sizeof m, &out, &pid) != 0) {
-          continue;
-        }
-        uint8_t again[EM_PUSH_DGRAM_BYTES];
-        assert_int_equal(em_push_pack(&out, pid, again), 0);
-        assert_memory_equal(m, again, sizeof m);
-      }
-    }
+    check_every_byte_change(push_vectors[i].name, EM_PUSH_DGRAM_BYTES, repack_push);
   }
 }
 
@@ -1620,10 +1612,8 @@ int main(void) {
       cmocka_unit_test(page_write_and_read_refuse_the_same_records),
       cmocka_unit_test(page_functions_reject_null_and_misaligned_pages),
       cmocka_unit_test(page_read_never_returns_a_torn_record),
-      cmocka_unit_test(golden_span_vectors_pack_to_committed_bytes),
-      cmocka_unit_test(golden_span_vectors_unpack_to_their_rows),
-      cmocka_unit_test(golden_push_vectors_pack_to_committed_bytes),
-      cmocka_unit_test(golden_push_vectors_unpack_to_their_rows),
+      cmocka_unit_test(golden_span_vectors_are_their_rows_packed),
+      cmocka_unit_test(golden_push_vectors_are_their_rows_packed),
       cmocka_unit_test(golden_page_vector_is_init_plus_one_write),
       cmocka_unit_test(golden_page_vector_reads_back_its_row_at_seq_2),
       cmocka_unit_test(golden_vectors_truncated_at_every_length_fail_with_esize),
