@@ -40,6 +40,9 @@ static size_t unhex(const char *hex, uint8_t *out, size_t cap) {
 
 static void assert_flight_equal(const em_flight_t *a, const em_flight_t *b);
 
+/* `.name = arr, .n_name = its length`: a recording's table and its count from one array. */
+#define TABLE(name, arr) .name = (arr), .n_##name = sizeof(arr) / sizeof((arr)[0])
+
 /* --- the small recording, by hand --------------------------------------------------------- */
 
 /*
@@ -64,14 +67,10 @@ static em_flight_t small(void) {
       .pre_ns = 10,
       .post_ns = 20,
       .period_ns = 5,
-      .stages = small_stages,
-      .n_stages = 1,
-      .columns = small_columns,
-      .n_columns = 1,
-      .ticks = small_ticks,
-      .n_ticks = 2,
-      .spans = small_spans,
-      .n_spans = 2,
+      TABLE(stages, small_stages),
+      TABLE(columns, small_columns),
+      TABLE(ticks, small_ticks),
+      TABLE(spans, small_spans),
   };
   return f;
 }
@@ -444,8 +443,7 @@ static const bad_row_t bad_rows[] = {
 static void each_bad_input_gets_its_own_error(void **state) {
   (void)state;
   static uint8_t in[4096];
-  for (size_t i = 0; i < sizeof(bad_rows) / sizeof(bad_rows[0]); i++) {
-    const bad_row_t *r = &bad_rows[i];
+  for (const bad_row_t *r = bad_rows; r < bad_rows + sizeof(bad_rows) / sizeof(bad_rows[0]); r++) {
     size_t len = unhex(r->hex, in, sizeof(in));
     int want = r->rc;
     if (strcmp(r->what, "truncated") == 0) {
@@ -1210,14 +1208,10 @@ static void json_names_fields_and_gives_counter_increases(void **state) {
                    .pre_ns = 2,
                    .post_ns = 1,
                    .period_ns = 100,
-                   .stages = stages,
-                   .n_stages = 2,
-                   .columns = cols,
-                   .n_columns = 2,
-                   .ticks = ticks,
-                   .n_ticks = 3,
-                   .spans = spans,
-                   .n_spans = 1,
+                   TABLE(stages, stages),
+                   TABLE(columns, cols),
+                   TABLE(ticks, ticks),
+                   TABLE(spans, spans),
                    .truncated = {.spans_overwritten = 4},
                    .historical = true};
   size_t len = 0;

@@ -36,78 +36,86 @@ static uint8_t *read_vector(const char *stem, const char *ext, size_t *len) {
   return data;
 }
 
-static void vectors_encode_to_the_golden_bytes(void **state) {
-  (void)state;
+/* Runs check(v) for every golden vector v (vectors.h), the same rows the files were made from. */
+static void each_vector(void (*check)(const em_vector_t *v)) {
   size_t n;
   const em_vector_t *v = em_vectors(&n);
   for (size_t i = 0; i < n; i++) {
-    size_t want_len, len = 0;
-    uint8_t *want = read_vector(v[i].name, "cbor", &want_len);
-    int rc = em_proto_encode(&v[i].msg, out, sizeof(out), &len);
-    if (rc != 0 || len != want_len || memcmp(out, want, len) != 0) {
-      fail_msg("%s: encoder output differs from the golden file (rc %d, %zu vs %zu bytes)",
-               v[i].name, rc, len, want_len);
-    }
-    free(want);
+    check(&v[i]);
   }
+}
+
+static void encodes_to_its_file(const em_vector_t *v) {
+  size_t want_len, len = 0;
+  uint8_t *want = read_vector(v->name, "cbor", &want_len);
+  int rc = em_proto_encode(&v->msg, out, sizeof(out), &len);
+  if (rc != 0 || len != want_len || memcmp(out, want, len) != 0) {
+    fail_msg("%s: encoder output differs from the golden file (rc %d, %zu vs %zu bytes)", v->name,
+             rc, len, want_len);
+  }
+  free(want);
+}
+
+static void vectors_encode_to_the_golden_bytes(void **state) {
+  (void)state;
+  each_vector(encodes_to_its_file);
+}
+
+static void decodes_to_its_json(const em_vector_t *v) {
+  size_t len, want_len, jlen = 0, off = 99;
+  uint8_t *bytes = read_vector(v->name, "cbor", &len);
+  char *want = (char *)read_vector(v->name, "json", &want_len);
+  em_msg_t m;
+  int rc = em_proto_decode(bytes, len, &m, scratch, em_proto_scratch_bytes(len), &off);
+  if (rc) {
+    fail_msg("%s: %s at byte %zu", v->name, em_proto_strerror(rc), off);
+  }
+  assert_int_equal(em_proto_to_json(&m, json, sizeof(json), &jlen), 0);
+  assert_true(want_len > 0 && want[want_len - 1] == '\n');
+  want[want_len - 1] = '\0';
+  assert_string_equal(json, want);
+  /* Decoded then encoded again gives the same bytes. */
+  size_t again = 0;
+  assert_int_equal(em_proto_encode(&m, out, sizeof(out), &again), 0);
+  assert_int_equal(again, len);
+  assert_memory_equal(out, bytes, len);
+  free(bytes);
+  free(want);
 }
 
 static void vectors_decode_to_the_golden_json(void **state) {
   (void)state;
-  size_t n;
-  const em_vector_t *v = em_vectors(&n);
-  for (size_t i = 0; i < n; i++) {
-    size_t len, want_len, jlen = 0, off = 99;
-    uint8_t *bytes = read_vector(v[i].name, "cbor", &len);
-    char *want = (char *)read_vector(v[i].name, "json", &want_len);
-    em_msg_t m;
-    int rc = em_proto_decode(bytes, len, &m, scratch, em_proto_scratch_bytes(len), &off);
-    if (rc) {
-      fail_msg("%s: %s at byte %zu", v[i].name, em_proto_strerror(rc), off);
-    }
-    assert_int_equal(em_proto_to_json(&m, json, sizeof(json), &jlen), 0);
-    assert_true(want_len > 0 && want[want_len - 1] == '\n');
-    want[want_len - 1] = '\0';
-    assert_string_equal(json, want);
-    /* Decoded then encoded again gives the same bytes. */
-    size_t again = 0;
-    assert_int_equal(em_proto_encode(&m, out, sizeof(out), &again), 0);
-    assert_int_equal(again, len);
-    assert_memory_equal(out, bytes, len);
-    free(bytes);
-    free(want);
-  }
+  each_vector(decodes_to_its_json);
 }
 
 /*
  * Every proper prefix of a vector is truncated. For the 64 KiB vector every length in the
  * first and last 1 KiB and every 101st in between, to keep the test quick under sanitizers.
  */
+static void fails_as_truncated_when_cut(const em_vector_t *v) {
+  size_t len;
+  uint8_t *bytes = read_vector(v->name, "cbor", &len);
+  for (size_t cut = 0; cut < len; cut++) {
+    if (len > 8192 && cut > 1024 && cut + 1024 < len && cut % 101 != 0) {
+      continue;
+    }
+    uint8_t *copy = malloc(cut ? cut : 1); /* Exact size: ASan sees any read past it. */
+    assert_non_null(copy);
+    memcpy(copy, bytes, cut);
+    em_msg_t m;
+    size_t off = SIZE_MAX;
+    int rc = em_proto_decode(copy, cut, &m, scratch, sizeof(scratch), &off);
+    if (rc != EM_PROTO_ETRUNCATED || off > cut) {
+      fail_msg("%s cut at %zu: got %d (%s) at %zu", v->name, cut, rc, em_proto_strerror(rc), off);
+    }
+    free(copy);
+  }
+  free(bytes);
+}
+
 static void vectors_truncated_at_every_length_fail_as_truncated(void **state) {
   (void)state;
-  size_t n;
-  const em_vector_t *v = em_vectors(&n);
-  for (size_t i = 0; i < n; i++) {
-    size_t len;
-    uint8_t *bytes = read_vector(v[i].name, "cbor", &len);
-    for (size_t cut = 0; cut < len; cut++) {
-      if (len > 8192 && cut > 1024 && cut + 1024 < len && cut % 101 != 0) {
-        continue;
-      }
-      uint8_t *copy = malloc(cut ? cut : 1); /* Exact size: ASan sees any read past it. */
-      assert_non_null(copy);
-      memcpy(copy, bytes, cut);
-      em_msg_t m;
-      size_t off = SIZE_MAX;
-      int rc = em_proto_decode(copy, cut, &m, scratch, sizeof(scratch), &off);
-      if (rc != EM_PROTO_ETRUNCATED || off > cut) {
-        fail_msg("%s cut at %zu: got %d (%s) at %zu", v[i].name, cut, rc, em_proto_strerror(rc),
-                 off);
-      }
-      free(copy);
-    }
-    free(bytes);
-  }
+  each_vector(fails_as_truncated_when_cut);
 }
 
 typedef struct {
