@@ -36,6 +36,8 @@ static char service_dir[64] = "/run/edgemon";
 #define EM_CLIENT_SERVICE_DIR service_dir
 #include "edgemon_client.h"
 
+#include "bound_socket.h"
+
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 /* ---- A receiver standing in for the agent's span socket ---- */
@@ -47,21 +49,19 @@ typedef struct {
 } receiver_t;
 
 static void receiver_bind(receiver_t *r) {
-  struct sockaddr_un addr;
-  struct timeval timeout = {5, 0}; /* a missing datagram fails the test, never hangs it */
-  r->fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  assert_true(r->fd >= 0);
-  memset(&addr, 0, sizeof(addr));
-  addr.sun_family = AF_UNIX;
-  memcpy(addr.sun_path, r->path, strlen(r->path) + 1);
-  assert_int_equal(bind(r->fd, (const struct sockaddr *)&addr, sizeof(addr)), 0);
-  assert_int_equal(setsockopt(r->fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout)), 0);
+  r->fd = bound_socket(r->path, SOCK_DGRAM);
+}
+
+/* A fresh temporary directory and r->path = <it>/<name>; nothing bound yet (fd -1). */
+static void receiver_place(receiver_t *r, const char *name) {
+  snprintf(r->dir, sizeof(r->dir), "/tmp/em-c-client-XXXXXX");
+  assert_non_null(mkdtemp(r->dir));
+  snprintf(r->path, sizeof(r->path), "%s/%s", r->dir, name);
+  r->fd = -1;
 }
 
 static void receiver_open(receiver_t *r) {
-  snprintf(r->dir, sizeof(r->dir), "/tmp/em-c-client-XXXXXX");
-  assert_non_null(mkdtemp(r->dir));
-  snprintf(r->path, sizeof(r->path), "%s/spans.sock", r->dir);
+  receiver_place(r, "spans.sock");
   receiver_bind(r);
 }
 
@@ -117,25 +117,47 @@ static void assert_span(const em_span_t *got, em_dgram_kind_t kind, uint64_t fra
   assert_string_equal(got->stage, stage);
 }
 
+/* ---- The fixture of most tests: a receiver and a client opened on its path ---- */
+
+typedef struct {
+  receiver_t r;
+  em_client_t c;
+} pair_t;
+
+static int pair_setup(void **state) {
+  static pair_t pair;
+  memset(&pair, 0, sizeof(pair));
+  receiver_open(&pair.r);
+  assert_int_equal(em_client_open(&pair.c, pair.r.path), 0);
+  *state = &pair;
+  return 0;
+}
+
+/* em_client_close() is idempotent, so a test may have closed the client itself. */
+static int pair_teardown(void **state) {
+  pair_t *p = *state;
+  em_client_close(&p->c);
+  receiver_close(&p->r);
+  return 0;
+}
+
 /* ---- Tests ---- */
 
 static void client_span_fields_decode_with_the_reference_decoder(void **state) {
-  (void)state;
-  receiver_t r = {0};
-  em_client_t c;
+  pair_t *p = *state;
+  receiver_t *r = &p->r;
+  em_client_t *c = &p->c;
   em_span_t got;
-  receiver_open(&r);
-  assert_int_equal(em_client_open(&c, r.path), 0);
-  assert_true(c.fd >= 0);
+  assert_true(c->fd >= 0);
 
   /* A span timed with begin/end at frame 41: start and end inside the test's window. */
-  em_client_set_frame(&c, 41);
+  em_client_set_frame(c, 41);
   uint64_t before = em_client_now_ns();
-  em_client_span_t s = em_client_span_begin(&c, "infer");
+  em_client_span_t s = em_client_span_begin(c, "infer");
   usleep(2000);
   assert_int_equal(em_client_span_end(&s), 0);
   uint64_t after = em_client_now_ns();
-  receiver_recv(&r, &got);
+  receiver_recv(r, &got);
   assert_span(&got, EM_DGRAM_SPAN, 41, "infer");
   assert_true(before <= got.start_ns);
   assert_true(got.start_ns + got.duration_ns <= after);
@@ -143,65 +165,61 @@ static void client_span_fields_decode_with_the_reference_decoder(void **state) {
 
   /* The block macro. */
   before = em_client_now_ns();
-  EM_CLIENT_SPAN(&c, "preprocess") {
+  EM_CLIENT_SPAN(c, "preprocess") {
     usleep(1000);
   }
   after = em_client_now_ns();
-  receiver_recv(&r, &got);
+  receiver_recv(r, &got);
   assert_span(&got, EM_DGRAM_SPAN, 41, "preprocess");
   assert_true(before <= got.start_ns && got.start_ns + got.duration_ns <= after);
   assert_true(got.duration_ns >= 1000000);
 
   /* span_end_at, record (current frame) and record_frame (explicit frame). */
-  em_client_set_frame(&c, 42);
+  em_client_set_frame(c, 42);
   uint64_t t0 = em_client_now_ns();
-  assert_int_equal(em_client_span_end_at(&c, "postprocess", t0), 0);
-  receiver_recv(&r, &got);
+  assert_int_equal(em_client_span_end_at(c, "postprocess", t0), 0);
+  receiver_recv(r, &got);
   assert_span(&got, EM_DGRAM_SPAN, 42, "postprocess");
   assert_true(got.start_ns == t0);
-  assert_int_equal(em_client_record(&c, "camera.rx", 123456789u, 987654321u), 0);
-  receiver_recv(&r, &got);
+  assert_int_equal(em_client_record(c, "camera.rx", 123456789u, 987654321u), 0);
+  receiver_recv(r, &got);
   assert_span(&got, EM_DGRAM_SPAN, 42, "camera.rx");
   assert_true(got.start_ns == 123456789u && got.duration_ns == 987654321u);
-  assert_int_equal(em_client_record_frame(&c, "camera.rx", 7, 1, 2), 0);
-  receiver_recv(&r, &got);
+  assert_int_equal(em_client_record_frame(c, "camera.rx", 7, 1, 2), 0);
+  receiver_recv(r, &got);
   assert_span(&got, EM_DGRAM_SPAN, 7, "camera.rx");
 
   /* Heartbeat: kind 2, now, no duration. */
   before = em_client_now_ns();
-  assert_int_equal(em_client_heartbeat(&c, "watchdog"), 0);
+  assert_int_equal(em_client_heartbeat(c, "watchdog"), 0);
   after = em_client_now_ns();
-  receiver_recv(&r, &got);
+  receiver_recv(r, &got);
   assert_span(&got, EM_DGRAM_HEARTBEAT, 42, "watchdog");
   assert_true(before <= got.start_ns && got.start_ns <= after);
   assert_true(got.duration_ns == 0);
 
-  assert_true(c.sent == 6);
-  assert_true(em_client_dropped_total(&c) == 0);
-  assert_int_equal(receiver_drain(&r, NULL), 0);
-  em_client_close(&c);
-  receiver_close(&r);
+  assert_true(c->sent == 6);
+  assert_true(em_client_dropped_total(c) == 0);
+  assert_int_equal(receiver_drain(r, NULL), 0);
 }
 
 static void client_longest_stage_and_largest_integers_travel_intact(void **state) {
-  (void)state;
-  receiver_t r = {0};
-  em_client_t c;
+  pair_t *p = *state;
+  receiver_t *r = &p->r;
+  em_client_t *c = &p->c;
   em_span_t got;
   const char *longest = "Az09_.:-xxxxxxxxxxxxxxxxxxxxxxx"; /* 31 bytes, every special */
   assert_int_equal(strlen(longest), 31);
-  receiver_open(&r);
-  assert_int_equal(em_client_open(&c, r.path), 0);
-  assert_int_equal(em_client_record_frame(&c, longest, UINT64_MAX, UINT64_MAX, UINT64_MAX), 0);
-  receiver_recv(&r, &got);
+  assert_int_equal(em_client_record_frame(c, longest, UINT64_MAX, UINT64_MAX, UINT64_MAX), 0);
+  receiver_recv(r, &got);
   assert_span(&got, EM_DGRAM_SPAN, UINT64_MAX, longest);
   assert_true(got.start_ns == UINT64_MAX && got.duration_ns == UINT64_MAX);
-  em_client_close(&c);
-  receiver_close(&r);
 }
 
 static void client_invalid_stage_names_are_dropped_and_counted(void **state) {
-  (void)state;
+  pair_t *p = *state;
+  receiver_t *r = &p->r;
+  em_client_t *c = &p->c;
   static const char *const invalid[] = {
       "",
       "has space",
@@ -211,24 +229,18 @@ static void client_invalid_stage_names_are_dropped_and_counted(void **state) {
       "newline\n",
       "x234567890123456789012345678901x" /* 32 bytes */,
   };
-  receiver_t r = {0};
-  em_client_t c;
-  receiver_open(&r);
-  assert_int_equal(em_client_open(&c, r.path), 0);
   for (size_t i = 0; i < ARRAY_LEN(invalid); i++) {
     assert_false(em_client_stage_valid(invalid[i]));
-    assert_int_equal(em_client_record(&c, invalid[i], 1, 2), -EINVAL);
-    assert_int_equal(em_client_heartbeat(&c, invalid[i]), -EINVAL);
+    assert_int_equal(em_client_record(c, invalid[i], 1, 2), -EINVAL);
+    assert_int_equal(em_client_heartbeat(c, invalid[i]), -EINVAL);
   }
-  assert_int_equal(em_client_record(&c, NULL, 1, 2), -EINVAL);
-  EM_CLIENT_SPAN(&c, "bad name") {}
-  assert_true(c.dropped[EM_CLIENT_DROP_INVALID_STAGE] == 2 * ARRAY_LEN(invalid) + 2);
-  assert_true(em_client_dropped_total(&c) == c.dropped[EM_CLIENT_DROP_INVALID_STAGE]);
-  assert_true(c.sent == 0);
-  assert_int_equal(receiver_drain(&r, NULL), 0);
+  assert_int_equal(em_client_record(c, NULL, 1, 2), -EINVAL);
+  EM_CLIENT_SPAN(c, "bad name") {}
+  assert_true(c->dropped[EM_CLIENT_DROP_INVALID_STAGE] == 2 * ARRAY_LEN(invalid) + 2);
+  assert_true(em_client_dropped_total(c) == c->dropped[EM_CLIENT_DROP_INVALID_STAGE]);
+  assert_true(c->sent == 0);
+  assert_int_equal(receiver_drain(r, NULL), 0);
   assert_true(em_client_stage_valid("a"));
-  em_client_close(&c);
-  receiver_close(&r);
 }
 
 static void client_absent_agent_counts_no_agent_and_paces_connects(void **state) {
@@ -236,10 +248,7 @@ static void client_absent_agent_counts_no_agent_and_paces_connects(void **state)
   receiver_t r = {0};
   em_client_t c;
   em_span_t got;
-  snprintf(r.dir, sizeof(r.dir), "/tmp/em-c-client-XXXXXX");
-  assert_non_null(mkdtemp(r.dir));
-  snprintf(r.path, sizeof(r.path), "%s/spans.sock", r.dir);
-  r.fd = -1;
+  receiver_place(&r, "spans.sock");
 
   assert_int_equal(em_client_open(&c, r.path), 0); /* absent: not an error */
   assert_true(c.fd < 0);
@@ -273,67 +282,59 @@ static void client_absent_agent_counts_no_agent_and_paces_connects(void **state)
 }
 
 static void client_agent_restart_reconnects_when_due(void **state) {
-  (void)state;
-  receiver_t r = {0};
-  em_client_t c;
+  pair_t *p = *state;
+  receiver_t *r = &p->r;
+  em_client_t *c = &p->c;
   em_span_t got;
-  receiver_open(&r);
-  assert_int_equal(em_client_open(&c, r.path), 0);
-  assert_int_equal(em_client_record(&c, "before", 1, 2), 0);
-  receiver_recv(&r, &got);
+  assert_int_equal(em_client_record(c, "before", 1, 2), 0);
+  receiver_recv(r, &got);
 
   /* Restart more than a second after the last connect: reconnect and resend, nothing lost. */
-  receiver_stop(&r, 1);
-  receiver_bind(&r);
-  c.next_connect_ns = 0;
-  assert_int_equal(em_client_record(&c, "after", 1, 2), 0);
-  receiver_recv(&r, &got);
+  receiver_stop(r, 1);
+  receiver_bind(r);
+  c->next_connect_ns = 0;
+  assert_int_equal(em_client_record(c, "after", 1, 2), 0);
+  receiver_recv(r, &got);
   assert_string_equal(got.stage, "after");
-  assert_true(c.connect_attempts == 2);
+  assert_true(c->connect_attempts == 2);
 
   /* Restart within the second: that span is dropped as no_agent, the next due one gets in. */
-  receiver_stop(&r, 1);
-  receiver_bind(&r);
-  c.next_connect_ns = em_client_now_ns() + EM_CLIENT_RECONNECT_NS; /* as if just connected */
-  assert_int_equal(em_client_record(&c, "lost", 1, 2), -ECONNREFUSED);
-  assert_true(c.dropped[EM_CLIENT_DROP_NO_AGENT] == 1);
-  c.next_connect_ns = 0;
-  assert_int_equal(em_client_record(&c, "back", 1, 2), 0);
-  receiver_recv(&r, &got);
+  receiver_stop(r, 1);
+  receiver_bind(r);
+  c->next_connect_ns = em_client_now_ns() + EM_CLIENT_RECONNECT_NS; /* as if just connected */
+  assert_int_equal(em_client_record(c, "lost", 1, 2), -ECONNREFUSED);
+  assert_true(c->dropped[EM_CLIENT_DROP_NO_AGENT] == 1);
+  c->next_connect_ns = 0;
+  assert_int_equal(em_client_record(c, "back", 1, 2), 0);
+  receiver_recv(r, &got);
   assert_string_equal(got.stage, "back");
 
   /* The agent dies and leaves its socket file: ECONNREFUSED, counted, never raised. */
-  receiver_stop(&r, 0);
-  c.next_connect_ns = 0;
-  assert_int_equal(em_client_record(&c, "stale", 1, 2), -ECONNREFUSED);
-  assert_int_equal(em_client_record(&c, "stale", 1, 2), -ENOTCONN);
-  assert_true(c.dropped[EM_CLIENT_DROP_NO_AGENT] == 3);
-  assert_true(c.sent == 3);
-  em_client_close(&c);
-  receiver_close(&r);
+  receiver_stop(r, 0);
+  c->next_connect_ns = 0;
+  assert_int_equal(em_client_record(c, "stale", 1, 2), -ECONNREFUSED);
+  assert_int_equal(em_client_record(c, "stale", 1, 2), -ENOTCONN);
+  assert_true(c->dropped[EM_CLIENT_DROP_NO_AGENT] == 3);
+  assert_true(c->sent == 3);
 }
 
 static void client_full_queue_never_blocks_and_counts_queue_full(void **state) {
-  (void)state;
+  pair_t *p = *state;
+  receiver_t *r = &p->r;
+  em_client_t *c = &p->c;
   enum { ATTEMPTED = 10000 };
-  receiver_t r = {0};
-  em_client_t c;
-  receiver_open(&r);
-  assert_int_equal(em_client_open(&c, r.path), 0);
   /* Nobody reads: the queue fills after net.unix.max_dgram_qlen datagrams. A blocking send
    * would hang here until ctest's timeout. */
   for (int i = 0; i < ATTEMPTED; i++) {
-    int rc = em_client_record_frame(&c, "burst", (uint64_t)i, 1, 2);
+    int rc = em_client_record_frame(c, "burst", (uint64_t)i, 1, 2);
     assert_true(rc == 0 || rc == -EAGAIN);
   }
-  assert_true(c.dropped[EM_CLIENT_DROP_QUEUE_FULL] > 0);
-  assert_true(c.sent + em_client_dropped_total(&c) == ATTEMPTED);
-  assert_true(c.sent + c.dropped[EM_CLIENT_DROP_QUEUE_FULL] == ATTEMPTED);
-  assert_true(receiver_drain(&r, "burst") == c.sent);
+  assert_true(c->dropped[EM_CLIENT_DROP_QUEUE_FULL] > 0);
+  assert_true(c->sent + em_client_dropped_total(c) == ATTEMPTED);
+  assert_true(c->sent + c->dropped[EM_CLIENT_DROP_QUEUE_FULL] == ATTEMPTED);
+  assert_true(receiver_drain(r, "burst") == c->sent);
   /* Drained: sends get through again. */
-  assert_int_equal(em_client_record(&c, "after.burst", 1, 2), 0);
-  em_client_close(&c);
-  receiver_close(&r);
+  assert_int_equal(em_client_record(c, "after.burst", 1, 2), 0);
 }
 
 /* A user's client finds the system service's socket in its directory with no setting, before
@@ -463,33 +464,23 @@ static void client_open_errors_leave_a_safe_client(void **state) {
 }
 
 static void client_closed_drops_as_other(void **state) {
-  (void)state;
-  receiver_t r = {0};
-  em_client_t c;
-  receiver_open(&r);
-  assert_int_equal(em_client_open(&c, r.path), 0);
-  em_client_close(&c);
-  em_client_close(&c);
-  assert_true(c.fd < 0);
-  assert_int_equal(em_client_record(&c, "closed", 1, 2), -EBADF);
-  assert_true(c.dropped[EM_CLIENT_DROP_OTHER] == 1 && c.sent == 0);
-  assert_int_equal(receiver_drain(&r, NULL), 0);
-  receiver_close(&r);
+  pair_t *p = *state;
+  receiver_t *r = &p->r;
+  em_client_t *c = &p->c;
+  em_client_close(c);
+  em_client_close(c);
+  assert_true(c->fd < 0);
+  assert_int_equal(em_client_record(c, "closed", 1, 2), -EBADF);
+  assert_true(c->dropped[EM_CLIENT_DROP_OTHER] == 1 && c->sent == 0);
+  assert_int_equal(receiver_drain(r, NULL), 0);
 }
 
 static void client_wrong_socket_type_counts_other(void **state) {
   (void)state;
   receiver_t r = {0};
   em_client_t c;
-  struct sockaddr_un addr;
-  snprintf(r.dir, sizeof(r.dir), "/tmp/em-c-client-XXXXXX");
-  assert_non_null(mkdtemp(r.dir));
-  snprintf(r.path, sizeof(r.path), "%s/stream.sock", r.dir);
-  r.fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  memset(&addr, 0, sizeof(addr));
-  addr.sun_family = AF_UNIX;
-  memcpy(addr.sun_path, r.path, strlen(r.path) + 1);
-  assert_int_equal(bind(r.fd, (const struct sockaddr *)&addr, sizeof(addr)), 0);
+  receiver_place(&r, "stream.sock");
+  r.fd = bound_socket(r.path, SOCK_STREAM);
   assert_int_equal(listen(r.fd, 1), 0);
   assert_int_equal(em_client_open(&c, r.path), 0);
   assert_int_equal(em_client_record(&c, "x", 1, 2), -ENOTCONN); /* EPROTOTYPE at open */
@@ -499,51 +490,53 @@ static void client_wrong_socket_type_counts_other(void **state) {
 }
 
 static void client_forked_child_reopens_with_its_own_pid(void **state) {
-  (void)state;
-  receiver_t r = {0};
-  em_client_t c;
+  pair_t *p = *state;
+  receiver_t *r = &p->r;
+  em_client_t *c = &p->c;
   em_span_t got;
-  receiver_open(&r);
-  assert_int_equal(em_client_open(&c, r.path), 0);
-  em_client_set_frame(&c, 77);
+  em_client_set_frame(c, 77);
   pid_t pid = fork();
   assert_true(pid >= 0);
   if (pid == 0) {
-    em_client_close(&c); /* the child's copy of the descriptor */
-    int ok = em_client_open(&c, r.path) == 0;
-    em_client_set_frame(&c, 78);
-    ok = ok && em_client_record(&c, "child", 1, 2) == 0;
+    em_client_close(c); /* the child's copy of the descriptor */
+    int ok = em_client_open(c, r->path) == 0;
+    em_client_set_frame(c, 78);
+    ok = ok && em_client_record(c, "child", 1, 2) == 0;
     _exit(ok ? 0 : 1);
   }
   int status = 0;
   assert_int_equal(waitpid(pid, &status, 0), pid);
   assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  receiver_recv(&r, &got);
+  receiver_recv(r, &got);
   assert_string_equal(got.stage, "child");
   assert_int_equal(got.pid, (uint32_t)pid);
   assert_true(got.frame_id == 78);
-  assert_int_equal(em_client_record(&c, "parent", 1, 2), 0); /* the parent's socket works */
-  receiver_recv(&r, &got);
+  assert_int_equal(em_client_record(c, "parent", 1, 2), 0); /* the parent's socket works */
+  receiver_recv(r, &got);
   assert_span(&got, EM_DGRAM_SPAN, 77, "parent");
-  em_client_close(&c);
-  receiver_close(&r);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(client_span_fields_decode_with_the_reference_decoder),
-      cmocka_unit_test(client_longest_stage_and_largest_integers_travel_intact),
-      cmocka_unit_test(client_invalid_stage_names_are_dropped_and_counted),
+      cmocka_unit_test_setup_teardown(client_span_fields_decode_with_the_reference_decoder,
+                                      pair_setup, pair_teardown),
+      cmocka_unit_test_setup_teardown(client_longest_stage_and_largest_integers_travel_intact,
+                                      pair_setup, pair_teardown),
+      cmocka_unit_test_setup_teardown(client_invalid_stage_names_are_dropped_and_counted,
+                                      pair_setup, pair_teardown),
       cmocka_unit_test(client_absent_agent_counts_no_agent_and_paces_connects),
-      cmocka_unit_test(client_agent_restart_reconnects_when_due),
-      cmocka_unit_test(client_full_queue_never_blocks_and_counts_queue_full),
+      cmocka_unit_test_setup_teardown(client_agent_restart_reconnects_when_due, pair_setup,
+                                      pair_teardown),
+      cmocka_unit_test_setup_teardown(client_full_queue_never_blocks_and_counts_queue_full,
+                                      pair_setup, pair_teardown),
       cmocka_unit_test(client_finds_the_system_service_with_no_setting),
       cmocka_unit_test(client_default_path_follows_the_environment),
       cmocka_unit_test(client_open_uses_edgemon_socket_when_given_no_path),
       cmocka_unit_test(client_open_errors_leave_a_safe_client),
-      cmocka_unit_test(client_closed_drops_as_other),
+      cmocka_unit_test_setup_teardown(client_closed_drops_as_other, pair_setup, pair_teardown),
       cmocka_unit_test(client_wrong_socket_type_counts_other),
-      cmocka_unit_test(client_forked_child_reopens_with_its_own_pid),
+      cmocka_unit_test_setup_teardown(client_forked_child_reopens_with_its_own_pid, pair_setup,
+                                      pair_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

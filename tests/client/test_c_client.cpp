@@ -27,6 +27,8 @@ extern "C" {
 #include "edgemon/wire.h"
 #include "edgemon_client.h"
 
+#include "bound_socket.h"
+
 namespace {
 
 // A bound receiver in a fresh temporary directory; removed by the destructor.
@@ -37,15 +39,7 @@ public:
     assert_non_null(mkdtemp(dir));
     dir_ = dir;
     path_ = dir_ + "/spans.sock";
-    fd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    assert_true(fd_ >= 0);
-    sockaddr_un addr;
-    std::memset(&addr, 0, sizeof(addr));
-    addr.sun_family = AF_UNIX;
-    std::memcpy(addr.sun_path, path_.c_str(), path_.size() + 1);
-    assert_int_equal(bind(fd_, reinterpret_cast<const sockaddr *>(&addr), sizeof(addr)), 0);
-    timeval timeout = {5, 0};
-    assert_int_equal(setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout)), 0);
+    fd_ = bound_socket(path_.c_str(), SOCK_DGRAM);
   }
   ~Receiver() {
     close(fd_);

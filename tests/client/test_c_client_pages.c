@@ -39,6 +39,8 @@
 #include "edgemon/wire.h"
 #include "edgemon_client.h"
 
+#include "bound_socket.h"
+
 #define PROMPT_MS 5000 /* A call still running after this blocked (a page check takes ~0 ms). */
 
 /* What can stand at a page's path. */
@@ -121,7 +123,6 @@ static void put_deadline_page(const runtime_t *rt, const char *path) {
 /* Puts a `kind` at path. Returns 0, or -1 when the test may not make one (no CAP_MKNOD). */
 static int plant(runtime_t *rt, const char *path, kind_t kind, int state_page) {
   char target[160];
-  struct sockaddr_un addr;
   switch (kind) {
   case FIFO:
     assert_int_equal(mkfifo(path, 0644), 0);
@@ -144,12 +145,7 @@ static int plant(runtime_t *rt, const char *path, kind_t kind, int state_page) {
     assert_int_equal(mkdir(path, 0755), 0);
     return 0;
   case SOCKET:
-    rt->bound = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    assert_true(rt->bound >= 0);
-    memset(&addr, 0, sizeof(addr));
-    addr.sun_family = AF_UNIX;
-    memcpy(addr.sun_path, path, strlen(path) + 1);
-    assert_int_equal(bind(rt->bound, (struct sockaddr *)&addr, sizeof(addr)), 0);
+    rt->bound = bound_socket(path, SOCK_DGRAM);
     return 0;
   case CHAR_DEVICE: /* /dev/null's numbers: opening it would not block, but it is no page */
     return mknod(path, S_IFCHR | 0644, makedev(1, 3)) == 0 ? 0 : -1;

@@ -42,6 +42,8 @@
 #include "edgemon/wire.h"
 #include "edgemon_client.h"
 
+#include "bound_socket.h"
+
 #define RING_SLOTS        64u /* The slot count the page suggests (the smallest WIRE.md allows). */
 #define THREADS           4
 #define THREAD_SPANS      500u /* Per thread, after the ack: fits a ring of THREAD_RING_SLOTS. */
@@ -86,20 +88,12 @@ static void peer_write_page(const peer_t *p, uint32_t slots, const em_deadline_t
 
 /* Binds the span socket and writes a deadline page with `n` hard deadlines. */
 static void peer_open(peer_t *p, uint32_t slots, const em_deadline_t *entries, size_t n) {
-  struct sockaddr_un addr;
-  struct timeval timeout = {5, 0}; /* a missing datagram fails the test, never hangs it */
   unsetenv("EDGEMON_DEADLINE_PAGE");
   snprintf(p->dir, sizeof(p->dir), "/tmp/em-c-ring-XXXXXX");
   assert_non_null(mkdtemp(p->dir));
   snprintf(p->path, sizeof(p->path), "%s/spans.sock", p->dir);
   snprintf(p->page_path, sizeof(p->page_path), "%s/deadlines", p->dir);
-  p->fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  assert_true(p->fd >= 0);
-  memset(&addr, 0, sizeof(addr));
-  addr.sun_family = AF_UNIX;
-  memcpy(addr.sun_path, p->path, strlen(p->path) + 1);
-  assert_int_equal(bind(p->fd, (const struct sockaddr *)&addr, sizeof(addr)), 0);
-  assert_int_equal(setsockopt(p->fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout)), 0);
+  p->fd = bound_socket(p->path, SOCK_DGRAM);
   peer_write_page(p, slots, entries, n);
 }
 
@@ -468,7 +462,6 @@ static void ring_unsent_register_is_sent_again_a_second_later(void **state) {
   peer_t p = {0};
   peer_ring_t ring;
   em_client_t c;
-  struct sockaddr_un addr;
   size_t before = 0;
   unsigned spans = 0;
   uint64_t t0;
@@ -482,16 +475,7 @@ static void ring_unsent_register_is_sent_again_a_second_later(void **state) {
   assert_int_equal(c.ring_counters[EM_CLIENT_RING_UNSENT], 1);
   assert_int_equal(c.ring_counters[EM_CLIENT_RING_REGISTRATIONS], 0);
 
-  p.fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  assert_true(p.fd >= 0);
-  memset(&addr, 0, sizeof(addr));
-  addr.sun_family = AF_UNIX;
-  memcpy(addr.sun_path, p.path, strlen(p.path) + 1);
-  assert_int_equal(bind(p.fd, (const struct sockaddr *)&addr, sizeof(addr)), 0);
-  {
-    struct timeval timeout = {5, 0};
-    assert_int_equal(setsockopt(p.fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout)), 0);
-  }
+  p.fd = bound_socket(p.path, SOCK_DGRAM);
   while (c.ring_counters[EM_CLIENT_RING_REGISTRATIONS] == 0 && spans < LIVE_TRIES) {
     (void)em_client_record(&c, "infer", em_client_now_ns(), 10);
     spans++;

@@ -38,6 +38,8 @@
 #include "edgemon/wire.h"
 #include "edgemon_client.h"
 
+#include "bound_socket.h"
+
 /* ---- The agent's side ---- */
 
 typedef struct {
@@ -111,15 +113,7 @@ static void agent_set_seq(agent_t *a, uint32_t seq) {
 }
 
 static void agent_listen(agent_t *a) {
-  struct sockaddr_un addr;
-  struct timeval timeout = {5, 0};
-  a->sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  assert_true(a->sock >= 0);
-  memset(&addr, 0, sizeof(addr));
-  addr.sun_family = AF_UNIX;
-  memcpy(addr.sun_path, a->sock_path, strlen(a->sock_path) + 1);
-  assert_int_equal(bind(a->sock, (const struct sockaddr *)&addr, sizeof(addr)), 0);
-  assert_int_equal(setsockopt(a->sock, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout)), 0);
+  a->sock = bound_socket(a->sock_path, SOCK_DGRAM);
 }
 
 /* Receives one (un)subscribe datagram, checks it, returns its kind and source address. */

@@ -26,6 +26,8 @@ extern "C" {
 #include "edgemon/wire.h"
 #include "edgemon_client.h"
 
+#include "bound_socket.h"
+
 namespace {
 
 em_state_record_t degraded() {
@@ -75,15 +77,7 @@ public:
     page_ = static_cast<uint8_t *>(map);
     em_state_record_t rec = degraded();
     assert_int_equal(em_state_page_init(page_, 4242, &rec), 0);
-    sock_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    assert_true(sock_ >= 0);
-    sockaddr_un addr;
-    std::memset(&addr, 0, sizeof(addr));
-    addr.sun_family = AF_UNIX;
-    std::memcpy(addr.sun_path, sock_path_.c_str(), sock_path_.size() + 1);
-    assert_int_equal(bind(sock_, reinterpret_cast<const sockaddr *>(&addr), sizeof(addr)), 0);
-    timeval timeout = {5, 0};
-    assert_int_equal(setsockopt(sock_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout)), 0);
+    sock_ = bound_socket(sock_path_.c_str(), SOCK_DGRAM);
   }
   ~Agent() {
     munmap(page_, EM_STATE_PAGE_BYTES);
