@@ -47,6 +47,9 @@ int em_registry_new(em_registry_t **out, bool loss_tracked) {
     free(r);
     return -ENOMEM;
   }
+  size_t f_max = em_flight_scratch_bytes(EM_FLIGHT_MAX_BYTES);
+  size_t p_max = em_profile_scratch_bytes(EM_PROFILE_MAX_BYTES);
+  em_buf_init(&r->blob_scratch, f_max > p_max ? f_max : p_max);
   pthread_mutex_init(&r->lock, NULL);
   r->loss_tracked = loss_tracked;
   struct timespec ts;
@@ -76,7 +79,7 @@ void em_registry_free(em_registry_t *r) {
   free(r->devices);
   pthread_mutex_destroy(&r->lock);
   free(r->scratch);
-  free(r->blob_scratch);
+  em_buf_free(&r->blob_scratch);
   free(r);
 }
 
@@ -288,17 +291,10 @@ static topic_class_t parse_topic(const char *topic, char *device, size_t cap, em
   return TOPIC_BAD;
 }
 
-/* Grows the blob scratch to `need` bytes. Returns 0 or -ENOMEM. */
+/* Makes the blob scratch hold at least need bytes. Returns 0 or -ENOMEM. */
 static int blob_scratch(em_registry_t *r, size_t need) {
-  if (need > r->blob_scratch_len) {
-    void *p = realloc(r->blob_scratch, need);
-    if (!p) {
-      return -ENOMEM;
-    }
-    r->blob_scratch = p;
-    r->blob_scratch_len = need;
-  }
-  return 0;
+  em_buf_reset(&r->blob_scratch);
+  return em_buf_reserve(&r->blob_scratch, need) == 0 ? 0 : -ENOMEM;
 }
 
 /* Decodes a flight recording into out->flight or a stack profile into out->profile (by kind:
@@ -314,10 +310,10 @@ static int decode_blob(em_registry_t *r, em_msg_kind_t kind, const uint8_t *payl
     return -ENOMEM;
   }
   out->msg.kind = kind;
-  return flight ? em_flight_decode(payload, len, &out->flight, r->blob_scratch, r->blob_scratch_len,
-                                   &out->error_offset)
-                : em_profile_decode(payload, len, &out->profile, r->blob_scratch,
-                                    r->blob_scratch_len, &out->error_offset);
+  em_buf_t *b = &r->blob_scratch;
+  return flight
+             ? em_flight_decode(payload, len, &out->flight, b->data, b->cap, &out->error_offset)
+             : em_profile_decode(payload, len, &out->profile, b->data, b->cap, &out->error_offset);
 }
 
 /* Decodes payload as a message of `kind`: with em_proto_decode() for birth, data, state, status

@@ -39,6 +39,7 @@
 #define EM_AGG_REGISTRY_H
 
 #include <broker.h>
+#include <buf.h>
 #include <dict.h>
 #include <edgemon/flight.h>
 #include <edgemon/profile.h>
@@ -161,9 +162,8 @@ typedef struct {
   uint64_t device_ttl_ns;   /* For /metrics only: the TTL em_registry_expire() is given. */
   size_t metrics_max_bytes; /* Cap of the /metrics text; 0: EM_METRICS_MAX_BYTES. */
   void *scratch;            /* Decode scratch (EM_PROTO_SCRATCH_MAX bytes), used under the lock. */
-  void *blob_scratch;       /* em_flight_decode()'s and em_profile_decode()'s scratch, grown as
-                               needed (the MQTT thread). */
-  size_t blob_scratch_len;
+  em_buf_t blob_scratch;    /* em_flight_decode()'s and em_profile_decode()'s scratch, grown as
+                               needed up to what the largest of either needs (the MQTT thread). */
   struct em_remote *remote; /* Remote write whose per-endpoint health /metrics shows (borrowed;
                                set before serving, freed after); NULL: none. */
 } em_registry_t;
