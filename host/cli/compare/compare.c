@@ -445,7 +445,8 @@ static bool fmt_special(char *buf, size_t cap, double v) {
 
 enum { N_COLS = 15, CELL = 48 };
 
-static void print_table(const row_t *rows, size_t n, const opts_t *o) {
+/* Prints the table; false (said on stderr) when out of memory. */
+static bool print_table(const row_t *rows, size_t n, const opts_t *o) {
   static const char *const head[N_COLS] = {"stage", "n A",   "n B",     "mean A",  "mean B",
                                            "p50 A", "p50 B", "p99 A",   "p99 B",   NULL,
                                            "p",     "d",     "units A", "units B", "verdict"};
@@ -455,7 +456,7 @@ static void print_table(const row_t *rows, size_t n, const opts_t *o) {
     free(cells);
     free(ptr);
     em_cli_error(CMD, "out of memory");
-    return;
+    return false;
   }
   for (size_t c = 0; c < N_COLS; c++) {
     snprintf(cells[c], CELL, "%s", head[c] ? head[c] : "");
@@ -496,6 +497,7 @@ static void print_table(const row_t *rows, size_t n, const opts_t *o) {
   em_view_table(ptr, n + 1, N_COLS, left);
   free(cells);
   free(ptr);
+  return true;
 }
 
 static void json_side(const figures_t *f) {
@@ -721,8 +723,8 @@ int em_cli_compare(int argc, char **argv) {
   }
   if (o.json) {
     print_json(rows, n, &o, path_a, path_b);
-  } else {
-    print_table(rows, n, &o);
+  } else if (!print_table(rows, n, &o)) {
+    goto out; /* Out of memory, not a verdict. */
   }
   fflush(stdout);
   ret = regressed ? EM_CLI_FAIL : EM_CLI_OK;

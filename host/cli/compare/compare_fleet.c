@@ -479,7 +479,8 @@ static void print_cohort(const fleet_opts_t *o, int side, const cohort_t *c) {
   putchar('\n');
 }
 
-static void print_table(const fleet_opts_t *o, const cohort_t *c, const row_t *rows, size_t n,
+/* Prints the cohorts and the table; false (said on stderr) when out of memory. */
+static bool print_table(const fleet_opts_t *o, const cohort_t *c, const row_t *rows, size_t n,
                         const em_verdict_degrade_t *dg, bool regressed) {
   print_cohort(o, 0, &c[0]);
   print_cohort(o, 1, &c[1]);
@@ -491,7 +492,7 @@ static void print_table(const fleet_opts_t *o, const cohort_t *c, const row_t *r
     free(cells);
     free(ptr);
     em_cli_error(CMD, "out of memory");
-    return;
+    return false;
   }
   static const char *const head[N_COLS] = {
       "stage", "dev A", "dev B", "units A", "units B",  "p50 A", "p50 B", "p95 A", "p95 B",
@@ -543,6 +544,7 @@ static void print_table(const fleet_opts_t *o, const cohort_t *c, const row_t *r
            100 * dg->share_b, dg->z, dg->p);
   }
   printf("verdict: %s\n", regressed ? "regressed" : "no regression");
+  return true;
 }
 
 static void json_side(const stage_side_t *x) {
@@ -702,8 +704,9 @@ int em_cli_compare_fleet(int argc, char **argv) {
   regressed |= dg.more_often;
   if (o.json) {
     print_json(&o, c, rows, n, &dg, regressed);
-  } else {
-    print_table(&o, c, rows, n, &dg, regressed);
+  } else if (!print_table(&o, c, rows, n, &dg, regressed)) {
+    ret = EM_CLI_FAIL; /* Out of memory, not a verdict. */
+    goto out;
   }
   fflush(stdout);
   ret = regressed ? EM_CLI_FAIL : EM_CLI_OK;
