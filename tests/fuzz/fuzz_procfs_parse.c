@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,34 +92,75 @@ static void check_percent(unsigned have, unsigned bit, double pct) {
   check(isfinite(pct) && pct >= 0.0 && ((have & bit) != 0 || pct == 0.0));
 }
 
-static void fuzz_smaps(const char *text, size_t size) {
-  em_smaps_t s;
-  memset(&s, 0xa5, sizeof s);
-  if (accepted(em_procfs_parse_smaps_rollup(text, size, &s), &s, sizeof s, text, size)) {
-    check_have(s.have, EM_SMAPS_PSS | EM_SMAPS_ANON | EM_SMAPS_SWAP);
-    check_kib(s.have, EM_SMAPS_PSS, s.pss_bytes);
-    check_kib(s.have, EM_SMAPS_ANON, s.anon_bytes);
-    check_kib(s.have, EM_SMAPS_SWAP, s.swap_bytes);
-  }
-}
+/* The records of the parsers that say which figures they found (`have`). */
+typedef union {
+  em_smaps_t smaps;
+  em_meminfo_t meminfo;
+  em_psi_t psi;
+} record_t;
 
-static void fuzz_meminfo(const char *text, size_t size) {
-  em_meminfo_t m;
-  memset(&m, 0xa5, sizeof m);
-  if (accepted(em_procfs_parse_meminfo(text, size, &m), &m, sizeof m, text, size)) {
-    check_have(m.have, EM_MEMINFO_AVAILABLE | EM_MEMINFO_TOTAL);
-    check_kib(m.have, EM_MEMINFO_AVAILABLE, m.available_bytes);
-    check_kib(m.have, EM_MEMINFO_TOTAL, m.total_bytes);
-  }
-}
+/* One figure of a record: the `have` bit that covers it, where it is, and what it holds. */
+typedef struct {
+  unsigned bit;
+  size_t offset;
+  bool percent; /* A double percentage; otherwise a uint64_t byte count in whole KiB. */
+} figure_t;
 
-static void fuzz_psi(const char *text, size_t size) {
-  em_psi_t p;
-  memset(&p, 0xa5, sizeof p);
-  if (accepted(em_procfs_parse_psi(text, size, &p), &p, sizeof p, text, size)) {
-    check_have(p.have, EM_PSI_SOME | EM_PSI_FULL);
-    check_percent(p.have, EM_PSI_SOME, p.some_avg10);
-    check_percent(p.have, EM_PSI_FULL, p.full_avg10);
+/* What each parser's record holds: its size, its known `have` bits, where `have` is and the
+ * figures (n of them). */
+static const struct {
+  size_t size;
+  unsigned known;
+  size_t have;
+  figure_t figures[3];
+  size_t n;
+} records[] = {
+    {sizeof(em_smaps_t),
+     EM_SMAPS_PSS | EM_SMAPS_ANON | EM_SMAPS_SWAP,
+     offsetof(em_smaps_t, have),
+     {{EM_SMAPS_PSS, offsetof(em_smaps_t, pss_bytes), false},
+      {EM_SMAPS_ANON, offsetof(em_smaps_t, anon_bytes), false},
+      {EM_SMAPS_SWAP, offsetof(em_smaps_t, swap_bytes), false}},
+     3},
+    {sizeof(em_meminfo_t),
+     EM_MEMINFO_AVAILABLE | EM_MEMINFO_TOTAL,
+     offsetof(em_meminfo_t, have),
+     {{EM_MEMINFO_AVAILABLE, offsetof(em_meminfo_t, available_bytes), false},
+      {EM_MEMINFO_TOTAL, offsetof(em_meminfo_t, total_bytes), false}},
+     2},
+    {sizeof(em_psi_t),
+     EM_PSI_SOME | EM_PSI_FULL,
+     offsetof(em_psi_t, have),
+     {{EM_PSI_SOME, offsetof(em_psi_t, some_avg10), true},
+      {EM_PSI_FULL, offsetof(em_psi_t, full_avg10), true}},
+     2},
+};
+
+/* smaps_rollup (k = 0), meminfo (1) and PSI (2): refused, or every figure as its bit says. */
+static void fuzz_record(size_t k, const char *text, size_t size) {
+  record_t r;
+  memset(&r, 0xa5, sizeof r);
+  int rc = k == 0   ? em_procfs_parse_smaps_rollup(text, size, &r.smaps)
+           : k == 1 ? em_procfs_parse_meminfo(text, size, &r.meminfo)
+                    : em_procfs_parse_psi(text, size, &r.psi);
+  if (!accepted(rc, &r, records[k].size, text, size)) {
+    return;
+  }
+  const unsigned char *base = (const unsigned char *)&r;
+  unsigned have;
+  memcpy(&have, base + records[k].have, sizeof have);
+  check_have(have, records[k].known);
+  for (size_t i = 0; i < records[k].n; i++) {
+    const figure_t *f = &records[k].figures[i];
+    if (f->percent) {
+      double pct;
+      memcpy(&pct, base + f->offset, sizeof pct);
+      check_percent(have, f->bit, pct);
+    } else {
+      uint64_t bytes;
+      memcpy(&bytes, base + f->offset, sizeof bytes);
+      check_kib(have, f->bit, bytes);
+    }
   }
 }
 
@@ -126,8 +168,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   /* libFuzzer passes a heap copy of exactly `size` bytes, so ASan sees any over-read. */
   const char *text = (const char *)data;
   fuzz_statm(text, size);
-  fuzz_smaps(text, size);
-  fuzz_meminfo(text, size);
-  fuzz_psi(text, size);
+  for (size_t k = 0; k < sizeof(records) / sizeof(records[0]); k++) {
+    fuzz_record(k, text, size);
+  }
   return 0;
 }
