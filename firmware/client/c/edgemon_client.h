@@ -309,17 +309,31 @@ static inline int em_client_stage_valid(const char *stage) {
   return n >= 1;
 }
 
-/* Internal: out = a + b when it fits in `cap` and in a sockaddr_un; else -ENAMETOOLONG. */
-static inline int em_client__join(char *out, size_t cap, const char *a, const char *b) {
+/*
+ * Internal: out = a + b when it fits in `cap` and, when `sockaddr` is nonzero, in a
+ * sockaddr_un; else out = "" and -ENAMETOOLONG.
+ */
+static inline int em_client__join_bounded(char *out, size_t cap, const char *a, const char *b,
+                                          int sockaddr) {
   size_t la = strlen(a);
   size_t lb = strlen(b);
-  if (la + lb >= cap || la + lb >= EM_CLIENT_PATH_BYTES) {
+  if (la + lb >= cap || (sockaddr && la + lb >= EM_CLIENT_PATH_BYTES)) {
     out[0] = '\0';
     return -ENAMETOOLONG;
   }
   memcpy(out, a, la);
   memcpy(out + la, b, lb + 1);
   return 0;
+}
+
+/* Internal: out = a + b when it fits in `cap` and in a sockaddr_un; else -ENAMETOOLONG. */
+static inline int em_client__join(char *out, size_t cap, const char *a, const char *b) {
+  return em_client__join_bounded(out, cap, a, b, 1);
+}
+
+/* Internal: out = a + b when it fits in `cap`; else -ENAMETOOLONG. */
+static inline int em_client__join_any(char *out, size_t cap, const char *a, const char *b) {
+  return em_client__join_bounded(out, cap, a, b, 0);
 }
 
 /*
@@ -348,25 +362,36 @@ static inline int em_client__runtime_dir(char *dir, size_t cap) {
 }
 
 /*
- * Writes the default span socket path (see the top of this file; the explicit argument
- * excepted) into out[0..cap). Returns 0, -EINVAL (NULL or cap 0) or -ENAMETOOLONG (the path
- * does not fit in `cap`, or in a sockaddr_un).
+ * Internal: the default path of a file in the agent's runtime directory into out[0..cap):
+ * $<env> when set and not empty, else $EDGEMON_RUNTIME_DIR + name, else the default runtime
+ * directory (em_client__runtime_dir()) + name; a socket's path (`sockaddr` nonzero) must also
+ * fit in a sockaddr_un. Returns 0, -EINVAL (NULL or cap 0) or -ENAMETOOLONG.
  */
-static inline int em_client_default_path(char *out, size_t cap) {
-  const char *socket_env = getenv("EDGEMON_SOCKET");
+static inline int em_client__default_file(char *out, size_t cap, const char *env, const char *name,
+                                          int sockaddr) {
+  const char *file_env = getenv(env);
   const char *runtime_env = getenv("EDGEMON_RUNTIME_DIR");
   char dir[PATH_MAX];
   if (out == NULL || cap == 0) {
     return -EINVAL;
   }
-  if (socket_env != NULL && socket_env[0] != '\0') {
-    return em_client__join(out, cap, socket_env, "");
+  if (file_env != NULL && file_env[0] != '\0') {
+    return em_client__join_bounded(out, cap, file_env, "", sockaddr);
   }
   if (runtime_env != NULL && runtime_env[0] != '\0') {
-    return em_client__join(out, cap, runtime_env, "/spans.sock");
+    return em_client__join_bounded(out, cap, runtime_env, name, sockaddr);
   }
   int rc = em_client__runtime_dir(dir, sizeof(dir));
-  return rc < 0 ? rc : em_client__join(out, cap, dir, "/spans.sock");
+  return rc < 0 ? rc : em_client__join_bounded(out, cap, dir, name, sockaddr);
+}
+
+/*
+ * Writes the default span socket path (see the top of this file; the explicit argument
+ * excepted) into out[0..cap). Returns 0, -EINVAL (NULL or cap 0) or -ENAMETOOLONG (the path
+ * does not fit in `cap`, or in a sockaddr_un).
+ */
+static inline int em_client_default_path(char *out, size_t cap) {
+  return em_client__default_file(out, cap, "EDGEMON_SOCKET", "/spans.sock", 1);
 }
 
 /* Internal: is this errno "nobody listens at the path" (agent absent or restarting)? */
@@ -517,19 +542,6 @@ static inline int em_client__emit(em_client_t *c, uint8_t kind, const char *stag
 
 /* ---- The agent's level: state page v1 and level push datagram v1 (proto/WIRE.md) ---- */
 
-/* Internal: out = a + b when it fits in `cap`; else -ENAMETOOLONG. */
-static inline int em_client__join_any(char *out, size_t cap, const char *a, const char *b) {
-  size_t la = strlen(a);
-  size_t lb = strlen(b);
-  if (la + lb >= cap) {
-    out[0] = '\0';
-    return -ENAMETOOLONG;
-  }
-  memcpy(out, a, la);
-  memcpy(out + la, b, lb + 1);
-  return 0;
-}
-
 /*
  * Writes the default state page path into out[0..cap): $EDGEMON_STATE_PAGE, else
  * $EDGEMON_RUNTIME_DIR/state, else the agent's default runtime dir + "/state" (as for the
@@ -537,20 +549,7 @@ static inline int em_client__join_any(char *out, size_t cap, const char *a, cons
  * Returns 0, -EINVAL or -ENAMETOOLONG.
  */
 static inline int em_client_default_state_path(char *out, size_t cap) {
-  const char *page_env = getenv("EDGEMON_STATE_PAGE");
-  const char *runtime_env = getenv("EDGEMON_RUNTIME_DIR");
-  char dir[PATH_MAX];
-  if (out == NULL || cap == 0) {
-    return -EINVAL;
-  }
-  if (page_env != NULL && page_env[0] != '\0') {
-    return em_client__join_any(out, cap, page_env, "");
-  }
-  if (runtime_env != NULL && runtime_env[0] != '\0') {
-    return em_client__join_any(out, cap, runtime_env, "/state");
-  }
-  int rc = em_client__runtime_dir(dir, sizeof(dir));
-  return rc < 0 ? rc : em_client__join_any(out, cap, dir, "/state");
+  return em_client__default_file(out, cap, "EDGEMON_STATE_PAGE", "/state", 0);
 }
 
 /* "NOMINAL", "WARN", "DEGRADED", "CRITICAL", or NULL for any other value. */

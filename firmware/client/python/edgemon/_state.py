@@ -134,7 +134,7 @@ class StatePage(object):
     """
 
     __slots__ = ("path", "_clock", "_mm", "_key", "_next_check_ns", "_seq", "_state",
-                 "_level", "counters", "on_change")
+                 "counters", "on_change")
 
     def __init__(self, path=None, clock=None, on_change=None):
         self.path = resolve_state_path(path)
@@ -144,7 +144,6 @@ class StatePage(object):
         self._next_check_ns = 0
         self._seq = None  # seq of the cached state; None: nothing cached
         self._state = None
-        self._level = None
         self.counters = dict.fromkeys(COUNTER_NAMES, 0)
         self.on_change = on_change
 
@@ -154,14 +153,7 @@ class StatePage(object):
         """The current level's name, or None (no agent, no page, a garbled page, or a page
         that never read consistently). No system call unless the once-per-second check is due.
         """
-        if self._clock() >= self._next_check_ns:
-            self._recheck()
-        mm = self._mm
-        if mm is None:
-            return None
-        if _seq_from(mm, 8)[0] == self._seq:
-            return self._level
-        state = self._read()
+        state = self.state()
         return None if state is None else state.level
 
     def state(self):
@@ -194,7 +186,6 @@ class StatePage(object):
                 self.counters["invalid"] += 1
                 return None
             self._state = state
-            self._level = state.level
             self._seq = s1
             if self.on_change is not None:
                 try:
@@ -253,7 +244,6 @@ class StatePage(object):
         self._key = None
         self._seq = None
         self._state = None
-        self._level = None
         # Not mm.close(): another thread may be reading it right now. The mapping goes away
         # with the last reference to it.
         del mm
