@@ -169,16 +169,13 @@ static void ratio_table(void **state) {
 
 /* ---- em_pmu_resolve ---- */
 
-/* A generic event name and the perf_event_attr type and config it resolves to. */
-typedef struct {
-  const char *name;
-  uint32_t type;
-  uint64_t config;
-} generic_row_t;
-
 static void resolve_every_generic_name(void **state) {
   (void)state;
-  static const generic_row_t rows[] = {
+  static const struct {
+    const char *name;
+    uint32_t type;
+    uint64_t config;
+  } rows[] = {
       {"cycles", PERF_TYPE_HARDWARE, PERF_COUNT_HW_CPU_CYCLES},
       {"cpu-cycles", PERF_TYPE_HARDWARE, PERF_COUNT_HW_CPU_CYCLES},
       {"instructions", PERF_TYPE_HARDWARE, PERF_COUNT_HW_INSTRUCTIONS},
