@@ -222,18 +222,9 @@ class Client(object):
             if self._ring_write(1, self._frame if frame is None else frame, start_ns,
                                 duration_ns, stage_b, end):
                 return
-        data = None
-        try:
-            data = _pack(b"EM", 1, 1, self._pid,  # magic, version, kind span
-                         self._frame if frame is None else frame, start_ns, duration_ns, stage_b)
-            self._send(data)
-        except BlockingIOError:  # EAGAIN: the agent's queue is full
-            self._queue_full += 1
-        except OSError as exc:
-            self._send_failed(exc, data)
-        except _StructError:
-            self._pack_failed(stage_b)
-        self._attempts += 1
+        # The datagram (v1 agent, or no ring): a system call follows, one more call is noise.
+        self._send_datagram(1, 1, stage_b, self._frame if frame is None else frame, start_ns,
+                            duration_ns)
 
     def heartbeat(self, stage, frame=None):
         """Tells the agent `stage` is alive (for stall rules), with no duration."""
@@ -495,7 +486,7 @@ class Client(object):
 
     def _emit(self, kind, stage_b, frame, start_ns, duration_ns):
         """Packs and sends one datagram (stage already encoded, None when invalid). The slow-path
-        twin of the inlined code in record() and span.__exit__; heartbeat() uses it as is."""
+        twin of the inlined ring code in record() and span.__exit__; heartbeat() uses it as is."""
         if self._ring_write(kind, self._frame if frame is None else frame, start_ns,
                             duration_ns, stage_b, _monotonic_ns()):
             return
@@ -503,7 +494,8 @@ class Client(object):
                             start_ns, duration_ns)
 
     def _send_datagram(self, version, kind, stage_b, frame, start_ns, duration_ns):
-        """Packs and sends one 64-byte datagram, counting what goes wrong."""
+        """Packs and sends one 64-byte datagram, counting what goes wrong. record() and
+        span.__exit__ send theirs here when no ring takes the span."""
         data = None
         try:
             data = _pack(MAGIC, version, kind, self._pid, frame, start_ns, duration_ns, stage_b)
@@ -790,19 +782,8 @@ class span(object):
             if client._ring_write(1, client._frame if frame is None else frame, t0, end - t0,
                                   self._stage, end):
                 return
-        data = None
-        try:
-            # b"EM", 1, 1: magic, version, kind span (literals: LOAD_CONST beats 3 globals).
-            data = _pack(b"EM", 1, 1, client._pid,
-                         client._frame if frame is None else frame, t0, end - t0, self._stage)
-            client._send(data)
-        except BlockingIOError:  # EAGAIN: the agent's queue is full
-            client._queue_full += 1
-        except OSError as exc_send:
-            client._send_failed(exc_send, data)
-        except _StructError:
-            client._pack_failed(self._stage)
-        client._attempts += 1
+        client._send_datagram(1, 1, self._stage, client._frame if frame is None else frame, t0,
+                              end - t0)
         # Returns None: an exception raised in the block propagates unchanged.
 
     def _exit_after_sync(self, sync, exc_type):
