@@ -157,6 +157,17 @@ static int write_bin(const char *dir, const char *name, const uint8_t *data, siz
   return close_out(f, name);
 }
 
+/*
+ * Writes dir/<name>.bin (n bytes of data) and opens dir/<name>.json for the expected fields.
+ * Returns the open .json, or NULL (message on stderr) when either failed.
+ */
+static FILE *open_vector(const char *dir, const char *name, const uint8_t *data, size_t n) {
+  if (write_bin(dir, name, data, n) != 0) {
+    return NULL;
+  }
+  return open_out(dir, name, "json");
+}
+
 /* Writes the expected fields of a span row to dir/<name>.json. */
 static int span_json(const char *dir, const span_row_t *row) {
   FILE *f = open_out(dir, row->name, "json");
@@ -335,10 +346,7 @@ static int gen_rings(const char *dir) {
     fprintf(stderr, "gen_wire_vectors: ring_header: init failed (%d)\n", rc);
     goto out;
   }
-  if (write_bin(dir, "ring_header", mem, EM_RING_HEADER_BYTES) != 0) {
-    goto out;
-  }
-  f = open_out(dir, "ring_header", "json");
+  f = open_vector(dir, "ring_header", mem, EM_RING_HEADER_BYTES);
   if (f == NULL) {
     goto out;
   }
@@ -363,10 +371,7 @@ static int gen_rings(const char *dir) {
     fprintf(stderr, "gen_wire_vectors: ring_3_slots: write failed (%d)\n", rc);
     goto out;
   }
-  if (write_bin(dir, "ring_3_slots", mem, em_ring_bytes(slots)) != 0) {
-    goto out;
-  }
-  f = open_out(dir, "ring_3_slots", "json");
+  f = open_vector(dir, "ring_3_slots", mem, em_ring_bytes(slots));
   if (f == NULL) {
     goto out;
   }
@@ -406,10 +411,7 @@ static int gen_ring_dgram(const char *dir, const ring_dgram_row_t *row) {
     fprintf(stderr, "gen_wire_vectors: %s: pack failed (%d)\n", row->name, rc);
     return -1;
   }
-  if (write_bin(dir, row->name, buf, sizeof buf) != 0) {
-    return -1;
-  }
-  FILE *f = open_out(dir, row->name, "json");
+  FILE *f = open_vector(dir, row->name, buf, sizeof buf);
   if (f == NULL) {
     return -1;
   }
@@ -451,10 +453,7 @@ static int gen_deadline_page(const char *dir) {
     fprintf(stderr, "gen_wire_vectors: deadline_page: write failed (%d)\n", rc);
     goto out;
   }
-  if (write_bin(dir, "deadline_page", page, EM_DEADLINE_PAGE_BYTES) != 0) {
-    goto out;
-  }
-  f = open_out(dir, "deadline_page", "json");
+  f = open_vector(dir, "deadline_page", page, EM_DEADLINE_PAGE_BYTES);
   if (f == NULL) {
     goto out;
   }
@@ -510,10 +509,7 @@ static int gen_model(const char *dir, const model_row_t *row) {
     fprintf(stderr, "gen_wire_vectors: %s: pack failed (%d)\n", row->name, rc);
     return -1;
   }
-  if (write_bin(dir, row->name, buf, sizeof buf) != 0) {
-    return -1;
-  }
-  FILE *f = open_out(dir, row->name, "json");
+  FILE *f = open_vector(dir, row->name, buf, sizeof buf);
   if (f == NULL) {
     return -1;
   }
