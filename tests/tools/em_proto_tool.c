@@ -59,35 +59,23 @@ static int write_pair(const char *dir, const char *stem, int rc, size_t len, siz
   return rc ? rc : write_file(dir, stem, "json", json, jlen);
 }
 
-/* Encodes one message and writes its .cbor and .json. */
-static int emit(const char *dir, const char *stem, const em_msg_t *m) {
-  size_t len = 0, jlen = 0;
-  int rc = em_proto_encode(m, buf, sizeof(buf), &len);
-  if (!rc) {
-    rc = em_proto_to_json(m, json, sizeof(json) - 1, &jlen);
+/*
+ * EMIT(name, type, encode, to_json) defines name(dir, stem, value): encodes one value of `type`
+ * with encode() and to_json() and writes its .cbor and .json.
+ */
+#define EMIT(name, type, encode, to_json)                                                          \
+  static int name(const char *dir, const char *stem, const type *value) {                          \
+    size_t len = 0, jlen = 0;                                                                      \
+    int rc = encode(value, buf, sizeof(buf), &len);                                                \
+    if (!rc) {                                                                                     \
+      rc = to_json(value, json, sizeof(json) - 1, &jlen);                                          \
+    }                                                                                              \
+    return write_pair(dir, stem, rc, len, jlen);                                                   \
   }
-  return write_pair(dir, stem, rc, len, jlen);
-}
 
-/* Encodes one flight recording and writes its .cbor and .json. */
-static int emit_flight(const char *dir, const char *stem, const em_flight_t *f) {
-  size_t len = 0, jlen = 0;
-  int rc = em_flight_encode(f, buf, sizeof(buf), &len);
-  if (!rc) {
-    rc = em_flight_to_json(f, json, sizeof(json) - 1, &jlen);
-  }
-  return write_pair(dir, stem, rc, len, jlen);
-}
-
-/* Encodes one stack profile and writes its .cbor and .json. */
-static int emit_profile(const char *dir, const char *stem, const em_profile_t *p) {
-  size_t len = 0, jlen = 0;
-  int rc = em_profile_encode(p, buf, sizeof(buf), &len);
-  if (!rc) {
-    rc = em_profile_to_json(p, json, sizeof(json) - 1, &jlen);
-  }
-  return write_pair(dir, stem, rc, len, jlen);
-}
+EMIT(emit, em_msg_t, em_proto_encode, em_proto_to_json)
+EMIT(emit_flight, em_flight_t, em_flight_encode, em_flight_to_json)
+EMIT(emit_profile, em_profile_t, em_profile_encode, em_profile_to_json)
 
 static int cmd_vectors(const char *dir) {
   size_t n;
