@@ -79,7 +79,8 @@ static const char *level_name(em_level_t level) {
   return names[level];
 }
 
-static const char *kind_name(em_dgram_kind_t kind) {
+/* The name of a datagram kind, the v1 ones (wire.h) and the rings' (ring.h) alike. */
+static const char *kind_name(unsigned kind) {
   switch (kind) {
   case EM_DGRAM_SPAN:
     return "span";
@@ -91,6 +92,12 @@ static const char *kind_name(em_dgram_kind_t kind) {
     return "unsubscribe";
   case EM_DGRAM_LEVEL_PUSH:
     return "level_push";
+  case EM_DGRAM_RING_REGISTER:
+    return "ring_register";
+  case EM_DGRAM_HARD_MISS:
+    return "hard_miss";
+  case EM_DGRAM_RING_ACK:
+    return "ring_ack";
   }
   return "unknown";
 }
@@ -158,14 +165,31 @@ static int write_bin(const char *dir, const char *name, const uint8_t *data, siz
 }
 
 /*
- * Writes dir/<name>.bin (n bytes of data) and opens dir/<name>.json for the expected fields.
- * Returns the open .json, or NULL (message on stderr) when either failed.
+ * When the step that made the bytes succeeded (rc 0), writes dir/<name>.bin (n bytes of data)
+ * and opens dir/<name>.json for the expected fields. Returns the open .json, or NULL (message
+ * on stderr, naming `step` when rc is an error) when anything failed.
  */
-static FILE *open_vector(const char *dir, const char *name, const uint8_t *data, size_t n) {
+static FILE *open_vector(const char *dir, const char *name, int rc, const char *step,
+                         const uint8_t *data, size_t n) {
+  if (rc != 0) {
+    fprintf(stderr, "gen_wire_vectors: %s: %s failed (%d)\n", name, step, rc);
+    return NULL;
+  }
   if (write_bin(dir, name, data, n) != 0) {
     return NULL;
   }
   return open_out(dir, name, "json");
+}
+
+/* n zeroed bytes aligned for the pages' and rings' 8-byte fields (free()), or NULL. */
+static uint8_t *zeroed(size_t n) {
+  uint8_t *mem = aligned_alloc(8, n);
+  if (mem == NULL) {
+    perror("aligned_alloc");
+    return NULL;
+  }
+  memset(mem, 0, n);
+  return mem;
 }
 
 /* Writes the expected fields of a span row to dir/<name>.json. */
@@ -235,9 +259,8 @@ static int gen_state(const char *dir, const state_row_t *row) {
   uint32_t seq = 0;
   const uint8_t *bytes = push;
   size_t n = sizeof push;
-  uint8_t *page = aligned_alloc(8, EM_STATE_PAGE_BYTES);
+  uint8_t *page = zeroed(EM_STATE_PAGE_BYTES);
   if (page == NULL) {
-    perror("aligned_alloc");
     return -1;
   }
   int rc;
@@ -331,22 +354,16 @@ static void span_fields_json(FILE *f, const em_span_t *s) {
 static int gen_rings(const char *dir) {
   int result = -1;
   FILE *f = NULL;
-  uint8_t *mem = aligned_alloc(8, em_ring_bytes(EM_RING_DEFAULT_SLOTS));
+  uint8_t *mem = zeroed(em_ring_bytes(EM_RING_DEFAULT_SLOTS));
   if (mem == NULL) {
-    perror("aligned_alloc");
     return -1;
   }
-  memset(mem, 0, em_ring_bytes(EM_RING_DEFAULT_SLOTS));
   em_ring_header_t h;
   int rc = em_ring_init(mem, EM_RING_DEFAULT_SLOTS, RING_PID, RING_TID, RING_START_TIME);
   if (rc == 0) {
     rc = em_ring_header_read(mem, em_ring_bytes(EM_RING_DEFAULT_SLOTS), &h);
   }
-  if (rc != 0) {
-    fprintf(stderr, "gen_wire_vectors: ring_header: init failed (%d)\n", rc);
-    goto out;
-  }
-  f = open_vector(dir, "ring_header", mem, EM_RING_HEADER_BYTES);
+  f = open_vector(dir, "ring_header", rc, "init", mem, EM_RING_HEADER_BYTES);
   if (f == NULL) {
     goto out;
   }
@@ -367,11 +384,7 @@ static int gen_rings(const char *dir) {
   if (rc == 0) {
     rc = em_ring_header_read(mem, em_ring_bytes(slots), &h);
   }
-  if (rc != 0) {
-    fprintf(stderr, "gen_wire_vectors: ring_3_slots: write failed (%d)\n", rc);
-    goto out;
-  }
-  f = open_vector(dir, "ring_3_slots", mem, em_ring_bytes(slots));
+  f = open_vector(dir, "ring_3_slots", rc, "write", mem, em_ring_bytes(slots));
   if (f == NULL) {
     goto out;
   }
@@ -392,32 +405,15 @@ out:
   return result;
 }
 
-static const char *ring_dgram_kind_name(uint8_t kind) {
-  switch (kind) {
-  case EM_DGRAM_RING_REGISTER:
-    return "ring_register";
-  case EM_DGRAM_HARD_MISS:
-    return "hard_miss";
-  case EM_DGRAM_RING_ACK:
-    return "ring_ack";
-  }
-  return "unknown";
-}
-
 static int gen_ring_dgram(const char *dir, const ring_dgram_row_t *row) {
   uint8_t buf[EM_SPAN_DGRAM_BYTES];
   int rc = em_ring_dgram_pack(&row->dgram, buf);
-  if (rc != 0) {
-    fprintf(stderr, "gen_wire_vectors: %s: pack failed (%d)\n", row->name, rc);
-    return -1;
-  }
-  FILE *f = open_vector(dir, row->name, buf, sizeof buf);
+  FILE *f = open_vector(dir, row->name, rc, "pack", buf, sizeof buf);
   if (f == NULL) {
     return -1;
   }
   const em_ring_dgram_t *d = &row->dgram;
-  fprintf(f, "{\"kind\": \"%s\", \"pid\": %lu, ", ring_dgram_kind_name(d->kind),
-          (unsigned long)d->pid);
+  fprintf(f, "{\"kind\": \"%s\", \"pid\": %lu, ", kind_name(d->kind), (unsigned long)d->pid);
   switch (d->kind) {
   case EM_DGRAM_RING_REGISTER:
     fprintf(f, "\"start\": %llu", (unsigned long long)d->start);
@@ -438,22 +434,16 @@ static int gen_ring_dgram(const char *dir, const ring_dgram_row_t *row) {
 static int gen_deadline_page(const char *dir) {
   int result = -1;
   FILE *f = NULL;
-  uint8_t *page = aligned_alloc(8, EM_DEADLINE_PAGE_BYTES);
+  uint8_t *page = zeroed(EM_DEADLINE_PAGE_BYTES);
   if (page == NULL) {
-    perror("aligned_alloc");
     return -1;
   }
-  memset(page, 0, EM_DEADLINE_PAGE_BYTES);
   const size_t n = sizeof deadline_rows / sizeof deadline_rows[0];
   int rc = em_deadline_page_init(page, AGENT_PID, EM_RING_DEFAULT_SLOTS);
   if (rc == 0) {
     rc = em_deadline_page_write(page, deadline_rows, n);
   }
-  if (rc != 0) {
-    fprintf(stderr, "gen_wire_vectors: deadline_page: write failed (%d)\n", rc);
-    goto out;
-  }
-  f = open_vector(dir, "deadline_page", page, EM_DEADLINE_PAGE_BYTES);
+  f = open_vector(dir, "deadline_page", rc, "write", page, EM_DEADLINE_PAGE_BYTES);
   if (f == NULL) {
     goto out;
   }
@@ -505,11 +495,7 @@ static const model_row_t model_rows[] = {
 static int gen_model(const char *dir, const model_row_t *row) {
   uint8_t buf[EM_MODEL_DGRAM_BYTES];
   int rc = em_model_dgram_pack(&row->model, row->pid, row->generation, buf);
-  if (rc != 0) {
-    fprintf(stderr, "gen_wire_vectors: %s: pack failed (%d)\n", row->name, rc);
-    return -1;
-  }
-  FILE *f = open_vector(dir, row->name, buf, sizeof buf);
+  FILE *f = open_vector(dir, row->name, rc, "pack", buf, sizeof buf);
   if (f == NULL) {
     return -1;
   }
