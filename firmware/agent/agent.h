@@ -1,16 +1,17 @@
 /*
- * agent.h - the agent itself: ties the target lookup, the PMU, the procfs readers, the span
- * socket and the publisher to one libuv loop. Every sample period it reads each PMU group
- * once, reads statm (MemAvailable, PSI and smaps_rollup on slower cadences), takes the stage
- * windows the spans filled, encodes one v1 data message and hands it to the publisher. It
- * attaches to the target when it appears, notices when it exits, and re-attaches within a
- * second when it comes back.
+ * agent.h - the agent itself: one libuv loop beside the inference process. It builds one
+ * object per room (collect/: sampling and the target's lifecycle; spans/: the span socket,
+ * rings, the stage report, the model identity; supervise/: the budget judge and the level;
+ * transport/: the publisher, commands, store and forward, the spool's sync thread; record/: the
+ * flight feed; profile/: the profiler), ties their callbacks together and runs the tick: every
+ * sample period it reads the target and the system, drains the spans, judges the budgets,
+ * encodes one v1 data message and hands it to the forwarder (agent.c says the order).
  *
- * Owns: the PMU and procfs readers, the span socket, the publisher and the store and forward
- * behind it (forward.h), the metric dictionary (figures.h), the tick and lookup timers, and
- * the buffers sized at start-up (samples, stage windows, encode buffer); nothing is
- * allocated per tick. Everything runs on the loop's thread except
- * the smaps_rollup read, which libuv's single worker thread runs (see procfs.h).
+ * Owns: the rooms' objects, the metric dictionary (figures.h) and the buffers sized from it at
+ * start-up (samples, encode buffer), the tick timer; nothing is allocated per tick. Threads:
+ * the loop's; libuv's one worker runs the smaps_rollup walk, sensor reads and profile
+ * resolutions (collect/sampling.h, profile/profiling.h); the spool's fdatasync runs on a
+ * thread of its own (transport/syncer.h).
  */
 #ifndef EDGEMON_AGENT_AGENT_H
 #define EDGEMON_AGENT_AGENT_H
@@ -31,7 +32,8 @@ typedef struct em_agent em_agent_t;
 int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
                  const em_board_profile_t *board, const char *version);
 
-/* Starts sampling and connecting. Returns 0 or a negative errno. */
+/* Starts the spool's sync thread, sampling and connecting. Returns 0, or a negative errno
+ * (the sync thread could not start: nothing else was started). */
 int em_agent_start(em_agent_t *a);
 
 /*
@@ -45,8 +47,9 @@ int em_agent_start(em_agent_t *a);
 int em_agent_reload(em_agent_t *a, const em_config_t *next);
 
 /*
- * Stops: publishes status offline, disconnects, closes every handle, then calls done(ctx)
- * from the loop (the loop then has nothing left of the agent's and uv_run returns).
+ * Stops: publishes status offline, disconnects, closes every handle, ends the sync thread and
+ * waits for the worker jobs (each counted), then calls done(ctx) from the loop (the loop then
+ * has nothing left of the agent's: uv_run returns and uv_loop_close succeeds).
  */
 void em_agent_stop(em_agent_t *a, void (*done)(void *), void *ctx);
 

@@ -235,3 +235,16 @@ const em_metric_def_t *em_figures_defs(em_figures_t *d) {
   }
   return d->defs;
 }
+
+size_t em_figures_window(const em_figures_t *d, const em_sample_t *samples, bool smaps, bool system,
+                         em_sample_t *out) {
+  size_t n = 0;
+  for (size_t m = 0; m < d->count; m++) {
+    em_figure_group_t g = em_figures_group(d, m);
+    if ((g == EM_FIGURE_SMAPS && !smaps) || (g == EM_FIGURE_SYSTEM && !system)) {
+      continue;
+    }
+    out[n++] = samples[m];
+  }
+  return n;
+}

@@ -19,8 +19,9 @@
  * Why at the top of firmware/agent/ and not in a folder: the table names figures of every
  * folder (collect/: memory, PSI, sensors; spans/: span and ring counters; supervise/: push
  * subscribers and anomaly scores; transport/: the spool) and the agent's own cost; no folder
- * owns them all, and folders never call sideways, so the dictionary sits beside agent.c, which
- * fills the values. It calls collect/sensors.h (the sensor figures' names) and proto/.
+ * owns them all, and folders never call sideways, so the dictionary sits beside agent.c. The
+ * rooms that read a figure write its value themselves, by alias, with the setters at the end
+ * of this header. It calls collect/sensors.h (the sensor figures' names) and proto/.
  *
  * Owns: the dictionary (definitions, the names it builds, the absent reasons), allocated once
  * in em_figures_new(); nothing per tick. Single-threaded (the loop's thread).
@@ -205,6 +206,15 @@ void em_figures_note_absent(em_figures_t *d, size_t alias, const char *why);
  * its current absent reason. Borrowed until the next call or em_figures_free().
  */
 const em_metric_def_t *em_figures_defs(em_figures_t *d);
+
+/*
+ * The samples of a data message from samples[0..count) (by alias), in alias order: the groups
+ * read on slower cadences (smaps, system) only when `smaps` / `system` says they were read in
+ * this window (a value missing from a data message means "not sampled this window"). Returns
+ * the count written to out (room for em_figures_count()).
+ */
+size_t em_figures_window(const em_figures_t *d, const em_sample_t *samples, bool smaps, bool system,
+                         em_sample_t *out);
 
 /*
  * A tick's values are one em_sample_t per alias (samples[alias]), written by the module that

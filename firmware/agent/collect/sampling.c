@@ -23,6 +23,14 @@
 
 #define NS_PER_SEC UINT64_C(1000000000)
 
+/* The PSI rows are indexed from their first (here and by the budgets' figures in agent.c). */
+_Static_assert(EM_FIG_PSI_CPU_SOME + 2 * EM_PSI_CPU == EM_FIG_PSI_CPU_SOME &&
+                   EM_FIG_PSI_CPU_SOME + 2 * EM_PSI_MEMORY == EM_FIG_PSI_MEMORY_SOME &&
+                   EM_FIG_PSI_CPU_SOME + 2 * EM_PSI_IO == EM_FIG_PSI_IO_SOME &&
+                   EM_FIG_PSI_IO_FULL == EM_FIG_PSI_CPU_SOME + 2 * EM_PSI_COUNT - 1 &&
+                   EM_FIG_PSI_CPU_FULL == EM_FIG_PSI_CPU_SOME + 1,
+               "PSI rows of EM_FIGURES follow em_psi_res_t, some then full");
+
 struct em_sampling {
   em_sampling_opts_t o;
   em_figures_t *figs;   /* Borrowed (bind). */

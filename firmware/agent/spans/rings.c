@@ -51,6 +51,7 @@ typedef struct {
 } ring_t;
 
 struct em_rings {
+  em_log_limit_t refused_log; /* Refusal lines: a peer can cause them at will. */
   uv_loop_t *loop;
   em_spans_t *spans;
   em_rings_opts_t opts;
@@ -328,9 +329,9 @@ static int find_slot(em_rings_t *r, uint32_t pid, ring_t **out) {
   return 0;
 }
 
-int em_rings_register(em_rings_t *r, const em_ring_dgram_t *reg, int fd, bool allowed,
-                      const struct ucred *sender, const struct sockaddr_un *from,
-                      socklen_t from_len) {
+static int register_ring(em_rings_t *r, const em_ring_dgram_t *reg, int fd, bool allowed,
+                         const struct ucred *sender, const struct sockaddr_un *from,
+                         socklen_t from_len) {
   int rc = 0;
   const void *mem = MAP_FAILED;
   size_t len = 0;
@@ -419,6 +420,18 @@ int em_rings_register(em_rings_t *r, const em_ring_dgram_t *reg, int fd, bool al
   return 0;
 }
 
+int em_rings_register(em_rings_t *r, const em_ring_dgram_t *reg, int fd, bool allowed,
+                      const struct ucred *sender, const struct sockaddr_un *from,
+                      socklen_t from_len) {
+  int rc = register_ring(r, reg, fd, allowed, sender, from, from_len);
+  if (rc && em_log_limit_pass(&r->refused_log, uv_hrtime(), EM_LOG_LIMIT_NS)) {
+    EM_WARN("rings: register from pid %lu refused: %s (further refusals within %u s are "
+            "counted in rings.refused, not logged one by one)",
+            (unsigned long)em_spans_sender_pid(sender), strerror(-rc), (unsigned)EM_LOG_LIMIT_S);
+  }
+  return rc;
+}
+
 void em_rings_observe(em_rings_t *r, em_rings_span_fn fn, void *ctx) {
   if (r) {
     r->observe = fn;
@@ -430,6 +443,8 @@ void em_rings_drain(em_rings_t *r, uint64_t now_ns) {
   if (!r) {
     return;
   }
+  em_log_limit_report(&r->refused_log, now_ns, "rings", "ring registers refused",
+                      " (rings.refused)");
   r->now_ns = now_ns;
   for (size_t i = 0; i < r->opts.max_rings; i++) {
     ring_t *g = &r->table[i];

@@ -77,7 +77,9 @@ int em_rings_new(em_rings_t **out, uv_loop_t *loop, em_spans_t *spans, const em_
 /*
  * One register datagram from the span socket (the em_spans_register_fn contract): takes
  * ownership of fd (-1: none or several came), runs the checks above, answers the sender with
- * an ack through the span socket, and returns the status it sent (0 or a negative errno).
+ * an ack through the span socket, and returns the status it sent (0 or a negative errno). A
+ * refusal is logged, one line per EM_LOG_LIMIT_S (the others counted in rings.refused and
+ * said in one line by the next em_rings_drain once the interval is over).
  */
 int em_rings_register(em_rings_t *r, const em_ring_dgram_t *reg, int fd, bool allowed,
                       const struct ucred *sender, const struct sockaddr_un *from,

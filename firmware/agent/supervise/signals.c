@@ -13,7 +13,10 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+
+#include "log.h"
 
 typedef struct {
   struct sockaddr_un addr;
@@ -22,6 +25,7 @@ typedef struct {
 } subscriber_t;
 
 struct em_signals {
+  em_log_limit_t refused_log; /* Refusal lines: a peer can cause them at will. */
   char path[256];
   int fd;
   uint8_t *page; /* EM_STATE_PAGE_BYTES, MAP_SHARED. */
@@ -167,8 +171,15 @@ static size_t held_by(const em_signals_t *s, uint32_t pid) {
   return n;
 }
 
-int em_signals_subscribe(em_signals_t *s, bool subscribe, const struct sockaddr_un *addr,
-                         socklen_t len, uint32_t pid) {
+/* CLOCK_MONOTONIC in ns, the clock of the loop's now (uv_hrtime). */
+static uint64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int subscribe_addr(em_signals_t *s, bool subscribe, const struct sockaddr_un *addr,
+                          socklen_t len, uint32_t pid) {
   if (!addr || len <= (socklen_t)sizeof(sa_family_t) || len > (socklen_t)sizeof(*addr)) {
     s->stats.refused += subscribe;
     return -EINVAL; /* Unnamed: the client did not bind, so nothing can reach it. */
@@ -199,6 +210,30 @@ int em_signals_subscribe(em_signals_t *s, bool subscribe, const struct sockaddr_
   n->len = len;
   n->pid = pid;
   return 0;
+}
+
+int em_signals_subscribe(em_signals_t *s, bool subscribe, const struct sockaddr_un *addr,
+                         socklen_t len, uint32_t pid) {
+  int rc = subscribe_addr(s, subscribe, addr, len, pid);
+  if (!rc || !em_log_limit_pass(&s->refused_log, mono_ns(), EM_LOG_LIMIT_NS)) {
+    return rc;
+  }
+  const char *why = "the client's socket has no address";
+  if (rc == -ENOSPC) {
+    why = "all " EM_LOG_STR(EM_SIGNALS_MAX_SUBSCRIBERS) " subscribers are alive";
+  } else if (rc == -EDQUOT) {
+    why = "the process holds " EM_LOG_STR(EM_SIGNALS_MAX_PER_PID) " live subscribers already";
+  }
+  EM_WARN("spans: %s from pid %lu refused: %s (further refusals within %u s are counted in "
+          "push.subscribe_refused, not logged one by one)",
+          subscribe ? "subscribe" : "unsubscribe", (unsigned long)pid, why,
+          (unsigned)EM_LOG_LIMIT_S);
+  return rc;
+}
+
+void em_signals_flush_log(em_signals_t *s, uint64_t now_ns) {
+  em_log_limit_report(&s->refused_log, now_ns, "spans", "subscribe requests refused",
+                      " (push.subscribe_refused)");
 }
 
 size_t em_signals_subscribers(const em_signals_t *s) {

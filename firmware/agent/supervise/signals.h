@@ -74,10 +74,14 @@ int em_signals_publish(em_signals_t *s, const em_state_record_t *rec);
  * be answered and is refused. When the table, or pid's share of EM_SIGNALS_MAX_PER_PID, is
  * full, the held addresses (pid's only, for its share) are probed and the gone ones reaped
  * first; with none gone the request is refused. Returns 0, -EINVAL (unnamed), -ENOSPC (table
- * full) or -EDQUOT (pid's share full). Subscribing twice is one subscription.
+ * full) or -EDQUOT (pid's share full). Subscribing twice is one subscription. A refusal is
+ * logged, one line per EM_LOG_LIMIT_S (the others counted, see em_signals_flush_log).
  */
 int em_signals_subscribe(em_signals_t *s, bool subscribe, const struct sockaddr_un *addr,
                          socklen_t len, uint32_t pid);
+
+/* Once per tick: the count of refusal lines held back, when their interval is over. */
+void em_signals_flush_log(em_signals_t *s, uint64_t now_ns);
 
 size_t em_signals_subscribers(const em_signals_t *s);
 const em_signals_stats_t *em_signals_stats(const em_signals_t *s);

@@ -398,3 +398,23 @@ void em_forward_free(em_forward_t *f) {
   free(f->wal);
   free(f);
 }
+
+void em_forward_figures(const em_forward_t *f, const em_figures_t *figs, em_sample_t *samples) {
+  em_forward_stats_t st;
+  em_forward_stats(f, &st);
+  em_figures_set_u(samples, em_figures_alias(figs, EM_FIG_SPOOL_LOST), st.lost);
+  const struct {
+    em_figure_t figure;
+    uint64_t value;
+  } rows[] = {{EM_FIG_SPOOL_PENDING, st.spool.pending},
+              {EM_FIG_SPOOL_DROPPED, st.spool.dropped},
+              {EM_FIG_SPOOL_CORRUPT, st.spool.corrupt},
+              {EM_FIG_SPOOL_WRITE_ERRORS, st.spool.write_errors},
+              {EM_FIG_SPOOL_REPLAYED, st.spool.replayed},
+              {EM_FIG_SPOOL_INFLIGHT, st.spool.inflight},
+              {EM_FIG_SPOOL_EVICTED_INFLIGHT, st.spool.evicted_inflight}};
+  for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+    em_figures_set_u_if(samples, em_figures_alias(figs, rows[i].figure), st.spooling,
+                        rows[i].value);
+  }
+}

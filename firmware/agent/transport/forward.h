@@ -48,6 +48,7 @@
 #include <uv.h>
 
 #include "edgemon/proto.h"
+#include "figures.h"
 #include "publisher.h"
 #include "spool.h"
 #include "syncer.h"
@@ -138,6 +139,10 @@ void em_forward_on_ack(em_forward_t *f, int mid);
 
 /* Fills *out. */
 void em_forward_stats(const em_forward_t *f, em_forward_stats_t *out);
+
+/* The spool.* figures into samples[alias]: spool.lost always, the others absent without a
+ * spool (never 0 for "none"). */
+void em_forward_figures(const em_forward_t *f, const em_figures_t *figs, em_sample_t *samples);
 
 /* Closes the spool (syncing it: the last records reach the disk) and frees. Call it once the
  * loop has run a queued fdatasync to its end (uv_run does not return before; with a syncer,
