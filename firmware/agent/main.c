@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -212,6 +213,9 @@ static int run(const em_config_t *cfg, const em_board_profile_t *board, const ch
    * window's resolution and host name lookups: one worker is enough. The spool's fdatasync
    * has a thread of its own (transport/syncer.h), so it never waits behind them. */
   setenv("UV_THREADPOOL_SIZE", "1", 0);
+  /* Tables of 64 KiB and more get mappings of their own: pages stay out of RSS until written
+   * (from the heap, calloc zeroes them at once). docs/BENCHMARKS.md, "agent: idle RSS". */
+  mallopt(M_MMAP_THRESHOLD, 64 * 1024);
   uv_loop_t *loop = uv_default_loop();
   app_t app = {.config_path = config_path, .level_arg = level_arg, .board = board};
   int rc = em_agent_new(&app.agent, loop, cfg, board, EM_VERSION);

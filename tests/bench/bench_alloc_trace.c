@@ -54,14 +54,14 @@ static void caller(char *obj, size_t obj_len, unsigned long *off) {
 }
 
 static void trace(void *p, size_t n) {
-  if (!p || n < min_bytes || inside) {
+  if (!p || n < 4096 || inside) {
     return;
   }
   inside = 1;
   if (log_fd == -1) {
-    open_log();
+    open_log(); /* Before the first comparison with min_bytes, which it sets. */
   }
-  if (log_fd >= 0) {
+  if (log_fd >= 0 && n >= min_bytes) {
     char obj[256], line[400];
     unsigned long off = 0;
     caller(obj, sizeof(obj), &off);
