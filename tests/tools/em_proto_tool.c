@@ -110,23 +110,27 @@ static int print_decoded(int rc, size_t off, int json_rc) {
   return 0;
 }
 
+/*
+ * DECODE(name, type, decode, scratch_for, scratch_bytes, to_json) defines name(len): decodes
+ * buf[0..len) as one `type` with decode() (scratch_for(len) bytes of a static scratch of
+ * scratch_bytes) and prints its JSON or its error (print_decoded).
+ */
+#define DECODE(name, type, decode, scratch_for, scratch_bytes, to_json)                            \
+  static int name(size_t len) {                                                                    \
+    static uint8_t scratch[scratch_bytes];                                                         \
+    type value;                                                                                    \
+    size_t off = 0, jlen = 0;                                                                      \
+    int rc = decode(buf, len, &value, scratch, scratch_for(len), &off);                            \
+    return print_decoded(rc, off, rc ? 0 : to_json(&value, json, sizeof(json), &jlen));            \
+  }
+
 /* A flight recording (kind 5, which em_proto_decode refuses): its JSON, or its error. */
-static int decode_flight(size_t len) {
-  static uint8_t scratch[12u * EM_FLIGHT_MAX_BYTES + 256u];
-  em_flight_t f;
-  size_t off = 0, jlen = 0;
-  int rc = em_flight_decode(buf, len, &f, scratch, em_flight_scratch_bytes(len), &off);
-  return print_decoded(rc, off, rc ? 0 : em_flight_to_json(&f, json, sizeof(json), &jlen));
-}
+DECODE(decode_flight, em_flight_t, em_flight_decode, em_flight_scratch_bytes,
+       12u * EM_FLIGHT_MAX_BYTES + 256u, em_flight_to_json)
 
 /* A stack profile (kind 6, which em_proto_decode refuses): its JSON, or its error. */
-static int decode_profile(size_t len) {
-  static uint8_t scratch[10u * EM_PROFILE_MAX_BYTES + 256u];
-  em_profile_t p;
-  size_t off = 0, jlen = 0;
-  int rc = em_profile_decode(buf, len, &p, scratch, em_profile_scratch_bytes(len), &off);
-  return print_decoded(rc, off, rc ? 0 : em_profile_to_json(&p, json, sizeof(json), &jlen));
-}
+DECODE(decode_profile, em_profile_t, em_profile_decode, em_profile_scratch_bytes,
+       10u * EM_PROFILE_MAX_BYTES + 256u, em_profile_to_json)
 
 static int cmd_decode(void) {
   size_t len = fread(buf, 1, sizeof(buf), stdin);
