@@ -4,6 +4,7 @@ edgemon-agent, a busy target process, and an MQTT subscriber (Debian's python3-p
 Every process a test starts is stopped at the end of the test, even when it fails.
 """
 
+import contextlib
 import os
 import queue
 import signal
@@ -40,6 +41,40 @@ def wait_for(pred, timeout, what):
             return got
         time.sleep(0.02)
     pytest.fail(f"timed out after {timeout} s waiting for {what}")
+
+
+def terminate(proc, timeout=10):
+    """Stops a subprocess.Popen with SIGTERM, and SIGKILL when it is still running `timeout` s
+    later. Returns its exit status."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+    return proc.returncode
+
+
+def check_config(path):
+    """`edgemon-agent --config path --check`: the CompletedProcess, its output as text."""
+    assert AGENT, "EM_AGENT must name the edgemon-agent binary (run through ctest)"
+    return subprocess.run([AGENT, "--config", str(path), "--check"], capture_output=True,
+                          text=True, timeout=10)
+
+
+@contextlib.contextmanager
+def stopping():
+    """A list to append started processes to; each is stopped, last first, on the way out."""
+    started = []
+    try:
+        yield started
+    finally:
+        for thing in reversed(started):
+            try:
+                thing.stop()
+            except Exception:
+                pass
 
 
 class Broker:
@@ -256,14 +291,7 @@ class Prometheus:
         return got["data"]["result"]
 
     def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        return self.proc.returncode if self.proc else None
+        return terminate(self.proc, 15) if self.proc else None
 
 
 class Subscriber:
@@ -367,10 +395,27 @@ def stack(tmp_path):
             started.append(s)
             return s
 
+        def on_stop(self, fn):
+            """Calls fn() when the test ends, in reverse order with what the stack started."""
+            started.append(fn)
+
+        def watching(self, **kw):
+            """(broker, target, agent, subscriber): a broker, a busy target, an agent watching
+            it by command line (kw as for Agent) and a subscriber to the agent's topics."""
+            broker = self.broker()
+            target = self.target()
+            agent = self.agent(broker.port, f"cmdline = {target.marker}", **kw)
+            return broker, target, agent, self.subscriber(broker.port, agent.device)
+
     yield Stack()
     for thing in reversed(started):
         try:
-            thing.close() if isinstance(thing, Subscriber) else thing.stop()
+            if callable(thing):
+                thing()
+            elif isinstance(thing, Subscriber):
+                thing.close()
+            else:
+                thing.stop()
         except Exception:
             pass
 

@@ -12,7 +12,7 @@ import time
 import cbor2
 import pytest
 
-from conftest import AGENT, edgemon_proto, free_port, wait_for
+from conftest import AGENT, check_config, edgemon_proto, free_port, wait_for
 
 PROTO_TOOL = os.environ.get("EM_PROTO_TOOL")
 
@@ -35,11 +35,7 @@ def c_decode(payload):
 @pytest.fixture
 def running(stack):
     """Broker, busy target, agent watching it by command line, subscriber."""
-    broker = stack.broker()
-    target = stack.target()
-    agent = stack.agent(broker.port, f"cmdline = {target.marker}")
-    sub = stack.subscriber(broker.port, agent.device)
-    return broker, target, agent, sub
+    return stack.watching()
 
 
 def test_birth_is_retained_and_decodes_in_c_and_python(stack, running):
@@ -227,24 +223,19 @@ def test_check_reports_every_problem_with_its_line(tmp_path):
     bad = tmp_path / "bad.ini"
     bad.write_text("[agent]\nsample_period = 0ms\nbogus = 1\n[target]\npid = 1\n"
                    "[mqtt]\nbroker = http://x\n")
-    r = subprocess.run([AGENT, "--config", str(bad), "--check"], capture_output=True, text=True,
-                       timeout=10)
+    r = check_config(bad)
     assert r.returncode == 1
     for line in (2, 3, 7):
         assert f"{bad}:{line}: " in r.stderr, r.stderr
     good = tmp_path / "good.ini"
     good.write_text("[target]\nprocess_name = python3\n")
-    r = subprocess.run([AGENT, "--config", str(good), "--check"], capture_output=True, text=True,
-                       timeout=10)
+    r = check_config(good)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == f"{good}: ok"
 
 
 def test_broker_restart_reconnects_and_rebirths(stack):
-    broker = stack.broker()
-    target = stack.target()
-    agent = stack.agent(broker.port, f"cmdline = {target.marker}")
-    sub = stack.subscriber(broker.port, agent.device)
+    broker, _, agent, sub = stack.watching()
     first = sub.next("birth")
     sub.close()
     broker.stop()

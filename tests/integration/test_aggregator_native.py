@@ -27,7 +27,7 @@ from collections import defaultdict
 
 import pytest
 
-from conftest import Aggregator, Broker, Prometheus, free_port, wait_for
+from conftest import Aggregator, Broker, Prometheus, free_port, stopping, wait_for
 
 SIM = os.environ.get("EM_SIM")
 SCALE = 6  # edgemon-sim's histogram scale: the schema of the native histograms
@@ -103,8 +103,7 @@ def fleet(tmp_path_factory):
 
     assert SIM, "EM_SIM must name the edgemon-sim binary (run through ctest)"
     tmp = tmp_path_factory.mktemp("native")
-    started = []
-    try:
+    with stopping() as started:
         broker = Broker(tmp, free_port()).start()
         started.append(broker)
         agg = Aggregator(tmp, broker.port).start()
@@ -113,18 +112,12 @@ def fleet(tmp_path_factory):
         wait_for(lambda: counts(agg) == {k: len(v) for k, v in spans.items()}, 60,
                  "every published span in the aggregator")
         prom = Prometheus(tmp, [f"127.0.0.1:{agg.port}"],
-                                   extra_args=["--enable-feature=native-histograms"]).start()
+                          extra_args=["--enable-feature=native-histograms"]).start()
         started.append(prom)
         wait_for(lambda: prom.query(NATIVE), 60, "the native histograms in Prometheus")
         yield agg, prom, spans
         prom.stop()
         assert agg.stop() == 0, agg.log_text()[-3000:]  # a clean exit (sanitizers included)
-    finally:
-        for thing in reversed(started):
-            try:
-                thing.stop()
-            except Exception:
-                pass
 
 
 def value(result):

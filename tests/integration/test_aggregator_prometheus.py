@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from conftest import free_port, wait_for
+from conftest import free_port, terminate, wait_for
 
 SIM = os.environ.get("EM_SIM")
 PROMTOOL = os.environ.get("EM_PROMTOOL", "/usr/bin/promtool")
@@ -62,13 +62,7 @@ def fleet(stack):
         wait_for(infer_seen, 20, "data of every simulated device in the aggregator")
         yield agg
     finally:
-        if sim.poll() is None:
-            sim.terminate()
-            try:
-                sim.wait(10)
-            except subprocess.TimeoutExpired:
-                sim.kill()
-                sim.wait(10)
+        terminate(sim)
         log.close()
 
 
@@ -170,12 +164,7 @@ def test_prometheus_scrapes_the_aggregator_and_computes_a_p99(fleet, tmp_path):
         devices = query("count(edgemon_device_info)")
         assert devices == [float(len(DEVICES))]
     finally:
-        prom.terminate()
-        try:
-            prom.wait(15)
-        except subprocess.TimeoutExpired:
-            prom.kill()
-            prom.wait(10)
+        terminate(prom, 15)
         log.close()
 
 

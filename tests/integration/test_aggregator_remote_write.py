@@ -28,7 +28,6 @@ families differ from the scrape (counts, quantiles), if the label were missing (
 aggregators' series of a device would collide: Prometheus keeps one of them per timestamp and
 the fleet count falls short), and if the health families were not written."""
 
-import contextlib
 import os
 import re
 import stat
@@ -37,26 +36,12 @@ from collections import defaultdict
 
 import pytest
 
-from conftest import AGGREGATOR, Aggregator, Broker, Prometheus, free_port, wait_for
+from conftest import AGGREGATOR, Aggregator, Broker, Prometheus, free_port, stopping, wait_for
 from test_aggregator_native import (NATIVE, SLOW, STAGES, assert_in_bucket, counts,
                                     exact_quantile, run_sim, value)
 
 SIM = os.environ.get("EM_SIM")
 HEALTH = "edgemon_aggregator_remote_write_"
-
-
-@contextlib.contextmanager
-def stopping():
-    """A list to append started processes to; each is stopped, last first, on the way out."""
-    started = []
-    try:
-        yield started
-    finally:
-        for thing in reversed(started):
-            try:
-                thing.stop()
-            except Exception:
-                pass
 
 
 def rw_config(path, prom_port, label=None, interval="1s"):

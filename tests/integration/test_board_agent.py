@@ -15,13 +15,9 @@ FIXTURES = ROOT / "tests" / "fixtures" / "boards"
 def agent_on(stack, board, extra=""):
     tree = stack.tmp / f"root-{board}"
     shutil.copytree(FIXTURES / board, tree, symlinks=True)
-    broker = stack.broker()
-    target = stack.target()
-    agent = stack.agent(broker.port, f"cmdline = {target.marker}",
-                        extra=f"[agent]\nboard = auto\nsys_root = {tree}\n"
-                              "[degrade]\nwindow = 200ms\nenter_windows = 1\nleave_windows = 2\n"
-                              + extra)
-    sub = stack.subscriber(broker.port, agent.device)
+    broker, target, agent, sub = stack.watching(
+        extra=f"[agent]\nboard = auto\nsys_root = {tree}\n"
+              "[degrade]\nwindow = 200ms\nenter_windows = 1\nleave_windows = 2\n" + extra)
     return tree, agent, sub
 
 

@@ -52,10 +52,7 @@ BUDGET = ("[budget.infer]\ndeadline = 50ms\nlevel = DEGRADED\n"
 
 
 def test_a_deadline_miss_degrades_at_once_and_clean_windows_recover(stack):
-    broker = stack.broker()
-    target = stack.target()
-    agent = stack.agent(broker.port, f"cmdline = {target.marker}", extra=BUDGET)
-    sub = stack.subscriber(broker.port, agent.device)
+    broker, target, agent, sub = stack.watching(extra=BUDGET)
     birth = sub.next("birth")
     assert [b["id"] for b in birth["budgets"]] == ["infer.deadline"]
     assert birth["budgets"][0]["level"] == "DEGRADED"
@@ -169,11 +166,8 @@ def test_the_hook_runs_with_the_change(stack):
 
 
 def test_a_reload_raising_a_violated_rules_level_says_which_rule_and_why(stack):
-    broker = stack.broker()
-    target = stack.target()
-    agent = stack.agent(broker.port, f"cmdline = {target.marker}",
-                        extra=BUDGET.replace("leave_windows = 2", "leave_windows = 50"))
-    sub = stack.subscriber(broker.port, agent.device)
+    broker, target, agent, sub = stack.watching(
+        extra=BUDGET.replace("leave_windows = 2", "leave_windows = 50"))
     sub.next("birth")
     run = stack.tmp / "run"
     wait_for((run / "state").exists, 5, "the state page")
@@ -213,10 +207,7 @@ def subscriber_socket(run):
 
 
 def test_subscribers_that_closed_free_their_slots_and_refusals_are_rate_limited(stack):
-    broker = stack.broker()
-    target = stack.target()
-    agent = stack.agent(broker.port, f"cmdline = {target.marker}", extra=BUDGET)
-    sub = stack.subscriber(broker.port, agent.device)
+    broker, target, agent, sub = stack.watching(extra=BUDGET)
     birth = sub.next("birth")
     run = stack.tmp / "run"
     wait_for((run / "state").exists, 5, "the state page")

@@ -98,6 +98,14 @@ def write_recording(path, seed, factors=None, devices=("dev-a",), windows=40, pe
     return drawn
 
 
+def two_recordings(tmp_path, seed, factors=None, **kw):
+    """a.emrec (seed) and b.emrec (seed + 1, its stages scaled by factors) in tmp_path, both
+    written by write_recording with kw."""
+    a, b = tmp_path / "a.emrec", tmp_path / "b.emrec"
+    write_recording(a, seed=seed, **kw)
+    write_recording(b, seed=seed + 1, factors=factors, **kw)
+    return a, b
+
 def compare(*args):
     """Runs compare with every span a sample (--unit span) unless the test names a --unit:
     these recordings are seconds of one or two devices."""
@@ -141,9 +149,7 @@ def test_infer_20pct_slower_is_regressed_and_other_stages_same(tmp_path):
 
 
 def test_same_distribution_with_new_draws_exits_0(tmp_path):
-    a, b = tmp_path / "a.emrec", tmp_path / "b.emrec"
-    write_recording(a, seed=3)
-    write_recording(b, seed=4)
+    a, b = two_recordings(tmp_path, 3)
     p = compare(a, b, "--json")
     assert p.returncode == 0, p.stderr
     doc, st = stages_of(p)
@@ -153,9 +159,7 @@ def test_same_distribution_with_new_draws_exits_0(tmp_path):
 
 
 def test_table_has_header_and_one_row_per_stage(tmp_path):
-    a, b = tmp_path / "a.emrec", tmp_path / "b.emrec"
-    write_recording(a, seed=3)
-    write_recording(b, seed=4, factors={"infer": 1.2})
+    a, b = two_recordings(tmp_path, 3, factors={"infer": 1.2})
     p = compare(a, b)
     assert p.returncode == 1
     lines = p.stdout.splitlines()
@@ -169,9 +173,7 @@ def test_table_has_header_and_one_row_per_stage(tmp_path):
 
 
 def test_infer_faster_is_improved_and_exits_0(tmp_path):
-    a, b = tmp_path / "a.emrec", tmp_path / "b.emrec"
-    write_recording(a, seed=5)
-    write_recording(b, seed=6, factors={"infer": 0.8})
+    a, b = two_recordings(tmp_path, 5, factors={"infer": 0.8})
     p = compare(a, b, "--json")
     assert p.returncode == 0, p.stderr
     doc, st = stages_of(p)
@@ -181,9 +183,7 @@ def test_infer_faster_is_improved_and_exits_0(tmp_path):
 
 
 def test_small_change_below_threshold_is_same_even_when_significant(tmp_path):
-    a, b = tmp_path / "a.emrec", tmp_path / "b.emrec"
-    write_recording(a, seed=7)
-    write_recording(b, seed=8, factors={"infer": 1.03})
+    a, b = two_recordings(tmp_path, 7, factors={"infer": 1.03})
     p = compare(a, b, "--json")
     assert p.returncode == 0
     _, st = stages_of(p)
@@ -195,9 +195,7 @@ def test_small_change_below_threshold_is_same_even_when_significant(tmp_path):
 
 
 def test_p99_metric_judges_the_tail(tmp_path):
-    a, b = tmp_path / "a.emrec", tmp_path / "b.emrec"
-    write_recording(a, seed=9)
-    write_recording(b, seed=10, factors={"infer": 1.2})
+    a, b = two_recordings(tmp_path, 9, factors={"infer": 1.2})
     p = compare(a, b, "--json", "--metric", "p99")
     assert p.returncode == 1
     doc, st = stages_of(p)
@@ -206,9 +204,7 @@ def test_p99_metric_judges_the_tail(tmp_path):
 
 
 def test_stage_filter_shows_only_that_stage(tmp_path):
-    a, b = tmp_path / "a.emrec", tmp_path / "b.emrec"
-    write_recording(a, seed=11)
-    write_recording(b, seed=12, factors={"infer": 1.2})
+    a, b = two_recordings(tmp_path, 11, factors={"infer": 1.2})
     p = compare(a, b, "--json", "--stage", "preprocess")
     assert p.returncode == 0, p.stderr
     doc, st = stages_of(p)
@@ -237,9 +233,7 @@ def test_device_filter_and_stage_on_one_side_only(tmp_path):
 
 
 def test_one_span_per_side_is_too_few_and_not_judged(tmp_path):
-    a, b = tmp_path / "a.emrec", tmp_path / "b.emrec"
-    write_recording(a, seed=15, windows=1, per_window=1)
-    write_recording(b, seed=16, windows=1, per_window=1, factors={"infer": 2})
+    a, b = two_recordings(tmp_path, 15, windows=1, per_window=1, factors={"infer": 2})
     p = compare(a, b, "--json")
     assert p.returncode == 0
     _, st = stages_of(p)
@@ -247,9 +241,7 @@ def test_one_span_per_side_is_too_few_and_not_judged(tmp_path):
 
 
 def test_invalid_data_messages_are_skipped_and_counted(tmp_path):
-    a, b = tmp_path / "a.emrec", tmp_path / "b.emrec"
-    write_recording(a, seed=17, windows=5)
-    write_recording(b, seed=18, windows=5)
+    a, b = two_recordings(tmp_path, 17, windows=5)
     junk = frame("edgemon/v1/dev-a/data", b"\xff\x00garbage", 1) + \
         frame("edgemon/v1/dev-a/data", cbor2.dumps({0: 1, 1: 3, 2: 1, 3: 7, 4: True}), 2)
     b.write_bytes(b.read_bytes() + junk)
@@ -360,9 +352,7 @@ def test_window_unit_same_distribution_is_no_difference(tmp_path):
 
 
 def test_window_unit_with_seconds_of_one_device_is_too_few(tmp_path):
-    a, b = tmp_path / "a.emrec", tmp_path / "b.emrec"
-    write_recording(a, seed=35)
-    write_recording(b, seed=36, factors={"infer": 2})
+    a, b = two_recordings(tmp_path, 35, factors={"infer": 2})
     p = compare(a, b, "--json", "--unit", "window")
     assert p.returncode == 0, p.stderr
     _, st = stages_of(p)

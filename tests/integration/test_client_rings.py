@@ -55,10 +55,7 @@ from test_rings import values_until as last_values  # noqa: E402
 
 
 def start(stack):
-    broker = stack.broker()
-    target = stack.target()
-    agent = stack.agent(broker.port, f"cmdline = {target.marker}")
-    sub = stack.subscriber(broker.port, agent.device)
+    broker, _, agent, sub = stack.watching()
     birth = sub.next("birth")
     path = stack.tmp / "run" / "spans.sock"
     wait_for(lambda: path.exists() and (stack.tmp / "run" / "deadlines").exists(), 5,

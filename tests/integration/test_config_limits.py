@@ -99,10 +99,7 @@ def test_every_rule_of_every_budget_section_is_refused_cleanly(tmp_path, extra):
 
 
 def test_reload_of_every_rule_keeps_the_agent_and_its_config(stack):
-    broker = stack.broker()
-    target = stack.target()
-    agent = stack.agent(broker.port, f"cmdline = {target.marker}")
-    sub = stack.subscriber(broker.port, agent.device)
+    _, _, agent, sub = stack.watching()
     sub.next("birth")
     valid = agent.config.read_text()
     body, rule_lines, _ = every_rule(max_rules())

@@ -73,10 +73,7 @@ def test_agent_unknown_unit_lists_every_unit(tmp_path):
 
 
 def test_agent_reload_warns_about_keys_it_cannot_apply(stack):
-    broker = stack.broker()
-    target = stack.target()
-    agent = stack.agent(broker.port, f"cmdline = {target.marker}")
-    sub = stack.subscriber(broker.port, agent.device)
+    _, _, agent, sub = stack.watching()
     sub.next("birth")
 
     def reload(count):

@@ -26,10 +26,7 @@ DROP_REASONS = ("malformed", "version", "size", "disallowed", "overflow")
 def start_agent(stack, extra=""):
     """Broker, target, agent (with `extra` config) and a subscriber that saw the birth.
     Returns (broker, agent, subscriber, birth, span socket path)."""
-    broker = stack.broker()
-    target = stack.target()
-    agent = stack.agent(broker.port, f"cmdline = {target.marker}", extra=extra)
-    sub = stack.subscriber(broker.port, agent.device)
+    broker, target, agent, sub = stack.watching(extra=extra)
     birth = sub.next("birth")
     path = stack.tmp / "run" / "spans.sock"
     wait_for(path.exists, 5, "the span socket")

@@ -329,11 +329,7 @@ def test_a_recording_over_max_bytes_keeps_what_is_nearest_the_trigger(stack, fli
 
 
 def test_with_the_recorder_off_there_is_none(stack):
-    broker = stack.broker()
-    target = stack.target()
-    agent = stack.agent(broker.port, f"cmdline = {target.marker}",
-                        spool_keys="[flight]\nenabled = false\n")
-    sub = stack.subscriber(broker.port, agent.device)
+    broker, target, agent, sub = stack.watching(spool_keys="[flight]\nenabled = false\n")
     birth = sub.next("birth")
     assert 10 not in cbor2.loads(birth["_raw"])
     defs = {m["name"]: m for m in birth["metrics"]}

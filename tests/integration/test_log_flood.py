@@ -53,10 +53,7 @@ def held(log, kind):
 
 
 def test_a_flood_of_peer_input_logs_a_bounded_number_of_lines(stack):
-    broker = stack.broker()
-    target = stack.target()
-    agent = stack.agent(broker.port, f"cmdline = {target.marker}")
-    sub = stack.subscriber(broker.port, agent.device)
+    broker, _, agent, sub = stack.watching()
     sub.next("birth")
     sock_path = stack.tmp / "run" / "spans.sock"
     wait_for(sock_path.exists, 5, "the span socket")

@@ -105,7 +105,8 @@ class Profiles:
 
 
 def start(stack, code, seconds=2, gap=0, unwind="dwarf"):
-    """The target running `code`, and an agent watching it with a [profile] section."""
+    """The target running `code`, and an agent watching it with a [profile] section; the
+    target is killed and the profile subscriber closed when the test ends."""
     broker = stack.broker()
     marker = f"edgemon-profile-{uuid.uuid4().hex[:10]}"
     (stack.tmp / "run").mkdir(exist_ok=True)
@@ -116,9 +117,12 @@ def start(stack, code, seconds=2, gap=0, unwind="dwarf"):
     proc = subprocess.Popen([sys.executable, "-c", code.format(
         client=str(ROOT / "firmware/client/python"), marker=marker, sock=str(sock), k=K)])
     sub = stack.subscriber(broker.port, agent.device)
+    stack.on_stop(lambda: (proc.kill(), proc.wait()))
     birth = sub.next("birth", timeout=10, pred=lambda b: b.get("metrics"))
     wait_for(lambda: "attached" in agent.log_text(), 10, "the agent to attach")
-    return agent, proc, sub, birth, Profiles(broker.port, agent.device)
+    profiles = Profiles(broker.port, agent.device)
+    stack.on_stop(profiles.close)
+    return agent, proc, sub, birth, profiles
 
 
 def frames_of(profile, stack):
@@ -153,124 +157,103 @@ def test_an_escalation_profiles_the_slow_python_function_from_the_clients_sample
     # 3 s: the client reads the request page on its once-a-second check, so it may start
     # sampling up to a second into the window.
     agent, proc, sub, birth, profiles = start(stack, PIPELINE, seconds=3, gap=60)
-    try:
-        assert birth["profiler"]["hz"] == 99 and birth["profiler"]["seconds"] == 3
-        p = profiles.wait(1, timeout=20)
-        assert p["trigger"]["cause"] == "escalation"
-        assert p["hz"] == 99 and p["clock"] == "cpu-clock"
-        assert 2.5e9 <= p["duration_ns"] <= 4e9
-        assert p["samples"] >= 80, p["samples"]  # ~3 s of a busy thread at 99 Hz
-        top = p["stacks"][0]
-        assert top["samples"] == max(s["samples"] for s in p["stacks"])
-        frames = frames_of(p, top)
-        py = [f for f in frames if f["kind"] == "python"]
-        # The Python frames of the client's samples, in place of the interpreter's eval loop.
-        assert [f["name"] for f in py][-2:] == ["<module>", "slow_checksum"], frames
-        assert py[-1]["module"].startswith("<string>:"), py[-1]
-        assert "_PyEval_EvalFrameDefault" not in [f["name"] for f in frames], frames
-        by_self = python_self_samples(p)
-        assert max(by_self, key=by_self.get) == "slow_checksum", by_self
-        # python3.11 has no frame pointers: what frame-pointer unwinding read past it is no
-        # return address, and is cut instead of shown as frames outside every binary.
-        assert not [f for f in p["frames"] if f["kind"] == "unknown"], p["frames"]
-        # DWARF unwinding goes through it to the process's entry: the native frames above the
-        # interpreter stay above the Python frames spliced in place of its eval loop.
-        first_py = next(i for i, f in enumerate(frames) if f["kind"] == "python")
-        assert frames[0]["kind"] == "native", frames
-        assert "Py_RunMain" in [f["name"] for f in frames[:first_py]], frames
-        assert not any("frame pointers only" in n or "had no eval-loop frame" in n
-                       for n in p["notes"]), p["notes"]
-        # ... and the native frames slow_checksum called stay under it (CPython's own functions
-        # doing its arithmetic: PyNumber_*, long objects, the allocator).
-        under = []
-        for st in p["stacks"]:
-            fs = frames_of(p, st)
-            py_at = [i for i, f in enumerate(fs) if f["kind"] == "python"]
-            if py_at and fs[py_at[-1]]["name"] == "slow_checksum" and py_at[-1] + 1 < len(fs):
-                under.append((st["samples"], fs[py_at[-1] + 1:]))
-        assert sum(n for n, _ in under) >= 5, under
-        assert all(f["kind"] in ("native", "kernel") for _, fs in under for f in fs), under
-        assert any(f["module"] == "python3.11" for _, fs in under for f in fs), under
-        assert not any("does not merge" in n or n.startswith("no Python frames")
-                       for n in p["notes"]), p["notes"]
-        # Each sample's stage is the span its thread was in: the ring names its writer thread.
-        assert {"pre", "infer"} <= set(p["stages"]), p["stages"]
-        assert not any(n.startswith("no stages") for n in p["notes"]), p["notes"]
-        # The pipeline reads its level every frame: the escalation's new state record makes the
-        # client read the profile page at once, so its sampling covers the window from the start.
-        without = [int(m.group(1)) for n in p["notes"]
-                   for m in [re.match(r"(\d+) of \d+ samples without Python frames", n)] if m]
-        assert not without or without[0] <= 0.2 * p["samples"], p["notes"]
-        by_stage = {}
-        for st in p["stacks"]:
-            by_stage[st["stage"]] = by_stage.get(st["stage"], 0) + st["samples"]
-        # pre runs ~10 ms of each ~90 ms frame, infer the rest.
-        assert 3 <= by_stage.get("pre", 0) < by_stage.get("infer", 0) / 3, by_stage
-        # A sample takes Python frames only from a Python sample taken in the same stage.
-        slow = samples_by_stage(p, "slow_checksum")
-        assert slow.get("infer", 0) >= 0.9 * sum(slow.values()), slow
-        assert "infer" not in samples_by_stage(p, "prep_pixels"), p["stacks"]
-        wait_for(lambda: figure(sub, birth, "profile.taken") == 1, 5, "profile.taken")
-    finally:
-        profiles.close()
-        proc.kill()
-        proc.wait()
+    assert birth["profiler"]["hz"] == 99 and birth["profiler"]["seconds"] == 3
+    p = profiles.wait(1, timeout=20)
+    assert p["trigger"]["cause"] == "escalation"
+    assert p["hz"] == 99 and p["clock"] == "cpu-clock"
+    assert 2.5e9 <= p["duration_ns"] <= 4e9
+    assert p["samples"] >= 80, p["samples"]  # ~3 s of a busy thread at 99 Hz
+    top = p["stacks"][0]
+    assert top["samples"] == max(s["samples"] for s in p["stacks"])
+    frames = frames_of(p, top)
+    py = [f for f in frames if f["kind"] == "python"]
+    # The Python frames of the client's samples, in place of the interpreter's eval loop.
+    assert [f["name"] for f in py][-2:] == ["<module>", "slow_checksum"], frames
+    assert py[-1]["module"].startswith("<string>:"), py[-1]
+    assert "_PyEval_EvalFrameDefault" not in [f["name"] for f in frames], frames
+    by_self = python_self_samples(p)
+    assert max(by_self, key=by_self.get) == "slow_checksum", by_self
+    # python3.11 has no frame pointers: what frame-pointer unwinding read past it is no
+    # return address, and is cut instead of shown as frames outside every binary.
+    assert not [f for f in p["frames"] if f["kind"] == "unknown"], p["frames"]
+    # DWARF unwinding goes through it to the process's entry: the native frames above the
+    # interpreter stay above the Python frames spliced in place of its eval loop.
+    first_py = next(i for i, f in enumerate(frames) if f["kind"] == "python")
+    assert frames[0]["kind"] == "native", frames
+    assert "Py_RunMain" in [f["name"] for f in frames[:first_py]], frames
+    assert not any("frame pointers only" in n or "had no eval-loop frame" in n
+                   for n in p["notes"]), p["notes"]
+    # ... and the native frames slow_checksum called stay under it (CPython's own functions
+    # doing its arithmetic: PyNumber_*, long objects, the allocator).
+    under = []
+    for st in p["stacks"]:
+        fs = frames_of(p, st)
+        py_at = [i for i, f in enumerate(fs) if f["kind"] == "python"]
+        if py_at and fs[py_at[-1]]["name"] == "slow_checksum" and py_at[-1] + 1 < len(fs):
+            under.append((st["samples"], fs[py_at[-1] + 1:]))
+    assert sum(n for n, _ in under) >= 5, under
+    assert all(f["kind"] in ("native", "kernel") for _, fs in under for f in fs), under
+    assert any(f["module"] == "python3.11" for _, fs in under for f in fs), under
+    assert not any("does not merge" in n or n.startswith("no Python frames")
+                   for n in p["notes"]), p["notes"]
+    # Each sample's stage is the span its thread was in: the ring names its writer thread.
+    assert {"pre", "infer"} <= set(p["stages"]), p["stages"]
+    assert not any(n.startswith("no stages") for n in p["notes"]), p["notes"]
+    # The pipeline reads its level every frame: the escalation's new state record makes the
+    # client read the profile page at once, so its sampling covers the window from the start.
+    without = [int(m.group(1)) for n in p["notes"]
+               for m in [re.match(r"(\d+) of \d+ samples without Python frames", n)] if m]
+    assert not without or without[0] <= 0.2 * p["samples"], p["notes"]
+    by_stage = {}
+    for st in p["stacks"]:
+        by_stage[st["stage"]] = by_stage.get(st["stage"], 0) + st["samples"]
+    # pre runs ~10 ms of each ~90 ms frame, infer the rest.
+    assert 3 <= by_stage.get("pre", 0) < by_stage.get("infer", 0) / 3, by_stage
+    # A sample takes Python frames only from a Python sample taken in the same stage.
+    slow = samples_by_stage(p, "slow_checksum")
+    assert slow.get("infer", 0) >= 0.9 * sum(slow.values()), slow
+    assert "infer" not in samples_by_stage(p, "prep_pixels"), p["stacks"]
+    wait_for(lambda: figure(sub, birth, "profile.taken") == 1, 5, "profile.taken")
 
 
 def test_a_second_trigger_inside_min_gap_is_counted_not_published(stack):
     agent, proc, sub, birth, profiles = start(stack, IDLE, seconds=1, gap=60, unwind="fp")
-    try:
-        profiles.command()
-        p = profiles.wait(1, timeout=10)
-        assert p["trigger"]["cause"] == "command"
-        assert any(n.startswith("native frames by frame pointers only (unwind = fp)")
-                   for n in p["notes"]), p["notes"]
-        profiles.command()
-        wait_for(lambda: figure(sub, birth, "profile.suppressed") == 1, 5, "profile.suppressed")
-        time.sleep(1.5)
-        assert len(profiles.payloads) == 1
-        assert figure(sub, birth, "profile.taken") == 1
-    finally:
-        profiles.close()
-        proc.kill()
-        proc.wait()
+    profiles.command()
+    p = profiles.wait(1, timeout=10)
+    assert p["trigger"]["cause"] == "command"
+    assert any(n.startswith("native frames by frame pointers only (unwind = fp)")
+               for n in p["notes"]), p["notes"]
+    profiles.command()
+    wait_for(lambda: figure(sub, birth, "profile.suppressed") == 1, 5, "profile.suppressed")
+    time.sleep(1.5)
+    assert len(profiles.payloads) == 1
+    assert figure(sub, birth, "profile.taken") == 1
 
 
 def test_an_idle_target_gives_nearly_no_samples(stack):
     agent, proc, sub, birth, profiles = start(stack, IDLE, seconds=1)
-    try:
-        profiles.command(seconds=2)
-        p = profiles.wait(1, timeout=10)
-        assert p["trigger"]["cause"] == "command"
-        assert 1.8e9 <= p["duration_ns"] <= 2.5e9  # the command's seconds, not [profile]'s
-        assert p["samples"] <= 3, p["stacks"]
-        assert p["lost"] == 0
-        # A Python process without the edgemon client: nothing sampled its Python stacks.
-        assert any(n.startswith("no Python frames: no client samples") for n in p["notes"])
-        assert not any(f["kind"] == "python" for f in p["frames"])
-    finally:
-        profiles.close()
-        proc.kill()
-        proc.wait()
+    profiles.command(seconds=2)
+    p = profiles.wait(1, timeout=10)
+    assert p["trigger"]["cause"] == "command"
+    assert 1.8e9 <= p["duration_ns"] <= 2.5e9  # the command's seconds, not [profile]'s
+    assert p["samples"] <= 3, p["stacks"]
+    assert p["lost"] == 0
+    # A Python process without the edgemon client: nothing sampled its Python stacks.
+    assert any(n.startswith("no Python frames: no client samples") for n in p["notes"])
+    assert not any(f["kind"] == "python" for f in p["frames"])
 
 
 def test_a_target_that_exits_mid_window_ends_it_early(stack):
     agent, proc, sub, birth, profiles = start(stack, PIPELINE, seconds=1)
-    try:
-        profiles.command(seconds=10)
-        wait_for(lambda: "profile: cmd/profile" in agent.log_text(), 5, "the window to open")
-        time.sleep(1.0)
-        proc.kill()
-        proc.wait()
-        p = profiles.wait(1, timeout=10)
-        assert 0.5e9 <= p["duration_ns"] <= 4e9, p["duration_ns"]
-        # What was taken before the exit is published (how much depends on the target's CPU
-        # time in that second, not a figure to assert here).
-        assert p["samples"] > 0 and p["stacks"], p["samples"]
-        assert agent.proc.poll() is None  # still running
-        sub.next("data", timeout=5)
-    finally:
-        profiles.close()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    profiles.command(seconds=10)
+    wait_for(lambda: "profile: cmd/profile" in agent.log_text(), 5, "the window to open")
+    time.sleep(1.0)
+    proc.kill()
+    proc.wait()
+    p = profiles.wait(1, timeout=10)
+    assert 0.5e9 <= p["duration_ns"] <= 4e9, p["duration_ns"]
+    # What was taken before the exit is published (how much depends on the target's CPU
+    # time in that second, not a figure to assert here).
+    assert p["samples"] > 0 and p["stacks"], p["samples"]
+    assert agent.proc.poll() is None  # still running
+    sub.next("data", timeout=5)

@@ -85,17 +85,14 @@ if __name__ == "__main__" and sys.argv[1:2] == ["writer"]:
 
 import pytest  # noqa: E402  (the writer above needs only the standard library)
 
-from conftest import AGENT, edgemon_proto, wait_for  # noqa: E402
+from conftest import AGENT, check_config, edgemon_proto, wait_for  # noqa: E402
 
 EINVAL = -22  # -EINVAL
 EPERM = -1
 
 
 def start_agent(stack, extra=""):
-    broker = stack.broker()
-    target = stack.target()
-    agent = stack.agent(broker.port, f"cmdline = {target.marker}", extra=extra)
-    sub = stack.subscriber(broker.port, agent.device)
+    broker, target, agent, sub = stack.watching(extra=extra)
     birth = sub.next("birth")
     path = stack.tmp / "run" / "spans.sock"
     wait_for(path.exists, 5, "the span socket")
@@ -265,8 +262,7 @@ def test_a_hard_miss_degrades_at_once_without_entering_the_window(stack):
 def test_bad_ring_keys_are_reported_with_their_line(tmp_path, keys, line):
     bad = tmp_path / "bad.ini"
     bad.write_text(f"[target]\npid = 1\n[spans]\n{keys}\n")
-    r = subprocess.run([AGENT, "--config", str(bad), "--check"], capture_output=True, text=True,
-                       timeout=10)
+    r = check_config(bad)
     assert r.returncode == 1
     assert f"{bad}:4: " in r.stderr and line in r.stderr, r.stderr
 
@@ -275,6 +271,5 @@ def test_the_ring_keys_accept_the_ends_of_their_ranges(tmp_path):
     good = tmp_path / "good.ini"
     good.write_text("[target]\npid = 1\n[spans]\nrings = 1024\nrings_per_process = 1\n"
                     "ring_slots = 65536\n")
-    r = subprocess.run([AGENT, "--config", str(good), "--check"], capture_output=True, text=True,
-                       timeout=10)
+    r = check_config(good)
     assert r.returncode == 0, r.stderr

@@ -67,10 +67,7 @@ def test_fifos_and_links_in_the_runtime_dir_never_block_or_redirect_the_agent(st
     run.mkdir()
     for name in PLANTED:
         os.mkfifo(run / name)
-    broker = stack.broker()
-    target = stack.target()
-    agent = stack.agent(broker.port, f"cmdline = {target.marker}", extra=PROFILE)
-    sub = stack.subscriber(broker.port, agent.device)
+    broker, target, agent, sub = stack.watching(extra=PROFILE)
     sub.next("birth", timeout=10)
     wait_for(lambda: "attached" in agent.log_text(), 10, "the agent to attach")
     # The agent's own pages replaced the FIFOs, and their temporary files are gone.

@@ -24,8 +24,8 @@ import uuid
 
 import pytest
 
-from conftest import (AGENT, ROOT, Agent, ConfBroker, Pki, Target, edgemon_proto, free_port,
-                      make_password_file, mqtt_client, wait_for)
+from conftest import (ROOT, Agent, ConfBroker, Pki, Target, check_config, edgemon_proto,
+                      free_port, make_password_file, mqtt_client, wait_for)
 
 ACL = ROOT / "firmware" / "mosquitto" / "edgemon.acl"
 HOST_USER = "edgemon-host"  # The host-side identity in edgemon.acl.
@@ -95,8 +95,10 @@ def pki(tmp_path_factory):
     return Pki(tmp_path_factory.mktemp("pki"))
 
 
-def test_agent_publishes_birth_and_data_over_tls_with_a_client_certificate(things, tmp_path,
-                                                                           pki):
+def tls_agent(things, tmp_path, pki):
+    """A TLS broker, the host's subscriber to a new device's topics on it and an agent for that
+    device with its own certificate. Returns (broker, device, (host cert, host key), the
+    subscriber's Inbox, agent)."""
     broker = tls_broker(things, tmp_path, pki)
     device = f"tls-{uuid.uuid4().hex[:8]}"
     dev_crt, dev_key = pki.issue(device)
@@ -107,6 +109,11 @@ def test_agent_publishes_birth_and_data_over_tls_with_a_client_certificate(thing
     agent = start_agent(things, tmp_path, f"mqtts://127.0.0.1:{broker.port}",
                         f"tls_ca_file = {pki.ca_crt}\ntls_cert_file = {dev_crt}\n"
                         f"tls_key_file = {dev_key}\n", device=device)
+    return broker, device, (host_crt, host_key), inbox, agent
+
+def test_agent_publishes_birth_and_data_over_tls_with_a_client_certificate(things, tmp_path,
+                                                                           pki):
+    broker, device, (host_crt, host_key), inbox, agent = tls_agent(things, tmp_path, pki)
     birth = inbox.next(f"edgemon/v1/{device}/birth", timeout=15)
     assert birth is not None, agent.log_text()
     birth = edgemon_proto.decode(birth)
@@ -210,13 +217,11 @@ def test_credentials_file_readable_by_others_is_refused_at_start_and_by_check(th
     assert agent.proc.wait(10) == 1
     log = agent.log_text()
     assert str(cred) in log and "group or others" in log, log
-    r = subprocess.run([AGENT, "--config", str(agent.config), "--check"], capture_output=True,
-                       text=True, timeout=10)
+    r = check_config(agent.config)
     assert r.returncode == 1
     assert str(cred) in r.stderr and "group or others" in r.stderr and "0644" in r.stderr
     os.chmod(cred, 0o600)
-    r = subprocess.run([AGENT, "--config", str(agent.config), "--check"], capture_output=True,
-                       text=True, timeout=10)
+    r = check_config(agent.config)
     assert r.returncode == 0, r.stderr
 
 
@@ -334,16 +339,7 @@ def test_cli_status_over_tls_with_the_host_certificate_and_the_shipped_acl(thing
                                                                            pki):
     if not CLI:
         pytest.skip("EM_CLI (path of edgemon-cli) not set")
-    broker = tls_broker(things, tmp_path, pki)
-    device = f"tls-{uuid.uuid4().hex[:8]}"
-    dev_crt, dev_key = pki.issue(device)
-    host_crt, host_key = pki.issue(HOST_USER)
-    sub = mqtt_client(broker.port, tls=(pki.ca_crt, host_crt, host_key))
-    things.append(sub)
-    inbox = Inbox(sub, f"edgemon/v1/{device}/#")
-    agent = start_agent(things, tmp_path, f"mqtts://127.0.0.1:{broker.port}",
-                        f"tls_ca_file = {pki.ca_crt}\ntls_cert_file = {dev_crt}\n"
-                        f"tls_key_file = {dev_key}\n", device=device)
+    broker, device, (host_crt, host_key), inbox, agent = tls_agent(things, tmp_path, pki)
     assert inbox.next(f"edgemon/v1/{device}/birth", timeout=15) is not None, agent.log_text()
     url = f"mqtts://127.0.0.1:{broker.port}"
     r = run_cli("status", "--broker", url, "--cafile", pki.ca_crt, "--cert", host_crt,

@@ -77,12 +77,18 @@ class Notify:
         return wait_for(seen, timeout, f"{key}={value} on NOTIFY_SOCKET")
 
 
-def test_ready_after_the_first_sample_then_watchdog_pings(stack, tmp_path):
+def notified_agent(stack, tmp_path):
+    """(broker, Notify, agent): an agent watching a busy target, told by NOTIFY_SOCKET and
+    WATCHDOG_USEC (400 ms) to notify a Notify socket as under systemd."""
     broker = stack.broker()
     target = stack.target()
     notify = Notify(tmp_path)
     agent = stack.agent(broker.port, f"cmdline = {target.marker}",
                         env={"NOTIFY_SOCKET": str(notify.path), "WATCHDOG_USEC": "400000"})
+    return broker, notify, agent
+
+def test_ready_after_the_first_sample_then_watchdog_pings(stack, tmp_path):
+    broker, notify, agent = notified_agent(stack, tmp_path)
     ready = notify.wait("READY", "1")
     assert agent.device in ready["STATUS"]
     # READY=1 follows the first sample: a data message is on the broker by then.
@@ -96,11 +102,7 @@ def test_ready_after_the_first_sample_then_watchdog_pings(stack, tmp_path):
 
 
 def test_a_stopped_loop_stops_pinging(stack, tmp_path):
-    broker = stack.broker()
-    target = stack.target()
-    notify = Notify(tmp_path)
-    agent = stack.agent(broker.port, f"cmdline = {target.marker}",
-                        env={"NOTIFY_SOCKET": str(notify.path), "WATCHDOG_USEC": "400000"})
+    broker, notify, agent = notified_agent(stack, tmp_path)
     notify.wait("WATCHDOG", "1")
     agent.proc.send_signal(signal.SIGSTOP)  # The loop is stuck: no tick runs at all.
     try:
@@ -178,10 +180,7 @@ def test_sighup_reloads_budgets_keeping_level_and_connection(stack, tmp_path):
 
 
 def test_sighup_with_a_broken_config_keeps_the_running_one(stack):
-    broker = stack.broker()
-    target = stack.target()
-    agent = stack.agent(broker.port, f"cmdline = {target.marker}", extra=budget(50))
-    sub = stack.subscriber(broker.port, agent.device)
+    broker, target, agent, sub = stack.watching(extra=budget(50))
     sub.next("birth")
     agent.config.write_text(agent.config.read_text() + "[budget.infer]\np99 = fast\n")
     agent.proc.send_signal(signal.SIGHUP)
@@ -208,10 +207,7 @@ def test_sighup_changes_the_target(stack):
 
 
 def test_sigterm_exits_within_its_bound_when_the_broker_hangs(stack):
-    broker = stack.broker()
-    target = stack.target()
-    agent = stack.agent(broker.port, f"cmdline = {target.marker}")
-    sub = stack.subscriber(broker.port, agent.device)
+    broker, _, agent, sub = stack.watching()
     sub.next("data")
     broker.proc.send_signal(signal.SIGSTOP)  # Accepts nothing more, answers nothing.
     try:

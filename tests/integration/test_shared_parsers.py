@@ -17,18 +17,16 @@ import subprocess
 
 import pytest
 
-from conftest import AGENT, free_port
+from conftest import check_config, free_port
 
 AGGREGATOR = os.environ.get("EM_AGGREGATOR")
 CLI = os.environ.get("EM_CLI")
 
 
 def agent_check(tmp_path, body):
-    assert AGENT, "EM_AGENT must name the edgemon-agent binary (run through ctest)"
     cfg = tmp_path / "agent.ini"
     cfg.write_text("[target]\npid = 1\n" + body)
-    return subprocess.run([AGENT, "--config", str(cfg), "--check"], capture_output=True,
-                          text=True, timeout=10)
+    return check_config(cfg)
 
 
 def aggregator_check(*args):

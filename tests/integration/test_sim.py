@@ -58,12 +58,16 @@ class Collector:
         self.client.disconnect()
 
 
-@pytest.fixture
-def collectors():
-    made = []
-    yield made
-    for c in made:
-        c.close()
+def sim_collector(stack, letter):
+    """(broker, prefix, Collector): a broker and a collector, closed when the test ends, of
+    what the simulated devices <prefix>-NNNN publish on it; prefix is `letter` and six random
+    hex digits. Skips the test without EM_SIM."""
+    need_sim()
+    broker = stack.broker()
+    prefix = f"{letter}{uuid.uuid4().hex[:6]}"
+    live = Collector(broker.port, prefix)
+    stack.on_stop(live.close)
+    return broker, prefix, live
 
 
 def run_sim(port, *args, timeout=60):
@@ -93,12 +97,8 @@ def check_stage(st):
     assert bucket_index(st["max_ns"]) == buckets[-1][0]
 
 
-def test_sim_publishes_births_data_and_offline_status(stack, collectors):
-    need_sim()
-    broker = stack.broker()
-    prefix = f"s{uuid.uuid4().hex[:6]}"
-    live = Collector(broker.port, prefix)
-    collectors.append(live)
+def test_sim_publishes_births_data_and_offline_status(stack):
+    broker, prefix, live = sim_collector(stack, "s")
 
     r = run_sim(broker.port, "--devices", "3", "--rate", "10", "--duration", "2",
                 "--prefix", prefix, "--seed", "7")
@@ -139,7 +139,7 @@ def test_sim_publishes_births_data_and_offline_status(stack, collectors):
 
     # A subscriber that arrives afterwards gets what the broker retained.
     late = Collector(broker.port, prefix)
-    collectors.append(late)
+    stack.on_stop(late.close)
     wait_for(lambda: len(late.of("birth")) == 3 and len(late.of("status")) == 3, 10,
              "retained births and statuses")
     for d, m, retained in late.of("birth"):
@@ -157,12 +157,8 @@ def test_sim_publishes_births_data_and_offline_status(stack, collectors):
         assert retained and m["online"] is False
 
 
-def test_sim_stops_on_sigterm_and_says_offline(stack, collectors):
-    need_sim()
-    broker = stack.broker()
-    prefix = f"t{uuid.uuid4().hex[:6]}"
-    live = Collector(broker.port, prefix)
-    collectors.append(live)
+def test_sim_stops_on_sigterm_and_says_offline(stack):
+    broker, prefix, live = sim_collector(stack, "t")
     p = subprocess.Popen([SIM, "--broker", f"mqtt://127.0.0.1:{broker.port}", "--devices", "2",
                           "--rate", "20", "--prefix", prefix, "--stages", "a,b"],
                          stderr=subprocess.PIPE, text=True)

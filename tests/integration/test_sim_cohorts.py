@@ -12,18 +12,14 @@ import uuid
 import pytest
 
 from conftest import wait_for
-from test_sim import Collector, collectors, need_sim, run_sim  # noqa: F401 (collectors: a fixture)
+from test_sim import need_sim, run_sim, sim_collector
 
 CLI = os.environ.get("EM_CLI")
 FULL = {"name": "mobilenet", "version": "1.4", "labels": {"site": "lab", "variant": "full"}}
 
 
-def test_cohorts_name_their_model_and_a_switch_is_one_model_change(stack, collectors):
-    need_sim()
-    broker = stack.broker()
-    prefix = f"c{uuid.uuid4().hex[:6]}"
-    live = Collector(broker.port, prefix)
-    collectors.append(live)
+def test_cohorts_name_their_model_and_a_switch_is_one_model_change(stack):
+    broker, prefix, live = sim_collector(stack, "c")
     r = run_sim(broker.port, "--devices", "3", "--rate", "10", "--duration", "3", "--prefix",
                 prefix, "--model", "1-2:mobilenet:1.4:variant=full,site=lab", "--model",
                 "3:resnet18:2.0", "--switch", "2:1:1.5", "--seed", "3")

@@ -51,11 +51,7 @@ def stages_total(sub, birth, want, timeout=10):
 
 @pytest.fixture
 def agent_with_spans(stack):
-    broker = stack.broker()
-    target = stack.target()
-    agent = stack.agent(broker.port, f"cmdline = {target.marker}",
-                        extra="[spans]\nmax_stages = 4\n")
-    sub = stack.subscriber(broker.port, agent.device)
+    broker, target, agent, sub = stack.watching(extra="[spans]\nmax_stages = 4\n")
     birth = sub.next("birth")
     sock_path = stack.tmp / "run" / "spans.sock"
     wait_for(sock_path.exists, 5, "the span socket")
@@ -194,13 +190,10 @@ def test_the_python_client_against_the_real_agent(agent_with_spans):
 
 
 def test_budgeted_stages_keep_their_slots_and_idle_stages_are_evicted(stack):
-    broker = stack.broker()
-    target = stack.target()
-    agent = stack.agent(broker.port, f"cmdline = {target.marker}",
-                        extra="[spans]\nmax_stages = 4\nstage_idle = 300ms\n"
-                              "[budget.infer]\ndeadline = 50ms\nlevel = DEGRADED\n"
-                              "[degrade]\nwindow = 200ms\nenter_windows = 1\n")
-    sub = stack.subscriber(broker.port, agent.device)
+    broker, target, agent, sub = stack.watching(
+        extra="[spans]\nmax_stages = 4\nstage_idle = 300ms\n"
+              "[budget.infer]\ndeadline = 50ms\nlevel = DEGRADED\n"
+              "[degrade]\nwindow = 200ms\nenter_windows = 1\n")
     birth = sub.next("birth")
     path = stack.tmp / "run" / "spans.sock"
     wait_for(path.exists, 5, "the span socket")

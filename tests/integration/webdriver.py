@@ -17,6 +17,8 @@ import time
 import urllib.error
 import urllib.request
 
+from conftest import terminate
+
 CHROMIUM = os.environ.get("EM_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("EM_CHROMEDRIVER", "/usr/bin/chromedriver")
 ELEMENT = "element-6066-11e4-a52e-4f735466cecf"  # the W3C key of an element reference
@@ -108,13 +110,8 @@ class Driver:
     def stop(self):
         for session in self.sessions:
             session.quit()
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        if self.proc:
+            terminate(self.proc)
         self.log.close()
 
 
