@@ -142,11 +142,9 @@ int em_ring_header_read(const void *mem, size_t len, em_ring_header_t *out) {
   }
   uint8_t h[EM_RING_HEADER_BYTES];
   load_bytes_relaxed(h, mem, sizeof h);
-  if (memcmp(h + HDR_OFF_MAGIC, ring_magic, sizeof ring_magic) != 0) {
-    return EM_PROTO_EMAGIC;
-  }
-  if (get_le16(h + HDR_OFF_VERSION) != EM_RING_VERSION) {
-    return EM_PROTO_EVERSION;
+  int head = check_page_head(h, ring_magic, sizeof ring_magic, HDR_OFF_VERSION, EM_RING_VERSION);
+  if (head != 0) {
+    return head;
   }
   uint32_t slots = get_le32(h + HDR_OFF_SLOTS);
   if (get_le16(h + HDR_OFF_HDR_SIZE) != EM_RING_HEADER_BYTES ||
@@ -339,10 +337,7 @@ int em_ring_dgram_pack(const em_ring_dgram_t *d, uint8_t out[EM_SPAN_DGRAM_BYTES
     return EM_PROTO_ESTRING;
   }
   memset(out, 0, EM_SPAN_DGRAM_BYTES);
-  out[0] = EM_WIRE_MAGIC0;
-  out[1] = EM_WIRE_MAGIC1;
-  out[DG_OFF_VERSION] = EM_RING_DGRAM_VERSION;
-  out[DG_OFF_KIND] = d->kind;
+  put_dgram_head(out, EM_RING_DGRAM_VERSION, d->kind);
   put_le32(out + DG_OFF_PID, d->pid);
   if (d->kind == EM_DGRAM_HARD_MISS) {
     put_le64(out + DG_OFF_A, d->span.frame_id);
@@ -360,17 +355,10 @@ int em_ring_dgram_pack(const em_ring_dgram_t *d, uint8_t out[EM_SPAN_DGRAM_BYTES
 }
 
 int em_ring_dgram_unpack(const uint8_t *buf, size_t len, em_ring_dgram_t *out) {
-  if (buf == NULL || out == NULL) {
-    return EM_PROTO_EINVAL;
-  }
-  if (len != EM_SPAN_DGRAM_BYTES) {
-    return EM_PROTO_ESIZE;
-  }
-  if (buf[0] != EM_WIRE_MAGIC0 || buf[1] != EM_WIRE_MAGIC1) {
-    return EM_PROTO_EMAGIC;
-  }
-  if (buf[DG_OFF_VERSION] != EM_RING_DGRAM_VERSION) {
-    return EM_PROTO_EVERSION;
+  int head = check_dgram_head(buf, out, len, EM_SPAN_DGRAM_BYTES, EM_SPAN_DGRAM_BYTES,
+                              EM_RING_DGRAM_VERSION, ANY_KIND);
+  if (head != 0) {
+    return head;
   }
   int kind = buf[DG_OFF_KIND];
   if (!is_v2_kind(kind)) {
@@ -471,11 +459,10 @@ int em_deadline_page_read(const uint8_t *page, em_deadline_t *out, size_t *n, ui
   if (page == NULL || out == NULL || n == NULL || !aligned(page)) {
     return EM_PROTO_EINVAL;
   }
-  if (memcmp(page + DL_OFF_MAGIC, deadline_magic, sizeof deadline_magic) != 0) {
-    return EM_PROTO_EMAGIC;
-  }
-  if (get_le16(page + DL_OFF_VERSION) != EM_DEADLINE_PAGE_VERSION) {
-    return EM_PROTO_EVERSION;
+  int head = check_page_head(page, deadline_magic, sizeof deadline_magic, DL_OFF_VERSION,
+                             EM_DEADLINE_PAGE_VERSION);
+  if (head != 0) {
+    return head;
   }
   const uint32_t *seq = dl_seq_const(page);
   uint8_t count[2];

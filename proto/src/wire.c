@@ -116,10 +116,7 @@ int em_span_pack(const em_span_t *span, uint8_t out[EM_SPAN_DGRAM_BYTES]) {
     return EM_PROTO_ESTRING;
   }
 
-  out[SPAN_OFF_MAGIC0] = EM_WIRE_MAGIC0;
-  out[SPAN_OFF_MAGIC1] = EM_WIRE_MAGIC1;
-  out[SPAN_OFF_VERSION] = EM_WIRE_VERSION;
-  out[SPAN_OFF_KIND] = (uint8_t)kind;
+  put_dgram_head(out, EM_WIRE_VERSION, (uint8_t)kind);
   put_le32(out + SPAN_OFF_PID, span->pid);
   put_le64(out + SPAN_OFF_FRAME, span->frame_id);
   put_le64(out + SPAN_OFF_START, span->start_ns);
@@ -134,17 +131,10 @@ int em_span_pack(const em_span_t *span, uint8_t out[EM_SPAN_DGRAM_BYTES]) {
  * (un)subscribe). out->stage is fully written, zero-padded after the name.
  */
 int em_span_unpack(const uint8_t *buf, size_t len, em_span_t *out) {
-  if (buf == NULL || out == NULL) {
-    return EM_PROTO_EINVAL;
-  }
-  if (len != EM_SPAN_DGRAM_BYTES) {
-    return EM_PROTO_ESIZE;
-  }
-  if (buf[SPAN_OFF_MAGIC0] != EM_WIRE_MAGIC0 || buf[SPAN_OFF_MAGIC1] != EM_WIRE_MAGIC1) {
-    return EM_PROTO_EMAGIC;
-  }
-  if (buf[SPAN_OFF_VERSION] != EM_WIRE_VERSION) {
-    return EM_PROTO_EVERSION;
+  int head = check_dgram_head(buf, out, len, EM_SPAN_DGRAM_BYTES, EM_SPAN_DGRAM_BYTES,
+                              EM_WIRE_VERSION, ANY_KIND);
+  if (head != 0) {
+    return head;
   }
   int kind = buf[SPAN_OFF_KIND];
   if (!is_client_kind(kind)) {
@@ -220,10 +210,7 @@ int em_model_dgram_pack(const em_model_t *m, uint32_t pid, uint32_t generation,
     return rc;
   }
   memset(out, 0, EM_MODEL_DGRAM_BYTES);
-  out[SPAN_OFF_MAGIC0] = EM_WIRE_MAGIC0;
-  out[SPAN_OFF_MAGIC1] = EM_WIRE_MAGIC1;
-  out[SPAN_OFF_VERSION] = EM_MODEL_DGRAM_VERSION;
-  out[SPAN_OFF_KIND] = EM_DGRAM_MODEL;
+  put_dgram_head(out, EM_MODEL_DGRAM_VERSION, EM_DGRAM_MODEL);
   put_le32(out + MODEL_OFF_PID, pid);
   put_le32(out + MODEL_OFF_GENERATION, generation);
   out[MODEL_OFF_N_LABELS] = (uint8_t)m->n_labels;
@@ -254,20 +241,10 @@ static int unpack_field(const uint8_t *field, size_t cap, char *out) {
  * decoded identity, so the agent accepts exactly what the schema's encoder accepts.
  */
 int em_model_dgram_unpack(const uint8_t *buf, size_t len, em_model_dgram_t *out) {
-  if (buf == NULL || out == NULL) {
-    return EM_PROTO_EINVAL;
-  }
-  if (len != EM_MODEL_DGRAM_BYTES) {
-    return EM_PROTO_ESIZE;
-  }
-  if (buf[SPAN_OFF_MAGIC0] != EM_WIRE_MAGIC0 || buf[SPAN_OFF_MAGIC1] != EM_WIRE_MAGIC1) {
-    return EM_PROTO_EMAGIC;
-  }
-  if (buf[SPAN_OFF_VERSION] != EM_MODEL_DGRAM_VERSION) {
-    return EM_PROTO_EVERSION;
-  }
-  if (buf[SPAN_OFF_KIND] != EM_DGRAM_MODEL) {
-    return EM_PROTO_EKIND;
+  int head = check_dgram_head(buf, out, len, EM_MODEL_DGRAM_BYTES, EM_MODEL_DGRAM_BYTES,
+                              EM_MODEL_DGRAM_VERSION, EM_DGRAM_MODEL);
+  if (head != 0) {
+    return head;
   }
   size_t n = buf[MODEL_OFF_N_LABELS];
   if (n > EM_PROTO_MAX_MODEL_LABELS) {
@@ -400,10 +377,7 @@ int em_push_pack(const em_state_record_t *rec, uint32_t agent_pid,
   if (rc != 0) {
     return rc;
   }
-  out[SPAN_OFF_MAGIC0] = EM_WIRE_MAGIC0;
-  out[SPAN_OFF_MAGIC1] = EM_WIRE_MAGIC1;
-  out[SPAN_OFF_VERSION] = EM_WIRE_VERSION;
-  out[SPAN_OFF_KIND] = EM_DGRAM_LEVEL_PUSH;
+  put_dgram_head(out, EM_WIRE_VERSION, EM_DGRAM_LEVEL_PUSH);
   put_le32(out + PUSH_OFF_PID, agent_pid);
   put_le64(out + PUSH_OFF_RESERVED, 0);
   pack_body(rec, out + PUSH_OFF_BODY);
@@ -416,20 +390,10 @@ int em_push_pack(const em_state_record_t *rec, uint32_t agent_pid,
  * agent_pid may be NULL.
  */
 int em_push_unpack(const uint8_t *buf, size_t len, em_state_record_t *out, uint32_t *agent_pid) {
-  if (buf == NULL || out == NULL) {
-    return EM_PROTO_EINVAL;
-  }
-  if (len != EM_PUSH_DGRAM_BYTES) {
-    return EM_PROTO_ESIZE;
-  }
-  if (buf[SPAN_OFF_MAGIC0] != EM_WIRE_MAGIC0 || buf[SPAN_OFF_MAGIC1] != EM_WIRE_MAGIC1) {
-    return EM_PROTO_EMAGIC;
-  }
-  if (buf[SPAN_OFF_VERSION] != EM_WIRE_VERSION) {
-    return EM_PROTO_EVERSION;
-  }
-  if (buf[SPAN_OFF_KIND] != EM_DGRAM_LEVEL_PUSH) {
-    return EM_PROTO_EKIND;
+  int head = check_dgram_head(buf, out, len, EM_PUSH_DGRAM_BYTES, EM_PUSH_DGRAM_BYTES,
+                              EM_WIRE_VERSION, EM_DGRAM_LEVEL_PUSH);
+  if (head != 0) {
+    return head;
   }
   if (get_le64(buf + PUSH_OFF_RESERVED) != 0) {
     return EM_PROTO_ERANGE;
@@ -531,11 +495,10 @@ int em_state_page_read(const uint8_t *page, em_state_record_t *out, uint32_t *se
   if (page == NULL || out == NULL || !page_aligned(page)) {
     return EM_PROTO_EINVAL;
   }
-  if (memcmp(page + PAGE_OFF_MAGIC, page_magic, sizeof page_magic) != 0) {
-    return EM_PROTO_EMAGIC;
-  }
-  if (get_le16(page + PAGE_OFF_VERSION) != EM_WIRE_VERSION) {
-    return EM_PROTO_EVERSION;
+  int head =
+      check_page_head(page, page_magic, sizeof page_magic, PAGE_OFF_VERSION, EM_WIRE_VERSION);
+  if (head != 0) {
+    return head;
   }
   if (get_le16(page + PAGE_OFF_SIZE) != EM_STATE_PAGE_BYTES) {
     return EM_PROTO_ESIZE;
@@ -609,11 +572,10 @@ int em_profile_page_unpack(const uint8_t *buf, size_t len, em_profile_page_t *ou
   if (len != EM_PROFILE_PAGE_BYTES) {
     return EM_PROTO_ESIZE;
   }
-  if (memcmp(buf + PPAGE_OFF_MAGIC, ppage_magic, sizeof ppage_magic) != 0) {
-    return EM_PROTO_EMAGIC;
-  }
-  if (get_le16(buf + PPAGE_OFF_VERSION) != EM_PROFILE_PAGE_VERSION) {
-    return EM_PROTO_EVERSION;
+  int head = check_page_head(buf, ppage_magic, sizeof ppage_magic, PPAGE_OFF_VERSION,
+                             EM_PROFILE_PAGE_VERSION);
+  if (head != 0) {
+    return head;
   }
   em_profile_page_t p = {.window = get_le32(buf + PPAGE_OFF_WINDOW),
                          .hz = get_le32(buf + PPAGE_OFF_HZ),
@@ -722,10 +684,7 @@ int em_pystacks_pack(uint32_t pid, uint32_t window, uint32_t samples_cut,
     return EM_PROTO_ENOSPACE;
   }
   memset(out, 0, EM_PYSTACKS_HEADER_BYTES);
-  out[SPAN_OFF_MAGIC0] = EM_WIRE_MAGIC0;
-  out[SPAN_OFF_MAGIC1] = EM_WIRE_MAGIC1;
-  out[SPAN_OFF_VERSION] = EM_PYSTACKS_VERSION;
-  out[SPAN_OFF_KIND] = EM_DGRAM_PYSTACKS;
+  put_dgram_head(out, EM_PYSTACKS_VERSION, EM_DGRAM_PYSTACKS);
   put_le32(out + PYS_OFF_PID, pid);
   put_le32(out + PYS_OFF_WINDOW, window);
   put_le32(out + PYS_OFF_CUT, samples_cut);
@@ -758,20 +717,10 @@ int em_pystacks_pack(uint32_t pid, uint32_t window, uint32_t samples_cut,
  * (they must end exactly at len). Nothing is read past len; *out is written only on success.
  */
 int em_pystacks_unpack(const uint8_t *buf, size_t len, em_pystacks_t *out) {
-  if (buf == NULL || out == NULL) {
-    return EM_PROTO_EINVAL;
-  }
-  if (len < EM_PYSTACKS_HEADER_BYTES || len > EM_PYSTACKS_MAX_BYTES) {
-    return EM_PROTO_ESIZE;
-  }
-  if (buf[SPAN_OFF_MAGIC0] != EM_WIRE_MAGIC0 || buf[SPAN_OFF_MAGIC1] != EM_WIRE_MAGIC1) {
-    return EM_PROTO_EMAGIC;
-  }
-  if (buf[SPAN_OFF_VERSION] != EM_PYSTACKS_VERSION) {
-    return EM_PROTO_EVERSION;
-  }
-  if (buf[SPAN_OFF_KIND] != EM_DGRAM_PYSTACKS) {
-    return EM_PROTO_EKIND;
+  int head = check_dgram_head(buf, out, len, EM_PYSTACKS_HEADER_BYTES, EM_PYSTACKS_MAX_BYTES,
+                              EM_PYSTACKS_VERSION, EM_DGRAM_PYSTACKS);
+  if (head != 0) {
+    return head;
   }
   if (check_padding(buf + PYS_OFF_RESERVED, 0, 8) != 0) {
     return EM_PROTO_ERANGE;

@@ -1,8 +1,9 @@
 /*
  * wire_bytes.h - internal to proto/src: the byte-level pieces the board-local records share
  * (wire.c: datagram v1, push, state page; ring.c: ring v2, v2 datagrams, deadline page):
- * little-endian field access, the NUL-padded text field rules of WIRE.md, and the relaxed
- * byte-wide copies a seqlock needs. Not a public header.
+ * little-endian field access, the heads every datagram, page and ring opens with, the
+ * NUL-padded text field rules of WIRE.md, and the relaxed byte-wide copies a seqlock needs. Not
+ * a public header.
  */
 #ifndef EDGEMON_PROTO_WIRE_BYTES_H
 #define EDGEMON_PROTO_WIRE_BYTES_H
@@ -13,6 +14,7 @@
 #include <string.h>
 
 #include "edgemon/proto.h"
+#include "edgemon/wire.h"
 
 /* Which bytes a NUL-padded text field may hold before its NUL. */
 typedef enum {
@@ -64,6 +66,53 @@ static inline double get_f64(const uint8_t *p) {
   double v;
   memcpy(&v, &bits, sizeof v);
   return v;
+}
+
+/* ---- Heads ---- */
+
+/* Any kind: the caller checks it (check_dgram_head). */
+#define ANY_KIND (-1)
+
+/* Every datagram WIRE.md defines opens with the magic "EM", its version and its kind. */
+enum { DGRAM_OFF_MAGIC0 = 0, DGRAM_OFF_MAGIC1 = 1, DGRAM_OFF_VERSION = 2, DGRAM_OFF_KIND = 3 };
+
+static inline void put_dgram_head(uint8_t *out, uint8_t version, uint8_t kind) {
+  out[DGRAM_OFF_MAGIC0] = EM_WIRE_MAGIC0;
+  out[DGRAM_OFF_MAGIC1] = EM_WIRE_MAGIC1;
+  out[DGRAM_OFF_VERSION] = version;
+  out[DGRAM_OFF_KIND] = kind;
+}
+
+/*
+ * The first checks of every received datagram, in WIRE.md's order: buf and out given (EINVAL),
+ * len within min_len..max_len (ESIZE), the magic (EMAGIC), `version` (EVERSION) and, unless
+ * ANY_KIND, `kind` (EKIND).
+ */
+static inline int check_dgram_head(const uint8_t *buf, const void *out, size_t len, size_t min_len,
+                                   size_t max_len, uint8_t version, int kind) {
+  if (buf == NULL || out == NULL) {
+    return EM_PROTO_EINVAL;
+  }
+  if (len < min_len || len > max_len) {
+    return EM_PROTO_ESIZE;
+  }
+  if (buf[DGRAM_OFF_MAGIC0] != EM_WIRE_MAGIC0 || buf[DGRAM_OFF_MAGIC1] != EM_WIRE_MAGIC1) {
+    return EM_PROTO_EMAGIC;
+  }
+  if (buf[DGRAM_OFF_VERSION] != version) {
+    return EM_PROTO_EVERSION;
+  }
+  return kind != ANY_KIND && buf[DGRAM_OFF_KIND] != kind ? EM_PROTO_EKIND : 0;
+}
+
+/* A page's or ring's head: its magic at 0 (EMAGIC), then its little-endian u16 version at
+ * version_off (EVERSION). */
+static inline int check_page_head(const uint8_t *p, const uint8_t *magic, size_t magic_len,
+                                  size_t version_off, uint16_t version) {
+  if (memcmp(p, magic, magic_len) != 0) {
+    return EM_PROTO_EMAGIC;
+  }
+  return get_le16(p + version_off) != version ? EM_PROTO_EVERSION : 0;
 }
 
 /* ---- Text fields ---- */
