@@ -27,9 +27,7 @@
 #include "figures.h"
 #include "tmp_tree.h"
 
-#ifndef EM_FIXTURES_DIR
-#error "EM_FIXTURES_DIR (absolute path of tests/fixtures) must be defined"
-#endif
+#include "fixtures.h"
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 /* The alias of the definition named `name`, or -1. */

@@ -24,10 +24,7 @@
 #include "pmu_events.h"
 #include "tmp_tree.h"
 
-#ifndef EM_FIXTURES_DIR
-#error "EM_FIXTURES_DIR (absolute path of tests/fixtures) must be defined"
-#endif
-#define BOARDS_DIR   EM_FIXTURES_DIR "/boards"
+#include "fixtures.h"
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define NO_CPUS      "" /* every CPU: the set is empty */
 

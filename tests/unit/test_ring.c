@@ -73,6 +73,12 @@ static uint8_t *new_ring(uint32_t slot_count) {
   return mem;
 }
 
+/* A new ring (new_ring()) and *r a reader of it registered at position 0; free() the ring. */
+static uint8_t *new_ring_and_reader(em_ring_reader_t *r, uint32_t slot_count) {
+  assert_int_equal(em_ring_reader_init(r, slot_count, 0), 0);
+  return new_ring(slot_count);
+}
+
 static uint8_t *slot_at(uint8_t *mem, uint32_t slot_count, uint64_t pos) {
   return mem + EM_RING_HEADER_BYTES + (pos & (slot_count - 1u)) * EM_RING_SLOT_BYTES;
 }
@@ -373,9 +379,8 @@ static void ring_write_refuses_bad_spans_and_writes_nothing(void **state) {
 
 static void drain_of_an_unaligned_mapping_folds_nothing(void **state) {
   (void)state;
-  uint8_t *mem = new_ring(64);
   em_ring_reader_t r;
-  assert_int_equal(em_ring_reader_init(&r, 64, 0), 0);
+  uint8_t *mem = new_ring_and_reader(&r, 64);
   uint64_t pos = 0;
   collect_t c = {0};
   write_frames(mem, 64, &pos, 5);
@@ -404,9 +409,8 @@ static void stage_alphabet_is_exactly_the_documented_one(void **state) {
 
 static void drain_consumes_only_up_to_the_previous_head(void **state) {
   (void)state;
-  uint8_t *mem = new_ring(64);
   em_ring_reader_t r;
-  assert_int_equal(em_ring_reader_init(&r, 64, 0), 0);
+  uint8_t *mem = new_ring_and_reader(&r, 64);
   uint64_t pos = 0;
   collect_t c = {0};
 
@@ -552,9 +556,8 @@ static void accounting_holds_for_random_writes_and_drains(void **state) {
 /* Written 64 ahead of the previous head: the oldest positions are counted, not read. */
 static void writer_lapping_the_reader_counts_overwritten(void **state) {
   (void)state;
-  uint8_t *mem = new_ring(64);
   em_ring_reader_t r;
-  assert_int_equal(em_ring_reader_init(&r, 64, 0), 0);
+  uint8_t *mem = new_ring_and_reader(&r, 64);
   uint64_t pos = 0;
   collect_t c = {0};
   write_frames(mem, 64, &pos, 64);
@@ -710,10 +713,9 @@ static void scribbled_head_is_counted_and_resynced(void **state) {
       {"forward to the maximum", UINT64_MAX, true},
   };
   for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
-    uint8_t *mem = new_ring(64);
-    uint64_t pos = 0;
     em_ring_reader_t r;
-    assert_int_equal(em_ring_reader_init(&r, 64, 0), 0);
+    uint8_t *mem = new_ring_and_reader(&r, 64);
+    uint64_t pos = 0;
     collect_t c = {0};
     write_frames(mem, 64, &pos, 10);
     assert_int_equal(em_ring_reader_drain(&r, mem, false, collect, &c), 0);
@@ -734,10 +736,9 @@ static void scribbled_head_is_counted_and_resynced(void **state) {
 /* A head jump of exactly 2^32 is not scribbled; the lapped positions are counted, not read. */
 static void head_jump_of_2_pow_32_is_bounded(void **state) {
   (void)state;
-  uint8_t *mem = new_ring(64);
-  uint64_t pos = 0;
   em_ring_reader_t r;
-  assert_int_equal(em_ring_reader_init(&r, 64, 0), 0);
+  uint8_t *mem = new_ring_and_reader(&r, 64);
+  uint64_t pos = 0;
   write_frames(mem, 64, &pos, 10);
   assert_int_equal(em_ring_reader_drain(&r, mem, false, NULL, NULL), 0);
   set_head(mem, 10 + (1ull << 32));

@@ -27,10 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#ifndef EM_FIXTURES_DIR
-#error "EM_FIXTURES_DIR (absolute path of tests/fixtures) must be defined"
-#endif
-#define BOARDS_DIR EM_FIXTURES_DIR "/boards"
+#include "fixtures.h"
 
 #define ABSENT NAN /* in the expectation tables: the figure exists and is absent */
 

@@ -24,10 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#ifndef EM_FIXTURES_DIR
-#error "EM_FIXTURES_DIR (absolute path of tests/fixtures) must be defined"
-#endif
-#define BOARDS_DIR   EM_FIXTURES_DIR "/boards"
+#include "fixtures.h"
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Opens `root` with `opts` into *s and reads once; the reading is the caller's to free. */
