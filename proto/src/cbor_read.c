@@ -157,20 +157,25 @@ int em__skip(em__dec_t *d) {
   return rc;
 }
 
+/* The next token, which must be of `type` (ETYPE for another). */
+static int next_of(em__dec_t *d, em__tok_type_t type, em__tok_t *t) {
+  int rc = em__next(d, t);
+  return rc ? rc : t->type == type ? 0 : EM_PROTO_ETYPE;
+}
+
+/* The next token, of `type` with a value or count of at most max (`over` past it). */
+static int next_upto(em__dec_t *d, em__tok_type_t type, uint64_t max, int over, em__tok_t *t) {
+  int rc = next_of(d, type, t);
+  return rc ? rc : t->u > max ? over : 0;
+}
+
 int em__read_uint(em__dec_t *d, uint64_t max, uint64_t *out) {
   em__tok_t t;
-  int rc = em__next(d, &t);
-  if (rc) {
-    return rc;
+  int rc = next_upto(d, T_UINT, max, EM_PROTO_ERANGE, &t);
+  if (!rc) {
+    *out = t.u;
   }
-  if (t.type != T_UINT) {
-    return EM_PROTO_ETYPE;
-  }
-  if (t.u > max) {
-    return EM_PROTO_ERANGE;
-  }
-  *out = t.u;
-  return 0;
+  return rc;
 }
 
 int em__read_int(em__dec_t *d, int64_t min, int64_t max, int64_t *out) {
@@ -198,12 +203,9 @@ int em__read_int(em__dec_t *d, int64_t min, int64_t max, int64_t *out) {
 
 int em__read_bool(em__dec_t *d, bool *out) {
   em__tok_t t;
-  int rc = em__next(d, &t);
+  int rc = next_of(d, T_BOOL, &t);
   if (rc) {
     return rc;
-  }
-  if (t.type != T_BOOL) {
-    return EM_PROTO_ETYPE;
   }
   *out = t.b;
   return 0;
@@ -212,12 +214,9 @@ int em__read_bool(em__dec_t *d, bool *out) {
 /* A text string of the given class, copied NUL-terminated into scratch. */
 int em__read_str(em__dec_t *d, em_str_class_t cls, size_t max, const char **out) {
   em__tok_t t;
-  int rc = em__next(d, &t);
+  int rc = next_of(d, T_TEXT, &t);
   if (rc) {
     return rc;
-  }
-  if (t.type != T_TEXT) {
-    return EM_PROTO_ETYPE;
   }
   rc = em__check_str((const char *)t.str, t.str_len, cls, max);
   if (rc) {
@@ -268,18 +267,12 @@ int em__read_value(em__dec_t *d, bool allow_null, em_value_t *out) {
 /* Reads a container head of the given type and enters it; *n is its element count. */
 int em__open_container(em__dec_t *d, em__tok_type_t type, uint64_t max_items, uint64_t *n) {
   em__tok_t t;
-  int rc = em__next(d, &t);
-  if (rc) {
-    return rc;
+  int rc = next_upto(d, type, max_items, EM_PROTO_ELIMIT, &t);
+  if (!rc) {
+    *n = t.u;
+    rc = em__enter(d);
   }
-  if (t.type != type) {
-    return EM_PROTO_ETYPE;
-  }
-  if (t.u > max_items) {
-    return EM_PROTO_ELIMIT;
-  }
-  *n = t.u;
-  return em__enter(d);
+  return rc;
 }
 
 /*
@@ -288,12 +281,9 @@ int em__open_container(em__dec_t *d, em__tok_type_t type, uint64_t max_items, ui
  */
 int em__read_key(em__dec_t *d, uint64_t *seen, uint64_t *key) {
   em__tok_t t;
-  int rc = em__next(d, &t);
+  int rc = next_of(d, T_UINT, &t);
   if (rc) {
-    return rc;
-  }
-  if (t.type != T_UINT) {
-    return EM_PROTO_EKEY;
+    return rc == EM_PROTO_ETYPE ? EM_PROTO_EKEY : rc;
   }
   if (t.u < 64) {
     if (*seen & (UINT64_C(1) << t.u)) {
