@@ -16,7 +16,8 @@ static int check_level(em_level_t level) {
 
 /* --- birth ---------------------------------------------------------------------------- */
 
-static int check_birth(const em_birth_t *b) {
+static int check_birth(const void *msg) {
+  const em_birth_t *b = msg;
   int rc = em__check_cstr(b->device, STR_IDENT, EM_PROTO_MAX_NAME_BYTES);
   if (!rc) {
     rc = em__check_cstr(b->agent_version, STR_NAME, EM_PROTO_MAX_NAME_BYTES);
@@ -97,7 +98,8 @@ static void w_settings(em__writer_t *w, unsigned key, const em_settings_t *s, co
   }
 }
 
-static void w_birth(em__writer_t *w, const em_birth_t *b) {
+static void w_birth(em__writer_t *w, const void *msg) {
+  const em_birth_t *b = msg;
   em__w_common(w,
                6 + (b->flight.on ? 1 : 0) + em__model_entries(&b->model) + (b->profiler.on ? 1 : 0),
                EM_MSG_BIRTH, &b->head);
@@ -142,7 +144,8 @@ static void w_birth(em__writer_t *w, const em_birth_t *b) {
 
 /* --- data ----------------------------------------------------------------------------- */
 
-static int check_data(const em_data_t *d) {
+static int check_data(const void *msg) {
+  const em_data_t *d = msg;
   if (d->n_samples > EM_PROTO_MAX_METRICS || d->n_stages > EM_PROTO_MAX_STAGES) {
     return EM_PROTO_ELIMIT;
   }
@@ -212,7 +215,8 @@ static void w_stage(em__writer_t *w, const em_stage_t *s) {
   w_buckets(w, s);
 }
 
-static void w_data(em__writer_t *w, const em_data_t *d) {
+static void w_data(em__writer_t *w, const void *msg) {
+  const em_data_t *d = msg;
   size_t n_more = 4 + (d->level != EM_LEVEL_NONE ? 1 : 0) + em__model_entries(&d->model) +
                   (d->historical ? 1 : 0);
   em__w_common(w, n_more, EM_MSG_DATA, &d->head);
@@ -242,7 +246,8 @@ static void w_data(em__writer_t *w, const em_data_t *d) {
 
 /* --- state, status, cmd --------------------------------------------------------------- */
 
-static int check_state(const em_state_t *s) {
+static int check_state(const void *msg) {
+  const em_state_t *s = msg;
   if (check_level(s->level) || check_level(s->prev_level)) {
     return EM_PROTO_ERANGE;
   }
@@ -256,7 +261,8 @@ static int check_state(const em_state_t *s) {
   return rc;
 }
 
-static void w_state(em__writer_t *w, const em_state_t *s) {
+static void w_state(em__writer_t *w, const void *msg) {
+  const em_state_t *s = msg;
   size_t n_more = 3 + em__cause_count(EM_CAUSE_OF(s)) + em__model_entries(&s->model) +
                   (s->model_change ? 1 : 0) + (s->historical ? 1 : 0);
   em__w_common(w, n_more, EM_MSG_STATE, &s->head);
@@ -275,13 +281,15 @@ static void w_state(em__writer_t *w, const em_state_t *s) {
   }
 }
 
-static void w_status(em__writer_t *w, const em_status_t *s) {
+static void w_status(em__writer_t *w, const void *msg) {
+  const em_status_t *s = msg;
   em__w_common(w, 1, EM_MSG_STATUS, &s->head);
   em__w_uint(w, KX_ONLINE);
   em__w_bool(w, s->online);
 }
 
-static void w_cmd(em__writer_t *w, const em_cmd_t *c) {
+static void w_cmd(em__writer_t *w, const void *msg) {
+  const em_cmd_t *c = msg;
   em__w_common(w, c->seconds ? 2 : 1, EM_MSG_CMD, &c->head);
   em__kv_uint(w, KC_COMMAND, (uint64_t)c->command);
   if (c->seconds) {
@@ -290,7 +298,8 @@ static void w_cmd(em__writer_t *w, const em_cmd_t *c) {
 }
 
 /* The decoder's refusals: an unknown command, seconds past the limit or on another command. */
-static int check_cmd(const em_cmd_t *c) {
+static int check_cmd(const void *msg) {
+  const em_cmd_t *c = msg;
   if (c->command != EM_CMD_REBIRTH && c->command != EM_CMD_FLIGHT && c->command != EM_CMD_PROFILE) {
     return EM_PROTO_ERANGE;
   }
@@ -302,47 +311,30 @@ static int check_cmd(const em_cmd_t *c) {
 
 /* --- entry point ---------------------------------------------------------------------- */
 
+/* Each kind's checks (status has none) and writer, over its member of the message's union;
+ * flights and profiles have their own encoders (flight.h, profile.h). */
+static const struct {
+  int (*check)(const void *msg);
+  void (*write)(em__writer_t *w, const void *msg);
+} kinds[] = {
+    [EM_MSG_BIRTH] = {check_birth, w_birth}, [EM_MSG_DATA] = {check_data, w_data},
+    [EM_MSG_STATE] = {check_state, w_state}, [EM_MSG_STATUS] = {NULL, w_status},
+    [EM_MSG_CMD] = {check_cmd, w_cmd},
+};
+
 int em_proto_encode(const em_msg_t *msg, uint8_t *buf, size_t cap, size_t *out_len) {
   if (!msg || !out_len || (!buf && cap > 0)) {
     return EM_PROTO_EINVAL;
   }
-  em__writer_t w = {.buf = buf, .cap = cap, .pos = 0};
-  int rc = 0;
-  switch (msg->kind) {
-  case EM_MSG_BIRTH:
-    rc = check_birth(&msg->u.birth);
-    if (!rc) {
-      w_birth(&w, &msg->u.birth);
-    }
-    break;
-  case EM_MSG_DATA:
-    rc = check_data(&msg->u.data);
-    if (!rc) {
-      w_data(&w, &msg->u.data);
-    }
-    break;
-  case EM_MSG_STATE:
-    rc = check_state(&msg->u.state);
-    if (!rc) {
-      w_state(&w, &msg->u.state);
-    }
-    break;
-  case EM_MSG_STATUS:
-    w_status(&w, &msg->u.status);
-    break;
-  case EM_MSG_CMD:
-    rc = check_cmd(&msg->u.cmd);
-    if (!rc) {
-      w_cmd(&w, &msg->u.cmd);
-    }
-    break;
-  default:
-    rc = EM_PROTO_EINVAL;
-    break;
+  if ((unsigned)msg->kind >= sizeof(kinds) / sizeof(kinds[0]) || !kinds[msg->kind].write) {
+    return EM_PROTO_EINVAL;
   }
+  int rc = kinds[msg->kind].check ? kinds[msg->kind].check(&msg->u) : 0;
   if (rc) {
     return rc;
   }
+  em__writer_t w = {.buf = buf, .cap = cap, .pos = 0};
+  kinds[msg->kind].write(&w, &msg->u);
   *out_len = w.pos;
   if (w.pos > EM_PROTO_MAX_MESSAGE_BYTES) {
     return EM_PROTO_ETOOBIG;
