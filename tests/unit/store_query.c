@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "store_query.h"
+#include "tmp_dir.h"
 
 #include <sqlite3.h>
 #include <stdio.h>
@@ -50,9 +51,7 @@ double q_double(const char *path, const char *sql) {
 int store_fixture_setup(void **state) {
   store_fixture_t *f = calloc(1, sizeof(*f));
   assert_non_null(f);
-  snprintf(f->dir, sizeof(f->dir), "/tmp/em-store-test-XXXXXX");
-  assert_non_null(mkdtemp(f->dir));
-  snprintf(f->path, sizeof(f->path), "%s/history.db", f->dir);
+  em_tmp_dir_make(f->dir, sizeof(f->dir), "em-store-test", f->path, sizeof(f->path), "history.db");
   *state = f;
   return 0;
 }

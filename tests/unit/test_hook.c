@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "hook.h"
+#include "tmp_dir.h"
 
 typedef struct {
   char dir[64];
@@ -43,9 +44,7 @@ static void write_script(fx_t *fx, const char *body) {
 static int setup(void **state) {
   fx_t *fx = calloc(1, sizeof(*fx));
   assert_non_null(fx);
-  snprintf(fx->dir, sizeof(fx->dir), "/tmp/em-hook-XXXXXX");
-  assert_non_null(mkdtemp(fx->dir));
-  snprintf(fx->script, sizeof(fx->script), "%s/hook.sh", fx->dir);
+  em_tmp_dir_make(fx->dir, sizeof(fx->dir), "em-hook", fx->script, sizeof(fx->script), "hook.sh");
   snprintf(fx->out, sizeof(fx->out), "%s/out", fx->dir);
   assert_int_equal(uv_loop_init(&fx->loop), 0);
   *state = fx;

@@ -38,6 +38,7 @@
 #include "rings.h"
 #include "span_client.h"
 #include "spans.h"
+#include "tmp_dir.h"
 
 typedef struct {
   char dir[64];
@@ -96,9 +97,7 @@ static void start(fx_t *fx, uint32_t max_rings, uint32_t per_process, const uint
 static int setup(void **state) {
   fx_t *fx = calloc(1, sizeof(*fx));
   assert_non_null(fx);
-  snprintf(fx->dir, sizeof(fx->dir), "/tmp/em-rings-XXXXXX");
-  assert_non_null(mkdtemp(fx->dir));
-  snprintf(fx->sock, sizeof(fx->sock), "%s/spans.sock", fx->dir);
+  em_tmp_dir_make(fx->dir, sizeof(fx->dir), "em-rings", fx->sock, sizeof(fx->sock), "spans.sock");
   assert_int_equal(uv_loop_init(&fx->loop), 0);
   fx->client = -1;
   *state = fx;

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "signals.h"
+#include "tmp_dir.h"
 
 typedef struct {
   char dir[64];
@@ -45,9 +46,7 @@ static int send_real(void *ctx, const struct sockaddr_un *addr, socklen_t len, c
 static int setup(void **state) {
   fx_t *fx = calloc(1, sizeof(*fx));
   assert_non_null(fx);
-  snprintf(fx->dir, sizeof(fx->dir), "/tmp/em-signals-XXXXXX");
-  assert_non_null(mkdtemp(fx->dir));
-  snprintf(fx->page, sizeof(fx->page), "%s/state", fx->dir);
+  em_tmp_dir_make(fx->dir, sizeof(fx->dir), "em-signals", fx->page, sizeof(fx->page), "state");
   fx->tx = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   assert_true(fx->tx >= 0);
   fx->tx_addr.sun_family = AF_UNIX;

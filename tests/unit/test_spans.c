@@ -40,6 +40,7 @@
 #include "log_capture.h"
 #include "span_client.h"
 #include "spans.h"
+#include "tmp_dir.h"
 
 /*
  * The system call table the seam tests give span ingest: each recvmmsg call is counted and
@@ -128,9 +129,7 @@ static void on_closed(void *ctx) {
 static int setup(void **state) {
   fx_t *fx = calloc(1, sizeof(*fx));
   assert_non_null(fx);
-  snprintf(fx->dir, sizeof(fx->dir), "/tmp/em-spans-XXXXXX");
-  assert_non_null(mkdtemp(fx->dir));
-  snprintf(fx->sock, sizeof(fx->sock), "%s/spans.sock", fx->dir);
+  em_tmp_dir_make(fx->dir, sizeof(fx->dir), "em-spans", fx->sock, sizeof(fx->sock), "spans.sock");
   assert_int_equal(uv_loop_init(&fx->loop), 0);
   fx->client = -1;
   fx->reg_fd = -2;

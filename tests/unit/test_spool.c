@@ -19,6 +19,7 @@
 
 #include "failing_alloc.h"
 #include "spool.h"
+#include "tmp_dir.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -42,9 +43,7 @@ typedef struct {
 static int setup(void **state) {
   fixture_t *f = calloc(1, sizeof(*f));
   assert_non_null(f);
-  snprintf(f->dir, sizeof(f->dir), "/tmp/em-spool-test-XXXXXX");
-  assert_non_null(mkdtemp(f->dir));
-  snprintf(f->path, sizeof(f->path), "%s/spool", f->dir);
+  em_tmp_dir_make(f->dir, sizeof(f->dir), "em-spool-test", f->path, sizeof(f->path), "spool");
   *state = f;
   return 0;
 }
