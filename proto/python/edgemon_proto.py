@@ -242,14 +242,21 @@ def _trigger(raw):
     return t
 
 
+def _forensic_head(raw, end_key, names, kind):
+    """A forensic document's map with keys 2..end_key-1 required, named by COMMON and `names`,
+    its time, session and number checked as unsigned integers."""
+    _required(raw, [2, 3, *range(4, end_key)], kind)
+    d = _named(raw, {**COMMON, **names})
+    d["kind"] = kind
+    _uint(d["time_ns"], "time_ns")
+    _uint(d["session"], "session", 1 << 32)
+    _uint(d["number"], "number", 1 << 32)
+    return d
+
+
 def _flight(raw):
     """The CDDL's flight rules over a decoded map; figures made absolute (deltas added back)."""
-    _required(raw, [2, 3, *range(4, 14)], "flight")
-    f = _named(raw, {**COMMON, **FLIGHT})
-    f["kind"] = "flight"
-    _uint(f["time_ns"], "time_ns")
-    _uint(f["session"], "session", 1 << 32)
-    _uint(f["number"], "number", 1 << 32)
+    f = _forensic_head(raw, 14, FLIGHT, "flight")
     for key in ("trigger_mono_ns", "pre_ns", "post_ns", "period_ns"):
         _uint(f[key], key)
     f["trigger"] = _trigger(f["trigger"])
@@ -339,19 +346,27 @@ def _flight_json(f):
     return out
 
 
-def decode_flight(payload):
-    """A flight recording's CBOR bytes -> its fields with absolute figures: tick times, counter
-    totals (columns by index), span frame ids and starts. Raises DecodeError on any rule of the
-    CDDL's flight section it breaks."""
-    _check(len(payload) <= FLIGHT_MAX_BYTES, "larger than a flight recording may be")
+def _forensic_map(payload, max_bytes, kind, name, what):
+    """The top-level map of a forensic document (a flight recording, kind 5, or a stack profile,
+    kind 6): at most max_bytes of CBOR (else "larger than a <name> may be"), a map of version 1
+    and that kind ("not an edgemon v1 <what>"), unsigned keys."""
+    _check(len(payload) <= max_bytes, f"larger than a {name} may be")
     try:
         raw = cbor2.loads(payload)
     except Exception as e:  # cbor2 raises several types for bad input
         raise DecodeError(f"not CBOR: {e}") from e
-    _check(isinstance(raw, dict) and raw.get(0) == 1 and raw.get(1) == 5,
-           "not an edgemon v1 flight recording")
+    _check(isinstance(raw, dict) and raw.get(0) == 1 and raw.get(1) == kind,
+           f"not an edgemon v1 {what}")
     _check(all(isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in raw),
            "map keys must be unsigned integers")
+    return raw
+
+
+def decode_flight(payload):
+    """A flight recording's CBOR bytes -> its fields with absolute figures: tick times, counter
+    totals (columns by index), span frame ids and starts. Raises DecodeError on any rule of the
+    CDDL's flight section it breaks."""
+    raw = _forensic_map(payload, FLIGHT_MAX_BYTES, 5, "flight recording", "flight recording")
     return _flight(raw)
 
 
@@ -366,12 +381,7 @@ def _frame_text(v, what):
 def _profile(raw):
     """The CDDL's profile section and its rules P1-P5 over a decoded map, in the JSON form of
     em_profile_to_json(): frames as objects, stack stages by name."""
-    _required(raw, [2, 3, *range(4, 15)], "profile")
-    p = _named(raw, {**COMMON, **PROFILE})
-    p["kind"] = "profile"
-    _uint(p["time_ns"], "time_ns")
-    _uint(p["session"], "session", 1 << 32)
-    _uint(p["number"], "number", 1 << 32)
+    p = _forensic_head(raw, 15, PROFILE, "profile")
     for key in ("start_mono_ns", "duration_ns", "samples", "lost"):
         _uint(p[key], key)
     _check(1 <= _uint(p["hz"], "hz", 1001), "hz: 1..1000")
@@ -434,16 +444,7 @@ def _profile(raw):
 def decode_profile(payload):
     """A stack profile's CBOR bytes -> its fields as em_profile_to_json() names them. Raises
     DecodeError on any rule of the CDDL's profile section it breaks."""
-    _check(len(payload) <= PROFILE_MAX_BYTES, "larger than a profile may be")
-    try:
-        raw = cbor2.loads(payload)
-    except Exception as e:  # cbor2 raises several types for bad input
-        raise DecodeError(f"not CBOR: {e}") from e
-    _check(isinstance(raw, dict) and raw.get(0) == 1 and raw.get(1) == 6,
-           "not an edgemon v1 stack profile")
-    _check(all(isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in raw),
-           "map keys must be unsigned integers")
-    return _profile(raw)
+    return _profile(_forensic_map(payload, PROFILE_MAX_BYTES, 6, "profile", "stack profile"))
 
 
 def values_by_name(data, birth):
