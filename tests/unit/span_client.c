@@ -16,8 +16,17 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #define MAX_FDS 16
+
+void span_client_finish(int client, uv_loop_t *loop, const char *dir) {
+  if (client >= 0) {
+    close(client);
+  }
+  assert_int_equal(uv_loop_close(loop), 0); /* Every handle was closed. */
+  rmdir(dir);
+}
 
 int span_client_connect(const char *path) {
   int sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);

@@ -1,13 +1,14 @@
 /*
  * span_client.h - the client side of the agent's span socket for the unit tests that drive
  * span ingest (test_spans, test_rings) over a real unix datagram socket: connect, send with
- * descriptors attached, and find a stage in the table. Test code only.
+ * descriptors attached, find a stage in the table, and end a test's teardown. Test code only.
  */
 #ifndef EDGEMON_TESTS_SPAN_CLIENT_H
 #define EDGEMON_TESTS_SPAN_CLIENT_H
 
 #include <stddef.h>
 #include <sys/types.h>
+#include <uv.h>
 
 #include "spans.h"
 
@@ -17,6 +18,11 @@ int span_client_connect(const char *path);
 /* Sends buf[0..len) on `sock` with fds[0..n_fds) attached (SCM_RIGHTS, at most 16), without
  * blocking. Returns what sendmsg returns. */
 ssize_t span_client_send(int sock, const void *buf, size_t len, const int *fds, size_t n_fds);
+
+/* The end of a span test's teardown, once its services are closed and freed: closes `client`
+ * (when >= 0), asserts that nothing is left on `loop` (uv_loop_close() == 0) and removes the
+ * test's directory `dir` (its socket is gone by then). */
+void span_client_finish(int client, uv_loop_t *loop, const char *dir);
 
 /* The stage called `name` in the span table, or NULL. */
 em_stage_stats_t *span_stage_named(em_spans_t *s, const char *name);

@@ -119,11 +119,7 @@ static int teardown(void **state) {
   assert_int_equal(fx->closed, open);
   em_rings_free(fx->rings);
   em_spans_free(fx->spans);
-  if (fx->client >= 0) {
-    close(fx->client);
-  }
-  assert_int_equal(uv_loop_close(&fx->loop), 0); /* Every handle was closed. */
-  rmdir(fx->dir);
+  span_client_finish(fx->client, &fx->loop, fx->dir);
   free(fx);
   return 0;
 }
