@@ -11,8 +11,7 @@
 #include "forensic.h"
 
 const char *em_flight_cause_name(em_flight_cause_t cause) {
-  static const char *const names[] = {"escalation", "command"};
-  return em__name_in(names, sizeof(names) / sizeof(names[0]), (long)cause);
+  return em__cause_name((uint64_t)cause);
 }
 
 bool em__counter_total(const em_value_t *v, uint64_t *total) {
@@ -190,9 +189,8 @@ static void w_flight(em__writer_t *w, const void *doc) {
   const em_flight_t *f = doc;
   em__count_t cut[3];
   cuts(&f->truncated, cut);
-  em_trigger_t trigger = em__flight_trigger(&f->trigger);
   size_t entries = 10 + (em__counts_entries(cut, 3) ? 1 : 0);
-  em__doc_w_start(w, &em__flight_doc, f, entries, f->number, &trigger);
+  em__doc_w_start(w, &em__flight_doc, f, entries);
   em__w_uints(w, f, em__flight_times, 4);
   em__w_texts(w, KF_STAGES, f->stages, f->n_stages);
   em__w_uint(w, KF_COLUMNS);
@@ -212,7 +210,7 @@ static void w_flight(em__writer_t *w, const void *doc) {
 /* A live recording's map has 14 entries, 15 with key 14 (the truncation note): heads 0xae, 0xaf. */
 const em__doc_t em__flight_doc =
     EM__DOC(EM_MSG_FLIGHT, EM_FLIGHT_MAX_BYTES, KF_HISTORICAL, 0xae, 0xaf, em_flight_t,
-            check_flight, w_flight, em__flight_json);
+            &em__flight_trigger_kind, check_flight, w_flight, em__flight_json);
 
 int em_flight_encode(const em_flight_t *f, uint8_t *buf, size_t cap, size_t *out_len) {
   return em__doc_encode(&em__flight_doc, f, buf, cap, out_len);

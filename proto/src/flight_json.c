@@ -71,9 +71,6 @@ static void j_span(em__jw_t *w, const void *flight, size_t i) {
 
 void em__flight_json(em__jw_t *w, const void *flight) {
   const em_flight_t *f = flight;
-  em__jkv_u64(w, "number", f->number);
-  em_trigger_t trigger = em__flight_trigger(&f->trigger);
-  em__jw_trigger(w, em_flight_cause_name(f->trigger.cause), &trigger);
   em__jw_uints(w, f, em__flight_times, 4);
   em__jw_texts(w, "stages", f->stages, f->n_stages);
   em__jw_objects(w, "columns", f, f->n_columns, j_column);

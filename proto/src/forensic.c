@@ -8,12 +8,14 @@
 
 #include "forensic.h"
 
-em_trigger_t em__flight_trigger(const em_flight_trigger_t *t) {
+em_trigger_t em__flight_trigger(const void *flight_trigger) {
+  const em_flight_trigger_t *t = flight_trigger;
   return (em_trigger_t){(uint64_t)t->cause, t->level, t->prev_level, t->rule,
                         t->stage,           t->value, t->bound,      t->reason};
 }
 
-em_trigger_t em__profile_trigger(const em_profile_trigger_t *t) {
+em_trigger_t em__profile_trigger(const void *profile_trigger) {
+  const em_profile_trigger_t *t = profile_trigger;
   em_trigger_t g;
   memset(&g, 0, sizeof(g)); /* value and bound absent: a profile carries neither. */
   g.cause = (uint64_t)t->cause;
@@ -45,8 +47,14 @@ static void set_profile_trigger(void *out, const em_trigger_t *t) {
                                                         .reason = t->reason};
 }
 
-const em__trigger_kind_t em__flight_trigger_kind = {true, set_flight_trigger};
-const em__trigger_kind_t em__profile_trigger_kind = {false, set_profile_trigger};
+const em__trigger_kind_t em__flight_trigger_kind = {true, set_flight_trigger, em__flight_trigger};
+const em__trigger_kind_t em__profile_trigger_kind = {false, set_profile_trigger,
+                                                     em__profile_trigger};
+
+const char *em__cause_name(uint64_t cause) {
+  static const char *const names[] = {"escalation", "command"};
+  return cause < 2 ? names[cause] : "unknown";
+}
 
 int em__field_trigger(em__dec_t *d, const em__field_t *f, void *base) {
   const em__trigger_kind_t *k = f->arg;
@@ -68,12 +76,23 @@ static bool historical(const em__doc_t *k, const void *doc) {
   return *(const bool *)member(doc, k->historical_offset);
 }
 
-void em__doc_w_start(em__writer_t *w, const em__doc_t *k, const void *doc, size_t entries,
-                     uint32_t number, const em_trigger_t *trigger) {
+/* A document's number and trigger, where its kind says they are. */
+static uint32_t number_of(const em__doc_t *k, const void *doc) {
+  uint32_t number;
+  memcpy(&number, member(doc, k->number_offset), sizeof(number));
+  return number;
+}
+
+static em_trigger_t trigger_of(const em__doc_t *k, const void *doc) {
+  return k->trigger->get(member(doc, k->trigger_offset));
+}
+
+void em__doc_w_start(em__writer_t *w, const em__doc_t *k, const void *doc, size_t entries) {
+  em_trigger_t trigger = trigger_of(k, doc);
   em__w_common(w, entries + (historical(k, doc) ? 1 : 0), k->kind, member(doc, k->head_offset));
-  em__kv_uint(w, KF_NUMBER, number);
+  em__kv_uint(w, KF_NUMBER, number_of(k, doc));
   em__w_uint(w, KF_TRIGGER);
-  em__w_trigger(w, trigger);
+  em__w_trigger(w, &trigger);
 }
 
 void em__doc_w_end(em__writer_t *w, const em__doc_t *k, const void *doc) {
@@ -141,6 +160,9 @@ int em__doc_to_json(const em__doc_t *k, const void *doc, char *buf, size_t cap, 
   em__jw_t w = {.buf = buf, .cap = cap, .pos = 0, .first = true};
   em__jw_open(&w, '{');
   em__jw_common(&w, k->kind, member(doc, k->head_offset));
+  em__jkv_u64(&w, "number", number_of(k, doc));
+  em_trigger_t trigger = trigger_of(k, doc);
+  em__jw_trigger(&w, em__cause_name(trigger.cause), &trigger);
   k->json(&w, doc);
   em__jkv_true(&w, "historical", historical(k, doc));
   em__jw_close(&w, '}');

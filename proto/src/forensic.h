@@ -20,15 +20,35 @@
 #include "fields.h"
 #include "json_items.h"
 
+/* A document's trigger as the shared checks, writers and readers see it (em_trigger_t). */
+em_trigger_t em__flight_trigger(const void *flight_trigger);
+em_trigger_t em__profile_trigger(const void *profile_trigger);
+
+/* "escalation", "command" or "unknown": a trigger's cause in either document. */
+const char *em__cause_name(uint64_t cause);
+
+/* How a document's trigger map is read: with the measured value and bound or without, and
+ * how an em_trigger_t becomes the document's own trigger struct. */
+typedef struct {
+  bool numbers;
+  void (*set)(void *out, const em_trigger_t *t);
+  em_trigger_t (*get)(const void *trigger);
+} em__trigger_kind_t;
+
+extern const em__trigger_kind_t em__flight_trigger_kind, em__profile_trigger_kind;
+
 /* A forensic document's kind: the rows behind em_flight_* and em_profile_*. */
 typedef struct {
-  em_msg_kind_t kind;       /* EM_MSG_FLIGHT, EM_MSG_PROFILE. */
-  size_t max_bytes;         /* EM_FLIGHT_MAX_BYTES, EM_PROFILE_MAX_BYTES. */
-  unsigned historical_key;  /* KF_HISTORICAL, KP_HISTORICAL. */
-  uint8_t map_first;        /* Map heads of a live encoding (no historical key) ... */
-  uint8_t map_last;         /* ... from the fewest entries to the most. */
-  size_t head_offset;       /* Of the em_msg_head_t in the document. */
-  size_t historical_offset; /* Of its bool `historical`. */
+  em_msg_kind_t kind;                /* EM_MSG_FLIGHT, EM_MSG_PROFILE. */
+  size_t max_bytes;                  /* EM_FLIGHT_MAX_BYTES, EM_PROFILE_MAX_BYTES. */
+  unsigned historical_key;           /* KF_HISTORICAL, KP_HISTORICAL. */
+  uint8_t map_first;                 /* Map heads of a live encoding (no historical key) ... */
+  uint8_t map_last;                  /* ... from the fewest entries to the most. */
+  size_t head_offset;                /* Of the em_msg_head_t in the document. */
+  size_t number_offset;              /* Of its uint32_t number (key 4). */
+  size_t trigger_offset;             /* Of its trigger (key 5), ... */
+  const em__trigger_kind_t *trigger; /* ... which this reads and converts. */
+  size_t historical_offset;          /* Of its bool `historical`. */
   /* 0, or the decoder's code for a document it would refuse. */
   int (*check)(const void *doc);
   /* Writes the whole document (checked). */
@@ -38,29 +58,20 @@ typedef struct {
 } em__doc_t;
 
 /* A kind's row from its document type T and the rest of em__doc_t in order. */
-#define EM__DOC(kind, max_bytes, historical_key, map_first, map_last, T, check, write, json)       \
+#define EM__DOC(kind_, max_bytes_, historical_key_, map_first_, map_last_, T, trigger_, check_,    \
+                write_, json_)                                                                     \
   {                                                                                                \
-    (kind), (max_bytes), (historical_key), (map_first), (map_last), offsetof(T, head),             \
-        offsetof(T, historical), (check), (write), (json)                                          \
+    .kind = (kind_), .max_bytes = (max_bytes_), .historical_key = (historical_key_),               \
+    .map_first = (map_first_), .map_last = (map_last_), .head_offset = offsetof(T, head),          \
+    .number_offset = offsetof(T, number), .trigger_offset = offsetof(T, trigger),                  \
+    .trigger = (trigger_), .historical_offset = offsetof(T, historical), .check = (check_),        \
+    .write = (write_), .json = (json_)                                                             \
   }
 
 /* The two kinds (flight.c, profile.c) and their JSON bodies (flight_json.c, profile_json.c). */
 extern const em__doc_t em__flight_doc, em__profile_doc;
 void em__flight_json(em__jw_t *w, const void *flight);
 void em__profile_json(em__jw_t *w, const void *profile);
-
-/* A document's trigger as the shared checks, writers and readers see it (em_trigger_t). */
-em_trigger_t em__flight_trigger(const em_flight_trigger_t *t);
-em_trigger_t em__profile_trigger(const em_profile_trigger_t *t);
-
-/* How a document's trigger map is read: with the measured value and bound or without, and
- * how an em_trigger_t becomes the document's own trigger struct. */
-typedef struct {
-  bool numbers;
-  void (*set)(void *out, const em_trigger_t *t);
-} em__trigger_kind_t;
-
-extern const em__trigger_kind_t em__flight_trigger_kind, em__profile_trigger_kind;
 
 /* A field reader (EM__FN rows) for a document's trigger: its row's arg is the trigger kind. */
 int em__field_trigger(em__dec_t *d, const em__field_t *f, void *base);
@@ -70,8 +81,7 @@ int em__field_trigger(em__dec_t *d, const em__field_t *f, void *base);
  * more entries (one more when the document is historical), then its number (key 4) and its
  * trigger (key 5), the same keys in both documents.
  */
-void em__doc_w_start(em__writer_t *w, const em__doc_t *k, const void *doc, size_t entries,
-                     uint32_t number, const em_trigger_t *trigger);
+void em__doc_w_start(em__writer_t *w, const em__doc_t *k, const void *doc, size_t entries);
 
 /* The end of a document's map: the historical key, true, when the document is historical. */
 void em__doc_w_end(em__writer_t *w, const em__doc_t *k, const void *doc);
@@ -98,7 +108,8 @@ int em__doc_fit_start(const em__doc_t *k, const void *doc, uint8_t *buf, size_t 
 int em__doc_mark_historical(const em__doc_t *k, const uint8_t *live, size_t len, uint8_t *out,
                             size_t cap, size_t *out_len);
 
-/* em_flight_to_json(), em_profile_to_json(): guards, checks, {head, body, "historical"}. */
+/* em_flight_to_json(), em_profile_to_json(): guards, checks, {head, "number", "trigger", body,
+ * "historical"}. */
 int em__doc_to_json(const em__doc_t *k, const void *doc, char *buf, size_t cap, size_t *out_len);
 
 /* `key` and an array of the n texts. */

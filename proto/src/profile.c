@@ -11,8 +11,7 @@
 #include "forensic.h"
 
 const char *em_profile_cause_name(em_profile_cause_t cause) {
-  static const char *const names[] = {"escalation", "command"};
-  return em__name_in(names, sizeof(names) / sizeof(names[0]), (long)cause);
+  return em__cause_name((uint64_t)cause);
 }
 
 const char *em_profile_frame_kind_name(em_profile_frame_kind_t kind) {
@@ -174,9 +173,8 @@ static void w_profile(em__writer_t *w, const void *doc) {
   const em_profile_t *p = doc;
   em__count_t cut[2];
   cuts(&p->truncated, cut);
-  em_trigger_t trigger = em__profile_trigger(&p->trigger);
   size_t entries = 11 + (p->n_notes ? 1 : 0) + (em__counts_entries(cut, 2) ? 1 : 0);
-  em__doc_w_start(w, &em__profile_doc, p, entries, p->number, &trigger);
+  em__doc_w_start(w, &em__profile_doc, p, entries);
   em__w_uints(w, p, em__profile_times, 3);
   em__kv_str(w, KP_CLOCK, p->clock);
   em__w_uints(w, p, em__profile_counts, 2);
@@ -197,7 +195,7 @@ static void w_profile(em__writer_t *w, const void *doc) {
 /* A live profile's map has 15 entries, 16 or 17 with notes and the truncation note. */
 const em__doc_t em__profile_doc =
     EM__DOC(EM_MSG_PROFILE, EM_PROFILE_MAX_BYTES, KP_HISTORICAL, 0xaf, 0xb1, em_profile_t,
-            check_profile, w_profile, em__profile_json);
+            &em__profile_trigger_kind, check_profile, w_profile, em__profile_json);
 
 int em_profile_encode(const em_profile_t *p, uint8_t *buf, size_t cap, size_t *out_len) {
   return em__doc_encode(&em__profile_doc, p, buf, cap, out_len);

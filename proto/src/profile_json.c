@@ -40,9 +40,6 @@ static void j_stack(em__jw_t *w, const void *profile, size_t i) {
 
 void em__profile_json(em__jw_t *w, const void *profile) {
   const em_profile_t *p = profile;
-  em__jkv_u64(w, "number", p->number);
-  em_trigger_t trigger = em__profile_trigger(&p->trigger);
-  em__jw_trigger(w, em_profile_cause_name(p->trigger.cause), &trigger);
   em__jw_uints(w, p, em__profile_times, 3);
   em__jkv_str(w, "clock", p->clock);
   em__jw_uints(w, p, em__profile_counts, 2);
