@@ -409,6 +409,28 @@ def free_port():
         return s.getsockname()[1]
 
 
+def broker_conf(directory, port):
+    """Writes <directory>/mosquitto.conf for a private broker on 127.0.0.1:<port> (anonymous,
+    nothing persisted or logged); returns its path."""
+    conf = os.path.join(directory, "mosquitto.conf")
+    with open(conf, "w") as f:
+        f.write(f"listener {port} 127.0.0.1\nallow_anonymous true\n"
+                "persistence false\nlog_dest none\n")
+    return conf
+
+
+def cpu_model():
+    """The CPU's model name from /proc/cpuinfo, or "?"."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "?"
+
+
 def pinned(cpu):
     def fn():
         os.sched_setaffinity(0, {cpu})
@@ -444,10 +466,7 @@ class Bench:
 
     def start_broker(self):
         self.port = free_port()
-        conf = os.path.join(self.tmp, "mosquitto.conf")
-        with open(conf, "w") as f:
-            f.write(f"listener {self.port} 127.0.0.1\nallow_anonymous true\n"
-                    "persistence false\nlog_dest none\n")
+        conf = broker_conf(self.tmp, self.port)
         self.broker = subprocess.Popen([self.args.mosquitto, "-c", conf],
                                        stdout=subprocess.DEVNULL,
                                        stderr=open(os.path.join(self.tmp, "mosquitto.log"), "w"),
@@ -1059,15 +1078,7 @@ LoadPlugin mqtt
     # -- report
 
     def machine(self):
-        model = "?"
-        try:
-            with open("/proc/cpuinfo") as f:
-                for line in f:
-                    if line.startswith("model name"):
-                        model = line.split(":", 1)[1].strip()
-                        break
-        except OSError:
-            pass
+        model = cpu_model()
         def first_line(cmd, pattern=None):
             try:
                 r = subprocess.run(cmd, capture_output=True, text=True, timeout=10)

@@ -164,10 +164,7 @@ class Bench:
 
     def start(self):
         self.port = free_port()
-        conf = os.path.join(self.tmp, "mosquitto.conf")
-        with open(conf, "w") as f:
-            f.write(f"listener {self.port} 127.0.0.1\nallow_anonymous true\n"
-                    "persistence false\nlog_dest none\n")
+        conf = bench_agent.broker_conf(self.tmp, self.port)
         broker = subprocess.Popen([self.a.mosquitto, "-c", conf], stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL)
         self.procs.append(broker)

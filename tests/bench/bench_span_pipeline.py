@@ -412,15 +412,8 @@ def make_bench_class(bench_agent):
 
 
 def machine_info(a):
-    model = "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    import bench_agent  # on sys.path by now: main() and bench_torch_pipeline.py put it there
+    model = bench_agent.cpu_model()
     try:
         version = subprocess.run([a.agent, "--version"], capture_output=True, text=True,
                                  timeout=10).stdout.strip().splitlines()[0]
