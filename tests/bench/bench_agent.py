@@ -419,8 +419,8 @@ def broker_conf(directory, port):
     return conf
 
 
-def cpu_model():
-    """The CPU's model name from /proc/cpuinfo, or "?"."""
+def cpu_model(unknown="?"):
+    """The CPU's model name from /proc/cpuinfo, or `unknown`."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -428,7 +428,26 @@ def cpu_model():
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return "?"
+    return unknown
+
+
+def start_broker(mosquitto, directory, stderr=subprocess.DEVNULL, preexec_fn=None):
+    """A private mosquitto (broker_conf() in `directory`) on a free port, waited for until it
+    takes a connection. Returns (port, process); raises BenchError, the process stopped, when
+    it exits or does not listen within 10 s."""
+    port = free_port()
+    proc = subprocess.Popen([mosquitto, "-c", broker_conf(directory, port)],
+                            stdout=subprocess.DEVNULL, stderr=stderr, preexec_fn=preexec_fn)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return port, proc
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                stop_process(proc)
+                raise BenchError(f"mosquitto did not start; see {directory}/mosquitto.log")
+            time.sleep(0.05)
 
 
 def pinned(cpu):
@@ -465,22 +484,11 @@ class Bench:
     # -- setup
 
     def start_broker(self):
-        self.port = free_port()
-        conf = broker_conf(self.tmp, self.port)
-        self.broker = subprocess.Popen([self.args.mosquitto, "-c", conf],
-                                       stdout=subprocess.DEVNULL,
-                                       stderr=open(os.path.join(self.tmp, "mosquitto.log"), "w"),
-                                       preexec_fn=pinned(self.cpu_mon))
+        self.port, self.broker = start_broker(
+            self.args.mosquitto, self.tmp,
+            stderr=open(os.path.join(self.tmp, "mosquitto.log"), "w"),
+            preexec_fn=pinned(self.cpu_mon))
         self.procs.append(self.broker)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                break
-            except OSError:
-                if self.broker.poll() is not None or time.monotonic() > deadline:
-                    raise BenchError(f"mosquitto did not start; see {self.tmp}/mosquitto.log")
-                time.sleep(0.05)
         self.sub = Subscriber(self.port)
 
     def start_target(self):

@@ -42,7 +42,6 @@ import os
 import platform
 import re
 import shutil
-import socket
 import statistics
 import struct
 import subprocess
@@ -55,9 +54,6 @@ DEVICE = "idle-rss"
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bench_agent  # noqa: E402  (its collectd configuration)
-
-
-free_port = bench_agent.free_port
 
 
 def stop(proc, timeout=5.0):
@@ -163,20 +159,11 @@ class Bench:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
     def start(self):
-        self.port = free_port()
-        conf = bench_agent.broker_conf(self.tmp, self.port)
-        broker = subprocess.Popen([self.a.mosquitto, "-c", conf], stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL)
+        try:
+            self.port, broker = bench_agent.start_broker(self.a.mosquitto, self.tmp)
+        except bench_agent.BenchError:
+            sys.exit("bench_idle_rss: mosquitto did not start")
         self.procs.append(broker)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                break
-            except OSError:
-                if broker.poll() is not None or time.monotonic() > deadline:
-                    sys.exit("bench_idle_rss: mosquitto did not start")
-                time.sleep(0.05)
         self.target = subprocess.Popen(
             ["/usr/bin/python3", "-c", "import time; time.sleep(1e6)", MARKER])
         self.procs.append(self.target)

@@ -68,7 +68,9 @@ import timeit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "firmware", "client", "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import bench_agent  # noqa: E402  (cpu_model)
 import edgemon  # noqa: E402
 
 try:
@@ -145,17 +147,6 @@ def time_paced(op, count, gap_ns=200000):
         while clock() - t1 < gap_ns:
             pass
     return statistics.median(samples)
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def read_first_line(path):
@@ -380,7 +371,7 @@ def main():
 
     print("edgemon Python client: cost of one span (ns per operation)")
     print("  machine: %s, %d CPUs online, kernel %s" % (
-        cpu_model(), os.cpu_count() or 0, platform.release()))
+        bench_agent.cpu_model(platform.processor() or "unknown"), os.cpu_count() or 0, platform.release()))
     print("  python %s, prometheus_client %s, net.unix.max_dgram_qlen %s" % (
         platform.python_version(), getattr(prometheus_client, "__version__", "0.16 (Debian)"),
         read_first_line("/proc/sys/net/unix/max_dgram_qlen")))
