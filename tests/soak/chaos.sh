@@ -13,20 +13,11 @@
 # the kernel refuses a network namespace or nftables; 1 a check failed; 2 bad usage or setup.
 set -euo pipefail
 
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-build="${EM_BUILD:-build/normal}"
-case "$build" in
-  /*) ;;
-  *) build="$root/$build" ;;
-esac
+# shellcheck source=tests/soak/built.sh
+source "$(dirname "${BASH_SOURCE[0]}")/built.sh"
 agent="$build/firmware/agent/edgemon-agent"
 aggregator="$build/host/aggregator/edgemon-aggregator"
-for bin in "$agent" "$aggregator"; do
-  if [[ ! -x "$bin" ]]; then
-    echo "chaos.sh: $bin is not built (set EM_BUILD to the build directory)" >&2
-    exit 2
-  fi
-done
+em_need_built chaos.sh "$agent" "$aggregator"
 
 if [[ "${EM_CHAOS_IN_NAMESPACE:-}" != 1 ]]; then
   if ! why="$(unshare --net true 2>&1)"; then

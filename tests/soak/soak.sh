@@ -11,15 +11,8 @@
 # 1 a check failed (the reasons are printed), 2 bad usage or setup.
 set -euo pipefail
 
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-build="${EM_BUILD:-build/normal}"
-case "$build" in
-  /*) ;;
-  *) build="$root/$build" ;;
-esac
+# shellcheck source=tests/soak/built.sh
+source "$(dirname "${BASH_SOURCE[0]}")/built.sh"
 agent="$build/firmware/agent/edgemon-agent"
-if [[ ! -x "$agent" ]]; then
-  echo "soak.sh: $agent is not built (set EM_BUILD to the build directory)" >&2
-  exit 2
-fi
+em_need_built soak.sh "$agent"
 exec /usr/bin/python3 "$root/tests/soak/soak.py" --agent "$agent" "$@"
