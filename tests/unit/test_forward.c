@@ -141,6 +141,20 @@ static void on_pub_stopped(void *ctx) {
 
 /* Stops the publisher, runs the loop dry, frees, and asserts the loop closes cleanly; the
  * spool's directory stays when `keep_dir` (the caller removes it). */
+/* The spool file at `path` opened again, as the agent's next start would (asserts). */
+static em_spool_t *spool_at(const char *path) {
+  em_spool_t *sp = NULL;
+  char err[256];
+  assert_int_equal(em_spool_open(&sp, path, EM_SPOOL_MIN_CAPACITY, err, sizeof(err)), 0);
+  return sp;
+}
+
+/* Closes a spool from spool_at() and removes the directory close_fixture() kept. */
+static void close_spool(em_spool_t *sp, const fixture_t *fx) {
+  em_spool_close(sp);
+  em_tmp_tree_remove(fx->dir);
+}
+
 static void close_fixture(fixture_t *fx, bool keep_dir) {
   em_publisher_stop(fx->pub, NULL, 0, 1000, on_pub_stopped, fx);
   assert_int_equal(uv_run(&fx->loop, UV_RUN_DEFAULT), 0);
@@ -220,9 +234,7 @@ static void broker_away_spools_data_and_state_marked_historical(void **state) {
   close_fixture(&fx, true);
 
   /* The file holds them, state first (spool.h's replay order), each marked historical. */
-  em_spool_t *sp = NULL;
-  char err[256];
-  assert_int_equal(em_spool_open(&sp, fx.spool, EM_SPOOL_MIN_CAPACITY, err, sizeof(err)), 0);
+  em_spool_t *sp = spool_at(fx.spool);
   static const struct {
     em_spool_kind_t kind;
     uint32_t want;
@@ -238,8 +250,7 @@ static void broker_away_spools_data_and_state_marked_historical(void **state) {
   }
   em_spool_kind_t kind;
   assert_int_equal(em_spool_peek(sp, &kind, buf, sizeof(buf)), 0);
-  em_spool_close(sp);
-  em_tmp_tree_remove(fx.dir);
+  close_spool(sp, &fx);
 }
 
 /* A flight recording the broker cannot take goes to the spool as EM_SPOOL_FLIGHT, marked
@@ -277,9 +288,7 @@ static void broker_away_spools_a_flight_recording_marked_historical(void **state
   em_forward_maybe_sync(fx.fwd, 1);
   close_fixture(&fx, true);
 
-  em_spool_t *sp = NULL;
-  char err[256];
-  assert_int_equal(em_spool_open(&sp, fx.spool, EM_SPOOL_MIN_CAPACITY, err, sizeof(err)), 0);
+  em_spool_t *sp = spool_at(fx.spool);
   uint8_t got[1024];
   em_spool_kind_t kind;
   int n = em_spool_peek(sp, &kind, got, sizeof(got));
@@ -292,8 +301,7 @@ static void broker_away_spools_a_flight_recording_marked_historical(void **state
   assert_int_equal(back.n_spans, 1);
   assert_int_equal(back.spans[0].frame_id, 18342);
   assert_int_equal(back.trigger.cause, EM_FLIGHT_COMMAND);
-  em_spool_close(sp);
-  em_tmp_tree_remove(fx.dir);
+  close_spool(sp, &fx);
 }
 
 /* A clean stop publishes what it can and keeps nothing: not spooled, not counted as lost. */
@@ -562,9 +570,7 @@ static void replay_of_copy(fixture_t *fx, uint32_t *seqs, size_t cap, size_t *n)
   }
   close(in);
   close(out);
-  em_spool_t *sp = NULL;
-  char err[256];
-  assert_int_equal(em_spool_open(&sp, copy, EM_SPOOL_MIN_CAPACITY, err, sizeof(err)), 0);
+  em_spool_t *sp = spool_at(copy);
   uint8_t buf[EM_PROTO_MAX_MESSAGE_BYTES];
   *n = 0;
   em_spool_kind_t kind;
