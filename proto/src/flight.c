@@ -84,16 +84,15 @@ static int check_tick(const em_flight_t *f, const em_flight_tick_t *t) {
  */
 static int check_flight(const void *doc) {
   const em_flight_t *f = doc;
-  if (f->n_stages > EM_FLIGHT_MAX_STAGES || f->n_columns > EM_FLIGHT_MAX_COLUMNS ||
-      f->n_ticks > EM_FLIGHT_MAX_TICKS || f->n_spans > EM_FLIGHT_MAX_SPANS) {
-    return EM_PROTO_ELIMIT;
-  }
-  if ((f->n_stages && !f->stages) || (f->n_columns && !f->columns) || (f->n_ticks && !f->ticks) ||
-      (f->n_spans && !f->spans)) {
-    return EM_PROTO_EINVAL;
-  }
+  const em__table_t tables[] = {{f->n_stages, f->stages, EM_FLIGHT_MAX_STAGES},
+                                {f->n_columns, f->columns, EM_FLIGHT_MAX_COLUMNS},
+                                {f->n_ticks, f->ticks, EM_FLIGHT_MAX_TICKS},
+                                {f->n_spans, f->spans, EM_FLIGHT_MAX_SPANS}};
   em_trigger_t trigger = em__flight_trigger(&f->trigger);
-  int rc = em__check_trigger(&trigger);
+  int rc = em__check_tables(tables, 4);
+  if (!rc) {
+    rc = em__check_trigger(&trigger);
+  }
   if (!rc) {
     rc = check_tables(f);
   }
@@ -116,18 +115,15 @@ static int check_flight(const void *doc) {
 
 /* --- writer --------------------------------------------------------------------------- */
 
-/* The truncation note's counts (key 14), in key order. */
-static void cuts(const em_flight_truncation_t *t, em__count_t c[3]) {
-  c[0] = (em__count_t){KN_SPANS_CUT, "spans_cut", t->spans_cut};
-  c[1] = (em__count_t){KN_TICKS_CUT, "ticks_cut", t->ticks_cut};
-  c[2] = (em__count_t){KN_OVERWRITTEN, "spans_overwritten", t->spans_overwritten};
-}
+const em__uint_member_t em__flight_cuts[3] = {
+    EM__UINT_MEMBER(KN_SPANS_CUT, "spans_cut", em_flight_truncation_t, spans_cut),
+    EM__UINT_MEMBER(KN_TICKS_CUT, "ticks_cut", em_flight_truncation_t, ticks_cut),
+    EM__UINT_MEMBER(KN_OVERWRITTEN, "spans_overwritten", em_flight_truncation_t, spans_overwritten),
+};
 
 /* Bytes of key 14 and its map for these counts; 0 when all are 0 (the key is left out). */
 static size_t truncation_bytes(const em_flight_truncation_t *t) {
-  em__count_t c[3];
-  cuts(t, c);
-  return em__counts_bytes(c, 3);
+  return em__counts_bytes(t, em__flight_cuts, 3);
 }
 
 /*
@@ -187,9 +183,7 @@ const em__uint_member_t em__flight_times[4] = {
 
 static void w_flight(em__writer_t *w, const void *doc) {
   const em_flight_t *f = doc;
-  em__count_t cut[3];
-  cuts(&f->truncated, cut);
-  size_t entries = 10 + (em__counts_entries(cut, 3) ? 1 : 0);
+  size_t entries = 10 + (em__counts_entries(&f->truncated, em__flight_cuts, 3) ? 1 : 0);
   em__doc_w_start(w, &em__flight_doc, f, entries);
   em__w_uints(w, f, em__flight_times, 4);
   em__w_texts(w, KF_STAGES, f->stages, f->n_stages);
@@ -203,7 +197,7 @@ static void w_flight(em__writer_t *w, const void *doc) {
   }
   w_ticks(w, f);
   w_spans(w, f);
-  em__w_counts(w, KF_TRUNCATED, cut, 3);
+  em__w_counts(w, KF_TRUNCATED, &f->truncated, em__flight_cuts, 3);
   em__doc_w_end(w, &em__flight_doc, f);
 }
 

@@ -77,11 +77,7 @@ void em__flight_json(em__jw_t *w, const void *flight) {
   ticks_t ticks = {.f = f, .prev = {0}};
   em__jw_objects(w, "ticks", &ticks, f->n_ticks, j_tick);
   em__jw_objects(w, "spans", f, f->n_spans, j_span);
-  const em_flight_truncation_t *cut = &f->truncated;
-  const em__count_t counts[] = {{KN_SPANS_CUT, "spans_cut", cut->spans_cut},
-                                {KN_TICKS_CUT, "ticks_cut", cut->ticks_cut},
-                                {KN_OVERWRITTEN, "spans_overwritten", cut->spans_overwritten}};
-  em__jw_counts(w, "truncated", counts, 3);
+  em__jw_counts(w, "truncated", &f->truncated, em__flight_cuts, 3);
 }
 
 int em_flight_to_json(const em_flight_t *f, char *buf, size_t cap, size_t *out_len) {

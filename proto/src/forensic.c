@@ -169,6 +169,20 @@ int em__doc_to_json(const em__doc_t *k, const void *doc, char *buf, size_t cap, 
   return em__jw_finish(&w, out_len);
 }
 
+int em__check_tables(const em__table_t *t, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (t[i].n > t[i].max) {
+      return EM_PROTO_ELIMIT;
+    }
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (t[i].n && !t[i].items) {
+      return EM_PROTO_EINVAL;
+    }
+  }
+  return 0;
+}
+
 void em__w_texts(em__writer_t *w, unsigned key, const char *const *texts, size_t n) {
   em__w_uint(w, key);
   em__w_array(w, n);
@@ -200,47 +214,49 @@ void em__jw_uints(em__jw_t *w, const void *doc, const em__uint_member_t *m, size
   }
 }
 
-size_t em__counts_entries(const em__count_t *c, size_t n) {
+size_t em__counts_entries(const void *note, const em__uint_member_t *m, size_t n) {
   size_t entries = 0;
   for (size_t i = 0; i < n; i++) {
-    entries += c[i].n ? 1u : 0u;
+    entries += uint_member(note, &m[i]) ? 1u : 0u;
   }
   return entries;
 }
 
-size_t em__counts_bytes(const em__count_t *c, size_t n) {
-  if (!em__counts_entries(c, n)) {
+size_t em__counts_bytes(const void *note, const em__uint_member_t *m, size_t n) {
+  if (!em__counts_entries(note, m, n)) {
     return 0;
   }
   size_t bytes = 2; /* The key and the map's head. */
   for (size_t i = 0; i < n; i++) {
-    bytes += c[i].n ? 1u + em__uint_bytes(c[i].n) : 0u;
+    uint64_t v = uint_member(note, &m[i]);
+    bytes += v ? 1u + em__uint_bytes(v) : 0u;
   }
   return bytes;
 }
 
-void em__w_counts(em__writer_t *w, unsigned key, const em__count_t *c, size_t n) {
-  size_t entries = em__counts_entries(c, n);
+void em__w_counts(em__writer_t *w, unsigned key, const void *note, const em__uint_member_t *m,
+                  size_t n) {
+  size_t entries = em__counts_entries(note, m, n);
   if (!entries) {
     return;
   }
   em__w_uint(w, key);
   em__w_map(w, entries);
   for (size_t i = 0; i < n; i++) {
-    if (c[i].n) {
-      em__kv_uint(w, c[i].key, c[i].n);
+    uint64_t v = uint_member(note, &m[i]);
+    if (v) {
+      em__kv_uint(w, m[i].key, v);
     }
   }
 }
 
-void em__jw_counts(em__jw_t *w, const char *name, const em__count_t *c, size_t n) {
-  if (!em__counts_entries(c, n)) {
+void em__jw_counts(em__jw_t *w, const char *name, const void *note, const em__uint_member_t *m,
+                   size_t n) {
+  if (!em__counts_entries(note, m, n)) {
     return;
   }
   em__jw_key(w, name);
   em__jw_open(w, '{');
-  for (size_t i = 0; i < n; i++) {
-    em__jkv_u64(w, c[i].json, c[i].n);
-  }
+  em__jw_uints(w, note, m, n);
   em__jw_close(w, '}');
 }

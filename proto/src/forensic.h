@@ -86,6 +86,17 @@ void em__doc_w_start(em__writer_t *w, const em__doc_t *k, const void *doc, size_
 /* The end of a document's map: the historical key, true, when the document is historical. */
 void em__doc_w_end(em__writer_t *w, const em__doc_t *k, const void *doc);
 
+/* One table of a document: its count, its items and its limit. */
+typedef struct {
+  size_t n;
+  const void *items;
+  size_t max;
+} em__table_t;
+
+/* EM_PROTO_ELIMIT when one of the n tables is past its limit, else EM_PROTO_EINVAL when one
+ * with a count has no items, else 0. */
+int em__check_tables(const em__table_t *t, size_t n);
+
 /* The checked document's encoding: its size into *len, the bytes into buf when they fit cap;
  * EM_PROTO_ETOOBIG past the kind's cap, EM_PROTO_ENOSPACE past `cap`. */
 int em__doc_write(const em__doc_t *k, const void *doc, uint8_t *buf, size_t cap, size_t *len);
@@ -135,23 +146,24 @@ void em__jw_uints(em__jw_t *w, const void *doc, const em__uint_member_t *m, size
 extern const em__uint_member_t em__flight_times[4];
 extern const em__uint_member_t em__profile_times[3], em__profile_counts[2];
 
-/* One count of a truncation note: its key (< 24), its JSON name and how many were cut. */
-typedef struct {
-  unsigned key;
-  const char *json;
-  uint64_t n;
-} em__count_t;
+/*
+ * A truncation note: the counts of what was left out, the n members `m` (keys < 24) of the
+ * struct at `note`. Its entries are the counts that are not 0 (none: the note is left out).
+ */
+size_t em__counts_entries(const void *note, const em__uint_member_t *m, size_t n);
 
-/* How many of the n counts are not 0: the note's entries (none: the note is left out). */
-size_t em__counts_entries(const em__count_t *c, size_t n);
-
-/* Bytes of `key` (< 24) and the note's map; 0 when no count is (the key is left out). */
-size_t em__counts_bytes(const em__count_t *c, size_t n);
+/* Bytes of `key` (< 24) and the note's map; 0 when it has no entries (the key is left out). */
+size_t em__counts_bytes(const void *note, const em__uint_member_t *m, size_t n);
 
 /* `key` and the map of the counts that are not 0; written only with some. */
-void em__w_counts(em__writer_t *w, unsigned key, const em__count_t *c, size_t n);
+void em__w_counts(em__writer_t *w, unsigned key, const void *note, const em__uint_member_t *m,
+                  size_t n);
 
 /* "name": {every count}, when some count is not 0; nothing otherwise. */
-void em__jw_counts(em__jw_t *w, const char *name, const em__count_t *c, size_t n);
+void em__jw_counts(em__jw_t *w, const char *name, const void *note, const em__uint_member_t *m,
+                   size_t n);
+
+/* The truncation notes' counts of each document, in key order. */
+extern const em__uint_member_t em__flight_cuts[3], em__profile_cuts[2];
 
 #endif /* EDGEMON_PROTO_FORENSIC_H */

@@ -88,19 +88,18 @@ static int check_stack(const em_profile_t *p, size_t i) {
  */
 static int check_profile(const void *doc) {
   const em_profile_t *p = doc;
-  if (p->n_stages > EM_PROFILE_MAX_STAGES || p->n_frames > EM_PROFILE_MAX_FRAMES ||
-      p->n_stacks > EM_PROFILE_MAX_STACKS || p->n_notes > EM_PROFILE_MAX_NOTES) {
-    return EM_PROTO_ELIMIT;
-  }
-  if ((p->n_stages && !p->stages) || (p->n_frames && !p->frames) || (p->n_stacks && !p->stacks) ||
-      (p->n_notes && !p->notes)) {
-    return EM_PROTO_EINVAL;
-  }
-  if (p->hz < 1 || p->hz > 1000) {
-    return EM_PROTO_ERANGE;
-  }
+  const em__table_t tables[] = {{p->n_stages, p->stages, EM_PROFILE_MAX_STAGES},
+                                {p->n_frames, p->frames, EM_PROFILE_MAX_FRAMES},
+                                {p->n_stacks, p->stacks, EM_PROFILE_MAX_STACKS},
+                                {p->n_notes, p->notes, EM_PROFILE_MAX_NOTES}};
   em_trigger_t trigger = em__profile_trigger(&p->trigger);
-  int rc = em__check_trigger(&trigger);
+  int rc = em__check_tables(tables, 4);
+  if (!rc && (p->hz < 1 || p->hz > 1000)) {
+    rc = EM_PROTO_ERANGE;
+  }
+  if (!rc) {
+    rc = em__check_trigger(&trigger);
+  }
   if (!rc) {
     rc = em__profile_clock_check(p->clock);
   }
@@ -115,17 +114,14 @@ static int check_profile(const void *doc) {
 
 /* --- writer --------------------------------------------------------------------------- */
 
-/* The truncation note's counts (key 16), in key order. */
-static void cuts(const em_profile_truncation_t *t, em__count_t c[2]) {
-  c[0] = (em__count_t){KPN_STACKS_CUT, "stacks_cut", t->stacks_cut};
-  c[1] = (em__count_t){KPN_SAMPLES_CUT, "samples_cut", t->samples_cut};
-}
+const em__uint_member_t em__profile_cuts[2] = {
+    EM__UINT_MEMBER(KPN_STACKS_CUT, "stacks_cut", em_profile_truncation_t, stacks_cut),
+    EM__UINT_MEMBER(KPN_SAMPLES_CUT, "samples_cut", em_profile_truncation_t, samples_cut),
+};
 
 /* Bytes of key 16 and its map; 0 when nothing was cut (the key is left out). */
 static size_t truncation_bytes(const em_profile_truncation_t *t) {
-  em__count_t c[2];
-  cuts(t, c);
-  return em__counts_bytes(c, 2);
+  return em__counts_bytes(t, em__profile_cuts, 2);
 }
 
 /* One stack: [samples, off_cpu_ns, stage index or null, frame indices root first...]. */
@@ -171,9 +167,8 @@ const em__uint_member_t em__profile_counts[2] = {
 
 static void w_profile(em__writer_t *w, const void *doc) {
   const em_profile_t *p = doc;
-  em__count_t cut[2];
-  cuts(&p->truncated, cut);
-  size_t entries = 11 + (p->n_notes ? 1 : 0) + (em__counts_entries(cut, 2) ? 1 : 0);
+  size_t cut = em__counts_entries(&p->truncated, em__profile_cuts, 2);
+  size_t entries = 11 + (p->n_notes ? 1 : 0) + (cut ? 1 : 0);
   em__doc_w_start(w, &em__profile_doc, p, entries);
   em__w_uints(w, p, em__profile_times, 3);
   em__kv_str(w, KP_CLOCK, p->clock);
@@ -188,7 +183,7 @@ static void w_profile(em__writer_t *w, const void *doc) {
   if (p->n_notes) {
     em__w_texts(w, KP_NOTES, p->notes, p->n_notes);
   }
-  em__w_counts(w, KP_TRUNCATED, cut, 2);
+  em__w_counts(w, KP_TRUNCATED, &p->truncated, em__profile_cuts, 2);
   em__doc_w_end(w, &em__profile_doc, p);
 }
 

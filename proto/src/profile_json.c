@@ -47,9 +47,7 @@ void em__profile_json(em__jw_t *w, const void *profile) {
   em__jw_objects(w, "frames", p, p->n_frames, j_frame);
   em__jw_objects(w, "stacks", p, p->n_stacks, j_stack);
   em__jw_texts(w, "notes", p->notes, p->n_notes);
-  const em__count_t counts[] = {{KPN_STACKS_CUT, "stacks_cut", p->truncated.stacks_cut},
-                                {KPN_SAMPLES_CUT, "samples_cut", p->truncated.samples_cut}};
-  em__jw_counts(w, "truncated", counts, 2);
+  em__jw_counts(w, "truncated", &p->truncated, em__profile_cuts, 2);
 }
 
 int em_profile_to_json(const em_profile_t *p, char *buf, size_t cap, size_t *out_len) {
