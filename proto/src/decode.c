@@ -47,7 +47,7 @@ static const em__field_t budget_rows[] = {
     EM__UINT(KU_LEVEL, em_budget_t, level, EM_LEVEL_WARN, EM_LEVEL_CRITICAL, REQ),
     EM__VALUE(KU_BOUND, em_budget_t, bound, REQ),
     EM__STR(KU_STAGE, em_budget_t, stage, STR_IDENT, EM_PROTO_MAX_STAGE_BYTES, OPT),
-    EM__UINT(KU_WINDOW, em_budget_t, window_ns, 0, UINT64_MAX, OPT)};
+    EM__U64(KU_WINDOW, em_budget_t, window_ns, OPT)};
 static const em__fields_t budget_fields = EM__TABLE(budget_rows);
 
 static int read_metric(em__dec_t *d, void *elem) {
@@ -119,7 +119,7 @@ static const em__field_t birth_rows[] = {
     EM__STR(KB_DEVICE, em_birth_t, device, STR_IDENT, EM_PROTO_MAX_NAME_BYTES, REQ),
     EM__STR(KB_AGENT, em_birth_t, agent_version, STR_NAME, EM_PROTO_MAX_NAME_BYTES, REQ),
     EM__STR(KB_BOARD, em_birth_t, board, STR_NAME, EM_PROTO_MAX_NAME_BYTES, REQ),
-    EM__UINT(KB_PERIOD, em_birth_t, period_ns, 0, UINT64_MAX, REQ),
+    EM__U64(KB_PERIOD, em_birth_t, period_ns, REQ),
     EM__FN(KB_METRICS, em_birth_t, metrics, read_metrics, NULL, REQ),
     EM__LIST(KB_BUDGETS, em_birth_t, budgets, n_budgets, em_budget_t, read_budget,
              EM_PROTO_MAX_BUDGETS, REQ),
@@ -186,19 +186,17 @@ static int read_buckets(em__dec_t *d, const em__field_t *f, void *base) {
   return em__close_list(d, rc, b, n, &st->buckets, &st->n_buckets);
 }
 
-#define STAGE_U64(k, m) EM__UINT(k, em_stage_t, m, 0, UINT64_MAX, OPT)
-
 static const em__field_t stage_rows[] = {
     EM__STR(KS_NAME, em_stage_t, name, STR_IDENT, EM_PROTO_MAX_STAGE_BYTES, REQ),
-    EM__UINT(KS_COUNT, em_stage_t, count, 0, UINT64_MAX, REQ),
-    STAGE_U64(KS_SUM, sum_ns),
-    STAGE_U64(KS_MIN, min_ns),
-    STAGE_U64(KS_MAX, max_ns),
-    STAGE_U64(KS_P50, p50_ns),
-    STAGE_U64(KS_P90, p90_ns),
-    STAGE_U64(KS_P99, p99_ns),
-    STAGE_U64(KS_P999, p999_ns),
-    STAGE_U64(KS_ZERO, zero_count),
+    EM__U64(KS_COUNT, em_stage_t, count, REQ),
+    EM__U64(KS_SUM, em_stage_t, sum_ns, OPT),
+    EM__U64(KS_MIN, em_stage_t, min_ns, OPT),
+    EM__U64(KS_MAX, em_stage_t, max_ns, OPT),
+    EM__U64(KS_P50, em_stage_t, p50_ns, OPT),
+    EM__U64(KS_P90, em_stage_t, p90_ns, OPT),
+    EM__U64(KS_P99, em_stage_t, p99_ns, OPT),
+    EM__U64(KS_P999, em_stage_t, p999_ns, OPT),
+    EM__U64(KS_ZERO, em_stage_t, zero_count, OPT),
     EM__INT(KS_SCALE, em_stage_t, scale, EM_PROTO_MIN_SCALE, EM_PROTO_MAX_SCALE, OPT),
     EM__FN(KS_BUCKETS, em_stage_t, buckets, read_buckets, NULL, OPT)};
 static const em__fields_t stage_fields = EM__TABLE(stage_rows);
@@ -226,7 +224,7 @@ static int read_stage(em__dec_t *d, void *elem) {
 
 static const em__field_t data_rows[] = {
     EM__UINT(KD_SEQ, em_data_t, seq, 0, UINT32_MAX, REQ),
-    EM__UINT(KD_WINDOW, em_data_t, window_ns, 0, UINT64_MAX, REQ),
+    EM__U64(KD_WINDOW, em_data_t, window_ns, REQ),
     EM__FN(KD_VALUES, em_data_t, samples, read_values, NULL, REQ),
     EM__LIST(KD_STAGES, em_data_t, stages, n_stages, em_stage_t, read_stage, EM_PROTO_MAX_STAGES,
              REQ),
@@ -239,7 +237,7 @@ static const em__field_t data_rows[] = {
 static const em__field_t state_rows[] = {
     EM__UINT(KT_LEVEL, em_state_t, level, 0, EM_LEVEL_CRITICAL, REQ),
     EM__UINT(KT_PREV, em_state_t, prev_level, 0, EM_LEVEL_CRITICAL, REQ),
-    EM__UINT(KT_MONO, em_state_t, mono_ns, 0, UINT64_MAX, REQ),
+    EM__U64(KT_MONO, em_state_t, mono_ns, REQ),
     EM__CAUSE_ROWS(KT_RULE, em_state_t),
     EM__BOOL(KT_HISTORICAL, em_state_t, historical, OPT),
     EM__FN(KT_MODEL, em_state_t, model, em__field_model, NULL, OPT),

@@ -85,6 +85,7 @@ typedef struct {
     .key = (k), .type = EM__F_INT, .size = EM__SIZE_OF(T, m), .required = (req),                   \
     .offset = offsetof(T, m), .lo = (lo_), .hi = (uint64_t)(hi_)                                   \
   }
+#define EM__U64(k, T, m, req) EM__UINT(k, T, m, 0, UINT64_MAX, req)
 #define EM__BOOL(k, T, m, req)                                                                     \
   { .key = (k), .type = EM__F_BOOL, .required = (req), .offset = offsetof(T, m) }
 #define EM__STR(k, T, m, cls_, max, req)                                                           \

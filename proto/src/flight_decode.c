@@ -96,9 +96,9 @@ static int read_column(em__dec_t *d, void *elem) {
 }
 
 static const em__field_t truncation_rows[] = {
-    EM__UINT(KN_SPANS_CUT, em_flight_truncation_t, spans_cut, 0, UINT64_MAX, OPT),
-    EM__UINT(KN_TICKS_CUT, em_flight_truncation_t, ticks_cut, 0, UINT64_MAX, OPT),
-    EM__UINT(KN_OVERWRITTEN, em_flight_truncation_t, spans_overwritten, 0, UINT64_MAX, OPT)};
+    EM__U64(KN_SPANS_CUT, em_flight_truncation_t, spans_cut, OPT),
+    EM__U64(KN_TICKS_CUT, em_flight_truncation_t, ticks_cut, OPT),
+    EM__U64(KN_OVERWRITTEN, em_flight_truncation_t, spans_overwritten, OPT)};
 static const em__fields_t truncation_fields = EM__TABLE(truncation_rows);
 
 /* --- ticks and spans (second pass) ---------------------------------------------------- */
@@ -224,15 +224,12 @@ typedef struct {
   em__later_t ticks, spans; /* Keys 12 and 13's values, for the second pass. */
 } ctx_t;
 
-#define FLIGHT_U64(k, m) EM__UINT(k, ctx_t, f.m, 0, UINT64_MAX, REQ)
-
 static const em__field_t flight_rows[] = {
-    EM__UINT(KF_NUMBER, ctx_t, f.number, 0, UINT32_MAX, REQ),
-    EM__FN(KF_TRIGGER, ctx_t, f.trigger, em__field_trigger, &em__flight_trigger_kind, REQ),
-    FLIGHT_U64(KF_MONO, trigger_mono_ns),
-    FLIGHT_U64(KF_PRE, pre_ns),
-    FLIGHT_U64(KF_POST, post_ns),
-    FLIGHT_U64(KF_PERIOD, period_ns),
+    EM__DOC_HEAD_ROWS(ctx_t, f, &em__flight_trigger_kind),
+    EM__U64(KF_MONO, ctx_t, f.trigger_mono_ns, REQ),
+    EM__U64(KF_PRE, ctx_t, f.pre_ns, REQ),
+    EM__U64(KF_POST, ctx_t, f.post_ns, REQ),
+    EM__U64(KF_PERIOD, ctx_t, f.period_ns, REQ),
     EM__STAGES(KF_STAGES, ctx_t, f.stages, f.n_stages, EM_FLIGHT_MAX_STAGES, REQ),
     EM__LIST(KF_COLUMNS, ctx_t, f.columns, f.n_columns, em_flight_column_t, read_column,
              EM_FLIGHT_MAX_COLUMNS, REQ),

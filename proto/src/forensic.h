@@ -73,6 +73,12 @@ extern const em__doc_t em__flight_doc, em__profile_doc;
 void em__flight_json(em__jw_t *w, const void *flight);
 void em__profile_json(em__jw_t *w, const void *profile);
 
+/* The decoder's rows of a document's number (key 4) and trigger (key 5), which both documents
+ * carry alike; `doc` is the document's member of the decoder's struct T. */
+#define EM__DOC_HEAD_ROWS(T, doc, trigger_kind)                                                    \
+  EM__UINT(KF_NUMBER, T, doc.number, 0, UINT32_MAX, REQ),                                          \
+      EM__FN(KF_TRIGGER, T, doc.trigger, em__field_trigger, (trigger_kind), REQ)
+
 /* A field reader (EM__FN rows) for a document's trigger: its row's arg is the trigger kind. */
 int em__field_trigger(em__dec_t *d, const em__field_t *f, void *base);
 

@@ -94,8 +94,8 @@ static int read_frames(em__dec_t *d, const em__field_t *row, void *base) {
 }
 
 static const em__field_t truncation_rows[] = {
-    EM__UINT(KPN_STACKS_CUT, em_profile_truncation_t, stacks_cut, 0, UINT64_MAX, OPT),
-    EM__UINT(KPN_SAMPLES_CUT, em_profile_truncation_t, samples_cut, 0, UINT64_MAX, OPT)};
+    EM__U64(KPN_STACKS_CUT, em_profile_truncation_t, stacks_cut, OPT),
+    EM__U64(KPN_SAMPLES_CUT, em_profile_truncation_t, samples_cut, OPT)};
 static const em__fields_t truncation_fields = EM__TABLE(truncation_rows);
 
 /* --- stacks (second pass) ------------------------------------------------------------- */
@@ -197,17 +197,14 @@ typedef struct {
   em__later_t stacks; /* Key 14's value, for the second pass. */
 } ctx_t;
 
-#define PROFILE_U64(k, m) EM__UINT(k, ctx_t, p.m, 0, UINT64_MAX, REQ)
-
 static const em__field_t profile_rows[] = {
-    EM__UINT(KP_NUMBER, ctx_t, p.number, 0, UINT32_MAX, REQ),
-    EM__FN(KP_TRIGGER, ctx_t, p.trigger, em__field_trigger, &em__profile_trigger_kind, REQ),
-    PROFILE_U64(KP_MONO, start_mono_ns),
-    PROFILE_U64(KP_DURATION, duration_ns),
+    EM__DOC_HEAD_ROWS(ctx_t, p, &em__profile_trigger_kind),
+    EM__U64(KP_MONO, ctx_t, p.start_mono_ns, REQ),
+    EM__U64(KP_DURATION, ctx_t, p.duration_ns, REQ),
     EM__UINT(KP_HZ, ctx_t, p.hz, 1, 1000, REQ),
     EM__FN(KP_CLOCK, ctx_t, p.clock, read_clock, NULL, REQ),
-    PROFILE_U64(KP_SAMPLES, samples),
-    PROFILE_U64(KP_LOST, lost),
+    EM__U64(KP_SAMPLES, ctx_t, p.samples, REQ),
+    EM__U64(KP_LOST, ctx_t, p.lost, REQ),
     EM__STAGES(KP_STAGES, ctx_t, p.stages, p.n_stages, EM_PROFILE_MAX_STAGES, REQ),
     EM__FN(KP_FRAMES, ctx_t, p.frames, read_frames, NULL, REQ),
     EM__LATER(KP_STACKS, ctx_t, stacks, REQ),
