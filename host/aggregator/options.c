@@ -465,7 +465,7 @@ void em_agg_options_usage(FILE *out) {
           "\n"
           "Subscribes to edgemon/v1/+/# (or, with --share-group, shares the data messages with\n"
           "the other members of the group through $share/NAME/edgemon/v1/+/data), keeps every\n"
-          "device's history in SQLite (host/aggregator/SCHEMA.md) and serves /metrics\n"
+          "device's history in SQLite (host/aggregator/store/SCHEMA.md) and serves /metrics\n"
           "(Prometheus text, or protobuf with native histograms to a scraper that asks for it),\n"
           "the fleet dashboard at /ui/, its JSON API (/api/fleet, /api/devices/<id>/history,\n"
           "/api/latency, /api/devices/<id>/flights, /api/devices/<id>/profiles:\n"
