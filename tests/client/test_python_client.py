@@ -14,17 +14,14 @@ import asyncio
 import errno
 import os
 import socket
-import sys
 import threading
 import time
 import uuid
 import warnings
-from pathlib import Path
 
 import pytest
 
-CLIENT_DIR = Path(__file__).resolve().parents[2] / "firmware" / "client" / "python"
-sys.path.insert(0, str(CLIENT_DIR))
+from client_tests import socket_peer  # first: puts the package on sys.path
 
 import edgemon  # noqa: E402  (after the sys.path insert: runs without installation)
 import edgemon._client as client_module  # noqa: E402
@@ -100,11 +97,7 @@ class Receiver:
             os.unlink(self.path)
 
 
-@pytest.fixture
-def receiver(tmp_path):
-    r = Receiver(tmp_path / "spans.sock")
-    yield r
-    r.close()
+receiver = socket_peer(Receiver)
 
 
 @pytest.fixture

@@ -13,10 +13,8 @@ import struct
 import sys
 import threading
 import time
-from pathlib import Path
 
-CLIENT_DIR = Path(__file__).resolve().parents[2] / "firmware" / "client" / "python"
-sys.path.insert(0, str(CLIENT_DIR))
+import client_tests  # noqa: F401  (first: puts the package on sys.path)
 
 from edgemon import _pyprof  # noqa: E402
 

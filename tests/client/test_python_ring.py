@@ -15,15 +15,12 @@ import mmap
 import os
 import socket
 import struct
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
-CLIENT_DIR = Path(__file__).resolve().parents[2] / "firmware" / "client" / "python"
-sys.path.insert(0, str(CLIENT_DIR))
+from client_tests import socket_peer  # first: puts the package on sys.path
 
 import edgemon  # noqa: E402
 from test_python_client import FakeClock  # noqa: E402  (beside this file)
@@ -166,11 +163,7 @@ class Agent:
         self.sock.close()
 
 
-@pytest.fixture
-def agent(tmp_path):
-    a = Agent(tmp_path / "spans.sock")
-    yield a
-    a.close()
+agent = socket_peer(Agent)
 
 
 @pytest.fixture

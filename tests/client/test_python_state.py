@@ -19,18 +19,18 @@ import mmap
 import os
 import socket
 import struct
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "firmware" / "client" / "python"))
+from client_tests import socket_peer  # first: puts the package on sys.path
 
 import edgemon  # noqa: E402
 import edgemon._state as state_module  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
 
 VECTORS = ROOT / "proto" / "vectors" / "wire"
 LEVELS = {"NOMINAL": 0, "WARN": 1, "DEGRADED": 2, "CRITICAL": 3}
@@ -498,11 +498,7 @@ class FakeAgent:
         os.unlink(self.path)
 
 
-@pytest.fixture
-def fake_agent(tmp_path):
-    a = FakeAgent(tmp_path / "spans.sock")
-    yield a
-    a.close()
+fake_agent = socket_peer(FakeAgent)
 
 
 def test_subscribe_push_and_unsubscribe(fake_agent, tmp_path):

@@ -1,0 +1,27 @@
+"""What the Python client's tests share (imported before edgemon by each of them).
+
+On import it puts the package in firmware/client/python on sys.path, so the tests run it
+without installation. socket_peer() makes the fixture of a test's peer on the client's socket
+(a receiver, a fake agent): bound at tmp_path/spans.sock, closed when the test ends.
+Python 3.8 like the client: the suite also runs on the oldest python3 the client supports.
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+CLIENT_DIR = Path(__file__).resolve().parents[2] / "firmware" / "client" / "python"
+if str(CLIENT_DIR) not in sys.path:
+    sys.path.insert(0, str(CLIENT_DIR))
+
+
+def socket_peer(make):
+    """A pytest fixture yielding make(tmp_path / "spans.sock") and closing it afterwards; its
+    name is the module attribute it is assigned to."""
+    @pytest.fixture
+    def fixture(tmp_path):
+        peer = make(tmp_path / "spans.sock")
+        yield peer
+        peer.close()
+    return fixture
