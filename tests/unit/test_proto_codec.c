@@ -406,26 +406,25 @@ static void scratch_bound_holds_for_the_densest_inputs(void **state) {
   }
 }
 
+static void reports_its_size_for_every_short_buffer(const em_vector_t *v) {
+  size_t full = 0;
+  assert_int_equal(em_proto_encode(&v->msg, out, sizeof(out), &full), 0);
+  size_t step = full > 4096 ? 997 : 1;
+  for (size_t cap = 0; cap < full; cap += step) {
+    uint8_t *small = malloc(cap ? cap : 1);
+    assert_non_null(small);
+    size_t need = 0;
+    int rc = em_proto_encode(&v->msg, cap ? small : NULL, cap, &need);
+    if (rc != EM_PROTO_ENOSPACE || need != full) {
+      fail_msg("%s cap %zu: rc %d need %zu, want ENOSPACE and %zu", v->name, cap, rc, need, full);
+    }
+    free(small);
+  }
+}
+
 static void encoder_reports_the_size_it_needs_for_every_short_buffer(void **state) {
   (void)state;
-  size_t n;
-  const em_vector_t *v = em_vectors(&n);
-  for (size_t i = 0; i < n; i++) {
-    size_t full = 0;
-    assert_int_equal(em_proto_encode(&v[i].msg, out, sizeof(out), &full), 0);
-    size_t step = full > 4096 ? 997 : 1;
-    for (size_t cap = 0; cap < full; cap += step) {
-      uint8_t *small = malloc(cap ? cap : 1);
-      assert_non_null(small);
-      size_t need = 0;
-      int rc = em_proto_encode(&v[i].msg, cap ? small : NULL, cap, &need);
-      if (rc != EM_PROTO_ENOSPACE || need != full) {
-        fail_msg("%s cap %zu: rc %d need %zu, want ENOSPACE and %zu", v[i].name, cap, rc, need,
-                 full);
-      }
-      free(small);
-    }
-  }
+  each_vector(reports_its_size_for_every_short_buffer);
 }
 
 static void encoder_refuses_what_the_decoder_would_refuse(void **state) {
