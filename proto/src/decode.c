@@ -39,7 +39,7 @@ static const em__field_t metric_rows[] = {
     EM__STR(KM_UNIT, em_metric_def_t, unit, STR_NAME, EM_PROTO_MAX_UNIT_BYTES, REQ),
     EM__UINT(KM_KIND, em_metric_def_t, kind, 0, EM_METRIC_DELTA, REQ),
     EM__STR(KM_ABSENT, em_metric_def_t, absent_reason, STR_TEXT, EM_PROTO_MAX_TEXT_BYTES, OPT)};
-static const em__fields_t metric_fields = EM__TABLE(metric_rows);
+const em__fields_t em__metric_fields = EM__TABLE(metric_rows);
 
 static const em__field_t budget_rows[] = {
     EM__STR(KU_ID, em_budget_t, id, STR_NAME, EM_PROTO_MAX_NAME_BYTES, REQ),
@@ -48,16 +48,16 @@ static const em__field_t budget_rows[] = {
     EM__VALUE(KU_BOUND, em_budget_t, bound, REQ),
     EM__STR(KU_STAGE, em_budget_t, stage, STR_IDENT, EM_PROTO_MAX_STAGE_BYTES, OPT),
     EM__U64(KU_WINDOW, em_budget_t, window_ns, OPT)};
-static const em__fields_t budget_fields = EM__TABLE(budget_rows);
+const em__fields_t em__budget_fields = EM__TABLE(budget_rows);
 
 static int read_metric(em__dec_t *d, void *elem) {
   memset(elem, 0, sizeof(em_metric_def_t));
-  return em__read_map(d, &metric_fields, elem, NULL);
+  return em__read_map(d, &em__metric_fields, elem, NULL);
 }
 
 static int read_budget(em__dec_t *d, void *elem) {
   memset(elem, 0, sizeof(em_budget_t));
-  return em__read_map(d, &budget_fields, elem, NULL);
+  return em__read_map(d, &em__budget_fields, elem, NULL);
 }
 
 static int read_metrics(em__dec_t *d, const em__field_t *f, void *base) {
@@ -265,6 +265,8 @@ static const em__field_t cmd_rows[] = {
 /* --- top level ------------------------------------------------------------------------ */
 
 /* The rows of each kind's own keys, read into its member of the message's union. */
+const em__fields_t em__birth_fields = EM__TABLE(birth_rows);
+
 static const em__fields_t kind_fields[] = {
     [EM_MSG_BIRTH] = EM__TABLE(birth_rows), [EM_MSG_DATA] = EM__TABLE(data_rows),
     [EM_MSG_STATE] = EM__TABLE(state_rows), [EM_MSG_STATUS] = EM__TABLE(status_rows),

@@ -8,6 +8,7 @@
  */
 #include <string.h>
 
+#include "fields.h"
 #include "model.h"
 
 static int check_level(em_level_t level) {
@@ -18,13 +19,7 @@ static int check_level(em_level_t level) {
 
 static int check_birth(const void *msg) {
   const em_birth_t *b = msg;
-  int rc = em__check_cstr(b->device, STR_IDENT, EM_PROTO_MAX_NAME_BYTES);
-  if (!rc) {
-    rc = em__check_cstr(b->agent_version, STR_NAME, EM_PROTO_MAX_NAME_BYTES);
-  }
-  if (!rc) {
-    rc = em__check_cstr(b->board, STR_NAME, EM_PROTO_MAX_NAME_BYTES);
-  }
+  int rc = em__check_strs(&em__birth_fields, b);
   if (!rc) {
     rc = em_proto_model_check(&b->model);
   }
@@ -47,13 +42,7 @@ static int check_birth(const void *msg) {
         return EM_PROTO_EDUPLICATE;
       }
     }
-    rc = em__check_cstr(m->name, STR_NAME, EM_PROTO_MAX_NAME_BYTES);
-    if (!rc) {
-      rc = em__check_cstr(m->unit, STR_NAME, EM_PROTO_MAX_UNIT_BYTES);
-    }
-    if (!rc && m->absent_reason) {
-      rc = em__check_cstr(m->absent_reason, STR_TEXT, EM_PROTO_MAX_TEXT_BYTES);
-    }
+    rc = em__check_strs(&em__metric_fields, m);
     if (rc) {
       return rc;
     }
@@ -68,13 +57,7 @@ static int check_birth(const void *msg) {
     }
     rc = em__check_value(&u->bound);
     if (!rc) {
-      rc = em__check_cstr(u->id, STR_NAME, EM_PROTO_MAX_NAME_BYTES);
-    }
-    if (!rc) {
-      rc = em__check_cstr(u->rule, STR_IDENT, EM_PROTO_MAX_NAME_BYTES);
-    }
-    if (!rc && u->stage) {
-      rc = em__check_cstr(u->stage, STR_IDENT, EM_PROTO_MAX_STAGE_BYTES);
+      rc = em__check_strs(&em__budget_fields, u);
     }
     if (rc) {
       return rc;

@@ -95,6 +95,22 @@ int em__read_field(em__dec_t *d, const em__fields_t *t, uint64_t key, void *base
   return em__skip(d);
 }
 
+int em__check_strs(const em__fields_t *t, const void *base) {
+  for (size_t i = 0; i < t->n; i++) {
+    const em__field_t *f = &t->rows[i];
+    const char *s = NULL;
+    if (f->type != EM__F_STR) {
+      continue;
+    }
+    memcpy(&s, (const unsigned char *)base + f->offset, sizeof(s));
+    int rc = s || f->required ? em__check_cstr(s, (em_str_class_t)f->cls, (size_t)f->hi) : 0;
+    if (rc) {
+      return rc;
+    }
+  }
+  return 0;
+}
+
 int em__read_map(em__dec_t *d, const em__fields_t *t, void *base, uint64_t *seen) {
   size_t at = d->pos;
   uint64_t n = 0, got = 0, key = 0;

@@ -161,6 +161,16 @@ int em__read_top(em__dec_t *d, em_msg_kind_t kind, em_msg_head_t *head, const em
  */
 int em__read_trigger(em__dec_t *d, bool numbers, em_trigger_t *t);
 
+/*
+ * The encoder's side of the same rules: each text row of `t` (EM__F_STR) checked on the struct
+ * at `base` in row order, a NULL optional text skipped; the first failure's code
+ * (EM_PROTO_ESTRING), else 0.
+ */
+int em__check_strs(const em__fields_t *t, const void *base);
+
+/* The v1 maps the encoder checks by the decoder's rows (decode.c). */
+extern const em__fields_t em__metric_fields, em__budget_fields, em__birth_fields;
+
 /* A reader for EM__F_FN rows: a model identity (em__read_model's rules) at the row's offset. */
 int em__field_model(em__dec_t *d, const em__field_t *f, void *base);
 

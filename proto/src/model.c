@@ -11,6 +11,15 @@
 #include "fields.h"
 #include "model.h"
 
+static int read_labels_field(em__dec_t *d, const em__field_t *f, void *base);
+
+/* The identity's map: what the decoder reads and the check holds the strings to. */
+static const em__field_t model_rows[] = {
+    EM__STR(KO_NAME, em_model_t, name, STR_NAME, EM_PROTO_MAX_NAME_BYTES, REQ),
+    EM__STR(KO_VERSION, em_model_t, version, STR_NAME, EM_PROTO_MAX_MODEL_VERSION, REQ),
+    EM__FN(KO_LABELS, em_model_t, labels, read_labels_field, NULL, OPT)};
+static const em__fields_t model_fields = EM__TABLE(model_rows);
+
 int em_proto_model_check(const em_model_t *m) {
   if (!m) {
     return EM_PROTO_EINVAL;
@@ -18,10 +27,7 @@ int em_proto_model_check(const em_model_t *m) {
   if (!m->name) {
     return 0;
   }
-  int rc = em__check_cstr(m->name, STR_NAME, EM_PROTO_MAX_NAME_BYTES);
-  if (!rc) {
-    rc = em__check_cstr(m->version, STR_NAME, EM_PROTO_MAX_MODEL_VERSION);
-  }
+  int rc = em__check_strs(&model_fields, m);
   if (rc) {
     return rc;
   }
@@ -117,12 +123,6 @@ static int read_labels_field(em__dec_t *d, const em__field_t *f, void *base) {
   (void)f;
   return read_labels(d, base);
 }
-
-static const em__field_t model_rows[] = {
-    EM__STR(KO_NAME, em_model_t, name, STR_NAME, EM_PROTO_MAX_NAME_BYTES, REQ),
-    EM__STR(KO_VERSION, em_model_t, version, STR_NAME, EM_PROTO_MAX_MODEL_VERSION, REQ),
-    EM__FN(KO_LABELS, em_model_t, labels, read_labels_field, NULL, OPT)};
-static const em__fields_t model_fields = EM__TABLE(model_rows);
 
 int em__read_model(em__dec_t *d, em_model_t *m) {
   memset(m, 0, sizeof(*m));
