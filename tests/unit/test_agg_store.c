@@ -121,6 +121,9 @@ static void q_wants(const char *path, const q_want_t *want, size_t n) {
 
 /* --- messages ---------------------------------------------------------------------------- */
 
+/* `.name = arr, .n_name = its length`: a message's table and its count from one array. */
+#define TABLE(name, arr) .name = (arr), .n_##name = sizeof(arr) / sizeof((arr)[0])
+
 static const em_metric_def_t defs[] = {
     {.alias = 0, .name = "pmu.cycles", .unit = "1", .kind = EM_METRIC_DELTA},
     {.alias = 1, .name = "mem.rss", .unit = "By", .kind = EM_METRIC_GAUGE},
@@ -138,8 +141,7 @@ static em_msg_t birth_msg(uint32_t session) {
                            .agent_version = "1.2.3",
                            .board = "rpi4",
                            .period_ns = 100000000,
-                           .metrics = defs,
-                           .n_metrics = 3};
+                           TABLE(metrics, defs)};
   return m;
 }
 
@@ -156,8 +158,7 @@ static const em_stage_t stages[] = {
      .p999_ns = 2000,
      .scale = 3,
      .zero_count = 0,
-     .buckets = buckets,
-     .n_buckets = 2},
+     TABLE(buckets, buckets)},
     {.name = "idle-stage", .count = 0},
 };
 
@@ -172,8 +173,7 @@ static em_msg_t data_msg(uint32_t session, uint64_t time_ns, em_sample_t *sample
                          .level = EM_LEVEL_WARN,
                          .samples = samples,
                          .n_samples = n,
-                         .stages = stages,
-                         .n_stages = 2};
+                         TABLE(stages, stages)};
   return m;
 }
 
