@@ -119,6 +119,14 @@ static void q_wants(const char *path, const q_want_t *want, size_t n) {
   q_wants((path), (const q_want_t[]){__VA_ARGS__},                                                 \
           sizeof((const q_want_t[]){__VA_ARGS__}) / sizeof(q_want_t))
 
+/* Runs sql on the store at path over a connection of its own. */
+static void exec_on(const char *path, const char *sql) {
+  sqlite3 *db = NULL;
+  assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+  assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(db);
+}
+
 /* --- messages ---------------------------------------------------------------------------- */
 
 /* `.name = arr, .n_name = its length`: a message's table and its count from one array. */
@@ -475,16 +483,9 @@ static void store_failed_row_is_dropped_and_counted(void **state) {
   fixture_t *f = *state;
   em_store_opts_t o = opts_for(f);
   em_store_t *s = open_ok(f, &o, NULL);
-  sqlite3 *db = NULL;
-  assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
-  assert_int_equal(
-      sqlite3_exec(
-          db,
+  exec_on(f->path,
           "CREATE TRIGGER inject BEFORE INSERT ON data WHEN NEW.time_ns = 1700000000000000000 "
-          "BEGIN SELECT RAISE(ABORT, 'injected'); END",
-          NULL, NULL, NULL),
-      SQLITE_OK);
-  sqlite3_close(db);
+          "BEGIN SELECT RAISE(ABORT, 'injected'); END");
   em_sample_t smp[] = {{.alias = 0, .value = {.type = EM_VALUE_UINT, .as.u = 13}},
                        {.alias = 1, .value = {.type = EM_VALUE_UINT, .as.u = 14}}};
   em_msg_t d = data_msg(1, T0_NS, smp, 2);
@@ -534,14 +535,8 @@ static void store_failure_is_counted_by_table_and_reason_with_its_text(void **st
   fixture_t *f = *state;
   em_store_opts_t o = opts_for(f);
   em_store_t *s = open_ok(f, &o, NULL);
-  sqlite3 *db = NULL;
-  assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
-  assert_int_equal(sqlite3_exec(db,
-                                "CREATE TRIGGER inject BEFORE INSERT ON stage_windows "
-                                "BEGIN SELECT RAISE(ABORT, 'injected window failure'); END",
-                                NULL, NULL, NULL),
-                   SQLITE_OK);
-  sqlite3_close(db);
+  exec_on(f->path, "CREATE TRIGGER inject BEFORE INSERT ON stage_windows "
+                   "BEGIN SELECT RAISE(ABORT, 'injected window failure'); END");
   char text[EM_STORE_FAILURE_TEXT];
   assert_int_equal(em_store_take_failure(s, text, sizeof(text)), 0);
   em_sample_t smp[] = {{.alias = 0, .value = {.type = EM_VALUE_UINT, .as.u = 13}}};
@@ -1197,14 +1192,6 @@ static void store_models_bounds_refuse_new_identities(void **state) {
                                   "WHERE m.version = 'a5'"),
                    1);
   assert_int_equal(em_store_close(s), 0);
-}
-
-/* Runs sql on the store at path over a connection of its own. */
-static void exec_on(const char *path, const char *sql) {
-  sqlite3 *db = NULL;
-  assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
-  assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
-  sqlite3_close(db);
 }
 
 /* A batch whose models.last_ns write fails (a trigger injects it) is not committed: its rows
