@@ -5,9 +5,10 @@
  *
  * The load is the agent's during a profile window, on one loop: a 100 ms tick that appends a
  * data message (~4 KiB) to a file and queues a sensor read (2 ms on the worker), a profile
- * resolution (100 ms of CPU on the worker) once a second, and a sync asked every sync interval
- * (250 ms, so asks land inside and outside resolutions). The figure is the delay from the ask
- * to the fdatasync's start, per mode: median, p99 and worst, over the run.
+ * resolution (100 ms of CPU on the worker) once a second, and a sync asked every 230 ms (not a
+ * divisor of a second, so the asks fall at every phase of a resolution and outside them). The
+ * figure is the delay from the ask to the fdatasync's start, per mode: median, p99 and worst, over
+ * the run.
  *
  *   bench_sync_delay [seconds per mode (10)] [resolution ms (100)] [file (./bench_sync.spool)]
  */
@@ -25,7 +26,7 @@
 #include "syncer.h"
 
 #define TICK_MS       100u
-#define SYNC_MS       250u
+#define SYNC_MS       230u /* Not a divisor of the resolutions' 1 s: asks fall at every phase. */
 #define SENSOR_US     2000u
 #define PROFILE_EVERY 10u /* ticks */
 #define APPEND_BYTES  4096u

@@ -10,10 +10,12 @@
  * it: the spool's durability promise (what was appended a sync interval ago is on disk) then
  * depended on the profiler. A second pool thread would not help either: the pool is FIFO and
  * a second profile or smaps job can take it. A dedicated thread that does nothing but
- * fdatasync starts each sync as soon as it is asked (measured by tests/bench/bench_sync_delay:
- * the time from the ask to the start), and a sync is never cancelled or reordered by
- * anything else. It costs one mostly sleeping thread (its stack is untouched memory) and one
- * uv_async_t to hand the result back to the loop.
+ * fdatasync starts each sync as soon as it is asked, and nothing else can delay, cancel or
+ * reorder it. tests/bench/bench_sync_delay measures the time from the ask to the start under
+ * a profile window's load (30 s per mode on a 2-core machine): on the pool the worst was
+ * 97-98 ms (p99 89-90 ms), on this thread 0.5-2 ms (p99 0.15-1 ms). It costs one mostly
+ * sleeping thread (its stack is untouched memory) and one uv_async_t to hand the result back
+ * to the loop.
  *
  *   IDLE --em_syncer_sync (loop)--> ASKED --thread wakes--> SYNCING --fdatasync returns-->
  *   DONE --uv_async on the loop--> done(ctx, rc), IDLE
