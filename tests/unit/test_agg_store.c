@@ -257,7 +257,7 @@ static void store_rows_carry_names_and_values(void **state) {
   assert_int_equal(em_store_add(s, "dev-1", f->dev, &status, T0_NS), 0);
 
   /* Nothing is visible before the batch commits. */
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples"), 0);
+  Q_WANTS(f->path, {"SELECT count(*) FROM samples", 0});
   assert_int_equal(em_store_flush(s), 0);
 
   Q_WANTS(f->path, {"SELECT count(*) FROM samples", 3}, /* null not stored */
@@ -336,7 +336,7 @@ static void store_tick_commits_when_batch_rows_pending(void **state) {
     assert_int_equal(em_store_tick(s, 5 * S_NS), 0);
     d.u.data.seq++;
   }
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples"), 0);
+  Q_WANTS(f->path, {"SELECT count(*) FROM samples", 0});
   em_store_stats(s, &stats);
   assert_int_equal(stats.pending, 8);
   assert_int_equal(em_store_add(s, "dev-1", NULL, &d, T0_NS), 0);
@@ -361,9 +361,9 @@ static void store_tick_commits_when_batch_ms_passed(void **state) {
   assert_int_equal(em_store_add(s, "dev-1", NULL, &d, T0_NS), 0);
   assert_int_equal(em_store_tick(s, 2 * S_NS), 0);
   assert_int_equal(em_store_tick(s, 2 * S_NS + 249000000), 0);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples"), 0);
+  Q_WANTS(f->path, {"SELECT count(*) FROM samples", 0});
   assert_int_equal(em_store_tick(s, 2 * S_NS + 250000000), 0);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples"), 1);
+  Q_WANTS(f->path, {"SELECT count(*) FROM samples", 1});
   assert_int_equal(em_store_close(s), 0);
 }
 
@@ -385,7 +385,7 @@ static void store_abandoned_store_reopens_unclean(void **state) {
   assert_true(rep.last_commit_ns > T0_NS);
   assert_true(rep.integrity_ok);
   /* The committed batch survived; the open one is gone. */
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples"), 1);
+  Q_WANTS(f->path, {"SELECT count(*) FROM samples", 1});
   assert_int_equal(em_store_close(s), 0);
 
   s = open_ok(f, &o, &rep);
@@ -406,7 +406,7 @@ static void store_clean_close_reopens_clean(void **state) {
   s = open_ok(f, &o, &rep);
   assert_false(rep.created);
   assert_false(rep.unclean);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples"), 1);
+  Q_WANTS(f->path, {"SELECT count(*) FROM samples", 1});
   assert_int_equal(em_store_close(s), 0);
   assert_int_equal(em_store_close(NULL), 0);
   em_store_abandon(NULL);
@@ -455,7 +455,7 @@ static void store_downsampling_averages_one_row_per_step(void **state) {
   assert_int_equal(em_store_add(s, "dev-1", f->dev, &d, 0), 0);
 
   assert_int_equal(em_store_retain(s, now), 0);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM samples"), 3);
+  Q_WANTS(f->path, {"SELECT count(*) FROM samples", 3});
   char sql[300];
   snprintf(sql, sizeof(sql),
            "SELECT n FROM samples JOIN metrics m ON m.id = metric WHERE m.name = 'pmu.cycles' "
@@ -469,7 +469,7 @@ static void store_downsampling_averages_one_row_per_step(void **state) {
   assert_true(q_double(f->path, sql) == 3.5);
   assert_true(q_double(f->path, "SELECT value FROM samples JOIN metrics m ON m.id = metric "
                                 "WHERE m.name = 'mem.rss'") == 5.0);
-  assert_int_equal(q_int(f->path, "SELECT n FROM samples WHERE value = 100"), 1);
+  Q_WANTS(f->path, {"SELECT n FROM samples WHERE value = 100", 1});
 
   /* Running it again changes nothing: the downsampled rows are already one per step. */
   assert_int_equal(em_store_retain(s, now), 0);
@@ -558,7 +558,7 @@ static void store_failure_is_counted_by_table_and_reason_with_its_text(void **st
   assert_non_null(strstr(text, "injected window failure"));
   assert_int_equal(em_store_take_failure(s, text, sizeof(text)), 0);
   /* The data rows themselves were kept. */
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data"), 3);
+  Q_WANTS(f->path, {"SELECT count(*) FROM data", 3});
   assert_int_equal(em_store_close(s), 0);
 }
 
@@ -766,7 +766,7 @@ static void store_repeated_data_message_is_stored_once_and_counted(void **state)
   snprintf(sql, sizeof(sql), "SELECT count(*) FROM data WHERE seq = %u", (unsigned)m.u.data.seq);
   assert_int_equal(q_int(f->path, sql), 3);
   /* The repeated message's stage windows are not stored again either. */
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM stage_windows"), 3);
+  Q_WANTS(f->path, {"SELECT count(*) FROM stage_windows", 3});
 }
 
 /* A state message delivered again (QoS 1 redelivery, an agent's write-ahead replay), in the same
@@ -794,8 +794,7 @@ static void store_repeated_state_message_is_stored_once_and_counted(void **state
   assert_int_equal(em_store_add(s, "dev-1", NULL, &up, T0_NS), 0); /* A later batch. */
   assert_int_equal(em_store_flush(s), 0);
   /* The repeat of `up` after `down` left the device at the level `down` set. */
-  assert_int_equal(q_int(f->path, "SELECT level FROM devices WHERE name = 'dev-1'"),
-                   EM_LEVEL_NOMINAL);
+  Q_WANTS(f->path, {"SELECT level FROM devices WHERE name = 'dev-1'", EM_LEVEL_NOMINAL});
   em_msg_t other_level = up;
   other_level.u.state.level = EM_LEVEL_CRITICAL;
   em_msg_t other_session = up;
@@ -891,7 +890,7 @@ static void store_row_failing_for_a_passing_reason_says_eagain(void **state) {
   sqlite3_close(db);
   assert_int_equal(em_store_add(s, "dev-1", NULL, &d, T0_NS), 0);
   assert_int_equal(em_store_close(s), 0);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data"), 1);
+  Q_WANTS(f->path, {"SELECT count(*) FROM data", 1});
 }
 
 static void store_open_refuses_what_is_not_a_store(void **state) {
@@ -975,9 +974,9 @@ static void store_models_are_rows_and_follow_the_device(void **state) {
   other.u.data.model = a;
   assert_int_equal(em_store_add(s, "dev-2", NULL, &other, T0_NS), 0);
   assert_int_equal(em_store_flush(s), 0);
-  assert_int_equal(q_int(f->path, "SELECT m.version = '1.5' FROM devices d JOIN models m ON "
-                                  "m.id = d.model WHERE d.name = 'dev-1'"),
-                   1);
+  Q_WANTS(f->path, {"SELECT m.version = '1.5' FROM devices d JOIN models m ON m.id = d.model WHERE "
+                    "d.name = 'dev-1'",
+                    1});
   em_msg_t change = {.kind = EM_MSG_STATE};
   change.u.state = (em_state_t){.head = {.time_ns = T0_NS + 1000000000u, .session = 7},
                                 .level = EM_LEVEL_WARN,
@@ -1188,9 +1187,9 @@ static void store_models_bounds_refuse_new_identities(void **state) {
   assert_int_equal(em_store_flush(s), 0);
   em_store_stats(s, &st);
   assert_int_equal(st.models_refused, 3);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data d JOIN models m ON m.id = d.model "
-                                  "WHERE m.version = 'a5'"),
-                   1);
+  Q_WANTS(
+      f->path,
+      {"SELECT count(*) FROM data d JOIN models m ON m.id = d.model WHERE m.version = 'a5'", 1});
   assert_int_equal(em_store_close(s), 0);
 }
 
@@ -1214,9 +1213,10 @@ static void store_batch_whose_model_last_ns_fails_does_not_commit(void **state) 
   exec_on(f->path, "DROP TRIGGER inject");
   add_model_data(s, "dev-1", T0_NS, "net", "1");
   assert_int_equal(em_store_flush(s), 0);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM data d JOIN models m ON m.id = d.model "
-                                  "WHERE m.last_ns = d.time_ns"),
-                   1);
+  Q_WANTS(
+      f->path,
+      {"SELECT count(*) FROM data d JOIN models m ON m.id = d.model WHERE m.last_ns = d.time_ns",
+       1});
   assert_int_equal(em_store_close(s), 0);
 }
 
@@ -1247,9 +1247,9 @@ static void store_open_migrates_version_8(void **state) {
   assert_int_equal(em_store_retain(s, T0_NS + 3650 * S_NS), 0);
   Q_WANTS(f->path, {"SELECT count(*) FROM data", 1}, {"SELECT count(*) FROM models", 2});
   assert_int_equal(em_store_retain(s, T0_NS + 3750 * S_NS), 0);
-  assert_int_equal(q_int(f->path, "SELECT count(*) FROM models"), 0);
+  Q_WANTS(f->path, {"SELECT count(*) FROM models", 0});
   assert_int_equal(em_store_close(s), 0);
-  assert_int_equal(q_int(f->path, "SELECT integrity_check = 'ok' FROM pragma_integrity_check"), 1);
+  Q_WANTS(f->path, {"SELECT integrity_check = 'ok' FROM pragma_integrity_check", 1});
 }
 
 int main(void) {
