@@ -104,16 +104,21 @@ def text_field(raw, rule):
     return text.decode('ascii')
 
 
+def check_head(magic, want_magic, version, want_version, kind=None, kinds=None):
+    """The checks every record of WIRE.md opens with, in its order: magic, version, kind."""
+    if magic != want_magic:
+        raise WireError('EMAGIC')
+    if version != want_version:
+        raise WireError('EVERSION')
+    if kinds is not None and kind not in kinds:
+        raise WireError('EKIND')
+
+
 def decode_span(buf):
     if len(buf) != SPAN_BYTES:
         raise WireError('ESIZE')
     magic, version, kind, pid, frame_id, start_ns, duration_ns, stage = SPAN.unpack(buf)
-    if magic != b'EM':
-        raise WireError('EMAGIC')
-    if version != 1:
-        raise WireError('EVERSION')
-    if kind not in KINDS:
-        raise WireError('EKIND')
+    check_head(magic, b'EM', version, 1, kind, KINDS)
     if kind in (1, 2):
         name = text_field(stage, 'stage')
     else:
@@ -148,12 +153,7 @@ def decode_push(buf):
     if len(buf) != PUSH_BYTES:
         raise WireError('ESIZE')
     magic, version, kind, agent_pid, reserved = PUSH_HEAD.unpack_from(buf, 0)
-    if magic != b'EM':
-        raise WireError('EMAGIC')
-    if version != 1:
-        raise WireError('EVERSION')
-    if kind != 16:
-        raise WireError('EKIND')
+    check_head(magic, b'EM', version, 1, kind, (16,))
     if reserved != 0:
         raise WireError('ERANGE')
     rec = decode_body(bytes(buf[BODY_OFFSET:]))
@@ -163,10 +163,7 @@ def decode_push(buf):
 
 def check_page_header(page):
     magic, version, size, _seq, agent_pid = PAGE_HEAD.unpack_from(page, 0)
-    if magic != b'EMST':
-        raise WireError('EMAGIC')
-    if version != 1:
-        raise WireError('EVERSION')
+    check_head(magic, b'EMST', version, 1)
     if size != PAGE_BYTES:
         raise WireError('ESIZE')
     return agent_pid
@@ -204,10 +201,7 @@ def decode_ring_header(buf, ring_len=None):
         raise WireError('ESIZE')
     (magic, version, header_size, slot_size, reserved, slot_count, pid, tid, start_time, head,
      lost, state, tail) = RING_HEAD.unpack_from(buf, 0)
-    if magic != b'EMRG':
-        raise WireError('EMAGIC')
-    if version != 2:
-        raise WireError('EVERSION')
+    check_head(magic, b'EMRG', version, 2)
     if header_size != RING_HEADER_BYTES or slot_size != RING_SLOT_BYTES:
         raise WireError('ESIZE')
     if not RING_MIN_SLOTS <= slot_count <= RING_MAX_SLOTS or slot_count & (slot_count - 1):
@@ -295,12 +289,7 @@ def decode_ring_dgram(buf):
     if len(buf) != SPAN_BYTES:
         raise WireError('ESIZE')
     magic, version, kind, pid, a, b, c, stage = RING_DGRAM.unpack(buf)
-    if magic != b'EM':
-        raise WireError('EMAGIC')
-    if version != 2:
-        raise WireError('EVERSION')
-    if kind not in RING_DGRAM_KINDS:
-        raise WireError('EKIND')
+    check_head(magic, b'EM', version, 2, kind, RING_DGRAM_KINDS)
     d = {'kind': RING_DGRAM_KINDS[kind], 'pid': pid}
     if kind == 6:
         d.update(frame_id=a, start_ns=b, duration_ns=c, stage=text_field(stage, 'stage'))
@@ -322,10 +311,7 @@ def read_deadline_page(page):
         raise WireError('ESIZE')
     magic, version, _count, _seq, agent_pid, ring_slots, reserved = DEADLINE_HEAD.unpack_from(
         page, 0)
-    if magic != b'EMDL':
-        raise WireError('EMAGIC')
-    if version != 1:
-        raise WireError('EVERSION')
+    check_head(magic, b'EMDL', version, 1)
     if reserved != bytes(len(reserved)):
         raise WireError('ERANGE')
     for _ in range(PAGE_READ_TRIES):
@@ -360,12 +346,7 @@ def decode_model(buf):
     if len(buf) != MODEL_BYTES:
         raise WireError('ESIZE')
     magic, version, kind, pid, generation, n, reserved, name, ver = MODEL_HEAD.unpack_from(buf)
-    if magic != b'EM':
-        raise WireError('EMAGIC')
-    if version != 2:
-        raise WireError('EVERSION')
-    if kind != 7:
-        raise WireError('EKIND')
+    check_head(magic, b'EM', version, 2, kind, (7,))
     if n > MODEL_MAX_LABELS:
         raise WireError('ELIMIT')
     if reserved != bytes(3) or any(buf[MODEL_LABELS_AT + 48 * n:]):
@@ -416,10 +397,7 @@ def decode_profile_page(buf):
     if len(buf) != PROFILE_PAGE.size:
         raise WireError('ESIZE')
     magic, version, size, window, hz, start, end, reserved = PROFILE_PAGE.unpack(buf)
-    if magic != b'EMPR':
-        raise WireError('EMAGIC')
-    if version != 1:
-        raise WireError('EVERSION')
+    check_head(magic, b'EMPR', version, 1)
     if size != 64 or not 1 <= hz <= 1000 or end < start or any(reserved):
         raise WireError('ERANGE')
     return {'kind': 'profile_page', 'window': window, 'hz': hz, 'start_ns': start,
@@ -447,12 +425,7 @@ def decode_pystacks(buf):
         raise WireError('ESIZE')
     (magic, version, kind, pid, window, cut, n_strings, n_samples, str_bytes,
      reserved) = PYSTACKS_HEAD.unpack_from(buf)
-    if magic != b'EM':
-        raise WireError('EMAGIC')
-    if version != 2:
-        raise WireError('EVERSION')
-    if kind != 8:
-        raise WireError('EKIND')
+    check_head(magic, b'EM', version, 2, kind, (8,))
     if any(reserved):
         raise WireError('ERANGE')
     if n_strings > PYSTACKS_MAX_STRINGS:
