@@ -627,6 +627,12 @@ def patched(data, offset, raw):
     return data[:offset] + raw + data[offset + len(raw):]
 
 
+def patched_refusal(name, decode, offset, raw):
+    """The code decode() refuses vector `name` with once raw is written at offset."""
+    data, _ = load(name)
+    return refusal(decode, patched(data, offset, raw))
+
+
 def refusal(decode, *args):
     """The code of the WireError that decode(*args) raises; the test fails when it raises none."""
     with pytest.raises(WireError) as err:
@@ -666,8 +672,7 @@ BODY_GARBLES = [
 @pytest.mark.parametrize('name', ['span', 'heartbeat', 'span_max_stage'])
 @pytest.mark.parametrize('what,offset,raw,code', SPAN_GARBLES)
 def test_garbled_span_is_refused(name, what, offset, raw, code):
-    data, _ = load(name)
-    assert refusal(decode_span, patched(data, offset, raw)) == code, what
+    assert patched_refusal(name, decode_span, offset, raw) == code, what
 
 
 @pytest.mark.parametrize('name', ['subscribe', 'unsubscribe'])
@@ -698,8 +703,7 @@ def test_span_error_order():
     ('push reserved', -1, b'\x01', 'ERANGE'),
 ])
 def test_garbled_push_is_refused(name, what, offset, raw, code):
-    data, _ = load(name)
-    assert refusal(decode_push, patched(data, BODY_OFFSET + offset, raw)) == code, what
+    assert patched_refusal(name, decode_push, BODY_OFFSET + offset, raw) == code, what
 
 
 @pytest.mark.parametrize('what,offset,raw,code', BODY_GARBLES + [
@@ -708,8 +712,7 @@ def test_garbled_push_is_refused(name, what, offset, raw, code):
     ('page size', -10, b'\x00\x10', 'ESIZE'),
 ])
 def test_garbled_page_is_refused(what, offset, raw, code):
-    data, _ = load('page')
-    assert refusal(read_page, patched(data, BODY_OFFSET + offset, raw)) == code, what
+    assert patched_refusal('page', read_page, BODY_OFFSET + offset, raw) == code, what
 
 
 def record_names():
@@ -792,8 +795,7 @@ RING_HEADER_GARBLES = [
 
 @pytest.mark.parametrize('what,offset,raw,code', RING_HEADER_GARBLES)
 def test_garbled_ring_header_is_refused(what, offset, raw, code):
-    data, _ = load('ring_header')
-    assert refusal(decode_ring_header, patched(data, offset, raw)) == code, what
+    assert patched_refusal('ring_header', decode_ring_header, offset, raw) == code, what
 
 
 def test_ring_length_must_match_its_slot_count():
@@ -915,8 +917,7 @@ RING_DGRAM_GARBLES = [
 @pytest.mark.parametrize('name', ['ring_register', 'ring_hard_miss', 'ring_ack'])
 @pytest.mark.parametrize('what,offset,raw,code', RING_DGRAM_GARBLES)
 def test_garbled_ring_dgram_is_refused(name, what, offset, raw, code):
-    data, _ = load(name)
-    assert refusal(decode_ring_dgram, patched(data, offset, raw)) == code, what
+    assert patched_refusal(name, decode_ring_dgram, offset, raw) == code, what
 
 
 def test_ring_dgram_reserved_and_stage_fields():
@@ -955,8 +956,7 @@ DEADLINE_GARBLES = [
 
 @pytest.mark.parametrize('what,offset,raw,code', DEADLINE_GARBLES)
 def test_garbled_deadline_page_is_refused(what, offset, raw, code):
-    data, _ = load('deadline_page')
-    assert refusal(read_deadline_page, patched(data, offset, raw)) == code, what
+    assert patched_refusal('deadline_page', read_deadline_page, offset, raw) == code, what
 
 
 def test_deadline_page_single_byte_changes_in_use_are_refused_or_reencode():
@@ -1051,8 +1051,7 @@ def test_model_vectors_hold_the_documented_bytes():
     ('reserved', 63, b'\x01', 'ERANGE'),
 ])
 def test_garbled_profile_page_is_refused(what, offset, raw, code):
-    data, _ = load('profile_page')
-    assert refusal(decode_profile_page, patched(data, offset, raw)) == code, what
+    assert patched_refusal('profile_page', decode_profile_page, offset, raw) == code, what
 
 
 STRINGS_AT = 32
