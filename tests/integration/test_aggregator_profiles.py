@@ -9,19 +9,20 @@ each entry's link to the flight recording of the same session and cause within 1
 flight entry's link back), the JSON route, the CBOR byte for byte. Replays must be stored once,
 payloads that do not decode counted and not stored, bad parameters answered 400 naming them."""
 
+import functools
 import json
 import os
 import re
 import subprocess
-import threading
 import time
-import urllib.request
 from collections import defaultdict
 
 import cbor2
 import pytest
 
-from conftest import ROOT, Aggregator, Broker, edgemon_proto, mqtt_client, wait_for
+import forensics
+from conftest import ROOT, Aggregator, Broker, edgemon_proto, wait_for
+from forensics import Capture, check_refusals, check_replays, get_raw, key_of, metric
 
 SIM = os.environ.get("EM_SIM")
 CLI = os.environ.get("EM_CLI")
@@ -31,53 +32,8 @@ VECTORS = ["profile_basic", "profile_command", "profile_truncated"]
 LEVELS = ["NOMINAL", "WARN", "DEGRADED", "CRITICAL"]
 
 
-class Capture:
-    """Every payload published on edgemon/v1/+/profile and +/flight, in arrival order."""
-
-    def __init__(self, port):
-        self.got = defaultdict(list)  # kind -> [(device, payload)]
-        self.lock = threading.Lock()
-        self.client = mqtt_client(port, client_id="profile-capture")
-        self.client.on_message = self._on
-        self.client.subscribe([("edgemon/v1/+/profile", 1), ("edgemon/v1/+/flight", 1)])
-
-    def _on(self, client, userdata, msg):
-        _, _, device, kind = msg.topic.split("/")
-        with self.lock:
-            self.got[kind].append((device, bytes(msg.payload)))
-
-    def stop(self):
-        self.client.loop_stop()
-        self.client.disconnect()
-
-
-def publish(port, device, *payloads, kind="profile"):
-    c = mqtt_client(port, client_id=f"profile-pub-{device}")
-    for p in payloads:
-        c.publish(f"edgemon/v1/{device}/{kind}", p, qos=1).wait_for_publish(5)
-    c.loop_stop()
-    c.disconnect()
-
-
-def api_list(agg, device, query="", kind="profiles"):
-    status, body = agg.get(f"/api/devices/{device}/{kind}{query}")
-    assert status == 200, body
-    return json.loads(body)[kind]
-
-
-def get_raw(agg, path):
-    with urllib.request.urlopen(f"http://127.0.0.1:{agg.port}{path}", timeout=5) as r:
-        return r.status, r.headers.get("Content-Type"), r.read()
-
-
-def metric(agg, name):
-    status, body = agg.get("/metrics")
-    assert status == 200
-    return int(re.search(rf"^{name} (\d+)", body, re.M).group(1))
-
-
-def key_of(m):
-    return f"{m[3]}-{m[4]}"
+publish = functools.partial(forensics.publish, kind="profile")
+api_list = functools.partial(forensics.api_list, kind="profiles")
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +43,7 @@ def host(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("profiles")
     broker = Broker(tmp).start()
     agg = Aggregator(tmp, broker.port).start()
-    cap = Capture(broker.port)
+    cap = Capture(broker.port, "profile", "flight")
     time.sleep(0.2)
     try:
         sim = subprocess.run(
@@ -190,48 +146,23 @@ def test_replays_are_stored_once_and_bad_payloads_counted_not_stored(host):
     broker, agg, profiles, _ = host
     device = DEVICES[1]
     payload, m = profiles[device][0]
-    before = api_list(agg, device)
-    dups = metric(agg, "edgemon_aggregator_duplicates_total")
-    malformed = metric(agg, "edgemon_aggregator_malformed_total")
-    historical = dict(m)
-    historical[17] = True
-    marker = dict(m)
-    marker[4] = 900  # a new number: stored
-    marker[2] = m[2] - 3600 * 10**9
     bad_hz = dict(m)
     bad_hz[8] = 5000
     bad_stack = dict(m)
     bad_stack[14] = [[1, 0, None, len(m[13]) // 3 + 7]]  # a frame index past the table
-    publish(broker.port, device, payload, cbor2.dumps(historical), b"\xff\x00garbage",
-            payload[: len(payload) // 2], cbor2.dumps(bad_hz), cbor2.dumps(bad_stack),
-            cbor2.dumps(marker))
-    wait_for(lambda: len(api_list(agg, device)) == len(before) + 1, 10, "the marker profile")
-    after = api_list(agg, device)
-    assert sorted(e["key"] for e in after) == sorted([e["key"] for e in before] + [f"{m[3]}-900"])
-    assert next(e for e in after if e["key"] == key_of(m))["historical"] is False
-    wait_for(lambda: metric(agg, "edgemon_aggregator_duplicates_total") >= dups + 2, 5,
-             "two duplicates counted")
-    assert metric(agg, "edgemon_aggregator_malformed_total") == malformed + 4
-    assert agg.proc.poll() is None
+    check_replays(broker, agg, device, payload, m, kind="profile", historical_key=17,
+                  bad=[bad_hz, bad_stack])
 
 
 def test_api_refuses_bad_parameters_and_unknown_names(host):
     _, agg, profiles, _ = host
     device = DEVICES[0]
     key = key_of(profiles[device][0][1])
-    for query, name in [("?limit=0", "limit"), ("?limit=x", "limit"), ("?since=-1", "since"),
-                        ("?since=5&until=5", "since"), ("?bogus=1", "bogus"),
-                        ("?limit=1&limit=2", "limit")]:
-        status, body = agg.get(f"/api/devices/{device}/profiles{query}")
-        assert status == 400 and name in json.loads(body)["error"], (query, body)
-    for query, name in [("?format=xml", "format"), ("?x=1", "x")]:
-        status, body = agg.get(f"/api/devices/{device}/profiles/{key}{query}")
-        assert status == 400 and name in json.loads(body)["error"], (query, body)
-    for path in ["/api/devices/nobody/profiles", f"/api/devices/nobody/profiles/{key}",
-                 f"/api/devices/{device}/profiles/1-99999", f"/api/devices/{device}/profiles/abc",
-                 f"/api/devices/{device}/profiles/1-2-3", f"/api/devices/{device}/profiles/%00"]:
-        status, body = agg.get(path)
-        assert status == 404 and "error" in json.loads(body), (path, body)
+    check_refusals(agg, device, key, kind="profiles",
+                   list_queries=[("?limit=0", "limit"), ("?limit=x", "limit"),
+                                 ("?since=-1", "since"), ("?since=5&until=5", "since"),
+                                 ("?bogus=1", "bogus"), ("?limit=1&limit=2", "limit")],
+                   entry_queries=[("?format=xml", "format"), ("?x=1", "x")])
 
 
 def cli(*args):

@@ -10,11 +10,11 @@ ids and durations, and the figures of the tick whose window holds a frame's end.
 (same device, session and number, historical or not) must be stored once; payloads that do not
 decode must be counted and not stored; bad API parameters answer 400 naming the parameter."""
 
+import functools
 import json
 import os
 import re
 import subprocess
-import threading
 import time
 import xml.etree.ElementTree as ET
 from collections import defaultdict
@@ -22,7 +22,9 @@ from collections import defaultdict
 import cbor2
 import pytest
 
+import forensics
 from conftest import Aggregator, Broker, free_port, mqtt_client, wait_for
+from forensics import Capture, check_refusals, check_replays, get_raw, key_of, metric
 from test_flight import flight_agent, run_pipeline  # noqa: F401 (flight_agent: a fixture)
 
 SIM = os.environ.get("EM_SIM")
@@ -83,25 +85,6 @@ def tick_at(m, t):
     return None
 
 
-class Capture:
-    """Every payload published on edgemon/v1/+/flight, in arrival order."""
-
-    def __init__(self, port):
-        self.got = []
-        self.lock = threading.Lock()
-        self.client = mqtt_client(port, client_id="flight-capture")
-        self.client.on_message = self._on
-        self.client.subscribe("edgemon/v1/+/flight", qos=1)
-
-    def _on(self, client, userdata, msg):
-        with self.lock:
-            self.got.append((msg.topic.split("/")[2], bytes(msg.payload)))
-
-    def stop(self):
-        self.client.loop_stop()
-        self.client.disconnect()
-
-
 @pytest.fixture(scope="module")
 def host(tmp_path_factory):
     """(broker, aggregator, {device: [(cbor bytes, decoded map)]}) after a simulator run whose
@@ -110,7 +93,7 @@ def host(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("flight")
     broker = Broker(tmp).start()
     agg = Aggregator(tmp, broker.port).start()
-    cap = Capture(broker.port)
+    cap = Capture(broker.port, "flight")
     time.sleep(0.2)
     try:
         sim = subprocess.run(
@@ -119,9 +102,10 @@ def host(tmp_path_factory):
              "--broker", f"mqtt://127.0.0.1:{broker.port}"], capture_output=True, timeout=60)
         assert sim.returncode == 0, sim.stderr.decode(errors="replace")
         published = int(re.search(rb"(\d+) flight recordings published", sim.stderr).group(1))
-        wait_for(lambda: len(cap.got) == published, 10, "every recording at the subscriber")
+        wait_for(lambda: len(cap.got["flight"]) == published, 10,
+                 "every recording at the subscriber")
         by_device = defaultdict(list)
-        for device, payload in cap.got:
+        for device, payload in cap.got["flight"]:
             by_device[device].append((payload, cbor2.loads(payload)))
         assert set(by_device) == set(DEVICES), by_device.keys()
 
@@ -136,40 +120,13 @@ def host(tmp_path_factory):
         broker.stop()
 
 
-def api_list(agg, device, query=""):
-    status, body = agg.get(f"/api/devices/{device}/flights{query}")
-    assert status == 200, body
-    return json.loads(body)["flights"]
-
-
-def get_raw(agg, path):
-    import urllib.request
-    with urllib.request.urlopen(f"http://127.0.0.1:{agg.port}{path}", timeout=5) as r:
-        return r.status, r.headers.get("Content-Type"), r.read()
-
-
-def key_of(m):
-    return f"{m[3]}-{m[4]}"
+api_list = functools.partial(forensics.api_list, kind="flights")
+publish = functools.partial(forensics.publish, kind="flight")
 
 
 def cli(*args, env=None, timeout=30):
     return subprocess.run([CLI, "flight", *args], capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})})
-
-
-def publish(port, device, *payloads):
-    c = mqtt_client(port, client_id=f"flight-pub-{device}")
-    for p in payloads:
-        c.publish(f"edgemon/v1/{device}/flight", p, qos=1).wait_for_publish(5)
-    c.loop_stop()
-    c.disconnect()
-
-
-def metric(agg, name):
-    status, body = agg.get("/metrics")
-    assert status == 200
-    m = re.search(rf"^{name} (\d+)", body, re.M)
-    return int(m.group(1))
 
 
 def test_recordings_are_listed_per_device_newest_first(host):
@@ -216,29 +173,10 @@ def test_replays_are_stored_once_and_bad_payloads_counted_not_stored(host):
     broker, agg, pub = host
     device = DEVICES[1]
     payload, m = pub[device][0]
-    before = api_list(agg, device)
-    dups = metric(agg, "edgemon_aggregator_duplicates_total")
-    malformed = metric(agg, "edgemon_aggregator_malformed_total")
-    historical = dict(m)
-    historical[15] = True
-    marker = dict(m)
-    marker[4] = 900  # a new number: stored
-    marker[2] = m[2] - 3600 * 10**9
-    truncated = payload[: len(payload) // 2]
     bad_span = dict(m)
     bad_span[13] = [len(m[10]) + 5] + list(m[13][1:])  # a stage index past the table
-    publish(broker.port, device, payload, cbor2.dumps(historical), b"\xff\x00garbage", truncated,
-            cbor2.dumps(bad_span), cbor2.dumps(marker))
-    wait_for(lambda: len(api_list(agg, device)) == len(before) + 1, 10, "the marker recording")
-    after = api_list(agg, device)
-    assert sorted(e["key"] for e in after) == sorted(
-        [e["key"] for e in before] + [f"{m[3]}-900"])
-    original = next(e for e in after if e["key"] == key_of(m))
-    assert original["historical"] is False  # the first stored stays
-    wait_for(lambda: metric(agg, "edgemon_aggregator_duplicates_total") >= dups + 2, 5,
-             "two duplicates counted")
-    assert metric(agg, "edgemon_aggregator_malformed_total") == malformed + 3
-    assert agg.proc.poll() is None
+    check_replays(broker, agg, device, payload, m, kind="flight", historical_key=15,
+                  bad=[bad_span])
 
 
 def big_recording(number, n_spans):
@@ -292,21 +230,14 @@ def test_api_refuses_bad_parameters_and_unknown_names(host):
     _, agg, pub = host
     device = DEVICES[0]
     key = key_of(pub[device][0][1])
-    for query, name in [("?limit=0", "limit"), ("?limit=x", "limit"), ("?since=-1", "since"),
-                        ("?until=1e9", "until"), ("?since=5&until=5", "since"),
-                        ("?bogus=1", "bogus"), ("?limit=1&limit=2", "limit"),
-                        ("?since=99999999999999999999", "since")]:
-        status, body = agg.get(f"/api/devices/{device}/flights{query}")
-        assert status == 400 and name in json.loads(body)["error"], (query, body)
-    for query, name in [("?format=xml", "format"), ("?x=1", "x"),
-                        ("?format=cbor&format=json", "format")]:
-        status, body = agg.get(f"/api/devices/{device}/flights/{key}{query}")
-        assert status == 400 and name in json.loads(body)["error"], (query, body)
-    for path in ["/api/devices/nobody/flights", f"/api/devices/nobody/flights/{key}",
-                 f"/api/devices/{device}/flights/1-99999", f"/api/devices/{device}/flights/abc",
-                 f"/api/devices/{device}/flights/1-2-3", f"/api/devices/{device}/flights/%00"]:
-        status, body = agg.get(path)
-        assert status == 404 and "error" in json.loads(body), (path, body)
+    check_refusals(agg, device, key, kind="flights",
+                   list_queries=[("?limit=0", "limit"), ("?limit=x", "limit"),
+                                 ("?since=-1", "since"), ("?until=1e9", "until"),
+                                 ("?since=5&until=5", "since"), ("?bogus=1", "bogus"),
+                                 ("?limit=1&limit=2", "limit"),
+                                 ("?since=99999999999999999999", "since")],
+                   entry_queries=[("?format=xml", "format"), ("?x=1", "x"),
+                                  ("?format=cbor&format=json", "format")])
 
 
 def test_cli_table_names_the_slowest_frames_and_their_ticks(host):
