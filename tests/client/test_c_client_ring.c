@@ -104,6 +104,12 @@ static void peer_close(peer_t *p) {
   rmdir(p->dir);
 }
 
+/* A peer (peer_open(): RING_SLOTS, no deadline) and a client opened on its socket. */
+static void peer_client_open(peer_t *p, em_client_t *c) {
+  peer_open(p, RING_SLOTS, NULL, 0);
+  assert_int_equal(em_client_open(c, p->path), 0);
+}
+
 /* One datagram (waits up to 5 s, or not at all when `dontwait`): its length, its source and
  * the descriptor it carried (-1: none). -1 when nothing came. */
 static ssize_t peer_recv(const peer_t *p, uint8_t *buf, size_t cap, int dontwait, int *fd_out,
@@ -222,6 +228,13 @@ static void peer_ring_unmap(peer_ring_t *ring) {
   close(ring->memfd);
 }
 
+/* The end of a test with one ring: the client closed, the ring unmapped, the peer gone. */
+static void peer_client_close(peer_t *p, em_client_t *c, peer_ring_t *ring) {
+  em_client_close(c);
+  peer_ring_unmap(ring);
+  peer_close(p);
+}
+
 /* What the reader folds in, kept for checking. */
 typedef struct {
   em_span_t spans[THREAD_SPANS + 8];
@@ -289,8 +302,7 @@ static void ring_bytes_match_wire_md(void **state) {
   size_t before = 0;
   const uint8_t *slot;
   (void)state;
-  peer_open(&p, RING_SLOTS, NULL, 0);
-  assert_int_equal(em_client_open(&c, p.path), 0);
+  peer_client_open(&p, &c);
   em_client_set_frame(&c, 7);
 
   /* The first span registers the ring and goes as a datagram (the ring is pending). */
@@ -380,8 +392,7 @@ static void ring_datagrams_until_the_ack_then_ring_only(void **state) {
   uint8_t buf[128];
   int fd;
   (void)state;
-  peer_open(&p, RING_SLOTS, NULL, 0);
-  assert_int_equal(em_client_open(&c, p.path), 0);
+  peer_client_open(&p, &c);
   for (int i = 0; i < 5; i++) {
     assert_int_equal(em_client_record(&c, "pre", em_client_now_ns(), 10), 0);
   }
@@ -405,9 +416,7 @@ static void ring_datagrams_until_the_ack_then_ring_only(void **state) {
   assert_true(head_of(&ring) == 20);
   assert_int_equal(c.ring_counters[EM_CLIENT_RING_WRITTEN], 20);
   assert_true(em_client_dropped_total(&c) == 0);
-  em_client_close(&c);
-  peer_ring_unmap(&ring);
-  peer_close(&p);
+  peer_client_close(&p, &c, &ring);
 }
 
 /* No ack within a second (a v1 agent), or a refusal: datagrams, the ring never written. */
@@ -420,8 +429,7 @@ static void ring_unanswered_or_refused_falls_back_to_datagrams(void **state) {
     unsigned spans = 0;
     int counter = refuse ? EM_CLIENT_RING_REFUSED : EM_CLIENT_RING_UNANSWERED;
     (void)state;
-    peer_open(&p, RING_SLOTS, NULL, 0);
-    assert_int_equal(em_client_open(&c, p.path), 0);
+    peer_client_open(&p, &c);
     assert_int_equal(em_client_record(&c, "infer", em_client_now_ns(), 10), 0);
     spans++;
     peer_expect_register(&p, (uint32_t)getpid(), &ring, &before);
@@ -450,9 +458,7 @@ static void ring_unanswered_or_refused_falls_back_to_datagrams(void **state) {
       em_span_t span;
       peer_recv_span(&p, &span);
     }
-    em_client_close(&c);
-    peer_ring_unmap(&ring);
-    peer_close(&p);
+    peer_client_close(&p, &c, &ring);
   }
 }
 
@@ -491,9 +497,7 @@ static void ring_unsent_register_is_sent_again_a_second_later(void **state) {
   assert_int_equal(c.ring_counters[EM_CLIENT_RING_ACCEPTED], 1);
   assert_int_equal(em_client_record(&c, "infer", em_client_now_ns(), 10), 0);
   assert_true(head_of(&ring) == 2); /* the span that found the ack, and this one */
-  em_client_close(&c);
-  peer_ring_unmap(&ring);
-  peer_close(&p);
+  peer_client_close(&p, &c, &ring);
 }
 
 /* A span over its stage's hard deadline: in the ring and as a kind-6 datagram; one under it
@@ -540,9 +544,7 @@ static void ring_hard_miss_also_sends_kind_6(void **state) {
   (void)drain_all(&ring, &got);
   assert_int_equal(got.n, 4); /* the miss is in the ring too */
   assert_true(got.spans[1].frame_id == 12 && got.spans[1].duration_ns == 9000);
-  em_client_close(&c);
-  peer_ring_unmap(&ring);
-  peer_close(&p);
+  peer_client_close(&p, &c, &ring);
 }
 
 /* A new agent (the deadline page renamed into place: another inode): the ring registers
@@ -556,8 +558,7 @@ static void ring_new_agent_registers_again_at_the_head(void **state) {
   unsigned spans = 0;
   uint64_t head;
   (void)state;
-  peer_open(&p, RING_SLOTS, NULL, 0);
-  assert_int_equal(em_client_open(&c, p.path), 0);
+  peer_client_open(&p, &c);
   assert_int_equal(em_client_record(&c, "infer", em_client_now_ns(), 1), 0);
   peer_expect_register(&p, (uint32_t)getpid(), &ring, &before);
   peer_ack(&p, &ring, 0);
@@ -696,8 +697,7 @@ static void ring_forked_child_registers_its_own(void **state) {
   int status;
   folded_t got;
   (void)state;
-  peer_open(&p, RING_SLOTS, NULL, 0);
-  assert_int_equal(em_client_open(&c, p.path), 0);
+  peer_client_open(&p, &c);
   assert_int_equal(em_client_record(&c, "parent", em_client_now_ns(), 1), 0);
   peer_expect_register(&p, (uint32_t)getpid(), &parent_ring, &before);
   peer_ack(&p, &parent_ring, 0);
