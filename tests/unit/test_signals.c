@@ -82,6 +82,14 @@ static em_state_record_t record(em_level_t level, em_level_t prev, uint32_t chan
   return r;
 }
 
+/* Signals on fx's page for agent `pid`, started NOMINAL with no change yet, pushing for real. */
+static em_signals_t *signals_nominal(fx_t *fx, uint32_t pid) {
+  em_signals_t *s = NULL;
+  em_state_record_t init = record(EM_LEVEL_NOMINAL, EM_LEVEL_NOMINAL, 0);
+  assert_int_equal(em_signals_new(&s, fx->page, pid, &init, send_real, fx), 0);
+  return s;
+}
+
 /* Maps the page file as a client does and reads it with the seqlock. */
 static int client_read(const char *path, em_state_record_t *out, uint32_t *seq) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -110,9 +118,7 @@ static int client_socket(fx_t *fx, const char *name, struct sockaddr_un *addr, s
 
 static void page_is_created_whole_with_the_initial_record(void **state) {
   fx_t *fx = *state;
-  em_signals_t *s = NULL;
-  em_state_record_t init = record(EM_LEVEL_NOMINAL, EM_LEVEL_NOMINAL, 0);
-  assert_int_equal(em_signals_new(&s, fx->page, 4242, &init, send_real, fx), 0);
+  em_signals_t *s = signals_nominal(fx, 4242);
   struct stat st;
   assert_int_equal(stat(fx->page, &st), 0);
   assert_int_equal(st.st_size, EM_STATE_PAGE_BYTES);
@@ -132,9 +138,7 @@ static void page_is_created_whole_with_the_initial_record(void **state) {
 
 static void publish_updates_the_page_and_pushes_to_every_subscriber(void **state) {
   fx_t *fx = *state;
-  em_signals_t *s = NULL;
-  em_state_record_t init = record(EM_LEVEL_NOMINAL, EM_LEVEL_NOMINAL, 0);
-  assert_int_equal(em_signals_new(&s, fx->page, 4242, &init, send_real, fx), 0);
+  em_signals_t *s = signals_nominal(fx, 4242);
   struct sockaddr_un a1, a2;
   socklen_t l1, l2;
   int c1 = client_socket(fx, "c1", &a1, &l1), c2 = client_socket(fx, "c2", &a2, &l2);
@@ -174,9 +178,7 @@ static void publish_updates_the_page_and_pushes_to_every_subscriber(void **state
 
 static void gone_subscribers_are_dropped_and_full_ones_never_block(void **state) {
   fx_t *fx = *state;
-  em_signals_t *s = NULL;
-  em_state_record_t init = record(EM_LEVEL_NOMINAL, EM_LEVEL_NOMINAL, 0);
-  assert_int_equal(em_signals_new(&s, fx->page, 1, &init, send_real, fx), 0);
+  em_signals_t *s = signals_nominal(fx, 1);
   struct sockaddr_un gone, full;
   socklen_t lg, lf;
   int cg = client_socket(fx, "gone", &gone, &lg), cf = client_socket(fx, "full", &full, &lf);
@@ -225,9 +227,7 @@ static int push_level(int fd) {
 
 static void unnamed_or_excess_live_subscribers_are_refused(void **state) {
   fx_t *fx = *state;
-  em_signals_t *s = NULL;
-  em_state_record_t init = record(EM_LEVEL_NOMINAL, EM_LEVEL_NOMINAL, 0);
-  assert_int_equal(em_signals_new(&s, fx->page, 1, &init, send_real, fx), 0);
+  em_signals_t *s = signals_nominal(fx, 1);
   struct sockaddr_un unnamed = {.sun_family = AF_UNIX};
   assert_int_equal(em_signals_subscribe(s, true, &unnamed, sizeof(sa_family_t), 5), -EINVAL);
   int fds[EM_SIGNALS_MAX_SUBSCRIBERS + 1];
@@ -255,9 +255,7 @@ static void unnamed_or_excess_live_subscribers_are_refused(void **state) {
  * subscriber gets a slot and its push, and the live ones among them keep theirs. */
 static void dead_subscribers_give_their_slots_to_new_ones(void **state) {
   fx_t *fx = *state;
-  em_signals_t *s = NULL;
-  em_state_record_t init = record(EM_LEVEL_NOMINAL, EM_LEVEL_NOMINAL, 0);
-  assert_int_equal(em_signals_new(&s, fx->page, 1, &init, send_real, fx), 0);
+  em_signals_t *s = signals_nominal(fx, 1);
   int live[5];
   for (int i = 0; i < 5; i++) {
     struct sockaddr_un a;
@@ -303,9 +301,7 @@ static void dead_subscribers_give_their_slots_to_new_ones(void **state) {
 /* One process holds at most EM_SIGNALS_MAX_PER_PID subscribers; others still get theirs. */
 static void one_process_cannot_take_every_slot(void **state) {
   fx_t *fx = *state;
-  em_signals_t *s = NULL;
-  em_state_record_t init = record(EM_LEVEL_NOMINAL, EM_LEVEL_NOMINAL, 0);
-  assert_int_equal(em_signals_new(&s, fx->page, 1, &init, send_real, fx), 0);
+  em_signals_t *s = signals_nominal(fx, 1);
   int fds[EM_SIGNALS_MAX_PER_PID];
   for (int i = 0; i < EM_SIGNALS_MAX_PER_PID; i++) {
     struct sockaddr_un a;
