@@ -320,6 +320,12 @@ static void assert_stage_round_trips(const em_stage_t *s) {
   free(buf);
 }
 
+/* assert_stage_consistent() and assert_stage_round_trips(): a window as the agent sends it. */
+static void assert_stage_sound(const em_stage_t *s) {
+  assert_stage_consistent(s);
+  assert_stage_round_trips(s);
+}
+
 /* ---- Index ---- */
 
 typedef struct {
@@ -710,8 +716,7 @@ static void hist_to_stage_fills_fields_in_order(void **state) {
   assert_int_equal(s.p999_ns, em_hist_quantile(h, 0.999));
   assert_int_equal(em_hist_index(s.p90_ns), em_hist_index(8 * MS));
   assert_true(s.p999_ns <= 8 * MS);
-  assert_stage_consistent(&s);
-  assert_stage_round_trips(&s);
+  assert_stage_sound(&s);
   free(h);
 }
 
@@ -832,8 +837,7 @@ static void hist_to_stage_downscales_to_fit_cap(void **state) {
       assert_int_equal(got[i].index, ref[i].index);
       assert_int_equal(got[i].count, ref[i].count);
     }
-    assert_stage_consistent(&s);
-    assert_stage_round_trips(&s);
+    assert_stage_sound(&s);
   }
   free(h);
   free(got);
@@ -864,8 +868,7 @@ static void hist_to_stage_fits_every_bucket_into_the_schema(void **state) {
   assert_true(n > 0 && n <= (int)EM_PROTO_MAX_BUCKETS);
   assert_int_equal(s.scale, EM_HIST_SCALE - 1);
   assert_int_equal(s.count, h->count);
-  assert_stage_consistent(&s);
-  assert_stage_round_trips(&s);
+  assert_stage_sound(&s);
   free(b);
   free(h);
 }
@@ -892,8 +895,7 @@ static void hist_records_zero_duration_spans(void **state) {
   assert_int_equal(s.count, 3);
   assert_int_equal(s.zero_count, 3);
   assert_int_equal(s.n_buckets, 0);
-  assert_stage_consistent(&s);
-  assert_stage_round_trips(&s);
+  assert_stage_sound(&s);
   /* With longer spans: ranks within the zeros report 0, above them the spans' buckets. */
   em_hist_record(h, 5 * MS);
   em_hist_record(h, 5 * MS);
@@ -901,8 +903,7 @@ static void hist_records_zero_duration_spans(void **state) {
   assert_int_equal(em_hist_quantile(h, 0.61), 5 * MS); /* rank 4: midpoint clamped to max */
   assert_int_equal(em_hist_to_stage(h, "z", b, ARRAY_LEN(b), &s), 1);
   assert_int_equal(s.p50_ns, 0);
-  assert_stage_consistent(&s);
-  assert_stage_round_trips(&s);
+  assert_stage_sound(&s);
   free(h);
 }
 
@@ -950,8 +951,7 @@ static void hist_sum_saturates(void **state) {
   em_stage_t s;
   assert_true(em_hist_to_stage(g, "sat", b, ARRAY_LEN(b), &s) > 0);
   assert_true(s.sum_ns >= s.max_ns);
-  assert_stage_consistent(&s);
-  assert_stage_round_trips(&s);
+  assert_stage_sound(&s);
   free(g);
   free(h);
 }
@@ -978,8 +978,7 @@ static void hist_bucket_count_saturates(void **state) {
   assert_int_equal(em_hist_to_stage(h, "sat", b, ARRAY_LEN(b), &s), 1);
   assert_int_equal(b[0].count, UINT32_MAX);
   assert_int_equal(s.count, (uint64_t)UINT32_MAX + 1);
-  assert_stage_consistent(&s);
-  assert_stage_round_trips(&s);
+  assert_stage_sound(&s);
   free(h);
 }
 
