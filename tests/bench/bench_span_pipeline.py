@@ -267,6 +267,21 @@ def summarize(values):
     return {"median": statistics.median(vs), "min": vs[0], "max": vs[-1]}
 
 
+def spread_text(v, fmt):
+    """A summarize() result as "median (min..max)", each with `fmt`; "-" for None."""
+    if v is None:
+        return "-"
+    return f"{v['median']:{fmt}} ({v['min']:{fmt}}..{v['max']:{fmt}})"
+
+
+def by_mode(results, modes):
+    """(mode, the results of that mode's windows) for each of `modes` that has any."""
+    for mode in modes:
+        mr = [r for r in results if r["mode"] == mode]
+        if mr:
+            yield mode, mr
+
+
 def make_bench_class(bench_agent):
     class PipelineBench(bench_agent.Bench):
         """bench_agent.Bench's broker, agent configuration and clean-up, with a pipeline as
@@ -443,10 +458,7 @@ def report(bench, a, info):
           "| frames/s | late | skipped | spans sent | dropped | spans counted by agent |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     summary = {}
-    for mode in MODES:
-        mr = [r for r in rs if r["mode"] == mode]
-        if not mr:
-            continue
+    for mode, mr in by_mode(rs, MODES):
         s = {k: summarize([r[k] for r in mr])
              for k in ("agent_cpu_pct", "agent_sched_cpu_pct", "agent_wakeups_per_s",
                        "cpu_per_frame_us", "sched_per_frame_us", "pipeline_preempted_per_s",
@@ -458,8 +470,7 @@ def report(bench, a, info):
         summary[mode] = s
 
         def mm(key, fmt):
-            v = s[key]
-            return f"{v['median']:{fmt}} ({v['min']:{fmt}}..{v['max']:{fmt}})"
+            return spread_text(s[key], fmt)
         print(f"| {mode} | {mm('agent_cpu_pct', '.3f')} | {mm('agent_sched_cpu_pct', '.3f')} "
               f"| {mm('agent_wakeups_per_s', '.0f')} "
               f"| {mm('cpu_per_frame_us', '.1f')} | {mm('sched_per_frame_us', '.1f')} "

@@ -44,7 +44,7 @@ MODES = ("alone", "nospans", "spans")
 sys.path.insert(0, HERE)
 import bench_agent  # noqa: E402
 from bench_span_pipeline import check as span_pipeline_check  # noqa: E402
-from bench_span_pipeline import machine_info, positive  # noqa: E402
+from bench_span_pipeline import by_mode, machine_info, positive, spread_text  # noqa: E402
 from bench_span_pipeline import summarize as spread  # noqa: E402
 
 
@@ -143,10 +143,7 @@ def report(bench, a, info):
           "| pipeline CPU ms/frame | agent CPU % of a core | agent sched CPU % |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     summary = {}
-    for mode in MODES:
-        mr = [r for r in rs if r["mode"] == mode]
-        if not mr:
-            continue
+    for mode, mr in by_mode(rs, MODES):
         s = {k: spread([r[k] for r in mr]) for k in ("p50_ms", "p99_ms", "max_ms",
                                                       "cpu_ms_per_frame")}
         for k in ("agent_cpu_pct", "agent_sched_cpu_pct"):
@@ -156,10 +153,7 @@ def report(bench, a, info):
         s["frames"] = [r["frames"] for r in mr]
         summary[mode] = s
 
-        def mm(v, fmt):
-            if v is None:
-                return "-"
-            return f"{v['median']:{fmt}} ({v['min']:{fmt}}..{v['max']:{fmt}})"
+        mm = spread_text
         late = ", ".join(f"{x} of {f}" for x, f in zip(s["late"], s["frames"]))
         print(f"| {mode} | {mm(s['p50_ms'], '.2f')} | {mm(s['p99_ms'], '.2f')} "
               f"| {mm(s['max_ms'], '.2f')} | {late} | {mm(s['cpu_ms_per_frame'], '.2f')} "
