@@ -12,6 +12,7 @@
 #include "tmp_dir.h"
 
 #include <sqlite3.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -28,24 +29,33 @@ static sqlite3_stmt *first_row(const char *path, const char *sql, sqlite3 **db, 
   return st;
 }
 
-int64_t q_int(const char *path, const char *sql) {
+/* The first column of the first row as an integer (*i) and as a double (*d); false when the
+ * query has no row (*i and *d untouched). */
+static bool first_value(const char *path, const char *sql, int64_t *i, double *d) {
   sqlite3 *db;
   int rc;
   sqlite3_stmt *st = first_row(path, sql, &db, &rc);
-  int64_t v = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+  if (rc == SQLITE_ROW) {
+    *i = sqlite3_column_int64(st, 0);
+    *d = sqlite3_column_double(st, 0);
+  }
   sqlite3_finalize(st);
   sqlite3_close(db);
-  return v;
+  return rc == SQLITE_ROW;
+}
+
+int64_t q_int(const char *path, const char *sql) {
+  int64_t i = -1;
+  double d;
+  (void)first_value(path, sql, &i, &d);
+  return i;
 }
 
 double q_double(const char *path, const char *sql) {
-  sqlite3 *db;
-  int rc;
-  sqlite3_stmt *st = first_row(path, sql, &db, &rc);
-  double v = rc == SQLITE_ROW ? sqlite3_column_double(st, 0) : -1.0;
-  sqlite3_finalize(st);
-  sqlite3_close(db);
-  return v;
+  int64_t i;
+  double d = -1.0;
+  (void)first_value(path, sql, &i, &d);
+  return d;
 }
 
 int store_fixture_setup(void **state) {
