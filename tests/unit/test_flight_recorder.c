@@ -45,6 +45,14 @@ static em_flight_rec_opts_t opts(uint32_t max_spans) {
                                 .n_columns = 3};
 }
 
+/* A recorder with opts(max_spans) (asserts). */
+static em_flight_rec_t *rec_new(uint32_t max_spans) {
+  em_flight_rec_t *r = NULL;
+  em_flight_rec_opts_t o = opts(max_spans);
+  assert_int_equal(em_flight_rec_new(&r, &o), 0);
+  return r;
+}
+
 static uint64_t tick_time(unsigned k) {
   return (uint64_t)k * PERIOD;
 }
@@ -131,9 +139,7 @@ static void sizes_follow_the_options(void **state) {
  * taken at tick 45 and holds ticks 30..45 and their spans, the figures as each tick read them. */
 static void recording_holds_the_window(void **state) {
   (void)state;
-  em_flight_rec_t *r = NULL;
-  em_flight_rec_opts_t o = opts(4096);
-  assert_int_equal(em_flight_rec_new(&r, &o), 0);
+  em_flight_rec_t *r = rec_new(4096);
   em_flight_t *f = NULL;
   for (unsigned k = 1; k <= 60 && !f; k++) {
     tick(r, k);
@@ -191,9 +197,7 @@ static void recording_holds_the_window(void **state) {
 /* The caller's stage slot 0 is reused for another name: spans keep the name they came with. */
 static void reused_stage_slot_keeps_names(void **state) {
   (void)state;
-  em_flight_rec_t *r = NULL;
-  em_flight_rec_opts_t o = opts(64);
-  assert_int_equal(em_flight_rec_new(&r, &o), 0);
+  em_flight_rec_t *r = rec_new(64);
   tick(r, 1);
   assert_int_equal(em_flight_rec_span(r, 0, "decode", 1, tick_time(1), MS), 0);
   assert_int_equal(em_flight_rec_span(r, 1, "infer", 1, tick_time(1) + 1, MS), 0);
@@ -221,9 +225,7 @@ static void reused_stage_slot_keeps_names(void **state) {
  * span of one of them; then its slot takes the new name and old spans keep theirs. */
 static void names_are_replaced_only_when_unused(void **state) {
   (void)state;
-  em_flight_rec_t *r = NULL;
-  em_flight_rec_opts_t o = opts(EM_FLIGHT_MAX_STAGES);
-  assert_int_equal(em_flight_rec_new(&r, &o), 0);
+  em_flight_rec_t *r = rec_new(EM_FLIGHT_MAX_STAGES);
   tick(r, 1);
   char name[32];
   for (unsigned i = 0; i < EM_FLIGHT_MAX_STAGES; i++) {
@@ -256,9 +258,7 @@ static void names_are_replaced_only_when_unused(void **state) {
  * recorded; after the gap a trigger records again with the next number. */
 static void triggers_are_rate_limited(void **state) {
   (void)state;
-  em_flight_rec_t *r = NULL;
-  em_flight_rec_opts_t o = opts(64);
-  assert_int_equal(em_flight_rec_new(&r, &o), 0);
+  em_flight_rec_t *r = rec_new(64);
   tick(r, 1);
   assert_int_equal(em_flight_rec_trigger(r, &escalation, tick_time(1), 1), 0);
   assert_int_equal(em_flight_rec_trigger(r, &escalation, tick_time(2), 2), -EBUSY);
@@ -288,9 +288,7 @@ static void triggers_are_rate_limited(void **state) {
  * 30..45) the recording holds the last 8 and counts the other 8 as overwritten. */
 static void overwritten_spans_are_counted(void **state) {
   (void)state;
-  em_flight_rec_t *r = NULL;
-  em_flight_rec_opts_t o = opts(8);
-  assert_int_equal(em_flight_rec_new(&r, &o), 0);
+  em_flight_rec_t *r = rec_new(8);
   em_flight_t *f = NULL;
   for (unsigned k = 1; k <= 45; k++) {
     tick(r, k);
@@ -316,9 +314,7 @@ static void overwritten_spans_are_counted(void **state) {
  * come out by start; the ring goes on in order after the recording. */
 static void spans_come_out_by_start(void **state) {
   (void)state;
-  em_flight_rec_t *r = NULL;
-  em_flight_rec_opts_t o = opts(100);
-  assert_int_equal(em_flight_rec_new(&r, &o), 0);
+  em_flight_rec_t *r = rec_new(100);
   tick(r, 10);
   for (unsigned i = 0; i < 150; i++) { /* Wraps: the last 100 are kept. */
     uint64_t start = tick_time(10) - (i * 7919u % 150u) * MS;
@@ -344,9 +340,7 @@ static void spans_come_out_by_start(void **state) {
 /* Ticks, spans, triggers and recordings allocate nothing once the recorder exists. */
 static void nothing_is_allocated_after_start(void **state) {
   (void)state;
-  em_flight_rec_t *r = NULL;
-  em_flight_rec_opts_t o = opts(256);
-  assert_int_equal(em_flight_rec_new(&r, &o), 0);
+  em_flight_rec_t *r = rec_new(256);
   em_failing_alloc_arm(0, false);
   unsigned taken = 0;
   for (unsigned k = 1; k <= 400; k++) {
