@@ -4,7 +4,7 @@
  * quoting, the small-file reader's truncation, the credentials file with real files, modes
  * and owners, and the INI line reader's events and problems. Table-driven.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* POSIX 2008 plus XSI, for nftw() in tmp_tree.h */
 
 #include <errno.h>
 #include <setjmp.h>
@@ -25,6 +25,7 @@
 #include "edgemon/common/ini.h"
 #include "edgemon/common/parse.h"
 #include "edgemon/common/str.h"
+#include "tmp_tree.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -293,10 +294,9 @@ static void str_copy_reports_truncation(void **state) {
 
 /* ---- files -------------------------------------------------------------------------------- */
 
-/* A fresh private directory under /tmp (path in dir). */
-static void make_dir(char *dir, size_t cap) {
-  snprintf(dir, cap, "/tmp/em-test-common-XXXXXX");
-  assert_non_null(mkdtemp(dir));
+/* A fresh private directory under /tmp (path in dir, EM_TMP_TREE_ROOT_BYTES). */
+static void make_dir(char *dir) {
+  em_tmp_tree_make(dir, "em-test-common");
 }
 
 /* Writes len bytes of text to dir/name with `mode`; path in out. */
@@ -311,17 +311,17 @@ static void write_file(char *out, size_t cap, const char *dir, const char *name,
   assert_int_equal(chmod(out, mode), 0);
 }
 
+/* Removes dir and everything in it; fails the test when it is still there. */
 static void remove_dir(const char *dir) {
-  char cmd[128];
-  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-  assert_int_equal(system(cmd), 0);
+  em_tmp_tree_remove(dir);
+  assert_int_equal(access(dir, F_OK), -1);
 }
 
 static void read_small_reports_truncation(void **state) {
   (void)state;
-  char dir[64];
+  char dir[EM_TMP_TREE_ROOT_BYTES];
   char path[128];
-  make_dir(dir, sizeof(dir));
+  make_dir(dir);
   static const struct {
     size_t file_bytes;
     size_t cap;
@@ -440,9 +440,9 @@ static void credentials_text_table(void **state) {
 
 static void credentials_file_checks_mode_type_and_owner(void **state) {
   (void)state;
-  char dir[64];
+  char dir[EM_TMP_TREE_ROOT_BYTES];
   char path[128];
-  make_dir(dir, sizeof(dir));
+  make_dir(dir);
   static const char body[] = "username = dev-a\npassword = pw\n";
   static const struct {
     mode_t mode;
@@ -612,9 +612,9 @@ static void ini_reader_events_and_problems(void **state) {
 
 static void ini_reader_reads_files_and_reports_read_errors(void **state) {
   (void)state;
-  char dir[64];
+  char dir[EM_TMP_TREE_ROOT_BYTES];
   char path[128];
-  make_dir(dir, sizeof(dir));
+  make_dir(dir);
   write_file(path, sizeof(path), dir, "a.ini", "[s]\nk = v\n", 10, 0600);
   FILE *f = fopen(path, "r");
   assert_non_null(f);
