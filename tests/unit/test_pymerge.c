@@ -67,7 +67,9 @@ static size_t make_dgram(uint8_t *buf, size_t cap, uint32_t window) {
   return len;
 }
 
-static em_pymerge_t *held_merger(table_t *t) {
+/* A merger holding window 7's datagram (make_dgram()), prepared into t, a table of `cap`. */
+static em_pymerge_t *held_merger(table_t *t, uint32_t cap) {
+  table_init(t, cap);
   em_pymerge_t *m = NULL;
   assert_int_equal(em_pymerge_new(&m), 0);
   uint8_t buf[1024];
@@ -122,8 +124,7 @@ static size_t splice(const em_pymerge_t *m, uint32_t tid, uint64_t t, const uint
 static void prepare_splits_function_and_file_line(void **state) {
   (void)state;
   table_t t;
-  table_init(&t, 64);
-  em_pymerge_t *m = held_merger(&t);
+  em_pymerge_t *m = held_merger(&t, 64);
   assert_int_equal(t.n, N_NATIVE + 5);
   uint32_t f = py(&t, "slow_checksum");
   assert_int_not_equal(f, UINT32_MAX);
@@ -137,8 +138,7 @@ static void prepare_splits_function_and_file_line(void **state) {
 static void splice_replaces_the_interpreter_run_keeping_above_and_below(void **state) {
   (void)state;
   table_t t;
-  table_init(&t, 64);
-  em_pymerge_t *m = held_merger(&t);
+  em_pymerge_t *m = held_merger(&t, 64);
   /* main;Py_RunMain;eval;vector;eval;vector;eval;crc32;memcpy */
   const uint32_t path[] = {MAIN, RUNMAIN, EVAL, VECTOR, EVAL, VECTOR, EVAL, CRC32, MEMCPY};
   uint32_t out[EM_PROFILE_MAX_DEPTH];
@@ -167,8 +167,7 @@ static void splice_replaces_the_interpreter_run_keeping_above_and_below(void **s
 static void splice_keeps_native_frames_or_puts_python_above_and_says_why(void **state) {
   (void)state;
   table_t t;
-  table_init(&t, 64);
-  em_pymerge_t *m = held_merger(&t);
+  em_pymerge_t *m = held_merger(&t, 64);
   const uint32_t path[] = {MAIN, EVAL, CRC32};
   const uint32_t no_interp[] = {MAIN, CRC32};
   uint32_t out[EM_PROFILE_MAX_DEPTH] = {0};
@@ -198,8 +197,7 @@ static void splice_keeps_native_frames_or_puts_python_above_and_says_why(void **
 static void splice_refuses_when_a_python_frame_found_no_room(void **state) {
   (void)state;
   table_t t;
-  table_init(&t, N_NATIVE + 2); /* Room for <module> and main only. */
-  em_pymerge_t *m = held_merger(&t);
+  em_pymerge_t *m = held_merger(&t, N_NATIVE + 2); /* Room for <module> and main only. */
   const uint32_t path[] = {MAIN, EVAL, CRC32};
   uint32_t out[EM_PROFILE_MAX_DEPTH];
   em_pymerge_why_t why = EM_PYMERGE_SPLICED;
@@ -213,8 +211,7 @@ static void splice_refuses_when_a_python_frame_found_no_room(void **state) {
 static void splice_cuts_the_root_side_past_max_depth(void **state) {
   (void)state;
   table_t t;
-  table_init(&t, 64);
-  em_pymerge_t *m = held_merger(&t);
+  em_pymerge_t *m = held_merger(&t, 64);
   /* 254 frames above the interpreter, then eval, then crc32: 254 + 4 + 1 = 259 frames. */
   uint32_t path[EM_PROFILE_MAX_DEPTH];
   for (size_t i = 0; i < 254; i++) {
@@ -248,8 +245,7 @@ static bool none(void *ctx, uint64_t time_ns) {
 static void splice_takes_the_nearest_python_sample_accept_takes(void **state) {
   (void)state;
   table_t t;
-  table_init(&t, 64);
-  em_pymerge_t *m = held_merger(&t);
+  em_pymerge_t *m = held_merger(&t, 64);
   const uint32_t path[] = {MAIN, EVAL, CRC32};
   uint32_t out[EM_PROFILE_MAX_DEPTH];
   em_pymerge_why_t why = EM_PYMERGE_NO_FRAME;
