@@ -72,6 +72,26 @@ static void switch_rec(rec_t *r, uint32_t tid, uint64_t time, bool out) {
   finish(r);
 }
 
+/* sample() into r, then parsed into p (asserts the parse succeeds). */
+static void sample_parsed(rec_t *r, em_perf_rec_t *p, uint32_t tid, uint64_t time,
+                          const uint64_t *chain, size_t n) {
+  sample(r, tid, time, chain, n);
+  assert_int_equal(em_perf_rec_parse(r->b, r->n, NULL, p), 0);
+}
+
+/* switch_rec() into r, then parsed into p (asserts the parse succeeds). */
+static void switch_parsed(rec_t *r, em_perf_rec_t *p, uint32_t tid, uint64_t time, bool out) {
+  switch_rec(r, tid, time, out);
+  assert_int_equal(em_perf_rec_parse(r->b, r->n, NULL, p), 0);
+}
+
+/* A stack table of `max_stacks` entries of up to `max_addrs` addresses (asserts). */
+static em_stacks_t *stacks_new(uint32_t max_stacks, uint32_t max_addrs) {
+  em_stacks_t *s = NULL;
+  assert_int_equal(em_stacks_new(&s, max_stacks, max_addrs), 0);
+  return s;
+}
+
 static const uint64_t CHAIN[] = {(uint64_t)PERF_CONTEXT_KERNEL,
                                  0xffffffff81000010ull,
                                  0xffffffff81000020ull,
@@ -110,8 +130,7 @@ static void lost_and_switch_records_carry_their_fields(void **state) {
   assert_int_equal(p.kind, EM_PERF_REC_LOST);
   assert_int_equal(p.lost, 42);
   assert_int_equal(p.tid, 8);
-  switch_rec(&r, 9, 500, true);
-  assert_int_equal(em_perf_rec_parse(r.b, r.n, NULL, &p), 0);
+  switch_parsed(&r, &p, 9, 500, true);
   assert_int_equal(p.kind, EM_PERF_REC_SWITCH);
   assert_true(p.switch_out);
   assert_int_equal(p.time_ns, 500);
@@ -153,12 +172,10 @@ static void truncated_and_garbled_records_are_refused(void **state) {
 
 static void equal_chains_fold_into_one_stack_root_first(void **state) {
   (void)state;
-  em_stacks_t *s = NULL;
-  assert_int_equal(em_stacks_new(&s, 4, 64), 0);
+  em_stacks_t *s = stacks_new(4, 64);
   rec_t r;
   em_perf_rec_t p;
-  sample(&r, 7, 1, CHAIN, 7);
-  assert_int_equal(em_perf_rec_parse(r.b, r.n, NULL, &p), 0);
+  sample_parsed(&r, &p, 7, 1, CHAIN, 7);
   assert_int_equal(em_stacks_add(s, &p), 0);
   assert_int_equal(em_stacks_add(s, &p), 0);
   assert_int_equal(em_stacks_count(s), 1);
@@ -176,21 +193,18 @@ static void equal_chains_fold_into_one_stack_root_first(void **state) {
 
 static void a_full_table_cuts_and_counts(void **state) {
   (void)state;
-  em_stacks_t *s = NULL;
-  assert_int_equal(em_stacks_new(&s, 2, 64), 0);
+  em_stacks_t *s = stacks_new(2, 64);
   rec_t r;
   em_perf_rec_t p;
   for (uint64_t i = 0; i < 5; i++) {
     uint64_t chain[] = {(uint64_t)PERF_CONTEXT_USER, 0x1000 + i};
-    sample(&r, 7, i, chain, 2);
-    assert_int_equal(em_perf_rec_parse(r.b, r.n, NULL, &p), 0);
+    sample_parsed(&r, &p, 7, i, chain, 2);
     assert_int_equal(em_stacks_add(s, &p), i < 2 ? 0 : -ENOSPC);
   }
   assert_int_equal(em_stacks_stats(s)->cut, 3);
   assert_int_equal(em_stacks_stats(s)->samples, 2);
   uint64_t empty[] = {(uint64_t)PERF_CONTEXT_USER};
-  sample(&r, 7, 9, empty, 1);
-  assert_int_equal(em_perf_rec_parse(r.b, r.n, NULL, &p), 0);
+  sample_parsed(&r, &p, 7, 9, empty, 1);
   assert_int_equal(em_stacks_add(s, &p), -ENODATA);
   em_stacks_reset(s);
   assert_int_equal(em_stacks_count(s), 0);
@@ -199,23 +213,18 @@ static void a_full_table_cuts_and_counts(void **state) {
 
 static void off_cpu_time_goes_to_the_last_stack_sampled(void **state) {
   (void)state;
-  em_stacks_t *s = NULL;
-  assert_int_equal(em_stacks_new(&s, 4, 64), 0);
+  em_stacks_t *s = stacks_new(4, 64);
   rec_t r;
   em_perf_rec_t p;
-  sample(&r, 7, 1000, CHAIN, 7);
-  assert_int_equal(em_perf_rec_parse(r.b, r.n, NULL, &p), 0);
+  sample_parsed(&r, &p, 7, 1000, CHAIN, 7);
   assert_int_equal(em_stacks_add(s, &p), 0);
-  switch_rec(&r, 7, 2000, true);
-  assert_int_equal(em_perf_rec_parse(r.b, r.n, NULL, &p), 0);
+  switch_parsed(&r, &p, 7, 2000, true);
   em_stacks_switch(s, &p);
-  switch_rec(&r, 7, 5000, false);
-  assert_int_equal(em_perf_rec_parse(r.b, r.n, NULL, &p), 0);
+  switch_parsed(&r, &p, 7, 5000, false);
   em_stacks_switch(s, &p);
   assert_int_equal(em_stacks_get(s, 0).off_cpu_ns, 3000);
   /* Out again and never back in: charged up to the window's end. */
-  switch_rec(&r, 7, 6000, true);
-  assert_int_equal(em_perf_rec_parse(r.b, r.n, NULL, &p), 0);
+  switch_parsed(&r, &p, 7, 6000, true);
   em_stacks_switch(s, &p);
   em_stacks_close(s, 10000);
   assert_int_equal(em_stacks_get(s, 0).off_cpu_ns, 7000);
@@ -300,23 +309,19 @@ static void on_sample(void *ctx, uint32_t log_index, const em_perf_rec_t *r) {
 
 static void a_rechained_sample_takes_its_thread_s_off_cpu_time_along(void **state) {
   (void)state;
-  em_stacks_t *s = NULL;
-  assert_int_equal(em_stacks_new(&s, 8, 256), 0);
+  em_stacks_t *s = stacks_new(8, 256);
   assert_int_equal(em_stacks_log_alloc(s, 16), 0);
   seen_t seen = {0};
   em_stacks_on_sample(s, on_sample, &seen);
   rec_t r;
   em_perf_rec_t p;
-  sample(&r, 7, 1000, CHAIN, 7);
-  assert_int_equal(em_perf_rec_parse(r.b, r.n, NULL, &p), 0);
+  sample_parsed(&r, &p, 7, 1000, CHAIN, 7);
   assert_int_equal(em_stacks_add(s, &p), 0);
   assert_int_equal(seen.calls, 1);
   assert_int_equal(seen.last, 0);
-  switch_rec(&r, 7, 2000, true);
-  assert_int_equal(em_perf_rec_parse(r.b, r.n, NULL, &p), 0);
+  switch_parsed(&r, &p, 7, 2000, true);
   em_stacks_switch(s, &p);
-  switch_rec(&r, 7, 2500, false);
-  assert_int_equal(em_perf_rec_parse(r.b, r.n, NULL, &p), 0);
+  switch_parsed(&r, &p, 7, 2500, false);
   em_stacks_switch(s, &p);
   assert_int_equal(em_stacks_log_count(s), 2); /* The sample and its off-CPU interval. */
   em_stacks_log_entry_t off = em_stacks_log_get(s, 1);
