@@ -491,6 +491,12 @@ static void fill_good(const char *root) {
   put(root, "events/x", "event=0x0011\n", 13);
 }
 
+/* make_tree() holding fill_good()'s files: a PMU that resolves "x". */
+static void good_tree(char *root, size_t cap) {
+  make_tree(root, cap);
+  fill_good(root);
+}
+
 static void remove_tree(const char *root) {
   char cmd[600];
   snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
@@ -502,8 +508,7 @@ static void garbage_files_give_errors_naming_the_file(void **state) {
   for (size_t i = 0; i < ARRAY_LEN(garbage_cases); i++) {
     const garbage_case_t *c = &garbage_cases[i];
     char root[64];
-    make_tree(root, sizeof(root));
-    fill_good(root);
+    good_tree(root, sizeof(root));
     if (c->file != NULL) {
       put(root, c->file, c->text, strlen(c->text));
     }
@@ -520,62 +525,64 @@ static void garbage_files_give_errors_naming_the_file(void **state) {
   }
 }
 
+/* What odd_files_give_errors_not_hangs() puts where a good tree's file was. */
+typedef enum { ODD_GONE, ODD_DIRECTORY, ODD_FIFO } odd_t;
+
+static const struct {
+  const char *rel; /* under gpmu/ */
+  odd_t odd;
+  const char *event;
+  const char *want, *also; /* in the error; `also` may be NULL */
+} odd_cases[] = {
+    {"format/event", ODD_DIRECTORY, "x", "format/event", NULL},
+    {"events/x", ODD_FIFO, "x", "events/x", NULL},
+    {"type", ODD_GONE, "x", "missing file", NULL},
+    {"format/event", ODD_GONE, "gpmu/event=1/", "missing", "format/event"}, /* named PMU */
+};
+
+/* Resolving `event` in root fails with -EINVAL and an error holding want (and also). */
+static void expect_refused(const char *root, const char *event, const char *want,
+                           const char *also) {
+  em_pmu_events_t out;
+  assert_int_equal(em_pmu_events_resolve(root, event, &out), -EINVAL);
+  assert_non_null(strstr(out.error, want));
+  if (also != NULL) {
+    assert_non_null(strstr(out.error, also));
+  }
+}
+
 static void odd_files_give_errors_not_hangs(void **state) {
   (void)state;
   char root[64];
   char path[512];
-  em_pmu_events_t out;
 
   /* A NUL byte in an event file. */
-  make_tree(root, sizeof(root));
-  fill_good(root);
+  good_tree(root, sizeof(root));
   put(root, "events/x", "event=0x1\0junk", 14);
-  assert_int_equal(em_pmu_events_resolve(root, "x", &out), -EINVAL);
-  assert_non_null(strstr(out.error, "gpmu/events/x"));
+  expect_refused(root, "x", "gpmu/events/x", NULL);
   remove_tree(root);
 
   /* A file larger than the cap. */
-  make_tree(root, sizeof(root));
-  fill_good(root);
+  good_tree(root, sizeof(root));
   static char big[EM_PMU_EVENTS_FILE_BYTES + 10];
   memset(big, '1', sizeof(big));
   put(root, "type", big, sizeof(big));
-  assert_int_equal(em_pmu_events_resolve(root, "x", &out), -EINVAL);
-  assert_non_null(strstr(out.error, "larger than"));
+  expect_refused(root, "x", "larger than", NULL);
   remove_tree(root);
 
-  /* A directory and a FIFO where files should be. */
-  make_tree(root, sizeof(root));
-  fill_good(root);
-  snprintf(path, sizeof(path), "%s/sys/bus/event_source/devices/gpmu/format/event", root);
-  assert_int_equal(unlink(path), 0);
-  assert_int_equal(mkdir(path, 0755), 0);
-  assert_int_equal(em_pmu_events_resolve(root, "x", &out), -EINVAL);
-  assert_non_null(strstr(out.error, "format/event"));
-  snprintf(path, sizeof(path), "%s/sys/bus/event_source/devices/gpmu/events/x", root);
-  assert_int_equal(unlink(path), 0);
-  assert_int_equal(mkfifo(path, 0644), 0);
-  assert_int_equal(em_pmu_events_resolve(root, "x", &out), -EINVAL);
-  assert_non_null(strstr(out.error, "events/x"));
-  remove_tree(root);
-
-  /* Missing type file; missing format file of a named PMU. */
-  make_tree(root, sizeof(root));
-  fill_good(root);
-  snprintf(path, sizeof(path), "%s/sys/bus/event_source/devices/gpmu/type", root);
-  assert_int_equal(unlink(path), 0);
-  assert_int_equal(em_pmu_events_resolve(root, "x", &out), -EINVAL);
-  assert_non_null(strstr(out.error, "missing file"));
-  remove_tree(root);
-
-  make_tree(root, sizeof(root));
-  fill_good(root);
-  snprintf(path, sizeof(path), "%s/sys/bus/event_source/devices/gpmu/format/event", root);
-  assert_int_equal(unlink(path), 0);
-  assert_int_equal(em_pmu_events_resolve(root, "gpmu/event=1/", &out), -EINVAL);
-  assert_non_null(strstr(out.error, "missing"));
-  assert_non_null(strstr(out.error, "format/event"));
-  remove_tree(root);
+  /* A directory or a FIFO where a file should be (never opened to block), a missing file. */
+  for (size_t i = 0; i < ARRAY_LEN(odd_cases); i++) {
+    good_tree(root, sizeof(root));
+    snprintf(path, sizeof(path), "%s/sys/bus/event_source/devices/gpmu/%s", root, odd_cases[i].rel);
+    assert_int_equal(unlink(path), 0);
+    if (odd_cases[i].odd == ODD_DIRECTORY) {
+      assert_int_equal(mkdir(path, 0755), 0);
+    } else if (odd_cases[i].odd == ODD_FIFO) {
+      assert_int_equal(mkfifo(path, 0644), 0);
+    }
+    expect_refused(root, odd_cases[i].event, odd_cases[i].want, odd_cases[i].also);
+    remove_tree(root);
+  }
 }
 
 /* ---- parsers ------------------------------------------------------------------------------- */
