@@ -116,6 +116,24 @@ static em_spool_stats_t stats_of(const em_spool_t *s) {
   return st;
 }
 
+/*
+ * A reopened spool's replay: to - from records pending, none corrupt; the state record
+ * numbered `state` first, then the data records from..to-1 but that one, each of base + its
+ * number bytes (as appended); then nothing.
+ */
+static void expect_replay(em_spool_t *s, uint32_t state, uint32_t from, uint32_t to, size_t base) {
+  em_spool_stats_t st = stats_of(s);
+  assert_int_equal(st.pending, to - from);
+  assert_int_equal(st.corrupt, 0);
+  expect_pop(s, EM_SPOOL_STATE, state, base + state);
+  for (uint32_t i = from; i < to; i++) {
+    if (i != state) {
+      expect_pop(s, EM_SPOOL_DATA, i, base + i);
+    }
+  }
+  expect_empty(s);
+}
+
 static uint64_t rec_bytes(uint64_t len) {
   return EM_SPOOL_RECORD_HEADER + ((len + 7u) & ~(uint64_t)7u);
 }
@@ -223,17 +241,8 @@ static void spool_reopen_after_close_replays_unpopped(void **state) {
   char err[256];
   s = open_ok(f, CAP, err, sizeof(err));
   assert_string_equal(err, "");
-  em_spool_stats_t st = stats_of(s);
   /* Record 7 was popped above `done` (3): it is replayed again (at-least-once). */
-  assert_int_equal(st.pending, 7);
-  assert_int_equal(st.corrupt, 0);
-  expect_pop(s, EM_SPOOL_STATE, 7, 57);
-  for (uint32_t i = 3; i < 10; i++) {
-    if (i != 7) {
-      expect_pop(s, EM_SPOOL_DATA, i, 50 + i);
-    }
-  }
-  expect_empty(s);
+  expect_replay(s, 7, 3, 10, 50);
   /* Numbers are never reused: what comes next replays after a second reopen as well. */
   append_ok(s, EM_SPOOL_DATA, 10, 60);
   em_spool_close(s);
@@ -279,16 +288,7 @@ static void spool_reopen_after_crash_recovers(void **state) {
   fixture_t *f = *state;
   crash_child(f, steps_append_sync_pop_append);
   em_spool_t *s = open_ok(f, CAP, NULL, 0);
-  em_spool_stats_t st = stats_of(s);
-  assert_int_equal(st.pending, 6);
-  assert_int_equal(st.corrupt, 0);
-  expect_pop(s, EM_SPOOL_STATE, 6, 306);
-  for (uint32_t i = 2; i < 8; i++) {
-    if (i != 6) {
-      expect_pop(s, EM_SPOOL_DATA, i, 300 + i);
-    }
-  }
-  expect_empty(s);
+  expect_replay(s, 6, 2, 8, 300);
   em_spool_close(s);
 }
 
