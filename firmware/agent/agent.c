@@ -85,7 +85,7 @@ struct em_agent {
   em_commands_t *cmds;   /* cmd/<name> and the rebirth rate limit (transport/commands.h). */
   uint64_t next_tick_ns; /* uv_hrtime() the next tick is due: start + k * period. */
   uint64_t last_tick_ns; /* uv_hrtime() the last tick started: its window's start. */
-  uint64_t late_ticks;
+  uint64_t late_ticks;   /* Ticks that started over half a period late, or were skipped. */
 
   em_publisher_t *pub;
   em_spans_t *spans;
@@ -642,6 +642,17 @@ static int build_dictionary(em_agent_t *a) {
   return 0;
 }
 
+static void free_discarded(void *a) {
+  em_agent_free(a);
+}
+
+/* Undoes a failed em_agent_new(): the modules made so far have handles on the loop, so they
+ * are closed as by a stop, and the agent is freed from the last close callback, when the caller
+ * next runs the loop (agent.h). */
+static void discard(em_agent_t *a) {
+  em_agent_stop(a, free_discarded, a);
+}
+
 int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
                  const em_board_profile_t *board, const char *version) {
   if (!out || !loop || !cfg || cfg->target.kind == EM_TARGET_NONE) {
@@ -653,6 +664,8 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
   }
   a->loop = loop;
   a->cfg = *cfg;
+  uv_timer_init(loop, &a->tick); /* First: a failed new closes it (discard()). */
+  a->tick.data = a;
   em_service_init(&a->svc);
   em_identity_init(&a->model);
   snprintf(a->version, sizeof(a->version), "%s", version);
@@ -816,7 +829,7 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
     rc = em_forward_new(&a->fwd, loop, a->pub, &fo);
   }
   if (rc) {
-    em_agent_free(a);
+    discard(a);
     return rc == -ENOENT ? -ENOENT : rc;
   }
   em_attach_opts_t ao = {.loop = loop,
@@ -835,11 +848,9 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
     rc = em_commands_new(&a->cmds, &co);
   }
   if (rc) {
-    em_agent_free(a);
+    discard(a);
     return rc;
   }
-  uv_timer_init(loop, &a->tick);
-  a->tick.data = a;
   *out = a;
   return 0;
 }
@@ -949,22 +960,36 @@ void em_agent_stop(em_agent_t *a, void (*done)(void *), void *ctx) {
   em_service_stopping(&a->svc);
   a->closing = true;
   a->pending = 1; /* Held until every close below is asked for: none completes inline. */
-  em_rings_close(a->rings, counted(a), a);
-  em_spans_close(a->spans, counted(a), a);
+  if (a->rings) { /* Each module a failed new made (discard()). */
+    em_rings_close(a->rings, counted(a), a);
+  }
+  if (a->spans) {
+    em_spans_close(a->spans, counted(a), a);
+  }
   if (em_levels_close(a->levels, on_part_closed, a)) {
     a->pending++; /* The hook. */
   }
-  a->pending += em_sampling_cancel(a->sampling, on_part_closed, a); /* smaps, sensors */
+  if (a->sampling) {
+    a->pending += em_sampling_cancel(a->sampling, on_part_closed, a); /* smaps, sensors */
+  }
   if (em_profiling_cancel(a->prof, on_part_closed, a)) {
     a->pending++; /* A resolved window is still published first. */
   }
   close_handle(a, (uv_handle_t *)&a->tick);
-  em_attach_close(a->attach, counted(a), a);
-  em_syncer_close(a->syncer, counted(a), a); /* After the sync in hand. */
-  em_commands_close(a->cmds, counted(a), a);
-  uint8_t last[64];
-  size_t len = encode_status(a, false, last, sizeof(last));
-  em_publisher_stop(a->pub, len ? last : NULL, len, STOP_TIMEOUT_MS, counted(a), a);
+  if (a->attach) {
+    em_attach_close(a->attach, counted(a), a);
+  }
+  if (a->syncer) {
+    em_syncer_close(a->syncer, counted(a), a); /* After the sync in hand. */
+  }
+  if (a->cmds) {
+    em_commands_close(a->cmds, counted(a), a);
+  }
+  if (a->pub) {
+    uint8_t last[64];
+    size_t len = encode_status(a, false, last, sizeof(last));
+    em_publisher_stop(a->pub, len ? last : NULL, len, STOP_TIMEOUT_MS, counted(a), a);
+  }
   stop_step(a); /* The hold taken above. */
 }
 

@@ -56,8 +56,9 @@ typedef enum {
 
 /*
  * The fixed figures: X(ID, name, unit (UCUM), kind, group). The PSI rows follow em_psi_res_t
- * (cpu, memory, io; some then full each) and the spans.dropped rows em_spans_drop_t: agent.c
- * indexes them from their first row and checks both orders with static asserts.
+ * (cpu, memory, io; some then full each) and the spans.dropped rows em_spans_drop_t:
+ * collect/sampling.c and spans/report.c index them from their first row and check both orders
+ * with static asserts.
  */
 #define EM_FIGURES(X)                                                                              \
   X(PMU_HW_RUNNING, "pmu.hw.running_ratio", "1", GAUGE, TARGET)                                    \

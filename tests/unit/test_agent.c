@@ -210,7 +210,7 @@ static void agent_attaches_ticks_and_closes_the_loop_clean(void **state) {
 
   spooled_t got;
   read_spool(fx, &got);
-  assert_true(got.data >= 5); /* One a tick, broker away: all spooled. */
+  assert_true(got.data >= 3); /* One a tick (late ones skipped), broker away: all spooled. */
   assert_true(got.up_seen);
   assert_true(got.pid_seen);   /* Attached to the fixture's process... */
   assert_true(got.rss_seen);   /* ...and read its statm under the fixture root. */
