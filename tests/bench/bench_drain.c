@@ -25,6 +25,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "bench_clock.h"
 
 static volatile sig_atomic_t g_stop;
 
@@ -43,12 +44,6 @@ typedef struct {
   uint64_t last_ns;
 } drain_t;
 
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static void on_connect(struct mosquitto *mosq, void *obj, int rc) {
   drain_t *d = obj;
   d->connack_rc = rc;
@@ -62,7 +57,7 @@ static void on_message(struct mosquitto *mosq, void *obj, const struct mosquitto
   (void)mosq;
   (void)m;
   drain_t *d = obj;
-  uint64_t t = now_ns();
+  uint64_t t = bench_now_ns();
   if (d->count == 0) {
     d->first_ns = t;
   }
@@ -138,7 +133,7 @@ int main(int argc, char **argv) {
     mosquitto_lib_cleanup();
     return 3;
   }
-  uint64_t start = now_ns();
+  uint64_t start = bench_now_ns();
   uint64_t tick = start + 1000000000u;
   uint64_t at_tick = 0;
   while (!g_stop) {
@@ -147,7 +142,7 @@ int main(int argc, char **argv) {
       fprintf(stderr, "bench_drain: connection lost: %s\n", mosquitto_strerror(rc));
       break;
     }
-    uint64_t t = now_ns();
+    uint64_t t = bench_now_ns();
     if (t >= tick) {
       printf("t=%" PRIu64 " msgs/s=%" PRIu64 " total=%" PRIu64 "\n", (tick - start) / 1000000000u,
              d.count - at_tick, d.count);

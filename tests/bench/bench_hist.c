@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "hist.h"
+#include "bench_clock.h"
 
 #define ROUNDS        7
 #define RECORD_N      (1u << 20)
@@ -31,12 +32,6 @@
 #define STAGE_REPEAT2 2000  /* to_stage calls per round, 10^4-span window */
 #define POOL          32    /* histograms reset per timed batch (330 KiB) */
 #define RESET_BATCHES 2000
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -102,32 +97,32 @@ int main(void) {
   double per[ROUNDS];
   for (int r = 0; r < ROUNDS; r++) {
     em_hist_reset(h);
-    uint64_t t0 = now_ns();
+    uint64_t t0 = bench_now_ns();
     for (size_t i = 0; i < RECORD_N; i++) {
       em_hist_record(h, spans[i]);
     }
-    per[r] = (double)(now_ns() - t0) / RECORD_N;
+    per[r] = (double)(bench_now_ns() - t0) / RECORD_N;
     sink += h->count;
   }
   report("em_hist_record", per);
 
   for (int r = 0; r < ROUNDS; r++) {
-    uint64_t t0 = now_ns();
+    uint64_t t0 = bench_now_ns();
     for (int i = 0; i < STAGE_REPEAT; i++) {
       sink += (uint64_t)em_hist_to_stage(small, "infer", buckets, EM_PROTO_MAX_BUCKETS, &st);
       sink += st.p99_ns;
     }
-    per[r] = (double)(now_ns() - t0) / STAGE_REPEAT;
+    per[r] = (double)(bench_now_ns() - t0) / STAGE_REPEAT;
   }
   report("em_hist_to_stage, 30 spans", per);
 
   for (int r = 0; r < ROUNDS; r++) {
-    uint64_t t0 = now_ns();
+    uint64_t t0 = bench_now_ns();
     for (int i = 0; i < STAGE_REPEAT2; i++) {
       sink += (uint64_t)em_hist_to_stage(large, "infer", buckets, EM_PROTO_MAX_BUCKETS, &st);
       sink += st.p99_ns;
     }
-    per[r] = (double)(now_ns() - t0) / STAGE_REPEAT2;
+    per[r] = (double)(bench_now_ns() - t0) / STAGE_REPEAT2;
   }
   report("em_hist_to_stage, 10^4 spans", per);
 
@@ -143,11 +138,11 @@ int main(void) {
           em_hist_record(&pool[p], spans[(size_t)batch * 7 + k]);
         }
       }
-      uint64_t t0 = now_ns();
+      uint64_t t0 = bench_now_ns();
       for (size_t p = 0; p < POOL; p++) {
         em_hist_reset(&pool[p]);
       }
-      timed += now_ns() - t0;
+      timed += bench_now_ns() - t0;
     }
     sink += pool[0].count;
     per[r] = (double)timed / ((double)RESET_BATCHES * POOL);

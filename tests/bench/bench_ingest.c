@@ -27,14 +27,9 @@
 #include <uv.h>
 
 #include "spans.h"
+#include "bench_clock.h"
 
 #define BURST 32 /* Datagrams a client sends back to back in burst mode, then 1 ms of quiet. */
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /*
  * Forks a sender that writes `count` span datagrams to `path` and exits. Blocking sends
@@ -107,12 +102,12 @@ static double bare(const char *path, long count) {
     int n = recvmmsg(fd, msgs, B, MSG_WAITFORONE, NULL);
     if (n > 0) {
       if (got == 0) {
-        t0 = now_ns();
+        t0 = bench_now_ns();
       }
       got += n;
     }
   }
-  double rate = (double)(count - 1) / ((double)(now_ns() - t0) / 1e9);
+  double rate = (double)(count - 1) / ((double)(bench_now_ns() - t0) / 1e9);
   waitpid(sender, NULL, 0);
   close(fd);
   unlink(path);
@@ -131,10 +126,10 @@ static void on_span(void *ctx, const em_span_t *span, const struct ucred *who,
   (void)span, (void)who, (void)st;
   run_t *r = ctx;
   if (r->got++ == 0) {
-    r->t0 = now_ns();
+    r->t0 = bench_now_ns();
   }
   if (r->got == r->count) {
-    r->t1 = now_ns();
+    r->t1 = bench_now_ns();
     uv_stop(r->loop);
   }
 }

@@ -20,6 +20,7 @@
 #define _GNU_SOURCE
 
 #include "edgemon_client.h"
+#include "bench_clock.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -169,22 +170,9 @@ static void machine_line(void) {
          sysconf(_SC_NPROCESSORS_ONLN));
 }
 
-static int cmp_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a;
-  uint64_t y = *(const uint64_t *)b;
-  return (x > y) - (x < y);
-}
-
 /* Nearest rank: the smallest value with at least p of the samples at or below it. */
 static double pct_us(const uint64_t *sorted, size_t n, double p) {
-  size_t rank = (size_t)(p * (double)n + 0.999999);
-  if (rank < 1) {
-    rank = 1;
-  }
-  if (rank > n) {
-    rank = n;
-  }
-  return (double)sorted[rank - 1] / 1000.0;
+  return (double)bench_percentile(sorted, n, p) / 1000.0;
 }
 
 /* Prints one row; returns p99 in us (-1 with no sample). */
@@ -193,7 +181,7 @@ static double report(const char *name, uint64_t *lat, size_t n, size_t failed) {
     printf("%-28s no successful trial (%zu timed out)\n", name, failed);
     return -1;
   }
-  qsort(lat, n, sizeof(lat[0]), cmp_u64);
+  qsort(lat, n, sizeof(lat[0]), bench_cmp_u64);
   printf("%-28s %7zu %9.1f %9.1f %9.1f %9.1f %9.1f   %zu\n", name, n, pct_us(lat, n, 0.50),
          pct_us(lat, n, 0.90), pct_us(lat, n, 0.99), pct_us(lat, n, 0.999),
          (double)lat[n - 1] / 1000.0, failed);

@@ -19,19 +19,9 @@
 #include <unistd.h>
 
 #include "procfs.h"
+#include "bench_clock.h"
 
 #define ROUNDS 7
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return (x > y) - (x < y);
-}
 
 typedef int (*read_fn)(em_procfs_t *p);
 static int r_statm(em_procfs_t *p) {
@@ -55,16 +45,16 @@ static int r_psi(em_procfs_t *p) {
 static void time_reads(em_procfs_t *p, read_fn fn, int n, uint64_t out[3]) {
   uint64_t per[ROUNDS];
   for (int r = 0; r < ROUNDS; r++) {
-    uint64_t t0 = now_ns();
+    uint64_t t0 = bench_now_ns();
     for (int i = 0; i < n; i++) {
       if (fn(p) != 0) {
         fprintf(stderr, "bench_procfs: a read failed\n");
         exit(1);
       }
     }
-    per[r] = (now_ns() - t0) / (uint64_t)n;
+    per[r] = (bench_now_ns() - t0) / (uint64_t)n;
   }
-  qsort(per, ROUNDS, sizeof(per[0]), cmp_u64);
+  qsort(per, ROUNDS, sizeof(per[0]), bench_cmp_u64);
   out[0] = per[0];
   out[1] = per[ROUNDS / 2];
   out[2] = per[ROUNDS - 1];

@@ -39,6 +39,7 @@
 #include <cjson/cJSON.h>
 
 #include "edgemon/proto.h"
+#include "bench_clock.h"
 
 #define BENCH_REPEATS            7
 #define BENCH_DEFAULT_ITERATIONS 10000u
@@ -148,21 +149,6 @@ static int32_t bucket_index(uint64_t v) {
   return idx;
 }
 
-static int cmp_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a;
-  uint64_t y = *(const uint64_t *)b;
-  return (x > y) - (x < y);
-}
-
-/* Nearest-rank percentile of sorted[0..n), p in (0, 1]. */
-static uint64_t percentile(const uint64_t *sorted, size_t n, double p) {
-  size_t rank = (size_t)(p * (double)n + 0.999999);
-  if (rank < 1) {
-    rank = 1;
-  }
-  return sorted[(rank > n ? n : rank) - 1];
-}
-
 /*
  * One stage window: SPANS_PER_STAGE latencies around typical_ns (spread of about +-15%, one
  * slow outlier at 1.6x), summarised exactly as the agent does: count, sum, min, max,
@@ -176,7 +162,7 @@ static void make_stage(em_stage_t *s, em_bucket_t *buckets, char *name_buf, cons
     lat[i] = (uint64_t)((double)typical_ns * (1.0 + 0.3 * spread));
   }
   lat[SPANS_PER_STAGE / 2] = typical_ns * 16 / 10;
-  qsort(lat, SPANS_PER_STAGE, sizeof(lat[0]), cmp_u64);
+  qsort(lat, SPANS_PER_STAGE, sizeof(lat[0]), bench_cmp_u64);
 
   snprintf(name_buf, EM_PROTO_MAX_STAGE_BYTES + 1, "%s", name);
   memset(s, 0, sizeof(*s));
@@ -187,10 +173,10 @@ static void make_stage(em_stage_t *s, em_bucket_t *buckets, char *name_buf, cons
   }
   s->min_ns = lat[0];
   s->max_ns = lat[SPANS_PER_STAGE - 1];
-  s->p50_ns = percentile(lat, SPANS_PER_STAGE, 0.50);
-  s->p90_ns = percentile(lat, SPANS_PER_STAGE, 0.90);
-  s->p99_ns = percentile(lat, SPANS_PER_STAGE, 0.99);
-  s->p999_ns = percentile(lat, SPANS_PER_STAGE, 0.999);
+  s->p50_ns = bench_percentile(lat, SPANS_PER_STAGE, 0.50);
+  s->p90_ns = bench_percentile(lat, SPANS_PER_STAGE, 0.90);
+  s->p99_ns = bench_percentile(lat, SPANS_PER_STAGE, 0.99);
+  s->p999_ns = bench_percentile(lat, SPANS_PER_STAGE, 0.999);
   s->scale = HIST_SCALE;
   s->zero_count = 0;
   size_t n = 0;
@@ -542,16 +528,10 @@ typedef struct {
   int failed; /* First error code seen inside a timed loop, 0 if none. */
 } bench_t;
 
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Runs `op` `iterations` times; returns ns per operation. */
 static double run_op(bench_t *b, int op, unsigned iterations) {
   uint64_t acc = 0;
-  uint64_t t0 = now_ns();
+  uint64_t t0 = bench_now_ns();
   for (unsigned i = 0; i < iterations; i++) {
     switch (op) {
     case OP_CBOR_ENC: {
@@ -605,7 +585,7 @@ static double run_op(bench_t *b, int op, unsigned iterations) {
       break;
     }
   }
-  uint64_t t1 = now_ns();
+  uint64_t t1 = bench_now_ns();
   sink += acc;
   return (double)(t1 - t0) / (double)iterations;
 }

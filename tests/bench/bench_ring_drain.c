@@ -10,6 +10,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "edgemon/ring.h"
+#include "bench_clock.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -19,12 +20,6 @@
 
 #define SLOTS    1024u
 #define PER_TICK 30u
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void fold(void *ctx, const em_span_t *span) {
   *(uint64_t *)ctx += span->duration_ns;
@@ -55,17 +50,17 @@ int main(int argc, char **argv) {
   uint64_t pos = 0, sum = 0, write_ns = 0, drain_ns = 0;
   size_t folded = 0;
   for (long i = 0; i < rounds; i++) {
-    uint64_t t0 = now_ns();
+    uint64_t t0 = bench_now_ns();
     for (unsigned k = 0; k < PER_TICK; k++) {
       if (em_ring_write(mem, SLOTS, &pos, &s) != 0) {
         fprintf(stderr, "bench_ring_drain: write refused\n");
         return 1;
       }
     }
-    uint64_t t1 = now_ns();
+    uint64_t t1 = bench_now_ns();
     folded += em_ring_reader_drain(&r, mem, false, fold, &sum);
     write_ns += t1 - t0;
-    drain_ns += now_ns() - t1;
+    drain_ns += bench_now_ns() - t1;
   }
   /* The previous-head rule leaves the last tick's spans for the next drain. */
   printf("%zu spans folded of %llu written (%llu overwritten, %llu bad); %.1f ns per span "

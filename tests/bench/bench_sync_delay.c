@@ -24,6 +24,7 @@
 #include <uv.h>
 
 #include "syncer.h"
+#include "bench_clock.h"
 
 #define TICK_MS       100u
 #define SYNC_MS       230u /* Not a divisor of the resolutions' 1 s: asks fall at every phase. */
@@ -154,11 +155,6 @@ static void on_tick(uv_timer_t *t) {
   }
 }
 
-static int cmp_u64(const void *x, const void *y) {
-  uint64_t a = *(const uint64_t *)x, c = *(const uint64_t *)y;
-  return a < c ? -1 : a > c;
-}
-
 static int run_mode(bool use_syncer, unsigned seconds, uint64_t resolve_ns, const char *path) {
   uv_loop_t loop;
   if (uv_loop_init(&loop) != 0) {
@@ -198,7 +194,7 @@ static int run_mode(bool use_syncer, unsigned seconds, uint64_t resolve_ns, cons
     free(b);
     return 1;
   }
-  qsort(b->waits, b->n_waits, sizeof(b->waits[0]), cmp_u64);
+  qsort(b->waits, b->n_waits, sizeof(b->waits[0]), bench_cmp_u64);
   printf("%-7s %4zu syncs  ask->start median %8.3f ms  p99 %8.3f ms  max %8.3f ms\n",
          use_syncer ? "syncer" : "pool", b->n_waits, (double)b->waits[b->n_waits / 2] / 1e6,
          (double)b->waits[(b->n_waits * 99) / 100] / 1e6, (double)b->waits[b->n_waits - 1] / 1e6);
