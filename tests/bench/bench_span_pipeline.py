@@ -442,11 +442,16 @@ def machine_info(a):
             "python": py}
 
 
+def print_build(info, rest):
+    """The report's first lines: the machine, and the agent and its build followed by `rest`."""
+    print(f"machine: {info['machine']}")
+    print(f"agent: {info['agent']} ({info['agent_path']}, CMAKE_BUILD_TYPE={info['build_type']}"
+          + rest)
+
+
 def report(bench, a, info):
     rs = bench.results
-    print(f"machine: {info['machine']}")
-    print(f"agent: {info['agent']} ({info['agent_path']}, CMAKE_BUILD_TYPE={info['build_type']}, "
-          f"EDGEMON_SANITIZE={info['sanitize']}); pipeline: python {info['python']}")
+    print_build(info, f", EDGEMON_SANITIZE={info['sanitize']}); pipeline: python {info['python']}")
     print(f"pipeline: {a.fps:g} fps, 3 stages x {bench.iterations} iterations "
           f"(~{a.stage_ms:g} ms each), CPU {bench.cpu_target}; agent (sample_period "
           f"{round(a.period * 1000)}ms), broker and harness on CPU {bench.cpu_mon}")

@@ -44,7 +44,8 @@ MODES = ("alone", "nospans", "spans")
 sys.path.insert(0, HERE)
 import bench_agent  # noqa: E402
 from bench_span_pipeline import check as span_pipeline_check  # noqa: E402
-from bench_span_pipeline import by_mode, machine_info, positive, spread_text  # noqa: E402
+from bench_span_pipeline import (by_mode, machine_info, positive, print_build,  # noqa: E402
+                                  spread_text)
 from bench_span_pipeline import summarize as spread  # noqa: E402
 
 
@@ -130,9 +131,8 @@ class TorchBench(bench_agent.Bench):
 
 def report(bench, a, info):
     rs = bench.results
-    print(f"machine: {info['machine']}")
-    print(f"agent: {info['agent']} ({info['agent_path']}, CMAKE_BUILD_TYPE={info['build_type']}"
-          f"); python {info['python']}, torch {info['torch']}, torchvision {info['torchvision']}")
+    print_build(info, f"); python {info['python']}, torch {info['torch']}, "
+                f"torchvision {info['torchvision']}")
     print(f"pipeline: torch_inference.py, mobilenet_v3_small, 1 thread, {a.fps:g} fps, "
           f"CPU {bench.cpu_target}; agent (sample_period {round(a.period * 1000)}ms), broker "
           f"and harness on CPU {bench.cpu_mon}")
