@@ -7,7 +7,9 @@
  * loop must close clean: every handle, thread and worker job the agent started is gone. What
  * it did is read back from the spool: data messages that carry the fixture target's pid and
  * memory (it attached), and the stage a span datagram named on its socket. The target's pid
- * is a sleeping child's (the lookup never matches the agent's own process).
+ * is a sleeping child's (the lookup never matches the agent's own process). The spool's sync
+ * thread (transport/syncer.h) is checked on its own: one sync at a time, its result handed
+ * back on the loop, and a close that leaves the loop clean.
  */
 #define _XOPEN_SOURCE 700 /* nftw (tmp_tree.h) */
 
@@ -36,6 +38,7 @@
 #include "edgemon/wire.h"
 #include "figures.h"
 #include "spool.h"
+#include "syncer.h"
 #include "tmp_tree.h"
 
 #define PERIOD_MS   50u
@@ -229,11 +232,68 @@ static void agent_stopped_at_once_closes_the_loop_clean(void **state) {
   assert_int_equal(uv_loop_close(&fx->loop), 0);
 }
 
+typedef struct {
+  int calls;
+  int rc;
+  bool closed;
+} sync_seen_t;
+
+static void on_synced(void *ctx, int rc) {
+  sync_seen_t *seen = ctx;
+  seen->calls++;
+  seen->rc = rc;
+}
+
+static void on_syncer_closed(void *ctx) {
+  ((sync_seen_t *)ctx)->closed = true;
+}
+
+/* The spool's sync thread: one sync at a time, its result on the loop, a clean close. */
+static void sync_thread_runs_one_sync_at_a_time_and_closes_clean(void **state) {
+  fixture_t *fx = *state;
+  char path[EM_TMP_TREE_ROOT_BYTES + 16];
+  snprintf(path, sizeof(path), "%s/sync", fx->root);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  assert_int_equal(fputs("appended", f) >= 0, 1);
+  assert_int_equal(fflush(f), 0);
+  em_syncer_t *s = NULL;
+  sync_seen_t seen = {0};
+  assert_int_equal(em_syncer_new(&s, &fx->loop), 0);
+  assert_int_equal(em_syncer_sync(s, fileno(f), on_synced, &seen), -EINVAL); /* Not started. */
+  assert_int_equal(em_syncer_start(s), 0);
+  assert_int_equal(em_syncer_sync(s, -1, on_synced, &seen), -EINVAL);
+  assert_int_equal(em_syncer_sync(s, fileno(f), on_synced, &seen), 0);
+  /* Until the loop has taken the result, the slot is the first sync's. */
+  assert_int_equal(em_syncer_sync(s, fileno(f), on_synced, &seen), -EBUSY);
+  while (seen.calls == 0) {
+    uv_run(&fx->loop, UV_RUN_ONCE);
+  }
+  assert_int_equal(seen.calls, 1);
+  assert_int_equal(seen.rc, 0);
+  assert_false(em_syncer_busy(s));
+  em_syncer_stats_t st;
+  em_syncer_stats(s, &st);
+  assert_int_equal(st.syncs, 1);
+  assert_int_equal(st.failed, 0);
+  assert_true(st.wait_max_ns >= st.wait_last_ns);
+  em_syncer_close(s, on_syncer_closed, &seen);
+  assert_int_equal(em_syncer_sync(s, fileno(f), on_synced, &seen), -EINVAL); /* Closing. */
+  assert_int_equal(uv_run(&fx->loop, UV_RUN_DEFAULT), 0);
+  assert_true(seen.closed);
+  assert_int_equal(seen.calls, 1);
+  em_syncer_free(s);
+  assert_int_equal(uv_loop_close(&fx->loop), 0);
+  fclose(f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(agent_attaches_ticks_and_closes_the_loop_clean, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(agent_stopped_at_once_closes_the_loop_clean, setup, teardown),
+      cmocka_unit_test_setup_teardown(sync_thread_runs_one_sync_at_a_time_and_closes_clean, setup,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
