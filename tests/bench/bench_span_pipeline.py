@@ -531,6 +531,20 @@ def positive(kind):
     return parse
 
 
+def add_harness_args(p, json_help):
+    """The options of the pipeline benches' harness: the agent's period, the CPUs, --json
+    (json_help), --keep and the broker binary."""
+    p.add_argument("--period", type=positive(float), default=0.1, metavar="SECONDS",
+                   help="the agent's sample_period, seconds (default 0.1)")
+    p.add_argument("--agent-cpu", dest="monitor_cpu", type=int, default=0, metavar="N",
+                   help="CPU of the agent, the broker and this harness (default 0)")
+    p.add_argument("--pipeline-cpu", dest="target_cpu", type=int, default=1, metavar="N",
+                   help="CPU of the pipeline (default 1)")
+    p.add_argument("--json", metavar="FILE", help=json_help)
+    p.add_argument("--keep", action="store_true", help="keep the temp dir (configs, logs)")
+    p.add_argument("--mosquitto", default="/usr/sbin/mosquitto",
+                   help="the broker binary (default /usr/sbin/mosquitto)")
+
 def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="bench_span_pipeline.py",
@@ -557,17 +571,7 @@ def parse_args(argv):
     p.add_argument("--iterations", type=positive(int), default=None,
                    help="loop iterations per stage instead of calibrating (to compare runs "
                         "with the same work)")
-    p.add_argument("--period", type=positive(float), default=0.1, metavar="SECONDS",
-                   help="the agent's sample_period, seconds (default 0.1)")
-    p.add_argument("--agent-cpu", dest="monitor_cpu", type=int, default=0, metavar="N",
-                   help="CPU of the agent, the broker and this harness (default 0)")
-    p.add_argument("--pipeline-cpu", dest="target_cpu", type=int, default=1, metavar="N",
-                   help="CPU of the pipeline (default 1)")
-    p.add_argument("--json", metavar="FILE", help="also write every window and the summary "
-                                                  "as JSON")
-    p.add_argument("--keep", action="store_true", help="keep the temp dir (configs, logs)")
-    p.add_argument("--mosquitto", default="/usr/sbin/mosquitto",
-                   help="the broker binary (default /usr/sbin/mosquitto)")
+    add_harness_args(p, json_help="also write every window and the summary as JSON")
     # Internal: the pipeline process and the calibration run of this same file.
     p.add_argument("--pipeline", choices=MODES, help=argparse.SUPPRESS)
     p.add_argument("--counters", help=argparse.SUPPRESS)

@@ -44,8 +44,8 @@ MODES = ("alone", "nospans", "spans")
 sys.path.insert(0, HERE)
 import bench_agent  # noqa: E402
 from bench_span_pipeline import check as span_pipeline_check  # noqa: E402
-from bench_span_pipeline import (by_mode, machine_info, positive, print_build,  # noqa: E402
-                                  spread_text)
+from bench_span_pipeline import (add_harness_args, by_mode, machine_info,  # noqa: E402
+                                  positive, print_build, spread_text)
 from bench_span_pipeline import summarize as spread  # noqa: E402
 
 
@@ -210,16 +210,7 @@ def parse_args(argv):
                    help="seconds between the model's load and the window (default 3; the "
                         "client registers its ring within 1 s)")
     p.add_argument("--fps", type=positive(float), default=30.0, help="frames per second (30)")
-    p.add_argument("--period", type=positive(float), default=0.1, metavar="SECONDS",
-                   help="the agent's sample_period, seconds (default 0.1)")
-    p.add_argument("--agent-cpu", dest="monitor_cpu", type=int, default=0, metavar="N",
-                   help="CPU of the agent, the broker and this harness (default 0)")
-    p.add_argument("--pipeline-cpu", dest="target_cpu", type=int, default=1, metavar="N",
-                   help="CPU of the pipeline (default 1)")
-    p.add_argument("--json", metavar="FILE", help="also write every window and the summary")
-    p.add_argument("--keep", action="store_true", help="keep the temp dir (configs, logs)")
-    p.add_argument("--mosquitto", default="/usr/sbin/mosquitto",
-                   help="the broker binary (default /usr/sbin/mosquitto)")
+    add_harness_args(p, json_help="also write every window and the summary")
     a = p.parse_args(argv)
     if a.warmup < 1.5:
         p.error("--warmup must be at least 1.5 s (the client registers within 1 s)")
