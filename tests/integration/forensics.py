@@ -10,7 +10,9 @@ proto/SCHEMA.md): 2 its time, 3 the agent's session, 4 its number.
 """
 
 import json
+import os
 import re
+import subprocess
 import threading
 import urllib.request
 from collections import defaultdict
@@ -18,6 +20,32 @@ from collections import defaultdict
 import cbor2
 
 from conftest import mqtt_client, wait_for
+
+SIM = os.environ.get("EM_SIM")
+PUBLISHED = {"flight": rb"(\d+) flight recordings published",
+             "profile": rb"(\d+) stack profiles published"}
+
+
+def simulate(port, devices, prefix, seed, *documents):
+    """Runs edgemon-sim against the broker on `port`: `devices` devices <prefix>-NNNN at 10 Hz
+    for 3 s with excursions 0.3 s apart on average, seeded, publishing `documents` (--flights,
+    --profiles). Returns how many of each kind it says it published ({"flight": n, ...})."""
+    assert SIM, "EM_SIM must name the edgemon-sim binary (run through ctest)"
+    sim = subprocess.run(
+        [SIM, "--devices", str(devices), "--rate", "10", "--duration", "3", "--prefix", prefix,
+         "--seed", str(seed), *documents, "--excursion-mean", "0.3",
+         "--broker", f"mqtt://127.0.0.1:{port}"], capture_output=True, timeout=60)
+    assert sim.returncode == 0, sim.stderr.decode(errors="replace")
+    return {kind: int(m.group(1)) for kind, pattern in PUBLISHED.items()
+            for m in [re.search(pattern, sim.stderr)] if m}
+
+
+def by_device(captured):
+    """{device: [(payload, decoded map)]} of captured (device, payload) pairs, in order."""
+    out = defaultdict(list)
+    for device, payload in captured:
+        out[device].append((payload, cbor2.loads(payload)))
+    return dict(out)
 
 
 class Capture:

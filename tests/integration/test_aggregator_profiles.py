@@ -12,17 +12,15 @@ payloads that do not decode counted and not stored, bad parameters answered 400 
 import functools
 import json
 import os
-import re
 import subprocess
 import time
-from collections import defaultdict
 
-import cbor2
 import pytest
 
 import forensics
 from conftest import ROOT, Aggregator, Broker, edgemon_proto, wait_for
-from forensics import Capture, check_refusals, check_replays, get_raw, key_of, metric
+from forensics import (Capture, by_device, check_refusals, check_replays, get_raw, key_of, metric,
+                       simulate)
 
 SIM = os.environ.get("EM_SIM")
 CLI = os.environ.get("EM_CLI")
@@ -46,22 +44,12 @@ def host(tmp_path_factory):
     cap = Capture(broker.port, "profile", "flight")
     time.sleep(0.2)
     try:
-        sim = subprocess.run(
-            [SIM, "--devices", "2", "--rate", "10", "--duration", "3", "--prefix", "pr",
-             "--seed", "9", "--flights", "--profiles", "--excursion-mean", "0.3",
-             "--broker", f"mqtt://127.0.0.1:{broker.port}"], capture_output=True, timeout=60)
-        assert sim.returncode == 0, sim.stderr.decode(errors="replace")
-        n = int(re.search(rb"(\d+) stack profiles published", sim.stderr).group(1))
+        n = simulate(broker.port, 2, "pr", 9, "--flights", "--profiles")["profile"]
         assert n > 0
         gold = [(ROOT / "proto" / "vectors" / f"{v}.cbor").read_bytes() for v in VECTORS]
         publish(broker.port, GOLD, *gold)
         wait_for(lambda: len(cap.got["profile"]) == n + len(gold), 10, "every profile")
-        out = {}
-        for kind in ("profile", "flight"):
-            by_device = defaultdict(list)
-            for device, payload in cap.got[kind]:
-                by_device[device].append((payload, cbor2.loads(payload)))
-            out[kind] = dict(by_device)
+        out = {kind: by_device(cap.got[kind]) for kind in ("profile", "flight")}
         assert set(out["profile"]) == set(DEVICES + [GOLD])
 
         def stored():

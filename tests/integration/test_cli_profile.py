@@ -22,6 +22,7 @@ from collections import defaultdict
 import cbor2
 import pytest
 
+import forensics
 from conftest import Broker, free_port, mqtt_client, wait_for
 
 SIM = os.environ.get("EM_SIM")
@@ -60,27 +61,22 @@ def published(tmp_path_factory):
     assert SIM and CLI, "EM_SIM and EM_CLI must name the binaries (run through ctest)"
     tmp = tmp_path_factory.mktemp("profile")
     broker = Broker(tmp).start()
-    cap = Capture(broker.port, "edgemon/v1/+/profile")
+    cap = forensics.Capture(broker.port, "profile")
     time.sleep(0.2)
     try:
-        sim = subprocess.run(
-            [SIM, "--devices", "2", "--rate", "10", "--duration", "3", "--prefix", "pr",
-             "--seed", "9", "--profiles", "--excursion-mean", "0.3",
-             "--broker", f"mqtt://127.0.0.1:{broker.port}"], capture_output=True, timeout=60)
-        assert sim.returncode == 0, sim.stderr.decode(errors="replace")
-        n = int(re.search(rb"(\d+) stack profiles published", sim.stderr).group(1))
+        n = forensics.simulate(broker.port, 2, "pr", 9, "--profiles")["profile"]
         assert n >= 1
-        wait_for(lambda: len(cap.got) == n, 10, "every profile at the subscriber")
+        wait_for(lambda: len(cap.got["profile"]) == n, 10, "every profile at the subscriber")
     finally:
         cap.stop()
     out = []
-    for i, (topic, payload) in enumerate(cap.got):
+    for i, (device, payload) in enumerate(cap.got["profile"]):
         assert cbor2.loads(payload)  # A CBOR map, as published.
         path = tmp / f"p{i}.cbor"
         path.write_bytes(payload)
         r = cli("--file", path, "--json")
         assert r.returncode == 0, r.stderr
-        out.append((topic.split("/")[2], path, json.loads(r.stdout)))
+        out.append((device, path, json.loads(r.stdout)))
     yield broker, tmp, out
     broker.stop()
 

@@ -24,7 +24,8 @@ import pytest
 
 import forensics
 from conftest import Aggregator, Broker, free_port, mqtt_client, wait_for
-from forensics import Capture, check_refusals, check_replays, get_raw, key_of, metric
+from forensics import (Capture, by_device, check_refusals, check_replays, get_raw, key_of, metric,
+                       simulate)
 from test_flight import flight_agent, run_pipeline  # noqa: F401 (flight_agent: a fixture)
 
 SIM = os.environ.get("EM_SIM")
@@ -96,24 +97,17 @@ def host(tmp_path_factory):
     cap = Capture(broker.port, "flight")
     time.sleep(0.2)
     try:
-        sim = subprocess.run(
-            [SIM, "--devices", "3", "--rate", "10", "--duration", "3", "--prefix", "fl",
-             "--seed", "5", "--flights", "--excursion-mean", "0.3",
-             "--broker", f"mqtt://127.0.0.1:{broker.port}"], capture_output=True, timeout=60)
-        assert sim.returncode == 0, sim.stderr.decode(errors="replace")
-        published = int(re.search(rb"(\d+) flight recordings published", sim.stderr).group(1))
+        published = simulate(broker.port, 3, "fl", 5, "--flights")["flight"]
         wait_for(lambda: len(cap.got["flight"]) == published, 10,
                  "every recording at the subscriber")
-        by_device = defaultdict(list)
-        for device, payload in cap.got["flight"]:
-            by_device[device].append((payload, cbor2.loads(payload)))
-        assert set(by_device) == set(DEVICES), by_device.keys()
+        recordings = by_device(cap.got["flight"])
+        assert set(recordings) == set(DEVICES), recordings.keys()
 
         def stored():
             return sum(len(json.loads(agg.get(f"/api/devices/{d}/flights")[1]).get("flights", []))
                        for d in DEVICES)
         wait_for(lambda: stored() == published, 10, "every recording in the aggregator")
-        yield broker, agg, dict(by_device)
+        yield broker, agg, recordings
     finally:
         cap.stop()
         agg.stop()
