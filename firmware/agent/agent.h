@@ -27,7 +27,8 @@ typedef struct em_agent em_agent_t;
  * Builds the agent for `cfg` (copied) on `loop`. `board` (may be NULL: every sensor probed,
  * NVML off, 1 s) says which sensors to read and how often (board.h [sensors]). Returns 0 and
  * *out, -ENOMEM, or -EINVAL when the config names no target. A PMU event the machine does
- * not have is absent with its reason, not an error.
+ * not have is absent with its reason, not an error. On failure what it made is being closed
+ * on the loop, and freed by the close callbacks when the loop next runs (uv_run).
  */
 int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
                  const em_board_profile_t *board, const char *version);
