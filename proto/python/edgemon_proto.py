@@ -12,7 +12,8 @@ the agent publishes. Needs Debian's python3-cbor2 for the CBOR layer; nothing el
 A flight recording (kind 5) is checked against every rule its CDDL section states (names,
 indices within their tables, times ascending, totals within uint64, limits) and raises
 DecodeError on the first it breaks; so is a stack profile (kind 6) against its section's
-rules P1-P5.
+rules P1-P5. A breach's verdict (state key 15, flight key 16) is checked against its rules
+V1-V4 and comes out as the C printer's JSON names it.
 """
 
 import math
@@ -36,17 +37,25 @@ DATA = {4: "seq", 5: "window_ns", 6: "values", 7: "stages", 8: "level", 9: "hist
 STAGE = {0: "name", 1: "count", 2: "sum_ns", 3: "min_ns", 4: "max_ns", 5: "p50_ns",
          6: "p90_ns", 7: "p99_ns", 8: "p999_ns", 9: "scale", 10: "zero_count", 11: "buckets"}
 STATE = {4: "level", 5: "prev_level", 6: "mono_ns", 7: "rule", 8: "stage", 9: "value",
-         10: "bound", 11: "reason", 12: "historical", 13: "model", 14: "model_change"}
+         10: "bound", 11: "reason", 12: "historical", 13: "model", 14: "model_change",
+         15: "verdict"}
 MODEL = {0: "name", 1: "version", 2: "labels"}
 STATUS = {4: "online"}
 CMD = {4: "command", 5: "seconds"}
 FLIGHT = {4: "number", 5: "trigger", 6: "trigger_mono_ns", 7: "pre_ns", 8: "post_ns",
           9: "period_ns", 10: "stages", 11: "columns", 12: "ticks", 13: "spans", 14: "truncated",
-          15: "historical"}
+          15: "historical", 16: "verdict"}
 TRIGGER = {0: "cause", 1: "level", 2: "prev_level", 3: "rule", 4: "stage", 5: "value", 6: "bound",
            7: "reason"}
 TRUNCATION = {0: "spans_cut", 1: "ticks_cut", 2: "spans_overwritten"}
 CAUSES = ["escalation", "command"]
+VERDICT = {0: "stage", 1: "statistic", 2: "baseline_ns", 3: "breach_ns", 4: "nominal_windows",
+           5: "causes"}
+VERDICT_CAUSE = {0: "cause", 1: "share", 2: "evidence", 3: "processes", 4: "functions"}
+VERDICT_CAUSES = ["cpu_contention", "cpu_throttling", "frequency_cap", "memory_pressure", "io",
+                  "waiting", "more_work", "unexplained"]
+VERDICT_MAX_CAUSES, VERDICT_MAX_EVIDENCE = 8, 16
+VERDICT_MAX_PROCESSES, VERDICT_MAX_FUNCTIONS = 8, 8
 PROFILE = {4: "number", 5: "trigger", 6: "start_mono_ns", 7: "duration_ns", 8: "hz", 9: "clock",
            10: "samples", 11: "lost", 12: "stages", 13: "frames", 14: "stacks", 15: "notes",
            16: "truncated", 17: "historical"}
@@ -146,6 +155,8 @@ def decode(payload):
         if "model_change" in msg and (msg["model_change"] is not True or
                                       msg["level"] != msg["prev_level"] or "model" not in msg):
             raise DecodeError("model_change: true only, with level == prev_level and a model")
+        if "verdict" in msg:
+            msg["verdict"] = _verdict(msg["verdict"])
     elif kind == "cmd":
         msg["command"] = COMMANDS.get(msg["command"], "unknown")
         if "seconds" in msg and (msg["command"] != "profile" or
@@ -313,6 +324,8 @@ def _flight(raw):
         for k, v in _named(f["truncated"], TRUNCATION).items():
             truncated[k] = _uint(v, k)
     f["truncated"] = truncated
+    if "verdict" in f:
+        f["verdict"] = _verdict(f["verdict"])
     if "historical" in f:
         _check(isinstance(f["historical"], bool), "historical: want a bool")
     else:
@@ -341,6 +354,8 @@ def _flight_json(f):
                      "duration_ns": s["duration_ns"]} for s in f["spans"]]
     if any(f["truncated"].values()):
         out["truncated"] = f["truncated"]
+    if "verdict" in f:
+        out["verdict"] = f["verdict"]
     if f["historical"]:
         out["historical"] = True
     return out
@@ -368,6 +383,72 @@ def decode_flight(payload):
     CDDL's flight section it breaks."""
     raw = _forensic_map(payload, FLIGHT_MAX_BYTES, 5, "flight recording", "flight recording")
     return _flight(raw)
+
+
+# --- the breach's verdict (state 15, flight 16) ---------------------------------------------
+
+def _share(v, what):
+    _check(not isinstance(v, bool) and isinstance(v, (int, float)) and 0 <= v <= 1,
+           f"{what}: share not within 0..1: {v!r:.40}")
+    return v
+
+
+def _tuples(v, what, limit, size):
+    for t in _list(v, what, limit):
+        _check(isinstance(t, list) and len(t) == size, f"{what}: want arrays of {size} items")
+    return v
+
+
+def _verdict_cause(raw):
+    _check(isinstance(raw, dict), "verdict cause: want a map")
+    _required(raw, [0, 1, 2], "verdict cause")
+    c = _named(raw, VERDICT_CAUSE)
+    code = _uint(c["cause"], "verdict cause code", 1 << 32)
+    out = {"cause": VERDICT_CAUSES[code] if code < len(VERDICT_CAUSES) else "unknown"}
+    if code >= len(VERDICT_CAUSES):
+        out["code"] = code
+    out["share"] = _share(c["share"], "verdict cause")
+    evidence = c["evidence"]
+    _check(isinstance(evidence, dict) and len(evidence) <= VERDICT_MAX_EVIDENCE,
+           f"evidence: want a map of at most {VERDICT_MAX_EVIDENCE} figures")
+    for k, v in evidence.items():
+        _text(k, NAME, "evidence name")
+        _number(v, f"evidence {k}")
+    out["evidence"] = evidence
+    if c.get("processes"):
+        out["processes"] = [
+            {"pid": _uint(pid, "process pid", 1 << 32), "comm": _frame_text(comm, "process comm"),
+             "share": _share(share, "process")}
+            for pid, comm, share in _tuples(c["processes"], "processes", VERDICT_MAX_PROCESSES, 3)]
+    elif "processes" in c:
+        _list(c["processes"], "processes", VERDICT_MAX_PROCESSES)
+    if c.get("functions"):
+        out["functions"] = [
+            {"name": _frame_text(name, "function name"), "growth": _number(growth, "growth")}
+            for name, growth in _tuples(c["functions"], "functions", VERDICT_MAX_FUNCTIONS, 2)]
+    elif "functions" in c:
+        _list(c["functions"], "functions", VERDICT_MAX_FUNCTIONS)
+    return out
+
+
+def _verdict(raw):
+    """The verdict map (state key 15, flight key 16) and its rules V1-V4 of the CDDL, in the
+    JSON form the C printer writes: causes named, processes and functions as objects."""
+    _check(isinstance(raw, dict), "verdict: want a map")
+    _check(all(isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in raw),
+           "verdict: map keys must be unsigned integers")
+    _required(raw, list(VERDICT), "verdict")
+    v = _named(raw, VERDICT)
+    out = {"stage": _text(v["stage"], STAGE_NAME, "verdict stage"),
+           "statistic": _text(v["statistic"], NAME, "verdict statistic"),
+           "baseline_ns": _uint(v["baseline_ns"], "baseline_ns"),
+           "breach_ns": _uint(v["breach_ns"], "breach_ns"),
+           "nominal_windows": _uint(v["nominal_windows"], "nominal_windows", 1 << 32)}
+    causes = [_verdict_cause(c) for c in _list(v["causes"], "causes", VERDICT_MAX_CAUSES)]
+    for a, b in zip(causes, causes[1:]):
+        _check(b["share"] <= a["share"], "causes: not in descending share")
+    out["causes"] = causes
+    return out
 
 
 # --- stack profiles --------------------------------------------------------------------------

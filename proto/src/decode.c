@@ -18,6 +18,7 @@
 
 #include "fields.h"
 #include "model.h"
+#include "verdict.h"
 
 /* --- scratch ------------------------------------------------------------------------- */
 
@@ -26,9 +27,10 @@ size_t em_proto_scratch_bytes(size_t len) {
    * Decoded bytes per encoded byte, at worst: an idle stage window {0: "x", 1: 0} is 6 bytes
    * and becomes an em_stage_t (104 bytes on LP64) plus its name (8 with alignment): 18.7.
    * A sample is 2 bytes -> 24 (12), a bucket 2 -> 16 (8), a metric definition 11 -> 56.
-   * 20 per byte covers all; the constant covers the alignment of the first array.
+   * 20 per byte covers all; the constant covers the alignment of the first array. A verdict's
+   * fixed arrays do not grow with its bytes: one em_verdict_t more (a state carries one).
    */
-  return em__scratch_for(len, EM_PROTO_MAX_MESSAGE_BYTES, 20u);
+  return em__scratch_for(len, EM_PROTO_MAX_MESSAGE_BYTES, 20u) + sizeof(em_verdict_t);
 }
 
 /* --- birth ---------------------------------------------------------------------------- */
@@ -241,7 +243,8 @@ static const em__field_t state_rows[] = {
     EM__CAUSE_ROWS(KT_RULE, em_state_t),
     EM__BOOL(KT_HISTORICAL, em_state_t, historical, OPT),
     EM__FN(KT_MODEL, em_state_t, model, em__field_model, NULL, OPT),
-    EM__BOOL(KT_MODEL_CHANGE, em_state_t, model_change, OPT)};
+    EM__BOOL(KT_MODEL_CHANGE, em_state_t, model_change, OPT),
+    EM__FN(KT_VERDICT, em_state_t, verdict, em__field_verdict, NULL, OPT)};
 
 static const em__field_t status_rows[] = {EM__BOOL(KX_ONLINE, em_status_t, online, REQ)};
 

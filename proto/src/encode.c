@@ -10,6 +10,7 @@
 
 #include "fields.h"
 #include "model.h"
+#include "verdict.h"
 
 static int check_level(em_level_t level) {
   return em__level_ok((int)level) ? 0 : EM_PROTO_ERANGE;
@@ -241,13 +242,17 @@ static int check_state(const void *msg) {
   if (!rc && s->model_change && (s->level != s->prev_level || !s->model.name)) {
     rc = EM_PROTO_EINCONSISTENT; /* A change of model keeps the level and names the model. */
   }
+  if (!rc && s->verdict) {
+    rc = em_proto_verdict_check(s->verdict);
+  }
   return rc;
 }
 
 static void w_state(em__writer_t *w, const void *msg) {
   const em_state_t *s = msg;
   size_t n_more = 3 + em__cause_count(EM_CAUSE_OF(s)) + em__model_entries(&s->model) +
-                  (s->model_change ? 1 : 0) + (s->historical ? 1 : 0);
+                  (s->model_change ? 1 : 0) + em__verdict_entries(s->verdict) +
+                  (s->historical ? 1 : 0);
   em__w_common(w, n_more, EM_MSG_STATE, &s->head);
   em__kv_uint(w, KT_LEVEL, (uint64_t)s->level);
   em__kv_uint(w, KT_PREV, (uint64_t)s->prev_level);
@@ -258,6 +263,7 @@ static void w_state(em__writer_t *w, const void *msg) {
     em__w_uint(w, KT_MODEL_CHANGE);
     em__w_bool(w, true);
   }
+  em__w_verdict(w, KT_VERDICT, s->verdict);
   if (s->historical) {
     em__w_uint(w, KT_HISTORICAL);
     em__w_bool(w, true);

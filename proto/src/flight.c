@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "forensic.h"
+#include "verdict.h"
 
 const char *em_flight_cause_name(em_flight_cause_t cause) {
   return em__cause_name((uint64_t)cause);
@@ -110,6 +111,9 @@ static int check_flight(const void *doc) {
       return EM_PROTO_EINCONSISTENT;
     }
   }
+  if (!rc && f->verdict) {
+    rc = em_proto_verdict_check(f->verdict);
+  }
   return rc;
 }
 
@@ -183,7 +187,8 @@ const em__uint_member_t em__flight_times[4] = {
 
 static void w_flight(em__writer_t *w, const void *doc) {
   const em_flight_t *f = doc;
-  size_t entries = 10 + (em__counts_entries(&f->truncated, em__flight_cuts, 3) ? 1 : 0);
+  size_t entries = 10 + (em__counts_entries(&f->truncated, em__flight_cuts, 3) ? 1 : 0) +
+                   em__verdict_entries(f->verdict);
   em__doc_w_start(w, &em__flight_doc, f, entries);
   em__w_uints(w, f, em__flight_times, 4);
   em__w_texts(w, KF_STAGES, f->stages, f->n_stages);
@@ -198,12 +203,14 @@ static void w_flight(em__writer_t *w, const void *doc) {
   w_ticks(w, f);
   w_spans(w, f);
   em__w_counts(w, KF_TRUNCATED, &f->truncated, em__flight_cuts, 3);
+  em__w_verdict(w, KF_VERDICT, f->verdict);
   em__doc_w_end(w, &em__flight_doc, f);
 }
 
-/* A live recording's map has 14 entries, 15 with key 14 (the truncation note): heads 0xae, 0xaf. */
+/* A live recording's map has 14 entries, one more with key 14 (the truncation note) and one
+ * more with key 16 (the verdict): heads 0xae..0xb0. */
 const em__doc_t em__flight_doc =
-    EM__DOC(EM_MSG_FLIGHT, EM_FLIGHT_MAX_BYTES, KF_HISTORICAL, 0xae, 0xaf, em_flight_t,
+    EM__DOC(EM_MSG_FLIGHT, EM_FLIGHT_MAX_BYTES, KF_HISTORICAL, 0xae, 0xb0, em_flight_t,
             &em__flight_trigger_kind, check_flight, w_flight, em__flight_json);
 
 int em_flight_encode(const em_flight_t *f, uint8_t *buf, size_t cap, size_t *out_len) {

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "forensic.h"
+#include "verdict.h"
 
 /* Decoded bytes per encoded byte at most (em_flight_scratch_bytes). */
 #define SCRATCH_PER_BYTE 12u
@@ -32,9 +33,9 @@ size_t em_flight_scratch_bytes(size_t len) {
    * pointer and 8 aligned bytes of string: 8; a column ["x", "y", 0] 6 bytes -> 24 + 2 x 8:
    * 6.7; any other string of n bytes with its head -> n + 1 rounded up to 8: 4 for n = 1. The
    * constant covers the alignment of the few arrays that are not a multiple of 8 (none on
-   * LP64) and the trigger's strings.
+   * LP64) and the trigger's strings; the verdict's fixed arrays come on top (one at most).
    */
-  return em__scratch_for(len, EM_FLIGHT_MAX_BYTES, SCRATCH_PER_BYTE);
+  return em__scratch_for(len, EM_FLIGHT_MAX_BYTES, SCRATCH_PER_BYTE) + sizeof(em_verdict_t);
 }
 
 /* --- deltas --------------------------------------------------------------------------- */
@@ -236,7 +237,8 @@ static const em__field_t flight_rows[] = {
     EM__LATER(KF_TICKS, ctx_t, ticks, REQ),
     EM__LATER(KF_SPANS, ctx_t, spans, REQ),
     EM__MAP(KF_TRUNCATED, ctx_t, f.truncated, &truncation_fields, OPT),
-    EM__BOOL(KF_HISTORICAL, ctx_t, f.historical, OPT)};
+    EM__BOOL(KF_HISTORICAL, ctx_t, f.historical, OPT),
+    EM__FN(KF_VERDICT, ctx_t, f.verdict, em__field_verdict, NULL, OPT)};
 static const em__fields_t flight_fields = EM__TABLE(flight_rows);
 
 static int reread_ticks(em__dec_t *d, void *flight) {

@@ -8,6 +8,7 @@
 #include <inttypes.h>
 
 #include "forensic.h"
+#include "verdict.h"
 
 /* a - b as a JSON integer (any pair of uint64). */
 static void jw_diff(em__jw_t *w, uint64_t a, uint64_t b) {
@@ -78,6 +79,7 @@ void em__flight_json(em__jw_t *w, const void *flight) {
   em__jw_objects(w, "ticks", &ticks, f->n_ticks, j_tick);
   em__jw_objects(w, "spans", f, f->n_spans, j_span);
   em__jw_counts(w, "truncated", &f->truncated, em__flight_cuts, 3);
+  em__jw_verdict(w, f->verdict);
 }
 
 int em_flight_to_json(const em_flight_t *f, char *buf, size_t cap, size_t *out_len) {

@@ -10,6 +10,7 @@
 
 #include "json_items.h"
 #include "model.h"
+#include "verdict.h"
 
 /* A settings map of the birth (flight recorder, profiler) as an object, when it is on. */
 static void j_settings(em__jw_t *w, const char *name, const em_settings_t *s, const void *base) {
@@ -122,6 +123,7 @@ static void j_state(em__jw_t *w, const em_state_t *s) {
   em__jw_cause(w, EM_CAUSE_OF(s));
   em__jw_model(w, &s->model);
   em__jkv_true(w, "model_change", s->model_change);
+  em__jw_verdict(w, s->verdict);
   em__jkv_true(w, "historical", s->historical);
 }
 

@@ -72,7 +72,8 @@ enum {
   KT_REASON = 11,
   KT_HISTORICAL = 12,
   KT_MODEL = 13,
-  KT_MODEL_CHANGE = 14
+  KT_MODEL_CHANGE = 14,
+  KT_VERDICT = 15
 };
 /* model identity (birth 11, data 10, state 13) */
 enum { KO_NAME = 0, KO_VERSION = 1, KO_LABELS = 2 };
@@ -93,8 +94,20 @@ enum {
   KF_TICKS = 12,
   KF_SPANS = 13,
   KF_TRUNCATED = 14,
-  KF_HISTORICAL = 15
+  KF_HISTORICAL = 15,
+  KF_VERDICT = 16
 };
+/* verdict (state 15, flight 16) */
+enum {
+  KV_STAGE = 0,
+  KV_STATISTIC = 1,
+  KV_BASELINE = 2,
+  KV_BREACH = 3,
+  KV_WINDOWS = 4,
+  KV_CAUSES = 5
+};
+/* verdict: cause */
+enum { KW_CODE = 0, KW_SHARE = 1, KW_EVIDENCE = 2, KW_PROCESSES = 3, KW_FUNCTIONS = 4 };
 /* flight: trigger */
 enum {
   KG_CAUSE = 0,

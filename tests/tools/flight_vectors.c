@@ -2,7 +2,8 @@
  * flight_vectors.c - the golden flight recordings (see vectors.h): an escalation with two
  * stages, ticks carrying a counter column, gauges, a null and a column missing from a tick,
  * spans whose frame ids go backwards across stages; a recording taken on cmd/flight with no
- * previous level; and one cut to fit, with every truncation count, replayed from the spool.
+ * previous level; one cut to fit, with every truncation count, replayed from the spool; and
+ * the escalation again with the breach's verdict.
  */
 #include "vectors.h"
 
@@ -50,7 +51,43 @@ static const em_flight_tick_t cmd_ticks[] = {
 };
 static const em_flight_span_t cmd_spans[] = {{1, 9000, MONO - 10 * MS, 30 * MS}};
 
-static const em_flight_vector_t rows[] = {
+/*
+ * The breach's verdict the escalation above carries (and state_verdict beside it): infer's p99
+ * against 12 NOMINAL windows, explained mostly by another process on the CPUs, then by more
+ * work per frame, some memory pressure and a rest no measurement explains.
+ */
+const em_verdict_t em_vector_verdict = {
+    .stage = "infer",
+    .statistic = "p99",
+    .baseline_ns = 26000000,
+    .breach_ns = 61200000,
+    .nominal_windows = 12,
+    .causes = {{.code = EM_VERDICT_CPU_CONTENTION,
+                .share = 0.81,
+                .evidence = {{"runq_delay_ms_per_frame", F(28.4)},
+                             {"involuntary_switches_per_frame", U(41)},
+                             {"cpus_online", U(4)}},
+                .n_evidence = 3,
+                .processes = {{4122, "stress-ng", 0.92}, {801, "kworker/u8:2", 0.05}},
+                .n_processes = 2},
+               {.code = EM_VERDICT_UNEXPLAINED,
+                .share = 0.1,
+                .evidence = {{"excess_ms", F(3.5)}},
+                .n_evidence = 1},
+               {.code = EM_VERDICT_MORE_WORK,
+                .share = 0.09,
+                .evidence = {{"cpu_ms_per_frame_delta", F(3.1)}},
+                .n_evidence = 1,
+                .functions = {{"sgemm_", 6.0}, {"im2col_cpu", 1.5}},
+                .n_functions = 2},
+               {.code = EM_VERDICT_MEMORY_PRESSURE,
+                .share = 0.0,
+                .evidence = {{"major_faults", U(0)}, {"psi_memory_some_avg10", F(0.0)}},
+                .n_evidence = 2}},
+    .n_causes = 4,
+};
+
+static em_flight_vector_t rows[] = {
     {"flight_basic",
      "escalation: 2 stages, a counter column, gauges, a null, a column missing from a tick, "
      "spans with frame ids going backwards across stages",
@@ -122,9 +159,21 @@ static const em_flight_vector_t rows[] = {
       .n_spans = 3,
       .truncated = {.spans_cut = 2880, .ticks_cut = 118, .spans_overwritten = 4096},
       .historical = true}},
+    {"flight_verdict",
+     "flight_basic with the breach's verdict (key 16): four causes in descending share, with "
+     "evidence, other processes and grown functions",
+     {.number = 2}},
 };
 
 const em_flight_vector_t *em_flight_vectors(size_t *count) {
+  em_flight_t *v = &rows[3].flight; /* flight_verdict: flight_basic with a verdict */
+  if (!v->verdict) {
+    *v = rows[0].flight;
+    v->number = 2;
+    v->trigger.value = (em_value_t)U(61200000);
+    v->trigger.reason = "infer p99 61.2 ms > 40.0 ms for 3 windows";
+    v->verdict = &em_vector_verdict;
+  }
   *count = sizeof(rows) / sizeof(rows[0]);
   return rows;
 }

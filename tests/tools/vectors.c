@@ -418,6 +418,9 @@ static em_vector_t rows[] = {
                             .version = "1.4",
                             .labels = labels_light,
                             .n_labels = 2}}}},
+    {"state_verdict",
+     "state_degraded's escalation with the breach's verdict (key 15)",
+     {.kind = EM_MSG_STATE}},
     {"status_online",
      "retained status: online",
      {.kind = EM_MSG_STATUS, .u.status = {.head = {.time_ns = T0, .session = 7}, .online = true}}},
@@ -461,6 +464,11 @@ const em_vector_t *em_vectors(size_t *count) {
                                                .ticks = 120,
                                                .spans = 16384,
                                                .bytes = 917504};
+    em_msg_t *s = &row("state_verdict")->msg;
+    *s = row("state_degraded")->msg;
+    s->u.state.value = (em_value_t)U(61200000);
+    s->u.state.reason = "infer p99 61.2 ms > 40.0 ms for 3 windows";
+    s->u.state.verdict = &em_vector_verdict;
     em_msg_t *p = &row("birth_profiler")->msg;
     *p = row("birth_full")->msg;
     p->u.birth.profiler = (em_profiler_t){

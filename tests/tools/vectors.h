@@ -49,6 +49,9 @@ typedef struct {
 /* The flight recordings' rows (flight_vectors.c). */
 const em_flight_vector_t *em_flight_vectors(size_t *count);
 
+/* The verdict flight_verdict and state_verdict carry (flight_vectors.c). */
+extern const em_verdict_t em_vector_verdict;
+
 /* A stack profile's row (edgemon/profile.h): proto/vectors/<name>.cbor and .json. */
 typedef struct {
   const char *name;

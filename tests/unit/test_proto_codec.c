@@ -677,6 +677,307 @@ static void marking_historical_equals_encoding_it_historical(void **state) {
   assert_int_equal(em_proto_mark_historical(NULL, 5, out, sizeof(out), &len), EM_PROTO_EINVAL);
 }
 
+/* --- the breach's verdict (state key 15) ------------------------------------------------ */
+
+/* A state (level 2 from 0) whose key 15 follows: the verdict's hex goes after it. */
+#define V_STATE                                                                                    \
+  "a8"                                                                                             \
+  "0001"                                                                                           \
+  "0102"                                                                                           \
+  "0201"                                                                                           \
+  "0301"                                                                                           \
+  "0402"                                                                                           \
+  "0500"                                                                                           \
+  "0601"                                                                                           \
+  "0f"
+/* Verdict keys 0..4 (stage "infer", "p99", 1 ns against 2 ns, 12 windows), then key 5. */
+#define V_HEAD                                                                                     \
+  "0065696e666572"                                                                                 \
+  "0163703939"                                                                                     \
+  "0201"                                                                                           \
+  "0302"                                                                                           \
+  "040c"                                                                                           \
+  "05"
+#define V_OPEN V_STATE "a6" V_HEAD
+/* A cause: cpu_contention with the share that follows and no evidence. */
+#define V_CAUSE(share)                                                                             \
+  "a30000"                                                                                         \
+  "01" share "02a0"
+#define HALF      "f93800"
+#define QUARTER   "f93400"
+#define V_NINE(x) x x x x x x x x x
+
+static const bad_row_t verdict_rows[] = {
+    {"one cause", V_OPEN "81" V_CAUSE(HALF), 0, -1},
+    {"unknown integer keys skipped",
+     V_STATE "a7" V_HEAD "81a4000001" HALF "02a01864f6"
+             "186300",
+     0, -1},
+    {"an unknown cause code",
+     V_OPEN "81a3001863"
+            "01" HALF "02a0",
+     0, -1},
+    {"share above 1", V_OPEN "81" V_CAUSE("f93e00"), EM_PROTO_ERANGE, 41},
+    {"share below 0", V_OPEN "81" V_CAUSE("20"), EM_PROTO_ERANGE, 41},
+    {"share null", V_OPEN "81" V_CAUSE("f6"), EM_PROTO_ETYPE, 41},
+    {"causes not in descending share", V_OPEN "82" V_CAUSE(QUARTER) V_CAUSE(HALF),
+     EM_PROTO_EINCONSISTENT, 46},
+    {"nine causes", V_OPEN "89" V_NINE(V_CAUSE(HALF)), EM_PROTO_ELIMIT, 36},
+    {"seventeen figures of evidence",
+     V_OPEN "81a30000"
+            "01" HALF "02b1" V_NINE("617800") "617900617a00616100616200616300616400"
+                                              "616500616600",
+     EM_PROTO_ELIMIT, 45},
+    {"an evidence name twice",
+     V_OPEN "81a30000"
+            "01" HALF "02a2617800617801",
+     EM_PROTO_EDUPLICATE, 45},
+    {"evidence keyed by a number",
+     V_OPEN "81a30000"
+            "01" HALF "02a10000",
+     EM_PROTO_EKEY, 46},
+    {"evidence null",
+     V_OPEN "81a30000"
+            "01" HALF "02a16178f6",
+     EM_PROTO_ETYPE, 48},
+    {"a text key in the verdict", V_STATE "a7" V_HEAD "81" V_CAUSE(HALF) "617800", EM_PROTO_EKEY,
+     -1},
+    {"a text key in a cause",
+     V_OPEN "81a40000"
+            "01" HALF "02a0617800",
+     EM_PROTO_EKEY, 46},
+    {"no causes",
+     V_STATE "a5"
+             "0065696e666572"
+             "0163703939"
+             "0201"
+             "0302"
+             "040c",
+     EM_PROTO_EMISSING, 16},
+    {"a cause without its share", V_OPEN "81a2000002a0", EM_PROTO_EMISSING, 37},
+    {"a process of two items",
+     V_OPEN "81a40000"
+            "01" HALF "02a0"
+            "0381821910106161",
+     EM_PROTO_ETYPE, -1},
+    {"a process's share above 1",
+     V_OPEN "81a40000"
+            "01" HALF "02a0"
+            "0381831910106161f93e00",
+     EM_PROTO_ERANGE, -1},
+    {"an empty comm",
+     V_OPEN "81a40000"
+            "01" HALF "02a0"
+            "03818301"
+            "60" HALF,
+     EM_PROTO_ESTRING, -1},
+    {"nine processes",
+     V_OPEN "81a40000"
+            "01" HALF "02a0"
+            "0389" V_NINE("83016161" HALF),
+     EM_PROTO_ELIMIT, -1},
+    {"a NaN growth",
+     V_OPEN "81a40000"
+            "01" HALF "02a0"
+            "0481826161f97e00",
+     EM_PROTO_ERANGE, -1},
+    {"nine functions",
+     V_OPEN "81a40000"
+            "01" HALF "02a0"
+            "0489" V_NINE("82616101"),
+     EM_PROTO_ELIMIT, -1},
+    {"a stage name with a space",
+     V_STATE "a6"
+             "0063612062"
+             "0163703939"
+             "0201"
+             "0302"
+             "040c"
+             "0580",
+     EM_PROTO_ESTRING, -1},
+    {"nominal windows past uint32",
+     V_STATE "a6"
+             "0065696e666572"
+             "0163703939"
+             "0201"
+             "0302"
+             "041b0000000100000000"
+             "0580",
+     EM_PROTO_ERANGE, -1},
+    {"a verdict that is not a map", V_STATE "80", EM_PROTO_ETYPE, 16},
+};
+
+/* Each verdict breaking one of its rules (V1..V4 in the CDDL) is refused with its own code at
+ * the item at fault; unknown integer keys are skipped and an unknown cause code kept. */
+static void verdicts_breaking_a_rule_are_refused_at_the_item(void **state) {
+  (void)state;
+  static uint8_t in[4096];
+  for (size_t i = 0; i < sizeof(verdict_rows) / sizeof(verdict_rows[0]); i++) {
+    const bad_row_t *r = &verdict_rows[i];
+    size_t len = unhex(r->hex, in, sizeof(in)), off = SIZE_MAX;
+    em_msg_t m;
+    int rc = em_proto_decode(in, len, &m, scratch, em_proto_scratch_bytes(len), &off);
+    if (rc != r->rc) {
+      fail_msg("%s: want %s, got %s at %zu", r->what, em_proto_strerror(r->rc),
+               em_proto_strerror(rc), off);
+    }
+    if (rc != 0 && (off > len || (r->offset >= 0 && off != (size_t)r->offset))) {
+      fail_msg("%s: error offset %zu, want %d", r->what, off, r->offset);
+    }
+    if (rc == 0) {
+      const em_verdict_t *v = m.u.state.verdict;
+      assert_non_null(v);
+      assert_string_equal(v->stage, "infer");
+      assert_string_equal(v->statistic, "p99");
+      assert_int_equal(v->baseline_ns, 1);
+      assert_int_equal(v->breach_ns, 2);
+      assert_int_equal(v->nominal_windows, 12);
+      assert_int_equal(v->n_causes, 1);
+      assert_true(v->causes[0].share == 0.5);
+      size_t jlen = 0;
+      assert_int_equal(em_proto_to_json(&m, json, sizeof(json), &jlen), 0);
+      bool unknown = v->causes[0].code == 99;
+      assert_non_null(strstr(json, unknown ? "\"cause\":\"unknown\",\"code\":99,\"share\":0.5"
+                                           : "\"cause\":\"cpu_contention\",\"share\":0.5"));
+    }
+  }
+}
+
+/* One way to break the golden verdict, and the code both encoders then return. */
+typedef struct {
+  const char *what;
+  void (*breaks)(em_verdict_t *v);
+  int rc;
+} verdict_break_t;
+
+static void share_above_1(em_verdict_t *v) {
+  v->causes[0].share = 1.5;
+}
+static void share_nan(em_verdict_t *v) {
+  v->causes[3].share = 0.0 / 0.0;
+}
+static void shares_ascending(em_verdict_t *v) {
+  v->causes[0].share = 0.05;
+}
+static void nine_causes(em_verdict_t *v) {
+  v->n_causes = 9;
+}
+static void seventeen_figures(em_verdict_t *v) {
+  v->causes[0].n_evidence = 17;
+}
+static void a_figure_twice(em_verdict_t *v) {
+  v->causes[0].evidence[1].name = v->causes[0].evidence[0].name;
+}
+static void an_absent_figure(em_verdict_t *v) {
+  v->causes[1].evidence[0].value.type = EM_VALUE_ABSENT;
+}
+static void an_infinite_figure(em_verdict_t *v) {
+  v->causes[1].evidence[0].value.as.f = 1.0 / 0.0;
+}
+static void a_stage_with_a_space(em_verdict_t *v) {
+  v->stage = "in fer";
+}
+static void no_statistic(em_verdict_t *v) {
+  v->statistic = NULL;
+}
+static void a_process_share_below_0(em_verdict_t *v) {
+  v->causes[0].processes[1].share = -0.1;
+}
+static void an_empty_comm(em_verdict_t *v) {
+  v->causes[0].processes[0].comm = "";
+}
+static void nine_processes(em_verdict_t *v) {
+  v->causes[0].n_processes = 9;
+}
+static void an_infinite_growth(em_verdict_t *v) {
+  v->causes[2].functions[0].growth = -1.0 / 0.0;
+}
+static void a_function_without_a_name(em_verdict_t *v) {
+  v->causes[2].functions[1].name = NULL;
+}
+static void nine_functions(em_verdict_t *v) {
+  v->causes[2].n_functions = 9;
+}
+
+static const verdict_break_t verdict_breaks[] = {
+    {"share above 1", share_above_1, EM_PROTO_ERANGE},
+    {"share NaN", share_nan, EM_PROTO_ERANGE},
+    {"shares ascending", shares_ascending, EM_PROTO_EINCONSISTENT},
+    {"nine causes", nine_causes, EM_PROTO_ELIMIT},
+    {"seventeen figures", seventeen_figures, EM_PROTO_ELIMIT},
+    {"a figure twice", a_figure_twice, EM_PROTO_EDUPLICATE},
+    {"an absent figure", an_absent_figure, EM_PROTO_ETYPE},
+    {"an infinite figure", an_infinite_figure, EM_PROTO_ERANGE},
+    {"a stage with a space", a_stage_with_a_space, EM_PROTO_ESTRING},
+    {"no statistic", no_statistic, EM_PROTO_ESTRING},
+    {"a process share below 0", a_process_share_below_0, EM_PROTO_ERANGE},
+    {"an empty comm", an_empty_comm, EM_PROTO_ESTRING},
+    {"nine processes", nine_processes, EM_PROTO_ELIMIT},
+    {"an infinite growth", an_infinite_growth, EM_PROTO_ERANGE},
+    {"a function without a name", a_function_without_a_name, EM_PROTO_ESTRING},
+    {"nine functions", nine_functions, EM_PROTO_ELIMIT},
+};
+
+/* The state and flight encoders and em_proto_verdict_check() refuse each broken verdict with
+ * the decoder's code, and write nothing of a verdict when there is none. */
+static void encoders_refuse_a_verdict_the_decoder_would_refuse(void **state) {
+  (void)state;
+  size_t n = 0, nf = 0, len = 0;
+  const em_vector_t *rows = em_vectors(&n);
+  const em_flight_vector_t *flights = em_flight_vectors(&nf);
+  const em_msg_t *with = NULL;
+  const em_flight_t *flight = NULL;
+  for (size_t i = 0; i < n; i++) {
+    with = strcmp(rows[i].name, "state_verdict") == 0 ? &rows[i].msg : with;
+  }
+  for (size_t i = 0; i < nf; i++) {
+    flight = flights[i].flight.verdict ? &flights[i].flight : flight;
+  }
+  assert_non_null(with);
+  assert_non_null(flight);
+  assert_int_equal(em_proto_verdict_check(&em_vector_verdict), 0);
+  assert_int_equal(em_proto_verdict_check(NULL), EM_PROTO_EINVAL);
+  for (size_t i = 0; i < sizeof(verdict_breaks) / sizeof(verdict_breaks[0]); i++) {
+    const verdict_break_t *b = &verdict_breaks[i];
+    em_verdict_t v = em_vector_verdict;
+    b->breaks(&v);
+    em_msg_t m = *with;
+    m.u.state.verdict = &v;
+    em_flight_t f = *flight;
+    f.verdict = &v;
+    int rc[3] = {em_proto_verdict_check(&v), em_proto_encode(&m, out, sizeof(out), &len),
+                 em_flight_encode(&f, out, sizeof(out), &len)};
+    for (size_t k = 0; k < 3; k++) {
+      if (rc[k] != b->rc) {
+        fail_msg("%s: want %s, got %s (%zu)", b->what, em_proto_strerror(b->rc),
+                 em_proto_strerror(rc[k]), k);
+      }
+    }
+  }
+  /* Without its verdict the state is state_degraded's shape: no key 15. */
+  em_msg_t m = *with;
+  m.u.state.verdict = NULL;
+  assert_int_equal(em_proto_encode(&m, out, sizeof(out), &len), 0);
+  em_msg_t back;
+  assert_int_equal(em_proto_decode(out, len, &back, scratch, sizeof(scratch), NULL), 0);
+  assert_null(back.u.state.verdict);
+  size_t jlen = 0;
+  assert_int_equal(em_proto_to_json(&back, json, sizeof(json), &jlen), 0);
+  assert_null(strstr(json, "verdict"));
+}
+
+/* The causes' names, and "unknown" past them. */
+static void verdict_causes_have_their_names(void **state) {
+  (void)state;
+  const char *want[] = {
+      "cpu_contention", "cpu_throttling", "frequency_cap", "memory_pressure", "io",
+      "waiting",        "more_work",      "unexplained",   "unknown"};
+  for (uint32_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+    assert_string_equal(em_verdict_cause_name(i), want[i]);
+  }
+  assert_string_equal(em_verdict_cause_name(UINT32_MAX), "unknown");
+}
+
 /*
  * The codec never reaches the heap (proto.h): with every allocation failing, every golden
  * vector still encodes to its bytes, decodes, prints as JSON and encodes again, a bad input
@@ -756,6 +1057,9 @@ int main(void) {
       cmocka_unit_test(model_identities_are_checked_and_compared),
       cmocka_unit_test_teardown(the_codec_works_with_every_allocation_failing, disarm),
       cmocka_unit_test(the_head_and_its_direct_names_are_the_same_fields),
+      cmocka_unit_test(verdicts_breaking_a_rule_are_refused_at_the_item),
+      cmocka_unit_test(encoders_refuse_a_verdict_the_decoder_would_refuse),
+      cmocka_unit_test(verdict_causes_have_their_names),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -114,7 +114,8 @@ typedef struct {
   const em_flight_span_t *spans; /* Ascending start_ns. */
   size_t n_spans;
   em_flight_truncation_t truncated;
-  bool historical; /* Replayed from the spool, not live. */
+  bool historical;             /* Replayed from the spool, not live. */
+  const em_verdict_t *verdict; /* Why the stage got slow (key 16), or NULL: none. Borrowed. */
 } em_flight_t;
 
 /*
@@ -150,8 +151,9 @@ EM_PROTO_MUST_USE int em_flight_mark_historical(const uint8_t *live, size_t len,
                                                 size_t cap, size_t *out_len);
 
 /*
- * Scratch bytes em_flight_decode() needs at most for an input of `len` bytes: 12 per byte and
- * 256 (the worst case is a tick's figure, 2 bytes on the wire and a 24-byte em_flight_value_t).
+ * Scratch bytes em_flight_decode() needs at most for an input of `len` bytes: 12 per byte, 256
+ * and one em_verdict_t (the worst case is a tick's figure, 2 bytes on the wire and a 24-byte
+ * em_flight_value_t).
  */
 size_t em_flight_scratch_bytes(size_t len);
 
@@ -170,8 +172,8 @@ EM_PROTO_MUST_USE int em_flight_decode(const uint8_t *buf, size_t len, em_flight
  * "stages", "columns", "ticks" ({"mono_ns", "t_ns" (signed, from the trigger), "values":
  * {column name: value or null}}, counters given as the increase since the previous tick that
  * carried them, the first as the total) and "spans" ({"stage" (name), "frame", "start_ns",
- * "t_ns", "duration_ns"}). Returns 0 and *out_len (without the NUL), or EM_PROTO_ENOSPACE with
- * *out_len the length needed.
+ * "t_ns", "duration_ns"}), then "truncated" and "verdict" when present. Returns 0 and *out_len
+ * (without the NUL), or EM_PROTO_ENOSPACE with *out_len the length needed.
  */
 EM_PROTO_MUST_USE int em_flight_to_json(const em_flight_t *f, char *buf, size_t cap,
                                         size_t *out_len);
