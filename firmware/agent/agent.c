@@ -134,11 +134,6 @@ static void put(em_agent_t *a, em_figure_t f, bool have, uint64_t v) {
   em_figures_set_u_if(a->samples, em_figures_alias(a->figs, f), have, v);
 }
 
-/* Alias of fixed figure `f`. */
-static size_t fx(const em_agent_t *a, em_figure_t f) {
-  return em_figures_alias(a->figs, f);
-}
-
 /* The attached process for a profile window: 0 when detached or a cgroup. */
 static pid_t attached_pid(const em_agent_t *a) {
   pid_t pid = em_attach_pid(a->attach);
@@ -226,7 +221,9 @@ static void on_command(void *ctx, const char *name, const uint8_t *payload, size
   em_commands_on(((em_agent_t *)ctx)->cmds, name, payload, len);
 }
 
-static void on_cmd_birth(void *ctx) {
+/* A birth asked for: cmd/rebirth (transport/commands.h), or an attach (collect/attach.h: what
+ * is absent may have changed). */
+static void on_birth_due(void *ctx) {
   publish_birth(ctx);
 }
 
@@ -453,8 +450,8 @@ static void judge_tick(em_agent_t *a, uint64_t now) {
   em_budget_figure_t figs[2 * EM_PSI_COUNT + 2];
   for (size_t k = 0; k < 2 * EM_PSI_COUNT; k++) {
     em_figure_t f = (em_figure_t)(EM_FIG_PSI_CPU_SOME + k);
-    figs[k] =
-        (em_budget_figure_t){.name = em_figures_info(f)->name, .value = a->samples[fx(a, f)].value};
+    figs[k] = (em_budget_figure_t){.name = em_figures_info(f)->name,
+                                   .value = a->samples[em_figures_alias(a->figs, f)].value};
   }
   em_budget_figure_t *temp = &figs[2 * EM_PSI_COUNT], *throttled = temp + 1;
   *temp = (em_budget_figure_t){.name = EM_CONFIG_FIGURE_TEMP};
@@ -463,7 +460,7 @@ static void judge_tick(em_agent_t *a, uint64_t now) {
   em_judge_tick_t in = {.n_stages = n,
                         .names = names,
                         .windows = windows,
-                        .rss_bytes = a->samples[fx(a, EM_FIG_RSS)].value,
+                        .rss_bytes = a->samples[em_figures_alias(a->figs, EM_FIG_RSS)].value,
                         .figures = figs,
                         .n_figures = 2 * EM_PSI_COUNT + 2};
   em_budget_change_t c[2];
@@ -471,13 +468,6 @@ static void judge_tick(em_agent_t *a, uint64_t now) {
   for (size_t i = 0; i < changes; i++) {
     apply_change(a, &c[i]);
   }
-}
-
-/* --- the target ------------------------------------------------------------------- */
-
-/* Attached (attach.h): the birth says what is absent now. */
-static void on_attached(void *ctx) {
-  publish_birth(ctx);
 }
 
 /* --- one tick ------------------------------------------------------------------------ */
@@ -545,13 +535,7 @@ static void on_tick(uv_timer_t *t) {
   em_commands_flush_log(a->cmds, now);
   em_profiling_flush_log(a->prof, now);
   em_forward_figures(a->fwd, a->figs, a->samples);
-  for (size_t k = 0; k < em_figures_anomalies(a->figs); k++) {
-    double z = 0;
-    bool have = em_budget_anomaly(em_judge_engine(a->judge), em_figures_anomaly_stage(a->figs, k),
-                                  &z) == 0 &&
-                isfinite(z);
-    em_figures_set_f_if(a->samples, em_figures_anomaly_alias(a->figs, k), have, z);
-  }
+  em_judge_figures(a->judge, a->figs, a->samples); /* The anomaly scores. */
 
   em_feed_figures(a->feed, a->samples);
   em_profiling_tick(a->prof, now, pid);
@@ -593,12 +577,7 @@ static void on_tick(uv_timer_t *t) {
   em_feed_publish(a->feed, now, !a->closing);
   em_forward_replay(a->fwd);
   em_forward_maybe_sync(a->fwd, now);
-  if (!a->svc.ready) {
-    char status[EM_CONFIG_MAX_ID + 64];
-    snprintf(status, sizeof(status), "device %s: sampling every %llu ms", a->cfg.device_id,
-             (unsigned long long)(a->cfg.sample_period_ns / 1000000u));
-    em_service_ready(&a->svc, status); /* After the first sample, as the unit promises. */
-  }
+  em_service_sampling(&a->svc, a->cfg.device_id, a->cfg.sample_period_ns); /* READY=1, once. */
 }
 
 /* --- lifecycle ----------------------------------------------------------------------- */
@@ -836,10 +815,10 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
                          .sampling = a->sampling,
                          .spec = &cfg->target,
                          .proc_root = a->cfg.proc_root,
-                         .on_attached = on_attached,
+                         .on_attached = on_birth_due,
                          .ctx = a};
   em_commands_opts_t co = {.loop = loop,
-                           .birth = on_cmd_birth,
+                           .birth = on_birth_due,
                            .flight = on_cmd_flight,
                            .profile = on_cmd_profile,
                            .ctx = a};

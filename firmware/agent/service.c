@@ -25,6 +25,16 @@ void em_service_ready(em_service_t *s, const char *status) {
   sd_notifyf(0, "READY=1\nSTATUS=%s", status ? status : "running");
 }
 
+void em_service_sampling(em_service_t *s, const char *device, uint64_t period_ns) {
+  if (s->ready) {
+    return;
+  }
+  char status[128];
+  snprintf(status, sizeof(status), "device %s: sampling every %llu ms", device,
+           (unsigned long long)(period_ns / 1000000u));
+  em_service_ready(s, status);
+}
+
 void em_service_tick(em_service_t *s, uint64_t now_ns, bool on_time) {
   if (s->watchdog_ns == 0) {
     return;

@@ -32,6 +32,10 @@ void em_service_init(em_service_t *s);
 /* READY=1 with a STATUS= line, once; later calls do nothing. */
 void em_service_ready(em_service_t *s, const char *status);
 
+/* After the first sample, as the unit promises: READY=1 with "device D: sampling every N ms",
+ * once; later calls do nothing. */
+void em_service_sampling(em_service_t *s, const char *device, uint64_t period_ns);
+
 /* From the tick: pings the watchdog when on_time and a quarter interval has passed since the
  * last ping; counts a withheld ping otherwise. now_ns is CLOCK_MONOTONIC. */
 void em_service_tick(em_service_t *s, uint64_t now_ns, bool on_time);

@@ -6,6 +6,7 @@
 #include "judge.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +85,15 @@ em_budget_engine_t *em_judge_engine(em_judge_t *j) {
 const em_budget_t *em_judge_budgets(const em_judge_t *j, size_t *n) {
   *n = j->n_budgets;
   return j->budgets;
+}
+
+void em_judge_figures(em_judge_t *j, const em_figures_t *figs, em_sample_t *samples) {
+  for (size_t k = 0; k < em_figures_anomalies(figs); k++) {
+    double z = 0;
+    bool have =
+        em_budget_anomaly(j->engine, em_figures_anomaly_stage(figs, k), &z) == 0 && isfinite(z);
+    em_figures_set_f_if(samples, em_figures_anomaly_alias(figs, k), have, z);
+  }
 }
 
 void em_judge_evict(em_judge_t *j, size_t slot) {

@@ -23,6 +23,7 @@
 #include "budget.h"
 #include "edgemon/proto.h"
 #include "edgemon/ring.h"
+#include "figures.h"
 #include "hist.h"
 
 #define EM_JUDGE_MAX_BUDGETS 64 /* Rules the birth lists at most. */
@@ -60,6 +61,10 @@ em_budget_engine_t *em_judge_engine(em_judge_t *j);
 
 /* The budgets as the birth lists them (borrowed until the next reload). */
 const em_budget_t *em_judge_budgets(const em_judge_t *j, size_t *n);
+
+/* The anomaly score of each stage the dictionary has one for into samples[alias]: absent
+ * until the engine has one (finite). */
+void em_judge_figures(em_judge_t *j, const em_figures_t *figs, em_sample_t *samples);
 
 /* A stage slot changed name: its window is forgotten. */
 void em_judge_evict(em_judge_t *j, size_t slot);
