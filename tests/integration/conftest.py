@@ -77,6 +77,21 @@ def stopping():
                 pass
 
 
+@contextlib.contextmanager
+def broker_and_aggregator(tmp, **kw):
+    """A broker and an aggregator on it (kw as for Aggregator), files in `tmp`: (broker, agg),
+    both stopped on the way out."""
+    broker = Broker(tmp).start()
+    try:
+        agg = Aggregator(tmp, broker.port, **kw).start()
+        try:
+            yield broker, agg
+        finally:
+            agg.stop()
+    finally:
+        broker.stop()
+
+
 class Broker:
     def __init__(self, tmp_path, port=None):
         self.port = port or free_port()

@@ -18,7 +18,7 @@ import time
 import pytest
 
 import forensics
-from conftest import ROOT, Aggregator, Broker, edgemon_proto, wait_for
+from conftest import ROOT, broker_and_aggregator, edgemon_proto, wait_for
 from forensics import (Capture, by_device, check_refusals, check_replays, get_raw, key_of, metric,
                        simulate)
 
@@ -39,28 +39,25 @@ def host(tmp_path_factory):
     """(broker, aggregator, {device: [(cbor, raw map)]} of profiles, same of flights)."""
     assert SIM and CLI, "EM_SIM and EM_CLI must name the binaries (run through ctest)"
     tmp = tmp_path_factory.mktemp("profiles")
-    broker = Broker(tmp).start()
-    agg = Aggregator(tmp, broker.port).start()
-    cap = Capture(broker.port, "profile", "flight")
-    time.sleep(0.2)
-    try:
-        n = simulate(broker.port, 2, "pr", 9, "--flights", "--profiles")["profile"]
-        assert n > 0
-        gold = [(ROOT / "proto" / "vectors" / f"{v}.cbor").read_bytes() for v in VECTORS]
-        publish(broker.port, GOLD, *gold)
-        wait_for(lambda: len(cap.got["profile"]) == n + len(gold), 10, "every profile")
-        out = {kind: by_device(cap.got[kind]) for kind in ("profile", "flight")}
-        assert set(out["profile"]) == set(DEVICES + [GOLD])
+    with broker_and_aggregator(tmp) as (broker, agg):
+        cap = Capture(broker.port, "profile", "flight")
+        time.sleep(0.2)
+        try:
+            n = simulate(broker.port, 2, "pr", 9, "--flights", "--profiles")["profile"]
+            assert n > 0
+            gold = [(ROOT / "proto" / "vectors" / f"{v}.cbor").read_bytes() for v in VECTORS]
+            publish(broker.port, GOLD, *gold)
+            wait_for(lambda: len(cap.got["profile"]) == n + len(gold), 10, "every profile")
+            out = {kind: by_device(cap.got[kind]) for kind in ("profile", "flight")}
+            assert set(out["profile"]) == set(DEVICES + [GOLD])
 
-        def stored():
-            return sum(len(api_list(agg, d)) if agg.get(f"/api/devices/{d}/profiles")[0] == 200
-                       else 0 for d in out["profile"])
-        wait_for(lambda: stored() == n + len(gold), 10, "every profile in the aggregator")
-        yield broker, agg, out["profile"], out["flight"]
-    finally:
-        cap.stop()
-        agg.stop()
-        broker.stop()
+            def stored():
+                return sum(len(api_list(agg, d)) if agg.get(f"/api/devices/{d}/profiles")[0] == 200
+                           else 0 for d in out["profile"])
+            wait_for(lambda: stored() == n + len(gold), 10, "every profile in the aggregator")
+            yield broker, agg, out["profile"], out["flight"]
+        finally:
+            cap.stop()
 
 
 def linked(m, others):

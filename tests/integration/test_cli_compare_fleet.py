@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import Aggregator, Broker, free_port, wait_for
+from conftest import broker_and_aggregator, free_port, wait_for
 
 CLI = os.environ.get("EM_CLI")
 SIM = os.environ.get("EM_SIM")
@@ -18,12 +18,8 @@ SIM = os.environ.get("EM_SIM")
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     assert CLI and SIM, "EM_CLI and EM_SIM must name the binaries (run through ctest)"
-    tmp = tmp_path_factory.mktemp("fleet")
-    broker = Broker(tmp).start()
-    agg = Aggregator(tmp, broker.port).start()
-    yield broker, agg
-    agg.stop()
-    broker.stop()
+    with broker_and_aggregator(tmp_path_factory.mktemp("fleet")) as (broker, agg):
+        yield broker, agg
 
 
 def sim(broker, prefix, n, seconds, *args, rate=1):

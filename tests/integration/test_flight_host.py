@@ -23,7 +23,7 @@ import cbor2
 import pytest
 
 import forensics
-from conftest import Aggregator, Broker, free_port, mqtt_client, wait_for
+from conftest import broker_and_aggregator, free_port, mqtt_client, wait_for
 from forensics import (Capture, by_device, check_refusals, check_replays, get_raw, key_of, metric,
                        simulate)
 from test_flight import flight_agent, run_pipeline  # noqa: F401 (flight_agent: a fixture)
@@ -92,26 +92,23 @@ def host(tmp_path_factory):
     recordings the aggregator holds."""
     assert SIM and CLI, "EM_SIM and EM_CLI must name the binaries (run through ctest)"
     tmp = tmp_path_factory.mktemp("flight")
-    broker = Broker(tmp).start()
-    agg = Aggregator(tmp, broker.port).start()
-    cap = Capture(broker.port, "flight")
-    time.sleep(0.2)
-    try:
-        published = simulate(broker.port, 3, "fl", 5, "--flights")["flight"]
-        wait_for(lambda: len(cap.got["flight"]) == published, 10,
-                 "every recording at the subscriber")
-        recordings = by_device(cap.got["flight"])
-        assert set(recordings) == set(DEVICES), recordings.keys()
+    with broker_and_aggregator(tmp) as (broker, agg):
+        cap = Capture(broker.port, "flight")
+        time.sleep(0.2)
+        try:
+            published = simulate(broker.port, 3, "fl", 5, "--flights")["flight"]
+            wait_for(lambda: len(cap.got["flight"]) == published, 10,
+                     "every recording at the subscriber")
+            recordings = by_device(cap.got["flight"])
+            assert set(recordings) == set(DEVICES), recordings.keys()
 
-        def stored():
-            return sum(len(json.loads(agg.get(f"/api/devices/{d}/flights")[1]).get("flights", []))
-                       for d in DEVICES)
-        wait_for(lambda: stored() == published, 10, "every recording in the aggregator")
-        yield broker, agg, recordings
-    finally:
-        cap.stop()
-        agg.stop()
-        broker.stop()
+            def stored():
+                return sum(len(json.loads(agg.get(f"/api/devices/{d}/flights")[1])
+                                   .get("flights", [])) for d in DEVICES)
+            wait_for(lambda: stored() == published, 10, "every recording in the aggregator")
+            yield broker, agg, recordings
+        finally:
+            cap.stop()
 
 
 api_list = functools.partial(forensics.api_list, kind="flights")
