@@ -43,6 +43,20 @@ def wait_for(pred, timeout, what):
     pytest.fail(f"timed out after {timeout} s waiting for {what}")
 
 
+def signal_stop(proc, sig, timeout, failure):
+    """Sends `sig` to proc (a Popen) when it still runs and waits `timeout` s for it to exit;
+    when it does not, kills it and fails the test with `failure`. Returns its exit status."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+            pytest.fail(failure)
+    return proc.returncode
+
+
 def terminate(proc, timeout=10):
     """Stops a subprocess.Popen with SIGTERM, and SIGKILL when it is still running `timeout` s
     later. Returns its exit status."""
@@ -190,15 +204,9 @@ class Agent:
         return self.log_path.read_text(errors="replace")
 
     def stop(self, sig=signal.SIGTERM):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                return self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-                pytest.fail("agent did not stop within 10 s of the signal")
-        return self.proc.returncode if self.proc else None
+        if self.proc is None:
+            return None
+        return signal_stop(self.proc, sig, 10, "agent did not stop within 10 s of the signal")
 
 
 AGGREGATOR = os.environ.get("EM_AGGREGATOR")
@@ -247,15 +255,9 @@ class Aggregator:
             return e.code, e.read().decode()
 
     def stop(self, sig=signal.SIGTERM):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-                pytest.fail("aggregator did not stop within 15 s of the signal")
-        return self.proc.returncode if self.proc else None
+        if self.proc is None:
+            return None
+        return signal_stop(self.proc, sig, 15, "aggregator did not stop within 15 s of the signal")
 
 
 PROMETHEUS = os.environ.get("EM_PROMETHEUS", "/usr/bin/prometheus")

@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from conftest import free_port, wait_for
+from conftest import free_port, signal_stop, wait_for
 
 AGGREGATOR = os.environ.get("EM_AGGREGATOR")
 SIM = os.environ.get("EM_SIM")
@@ -42,18 +42,11 @@ class Aggregator:
         return self.proc.poll() is None
 
     def stop(self, sig=signal.SIGTERM):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-                pytest.fail(f"aggregator did not stop within 20 s of signal {sig}")
-        if self.proc:
-            self.log.close()
-            return self.proc.returncode
-        return None
+        if self.proc is None:
+            return None
+        rc = signal_stop(self.proc, sig, 20, f"aggregator did not stop within 20 s of signal {sig}")
+        self.log.close()
+        return rc
 
 
 def query(db, sql):
