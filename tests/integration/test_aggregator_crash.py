@@ -64,23 +64,19 @@ def query(db, sql):
         return None
 
 
-@pytest.fixture
-def procs():
-    started = []
-    yield started
-    for p in reversed(started):
-        try:
-            p.stop(signal.SIGKILL) if isinstance(p, Aggregator) else None
-        except Exception:
-            pass
-        if isinstance(p, subprocess.Popen) and p.poll() is None:
-            p.kill()
-            p.wait(10)
+def killed(proc):
+    """A cleanup for stack.on_stop: SIGKILL proc (a Popen) when it still runs."""
+    def cleanup():
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    return cleanup
 
 
-def start_aggregator(procs, stack, port, db, name):
+def start_aggregator(stack, port, db, name):
+    """An aggregator killed (SIGKILL) when the test ends, once it has opened its store."""
     a = Aggregator(stack.tmp, port, db, name).start()
-    procs.append(a)
+    stack.on_stop(lambda: a.stop(signal.SIGKILL))
 
     def opened():
         if not a.alive():
@@ -91,20 +87,20 @@ def start_aggregator(procs, stack, port, db, name):
     return a
 
 
-def test_aggregator_kill9_then_restart_reports_unclean_and_db_is_intact(stack, procs):
+def test_aggregator_kill9_then_restart_reports_unclean_and_db_is_intact(stack):
     if not AGGREGATOR or not SIM:
         pytest.skip("EM_AGGREGATOR and EM_SIM must name the binaries (run through ctest)")
     broker = stack.broker()
     db = stack.tmp / "history.db"
 
-    first = start_aggregator(procs, stack, broker.port, db, "first")
+    first = start_aggregator(stack, broker.port, db, "first")
     assert UNCLEAN not in first.log_text()
 
     sim_log = open(stack.tmp / "sim.log", "wb")
     sim = subprocess.Popen([SIM, "--devices", "20", "--rate", "20", "--broker",
                             f"mqtt://127.0.0.1:{broker.port}", "--duration", "120"],
                            stdout=sim_log, stderr=subprocess.STDOUT)
-    procs.append(sim)
+    stack.on_stop(killed(sim))
 
     # Mid-ingest: committed samples from several devices are in the file, and more keep coming.
     wait_for(lambda: (query(db, "SELECT count(DISTINCT device) FROM samples") or 0) >= 5, 30,
@@ -118,7 +114,7 @@ def test_aggregator_kill9_then_restart_reports_unclean_and_db_is_intact(stack, p
     rows_after_kill = query(db, "SELECT count(*) FROM samples")
     assert rows_after_kill and rows_after_kill >= before
 
-    second = start_aggregator(procs, stack, broker.port, db, "second")
+    second = start_aggregator(stack, broker.port, db, "second")
     wait_for(lambda: UNCLEAN in second.log_text(), 10, "the restart to report the unclean stop")
     # It keeps ingesting after the restart.
     wait_for(lambda: (query(db, "SELECT count(*) FROM samples") or 0) > rows_after_kill, 30,
@@ -144,7 +140,7 @@ def test_aggregator_kill9_then_restart_reports_unclean_and_db_is_intact(stack, p
     finally:
         con.close()
 
-    third = start_aggregator(procs, stack, broker.port, db, "third")
+    third = start_aggregator(stack, broker.port, db, "third")
     wait_for(lambda: "store: opened" in third.log_text(), 10, "the third start to open the store")
     assert third.stop(signal.SIGTERM) == 0, third.log_text()
     assert UNCLEAN not in third.log_text()
