@@ -106,25 +106,26 @@ int main(void) {
   }
   report("em_hist_record", per);
 
-  for (int r = 0; r < ROUNDS; r++) {
-    uint64_t t0 = bench_now_ns();
-    for (int i = 0; i < STAGE_REPEAT; i++) {
-      sink += (uint64_t)em_hist_to_stage(small, "infer", buckets, EM_PROTO_MAX_BUCKETS, &st);
-      sink += st.p99_ns;
+  const struct {
+    const em_hist_t *h;
+    int repeat; /* to_stage calls per round */
+    const char *name;
+  } windows[] = {
+      {small, STAGE_REPEAT, "em_hist_to_stage, 30 spans"},
+      {large, STAGE_REPEAT2, "em_hist_to_stage, 10^4 spans"},
+  };
+  for (size_t w = 0; w < sizeof(windows) / sizeof(windows[0]); w++) {
+    for (int r = 0; r < ROUNDS; r++) {
+      uint64_t t0 = bench_now_ns();
+      for (int i = 0; i < windows[w].repeat; i++) {
+        sink +=
+            (uint64_t)em_hist_to_stage(windows[w].h, "infer", buckets, EM_PROTO_MAX_BUCKETS, &st);
+        sink += st.p99_ns;
+      }
+      per[r] = (double)(bench_now_ns() - t0) / windows[w].repeat;
     }
-    per[r] = (double)(bench_now_ns() - t0) / STAGE_REPEAT;
+    report(windows[w].name, per);
   }
-  report("em_hist_to_stage, 30 spans", per);
-
-  for (int r = 0; r < ROUNDS; r++) {
-    uint64_t t0 = bench_now_ns();
-    for (int i = 0; i < STAGE_REPEAT2; i++) {
-      sink += (uint64_t)em_hist_to_stage(large, "infer", buckets, EM_PROTO_MAX_BUCKETS, &st);
-      sink += st.p99_ns;
-    }
-    per[r] = (double)(bench_now_ns() - t0) / STAGE_REPEAT2;
-  }
-  report("em_hist_to_stage, 10^4 spans", per);
 
   /*
    * reset: POOL histograms each hold the same 30-span window; only their resets are timed,
