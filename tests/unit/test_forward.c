@@ -590,6 +590,17 @@ static void replay_of_copy(fixture_t *fx, uint32_t *seqs, size_t cap, size_t *n)
   unlink(copy);
 }
 
+/* replay_of_copy() gives the data seqs 1..n, in order (none for n 0). */
+static void expect_copy_replays(fixture_t *fx, size_t n) {
+  uint32_t seqs[8];
+  size_t got = 0;
+  replay_of_copy(fx, seqs, ARRAY_LEN(seqs), &got);
+  assert_int_equal(got, n);
+  for (size_t i = 0; i < got; i++) {
+    assert_int_equal(seqs[i], i + 1);
+  }
+}
+
 /* Each QoS 1 message is in the spool when libmosquitto's publish is called; it stays held
  * while the broker does not acknowledge (SIGSTOP), so a new process would replay them all,
  * historical and in order; each PUBACK then moves the position past it. */
@@ -617,13 +628,7 @@ static void write_ahead_is_in_the_spool_before_publish_and_done_on_puback(void *
   assert_int_equal(st.spool.inflight, 3);
   assert_int_equal(st.spool.pending, 0); /* not replayed by this process meanwhile */
   assert_int_equal(em_forward_replay(fx.fwd), 0);
-  uint32_t seqs[8];
-  size_t n = 0;
-  replay_of_copy(&fx, seqs, ARRAY_LEN(seqs), &n);
-  assert_int_equal(n, 3);
-  for (size_t i = 0; i < n; i++) {
-    assert_int_equal(seqs[i], i + 1);
-  }
+  expect_copy_replays(&fx, 3);
 
   assert_int_equal(kill(broker, SIGCONT), 0);
   PUMP_UNTIL(&fx, sub, stats(&fx).spool.inflight == 0, "the three PUBACKs");
@@ -635,8 +640,7 @@ static void write_ahead_is_in_the_spool_before_publish_and_done_on_puback(void *
   assert_int_equal(st.spool.acked, 3);
   assert_int_equal(st.spool.pending, 0);
   assert_int_equal(st.lost, 0);
-  replay_of_copy(&fx, seqs, ARRAY_LEN(seqs), &n);
-  assert_int_equal(n, 0); /* all acknowledged: a restart replays nothing */
+  expect_copy_replays(&fx, 0); /* all acknowledged: a restart replays nothing */
 
   offline(&fx, sub, broker);
 }
@@ -660,18 +664,11 @@ static void write_ahead_acks_out_of_order_never_skip_an_unacked_one(void **state
   em_forward_on_ack(fx.fwd, 0x7fff);             /* a mid never sent: ignored */
   assert_int_equal(stats(&fx).spool.inflight, 1);
   assert_int_equal(stats(&fx).spool.acked, 2);
-  uint32_t seqs[8];
-  size_t n = 0;
-  replay_of_copy(&fx, seqs, ARRAY_LEN(seqs), &n);
   /* seq 1 is unacked: a restart replays from it (2 and 3 again: duplicates, no gap). */
-  assert_int_equal(n, 3);
-  for (size_t i = 0; i < n; i++) {
-    assert_int_equal(seqs[i], i + 1);
-  }
+  expect_copy_replays(&fx, 3);
   em_forward_on_ack(fx.fwd, fx.mids[first]); /* seq 1 */
   assert_int_equal(stats(&fx).spool.inflight, 0);
-  replay_of_copy(&fx, seqs, ARRAY_LEN(seqs), &n);
-  assert_int_equal(n, 0);
+  expect_copy_replays(&fx, 0);
 
   assert_int_equal(kill(broker, SIGCONT), 0); /* the real PUBACKs: mids done already */
   PUMP_UNTIL(&fx, sub, rx.n >= 3, "three messages at the subscriber");
