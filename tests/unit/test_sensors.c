@@ -281,6 +281,13 @@ static void put(const tree_t *t, const char *rel, const char *text) {
   assert_int_equal(fclose(f), 0);
 }
 
+/* Writes `text` to t's file `rel`, then reads s into r (asserts the read succeeds). */
+static void put_and_read(const tree_t *t, em_sensors_t *s, em_sensors_reading_t *r, const char *rel,
+                         const char *text) {
+  put(t, rel, text);
+  assert_int_equal(em_sensors_read(s, r), 0);
+}
+
 static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
   (void)st;
   (void)flag;
@@ -324,6 +331,12 @@ static void healthy(const tree_t *t) {
   put(t, HW "in1_input", "5000\n");
   put(t, HW "curr1_input", "1000\n");
   put(t, HW "curr1_crit_alarm", "0\n");
+}
+
+/* healthy() in t, and sensors opened on it with the default options. */
+static em_sensors_t *open_healthy(tree_t *t) {
+  healthy(t);
+  return open_ok(t->root, NULL);
 }
 
 static void missing_and_garbage_files_are_absent_and_counted(void **state) {
@@ -372,8 +385,7 @@ static void missing_and_garbage_files_are_absent_and_counted(void **state) {
   put(t, ZONE "temp", "41000\n");
   put(t, POL "cpuinfo_max_freq", "1510400\n");
   put(t, POL "scaling_max_freq", "1510400\n");
-  put(t, HW "in1_input", "5000\n");
-  assert_int_equal(em_sensors_read(s, &r), 0);
+  put_and_read(t, s, &r, HW "in1_input", "5000\n");
   expect(s, &r, "thermal.GPU-therm.temp", 41.0);
   expect(s, &r, "cpu.policy0.max", 1510400e3);
   expect(s, &r, "cpu.policy0.capped", 0);
@@ -391,8 +403,7 @@ static void missing_and_garbage_files_are_absent_and_counted(void **state) {
 
 static void zone_at_trip_point_is_thermal_throttle_and_recovers(void **state) {
   tree_t *t = *state;
-  healthy(t);
-  em_sensors_t *s = open_ok(t->root, NULL);
+  em_sensors_t *s = open_healthy(t);
   em_sensors_reading_t r;
   char why[128];
   assert_int_equal(em_sensors_read(s, &r), 0);
@@ -400,8 +411,7 @@ static void zone_at_trip_point_is_thermal_throttle_and_recovers(void **state) {
   expect(s, &r, "thermal.CPU-therm.tripped", 0);
   assert_int_equal(em_sensors_throttle(s, &r, why, sizeof why), EM_THROTTLE_NONE);
 
-  put(t, ZONE "temp", "99500\n");
-  assert_int_equal(em_sensors_read(s, &r), 0);
+  put_and_read(t, s, &r, ZONE "temp", "99500\n");
   expect(s, &r, "thermal.CPU-therm.tripped", 1);
   assert_int_equal(em_sensors_throttle(s, &r, why, sizeof why), EM_THROTTLE_THERMAL);
   assert_string_equal(why, "thermal trip CPU-therm at 99.5 C (trip 99.0 C)");
@@ -412,11 +422,9 @@ static void zone_at_trip_point_is_thermal_throttle_and_recovers(void **state) {
   assert_int_equal(em_sensors_throttle(s, &r, NULL, 0), EM_THROTTLE_THERMAL);
 
   /* Exactly at the trip counts; one millidegree below does not. */
-  put(t, ZONE "temp", "99000\n");
-  assert_int_equal(em_sensors_read(s, &r), 0);
+  put_and_read(t, s, &r, ZONE "temp", "99000\n");
   expect(s, &r, "thermal.CPU-therm.tripped", 1);
-  put(t, ZONE "temp", "98999\n");
-  assert_int_equal(em_sensors_read(s, &r), 0);
+  put_and_read(t, s, &r, ZONE "temp", "98999\n");
   expect(s, &r, "thermal.CPU-therm.tripped", 0);
   assert_int_equal(em_sensors_throttle(s, &r, why, sizeof why), EM_THROTTLE_NONE);
   em_sensors_free(s);
@@ -424,38 +432,32 @@ static void zone_at_trip_point_is_thermal_throttle_and_recovers(void **state) {
 
 static void causes_come_in_order_thermal_cap_power(void **state) {
   tree_t *t = *state;
-  healthy(t);
-  em_sensors_t *s = open_ok(t->root, NULL);
+  em_sensors_t *s = open_healthy(t);
   em_sensors_reading_t r;
   char why[128];
   put(t, ZONE "temp", "100000\n");
   put(t, POL "scaling_max_freq", "1190400\n");
   put(t, POL "scaling_cur_freq", "1190400\n");
-  put(t, HW "curr1_crit_alarm", "1\n");
-  assert_int_equal(em_sensors_read(s, &r), 0);
+  put_and_read(t, s, &r, HW "curr1_crit_alarm", "1\n");
   assert_int_equal(em_sensors_throttle(s, &r, why, sizeof why), EM_THROTTLE_THERMAL);
 
-  put(t, ZONE "temp", "60000\n");
-  assert_int_equal(em_sensors_read(s, &r), 0);
+  put_and_read(t, s, &r, ZONE "temp", "60000\n");
   expect(s, &r, "cpu.policy0.capped", 1);
   expect(s, &r, "cpu.policy0.throttle", 1190400.0 / 2201600.0);
   assert_int_equal(em_sensors_throttle(s, &r, why, sizeof why), EM_THROTTLE_FREQ_CAP);
   assert_string_equal(why, "frequency cap policy0 1190/2202 MHz (scaling_max_freq 1190 MHz)");
 
-  put(t, POL "scaling_max_freq", "2201600\n");
-  assert_int_equal(em_sensors_read(s, &r), 0);
+  put_and_read(t, s, &r, POL "scaling_max_freq", "2201600\n");
   expect(s, &r, "cpu.policy0.capped", 0);
   expect(s, &r, "power.VDD_IN.alarm", 1);
   assert_int_equal(em_sensors_throttle(s, &r, why, sizeof why), EM_THROTTLE_POWER);
   assert_string_equal(why, "power limit VDD_IN (curr1_crit_alarm)");
 
-  put(t, HW "curr1_crit_alarm", "0\n");
-  assert_int_equal(em_sensors_read(s, &r), 0);
+  put_and_read(t, s, &r, HW "curr1_crit_alarm", "0\n");
   assert_int_equal(em_sensors_throttle(s, &r, why, sizeof why), EM_THROTTLE_NONE);
   /* Absent figures never make a cause. */
   put(t, HW "curr1_crit_alarm", "?\n");
-  put(t, POL "scaling_max_freq", "\n");
-  assert_int_equal(em_sensors_read(s, &r), 0);
+  put_and_read(t, s, &r, POL "scaling_max_freq", "\n");
   assert_int_equal(em_sensors_throttle(s, &r, why, sizeof why), EM_THROTTLE_NONE);
   em_sensors_free(s);
 }
