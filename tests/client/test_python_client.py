@@ -21,7 +21,7 @@ import warnings
 
 import pytest
 
-from client_tests import socket_peer  # first: puts the package on sys.path
+from client_tests import SocketPeer, socket_peer  # first: puts the package on sys.path
 
 import edgemon  # noqa: E402  (after the sys.path insert: runs without installation)
 import edgemon._client as client_module  # noqa: E402
@@ -65,14 +65,8 @@ def decode_span(raw):
 # ---- Fixtures ----
 
 
-class Receiver:
+class Receiver(SocketPeer):
     """A bound AF_UNIX SOCK_DGRAM socket standing in for the agent's span socket."""
-
-    def __init__(self, path):
-        self.path = str(path)
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind(self.path)
-        self.sock.settimeout(5.0)
 
     def recv(self):
         """The next datagram, decoded (fails the test after 5 s without one)."""
@@ -90,12 +84,6 @@ class Receiver:
             return got
         finally:
             self.sock.settimeout(timeout)
-
-    def close(self, unlink=True):
-        self.sock.close()
-        if unlink and os.path.exists(self.path):
-            os.unlink(self.path)
-
 
 receiver = socket_peer(Receiver)
 

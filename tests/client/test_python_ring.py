@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from client_tests import socket_peer  # first: puts the package on sys.path
+from client_tests import SocketPeer, socket_peer  # first: puts the package on sys.path
 
 import edgemon  # noqa: E402
 from test_python_client import FakeClock  # noqa: E402  (beside this file)
@@ -105,15 +105,12 @@ class Registration:
         os.close(self.fd)
 
 
-class Agent:
+class Agent(SocketPeer):
     """The agent's side of the span socket, for one test."""
 
     def __init__(self, path):
-        self.path = str(path)
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind(self.path)
+        super().__init__(path, WAIT_S)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-        self.sock.settimeout(WAIT_S)
         self.regs = []
 
     def recv(self, timeout=WAIT_S):
@@ -160,7 +157,7 @@ class Agent:
     def close(self):
         for reg in self.regs:
             reg.close()
-        self.sock.close()
+        super().close(unlink=False)
 
 
 agent = socket_peer(Agent)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from client_tests import socket_peer  # first: puts the package on sys.path
+from client_tests import SocketPeer, socket_peer  # first: puts the package on sys.path
 
 import edgemon  # noqa: E402
 import edgemon._state as state_module  # noqa: E402
@@ -473,15 +473,9 @@ def test_client_and_module_level(page_path, tmp_path):
 # ---- Pushes ----
 
 
-class FakeAgent:
+class FakeAgent(SocketPeer):
     """A bound socket playing the agent's span socket: receives (un)subscribe datagrams and
     sends level pushes back to their source address."""
-
-    def __init__(self, path):
-        self.path = str(path)
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind(self.path)
-        self.sock.settimeout(5.0)
 
     def recv_request(self):
         raw, addr = self.sock.recvfrom(4096)
@@ -492,10 +486,6 @@ class FakeAgent:
 
     def push(self, addr, raw):
         self.sock.sendto(raw, addr)
-
-    def close(self):
-        self.sock.close()
-        os.unlink(self.path)
 
 
 fake_agent = socket_peer(FakeAgent)
