@@ -28,9 +28,9 @@ size_t em_proto_scratch_bytes(size_t len) {
    * and becomes an em_stage_t (104 bytes on LP64) plus its name (8 with alignment): 18.7.
    * A sample is 2 bytes -> 24 (12), a bucket 2 -> 16 (8), a metric definition 11 -> 56.
    * 20 per byte covers all; the constant covers the alignment of the first array. A verdict's
-   * fixed arrays do not grow with its bytes: one em_verdict_t more (a state carries one).
+   * fixed arrays do not grow with its bytes: one em_proto_verdict_t more (a state carries one).
    */
-  return em__scratch_for(len, EM_PROTO_MAX_MESSAGE_BYTES, 20u) + sizeof(em_verdict_t);
+  return em__scratch_for(len, EM_PROTO_MAX_MESSAGE_BYTES, 20u) + sizeof(em_proto_verdict_t);
 }
 
 /* --- birth ---------------------------------------------------------------------------- */

@@ -35,7 +35,7 @@ size_t em_flight_scratch_bytes(size_t len) {
    * constant covers the alignment of the few arrays that are not a multiple of 8 (none on
    * LP64) and the trigger's strings; the verdict's fixed arrays come on top (one at most).
    */
-  return em__scratch_for(len, EM_FLIGHT_MAX_BYTES, SCRATCH_PER_BYTE) + sizeof(em_verdict_t);
+  return em__scratch_for(len, EM_FLIGHT_MAX_BYTES, SCRATCH_PER_BYTE) + sizeof(em_proto_verdict_t);
 }
 
 /* --- deltas --------------------------------------------------------------------------- */

@@ -1,5 +1,5 @@
 /*
- * verdict.c - the breach's verdict (edgemon/proto.h em_verdict_t, verdict.h): why a stage got
+ * verdict.c - the breach's verdict (edgemon/proto.h em_proto_verdict_t, verdict.h): why a stage got
  * slow, as a state message (key 15) and a flight recording (key 16) carry it. One place holds
  * the verdict's rules beyond its shape (V1..V4 in proto/edgemon.cddl): the decoder's rows and
  * readers refuse what em_proto_verdict_check() refuses, and the encoders run that check before
@@ -13,19 +13,19 @@
 #include "verdict.h"
 
 static const char *const cause_names[] = {
-    [EM_VERDICT_CPU_CONTENTION] = "cpu_contention",
-    [EM_VERDICT_CPU_THROTTLING] = "cpu_throttling",
-    [EM_VERDICT_FREQUENCY_CAP] = "frequency_cap",
-    [EM_VERDICT_MEMORY_PRESSURE] = "memory_pressure",
-    [EM_VERDICT_IO] = "io",
-    [EM_VERDICT_WAITING] = "waiting",
-    [EM_VERDICT_MORE_WORK] = "more_work",
-    [EM_VERDICT_UNEXPLAINED] = "unexplained",
+    [EM_PROTO_CAUSE_CPU_CONTENTION] = "cpu_contention",
+    [EM_PROTO_CAUSE_CPU_THROTTLING] = "cpu_throttling",
+    [EM_PROTO_CAUSE_FREQUENCY_CAP] = "frequency_cap",
+    [EM_PROTO_CAUSE_MEMORY_PRESSURE] = "memory_pressure",
+    [EM_PROTO_CAUSE_IO] = "io",
+    [EM_PROTO_CAUSE_WAITING] = "waiting",
+    [EM_PROTO_CAUSE_MORE_WORK] = "more_work",
+    [EM_PROTO_CAUSE_UNEXPLAINED] = "unexplained",
 };
 
 #define N_CAUSE_NAMES (sizeof(cause_names) / sizeof(cause_names[0]))
 
-const char *em_verdict_cause_name(uint32_t code) {
+const char *em_proto_verdict_cause_name(uint32_t code) {
   return code < N_CAUSE_NAMES ? cause_names[code] : "unknown";
 }
 
@@ -38,20 +38,20 @@ static int field_functions(em__dec_t *d, const em__field_t *f, void *base);
 static int field_causes(em__dec_t *d, const em__field_t *f, void *base);
 
 static const em__field_t cause_rows[] = {
-    EM__UINT(KW_CODE, em_verdict_cause_t, code, 0, UINT32_MAX, REQ),
-    EM__FN(KW_SHARE, em_verdict_cause_t, share, field_share, NULL, REQ),
-    EM__FN(KW_EVIDENCE, em_verdict_cause_t, evidence, field_evidence, NULL, REQ),
-    EM__FN(KW_PROCESSES, em_verdict_cause_t, processes, field_processes, NULL, OPT),
-    EM__FN(KW_FUNCTIONS, em_verdict_cause_t, functions, field_functions, NULL, OPT)};
+    EM__UINT(KW_CODE, em_proto_verdict_cause_t, code, 0, UINT32_MAX, REQ),
+    EM__FN(KW_SHARE, em_proto_verdict_cause_t, share, field_share, NULL, REQ),
+    EM__FN(KW_EVIDENCE, em_proto_verdict_cause_t, evidence, field_evidence, NULL, REQ),
+    EM__FN(KW_PROCESSES, em_proto_verdict_cause_t, processes, field_processes, NULL, OPT),
+    EM__FN(KW_FUNCTIONS, em_proto_verdict_cause_t, functions, field_functions, NULL, OPT)};
 static const em__fields_t cause_fields = EM__TABLE(cause_rows);
 
 static const em__field_t verdict_rows[] = {
-    EM__STR(KV_STAGE, em_verdict_t, stage, STR_IDENT, EM_PROTO_MAX_STAGE_BYTES, REQ),
-    EM__STR(KV_STATISTIC, em_verdict_t, statistic, STR_NAME, EM_PROTO_MAX_NAME_BYTES, REQ),
-    EM__U64(KV_BASELINE, em_verdict_t, baseline_ns, REQ),
-    EM__U64(KV_BREACH, em_verdict_t, breach_ns, REQ),
-    EM__UINT(KV_WINDOWS, em_verdict_t, nominal_windows, 0, UINT32_MAX, REQ),
-    EM__FN(KV_CAUSES, em_verdict_t, causes, field_causes, NULL, REQ)};
+    EM__STR(KV_STAGE, em_proto_verdict_t, stage, STR_IDENT, EM_PROTO_MAX_STAGE_BYTES, REQ),
+    EM__STR(KV_STATISTIC, em_proto_verdict_t, statistic, STR_NAME, EM_PROTO_MAX_NAME_BYTES, REQ),
+    EM__U64(KV_BASELINE, em_proto_verdict_t, baseline_ns, REQ),
+    EM__U64(KV_BREACH, em_proto_verdict_t, breach_ns, REQ),
+    EM__UINT(KV_WINDOWS, em_proto_verdict_t, nominal_windows, 0, UINT32_MAX, REQ),
+    EM__FN(KV_CAUSES, em_proto_verdict_t, causes, field_causes, NULL, REQ)};
 static const em__fields_t verdict_fields = EM__TABLE(verdict_rows);
 
 /* --- checks (the encoders' side of V1..V4) -------------------------------------------- */
@@ -66,9 +66,9 @@ static int check_text(const char *s) {
   return em__check_cstr(s, STR_TEXT, EM_PROTO_MAX_TEXT_BYTES);
 }
 
-static int check_evidence(const em_verdict_cause_t *c) {
+static int check_evidence(const em_proto_verdict_cause_t *c) {
   for (size_t i = 0; i < c->n_evidence; i++) {
-    const em_evidence_t *e = &c->evidence[i];
+    const em_proto_evidence_t *e = &c->evidence[i];
     int rc = em__check_cstr(e->name, STR_NAME, EM_PROTO_MAX_NAME_BYTES);
     if (rc) {
       return rc;
@@ -89,9 +89,10 @@ static int check_evidence(const em_verdict_cause_t *c) {
   return 0;
 }
 
-static int check_cause(const em_verdict_cause_t *c) {
-  if (c->n_evidence > EM_VERDICT_MAX_EVIDENCE || c->n_processes > EM_VERDICT_MAX_PROCESSES ||
-      c->n_functions > EM_VERDICT_MAX_FUNCTIONS) {
+static int check_cause(const em_proto_verdict_cause_t *c) {
+  if (c->n_evidence > EM_PROTO_VERDICT_MAX_EVIDENCE ||
+      c->n_processes > EM_PROTO_VERDICT_MAX_PROCESSES ||
+      c->n_functions > EM_PROTO_VERDICT_MAX_FUNCTIONS) {
     return EM_PROTO_ELIMIT;
   }
   if (!share_ok(c->share)) {
@@ -114,7 +115,7 @@ static int check_cause(const em_verdict_cause_t *c) {
   return rc;
 }
 
-int em_proto_verdict_check(const em_verdict_t *v) {
+int em_proto_verdict_check(const em_proto_verdict_t *v) {
   if (!v) {
     return EM_PROTO_EINVAL;
   }
@@ -122,7 +123,7 @@ int em_proto_verdict_check(const em_verdict_t *v) {
   if (rc) {
     return rc;
   }
-  if (v->n_causes > EM_VERDICT_MAX_CAUSES) {
+  if (v->n_causes > EM_PROTO_VERDICT_MAX_CAUSES) {
     return EM_PROTO_ELIMIT;
   }
   for (size_t i = 0; i < v->n_causes && !rc; i++) {
@@ -136,11 +137,11 @@ int em_proto_verdict_check(const em_verdict_t *v) {
 
 /* --- writer --------------------------------------------------------------------------- */
 
-size_t em__verdict_entries(const em_verdict_t *v) {
+size_t em__verdict_entries(const em_proto_verdict_t *v) {
   return v ? 1u : 0u;
 }
 
-static void w_cause(em__writer_t *w, const em_verdict_cause_t *c) {
+static void w_cause(em__writer_t *w, const em_proto_verdict_cause_t *c) {
   em__w_map(w, 3 + (c->n_processes ? 1 : 0) + (c->n_functions ? 1 : 0));
   em__kv_uint(w, KW_CODE, c->code);
   em__w_uint(w, KW_SHARE);
@@ -172,7 +173,7 @@ static void w_cause(em__writer_t *w, const em_verdict_cause_t *c) {
   }
 }
 
-void em__w_verdict(em__writer_t *w, unsigned key, const em_verdict_t *v) {
+void em__w_verdict(em__writer_t *w, unsigned key, const em_proto_verdict_t *v) {
   if (!v) {
     return;
   }
@@ -207,18 +208,18 @@ static int read_number(em__dec_t *d, bool share, double *out) {
 
 static int field_share(em__dec_t *d, const em__field_t *f, void *base) {
   (void)f;
-  return read_number(d, true, &((em_verdict_cause_t *)base)->share);
+  return read_number(d, true, &((em_proto_verdict_cause_t *)base)->share);
 }
 
 /* V4: the evidence, a map of at most 16 figures keyed by unique names. */
 static int field_evidence(em__dec_t *d, const em__field_t *f, void *base) {
-  em_verdict_cause_t *c = base;
+  em_proto_verdict_cause_t *c = base;
   size_t at = d->pos;
   uint64_t n = 0;
   (void)f;
-  int rc = em__open_container(d, T_MAP, EM_VERDICT_MAX_EVIDENCE, &n);
+  int rc = em__open_container(d, T_MAP, EM_PROTO_VERDICT_MAX_EVIDENCE, &n);
   for (uint64_t i = 0; i < n && !rc; i++) {
-    em_evidence_t *e = &c->evidence[i];
+    em_proto_evidence_t *e = &c->evidence[i];
     rc = em__read_str(d, STR_NAME, EM_PROTO_MAX_NAME_BYTES, &e->name);
     if (rc == EM_PROTO_ETYPE) {
       rc = EM_PROTO_EKEY;
@@ -244,14 +245,14 @@ static int field_evidence(em__dec_t *d, const em__field_t *f, void *base) {
 }
 
 /* Reads the items of tuple i of a cause's list (its array is open). */
-typedef int (*tuple_fn)(em__dec_t *d, em_verdict_cause_t *c, size_t i);
+typedef int (*tuple_fn)(em__dec_t *d, em_proto_verdict_cause_t *c, size_t i);
 
 /*
  * A cause's list of at most `max` tuples, each an array of exactly `items` items (ETYPE
  * otherwise) read by `one`; their count into *n_out.
  */
 static int read_tuples(em__dec_t *d, uint64_t max, uint64_t items, tuple_fn one,
-                       em_verdict_cause_t *c, size_t *n_out) {
+                       em_proto_verdict_cause_t *c, size_t *n_out) {
   uint64_t n = 0, k = 0;
   int rc = em__open_container(d, T_ARRAY, max, &n);
   for (uint64_t i = 0; i < n && !rc; i++) {
@@ -275,8 +276,8 @@ static int read_tuples(em__dec_t *d, uint64_t max, uint64_t items, tuple_fn one,
 }
 
 /* [pid, comm, share] */
-static int read_process(em__dec_t *d, em_verdict_cause_t *c, size_t i) {
-  em_verdict_process_t *p = &c->processes[i];
+static int read_process(em__dec_t *d, em_proto_verdict_cause_t *c, size_t i) {
+  em_proto_verdict_process_t *p = &c->processes[i];
   uint64_t pid = 0;
   int rc = em__read_uint(d, UINT32_MAX, &pid);
   p->pid = (uint32_t)pid;
@@ -287,30 +288,30 @@ static int read_process(em__dec_t *d, em_verdict_cause_t *c, size_t i) {
 }
 
 /* [name, growth] */
-static int read_function(em__dec_t *d, em_verdict_cause_t *c, size_t i) {
-  em_verdict_function_t *fn = &c->functions[i];
+static int read_function(em__dec_t *d, em_proto_verdict_cause_t *c, size_t i) {
+  em_proto_verdict_function_t *fn = &c->functions[i];
   int rc = em__read_str(d, STR_TEXT, EM_PROTO_MAX_TEXT_BYTES, &fn->name);
   return rc ? rc : read_number(d, false, &fn->growth);
 }
 
 static int field_processes(em__dec_t *d, const em__field_t *f, void *base) {
-  em_verdict_cause_t *c = base;
+  em_proto_verdict_cause_t *c = base;
   (void)f;
-  return read_tuples(d, EM_VERDICT_MAX_PROCESSES, 3, read_process, c, &c->n_processes);
+  return read_tuples(d, EM_PROTO_VERDICT_MAX_PROCESSES, 3, read_process, c, &c->n_processes);
 }
 
 static int field_functions(em__dec_t *d, const em__field_t *f, void *base) {
-  em_verdict_cause_t *c = base;
+  em_proto_verdict_cause_t *c = base;
   (void)f;
-  return read_tuples(d, EM_VERDICT_MAX_FUNCTIONS, 2, read_function, c, &c->n_functions);
+  return read_tuples(d, EM_PROTO_VERDICT_MAX_FUNCTIONS, 2, read_function, c, &c->n_functions);
 }
 
 /* V1, V3: at most 8 causes, in descending share (EINCONSISTENT at the first out of order). */
 static int field_causes(em__dec_t *d, const em__field_t *f, void *base) {
-  em_verdict_t *v = base;
+  em_proto_verdict_t *v = base;
   uint64_t n = 0;
   (void)f;
-  int rc = em__open_container(d, T_ARRAY, EM_VERDICT_MAX_CAUSES, &n);
+  int rc = em__open_container(d, T_ARRAY, EM_PROTO_VERDICT_MAX_CAUSES, &n);
   for (uint64_t i = 0; i < n && !rc; i++) {
     size_t at = d->pos;
     rc = em__read_map(d, &cause_fields, &v->causes[i], NULL);
@@ -328,7 +329,7 @@ static int field_causes(em__dec_t *d, const em__field_t *f, void *base) {
 }
 
 int em__field_verdict(em__dec_t *d, const em__field_t *f, void *base) {
-  em_verdict_t *v = em__scratch_alloc(d, sizeof(*v));
+  em_proto_verdict_t *v = em__scratch_alloc(d, sizeof(*v));
   if (!v) {
     return EM_PROTO_ESCRATCH;
   }
@@ -345,21 +346,21 @@ static void jkv_double(em__jw_t *w, const char *name, double x) {
 }
 
 static void j_process(em__jw_t *w, const void *cause, size_t i) {
-  const em_verdict_process_t *p = &((const em_verdict_cause_t *)cause)->processes[i];
+  const em_proto_verdict_process_t *p = &((const em_proto_verdict_cause_t *)cause)->processes[i];
   em__jkv_u64(w, "pid", p->pid);
   em__jkv_str(w, "comm", p->comm);
   jkv_double(w, "share", p->share);
 }
 
 static void j_function(em__jw_t *w, const void *cause, size_t i) {
-  const em_verdict_function_t *fn = &((const em_verdict_cause_t *)cause)->functions[i];
+  const em_proto_verdict_function_t *fn = &((const em_proto_verdict_cause_t *)cause)->functions[i];
   em__jkv_str(w, "name", fn->name);
   jkv_double(w, "growth", fn->growth);
 }
 
 static void j_cause(em__jw_t *w, const void *verdict, size_t i) {
-  const em_verdict_cause_t *c = &((const em_verdict_t *)verdict)->causes[i];
-  em__jkv_str(w, "cause", em_verdict_cause_name(c->code));
+  const em_proto_verdict_cause_t *c = &((const em_proto_verdict_t *)verdict)->causes[i];
+  em__jkv_str(w, "cause", em_proto_verdict_cause_name(c->code));
   if (c->code >= N_CAUSE_NAMES) {
     em__jkv_u64(w, "code", c->code);
   }
@@ -378,7 +379,7 @@ static void j_cause(em__jw_t *w, const void *verdict, size_t i) {
   }
 }
 
-void em__jw_verdict(em__jw_t *w, const em_verdict_t *v) {
+void em__jw_verdict(em__jw_t *w, const em_proto_verdict_t *v) {
   if (!v) {
     return;
   }

@@ -56,13 +56,13 @@ static const em_flight_span_t cmd_spans[] = {{1, 9000, MONO - 10 * MS, 30 * MS}}
  * against 12 NOMINAL windows, explained mostly by another process on the CPUs, then by more
  * work per frame, some memory pressure and a rest no measurement explains.
  */
-const em_verdict_t em_vector_verdict = {
+const em_proto_verdict_t em_vector_verdict = {
     .stage = "infer",
     .statistic = "p99",
     .baseline_ns = 26000000,
     .breach_ns = 61200000,
     .nominal_windows = 12,
-    .causes = {{.code = EM_VERDICT_CPU_CONTENTION,
+    .causes = {{.code = EM_PROTO_CAUSE_CPU_CONTENTION,
                 .share = 0.81,
                 .evidence = {{"runq_delay_ms_per_frame", F(28.4)},
                              {"involuntary_switches_per_frame", U(41)},
@@ -70,17 +70,17 @@ const em_verdict_t em_vector_verdict = {
                 .n_evidence = 3,
                 .processes = {{4122, "stress-ng", 0.92}, {801, "kworker/u8:2", 0.05}},
                 .n_processes = 2},
-               {.code = EM_VERDICT_UNEXPLAINED,
+               {.code = EM_PROTO_CAUSE_UNEXPLAINED,
                 .share = 0.1,
                 .evidence = {{"excess_ms", F(3.5)}},
                 .n_evidence = 1},
-               {.code = EM_VERDICT_MORE_WORK,
+               {.code = EM_PROTO_CAUSE_MORE_WORK,
                 .share = 0.09,
                 .evidence = {{"cpu_ms_per_frame_delta", F(3.1)}},
                 .n_evidence = 1,
                 .functions = {{"sgemm_", 6.0}, {"im2col_cpu", 1.5}},
                 .n_functions = 2},
-               {.code = EM_VERDICT_MEMORY_PRESSURE,
+               {.code = EM_PROTO_CAUSE_MEMORY_PRESSURE,
                 .share = 0.0,
                 .evidence = {{"major_faults", U(0)}, {"psi_memory_some_avg10", F(0.0)}},
                 .n_evidence = 2}},

@@ -50,7 +50,7 @@ typedef struct {
 const em_flight_vector_t *em_flight_vectors(size_t *count);
 
 /* The verdict flight_verdict and state_verdict carry (flight_vectors.c). */
-extern const em_verdict_t em_vector_verdict;
+extern const em_proto_verdict_t em_vector_verdict;
 
 /* A stack profile's row (edgemon/profile.h): proto/vectors/<name>.cbor and .json. */
 typedef struct {

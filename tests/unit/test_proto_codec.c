@@ -825,7 +825,7 @@ static void verdicts_breaking_a_rule_are_refused_at_the_item(void **state) {
       fail_msg("%s: error offset %zu, want %d", r->what, off, r->offset);
     }
     if (rc == 0) {
-      const em_verdict_t *v = m.u.state.verdict;
+      const em_proto_verdict_t *v = m.u.state.verdict;
       assert_non_null(v);
       assert_string_equal(v->stage, "infer");
       assert_string_equal(v->statistic, "p99");
@@ -846,56 +846,56 @@ static void verdicts_breaking_a_rule_are_refused_at_the_item(void **state) {
 /* One way to break the golden verdict, and the code both encoders then return. */
 typedef struct {
   const char *what;
-  void (*breaks)(em_verdict_t *v);
+  void (*breaks)(em_proto_verdict_t *v);
   int rc;
 } verdict_break_t;
 
-static void share_above_1(em_verdict_t *v) {
+static void share_above_1(em_proto_verdict_t *v) {
   v->causes[0].share = 1.5;
 }
-static void share_nan(em_verdict_t *v) {
+static void share_nan(em_proto_verdict_t *v) {
   v->causes[3].share = 0.0 / 0.0;
 }
-static void shares_ascending(em_verdict_t *v) {
+static void shares_ascending(em_proto_verdict_t *v) {
   v->causes[0].share = 0.05;
 }
-static void nine_causes(em_verdict_t *v) {
+static void nine_causes(em_proto_verdict_t *v) {
   v->n_causes = 9;
 }
-static void seventeen_figures(em_verdict_t *v) {
+static void seventeen_figures(em_proto_verdict_t *v) {
   v->causes[0].n_evidence = 17;
 }
-static void a_figure_twice(em_verdict_t *v) {
+static void a_figure_twice(em_proto_verdict_t *v) {
   v->causes[0].evidence[1].name = v->causes[0].evidence[0].name;
 }
-static void an_absent_figure(em_verdict_t *v) {
+static void an_absent_figure(em_proto_verdict_t *v) {
   v->causes[1].evidence[0].value.type = EM_VALUE_ABSENT;
 }
-static void an_infinite_figure(em_verdict_t *v) {
+static void an_infinite_figure(em_proto_verdict_t *v) {
   v->causes[1].evidence[0].value.as.f = 1.0 / 0.0;
 }
-static void a_stage_with_a_space(em_verdict_t *v) {
+static void a_stage_with_a_space(em_proto_verdict_t *v) {
   v->stage = "in fer";
 }
-static void no_statistic(em_verdict_t *v) {
+static void no_statistic(em_proto_verdict_t *v) {
   v->statistic = NULL;
 }
-static void a_process_share_below_0(em_verdict_t *v) {
+static void a_process_share_below_0(em_proto_verdict_t *v) {
   v->causes[0].processes[1].share = -0.1;
 }
-static void an_empty_comm(em_verdict_t *v) {
+static void an_empty_comm(em_proto_verdict_t *v) {
   v->causes[0].processes[0].comm = "";
 }
-static void nine_processes(em_verdict_t *v) {
+static void nine_processes(em_proto_verdict_t *v) {
   v->causes[0].n_processes = 9;
 }
-static void an_infinite_growth(em_verdict_t *v) {
+static void an_infinite_growth(em_proto_verdict_t *v) {
   v->causes[2].functions[0].growth = -1.0 / 0.0;
 }
-static void a_function_without_a_name(em_verdict_t *v) {
+static void a_function_without_a_name(em_proto_verdict_t *v) {
   v->causes[2].functions[1].name = NULL;
 }
-static void nine_functions(em_verdict_t *v) {
+static void nine_functions(em_proto_verdict_t *v) {
   v->causes[2].n_functions = 9;
 }
 
@@ -939,7 +939,7 @@ static void encoders_refuse_a_verdict_the_decoder_would_refuse(void **state) {
   assert_int_equal(em_proto_verdict_check(NULL), EM_PROTO_EINVAL);
   for (size_t i = 0; i < sizeof(verdict_breaks) / sizeof(verdict_breaks[0]); i++) {
     const verdict_break_t *b = &verdict_breaks[i];
-    em_verdict_t v = em_vector_verdict;
+    em_proto_verdict_t v = em_vector_verdict;
     b->breaks(&v);
     em_msg_t m = *with;
     m.u.state.verdict = &v;
@@ -973,9 +973,9 @@ static void verdict_causes_have_their_names(void **state) {
       "cpu_contention", "cpu_throttling", "frequency_cap", "memory_pressure", "io",
       "waiting",        "more_work",      "unexplained",   "unknown"};
   for (uint32_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
-    assert_string_equal(em_verdict_cause_name(i), want[i]);
+    assert_string_equal(em_proto_verdict_cause_name(i), want[i]);
   }
-  assert_string_equal(em_verdict_cause_name(UINT32_MAX), "unknown");
+  assert_string_equal(em_proto_verdict_cause_name(UINT32_MAX), "unknown");
 }
 
 /*

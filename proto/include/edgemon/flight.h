@@ -114,8 +114,8 @@ typedef struct {
   const em_flight_span_t *spans; /* Ascending start_ns. */
   size_t n_spans;
   em_flight_truncation_t truncated;
-  bool historical;             /* Replayed from the spool, not live. */
-  const em_verdict_t *verdict; /* Why the stage got slow (key 16), or NULL: none. Borrowed. */
+  bool historical;                   /* Replayed from the spool, not live. */
+  const em_proto_verdict_t *verdict; /* Why the stage got slow (key 16), or NULL: none. Borrowed. */
 } em_flight_t;
 
 /*
@@ -152,7 +152,7 @@ EM_PROTO_MUST_USE int em_flight_mark_historical(const uint8_t *live, size_t len,
 
 /*
  * Scratch bytes em_flight_decode() needs at most for an input of `len` bytes: 12 per byte, 256
- * and one em_verdict_t (the worst case is a tick's figure, 2 bytes on the wire and a 24-byte
+ * and one em_proto_verdict_t (the worst case is a tick's figure, 2 bytes on the wire and a 24-byte
  * em_flight_value_t).
  */
 size_t em_flight_scratch_bytes(size_t len);

@@ -182,54 +182,54 @@ int em_proto_model_check(const em_model_t *m);
 bool em_proto_model_equal(const em_model_t *a, const em_model_t *b);
 
 /* Limits of a verdict (the CDDL states the same numbers). */
-#define EM_VERDICT_MAX_CAUSES    8u  /* Causes of one verdict. */
-#define EM_VERDICT_MAX_EVIDENCE  16u /* Figures of one cause's evidence. */
-#define EM_VERDICT_MAX_PROCESSES 8u  /* Other processes named by one cause. */
-#define EM_VERDICT_MAX_FUNCTIONS 8u  /* Functions named by one cause. */
+#define EM_PROTO_VERDICT_MAX_CAUSES    8u  /* Causes of one verdict. */
+#define EM_PROTO_VERDICT_MAX_EVIDENCE  16u /* Figures of one cause's evidence. */
+#define EM_PROTO_VERDICT_MAX_PROCESSES 8u  /* Other processes named by one cause. */
+#define EM_PROTO_VERDICT_MAX_FUNCTIONS 8u  /* Functions named by one cause. */
 
 /* Why a stage got slow: the causes a verdict names (a reader keeps codes it does not know and
  * names them "unknown"). */
 typedef enum {
-  EM_VERDICT_CPU_CONTENTION = 0,  /* Other tasks held the CPUs: run-queue delay. */
-  EM_VERDICT_CPU_THROTTLING = 1,  /* The cgroup's CPU quota ran out. */
-  EM_VERDICT_FREQUENCY_CAP = 2,   /* The cores ran slower (thermal or power cap). */
-  EM_VERDICT_MEMORY_PRESSURE = 3, /* Reclaim, major faults, swapping. */
-  EM_VERDICT_IO = 4,              /* Waiting on storage or the network. */
-  EM_VERDICT_WAITING = 5,         /* Off CPU for other reasons (locks, sleeps, peers). */
-  EM_VERDICT_MORE_WORK = 6,       /* The stage itself did more: CPU per frame grew. */
-  EM_VERDICT_UNEXPLAINED = 7,     /* The part of the excess no measured cause explains. */
-} em_verdict_code_t;
+  EM_PROTO_CAUSE_CPU_CONTENTION = 0,  /* Other tasks held the CPUs: run-queue delay. */
+  EM_PROTO_CAUSE_CPU_THROTTLING = 1,  /* The cgroup's CPU quota ran out. */
+  EM_PROTO_CAUSE_FREQUENCY_CAP = 2,   /* The cores ran slower (thermal or power cap). */
+  EM_PROTO_CAUSE_MEMORY_PRESSURE = 3, /* Reclaim, major faults, swapping. */
+  EM_PROTO_CAUSE_IO = 4,              /* Waiting on storage or the network. */
+  EM_PROTO_CAUSE_WAITING = 5,         /* Off CPU for other reasons (locks, sleeps, peers). */
+  EM_PROTO_CAUSE_MORE_WORK = 6,       /* The stage itself did more: CPU per frame grew. */
+  EM_PROTO_CAUSE_UNEXPLAINED = 7,     /* The part of the excess no measured cause explains. */
+} em_proto_verdict_code_t;
 
 /* One figure of a cause's evidence, e.g. "runq_delay_ms_per_frame": 28.4. */
 typedef struct {
   const char *name; /* 1..EM_PROTO_MAX_NAME_BYTES bytes of printable ASCII, unique in the cause. */
   em_value_t value; /* A finite number, never absent. */
-} em_evidence_t;
+} em_proto_evidence_t;
 
 /* Another process that ran while the stage waited (cpu_contention). */
 typedef struct {
   uint32_t pid;
   const char *comm; /* Its command name: text, 1..EM_PROTO_MAX_TEXT_BYTES bytes. */
   double share;     /* Its share of the contended CPU time, 0..1. */
-} em_verdict_process_t;
+} em_proto_verdict_process_t;
 
 /* A function whose share of the stage's samples grew (more_work). */
 typedef struct {
   const char *name; /* Text, 1..EM_PROTO_MAX_TEXT_BYTES bytes. */
   double growth;    /* Growth of its share, in points (6.0: from 10% to 16%); finite. */
-} em_verdict_function_t;
+} em_proto_verdict_function_t;
 
 /* One cause of a verdict and the evidence behind it. */
 typedef struct {
-  uint32_t code; /* em_verdict_code_t; decoded codes past the known ones are kept as read. */
+  uint32_t code; /* em_proto_verdict_code_t; decoded codes past the known ones are kept as read. */
   double share;  /* Share of the excess latency it explains, 0..1. */
-  em_evidence_t evidence[EM_VERDICT_MAX_EVIDENCE];
+  em_proto_evidence_t evidence[EM_PROTO_VERDICT_MAX_EVIDENCE];
   size_t n_evidence;
-  em_verdict_process_t processes[EM_VERDICT_MAX_PROCESSES]; /* Key absent when 0. */
+  em_proto_verdict_process_t processes[EM_PROTO_VERDICT_MAX_PROCESSES]; /* Key absent when 0. */
   size_t n_processes;
-  em_verdict_function_t functions[EM_VERDICT_MAX_FUNCTIONS]; /* Key absent when 0. */
+  em_proto_verdict_function_t functions[EM_PROTO_VERDICT_MAX_FUNCTIONS]; /* Key absent when 0. */
   size_t n_functions;
-} em_verdict_cause_t;
+} em_proto_verdict_cause_t;
 
 /*
  * The breach's verdict (state key 15, flight key 16): which stage got slow by which statistic,
@@ -243,22 +243,23 @@ typedef struct {
   uint64_t baseline_ns;     /* Its value over the NOMINAL windows before the breach. */
   uint64_t breach_ns;       /* Its value in the breach window. */
   uint32_t nominal_windows; /* NOMINAL windows compared; 0: no baseline (the causes say so). */
-  em_verdict_cause_t causes[EM_VERDICT_MAX_CAUSES]; /* Descending share; 0: nothing measured. */
+  /* Descending share; none: nothing measured. */
+  em_proto_verdict_cause_t causes[EM_PROTO_VERDICT_MAX_CAUSES];
   size_t n_causes;
-} em_verdict_t;
+} em_proto_verdict_t;
 
 /*
  * 0 when `v` is a verdict the decoder accepts; else EM_PROTO_ESTRING (the stage, statistic, an
  * evidence name, a comm or a function name out of its class or length), EM_PROTO_ELIMIT (past an
- * EM_VERDICT_MAX_* count), EM_PROTO_ERANGE (a share outside 0..1, a number not finite),
+ * EM_PROTO_VERDICT_MAX_* count), EM_PROTO_ERANGE (a share outside 0..1, a number not finite),
  * EM_PROTO_ETYPE (an absent evidence value), EM_PROTO_EDUPLICATE (an evidence name twice),
  * EM_PROTO_EINCONSISTENT (causes not in descending share). The encoders refuse exactly these.
  */
-int em_proto_verdict_check(const em_verdict_t *v);
+int em_proto_verdict_check(const em_proto_verdict_t *v);
 
 /* "cpu_contention", "cpu_throttling", "frequency_cap", "memory_pressure", "io", "waiting",
  * "more_work", "unexplained", or "unknown". */
-const char *em_verdict_cause_name(uint32_t code);
+const char *em_proto_verdict_cause_name(uint32_t code);
 
 /* One entry of the birth's metric dictionary. */
 typedef struct {
@@ -374,18 +375,18 @@ typedef struct {
   em_msg_head_t head; /* time_ns: of the change. */
   em_level_t level;
   em_level_t prev_level;
-  uint64_t mono_ns;            /* CLOCK_MONOTONIC of the change, on the device. */
-  const char *rule;            /* Rule id that caused it, or NULL (e.g. recovery, start). */
-  const char *stage;           /* Stage involved, or NULL. */
-  em_value_t value;            /* Measured value, or absent. */
-  em_value_t bound;            /* The rule's bound, or absent. */
-  const char *reason;          /* Human-readable, or NULL. */
-  bool historical;             /* Replayed from the spool after the broker was away, not live. */
-  em_model_t model;            /* The target's model at the change; name NULL: none named. */
-  bool model_change;           /* Not a level change but a change of model: level == prev_level and
-                                  model named (key 14). False for a level change and for the level
-                                  announced at agent start (level == prev_level too). */
-  const em_verdict_t *verdict; /* Why the stage got slow (key 15), or NULL: none. Borrowed. */
+  uint64_t mono_ns;   /* CLOCK_MONOTONIC of the change, on the device. */
+  const char *rule;   /* Rule id that caused it, or NULL (e.g. recovery, start). */
+  const char *stage;  /* Stage involved, or NULL. */
+  em_value_t value;   /* Measured value, or absent. */
+  em_value_t bound;   /* The rule's bound, or absent. */
+  const char *reason; /* Human-readable, or NULL. */
+  bool historical;    /* Replayed from the spool after the broker was away, not live. */
+  em_model_t model;   /* The target's model at the change; name NULL: none named. */
+  bool model_change;  /* Not a level change but a change of model: level == prev_level and
+                         model named (key 14). False for a level change and for the level
+                         announced at agent start (level == prev_level too). */
+  const em_proto_verdict_t *verdict; /* Why the stage got slow (key 15), or NULL: none. Borrowed. */
 } em_state_t;
 
 typedef struct {
@@ -441,12 +442,12 @@ EM_PROTO_MUST_USE int em_proto_mark_historical(const uint8_t *live, size_t len, 
  * Scratch bytes that em_proto_decode() needs at most for an input of `len` bytes. Decoding
  * with this much scratch never fails with EM_PROTO_ESCRATCH. The bound is 20 bytes per input
  * byte (the worst case is an idle stage window, 6 bytes on the wire and 112 decoded) and one
- * em_verdict_t (a state carries at most one).
+ * em_proto_verdict_t (a state carries at most one).
  */
 size_t em_proto_scratch_bytes(size_t len);
 
 /* em_proto_scratch_bytes() of the largest message: enough for any input. */
-#define EM_PROTO_SCRATCH_MAX (20u * EM_PROTO_MAX_MESSAGE_BYTES + 256u + sizeof(em_verdict_t))
+#define EM_PROTO_SCRATCH_MAX (20u * EM_PROTO_MAX_MESSAGE_BYTES + 256u + sizeof(em_proto_verdict_t))
 
 /*
  * Decodes and validates one message occupying exactly buf[0..len).
