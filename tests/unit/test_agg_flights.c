@@ -16,13 +16,16 @@
 
 #include "forensic_store.h"
 
+#include "vectors.h"
+
 #include <edgemon/flight.h>
 
 static const char *const stages[] = {"pre", "infer"};
 static const em_flight_column_t columns[] = {{"pmu.context-switches", "1", EM_METRIC_COUNTER}};
 
 /* The sample recording (forensic_kind_t.add): 2 stages, a counter column, 2 ticks, 3 spans of
- * 2 frames, 4 spans cut; the spool's replay re-encoded with historical set. */
+ * 2 frames, 4 spans cut, the vectors' verdict (its top cause cpu_contention, 0.81); the spool's
+ * replay re-encoded with historical set. */
 static void add(em_store_t *s, const char *device, forensic_entry_t *e) {
   static em_flight_value_t v0 = {0, {.type = EM_VALUE_UINT, .as.u = 1000}};
   static em_flight_value_t v1 = {0, {.type = EM_VALUE_UINT, .as.u = 1300}};
@@ -58,6 +61,7 @@ static void add(em_store_t *s, const char *device, forensic_entry_t *e) {
       .n_spans = 3,
       .truncated = {.spans_cut = 4},
       .historical = e->historical,
+      .verdict = &em_vector_verdict,
   };
   assert_int_equal(em_flight_encode(&fl, e->cbor, sizeof(e->cbor), &e->len), 0);
   assert_int_equal(em_store_add_flight(s, device, &fl, e->cbor, e->len, forensic_recv_ns(e)), 0);
@@ -69,8 +73,8 @@ static const forensic_kind_t flights = {
     .summary = "e.cause = 0 AND e.level = 2 AND e.prev_level = 0 AND e.rule = 'infer.p99' AND "
                "e.stage = 'infer' AND e.value = 45000000 AND e.bound = 40000000 AND e.ticks = 2 "
                "AND e.spans = 3 AND e.stages = 2 AND e.columns = 1 AND e.spans_cut = 4 AND "
-               "e.ticks_cut = 0",
-    .user_version = 10,
+               "e.ticks_cut = 0 AND e.top_cause = 'cpu_contention' AND e.top_share = 0.81",
+    .user_version = 11,
 };
 
 int main(void) {

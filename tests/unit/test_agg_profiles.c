@@ -109,7 +109,7 @@ static const forensic_kind_t profiles = {
                "e.start_mono_ns = 950000000000 AND e.duration_ns = 2000000000 AND e.hz = 99 AND "
                "e.clock = 'cpu-clock' AND e.samples = 190 AND e.lost = 3 AND e.stages = 2 AND "
                "e.frames = 3 AND e.stacks = 2 AND e.stacks_cut = 4 AND e.samples_cut = 10",
-    .user_version = 10,
+    .user_version = 11,
 };
 
 /* A version 7 store (no profiles table) opens as version 10 with its rows kept and takes
@@ -127,7 +127,7 @@ static void profiles_version_7_store_migrates_at_open(void **state) {
   sqlite3_close(db);
   assert_int_equal(q_int(f->path, "SELECT count(*) FROM sqlite_master WHERE name = 'profiles'"), 0);
   em_store_t *s = open_store(f);
-  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 10);
+  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 11);
   prof_t r;
   make(&r, 42, 0, T0_NS, EM_PROFILE_ESCALATION);
   add(s, "dev-1", &r);

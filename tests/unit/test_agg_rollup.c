@@ -396,7 +396,7 @@ static void rollup_version_4_store_migrates_and_catches_up(void **state) {
                    SQLITE_OK);
   sqlite3_close(db);
   s = open_store(f, 0);
-  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 10);
+  assert_int_equal(q_int(f->path, "PRAGMA user_version"), 11);
   assert_int_equal(q_int(f->path, "SELECT count(*) FROM stage_rollups"), 0);
   em_rollup_report_t rep;
   assert_int_equal(em_store_rollup(s, T0_NS + 4 * H_NS, &rep), 0);

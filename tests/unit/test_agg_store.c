@@ -19,6 +19,7 @@
 
 #include "store.h"
 #include "store_query.h"
+#include "vectors.h"
 
 #include <dict.h>
 #include <errno.h>
@@ -203,7 +204,7 @@ static void store_create_makes_tables_and_application_id(void **state) {
   assert_true(rep.integrity_ok);
   assert_int_equal(em_store_close(s), 0);
 
-  Q_WANTS(f->path, {"PRAGMA application_id", 0x4544474d}, {"PRAGMA user_version", 10},
+  Q_WANTS(f->path, {"PRAGMA application_id", 0x4544474d}, {"PRAGMA user_version", 11},
           {"SELECT journal_mode = 'wal' FROM pragma_journal_mode", 1});
   static const char *const tables[] = {"meta", "devices",       "metrics",      "stages",
                                        "data", "stage_windows", "level_changes"};
@@ -816,7 +817,7 @@ static void store_repeated_state_message_is_stored_once_and_counted(void **state
 }
 
 /* A store of schema version 2 (data without session and seq) is migrated at open: its rows
- * stay, the columns and the unique indexes are added, user_version becomes 10. */
+ * stay, the columns and the unique indexes are added, user_version becomes 11. */
 static void store_open_migrates_version_2(void **state) {
   fixture_t *f = *state;
   em_store_opts_t o = opts_for(f);
@@ -834,7 +835,7 @@ static void store_open_migrates_version_2(void **state) {
   assert_int_equal(em_store_add(s, "dev-1", NULL, &m, T0_NS), 0);
   assert_int_equal(em_store_close(s), 0);
   Q_WANTS(
-      f->path, {"PRAGMA user_version", 10},
+      f->path, {"PRAGMA user_version", 11},
       {"SELECT count(*) FROM sqlite_schema WHERE type='index' AND name='data_device_session_seq'",
        1},
       {"SELECT count(*) FROM sqlite_schema WHERE type='index' AND "
@@ -867,7 +868,7 @@ static void store_open_migrates_version_3(void **state) {
   em_store_stats(s, &st);
   assert_int_equal(st.duplicates, 1);
   assert_int_equal(em_store_close(s), 0);
-  Q_WANTS(f->path, {"PRAGMA user_version", 10}, {"SELECT count(*) FROM level_changes", 2},
+  Q_WANTS(f->path, {"PRAGMA user_version", 11}, {"SELECT count(*) FROM level_changes", 2},
           {"SELECT count(*) FROM level_changes WHERE reason = 'first'", 1},
           {"SELECT integrity_check = 'ok' FROM pragma_integrity_check", 1});
 }
@@ -1040,7 +1041,7 @@ static void store_open_migrates_version_6(void **state) {
   m.u.data.model = (em_model_t){"mobilenet", "1.4", model_labels, 2};
   assert_int_equal(em_store_add(s, "dev-1", NULL, &m, T0_NS), 0);
   assert_int_equal(em_store_close(s), 0);
-  Q_WANTS(f->path, {"PRAGMA user_version", 10},
+  Q_WANTS(f->path, {"PRAGMA user_version", 11},
           {"SELECT count(*) FROM data WHERE model IS NULL AND level IS NULL AND time_ns = 5", 1},
           {"SELECT count(*) FROM data d JOIN models m ON m.id = d.model WHERE m.version = '1.4' "
            "AND d.level = 1",
@@ -1241,7 +1242,7 @@ static void store_open_migrates_version_8(void **state) {
   make_store_then(f, sql);
   em_store_t *s = open_ok(f, &o, NULL);
   Q_WANTS(
-      f->path, {"PRAGMA user_version", 10},
+      f->path, {"PRAGMA user_version", 11},
       {"SELECT count(*) FROM models WHERE last_ns = 1700000100000000000 AND device IS NULL", 2},
       {"SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND name = 'models_device'", 1});
   assert_int_equal(em_store_retain(s, T0_NS + 3650 * S_NS), 0);
@@ -1250,6 +1251,104 @@ static void store_open_migrates_version_8(void **state) {
   Q_WANTS(f->path, {"SELECT count(*) FROM models", 0});
   assert_int_equal(em_store_close(s), 0);
   Q_WANTS(f->path, {"SELECT integrity_check = 'ok' FROM pragma_integrity_check", 1});
+}
+
+/* A state message of dev-1 at T0_NS + i s: NOMINAL -> DEGRADED with verdict v (NULL: none). */
+static em_msg_t verdict_state(int i, const em_proto_verdict_t *v) {
+  em_msg_t m = {.kind = EM_MSG_STATE};
+  m.u.state = (em_state_t){.head = {.time_ns = T0_NS + (uint64_t)i * S_NS, .session = 7},
+                           .level = EM_LEVEL_DEGRADED,
+                           .prev_level = EM_LEVEL_NOMINAL,
+                           .rule = "infer.p99",
+                           .stage = "infer",
+                           .verdict = v};
+  return m;
+}
+
+/* A level change keeps its verdict as the JSON object proto prints (the vector's: every member
+ * read back through SQLite's JSON functions); a change without one keeps NULL; a verdict larger
+ * than the stack buffer (8 causes of 16 figures with 63-byte names, ~10 KB) is kept whole. */
+static void store_level_change_keeps_its_verdict_as_json(void **state) {
+  fixture_t *f = *state;
+  em_store_opts_t o = opts_for(f);
+  em_store_t *s = open_ok(f, &o, NULL);
+  em_msg_t with = verdict_state(1, &em_vector_verdict);
+  em_msg_t without = verdict_state(2, NULL);
+  static em_proto_verdict_t big = {
+      .stage = "infer", .statistic = "max", .baseline_ns = 1, .breach_ns = 2, .n_causes = 8};
+  static char names[EM_PROTO_VERDICT_MAX_EVIDENCE][64];
+  for (size_t e = 0; e < EM_PROTO_VERDICT_MAX_EVIDENCE; e++) {
+    snprintf(names[e], sizeof(names[e]), "%02zu%061d", e, 0);
+  }
+  for (size_t c = 0; c < big.n_causes; c++) {
+    big.causes[c].code = (uint32_t)c;
+    big.causes[c].share = 0.125;
+    big.causes[c].n_evidence = EM_PROTO_VERDICT_MAX_EVIDENCE;
+    for (size_t e = 0; e < EM_PROTO_VERDICT_MAX_EVIDENCE; e++) {
+      big.causes[c].evidence[e] =
+          (em_proto_evidence_t){names[e], {.type = EM_VALUE_UINT, .as.u = c * 100 + e}};
+    }
+  }
+  em_msg_t large = verdict_state(3, &big);
+  assert_int_equal(em_store_add(s, "dev-1", f->dev, &with, T0_NS), 0);
+  assert_int_equal(em_store_add(s, "dev-1", f->dev, &without, T0_NS), 0);
+  assert_int_equal(em_store_add(s, "dev-1", f->dev, &large, T0_NS), 0);
+  assert_int_equal(em_store_close(s), 0);
+  Q_WANTS(f->path, {"SELECT count(*) FROM level_changes", 3},
+          {"SELECT verdict IS NULL FROM level_changes WHERE time_ns = 1700000002000000000", 1},
+          {"SELECT json_valid(verdict) FROM level_changes WHERE time_ns = 1700000001000000000", 1},
+          {"SELECT json_extract(verdict, '$.stage') = 'infer' AND json_extract(verdict, "
+           "'$.statistic') = 'p99' AND json_extract(verdict, '$.baseline_ns') = 26000000 AND "
+           "json_extract(verdict, '$.breach_ns') = 61200000 AND json_extract(verdict, "
+           "'$.nominal_windows') = 12 AND json_array_length(verdict, '$.causes') = 4 FROM "
+           "level_changes WHERE time_ns = 1700000001000000000",
+           1},
+          {"SELECT json_extract(verdict, '$.causes[0].cause') = 'cpu_contention' AND "
+           "json_extract(verdict, '$.causes[0].share') = 0.81 AND json_extract(verdict, "
+           "'$.causes[0].evidence.runq_delay_ms_per_frame') = 28.4 AND json_extract(verdict, "
+           "'$.causes[0].processes[0].comm') = 'stress-ng' AND json_extract(verdict, "
+           "'$.causes[2].functions[0].name') = 'sgemm_' AND json_extract(verdict, "
+           "'$.causes[3].cause') = 'memory_pressure' FROM level_changes WHERE time_ns = "
+           "1700000001000000000",
+           1},
+          {"SELECT length(verdict) > 8192 AND json_array_length(verdict, '$.causes') = 8 AND "
+           "json_extract(verdict, '$.causes[7].cause') = 'unexplained' FROM level_changes WHERE "
+           "time_ns = 1700000003000000000",
+           1},
+          {"SELECT j.value FROM level_changes, json_each(verdict, '$.causes[7].evidence') j "
+           "WHERE time_ns = 1700000003000000000 AND length(j.key) = 63 AND j.key LIKE '15%'",
+           715});
+}
+
+/* A version 10 store (level changes and flights without a verdict) migrates at open: the
+ * columns are added, the old rows keep NULL there, and new changes carry their verdict. */
+static void store_open_migrates_version_10(void **state) {
+  fixture_t *f = *state;
+  em_store_opts_t o = opts_for(f);
+  make_store_then(f, "ALTER TABLE level_changes DROP COLUMN verdict;"
+                     "ALTER TABLE flights DROP COLUMN top_cause;"
+                     "ALTER TABLE flights DROP COLUMN top_share;"
+                     "INSERT INTO devices(id, name) VALUES(1, 'dev-1');"
+                     "INSERT INTO level_changes(device, time_ns, session, level, prev_level) "
+                     "VALUES(1, 5, 1, 2, 0);"
+                     "PRAGMA user_version=10");
+  Q_WANTS(f->path,
+          {"SELECT count(*) FROM pragma_table_info('level_changes') WHERE name = 'verdict'", 0});
+  em_store_t *s = open_ok(f, &o, NULL);
+  em_msg_t m = verdict_state(1, &em_vector_verdict);
+  assert_int_equal(em_store_add(s, "dev-1", f->dev, &m, T0_NS), 0);
+  assert_int_equal(em_store_close(s), 0);
+  Q_WANTS(
+      f->path, {"PRAGMA user_version", 11},
+      {"SELECT type = 'TEXT' FROM pragma_table_info('level_changes') WHERE name = 'verdict'", 1},
+      {"SELECT count(*) FROM pragma_table_info('flights') WHERE name IN ('top_cause', "
+       "'top_share')",
+       2},
+      {"SELECT verdict IS NULL FROM level_changes WHERE time_ns = 5", 1},
+      {"SELECT json_extract(verdict, '$.causes[0].cause') = 'cpu_contention' FROM "
+       "level_changes WHERE time_ns = 1700000001000000000",
+       1},
+      {"SELECT integrity_check = 'ok' FROM pragma_integrity_check", 1});
 }
 
 int main(void) {
@@ -1281,6 +1380,8 @@ int main(void) {
       cmocka_unit_test(store_models_only_devices_named_go_without_retention),
       cmocka_unit_test(store_models_bounds_refuse_new_identities),
       cmocka_unit_test(store_open_migrates_version_8),
+      cmocka_unit_test(store_level_change_keeps_its_verdict_as_json),
+      cmocka_unit_test(store_open_migrates_version_10),
       cmocka_unit_test(store_batch_whose_model_last_ns_fails_does_not_commit),
       cmocka_unit_test(store_row_failing_for_a_passing_reason_says_eagain),
       cmocka_unit_test(store_open_rejects_bad_options),

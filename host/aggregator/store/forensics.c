@@ -35,9 +35,9 @@ static const char *const insert_sql[EM_FORENSIC_KINDS] = {
         "INSERT INTO flights(device, session, number, time_ns, recv_ns, cause, level,"
         " prev_level, rule, stage, value, bound, reason, trigger_mono_ns, pre_ns, post_ns,"
         " period_ns, stages, columns, ticks, spans, spans_cut, ticks_cut, spans_overwritten,"
-        " historical, bytes, cbor) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13,"
-        " ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27)"
-        " ON CONFLICT DO NOTHING",
+        " historical, bytes, cbor, top_cause, top_share) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,"
+        " ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26,"
+        " ?27, ?28, ?29) ON CONFLICT DO NOTHING",
     [EM_FORENSIC_PROFILE] =
         "INSERT INTO profiles(device, session, number, time_ns, recv_ns, cause, level,"
         " prev_level, rule, stage, reason, start_mono_ns, duration_ns, hz, clock, samples, lost,"
@@ -259,6 +259,12 @@ int em_forensics_add_flight(em_forensics_t *fo, int64_t dev_id, const em_flight_
                               f->truncated.spans_overwritten};
   for (int i = 0; i < 11; i++) {
     sqlite3_bind_int64(st, 14 + i, clamp(figures[i]));
+  }
+  /* The verdict's top cause (its causes come in descending share); the whole verdict stays in
+   * the CBOR. None: NULL. */
+  if (f->verdict && f->verdict->n_causes > 0) {
+    bind_str(st, 28, em_proto_verdict_cause_name(f->verdict->causes[0].code));
+    sqlite3_bind_double(st, 29, f->verdict->causes[0].share);
   }
   return commit(fo, EM_FORENSIC_FLIGHT, dev_id, f->historical, cbor, len, 25, caps, res);
 }

@@ -73,7 +73,7 @@
 
 /* PRAGMA application_id of an edgemon store: "EDGM" as a big-endian int32. */
 #define EM_STORE_APP_ID       0x4544474d
-#define EM_STORE_USER_VERSION 10
+#define EM_STORE_USER_VERSION 11
 /* The oldest layout this aggregator still opens: version 2 gains data.session and data.seq
  * (ALTER TABLE, its old rows keep NULL there) and the unique index on them; versions 2 and 3
  * gain the unique index of level_changes (their repeated rows deleted first, the first kept). */
@@ -102,6 +102,9 @@
  * one SELECT per message that carries it, and a data message one UPDATE of its last_ns. */
 #define EM_STORE_MODEL_CACHE_MAX 4096u
 #define NS_PER_S                 1000000000ull
+/* A verdict's JSON printed on the stack when it fits (most do: a few causes of a few figures);
+ * a larger one, up to what proto's limits allow, is printed into a malloc'd buffer. */
+#define VERDICT_JSON_STACK_BYTES 4096u
 
 typedef struct {
   char *name;
@@ -187,8 +190,8 @@ static const char *const stmt_sql[ST_COUNT] = {
     /* Idempotent on (device, session, time_ns, level): a state message carries no seq, and
      * one change of one session at one time to one level is one change. */
     [ST_LEVEL] = "INSERT INTO level_changes(device, time_ns, session, level, prev_level, rule, "
-                 "stage, value, bound, reason) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) "
-                 "ON CONFLICT DO NOTHING",
+                 "stage, value, bound, reason, verdict) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, "
+                 "?10, ?11) ON CONFLICT DO NOTHING",
     [ST_META_SET] = "INSERT INTO meta(key, value) VALUES(?1, ?2) ON CONFLICT(key) DO UPDATE SET "
                     "value = excluded.value",
     [ST_META_GET] = "SELECT value FROM meta WHERE key = ?1",
@@ -240,7 +243,7 @@ static const char schema_sql[] =
     "CREATE TABLE IF NOT EXISTS level_changes ("
     " device INTEGER NOT NULL, time_ns INTEGER NOT NULL, session INTEGER NOT NULL,"
     " level INTEGER NOT NULL, prev_level INTEGER NOT NULL, rule TEXT, stage TEXT,"
-    " value REAL, bound REAL, reason TEXT);"
+    " value REAL, bound REAL, reason TEXT, verdict TEXT);"
     "CREATE INDEX IF NOT EXISTS level_changes_device_time ON level_changes(device, time_ns);"
     "CREATE INDEX IF NOT EXISTS level_changes_time ON level_changes(time_ns);"
     "CREATE UNIQUE INDEX IF NOT EXISTS level_changes_device_session_time_level"
@@ -270,7 +273,7 @@ static const char schema_sql[] =
     " stages INTEGER NOT NULL, columns INTEGER NOT NULL, ticks INTEGER NOT NULL,"
     " spans INTEGER NOT NULL, spans_cut INTEGER NOT NULL, ticks_cut INTEGER NOT NULL,"
     " spans_overwritten INTEGER NOT NULL, historical INTEGER NOT NULL, bytes INTEGER NOT NULL,"
-    " cbor BLOB NOT NULL);"
+    " cbor BLOB NOT NULL, top_cause TEXT, top_share REAL);"
     "CREATE UNIQUE INDEX IF NOT EXISTS flights_device_session_number"
     " ON flights(device, session, number);"
     "CREATE INDEX IF NOT EXISTS flights_device_time ON flights(device, time_ns);";
@@ -962,6 +965,40 @@ static int add_model_change(em_store_t *s, int64_t dev_id, const em_state_t *m) 
   return row_done(s, step_done(s, st));
 }
 
+/* The verdict's JSON object as proto prints it: the state's own printer run on a message that
+ * carries nothing else printable (no text fields, so the first "verdict": is the key; it prints
+ * last, before the closing brace). Into stack[0..cap) when it fits, else a malloc'd buffer;
+ * *out and *len name it. Returns 0, -ENOMEM, or -EINVAL when proto refuses the verdict. */
+static int verdict_json(const em_state_t *m, char *stack, size_t cap, char **out, size_t *len) {
+  em_msg_t only = {.kind = EM_MSG_STATE};
+  only.u.state =
+      (em_state_t){.level = m->level, .prev_level = m->prev_level, .verdict = m->verdict};
+  char *buf = stack;
+  size_t n = 0;
+  int rc = em_proto_to_json(&only, buf, cap, &n);
+  if (rc == EM_PROTO_ENOSPACE) {
+    buf = malloc(n + 1);
+    if (!buf) {
+      return -ENOMEM;
+    }
+    rc = em_proto_to_json(&only, buf, n + 1, &n);
+  }
+  static const char key[] = "\"verdict\":";
+  char *at = rc == 0 ? strstr(buf, key) : NULL;
+  if (!at || n < 2 || buf[n - 1] != '}') {
+    if (buf != stack) {
+      free(buf);
+    }
+    return -EINVAL;
+  }
+  at += sizeof(key) - 1;
+  *len = (size_t)(buf + n - 1 - at);
+  memmove(buf, at, *len);
+  buf[*len] = '\0';
+  *out = buf;
+  return 0;
+}
+
 static int add_state(em_store_t *s, int64_t dev_id, const em_state_t *m) {
   if (m->model_change) {
     return add_model_change(s, dev_id, m);
@@ -981,7 +1018,24 @@ static int add_state(em_store_t *s, int64_t dev_id, const em_state_t *m) {
   bind_value(st, 8, &m->value);
   bind_value(st, 9, &m->bound);
   bind_text(st, 10, m->reason);
+  char stack[VERDICT_JSON_STACK_BYTES];
+  char *verdict = NULL;
+  size_t verdict_len = 0;
+  int vrc = m->verdict ? verdict_json(m, stack, sizeof(stack), &verdict, &verdict_len) : 0;
+  if (vrc != 0) { /* Dropped and counted like a row whose statement failed. */
+    sqlite3_clear_bindings(st);
+    note_failure(s, stmt_table[ST_LEVEL], vrc == -ENOMEM ? -ENOMEM : SQLITE_MISMATCH);
+    return -EIO;
+  }
+  if (verdict) {
+    sqlite3_bind_text(st, 11, verdict, (int)verdict_len, SQLITE_STATIC);
+  } else {
+    sqlite3_bind_null(st, 11);
+  }
   int rc = step_done(s, st);
+  if (verdict != stack) {
+    free(verdict);
+  }
   if (rc == 0 && sqlite3_changes(s->db) == 0) {
     s->stats.duplicates++; /* Stored already, and the device's level set by it then. */
     return 0;
@@ -1547,12 +1601,18 @@ static int query_text(sqlite3 *db, const char *sql, char *buf, size_t cap) {
   return rc;
 }
 
-/* The columns versions 7 and 9 add to tables of older versions. */
+/* The columns versions 7, 9 and 11 add to tables of older versions, with their types. */
 static const struct {
   const char *table;
   const char *column;
-} added_columns[] = {{"devices", "model"},       {"data", "level"},     {"data", "model"},
-                     {"stage_windows", "model"}, {"models", "last_ns"}, {"models", "device"}};
+  const char *type;
+} added_columns[] = {
+    {"devices", "model", "INTEGER"},      {"data", "level", "INTEGER"},
+    {"data", "model", "INTEGER"},         {"stage_windows", "model", "INTEGER"},
+    {"models", "last_ns", "INTEGER"},     {"models", "device", "INTEGER"},
+    {"level_changes", "verdict", "TEXT"}, {"flights", "top_cause", "TEXT"},
+    {"flights", "top_share", "REAL"},
+};
 
 /* Writes into sql[0..cap) the ALTER TABLE statements that add the columns of added_columns an
  * older store's tables lack (a column there already, as in a store whose user_version was set
@@ -1572,8 +1632,9 @@ static int column_migration(sqlite3 *db, char *sql, size_t cap) {
       return rc;
     }
     if (missing) {
-      len += (size_t)snprintf(sql + len, cap - len, "ALTER TABLE %s ADD COLUMN %s INTEGER;",
-                              added_columns[i].table, added_columns[i].column);
+      len +=
+          (size_t)snprintf(sql + len, cap - len, "ALTER TABLE %s ADD COLUMN %s %s;",
+                           added_columns[i].table, added_columns[i].column, added_columns[i].type);
     }
   }
   return SQLITE_OK;
@@ -1672,8 +1733,10 @@ static int check_and_create(em_store_t *s, char *err, size_t err_cap) {
    * read the whole tables): later than each model's own, so the invariant of models.h holds and
    * a model unused since goes once retention passes that time. Versions 2 to 9 -> 10: the
    * forensic_bytes table, its rows the sums of the flights' and profiles' bytes, the triggers
-   * that keep them and the recv_ns indexes (schema_v10_sql). All in the schema's
-   * transaction. */
+   * that keep them and the recv_ns indexes (schema_v10_sql). Versions 2 to 10 -> 11:
+   * level_changes.verdict and flights.top_cause and top_share, NULL in the old rows (a change
+   * or recording stored before carries no verdict there; a recording's CBOR still has its
+   * own). All in the schema's transaction. */
   static const char migrate_v2[] =
       "ALTER TABLE data ADD COLUMN session INTEGER;ALTER TABLE data ADD COLUMN seq INTEGER;";
   static const char migrate_v3[] =
@@ -1689,8 +1752,9 @@ static int check_and_create(em_store_t *s, char *err, size_t err_cap) {
   bool from_v2 = ours && user_version == EM_STORE_MIGRATES_FROM;
   bool from_v3 = ours && user_version >= EM_STORE_MIGRATES_FROM && user_version < 4;
   bool from_v8 = ours && user_version >= EM_STORE_MIGRATES_FROM && user_version < 9;
+  bool from_v10 = ours && user_version >= EM_STORE_MIGRATES_FROM && user_version < 11;
   char migrate_columns[sizeof(added_columns) / sizeof(added_columns[0]) * 64] = "";
-  if (from_v8 && column_migration(s->db, migrate_columns, sizeof(migrate_columns)) != SQLITE_OK) {
+  if (from_v10 && column_migration(s->db, migrate_columns, sizeof(migrate_columns)) != SQLITE_OK) {
     set_err(err, err_cap, "%s: cannot read the schema: %s", path, sqlite3_errmsg(s->db));
     return -EIO;
   }
