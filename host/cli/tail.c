@@ -5,7 +5,8 @@
  * device's birth in a dict.h registry to name the aliases of its data messages, and prints one
  * line per message: in human mode aligned columns (time, device, level, IPC, cache misses, RSS,
  * PSI, then each stage's p50/p99/max against its budget) with level changes as highlighted lines
- * of their own, and a line per flight recording (flight_table.h) and per stack profile
+ * of their own (and under one that carries the breach's verdict, its top causes:
+ * flight_verdict.h), and a line per flight recording (flight_table.h) and per stack profile
  * (profile_table.h); in --json mode one object per
  * message (NDJSON). A data message whose session has no birth yet makes tail publish a rebirth
  * command to that device, once per session.
@@ -16,6 +17,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
 #include "flight_table.h"
+#include "flight_verdict.h"
 #include "live.h"
 #include "profile_table.h"
 #include "view.h"
@@ -29,6 +31,12 @@
 #include <string.h>
 
 #define JSON_CAP (EM_PROTO_MAX_MESSAGE_BYTES * 8u)
+
+/* A level change's verdict under its line: under the device column, its first causes and of
+ * each its first figures, processes and functions. */
+#define VERDICT_INDENT "             "
+#define VERDICT_CAUSES 3u
+#define VERDICT_ITEMS  3u
 
 typedef struct {
   em_cli_live_t live; /* Broker session and --broker/--device/--count/--duration. --count
@@ -62,7 +70,9 @@ static void usage(FILE *out) {
           "  TIME DEVICE LEVEL IPC MISS%% RSS_MiB PSI_CPU PSI_MEM  STAGE p50/p99/max ms n=COUNT\n"
           "and `budget p99<=40` after a stage that has a percentile budget (`!` when over it).\n"
           "A figure the device cannot measure is '-', never 0. A level change prints as its own\n"
-          "line with the rule and reason, a change of model as 'model now NAME VERSION (k=v)',\n"
+          "line with the rule and reason (and, when the agent explained it, the stage's excess\n"
+          "latency and its top causes on the lines under it), a change of model as\n"
+          "'model now NAME VERSION (k=v)',\n"
           "a flight recording as a line naming its number, cause, level, rule and size, a stack\n"
           "profile likewise with its samples and stacks. A birth line names the model. Aliases are "
           "named from the device's retained birth;\n"
@@ -290,6 +300,9 @@ static void print_state(const char *id, const em_device_t *dev, const em_state_t
     printf("  (replayed)");
   }
   printf("%s\n", em_view_off());
+  if (s->verdict) { /* Why, under the change: the top causes with their first figures. */
+    em_flight_verdict_print(stdout, s->verdict, VERDICT_INDENT, VERDICT_CAUSES, VERDICT_ITEMS);
+  }
 }
 
 static void print_json(tail_t *t, const char *id, const char *topic, em_device_t *dev,

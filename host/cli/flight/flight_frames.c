@@ -10,6 +10,7 @@
 #include "flight_frames.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,4 +184,20 @@ bool em_flight_column_measured(const em_flight_t *f, uint32_t column) {
     }
   }
   return false;
+}
+
+void em_flight_value_print(FILE *out, const em_value_t *v) {
+  switch (v->type) {
+  case EM_VALUE_UINT:
+    fprintf(out, "%" PRIu64, v->as.u);
+    break;
+  case EM_VALUE_INT:
+    fprintf(out, "%" PRId64, v->as.i);
+    break;
+  case EM_VALUE_FLOAT:
+    fprintf(out, "%.6g", v->as.f);
+    break;
+  default:
+    fputs("null", out);
+  }
 }

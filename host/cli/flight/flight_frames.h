@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define EM_FRAME_NO_STAGE UINT64_MAX /* stage_ns of a stage the frame has no span of. */
 
@@ -57,6 +58,10 @@ bool em_flight_tick_figure(const em_flight_t *f, size_t tick, uint32_t column, e
 
 /* A value as a double (ABSENT: NaN). */
 double em_flight_value_num(const em_value_t *v);
+
+/* A value as the text views write it: integers whole, floats to 6 significant digits, ABSENT
+ * as "null". */
+void em_flight_value_print(FILE *out, const em_value_t *v);
 
 /* True when some tick has a figure of `column` that is a number: false for a counter the
  * board or the target does not support (carried as null in every tick) and for a column no

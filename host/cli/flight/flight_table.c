@@ -9,6 +9,7 @@
 #include "flight_table.h"
 
 #include "flight_frames.h"
+#include "flight_verdict.h"
 #include "view.h"
 
 #include <errno.h>
@@ -27,28 +28,16 @@ static void rfc3339(uint64_t ns, char *buf, size_t cap) {
   snprintf(buf, cap, "%s.%03uZ", base, (unsigned)(ns % 1000000000u / 1000000u));
 }
 
-static void print_value(FILE *out, const em_value_t *v) {
-  switch (v->type) {
-  case EM_VALUE_UINT:
-    fprintf(out, "%" PRIu64, v->as.u);
-    break;
-  case EM_VALUE_INT:
-    fprintf(out, "%" PRId64, v->as.i);
-    break;
-  case EM_VALUE_FLOAT:
-    fprintf(out, "%.6g", v->as.f);
-    break;
-  default:
-    fputs("null", out);
-  }
-}
-
 static void print_trigger(FILE *out, const em_flight_t *f, const char *title) {
   const em_flight_trigger_t *t = &f->trigger;
   char when[48];
   rfc3339(f->head.time_ns, when, sizeof(when));
   fprintf(out, "flight recording %s (session %" PRIu32 ", number %" PRIu32 ")%s\n", title,
           f->head.session, f->number, f->historical ? ", replayed from the spool" : "");
+  if (f->verdict) { /* Why the stage got slow comes first: the figures below are its support. */
+    em_flight_verdict_print(out, f->verdict, "", 0, 0);
+    fputc('\n', out);
+  }
   fprintf(out, "trigger:   %s at %s, level %s", em_flight_cause_name(t->cause), when,
           em_level_name(t->level));
   if (t->prev_level != EM_LEVEL_NONE) {
@@ -60,9 +49,9 @@ static void print_trigger(FILE *out, const em_flight_t *f, const char *title) {
             t->stage ? t->stage : "");
     if (t->value.type != EM_VALUE_ABSENT || t->bound.type != EM_VALUE_ABSENT) {
       fputs(", value ", out);
-      print_value(out, &t->value);
+      em_flight_value_print(out, &t->value);
       fputs(" against a bound of ", out);
-      print_value(out, &t->bound);
+      em_flight_value_print(out, &t->bound);
       if (t->stage) {
         fprintf(out, " (%.3f ms / %.3f ms)", em_flight_value_num(&t->value) / 1e6,
                 em_flight_value_num(&t->bound) / 1e6);
@@ -126,7 +115,7 @@ static void print_tick(FILE *out, const em_flight_t *f, uint64_t end_ns) {
     if (f->columns[c].kind == EM_METRIC_COUNTER && v.type == EM_VALUE_UINT) {
       fputc('+', out);
     }
-    print_value(out, &v);
+    em_flight_value_print(out, &v);
     if (strcmp(f->columns[c].unit, "1") != 0) {
       fprintf(out, " %s", f->columns[c].unit);
     }

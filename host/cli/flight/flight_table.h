@@ -1,6 +1,8 @@
 /*
  * flight_table.h - a flight recording as edgemon-cli flight prints it for a person: the
- * trigger (cause, level, rule, value and bound, reason, time), the window and what was left
+ * breach's verdict when it carries one (flight_verdict.h: the stage's excess latency and its
+ * causes, ranked), the trigger (cause, level, rule, value and bound, reason, time), the window
+ * and what was left
  * out, then the `top` slowest frames (flight_frames.h), one line each with the frame id, its
  * start's offset from the trigger, its total and its per-stage durations (ms), followed by an
  * indented line with the figures of the tick whose window holds the frame's end (counters as
