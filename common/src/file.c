@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -98,4 +99,36 @@ const char *em_file_kind(mode_t mode) {
   default:
     return "a file of an unknown type";
   }
+}
+
+int em_file_begin(const char *path, size_t size, char *tmp, size_t tmp_cap) {
+  if (path == NULL || tmp == NULL) {
+    return -EINVAL;
+  }
+  int n = snprintf(tmp, tmp_cap, "%s.tmp", path);
+  if (n < 0 || (size_t)n >= tmp_cap) {
+    return -ENAMETOOLONG;
+  }
+  (void)unlink(tmp);
+  int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return -errno;
+  }
+  if (fchmod(fd, 0644) != 0 || (size > 0 && ftruncate(fd, (off_t)size) != 0)) {
+    int rc = -errno;
+    close(fd);
+    (void)unlink(tmp);
+    return rc;
+  }
+  return fd;
+}
+
+int em_file_finish(const char *tmp, const char *path, int rc) {
+  if (rc == 0 && rename(tmp, path) != 0) {
+    rc = -errno;
+  }
+  if (rc != 0) {
+    (void)unlink(tmp);
+  }
+  return rc;
 }

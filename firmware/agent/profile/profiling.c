@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "edgemon/common/file.h"
 #include "log.h"
 #include "pmu.h"
 #include "window.h"
@@ -54,17 +55,17 @@ static void write_page(em_profiling_t *p) {
   if (em_window_request(p->window, &pg) != 0 || em_profile_page_pack(&pg, buf) != 0) {
     return;
   }
-  (void)unlink(p->page_tmp);
-  int fd =
-      open(p->page_tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
-  bool ok = fd >= 0 && write(fd, buf, sizeof(buf)) == (ssize_t)sizeof(buf);
+  int fd = em_file_begin(p->page, 0, p->page_tmp, sizeof(p->page_tmp));
+  int rc = fd < 0 ? fd : 0;
   if (fd >= 0) {
+    ssize_t n = write(fd, buf, sizeof(buf));
+    rc = n == (ssize_t)sizeof(buf) ? 0 : n < 0 ? -errno : -EIO;
     close(fd);
   }
-  if (!ok || rename(p->page_tmp, p->page) != 0) {
+  rc = fd < 0 ? rc : em_file_finish(p->page_tmp, p->page, rc);
+  if (rc) {
     EM_WARN("profile: cannot write the request page %s: %s (no Python frames this window)", p->page,
-            strerror(errno));
-    (void)unlink(p->page_tmp);
+            strerror(-rc));
   }
 }
 
@@ -79,7 +80,6 @@ int em_profiling_new(em_profiling_t **out, const em_profiling_opts_t *opts) {
   }
   p->o = *opts;
   snprintf(p->page, sizeof(p->page), "%s/profile", opts->runtime_dir);
-  snprintf(p->page_tmp, sizeof(p->page_tmp), "%s/profile.tmp", opts->runtime_dir);
   p->o.runtime_dir = NULL; /* Not kept: the paths above are. */
   p->o.proc_root = NULL;   /* The window keeps its copy. */
   p->work.data = p;

@@ -22,6 +22,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "edgemon/common/file.h"
 #include "log.h"
 
 #ifndef SYS_pidfd_open
@@ -550,24 +551,17 @@ int em_deadlines_open(em_deadlines_t *d, const char *path, uint32_t agent_pid, u
   *d = (em_deadlines_t){.fd = -1};
   snprintf(d->path, sizeof(d->path), "%s", path);
   char tmp[sizeof(d->path) + 8];
-  snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-  unlink(tmp);
-  int rc = 0;
-  d->fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  d->fd = em_file_begin(path, EM_DEADLINE_PAGE_BYTES, tmp, sizeof(tmp));
   if (d->fd < 0) {
-    return -errno;
+    return d->fd;
   }
   d->is_open = true;
-  if (fchmod(d->fd, 0644) != 0 || ftruncate(d->fd, EM_DEADLINE_PAGE_BYTES) != 0) {
+  int rc = 0;
+  void *m = mmap(NULL, EM_DEADLINE_PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, d->fd, 0);
+  if (m == MAP_FAILED) {
     rc = -errno;
-  }
-  if (!rc) {
-    void *m = mmap(NULL, EM_DEADLINE_PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, d->fd, 0);
-    if (m == MAP_FAILED) {
-      rc = -errno;
-    } else {
-      d->page = m;
-    }
+  } else {
+    d->page = m;
   }
   if (!rc && em_deadline_page_init(d->page, agent_pid, ring_slots) != 0) {
     rc = -EINVAL;
@@ -575,11 +569,8 @@ int em_deadlines_open(em_deadlines_t *d, const char *path, uint32_t agent_pid, u
   if (!rc && em_deadline_page_write(d->page, entries, n) != 0) {
     rc = -EINVAL;
   }
-  if (!rc && rename(tmp, d->path) != 0) {
-    rc = -errno;
-  }
+  rc = em_file_finish(tmp, d->path, rc);
   if (rc) {
-    unlink(tmp);
     em_deadlines_close(d, false);
   }
   return rc;

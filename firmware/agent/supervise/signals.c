@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "edgemon/common/file.h"
 #include "log.h"
 
 typedef struct {
@@ -38,37 +39,22 @@ struct em_signals {
   em_signals_stats_t stats;
 };
 
-/* Creates "<path>.tmp" of one page, formats it, maps it and renames it to path. */
+/* Makes the page whole as "<path>.tmp" (em_file_begin), formats it, maps it and renames it. */
 static int create_page(em_signals_t *s, const em_state_record_t *initial) {
   char tmp[sizeof(s->path) + 8];
-  snprintf(tmp, sizeof(tmp), "%s.tmp", s->path);
-  unlink(tmp);
-  s->fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  s->fd = em_file_begin(s->path, EM_STATE_PAGE_BYTES, tmp, sizeof(tmp));
   if (s->fd < 0) {
-    return -errno;
+    return s->fd;
   }
   int rc = 0;
-  if (fchmod(s->fd, 0644) != 0 || ftruncate(s->fd, EM_STATE_PAGE_BYTES) != 0) {
+  void *m = mmap(NULL, EM_STATE_PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
+  if (m == MAP_FAILED) {
     rc = -errno;
-  }
-  if (!rc) {
-    void *m = mmap(NULL, EM_STATE_PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
-    if (m == MAP_FAILED) {
-      rc = -errno;
-    } else {
-      s->page = m;
-    }
-  }
-  if (!rc) {
+  } else {
+    s->page = m;
     rc = em_state_page_init(s->page, s->agent_pid, initial);
   }
-  if (!rc && rename(tmp, s->path) != 0) {
-    rc = -errno;
-  }
-  if (rc) {
-    unlink(tmp);
-  }
-  return rc;
+  return em_file_finish(tmp, s->path, rc);
 }
 
 int em_signals_new(em_signals_t **out, const char *page_path, uint32_t agent_pid,

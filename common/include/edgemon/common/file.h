@@ -4,7 +4,9 @@
  * (a FIFO planted where a file should be cannot block the caller) and O_NOCTTY, only a regular
  * file is read, and at most cap - 1 bytes go into the caller's buffer, NUL-terminated; whether
  * the file held more is reported, never silently cut. em_file_kind() names what stands where
- * a regular file was wanted, for the message that refuses it.
+ * a regular file was wanted, for the message that refuses it. em_file_begin() and
+ * em_file_finish() put a file in place whole: written as "<path>.tmp" beside it, then renamed
+ * over it, so a reader opens the old file or the new one, never half of one.
  *
  * Nothing allocates; the fd is open only during the call. Thread-safe (no global state).
  * The header compiles on its own, as C11 and as C++.
@@ -40,6 +42,22 @@ ssize_t em_file_read_small(const char *path, char *buf, size_t cap, bool *trunca
  * "a regular file", or "a file of an unknown type". A static string.
  */
 const char *em_file_kind(mode_t mode);
+
+/*
+ * Starts a file that replaces `path` whole: removes whatever stands at "<path>.tmp" (a FIFO,
+ * a link, a stale file) and creates it anew, read-write, mode 0644 whatever the umask, with
+ * O_EXCL, O_NOFOLLOW and O_NONBLOCK (nothing planted there can block the caller or redirect
+ * the write), then sizes it to `size` bytes when size > 0. The temporary path is written to
+ * tmp[0..tmp_cap). Returns the fd, or -errno (-ENAMETOOLONG when the path does not fit).
+ */
+int em_file_begin(const char *path, size_t size, char *tmp, size_t tmp_cap);
+
+/*
+ * Ends em_file_begin(): with rc == 0, renames tmp over path (the caller has written and, for a
+ * mapping, may keep the fd); otherwise, or when the rename fails, removes tmp. Returns rc, or
+ * -errno of rename().
+ */
+int em_file_finish(const char *tmp, const char *path, int rc);
 
 #ifdef __cplusplus
 }
