@@ -73,24 +73,20 @@ static void print_stats(em_remote_t *r, size_t k) {
   if (em_remote_stats(r, k, &st) != 0) {
     return;
   }
+  /* STAT(field): a row named as the field of em_remote_stats_t it prints. */
+#define STAT(field)                                                                                \
+  { #field, (int64_t)st.field }
   const struct {
     const char *name;
     int64_t v;
-  } rows[] = {
-      {"sent_requests", (int64_t)st.sent_requests},
-      {"sent_samples", (int64_t)st.sent_samples},
-      {"sent_histograms", (int64_t)st.sent_histograms},
-      {"failed_network", (int64_t)st.failed_network},
-      {"failed_5xx", (int64_t)st.failed_5xx},
-      {"failed_429", (int64_t)st.failed_429},
-      {"failed_4xx", (int64_t)st.failed_4xx},
-      {"retries", (int64_t)st.retries},
-      {"dropped_requests", (int64_t)st.dropped_requests},
-      {"dropped_samples", (int64_t)st.dropped_samples},
-      {"dropped_histograms", (int64_t)st.dropped_histograms},
-      {"queue_depth", (int64_t)st.queue_depth},
-      {"last_success_unix_ms", st.last_success_unix_ms},
-  };
+  } rows[] = {STAT(sent_requests),       STAT(sent_samples),
+              STAT(sent_histograms),     STAT(failed_network),
+              STAT(failed_5xx),          STAT(failed_429),
+              STAT(failed_4xx),          STAT(retries),
+              STAT(dropped_requests),    STAT(dropped_samples),
+              STAT(dropped_histograms),  STAT(queue_depth),
+              STAT(last_success_unix_ms)};
+#undef STAT
   char prefix[16] = "";
   if (k > 0) {
     snprintf(prefix, sizeof(prefix), "ep%u.", (unsigned)(k % MAX_ENDPOINTS));
