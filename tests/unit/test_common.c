@@ -365,6 +365,52 @@ static void read_small_reports_truncation(void **state) {
   remove_dir(dir);
 }
 
+/* A file put in place whole: whatever stood at <path>.tmp goes, the old file stays until the
+ * rename, a failure leaves no temporary behind. */
+static void file_begin_and_finish_replace_whole(void **state) {
+  (void)state;
+  char dir[EM_TMP_TREE_ROOT_BYTES];
+  char path[128];
+  char tmp[160];
+  char buf[16];
+  static char big[4200];
+  make_dir(dir);
+  write_file(path, sizeof(path), dir, "page", "old", 3, 0600);
+  char planted[160];
+  snprintf(planted, sizeof(planted), "%s.tmp", path);
+  assert_int_equal(mkfifo(planted, 0600), 0); /* Opened without O_NONBLOCK, it would block. */
+  mode_t was = umask(077);
+  int fd = em_file_begin(path, 4096, tmp, sizeof(tmp));
+  umask(was);
+  assert_true(fd >= 0);
+  assert_string_equal(tmp, planted);
+  struct stat st;
+  assert_int_equal(fstat(fd, &st), 0);
+  assert_true(S_ISREG(st.st_mode));
+  assert_int_equal(st.st_mode & 0777, 0644); /* Whatever the umask: readers of other users. */
+  assert_int_equal(st.st_size, 4096);
+  assert_int_equal(em_file_read_small(path, buf, sizeof(buf), NULL), 3); /* Old one in place. */
+  assert_int_equal(pwrite(fd, "new", 3, 0), 3);
+  close(fd);
+  assert_int_equal(em_file_finish(tmp, path, 0), 0);
+  assert_int_equal(em_file_read_small(path, big, sizeof(big), NULL), 4096);
+  assert_memory_equal(big, "new", 3);
+  assert_int_equal(access(tmp, F_OK), -1);
+  /* A failed write: the temporary goes, the file stays as it was, the error comes back. */
+  fd = em_file_begin(path, 0, tmp, sizeof(tmp));
+  assert_true(fd >= 0);
+  close(fd);
+  assert_int_equal(em_file_finish(tmp, path, -EIO), -EIO);
+  assert_int_equal(access(tmp, F_OK), -1);
+  assert_int_equal(em_file_read_small(path, big, sizeof(big), NULL), 4096);
+  /* A path with no room for ".tmp", a missing directory, bad arguments. */
+  assert_int_equal(em_file_begin(path, 0, tmp, strlen(path) + 4), -ENAMETOOLONG);
+  snprintf(path, sizeof(path), "%s/missing/page", dir);
+  assert_int_equal(em_file_begin(path, 0, tmp, sizeof(tmp)), -ENOENT);
+  assert_int_equal(em_file_begin(NULL, 0, tmp, sizeof(tmp)), -EINVAL);
+  remove_dir(dir);
+}
+
 /* ---- credentials -------------------------------------------------------------------------- */
 
 typedef struct {
@@ -639,6 +685,7 @@ int main(void) {
       cmocka_unit_test(mqtt_url_table),
       cmocka_unit_test(str_copy_reports_truncation),
       cmocka_unit_test(read_small_reports_truncation),
+      cmocka_unit_test(file_begin_and_finish_replace_whole),
       cmocka_unit_test(credentials_text_table),
       cmocka_unit_test(credentials_file_checks_mode_type_and_owner),
       cmocka_unit_test(ini_reader_events_and_problems),
