@@ -6,7 +6,8 @@
  *                                    (messages, flight recordings, stack profiles)
  *   em-proto-tool decode < MSG.cbor  print the message (or recording, profile) as JSON, or the
  *                                    error and its offset
- *   em-proto-tool random SEED N DIR  write N random valid messages as DIR/rand-<i>.{cbor,json}
+ *   em-proto-tool random SEED N DIR  write N random valid messages as DIR/rand-<i>.{cbor,json}:
+ *                                    data, and every fourth a level change with a verdict
  *   em-proto-tool topics             print the device's topics (edgemon/proto.h's table), one
  *                                    "WHO SUFFIX KIND COMMAND" line each: WHO "agent" or "host"
  *                                    (who publishes), the message kind and command numbers
@@ -20,6 +21,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -248,12 +250,74 @@ static void rnd_data(em_msg_t *m) {
   d->stages = r_stages;
 }
 
+static em_proto_verdict_t r_verdict;
+static char r_texts[EM_PROTO_VERDICT_MAX_CAUSES][3][EM_PROTO_VERDICT_MAX_EVIDENCE][24];
+
+/* A random share in 0..1 at most `below`, in steps of 1/1000 (so ties happen). */
+static double rnd_share(double below) {
+  return (double)rnd_below((uint64_t)(below * 1000.0) + 1) / 1000.0;
+}
+
+/* A random valid level change carrying a random valid verdict: 0..8 causes in descending
+ * share, any code (unknown ones too), 0..16 figures of any number type, 0..8 processes and
+ * 0..8 functions. */
+static void rnd_state(em_msg_t *m) {
+  em_state_t *st = &m->u.state;
+  m->kind = EM_MSG_STATE;
+  *st = (em_state_t){.head = {.time_ns = rnd(), .session = (uint32_t)rnd()},
+                     .level = (em_level_t)(1 + rnd_below(3)),
+                     .prev_level = EM_LEVEL_NOMINAL,
+                     .mono_ns = rnd(),
+                     .stage = "infer",
+                     .verdict = &r_verdict};
+  em_proto_verdict_t *v = &r_verdict;
+  *v = (em_proto_verdict_t){.stage = "infer",
+                            .statistic = rnd_below(2) ? "p99" : "mean",
+                            .baseline_ns = rnd() >> rnd_below(64),
+                            .breach_ns = rnd() >> rnd_below(64),
+                            .nominal_windows = (uint32_t)rnd_below(100),
+                            .n_causes = rnd_below(EM_PROTO_VERDICT_MAX_CAUSES + 1)};
+  double share = 1.0;
+  for (size_t i = 0; i < v->n_causes; i++) {
+    em_proto_verdict_cause_t *c = &v->causes[i];
+    share = rnd_share(share);
+    c->code = (uint32_t)rnd_below(10);
+    c->share = share;
+    c->n_evidence = rnd_below(EM_PROTO_VERDICT_MAX_EVIDENCE + 1);
+    c->n_processes = rnd_below(EM_PROTO_VERDICT_MAX_PROCESSES + 1);
+    c->n_functions = rnd_below(EM_PROTO_VERDICT_MAX_FUNCTIONS + 1);
+    for (size_t j = 0; j < c->n_evidence; j++) {
+      snprintf(r_texts[i][0][j], sizeof(r_texts[i][0][j]), "figure_%zu", j);
+      c->evidence[j].name = r_texts[i][0][j];
+      c->evidence[j].value = rnd_value();
+      if (c->evidence[j].value.type == EM_VALUE_ABSENT) {
+        c->evidence[j].value = (em_value_t){.type = EM_VALUE_UINT, .as.u = rnd_below(100)};
+      }
+    }
+    for (size_t j = 0; j < c->n_processes; j++) {
+      snprintf(r_texts[i][1][j], sizeof(r_texts[i][1][j]), "proc-%" PRIu64, rnd_below(1000));
+      c->processes[j] = (em_proto_verdict_process_t){
+          .pid = (uint32_t)rnd(), .comm = r_texts[i][1][j], .share = rnd_share(1.0)};
+    }
+    for (size_t j = 0; j < c->n_functions; j++) {
+      snprintf(r_texts[i][2][j], sizeof(r_texts[i][2][j]), "fn_%zu", j);
+      c->functions[j] = (em_proto_verdict_function_t){
+          .name = r_texts[i][2][j], .growth = (double)((int64_t)rnd_below(20001) - 10000) / 100.0};
+    }
+  }
+}
+
+/* Random messages: data, and every fourth a level change with a verdict. */
 static int cmd_random(const char *seed, const char *count, const char *dir) {
   rng_state = strtoull(seed, NULL, 10) * 2 + 1;
   long n = strtol(count, NULL, 10);
   for (long i = 0; i < n; i++) {
     em_msg_t m;
-    rnd_data(&m);
+    if (i % 4 == 3) {
+      rnd_state(&m);
+    } else {
+      rnd_data(&m);
+    }
     char stem[32];
     snprintf(stem, sizeof(stem), "rand-%ld", i);
     int rc = emit(dir, stem, &m);
