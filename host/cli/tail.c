@@ -126,17 +126,10 @@ static void column(const em_device_t *dev, const em_data_t *d, const char *name,
   printf(" %*s", width, cell);
 }
 
+/* A rule's bound in ns, or -1 when it has none. */
 static double bound_ns(const em_value_t *v) {
-  switch (v->type) {
-  case EM_VALUE_UINT:
-    return (double)v->as.u;
-  case EM_VALUE_INT:
-    return (double)v->as.i;
-  case EM_VALUE_FLOAT:
-    return v->as.f;
-  default:
-    return -1;
-  }
+  double d = em_value_double(v);
+  return isnan(d) ? -1 : d;
 }
 
 /* The quantile a percentile rule bounds, from its id ("infer.p99" -> p99), or p99. */

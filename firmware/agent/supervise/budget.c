@@ -135,20 +135,10 @@ static double sqrt_pos(double x) {
   return r;
 }
 
+/* A number of `v` into *out; false when it is absent or not finite. */
 static bool value_as_double(const em_value_t *v, double *out) {
-  switch (v->type) {
-  case EM_VALUE_UINT:
-    *out = (double)v->as.u;
-    return true;
-  case EM_VALUE_INT:
-    *out = (double)v->as.i;
-    return true;
-  case EM_VALUE_FLOAT:
-    *out = v->as.f;
-    return finite(v->as.f);
-  default:
-    return false;
-  }
+  *out = em_value_double(v);
+  return finite(*out);
 }
 
 static bool is_stage_rule(em_budget_rule_kind_t kind) {

@@ -21,20 +21,6 @@ struct em_levels {
   em_hook_t *hook; /* NULL when [degrade] hook is not set. */
 };
 
-static double value_as_double(em_value_t v) {
-  switch (v.type) {
-  case EM_VALUE_UINT:
-    return (double)v.as.u;
-  case EM_VALUE_INT:
-    return (double)v.as.i;
-  case EM_VALUE_FLOAT:
-    return v.as.f;
-  case EM_VALUE_ABSENT:
-    break;
-  }
-  return NAN;
-}
-
 int em_levels_new(em_levels_t **out, const em_levels_opts_t *opts, uint64_t mono_ns,
                   uint64_t wall_ns) {
   if (!out || !opts || !opts->loop || !opts->runtime_dir || !opts->send) {
@@ -96,8 +82,8 @@ const em_state_record_t *em_levels_apply(em_levels_t *l, const em_budget_change_
                            .changes = r->changes + 1,
                            .since_mono_ns = c->mono_ns,
                            .since_wall_ns = wall_ns,
-                           .value = value_as_double(c->value),
-                           .bound = value_as_double(c->bound)};
+                           .value = em_value_double(&c->value),
+                           .bound = em_value_double(&c->bound)};
   snprintf(r->rule, sizeof(r->rule), "%.*s", (int)sizeof(r->rule) - 1, c->rule ? c->rule : "");
   snprintf(r->stage, sizeof(r->stage), "%s", c->stage ? c->stage : "");
   snprintf(r->reason, sizeof(r->reason), "%.60s%s%.70s", c->rule ? c->rule : "",

@@ -19,6 +19,7 @@
 #ifndef EDGEMON_PROTO_H
 #define EDGEMON_PROTO_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -150,6 +151,20 @@ typedef struct {
     double f; /* Finite; NaN and infinities are out of range. */
   } as;
 } em_value_t;
+
+/* The number `v` holds as a double (an integer above 2^53 rounds), or NaN when it is absent. */
+static inline double em_value_double(const em_value_t *v) {
+  switch (v->type) {
+  case EM_VALUE_UINT:
+    return (double)v->as.u;
+  case EM_VALUE_INT:
+    return (double)v->as.i;
+  case EM_VALUE_FLOAT:
+    return v->as.f;
+  default:
+    return NAN;
+  }
+}
 
 /* One label of a model identity. */
 typedef struct {
