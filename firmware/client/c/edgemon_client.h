@@ -712,12 +712,47 @@ static inline int em_client__page_fd(const char *path, struct stat *st, const ch
   return fd;
 }
 
+/*
+ * Internal: maps `bytes` of the page file at `path` read-only, opened through
+ * em_client__page_fd() (a regular file only). Its size must be exactly `bytes` (exact) or at
+ * least `bytes`; a file of another size is refused before mapping, so the mapping never
+ * faults. *st receives the file's identity, *why what refused it (NULL when it is absent),
+ * *opened whether it could be opened. Returns the mapping, or NULL.
+ */
+static inline const uint8_t *em_client__page_map(const char *path, size_t bytes, int exact,
+                                                 struct stat *st, const char **why, int *opened) {
+  void *map;
+  int fd = em_client__page_fd(path, st, why);
+  *opened = fd >= 0;
+  if (fd < 0) {
+    return NULL;
+  }
+  if (exact ? st->st_size != (off_t)bytes : st->st_size < (off_t)bytes) {
+    close(fd);
+    return NULL;
+  }
+  map = mmap(NULL, bytes, PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  return map == MAP_FAILED ? NULL : (const uint8_t *)map;
+}
+
+/* Internal: is the file stat() found at a page's path the one mapped at `page` (dev, ino)? */
+static inline int em_client__same_page(const uint8_t *page, const struct stat *st, uint64_t dev,
+                                       uint64_t ino) {
+  return page != NULL && (uint64_t)st->st_dev == dev && (uint64_t)st->st_ino == ino;
+}
+
+/* Internal: unmaps the `bytes` mapped at *page, if any, and sets *page to NULL. */
+static inline void em_client__page_unmap(const uint8_t **page, size_t bytes) {
+  if (*page != NULL) {
+    munmap((void *)(uintptr_t)*page, bytes);
+    *page = NULL;
+  }
+}
+
 /* Internal: forgets the mapping and what was read from it. */
 static inline void em_client__page_drop(em_client_t *c) {
-  if (c->page != NULL) {
-    munmap((void *)(uintptr_t)c->page, EM_CLIENT_PAGE_BYTES);
-    c->page = NULL;
-  }
+  em_client__page_unmap(&c->page, EM_CLIENT_PAGE_BYTES);
   c->page_dev = 0;
   c->page_ino = 0;
   c->page_cached = 0;
@@ -726,30 +761,22 @@ static inline void em_client__page_drop(em_client_t *c) {
 /* Internal: opens and maps the page file when it is a v1 page. */
 static inline void em_client__page_open(em_client_t *c) {
   struct stat st;
-  void *map;
-  const uint8_t *p;
-  int fd = em_client__page_fd(c->state_path, &st, &c->page_refused);
-  if (fd < 0) {
+  int opened = 0;
+  const uint8_t *p =
+      em_client__page_map(c->state_path, EM_CLIENT_PAGE_BYTES, 1, &st, &c->page_refused, &opened);
+  if (!opened) {
     c->page_counters[c->page_refused != NULL ? EM_CLIENT_PAGE_REFUSED : EM_CLIENT_PAGE_ABSENT]++;
     return;
   }
   c->page_counters[EM_CLIENT_PAGE_OPENS]++;
-  if (st.st_size != (off_t)EM_CLIENT_PAGE_BYTES) {
-    close(fd); /* ESIZE: refused before mapping, so the mapping never faults */
+  if (p == NULL) { /* ESIZE, or not mappable */
     c->page_counters[EM_CLIENT_PAGE_INVALID]++;
     return;
   }
-  map = mmap(NULL, EM_CLIENT_PAGE_BYTES, PROT_READ, MAP_SHARED, fd, 0);
-  close(fd);
-  if (map == MAP_FAILED) {
-    c->page_counters[EM_CLIENT_PAGE_INVALID]++;
-    return;
-  }
-  p = (const uint8_t *)map;
   /* The header is written once, before the page is renamed into place. */
   if (memcmp(p, "EMST", 4) != 0 || (p[4] | p[5] << 8) != 1 ||
       (p[6] | p[7] << 8) != (int)EM_CLIENT_PAGE_BYTES) {
-    munmap(map, EM_CLIENT_PAGE_BYTES);
+    em_client__page_unmap(&p, EM_CLIENT_PAGE_BYTES);
     c->page_counters[EM_CLIENT_PAGE_INVALID]++;
     return;
   }
@@ -770,7 +797,7 @@ static inline void em_client__page_recheck(em_client_t *c, uint64_t now_ns) {
     c->page_refused = NULL;
     return;
   }
-  if (c->page != NULL && (uint64_t)st.st_dev == c->page_dev && (uint64_t)st.st_ino == c->page_ino) {
+  if (em_client__same_page(c->page, &st, c->page_dev, c->page_ino)) {
     return;
   }
   em_client__page_drop(c);
@@ -1292,10 +1319,7 @@ static inline void em_client__ring_poll_ack(em_client_t *c, em_client__ring_t *r
 
 /* Internal: forgets the deadline page mapping and its entries. */
 static inline void em_client__dl_drop(em_client_t *c) {
-  if (c->dl_page != NULL) {
-    munmap((void *)(uintptr_t)c->dl_page, EM_CLIENT_DEADLINE_BYTES);
-    c->dl_page = NULL;
-  }
+  em_client__page_unmap(&c->dl_page, EM_CLIENT_DEADLINE_BYTES);
   c->dl_dev = 0;
   c->dl_ino = 0;
   c->dl_count = 0;
@@ -1356,8 +1380,8 @@ static inline int em_client__dl_read(em_client_t *c, int first) {
  * inode (a new agent, the page appeared or went) maps it again and moves agent_gen. */
 static inline void em_client__dl_check(em_client_t *c, uint64_t now_ns) {
   struct stat st;
-  void *map;
-  int fd;
+  const uint8_t *p;
+  int opened = 0;
   c->dl_next_check_ns = now_ns + EM_CLIENT_PAGE_RECHECK_NS;
   if (c->deadline_path[0] == '\0' || stat(c->deadline_path, &st) != 0) {
     c->dl_refused = NULL;
@@ -1367,7 +1391,7 @@ static inline void em_client__dl_check(em_client_t *c, uint64_t now_ns) {
     }
     return;
   }
-  if (c->dl_page != NULL && (uint64_t)st.st_dev == c->dl_dev && (uint64_t)st.st_ino == c->dl_ino) {
+  if (em_client__same_page(c->dl_page, &st, c->dl_dev, c->dl_ino)) {
     (void)em_client__dl_read(c, 0);
     return;
   }
@@ -1375,21 +1399,16 @@ static inline void em_client__dl_check(em_client_t *c, uint64_t now_ns) {
     em_client__dl_drop(c);
     c->agent_gen++;
   }
-  fd = em_client__page_fd(c->deadline_path, &st, &c->dl_refused);
-  if (fd < 0) {
+  p = em_client__page_map(c->deadline_path, EM_CLIENT_DEADLINE_BYTES, 0, &st, &c->dl_refused,
+                          &opened);
+  if (!opened) {
     c->dl_refusals += c->dl_refused != NULL;
     return;
   }
-  if (st.st_size < (off_t)EM_CLIENT_DEADLINE_BYTES) {
-    close(fd); /* refused before mapping, so the mapping never faults */
+  if (p == NULL) { /* too small, or not mappable */
     return;
   }
-  map = mmap(NULL, EM_CLIENT_DEADLINE_BYTES, PROT_READ, MAP_SHARED, fd, 0);
-  close(fd);
-  if (map == MAP_FAILED) {
-    return;
-  }
-  c->dl_page = (const uint8_t *)map;
+  c->dl_page = p;
   if (em_client__dl_read(c, 1) != 0) {
     em_client__dl_drop(c);
     return;
