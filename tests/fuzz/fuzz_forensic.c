@@ -36,7 +36,7 @@ static void accounted(const em_profile_t *d, uint64_t out[2]) {
 #else
 #define DOC(name)      em_flight_##name
 #define MAX_BYTES      EM_FLIGHT_MAX_BYTES
-#define SCRATCH        (12u * EM_FLIGHT_MAX_BYTES + 256u)
+#define SCRATCH        EM_FLIGHT_SCRATCH_MAX
 #define JSON           (64u * EM_FLIGHT_MAX_BYTES) /* 2 wire bytes of a figure: ~70 of JSON. */
 #define STRICT_SCRATCH 0
 

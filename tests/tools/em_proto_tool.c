@@ -127,8 +127,8 @@ static int print_decoded(int rc, size_t off, int json_rc) {
   }
 
 /* A flight recording (kind 5, which em_proto_decode refuses): its JSON, or its error. */
-DECODE(decode_flight, em_flight_t, em_flight_decode, em_flight_scratch_bytes,
-       12u * EM_FLIGHT_MAX_BYTES + 256u, em_flight_to_json)
+DECODE(decode_flight, em_flight_t, em_flight_decode, em_flight_scratch_bytes, EM_FLIGHT_SCRATCH_MAX,
+       em_flight_to_json)
 
 /* A stack profile (kind 6, which em_proto_decode refuses): its JSON, or its error. */
 DECODE(decode_profile, em_profile_t, em_profile_decode, em_profile_scratch_bytes,

@@ -24,7 +24,7 @@
 
 static uint8_t buf[EM_FLIGHT_MAX_BYTES + 64];
 static uint8_t buf2[EM_FLIGHT_MAX_BYTES + 64];
-static uint8_t scratch[12u * EM_FLIGHT_MAX_BYTES + 4096];
+static uint8_t scratch[EM_FLIGHT_SCRATCH_MAX];
 static char json[8u * 1024 * 1024];
 static char json2[8u * 1024 * 1024];
 
@@ -958,6 +958,29 @@ static void scratch_bound_holds_for_the_densest_inputs(void **state) {
   size_t len = 0;
   assert_int_equal(em_flight_encode(&f, buf, sizeof(buf), &len), 0);
   decode_in_bound(buf, len);
+  /* 1b. The same with a verdict at its limits, of one-letter names: its fixed arrays come on
+   * top of the bytes' bound. */
+  static em_proto_verdict_t v = {.stage = "a", .statistic = "p", .n_causes = 8};
+  static const char *const letter[] = {"a", "b", "c", "d", "e", "f", "g", "h",
+                                       "i", "j", "k", "l", "m", "n", "o", "p"};
+  for (size_t c = 0; c < v.n_causes; c++) {
+    em_proto_verdict_cause_t *vc = &v.causes[c];
+    vc->n_evidence = EM_PROTO_VERDICT_MAX_EVIDENCE;
+    vc->n_processes = EM_PROTO_VERDICT_MAX_PROCESSES;
+    vc->n_functions = EM_PROTO_VERDICT_MAX_FUNCTIONS;
+    for (size_t i = 0; i < vc->n_evidence; i++) {
+      vc->evidence[i] = (em_proto_evidence_t){letter[i], U(1)};
+    }
+    for (size_t i = 0; i < vc->n_processes; i++) {
+      vc->processes[i] = (em_proto_verdict_process_t){1, letter[i], 0.0};
+      vc->functions[i] = (em_proto_verdict_function_t){letter[i], 0.0};
+    }
+  }
+  f.verdict = &v;
+  f.n_ticks = 3900;
+  assert_int_equal(em_flight_encode(&f, buf, sizeof(buf), &len), 0);
+  decode_in_bound(buf, len);
+  f.verdict = NULL;
   /* 2. Empty ticks [0, {}]. */
   for (size_t i = 0; i < EM_FLIGHT_MAX_TICKS; i++) {
     ticks[i].n_values = 0;

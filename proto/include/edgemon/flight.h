@@ -157,6 +157,9 @@ EM_PROTO_MUST_USE int em_flight_mark_historical(const uint8_t *live, size_t len,
  */
 size_t em_flight_scratch_bytes(size_t len);
 
+/* em_flight_scratch_bytes() of the largest recording: enough for any input. */
+#define EM_FLIGHT_SCRATCH_MAX (12u * EM_FLIGHT_MAX_BYTES + 256u + sizeof(em_proto_verdict_t))
+
 /*
  * Decodes and validates one recording occupying exactly buf[0..len), with the rules of
  * proto.h's decoder (definite lengths, unknown keys skipped, duplicate keys refused, finite
