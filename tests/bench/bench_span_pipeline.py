@@ -545,6 +545,7 @@ def add_harness_args(p, json_help):
     p.add_argument("--mosquitto", default="/usr/sbin/mosquitto",
                    help="the broker binary (default /usr/sbin/mosquitto)")
 
+
 def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="bench_span_pipeline.py",

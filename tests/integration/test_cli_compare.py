@@ -106,6 +106,7 @@ def two_recordings(tmp_path, seed, factors=None, **kw):
     write_recording(b, seed=seed + 1, factors=factors, **kw)
     return a, b
 
+
 def compare(*args):
     """Runs compare with every span a sample (--unit span) unless the test names a --unit:
     these recordings are seconds of one or two devices."""

@@ -111,6 +111,7 @@ def tls_agent(things, tmp_path, pki):
                         f"tls_key_file = {dev_key}\n", device=device)
     return broker, device, (host_crt, host_key), inbox, agent
 
+
 def test_agent_publishes_birth_and_data_over_tls_with_a_client_certificate(things, tmp_path,
                                                                            pki):
     broker, device, (host_crt, host_key), inbox, agent = tls_agent(things, tmp_path, pki)

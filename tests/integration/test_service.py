@@ -87,6 +87,7 @@ def notified_agent(stack, tmp_path):
                         env={"NOTIFY_SOCKET": str(notify.path), "WATCHDOG_USEC": "400000"})
     return broker, notify, agent
 
+
 def test_ready_after_the_first_sample_then_watchdog_pings(stack, tmp_path):
     broker, notify, agent = notified_agent(stack, tmp_path)
     ready = notify.wait("READY", "1")
