@@ -127,7 +127,14 @@ typedef enum {
   X(FLIGHT_UNNAMED, "flight.unnamed", "1", COUNTER, TICK)                                          \
   X(PROFILE_TAKEN, "profile.taken", "1", COUNTER, TICK)                                            \
   X(PROFILE_SUPPRESSED, "profile.suppressed", "1", COUNTER, TICK)                                  \
-  X(PROFILE_LOST, "profile.lost", "1", COUNTER, TICK)
+  X(PROFILE_LOST, "profile.lost", "1", COUNTER, TICK)                                              \
+  X(SCHED_RUNQ_DELAY, "sched.runq_delay", "ns", COUNTER, TARGET)                                   \
+  X(SCHED_CTXSW_VOLUNTARY, "sched.ctxsw.voluntary", "1", COUNTER, TARGET)                          \
+  X(SCHED_CTXSW_INVOLUNTARY, "sched.ctxsw.involuntary", "1", COUNTER, TARGET)                      \
+  X(PROC_CPU, "proc.cpu", "ns", COUNTER, TARGET)                                                   \
+  X(MAJOR_FAULTS, "mem.major_faults", "1", COUNTER, TARGET)                                        \
+  X(CGROUP_CPU_THROTTLED, "cgroup.cpu.throttled", "ns", COUNTER, TARGET)                           \
+  X(CGROUP_CPU_NR_THROTTLED, "cgroup.cpu.nr_throttled", "1", COUNTER, TARGET)
 
 /* The fixed figures' ids: EM_FIG_<ID>, in table order. */
 typedef enum {

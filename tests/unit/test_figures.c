@@ -105,6 +105,13 @@ static const struct {
     {"spool.inflight", "1", EM_METRIC_GAUGE, EM_FIGURE_TICK},
     {"spool.evicted_inflight", "1", EM_METRIC_COUNTER, EM_FIGURE_TICK},
     {"spool.lost", "1", EM_METRIC_COUNTER, EM_FIGURE_TICK},
+    {"sched.runq_delay", "ns", EM_METRIC_COUNTER, EM_FIGURE_TARGET},
+    {"sched.ctxsw.voluntary", "1", EM_METRIC_COUNTER, EM_FIGURE_TARGET},
+    {"sched.ctxsw.involuntary", "1", EM_METRIC_COUNTER, EM_FIGURE_TARGET},
+    {"proc.cpu", "ns", EM_METRIC_COUNTER, EM_FIGURE_TARGET},
+    {"mem.major_faults", "1", EM_METRIC_COUNTER, EM_FIGURE_TARGET},
+    {"cgroup.cpu.throttled", "ns", EM_METRIC_COUNTER, EM_FIGURE_TARGET},
+    {"cgroup.cpu.nr_throttled", "1", EM_METRIC_COUNTER, EM_FIGURE_TARGET},
 };
 
 static void rows_keep_unit_kind_and_cadence(void **state) {
@@ -228,6 +235,17 @@ static void absent_reasons_at_start(void **state) {
     assert_string_equal(reason_of(d, "mem.swap"), starts[i].swap);
     assert_string_equal(reason_of(d, "sys.mem.available"), starts[i].available);
     assert_string_equal(reason_of(d, "spool.lost"), "");
+    /* A cgroup target has no process or threads: their scheduling figures are absent; the
+     * cgroup's runq delay (cpu.pressure) and throttling are not. */
+    const char *per_process =
+        starts[i].process_memory ? ""
+                                 : "cgroup target: per-process and per-thread figures are not read";
+    assert_string_equal(reason_of(d, "proc.cpu"), per_process);
+    assert_string_equal(reason_of(d, "mem.major_faults"), per_process);
+    assert_string_equal(reason_of(d, "sched.ctxsw.voluntary"), per_process);
+    assert_string_equal(reason_of(d, "sched.ctxsw.involuntary"), per_process);
+    assert_string_equal(reason_of(d, "sched.runq_delay"), "");
+    assert_string_equal(reason_of(d, "cgroup.cpu.throttled"), "");
     assert_int_equal(em_figures_count(d), 1 + EM_FIG_COUNT);
     em_figures_free(d);
   }

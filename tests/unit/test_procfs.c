@@ -27,6 +27,7 @@
 #include <ftw.h>
 #include <limits.h>
 #include <math.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +38,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "others.h"
 #include "procfs.h"
+#include "schedinfo.h"
 
 #ifndef EM_FIXTURES_DIR
 #error "EM_FIXTURES_DIR (absolute path of tests/fixtures) must be defined"
@@ -1275,6 +1278,374 @@ static void reader_statm_of_exited_child_is_esrch(void **state) {
   em_procfs_free(p);
 }
 
+/* ---- Scheduling evidence (schedinfo.c) and who else ran (others.c) ---- */
+
+#define SCHED_DIR EM_FIXTURES_DIR "/sched"
+
+/* A reader of fixture tree `tree` (under tests/fixtures/sched) for its pid 4242. */
+static em_schedinfo_t *open_sched_tree(const char *base, const char *tree) {
+  char proc[PATH_MAX], cgroup[PATH_MAX];
+  snprintf(proc, sizeof proc, "%s/%s/proc", base, tree);
+  snprintf(cgroup, sizeof cgroup, "%s/%s/cgroup", base, tree);
+  em_schedinfo_t *s = NULL;
+  assert_int_equal(em_schedinfo_new(&s, proc, cgroup, 4242, NULL), 0);
+  return s;
+}
+
+static void sched_stat_takes_the_fields_after_the_last_parenthesis(void **state) {
+  (void)state;
+  static const char line[] = "4242 (python3 (w) x) S 1 4242 4242 0 -1 4194560 51234 0 37 0 1500 "
+                             "250 0 0 20 0 2 0 123456 2400000000 560000 18446744073709551615 1 1 "
+                             "0 0 0 0 0 16781312 1224 0 0 0 17 3 0 0 0 0 0\n";
+  em_schedinfo_stat_t st;
+  assert_int_equal(em_schedinfo_parse_stat(line, sizeof line - 1, &st), 0);
+  assert_string_equal(st.comm, "python3 (w) x");
+  assert_int_equal(st.state, 'S');
+  assert_int_equal(st.majflt, 37);
+  assert_int_equal(st.utime_ticks, 1500);
+  assert_int_equal(st.stime_ticks, 250);
+  assert_int_equal(st.starttime, 123456);
+  assert_int_equal(st.processor, 3);
+  /* A 2.6-era line that stops after field 22 has no processor: -1, not CPU 0. */
+  static const char short_line[] = "7 (a) R 1 7 7 0 -1 0 0 0 5 0 10 20 0 0 20 0 1 0 99\n";
+  assert_int_equal(em_schedinfo_parse_stat(short_line, sizeof short_line - 1, &st), 0);
+  assert_int_equal(st.processor, -1);
+  assert_int_equal(st.majflt, 5);
+}
+
+/* Texts each parser must refuse: truncated, garbage, overflowing, repeated. */
+static void sched_parsers_reject_text_not_in_the_format(void **state) {
+  (void)state;
+  static const char *const stats[] = {
+      "",
+      "4242 (x) S 1 2 3\n",
+      "4242 (x) S 1 4242 4242 0 -1 0 0 0 x7 0 1 2 0 0 20 0 1 0 9\n",
+      "4242 x) S 1\n",
+      "4242 (x) S 1 4242 4242 0 -1 0 0 0 7 0 1 2 0 0 20 0 1 0 9",
+      "4242 (x) S 1 4242 4242 0 -1 0 0 0 99999999999999999999999 0 1 2 0 0 20 0 1 0 9\n"};
+  em_schedinfo_stat_t st;
+  for (size_t i = 0; i < ARRAY_LEN(stats); i++) {
+    assert_int_equal(em_schedinfo_parse_stat(stats[i], strlen(stats[i]), &st), -EINVAL);
+    assert_int_equal(st.utime_ticks, 0);
+  }
+  static const char *const schedstats[] = {"",          "1 2 3",   "1 2\n",
+                                           "1 2 3 4\n", "a b c\n", "1 99999999999999999999999 3\n"};
+  uint64_t wait = 1;
+  for (size_t i = 0; i < ARRAY_LEN(schedstats); i++) {
+    assert_int_equal(em_schedinfo_parse_schedstat(schedstats[i], strlen(schedstats[i]), &wait),
+                     -EINVAL);
+    assert_int_equal(wait, 0);
+  }
+  static const char *const statuses[] = {
+      "voluntary_ctxt_switches:\t1\nvoluntary_ctxt_switches:\t2\n",
+      "voluntary_ctxt_switches:\tx\nnonvoluntary_ctxt_switches:\t2\n",
+      "voluntary_ctxt_switches:\t1\nnonvoluntary_ctxt_switches:\t2"};
+  unsigned have = 1;
+  uint64_t vol = 1, invol = 1;
+  for (size_t i = 0; i < ARRAY_LEN(statuses); i++) {
+    assert_int_equal(
+        em_schedinfo_parse_status(statuses[i], strlen(statuses[i]), &have, &vol, &invol), -EINVAL);
+    assert_int_equal(have, 0);
+  }
+  static const char *const cpu_stats[] = {"nr_throttled 1\nnr_throttled 2\n",
+                                          "throttled_usec 99999999999999999999\n",
+                                          "throttled_usec 18446744073709552\n", "nr_throttled x\n"};
+  em_schedinfo_cpu_stat_t cs;
+  for (size_t i = 0; i < ARRAY_LEN(cpu_stats); i++) {
+    assert_int_equal(em_schedinfo_parse_cpu_stat(cpu_stats[i], strlen(cpu_stats[i]), &cs), -EINVAL);
+    assert_int_equal(cs.have, 0);
+  }
+  static const char *const cgroups[] = {"0::/a", "garbage\n", "0::relative\n", ":cpu:/a\n"};
+  em_schedinfo_cgroup_t cg;
+  for (size_t i = 0; i < ARRAY_LEN(cgroups); i++) {
+    assert_int_equal(em_schedinfo_parse_cgroup(cgroups[i], strlen(cgroups[i]), &cg), -EINVAL);
+    assert_string_equal(cg.v2_path, "");
+  }
+  bool have_total = true;
+  uint64_t total = 1;
+  static const char psi_bad[] = "some avg10=0.00 avg60=0.00 avg300=0.00 total=12x\n";
+  assert_int_equal(
+      em_schedinfo_parse_pressure_total(psi_bad, sizeof psi_bad - 1, &have_total, &total), -EINVAL);
+  assert_false(have_total);
+}
+
+static void sched_status_without_ctxt_switch_lines_has_nothing(void **state) {
+  (void)state;
+  static const char text[] = "Name:\tx\nState:\tS (sleeping)\n";
+  unsigned have = 1;
+  uint64_t vol = 1, invol = 1;
+  assert_int_equal(em_schedinfo_parse_status(text, sizeof text - 1, &have, &vol, &invol), 0);
+  assert_int_equal(have, 0);
+  assert_int_equal(vol, 0);
+}
+
+static void sched_cgroup_finds_v1_cpu_controller_and_v2_path(void **state) {
+  (void)state;
+  static const char hybrid[] = "5:memory:/m\n4:cpuacct,cpu:/app\n2:cpuset:/\n0::/u\n";
+  em_schedinfo_cgroup_t cg;
+  assert_int_equal(em_schedinfo_parse_cgroup(hybrid, sizeof hybrid - 1, &cg), 0);
+  assert_string_equal(cg.v1_controllers, "cpuacct,cpu");
+  assert_string_equal(cg.v1_path, "/app");
+  assert_string_equal(cg.v2_path, "/u");
+  /* "cpuset" is not "cpu": a machine with only cpuset in v1 has no v1 cpu controller. */
+  static const char cpuset_only[] = "3:cpuset:/a\n0::/b\n";
+  assert_int_equal(em_schedinfo_parse_cgroup(cpuset_only, sizeof cpuset_only - 1, &cg), 0);
+  assert_string_equal(cg.v1_path, "");
+  assert_string_equal(cg.v2_path, "/b");
+}
+
+/* JetPack 5: the v1 cpu,cpuacct controller's throttled_time (ns) and nr_throttled. */
+static void sched_reader_reads_v1_jetpack5_tree(void **state) {
+  (void)state;
+  em_schedinfo_t *s = open_sched_tree(SCHED_DIR, "v1-jetpack5");
+  em_schedinfo_reading_t r = {0};
+  assert_int_equal(em_schedinfo_read_stat(s, &r), 0);
+  uint64_t tick_ns = UINT64_C(1000000000) / (uint64_t)sysconf(_SC_CLK_TCK);
+  assert_int_equal(r.cpu_ns, (1500 + 250) * tick_ns);
+  assert_int_equal(r.major_faults, 37);
+  assert_int_equal(em_schedinfo_read_threads(s, &r), 0);
+  unsigned all = EM_SCHEDINFO_CPU | EM_SCHEDINFO_MAJFLT | EM_SCHEDINFO_RUNQ | EM_SCHEDINFO_CTXSW |
+                 EM_SCHEDINFO_THROTTLED | EM_SCHEDINFO_NR_THROTTLED;
+  assert_int_equal(r.have, all);
+  assert_int_equal(r.runq_delay_ns, 1500000 + 500000);
+  assert_int_equal(r.ctxsw_voluntary, 100 + 20);
+  assert_int_equal(r.ctxsw_involuntary, 7 + 3);
+  assert_int_equal(r.throttled_ns, 987654321);
+  assert_int_equal(r.nr_throttled, 42);
+  assert_null(em_schedinfo_absent_runq(s));
+  assert_null(em_schedinfo_absent_throttle(s));
+  em_schedinfo_free(s);
+}
+
+/* JetPack 6: cgroup v2's throttled_usec in ns; a cgroup target's runq delay from cpu.pressure. */
+static void sched_reader_reads_v2_jetpack6_tree_for_process_and_cgroup(void **state) {
+  (void)state;
+  em_schedinfo_t *s = open_sched_tree(SCHED_DIR, "v2-jetpack6");
+  em_schedinfo_reading_t r = {0};
+  assert_int_equal(em_schedinfo_read_threads(s, &r), 0);
+  assert_true(r.have & EM_SCHEDINFO_THROTTLED);
+  assert_int_equal(r.throttled_ns, UINT64_C(3456789000));
+  assert_int_equal(r.nr_throttled, 12);
+  assert_int_equal(r.runq_delay_ns, 2000000);
+  em_schedinfo_free(s);
+
+  char proc[PATH_MAX], cg[PATH_MAX];
+  snprintf(proc, sizeof proc, "%s/v2-jetpack6/proc", SCHED_DIR);
+  snprintf(cg, sizeof cg, "%s/v2-jetpack6/cgroup/app.slice/infer.service", SCHED_DIR);
+  assert_int_equal(em_schedinfo_new(&s, proc, SCHED_DIR "/v2-jetpack6/cgroup", 0, cg), 0);
+  memset(&r, 0, sizeof r);
+  assert_int_equal(em_schedinfo_read_stat(s, &r), -ENOENT);
+  assert_int_equal(em_schedinfo_read_threads(s, &r), 0);
+  assert_int_equal(r.have, EM_SCHEDINFO_RUNQ | EM_SCHEDINFO_THROTTLED | EM_SCHEDINFO_NR_THROTTLED);
+  assert_int_equal(r.runq_delay_ns, UINT64_C(7654321000));
+  assert_non_null(em_schedinfo_absent_ctxsw(s));
+  em_schedinfo_free(s);
+}
+
+/* A kernel without CONFIG_SCHED_INFO, and a v2 cgroup without the cpu controller: runq delay
+ * and throttling are absent with their reasons, never 0; the context switches still count. */
+static void sched_without_schedstat_or_cpu_controller_is_absent_not_zero(void **state) {
+  (void)state;
+  em_schedinfo_t *s = open_sched_tree(SCHED_DIR, "no-schedstat");
+  em_schedinfo_reading_t r = {0};
+  assert_int_equal(em_schedinfo_read_threads(s, &r), 0);
+  assert_false(r.have & EM_SCHEDINFO_RUNQ);
+  assert_false(r.have & EM_SCHEDINFO_THROTTLED);
+  assert_false(r.have & EM_SCHEDINFO_NR_THROTTLED);
+  assert_true(r.have & EM_SCHEDINFO_CTXSW);
+  assert_int_equal(r.ctxsw_voluntary, 120);
+  assert_non_null(strstr(em_schedinfo_absent_runq(s), "CONFIG_SCHED_INFO"));
+  assert_non_null(strstr(em_schedinfo_absent_throttle(s), "cpu controller"));
+  em_schedinfo_free(s);
+}
+
+/* A thread that exits keeps its counts in the sums: the counters never go backwards. */
+static void sched_counters_keep_the_counts_of_exited_threads(void **state) {
+  (void)state;
+  const char *dir = temp_copy("../sched/v1-jetpack5");
+  em_schedinfo_t *s = open_sched_tree(dir, "");
+  em_schedinfo_reading_t before = {0}, after = {0};
+  assert_int_equal(em_schedinfo_read_threads(s, &before), 0);
+  char path[PATH_MAX];
+  snprintf(path, sizeof path, "%s/proc/4242/task/4250", dir);
+  remove_tree(path);
+  snprintf(path, sizeof path, "%s/proc/4242/task/4242/schedstat", dir);
+  write_path(path, "9100000000 1600000 410\n", strlen("9100000000 1600000 410\n"));
+  assert_int_equal(em_schedinfo_read_threads(s, &after), 0);
+  assert_int_equal(after.runq_delay_ns, 1600000 + 500000);
+  assert_int_equal(after.ctxsw_voluntary, before.ctxsw_voluntary);
+  assert_int_equal(after.ctxsw_involuntary, before.ctxsw_involuntary);
+  em_schedinfo_free(s);
+}
+
+static void sched_reader_of_missing_process_is_esrch(void **state) {
+  (void)state;
+  em_schedinfo_t *s = NULL;
+  assert_int_equal(em_schedinfo_new(&s, SCHED_DIR "/v1-jetpack5/proc", SCHED_DIR, 4243, NULL),
+                   -ESRCH);
+  assert_int_equal(em_schedinfo_new(&s, SCHED_DIR, SCHED_DIR, 4242, "/x"), -EINVAL);
+  assert_null(s);
+}
+
+/* Who else ran, over a fixture /proc rewritten between two scans: the share of one CPU, the
+ * largest first, leaving out the target and the agent, a reused pid and idle processes. */
+static void others_lists_the_largest_cpu_users_between_two_scans(void **state) {
+  (void)state;
+  const char *dir = temp_copy("");
+  static const struct {
+    int pid;
+    const char *comm;
+    unsigned start, ticks0, ticks1;
+  } procs[] = {{10, "hog", 5, 100, 300},  {11, "idle", 5, 7, 7},    {12, "half", 5, 0, 100},
+               {13, "target", 5, 0, 200}, {14, "agent", 5, 0, 200}, {15, "reused", 5, 0, 0}};
+  long hz = sysconf(_SC_CLK_TCK);
+  for (int round = 0; round < 2; round++) {
+    for (size_t i = 0; i < ARRAY_LEN(procs); i++) {
+      char path[PATH_MAX], text[256];
+      snprintf(path, sizeof path, "%s/%d", dir, procs[i].pid);
+      mkdir(path, 0700);
+      snprintf(path, sizeof path, "%s/%d/stat", dir, procs[i].pid);
+      unsigned ticks = round ? procs[i].ticks1 : procs[i].ticks0;
+      unsigned start = procs[i].start + (round && procs[i].pid == 15 ? 1000 : 0);
+      ticks = round && procs[i].pid == 15 ? 500 : ticks;
+      /* ticks scaled to this machine's clock tick: 100 ticks of 10 ms = 1 s. */
+      unsigned long long t = (unsigned long long)ticks * (unsigned long long)hz / 100u;
+      int n = snprintf(text, sizeof text, "%d (%s) R 1 1 1 0 -1 0 0 0 0 0 %llu 0 0 0 20 0 1 0 %u\n",
+                       procs[i].pid, procs[i].comm, t, start);
+      write_path(path, text, (size_t)n);
+    }
+    em_others_t *o = NULL;
+    static em_others_t *kept;
+    if (round == 0) {
+      assert_int_equal(em_others_new(&o, dir), 0);
+      kept = o;
+    }
+    o = kept;
+    em_others_list_t list;
+    uint64_t now = round ? UINT64_C(3000000000) : UINT64_C(1000000000); /* 2 s apart. */
+    assert_int_equal(em_others_scan(o, 13, 14, now, &list), 0);
+    if (round == 0) {
+      assert_int_equal(list.n, 0);
+      assert_int_equal(list.window_ns, 0);
+      continue;
+    }
+    assert_int_equal(list.window_ns, UINT64_C(2000000000));
+    assert_int_equal(list.n, 2);
+    assert_int_equal(list.procs[0].pid, 10);
+    assert_string_equal(list.procs[0].comm, "hog");
+    assert_true(fabs(list.procs[0].share - 1.0) < 1e-9); /* 2 s of CPU in 2 s. */
+    assert_int_equal(list.procs[1].pid, 12);
+    assert_true(fabs(list.procs[1].share - 0.5) < 1e-9);
+    em_others_free(o);
+  }
+}
+
+/* At most EM_OTHERS_MAX, largest first, however many ran. */
+static void others_keeps_only_the_top_few(void **state) {
+  (void)state;
+  const char *dir = temp_copy("");
+  em_others_t *o = NULL;
+  assert_int_equal(em_others_new(&o, dir), 0);
+  em_others_list_t list;
+  for (int round = 0; round < 2; round++) {
+    for (int pid = 100; pid < 100 + 3 * EM_OTHERS_MAX; pid++) {
+      char path[PATH_MAX], text[256];
+      snprintf(path, sizeof path, "%s/%d", dir, pid);
+      mkdir(path, 0700);
+      snprintf(path, sizeof path, "%s/%d/stat", dir, pid);
+      int n = snprintf(text, sizeof text, "%d (p%d) R 1 1 1 0 -1 0 0 0 0 0 %d 0 0 0 20 0 1 0 5\n",
+                       pid, pid, round * (pid - 99));
+      write_path(path, text, (size_t)n);
+    }
+    assert_int_equal(em_others_scan(o, 0, 0, (uint64_t)(round + 1) * 1000000000u, &list), 0);
+  }
+  assert_int_equal(list.n, EM_OTHERS_MAX);
+  assert_int_equal(list.procs[0].pid, 100 + 3 * EM_OTHERS_MAX - 1);
+  for (size_t i = 1; i < list.n; i++) {
+    assert_true(list.procs[i - 1].share >= list.procs[i].share);
+  }
+  em_others_free(o);
+}
+
+/* The children of the live scheduling test, killed and reaped by its teardown. */
+static pid_t busy_children[2] = {-1, -1};
+
+static int kill_busy_children(void **state) {
+  (void)state;
+  for (int i = 0; i < 2; i++) {
+    if (busy_children[i] > 0) {
+      kill(busy_children[i], SIGKILL);
+      waitpid(busy_children[i], NULL, 0);
+    }
+    busy_children[i] = -1;
+  }
+  return 0;
+}
+
+/* A child spinning on `cpu`, named `name`. */
+static pid_t spin_on(int cpu, const char *name) {
+  pid_t child = fork();
+  assert_true(child >= 0);
+  if (child == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    prctl(PR_SET_NAME, name);
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    (void)sched_setaffinity(0, sizeof set, &set);
+    for (volatile unsigned long i = 0;; i++) {
+    }
+  }
+  return child;
+}
+
+/* Two spinners on one CPU: the target's CPU time and runq delay grow, and the other spinner is
+ * who else ran, with a share near half of that CPU. */
+static void sched_live_busy_child_grows_and_its_rival_is_listed(void **state) {
+  (void)state;
+  cpu_set_t mine;
+  assert_int_equal(sched_getaffinity(0, sizeof mine, &mine), 0);
+  int cpu = 0;
+  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &mine)) {
+    cpu++;
+  }
+  busy_children[0] = spin_on(cpu, "em-target");
+  busy_children[1] = spin_on(cpu, "em-hog");
+  usleep(100000); /* Both pinned. */
+  em_schedinfo_t *s = NULL;
+  assert_int_equal(em_schedinfo_new(&s, "/proc", "/sys/fs/cgroup", busy_children[0], NULL), 0);
+  em_others_t *o = NULL;
+  assert_int_equal(em_others_new(&o, "/proc"), 0);
+  em_schedinfo_reading_t r0 = {0}, r1 = {0};
+  em_others_list_t list;
+  assert_int_equal(em_schedinfo_read_stat(s, &r0), 0);
+  assert_int_equal(em_schedinfo_read_threads(s, &r0), 0);
+  assert_int_equal(em_others_scan(o, busy_children[0], getpid(), 0, &list), 0);
+  usleep(1000000);
+  assert_int_equal(em_schedinfo_read_stat(s, &r1), 0);
+  assert_int_equal(em_schedinfo_read_threads(s, &r1), 0);
+  assert_int_equal(em_others_scan(o, busy_children[0], getpid(), 1000000000u, &list), 0);
+  assert_true(r1.cpu_ns > r0.cpu_ns + 100000000u);          /* > 0.1 s of CPU in 1 s. */
+  assert_true(r1.ctxsw_involuntary > r0.ctxsw_involuntary); /* Preempted by its rival. */
+  if (r1.have & EM_SCHEDINFO_RUNQ) {
+    assert_true(r1.runq_delay_ns > r0.runq_delay_ns + 100000000u); /* Waited > 0.1 s. */
+  } else {
+    assert_non_null(em_schedinfo_absent_runq(s));
+  }
+  bool listed = false;
+  for (size_t i = 0; i < list.n; i++) {
+    assert_true(list.procs[i].pid != busy_children[0] && list.procs[i].pid != getpid());
+    if (list.procs[i].pid == busy_children[1]) {
+      listed = true;
+      assert_string_equal(list.procs[i].comm, "em-hog");
+      assert_true(list.procs[i].share > 0.1 && list.procs[i].share < 1.2);
+    }
+  }
+  assert_true(listed);
+  em_others_free(o);
+  em_schedinfo_free(s);
+}
+
 int main(int argc, char **argv) {
   const struct CMUnitTest unit[] = {
       cmocka_unit_test(statm_counts_pages_in_bytes),
@@ -1314,12 +1685,26 @@ int main(int argc, char **argv) {
       cmocka_unit_test_teardown(reader_open_error_on_psi_fails_new_and_leaks_nothing,
                                 remove_temp_dir),
       cmocka_unit_test_teardown(reader_psi_that_opens_but_does_not_read_is_absent, remove_temp_dir),
+      cmocka_unit_test(sched_stat_takes_the_fields_after_the_last_parenthesis),
+      cmocka_unit_test(sched_parsers_reject_text_not_in_the_format),
+      cmocka_unit_test(sched_status_without_ctxt_switch_lines_has_nothing),
+      cmocka_unit_test(sched_cgroup_finds_v1_cpu_controller_and_v2_path),
+      cmocka_unit_test(sched_reader_reads_v1_jetpack5_tree),
+      cmocka_unit_test(sched_reader_reads_v2_jetpack6_tree_for_process_and_cgroup),
+      cmocka_unit_test(sched_without_schedstat_or_cpu_controller_is_absent_not_zero),
+      cmocka_unit_test_teardown(sched_counters_keep_the_counts_of_exited_threads, remove_temp_dir),
+      cmocka_unit_test(sched_reader_of_missing_process_is_esrch),
+      cmocka_unit_test_teardown(others_lists_the_largest_cpu_users_between_two_scans,
+                                remove_temp_dir),
+      cmocka_unit_test_teardown(others_keeps_only_the_top_few, remove_temp_dir),
   };
   /* The live kernel: this process's own RSS and a real child in the real /proc. Run with --live,
    * labelled integration (CMakeLists.txt). */
   const struct CMUnitTest live[] = {
       cmocka_unit_test(reader_reads_own_pid_from_real_proc),
       cmocka_unit_test_teardown(reader_statm_of_exited_child_is_esrch, kill_sleeping_child),
+      cmocka_unit_test_teardown(sched_live_busy_child_grows_and_its_rival_is_listed,
+                                kill_busy_children),
   };
   if (argc > 1 && strcmp(argv[1], "--live") == 0) {
     return cmocka_run_group_tests_name("live", live, NULL, NULL);

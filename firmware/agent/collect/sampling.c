@@ -18,8 +18,10 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "others.h"
 #include "pmu_events.h"
 #include "procfs.h"
+#include "schedinfo.h"
 
 #define NS_PER_SEC UINT64_C(1000000000)
 
@@ -51,6 +53,23 @@ struct em_sampling {
   uint64_t prev_values[EM_SAMPLING_MAX_EVENTS]; /* For the per-window ratios. */
   bool prev_present[EM_SAMPLING_MAX_EVENTS];
   pid_t pid; /* Attached: the target (> 0), -1 a cgroup; 0 detached. */
+
+  /* Scheduling evidence (schedinfo.h): stat every tick, the per-thread pass every system_period. */
+  em_schedinfo_t *sched;             /* NULL while detached or when it did not open. */
+  char cgroup_root[4096 + 16];       /* <sys_root>/fs/cgroup */
+  em_schedinfo_reading_t sched_last; /* The last readings, held between passes. */
+  uint64_t next_sched_ns;
+
+  /* Who else ran (others.h): a scan on the worker every EM_SAMPLING_OTHERS_PERIOD_NS while
+   * attached and at a trigger (em_sampling_others_refresh). */
+  em_others_t *others; /* NULL when it could not be made. */
+  uv_work_t others_work;
+  bool others_busy;
+  pid_t others_target;    /* What the queued scan leaves out (0: a cgroup). */
+  uint64_t others_now_ns; /* The scan's clock, taken on the loop when queued. */
+  uint64_t next_others_ns;
+  em_others_list_t others_result; /* Filled on the worker. */
+  em_others_list_t others_latest; /* The loop's copy. */
 
   /* Slower cadences. */
   uint64_t next_smaps_ns;
@@ -163,6 +182,11 @@ int em_sampling_new(em_sampling_t **out, const em_sampling_opts_t *opts) {
   s->page_size = (uint64_t)sysconf(_SC_PAGESIZE);
   s->smaps_work.data = s;
   s->sensors_work.data = s;
+  s->others_work.data = s;
+  if (em_others_new(&s->others, opts->proc_root) != 0) {
+    EM_WARN("others: out of memory; who else ran is not told");
+    s->others = NULL;
+  }
   int rc = em_procfs_new(&s->proc, opts->proc_root, 0);
   if (rc) {
     em_sampling_free(s);
@@ -171,6 +195,8 @@ int em_sampling_new(em_sampling_t **out, const em_sampling_opts_t *opts) {
   char self_statm[4096 + 16];
   snprintf(self_statm, sizeof(self_statm), "%s/self/statm", opts->proc_root);
   s->self_statm_fd = open(self_statm, O_RDONLY | O_CLOEXEC);
+  snprintf(s->cgroup_root, sizeof(s->cgroup_root), "%s/fs/cgroup",
+           opts->sys_root ? opts->sys_root : "/sys");
   *out = s;
   return 0;
 }
@@ -181,6 +207,8 @@ void em_sampling_free(em_sampling_t *s) {
   }
   em_pmu_free(s->pmu);
   em_procfs_free(s->proc);
+  em_schedinfo_free(s->sched);
+  em_others_free(s->others);
   em_sensors_free(s->sensors);
   if (s->self_statm_fd >= 0) {
     close(s->self_statm_fd);
@@ -230,6 +258,14 @@ int em_sampling_attach(em_sampling_t *s, pid_t pid, const char *cgroup, size_t *
     }
   }
   s->pid = pid > 0 ? pid : -1;
+  rc = em_schedinfo_new(&s->sched, s->o.proc_root, s->cgroup_root, pid > 0 ? pid : 0,
+                        pid > 0 ? NULL : cgroup);
+  if (rc) {
+    EM_WARN("sched: %s; scheduling figures absent", strerror(-rc));
+    s->sched = NULL;
+  }
+  s->sched_last = (em_schedinfo_reading_t){0};
+  s->next_sched_ns = 0;
   *present = s->pmu ? em_pmu_present(s->pmu) : 0;
   /* What is absent now is what the birth must say. */
   em_pmu_reading_t r[EM_SAMPLING_MAX_EVENTS];
@@ -244,6 +280,8 @@ int em_sampling_attach(em_sampling_t *s, pid_t pid, const char *cgroup, size_t *
 void em_sampling_detach(em_sampling_t *s) {
   em_pmu_free(s->pmu);
   s->pmu = NULL;
+  em_schedinfo_free(s->sched);
+  s->sched = NULL;
   if (s->smaps_busy) {
     s->release_pending = true; /* smaps_done drops the files. */
   } else {
@@ -330,8 +368,91 @@ static void smaps_done(uv_work_t *w, int status) {
   s->smaps_sampled = true;
 }
 
+/* The reasons a pass could not give a figure, for the birth. */
+static void note_sched_absent(em_sampling_t *s) {
+  static const char *const missing = "not read: the target's procfs files did not open";
+  const char *runq = s->sched ? em_schedinfo_absent_runq(s->sched) : missing;
+  const char *ctxsw = s->sched ? em_schedinfo_absent_ctxsw(s->sched) : missing;
+  const char *throttle = s->sched ? em_schedinfo_absent_throttle(s->sched) : missing;
+  em_figures_note_absent(s->figs, fx(s, EM_FIG_SCHED_RUNQ_DELAY), runq);
+  if (s->pid > 0) { /* A cgroup target's reasons are the dictionary's (figures.c). */
+    em_figures_note_absent(s->figs, fx(s, EM_FIG_SCHED_CTXSW_VOLUNTARY), ctxsw);
+    em_figures_note_absent(s->figs, fx(s, EM_FIG_SCHED_CTXSW_INVOLUNTARY), ctxsw);
+  }
+  em_figures_note_absent(s->figs, fx(s, EM_FIG_CGROUP_CPU_THROTTLED), throttle);
+  em_figures_note_absent(s->figs, fx(s, EM_FIG_CGROUP_CPU_NR_THROTTLED), throttle);
+}
+
+/* The scheduling figures: stat every tick, the per-thread pass when system_period is due; the
+ * figures between passes hold the last pass's values (counters: their deltas come per pass). */
+static void sample_sched(em_sampling_t *s, uint64_t now_ns) {
+  em_schedinfo_reading_t *r = &s->sched_last;
+  r->have &= ~(unsigned)(EM_SCHEDINFO_CPU | EM_SCHEDINFO_MAJFLT);
+  if (s->sched) {
+    (void)em_schedinfo_read_stat(s->sched, r);
+  }
+  if (now_ns >= s->next_sched_ns) {
+    s->next_sched_ns = now_ns + s->o.system_period_ns;
+    unsigned per_tick = r->have & (EM_SCHEDINFO_CPU | EM_SCHEDINFO_MAJFLT);
+    em_schedinfo_reading_t pass = {
+        .have = per_tick, .cpu_ns = r->cpu_ns, .major_faults = r->major_faults};
+    if (s->sched && em_schedinfo_read_threads(s->sched, &pass) == 0) {
+      *r = pass;
+    } else {
+      r->have = per_tick;
+    }
+    note_sched_absent(s);
+  }
+  em_sample_t *v = s->samples;
+  em_figures_set_u_if(v, fx(s, EM_FIG_PROC_CPU), r->have & EM_SCHEDINFO_CPU, r->cpu_ns);
+  em_figures_set_u_if(v, fx(s, EM_FIG_MAJOR_FAULTS), r->have & EM_SCHEDINFO_MAJFLT,
+                      r->major_faults);
+  em_figures_set_u_if(v, fx(s, EM_FIG_SCHED_RUNQ_DELAY), r->have & EM_SCHEDINFO_RUNQ,
+                      r->runq_delay_ns);
+  em_figures_set_u_if(v, fx(s, EM_FIG_SCHED_CTXSW_VOLUNTARY), r->have & EM_SCHEDINFO_CTXSW,
+                      r->ctxsw_voluntary);
+  em_figures_set_u_if(v, fx(s, EM_FIG_SCHED_CTXSW_INVOLUNTARY), r->have & EM_SCHEDINFO_CTXSW,
+                      r->ctxsw_involuntary);
+  em_figures_set_u_if(v, fx(s, EM_FIG_CGROUP_CPU_THROTTLED), r->have & EM_SCHEDINFO_THROTTLED,
+                      r->throttled_ns);
+  em_figures_set_u_if(v, fx(s, EM_FIG_CGROUP_CPU_NR_THROTTLED), r->have & EM_SCHEDINFO_NR_THROTTLED,
+                      r->nr_throttled);
+}
+
+static void others_work(uv_work_t *w) {
+  em_sampling_t *s = w->data;
+  (void)em_others_scan(s->others, s->others_target, getpid(), s->others_now_ns, &s->others_result);
+}
+
+static void others_done(uv_work_t *w, int status) {
+  em_sampling_t *s = w->data;
+  s->others_busy = false;
+  if (job_ended_stopping(s) || status != 0) {
+    return;
+  }
+  s->others_latest = s->others_result;
+}
+
+void em_sampling_others_refresh(em_sampling_t *s, uint64_t now_ns) {
+  if (!s->others || s->others_busy) {
+    return; /* The running scan is as fresh. */
+  }
+  s->next_others_ns = now_ns + EM_SAMPLING_OTHERS_PERIOD_NS;
+  s->others_target = s->pid > 0 ? s->pid : 0;
+  s->others_now_ns = now_ns;
+  s->others_busy = uv_queue_work(s->o.loop, &s->others_work, others_work, others_done) == 0;
+}
+
+const em_others_list_t *em_sampling_others(const em_sampling_t *s) {
+  return &s->others_latest;
+}
+
 bool em_sampling_target(em_sampling_t *s, uint64_t now_ns) {
   sample_pmu(s);
+  sample_sched(s, now_ns);
+  if (now_ns >= s->next_others_ns) {
+    em_sampling_others_refresh(s, now_ns);
+  }
   em_statm_t st = {0};
   int rc = s->pid > 0 ? em_procfs_read_statm(s->proc, &st) : -ENOENT;
   if (rc == -ESRCH) {
@@ -468,6 +589,10 @@ unsigned em_sampling_cancel(em_sampling_t *s, void (*done)(void *), void *ctx) {
   if (s->sensors_busy) {
     n++;
     uv_cancel((uv_req_t *)&s->sensors_work);
+  }
+  if (s->others_busy) {
+    n++;
+    uv_cancel((uv_req_t *)&s->others_work);
   }
   return n;
 }

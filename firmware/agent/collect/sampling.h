@@ -4,7 +4,11 @@
  * (statm every tick, smaps_rollup every smaps_period on libuv's worker: it walks the target's
  * page tables, ~9.5 ms per GiB resident), MemAvailable and PSI every system_period, the
  * agent's own CPU time and RSS, and the board's sensors every sensors period on the worker
- * (an INA3221 or a thermal zone read can take milliseconds). Each reading is written into the
+ * (an INA3221 or a thermal zone read can take milliseconds), the target's scheduling evidence
+ * (schedinfo.h: CPU time and major faults every tick, the per-thread runq delay and context
+ * switches and the cgroup's throttling every system_period), and who else ran (others.h: a
+ * /proc scan on the worker every EM_SAMPLING_OTHERS_PERIOD_NS and at a trigger). Each reading
+ * is written into the
  * tick's samples by alias (figures.h); a group read on a slower cadence says so
  * (em_sampling_fresh) so the data message and the flight recorder carry it only then.
  *
@@ -13,10 +17,11 @@
  *   comes and goes -> per tick: em_sampling_target, em_sampling_system, em_sampling_self,
  *   em_sampling_read_sensors -> em_sampling_cancel at stop -> em_sampling_free
  *
- * Owns: the procfs reader, the PMU groups, the sensors, the agent's own statm fd, the two
- * worker requests and what they fill. Runs on the loop's thread except smaps_rollup and the
- * sensor reads, which libuv's worker runs; while the smaps read runs the procfs reader's
- * target files do not change (a detach then is finished by the job's end).
+ * Owns: the procfs and sched readers, the others scanner, the PMU groups, the sensors, the
+ * agent's own statm fd, the three worker requests and what they fill. Runs on the loop's
+ * thread except smaps_rollup, the sensor reads and the others scan, which libuv's worker runs;
+ * while the smaps read runs the procfs reader's target files do not change (a detach then is
+ * finished by the job's end).
  */
 #ifndef EDGEMON_AGENT_SAMPLING_H
 #define EDGEMON_AGENT_SAMPLING_H
@@ -31,6 +36,7 @@
 #include "board.h"
 #include "edgemon/proto.h"
 #include "figures.h"
+#include "others.h"
 #include "pmu.h"
 #include "sensors.h"
 
@@ -40,6 +46,11 @@
 #define EM_SAMPLING_SMAPS   1u /* smaps_rollup: PSS, anon, swap. */
 #define EM_SAMPLING_SYSTEM  2u /* MemAvailable and PSI. */
 #define EM_SAMPLING_SENSORS 4u /* The board's sensors. */
+
+/* Who else ran: the scan's cadence while attached (a trigger also asks for one). Five seconds
+ * keeps the list about "the last seconds" while the scan's cost (a stat read per process, on
+ * the worker) stays a fraction of a millisecond per second. */
+#define EM_SAMPLING_OTHERS_PERIOD_NS (UINT64_C(5) * 1000000000u)
 
 typedef struct {
   uv_loop_t *loop;                 /* Where the worker jobs are queued. */
@@ -111,6 +122,15 @@ unsigned em_sampling_fresh(const em_sampling_t *s);
 
 /* The data message carried the fresh groups: smaps and sensors wait for their next reading. */
 void em_sampling_sent(em_sampling_t *s);
+
+/* At a trigger (an escalation, cmd/flight): queues a scan of who else ran now, diffed against
+ * the last periodic scan; its list replaces em_sampling_others()'s when it ends (on the loop).
+ * Nothing is queued while a scan runs. */
+void em_sampling_others_refresh(em_sampling_t *s, uint64_t now_ns);
+
+/* The latest list of who else ran (others.h), largest share first; n 0 before two scans.
+ * Borrowed: valid until the next tick. */
+const em_others_list_t *em_sampling_others(const em_sampling_t *s);
 
 /* What the temp_max and throttle rules judge: the hottest zone (degrees C; absent when none),
  * throttled (1 or 0; absent before the first read) and why (borrowed; NULL when not). */
