@@ -113,16 +113,19 @@ __attribute__((format(printf, 3, 4))) static void say(char *err, size_t err_cap,
   va_end(ap);
 }
 
-static void put_le32(uint8_t *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) {
+/* Stores the low n bytes of v at p, least significant first. */
+static void put_le(uint8_t *p, uint64_t v, int n) {
+  for (int i = 0; i < n; i++) {
     p[i] = (uint8_t)(v >> (8 * i));
   }
 }
 
+static void put_le32(uint8_t *p, uint32_t v) {
+  put_le(p, v, 4);
+}
+
 static void put_le64(uint8_t *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) {
-    p[i] = (uint8_t)(v >> (8 * i));
-  }
+  put_le(p, v, 8);
 }
 
 static uint32_t get_le32(const uint8_t *p) {
@@ -141,11 +144,14 @@ static uint64_t record_bytes(uint64_t len) {
   return EM_SPOOL_RECORD_HEADER + pad8(len);
 }
 
-/* Reads exactly len bytes at off. Returns 0, -EIO at end of file, or a negative errno. */
-static int read_full(int fd, void *buf, size_t len, uint64_t off) {
-  uint8_t *p = buf;
+/*
+ * Reads (write false) or writes (write true) exactly len bytes at off, retrying on EINTR and
+ * carrying on after a short transfer. Returns 0, -EIO when the file ends (a read) or nothing
+ * is written, or a negative errno (-EFBIG, -ENOSPC on a write).
+ */
+static int io_full(int fd, uint8_t *p, size_t len, uint64_t off, bool write) {
   while (len > 0) {
-    ssize_t n = pread(fd, p, len, (off_t)off);
+    ssize_t n = write ? pwrite(fd, p, len, (off_t)off) : pread(fd, p, len, (off_t)off);
     if (n < 0 && errno == EINTR) {
       continue;
     }
@@ -162,25 +168,14 @@ static int read_full(int fd, void *buf, size_t len, uint64_t off) {
   return 0;
 }
 
+/* Reads exactly len bytes at off. Returns 0, -EIO at end of file, or a negative errno. */
+static int read_full(int fd, void *buf, size_t len, uint64_t off) {
+  return io_full(fd, buf, len, off, false);
+}
+
 /* Writes exactly len bytes at off. Returns 0 or a negative errno (-EFBIG, -ENOSPC, -EIO). */
 static int write_full(int fd, const void *buf, size_t len, uint64_t off) {
-  const uint8_t *p = buf;
-  while (len > 0) {
-    ssize_t n = pwrite(fd, p, len, (off_t)off);
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n < 0) {
-      return -errno;
-    }
-    if (n == 0) {
-      return -EIO;
-    }
-    p += n;
-    len -= (size_t)n;
-    off += (uint64_t)n;
-  }
-  return 0;
+  return io_full(fd, (uint8_t *)buf, len, off, true);
 }
 
 /* Writes one record, header and payload, with one pwritev() (one page-cache write per record);
