@@ -313,6 +313,7 @@ static void alive_fires_on_silence_and_clears_on_next_span(void **state) {
                            .u.alive = {.silence_ns = 500 * MS}};
   rig_t *r = rig_new(&rule, 1, 3, 3);
   em_budget_change_t c;
+  assert_false(em_budget_on_span(r->b, "infer", 1, GOOD, T0, &c)); /* The first report. */
   assert_false(em_budget_on_timer(r->b, T0 + 500 * MS, &c));
   assert_true(em_budget_on_timer(r->b, T0 + 501 * MS, &c));
   assert_int_equal(c.level, EM_LEVEL_CRITICAL);
@@ -329,6 +330,49 @@ static void alive_fires_on_silence_and_clears_on_next_span(void **state) {
   assert_false(em_budget_on_timer(r->b, T0 + 1900 * MS, &c));
   assert_true(em_budget_on_timer(r->b, T0 + 1901 * MS, &c));
   assert_true(em_budget_on_heartbeat(r->b, "infer", T0 + 2 * SEC, &c));
+  rig_free(r);
+}
+
+/* A target started after the agent, or one that never reports, is not stalled: silence counts
+ * from the stage's first span or heartbeat. */
+static void alive_waits_for_the_first_report(void **state) {
+  (void)state;
+  em_budget_rule_t rule = {.id = "infer.alive",
+                           .kind = EM_BUDGET_RULE_ALIVE,
+                           .level = EM_LEVEL_DEGRADED,
+                           .stage = "infer",
+                           .u.alive = {.silence_ns = 500 * MS}};
+  rig_t *r = rig_new(&rule, 1, 3, 3);
+  em_budget_change_t c;
+  assert_false(em_budget_on_timer(r->b, T0 + 501 * MS, &c));
+  assert_false(em_budget_on_timer(r->b, T0 + 60 * SEC, &c));
+  assert_int_equal(em_budget_level(r->b), EM_LEVEL_NOMINAL);
+  /* A heartbeat is a report too: from it on, silence counts. */
+  assert_false(em_budget_on_heartbeat(r->b, "infer", T0 + 61 * SEC, &c));
+  assert_false(em_budget_on_timer(r->b, T0 + 61500 * MS, &c));
+  assert_true(em_budget_on_timer(r->b, T0 + 61501 * MS, &c));
+  assert_int_equal(c.level, EM_LEVEL_DEGRADED);
+  assert_string_equal(c.reason, "stalled");
+  assert_int_equal(c.value.as.u, 501 * MS);
+  assert_null(c.statistic); /* ALIVE judges no latency: nothing for a verdict. */
+  rig_free(r);
+}
+
+/* An escalation names the latency statistic its rule judges, and the engine's window. */
+static void change_names_the_statistic_its_rule_judges(void **state) {
+  (void)state;
+  em_budget_rule_t rules[] = {
+      {.id = "a",
+       .kind = EM_BUDGET_RULE_DEADLINE,
+       .level = EM_LEVEL_WARN,
+       .stage = "a",
+       .u.deadline = {.bound_ns = 10 * MS}},
+  };
+  rig_t *r = rig_new(rules, 1, 1, 1);
+  em_budget_change_t c;
+  assert_true(em_budget_on_span(r->b, "a", 1, 20 * MS, T0, &c));
+  assert_string_equal(c.statistic, "max");
+  assert_int_equal(c.window_ns, SEC);
   rig_free(r);
 }
 
@@ -975,6 +1019,8 @@ int main(void) {
       cmocka_unit_test(a_reload_raising_an_active_rules_level_names_that_rule),
       cmocka_unit_test(hard_deadline_miss_escalates_on_that_span),
       cmocka_unit_test(alive_fires_on_silence_and_clears_on_next_span),
+      cmocka_unit_test(alive_waits_for_the_first_report),
+      cmocka_unit_test(change_names_the_statistic_its_rule_judges),
       cmocka_unit_test(rate_rule),
       cmocka_unit_test(miss_ratio_rule),
       cmocka_unit_test(rss_slope_fires_on_a_growing_rss_and_not_on_a_flat_noisy_one),

@@ -56,6 +56,8 @@ typedef struct {
   uint64_t win_spans;
   uint64_t win_misses;
   uint64_t last_seen_ns; /* ALIVE. */
+  bool seen;             /* ALIVE: a span or heartbeat of the stage came; silence counts from
+                            the first, never from the engine's start. */
   rss_sample_t *ring;    /* RSS_SLOPE: EM_BUDGET_SLOPE_SAMPLES entries. */
   size_t ring_head;      /* Index of the oldest sample. */
   size_t ring_len;
@@ -355,6 +357,7 @@ size_t em_budget_adopt(em_budget_engine_t *dst, const em_budget_engine_t *src) {
     d->win_spans = o->win_spans;
     d->win_misses = o->win_misses;
     d->last_seen_ns = o->last_seen_ns;
+    d->seen = o->seen;
     if (d->ring && o->ring) {
       memcpy(d->ring, o->ring, EM_BUDGET_SLOPE_SAMPLES * sizeof(*d->ring));
       d->ring_head = o->ring_head;
@@ -446,8 +449,32 @@ static const rule_state_t *level_holder(const em_budget_engine_t *b) {
   return h;
 }
 
-static void fill_change(em_budget_change_t *c, em_level_t prev, em_level_t level,
-                        const rule_state_t *s, const char *reason, uint64_t now_ns) {
+/* The statistic of a stage's latency a rule judges, as a verdict names it: the percentile's
+ * nearest of p50/p90/p99/p999 (a miss ratio r judges the 1 - r quantile), "max" for a deadline
+ * or a flow, "mean" for a rate; NULL for rules that judge no latency (ALIVE, process rules). */
+static const char *rule_statistic(const em_budget_rule_t *r) {
+  double q;
+  switch (r->kind) {
+  case EM_BUDGET_RULE_PERCENTILE:
+    q = r->u.percentile.q;
+    break;
+  case EM_BUDGET_RULE_MISS_RATIO:
+    q = 1 - r->u.miss_ratio.max_ratio;
+    break;
+  case EM_BUDGET_RULE_DEADLINE:
+  case EM_BUDGET_RULE_FLOW:
+    return "max";
+  case EM_BUDGET_RULE_RATE:
+    return "mean";
+  default:
+    return NULL;
+  }
+  return q >= 0.9995 ? "p999" : q >= 0.995 ? "p99" : q >= 0.95 ? "p90" : "p50";
+}
+
+static void fill_change(const em_budget_engine_t *b, em_budget_change_t *c, em_level_t prev,
+                        em_level_t level, const rule_state_t *s, const char *reason,
+                        uint64_t now_ns) {
   if (!c) {
     return;
   }
@@ -456,11 +483,13 @@ static void fill_change(em_budget_change_t *c, em_level_t prev, em_level_t level
   c->prev_level = prev;
   c->mono_ns = now_ns;
   c->reason = reason;
+  c->window_ns = b->window_ns;
   if (s) {
     c->rule = s->rule.id;
     c->stage = s->stage;
     c->value = s->value;
     c->bound = rule_bound(&s->rule);
+    c->statistic = s->stage ? rule_statistic(&s->rule) : NULL;
   }
 }
 
@@ -484,7 +513,7 @@ static bool settle(em_budget_engine_t *b, const outcome_t *o, bool window_end, b
     }
     b->level = target;
     b->down_streak = 0;
-    fill_change(change, prev, b->level, cause, reason ? reason : "violated", now_ns);
+    fill_change(b, change, prev, b->level, cause, reason ? reason : "violated", now_ns);
     return true;
   }
   if (target == b->level) {
@@ -494,7 +523,7 @@ static bool settle(em_budget_engine_t *b, const outcome_t *o, bool window_end, b
   if (o->left) {
     b->level = (em_level_t)(b->level - 1);
     b->down_streak = 0;
-    fill_change(change, prev, b->level, o->left, o->leave_reason, now_ns);
+    fill_change(b, change, prev, b->level, o->left, o->leave_reason, now_ns);
     return true;
   }
   if (!window_end) {
@@ -509,13 +538,14 @@ static bool settle(em_budget_engine_t *b, const outcome_t *o, bool window_end, b
   }
   b->level = (em_level_t)(b->level - 1);
   b->down_streak = 0;
-  fill_change(change, prev, b->level, NULL, "clean windows", now_ns);
+  fill_change(b, change, prev, b->level, NULL, "clean windows", now_ns);
   return true;
 }
 
 /* Marks an ALIVE rule as fed; clears it when stalled. */
 static void feed_alive(rule_state_t *s, uint64_t now_ns, outcome_t *o) {
   s->last_seen_ns = now_ns;
+  s->seen = true;
   if (s->active) {
     s->active = false;
     s->value = val_u(0);
@@ -698,7 +728,7 @@ bool em_budget_on_timer(em_budget_engine_t *b, uint64_t now_ns, em_budget_change
       }
       continue;
     }
-    if (s->rule.kind != EM_BUDGET_RULE_ALIVE || s->active || now_ns < s->last_seen_ns) {
+    if (s->rule.kind != EM_BUDGET_RULE_ALIVE || !s->seen || s->active || now_ns < s->last_seen_ns) {
       continue;
     }
     uint64_t silent = now_ns - s->last_seen_ns;

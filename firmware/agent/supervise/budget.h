@@ -55,7 +55,9 @@
  * Window rules: PERCENTILE, MISS_RATIO, RATE, RSS_CAP, RSS_SLOPE, PSI, GAUGE_MAX. A DEADLINE
  * rule enters on the span that misses; at window end its window is violating when a span of
  * its stage missed in it, clean when spans came and none missed, absent when none came.
- * ALIVE is judged on the timer and on spans only, never at window end.
+ * ALIVE is judged on the timer and on spans only, never at window end, and only once its stage
+ * has reported (a first span or heartbeat): a target started after the agent, or one that never
+ * reports, is not stalled; its silence counts from its first report.
  *
  * FLOW (logical supervision): a sequence of 2..EM_BUDGET_FLOW_MAX_STAGES distinct stages that
  * every frame id must pass in order, and a deadline from the start of the frame's first-stage
@@ -162,7 +164,8 @@ typedef struct {
       double max_ratio;  /* 0 <= max_ratio < 1; violating when misses / spans > max_ratio. */
     } miss_ratio;
     struct {
-      uint64_t silence_ns; /* Stalled when now - last span/heartbeat > silence_ns. */
+      uint64_t silence_ns; /* Stalled when now - last span/heartbeat > silence_ns (judged
+                              from the stage's first span or heartbeat on). */
     } alive;
     struct {
       double min_fps; /* > 0; violating when count / window length < min_fps. */
@@ -235,20 +238,25 @@ typedef struct {
 typedef struct {
   em_level_t level;
   em_level_t prev_level;
-  const char *rule;   /* Rule id, or NULL. */
-  const char *stage;  /* Stage of the rule, or NULL (process rule, or no rule). */
-  em_value_t value;   /* Measured value, in the rule's unit (see em_budget_describe). */
-  em_value_t bound;   /* The rule's bound, same unit. */
-  uint64_t mono_ns;   /* CLOCK_MONOTONIC of the change (the now_ns of the call). */
-  const char *reason; /* Static text: "violated", "deadline miss", "stalled", "cleared",
-                         "alive", "clean windows", "flow order", "flow deadline". */
+  const char *rule;      /* Rule id, or NULL. */
+  const char *stage;     /* Stage of the rule, or NULL (process rule, or no rule). */
+  em_value_t value;      /* Measured value, in the rule's unit (see em_budget_describe). */
+  em_value_t bound;      /* The rule's bound, same unit. */
+  uint64_t mono_ns;      /* CLOCK_MONOTONIC of the change (the now_ns of the call). */
+  const char *reason;    /* Static text: "violated", "deadline miss", "stalled", "cleared",
+                            "alive", "clean windows", "flow order", "flow deadline". */
+  const char *statistic; /* Static text: the stage latency statistic the rule judges ("p50",
+                            "p90", "p99", "p999", "max", "mean"), or NULL when it judges none
+                            (ALIVE, process rules, no rule): what a verdict compares. */
+  uint64_t window_ns;    /* The engine's window (em_budget_opts_t.window_ns; 0: not stated). */
 } em_budget_change_t;
 
 typedef struct em_budget_engine em_budget_engine_t;
 
 /*
- * Validates the rules, copies them and allocates the engine, level NOMINAL. now_ns starts
- * every ALIVE rule's silence clock. Returns 0 and *out, -EINVAL for a bad option or rule (see
+ * Validates the rules, copies them and allocates the engine, level NOMINAL. An ALIVE rule's
+ * silence clock starts at its stage's first span or heartbeat, not at now_ns. Returns 0 and
+ * *out, -EINVAL for a bad option or rule (see
  * the field comments; duplicate ids included), -ENOMEM.
  */
 int em_budget_new(em_budget_engine_t **out, const em_budget_opts_t *opts, uint64_t now_ns);
