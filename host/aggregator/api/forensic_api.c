@@ -121,7 +121,7 @@ static const field_t flight_fields[] = {
     {"ticks", 'i'},     {"spans", 'i'},      {"truncated", '{'},
     {"spans_cut", 'i'}, {"ticks_cut", 'i'},  {"spans_overwritten", 'i'},
     {NULL, '}'},        {"historical", 'b'}, {"bytes", 'i'},
-    {NULL, 0}};
+    {"top_cause", 's'}, {"top_share", 'r'},  {NULL, 0}};
 
 static const field_t profile_fields[] = {
     {"level", 'l'},       {"prev_level", 'l'},  {"rule", 's'},

@@ -589,8 +589,9 @@ static void worst_stage(const em_agg_device_t *d, fleet_row_t *row) {
   }
 }
 
-/* {"time_ns", "level", "prev_level", "rule", "stage", "value", "bound", "reason"} of a
- * level_changes row whose columns start at `c`. */
+/* {"time_ns", "level", "prev_level", "rule", "stage", "value", "bound", "reason", "verdict"}
+ * of a level_changes row whose columns start at `c`. The verdict is the JSON object the store
+ * kept (proto's printer wrote it), or null. */
 static void level_change_json(jw_t *w, sqlite3_stmt *st, int c) {
   jw_s(w, "{\"time_ns\":");
   jw_fmt(w, "%lld", (long long)sqlite3_column_int64(st, c));
@@ -611,10 +612,13 @@ static void level_change_json(jw_t *w, sqlite3_stmt *st, int c) {
       jw_str(w, col_text(st, col));
     }
   }
+  jw_s(w, ",\"verdict\":");
+  const char *verdict = (const char *)sqlite3_column_text(st, c + 8);
+  jw_s(w, verdict && *verdict ? verdict : "null");
   jw_s(w, "}");
 }
 
-#define LEVEL_COLS "time_ns, level, prev_level, rule, stage, value, bound, reason"
+#define LEVEL_COLS "time_ns, level, prev_level, rule, stage, value, bound, reason, verdict"
 
 void em_history_fleet(em_history_t *h, em_registry_t *reg, const em_query_t *q, uint64_t now_ns,
                       em_history_reply_t *out) {
@@ -956,25 +960,51 @@ static double slope_per_s(const grid_t *g, const metric_series_t *m) {
   return n >= 2 && den > 0 ? (n * sxy - sx * sy) / den : NAN;
 }
 
-static int device_levels(em_history_t *h, int64_t device, const em_query_t *q, jw_t *w,
-                         em_history_reply_t *out) {
+/* Writes `key` and what put() makes of the one row of `sql` (bound: ?1 device, ?2 ns when it
+ * has one), or null when there is none. Returns 0 or the failed statement's code (out says). */
+static int one_row(em_history_t *h, const char *sql, int64_t device, int64_t ns, const char *key,
+                   void (*put)(jw_t *w, sqlite3_stmt *st), jw_t *w, em_history_reply_t *out) {
   sqlite3_stmt *st;
-  if (!prepare(h,
-               "SELECT level FROM level_changes WHERE device = ?1 AND time_ns < ?2 "
-               "ORDER BY time_ns DESC LIMIT 1",
-               &st, out)) {
+  if (!prepare(h, sql, &st, out)) {
     return SQLITE_ERROR;
   }
   sqlite3_bind_int64(st, 1, device);
-  sqlite3_bind_int64(st, 2, (sqlite3_int64)q->from_ns);
+  if (sqlite3_bind_parameter_count(st) >= 2) {
+    sqlite3_bind_int64(st, 2, ns);
+  }
   int rc = sqlite3_step(st);
-  jw_s(w, ",\"level_at_from\":");
-  jw_str_or_null(w, rc == SQLITE_ROW ? level_name(sqlite3_column_int64(st, 0)) : NULL);
+  jw_s(w, key);
+  if (rc == SQLITE_ROW) {
+    put(w, st);
+  } else {
+    jw_s(w, "null");
+  }
   sqlite3_finalize(st);
   if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
     step_failed(h, rc, out);
     return rc;
   }
+  return 0;
+}
+
+static void put_level(jw_t *w, sqlite3_stmt *st) {
+  jw_str_or_null(w, level_name(sqlite3_column_int64(st, 0)));
+}
+
+static void put_change(jw_t *w, sqlite3_stmt *st) {
+  level_change_json(w, st, 0);
+}
+
+static int device_levels(em_history_t *h, int64_t device, const em_query_t *q, jw_t *w,
+                         em_history_reply_t *out) {
+  int rc = one_row(h,
+                   "SELECT level FROM level_changes WHERE device = ?1 AND time_ns < ?2 "
+                   "ORDER BY time_ns DESC LIMIT 1",
+                   device, (int64_t)q->from_ns, ",\"level_at_from\":", put_level, w, out);
+  if (rc != 0) {
+    return rc;
+  }
+  sqlite3_stmt *st;
   if (!prepare(h,
                "SELECT " LEVEL_COLS " FROM level_changes WHERE device = ?1 AND time_ns >= ?2 "
                "AND time_ns < ?3 ORDER BY time_ns LIMIT ?4",
@@ -1003,7 +1033,12 @@ static int device_levels(em_history_t *h, int64_t device, const em_query_t *q, j
     return rc;
   }
   jw_fmt(w, "],\"levels_truncated\":%s", n > EM_HISTORY_MAX_LEVELS ? "true" : "false");
-  return 0;
+  /* The device's newest change with a verdict, whatever the range: the breach the device view
+   * explains at its top. */
+  return one_row(h,
+                 "SELECT " LEVEL_COLS " FROM level_changes WHERE device = ?1 AND verdict IS NOT "
+                 "NULL ORDER BY time_ns DESC LIMIT 1",
+                 device, 0, ",\"latest_verdict\":", put_change, w, out);
 }
 
 static void render_history(em_history_t *h, const char *device, const em_query_t *q,
