@@ -25,6 +25,7 @@
 #include "edgemon/common/ini.h"
 #include "edgemon/common/parse.h"
 #include "edgemon/common/str.h"
+#include "broker_urls.h"
 #include "tmp_tree.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
@@ -187,52 +188,8 @@ static void bool_integer_and_enum_tables(void **state) {
 
 static void mqtt_url_table(void **state) {
   (void)state;
-  static const struct {
-    const char *url;
-    int rc;
-    const char *host;
-    uint16_t port;
-    bool tls;
-    const char *why; /* Start of the reason, for refusals. */
-  } rows[] = {
-      {"mqtt://127.0.0.1:1883", 0, "127.0.0.1", 1883, false, NULL},
-      {"mqtt://broker", 0, "broker", 1883, false, NULL},
-      {"mqtt://broker.lan:1", 0, "broker.lan", 1, false, NULL},
-      {"mqtt://broker_1:65535", 0, "broker_1", 65535, false, NULL},
-      {"mqtt://[::1]", 0, "::1", 1883, false, NULL},
-      {"mqtt://[fe80::1]:8883", 0, "fe80::1", 8883, false, NULL},
-      {"mqtts://broker", 0, "broker", 8883, true, NULL},
-      {"mqtts://broker:18883", 0, "broker", 18883, true, NULL},
-      /* One trailing '/' (the empty path) everywhere: after a host, a port, an IPv6 literal. */
-      {"mqtt://broker/", 0, "broker", 1883, false, NULL},
-      {"mqtt://broker:1883/", 0, "broker", 1883, false, NULL},
-      {"mqtts://[::1]:8884/", 0, "::1", 8884, true, NULL},
-      {"mqtt://broker//", -EINVAL, NULL, 0, false, "has an unexpected character"},
-      {"mqtt://broker:1883//", -EINVAL, NULL, 0, false, "has a bad port"},
-      {"mqtt://broker/x", -EINVAL, NULL, 0, false, "has an unexpected character"},
-      {"mqtt://broker:1883/path", -EINVAL, NULL, 0, false, "has a bad port"},
-      {"mqtt://", -EINVAL, NULL, 0, false, "has no host"},
-      {"mqtts://", -EINVAL, NULL, 0, false, "has no host"},
-      {"mqtt:///", -EINVAL, NULL, 0, false, "has no host"},
-      {"mqtt://:1883", -EINVAL, NULL, 0, false, "has no host"},
-      {"mqtt://broker:", -EINVAL, NULL, 0, false, "has a bad port"},
-      {"mqtt://broker:0", -EINVAL, NULL, 0, false, "has a bad port"},
-      {"mqtt://broker:65536", -EINVAL, NULL, 0, false, "has a bad port"},
-      {"mqtt://broker:99999999999999999999", -EINVAL, NULL, 0, false, "has a bad port"},
-      {"mqtt://broker:-1", -EINVAL, NULL, 0, false, "has a bad port"},
-      {"mqtt://broker:18x3", -EINVAL, NULL, 0, false, "has a bad port"},
-      {"mqtt://user@broker", -EINVAL, NULL, 0, false, "has credentials"},
-      {"mqtts://user:pw@broker", -EINVAL, NULL, 0, false, "has credentials"},
-      {"mqtt://bro ker", -EINVAL, NULL, 0, false, "has an unexpected character"},
-      {"mqtt://[::1", -EINVAL, NULL, 0, false, "has a bad IPv6"},
-      {"mqtt://[]:1883", -EINVAL, NULL, 0, false, "has a bad IPv6"},
-      {"mqtt://[::1]x", -EINVAL, NULL, 0, false, "has an unexpected character"},
-      {"MQTT://broker", -EINVAL, NULL, 0, false, "must look like"},
-      {"tcp://broker", -EINVAL, NULL, 0, false, "must look like"},
-      {"broker:1883", -EINVAL, NULL, 0, false, "must look like"},
-      {"", -EINVAL, NULL, 0, false, "must look like"},
-  };
-  for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
+  const em_test_broker_url_t *rows = em_test_broker_urls;
+  for (size_t i = 0; i < ARRAY_LEN(em_test_broker_urls); i++) {
     em_mqtt_url_t u;
     memset(&u, 0x5a, sizeof(u));
     const char *why = NULL;

@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "broker_urls.h"
 #include "config.h"
 
 #define EXAMPLE_INI EM_FIXTURES_DIR "/../../firmware/edgemon-agent.ini"
@@ -1436,41 +1437,8 @@ static void config_parses_durations(void **state) {
 
 static void config_parses_broker_urls(void **state) {
   (void)state;
-  static const struct {
-    const char *url;
-    int rc;
-    const char *host;
-    uint16_t port;
-  } rows[] = {
-      {"mqtt://127.0.0.1:1883", 0, "127.0.0.1", 1883},
-      {"mqtt://broker", 0, "broker", 1883},
-      {"mqtt://broker.lan:1", 0, "broker.lan", 1},
-      {"mqtt://broker_1:65535", 0, "broker_1", 65535},
-      {"mqtt://[::1]", 0, "::1", 1883},
-      {"mqtt://[fe80::1]:8883", 0, "fe80::1", 8883},
-      {"mqtts://broker", 0, "broker", 8883},
-      {"mqtts://broker:18883", 0, "broker", 18883},
-      {"mqtts://[::1]", 0, "::1", 8883},
-      {"mqtts://", -EINVAL, NULL, 0},
-      {"mqtts://user:pw@broker", -EINVAL, NULL, 0},
-      {"MQTT://broker", -EINVAL, NULL, 0},
-      {"tcp://broker", -EINVAL, NULL, 0},
-      {"broker:1883", -EINVAL, NULL, 0},
-      {"mqtt://", -EINVAL, NULL, 0},
-      {"mqtt://:1883", -EINVAL, NULL, 0},
-      {"mqtt://broker:", -EINVAL, NULL, 0},
-      {"mqtt://broker:0", -EINVAL, NULL, 0},
-      {"mqtt://broker:65536", -EINVAL, NULL, 0},
-      {"mqtt://broker:-1", -EINVAL, NULL, 0},
-      {"mqtt://broker:1883/", 0, "broker", 1883}, /* One trailing '/': accepted (common/). */
-      {"mqtt://broker/x", -EINVAL, NULL, 0},
-      {"mqtt://user@broker", -EINVAL, NULL, 0},
-      {"mqtt://bro ker", -EINVAL, NULL, 0},
-      {"mqtt://[::1", -EINVAL, NULL, 0},
-      {"mqtt://[]:1883", -EINVAL, NULL, 0},
-      {"mqtt://[::1]x", -EINVAL, NULL, 0},
-  };
-  for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+  const em_test_broker_url_t *rows = em_test_broker_urls;
+  for (size_t i = 0; i < sizeof(em_test_broker_urls) / sizeof(rows[0]); i++) {
     char host[64] = "";
     uint16_t port = 0;
     int rc = em_config_parse_broker(rows[i].url, host, sizeof(host), &port);

@@ -14,6 +14,8 @@
 #include <broker.h>
 #include <dict.h>
 
+#include "broker_urls.h"
+
 static const em_metric_def_t metrics[] = {
     {.alias = 0, .name = "pmu.cycles", .unit = "1", .kind = EM_METRIC_COUNTER},
     {.alias = 3, .name = "mem.rss", .unit = "By", .kind = EM_METRIC_GAUGE},
@@ -156,27 +158,8 @@ static void dict_update_tracks_status_state_and_last_seen(void **state) {
 
 static void broker_url_parse_table(void **state) {
   (void)state;
-  static const struct {
-    const char *url;
-    int rc;
-    const char *host;
-    uint16_t port;
-  } rows[] = {
-      {"mqtt://127.0.0.1:1883", 0, "127.0.0.1", 1883},
-      {"mqtt://localhost", 0, "localhost", 1883},
-      {"mqtt://[::1]:8883", 0, "::1", 8883},
-      {"mqtt://host:1/", 0, "host", 1},
-      {"mqtts://host", 0, "host", 8883},
-      {"mqtts://host:8884", 0, "host", 8884},
-      {"tcp://host", -EINVAL, NULL, 0},
-      {"mqtt://", -EINVAL, NULL, 0},
-      {"mqtt://host:0", -EINVAL, NULL, 0},
-      {"mqtt://host:65536", -EINVAL, NULL, 0},
-      {"mqtt://host:x", -EINVAL, NULL, 0},
-      {"mqtt://host:1883/path", -EINVAL, NULL, 0},
-      {"mqtt://[::1", -EINVAL, NULL, 0},
-  };
-  for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+  const em_test_broker_url_t *rows = em_test_broker_urls;
+  for (size_t i = 0; i < sizeof(em_test_broker_urls) / sizeof(rows[0]); i++) {
     em_broker_url_t u;
     char err[256] = "";
     int rc = em_broker_parse_url(rows[i].url, &u, err, sizeof(err));
