@@ -9,6 +9,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "flight_synth.h"
 
+#include "synth_draw.h"
+
 #include <math.h>
 #include <stdlib.h>
 
@@ -27,19 +29,8 @@ static const em_flight_column_t columns[SYNTH_COLUMNS] = {
     [COL_TEMP] = {"temp.soc", "Cel", EM_METRIC_GAUGE},
 };
 
-static uint64_t next_u64(uint64_t *x) {
-  uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-static double unit(uint64_t *x) {
-  return ((double)(next_u64(x) >> 11) + 0.5) / 9007199254740992.0;
-}
-
 static double normal(uint64_t *x) {
-  return sqrt(-2.0 * log(unit(x))) * cos(6.283185307179586 * unit(x));
+  return sqrt(-2.0 * log(em_synth_unit(x))) * cos(6.283185307179586 * em_synth_unit(x));
 }
 
 static int by_start(const void *a, const void *b) {
@@ -90,16 +81,16 @@ int em_synth_flight_encode(const em_synth_flight_t *in, uint8_t *buf, size_t cap
   }
   qsort(spans, n_spans, sizeof(spans[0]), by_start);
 
-  uint64_t csw = 1000000u + next_u64(&rng) % 100000u;
-  uint64_t misses = 50000000u + next_u64(&rng) % 1000000u;
-  double rss = 150e6 + 60e6 * unit(&rng);
-  double temp = 55.0 + 5.0 * unit(&rng);
+  uint64_t csw = 1000000u + em_synth_next_u64(&rng) % 100000u;
+  uint64_t misses = 50000000u + em_synth_next_u64(&rng) % 1000000u;
+  double rss = 150e6 + 60e6 * em_synth_unit(&rng);
+  double temp = 55.0 + 5.0 * em_synth_unit(&rng);
   for (size_t j = 0; j < SYNTH_TICKS; j++) {
     uint64_t at = t0 + (j + 1) * EM_SYNTH_TICK_NS;
     bool slow = near_trigger(at, trigger);
-    csw += (uint64_t)(300.0 * (slow ? 4.0 : 1.0) * (1.0 + 0.2 * unit(&rng)));
-    misses += (uint64_t)(120000.0 * (slow ? 6.0 : 1.0) * (1.0 + 0.2 * unit(&rng)));
-    rss += 4096.0 * (slow ? 64.0 : 1.0) * unit(&rng);
+    csw += (uint64_t)(300.0 * (slow ? 4.0 : 1.0) * (1.0 + 0.2 * em_synth_unit(&rng)));
+    misses += (uint64_t)(120000.0 * (slow ? 6.0 : 1.0) * (1.0 + 0.2 * em_synth_unit(&rng)));
+    rss += 4096.0 * (slow ? 64.0 : 1.0) * em_synth_unit(&rng);
     temp += (slow ? 0.4 : -0.05) + 0.05 * normal(&rng);
     em_flight_value_t *v = values[j];
     size_t n = 0;
@@ -142,6 +133,7 @@ int em_synth_flight_encode(const em_synth_flight_t *in, uint8_t *buf, size_t cap
       .n_ticks = SYNTH_TICKS,
       .spans = spans,
       .n_spans = n_spans,
+      .verdict = in->verdict,
   };
   if (n_frames) {
     *n_frames = frames;

@@ -40,6 +40,7 @@ typedef struct {
   uint64_t budget_ns;
   uint64_t frame0; /* Frame id of the recording's first frame. */
   uint64_t seed;
+  const em_proto_verdict_t *verdict; /* The breach's verdict (key 16), or NULL. Borrowed. */
 } em_synth_flight_t;
 
 /*

@@ -12,6 +12,8 @@
  * --excursion-mean sets how often, and with --flights each excursion also publishes a synthetic
  * flight recording (flight_synth.h) on edgemon/v1/<device>/flight, and with --profiles a
  * synthetic stack profile (profile_synth.h) on edgemon/v1/<device>/profile, QoS 1, not retained.
+ * The excursion's DEGRADED state message and its flight recording carry the same synthetic
+ * breach verdict (verdict_synth.h): why the stage got slow, as an agent explains an escalation.
  * On --duration or SIGINT/SIGTERM it publishes status offline for every device, waits for the
  * broker's acknowledgements and prints a summary to stderr.
  *
@@ -62,6 +64,7 @@
 #include "edgemon/proto.h"
 #include "flight_synth.h"
 #include "profile_synth.h"
+#include "verdict_synth.h"
 
 #ifndef EM_VERSION
 #define EM_VERSION "0.0.0"
@@ -78,6 +81,7 @@ enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_BROKER = 3 };
 #define SIM_MAX_BUCKETS    512u  /* Distinct buckets a window of SIM_MAX_SPANS can touch here. */
 #define SIM_LEVEL_MEAN_S   60.0  /* Mean time between two level excursions of one device. */
 #define SIM_BUDGET_NS      40000000u /* infer p99 budget: 40 ms. */
+#define SIM_BASELINE_NS    26000000u /* The verdicts' NOMINAL p99 of the budget stage. */
 #define SIM_MSG_CAP        EM_PROTO_MAX_MESSAGE_BYTES
 #define SIM_DEFAULT_STAGES "preprocess,infer,postprocess"
 #define SIM_BACKFILL_BATCH 512u /* Backfilled messages between two waits for the acks. */
@@ -515,6 +519,9 @@ typedef struct {
   int data_qos;        /* QoS of data messages now: --qos, 1 while backfilling. */
   uint64_t n_backfill; /* Data messages of the backfilled history. */
   bool live;           /* The live phase ran. */
+  /* The verdict of the excursion being published: its DEGRADED state and flight recording
+   * carry the same one (verdict_synth.h). */
+  em_proto_verdict_t verdict;
 } sim_t;
 
 static uint64_t clock_ns(clockid_t id) {
@@ -593,7 +600,7 @@ static int publish_birth(sim_t *s, const sim_device_t *d) {
 }
 
 /* A level change to `to` at simulated time t_ns, or (to == the current level) a change of
- * model: the device's model is already the new one. */
+ * model: the device's model is already the new one. An escalation carries s->verdict. */
 static int publish_state(sim_t *s, sim_device_t *d, em_level_t to, uint64_t t_ns) {
   em_msg_t m = {.kind = EM_MSG_STATE};
   char rule_id[EM_PROTO_MAX_NAME_BYTES + 1];
@@ -615,6 +622,7 @@ static int publish_state(sim_t *s, sim_device_t *d, em_level_t to, uint64_t t_ns
                              : "back within every budget (simulated)",
       .model = d->model,
       .model_change = model_change,
+      .verdict = up ? &s->verdict : NULL,
   };
   int rc = publish_msg(s, d, "state", &m, 1, true);
   s->n_state += rc == 0;
@@ -650,6 +658,7 @@ static int publish_flight(sim_t *s, sim_device_t *d, uint64_t t_ns) {
       .budget_ns = SIM_BUDGET_NS,
       .frame0 = d->next_frame,
       .seed = rng_next(&d->rng),
+      .verdict = &s->verdict,
   };
   size_t len = 0;
   uint64_t frames = 0;
@@ -812,6 +821,8 @@ static int publish_data(sim_t *s, sim_device_t *d, uint64_t t_ns) {
   }
   /* Level excursions next, so the data message carries the level they set. */
   if (d->level == EM_LEVEL_NOMINAL && t_ns >= d->next_excursion_ns) {
+    em_synth_verdict(&s->verdict, s->budget_stage, SIM_BASELINE_NS,
+                     SIM_BUDGET_NS + SIM_BUDGET_NS / 4, rng_next(r));
     int rc = publish_state(s, d, EM_LEVEL_DEGRADED, t_ns);
     if (rc == 0 && s->opt.flights) {
       rc = publish_flight(s, d, t_ns);
