@@ -9,7 +9,12 @@
  * latency (#/latency: /api/latency). The module owns the page's DOM under <main id="app">, the uPlot
  * charts of the current view (destroyed when the view changes) and one timer. Errors from the
  * API are shown in the page's error line, never thrown: every request goes through api(), and
- * every asynchronous path ends in a catch that reports to that line.
+ * every asynchronous path ends in a catch that reports to that line. An answer 503 with
+ * Retry-After (the API's lane is full, or a query ran past its deadline) is asked again after
+ * the seconds it gives, at most API_RETRIES times and API_RETRY_MAX_S apart. The device view
+ * explains each escalation by the breach's verdict its state message carried (why the stage
+ * got slow: causes with their share of the excess latency and their evidence), the latest one
+ * at the top; a change to the level it came from is the level announced at the agent's start.
  */
 "use strict";
 
@@ -18,6 +23,10 @@ const RANGES = ["5m", "15m", "1h", "6h", "24h", "7d"];
 const FLEET_POLL_MS = 2000;
 const FLIGHTS_LISTED = 20; // Flight recordings the device view lists, newest first.
 const PROFILES_LISTED = 20; // Stack profiles the device view lists, newest first.
+const API_RETRIES = 3; // Times a 503 with Retry-After is asked again before it is shown.
+const API_RETRY_MAX_S = 10; // The longest wait for one retry, whatever Retry-After says.
+const VERDICT_CAUSES = 3; // Causes a verdict shows (the largest shares; those above 0).
+const VERDICT_EVIDENCE = 3; // Figures of evidence shown per cause, in the agent's order.
 // The device view refreshes less often as its range grows (a 7-day history is a bigger read).
 const DEVICE_POLL_MS = {
   "5m": 5000,
@@ -188,12 +197,29 @@ function showError(msg) {
 
 /* GET path, parsed JSON. Rejects with an Error whose message names the path and, for an HTTP
  * error, the API's own {"error": ...} text. */
+/* The seconds a 503's Retry-After asks to wait (delta-seconds or an HTTP date), within
+ * [0, API_RETRY_MAX_S], or null when the answer carries none. */
+function retryAfterS(r) {
+  const v = r.headers.get("Retry-After");
+  if (v === null || v.trim() === "") return null;
+  let s = /^\s*\d+\s*$/.test(v) ? Number(v) : (Date.parse(v) - Date.now()) / 1000;
+  if (!isFinite(s)) return null;
+  return Math.min(Math.max(s, 0), API_RETRY_MAX_S);
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
 async function api(path) {
   let r;
-  try {
-    r = await fetch(path, { headers: { Accept: "application/json" }, cache: "no-store" });
-  } catch (e) {
-    throw new Error(`${path}: the aggregator did not answer (${e.message})`);
+  for (let attempt = 0; ; attempt++) {
+    try {
+      r = await fetch(path, { headers: { Accept: "application/json" }, cache: "no-store" });
+    } catch (e) {
+      throw new Error(`${path}: the aggregator did not answer (${e.message})`);
+    }
+    const wait = r.status === 503 && attempt < API_RETRIES ? retryAfterS(r) : null;
+    if (wait === null) break;
+    await sleep(wait * 1000);
   }
   let body = null;
   const text = await r.text();
@@ -516,9 +542,61 @@ function changeCell(c, nowNs) {
     "td",
     { class: "change", title: fmtTime(c.time_ns) },
     el("span", { class: "muted", text: fmtAgo(c.time_ns, nowNs) + ": " }),
-    (c.prev_level || "?") + " → " + c.level,
-    c.reason ? el("div", { class: "reason", text: c.reason }) : null
+    isStart(c) ? `agent started (${c.level})` : (c.prev_level || "?") + " → " + c.level,
+    c.reason ? el("div", { class: "reason", text: c.reason }) : null,
+    topCause(c.verdict)
   );
+}
+
+/* A state whose level is the one before it (and no change of model: those are not stored) is
+ * the level its agent announced at start, not a change. */
+const isStart = (c) => c.prev_level !== null && c.level === c.prev_level;
+
+const fmtShare = (share) => (share === null || share === undefined ? "–" : Math.round(share * 100) + "%");
+
+/* The verdict's first cause in a line ("cause: cpu_contention 81%"), or null without one. */
+function topCause(v) {
+  const c = v && v.causes && v.causes[0];
+  if (!c) return null;
+  return el("div", { class: "top-cause", "data-cause": c.cause },
+    muted("cause: "), el("b", { text: c.cause }), " " + fmtShare(c.share));
+}
+
+/* One cause of a verdict: its name and share, its first figures of evidence, and the processes
+ * or functions it names. */
+function causeLine(c) {
+  const parts = Object.entries(c.evidence || {}).slice(0, VERDICT_EVIDENCE)
+    .map(([k, v]) => `${k} ${fmtNumber(v)}`);
+  for (const p of (c.processes || []).slice(0, 2)) parts.push(`${p.comm} (pid ${p.pid}) ${fmtShare(p.share)}`);
+  for (const f of (c.functions || []).slice(0, 2)) parts.push(`${f.name} +${fmtNumber(f.growth)} pts`);
+  return el("li", { class: "cause", "data-cause": c.cause },
+    el("b", { text: c.cause }), " ", el("span", { class: "share", text: fmtShare(c.share) }),
+    parts.length ? el("span", { class: "evidence", text: " · " + parts.join(", ") }) : null);
+}
+
+/* Why the stage got slow (a level change's verdict): the statistic against its NOMINAL baseline,
+ * then the causes with the largest shares. */
+function verdictBlock(v) {
+  const causes = (v.causes || []).filter((c) => c.share > 0).slice(0, VERDICT_CAUSES);
+  const head = `${v.stage} ${v.statistic} ${fmtDuration(v.baseline_ns)} → ${fmtDuration(v.breach_ns)}` +
+    (v.nominal_windows ? ` against ${v.nominal_windows} NOMINAL windows` : " (no NOMINAL baseline)");
+  return el("div", { class: "verdict" }, el("div", { class: "verdict-head", text: head }),
+    causes.length ? el("ul", { class: "causes" }, ...causes.map(causeLine))
+      : muted("No cause measured.", "p"));
+}
+
+/* The device's latest breach explained, above its charts (/api/devices/<id>/history's
+ * latest_verdict), or a line saying none was. */
+function latestVerdict(h) {
+  const c = h.latest_verdict;
+  const box = el("section", { class: "latest-verdict", id: "latest-verdict" });
+  if (!c || !c.verdict) {
+    box.append(muted("No breach of this device was explained by a verdict yet.", "p"));
+    return box;
+  }
+  box.append(el("h2", {}, "Latest breach ", badge(c.level), muted(" " + fmtTime(c.time_ns))),
+    verdictBlock(c.verdict));
+  return box;
 }
 
 const deviceHref = (id) => "#/device/" + encodeURIComponent(id);
@@ -656,13 +734,14 @@ function drawDevice(body, h, flights, profiles) {
   // Same layout as the last draw: new data into the same charts, no flicker.
   if (body.dataset.key === key && state.charts.length) {
     updateDevice(h, bands, xRange);
+    document.getElementById("latest-verdict").replaceWith(latestVerdict(h));
     document.getElementById("flights").closest(".table-wrap").replaceWith(flightTable(flights));
     document.getElementById("profiles").closest(".table-wrap").replaceWith(profileTable(profiles));
     return;
   }
   destroyCharts();
   body.dataset.key = key;
-  body.replaceChildren();
+  body.replaceChildren(latestVerdict(h));
   state.device = { bands, xRange };
 
   const legend = el("div", { class: "band-legend" }, "Shading: ",
@@ -727,14 +806,20 @@ function levelTable(h) {
         : "no level known at the start of the range"))),
   ];
   for (const c of h.levels) {
-    rows.push(el("tr", { class: "level-" + c.level, "data-level": c.level },
+    const start = isStart(c);
+    rows.push(el("tr", { class: "level-" + c.level + (start ? " start" : ""), "data-level": c.level },
       el("td", { text: fmtTime(c.time_ns) }),
-      el("td", {}, badge(c.prev_level), " → ", badge(c.level)),
+      start ? el("td", {}, "agent started (", badge(c.level), ")")
+        : el("td", {}, badge(c.prev_level), " → ", badge(c.level)),
       el("td", { text: c.rule || "–" }),
       el("td", { text: c.stage || "–" }),
       el("td", { text: fmtRuleValue(c.value, c) }),
       el("td", { text: fmtRuleValue(c.bound, c) }),
-      el("td", { class: "reason", text: c.reason || "–" })));
+      el("td", { class: "reason", text: c.reason || (start ? "" : "–") })));
+    if (c.verdict) {
+      rows.push(el("tr", { class: "verdict-row", "data-time": c.time_ns },
+        el("td", {}), el("td", { colspan: 6 }, verdictBlock(c.verdict))));
+    }
   }
   const t = el("table", { class: "timeline", id: "timeline" },
     headRow(["Time", "Change", "Rule", "Stage", "Value", "Bound", "Reason"]),
@@ -752,6 +837,8 @@ function flightTable(flights) {
     el("tr", { class: "flight", "data-key": f.key },
       el("td", { text: fmtTime(f.time_ns) }),
       el("td", { text: f.cause }),
+      el("td", { class: "top-cause", "data-cause": f.top_cause || "" },
+        f.top_cause ? `${f.top_cause} ${fmtShare(f.top_share)}` : "–"),
       el("td", {}, badge(f.level)),
       el("td", { text: f.rule || "–" }),
       el("td", { text: f.stage || "–" }),
@@ -760,7 +847,7 @@ function flightTable(flights) {
       el("td", {}, el("a", { href: f.url, text: "JSON" }), " ",
         el("a", { href: f.url + "?format=cbor", text: "CBOR" }))));
   const t = el("table", { class: "timeline", id: "flights" },
-    headRow(["Time", "Cause", "Level", "Rule", "Stage", "Holds", "Size", "Recording"]),
+    headRow(["Time", "Trigger", "Cause", "Level", "Rule", "Stage", "Holds", "Size", "Recording"]),
     el("tbody", {}, ...rows));
   const wrap = el("div", { class: "table-wrap" }, t);
   if (!flights.length) wrap.append(muted("No flight recording of this device is stored.", "p"));
