@@ -1,0 +1,514 @@
+/*
+ * test_diagnose.c - unit tests of firmware/agent/record/diagnose.c, the verdict engine, over
+ * synthetic recordings: 4 s of ticks every 100 ms, a frame of stage "infer" every 10 ms, the
+ * first 3 s NOMINAL (the baseline) and the last second the breach window. Each scenario sets
+ * the figures per frame of both windows; the recording's counters are their running totals.
+ * Each cause alone comes first; mixed causes come in order of size; without a baseline there
+ * is one "unexplained" cause; an absent figure skips its cause and is never read as 0; a
+ * cause under EM_DIAGNOSE_MIN_SHARE is left out; every verdict passes em_proto_verdict_check.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <string.h>
+#include <time.h>
+
+#include "diagnose.h"
+
+#define MS       UINT64_C(1000000)
+#define SEC      UINT64_C(1000000000)
+#define PERIOD   (100 * MS)
+#define TICKS    41u /* t = 0, 100 ms, ..., 4 s */
+#define FRAME_NS (10 * MS)
+#define FRAMES   (4u * 100u) /* One every 10 ms, the last ending at 4 s. */
+#define TRIGGER  (4 * SEC)
+
+/* The columns of the synthetic recording. */
+enum {
+  K_RUNQ,
+  K_VOL,
+  K_INVOL,
+  K_CPU,
+  K_MAJFLT,
+  K_THROT,
+  K_NR_THROT,
+  K_INSTR,
+  K_CYCLES,
+  K_PSI_MEM,
+  K_PSI_IO,
+  K_FREQ,
+  K_N
+};
+static const em_flight_column_t columns[K_N] = {
+    {"sched.runq_delay", "ns", EM_METRIC_COUNTER},
+    {"sched.ctxsw.voluntary", "1", EM_METRIC_COUNTER},
+    {"sched.ctxsw.involuntary", "1", EM_METRIC_COUNTER},
+    {"proc.cpu", "ns", EM_METRIC_COUNTER},
+    {"mem.major_faults", "1", EM_METRIC_COUNTER},
+    {"cgroup.cpu.throttled", "ns", EM_METRIC_COUNTER},
+    {"cgroup.cpu.nr_throttled", "1", EM_METRIC_COUNTER},
+    {"pmu.instructions", "1", EM_METRIC_COUNTER},
+    {"pmu.cycles", "1", EM_METRIC_COUNTER},
+    {"psi.memory.some.avg10", "%", EM_METRIC_GAUGE},
+    {"psi.io.some.avg10", "%", EM_METRIC_GAUGE},
+    {"cpu.policy0.freq", "Hz", EM_METRIC_GAUGE},
+};
+
+/* A scenario: each figure per frame (gauges as read) in the baseline [0] and the breach [1]. */
+typedef struct {
+  double frame_ms[2];
+  double fig[K_N][2];
+  bool absent[K_N]; /* Read as null on every tick. */
+} scenario_t;
+
+/* The nominal board: 5 ms frames, 4 ms of CPU, 0.5 ms waiting for a CPU. */
+static scenario_t nominal(void) {
+  scenario_t s = {.frame_ms = {5, 5}};
+  double base[K_N] = {
+      [K_RUNQ] = 0.5 * MS, [K_VOL] = 2,       [K_INVOL] = 1,    [K_CPU] = 4 * MS, [K_INSTR] = 1e7,
+      [K_CYCLES] = 2e7,    [K_PSI_MEM] = 0.5, [K_PSI_IO] = 0.5, [K_FREQ] = 2e9};
+  for (int k = 0; k < K_N; k++) {
+    s.fig[k][0] = s.fig[k][1] = base[k];
+  }
+  return s;
+}
+
+typedef struct {
+  em_flight_tick_t ticks[TICKS];
+  em_flight_value_t values[TICKS][K_N];
+  em_flight_span_t spans[FRAMES];
+  uint64_t scratch[FRAMES];
+  em_diagnose_in_t in;
+  em_diagnosis_t out;
+} rig_t;
+
+static int is_breach(uint64_t t_ns) {
+  return t_ns > TRIGGER - SEC;
+}
+
+/* Builds the recording of `s` into r and its input (baseline from 0, trigger at 4 s). */
+static void build(rig_t *r, const scenario_t *s) {
+  memset(r, 0, sizeof(*r));
+  double total[K_N] = {0};
+  for (unsigned i = 0; i < TICKS; i++) {
+    uint64_t t = i * PERIOD;
+    int w = is_breach(t);
+    for (int k = 0; k < K_N; k++) {
+      if (columns[k].kind == EM_METRIC_COUNTER && i > 0) {
+        total[k] += s->fig[k][w] * (double)(PERIOD / FRAME_NS);
+      }
+      em_value_t v = {.type = EM_VALUE_ABSENT};
+      if (!s->absent[k]) {
+        v = columns[k].kind == EM_METRIC_COUNTER
+                ? (em_value_t){.type = EM_VALUE_UINT, .as.u = (uint64_t)llround(total[k])}
+                : (em_value_t){.type = EM_VALUE_FLOAT, .as.f = s->fig[k][w]};
+      }
+      r->values[i][k] = (em_flight_value_t){.column = (uint32_t)k, .value = v};
+    }
+    r->ticks[i] = (em_flight_tick_t){.mono_ns = t, .values = r->values[i], .n_values = K_N};
+  }
+  for (unsigned f = 0; f < FRAMES; f++) {
+    uint64_t end = (f + 1) * FRAME_NS;
+    uint64_t d = (uint64_t)llround(s->frame_ms[is_breach(end)] * (double)MS);
+    r->spans[f] =
+        (em_flight_span_t){.stage = 0, .frame_id = f, .start_ns = end - d, .duration_ns = d};
+  }
+  r->in = (em_diagnose_in_t){.columns = columns,
+                             .n_columns = K_N,
+                             .ticks = r->ticks,
+                             .n_ticks = TICKS,
+                             .spans = r->spans,
+                             .n_spans = FRAMES,
+                             .stage = 0,
+                             .stage_name = "infer",
+                             .statistic = "p99",
+                             .trigger_ns = TRIGGER,
+                             .window_ns = SEC,
+                             .nominal_from_ns = 0,
+                             .nominal_to_ns = UINT64_MAX};
+}
+
+static rig_t rig;
+
+/* Runs the engine on `s` and checks what every verdict must be. */
+static const em_proto_verdict_t *diagnose(const scenario_t *s) {
+  build(&rig, s);
+  assert_int_equal(em_diagnose(&rig.in, rig.scratch, FRAMES, &rig.out), 0);
+  const em_proto_verdict_t *v = &rig.out.v;
+  assert_int_equal(em_proto_verdict_check(v), 0);
+  assert_string_equal(v->stage, "infer");
+  assert_string_equal(v->statistic, "p99");
+  double sum = 0;
+  for (size_t i = 0; i < v->n_causes; i++) {
+    sum += v->causes[i].share;
+    assert_true(v->causes[i].share >= EM_DIAGNOSE_MIN_SHARE);
+    if (i > 0) {
+      assert_true(v->causes[i - 1].share >= v->causes[i].share);
+    }
+  }
+  assert_true(sum <= 1 + 1e-9);
+  return v;
+}
+
+static const em_proto_verdict_cause_t *find(const em_proto_verdict_t *v, uint32_t code) {
+  for (size_t i = 0; i < v->n_causes; i++) {
+    if (v->causes[i].code == code) {
+      return &v->causes[i];
+    }
+  }
+  return NULL;
+}
+
+static double ev(const em_proto_verdict_cause_t *c, const char *name) {
+  for (size_t i = 0; i < c->n_evidence; i++) {
+    if (strcmp(c->evidence[i].name, name) == 0) {
+      return c->evidence[i].value.as.f;
+    }
+  }
+  fail_msg("no evidence %s", name);
+  return NAN;
+}
+
+/* The stage took 5 ms more per frame; `set` says what grew. */
+static void expect_alone(scenario_t *s, uint32_t code) {
+  s->frame_ms[1] = 10;
+  const em_proto_verdict_t *v = diagnose(s);
+  assert_int_equal(v->baseline_ns, 5 * MS);
+  assert_int_equal(v->breach_ns, 10 * MS);
+  assert_int_equal(v->nominal_windows, 3); /* Ticks 0 .. 3 s: three whole windows. */
+  assert_true(v->n_causes >= 1);
+  assert_int_equal(v->causes[0].code, code);
+  assert_true(v->causes[0].share > 0.9);
+}
+
+static void more_work_alone(void **state) {
+  (void)state;
+  scenario_t s = nominal();
+  s.fig[K_CPU][1] = 9 * MS;             /* 5 ms more CPU per frame... */
+  s.fig[K_INSTR][1] = 1e7 * 9.0 / 4.0;  /* ...for as many more instructions... */
+  s.fig[K_CYCLES][1] = 2e7 * 9.0 / 4.0; /* ...at the same pace. */
+  expect_alone(&s, EM_PROTO_CAUSE_MORE_WORK);
+  const em_proto_verdict_cause_t *c = &rig.out.v.causes[0];
+  assert_float_equal(ev(c, "cpu_ms_per_frame"), 9, 1e-6);
+  assert_float_equal(ev(c, "baseline_cpu_ms_per_frame"), 4, 1e-6);
+  assert_float_equal(ev(c, "instructions_per_frame"), 2.25e7, 1);
+}
+
+static void cpu_contention_alone(void **state) {
+  (void)state;
+  scenario_t s = nominal();
+  s.fig[K_RUNQ][1] = 5.5 * MS;
+  s.fig[K_INVOL][1] = 6;
+  expect_alone(&s, EM_PROTO_CAUSE_CPU_CONTENTION);
+  const em_proto_verdict_cause_t *c = &rig.out.v.causes[0];
+  assert_float_equal(ev(c, "runq_delay_ms_per_frame"), 5.5, 1e-6);
+  assert_float_equal(ev(c, "baseline_runq_delay_ms_per_frame"), 0.5, 1e-6);
+  assert_float_equal(ev(c, "involuntary_switches_per_frame"), 6, 1e-6);
+}
+
+static void cpu_throttling_alone(void **state) {
+  (void)state;
+  scenario_t s = nominal();
+  /* A throttled cgroup's threads wait runnable: the run-queue delay grows as much. */
+  s.fig[K_THROT][1] = 5 * MS;
+  s.fig[K_NR_THROT][1] = 1;
+  s.fig[K_RUNQ][1] = 5.5 * MS;
+  expect_alone(&s, EM_PROTO_CAUSE_CPU_THROTTLING);
+  assert_null(find(&rig.out.v, EM_PROTO_CAUSE_CPU_CONTENTION));
+  assert_float_equal(ev(&rig.out.v.causes[0], "throttled_ms_per_frame"), 5, 1e-6);
+}
+
+static void frequency_cap_alone(void **state) {
+  (void)state;
+  scenario_t s = nominal();
+  s.fig[K_CPU][1] = 9 * MS; /* The same instructions and cycles took longer. */
+  s.fig[K_FREQ][1] = 0.9e9;
+  expect_alone(&s, EM_PROTO_CAUSE_FREQUENCY_CAP);
+  assert_null(find(&rig.out.v, EM_PROTO_CAUSE_MORE_WORK));
+  const em_proto_verdict_cause_t *c = &rig.out.v.causes[0];
+  assert_float_equal(ev(c, "cpu_freq_mhz"), 900, 1e-6);
+  assert_float_equal(ev(c, "baseline_cpu_freq_mhz"), 2000, 1e-6);
+  assert_float_equal(ev(c, "cycles_per_instruction"), 2, 1e-9);
+}
+
+static void frequency_cap_without_instructions(void **state) {
+  (void)state;
+  scenario_t s = nominal();
+  s.absent[K_INSTR] = s.absent[K_CYCLES] = true;
+  s.fig[K_CPU][1] = 9 * MS; /* 4 ms at 2 GHz is 9 ms at 0.9 GHz. */
+  s.fig[K_FREQ][1] = 2e9 * 4.0 / 9.0;
+  expect_alone(&s, EM_PROTO_CAUSE_FREQUENCY_CAP);
+  assert_null(find(&rig.out.v, EM_PROTO_CAUSE_MORE_WORK));
+}
+
+static void memory_pressure_alone(void **state) {
+  (void)state;
+  scenario_t s = nominal();
+  s.fig[K_MAJFLT][1] = 20;
+  s.fig[K_PSI_MEM][1] = 30;
+  s.fig[K_VOL][1] = 22; /* Each fault sleeps. */
+  expect_alone(&s, EM_PROTO_CAUSE_MEMORY_PRESSURE);
+  const em_proto_verdict_cause_t *c = &rig.out.v.causes[0];
+  assert_float_equal(ev(c, "major_faults_per_frame"), 20, 1e-6);
+  assert_float_equal(ev(c, "psi_memory_some"), 30, 1e-6);
+}
+
+static void io_alone(void **state) {
+  (void)state;
+  scenario_t s = nominal();
+  s.fig[K_PSI_IO][1] = 20;
+  s.fig[K_VOL][1] = 10;
+  expect_alone(&s, EM_PROTO_CAUSE_IO);
+  assert_float_equal(ev(&rig.out.v.causes[0], "psi_io_some"), 20, 1e-6);
+}
+
+static void waiting_alone(void **state) {
+  (void)state;
+  scenario_t s = nominal();
+  s.fig[K_VOL][1] = 12; /* A lock: off the CPU, no I/O pressure. */
+  expect_alone(&s, EM_PROTO_CAUSE_WAITING);
+  const em_proto_verdict_cause_t *c = &rig.out.v.causes[0];
+  assert_float_equal(ev(c, "off_cpu_ms_per_frame"), 5.5, 1e-6);
+  assert_float_equal(ev(c, "baseline_off_cpu_ms_per_frame"), 0.5, 1e-6);
+  assert_float_equal(ev(c, "voluntary_switches_per_frame"), 12, 1e-6);
+}
+
+static void mixed_causes_come_by_size(void **state) {
+  (void)state;
+  scenario_t s = nominal();
+  s.frame_ms[1] = 10;         /* 5 ms of excess: */
+  s.fig[K_RUNQ][1] = 3 * MS;  /* 2.5 ms waiting for a CPU, */
+  s.fig[K_CPU][1] = 5.5 * MS; /* 1.5 ms more CPU with more instructions, */
+  s.fig[K_INSTR][1] = 1e7 * 5.5 / 4;
+  s.fig[K_CYCLES][1] = 2e7 * 5.5 / 4;
+  /* and 1 ms no figure explains (off-CPU grew with I/O pressure but no more sleeps). */
+  s.fig[K_PSI_IO][1] = 10;
+  const em_proto_verdict_t *v = diagnose(&s);
+  assert_int_equal(v->n_causes, 3);
+  assert_int_equal(v->causes[0].code, EM_PROTO_CAUSE_CPU_CONTENTION);
+  assert_float_equal(v->causes[0].share, 0.5, 1e-6);
+  assert_int_equal(v->causes[1].code, EM_PROTO_CAUSE_MORE_WORK);
+  assert_float_equal(v->causes[1].share, 0.3, 1e-6);
+  assert_int_equal(v->causes[2].code, EM_PROTO_CAUSE_UNEXPLAINED);
+  assert_float_equal(v->causes[2].share, 0.2, 1e-6);
+}
+
+static void small_causes_are_left_out(void **state) {
+  (void)state;
+  scenario_t s = nominal();
+  s.frame_ms[1] = 10;
+  s.fig[K_RUNQ][1] = 5.2 * MS; /* 4.7 of the 5 ms... */
+  s.fig[K_CPU][1] = 4.3 * MS;  /* ...0.3 ms (6 %) more CPU: under the threshold. */
+  const em_proto_verdict_t *v = diagnose(&s);
+  assert_int_equal(v->causes[0].code, EM_PROTO_CAUSE_CPU_CONTENTION);
+  assert_null(find(v, EM_PROTO_CAUSE_MORE_WORK));
+  assert_null(find(v, EM_PROTO_CAUSE_FREQUENCY_CAP));
+  assert_null(find(v, EM_PROTO_CAUSE_UNEXPLAINED)); /* 6 % left over: under it too. */
+}
+
+static void shares_past_one_are_scaled_down(void **state) {
+  (void)state;
+  scenario_t s = nominal();
+  s.frame_ms[1] = 10;          /* 5 ms of excess, but 6 ms of growth measured: */
+  s.fig[K_RUNQ][1] = 4.5 * MS; /* 4 ms (0.8) */
+  s.fig[K_CPU][1] = 6 * MS;    /* and 2 ms (0.4): 2/3 and 1/3 once scaled. */
+  s.fig[K_INSTR][1] = 1.5e7;
+  s.fig[K_CYCLES][1] = 3e7;
+  const em_proto_verdict_t *v = diagnose(&s);
+  assert_int_equal(v->n_causes, 2);
+  assert_int_equal(v->causes[0].code, EM_PROTO_CAUSE_CPU_CONTENTION);
+  assert_float_equal(v->causes[0].share, 2.0 / 3, 1e-6);
+  assert_int_equal(v->causes[1].code, EM_PROTO_CAUSE_MORE_WORK);
+  assert_float_equal(v->causes[1].share, 1.0 / 3, 1e-6);
+}
+
+static void no_baseline_says_so(void **state) {
+  (void)state;
+  scenario_t s = nominal();
+  s.frame_ms[1] = 10;
+  s.fig[K_RUNQ][1] = 5.5 * MS;
+  build(&rig, &s);
+  rig.in.nominal_from_ns = 2500 * MS; /* NOMINAL for half a window before the breach. */
+  assert_int_equal(em_diagnose(&rig.in, rig.scratch, FRAMES, &rig.out), 0);
+  const em_proto_verdict_t *v = &rig.out.v;
+  assert_int_equal(em_proto_verdict_check(v), 0);
+  assert_int_equal(v->nominal_windows, 0);
+  assert_int_equal(v->baseline_ns, 0);
+  assert_int_equal(v->breach_ns, 10 * MS);
+  assert_int_equal(v->n_causes, 1);
+  assert_int_equal(v->causes[0].code, EM_PROTO_CAUSE_UNEXPLAINED);
+  assert_float_equal(v->causes[0].share, 1, 0);
+  /* The level left NOMINAL before the breach window and never came back: the same. */
+  rig.in.nominal_from_ns = 0;
+  rig.in.nominal_to_ns = 500 * MS;
+  assert_int_equal(em_diagnose(&rig.in, rig.scratch, FRAMES, &rig.out), 0);
+  assert_int_equal(rig.out.v.nominal_windows, 0);
+}
+
+static void baseline_stops_where_nominal_ended(void **state) {
+  (void)state;
+  scenario_t s = nominal();
+  s.frame_ms[1] = 10;
+  s.fig[K_RUNQ][1] = 5.5 * MS;
+  build(&rig, &s);
+  rig.in.nominal_to_ns = 1500 * MS; /* WARN from 1.5 s on: one NOMINAL window. */
+  assert_int_equal(em_diagnose(&rig.in, rig.scratch, FRAMES, &rig.out), 0);
+  assert_int_equal(rig.out.v.nominal_windows, 1);
+  assert_int_equal(rig.out.v.causes[0].code, EM_PROTO_CAUSE_CPU_CONTENTION);
+}
+
+static void absent_runq_is_not_read_as_zero(void **state) {
+  (void)state;
+  scenario_t s = nominal();
+  s.frame_ms[1] = 10;
+  s.fig[K_RUNQ][1] = 5.5 * MS;
+  s.absent[K_RUNQ] = s.absent[K_INVOL] = s.absent[K_PSI_IO] = true;
+  const em_proto_verdict_t *v = diagnose(&s);
+  /* Nothing measured the wait: no contention (nor waiting, with I/O pressure unknown). */
+  assert_null(find(v, EM_PROTO_CAUSE_CPU_CONTENTION));
+  assert_null(find(v, EM_PROTO_CAUSE_WAITING));
+  assert_int_equal(v->n_causes, 1);
+  assert_int_equal(v->causes[0].code, EM_PROTO_CAUSE_UNEXPLAINED);
+  /* A column the recording does not have at all reads the same. */
+  build(&rig, &s);
+  rig.in.n_columns = K_RUNQ; /* None. */
+  assert_int_equal(em_diagnose(&rig.in, rig.scratch, FRAMES, &rig.out), 0);
+  assert_int_equal(rig.out.v.n_causes, 1);
+  assert_int_equal(rig.out.v.causes[0].code, EM_PROTO_CAUSE_UNEXPLAINED);
+}
+
+static void absent_cpu_time_skips_cpu_causes(void **state) {
+  (void)state;
+  scenario_t s = nominal();
+  s.frame_ms[1] = 10;
+  s.fig[K_CPU][1] = 9 * MS;
+  s.absent[K_CPU] = true;
+  const em_proto_verdict_t *v = diagnose(&s);
+  assert_null(find(v, EM_PROTO_CAUSE_MORE_WORK));
+  assert_null(find(v, EM_PROTO_CAUSE_FREQUENCY_CAP));
+  assert_null(find(v, EM_PROTO_CAUSE_WAITING));
+  assert_int_equal(v->causes[0].code, EM_PROTO_CAUSE_UNEXPLAINED);
+}
+
+static void involuntary_switches_stand_in_for_runq(void **state) {
+  (void)state;
+  scenario_t s = nominal();
+  s.fig[K_RUNQ][1] = 5.5 * MS;
+  s.absent[K_RUNQ] = true;
+  s.fig[K_INVOL][1] = 11; /* Preempted ten times more per frame, sleeping no more. */
+  expect_alone(&s, EM_PROTO_CAUSE_CPU_CONTENTION);
+  assert_float_equal(ev(&rig.out.v.causes[0], "involuntary_switches_per_frame"), 11, 1e-6);
+}
+
+static void contention_names_who_else_ran(void **state) {
+  (void)state;
+  scenario_t s = nominal();
+  s.frame_ms[1] = 10;
+  s.fig[K_RUNQ][1] = 5.5 * MS;
+  build(&rig, &s);
+  em_diagnose_process_t others[] = {{.pid = 42, .comm = "stress-ng-cpu-worker", .share = 0.8},
+                                    {.pid = 7, .comm = "kworker", .share = 0.1}};
+  rig.in.others = others;
+  rig.in.n_others = 2;
+  assert_int_equal(em_diagnose(&rig.in, rig.scratch, FRAMES, &rig.out), 0);
+  const em_proto_verdict_cause_t *c = &rig.out.v.causes[0];
+  assert_int_equal(c->n_processes, 2);
+  assert_int_equal(c->processes[0].pid, 42);
+  assert_string_equal(c->processes[0].comm, "stress-ng-cpu-w"); /* TASK_COMM_LEN */
+  /* A copy points into itself. */
+  static em_diagnosis_t copy;
+  em_diagnosis_copy(&copy, &rig.out);
+  memset(&rig.out, 0, sizeof(rig.out));
+  assert_string_equal(copy.v.stage, "infer");
+  assert_ptr_equal(copy.v.causes[0].processes[1].comm, copy.comm[1]);
+  assert_string_equal(copy.v.causes[0].processes[1].comm, "kworker");
+  assert_int_equal(em_proto_verdict_check(&copy.v), 0);
+}
+
+static void statistics_and_refusals(void **state) {
+  (void)state;
+  scenario_t s = nominal();
+  s.frame_ms[1] = 10;
+  build(&rig, &s);
+  static const char *const stats[] = {"p50", "p90", "p99", "p999", "max", "mean"};
+  for (size_t i = 0; i < 6; i++) {
+    rig.in.statistic = stats[i];
+    assert_int_equal(em_diagnose(&rig.in, rig.scratch, FRAMES, &rig.out), 0);
+    assert_int_equal(rig.out.v.breach_ns, 10 * MS);
+    assert_int_equal(rig.out.v.baseline_ns, 5 * MS);
+  }
+  rig.in.statistic = "p75";
+  assert_int_equal(em_diagnose(&rig.in, rig.scratch, FRAMES, &rig.out), -EINVAL);
+  rig.in.statistic = "p99";
+  rig.in.window_ns = 0;
+  assert_int_equal(em_diagnose(&rig.in, rig.scratch, FRAMES, &rig.out), -EINVAL);
+  rig.in.window_ns = SEC;
+  rig.in.stage = 3; /* No span of that stage. */
+  assert_int_equal(em_diagnose(&rig.in, rig.scratch, FRAMES, &rig.out), -ENOENT);
+  rig.in.stage = 0;
+  /* No excess (the breach no slower): a verdict with nothing to explain. */
+  s.frame_ms[1] = 5;
+  build(&rig, &s);
+  assert_int_equal(em_diagnose(&rig.in, rig.scratch, FRAMES, &rig.out), 0);
+  assert_int_equal(rig.out.v.n_causes, 0);
+  assert_int_equal(rig.out.v.nominal_windows, 3);
+}
+
+/* The cost on the loop: a recording of 65536 spans (the recorder's largest ring). */
+static void cost_stays_well_under_a_tick(void **state) {
+  (void)state;
+  enum { N = 65536 };
+  static em_flight_span_t spans[N];
+  static uint64_t scratch[N];
+  scenario_t s = nominal();
+  s.frame_ms[1] = 10;
+  build(&rig, &s);
+  for (size_t i = 0; i < N; i++) {
+    uint64_t end = (i + 1) * (4 * SEC / N);
+    uint64_t d = is_breach(end) ? 10 * MS : 5 * MS;
+    spans[i] = (em_flight_span_t){.stage = 0, .frame_id = i, .start_ns = end - d, .duration_ns = d};
+  }
+  rig.in.spans = spans;
+  rig.in.n_spans = N;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  assert_int_equal(em_diagnose(&rig.in, scratch, N, &rig.out), 0);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double us = (double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3;
+  print_message("em_diagnose over %d spans, %u ticks: %.0f us\n", N, TICKS, us);
+  assert_true(us < 50000); /* A tenth of the 500 ms default tick, even under valgrind-ish load. */
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(more_work_alone),
+      cmocka_unit_test(cpu_contention_alone),
+      cmocka_unit_test(cpu_throttling_alone),
+      cmocka_unit_test(frequency_cap_alone),
+      cmocka_unit_test(frequency_cap_without_instructions),
+      cmocka_unit_test(memory_pressure_alone),
+      cmocka_unit_test(io_alone),
+      cmocka_unit_test(waiting_alone),
+      cmocka_unit_test(mixed_causes_come_by_size),
+      cmocka_unit_test(small_causes_are_left_out),
+      cmocka_unit_test(shares_past_one_are_scaled_down),
+      cmocka_unit_test(no_baseline_says_so),
+      cmocka_unit_test(baseline_stops_where_nominal_ended),
+      cmocka_unit_test(absent_runq_is_not_read_as_zero),
+      cmocka_unit_test(absent_cpu_time_skips_cpu_causes),
+      cmocka_unit_test(involuntary_switches_stand_in_for_runq),
+      cmocka_unit_test(contention_names_who_else_ran),
+      cmocka_unit_test(statistics_and_refusals),
+      cmocka_unit_test(cost_stays_well_under_a_tick),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
