@@ -157,6 +157,33 @@ def test_sim_publishes_births_data_and_offline_status(stack):
         assert retained and m["online"] is False
 
 
+def test_sim_escalations_carry_a_verdict(stack):
+    """Each simulated escalation's state message carries the breach's verdict (key 15), valid by
+    the independent decoder's rules V1-V4: the budget stage's p99 from its baseline to the
+    state's measured value, causes in descending share adding up to at most 1, each with
+    evidence; a recovery carries none. Seeds give different first causes."""
+    broker, prefix, live = sim_collector(stack, "v")
+    r = run_sim(broker.port, "--devices", "4", "--rate", "5", "--duration", "6", "--prefix",
+                prefix, "--seed", "3", "--excursion-mean", "1e6", "--degrade", "1-4:0.2")
+    assert r.returncode == 0, r.stderr
+    wait_for(lambda: len([m for _, m, _ in live.of("status") if not m["online"]]) == 4, 10,
+             "4 offline statuses on the live subscriber")
+    states = [m for _, m, _ in live.of("state")]
+    ups = [m for m in states if m["level"] == "DEGRADED"]
+    downs = [m for m in states if m["level"] == "NOMINAL"]
+    assert len(ups) >= 4 and downs, states
+    for m in ups:
+        v = m["verdict"]
+        assert v["stage"] == m["stage"] == "infer" and v["statistic"] == "p99", m
+        assert v["breach_ns"] == m["value"] > v["baseline_ns"] > 0, m
+        shares = [c["share"] for c in v["causes"]]
+        assert len(shares) == 3 and sum(shares) <= 1.0 + 1e-9, v
+        assert all(c["evidence"] for c in v["causes"]), v
+        assert "unexplained" in {c["cause"] for c in v["causes"]}, v
+    assert all("verdict" not in m for m in downs), downs
+    assert len({m["verdict"]["causes"][0]["cause"] for m in ups}) >= 2 or len(ups) < 6, ups
+
+
 def test_sim_stops_on_sigterm_and_says_offline(stack):
     broker, prefix, live = sim_collector(stack, "t")
     p = subprocess.Popen([SIM, "--broker", f"mqtt://127.0.0.1:{broker.port}", "--devices", "2",
