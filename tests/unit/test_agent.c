@@ -40,6 +40,7 @@
 #include "figures.h"
 #include "spool.h"
 #include "syncer.h"
+#include "unit_fx.h"
 
 #define PERIOD_MS   AGENT_FIXTURE_PERIOD_MS
 #define RUN_MS      600u /* About twelve ticks. */
@@ -214,12 +215,9 @@ static void sync_thread_runs_one_sync_at_a_time_and_closes_clean(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(agent_attaches_ticks_and_closes_the_loop_clean,
-                                      agent_fixture_setup, agent_fixture_teardown),
-      cmocka_unit_test_setup_teardown(agent_stopped_at_once_closes_the_loop_clean,
-                                      agent_fixture_setup, agent_fixture_teardown),
-      cmocka_unit_test_setup_teardown(sync_thread_runs_one_sync_at_a_time_and_closes_clean,
-                                      agent_fixture_setup, agent_fixture_teardown),
+      EM_FX_OF(agent_attaches_ticks_and_closes_the_loop_clean, agent_fixture),
+      EM_FX_OF(agent_stopped_at_once_closes_the_loop_clean, agent_fixture),
+      EM_FX_OF(sync_thread_runs_one_sync_at_a_time_and_closes_clean, agent_fixture),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

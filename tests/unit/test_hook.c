@@ -25,6 +25,7 @@
 
 #include "hook.h"
 #include "tmp_dir.h"
+#include "unit_fx.h"
 
 typedef struct {
   char dir[64];
@@ -222,14 +223,12 @@ static void relative_paths_are_refused(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(the_change_arrives_in_arguments_and_environment, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(a_hook_past_its_timeout_is_killed, setup, teardown),
-      cmocka_unit_test_setup_teardown(changes_while_it_runs_wait_and_only_the_latest_runs, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(a_missing_hook_is_counted_and_harmless, setup, teardown),
-      cmocka_unit_test_setup_teardown(closing_kills_a_running_hook, setup, teardown),
-      cmocka_unit_test_setup_teardown(relative_paths_are_refused, setup, teardown),
+      EM_FX(the_change_arrives_in_arguments_and_environment),
+      EM_FX(a_hook_past_its_timeout_is_killed),
+      EM_FX(changes_while_it_runs_wait_and_only_the_latest_runs),
+      EM_FX(a_missing_hook_is_counted_and_harmless),
+      EM_FX(closing_kills_a_running_hook),
+      EM_FX(relative_paths_are_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

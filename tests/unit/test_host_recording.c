@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "recording.h"
+#include "unit_fx.h"
 
 #include <edgemon/crc32c.h>
 
@@ -535,16 +536,13 @@ static void pace_offsets_saturate(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(crc32c_matches_check_value),
-      cmocka_unit_test_setup_teardown(round_trip_keeps_every_field, tmp_setup, tmp_teardown),
-      cmocka_unit_test_setup_teardown(header_only_file_is_an_empty_recording, tmp_setup,
-                                      tmp_teardown),
-      cmocka_unit_test_setup_teardown(cut_at_every_byte_is_truncated_never_a_crash, tmp_setup,
-                                      tmp_teardown),
-      cmocka_unit_test_setup_teardown(flipped_bit_is_detected, tmp_setup, tmp_teardown),
-      cmocka_unit_test_setup_teardown(writer_refuses_fields_out_of_range, tmp_setup, tmp_teardown),
-      cmocka_unit_test_setup_teardown(reader_rejects_foreign_and_future_files, tmp_setup,
-                                      tmp_teardown),
-      cmocka_unit_test_setup_teardown(missing_file_is_enoent, tmp_setup, tmp_teardown),
+      EM_FX_OF(round_trip_keeps_every_field, tmp),
+      EM_FX_OF(header_only_file_is_an_empty_recording, tmp),
+      EM_FX_OF(cut_at_every_byte_is_truncated_never_a_crash, tmp),
+      EM_FX_OF(flipped_bit_is_detected, tmp),
+      EM_FX_OF(writer_refuses_fields_out_of_range, tmp),
+      EM_FX_OF(reader_rejects_foreign_and_future_files, tmp),
+      EM_FX_OF(missing_file_is_enoent, tmp),
       cmocka_unit_test(full_disk_surfaces_enospc),
       cmocka_unit_test(strerror_names_codes_and_errno),
       cmocka_unit_test(parse_table),

@@ -48,6 +48,7 @@
 #include "log.h"
 #include "log_capture.h"
 #include "publisher.h"
+#include "unit_fx.h"
 
 #define PREFIX "edgemon/v1/dev-1"
 
@@ -860,31 +861,19 @@ static void a_refused_security_or_will_setting_fails_new_with_one_error(void **s
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(a_refused_connack_is_a_failure_and_is_retried, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(nothing_is_sent_without_a_session, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_message_goes_out_on_prefix_kind_and_a_command_comes_in,
-                                      setup, teardown),
-      cmocka_unit_test_setup_teardown(a_lost_connection_is_counted_and_reconnected, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(a_publish_never_acknowledged_drops_the_session, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(stop_publishes_the_last_status_retained_and_disconnects,
-                                      setup, teardown),
-      cmocka_unit_test_setup_teardown(a_refused_publish_is_counted_logged_once_and_not_retried,
-                                      setup, teardown),
-      cmocka_unit_test_setup_teardown(
-          a_publish_that_finds_no_connection_drops_the_session_and_reconnects, setup, teardown),
-      cmocka_unit_test_setup_teardown(
-          a_failing_read_write_or_keepalive_drops_the_session_and_reconnects, setup, teardown),
-      cmocka_unit_test_setup_teardown(failing_connects_back_off_and_are_logged_once_per_reason,
-                                      setup, teardown),
-      cmocka_unit_test_setup_teardown(a_connect_without_a_socket_is_a_failure_and_is_retried, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(a_refused_subscribe_is_logged_and_the_session_still_publishes,
-                                      setup, teardown),
-      cmocka_unit_test_setup_teardown(a_refused_security_or_will_setting_fails_new_with_one_error,
-                                      setup, teardown),
+      EM_FX(a_refused_connack_is_a_failure_and_is_retried),
+      EM_FX(nothing_is_sent_without_a_session),
+      EM_FX(a_message_goes_out_on_prefix_kind_and_a_command_comes_in),
+      EM_FX(a_lost_connection_is_counted_and_reconnected),
+      EM_FX(a_publish_never_acknowledged_drops_the_session),
+      EM_FX(stop_publishes_the_last_status_retained_and_disconnects),
+      EM_FX(a_refused_publish_is_counted_logged_once_and_not_retried),
+      EM_FX(a_publish_that_finds_no_connection_drops_the_session_and_reconnects),
+      EM_FX(a_failing_read_write_or_keepalive_drops_the_session_and_reconnects),
+      EM_FX(failing_connects_back_off_and_are_logged_once_per_reason),
+      EM_FX(a_connect_without_a_socket_is_a_failure_and_is_retried),
+      EM_FX(a_refused_subscribe_is_logged_and_the_session_still_publishes),
+      EM_FX(a_refused_security_or_will_setting_fails_new_with_one_error),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -39,6 +39,7 @@
 #include "span_client.h"
 #include "spans.h"
 #include "tmp_dir.h"
+#include "unit_fx.h"
 
 typedef struct {
   char dir[64];
@@ -714,33 +715,26 @@ static void the_deadline_page_is_renamed_into_place_and_updated_in_place(void **
 
 int main(int argc, char **argv) {
   const struct CMUnitTest unit[] = {
-      cmocka_unit_test_setup_teardown(a_sealed_ring_is_accepted_and_acked, setup, teardown),
-      cmocka_unit_test_setup_teardown(the_observer_hears_each_span_with_its_writer_thread, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(an_unsealed_memfd_is_refused_and_closed, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_size_other_than_the_headers_is_refused, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_header_naming_another_process_is_refused, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_register_without_a_descriptor_is_refused, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_sender_outside_the_allow_lists_is_refused, setup, teardown),
-      cmocka_unit_test_setup_teardown(the_caps_refuse_per_process_then_in_all, setup, teardown),
-      cmocka_unit_test_setup_teardown(the_drain_folds_ring_spans_one_tick_late, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_closed_ring_is_drained_to_its_head_and_dropped, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(descriptors_on_other_datagrams_are_closed, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_hard_miss_reaches_its_hook_without_entering_the_window,
-                                      setup, teardown),
-      cmocka_unit_test_setup_teardown(the_deadline_page_is_renamed_into_place_and_updated_in_place,
-                                      setup, teardown),
+      EM_FX(a_sealed_ring_is_accepted_and_acked),
+      EM_FX(the_observer_hears_each_span_with_its_writer_thread),
+      EM_FX(an_unsealed_memfd_is_refused_and_closed),
+      EM_FX(a_size_other_than_the_headers_is_refused),
+      EM_FX(a_header_naming_another_process_is_refused),
+      EM_FX(a_register_without_a_descriptor_is_refused),
+      EM_FX(a_sender_outside_the_allow_lists_is_refused),
+      EM_FX(the_caps_refuse_per_process_then_in_all),
+      EM_FX(the_drain_folds_ring_spans_one_tick_late),
+      EM_FX(a_closed_ring_is_drained_to_its_head_and_dropped),
+      EM_FX(descriptors_on_other_datagrams_are_closed),
+      EM_FX(a_hard_miss_reaches_its_hook_without_entering_the_window),
+      EM_FX(the_deadline_page_is_renamed_into_place_and_updated_in_place),
   };
   /* The live kernel: a real child's pidfd and its start time in the real /proc. Run with --live,
    * labelled integration (CMakeLists.txt). */
   const struct CMUnitTest live[] = {
-      cmocka_unit_test_setup_teardown(a_writer_that_exits_is_drained_through_its_pidfd, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(without_pidfds_an_exited_writer_is_found_by_its_start_time,
-                                      setup, teardown),
-      cmocka_unit_test_setup_teardown(a_refused_pidfd_open_falls_back_to_the_start_time_check,
-                                      setup, teardown),
+      EM_FX(a_writer_that_exits_is_drained_through_its_pidfd),
+      EM_FX(without_pidfds_an_exited_writer_is_found_by_its_start_time),
+      EM_FX(a_refused_pidfd_open_falls_back_to_the_start_time_check),
   };
   if (argc > 1 && strcmp(argv[1], "--live") == 0) {
     return cmocka_run_group_tests_name("live", live, NULL, NULL);

@@ -26,6 +26,7 @@
 
 #include "signals.h"
 #include "tmp_dir.h"
+#include "unit_fx.h"
 
 typedef struct {
   char dir[64];
@@ -361,19 +362,14 @@ static void a_missing_directory_is_an_error(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(page_is_created_whole_with_the_initial_record, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(publish_updates_the_page_and_pushes_to_every_subscriber,
-                                      setup, teardown),
-      cmocka_unit_test_setup_teardown(gone_subscribers_are_dropped_and_full_ones_never_block, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(unnamed_or_excess_live_subscribers_are_refused, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(dead_subscribers_give_their_slots_to_new_ones, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(one_process_cannot_take_every_slot, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_bad_record_publishes_nothing, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_missing_directory_is_an_error, setup, teardown),
+      EM_FX(page_is_created_whole_with_the_initial_record),
+      EM_FX(publish_updates_the_page_and_pushes_to_every_subscriber),
+      EM_FX(gone_subscribers_are_dropped_and_full_ones_never_block),
+      EM_FX(unnamed_or_excess_live_subscribers_are_refused),
+      EM_FX(dead_subscribers_give_their_slots_to_new_ones),
+      EM_FX(one_process_cannot_take_every_slot),
+      EM_FX(a_bad_record_publishes_nothing),
+      EM_FX(a_missing_directory_is_an_error),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

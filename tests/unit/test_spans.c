@@ -41,6 +41,7 @@
 #include "span_client.h"
 #include "spans.h"
 #include "tmp_dir.h"
+#include "unit_fx.h"
 
 /*
  * The system call table the seam tests give span ingest: each recvmmsg call is counted and
@@ -623,29 +624,21 @@ static void a_python_stacks_datagram_arrives_whole_and_spans_still_fold(void **s
 
 int main(int argc, char **argv) {
   const struct CMUnitTest unit[] = {
-      cmocka_unit_test_setup_teardown(a_span_folds_into_its_stage_with_the_kernels_credentials,
-                                      setup, teardown),
-      cmocka_unit_test_setup_teardown(each_bad_datagram_is_dropped_under_its_reason, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(a_sender_outside_the_allow_lists_is_refused, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_stage_past_the_table_is_overflow, setup, teardown),
-      cmocka_unit_test_setup_teardown(descriptors_sent_with_spans_are_all_closed, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_subscribe_reports_the_senders_address, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_failing_receive_is_counted_logged_once_and_ends_the_wakeup,
-                                      setup, teardown),
-      cmocka_unit_test_setup_teardown(a_flood_is_read_in_bounded_batches_per_wakeup, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(a_truncated_message_in_a_batch_is_dropped_alone, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(
-          a_cut_control_message_is_counted_once_logged_and_gives_no_descriptor, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_python_stacks_datagram_arrives_whole_and_spans_still_fold,
-                                      setup, teardown),
+      EM_FX(a_span_folds_into_its_stage_with_the_kernels_credentials),
+      EM_FX(each_bad_datagram_is_dropped_under_its_reason),
+      EM_FX(a_sender_outside_the_allow_lists_is_refused),
+      EM_FX(a_stage_past_the_table_is_overflow),
+      EM_FX(descriptors_sent_with_spans_are_all_closed),
+      EM_FX(a_subscribe_reports_the_senders_address),
+      EM_FX(a_failing_receive_is_counted_logged_once_and_ends_the_wakeup),
+      EM_FX(a_flood_is_read_in_bounded_batches_per_wakeup),
+      EM_FX(a_truncated_message_in_a_batch_is_dropped_alone),
+      EM_FX(a_cut_control_message_is_counted_once_logged_and_gives_no_descriptor),
+      EM_FX(a_python_stacks_datagram_arrives_whole_and_spans_still_fold),
   };
   /* The live kernel: its truncation of SCM_RIGHTS. Run with --live, labelled integration. */
   const struct CMUnitTest live[] = {
-      cmocka_unit_test_setup_teardown(descriptors_past_the_control_buffer_never_stay_open, setup,
-                                      teardown),
+      EM_FX(descriptors_past_the_control_buffer_never_stay_open),
   };
   if (argc > 1 && strcmp(argv[1], "--live") == 0) {
     return cmocka_run_group_tests_name("live", live, NULL, NULL);

@@ -20,6 +20,7 @@
 #include "failing_alloc.h"
 #include "spool.h"
 #include "tmp_dir.h"
+#include "unit_fx.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -850,38 +851,28 @@ static int disarm_and_teardown(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(spool_replays_in_order_with_payload_bytes, setup, teardown),
-      cmocka_unit_test_setup_teardown(spool_state_records_replay_before_older_data, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(spool_flight_records_replay_with_data_and_keep_their_kind,
-                                      setup, teardown),
-      cmocka_unit_test_setup_teardown(spool_flight_records_replay_with_data_and_keep_their_kind,
-                                      setup, teardown),
-      cmocka_unit_test_setup_teardown(spool_reopen_after_close_replays_unpopped, setup, teardown),
-      cmocka_unit_test_setup_teardown(spool_reopen_after_crash_recovers, setup, teardown),
-      cmocka_unit_test_setup_teardown(spool_state_popped_out_of_order_replays_again_after_crash,
-                                      setup, teardown),
-      cmocka_unit_test_setup_teardown(spool_held_records_replay_after_crash_from_oldest_unacked,
-                                      setup, teardown),
-      cmocka_unit_test_setup_teardown(spool_release_and_take, setup, teardown),
-      cmocka_unit_test_setup_teardown(spool_wraps_many_laps_with_mixed_sizes, setup, teardown),
-      cmocka_unit_test_setup_teardown(spool_eviction_counts_exact_drops_across_reopen, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(spool_torn_last_record_is_skipped_and_counted, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(spool_corrupt_middle_record_is_skipped_and_counted, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(spool_corruption_after_open_fails_peek_once, setup, teardown),
-      cmocka_unit_test_setup_teardown(spool_garbage_file_is_recreated, setup, teardown),
-      cmocka_unit_test_setup_teardown(spool_short_file_is_recreated, setup, teardown),
-      cmocka_unit_test_setup_teardown(spool_refuses_what_is_no_regular_file, setup, teardown),
-      cmocka_unit_test_setup_teardown(spool_write_error_is_reported_and_spool_stays_usable, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(spool_rejects_bad_sizes, setup, teardown),
-      cmocka_unit_test_setup_teardown(spool_peek_with_small_buffer_is_enobufs, setup, teardown),
-      cmocka_unit_test_setup_teardown(spool_torn_header_slot_falls_back_to_older, setup, teardown),
-      cmocka_unit_test_setup_teardown(spool_capacity_change_recreates_only_when_empty, setup,
-                                      teardown),
+      EM_FX(spool_replays_in_order_with_payload_bytes),
+      EM_FX(spool_state_records_replay_before_older_data),
+      EM_FX(spool_flight_records_replay_with_data_and_keep_their_kind),
+      EM_FX(spool_flight_records_replay_with_data_and_keep_their_kind),
+      EM_FX(spool_reopen_after_close_replays_unpopped),
+      EM_FX(spool_reopen_after_crash_recovers),
+      EM_FX(spool_state_popped_out_of_order_replays_again_after_crash),
+      EM_FX(spool_held_records_replay_after_crash_from_oldest_unacked),
+      EM_FX(spool_release_and_take),
+      EM_FX(spool_wraps_many_laps_with_mixed_sizes),
+      EM_FX(spool_eviction_counts_exact_drops_across_reopen),
+      EM_FX(spool_torn_last_record_is_skipped_and_counted),
+      EM_FX(spool_corrupt_middle_record_is_skipped_and_counted),
+      EM_FX(spool_corruption_after_open_fails_peek_once),
+      EM_FX(spool_garbage_file_is_recreated),
+      EM_FX(spool_short_file_is_recreated),
+      EM_FX(spool_refuses_what_is_no_regular_file),
+      EM_FX(spool_write_error_is_reported_and_spool_stays_usable),
+      EM_FX(spool_rejects_bad_sizes),
+      EM_FX(spool_peek_with_small_buffer_is_enobufs),
+      EM_FX(spool_torn_header_slot_falls_back_to_older),
+      EM_FX(spool_capacity_change_recreates_only_when_empty),
       cmocka_unit_test_setup_teardown(spool_open_fails_cleanly_when_any_allocation_fails, setup,
                                       disarm_and_teardown),
   };

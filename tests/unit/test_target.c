@@ -22,6 +22,7 @@
 
 #include "config.h"
 #include "target.h"
+#include "unit_fx.h"
 
 typedef struct {
   char root[64];
@@ -251,19 +252,15 @@ static void real_proc_finds_this_test_by_its_parent(void **state) {
 
 int main(int argc, char **argv) {
   const struct CMUnitTest unit[] = {
-      cmocka_unit_test_setup_teardown(comm_matches_exactly_and_oldest_wins, setup, teardown),
-      cmocka_unit_test_setup_teardown(cmdline_matches_a_substring_across_arguments, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(a_wrapper_never_wins_over_the_process_it_started, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(a_wrapper_found_first_names_its_successor, setup, teardown),
-      cmocka_unit_test_setup_teardown(the_agent_never_matches_itself, setup, teardown),
-      cmocka_unit_test_setup_teardown(pid_files_missing_garbage_or_stale_mean_not_running, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(pid_target_exists_or_waits, setup, teardown),
-      cmocka_unit_test_setup_teardown(start_time_reads_past_a_comm_with_parentheses, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(lookups_that_cannot_work_say_so, setup, teardown),
+      EM_FX(comm_matches_exactly_and_oldest_wins),
+      EM_FX(cmdline_matches_a_substring_across_arguments),
+      EM_FX(a_wrapper_never_wins_over_the_process_it_started),
+      EM_FX(a_wrapper_found_first_names_its_successor),
+      EM_FX(the_agent_never_matches_itself),
+      EM_FX(pid_files_missing_garbage_or_stale_mean_not_running),
+      EM_FX(pid_target_exists_or_waits),
+      EM_FX(start_time_reads_past_a_comm_with_parentheses),
+      EM_FX(lookups_that_cannot_work_say_so),
   };
   /* The live kernel: this process and its parent in the real /proc. Run with --live, labelled
    * integration (CMakeLists.txt). */
