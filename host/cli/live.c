@@ -108,6 +108,22 @@ int em_cli_live_option(em_cli_live_t *l, int c, const char *arg) {
   }
 }
 
+int em_cli_live_next(em_cli_live_t *l, int argc, char **argv, const struct option *opts, int *c) {
+  for (;;) {
+    *c = getopt_long(argc, argv, "", opts, NULL);
+    if (*c == -1) {
+      return EM_CLI_OK;
+    }
+    int rc = em_cli_live_option(l, *c, optarg);
+    if (rc < 0) {
+      return EM_CLI_OK;
+    }
+    if (rc != EM_CLI_OK) {
+      return rc;
+    }
+  }
+}
+
 int em_cli_live_check(em_cli_live_t *l, int argc, char **argv) {
   if (optind < argc) {
     return em_cli_usage_error(l->cmd, "unexpected argument '%s'", argv[optind]);

@@ -104,6 +104,14 @@ typedef struct {
  * shared option. */
 int em_cli_live_option(em_cli_live_t *l, int c, const char *arg);
 
+struct option;
+
+/* Reads argv's next option with getopt_long() over opts (the caller sets optind and opterr
+ * first) and takes the shared ones itself through em_cli_live_option(), so that *c is the next
+ * option the command reads: its code, '?' for one getopt does not know, -1 after the last.
+ * Returns EM_CLI_OK, or EM_CLI_USAGE (message printed) for a shared option with a bad value. */
+int em_cli_live_next(em_cli_live_t *l, int argc, char **argv, const struct option *opts, int *c);
+
 /* After getopt: refuses operands left in argv (from optind), applies --color, checks --device,
  * resolves and checks the broker URL, and checks the TLS and login options against it. Returns
  * EM_CLI_OK or EM_CLI_USAGE. */

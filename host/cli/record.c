@@ -150,16 +150,15 @@ int em_cli_record(int argc, char **argv) {
   optind = 1;
   opterr = 0;
   for (;;) {
-    int c = getopt_long(argc, argv, "", opts, NULL);
+    int c = -1;
+    int rc = em_cli_live_next(&r.live, argc, argv, opts, &c);
+    if (rc != EM_CLI_OK) {
+      return rc;
+    }
     if (c == -1) {
       break;
     }
-    int rc = em_cli_live_option(&r.live, c, optarg);
-    if (rc >= 0) {
-      if (rc != EM_CLI_OK) {
-        return rc;
-      }
-    } else if (c == 'o') {
+    if (c == 'o') {
       out_path = optarg;
     } else if (c == 'h') {
       record_usage(stdout);

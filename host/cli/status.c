@@ -161,16 +161,15 @@ int em_cli_status(int argc, char **argv) {
   optind = 1;
   opterr = 0;
   for (;;) {
-    int c = getopt_long(argc, argv, "", opts, NULL);
+    int c = -1;
+    int rc = em_cli_live_next(&s.live, argc, argv, opts, &c);
+    if (rc != EM_CLI_OK) {
+      return rc;
+    }
     if (c == -1) {
       break;
     }
-    int rc = em_cli_live_option(&s.live, c, optarg);
-    if (rc >= 0) {
-      if (rc != EM_CLI_OK) {
-        return rc;
-      }
-    } else if (c == 'j') {
+    if (c == 'j') {
       json = true;
     } else if (c == 'w') {
       static const em_cli_number_t wait_s = {.min = 0, .max = 3600, .duration = true};
