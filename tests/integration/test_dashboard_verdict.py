@@ -8,7 +8,8 @@ The verdict of a level change comes back through the store's JSON column, the re
 through its CBOR decoded at the request: the simulator gives an excursion's state and recording
 the same verdict, so the two must be equal. A state message whose level is its previous level
 and names no model (published here as an agent does at start, CBOR through python3-cbor2) is
-the level announced at start: the API lists it as it came, the page says "agent started".
+the level announced at start: the API lists it as it came, the page says "agent started" in the
+device's timeline and in the fleet's row of a device that announced nothing else.
 A 503 with Retry-After is provoked inside the page (its fetch answers one history request so,
 as the API's full lane would): the page must ask again after the given second and show no
 error."""
@@ -30,6 +31,7 @@ from test_dashboard import COLLECT_ERRORS
 SIM = os.environ.get("EM_SIM")
 WHY_NOT = webdriver.available()
 DEVICE = "vd-0001"
+STARTED = "vd-start"  # a device whose agent only announced its level at start
 CAUSES = {"cpu_contention", "cpu_throttling", "frequency_cap", "memory_pressure", "io",
           "waiting", "more_work", "unexplained"}
 
@@ -92,6 +94,7 @@ def stack(tmp_path_factory):
         agg = Aggregator(tmp, broker.port).start()
         started.append(agg)
         publish_start(broker.port, DEVICE)
+        publish_start(broker.port, STARTED)
         sim = subprocess.run(
             [SIM, "--devices", "1", "--rate", "2", "--duration", "6", "--qos", "1", "--seed", "5",
              "--prefix", "vd", "--broker", f"mqtt://127.0.0.1:{broker.port}", "--flights",
@@ -209,6 +212,16 @@ def test_agent_start_is_no_nominal_to_nominal_change(stack, page):
                          "return r && r.textContent")
     assert start and "agent started (NOMINAL)" in start, start
     assert "NOMINAL → NOMINAL" not in text, text
+    assert errors(page) == []
+
+
+def test_fleet_row_of_a_started_agent_says_so(stack, page):
+    _, agg = stack
+    page.get(f"http://127.0.0.1:{agg.port}/ui/#/")
+    text = wait_for(lambda: page.execute(
+        "const r = document.querySelector(`tr[data-id='${arguments[0]}'] td.change`);"
+        "return r && r.textContent", STARTED), 15, f"the last change in the row of {STARTED}")
+    assert "agent started (NOMINAL)" in text and "→" not in text, text
     assert errors(page) == []
 
 
