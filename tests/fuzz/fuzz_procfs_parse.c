@@ -7,7 +7,12 @@
  * leaves its record all zero; an accepted one ends with a newline, sets only known `have` bits
  * and at least one, gives 0 for every absent field, and its figures are whole pages (statm) or
  * whole KiB (smaps_rollup, meminfo) or finite non-negative percentages (PSI). statm parsed with
- * 4 KiB and 64 KiB pages agrees up to the factor 16. Seeds: tests/fixtures/procfs (recursive).
+ * 4 KiB and 64 KiB pages agrees up to the factor 16. The scheduling parsers of
+ * collect/schedinfo.c (stat, schedstat, status, cgroup, cpu.stat, a PSI total) take the same
+ * bytes: 0 or -EINVAL, a refused record zero (stat: processor -1), an accepted text ending
+ * with its newline, a stat comm NUL-terminated, cgroup paths absolute and NUL-terminated, a
+ * throttled_usec in whole microseconds. Seeds: tests/fixtures/procfs and tests/fixtures/sched
+ * (recursive).
  */
 #include <errno.h>
 #include <math.h>
@@ -18,6 +23,7 @@
 #include <string.h>
 
 #include "procfs.h"
+#include "schedinfo.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -164,6 +170,55 @@ static void fuzz_record(size_t k, const char *text, size_t size) {
   }
 }
 
+/* The scheduling evidence's parsers over the same bytes. */
+static void fuzz_schedinfo(const char *text, size_t size) {
+  em_schedinfo_stat_t st;
+  memset(&st, 0xa5, sizeof st);
+  int rc = em_schedinfo_parse_stat(text, size, &st);
+  check(rc == 0 || rc == -EINVAL);
+  check(memchr(st.comm, '\0', sizeof st.comm) != NULL);
+  if (rc != 0) {
+    check(st.processor == -1 && st.utime_ticks == 0 && st.majflt == 0 && st.starttime == 0);
+  } else {
+    check(size > 0 && text[size - 1] == '\n' && st.processor >= -1);
+  }
+  uint64_t wait = 1;
+  rc = em_schedinfo_parse_schedstat(text, size, &wait);
+  check(rc == 0 || (rc == -EINVAL && wait == 0));
+  unsigned have = 1;
+  uint64_t vol = 1, invol = 1;
+  rc = em_schedinfo_parse_status(text, size, &have, &vol, &invol);
+  check(rc == 0 || rc == -EINVAL);
+  check(have == 0 || have == EM_SCHEDINFO_CTXSW);
+  check(have != 0 || (vol == 0 && invol == 0));
+  em_schedinfo_cgroup_t cg;
+  memset(&cg, 0xa5, sizeof cg);
+  rc = em_schedinfo_parse_cgroup(text, size, &cg);
+  if (!accepted(rc, &cg, sizeof cg, text, size)) {
+    return;
+  }
+  check(memchr(cg.v1_path, '\0', sizeof cg.v1_path) && memchr(cg.v2_path, '\0', sizeof cg.v2_path));
+  check(cg.v1_path[0] == '\0' || cg.v1_path[0] == '/');
+  check(cg.v2_path[0] == '\0' || cg.v2_path[0] == '/');
+}
+
+/* cpu.stat and a PSI file's total: refused zero, accepted with known bits only. */
+static void fuzz_cgroup_files(const char *text, size_t size) {
+  em_schedinfo_cpu_stat_t cs;
+  memset(&cs, 0xa5, sizeof cs);
+  int rc = em_schedinfo_parse_cpu_stat(text, size, &cs);
+  if (accepted(rc, &cs, sizeof cs, text, size)) {
+    check((cs.have & ~(unsigned)(EM_SCHEDINFO_THROTTLED | EM_SCHEDINFO_NR_THROTTLED)) == 0);
+    check((cs.have & EM_SCHEDINFO_THROTTLED) || cs.throttled_ns == 0);
+  }
+  bool have = true;
+  uint64_t ns = 1;
+  rc = em_schedinfo_parse_pressure_total(text, size, &have, &ns);
+  check(rc == 0 || (rc == -EINVAL && !have && ns == 0));
+  check(have || ns == 0);
+  check(ns % 1000 == 0);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   /* libFuzzer passes a heap copy of exactly `size` bytes, so ASan sees any over-read. */
   const char *text = (const char *)data;
@@ -171,5 +226,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   for (size_t k = 0; k < sizeof(records) / sizeof(records[0]); k++) {
     fuzz_record(k, text, size);
   }
+  fuzz_schedinfo(text, size);
+  fuzz_cgroup_files(text, size);
   return 0;
 }

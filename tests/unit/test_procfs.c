@@ -1316,17 +1316,21 @@ static void sched_stat_takes_the_fields_after_the_last_parenthesis(void **state)
 /* Texts each parser must refuse: truncated, garbage, overflowing, repeated. */
 static void sched_parsers_reject_text_not_in_the_format(void **state) {
   (void)state;
-  static const char *const stats[] = {
-      "",
-      "4242 (x) S 1 2 3\n",
-      "4242 (x) S 1 4242 4242 0 -1 0 0 0 x7 0 1 2 0 0 20 0 1 0 9\n",
-      "4242 x) S 1\n",
-      "4242 (x) S 1 4242 4242 0 -1 0 0 0 7 0 1 2 0 0 20 0 1 0 9",
-      "4242 (x) S 1 4242 4242 0 -1 0 0 0 99999999999999999999999 0 1 2 0 0 20 0 1 0 9\n"};
+  static const char *const stats[] = {"",
+                                      "4242 (x) S 1 2 3\n",
+                                      "4242 (x) S 1 4242 4242 0 -1 0 0 0 x7 0 1 2 0 0 20 0 1 0 9\n",
+                                      "4242 x) S 1\n",
+                                      "4242 (x) S 1 4242 4242 0 -1 0 0 0 7 0 1 2 0 0 20 0 1 0 9",
+                                      "4242 (x) S 1 4242 4242 0 -1 0 0 0 99999999999999999999999 0 "
+                                      "1 2 0 0 20 0 1 0 9\n",
+                                      "4242 (x) S 1 4242 4242 0 -1 0 0 0 7 0 1 2 0 0 20 0 1 0 9 5  "
+                                      "6\n" /* Fields set, then bad. */};
   em_schedinfo_stat_t st;
   for (size_t i = 0; i < ARRAY_LEN(stats); i++) {
     assert_int_equal(em_schedinfo_parse_stat(stats[i], strlen(stats[i]), &st), -EINVAL);
     assert_int_equal(st.utime_ticks, 0);
+    assert_int_equal(st.majflt, 0);
+    assert_int_equal(st.processor, -1);
   }
   static const char *const schedstats[] = {"",          "1 2 3",   "1 2\n",
                                            "1 2 3 4\n", "a b c\n", "1 99999999999999999999999 3\n"};

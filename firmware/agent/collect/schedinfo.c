@@ -109,7 +109,7 @@ int em_schedinfo_parse_stat(const char *text, size_t len, em_schedinfo_stat_t *o
     bool wanted = field == 12 || field == 14 || field == 15 || field == 22 || field == 39;
     if (wanted) {
       if (scan_u64(text, len, &i, &v) != 0) {
-        return -EINVAL;
+        goto bad;
       }
     } else {
       size_t start = i;
@@ -117,7 +117,7 @@ int em_schedinfo_parse_stat(const char *text, size_t len, em_schedinfo_stat_t *o
         i++;
       }
       if (i == start) {
-        return -EINVAL;
+        goto bad;
       }
     }
     if (field == 12) {
@@ -134,15 +134,17 @@ int em_schedinfo_parse_stat(const char *text, size_t len, em_schedinfo_stat_t *o
     if (i < len && text[i] == ' ') {
       i++;
     } else if (i >= len || text[i] != '\n') {
-      return -EINVAL;
+      goto bad;
     }
   }
-  if (field <= 22) {
-    memset(out, 0, sizeof(*out));
-    out->processor = -1;
-    return -EINVAL; /* Too short to be a stat line of any kernel since 2.6. */
+  if (field > 22) {
+    return 0;
   }
-  return 0;
+  /* Too short to be a stat line of any kernel since 2.6, or not in the format: nothing. */
+bad:
+  memset(out, 0, sizeof(*out));
+  out->processor = -1;
+  return -EINVAL;
 }
 
 int em_schedinfo_parse_schedstat(const char *text, size_t len, uint64_t *wait_ns) {
