@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "recording.h"
+#include "tmp_dir.h"
 #include "unit_fx.h"
 
 #include <edgemon/crc32c.h>
@@ -35,27 +36,14 @@
 
 /* ---- fixtures ----------------------------------------------------------------------------- */
 
-typedef struct {
-  char dir[64];
-  char path[96];
-} tmp_t;
+typedef em_tmp_file_t tmp_t;
 
 static int tmp_setup(void **state) {
-  tmp_t *t = calloc(1, sizeof(*t));
-  assert_non_null(t);
-  snprintf(t->dir, sizeof(t->dir), "/tmp/em-rec-test-XXXXXX");
-  assert_non_null(mkdtemp(t->dir));
-  snprintf(t->path, sizeof(t->path), "%s/rec.emrec", t->dir);
-  *state = t;
-  return 0;
+  return em_tmp_file_setup(state, "em-rec-test", "rec.emrec");
 }
 
 static int tmp_teardown(void **state) {
-  tmp_t *t = *state;
-  unlink(t->path);
-  rmdir(t->dir);
-  free(t);
-  return 0;
+  return em_tmp_file_teardown(state);
 }
 
 static void write_bytes(const char *path, const void *p, size_t n) {
@@ -330,7 +318,7 @@ static void missing_file_is_enoent(void **state) {
   assert_int_equal(em_rec_reader_new(&r, "/nonexistent/dir/x.emrec"), -ENOENT);
   assert_null(r);
   em_rec_writer_t *w = NULL;
-  char path[128];
+  char path[sizeof(t->path)];
   snprintf(path, sizeof(path), "%s/no/such/dir", t->dir);
   assert_int_equal(em_rec_writer_new(&w, path), -ENOENT);
   assert_null(w);

@@ -36,25 +36,14 @@
 #define CAP     EM_SPOOL_MIN_CAPACITY
 #define MAX_LEN 4096u
 
-typedef struct {
-  char dir[256];
-  char path[300];
-} fixture_t;
+typedef em_tmp_file_t fixture_t;
 
 static int setup(void **state) {
-  fixture_t *f = calloc(1, sizeof(*f));
-  assert_non_null(f);
-  em_tmp_dir_make(f->dir, sizeof(f->dir), "em-spool-test", f->path, sizeof(f->path), "spool");
-  *state = f;
-  return 0;
+  return em_tmp_file_setup(state, "em-spool-test", "spool");
 }
 
 static int teardown(void **state) {
-  fixture_t *f = *state;
-  unlink(f->path);
-  rmdir(f->dir);
-  free(f);
-  return 0;
+  return em_tmp_file_teardown(state);
 }
 
 static em_spool_t *open_ok(const fixture_t *f, uint64_t cap, char *err, size_t err_cap) {
