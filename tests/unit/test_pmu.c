@@ -51,6 +51,7 @@
 #include "log.h"
 #include "log_capture.h"
 #include "pmu.h"
+#include "unit_fx.h"
 
 #ifndef EM_FIXTURES_DIR
 #error "EM_FIXTURES_DIR (absolute path of tests/fixtures) must be defined"
@@ -2422,8 +2423,5 @@ int main(int argc, char **argv) {
       cmocka_unit_test(real_dead_target_reads_frozen_counts_and_cannot_be_opened),
       cmocka_unit_test(real_cgroup_target_counts_its_member_on_every_cpu),
   };
-  if (argc > 1 && strcmp(argv[1], "--live") == 0) {
-    return cmocka_run_group_tests_name("live", live, NULL, NULL);
-  }
-  return cmocka_run_group_tests_name("unit", unit, NULL, NULL);
+  return EM_RUN_UNIT_OR_LIVE(argc, argv, unit, live);
 }

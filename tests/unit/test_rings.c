@@ -736,8 +736,5 @@ int main(int argc, char **argv) {
       EM_FX(without_pidfds_an_exited_writer_is_found_by_its_start_time),
       EM_FX(a_refused_pidfd_open_falls_back_to_the_start_time_check),
   };
-  if (argc > 1 && strcmp(argv[1], "--live") == 0) {
-    return cmocka_run_group_tests_name("live", live, NULL, NULL);
-  }
-  return cmocka_run_group_tests_name("unit", unit, NULL, NULL);
+  return EM_RUN_UNIT_OR_LIVE(argc, argv, unit, live);
 }

@@ -640,8 +640,5 @@ int main(int argc, char **argv) {
   const struct CMUnitTest live[] = {
       EM_FX(descriptors_past_the_control_buffer_never_stay_open),
   };
-  if (argc > 1 && strcmp(argv[1], "--live") == 0) {
-    return cmocka_run_group_tests_name("live", live, NULL, NULL);
-  }
-  return cmocka_run_group_tests_name("unit", unit, NULL, NULL);
+  return EM_RUN_UNIT_OR_LIVE(argc, argv, unit, live);
 }

@@ -27,6 +27,7 @@
 #include <cmocka.h>
 
 #include "symbols.h"
+#include "unit_fx.h"
 
 /* Named from the outside: a function and a data object of the test binary. */
 __attribute__((noinline, used)) int em_test_symbols_marker(int x);
@@ -282,8 +283,5 @@ int main(int argc, char **argv) {
     assert_int_equal(em_symbols_dw_library("/nonexistent/libdw.so.1"), 0);
     return cmocka_run_group_tests_name("no-libdw", no_libdw, NULL, NULL);
   }
-  if (argc > 1 && strcmp(argv[1], "--live") == 0) {
-    return cmocka_run_group_tests_name("live", live, NULL, NULL);
-  }
-  return cmocka_run_group_tests_name("unit", unit, NULL, NULL);
+  return EM_RUN_UNIT_OR_LIVE(argc, argv, unit, live);
 }

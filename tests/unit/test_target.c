@@ -267,8 +267,5 @@ int main(int argc, char **argv) {
   const struct CMUnitTest live[] = {
       cmocka_unit_test(real_proc_finds_this_test_by_its_parent),
   };
-  if (argc > 1 && strcmp(argv[1], "--live") == 0) {
-    return cmocka_run_group_tests_name("live", live, NULL, NULL);
-  }
-  return cmocka_run_group_tests_name("unit", unit, NULL, NULL);
+  return EM_RUN_UNIT_OR_LIVE(argc, argv, unit, live);
 }
