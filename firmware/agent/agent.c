@@ -39,8 +39,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <systemd/sd-daemon.h>
-
 #include "budget.h"
 #include "commands.h"
 #include "judge.h"
@@ -259,7 +257,8 @@ static void publish_state(em_agent_t *a) {
                               .rule = r->rule[0] ? r->rule : NULL,
                               .stage = r->stage[0] ? r->stage : NULL,
                               .reason = r->reason[0] ? r->reason : NULL,
-                              .model = a->model.view}};
+                              .model = a->model.view,
+                              .verdict = em_feed_verdict(a->feed)}};
   if (!isnan(r->value)) {
     msg.u.state.value = (em_value_t){.type = EM_VALUE_FLOAT, .as.f = r->value};
   }
@@ -283,6 +282,7 @@ static void publish_state(em_agent_t *a) {
  */
 static void apply_change(em_agent_t *a, const em_budget_change_t *c) {
   const em_state_record_t *r = em_levels_apply(a->levels, c, wall_ns());
+  em_feed_diagnose(a->feed, c->level, c->stage, c->statistic, c->window_ns, c->mono_ns);
   publish_state(a);
   if (c->level > c->prev_level) {
     em_flight_trigger_t t = {.cause = EM_FLIGHT_ESCALATION,
@@ -302,7 +302,7 @@ static void apply_change(em_agent_t *a, const em_budget_change_t *c) {
                                .reason = t.reason};
     em_profiling_trigger(a->prof, &pt, attached_pid(a), 0, uv_hrtime());
   }
-  sd_notifyf(0, "STATUS=level %s since %s", em_level_name(r->level), r->reason);
+  em_service_notifyf("STATUS=level %s since %s", em_level_name(r->level), r->reason);
   em_levels_announce(a->levels); /* The hook and the log line. */
 }
 

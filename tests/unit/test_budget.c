@@ -374,6 +374,30 @@ static void change_names_the_statistic_its_rule_judges(void **state) {
   assert_string_equal(c.statistic, "max");
   assert_int_equal(c.window_ns, SEC);
   rig_free(r);
+  /* A percentile names the nearest of p50, p90, p99 and p999; a miss ratio r its 1 - r. */
+  static const struct {
+    em_budget_rule_kind_t kind;
+    double q;
+    const char *want;
+  } rows[] = {{EM_BUDGET_RULE_PERCENTILE, 0.99, "p99"}, {EM_BUDGET_RULE_PERCENTILE, 0.999, "p999"},
+              {EM_BUDGET_RULE_PERCENTILE, 0.9, "p90"},  {EM_BUDGET_RULE_PERCENTILE, 0.5, "p50"},
+              {EM_BUDGET_RULE_PERCENTILE, 0.95, "p90"}, {EM_BUDGET_RULE_PERCENTILE, 0.98, "p99"},
+              {EM_BUDGET_RULE_MISS_RATIO, 0.01, "p99"}, {EM_BUDGET_RULE_MISS_RATIO, 0.1, "p90"}};
+  for (size_t i = 0; i < sizeof(rows) / sizeof(*rows); i++) {
+    em_budget_rule_t rule = {
+        .id = "q", .kind = rows[i].kind, .level = EM_LEVEL_WARN, .stage = "infer"};
+    if (rows[i].kind == EM_BUDGET_RULE_PERCENTILE) {
+      rule.u.percentile.q = rows[i].q;
+      rule.u.percentile.bound_ns = 10 * MS;
+    } else {
+      rule.u.miss_ratio.max_ratio = rows[i].q;
+      rule.u.miss_ratio.bound_ns = 10 * MS;
+    }
+    r = rig_new(&rule, 1, 1, 1);
+    assert_true(window_of(r, 20 * MS));
+    assert_string_equal(r->change.statistic, rows[i].want);
+    rig_free(r);
+  }
 }
 
 static void rate_rule(void **state) {

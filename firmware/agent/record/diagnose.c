@@ -193,11 +193,21 @@ static void reduce(const em_diagnose_in_t *in, const colmap_t *m, size_t i0, siz
   const em_flight_tick_t *a = &in->ticks[i0], *b = &in->ticks[i1];
   w->frames = (double)stage_spans(in, a->mono_ns, b->mono_ns, &w->frame_ns, NULL, 0, NULL);
   for (size_t c = 0; c < C_N && w->frames > 0; c++) {
-    double v0, v1;
-    if (m->counter[c] != NO_COL && tick_value(a, m->counter[c], &v0) &&
-        tick_value(b, m->counter[c], &v1) && v1 >= v0) {
+    double v0 = 0, v1;
+    if (m->counter[c] == NO_COL || !tick_value(b, m->counter[c], &v1)) {
+      continue;
+    }
+    /* From the first tick that read it: a counter starts with the target's attach. */
+    size_t k = i0;
+    while (k < i1 && !tick_value(&in->ticks[k], m->counter[c], &v0)) {
+      k++;
+    }
+    double mean, frames = k == i0 ? w->frames
+                                  : (double)stage_spans(in, in->ticks[k].mono_ns, b->mono_ns, &mean,
+                                                        NULL, 0, NULL);
+    if (k < i1 && frames > 0 && v1 >= v0) {
       w->has[c] = true;
-      w->per_frame[c] = (v1 - v0) / w->frames;
+      w->per_frame[c] = (v1 - v0) / frames;
     }
   }
   if (!w->has[C_PROC_CPU] && w->has[C_TASKCLOCK]) {

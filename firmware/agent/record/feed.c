@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "diagnose.h"
 #include "flight.h"
 #include "log.h"
 
@@ -31,6 +32,15 @@ struct em_feed {
   uint8_t when[EM_FLIGHT_MAX_COLUMNS];   /* WHEN_EVERY or one EM_FEED_* bit. */
   uint64_t cut;                          /* Spans and ticks left out for max_bytes. */
   em_log_limit_t refused;                /* Triggers not recorded. */
+  em_level_t level;                      /* The level of the last change (NOMINAL at start). */
+  uint64_t nominal_from_ns;              /* The level is NOMINAL since... */
+  uint64_t nominal_to_ns;                /* ...until (UINT64_MAX: it still is). */
+  uint64_t *durations;                   /* max_spans: the verdict's scratch. */
+  em_diagnosis_t last;                   /* The verdict of the last rise. */
+  bool last_has;                         /* `last` is the latest change's verdict... */
+  bool last_fresh;                       /* ...and no trigger has taken it yet. */
+  em_diagnosis_t pending;                /* The pending recording's verdict... */
+  bool pending_has;                      /* ...when it has one. */
 };
 
 static uint64_t wall_ns(void) {
@@ -105,7 +115,13 @@ int em_feed_new(em_feed_t **out, const em_feed_opts_t *opts) {
     return -ENOMEM;
   }
   f->o = *opts;
+  f->level = EM_LEVEL_NOMINAL;
+  f->nominal_to_ns = UINT64_MAX;
   int rc = opts->enabled ? open_recorder(f) : 0;
+  if (!rc && f->rec) {
+    f->durations = calloc(em_flight_rec_span_capacity(f->rec), sizeof(*f->durations));
+    rc = f->durations ? 0 : -ENOMEM;
+  }
   if (rc) {
     em_feed_free(f);
     return rc;
@@ -119,6 +135,7 @@ void em_feed_free(em_feed_t *f) {
     return;
   }
   em_flight_rec_free(f->rec);
+  free(f->durations);
   free(f);
 }
 
@@ -149,7 +166,13 @@ void em_feed_trigger(em_feed_t *f, const em_flight_trigger_t *t, uint64_t mono_n
     return;
   }
   int rc = em_flight_rec_trigger(f->rec, t, mono_ns, wall_ns());
+  bool verdict = t->cause == EM_FLIGHT_ESCALATION && f->last_fresh;
+  f->last_fresh = false;
   if (rc == 0) {
+    f->pending_has = verdict;
+    if (verdict) {
+      em_diagnosis_copy(&f->pending, &f->last);
+    }
     EM_INFO("flight: %s to %s: recording the %llu ms before and %llu ms after", what,
             em_level_name(t->level), (unsigned long long)(f->o.pre_ns / 1000000u),
             (unsigned long long)(f->o.post_ns / 1000000u));
@@ -161,6 +184,76 @@ void em_feed_trigger(em_feed_t *f, const em_flight_trigger_t *t, uint64_t mono_n
             rc == -EBUSY ? "a recording is being taken"
                          : "within [flight] min_gap_seconds of the last");
   }
+}
+
+static uint64_t mono_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+const em_proto_verdict_t *em_feed_verdict(const em_feed_t *f) {
+  return f && f->last_has ? &f->last.v : NULL;
+}
+
+const em_proto_verdict_t *em_feed_diagnose(em_feed_t *f, em_level_t level, const char *stage,
+                                           const char *statistic, uint64_t window_ns,
+                                           uint64_t mono_ns) {
+  if (!f) {
+    return NULL;
+  }
+  em_level_t prev_level = f->level;
+  f->level = level;
+  f->last_fresh = f->last_has = false;
+  if (level == EM_LEVEL_NOMINAL) {
+    f->nominal_from_ns = mono_ns;
+    f->nominal_to_ns = UINT64_MAX;
+    return NULL;
+  }
+  if (prev_level == EM_LEVEL_NOMINAL && f->nominal_to_ns == UINT64_MAX) {
+    f->nominal_to_ns = mono_ns;
+  }
+  if (level <= prev_level || !f->rec || !stage || !statistic) {
+    return NULL;
+  }
+  uint64_t t0 = mono_now();
+  em_flight_t view;
+  em_flight_rec_view(f->rec, &view);
+  size_t k = 0;
+  while (k < view.n_stages && strcmp(view.stages[k], stage) != 0) {
+    k++;
+  }
+  if (k == view.n_stages) {
+    return NULL; /* No span of the stage in the rings. */
+  }
+  em_diagnose_in_t in = {.columns = view.columns,
+                         .n_columns = view.n_columns,
+                         .ticks = view.ticks,
+                         .n_ticks = view.n_ticks,
+                         .spans = view.spans,
+                         .n_spans = view.n_spans,
+                         .stage = (uint32_t)k,
+                         .stage_name = stage,
+                         .statistic = statistic,
+                         .trigger_ns = mono_ns,
+                         .window_ns = window_ns ? window_ns : f->o.period_ns,
+                         .nominal_from_ns = f->nominal_from_ns,
+                         .nominal_to_ns = f->nominal_to_ns};
+  int rc = em_diagnose(&in, f->durations, em_flight_rec_span_capacity(f->rec), &f->last);
+  if (rc) {
+    EM_DEBUG("flight: no verdict on %s: %s", stage, strerror(-rc));
+    return NULL;
+  }
+  const em_proto_verdict_t *v = &f->last.v;
+  EM_INFO("verdict on %s %s (%.3f ms, baseline %.3f ms over %u windows): %s %.0f%%, %zu "
+          "causes, computed in %llu us",
+          stage, statistic, (double)v->breach_ns / 1e6, (double)v->baseline_ns / 1e6,
+          v->nominal_windows,
+          v->n_causes ? em_proto_verdict_cause_name(v->causes[0].code) : "nothing to explain",
+          v->n_causes ? v->causes[0].share * 100 : 0.0, v->n_causes,
+          (unsigned long long)((mono_now() - t0) / 1000u));
+  f->last_fresh = f->last_has = true;
+  return v;
 }
 
 void em_feed_span(em_feed_t *f, size_t hint, const char *stage, uint64_t frame_id,
@@ -203,6 +296,8 @@ void em_feed_publish(em_feed_t *f, uint64_t now_ns, bool may_spool) {
     return;
   }
   r->head.session = f->o.session;
+  r->verdict = f->pending_has ? &f->pending.v : NULL;
+  f->pending_has = false;
   size_t cap = 0;
   uint8_t *buf = em_flight_rec_buffer(f->rec, &cap);
   size_t len = 0;

@@ -7,15 +7,19 @@
  * the recording whose window has ended into the recorder's buffer and hands it to the caller's
  * publish callback (live, or the spool).
  *
+ *   em_feed_diagnose  every change of level: the NOMINAL stretches; on a rise, the verdict
+ *                     (diagnose.h) over what the rings hold, for the state message and the
+ *                     recording the escalation starts
  *   em_feed_trigger   escalation or cmd/flight: a recording, or counted (flight.suppressed)
  *   em_feed_tick      the tick's columns; then em_feed_publish the ended recording, if any
  *
  * With [flight] enabled false the feed exists but holds no recorder: its figures are absent,
  * a cmd/flight is refused with one rate-limited line, and nothing else happens.
  *
- * Owns: the recorder (em_flight_rec_t) and its column map; the rate limit of its refusal
- * lines. Borrows the dictionary. Single-threaded (the loop's thread); allocates only in
- * em_feed_new.
+ * Owns: the recorder (em_flight_rec_t) and its column map; the verdict of the last rise and
+ * that of the pending recording, the durations scratch the verdict sorts (max_spans, at
+ * start); the rate limit of its refusal lines. Borrows the dictionary. Single-threaded (the loop's
+ * thread); allocates only in em_feed_new.
  */
 #ifndef EDGEMON_AGENT_FEED_H
 #define EDGEMON_AGENT_FEED_H
@@ -71,6 +75,23 @@ void em_feed_set_min_gap(em_feed_t *f, uint64_t min_gap_ns);
 /* A trigger (escalation or cmd/flight) at mono_ns: recorded when the rate limit allows, else
  * counted and said (one line per EM_LOG_LIMIT_S). */
 void em_feed_trigger(em_feed_t *f, const em_flight_trigger_t *t, uint64_t mono_ns);
+
+/*
+ * A change of level to `level` at mono_ns (the feed keeps the level before it, NOMINAL at
+ * start): the feed keeps when the level was NOMINAL (the verdict's baseline). On a rise of a
+ * stage rule (stage and statistic, the rule's: budget.h em_budget_change_t) it computes the
+ * verdict over the rings, window_ns the budget window (0: the tick period), logs its top cause
+ * and its cost, and keeps it for the state message (em_feed_verdict) and for the recording the
+ * escalation's em_feed_trigger starts. Returns the verdict, or NULL: not a rise, no recorder,
+ * no stage rule, or no span of the stage in the breach window.
+ */
+const em_proto_verdict_t *em_feed_diagnose(em_feed_t *f, em_level_t level, const char *stage,
+                                           const char *statistic, uint64_t window_ns,
+                                           uint64_t mono_ns);
+
+/* The verdict of the last change of level, for its state message (key 15), or NULL: none.
+ * Owned by the feed, valid until the next em_feed_diagnose. */
+const em_proto_verdict_t *em_feed_verdict(const em_feed_t *f);
 
 /* An accepted span; `hint` is the stage's slot (the recorder keys spans by the name). */
 void em_feed_span(em_feed_t *f, size_t hint, const char *stage, uint64_t frame_id,

@@ -385,6 +385,13 @@ bool em_flight_rec_due(const em_flight_rec_t *r, uint64_t now_ns) {
   return r && r->pending && now_ns >= r->trig_mono_ns + r->post_ns;
 }
 
+/* A tick of the ring as a recording holds it: its values point into the ring. */
+static em_flight_tick_t tick_out(const em_flight_rec_t *r, const tick_slot_t *t) {
+  size_t slot = (size_t)(t - r->ticks);
+  return (em_flight_tick_t){
+      .mono_ns = t->mono_ns, .values = r->values + slot * r->n_columns, .n_values = t->n_values};
+}
+
 em_flight_t *em_flight_rec_take(em_flight_rec_t *r, uint64_t now_ns) {
   if (!em_flight_rec_due(r, now_ns)) {
     return NULL;
@@ -400,10 +407,7 @@ em_flight_t *em_flight_rec_take(em_flight_rec_t *r, uint64_t now_ns) {
     if (t->mono_ns < from || t->mono_ns > to) {
       continue;
     }
-    uint32_t slot = (uint32_t)(t - r->ticks);
-    r->out_ticks[n_ticks++] = (em_flight_tick_t){.mono_ns = t->mono_ns,
-                                                 .values = r->values + (size_t)slot * r->n_columns,
-                                                 .n_values = t->n_values};
+    r->out_ticks[n_ticks++] = tick_out(r, t);
     overwritten += t->evicted;
   }
 
@@ -430,6 +434,22 @@ em_flight_t *em_flight_rec_take(em_flight_rec_t *r, uint64_t now_ns) {
   r->st.recordings++;
   r->st.overwritten += overwritten;
   return &r->out;
+}
+
+void em_flight_rec_view(em_flight_rec_t *r, em_flight_t *out) {
+  for (uint32_t i = 0; i < r->tick_count; i++) {
+    r->out_ticks[i] = tick_out(r, tick_at(r, i));
+  }
+  span_linearize(r);
+  *out = (em_flight_t){.period_ns = r->period_ns,
+                       .stages = r->name_ptrs,
+                       .n_stages = r->n_names,
+                       .columns = r->columns,
+                       .n_columns = r->n_columns,
+                       .ticks = r->out_ticks,
+                       .n_ticks = r->tick_count,
+                       .spans = r->spans,
+                       .n_spans = r->span_count};
 }
 
 uint8_t *em_flight_rec_buffer(em_flight_rec_t *r, size_t *cap) {

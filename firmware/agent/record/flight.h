@@ -124,6 +124,13 @@ bool em_flight_rec_due(const em_flight_rec_t *r, uint64_t now_ns);
  */
 em_flight_t *em_flight_rec_take(em_flight_rec_t *r, uint64_t now_ns);
 
+/*
+ * Everything the rings hold now, without taking a recording: every tick and every span (spans
+ * ascending by start), the stages and columns, in *out (the trigger and truncation zero).
+ * Points into the recorder until its next call; a pending recording is taken as before.
+ */
+void em_flight_rec_view(em_flight_rec_t *r, em_flight_t *out);
+
 /* The encode buffer: max_bytes bytes. */
 uint8_t *em_flight_rec_buffer(em_flight_rec_t *r, size_t *cap);
 

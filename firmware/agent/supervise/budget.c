@@ -469,7 +469,9 @@ static const char *rule_statistic(const em_budget_rule_t *r) {
   default:
     return NULL;
   }
-  return q >= 0.9995 ? "p999" : q >= 0.995 ? "p99" : q >= 0.95 ? "p90" : "p50";
+  /* The nearest on a log scale of the tail (1 - q): the boundaries are the geometric means. */
+  double tail = 1 - q;
+  return tail <= 0.00316 ? "p999" : tail <= 0.0316 ? "p99" : tail <= 0.224 ? "p90" : "p50";
 }
 
 static void fill_change(const em_budget_engine_t *b, em_budget_change_t *c, em_level_t prev,
