@@ -56,7 +56,7 @@ struct em_sampling {
 
   /* Scheduling evidence (schedinfo.h): stat every tick, the per-thread pass every system_period. */
   em_schedinfo_t *sched;             /* NULL while detached or when it did not open. */
-  char cgroup_root[4096 + 16];       /* <sys_root>/fs/cgroup */
+  char cgroup_root[4096 + 16];       /* <sys_root>/sys/fs/cgroup */
   em_schedinfo_reading_t sched_last; /* The last readings, held between passes. */
   uint64_t next_sched_ns;
 
@@ -195,8 +195,8 @@ int em_sampling_new(em_sampling_t **out, const em_sampling_opts_t *opts) {
   char self_statm[4096 + 16];
   snprintf(self_statm, sizeof(self_statm), "%s/self/statm", opts->proc_root);
   s->self_statm_fd = open(self_statm, O_RDONLY | O_CLOEXEC);
-  snprintf(s->cgroup_root, sizeof(s->cgroup_root), "%s/fs/cgroup",
-           opts->sys_root ? opts->sys_root : "/sys");
+  snprintf(s->cgroup_root, sizeof(s->cgroup_root), "%s/sys/fs/cgroup",
+           opts->sys_root ? opts->sys_root : "");
   *out = s;
   return 0;
 }
