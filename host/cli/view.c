@@ -6,7 +6,9 @@
 
 #include <edgemon/json_write.h>
 
+#include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,4 +179,44 @@ void em_view_table(const char *const *cells, size_t rows, size_t cols, const boo
     }
     putchar('\n');
   }
+}
+
+int em_view_grid_init(em_view_grid_t *g, size_t rows, size_t cols, size_t cell_bytes,
+                      const char *const *head) {
+  *g = (em_view_grid_t){.rows = rows, .cols = cols, .cell_bytes = cell_bytes};
+  g->text = calloc(rows * cols, cell_bytes);
+  g->cells = calloc(rows * cols, sizeof(*g->cells));
+  if (!g->text || !g->cells) {
+    em_view_grid_deinit(g);
+    return -ENOMEM;
+  }
+  for (size_t k = 0; k < rows * cols; k++) {
+    g->cells[k] = g->text + k * cell_bytes;
+  }
+  for (size_t c = 0; c < cols && rows > 0; c++) {
+    em_view_grid_set(g, 0, c, "%s", head[c] ? head[c] : "");
+  }
+  return 0;
+}
+
+char *em_view_grid_cell(const em_view_grid_t *g, size_t r, size_t c) {
+  return g->text + (r * g->cols + c) * g->cell_bytes;
+}
+
+void em_view_grid_set(const em_view_grid_t *g, size_t r, size_t c, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(em_view_grid_cell(g, r, c), g->cell_bytes, fmt, ap);
+  va_end(ap);
+}
+
+void em_view_grid_print(const em_view_grid_t *g, const bool *left) {
+  em_view_table(g->cells, g->rows, g->cols, left);
+}
+
+void em_view_grid_deinit(em_view_grid_t *g) {
+  free(g->text);
+  free(g->cells);
+  g->text = NULL;
+  g->cells = NULL;
 }

@@ -1,9 +1,10 @@
 /*
  * view.h - how edgemon-cli writes figures for people: colours (on a terminal only), levels,
- * durations, clock times, and the absent mark.
+ * durations, clock times, the absent mark, and tables.
  *
  * Colour follows the usual conventions: --color=auto colours only when stdout is a terminal
- * and $NO_COLOR is unset or empty. Owns nothing. Not thread-safe (one global colour switch).
+ * and $NO_COLOR is unset or empty. Owns nothing but the cells of a table being filled
+ * (em_view_grid_t, its caller's). Not thread-safe (one global colour switch).
  */
 #ifndef EM_CLI_VIEW_H
 #define EM_CLI_VIEW_H
@@ -53,5 +54,33 @@ void em_view_json_num(FILE *out, double v, int decimals);
  * each column as wide as its widest cell, two spaces apart; columns where left[c] is true are
  * left-aligned, the others right-aligned; the last column gets no trailing padding. */
 void em_view_table(const char *const *cells, size_t rows, size_t cols, const bool *left);
+
+/* A table filled cell by cell, then written with em_view_table(): rows x cols cells of
+ * cell_bytes each (row 0 the header), owned by the grid until em_view_grid_deinit(). */
+typedef struct {
+  char *text;         /* rows * cols cells of cell_bytes, each a string ("" until set). */
+  const char **cells; /* rows * cols pointers into text, as em_view_table() takes them. */
+  size_t rows;
+  size_t cols;
+  size_t cell_bytes; /* Bytes of one cell, its terminating NUL included. */
+} em_view_grid_t;
+
+/* Allocates the cells of a rows x cols grid (rows and cols at least 1) and copies head (cols names,
+ * NULL for an empty one; names cut to the cell) into row 0. Returns 0 or -ENOMEM (nothing held). */
+int em_view_grid_init(em_view_grid_t *g, size_t rows, size_t cols, size_t cell_bytes,
+                      const char *const *head);
+
+/* The cell at row r, column c: cell_bytes the caller may write, always NUL-terminated. */
+char *em_view_grid_cell(const em_view_grid_t *g, size_t r, size_t c);
+
+/* Formats the cell at row r, column c with printf's rules, cut to the cell. */
+__attribute__((format(printf, 4, 5))) void em_view_grid_set(const em_view_grid_t *g, size_t r,
+                                                            size_t c, const char *fmt, ...);
+
+/* Writes the grid to stdout through em_view_table() with the alignment left (cols entries). */
+void em_view_grid_print(const em_view_grid_t *g, const bool *left);
+
+/* Frees the cells; the grid may be initialised again. A zeroed grid is fine. */
+void em_view_grid_deinit(em_view_grid_t *g);
 
 #endif /* EM_CLI_VIEW_H */

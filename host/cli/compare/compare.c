@@ -450,53 +450,43 @@ static bool print_table(const row_t *rows, size_t n, const opts_t *o) {
   static const char *const head[N_COLS] = {"stage", "n A",   "n B",     "mean A",  "mean B",
                                            "p50 A", "p50 B", "p99 A",   "p99 B",   NULL,
                                            "p",     "d",     "units A", "units B", "verdict"};
-  char(*cells)[CELL] = calloc((n + 1) * N_COLS, CELL);
-  const char **ptr = calloc((n + 1) * N_COLS, sizeof(*ptr));
-  if (!cells || !ptr) {
-    free(cells);
-    free(ptr);
+  em_view_grid_t g;
+  if (em_view_grid_init(&g, n + 1, N_COLS, CELL, head) != 0) {
     em_cli_error(CMD, "out of memory");
     return false;
   }
-  for (size_t c = 0; c < N_COLS; c++) {
-    snprintf(cells[c], CELL, "%s", head[c] ? head[c] : "");
-  }
-  snprintf(cells[9], CELL, "%s %%", metric_names[o->metric]);
+  em_view_grid_set(&g, 0, 9, "%s %%", metric_names[o->metric]);
   for (size_t i = 0; i < n; i++) {
     const row_t *r = &rows[i];
-    char(*row)[CELL] = &cells[(i + 1) * N_COLS];
-    snprintf(row[0], CELL, "%s", r->name);
+    size_t at = i + 1;
+    em_view_grid_set(&g, at, 0, "%s", r->name);
     const figures_t *side[2] = {&r->a, &r->b};
-    for (int k = 0; k < 2; k++) {
+    for (size_t k = 0; k < 2; k++) {
       if (side[k]->present) {
-        snprintf(row[1 + k], CELL, "%llu", (unsigned long long)side[k]->count);
-        snprintf(row[12 + k], CELL, "%llu", (unsigned long long)side[k]->side.units.n);
+        em_view_grid_set(&g, at, 1 + k, "%llu", (unsigned long long)side[k]->count);
+        em_view_grid_set(&g, at, 12 + k, "%llu", (unsigned long long)side[k]->side.units.n);
       } else {
-        snprintf(row[1 + k], CELL, "-");
-        snprintf(row[12 + k], CELL, "-");
+        em_view_grid_set(&g, at, 1 + k, "-");
+        em_view_grid_set(&g, at, 12 + k, "-");
       }
-      fmt_ms(row[3 + k], CELL, side[k], side[k]->mean_ns);
-      fmt_ms(row[5 + k], CELL, side[k], side[k]->p50_ns);
-      fmt_ms(row[7 + k], CELL, side[k], side[k]->p99_ns);
+      fmt_ms(em_view_grid_cell(&g, at, 3 + k), CELL, side[k], side[k]->mean_ns);
+      fmt_ms(em_view_grid_cell(&g, at, 5 + k), CELL, side[k], side[k]->p50_ns);
+      fmt_ms(em_view_grid_cell(&g, at, 7 + k), CELL, side[k], side[k]->p99_ns);
     }
-    if (!fmt_special(row[9], CELL, r->v.change_pct)) {
-      snprintf(row[9], CELL, "%+.1f", r->v.change_pct);
+    if (!fmt_special(em_view_grid_cell(&g, at, 9), CELL, r->v.change_pct)) {
+      em_view_grid_set(&g, at, 9, "%+.1f", r->v.change_pct);
     }
-    if (!fmt_special(row[10], CELL, r->v.p)) {
-      snprintf(row[10], CELL, "%.2g", r->v.p);
+    if (!fmt_special(em_view_grid_cell(&g, at, 10), CELL, r->v.p)) {
+      em_view_grid_set(&g, at, 10, "%.2g", r->v.p);
     }
-    if (!fmt_special(row[11], CELL, r->v.d)) {
-      snprintf(row[11], CELL, "%+.2f", r->v.d);
+    if (!fmt_special(em_view_grid_cell(&g, at, 11), CELL, r->v.d)) {
+      em_view_grid_set(&g, at, 11, "%+.2f", r->v.d);
     }
-    snprintf(row[14], CELL, "%s", r->v.verdict);
+    em_view_grid_set(&g, at, 14, "%s", r->v.verdict);
   }
   static const bool left[N_COLS] = {[0] = true, [N_COLS - 1] = true};
-  for (size_t k = 0; k < (n + 1) * N_COLS; k++) {
-    ptr[k] = cells[k];
-  }
-  em_view_table(ptr, n + 1, N_COLS, left);
-  free(cells);
-  free(ptr);
+  em_view_grid_print(&g, left);
+  em_view_grid_deinit(&g);
   return true;
 }
 

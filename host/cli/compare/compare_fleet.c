@@ -486,55 +486,45 @@ static bool print_table(const fleet_opts_t *o, const cohort_t *c, const row_t *r
   print_cohort(o, 1, &c[1]);
   putchar('\n');
   const char *metric = o->metric == METRIC_P99 ? "p99" : "mean";
-  char(*cells)[CELL] = calloc((n + 1) * N_COLS, CELL);
-  const char **ptr = calloc((n + 1) * N_COLS, sizeof(*ptr));
-  if (!cells || !ptr) {
-    free(cells);
-    free(ptr);
-    em_cli_error(CMD, "out of memory");
-    return false;
-  }
   static const char *const head[N_COLS] = {
       "stage", "dev A", "dev B", "units A", "units B",  "p50 A", "p50 B", "p95 A", "p95 B",
       "p99 A", "p99 B", NULL,    NULL,      "change %", NULL,    "p",     "d",     "verdict"};
-  for (size_t k = 0; k < N_COLS; k++) {
-    snprintf(cells[k], CELL, "%s", head[k] ? head[k] : "");
+  em_view_grid_t g;
+  if (em_view_grid_init(&g, n + 1, N_COLS, CELL, head) != 0) {
+    em_cli_error(CMD, "out of memory");
+    return false;
   }
-  snprintf(cells[11], CELL, "%s/unit A", metric);
-  snprintf(cells[12], CELL, "%s/unit B", metric);
-  snprintf(cells[14], CELL, "%.3g%% CI ms", 100 * (1 - o->v.alpha));
+  em_view_grid_set(&g, 0, 11, "%s/unit A", metric);
+  em_view_grid_set(&g, 0, 12, "%s/unit B", metric);
+  em_view_grid_set(&g, 0, 14, "%.3g%% CI ms", 100 * (1 - o->v.alpha));
   for (size_t i = 0; i < n; i++) {
     const row_t *r = &rows[i];
-    char(*row)[CELL] = &cells[(i + 1) * N_COLS];
-    snprintf(row[0], CELL, "%s", r->name);
-    for (int s = 0; s < 2; s++) {
+    size_t at = i + 1;
+    em_view_grid_set(&g, at, 0, "%s", r->name);
+    for (size_t s = 0; s < 2; s++) {
       const stage_side_t *x = &r->s[s];
-      snprintf(row[1 + s], CELL, "%" PRIu64, x->side.devices);
-      snprintf(row[3 + s], CELL, "%" PRIu64, x->side.units.n);
-      ms_cell(row[5 + s], x->present, x->p50_ns);
-      ms_cell(row[7 + s], x->present, x->p95_ns);
-      ms_cell(row[9 + s], x->present, x->p99_ns);
-      ms_cell(row[11 + s], x->present, x->unit_mean);
+      em_view_grid_set(&g, at, 1 + s, "%" PRIu64, x->side.devices);
+      em_view_grid_set(&g, at, 3 + s, "%" PRIu64, x->side.units.n);
+      ms_cell(em_view_grid_cell(&g, at, 5 + s), x->present, x->p50_ns);
+      ms_cell(em_view_grid_cell(&g, at, 7 + s), x->present, x->p95_ns);
+      ms_cell(em_view_grid_cell(&g, at, 9 + s), x->present, x->p99_ns);
+      ms_cell(em_view_grid_cell(&g, at, 11 + s), x->present, x->unit_mean);
     }
     if (r->v.judged) {
-      snprintf(row[13], CELL, "%+.1f", r->v.change_pct);
-      snprintf(row[14], CELL, "%+.3f..%+.3f", r->v.ci_lo / 1e6, r->v.ci_hi / 1e6);
-      snprintf(row[15], CELL, "%.2g", r->v.p);
-      snprintf(row[16], CELL, "%+.2f", r->v.d);
+      em_view_grid_set(&g, at, 13, "%+.1f", r->v.change_pct);
+      em_view_grid_set(&g, at, 14, "%+.3f..%+.3f", r->v.ci_lo / 1e6, r->v.ci_hi / 1e6);
+      em_view_grid_set(&g, at, 15, "%.2g", r->v.p);
+      em_view_grid_set(&g, at, 16, "%+.2f", r->v.d);
     } else {
-      for (int k = 13; k <= 16; k++) {
-        snprintf(row[k], CELL, "-");
+      for (size_t k = 13; k <= 16; k++) {
+        em_view_grid_set(&g, at, k, "-");
       }
     }
-    snprintf(row[17], CELL, "%s", r->v.verdict);
+    em_view_grid_set(&g, at, 17, "%s", r->v.verdict);
   }
   static const bool left[N_COLS] = {[0] = true, [17] = true};
-  for (size_t k = 0; k < (n + 1) * N_COLS; k++) {
-    ptr[k] = cells[k];
-  }
-  em_view_table(ptr, n + 1, N_COLS, left);
-  free(cells);
-  free(ptr);
+  em_view_grid_print(&g, left);
+  em_view_grid_deinit(&g);
   putchar('\n');
   if (!dg->judged) {
     printf("degradation: not judged (a cohort has no windows or fewer than 2 device-windows)\n");

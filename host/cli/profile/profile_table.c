@@ -57,37 +57,26 @@ static int hottest(const em_profile_t *p, size_t top, uint64_t total) {
   }
   size_t rows = (top < p->n_stacks ? top : p->n_stacks) + 1;
   enum { COLS = 5 };
-  char(*buf)[CELL] = malloc(rows * COLS * sizeof(*buf));
-  const char **cells = malloc(rows * COLS * sizeof(*cells));
-  if (!buf || !cells) {
-    free(order);
-    free(buf);
-    free(cells);
-    return -ENOMEM;
-  }
   static const char *const head[COLS] = {"samples", "%", "off-cpu ms", "stage",
                                          "stack (root;...;leaf)"};
-  for (size_t c = 0; c < COLS; c++) {
-    cells[c] = head[c];
+  em_view_grid_t g;
+  if (em_view_grid_init(&g, rows, COLS, CELL, head) != 0) {
+    free(order);
+    return -ENOMEM;
   }
   for (size_t r = 1; r < rows; r++) {
     const em_profile_stack_t *s = &p->stacks[order[r - 1]];
-    char(*row)[CELL] = &buf[r * COLS];
-    snprintf(row[0], CELL, "%" PRIu64, s->samples);
-    snprintf(row[1], CELL, "%.1f", pct(s->samples, total));
-    snprintf(row[2], CELL, "%.1f", (double)s->off_cpu_ns / 1e6);
-    snprintf(row[3], CELL, "%s", s->stage < p->n_stages ? p->stages[s->stage] : "-");
-    em_profile_stack_text(p, s, EM_PROFILE_TABLE_STACK_WIDTH, row[4], CELL);
-    for (size_t c = 0; c < COLS; c++) {
-      cells[r * COLS + c] = row[c];
-    }
+    em_view_grid_set(&g, r, 0, "%" PRIu64, s->samples);
+    em_view_grid_set(&g, r, 1, "%.1f", pct(s->samples, total));
+    em_view_grid_set(&g, r, 2, "%.1f", (double)s->off_cpu_ns / 1e6);
+    em_view_grid_set(&g, r, 3, "%s", s->stage < p->n_stages ? p->stages[s->stage] : "-");
+    em_profile_stack_text(p, s, EM_PROFILE_TABLE_STACK_WIDTH, em_view_grid_cell(&g, r, 4), CELL);
   }
   printf("\nhottest stacks (%zu of %zu)\n", rows - 1, p->n_stacks);
   static const bool left[COLS] = {false, false, false, true, true};
-  em_view_table(cells, rows, COLS, left);
+  em_view_grid_print(&g, left);
+  em_view_grid_deinit(&g);
   free(order);
-  free(buf);
-  free(cells);
   return 0;
 }
 
@@ -99,43 +88,33 @@ static int functions(const em_profile_t *p, size_t top, uint64_t total) {
   }
   size_t rows = (top < n ? top : n) + 1;
   enum { COLS = 6 };
-  char(*buf)[CELL] = malloc(rows * COLS * sizeof(*buf));
-  const char **cells = malloc(rows * COLS * sizeof(*cells));
-  if (!buf || !cells) {
-    free(fn);
-    free(buf);
-    free(cells);
-    return -ENOMEM;
-  }
   static const char *const head[COLS] = {"self",    "self %", "total",
                                          "total %", "kind",   "function (module)"};
-  for (size_t c = 0; c < COLS; c++) {
-    cells[c] = head[c];
+  em_view_grid_t g;
+  if (em_view_grid_init(&g, rows, COLS, CELL, head) != 0) {
+    free(fn);
+    return -ENOMEM;
   }
   for (size_t r = 1; r < rows; r++) {
     const em_profile_func_t *f = &fn[r - 1];
     const em_profile_frame_t *fr = &p->frames[f->frame];
-    char(*row)[CELL] = &buf[r * COLS];
-    snprintf(row[0], CELL, "%" PRIu64, f->self);
-    snprintf(row[1], CELL, "%.1f", pct(f->self, total));
-    snprintf(row[2], CELL, "%" PRIu64, f->total);
-    snprintf(row[3], CELL, "%.1f", pct(f->total, total));
-    snprintf(row[4], CELL, "%s", em_profile_frame_kind_name(fr->kind));
+    em_view_grid_set(&g, r, 0, "%" PRIu64, f->self);
+    em_view_grid_set(&g, r, 1, "%.1f", pct(f->self, total));
+    em_view_grid_set(&g, r, 2, "%" PRIu64, f->total);
+    em_view_grid_set(&g, r, 3, "%.1f", pct(f->total, total));
+    em_view_grid_set(&g, r, 4, "%s", em_profile_frame_kind_name(fr->kind));
     char name[72];
     char module[44];
     em_view_fit(fr->name, 70, name, sizeof(name));
     em_view_fit(fr->module ? fr->module : "", 40, module, sizeof(module));
-    snprintf(row[5], CELL, "%s%s%s%s", name, fr->module ? " (" : "", module, fr->module ? ")" : "");
-    for (size_t c = 0; c < COLS; c++) {
-      cells[r * COLS + c] = row[c];
-    }
+    em_view_grid_set(&g, r, 5, "%s%s%s%s", name, fr->module ? " (" : "", module,
+                     fr->module ? ")" : "");
   }
   printf("\nby function (%zu of %zu)\n", rows - 1, n);
   static const bool left[COLS] = {false, false, false, false, true, true};
-  em_view_table(cells, rows, COLS, left);
+  em_view_grid_print(&g, left);
+  em_view_grid_deinit(&g);
   free(fn);
-  free(buf);
-  free(cells);
   return 0;
 }
 
