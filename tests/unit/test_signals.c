@@ -117,6 +117,35 @@ static int client_socket(fx_t *fx, const char *name, struct sockaddr_un *addr, s
   return fd;
 }
 
+/* A client as the Python one makes it: an autobound (abstract) address, connected to the
+ * agent's socket, so only the agent may send to it. */
+static int autobound_client(fx_t *fx, struct sockaddr_un *addr, socklen_t *len) {
+  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  assert_true(fd >= 0);
+  struct sockaddr_un any = {.sun_family = AF_UNIX};
+  assert_int_equal(bind(fd, (struct sockaddr *)&any, sizeof(sa_family_t)), 0);
+  assert_int_equal(connect(fd, (struct sockaddr *)&fx->tx_addr, fx->tx_len), 0);
+  *len = sizeof(*addr);
+  assert_int_equal(getsockname(fd, (struct sockaddr *)addr, len), 0);
+  return fd;
+}
+
+/* A subscriber's socket and the address it subscribes with. */
+typedef struct {
+  int fd;
+  struct sockaddr_un addr;
+  socklen_t len;
+} client_t;
+
+/* A client subscribed to s for process pid: bound to <dir>/<name>, or autobound when name is
+ * NULL; the subscription must succeed. */
+static client_t subscribed(fx_t *fx, em_signals_t *s, const char *name, uint32_t pid) {
+  client_t c;
+  c.fd = name ? client_socket(fx, name, &c.addr, &c.len) : autobound_client(fx, &c.addr, &c.len);
+  assert_int_equal(em_signals_subscribe(s, true, &c.addr, c.len, pid), 0);
+  return c;
+}
+
 static void page_is_created_whole_with_the_initial_record(void **state) {
   fx_t *fx = *state;
   em_signals_t *s = signals_nominal(fx, 4242);
@@ -140,12 +169,8 @@ static void page_is_created_whole_with_the_initial_record(void **state) {
 static void publish_updates_the_page_and_pushes_to_every_subscriber(void **state) {
   fx_t *fx = *state;
   em_signals_t *s = signals_nominal(fx, 4242);
-  struct sockaddr_un a1, a2;
-  socklen_t l1, l2;
-  int c1 = client_socket(fx, "c1", &a1, &l1), c2 = client_socket(fx, "c2", &a2, &l2);
-  assert_int_equal(em_signals_subscribe(s, true, &a1, l1, 100), 0);
-  assert_int_equal(em_signals_subscribe(s, true, &a2, l2, 100), 0);
-  assert_int_equal(em_signals_subscribe(s, true, &a2, l2, 100), 0); /* once only */
+  client_t c1 = subscribed(fx, s, "c1", 100), c2 = subscribed(fx, s, "c2", 100);
+  assert_int_equal(em_signals_subscribe(s, true, &c2.addr, c2.len, 100), 0); /* once only */
   assert_int_equal(em_signals_subscribers(s), 2);
 
   em_state_record_t deg = record(EM_LEVEL_DEGRADED, EM_LEVEL_NOMINAL, 1);
@@ -158,7 +183,7 @@ static void publish_updates_the_page_and_pushes_to_every_subscriber(void **state
   assert_int_equal(got.changes, 1);
   for (int i = 0; i < 2; i++) {
     uint8_t buf[512];
-    ssize_t n = recv(i ? c2 : c1, buf, sizeof(buf), MSG_DONTWAIT);
+    ssize_t n = recv(i ? c2.fd : c1.fd, buf, sizeof(buf), MSG_DONTWAIT);
     assert_int_equal(n, EM_PUSH_DGRAM_BYTES);
     em_state_record_t push;
     uint32_t pid = 0;
@@ -170,23 +195,19 @@ static void publish_updates_the_page_and_pushes_to_every_subscriber(void **state
     assert_string_equal(push.reason, deg.reason);
   }
   assert_int_equal(em_signals_stats(s)->pushes, 2);
-  assert_int_equal(em_signals_subscribe(s, false, &a1, l1, 100), 0);
+  assert_int_equal(em_signals_subscribe(s, false, &c1.addr, c1.len, 100), 0);
   assert_int_equal(em_signals_subscribers(s), 1);
-  close(c1);
-  close(c2);
+  close(c1.fd);
+  close(c2.fd);
   em_signals_free(s, true);
 }
 
 static void gone_subscribers_are_dropped_and_full_ones_never_block(void **state) {
   fx_t *fx = *state;
   em_signals_t *s = signals_nominal(fx, 1);
-  struct sockaddr_un gone, full;
-  socklen_t lg, lf;
-  int cg = client_socket(fx, "gone", &gone, &lg), cf = client_socket(fx, "full", &full, &lf);
-  assert_int_equal(em_signals_subscribe(s, true, &gone, lg, 100), 0);
-  assert_int_equal(em_signals_subscribe(s, true, &full, lf, 101), 0);
-  close(cg);
-  unlink(gone.sun_path);                /* The client exited. */
+  client_t gone = subscribed(fx, s, "gone", 100), full = subscribed(fx, s, "full", 101);
+  close(gone.fd);
+  unlink(gone.addr.sun_path);           /* The client exited. */
   for (uint32_t i = 1; i <= 200; i++) { /* The full one never reads. */
     em_state_record_t r = record(i % 2 ? EM_LEVEL_WARN : EM_LEVEL_NOMINAL,
                                  i % 2 ? EM_LEVEL_NOMINAL : EM_LEVEL_WARN, i);
@@ -197,21 +218,8 @@ static void gone_subscribers_are_dropped_and_full_ones_never_block(void **state)
   assert_int_equal(em_signals_subscribers(s), 1);
   assert_true(st->push_full > 0);
   assert_int_equal(st->pushes + st->push_full, 200);
-  close(cf);
+  close(full.fd);
   em_signals_free(s, true);
-}
-
-/* A client as the Python one makes it: an autobound (abstract) address, connected to the
- * agent's socket, so only the agent may send to it. */
-static int autobound_client(fx_t *fx, struct sockaddr_un *addr, socklen_t *len) {
-  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  assert_true(fd >= 0);
-  struct sockaddr_un any = {.sun_family = AF_UNIX};
-  assert_int_equal(bind(fd, (struct sockaddr *)&any, sizeof(sa_family_t)), 0);
-  assert_int_equal(connect(fd, (struct sockaddr *)&fx->tx_addr, fx->tx_len), 0);
-  *len = sizeof(*addr);
-  assert_int_equal(getsockname(fd, (struct sockaddr *)addr, len), 0);
-  return fd;
 }
 
 /* Whether fd has a push waiting: the level it carries, or -1. */
@@ -259,21 +267,15 @@ static void dead_subscribers_give_their_slots_to_new_ones(void **state) {
   em_signals_t *s = signals_nominal(fx, 1);
   int live[5];
   for (int i = 0; i < 5; i++) {
-    struct sockaddr_un a;
-    socklen_t len;
-    live[i] = autobound_client(fx, &a, &len);
-    assert_int_equal(em_signals_subscribe(s, true, &a, len, (uint32_t)(500 + i)), 0);
+    live[i] = subscribed(fx, s, NULL, (uint32_t)(500 + i)).fd;
   }
   for (int i = 0; i < 300; i++) {
-    struct sockaddr_un a;
-    socklen_t len;
     char name[16];
     snprintf(name, sizeof(name), "dead%d", i);
-    int fd = i % 2 ? autobound_client(fx, &a, &len) : client_socket(fx, name, &a, &len);
-    assert_int_equal(em_signals_subscribe(s, true, &a, len, (uint32_t)(2000 + i)), 0);
-    close(fd);
+    client_t c = subscribed(fx, s, i % 2 ? NULL : name, (uint32_t)(2000 + i));
+    close(c.fd);
     if (i % 2 == 0) {
-      unlink(a.sun_path); /* A pathname client that removed its file: ENOENT. */
+      unlink(c.addr.sun_path); /* A pathname client that removed its file: ENOENT. */
     }
   }
   const em_signals_stats_t *st = em_signals_stats(s);
@@ -281,10 +283,7 @@ static void dead_subscribers_give_their_slots_to_new_ones(void **state) {
   assert_true(st->reaped >= 300 - EM_SIGNALS_MAX_SUBSCRIBERS + 5);
   assert_true(em_signals_subscribers(s) <= EM_SIGNALS_MAX_SUBSCRIBERS);
 
-  struct sockaddr_un na;
-  socklen_t nl;
-  int fresh = autobound_client(fx, &na, &nl);
-  assert_int_equal(em_signals_subscribe(s, true, &na, nl, 4242), 0);
+  int fresh = subscribed(fx, s, NULL, 4242).fd;
   em_state_record_t crit = record(EM_LEVEL_CRITICAL, EM_LEVEL_NOMINAL, 1);
   assert_int_equal(em_signals_publish(s, &crit), 0);
   assert_int_equal(push_level(fresh), EM_LEVEL_CRITICAL);
@@ -305,20 +304,14 @@ static void one_process_cannot_take_every_slot(void **state) {
   em_signals_t *s = signals_nominal(fx, 1);
   int fds[EM_SIGNALS_MAX_PER_PID];
   for (int i = 0; i < EM_SIGNALS_MAX_PER_PID; i++) {
-    struct sockaddr_un a;
-    socklen_t len;
-    fds[i] = autobound_client(fx, &a, &len);
-    assert_int_equal(em_signals_subscribe(s, true, &a, len, 77), 0);
+    fds[i] = subscribed(fx, s, NULL, 77).fd;
   }
   struct sockaddr_un a;
   socklen_t len;
   int extra = autobound_client(fx, &a, &len);
   assert_int_equal(em_signals_subscribe(s, true, &a, len, 77), -EDQUOT);
   assert_int_equal(em_signals_stats(s)->refused_pid, 1);
-  struct sockaddr_un b;
-  socklen_t lb;
-  int other = autobound_client(fx, &b, &lb);
-  assert_int_equal(em_signals_subscribe(s, true, &b, lb, 78), 0);
+  int other = subscribed(fx, s, NULL, 78).fd;
   close(fds[3]); /* One of pid 77's goes away: its slot is reaped for the next request. */
   assert_int_equal(em_signals_subscribe(s, true, &a, len, 77), 0);
   assert_int_equal(em_signals_stats(s)->reaped, 1);
