@@ -41,39 +41,42 @@ static const char *quote(char *out, size_t cap, const char *value) {
   return em_str_quote(out, cap, value, QUOTE_MAX);
 }
 
+/* A unit a value may be written in: `per` of the smallest unit make one, and it is used only
+ * from `from` up ("90s", not "1m30s"). */
+typedef struct {
+  uint64_t per;
+  const char *unit;
+  uint64_t from;
+} unit_t;
+
+/* Writes v in the first of the n units (largest first) that it reaches and that divides it,
+ * else in the smallest unit, `base`. Returns out. */
+static const char *format_units(char *out, size_t cap, uint64_t v, const unit_t *units, size_t n,
+                                const char *base) {
+  for (size_t i = 0; i < n; i++) {
+    if (v >= units[i].from && v % units[i].per == 0) {
+      snprintf(out, cap, "%llu%s", (unsigned long long)(v / units[i].per), units[i].unit);
+      return out;
+    }
+  }
+  snprintf(out, cap, "%llu%s", (unsigned long long)v, base);
+  return out;
+}
+
 const char *em_schema_format_duration(char *out, size_t cap, uint64_t ns) {
-  static const struct {
-    uint64_t ns;
-    const char *unit;
-    uint64_t from; /* Use this unit only from this value up ("90s", not "1m30s"). */
-  } units[] = {
+  static const unit_t units[] = {
       {EM_NS_PER_H, "h", EM_NS_PER_H},    {EM_NS_PER_MIN, "m", 2 * EM_NS_PER_MIN},
       {EM_NS_PER_S, "s", EM_NS_PER_S},    {EM_NS_PER_MS, "ms", EM_NS_PER_MS},
       {EM_NS_PER_US, "us", EM_NS_PER_US},
   };
-  for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
-    if (ns >= units[i].from && ns % units[i].ns == 0) {
-      snprintf(out, cap, "%llu%s", (unsigned long long)(ns / units[i].ns), units[i].unit);
-      return out;
-    }
-  }
-  snprintf(out, cap, "%lluns", (unsigned long long)ns);
-  return out;
+  return format_units(out, cap, ns, units, sizeof(units) / sizeof(units[0]), "ns");
 }
 
 const char *em_schema_format_size(char *out, size_t cap, uint64_t bytes) {
-  static const struct {
-    uint64_t bytes;
-    const char *unit;
-  } units[] = {{1ull << 30, "GiB"}, {1ull << 20, "MiB"}, {1ull << 10, "KiB"}};
-  for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
-    if (bytes >= units[i].bytes && bytes % units[i].bytes == 0) {
-      snprintf(out, cap, "%llu%s", (unsigned long long)(bytes / units[i].bytes), units[i].unit);
-      return out;
-    }
-  }
-  snprintf(out, cap, "%lluB", (unsigned long long)bytes);
-  return out;
+  static const unit_t units[] = {{1ull << 30, "GiB", 1ull << 30},
+                                 {1ull << 20, "MiB", 1ull << 20},
+                                 {1ull << 10, "KiB", 1ull << 10}};
+  return format_units(out, cap, bytes, units, sizeof(units) / sizeof(units[0]), "B");
 }
 
 static bool has_range(const em_schema_key_t *k) {
