@@ -32,14 +32,31 @@
 
 /* ---- durations and sizes ------------------------------------------------------------------ */
 
+/* A text, what a bare number counts in, and the status and value the parser must give. */
+typedef struct {
+  const char *text;
+  uint64_t bare;
+  em_parse_status_t st;
+  uint64_t value;
+} status_row_t;
+
+/* Runs parse over rows: each gives its status, and its value when OK; a refusal leaves the
+ * output as it was (`untouched`). */
+static void expect_status_rows(em_parse_status_t (*parse)(const char *, uint64_t, uint64_t *),
+                               const status_row_t *rows, size_t n, uint64_t untouched) {
+  for (size_t i = 0; i < n; i++) {
+    uint64_t v = untouched;
+    em_parse_status_t st = parse(rows[i].text, rows[i].bare, &v);
+    if (st != rows[i].st) {
+      fail_msg("'%s': status %d, expected %d", rows[i].text, (int)st, (int)rows[i].st);
+    }
+    assert_int_equal(v, st == EM_PARSE_OK ? rows[i].value : untouched);
+  }
+}
+
 static void duration_accepts_every_unit_and_refuses_the_rest(void **state) {
   (void)state;
-  static const struct {
-    const char *text;
-    uint64_t bare_ns;
-    em_parse_status_t st;
-    uint64_t ns;
-  } rows[] = {
+  static const status_row_t rows[] = {
       {"250us", 0, EM_PARSE_OK, 250000ull},
       {"100ms", 0, EM_PARSE_OK, 100000000ull},
       {"1s", 0, EM_PARSE_OK, EM_NS_PER_S},
@@ -73,15 +90,11 @@ static void duration_accepts_every_unit_and_refuses_the_rest(void **state) {
       {"", 0, EM_PARSE_NOT_NUMBER, 0},
       {" 5ms", 0, EM_PARSE_NOT_NUMBER, 0},
   };
-  for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
+  expect_status_rows(em_parse_duration_status, rows, ARRAY_LEN(rows), 12345);
+  for (size_t i = 0; i < ARRAY_LEN(rows); i++) { /* The int form agrees. */
     uint64_t ns = 12345;
-    em_parse_status_t st = em_parse_duration_status(rows[i].text, rows[i].bare_ns, &ns);
-    if (st != rows[i].st) {
-      fail_msg("'%s': status %d, expected %d", rows[i].text, (int)st, (int)rows[i].st);
-    }
-    assert_int_equal(ns, st == EM_PARSE_OK ? rows[i].ns : 12345); /* Untouched on failure. */
-    assert_int_equal(em_parse_duration(rows[i].text, rows[i].bare_ns, &ns),
-                     st == EM_PARSE_OK ? 0 : -EINVAL);
+    assert_int_equal(em_parse_duration(rows[i].text, rows[i].bare, &ns),
+                     rows[i].st == EM_PARSE_OK ? 0 : -EINVAL);
   }
   uint64_t ns = 0;
   assert_int_equal(em_parse_duration(NULL, 0, &ns), -EINVAL);
@@ -90,12 +103,7 @@ static void duration_accepts_every_unit_and_refuses_the_rest(void **state) {
 
 static void size_accepts_binary_units(void **state) {
   (void)state;
-  static const struct {
-    const char *text;
-    uint64_t bare;
-    em_parse_status_t st;
-    uint64_t bytes;
-  } rows[] = {
+  static const status_row_t rows[] = {
       {"512B", 0, EM_PARSE_OK, 512},
       {"64KiB", 0, EM_PARSE_OK, 64ull << 10},
       {"16MiB", 0, EM_PARSE_OK, 16ull << 20},
@@ -109,14 +117,7 @@ static void size_accepts_binary_units(void **state) {
       {"17179869184GiB", 0, EM_PARSE_OVERFLOW, 0},
       {"", 0, EM_PARSE_NOT_NUMBER, 0},
   };
-  for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
-    uint64_t b = 7;
-    em_parse_status_t st = em_parse_size_status(rows[i].text, rows[i].bare, &b);
-    if (st != rows[i].st) {
-      fail_msg("'%s': status %d, expected %d", rows[i].text, (int)st, (int)rows[i].st);
-    }
-    assert_int_equal(b, st == EM_PARSE_OK ? rows[i].bytes : 7);
-  }
+  expect_status_rows(em_parse_size_status, rows, ARRAY_LEN(rows), 7);
 }
 
 /* ---- bool, integers, enums ---------------------------------------------------------------- */
