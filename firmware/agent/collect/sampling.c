@@ -234,6 +234,8 @@ void em_sampling_bind(em_sampling_t *s, em_figures_t *figs, em_sample_t *samples
   s->samples = samples;
 }
 
+static void note_sched_absent(em_sampling_t *s);
+
 /* --- attach ---------------------------------------------------------------------------- */
 
 int em_sampling_attach(em_sampling_t *s, pid_t pid, const char *cgroup, size_t *present) {
@@ -266,6 +268,11 @@ int em_sampling_attach(em_sampling_t *s, pid_t pid, const char *cgroup, size_t *
   }
   s->sched_last = (em_schedinfo_reading_t){0};
   s->next_sched_ns = 0;
+  if (s->sched) {
+    em_schedinfo_reading_t first = {0}; /* Learns what this kernel and cgroup give. */
+    (void)em_schedinfo_read_threads(s->sched, &first);
+  }
+  note_sched_absent(s);
   *present = s->pmu ? em_pmu_present(s->pmu) : 0;
   /* What is absent now is what the birth must say. */
   em_pmu_reading_t r[EM_SAMPLING_MAX_EVENTS];
