@@ -75,6 +75,20 @@ static em_state_record_t change(em_level_t level, em_level_t prev, const char *r
   return r;
 }
 
+/* A hook on fx's script, written with body first; it must be made. */
+static em_hook_t *hook_with(fx_t *fx, const char *body, uint64_t timeout_ns) {
+  write_script(fx, body);
+  em_hook_t *h = NULL;
+  assert_int_equal(em_hook_new(&h, &fx->loop, fx->script, timeout_ns), 0);
+  return h;
+}
+
+/* Hands h the change to `level` from `prev` by `rule` (the hook copies it). */
+static void run_change(em_hook_t *h, em_level_t level, em_level_t prev, const char *rule) {
+  em_state_record_t c = change(level, prev, rule);
+  em_hook_run(h, &c);
+}
+
 static void on_closed(void *ctx) {
   *(int *)ctx = 1;
 }
@@ -107,11 +121,8 @@ static void the_change_arrives_in_arguments_and_environment(void **state) {
            "printf '%%s|' \"$@\" > %s; echo \"$EDGEMON_LEVEL $EDGEMON_PREV_LEVEL "
            "$EDGEMON_RULE $EDGEMON_VALUE\" >> %s; echo hello from the hook",
            fx->out, fx->out);
-  write_script(fx, body);
-  em_hook_t *h = NULL;
-  assert_int_equal(em_hook_new(&h, &fx->loop, fx->script, 5000000000u), 0);
-  em_state_record_t c = change(EM_LEVEL_DEGRADED, EM_LEVEL_NOMINAL, "infer.p99");
-  em_hook_run(h, &c);
+  em_hook_t *h = hook_with(fx, body, 5000000000u);
+  run_change(h, EM_LEVEL_DEGRADED, EM_LEVEL_NOMINAL, "infer.p99");
   uv_run(&fx->loop, UV_RUN_DEFAULT);
   char *got = slurp(fx->out);
   assert_non_null(got);
@@ -124,11 +135,8 @@ static void the_change_arrives_in_arguments_and_environment(void **state) {
 
 static void a_hook_past_its_timeout_is_killed(void **state) {
   fx_t *fx = *state;
-  write_script(fx, "exec sleep 30");
-  em_hook_t *h = NULL;
-  assert_int_equal(em_hook_new(&h, &fx->loop, fx->script, 200000000u), 0);
-  em_state_record_t c = change(EM_LEVEL_WARN, EM_LEVEL_NOMINAL, "rss.cap");
-  em_hook_run(h, &c);
+  em_hook_t *h = hook_with(fx, "exec sleep 30", 200000000u);
+  run_change(h, EM_LEVEL_WARN, EM_LEVEL_NOMINAL, "rss.cap");
   uv_run(&fx->loop, UV_RUN_DEFAULT); /* Returns once the killed hook is reaped. */
   assert_int_equal(em_hook_stats(h)->timeouts, 1);
   assert_int_equal(em_hook_stats(h)->failed, 1);
@@ -139,15 +147,10 @@ static void changes_while_it_runs_wait_and_only_the_latest_runs(void **state) {
   fx_t *fx = *state;
   char body[256];
   snprintf(body, sizeof(body), "sleep 0.2; echo \"$1\" >> %s", fx->out);
-  write_script(fx, body);
-  em_hook_t *h = NULL;
-  assert_int_equal(em_hook_new(&h, &fx->loop, fx->script, 5000000000u), 0);
-  em_state_record_t a = change(EM_LEVEL_WARN, EM_LEVEL_NOMINAL, "a");
-  em_state_record_t b = change(EM_LEVEL_DEGRADED, EM_LEVEL_WARN, "b");
-  em_state_record_t c = change(EM_LEVEL_CRITICAL, EM_LEVEL_DEGRADED, "c");
-  em_hook_run(h, &a);
-  em_hook_run(h, &b); /* waits */
-  em_hook_run(h, &c); /* replaces b */
+  em_hook_t *h = hook_with(fx, body, 5000000000u);
+  run_change(h, EM_LEVEL_WARN, EM_LEVEL_NOMINAL, "a");
+  run_change(h, EM_LEVEL_DEGRADED, EM_LEVEL_WARN, "b");     /* waits */
+  run_change(h, EM_LEVEL_CRITICAL, EM_LEVEL_DEGRADED, "c"); /* replaces b */
   uv_run(&fx->loop, UV_RUN_DEFAULT);
   char *got = slurp(fx->out);
   assert_non_null(got);
@@ -191,11 +194,8 @@ static void closing_kills_a_running_hook(void **state) {
    * alone it would exit 0 after 10 s. */
   snprintf(body, sizeof(body), "echo $$ > %s.tmp && mv %s.tmp %s; exec sleep 10", fx->out, fx->out,
            fx->out);
-  write_script(fx, body);
-  em_hook_t *h = NULL;
-  assert_int_equal(em_hook_new(&h, &fx->loop, fx->script, 60000000000u), 0);
-  em_state_record_t c = change(EM_LEVEL_WARN, EM_LEVEL_NOMINAL, "x");
-  em_hook_run(h, &c);
+  em_hook_t *h = hook_with(fx, body, 60000000000u);
+  run_change(h, EM_LEVEL_WARN, EM_LEVEL_NOMINAL, "x");
   uv_run(&fx->loop, UV_RUN_NOWAIT);
   pid_t pid = wait_for_pid(fx->out);
   assert_true(pid > 0);
