@@ -39,8 +39,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <systemd/sd-daemon.h>
-
 #include "budget.h"
 #include "commands.h"
 #include "judge.h"
@@ -304,7 +302,7 @@ static void apply_change(em_agent_t *a, const em_budget_change_t *c) {
                                .reason = t.reason};
     em_profiling_trigger(a->prof, &pt, attached_pid(a), 0, uv_hrtime());
   }
-  sd_notifyf(0, "STATUS=level %s since %s", em_level_name(r->level), r->reason);
+  em_service_notifyf("STATUS=level %s since %s", em_level_name(r->level), r->reason);
   em_levels_announce(a->levels); /* The hook and the log line. */
 }
 

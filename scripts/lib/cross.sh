@@ -20,8 +20,8 @@ EM_CROSS_PACKAGES=(gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user file mm
 # configures the whole tree (the host/ ones, sqlite3 and libmicrohttpd, included: host/lib and
 # host/aggregator have unit tests too), with what they depend on.
 EM_CROSS_SUITE=bullseye
-EM_CROSS_SYSROOT_PACKAGES=(libc6-dev libcmocka-dev libuv1-dev libmosquitto-dev libsystemd-dev
-  libsqlite3-dev libmicrohttpd-dev libsnappy-dev libcurl4-openssl-dev libdw-dev)
+EM_CROSS_SYSROOT_PACKAGES=(libc6-dev libcmocka-dev libuv1-dev libmosquitto-dev libsqlite3-dev
+  libmicrohttpd-dev libsnappy-dev libcurl4-openssl-dev libdw-dev)
 EM_CROSS_CACHE=${EM_CROSS_CACHE:-/var/cache/edgemon-test}
 
 # Unit tests that cannot work under qemu-user or on the sysroot's libraries, by name, each with

@@ -169,6 +169,12 @@ _em_deb_build() {
         "which dpkg-shlibdeps cannot see: packaging/deb.cmake names it)"
       return 1
     fi
+    if [ "$pkg" = edgemon-agent ] &&
+      [[ ", $(dpkg-deb -f "$deb" Depends)," =~ ,\ libsystemd0[\ ,] ]]; then
+      _em_deb_fail "$deb: Depends names libsystemd0: the agent links libsystemd again (it speaks" \
+        "the notify protocol itself: firmware/agent/service.c)"
+      return 1
+    fi
     rm -rf "$dir/debs/unpacked"
     dpkg-deb -x "$deb" "$dir/debs/unpacked" || return 1
     if [ "$arch" = arm64 ]; then
