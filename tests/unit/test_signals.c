@@ -105,6 +105,17 @@ static int client_read(const char *path, em_state_record_t *out, uint32_t *seq) 
   return rc;
 }
 
+/* The record on fx's page as a client reads it, which must be at sequence want_seq and level
+ * want_level (the sequence read over a different starting value). */
+static em_state_record_t page_record(const fx_t *fx, uint32_t want_seq, em_level_t want_level) {
+  em_state_record_t got;
+  uint32_t seq = want_seq + 1;
+  assert_int_equal(client_read(fx->page, &got, &seq), 0);
+  assert_int_equal(seq, want_seq);
+  assert_int_equal(got.level, want_level);
+  return got;
+}
+
 /* A client socket bound to <dir>/<name>, as a subscriber would be. */
 static int client_socket(fx_t *fx, const char *name, struct sockaddr_un *addr, socklen_t *len) {
   int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -156,12 +167,7 @@ static void page_is_created_whole_with_the_initial_record(void **state) {
   char tmp[160];
   snprintf(tmp, sizeof(tmp), "%s.tmp", fx->page);
   assert_int_equal(access(tmp, F_OK), -1);
-  em_state_record_t got;
-  uint32_t seq = 1;
-  assert_int_equal(client_read(fx->page, &got, &seq), 0);
-  assert_int_equal(seq, 0);
-  assert_int_equal(got.level, EM_LEVEL_NOMINAL);
-  assert_string_equal(got.rule, "infer.p99");
+  assert_string_equal(page_record(fx, 0, EM_LEVEL_NOMINAL).rule, "infer.p99");
   em_signals_free(s, true);
   assert_int_equal(access(fx->page, F_OK), -1);
 }
@@ -175,12 +181,7 @@ static void publish_updates_the_page_and_pushes_to_every_subscriber(void **state
 
   em_state_record_t deg = record(EM_LEVEL_DEGRADED, EM_LEVEL_NOMINAL, 1);
   assert_int_equal(em_signals_publish(s, &deg), 0);
-  em_state_record_t got;
-  uint32_t seq = 0;
-  assert_int_equal(client_read(fx->page, &got, &seq), 0);
-  assert_int_equal(seq, 2);
-  assert_int_equal(got.level, EM_LEVEL_DEGRADED);
-  assert_int_equal(got.changes, 1);
+  assert_int_equal(page_record(fx, 2, EM_LEVEL_DEGRADED).changes, 1);
   for (int i = 0; i < 2; i++) {
     uint8_t buf[512];
     ssize_t n = recv(i ? c2.fd : c1.fd, buf, sizeof(buf), MSG_DONTWAIT);
@@ -333,12 +334,7 @@ static void a_bad_record_publishes_nothing(void **state) {
   assert_int_equal(em_signals_new(&s, fx->page, 1, &init, send_real, fx), 0);
   em_state_record_t bad = record((em_level_t)7, EM_LEVEL_NOMINAL, 4);
   assert_true(em_signals_publish(s, &bad) < 0);
-  em_state_record_t got;
-  uint32_t seq = 9;
-  assert_int_equal(client_read(fx->page, &got, &seq), 0);
-  assert_int_equal(seq, 0);
-  assert_int_equal(got.level, EM_LEVEL_WARN);
-  assert_int_equal(got.changes, 3);
+  assert_int_equal(page_record(fx, 0, EM_LEVEL_WARN).changes, 3);
   em_signals_free(s, false);
   assert_int_equal(access(fx->page, F_OK), 0); /* kept when not asked to remove */
 }
