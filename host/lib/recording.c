@@ -129,6 +129,19 @@ static int stdio_error(void) {
   return errno > 0 ? -errno : -EIO;
 }
 
+/* Opens path with mode, or hands back std (standard input or output, *is_std true) for "-".
+ * Returns 0 or the error of fopen(). */
+static int open_stream(const char *path, const char *mode, FILE *std, FILE **f, bool *is_std) {
+  *is_std = strcmp(path, "-") == 0;
+  if (*is_std) {
+    *f = std;
+    return 0;
+  }
+  errno = 0;
+  *f = fopen(path, mode);
+  return *f ? 0 : stdio_error();
+}
+
 /* Writes n bytes; on failure records the first error. Returns 0 or the writer's first error. */
 static int writer_put(em_rec_writer_t *w, const void *p, size_t n) {
   if (w->err) {
@@ -153,17 +166,9 @@ int em_rec_writer_new(em_rec_writer_t **out, const char *path) {
   if (!w) {
     return -ENOMEM;
   }
-  int rc = 0;
-  if (strcmp(path, "-") == 0) {
-    w->f = stdout;
-    w->is_stdout = true;
-  } else {
-    errno = 0;
-    w->f = fopen(path, "wb");
-    if (!w->f) {
-      rc = stdio_error();
-      goto fail;
-    }
+  int rc = open_stream(path, "wb", stdout, &w->f, &w->is_stdout);
+  if (rc != 0) {
+    goto fail;
   }
   uint8_t header[EM_REC_HEADER_SIZE];
   memcpy(header, rec_magic, sizeof(rec_magic));
@@ -275,16 +280,9 @@ int em_rec_reader_new(em_rec_reader_t **out, const char *path) {
     goto fail;
   }
   r->topic = (char *)(r->buf + REC_MAX_SIZE);
-  if (strcmp(path, "-") == 0) {
-    r->f = stdin;
-    r->is_stdin = true;
-  } else {
-    errno = 0;
-    r->f = fopen(path, "rb");
-    if (!r->f) {
-      rc = stdio_error();
-      goto fail;
-    }
+  rc = open_stream(path, "rb", stdin, &r->f, &r->is_stdin);
+  if (rc != 0) {
+    goto fail;
   }
   uint8_t header[EM_REC_HEADER_SIZE];
   long got = reader_get(r, header, sizeof(header));
