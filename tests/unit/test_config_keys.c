@@ -295,6 +295,42 @@ static void documented_defaults_are_the_defaults(void **state) {
   assert_int_equal(defaults.n_events, 10);
 }
 
+/* One key changed in a config: the field (its offset and size in em_config_t), the new value
+ * (text for a string field, num for an unsigned one), and the name the reload check gives. */
+typedef struct {
+  size_t off;
+  size_t size;
+  const char *text;
+  uint64_t num;
+  const char *key;
+} key_change_t;
+
+#define CONFIG_FIELD(f) offsetof(em_config_t, f), sizeof(((em_config_t *)0)->f)
+
+/* Writes row's value into its field of c. */
+static void apply_change(em_config_t *c, const key_change_t *row) {
+  unsigned char *p = (unsigned char *)c + row->off;
+  if (row->text != NULL) {
+    snprintf((char *)p, row->size, "%s", row->text);
+    return;
+  }
+  uint16_t u16 = (uint16_t)row->num;
+  uint32_t u32 = (uint32_t)row->num;
+  switch (row->size) {
+  case sizeof(u16):
+    memcpy(p, &u16, sizeof(u16));
+    break;
+  case sizeof(u32):
+    memcpy(p, &u32, sizeof(u32));
+    break;
+  case sizeof(row->num):
+    memcpy(p, &row->num, sizeof(row->num));
+    break;
+  default:
+    fail_msg("%s: a field of %zu bytes", row->key, row->size);
+  }
+}
+
 /* The reload check: keys a reload applies pass; the first other one that changed is named. */
 static void reload_conflict_follows_the_reloadable_flag(void **state) {
   (void)state;
@@ -315,31 +351,25 @@ static void reload_conflict_follows_the_reloadable_flag(void **state) {
   next.target.pid = 42;
   next.n_rules = 1;
   assert_null(em_config_reload_conflict(&cur, &next, buf, sizeof(buf)));
-  /* The keys the agent's hand-written list named, and the others a reload cannot apply. */
-  em_config_t *c = &next;
-  snprintf(c->hook, sizeof(c->hook), "/bin/true");
-  assert_string_equal(em_config_reload_conflict(&cur, c, buf, sizeof(buf)), "[degrade] hook");
-  c->rings = 1;
-  assert_string_equal(em_config_reload_conflict(&cur, c, buf, sizeof(buf)), "[spans] rings");
-  c->max_stages = 1;
-  assert_string_equal(em_config_reload_conflict(&cur, c, buf, sizeof(buf)), "[spans] max_stages");
-  snprintf(c->span_socket, sizeof(c->span_socket), "/x.sock");
-  assert_string_equal(em_config_reload_conflict(&cur, c, buf, sizeof(buf)), "[spans] socket");
-  c->n_events = 1;
-  assert_string_equal(em_config_reload_conflict(&cur, c, buf, sizeof(buf)), "[pmu] events");
-  c->keepalive_s = 5;
-  assert_string_equal(em_config_reload_conflict(&cur, c, buf, sizeof(buf)), "[mqtt] keepalive");
-  snprintf(c->client_id, sizeof(c->client_id), "other");
-  assert_string_equal(em_config_reload_conflict(&cur, c, buf, sizeof(buf)), "[mqtt] client_id");
-  c->broker_port = 1884;
-  assert_string_equal(em_config_reload_conflict(&cur, c, buf, sizeof(buf)), "[mqtt] broker");
-  snprintf(c->runtime_dir, sizeof(c->runtime_dir), "/elsewhere");
-  assert_string_equal(em_config_reload_conflict(&cur, c, buf, sizeof(buf)), "[agent] runtime_dir");
-  c->sample_period_ns = 1;
-  assert_string_equal(em_config_reload_conflict(&cur, c, buf, sizeof(buf)),
-                      "[agent] sample_period");
-  snprintf(c->device_id, sizeof(c->device_id), "other");
-  assert_string_equal(em_config_reload_conflict(&cur, c, buf, sizeof(buf)), "[agent] device_id");
+  /* The keys the agent's hand-written list named, and the others a reload cannot apply, each
+   * changed on top of the ones before. */
+  static const key_change_t changes[] = {
+      {CONFIG_FIELD(hook), "/bin/true", 0, "[degrade] hook"},
+      {CONFIG_FIELD(rings), NULL, 1, "[spans] rings"},
+      {CONFIG_FIELD(max_stages), NULL, 1, "[spans] max_stages"},
+      {CONFIG_FIELD(span_socket), "/x.sock", 0, "[spans] socket"},
+      {CONFIG_FIELD(n_events), NULL, 1, "[pmu] events"},
+      {CONFIG_FIELD(keepalive_s), NULL, 5, "[mqtt] keepalive"},
+      {CONFIG_FIELD(client_id), "other", 0, "[mqtt] client_id"},
+      {CONFIG_FIELD(broker_port), NULL, 1884, "[mqtt] broker"},
+      {CONFIG_FIELD(runtime_dir), "/elsewhere", 0, "[agent] runtime_dir"},
+      {CONFIG_FIELD(sample_period_ns), NULL, 1, "[agent] sample_period"},
+      {CONFIG_FIELD(device_id), "other", 0, "[agent] device_id"},
+  };
+  for (size_t i = 0; i < sizeof(changes) / sizeof(changes[0]); i++) {
+    apply_change(&next, &changes[i]);
+    assert_string_equal(em_config_reload_conflict(&cur, &next, buf, sizeof(buf)), changes[i].key);
+  }
 }
 
 /* Every row a reload applies names the steps a change of it makes due; no other row does. */
