@@ -53,16 +53,22 @@ typedef struct {
   uint64_t off_cpu_ns;
 } hot_t;
 
+/* The order of both rankings: the larger first key first, then the larger second, then the
+ * smaller index (a stable order). Returns qsort's -1, 0 or 1. */
+static int rank(uint64_t x1, uint64_t y1, uint64_t x2, uint64_t y2, size_t xi, size_t yi) {
+  if (x1 != y1) {
+    return x1 > y1 ? -1 : 1;
+  }
+  if (x2 != y2) {
+    return x2 > y2 ? -1 : 1;
+  }
+  return xi < yi ? -1 : xi > yi;
+}
+
 static int hot_cmp(const void *a, const void *b) {
   const hot_t *x = a;
   const hot_t *y = b;
-  if (x->samples != y->samples) {
-    return x->samples > y->samples ? -1 : 1;
-  }
-  if (x->off_cpu_ns != y->off_cpu_ns) {
-    return x->off_cpu_ns > y->off_cpu_ns ? -1 : 1;
-  }
-  return x->index < y->index ? -1 : x->index > y->index;
+  return rank(x->samples, y->samples, x->off_cpu_ns, y->off_cpu_ns, x->index, y->index);
 }
 
 int em_profile_hottest(const em_profile_t *p, size_t **order) {
@@ -92,13 +98,7 @@ int em_profile_hottest(const em_profile_t *p, size_t **order) {
 static int func_cmp(const void *a, const void *b) {
   const em_profile_func_t *x = a;
   const em_profile_func_t *y = b;
-  if (x->self != y->self) {
-    return x->self > y->self ? -1 : 1;
-  }
-  if (x->total != y->total) {
-    return x->total > y->total ? -1 : 1;
-  }
-  return x->frame < y->frame ? -1 : x->frame > y->frame;
+  return rank(x->self, y->self, x->total, y->total, x->frame, y->frame);
 }
 
 int em_profile_functions(const em_profile_t *p, em_profile_func_t **out, size_t *n) {
