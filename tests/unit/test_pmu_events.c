@@ -40,6 +40,13 @@ static void board_root(char *buf, size_t cap, const char *board) {
   assert_true(n > 0 && (size_t)n < cap);
 }
 
+/* em_pmu_events_resolve() of `event` on the fixture tree of `board`. */
+static int resolve_on(const char *board, const char *event, em_pmu_events_t *out) {
+  char root[512];
+  board_root(root, sizeof(root), board);
+  return em_pmu_events_resolve(root, event, out);
+}
+
 /* ---- every board resolves its events --------------------------------------------------------- */
 
 typedef struct {
@@ -294,10 +301,8 @@ static void resolve_table(void **state) {
   (void)state;
   for (size_t i = 0; i < ARRAY_LEN(resolve_cases); i++) {
     const resolve_case_t *c = &resolve_cases[i];
-    char root[512];
-    board_root(root, sizeof(root), c->board);
     em_pmu_events_t out;
-    int rc = em_pmu_events_resolve(root, c->event, &out);
+    int rc = resolve_on(c->board, c->event, &out);
     if (rc != 0) {
       fail_msg("%s %s: %d %s", c->board, c->event, rc, out.error);
     }
@@ -398,10 +403,8 @@ static void error_table(void **state) {
   (void)state;
   for (size_t i = 0; i < ARRAY_LEN(error_cases); i++) {
     const error_case_t *c = &error_cases[i];
-    char root[512];
-    board_root(root, sizeof(root), c->board);
     em_pmu_events_t out;
-    int rc = em_pmu_events_resolve(root, c->event, &out);
+    int rc = resolve_on(c->board, c->event, &out);
     if (rc != c->rc || strstr(out.error, c->msg) == NULL) {
       fail_msg("'%s': got %d '%s', want %d '%s'", c->event, rc, out.error, c->rc, c->msg);
     }
