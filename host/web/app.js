@@ -544,7 +544,7 @@ function changeCell(c, nowNs) {
     el("span", { class: "muted", text: fmtAgo(c.time_ns, nowNs) + ": " }),
     isStart(c) ? `agent started (${c.level})` : (c.prev_level || "?") + " → " + c.level,
     c.reason ? el("div", { class: "reason", text: c.reason }) : null,
-    topCause(c.verdict)
+    topCause(c.top_cause)
   );
 }
 
@@ -554,10 +554,10 @@ const isStart = (c) => c.prev_level !== null && c.level === c.prev_level;
 
 const fmtShare = (share) => (share === null || share === undefined ? "–" : Math.round(share * 100) + "%");
 
-/* The verdict's first cause in a line ("cause: cpu_contention 81%"), or null without one. */
-function topCause(v) {
-  const c = v && v.causes && v.causes[0];
-  if (!c) return null;
+/* A verdict's first cause ({cause, share}: /api/fleet's top_cause) in a line
+ * ("cause: cpu_contention 81%"), or null without one. */
+function topCause(c) {
+  if (!c || !c.cause) return null;
   return el("div", { class: "top-cause", "data-cause": c.cause },
     muted("cause: "), el("b", { text: c.cause }), " " + fmtShare(c.share));
 }

@@ -6,7 +6,9 @@ dashboard shows it in a real headless chromium (webdriver.py), against a real mo
 
 The verdict of a level change comes back through the store's JSON column, the recording's
 through its CBOR decoded at the request: the simulator gives an excursion's state and recording
-the same verdict, so the two must be equal. A state message whose level is its previous level
+the same verdict, so the two must be equal. A verdict encoded here with python3-cbor2 (not
+edgemon's encoder) must come back with proto's names, and the fleet lists each device's last
+change with its verdict's top cause only. A state message whose level is its previous level
 and names no model (published here as an agent does at start, CBOR through python3-cbor2) is
 the level announced at start: the API lists it as it came, the page says "agent started" in the
 device's timeline and in the fleet's row of a device that announced nothing else.
@@ -32,6 +34,16 @@ SIM = os.environ.get("EM_SIM")
 WHY_NOT = webdriver.available()
 DEVICE = "vd-0001"
 STARTED = "vd-start"  # a device whose agent only announced its level at start
+FORCED = "vd-forced"  # a device whose one change is an escalation with the verdict below
+# FORCED's verdict as CBOR keys (proto/edgemon.cddl, "verdict"), and as the API must name it.
+FORCED_VERDICT = {0: "infer", 1: "p99", 2: 26_000_000, 3: 61_200_000, 4: 12,
+                  5: [{0: 4, 1: 0.7, 2: {"iowait_ms_per_frame": 12.5, "read_mib_per_s": 80}},
+                      {0: 7, 1: 0.3, 2: {"excess_ms": 5.0}}]}
+FORCED_JSON = {"stage": "infer", "statistic": "p99", "baseline_ns": 26_000_000,
+               "breach_ns": 61_200_000, "nominal_windows": 12,
+               "causes": [{"cause": "io", "share": 0.7,
+                           "evidence": {"iowait_ms_per_frame": 12.5, "read_mib_per_s": 80}},
+                          {"cause": "unexplained", "share": 0.3, "evidence": {"excess_ms": 5.0}}]}
 CAUSES = {"cpu_contention", "cpu_throttling", "frequency_cap", "memory_pressure", "io",
           "waiting", "more_work", "unexplained"}
 
@@ -58,11 +70,7 @@ BUSY_503 = """
 """
 
 
-def publish_start(port, device, level="NOMINAL"):
-    """The state an agent publishes at start: its level, the same as key 5, no key 14."""
-    levels = ["NOMINAL", "WARN", "DEGRADED", "CRITICAL"]
-    msg = {0: 1, 1: 2, 2: time.time_ns() - 60 * 10**9, 3: 99, 4: levels.index(level),
-           5: levels.index(level), 6: time.monotonic_ns()}
+def publish_state(port, device, msg):
     client = mqtt.Client(client_id=f"it-verdict-{uuid.uuid4().hex[:8]}")
     client.connect("127.0.0.1", port, keepalive=30)
     client.loop_start()
@@ -71,6 +79,19 @@ def publish_start(port, device, level="NOMINAL"):
     finally:
         client.loop_stop()
         client.disconnect()
+
+
+def publish_start(port, device):
+    """The state an agent publishes at start: its level (NOMINAL), the same as key 5, no key 14."""
+    publish_state(port, device, {0: 1, 1: 2, 2: time.time_ns() - 60 * 10**9, 3: 99, 4: 0, 5: 0,
+                                 6: time.monotonic_ns()})
+
+
+def publish_escalation(port, device):
+    """NOMINAL -> DEGRADED on infer.p99 with FORCED_VERDICT (key 15)."""
+    publish_state(port, device, {0: 1, 1: 2, 2: time.time_ns() - 30 * 10**9, 3: 98, 4: 2, 5: 0,
+                                 6: time.monotonic_ns(), 7: "infer.p99", 8: "infer",
+                                 9: 61_200_000, 10: 40_000_000, 15: FORCED_VERDICT})
 
 
 def get_json(agg, path):
@@ -95,6 +116,7 @@ def stack(tmp_path_factory):
         started.append(agg)
         publish_start(broker.port, DEVICE)
         publish_start(broker.port, STARTED)
+        publish_escalation(broker.port, FORCED)
         sim = subprocess.run(
             [SIM, "--devices", "1", "--rate", "2", "--duration", "6", "--qos", "1", "--seed", "5",
              "--prefix", "vd", "--broker", f"mqtt://127.0.0.1:{broker.port}", "--flights",
@@ -215,6 +237,28 @@ def test_agent_start_is_no_nominal_to_nominal_change(stack, page):
     assert errors(page) == []
 
 
+def test_fleet_names_the_last_changes_top_cause(stack):
+    _, agg = stack
+    h = history(agg)
+    devices = {d["id"]: d for d in get_json(agg, "/api/fleet")["devices"]}
+    last = devices[DEVICE]["last_change"]
+    assert last["time_ns"] == h["levels"][-1]["time_ns"], (last, h["levels"][-1])
+    v = h["levels"][-1]["verdict"]
+    want = {"cause": v["causes"][0]["cause"], "share": v["causes"][0]["share"]} if v else None
+    assert last["top_cause"] == want and "verdict" not in last, last
+    assert devices[STARTED]["last_change"]["top_cause"] is None
+    assert devices[FORCED]["last_change"]["top_cause"] == {"cause": "io", "share": 0.7}
+
+
+def test_a_verdict_encoded_elsewhere_comes_back_named(stack):
+    """A state's verdict encoded here (python3-cbor2, not edgemon's encoder) is stored and
+    answered with proto's names: cause code 4 is "io"."""
+    _, agg = stack
+    h = get_json(agg, f"/api/devices/{FORCED}/history?range=15m&points=60")
+    assert [c["verdict"] for c in h["levels"]] == [FORCED_JSON], h["levels"]
+    assert h["latest_verdict"]["verdict"] == FORCED_JSON
+
+
 def test_fleet_row_of_a_started_agent_says_so(stack, page):
     _, agg = stack
     page.get(f"http://127.0.0.1:{agg.port}/ui/#/")
@@ -222,6 +266,10 @@ def test_fleet_row_of_a_started_agent_says_so(stack, page):
         "const r = document.querySelector(`tr[data-id='${arguments[0]}'] td.change`);"
         "return r && r.textContent", STARTED), 15, f"the last change in the row of {STARTED}")
     assert "agent started (NOMINAL)" in text and "→" not in text, text
+    forced = page.execute(
+        "const r = document.querySelector(`tr[data-id='${arguments[0]}'] td.change`);"
+        "return r && r.textContent", FORCED)
+    assert "NOMINAL → DEGRADED" in forced and "cause: io 70%" in forced, forced
     assert errors(page) == []
 
 

@@ -589,9 +589,10 @@ static void worst_stage(const em_agg_device_t *d, fleet_row_t *row) {
   }
 }
 
-/* {"time_ns", "level", "prev_level", "rule", "stage", "value", "bound", "reason", "verdict"}
- * of a level_changes row whose columns start at `c`. The verdict is the JSON object the store
- * kept (proto's printer wrote it), or null. */
+/* {"time_ns", "level", "prev_level", "rule", "stage", "value", "bound", "reason", and the
+ * ninth column under its SQL name} of a level_changes row whose columns start at `c`: LEVEL_COLS
+ * give "verdict", the JSON object the store kept (proto's printer wrote it), FLEET_LEVEL_COLS
+ * "top_cause", the verdict's first cause and share only; null without one. */
 static void level_change_json(jw_t *w, sqlite3_stmt *st, int c) {
   jw_s(w, "{\"time_ns\":");
   jw_fmt(w, "%lld", (long long)sqlite3_column_int64(st, c));
@@ -612,13 +613,19 @@ static void level_change_json(jw_t *w, sqlite3_stmt *st, int c) {
       jw_str(w, col_text(st, col));
     }
   }
-  jw_s(w, ",\"verdict\":");
+  jw_fmt(w, ",\"%s\":", sqlite3_column_name(st, c + 8));
   const char *verdict = (const char *)sqlite3_column_text(st, c + 8);
   jw_s(w, verdict && *verdict ? verdict : "null");
   jw_s(w, "}");
 }
 
 #define LEVEL_COLS "time_ns, level, prev_level, rule, stage, value, bound, reason, verdict"
+/* The fleet's last change: the verdict's first cause, not the whole verdict (the fleet lists
+ * thousands of devices every 2 s). */
+#define FLEET_LEVEL_COLS                                                                           \
+  "time_ns, level, prev_level, rule, stage, value, bound, reason, CASE WHEN"                       \
+  " json_array_length(verdict, '$.causes') > 0 THEN json_object('cause', json_extract(verdict,"    \
+  " '$.causes[0].cause'), 'share', json_extract(verdict, '$.causes[0].share')) END AS top_cause"
 
 void em_history_fleet(em_history_t *h, em_registry_t *reg, const em_query_t *q, uint64_t now_ns,
                       em_history_reply_t *out) {
@@ -657,7 +664,7 @@ void em_history_fleet(em_history_t *h, em_registry_t *reg, const em_query_t *q, 
   if (h) {
     begin_request(h);
     if (sqlite3_prepare_v2(h->db,
-                           "SELECT " LEVEL_COLS " FROM level_changes WHERE device = "
+                           "SELECT " FLEET_LEVEL_COLS " FROM level_changes WHERE device = "
                            "(SELECT id FROM devices WHERE name = ?1) ORDER BY time_ns DESC LIMIT 1",
                            -1, &st, NULL) != SQLITE_OK) {
       st = NULL;
