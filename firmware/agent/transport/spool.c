@@ -914,22 +914,32 @@ int em_spool_release(em_spool_t *s, uint64_t number) {
   return 0;
 }
 
+/* Writes the header when what it records (the records done, the count dropped) has moved
+ * since it was last written. Returns 0 or write_header()'s error, counted in write_errors. */
+static int write_changed_header(em_spool_t *s) {
+  if (current_done(s) == s->hdr_done && s->st.dropped == s->hdr_dropped) {
+    return 0;
+  }
+  int rc = write_header(s);
+  if (rc < 0) {
+    s->st.write_errors++;
+  }
+  return rc;
+}
+
 int em_spool_sync(em_spool_t *s) {
   if (s == NULL) {
     return -EINVAL;
   }
-  if (current_done(s) != s->hdr_done || s->st.dropped != s->hdr_dropped) {
-    int rc = write_header(s);
-    if (rc < 0) {
-      s->st.write_errors++;
-      return rc;
-    }
+  int rc = write_changed_header(s);
+  if (rc < 0) {
+    return rc;
   }
   if (!s->unsynced) {
     return 0;
   }
   if (fdatasync(s->fd) != 0) {
-    int rc = -errno;
+    rc = -errno;
     s->st.write_errors++;
     return rc;
   }
@@ -942,12 +952,9 @@ int em_spool_flush_header(em_spool_t *s, bool *need_sync) {
     return -EINVAL;
   }
   *need_sync = false;
-  if (current_done(s) != s->hdr_done || s->st.dropped != s->hdr_dropped) {
-    int rc = write_header(s);
-    if (rc < 0) {
-      s->st.write_errors++;
-      return rc;
-    }
+  int rc = write_changed_header(s);
+  if (rc < 0) {
+    return rc;
   }
   *need_sync = s->unsynced;
   s->unsynced = false;
