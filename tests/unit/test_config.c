@@ -782,6 +782,23 @@ typedef struct {
   void (*check)(const em_config_t *cfg);
 } valid_case_t;
 
+/* Files that only name a target, and the target each must load. */
+typedef struct {
+  const char *name;
+  const char *ini;
+  em_target_spec_t want;
+} target_case_t;
+
+/* The target loaded is `want`: its kind, and its pid or its text. */
+static void expect_target(const em_target_spec_t *got, const em_target_spec_t *want) {
+  assert_int_equal(got->kind, want->kind);
+  if (want->kind == EM_TARGET_PID) {
+    assert_int_equal(got->pid, want->pid);
+  } else {
+    assert_string_equal(got->value, want->value);
+  }
+}
+
 /* Everything but the target is the default. */
 static void check_spans(const em_config_t *cfg) {
   assert_string_equal(cfg->span_socket, "/srv/em/s.sock");
@@ -852,36 +869,6 @@ static void check_every_key(const em_config_t *cfg) {
   assert_string_equal(cfg->events[1], "cycles");
   assert_string_equal(cfg->events[2], "major-faults");
   assert_string_equal(cfg->events[3], "");
-}
-
-static void check_process_name(const em_config_t *cfg) {
-  assert_int_equal(cfg->target.kind, EM_TARGET_COMM);
-  assert_string_equal(cfg->target.value, "abcdefghijklmno");
-}
-
-static void check_long_cmdline(const em_config_t *cfg) {
-  assert_int_equal(cfg->target.kind, EM_TARGET_CMDLINE);
-  assert_string_equal(cfg->target.value, X255);
-}
-
-static void check_cmdline_with_spaces(const em_config_t *cfg) {
-  assert_int_equal(cfg->target.kind, EM_TARGET_CMDLINE);
-  assert_string_equal(cfg->target.value, "python3 -m detect --model yolo.onnx");
-}
-
-static void check_long_pid_file(const em_config_t *cfg) {
-  assert_int_equal(cfg->target.kind, EM_TARGET_PIDFILE);
-  assert_string_equal(cfg->target.value, P255);
-}
-
-static void check_cgroup(const em_config_t *cfg) {
-  assert_int_equal(cfg->target.kind, EM_TARGET_CGROUP);
-  assert_string_equal(cfg->target.value, "/sys/fs/cgroup/system.slice/inference.service");
-}
-
-static void check_pid_max(const em_config_t *cfg) {
-  assert_int_equal(cfg->target.kind, EM_TARGET_PID);
-  assert_int_equal(cfg->target.pid, 4194304);
 }
 
 static void check_smaps_off(const em_config_t *cfg) {
@@ -1304,16 +1291,6 @@ static const valid_case_t valid_cases[] = {
      "[pmu]\n"
      "events = task-clock cycles,major-faults\n",
      check_every_key},
-    {"process_name of 15 characters", "[target]\nprocess_name = abcdefghijklmno\n",
-     check_process_name},
-    {"cmdline of 255 characters (longer than libinih's line)", "[target]\ncmdline = " X255 "\n",
-     check_long_cmdline},
-    {"cmdline with spaces and an inline comment",
-     "[target]\ncmdline =   python3 -m detect --model yolo.onnx   ; the detector\n",
-     check_cmdline_with_spaces},
-    {"pid_file of 255 characters", "[target]\npid_file = " P255 "\n", check_long_pid_file},
-    {"cgroup", "[target]\ncgroup = /sys/fs/cgroup/system.slice/inference.service\n", check_cgroup},
-    {"pid at the kernel limit", "[target]\npid = 4194304\n", check_pid_max},
     {"smaps_period 0 is off", "[agent]\nsmaps_period = 0\n" TARGET, check_smaps_off},
     {"spans section",
      "[spans]\nsocket = /srv/em/s.sock\nsocket_mode = 0620\nsocket_group = root\n"
@@ -1364,18 +1341,46 @@ static const valid_case_t valid_cases[] = {
      check_limits},
 };
 
-/* Each row of valid_cases loads with no error and the values its check expects. */
+static const target_case_t target_cases[] = {
+    {"process_name of 15 characters",
+     "[target]\nprocess_name = abcdefghijklmno\n",
+     {EM_TARGET_COMM, 0, "abcdefghijklmno"}},
+    {"cmdline of 255 characters (longer than libinih's line)",
+     "[target]\ncmdline = " X255 "\n",
+     {EM_TARGET_CMDLINE, 0, X255}},
+    {"cmdline with spaces and an inline comment",
+     "[target]\ncmdline =   python3 -m detect --model yolo.onnx   ; the detector\n",
+     {EM_TARGET_CMDLINE, 0, "python3 -m detect --model yolo.onnx"}},
+    {"pid_file of 255 characters", "[target]\npid_file = " P255 "\n", {EM_TARGET_PIDFILE, 0, P255}},
+    {"cgroup",
+     "[target]\ncgroup = /sys/fs/cgroup/system.slice/inference.service\n",
+     {EM_TARGET_CGROUP, 0, "/sys/fs/cgroup/system.slice/inference.service"}},
+    {"pid at the kernel limit", "[target]\npid = 4194304\n", {EM_TARGET_PID, 4194304, ""}},
+};
+
+/* ini loads into *cfg with no error; name says which row failed otherwise. */
+static void load_valid(const char *name, const char *ini, em_config_t *cfg) {
+  seen_t seen;
+  char path[32];
+  if (load_text(ini, cfg, &seen, path) != 0 || seen.n != 0) {
+    fail_row(name, "a valid file was rejected", &seen);
+  }
+}
+
+/* Each row of valid_cases loads with no error and the values its check expects; each row of
+ * target_cases, the target it names. */
 static void config_parses_valid_files(void **state) {
   (void)state;
   for (size_t r = 0; r < sizeof(valid_cases) / sizeof(valid_cases[0]); r++) {
     const valid_case_t *row = &valid_cases[r];
     em_config_t cfg;
-    seen_t seen;
-    char path[32];
-    if (load_text(row->ini, &cfg, &seen, path) != 0 || seen.n != 0) {
-      fail_row(row->name, "a valid file was rejected", &seen);
-    }
+    load_valid(row->name, row->ini, &cfg);
     row->check(&cfg);
+  }
+  for (size_t r = 0; r < sizeof(target_cases) / sizeof(target_cases[0]); r++) {
+    em_config_t cfg;
+    load_valid(target_cases[r].name, target_cases[r].ini, &cfg);
+    expect_target(&cfg.target, &target_cases[r].want);
   }
 }
 
