@@ -182,9 +182,9 @@ static void fuzz_schedinfo(const char *text, size_t size) {
   } else {
     check(size > 0 && text[size - 1] == '\n' && st.processor >= -1);
   }
-  uint64_t wait = 1;
-  rc = em_schedinfo_parse_schedstat(text, size, &wait);
-  check(rc == 0 || (rc == -EINVAL && wait == 0));
+  uint64_t wait = 1, slices = 1;
+  rc = em_schedinfo_parse_schedstat(text, size, &wait, &slices);
+  check(rc == 0 || (rc == -EINVAL && wait == 0 && slices == 0));
   unsigned have = 1;
   uint64_t vol = 1, invol = 1;
   rc = em_schedinfo_parse_status(text, size, &have, &vol, &invol);

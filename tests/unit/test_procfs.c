@@ -1334,12 +1334,17 @@ static void sched_parsers_reject_text_not_in_the_format(void **state) {
   }
   static const char *const schedstats[] = {"",          "1 2 3",   "1 2\n",
                                            "1 2 3 4\n", "a b c\n", "1 99999999999999999999999 3\n"};
-  uint64_t wait = 1;
+  uint64_t wait = 1, slices = 1;
   for (size_t i = 0; i < ARRAY_LEN(schedstats); i++) {
-    assert_int_equal(em_schedinfo_parse_schedstat(schedstats[i], strlen(schedstats[i]), &wait),
-                     -EINVAL);
+    assert_int_equal(
+        em_schedinfo_parse_schedstat(schedstats[i], strlen(schedstats[i]), &wait, &slices),
+        -EINVAL);
     assert_int_equal(wait, 0);
+    assert_int_equal(slices, 0);
   }
+  assert_int_equal(em_schedinfo_parse_schedstat("9 8 7\n", 6, &wait, &slices), 0);
+  assert_int_equal(wait, 8);
+  assert_int_equal(slices, 7);
   static const char *const statuses[] = {
       "voluntary_ctxt_switches:\t1\nvoluntary_ctxt_switches:\t2\n",
       "voluntary_ctxt_switches:\tx\nnonvoluntary_ctxt_switches:\t2\n",
@@ -1479,6 +1484,33 @@ static void sched_counters_keep_the_counts_of_exited_threads(void **state) {
   assert_int_equal(after.runq_delay_ns, 1600000 + 500000);
   assert_int_equal(after.ctxsw_voluntary, before.ctxsw_voluntary);
   assert_int_equal(after.ctxsw_involuntary, before.ctxsw_involuntary);
+  em_schedinfo_free(s);
+}
+
+/* status is read again only for a thread whose schedstat says it ran (its slice count moved):
+ * a thread that did not run did not switch. The files stay open and are re-read in place. */
+static void sched_status_is_read_only_for_threads_that_ran(void **state) {
+  (void)state;
+  const char *dir = temp_copy("../sched/v1-jetpack5");
+  em_schedinfo_t *s = open_sched_tree(dir, "");
+  em_schedinfo_reading_t r = {0};
+  assert_int_equal(em_schedinfo_read_threads(s, &r), 0);
+  assert_int_equal(r.ctxsw_voluntary, 120);
+  char status[PATH_MAX], schedstat[PATH_MAX];
+  snprintf(status, sizeof status, "%s/proc/4242/task/4250/status", dir);
+  snprintf(schedstat, sizeof schedstat, "%s/proc/4242/task/4250/schedstat", dir);
+  static const char more[] = "voluntary_ctxt_switches:\t50\nnonvoluntary_ctxt_switches:\t9\n";
+  write_path(status, more, sizeof more - 1);
+  memset(&r, 0, sizeof r);
+  assert_int_equal(em_schedinfo_read_threads(s, &r), 0);
+  assert_int_equal(r.ctxsw_voluntary, 120); /* Same slices: status not read. */
+  static const char ran[] = "2100000000 700000 125\n";
+  write_path(schedstat, ran, sizeof ran - 1);
+  memset(&r, 0, sizeof r);
+  assert_int_equal(em_schedinfo_read_threads(s, &r), 0);
+  assert_int_equal(r.ctxsw_voluntary, 100 + 50);
+  assert_int_equal(r.ctxsw_involuntary, 7 + 9);
+  assert_int_equal(r.runq_delay_ns, 1500000 + 700000);
   em_schedinfo_free(s);
 }
 
@@ -1697,6 +1729,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(sched_reader_reads_v2_jetpack6_tree_for_process_and_cgroup),
       cmocka_unit_test(sched_without_schedstat_or_cpu_controller_is_absent_not_zero),
       cmocka_unit_test_teardown(sched_counters_keep_the_counts_of_exited_threads, remove_temp_dir),
+      cmocka_unit_test_teardown(sched_status_is_read_only_for_threads_that_ran, remove_temp_dir),
       cmocka_unit_test(sched_reader_of_missing_process_is_esrch),
       cmocka_unit_test_teardown(others_lists_the_largest_cpu_users_between_two_scans,
                                 remove_temp_dir),

@@ -47,10 +47,11 @@
 #define EM_SAMPLING_SYSTEM  2u /* MemAvailable and PSI. */
 #define EM_SAMPLING_SENSORS 4u /* The board's sensors. */
 
-/* Who else ran: the scan's cadence while attached (a trigger also asks for one). Five seconds
- * keeps the list about "the last seconds" while the scan's cost (a stat read per process, on
- * the worker) stays a fraction of a millisecond per second. */
-#define EM_SAMPLING_OTHERS_PERIOD_NS (UINT64_C(5) * 1000000000u)
+/* Who else ran: the baseline scan's cadence while attached. A scan reads every process's stat
+ * (~1 ms for ~300 processes on the reference VM, on the worker), so ten seconds keeps it near
+ * 0.01 % of a core; a trigger scans at once (diffed against this baseline) and again at the
+ * end of its window (em_sampling_others_refresh), which is the list's "last seconds". */
+#define EM_SAMPLING_OTHERS_PERIOD_NS (UINT64_C(10) * 1000000000u)
 
 typedef struct {
   uv_loop_t *loop;                 /* Where the worker jobs are queued. */
@@ -123,8 +124,9 @@ unsigned em_sampling_fresh(const em_sampling_t *s);
 /* The data message carried the fresh groups: smaps and sensors wait for their next reading. */
 void em_sampling_sent(em_sampling_t *s);
 
-/* At a trigger (an escalation, cmd/flight): queues a scan of who else ran now, diffed against
- * the last periodic scan; its list replaces em_sampling_others()'s when it ends (on the loop).
+/* At a trigger (an escalation, cmd/flight) and again when its post-trigger window ends: queues
+ * a scan of who else ran, diffed against the scan before (the periodic baseline, then the
+ * trigger's own scan); its list replaces em_sampling_others()'s when it ends (on the loop).
  * Nothing is queued while a scan runs. */
 void em_sampling_others_refresh(em_sampling_t *s, uint64_t now_ns);
 

@@ -147,22 +147,25 @@ bad:
   return -EINVAL;
 }
 
-int em_schedinfo_parse_schedstat(const char *text, size_t len, uint64_t *wait_ns) {
-  if (!wait_ns) {
+int em_schedinfo_parse_schedstat(const char *text, size_t len, uint64_t *wait_ns,
+                                 uint64_t *slices) {
+  if (!wait_ns || !slices) {
     return -EINVAL;
   }
   *wait_ns = 0;
+  *slices = 0;
   if (!complete(text, len)) {
     return -EINVAL;
   }
-  uint64_t run = 0, wait = 0, slices = 0;
+  uint64_t run = 0, wait = 0, count = 0;
   size_t i = 0;
   if (scan_u64(text, len, &i, &run) || i >= len || text[i++] != ' ' ||
       scan_u64(text, len, &i, &wait) || i >= len || text[i++] != ' ' ||
-      scan_u64(text, len, &i, &slices) || i != len - 1) {
+      scan_u64(text, len, &i, &count) || i != len - 1) {
     return -EINVAL;
   }
   *wait_ns = wait;
+  *slices = count;
   return 0;
 }
 
@@ -329,7 +332,10 @@ int em_schedinfo_parse_pressure_total(const char *text, size_t len, bool *have, 
 
 typedef struct {
   pid_t tid;
-  bool seen; /* Found again in the pass being built. */
+  bool seen;        /* Found again in the pass being built. */
+  int schedstat_fd; /* Kept open between passes (the first EM_SCHEDINFO_MAX_OPEN_THREADS). */
+  int status_fd;    /* Likewise, opened the first time the thread ran between two passes. */
+  uint64_t slices;  /* schedstat field 3: times it got a CPU; unchanged, it did not run. */
   uint64_t wait_ns, voluntary, involuntary;
 } thread_t;
 
@@ -347,6 +353,16 @@ struct em_schedinfo {
   thread_t *next; /* The pass being built. */
   char buf[BUF_BYTES];
 };
+
+static void close_thread(thread_t *t) {
+  if (t->schedstat_fd >= 0) {
+    close(t->schedstat_fd);
+  }
+  if (t->status_fd >= 0) {
+    close(t->status_fd);
+  }
+  t->schedstat_fd = t->status_fd = -1;
+}
 
 static ssize_t read_fd(int fd, char *buf, size_t cap) {
   ssize_t n = pread(fd, buf, cap, 0);
@@ -459,6 +475,9 @@ void em_schedinfo_free(em_schedinfo_t *s) {
   if (s->task_dir) {
     closedir(s->task_dir);
   }
+  for (size_t i = 0; i < s->n_last; i++) {
+    close_thread(&s->last[i]);
+  }
   free(s->last < s->next ? s->last : s->next);
   free(s);
 }
@@ -480,25 +499,48 @@ int em_schedinfo_read_stat(em_schedinfo_t *s, em_schedinfo_reading_t *r) {
   return 0;
 }
 
-/* One thread's files, relative to the task/ directory. false when it is gone (or unreadable). */
-static bool read_thread(em_schedinfo_t *s, const char *tid, thread_t *t, bool *schedstat) {
-  char rel[48];
-  snprintf(rel, sizeof(rel), "%s/schedstat", tid);
-  int fd = openat(dirfd(s->task_dir), rel, O_RDONLY | O_CLOEXEC);
-  ssize_t n = fd >= 0 ? read_fd(fd, s->buf, sizeof(s->buf)) : -1;
-  *schedstat = fd >= 0 || errno != ENOENT;
-  if (fd >= 0) {
-    close(fd);
+/* Reads fd (opening rel under task/ when it is -1) into the buffer; -1 when the thread is gone
+ * or the file does not open (*enoent says whether it does not exist). */
+static ssize_t read_kept(em_schedinfo_t *s, int *fd, const char *tid, const char *file,
+                         bool *enoent) {
+  if (*fd < 0) {
+    char rel[48];
+    snprintf(rel, sizeof(rel), "%s/%s", tid, file);
+    *fd = openat(dirfd(s->task_dir), rel, O_RDONLY | O_CLOEXEC);
+    if (*fd < 0) {
+      *enoent = errno == ENOENT;
+      return -1;
+    }
   }
-  if (n <= 0 || em_schedinfo_parse_schedstat(s->buf, (size_t)n, &t->wait_ns) != 0) {
-    t->wait_ns = 0;
+  return read_fd(*fd, s->buf, sizeof(s->buf));
+}
+
+/*
+ * One thread: its schedstat, and its status only when it ran since the last pass (its slice
+ * count moved, or no schedstat to tell): a thread that did not run did not switch either, and
+ * status costs ~15x schedstat. `old` is its entry of the last pass (NULL: new), whose fds move
+ * to *t. False when it is gone.
+ */
+static bool read_thread(em_schedinfo_t *s, const char *tid, thread_t *old, thread_t *t,
+                        bool *schedstat) {
+  bool enoent = false;
+  if (old) {
+    t->schedstat_fd = old->schedstat_fd;
+    t->status_fd = old->status_fd;
+    old->schedstat_fd = old->status_fd = -1;
   }
-  snprintf(rel, sizeof(rel), "%s/status", tid);
-  fd = openat(dirfd(s->task_dir), rel, O_RDONLY | O_CLOEXEC);
-  n = fd >= 0 ? read_fd(fd, s->buf, sizeof(s->buf)) : -1;
-  if (fd >= 0) {
-    close(fd);
+  ssize_t n = read_kept(s, &t->schedstat_fd, tid, "schedstat", &enoent);
+  *schedstat =
+      n > 0 && em_schedinfo_parse_schedstat(s->buf, (size_t)n, &t->wait_ns, &t->slices) == 0;
+  if (n < 0 && !enoent && t->schedstat_fd >= 0) {
+    return false; /* Kept open, now ESRCH: the thread exited. */
   }
+  if (old && *schedstat && t->slices == old->slices) {
+    t->voluntary = old->voluntary;
+    t->involuntary = old->involuntary;
+    return true;
+  }
+  n = read_kept(s, &t->status_fd, tid, "status", &enoent);
   unsigned have = 0;
   return n > 0 &&
          em_schedinfo_parse_status(s->buf, (size_t)n, &have, &t->voluntary, &t->involuntary) == 0 &&
@@ -509,7 +551,7 @@ static bool read_thread(em_schedinfo_t *s, const char *tid, thread_t *t, bool *s
 static thread_t *find_last(em_schedinfo_t *s, pid_t tid, size_t *hint) {
   for (size_t k = 0; k < s->n_last; k++) {
     size_t i = (*hint + k) % s->n_last;
-    if (s->last[i].tid == tid) {
+    if (s->last[i].tid == tid && !s->last[i].seen) {
       *hint = i + 1;
       return &s->last[i];
     }
@@ -527,32 +569,42 @@ static int read_task_dir(em_schedinfo_t *s, em_schedinfo_reading_t *r) {
     if (e->d_name[0] < '1' || e->d_name[0] > '9' || strlen(e->d_name) > 10) {
       continue;
     }
-    thread_t t = {.tid = (pid_t)atoi(e->d_name)};
-    bool schedstat = false;
-    if (!read_thread(s, e->d_name, &t, &schedstat)) {
-      continue; /* Exited between the directory read and now. */
-    }
-    any_schedstat |= schedstat;
+    thread_t t = {.tid = (pid_t)atoi(e->d_name), .schedstat_fd = -1, .status_fd = -1};
     thread_t *old = find_last(s, t.tid, &hint);
+    bool schedstat = false;
+    bool alive = read_thread(s, e->d_name, old, &t, &schedstat);
     if (old) {
       old->seen = true;
     }
+    if (!alive || n >= EM_SCHEDINFO_MAX_OPEN_THREADS) {
+      close_thread(&t); /* Gone, or past the threads whose files stay open. */
+    }
+    if (!alive) {
+      if (old) {
+        old->seen = false; /* Exited: its counts are carried below. */
+      }
+      continue;
+    }
+    any_schedstat |= schedstat;
     s->next[n++] = t;
   }
   if (n == 0) {
     return -ESRCH;
   }
   for (size_t i = 0; i < s->n_last; i++) {
-    if (!s->last[i].seen) {
-      s->carried_wait_ns += s->last[i].wait_ns;
-      s->carried_voluntary += s->last[i].voluntary;
-      s->carried_involuntary += s->last[i].involuntary;
+    thread_t *old = &s->last[i];
+    if (!old->seen) {
+      close_thread(old);
+      s->carried_wait_ns += old->wait_ns;
+      s->carried_voluntary += old->voluntary;
+      s->carried_involuntary += old->involuntary;
     }
   }
   r->runq_delay_ns = s->carried_wait_ns;
   r->ctxsw_voluntary = s->carried_voluntary;
   r->ctxsw_involuntary = s->carried_involuntary;
   for (size_t i = 0; i < n; i++) {
+    s->next[i].seen = false;
     r->runq_delay_ns += s->next[i].wait_ns;
     r->ctxsw_voluntary += s->next[i].voluntary;
     r->ctxsw_involuntary += s->next[i].involuntary;

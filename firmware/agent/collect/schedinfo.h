@@ -17,19 +17,26 @@
  * the throttling: on a hybrid mount the v2 tree has no cpu controller and its cpu.stat no
  * throttled_usec. A figure whose file or key is missing is absent, never 0 (`have` bits).
  *
- * Cost. The per-thread pass is the expensive part: a directory read of task/ and two files per
- * thread. It runs on the caller's slower cadence (sampling.c: system_period, 1 s by default),
- * not every tick, and opens each thread's files relative to the open task/ directory (openat,
- * one path component, no walk from /proc). /proc/<pid>/stat is one pread of a file kept open,
- * cheap enough for every tick. Threads come and go: a thread's last reading is kept in a
- * bounded table (EM_SCHEDINFO_MAX_THREADS) and, when the thread is gone, added to a carried sum, so
- * the counters never go backwards when a worker thread exits (what it did after the last pass
- * is lost; the kernel keeps no per-thread figures of dead threads in procfs).
+ * Cost, and why this design. The per-thread pass is the expensive part: task/ and two files
+ * per thread. Measured on the reference VM (tests/bench/bench_schedinfo.c): an open of a
+ * thread's file is ~8 us, a pread of schedstat ~1 us, of status ~15 us (the kernel formats
+ * some 50 lines). So: (1) the pass runs on the caller's slower cadence (sampling.c:
+ * system_period, 1 s by default), never every tick; (2) each thread's schedstat and status stay
+ * open between passes (the first EM_SCHEDINFO_MAX_OPEN_THREADS threads; later ones are opened
+ * relative to the open task/ directory each pass) and are re-read with pread; (3) status is
+ * read only for a thread whose schedstat slice count moved since the last pass: a thread that
+ * did not run did not switch, so its counts stand. A mostly idle thread pool then costs ~2 us
+ * per thread per pass. /proc/<pid>/stat (proc.cpu, majflt) is one pread of a file kept open,
+ * cheap enough for every tick (~3.5 us). Threads come and go: a thread's last reading is kept
+ * in a bounded table (EM_SCHEDINFO_MAX_THREADS) and, when the thread is gone, added to a
+ * carried sum, so the counters never go backwards when a worker thread exits (what it did
+ * after the last pass is lost; the kernel keeps no per-thread figures of dead threads).
  *
  * Parsers are pure functions over (text, len) like procfs.h's: text need not be NUL-terminated,
  * nothing past text[len-1] is read, *out is zeroed first, -EINVAL for text not in the format.
  *
- * Owns: the open fds of an em_schedinfo_t (stat, task/ directory, cgroup cpu.stat and cpu.pressure)
+ * Owns: the open fds of an em_schedinfo_t (stat, task/ directory, cgroup cpu.stat and
+ * cpu.pressure, and two per followed thread, at most 2 * EM_SCHEDINFO_MAX_OPEN_THREADS)
  * and its one allocation (the thread table). Single-threaded: the loop's thread.
  */
 #ifndef EDGEMON_AGENT_SCHEDINFO_H
@@ -42,7 +49,10 @@
 
 /* Threads followed per pass: a pytorch process runs a few dozen, a thread pool some hundreds. */
 #define EM_SCHEDINFO_MAX_THREADS 1024
-#define EM_SCHEDINFO_PATH_BYTES  512 /* A cgroup path, as /proc/<pid>/cgroup prints it. */
+/* Threads whose schedstat and status stay open between passes (two fds each, as the PMU keeps
+ * its counters' per thread): a pread of a kept file is ~1 us, an open ~8 us. */
+#define EM_SCHEDINFO_MAX_OPEN_THREADS 256
+#define EM_SCHEDINFO_PATH_BYTES       512 /* A cgroup path, as /proc/<pid>/cgroup prints it. */
 
 /* The `have` bits of em_schedinfo_reading_t. */
 enum {
@@ -91,8 +101,9 @@ typedef struct {
 } em_schedinfo_cpu_stat_t;
 
 int em_schedinfo_parse_stat(const char *text, size_t len, em_schedinfo_stat_t *out);
-/* "<run ns> <wait ns> <slices>\n": the wait (field 2) in *wait_ns. */
-int em_schedinfo_parse_schedstat(const char *text, size_t len, uint64_t *wait_ns);
+/* "<run ns> <wait ns> <slices>\n": the wait (field 2) in *wait_ns, the times the thread got a
+ * CPU (field 3) in *slices. */
+int em_schedinfo_parse_schedstat(const char *text, size_t len, uint64_t *wait_ns, uint64_t *slices);
 /* status: *have gets EM_SCHEDINFO_CTXSW when both ctxt_switches lines were there. */
 int em_schedinfo_parse_status(const char *text, size_t len, unsigned *have, uint64_t *voluntary,
                               uint64_t *involuntary);
