@@ -94,6 +94,32 @@ static void small_file(const char *path, size_t offsets[4]) {
   assert_int_equal(em_rec_writer_free(w), 0);
 }
 
+/* small_file() at path, read back: its bytes (malloc'd, offsets[3] of them). */
+static uint8_t *small_file_bytes(const char *path, size_t offsets[4]) {
+  small_file(path, offsets);
+  size_t n = 0;
+  uint8_t *bytes = read_bytes(path, &n);
+  assert_int_equal(n, offsets[3]);
+  return bytes;
+}
+
+/* How many of small_file()'s records end at or before byte pos. */
+static size_t records_by(const size_t offsets[4], size_t pos) {
+  size_t k = 0;
+  while (k < 3 && offsets[k + 1] <= pos) {
+    k++;
+  }
+  return k;
+}
+
+/* Reads `count` records from r, each of which must come whole. */
+static void read_whole(em_rec_reader_t *r, size_t count) {
+  em_rec_entry_t e;
+  for (size_t i = 0; i < count; i++) {
+    assert_int_equal(em_rec_read(r, &e), 1);
+  }
+}
+
 /* ---- CRC ---------------------------------------------------------------------------------- */
 
 static void crc32c_matches_check_value(void **state) {
@@ -185,11 +211,8 @@ static void header_only_file_is_an_empty_recording(void **state) {
 static void cut_at_every_byte_is_truncated_never_a_crash(void **state) {
   tmp_t *t = *state;
   size_t offsets[4];
-  small_file(t->path, offsets);
-  size_t n = 0;
-  uint8_t *bytes = read_bytes(t->path, &n);
-  assert_int_equal(n, offsets[3]);
-  for (size_t cut = 0; cut < n; cut++) {
+  uint8_t *bytes = small_file_bytes(t->path, offsets);
+  for (size_t cut = 0; cut < offsets[3]; cut++) {
     write_bytes(t->path, bytes, cut);
     em_rec_reader_t *r = NULL;
     int rc = em_rec_reader_new(&r, t->path);
@@ -199,14 +222,9 @@ static void cut_at_every_byte_is_truncated_never_a_crash(void **state) {
       continue;
     }
     assert_int_equal(rc, 0);
-    size_t whole = 0;
-    while (whole < 3 && offsets[whole + 1] <= cut) {
-      whole++;
-    }
+    size_t whole = records_by(offsets, cut);
+    read_whole(r, whole);
     em_rec_entry_t e;
-    for (size_t i = 0; i < whole; i++) {
-      assert_int_equal(em_rec_read(r, &e), 1);
-    }
     if (offsets[whole] == cut) {
       assert_int_equal(em_rec_read(r, &e), 0);
     } else {
@@ -223,14 +241,10 @@ static void cut_at_every_byte_is_truncated_never_a_crash(void **state) {
 static void flipped_bit_is_detected(void **state) {
   tmp_t *t = *state;
   size_t offsets[4];
-  small_file(t->path, offsets);
-  size_t n = 0;
-  uint8_t *bytes = read_bytes(t->path, &n);
+  uint8_t *bytes = small_file_bytes(t->path, offsets);
+  size_t n = offsets[3];
   for (size_t byte = EM_REC_HEADER_SIZE; byte < n; byte++) {
-    size_t rec = 0;
-    while (offsets[rec + 1] <= byte) {
-      rec++;
-    }
+    size_t rec = records_by(offsets, byte);
     size_t in_rec = byte - offsets[rec];
     /* Bytes 8..15 are lengths, flags and reserved: a flip there may also read as a limit
      * violation or a truncation. Everything else is covered by the CRC alone. */
@@ -241,10 +255,8 @@ static void flipped_bit_is_detected(void **state) {
       bytes[byte] ^= (uint8_t)(1u << bit);
       em_rec_reader_t *r = NULL;
       assert_int_equal(em_rec_reader_new(&r, t->path), 0);
+      read_whole(r, rec);
       em_rec_entry_t e;
-      for (size_t i = 0; i < rec; i++) {
-        assert_int_equal(em_rec_read(r, &e), 1);
-      }
       int rc = em_rec_read(r, &e);
       if (crc_only) {
         assert_int_equal(rc, EM_REC_ECRC);
