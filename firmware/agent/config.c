@@ -7,8 +7,12 @@
  * steps what a change makes due (em_config_adopt), and unknown keys get the closest name of
  * their section. Every problem is reported as FILE:LINE: message.
  *
- * Owns nothing after em_config_load() returns: the file is open only during the call, and
- * nothing is allocated (the reader keeps its line buffer on the stack). Single-threaded.
+ * Owns nothing after em_config_load() returns: the file is open only during the call, and its
+ * one allocation, the budget sections and their rules (load_sections_t, about 70 KiB), is freed
+ * before it returns. That part is not on the stack: a thread's stack pages stay resident once
+ * touched, and em_config_load() runs on the main thread, whose stack lives as long as the
+ * agent; a block of that size is a mapping of its own (main.c's M_MMAP_THRESHOLD) and goes back
+ * to the kernel at free(). The reader keeps its line buffer on the stack. Single-threaded.
  *
  * The reader hands over one physical line at a time with its number (so load_t.line is the
  * line being handled), reports syntax problems itself (a line without '=' or ':', a header
@@ -418,7 +422,9 @@ typedef struct {
   char flow[EM_BUDGET_FLOW_MAX_STAGES][EM_CONFIG_MAX_STAGE];
 } budget_sec_t;
 
-/* State of one em_config_load() call. */
+typedef struct load_sections load_sections_t;
+
+/* State of one em_config_load() call; em_config_defaults() has one too, without sections. */
 struct load {
   const char *file;
   em_config_t *cfg;
@@ -432,9 +438,77 @@ struct load {
   const key_def_t *target; /* The [target] key given first; NULL = none yet. */
   char label[48];          /* The current section's name in messages: "budget.infer". */
   budget_sec_t *budget;    /* The current budget section, or NULL. */
-  budget_sec_t process;    /* [budget.process] */
+  load_sections_t *secs;   /* em_config_load()'s budget sections (allocated); NULL in
+                              em_config_defaults(), which reads no file. */
+};
+
+/* ---- budget sections: the rule tables and the load's allocated part --------------------- */
+
+/* Each rule key: its per-rule level key, its kind, and what the kind needs. */
+typedef struct {
+  key_id_t key;
+  key_id_t level_key;
+  em_budget_rule_kind_t kind;
+  double q;           /* PERCENTILE */
+  const char *figure; /* PSI, GAUGE_MAX */
+} rule_def_t;
+
+/* The rules of a [budget.<stage>]: one per <rule>_level key of the section. */
+static const rule_def_t stage_rule_defs[] = {
+    {K_P50, K_P50_LEVEL, EM_BUDGET_RULE_PERCENTILE, 0.5, NULL},
+    {K_P90, K_P90_LEVEL, EM_BUDGET_RULE_PERCENTILE, 0.9, NULL},
+    {K_P99, K_P99_LEVEL, EM_BUDGET_RULE_PERCENTILE, 0.99, NULL},
+    {K_P999, K_P999_LEVEL, EM_BUDGET_RULE_PERCENTILE, 0.999, NULL},
+    {K_DEADLINE, K_DEADLINE_LEVEL, EM_BUDGET_RULE_DEADLINE, 0, NULL},
+    {K_MISS_RATIO, K_MISS_RATIO_LEVEL, EM_BUDGET_RULE_MISS_RATIO, 0, NULL},
+    {K_STALL, K_STALL_LEVEL, EM_BUDGET_RULE_ALIVE, 0, NULL},
+    {K_MIN_RATE, K_MIN_RATE_LEVEL, EM_BUDGET_RULE_RATE, 0, NULL},
+    {K_FLOW, K_FLOW_LEVEL, EM_BUDGET_RULE_FLOW, 0, NULL},
+};
+
+/* The rules of [budget.process]: one per <rule>_level key of the section. */
+static const rule_def_t process_rule_defs[] = {
+    {K_RSS_CAP, K_RSS_CAP_LEVEL, EM_BUDGET_RULE_RSS_CAP, 0, NULL},
+    {K_RSS_SLOPE, K_RSS_SLOPE_LEVEL, EM_BUDGET_RULE_RSS_SLOPE, 0, NULL},
+    {K_PSI_CPU_SOME, K_PSI_CPU_SOME_LEVEL, EM_BUDGET_RULE_PSI, 0, "psi.cpu.some.avg10"},
+    {K_PSI_MEMORY_SOME, K_PSI_MEMORY_SOME_LEVEL, EM_BUDGET_RULE_PSI, 0, "psi.memory.some.avg10"},
+    {K_PSI_MEMORY_FULL, K_PSI_MEMORY_FULL_LEVEL, EM_BUDGET_RULE_PSI, 0, "psi.memory.full.avg10"},
+    {K_PSI_IO_SOME, K_PSI_IO_SOME_LEVEL, EM_BUDGET_RULE_PSI, 0, "psi.io.some.avg10"},
+    {K_PSI_IO_FULL, K_PSI_IO_FULL_LEVEL, EM_BUDGET_RULE_PSI, 0, "psi.io.full.avg10"},
+    {K_TEMP_MAX, K_TEMP_MAX_LEVEL, EM_BUDGET_RULE_GAUGE_MAX, 0, EM_CONFIG_FIGURE_TEMP},
+    {K_THROTTLE, K_THROTTLE_LEVEL, EM_BUDGET_RULE_GAUGE_MAX, 0, EM_CONFIG_FIGURE_THROTTLED},
+};
+#define N_STAGE_RULES   (sizeof(stage_rule_defs) / sizeof(stage_rule_defs[0]))
+#define N_PROCESS_RULES (sizeof(process_rule_defs) / sizeof(process_rule_defs[0]))
+
+/* Each section's <rule>_level keys follow its `level` key up to the section's last key (the
+ * order of key_id_t): a rule key added with its level but not to its table fails here. */
+_Static_assert(N_STAGE_RULES == K_RSS_CAP - K_STAGE_LEVEL - 1,
+               "stage_rule_defs has a row for each <rule>_level key of [budget.<stage>]");
+_Static_assert(N_PROCESS_RULES == K_COUNT - K_PROCESS_LEVEL - 1,
+               "process_rule_defs has a row for each <rule>_level key of [budget.process]");
+
+/* The rules every budget section of a file can give before the count is checked: each of the
+ * MAX_BUDGET_STAGES stage sections with every stage rule, [budget.process] with every process
+ * rule. finish_budget() collects them all, to report the first one past EM_CONFIG_MAX_RULES
+ * in file order. */
+#define MAX_PENDING_RULES (MAX_BUDGET_STAGES * N_STAGE_RULES + N_PROCESS_RULES)
+_Static_assert(MAX_PENDING_RULES >= EM_CONFIG_MAX_RULES + 1,
+               "a file with one rule too many is reported, not cut silently");
+
+/* A rule found valid, waiting to be put in file order. */
+typedef struct {
+  int line;
+  const budget_sec_t *sec;
+  const rule_def_t *def; /* Its row of stage_rule_defs or process_rule_defs. */
+} pending_rule_t;
+
+/* The budget sections of a file and the rules found valid in them: the big part of a load. */
+struct load_sections {
+  budget_sec_t process; /* [budget.process] */
   budget_sec_t stages[MAX_BUDGET_STAGES];
   size_t n_stages;
+  pending_rule_t pend[MAX_PENDING_RULES]; /* finish_budget()'s rules, then in file order. */
 };
 
 /* ---- small helpers ---------------------------------------------------------------------- */
@@ -1354,7 +1428,7 @@ void em_config_defaults(em_config_t *cfg) {
   if (cfg == NULL) {
     return;
   }
-  load_t ld; /* A setter reports a bad default (a table mistake) through it. */
+  load_t ld; /* A setter reports a bad default (a table mistake) through it. No sections. */
   memset(&ld, 0, sizeof(ld));
   ld.cfg = cfg;
   ld.file = "(defaults)";
@@ -1445,7 +1519,7 @@ static void handle_budget_section(load_t *ld, const char *name) {
   const char *stage = name[6] == '.' ? name + 7 : "";
   if (strcmp(stage, "process") == 0) {
     ld->section = SEC_BUDGET_PROCESS;
-    ld->budget = &ld->process;
+    ld->budget = &ld->secs->process;
   } else {
     size_t len = strlen(stage);
     if (len == 0) {
@@ -1467,18 +1541,19 @@ static void handle_budget_section(load_t *ld, const char *name) {
         return;
       }
     }
+    load_sections_t *secs = ld->secs;
     budget_sec_t *b = NULL;
-    for (size_t i = 0; i < ld->n_stages && b == NULL; i++) {
-      if (strcmp(ld->stages[i].name, stage) == 0) {
-        b = &ld->stages[i];
+    for (size_t i = 0; i < secs->n_stages && b == NULL; i++) {
+      if (strcmp(secs->stages[i].name, stage) == 0) {
+        b = &secs->stages[i];
       }
     }
     if (b == NULL) {
-      if (ld->n_stages == MAX_BUDGET_STAGES) {
+      if (secs->n_stages == MAX_BUDGET_STAGES) {
         report(ld, ld->line, "more than %d [budget.<stage>] sections", MAX_BUDGET_STAGES);
         return;
       }
-      b = &ld->stages[ld->n_stages++];
+      b = &secs->stages[secs->n_stages++];
       em_str_copy(b->name, sizeof(b->name), stage);
     }
     ld->section = SEC_BUDGET_STAGE;
@@ -1567,65 +1642,6 @@ static int on_ini_error(void *user, int line, em_ini_problem_t kind, const char 
 }
 
 /* ---- budget rules: built once the whole file is read ----------------------------------- */
-
-/* Each rule key: its per-rule level key, its kind, and what the kind needs. */
-typedef struct {
-  key_id_t key;
-  key_id_t level_key;
-  em_budget_rule_kind_t kind;
-  double q;           /* PERCENTILE */
-  const char *figure; /* PSI, GAUGE_MAX */
-} rule_def_t;
-
-/* The rules of a [budget.<stage>]: one per <rule>_level key of the section. */
-static const rule_def_t stage_rule_defs[] = {
-    {K_P50, K_P50_LEVEL, EM_BUDGET_RULE_PERCENTILE, 0.5, NULL},
-    {K_P90, K_P90_LEVEL, EM_BUDGET_RULE_PERCENTILE, 0.9, NULL},
-    {K_P99, K_P99_LEVEL, EM_BUDGET_RULE_PERCENTILE, 0.99, NULL},
-    {K_P999, K_P999_LEVEL, EM_BUDGET_RULE_PERCENTILE, 0.999, NULL},
-    {K_DEADLINE, K_DEADLINE_LEVEL, EM_BUDGET_RULE_DEADLINE, 0, NULL},
-    {K_MISS_RATIO, K_MISS_RATIO_LEVEL, EM_BUDGET_RULE_MISS_RATIO, 0, NULL},
-    {K_STALL, K_STALL_LEVEL, EM_BUDGET_RULE_ALIVE, 0, NULL},
-    {K_MIN_RATE, K_MIN_RATE_LEVEL, EM_BUDGET_RULE_RATE, 0, NULL},
-    {K_FLOW, K_FLOW_LEVEL, EM_BUDGET_RULE_FLOW, 0, NULL},
-};
-
-/* The rules of [budget.process]: one per <rule>_level key of the section. */
-static const rule_def_t process_rule_defs[] = {
-    {K_RSS_CAP, K_RSS_CAP_LEVEL, EM_BUDGET_RULE_RSS_CAP, 0, NULL},
-    {K_RSS_SLOPE, K_RSS_SLOPE_LEVEL, EM_BUDGET_RULE_RSS_SLOPE, 0, NULL},
-    {K_PSI_CPU_SOME, K_PSI_CPU_SOME_LEVEL, EM_BUDGET_RULE_PSI, 0, "psi.cpu.some.avg10"},
-    {K_PSI_MEMORY_SOME, K_PSI_MEMORY_SOME_LEVEL, EM_BUDGET_RULE_PSI, 0, "psi.memory.some.avg10"},
-    {K_PSI_MEMORY_FULL, K_PSI_MEMORY_FULL_LEVEL, EM_BUDGET_RULE_PSI, 0, "psi.memory.full.avg10"},
-    {K_PSI_IO_SOME, K_PSI_IO_SOME_LEVEL, EM_BUDGET_RULE_PSI, 0, "psi.io.some.avg10"},
-    {K_PSI_IO_FULL, K_PSI_IO_FULL_LEVEL, EM_BUDGET_RULE_PSI, 0, "psi.io.full.avg10"},
-    {K_TEMP_MAX, K_TEMP_MAX_LEVEL, EM_BUDGET_RULE_GAUGE_MAX, 0, EM_CONFIG_FIGURE_TEMP},
-    {K_THROTTLE, K_THROTTLE_LEVEL, EM_BUDGET_RULE_GAUGE_MAX, 0, EM_CONFIG_FIGURE_THROTTLED},
-};
-#define N_STAGE_RULES   (sizeof(stage_rule_defs) / sizeof(stage_rule_defs[0]))
-#define N_PROCESS_RULES (sizeof(process_rule_defs) / sizeof(process_rule_defs[0]))
-
-/* Each section's <rule>_level keys follow its `level` key up to the section's last key (the
- * order of key_id_t): a rule key added with its level but not to its table fails here. */
-_Static_assert(N_STAGE_RULES == K_RSS_CAP - K_STAGE_LEVEL - 1,
-               "stage_rule_defs has a row for each <rule>_level key of [budget.<stage>]");
-_Static_assert(N_PROCESS_RULES == K_COUNT - K_PROCESS_LEVEL - 1,
-               "process_rule_defs has a row for each <rule>_level key of [budget.process]");
-
-/* The rules every budget section of a file can give before the count is checked: each of the
- * MAX_BUDGET_STAGES stage sections with every stage rule, [budget.process] with every process
- * rule. finish_budget() collects them all, to report the first one past EM_CONFIG_MAX_RULES
- * in file order. */
-#define MAX_PENDING_RULES (MAX_BUDGET_STAGES * N_STAGE_RULES + N_PROCESS_RULES)
-_Static_assert(MAX_PENDING_RULES >= EM_CONFIG_MAX_RULES + 1,
-               "a file with one rule too many is reported, not cut silently");
-
-/* A rule found valid, waiting to be put in file order. */
-typedef struct {
-  int line;
-  const budget_sec_t *sec;
-  const rule_def_t *def; /* Its row of stage_rule_defs or process_rule_defs. */
-} pending_rule_t;
 
 #define BLINE(sec, key) ((sec)->line[(key)-K_BUDGET_FIRST])
 #define BOK(sec, key)   ((sec)->ok[(key)-K_BUDGET_FIRST])
@@ -1762,13 +1778,14 @@ static void fill_rule(em_budget_rule_t *r, const pending_rule_t *p, bool process
 
 /* Builds cfg->rules from every budget section, in file order; at most EM_CONFIG_MAX_RULES. */
 static void finish_budget(load_t *ld) {
-  pending_rule_t pend[MAX_PENDING_RULES];
+  load_sections_t *secs = ld->secs;
+  pending_rule_t *pend = secs->pend;
   size_t n = 0;
-  if (ld->process.header_line != 0) {
-    check_budget_sec(ld, &ld->process, true, pend, &n);
+  if (secs->process.header_line != 0) {
+    check_budget_sec(ld, &secs->process, true, pend, &n);
   }
-  for (size_t i = 0; i < ld->n_stages; i++) {
-    check_budget_sec(ld, &ld->stages[i], false, pend, &n);
+  for (size_t i = 0; i < secs->n_stages; i++) {
+    check_budget_sec(ld, &secs->stages[i], false, pend, &n);
   }
   for (size_t i = 1; i < n; i++) { /* Insertion sort by line: at most MAX_PENDING_RULES. */
     pending_rule_t p = pend[i];
@@ -1784,7 +1801,7 @@ static void finish_budget(load_t *ld) {
     n = EM_CONFIG_MAX_RULES;
   }
   for (size_t i = 0; i < n; i++) {
-    fill_rule(&ld->cfg->rules[i], &pend[i], pend[i].sec == &ld->process);
+    fill_rule(&ld->cfg->rules[i], &pend[i], pend[i].sec == &secs->process);
     ld->cfg->rule_line[i] = pend[i].line;
   }
   ld->cfg->n_rules = n;
@@ -2026,6 +2043,12 @@ int em_config_load(const char *path, em_config_t *cfg, em_config_error_fn on_err
   ld.section = SEC_NONE;
 
   int rc = 0;
+  ld.secs = calloc(1, sizeof(*ld.secs));
+  if (ld.secs == NULL) {
+    rc = -ENOMEM;
+    report(&ld, 0, "cannot load: %s", strerror(-rc));
+    goto out;
+  }
   FILE *fp = fopen(path, "re");
   if (fp == NULL) {
     rc = -errno;
@@ -2052,6 +2075,7 @@ int em_config_load(const char *path, em_config_t *cfg, em_config_error_fn on_err
   rc = ld.n_errors > 0 ? -EINVAL : 0;
 
 out:
+  free(ld.secs);
   if (n_errors != NULL) {
     *n_errors = ld.n_errors;
   }

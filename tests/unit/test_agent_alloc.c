@@ -7,7 +7,8 @@
  * next new, start, stop and free work (or it goes on without what it could not have: the
  * sensors, with a warning); em_agent_start() failing or not, the stop still
  * completes and the loop closes clean; the stop and free with an allocation failing complete
- * too. The config is a plain value: its load reaches no allocation of ours. libuv's, SQLite's
+ * too. The config load makes one allocation (its budget sections), and with it failing returns
+ * -ENOMEM with one problem reported and nothing held. libuv's, SQLite's
  * and libmosquitto's allocations are in shared libraries and do not fail here; nothing leaks
  * under AddressSanitizer.
  */
@@ -206,25 +207,60 @@ static void agent_stop_completes_when_any_allocation_fails(void **state) {
 
 /* --- the config -------------------------------------------------------------------------- */
 
-/* The shipped example config loads with every allocation failing, as it does with none (no key
- * differs, by the schema), and not one allocation was tried: the config is a plain value. */
-static void config_load_reaches_no_allocation(void **state) {
-  (void)state;
-  static const char path[] = EM_FIXTURES_DIR "/../../firmware/edgemon-agent.ini";
-  static em_config_t want, got;
-  int n_errors = -1;
-  assert_int_equal(em_config_load(path, &want, NULL, NULL, &n_errors), 0);
-  em_failing_alloc_arm(1, true);
-  int rc = em_config_load(path, &got, NULL, NULL, &n_errors);
-  unsigned long tried = em_failing_alloc_disarm();
-  assert_int_equal(rc, 0);
-  assert_int_equal(n_errors, 0);
+/* The shipped example config, loaded with nothing failing into `want`; each round loads it into
+ * `got`. */
+typedef struct {
+  em_config_t want;
+  em_config_t got;
+  int n_errors;
+} config_round_t;
+
+static const char example_ini[] = EM_FIXTURES_DIR "/../../firmware/edgemon-agent.ini";
+
+static int config_step(void *ctx) {
+  config_round_t *r = ctx;
+  r->n_errors = -1;
+  return em_config_load(example_ini, &r->got, NULL, NULL, &r->n_errors);
+}
+
+/* The same config as with nothing failing: no key differs, by the schema. */
+static void assert_config_as_wanted(config_round_t *r) {
   char key[96];
-  assert_null(em_config_reload_conflict(&want, &got, key, sizeof(key)));
-  assert_int_equal(em_config_adopt(&want, &got), 0);
-  if (tried != 0) {
-    fail_msg("the config load tried %lu allocations", tried);
-  }
+  assert_null(em_config_reload_conflict(&r->want, &r->got, key, sizeof(key)));
+  assert_int_equal(em_config_adopt(&r->want, &r->got), 0);
+}
+
+static void config_refused(void *ctx, unsigned long k, int rc) {
+  (void)k;
+  config_round_t *r = ctx;
+  assert_int_equal(rc, -ENOMEM);
+  assert_int_equal(r->n_errors, 1); /* "cannot load: Cannot allocate memory" */
+  assert_int_equal(config_step(r), 0);
+  assert_int_equal(r->n_errors, 0);
+  assert_config_as_wanted(r);
+}
+
+static void config_passed(void *ctx, int rc) {
+  config_round_t *r = ctx;
+  assert_int_equal(rc, 0);
+  assert_int_equal(r->n_errors, 0);
+  assert_config_as_wanted(r);
+}
+
+/* The shipped example config with each allocation of its load failing in turn: -ENOMEM with one
+ * problem reported, then it loads as with nothing failing; the load makes exactly one
+ * allocation (its budget sections, freed before it returns: a leak fails under ASan). */
+static void config_load_fails_cleanly_when_its_allocation_fails(void **state) {
+  (void)state;
+  static config_round_t r;
+  int n_errors = -1;
+  assert_int_equal(em_config_load(example_ini, &r.want, NULL, NULL, &n_errors), 0);
+  assert_int_equal(n_errors, 0);
+  static const alloc_sweep_t sweep = {.what = "em_config_load",
+                                      .step = config_step,
+                                      .refused = config_refused,
+                                      .passed = config_passed};
+  assert_int_equal(alloc_sweep(&sweep, &r), 1);
 }
 
 static int disarm_and_teardown(void **state) {
@@ -242,7 +278,7 @@ int main(void) {
                                       agent_fixture_setup, disarm_and_teardown),
       cmocka_unit_test_setup_teardown(agent_stop_completes_when_any_allocation_fails,
                                       agent_fixture_setup, disarm_and_teardown),
-      cmocka_unit_test(config_load_reaches_no_allocation),
+      cmocka_unit_test(config_load_fails_cleanly_when_its_allocation_fails),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
