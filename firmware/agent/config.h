@@ -161,7 +161,8 @@ void em_config_defaults(em_config_t *cfg);
 /*
  * Reads and validates `path` over the defaults. Every problem goes to `on_error` (may be
  * NULL). Returns 0 when the file is valid, -ENOENT/-EACCES/... when it cannot be opened
- * (reported too), or -EINVAL when it had problems (the count in *n_errors, may be NULL).
+ * (reported too), -ENOMEM when the load's working memory cannot be allocated (reported too), or
+ * -EINVAL when it had problems (the count in *n_errors, may be NULL).
  * A missing [target] is a problem: the agent needs one.
  */
 int em_config_load(const char *path, em_config_t *cfg, em_config_error_fn on_error, void *ctx,
