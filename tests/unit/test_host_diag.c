@@ -229,6 +229,24 @@ static int diag(const uint8_t *buf, size_t len, char **text, size_t *off) {
   return rc;
 }
 
+/* diag() with the text dropped: the code, and *off (SIZE_MAX before the call). */
+static int diag_rc(const uint8_t *buf, size_t len, size_t *off) {
+  char *text = NULL;
+  *off = SIZE_MAX;
+  int rc = diag(buf, len, &text, off);
+  free(text);
+  return rc;
+}
+
+/* The first n bytes of b in a buffer of exactly `room` bytes (at least 1), so ASan catches any
+ * read past it; the caller frees. */
+static uint8_t *copy_exact(const uint8_t *b, size_t n, size_t room) {
+  uint8_t *p = malloc(room ? room : 1);
+  assert_non_null(p);
+  memcpy(p, b, n);
+  return p;
+}
+
 static void rfc8949_appendix_a_prints_as_the_rfc(void **state) {
   (void)state;
   for (size_t i = 0; i < sizeof(good_rows) / sizeof(good_rows[0]); i++) {
@@ -252,17 +270,12 @@ static void every_prefix_is_truncated_not_read_past(void **state) {
     size_t len = 0;
     uint8_t *b = from_hex(good_rows[i].hex, &len);
     for (size_t cut = 0; cut < len; cut++) {
-      /* An exact-size copy, so ASan catches any read past the cut. */
-      uint8_t *p = malloc(cut ? cut : 1);
-      assert_non_null(p);
-      memcpy(p, b, cut);
-      char *text = NULL;
-      size_t off = SIZE_MAX;
-      int rc = diag(p, cut, &text, &off);
+      uint8_t *p = copy_exact(b, cut, cut);
+      size_t off;
+      int rc = diag_rc(p, cut, &off);
       if (rc != EM_DIAG_ETRUNCATED || off > cut) {
         fail_msg("row %zu (%s) cut at %zu: rc %d off %zu", i, good_rows[i].hex, cut, rc, off);
       }
-      free(text);
       free(p);
     }
     free(b);
@@ -274,16 +287,11 @@ static void a_byte_after_the_item_is_trailing(void **state) {
   for (size_t i = 0; i < sizeof(good_rows) / sizeof(good_rows[0]); i++) {
     size_t len = 0;
     uint8_t *b = from_hex(good_rows[i].hex, &len);
-    uint8_t *p = malloc(len + 1);
-    assert_non_null(p);
-    memcpy(p, b, len);
+    uint8_t *p = copy_exact(b, len, len + 1);
     p[len] = 0x00;
-    char *text = NULL;
-    size_t off = 0;
-    int rc = diag(p, len + 1, &text, &off);
-    assert_int_equal(rc, EM_DIAG_ETRAILING);
+    size_t off;
+    assert_int_equal(diag_rc(p, len + 1, &off), EM_DIAG_ETRAILING);
     assert_int_equal(off, len);
-    free(text);
     free(p);
     free(b);
   }
@@ -294,14 +302,12 @@ static void malformed_input_gives_code_and_offset(void **state) {
   for (size_t i = 0; i < sizeof(bad_rows) / sizeof(bad_rows[0]); i++) {
     size_t len = 0;
     uint8_t *b = from_hex(bad_rows[i].hex, &len);
-    char *text = NULL;
-    size_t off = SIZE_MAX;
-    int rc = diag(b, len, &text, &off);
+    size_t off;
+    int rc = diag_rc(b, len, &off);
     if (rc != bad_rows[i].rc || off != bad_rows[i].off) {
       fail_msg("%s (%s): rc %d (%s) off %zu, want rc %d off %zu", bad_rows[i].name, bad_rows[i].hex,
                rc, em_diag_strerror(rc), off, bad_rows[i].rc, bad_rows[i].off);
     }
-    free(text);
     free(b);
   }
 }
