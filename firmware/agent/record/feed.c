@@ -198,7 +198,7 @@ const em_proto_verdict_t *em_feed_verdict(const em_feed_t *f) {
 
 const em_proto_verdict_t *em_feed_diagnose(em_feed_t *f, em_level_t level, const char *stage,
                                            const char *statistic, uint64_t window_ns,
-                                           uint64_t mono_ns) {
+                                           uint64_t mono_ns, const em_others_list_t *others) {
   if (!f) {
     return NULL;
   }
@@ -226,6 +226,13 @@ const em_proto_verdict_t *em_feed_diagnose(em_feed_t *f, em_level_t level, const
   if (k == view.n_stages) {
     return NULL; /* No span of the stage in the rings. */
   }
+  em_diagnose_process_t procs[EM_OTHERS_MAX];
+  size_t n_procs = 0;
+  for (size_t i = 0; others && i < others->n && i < EM_OTHERS_MAX; i++) {
+    const em_others_proc_t *p = &others->procs[i];
+    procs[n_procs++] = (em_diagnose_process_t){
+        .pid = (uint32_t)p->pid, .comm = p->comm, .share = p->share < 1 ? p->share : 1};
+  }
   em_diagnose_in_t in = {.columns = view.columns,
                          .n_columns = view.n_columns,
                          .ticks = view.ticks,
@@ -238,7 +245,9 @@ const em_proto_verdict_t *em_feed_diagnose(em_feed_t *f, em_level_t level, const
                          .trigger_ns = mono_ns,
                          .window_ns = window_ns ? window_ns : f->o.period_ns,
                          .nominal_from_ns = f->nominal_from_ns,
-                         .nominal_to_ns = f->nominal_to_ns};
+                         .nominal_to_ns = f->nominal_to_ns,
+                         .others = procs,
+                         .n_others = n_procs};
   int rc = em_diagnose(&in, f->durations, em_flight_rec_span_capacity(f->rec), &f->last);
   if (rc) {
     EM_DEBUG("flight: no verdict on %s: %s", stage, strerror(-rc));
