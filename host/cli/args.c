@@ -117,6 +117,15 @@ int em_cli_number_option(const char *cmd, const char *opt, const char *arg,
   return em_cli_usage_error(cmd, "%s: '%s' is not %s", opt, arg, form);
 }
 
+int em_cli_name_index(const char *arg, const char *const *names, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (strcmp(arg, names[i]) == 0) {
+      return (int)i;
+    }
+  }
+  return -1;
+}
+
 /* Days since 1970-01-01 of a proleptic Gregorian date. */
 static int64_t days_from_civil(int64_t y, unsigned m, unsigned d) {
   y -= m <= 2;

@@ -10,6 +10,7 @@
 #define EM_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* Exit codes, the same for every subcommand (listed in `edgemon-cli --help`). */
@@ -42,6 +43,10 @@ int em_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((for
 /* The usage error for an option getopt_long did not accept (unknown, or missing its argument):
  * names argv[optind - 1]. Returns EM_CLI_USAGE. */
 int em_cli_bad_option(const char *cmd, char **argv);
+
+/* The index of arg among the n names of an option that takes one of a few words, or -1 when
+ * it is none of them (the caller says which it wants). */
+int em_cli_name_index(const char *arg, const char *const *names, size_t n);
 
 /*
  * What a numeric option accepts. Every numeric option of every command is parsed by

@@ -43,9 +43,9 @@
 /* Device-windows kept per stage (a histogram each): a year of one device's minutes. */
 #define MAX_UNITS (1u << 20)
 
-typedef enum { METRIC_MEAN, METRIC_P50, METRIC_P99 } metric_t;
+typedef enum { METRIC_MEAN, METRIC_P50, METRIC_P99, N_METRICS } metric_t;
 
-static const char *const metric_names[] = {"mean", "p50", "p99"};
+static const char *const metric_names[N_METRICS] = {"mean", "p50", "p99"};
 
 /* One device-window of a stage. */
 typedef struct {
@@ -601,26 +601,26 @@ static int parse_args(int argc, char **argv, opts_t *o, const char **a, const ch
         return EM_CLI_USAGE;
       }
       break;
-    case 'm':
-      if (strcmp(optarg, "mean") == 0) {
-        o->metric = METRIC_MEAN;
-      } else if (strcmp(optarg, "p50") == 0) {
-        o->metric = METRIC_P50;
-      } else if (strcmp(optarg, "p99") == 0) {
-        o->metric = METRIC_P99;
-      } else {
+    case 'm': {
+      int m = em_cli_name_index(optarg, metric_names, N_METRICS);
+      if (m < 0) {
         return em_cli_usage_error(CMD, "--metric: '%s' is not mean, p50 or p99", optarg);
       }
+      o->metric = (metric_t)m;
       break;
+    }
     case 'j':
       o->json = true;
       break;
-    case 'u':
-      if (strcmp(optarg, "window") != 0 && strcmp(optarg, "span") != 0) {
+    case 'u': {
+      static const char *const units[] = {"window", "span"};
+      int u = em_cli_name_index(optarg, units, 2);
+      if (u < 0) {
         return em_cli_usage_error(CMD, "--unit: '%s' is not window or span", optarg);
       }
-      o->span_units = strcmp(optarg, "span") == 0;
+      o->span_units = u == 1;
       break;
+    }
     case 'U': {
       static const em_cli_number_t unit_s = {.min = 1, .max = 3600, .whole = true};
       double secs = 0;

@@ -32,7 +32,8 @@
 #define DEFAULT_AGGREGATOR "http://127.0.0.1:9108"
 #define MAX_SELECT         512u
 
-typedef enum { METRIC_P99, METRIC_MEAN } metric_t;
+typedef enum { METRIC_P99, METRIC_MEAN, N_METRICS } metric_t;
+static const char *const metric_names[N_METRICS] = {"p99", "mean"};
 
 typedef struct {
   const char *aggregator;
@@ -219,15 +220,14 @@ static int parse_args(int argc, char **argv, fleet_opts_t *o, bool *help) {
       }
       o->stage = optarg;
       break;
-    case O_METRIC:
-      if (strcmp(optarg, "p99") == 0) {
-        o->metric = METRIC_P99;
-      } else if (strcmp(optarg, "mean") == 0) {
-        o->metric = METRIC_MEAN;
-      } else {
+    case O_METRIC: {
+      int m = em_cli_name_index(optarg, metric_names, N_METRICS);
+      if (m < 0) {
         return em_cli_usage_error(CMD, "--metric: '%s' is not p99 or mean (with --fleet)", optarg);
       }
+      o->metric = (metric_t)m;
       break;
+    }
     case O_THRESHOLD:
       if (em_cli_number_option(CMD, "--threshold", optarg, &threshold, &o->v.threshold_pct) !=
           EM_CLI_OK) {
@@ -485,7 +485,7 @@ static bool print_table(const fleet_opts_t *o, const cohort_t *c, const row_t *r
   print_cohort(o, 0, &c[0]);
   print_cohort(o, 1, &c[1]);
   putchar('\n');
-  const char *metric = o->metric == METRIC_P99 ? "p99" : "mean";
+  const char *metric = metric_names[o->metric];
   static const char *const head[N_COLS] = {
       "stage", "dev A", "dev B", "units A", "units B",  "p50 A", "p50 B", "p95 A", "p95 B",
       "p99 A", "p99 B", NULL,    NULL,      "change %", NULL,    "p",     "d",     "verdict"};
@@ -576,7 +576,7 @@ static void print_json(const fleet_opts_t *o, const cohort_t *c, const row_t *ro
   json_cohort(o, 0, &c[0]);
   fputs(",\"b\":", stdout);
   json_cohort(o, 1, &c[1]);
-  printf(",\"metric\":\"%s\",\"threshold_pct\":", o->metric == METRIC_P99 ? "p99" : "mean");
+  printf(",\"metric\":\"%s\",\"threshold_pct\":", metric_names[o->metric]);
   em_view_json_num(stdout, o->v.threshold_pct, -1);
   fputs(",\"alpha\":", stdout);
   em_view_json_num(stdout, o->v.alpha, -1);
