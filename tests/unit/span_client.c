@@ -18,7 +18,15 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "tmp_dir.h"
+
 #define MAX_FDS 16
+
+void span_client_begin(const char *prefix, char *dir, size_t dir_bytes, char *sock,
+                       size_t sock_bytes, uv_loop_t *loop) {
+  em_tmp_dir_make(dir, dir_bytes, prefix, sock, sock_bytes, "spans.sock");
+  assert_int_equal(uv_loop_init(loop), 0);
+}
 
 void span_client_finish(int client, uv_loop_t *loop, const char *dir) {
   if (client >= 0) {

@@ -38,7 +38,6 @@
 #include "rings.h"
 #include "span_client.h"
 #include "spans.h"
-#include "tmp_dir.h"
 #include "unit_fx.h"
 
 typedef struct {
@@ -98,8 +97,7 @@ static void start(fx_t *fx, uint32_t max_rings, uint32_t per_process, const uint
 static int setup(void **state) {
   fx_t *fx = calloc(1, sizeof(*fx));
   assert_non_null(fx);
-  em_tmp_dir_make(fx->dir, sizeof(fx->dir), "em-rings", fx->sock, sizeof(fx->sock), "spans.sock");
-  assert_int_equal(uv_loop_init(&fx->loop), 0);
+  span_client_begin("em-rings", fx->dir, sizeof(fx->dir), fx->sock, sizeof(fx->sock), &fx->loop);
   fx->client = -1;
   *state = fx;
   return 0;

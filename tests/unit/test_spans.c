@@ -40,7 +40,6 @@
 #include "log_capture.h"
 #include "span_client.h"
 #include "spans.h"
-#include "tmp_dir.h"
 #include "unit_fx.h"
 
 /*
@@ -130,8 +129,7 @@ static void on_closed(void *ctx) {
 static int setup(void **state) {
   fx_t *fx = calloc(1, sizeof(*fx));
   assert_non_null(fx);
-  em_tmp_dir_make(fx->dir, sizeof(fx->dir), "em-spans", fx->sock, sizeof(fx->sock), "spans.sock");
-  assert_int_equal(uv_loop_init(&fx->loop), 0);
+  span_client_begin("em-spans", fx->dir, sizeof(fx->dir), fx->sock, sizeof(fx->sock), &fx->loop);
   fx->client = -1;
   fx->reg_fd = -2;
   fx->fake.flags_at = -1;
