@@ -92,17 +92,27 @@ static void set_target(fixture_t *fx, em_target_kind_t kind, const char *value) 
   snprintf(fx->cfg.target.value, sizeof(fx->cfg.target.value), "%s", value);
 }
 
+/* em_target_find() of fx's target under its proc root: the pid, 0 or a negative errno. */
+static pid_t find(const fixture_t *fx) {
+  return em_target_find(&fx->cfg.target, fx->cfg.proc_root, NULL, 0);
+}
+
+/* fx's target must not be running now, for the reason `why` (all of it). */
+static void expect_not_running(const fixture_t *fx, const char *why) {
+  char got[128];
+  assert_int_equal(em_target_find(&fx->cfg.target, fx->cfg.proc_root, got, sizeof(got)), 0);
+  assert_string_equal(got, why);
+}
+
 static void comm_matches_exactly_and_oldest_wins(void **state) {
   fixture_t *fx = *state;
   add_proc(fx, 300, "python3", "python3|infer.py", 5000);
   add_proc(fx, 200, "python3", "python3|infer.py|--worker", 4000);
   add_proc(fx, 100, "python3.11", "python3.11|other.py", 10);
   set_target(fx, EM_TARGET_COMM, "python3");
-  assert_int_equal(em_target_find(&fx->cfg.target, fx->cfg.proc_root, NULL, 0), 200);
+  assert_int_equal(find(fx), 200);
   set_target(fx, EM_TARGET_COMM, "python");
-  char why[64];
-  assert_int_equal(em_target_find(&fx->cfg.target, fx->cfg.proc_root, why, sizeof(why)), 0);
-  assert_string_equal(why, "no process matches");
+  expect_not_running(fx, "no process matches");
 }
 
 static void cmdline_matches_a_substring_across_arguments(void **state) {
@@ -111,9 +121,9 @@ static void cmdline_matches_a_substring_across_arguments(void **state) {
   add_proc(fx, 11, "bash", "bash|-c|sleep 1", 40);
   add_proc(fx, 12, "kworker/0:1", "", 1); /* Kernel threads have an empty cmdline. */
   set_target(fx, EM_TARGET_CMDLINE, "detect --model");
-  assert_int_equal(em_target_find(&fx->cfg.target, fx->cfg.proc_root, NULL, 0), 10);
+  assert_int_equal(find(fx), 10);
   set_target(fx, EM_TARGET_CMDLINE, "yolo.onnx --x");
-  assert_int_equal(em_target_find(&fx->cfg.target, fx->cfg.proc_root, NULL, 0), 0);
+  assert_int_equal(find(fx), 0);
 }
 
 /* `su app -c "python3 loop.py --fps 50"` as pid su (started at su), its loop su + 1 and the
@@ -131,12 +141,12 @@ static void add_su_loop(fixture_t *fx, long su) {
 static void a_wrapper_never_wins_over_the_process_it_started(void **state) {
   fixture_t *fx = *state;
   add_su_loop(fx, 50);
-  assert_int_equal(em_target_find(&fx->cfg.target, fx->cfg.proc_root, NULL, 0), 51);
+  assert_int_equal(find(fx), 51);
   /* sudo -u app sh -c '...' puts two wrappers above it. */
   add_child(fx, 60, 1, "sudo", "sudo|-u|app|sh|-c|python3 loop.py --fps 5", 10);
   add_child(fx, 61, 60, "sh", "sh|-c|python3 loop.py --fps 5", 11);
   add_child(fx, 62, 61, "python3", "python3|loop.py|--fps|5", 12);
-  assert_int_equal(em_target_find(&fx->cfg.target, fx->cfg.proc_root, NULL, 0), 62);
+  assert_int_equal(find(fx), 62);
 }
 
 /* Writes <root>/<pid>/task/<pid>/children: the pids of its children, as the kernel lists them. */
@@ -169,7 +179,7 @@ static void the_agent_never_matches_itself(void **state) {
   add_proc(fx, (long)getpid(), "edgemon-agent", "edgemon-agent|--config|infer.ini", 1);
   add_proc(fx, 77, "python3", "python3|infer.py", 99);
   set_target(fx, EM_TARGET_CMDLINE, "infer");
-  assert_int_equal(em_target_find(&fx->cfg.target, fx->cfg.proc_root, NULL, 0), 77);
+  assert_int_equal(find(fx), 77);
 }
 
 static void pid_files_missing_garbage_or_stale_mean_not_running(void **state) {
@@ -198,13 +208,11 @@ static void pid_files_missing_garbage_or_stale_mean_not_running(void **state) {
   assert_int_equal(unlink(pidfile), 0);
   assert_int_equal(mkfifo(pidfile, 0600), 0);
   alarm(20); /* a blocking open() kills the test instead of hanging the run */
-  assert_int_equal(em_target_find(&fx->cfg.target, fx->cfg.proc_root, why, sizeof(why)), 0);
+  expect_not_running(fx, "pid file: not a regular file (refused)");
   alarm(0);
-  assert_string_equal(why, "pid file: not a regular file (refused)");
   assert_int_equal(unlink(pidfile), 0);
   assert_int_equal(mkdir(pidfile, 0700), 0);
-  assert_int_equal(em_target_find(&fx->cfg.target, fx->cfg.proc_root, why, sizeof(why)), 0);
-  assert_string_equal(why, "pid file: not a regular file (refused)");
+  expect_not_running(fx, "pid file: not a regular file (refused)");
 }
 
 static void pid_target_exists_or_waits(void **state) {
@@ -212,11 +220,9 @@ static void pid_target_exists_or_waits(void **state) {
   add_proc(fx, 555, "python3", "python3", 1);
   fx->cfg.target.kind = EM_TARGET_PID;
   fx->cfg.target.pid = 555;
-  assert_int_equal(em_target_find(&fx->cfg.target, fx->cfg.proc_root, NULL, 0), 555);
+  assert_int_equal(find(fx), 555);
   fx->cfg.target.pid = 556;
-  char why[64];
-  assert_int_equal(em_target_find(&fx->cfg.target, fx->cfg.proc_root, why, sizeof(why)), 0);
-  assert_string_equal(why, "pid 556 does not exist");
+  expect_not_running(fx, "pid 556 does not exist");
 }
 
 static void start_time_reads_past_a_comm_with_parentheses(void **state) {
@@ -231,10 +237,10 @@ static void start_time_reads_past_a_comm_with_parentheses(void **state) {
 static void lookups_that_cannot_work_say_so(void **state) {
   fixture_t *fx = *state;
   fx->cfg.target.kind = EM_TARGET_NONE;
-  assert_true(em_target_find(&fx->cfg.target, fx->cfg.proc_root, NULL, 0) < 0);
+  assert_true(find(fx) < 0);
   set_target(fx, EM_TARGET_COMM, "python3");
   snprintf(fx->cfg.proc_root, sizeof(fx->cfg.proc_root), "%s/missing", fx->root);
-  assert_true(em_target_find(&fx->cfg.target, fx->cfg.proc_root, NULL, 0) < 0);
+  assert_true(find(fx) < 0);
 }
 
 static void real_proc_finds_this_test_by_its_parent(void **state) {
