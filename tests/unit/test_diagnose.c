@@ -19,10 +19,12 @@
 #include <errno.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "diagnose.h"
+#include "feed.h"
 #include "flight.h"
 
 #define MS       UINT64_C(1000000)
@@ -540,6 +542,102 @@ static void verdict_over_the_recorders_view(void **state) {
   em_flight_rec_free(r);
 }
 
+/* What the feed published. */
+static uint8_t published[EM_FLIGHT_MAX_BYTES];
+static size_t published_len;
+
+static int publish(void *ctx, const uint8_t *buf, size_t len, bool may_spool) {
+  (void)ctx;
+  (void)may_spool;
+  memcpy(published, buf, len);
+  published_len = len;
+  return 0;
+}
+
+/* The agent's wiring: em_feed_diagnose follows the level, computes the verdict on a rise only,
+ * em_feed_verdict hands it to the state message until the next change, and the recording the
+ * escalation starts carries the same verdict; a rise too soon after NOMINAL has no baseline. */
+static void feed_hands_the_verdict_to_state_and_recording(void **state) {
+  (void)state;
+  em_figures_opts_t fo = {.flight = true};
+  em_figures_t *figs = NULL;
+  assert_int_equal(em_figures_new(&figs, &fo), 0);
+  size_t n_alias = em_figures_count(figs);
+  size_t cpu = em_figures_alias(figs, EM_FIG_PROC_CPU);
+  size_t runq = em_figures_alias(figs, EM_FIG_SCHED_RUNQ_DELAY);
+  em_sample_t *samples = calloc(n_alias, sizeof(*samples));
+  assert_non_null(samples);
+  em_feed_opts_t o = {.enabled = true,
+                      .figs = figs,
+                      .period_ns = PERIOD,
+                      .pre_ns = 4 * SEC,
+                      .post_ns = 500 * MS,
+                      .max_spans = 1024,
+                      .max_bytes = EM_FLIGHT_MAX_BYTES,
+                      .session = 7,
+                      .publish = publish};
+  em_feed_t *f = NULL;
+  assert_int_equal(em_feed_new(&f, &o), 0);
+  /* 5 ms frames on 4 ms of CPU; from 3 s on, 5 ms more of run-queue delay each. */
+  uint64_t cpu_ns = 0, runq_ns = 0, frame = 0;
+  for (uint64_t t = PERIOD; t <= 4500 * MS; t += PERIOD) {
+    for (uint64_t end = t - PERIOD + FRAME_NS; end <= t; end += FRAME_NS) {
+      uint64_t d = end > 3 * SEC ? 10 * MS : 5 * MS;
+      em_feed_span(f, 0, "infer", frame++, end - d, d);
+      cpu_ns += 4 * MS;
+      runq_ns += end > 3 * SEC ? 5500 * 1000 : 500 * 1000;
+    }
+    for (size_t k = 0; k < n_alias; k++) {
+      samples[k] = (em_sample_t){.alias = (uint32_t)k};
+    }
+    em_figures_set_u(samples, cpu, cpu_ns);
+    em_figures_set_u(samples, runq, runq_ns);
+    em_feed_tick(f, t, samples, 0);
+    if (t == 4 * SEC) {
+      /* The rise: a verdict, kept for the state message and the recording. */
+      const em_proto_verdict_t *v =
+          em_feed_diagnose(f, EM_LEVEL_DEGRADED, "infer", "p99", SEC, t, NULL);
+      assert_non_null(v);
+      assert_ptr_equal(em_feed_verdict(f), v);
+      assert_int_equal(v->causes[0].code, EM_PROTO_CAUSE_CPU_CONTENTION);
+      assert_true(v->nominal_windows >= 2);
+      em_flight_trigger_t trig = {.cause = EM_FLIGHT_ESCALATION,
+                                  .level = EM_LEVEL_DEGRADED,
+                                  .prev_level = EM_LEVEL_NOMINAL,
+                                  .stage = "infer"};
+      em_feed_trigger(f, &trig, t);
+    }
+    em_feed_publish(f, t, true);
+  }
+  assert_true(published_len > 0);
+  static uint8_t scratch[1u << 22];
+  assert_true(em_flight_scratch_bytes(published_len) <= sizeof(scratch));
+  em_flight_t rec;
+  assert_int_equal(em_flight_decode(published, published_len, &rec, scratch, sizeof(scratch), NULL),
+                   0);
+  assert_non_null(rec.verdict);
+  const em_proto_verdict_t *v = em_feed_verdict(f);
+  assert_string_equal(rec.verdict->stage, "infer");
+  assert_int_equal(rec.verdict->baseline_ns, v->baseline_ns);
+  assert_int_equal(rec.verdict->breach_ns, v->breach_ns);
+  assert_int_equal(rec.verdict->n_causes, v->n_causes);
+  assert_int_equal(rec.verdict->causes[0].code, EM_PROTO_CAUSE_CPU_CONTENTION);
+  /* A step down carries none; nor does a rise of a rule that judges no latency. */
+  assert_null(em_feed_diagnose(f, EM_LEVEL_WARN, "infer", "p99", SEC, 4550 * MS, NULL));
+  assert_null(em_feed_verdict(f));
+  assert_null(em_feed_diagnose(f, EM_LEVEL_DEGRADED, "infer", NULL, SEC, 4600 * MS, NULL));
+  assert_null(em_feed_verdict(f));
+  /* NOMINAL again, and a rise a quarter of a second later: no NOMINAL window to compare with. */
+  assert_null(em_feed_diagnose(f, EM_LEVEL_NOMINAL, NULL, NULL, SEC, 4650 * MS, NULL));
+  v = em_feed_diagnose(f, EM_LEVEL_DEGRADED, "infer", "p99", SEC, 4900 * MS, NULL);
+  assert_non_null(v);
+  assert_int_equal(v->nominal_windows, 0);
+  assert_int_equal(v->causes[0].code, EM_PROTO_CAUSE_UNEXPLAINED);
+  em_feed_free(f);
+  em_figures_free(figs);
+  free(samples);
+}
+
 /* The recorder's largest ring (65536 spans, 4x the default): the verdict over it, and what it
  * took (printed, not judged: the figure comes from a loaded machine; docs/DIAGNOSIS.md). */
 static void largest_ring_is_judged(void **state) {
@@ -589,6 +687,7 @@ int main(void) {
       cmocka_unit_test(contention_names_who_else_ran),
       cmocka_unit_test(statistics_and_refusals),
       cmocka_unit_test(verdict_over_the_recorders_view),
+      cmocka_unit_test(feed_hands_the_verdict_to_state_and_recording),
       cmocka_unit_test(largest_ring_is_judged),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
