@@ -48,10 +48,11 @@
 #define EM_SAMPLING_SENSORS 4u /* The board's sensors. */
 
 /* Who else ran: the baseline scan's cadence while attached. A scan reads every process's stat
- * (~1 ms for ~300 processes on the reference VM, on the worker), so ten seconds keeps it near
- * 0.01 % of a core; a trigger scans at once (diffed against this baseline) and again at the
- * end of its window (em_sampling_others_refresh), which is the list's "last seconds". */
-#define EM_SAMPLING_OTHERS_PERIOD_NS (UINT64_C(10) * 1000000000u)
+ * (~1 ms for ~300 processes on the reference VM, on the worker): every 30 s it costs the
+ * agent ~33 us a second, a sixth of one 100 ms tick. What names the processes is the pair of
+ * scans a trigger asks for (em_sampling_others_refresh): one at once, diffed against this
+ * baseline, and one at the end of its window, diffed against the first: the last seconds. */
+#define EM_SAMPLING_OTHERS_PERIOD_NS (UINT64_C(30) * 1000000000u)
 
 typedef struct {
   uv_loop_t *loop;                 /* Where the worker jobs are queued. */
