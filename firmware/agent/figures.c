@@ -96,6 +96,7 @@ static void fill_defs(em_figures_t *d, const em_figures_opts_t *o) {
     size_t m = em_figures_anomaly_alias(d, k);
     d->defs[m] = (em_metric_def_t){
         .alias = (uint32_t)m, .name = d->anomaly_names[k], .unit = "1", .kind = EM_METRIC_GAUGE};
+    em_figures_note_absent(d, m, "the stage has not reported yet"); /* judge.c clears it. */
   }
   for (unsigned i = 0; i < d->n_sensors; i++) {
     size_t m = em_figures_sensor_alias(d, i);

@@ -84,7 +84,10 @@ def start(stack, bound):
     sub = stack.subscriber(broker.port, agent.device)
     stack.on_stop(agent.stop)
     agent.start()
-    sub.next("birth")
+    birth = sub.next("birth")
+    # Before the target's first span its stage is not supervised yet and says so.
+    anomaly = [m for m in birth["metrics"] if m["name"] == "budget.infer.anomaly"]
+    assert anomaly and anomaly[0].get("absent_reason") == "the stage has not reported yet", anomaly
     return agent, marker, sub
 
 

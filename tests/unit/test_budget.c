@@ -313,7 +313,9 @@ static void alive_fires_on_silence_and_clears_on_next_span(void **state) {
                            .u.alive = {.silence_ns = 500 * MS}};
   rig_t *r = rig_new(&rule, 1, 3, 3);
   em_budget_change_t c;
+  assert_int_equal(em_budget_reported(r->b, "infer"), 0);
   assert_false(em_budget_on_span(r->b, "infer", 1, GOOD, T0, &c)); /* The first report. */
+  assert_int_equal(em_budget_reported(r->b, "infer"), 1);
   assert_false(em_budget_on_timer(r->b, T0 + 500 * MS, &c));
   assert_true(em_budget_on_timer(r->b, T0 + 501 * MS, &c));
   assert_int_equal(c.level, EM_LEVEL_CRITICAL);
@@ -347,8 +349,11 @@ static void alive_waits_for_the_first_report(void **state) {
   assert_false(em_budget_on_timer(r->b, T0 + 501 * MS, &c));
   assert_false(em_budget_on_timer(r->b, T0 + 60 * SEC, &c));
   assert_int_equal(em_budget_level(r->b), EM_LEVEL_NOMINAL);
+  assert_int_equal(em_budget_reported(r->b, "infer"), 0);
+  assert_int_equal(em_budget_reported(r->b, "other"), -ENOENT);
   /* A heartbeat is a report too: from it on, silence counts. */
   assert_false(em_budget_on_heartbeat(r->b, "infer", T0 + 61 * SEC, &c));
+  assert_int_equal(em_budget_reported(r->b, "infer"), 1);
   assert_false(em_budget_on_timer(r->b, T0 + 61500 * MS, &c));
   assert_true(em_budget_on_timer(r->b, T0 + 61501 * MS, &c));
   assert_int_equal(c.level, EM_LEVEL_DEGRADED);

@@ -68,6 +68,7 @@ typedef struct {
 
 typedef struct {
   char name[EM_BUDGET_STAGE_BYTES];
+  bool reported; /* A span or heartbeat of the stage came (em_budget_reported). */
   bool seeded;
   double mean;
   double var;
@@ -656,6 +657,9 @@ bool em_budget_on_span(em_budget_engine_t *b, const char *stage, uint64_t frame,
     }
   }
   size_t ix = find_stage(b, stage);
+  if (ix != NO_STAGE) {
+    b->stages[ix].reported = true;
+  }
   for (size_t i = 0; ix != NO_STAGE && i < b->n_rules; i++) {
     rule_state_t *s = &b->rules[i];
     if (s->stage_ix != ix) {
@@ -703,6 +707,9 @@ bool em_budget_on_heartbeat(em_budget_engine_t *b, const char *stage, uint64_t n
   }
   size_t ix = find_stage(b, stage);
   outcome_t o = {0};
+  if (ix != NO_STAGE) {
+    b->stages[ix].reported = true;
+  }
   for (size_t i = 0; ix != NO_STAGE && i < b->n_rules; i++) {
     rule_state_t *s = &b->rules[i];
     if (s->stage_ix == ix && s->rule.kind == EM_BUDGET_RULE_ALIVE) {
@@ -966,6 +973,14 @@ int em_budget_anomaly(const em_budget_engine_t *b, const char *stage, double *z)
   }
   *z = b->stages[ix].z;
   return 0;
+}
+
+int em_budget_reported(const em_budget_engine_t *b, const char *stage) {
+  if (!b || !stage) {
+    return -EINVAL;
+  }
+  size_t ix = find_stage(b, stage);
+  return ix == NO_STAGE ? -ENOENT : b->stages[ix].reported;
 }
 
 int em_budget_flow_evicted(const em_budget_engine_t *b, const char *id, uint64_t *evicted) {

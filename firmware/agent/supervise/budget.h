@@ -321,6 +321,13 @@ bool em_budget_on_timer(em_budget_engine_t *b, uint64_t now_ns, em_budget_change
 int em_budget_anomaly(const em_budget_engine_t *b, const char *stage, double *z);
 
 /*
+ * Whether `stage` has reported: 1 once a span or heartbeat of it came (carried across a reload
+ * with the stage's anomaly state), 0 before; -ENOENT when no rule names the stage (the stages
+ * of a FLOW rule do not count), -EINVAL for NULL arguments.
+ */
+int em_budget_reported(const em_budget_engine_t *b, const char *stage);
+
+/*
  * Frames the FLOW rule `id` evicted unjudged because its table of frames in flight was full:
  * 0 and *evicted, -ENOENT when there is no FLOW rule of that id, -EINVAL for NULL arguments.
  */

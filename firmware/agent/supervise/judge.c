@@ -87,12 +87,17 @@ const em_budget_t *em_judge_budgets(const em_judge_t *j, size_t *n) {
   return j->budgets;
 }
 
-void em_judge_figures(em_judge_t *j, const em_figures_t *figs, em_sample_t *samples) {
+void em_judge_figures(em_judge_t *j, em_figures_t *figs, em_sample_t *samples) {
   for (size_t k = 0; k < em_figures_anomalies(figs); k++) {
+    const char *stage = em_figures_anomaly_stage(figs, k);
+    size_t alias = em_figures_anomaly_alias(figs, k);
     double z = 0;
-    bool have =
-        em_budget_anomaly(j->engine, em_figures_anomaly_stage(figs, k), &z) == 0 && isfinite(z);
-    em_figures_set_f_if(samples, em_figures_anomaly_alias(figs, k), have, z);
+    bool reported = em_budget_reported(j->engine, stage) == 1;
+    bool have = reported && em_budget_anomaly(j->engine, stage, &z) == 0 && isfinite(z);
+    em_figures_set_f_if(samples, alias, have, z);
+    if (reported) {
+      em_figures_note_absent(figs, alias, NULL); /* "not reported yet" from the start. */
+    }
   }
 }
 

@@ -63,8 +63,9 @@ em_budget_engine_t *em_judge_engine(em_judge_t *j);
 const em_budget_t *em_judge_budgets(const em_judge_t *j, size_t *n);
 
 /* The anomaly score of each stage the dictionary has one for into samples[alias]: absent
- * until the engine has one (finite). */
-void em_judge_figures(em_judge_t *j, const em_figures_t *figs, em_sample_t *samples);
+ * until the engine has one (finite), and until the stage has reported (a first span or
+ * heartbeat): the dictionary says so from its start (the birth's absent reason) until then. */
+void em_judge_figures(em_judge_t *j, em_figures_t *figs, em_sample_t *samples);
 
 /* A stage slot changed name: its window is forgotten. */
 void em_judge_evict(em_judge_t *j, size_t slot);
