@@ -12,6 +12,17 @@
  * buffer, failing (without leaking fds) on open errors other than ENOENT (injected with a
  * symlink loop), and reporting a target that is gone (empty file, missing pid dir, a real child
  * that died: zombie, then reaped) as -ESRCH.
+ *
+ * Also collect/schedinfo.c and collect/others.c, which read the same procfs: the stat, schedstat,
+ * status, cgroup, cpu.stat and PSI-total parsers (a comm with spaces and parentheses, garbage
+ * refused and leaving nothing); the reader over fixture trees of both cgroup layouts
+ * (tests/fixtures/sched: JetPack 5's v1 cpu,cpuacct beside a hybrid v2, JetPack 6's v2 with a
+ * cgroup target's cpu.pressure) and a kernel without schedstat (absent, with its reason, not
+ * 0); exited threads' counts carried; status read only for threads that ran; files kept open
+ * and all closed; who else ran between two scans of a fixture /proc (shares, order, the
+ * target, the agent and a reused pid left out, at most EM_OTHERS_MAX); and, live, two
+ * spinners on one CPU: the target's CPU time, involuntary switches and runq delay grow and
+ * its rival is who else ran.
  */
 #define _GNU_SOURCE /* mkdtemp, nftw, symlink, fork, kill, waitid, prctl under -std=c11. */
 
@@ -1514,6 +1525,26 @@ static void sched_status_is_read_only_for_threads_that_ran(void **state) {
   em_schedinfo_free(s);
 }
 
+/* The reader keeps stat, task/, cpu.stat and each thread's two files open between passes,
+ * and closes every one of them when freed, a failed new included. */
+static void sched_reader_keeps_thread_files_open_and_closes_all(void **state) {
+  (void)state;
+  int before = count_fds();
+  em_schedinfo_t *s = open_sched_tree(SCHED_DIR, "v1-jetpack5");
+  em_schedinfo_reading_t r = {0};
+  assert_int_equal(em_schedinfo_read_threads(s, &r), 0);
+  /* stat, task/, cpu.stat, and schedstat + status of two threads. */
+  assert_int_equal(count_fds(), before + 3 + 4);
+  assert_int_equal(em_schedinfo_read_threads(s, &r), 0);
+  assert_int_equal(count_fds(), before + 3 + 4); /* Re-read in place: nothing more opened. */
+  em_schedinfo_free(s);
+  assert_int_equal(count_fds(), before);
+  s = NULL;
+  assert_int_equal(em_schedinfo_new(&s, SCHED_DIR "/v1-jetpack5/proc", SCHED_DIR, 4243, NULL),
+                   -ESRCH);
+  assert_int_equal(count_fds(), before);
+}
+
 static void sched_reader_of_missing_process_is_esrch(void **state) {
   (void)state;
   em_schedinfo_t *s = NULL;
@@ -1730,6 +1761,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(sched_without_schedstat_or_cpu_controller_is_absent_not_zero),
       cmocka_unit_test_teardown(sched_counters_keep_the_counts_of_exited_threads, remove_temp_dir),
       cmocka_unit_test_teardown(sched_status_is_read_only_for_threads_that_ran, remove_temp_dir),
+      cmocka_unit_test(sched_reader_keeps_thread_files_open_and_closes_all),
       cmocka_unit_test(sched_reader_of_missing_process_is_esrch),
       cmocka_unit_test_teardown(others_lists_the_largest_cpu_users_between_two_scans,
                                 remove_temp_dir),
