@@ -595,11 +595,17 @@ static void feed_hands_the_verdict_to_state_and_recording(void **state) {
     em_feed_tick(f, t, samples, 0);
     if (t == 4 * SEC) {
       /* The rise: a verdict, kept for the state message and the recording. */
+      /* Who else ran, one of them with a command name that is not text: the processes are
+       * left out rather than the verdict (or the state message). */
+      em_others_list_t others = {.n = 2,
+                                 .procs = {{.pid = 42, .comm = "hog", .share = 0.9},
+                                           {.pid = 43, .comm = "\xff\xfe", .share = 0.1}}};
       const em_proto_verdict_t *v =
-          em_feed_diagnose(f, EM_LEVEL_DEGRADED, "infer", "p99", SEC, t, NULL);
+          em_feed_diagnose(f, EM_LEVEL_DEGRADED, "infer", "p99", SEC, t, &others);
       assert_non_null(v);
       assert_ptr_equal(em_feed_verdict(f), v);
       assert_int_equal(v->causes[0].code, EM_PROTO_CAUSE_CPU_CONTENTION);
+      assert_int_equal(v->causes[0].n_processes, 0);
       assert_true(v->nominal_windows >= 2);
       em_flight_trigger_t trig = {.cause = EM_FLIGHT_ESCALATION,
                                   .level = EM_LEVEL_DEGRADED,

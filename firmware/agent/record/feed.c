@@ -253,7 +253,18 @@ const em_proto_verdict_t *em_feed_diagnose(em_feed_t *f, em_level_t level, const
     EM_DEBUG("flight: no verdict on %s: %s", stage, strerror(-rc));
     return NULL;
   }
-  const em_proto_verdict_t *v = &f->last.v;
+  em_proto_verdict_t *v = &f->last.v;
+  if (em_proto_verdict_check(v) != 0) {
+    /* A command name that is not text would cost the state message: the processes go. */
+    for (size_t i = 0; i < v->n_causes; i++) {
+      v->causes[i].n_processes = 0;
+    }
+  }
+  rc = em_proto_verdict_check(v);
+  if (rc) {
+    EM_WARN("flight: verdict on %s left out: %s", stage, em_proto_strerror(rc));
+    return NULL;
+  }
   EM_INFO("verdict on %s %s (%.3f ms, baseline %.3f ms over %u windows): %s %.0f%%, %zu "
           "causes, computed in %llu us",
           stage, statistic, (double)v->breach_ns / 1e6, (double)v->baseline_ns / 1e6,
