@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/perf_event.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -410,20 +411,28 @@ static void sample_sched(em_sampling_t *s, uint64_t now_ns) {
     }
     note_sched_absent(s);
   }
-  em_sample_t *v = s->samples;
-  em_figures_set_u_if(v, fx(s, EM_FIG_PROC_CPU), r->have & EM_SCHEDINFO_CPU, r->cpu_ns);
-  em_figures_set_u_if(v, fx(s, EM_FIG_MAJOR_FAULTS), r->have & EM_SCHEDINFO_MAJFLT,
-                      r->major_faults);
-  em_figures_set_u_if(v, fx(s, EM_FIG_SCHED_RUNQ_DELAY), r->have & EM_SCHEDINFO_RUNQ,
-                      r->runq_delay_ns);
-  em_figures_set_u_if(v, fx(s, EM_FIG_SCHED_CTXSW_VOLUNTARY), r->have & EM_SCHEDINFO_CTXSW,
-                      r->ctxsw_voluntary);
-  em_figures_set_u_if(v, fx(s, EM_FIG_SCHED_CTXSW_INVOLUNTARY), r->have & EM_SCHEDINFO_CTXSW,
-                      r->ctxsw_involuntary);
-  em_figures_set_u_if(v, fx(s, EM_FIG_CGROUP_CPU_THROTTLED), r->have & EM_SCHEDINFO_THROTTLED,
-                      r->throttled_ns);
-  em_figures_set_u_if(v, fx(s, EM_FIG_CGROUP_CPU_NR_THROTTLED), r->have & EM_SCHEDINFO_NR_THROTTLED,
-                      r->nr_throttled);
+  static const struct {
+    em_figure_t figure;
+    unsigned bit;  /* EM_SCHEDINFO_* */
+    size_t offset; /* Of its uint64_t in em_schedinfo_reading_t. */
+  } figures[] = {
+      {EM_FIG_PROC_CPU, EM_SCHEDINFO_CPU, offsetof(em_schedinfo_reading_t, cpu_ns)},
+      {EM_FIG_MAJOR_FAULTS, EM_SCHEDINFO_MAJFLT, offsetof(em_schedinfo_reading_t, major_faults)},
+      {EM_FIG_SCHED_RUNQ_DELAY, EM_SCHEDINFO_RUNQ, offsetof(em_schedinfo_reading_t, runq_delay_ns)},
+      {EM_FIG_SCHED_CTXSW_VOLUNTARY, EM_SCHEDINFO_CTXSW,
+       offsetof(em_schedinfo_reading_t, ctxsw_voluntary)},
+      {EM_FIG_SCHED_CTXSW_INVOLUNTARY, EM_SCHEDINFO_CTXSW,
+       offsetof(em_schedinfo_reading_t, ctxsw_involuntary)},
+      {EM_FIG_CGROUP_CPU_THROTTLED, EM_SCHEDINFO_THROTTLED,
+       offsetof(em_schedinfo_reading_t, throttled_ns)},
+      {EM_FIG_CGROUP_CPU_NR_THROTTLED, EM_SCHEDINFO_NR_THROTTLED,
+       offsetof(em_schedinfo_reading_t, nr_throttled)},
+  };
+  for (size_t k = 0; k < sizeof(figures) / sizeof(figures[0]); k++) {
+    uint64_t value;
+    memcpy(&value, (const unsigned char *)r + figures[k].offset, sizeof(value));
+    em_figures_set_u_if(s->samples, fx(s, figures[k].figure), r->have & figures[k].bit, value);
+  }
 }
 
 static void others_work(uv_work_t *w) {

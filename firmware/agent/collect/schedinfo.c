@@ -74,6 +74,16 @@ static int key_value(const char *text, size_t pos, size_t eol, uint64_t *v) {
 
 /* ---- Parsers ---- */
 
+/* A parser's first step: zeroes the record (when there is one) and says whether text is a
+ * complete file to parse. */
+static bool begin(void *out, size_t bytes, const char *text, size_t len) {
+  if (!out) {
+    return false;
+  }
+  memset(out, 0, bytes);
+  return complete(text, len);
+}
+
 int em_schedinfo_parse_stat(const char *text, size_t len, em_schedinfo_stat_t *out) {
   if (!out) {
     return -EINVAL;
@@ -217,11 +227,7 @@ static bool has_cpu_controller(const char *text, size_t a, size_t b) {
 }
 
 int em_schedinfo_parse_cgroup(const char *text, size_t len, em_schedinfo_cgroup_t *out) {
-  if (!out) {
-    return -EINVAL;
-  }
-  memset(out, 0, sizeof(*out));
-  if (!complete(text, len)) {
+  if (!begin(out, sizeof(*out), text, len)) {
     return -EINVAL;
   }
   for (size_t pos = 0; pos < len;) {
@@ -256,11 +262,7 @@ int em_schedinfo_parse_cgroup(const char *text, size_t len, em_schedinfo_cgroup_
 }
 
 int em_schedinfo_parse_cpu_stat(const char *text, size_t len, em_schedinfo_cpu_stat_t *out) {
-  if (!out) {
-    return -EINVAL;
-  }
-  memset(out, 0, sizeof(*out));
-  if (!complete(text, len)) {
+  if (!begin(out, sizeof(*out), text, len)) {
     return -EINVAL;
   }
   for (size_t pos = 0; pos < len;) {
