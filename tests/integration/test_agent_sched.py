@@ -53,3 +53,33 @@ def test_busy_target_has_growing_cpu_time_and_scheduling_counters(stack):
     assert values[-1].get("sched.ctxsw.involuntary") is not None
     if "absent_reason" not in metrics["sched.runq_delay"]:
         assert values[-1]["sched.runq_delay"] > 0
+
+
+def test_target_sharing_its_cpu_with_a_hog_is_seen_contended(stack):
+    """A hog pinned to the target's CPU: the runq delay grows by a large share of the time and
+    the agent says it scans who else ran on the faster cadence."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import wait_for
+
+    _, target, agent, sub = stack.watching()
+    cpu = min(os.sched_getaffinity(0))
+    os.sched_setaffinity(target.pid, {cpu})
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    stack.on_stop(lambda: (hog.kill(), hog.wait(10)))
+    os.sched_setaffinity(hog.pid, {cpu})
+    birth = sub.next("birth", pred=lambda m: "absent_reason" not in names(m)["pmu.task-clock"])
+    if "absent_reason" in names(birth)["sched.runq_delay"]:
+        return  # A kernel without schedstat: nothing to judge contention by.
+    wait_for(lambda: "target contended" in agent.log_text(), 15, "the agent to see contention")
+    values = []
+    while len(values) < 25:
+        d = sub.next("data")
+        v = edgemon_proto.values_by_name(d, birth)
+        if d["session"] == birth["session"] and v.get("target.up") == 1:
+            values.append(v)
+    runq = [v["sched.runq_delay"] for v in values]
+    # 2.5 s of sharing one CPU: the target waited for it a good part of that time.
+    assert runq[-1] - runq[0] > 300_000_000, runq

@@ -66,9 +66,11 @@ struct em_sampling {
   em_others_t *others; /* NULL when it could not be made. */
   uv_work_t others_work;
   bool others_busy;
-  pid_t others_target;    /* What the queued scan leaves out (0: a cgroup). */
-  uint64_t others_now_ns; /* The scan's clock, taken on the loop when queued. */
-  uint64_t next_others_ns;
+  pid_t others_target;            /* What the queued scan leaves out (0: a cgroup). */
+  uint64_t others_now_ns;         /* The scan's clock, taken on the loop when queued. */
+  uint64_t last_others_ns;        /* When the last scan was queued. */
+  uint64_t sched_pass_ns;         /* When the last per-thread pass ran (0: none yet). */
+  bool contended;                 /* The last pass found the target waiting for CPUs. */
   em_others_list_t others_result; /* Filled on the worker. */
   em_others_list_t others_latest; /* The loop's copy. */
 
@@ -269,6 +271,8 @@ int em_sampling_attach(em_sampling_t *s, pid_t pid, const char *cgroup, size_t *
   }
   s->sched_last = (em_schedinfo_reading_t){0};
   s->next_sched_ns = 0;
+  s->sched_pass_ns = 0;
+  s->contended = false;
   if (s->sched) {
     em_schedinfo_reading_t first = {0}; /* Learns what this kernel and cgroup give. */
     (void)em_schedinfo_read_threads(s->sched, &first);
@@ -405,6 +409,21 @@ static void sample_sched(em_sampling_t *s, uint64_t now_ns) {
     em_schedinfo_reading_t pass = {
         .have = per_tick, .cpu_ns = r->cpu_ns, .major_faults = r->major_faults};
     if (s->sched && em_schedinfo_read_threads(s->sched, &pass) == 0) {
+      /* Waiting runnable for more than 1/EM_SAMPLING_CONTENDED_PARTS of the time between two
+       * passes (summed over threads): who else ran is scanned on the faster cadence. */
+      uint64_t since = now_ns - s->sched_pass_ns;
+      bool was = s->contended;
+      s->contended = s->sched_pass_ns && since && (pass.have & r->have & EM_SCHEDINFO_RUNQ) &&
+                     pass.runq_delay_ns >= r->runq_delay_ns &&
+                     (pass.runq_delay_ns - r->runq_delay_ns) > since / EM_SAMPLING_CONTENDED_PARTS;
+      if (s->contended != was) {
+        EM_INFO("target %s: who else ran is scanned every %llu s",
+                s->contended ? "contended" : "no longer contended",
+                (unsigned long long)((s->contended ? EM_SAMPLING_OTHERS_CONTENDED_NS
+                                                   : EM_SAMPLING_OTHERS_PERIOD_NS) /
+                                     NS_PER_SEC));
+      }
+      s->sched_pass_ns = now_ns;
       *r = pass;
     } else {
       r->have = per_tick;
@@ -453,7 +472,7 @@ void em_sampling_others_refresh(em_sampling_t *s, uint64_t now_ns) {
   if (!s->others || s->others_busy) {
     return; /* The running scan is as fresh. */
   }
-  s->next_others_ns = now_ns + EM_SAMPLING_OTHERS_PERIOD_NS;
+  s->last_others_ns = now_ns;
   s->others_target = s->pid > 0 ? s->pid : 0;
   s->others_now_ns = now_ns;
   s->others_busy = uv_queue_work(s->o.loop, &s->others_work, others_work, others_done) == 0;
@@ -466,7 +485,9 @@ const em_others_list_t *em_sampling_others(const em_sampling_t *s) {
 bool em_sampling_target(em_sampling_t *s, uint64_t now_ns) {
   sample_pmu(s);
   sample_sched(s, now_ns);
-  if (now_ns >= s->next_others_ns) {
+  uint64_t others_period =
+      s->contended ? EM_SAMPLING_OTHERS_CONTENDED_NS : EM_SAMPLING_OTHERS_PERIOD_NS;
+  if (now_ns >= s->last_others_ns + others_period) {
     em_sampling_others_refresh(s, now_ns);
   }
   em_statm_t st = {0};

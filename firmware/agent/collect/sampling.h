@@ -47,12 +47,15 @@
 #define EM_SAMPLING_SYSTEM  2u /* MemAvailable and PSI. */
 #define EM_SAMPLING_SENSORS 4u /* The board's sensors. */
 
-/* Who else ran: the baseline scan's cadence while attached. A scan reads every process's stat
- * (~1 ms for ~300 processes on the reference VM, on the worker): every 30 s it costs the
- * agent ~33 us a second, a sixth of one 100 ms tick. What names the processes is the pair of
- * scans a trigger asks for (em_sampling_others_refresh): one at once, diffed against this
- * baseline, and one at the end of its window, diffed against the first: the last seconds. */
-#define EM_SAMPLING_OTHERS_PERIOD_NS (UINT64_C(30) * 1000000000u)
+/* Who else ran: the scan's cadence while attached. A scan reads every process's stat (~1 ms
+ * for ~300 processes on the reference VM, on the worker): every 30 s it costs the agent ~33 us
+ * a second, a sixth of one 100 ms tick. While the target is contended (its threads waited
+ * runnable more than 1/EM_SAMPLING_CONTENDED_PARTS of the time between two scheduling passes)
+ * it scans every 2 s, so the list an escalation reads (em_sampling_others) covers the seconds
+ * before it when CPU contention is the cause; a trigger may also ask for a scan at once. */
+#define EM_SAMPLING_OTHERS_PERIOD_NS    (UINT64_C(30) * 1000000000u)
+#define EM_SAMPLING_OTHERS_CONTENDED_NS (UINT64_C(2) * 1000000000u)
+#define EM_SAMPLING_CONTENDED_PARTS     20u /* 5 % of the time waiting for a CPU. */
 
 typedef struct {
   uv_loop_t *loop;                 /* Where the worker jobs are queued. */
@@ -125,10 +128,9 @@ unsigned em_sampling_fresh(const em_sampling_t *s);
 /* The data message carried the fresh groups: smaps and sensors wait for their next reading. */
 void em_sampling_sent(em_sampling_t *s);
 
-/* At a trigger (an escalation, cmd/flight) and again when its post-trigger window ends: queues
- * a scan of who else ran, diffed against the scan before (the periodic baseline, then the
- * trigger's own scan); its list replaces em_sampling_others()'s when it ends (on the loop).
- * Nothing is queued while a scan runs. */
+/* Queues a scan of who else ran now (at a trigger, or the end of its window), diffed against the
+ * scan before; its list replaces em_sampling_others()'s when it ends (on the loop), a few ms
+ * later. Nothing is queued while a scan runs. */
 void em_sampling_others_refresh(em_sampling_t *s, uint64_t now_ns);
 
 /* The latest list of who else ran (others.h), largest share first; n 0 before two scans.
