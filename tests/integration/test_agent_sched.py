@@ -23,6 +23,17 @@ def names(birth):
     return {m["name"]: m for m in birth["metrics"]}
 
 
+def attached_values(sub, birth, n):
+    """The figures by name of the next n data messages of birth's session with the target up."""
+    values = []
+    while len(values) < n:
+        d = sub.next("data")
+        v = edgemon_proto.values_by_name(d, birth)
+        if d["session"] == birth["session"] and v.get("target.up") == 1:
+            values.append(v)
+    return values
+
+
 def test_busy_target_has_growing_cpu_time_and_scheduling_counters(stack):
     _, target, agent, sub = stack.watching()
     birth = sub.next("birth", pred=lambda m: "absent_reason" not in names(m)["pmu.task-clock"])
@@ -30,12 +41,7 @@ def test_busy_target_has_growing_cpu_time_and_scheduling_counters(stack):
     for name, unit in FIGURES.items():
         assert metrics[name]["unit"] == unit, name
         assert metrics[name]["kind"] in ("COUNTER", 1, "counter"), metrics[name]
-    values = []
-    while len(values) < 25:
-        d = sub.next("data")
-        v = edgemon_proto.values_by_name(d, birth)
-        if d["session"] == birth["session"] and v.get("target.up") == 1:
-            values.append(v)
+    values = attached_values(sub, birth, 25)
     cpu = [v["proc.cpu"] for v in values]
     assert all(isinstance(c, int) for c in cpu), cpu
     assert cpu == sorted(cpu), cpu
@@ -74,12 +80,7 @@ def test_target_sharing_its_cpu_with_a_hog_is_seen_contended(stack):
     if "absent_reason" in names(birth)["sched.runq_delay"]:
         return  # A kernel without schedstat: nothing to judge contention by.
     wait_for(lambda: "target contended" in agent.log_text(), 15, "the agent to see contention")
-    values = []
-    while len(values) < 25:
-        d = sub.next("data")
-        v = edgemon_proto.values_by_name(d, birth)
-        if d["session"] == birth["session"] and v.get("target.up") == 1:
-            values.append(v)
+    values = attached_values(sub, birth, 25)
     runq = [v["sched.runq_delay"] for v in values]
     # 2.5 s of sharing one CPU: the target waited for it a good part of that time.
     assert runq[-1] - runq[0] > 300_000_000, runq
