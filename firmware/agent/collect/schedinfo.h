@@ -30,7 +30,10 @@
  * cheap enough for every tick (~3.5 us). Threads come and go: a thread's last reading is kept
  * in a bounded table (EM_SCHEDINFO_MAX_THREADS) and, when the thread is gone, added to a
  * carried sum, so the counters never go backwards when a worker thread exits (what it did
- * after the last pass is lost; the kernel keeps no per-thread figures of dead threads).
+ * after the last pass is lost; the kernel keeps no per-thread figures of dead threads). A
+ * process with more threads than the table counts the first EM_SCHEDINFO_MAX_THREADS that
+ * task/ lists; should that set change between passes, a thread that left it is counted as gone
+ * and again, whole, when it comes back: the sums may then jump (not go backwards).
  *
  * Parsers are pure functions over (text, len) like procfs.h's: text need not be NUL-terminated,
  * nothing past text[len-1] is read, *out is zeroed first, -EINVAL for text not in the format.
