@@ -1607,6 +1607,53 @@ static void others_lists_the_largest_cpu_users_between_two_scans(void **state) {
   }
 }
 
+/* Only processes that last ran on one of the target's CPUs compete with it: the target here
+ * is this test, pinned to one CPU for the test; a fixture process last seen on another CPU is
+ * not listed, one on the target's CPU is. */
+static void others_lists_only_processes_on_the_target_cpus(void **state) {
+  (void)state;
+  cpu_set_t saved, one;
+  assert_int_equal(sched_getaffinity(0, sizeof saved, &saved), 0);
+  if (CPU_COUNT(&saved) < 2) {
+    skip(); /* One CPU: every process shares it. */
+  }
+  int mine = 0, other;
+  while (!CPU_ISSET(mine, &saved)) {
+    mine++;
+  }
+  other = mine + 1;
+  while (!CPU_ISSET(other, &saved)) {
+    other++;
+  }
+  CPU_ZERO(&one);
+  CPU_SET(mine, &one);
+  assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
+  const char *dir = temp_copy("");
+  em_others_t *o = NULL;
+  assert_int_equal(em_others_new(&o, dir), 0);
+  em_others_list_t list;
+  for (int round = 0; round < 2; round++) {
+    for (int k = 0; k < 2; k++) {
+      char path[PATH_MAX], text[512];
+      int pid = 20 + k;
+      snprintf(path, sizeof path, "%s/%d", dir, pid);
+      mkdir(path, 0700);
+      snprintf(path, sizeof path, "%s/%d/stat", dir, pid);
+      int n = snprintf(text, sizeof text,
+                       "%d (%s) R 1 1 1 0 -1 0 0 0 0 0 %d 0 0 0 20 0 1 0 5 0 0 0 0 0 0 0 0 0 0 0 "
+                       "0 0 0 0 17 %d 0\n",
+                       pid, k ? "elsewhere" : "beside", round * 100, k ? other : mine);
+      write_path(path, text, (size_t)n);
+    }
+    assert_int_equal(em_others_scan(o, getpid(), 0, (uint64_t)(round + 1) * 1000000000u, &list), 0);
+  }
+  assert_int_equal(sched_setaffinity(0, sizeof saved, &saved), 0);
+  assert_int_equal(list.n, 1);
+  assert_int_equal(list.procs[0].pid, 20);
+  assert_string_equal(list.procs[0].comm, "beside");
+  em_others_free(o);
+}
+
 /* At most EM_OTHERS_MAX, largest first, however many ran. */
 static void others_keeps_only_the_top_few(void **state) {
   (void)state;
@@ -1766,6 +1813,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_teardown(others_lists_the_largest_cpu_users_between_two_scans,
                                 remove_temp_dir),
       cmocka_unit_test_teardown(others_keeps_only_the_top_few, remove_temp_dir),
+      cmocka_unit_test_teardown(others_lists_only_processes_on_the_target_cpus, remove_temp_dir),
   };
   /* The live kernel: this process's own RSS and a real child in the real /proc. Run with --live,
    * labelled integration (CMakeLists.txt). */
