@@ -20,7 +20,8 @@
  * cgroup target's cpu.pressure) and a kernel without schedstat (absent, with its reason, not
  * 0); exited threads' counts carried; status read only for threads that ran; files kept open
  * and all closed; who else ran between two scans of a fixture /proc (shares, order, the
- * target, the agent and a reused pid left out, at most EM_OTHERS_MAX); and, live, two
+ * target, the agent and a reused pid left out, at most EM_OTHERS_MAX, only processes last
+ * seen on the target's CPUs); and, live, two
  * spinners on one CPU: the target's CPU time, involuntary switches and runq delay grow and
  * its rival is who else ran.
  */
