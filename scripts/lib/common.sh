@@ -5,7 +5,7 @@
 # Everything the build, the tests and the demo use, by Debian package name.
 EM_PACKAGES=(
   cmake ninja-build pkg-config gcc g++ clang libclang-rt-14-dev
-  libcmocka-dev libuv1-dev libmosquitto-dev libsystemd-dev mosquitto
+  libcmocka-dev libuv1-dev libmosquitto-dev mosquitto
   libsqlite3-dev libmicrohttpd-dev sqlite3 prometheus systemd valgrind openssl
   libsnappy-dev libcurl4-openssl-dev libdw-dev
   python3 python3-cbor2 python3-pytest python3-paho-mqtt python3-prometheus-client
