@@ -232,3 +232,121 @@ def test_exit_codes(published, tmp_path):
     assert bad.returncode == 4 and "not a profile" in bad.stderr
     assert cli("--file", path, "--svg", tmp_path / "no" / "dir.svg").returncode == 4
     assert cli("--file", path, "--pprof", tmp_path / "no" / "dir.pb").returncode == 4
+
+
+def shares(m):
+    """({function: self %}, {function: total %}, {folded stack: %}) of a profile's CBOR map,
+    each of max(key 10, the stacks' samples), functions matched by name."""
+    names_ = [m[13][i + 1] for i in range(0, len(m[13]), 3)]
+    stacks = [s for s in m[14] if s[0]]
+    total = max(m[10], sum(s[0] for s in m[14]))
+    self_, tot, folded = defaultdict(int), defaultdict(int), defaultdict(int)
+    for s in stacks:
+        frames = [names_[i] for i in s[3:]]
+        self_[frames[-1]] += s[0]
+        for name in set(frames):
+            tot[name] += s[0]
+        folded[";".join(f.replace(";", ":") for f in frames)] += s[0]
+    pct = lambda d: {k: 100 * v / total for k, v in d.items()}
+    return pct(self_), pct(tot), pct(folded)
+
+
+@pytest.fixture
+def grown(published, tmp_path):
+    """(baseline path, breach path, baseline map, breach map): the breach is the simulator's
+    profile with its least-sampled stack (whose leaf is not the hottest's) given 40 times its
+    samples and the window's count raised to match, so that leaf's share grew."""
+    _, _, profiles = published
+    _, path, _ = profiles[0]
+    base = cbor2.loads(path.read_bytes())
+    hot_leaf = base[14][0][-1]
+    pick = max(i for i, s in enumerate(base[14]) if s[-1] != hot_leaf and s[0])
+    breach = cbor2.loads(path.read_bytes())
+    extra = breach[14][pick][0] * 39
+    breach[14][pick][0] += extra
+    breach[10] += extra
+    breach[14].sort(key=lambda s: -s[0])  # Descending samples (rule P2).
+    out = tmp_path / "breach.cbor"
+    out.write_bytes(cbor2.dumps(breach))
+    return path, out, base, breach
+
+
+def test_diff_puts_the_grown_function_first_with_its_shares(grown):
+    base_path, path, base, breach = grown
+    bself, btot, _ = shares(base)
+    nself, ntot, _ = shares(breach)
+    delta = {f: nself.get(f, 0) - bself.get(f, 0) for f in set(bself) | set(nself)}
+    first = max(delta, key=lambda f: delta[f])
+    r = cli("--file", path, "--diff", base_path, "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    f = d["functions"][0]
+    assert f["name"] == first and f["self_delta"] > 0
+    assert f["self_pct"]["baseline"] == pytest.approx(bself.get(first, 0), abs=1e-4)
+    assert f["self_pct"]["profile"] == pytest.approx(nself[first], abs=1e-4)
+    assert f["self_delta"] == pytest.approx(delta[first], abs=2e-4)
+    assert f["total_pct"]["profile"] == pytest.approx(ntot[first], abs=1e-4)
+    assert [g["self_delta"] for g in d["functions"]] == sorted(
+        (g["self_delta"] for g in d["functions"]), reverse=True)
+    assert d["samples"] == {"baseline": max(base[10], sum(s[0] for s in base[14])),
+                            "profile": max(breach[10], sum(s[0] for s in breach[14]))}
+    assert d["off_cpu_ns"]["profile"] == sum(s[1] for s in breach[14])
+    table = cli("--file", path, "--diff", base_path, "--top", 3)
+    assert table.returncode == 0, table.stderr
+    row = table.stdout.split("by function")[1].splitlines()[2].split()
+    assert row[-1] == first and row[2] == f"{delta[first]:+.2f}"
+    assert row[1] == f"{nself[first]:.2f}"
+
+
+def test_diff_folded_gives_each_stack_its_two_shares(grown):
+    base_path, path, base, breach = grown
+    _, _, bf = shares(base)
+    _, _, nf = shares(breach)
+    r = cli("--file", path, "--diff", base_path, "--folded")
+    assert r.returncode == 0, r.stderr
+    got = {}
+    for line in r.stdout.splitlines():
+        stack, was, now, delta = line.rsplit(" ", 3)
+        got[stack] = (float(was), float(now), float(delta))
+    assert set(got) == set(bf) | set(nf)
+    for stack, (was, now, delta) in got.items():
+        assert was == pytest.approx(bf.get(stack, 0), abs=0.006)
+        assert now == pytest.approx(nf.get(stack, 0), abs=0.006)
+    first = r.stdout.splitlines()[0].rsplit(" ", 3)[0]
+    assert first == max(got, key=lambda s: nf.get(s, 0) - bf.get(s, 0))
+    assert got[first][2] > 0
+
+
+def test_diff_svg_paints_the_grown_function_red(grown, tmp_path):
+    base_path, path, base, breach = grown
+    bself, _, _ = shares(base)
+    nself, _, _ = shares(breach)
+    first = max(nself, key=lambda f: nself[f] - bself.get(f, 0))
+    out = tmp_path / "diff.svg"
+    r = cli("--file", path, "--diff", base_path, "--svg", out, "--folded")
+    assert r.returncode == 0, r.stderr
+    root = ET.parse(out).getroot()  # Valid XML.
+    rects = [e for e in root.iter(SVG + "rect") if e.get("class", "").startswith("f ")]
+    mine = [e for e in rects if e.find(SVG + "title").text.startswith(first + " ")]
+    assert mine and any(e.get("class").split()[2] == "grew" for e in mine)
+    for e in mine:
+        if e.get("class").split()[2] == "grew":
+            red, green, blue = map(int, re.match(r"rgb\((\d+),(\d+),(\d+)\)", e.get("fill")).groups())
+            assert red == 255 and green < 255 and green == blue
+            assert "baseline's" in e.find(SVG + "title").text
+    assert {e.get("class").split()[2] for e in rects} <= {"grew", "shrank", "same"}
+    assert "shrank" in {e.get("class").split()[2] for e in rects}
+
+
+def test_diff_bad_baseline_is_an_input_error(published, tmp_path):
+    _, _, profiles = published
+    _, path, _ = profiles[0]
+    missing = cli("--file", path, "--diff", tmp_path / "missing.cbor")
+    assert missing.returncode == 4 and "missing.cbor" in missing.stderr
+    junk = tmp_path / "junk.cbor"
+    junk.write_bytes(cbor2.dumps({0: 1, 1: 5}))
+    bad = cli("--file", path, "--diff", junk)
+    assert bad.returncode == 4 and "not a profile" in bad.stderr and "--diff" in bad.stderr
+    assert cli("--file", path, "--diff", path, "--stage", "x").returncode == 2
+    assert cli("--file", path, "--diff", path, "--pprof", tmp_path / "p.pb").returncode == 2
+    assert cli("--list", "--device", "d", "--diff", path).returncode == 2

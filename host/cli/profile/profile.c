@@ -9,17 +9,22 @@
  * --aggregator URL or --file PATH holding one profile's CBOR (what ?format=cbor answers). From
  * the aggregator the profile is fetched as CBOR and decoded, so a file and the API give the
  * same output; --json prints em_profile_to_json() of it, byte for byte what the API's JSON is.
- * What is profile's own: --show, --folded, --pprof and --seconds, its help and its tables.
+ * What is profile's own: --show, --folded, --pprof, --stage, --diff and --seconds, its help
+ * and its tables. --diff BASELINE reads a second profile from a file and shows the first
+ * against it (profile_diff.h, em_profile_svg_diff()) in the table, --folded, --json or --svg.
  *
- * Owns, for the call: the decoded profile (forensic_cmd.h), the pprof buffer.
+ * Owns, for the call: the decoded profile (forensic_cmd.h), the baseline's bytes and decode
+ * scratch, the pprof buffer.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
 #include "device_api.h"
 #include "flight_list.h"
 #include "forensic_cmd.h"
+#include "profile_diff.h"
 #include "profile_pprof.h"
 #include "profile_stacks.h"
+#include "profile_svg.h"
 #include "profile_table.h"
 
 #include <edgemon/profile.h>
@@ -38,6 +43,7 @@ typedef struct {
   bool folded;
   const char *pprof;
   const char *stage;
+  const char *diff; /* --diff BASELINE: the baseline profile's CBOR file. */
 } profile_opts_t;
 
 static void usage(FILE *out) {
@@ -45,6 +51,9 @@ static void usage(FILE *out) {
           "usage: edgemon-cli profile [--device D] [--last | --at TIME] [--show | --folded |\n"
           "                           --json] [--stage NAME] [--top N] [--svg FILE]\n"
           "                           [--pprof FILE] [--aggregator URL | --file PATH]\n"
+          "       edgemon-cli profile --diff BASELINE [--device D] [--last | --at TIME]\n"
+          "                           [--folded | --json] [--top N] [--svg FILE]\n"
+          "                           [--aggregator URL | --file PATH]\n"
           "       edgemon-cli profile --list --device D [--json] [--aggregator URL]\n"
           "       edgemon-cli profile --take --device D [--seconds S] [--broker URL]\n"
           "\n"
@@ -82,6 +91,15 @@ static void usage(FILE *out) {
           "  --pprof FILE      also write the profile as pprof's profile.proto (uncompressed;\n"
           "                    go tool pprof FILE): samples/count, cpu/nanoseconds and\n"
           "                    off_cpu/nanoseconds, a stage label, the notes as comments\n"
+          "  --diff BASELINE   show the profile against the one in the file BASELINE (its\n"
+          "                    CBOR): per function its self and total share of samples in\n"
+          "                    each (%% of that profile's samples, so lengths and rates\n"
+          "                    compare) and the change in points, grown most first, then the\n"
+          "                    stacks; off-CPU ms apart. With --folded: every stack, 'root;...;\n"
+          "                    leaf BASE%% NOW%% DELTA'; --json: all of it as one object; --svg:\n"
+          "                    the profile's flame graph coloured by each frame's change (grew\n"
+          "                    red, shrank blue, deeper for more; the baseline's share in the\n"
+          "                    title). Not with --stage or --pprof\n"
           "  --take            publish cmd/profile to the device: its agent samples now\n"
           "  --seconds S       with --take: how long to sample, whole seconds 1..60 (default:\n"
           "                    the agent's configured window)\n"
@@ -90,10 +108,10 @@ static void usage(FILE *out) {
           "\n" EM_CLI_USAGE_NUMBERS "\n"
           "exit status: 0 shown, 1 no such device or profile (or the aggregator said no),\n"
           "2 bad arguments, 3 the aggregator or the broker cannot be reached, 4 --file,\n"
-          "--svg or --pprof cannot be used (missing, not a profile, not writable)\n");
+          "--diff, --svg or --pprof cannot be used (missing, not a profile, not writable)\n");
 }
 
-enum { O_SHOW = 0x200, O_FOLDED, O_PPROF, O_SECONDS, O_STAGE };
+enum { O_SHOW = 0x200, O_FOLDED, O_PPROF, O_SECONDS, O_STAGE, O_DIFF };
 
 static const struct option opts[] = {
     EM_CLI_OPTS_FORENSIC,
@@ -102,6 +120,7 @@ static const struct option opts[] = {
     {"pprof", required_argument, NULL, O_PPROF},
     {"seconds", required_argument, NULL, O_SECONDS},
     {"stage", required_argument, NULL, O_STAGE},
+    {"diff", required_argument, NULL, O_DIFF},
     {NULL, 0, NULL, 0},
 };
 
@@ -117,9 +136,10 @@ static int option(void *ctx, int c, const char *arg) {
     o->base.take_seconds = (uint32_t)s;
     return rc;
   }
-  if (c != O_SHOW && c != O_FOLDED && c != O_PPROF && c != O_STAGE) {
+  if (c != O_SHOW && c != O_FOLDED && c != O_PPROF && c != O_STAGE && c != O_DIFF) {
     return -1;
   }
+  o->diff = c == O_DIFF ? arg : o->diff;
   o->stage = c == O_STAGE ? arg : o->stage;
   o->show = o->show || c == O_SHOW;
   o->folded = o->folded || c == O_FOLDED;
@@ -140,6 +160,10 @@ static int check(void *ctx) {
   if (o->stage && o->base.json) {
     return em_cli_usage_error(CMD, "--stage and --json: --json prints the profile whole");
   }
+  if (o->diff && (o->stage || o->pprof)) {
+    return em_cli_usage_error(CMD, "--diff compares whole profiles: not with %s",
+                              o->stage ? "--stage" : "--pprof");
+  }
   return -1;
 }
 
@@ -148,7 +172,7 @@ static const em_cli_forensic_kind_t kind = {
     .noun = "profile",
     .array = "profiles",
     .command = EM_CMD_PROFILE,
-    .own_outputs = "--pprof, --show, --folded, --stage",
+    .own_outputs = "--pprof, --show, --folded, --stage, --diff",
     .counts = {{"samples", 8, offsetof(em_flight_entry_t, samples)},
                {"stacks", 7, offsetof(em_flight_entry_t, stacks)}},
     .opts = opts,
@@ -268,6 +292,77 @@ static int show(const profile_opts_t *o, em_cli_forensic_entry_t *e) {
   return rc;
 }
 
+/* The --diff outputs of p against base, both readable. */
+static int show_diff(const profile_opts_t *o, const em_profile_t *p, const char *title,
+                     const em_profile_t *base) {
+  if (o->base.svg) {
+    FILE *out = fopen(o->base.svg, "w");
+    if (!out) {
+      em_cli_error(CMD, "cannot write --svg %s: %s", o->base.svg, strerror(errno));
+      return EM_CLI_INPUT;
+    }
+    int drc = em_profile_svg_diff(out, p, title, base, o->diff);
+    if (fclose(out) != 0 || drc != 0) {
+      em_cli_error(CMD, "writing --svg %s failed", o->base.svg);
+      return EM_CLI_INPUT;
+    }
+  }
+  em_profile_diff_t d;
+  if (em_profile_diff(base, p, &d) != 0) {
+    em_cli_error(CMD, "out of memory");
+    return EM_CLI_FAIL;
+  }
+  int rc = o->base.json ? em_profile_diff_json(stdout, &d, title, o->diff)
+           : o->folded  ? em_profile_diff_folded(stdout, &d)
+                        : em_profile_diff_table(&d, title, o->diff, o->base.top);
+  em_profile_diff_free(&d);
+  if (rc != 0) {
+    em_cli_error(CMD, "cannot write the comparison");
+    return EM_CLI_FAIL;
+  }
+  return EM_CLI_OK;
+}
+
+/* --diff: reads and decodes the baseline, then shows e's profile against it, both readable. */
+static int diff(const profile_opts_t *o, em_cli_forensic_entry_t *e) {
+  uint8_t *cbor = NULL;
+  size_t len = 0;
+  int rc = em_cli_read_message_file(CMD, o->diff, EM_PROFILE_MAX_BYTES, "a profile", &cbor, &len);
+  if (rc != EM_CLI_OK) {
+    return rc;
+  }
+  size_t cap = em_profile_scratch_bytes(len);
+  void *scratch = malloc(cap);
+  em_profile_t base;
+  size_t off = 0;
+  int drc = scratch ? em_profile_decode(cbor, len, &base, scratch, cap, &off) : -ENOMEM;
+  free(cbor);
+  if (drc != 0) {
+    em_cli_error(CMD, "--diff %s: not a profile: %s at byte %zu", o->diff, em_proto_strerror(drc),
+                 off);
+    free(scratch);
+    return drc == -ENOMEM ? EM_CLI_FAIL : EM_CLI_INPUT;
+  }
+  em_profile_frame_t *rf[2] = {NULL, NULL};
+  char *text[2] = {NULL, NULL};
+  em_profile_t now = e->u.profile;
+  if (em_profile_readable(&now, &rf[0], &text[0]) != 0 ||
+      em_profile_readable(&base, &rf[1], &text[1]) != 0) {
+    em_cli_error(CMD, "out of memory");
+    rc = EM_CLI_FAIL;
+  } else {
+    now.frames = rf[0];
+    base.frames = rf[1];
+    rc = show_diff(o, &now, e->title, &base);
+  }
+  for (int i = 0; i < 2; i++) {
+    free(rf[i]);
+    free(text[i]);
+  }
+  free(scratch);
+  return rc;
+}
+
 int em_cli_profile(int argc, char **argv) {
   profile_opts_t o = {0};
   em_cli_forensic_entry_t e;
@@ -275,7 +370,7 @@ int em_cli_profile(int argc, char **argv) {
   if (rc >= 0) {
     return rc;
   }
-  rc = show(&o, &e);
+  rc = o.diff ? diff(&o, &e) : show(&o, &e);
   em_cli_forensic_entry_free(&e);
   return rc;
 }

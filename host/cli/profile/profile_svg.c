@@ -7,6 +7,12 @@
  * data-d (its depth), which is all the script needs to zoom and search; the script never
  * fetches anything. Colours: a family per frame kind, the shade from a hash of the name, so a
  * function keeps its colour from one drawing to the next.
+ *
+ * The differential drawing (em_profile_svg_diff()) is the same graph of the breach's profile;
+ * each node is matched to the baseline's node of the same frame names from the root (the
+ * baseline's own tree, walked child by child: parents are matched before their children), and
+ * coloured by the change of its share: red grew, blue shrank, the saturation in proportion to
+ * the change over the largest change drawn.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "profile_svg.h"
@@ -15,6 +21,7 @@
 #include "view.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define ROW_H   16.0
@@ -44,6 +51,80 @@ static void fill(FILE *out, em_profile_frame_kind_t kind, const char *name) {
     r = g = b = 160 + v / 2;
   }
   fprintf(out, "rgb(%u,%u,%u)", r, g, b);
+}
+
+/* The fill of a frame in the differential drawing: delta points of share, max the largest
+ * change drawn (> 0). */
+static void diff_fill(FILE *out, double delta, double max) {
+  double k = delta < 0 ? -delta / max : delta / max;
+  unsigned v = (unsigned)(230.0 - 190.0 * (k > 1 ? 1 : k));
+  if (delta > 0) {
+    fprintf(out, "rgb(255,%u,%u)", v, v);
+  } else if (delta < 0) {
+    fprintf(out, "rgb(%u,%u,255)", v, v);
+  } else {
+    fputs("rgb(230,230,230)", out);
+  }
+}
+
+static const char *diff_class(double delta) {
+  return delta > 0 ? "grew" : delta < 0 ? "shrank" : "same";
+}
+
+/* The baseline's side of a differential drawing: its tree, its samples, which of its nodes
+ * each node of the breach's tree is (0: none), the breach's total and the largest change. */
+typedef struct {
+  const em_profile_t *p;
+  const char *title;
+  em_profile_tree_t t;
+  uint32_t *match;
+  uint64_t total, now_total;
+  double max;
+} diff_side_t;
+
+static double share(uint64_t n, uint64_t total) {
+  return total > 0 ? 100.0 * (double)n / (double)total : 0.0;
+}
+
+/* The change of node i's share, in points. */
+static double node_delta(const diff_side_t *b, const em_profile_tree_t *t, size_t i) {
+  uint64_t was = b->match[i] ? b->t.v[b->match[i]].samples : 0;
+  return share(t->v[i].samples, b->now_total) - share(was, b->total);
+}
+
+/* Builds b's tree and matches every node of t to it. Returns 0 or -ENOMEM. */
+static int diff_match(diff_side_t *b, const em_profile_t *p, const em_profile_tree_t *t) {
+  if (em_profile_tree(b->p, &b->t) != 0) {
+    return -ENOMEM;
+  }
+  b->match = calloc(t->n, sizeof(*b->match));
+  if (!b->match) {
+    return -ENOMEM;
+  }
+  b->total = em_profile_stacks_total(b->p);
+  b->now_total = em_profile_stacks_total(p);
+  for (size_t i = 1; i < t->n; i++) {
+    uint32_t parent = t->v[i].parent;
+    uint32_t at = parent == 0 ? 0 : b->match[parent];
+    if (parent != 0 && at == 0) {
+      continue; /* The caller is not in the baseline: neither is this. */
+    }
+    const em_profile_frame_t *f = &p->frames[t->v[i].frame];
+    for (uint32_t c = b->t.v[at].first_child; c != 0; c = b->t.v[c].next_sibling) {
+      const em_profile_frame_t *g = &b->p->frames[b->t.v[c].frame];
+      if (g->kind == f->kind && strcmp(g->name, f->name) == 0) {
+        b->match[i] = c;
+        break;
+      }
+    }
+  }
+  for (size_t i = 1; i < t->n; i++) {
+    double d = node_delta(b, t, i);
+    d = d < 0 ? -d : d;
+    b->max = d > b->max ? d : b->max;
+  }
+  b->max = b->max > 0 ? b->max : 1.0;
+  return 0;
 }
 
 static const char SCRIPT[] =
@@ -79,7 +160,7 @@ static const char SCRIPT[] =
     "]]></script>\n";
 
 static void header(FILE *out, const em_profile_t *p, const char *title, double height,
-                   uint64_t drawn) {
+                   uint64_t drawn, const diff_side_t *b) {
   fprintf(out,
           "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
           "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"%.0f\" "
@@ -113,11 +194,27 @@ static void header(FILE *out, const em_profile_t *p, const char *title, double h
     fprintf(out, ", %llu stacks (%llu samples) cut", (unsigned long long)p->truncated.stacks_cut,
             (unsigned long long)p->truncated.samples_cut);
   }
+  if (b) {
+    fputs(", against ", out);
+    em_view_xml(out, b->title);
+    fputs(": share grew red, shrank blue", out);
+  }
   fputs("</text>\n", out);
+  if (b) {
+    static const double deltas[] = {1.0, 0.25, -0.25, -1.0};
+    static const char *const names[] = {"grew", "a little", "a little", "shrank"};
+    double lx = EM_PROFILE_SVG_WIDTH - 520;
+    for (size_t i = 0; i < 4; i++, lx += 80) {
+      fprintf(out, "<rect class=\"legend\" x=\"%.1f\" y=\"27\" width=\"12\" height=\"12\" fill=\"",
+              lx);
+      diff_fill(out, deltas[i], 1.0);
+      fprintf(out, "\"/><text x=\"%.1f\" y=\"37\">%s</text>\n", lx + 16, names[i]);
+    }
+  }
   static const em_profile_frame_kind_t kinds[] = {EM_FRAME_PYTHON, EM_FRAME_NATIVE, EM_FRAME_KERNEL,
                                                   EM_FRAME_UNKNOWN};
   double x = EM_PROFILE_SVG_WIDTH - 520;
-  for (size_t i = 0; i < 4; i++, x += 80) {
+  for (size_t i = 0; i < 4 && !b; i++, x += 80) {
     fprintf(out, "<rect class=\"legend\" x=\"%.1f\" y=\"27\" width=\"12\" height=\"12\" fill=\"",
             x);
     fill(out, kinds[i], "");
@@ -133,16 +230,15 @@ static void header(FILE *out, const em_profile_t *p, const char *title, double h
           height - 6);
 }
 
-int em_profile_svg(FILE *out, const em_profile_t *p, const char *title) {
-  em_profile_tree_t t;
-  if (em_profile_tree(p, &t) != 0) {
-    return -ENOMEM;
-  }
+/* Draws p; with b, coloured by the change against b's profile (diff_match() done). */
+static void draw(FILE *out, const em_profile_t *p, const char *title, const em_profile_tree_t *tp,
+                 const diff_side_t *b) {
+  const em_profile_tree_t t = *tp;
   double height = TOP + ((double)t.max_depth + 1) * ROW_H + BOTTOM;
   uint64_t drawn = t.v[0].samples;
   double total = drawn > 0 ? (double)drawn : 1.0;
   double span = EM_PROFILE_SVG_WIDTH - 2 * EM_PROFILE_SVG_MARGIN;
-  header(out, p, title ? title : "", height, drawn);
+  header(out, p, title ? title : "", height, drawn, b);
   double y_all = TOP + (double)t.max_depth * ROW_H;
   fprintf(out,
           "<rect class=\"all\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.1f\">"
@@ -161,10 +257,15 @@ int em_profile_svg(FILE *out, const em_profile_t *p, const char *title) {
             (unsigned)nd->depth);
     em_view_xml(out, f->name);
     fprintf(out,
-            "\"><rect class=\"f %s\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.1f\" "
-            "fill=\"",
-            em_profile_frame_kind_name(f->kind), x, y, w, ROW_H - 1);
-    fill(out, f->kind, f->name);
+            "\"><rect class=\"f %s%s%s\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" "
+            "height=\"%.1f\" fill=\"",
+            em_profile_frame_kind_name(f->kind), b ? " " : "",
+            b ? diff_class(node_delta(b, &t, i)) : "", x, y, w, ROW_H - 1);
+    if (b) {
+      diff_fill(out, node_delta(b, &t, i), b->max);
+    } else {
+      fill(out, f->kind, f->name);
+    }
     fputs("\"><title>", out);
     em_view_xml(out, f->name);
     if (f->module) {
@@ -172,10 +273,14 @@ int em_profile_svg(FILE *out, const em_profile_t *p, const char *title) {
       em_view_xml(out, f->module);
       fputc(')', out);
     }
-    fprintf(out,
-            " \xe2\x80\x94 %s, %llu samples, %.2f%%</title></rect><text x=\"%.2f\" y=\"%.2f\">",
-            em_profile_frame_kind_name(f->kind), (unsigned long long)nd->samples, 100.0 * fw, x + 3,
-            y + ROW_H - 4);
+    fprintf(out, " \xe2\x80\x94 %s, %llu samples, %.2f%%", em_profile_frame_kind_name(f->kind),
+            (unsigned long long)nd->samples, 100.0 * fw);
+    if (b) {
+      uint64_t was = b->match[i] ? b->t.v[b->match[i]].samples : 0;
+      fprintf(out, "; share %.2f%% against the baseline's %.2f%% (%+.2f points)",
+              share(nd->samples, b->now_total), share(was, b->total), node_delta(b, &t, i));
+    }
+    fprintf(out, "</title></rect><text x=\"%.2f\" y=\"%.2f\">", x + 3, y + ROW_H - 4);
     size_t fit = w > 6 ? (size_t)((w - 6) / CHAR_PX) : 0;
     size_t len = strlen(f->name);
     if (fit >= 3) {
@@ -194,6 +299,32 @@ int em_profile_svg(FILE *out, const em_profile_t *p, const char *title) {
     fputs("</text></g>\n", out);
   }
   fputs("</svg>\n", out);
+}
+
+int em_profile_svg(FILE *out, const em_profile_t *p, const char *title) {
+  em_profile_tree_t t;
+  if (em_profile_tree(p, &t) != 0) {
+    return -ENOMEM;
+  }
+  draw(out, p, title, &t, NULL);
   em_profile_tree_free(&t);
   return ferror(out) ? -EIO : 0;
+}
+
+int em_profile_svg_diff(FILE *out, const em_profile_t *p, const char *title,
+                        const em_profile_t *base, const char *base_title) {
+  em_profile_tree_t t;
+  if (em_profile_tree(p, &t) != 0) {
+    return -ENOMEM;
+  }
+  diff_side_t b = {.p = base, .title = base_title ? base_title : ""};
+  int rc = diff_match(&b, p, &t);
+  if (rc == 0) {
+    draw(out, p, title, &t, &b);
+    rc = ferror(out) ? -EIO : 0;
+  }
+  free(b.match);
+  em_profile_tree_free(&b.t);
+  em_profile_tree_free(&t);
+  return rc;
 }

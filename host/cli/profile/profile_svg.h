@@ -29,4 +29,16 @@
 /* Writes the SVG. Returns 0, -ENOMEM, or -EIO when writing failed. */
 int em_profile_svg(FILE *out, const em_profile_t *p, const char *title);
 
+/*
+ * Writes the differential flame graph of p against base (--diff): p's graph as above, each
+ * rectangle filled by the change of its share (its samples over em_profile_stacks_total() of
+ * its profile) against the same frame path in base: red where it grew, blue where it shrank,
+ * grey where equal, deeper the larger the change relative to the largest one drawn; class
+ * "f KIND grew|shrank|same", and the title adds both shares and the change in points. The
+ * legend gives the colours of change; the subtitle names base_title. Both profiles are
+ * borrowed. Returns 0, -ENOMEM, or -EIO when writing failed.
+ */
+int em_profile_svg_diff(FILE *out, const em_profile_t *p, const char *title,
+                        const em_profile_t *base, const char *base_title);
+
 #endif /* EM_CLI_PROFILE_SVG_H */
