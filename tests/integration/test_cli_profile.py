@@ -23,7 +23,7 @@ import cbor2
 import pytest
 
 import forensics
-from conftest import Broker, free_port, mqtt_client, wait_for
+from conftest import Broker, broker_and_aggregator, free_port, mqtt_client, wait_for
 
 SIM = os.environ.get("EM_SIM")
 CLI = os.environ.get("EM_CLI")
@@ -266,6 +266,8 @@ def grown(published, tmp_path):
     breach[14][pick][0] += extra
     breach[10] += extra
     breach[14].sort(key=lambda s: -s[0])  # Descending samples (rule P2).
+    breach[4] += 1  # Its own number and a later window, so the aggregator keeps both.
+    breach[2] += 60 * 10**9
     out = tmp_path / "breach.cbor"
     out.write_bytes(cbor2.dumps(breach))
     return path, out, base, breach
@@ -350,3 +352,28 @@ def test_diff_bad_baseline_is_an_input_error(published, tmp_path):
     assert cli("--file", path, "--diff", path, "--stage", "x").returncode == 2
     assert cli("--file", path, "--diff", path, "--pprof", tmp_path / "p.pb").returncode == 2
     assert cli("--list", "--device", "d", "--diff", path).returncode == 2
+
+
+def test_diff_at_takes_the_baseline_from_the_aggregator(grown, tmp_path):
+    base_path, path, base, breach = grown
+    device = "pr-diff"
+    with broker_and_aggregator(tmp_path) as (broker, agg):
+        forensics.publish(broker.port, device, base_path.read_bytes(), path.read_bytes(),
+                          kind="profile")
+        wait_for(lambda: agg.get(f"/api/devices/{device}/profiles")[0] == 200 and len(
+            forensics.api_list(agg, device, kind="profiles")) == 2, 10, "both profiles stored")
+        url = f"http://127.0.0.1:{agg.port}"
+        at = str(base[2] // 10**9)  # Nearer the baseline's window than the breach's.
+        r = cli("--aggregator", url, "--device", device, "--diff-at", at, "--json")
+        assert r.returncode == 0, r.stderr
+        got = json.loads(r.stdout)
+        want = json.loads(cli("--file", path, "--diff", base_path, "--json").stdout)
+        assert got["baseline"] == f"{device} {base[3]}-{base[4]}"
+        assert got["profile"] == f"{device} {breach[3]}-{breach[4]}"
+        assert {k: got[k] for k in ("samples", "functions", "stacks")} == {
+            k: want[k] for k in ("samples", "functions", "stacks")}
+        none = cli("--aggregator", url, "--device", "pr-none", "--diff-at", at)
+        assert none.returncode == 1
+    assert cli("--file", path, "--diff-at", at).returncode == 2
+    assert cli("--file", path, "--diff", base_path, "--diff-at", at).returncode == 2
+    assert cli("--device", device, "--diff-at", "yesterday").returncode == 2

@@ -10,8 +10,9 @@
  * the aggregator the profile is fetched as CBOR and decoded, so a file and the API give the
  * same output; --json prints em_profile_to_json() of it, byte for byte what the API's JSON is.
  * What is profile's own: --show, --folded, --pprof, --stage, --diff and --seconds, its help
- * and its tables. --diff BASELINE reads a second profile from a file and shows the first
- * against it (profile_diff.h, em_profile_svg_diff()) in the table, --folded, --json or --svg.
+ * and its tables. --diff BASELINE reads a second profile from a file (or --diff-at TIME
+ * fetches the device's profile nearest TIME from the aggregator) and shows the first against
+ * it (profile_diff.h, em_profile_svg_diff()) in the table, --folded, --json or --svg.
  *
  * Owns, for the call: the decoded profile (forensic_cmd.h), the baseline's bytes and decode
  * scratch, the pprof buffer.
@@ -43,7 +44,9 @@ typedef struct {
   bool folded;
   const char *pprof;
   const char *stage;
-  const char *diff; /* --diff BASELINE: the baseline profile's CBOR file. */
+  const char *diff;    /* --diff BASELINE: the baseline profile's CBOR file. */
+  bool diff_at;        /* --diff-at given: the baseline is the aggregator's, nearest diff_at_ns. */
+  uint64_t diff_at_ns; /* --diff-at, in ns since the epoch. */
 } profile_opts_t;
 
 static void usage(FILE *out) {
@@ -51,7 +54,8 @@ static void usage(FILE *out) {
           "usage: edgemon-cli profile [--device D] [--last | --at TIME] [--show | --folded |\n"
           "                           --json] [--stage NAME] [--top N] [--svg FILE]\n"
           "                           [--pprof FILE] [--aggregator URL | --file PATH]\n"
-          "       edgemon-cli profile --diff BASELINE [--device D] [--last | --at TIME]\n"
+          "       edgemon-cli profile (--diff BASELINE | --diff-at TIME) [--device D]\n"
+          "                           [--last | --at TIME]\n"
           "                           [--folded | --json] [--top N] [--svg FILE]\n"
           "                           [--aggregator URL | --file PATH]\n"
           "       edgemon-cli profile --list --device D [--json] [--aggregator URL]\n"
@@ -100,6 +104,8 @@ static void usage(FILE *out) {
           "                    the profile's flame graph coloured by each frame's change (grew\n"
           "                    red, shrank blue, deeper for more; the baseline's share in the\n"
           "                    title). Not with --stage or --pprof\n"
+          "  --diff-at TIME    as --diff, the baseline the device's profile nearest TIME on the\n"
+          "                    aggregator (TIME as for --at; not with --file)\n"
           "  --take            publish cmd/profile to the device: its agent samples now\n"
           "  --seconds S       with --take: how long to sample, whole seconds 1..60 (default:\n"
           "                    the agent's configured window)\n"
@@ -111,7 +117,7 @@ static void usage(FILE *out) {
           "--diff, --svg or --pprof cannot be used (missing, not a profile, not writable)\n");
 }
 
-enum { O_SHOW = 0x200, O_FOLDED, O_PPROF, O_SECONDS, O_STAGE, O_DIFF };
+enum { O_SHOW = 0x200, O_FOLDED, O_PPROF, O_SECONDS, O_STAGE, O_DIFF, O_DIFF_AT };
 
 static const struct option opts[] = {
     EM_CLI_OPTS_FORENSIC,
@@ -121,6 +127,7 @@ static const struct option opts[] = {
     {"seconds", required_argument, NULL, O_SECONDS},
     {"stage", required_argument, NULL, O_STAGE},
     {"diff", required_argument, NULL, O_DIFF},
+    {"diff-at", required_argument, NULL, O_DIFF_AT},
     {NULL, 0, NULL, 0},
 };
 
@@ -135,6 +142,17 @@ static int option(void *ctx, int c, const char *arg) {
     int rc = em_cli_number_option(CMD, "--seconds", arg, &seconds, &s);
     o->base.take_seconds = (uint32_t)s;
     return rc;
+  }
+  if (c == O_DIFF_AT) {
+    o->diff_at = true;
+    o->base.own_output = true;
+    if (!em_cli_parse_time(arg, &o->diff_at_ns)) {
+      return em_cli_usage_error(CMD,
+                                "--diff-at: '%s' is neither an RFC 3339 time "
+                                "(2026-11-25T06:10:00Z) nor seconds since the epoch",
+                                arg);
+    }
+    return EM_CLI_OK;
   }
   if (c != O_SHOW && c != O_FOLDED && c != O_PPROF && c != O_STAGE && c != O_DIFF) {
     return -1;
@@ -160,7 +178,13 @@ static int check(void *ctx) {
   if (o->stage && o->base.json) {
     return em_cli_usage_error(CMD, "--stage and --json: --json prints the profile whole");
   }
-  if (o->diff && (o->stage || o->pprof)) {
+  if (o->diff && o->diff_at) {
+    return em_cli_usage_error(CMD, "--diff and --diff-at: give one baseline");
+  }
+  if (o->diff_at && o->base.file) {
+    return em_cli_usage_error(CMD, "--diff-at reads the aggregator: with --file, give --diff FILE");
+  }
+  if ((o->diff || o->diff_at) && (o->stage || o->pprof)) {
     return em_cli_usage_error(CMD, "--diff compares whole profiles: not with %s",
                               o->stage ? "--stage" : "--pprof");
   }
@@ -172,7 +196,7 @@ static const em_cli_forensic_kind_t kind = {
     .noun = "profile",
     .array = "profiles",
     .command = EM_CMD_PROFILE,
-    .own_outputs = "--pprof, --show, --folded, --stage, --diff",
+    .own_outputs = "--pprof, --show, --folded, --stage, --diff, --diff-at",
     .counts = {{"samples", 8, offsetof(em_flight_entry_t, samples)},
                {"stacks", 7, offsetof(em_flight_entry_t, stacks)}},
     .opts = opts,
@@ -294,14 +318,14 @@ static int show(const profile_opts_t *o, em_cli_forensic_entry_t *e) {
 
 /* The --diff outputs of p against base, both readable. */
 static int show_diff(const profile_opts_t *o, const em_profile_t *p, const char *title,
-                     const em_profile_t *base) {
+                     const em_profile_t *base, const char *base_title) {
   if (o->base.svg) {
     FILE *out = fopen(o->base.svg, "w");
     if (!out) {
       em_cli_error(CMD, "cannot write --svg %s: %s", o->base.svg, strerror(errno));
       return EM_CLI_INPUT;
     }
-    int drc = em_profile_svg_diff(out, p, title, base, o->diff);
+    int drc = em_profile_svg_diff(out, p, title, base, base_title);
     if (fclose(out) != 0 || drc != 0) {
       em_cli_error(CMD, "writing --svg %s failed", o->base.svg);
       return EM_CLI_INPUT;
@@ -312,9 +336,9 @@ static int show_diff(const profile_opts_t *o, const em_profile_t *p, const char 
     em_cli_error(CMD, "out of memory");
     return EM_CLI_FAIL;
   }
-  int rc = o->base.json ? em_profile_diff_json(stdout, &d, title, o->diff)
+  int rc = o->base.json ? em_profile_diff_json(stdout, &d, title, base_title)
            : o->folded  ? em_profile_diff_folded(stdout, &d)
-                        : em_profile_diff_table(&d, title, o->diff, o->base.top);
+                        : em_profile_diff_table(&d, title, base_title, o->base.top);
   em_profile_diff_free(&d);
   if (rc != 0) {
     em_cli_error(CMD, "cannot write the comparison");
@@ -323,11 +347,53 @@ static int show_diff(const profile_opts_t *o, const em_profile_t *p, const char 
   return EM_CLI_OK;
 }
 
-/* --diff: reads and decodes the baseline, then shows e's profile against it, both readable. */
+/* --diff-at: the CBOR (*cbor malloc'd) of the device's profile nearest o->diff_at_ns on the
+ * aggregator, its title "<device> <key>" in title. Returns EM_CLI_OK, or the exit code with
+ * the reason printed. */
+static int fetch_baseline(const profile_opts_t *o, uint8_t **cbor, size_t *len, char *title,
+                          size_t cap) {
+  char path[256];
+  snprintf(path, sizeof(path), "/api/devices/%s/profiles?limit=5000", o->base.device);
+  em_http_answer_t a;
+  int rc = em_cli_api_get(CMD, o->base.aggregator, o->base.timeout_s, path, &a);
+  if (rc != EM_CLI_OK) {
+    return rc;
+  }
+  em_flight_list_t list;
+  int prc = em_api_list_parse(a.body, "profiles", &list);
+  em_http_get_free(&a);
+  if (prc != 0) {
+    em_cli_error(CMD, "aggregator %s: not a list of profiles", o->base.aggregator);
+    return EM_CLI_BROKER;
+  }
+  const em_flight_entry_t *e = em_flight_list_nearest(&list, o->diff_at_ns);
+  if (!e) {
+    em_cli_error(CMD, "device %s has no profiles", o->base.device);
+    em_flight_list_free(&list);
+    return EM_CLI_FAIL;
+  }
+  snprintf(path, sizeof(path), "/api/devices/%s/profiles/%s?format=cbor", o->base.device, e->key);
+  snprintf(title, cap, "%s %s", o->base.device, e->key);
+  em_flight_list_free(&list);
+  rc = em_cli_api_get(CMD, o->base.aggregator, o->base.timeout_s, path, &a);
+  if (rc != EM_CLI_OK) {
+    return rc;
+  }
+  *cbor = (uint8_t *)a.body;
+  *len = a.len;
+  return EM_CLI_OK;
+}
+
+/* --diff, --diff-at: reads and decodes the baseline, then shows e's profile against it, both
+ * readable. */
 static int diff(const profile_opts_t *o, em_cli_forensic_entry_t *e) {
   uint8_t *cbor = NULL;
   size_t len = 0;
-  int rc = em_cli_read_message_file(CMD, o->diff, EM_PROFILE_MAX_BYTES, "a profile", &cbor, &len);
+  char title[160];
+  snprintf(title, sizeof(title), "%s", o->diff ? o->diff : "");
+  int rc = o->diff ? em_cli_read_message_file(CMD, o->diff, EM_PROFILE_MAX_BYTES, "a profile",
+                                              &cbor, &len)
+                   : fetch_baseline(o, &cbor, &len, title, sizeof(title));
   if (rc != EM_CLI_OK) {
     return rc;
   }
@@ -338,10 +404,10 @@ static int diff(const profile_opts_t *o, em_cli_forensic_entry_t *e) {
   int drc = scratch ? em_profile_decode(cbor, len, &base, scratch, cap, &off) : -ENOMEM;
   free(cbor);
   if (drc != 0) {
-    em_cli_error(CMD, "--diff %s: not a profile: %s at byte %zu", o->diff, em_proto_strerror(drc),
-                 off);
+    em_cli_error(CMD, "%s %s: not a profile: %s at byte %zu", o->diff ? "--diff" : "--diff-at",
+                 title, em_proto_strerror(drc), off);
     free(scratch);
-    return drc == -ENOMEM ? EM_CLI_FAIL : EM_CLI_INPUT;
+    return drc == -ENOMEM || !o->diff ? EM_CLI_FAIL : EM_CLI_INPUT;
   }
   em_profile_frame_t *rf[2] = {NULL, NULL};
   char *text[2] = {NULL, NULL};
@@ -353,7 +419,7 @@ static int diff(const profile_opts_t *o, em_cli_forensic_entry_t *e) {
   } else {
     now.frames = rf[0];
     base.frames = rf[1];
-    rc = show_diff(o, &now, e->title, &base);
+    rc = show_diff(o, &now, e->title, &base, title);
   }
   for (int i = 0; i < 2; i++) {
     free(rf[i]);
@@ -370,7 +436,7 @@ int em_cli_profile(int argc, char **argv) {
   if (rc >= 0) {
     return rc;
   }
-  rc = o.diff ? diff(&o, &e) : show(&o, &e);
+  rc = o.diff || o.diff_at ? diff(&o, &e) : show(&o, &e);
   em_cli_forensic_entry_free(&e);
   return rc;
 }
