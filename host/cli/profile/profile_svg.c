@@ -9,10 +9,10 @@
  * function keeps its colour from one drawing to the next.
  *
  * The differential drawing (em_profile_svg_diff()) is the same graph of the breach's profile;
- * each node is matched to the baseline's node of the same frame names from the root (the
- * baseline's own tree, walked child by child: parents are matched before their children), and
- * coloured by the change of its share: red grew, blue shrank, the saturation in proportion to
- * the change over the largest change drawn.
+ * each node is matched to the baseline's node of the same frames (kind and name) from the
+ * root (the baseline's own tree, walked child by child: parents are matched before their
+ * children), and coloured by the change of its share: red grew, blue shrank, the saturation
+ * in proportion to the change over the largest change drawn.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "profile_svg.h"
