@@ -18,6 +18,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The few operations on doubles the engine needs, written here: the agent links no libm. */
+static double dmin(double a, double b) {
+  return a < b ? a : b;
+}
+
+static double dmax(double a, double b) {
+  return a > b ? a : b;
+}
+
+static double dabs(double a) {
+  return a < 0 ? -a : a;
+}
+
 /* The counters the engine reads (COUNTER columns, running totals). */
 enum {
   C_RUNQ,      /* ns */
@@ -250,7 +263,7 @@ static uint64_t statistic(const char *stat, uint64_t *d, size_t n) {
     for (size_t i = 0; i < n; i++) {
       sum += (double)d[i];
     }
-    return (uint64_t)llround(sum / (double)n);
+    return (uint64_t)(sum / (double)n + 0.5); /* Durations are >= 0: rounds half up. */
   }
   qsort(d, n, sizeof(*d), cmp_u64);
   double q = strcmp(stat, "p50") == 0    ? 0.50
@@ -258,7 +271,9 @@ static uint64_t statistic(const char *stat, uint64_t *d, size_t n) {
              : strcmp(stat, "p99") == 0  ? 0.99
              : strcmp(stat, "p999") == 0 ? 0.999
                                          : 1.0;
-  size_t rank = (size_t)ceil(q * (double)n); /* Nearest rank, 1-based. */
+  double want = q * (double)n;
+  size_t rank = (size_t)want; /* Nearest rank, 1-based: want rounded up. */
+  rank += (double)rank < want;
   return d[(rank ? rank : 1) - 1];
 }
 
@@ -362,12 +377,12 @@ static void cpu_causes(const win_t *b, const win_t *n, const em_diagnose_in_t *i
   if (instr) {
     /* The part of the growth that the extra instructions account for at the old pace. */
     double ratio = b->per_frame[C_INSTR] / n->per_frame[C_INSTR];
-    more = fmin(cpu_growth, base_cpu * fmax(0, ratio - 1));
+    more = dmin(cpu_growth, base_cpu * dmax(0, ratio - 1));
     bool same_cpi = true;
     if (both(b, n, C_CYCLES) && b->per_frame[C_INSTR] > 0 && n->per_frame[C_CYCLES] > 0) {
       double cpi_b = b->per_frame[C_CYCLES] / b->per_frame[C_INSTR];
       double cpi_n = n->per_frame[C_CYCLES] / n->per_frame[C_INSTR];
-      same_cpi = fabs(cpi_b / cpi_n - 1) < EM_DIAGNOSE_REL_STEP;
+      same_cpi = dabs(cpi_b / cpi_n - 1) < EM_DIAGNOSE_REL_STEP;
     }
     bool dropped = gauge_both(b, n, G_FREQ) &&
                    b->gauge[G_FREQ] < n->gauge[G_FREQ] * (1 - EM_DIAGNOSE_REL_STEP);
@@ -376,7 +391,7 @@ static void cpu_causes(const win_t *b, const win_t *n, const em_diagnose_in_t *i
     }
   } else if (gauge_both(b, n, G_FREQ) && b->gauge[G_FREQ] > 0 &&
              b->gauge[G_FREQ] < n->gauge[G_FREQ] * (1 - EM_DIAGNOSE_REL_STEP)) {
-    capped = fmin(cpu_growth, base_cpu * (n->gauge[G_FREQ] / b->gauge[G_FREQ] - 1));
+    capped = dmin(cpu_growth, base_cpu * (n->gauge[G_FREQ] / b->gauge[G_FREQ] - 1));
     more = cpu_growth - capped;
   }
   k = cause(cs, EM_PROTO_CAUSE_FREQUENCY_CAP, capped);
@@ -417,7 +432,7 @@ static void off_cpu_causes(const win_t *b, const win_t *n, cands_t *cs) {
     return;
   }
   bool vol = both(b, n, C_VOL);
-  double gv = vol ? fmax(0, growth(b, n, C_VOL)) : 0;
+  double gv = vol ? dmax(0, growth(b, n, C_VOL)) : 0;
   if (!both(b, n, C_RUNQ) && both(b, n, C_INVOL) && growth(b, n, C_INVOL) > 0) {
     double gi = growth(b, n, C_INVOL);
     double part = pool * gi / (gi + gv);
