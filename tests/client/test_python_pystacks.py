@@ -16,6 +16,7 @@ import time
 
 import client_tests  # noqa: F401  (first: puts the package on sys.path)
 
+import edgemon  # noqa: E402
 from edgemon import _pyprof  # noqa: E402
 
 PAGE = struct.Struct("<4sHHIIQQ32s")
@@ -215,3 +216,112 @@ def test_the_sampler_sends_qualified_method_names_without_co_qualname(tmp_path, 
         stop.set()
         worker.join()
         agent.close()
+
+
+
+def stage_work(until_ns):
+    """A stage's own function: about a millisecond of pure-Python work."""
+    s = 0
+    while time.monotonic_ns() < until_ns:
+        s += 1
+    return s
+
+
+def short_stage_pipeline(client, stop, calls):
+    """A 100 fps loop of one ~1 ms stage (stage_work, in `with client.span`) and a sleep, as
+    the demo's inference loop: the thread holds the GIL only inside the stage. calls gets
+    (span start, span end) of every stage."""
+    while not stop.is_set():
+        t0 = time.monotonic_ns()
+        with client.span("infer"):
+            stage_work(time.monotonic_ns() + 1_000_000)
+        calls.append((t0, time.monotonic_ns()))
+        time.sleep(0.009)
+
+
+def test_a_window_samples_inside_short_stages_and_a_span_outside_one_is_unchanged(tmp_path):
+    # The page's 99 Hz (the agent's default) gives the helper one sample per 10 ms, mostly in
+    # the pipeline's sleep; each span of the window adds one sample of its own thread, taken
+    # when the block calls stage_work.
+    sock_path = str(tmp_path / "spans.sock")
+    agent = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    agent.bind(sock_path)
+    agent.settimeout(5)
+    client = edgemon.Client(sock_path, state_path=str(tmp_path / "state"))
+    plain = (edgemon.span.__enter__, edgemon.span.__exit__)
+    stop = threading.Event()
+    calls = []
+    worker = threading.Thread(target=short_stage_pipeline, args=(client, stop, calls))
+    worker.start()
+    try:
+        time.sleep(0.1)
+        assert (edgemon.span.__enter__, edgemon.span.__exit__) == plain  # no window
+        assert sys.getprofile() is None
+        now = time.monotonic_ns()
+        write_page(tmp_path / "profile", 3, 99, now - 1000, now + 1_000_000_000)
+        client._pyprof.check(time.monotonic_ns())
+        helper = client._pyprof._thread
+        assert helper is not None
+        time.sleep(0.2)
+        assert edgemon.span.__enter__ is not plain[0]  # the window's: one sample per span
+        while True:
+            data = agent.recv(65536)
+            if len(data) > 4 and data[3] == _pyprof.KIND_PYSTACKS:
+                break
+        helper.join(2)
+        stop.set()
+        worker.join()
+        head, samples = decode(data)
+        assert head["window"] == 3 and head["cut"] == 0
+        mine = [(t, frames) for tid, t, frames in samples if tid == worker.native_id]
+        assert all(t1 <= t2 for (_, t1, _), (_, t2, _) in zip(samples, samples[1:]))
+        in_window = [(a, b) for a, b in calls if now + 100_000_000 <= a and b <= now + 900_000_000]
+        named = 0
+        for a, b in in_window:
+            named += any(a <= t <= b and frames[-1].startswith("stage_work (")
+                         and frames[-2].startswith("short_stage_pipeline (") for t, frames in mine)
+        # About 80 stages in the window's middle 0.8 s (fewer on a loaded machine): every one
+        # holds a sample of its thread named stage_work, under the loop that called it.
+        assert len(in_window) >= 20, len(in_window)
+        assert named == len(in_window), (named, len(in_window))
+        assert client._pyprof.stats()["span_samples"] >= len(in_window)
+        # Once the window has ended, spans are the plain ones again and no hook is left.
+        assert (edgemon.span.__enter__, edgemon.span.__exit__) == plain
+        with client.span("after"):
+            stage_work(0)
+        assert client._pyprof.stats()["span_samples"] < len(calls)
+    finally:
+        stop.set()
+        worker.join()
+        client.close()
+        agent.close()
+
+
+def test_a_span_sample_leaves_an_installed_profiler_alone_and_its_hook_goes_at_exit(tmp_path):
+    ps = _pyprof.PyStacks(str(tmp_path / "profile"), str(tmp_path / "s"), environ={})
+    seen = []
+
+    def profiler(frame, event, arg):
+        seen.append(event)
+
+    sys.setprofile(profiler)
+    try:
+        ps.span_started()
+        assert sys.getprofile() is profiler  # cProfile and the like keep theirs
+    finally:
+        sys.setprofile(None)
+    client = edgemon.Client(str(tmp_path / "s"))
+    s = edgemon.span("x", client=client)
+    s.__enter__()
+    ps.span_started()
+    assert sys.getprofile() is ps.hook
+    len(seen)  # a call into C: no sample
+    s.__exit__(None, None, None)  # the block called no Python function: gone without a sample
+    assert sys.getprofile() is None and ps._marks == []
+    ps.span_started()
+    stage_work(0)
+    assert sys.getprofile() is None  # gone after the first call
+    (tid, t, frames), = ps._marks
+    assert tid == threading.get_native_id() and frames[0][0] is stage_work.__code__
+    assert frames[1][0] is test_a_span_sample_leaves_an_installed_profiler_alone_and_its_hook_goes_at_exit.__code__
+    client.close()

@@ -752,6 +752,14 @@ class span(object):
         self._t0 = _monotonic_ns()
         return self
 
+    def _enter_in_window(self):
+        """__enter__ while a profile window is open (_pyprof swaps it in, and back when the
+        window ends): the same, and the block's first Python call records the thread's stack
+        (_pyprof.py, "Short stages")."""
+        self._t0 = _monotonic_ns()
+        self._client._pyprof.span_started()
+        return self
+
     def __exit__(self, exc_type, exc, tb):
         client = self._client
         sync = client._sync if self._sync is None else self._sync
@@ -839,6 +847,17 @@ _new_span = object.__new__
 
 _default = None
 _default_lock = threading.Lock()
+
+
+_span_enter = span.__enter__
+
+
+def _on_profile_windows(open_):
+    """_pyprof's window hook: spans record a Python stack only while a window is open."""
+    span.__enter__ = span._enter_in_window if open_ else _span_enter
+
+
+_pyprof.set_window_hook(_on_profile_windows, span.__exit__.__code__)
 
 
 def default_client():

@@ -17,6 +17,25 @@ window is open.
 Bounded: at most MAX_SAMPLES samples and MAX_STRINGS frame texts are kept per window (the rest
 counted as cut); the datagram holds at most 65507 bytes, keeping the samples nearest the
 window's middle. Standard library only. Set EDGEMON_PYTHON_STACKS=0 to turn the sampling off.
+
+Short stages: the agent gives a native sample the Python frames of a Python sample of the same
+thread taken in the same stage (span) within two periods. The helper alone rarely has one for a
+stage of about 1 ms: it samples at 99 Hz, and it needs the GIL, which the stage's thread hands
+over only after the switch interval (5 ms) or when it blocks, that is mostly between stages (the
+demo's profile: 38 of 46 samples without Python frames). So while a window is open the stage's
+own thread records one sample in each span: span.__enter__ is swapped (for the window only:
+outside one a span costs what it did) for one that installs a one-shot profile hook
+(sys.setprofile) for the span's thread; the first Python function the span's block calls (the
+stage's own function: `with span("infer"): infer(x)`) fires it, it records the thread's stack
+at that time, that function included, and removes itself; when that first call is the span's
+__exit__ (the block called no Python function), it removes itself without a sample. The hook is installed only when the thread has none (a
+profiler such as cProfile is left alone). Bounded: one sample per span (MAX_MARKS a window, the
+rest cut), each a walk of the thread's frames; while installed (from the span's start to its
+first Python call) the hook also sees the block's calls into C. Sampling from the helper thread
+at a higher rate or waking it at span starts depends on the scheduler handing it a CPU and the
+GIL within the stage (it did not on a loaded machine), and a trace hook kept for the whole span
+(sys.settrace) slows every bytecode of the thread two- to threefold. Spans sent with record()
+are timed after the fact: only the helper's samples serve them.
 """
 
 import os
@@ -40,6 +59,29 @@ MAX_TEXT = 255
 MAX_DEPTH = 256
 MAX_SAMPLES = 20000
 MAX_HZ = 99
+MAX_MARKS = 20000  # span samples kept per window
+
+_windows_lock = threading.Lock()
+_windows_open = 0  # helpers running, in every PyStacks of the process
+_on_windows = None  # called with True when the first window opens, False when the last ends
+_span_exit_code = None  # the code of span.__exit__: a call of it ends the span, no sample
+
+
+def set_window_hook(fn, exit_code):
+    """fn(open) is called when the first helper of the process starts (True) and when the
+    last one ends (False); _client swaps span.__enter__ with it. exit_code: the code object
+    of span.__exit__, whose call removes the one-shot hook without a sample."""
+    global _on_windows, _span_exit_code
+    _on_windows = fn
+    _span_exit_code = exit_code
+
+
+def _window_changed(step):
+    global _windows_open
+    with _windows_lock:
+        _windows_open += step
+        if _on_windows is not None and _windows_open == (1 if step > 0 else 0):
+            _on_windows(step > 0)
 
 
 def read_page(path):
@@ -97,12 +139,16 @@ def frame_name(frame, cache):
     """The function name for a frame's text: co_qualname (3.11+); before, the qualified name
     of the method when the code belongs to a class at the top level of its module, else
     co_name. cache maps code objects to names already found (one lookup per code object)."""
-    code = frame.f_code
+    return code_name(frame.f_code, frame.f_globals, cache)
+
+
+def code_name(code, globals_, cache):
+    """frame_name() of a frame running code with the module dictionary globals_."""
     if HAS_CO_QUALNAME:
         return code.co_qualname
     name = cache.get(code)
     if name is None:
-        name = cache[code] = _class_qualname(code, frame.f_globals) or code.co_name
+        name = cache[code] = _class_qualname(code, globals_) or code.co_name
     return name
 
 
@@ -171,8 +217,33 @@ class PyStacks(object):
         self.socket_path = socket_path
         self._last = None  # (window, start_ns) of the last window sampled
         self._thread = None
+        self._spans_on = False  # this helper counted in _windows_open
+        self._marks = []  # span samples of the open window: (tid, ns, [(code, line, globals)])
+        self.hook = self._first_call  # one object, to tell whether it is installed
         self.counts = {"windows": 0, "samples": 0, "cut": 0, "sent": 0, "send_failed": 0,
-                       "bytes": 0}
+                       "bytes": 0, "span_samples": 0}
+
+    def span_started(self):
+        """A span starts in this thread while a window is open: its first Python call records
+        the stack (the hook), unless the thread has a profile function already."""
+        if sys.getprofile() is None and len(self._marks) < MAX_MARKS:
+            sys.setprofile(self.hook)
+
+    def _first_call(self, frame, event, arg):
+        """The one-shot profile hook: on the first Python call, the thread's stack, then gone
+        (a call of span.__exit__: the block called no Python function, no sample)."""
+        if event != "call":
+            return
+        sys.setprofile(None)
+        if frame.f_code is _span_exit_code:
+            return
+        now = time.monotonic_ns()
+        stack = []
+        while frame is not None and len(stack) < MAX_DEPTH:
+            stack.append((frame.f_code, frame.f_lineno, frame.f_globals))
+            frame = frame.f_back
+        del frame
+        self._marks.append((threading.get_native_id(), now, stack))
 
     def stats(self):
         out = dict(self.counts)
@@ -201,10 +272,21 @@ class PyStacks(object):
         self._thread.start()
 
     def _run(self, window, hz, start, end):
+        self._marks = []
+        self._spans_on = True
+        _window_changed(1)
         try:
             self._sample_and_send(window, hz, start, end)
         except Exception:  # the helper never disturbs the application
             self.counts["send_failed"] += 1
+        finally:
+            self._spans_off()
+            self._marks = []
+
+    def _spans_off(self):
+        if self._spans_on:
+            self._spans_on = False
+            _window_changed(-1)
 
     def _sample_and_send(self, window, hz, start, end):
         me = threading.get_ident()
@@ -250,6 +332,10 @@ class PyStacks(object):
                 stack.reverse()  # root first; past MAX_DEPTH the root side is what is missing
                 samples.append((tid, now, stack))
             time.sleep(max(0.0, min(period, (end - time.monotonic_ns()) / 1e9)))
+        self._spans_off()  # no more span samples: the spans are the plain ones again
+        marks, self._marks = self._marks, []
+        cut += self._add_marks(marks, samples, strings, ids, names)
+        samples.sort(key=lambda s: s[1])
         self.counts["samples"] += len(samples)
         data = pack(os.getpid(), window, strings, samples, cut, (start + end) // 2)
         self.counts["cut"] += struct.unpack_from("<I", data, 12)[0]
@@ -263,3 +349,28 @@ class PyStacks(object):
             self.counts["send_failed"] += 1
         finally:
             sock.close()
+
+    def _add_marks(self, marks, samples, strings, ids, names):
+        """The span samples as samples (frame texts added to strings); returns how many were
+        cut (no room for the sample or its frame texts)."""
+        cut = 0
+        self.counts["span_samples"] += len(marks)
+        for tid, t, frames in marks:
+            if len(samples) >= MAX_SAMPLES:
+                cut += 1
+                continue
+            stack = []
+            for code, line, globals_ in frames:
+                i = ids.get((code, line))
+                if i is None:
+                    if len(strings) >= MAX_STRINGS:
+                        break
+                    i = ids[(code, line)] = len(strings)
+                    strings.append(frame_text(code, line, code_name(code, globals_, names)))
+                stack.append(i)
+            if len(stack) != len(frames) or not stack:
+                cut += 1
+                continue
+            stack.reverse()
+            samples.append((tid, t, stack))
+        return cut
