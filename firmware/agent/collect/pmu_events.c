@@ -160,6 +160,56 @@ static int parse_u64(const char *s, size_t len, uint64_t *out) {
 
 /* ---- format, cpus ------------------------------------------------------------------------ */
 
+/*
+ * Parses a sysfs range list ("0-3,8,10-11", optional trailing white space) and sets bit n of
+ * bits[] (64 to a word, lowest first) for each number n listed. Every number must be below
+ * `limit`; bits[] holds at least `limit` bits and is only ORed into. Returns 0, or -EINVAL
+ * (empty, malformed, a number >= limit, a range running backwards).
+ */
+static int parse_range_list(const char *text, unsigned long limit, uint64_t *bits) {
+  const char *p = text;
+  for (;;) {
+    char *end;
+    if (!isdigit((unsigned char)*p)) {
+      return -EINVAL;
+    }
+    errno = 0;
+    unsigned long lo = strtoul(p, &end, 10);
+    unsigned long hi = lo;
+    if (errno != 0 || lo >= limit) {
+      return -EINVAL;
+    }
+    p = end;
+    if (*p == '-') {
+      p++;
+      if (!isdigit((unsigned char)*p)) {
+        return -EINVAL;
+      }
+      errno = 0;
+      hi = strtoul(p, &end, 10);
+      if (errno != 0 || hi >= limit || hi < lo) {
+        return -EINVAL;
+      }
+      p = end;
+    }
+    for (unsigned long n = lo; n <= hi; n++) {
+      bits[n / 64] |= UINT64_C(1) << (n % 64);
+    }
+    if (*p == ',') {
+      p++;
+      continue;
+    }
+    break;
+  }
+  while (isspace((unsigned char)*p)) {
+    p++;
+  }
+  if (*p != '\0') {
+    return -EINVAL;
+  }
+  return 0;
+}
+
 int em_pmu_events_parse_format(const char *text, em_pmu_events_format_t *out) {
   if (text == NULL || out == NULL) {
     return -EINVAL;
@@ -180,45 +230,9 @@ int em_pmu_events_parse_format(const char *text, em_pmu_events_format_t *out) {
     return -EINVAL;
   }
   uint64_t mask = 0;
-  const char *p = colon + 1;
-  for (;;) {
-    char *end;
-    if (!isdigit((unsigned char)*p)) {
-      return -EINVAL;
-    }
-    errno = 0;
-    unsigned long lo = strtoul(p, &end, 10);
-    unsigned long hi = lo;
-    if (errno != 0 || lo > 63) {
-      return -EINVAL;
-    }
-    p = end;
-    if (*p == '-') {
-      p++;
-      if (!isdigit((unsigned char)*p)) {
-        return -EINVAL;
-      }
-      errno = 0;
-      hi = strtoul(p, &end, 10);
-      if (errno != 0 || hi > 63 || hi < lo) {
-        return -EINVAL;
-      }
-      p = end;
-    }
-    for (unsigned long b = lo; b <= hi; b++) {
-      mask |= UINT64_C(1) << b;
-    }
-    if (*p == ',') {
-      p++;
-      continue;
-    }
-    break;
-  }
-  while (isspace((unsigned char)*p)) {
-    p++;
-  }
-  if (*p != '\0') {
-    return -EINVAL;
+  int rc = parse_range_list(colon + 1, 64, &mask);
+  if (rc != 0) {
+    return rc;
   }
   out->word = word;
   out->mask = mask;
@@ -253,45 +267,9 @@ int em_pmu_events_parse_cpus(const char *text, em_pmu_events_cpus_t *out) {
   }
   em_pmu_events_cpus_t set;
   memset(&set, 0, sizeof(set));
-  const char *p = text;
-  for (;;) {
-    char *end;
-    if (!isdigit((unsigned char)*p)) {
-      return -EINVAL;
-    }
-    errno = 0;
-    unsigned long lo = strtoul(p, &end, 10);
-    unsigned long hi = lo;
-    if (errno != 0 || lo >= EM_PMU_EVENTS_MAX_CPUS) {
-      return -EINVAL;
-    }
-    p = end;
-    if (*p == '-') {
-      p++;
-      if (!isdigit((unsigned char)*p)) {
-        return -EINVAL;
-      }
-      errno = 0;
-      hi = strtoul(p, &end, 10);
-      if (errno != 0 || hi >= EM_PMU_EVENTS_MAX_CPUS || hi < lo) {
-        return -EINVAL;
-      }
-      p = end;
-    }
-    for (unsigned long c = lo; c <= hi; c++) {
-      set.bits[c / 64] |= UINT64_C(1) << (c % 64);
-    }
-    if (*p == ',') {
-      p++;
-      continue;
-    }
-    break;
-  }
-  while (isspace((unsigned char)*p)) {
-    p++;
-  }
-  if (*p != '\0') {
-    return -EINVAL;
+  int rc = parse_range_list(text, EM_PMU_EVENTS_MAX_CPUS, set.bits);
+  if (rc != 0) {
+    return rc;
   }
   *out = set;
   return 0;

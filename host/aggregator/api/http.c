@@ -434,6 +434,19 @@ static void request_done(void *cls, struct MHD_Connection *c, void **req_cls,
 
 /* ---- responses ------------------------------------------------------------------------------ */
 
+/* Queues `resp` with its status and content type (and the Allow header a 405 needs), then
+ * drops this reference to it: MHD keeps its own until the response is sent. */
+static enum MHD_Result queue_typed(struct MHD_Connection *c, unsigned status, const char *type,
+                                   struct MHD_Response *resp) {
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+  if (status == MHD_HTTP_METHOD_NOT_ALLOWED) {
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+  }
+  enum MHD_Result rc = MHD_queue_response(c, status, resp);
+  MHD_destroy_response(resp);
+  return rc;
+}
+
 /* Queues `len` bytes of `body` with status and content type. Takes ownership of `body` (a
  * malloc'd buffer, or NULL for an empty body) whether or not it succeeds. */
 static enum MHD_Result respond_owned(struct MHD_Connection *c, unsigned status, const char *type,
@@ -443,13 +456,7 @@ static enum MHD_Result respond_owned(struct MHD_Connection *c, unsigned status, 
     free(body);
     return MHD_NO;
   }
-  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
-  if (status == MHD_HTTP_METHOD_NOT_ALLOWED) {
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
-  }
-  enum MHD_Result rc = MHD_queue_response(c, status, resp);
-  MHD_destroy_response(resp);
-  return rc;
+  return queue_typed(c, status, type, resp);
 }
 
 /* A constant body (copied by MHD). */
@@ -460,13 +467,7 @@ static enum MHD_Result respond_const(struct MHD_Connection *c, unsigned status, 
   if (!resp) {
     return MHD_NO;
   }
-  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
-  if (status == MHD_HTTP_METHOD_NOT_ALLOWED) {
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
-  }
-  enum MHD_Result rc = MHD_queue_response(c, status, resp);
-  MHD_destroy_response(resp);
-  return rc;
+  return queue_typed(c, status, type, resp);
 }
 
 /* Sends a rendered text (200), or 500 when rendering failed. Frees the text. */
