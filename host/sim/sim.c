@@ -61,6 +61,7 @@
 #include "broker.h"
 #include "cohorts.h"
 #include "edgemon/common/parse.h"
+#include "edgemon/common/rng.h"
 #include "edgemon/proto.h"
 #include "flight_synth.h"
 #include "profile_synth.h"
@@ -357,47 +358,13 @@ static int parse_args(int argc, char **argv, sim_opts_t *o) {
 
 /* ---- random numbers (xoshiro256**, seeded by splitmix64) ------------------------------ */
 
-typedef struct {
-  uint64_t s[4];
-} rng_t;
-
-static uint64_t splitmix64(uint64_t *x) {
-  uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-static void rng_seed(rng_t *r, uint64_t seed) {
-  for (int i = 0; i < 4; i++) {
-    r->s[i] = splitmix64(&seed);
-  }
-}
-
-static uint64_t rotl(uint64_t x, int k) {
-  return (x << k) | (x >> (64 - k));
-}
-
-static uint64_t rng_next(rng_t *r) {
-  uint64_t *s = r->s;
-  uint64_t result = rotl(s[1] * 5, 7) * 9;
-  uint64_t t = s[1] << 17;
-  s[2] ^= s[0];
-  s[3] ^= s[1];
-  s[1] ^= s[2];
-  s[0] ^= s[3];
-  s[2] ^= t;
-  s[3] = rotl(s[3], 45);
-  return result;
-}
-
 /* Uniform in (0, 1]. */
-static double rng_unit(rng_t *r) {
-  return ((double)(rng_next(r) >> 11) + 1.0) * 0x1.0p-53;
+static double rng_unit(em_rng_t *r) {
+  return ((double)(em_rng_next(r) >> 11) + 1.0) * 0x1.0p-53;
 }
 
 /* Standard normal (Box-Muller; one of the pair is dropped, which keeps the state simple). */
-static double rng_normal(rng_t *r) {
+static double rng_normal(em_rng_t *r) {
   double u1 = rng_unit(r);
   double u2 = rng_unit(r);
   return sqrt(-2.0 * log(u1)) * cos(2.0 * 3.14159265358979323846 * u2);
@@ -477,7 +444,7 @@ static double stage_median_ns(const char *name) {
 
 typedef struct {
   char id[EM_PROTO_MAX_NAME_BYTES + 1];
-  rng_t rng;
+  em_rng_t rng;
   uint32_t session;
   uint32_t seq;
   em_level_t level;
@@ -530,7 +497,7 @@ static uint64_t clock_ns(clockid_t id) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static uint64_t exp_delay_ns(rng_t *r, double mean_s) {
+static uint64_t exp_delay_ns(em_rng_t *r, double mean_s) {
   return (uint64_t)(-log(rng_unit(r)) * mean_s * 1e9);
 }
 
@@ -657,7 +624,7 @@ static int publish_flight(sim_t *s, sim_device_t *d, uint64_t t_ns) {
       .rule = rule_id,
       .budget_ns = SIM_BUDGET_NS,
       .frame0 = d->next_frame,
-      .seed = rng_next(&d->rng),
+      .seed = em_rng_next(&d->rng),
       .verdict = &s->verdict,
   };
   size_t len = 0;
@@ -703,7 +670,7 @@ static int publish_profile(sim_t *s, sim_device_t *d, uint64_t t_ns) {
       .n_stages = s->opt.n_stages,
       .budget_stage = budget,
       .rule = rule_id,
-      .seed = rng_next(&d->rng),
+      .seed = em_rng_next(&d->rng),
   };
   size_t len = 0;
   int rc = em_synth_profile_encode(&in, buf, sizeof(buf), &len);
@@ -750,7 +717,7 @@ static int32_t bucket_index(uint64_t v) {
  * the samples go to samples[] (sorted on return) and the buckets to buckets[] (at most
  * SIM_MAX_BUCKETS, which a sorted run of n samples cannot exceed by more than its own span).
  */
-static void make_window(rng_t *r, em_stage_t *st, size_t n, double median_ns, uint64_t *samples,
+static void make_window(em_rng_t *r, em_stage_t *st, size_t n, double median_ns, uint64_t *samples,
                         em_bucket_t *buckets) {
   st->count = n;
   st->scale = SIM_SCALE;
@@ -809,7 +776,7 @@ static double pct2(double x) {
 
 /* The data message of device d for the window ending at simulated time t_ns. */
 static int publish_data(sim_t *s, sim_device_t *d, uint64_t t_ns) {
-  rng_t *r = &d->rng;
+  em_rng_t *r = &d->rng;
   /* A version change first, so this window already carries the new model. */
   if (d->prof.switch_at_s >= 0 && d->model.version != d->prof.switched.version &&
       (double)t_ns >= d->prof.switch_at_s * 1e9) {
@@ -822,7 +789,7 @@ static int publish_data(sim_t *s, sim_device_t *d, uint64_t t_ns) {
   /* Level excursions next, so the data message carries the level they set. */
   if (d->level == EM_LEVEL_NOMINAL && t_ns >= d->next_excursion_ns) {
     em_synth_verdict(&s->verdict, s->budget_stage, SIM_BASELINE_NS,
-                     SIM_BUDGET_NS + SIM_BUDGET_NS / 4, rng_next(r));
+                     SIM_BUDGET_NS + SIM_BUDGET_NS / 4, em_rng_next(r));
     int rc = publish_state(s, d, EM_LEVEL_DEGRADED, t_ns);
     if (rc == 0 && s->opt.flights) {
       rc = publish_flight(s, d, t_ns);
@@ -833,7 +800,7 @@ static int publish_data(sim_t *s, sim_device_t *d, uint64_t t_ns) {
     if (rc < 0) {
       return rc;
     }
-    d->recover_ns = t_ns + 2000000000u + (rng_next(r) % 4000000000u);
+    d->recover_ns = t_ns + 2000000000u + (em_rng_next(r) % 4000000000u);
   } else if (d->level == EM_LEVEL_DEGRADED && t_ns >= d->recover_ns) {
     int rc = publish_state(s, d, EM_LEVEL_NOMINAL, t_ns);
     if (rc < 0) {
@@ -860,7 +827,7 @@ static int publish_data(sim_t *s, sim_device_t *d, uint64_t t_ns) {
   set_u(v, M_ANON, rss - rss / 4);
   set_u(v, M_SWAP, 0);
   set_u(v, M_VSIZE, rss * 4 + 1073741824u);
-  set_u(v, M_MEM_AVAILABLE, 2147483648u - (rng_next(r) % 67108864u));
+  set_u(v, M_MEM_AVAILABLE, 2147483648u - (em_rng_next(r) % 67108864u));
   set_f(v, M_PSI_CPU_SOME, pct2((degraded ? 25.0 : 3.0) + 1.0 * rng_normal(r)));
   set_f(v, M_PSI_CPU_FULL, 0.0);
   set_f(v, M_PSI_MEM_SOME, pct2(0.2 + 0.1 * rng_normal(r)));
@@ -871,7 +838,7 @@ static int publish_data(sim_t *s, sim_device_t *d, uint64_t t_ns) {
   set_u(v, M_TARGET_THREADS, 6);
   d->agent_cpu_ns += (uint64_t)(window_s * 4e6 * (1.0 + 0.2 * rng_unit(r)));
   set_u(v, M_AGENT_CPU, d->agent_cpu_ns);
-  set_u(v, M_AGENT_RSS, 3145728u + (rng_next(r) % 4096u) * 16u);
+  set_u(v, M_AGENT_RSS, 3145728u + (em_rng_next(r) % 4096u) * 16u);
 
   /* Stage windows: ~30 spans/s each, the count varying by one either way. */
   static uint64_t samples[EM_PROTO_MAX_STAGES][SIM_MAX_SPANS];
@@ -881,7 +848,7 @@ static int publish_data(sim_t *s, sim_device_t *d, uint64_t t_ns) {
   uint64_t spans = 0;
   for (size_t k = 0; k < s->opt.n_stages; k++) {
     const char *name = s->opt.stages[k];
-    long n = lround(expect) + (long)(rng_next(r) % 3u) - 1;
+    long n = lround(expect) + (long)(em_rng_next(r) % 3u) - 1;
     if (n < 0) {
       n = 0;
     }
@@ -934,13 +901,13 @@ static int publish_data(sim_t *s, sim_device_t *d, uint64_t t_ns) {
 /* ---- the run --------------------------------------------------------------------------- */
 
 static void init_devices(sim_t *s) {
-  rng_t master;
-  rng_seed(&master, s->opt.seed);
+  em_rng_t master;
+  em_rng_seed(&master, s->opt.seed);
   for (unsigned i = 0; i < s->opt.devices; i++) {
     sim_device_t *d = &s->dev[i];
     snprintf(d->id, sizeof(d->id), "%s-%04u", s->opt.prefix, i + 1);
-    rng_seed(&d->rng, rng_next(&master));
-    d->session = (uint32_t)rng_next(&d->rng);
+    em_rng_seed(&d->rng, em_rng_next(&master));
+    d->session = (uint32_t)em_rng_next(&d->rng);
     d->seq = 0;
     d->level = EM_LEVEL_NOMINAL;
     em_sim_cohorts_profile(&s->opt.cohorts, i + 1, s->opt.excursion_mean_s, &d->prof);

@@ -8,12 +8,11 @@
 
 #include <stdint.h>
 
+#include "edgemon/common/rng.h"
+
 /* The next 64 random bits of the state *x (splitmix64). */
 static inline uint64_t em_synth_next_u64(uint64_t *x) {
-  uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+  return em_rng_splitmix64(x);
 }
 
 /* A draw in (0, 1): never 0, so its logarithm is finite. */

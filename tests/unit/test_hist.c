@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "edgemon/common/rng.h"
 #include "edgemon/proto.h"
 #include "hist.h"
 
@@ -44,69 +45,35 @@
 
 /* ---- Fixed-seed generator (xoshiro256**, seeded by splitmix64) ---- */
 
-typedef struct {
-  uint64_t s[4];
-} rng_t;
-
-static uint64_t splitmix64(uint64_t *x) {
-  uint64_t z = (*x += UINT64_C(0x9e3779b97f4a7c15));
-  z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-  z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-  return z ^ (z >> 31);
-}
-
-static void rng_seed(rng_t *r, uint64_t seed) {
-  for (int i = 0; i < 4; i++) {
-    r->s[i] = splitmix64(&seed);
-  }
-}
-
-static uint64_t rotl(uint64_t x, int k) {
-  return (x << k) | (x >> (64 - k));
-}
-
-static uint64_t rng_next(rng_t *r) {
-  uint64_t *s = r->s;
-  uint64_t result = rotl(s[1] * 5, 7) * 9;
-  uint64_t t = s[1] << 17;
-  s[2] ^= s[0];
-  s[3] ^= s[1];
-  s[1] ^= s[2];
-  s[0] ^= s[3];
-  s[2] ^= t;
-  s[3] = rotl(s[3], 45);
-  return result;
-}
-
 /* Uniform in [0, 1). */
-static double rng_unit(rng_t *r) {
-  return (double)(rng_next(r) >> 11) * 0x1p-53;
+static double rng_unit(em_rng_t *r) {
+  return (double)(em_rng_next(r) >> 11) * 0x1p-53;
 }
 
 /* Standard normal (Box-Muller, one value per call). */
-static double rng_normal(rng_t *r) {
+static double rng_normal(em_rng_t *r) {
   double u1 = 1.0 - rng_unit(r); /* (0, 1] */
   double u2 = rng_unit(r);
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
-static uint64_t lognormal_ns(rng_t *r, double median_ns, double sigma) {
+static uint64_t lognormal_ns(em_rng_t *r, double median_ns, double sigma) {
   return (uint64_t)llround(median_ns * exp(sigma * rng_normal(r)));
 }
 
 /* Durations of the three workloads of the percentile test. */
-static uint64_t draw_uniform(rng_t *r) {
+static uint64_t draw_uniform(em_rng_t *r) {
   return (uint64_t)llround(1e6 + rng_unit(r) * 49e6); /* 1 ms .. 50 ms */
 }
-static uint64_t draw_lognormal(rng_t *r) {
+static uint64_t draw_lognormal(em_rng_t *r) {
   return lognormal_ns(r, 8e6, 0.5); /* median 8 ms */
 }
-static uint64_t draw_bimodal(rng_t *r) {
+static uint64_t draw_bimodal(em_rng_t *r) {
   return rng_unit(r) < 0.9 ? lognormal_ns(r, 5e6, 0.1) : lognormal_ns(r, 40e6, 0.1);
 }
 
 /* Log-uniform in [1, 2^40]. */
-static uint64_t draw_log_uniform(rng_t *r) {
+static uint64_t draw_log_uniform(em_rng_t *r) {
   uint64_t v = (uint64_t)llround(exp2(rng_unit(r) * 40.0));
   return v < 1 ? 1 : v;
 }
@@ -416,8 +383,8 @@ static void hist_index_is_exact_at_every_boundary(void **state) {
 
 static void hist_index_matches_reference_on_random_values(void **state) {
   (void)state;
-  rng_t r;
-  rng_seed(&r, 11);
+  em_rng_t r;
+  em_rng_seed(&r, 11);
   for (int n = 0; n < 20000; n++) {
     uint64_t ns = draw_log_uniform(&r);
     assert_int_equal(em_hist_index(ns), ref_index6(ns));
@@ -469,7 +436,7 @@ static void hist_index_clamps_at_both_ends(void **state) {
 
 typedef struct {
   const char *name;
-  uint64_t (*draw)(rng_t *r);
+  uint64_t (*draw)(em_rng_t *r);
   uint64_t seed;
 } workload_t;
 
@@ -488,8 +455,8 @@ static void hist_percentiles_within_half_percent_of_exact(void **state) {
   assert_non_null(v);
   em_hist_t *h = new_hist();
   for (size_t w = 0; w < ARRAY_LEN(workloads); w++) {
-    rng_t r;
-    rng_seed(&r, workloads[w].seed);
+    em_rng_t r;
+    em_rng_seed(&r, workloads[w].seed);
     em_hist_reset(h);
     for (size_t i = 0; i < PCT_SAMPLES; i++) {
       v[i] = workloads[w].draw(&r);
@@ -553,7 +520,7 @@ static void hist_quantile_of_empty_is_zero(void **state) {
 
 /* ---- Merge and reset ---- */
 
-static void record_workload(em_hist_t *h, rng_t *r, size_t n, uint64_t (*draw)(rng_t *)) {
+static void record_workload(em_hist_t *h, em_rng_t *r, size_t n, uint64_t (*draw)(em_rng_t *)) {
   for (size_t i = 0; i < n; i++) {
     em_hist_record(h, draw(r));
   }
@@ -562,9 +529,9 @@ static void record_workload(em_hist_t *h, rng_t *r, size_t n, uint64_t (*draw)(r
 static void hist_merge_equals_union(void **state) {
   (void)state;
   em_hist_t *a = new_hist(), *b = new_hist(), *u = new_hist(), *e = new_hist();
-  rng_t ra, rb;
-  rng_seed(&ra, 21);
-  rng_seed(&rb, 22);
+  em_rng_t ra, rb;
+  em_rng_seed(&ra, 21);
+  em_rng_seed(&rb, 22);
   for (int i = 0; i < 20000; i++) {
     uint64_t x = draw_lognormal(&ra);
     em_hist_record(a, x);
@@ -592,7 +559,7 @@ static void hist_merge_equals_union(void **state) {
 
   /* A histogram merged into itself is the histogram of every span twice. */
   em_hist_t *twice = new_hist(), *self = new_hist();
-  rng_seed(&ra, 23);
+  em_rng_seed(&ra, 23);
   for (int i = 0; i < 5000; i++) {
     uint64_t x = draw_bimodal(&ra);
     em_hist_record(self, x);
@@ -627,8 +594,8 @@ static void hist_merge_saturates_bucket_counts(void **state) {
 static void hist_reset_equals_fresh(void **state) {
   (void)state;
   em_hist_t *h = new_hist(), *fresh = new_hist();
-  rng_t r;
-  rng_seed(&r, 31);
+  em_rng_t r;
+  em_rng_seed(&r, 31);
   record_workload(h, &r, 100000, draw_log_uniform);
   em_hist_record(h, 0);
   em_hist_record(h, 1);
@@ -655,8 +622,8 @@ static void hist_reset_equals_fresh(void **state) {
 static void hist_reset_touches_only_lo_hi(void **state) {
   (void)state;
   em_hist_t *h = new_hist();
-  rng_t r;
-  rng_seed(&r, 32);
+  em_rng_t r;
+  em_rng_seed(&r, 32);
   record_workload(h, &r, 1000, draw_bimodal);
   int32_t lo = h->lo, hi = h->hi;
   assert_true(lo > EM_HIST_MIN_INDEX && hi < EM_HIST_MAX_INDEX && lo <= hi);
@@ -808,8 +775,8 @@ static void hist_to_stage_downscales_to_fit_cap(void **state) {
   assert_non_null(ref);
   assert_non_null(got);
   em_hist_t *h = new_hist();
-  rng_t r;
-  rng_seed(&r, 41);
+  em_rng_t r;
+  em_rng_seed(&r, 41);
   for (size_t i = 0; i < DS_SAMPLES; i++) {
     samples[i] = i % 97 == 0 ? 0 : lognormal_ns(&r, 1e6, 1.5); /* a few zeros, 2^11..2^29 */
     em_hist_record(h, samples[i]);
