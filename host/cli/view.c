@@ -7,6 +7,7 @@
 #include <edgemon/json_write.h>
 
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -121,6 +122,28 @@ void em_view_json_str(FILE *out, const char *s) {
   fputc('"', out);
   em_json_escape(s, strlen(s), EM_JSON_ESC_DEL, em_json_file_sink, out);
   fputc('"', out);
+}
+
+void em_view_record_head(FILE *out, const em_view_record_t *r, bool json) {
+  if (json) {
+    fputs("{\"device\":", out);
+    em_view_json_str(out, r->device);
+    fprintf(out,
+            ",\"%s\":{\"session\":%" PRIu32 ",\"number\":%" PRIu32 ",\"time_ns\":%" PRIu64
+            ",\"cause\":\"%s\",\"level\":\"%s\",\"rule\":",
+            r->kind, r->session, r->number, r->time_ns, r->cause, r->level);
+    if (r->rule) {
+      em_view_json_str(out, r->rule);
+    } else {
+      fputs("null", out);
+    }
+    return;
+  }
+  char clock[16];
+  em_view_clock(r->time_ns, clock, sizeof(clock));
+  fprintf(out, "%-12s %-18s %s%s #%" PRIu32 "%s: %s to %s%s%s, ", clock, r->device, em_view_bold(),
+          r->kind, r->number, em_view_off(), r->cause, r->level, r->rule ? ", rule " : "",
+          r->rule ? r->rule : "");
 }
 
 void em_view_xml(FILE *out, const char *s) {

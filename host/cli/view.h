@@ -46,6 +46,27 @@ void em_view_xml(FILE *out, const char *s);
 /* Writes s as a JSON string (quoted, escaped) to out. */
 void em_view_json_str(FILE *out, const char *s);
 
+/* What every one-line summary of a forensic record (a flight, a profile) opens with; all
+ * strings borrowed for the call. */
+typedef struct {
+  const char *kind;   /* "flight", "profile": the JSON member and the word in the text. */
+  const char *device; /* The device id. */
+  uint32_t session;
+  uint32_t number;
+  uint64_t time_ns;  /* CLOCK_REALTIME of the record. */
+  const char *cause; /* The trigger's cause name. */
+  const char *level; /* The level name at the trigger. */
+  const char *rule;  /* The rule that fired, or NULL. */
+} em_view_record_t;
+
+/*
+ * Writes the opening of a record's summary line, which the caller finishes with its own
+ * figures. JSON: `{"device":...,"KIND":{"session":..,"number":..,"time_ns":..,"cause":..,
+ * "level":..,"rule":..` (rule null when absent), the caller adding `,...}}\n`. Text: the clock,
+ * the device, "KIND #N" in bold, ": CAUSE to LEVEL[, rule R], ", the caller adding the rest.
+ */
+void em_view_record_head(FILE *out, const em_view_record_t *r, bool json);
+
 /* A finite v as a JSON number with `decimals` digits after the point or, for decimals < 0,
  * 17 significant digits; anything else as null. */
 void em_view_json_num(FILE *out, double v, int decimals);

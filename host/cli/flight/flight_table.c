@@ -173,30 +173,21 @@ int em_flight_line(FILE *out, const char *device, const uint8_t *cbor, size_t le
     return rc;
   }
   const em_flight_trigger_t *t = &f.trigger;
+  em_view_record_t head = {.kind = "flight",
+                           .device = device,
+                           .session = f.head.session,
+                           .number = f.number,
+                           .time_ns = f.head.time_ns,
+                           .cause = em_flight_cause_name(t->cause),
+                           .level = em_level_name(t->level),
+                           .rule = t->rule};
+  em_view_record_head(out, &head, json);
   if (json) {
-    fputs("{\"device\":", out);
-    em_view_json_str(out, device);
-    fprintf(out,
-            ",\"flight\":{\"session\":%" PRIu32 ",\"number\":%" PRIu32 ",\"time_ns\":%" PRIu64
-            ",\"cause\":\"%s\",\"level\":\"%s\",\"rule\":",
-            f.head.session, f.number, f.head.time_ns, em_flight_cause_name(t->cause),
-            em_level_name(t->level));
-    if (t->rule) {
-      em_view_json_str(out, t->rule);
-    } else {
-      fputs("null", out);
-    }
     fprintf(out, ",\"ticks\":%zu,\"spans\":%zu,\"bytes\":%zu,\"historical\":%s}}\n", f.n_ticks,
             f.n_spans, len, f.historical ? "true" : "false");
   } else {
-    char clock[16];
-    em_view_clock(f.head.time_ns, clock, sizeof(clock));
-    fprintf(out,
-            "%-12s %-18s %sflight #%" PRIu32
-            "%s: %s to %s%s%s, %zu ticks, %zu spans, %zu bytes%s\n",
-            clock, device, em_view_bold(), f.number, em_view_off(), em_flight_cause_name(t->cause),
-            em_level_name(t->level), t->rule ? ", rule " : "", t->rule ? t->rule : "", f.n_ticks,
-            f.n_spans, len, f.historical ? " (replayed)" : "");
+    fprintf(out, "%zu ticks, %zu spans, %zu bytes%s\n", f.n_ticks, f.n_spans, len,
+            f.historical ? " (replayed)" : "");
   }
   free(scratch);
   return 0;

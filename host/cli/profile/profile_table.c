@@ -138,30 +138,21 @@ int em_profile_line(FILE *out, const char *device, const uint8_t *cbor, size_t l
     return rc;
   }
   const em_profile_trigger_t *t = &p.trigger;
+  em_view_record_t head = {.kind = "profile",
+                           .device = device,
+                           .session = p.head.session,
+                           .number = p.number,
+                           .time_ns = p.head.time_ns,
+                           .cause = em_profile_cause_name(t->cause),
+                           .level = em_level_name(t->level),
+                           .rule = t->rule};
+  em_view_record_head(out, &head, json);
   if (json) {
-    fputs("{\"device\":", out);
-    em_view_json_str(out, device);
-    fprintf(out,
-            ",\"profile\":{\"session\":%" PRIu32 ",\"number\":%" PRIu32 ",\"time_ns\":%" PRIu64
-            ",\"cause\":\"%s\",\"level\":\"%s\",\"rule\":",
-            p.head.session, p.number, p.head.time_ns, em_profile_cause_name(t->cause),
-            em_level_name(t->level));
-    if (t->rule) {
-      em_view_json_str(out, t->rule);
-    } else {
-      fputs("null", out);
-    }
     fprintf(out, ",\"samples\":%" PRIu64 ",\"stacks\":%zu,\"bytes\":%zu,\"historical\":%s}}\n",
             p.samples, p.n_stacks, len, p.historical ? "true" : "false");
   } else {
-    char clock[16];
-    em_view_clock(p.head.time_ns, clock, sizeof(clock));
-    fprintf(out,
-            "%-12s %-18s %sprofile #%" PRIu32 "%s: %s to %s%s%s, %" PRIu64
-            " samples, %zu stacks, %zu bytes%s\n",
-            clock, device, em_view_bold(), p.number, em_view_off(), em_profile_cause_name(t->cause),
-            em_level_name(t->level), t->rule ? ", rule " : "", t->rule ? t->rule : "", p.samples,
-            p.n_stacks, len, p.historical ? " (replayed)" : "");
+    fprintf(out, "%" PRIu64 " samples, %zu stacks, %zu bytes%s\n", p.samples, p.n_stacks, len,
+            p.historical ? " (replayed)" : "");
   }
   free(scratch);
   return 0;
