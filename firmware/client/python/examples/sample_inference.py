@@ -9,9 +9,10 @@ frame); without an agent the spans are dropped and counted, and the loop runs th
 
     sample_inference.py [--fps N] [--seconds S] [--slow-every N] [--slow-from S --slow-for S]
 
---slow-every N makes the infer stage of every Nth frame take 5x longer (it runs five times),
-and --slow-from/--slow-for make every frame's infer 5x longer for a while (a heavy scene, a
-throttled SoC), so budgets and degradation have something to catch in demos. The loop reads
+--slow-every N makes the infer stage of every Nth frame take 5x longer (heavy_scene() runs
+infer five times), and --slow-from/--slow-for make every frame's infer 5x longer for a while (a
+heavy scene, a throttled SoC), so budgets and degradation have something to catch in demos, and
+the stack profile of the slowdown names heavy_scene. The loop reads
 its level from the agent every frame (edgemon.level(): no system call) and switches to a
 lighter model (a quarter of the work) at DEGRADED or CRITICAL, and back at NOMINAL, naming the
 variant it runs with edgemon.set_model (variant "full" or "light"). The socket is found the way the
@@ -43,6 +44,15 @@ def infer(weights, n, light=False):
     for w in (weights[: len(weights) // 4] if light else weights):
         acc += math.tanh(w * (n % 7 + 1))
     return acc
+
+
+def heavy_scene(weights, n, light=False):
+    """The slow phase's infer: the model run SLOW_FACTOR times over (a heavy scene, a throttled
+    SoC), a function of its own so a profile of the slowdown names it."""
+    score = infer(weights, n, light)
+    for _ in range(SLOW_FACTOR - 1):
+        score = infer(weights, n, light)
+    return score
 
 
 def postprocess(score):
@@ -91,10 +101,7 @@ def main():
         with edgemon.span("preprocess"):
             preprocess(frame, n)
         with edgemon.span("infer"):
-            score = infer(weights, n, light)
-            if slow:
-                for _ in range(SLOW_FACTOR - 1):
-                    score = infer(weights, n, light)
+            score = heavy_scene(weights, n, light) if slow else infer(weights, n, light)
         with edgemon.span("postprocess"):
             postprocess(score)
         n += 1
