@@ -10,6 +10,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "registry.h"
 
+#include "buf.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,14 +129,8 @@ static em_agg_device_t *device(em_registry_t *r, const char *id) {
   if (r->n_devices >= EM_DICT_MAX_DEVICES) {
     return NULL;
   }
-  if (r->n_devices == r->cap) {
-    size_t cap = r->cap ? r->cap * 2 : 64;
-    em_agg_device_t **grown = realloc(r->devices, cap * sizeof(*grown));
-    if (!grown) {
-      return NULL;
-    }
-    r->devices = grown;
-    r->cap = cap;
+  if (em_buf_grow_items(&r->devices, &r->cap, r->n_devices, sizeof(*r->devices), 64) != 0) {
+    return NULL;
   }
   em_agg_device_t *d = calloc(1, sizeof(*d));
   if (!d || em_dict_new(&d->own) != 0) {

@@ -130,3 +130,22 @@ char *em_buf_take(em_buf_t *b, size_t *len) {
   em_buf_init(b, b->max_bytes);
   return p;
 }
+
+int em_buf_grow_items(void *items_ptr, size_t *cap, size_t n, size_t item_bytes, size_t first_cap) {
+  if (n < *cap) {
+    return 0;
+  }
+  size_t want = *cap ? *cap * 2 : first_cap;
+  if (want <= *cap || item_bytes == 0 || want > SIZE_MAX / item_bytes) {
+    return -ENOMEM;
+  }
+  void *items;
+  memcpy(&items, items_ptr, sizeof(items));
+  void *grown = realloc(items, want * item_bytes);
+  if (!grown) {
+    return -ENOMEM;
+  }
+  memcpy(items_ptr, &grown, sizeof(grown));
+  *cap = want;
+  return 0;
+}

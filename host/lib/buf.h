@@ -64,4 +64,14 @@ void em_buf_commit(em_buf_t *b, size_t n);
  * length in *len when len is not NULL; the buffer is empty again, its cap kept. */
 char *em_buf_take(em_buf_t *b, size_t *len);
 
+/*
+ * The doubling array beside the byte buffer: makes room for one more item in the array whose
+ * pointer is at `items_ptr` (the address of a `T *`, NULL while empty) and whose allocated
+ * length in items is *cap, when its n items fill it. It grows to twice *cap, or to first_cap
+ * items when empty, and updates the pointer and *cap. item_bytes is sizeof(T). The caller
+ * keeps n and its own cap on n. Returns 0 (also when there was room already), or -ENOMEM
+ * (overflow or no memory) with the array and *cap as they were.
+ */
+int em_buf_grow_items(void *items_ptr, size_t *cap, size_t n, size_t item_bytes, size_t first_cap);
+
 #endif /* EM_HOST_BUF_H */

@@ -9,6 +9,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "dict.h"
 
+#include "buf.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,14 +92,8 @@ em_device_t *em_dict_device(em_dict_t *d, const char *id, bool create) {
   if (!create || d->n >= EM_DICT_MAX_DEVICES) {
     return NULL;
   }
-  if (d->n == d->cap) {
-    size_t cap = d->cap ? d->cap * 2 : 16;
-    em_device_t **grown = realloc(d->devices, cap * sizeof(*grown));
-    if (!grown) {
-      return NULL;
-    }
-    d->devices = grown;
-    d->cap = cap;
+  if (em_buf_grow_items(&d->devices, &d->cap, d->n, sizeof(*d->devices), 16) != 0) {
+    return NULL;
   }
   em_device_t *dev = calloc(1, sizeof(*dev));
   if (!dev) {

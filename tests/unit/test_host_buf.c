@@ -142,6 +142,38 @@ static void failed_allocation_is_enomem_and_keeps_the_bytes(void **state) {
   em_buf_free(&b);
 }
 
+/* The doubling array: room when full, first_cap then doubling, and a failed growth leaves the
+ * array and its cap as they were. */
+static void grow_items_doubles_and_keeps_the_array_on_failure(void **state) {
+  (void)state;
+  uint32_t *v = NULL;
+  size_t cap = 0;
+  assert_int_equal(em_buf_grow_items(&v, &cap, 0, sizeof(*v), 4), 0);
+  assert_non_null(v);
+  assert_int_equal(cap, 4);
+  for (size_t n = 0; n < 9; n++) {
+    assert_int_equal(em_buf_grow_items(&v, &cap, n, sizeof(*v), 4), 0);
+    assert_true(cap > n);
+    v[n] = (uint32_t)(n * 7);
+  }
+  assert_int_equal(cap, 16);
+  assert_int_equal(em_buf_grow_items(&v, &cap, 3, sizeof(*v), 4), 0); /* Room already. */
+  assert_int_equal(cap, 16);
+  uint32_t *before = v;
+  em_failing_alloc_arm(1, false);
+  assert_int_equal(em_buf_grow_items(&v, &cap, 16, sizeof(*v), 4), -ENOMEM);
+  assert_int_equal(em_failing_alloc_disarm(), 1);
+  assert_ptr_equal(v, before);
+  assert_int_equal(cap, 16);
+  for (size_t n = 0; n < 9; n++) {
+    assert_int_equal(v[n], n * 7);
+  }
+  size_t huge = SIZE_MAX / 2;
+  assert_int_equal(em_buf_grow_items(&v, &huge, huge, sizeof(*v), 4), -ENOMEM); /* Overflow. */
+  assert_ptr_equal(v, before);
+  free(v);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(growth_keeps_every_byte_and_the_nul),
@@ -149,6 +181,7 @@ int main(void) {
       cmocka_unit_test(reset_clears_the_error_and_keeps_the_allocation),
       cmocka_unit_test(reserve_tail_commit_write_in_place),
       cmocka_unit_test(failed_allocation_is_enomem_and_keeps_the_bytes),
+      cmocka_unit_test(grow_items_doubles_and_keeps_the_array_on_failure),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

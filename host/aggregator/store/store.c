@@ -407,14 +407,8 @@ static void cache_put(name_cache_t *c, size_t pos, const char *name, int64_t id)
   if (c->n >= (c->max ? c->max : EM_STORE_CACHE_MAX)) {
     return;
   }
-  if (c->n == c->cap) {
-    size_t cap = c->cap ? c->cap * 2 : 64;
-    name_id_t *v = realloc(c->v, cap * sizeof(*v));
-    if (!v) {
-      return;
-    }
-    c->v = v;
-    c->cap = cap;
+  if (em_buf_grow_items(&c->v, &c->cap, c->n, sizeof(*c->v), 64) != 0) {
+    return;
   }
   char *copy = strdup(name);
   if (!copy) {

@@ -24,6 +24,7 @@
 #include "view.h"
 
 #include <broker.h>
+#include <buf.h>
 #include <edgemon/proto.h>
 #include <errno.h>
 #include <getopt.h>
@@ -182,13 +183,10 @@ static int side_stage(side_t *s, const char *name, stage_t **out) {
     if (s->cap >= MAX_STAGES) {
       return -E2BIG;
     }
-    size_t cap = s->cap ? s->cap * 2 : 8;
-    stage_t *grown = realloc(s->stages, cap * sizeof(*grown));
-    if (!grown) {
-      return -ENOMEM;
+    int rc = em_buf_grow_items(&s->stages, &s->cap, s->n_stages, sizeof(*s->stages), 8);
+    if (rc != 0) {
+      return rc;
     }
-    s->stages = grown;
-    s->cap = cap;
   }
   st = &s->stages[s->n_stages];
   memset(st, 0, sizeof(*st));
