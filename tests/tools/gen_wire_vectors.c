@@ -2,8 +2,8 @@
  * gen_wire_vectors.c - writes the golden vectors of the board-local wire records into the
  * directory given as argv[1] (proto/vectors/wire in the repository): for each row below, a
  * <name>.bin made with the wire.h pack functions and a <name>.json holding the fields a decoder
- * must read back from it. tests/unit/test_wire.c checks the .bin files against its own copy of
- * these rows; tests/interop/test_wire_vectors.py decodes them independently, from WIRE.md.
+ * must read back from it. tests/unit/test_wire.c checks the .bin files against the same rows
+ * (wire_vectors.c); tests/interop/test_wire_vectors.py decodes them independently, from WIRE.md.
  *
  * The span ring v2 rows (ring.h) are a ring header, a whole ring with three slots written, the
  * three v2 datagrams and a deadline page with two entries, each made with the ring.h functions.
@@ -16,60 +16,13 @@
  */
 #include "edgemon/ring.h"
 #include "edgemon/wire.h"
+#include "wire_vectors.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct {
-  const char *name;
-  em_span_t span;
-} span_row_t;
-
-typedef struct {
-  const char *name;
-  em_state_record_t rec;
-  uint32_t agent_pid;
-  int is_page; /* 0: level push datagram; 1: state page after one write (seq 2). */
-} state_row_t;
-
-static const span_row_t span_rows[] = {
-    {"span", {EM_DGRAM_SPAN, 4242, 1001, 123456789012345u, 8250000, "infer"}},
-    {"heartbeat", {EM_DGRAM_HEARTBEAT, 4242, 0, 123456800000000u, 0, "camera.rx"}},
-    {"subscribe", {EM_DGRAM_SUBSCRIBE, 4242, 0, 123456900000000u, 0, ""}},
-    {"unsubscribe", {EM_DGRAM_UNSUBSCRIBE, 4242, 0, 123457000000000u, 0, ""}},
-    {"span_max_stage",
-     {EM_DGRAM_SPAN, UINT32_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX,
-      "Stage_0123456789.abcdefghi:XY-z"}},
-};
-
-static const state_row_t state_rows[] = {
-    {"push",
-     {EM_LEVEL_DEGRADED, EM_LEVEL_NOMINAL, 3, 5000000000123u, 1718000000123456789u, 41.5, 33.0,
-      "infer.p99", "infer", "p99 41.5 ms > 33 ms budget for 3 windows"},
-     777,
-     0},
-    {"push_recovered",
-     {EM_LEVEL_NOMINAL, EM_LEVEL_WARN, 4, 9000000000000u, 1718000004000000000u, NAN, NAN, "", "",
-      ""},
-     777,
-     0},
-    {"push_max_fields",
-     {EM_LEVEL_CRITICAL, EM_LEVEL_CRITICAL, UINT32_MAX, UINT64_MAX, UINT64_MAX, 1e-300, 0.1,
-      " !\"#$%&'()*+,-./0123456789:;<=>", "Stage_0123456789.abcdefghi:XY-z",
-      "?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~ "
-      "the quick brown fox jumps over the lazy dog; printable ASCII 135 bytes"},
-     UINT32_MAX,
-     0},
-    {"page",
-     {EM_LEVEL_CRITICAL, EM_LEVEL_DEGRADED, 5, 7000000000000u, 1718000002000000000u, NAN,
-      2000000000.0, "preprocess.alive", "preprocess",
-      "stall: no span from stage preprocess for 2000 ms"},
-     777,
-     1},
-};
 
 static const char *level_name(em_level_t level) {
   static const char *const names[] = {"NOMINAL", "WARN", "DEGRADED", "CRITICAL"};
@@ -193,7 +146,7 @@ static uint8_t *zeroed(size_t n) {
 }
 
 /* Writes the expected fields of a span row to dir/<name>.json. */
-static int span_json(const char *dir, const span_row_t *row) {
+static int span_json(const char *dir, const em_wire_span_vector_t *row) {
   FILE *f = open_out(dir, row->name, "json");
   if (f == NULL) {
     return -1;
@@ -209,7 +162,7 @@ static int span_json(const char *dir, const span_row_t *row) {
 }
 
 /* Writes the expected fields of a push or page row to dir/<name>.json. */
-static int state_json(const char *dir, const state_row_t *row, uint32_t seq) {
+static int state_json(const char *dir, const em_wire_state_vector_t *row, uint32_t seq) {
   FILE *f = open_out(dir, row->name, "json");
   if (f == NULL) {
     return -1;
@@ -237,7 +190,7 @@ static int state_json(const char *dir, const state_row_t *row, uint32_t seq) {
   return close_out(f, row->name);
 }
 
-static int gen_span(const char *dir, const span_row_t *row) {
+static int gen_span(const char *dir, const em_wire_span_vector_t *row) {
   uint8_t buf[EM_SPAN_DGRAM_BYTES];
   int rc = em_span_pack(&row->span, buf);
   if (rc != 0) {
@@ -254,7 +207,7 @@ static int gen_span(const char *dir, const span_row_t *row) {
  * A push is one em_push_pack(). A page is em_state_page_init() with a NOMINAL record, then
  * one em_state_page_write() of the row, so its counter is 2.
  */
-static int gen_state(const char *dir, const state_row_t *row) {
+static int gen_state(const char *dir, const em_wire_state_vector_t *row) {
   uint8_t push[EM_PUSH_DGRAM_BYTES];
   uint32_t seq = 0;
   const uint8_t *bytes = push;
@@ -588,11 +541,11 @@ int main(int argc, char **argv) {
   }
   const char *dir = argv[1];
   int failures = 0;
-  for (size_t i = 0; i < sizeof span_rows / sizeof span_rows[0]; i++) {
-    failures += gen_span(dir, &span_rows[i]) != 0;
+  for (size_t i = 0; i < em_wire_span_vector_count; i++) {
+    failures += gen_span(dir, &em_wire_span_vectors[i]) != 0;
   }
-  for (size_t i = 0; i < sizeof state_rows / sizeof state_rows[0]; i++) {
-    failures += gen_state(dir, &state_rows[i]) != 0;
+  for (size_t i = 0; i < em_wire_state_vector_count; i++) {
+    failures += gen_state(dir, &em_wire_state_vectors[i]) != 0;
   }
   failures += gen_rings(dir) != 0;
   for (size_t i = 0; i < sizeof ring_dgram_rows / sizeof ring_dgram_rows[0]; i++) {

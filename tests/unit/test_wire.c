@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "edgemon/wire.h"
+#include "wire_vectors.h"
 
 #ifndef EM_VECTORS_DIR
 #error "EM_VECTORS_DIR (absolute path of proto/vectors) must be defined"
@@ -129,52 +130,18 @@ static uint8_t *valid_page(void) {
   return page;
 }
 
-/* ---- Golden vectors (the same rows as tests/tools/gen_wire_vectors.c) ---- */
+/* ---- Golden vectors (the rows of tests/tools/wire_vectors.c) ---- */
 
-typedef struct {
-  const char *name;
-  em_span_t span;
-} span_vector_t;
-
-typedef struct {
-  const char *name;
-  em_state_record_t rec;
-  uint32_t agent_pid;
-} state_vector_t;
-
-static const span_vector_t span_vectors[] = {
-    {"span", {EM_DGRAM_SPAN, 4242, 1001, 123456789012345u, 8250000, "infer"}},
-    {"heartbeat", {EM_DGRAM_HEARTBEAT, 4242, 0, 123456800000000u, 0, "camera.rx"}},
-    {"subscribe", {EM_DGRAM_SUBSCRIBE, 4242, 0, 123456900000000u, 0, ""}},
-    {"unsubscribe", {EM_DGRAM_UNSUBSCRIBE, 4242, 0, 123457000000000u, 0, ""}},
-    {"span_max_stage",
-     {EM_DGRAM_SPAN, UINT32_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX,
-      "Stage_0123456789.abcdefghi:XY-z"}},
-};
-
-static const state_vector_t push_vectors[] = {
-    {"push",
-     {EM_LEVEL_DEGRADED, EM_LEVEL_NOMINAL, 3, 5000000000123u, 1718000000123456789u, 41.5, 33.0,
-      "infer.p99", "infer", "p99 41.5 ms > 33 ms budget for 3 windows"},
-     777},
-    {"push_recovered",
-     {EM_LEVEL_NOMINAL, EM_LEVEL_WARN, 4, 9000000000000u, 1718000004000000000u, NAN, NAN, "", "",
-      ""},
-     777},
-    {"push_max_fields",
-     {EM_LEVEL_CRITICAL, EM_LEVEL_CRITICAL, UINT32_MAX, UINT64_MAX, UINT64_MAX, 1e-300, 0.1,
-      " !\"#$%&'()*+,-./0123456789:;<=>", "Stage_0123456789.abcdefghi:XY-z",
-      "?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~ "
-      "the quick brown fox jumps over the lazy dog; printable ASCII 135 bytes"},
-     UINT32_MAX},
-};
-
-static const state_vector_t page_vector = {"page",
-                                           {EM_LEVEL_CRITICAL, EM_LEVEL_DEGRADED, 5, 7000000000000u,
-                                            1718000002000000000u, NAN, 2000000000.0,
-                                            "preprocess.alive", "preprocess",
-                                            "stall: no span from stage preprocess for 2000 ms"},
-                                           777};
+/* The state page row of the wire vectors (the one with is_page). */
+static const em_wire_state_vector_t *page_row(void) {
+  for (size_t i = 0; i < em_wire_state_vector_count; i++) {
+    if (em_wire_state_vectors[i].is_page) {
+      return &em_wire_state_vectors[i];
+    }
+  }
+  fail_msg("no state page row in wire_vectors.c");
+  return NULL;
+}
 
 /* ---- Stage names ---- */
 
@@ -983,23 +950,26 @@ static void page_read_never_returns_a_torn_record(void **state) {
 /* Each span vector's file is its row packed, and unpacks to its row. */
 static void golden_span_vectors_are_their_rows_packed(void **state) {
   (void)state;
-  for (size_t i = 0; i < ARRAY_LEN(span_vectors); i++) {
+  for (size_t i = 0; i < em_wire_span_vector_count; i++) {
     uint8_t file[512], buf[EM_SPAN_DGRAM_BYTES];
     em_span_t out;
-    size_t len = read_vector(span_vectors[i].name, file, sizeof file);
+    size_t len = read_vector(em_wire_span_vectors[i].name, file, sizeof file);
     assert_int_equal(len, EM_SPAN_DGRAM_BYTES);
-    assert_int_equal(em_span_pack(&span_vectors[i].span, buf), 0);
+    assert_int_equal(em_span_pack(&em_wire_span_vectors[i].span, buf), 0);
     assert_memory_equal(file, buf, sizeof buf);
     assert_int_equal(em_span_unpack(file, len, &out), 0);
-    assert_span_equal(&span_vectors[i].span, &out);
+    assert_span_equal(&em_wire_span_vectors[i].span, &out);
   }
 }
 
 /* Each push vector's file is its row and agent pid packed, and unpacks to both. */
 static void golden_push_vectors_are_their_rows_packed(void **state) {
   (void)state;
-  for (size_t i = 0; i < ARRAY_LEN(push_vectors); i++) {
-    const state_vector_t *v = &push_vectors[i];
+  for (size_t i = 0; i < em_wire_state_vector_count; i++) {
+    const em_wire_state_vector_t *v = &em_wire_state_vectors[i];
+    if (v->is_page) {
+      continue;
+    }
     uint8_t file[512], buf[EM_PUSH_DGRAM_BYTES];
     size_t len = read_vector(v->name, file, sizeof file);
     assert_int_equal(len, EM_PUSH_DGRAM_BYTES);
@@ -1016,41 +986,46 @@ static void golden_push_vectors_are_their_rows_packed(void **state) {
 /* page.bin is a page formatted with any record, then written once with the row: seq 2. */
 static void golden_page_vector_is_init_plus_one_write(void **state) {
   (void)state;
+  const em_wire_state_vector_t *page_vector = page_row();
   uint8_t file[512];
-  size_t len = read_vector(page_vector.name, file, sizeof file);
+  size_t len = read_vector(page_vector->name, file, sizeof file);
   assert_int_equal(len, EM_STATE_PAGE_BYTES);
   uint8_t *page = new_page();
-  assert_int_equal(em_state_page_init(page, page_vector.agent_pid, &valid_record), 0);
-  assert_int_equal(em_state_page_write(page, &page_vector.rec), 0);
+  assert_int_equal(em_state_page_init(page, page_vector->agent_pid, &valid_record), 0);
+  assert_int_equal(em_state_page_write(page, &page_vector->rec), 0);
   assert_memory_equal(file, page, EM_STATE_PAGE_BYTES);
   free(page);
 }
 
 static void golden_page_vector_reads_back_its_row_at_seq_2(void **state) {
   (void)state;
+  const em_wire_state_vector_t *page_vector = page_row();
   uint8_t *page = new_page();
-  size_t len = read_vector(page_vector.name, page, EM_STATE_PAGE_BYTES);
+  size_t len = read_vector(page_vector->name, page, EM_STATE_PAGE_BYTES);
   assert_int_equal(len, EM_STATE_PAGE_BYTES);
-  assert_page_holds(page, &page_vector.rec, 2);
+  assert_page_holds(page, &page_vector->rec, 2);
   assert_int_equal(page[12] | page[13] << 8 | page[14] << 16 | (uint32_t)page[15] << 24,
-                   page_vector.agent_pid);
+                   page_vector->agent_pid);
   free(page);
 }
 
 /* The datagram vectors cut at every shorter length (and one byte longer) are ESIZE. */
 static void golden_vectors_truncated_at_every_length_fail_with_esize(void **state) {
   (void)state;
-  for (size_t i = 0; i < ARRAY_LEN(span_vectors); i++) {
+  for (size_t i = 0; i < em_wire_span_vector_count; i++) {
     uint8_t file[512] = {0};
-    size_t len = read_vector(span_vectors[i].name, file, sizeof file);
+    size_t len = read_vector(em_wire_span_vectors[i].name, file, sizeof file);
     for (size_t cut = 0; cut <= len + 1; cut++) {
       em_span_t out;
       assert_int_equal(em_span_unpack(file, cut, &out), cut == len ? 0 : EM_PROTO_ESIZE);
     }
   }
-  for (size_t i = 0; i < ARRAY_LEN(push_vectors); i++) {
+  for (size_t i = 0; i < em_wire_state_vector_count; i++) {
+    if (em_wire_state_vectors[i].is_page) {
+      continue;
+    }
     uint8_t file[512] = {0};
-    size_t len = read_vector(push_vectors[i].name, file, sizeof file);
+    size_t len = read_vector(em_wire_state_vectors[i].name, file, sizeof file);
     for (size_t cut = 0; cut <= len + 1; cut++) {
       em_state_record_t out;
       assert_int_equal(em_push_unpack(file, cut, &out, NULL), cut == len ? 0 : EM_PROTO_ESIZE);
@@ -1104,11 +1079,14 @@ static void check_every_byte_change(const char *name, size_t bytes, repack_fn re
  */
 static void golden_vectors_with_any_byte_changed_fail_or_repack_identically(void **state) {
   (void)state;
-  for (size_t i = 0; i < ARRAY_LEN(span_vectors); i++) {
-    check_every_byte_change(span_vectors[i].name, EM_SPAN_DGRAM_BYTES, repack_span);
+  for (size_t i = 0; i < em_wire_span_vector_count; i++) {
+    check_every_byte_change(em_wire_span_vectors[i].name, EM_SPAN_DGRAM_BYTES, repack_span);
   }
-  for (size_t i = 0; i < ARRAY_LEN(push_vectors); i++) {
-    check_every_byte_change(push_vectors[i].name, EM_PUSH_DGRAM_BYTES, repack_push);
+  for (size_t i = 0; i < em_wire_state_vector_count; i++) {
+    if (em_wire_state_vectors[i].is_page) {
+      continue;
+    }
+    check_every_byte_change(em_wire_state_vectors[i].name, EM_PUSH_DGRAM_BYTES, repack_push);
   }
 }
 

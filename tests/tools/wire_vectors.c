@@ -1,0 +1,49 @@
+/*
+ * wire_vectors.c - the rows of the board-local wire golden vectors (wire_vectors.h): the span
+ * datagrams and the level-state records behind proto/vectors/wire. Data only.
+ */
+#include "wire_vectors.h"
+
+#include <math.h>
+
+const em_wire_span_vector_t em_wire_span_vectors[] = {
+    {"span", {EM_DGRAM_SPAN, 4242, 1001, 123456789012345u, 8250000, "infer"}},
+    {"heartbeat", {EM_DGRAM_HEARTBEAT, 4242, 0, 123456800000000u, 0, "camera.rx"}},
+    {"subscribe", {EM_DGRAM_SUBSCRIBE, 4242, 0, 123456900000000u, 0, ""}},
+    {"unsubscribe", {EM_DGRAM_UNSUBSCRIBE, 4242, 0, 123457000000000u, 0, ""}},
+    {"span_max_stage",
+     {EM_DGRAM_SPAN, UINT32_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX,
+      "Stage_0123456789.abcdefghi:XY-z"}},
+};
+
+const size_t em_wire_span_vector_count =
+    sizeof(em_wire_span_vectors) / sizeof(em_wire_span_vectors[0]);
+
+const em_wire_state_vector_t em_wire_state_vectors[] = {
+    {"push",
+     {EM_LEVEL_DEGRADED, EM_LEVEL_NOMINAL, 3, 5000000000123u, 1718000000123456789u, 41.5, 33.0,
+      "infer.p99", "infer", "p99 41.5 ms > 33 ms budget for 3 windows"},
+     777,
+     false},
+    {"push_recovered",
+     {EM_LEVEL_NOMINAL, EM_LEVEL_WARN, 4, 9000000000000u, 1718000004000000000u, NAN, NAN, "", "",
+      ""},
+     777,
+     false},
+    {"push_max_fields",
+     {EM_LEVEL_CRITICAL, EM_LEVEL_CRITICAL, UINT32_MAX, UINT64_MAX, UINT64_MAX, 1e-300, 0.1,
+      " !\"#$%&'()*+,-./0123456789:;<=>", "Stage_0123456789.abcdefghi:XY-z",
+      "?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~ "
+      "the quick brown fox jumps over the lazy dog; printable ASCII 135 bytes"},
+     UINT32_MAX,
+     false},
+    {"page",
+     {EM_LEVEL_CRITICAL, EM_LEVEL_DEGRADED, 5, 7000000000000u, 1718000002000000000u, NAN,
+      2000000000.0, "preprocess.alive", "preprocess",
+      "stall: no span from stage preprocess for 2000 ms"},
+     777,
+     true},
+};
+
+const size_t em_wire_state_vector_count =
+    sizeof(em_wire_state_vectors) / sizeof(em_wire_state_vectors[0]);

@@ -1,0 +1,33 @@
+/*
+ * wire_vectors.h - the rows of the board-local wire golden vectors (proto/vectors/wire): span
+ * datagrams, level pushes and the state page. Shared by the generator (em-gen-wire-vectors) and
+ * tests/unit/test_wire.c, so the committed files, the packers and the unpackers are checked
+ * against the same rows. Constant data; nothing to free.
+ */
+#ifndef EDGEMON_TEST_WIRE_VECTORS_H
+#define EDGEMON_TEST_WIRE_VECTORS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "edgemon/wire.h"
+
+typedef struct {
+  const char *name; /* File stem: <name>.bin and <name>.json */
+  em_span_t span;
+} em_wire_span_vector_t;
+
+typedef struct {
+  const char *name; /* File stem: <name>.bin and <name>.json */
+  em_state_record_t rec;
+  uint32_t agent_pid;
+  bool is_page; /* false: a level push datagram; true: a state page after one write (seq 2). */
+} em_wire_state_vector_t;
+
+extern const em_wire_span_vector_t em_wire_span_vectors[];
+extern const size_t em_wire_span_vector_count;
+extern const em_wire_state_vector_t em_wire_state_vectors[];
+extern const size_t em_wire_state_vector_count;
+
+#endif /* EDGEMON_TEST_WIRE_VECTORS_H */
