@@ -8,6 +8,7 @@ and decoded with struct from WIRE.md "Python stacks datagram v2", independently 
 Run with: /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/client
 """
 
+import os
 import socket
 import struct
 import sys
@@ -325,3 +326,21 @@ def test_a_span_sample_leaves_an_installed_profiler_alone_and_its_hook_goes_at_e
     assert tid == threading.get_native_id() and frames[0][0] is stage_work.__code__
     assert frames[1][0] is test_a_span_sample_leaves_an_installed_profiler_alone_and_its_hook_goes_at_exit.__code__
     client.close()
+
+
+def test_a_child_forked_in_a_window_has_the_plain_spans(tmp_path):
+    plain = edgemon.span.__enter__
+    client = edgemon.Client(str(tmp_path / "s"))
+    _pyprof._window_changed(1)  # as a helper does when its window opens
+    try:
+        assert edgemon.span.__enter__ is not plain
+        pid = os.fork()
+        if pid == 0:  # the child: no helper, so no window and no span samples
+            os._exit(0 if edgemon.span.__enter__ is plain and _pyprof._windows_open == 0 else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        assert edgemon.span.__enter__ is not plain  # the parent's window goes on
+    finally:
+        _pyprof._window_changed(-1)
+        client.close()
+    assert edgemon.span.__enter__ is plain

@@ -49,7 +49,8 @@ learns the identity without the application calling set_model again.
 
 Fork: os.register_at_fork resets every live Client in the child (new pid in the datagrams, a
 new lock, counters at zero, the inherited socket closed, the parent's rings forgotten and never
-written); the child connects its own socket and makes its own rings on its first spans.
+written); the child connects its own socket and makes its own rings on its first spans. A
+profile window of the parent is not the child's: its spans are the plain ones (_pyprof.py).
 """
 
 import errno
@@ -944,7 +945,9 @@ def stats():
 def _after_fork_in_child():
     global _default_lock
     _default_lock = threading.Lock()  # a thread of the parent may have held it
+    _pyprof.after_fork_in_child()
     for client in list(_clients):
+        client._pyprof.reset_in_child()
         client._reset_in_child()
 
 

@@ -207,6 +207,16 @@ def pack(pid, window, strings, samples, cut, mid_ns):
     return head + text + b"".join(body)
 
 
+def after_fork_in_child():
+    """The child has no helper: spans are the plain ones again (called by _client at fork)."""
+    global _windows_lock, _windows_open
+    _windows_lock = threading.Lock()  # a thread of the parent may have held it
+    if _windows_open:
+        _windows_open = 0
+        if _on_windows is not None:
+            _on_windows(False)
+
+
 class PyStacks(object):
     """Starts the sampling helper for each new profile window; see the module docstring."""
 
@@ -228,6 +238,11 @@ class PyStacks(object):
         the stack (the hook), unless the thread has a profile function already."""
         if sys.getprofile() is None and len(self._marks) < MAX_MARKS:
             sys.setprofile(self.hook)
+
+    def reset_in_child(self):
+        """After fork in the child: the parent's window and span samples are not its own."""
+        self._spans_on = False
+        self._marks = []
 
     def _first_call(self, frame, event, arg):
         """The one-shot profile hook: on the first Python call, the thread's stack, then gone
