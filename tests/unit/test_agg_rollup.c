@@ -36,33 +36,15 @@
 #define MIN_NS (60 * S_NS)
 #define H_NS   (3600 * S_NS)
 
-typedef struct {
-  char dir[256];
-  char path[300];
-  uint32_t seq;
-} fixture_t;
+/* Each test's store (store_query.h's fixture). */
+typedef store_fixture_t fixture_t;
+
+/* The seq of the last data message add_data wrote in this test; setup sets it back to 0. */
+static uint32_t last_seq;
 
 static int setup(void **state) {
-  fixture_t *f = calloc(1, sizeof(*f));
-  assert_non_null(f);
-  snprintf(f->dir, sizeof(f->dir), "/tmp/em-rollup-test-XXXXXX");
-  assert_non_null(mkdtemp(f->dir));
-  snprintf(f->path, sizeof(f->path), "%s/history.db", f->dir);
-  *state = f;
-  return 0;
-}
-
-static int teardown(void **state) {
-  fixture_t *f = *state;
-  static const char *const suffix[] = {"", "-wal", "-shm"};
-  for (size_t i = 0; i < 3; i++) {
-    char p[400];
-    snprintf(p, sizeof(p), "%s%s", f->path, suffix[i]);
-    unlink(p);
-  }
-  rmdir(f->dir);
-  free(f);
-  return 0;
+  last_seq = 0;
+  return store_fixture_setup(state);
 }
 
 static em_store_t *open_opts(const fixture_t *f, em_store_opts_t *o) {
@@ -102,8 +84,7 @@ static em_store_t *open_store(const fixture_t *f, uint64_t retention_s) {
 
 /* Adds one data message of device dev at t: two stages whose buckets, scale and zero count
  * vary with k, and metrics 0..2 (metric 2 only every third message: absent is not zero). */
-static void add_data(fixture_t *f, em_store_t *s, const char *dev, uint64_t t, uint32_t k,
-                     bool historical) {
+static void add_data(em_store_t *s, const char *dev, uint64_t t, uint32_t k, bool historical) {
   em_bucket_t infer[2] = {{.index = 10 + (int32_t)(k % 7), .count = 1 + k % 3},
                           {.index = 30 + (int32_t)(k % 5), .count = 2}};
   em_bucket_t pre[2] = {{.index = -4 + (int32_t)(k % 3), .count = 1},
@@ -134,7 +115,7 @@ static void add_data(fixture_t *f, em_store_t *s, const char *dev, uint64_t t, u
   };
   em_msg_t m = {.kind = EM_MSG_DATA};
   m.u.data = (em_data_t){.head = {.time_ns = t, .session = 1},
-                         .seq = ++f->seq,
+                         .seq = ++last_seq,
                          .window_ns = S_NS,
                          .level = EM_LEVEL_NOMINAL,
                          .historical = historical,
@@ -147,12 +128,12 @@ static void add_data(fixture_t *f, em_store_t *s, const char *dev, uint64_t t, u
 }
 
 /* Two devices, one message every `every` s from `from` for `seconds`. */
-static void add_span(fixture_t *f, em_store_t *s, uint64_t from, uint64_t seconds, uint64_t every) {
+static void add_span(em_store_t *s, uint64_t from, uint64_t seconds, uint64_t every) {
   static const char *const devs[] = {"dev-a", "dev-b"};
   uint32_t k = 0;
   for (uint64_t t = 0; t < seconds; t += every) {
     for (int d = 0; d < 2; d++) {
-      add_data(f, s, devs[d], from + t * S_NS + (uint64_t)d * 123456789u, k++, false);
+      add_data(s, devs[d], from + t * S_NS + (uint64_t)d * 123456789u, k++, false);
     }
   }
   assert_int_equal(em_store_flush(s), 0);
@@ -308,7 +289,7 @@ static void assert_all_exact(const char *path) {
 static void rollup_minutes_and_hours_are_exact(void **state) {
   fixture_t *f = *state;
   em_store_t *s = open_store(f, 0);
-  add_span(f, s, T0_NS, 150 * 60, 5);
+  add_span(s, T0_NS, 150 * 60, 5);
   uint64_t end = T0_NS + 150 * MIN_NS;
   /* Minute 149 ends at `end`: not closed 5 s later, closed 10 s later. */
   int passes = roll_all(s, end + 5 * S_NS);
@@ -345,7 +326,7 @@ static void rollup_minutes_and_hours_are_exact(void **state) {
 static void rollup_late_row_updates_its_minute_and_hour(void **state) {
   fixture_t *f = *state;
   em_store_t *s = open_store(f, 0);
-  add_span(f, s, T0_NS, 2 * 3600, 10);
+  add_span(s, T0_NS, 2 * 3600, 10);
   uint64_t now = T0_NS + 2 * H_NS + 10 * S_NS;
   roll_all(s, now);
   int64_t before_m = q_int(f->path, "SELECT count FROM stage_rollups s JOIN stages t ON"
@@ -356,7 +337,7 @@ static void rollup_late_row_updates_its_minute_and_hour(void **state) {
                                     " t.id = s.stage AND t.name = 'infer' WHERE step_s = 3600"
                                     " AND device = 1 AND time_ns = 1699999200000000000");
   assert_true(before_m > 0);
-  add_data(f, s, "dev-a", T0_NS + 5 * MIN_NS + 30 * S_NS, 1, true); /* infer count 5 */
+  add_data(s, "dev-a", T0_NS + 5 * MIN_NS + 30 * S_NS, 1, true); /* infer count 5 */
   assert_int_equal(em_store_flush(s), 0);
   assert_int_equal(q_int(f->path, "SELECT count(*) FROM rollup_dirty WHERE device = 1 AND"
                                   " time_ns = 1699999200000000000 + 5 * 60000000000"),
@@ -374,7 +355,7 @@ static void rollup_late_row_updates_its_minute_and_hour(void **state) {
                    before_h + 5);
   assert_all_exact(f->path);
   /* A row at or after the watermark is not dirty: the normal pass takes it. */
-  add_data(f, s, "dev-a", now + 20 * S_NS, 2, false);
+  add_data(s, "dev-a", now + 20 * S_NS, 2, false);
   assert_int_equal(em_store_flush(s), 0);
   assert_int_equal(q_int(f->path, "SELECT count(*) FROM rollup_dirty"), 0);
   assert_int_equal(em_store_close(s), 0);
@@ -385,7 +366,7 @@ static void rollup_late_row_updates_its_minute_and_hour(void **state) {
 static void rollup_version_4_store_migrates_and_catches_up(void **state) {
   fixture_t *f = *state;
   em_store_t *s = open_store(f, 0);
-  add_span(f, s, T0_NS, 3 * 3600, 20);
+  add_span(s, T0_NS, 3 * 3600, 20);
   assert_int_equal(em_store_close(s), 0);
   sqlite3 *db = NULL;
   assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
@@ -414,7 +395,7 @@ static void rollup_version_4_store_migrates_and_catches_up(void **state) {
 static void rollup_retention_deletes_old_rollups(void **state) {
   fixture_t *f = *state;
   em_store_t *s = open_store(f, 2 * 3600);
-  add_span(f, s, T0_NS, 3 * 3600, 30);
+  add_span(s, T0_NS, 3 * 3600, 30);
   uint64_t now = T0_NS + 3 * H_NS + 10 * S_NS;
   roll_all(s, now);
   assert_int_equal(q_int(f->path, "SELECT min(time_ns) FROM stage_rollups WHERE step_s = 60"),
@@ -450,7 +431,7 @@ static void rollup_goes_device_by_device(void **state) {
   uint32_t k = 0;
   for (uint64_t t = 0; t < 3 * 60; t += 10) {
     for (int d = 0; d < 3; d++) {
-      add_data(f, s, devs[d], T0_NS + t * S_NS, k++, false);
+      add_data(s, devs[d], T0_NS + t * S_NS, k++, false);
     }
   }
   assert_int_equal(em_store_flush(s), 0);
@@ -463,8 +444,8 @@ static void rollup_goes_device_by_device(void **state) {
                    (int64_t)T0_NS);
   assert_int_equal(q_int(f->path, "SELECT value FROM meta WHERE key = 'rollup_1m_device'"), 1);
   assert_int_equal(q_int(f->path, "SELECT count(DISTINCT device) FROM stage_rollups"), 1);
-  add_data(f, s, "dev-a", T0_NS + 55 * S_NS, k++, true); /* Rolled: dirty. */
-  add_data(f, s, "dev-c", T0_NS + 56 * S_NS, k++, true); /* Not rolled yet: not dirty. */
+  add_data(s, "dev-a", T0_NS + 55 * S_NS, k++, true); /* Rolled: dirty. */
+  add_data(s, "dev-c", T0_NS + 56 * S_NS, k++, true); /* Not rolled yet: not dirty. */
   assert_int_equal(em_store_flush(s), 0);
   assert_int_equal(q_int(f->path, "SELECT count(*) FROM rollup_dirty"), 1);
   assert_int_equal(q_int(f->path, "SELECT device FROM rollup_dirty"), 1);
@@ -519,7 +500,7 @@ static void rollup_tick_runs_a_pass_every_second(void **state) {
 static void rollup_leaves_out_malformed_rows(void **state) {
   fixture_t *f = *state;
   em_store_t *s = open_store(f, 0);
-  add_span(f, s, T0_NS, 120, 10);
+  add_span(s, T0_NS, 120, 10);
   sqlite3 *db = NULL;
   assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
   char sql[600];
@@ -556,7 +537,7 @@ static void rollup_leaves_out_malformed_rows(void **state) {
 static void rollup_downsampled_rows_count_as_their_samples(void **state) {
   fixture_t *f = *state;
   em_store_t *s = open_store_with(f, 0, 600);
-  add_span(f, s, T0_NS, 3600, 5);
+  add_span(s, T0_NS, 3600, 5);
   assert_int_equal(em_store_retain(s, T0_NS + H_NS + 11 * MIN_NS), 0); /* Downsamples first. */
   assert_true(q_int(f->path, "SELECT count(*) FROM data WHERE n = 12") > 100);
   roll_all(s, T0_NS + 2 * H_NS);
@@ -573,7 +554,7 @@ static void rollup_downsampled_rows_count_as_their_samples(void **state) {
 static void rollup_kill_9_while_rolling_loses_nothing(void **state) {
   fixture_t *f = *state;
   em_store_t *s = open_store(f, 0);
-  add_span(f, s, T0_NS, 4 * 3600, 2);
+  add_span(s, T0_NS, 4 * 3600, 2);
   assert_int_equal(em_store_close(s), 0);
   uint64_t now = T0_NS + 5 * H_NS;
   int ready[2];
@@ -615,17 +596,23 @@ static void rollup_kill_9_while_rolling_loses_nothing(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(rollup_minutes_and_hours_are_exact, setup, teardown),
-      cmocka_unit_test_setup_teardown(rollup_late_row_updates_its_minute_and_hour, setup, teardown),
+      cmocka_unit_test_setup_teardown(rollup_minutes_and_hours_are_exact, setup,
+                                      store_fixture_teardown),
+      cmocka_unit_test_setup_teardown(rollup_late_row_updates_its_minute_and_hour, setup,
+                                      store_fixture_teardown),
       cmocka_unit_test_setup_teardown(rollup_version_4_store_migrates_and_catches_up, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(rollup_retention_deletes_old_rollups, setup, teardown),
+                                      store_fixture_teardown),
+      cmocka_unit_test_setup_teardown(rollup_retention_deletes_old_rollups, setup,
+                                      store_fixture_teardown),
       cmocka_unit_test_setup_teardown(rollup_downsampled_rows_count_as_their_samples, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(rollup_goes_device_by_device, setup, teardown),
-      cmocka_unit_test_setup_teardown(rollup_leaves_out_malformed_rows, setup, teardown),
-      cmocka_unit_test_setup_teardown(rollup_tick_runs_a_pass_every_second, setup, teardown),
-      cmocka_unit_test_setup_teardown(rollup_kill_9_while_rolling_loses_nothing, setup, teardown),
+                                      store_fixture_teardown),
+      cmocka_unit_test_setup_teardown(rollup_goes_device_by_device, setup, store_fixture_teardown),
+      cmocka_unit_test_setup_teardown(rollup_leaves_out_malformed_rows, setup,
+                                      store_fixture_teardown),
+      cmocka_unit_test_setup_teardown(rollup_tick_runs_a_pass_every_second, setup,
+                                      store_fixture_teardown),
+      cmocka_unit_test_setup_teardown(rollup_kill_9_while_rolling_loses_nothing, setup,
+                                      store_fixture_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
