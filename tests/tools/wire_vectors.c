@@ -1,10 +1,17 @@
 /*
  * wire_vectors.c - the rows of the board-local wire golden vectors (wire_vectors.h): the span
- * datagrams and the level-state records behind proto/vectors/wire. Data only.
+ * datagrams and the level-state records behind proto/vectors/wire, and the reader of those
+ * files. Holds no state.
  */
 #include "wire_vectors.h"
 
+#include <errno.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vectors.h"
 
 const em_wire_span_vector_t em_wire_span_vectors[] = {
     {"span", {EM_DGRAM_SPAN, 4242, 1001, 123456789012345u, 8250000, "infer"}},
@@ -47,3 +54,25 @@ const em_wire_state_vector_t em_wire_state_vectors[] = {
 
 const size_t em_wire_state_vector_count =
     sizeof(em_wire_state_vectors) / sizeof(em_wire_state_vectors[0]);
+
+int em_wire_vector_read(const char *dir, const char *name, uint8_t *buf, size_t cap, size_t *len) {
+  char wire_dir[1024];
+  int n = snprintf(wire_dir, sizeof(wire_dir), "%s/wire", dir);
+  if (n < 0 || (size_t)n >= sizeof(wire_dir)) {
+    return -ENAMETOOLONG;
+  }
+  size_t got = 0;
+  errno = 0;
+  uint8_t *bytes = em_vector_file(wire_dir, name, "bin", &got);
+  if (bytes == NULL) {
+    return errno != 0 ? -errno : -EIO;
+  }
+  if (got > cap) {
+    free(bytes);
+    return -EFBIG;
+  }
+  memcpy(buf, bytes, got);
+  free(bytes);
+  *len = got;
+  return 0;
+}

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "edgemon/ring.h"
+#include "wire_vectors.h"
 
 #ifndef EM_VECTORS_DIR
 #error "EM_VECTORS_DIR (absolute path of proto/vectors) must be defined"
@@ -143,19 +144,14 @@ static uint64_t classified(const em_ring_counts_t *c) {
   return c->folded + c->overwritten + c->bad_slot;
 }
 
+/* Reads proto/vectors/wire/<name>.bin into buf; returns its length. A file that is missing or
+ * longer than cap fails the test. */
 static size_t read_vector(const char *name, uint8_t *buf, size_t cap) {
-  char path[1024];
-  int n = snprintf(path, sizeof path, "%s/wire/%s.bin", EM_VECTORS_DIR, name);
-  assert_true(n > 0 && (size_t)n < sizeof path);
-  FILE *f = fopen(path, "rb");
-  if (f == NULL) {
-    print_error("cannot open %s\n", path);
-    fail();
+  size_t len = 0;
+  int rc = em_wire_vector_read(EM_VECTORS_DIR, name, buf, cap, &len);
+  if (rc != 0) {
+    fail_msg("cannot read wire vector %s: %d", name, rc);
   }
-  size_t len = fread(buf, 1, cap, f);
-  assert_int_equal(ferror(f), 0);
-  assert_int_equal(fgetc(f), EOF);
-  fclose(f);
   return len;
 }
 
