@@ -25,6 +25,7 @@
 #include "cohort.h"
 
 #include "buckets.h"
+#include "buf.h"
 #include "identity.h"
 
 #include <errno.h>
@@ -457,14 +458,8 @@ static bool load_devices(cohort_t *c) {
     if (!name || (c->q->have_name && fnmatch(c->q->name, name, 0) != 0)) {
       continue;
     }
-    if (c->n_devices == cap) {
-      size_t ncap = cap ? cap * 2 : 64;
-      device_t *v = realloc(c->devices, ncap * sizeof(*v));
-      if (!v) {
-        break;
-      }
-      c->devices = v;
-      cap = ncap;
+    if (em_buf_grow_items(&c->devices, &cap, c->n_devices, sizeof(*c->devices), 64) != 0) {
+      break;
     }
     char *copy = strdup(name);
     if (!copy) {

@@ -9,6 +9,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "flight_list.h"
 
+#include <buf.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,14 +68,9 @@ int em_api_list_parse(const char *json, const char *array, em_flight_list_t *out
   for (const char *p = strstr(json, OBJ_START); p; p = strstr(p + 1, OBJ_START)) {
     const char *next = strstr(p + 1, OBJ_START);
     const char *end = next ? next : p + strlen(p);
-    if (out->n == cap) {
-      cap = cap ? cap * 2 : 16;
-      em_flight_entry_t *v = realloc(out->v, cap * sizeof(*v));
-      if (!v) {
-        em_flight_list_free(out);
-        return -ENOMEM;
-      }
-      out->v = v;
+    if (em_buf_grow_items(&out->v, &cap, out->n, sizeof(*out->v), 16) != 0) {
+      em_flight_list_free(out);
+      return -ENOMEM;
     }
     em_flight_entry_t *e = &out->v[out->n++];
     memset(e, 0, sizeof(*e));
