@@ -858,7 +858,8 @@ def _on_profile_windows(open_):
     span.__enter__ = span._enter_in_window if open_ else _span_enter
 
 
-_pyprof.set_window_hook(_on_profile_windows, span.__exit__.__code__)
+_pyprof.set_window_hook(_on_profile_windows, span.__exit__.__code__,
+                        span._enter_in_window.__code__)
 
 
 def default_client():
