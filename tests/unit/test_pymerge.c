@@ -4,8 +4,9 @@
  * stacks (frame indices into a small table the test owns): the nearest Python sample of the
  * same thread within the allowed gap, the interpreter run from the first to the last eval-loop
  * frame replaced, what is above and below kept, Python frames above a native stack with no
- * eval-loop frame, the reasons a sample keeps its native frames, and the root side cut at
- * EM_PROFILE_MAX_DEPTH.
+ * eval-loop frame, the reasons a sample keeps its native frames, the root side cut at
+ * EM_PROFILE_MAX_DEPTH, and a ~1 ms stage given the client's span sample inside it over a nearer
+ * sample outside it.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -268,9 +269,58 @@ static void splice_takes_the_nearest_python_sample_accept_takes(void **state) {
   em_pymerge_free(m);
 }
 
+/* The stage [2.000 s, 2.001 s] of thread 300 (a ~1 ms span), as same_stage in window.c. */
+static bool in_stage(void *ctx, uint64_t time_ns) {
+  (void)ctx;
+  return time_ns >= 2000000000ull && time_ns <= 2001000000ull;
+}
+
+/* The splice of thread 300's native sample at 2.0009 s, late in the stage, with the Python
+ * samples of window 9 holding `samples` (frames into strings), prepared into a fresh t. */
+static size_t splice_late_in_stage(const em_pysample_t *samples, uint32_t n, table_t *t,
+                                   uint32_t *out, em_pymerge_why_t *why) {
+  uint8_t buf[1024];
+  size_t len = 0;
+  assert_int_equal(em_pystacks_pack(100, 9, 0, strings, 5, samples, n, buf, sizeof buf, &len), 0);
+  table_init(t, 64);
+  em_pymerge_t *m = NULL;
+  assert_int_equal(em_pymerge_new(&m), 0);
+  assert_int_equal(em_pymerge_take(m, buf, len, 9), 0);
+  em_pymerge_prepare(m, add_frame, t);
+  const uint32_t path[] = {MAIN, EVAL, CRC32};
+  size_t k = em_pymerge_splice(m, 300, 2000900000ull, 1980900000ull, 2020900000ull, path, 3,
+                               is_interp, in_stage, t, out, why);
+  em_pymerge_free(m);
+  return k;
+}
+
+static void splice_of_a_short_stage_takes_its_span_sample_over_a_nearer_one_outside(void **state) {
+  (void)state;
+  /* Thread 300: the client's span sample 0.1 ms into the stage (<module>;main;Model.infer,
+   * the stage's function) and its 99 Hz sample 0.3 ms after the stage (<module>;main). */
+  const em_pysample_t samples[] = {
+      {.tid = 300, .time_ns = 2000100000ull, .depth = 3, .frames = {0, 1, 2}},
+      {.tid = 300, .time_ns = 2001300000ull, .depth = 2, .frames = {0, 1}},
+  };
+  table_t t;
+  uint32_t out[EM_PROFILE_MAX_DEPTH];
+  em_pymerge_why_t why = EM_PYMERGE_NO_SAMPLE;
+  /* The sample outside the stage is nearer (0.4 ms against 0.8 ms) but names code the thread
+   * was not running: the span sample is taken, the stage's function named. */
+  assert_int_equal(splice_late_in_stage(samples, 2, &t, out, &why), 5);
+  assert_int_equal(why, EM_PYMERGE_SPLICED);
+  const uint32_t want[] = {MAIN, py(&t, "<module>"), py(&t, "main"), py(&t, "Model.infer"), CRC32};
+  assert_memory_equal(out, want, sizeof want);
+  /* Without the span sample (the client's 99 Hz samples only) the stage has none. */
+  why = EM_PYMERGE_SPLICED;
+  assert_int_equal(splice_late_in_stage(samples + 1, 1, &t, out, &why), 0);
+  assert_int_equal(why, EM_PYMERGE_NO_SAMPLE);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(splice_takes_the_nearest_python_sample_accept_takes),
+      cmocka_unit_test(splice_of_a_short_stage_takes_its_span_sample_over_a_nearer_one_outside),
       cmocka_unit_test(take_keeps_only_the_windows_valid_datagram),
       cmocka_unit_test(prepare_splits_function_and_file_line),
       cmocka_unit_test(splice_replaces_the_interpreter_run_keeping_above_and_below),
