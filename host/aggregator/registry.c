@@ -93,24 +93,13 @@ void em_registry_unlock(em_registry_t *r) {
   pthread_mutex_unlock(&r->lock);
 }
 
+/* The id of device i of the array r->devices. */
+static const char *device_id_at(const void *devices, size_t i) {
+  return ((em_agg_device_t *const *)devices)[i]->dev->id;
+}
+
 static size_t find_index(const em_registry_t *r, const char *id, bool *found) {
-  size_t lo = 0;
-  size_t hi = r->n_devices;
-  *found = false;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    int c = strcmp(r->devices[mid]->dev->id, id);
-    if (c == 0) {
-      *found = true;
-      return mid;
-    }
-    if (c < 0) {
-      lo = mid + 1;
-    } else {
-      hi = mid;
-    }
-  }
-  return lo;
+  return em_buf_find_name(r->devices, r->n_devices, device_id_at, id, found);
 }
 
 em_agg_device_t *em_registry_find(em_registry_t *r, const char *id) {

@@ -149,3 +149,24 @@ int em_buf_grow_items(void *items_ptr, size_t *cap, size_t n, size_t item_bytes,
   *cap = want;
   return 0;
 }
+
+size_t em_buf_find_name(const void *items, size_t n, const char *(*name_at)(const void *, size_t),
+                        const char *name, bool *found) {
+  size_t lo = 0;
+  size_t hi = n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    int c = strcmp(name_at(items, mid), name);
+    if (c == 0) {
+      *found = true;
+      return mid;
+    }
+    if (c < 0) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  *found = false;
+  return lo;
+}

@@ -16,6 +16,7 @@
 #define EM_HOST_BUF_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 typedef struct {
@@ -73,5 +74,13 @@ char *em_buf_take(em_buf_t *b, size_t *len);
  * (overflow or no memory) with the array and *cap as they were.
  */
 int em_buf_grow_items(void *items_ptr, size_t *cap, size_t n, size_t item_bytes, size_t first_cap);
+
+/*
+ * The search of such an array kept sorted by name (strcmp order): name_at(items, i) is the
+ * name of item i of n. Returns the index of `name` with *found true, or, with *found false, the
+ * index where it would be inserted to keep the order. Binary search: O(log n) calls of name_at.
+ */
+size_t em_buf_find_name(const void *items, size_t n, const char *(*name_at)(const void *, size_t),
+                        const char *name, bool *found);
 
 #endif /* EM_HOST_BUF_H */

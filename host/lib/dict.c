@@ -59,25 +59,14 @@ void em_dict_free(em_dict_t *d) {
   free(d);
 }
 
+/* The id of device i of the array d->devices. */
+static const char *device_id_at(const void *devices, size_t i) {
+  return ((em_device_t *const *)devices)[i]->id;
+}
+
 /* Index of `id`, or of where it would go (with *found false). */
 static size_t find(const em_dict_t *d, const char *id, bool *found) {
-  size_t lo = 0;
-  size_t hi = d->n;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    int c = strcmp(d->devices[mid]->id, id);
-    if (c == 0) {
-      *found = true;
-      return mid;
-    }
-    if (c < 0) {
-      lo = mid + 1;
-    } else {
-      hi = mid;
-    }
-  }
-  *found = false;
-  return lo;
+  return em_buf_find_name(d->devices, d->n, device_id_at, id, found);
 }
 
 em_device_t *em_dict_device(em_dict_t *d, const char *id, bool create) {

@@ -174,6 +174,34 @@ static void grow_items_doubles_and_keeps_the_array_on_failure(void **state) {
   free(v);
 }
 
+static const char *word_at(const void *words, size_t i) {
+  return ((const char *const *)words)[i];
+}
+
+/* A sorted array's search: each name found at its index, each absent one placed where it
+ * would keep the order (before the first, between two, after the last, in an empty array). */
+static void find_name_finds_or_places_in_order(void **state) {
+  (void)state;
+  static const char *const words[] = {"beta", "delta", "gamma", "omega"};
+  bool found = false;
+  for (size_t i = 0; i < 4; i++) {
+    assert_int_equal(em_buf_find_name(words, 4, word_at, words[i], &found), i);
+    assert_true(found);
+  }
+  static const struct {
+    const char *name;
+    size_t at;
+  } absent[] = {{"alpha", 0}, {"charlie", 1}, {"epsilon", 2}, {"gammaa", 3}, {"zeta", 4}};
+  for (size_t i = 0; i < sizeof(absent) / sizeof(absent[0]); i++) {
+    found = true;
+    assert_int_equal(em_buf_find_name(words, 4, word_at, absent[i].name, &found), absent[i].at);
+    assert_false(found);
+  }
+  found = true;
+  assert_int_equal(em_buf_find_name(NULL, 0, word_at, "beta", &found), 0);
+  assert_false(found);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(growth_keeps_every_byte_and_the_nul),
@@ -182,6 +210,7 @@ int main(void) {
       cmocka_unit_test(reserve_tail_commit_write_in_place),
       cmocka_unit_test(failed_allocation_is_enomem_and_keeps_the_bytes),
       cmocka_unit_test(grow_items_doubles_and_keeps_the_array_on_failure),
+      cmocka_unit_test(find_name_finds_or_places_in_order),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -382,24 +382,13 @@ static void cache_clear(name_cache_t *c) {
   c->cap = 0;
 }
 
+/* The name of entry i of a name_id_t array. */
+static const char *cached_name_at(const void *v, size_t i) {
+  return ((const name_id_t *)v)[i].name;
+}
+
 static size_t cache_find(const name_cache_t *c, const char *name, bool *found) {
-  size_t lo = 0;
-  size_t hi = c->n;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    int cmp = strcmp(c->v[mid].name, name);
-    if (cmp == 0) {
-      *found = true;
-      return mid;
-    }
-    if (cmp < 0) {
-      lo = mid + 1;
-    } else {
-      hi = mid;
-    }
-  }
-  *found = false;
-  return lo;
+  return em_buf_find_name(c->v, c->n, cached_name_at, name, found);
 }
 
 /* Remembers name -> id at position pos; a full cache or no memory just skips caching. */
