@@ -310,6 +310,9 @@ def test_a_span_sample_leaves_an_installed_profiler_alone_and_its_hook_goes_at_e
     def profiler(frame, event, arg):
         seen.append(event)
 
+    ps.span_started()  # no window of this client (another one's opened the spans): nothing
+    assert sys.getprofile() is None
+    ps._spans_on = True  # as its helper sets while its window is open
     sys.setprofile(profiler)
     try:
         ps.span_started()

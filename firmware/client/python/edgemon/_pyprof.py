@@ -247,8 +247,8 @@ class PyStacks(object):
     def span_started(self):
         """A span starts in this thread while a window is open: its first Python call records
         the stack (the hook), unless the thread has a profile function already."""
-        if sys.getprofile() is not None:
-            return
+        if not self._spans_on or sys.getprofile() is not None:
+            return  # another client's window, or a profiler of the application's
         if len(self._marks) < MAX_MARKS:
             sys.setprofile(self.hook)
         else:
