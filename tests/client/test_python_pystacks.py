@@ -83,8 +83,10 @@ def test_a_new_open_window_is_sampled_once_and_sent_as_one_datagram(tmp_path):
         assert worker.native_id in tids and threading.get_native_id() in tids
         assert first.native_id not in tids  # the helper never samples itself
         busy = [frames for tid, _, frames in samples if tid == worker.native_id]
-        # min(500, 99) Hz for 0.3 s: about 30 samples of the busy thread.
-        assert 10 <= len(busy) <= 40, len(busy)
+        # min(500, 99) Hz for 0.3 s: about 30 samples of the busy thread, never more than the
+        # rate allows; fewer on a loaded machine (the helper needs the GIL and a CPU), so the
+        # floor only says it sampled the thread again and again, not how often (a benchmark's).
+        assert 3 <= len(busy) <= 40, len(busy)
         assert busy[0][-1].startswith("busy_spin (") and busy[0][-1].endswith(")")
         assert ":" in busy[0][-1] and "test_python_pystacks.py" in busy[0][-1]
         assert all(t1 <= t2 for (_, t1, _), (_, t2, _) in zip(samples, samples[1:]))
