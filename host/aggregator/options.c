@@ -59,6 +59,12 @@ static int set_http(void *ctx, const em_schema_key_t *k, void *obj, const char *
 #define FLAG(word)    .flags = EM_SCHEMA_FLAG, .arg = word
 #define WANT_PATH     .min = 1, .max = EM_AGG_TEXT_MAX - 1, .want = "wants a path"
 #define WANT_DURATION .bare_unit = EM_NS_PER_S, .flags = EM_SCHEMA_SECONDS | EM_SCHEMA_FLAG
+/* A per-device bound of a kind of forensic blob: at least one largest blob (256 KiB), 64 MiB
+ * when not set. */
+#define DEVICE_MAX_BYTES_KEY(nm, f, what)                                                          \
+  KEY(nm, EM_SCHEMA_INT, FIELD(f), FLAG("N"), .min = 1u << 18, .max = 1ull << 40,                  \
+      .want = "wants 262144 to 1099511627776 (bytes)", .def = "67108864", .example = "67108864",   \
+      .doc = what " kept per device, in bytes of CBOR (at least 256 KiB); the oldest go first")
 /* A total bound of a kind of forensic blob: at least one largest blob (256 KiB), 1 GiB when not
  * set (EM_FORENSICS_DEFAULT_TOTAL_MAX_BYTES). */
 #define TOTAL_MAX_BYTES_KEY(nm, f, what)                                                           \
@@ -114,16 +120,8 @@ static const em_schema_key_t agg_keys[] = {
         .example = "67108864",
         .doc = "cap of /metrics in either format (at least 1 MiB); past it /metrics leaves "
                "devices out and /healthz says so"),
-    KEY("flight_max_bytes", EM_SCHEMA_INT, FIELD(flight_max_bytes), FLAG("N"), .min = 1u << 18,
-        .max = 1ull << 40, .want = "wants 262144 to 1099511627776 (bytes)", .def = "67108864",
-        .example = "67108864",
-        .doc = "flight recordings kept per device, in bytes of CBOR (at least 256 KiB); the "
-               "oldest go first"),
-    KEY("profile_max_bytes", EM_SCHEMA_INT, FIELD(profile_max_bytes), FLAG("N"), .min = 1u << 18,
-        .max = 1ull << 40, .want = "wants 262144 to 1099511627776 (bytes)", .def = "67108864",
-        .example = "67108864",
-        .doc = "stack profiles kept per device, in bytes of CBOR (at least 256 KiB); the oldest "
-               "go first"),
+    DEVICE_MAX_BYTES_KEY("flight_max_bytes", flight_max_bytes, "flight recordings"),
+    DEVICE_MAX_BYTES_KEY("profile_max_bytes", profile_max_bytes, "stack profiles"),
     TOTAL_MAX_BYTES_KEY("flight_total_max_bytes", flight_total_max_bytes, "flight recordings"),
     TOTAL_MAX_BYTES_KEY("profile_total_max_bytes", profile_total_max_bytes, "stack profiles"),
     KEY("api_workers", EM_SCHEMA_INT, FIELD(api_workers), FLAG("N"), .min = 1, .max = 64,
