@@ -19,6 +19,7 @@
 #include "forensic_api.h"
 #include "forensic_store.h"
 #include "history.h"
+#include "vectors.h"
 
 #include <edgemon/flight.h>
 #include <edgemon/profile.h>
@@ -32,53 +33,26 @@ static em_store_t *open_store(const store_fixture_t *f) {
   return forensic_store_open(f, FORENSIC_PROFILES, 0, 0);
 }
 
-/* A small profile: 2 stages, 3 frames, 2 stacks, a cut. */
+/* A profile and its encoding. */
 typedef struct {
   uint8_t buf[4096];
   size_t len;
   em_profile_t p;
 } prof_t;
 
-static const char *const stages[] = {"pre", "infer"};
-static const em_profile_frame_t frames[] = {
-    {"main", "app", EM_FRAME_NATIVE},
-    {"conv2d", "libtorch.so", EM_FRAME_NATIVE},
-    {"do_syscall_64", NULL, EM_FRAME_KERNEL},
-};
-static const uint32_t path_a[] = {0, 1};
-static const uint32_t path_b[] = {0, 2};
-static const em_profile_stack_t stacks[] = {
-    {.frames = path_a, .n_frames = 2, .samples = 150, .stage = 1},
-    {.frames = path_b, .n_frames = 2, .samples = 30, .off_cpu_ns = 5000000, .stage = 0},
-};
-
+/* The vectors' profile_basic (an escalation: 2 stages, 8 frames, 5 stacks) or profile_command
+ * as session-number at time_ns, with 4 stacks and 10 samples cut, encoded into r->buf. */
 static void make(prof_t *r, uint32_t session, uint32_t number, uint64_t time_ns,
                  em_profile_cause_t cause) {
+  size_t n = 0;
+  const em_profile_vector_t *row = &em_profile_vectors(&n)[cause == EM_PROFILE_ESCALATION ? 0 : 1];
+  assert_int_equal(row->profile.trigger.cause, cause);
   memset(r, 0, sizeof(*r));
-  bool esc = cause == EM_PROFILE_ESCALATION;
-  r->p = (em_profile_t){
-      .head = {.time_ns = time_ns, .session = session},
-      .number = number,
-      .trigger = {.cause = cause,
-                  .level = EM_LEVEL_DEGRADED,
-                  .prev_level = esc ? EM_LEVEL_NOMINAL : EM_LEVEL_NONE,
-                  .rule = esc ? "infer.p99" : NULL,
-                  .stage = esc ? "infer" : NULL,
-                  .reason = "p99 over budget"},
-      .start_mono_ns = 950 * S_NS,
-      .duration_ns = 2 * S_NS,
-      .hz = 99,
-      .clock = "cpu-clock",
-      .samples = 190,
-      .lost = 3,
-      .stages = stages,
-      .n_stages = 2,
-      .frames = frames,
-      .n_frames = 3,
-      .stacks = stacks,
-      .n_stacks = 2,
-      .truncated = {.stacks_cut = 4, .samples_cut = 10},
-  };
+  r->p = row->profile;
+  r->p.head = (em_msg_head_t){.time_ns = time_ns, .session = session};
+  r->p.number = number;
+  r->p.truncated.stacks_cut = 4;
+  r->p.truncated.samples_cut = 10;
   assert_int_equal(em_profile_encode(&r->p, r->buf, sizeof(r->buf), &r->len), 0);
 }
 
@@ -105,10 +79,10 @@ static const forensic_kind_t profiles = {
     .table = FORENSIC_PROFILES,
     .add = add_sample,
     .summary = "e.cause = 0 AND e.level = 2 AND e.prev_level = 0 AND e.rule = 'infer.p99' AND "
-               "e.stage = 'infer' AND e.reason = 'p99 over budget' AND "
-               "e.start_mono_ns = 950000000000 AND e.duration_ns = 2000000000 AND e.hz = 99 AND "
-               "e.clock = 'cpu-clock' AND e.samples = 190 AND e.lost = 3 AND e.stages = 2 AND "
-               "e.frames = 3 AND e.stacks = 2 AND e.stacks_cut = 4 AND e.samples_cut = 10",
+               "e.stage = 'infer' AND e.reason = 'infer p99 52.0 ms > 40.0 ms for 3 windows' AND "
+               "e.start_mono_ns = 123456789012345 AND e.duration_ns = 5000000000 AND e.hz = 99 "
+               "AND e.clock = 'cpu-clock' AND e.samples = 480 AND e.lost = 2 AND e.stages = 2 "
+               "AND e.frames = 8 AND e.stacks = 5 AND e.stacks_cut = 4 AND e.samples_cut = 10",
     .user_version = 11,
 };
 
@@ -138,20 +112,15 @@ static void profiles_version_7_store_migrates_at_open(void **state) {
                    2);
 }
 
-/* A flight recording of `session`/`number` at time_ns with `cause`, encoded into buf. */
+/* The vectors' flight_basic (an escalation) or flight_command as session-number at time_ns. */
 static void add_flight(em_store_t *s, uint32_t session, uint32_t number, uint64_t time_ns,
                        em_flight_cause_t cause) {
-  static const em_flight_span_t span = {.stage = 0, .frame_id = 1, .duration_ns = 1000};
-  em_flight_t fl = {.head = {.time_ns = time_ns, .session = session},
-                    .number = number,
-                    .trigger = {.cause = cause, .level = EM_LEVEL_DEGRADED},
-                    .pre_ns = S_NS,
-                    .post_ns = S_NS,
-                    .period_ns = S_NS / 10,
-                    .stages = stages,
-                    .n_stages = 2,
-                    .spans = &span,
-                    .n_spans = 1};
+  size_t n = 0;
+  const em_flight_vector_t *row = &em_flight_vectors(&n)[cause == EM_FLIGHT_ESCALATION ? 0 : 1];
+  assert_int_equal(row->flight.trigger.cause, cause);
+  em_flight_t fl = row->flight;
+  fl.head = (em_msg_head_t){.time_ns = time_ns, .session = session};
+  fl.number = number;
   uint8_t buf[1024];
   size_t len = 0;
   assert_int_equal(em_flight_encode(&fl, buf, sizeof(buf), &len), 0);
