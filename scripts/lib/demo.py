@@ -67,32 +67,33 @@ def wait_for_http(log_path, proc, timeout=10):
     raise SystemExit("edgemon-aggregator did not start serving HTTP")
 
 
+def show_forensic(cli_bin, url, device, svg, command, drawn, absent, why):
+    """Runs `edgemon-cli COMMAND` on the device's newest blob of that kind, drawn to svg, and
+    says where the drawing (`drawn`) is or, with the exit status, that the blob (`absent`)
+    was not shown and `why`."""
+    print(f"{BOLD}==> edgemon-cli {command} --aggregator {url} --device {device} --top 5 "
+          f"--svg {svg}{RESET}", flush=True)
+    rc = subprocess.call([str(cli_bin), command, "--aggregator", url, "--device", device,
+                          "--top", "5", "--svg", str(svg)])
+    if rc == 0:
+        print(f"{BOLD}==> {drawn}: {svg} (open it in a browser){RESET}")
+    else:
+        print(f"{BOLD}==> no {absent} shown (exit {rc}): {why}{RESET}")
+
+
 def show_flight(cli_bin, url, device, svg):
     """The flight recording the slow phase's escalation made: its slowest frames, and a
     drawing of every span and counter around the breach."""
-    print(f"{BOLD}==> edgemon-cli flight --aggregator {url} --device {device} --top 5 "
-          f"--svg {svg}{RESET}", flush=True)
-    rc = subprocess.call([str(cli_bin), "flight", "--aggregator", url, "--device", device,
-                          "--top", "5", "--svg", str(svg)])
-    if rc == 0:
-        print(f"{BOLD}==> the breach, drawn: {svg} (open it in a browser){RESET}")
-    else:
-        print(f"{BOLD}==> no flight recording shown (exit {rc}): the level did not rise in "
-              f"this run{RESET}")
+    show_forensic(cli_bin, url, device, svg, "flight", "the breach, drawn", "flight recording",
+                  "the level did not rise in this run")
 
 
 def show_profile(cli_bin, url, device, svg):
     """The stack profile the slow phase's escalation opened: where the inference process spent
     its time in the seconds after the breach, and a flame graph of it."""
-    print(f"{BOLD}==> edgemon-cli profile --aggregator {url} --device {device} --top 5 "
-          f"--svg {svg}{RESET}", flush=True)
-    rc = subprocess.call([str(cli_bin), "profile", "--aggregator", url, "--device", device,
-                          "--top", "5", "--svg", str(svg)])
-    if rc == 0:
-        print(f"{BOLD}==> the breach's flame graph: {svg} (open it in a browser){RESET}")
-    else:
-        print(f"{BOLD}==> no stack profile shown (exit {rc}): the level did not rise in this "
-              f"run, or its sampling window had not closed yet{RESET}")
+    show_forensic(cli_bin, url, device, svg, "profile", "the breach's flame graph",
+                  "stack profile", "the level did not rise in this run, or its sampling window "
+                  "had not closed yet")
 
 
 def main():
