@@ -415,37 +415,7 @@ out:
   return result;
 }
 
-/* Model datagram v2 rows: labels already in ascending key order, as the packer requires. */
-static const em_label_t model_labels_full[] = {{"site", "lab-3"}, {"variant", "full"}};
-static const em_label_t model_labels_max[] = {
-    {"A_key_15_bytes_", "value of 31 printable bytes !~ "},
-    {"a1", "1"},
-    {"b", " "},
-    {"c", "~"},
-    {"d", "x"},
-    {"e", "y"},
-    {"f", "z"},
-    {"zzzzzzzzzzzzzzz", "0123456789012345678901234567890"},
-};
-
-typedef struct {
-  const char *name;
-  em_model_t model;
-  uint32_t pid;
-  uint32_t generation;
-} model_row_t;
-
-static const model_row_t model_rows[] = {
-    {"model", {"mobilenet_v3_small", "1.4", model_labels_full, 2}, 4242, 1},
-    {"model_no_labels", {"resnet18", "2024-05-01", NULL, 0}, 4242, 7},
-    {"model_max_fields",
-     {" !\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^",
-      "`abcdefghijklmnopqrstuvwxyz{|}~", model_labels_max, 8},
-     UINT32_MAX,
-     UINT32_MAX},
-};
-
-static int gen_model(const char *dir, const model_row_t *row) {
+static int gen_model(const char *dir, const em_wire_model_vector_t *row) {
   uint8_t buf[EM_MODEL_DGRAM_BYTES];
   int rc = em_model_dgram_pack(&row->model, row->pid, row->generation, buf);
   FILE *f = open_vector(dir, row->name, rc, "pack", buf, sizeof buf);
@@ -552,8 +522,8 @@ int main(int argc, char **argv) {
     failures += gen_ring_dgram(dir, &ring_dgram_rows[i]) != 0;
   }
   failures += gen_deadline_page(dir) != 0;
-  for (size_t i = 0; i < sizeof model_rows / sizeof model_rows[0]; i++) {
-    failures += gen_model(dir, &model_rows[i]) != 0;
+  for (size_t i = 0; i < em_wire_model_vector_count; i++) {
+    failures += gen_model(dir, &em_wire_model_vectors[i]) != 0;
   }
   failures += gen_profile_page(dir) != 0;
   failures += gen_pystacks(dir) != 0;

@@ -1,7 +1,7 @@
 /*
  * wire_vectors.c - the rows of the board-local wire golden vectors (wire_vectors.h): the span
- * datagrams and the level-state records behind proto/vectors/wire, and the reader of those
- * files. Holds no state.
+ * datagrams, the level-state records and the model datagrams behind proto/vectors/wire, and the
+ * reader of those files. Holds no state.
  */
 #include "wire_vectors.h"
 
@@ -54,6 +54,32 @@ const em_wire_state_vector_t em_wire_state_vectors[] = {
 
 const size_t em_wire_state_vector_count =
     sizeof(em_wire_state_vectors) / sizeof(em_wire_state_vectors[0]);
+
+/* Model datagram v2 rows: two labels, none, and every field at its longest. */
+static const em_label_t model_labels_full[] = {{"site", "lab-3"}, {"variant", "full"}};
+static const em_label_t model_labels_max[] = {
+    {"A_key_15_bytes_", "value of 31 printable bytes !~ "},
+    {"a1", "1"},
+    {"b", " "},
+    {"c", "~"},
+    {"d", "x"},
+    {"e", "y"},
+    {"f", "z"},
+    {"zzzzzzzzzzzzzzz", "0123456789012345678901234567890"},
+};
+
+const em_wire_model_vector_t em_wire_model_vectors[] = {
+    {"model", {"mobilenet_v3_small", "1.4", model_labels_full, 2}, 4242, 1},
+    {"model_no_labels", {"resnet18", "2024-05-01", NULL, 0}, 4242, 7},
+    {"model_max_fields",
+     {" !\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^",
+      "`abcdefghijklmnopqrstuvwxyz{|}~", model_labels_max, 8},
+     UINT32_MAX,
+     UINT32_MAX},
+};
+
+const size_t em_wire_model_vector_count =
+    sizeof(em_wire_model_vectors) / sizeof(em_wire_model_vectors[0]);
 
 int em_wire_vector_read(const char *dir, const char *name, uint8_t *buf, size_t cap, size_t *len) {
   char wire_dir[1024];

@@ -1306,44 +1306,23 @@ static void model_unpack_reports_the_first_failure_in_order(void **state) {
 
 /* ---- Golden vectors ---- */
 
-static const em_label_t max_labels[] = {{"A_key_15_bytes_", "value of 31 printable bytes !~ "},
-                                        {"a1", "1"},
-                                        {"b", " "},
-                                        {"c", "~"},
-                                        {"d", "x"},
-                                        {"e", "y"},
-                                        {"f", "z"},
-                                        {"zzzzzzzzzzzzzzz", "0123456789012345678901234567890"}};
-
-static const struct {
-  const char *name;
-  em_model_t m;
-  uint32_t pid, generation;
-} vectors[] = {
-    {"model", {"mobilenet_v3_small", "1.4", two_labels, 2}, 4242, 1},
-    {"model_no_labels", {"resnet18", "2024-05-01", NULL, 0}, 4242, 7},
-    {"model_max_fields",
-     {" !\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^",
-      "`abcdefghijklmnopqrstuvwxyz{|}~", max_labels, 8},
-     UINT32_MAX,
-     UINT32_MAX},
-};
-
 static void golden_model_vectors_pack_and_unpack_to_their_rows(void **state) {
   (void)state;
-  for (size_t i = 0; i < ARRAY_LEN(vectors); i++) {
+  for (size_t i = 0; i < em_wire_model_vector_count; i++) {
     uint8_t file[EM_MODEL_DGRAM_BYTES + 1];
-    size_t len = read_vector(vectors[i].name, file, sizeof file);
+    size_t len = read_vector(em_wire_model_vectors[i].name, file, sizeof file);
     assert_int_equal(len, EM_MODEL_DGRAM_BYTES);
     uint8_t b[EM_MODEL_DGRAM_BYTES];
-    assert_int_equal(em_model_dgram_pack(&vectors[i].m, vectors[i].pid, vectors[i].generation, b),
+    assert_int_equal(em_model_dgram_pack(&em_wire_model_vectors[i].model,
+                                         em_wire_model_vectors[i].pid,
+                                         em_wire_model_vectors[i].generation, b),
                      0);
     assert_memory_equal(b, file, EM_MODEL_DGRAM_BYTES);
     em_model_dgram_t d;
     assert_int_equal(em_model_dgram_unpack(file, len, &d), 0);
-    assert_int_equal(d.pid, vectors[i].pid);
-    assert_int_equal(d.generation, vectors[i].generation);
-    assert_same_model(&vectors[i].m, &d);
+    assert_int_equal(d.pid, em_wire_model_vectors[i].pid);
+    assert_int_equal(d.generation, em_wire_model_vectors[i].generation);
+    assert_same_model(&em_wire_model_vectors[i].model, &d);
   }
 }
 
@@ -1351,9 +1330,10 @@ static void golden_model_vectors_pack_and_unpack_to_their_rows(void **state) {
 static void golden_model_vectors_with_any_byte_changed_fail_or_repack_identically(void **state) {
   (void)state;
   static const uint8_t values[] = {0x00, 0x01, 0x09, 0x20, 0x2d, 0x5f, 0x61, 0x7f, 0xff};
-  for (size_t v = 0; v < ARRAY_LEN(vectors); v++) {
+  for (size_t v = 0; v < em_wire_model_vector_count; v++) {
     uint8_t file[EM_MODEL_DGRAM_BYTES + 1];
-    assert_int_equal(read_vector(vectors[v].name, file, sizeof file), EM_MODEL_DGRAM_BYTES);
+    assert_int_equal(read_vector(em_wire_model_vectors[v].name, file, sizeof file),
+                     EM_MODEL_DGRAM_BYTES);
     for (size_t at = 0; at < EM_MODEL_DGRAM_BYTES; at++) {
       for (size_t k = 0; k < ARRAY_LEN(values); k++) {
         uint8_t b[EM_MODEL_DGRAM_BYTES];
