@@ -46,6 +46,7 @@
 #include "edgemon/flight.h"
 #include "forward.h"
 #include "tmp_tree.h"
+#include "vectors.h"
 
 #define MOSQUITTO    "/usr/sbin/mosquitto"
 #define PREFIX       "edgemon/v1/fwd-test"
@@ -260,18 +261,10 @@ static void broker_away_spools_a_flight_recording_marked_historical(void **state
   (void)state;
   fixture_t fx;
   open_fixture(&fx, free_port(), NULL, 8);
-  static const char *const stages[] = {"infer"};
-  const em_flight_span_t span = {.stage = 0, .frame_id = 18342, .start_ns = 900, .duration_ns = 5};
-  em_flight_t f = {.head = {.time_ns = 1, .session = 7},
-                   .trigger = {.cause = EM_FLIGHT_COMMAND, .prev_level = EM_LEVEL_NONE},
-                   .trigger_mono_ns = 1000,
-                   .pre_ns = 500,
-                   .post_ns = 500,
-                   .period_ns = 100,
-                   .stages = stages,
-                   .n_stages = 1,
-                   .spans = &span,
-                   .n_spans = 1};
+  size_t n_rows = 0;
+  const em_flight_vector_t *row = &em_flight_vectors(&n_rows)[1];
+  assert_string_equal(row->name, "flight_command");
+  const em_flight_t f = row->flight;
   uint8_t buf[1024];
   size_t len = 0;
   assert_int_equal(em_flight_encode(&f, buf, sizeof(buf), &len), 0);
@@ -298,8 +291,8 @@ static void broker_away_spools_a_flight_recording_marked_historical(void **state
   em_flight_t back;
   assert_int_equal(em_flight_decode(got, (size_t)n, &back, scratch, sizeof(scratch), NULL), 0);
   assert_true(back.historical);
-  assert_int_equal(back.n_spans, 1);
-  assert_int_equal(back.spans[0].frame_id, 18342);
+  assert_int_equal(back.n_spans, f.n_spans);
+  assert_int_equal(back.spans[0].frame_id, f.spans[0].frame_id);
   assert_int_equal(back.trigger.cause, EM_FLIGHT_COMMAND);
   close_spool(sp, &fx);
 }
