@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "edgemon/ring.h"
-#include "wire_vectors.h"
+#include "wire_file.h"
 
 #ifndef EM_VECTORS_DIR
 #error "EM_VECTORS_DIR (absolute path of proto/vectors) must be defined"
@@ -142,17 +142,6 @@ static void collect(void *ctx, const em_span_t *span) {
 
 static uint64_t classified(const em_ring_counts_t *c) {
   return c->folded + c->overwritten + c->bad_slot;
-}
-
-/* Reads proto/vectors/wire/<name>.bin into buf; returns its length. A file that is missing or
- * longer than cap fails the test. */
-static size_t read_vector(const char *name, uint8_t *buf, size_t cap) {
-  size_t len = 0;
-  int rc = em_wire_vector_read(EM_VECTORS_DIR, name, buf, cap, &len);
-  if (rc != 0) {
-    fail_msg("cannot read wire vector %s: %d", name, rc);
-  }
-  return len;
 }
 
 /* ---- Header ---- */
@@ -1036,7 +1025,7 @@ static void golden_ring_vectors_are_what_init_and_write_make(void **state) {
   uint8_t *file = alloc_ring(EM_RING_DEFAULT_SLOTS);
   uint8_t *mem = alloc_ring(EM_RING_DEFAULT_SLOTS);
   assert_int_equal(em_ring_init(mem, EM_RING_DEFAULT_SLOTS, 4242, 4243, 987654), 0);
-  size_t len = read_vector("ring_header", file, em_ring_bytes(EM_RING_DEFAULT_SLOTS));
+  size_t len = wire_file_read("ring_header", file, em_ring_bytes(EM_RING_DEFAULT_SLOTS));
   assert_int_equal(len, EM_RING_HEADER_BYTES);
   assert_memory_equal(file, mem, EM_RING_HEADER_BYTES);
 
@@ -1051,7 +1040,7 @@ static void golden_ring_vectors_are_what_init_and_write_make(void **state) {
   for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
     assert_int_equal(em_ring_write(mem, 64, &pos, &rows[i]), 0);
   }
-  len = read_vector("ring_3_slots", file, em_ring_bytes(EM_RING_DEFAULT_SLOTS));
+  len = wire_file_read("ring_3_slots", file, em_ring_bytes(EM_RING_DEFAULT_SLOTS));
   assert_int_equal(len, em_ring_bytes(64));
   assert_memory_equal(file, mem, len);
 
@@ -1078,7 +1067,7 @@ static void golden_dgram_vectors_pack_and_unpack_to_their_rows(void **state) {
   (void)state;
   for (size_t i = 0; i < ARRAY_LEN(dgram_rows); i++) {
     uint8_t file[EM_SPAN_DGRAM_BYTES + 1], buf[EM_SPAN_DGRAM_BYTES];
-    size_t len = read_vector(dgram_rows[i].name, file, sizeof file);
+    size_t len = wire_file_read(dgram_rows[i].name, file, sizeof file);
     assert_int_equal(len, EM_SPAN_DGRAM_BYTES);
     assert_int_equal(em_ring_dgram_pack(&dgram_rows[i].dgram, buf), 0);
     assert_memory_equal(file, buf, sizeof buf);
@@ -1095,7 +1084,7 @@ static void golden_deadline_page_is_init_plus_one_write(void **state) {
   assert_int_equal(em_deadline_page_write(page, rows, 2), 0);
   uint8_t *file = aligned_alloc(8, EM_DEADLINE_PAGE_BYTES + 8);
   assert_non_null(file);
-  size_t len = read_vector("deadline_page", file, EM_DEADLINE_PAGE_BYTES + 8);
+  size_t len = wire_file_read("deadline_page", file, EM_DEADLINE_PAGE_BYTES + 8);
   assert_int_equal(len, EM_DEADLINE_PAGE_BYTES);
   assert_memory_equal(file, page, len);
   em_deadline_t out[EM_DEADLINE_MAX_ENTRIES];

@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "edgemon/wire.h"
+#include "wire_file.h"
 #include "wire_vectors.h"
 
 #ifndef EM_VECTORS_DIR
@@ -83,17 +84,6 @@ static uint8_t *new_page(void) {
   assert_non_null(page);
   memset(page, 0, EM_STATE_PAGE_BYTES);
   return page;
-}
-
-/* Reads proto/vectors/wire/<name>.bin into buf; returns its length. A file that is missing or
- * longer than cap fails the test. */
-static size_t read_vector(const char *name, uint8_t *buf, size_t cap) {
-  size_t len = 0;
-  int rc = em_wire_vector_read(EM_VECTORS_DIR, name, buf, cap, &len);
-  if (rc != 0) {
-    fail_msg("cannot read wire vector %s: %d", name, rc);
-  }
-  return len;
 }
 
 static const em_span_t valid_span = {EM_DGRAM_SPAN, 100, 7, 1000, 250, "infer"};
@@ -947,7 +937,7 @@ static void golden_span_vectors_are_their_rows_packed(void **state) {
   for (size_t i = 0; i < em_wire_span_vector_count; i++) {
     uint8_t file[512], buf[EM_SPAN_DGRAM_BYTES];
     em_span_t out;
-    size_t len = read_vector(em_wire_span_vectors[i].name, file, sizeof file);
+    size_t len = wire_file_read(em_wire_span_vectors[i].name, file, sizeof file);
     assert_int_equal(len, EM_SPAN_DGRAM_BYTES);
     assert_int_equal(em_span_pack(&em_wire_span_vectors[i].span, buf), 0);
     assert_memory_equal(file, buf, sizeof buf);
@@ -965,7 +955,7 @@ static void golden_push_vectors_are_their_rows_packed(void **state) {
       continue;
     }
     uint8_t file[512], buf[EM_PUSH_DGRAM_BYTES];
-    size_t len = read_vector(v->name, file, sizeof file);
+    size_t len = wire_file_read(v->name, file, sizeof file);
     assert_int_equal(len, EM_PUSH_DGRAM_BYTES);
     assert_int_equal(em_push_pack(&v->rec, v->agent_pid, buf), 0);
     assert_memory_equal(file, buf, sizeof buf);
@@ -982,7 +972,7 @@ static void golden_page_vector_is_init_plus_one_write(void **state) {
   (void)state;
   const em_wire_state_vector_t *page_vector = page_row();
   uint8_t file[512];
-  size_t len = read_vector(page_vector->name, file, sizeof file);
+  size_t len = wire_file_read(page_vector->name, file, sizeof file);
   assert_int_equal(len, EM_STATE_PAGE_BYTES);
   uint8_t *page = new_page();
   assert_int_equal(em_state_page_init(page, page_vector->agent_pid, &valid_record), 0);
@@ -995,7 +985,7 @@ static void golden_page_vector_reads_back_its_row_at_seq_2(void **state) {
   (void)state;
   const em_wire_state_vector_t *page_vector = page_row();
   uint8_t *page = new_page();
-  size_t len = read_vector(page_vector->name, page, EM_STATE_PAGE_BYTES);
+  size_t len = wire_file_read(page_vector->name, page, EM_STATE_PAGE_BYTES);
   assert_int_equal(len, EM_STATE_PAGE_BYTES);
   assert_page_holds(page, &page_vector->rec, 2);
   assert_int_equal(page[12] | page[13] << 8 | page[14] << 16 | (uint32_t)page[15] << 24,
@@ -1008,7 +998,7 @@ static void golden_vectors_truncated_at_every_length_fail_with_esize(void **stat
   (void)state;
   for (size_t i = 0; i < em_wire_span_vector_count; i++) {
     uint8_t file[512] = {0};
-    size_t len = read_vector(em_wire_span_vectors[i].name, file, sizeof file);
+    size_t len = wire_file_read(em_wire_span_vectors[i].name, file, sizeof file);
     for (size_t cut = 0; cut <= len + 1; cut++) {
       em_span_t out;
       assert_int_equal(em_span_unpack(file, cut, &out), cut == len ? 0 : EM_PROTO_ESIZE);
@@ -1019,7 +1009,7 @@ static void golden_vectors_truncated_at_every_length_fail_with_esize(void **stat
       continue;
     }
     uint8_t file[512] = {0};
-    size_t len = read_vector(em_wire_state_vectors[i].name, file, sizeof file);
+    size_t len = wire_file_read(em_wire_state_vectors[i].name, file, sizeof file);
     for (size_t cut = 0; cut <= len + 1; cut++) {
       em_state_record_t out;
       assert_int_equal(em_push_unpack(file, cut, &out, NULL), cut == len ? 0 : EM_PROTO_ESIZE);
@@ -1054,7 +1044,7 @@ static bool repack_push(const uint8_t *m, size_t bytes, uint8_t *again) {
  * refused, or repacks to exactly the changed bytes. */
 static void check_every_byte_change(const char *name, size_t bytes, repack_fn repack) {
   uint8_t file[512], m[512], again[512];
-  size_t len = read_vector(name, file, sizeof file);
+  size_t len = wire_file_read(name, file, sizeof file);
   assert_true(bytes <= sizeof m);
   for (size_t off = 0; off < len; off++) {
     for (unsigned v = 0; v < 256; v++) {
@@ -1310,7 +1300,7 @@ static void golden_model_vectors_pack_and_unpack_to_their_rows(void **state) {
   (void)state;
   for (size_t i = 0; i < em_wire_model_vector_count; i++) {
     uint8_t file[EM_MODEL_DGRAM_BYTES + 1];
-    size_t len = read_vector(em_wire_model_vectors[i].name, file, sizeof file);
+    size_t len = wire_file_read(em_wire_model_vectors[i].name, file, sizeof file);
     assert_int_equal(len, EM_MODEL_DGRAM_BYTES);
     uint8_t b[EM_MODEL_DGRAM_BYTES];
     assert_int_equal(em_model_dgram_pack(&em_wire_model_vectors[i].model,
@@ -1332,7 +1322,7 @@ static void golden_model_vectors_with_any_byte_changed_fail_or_repack_identicall
   static const uint8_t values[] = {0x00, 0x01, 0x09, 0x20, 0x2d, 0x5f, 0x61, 0x7f, 0xff};
   for (size_t v = 0; v < em_wire_model_vector_count; v++) {
     uint8_t file[EM_MODEL_DGRAM_BYTES + 1];
-    assert_int_equal(read_vector(em_wire_model_vectors[v].name, file, sizeof file),
+    assert_int_equal(wire_file_read(em_wire_model_vectors[v].name, file, sizeof file),
                      EM_MODEL_DGRAM_BYTES);
     for (size_t at = 0; at < EM_MODEL_DGRAM_BYTES; at++) {
       for (size_t k = 0; k < ARRAY_LEN(values); k++) {
@@ -1372,7 +1362,7 @@ static void profile_page_vector_packs_and_unpacks_to_its_row(void **state) {
   (void)state;
   const em_profile_page_t row = {3, 99, 1000000000ull, 3000000000ull};
   uint8_t file[128], out[EM_PROFILE_PAGE_BYTES];
-  size_t len = read_vector("profile_page", file, sizeof file);
+  size_t len = wire_file_read("profile_page", file, sizeof file);
   assert_int_equal(len, EM_PROFILE_PAGE_BYTES);
   assert_int_equal(em_profile_page_pack(&row, out), 0);
   assert_memory_equal(out, file, len);
@@ -1403,7 +1393,7 @@ static void profile_page_vector_packs_and_unpacks_to_its_row(void **state) {
 static void pystacks_vector_packs_and_unpacks_to_its_rows(void **state) {
   (void)state;
   uint8_t file[1024], out[1024];
-  size_t len = read_vector("pystacks", file, sizeof file), out_len = 0;
+  size_t len = wire_file_read("pystacks", file, sizeof file), out_len = 0;
   assert_int_equal(
       em_pystacks_pack(4242, 3, 7, py_strings, 5, py_samples, 3, out, sizeof out, &out_len), 0);
   assert_int_equal(out_len, len);
@@ -1436,7 +1426,7 @@ static void pystacks_vector_packs_and_unpacks_to_its_rows(void **state) {
 static void pystacks_unpack_refuses_every_truncation_and_each_garbled_field(void **state) {
   (void)state;
   uint8_t file[1024];
-  size_t len = read_vector("pystacks", file, sizeof file);
+  size_t len = wire_file_read("pystacks", file, sizeof file);
   static em_pystacks_t v;
   for (size_t cut = 0; cut < len; cut++) {
     assert_int_equal(em_pystacks_unpack(file, cut, &v), EM_PROTO_ESIZE);
@@ -1500,7 +1490,7 @@ static void pystacks_pack_reports_size_needed_and_refuses_bad_input(void **state
 static void pystacks_vector_with_any_byte_changed_fails_or_repacks_identically(void **state) {
   (void)state;
   uint8_t file[1024];
-  size_t len = read_vector("pystacks", file, sizeof file);
+  size_t len = wire_file_read("pystacks", file, sizeof file);
   static em_pystacks_t v;
   const uint8_t values[] = {0x00, 0x01, 0x20, 0x41, 0x7e, 0x7f, 0x80, 0xff};
   for (size_t off = 0; off < len; off++) {
