@@ -383,6 +383,32 @@ static int gen_ring_dgram(const char *dir, const ring_dgram_row_t *row) {
   return close_out(f, row->name);
 }
 
+/* A model datagram row (wire_vectors.c): <name>.bin packed from it, <name>.json its pid,
+ * generation, name, version and labels as [key, value] pairs. */
+static int gen_model(const char *dir, const em_wire_model_vector_t *row) {
+  uint8_t buf[EM_MODEL_DGRAM_BYTES];
+  int rc = em_model_dgram_pack(&row->model, row->pid, row->generation, buf);
+  FILE *f = open_vector(dir, row->name, rc, "pack", buf, sizeof buf);
+  if (f == NULL) {
+    return -1;
+  }
+  fprintf(f, "{\"kind\": \"model\", \"pid\": %lu, \"generation\": %lu, \"name\": ",
+          (unsigned long)row->pid, (unsigned long)row->generation);
+  json_string(f, row->model.name);
+  fputs(", \"version\": ", f);
+  json_string(f, row->model.version);
+  fputs(", \"labels\": [", f);
+  for (size_t i = 0; i < row->model.n_labels; i++) {
+    fputs(i == 0 ? "[" : ", [", f);
+    json_string(f, row->model.labels[i].key);
+    fputs(", ", f);
+    json_string(f, row->model.labels[i].value);
+    fputs("]", f);
+  }
+  fputs("]}\n", f);
+  return close_out(f, row->name);
+}
+
 /* `deadline_page`: em_deadline_page_init() then one write of two entries (seq 2). */
 static int gen_deadline_page(const char *dir) {
   int result = -1;
@@ -413,30 +439,6 @@ static int gen_deadline_page(const char *dir) {
 out:
   free(page);
   return result;
-}
-
-static int gen_model(const char *dir, const em_wire_model_vector_t *row) {
-  uint8_t buf[EM_MODEL_DGRAM_BYTES];
-  int rc = em_model_dgram_pack(&row->model, row->pid, row->generation, buf);
-  FILE *f = open_vector(dir, row->name, rc, "pack", buf, sizeof buf);
-  if (f == NULL) {
-    return -1;
-  }
-  fprintf(f, "{\"kind\": \"model\", \"pid\": %lu, \"generation\": %lu, \"name\": ",
-          (unsigned long)row->pid, (unsigned long)row->generation);
-  json_string(f, row->model.name);
-  fputs(", \"version\": ", f);
-  json_string(f, row->model.version);
-  fputs(", \"labels\": [", f);
-  for (size_t i = 0; i < row->model.n_labels; i++) {
-    fputs(i == 0 ? "[" : ", [", f);
-    json_string(f, row->model.labels[i].key);
-    fputs(", ", f);
-    json_string(f, row->model.labels[i].value);
-    fputs("]", f);
-  }
-  fputs("]}\n", f);
-  return close_out(f, row->name);
 }
 
 /* ---- Profile request page v1 and Python stacks datagram v2 ---- */
