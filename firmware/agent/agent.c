@@ -282,7 +282,7 @@ static void publish_state(em_agent_t *a) {
  */
 static void apply_change(em_agent_t *a, const em_budget_change_t *c) {
   const em_state_record_t *r = em_levels_apply(a->levels, c, wall_ns());
-  em_feed_diagnose(a->feed, c->level, c->stage, c->statistic, c->window_ns, c->mono_ns,
+  em_feed_diagnose(a->feed, c->level, c->stage, c->statistic, c->window_ns, &c->bound, c->mono_ns,
                    em_sampling_others(a->sampling));
   publish_state(a);
   if (c->level > c->prev_level) {

@@ -369,6 +369,39 @@ static void baseline_stops_where_nominal_ended(void **state) {
   assert_int_equal(rig.out.v.causes[0].code, EM_PROTO_CAUSE_CPU_CONTENTION);
 }
 
+/* The stage slowed 2 s before the trigger and the rule waited two windows before it rose:
+ * those windows were NOMINAL yet already past the bound. Left in the baseline, they hide the
+ * excess (nothing to explain); with the rule's bound they are the breach's start, and the
+ * baseline is the one window before them. */
+static void windows_past_the_bound_are_not_the_baseline(void **state) {
+  (void)state;
+  scenario_t s = nominal();
+  s.frame_ms[1] = 10;
+  s.fig[K_RUNQ][1] = 5.5 * MS;
+  build(&rig, &s);
+  for (unsigned f = 0; f < FRAMES; f++) {
+    em_flight_span_t *sp = &rig.spans[f];
+    uint64_t end = sp->start_ns + sp->duration_ns;
+    if (end > 1 * SEC && end <= TRIGGER - SEC) {
+      sp->duration_ns = 10 * MS;
+      sp->start_ns = end - sp->duration_ns;
+    }
+  }
+  assert_int_equal(em_diagnose(&rig.in, rig.scratch, FRAMES, &rig.out), 0);
+  assert_int_equal(rig.out.v.baseline_ns, 10 * MS); /* No bound known: the slow windows count. */
+  assert_int_equal(rig.out.v.n_causes, 0);
+  rig.in.bound_ns = 7 * MS;
+  assert_int_equal(em_diagnose(&rig.in, rig.scratch, FRAMES, &rig.out), 0);
+  assert_int_equal(rig.out.v.baseline_ns, 5 * MS);
+  assert_int_equal(rig.out.v.nominal_windows, 1);
+  assert_int_equal(rig.out.v.causes[0].code, EM_PROTO_CAUSE_CPU_CONTENTION);
+  /* Every NOMINAL window already past the bound: no baseline, and the verdict says so. */
+  rig.in.bound_ns = 4 * MS;
+  assert_int_equal(em_diagnose(&rig.in, rig.scratch, FRAMES, &rig.out), 0);
+  assert_int_equal(rig.out.v.nominal_windows, 0);
+  assert_int_equal(rig.out.v.causes[0].code, EM_PROTO_CAUSE_UNEXPLAINED);
+}
+
 static void absent_runq_is_not_read_as_zero(void **state) {
   (void)state;
   scenario_t s = nominal();
@@ -601,7 +634,7 @@ static void feed_hands_the_verdict_to_state_and_recording(void **state) {
                                  .procs = {{.pid = 42, .comm = "hog", .share = 0.9},
                                            {.pid = 43, .comm = "\xff\xfe", .share = 0.1}}};
       const em_proto_verdict_t *v =
-          em_feed_diagnose(f, EM_LEVEL_DEGRADED, "infer", "p99", SEC, t, &others);
+          em_feed_diagnose(f, EM_LEVEL_DEGRADED, "infer", "p99", SEC, NULL, t, &others);
       assert_non_null(v);
       assert_ptr_equal(em_feed_verdict(f), v);
       assert_int_equal(v->causes[0].code, EM_PROTO_CAUSE_CPU_CONTENTION);
@@ -629,13 +662,13 @@ static void feed_hands_the_verdict_to_state_and_recording(void **state) {
   assert_int_equal(rec.verdict->n_causes, v->n_causes);
   assert_int_equal(rec.verdict->causes[0].code, EM_PROTO_CAUSE_CPU_CONTENTION);
   /* A step down carries none; nor does a rise of a rule that judges no latency. */
-  assert_null(em_feed_diagnose(f, EM_LEVEL_WARN, "infer", "p99", SEC, 4550 * MS, NULL));
+  assert_null(em_feed_diagnose(f, EM_LEVEL_WARN, "infer", "p99", SEC, NULL, 4550 * MS, NULL));
   assert_null(em_feed_verdict(f));
-  assert_null(em_feed_diagnose(f, EM_LEVEL_DEGRADED, "infer", NULL, SEC, 4600 * MS, NULL));
+  assert_null(em_feed_diagnose(f, EM_LEVEL_DEGRADED, "infer", NULL, SEC, NULL, 4600 * MS, NULL));
   assert_null(em_feed_verdict(f));
   /* NOMINAL again, and a rise a quarter of a second later: no NOMINAL window to compare with. */
-  assert_null(em_feed_diagnose(f, EM_LEVEL_NOMINAL, NULL, NULL, SEC, 4650 * MS, NULL));
-  v = em_feed_diagnose(f, EM_LEVEL_DEGRADED, "infer", "p99", SEC, 4900 * MS, NULL);
+  assert_null(em_feed_diagnose(f, EM_LEVEL_NOMINAL, NULL, NULL, SEC, NULL, 4650 * MS, NULL));
+  v = em_feed_diagnose(f, EM_LEVEL_DEGRADED, "infer", "p99", SEC, NULL, 4900 * MS, NULL);
   assert_non_null(v);
   assert_int_equal(v->nominal_windows, 0);
   assert_int_equal(v->causes[0].code, EM_PROTO_CAUSE_UNEXPLAINED);
@@ -686,6 +719,7 @@ int main(void) {
       cmocka_unit_test(shares_past_one_are_scaled_down),
       cmocka_unit_test(no_baseline_says_so),
       cmocka_unit_test(baseline_stops_where_nominal_ended),
+      cmocka_unit_test(windows_past_the_bound_are_not_the_baseline),
       cmocka_unit_test(absent_runq_is_not_read_as_zero),
       cmocka_unit_test(counters_count_from_their_first_tick),
       cmocka_unit_test(absent_cpu_time_skips_cpu_causes),

@@ -545,8 +545,18 @@ int em_diagnose(const em_diagnose_in_t *in, uint64_t *scratch, size_t scratch_ca
   if (i1 != SIZE_MAX && (i0 == SIZE_MAX || i0 == i1)) {
     i0 = i1 > 0 ? i1 - 1 : SIZE_MAX;
   }
-  /* The baseline: NOMINAL ticks before the breach window's first tick. */
+  /* The baseline: NOMINAL ticks before the breach window's first tick, less the run of windows
+   * just before it that already broke the bound (the breach building up while the rule waited
+   * for its enter_windows: comparing with them would hide the excess). */
   uint64_t n_to = b_from < in->nominal_to_ns ? b_from : in->nominal_to_ns;
+  while (in->bound_ns > 0 && n_to >= in->nominal_from_ns + in->window_ns) {
+    size_t n_w = 0;
+    stage_spans(in, n_to - in->window_ns, n_to, &mean, scratch, scratch_cap, &n_w);
+    if (n_w == 0 || statistic(in->statistic, scratch, n_w) <= in->bound_ns) {
+      break;
+    }
+    n_to -= in->window_ns;
+  }
   size_t j1 = tick_at_or_before(
       in, i0 != SIZE_MAX && in->ticks[i0].mono_ns < n_to ? in->ticks[i0].mono_ns : n_to);
   size_t j0 = tick_at_or_before(in, in->nominal_from_ns);

@@ -71,6 +71,10 @@ typedef struct {
                                nominal_to_ns when the level left NOMINAL before it). */
   uint64_t nominal_to_ns;   /* End of the NOMINAL stretch (UINT64_MAX: still NOMINAL when the
                                breach window started). */
+  uint64_t bound_ns;        /* The rule's bound on the statistic, ns (0: none known). The
+                               windows just before the breach window whose statistic already
+                               passed it (NOMINAL while the rule waited for its enter_windows)
+                               are the breach's start, not the baseline: they are left out. */
   const em_diagnose_process_t *others; /* Who else ran (cpu_contention), or NULL. */
   size_t n_others;
 } em_diagnose_in_t;

@@ -198,7 +198,8 @@ const em_proto_verdict_t *em_feed_verdict(const em_feed_t *f) {
 
 const em_proto_verdict_t *em_feed_diagnose(em_feed_t *f, em_level_t level, const char *stage,
                                            const char *statistic, uint64_t window_ns,
-                                           uint64_t mono_ns, const em_others_list_t *others) {
+                                           const em_value_t *bound, uint64_t mono_ns,
+                                           const em_others_list_t *others) {
   if (!f) {
     return NULL;
   }
@@ -244,6 +245,8 @@ const em_proto_verdict_t *em_feed_diagnose(em_feed_t *f, em_level_t level, const
                          .statistic = statistic,
                          .trigger_ns = mono_ns,
                          .window_ns = window_ns ? window_ns : f->o.period_ns,
+                         /* A percentile's or a deadline's bound is ns; a ratio's is not. */
+                         .bound_ns = bound && bound->type == EM_VALUE_UINT ? bound->as.u : 0,
                          .nominal_from_ns = f->nominal_from_ns,
                          .nominal_to_ns = f->nominal_to_ns,
                          .others = procs,

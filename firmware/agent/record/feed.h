@@ -81,7 +81,8 @@ void em_feed_trigger(em_feed_t *f, const em_flight_trigger_t *t, uint64_t mono_n
  * A change of level to `level` at mono_ns (the feed keeps the level before it, NOMINAL at
  * start): the feed keeps when the level was NOMINAL (the verdict's baseline). On a rise of a
  * stage rule (stage and statistic, the rule's: budget.h em_budget_change_t) it computes the
- * verdict over the rings, window_ns the budget window (0: the tick period), `others` who else
+ * verdict over the rings, window_ns the budget window (0: the tick period), `bound` the rule's
+ * bound (a latency bound in ns trims the baseline: diagnose.h), `others` who else
  * ran (collect/others.h: the latest scan; NULL: none) named by a cpu_contention cause (their
  * share of one CPU, at most 1), logs its top cause
  * and its cost, and keeps it for the state message (em_feed_verdict) and for the recording the
@@ -90,7 +91,8 @@ void em_feed_trigger(em_feed_t *f, const em_flight_trigger_t *t, uint64_t mono_n
  */
 const em_proto_verdict_t *em_feed_diagnose(em_feed_t *f, em_level_t level, const char *stage,
                                            const char *statistic, uint64_t window_ns,
-                                           uint64_t mono_ns, const em_others_list_t *others);
+                                           const em_value_t *bound, uint64_t mono_ns,
+                                           const em_others_list_t *others);
 
 /* The verdict of the last change of level, for its state message (key 15), or NULL: none.
  * Owned by the feed, valid until the next em_feed_diagnose. */
