@@ -53,6 +53,31 @@ static int64_t device_id(sqlite3 *db, const char *device, int *rc) {
   return id;
 }
 
+/* The statement `sql` prepared, with ?1 bound to the store's id of `device`; NULL when there
+ * is none, with *out holding the reply: 404 for an unknown device, `interrupted` for a lookup
+ * the store interrupted, 500 for any other failed read. The caller finalizes it. */
+static sqlite3_stmt *device_query(sqlite3 *db, const char *device, const char *sql,
+                                  unsigned interrupted, em_forensic_reply_t *out) {
+  int rc;
+  int64_t dev = device_id(db, device, &rc);
+  if (rc != SQLITE_OK) {
+    fail(out, rc == SQLITE_INTERRUPT ? interrupted : 500, "reading the store failed");
+    return NULL;
+  }
+  if (dev < 0) {
+    fail(out, 404, "no such device");
+    return NULL;
+  }
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
+    sqlite3_finalize(st);
+    fail(out, 500, "reading the store failed");
+    return NULL;
+  }
+  sqlite3_bind_int64(st, 1, dev);
+  return st;
+}
+
 /* A JSON string, or null for NULL. */
 static void put_str(FILE *f, const char *s) {
   if (!s) {
@@ -243,24 +268,10 @@ void em_forensic_api_list(em_history_t *h, em_forensic_kind_t kind, const char *
     fail(out, 400, err);
     return;
   }
-  sqlite3 *db = em_history_reader(h);
-  int rc;
-  int64_t dev = device_id(db, device, &rc);
-  if (rc != SQLITE_OK) {
-    fail(out, rc == SQLITE_INTERRUPT ? 503 : 500, "reading the store failed");
+  sqlite3_stmt *st = device_query(em_history_reader(h), device, sql, 503, out);
+  if (!st) {
     return;
   }
-  if (dev < 0) {
-    fail(out, 404, "no such device");
-    return;
-  }
-  sqlite3_stmt *st = NULL;
-  rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
-  if (rc != SQLITE_OK) {
-    fail(out, 500, "reading the store failed");
-    return;
-  }
-  sqlite3_bind_int64(st, 1, dev);
   sqlite3_bind_int64(st, 2, (sqlite3_int64)q.from_ns);
   sqlite3_bind_int64(st, 3, (sqlite3_int64)q.to_ns);
   sqlite3_bind_int(st, 4, (int)q.limit);
@@ -276,6 +287,7 @@ void em_forensic_api_list(em_history_t *h, em_forensic_kind_t kind, const char *
   put_str(f, device);
   fprintf(f, ",\"%s\":[", k->name);
   size_t rows = 0;
+  int rc;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     if (rows++ > 0) {
       fputc(',', f);
@@ -391,37 +403,24 @@ void em_forensic_api_get(em_history_t *h, em_forensic_kind_t kind, const char *d
     fail(out, 400, err);
     return;
   }
+  char sql[128];
+  snprintf(sql, sizeof(sql),
+           "SELECT cbor FROM %s WHERE device = ?1 AND session = ?2 AND number = ?3", k->name);
+  sqlite3_stmt *st = device_query(em_history_reader(h), device, sql, 500, out);
+  if (!st) {
+    return;
+  }
   uint32_t session;
   uint32_t number;
-  sqlite3 *db = em_history_reader(h);
-  int rc;
-  int64_t dev = device_id(db, device, &rc);
-  if (rc != SQLITE_OK) {
-    fail(out, 500, "reading the store failed");
-    return;
-  }
-  if (dev < 0) {
-    fail(out, 404, "no such device");
-    return;
-  }
   if (!parse_key(key, &session, &number)) {
+    sqlite3_finalize(st);
     snprintf(err, sizeof(err), "no such %s (a key is <session>-<number>)", k->what);
     fail(out, 404, err);
     return;
   }
-  char sql[128];
-  snprintf(sql, sizeof(sql),
-           "SELECT cbor FROM %s WHERE device = ?1 AND session = ?2 AND number = ?3", k->name);
-  sqlite3_stmt *st = NULL;
-  rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
-  if (rc != SQLITE_OK) {
-    fail(out, 500, "reading the store failed");
-    return;
-  }
-  sqlite3_bind_int64(st, 1, dev);
   sqlite3_bind_int64(st, 2, session);
   sqlite3_bind_int64(st, 3, number);
-  rc = sqlite3_step(st);
+  int rc = sqlite3_step(st);
   if (rc != SQLITE_ROW) {
     sqlite3_finalize(st);
     snprintf(err, sizeof(err), "no such %s", k->what);
