@@ -36,6 +36,7 @@ class Inbox:
     """Messages a paho client receives, by topic, decoded on demand."""
 
     def __init__(self, client, pattern):
+        self.client = client
         self.q = queue.Queue()
         client.on_message = lambda c, u, m: self.q.put((m.topic, m.payload))
         got = queue.Queue()
@@ -169,6 +170,14 @@ def password_broker(things, tmp_path):
     return b, users
 
 
+def host_inbox(things, broker, users, topics):
+    """An Inbox of `topics` on the password broker, read as the host user (whom the shipped
+    ACL lets read every device's topics)."""
+    sub = mqtt_client(broker.port, username=HOST_USER, password=users[HOST_USER])
+    things.append(sub)
+    return Inbox(sub, topics)
+
+
 def credentials(path, user, password, mode=0o600):
     path.write_text(f"# MQTT credentials of this board\nusername = {user}\n"
                     f"password = {password}\n")
@@ -178,9 +187,7 @@ def credentials(path, user, password, mode=0o600):
 
 def test_credentials_file_right_password_connects(things, tmp_path, password_broker):
     broker, users = password_broker
-    sub = mqtt_client(broker.port, username=HOST_USER, password=users[HOST_USER])
-    things.append(sub)
-    inbox = Inbox(sub, "edgemon/v1/dev-a/#")
+    inbox = host_inbox(things, broker, users, "edgemon/v1/dev-a/#")
     cred = credentials(tmp_path / "a.cred", "dev-a", users["dev-a"])
     agent = start_agent(things, tmp_path, f"mqtt://127.0.0.1:{broker.port}",
                         f"credentials_file = {cred}\n", device="dev-a")
@@ -192,9 +199,7 @@ def test_credentials_file_right_password_connects(things, tmp_path, password_bro
 def test_credentials_file_wrong_password_is_refused_and_logged_once(things, tmp_path,
                                                                     password_broker):
     broker, users = password_broker
-    sub = mqtt_client(broker.port, username=HOST_USER, password=users[HOST_USER])
-    things.append(sub)
-    inbox = Inbox(sub, "edgemon/v1/dev-a/#")
+    inbox = host_inbox(things, broker, users, "edgemon/v1/dev-a/#")
     cred = credentials(tmp_path / "a.cred", "dev-a", "not-the-password")
     agent = start_agent(things, tmp_path, f"mqtt://127.0.0.1:{broker.port}",
                         f"credentials_file = {cred}\n", device="dev-a")
@@ -229,9 +234,7 @@ def test_credentials_file_readable_by_others_is_refused_at_start_and_by_check(th
 def test_acl_device_cannot_publish_into_another_devices_topics(things, tmp_path,
                                                               password_broker):
     broker, users = password_broker
-    reader = mqtt_client(broker.port, username=HOST_USER, password=users[HOST_USER])
-    things.append(reader)
-    inbox = Inbox(reader, "edgemon/v1/#")
+    inbox = host_inbox(things, broker, users, "edgemon/v1/#")
     a = mqtt_client(broker.port, "edgemon-dev-a", "dev-a", users["dev-a"])
     b = mqtt_client(broker.port, "edgemon-dev-b", "dev-b", users["dev-b"])
     things.extend([a, b])
@@ -248,7 +251,7 @@ def test_acl_device_cannot_publish_into_another_devices_topics(things, tmp_path,
     # Commands: the host may write them, a device may not write another device's.
     cmds = Inbox(a, "edgemon/v1/dev-a/cmd/#")
     b.publish("edgemon/v1/dev-a/cmd/rebirth", b"from b", qos=1).wait_for_publish()
-    reader.publish("edgemon/v1/dev-a/cmd/rebirth", b"from host", qos=1).wait_for_publish()
+    inbox.client.publish("edgemon/v1/dev-a/cmd/rebirth", b"from host", qos=1).wait_for_publish()
     assert cmds.next("edgemon/v1/dev-a/cmd/rebirth") == b"from host"
 
 
