@@ -504,6 +504,19 @@ def make_password_file(path, users):
     return path
 
 
+def publish_once(port, topic, payload, retain=False):
+    """Publishes one message at QoS 1 from a client of its own, as an agent would, and waits
+    (up to 10 s) until the broker has it."""
+    client = mqtt.Client(client_id=f"it-pub-{uuid.uuid4().hex[:8]}")
+    client.connect("127.0.0.1", port, keepalive=30)
+    client.loop_start()
+    try:
+        client.publish(topic, payload, qos=1, retain=retain).wait_for_publish(10)
+    finally:
+        client.loop_stop()
+        client.disconnect()
+
+
 def mqtt_client(port, client_id=None, username=None, password=None, tls=None):
     """A connected paho client with its network loop running. tls = (ca, cert, key) or None.
     Fails the test when the broker does not accept the connection."""

@@ -29,11 +29,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import cbor2
-import paho.mqtt.client as mqtt
 import pytest
 
 import webdriver
-from conftest import Aggregator, Broker, free_port, wait_for
+from conftest import Aggregator, Broker, free_port, publish_once, wait_for
 
 SIM = os.environ.get("EM_SIM")
 CLI = os.environ.get("EM_CLI")
@@ -184,15 +183,7 @@ def publish_state(port, device, level, prev_level, reason):
     msg = {0: 1, 1: 2, 2: time.time_ns(), 3: 1, 4: levels.index(level),
            5: levels.index(prev_level), 6: time.monotonic_ns(), 7: "infer.p99", 8: "infer",
            9: 140e6, 10: 40e6, 11: reason}
-    client = mqtt.Client(client_id=f"it-dash-{uuid.uuid4().hex[:8]}")
-    client.connect("127.0.0.1", port, keepalive=30)
-    client.loop_start()
-    try:
-        client.publish(f"edgemon/v1/{device}/state", cbor2.dumps(msg), qos=1,
-                       retain=True).wait_for_publish(10)
-    finally:
-        client.loop_stop()
-        client.disconnect()
+    publish_once(port, f"edgemon/v1/{device}/state", cbor2.dumps(msg), retain=True)
 
 
 def test_fleet_view_lists_every_simulated_device(dash):
@@ -321,14 +312,7 @@ def test_device_view_lists_its_flight_recordings(dash):
            6: 10**12, 7: 2 * 10**9, 8: 10**9, 9: 10**8, 10: ["infer"],
            11: [["mem.rss", "By", 0]], 12: [[-10**8, {0: 150_000_000}]],
            13: [0, 5, -10**6, 45_000_000]}
-    client = mqtt.Client(client_id=f"it-dash-{uuid.uuid4().hex[:8]}")
-    client.connect("127.0.0.1", dash.broker.port, keepalive=30)
-    client.loop_start()
-    try:
-        client.publish(f"edgemon/v1/{device}/flight", cbor2.dumps(rec), qos=1).wait_for_publish(10)
-    finally:
-        client.loop_stop()
-        client.disconnect()
+    publish_once(dash.broker.port, f"edgemon/v1/{device}/flight", cbor2.dumps(rec))
     dash.s.get(dash.base + f"#/device/{device}")
     href = wait_for(lambda: dash.s.execute(
         "const a = document.querySelector('#flights tr[data-key=\"77-0\"] a');"

@@ -20,14 +20,12 @@ import json
 import os
 import subprocess
 import time
-import uuid
 
 import cbor2
-import paho.mqtt.client as mqtt
 import pytest
 
 import webdriver
-from conftest import Aggregator, Broker, free_port, wait_for
+from conftest import Aggregator, Broker, free_port, publish_once, wait_for
 from test_dashboard import COLLECT_ERRORS
 
 SIM = os.environ.get("EM_SIM")
@@ -71,14 +69,7 @@ BUSY_503 = """
 
 
 def publish_state(port, device, msg):
-    client = mqtt.Client(client_id=f"it-verdict-{uuid.uuid4().hex[:8]}")
-    client.connect("127.0.0.1", port, keepalive=30)
-    client.loop_start()
-    try:
-        client.publish(f"edgemon/v1/{device}/state", cbor2.dumps(msg), qos=1).wait_for_publish(10)
-    finally:
-        client.loop_stop()
-        client.disconnect()
+    publish_once(port, f"edgemon/v1/{device}/state", cbor2.dumps(msg))
 
 
 def publish_start(port, device):
