@@ -119,17 +119,14 @@ static ssize_t peer_recv(const peer_t *p, uint8_t *buf, size_t cap, int dontwait
     char bytes[CMSG_SPACE(sizeof(int) * 4)];
   } control;
   struct iovec iov = {buf, cap};
-  struct msghdr msg;
-  struct sockaddr_un src;
+  struct sockaddr_un src = {0};
+  struct msghdr msg = {.msg_name = &src,
+                       .msg_namelen = sizeof(src),
+                       .msg_iov = &iov,
+                       .msg_iovlen = 1,
+                       .msg_control = control.bytes,
+                       .msg_controllen = sizeof(control.bytes)};
   ssize_t n;
-  memset(&msg, 0, sizeof(msg));
-  memset(&src, 0, sizeof(src));
-  msg.msg_name = &src;
-  msg.msg_namelen = sizeof(src);
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control.bytes;
-  msg.msg_controllen = sizeof(control.bytes);
   *fd_out = -1;
   n = recvmsg(p->fd, &msg, MSG_CMSG_CLOEXEC | (dontwait ? MSG_DONTWAIT : 0));
   if (n < 0) {
