@@ -7,7 +7,7 @@
  * merged percentile (the histogram clamps to [min, max]); the RSS slopes are those of the
  * straight lines the values were drawn from.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* POSIX 2008 plus XSI, for nftw() in tmp_tree.h */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -18,6 +18,7 @@
 #include "history.h"
 #include "store.h"
 #include "store_query.h"
+#include "tmp_tree.h"
 
 #include <dict.h>
 #include <math.h>
@@ -55,9 +56,7 @@ static int teardown(void **state) {
   fixture_t *f = *state;
   em_store_close(f->store);
   em_dict_free(f->dict);
-  char cmd[128];
-  snprintf(cmd, sizeof(cmd), "rm -rf %s", f->dir);
-  assert_int_equal(system(cmd), 0);
+  assert_int_equal(em_tmp_tree_remove(f->dir), 0);
   free(f);
   return 0;
 }

@@ -4,7 +4,7 @@
  * that come while one runs wait and only the latest runs, a missing hook is counted, and
  * closing kills a running hook (it ends by a signal, long before its own exit, and is gone).
  */
-#define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* POSIX 2008 plus XSI, for nftw() in tmp_tree.h */
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -26,6 +26,7 @@
 #include "hook.h"
 #include "tmp_dir.h"
 #include "unit_fx.h"
+#include "tmp_tree.h"
 
 typedef struct {
   char dir[64];
@@ -55,9 +56,7 @@ static int setup(void **state) {
 static int teardown(void **state) {
   fx_t *fx = *state;
   assert_int_equal(uv_loop_close(&fx->loop), 0); /* Every handle was closed. */
-  char cmd[128];
-  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", fx->dir);
-  assert_int_equal(system(cmd), 0);
+  assert_int_equal(em_tmp_tree_remove(fx->dir), 0);
   free(fx);
   return 0;
 }

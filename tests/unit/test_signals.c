@@ -27,6 +27,7 @@
 #include "signals.h"
 #include "tmp_dir.h"
 #include "unit_fx.h"
+#include "tmp_tree.h"
 
 typedef struct {
   char dir[64];
@@ -62,9 +63,7 @@ static int setup(void **state) {
 static int teardown(void **state) {
   fx_t *fx = *state;
   close(fx->tx);
-  char cmd[128];
-  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", fx->dir);
-  assert_int_equal(system(cmd), 0);
+  assert_int_equal(em_tmp_tree_remove(fx->dir), 0);
   free(fx);
   return 0;
 }

@@ -4,7 +4,7 @@
  * files (missing, garbage, stale, a FIFO or a directory), and start times behind a comm that holds
  * ") ".
  */
-#define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* POSIX 2008 plus XSI, for nftw() in tmp_tree.h */
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,6 +23,7 @@
 #include "config.h"
 #include "target.h"
 #include "unit_fx.h"
+#include "tmp_tree.h"
 
 typedef struct {
   char root[64];
@@ -80,9 +81,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   fixture_t *fx = *state;
-  char cmd[128];
-  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", fx->root);
-  assert_int_equal(system(cmd), 0);
+  assert_int_equal(em_tmp_tree_remove(fx->root), 0);
   free(fx);
   return 0;
 }

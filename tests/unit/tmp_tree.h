@@ -48,9 +48,10 @@ static inline int em_tmp_tree_rm_one(const char *path, const struct stat *st, in
   return remove(path);
 }
 
-/* Removes the tree and everything in it (symbolic links are not followed). */
-static inline void em_tmp_tree_remove(const char *root) {
-  nftw(root, em_tmp_tree_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+/* Removes the tree and everything in it (symbolic links are not followed). Returns 0, or -1
+ * when the tree or something in it could not be removed. */
+static inline int em_tmp_tree_remove(const char *root) {
+  return nftw(root, em_tmp_tree_rm_one, 16, FTW_DEPTH | FTW_PHYS) == 0 ? 0 : -1;
 }
 
 #endif /* EDGEMON_TESTS_TMP_TREE_H */
