@@ -11,7 +11,6 @@
 
 #include "forensic_store.h"
 
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -294,8 +293,6 @@ void forensic_version_9_store_gets_its_total_at_open(void **state) {
   t->kind->add(s, "dev-2", &e[1]);
   assert_int_equal(em_store_close(s), 0);
   /* Back to version 9: no table of totals, no triggers, no recv_ns indexes. */
-  sqlite3 *db = NULL;
-  assert_int_equal(sqlite3_open(t->store->path, &db), SQLITE_OK);
   static const char *const tables[] = {"flights", "profiles"};
   for (size_t i = 0; i < 2; i++) {
     char sql[512];
@@ -303,12 +300,9 @@ void forensic_version_9_store_gets_its_total_at_open(void **state) {
              "DROP TRIGGER %s_bytes_insert;DROP TRIGGER %s_bytes_delete;"
              "DROP TRIGGER %s_bytes_update;DROP INDEX %s_recv",
              tables[i], tables[i], tables[i], tables[i]);
-    assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+    q_exec(t->store->path, sql);
   }
-  assert_int_equal(
-      sqlite3_exec(db, "DROP TABLE forensic_bytes;PRAGMA user_version=9", NULL, NULL, NULL),
-      SQLITE_OK);
-  sqlite3_close(db);
+  q_exec(t->store->path, "DROP TABLE forensic_bytes;PRAGMA user_version=9");
   assert_int_equal(
       q_int(t->store->path, "SELECT count(*) FROM sqlite_master WHERE type = 'trigger'"), 0);
   s = open_store(t, 0, 0);

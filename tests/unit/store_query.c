@@ -1,5 +1,6 @@
 /*
- * store_query.c - read-only queries for the store tests (see store_query.h).
+ * store_query.c - read-only queries, and statements run behind the store's back, for the store
+ * tests (see store_query.h).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdarg.h>
@@ -49,6 +50,13 @@ int64_t q_int(const char *path, const char *sql) {
   double d;
   (void)first_value(path, sql, &i, &d);
   return i;
+}
+
+void q_exec(const char *path, const char *sql) {
+  sqlite3 *db = NULL;
+  assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+  assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(db);
 }
 
 double q_double(const char *path, const char *sql) {

@@ -23,7 +23,6 @@
 
 #include <edgemon/flight.h>
 #include <edgemon/profile.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,14 +90,8 @@ static const forensic_kind_t profiles = {
 static void profiles_version_7_store_migrates_at_open(void **state) {
   store_fixture_t *f = *state;
   assert_int_equal(em_store_close(open_store(f)), 0);
-  sqlite3 *db = NULL;
-  assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
-  assert_int_equal(sqlite3_exec(db,
-                                "DROP TABLE profiles;INSERT INTO devices(id, name) "
-                                "VALUES(1, 'dev-1');PRAGMA user_version=7",
-                                NULL, NULL, NULL),
-                   SQLITE_OK);
-  sqlite3_close(db);
+  q_exec(f->path, "DROP TABLE profiles;INSERT INTO devices(id, name) "
+                  "VALUES(1, 'dev-1');PRAGMA user_version=7");
   assert_int_equal(q_int(f->path, "SELECT count(*) FROM sqlite_master WHERE name = 'profiles'"), 0);
   em_store_t *s = open_store(f);
   assert_int_equal(q_int(f->path, "PRAGMA user_version"), 11);

@@ -368,14 +368,8 @@ static void rollup_version_4_store_migrates_and_catches_up(void **state) {
   em_store_t *s = open_store(f, 0);
   add_span(s, T0_NS, 3 * 3600, 20);
   assert_int_equal(em_store_close(s), 0);
-  sqlite3 *db = NULL;
-  assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
-  assert_int_equal(sqlite3_exec(db,
-                                "DROP TABLE stage_rollups; DROP TABLE data_rollups;"
-                                " DROP TABLE rollup_dirty; PRAGMA user_version=4",
-                                NULL, NULL, NULL),
-                   SQLITE_OK);
-  sqlite3_close(db);
+  q_exec(f->path, "DROP TABLE stage_rollups; DROP TABLE data_rollups;"
+                  " DROP TABLE rollup_dirty; PRAGMA user_version=4");
   s = open_store(f, 0);
   assert_int_equal(q_int(f->path, "PRAGMA user_version"), 11);
   assert_int_equal(q_int(f->path, "SELECT count(*) FROM stage_rollups"), 0);
@@ -501,8 +495,6 @@ static void rollup_leaves_out_malformed_rows(void **state) {
   fixture_t *f = *state;
   em_store_t *s = open_store(f, 0);
   add_span(s, T0_NS, 120, 10);
-  sqlite3 *db = NULL;
-  assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
   char sql[600];
   snprintf(
       sql, sizeof(sql),
@@ -511,8 +503,7 @@ static void rollup_leaves_out_malformed_rows(void **state) {
       "INSERT INTO data(device, time_ns, vals) VALUES(1, %llu, '{\"1\": \"x\", \"2\": 5}')",
       (unsigned long long)(T0_NS + 5 * S_NS), (unsigned long long)(T0_NS + 6 * S_NS),
       (unsigned long long)(T0_NS + 7 * S_NS));
-  assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
-  sqlite3_close(db);
+  q_exec(f->path, sql);
   em_rollup_report_t rep;
   uint64_t bad = 0;
   do {

@@ -120,14 +120,6 @@ static void q_wants(const char *path, const q_want_t *want, size_t n) {
   q_wants((path), (const q_want_t[]){__VA_ARGS__},                                                 \
           sizeof((const q_want_t[]){__VA_ARGS__}) / sizeof(q_want_t))
 
-/* Runs sql on the store at path over a connection of its own. */
-static void exec_on(const char *path, const char *sql) {
-  sqlite3 *db = NULL;
-  assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
-  assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
-  sqlite3_close(db);
-}
-
 /* --- messages ---------------------------------------------------------------------------- */
 
 /* `.name = arr, .n_name = its length`: a message's table and its count from one array. */
@@ -484,9 +476,9 @@ static void store_failed_row_is_dropped_and_counted(void **state) {
   fixture_t *f = *state;
   em_store_opts_t o = opts_for(f);
   em_store_t *s = open_ok(f, &o, NULL);
-  exec_on(f->path,
-          "CREATE TRIGGER inject BEFORE INSERT ON data WHEN NEW.time_ns = 1700000000000000000 "
-          "BEGIN SELECT RAISE(ABORT, 'injected'); END");
+  q_exec(f->path,
+         "CREATE TRIGGER inject BEFORE INSERT ON data WHEN NEW.time_ns = 1700000000000000000 "
+         "BEGIN SELECT RAISE(ABORT, 'injected'); END");
   em_sample_t smp[] = {{.alias = 0, .value = {.type = EM_VALUE_UINT, .as.u = 13}},
                        {.alias = 1, .value = {.type = EM_VALUE_UINT, .as.u = 14}}};
   em_msg_t d = data_msg(1, T0_NS, smp, 2);
@@ -536,8 +528,8 @@ static void store_failure_is_counted_by_table_and_reason_with_its_text(void **st
   fixture_t *f = *state;
   em_store_opts_t o = opts_for(f);
   em_store_t *s = open_ok(f, &o, NULL);
-  exec_on(f->path, "CREATE TRIGGER inject BEFORE INSERT ON stage_windows "
-                   "BEGIN SELECT RAISE(ABORT, 'injected window failure'); END");
+  q_exec(f->path, "CREATE TRIGGER inject BEFORE INSERT ON stage_windows "
+                  "BEGIN SELECT RAISE(ABORT, 'injected window failure'); END");
   char text[EM_STORE_FAILURE_TEXT];
   assert_int_equal(em_store_take_failure(s, text, sizeof(text)), 0);
   em_sample_t smp[] = {{.alias = 0, .value = {.type = EM_VALUE_UINT, .as.u = 13}}};
@@ -1201,8 +1193,8 @@ static void store_batch_whose_model_last_ns_fails_does_not_commit(void **state) 
   fixture_t *f = *state;
   em_store_opts_t o = opts_for(f);
   em_store_t *s = open_ok(f, &o, NULL);
-  exec_on(f->path, "CREATE TRIGGER inject BEFORE UPDATE OF last_ns ON models "
-                   "BEGIN SELECT RAISE(ABORT, 'injected'); END");
+  q_exec(f->path, "CREATE TRIGGER inject BEFORE UPDATE OF last_ns ON models "
+                  "BEGIN SELECT RAISE(ABORT, 'injected'); END");
   add_model_data(s, "dev-1", T0_NS, "net", "1");
   assert_int_equal(em_store_flush(s), -EIO);
   Q_WANTS(f->path, {"SELECT count(*) FROM data", 0}, {"SELECT count(*) FROM models", 0});
@@ -1211,7 +1203,7 @@ static void store_batch_whose_model_last_ns_fails_does_not_commit(void **state) 
   assert_int_equal(st.failures[0].count, 1);
   assert_string_equal(st.failures[0].table, "models");
 
-  exec_on(f->path, "DROP TRIGGER inject");
+  q_exec(f->path, "DROP TRIGGER inject");
   add_model_data(s, "dev-1", T0_NS, "net", "1");
   assert_int_equal(em_store_flush(s), 0);
   Q_WANTS(
