@@ -311,17 +311,24 @@ class Prometheus:
         return terminate(self.proc, 15) if self.proc else None
 
 
+def subscribed_client(port, topics, on_message, prefix="it-sub"):
+    """A paho client, its id `prefix` and a random suffix, subscribed at QoS 1 to `topics`
+    with on_message as its callback, its network loop running."""
+    client = mqtt.Client(client_id=f"{prefix}-{uuid.uuid4().hex[:8]}")
+    client.on_message = on_message
+    client.connect("127.0.0.1", port, keepalive=30)
+    client.subscribe(topics, qos=1)
+    client.loop_start()
+    return client
+
+
 class Subscriber:
     """Collects every message under edgemon/v1/<device>/ with its decoded form."""
 
     def __init__(self, port, device):
         self.messages = queue.Queue()
         self.seen = []
-        self.client = mqtt.Client(client_id=f"it-sub-{uuid.uuid4().hex[:8]}")
-        self.client.on_message = self._on_message
-        self.client.connect("127.0.0.1", port, keepalive=30)
-        self.client.subscribe(f"edgemon/v1/{device}/#", qos=1)
-        self.client.loop_start()
+        self.client = subscribed_client(port, f"edgemon/v1/{device}/#", self._on_message)
         self.device = device
 
     def _on_message(self, client, userdata, m):

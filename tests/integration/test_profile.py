@@ -30,9 +30,8 @@ import time
 import uuid
 
 import cbor2
-import paho.mqtt.client as mqtt
 
-from conftest import ROOT, edgemon_proto, wait_for
+from conftest import ROOT, edgemon_proto, subscribed_client, wait_for
 
 K = 50  # frames before the slowdown (1 s at 50 fps)
 
@@ -112,11 +111,8 @@ class Profiles:
     def __init__(self, port, device):
         self.payloads = []
         self.lock = threading.Lock()
-        self.client = mqtt.Client(client_id=f"it-prof-{uuid.uuid4().hex[:8]}")
-        self.client.on_message = self._on_message
-        self.client.connect("127.0.0.1", port, keepalive=30)
-        self.client.subscribe(f"edgemon/v1/{device}/profile", qos=1)
-        self.client.loop_start()
+        self.client = subscribed_client(port, f"edgemon/v1/{device}/profile", self._on_message,
+                                        "it-prof")
         self.device = device
 
     def _on_message(self, client, userdata, m):
