@@ -15,15 +15,22 @@ EM_PACKAGES=(
 
 em_log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
+# em_missing_packages PKG...: prints, one a line, the packages of the list that dpkg does not
+# have installed (dpkg-query only: fast, no root).
+em_missing_packages() {
+  local pkg
+  for pkg in "$@"; do
+    if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
+      printf '%s\n' "$pkg"
+    fi
+  done
+}
+
 # Installs the packages from EM_PACKAGES that are not installed yet. Fast (dpkg-query only)
 # when everything is there; otherwise needs root (or sudo) and Debian's apt-get.
 em_install_deps() {
-  local missing=() pkg
-  for pkg in "${EM_PACKAGES[@]}"; do
-    if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
-      missing+=("$pkg")
-    fi
-  done
+  local missing=()
+  mapfile -t missing < <(em_missing_packages "${EM_PACKAGES[@]}")
   if [ "${#missing[@]}" -eq 0 ]; then
     return 0
   fi

@@ -36,15 +36,11 @@ EM_CROSS_SKIP=(test_agg_store test_cli_torture)
 # Installs the packages from EM_CROSS_PACKAGES that are not installed yet. Never removes a
 # package: apt-get aborts instead (--no-remove).
 em_cross_install_deps() {
-  local sudo=() missing=() pkg
+  local sudo=() missing=()
   if [ "$(id -u)" -ne 0 ]; then
     sudo=(sudo)
   fi
-  for pkg in "${EM_CROSS_PACKAGES[@]}"; do
-    if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
-      missing+=("$pkg")
-    fi
-  done
+  mapfile -t missing < <(em_missing_packages "${EM_CROSS_PACKAGES[@]}")
   if [ "${#missing[@]}" -eq 0 ]; then
     return 0
   fi
