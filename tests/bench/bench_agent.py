@@ -89,7 +89,7 @@ import threading
 import time
 import uuid
 
-from bench_span_pipeline import FRAME_TIMES_SLOTS, read_frame_times
+from bench_span_pipeline import FRAME_TIMES_SLOTS, exit_if_missing, missing_cpus, read_frame_times
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -1353,14 +1353,9 @@ def check_tools(a):
         a.callgrind_annotate = shutil.which("callgrind_annotate")
     else:
         a.valgrind = None
-    cpus = os.sched_getaffinity(0)
-    for cpu, what in ((a.monitor_cpu, "--monitor-cpu"), (a.target_cpu, "--target-cpu")):
-        if cpu not in cpus:
-            missing.append(f"{what} {cpu}: not an available CPU (have {sorted(cpus)})")
-    if missing:
-        for m in missing:
-            print(f"bench_agent: missing: {m}", file=sys.stderr)
-        sys.exit(2)
+    missing += missing_cpus(((a.monitor_cpu, "--monitor-cpu"), (a.target_cpu, "--target-cpu")),
+                            sorted(os.sched_getaffinity(0)))
+    exit_if_missing("bench_agent", missing, "missing")
 
 
 def run_bench(prog, bench, body):

@@ -588,6 +588,22 @@ def parse_args(argv):
     return a
 
 
+def missing_cpus(pins, cpus):
+    """What `missing` says of each (cpu, flag) of pins whose CPU is not among cpus (a sorted
+    list of the CPUs this process may run on)."""
+    return [f"{what} {cpu}: not an available CPU (have {cpus})" for cpu, what in pins
+            if cpu not in cpus]
+
+
+def exit_if_missing(prog, missing, label):
+    """Prints each line of missing as "PROG: LABEL: line" to stderr and exits 2; returns when
+    nothing is missing."""
+    if missing:
+        for m in missing:
+            print(f"{prog}: {label}: {m}", file=sys.stderr)
+        sys.exit(2)
+
+
 def check(a, prog="bench_span_pipeline", missing=()):
     """Resolves a.agent in a.build and the CPUs; exits 2 with what is missing (plus the
     caller's own `missing` lines)."""
@@ -609,13 +625,9 @@ def check(a, prog="bench_span_pipeline", missing=()):
               "share it", file=sys.stderr)
         a.monitor_cpu = a.target_cpu = cpus[0]
     else:
-        for cpu, what in ((a.monitor_cpu, "--agent-cpu"), (a.target_cpu, "--pipeline-cpu")):
-            if cpu not in cpus:
-                missing.append(f"{what} {cpu}: not an available CPU (have {cpus})")
-    if missing:
-        for m in missing:
-            print(f"{prog}: error: {m}", file=sys.stderr)
-        sys.exit(2)
+        missing += missing_cpus(((a.monitor_cpu, "--agent-cpu"), (a.target_cpu, "--pipeline-cpu")),
+                                cpus)
+    exit_if_missing(prog, missing, "error")
     info = build_info(a.build)
     if info["build_type"] not in ("Release", "RelWithDebInfo") or info["sanitize"] == "ON":
         print(f"{prog}: warning: {a.build} is CMAKE_BUILD_TYPE={info['build_type']}, "
