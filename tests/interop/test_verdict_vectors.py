@@ -9,8 +9,6 @@ Run with /usr/bin/python3 (Debian's python3-cbor2, python3-pytest).
 """
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,19 +18,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "proto" / "python"))
 import edgemon_proto  # noqa: E402  (the Python reading of proto/edgemon.cddl)
+from proto_tool import both_refuse, c_decode, needs_tool  # noqa: E402
 
 VECTORS = ROOT / "proto" / "vectors"
-TOOL = os.environ.get("EM_PROTO_TOOL")
 T = 1795262400000000000
-
-needs_tool = pytest.mark.skipif(not TOOL, reason="EM_PROTO_TOOL not set (run through ctest)")
-
-
-def c_decode(payload):
-    r = subprocess.run([TOOL, "decode"], input=payload, capture_output=True, timeout=30)
-    assert r.returncode in (0, 1), r.stderr
-    return r.returncode, json.loads(r.stdout)
-
 
 def vector(name):
     return (VECTORS / f"{name}.cbor").read_bytes()
@@ -154,10 +143,4 @@ BAD = [
 @pytest.mark.parametrize("name,raw,error", BAD, ids=[b[0] for b in BAD])
 @pytest.mark.parametrize("carrier", [state, flight])
 def test_both_readers_refuse_a_broken_verdict(name, raw, error, carrier):
-    payload = cbor2.dumps(carrier(raw))
-    with pytest.raises(edgemon_proto.DecodeError):
-        edgemon_proto.decode(payload)
-    rc, got = c_decode(payload)
-    assert rc == 1, got
-    assert got["error"] == error, got
-    assert 0 <= got["offset"] < len(payload)
+    both_refuse(cbor2.dumps(carrier(raw)), edgemon_proto.decode, edgemon_proto.DecodeError, error)
