@@ -11,7 +11,6 @@ import argparse
 import csv
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -22,7 +21,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from soaklib import free_port, wait_until
+from soaklib import conclude, free_port, wait_until
 
 MOSQUITTO = os.environ.get("EM_MOSQUITTO", "/usr/sbin/mosquitto")
 MIB = 1024 * 1024
@@ -198,14 +197,8 @@ def main():
                 print(line)
     if len(procs) > 1 and procs[1].returncode not in (0, None):
         failures.append(f"the aggregator exited with {procs[1].returncode} on SIGTERM")
-    if failures:
-        print("FAIL:\n  " + "\n  ".join(failures))
-        print(f"logs kept in {work}")
-        return 1
-    print("PASS")
-    if not a.keep and not a.workdir:
-        shutil.rmtree(work, ignore_errors=True)
-    return 0
+    failed = "FAIL:\n  " + "\n  ".join(failures) + f"\nlogs kept in {work}" if failures else ""
+    return conclude(work, a.keep or a.workdir, failed, "PASS")
 
 
 def check(a, samples, wal_max):

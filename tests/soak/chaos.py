@@ -28,7 +28,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from soaklib import free_port, wait_until
+from soaklib import conclude, free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "firmware" / "client" / "python" / "examples" / "sample_inference.py"
@@ -524,13 +524,8 @@ def main():
     unexplained = account(run.aggregator.db, run.aggregator.duplicates +
                           run.aggregator.life_duplicates)
     check(unexplained == 0, f"{unexplained} unexplained gap(s)")
-    if failures:
-        print(f"chaos: FAILED ({len(failures)} check(s)); logs kept in {work}")
-        return 1
-    print("chaos: passed")
-    if not args.keep and not args.workdir:
-        shutil.rmtree(work, ignore_errors=True)
-    return 0
+    failed = f"chaos: FAILED ({len(failures)} check(s)); logs kept in {work}" if failures else ""
+    return conclude(work, args.keep or args.workdir, failed, "chaos: passed")
 
 
 if __name__ == "__main__":

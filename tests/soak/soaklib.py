@@ -1,5 +1,7 @@
-"""What the soak and chaos runs share: a free loopback port and a bounded wait."""
+"""What the soak and chaos runs share: a free loopback port, a bounded wait and the end of a
+run (its verdict printed, its work directory removed after a pass)."""
 
+import shutil
 import socket
 import time
 
@@ -21,3 +23,16 @@ def wait_until(pred, timeout, what, interval=0.05):
             return got
         time.sleep(interval)
     raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+
+
+def conclude(work, keep, failed, passed):
+    """Ends a run: prints `failed` (the failure report, empty when the run passed) and returns 1,
+    keeping the work directory for its logs; or prints `passed`, removes work unless `keep`,
+    and returns 0."""
+    if failed:
+        print(failed)
+        return 1
+    print(passed)
+    if not keep:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
