@@ -34,25 +34,20 @@ static const char *level_name(em_level_t level) {
 
 /* The name of a datagram kind, the v1 ones (wire.h) and the rings' (ring.h) alike. */
 static const char *kind_name(unsigned kind) {
-  switch (kind) {
-  case EM_DGRAM_SPAN:
-    return "span";
-  case EM_DGRAM_HEARTBEAT:
-    return "heartbeat";
-  case EM_DGRAM_SUBSCRIBE:
-    return "subscribe";
-  case EM_DGRAM_UNSUBSCRIBE:
-    return "unsubscribe";
-  case EM_DGRAM_LEVEL_PUSH:
-    return "level_push";
-  case EM_DGRAM_RING_REGISTER:
-    return "ring_register";
-  case EM_DGRAM_HARD_MISS:
-    return "hard_miss";
-  case EM_DGRAM_RING_ACK:
-    return "ring_ack";
+  static const char *const names[] = {
+      [EM_DGRAM_SPAN] = "span",
+      [EM_DGRAM_HEARTBEAT] = "heartbeat",
+      [EM_DGRAM_SUBSCRIBE] = "subscribe",
+      [EM_DGRAM_UNSUBSCRIBE] = "unsubscribe",
+      [EM_DGRAM_LEVEL_PUSH] = "level_push",
+      [EM_DGRAM_RING_REGISTER] = "ring_register",
+      [EM_DGRAM_HARD_MISS] = "hard_miss",
+      [EM_DGRAM_RING_ACK] = "ring_ack",
+  };
+  if (kind >= sizeof names / sizeof names[0] || names[kind] == NULL) {
+    return "unknown";
   }
-  return "unknown";
+  return names[kind];
 }
 
 /* Writes s as a JSON string; wire text is printable ASCII, so only " and \ need escapes. */
