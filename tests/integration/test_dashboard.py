@@ -20,7 +20,6 @@ DIR/dashboard-fleet.png and DIR/dashboard-device.png (docs/ holds the committed 
 import json
 import os
 import shlex
-import signal
 import subprocess
 import time
 import urllib.request
@@ -32,7 +31,7 @@ import cbor2
 import pytest
 
 import webdriver
-from conftest import Aggregator, Broker, free_port, publish_once, wait_for
+from conftest import Aggregator, Broker, free_port, publish_once, terminate, wait_for
 
 SIM = os.environ.get("EM_SIM")
 CLI = os.environ.get("EM_CLI")
@@ -132,13 +131,7 @@ class LiveSim:
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        terminate(self.proc, 15)
 
 
 @pytest.fixture(scope="module")
