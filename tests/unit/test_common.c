@@ -525,11 +525,7 @@ typedef struct {
   int stop_at; /* A line whose event stops the read with 7; 0: never. */
 } ini_log_t;
 
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((format(printf, 2, 3)))
-#endif
-static void
-add(ini_log_t *l, const char *fmt, ...) {
+__attribute__((format(printf, 2, 3))) static void add(ini_log_t *l, const char *fmt, ...) {
   size_t used = strlen(l->log);
   va_list ap;
   va_start(ap, fmt);

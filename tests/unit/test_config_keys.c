@@ -60,11 +60,7 @@ typedef struct {
   int problems;
 } named_t;
 
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((format(printf, 2, 3)))
-#endif
-static void
-problem(named_t *nm, const char *fmt, ...) {
+__attribute__((format(printf, 2, 3))) static void problem(named_t *nm, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   char msg[512];
