@@ -19,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include "edgemon/common/rng.h"
 #include "edgemon/flight.h"
 #include "vectors.h"
 
@@ -761,16 +762,12 @@ static size_t round_trip(const em_flight_t *f) {
   return len;
 }
 
-/* xorshift64*: deterministic, so a failing seed reproduces. */
-static uint64_t rng = 88172645463325252u;
-static uint64_t rnd(void) {
-  rng ^= rng >> 12;
-  rng ^= rng << 25;
-  rng ^= rng >> 27;
-  return rng * UINT64_C(2685821657736338717);
-}
+/* The random recordings' stream (edgemon/common/rng.h): each test that draws from it seeds it
+ * with RNG_SEED first, so a failure reproduces on its own. */
+#define RNG_SEED UINT64_C(88172645463325252)
+static em_rng_t rng;
 static uint64_t below(uint64_t n) {
-  return n ? rnd() % n : 0;
+  return n ? em_rng_next(&rng) % n : 0;
 }
 /* Small, large and extreme figures alike. */
 static uint64_t any_u64(void) {
@@ -780,7 +777,7 @@ static uint64_t any_u64(void) {
   case 1:
     return UINT64_MAX - below(30);
   default:
-    return rnd() >> below(64);
+    return em_rng_next(&rng) >> below(64);
   }
 }
 
@@ -800,15 +797,15 @@ static int cmp_u64(const void *a, const void *b) {
 
 /* A random valid recording; times spread over all of uint64 or tight around the trigger. */
 static em_flight_t random_flight(size_t max_ticks, size_t max_spans) {
-  em_flight_t f = {.head = {.time_ns = rnd(), .session = (uint32_t)rnd()},
-                   .number = (uint32_t)rnd(),
+  em_flight_t f = {.head = {.time_ns = em_rng_next(&rng), .session = (uint32_t)em_rng_next(&rng)},
+                   .number = (uint32_t)em_rng_next(&rng),
                    .trigger = {.cause = (em_flight_cause_t)below(2),
                                .level = (em_level_t)below(4),
                                .prev_level = (em_level_t)((int)below(5) - 1)},
                    .trigger_mono_ns = any_u64(),
-                   .pre_ns = rnd(),
-                   .post_ns = rnd(),
-                   .period_ns = rnd(),
+                   .pre_ns = em_rng_next(&rng),
+                   .post_ns = em_rng_next(&rng),
+                   .period_ns = em_rng_next(&rng),
                    .historical = below(2)};
   if (below(2)) {
     f.trigger.rule = "infer.p99";
@@ -864,7 +861,7 @@ static em_flight_t random_flight(size_t max_ticks, size_t max_spans) {
         } else if (below(2)) {
           v = (em_value_t)I(-(int64_t)(any_u64() >> 1) - 1);
         } else {
-          v = (em_value_t)F((double)rnd() / 3.0 - 1e18);
+          v = (em_value_t)F((double)em_rng_next(&rng) / 3.0 - 1e18);
         }
       }
       r_values[i][k++] = (em_flight_value_t){c, v};
@@ -882,6 +879,7 @@ static em_flight_t random_flight(size_t max_ticks, size_t max_spans) {
 
 static void random_recordings_round_trip(void **state) {
   (void)state;
+  em_rng_seed(&rng, RNG_SEED);
   for (int i = 0; i < 300; i++) {
     em_flight_t f = random_flight(40, 200);
     round_trip(&f);
@@ -1061,6 +1059,7 @@ static size_t reference_fit(const em_flight_t *f, size_t cap, em_flight_t *out) 
 
 static void fit_leaves_out_the_farthest_first_and_says_so(void **state) {
   (void)state;
+  em_rng_seed(&rng, RNG_SEED);
   int cut = 0;
   for (int round = 0; round < 60; round++) {
     em_flight_t f = random_flight(30, 120);
@@ -1179,6 +1178,7 @@ static void fit_caps_at_the_largest_recording(void **state) {
 
 static void marking_historical_equals_encoding_it_historical(void **state) {
   (void)state;
+  em_rng_seed(&rng, RNG_SEED);
   for (int i = 0; i < 50; i++) {
     em_flight_t f = random_flight(10, 30);
     f.historical = false;
