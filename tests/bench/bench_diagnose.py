@@ -60,6 +60,7 @@ ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 sys.path.insert(0, str(HERE))
 
+import pytest  # noqa: E402  (the integration helpers fail a wait through it)
 from bench_diagnose_hog import describe  # noqa: E402  (a verdict on one line)
 
 CAUSES = ["cpu_contention", "cpu_throttling", "more_work", "memory_pressure", "io", "waiting",
@@ -316,8 +317,6 @@ class Run:
 
 def wait_state(sub, seconds):
     """The first state message raising the level within seconds, or None."""
-    import pytest
-
     try:
         return sub.next("state", timeout=seconds, pred=lambda m: m["level"] != "NOMINAL")
     except pytest.fail.Exception:
@@ -405,15 +404,19 @@ def main():
             if cause in skip_why:
                 runs.append({"injected": cause, "skipped": skip_why[cause]})
                 continue
-            run = Run(args, cause, tmp)
+            run = None
             try:
+                run = Run(args, cause, tmp)
                 r = run.execute()
             except OSError as e:
                 if "cgroup" in str(e).lower() or e.errno in (1, 13):
                     skip_why[cause] = str(e)  # the next runs of it would fail alike
                 r = {"outcome": f"error: {e}", "verdict": None, "top": None}
+            except (Exception, pytest.fail.Exception) as e:  # no birth, a broker that died
+                r = {"outcome": f"error: {e}", "verdict": None, "top": None}
             finally:
-                run.cleanup()
+                if run is not None:
+                    run.cleanup()
             r["injected"] = cause
             runs.append(r)
             print(f"run {i + 1:3d} {cause:<16} {r['outcome']}: top {r['top']}: "
