@@ -56,6 +56,7 @@
 #include "store.h"
 
 #include <broker.h>
+#include <stop_signals.h>
 
 #include "edgemon/common/credentials.h"
 #include "edgemon/common/file.h"
@@ -827,12 +828,7 @@ int main(int argc, char **argv) {
     return 0;
   }
 
-  struct sigaction sa;
-  memset(&sa, 0, sizeof(sa));
-  sa.sa_handler = on_signal;
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
-  signal(SIGPIPE, SIG_IGN);
+  em_stop_signals_catch(on_signal);
   /* Past a file size limit (ulimit -f) a write fails with EFBIG, which the store reports as a
    * failed write (nothing acknowledged), instead of the signal killing the process. */
   signal(SIGXFSZ, SIG_IGN);

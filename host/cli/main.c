@@ -9,6 +9,7 @@
 #include "cli.h"
 
 #include <broker.h>
+#include <stop_signals.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -87,12 +88,7 @@ int main(int argc, char **argv) {
   }
   for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
     if (strcmp(cmd, commands[i].name) == 0) {
-      struct sigaction sa;
-      memset(&sa, 0, sizeof(sa));
-      sa.sa_handler = on_signal;
-      sigaction(SIGINT, &sa, NULL);
-      sigaction(SIGTERM, &sa, NULL);
-      signal(SIGPIPE, SIG_IGN);
+      em_stop_signals_catch(on_signal);
       return commands[i].run(argc - 1, argv + 1);
     }
   }
