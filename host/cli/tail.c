@@ -437,16 +437,15 @@ int em_cli_tail(int argc, char **argv) {
   optind = 1;
   opterr = 0;
   for (;;) {
-    int c = getopt_long(argc, argv, "", opts, NULL);
+    int c = -1;
+    int rc = em_cli_live_next(&t.live, argc, argv, opts, &c);
+    if (rc != EM_CLI_OK) {
+      return rc;
+    }
     if (c == -1) {
       break;
     }
-    int rc = em_cli_live_option(&t.live, c, optarg);
-    if (rc >= 0) {
-      if (rc != EM_CLI_OK) {
-        return rc;
-      }
-    } else if (c == 'j') {
+    if (c == 'j') {
       t.json = true;
     } else if (c == 'h') {
       usage(stdout);
