@@ -8,8 +8,6 @@ Run with /usr/bin/python3 (Debian's python3-cbor2, python3-pytest).
 """
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,9 +17,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "proto" / "python"))
 import edgemon_proto  # noqa: E402  (the Python reading of proto/edgemon.cddl)
+from proto_tool import c_decode, needs_tool  # noqa: E402
 
 VECTORS = ROOT / "proto" / "vectors"
-TOOL = os.environ.get("EM_PROTO_TOOL")
 NAMES = ("profile_basic", "profile_command", "profile_truncated")
 
 
@@ -57,17 +55,11 @@ def test_cmd_profile_and_birth_profiler():
     assert "profiler" not in edgemon_proto.decode(vector("birth_full"))
 
 
-def c_decode(payload):
-    r = subprocess.run([TOOL, "decode"], input=payload, capture_output=True, timeout=30)
-    assert r.returncode in (0, 1), r.stderr
-    return r.returncode, json.loads(r.stdout)
-
-
 def base():
     return cbor2.loads(vector("profile_basic"))
 
 
-@pytest.mark.skipif(not TOOL, reason="EM_PROTO_TOOL not set")
+@needs_tool
 def test_cbor2_written_profiles_decode_the_same_in_c():
     raw = base()
     raw[40] = {"unknown": [1, 2]}  # an unknown key, skipped
@@ -99,7 +91,7 @@ BREAKS = {
 }
 
 
-@pytest.mark.skipif(not TOOL, reason="EM_PROTO_TOOL not set")
+@needs_tool
 @pytest.mark.parametrize("what", sorted(BREAKS))
 def test_a_broken_rule_is_refused_by_both(what):
     raw = base()

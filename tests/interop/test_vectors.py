@@ -11,7 +11,6 @@ encoder must decode here. Run with /usr/bin/python3 (Debian's python3-cbor2, pyt
 
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,9 +21,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "proto" / "python"))
 import edgemon_proto  # noqa: E402  (the Python reading of proto/edgemon.cddl)
+from proto_tool import TOOL, c_decode, needs_tool  # noqa: E402
 
 VECTORS = ROOT / "proto" / "vectors"
-TOOL = os.environ.get("EM_PROTO_TOOL")
 
 LEVELS, KINDS = edgemon_proto.LEVELS, edgemon_proto.KINDS
 decode = edgemon_proto.decode
@@ -75,15 +74,6 @@ def test_alias_widths_use_1_2_and_3_byte_heads():
 def test_an_absent_counter_is_null_not_zero():
     raw = cbor2.loads((VECTORS / "data_counter_absent.cbor").read_bytes())
     assert raw[6] == {0: None, 2: 0}
-
-
-needs_tool = pytest.mark.skipif(not TOOL, reason="EM_PROTO_TOOL not set (run through ctest)")
-
-
-def c_decode(payload):
-    r = subprocess.run([TOOL, "decode"], input=payload, capture_output=True, timeout=30)
-    assert r.returncode in (0, 1), r.stderr
-    return r.returncode, json.loads(r.stdout)
 
 
 T = 1795262400000000000
