@@ -190,15 +190,20 @@ em_cross_test() {
     esac
   done < <(python3 -c '
 import json, os, sys
+build = os.path.realpath(sys.argv[1]) + os.sep
+emulator = []
 for test in json.load(sys.stdin)["tests"]:
     command = test.get("command") or []
-    if command and os.path.basename(command[0]) == "qemu-aarch64":
-        print("program", os.path.basename(command[-1]))
-        emulator = command[:-1]
+    # The program is the first word in the build tree; the emulator and its options come
+    # before it, the test'"'"'s own arguments (test_symbols --no-libdw) after it.
+    at = [i for i, word in enumerate(command) if os.path.realpath(word).startswith(build)]
+    if command and os.path.basename(command[0]) == "qemu-aarch64" and at:
+        print("program", os.path.basename(command[at[0]]))
+        emulator = command[:at[0]]
     else:
         print("native", test["name"])
 print("emulator", " ".join(emulator))
-' <<<"$listing")
+' "$dir" <<<"$listing")
   if [ "${#programs[@]}" -eq 0 ]; then
     echo "$dir: ctest lists no aarch64 unit tests" >&2
     return 1
