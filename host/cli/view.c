@@ -179,6 +179,13 @@ void em_view_json_num(FILE *out, double v, int decimals) {
   }
 }
 
+void em_view_json_fields(FILE *out, const em_view_json_field_t *fields, size_t n, int decimals) {
+  for (size_t i = 0; i < n; i++) {
+    fprintf(out, ",\"%s\":", fields[i].name);
+    em_view_json_num(out, fields[i].value, decimals);
+  }
+}
+
 void em_view_table(const char *const *cells, size_t rows, size_t cols, const bool *left) {
   size_t width[64] = {0};
   if (cols > 64) {

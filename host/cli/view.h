@@ -71,6 +71,15 @@ void em_view_record_head(FILE *out, const em_view_record_t *r, bool json);
  * 17 significant digits; anything else as null. */
 void em_view_json_num(FILE *out, double v, int decimals);
 
+/* One numeric member of a JSON object: its name and value. */
+typedef struct {
+  const char *name;
+  double value;
+} em_view_json_field_t;
+
+/* Writes `,"NAME":VALUE` for each of the n fields (values as em_view_json_num). */
+void em_view_json_fields(FILE *out, const em_view_json_field_t *fields, size_t n, int decimals);
+
 /* Writes a table of rows x cols cells (row 0 the header, cells[r * cols + c]) to stdout with
  * each column as wide as its widest cell, two spaces apart; columns where left[c] is true are
  * left-aligned, the others right-aligned; the last column gets no trailing padding. */

@@ -493,14 +493,12 @@ static void json_side(const figures_t *f) {
     fputs("null", stdout);
     return;
   }
-  printf("{\"count\":%llu,\"mean_ns\":", (unsigned long long)f->count);
-  em_view_json_num(stdout, f->mean_ns, 3);
-  fputs(",\"p50_ns\":", stdout);
-  em_view_json_num(stdout, f->p50_ns, 3);
-  fputs(",\"p99_ns\":", stdout);
-  em_view_json_num(stdout, f->p99_ns, 3);
-  fputs(",\"stddev_ns\":", stdout);
-  em_view_json_num(stdout, sqrt(f->var_ns2), 3);
+  printf("{\"count\":%llu", (unsigned long long)f->count);
+  const em_view_json_field_t ns[] = {{"mean_ns", f->mean_ns},
+                                     {"p50_ns", f->p50_ns},
+                                     {"p99_ns", f->p99_ns},
+                                     {"stddev_ns", sqrt(f->var_ns2)}};
+  em_view_json_fields(stdout, ns, sizeof(ns) / sizeof(ns[0]), 3);
   printf(",\"units\":%llu,\"devices\":%llu}", (unsigned long long)f->side.units.n,
          (unsigned long long)f->side.devices);
 }

@@ -542,19 +542,15 @@ static void json_side(const stage_side_t *x) {
     fputs("null", stdout);
     return;
   }
-  printf("{\"count\":%.0f,\"mean_ns\":", x->count);
-  em_view_json_num(stdout, x->mean_ns, 3);
-  fputs(",\"p50_ns\":", stdout);
-  em_view_json_num(stdout, x->p50_ns, 3);
-  fputs(",\"p95_ns\":", stdout);
-  em_view_json_num(stdout, x->p95_ns, 3);
-  fputs(",\"p99_ns\":", stdout);
-  em_view_json_num(stdout, x->p99_ns, 3);
-  printf(",\"devices\":%" PRIu64 ",\"units\":%" PRIu64 ",\"unit_mean_ns\":", x->side.devices,
-         x->side.units.n);
-  em_view_json_num(stdout, x->unit_mean, 3);
-  fputs(",\"unit_sd_ns\":", stdout);
-  em_view_json_num(stdout, x->side.units.n > 1 ? sqrt(x->side.units.var) : NAN, 3);
+  printf("{\"count\":%.0f", x->count);
+  const em_view_json_field_t ns[] = {
+      {"mean_ns", x->mean_ns}, {"p50_ns", x->p50_ns}, {"p95_ns", x->p95_ns}, {"p99_ns", x->p99_ns}};
+  em_view_json_fields(stdout, ns, sizeof(ns) / sizeof(ns[0]), 3);
+  printf(",\"devices\":%" PRIu64 ",\"units\":%" PRIu64, x->side.devices, x->side.units.n);
+  const em_view_json_field_t units[] = {
+      {"unit_mean_ns", x->unit_mean},
+      {"unit_sd_ns", x->side.units.n > 1 ? sqrt(x->side.units.var) : NAN}};
+  em_view_json_fields(stdout, units, sizeof(units) / sizeof(units[0]), 3);
   putchar('}');
 }
 
