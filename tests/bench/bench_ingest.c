@@ -180,14 +180,14 @@ static double agent(const char *path, long count, bool burst) {
     close(fds[0]);
     close(fds[1]);
     r.t1 = (uint64_t)dropped; /* Burst mode: report the drops, not a rate. */
-    r.t0 = em_spans_received(s);
+    r.t0 = em_spans_counts(s)->received;
   } else {
     uv_run(&loop, UV_RUN_DEFAULT);
     waitpid(sender, NULL, 0);
   }
-  if (!burst && em_spans_received(s) != (uint64_t)count) {
-    fprintf(stderr, "agent: received %llu of %ld\n", (unsigned long long)em_spans_received(s),
-            count);
+  if (!burst && em_spans_counts(s)->received != (uint64_t)count) {
+    fprintf(stderr, "agent: received %llu of %ld\n",
+            (unsigned long long)em_spans_counts(s)->received, count);
   }
   em_spans_close(s, on_closed, NULL);
   uv_run(&loop, UV_RUN_DEFAULT);

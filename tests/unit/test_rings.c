@@ -388,7 +388,7 @@ static void the_drain_folds_ring_spans_one_tick_late(void **state) {
   assert_int_equal(st->total, 11);
   assert_int_equal(st->last_seen_ns, 9000); /* Never moved back. */
   assert_int_equal(em_rings_stats(fx->rings)->spans, 11);
-  assert_int_equal(em_spans_datagram_spans(fx->spans), 0);
+  assert_int_equal(em_spans_counts(fx->spans)->datagram_spans, 0);
   free_ring(&r);
 }
 
@@ -483,12 +483,12 @@ static void descriptors_on_other_datagrams_are_closed(void **state) {
       send_with_fd(fx, missbuf, sizeof(missbuf), r.fd); /* A v2 hard miss. */
     }
   }
-  for (int i = 0; i < 1000 && em_spans_fds_closed(fx->spans) < 300; i++) {
+  for (int i = 0; i < 1000 && em_spans_counts(fx->spans)->fds_closed < 300; i++) {
     uv_run(&fx->loop, UV_RUN_NOWAIT);
   }
-  assert_int_equal(em_spans_fds_closed(fx->spans), 300);
+  assert_int_equal(em_spans_counts(fx->spans)->fds_closed, 300);
   assert_int_equal(open_fds(), before);
-  assert_int_equal(em_spans_datagram_spans(fx->spans), 100);
+  assert_int_equal(em_spans_counts(fx->spans)->datagram_spans, 100);
   assert_int_equal(fx->hard_misses, 100);
   free_ring(&r);
 }

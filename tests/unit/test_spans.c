@@ -176,7 +176,7 @@ static void start(fx_t *fx, const uint32_t *uids, size_t n_uids, size_t max_stag
 
 /* Everything the socket took so far: accepted, and dropped for any reason. */
 static uint64_t handled(const fx_t *fx) {
-  uint64_t n = em_spans_received(fx->spans);
+  uint64_t n = em_spans_counts(fx->spans)->received;
   for (int why = 0; why < EM_SPANS_DROP_COUNT; why++) {
     n += em_spans_dropped(fx->spans, (em_spans_drop_t)why);
   }
@@ -229,8 +229,8 @@ static void a_span_folds_into_its_stage_with_the_kernels_credentials(void **stat
   em_stage_stats_t *st = span_stage_named(fx->spans, "infer");
   assert_non_null(st);
   assert_int_equal(st->total, 1); /* The span; a heartbeat is a sign of life only. */
-  assert_int_equal(em_spans_received(fx->spans), 2);
-  assert_int_equal(em_spans_datagram_spans(fx->spans), 1);
+  assert_int_equal(em_spans_counts(fx->spans)->received, 2);
+  assert_int_equal(em_spans_counts(fx->spans)->datagram_spans, 1);
   assert_int_equal(fx->spans_seen, 2);
   assert_int_equal(fx->last_pid, getpid());
 }
@@ -283,7 +283,7 @@ static void each_bad_datagram_is_dropped_under_its_reason(void **state) {
   buf[EM_SPAN_DGRAM_BYTES - 1] = 'x';
   send_and_wait(fx, buf, EM_SPAN_DGRAM_BYTES, NULL, 0);
   assert_int_equal(em_spans_dropped(fx->spans, EM_SPANS_DROP_MALFORMED), 5);
-  assert_int_equal(em_spans_received(fx->spans), 0); /* Nothing folded in. */
+  assert_int_equal(em_spans_counts(fx->spans)->received, 0); /* Nothing folded in. */
   assert_int_equal(em_spans_stage_count(fx->spans), 0);
   assert_int_equal(fx->spans_seen, 0);
 }
@@ -296,7 +296,7 @@ static void a_sender_outside_the_allow_lists_is_refused(void **state) {
   pack_span(buf, EM_DGRAM_SPAN, "infer", 5000);
   send_and_wait(fx, buf, sizeof(buf), NULL, 0);
   assert_int_equal(em_spans_dropped(fx->spans, EM_SPANS_DROP_DISALLOWED), 1);
-  assert_int_equal(em_spans_received(fx->spans), 0);
+  assert_int_equal(em_spans_counts(fx->spans)->received, 0);
   assert_int_equal(fx->spans_seen, 0);
 }
 
@@ -313,7 +313,7 @@ static void a_stage_past_the_table_is_overflow(void **state) {
   assert_null(span_stage_named(fx->spans, "c"));
   assert_int_equal(span_stage_named(fx->spans, "a")->total, 2);
   assert_int_equal(em_spans_dropped(fx->spans, EM_SPANS_DROP_OVERFLOW), 1);
-  assert_int_equal(em_spans_received(fx->spans), 3);
+  assert_int_equal(em_spans_counts(fx->spans)->received, 3);
 }
 
 /* Sends a span with n descriptors, one dropped for its size with 3: none stays open here. */
@@ -334,9 +334,9 @@ static void check_descriptors_closed(fx_t *fx, size_t n) {
     close(fds[i]);
   }
   /* Every copy the agent received is closed; any the kernel cut off never arrived. */
-  assert_true(em_spans_fds_closed(fx->spans) >= 1 + 3);
+  assert_true(em_spans_counts(fx->spans)->fds_closed >= 1 + 3);
   assert_int_equal(open_fds(), open_before);
-  assert_int_equal(em_spans_received(fx->spans), 1);
+  assert_int_equal(em_spans_counts(fx->spans)->received, 1);
   assert_int_equal(em_spans_dropped(fx->spans, EM_SPANS_DROP_SIZE), 1);
 }
 
@@ -370,7 +370,7 @@ static void a_subscribe_reports_the_senders_address(void **state) {
   send_and_wait(fx, buf, sizeof(buf), NULL, 0);
   assert_int_equal(fx->subscribes, 2);
   assert_false(fx->last_subscribe);
-  assert_int_equal(em_spans_received(fx->spans), 0); /* Not spans. */
+  assert_int_equal(em_spans_counts(fx->spans)->received, 0); /* Not spans. */
 }
 
 /* ---- Through the system call table ---- */
@@ -477,19 +477,20 @@ static void a_failing_receive_is_counted_logged_once_and_ends_the_wakeup(void **
       }
     }
     errors += r->counted ? 3 : 0;
-    if (em_spans_recv_errors(fx->spans) != errors) {
+    if (em_spans_counts(fx->spans)->recv_errors != errors) {
       fail_msg("%s: %llu receive errors counted, want %llu", strerror(r->err),
-               (unsigned long long)em_spans_recv_errors(fx->spans), (unsigned long long)errors);
+               (unsigned long long)em_spans_counts(fx->spans)->recv_errors,
+               (unsigned long long)errors);
     }
     size_t lines = log_capture_count(logged, strerror(r->err));
     if (lines != (r->counted ? 1u : 0u)) {
       fail_msg("%s: logged %zu times, want %d:\n%s", strerror(r->err), lines, r->counted, logged);
     }
   }
-  assert_int_equal(em_spans_received(fx->spans), 0);
+  assert_int_equal(em_spans_counts(fx->spans)->received, 0);
   one_wakeup(fx); /* The calls work again: the queued span is read. */
-  assert_int_equal(em_spans_received(fx->spans), 1);
-  assert_int_equal(em_spans_recv_errors(fx->spans), errors);
+  assert_int_equal(em_spans_counts(fx->spans)->received, 1);
+  assert_int_equal(em_spans_counts(fx->spans)->recv_errors, errors);
 }
 
 static void a_flood_is_read_in_bounded_batches_per_wakeup(void **state) {
@@ -498,14 +499,14 @@ static void a_flood_is_read_in_bounded_batches_per_wakeup(void **state) {
   send_span(fx);
   fx->fake.flood_calls = 2 * EM_SPANS_ROUNDS; /* Every call a full batch, for two wake-ups. */
   assert_int_equal(one_wakeup(fx), EM_SPANS_ROUNDS);
-  assert_int_equal(em_spans_received(fx->spans), EM_SPANS_ROUNDS * EM_SPANS_BATCH);
+  assert_int_equal(em_spans_counts(fx->spans)->received, EM_SPANS_ROUNDS * EM_SPANS_BATCH);
   assert_int_equal(one_wakeup(fx), EM_SPANS_ROUNDS); /* The rest waits for the next one. */
-  assert_int_equal(em_spans_received(fx->spans), 2 * EM_SPANS_ROUNDS * EM_SPANS_BATCH);
+  assert_int_equal(em_spans_counts(fx->spans)->received, 2 * EM_SPANS_ROUNDS * EM_SPANS_BATCH);
   assert_int_equal(one_wakeup(fx), 1); /* The real span: a short batch ends the wake-up. */
-  assert_int_equal(em_spans_received(fx->spans), 2 * EM_SPANS_ROUNDS * EM_SPANS_BATCH + 1);
+  assert_int_equal(em_spans_counts(fx->spans)->received, 2 * EM_SPANS_ROUNDS * EM_SPANS_BATCH + 1);
   assert_int_equal(span_stage_named(fx->spans, "flood")->total,
                    2 * EM_SPANS_ROUNDS * EM_SPANS_BATCH);
-  assert_int_equal(em_spans_recv_errors(fx->spans), 0);
+  assert_int_equal(em_spans_counts(fx->spans)->recv_errors, 0);
 }
 
 static void a_truncated_message_in_a_batch_is_dropped_alone(void **state) {
@@ -518,9 +519,9 @@ static void a_truncated_message_in_a_batch_is_dropped_alone(void **state) {
   fx->fake.add_flags = MSG_TRUNC;      /* The middle one: its length still says 64 bytes. */
   assert_int_equal(one_wakeup(fx), 1); /* A short batch (3) ends the wake-up. */
   assert_int_equal(em_spans_dropped(fx->spans, EM_SPANS_DROP_SIZE), 1);
-  assert_int_equal(em_spans_received(fx->spans), 2);
+  assert_int_equal(em_spans_counts(fx->spans)->received, 2);
   assert_int_equal(span_stage_named(fx->spans, "infer")->total, 2);
-  assert_int_equal(em_spans_ctrl_truncated(fx->spans), 0);
+  assert_int_equal(em_spans_counts(fx->spans)->ctrl_truncated, 0);
 }
 
 /* Sends a ring register carrying `fd` and runs one wake-up with MSG_CTRUNC added to it. */
@@ -548,11 +549,11 @@ static void a_cut_control_message_is_counted_once_logged_and_gives_no_descriptor
   close(fd);
   assert_int_equal(fx->registers, 2);
   assert_int_equal(fx->reg_fd, -1); /* Cut: it carried more than the one a register may. */
-  assert_int_equal(em_spans_ctrl_truncated(fx->spans), 2);
+  assert_int_equal(em_spans_counts(fx->spans)->ctrl_truncated, 2);
   assert_int_equal(log_capture_count(logged, "discarded the rest"), 1);
   /* The copies that did arrive were closed, through the table. */
   assert_int_equal(fx->fake.n_closed, 2);
-  assert_int_equal(em_spans_fds_closed(fx->spans), 2);
+  assert_int_equal(em_spans_counts(fx->spans)->fds_closed, 2);
   for (size_t i = 0; i < fx->fake.n_closed; i++) {
     assert_int_equal(fcntl(fx->fake.closed[i], F_GETFD), -1);
   }
@@ -594,7 +595,7 @@ static void a_python_stacks_datagram_arrives_whole_and_spans_still_fold(void **s
   assert_int_equal(fx->pystacks_len, len);
   assert_memory_equal(fx->pystacks_buf, buf, len);
   assert_int_equal(fx->last_pid, getpid());
-  assert_int_equal(em_spans_pystacks_passed(fx->spans), 1);
+  assert_int_equal(em_spans_counts(fx->spans)->pystacks_passed, 1);
   /* One just over the model datagram's size, then a span: both taken. */
   size_t small = pack_pystacks(buf, sizeof(buf), 1);
   while (small <= EM_MODEL_DGRAM_BYTES) {

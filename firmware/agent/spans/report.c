@@ -66,23 +66,23 @@ static void put(const em_spans_report_t *r, em_sample_t *samples, em_figure_t f,
 void em_spans_report_figures(const em_spans_report_t *r, em_sample_t *samples) {
   const em_rings_stats_t *rs = em_rings_stats(r->rings);
   put(r, samples, EM_FIG_SPANS_RING, rs->spans);
-  put(r, samples, EM_FIG_SPANS_DATAGRAM, em_spans_datagram_spans(r->spans));
+  put(r, samples, EM_FIG_SPANS_DATAGRAM, em_spans_counts(r->spans)->datagram_spans);
   put(r, samples, EM_FIG_RING_LOST_OVERWRITTEN, rs->overwritten);
   put(r, samples, EM_FIG_RING_LOST_BAD_SLOT, rs->bad_slot);
   put(r, samples, EM_FIG_RING_LOST_BAD_HEAD, rs->bad_head);
   put(r, samples, EM_FIG_RING_LOST_SKIPPED, rs->skipped);
   put(r, samples, EM_FIG_RINGS_ACTIVE, em_rings_active(r->rings));
   put(r, samples, EM_FIG_RINGS_REFUSED, rs->refused);
-  put(r, samples, EM_FIG_SPANS_FDS_CLOSED, em_spans_fds_closed(r->spans));
-  put(r, samples, EM_FIG_SPANS_RECEIVED, em_spans_received(r->spans));
+  put(r, samples, EM_FIG_SPANS_FDS_CLOSED, em_spans_counts(r->spans)->fds_closed);
+  put(r, samples, EM_FIG_SPANS_RECEIVED, em_spans_counts(r->spans)->received);
   for (int why = 0; why < EM_SPANS_DROP_COUNT; why++) {
     put(r, samples, (em_figure_t)(EM_FIG_SPANS_DROPPED_MALFORMED + why),
         em_spans_dropped(r->spans, (em_spans_drop_t)why));
   }
   put(r, samples, EM_FIG_SPANS_STAGES, em_spans_stage_count(r->spans));
   put(r, samples, EM_FIG_SPANS_EVICTED, em_spans_evictions(r->spans));
-  put(r, samples, EM_FIG_MODEL_RECEIVED, em_spans_models_accepted(r->spans));
-  put(r, samples, EM_FIG_MODEL_REFUSED, em_spans_models_refused(r->spans));
+  put(r, samples, EM_FIG_MODEL_RECEIVED, em_spans_counts(r->spans)->models_accepted);
+  put(r, samples, EM_FIG_MODEL_REFUSED, em_spans_counts(r->spans)->models_refused);
 }
 
 size_t em_spans_report_cap(const em_spans_report_t *r) {

@@ -53,16 +53,9 @@ struct em_spans {
   void (*close_done)(void *);
   void *close_ctx;
 
-  uint64_t received;
-  uint64_t datagram_spans;
-  uint64_t fds_closed;
-  uint64_t recv_errors;
-  uint64_t ctrl_truncated;
-  uint64_t models_accepted;
-  uint64_t models_refused;
-  uint64_t pystacks_passed; /* Python stacks datagrams handed to on_pystacks. */
-  int logged_errno;         /* The recvmmsg errno last logged (0: none yet). */
-  bool logged_ctrunc;       /* A truncated control message was logged. */
+  em_spans_counts_t counts;
+  int logged_errno;   /* The recvmmsg errno last logged (0: none yet). */
+  bool logged_ctrunc; /* A truncated control message was logged. */
   uint64_t dropped[EM_SPANS_DROP_COUNT];
   em_stages_t stages;
 
@@ -141,7 +134,7 @@ static void close_fds(em_spans_t *s, const int *fds, size_t n) {
   for (size_t i = 0; i < n; i++) {
     if (fds[i] >= 0) {
       s->sys.close(s->sys.ctx, fds[i]);
-      s->fds_closed++;
+      s->counts.fds_closed++;
     }
   }
 }
@@ -219,7 +212,7 @@ static void take_v2(em_spans_t *s, size_t i, const struct ucred *cred, int *fds,
 static void take_model(em_spans_t *s, size_t i, const struct ucred *cred) {
   if (!allowed(s, cred)) {
     s->dropped[EM_SPANS_DROP_DISALLOWED]++;
-    s->models_refused++;
+    s->counts.models_refused++;
     return;
   }
   uint8_t buf[EM_MODEL_DGRAM_BYTES];
@@ -229,10 +222,10 @@ static void take_model(em_spans_t *s, size_t i, const struct ucred *cred) {
   int rc = em_model_dgram_unpack(buf, sizeof buf, &m);
   if (rc != 0) {
     s->dropped[rc == EM_PROTO_EVERSION ? EM_SPANS_DROP_VERSION : EM_SPANS_DROP_MALFORMED]++;
-    s->models_refused++;
+    s->counts.models_refused++;
     return;
   }
-  s->models_accepted++;
+  s->counts.models_accepted++;
   if (s->opts.on_model) {
     s->opts.on_model(s->opts.ctx, &m, cred);
   }
@@ -265,7 +258,7 @@ static void take_big(em_spans_t *s, size_t i, size_t len, bool intact, const str
   }
   memcpy(s->joined, s->bufs[i], EM_SPAN_DGRAM_BYTES);
   memcpy(s->joined + EM_SPAN_DGRAM_BYTES, s->spill[i], sizeof(s->spill[i]));
-  s->pystacks_passed++;
+  s->counts.pystacks_passed++;
   if (s->opts.on_pystacks) {
     s->opts.on_pystacks(s->opts.ctx, s->joined, len, cred ? (pid_t)cred->pid : -1);
   }
@@ -280,7 +273,7 @@ static void take(em_spans_t *s, size_t i, uint64_t now_ns, bool big_intact) {
   size_t n_fds = fds_of(h, fds);
   bool cut = (h->msg_flags & MSG_CTRUNC) != 0;
   if (cut) {
-    s->ctrl_truncated++;
+    s->counts.ctrl_truncated++;
     if (!s->logged_ctrunc) {
       EM_WARN("spans: a datagram carried more descriptors than the agent takes (%d); the kernel "
               "discarded the rest",
@@ -331,8 +324,8 @@ static void take(em_spans_t *s, size_t i, uint64_t now_ns, bool big_intact) {
   if (!em_spans_fold(s, &span, cred, now_ns)) {
     return;
   }
-  s->received++;
-  s->datagram_spans += span.kind == EM_DGRAM_SPAN;
+  s->counts.received++;
+  s->counts.datagram_spans += span.kind == EM_DGRAM_SPAN;
 }
 
 /* Re-arms the message headers recvmmsg overwrote (lengths, flags). */
@@ -355,7 +348,7 @@ static void on_readable(uv_poll_t *p, int status, int events) {
                             MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
       int err = errno;
-      s->recv_errors++;
+      s->counts.recv_errors++;
       if (err != s->logged_errno) { /* Logged when the errno changes; the count says the rest. */
         EM_WARN("spans: receiving span datagrams failed: %s (errno %d); counted, retried on the "
                 "next wake-up",
@@ -567,36 +560,8 @@ uint32_t em_spans_sender_pid(const struct ucred *sender) {
   return sender && sender->pid > 0 ? (uint32_t)sender->pid : 0;
 }
 
-uint64_t em_spans_received(const em_spans_t *s) {
-  return s->received;
-}
-
-uint64_t em_spans_datagram_spans(const em_spans_t *s) {
-  return s->datagram_spans;
-}
-
-uint64_t em_spans_fds_closed(const em_spans_t *s) {
-  return s->fds_closed;
-}
-
-uint64_t em_spans_recv_errors(const em_spans_t *s) {
-  return s->recv_errors;
-}
-
-uint64_t em_spans_models_accepted(const em_spans_t *s) {
-  return s->models_accepted;
-}
-
-uint64_t em_spans_models_refused(const em_spans_t *s) {
-  return s->models_refused;
-}
-
-uint64_t em_spans_pystacks_passed(const em_spans_t *s) {
-  return s->pystacks_passed;
-}
-
-uint64_t em_spans_ctrl_truncated(const em_spans_t *s) {
-  return s->ctrl_truncated;
+const em_spans_counts_t *em_spans_counts(const em_spans_t *s) {
+  return &s->counts;
 }
 
 uint64_t em_spans_dropped(const em_spans_t *s, em_spans_drop_t why) {

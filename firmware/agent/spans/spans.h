@@ -177,15 +177,6 @@ void em_spans_window_reset(em_spans_t *s);
 /* The pid in a sender's credentials (for modules built without _GNU_SOURCE); 0 for NULL. */
 uint32_t em_spans_sender_pid(const struct ucred *sender);
 
-/* Datagrams accepted (spans and heartbeats) since start. */
-uint64_t em_spans_received(const em_spans_t *s);
-
-/* Spans (kind span, not heartbeats) folded in from datagrams v1 since start. */
-uint64_t em_spans_datagram_spans(const em_spans_t *s);
-
-/* Descriptors that arrived on the socket and were closed unused since start. */
-uint64_t em_spans_fds_closed(const em_spans_t *s);
-
 /*
  * Folds one span or heartbeat into its stage's window and total, as a datagram v1 span is,
  * with seen_ns as the stage's last sight (kept when it is later already), then calls on_span
@@ -195,21 +186,22 @@ uint64_t em_spans_fds_closed(const em_spans_t *s);
 em_stage_stats_t *em_spans_fold(em_spans_t *s, const em_span_t *span, const struct ucred *sender,
                                 uint64_t seen_ns);
 
-/* Model datagrams accepted (valid, from an allowed sender) since start. */
-uint64_t em_spans_models_accepted(const em_spans_t *s);
+/* What the socket counted since start. */
+typedef struct {
+  uint64_t received;        /* Datagrams accepted (spans and heartbeats). */
+  uint64_t datagram_spans;  /* Spans (kind span, not heartbeats) folded in from datagrams v1. */
+  uint64_t fds_closed;      /* Descriptors that arrived and were closed unused. */
+  uint64_t recv_errors;     /* Failed recvmmsg calls (errors other than EAGAIN and EINTR). */
+  uint64_t ctrl_truncated;  /* Datagrams whose control data the kernel truncated (MSG_CTRUNC). */
+  uint64_t models_accepted; /* Model datagrams accepted (valid, from an allowed sender). */
+  uint64_t models_refused;  /* Model datagrams refused (disallowed sender, or any check of
+                               em_model_dgram_unpack); each also counted in em_spans_dropped. */
+  uint64_t pystacks_passed; /* Python stacks datagrams handed to on_pystacks (allowed sender,
+                               header checked). */
+} em_spans_counts_t;
 
-/* Model datagrams refused (disallowed sender, or any check of em_model_dgram_unpack) since
- * start; each is also counted by reason in em_spans_dropped. */
-uint64_t em_spans_models_refused(const em_spans_t *s);
-
-/* Python stacks datagrams handed to on_pystacks (allowed sender, header checked). */
-uint64_t em_spans_pystacks_passed(const em_spans_t *s);
-
-/* Failed recvmmsg calls (errors other than EAGAIN and EINTR) since start. */
-uint64_t em_spans_recv_errors(const em_spans_t *s);
-
-/* Datagrams whose control data the kernel truncated (MSG_CTRUNC) since start. */
-uint64_t em_spans_ctrl_truncated(const em_spans_t *s);
+/* The socket's counts; valid while s lives. */
+const em_spans_counts_t *em_spans_counts(const em_spans_t *s);
 
 /* Datagrams dropped for `why` since start. */
 uint64_t em_spans_dropped(const em_spans_t *s, em_spans_drop_t why);
