@@ -46,12 +46,7 @@
 
 /* ---- Bounded text scanning ---- */
 
-/*
- * Parses a decimal number of at least one digit at text[*pos], stopping at the first non-digit
- * or at len. Advances *pos past the digits. Returns 0, or -EINVAL when there is no digit or the
- * value does not fit in uint64_t.
- */
-static int scan_u64(const char *text, size_t len, size_t *pos, uint64_t *out) {
+int em_procfs_scan_u64(const char *text, size_t len, size_t *pos, uint64_t *out) {
   size_t i = *pos;
   uint64_t v = 0;
   while (i < len && text[i] >= '0' && text[i] <= '9') {
@@ -77,7 +72,7 @@ static int scan_u64(const char *text, size_t len, size_t *pos, uint64_t *out) {
 static int scan_fixed(const char *text, size_t len, size_t *pos, double *out) {
   size_t i = *pos;
   uint64_t whole = 0;
-  if (scan_u64(text, len, &i, &whole) != 0) {
+  if (em_procfs_scan_u64(text, len, &i, &whole) != 0) {
     return -EINVAL;
   }
   if (i >= len || text[i] != '.') {
@@ -141,7 +136,7 @@ int em_procfs_parse_statm(const char *text, size_t len, uint64_t page_size, em_s
   uint64_t pages[STATM_FIELDS];
   size_t pos = 0;
   for (size_t i = 0; i < STATM_FIELDS; i++) {
-    if (scan_u64(text, len, &pos, &pages[i]) != 0) {
+    if (em_procfs_scan_u64(text, len, &pos, &pages[i]) != 0) {
       return -EINVAL;
     }
     char want = i + 1 < STATM_FIELDS ? ' ' : '\n';
@@ -179,7 +174,8 @@ static int parse_kb_value(const char *text, size_t eol, size_t pos, uint64_t *by
     pos++;
   }
   uint64_t kb = 0;
-  if (scan_u64(text, eol, &pos, &kb) != 0 || !scan_lit(text, eol, &pos, " kB") || pos != eol) {
+  if (em_procfs_scan_u64(text, eol, &pos, &kb) != 0 || !scan_lit(text, eol, &pos, " kB") ||
+      pos != eol) {
     return -EINVAL;
   }
   if (!mul_u64(kb, 1024, bytes)) {
@@ -281,7 +277,7 @@ static int parse_psi_line(const char *text, size_t start, size_t eol, unsigned *
   if (!scan_lit(text, eol, &pos, "avg10=") || scan_fixed(text, eol, &pos, avg10) != 0 ||
       !scan_lit(text, eol, &pos, " avg60=") || scan_fixed(text, eol, &pos, &avg60) != 0 ||
       !scan_lit(text, eol, &pos, " avg300=") || scan_fixed(text, eol, &pos, &avg300) != 0 ||
-      !scan_lit(text, eol, &pos, " total=") || scan_u64(text, eol, &pos, &total) != 0) {
+      !scan_lit(text, eol, &pos, " total=") || em_procfs_scan_u64(text, eol, &pos, &total) != 0) {
     return -EINVAL;
   }
   return pos == eol ? 0 : -EINVAL;

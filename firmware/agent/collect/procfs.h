@@ -68,6 +68,13 @@ typedef enum { EM_PSI_CPU = 0, EM_PSI_MEMORY = 1, EM_PSI_IO = 2, EM_PSI_COUNT = 
  * file's format (garbage, truncated mid-field, a number that overflows). A parser never reads
  * past text[len-1]. page_size is the system's page size in bytes.
  */
+/*
+ * Parses a decimal number of at least one digit at text[*pos], stopping at the first non-digit
+ * or at len (the scanner of every parser here and of schedinfo.c). Advances *pos past the
+ * digits. Returns 0, or -EINVAL when there is no digit or the value does not fit in uint64_t.
+ */
+int em_procfs_scan_u64(const char *text, size_t len, size_t *pos, uint64_t *out);
+
 int em_procfs_parse_statm(const char *text, size_t len, uint64_t page_size, em_statm_t *out);
 int em_procfs_parse_smaps_rollup(const char *text, size_t len, em_smaps_t *out);
 int em_procfs_parse_meminfo(const char *text, size_t len, em_meminfo_t *out);

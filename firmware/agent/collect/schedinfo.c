@@ -18,32 +18,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "procfs.h"
+
 #define NS_PER_US      UINT64_C(1000)
 #define BUF_BYTES      4096 /* status is ~1.4 KiB, stat ~300 bytes, cpu.stat a few lines. */
 #define ROOT_BYTES     256
 #define STAT_FIELD_MAX 39 /* The last field of stat we read (processor). */
 
 /* ---- Bounded scanning ---- */
-
-/* Decimal digits at text[*pos] into *out; -EINVAL without a digit or on overflow. */
-static int scan_u64(const char *text, size_t len, size_t *pos, uint64_t *out) {
-  size_t i = *pos;
-  uint64_t v = 0;
-  while (i < len && text[i] >= '0' && text[i] <= '9') {
-    uint64_t d = (uint64_t)(text[i] - '0');
-    if (v > (UINT64_MAX - d) / 10) {
-      return -EINVAL;
-    }
-    v = v * 10 + d;
-    i++;
-  }
-  if (i == *pos) {
-    return -EINVAL;
-  }
-  *pos = i;
-  *out = v;
-  return 0;
-}
 
 /* The index of the newline ending the line at start, or len when there is none. */
 static size_t line_end(const char *text, size_t len, size_t start) {
@@ -66,7 +48,7 @@ static int key_value(const char *text, size_t pos, size_t eol, uint64_t *v) {
   while (i < eol && (text[i] == ' ' || text[i] == '\t')) {
     i++;
   }
-  if (i == pos || scan_u64(text, eol, &i, v) != 0 || i != eol) {
+  if (i == pos || em_procfs_scan_u64(text, eol, &i, v) != 0 || i != eol) {
     return -EINVAL;
   }
   return 0;
@@ -118,7 +100,7 @@ int em_schedinfo_parse_stat(const char *text, size_t len, em_schedinfo_stat_t *o
     uint64_t v = 0;
     bool wanted = field == 12 || field == 14 || field == 15 || field == 22 || field == 39;
     if (wanted) {
-      if (scan_u64(text, len, &i, &v) != 0) {
+      if (em_procfs_scan_u64(text, len, &i, &v) != 0) {
         goto bad;
       }
     } else {
@@ -169,9 +151,9 @@ int em_schedinfo_parse_schedstat(const char *text, size_t len, uint64_t *wait_ns
   }
   uint64_t run = 0, wait = 0, count = 0;
   size_t i = 0;
-  if (scan_u64(text, len, &i, &run) || i >= len || text[i++] != ' ' ||
-      scan_u64(text, len, &i, &wait) || i >= len || text[i++] != ' ' ||
-      scan_u64(text, len, &i, &count) || i != len - 1) {
+  if (em_procfs_scan_u64(text, len, &i, &run) || i >= len || text[i++] != ' ' ||
+      em_procfs_scan_u64(text, len, &i, &wait) || i >= len || text[i++] != ' ' ||
+      em_procfs_scan_u64(text, len, &i, &count) || i != len - 1) {
     return -EINVAL;
   }
   *wait_ns = wait;
@@ -318,7 +300,8 @@ int em_schedinfo_parse_pressure_total(const char *text, size_t len, bool *have, 
       }
       uint64_t us = 0;
       i += strlen(" total=");
-      if (i > eol || scan_u64(text, eol, &i, &us) != 0 || i != eol || us > UINT64_MAX / NS_PER_US) {
+      if (i > eol || em_procfs_scan_u64(text, eol, &i, &us) != 0 || i != eol ||
+          us > UINT64_MAX / NS_PER_US) {
         return -EINVAL;
       }
       *have = true;
