@@ -276,9 +276,10 @@ static bool in_stage(void *ctx, uint64_t time_ns) {
 }
 
 /* The splice of thread 300's native sample at 2.0009 s, late in the stage, with the Python
- * samples of window 9 holding `samples` (frames into strings), prepared into a fresh t. */
+ * samples of window 9 holding `samples` (frames into strings), prepared into a fresh t. The
+ * frames' names in t belong to *merge, which the caller frees after reading them. */
 static size_t splice_late_in_stage(const em_pysample_t *samples, uint32_t n, table_t *t,
-                                   uint32_t *out, em_pymerge_why_t *why) {
+                                   uint32_t *out, em_pymerge_why_t *why, em_pymerge_t **merge) {
   uint8_t buf[1024];
   size_t len = 0;
   assert_int_equal(em_pystacks_pack(100, 9, 0, strings, 5, samples, n, buf, sizeof buf, &len), 0);
@@ -290,7 +291,7 @@ static size_t splice_late_in_stage(const em_pysample_t *samples, uint32_t n, tab
   const uint32_t path[] = {MAIN, EVAL, CRC32};
   size_t k = em_pymerge_splice(m, 300, 2000900000ull, 1980900000ull, 2020900000ull, path, 3,
                                is_interp, in_stage, t, out, why);
-  em_pymerge_free(m);
+  *merge = m;
   return k;
 }
 
@@ -307,14 +308,17 @@ static void splice_of_a_short_stage_takes_its_span_sample_over_a_nearer_one_outs
   em_pymerge_why_t why = EM_PYMERGE_NO_SAMPLE;
   /* The sample outside the stage is nearer (0.4 ms against 0.8 ms) but names code the thread
    * was not running: the span sample is taken, the stage's function named. */
-  assert_int_equal(splice_late_in_stage(samples, 2, &t, out, &why), 5);
+  em_pymerge_t *m = NULL;
+  assert_int_equal(splice_late_in_stage(samples, 2, &t, out, &why, &m), 5);
   assert_int_equal(why, EM_PYMERGE_SPLICED);
   const uint32_t want[] = {MAIN, py(&t, "<module>"), py(&t, "main"), py(&t, "Model.infer"), CRC32};
   assert_memory_equal(out, want, sizeof want);
+  em_pymerge_free(m);
   /* Without the span sample (the client's 99 Hz samples only) the stage has none. */
   why = EM_PYMERGE_SPLICED;
-  assert_int_equal(splice_late_in_stage(samples + 1, 1, &t, out, &why), 0);
+  assert_int_equal(splice_late_in_stage(samples + 1, 1, &t, out, &why, &m), 0);
   assert_int_equal(why, EM_PYMERGE_NO_SAMPLE);
+  em_pymerge_free(m);
 }
 
 int main(void) {
