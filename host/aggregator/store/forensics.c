@@ -236,6 +236,14 @@ static int commit(em_forensics_t *fo, em_forensic_kind_t k, int64_t dev_id, bool
   return rc;
 }
 
+/* Binds figures[0..n) to the columns from `first` on; returns the column after them. */
+static int bind_figures(sqlite3_stmt *st, int first, const uint64_t *figures, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    sqlite3_bind_int64(st, first + (int)i, clamp(figures[i]));
+  }
+  return first + (int)n;
+}
+
 int em_forensics_add_flight(em_forensics_t *fo, int64_t dev_id, const em_flight_t *f,
                             const uint8_t *cbor, size_t len, uint64_t recv_ns,
                             const em_forensics_caps_t *caps, em_forensics_result_t *res) {
@@ -257,16 +265,14 @@ int em_forensics_add_flight(em_forensics_t *fo, int64_t dev_id, const em_flight_
                               f->truncated.spans_cut,
                               f->truncated.ticks_cut,
                               f->truncated.spans_overwritten};
-  for (int i = 0; i < 11; i++) {
-    sqlite3_bind_int64(st, 14 + i, clamp(figures[i]));
-  }
+  int blob_col = bind_figures(st, 14, figures, sizeof(figures) / sizeof(figures[0]));
   /* The verdict's top cause (its causes come in descending share); the whole verdict stays in
    * the CBOR. None: NULL. */
   if (f->verdict && f->verdict->n_causes > 0) {
     bind_str(st, 28, em_proto_verdict_cause_name(f->verdict->causes[0].code));
     sqlite3_bind_double(st, 29, f->verdict->causes[0].share);
   }
-  return commit(fo, EM_FORENSIC_FLIGHT, dev_id, f->historical, cbor, len, 25, caps, res);
+  return commit(fo, EM_FORENSIC_FLIGHT, dev_id, f->historical, cbor, len, blob_col, caps, res);
 }
 
 int em_forensics_add_profile(em_forensics_t *fo, int64_t dev_id, const em_profile_t *p,
@@ -288,8 +294,6 @@ int em_forensics_add_profile(em_forensics_t *fo, int64_t dev_id, const em_profil
                               p->n_stacks,
                               p->truncated.stacks_cut,
                               p->truncated.samples_cut};
-  for (int i = 0; i < 7; i++) {
-    sqlite3_bind_int64(st, 16 + i, clamp(figures[i]));
-  }
-  return commit(fo, EM_FORENSIC_PROFILE, dev_id, p->historical, cbor, len, 23, caps, res);
+  int blob_col = bind_figures(st, 16, figures, sizeof(figures) / sizeof(figures[0]));
+  return commit(fo, EM_FORENSIC_PROFILE, dev_id, p->historical, cbor, len, blob_col, caps, res);
 }
