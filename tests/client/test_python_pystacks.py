@@ -87,8 +87,12 @@ def test_a_new_open_window_is_sampled_once_and_sent_as_one_datagram(tmp_path):
         # rate allows; fewer on a loaded machine (the helper needs the GIL and a CPU), so the
         # floor only says it sampled the thread again and again, not how often (a benchmark's).
         assert 3 <= len(busy) <= 40, len(busy)
-        assert busy[0][-1].startswith("busy_spin (") and busy[0][-1].endswith(")")
-        assert ":" in busy[0][-1] and "test_python_pystacks.py" in busy[0][-1]
+        # The thread is inside busy_spin, or in the Event.is_set it calls: its innermost frame
+        # of this file is busy_spin, with its file and line.
+        for frames in busy:
+            ours = [f for f in frames if "test_python_pystacks.py" in f]
+            assert ours and ours[-1].startswith("busy_spin (") and ours[-1].endswith(")"), frames
+            assert frames.index(ours[-1]) >= len(frames) - 2, frames
         assert all(t1 <= t2 for (_, t1, _), (_, t2, _) in zip(samples, samples[1:]))
         first.join(2)
         assert ps.stats()["sent"] == 1 and ps.stats()["windows"] == 1
