@@ -21,9 +21,10 @@ source scripts/lib/system.sh
 
 # The PyTorch example (firmware/client/python/examples/torch_inference.py) is run by the
 # integration tests, so the example users copy is known to work. golang-go: `go tool pprof`, the
-# real pprof reader test_cli_profile checks edgemon-cli profile --pprof's output with.
+# real pprof reader test_cli_profile checks edgemon-cli profile --pprof's output with. tmux: the
+# terminal test_cli_top drives edgemon-cli top in (send-keys, capture-pane).
 EM_PACKAGES+=(python3-torch python3-torchvision clang-format nftables iproute2 chromium
-  chromium-driver golang-go)
+  chromium-driver golang-go tmux)
 em_install_deps
 em_install_web
 em_cross_install_deps
