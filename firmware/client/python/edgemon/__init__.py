@@ -15,6 +15,9 @@ agent costs a counted drop, never an exception and never a wait.
         with edgemon.span("postprocess"):
             publish(postprocess(y))
 
+    with edgemon.span("infer", gpu=True):   # also "infer.gpu": the GPU time, never waited for
+        y = model(x)
+
     @edgemon.span("plan")           # the decorator form: one span per call
     def plan(detections): ...
 
@@ -38,6 +41,7 @@ defaults; see README.md). edgemon.Client(socket_path, sync) makes an independent
 
 from ._client import DROP_REASONS, RECONNECT_INTERVAL_NS, Client, configure, default_client
 from ._client import dropped, heartbeat, level, record, set_frame, set_model, span, state, stats
+from ._client import poll_gpu
 from ._client import resolve_deadline_path, subscribe, unsubscribe, wait_change
 from ._paths import resolve_socket_path
 from ._state import LEVEL_NAMES, State, StatePage, Subscriber, decode_push, resolve_state_path
@@ -58,6 +62,7 @@ __all__ = [
     "dropped",
     "heartbeat",
     "level",
+    "poll_gpu",
     "record",
     "resolve_deadline_path",
     "resolve_socket_path",

@@ -63,7 +63,7 @@ import threading
 import time
 import weakref
 
-from . import _pyprof, _ring
+from . import _gpu, _pyprof, _ring
 from ._page import refusal
 from ._paths import resolve_socket_path
 from ._state import StatePage, Subscriber
@@ -133,6 +133,11 @@ class Client(object):
     state_path: the agent's state page (see _state.py); None resolves it.
     deadline_path: the agent's deadline page; None: $EDGEMON_DEADLINE_PAGE, then "deadlines"
         beside the span socket. Rings are used only while it holds a valid page.
+    gpu_event: what span(..., gpu=True) times the GPU with: a callable returning a timing
+        event with record() (on the current stream), query() (True once completed; never
+        waits) and elapsed_time(end_event) (ms), as torch.cuda.Event(enable_timing=True).
+        None: that, when torch is importable and torch.cuda.is_available() (looked up on the
+        first gpu=True span); otherwise gpu=True spans time the CPU side only (_gpu.py).
 
     The constructor tries to connect once and never raises: an agent that is not there yet is
     found by a later span (at most one connect attempt per second).
@@ -144,11 +149,14 @@ class Client(object):
         "_warned_fields", "connect_attempts", "_page", "_subscriber", "_deadline_arg",
         "_dpage", "_rings_on", "_hard", "_tls", "_rings", "_next_check_ns", "_agent_gen",
         "_ring_sink", "_ring_counts", "_check_lock", "_model", "_model_counts",
-        "_model_pending", "_warned_model", "_pyprof", "__weakref__",
+        "_model_pending", "_warned_model", "_pyprof", "_gpu", "__weakref__",
     )
 
-    def __init__(self, socket_path=None, sync=None, state_path=None, deadline_path=None):
+    def __init__(self, socket_path=None, sync=None, state_path=None, deadline_path=None,
+                 gpu_event=None):
         self.socket_path = resolve_socket_path(socket_path)
+        # None: looked up on the first gpu=True span; False: off; else the GpuTimer.
+        self._gpu = None if gpu_event is None else _gpu.GpuTimer(gpu_event)
         self._deadline_arg = deadline_path
         self._pyprof = _pyprof.PyStacks(
             os.environ.get("EDGEMON_PROFILE_PAGE", "")
@@ -185,9 +193,38 @@ class Client(object):
 
     # -- public API -----------------------------------------------------------------------
 
-    def span(self, stage, sync=None, frame=None):
+    def span(self, stage, sync=None, frame=None, gpu=False):
         """A context manager (and decorator) timing one stage; see edgemon.span."""
-        return span(stage, sync, frame, self)
+        return span(stage, sync, frame, self, gpu)
+
+    def poll_gpu(self):
+        """Sends the GPU time of this thread's gpu=True spans whose events completed, without
+        waiting for the others (a later span of the thread does the same). Returns how many
+        were sent; 0 when GPU spans are off or none was used."""
+        timer = self._gpu
+        return timer.poll(self) if timer else 0
+
+    def gpu_stats(self):
+        """None before the first gpu=True span; then {'enabled': True, 'recorded', 'resolved',
+        'dropped', 'failed', 'pending'} (pending: this thread's), or {'enabled': False,
+        'reason': why} when GPU spans are off."""
+        timer = self._gpu
+        if timer is None:
+            return None
+        if not timer:
+            return {"enabled": False, "reason": _gpu.off_reason()}
+        out = timer.stats()
+        out["enabled"] = True
+        return out
+
+    def _gpu_timer(self):
+        """The first gpu=True span of this client: its GpuTimer, or False when GPU spans are off
+        (torch or a CUDA device missing: said once per process, see _gpu.resolve)."""
+        timer = self._gpu
+        if timer is None:
+            make = _gpu.resolve()[0]
+            timer = self._gpu = False if make is None else _gpu.GpuTimer(make)
+        return timer
 
     def record(self, stage, start_ns, duration_ns, frame=None):
         """Sends a span measured by the caller: monotonic start and duration in ns."""
@@ -300,7 +337,7 @@ class Client(object):
         once an agent's deadline page was seen, 'model' (model_stats()) once set_model
         was called, 'python_stacks' once a profile window was sampled ({'windows',
         'samples', 'cut', 'sent', 'send_failed', 'bytes', 'enabled', 'running'}), and
-        'refused_pages' ({path: reason}) while a FIFO, a link or anything but a regular file
+        'gpu' (gpu_stats()) once a gpu=True span was made, 'refused_pages' ({path: reason}) while a FIFO, a link or anything but a regular file
         stands where the state, deadline or profile request page should be (read as absent).
         'sent' counts datagrams (v1 spans, heartbeats and kind-6 hard misses); spans written
         to rings are rings['written']."""
@@ -319,6 +356,8 @@ class Client(object):
             out["model"] = self.model_stats()
         if self._pyprof.counts["windows"]:  # a profile window was sampled
             out["python_stacks"] = self._pyprof.stats()
+        if self._gpu is not None:  # a gpu=True span was made
+            out["gpu"] = self.gpu_stats()
         refused = {}
         for path in (self._page.path, self._dpage.path, self._pyprof.page_path):
             reason = refusal(path)
@@ -697,6 +736,8 @@ class Client(object):
         for ring in list(self._rings):
             ring.forget()  # the parent's rings: never written by the child
         self._init_rings()  # the child makes its own on its first span
+        if self._gpu:
+            self._gpu.reset_in_child()
         if not self._closed:
             self._send = self._send_unconnected
 
@@ -728,6 +769,10 @@ class span(object):
         torch.cuda.synchronize). None: the client's sync; False: none.
     frame: the frame id to send; None: the client's current frame when the span ends.
     client: the Client to send through; None: the module's default client.
+    gpu: True also measures the block's GPU time without waiting for it: a pair of CUDA
+        timing events on the current stream, sent as the stage "<stage>.gpu" (same frame id,
+        the CPU span's start) by a later span of the same thread once they completed
+        (_gpu.py). Without torch or a CUDA device it is a plain span (one warning says why).
 
     One datagram is sent when the block exits, also when it exits by an exception, which then
     propagates unchanged. An instance may be entered again after it exited, but not from two
@@ -736,9 +781,9 @@ class span(object):
     """
 
     # Kept minimal on purpose: the cost of `with span(...)` is the product figure.
-    __slots__ = ("_client", "_stage", "_sync", "_frame", "_t0")
+    __slots__ = ("_client", "_stage", "_sync", "_frame", "_t0", "_gpu")
 
-    def __init__(self, stage, sync=None, frame=None, client=None):
+    def __init__(self, stage, sync=None, frame=None, client=None, gpu=False):
         if client is None:
             client = _default or default_client()
         self._client = client
@@ -748,6 +793,12 @@ class span(object):
             self._stage = stage_bytes(stage)
         self._sync = sync  # None: the client's, looked up when the span ends
         self._frame = frame
+        if gpu:  # the plain span pays this test only
+            timer = client._gpu
+            if timer is None:
+                timer = client._gpu_timer()
+            if timer:
+                self.__class__ = _gpu_span
 
     def __enter__(self):
         self._t0 = _monotonic_ns()
@@ -815,9 +866,10 @@ class span(object):
     def __call__(self, func):
         """Decorator form: each call of `func` runs in a fresh span with the same settings."""
         client, stage_b, sync, frame = self._client, self._stage, self._sync, self._frame
+        cls = type(self)  # span, or _gpu_span for gpu=True with a GPU
 
         def make():
-            s = _new_span(span)
+            s = _new_span(cls)
             s._client = client
             s._stage = stage_b
             s._sync = sync
@@ -844,6 +896,31 @@ class span(object):
 _new_span = object.__new__
 
 
+class _gpu_span(span):
+    """span(..., gpu=True) on a client with a GPU timer: the CPU span as always, plus a pair
+    of timing events around the block, resolved later into "<stage>.gpu" (_gpu.py). The
+    events are recorded outside the CPU span's clock reads, so its duration is the plain one."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        client = self._client
+        self._gpu = client._gpu.begin(client, self._stage)
+        return span.__enter__(self)  # looked up now: a profile window swaps it
+
+    def __exit__(self, exc_type, exc, tb):
+        entry = self._gpu
+        if entry is None:  # nothing recorded: the name, or an event call that failed
+            return span.__exit__(self, exc_type, exc, tb)
+        self._gpu = None
+        client = self._client
+        frame = client._frame if self._frame is None else self._frame
+        try:
+            return span.__exit__(self, exc_type, exc, tb)
+        finally:
+            client._gpu.end(client, entry, frame, self._t0)
+
+
 # -- the module's default client ------------------------------------------------------------
 
 _default = None
@@ -858,7 +935,8 @@ def _on_profile_windows(open_):
     span.__enter__ = span._enter_in_window if open_ else _span_enter
 
 
-_pyprof.set_window_hook(_on_profile_windows, span.__exit__.__code__,
+_pyprof.set_window_hook(_on_profile_windows,
+                        (span.__exit__.__code__, _gpu_span.__exit__.__code__),
                         span._enter_in_window.__code__)
 
 
@@ -926,6 +1004,13 @@ def set_model(name, version, /, **labels):
     drops the call; both are counted (stats()['model']) and never raise. Returns True when the
     identity was accepted. It is sent again when the send failed and after an agent restart."""
     return (_default or default_client()).set_model(name, version, **labels)
+
+
+def poll_gpu():
+    """Sends the GPU time of the calling thread's gpu=True spans whose events completed (the
+    default client's), without waiting; a later span of the thread does the same. Returns how
+    many were sent."""
+    return (_default or default_client()).poll_gpu()
 
 
 def set_frame(frame_id):

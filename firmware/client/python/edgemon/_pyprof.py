@@ -70,19 +70,20 @@ MAX_MARKS = 4096  # span samples kept per window (the datagram holds about 2000 
 _windows_lock = threading.Lock()
 _windows_open = 0  # helpers running, in every PyStacks of the process
 _on_windows = None  # called with True when the first window opens, False when the last ends
-_span_exit_code = None  # the code of span.__exit__: a call of it ends the span, no sample
+_span_exit_codes = ()  # the codes of the spans' __exit__: a call of one ends the span, no sample
 _installing = ()  # codes of the frames that install the hook: calls under them are not the block's
 
 
-def set_window_hook(fn, exit_code, enter_code):
+def set_window_hook(fn, exit_codes, enter_code):
     """fn(open) is called when the first helper of the process starts (True) and when the
-    last one ends (False); _client swaps span.__enter__ with it. exit_code: the code object
-    of span.__exit__, whose call removes the one-shot hook without a sample; enter_code: that
+    last one ends (False); _client swaps span.__enter__ with it. exit_codes: the code objects
+    of the spans' __exit__ (plain and gpu=True), whose call removes the one-shot hook without
+    a sample; enter_code: that
     of the window's span.__enter__, which installs it (a call under it, a finalizer the
     garbage collector runs there, is not the block's)."""
-    global _on_windows, _span_exit_code, _installing
+    global _on_windows, _span_exit_codes, _installing
     _on_windows = fn
-    _span_exit_code = exit_code
+    _span_exit_codes = tuple(exit_codes)
     _installing = (enter_code, PyStacks.span_started.__code__)
 
 
@@ -267,7 +268,7 @@ class PyStacks(object):
         if event != "call" or (frame.f_back is not None and frame.f_back.f_code in _installing):
             return
         sys.setprofile(None)
-        if frame.f_code is _span_exit_code:
+        if frame.f_code in _span_exit_codes:
             return
         now = time.monotonic_ns()
         stack = []
