@@ -134,7 +134,8 @@ typedef enum {
   X(PROC_CPU, "proc.cpu", "ns", COUNTER, TARGET)                                                   \
   X(MAJOR_FAULTS, "mem.major_faults", "1", COUNTER, TARGET)                                        \
   X(CGROUP_CPU_THROTTLED, "cgroup.cpu.throttled", "ns", COUNTER, TARGET)                           \
-  X(CGROUP_CPU_NR_THROTTLED, "cgroup.cpu.nr_throttled", "1", COUNTER, TARGET)
+  X(CGROUP_CPU_NR_THROTTLED, "cgroup.cpu.nr_throttled", "1", COUNTER, TARGET)                      \
+  X(GPU_MEM_PROCESS, "gpu.mem.process", "By", GAUGE, TARGET)
 
 /* The fixed figures' ids: EM_FIG_<ID>, in table order. */
 typedef enum {

@@ -18,6 +18,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "gpumem.h"
 #include "log.h"
 #include "others.h"
 #include "pmu_events.h"
@@ -99,6 +100,23 @@ struct em_sampling {
   em_value_t throttled;                 /* 1 throttled, 0 not. */
   char throttle_why[160];               /* Why it is throttled. */
 
+  /* The target's GPU memory (gpumem.h) on the worker every system_period while attached; the
+   * figure holds the last reading between reads. */
+  em_gpumem_t *gpumem; /* NULL when it could not be made. */
+  uv_work_t gpumem_work;
+  bool gpumem_busy;
+  unsigned gpumem_gen;     /* Bumped at each attach and detach: a read of the last target is
+                              dropped. */
+  unsigned gpumem_job_gen; /* The queued read's. */
+  pid_t gpumem_pid;        /* The queued read's target: a pid, or 0 with gpumem_cgroup. */
+  char gpumem_cgroup[512]; /* A cgroup target's directory. */
+  int gpumem_rc;           /* Filled on the worker. */
+  uint64_t gpumem_read_bytes;
+  bool gpumem_have; /* The loop's: a value to publish. */
+  uint64_t gpumem_bytes;
+  uint64_t next_gpumem_ns;
+  char gpumem_logged[EM_GPUMEM_REASON_BYTES]; /* The last reason logged (said once). */
+
   void (*done)(void *); /* em_sampling_cancel's, once per job. */
   void *done_ctx;
 };
@@ -171,6 +189,14 @@ int em_sampling_new(em_sampling_t **out, const em_sampling_opts_t *opts) {
     (void)em_pmu_events_event(opts->sys_root, opts->events[i], &s->events[i]);
   }
   open_sensors(s);
+  em_gpumem_opts_t go = {.sys_root = opts->sys_root ? opts->sys_root : "/",
+                         .proc_root = opts->proc_root};
+  if (em_gpumem_new(&s->gpumem, &go) != 0) {
+    EM_WARN("gpu memory: no reader; gpu.mem.process absent");
+    s->gpumem = NULL;
+  } else if (em_gpumem_source(s->gpumem) != EM_GPUMEM_NONE) {
+    EM_INFO("gpu memory: the target's from %s", em_gpumem_source_name(s->gpumem));
+  }
   static const struct {
     em_figure_t metric;
     const char *num, *den;
@@ -186,6 +212,7 @@ int em_sampling_new(em_sampling_t **out, const em_sampling_opts_t *opts) {
   s->smaps_work.data = s;
   s->sensors_work.data = s;
   s->others_work.data = s;
+  s->gpumem_work.data = s;
   if (em_others_new(&s->others, opts->proc_root) != 0) {
     EM_WARN("others: out of memory; who else ran is not told");
     s->others = NULL;
@@ -213,6 +240,7 @@ void em_sampling_free(em_sampling_t *s) {
   em_schedinfo_free(s->sched);
   em_others_free(s->others);
   em_sensors_free(s->sensors);
+  em_gpumem_free(s->gpumem);
   if (s->self_statm_fd >= 0) {
     close(s->self_statm_fd);
   }
@@ -235,6 +263,13 @@ const em_pmu_event_t *em_sampling_events(const em_sampling_t *s, size_t *n) {
 void em_sampling_bind(em_sampling_t *s, em_figures_t *figs, em_sample_t *samples) {
   s->figs = figs;
   s->samples = samples;
+  const char *why = s->gpumem ? em_gpumem_absent(s->gpumem) : "not read: no reader";
+  em_figures_note_absent(figs, fx(s, EM_FIG_GPU_MEM_PROCESS),
+                         why ? why : "target not attached yet");
+  if (why && s->gpumem) {
+    EM_INFO("gpu memory: %s; gpu.mem.process absent", why);
+    snprintf(s->gpumem_logged, sizeof(s->gpumem_logged), "%s", why);
+  }
 }
 
 static void note_sched_absent(em_sampling_t *s);
@@ -263,6 +298,10 @@ int em_sampling_attach(em_sampling_t *s, pid_t pid, const char *cgroup, size_t *
     }
   }
   s->pid = pid > 0 ? pid : -1;
+  s->gpumem_gen++;
+  s->gpumem_have = false;
+  s->next_gpumem_ns = 0;
+  snprintf(s->gpumem_cgroup, sizeof(s->gpumem_cgroup), "%s", pid > 0 || !cgroup ? "" : cgroup);
   rc = em_schedinfo_new(&s->sched, s->o.proc_root, s->cgroup_root, pid > 0 ? pid : 0,
                         pid > 0 ? NULL : cgroup);
   if (rc) {
@@ -300,6 +339,8 @@ void em_sampling_detach(em_sampling_t *s) {
     em_procfs_set_pid(s->proc, 0);
   }
   s->pid = 0;
+  s->gpumem_gen++;
+  s->gpumem_have = false;
   s->smaps_sampled = false;
   memset(s->prev_present, 0, sizeof(s->prev_present));
 }
@@ -482,9 +523,60 @@ const em_others_list_t *em_sampling_others(const em_sampling_t *s) {
   return &s->others_latest;
 }
 
+/* On the worker: the target's pids, then the source (gpumem.h: it may block). */
+static void gpumem_work(uv_work_t *w) {
+  em_sampling_t *s = w->data;
+  pid_t pids[EM_GPUMEM_MAX_PIDS];
+  size_t n = 0;
+  uint64_t bytes = 0;
+  int rc = em_gpumem_pids(s->gpumem, s->gpumem_pid, s->gpumem_pid > 0 ? NULL : s->gpumem_cgroup,
+                          pids, EM_GPUMEM_MAX_PIDS, &n);
+  if (rc == 0 || rc == -ESRCH) { /* An empty cgroup holds no GPU memory. */
+    rc = em_gpumem_read(s->gpumem, pids, n, &bytes);
+  }
+  s->gpumem_rc = rc;
+  s->gpumem_read_bytes = bytes;
+}
+
+/* Back on the loop: the figure and its absent reason, a new reason logged once. */
+static void gpumem_done(uv_work_t *w, int status) {
+  em_sampling_t *s = w->data;
+  s->gpumem_busy = false;
+  if (job_ended_stopping(s) || status != 0 || s->gpumem_job_gen != s->gpumem_gen) {
+    return; /* Stopping, cancelled, or the target changed while it ran. */
+  }
+  s->gpumem_have = s->gpumem_rc == 0;
+  s->gpumem_bytes = s->gpumem_read_bytes;
+  const char *why = em_gpumem_absent(s->gpumem);
+  char pids_why[64];
+  if (!s->gpumem_have && !why) {
+    snprintf(pids_why, sizeof(pids_why), "the target's pids: %s", strerror(-s->gpumem_rc));
+    why = pids_why;
+  }
+  em_figures_note_absent(s->figs, fx(s, EM_FIG_GPU_MEM_PROCESS), s->gpumem_have ? "" : why);
+  if (why && strcmp(why, s->gpumem_logged) != 0) {
+    EM_WARN("gpu memory: %s; gpu.mem.process absent", why);
+  }
+  snprintf(s->gpumem_logged, sizeof(s->gpumem_logged), "%s", why ? why : "");
+}
+
+/* The GPU memory figure (the last reading) and its read queued every system_period. */
+static void sample_gpumem(em_sampling_t *s, uint64_t now_ns) {
+  em_figures_set_u_if(s->samples, fx(s, EM_FIG_GPU_MEM_PROCESS), s->gpumem_have, s->gpumem_bytes);
+  if (!s->gpumem || em_gpumem_source(s->gpumem) == EM_GPUMEM_NONE || s->gpumem_busy ||
+      s->pid == 0 || now_ns < s->next_gpumem_ns) {
+    return;
+  }
+  s->next_gpumem_ns = now_ns + s->o.system_period_ns;
+  s->gpumem_pid = s->pid > 0 ? s->pid : 0;
+  s->gpumem_job_gen = s->gpumem_gen;
+  s->gpumem_busy = uv_queue_work(s->o.loop, &s->gpumem_work, gpumem_work, gpumem_done) == 0;
+}
+
 bool em_sampling_target(em_sampling_t *s, uint64_t now_ns) {
   sample_pmu(s);
   sample_sched(s, now_ns);
+  sample_gpumem(s, now_ns);
   uint64_t others_period =
       s->contended ? EM_SAMPLING_OTHERS_CONTENDED_NS : EM_SAMPLING_OTHERS_PERIOD_NS;
   if (now_ns >= s->last_others_ns + others_period) {
@@ -630,6 +722,10 @@ unsigned em_sampling_cancel(em_sampling_t *s, void (*done)(void *), void *ctx) {
   if (s->others_busy) {
     n++;
     uv_cancel((uv_req_t *)&s->others_work);
+  }
+  if (s->gpumem_busy) {
+    n++;
+    uv_cancel((uv_req_t *)&s->gpumem_work);
   }
   return n;
 }
