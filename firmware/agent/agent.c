@@ -436,7 +436,7 @@ static em_judge_opts_t judge_opts(const em_config_t *cfg) {
 
 /*
  * The budgets' share of the tick: this tick's stage windows, and the figures rules may name
- * (PSI, the hottest zone, throttling, RSS). ALIVE rules are judged every tick.
+ * (PSI, the GPU memory, the hottest zone, throttling, RSS). ALIVE rules are judged every tick.
  */
 static void judge_tick(em_agent_t *a, uint64_t now) {
   const char *names[EM_PROTO_MAX_STAGES];
@@ -448,13 +448,14 @@ static void judge_tick(em_agent_t *a, uint64_t now) {
     names[i] = st->name;
     windows[i] = &st->window;
   }
-  em_budget_figure_t figs[2 * EM_PSI_COUNT + 2];
-  for (size_t k = 0; k < 2 * EM_PSI_COUNT; k++) {
-    em_figure_t f = (em_figure_t)(EM_FIG_PSI_CPU_SOME + k);
+  em_budget_figure_t figs[2 * EM_PSI_COUNT + 3];
+  for (size_t k = 0; k <= 2 * EM_PSI_COUNT; k++) {
+    em_figure_t f =
+        k < 2 * EM_PSI_COUNT ? (em_figure_t)(EM_FIG_PSI_CPU_SOME + k) : EM_FIG_GPU_MEM_PROCESS;
     figs[k] = (em_budget_figure_t){.name = em_figures_info(f)->name,
                                    .value = a->samples[em_figures_alias(a->figs, f)].value};
   }
-  em_budget_figure_t *temp = &figs[2 * EM_PSI_COUNT], *throttled = temp + 1;
+  em_budget_figure_t *temp = &figs[2 * EM_PSI_COUNT + 1], *throttled = temp + 1;
   *temp = (em_budget_figure_t){.name = EM_CONFIG_FIGURE_TEMP};
   *throttled = (em_budget_figure_t){.name = EM_CONFIG_FIGURE_THROTTLED};
   em_sampling_thermal(a->sampling, &temp->value, &throttled->value, &throttled->why);
@@ -463,7 +464,7 @@ static void judge_tick(em_agent_t *a, uint64_t now) {
                         .windows = windows,
                         .rss_bytes = a->samples[em_figures_alias(a->figs, EM_FIG_RSS)].value,
                         .figures = figs,
-                        .n_figures = 2 * EM_PSI_COUNT + 2};
+                        .n_figures = 2 * EM_PSI_COUNT + 3};
   em_budget_change_t c[2];
   size_t changes = em_judge_tick(a->judge, now, &in, c);
   for (size_t i = 0; i < changes; i++) {
@@ -698,6 +699,7 @@ int em_agent_new(em_agent_t **out, uv_loop_t *loop, const em_config_t *cfg,
                               .dwarf = cfg->profile_dwarf == 1,
                               .period_ns = cfg->sample_period_ns,
                               .session = a->session,
+                              .feed = a->feed,
                               .publish = publish_profile,
                               .ctx = a};
   if (!rc) {

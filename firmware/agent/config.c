@@ -356,6 +356,15 @@ _Static_assert(sizeof(section_names) / sizeof(section_names[0]) == SEC_INVALID,
   KEY(K_RSS_SLOPE_HORIZON, PROC, "rss_slope_horizon", EM_SCHEMA_DURATION, NO_FIELD,                \
       RANGE(NS_PER_MIN, 24 * NS_PER_H), RULE_ROW, .set = set_budget_typed, .example = "30m",       \
       .doc = "Window of the rss_slope fit; default 30m")                                           \
+  KEY(K_GPU_MEM_CAP, PROC, "gpu_mem_cap", EM_SCHEMA_SIZE, NO_FIELD, RANGE(1ull << 20, 1ull << 40), \
+      RULE_ROW, .set = set_budget_typed, .example = "4GiB",                                        \
+      .doc = "The process's own GPU memory cap (gpu.mem.process)")                                 \
+  KEY(K_GPU_MEM_SLOPE, PROC, "gpu_mem_slope", EM_SCHEMA_CUSTOM,                                    \
+      BUDGET_NUMBER(1000000, "a number above 0 and at most 1000000", "50",                         \
+                    "The process's own GPU memory growth, MiB per hour"))                          \
+  KEY(K_GPU_MEM_SLOPE_HORIZON, PROC, "gpu_mem_slope_horizon", EM_SCHEMA_DURATION, NO_FIELD,        \
+      RANGE(NS_PER_MIN, 24 * NS_PER_H), RULE_ROW, .set = set_budget_typed, .example = "30m",       \
+      .doc = "Window of the gpu_mem_slope fit; default 30m")                                       \
   KEY(K_PSI_CPU_SOME, PROC, "psi_cpu_some", EM_SCHEMA_CUSTOM,                                      \
       BUDGET_NUMBER(100, "a percentage above 0 and at most 100", "40",                             \
                     "PSI cpu some avg10, percent"))                                                \
@@ -377,6 +386,10 @@ _Static_assert(sizeof(section_names) / sizeof(section_names[0]) == SEC_INVALID,
   KEY(K_RSS_CAP_LEVEL, PROC, "rss_cap_level", EM_SCHEMA_CUSTOM, BUDGET_LEVEL("Level of rss_cap"))  \
   KEY(K_RSS_SLOPE_LEVEL, PROC, "rss_slope_level", EM_SCHEMA_CUSTOM,                                \
       BUDGET_LEVEL("Level of rss_slope"))                                                          \
+  KEY(K_GPU_MEM_CAP_LEVEL, PROC, "gpu_mem_cap_level", EM_SCHEMA_CUSTOM,                            \
+      BUDGET_LEVEL("Level of gpu_mem_cap"))                                                        \
+  KEY(K_GPU_MEM_SLOPE_LEVEL, PROC, "gpu_mem_slope_level", EM_SCHEMA_CUSTOM,                        \
+      BUDGET_LEVEL("Level of gpu_mem_slope"))                                                      \
   KEY(K_PSI_CPU_SOME_LEVEL, PROC, "psi_cpu_some_level", EM_SCHEMA_CUSTOM,                          \
       BUDGET_LEVEL("Level of psi_cpu_some"))                                                       \
   KEY(K_PSI_MEMORY_SOME_LEVEL, PROC, "psi_memory_some_level", EM_SCHEMA_CUSTOM,                    \
@@ -470,6 +483,8 @@ static const rule_def_t stage_rule_defs[] = {
 static const rule_def_t process_rule_defs[] = {
     {K_RSS_CAP, K_RSS_CAP_LEVEL, EM_BUDGET_RULE_RSS_CAP, 0, NULL},
     {K_RSS_SLOPE, K_RSS_SLOPE_LEVEL, EM_BUDGET_RULE_RSS_SLOPE, 0, NULL},
+    {K_GPU_MEM_CAP, K_GPU_MEM_CAP_LEVEL, EM_BUDGET_RULE_GPU_MEM_CAP, 0, NULL},
+    {K_GPU_MEM_SLOPE, K_GPU_MEM_SLOPE_LEVEL, EM_BUDGET_RULE_GPU_MEM_SLOPE, 0, NULL},
     {K_PSI_CPU_SOME, K_PSI_CPU_SOME_LEVEL, EM_BUDGET_RULE_PSI, 0, "psi.cpu.some.avg10"},
     {K_PSI_MEMORY_SOME, K_PSI_MEMORY_SOME_LEVEL, EM_BUDGET_RULE_PSI, 0, "psi.memory.some.avg10"},
     {K_PSI_MEMORY_FULL, K_PSI_MEMORY_FULL_LEVEL, EM_BUDGET_RULE_PSI, 0, "psi.memory.full.avg10"},
@@ -1715,6 +1730,10 @@ static void check_budget_sec(load_t *ld, const budget_sec_t *b, bool process, pe
   if (process && BLINE(b, K_RSS_SLOPE_HORIZON) != 0 && BLINE(b, K_RSS_SLOPE) == 0) {
     report(ld, BLINE(b, K_RSS_SLOPE_HORIZON), "rss_slope_horizon is used only with rss_slope");
   }
+  if (process && BLINE(b, K_GPU_MEM_SLOPE_HORIZON) != 0 && BLINE(b, K_GPU_MEM_SLOPE) == 0) {
+    report(ld, BLINE(b, K_GPU_MEM_SLOPE_HORIZON),
+           "gpu_mem_slope_horizon is used only with gpu_mem_slope");
+  }
   if (any == 0) {
     report(ld, b->header_line, "[budget.%s] sets no rule; e.g. %s", b->name,
            process ? "rss_cap = 2GiB" : "p99 = 40ms");
@@ -1753,13 +1772,17 @@ static void fill_rule(em_budget_rule_t *r, const pending_rule_t *p, bool process
     r->u.rate.min_fps = BVAL(b, key).d;
     break;
   case EM_BUDGET_RULE_RSS_CAP:
+  case EM_BUDGET_RULE_GPU_MEM_CAP:
     r->u.rss_cap.cap_bytes = BVAL(b, key).u;
     break;
   case EM_BUDGET_RULE_RSS_SLOPE:
+  case EM_BUDGET_RULE_GPU_MEM_SLOPE: {
+    key_id_t horizon =
+        r->kind == EM_BUDGET_RULE_RSS_SLOPE ? K_RSS_SLOPE_HORIZON : K_GPU_MEM_SLOPE_HORIZON;
     r->u.rss_slope.max_mib_per_h = BVAL(b, key).d;
-    r->u.rss_slope.horizon_ns =
-        BOK(b, K_RSS_SLOPE_HORIZON) ? BVAL(b, K_RSS_SLOPE_HORIZON).u : 30 * NS_PER_MIN;
+    r->u.rss_slope.horizon_ns = BOK(b, horizon) ? BVAL(b, horizon).u : 30 * NS_PER_MIN;
     break;
+  }
   case EM_BUDGET_RULE_PSI:
   case EM_BUDGET_RULE_GAUGE_MAX:
     em_str_copy(r->u.gauge.figure, sizeof(r->u.gauge.figure), p->def->figure);

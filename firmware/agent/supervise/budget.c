@@ -8,8 +8,8 @@
  *      PENDING, `clean` only in RECOVERING.
  *   3. Every string a change or a birth entry points at lives in the engine's one allocation.
  *   4. Nothing is allocated after em_budget_new; the RSS rings are fixed (EM_BUDGET_SLOPE_SAMPLES
- *      per RSS_SLOPE rule) and overwrite their oldest sample when full; so are the flow tables
- *      (EM_BUDGET_FLOW_FRAMES per FLOW rule), which evict their oldest frame when full.
+ *      per RSS_SLOPE and GPU_MEM_SLOPE rule) and overwrite their oldest sample when full; so are
+ * the flow tables (EM_BUDGET_FLOW_FRAMES per FLOW rule), which evict their oldest frame when full.
  *   5. A frame id is live in at most one slot of a FLOW rule's table.
  *
  * Owns: one calloc'd block. No I/O, no clock reads, single-threaded.
@@ -97,8 +97,8 @@ typedef struct {
 } outcome_t;
 
 static const char *const rule_names[EM_BUDGET_RULE_KINDS] = {
-    "percentile", "deadline",  "miss_ratio", "alive",     "rate",
-    "rss_cap",    "rss_slope", "psi",        "gauge_max", "flow",
+    "percentile", "deadline", "miss_ratio", "alive", "rate",        "rss_cap",
+    "rss_slope",  "psi",      "gauge_max",  "flow",  "gpu_mem_cap", "gpu_mem_slope",
 };
 
 const char *em_budget_rule_name(em_budget_rule_kind_t kind) {
@@ -208,8 +208,10 @@ static bool params_ok(const em_budget_rule_t *r) {
   case EM_BUDGET_RULE_RATE:
     return r->u.rate.min_fps > 0.0 && finite(r->u.rate.min_fps);
   case EM_BUDGET_RULE_RSS_CAP:
+  case EM_BUDGET_RULE_GPU_MEM_CAP:
     return true;
   case EM_BUDGET_RULE_RSS_SLOPE:
+  case EM_BUDGET_RULE_GPU_MEM_SLOPE:
     return finite(r->u.rss_slope.max_mib_per_h) && r->u.rss_slope.horizon_ns > 0;
   case EM_BUDGET_RULE_PSI:
   case EM_BUDGET_RULE_GAUGE_MAX:
@@ -264,7 +266,7 @@ int em_budget_new(em_budget_engine_t **out, const em_budget_opts_t *opts, uint64
         return -EINVAL;
       }
     }
-    n_slope += r->kind == EM_BUDGET_RULE_RSS_SLOPE;
+    n_slope += r->kind == EM_BUDGET_RULE_RSS_SLOPE || r->kind == EM_BUDGET_RULE_GPU_MEM_SLOPE;
     n_flow += r->kind == EM_BUDGET_RULE_FLOW;
   }
 
@@ -302,7 +304,7 @@ int em_budget_new(em_budget_engine_t **out, const em_budget_opts_t *opts, uint64
         memcpy(b->stages[s->stage_ix].name, s->rule.stage, sizeof(s->rule.stage));
       }
     }
-    if (s->rule.kind == EM_BUDGET_RULE_RSS_SLOPE) {
+    if (s->rule.kind == EM_BUDGET_RULE_RSS_SLOPE || s->rule.kind == EM_BUDGET_RULE_GPU_MEM_SLOPE) {
       s->ring = rings;
       rings += EM_BUDGET_SLOPE_SAMPLES;
     }
@@ -403,8 +405,10 @@ static em_value_t rule_bound(const em_budget_rule_t *r) {
   case EM_BUDGET_RULE_RATE:
     return val_f(r->u.rate.min_fps);
   case EM_BUDGET_RULE_RSS_CAP:
+  case EM_BUDGET_RULE_GPU_MEM_CAP:
     return val_u(r->u.rss_cap.cap_bytes);
   case EM_BUDGET_RULE_RSS_SLOPE:
+  case EM_BUDGET_RULE_GPU_MEM_SLOPE:
     return val_f(r->u.rss_slope.max_mib_per_h);
   case EM_BUDGET_RULE_FLOW:
     return val_u(r->u.flow.deadline_ns);
@@ -778,13 +782,29 @@ static bool window_figure(const em_budget_window_t *w, const char *name, double 
   return false;
 }
 
-/* Adds an RSS sample to s's ring (dropping those past the horizon); returns the slope. */
+/* The memory figure a memory rule judges: the RSS, or the GPU memory figure (absent when the
+ * window does not list it). */
+static em_value_t memory_of(const rule_state_t *s, const em_budget_window_t *w) {
+  if (s->rule.kind == EM_BUDGET_RULE_RSS_CAP || s->rule.kind == EM_BUDGET_RULE_RSS_SLOPE) {
+    return w->rss_bytes;
+  }
+  for (size_t i = 0; i < w->n_figures; i++) {
+    if (w->figures[i].name && strcmp(w->figures[i].name, EM_BUDGET_FIGURE_GPU_MEM) == 0) {
+      return w->figures[i].value;
+    }
+  }
+  return (em_value_t){.type = EM_VALUE_ABSENT};
+}
+
+/* Adds a memory sample (RSS or GPU memory) to s's ring (dropping those past the horizon);
+ * returns the slope. */
 static judge_t judge_slope(rule_state_t *s, const em_budget_window_t *w, uint64_t now_ns) {
   uint64_t rss = 0;
-  if (w->rss_bytes.type == EM_VALUE_UINT) {
-    rss = w->rss_bytes.as.u;
-  } else if (w->rss_bytes.type == EM_VALUE_INT && w->rss_bytes.as.i >= 0) {
-    rss = (uint64_t)w->rss_bytes.as.i;
+  em_value_t m = memory_of(s, w);
+  if (m.type == EM_VALUE_UINT) {
+    rss = m.as.u;
+  } else if (m.type == EM_VALUE_INT && m.as.i >= 0) {
+    rss = (uint64_t)m.as.i;
   } else {
     return JUDGE_ABSENT;
   }
@@ -880,12 +900,16 @@ static judge_t judge(rule_state_t *s, const em_budget_window_t *w, uint64_t now_
     return fps < r->u.rate.min_fps ? JUDGE_VIOLATED : JUDGE_CLEAN;
   }
   case EM_BUDGET_RULE_RSS_CAP:
-    if (w->rss_bytes.type != EM_VALUE_UINT) {
+  case EM_BUDGET_RULE_GPU_MEM_CAP: {
+    em_value_t m = memory_of(s, w);
+    if (m.type != EM_VALUE_UINT) {
       return JUDGE_ABSENT;
     }
-    s->value = w->rss_bytes;
-    return w->rss_bytes.as.u > r->u.rss_cap.cap_bytes ? JUDGE_VIOLATED : JUDGE_CLEAN;
+    s->value = m;
+    return m.as.u > r->u.rss_cap.cap_bytes ? JUDGE_VIOLATED : JUDGE_CLEAN;
+  }
   case EM_BUDGET_RULE_RSS_SLOPE:
+  case EM_BUDGET_RULE_GPU_MEM_SLOPE:
     return judge_slope(s, w, now_ns);
   case EM_BUDGET_RULE_PSI:
   case EM_BUDGET_RULE_GAUGE_MAX:
@@ -1020,6 +1044,7 @@ int em_budget_describe(const em_budget_engine_t *b, em_budget_t *out, size_t cap
       u->window_ns = b->window_ns;
       break;
     case EM_BUDGET_RULE_RSS_SLOPE:
+    case EM_BUDGET_RULE_GPU_MEM_SLOPE:
       u->window_ns = s->rule.u.rss_slope.horizon_ns;
       break;
     default:

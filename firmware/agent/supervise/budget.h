@@ -1,7 +1,8 @@
 /*
  * budget.h - the degradation engine: latency budgets, supervision and the degradation level,
  * as a pure module. It evaluates rules (per stage: percentile, hard deadline, miss ratio,
- * alive, rate; per frame: flow; per process: RSS cap, RSS growth slope, PSI, any gauge) against the
+ * alive, rate; per frame: flow; per process: RSS and GPU memory caps and growth slopes, PSI, any
+ * gauge) against the
  * spans and windows it is fed, keeps each rule's state and the level, and reports each change of
  * level as an em_budget_change_t that the caller publishes (state page, push, MQTT, hook, log).
  *
@@ -52,7 +53,8 @@
  *   RECOVERING -> CLEAR    leave-th clean      em_budget_on_window      window rules, DEADLINE,
  *                                                                       FLOW
  *
- * Window rules: PERCENTILE, MISS_RATIO, RATE, RSS_CAP, RSS_SLOPE, PSI, GAUGE_MAX. A DEADLINE
+ * Window rules: PERCENTILE, MISS_RATIO, RATE, RSS_CAP, RSS_SLOPE, GPU_MEM_CAP, GPU_MEM_SLOPE,
+ * PSI, GAUGE_MAX. A DEADLINE
  * rule enters on the span that misses; at window end its window is violating when a span of
  * its stage missed in it, clean when spans came and none missed, absent when none came.
  * ALIVE is judged on the timer and on spans only, never at window end, and only once its stage
@@ -123,6 +125,9 @@
 #define EM_BUDGET_EWMA_ALPHA      0.1 /* Default weight of a new window in the anomaly EWMA. */
 #define EM_BUDGET_FLOW_MAX_STAGES 8   /* Stages of one FLOW rule. */
 #define EM_BUDGET_FLOW_FRAMES     64  /* Frames in flight kept per FLOW rule. */
+/* The figure of em_budget_window_t.figures the GPU_MEM rules judge (bytes, a uint): the
+ * target's own GPU memory, as the agent's dictionary names it. */
+#define EM_BUDGET_FIGURE_GPU_MEM "gpu.mem.process"
 
 typedef enum {
   EM_BUDGET_RULE_PERCENTILE = 0, /* Stage: window quantile q above bound_ns. */
@@ -135,6 +140,9 @@ typedef enum {
   EM_BUDGET_RULE_PSI,            /* Process: a pressure figure (e.g. "psi.memory.some.avg10"). */
   EM_BUDGET_RULE_GAUGE_MAX,      /* Any named figure above a bound: board temperature, etc. */
   EM_BUDGET_RULE_FLOW,           /* Frames: stages passed in order within a deadline. */
+  EM_BUDGET_RULE_GPU_MEM_CAP,    /* Process: its GPU memory above cap_bytes (u.rss_cap). */
+  EM_BUDGET_RULE_GPU_MEM_SLOPE,  /* Process: least-squares GPU memory growth above MiB/h
+                                    (u.rss_slope). */
   EM_BUDGET_RULE_KINDS
 } em_budget_rule_kind_t;
 
@@ -171,13 +179,13 @@ typedef struct {
       double min_fps; /* > 0; violating when count / window length < min_fps. */
     } rate;
     struct {
-      uint64_t cap_bytes; /* Violating when RSS > cap_bytes. */
-    } rss_cap;
+      uint64_t cap_bytes; /* Violating when RSS (GPU_MEM_CAP: GPU memory) > cap_bytes. */
+    } rss_cap;            /* RSS_CAP and GPU_MEM_CAP. */
     struct {
       double max_mib_per_h; /* Violating when the slope > max_mib_per_h. */
       uint64_t horizon_ns;  /* Samples older than this are dropped; judged once they span
                                at least half of it. */
-    } rss_slope;
+    } rss_slope;            /* RSS_SLOPE and GPU_MEM_SLOPE (the figure EM_BUDGET_FIGURE_GPU_MEM). */
     struct {
       char figure[EM_BUDGET_FIGURE_BYTES]; /* A figure of em_budget_window_t.figures, 1..63
                                               bytes. */
@@ -336,15 +344,15 @@ int em_budget_flow_evicted(const em_budget_engine_t *b, const char *id, uint64_t
 /*
  * Describes the rules as birth entries into out[0..cap), in rule order; the strings point
  * into b. Units of bound: PERCENTILE, DEADLINE, ALIVE (silence): ns (uint); MISS_RATIO: the
- * ratio (float); RATE: frames/s (float); RSS_CAP: bytes (uint); RSS_SLOPE: MiB/h (float),
- * window_ns = horizon; PSI, GAUGE_MAX: the figure's unit (float); FLOW: the deadline in ns
- * (uint), stage = the flow's first stage. Returns the number of rules,
- * or -ENOSPC when cap is smaller (nothing written).
+ * ratio (float); RATE: frames/s (float); RSS_CAP, GPU_MEM_CAP: bytes (uint); RSS_SLOPE,
+ * GPU_MEM_SLOPE: MiB/h (float), window_ns = horizon; PSI, GAUGE_MAX: the figure's unit (float);
+ * FLOW: the deadline in ns (uint), stage = the flow's first stage. Returns the number of rules, or
+ * -ENOSPC when cap is smaller (nothing written).
  */
 int em_budget_describe(const em_budget_engine_t *b, em_budget_t *out, size_t cap);
 
 /* "percentile", "deadline", "miss_ratio", "alive", "rate", "rss_cap", "rss_slope", "psi",
- * "gauge_max", "flow", or "unknown". */
+ * "gauge_max", "flow", "gpu_mem_cap", "gpu_mem_slope", or "unknown". */
 const char *em_budget_rule_name(em_budget_rule_kind_t kind);
 
 #endif /* EDGEMON_AGENT_BUDGET_H */
