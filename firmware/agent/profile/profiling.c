@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "edgemon/common/file.h"
+#include "growth.h"
 #include "log.h"
 #include "pmu.h"
 #include "window.h"
@@ -36,7 +37,35 @@ struct em_profiling {
   void *done_ctx;
   em_log_limit_t refused;    /* Triggers not sampled. */
   em_log_limit_t py_refused; /* Python stacks datagrams refused. */
+
+  /* Baselines (profiling.h): the loop's fields, then the worker's while `busy`. */
+  pid_t seen_pid;         /* The attached target of the last tick (0: none)... */
+  uint64_t attached_ns;   /* ...since. */
+  bool base_tried;        /* A baseline was opened for seen_pid... */
+  uint64_t base_start_ns; /* ...at. */
+  uint64_t base_cpu_ns;   /* The agent's CPU time when it opened. */
+  bool have_base;         /* `base` holds stages of seen_pid's. */
+  em_growth_t *growth;    /* The growth scratch (worker). */
+  em_growth_base_t *base; /* The last baseline's shares (written by the worker). */
+  bool want_growth;       /* The open escalation window's recording waits for functions. */
+  char growth_stage[EM_STAGE_FIELD_BYTES];
+  em_growth_fn_t grown[EM_PROTO_VERDICT_MAX_FUNCTIONS]; /* Worker: the functions that grew... */
+  int n_grown;                                          /* ...how many. */
+  int base_stages;                                      /* Worker: stages the baseline kept. */
+  uint64_t resolve_cpu_ns;                              /* Worker: CPU time of the resolution. */
+  /* A trigger that came while a baseline resolved: opened when it is done. */
+  bool deferred;
+  em_profile_trigger_t dt;
+  char dt_rule[64], dt_stage[EM_STAGE_FIELD_BYTES], dt_reason[160];
+  pid_t dt_pid;
+  uint32_t dt_seconds;
 };
+
+static uint64_t cpu_ns(clockid_t clock) {
+  struct timespec ts;
+  clock_gettime(clock, &ts);
+  return (uint64_t)ts.tv_sec * NS_PER_SEC + (uint64_t)ts.tv_nsec;
+}
 
 static uint64_t wall_ns(void) {
   struct timespec ts;
@@ -99,9 +128,14 @@ int em_profiling_new(em_profiling_t **out, const em_profiling_opts_t *opts) {
                          .proc_root = opts->proc_root};
   (void)unlink(p->page); /* A previous agent's page names windows this one never opened. */
   int rc = em_window_new(&p->window, &wo);
+  if (!rc && opts->feed) {
+    rc = em_growth_new(&p->growth);
+    p->base = rc ? NULL : calloc(1, sizeof(*p->base));
+    rc = rc ? rc : p->base ? 0 : -ENOMEM;
+  }
   if (rc) {
     EM_ERROR("profile: cannot start the profiler: %s", strerror(-rc));
-    free(p);
+    em_profiling_free(p);
     *out = NULL;
     return rc;
   }
@@ -116,6 +150,8 @@ void em_profiling_free(em_profiling_t *p) {
     return;
   }
   em_window_free(p->window);
+  em_growth_free(p->growth);
+  free(p->base);
   free(p);
 }
 
@@ -135,6 +171,20 @@ void em_profiling_set_min_gap(em_profiling_t *p, uint64_t min_gap_ns) {
   em_window_set_min_gap(p->window, min_gap_ns);
 }
 
+/* Keeps a trigger (its strings copied) until the baseline being resolved is done. */
+static void defer(em_profiling_t *p, const em_profile_trigger_t *t, pid_t pid, uint32_t seconds) {
+  p->deferred = true;
+  p->dt = *t;
+  snprintf(p->dt_rule, sizeof(p->dt_rule), "%s", t->rule ? t->rule : "");
+  snprintf(p->dt_stage, sizeof(p->dt_stage), "%s", t->stage ? t->stage : "");
+  snprintf(p->dt_reason, sizeof(p->dt_reason), "%s", t->reason ? t->reason : "");
+  p->dt.rule = t->rule ? p->dt_rule : NULL;
+  p->dt.stage = t->stage ? p->dt_stage : NULL;
+  p->dt.reason = t->reason ? p->dt_reason : NULL;
+  p->dt_pid = pid;
+  p->dt_seconds = seconds;
+}
+
 void em_profiling_trigger(em_profiling_t *p, const em_profile_trigger_t *t, pid_t pid,
                           uint32_t seconds, uint64_t mono_ns) {
   const char *what = t->cause == EM_PROFILE_COMMAND ? "cmd/profile" : "escalation";
@@ -146,12 +196,28 @@ void em_profiling_trigger(em_profiling_t *p, const em_profile_trigger_t *t, pid_
     }
     return;
   }
+  if (em_window_is_baseline(p->window) && !p->busy && em_window_abort(p->window)) {
+    EM_INFO("profile: baseline window dropped: the %s's window comes first", what);
+  }
+  if (em_window_is_baseline(p->window) && p->busy && !p->deferred) {
+    defer(p, t, pid, seconds);
+    EM_INFO("profile: %s to %s: sampling once the baseline window is resolved", what,
+            em_level_name(t->level));
+    return;
+  }
   int rc = em_window_trigger(p->window, t, pid, seconds, mono_ns, wall_ns());
   if (rc == 0) {
     p->pid = pid;
     write_page(p);
     uint64_t s = seconds ? (uint64_t)seconds * NS_PER_SEC : p->o.seconds_ns;
     s = s < p->o.max_seconds_ns ? s : p->o.max_seconds_ns;
+    /* Its end, the wait for the Python stacks, the spans' settling, and the resolution. */
+    uint64_t until = mono_ns + s + EM_WINDOW_PY_WAIT_NS + 3 * p->o.period_ns + 5 * NS_PER_SEC;
+    p->want_growth = t->cause == EM_PROFILE_ESCALATION && t->stage && p->have_base &&
+                     pid == p->seen_pid && em_feed_await_functions(p->o.feed, t->stage, until);
+    if (p->want_growth) {
+      snprintf(p->growth_stage, sizeof(p->growth_stage), "%s", t->stage);
+    }
     EM_INFO("profile: %s to %s: sampling pid %d for %llu ms at %u Hz", what,
             em_level_name(t->level), (int)pid, (unsigned long long)(s / 1000000u), p->o.hz);
     return;
@@ -197,17 +263,61 @@ void em_profiling_pystacks(em_profiling_t *p, const uint8_t *buf, size_t len, pi
   }
 }
 
+/* The worker's share: symbols and assembly, then a baseline's shares, or an escalation's
+ * functions that grew against the baseline. */
 static void resolve_work(uv_work_t *w) {
   em_profiling_t *p = w->data;
+  uint64_t cpu0 = cpu_ns(CLOCK_THREAD_CPUTIME_ID);
   em_window_resolve(p->window);
+  em_profile_t *pr = em_window_take(p->window);
+  p->n_grown = 0;
+  if (pr && em_window_is_baseline(p->window)) {
+    p->base_stages = em_growth_baseline(p->growth, pr, p->base);
+  } else if (pr && p->want_growth) {
+    p->n_grown = em_growth_grown(p->growth, pr, p->growth_stage, p->base, p->grown,
+                                 EM_PROTO_VERDICT_MAX_FUNCTIONS);
+    p->n_grown = p->n_grown > 0 ? p->n_grown : 0;
+  }
+  p->resolve_cpu_ns = cpu_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+}
+
+/* A resolved baseline: its shares kept, nothing published. */
+static void baseline_done(em_profiling_t *p, const em_profile_t *pr) {
+  p->have_base = p->base_stages > 0 && p->pid == p->seen_pid;
+  const em_growth_stage_t *top = p->have_base ? &p->base->stages[0] : NULL;
+  EM_INFO("profile: baseline: %llu samples in %llu ms, %d stage(s) kept%s%s%s%llu%s; the "
+          "agent's CPU %llu ms from the window's start, %llu ms of it resolving",
+          (unsigned long long)pr->samples, (unsigned long long)(pr->duration_ns / 1000000u),
+          p->base_stages, top ? ", the busiest " : "", top ? top->stage : "", top ? " (" : "",
+          (unsigned long long)(top ? top->samples : 0), top ? " samples)" : "",
+          (unsigned long long)((cpu_ns(CLOCK_PROCESS_CPUTIME_ID) - p->base_cpu_ns) / 1000000u),
+          (unsigned long long)(p->resolve_cpu_ns / 1000000u));
+}
+
+/* The escalation's recording waits for them: the functions that grew, or none. */
+static void hand_functions(em_profiling_t *p) {
+  if (!p->want_growth) {
+    return;
+  }
+  p->want_growth = false;
+  em_proto_verdict_function_t fns[EM_PROTO_VERDICT_MAX_FUNCTIONS];
+  size_t n = 0;
+  for (int i = 0; i < p->n_grown && n < EM_PROTO_VERDICT_MAX_FUNCTIONS; i++) {
+    fns[n++] = (em_proto_verdict_function_t){.name = p->grown[i].name, .growth = p->grown[i].value};
+  }
+  em_feed_functions(p->o.feed, fns, n);
 }
 
 /* The window is resolved: encoded under max_bytes (the stacks with the fewest samples go
- * first) and handed on, live or into the spool. */
+ * first) and handed on, live or into the spool; a baseline is kept, not published. */
 static void resolve_done(uv_work_t *w, int status) {
   em_profiling_t *p = w->data;
   p->busy = false;
   em_profile_t *pr = status == 0 ? em_window_take(p->window) : NULL;
+  if (pr && em_window_is_baseline(p->window)) {
+    baseline_done(p, pr);
+    pr = NULL;
+  }
   if (pr) {
     pr->head.session = p->o.session;
     size_t cap = 0;
@@ -226,7 +336,14 @@ static void resolve_done(uv_work_t *w, int status) {
               rc == 0 ? "" : ": lost (spool.lost)");
     }
   }
+  hand_functions(p);
   em_window_done(p->window); /* Cancelled before it ran: the closed window is dropped. */
+  if (p->deferred) {
+    p->deferred = false;
+    if (!p->done) { /* Not while stopping. */
+      em_profiling_trigger(p, &p->dt, p->dt_pid, p->dt_seconds, uv_hrtime());
+    }
+  }
   if (p->done) {
     void (*done)(void *) = p->done;
     p->done = NULL;
@@ -234,15 +351,51 @@ static void resolve_done(uv_work_t *w, int status) {
   }
 }
 
+/* The attached target has been NOMINAL long enough, and its last baseline is old enough: a
+ * baseline window opens. */
+static void maybe_baseline(em_profiling_t *p, uint64_t now_ns, pid_t pid) {
+  uint64_t nominal = em_feed_nominal_since(p->o.feed);
+  if (!p->growth || pid <= 0 || nominal == UINT64_MAX ||
+      now_ns < p->attached_ns + EM_PROFILING_BASE_SETTLE_NS ||
+      now_ns < nominal + EM_PROFILING_BASE_SETTLE_NS ||
+      (p->base_tried && now_ns < p->base_start_ns + EM_PROFILING_BASE_EVERY_NS)) {
+    return;
+  }
+  p->base_tried = true;
+  p->base_start_ns = now_ns;
+  p->base_cpu_ns = cpu_ns(CLOCK_PROCESS_CPUTIME_ID);
+  int rc = em_window_baseline(p->window, pid, EM_PROFILING_BASE_NS, now_ns, wall_ns());
+  if (rc) {
+    EM_INFO("profile: no baseline window: %s (the next in %llu s)", strerror(-rc),
+            (unsigned long long)(EM_PROFILING_BASE_EVERY_NS / NS_PER_SEC));
+    return;
+  }
+  p->pid = pid;
+  write_page(p);
+  uint64_t since = nominal > p->attached_ns ? nominal : p->attached_ns;
+  EM_INFO("profile: baseline window: sampling pid %d for %llu ms, attached and NOMINAL for %llu s",
+          (int)pid, (unsigned long long)(EM_PROFILING_BASE_NS / 1000000u),
+          (unsigned long long)((now_ns - since) / NS_PER_SEC));
+}
+
 void em_profiling_tick(em_profiling_t *p, uint64_t now_ns, pid_t pid) {
   if (!p->window || p->busy) {
     return;
   }
+  if (pid != p->seen_pid) {
+    p->seen_pid = pid; /* A new target: the old one's baseline says nothing of it. */
+    p->attached_ns = now_ns;
+    p->base_tried = p->have_base = false;
+  }
   if (em_window_tick(p->window, now_ns, pid != p->pid)) {
+    p->n_grown = 0;
     p->busy = uv_queue_work(p->o.loop, &p->work, resolve_work, resolve_done) == 0;
     if (!p->busy) {
+      hand_functions(p);
       em_window_done(p->window); /* Not queued: dropped, never left half open. */
     }
+  } else if (em_window_state(p->window) == EM_WINDOW_IDLE) {
+    maybe_baseline(p, now_ns, pid);
   }
 }
 

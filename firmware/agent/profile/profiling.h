@@ -11,6 +11,16 @@
  *   IDLE --em_profiling_trigger--> window OPEN --em_profiling_tick: closed--> RESOLVING
  *   RESOLVING --worker done (loop)--> encoded, published --> IDLE
  *
+ * Baselines (docs/DIAGNOSIS.md "Which functions grew"): once the target has been attached and
+ * the level NOMINAL (em_feed_nominal_since) for EM_PROFILING_BASE_SETTLE_NS, and then every
+ * EM_PROFILING_BASE_EVERY_NS while it stays so, a window of EM_PROFILING_BASE_NS opens on its
+ * own (window.h em_window_baseline: outside min_gap, not counted, not published); resolved, it
+ * leaves the functions' shares of each stage (growth.h) in memory. An escalation's window on a
+ * stage the baseline has, whose verdict names more_work, then makes the escalation's recording
+ * wait (em_feed_await_functions) for the functions whose share grew, handed over when the
+ * window resolves (em_feed_functions). An escalation that finds a baseline window sampling drops
+ * it and opens its own; one that finds it resolving is suppressed like any trigger then.
+ *
  * With [profile] enabled false it exists but holds no window: its figures are absent and a
  * cmd/profile is refused with one rate-limited line.
  *
@@ -31,7 +41,19 @@
 #include "edgemon/profile.h"
 #include "edgemon/proto.h"
 #include "edgemon/wire.h"
+#include "feed.h"
 #include "figures.h"
+
+/* A baseline waits for this much NOMINAL after the attach (and after the last change of level):
+ * past the target's warm-up (first frames, caches, lazy loading) and several budget windows
+ * judged NOMINAL, so the shares are those of the pipeline's steady work. */
+#define EM_PROFILING_BASE_SETTLE_NS (10ull * 1000000000ull)
+/* Then a new one every 10 minutes while NOMINAL lasts: what a stage calls changes with a model
+ * or input change, seldom faster; 2 s of sampling every 600 s is a 0.3 % duty cycle. */
+#define EM_PROFILING_BASE_EVERY_NS (600ull * 1000000000ull)
+/* A baseline window's length: about 200 samples of a busy thread at 99 Hz, enough for the
+ * shares of a stage's main functions to a few points (growth.h EM_GROWTH_MIN_POINTS). */
+#define EM_PROFILING_BASE_NS (2ull * 1000000000ull)
 
 /* Hands an encoded profile on (`buf` borrowed for the call). Returns 0, or a negative errno
  * when it was lost. */
@@ -52,6 +74,9 @@ typedef struct {
   bool dwarf;              /* [profile] unwind = dwarf. */
   uint64_t period_ns;      /* The tick period (how long spans take to reach the window). */
   uint32_t session;        /* The agent's session, stamped on each profile. */
+  em_feed_t *feed; /* The level (baselines wait for NOMINAL) and the recording that waits for
+                      the functions of its more_work cause; borrowed, outlives this. NULL: no
+                      baselines. */
   em_profiling_publish_fn publish;
   void *ctx; /* publish's. */
 } em_profiling_opts_t;

@@ -68,7 +68,10 @@ struct em_window {
   uint64_t start_ns, end_ns, wall_ns;
   bool have_last;
   uint64_t last_start_ns;
-  uint32_t number;
+  uint32_t number;    /* The next published window's (escalations and commands). */
+  uint32_t baselines; /* Baseline windows opened. */
+  bool baseline;      /* The open window is a baseline (em_window_baseline). */
+  uint32_t request;   /* The open window's number on the request page and Python stacks. */
   em_profile_trigger_t trig;
   char trig_rule[64], trig_stage[64], trig_reason[160];
 
@@ -262,6 +265,34 @@ static const char *copy_text(char *dst, size_t cap, const char *src) {
   return dst;
 }
 
+/* Opens a window of len_ns on pid at mono_ns: the rings mapped, the maps read, the trigger
+ * copied. Returns 0 or the sampler's error (counted as failed). */
+static int open_window(em_window_t *w, const em_profile_trigger_t *t, pid_t pid, uint64_t len_ns,
+                       uint64_t mono_ns, uint64_t wall_ns) {
+  em_stacks_reset(w->stacks);
+  em_pymerge_reset(w->py);
+  em_spanlog_reset(w->spans, mono_ns);
+  em_unwind_reset(w->unwind);
+  em_sampler_user_t user = {.stack_bytes = EM_UNWIND_STACK_BYTES};
+  user.regs_mask = w->unwind ? em_unwind_regs_mask(NULL) : 0;
+  int rc = em_sampler_open(w->sampler, pid, w->o.hz, w->o.clock, &user);
+  if (rc) {
+    w->st.failed++;
+    return rc;
+  }
+  w->pid = pid;
+  snapshot_maps(w);
+  w->start_ns = mono_ns;
+  w->end_ns = mono_ns + len_ns;
+  w->wall_ns = wall_ns;
+  w->trig = *t;
+  w->trig.rule = copy_text(w->trig_rule, sizeof(w->trig_rule), t->rule);
+  w->trig.stage = copy_text(w->trig_stage, sizeof(w->trig_stage), t->stage);
+  w->trig.reason = copy_text(w->trig_reason, sizeof(w->trig_reason), t->reason);
+  w->state = EM_WINDOW_OPEN;
+  return 0;
+}
+
 int em_window_trigger(em_window_t *w, const em_profile_trigger_t *t, pid_t pid, uint32_t seconds,
                       uint64_t mono_ns, uint64_t wall_ns) {
   if (!w || !t) {
@@ -279,35 +310,59 @@ int em_window_trigger(em_window_t *w, const em_profile_trigger_t *t, pid_t pid, 
     w->st.failed++;
     return -ESRCH;
   }
-  em_stacks_reset(w->stacks);
-  em_pymerge_reset(w->py);
-  em_spanlog_reset(w->spans, mono_ns);
-  em_unwind_reset(w->unwind);
-  em_sampler_user_t user = {.stack_bytes = EM_UNWIND_STACK_BYTES};
-  user.regs_mask = w->unwind ? em_unwind_regs_mask(NULL) : 0;
-  int rc = em_sampler_open(w->sampler, pid, w->o.hz, w->o.clock, &user);
-  if (rc) {
-    w->st.failed++;
-    return rc;
-  }
-  w->pid = pid;
-  snapshot_maps(w);
   uint64_t len = seconds ? (uint64_t)seconds * 1000000000u : w->o.seconds_ns;
   if (len > w->o.max_seconds_ns) {
     len = w->o.max_seconds_ns;
   }
-  w->start_ns = mono_ns;
-  w->end_ns = mono_ns + len;
-  w->wall_ns = wall_ns;
+  int rc = open_window(w, t, pid, len, mono_ns, wall_ns);
+  if (rc) {
+    return rc;
+  }
+  w->baseline = false;
+  w->request = w->number;
   w->have_last = true;
   w->last_start_ns = mono_ns;
-  w->trig = *t;
-  w->trig.rule = copy_text(w->trig_rule, sizeof(w->trig_rule), t->rule);
-  w->trig.stage = copy_text(w->trig_stage, sizeof(w->trig_stage), t->stage);
-  w->trig.reason = copy_text(w->trig_reason, sizeof(w->trig_reason), t->reason);
-  w->state = EM_WINDOW_OPEN;
   w->st.taken++;
   return 0;
+}
+
+int em_window_baseline(em_window_t *w, pid_t pid, uint64_t len_ns, uint64_t mono_ns,
+                       uint64_t wall_ns) {
+  if (!w || pid <= 0 || len_ns == 0) {
+    return -EINVAL;
+  }
+  if (w->state != EM_WINDOW_IDLE) {
+    return -EBUSY;
+  }
+  em_profile_trigger_t t = {.cause = EM_PROFILE_COMMAND,
+                            .level = EM_LEVEL_NOMINAL,
+                            .prev_level = EM_LEVEL_NONE,
+                            .reason = "baseline"};
+  int rc = open_window(w, &t, pid, len_ns, mono_ns, wall_ns);
+  if (rc) {
+    return rc;
+  }
+  w->baseline = true;
+  w->request = EM_WINDOW_BASELINE_BIT | (w->baselines & ~EM_WINDOW_BASELINE_BIT);
+  return 0;
+}
+
+bool em_window_is_baseline(const em_window_t *w) {
+  return w && w->baseline && w->state != EM_WINDOW_IDLE;
+}
+
+bool em_window_abort(em_window_t *w) {
+  if (!w || (w->state != EM_WINDOW_OPEN && w->state != EM_WINDOW_AWAIT)) {
+    return false;
+  }
+  if (w->state == EM_WINDOW_OPEN) {
+    em_sampler_close(w->sampler, w->stacks);
+  }
+  em_unwind_reset(w->unwind);
+  w->baselines += w->baseline;
+  w->baseline = false;
+  w->state = EM_WINDOW_IDLE;
+  return true;
 }
 
 bool em_window_tick(em_window_t *w, uint64_t now_ns, bool target_gone) {
@@ -344,7 +399,7 @@ int em_window_request(const em_window_t *w, em_profile_page_t *out) {
     return -ENOENT;
   }
   *out = (em_profile_page_t){
-      .window = w->number, .hz = w->o.hz, .start_ns = w->start_ns, .end_ns = w->end_ns};
+      .window = w->request, .hz = w->o.hz, .start_ns = w->start_ns, .end_ns = w->end_ns};
   return 0;
 }
 
@@ -366,7 +421,7 @@ int em_window_pystacks(em_window_t *w, const uint8_t *buf, size_t len, pid_t sen
   } else if (sender != w->pid) {
     rc = -EPERM;
   } else {
-    rc = em_pymerge_take(w->py, buf, len, w->number);
+    rc = em_pymerge_take(w->py, buf, len, w->request);
   }
   if (rc) {
     w->st.py_refused++;
@@ -852,7 +907,12 @@ uint8_t *em_window_buffer(em_window_t *w, size_t *cap) {
 void em_window_done(em_window_t *w) {
   if (w && (w->state == EM_WINDOW_RESOLVED || w->state == EM_WINDOW_CLOSED)) {
     em_unwind_reset(w->unwind); /* The stack copies' pages go back now, not at the next window. */
-    w->number++;
+    if (w->baseline) {
+      w->baselines++;
+    } else {
+      w->number++;
+    }
+    w->baseline = false;
     w->state = EM_WINDOW_IDLE;
   }
 }

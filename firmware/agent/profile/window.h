@@ -15,6 +15,8 @@
  *                                                    stacks may still come: em_window_pystacks)
  *   OPEN/AWAIT --em_window_tick: target gone, or span_settle_ns past the end and the Python
  *                stacks held or EM_WINDOW_PY_WAIT_NS past the end----> CLOSED (returns true)
+ *   IDLE ----em_window_baseline----> OPEN           (a baseline: no min_gap, not published)
+ *   OPEN/AWAIT --em_window_abort----> IDLE           (a baseline an escalation overrides)
  *   CLOSED --em_window_resolve (worker)--> RESOLVED
  *   RESOLVED --em_window_take--> em_profile_t --em_window_done--> IDLE
  *
@@ -44,6 +46,8 @@
 
 #define EM_WINDOW_MAX_ADDRS 65536u /* Addresses in the stack table (all stacks together). */
 #define EM_WINDOW_MAX_LOG   65536u /* Samples logged per window (tid, time) for the merge. */
+#define EM_WINDOW_BASELINE_BIT                                                                     \
+  0x80000000u /* A baseline window's request number: this bit, then its count. */
 #define EM_WINDOW_PY_WAIT_NS                                                                       \
   1000000000ull /* How long past its end a window waits for the                                    \
                    client's Python stacks. */
@@ -95,6 +99,24 @@ void em_window_set_min_gap(em_window_t *w, uint64_t min_gap_ns);
  */
 int em_window_trigger(em_window_t *w, const em_profile_trigger_t *t, pid_t pid, uint32_t seconds,
                       uint64_t mono_ns, uint64_t wall_ns);
+
+/*
+ * Opens a baseline window on pid at mono_ns for len_ns (the profiler's, while the level is
+ * NOMINAL: profiling.h): like a trigger's, but outside min_gap (it neither waits for it nor
+ * delays the next trigger), not counted in taken, and numbered apart: its request page and
+ * Python stacks carry EM_WINDOW_BASELINE_BIT | the baselines opened before it, and the
+ * published windows' numbers go on without it. Returns 0, -EINVAL, -EBUSY (a window is open
+ * or being resolved), or the sampler's error.
+ */
+int em_window_baseline(em_window_t *w, pid_t pid, uint64_t len_ns, uint64_t mono_ns,
+                       uint64_t wall_ns);
+
+/* The open, closed or resolved window is a baseline. */
+bool em_window_is_baseline(const em_window_t *w);
+
+/* An OPEN or AWAIT window is dropped (sampling stopped, nothing resolved): IDLE. Returns
+ * false in any other state (nothing done). */
+bool em_window_abort(em_window_t *w);
 
 /*
  * The tick at now_ns: drains the rings; ends the window when its time is up or target_gone.

@@ -617,5 +617,11 @@ void em_diagnosis_copy(em_diagnosis_t *dst, const em_diagnosis_t *src) {
         c->processes[p].comm = dst->comm[0] + at;
       }
     }
+    for (size_t k = 0; k < c->n_functions; k++) {
+      ptrdiff_t at = c->functions[k].name - src->fn[0];
+      if (at >= 0 && (size_t)at < sizeof(src->fn)) {
+        c->functions[k].name = dst->fn[0] + at;
+      }
+    }
   }
 }

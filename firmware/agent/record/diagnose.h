@@ -85,6 +85,8 @@ typedef struct {
   char stage[EM_STAGE_FIELD_BYTES];
   char statistic[8];
   char comm[EM_PROTO_VERDICT_MAX_PROCESSES][EM_DIAGNOSE_COMM_BYTES];
+  /* The more_work cause's function names, filled after the engine (em_feed_functions). */
+  char fn[EM_PROTO_VERDICT_MAX_FUNCTIONS][EM_PROTO_MAX_TEXT_BYTES + 1];
 } em_diagnosis_t;
 
 /*

@@ -11,6 +11,7 @@
 #include "feed.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -41,6 +42,8 @@ struct em_feed {
   bool last_fresh;                       /* ...and no trigger has taken it yet. */
   em_diagnosis_t pending;                /* The pending recording's verdict... */
   bool pending_has;                      /* ...when it has one. */
+  bool await;                            /* It waits for em_feed_functions... */
+  uint64_t await_until_ns;               /* ...until then at the latest. */
 };
 
 static uint64_t wall_ns(void) {
@@ -81,6 +84,7 @@ static int open_recorder(em_feed_t *f) {
                              .pre_ns = f->o.pre_ns,
                              .post_ns = f->o.post_ns,
                              .min_gap_ns = f->o.min_gap_ns,
+                             .hold_ns = EM_FEED_HOLD_NS,
                              .max_spans = f->o.max_spans,
                              .max_bytes = f->o.max_bytes,
                              .columns = cols,
@@ -169,6 +173,7 @@ void em_feed_trigger(em_feed_t *f, const em_flight_trigger_t *t, uint64_t mono_n
   bool verdict = t->cause == EM_FLIGHT_ESCALATION && f->last_fresh;
   f->last_fresh = false;
   if (rc == 0) {
+    f->await = false;
     f->pending_has = verdict;
     if (verdict) {
       em_diagnosis_copy(&f->pending, &f->last);
@@ -279,6 +284,56 @@ const em_proto_verdict_t *em_feed_diagnose(em_feed_t *f, em_level_t level, const
   return v;
 }
 
+uint64_t em_feed_nominal_since(const em_feed_t *f) {
+  if (!f || f->level != EM_LEVEL_NOMINAL) {
+    return UINT64_MAX;
+  }
+  return f->nominal_from_ns;
+}
+
+/* The more_work cause of the pending recording's verdict, or NULL. */
+static em_proto_verdict_cause_t *pending_more_work(em_feed_t *f) {
+  for (size_t i = 0; f->pending_has && i < f->pending.v.n_causes; i++) {
+    if (f->pending.v.causes[i].code == EM_PROTO_CAUSE_MORE_WORK) {
+      return &f->pending.v.causes[i];
+    }
+  }
+  return NULL;
+}
+
+bool em_feed_await_functions(em_feed_t *f, const char *stage, uint64_t until_ns) {
+  if (!f || !f->rec || !stage || !pending_more_work(f) || strcmp(f->pending.stage, stage) != 0) {
+    return false;
+  }
+  /* The recording is due post_ns after its trigger, a moment ago; its ticks stay hold_ns more. */
+  uint64_t latest = mono_now() + f->o.post_ns + em_flight_rec_hold_ns(f->rec);
+  f->await = true;
+  f->await_until_ns = until_ns < latest ? until_ns : latest;
+  return true;
+}
+
+void em_feed_functions(em_feed_t *f, const em_proto_verdict_function_t *fns, size_t n) {
+  em_proto_verdict_cause_t *c = f ? pending_more_work(f) : NULL;
+  if (!f || !f->await || !c) {
+    return;
+  }
+  f->await = false;
+  c->n_functions = 0;
+  for (size_t i = 0; fns && i < n && c->n_functions < EM_PROTO_VERDICT_MAX_FUNCTIONS; i++) {
+    char *name = f->pending.fn[c->n_functions];
+    snprintf(name, sizeof(f->pending.fn[0]), "%s", fns[i].name ? fns[i].name : "");
+    c->functions[c->n_functions++] =
+        (em_proto_verdict_function_t){.name = name, .growth = fns[i].growth};
+  }
+  if (em_proto_verdict_check(&f->pending.v) != 0) {
+    c->n_functions = 0; /* A name that is not text would cost the recording its verdict. */
+  }
+  EM_INFO("flight: the recording's more_work cause on %s names %zu function(s) whose share "
+          "grew%s%s",
+          f->pending.stage, c->n_functions, c->n_functions ? ", first " : "",
+          c->n_functions ? c->functions[0].name : "");
+}
+
 void em_feed_span(em_feed_t *f, size_t hint, const char *stage, uint64_t frame_id,
                   uint64_t start_ns, uint64_t duration_ns) {
   if (f->rec) {
@@ -314,6 +369,14 @@ void em_feed_figures(em_feed_t *f, em_sample_t *samples) {
 }
 
 void em_feed_publish(em_feed_t *f, uint64_t now_ns, bool may_spool) {
+  if (f->await && em_flight_rec_due(f->rec, now_ns)) {
+    if (now_ns < f->await_until_ns && may_spool) {
+      return; /* The escalation's profile window has not resolved yet. */
+    }
+    f->await = false;
+    EM_INFO("flight: recording published without the functions of its more_work cause: %s",
+            may_spool ? "the profile window did not resolve in time" : "the agent is stopping");
+  }
   em_flight_t *r = f->rec ? em_flight_rec_take(f->rec, now_ns) : NULL;
   if (!r) {
     return;

@@ -16,10 +16,15 @@
  * With [flight] enabled false the feed exists but holds no recorder: its figures are absent,
  * a cmd/flight is refused with one rate-limited line, and nothing else happens.
  *
+ * A recording whose verdict names a more_work cause may wait past its window's end for the
+ * functions whose share grew, which the profiler works out when the escalation's profile window
+ * resolves (em_feed_await_functions, em_feed_functions; docs/DIAGNOSIS.md): it is published when
+ * they come, or EM_FEED_HOLD_NS past its end without them.
+ *
  * Owns: the recorder (em_flight_rec_t) and its column map; the verdict of the last rise and
- * that of the pending recording, the durations scratch the verdict sorts (max_spans, at
- * start); the rate limit of its refusal lines. Borrows the dictionary. Single-threaded (the loop's
- * thread); allocates only in em_feed_new.
+ * that of the pending recording (with the functions it waits for), the durations scratch the
+ * verdict sorts (max_spans, at start); the rate limit of its refusal lines. Borrows the dictionary.
+ * Single-threaded (the loop's thread); allocates only in em_feed_new.
  */
 #ifndef EDGEMON_AGENT_FEED_H
 #define EDGEMON_AGENT_FEED_H
@@ -37,6 +42,13 @@
 #define EM_FEED_SMAPS   1u /* smaps_rollup (PSS, anon, swap). */
 #define EM_FEED_SYSTEM  2u /* MemAvailable and PSI. */
 #define EM_FEED_SENSORS 4u /* The board's sensors. */
+
+/* How long past its window's end a recording may wait for the functions of its more_work cause
+ * (em_feed_await_functions): a profile window of 5 s (the default [profile] seconds) ends 3 s
+ * after a recording of the default post_seconds (2 s), then waits up to 1 s for the client's
+ * Python stacks and resolves (a fraction of a second, seconds under a sanitizer): 15 s covers
+ * it on a loaded board with room. The recorder's tick ring holds that much more (flight.h). */
+#define EM_FEED_HOLD_NS (15ull * 1000000000ull)
 
 /*
  * Hands an encoded recording on: `buf` is borrowed for the call; `may_spool` false when the
@@ -97,6 +109,27 @@ const em_proto_verdict_t *em_feed_diagnose(em_feed_t *f, em_level_t level, const
 /* The verdict of the last change of level, for its state message (key 15), or NULL: none.
  * Owned by the feed, valid until the next em_feed_diagnose. */
 const em_proto_verdict_t *em_feed_verdict(const em_feed_t *f);
+
+/* CLOCK_MONOTONIC ns since which the level is NOMINAL (0: since start), or UINT64_MAX when it
+ * is not NOMINAL. The profiler's baseline windows wait for a stretch of it (profiling.h). */
+uint64_t em_feed_nominal_since(const em_feed_t *f);
+
+/*
+ * The profiler opened the escalation's window (profiling.h) and has a baseline of `stage`: when
+ * the pending recording's verdict names a more_work cause of that stage, the recording waits
+ * for em_feed_functions, until until_ns (CLOCK_MONOTONIC) at the latest and never longer than
+ * the recorder's ring keeps its window (EM_FEED_HOLD_NS past its end), before it is published.
+ * Returns true when it waits; false: nothing to wait for (no recording pending, no verdict,
+ * no more_work cause, another stage).
+ */
+bool em_feed_await_functions(em_feed_t *f, const char *stage, uint64_t until_ns);
+
+/*
+ * The functions whose share of the stage's samples grew (`fns[0..n)`, names copied, at most
+ * EM_PROTO_VERDICT_MAX_FUNCTIONS kept) for the recording that waits: into its verdict's
+ * more_work cause; it is published on the next tick (n 0: without). Nothing waits: ignored.
+ */
+void em_feed_functions(em_feed_t *f, const em_proto_verdict_function_t *fns, size_t n);
 
 /* An accepted span; `hint` is the stage's slot (the recorder keys spans by the name). */
 void em_feed_span(em_feed_t *f, size_t hint, const char *stage, uint64_t frame_id,

@@ -33,6 +33,7 @@ struct em_flight_rec {
   tick_slot_t *ticks;        /* tick_cap slots, oldest at tick_head. */
   em_flight_value_t *values; /* tick_cap * n_columns: slot i's values at i * n_columns. */
   uint32_t tick_cap;
+  uint64_t hold_ns; /* How long past a window's end its ticks stay in the ring. */
   uint32_t tick_head;
   uint32_t tick_count;
   uint32_t evicted_later;      /* Overwritten spans that started after the newest tick. */
@@ -99,6 +100,10 @@ int em_flight_rec_new(em_flight_rec_t **out, const em_flight_rec_opts_t *o) {
     ticks = EM_FLIGHT_MAX_TICKS;
     r->st.ticks_capped = 1;
   }
+  uint64_t hold = (o->hold_ns + o->period_ns - 1) / o->period_ns;
+  hold = hold < EM_FLIGHT_MAX_TICKS - ticks ? hold : EM_FLIGHT_MAX_TICKS - ticks;
+  r->hold_ns = hold * o->period_ns;
+  ticks += hold;
   r->tick_cap = (uint32_t)ticks;
   r->span_cap = o->max_spans;
   r->buf_cap = o->max_bytes;
@@ -140,6 +145,10 @@ void em_flight_rec_free(em_flight_rec_t *r) {
 
 uint64_t em_flight_rec_bytes(const em_flight_rec_t *r) {
   return r ? r->bytes : 0;
+}
+
+uint64_t em_flight_rec_hold_ns(const em_flight_rec_t *r) {
+  return r ? r->hold_ns : 0;
 }
 
 uint32_t em_flight_rec_tick_capacity(const em_flight_rec_t *r) {

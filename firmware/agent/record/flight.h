@@ -49,6 +49,9 @@ typedef struct {
   uint64_t pre_ns;                   /* Kept before a trigger (> 0). */
   uint64_t post_ns;                  /* Recorded after it. */
   uint64_t min_gap_ns;               /* Least time between two triggers recorded. */
+  uint64_t hold_ns;                  /* How long a take may come after the window's end with the
+                                        window's ticks still in the ring: ticks added to the
+                                        ring, as many as EM_FLIGHT_MAX_TICKS leaves (0: none). */
   uint32_t max_spans;                /* Span ring capacity, 1..EM_FLIGHT_MAX_SPANS. */
   uint32_t max_bytes;                /* Encode buffer, 1024..EM_FLIGHT_MAX_BYTES. */
   const em_flight_column_t *columns; /* Copied; the strings are borrowed. */
@@ -70,7 +73,8 @@ typedef struct em_flight_rec em_flight_rec_t;
 
 /*
  * Allocates the recorder. Its tick ring holds ceil((pre + post) / period) +
- * EM_FLIGHT_REC_TICK_SLACK ticks, at most EM_FLIGHT_MAX_TICKS. Returns 0 and *out, -EINVAL
+ * EM_FLIGHT_REC_TICK_SLACK ticks, at most EM_FLIGHT_MAX_TICKS, and ceil(hold / period) more
+ * where that maximum leaves room. Returns 0 and *out, -EINVAL
  * (NULL, 0 period or pre, a capacity or column count out of range, a NULL column name), or
  * -ENOMEM.
  */
@@ -83,6 +87,10 @@ void em_flight_rec_free(em_flight_rec_t *r);
 uint64_t em_flight_rec_bytes(const em_flight_rec_t *r);
 uint32_t em_flight_rec_tick_capacity(const em_flight_rec_t *r);
 uint32_t em_flight_rec_span_capacity(const em_flight_rec_t *r);
+
+/* How long past a window's end its ticks stay in the ring (opts.hold_ns, less what
+ * EM_FLIGHT_MAX_TICKS left out), to the tick. */
+uint64_t em_flight_rec_hold_ns(const em_flight_rec_t *r);
 
 /* The least time between two triggers recorded (a reload may change it). */
 void em_flight_rec_set_min_gap(em_flight_rec_t *r, uint64_t min_gap_ns);
