@@ -110,8 +110,7 @@ struct em_agent {
   /* The flight recorder's feed (record/feed.h): the recorder, its columns, its figures. */
   em_feed_t *feed;
 
-  /* The stack profiler's plumbing (profile/profiling.h): triggers, windows, the worker. */
-  em_profiling_t *prof;
+  em_profiling_t *prof; /* The profiler (profile/profiling.h): triggers, windows, the worker. */
 
   bool closing;     /* em_agent_stop ran: nothing new is started, spooling is off. */
   unsigned pending; /* Handles, modules and worker jobs still closing (stop_step). */
