@@ -4,7 +4,9 @@
 // field is checked. Covered: the header compiling as C++ under the project's warnings; spans
 // (begin/end, EM_CLIENT_SPAN, record, heartbeat) decoding field by field; a scope guard built
 // on the C API sending its span when the scope is left by an exception; an absent agent and a
-// full queue counted without blocking. test_c_client.c covers the rest of the semantics.
+// full queue counted without blocking; GPU spans (begin/end, EM_CLIENT_GPU_SPAN) compiling as
+// C++ and sending their CPU span where no CUDA context is current (test_c_client_gpu.c times
+// the GPU side against a stand-in driver). test_c_client.c covers the rest of the semantics.
 extern "C" {
 #include <stdarg.h>
 #include <stddef.h>
@@ -177,6 +179,27 @@ void cpp_absent_agent_and_full_queue_never_block(void **) {
   em_client_close(&c);
 }
 
+// No CUDA context is current in this thread (nothing here makes one), whether or not a driver is
+// installed: the GPU spans send their CPU span only, and say why.
+void cpp_gpu_spans_send_their_cpu_span_without_a_context(void **) {
+  Receiver r;
+  em_client_t c;
+  assert_int_equal(em_client_open(&c, r.path()), 0);
+  em_client_set_frame(&c, 5);
+  em_client_gpu_span_t g = em_client_gpu_span_begin(&c, "infer", nullptr);
+  assert_int_equal(em_client_gpu_span_end(&g), 0);
+  check(r.recv_span(), EM_DGRAM_SPAN, 5, "infer");
+  EM_CLIENT_GPU_SPAN(&c, "post", nullptr) {
+    em_client_set_frame(&c, 6);
+  }
+  check(r.recv_span(), EM_DGRAM_SPAN, 6, "post");
+  assert_non_null(c.gpu_off);
+  assert_int_equal(em_client_gpu_poll(&c), 0);
+  assert_true(em_client_gpu_pending(&c) == 0 && c.gpu_counters[EM_CLIENT_GPU_RECORDED] == 0);
+  assert_true(r.drain() == 0);
+  em_client_close(&c);
+}
+
 } // namespace
 
 int main() {
@@ -184,6 +207,7 @@ int main() {
       cmocka_unit_test(cpp_spans_decode_field_by_field),
       cmocka_unit_test(cpp_scope_guard_sends_when_left_by_an_exception),
       cmocka_unit_test(cpp_absent_agent_and_full_queue_never_block),
+      cmocka_unit_test(cpp_gpu_spans_send_their_cpu_span_without_a_context),
   };
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

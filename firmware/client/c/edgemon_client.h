@@ -51,6 +51,13 @@
  *  - Counters: em_client_t.ring_counters[] (em_client_ring_counter_t); `sent` counts datagrams
  *    only (v1 spans and kind-6 hard misses), ring_counters[EM_CLIENT_RING_WRITTEN] the slots.
  *
+ * GPU spans (em_client_gpu_span_begin/_end, EM_CLIENT_GPU_SPAN): the block's GPU time from a
+ * pair of CUDA events on a stream, never waited for, sent later as the stage "<stage>.gpu"
+ * (same frame id, the CPU span's start) by a later GPU span of the thread or em_client_gpu_poll().
+ * The driver is dlopen()ed ("libcuda.so.1") on first use: no CUDA header and no link-time
+ * dependency, but dlopen itself is in libdl before glibc 2.34 (JetPack 5: glibc 2.31), so a
+ * program calling them links with -ldl there. See "GPU spans" below.
+ *
  * The agent's level (proto/WIRE.md): em_client_level() / em_client_state() read the state
  * page (<runtime_dir>/state, or $EDGEMON_STATE_PAGE, or em_client_set_state_path()), mapped
  * once, with the seqlock and no system call (a stat() of the path once per second follows a
@@ -91,6 +98,7 @@
 #define _POSIX_C_SOURCE 200809L /* socket, clock_gettime, geteuid under -std=c11. */
 #endif
 
+#include <dlfcn.h> /* dlopen of the CUDA driver, by GPU spans only */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h> /* PATH_MAX */
@@ -202,6 +210,15 @@ typedef enum {
   EM_CLIENT_RING_COUNT
 } em_client_ring_counter_t;
 
+/* Counters of GPU spans (em_client_gpu_span_begin/_end): indices of em_client_t.gpu_counters[]. */
+typedef enum {
+  EM_CLIENT_GPU_RECORDED = 0, /* Event pairs recorded around a block (start and end). */
+  EM_CLIENT_GPU_RESOLVED,     /* Pairs whose events completed, sent as "<stage>.gpu". */
+  EM_CLIENT_GPU_DROPPED,      /* Oldest pending pairs given up: the GPU was a pool behind. */
+  EM_CLIENT_GPU_FAILED,       /* Not measured: a driver call failed, or a name too long. */
+  EM_CLIENT_GPU_COUNT
+} em_client_gpu_counter_t;
+
 /* Model identity (em_client_set_model, WIRE.md "Model identity"). */
 #define EM_CLIENT_MODEL_BYTES      512u /* One model datagram v2. */
 #define EM_CLIENT_MODEL_MAX_LABELS 8u
@@ -273,6 +290,9 @@ typedef struct {
   uint32_t model_generation;                      /* set_model calls accepted. */
   uint64_t model_agent_gen;                       /* agent_gen when the model was last sent. */
   uint64_t model_counters[EM_CLIENT_MODEL_COUNT]; /* By em_client_model_counter_t. */
+  /* GPU spans: their counters, and why the last one was CPU only (static text), or NULL. */
+  uint64_t gpu_counters[EM_CLIENT_GPU_COUNT]; /* By em_client_gpu_counter_t. */
+  const char *gpu_off;
 } em_client_t;
 
 /* A span being timed: em_client_span_begin() ... em_client_span_end(). */
@@ -1608,6 +1628,275 @@ static inline void em_client__ring_close_own(em_client_t *c) {
 }
 
 /*
+ * GPU spans: the GPU time of a block, from a pair of CUDA events that nothing waits for.
+ *
+ *   em_client_gpu_span_t g = em_client_gpu_span_begin(&em, "infer", stream); // NULL: default
+ * stream launch_inference(stream); em_client_gpu_span_end(&g);            // sends "infer" (CPU)
+ * now, "infer.gpu" later
+ *
+ * The CUDA driver is loaded at run time with dlopen("libcuda.so.1") (EM_CLIENT_CUDA_LIB) on the
+ * first GPU span of the process; nothing links against it and no CUDA header is needed. Only
+ * cuInit, cuCtxGetCurrent, cuEventCreate, cuEventRecord, cuEventQuery, cuEventElapsedTime and
+ * cuEventDestroy(_v2) are used. Begin records a start event on `stream` (a CUstream, NULL for
+ * the default stream) in the thread's current context, end sends the CPU span as
+ * em_client_span_end() does and records the end event. The pair then waits in the thread's
+ * pool; every GPU span begin and end of that thread, and em_client_gpu_poll(), look at the
+ * pending pairs oldest first with cuEventQuery (which never blocks) up to the first whose end
+ * event has not completed. A completed pair is sent as the stage "<stage>.gpu" with the frame
+ * id of the span that recorded it, start_ns = that span's CPU start (the GPU cannot begin the
+ * block's work earlier) and the duration cuEventElapsedTime gives: the stream's time from the
+ * start event to the end event. Nothing synchronises: no cuEventSynchronize, no
+ * cuStreamSynchronize, no cuCtxSynchronize.
+ *
+ * The pool: EM_CLIENT_GPU_PAIRS event pairs per thread (per translation unit), made on first
+ * use in the current context and reused. When every pair is pending (the GPU is that many spans
+ * behind) the oldest is given up, counted in gpu_counters[EM_CLIENT_GPU_DROPPED], and reused.
+ * A pool belongs to the first client that records a GPU span in the thread; other clients on
+ * that thread time the CPU side only until that client is closed there. A pair made in another
+ * context than the current one is made again (its events destroyed). The events are destroyed
+ * when the thread ends; a forked child forgets its parent's (CUDA does not survive fork).
+ *
+ * Without the driver (libcuda.so.1 absent), with cuInit failing (no device), or without a
+ * current context in the thread, a GPU span is the plain CPU span; c->gpu_off says why (static
+ * text, for the application to report once) and the check costs one load. Linking: dlopen is
+ * in libdl before glibc 2.34 (JetPack 5's glibc 2.31): link with -ldl there when you use GPU
+ * spans. A program that never calls them needs nothing more than before.
+ */
+#ifndef EM_CLIENT_CUDA_LIB
+#define EM_CLIENT_CUDA_LIB "libcuda.so.1" /* The driver's soname (the one the driver installs). */
+#endif
+#define EM_CLIENT_GPU_PAIRS                                                                        \
+  16u /* Event pairs per thread; the oldest pending is dropped past it.                            \
+       */
+
+/* Internal: the driver's results used here (CUresult values) and its event flag. */
+#define EM_CLIENT__CU_SUCCESS       0
+#define EM_CLIENT__CU_NOT_READY     600
+#define EM_CLIENT__CU_EVENT_DEFAULT 0u
+
+/* Internal: the driver entry points, as pointers to our own minimal signatures: CUresult is an
+ * int, CUcontext, CUevent and CUstream are opaque pointers. */
+typedef struct {
+  int state;       /* 0 not tried, 1 ready, -1 off. */
+  const char *off; /* Why it is off (static text). */
+  void *lib;       /* dlopen handle, kept for the life of the process. */
+  int (*init)(unsigned int flags);
+  int (*ctx_get_current)(void **ctx);
+  int (*event_create)(void **event, unsigned int flags);
+  int (*event_record)(void *event, void *stream);
+  int (*event_query)(void *event);
+  int (*event_elapsed)(float *ms, void *start, void *end);
+  int (*event_destroy)(void *event);
+} em_client__cuda_t;
+
+static inline em_client__cuda_t *em_client__cuda(void) {
+  static em_client__cuda_t cuda;
+  return &cuda;
+}
+
+/* Internal: dlsym into a function pointer without the object-to-function cast ISO C forbids. */
+static inline int em_client__cuda_sym(void *lib, const char *name, void *fn, size_t size) {
+  void *sym = dlsym(lib, name);
+  if (sym == NULL) {
+    return 0;
+  }
+  memcpy(fn, &sym, size);
+  return 1;
+}
+
+/* Internal: the once-per-process load (pthread_once): dlopen, the symbols, cuInit(0). */
+static inline void em_client__cuda_load(void) {
+  em_client__cuda_t *cu = em_client__cuda();
+  cu->state = -1;
+  cu->lib = dlopen(EM_CLIENT_CUDA_LIB, RTLD_NOW | RTLD_LOCAL);
+  if (cu->lib == NULL) {
+    cu->off = "no CUDA driver: " EM_CLIENT_CUDA_LIB " could not be loaded";
+    return;
+  }
+  if (!em_client__cuda_sym(cu->lib, "cuInit", &cu->init, sizeof(cu->init)) ||
+      !em_client__cuda_sym(cu->lib, "cuCtxGetCurrent", &cu->ctx_get_current,
+                           sizeof(cu->ctx_get_current)) ||
+      !em_client__cuda_sym(cu->lib, "cuEventCreate", &cu->event_create, sizeof(cu->event_create)) ||
+      !em_client__cuda_sym(cu->lib, "cuEventRecord", &cu->event_record, sizeof(cu->event_record)) ||
+      !em_client__cuda_sym(cu->lib, "cuEventQuery", &cu->event_query, sizeof(cu->event_query)) ||
+      !em_client__cuda_sym(cu->lib, "cuEventElapsedTime", &cu->event_elapsed,
+                           sizeof(cu->event_elapsed)) ||
+      (!em_client__cuda_sym(cu->lib, "cuEventDestroy_v2", &cu->event_destroy,
+                            sizeof(cu->event_destroy)) &&
+       !em_client__cuda_sym(cu->lib, "cuEventDestroy", &cu->event_destroy,
+                            sizeof(cu->event_destroy)))) {
+    cu->off = "the CUDA driver lacks an event entry point";
+    return;
+  }
+  if (cu->init(0) != EM_CLIENT__CU_SUCCESS) {
+    cu->off = "cuInit failed: no CUDA device";
+    return;
+  }
+  cu->state = 1;
+}
+
+/* Internal: pair states in a thread's pool. */
+enum { EM_CLIENT__GPU_FREE = 0, EM_CLIENT__GPU_OPEN, EM_CLIENT__GPU_PENDING };
+
+/* Internal: one event pair and what its span was. */
+typedef struct {
+  void *start, *end; /* CUevent handles, NULL until made. */
+  void *ctx;         /* The context they were made in. */
+  int state;         /* EM_CLIENT__GPU_*. */
+  uint64_t frame_id; /* The frame of the span that recorded it. */
+  uint64_t start_ns; /* That span's CPU start. */
+  char stage[32];    /* "<stage>.gpu", NUL-terminated. */
+} em_client__gpu_pair_t;
+
+/* Internal: the calling thread's pool; pending pairs in fifo[head..head+count) (mod pairs). */
+typedef struct {
+  uint64_t owner; /* em_client_t.serial of the client using it, 0: none. */
+  unsigned head, count;
+  uint8_t fifo[EM_CLIENT_GPU_PAIRS];
+  em_client__gpu_pair_t pair[EM_CLIENT_GPU_PAIRS];
+} em_client__gpu_pool_t;
+
+static inline em_client__gpu_pool_t *em_client__gpu_tls(void) {
+  static EM_CLIENT__THREAD_LOCAL em_client__gpu_pool_t pool;
+  return &pool;
+}
+
+/* Internal: destroys a pool's events (the thread ended) and empties it. */
+static inline void em_client__gpu_pool_release(em_client__gpu_pool_t *p) {
+  em_client__cuda_t *cu = em_client__cuda();
+  for (unsigned i = 0; i < EM_CLIENT_GPU_PAIRS; i++) {
+    if (cu->state == 1 && p->pair[i].start != NULL) {
+      (void)cu->event_destroy(p->pair[i].start);
+      (void)cu->event_destroy(p->pair[i].end);
+    }
+  }
+  memset(p, 0, sizeof(*p));
+}
+
+static inline void em_client__gpu_thread_exit(void *arg) {
+  em_client__gpu_pool_release((em_client__gpu_pool_t *)arg);
+}
+
+/* Internal: fork child: the parent's events are not the child's; forgotten, never destroyed. */
+static inline void em_client__gpu_atfork_child(void) {
+  memset(em_client__gpu_tls(), 0, sizeof(em_client__gpu_pool_t));
+}
+
+static inline pthread_key_t *em_client__gpu_key(void) {
+  static pthread_key_t key;
+  return &key;
+}
+static inline int *em_client__gpu_key_ok(void) {
+  static int ok;
+  return &ok;
+}
+static inline void em_client__gpu_once_init(void) {
+  em_client__cuda_load();
+  if (pthread_key_create(em_client__gpu_key(), em_client__gpu_thread_exit) == 0 &&
+      pthread_atfork(NULL, NULL, em_client__gpu_atfork_child) == 0) {
+    *em_client__gpu_key_ok() = 1;
+  }
+}
+
+/* Internal: the driver, loaded on the first call of the process; NULL when GPU spans are off
+ * (why in *off). */
+static inline em_client__cuda_t *em_client__cuda_ready(const char **off) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  em_client__cuda_t *cu = em_client__cuda();
+  if (pthread_once(&once, em_client__gpu_once_init) != 0 || cu->state != 1) {
+    *off = cu->off != NULL ? cu->off : "the CUDA driver could not be set up";
+    return NULL;
+  }
+  if (!*em_client__gpu_key_ok()) {
+    *off = "no thread key for the GPU event pools";
+    return NULL;
+  }
+  return cu;
+}
+
+/* Internal: gives the oldest pending pair up (the GPU is EM_CLIENT_GPU_PAIRS spans behind). */
+static inline unsigned em_client__gpu_pop(em_client__gpu_pool_t *p) {
+  unsigned i = p->fifo[p->head];
+  p->head = (p->head + 1u) % EM_CLIENT_GPU_PAIRS;
+  p->count--;
+  p->pair[i].state = EM_CLIENT__GPU_FREE;
+  return i;
+}
+
+/* Internal: sends the pending pairs of the pool whose end event completed, oldest first, up
+ * to the first that has not (cuEventQuery never blocks). A pair whose query or elapsed time
+ * fails with anything but "not ready" is released and counted as failed. Returns how many
+ * were sent. */
+static inline int em_client__gpu_resolve(em_client_t *c, em_client__cuda_t *cu,
+                                         em_client__gpu_pool_t *p) {
+  int sent = 0;
+  while (p->count != 0) {
+    em_client__gpu_pair_t *g = &p->pair[p->fifo[p->head]];
+    float ms = 0.0f;
+    int rc = cu->event_query(g->end);
+    if (rc == EM_CLIENT__CU_SUCCESS) {
+      rc = cu->event_elapsed(&ms, g->start, g->end);
+    }
+    if (rc == EM_CLIENT__CU_NOT_READY) {
+      break;
+    }
+    (void)em_client__gpu_pop(p);
+    if (rc != EM_CLIENT__CU_SUCCESS) {
+      c->gpu_counters[EM_CLIENT_GPU_FAILED]++;
+      continue;
+    }
+    c->gpu_counters[EM_CLIENT_GPU_RESOLVED]++;
+    sent++;
+    (void)em_client__out(c, 1, g->stage, g->frame_id, g->start_ns,
+                         ms > 0.0f ? (uint64_t)((double)ms * 1e6 + 0.5) : 0u);
+  }
+  return sent;
+}
+
+/* Internal: the pool of the calling thread for `c`, the driver in *cu, the current context in
+ * *ctx; NULL when the span is to be the plain CPU span (c->gpu_off says why). */
+static inline em_client__gpu_pool_t *em_client__gpu_pool(em_client_t *c, em_client__cuda_t **cu,
+                                                         void **ctx) {
+  em_client__gpu_pool_t *p;
+  const char *off = NULL;
+  *cu = em_client__cuda_ready(&off);
+  if (*cu == NULL) {
+    c->gpu_off = off;
+    return NULL;
+  }
+  p = em_client__gpu_tls();
+  if (p->owner == 0) {
+    p->owner = c->serial;
+    (void)pthread_setspecific(*em_client__gpu_key(), p);
+  } else if (p->owner != c->serial) {
+    c->gpu_off = "this thread's GPU event pool belongs to another client";
+    return NULL;
+  }
+  *ctx = NULL;
+  if ((*cu)->ctx_get_current(ctx) != EM_CLIENT__CU_SUCCESS || *ctx == NULL) {
+    c->gpu_off = "no current CUDA context in this thread";
+    return NULL;
+  }
+  c->gpu_off = NULL;
+  return p;
+}
+
+/* Internal: em_client_close() on this thread: the pool's pending and open pairs of `c` are
+ * forgotten (never sent) and the pool is free for another client; its events are kept. */
+static inline void em_client__gpu_close_own(em_client_t *c) {
+  em_client__gpu_pool_t *p = em_client__gpu_tls();
+  if (p->owner != c->serial) {
+    return;
+  }
+  for (unsigned i = 0; i < EM_CLIENT_GPU_PAIRS; i++) {
+    p->pair[i].state = EM_CLIENT__GPU_FREE;
+  }
+  p->head = 0;
+  p->count = 0;
+  p->owner = 0;
+}
+
+/*
  * Writes the default deadline page path into out[0..cap): $EDGEMON_DEADLINE_PAGE, else the file
  * "deadlines" beside the span socket `socket_path` (both live in the agent's runtime
  * directory). Returns 0, -EINVAL or -ENAMETOOLONG.
@@ -1687,6 +1976,7 @@ static inline void em_client_close(em_client_t *c) {
   }
   if (!c->closed) {
     em_client__ring_close_own(c);
+    em_client__gpu_close_own(c);
   }
   em_client__disconnect(c);
   em_client__page_drop(c);
@@ -1845,6 +2135,142 @@ static inline uint64_t em_client_dropped_total(const em_client_t *c) {
   return total;
 }
 
+/* A GPU span being timed: em_client_gpu_span_begin() ... em_client_gpu_span_end(). */
+typedef struct {
+  em_client_span_t cpu; /* The CPU span, as em_client_span_begin() makes it. */
+  void *stream;         /* The CUstream the events are recorded on (NULL: the default). */
+  int pair;             /* The pool's pair holding the start event, or -1: CPU only. */
+} em_client_gpu_span_t;
+
+/*
+ * Starts timing `stage` (borrowed until em_client_gpu_span_end) on the CPU, and on the GPU with
+ * a start event recorded on `stream` (a CUstream; NULL: the default stream) in the calling
+ * thread's current context, after sending the pending pairs that completed. Never blocks.
+ * Without a driver, device or context, or with a name longer than 27 bytes (no room for
+ * ".gpu"; counted as failed), it is em_client_span_begin().
+ */
+static inline em_client_gpu_span_t em_client_gpu_span_begin(em_client_t *c, const char *stage,
+                                                            void *stream) {
+  em_client_gpu_span_t s;
+  em_client__gpu_pool_t *p;
+  em_client__gpu_pair_t *g;
+  em_client__cuda_t *cu = NULL;
+  void *ctx = NULL;
+  size_t len;
+  unsigned i;
+  s.stream = stream;
+  s.pair = -1;
+  if (c == NULL || c->closed || !em_client_stage_valid(stage)) {
+    s.cpu = em_client_span_begin(c, stage);
+    return s;
+  }
+  p = em_client__gpu_pool(c, &cu, &ctx);
+  if (p == NULL) {
+    s.cpu = em_client_span_begin(c, stage);
+    return s;
+  }
+  len = strlen(stage);
+  if (len + sizeof(".gpu") > sizeof(p->pair[0].stage)) {
+    c->gpu_counters[EM_CLIENT_GPU_FAILED]++;
+    s.cpu = em_client_span_begin(c, stage);
+    return s;
+  }
+  (void)em_client__gpu_resolve(c, cu, p);
+  for (i = 0; i < EM_CLIENT_GPU_PAIRS; i++) {
+    if (p->pair[i].state == EM_CLIENT__GPU_FREE) {
+      break;
+    }
+  }
+  if (i == EM_CLIENT_GPU_PAIRS) {
+    if (p->count == 0) { /* Every pair is open in a nested span: this one is CPU only. */
+      c->gpu_counters[EM_CLIENT_GPU_FAILED]++;
+      s.cpu = em_client_span_begin(c, stage);
+      return s;
+    }
+    i = em_client__gpu_pop(p);
+    c->gpu_counters[EM_CLIENT_GPU_DROPPED]++;
+  }
+  g = &p->pair[i];
+  if (g->start != NULL && g->ctx != ctx) { /* Made in another context: made again. */
+    (void)cu->event_destroy(g->start);
+    (void)cu->event_destroy(g->end);
+    g->start = g->end = NULL;
+  }
+  if (g->start == NULL) {
+    if (cu->event_create(&g->start, EM_CLIENT__CU_EVENT_DEFAULT) != EM_CLIENT__CU_SUCCESS) {
+      g->start = NULL;
+    } else if (cu->event_create(&g->end, EM_CLIENT__CU_EVENT_DEFAULT) != EM_CLIENT__CU_SUCCESS) {
+      (void)cu->event_destroy(g->start);
+      g->start = g->end = NULL;
+    }
+    g->ctx = ctx;
+  }
+  if (g->start == NULL || cu->event_record(g->start, stream) != EM_CLIENT__CU_SUCCESS) {
+    c->gpu_counters[EM_CLIENT_GPU_FAILED]++;
+    s.cpu = em_client_span_begin(c, stage);
+    return s;
+  }
+  g->state = EM_CLIENT__GPU_OPEN;
+  memcpy(g->stage, stage, len);
+  memcpy(g->stage + len, ".gpu", sizeof(".gpu"));
+  s.pair = (int)i;
+  s.cpu = em_client_span_begin(c, stage);
+  return s;
+}
+
+/*
+ * Ends the span: sends the CPU span as em_client_span_end() (the frame current now) and returns
+ * what that returns; then records the end event on the span's stream, queues the pair and sends
+ * the pending pairs that completed. Never blocks.
+ */
+static inline int em_client_gpu_span_end(em_client_gpu_span_t *s) {
+  em_client_t *c = s->cpu.client;
+  em_client__gpu_pool_t *p;
+  em_client__gpu_pair_t *g;
+  em_client__cuda_t *cu;
+  uint64_t frame_id = c != NULL ? c->frame_id : 0;
+  int rc = em_client_span_end(&s->cpu);
+  if (s->pair < 0 || c == NULL) {
+    return rc;
+  }
+  cu = em_client__cuda();
+  p = em_client__gpu_tls();
+  g = &p->pair[s->pair];
+  s->pair = -1;
+  if (p->owner != c->serial || g->state != EM_CLIENT__GPU_OPEN) {
+    return rc; /* The pool was emptied under the span (the client closed in this thread). */
+  }
+  if (cu->event_record(g->end, s->stream) != EM_CLIENT__CU_SUCCESS) {
+    g->state = EM_CLIENT__GPU_FREE;
+    c->gpu_counters[EM_CLIENT_GPU_FAILED]++;
+    return rc;
+  }
+  g->state = EM_CLIENT__GPU_PENDING;
+  g->frame_id = frame_id;
+  g->start_ns = s->cpu.start_ns;
+  p->fifo[(p->head + p->count) % EM_CLIENT_GPU_PAIRS] = (uint8_t)(g - p->pair);
+  p->count++;
+  c->gpu_counters[EM_CLIENT_GPU_RECORDED]++;
+  (void)em_client__gpu_resolve(c, cu, p);
+  return rc;
+}
+
+/* Sends the calling thread's pending GPU pairs of `c` whose events completed, without waiting
+ * for the others (the thread's next GPU span does the same). Returns how many were sent. */
+static inline int em_client_gpu_poll(em_client_t *c) {
+  em_client__gpu_pool_t *p = em_client__gpu_tls();
+  if (c == NULL || p->owner != c->serial || p->count == 0) {
+    return 0;
+  }
+  return em_client__gpu_resolve(c, em_client__cuda(), p);
+}
+
+/* Pairs pending in the calling thread's pool for `c`. */
+static inline unsigned em_client_gpu_pending(const em_client_t *c) {
+  em_client__gpu_pool_t *p = em_client__gpu_tls();
+  return c != NULL && p->owner == c->serial ? p->count : 0u;
+}
+
 #define EM_CLIENT__CAT2(a, b) a##b
 #define EM_CLIENT__CAT(a, b)  EM_CLIENT__CAT2(a, b)
 
@@ -1863,6 +2289,20 @@ static inline uint64_t em_client_dropped_total(const em_client_t *c) {
            em_client_span_begin((client), (stage));                                                \
        !EM_CLIENT__CAT(em_client__span_, __LINE__).done;                                           \
        (void)em_client_span_end(&EM_CLIENT__CAT(em_client__span_, __LINE__)))
+
+/*
+ * EM_CLIENT_SPAN with the block's GPU time too (em_client_gpu_span_begin/_end), its events on
+ * `stream` (a CUstream, NULL: the default stream):
+ *
+ *   EM_CLIENT_GPU_SPAN(&em, "infer", stream) {
+ *     launch_inference(stream);
+ *   }
+ */
+#define EM_CLIENT_GPU_SPAN(client, stage, stream)                                                  \
+  for (em_client_gpu_span_t EM_CLIENT__CAT(em_client__gpu_span_, __LINE__) =                       \
+           em_client_gpu_span_begin((client), (stage), (stream));                                  \
+       !EM_CLIENT__CAT(em_client__gpu_span_, __LINE__).cpu.done;                                   \
+       (void)em_client_gpu_span_end(&EM_CLIENT__CAT(em_client__gpu_span_, __LINE__)))
 
 #if defined(__cplusplus) && defined(__GNUC__)
 #pragma GCC diagnostic pop
