@@ -1,13 +1,17 @@
 /*
  * app.js - the fleet dashboard, served by edgemon-aggregator under /ui/.
  *
- * Three views chosen by the URL's hash: the fleet table (#/, polled from /api/fleet every 2 s
- * and redrawn without a reload), one device (#/device/<id>: /api/devices/<id>/history drawn
- * with uPlot, the level timeline shaded behind every latency chart, and the device's flight
+ * Views chosen by the URL's hash: the fleet table (#/, polled from /api/fleet every 2 s and
+ * redrawn without a reload), one device (#/device/<id>: /api/devices/<id>/history drawn with
+ * uPlot, the level timeline shaded behind every latency chart, and the device's flight
  * recordings from /api/devices/<id>/flights and stack profiles from /api/devices/<id>/profiles,
- * each linked to its JSON, a profile also to its breach's recording) and the fleet's merged
- * latency (#/latency: /api/latency). The module owns the page's DOM under <main id="app">, the uPlot
- * charts of the current view (destroyed when the view changes) and one timer. Errors from the
+ * each linked to its JSON, a profile also to its breach's recording, each opening its own view),
+ * the fleet's merged latency (#/latency: /api/latency, polled every 5 s and updated in place), a
+ * stack profile's flame graphs (#/device/<id>/profile/<key>: flame.js) and a flight recording's
+ * timeline (#/device/<id>/flight/<key>: timeline.js). The module owns the page's DOM under
+ * <main id="app">, the routing, the uPlot charts of the current view (destroyed when the view
+ * changes), one timer, and the current view's resize and leave hooks (state.onResize,
+ * state.onLeave: what flame.js and timeline.js set for their canvases). Errors from the
  * API are shown in the page's error line, never thrown: every request goes through api(), and
  * every asynchronous path ends in a catch that reports to that line. An answer 503 with
  * Retry-After (the API's lane is full, or a query ran past its deadline) is asked again after
@@ -21,6 +25,7 @@
 const LEVELS = ["NOMINAL", "WARN", "DEGRADED", "CRITICAL"];
 const RANGES = ["5m", "15m", "1h", "6h", "24h", "7d"];
 const FLEET_POLL_MS = 2000;
+const LATENCY_POLL_MS = 5000; // The fleet latency view's refresh (a heavier read than the fleet's).
 const FLIGHTS_LISTED = 20; // Flight recordings the device view lists, newest first.
 const PROFILES_LISTED = 20; // Stack profiles the device view lists, newest first.
 const API_RETRIES = 3; // Times a 503 with Retry-After is asked again before it is shown.
@@ -80,6 +85,8 @@ const state = {
   rows: new Map(), // the fleet table's rows by device id: {tr, tds, sigs}
   inflight: false,
   ticket: 0,
+  onResize: null, // the current view's redraw on a resize, besides its uPlot charts
+  onLeave: null, // what the current view undoes when it goes (window listeners)
 };
 
 /* ---- small helpers ------------------------------------------------------------------------ */
@@ -329,6 +336,22 @@ function makeChart(container, { series, data, xRange, yFmt, bands, height, name 
   return chart;
 }
 
+/* canvas sized to width x height CSS px at the screen's pixel ratio, cleared; returns its 2D
+ * context scaled to CSS px, with the labels' font (flame.js and timeline.js draw through it). */
+function canvasContext(canvas, width, height) {
+  const dpr = window.devicePixelRatio || 1;
+  canvas.width = Math.round(width * dpr);
+  canvas.height = Math.round(height * dpr);
+  canvas.style.width = width + "px";
+  canvas.style.height = height + "px";
+  const ctx = canvas.getContext("2d");
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  ctx.clearRect(0, 0, width, height);
+  ctx.font = "11px system-ui, sans-serif";
+  ctx.textBaseline = "middle";
+  return ctx;
+}
+
 function destroyCharts() {
   for (const c of state.charts) c.destroy();
   state.charts = [];
@@ -360,6 +383,9 @@ function levelBands(fromNs, toNs, levelAtFrom, changes) {
 /* ---- views -------------------------------------------------------------------------------- */
 
 function setView(name, render) {
+  if (state.onLeave) state.onLeave();
+  state.onLeave = null;
+  state.onResize = null;
   state.seq++;
   state.view = name;
   clearTimeout(state.timer);
@@ -735,7 +761,7 @@ function drawDevice(body, h, flights, profiles) {
   if (body.dataset.key === key && state.charts.length) {
     updateDevice(h, bands, xRange);
     document.getElementById("latest-verdict").replaceWith(latestVerdict(h));
-    document.getElementById("flights").closest(".table-wrap").replaceWith(flightTable(flights));
+    document.getElementById("flights").closest(".table-wrap").replaceWith(flightTable(h.device, flights));
     document.getElementById("profiles").closest(".table-wrap").replaceWith(profileTable(profiles));
     return;
   }
@@ -769,7 +795,7 @@ function drawDevice(body, h, flights, profiles) {
   }
 
   body.append(el("h2", { text: "Level timeline" }), levelTable(h));
-  body.append(el("h2", { text: "Flight recordings" }), flightTable(flights));
+  body.append(el("h2", { text: "Flight recordings" }), flightTable(h.device, flights));
   body.append(el("h2", { text: "Stack profiles" }), profileTable(profiles));
   body.append(el("h2", { text: "Resources" }));
   drawMetrics(body, h, bands, xRange);
@@ -830,9 +856,19 @@ function levelTable(h) {
   return wrap;
 }
 
+/* A button that opens the view of one of device's documents (kind "profile" or "flight"). */
+function openButton(cls, text, device, kind, key) {
+  const href = deviceHref(device) + "/" + kind + "/" + encodeURIComponent(key);
+  return el("button", { type: "button", class: "open " + cls, "data-open": href, text,
+    onclick: () => {
+      location.hash = href;
+    } });
+}
+
 /* The device's newest flight recordings (/api/devices/<id>/flights), each with links to its
- * JSON and its CBOR as published. */
-function flightTable(flights) {
+ * JSON and its CBOR as published, and a button opening its timeline (timeline.js). */
+
+function flightTable(device, flights) {
   const rows = flights.map((f) =>
     el("tr", { class: "flight", "data-key": f.key },
       el("td", { text: fmtTime(f.time_ns) }),
@@ -845,9 +881,11 @@ function flightTable(flights) {
       el("td", { text: `${f.spans} spans, ${f.ticks} ticks` + (f.historical ? " (replayed)" : "") }),
       el("td", { text: fmtBytes(f.bytes) }),
       el("td", {}, el("a", { href: f.url, text: "JSON" }), " ",
-        el("a", { href: f.url + "?format=cbor", text: "CBOR" }))));
+        el("a", { href: f.url + "?format=cbor", text: "CBOR" })),
+      el("td", {}, openButton("open-timeline", "Timeline", device, "flight", f.key))));
   const t = el("table", { class: "timeline", id: "flights" },
-    headRow(["Time", "Trigger", "Cause", "Level", "Rule", "Stage", "Holds", "Size", "Recording"]),
+    headRow(["Time", "Trigger", "Cause", "Level", "Rule", "Stage", "Holds", "Size", "Recording",
+      "Timeline"]),
     el("tbody", {}, ...rows));
   const wrap = el("div", { class: "table-wrap" }, t);
   if (!flights.length) wrap.append(muted("No flight recording of this device is stored.", "p"));
@@ -857,8 +895,9 @@ function flightTable(flights) {
 
 /* The device's newest stack profiles (/api/devices/<id>/profiles: `list` is its answer), each
  * with links to its JSON and its CBOR as published, to the flight recording of the same breach,
- * and the edgemon-cli command that draws its flame graph: --at the profile's time to the
- * millisecond picks it (the CLI takes the profile nearest that time). */
+ * the edgemon-cli command that draws its flame graph (--at the profile's time to the
+ * millisecond picks it: the CLI takes the profile nearest that time) and a button opening its
+ * flame graphs in the page (flame.js). */
 function profileTable(list) {
   const enc = encodeURIComponent(list.device);
   const rows = list.profiles.map((p) => {
@@ -880,11 +919,12 @@ function profileTable(list) {
       el("td", {}, p.flight
         ? el("a", { href: "/api/devices/" + enc + "/flights/" + p.flight, text: p.flight })
         : muted("none")),
-      el("td", {}, el("code", { text: draw })));
+      el("td", {}, el("code", { text: draw })),
+      el("td", {}, openButton("open-flame", "Flame graph", list.device, "profile", p.key)));
   });
   const t = el("table", { class: "timeline", id: "profiles" },
     headRow(["Time", "Cause", "Level", "Rule", "Samples", "Stacks", "Window", "Profile",
-      "Flight recording", "Flame graph"]),
+      "Flight recording", "Drawn by the CLI", "In the page"]),
     el("tbody", {}, ...rows));
   const wrap = el("div", { class: "table-wrap" }, t);
   if (!list.profiles.length) wrap.append(muted("No stack profile of this device is stored.", "p"));
@@ -999,7 +1039,8 @@ function renderLatency(app, seq) {
     el("section", { class: "toolbar" }, rangeButtons(load), levelFilters(load)),
     body
   );
-  load();
+  state.latency = { xRange: [0, 1] };
+  poll(seq, () => LATENCY_POLL_MS, () => loadLatency(seq, body));
 }
 
 /* Where the fleet charts start: the range's start, or a point's width before the first point
@@ -1016,9 +1057,41 @@ function seriesStart(r) {
   return Math.max(r.from_ns, first - step);
 }
 
+function latencySummary(r) {
+  return el("p", { class: "summary", id: "latency-summary" },
+    el("b", { text: r.devices_matched + (r.devices_matched === 1 ? " device" : " devices") }),
+    r.truncated ? " (the table lists the first 1000)" : "",
+    muted(` · ${fmtTime(r.from_ns)} – ${fmtTime(r.to_ns)} · resolution ${r.source}`));
+}
+
+/* A stage's fleet figures (spans and percentiles), and its devices' table, worst p99 first. */
+function latencyStats(f) {
+  return el("table", { class: "stats" },
+    el("tr", {}, ...["spans", "p50", "p90", "p99", "p99.9", "max"].map((x) => el("th", { text: x }))),
+    el("tr", {}, el("td", { text: fmtNumber(f.count) }),
+      ...[f.p50_ns, f.p90_ns, f.p99_ns, f.p999_ns, f.max_ns].map((v) =>
+        el("td", { text: fmtDuration(v) }))));
+}
+
+function latencyDevices(s) {
+  const devs = [...s.devices].sort((a, b) => b.p99_ns - a.p99_ns);
+  return el("table", { class: "devices" },
+    headRow(["Device", "spans", "p50", "p99", "max"]),
+    el("tbody", {}, ...devs.map((d) => el("tr", { "data-id": d.id },
+      el("td", {}, el("a", { href: deviceHref(d.id), text: d.id })),
+      el("td", { text: fmtNumber(d.count) }), el("td", { text: fmtDuration(d.p50_ns) }),
+      el("td", { text: fmtDuration(d.p99_ns) }), el("td", { text: fmtDuration(d.max_ns) })))));
+}
+
+const latencyData = (s) => [nsToS(s.series.t), s.series.p50_ns, s.series.p99_ns];
+
+/* Asks /api/latency for the toolbar's range and filters and draws it: into the same charts and
+ * sections when the stages are those of the last draw (a poll: no flicker, no lost hover), else
+ * from scratch. */
 async function loadLatency(seq, body) {
   if (!state.levels.size) {
     destroyCharts();
+    body.dataset.key = "";
     body.replaceChildren(muted("No level selected.", "p"));
     return;
   }
@@ -1027,42 +1100,38 @@ async function loadLatency(seq, body) {
   const r = await api("/api/latency" + query(params));
   if (seq !== state.seq || ticket !== state.ticket) return;
   showError(null);
+  const xRange = state.latency.xRange;
+  xRange.splice(0, 2, seriesStart(r) / 1e9, r.to_ns / 1e9);
+  const key = [state.range, r.stages.map((s) => s.stage).join(",")].join("|");
+  if (body.dataset.key === key && state.charts.length === r.stages.length) {
+    const byName = new Map(state.charts.map((c) => [c.root.parentElement.dataset.chart, c]));
+    document.getElementById("latency-summary").replaceWith(latencySummary(r));
+    for (const s of r.stages) {
+      const sec = body.querySelector(`section[data-stage="${CSS.escape(s.stage)}"]`);
+      sec.querySelector("table.stats").replaceWith(latencyStats(s.fleet));
+      sec.querySelector("table.devices").replaceWith(latencyDevices(s));
+      byName.get("latency:" + s.stage).setData(latencyData(s));
+    }
+    return;
+  }
   destroyCharts();
-  body.replaceChildren(
-    el("p", { class: "summary" },
-      el("b", { text: r.devices_matched + (r.devices_matched === 1 ? " device" : " devices") }),
-      r.truncated ? " (the table lists the first 1000)" : "",
-      muted(` · ${fmtTime(r.from_ns)} – ${fmtTime(r.to_ns)} · resolution ${r.source}`))
-  );
+  body.dataset.key = key;
+  body.replaceChildren(latencySummary(r));
   if (!r.stages.length) body.append(el("p", { class: "muted", text: "No spans in this range." }));
-  const xRange = [seriesStart(r) / 1e9, r.to_ns / 1e9];
   for (const s of r.stages) {
-    const f = s.fleet;
-    const stats = el("table", { class: "stats" },
-      el("tr", {}, ...["spans", "p50", "p90", "p99", "p99.9", "max"].map((x) => el("th", { text: x }))),
-      el("tr", {}, el("td", { text: fmtNumber(f.count) }),
-        ...[f.p50_ns, f.p90_ns, f.p99_ns, f.p999_ns, f.max_ns].map((v) =>
-          el("td", { text: fmtDuration(v) }))));
     const box = el("div", { class: "chart" });
-    const devs = [...s.devices].sort((a, b) => b.p99_ns - a.p99_ns);
-    const dt = el("table", { class: "devices" },
-      headRow(["Device", "spans", "p50", "p99", "max"]),
-      el("tbody", {}, ...devs.map((d) => el("tr", { "data-id": d.id },
-        el("td", {}, el("a", { href: deviceHref(d.id), text: d.id })),
-        el("td", { text: fmtNumber(d.count) }), el("td", { text: fmtDuration(d.p50_ns) }),
-        el("td", { text: fmtDuration(d.p99_ns) }), el("td", { text: fmtDuration(d.max_ns) })))));
     body.append(el("section", { class: "card stage", "data-stage": s.stage },
       el("h2", { text: s.stage }),
       el("div", { class: "split" },
-        el("div", { class: "left" }, stats, box),
-        el("div", { class: "right table-wrap" }, dt))));
+        el("div", { class: "left" }, latencyStats(s.fleet), box),
+        el("div", { class: "right table-wrap" }, latencyDevices(s)))));
     makeChart(box, {
       name: "latency:" + s.stage,
       series: [
         { label: "fleet p50", color: COLORS.p50 },
         { label: "fleet p99", color: COLORS.p99, width: 2 },
       ],
-      data: [nsToS(s.series.t), s.series.p50_ns, s.series.p99_ns],
+      data: latencyData(s),
       xRange,
       yFmt: fmtDuration,
     });
@@ -1073,6 +1142,24 @@ async function loadLatency(seq, body) {
 
 function route() {
   const hash = location.hash || "#/";
+  const doc = /^#\/device\/([^/]+)\/(profile|flight)\/([^/]+)$/.exec(hash);
+  if (doc) {
+    let id;
+    let key;
+    try {
+      id = decodeURIComponent(doc[1]);
+      key = decodeURIComponent(doc[3]);
+    } catch (e) {
+      setView("fleet", renderFleet);
+      showError("not an address of the page: " + hash);
+      return;
+    }
+    const render = doc[2] === "profile" ? renderProfile : renderFlight;
+    setView(doc[2], (app, seq) => render(app, seq, id, key).catch((e) => {
+      if (seq === state.seq) showError(e.message);
+    }));
+    return;
+  }
   const m = /^#\/device\/(.+)$/.exec(hash);
   if (m) {
     let id;
@@ -1099,6 +1186,9 @@ window.addEventListener("hashchange", route);
 let resizeTimer = null;
 window.addEventListener("resize", () => {
   clearTimeout(resizeTimer);
-  resizeTimer = setTimeout(resizeCharts, 150);
+  resizeTimer = setTimeout(() => {
+    resizeCharts();
+    if (state.onResize) state.onResize();
+  }, 150);
 });
 route();
