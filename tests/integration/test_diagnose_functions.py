@@ -9,10 +9,11 @@ function in infer, extra_postprocess(), another CPU loop: the median passes its 
 level rises, the verdict names more_work, and the flight recording of the escalation, published
 once the escalation's profile window has resolved, lists extra_postprocess among the functions
 of its more_work cause, with a positive growth in points. edgemon-cli flight prints it under
-the cause. What is asserted is that the function is named, never how fast anything ran.
+the cause, and tail under the recording's line. What is asserted is that the function is named, never how fast anything ran.
 """
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -93,6 +94,14 @@ def test_a_more_work_verdict_names_the_function_the_stage_newly_calls(stack):
         pytest.skip(f"the baseline holds too few samples of infer on this machine: {line}")
     assert "DEGRADED" not in agent.log_text(), "the level rose before the extra work"
 
+    cli = os.environ.get("EM_CLI")
+    assert cli, "EM_CLI must name the edgemon-cli binary (run through ctest)"
+    tail_out = stack.tmp / "tail.txt"
+    with open(tail_out, "w") as fh:
+        tail = subprocess.Popen([cli, "tail", "--broker", f"mqtt://127.0.0.1:{broker.port}",
+                                 "--device", agent.device, "--duration", "120"], stdout=fh,
+                                stderr=subprocess.STDOUT)
+    stack.on_stop(lambda: (tail.kill(), tail.wait()))
     go.write_text("")
     state = sub.next("state", timeout=30, pred=lambda m: m["level"] == "DEGRADED")
     v = state.get("verdict")
@@ -122,9 +131,10 @@ def test_a_more_work_verdict_names_the_function_the_stage_newly_calls(stack):
     # edgemon-cli flight prints the functions under the cause.
     path = stack.tmp / "recording.cbor"
     path.write_bytes(payload)
-    cli = os.environ.get("EM_CLI")
-    assert cli, "EM_CLI must name the edgemon-cli binary (run through ctest)"
     out = subprocess.run([cli, "flight", "--file", str(path)], capture_output=True, text=True,
                          timeout=30)
     assert out.returncode == 0, out.stderr
     assert "extra_postprocess" in out.stdout, out.stdout
+    # tail prints them under the recording's line.
+    wait_for(lambda: re.search(r"infer more work: grew: .*extra_postprocess", tail_out.read_text()),
+             20, "tail's line of the recording's functions")

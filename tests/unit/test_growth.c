@@ -2,7 +2,9 @@
  * test_growth.c - unit tests of firmware/agent/profile/growth.c on hand-built profiles: a
  * function a stage newly calls is named with its growth in points and its callers, whose
  * share stays whole, are not; shares are inclusive (a function counted once per stack however
- * often it recurses) and by name across frames of different lines; other stages' samples never
+ * often it recurses) and by name across frames of different lines; a Python function's share is
+ * of the samples that hold Python frames, so the part of the window the client's frames covered
+ * moves nothing; other stages' samples never
  * count; a stage with too few samples on either side names nothing; growth under the threshold
  * names nothing; the list is ranked and cut at its maximum; the baseline keeps the stages with
  * the most samples and each one's largest shares.
@@ -42,7 +44,8 @@ static void build_init(built_t *b) {
   b->p.stacks = b->stacks;
 }
 
-/* The frame of `name` (module `module`), added when new. */
+/* The frame of `name` (module `module`), added when new: a native frame when the name starts
+ * with '_' ("_PyEval_EvalFrameDefault"), else a Python one. */
 static uint32_t frame(built_t *b, const char *name, const char *module) {
   for (uint32_t i = 0; i < b->p.n_frames; i++) {
     if (strcmp(b->frames[i].name, name) == 0 &&
@@ -52,8 +55,9 @@ static uint32_t frame(built_t *b, const char *name, const char *module) {
   }
   uint32_t i = (uint32_t)b->p.n_frames++;
   snprintf(b->names[i], sizeof(b->names[i]), "%s", name);
-  b->frames[i] =
-      (em_profile_frame_t){.name = b->names[i], .module = module, .kind = EM_FRAME_PYTHON};
+  b->frames[i] = (em_profile_frame_t){.name = b->names[i],
+                                      .module = module,
+                                      .kind = name[0] == '_' ? EM_FRAME_NATIVE : EM_FRAME_PYTHON};
   return i;
 }
 
@@ -153,6 +157,28 @@ static void shares_are_inclusive_once_per_stack_and_by_name(void **state) {
   assert_named(out, 0, "tile", 60.0);
 }
 
+static void python_shares_are_of_the_samples_with_python_frames(void **state) {
+  em_growth_t *g = *state;
+  /* The baseline: the client's Python frames on half the samples, the eval loop on the rest. */
+  built_t then, now;
+  build_init(&then);
+  stack(&then, 1, 50, "_start", "main", "run_model", NULL);
+  stack(&then, 1, 50, "_start", "_PyEval_EvalFrameDefault", NULL);
+  em_growth_base_t base;
+  assert_int_equal(em_growth_baseline(g, &then.p, &base), 1);
+  /* The breach: Python frames on every sample, the same work; then a new function on 40 %. */
+  build_init(&now);
+  stack(&now, 1, 100, "_start", "main", "run_model", NULL);
+  em_growth_fn_t out[8];
+  assert_int_equal(em_growth_grown(g, &now.p, "infer", &base, out, 8), 0);
+  build_init(&now);
+  stack(&now, 1, 60, "_start", "main", "run_model", NULL);
+  stack(&now, 1, 40, "_start", "main", "extra", "_crc32", NULL);
+  assert_int_equal(em_growth_grown(g, &now.p, "infer", &base, out, 8), 2);
+  assert_named(out, 0, "_crc32", 40.0); /* A native frame: of all the stage's samples. */
+  assert_named(out, 1, "extra", 40.0);
+}
+
 static void few_samples_or_small_growth_name_nothing(void **state) {
   em_growth_t *g = *state;
   built_t then, now;
@@ -248,6 +274,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(growth_names_the_new_function_and_not_its_callers, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(shares_are_inclusive_once_per_stack_and_by_name, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(python_shares_are_of_the_samples_with_python_frames, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(few_samples_or_small_growth_name_nothing, setup, teardown),
       cmocka_unit_test_setup_teardown(the_list_is_ranked_and_cut_at_its_maximum, setup, teardown),

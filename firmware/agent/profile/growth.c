@@ -4,6 +4,12 @@
  * samples are then counted per function once per stack (a stamp per function says which stack
  * counted it last), and only the functions a stage touched are visited again (the used list),
  * so a count costs O(frames + the stage's stack frames).
+ *
+ * A Python function's share is of the stage's samples that hold Python frames, not of all its
+ * samples: the Python client samples a window from its once-a-second look at the request page,
+ * so the part of a window's samples that got Python frames differs from window to window, and
+ * over all samples a Python function's share would grow or fall with that part (its callers,
+ * `<module>` first, as much as itself).
  */
 #include "growth.h"
 
@@ -21,6 +27,8 @@ struct em_growth {
   uint64_t count[EM_PROFILE_MAX_FRAMES]; /* Function -> the stage's samples under it. */
   uint32_t used[EM_PROFILE_MAX_FRAMES];  /* Functions with a count, in the order first seen. */
   size_t n_used;
+  uint64_t total;    /* The stage's samples (count_stage). */
+  uint64_t py_total; /* Those of them whose stack holds a Python frame. */
 };
 
 int em_growth_new(em_growth_t **out) {
@@ -73,18 +81,20 @@ static uint64_t count_stage(em_growth_t *g, const em_profile_t *p, uint32_t k) {
     g->stamp[g->used[i]] = 0;
   }
   g->n_used = 0;
-  uint64_t total = 0;
+  uint64_t total = 0, py_total = 0;
   for (size_t s = 0; s < p->n_stacks; s++) {
     const em_profile_stack_t *st = &p->stacks[s];
     if (st->stage != k || st->samples == 0) {
       continue;
     }
     total += st->samples;
+    bool python = false;
     for (size_t d = 0; d < st->n_frames; d++) {
       uint32_t f = st->frames[d];
       if (f >= p->n_frames) {
         continue;
       }
+      python = python || p->frames[f].kind == EM_FRAME_PYTHON;
       uint32_t u = g->fid[f];
       if (g->stamp[u] == (uint32_t)s + 1) {
         continue; /* Recursion: once per stack. */
@@ -95,8 +105,18 @@ static uint64_t count_stage(em_growth_t *g, const em_profile_t *p, uint32_t k) {
       }
       g->count[u] += st->samples;
     }
+    py_total += python ? st->samples : 0;
   }
+  g->total = total;
+  g->py_total = py_total;
   return total;
+}
+
+/* Function u's share of the stage counted last: of the samples with Python frames for a Python
+ * function (when they are enough to tell), of all the stage's samples otherwise. */
+static double share_of(const em_growth_t *g, const em_profile_t *p, uint32_t u) {
+  bool python = p->frames[u].kind == EM_FRAME_PYTHON && g->py_total >= EM_GROWTH_MIN_SAMPLES;
+  return (double)g->count[u] / (double)(python ? g->py_total : g->total);
 }
 
 static void copy_name(char *dst, const char *src) {
@@ -175,7 +195,7 @@ int em_growth_baseline(em_growth_t *g, const em_profile_t *p, em_growth_base_t *
     for (size_t i = 0; i < g->n_used; i++) {
       uint32_t u = g->used[i];
       insert_ranked(st->fns, &st->n_fns, EM_GROWTH_TOP, p->frames[u].name ? p->frames[u].name : "",
-                    (double)g->count[u] / (double)st->samples);
+                    share_of(g, p, u));
     }
     totals[best] = 0;
   }
@@ -212,7 +232,7 @@ int em_growth_grown(em_growth_t *g, const em_profile_t *p, const char *stage,
         break;
       }
     }
-    double points = ((double)g->count[u] / (double)total - share_then) * 100.0;
+    double points = (share_of(g, p, u) - share_then) * 100.0;
     if (points >= EM_GROWTH_MIN_POINTS) {
       insert_ranked(out, &n, max, name, points);
     }

@@ -8,11 +8,13 @@
  * A function's share of a stage is inclusive: the samples of the stage whose stack holds a frame
  * of that name (once per stack, however deep it recurses) over all samples of the stage. Frames
  * are grouped by name alone: a Python function's frames at different lines, or a native
- * symbol's in two binaries, are one function. Inclusive and not self: a stage that calls a new
- * function grows that function's share by the time spent under it, wherever the samples land
- * (its Python frames, the interpreter's or C extension frames under it), while the callers both
- * profiles share keep the same share; self shares would spread a Python function's growth over
- * the native frames its samples end in.
+ * symbol's in two binaries, are one function. A Python function's share is of the stage's
+ * samples whose stack holds a Python frame (when EM_GROWTH_MIN_SAMPLES or more do): how many
+ * samples got the client's Python frames varies from window to window. Inclusive and not self: a
+ * stage that calls a new function grows that function's share by the time spent under it, wherever
+ * the samples land (its Python frames, the interpreter's or C extension frames under it), while the
+ * callers both profiles share keep the same share; self shares would spread a Python function's
+ * growth over the native frames its samples end in.
  *
  * Bounded: a baseline keeps at most EM_GROWTH_MAX_STAGES stages and, per stage, the
  * EM_GROWTH_TOP functions with the largest shares (a function outside them counts as 0 in the

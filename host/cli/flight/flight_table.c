@@ -188,6 +188,8 @@ int em_flight_line(FILE *out, const char *device, const uint8_t *cbor, size_t le
   } else {
     fprintf(out, "%zu ticks, %zu spans, %zu bytes%s\n", f.n_ticks, f.n_spans, len,
             f.historical ? " (replayed)" : "");
+    /* The functions came with the recording, not with the level change's verdict above it. */
+    em_flight_verdict_functions(out, f.verdict, "             ", 3);
   }
   free(scratch);
   return 0;

@@ -59,18 +59,33 @@ static void more(FILE *out, size_t n, size_t max) {
   }
 }
 
+/* "grew: sgemm_ +6 pts, im2col_cpu +1.5 pts": the functions whose share grew. */
+static void grown(FILE *out, const em_proto_verdict_cause_t *c, size_t max_items) {
+  fputs("grew: ", out);
+  for (size_t i = 0; i < shown(c->n_functions, max_items); i++) {
+    const em_proto_verdict_function_t *f = &c->functions[i];
+    fprintf(out, "%s%s %+.3g pts", i ? ", " : "", f->name, f->growth);
+  }
+  more(out, c->n_functions, max_items);
+}
+
+/* The cause's name as text: "more work", or "cause 12" for a code this reader does not know. */
+static void cause_label(char *label, size_t cap, uint32_t code) {
+  const char *name = em_proto_verdict_cause_name(code);
+  if (strcmp(name, "unknown") == 0) {
+    snprintf(label, cap, "cause %" PRIu32, code);
+    return;
+  }
+  snprintf(label, cap, "%s", name);
+  for (char *p = label; *p; p++) {
+    *p = *p == '_' ? ' ' : *p;
+  }
+}
+
 static void cause_line(FILE *out, const em_proto_verdict_cause_t *c, size_t rank,
                        const char *indent, size_t max_items) {
-  const char *name = em_proto_verdict_cause_name(c->code);
   char label[32];
-  if (strcmp(name, "unknown") == 0) {
-    snprintf(label, sizeof(label), "cause %" PRIu32, c->code);
-  } else {
-    snprintf(label, sizeof(label), "%s", name);
-    for (char *p = label; *p; p++) {
-      *p = *p == '_' ? ' ' : *p;
-    }
-  }
+  cause_label(label, sizeof(label), c->code);
   fprintf(out, "%s  %zu. %-16s %3.0f%% ", indent, rank, label, c->share * 100.0);
   const char *sep = " ";
   for (size_t i = 0; i < shown(c->n_evidence, max_items); i++) {
@@ -89,12 +104,8 @@ static void cause_line(FILE *out, const em_proto_verdict_cause_t *c, size_t rank
     sep = ", ";
   }
   if (c->n_functions) {
-    fputs(*sep == ',' ? "; grew: " : " grew: ", out);
-    for (size_t i = 0; i < shown(c->n_functions, max_items); i++) {
-      const em_proto_verdict_function_t *f = &c->functions[i];
-      fprintf(out, "%s%s %+.3g pts", i ? ", " : "", f->name, f->growth);
-    }
-    more(out, c->n_functions, max_items);
+    fputs(*sep == ',' ? "; " : " ", out);
+    grown(out, c, max_items);
   }
   fputc('\n', out);
 }
@@ -120,5 +131,19 @@ void em_flight_verdict_print(FILE *out, const em_proto_verdict_t *v, const char 
   if (n < v->n_causes) {
     fprintf(out, "%s  (%zu more cause%s)\n", indent, v->n_causes - n,
             v->n_causes - n == 1 ? "" : "s");
+  }
+}
+
+void em_flight_verdict_functions(FILE *out, const em_proto_verdict_t *v, const char *indent,
+                                 size_t max_items) {
+  for (size_t i = 0; v && i < v->n_causes; i++) {
+    const em_proto_verdict_cause_t *c = &v->causes[i];
+    if (c->n_functions) {
+      char label[32];
+      cause_label(label, sizeof(label), c->code);
+      fprintf(out, "%s%s %s: ", indent, v->stage, label);
+      grown(out, c, max_items);
+      fputc('\n', out);
+    }
   }
 }

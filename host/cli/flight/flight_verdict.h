@@ -30,4 +30,12 @@
 void em_flight_verdict_print(FILE *out, const em_proto_verdict_t *v, const char *indent,
                              size_t max_causes, size_t max_items);
 
+/*
+ * Writes a line per cause of v that names functions whose share grew (a more_work cause's, filled
+ * in by the agent once the escalation's profile window resolved): "<indent><stage> <cause>:
+ * grew: f +x pts, ..." with at most max_items functions (0: all). Nothing when none names any.
+ */
+void em_flight_verdict_functions(FILE *out, const em_proto_verdict_t *v, const char *indent,
+                                 size_t max_items);
+
 #endif /* EM_CLI_FLIGHT_VERDICT_H */
