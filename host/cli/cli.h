@@ -24,6 +24,7 @@ enum {
 };
 
 int em_cli_tail(int argc, char **argv);
+int em_cli_top(int argc, char **argv);
 int em_cli_status(int argc, char **argv);
 int em_cli_decode(int argc, char **argv);
 int em_cli_record(int argc, char **argv);

@@ -30,6 +30,7 @@ static const struct {
   const char *summary;
 } commands[] = {
     {"tail", em_cli_tail, "live view of data and level changes, one line per device per message"},
+    {"top", em_cli_top, "full-screen live view of a device: level and cause, figures, stages"},
     {"status", em_cli_status, "one row per device: online, level, agent version, board, last seen"},
     {"decode", em_cli_decode,
      "a CBOR message (or a recording) as JSON or CBOR diagnostic notation"},
@@ -64,7 +65,8 @@ static void usage(FILE *out) {
           "  2  bad arguments\n"
           "  3  the broker cannot be reached, refused the session, or the connection was lost\n"
           "     (flight, profile: or the aggregator cannot be reached)\n"
-          "  4  an input or output file cannot be used (missing, truncated, not a recording)\n");
+          "  4  an input or output file cannot be used (missing, truncated, not a recording)\n"
+          "     (top: stdin or stdout is not a terminal)\n");
 }
 
 static void on_signal(int sig) {
