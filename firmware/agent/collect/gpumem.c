@@ -372,7 +372,7 @@ static bool open_nvml(em_gpumem_t *g, const char *lib, char *why, size_t cap) {
     }
   }
   if (v->count == 0) {
-    snprintf(why, cap, "NVML: no device (nvmlDeviceGetCount_v2: error %d, %u devices)", rc, count);
+    snprintf(why, cap, "NVML: no device (NVML error %d, %u devices)", rc, count);
     v->shutdown();
     goto fail;
   }
@@ -440,19 +440,17 @@ int em_gpumem_new(em_gpumem_t **out, const em_gpumem_opts_t *o) {
     close(fd);
     g->source = EM_GPUMEM_NVMAP;
   } else if (err == EACCES || err == EPERM) {
-    snprintf(nvmap_why, sizeof(nvmap_why),
-             "nvmap: %s not readable (%s): run as root or grant CAP_SYS_ADMIN",
-             EM_GPUMEM_NVMAP_PATH, strerror(err));
-  } else {
-    snprintf(nvmap_why, sizeof(nvmap_why), "nvmap: no %s (%s)", EM_GPUMEM_NVMAP_PATH,
+    snprintf(nvmap_why, sizeof(nvmap_why), "nvmap clients: %s: needs root or CAP_SYS_ADMIN",
              strerror(err));
+  } else {
+    snprintf(nvmap_why, sizeof(nvmap_why), "nvmap clients: %s", strerror(err));
   }
   if (g->source == EM_GPUMEM_NONE && !o->no_nvml &&
       open_nvml(g, o->nvml_lib, nvml_why, sizeof(nvml_why))) {
     g->source = EM_GPUMEM_NVML;
   }
   if (g->source == EM_GPUMEM_NONE) {
-    snprintf(g->why, sizeof(g->why), "no GPU memory source: %s; %s", nvmap_why, nvml_why);
+    snprintf(g->why, sizeof(g->why), "no source: %s; %s", nvmap_why, nvml_why);
   }
   *out = g;
   return 0;
@@ -495,24 +493,22 @@ static int read_nvmap(em_gpumem_t *g, const pid_t *pids, size_t n, uint64_t *byt
   bool truncated = false;
   ssize_t got = em_file_read_small(g->nvmap_path, g->buf, EM_GPUMEM_FILE_BYTES, &truncated);
   if (got == -EACCES || got == -EPERM) {
-    snprintf(g->why, sizeof(g->why),
-             "nvmap: %s not readable (%s): run as root or grant CAP_SYS_ADMIN",
-             EM_GPUMEM_NVMAP_PATH, strerror((int)-got));
+    snprintf(g->why, sizeof(g->why), "nvmap clients: %s: needs root or CAP_SYS_ADMIN",
+             strerror((int)-got));
     return -EACCES;
   }
   if (got < 0) {
-    snprintf(g->why, sizeof(g->why), "nvmap: %s: %s", EM_GPUMEM_NVMAP_PATH, strerror((int)-got));
+    snprintf(g->why, sizeof(g->why), "nvmap clients: %s", strerror((int)-got));
     return (int)got;
   }
   if (truncated) {
-    snprintf(g->why, sizeof(g->why), "nvmap: %s is larger than %d bytes", EM_GPUMEM_NVMAP_PATH,
+    snprintf(g->why, sizeof(g->why), "nvmap clients: larger than %d bytes",
              EM_GPUMEM_FILE_BYTES - 1);
     return -EFBIG;
   }
   em_gpumem_nvmap_t r;
   if (em_gpumem_parse_nvmap(g->buf, (size_t)got, pids, n, &r) != 0) {
-    snprintf(g->why, sizeof(g->why), "nvmap: %s does not parse as CLIENT PROCESS PID SIZE lines",
-             EM_GPUMEM_NVMAP_PATH);
+    snprintf(g->why, sizeof(g->why), "nvmap clients: does not parse as CLIENT PROCESS PID SIZE");
     return -EINVAL;
   }
   *bytes = r.bytes;
