@@ -24,7 +24,7 @@ import pytest
 from client_tests import socket_peer  # first: puts the package on sys.path
 
 import edgemon  # noqa: E402
-from edgemon import _gpu  # noqa: E402
+from edgemon import _gpu, _pyprof  # noqa: E402
 from test_python_client import Receiver  # noqa: E402  (beside this file)
 from test_python_ring import Agent, write_deadline_page  # noqa: E402
 
@@ -282,6 +282,22 @@ def test_gpu_stage_lands_in_a_live_ring_with_its_frame_and_duration(agent, tmp_p
     finally:
         c.close()
     assert gpu.waits == []
+
+
+def test_a_gpu_spans_exit_ends_a_profile_windows_hook_without_a_sample(
+        client, tmp_path, gpu):
+    # In a profile window each span's first Python call is sampled (_pyprof.py); a block that
+    # calls none ends at the span's __exit__, which removes the hook with no sample. The GPU
+    # span's __exit__ is another function: it must be known as a span's exit too.
+    ps = _pyprof.PyStacks(str(tmp_path / "profile"), str(tmp_path / "s"), environ={})
+    ps._spans_on = True  # as its helper sets while its window is open
+    s = client.span("infer", gpu=True)
+    s.__enter__()
+    ps.span_started()
+    assert sys.getprofile() is ps.hook
+    s.__exit__(None, None, None)
+    assert sys.getprofile() is None and ps._marks == []
+    assert client.gpu_stats()["recorded"] == 1
 
 
 # ---- Without CUDA: torch missing, or no device ----
