@@ -18,7 +18,7 @@ hovers are mouse events at the frame's place on the canvas, found through the fr
 says it drew (box.flameFrames()). Every test ends by checking that the page raised no error.
 
 EM_DASHBOARD_SHOTS=DIR adds test_screenshot_flame: the differential flame graph at 1280x800 as
-DIR/dashboard-flame.png (docs/img/ holds the committed one; scripts/screenshots.sh).
+DIR/dashboard-flame.png (docs/img/ holds the committed one).
 """
 
 import contextlib
@@ -184,7 +184,8 @@ def open_from_device(s, agg, device, kind, key):
     css = f"#{table} tr[data-key='{key}'] button.{button}"
     wait_for(lambda: s.execute("return !!document.querySelector(arguments[0])", css), 15,
              f"the row of {kind} {key} with its button")
-    s.click(css)
+    # Clicked inside the page, at once: a poll of the device view may replace the row.
+    s.execute("document.querySelector(arguments[0]).click()", css)
     assert s.execute("return location.hash") == f"#/device/{device}/{kind}/{key}"
 
 
