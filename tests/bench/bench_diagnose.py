@@ -31,6 +31,12 @@ The causes and how each is injected:
                    the copy's cpufreq drops by --freq-divisor, and the stage's busy loop runs
                    that many times as long (the same work on slower cycles: simulated, there is
                    no cpufreq driver to cap on a VM); skipped when the fixture tree is absent
+With --realtime the pipeline runs SCHED_FIFO (where allowed: root; a v1 cpu cgroup of its own
+is given an RT runtime for it) until a CPU cause (cpu_contention, cpu_throttling) is injected,
+then SCHED_OTHER, so that the hogs and the quota act on it: the machine's other load then
+does not delay the stage before the injection, nor in a clean run (nice would not do: with
+autogroup a nice value counts only within its session).
+tests/integration/test_diagnose_inject.py, the short form, runs with it; the long form without.
 The order of all runs is shuffled with --seed (printed). The confusion table (injected against
 named first) and the false-cause rate are printed; --json writes them and every run's verdict.
 Cgroups and child processes are removed on every path (also on Ctrl-C). Needs root for the
@@ -85,6 +91,12 @@ import edgemon
 # {marker}
 os.sched_setaffinity(0, {{{cpu!r}}})
 MODE, BUSY, SCALE, GO = {mode!r}, {busy!r}, {scale!r}, {go!r}
+REALTIME = {realtime!r} and MODE in ("clean", "cpu_contention", "cpu_throttling")
+if REALTIME:
+    try:  # the machine's other load must not delay the stage before the injection
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+    except OSError:
+        pass
 lock = threading.Lock()
 if MODE == "waiting":
     def holder():
@@ -110,6 +122,8 @@ while os.getppid() == ppid:
         on = True
         if MODE == "waiting":
             threading.Thread(target=holder, daemon=True).start()
+        if REALTIME and MODE != "clean":  # the hogs and the quota act on a normal task
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
     start = time.monotonic_ns()
     c0 = time.thread_time_ns()
     busy = BUSY * (SCALE if on else 1.0)
@@ -136,22 +150,19 @@ HOG = "import os\nos.sched_setaffinity(0, {{{cpu!r}}})\nwhile True:\n    pass\n"
 
 
 class Cgroup:
-    """A child cgroup of one controller (v1) or of the v2 hierarchy, removed by remove()."""
+    """A child cgroup of one controller (v1) or of the v2 hierarchy, removed by remove().
+
+    v1: a child of this process's cgroup in the controller's own hierarchy. v2: a child of the
+    nearest cgroup, from this process's own up to the hierarchy's root, that hands the
+    controller to its children or can be made to: a cgroup with processes of its own (this
+    one's, usually) cannot, the root can. OSError (with every reason) when none can."""
 
     def __init__(self, controller, name):
         self.controller = controller
         self.path = None
         v1 = CGROUP / controller
-        if (v1 / "tasks").exists():
-            base = v1 / own_cgroup(controller).lstrip("/")
-        elif controller in (CGROUP / "cgroup.controllers").read_text(errors="replace").split():
-            base = CGROUP / own_cgroup("").lstrip("/")
-            sub = base / "cgroup.subtree_control"
-            if controller not in sub.read_text().split():
-                sub.write_text(f"+{controller}")
-        else:
-            raise OSError(f"no {controller} controller in {CGROUP} (v1 or v2)")
         self.v2 = not (v1 / "tasks").exists()
+        base = v2_parent(controller) if self.v2 else v1 / own_cgroup(controller).lstrip("/")
         path = base / name
         path.mkdir()
         self.path = path
@@ -186,6 +197,30 @@ def own_cgroup(controller):
         if controller in ctrls.split(",") or (controller == "" and ctrls == ""):
             return path
     return "/"
+
+
+def v2_parent(controller):
+    """The v2 cgroup to make a child of that gets controller (see Cgroup), or OSError. A
+    controller it enables in a cgroup's subtree_control stays enabled there."""
+    root = next((d for d in (CGROUP, CGROUP / "unified") if (d / "cgroup.controllers").exists()),
+                None)
+    if root is None:
+        raise OSError(f"no {controller} controller in {CGROUP}: neither v1 nor v2 mounted")
+    d = root / own_cgroup("").lstrip("/")
+    why = []
+    while True:
+        try:
+            if controller in (d / "cgroup.subtree_control").read_text().split():
+                return d
+            if controller in (d / "cgroup.controllers").read_text().split():
+                (d / "cgroup.subtree_control").write_text(f"+{controller}")
+                return d
+            why.append(f"{d}: no {controller} controller")
+        except OSError as e:  # EBUSY: processes of its own; EROFS, EACCES: not ours
+            why.append(f"{d}: {e.strerror or e}")
+        if d == root:
+            raise OSError(f"no cgroup v2 {controller} controller to use: " + "; ".join(why))
+        d = d.parent
 
 
 def stop(proc):
@@ -224,6 +259,11 @@ class Run:
         if cause == "cpu_throttling":
             cpu_cg = Cgroup("cpu", name)
             self.cgroups.append(cpu_cg)
+            if a.realtime and (cpu_cg.path / "cpu.rt_runtime_us").exists():
+                try:  # v1 with RT group scheduling: none, and SCHED_FIFO is refused in it
+                    cpu_cg.set("cpu.rt_runtime_us", 300000)
+                except OSError:
+                    pass
         if cause == "memory_pressure":
             mem_cg = Cgroup("memory", name)
             self.cgroups.append(mem_cg)
@@ -272,6 +312,7 @@ class Run:
         go = self.tmp / "go"
         code = PIPELINE.format(
             client=str(ROOT / "firmware/client/python"), marker=marker, cpu=self.cpu,
+            realtime=a.realtime,
             mode=cause, busy=float(a.busy_ms), scale=scale, go=str(go),
             mem_file=str(self.tmp / "working-set"), mem_pages=a.mem_pages,
             io_file=str(self.tmp / "io-out"), io_kb=a.io_kb, hold_ms=a.hold_ms, io_syncs=a.io_syncs,
@@ -288,7 +329,7 @@ class Run:
         t_start = time.monotonic()
         early = wait_state(sub, a.baseline_s)
         if early is not None:
-            return outcome("escalated before the injection", early, t_start)
+            return outcome("escalated before the injection", early, t_start, pipe)
         # Inject.
         if cause == "cpu_contention":
             for _ in range(a.hogs):
@@ -309,8 +350,8 @@ class Run:
         state = wait_state(sub, a.timeout_s)
         if state is None:
             return {"outcome": "no escalation", "verdict": None, "top": None,
-                    "seconds_after_injection": None}
-        r = outcome("escalated", state, t_start)
+                    "seconds_after_injection": None, "pipeline_ran": pipe.poll() is None}
+        r = outcome("escalated", state, t_start, pipe)
         r["seconds_after_injection"] = round(time.monotonic() - t_inject, 2)
         return r
 
@@ -323,12 +364,14 @@ def wait_state(sub, seconds):
         return None
 
 
-def outcome(what, state, t_start):
+def outcome(what, state, t_start, pipe):
+    """The run's result; pipeline_ran: the pipeline still ran at the end (it did not fail)."""
     v = state.get("verdict")
     causes = (v or {}).get("causes") or []
     return {"outcome": what, "level": state["level"], "verdict": v,
             "top": causes[0]["cause"] if causes else None,
-            "seconds_after_start": round(time.monotonic() - t_start, 2)}
+            "seconds_after_start": round(time.monotonic() - t_start, 2),
+            "pipeline_ran": pipe.poll() is None}
 
 
 def table(runs, causes):
@@ -361,7 +404,8 @@ def print_table(cols, counts, causes):
               f"{f'{ok}/{n}':>10}")
 
 
-def main():
+def parser():
+    """The options, with the defaults the long form runs with."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--agent", required=True)
     ap.add_argument("--repeats", type=int, default=10)
@@ -383,7 +427,13 @@ def main():
     ap.add_argument("--mem-pages", type=int, default=400)
     ap.add_argument("--io-kb", type=int, default=64)
     ap.add_argument("--io-syncs", type=int, default=16)
-    args = ap.parse_args()
+    ap.add_argument("--realtime", action="store_true",
+                    help="the pipeline SCHED_FIFO until a CPU cause is injected (root)")
+    return ap
+
+
+def main():
+    args = parser().parse_args()
     os.environ["EM_AGENT"] = os.path.abspath(args.agent)
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
     causes = [c for c in args.causes.split(",") if c]
