@@ -91,20 +91,25 @@ class FlightTimeline {
     this.byId = new Map(this.frames.map((f) => [f.id, f]));
     this.slowest = new Set([...this.frames].sort((a, b) => b.total - a.total || a.id - b.id)
       .slice(0, TL_SLOWEST).map((f) => f.id));
-    const starts = rec.spans.map((s) => s.t_ns).concat(rec.ticks.map((k) => k.t_ns - (rec.period_ns || 0)));
-    const ends = rec.spans.map((s) => s.t_ns + s.duration_ns).concat(rec.ticks.map((k) => k.t_ns));
-    this.lo = Math.min(-rec.pre_ns, ...starts);
-    this.hi = Math.max(rec.post_ns, ...ends);
+    // What the recording holds: the window, widened to its first and last span or tick (a loop:
+    // 65536 spans are too many arguments for Math.min).
+    this.lo = -rec.pre_ns;
+    this.hi = rec.post_ns;
+    for (const s of rec.spans) {
+      this.lo = Math.min(this.lo, s.t_ns);
+      this.hi = Math.max(this.hi, s.t_ns + s.duration_ns);
+    }
+    for (const k of rec.ticks) {
+      this.lo = Math.min(this.lo, k.t_ns - (rec.period_ns || 0));
+      this.hi = Math.max(this.hi, k.t_ns);
+    }
     if (!(this.hi > this.lo)) this.hi = this.lo + 1e9;
     this.from = this.lo;
     this.to = this.hi;
     this.stages = rec.stages;
     this.scale = new Map(); // per stage: the duration a full lane stands for
-    for (const st of this.stages) {
-      const durs = rec.spans.filter((s) => s.stage === st).map((s) => s.duration_ns);
-      const budget = opts.budgets.get(st) || 0;
-      this.scale.set(st, Math.max(budget * 1.5, ...durs, 1));
-    }
+    for (const st of this.stages) this.scale.set(st, Math.max((opts.budgets.get(st) || 0) * 1.5, 1));
+    for (const s of rec.spans) this.scale.set(s.stage, Math.max(this.scale.get(s.stage), s.duration_ns));
     this.columns = rec.columns.slice(0, TL_COLUMNS_MAX);
     this.selected = null;
     this.drawn = [];
