@@ -6,8 +6,10 @@
  * agent's own CPU time and RSS, and the board's sensors every sensors period on the worker
  * (an INA3221 or a thermal zone read can take milliseconds), the target's scheduling evidence
  * (schedinfo.h: CPU time and major faults every tick, the per-thread runq delay and context
- * switches and the cgroup's throttling every system_period), and who else ran (others.h: a
- * /proc scan on the worker every EM_SAMPLING_OTHERS_PERIOD_NS and at a trigger). Each reading
+ * switches and the cgroup's throttling every system_period), who else ran (others.h: a
+ * /proc scan on the worker every EM_SAMPLING_OTHERS_PERIOD_NS and at a trigger), and the
+ * target's own GPU memory (gpumem.h: nvmap or NVML on the worker every system_period, the
+ * figure holding the last reading between reads). Each reading
  * is written into the
  * tick's samples by alias (figures.h); a group read on a slower cadence says so
  * (em_sampling_fresh) so the data message and the flight recorder carry it only then.
@@ -17,9 +19,10 @@
  *   comes and goes -> per tick: em_sampling_target, em_sampling_system, em_sampling_self,
  *   em_sampling_read_sensors -> em_sampling_cancel at stop -> em_sampling_free
  *
- * Owns: the procfs and sched readers, the others scanner, the PMU groups, the sensors, the
- * agent's own statm fd, the three worker requests and what they fill. Runs on the loop's
- * thread except smaps_rollup, the sensor reads and the others scan, which libuv's worker runs;
+ * Owns: the procfs and sched readers, the others scanner, the PMU groups, the sensors, the GPU
+ * memory reader, the agent's own statm fd, the four worker requests and what they fill. Runs on
+ * the loop's thread except smaps_rollup, the sensor reads, the others scan and the GPU memory
+ * read, which libuv's worker runs;
  * while the smaps read runs the procfs reader's target files do not change (a detach then is
  * finished by the job's end).
  */
