@@ -73,6 +73,7 @@ static void usage(FILE *out) {
           "q or Ctrl-C quit.\n"
           "\n"
           "Needs a terminal on stdin and stdout (for a line per message elsewhere: tail).\n"
+          "It keeps the first 4096 devices it hears; others are not shown.\n"
           "Block characters in a UTF-8 locale, ASCII otherwise. Text a device sent is shown\n"
           "with every byte that is not printable ASCII as \\xNN.\n"
           "\n"
@@ -111,17 +112,18 @@ static void on_message(void *ctx, const char *topic, const uint8_t *payload, siz
     return;
   }
   em_top_dev_t *view = em_top_model_device(t->model, id, true);
+  if (!view) {
+    return; /* Past EM_TOP_MAX_DEVICES (or out of memory): this device is not shown. */
+  }
   em_msg_t msg;
   size_t off = 0;
   if (em_proto_decode(payload, len, &msg, t->scratch, EM_PROTO_SCRATCH_MAX, &off) != 0) {
     t->malformed++;
-    if (view) {
-      view->malformed++;
-    }
+    view->malformed++;
     return;
   }
   em_device_t *dev = em_dict_device(t->dict, id, true);
-  if (!dev || !view || em_dict_update(dev, &msg) != 0) {
+  if (!dev || em_dict_update(dev, &msg) != 0) {
     t->error = -ENOMEM;
     return;
   }

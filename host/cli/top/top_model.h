@@ -20,11 +20,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define EM_TOP_MAX_DEVICES 4096u
-#define EM_TOP_MAX_STAGES  32u /* Stages kept per device; later ones are counted, not shown. */
-#define EM_TOP_HISTORY_S   60u /* Seconds of p99 history per stage. */
-#define EM_TOP_MAX_TEMPS   8u  /* Temperatures kept per device. */
-#define EM_TOP_RSS_POINTS  64u /* RSS readings kept for its slope. */
+#define EM_TOP_MAX_DEVICES 4096u /* The usage text of top.c says this number. */
+#define EM_TOP_MAX_STAGES  32u   /* Stages kept per device; later ones are counted, not shown. */
+#define EM_TOP_HISTORY_S   60u   /* Seconds of p99 history per stage. */
+#define EM_TOP_MAX_TEMPS   8u    /* Temperatures kept per device. */
+#define EM_TOP_RSS_POINTS  64u   /* RSS readings kept for its slope. */
 
 typedef struct {
   char name[EM_PROTO_MAX_STAGE_BYTES + 1];
