@@ -8,6 +8,11 @@ machine whose speed drifts over minutes affects every case alike), it times:
   record      `edgemon.record("x", start_ns, duration_ns)`
   span.nosend `with edgemon.span("x", None, None, client): pass` on a client whose send is a
               no-op C builtin: the client's own Python work, without the system call
+  span.gpu    (with --gpu) `with edgemon.span("x", None, None, client, True): pass` on such a
+              client: with torch and a CUDA device, the two timing events a GPU span records
+              and the query that sends the "x.gpu" span of the one before (nothing queued on
+              the stream between them); without, the one test that leaves it a plain span.
+              Off by default: it imports torch into the process the other cases run in
   send        bare `sock.send(b)` of the same 64 bytes on a connected non-blocking AF_UNIX
               SOCK_DGRAM socket: the floor a datagram-per-span client cannot go below
   hist.time   prometheus_client `with Histogram.time(): pass`
@@ -50,7 +55,7 @@ Needs Debian's python3-prometheus-client (exits 2 with the apt-get line when it 
 
 Usage: /usr/bin/python3 tests/bench/bench_python_client.py [--rounds 7] [--number 20000]
                                                             [--paced 1000] [--no-pin]
-                                                            [--agent PATH]
+                                                            [--agent PATH] [--gpu]
 Results are written up in docs/BENCHMARKS.md ("clients: cost of a span in Python").
 """
 
@@ -213,6 +218,8 @@ def main():
     ap.add_argument("--paced", type=int, default=1000,
                     help="individually timed operations per paced case per round (default 1000)")
     ap.add_argument("--no-pin", action="store_true", help="do not pin sender and drainer")
+    ap.add_argument("--gpu", action="store_true",
+                    help="add the span.gpu case (imports torch; CUDA events when a GPU is there)")
     ap.add_argument("--agent", default=os.path.join(ROOT, "build", "normal", "firmware", "agent",
                                                     "edgemon-agent"),
                     help="edgemon-agent for the ring cases ('' to leave them out)")
@@ -241,6 +248,13 @@ def main():
     # A client whose send is a no-op C builtin: the client's own work without the syscall.
     nosend = edgemon.Client(os.path.join(tmp, "absent.sock"))
     nosend._send = len  # private hook, benchmark only: len(data) returns at once
+    # The same for gpu=True spans (--gpu); the first one, untimed, looks torch up (and warns
+    # once when GPU spans are off).
+    nosend_gpu = edgemon.Client(os.path.join(tmp, "absent.sock"))
+    nosend_gpu._send = len
+    if args.gpu:
+        with edgemon.span("x", None, None, nosend_gpu, True):
+            pass
 
     raw = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     raw.setblocking(False)
@@ -262,6 +276,7 @@ def main():
         "span": edgemon.span,
         "record": edgemon.record,
         "nosend": nosend,
+        "nosend_gpu": nosend_gpu,
         "send": raw.send,
         "payload": payload,
         "raw_eagain": raw_eagain,
@@ -282,6 +297,9 @@ def main():
         ("observe", "observe(0.01)", None),
         ("clock.pair", "perf_counter_ns(); perf_counter_ns()", None),
     ]
+    if args.gpu:
+        cases.append(("span.gpu", "with span('x', None, None, nosend_gpu, True):\n    pass",
+                      None))
     if ring_client is not None:
         cases += [
             ("span.ring", "with span('x', None, None, ring_client):\n    pass", None),
@@ -395,6 +413,16 @@ def main():
           % (medians["span"] - medians["send"]))
     print("  span.nosend / hist.time %.2f" % (medians["span.nosend"] / medians["hist.time"]))
     print("  record / observe        %.2f" % (medians["record"] / medians["observe"]))
+    gpu = nosend_gpu.gpu_stats() if args.gpu else None
+    if gpu is None:
+        pass
+    elif gpu["enabled"]:
+        print("  span.gpu - span.nosend  %.0f ns (CUDA events on; resolved %d, dropped %d, "
+              "failed %d)" % (medians["span.gpu"] - medians["span.nosend"], gpu["resolved"],
+                              gpu["dropped"], gpu["failed"]))
+    else:
+        print("  span.gpu - span.nosend  %.0f ns (GPU spans off: %s)" % (
+            medians["span.gpu"] - medians["span.nosend"], gpu["reason"]))
     print("  span.paced / send.paced %.2f" % (medians["span.paced"] / medians["send.paced"]))
     if ring_client is not None:
         print("  span.ring / hist.time   %.2f   (goal <= 0.6)" % (
@@ -416,6 +444,7 @@ def main():
         drained, accepted(), "" if complete and drained == accepted() else "  (MISMATCH)"))
 
     nosend.close()
+    nosend_gpu.close()
     raw.close()
     control.close()
     receiver.close()
