@@ -243,6 +243,15 @@ def test_failing_event_counts_and_the_cpu_span_still_goes(client, receiver, gpu)
         pass
     assert [d["stage"] for d in receiver.drain()] == ["infer"]
     assert client.gpu_stats()["failed"] == 1 and client.gpu_stats()["pending"] == 0
+    made = gpu.made
+    gpu.fail_record = False  # a pair whose record raised is made anew, not reused
+    with client.span("infer", gpu=True, frame=2):
+        pass
+    assert gpu.made == made + 2
+    gpu.complete(0.0, 1.0)
+    assert client.poll_gpu() == 1
+    assert [(d["stage"], d["frame"]) for d in receiver.drain()] == [("infer", 2),
+                                                                    ("infer.gpu", 2)]
 
 
 def test_stage_too_long_for_the_gpu_suffix_warns_and_times_the_cpu_only(client, receiver, gpu):

@@ -20,7 +20,8 @@ earlier work, which the CPU side cannot see without waiting.
 What it owns: per Client, a GpuTimer with counters and a threading.local holding each thread's
 Pool: at most POOL_PAIRS event pairs, made on first use and reused, and a FIFO of the pending
 ones. When a span finds every pair pending (the GPU is POOL_PAIRS spans behind), the oldest
-pending pair is dropped, counted as 'dropped', and reused. A thread's pending pairs that no
+pending pair is dropped, counted as 'dropped', and reused. A pair whose record() raised (an
+event of another device than the current stream's, say) is not reused: a new one is made. A thread's pending pairs that no
 later span of that thread looks at are never sent (poll() at the end of a loop sends the ones
 that completed). Counters are plain ints updated without a lock, like the client's others.
 
@@ -143,8 +144,8 @@ class GpuTimer(object):
             self.counts["dropped"] += 1
         try:
             start.record()
-        except Exception:
-            pool.free.append((start, end))
+        except Exception:  # (another device than the pair's, say): the pair is made anew
+            pool.made -= 1
             self.counts["failed"] += 1
             return None
         return (start, end, gpu_b)
@@ -157,7 +158,7 @@ class GpuTimer(object):
         try:
             end.record()
         except Exception:
-            pool.free.append((start, end))
+            pool.made -= 1
             self.counts["failed"] += 1
             return
         self.counts["recorded"] += 1
