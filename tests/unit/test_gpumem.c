@@ -29,6 +29,9 @@
 #define KIB 1024ULL
 #define MIB (1024ULL * 1024ULL)
 
+/* The nvmap file's path below a root (the path without its leading '/'). */
+static const char *const NVMAP_REL = &EM_GPUMEM_NVMAP_PATH[1];
+
 static const char *const HEADER = "CLIENT                        PROCESS      PID        SIZE\n";
 
 /* The fixture file of `board` into buf (NUL-terminated); its length. */
@@ -170,7 +173,7 @@ static void make_tree(tree_t *t, bool nvmap) {
   if (nvmap) {
     char buf[4096];
     fixture("jetson-agx-orin", buf, sizeof(buf));
-    em_tmp_tree_put(t->root, EM_GPUMEM_NVMAP_PATH + 1, buf);
+    em_tmp_tree_put(t->root, NVMAP_REL, buf);
   }
   em_tmp_tree_put(t->root, "proc/2817/task/2817/children", "2869 ");
   em_tmp_tree_put(t->root, "proc/2817/task/2820/children", "");
@@ -218,14 +221,14 @@ static void nvmap_reader_sums_a_process_tree_and_a_cgroup(void **state) {
   assert_int_equal(em_gpumem_pids(g, 0, cg, pids, EM_GPUMEM_MAX_PIDS, &n), -ENOENT);
   assert_int_equal(em_gpumem_pids(g, 4242, NULL, pids, EM_GPUMEM_MAX_PIDS, &n), -ESRCH);
   /* The file turns to garbage, then grows past the buffer: absent, with why. */
-  em_tmp_tree_put(t.root, EM_GPUMEM_NVMAP_PATH + 1, "garbage\n");
+  em_tmp_tree_put(t.root, NVMAP_REL, "garbage\n");
   assert_int_equal(em_gpumem_read(g, pids, 1, &bytes), -EINVAL);
   assert_non_null(strstr(em_gpumem_absent(g), "does not parse"));
   char *big = malloc(EM_GPUMEM_FILE_BYTES + 16);
   assert_non_null(big);
   memset(big, ' ', EM_GPUMEM_FILE_BYTES + 15);
   big[EM_GPUMEM_FILE_BYTES + 15] = '\0';
-  em_tmp_tree_put(t.root, EM_GPUMEM_NVMAP_PATH + 1, big);
+  em_tmp_tree_put(t.root, NVMAP_REL, big);
   free(big);
   assert_int_equal(em_gpumem_read(g, pids, 1, &bytes), -EFBIG);
   assert_non_null(strstr(em_gpumem_absent(g), "larger than"));
