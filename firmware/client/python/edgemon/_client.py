@@ -47,6 +47,12 @@ from the deadline page's inode and re-registers the rings) sends it again when t
 failed (queue full, no agent yet) and whenever a new agent appeared, so a restarted agent
 learns the identity without the application calling set_model again.
 
+GPU spans (span(..., gpu=True), _gpu.py): the span is a _gpu_span, whose enter and exit also
+record a pair of timing events from the client's GpuTimer around the plain span's clock reads;
+the pairs of a thread are resolved by its later GPU spans without waiting, and sent through
+record() as "<stage>.gpu". The plain span's path does not change: gpu is tested once, in the
+constructor.
+
 Fork: os.register_at_fork resets every live Client in the child (new pid in the datagrams, a
 new lock, counters at zero, the inherited socket closed, the parent's rings forgotten and never
 written); the child connects its own socket and makes its own rings on its first spans. A
@@ -336,9 +342,10 @@ class Client(object):
         'other': n}, 'socket_path': str, 'connected': bool}, plus 'rings' (ring_stats())
         once an agent's deadline page was seen, 'model' (model_stats()) once set_model
         was called, 'python_stacks' once a profile window was sampled ({'windows',
-        'samples', 'cut', 'sent', 'send_failed', 'bytes', 'enabled', 'running'}), and
-        'gpu' (gpu_stats()) once a gpu=True span was made, 'refused_pages' ({path: reason}) while a FIFO, a link or anything but a regular file
-        stands where the state, deadline or profile request page should be (read as absent).
+        'samples', 'cut', 'sent', 'send_failed', 'bytes', 'enabled', 'running'}), 'gpu'
+        (gpu_stats()) once a gpu=True span was made, and 'refused_pages' ({path: reason})
+        while a FIFO, a link or anything but a regular file stands where the state, deadline
+        or profile request page should be (read as absent).
         'sent' counts datagrams (v1 spans, heartbeats and kind-6 hard misses); spans written
         to rings are rings['written']."""
         dropped = {"no_agent": self._dropped["no_agent"], "queue_full": self._queue_full,
