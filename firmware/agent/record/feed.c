@@ -42,7 +42,8 @@ struct em_feed {
   bool last_fresh;                       /* ...and no trigger has taken it yet. */
   em_diagnosis_t pending;                /* The pending recording's verdict... */
   bool pending_has;                      /* ...when it has one. */
-  bool await;                            /* It waits for em_feed_functions... */
+  bool pending_new;                      /* The last trigger started it: it may wait... */
+  bool await;                            /* ...and waits for em_feed_functions... */
   uint64_t await_until_ns;               /* ...until then at the latest. */
 };
 
@@ -150,7 +151,10 @@ em_flight_recorder_t em_feed_describe(const em_feed_t *f) {
   return (em_flight_recorder_t){.on = true,
                                 .pre_ns = f->o.pre_ns,
                                 .post_ns = f->o.post_ns,
-                                .ticks = em_flight_rec_tick_capacity(f->rec),
+                                /* The ticks for pre + post: those it holds beyond them
+                                   for a recording that waits (EM_FEED_HOLD_NS) are in bytes. */
+                                .ticks = em_flight_rec_tick_capacity(f->rec) -
+                                         (uint32_t)(em_flight_rec_hold_ns(f->rec) / f->o.period_ns),
                                 .spans = em_flight_rec_span_capacity(f->rec),
                                 .bytes = em_flight_rec_bytes(f->rec)};
 }
@@ -172,6 +176,7 @@ void em_feed_trigger(em_feed_t *f, const em_flight_trigger_t *t, uint64_t mono_n
   int rc = em_flight_rec_trigger(f->rec, t, mono_ns, wall_ns());
   bool verdict = t->cause == EM_FLIGHT_ESCALATION && f->last_fresh;
   f->last_fresh = false;
+  f->pending_new = rc == 0 && verdict;
   if (rc == 0) {
     f->await = false;
     f->pending_has = verdict;
@@ -302,7 +307,12 @@ static em_proto_verdict_cause_t *pending_more_work(em_feed_t *f) {
 }
 
 bool em_feed_await_functions(em_feed_t *f, const char *stage, uint64_t until_ns) {
-  if (!f || !f->rec || !stage || !pending_more_work(f) || strcmp(f->pending.stage, stage) != 0) {
+  bool fresh = f && f->pending_new;
+  if (f) {
+    f->pending_new = false; /* Once per recording, for the escalation that started it. */
+  }
+  if (!fresh || !f->rec || !stage || !pending_more_work(f) ||
+      strcmp(f->pending.stage, stage) != 0) {
     return false;
   }
   /* The recording is due post_ns after its trigger, a moment ago; its ticks stay hold_ns more. */

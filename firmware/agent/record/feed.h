@@ -119,8 +119,9 @@ uint64_t em_feed_nominal_since(const em_feed_t *f);
  * the pending recording's verdict names a more_work cause of that stage, the recording waits
  * for em_feed_functions, until until_ns (CLOCK_MONOTONIC) at the latest and never longer than
  * the recorder's ring keeps its window (EM_FEED_HOLD_NS past its end), before it is published.
- * Returns true when it waits; false: nothing to wait for (no recording pending, no verdict,
- * no more_work cause, another stage).
+ * Only the recording the latest trigger started, once. Returns true when it waits; false:
+ * nothing to wait for (no recording started by the latest trigger, no verdict, no more_work
+ * cause, another stage).
  */
 bool em_feed_await_functions(em_feed_t *f, const char *stage, uint64_t until_ns);
 
