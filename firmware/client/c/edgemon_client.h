@@ -1630,15 +1630,16 @@ static inline void em_client__ring_close_own(em_client_t *c) {
 /*
  * GPU spans: the GPU time of a block, from a pair of CUDA events that nothing waits for.
  *
- *   em_client_gpu_span_t g = em_client_gpu_span_begin(&em, "infer", stream); // NULL: default
- * stream launch_inference(stream); em_client_gpu_span_end(&g);            // sends "infer" (CPU)
- * now, "infer.gpu" later
+ *   em_client_gpu_span_t g = em_client_gpu_span_begin(&em, "infer", stream);
+ *   launch_inference(stream);  // asynchronous: returns before the GPU is done
+ *   em_client_gpu_span_end(&g); // "infer" (the CPU side) now, "infer.gpu" once the GPU is done
  *
  * The CUDA driver is loaded at run time with dlopen("libcuda.so.1") (EM_CLIENT_CUDA_LIB) on the
  * first GPU span of the process; nothing links against it and no CUDA header is needed. Only
  * cuInit, cuCtxGetCurrent, cuEventCreate, cuEventRecord, cuEventQuery, cuEventElapsedTime and
  * cuEventDestroy(_v2) are used. Begin records a start event on `stream` (a CUstream, NULL for
- * the default stream) in the thread's current context, end sends the CPU span as
+ * the legacy default stream; pass CU_STREAM_PER_THREAD, (void *)0x2, when the work goes to the
+ * per-thread default stream) in the thread's current context, end sends the CPU span as
  * em_client_span_end() does and records the end event. The pair then waits in the thread's
  * pool; every GPU span begin and end of that thread, and em_client_gpu_poll(), look at the
  * pending pairs oldest first with cuEventQuery (which never blocks) up to the first whose end
@@ -1665,9 +1666,8 @@ static inline void em_client__ring_close_own(em_client_t *c) {
 #ifndef EM_CLIENT_CUDA_LIB
 #define EM_CLIENT_CUDA_LIB "libcuda.so.1" /* The driver's soname (the one the driver installs). */
 #endif
-#define EM_CLIENT_GPU_PAIRS                                                                        \
-  16u /* Event pairs per thread; the oldest pending is dropped past it.                            \
-       */
+/* Event pairs per thread; the oldest pending pair is dropped past it. */
+#define EM_CLIENT_GPU_PAIRS 16u
 
 /* Internal: the driver's results used here (CUresult values) and its event flag. */
 #define EM_CLIENT__CU_SUCCESS       0
