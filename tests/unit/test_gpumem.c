@@ -302,6 +302,25 @@ static void no_source_says_both_reasons(void **state) {
   assert_int_equal(em_tmp_tree_remove(t.root), 0);
 }
 
+static void new_refuses_bad_options(void **state) {
+  (void)state;
+  em_gpumem_t *g = NULL;
+  em_gpumem_opts_t o = {.sys_root = "/", .proc_root = "/proc", .no_nvml = true};
+  assert_int_equal(em_gpumem_new(NULL, &o), -EINVAL);
+  assert_int_equal(em_gpumem_new(&g, NULL), -EINVAL);
+  o.sys_root = NULL;
+  assert_int_equal(em_gpumem_new(&g, &o), -EINVAL);
+  char *root = malloc(5000);
+  assert_non_null(root);
+  memset(root, 'a', 4999);
+  root[0] = '/';
+  root[4999] = '\0';
+  o.sys_root = root;
+  assert_int_equal(em_gpumem_new(&g, &o), -ENAMETOOLONG);
+  free(root);
+  assert_null(g);
+}
+
 /* --- NVML through the stand-in --------------------------------------------------------- */
 
 /* A reader over a root without nvmap, NVML from `lib` (NULL: libnvidia-ml.so.1 by the
@@ -398,6 +417,7 @@ int main(void) {
       cmocka_unit_test(nvmap_reader_sums_a_process_tree_and_a_cgroup),
       cmocka_unit_test(nvmap_unreadable_says_what_to_grant),
       cmocka_unit_test(no_source_says_both_reasons),
+      cmocka_unit_test(new_refuses_bad_options),
       cmocka_unit_test(nvml_v3),
       cmocka_unit_test(nvml_without_v3_falls_back_to_v2),
       cmocka_unit_test(nvml_without_v2_reads_the_shorter_v1_entries),

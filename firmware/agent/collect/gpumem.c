@@ -424,11 +424,14 @@ int em_gpumem_new(em_gpumem_t **out, const em_gpumem_opts_t *o) {
   int n = g ? snprintf(g->nvmap_path, sizeof(g->nvmap_path), "%s%s",
                        strcmp(o->sys_root, "/") == 0 ? "" : o->sys_root, EM_GPUMEM_NVMAP_PATH)
             : 0;
-  if (!g || !buf || !procs || n < 0 || (size_t)n >= sizeof(g->nvmap_path)) {
+  int rc = !g || !buf || !procs                          ? -ENOMEM
+           : n < 0 || (size_t)n >= sizeof(g->nvmap_path) ? -ENAMETOOLONG
+                                                         : 0;
+  if (rc) {
     free(g);
     free(buf);
     free(procs);
-    return g && buf && procs ? -EINVAL : -ENOMEM;
+    return rc;
   }
   g->buf = buf;
   g->procs = procs;

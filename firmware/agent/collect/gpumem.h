@@ -32,8 +32,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define EM_GPUMEM_MAX_PIDS   256   /* The target's pids summed (a process tree or a cgroup). */
-#define EM_GPUMEM_FILE_BYTES 65536 /* The nvmap clients file (~60 bytes a client), cgroup.procs.   \
+#define EM_GPUMEM_MAX_PIDS 256 /* The target's pids summed (a process tree or a cgroup). */
+#define EM_GPUMEM_FILE_BYTES                                                                       \
+  65536                            /* The nvmap clients file (~60 bytes a client), cgroup.procs.   \
                                     */
 #define EM_GPUMEM_LINE_MAX     512 /* A longer nvmap line refuses the file. */
 #define EM_GPUMEM_NVML_GPUS    16  /* Devices queried. */
@@ -77,7 +78,8 @@ typedef struct em_gpumem em_gpumem_t;
 /*
  * Chooses the source: the nvmap file when it opens, else NVML when the library loads, has the
  * entry points, initialises and lists a device. Neither is not an error: the source is NONE
- * and em_gpumem_absent() says why. Strings are copied. Returns 0 and *out, -EINVAL, -ENOMEM.
+ * and em_gpumem_absent() says why. Strings are copied. Returns 0 and *out, -EINVAL,
+ * -ENAMETOOLONG (a root too long for a path), -ENOMEM.
  */
 int em_gpumem_new(em_gpumem_t **out, const em_gpumem_opts_t *opts);
 
