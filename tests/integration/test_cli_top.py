@@ -316,7 +316,8 @@ def test_top_keys_switch_device_pause_resize_and_quit_cleanly(stack, bench):
     assert "edgemon top" not in t.screen()
 
 
-def test_top_without_colour_or_utf8_and_stopped_by_ctrl_c_and_sigterm(stack, bench):
+def test_top_puts_the_terminal_back_on_ctrl_c_sigterm_and_a_lost_broker(stack, bench):
+    """And without colour (NO_COLOR) or UTF-8 (LANG=C): ASCII, no escapes."""
     broker, prefix, watch = bench
     t = top(stack, broker, prefix, env={"NO_COLOR": "1", "LANG": "C", "LC_ALL": "C"})
     text = t.wait(lambda s: re.search(r"[_.\-:=+*#]{3,}", spark(s, "infer")),
@@ -339,6 +340,15 @@ def test_top_without_colour_or_utf8_and_stopped_by_ctrl_c_and_sigterm(stack, ben
     t2.wait(lambda s: "top exited 0" in s, "top to exit on SIGTERM")
     assert t2.show("#{alternate_on}") == "0"
     assert t2.show("#{cursor_flag}") == "1"
+
+    # The broker goes away: the terminal is put back, then the reason, exit 3.
+    t3 = top(stack, broker, prefix)
+    t3.wait(lambda s: stage_row(s, "infer"), "top's third run")
+    broker.stop()
+    text = t3.wait(lambda s: "top exited 3" in s, "top to exit when the broker is gone")
+    assert "edgemon-cli top: lost the connection to the broker" in text, text
+    assert "edgemon top" not in text
+    assert t3.show("#{alternate_on}") == "0"
 
 
 def test_top_refuses_when_stdout_is_not_a_terminal():
