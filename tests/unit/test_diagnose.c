@@ -369,12 +369,9 @@ static void baseline_stops_where_nominal_ended(void **state) {
   assert_int_equal(rig.out.v.causes[0].code, EM_PROTO_CAUSE_CPU_CONTENTION);
 }
 
-/* The stage slowed 2 s before the trigger and the rule waited two windows before it rose:
- * those windows were NOMINAL yet already past the bound. Left in the baseline, they hide the
- * excess (nothing to explain); with the rule's bound they are the breach's start, and the
- * baseline is the one window before them. */
-static void windows_past_the_bound_are_not_the_baseline(void **state) {
-  (void)state;
+/* Builds a contention breach (10 ms frames, 5.5 ms of run-queue delay per frame, after 3 s)
+ * into rig, then gives the frames that end in (from, to] duration_ns. */
+static void build_contention(uint64_t from, uint64_t to, uint64_t duration_ns) {
   scenario_t s = nominal();
   s.frame_ms[1] = 10;
   s.fig[K_RUNQ][1] = 5.5 * MS;
@@ -382,11 +379,20 @@ static void windows_past_the_bound_are_not_the_baseline(void **state) {
   for (unsigned f = 0; f < FRAMES; f++) {
     em_flight_span_t *sp = &rig.spans[f];
     uint64_t end = sp->start_ns + sp->duration_ns;
-    if (end > 1 * SEC && end <= TRIGGER - SEC) {
-      sp->duration_ns = 10 * MS;
+    if (end > from && end <= to) {
+      sp->duration_ns = duration_ns;
       sp->start_ns = end - sp->duration_ns;
     }
   }
+}
+
+/* The stage slowed 2 s before the trigger and the rule waited two windows before it rose:
+ * those windows were NOMINAL yet already past the bound. Left in the baseline, they hide the
+ * excess (nothing to explain); with the rule's bound they are the breach's start, and the
+ * baseline is the one window before them. */
+static void windows_past_the_bound_are_not_the_baseline(void **state) {
+  (void)state;
+  build_contention(1 * SEC, TRIGGER - SEC, 10 * MS);
   assert_int_equal(em_diagnose(&rig.in, rig.scratch, FRAMES, &rig.out), 0);
   assert_int_equal(rig.out.v.baseline_ns, 10 * MS); /* No bound known: the slow windows count. */
   assert_int_equal(rig.out.v.n_causes, 0);
@@ -400,6 +406,37 @@ static void windows_past_the_bound_are_not_the_baseline(void **state) {
   assert_int_equal(em_diagnose(&rig.in, rig.scratch, FRAMES, &rig.out), 0);
   assert_int_equal(rig.out.v.nominal_windows, 0);
   assert_int_equal(rig.out.v.causes[0].code, EM_PROTO_CAUSE_UNEXPLAINED);
+}
+
+/* The window that opened on the tick at 3 s closed on a tick 250 ms late (4.25 s), which the
+ * recorder has not taken yet when the verdict is computed: the rule judged (3 s, 4.25 s], not
+ * the last second before the trigger. Frames ending in (3 s, 3.6 s] took 10 ms, the later ones
+ * 5: the judged window's median is 10 ms (60 of its 100 frames), the last second's 5 ms (35 of
+ * 75), which would have left nothing to explain. */
+static void breach_window_is_the_one_the_rule_judged(void **state) {
+  (void)state;
+  build_contention(3600 * MS, UINT64_MAX, 5 * MS);
+  rig.in.n_ticks = TICKS - 1; /* Up to 3.9 s. */
+  rig.in.trigger_ns = TRIGGER + 250 * MS;
+  rig.in.statistic = "p50";
+  assert_int_equal(em_diagnose(&rig.in, rig.scratch, FRAMES, &rig.out), 0);
+  assert_int_equal(rig.out.v.breach_ns, 10 * MS);
+  assert_int_equal(rig.out.v.baseline_ns, 5 * MS);
+  assert_int_equal(rig.out.v.nominal_windows, 2);
+  assert_true(rig.out.v.n_causes >= 1);
+  assert_int_equal(rig.out.v.causes[0].code, EM_PROTO_CAUSE_CPU_CONTENTION);
+  /* The closing tick on time (4 s, recorded or not): the window is the last second. */
+  rig.in.trigger_ns = TRIGGER;
+  assert_int_equal(em_diagnose(&rig.in, rig.scratch, FRAMES, &rig.out), 0);
+  assert_int_equal(rig.out.v.breach_ns, 10 * MS);
+  rig.in.n_ticks = TICKS;
+  assert_int_equal(em_diagnose(&rig.in, rig.scratch, FRAMES, &rig.out), 0);
+  assert_int_equal(rig.out.v.breach_ns, 10 * MS);
+  /* Without a tick to open on (the window opened as the agent started): trigger - window. */
+  rig.in.n_ticks = 0;
+  rig.in.trigger_ns = TRIGGER + 250 * MS;
+  assert_int_equal(em_diagnose(&rig.in, rig.scratch, FRAMES, &rig.out), 0);
+  assert_int_equal(rig.out.v.breach_ns, 5 * MS);
 }
 
 static void absent_runq_is_not_read_as_zero(void **state) {
@@ -720,6 +757,7 @@ int main(void) {
       cmocka_unit_test(no_baseline_says_so),
       cmocka_unit_test(baseline_stops_where_nominal_ended),
       cmocka_unit_test(windows_past_the_bound_are_not_the_baseline),
+      cmocka_unit_test(breach_window_is_the_one_the_rule_judged),
       cmocka_unit_test(absent_runq_is_not_read_as_zero),
       cmocka_unit_test(counters_count_from_their_first_tick),
       cmocka_unit_test(absent_cpu_time_skips_cpu_causes),

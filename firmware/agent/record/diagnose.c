@@ -151,6 +151,27 @@ static size_t tick_at_or_before(const em_diagnose_in_t *in, uint64_t t_ns) {
   return lo == 0 ? SIZE_MAX : lo - 1;
 }
 
+/*
+ * Where the window the rule judged began. The budget judge closes a window on the first tick at
+ * least window_ns after it opened and opens the next one on that tick; the recorder has not
+ * taken the closing tick yet when the verdict is computed. So the window opened on the first
+ * tick after (the last tick before the trigger) - window_ns: trigger - window_ns when the ticks
+ * kept time, earlier when the closing tick came late (a loaded machine) or a tick's jitter put
+ * the close one tick later, and the window was longer than window_ns. Without such a tick (no
+ * ticks yet, a window that opened off the ticks when the agent started): trigger - window_ns.
+ */
+static uint64_t judged_from(const em_diagnose_in_t *in) {
+  uint64_t from = in->trigger_ns > in->window_ns ? in->trigger_ns - in->window_ns : 0;
+  size_t last = tick_at_or_before(in, in->trigger_ns - 1);
+  if (last == SIZE_MAX || in->trigger_ns == 0) {
+    return from;
+  }
+  uint64_t t = in->ticks[last].mono_ns;
+  size_t k = tick_at_or_before(in, t > in->window_ns ? t - in->window_ns : 0);
+  k = k == SIZE_MAX ? 0 : k + 1; /* The first tick after it. */
+  return k <= last && in->ticks[k].mono_ns < from ? in->ticks[k].mono_ns : from;
+}
+
 /* The stage's spans that ended in (from, to]: their count and mean; when `d` is given, their
  * durations (up to cap) are written there and *n_d says how many. */
 static size_t stage_spans(const em_diagnose_in_t *in, uint64_t from, uint64_t to, double *mean,
@@ -523,7 +544,7 @@ int em_diagnose(const em_diagnose_in_t *in, uint64_t *scratch, size_t scratch_ca
     return -EINVAL;
   }
   uint64_t b_to = in->trigger_ns;
-  uint64_t b_from = b_to > in->window_ns ? b_to - in->window_ns : 0;
+  uint64_t b_from = judged_from(in);
   double mean;
   size_t n_d = 0;
   if (stage_spans(in, b_from, b_to, &mean, scratch, scratch_cap, &n_d) == 0) {
