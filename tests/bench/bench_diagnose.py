@@ -365,11 +365,12 @@ def wait_state(sub, seconds):
 
 
 def outcome(what, state, t_start, pipe):
-    """The run's result; pipeline_ran: the pipeline still ran at the end (it did not fail)."""
+    """The run's result; rule_value: the statistic the rule judged (the state message's
+    value), beside the verdict's breach_ns; pipeline_ran: the pipeline still ran at the end."""
     v = state.get("verdict")
     causes = (v or {}).get("causes") or []
     return {"outcome": what, "level": state["level"], "verdict": v,
-            "top": causes[0]["cause"] if causes else None,
+            "rule_value": state.get("value"), "top": causes[0]["cause"] if causes else None,
             "seconds_after_start": round(time.monotonic() - t_start, 2),
             "pipeline_ran": pipe.poll() is None}
 
