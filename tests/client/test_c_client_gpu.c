@@ -4,7 +4,8 @@
  * a GPU.
  *
  * The header dlopen()s "libcuda.so.1"; ctest points LD_LIBRARY_PATH at a directory holding
- * fake_libcuda.c built under that name, a stand-in for the driver whose events complete only
+ * fake_libcuda.c built under that name (and EM_TEST_FAKE_CUDA at the file, for emulators that
+ * set LD_LIBRARY_PATH themselves), a stand-in for the driver whose events complete only
  * when the test says so (fake_cuda_complete), at GPU times the test gives. The test reaches its
  * controls with dlopen + dlsym. The spans go to a real bound socket and are decoded with proto's
  * reference em_span_unpack. Covered: the CPU span at once and "<stage>.gpu" later, with the
@@ -62,9 +63,15 @@ static void *fake_sym(void *lib, const char *name) {
   return sym;
 }
 
-/* Loads the fake (the same library the header loads) and looks its controls up. */
+/* Loads the fake and looks its controls up: "libcuda.so.1" through LD_LIBRARY_PATH, else the
+ * file EM_TEST_FAKE_CUDA names (an emulator may set LD_LIBRARY_PATH itself). Either way the
+ * header's dlopen("libcuda.so.1") then gets this library: the one of that soname loaded. */
 static int fake_load(void) {
+  const char *path = getenv("EM_TEST_FAKE_CUDA");
   void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == NULL && path != NULL && path[0] != '\0') {
+    lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  }
   if (lib == NULL) {
     return -1;
   }
@@ -417,7 +424,7 @@ int main(void) {
     if (fake_load() != 0) {
       fprintf(stderr,
               "test_c_client_gpu: no libcuda.so.1 (%s): set LD_LIBRARY_PATH to the "
-              "fake's directory\n",
+              "fake's directory, or EM_TEST_FAKE_CUDA to the file\n",
               dlerror());
       return 1;
     }
