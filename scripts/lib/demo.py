@@ -145,8 +145,9 @@ def main():
             f"runtime_dir = {work}/run\n[spool]\npath = {work}/spool\n"
             f"[target]\npid_file = {pidfile}\n"
             f"[mqtt]\nbroker = mqtt://127.0.0.1:{port}\n"
-            # The budget the slow phase breaks: infer p99 over 5 ms in 2 windows of 500 ms.
-            "[budget.infer]\np99 = 5ms\nlevel = DEGRADED\n"
+            # The budget the slow phase breaks: infer's median over 5 ms in 2 windows of 500 ms
+            # (a p99 of 10 frames is their slowest: one preempted frame on a loaded machine).
+            "[budget.infer]\np50 = 5ms\nlevel = DEGRADED\n"
             "[degrade]\nwindow = 500ms\nenter_windows = 2\nleave_windows = 3\n")
         log = open(work / "agent.log", "wb")
         agent = subprocess.Popen([str(agent_bin), "--config", str(cfg)], stdout=log,
