@@ -71,7 +71,9 @@ def more_work(verdict):
     return causes[0] if causes else None
 
 
-def test_a_more_work_verdict_names_the_function_the_stage_newly_calls(stack):
+def start(stack):
+    """The agent with its broker and subscriber, and the pipeline attached: (agent, broker,
+    sub, go), `go` the file that makes infer call extra_postprocess."""
     broker = stack.broker()
     marker = f"edgemon-diagnose-functions-{time.monotonic_ns()}"
     (stack.tmp / "run").mkdir(exist_ok=True)
@@ -86,6 +88,11 @@ def test_a_more_work_verdict_names_the_function_the_stage_newly_calls(stack):
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL)
     stack.on_stop(lambda: (proc.kill(), proc.wait()))
     wait_for(lambda: "attached" in agent.log_text(), 10, "the agent to attach")
+    return agent, broker, sub, go
+
+
+def test_a_more_work_verdict_names_the_function_the_stage_newly_calls(stack):
+    agent, broker, sub, go = start(stack)
 
     # The baseline: 10 s of NOMINAL after the attach, a 2 s window, its resolution.
     wait_for(lambda: "profile: baseline: " in agent.log_text(), 90, "a baseline profile")
@@ -138,3 +145,27 @@ def test_a_more_work_verdict_names_the_function_the_stage_newly_calls(stack):
     # tail prints them under the recording's line.
     wait_for(lambda: re.search(r"infer more work: grew: .*extra_postprocess", tail_out.read_text()),
              20, "tail's line of the recording's functions")
+
+
+def test_an_escalation_during_a_baseline_window_still_gets_its_profile(stack):
+    # The extra work starts as the baseline window opens: the escalation comes while it samples
+    # (it is dropped) or resolves (the escalation's window opens after it).
+    agent, broker, sub, go = start(stack)
+    from test_profile import Profiles
+    profiles = Profiles(broker.port, agent.device)
+    stack.on_stop(profiles.close)
+    wait_for(lambda: "profile: baseline window: " in agent.log_text(), 90, "a baseline window")
+    go.write_text("")
+    sub.next("state", timeout=30, pred=lambda m: m["level"] == "DEGRADED")
+    p = profiles.wait(1, timeout=60)
+    assert p["trigger"]["cause"] == "escalation" and p["number"] == 0, p["trigger"]
+    assert p["samples"] > 0
+    log = agent.log_text()
+    assert ("profile: baseline window dropped: the escalation's window comes first" in log
+            or "sampling once the baseline window is resolved" in log
+            or "profile: baseline: " in log), log[-3000:]
+    # Exactly one profile: the baseline is never published.
+    time.sleep(2)
+    assert len(profiles.payloads) == 1
+    payload = next_flight(sub, timeout=60)
+    assert edgemon_proto.decode(payload)["number"] == 0

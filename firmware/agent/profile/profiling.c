@@ -41,6 +41,7 @@ struct em_profiling {
   /* Baselines (profiling.h): the loop's fields, then the worker's while `busy`. */
   pid_t seen_pid;         /* The attached target of the last tick (0: none)... */
   uint64_t attached_ns;   /* ...since. */
+  bool base_window;       /* The window open or resolving is a baseline (the loop's copy). */
   bool base_tried;        /* A baseline was opened for seen_pid... */
   uint64_t base_start_ns; /* ...at. */
   uint64_t base_cpu_ns;   /* The agent's CPU time when it opened. */
@@ -196,10 +197,11 @@ void em_profiling_trigger(em_profiling_t *p, const em_profile_trigger_t *t, pid_
     }
     return;
   }
-  if (em_window_is_baseline(p->window) && !p->busy && em_window_abort(p->window)) {
+  if (p->base_window && !p->busy && em_window_abort(p->window)) {
+    p->base_window = false;
     EM_INFO("profile: baseline window dropped: the %s's window comes first", what);
   }
-  if (em_window_is_baseline(p->window) && p->busy && !p->deferred) {
+  if (p->base_window && p->busy && !p->deferred) {
     defer(p, t, pid, seconds);
     EM_INFO("profile: %s to %s: sampling once the baseline window is resolved", what,
             em_level_name(t->level));
@@ -313,6 +315,7 @@ static void hand_functions(em_profiling_t *p) {
 static void resolve_done(uv_work_t *w, int status) {
   em_profiling_t *p = w->data;
   p->busy = false;
+  p->base_window = false;
   em_profile_t *pr = status == 0 ? em_window_take(p->window) : NULL;
   if (pr && em_window_is_baseline(p->window)) {
     baseline_done(p, pr);
@@ -371,6 +374,7 @@ static void maybe_baseline(em_profiling_t *p, uint64_t now_ns, pid_t pid) {
     return;
   }
   p->pid = pid;
+  p->base_window = true;
   write_page(p);
   uint64_t since = nominal > p->attached_ns ? nominal : p->attached_ns;
   EM_INFO("profile: baseline window: sampling pid %d for %llu ms, attached and NOMINAL for %llu s",
@@ -391,6 +395,7 @@ void em_profiling_tick(em_profiling_t *p, uint64_t now_ns, pid_t pid) {
     p->n_grown = 0;
     p->busy = uv_queue_work(p->o.loop, &p->work, resolve_work, resolve_done) == 0;
     if (!p->busy) {
+      p->base_window = false;
       hand_functions(p);
       em_window_done(p->window); /* Not queued: dropped, never left half open. */
     }
