@@ -22,12 +22,13 @@
  * blue shrank, deeper for a larger change against the largest one drawn. The baseline is the
  * device's previous profile whose trigger watched the same stage (the newest one older than
  * this one), or whichever profile of the device the user picks in Baseline (the CLI's
- * --diff-at TIME takes the profile nearest TIME: one of the same list).
+ * --diff-at TIME takes the profile nearest TIME: one of the same list). The flight recording
+ * taken for the same breach (the list's link) opens from a button beside the title.
  *
  * Owns the view's DOM under the container app.js gives it, its canvases and their listeners.
  * Text from the device (function, module and stage names) only ever reaches the page through
  * textContent or the canvas's fillText. Uses app.js's el(), api(), muted(), badge(),
- * canvasContext(), fmt*().
+ * openButton(), canvasContext(), fmt*().
  */
 "use strict";
 
@@ -310,6 +311,8 @@ async function renderProfile(app, seq, id, key) {
       (profile.trigger.rule ? ` · ${profile.trigger.rule}` : "") +
       ` · ${profile.samples} samples at ${profile.hz} Hz over ${fmtDuration(profile.duration_ns)}` +
       (profile.lost ? ` · ${profile.lost} lost` : "")));
+  const me = list.profiles.find((p) => p.key === key);
+  if (me && me.flight) title.append(openButton("open-timeline", "Timeline of this breach", id, "flight", me.flight));
   const reason = profile.trigger.reason ? el("p", { class: "reason", text: profile.trigger.reason }) : null;
   const notes = (profile.notes || []).map((n) => el("p", { class: "note muted", text: "note: " + n }));
   const cut = profile.truncated || {};

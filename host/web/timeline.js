@@ -18,12 +18,13 @@
  * The wheel zooms around the pointer, a drag pans, a shift-drag zooms into the dragged range;
  * the buttons do the same in steps. A click on a span shows its frame: each stage's duration,
  * its total and start, and the figures of the tick whose window ((previous tick, tick]) holds
- * the frame's end, as edgemon-cli flight shows them.
+ * the frame's end, as edgemon-cli flight shows them. The stack profile taken for the same
+ * breach (the list's link) opens from a button beside the title.
  *
  * Owns the view's DOM under the container app.js gives it, one canvas and its listeners. Text
  * from the device (stage and column names, reasons, verdicts) only ever reaches the page
  * through textContent or the canvas's fillText. Uses app.js's el(), api(), muted(), badge(),
- * verdictBlock(), canvasContext(), fmt*().
+ * verdictBlock(), openButton(), canvasContext(), fmt*().
  */
 "use strict";
 
@@ -465,6 +466,13 @@ async function renderFlight(app, seq, id, key) {
   app.append(body);
   const rec = await api("/api/devices/" + enc + "/flights/" + encodeURIComponent(key));
   if (seq !== state.seq) return;
+  // The list's entry of the recording, for the stack profile of the same breach: asked around
+  // its time (a JSON number near 2^60 is off by up to 256 ns).
+  const at = BigInt(rec.time_ns);
+  const around = await api("/api/devices/" + enc + "/flights" +
+    query({ since: String(at - 1000n), until: String(at + 1000n), limit: 10 }));
+  if (seq !== state.seq) return;
+  const entry = around.flights.find((f) => f.key === key);
   // The device's budgets and level changes around the window; the recording stands without.
   let hist = null;
   const pad = Math.max(TL_HISTORY_PAD_NS, rec.pre_ns, rec.post_ns);
@@ -495,7 +503,8 @@ async function renderFlight(app, seq, id, key) {
   const head = el("div", { class: "device-head" }, el("h1", { text: "Flight recording " + key }), badge(t.level),
     muted(`${fmtTime(rec.time_ns)} · ${t.cause}` + (t.rule ? ` · ${t.rule}` : "") +
       ` · ${rec.spans.length} spans, ${rec.ticks.length} ticks, ${fmtDuration(rec.pre_ns)} before and ` +
-      `${fmtDuration(rec.post_ns)} after the trigger`));
+      `${fmtDuration(rec.post_ns)} after the trigger`),
+    entry && entry.profile ? openButton("open-flame", "Flame graph of this breach", id, "profile", entry.profile) : null);
   const trig = el("p", { class: "flight-trigger", id: "flight-trigger" },
     t.prev_level ? el("span", {}, badge(t.prev_level), " → ", badge(t.level)) : badge(t.level),
     " ", el("b", { text: t.rule || t.cause }),

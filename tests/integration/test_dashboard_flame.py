@@ -100,11 +100,11 @@ c.dispatchEvent(new ev(type, Object.assign({clientX: r.left + x, clientY: r.top 
 """
 
 
-def profile(number, t_ns, stacks, stage="infer", samples=None):
+def profile(number, t_ns, stacks, stage="infer", samples=None, session=SESSION):
     """One profile's CBOR: an escalation to DEGRADED on <stage>.p99, 2 s at 99 Hz."""
     flat = [x for f in FRAMES for x in f]
     return cbor2.dumps({
-        0: 1, 1: 6, 2: t_ns, 3: SESSION, 4: number,
+        0: 1, 1: 6, 2: t_ns, 3: session, 4: number,
         5: {0: 0, 1: 2, 2: 0, 3: f"{stage}.p99", 4: stage, 7: f"{stage} p99 over its budget"},
         6: 10**12 + number * 10**10, 7: 2 * 10**9, 8: 99, 9: "cpu-clock",
         10: samples if samples is not None else sum(s[0] for s in stacks), 11: 0,
@@ -218,6 +218,9 @@ def test_flame_graph_draws_every_frame_of_the_profile(agg, page):
     # The markup in a frame's name stays text: no element was made of it.
     assert page.execute("return document.querySelectorAll('main img').length") == 0
     assert page.execute("return window.__emInjected === undefined")
+    # No recording of the same breach is stored: no button to its timeline.
+    assert page.execute("return document.querySelector('.device-head button.open-timeline')") \
+        is None
     page.execute(MOUSE, "[data-flame='cpu']", "mousemove", *centre(frame(page, MARKUP)))
     tip = page.execute("const t = document.querySelector(\"[data-flame='cpu'] .flame-tip\");"
                        "return !t.hidden && t.textContent")

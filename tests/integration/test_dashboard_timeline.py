@@ -7,7 +7,9 @@ of proto/edgemon.cddl), so every figure is known: 2 s before the trigger and 1 s
 every 50 ms with a preprocess and an infer span, frame SLOW's infer 90 ms (the slowest), ticks
 every 100 ms with a counter and a gauge, a verdict naming io, and a reason that is markup (the
 page must show it as text). The device's state messages put a WARN 1.5 s before the trigger and
-the DEGRADED escalation at it: both are level changes within the window.
+the DEGRADED escalation at it: both are level changes within the window. A stack profile of
+the same breach (test_dashboard_flame.py's, same session, cause and time) is linked to it: each
+view opens the other.
 
 The canvas is read back (getImageData): every span is drawn in its stage's lane, the wheel and
 the zoom buttons change the time range drawn (and so the pixels), a drag pans, a click on a span
@@ -34,7 +36,8 @@ import cbor2
 import pytest
 
 from conftest import broker_and_aggregator, publish_once, wait_for
-from test_dashboard_flame import CANVAS, MOUSE, browser, open_from_device, webdriver
+from test_dashboard_flame import (BREACH_STACKS, CANVAS, MOUSE, browser, frames as flame_frames,
+                                  open_from_device, profile, webdriver)
 from test_dashboard_verdict import errors
 
 WHY_NOT = webdriver.available()
@@ -109,14 +112,17 @@ def agg(tmp_path_factory):
         publish_once(broker.port, f"edgemon/v1/{DEVICE}/state", state(t - 1500 * MS, 1, 0, 1))
         publish_once(broker.port, f"edgemon/v1/{DEVICE}/state", state(t, 2, 1, 2))
         publish_once(broker.port, f"edgemon/v1/{DEVICE}/flight", recording(t))
+        # The stack profile of the same breach (same session and cause, same time).
+        publish_once(broker.port, f"edgemon/v1/{DEVICE}/profile",
+                     profile(0, t, BREACH_STACKS, session=515))
 
         def stored():
             status, body = agg.get(f"/api/devices/{DEVICE}/flights")
-            if status != 200 or not json.loads(body)["flights"]:
+            if status != 200 or [f["profile"] for f in json.loads(body)["flights"]] != [KEY]:
                 return False
             status, body = agg.get(f"/api/devices/{DEVICE}/history?range=5m&points=10")
             return status == 200 and len(json.loads(body)["levels"]) == 2
-        wait_for(stored, 20, "the recording and both level changes in the store")
+        wait_for(stored, 20, "the recording, its profile and both level changes in the store")
         yield agg
 
 
@@ -244,6 +250,17 @@ def test_click_on_a_span_shows_its_frame_and_the_ticks_figures(agg, page):
     i = next(k for k, t in enumerate(tick_times) if t >= end)
     assert box["figures"]["pmu.context-switches"] == f"{COUNTER_STEP + i} (increase)", box
     assert box["figures"]["mem.rss"] == f"{(100 * 2**20 + i * 4096) / 2**20:.1f} MiB", box
+    assert errors(page) == []
+
+
+def test_the_breachs_profile_and_recording_open_each_other(agg, page):
+    open_recording(page, agg)
+    page.execute("document.querySelector('.device-head button.open-flame').click()")
+    assert page.execute("return location.hash") == f"#/device/{DEVICE}/profile/{KEY}"
+    wait_for(lambda: len(flame_frames(page)) >= 6, 15, "the profile's flame graph")
+    page.execute("document.querySelector('.device-head button.open-timeline').click()")
+    assert page.execute("return location.hash") == f"#/device/{DEVICE}/flight/{KEY}"
+    wait_for(lambda: len(drawn(page)) == 2 * len(frames()), 15, "the timeline")
     assert errors(page) == []
 
 
