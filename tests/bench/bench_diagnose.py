@@ -32,11 +32,12 @@ The causes and how each is injected:
                    that many times as long (the same work on slower cycles: simulated, there is
                    no cpufreq driver to cap on a VM); skipped when the fixture tree is absent
 With --realtime the pipeline runs SCHED_FIFO (where allowed: root; a v1 cpu cgroup of its own
-is given an RT runtime for it) until a CPU cause (cpu_contention, cpu_throttling) is injected,
-then SCHED_OTHER, so that the hogs and the quota act on it: the machine's other load then
-does not delay the stage before the injection, nor in a clean run (nice would not do: with
-autogroup a nice value counts only within its session).
-tests/integration/test_diagnose_inject.py, the short form, runs with it; the long form without.
+is given an RT runtime for it), and for a CPU cause (cpu_contention, cpu_throttling) SCHED_OTHER
+from the injection on, so that the hogs and the quota act on it: the machine's other load then
+does not delay the stage, so it neither raises the level before the injection nor adds real
+contention to another cause (a longer CPU burst waits longer for a loaded CPU, and is rightly
+named cpu_contention). Nice would not do: with autogroup a nice value counts only within its
+session. tests/integration/test_diagnose_inject.py, the short form, runs with it.
 The order of all runs is shuffled with --seed (printed). The confusion table (injected against
 named first) and the false-cause rate are printed; --json writes them and every run's verdict.
 Cgroups and child processes are removed on every path (also on Ctrl-C). Needs root for the
@@ -91,7 +92,7 @@ import edgemon
 # {marker}
 os.sched_setaffinity(0, {{{cpu!r}}})
 MODE, BUSY, SCALE, GO = {mode!r}, {busy!r}, {scale!r}, {go!r}
-REALTIME = {realtime!r} and MODE in ("clean", "cpu_contention", "cpu_throttling")
+REALTIME = {realtime!r}
 if REALTIME:
     try:  # the machine's other load must not delay the stage before the injection
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
@@ -122,7 +123,7 @@ while os.getppid() == ppid:
         on = True
         if MODE == "waiting":
             threading.Thread(target=holder, daemon=True).start()
-        if REALTIME and MODE != "clean":  # the hogs and the quota act on a normal task
+        if REALTIME and MODE in ("cpu_contention", "cpu_throttling"):  # on a normal task
             os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
     start = time.monotonic_ns()
     c0 = time.thread_time_ns()
