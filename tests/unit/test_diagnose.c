@@ -509,12 +509,17 @@ static void contention_names_who_else_ran(void **state) {
   s.fig[K_RUNQ][1] = 5.5 * MS;
   build(&rig, &s);
   em_diagnose_process_t others[] = {{.pid = 42, .comm = "stress-ng-cpu-worker", .share = 0.8},
-                                    {.pid = 7, .comm = "kworker", .share = 0.1}};
+                                    {.pid = 7, .comm = "kworker", .share = 0.1},
+                                    {.pid = 9, .comm = "yes", .share = 0.05}};
   rig.in.others = others;
-  rig.in.n_others = 2;
+  rig.in.n_others = 3;
   assert_int_equal(em_diagnose(&rig.in, rig.scratch, FRAMES, &rig.out), 0);
-  const em_proto_verdict_cause_t *c = &rig.out.v.causes[0];
-  assert_int_equal(c->n_processes, 2);
+  em_proto_verdict_cause_t *c = &rig.out.v.causes[0];
+  assert_int_equal(c->n_processes, 3);
+  /* A function name in the verdict's own storage, as em_feed_functions writes one. */
+  memcpy(rig.out.fn[1], "extra_postprocess", sizeof("extra_postprocess"));
+  c->functions[0] = (em_proto_verdict_function_t){.name = rig.out.fn[1], .growth = 40.0};
+  c->n_functions = 1;
   assert_int_equal(c->processes[0].pid, 42);
   assert_string_equal(c->processes[0].comm, "stress-ng-cpu-w"); /* TASK_COMM_LEN */
   /* A copy points into itself. */
@@ -524,6 +529,9 @@ static void contention_names_who_else_ran(void **state) {
   assert_string_equal(copy.v.stage, "infer");
   assert_ptr_equal(copy.v.causes[0].processes[1].comm, copy.comm[1]);
   assert_string_equal(copy.v.causes[0].processes[1].comm, "kworker");
+  assert_ptr_equal(copy.v.causes[0].processes[2].comm, copy.comm[2]);
+  assert_ptr_equal(copy.v.causes[0].functions[0].name, copy.fn[1]);
+  assert_string_equal(copy.v.causes[0].functions[0].name, "extra_postprocess");
   assert_int_equal(em_proto_verdict_check(&copy.v), 0);
 }
 

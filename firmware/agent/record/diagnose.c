@@ -632,16 +632,17 @@ void em_diagnosis_copy(em_diagnosis_t *dst, const em_diagnosis_t *src) {
   dst->v.statistic = dst->statistic;
   for (size_t i = 0; i < dst->v.n_causes; i++) {
     em_proto_verdict_cause_t *c = &dst->v.causes[i];
+    /* Offsets into the whole arrays as bytes: comm[0] + 32 would index past comm[0]. */
     for (size_t p = 0; p < c->n_processes; p++) {
-      ptrdiff_t at = c->processes[p].comm - src->comm[0];
+      ptrdiff_t at = c->processes[p].comm - (const char *)src->comm;
       if (at >= 0 && (size_t)at < sizeof(src->comm)) {
-        c->processes[p].comm = dst->comm[0] + at;
+        c->processes[p].comm = (const char *)dst->comm + at;
       }
     }
     for (size_t k = 0; k < c->n_functions; k++) {
-      ptrdiff_t at = c->functions[k].name - src->fn[0];
+      ptrdiff_t at = c->functions[k].name - (const char *)src->fn;
       if (at >= 0 && (size_t)at < sizeof(src->fn)) {
-        c->functions[k].name = dst->fn[0] + at;
+        c->functions[k].name = (const char *)dst->fn + at;
       }
     }
   }
