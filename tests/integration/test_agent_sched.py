@@ -24,14 +24,16 @@ def names(birth):
 
 
 def attached_values(sub, birth, n):
-    """The figures by name of the next n data messages of birth's session with the target up."""
+    """The figures by name of the next n data messages of birth's session with the target up,
+    in the session's order (seq): a message the broker was slow to take comes from the spool,
+    after newer ones."""
     values = []
     while len(values) < n:
         d = sub.next("data")
         v = edgemon_proto.values_by_name(d, birth)
         if d["session"] == birth["session"] and v.get("target.up") == 1:
-            values.append(v)
-    return values
+            values.append((d["seq"], v))
+    return [v for _, v in sorted(values, key=lambda sv: sv[0])]
 
 
 def test_busy_target_has_growing_cpu_time_and_scheduling_counters(stack):
