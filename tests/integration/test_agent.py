@@ -63,11 +63,19 @@ def test_birth_is_retained_and_decodes_in_c_and_python(stack, running):
 def test_data_has_consecutive_seq_and_growing_software_counters(running):
     _, target, agent, sub = running
     birth = sub.next("birth", pred=lambda m: "absent_reason" not in names(m)["pmu.task-clock"])
-    datas = []
-    while len(datas) < 12:
+    # Twelve consecutive data messages of the session with the target up. A message the broker
+    # was slow to take on a loaded machine comes from the spool after newer ones: wait for every
+    # seq from the first one seen; one that never comes fails the wait.
+    by_seq = {}
+    while True:
         d = sub.next("data")
         if d["session"] == birth["session"] and value(d, birth, "target.up") == 1:
-            datas.append(d)
+            by_seq[d["seq"]] = d
+        first = min(by_seq, default=0)
+        if all(first + k in by_seq for k in range(12)):
+            break
+        assert len(by_seq) < 60, sorted(by_seq)  # a seq that never came
+    datas = [by_seq[first + k] for k in range(12)]
     seqs = [d["seq"] for d in datas]
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), seqs
     clock = [value(d, birth, "pmu.task-clock") for d in datas]
