@@ -193,7 +193,10 @@ def test_an_escalation_profiles_the_slow_python_function_from_the_clients_sample
     assert p["trigger"]["cause"] == "escalation"
     assert p["hz"] == 99 and p["clock"] == "cpu-clock"
     assert 2.5e9 <= p["duration_ns"] <= 4e9
-    assert p["samples"] >= 80, p["samples"]  # ~3 s of a busy thread at 99 Hz
+    # ~3 s of a busy thread at 99 Hz is ~300 samples of cpu-clock, which counts the target's
+    # own CPU time: on a machine with a load of 25 it got 39. The floor says it sampled again
+    # and again, not how much CPU the machine left the target.
+    assert p["samples"] >= 20, p["samples"]
     top = p["stacks"][0]
     assert top["samples"] == max(s["samples"] for s in p["stacks"])
     frames = frames_of(p, top)
