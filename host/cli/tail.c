@@ -247,17 +247,7 @@ static void rule_figure(const em_device_t *dev, const char *rule_id, const em_va
       type = dev->budgets[i].rule;
     }
   }
-  double x = bound_ns(v);
-  if (strcmp(type, "percentile") == 0 || strcmp(type, "deadline") == 0 ||
-      strcmp(type, "alive") == 0 || strcmp(type, "flow") == 0) {
-    char ms[16];
-    em_view_ms(x, ms, sizeof(ms));
-    snprintf(buf, cap, "%s ms", ms);
-  } else if (strcmp(type, "rss_cap") == 0) {
-    snprintf(buf, cap, "%.1f MiB", x / (1024.0 * 1024.0));
-  } else {
-    snprintf(buf, cap, "%.4g", x);
-  }
+  em_view_rule_figure(type, bound_ns(v), buf, cap);
 }
 
 static void print_state(const char *id, const em_device_t *dev, const em_state_t *s) {

@@ -90,6 +90,27 @@ void em_view_ms(double ns, char *buf, size_t cap) {
   }
 }
 
+void em_view_rule_figure(const char *rule_type, double v, char *buf, size_t cap) {
+  static const char *const latency[] = {"percentile", "deadline", "alive", "flow"};
+  static const char *const bytes[] = {"rss_cap", "gpu_mem_cap"};
+  const char *t = rule_type ? rule_type : "";
+  for (size_t i = 0; i < sizeof(latency) / sizeof(latency[0]); i++) {
+    if (strcmp(t, latency[i]) == 0) {
+      char ms[16];
+      em_view_ms(v, ms, sizeof(ms));
+      snprintf(buf, cap, "%s ms", ms);
+      return;
+    }
+  }
+  for (size_t i = 0; i < sizeof(bytes) / sizeof(bytes[0]); i++) {
+    if (strcmp(t, bytes[i]) == 0) {
+      snprintf(buf, cap, "%.1f MiB", v / (1024.0 * 1024.0));
+      return;
+    }
+  }
+  snprintf(buf, cap, "%.4g", v);
+}
+
 void em_view_age(uint64_t now_ns, uint64_t then_ns, char *buf, size_t cap) {
   if (then_ns == 0) {
     snprintf(buf, cap, "-");

@@ -33,6 +33,11 @@ void em_view_clock(uint64_t real_ns, char *buf, size_t cap);
 /* A duration in ms with 3 significant digits ("0.134", "8.30", "11.4", "152"). */
 void em_view_ms(double ns, char *buf, size_t cap);
 
+/* A level change's measured value or bound in the unit of its rule's type (the birth's
+ * "rule"): "12.4 ms" for the latency rules (percentile, deadline, alive, flow), "1536.0 MiB"
+ * for the memory caps (rss_cap, gpu_mem_cap), else the number as sent. */
+void em_view_rule_figure(const char *rule_type, double v, char *buf, size_t cap);
+
 /* An age such as "0.4s", "12s", "5m", "3h", "2d", or "-" for 0 (never seen). */
 void em_view_age(uint64_t now_ns, uint64_t then_ns, char *buf, size_t cap);
 

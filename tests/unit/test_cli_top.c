@@ -22,6 +22,7 @@
 #include "top_draw.h"
 #include "top_model.h"
 #include "top_term.h"
+#include "view.h"
 
 #define T0_NS   1795262400000000000ull
 #define S_NS    1000000000ull
@@ -316,6 +317,24 @@ static void keys_read_arrows_escape_and_bytes(void **state) {
   em_top_term_leave(&t);
 }
 
+/* A level change's value and bound in its rule's unit, as tail and top print them. */
+static void rule_figures_come_in_their_rules_units(void **state) {
+  (void)state;
+  char buf[32];
+  em_view_rule_figure("percentile", 12400000.0, buf, sizeof(buf));
+  assert_string_equal(buf, "12.4 ms");
+  em_view_rule_figure("flow", 152000000.0, buf, sizeof(buf));
+  assert_string_equal(buf, "152 ms");
+  em_view_rule_figure("rss_cap", 1536.0 * 1024 * 1024, buf, sizeof(buf));
+  assert_string_equal(buf, "1536.0 MiB");
+  em_view_rule_figure("gpu_mem_cap", 512.0 * 1024 * 1024, buf, sizeof(buf));
+  assert_string_equal(buf, "512.0 MiB");
+  em_view_rule_figure("psi", 42.5, buf, sizeof(buf));
+  assert_string_equal(buf, "42.5");
+  em_view_rule_figure(NULL, 3.0, buf, sizeof(buf));
+  assert_string_equal(buf, "3");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(model_turns_counters_into_cpu_share_and_rss_into_a_slope,
@@ -325,6 +344,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(frames_fit_every_size_and_escape_what_devices_send, setup,
                                       teardown),
       cmocka_unit_test(keys_read_arrows_escape_and_bytes),
+      cmocka_unit_test(rule_figures_come_in_their_rules_units),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

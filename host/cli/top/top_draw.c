@@ -177,27 +177,14 @@ const char *em_top_sort_name(em_top_sort_t sort) {
   return sort < EM_TOP_SORT_COUNT_ ? names[sort] : "?";
 }
 
-/* The unit a rule type's value and bound are in: ms for the latency rules, MiB for rss_cap. */
+/* A rule's value or bound in the unit of its type, as the birth names it (em_view_rule_figure). */
 static void rule_figure(const em_device_t *names, const char *rule_id, double v, char *buf,
                         size_t cap) {
-  static const char *const latency[] = {"percentile", "deadline", "alive", "flow"};
   const char *type = "";
   for (size_t i = 0; names && i < names->n_budgets; i++) {
     type = strcmp(names->budgets[i].id, rule_id) == 0 ? names->budgets[i].rule : type;
   }
-  bool ms = false;
-  for (size_t i = 0; i < sizeof(latency) / sizeof(latency[0]); i++) {
-    ms = ms || strcmp(type, latency[i]) == 0;
-  }
-  if (ms) {
-    char f[16];
-    em_view_ms(v, f, sizeof(f));
-    snprintf(buf, cap, "%s ms", f);
-  } else if (strcmp(type, "rss_cap") == 0) {
-    snprintf(buf, cap, "%.1f MiB", v / MIB);
-  } else {
-    snprintf(buf, cap, "%.4g", v);
-  }
+  em_view_rule_figure(type, v, buf, cap);
 }
 
 /* ---- the top: title, level, cause, figures ------------------------------------------------ */
