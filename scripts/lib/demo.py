@@ -5,7 +5,8 @@ Starts a real mosquitto on a free loopback port, edgemon-aggregator (history in 
 Prometheus metrics on a free loopback port), the sample inference loop, and edgemon-agent
 watching it, and shows the live telemetry with `edgemon-cli tail` (one line per
 data message, level changes highlighted) for a bounded time (EM_DEMO_SECONDS, default 20) or
-until Ctrl-C. Everything it started is stopped on the way out.
+until Ctrl-C. With EM_DEMO_VIEW=top on a terminal it shows `edgemon-cli top` instead (full
+screen, q quits early). Everything it started is stopped on the way out.
 
     demo.py BUILD_DIR
 """
@@ -171,9 +172,11 @@ def main():
         print(f"{BOLD}==> edgemon-agent watching it, publishing to edgemon/v1/{device}/ "
               f"(log: {work}/agent.log){RESET}")
 
-        print(f"{BOLD}==> edgemon-cli tail --broker mqtt://127.0.0.1:{port} --device {device} "
-              f"for {seconds:.0f} s (Ctrl-C stops early){RESET}", flush=True)
-        tail = subprocess.Popen([str(cli_bin), "tail", "--broker", f"mqtt://127.0.0.1:{port}",
+        view = "top" if os.environ.get("EM_DEMO_VIEW") == "top" and sys.stdout.isatty() else "tail"
+        print(f"{BOLD}==> edgemon-cli {view} --broker mqtt://127.0.0.1:{port} --device {device} "
+              f"for {seconds:.0f} s ({'q' if view == 'top' else 'Ctrl-C'} stops early){RESET}",
+              flush=True)
+        tail = subprocess.Popen([str(cli_bin), view, "--broker", f"mqtt://127.0.0.1:{port}",
                                  "--device", device, "--duration", str(seconds)])
         procs.append(tail)
         while tail.poll() is None:

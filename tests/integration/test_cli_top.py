@@ -13,6 +13,7 @@ import shlex
 import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import cbor2
 import paho.mqtt.client as mqtt
@@ -363,3 +364,28 @@ def test_top_refuses_when_stdout_is_not_a_terminal():
     assert "edgemon-cli top: stdout is not a terminal" in r.stderr
     assert r.stdout == ""
     assert "\x1b" not in r.stderr
+
+
+def test_the_demo_shows_top_full_screen_with_its_slow_phase(stack):
+    """scripts/demo.sh's view with EM_DEMO_VIEW=top: the demo's own broker, aggregator, agent
+    and inference loop, and top on the tmux terminal showing demo-board, its stages, and the
+    level its slow phase raises; the demo ends by itself and exits 0."""
+    need_tools()
+    agent = os.environ.get("EM_AGENT")
+    if not agent:
+        pytest.skip("EM_AGENT must name edgemon-agent (run through ctest)")
+    build = Path(CLI).resolve().parents[2]  # demo.py finds the three programs under it
+    assert (build / "firmware" / "agent" / "edgemon-agent").resolve() == Path(agent).resolve()
+    t = Tmux(stack.tmp, 120, 40)
+    stack.on_stop(t.stop)
+    t.start(["/usr/bin/python3", str(ROOT / "scripts" / "lib" / "demo.py"), str(build)],
+            {"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "EM_DEMO_VIEW": "top",
+             "EM_DEMO_SECONDS": "14"})
+    text = t.wait(lambda s: title(s).startswith("edgemon top") and "demo-board" in title(s)
+                  and re.search(r"^infer\s+\d", s, re.M), "top on the demo's device", 60)
+    assert re.search(r"^preprocess\s", text, re.M) and re.search(r"^postprocess\s", text, re.M)
+    # The slow phase (from 30% to 60% of the run) breaks infer's median budget.
+    t.wait(lambda s: "LEVEL DEGRADED" in s, "the slow phase's level", 60)
+    # top stops at the demo's end; the demo then shows the breach and stops what it started.
+    done = t.wait(lambda s: re.search(r"top exited \d+", s), "the demo to end", 120)
+    assert "top exited 0" in done, done
