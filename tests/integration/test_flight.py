@@ -246,14 +246,14 @@ def test_a_slowdown_is_recorded_once_with_the_frames_around_it(stack, flight_age
     phases = [(K, False), (60, True), (80, False), (50, True), (100, False)]
     proc = run_pipeline(stack, marker, phases)
     try:
-        payload = next_flight(sub, timeout=15)
+        payload = next_flight(sub, timeout=45)
         rec = decode_flight(payload)
         assert rec["number"] == 0 and not rec["historical"]
         assert rec["session"] == birth["session"]
         check_recording(rec, K, 60)
         same_in_edgemon_proto(payload, rec)
         # The second escalation: counted, not published.
-        wait_for(lambda: (last_values(sub, birth, "flight.suppressed") or 0) >= 1, 10,
+        wait_for(lambda: (last_values(sub, birth, "flight.suppressed") or 0) >= 1, 30,
                  "flight.suppressed")
         assert last_values(sub, birth, "flight.recordings") == 1
         assert not [k for _, k, _, _ in sub.seen if k == "flight"][1:]
@@ -275,10 +275,10 @@ def test_a_recording_made_while_the_broker_is_away_comes_from_the_spool(stack, f
     try:
         time.sleep(K / 100 - 0.8)
         broker.stop()  # SIGTERM: mosquitto saves the subscriber's session, then exits.
-        wait_for(lambda: "flight: recording 0:" in agent.log_text(), 10, "the recording")
+        wait_for(lambda: "flight: recording 0:" in agent.log_text(), 30, "the recording")
         assert not flights.payloads
         broker.start()  # Same port: the agent reconnects and replays its spool.
-        payload = flights.wait(1, timeout=15)
+        payload = flights.wait(1, timeout=45)
         rec = decode_flight(payload)
         same_in_edgemon_proto(payload, rec)
         assert rec["historical"] is True and rec["number"] == 0
@@ -287,7 +287,7 @@ def test_a_recording_made_while_the_broker_is_away_comes_from_the_spool(stack, f
         flights.client.publish(f"edgemon/v1/{agent.device}/cmd/flight",
                                cbor2.dumps({0: 1, 1: 4, 2: time.time_ns(), 4: 2}),
                                qos=1).wait_for_publish()
-        rec = decode_flight(flights.wait(2, timeout=10))
+        rec = decode_flight(flights.wait(2, timeout=30))
         assert rec["cause"] == "command" and rec["number"] == 1 and not rec["historical"]
         assert rec["prev_level"] is None and rec["spans"]
     finally:
@@ -306,7 +306,7 @@ def test_a_recording_over_max_bytes_keeps_what_is_nearest_the_trigger(stack, fli
         sent_ns = time.monotonic_ns()
         sub.publish(f"edgemon/v1/{agent.device}/cmd/flight",
                     cbor2.dumps({0: 1, 1: 4, 2: time.time_ns(), 4: 2}))
-        payload = next_flight(sub, timeout=10)
+        payload = next_flight(sub, timeout=30)
         assert len(payload) <= 4096
         rec = decode_flight(payload)
         same_in_edgemon_proto(payload, rec)
