@@ -117,9 +117,9 @@ static void fill_defs(em_figures_t *d, const em_figures_opts_t *o) {
       em_figures_note_absent(d, em_figures_alias(d, (em_figure_t)f),
                              "cgroup target: per-process memory is not sampled");
     }
-    static const em_figure_t per_process[] = {EM_FIG_SCHED_CTXSW_VOLUNTARY,
-                                              EM_FIG_SCHED_CTXSW_INVOLUNTARY, EM_FIG_PROC_CPU,
-                                              EM_FIG_MAJOR_FAULTS};
+    static const em_figure_t per_process[] = {
+        EM_FIG_SCHED_CTXSW_VOLUNTARY, EM_FIG_SCHED_CTXSW_INVOLUNTARY, EM_FIG_PROC_CPU,
+        EM_FIG_MAJOR_FAULTS,          EM_FIG_IO_READ_BYTES,           EM_FIG_IO_WRITE_BYTES};
     for (size_t k = 0; k < sizeof(per_process) / sizeof(per_process[0]); k++) {
       em_figures_note_absent(d, em_figures_alias(d, per_process[k]),
                              "cgroup target: per-process and per-thread figures are not read");

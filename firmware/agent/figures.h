@@ -135,7 +135,9 @@ typedef enum {
   X(MAJOR_FAULTS, "mem.major_faults", "1", COUNTER, TARGET)                                        \
   X(CGROUP_CPU_THROTTLED, "cgroup.cpu.throttled", "ns", COUNTER, TARGET)                           \
   X(CGROUP_CPU_NR_THROTTLED, "cgroup.cpu.nr_throttled", "1", COUNTER, TARGET)                      \
-  X(GPU_MEM_PROCESS, "gpu.mem.process", "By", GAUGE, TARGET)
+  X(GPU_MEM_PROCESS, "gpu.mem.process", "By", GAUGE, TARGET)                                       \
+  X(IO_READ_BYTES, "io.read_bytes", "By", COUNTER, TARGET)                                         \
+  X(IO_WRITE_BYTES, "io.write_bytes", "By", COUNTER, TARGET)
 
 /* The fixed figures' ids: EM_FIG_<ID>, in table order. */
 typedef enum {

@@ -1,12 +1,13 @@
 /*
- * fuzz_procfs_parse.c - libFuzzer harness for the four procfs parsers of
- * firmware/agent/collect/procfs.c (statm, smaps_rollup, meminfo, PSI).
+ * fuzz_procfs_parse.c - libFuzzer harness for the five procfs parsers of
+ * firmware/agent/collect/procfs.c (statm, smaps_rollup, meminfo, PSI, <pid>/io).
  *
  * Any bytes: each parser returns 0 or -EINVAL without reading past `size` (libFuzzer's input
  * is a heap buffer of exactly that size, so AddressSanitizer sees an over-read); a refused text
  * leaves its record all zero; an accepted one ends with a newline, sets only known `have` bits
  * and at least one, gives 0 for every absent field, and its figures are whole pages (statm) or
- * whole KiB (smaps_rollup, meminfo) or finite non-negative percentages (PSI). statm parsed with
+ * whole KiB (smaps_rollup, meminfo) or finite non-negative percentages (PSI); <pid>/io's
+ * counts are 0 unless their bit is set. statm parsed with
  * 4 KiB and 64 KiB pages agrees up to the factor 16. The scheduling parsers of
  * collect/schedinfo.c (stat, schedstat, status, cgroup, cpu.stat, a PSI total) take the same
  * bytes: 0 or -EINVAL, a refused record zero (stat: processor -1), an accepted text ending
@@ -170,6 +171,21 @@ static void fuzz_record(size_t k, const char *text, size_t size) {
   }
 }
 
+/* <pid>/io: refused zero; accepted with known bits only, an absent count 0. */
+static void fuzz_pidio(const char *text, size_t size) {
+  em_pidio_t io;
+  memset(&io, 0xa5, sizeof io);
+  int rc = em_procfs_parse_pidio(text, size, &io);
+  if (!accepted(rc, &io, sizeof io, text, size)) {
+    return;
+  }
+  check_have(io.have, EM_PIDIO_READ_BYTES | EM_PIDIO_WRITE_BYTES | EM_PIDIO_SYSCR | EM_PIDIO_SYSCW);
+  check((io.have & EM_PIDIO_READ_BYTES) || io.read_bytes == 0);
+  check((io.have & EM_PIDIO_WRITE_BYTES) || io.write_bytes == 0);
+  check((io.have & EM_PIDIO_SYSCR) || io.syscr == 0);
+  check((io.have & EM_PIDIO_SYSCW) || io.syscw == 0);
+}
+
 /* The scheduling evidence's parsers over the same bytes. */
 static void fuzz_schedinfo(const char *text, size_t size) {
   em_schedinfo_stat_t st;
@@ -226,6 +242,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   for (size_t k = 0; k < sizeof(records) / sizeof(records[0]); k++) {
     fuzz_record(k, text, size);
   }
+  fuzz_pidio(text, size);
   fuzz_schedinfo(text, size);
   fuzz_cgroup_files(text, size);
   return 0;

@@ -49,6 +49,8 @@ enum {
   K_PSI_MEM,
   K_PSI_IO,
   K_FREQ,
+  K_RD_BYTES,
+  K_WR_BYTES,
   K_N
 };
 static const em_flight_column_t columns[K_N] = {
@@ -64,6 +66,8 @@ static const em_flight_column_t columns[K_N] = {
     {"psi.memory.some.avg10", "%", EM_METRIC_GAUGE},
     {"psi.io.some.avg10", "%", EM_METRIC_GAUGE},
     {"cpu.policy0.freq", "Hz", EM_METRIC_GAUGE},
+    {"io.read_bytes", "By", EM_METRIC_COUNTER},
+    {"io.write_bytes", "By", EM_METRIC_COUNTER},
 };
 
 /* A scenario: each figure per frame (gauges as read) in the baseline [0] and the breach [1]. */
@@ -73,9 +77,10 @@ typedef struct {
   bool absent[K_N]; /* Read as null on every tick. */
 } scenario_t;
 
-/* The nominal board: 5 ms frames, 4 ms of CPU, 0.5 ms waiting for a CPU. */
+/* The nominal board: 5 ms frames, 4 ms of CPU, 0.5 ms waiting for a CPU. The target's storage
+ * bytes are absent (a target whose /proc/<pid>/io the agent may not read) unless a test says. */
 static scenario_t nominal(void) {
-  scenario_t s = {.frame_ms = {5, 5}};
+  scenario_t s = {.frame_ms = {5, 5}, .absent = {[K_RD_BYTES] = true, [K_WR_BYTES] = true}};
   double base[K_N] = {
       [K_RUNQ] = 0.5 * MS, [K_VOL] = 2,       [K_INVOL] = 1,    [K_CPU] = 4 * MS, [K_INSTR] = 1e7,
       [K_CYCLES] = 2e7,    [K_PSI_MEM] = 0.5, [K_PSI_IO] = 0.5, [K_FREQ] = 2e9};
@@ -283,6 +288,71 @@ static void waiting_alone(void **state) {
   assert_float_equal(ev(c, "off_cpu_ms_per_frame"), 5.5, 1e-6);
   assert_float_equal(ev(c, "baseline_off_cpu_ms_per_frame"), 0.5, 1e-6);
   assert_float_equal(ev(c, "voluntary_switches_per_frame"), 12, 1e-6);
+}
+
+/* The target's storage bytes: 2 KiB read and 8 KiB written per frame in the baseline. */
+static void with_storage(scenario_t *s) {
+  s->absent[K_RD_BYTES] = s->absent[K_WR_BYTES] = false;
+  s->fig[K_RD_BYTES][0] = s->fig[K_RD_BYTES][1] = 2048;
+  s->fig[K_WR_BYTES][0] = s->fig[K_WR_BYTES][1] = 8192;
+}
+
+/* Each frame writes 64 KiB more and syncs it; the machine's I/O pressure average has not
+ * moved yet (it lags by seconds): the target's own bytes name io. */
+static void io_from_storage_bytes_without_psi(void **state) {
+  (void)state;
+  scenario_t s = nominal();
+  with_storage(&s);
+  s.fig[K_WR_BYTES][1] = 8192 + 65536;
+  s.fig[K_VOL][1] = 10;
+  expect_alone(&s, EM_PROTO_CAUSE_IO);
+  assert_null(find(&rig.out.v, EM_PROTO_CAUSE_WAITING));
+  const em_proto_verdict_cause_t *c = &rig.out.v.causes[0];
+  assert_float_equal(ev(c, "storage_kb_per_frame"), 74, 1e-6);
+  assert_float_equal(ev(c, "baseline_storage_kb_per_frame"), 10, 1e-6);
+  assert_float_equal(ev(c, "psi_io_some"), 0.5, 1e-6);
+  assert_float_equal(ev(c, "baseline_psi_io_some"), 0.5, 1e-6);
+  /* Without the PSI columns at all, the bytes alone name it too. */
+  s.absent[K_PSI_IO] = s.absent[K_PSI_MEM] = true;
+  expect_alone(&s, EM_PROTO_CAUSE_IO);
+  assert_float_equal(ev(&rig.out.v.causes[0], "storage_kb_per_frame"), 74, 1e-6);
+}
+
+/* The same off-CPU growth without more storage bytes is waiting, and so is a growth of less
+ * than a page per frame; with neither I/O witness read it is unexplained. */
+static void waiting_when_storage_bytes_did_not_grow(void **state) {
+  (void)state;
+  scenario_t s = nominal();
+  with_storage(&s);
+  s.fig[K_VOL][1] = 10;
+  expect_alone(&s, EM_PROTO_CAUSE_WAITING);
+  assert_null(find(&rig.out.v, EM_PROTO_CAUSE_IO));
+  const em_proto_verdict_cause_t *c = &rig.out.v.causes[0];
+  assert_float_equal(ev(c, "storage_kb_per_frame"), 10, 1e-6);
+  assert_float_equal(ev(c, "baseline_storage_kb_per_frame"), 10, 1e-6);
+  s.fig[K_WR_BYTES][1] = 8192 + 2048; /* Half a page more per frame. */
+  expect_alone(&s, EM_PROTO_CAUSE_WAITING);
+  s.absent[K_PSI_IO] = true; /* The bytes alone say there was no more I/O. */
+  expect_alone(&s, EM_PROTO_CAUSE_WAITING);
+  s.absent[K_WR_BYTES] = true;
+  const em_proto_verdict_t *v = diagnose(&s);
+  assert_null(find(v, EM_PROTO_CAUSE_WAITING));
+  assert_null(find(v, EM_PROTO_CAUSE_IO));
+  assert_int_equal(v->causes[0].code, EM_PROTO_CAUSE_UNEXPLAINED);
+}
+
+/* Page-ins of major faults count in read_bytes too: with memory pressure risen by many points,
+ * the pool stays memory pressure's. */
+static void memory_pressure_keeps_the_pool_beside_storage_reads(void **state) {
+  (void)state;
+  scenario_t s = nominal();
+  with_storage(&s);
+  s.fig[K_MAJFLT][1] = 20;
+  s.fig[K_PSI_MEM][1] = 30;
+  s.fig[K_VOL][1] = 22;
+  s.fig[K_RD_BYTES][1] = 2048 + 20 * 4096.0;
+  expect_alone(&s, EM_PROTO_CAUSE_MEMORY_PRESSURE);
+  assert_null(find(&rig.out.v, EM_PROTO_CAUSE_WAITING));
 }
 
 static void mixed_causes_come_by_size(void **state) {
@@ -759,6 +829,9 @@ int main(void) {
       cmocka_unit_test(memory_pressure_alone),
       cmocka_unit_test(io_alone),
       cmocka_unit_test(waiting_alone),
+      cmocka_unit_test(io_from_storage_bytes_without_psi),
+      cmocka_unit_test(waiting_when_storage_bytes_did_not_grow),
+      cmocka_unit_test(memory_pressure_keeps_the_pool_beside_storage_reads),
       cmocka_unit_test(mixed_causes_come_by_size),
       cmocka_unit_test(small_causes_are_left_out),
       cmocka_unit_test(shares_past_one_are_scaled_down),

@@ -286,6 +286,113 @@ static const fixture_t recorded[] = {
     {"jetson-orin/pressure/io", K_PSI},
 };
 
+/* ---- <pid>/io ---- */
+
+/* /proc/<pid>/io as the kernel prints it (fs/proc/base.c, do_io_accounting). */
+static const char pidio_text[] = "rchar: 323934931\n"
+                                 "wchar: 323929600\n"
+                                 "syscr: 632687\n"
+                                 "syscw: 632675\n"
+                                 "read_bytes: 8192\n"
+                                 "write_bytes: 323932160\n"
+                                 "cancelled_write_bytes: 4096\n";
+
+static void pidio_reports_storage_bytes_and_calls(void **state) {
+  (void)state;
+  em_pidio_t io;
+  assert_int_equal(em_procfs_parse_pidio(pidio_text, sizeof pidio_text - 1, &io), 0);
+  assert_int_equal(io.have,
+                   EM_PIDIO_READ_BYTES | EM_PIDIO_WRITE_BYTES | EM_PIDIO_SYSCR | EM_PIDIO_SYSCW);
+  assert_true(io.read_bytes == 8192 && io.write_bytes == UINT64_C(323932160));
+  assert_true(io.syscr == 632687 && io.syscw == 632675);
+  /* Whole keys only: cancelled_write_bytes is not write_bytes. */
+  static const char only_cancelled[] = "cancelled_write_bytes: 7\nsyscw: 1\n";
+  assert_int_equal(em_procfs_parse_pidio(only_cancelled, sizeof only_cancelled - 1, &io), 0);
+  assert_int_equal(io.have, EM_PIDIO_SYSCW);
+  assert_true(io.write_bytes == 0 && io.syscw == 1);
+  assert_int_equal(em_procfs_parse_pidio(pidio_text, sizeof pidio_text - 1, NULL), -EINVAL);
+}
+
+/* Hostile texts are refused whole; every prefix of a good one is refused or parsed to exactly
+ * its complete lines; no other procfs file passes for it, nor it for them. */
+static void pidio_rejects_hostile_text(void **state) {
+  (void)state;
+  static const char *const hostile[] = {
+      "",
+      "read_bytes: 1",
+      "read_bytes: 1\nread_bytes: 2\n",
+      "read_bytes: -1\n",
+      "read_bytes: 1 kB\n",
+      "read_bytes: 123456789012345678901234567890\n",
+      "read_bytes: 18446744073709551616\n",
+      "read_bytes:\n",
+      "read_bytes: 12x\n",
+      "read_bytes 12\n",
+      "rchar: 1\nwchar: 2\n",
+      "\n\n\n",
+      "write_bytes: 0x10\n",
+      "\x01\x02\xff:\x80\n",
+  };
+  for (size_t i = 0; i < ARRAY_LEN(hostile); i++) {
+    em_pidio_t io;
+    memset(&io, 0xa5, sizeof io);
+    if (em_procfs_parse_pidio(hostile[i], strlen(hostile[i]), &io) != -EINVAL) {
+      print_error("hostile text %zu accepted\n", i);
+      fail();
+    }
+    assert_true(io.have == 0 && io.read_bytes == 0 && io.write_bytes == 0 && io.syscr == 0 &&
+                io.syscw == 0);
+  }
+  em_pidio_t whole;
+  size_t len = sizeof pidio_text - 1;
+  assert_int_equal(em_procfs_parse_pidio(pidio_text, len, &whole), 0);
+  static const struct {
+    const char *line_start;
+    unsigned bit;
+  } lines[] = {{"syscr:", EM_PIDIO_SYSCR},
+               {"syscw:", EM_PIDIO_SYSCW},
+               {"read_bytes:", EM_PIDIO_READ_BYTES},
+               {"write_bytes:", EM_PIDIO_WRITE_BYTES}};
+  for (size_t cut = 0; cut <= len; cut++) {
+    char *prefix = malloc(cut > 0 ? cut : 1);
+    assert_non_null(prefix);
+    memcpy(prefix, pidio_text, cut);
+    em_pidio_t io;
+    int rc = em_procfs_parse_pidio(prefix, cut, &io);
+    free(prefix);
+    unsigned complete = 0;
+    for (size_t f = 0; f < ARRAY_LEN(lines); f++) {
+      if (line_end(pidio_text, len, lines[f].line_start) < cut) {
+        complete |= lines[f].bit;
+      }
+    }
+    assert_true(rc == 0 || rc == -EINVAL);
+    if (cut > 0 && pidio_text[cut - 1] == '\n' && complete != 0) {
+      assert_int_equal(rc, 0);
+    }
+    if (rc != 0) {
+      assert_int_equal(io.have, 0);
+      continue;
+    }
+    assert_int_equal(io.have, complete);
+    assert_true(io.read_bytes == (complete & EM_PIDIO_READ_BYTES ? whole.read_bytes : 0));
+    assert_true(io.write_bytes == (complete & EM_PIDIO_WRITE_BYTES ? whole.write_bytes : 0));
+    assert_true(io.syscr == (complete & EM_PIDIO_SYSCR ? whole.syscr : 0));
+    assert_true(io.syscw == (complete & EM_PIDIO_SYSCW ? whole.syscw : 0));
+  }
+  for (size_t i = 0; i < ARRAY_LEN(recorded); i++) {
+    size_t n = 0;
+    char *text = read_fixture(recorded[i].file, &n);
+    em_pidio_t io;
+    assert_int_equal(em_procfs_parse_pidio(text, n, &io), -EINVAL);
+    free(text);
+  }
+  for (int k = 0; k < K_COUNT; k++) {
+    parsed_t r;
+    assert_int_equal(parse_kind((kind_t)k, pidio_text, len, &r), -EINVAL);
+  }
+}
+
 /* ---- Parsers: recorded files ---- */
 
 typedef struct {
@@ -1125,6 +1232,52 @@ static void make_unopenable(const char *dir, const char *rel) {
   assert_int_equal(symlink(path, path), 0);
 }
 
+/* <pid>/io is read through the same fd every time; a target without the file or whose file
+ * does not open keeps its other figures and answers that error for io alone. */
+static void reader_reads_pidio_and_keeps_its_open_error(void **state) {
+  (void)state;
+  const char *dir = orin_copy_with_pid("1874"); /* No io file. */
+  char path[PATH_MAX];
+  join(path, sizeof path, dir, "1873/io");
+  write_path(path, pidio_text, sizeof pidio_text - 1);
+  char p5[PATH_MAX];
+  join(p5, sizeof p5, dir, "1875");
+  assert_int_equal(mkdir(p5, 0700), 0);
+  join(p5, sizeof p5, dir, "1875/statm");
+  write_path(p5, "100 50 10 1 0 60 0\n", 19);
+  join(p5, sizeof p5, dir, "1875/io");
+  write_path(p5, pidio_text, sizeof pidio_text - 1);
+  make_unopenable(dir, "1875/io");
+
+  int before = count_fds();
+  em_procfs_t *p = open_tree(dir, 1873);
+  em_pidio_t io;
+  assert_int_equal(em_procfs_read_pidio(p, &io), 0);
+  assert_true(io.write_bytes == UINT64_C(323932160) && io.read_bytes == 8192);
+  static const char grown[] = "syscr: 1\nsyscw: 2\nread_bytes: 4096\nwrite_bytes: 999424\n";
+  write_path(path, grown, sizeof grown - 1); /* Rewritten in place: the same fd sees it. */
+  assert_int_equal(em_procfs_read_pidio(p, &io), 0);
+  assert_true(io.write_bytes == 999424 && io.read_bytes == 4096 && io.syscw == 2);
+  write_path(path, "write_bytes: 1", 14); /* Cut: refused, nothing half read. */
+  assert_int_equal(em_procfs_read_pidio(p, &io), -EINVAL);
+  assert_int_equal(io.have, 0);
+
+  em_statm_t st;
+  assert_int_equal(em_procfs_set_pid(p, 1874), 0);
+  assert_int_equal(em_procfs_read_pidio(p, &io), -ENOENT);
+  assert_int_equal(io.have, 0);
+  assert_int_equal(em_procfs_read_statm(p, &st), 0);
+
+  assert_int_equal(em_procfs_set_pid(p, 1875), 0);        /* Not an error for the target... */
+  assert_int_equal(em_procfs_read_pidio(p, &io), -ELOOP); /* ...only for its io. */
+  assert_int_equal(em_procfs_read_statm(p, &st), 0);
+
+  assert_int_equal(em_procfs_set_pid(p, 0), 0);
+  assert_int_equal(em_procfs_read_pidio(p, &io), -ESRCH);
+  em_procfs_free(p);
+  assert_int_equal(count_fds(), before);
+}
+
 static void reader_open_error_on_smaps_keeps_previous_target_and_leaks_nothing(void **state) {
   (void)state;
   uint64_t ps = page_size();
@@ -1243,6 +1396,21 @@ static void reader_reads_own_pid_from_real_proc(void **state) {
       }
     }
   }
+  /* This process's own /proc/<pid>/io (the same user: no ptrace capability needed): its write
+   * calls count, whatever the file system (tmpfs has no storage bytes to count). */
+  em_pidio_t io0, io1;
+  assert_int_equal(em_procfs_read_pidio(p, &io0), 0);
+  assert_true((io0.have & EM_PIDIO_WRITE_BYTES) && (io0.have & EM_PIDIO_SYSCW));
+  int fds[2];
+  assert_int_equal(pipe(fds), 0);
+  for (int i = 0; i < 10; i++) {
+    assert_int_equal(write(fds[1], "x", 1), 1);
+  }
+  close(fds[0]);
+  close(fds[1]);
+  assert_int_equal(em_procfs_read_pidio(p, &io1), 0);
+  assert_true(io1.syscw >= io0.syscw + 10);
+  assert_true(io1.write_bytes >= io0.write_bytes && io1.read_bytes >= io0.read_bytes);
   em_procfs_free(p);
 }
 
@@ -1787,6 +1955,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(psi_cpu_without_full_line_has_only_some),
       cmocka_unit_test(psi_cpu_with_zero_full_line_has_both),
       cmocka_unit_test(psi_rejects_lines_not_in_the_kernel_format),
+      cmocka_unit_test(pidio_reports_storage_bytes_and_calls),
+      cmocka_unit_test(pidio_rejects_hostile_text),
       cmocka_unit_test(garbage_and_truncated_fixtures_are_rejected),
       cmocka_unit_test(every_garbage_and_truncated_fixture_is_in_the_table),
       cmocka_unit_test(each_parser_rejects_the_other_files),
@@ -1806,6 +1976,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_teardown(reader_rejects_file_that_fills_the_buffer, remove_temp_dir),
       cmocka_unit_test_teardown(reader_statm_of_target_gone_is_esrch, remove_temp_dir),
       cmocka_unit_test_teardown(reader_set_pid_switches_files, remove_temp_dir),
+      cmocka_unit_test_teardown(reader_reads_pidio_and_keeps_its_open_error, remove_temp_dir),
       cmocka_unit_test_teardown(reader_open_error_on_smaps_keeps_previous_target_and_leaks_nothing,
                                 remove_temp_dir),
       cmocka_unit_test_teardown(reader_open_error_on_psi_fails_new_and_leaks_nothing,

@@ -1,6 +1,6 @@
 /*
- * procfs.c - memory and pressure figures from procfs: the four file parsers and the reader
- * (em_procfs_t) that keeps the files open and re-reads them every tick.
+ * procfs.c - memory, pressure and storage I/O figures from procfs: the five file parsers and the
+ * reader (em_procfs_t) that keeps the files open and re-reads them every tick.
  *
  * Parsers. Each is a pure function over (text, len): the text need not be NUL-terminated and
  * nothing past text[len - 1] is ever read (memchr and explicit bounds, no strto* family). Every
@@ -8,10 +8,11 @@
  * refused with -EINVAL, as is anything not in the file's format: a repeated field, a PSI line
  * that is not "some" or "full", a missing or other unit, a number that overflows uint64_t
  * (before or after the conversion to bytes).
- * Only the fields we report are checked strictly; other lines of meminfo and smaps_rollup are
- * skipped, so a kernel that adds fields (or prints some without "kB", as HugePages_Total) still
- * parses. A parser zeroes *out first and leaves it zeroed on error, so a failed parse never
- * hands out half a record. The `have` bits name exactly the fields that were in the text.
+ * Only the fields we report are checked strictly; other lines of meminfo, smaps_rollup and
+ * <pid>/io are skipped, so a kernel that adds fields (or prints some without "kB", as
+ * HugePages_Total) still parses. A parser zeroes *out first and leaves it zeroed on error, so a
+ * failed parse never hands out half a record. The `have` bits name exactly the fields that were in
+ * the text.
  *
  * Reader. em_procfs_new() makes the only allocation (one calloc of struct em_procfs, which holds
  * the read buffer) and opens the files with O_RDONLY | O_CLOEXEC; each read is one pread() at
@@ -19,12 +20,15 @@
  * opens nothing and allocates nothing. Absent figures: pressure/<res> or <pid>/smaps_rollup
  * failing to open with ENOENT, or pressure/<res> opening but failing its first read (EOPNOTSUPP:
  * PSI off at boot on 4.20-5.5), leaves its fd at -1 and its reads answer -ENOENT; any other open
- * error (EACCES, EMFILE, ...) fails em_procfs_new or em_procfs_set_pid. Target gone: a
+ * error (EACCES, EMFILE, ...) fails em_procfs_new or em_procfs_set_pid. <pid>/io is the
+ * exception: it needs ptrace read access to the target, which statm does not, so any error
+ * opening it is kept and answered by its reads, and the target's other figures stay. Target gone: a
  * statm or smaps_rollup read failing with ESRCH or ENOENT (the process was reaped), returning 0
  * bytes, or a statm with VmSize 0 (a zombie: the kernel prints all zeros once the address space
  * is gone) answers -ESRCH.
  *
- * Owns: the fds of each em_procfs_t (at most 6: meminfo, three PSI files, statm, smaps_rollup)
+ * Owns: the fds of each em_procfs_t (at most 7: meminfo, three PSI files, statm, smaps_rollup,
+ * io)
  * and its one allocation. Single-threaded: a reader is used from the agent's loop only.
  */
 #define _POSIX_C_SOURCE 200809L /* pread, O_CLOEXEC, sysconf under -std=c11. */
@@ -157,7 +161,8 @@ int em_procfs_parse_statm(const char *text, size_t len, uint64_t page_size, em_s
   return 0;
 }
 
-/* One "Key:   <n> kB" field of meminfo or smaps_rollup that we report. */
+/* One "Key:   <n> kB" field of meminfo or smaps_rollup (or "key: <n>" of <pid>/io) that we
+ * report. */
 typedef struct {
   const char *key; /* Without the colon. */
   unsigned bit;    /* The `have` bit it sets. */
@@ -166,33 +171,35 @@ typedef struct {
 
 /*
  * Parses the value part of a "Key:" line, text[pos..eol) where text[eol] is the line's newline:
- * spaces, a decimal number of kB, " kB", and nothing else. Stores the value in bytes. Returns 0,
- * or -EINVAL (missing or other unit, overflow, trailing bytes).
+ * spaces, a decimal number, then with `in_kb` " kB" (the value is stored in bytes), and nothing
+ * else. Returns 0, or -EINVAL (missing or other unit, overflow, trailing bytes).
  */
-static int parse_kb_value(const char *text, size_t eol, size_t pos, uint64_t *bytes) {
+static int parse_kb_value(const char *text, size_t eol, size_t pos, bool in_kb, uint64_t *out) {
   while (pos < eol && text[pos] == ' ') {
     pos++;
   }
-  uint64_t kb = 0;
-  if (em_procfs_scan_u64(text, eol, &pos, &kb) != 0 || !scan_lit(text, eol, &pos, " kB") ||
-      pos != eol) {
+  uint64_t n = 0;
+  if (em_procfs_scan_u64(text, eol, &pos, &n) != 0 ||
+      (in_kb && !scan_lit(text, eol, &pos, " kB")) || pos != eol) {
     return -EINVAL;
   }
-  if (!mul_u64(kb, 1024, bytes)) {
-    return -EINVAL;
+  if (!in_kb) {
+    *out = n;
+    return 0;
   }
-  return 0;
+  return mul_u64(n, 1024, out) ? 0 : -EINVAL;
 }
 
 /*
- * Walks the lines of a "Key: value" file (meminfo, smaps_rollup) and parses the lines whose key
- * (the bytes before the line's first ':') is one of `fields`; other lines, such as smaps_rollup's
- * "<range> ---p 00000000 00:00 0 [rollup]" header, are skipped. Sets *have to the bits of the
- * fields found. Returns 0, or -EINVAL when the text is incomplete, a field we report is
- * malformed or repeated, or none of them is there.
+ * Walks the lines of a "Key: value" file (meminfo, smaps_rollup in kB; <pid>/io plain numbers
+ * when `in_kb` is false) and parses the lines whose key (the bytes before the line's first ':')
+ * is one of `fields`; other lines, such as smaps_rollup's "<range> ---p 00000000 00:00 0
+ * [rollup]" header, are skipped. Sets *have to the bits of the fields found. Returns 0, or
+ * -EINVAL when the text is incomplete, a field we report is malformed or repeated, or none of
+ * them is there.
  */
 static int parse_kb_lines(const char *text, size_t len, const kb_field_t *fields, size_t nfields,
-                          unsigned *have) {
+                          bool in_kb, unsigned *have) {
   *have = 0;
   if (!is_complete(text, len)) {
     return -EINVAL;
@@ -209,7 +216,8 @@ static int parse_kb_lines(const char *text, size_t len, const kb_field_t *fields
         if (strlen(f->key) != key_len || memcmp(text + start, f->key, key_len) != 0) {
           continue;
         }
-        if ((*have & f->bit) != 0 || parse_kb_value(text, eol, start + key_len + 1, f->dst) != 0) {
+        if ((*have & f->bit) != 0 ||
+            parse_kb_value(text, eol, start + key_len + 1, in_kb, f->dst) != 0) {
           return -EINVAL;
         }
         *have |= f->bit;
@@ -232,7 +240,7 @@ int em_procfs_parse_smaps_rollup(const char *text, size_t len, em_smaps_t *out) 
       {"Anonymous", EM_SMAPS_ANON, &v.anon_bytes},
       {"Swap", EM_SMAPS_SWAP, &v.swap_bytes},
   };
-  if (parse_kb_lines(text, len, fields, sizeof fields / sizeof fields[0], &v.have) != 0) {
+  if (parse_kb_lines(text, len, fields, sizeof fields / sizeof fields[0], true, &v.have) != 0) {
     return -EINVAL;
   }
   *out = v;
@@ -249,7 +257,26 @@ int em_procfs_parse_meminfo(const char *text, size_t len, em_meminfo_t *out) {
       {"MemAvailable", EM_MEMINFO_AVAILABLE, &v.available_bytes},
       {"MemTotal", EM_MEMINFO_TOTAL, &v.total_bytes},
   };
-  if (parse_kb_lines(text, len, fields, sizeof fields / sizeof fields[0], &v.have) != 0) {
+  if (parse_kb_lines(text, len, fields, sizeof fields / sizeof fields[0], true, &v.have) != 0) {
+    return -EINVAL;
+  }
+  *out = v;
+  return 0;
+}
+
+int em_procfs_parse_pidio(const char *text, size_t len, em_pidio_t *out) {
+  if (out == NULL) {
+    return -EINVAL;
+  }
+  memset(out, 0, sizeof *out);
+  em_pidio_t v = {0};
+  const kb_field_t fields[] = {
+      {"read_bytes", EM_PIDIO_READ_BYTES, &v.read_bytes},
+      {"write_bytes", EM_PIDIO_WRITE_BYTES, &v.write_bytes},
+      {"syscr", EM_PIDIO_SYSCR, &v.syscr},
+      {"syscw", EM_PIDIO_SYSCW, &v.syscw},
+  };
+  if (parse_kb_lines(text, len, fields, sizeof fields / sizeof fields[0], false, &v.have) != 0) {
     return -EINVAL;
   }
   *out = v;
@@ -322,6 +349,8 @@ struct em_procfs {
   int psi_fd[EM_PSI_COUNT];      /* -1 when the kernel has no PSI for that resource. */
   int statm_fd;                  /* -1 when there is no target. */
   int smaps_fd;                  /* -1 when there is no target or the kernel has no smaps_rollup. */
+  int pidio_fd;                  /* <pid>/io; -1 when there is no target or it did not open... */
+  int pidio_err;                 /* ...and then the negative errno of that open (0: no target). */
   char root[PATH_MAX];           /* The procfs root, NUL-terminated. */
   char buf[EM_PROCFS_BUF_BYTES]; /* Every read but smaps_rollup lands here. */
   char smaps_buf[EM_PROCFS_BUF_BYTES]; /* smaps_rollup's own, so it can be read on a worker
@@ -415,6 +444,7 @@ int em_procfs_new(em_procfs_t **out, const char *root, pid_t pid) {
   p->meminfo_fd = -1;
   p->statm_fd = -1;
   p->smaps_fd = -1;
+  p->pidio_fd = -1;
   for (size_t i = 0; i < EM_PSI_COUNT; i++) {
     p->psi_fd[i] = -1;
   }
@@ -461,6 +491,8 @@ int em_procfs_set_pid(em_procfs_t *p, pid_t pid) {
   }
   int statm_fd = -1;
   int smaps_fd = -1;
+  int pidio_fd = -1;
+  int pidio_err = 0;
   if (pid > 0) {
     int rc = open_file(p->root, pid, "statm", &statm_fd);
     if (rc != 0) {
@@ -471,11 +503,15 @@ int em_procfs_set_pid(em_procfs_t *p, pid_t pid) {
       close_fd(&statm_fd);
       return rc;
     }
+    pidio_err = open_file(p->root, pid, "io", &pidio_fd);
   }
   close_fd(&p->statm_fd);
   close_fd(&p->smaps_fd);
+  close_fd(&p->pidio_fd);
   p->statm_fd = statm_fd;
   p->smaps_fd = smaps_fd;
+  p->pidio_fd = pidio_fd;
+  p->pidio_err = pidio_err;
   return 0;
 }
 
@@ -486,6 +522,7 @@ void em_procfs_free(em_procfs_t *p) {
   close_fd(&p->meminfo_fd);
   close_fd(&p->statm_fd);
   close_fd(&p->smaps_fd);
+  close_fd(&p->pidio_fd);
   for (size_t i = 0; i < EM_PSI_COUNT; i++) {
     close_fd(&p->psi_fd[i]);
   }
@@ -539,6 +576,25 @@ int em_procfs_read_smaps(em_procfs_t *p, em_smaps_t *out) {
     return (int)n;
   }
   return em_procfs_parse_smaps_rollup(p->smaps_buf, (size_t)n, out);
+}
+
+/* Read on the loop's thread into p->buf, like statm (smaps_rollup alone has its own buffer). */
+int em_procfs_read_pidio(em_procfs_t *p, em_pidio_t *out) {
+  if (p == NULL || out == NULL) {
+    return -EINVAL;
+  }
+  memset(out, 0, sizeof *out);
+  if (p->statm_fd < 0) {
+    return -ESRCH;
+  }
+  if (p->pidio_fd < 0) {
+    return p->pidio_err < 0 ? p->pidio_err : -ENOENT;
+  }
+  ssize_t n = read_target(p->pidio_fd, p->buf, sizeof p->buf);
+  if (n < 0) {
+    return (int)n;
+  }
+  return em_procfs_parse_pidio(p->buf, (size_t)n, out);
 }
 
 /* -EINVAL for a bad (or empty) file; -errno of pread. */

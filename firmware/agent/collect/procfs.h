@@ -4,6 +4,9 @@
  *   /proc/<pid>/smaps_rollup  slower cadence (it walks the page tables): PSS, anon, swap
  *   /proc/meminfo             every tick: MemAvailable, MemTotal
  *   /proc/pressure/{cpu,memory,io}  every tick when present: some/full avg10 (percent)
+ *   /proc/<pid>/io            every tick: the bytes the target caused to be read from and
+ *                             written to storage (read_bytes, write_bytes), its read and write
+ *                             calls (syscr, syscw)
  *
  * Two layers. Pure parsers take the text of one file and fill a struct; they are what the
  * fixture tests exercise, including truncated and garbage files. A reader (em_procfs_t) keeps
@@ -61,6 +64,23 @@ typedef struct {
   double full_avg10;
 } em_psi_t;
 
+/* /proc/<pid>/io of the target: storage bytes and I/O calls, running totals since it started.
+ * read_bytes and write_bytes count what reached the block layer (page cache hits and tmpfs
+ * count nothing); syscr and syscw count read- and write-family calls of any file. */
+enum {
+  EM_PIDIO_READ_BYTES = 1u << 0,
+  EM_PIDIO_WRITE_BYTES = 1u << 1,
+  EM_PIDIO_SYSCR = 1u << 2,
+  EM_PIDIO_SYSCW = 1u << 3,
+};
+typedef struct {
+  unsigned have;        /* EM_PIDIO_* bits of the fields the file had. */
+  uint64_t read_bytes;  /* bytes fetched from storage for the target */
+  uint64_t write_bytes; /* bytes the target sent (dirtied) towards storage */
+  uint64_t syscr;       /* read-family calls */
+  uint64_t syscw;       /* write-family calls */
+} em_pidio_t;
+
 typedef enum { EM_PSI_CPU = 0, EM_PSI_MEMORY = 1, EM_PSI_IO = 2, EM_PSI_COUNT = 3 } em_psi_res_t;
 
 /*
@@ -79,6 +99,8 @@ int em_procfs_parse_statm(const char *text, size_t len, uint64_t page_size, em_s
 int em_procfs_parse_smaps_rollup(const char *text, size_t len, em_smaps_t *out);
 int em_procfs_parse_meminfo(const char *text, size_t len, em_meminfo_t *out);
 int em_procfs_parse_psi(const char *text, size_t len, em_psi_t *out);
+/* /proc/<pid>/io: "key: <decimal>" lines; rchar, wchar and cancelled_write_bytes are skipped. */
+int em_procfs_parse_pidio(const char *text, size_t len, em_pidio_t *out);
 
 /* The reader of one target's and the system's files. Opaque. */
 typedef struct em_procfs em_procfs_t;
@@ -103,6 +125,14 @@ void em_procfs_free(em_procfs_t *p);
 int em_procfs_read_statm(em_procfs_t *p, em_statm_t *out);
 int em_procfs_read_smaps(em_procfs_t *p, em_smaps_t *out);
 int em_procfs_read_meminfo(em_procfs_t *p, em_meminfo_t *out);
+
+/*
+ * Reads the target's /proc/<pid>/io: -ESRCH when there is no target or it is gone; the
+ * negative errno that kept the file from opening (-EACCES: reading another user's io needs
+ * ptrace read access, CAP_SYS_PTRACE; -ENOENT: a kernel without task I/O accounting) or from
+ * being read; -EINVAL for a bad file.
+ */
+int em_procfs_read_pidio(em_procfs_t *p, em_pidio_t *out);
 
 /* -ENOENT when this kernel has no PSI for `res`. */
 int em_procfs_read_psi(em_procfs_t *p, em_psi_res_t res, em_psi_t *out);

@@ -54,7 +54,8 @@ struct em_sampling {
   em_pmu_reading_t readings[EM_SAMPLING_MAX_EVENTS];
   uint64_t prev_values[EM_SAMPLING_MAX_EVENTS]; /* For the per-window ratios. */
   bool prev_present[EM_SAMPLING_MAX_EVENTS];
-  pid_t pid; /* Attached: the target (> 0), -1 a cgroup; 0 detached. */
+  pid_t pid;    /* Attached: the target (> 0), -1 a cgroup; 0 detached. */
+  int pidio_rc; /* What the last read of the target's /proc/<pid>/io answered (0: read). */
 
   /* Scheduling evidence (schedinfo.h): stat every tick, the per-thread pass every system_period. */
   em_schedinfo_t *sched;             /* NULL while detached or when it did not open. */
@@ -274,6 +275,24 @@ void em_sampling_bind(em_sampling_t *s, em_figures_t *figs, em_sample_t *samples
 
 static void note_sched_absent(em_sampling_t *s);
 
+/* Why the target's storage I/O figures are absent after a read that answered rc ("" for 0). */
+static void note_pidio_absent(em_sampling_t *s, int rc) {
+  char why[EM_FIGURES_REASON_BYTES];
+  if (rc == 0) {
+    why[0] = '\0';
+  } else if (rc == -EACCES || rc == -EPERM) {
+    snprintf(why, sizeof(why), "%s",
+             "/proc/<pid>/io needs ptrace read access to the target (CAP_SYS_PTRACE)");
+  } else if (rc == -ENOENT) {
+    snprintf(why, sizeof(why), "%s",
+             "no /proc/<pid>/io: kernel without task I/O accounting (CONFIG_TASK_IO_ACCOUNTING)");
+  } else {
+    snprintf(why, sizeof(why), "/proc/<pid>/io not read: %s", strerror(-rc));
+  }
+  em_figures_note_absent(s->figs, fx(s, EM_FIG_IO_READ_BYTES), why);
+  em_figures_note_absent(s->figs, fx(s, EM_FIG_IO_WRITE_BYTES), why);
+}
+
 /* --- attach ---------------------------------------------------------------------------- */
 
 int em_sampling_attach(em_sampling_t *s, pid_t pid, const char *cgroup, size_t *present) {
@@ -317,6 +336,11 @@ int em_sampling_attach(em_sampling_t *s, pid_t pid, const char *cgroup, size_t *
     (void)em_schedinfo_read_threads(s->sched, &first);
   }
   note_sched_absent(s);
+  if (pid > 0) { /* A cgroup target's reason is the dictionary's (figures.c). */
+    em_pidio_t io;
+    s->pidio_rc = em_procfs_read_pidio(s->proc, &io);
+    note_pidio_absent(s, s->pidio_rc);
+  }
   *present = s->pmu ? em_pmu_present(s->pmu) : 0;
   /* What is absent now is what the birth must say. */
   em_pmu_reading_t r[EM_SAMPLING_MAX_EVENTS];
@@ -573,6 +597,22 @@ static void sample_gpumem(em_sampling_t *s, uint64_t now_ns) {
   s->gpumem_busy = uv_queue_work(s->o.loop, &s->gpumem_work, gpumem_work, gpumem_done) == 0;
 }
 
+/* The target's storage bytes from /proc/<pid>/io; a change in what the read answers (the
+ * file became unreadable) changes the absent reason the next birth gives. */
+static void sample_pidio(em_sampling_t *s) {
+  em_pidio_t io = {0};
+  int rc = s->pid > 0 ? em_procfs_read_pidio(s->proc, &io) : -ENOENT;
+  if (s->pid > 0 && rc != s->pidio_rc && rc != -ESRCH) {
+    s->pidio_rc = rc;
+    note_pidio_absent(s, rc);
+  }
+  em_sample_t *v = s->samples;
+  em_figures_set_u_if(v, fx(s, EM_FIG_IO_READ_BYTES), rc == 0 && (io.have & EM_PIDIO_READ_BYTES),
+                      io.read_bytes);
+  em_figures_set_u_if(v, fx(s, EM_FIG_IO_WRITE_BYTES), rc == 0 && (io.have & EM_PIDIO_WRITE_BYTES),
+                      io.write_bytes);
+}
+
 bool em_sampling_target(em_sampling_t *s, uint64_t now_ns) {
   sample_pmu(s);
   sample_sched(s, now_ns);
@@ -591,6 +631,7 @@ bool em_sampling_target(em_sampling_t *s, uint64_t now_ns) {
   em_figures_set_u_if(v, fx(s, EM_FIG_RSS), rc == 0, st.rss_bytes);
   em_figures_set_u_if(v, fx(s, EM_FIG_SHARED), rc == 0, st.shared_bytes);
   em_figures_set_u_if(v, fx(s, EM_FIG_VSIZE), rc == 0, st.size_bytes);
+  sample_pidio(s);
   bool smaps_due = s->o.smaps_period_ns && now_ns >= s->next_smaps_ns;
   if (smaps_due && s->pid > 0 && !s->smaps_busy) {
     s->next_smaps_ns = now_ns + s->o.smaps_period_ns;

@@ -5,7 +5,11 @@
  * the spans that ended in it. The excess of the statistic is then shared out: first the time
  * figures measured directly (run-queue delay, throttled time, CPU time), then the growth of the
  * off-CPU time (frame time - CPU time - run-queue delay) to the one of io, memory pressure or
- * waiting whose evidence grew, and what is left is unexplained.
+ * waiting whose evidence grew, and what is left is unexplained. The io evidence is the target's
+ * own storage bytes per frame (io.read_bytes + io.write_bytes, from /proc/<pid>/io) or, as a
+ * second witness, the machine's I/O pressure (psi.io.some.avg10) rising with the voluntary
+ * switches: the bytes move with the frame that caused them, PSI's 10 s average only seconds
+ * later.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -43,13 +47,25 @@ enum {
   C_NR_THROT,  /* periods */
   C_INSTR,     /* instructions */
   C_CYCLES,    /* cycles */
+  C_RD_BYTES,  /* bytes fetched from storage for the target */
+  C_WR_BYTES,  /* bytes the target sent towards storage */
   C_N
 };
 static const char *const counter_name[C_N] = {"sched.runq_delay",        "sched.ctxsw.voluntary",
                                               "sched.ctxsw.involuntary", "proc.cpu",
                                               "pmu.task-clock",          "mem.major_faults",
                                               "cgroup.cpu.throttled",    "cgroup.cpu.nr_throttled",
-                                              "pmu.instructions",        "pmu.cycles"};
+                                              "pmu.instructions",        "pmu.cycles",
+                                              "io.read_bytes",           "io.write_bytes"};
+
+/*
+ * The target's storage bytes per frame "grew" when they rose by at least one page (4 KiB) per
+ * frame and by EM_DIAGNOSE_REL_STEP of the baseline: the kernel counts write_bytes a dirtied
+ * page at a time and read_bytes a block read at a time, so less than a page more per frame is
+ * not one more storage access per frame (a log line flushed now and then, a counter read on a
+ * tick covering a frame on each side of a window's edge).
+ */
+#define STORAGE_STEP_BYTES 4096.0
 
 /* The gauges: averaged over the ticks that read them. */
 enum { G_PSI_MEM, G_PSI_IO, G_FREQ, G_N };
@@ -441,9 +457,35 @@ static double off_cpu(const win_t *w) {
   return off > 0 ? off : 0;
 }
 
-/* Off-CPU causes: the growth of the off-CPU time goes to contention (by involuntary switches,
- * where the run-queue delay is absent), then to io and memory pressure by their PSI growth,
- * or to waiting when I/O pressure did not grow. */
+/* The target's storage bytes per frame (read + write), when both windows have both. */
+static bool storage(const win_t *b, const win_t *n, double *sb, double *sn) {
+  if (!both(b, n, C_RD_BYTES) || !both(b, n, C_WR_BYTES)) {
+    return false;
+  }
+  *sb = b->per_frame[C_RD_BYTES] + b->per_frame[C_WR_BYTES];
+  *sn = n->per_frame[C_RD_BYTES] + n->per_frame[C_WR_BYTES];
+  return true;
+}
+
+/* The storage bytes per frame of both windows as a cause's evidence, in KiB, when known. */
+static void storage_evidence(cand_t *k, bool known, double sb, double sn) {
+  if (k && known) {
+    evidence(k, "storage_kb_per_frame", sb / 1024);
+    evidence(k, "baseline_storage_kb_per_frame", sn / 1024);
+  }
+}
+
+/*
+ * Off-CPU causes: the growth of the off-CPU time goes to contention (by involuntary switches,
+ * where the run-queue delay is absent), then to io and memory pressure by weight, or to
+ * waiting when neither the target's storage bytes nor the I/O pressure grew.
+ * Weights: memory pressure its PSI rise (with the major faults grown); io the larger of its
+ * PSI rise (with the voluntary switches grown) and, when the target's storage bytes per frame
+ * grew, EM_DIAGNOSE_PSI_POINTS: the bytes are the target's own evidence, as strong as the
+ * least PSI rise the engine accepts, so alone they take the whole pool, and beside a memory
+ * pressure that rose by several points (whose page-ins count in read_bytes too) the share
+ * stays mostly memory's.
+ */
 static void off_cpu_causes(const win_t *b, const win_t *n, cands_t *cs) {
   if (!both(b, n, C_PROC_CPU)) {
     return; /* Without the CPU time there is no off-CPU time. */
@@ -467,7 +509,14 @@ static void off_cpu_causes(const win_t *b, const win_t *n, cands_t *cs) {
   bool io_known = gauge_both(b, n, G_PSI_IO);
   double io_rise = io_known ? b->gauge[G_PSI_IO] - n->gauge[G_PSI_IO] : 0;
   double mem_rise = gauge_both(b, n, G_PSI_MEM) ? b->gauge[G_PSI_MEM] - n->gauge[G_PSI_MEM] : 0;
+  double st_b = 0, st_n = 0;
+  bool st_known = storage(b, n, &st_b, &st_n);
+  bool st_grew =
+      st_known && st_b - st_n >= STORAGE_STEP_BYTES && st_b > st_n * (1 + EM_DIAGNOSE_REL_STEP);
   double w_io = io_rise >= EM_DIAGNOSE_PSI_POINTS && gv > 0 ? io_rise : 0;
+  if (st_grew) {
+    w_io = dmax(w_io, EM_DIAGNOSE_PSI_POINTS);
+  }
   double w_mem =
       mem_rise >= EM_DIAGNOSE_PSI_POINTS && both(b, n, C_MAJFLT) && growth(b, n, C_MAJFLT) > 0
           ? mem_rise
@@ -479,18 +528,27 @@ static void off_cpu_causes(const win_t *b, const win_t *n, cands_t *cs) {
     evidence(k, "psi_memory_some", b->gauge[G_PSI_MEM]);
     evidence(k, "baseline_psi_memory_some", n->gauge[G_PSI_MEM]);
     k = cause(cs, EM_PROTO_CAUSE_IO, pool * w_io / (w_io + w_mem));
-    evidence(k, "psi_io_some", b->gauge[G_PSI_IO]);
-    evidence(k, "baseline_psi_io_some", n->gauge[G_PSI_IO]);
-    evidence(k, "voluntary_switches_per_frame", b->per_frame[C_VOL]);
-    evidence(k, "baseline_voluntary_switches_per_frame", n->per_frame[C_VOL]);
+    storage_evidence(k, st_known, st_b, st_n);
+    if (k && io_known) {
+      evidence(k, "psi_io_some", b->gauge[G_PSI_IO]);
+      evidence(k, "baseline_psi_io_some", n->gauge[G_PSI_IO]);
+    }
+    if (k && vol) {
+      evidence(k, "voluntary_switches_per_frame", b->per_frame[C_VOL]);
+      evidence(k, "baseline_voluntary_switches_per_frame", n->per_frame[C_VOL]);
+    }
     return;
   }
-  if (!io_known || io_rise >= EM_DIAGNOSE_PSI_POINTS) {
-    return; /* I/O pressure unknown or grown without the voluntary switches: unexplained. */
+  if (!io_known && !st_known) {
+    return; /* Neither I/O witness read: unexplained. */
+  }
+  if (io_known && io_rise >= EM_DIAGNOSE_PSI_POINTS) {
+    return; /* I/O pressure grew without the voluntary switches: unexplained. */
   }
   cand_t *k = cause(cs, EM_PROTO_CAUSE_WAITING, pool);
   evidence(k, "off_cpu_ms_per_frame", ms(off_cpu(b)));
   evidence(k, "baseline_off_cpu_ms_per_frame", ms(off_cpu(n)));
+  storage_evidence(k, st_known, st_b, st_n);
   if (k && vol) {
     evidence(k, "voluntary_switches_per_frame", b->per_frame[C_VOL]);
     evidence(k, "baseline_voluntary_switches_per_frame", n->per_frame[C_VOL]);
