@@ -24,7 +24,10 @@ The causes and how each is injected:
                    machines this was written for: the file's pages are evicted and read back,
                    major faults on page cache, not anonymous memory)
   io               each frame appends --io-kb kB to a file and fsyncs it, --io-syncs times,
-                   inside the stage
+                   inside the stage. The file lies on a disk-backed file system: the run's
+                   temporary directory when it is one (ext4 on the reference VM), else one made
+                   under /var/tmp, because the agent's io evidence is the target's storage bytes
+                   (/proc/<pid>/io write_bytes) and a write to tmpfs reaches no storage
   waiting          each frame takes a lock that another thread holds --hold-ms of every
                    --hold-ms + 2 ms
   frequency_cap    the agent reads a copy of tests/fixtures/boards/generic-x86_64 (sys_root);
@@ -230,12 +233,31 @@ def stop(proc):
         proc.wait(10)
 
 
+def fs_type(path):
+    """The type of the file system that holds `path` (the longest mount point over it)."""
+    path = os.path.realpath(path)
+    best, kind = "", "?"
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) < 3:
+                continue
+            mnt = fields[1].replace("\\040", " ")
+            under = path == mnt or path.startswith(mnt.rstrip("/") + "/")
+            if under and len(mnt) > len(best):
+                best, kind = mnt, fields[2]
+    return kind
+
+
 class Run:
     """One injected (or clean) run: its own broker, agent, pipeline, cgroups and files."""
 
     def __init__(self, args, cause, tmp):
         self.args, self.cause = args, cause
         self.tmp = Path(tempfile.mkdtemp(prefix=f"{cause}-", dir=tmp))
+        self.io_dir = self.tmp
+        if fs_type(self.tmp) in ("tmpfs", "ramfs"):  # no storage: write_bytes would not count
+            self.io_dir = Path(tempfile.mkdtemp(prefix=f"edgemon-bench-{cause}-", dir="/var/tmp"))
         self.procs, self.cgroups, self.things = [], [], []
         self.cpu = sorted(os.sched_getaffinity(0))[-1]
 
@@ -250,6 +272,8 @@ class Run:
         for cg in reversed(self.cgroups):
             cg.remove()
         shutil.rmtree(self.tmp, ignore_errors=True)
+        if self.io_dir != self.tmp:
+            shutil.rmtree(self.io_dir, ignore_errors=True)
 
     def execute(self):
         from conftest import Agent, Broker, Subscriber
@@ -316,7 +340,7 @@ class Run:
             realtime=a.realtime,
             mode=cause, busy=float(a.busy_ms), scale=scale, go=str(go),
             mem_file=str(self.tmp / "working-set"), mem_pages=a.mem_pages,
-            io_file=str(self.tmp / "io-out"), io_kb=a.io_kb, hold_ms=a.hold_ms, io_syncs=a.io_syncs,
+            io_file=str(self.io_dir / "io-out"), io_kb=a.io_kb, hold_ms=a.hold_ms, io_syncs=a.io_syncs,
             sock=str(self.tmp / "run" / "spans.sock"), period_ns=1_000_000_000 // FPS)
         cgs = [cg for cg in (cpu_cg, mem_cg) if cg is not None]
 
