@@ -452,7 +452,7 @@ def parser():
     ap.add_argument("--mem-limit-mb", type=int, default=64)
     ap.add_argument("--mem-pages", type=int, default=400)
     ap.add_argument("--io-kb", type=int, default=64)
-    ap.add_argument("--io-syncs", type=int, default=16)
+    ap.add_argument("--io-syncs", type=int, default=64)
     ap.add_argument("--realtime", action="store_true",
                     help="the pipeline SCHED_FIFO until a CPU cause is injected (root)")
     return ap
