@@ -5,8 +5,9 @@
  * stand-in library (fake_nvml.c): the _v3 call, the fallback to _v2 and to the unversioned call
  * when the library lacks the newer ones, an NVML error code, too many processes.
  *
- * The ctest entry sets LD_LIBRARY_PATH to the directory of the stand-in libnvidia-ml.so.1;
- * FAKE_NVML_V2_LIB and FAKE_NVML_V1_LIB name the two older builds.
+ * FAKE_NVML_V3_LIB, FAKE_NVML_V2_LIB and FAKE_NVML_V1_LIB name the three builds of the stand-in
+ * by path (the reader's nvml_lib): the loader's search path is not the test's to set where the
+ * tests run under qemu-aarch64, which sets LD_LIBRARY_PATH to its sysroot's.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -323,8 +324,7 @@ static void new_refuses_bad_options(void **state) {
 
 /* --- NVML through the stand-in --------------------------------------------------------- */
 
-/* A reader over a root without nvmap, NVML from `lib` (NULL: libnvidia-ml.so.1 by the
- * loader's search, LD_LIBRARY_PATH). */
+/* A reader over a root without nvmap, NVML from the stand-in at path `lib`. */
 static em_gpumem_t *nvml_reader(tree_t *t, const char *lib) {
   make_tree(t, false);
   em_gpumem_t *g = NULL;
@@ -341,8 +341,7 @@ static void nvml_sums_the_target_pids_over_devices(const char *lib, const char *
   tree_t t;
   em_gpumem_t *g = nvml_reader(&t, lib);
   if (em_gpumem_source(g) != EM_GPUMEM_NVML) {
-    fail_msg("no NVML from %s: %s (LD_LIBRARY_PATH=%s)", lib ? lib : "libnvidia-ml.so.1",
-             em_gpumem_absent(g), getenv("LD_LIBRARY_PATH") ? getenv("LD_LIBRARY_PATH") : "");
+    fail_msg("no NVML from %s: %s", lib, em_gpumem_absent(g));
   }
   assert_string_equal(em_gpumem_source_name(g), call);
   const pid_t pids[] = {100, 101};
@@ -362,7 +361,8 @@ static void nvml_sums_the_target_pids_over_devices(const char *lib, const char *
 
 static void nvml_v3(void **state) {
   (void)state;
-  nvml_sums_the_target_pids_over_devices(NULL, "nvmlDeviceGetComputeRunningProcesses_v3");
+  nvml_sums_the_target_pids_over_devices(FAKE_NVML_V3_LIB,
+                                         "nvmlDeviceGetComputeRunningProcesses_v3");
 }
 
 static void nvml_without_v3_falls_back_to_v2(void **state) {
@@ -379,7 +379,7 @@ static void nvml_without_v2_reads_the_shorter_v1_entries(void **state) {
 static void nvml_error_code_is_absent_with_the_code(void **state) {
   (void)state;
   tree_t t;
-  em_gpumem_t *g = nvml_reader(&t, NULL);
+  em_gpumem_t *g = nvml_reader(&t, FAKE_NVML_V3_LIB);
   assert_int_equal(em_gpumem_source(g), EM_GPUMEM_NVML);
   const pid_t pid = 100;
   uint64_t bytes = 0;
@@ -399,7 +399,7 @@ static void nvml_error_code_is_absent_with_the_code(void **state) {
   assert_int_equal(em_tmp_tree_remove(t.root), 0);
   /* nvmlInit_v2 failing: no source, the code in the reason. */
   assert_int_equal(setenv("EM_FAKE_NVML_INIT_ERROR", "9", 1), 0); /* DRIVER_NOT_LOADED */
-  g = nvml_reader(&t, NULL);
+  g = nvml_reader(&t, FAKE_NVML_V3_LIB);
   assert_int_equal(unsetenv("EM_FAKE_NVML_INIT_ERROR"), 0);
   assert_int_equal(em_gpumem_source(g), EM_GPUMEM_NONE);
   assert_non_null(strstr(em_gpumem_absent(g), "nvmlInit_v2 failed (NVML error 9)"));
