@@ -463,7 +463,7 @@ static void judge_tick(em_agent_t *a, uint64_t now) {
                         .windows = windows,
                         .rss_bytes = a->samples[em_figures_alias(a->figs, EM_FIG_RSS)].value,
                         .figures = figs,
-                        .n_figures = 2 * EM_PSI_COUNT + 3};
+                        .n_figures = sizeof(figs) / sizeof(figs[0])};
   em_budget_change_t c[2];
   size_t changes = em_judge_tick(a->judge, now, &in, c);
   for (size_t i = 0; i < changes; i++) {

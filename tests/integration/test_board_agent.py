@@ -13,16 +13,18 @@ FIXTURES = ROOT / "tests" / "fixtures" / "boards"
 
 
 def agent_on(stack, board, extra=""):
+    """An agent on a copy of the board fixture `board` (its sys_root), watching a target:
+    (the copy, the target, the agent, the subscriber)."""
     tree = stack.tmp / f"root-{board}"
     shutil.copytree(FIXTURES / board, tree, symlinks=True)
     broker, target, agent, sub = stack.watching(
         extra=f"[agent]\nboard = auto\nsys_root = {tree}\n"
               "[degrade]\nwindow = 200ms\nenter_windows = 1\nleave_windows = 2\n" + extra)
-    return tree, agent, sub
+    return tree, target, agent, sub
 
 
 def test_orin_profile_events_and_sensors_reach_the_birth_and_data(stack):
-    tree, agent, sub = agent_on(stack, "jetson-agx-orin")
+    tree, _, agent, sub = agent_on(stack, "jetson-agx-orin")
     birth = sub.next("birth")
     assert birth["board"] == "jetson-agx-orin"
     names = {m["name"] for m in birth["metrics"]}
@@ -43,7 +45,7 @@ def test_orin_profile_events_and_sensors_reach_the_birth_and_data(stack):
 
 
 def test_a_thermal_trip_throttles_and_the_reason_says_why(stack):
-    tree, agent, sub = agent_on(stack, "jetson-agx-orin",
+    tree, _, agent, sub = agent_on(stack, "jetson-agx-orin",
                                 "[budget.process]\nthrottle = on\nthrottle_level = DEGRADED\n")
     birth = sub.next("birth")
     assert any(b["id"] == "process.throttle" for b in birth["budgets"])
@@ -60,7 +62,7 @@ def test_a_thermal_trip_throttles_and_the_reason_says_why(stack):
 
 
 def test_a_sensor_file_that_disappears_is_absent_not_zero(stack):
-    tree, agent, sub = agent_on(stack, "raspberry-pi-5")
+    tree, _, agent, sub = agent_on(stack, "raspberry-pi-5")
     birth = sub.next("birth")
     temps = [m["name"] for m in birth["metrics"] if m["name"].startswith("thermal.")
              and m["name"].endswith(".temp")]

@@ -7,11 +7,10 @@ here) announces the figure absent with both reasons.
 """
 
 import ctypes
-import shutil
 
-from conftest import ROOT, edgemon_proto, wait_for
+from conftest import edgemon_proto, wait_for
+from test_board_agent import agent_on  # an agent on a copy of a board fixture
 
-FIXTURES = ROOT / "tests" / "fixtures" / "boards"
 CLIENTS = "sys/kernel/debug/nvmap/iovmm/clients"
 KIB = 1024
 
@@ -23,15 +22,6 @@ def clients_text(rows, total_kib):
         lines.append("%-18s %18s %8u %10uK\n" % ("user", process, pid, kib))
     lines.append("%-18s %18s %8s %10uK\n" % ("total", "", "", total_kib))
     return "".join(lines)
-
-
-def agent_on(stack, board, extra=""):
-    tree = stack.tmp / f"root-{board}"
-    shutil.copytree(FIXTURES / board, tree, symlinks=True)
-    broker, target, agent, sub = stack.watching(
-        extra=f"[agent]\nboard = auto\nsys_root = {tree}\n"
-              "[degrade]\nwindow = 200ms\nenter_windows = 1\nleave_windows = 2\n" + extra)
-    return tree, target, agent, sub
 
 
 def gpu_value(sub, birth, pred, what, timeout=20):

@@ -61,7 +61,10 @@ static uint32_t frame(built_t *b, const char *name, const char *module) {
   return i;
 }
 
-/* A stack of `samples` in stage `stage` (1: infer, 0: pre), root first, NULL-terminated. */
+/* The end of a stack's names: a null pointer of the type va_arg reads (NULL may be a plain 0). */
+#define END ((const char *)NULL)
+
+/* A stack of `samples` in stage `stage` (1: infer, 0: pre), root first, ended by END. */
 static void stack(built_t *b, uint32_t stage, uint64_t samples, ...) {
   size_t s = b->p.n_stacks++;
   va_list ap;
@@ -90,9 +93,9 @@ static int teardown(void **state) {
 /* The NOMINAL pipeline: infer runs run_model (80) and draw (20) under main and infer. */
 static void nominal(built_t *b) {
   build_init(b);
-  stack(b, 1, 80, "main", "infer", "run_model", NULL);
-  stack(b, 1, 20, "main", "infer", "draw", NULL);
-  stack(b, 0, 50, "main", "prep", NULL);
+  stack(b, 1, 80, "main", "infer", "run_model", END);
+  stack(b, 1, 20, "main", "infer", "draw", END);
+  stack(b, 0, 50, "main", "prep", END);
 }
 
 /* The baseline of the NOMINAL pipeline: its two stages. */
@@ -115,10 +118,10 @@ static void growth_names_the_new_function_and_not_its_callers(void **state) {
   nominal_base(g, &base);
   /* The breach: infer also calls extra (100 of 200 samples), the rest as before. */
   build_init(&now);
-  stack(&now, 1, 80, "main", "infer", "run_model", NULL);
-  stack(&now, 1, 20, "main", "infer", "draw", NULL);
-  stack(&now, 1, 100, "main", "infer", "extra", "crc32", NULL);
-  stack(&now, 0, 500, "main", "prep", "extra", NULL); /* Another stage's: never counted. */
+  stack(&now, 1, 80, "main", "infer", "run_model", END);
+  stack(&now, 1, 20, "main", "infer", "draw", END);
+  stack(&now, 1, 100, "main", "infer", "extra", "crc32", END);
+  stack(&now, 0, 500, "main", "prep", "extra", END); /* Another stage's: never counted. */
   em_growth_fn_t out[8];
   int n = em_growth_grown(g, &now.p, "infer", &base, out, 8);
   /* extra and crc32 from 0 % to 50 %; main and infer stay at 100 %; run_model and draw fell. */
@@ -133,15 +136,15 @@ static void shares_are_inclusive_once_per_stack_and_by_name(void **state) {
   em_growth_base_t base;
   nominal_base(g, &base);
   build_init(&now);
-  stack(&now, 1, 60, "main", "infer", "run_model", NULL);
+  stack(&now, 1, 60, "main", "infer", "run_model", END);
   /* 40 samples in a recursion of walk: counted once (40 %, not 80 %). */
-  stack(&now, 1, 40, "main", "infer", "walk", "walk", NULL);
+  stack(&now, 1, 40, "main", "infer", "walk", "walk", END);
   em_growth_fn_t out[8];
   assert_int_equal(em_growth_grown(g, &now.p, "infer", &base, out, 8), 1);
   assert_named(out, 0, "walk", 40.0);
   /* The same function at two lines (two frames, one name) is one function: 30 + 30 %. */
   build_init(&now);
-  stack(&now, 1, 40, "main", "infer", "run_model", NULL);
+  stack(&now, 1, 40, "main", "infer", "run_model", END);
   now.paths[1][0] = frame(&now, "main", NULL);
   now.paths[1][1] = frame(&now, "infer", NULL);
   now.paths[1][2] = frame(&now, "tile", "model.py:10");
@@ -162,18 +165,18 @@ static void python_shares_are_of_the_samples_with_python_frames(void **state) {
   /* The baseline: the client's Python frames on half the samples, the eval loop on the rest. */
   built_t then, now;
   build_init(&then);
-  stack(&then, 1, 50, "_start", "main", "run_model", NULL);
-  stack(&then, 1, 50, "_start", "_PyEval_EvalFrameDefault", NULL);
+  stack(&then, 1, 50, "_start", "main", "run_model", END);
+  stack(&then, 1, 50, "_start", "_PyEval_EvalFrameDefault", END);
   em_growth_base_t base;
   assert_int_equal(em_growth_baseline(g, &then.p, &base), 1);
   /* The breach: Python frames on every sample, the same work; then a new function on 40 %. */
   build_init(&now);
-  stack(&now, 1, 100, "_start", "main", "run_model", NULL);
+  stack(&now, 1, 100, "_start", "main", "run_model", END);
   em_growth_fn_t out[8];
   assert_int_equal(em_growth_grown(g, &now.p, "infer", &base, out, 8), 0);
   build_init(&now);
-  stack(&now, 1, 60, "_start", "main", "run_model", NULL);
-  stack(&now, 1, 40, "_start", "main", "extra", "_crc32", NULL);
+  stack(&now, 1, 60, "_start", "main", "run_model", END);
+  stack(&now, 1, 40, "_start", "main", "extra", "_crc32", END);
   assert_int_equal(em_growth_grown(g, &now.p, "infer", &base, out, 8), 2);
   assert_named(out, 0, "_crc32", 40.0); /* A native frame: of all the stage's samples. */
   assert_named(out, 1, "extra", 40.0);
@@ -185,29 +188,29 @@ static void few_samples_or_small_growth_name_nothing(void **state) {
   em_growth_fn_t out[8];
   /* A baseline stage with fewer than EM_GROWTH_MIN_SAMPLES samples is not kept. */
   build_init(&then);
-  stack(&then, 1, EM_GROWTH_MIN_SAMPLES - 1, "main", "infer", "run_model", NULL);
+  stack(&then, 1, EM_GROWTH_MIN_SAMPLES - 1, "main", "infer", "run_model", END);
   em_growth_base_t base;
   assert_int_equal(em_growth_baseline(g, &then.p, &base), 0);
   build_init(&now);
-  stack(&now, 1, 100, "main", "infer", "extra", NULL);
+  stack(&now, 1, 100, "main", "infer", "extra", END);
   assert_int_equal(em_growth_grown(g, &now.p, "infer", &base, out, 8), 0);
   /* A breach stage with too few samples names nothing either. */
   nominal(&then);
   assert_int_equal(em_growth_baseline(g, &then.p, &base), 2);
   build_init(&now);
-  stack(&now, 1, EM_GROWTH_MIN_SAMPLES - 1, "main", "infer", "extra", NULL);
+  stack(&now, 1, EM_GROWTH_MIN_SAMPLES - 1, "main", "infer", "extra", END);
   assert_int_equal(em_growth_grown(g, &now.p, "infer", &base, out, 8), 0);
   /* A stage the baseline does not have, or the profile does not have: nothing. */
   assert_int_equal(em_growth_grown(g, &then.p, "post", &base, out, 8), 0);
   /* Growth under EM_GROWTH_MIN_POINTS (draw 20 % -> 22 %) is not named. */
   build_init(&now);
-  stack(&now, 1, 78, "main", "infer", "run_model", NULL);
-  stack(&now, 1, 22, "main", "infer", "draw", NULL);
+  stack(&now, 1, 78, "main", "infer", "run_model", END);
+  stack(&now, 1, 22, "main", "infer", "draw", END);
   assert_int_equal(em_growth_grown(g, &now.p, "infer", &base, out, 8), 0);
   /* Just past it (20 % -> 24 %): named, with 4 points. */
   build_init(&now);
-  stack(&now, 1, 76, "main", "infer", "run_model", NULL);
-  stack(&now, 1, 24, "main", "infer", "draw", NULL);
+  stack(&now, 1, 76, "main", "infer", "run_model", END);
+  stack(&now, 1, 24, "main", "infer", "draw", END);
   assert_int_equal(em_growth_grown(g, &now.p, "infer", &base, out, 8), 1);
   assert_named(out, 0, "draw", 4.0);
 }
@@ -220,7 +223,7 @@ static void the_list_is_ranked_and_cut_at_its_maximum(void **state) {
   build_init(&now);
   static const char *const fns[] = {"f1", "f2", "f3", "f4", "f5"};
   for (uint64_t i = 0; i < 5; i++) {
-    stack(&now, 1, 10 * (i + 1), "main", "infer", fns[i], NULL); /* 10..50 of 150 */
+    stack(&now, 1, 10 * (i + 1), "main", "infer", fns[i], END); /* 10..50 of 150 */
   }
   em_growth_fn_t out[3];
   assert_int_equal(em_growth_grown(g, &now.p, "infer", &base, out, 3), 3);
@@ -235,13 +238,13 @@ static void the_baseline_keeps_the_busiest_stages_and_largest_shares(void **stat
   em_growth_t *g = *state;
   built_t b;
   build_init(&b);
-  stack(&b, 0, 30, "main", "prep", NULL);
-  stack(&b, 1, 300, "main", "infer", "run_model", NULL);
+  stack(&b, 0, 30, "main", "prep", END);
+  stack(&b, 1, 300, "main", "infer", "run_model", END);
   /* 40 more functions of 1 sample each under infer: only the EM_GROWTH_TOP largest stay. */
   char names[40][8];
   for (int i = 0; i < 40; i++) {
     snprintf(names[i], sizeof(names[i]), "g%02d", i);
-    stack(&b, 1, 1, "main", "infer", names[i], NULL);
+    stack(&b, 1, 1, "main", "infer", names[i], END);
     if (b.p.n_stacks == MAX_STACKS) {
       break;
     }
@@ -263,8 +266,8 @@ static void the_baseline_keeps_the_busiest_stages_and_largest_shares(void **stat
   }
   /* A stage whose profile has fewer samples than the minimum is not kept. */
   build_init(&b);
-  stack(&b, 0, EM_GROWTH_MIN_SAMPLES, "main", "prep", NULL);
-  stack(&b, 1, EM_GROWTH_MIN_SAMPLES - 1, "main", "infer", NULL);
+  stack(&b, 0, EM_GROWTH_MIN_SAMPLES, "main", "prep", END);
+  stack(&b, 1, EM_GROWTH_MIN_SAMPLES - 1, "main", "infer", END);
   assert_int_equal(em_growth_baseline(g, &b.p, &base), 1);
   assert_string_equal(base.stages[0].stage, "pre");
 }
